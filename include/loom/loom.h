@@ -1,0 +1,210 @@
+/* Loom: an AI compiler and runtime.
+ *
+ * The public C API. Every object is an opaque handle created by a
+ * loom_<noun>_create-style call and released by its loom_<noun>_destroy.
+ * Every call that can fail returns a loom_status_t; on failure,
+ * loom_last_error() returns a message (per thread) naming what was wrong. */
+#ifndef LOOM_LOOM_H
+#define LOOM_LOOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status ------------------------------------------------------------ */
+
+typedef enum loom_status {
+  LOOM_OK = 0,
+  LOOM_ERR_INVALID,     /* a bad argument: null handle, bad attribute, ... */
+  LOOM_ERR_SHAPE,       /* shapes that do not fit together */
+  LOOM_ERR_DTYPE,       /* a dtype the op does not accept */
+  LOOM_ERR_AXIS,        /* an axis out of range */
+  LOOM_ERR_GRAPH,       /* a malformed graph: cycle, dangling value, ... */
+  LOOM_ERR_BINDING,     /* a tensor that does not fit the input it is bound to */
+  LOOM_ERR_NOMEM,       /* an allocation failed */
+  LOOM_ERR_IO,          /* a file could not be read or written */
+  LOOM_ERR_FORMAT,      /* a malformed file */
+  LOOM_ERR_VALUE,       /* bad data at run time: index out of range, x/0 */
+  LOOM_ERR_UNSUPPORTED, /* a feature this build or op does not have */
+} loom_status_t;
+
+/* The message of the last failed call on this thread ("" if none). */
+const char *loom_last_error(void);
+/* A short name for a status: "LOOM_ERR_SHAPE". */
+const char *loom_status_name(loom_status_t status);
+
+/* ---- Dtypes ------------------------------------------------------------ */
+
+typedef enum loom_dtype {
+  LOOM_F32,
+  LOOM_F64,
+  LOOM_F16,
+  LOOM_BF16,
+  LOOM_I8,
+  LOOM_I32,
+  LOOM_I64,
+  LOOM_BOOL,
+  LOOM_DTYPE_COUNT
+} loom_dtype_t;
+
+/* "f32", "bf16", ...; "?" for a value out of range. */
+const char *loom_dtype_name(loom_dtype_t dtype);
+/* Bytes per element; 0 for a value out of range. */
+size_t loom_dtype_size(loom_dtype_t dtype);
+
+#define LOOM_MAX_RANK 8
+
+/* ---- Tensors ----------------------------------------------------------- */
+
+/* A dense array: dtype, shape, strides (in elements) and data. */
+typedef struct loom_tensor loom_tensor_t;
+
+/* A new zero-filled contiguous tensor. rank may be 0 (a scalar). */
+loom_status_t loom_tensor_create(loom_dtype_t dtype, int rank,
+                                 const int64_t *shape, loom_tensor_t **out);
+/* A tensor over the caller's memory, without copying. strides are in
+ * elements (NULL: contiguous row-major) and may be 0 to broadcast a dim.
+ * The memory must outlive the tensor. */
+loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
+                               const int64_t *shape, const int64_t *strides,
+                               void *data, loom_tensor_t **out);
+/* A new contiguous tensor holding a copy of `bytes` bytes of row-major data. */
+loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
+                                    const int64_t *shape, const void *data,
+                                    size_t bytes, loom_tensor_t **out);
+void loom_tensor_destroy(loom_tensor_t *t);
+
+loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t);
+int loom_tensor_rank(const loom_tensor_t *t);
+/* Dim i, or -1 if t is null or i is out of range. */
+int64_t loom_tensor_dim(const loom_tensor_t *t, int i);
+int64_t loom_tensor_numel(const loom_tensor_t *t);
+/* Pointer to element 0, laid out by the tensor's strides. */
+void *loom_tensor_data(const loom_tensor_t *t);
+/* Copies the elements, row-major and contiguous, into dst (dst_bytes must
+ * be at least numel * dtype size). */
+loom_status_t loom_tensor_read(const loom_tensor_t *t, void *dst,
+                               size_t dst_bytes);
+/* Overwrites the elements from row-major contiguous src. */
+loom_status_t loom_tensor_write(loom_tensor_t *t, const void *src,
+                                size_t src_bytes);
+/* Element i (row-major order) converted to double. */
+loom_status_t loom_tensor_get_f64(const loom_tensor_t *t, int64_t i,
+                                  double *out);
+
+/* NumPy .npy files (format 1.0-3.0, little-endian, C order). */
+loom_status_t loom_tensor_load_npy(const char *path, loom_tensor_t **out);
+/* Writes atomically: a temporary file renamed over path. */
+loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path);
+
+/* ---- Dims -------------------------------------------------------------- */
+
+/* A dim is a non-negative constant or a handle to a symbolic expression
+ * (symbols, constants, +, *, floor-div) owned by a graph. Handles are very
+ * negative numbers, so that small negatives (-1: "infer" in reshape) stay
+ * free for ops to use. */
+typedef int64_t loom_dim_t;
+
+/* ---- Graphs ------------------------------------------------------------ */
+
+typedef struct loom_graph loom_graph_t;
+
+/* A value of a graph: an input, parameter, constant or node output. */
+typedef struct loom_value {
+  int32_t id;
+} loom_value_t;
+
+loom_status_t loom_graph_create(loom_graph_t **out);
+void loom_graph_destroy(loom_graph_t *g);
+
+/* The symbol called name (created on first use). */
+loom_status_t loom_dim_symbol(loom_graph_t *g, const char *name,
+                              loom_dim_t *out);
+loom_status_t loom_dim_add(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                           loom_dim_t *out);
+loom_status_t loom_dim_mul(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                           loom_dim_t *out);
+loom_status_t loom_dim_floordiv(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                                loom_dim_t *out);
+/* Writes the dim as text ("n*4+1") into buf. */
+loom_status_t loom_dim_format(const loom_graph_t *g, loom_dim_t d, char *buf,
+                              size_t size);
+
+/* A graph input; dims may be symbolic. */
+loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
+                               loom_dtype_t dtype, int rank,
+                               const loom_dim_t *dims, loom_value_t *out);
+/* A parameter: persistent, mutable state owned by the graph, zero-filled,
+ * or a copy of init when init is not null. */
+loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
+                               loom_dtype_t dtype, int rank,
+                               const int64_t *shape, const loom_tensor_t *init,
+                               loom_value_t *out);
+/* A constant holding a copy of t. */
+loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
+                                  loom_value_t *out);
+/* Marks v as the graph's next output. */
+loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v);
+/* Writes value into parameter param when the graph runs. Reads of the
+ * parameter during a run see its value from before the run; assigns take
+ * effect when the run ends. */
+loom_status_t loom_assign(loom_graph_t *g, loom_value_t param,
+                          loom_value_t value);
+
+/* The persistent storage of a parameter (owned by the graph). */
+loom_status_t loom_graph_param_tensor(loom_graph_t *g, loom_value_t param,
+                                      loom_tensor_t **out);
+
+int loom_graph_num_inputs(const loom_graph_t *g);
+int loom_graph_num_outputs(const loom_graph_t *g);
+int loom_graph_num_nodes(const loom_graph_t *g);
+
+/* The type of v: dtype, rank and dims (dims may be null). */
+loom_status_t loom_value_type(const loom_graph_t *g, loom_value_t v,
+                              loom_dtype_t *dtype, int *rank,
+                              loom_dim_t *dims);
+
+/* Checks the graph: types, references, acyclic order, outputs. */
+loom_status_t loom_graph_verify(const loom_graph_t *g);
+/* The graph as text, or as Graphviz DOT, in a string the caller frees
+ * with loom_free. */
+loom_status_t loom_graph_print(const loom_graph_t *g, char **out);
+loom_status_t loom_graph_dot(const loom_graph_t *g, char **out);
+void loom_free(void *p);
+
+/* ---- Running ----------------------------------------------------------- */
+
+/* Runs the graph with the reference kernels. inputs[i] binds graph input
+ * i; outputs[i] receives a new tensor for graph output i (the caller
+ * destroys it). Parameters are updated by the graph's assigns. */
+loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
+                             loom_tensor_t *const *inputs, int n_outputs,
+                             loom_tensor_t **outputs);
+
+/* ---- Ops --------------------------------------------------------------- */
+
+/* Metadata of the op table. */
+int loom_op_count(void);
+/* Name, fusion class ("elementwise", "reduction", "contraction", "layout",
+ * "host"), and which rules op i has. */
+typedef struct loom_op_info {
+  const char *name;
+  const char *fusion_class;
+  const char *doc;
+  int has_reference;
+  int has_gradient;
+  int has_codegen;
+  int data_dependent_shape;
+} loom_op_info_t;
+loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "loom/ops.h"
+
+#endif

@@ -1,0 +1,34 @@
+/* Tensors: the internal layout behind loom_tensor_t. */
+#ifndef LOOM_CORE_TENSOR_H
+#define LOOM_CORE_TENSOR_H
+
+#include <stdbool.h>
+
+#include "loom/loom.h"
+
+struct loom_tensor {
+  loom_dtype_t dtype;
+  int rank;
+  int64_t shape[LOOM_MAX_RANK];
+  int64_t strides[LOOM_MAX_RANK]; /* in elements; 0 broadcasts a dim */
+  void *data;                     /* element 0 */
+  bool owns_data;                 /* data was allocated by Loom */
+};
+
+/* A new zero-filled contiguous tensor (internal: no error clearing). */
+loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
+                         loom_tensor_t **out);
+/* Checks a dtype, rank and shape given by a caller; names `what`. */
+loom_status_t tensor_check_shape(const char *what, loom_dtype_t dtype,
+                                 int rank, const int64_t *shape);
+int64_t shape_numel(int rank, const int64_t *shape);
+bool tensor_is_contiguous(const loom_tensor_t *t);
+/* A contiguous copy of t. */
+loom_status_t tensor_contiguous_copy(const loom_tensor_t *t,
+                                     loom_tensor_t **out);
+/* Byte offset of row-major element i, following the strides. */
+int64_t tensor_offset(const loom_tensor_t *t, int64_t i);
+/* Formats a shape as "(2, 3, 4)" into buf. */
+const char *shape_str(int rank, const int64_t *shape, char *buf, size_t size);
+
+#endif

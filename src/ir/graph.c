@@ -1,0 +1,311 @@
+/* Graphs: values (inputs, parameters, constants, node outputs), nodes in
+ * execution order, and outputs. Nodes are appended after their inputs
+ * exist, so a graph built through this file is topologically ordered. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/ir.h"
+
+loom_status_t loom_graph_create(loom_graph_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = core_calloc(1, sizeof **out);
+  if (!*out) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a graph");
+  return LOOM_OK;
+}
+
+void loom_graph_destroy(loom_graph_t *g) {
+  if (!g) return;
+  for (int64_t i = 0; i < g->n_values; i++) {
+    core_free(g->values[i].name);
+    loom_tensor_destroy(g->values[i].data);
+  }
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    core_free(g->nodes[i].in);
+    core_free(g->nodes[i].out);
+  }
+  for (int64_t i = 0; i < g->n_exprs; i++) core_free(g->exprs[i].name);
+  core_free(g->values);
+  core_free(g->nodes);
+  core_free(g->inputs);
+  core_free(g->params);
+  core_free(g->outputs);
+  core_free(g->exprs);
+  core_free(g);
+}
+
+bool ir_value_valid(const loom_graph_t *g, int32_t v) {
+  return v >= 0 && v < g->n_values;
+}
+
+const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
+                         size_t size) {
+  if (!ir_value_valid(g, v)) snprintf(buf, size, "%%%d (no such value)", v);
+  else if (g->values[v].name)
+    snprintf(buf, size, "%%%d '%s'", v, g->values[v].name);
+  else snprintf(buf, size, "%%%d", v);
+  return buf;
+}
+
+/* Appends a value; its id goes to *id. */
+static loom_status_t new_value(loom_graph_t *g, ir_value_kind_t kind,
+                               const ir_type_t *type, const char *name,
+                               int32_t *id) {
+  if (g->n_values >= INT32_MAX)
+    return loom_fail(LOOM_ERR_GRAPH, "too many values in one graph");
+  LOOM_TRY(core_grow((void **)&g->values, &g->cap_values, g->n_values + 1,
+                     sizeof *g->values));
+  ir_value_t *v = &g->values[g->n_values];
+  memset(v, 0, sizeof *v);
+  if (name) {
+    v->name = core_strdup(name);
+    if (!v->name) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a name");
+  }
+  v->kind = kind;
+  v->type = *type;
+  v->node = -1;
+  *id = (int32_t)g->n_values++;
+  return LOOM_OK;
+}
+
+/* Appends id to a list of value ids. */
+static loom_status_t push_id(int32_t **list, int64_t *n, int64_t *cap,
+                             int32_t id) {
+  LOOM_TRY(core_grow((void **)list, cap, *n + 1, sizeof **list));
+  (*list)[(*n)++] = id;
+  return LOOM_OK;
+}
+
+/* A type from public arguments: dtype valid, rank in range, dims either
+ * non-negative constants or symbols of g. */
+static loom_status_t public_type(const loom_graph_t *g, const char *what,
+                                 const char *name, loom_dtype_t dtype,
+                                 int rank, const loom_dim_t *dims,
+                                 ir_type_t *t) {
+  if (!dtype_valid(dtype))
+    return loom_fail(LOOM_ERR_DTYPE, "%s '%s': invalid dtype %d", what,
+                     name ? name : "", (int)dtype);
+  if (rank < 0 || rank > LOOM_MAX_RANK)
+    return loom_fail(LOOM_ERR_SHAPE, "%s '%s': rank %d is outside 0..%d", what,
+                     name ? name : "", rank, LOOM_MAX_RANK);
+  if (rank > 0 && !dims)
+    return loom_fail(LOOM_ERR_INVALID, "%s '%s': dims are null", what,
+                     name ? name : "");
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) {
+    bool ok = ir_dim_is_sym(dims[i]) ? ir_dim_expr(g, dims[i]) != NULL
+                                     : dims[i] >= 0;
+    if (!ok)
+      return loom_fail(LOOM_ERR_SHAPE,
+                       "%s '%s': dim %d (%lld) is neither a non-negative "
+                       "size nor a symbol of this graph",
+                       what, name ? name : "", i, (long long)dims[i]);
+    t->dims[i] = dims[i];
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
+                               loom_dtype_t dtype, int rank,
+                               const loom_dim_t *dims, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  ir_type_t t;
+  LOOM_TRY(public_type(g, "input", name, dtype, rank, dims, &t));
+  int32_t id = -1;
+  LOOM_TRY(new_value(g, IR_VALUE_INPUT, &t, name, &id));
+  g->values[id].index = (int32_t)g->n_inputs;
+  LOOM_TRY(push_id(&g->inputs, &g->n_inputs, &g->cap_inputs, id));
+  out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
+                               loom_dtype_t dtype, int rank,
+                               const int64_t *shape, const loom_tensor_t *init,
+                               loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  ir_type_t t;
+  LOOM_TRY(public_type(g, "parameter", name, dtype, rank, shape, &t));
+  for (int i = 0; i < rank; i++)
+    if (ir_dim_is_sym(shape[i]))
+      return loom_fail(LOOM_ERR_SHAPE,
+                       "parameter '%s': dim %d is symbolic; parameters have "
+                       "fixed shapes", name ? name : "", i);
+  if (init) {
+    char want[160], got[160];
+    if (init->dtype != dtype || init->rank != rank ||
+        memcmp(init->shape, shape, sizeof(int64_t) * (size_t)rank) != 0)
+      return loom_fail(LOOM_ERR_SHAPE,
+                       "parameter '%s': initial value %s %s does not match "
+                       "the declared %s %s", name ? name : "",
+                       loom_dtype_name(init->dtype),
+                       shape_str(init->rank, init->shape, got, sizeof got),
+                       loom_dtype_name(dtype), shape_str(rank, shape, want, sizeof want));
+  }
+  loom_tensor_t *storage;
+  if (init) LOOM_TRY(tensor_contiguous_copy(init, &storage));
+  else LOOM_TRY(tensor_new(dtype, rank, shape, &storage));
+  int32_t id = -1;
+  loom_status_t s = new_value(g, IR_VALUE_PARAM, &t, name, &id);
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(storage);
+    return s;
+  }
+  /* From here the graph owns the storage, even if the push fails. */
+  g->values[id].data = storage;
+  g->values[id].index = (int32_t)g->n_params;
+  LOOM_TRY(push_id(&g->params, &g->n_params, &g->cap_params, id));
+  out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
+                                  loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  ir_type_t type = {.dtype = t->dtype, .rank = t->rank};
+  for (int i = 0; i < t->rank; i++) type.dims[i] = t->shape[i];
+  loom_tensor_t *copy;
+  LOOM_TRY(tensor_contiguous_copy(t, &copy));
+  int32_t id = -1;
+  loom_status_t s = new_value(g, IR_VALUE_CONST, &type, NULL, &id);
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(copy);
+    return s;
+  }
+  g->values[id].data = copy;
+  out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v) {
+  LOOM_CHECK_ARG(g);
+  if (!ir_value_valid(g, v.id))
+    return loom_fail(LOOM_ERR_INVALID, "loom_graph_output: %%%d is not a value of the graph", v.id);
+  return push_id(&g->outputs, &g->n_outputs, &g->cap_outputs, v.id);
+}
+
+loom_status_t loom_graph_param_tensor(loom_graph_t *g, loom_value_t param,
+                                      loom_tensor_t **out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  if (!ir_value_valid(g, param.id) || g->values[param.id].kind != IR_VALUE_PARAM)
+    return loom_fail(LOOM_ERR_INVALID, "loom_graph_param_tensor: %%%d is not a parameter", param.id);
+  *out = g->values[param.id].data;
+  return LOOM_OK;
+}
+
+int loom_graph_num_inputs(const loom_graph_t *g) { return g ? (int)g->n_inputs : 0; }
+int loom_graph_num_outputs(const loom_graph_t *g) { return g ? (int)g->n_outputs : 0; }
+int loom_graph_num_nodes(const loom_graph_t *g) { return g ? (int)g->n_nodes : 0; }
+
+loom_status_t loom_value_type(const loom_graph_t *g, loom_value_t v,
+                              loom_dtype_t *dtype, int *rank,
+                              loom_dim_t *dims) {
+  LOOM_CHECK_ARG(g);
+  if (!ir_value_valid(g, v.id))
+    return loom_fail(LOOM_ERR_INVALID, "loom_value_type: %%%d is not a value of the graph", v.id);
+  const ir_type_t *t = &g->values[v.id].type;
+  if (dtype) *dtype = t->dtype;
+  if (rank) *rank = t->rank;
+  if (dims) memcpy(dims, t->dims, sizeof(ir_dim_t) * (size_t)t->rank);
+  return LOOM_OK;
+}
+
+/* Number of outputs op makes with attrs a. */
+static int output_count(ir_op_t op, const ir_attrs_t *a) {
+  if (ir_ops[op].n_out >= 0) return ir_ops[op].n_out;
+  const int64_t *sizes;
+  int n = ir_attr_ints(a, "sizes", &sizes);
+  return n < 0 ? 0 : n;
+}
+
+loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
+                          const int32_t *in, const ir_attrs_t *attrs,
+                          int32_t *out, int out_cap) {
+  if ((unsigned)op >= IR_OP_COUNT)
+    return loom_fail(LOOM_ERR_INVALID, "unknown op %d", (int)op);
+  const ir_op_info_t *info = &ir_ops[op];
+  if (n_in < info->in_min || (info->in_max >= 0 && n_in > info->in_max)) {
+    if (info->in_max < 0)
+      return loom_fail(LOOM_ERR_INVALID, "%s: takes at least %d inputs, got %d",
+                       info->name, info->in_min, n_in);
+    return loom_fail(LOOM_ERR_INVALID, "%s: takes %d to %d inputs, got %d",
+                     info->name, info->in_min, info->in_max, n_in);
+  }
+  const ir_type_t *types[n_in > 0 ? n_in : 1];
+  for (int i = 0; i < n_in; i++) {
+    char buf[64];
+    if (!ir_value_valid(g, in[i]))
+      return loom_fail(LOOM_ERR_INVALID, "%s: input %d is %s", info->name, i,
+                       ir_value_str(g, in[i], buf, sizeof buf));
+    types[i] = &g->values[in[i]].type;
+  }
+  if (n_in > 0 && !(info->dtypes & DT_BIT(types[0]->dtype)))
+    return loom_fail(LOOM_ERR_DTYPE, "%s: does not accept dtype %s",
+                     info->name, loom_dtype_name(types[0]->dtype));
+  LOOM_TRY(ir_attrs_check(op, attrs));
+  int n_out = output_count(op, attrs);
+  ir_type_t outs[n_out > 0 ? n_out : 1];
+  memset(outs, 0, sizeof outs);
+  ir_infer_t c = {.g = g, .op = op, .attrs = attrs, .n_in = n_in,
+                  .in = types, .in_ids = in, .n_out = n_out, .out = outs};
+  LOOM_TRY(info->shape(&c));
+  if (out && out_cap < n_out)
+    return loom_fail(LOOM_ERR_INVALID, "%s: makes %d outputs, room for %d",
+                     info->name, n_out, out_cap);
+
+  LOOM_TRY(core_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1,
+                     sizeof *g->nodes));
+  ir_node_t node = {.op = op, .n_in = n_in, .n_out = n_out};
+  if (attrs) node.attrs = *attrs;
+  node.in = core_malloc(sizeof(int32_t) * (size_t)(n_in ? n_in : 1));
+  node.out = core_malloc(sizeof(int32_t) * (size_t)(n_out ? n_out : 1));
+  if (!node.in || !node.out) {
+    core_free(node.in);
+    core_free(node.out);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for a node", info->name);
+  }
+  if (n_in) memcpy(node.in, in, sizeof(int32_t) * (size_t)n_in);
+  int32_t node_id = (int32_t)g->n_nodes;
+  for (int i = 0; i < n_out; i++) {
+    loom_status_t s = new_value(g, IR_VALUE_NODE, &outs[i], NULL, &node.out[i]);
+    if (s != LOOM_OK) {
+      /* Values made so far stay, unused; the node is not added. */
+      core_free(node.in);
+      core_free(node.out);
+      return s;
+    }
+    g->values[node.out[i]].node = node_id;
+    g->values[node.out[i]].index = i;
+  }
+  g->nodes[g->n_nodes++] = node;
+  if (out) memcpy(out, node.out, sizeof(int32_t) * (size_t)n_out);
+  return LOOM_OK;
+}
+
+loom_status_t ir_build1(loom_graph_t *g, ir_op_t op, int n_in,
+                        const loom_value_t *in, const ir_attrs_t *attrs,
+                        loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  int32_t ids[n_in > 0 ? n_in : 1];
+  for (int i = 0; i < n_in; i++) ids[i] = in[i].id;
+  int32_t id = -1;
+  LOOM_TRY(ir_add_node(g, op, n_in, ids, attrs, &id, 1));
+  out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t loom_assign(loom_graph_t *g, loom_value_t param,
+                          loom_value_t value) {
+  LOOM_CHECK_ARG(g);
+  int32_t in[2] = {param.id, value.id};
+  return ir_add_node(g, IR_OP_ASSIGN, 2, in, NULL, NULL, 0);
+}

@@ -1,0 +1,237 @@
+/* The IR: graphs of SSA values typed by dtype and (possibly symbolic)
+ * shape, the op table, attributes, and symbolic dims. */
+#ifndef LOOM_IR_IR_H
+#define LOOM_IR_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "loom/loom.h"
+
+/* ---- Op table (rows in ops.def) --------------------------------------- */
+
+typedef enum ir_op {
+#define LOOM_OP(ID, ...) IR_OP_##ID,
+#include "ir/ops.def"
+#undef LOOM_OP
+  IR_OP_COUNT
+} ir_op_t;
+
+typedef enum ir_fusion_class {
+  IR_CLASS_EW,
+  IR_CLASS_REDUCE,
+  IR_CLASS_CONTRACT,
+  IR_CLASS_LAYOUT,
+  IR_CLASS_HOST,
+} ir_fusion_class_t;
+
+#define DT_BOOL DT_BIT(LOOM_BOOL)
+
+enum {
+  F_DATA_SHAPE = 1u << 0,  /* output shape depends on input data */
+  F_SIDE_EFFECT = 1u << 1, /* writes persistent state */
+  F_RANDOM = 1u << 2,      /* draws from the counter-based generator */
+};
+
+struct ir_infer;
+typedef loom_status_t (*ir_shape_fn)(struct ir_infer *c);
+
+typedef struct ir_op_info {
+  const char *name;
+  ir_fusion_class_t fusion_class;
+  int in_min, in_max; /* in_max -1: variadic */
+  int n_out;          /* -1: one per entry of attribute "sizes" */
+  uint32_t dtypes;    /* accepted dtypes of input 0 */
+  uint32_t flags;
+  ir_shape_fn shape;
+  bool has_grad, has_codegen;
+  const char *attrs; /* schema: "name:kind[?] ..." */
+  const char *doc;
+} ir_op_info_t;
+
+extern const ir_op_info_t ir_ops[IR_OP_COUNT];
+const char *ir_fusion_class_name(ir_fusion_class_t c);
+
+/* ---- Symbolic dims ------------------------------------------------------ */
+
+/* A dim: a constant, or a handle to an interned expression of the graph.
+ * Handles sit at the bottom of the int64 range; constants above it may be
+ * negative inside arithmetic, never in a value's type. */
+typedef int64_t ir_dim_t;
+#define IR_DIM_SYM_BASE (INT64_MIN / 2)
+#define IR_DIM_SYM_END (IR_DIM_SYM_BASE + ((int64_t)1 << 40))
+
+static inline bool ir_dim_is_sym(ir_dim_t d) {
+  return d >= IR_DIM_SYM_BASE && d < IR_DIM_SYM_END;
+}
+static inline bool ir_dim_is_const(ir_dim_t d) { return d >= IR_DIM_SYM_END; }
+
+typedef enum ir_expr_kind {
+  IR_EXPR_CONST,
+  IR_EXPR_SYM,
+  IR_EXPR_ADD,
+  IR_EXPR_MUL,
+  IR_EXPR_FLOORDIV,
+} ir_expr_kind_t;
+
+typedef struct ir_expr {
+  ir_expr_kind_t kind;
+  int64_t c;      /* IR_EXPR_CONST: the value; IR_EXPR_SYM: symbol number */
+  ir_dim_t a, b;  /* operands of ADD, MUL, FLOORDIV */
+  char *name;     /* IR_EXPR_SYM */
+} ir_expr_t;
+
+loom_status_t ir_dim_symbol(loom_graph_t *g, const char *name, ir_dim_t *out);
+/* A fresh symbol for a dim that only a run can tell (nonzero's count). */
+loom_status_t ir_dim_fresh_symbol(loom_graph_t *g, const char *prefix,
+                                  ir_dim_t *out);
+loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
+                         ir_dim_t *out);
+loom_status_t ir_dim_mul(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
+                         ir_dim_t *out);
+loom_status_t ir_dim_floordiv(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
+                              ir_dim_t *out);
+/* The expression behind a symbolic dim. */
+const ir_expr_t *ir_dim_expr(const loom_graph_t *g, ir_dim_t d);
+/* Number of symbols in the graph (symbol numbers are 0..n-1). */
+int ir_num_symbols(const loom_graph_t *g);
+/* Value of d when symbol k has value sym_values[k] (< 0: unbound). */
+loom_status_t ir_dim_eval(const loom_graph_t *g, ir_dim_t d,
+                          const int64_t *sym_values, int64_t *out);
+const char *ir_dim_str(const loom_graph_t *g, ir_dim_t d, char *buf,
+                       size_t size);
+
+/* ---- Types -------------------------------------------------------------- */
+
+typedef struct ir_type {
+  loom_dtype_t dtype;
+  int rank;
+  ir_dim_t dims[LOOM_MAX_RANK];
+} ir_type_t;
+
+/* "f32[n, 3]" into buf. */
+const char *ir_type_str(const loom_graph_t *g, const ir_type_t *t, char *buf,
+                        size_t size);
+bool ir_type_equal(const ir_type_t *a, const ir_type_t *b);
+
+/* ---- Attributes --------------------------------------------------------- */
+
+#define IR_MAX_ATTRS 8
+#define IR_MAX_ATTR_INTS (2 * LOOM_MAX_RANK)
+#define IR_ATTR_NAME 24
+
+typedef enum ir_attr_kind { IR_ATTR_INT, IR_ATTR_FLOAT, IR_ATTR_INTS } ir_attr_kind_t;
+
+typedef struct ir_attr {
+  char name[IR_ATTR_NAME];
+  ir_attr_kind_t kind;
+  int n;                         /* IR_ATTR_INTS: count */
+  int64_t ints[IR_MAX_ATTR_INTS]; /* IR_ATTR_INT: ints[0] */
+  double f;
+} ir_attr_t;
+
+typedef struct ir_attrs {
+  int n;
+  ir_attr_t a[IR_MAX_ATTRS];
+} ir_attrs_t;
+
+/* Setters replace an attribute of the same name. They fail only when the
+ * list is full or the name or list is too long, which is a programming
+ * error; the op's schema check then reports it. */
+void ir_attrs_int(ir_attrs_t *a, const char *name, int64_t v);
+void ir_attrs_float(ir_attrs_t *a, const char *name, double v);
+void ir_attrs_ints(ir_attrs_t *a, const char *name, int n, const int64_t *v);
+
+const ir_attr_t *ir_attrs_find(const ir_attrs_t *a, const char *name);
+int64_t ir_attr_int(const ir_attrs_t *a, const char *name, int64_t dflt);
+double ir_attr_float(const ir_attrs_t *a, const char *name, double dflt);
+/* Count of the list and a pointer to it in *v; -1 when absent. */
+int ir_attr_ints(const ir_attrs_t *a, const char *name, const int64_t **v);
+/* Checks attributes against the op's schema. */
+loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a);
+
+/* ---- Graphs ------------------------------------------------------------- */
+
+typedef enum ir_value_kind {
+  IR_VALUE_INPUT,
+  IR_VALUE_PARAM,
+  IR_VALUE_CONST,
+  IR_VALUE_NODE,
+} ir_value_kind_t;
+
+typedef struct ir_value {
+  ir_type_t type;
+  ir_value_kind_t kind;
+  int32_t node;        /* IR_VALUE_NODE: producer */
+  int32_t index;       /* output index; or position among inputs/params */
+  char *name;          /* may be NULL */
+  loom_tensor_t *data; /* IR_VALUE_CONST: value; IR_VALUE_PARAM: state */
+} ir_value_t;
+
+typedef struct ir_node {
+  ir_op_t op;
+  int n_in, n_out;
+  int32_t *in;  /* value ids */
+  int32_t *out; /* value ids */
+  ir_attrs_t attrs;
+} ir_node_t;
+
+struct loom_graph {
+  ir_value_t *values;
+  int64_t n_values, cap_values;
+  ir_node_t *nodes; /* in execution (topological) order */
+  int64_t n_nodes, cap_nodes;
+  int32_t *inputs, *params, *outputs;
+  int64_t n_inputs, cap_inputs, n_params, cap_params, n_outputs, cap_outputs;
+  ir_expr_t *exprs;
+  int64_t n_exprs, cap_exprs;
+  int n_symbols;
+  int n_fresh; /* fresh symbols made so far, for unique names */
+};
+
+/* Shape-rule context: the input types and attributes of a node being
+ * built; the rule fills out[0..n_out-1]. */
+typedef struct ir_infer {
+  loom_graph_t *g;
+  ir_op_t op;
+  const ir_attrs_t *attrs;
+  int n_in;
+  const ir_type_t *const *in;
+  const int32_t *in_ids; /* value ids of the inputs */
+  int n_out;
+  ir_type_t *out;
+} ir_infer_t;
+
+/* Appends a node, after checking its arity, input dtypes and attributes
+ * and inferring its output types. out (may be null) receives the output
+ * value ids; out_cap is its capacity. */
+loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
+                          const int32_t *in, const ir_attrs_t *attrs,
+                          int32_t *out, int out_cap);
+bool ir_value_valid(const loom_graph_t *g, int32_t v);
+/* "value %3 ('x')" style name for messages. */
+const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
+                         size_t size);
+loom_status_t ir_verify(const loom_graph_t *g);
+
+/* Builds a node from a public call with a single output. */
+loom_status_t ir_build1(loom_graph_t *g, ir_op_t op, int n_in,
+                        const loom_value_t *in, const ir_attrs_t *attrs,
+                        loom_value_t *out);
+
+/* ---- Shape-rule helpers (src/ir/shape.c) --------------------------------- */
+
+/* NumPy broadcasting of a and b into out; names op and inputs on failure. */
+loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
+                           const ir_type_t *b, ir_type_t *out);
+/* Normalizes a possibly negative axis against rank; fails naming op. */
+loom_status_t ir_axis(ir_infer_t *c, int64_t axis, int rank, int *out);
+/* Fails with LOOM_ERR_DTYPE unless input i's dtype is in mask. */
+loom_status_t ir_check_dtype(ir_infer_t *c, int i, uint32_t mask,
+                             const char *what);
+/* Fails with LOOM_ERR_SHAPE naming the op and the types of all inputs. */
+loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,42 @@
+/* The op table, built from the rows of ops.def. */
+#include "ir/ir.h"
+
+#define EW IR_CLASS_EW
+#define REDUCE IR_CLASS_REDUCE
+#define CONTRACT IR_CLASS_CONTRACT
+#define LAYOUT IR_CLASS_LAYOUT
+#define HOST IR_CLASS_HOST
+
+/* Declares each row's shape rule. */
+#define LOOM_OP(ID, name, cls, imin, imax, nout, dt, fl, shape, ...) \
+  loom_status_t ir_shape_##shape(ir_infer_t *c);
+#include "ir/ops.def"
+#undef LOOM_OP
+
+/* grad and codegen name their rules, defined by later layers, or NONE. */
+#define HAS_RULE(rule) (#rule[0] != 'N')
+
+const ir_op_info_t ir_ops[IR_OP_COUNT] = {
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, cg, \
+                at, dc)                                                     \
+  [IR_OP_##ID] = {.name = nm,                                               \
+                  .fusion_class = cls,                                      \
+                  .in_min = imin,                                           \
+                  .in_max = imax,                                           \
+                  .n_out = nout,                                            \
+                  .dtypes = dt,                                             \
+                  .flags = fl,                                              \
+                  .shape = ir_shape_##shp,                                \
+                  .has_grad = HAS_RULE(grad),                               \
+                  .has_codegen = HAS_RULE(cg),                              \
+                  .attrs = at,                                              \
+                  .doc = dc},
+#include "ir/ops.def"
+#undef LOOM_OP
+};
+
+const char *ir_fusion_class_name(ir_fusion_class_t c) {
+  static const char *const names[] = {"elementwise", "reduction",
+                                      "contraction", "layout", "host"};
+  return (unsigned)c < 5 ? names[c] : "?";
+}

@@ -1,0 +1,63 @@
+/* Helpers shared by the shape rules: broadcasting on symbolic dims, axis
+ * normalization, dtype checks, and error messages that name the op. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/status.h"
+#include "ir/ir.h"
+
+loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...) {
+  char msg[512], types[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t used = 0;
+  types[0] = '\0';
+  for (int i = 0; i < c->n_in && used < sizeof types; i++) {
+    char t[160];
+    used += (size_t)snprintf(types + used, sizeof types - used, "%s%s",
+                             i ? ", " : "", ir_type_str(c->g, c->in[i], t, sizeof t));
+  }
+  return loom_fail(LOOM_ERR_SHAPE, "%s: %s (inputs: %s)", ir_ops[c->op].name,
+                   msg, types);
+}
+
+loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
+                           const ir_type_t *b, ir_type_t *out) {
+  int rank = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = rank;
+  for (int i = 0; i < rank; i++) {
+    int ia = i - (rank - a->rank), ib = i - (rank - b->rank);
+    ir_dim_t da = ia >= 0 ? a->dims[ia] : 1;
+    ir_dim_t db = ib >= 0 ? b->dims[ib] : 1;
+    if (da == db || db == 1) out->dims[i] = da;
+    else if (da == 1) out->dims[i] = db;
+    else {
+      char sa[64], sb[64], ta[160], tb[160];
+      return ir_shape_fail(c, "cannot broadcast dim %s of %s with dim %s of %s",
+                           ir_dim_str(c->g, da, sa, sizeof sa),
+                           ir_type_str(c->g, a, ta, sizeof ta),
+                           ir_dim_str(c->g, db, sb, sizeof sb),
+                           ir_type_str(c->g, b, tb, sizeof tb));
+    }
+  }
+  return LOOM_OK;
+}
+
+loom_status_t ir_axis(ir_infer_t *c, int64_t axis, int rank, int *out) {
+  if (axis < -rank || axis >= (rank > 0 ? rank : 1) || (rank == 0 && axis != 0 && axis != -1))
+    return loom_fail(LOOM_ERR_AXIS, "%s: axis %lld is out of range for rank %d",
+                     ir_ops[c->op].name, (long long)axis, rank);
+  *out = (int)(axis < 0 ? axis + rank : axis);
+  if (*out < 0) *out = 0;
+  return LOOM_OK;
+}
+
+loom_status_t ir_check_dtype(ir_infer_t *c, int i, uint32_t mask,
+                             const char *what) {
+  if (!(mask & DT_BIT(c->in[i]->dtype)))
+    return loom_fail(LOOM_ERR_DTYPE, "%s: %s (input %d) has dtype %s, which it does not accept",
+                     ir_ops[c->op].name, what, i, loom_dtype_name(c->in[i]->dtype));
+  return LOOM_OK;
+}

@@ -1,0 +1,232 @@
+/* Reference kernels of elementwise ops. Each op is a scalar function on
+ * double (float dtypes) and, where integers are accepted, on int64. */
+#include <math.h>
+
+#include "kernels/ref.h"
+
+/* ---- Unary --------------------------------------------------------------- */
+
+typedef double (*unary_f)(double x, const ir_attrs_t *a);
+typedef int64_t (*unary_i)(int64_t x, const ir_attrs_t *a);
+
+static loom_status_t run_unary(ref_call_t *c, unary_f f, unary_i fi) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int64_t n = loom_tensor_numel(x);
+  bool ints = !dtype_is_float(x->dtype);
+  for (int64_t i = 0; i < n; i++) {
+    if (ints && fi) ref_seti(y, i, fi(ref_geti(x, i), c->attrs));
+    else ref_set(y, i, f(ref_get(x, i), c->attrs));
+  }
+  return LOOM_OK;
+}
+
+#define UNARY(name, float_expr, int_expr)                                 \
+  static double name##_f(double x, const ir_attrs_t *a) {                 \
+    (void)a;                                                              \
+    return float_expr;                                                    \
+  }                                                                       \
+  static int64_t name##_i(int64_t x, const ir_attrs_t *a) {               \
+    (void)a;                                                              \
+    return int_expr;                                                      \
+  }                                                                       \
+  loom_status_t ref_##name(ref_call_t *c) {                               \
+    return run_unary(c, name##_f, name##_i);                              \
+  }
+
+/* An op on float dtypes only. */
+#define UNARY_F(name, float_expr)                                         \
+  static double name##_f(double x, const ir_attrs_t *a) {                 \
+    (void)a;                                                              \
+    return float_expr;                                                    \
+  }                                                                       \
+  loom_status_t ref_##name(ref_call_t *c) {                               \
+    return run_unary(c, name##_f, NULL);                                  \
+  }
+
+/* Integer negation and abs wrap at the minimum like two's complement. */
+UNARY(neg, -x, (int64_t)(0 - (uint64_t)x))
+UNARY(abs, fabs(x), x < 0 ? (int64_t)(0 - (uint64_t)x) : x)
+UNARY_F(exp, exp(x))
+UNARY_F(log, log(x))
+UNARY_F(sqrt, sqrt(x))
+UNARY_F(rsqrt, 1.0 / sqrt(x))
+UNARY_F(reciprocal, 1.0 / x)
+UNARY_F(tanh, tanh(x))
+UNARY_F(sigmoid, x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)))
+UNARY(relu, x > 0 ? x : (isnan(x) ? x : 0.0), x > 0 ? x : 0)
+UNARY_F(leaky_relu, x > 0 ? x : x * ir_attr_float(a, "alpha", 0.01))
+UNARY_F(elu, x > 0 ? x : ir_attr_float(a, "alpha", 1.0) * expm1(x))
+UNARY_F(gelu, 0.5 * x * (1.0 + erf(x / sqrt(2.0))))
+UNARY_F(gelu_tanh,
+      0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))))
+UNARY_F(silu, x * (x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x))))
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|), which never overflows. */
+UNARY_F(softplus, fmax(x, 0.0) + log1p(exp(-fabs(x))))
+UNARY_F(sin, sin(x))
+UNARY_F(cos, cos(x))
+UNARY_F(erf, erf(x))
+UNARY_F(floor, floor(x))
+UNARY_F(ceil, ceil(x))
+/* nearbyint in the default rounding mode: half to even. */
+UNARY_F(round, nearbyint(x))
+UNARY(sign, x > 0 ? 1.0 : x < 0 ? -1.0 : x, x > 0 ? 1 : x < 0 ? -1 : 0)
+UNARY(not, x == 0, x == 0)
+UNARY_F(isnan, isnan(x) ? 1.0 : 0.0)
+
+static double clamp_f(double x, const ir_attrs_t *a) {
+  double lo = ir_attr_float(a, "min", -INFINITY);
+  double hi = ir_attr_float(a, "max", INFINITY);
+  if (isnan(x)) return x;
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+static int64_t clamp_i(int64_t x, const ir_attrs_t *a) {
+  double v = clamp_f((double)x, a);
+  /* Bounds are doubles; an integer result rounds them inward. */
+  double lo = ceil(ir_attr_float(a, "min", -INFINITY));
+  double hi = floor(ir_attr_float(a, "max", INFINITY));
+  if ((double)x < lo) return (int64_t)lo;
+  if ((double)x > hi) return (int64_t)hi;
+  (void)v;
+  return x;
+}
+
+loom_status_t ref_clamp(ref_call_t *c) { return run_unary(c, clamp_f, clamp_i); }
+
+loom_status_t ref_identity(ref_call_t *c) {
+  int64_t n = loom_tensor_numel(c->in[0]);
+  for (int64_t i = 0; i < n; i++) ref_copy_elem(c->out[0], i, c->in[0], i);
+  return LOOM_OK;
+}
+
+loom_status_t ref_cast(ref_call_t *c) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int64_t n = loom_tensor_numel(x);
+  /* Integers stay exact through int64; floats go through double. */
+  bool exact_int = !dtype_is_float(x->dtype);
+  for (int64_t i = 0; i < n; i++) {
+    if (exact_int) ref_seti(y, i, ref_geti(x, i));
+    else ref_set(y, i, ref_get(x, i));
+  }
+  return LOOM_OK;
+}
+
+/* ---- Binary -------------------------------------------------------------- */
+
+typedef double (*binary_f)(double a, double b);
+/* Integer form; sets *err for a division by zero. */
+typedef int64_t (*binary_i)(int64_t a, int64_t b, bool *err);
+
+static loom_status_t run_binary(ref_call_t *c, binary_f f, binary_i fi) {
+  const loom_tensor_t *a = c->in[0], *b = c->in[1];
+  loom_tensor_t *y = c->out[0];
+  int64_t n = loom_tensor_numel(y);
+  bool ints = !dtype_is_float(a->dtype);
+  int64_t idx[LOOM_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    ref_unravel(y->rank, y->shape, i, idx);
+    int64_t ia = ref_broadcast_index(a->rank, a->shape, y->rank, idx);
+    int64_t ib = ref_broadcast_index(b->rank, b->shape, y->rank, idx);
+    if (ints) {
+      bool err = false;
+      int64_t v = fi(ref_geti(a, ia), ref_geti(b, ib), &err);
+      if (err)
+        return loom_fail(LOOM_ERR_VALUE, "%s: integer division by zero",
+                         ref_name(c));
+      if (y->dtype == LOOM_BOOL) ref_seti(y, i, v != 0);
+      else ref_seti(y, i, v);
+    } else {
+      ref_set(y, i, f(ref_get(a, ia), ref_get(b, ib)));
+    }
+  }
+  return LOOM_OK;
+}
+
+#define BINARY(name, float_expr, int_expr)                               \
+  static double name##_f(double a, double b) { return float_expr; }      \
+  static int64_t name##_i(int64_t a, int64_t b, bool *err) {             \
+    (void)err;                                                           \
+    return int_expr;                                                     \
+  }                                                                      \
+  loom_status_t ref_##name(ref_call_t *c) {                              \
+    return run_binary(c, name##_f, name##_i);                            \
+  }
+
+/* Integer arithmetic wraps (computed unsigned), as the dtype would. */
+#define WRAP(expr) ((int64_t)(expr))
+BINARY(add, a + b, WRAP((uint64_t)a + (uint64_t)b))
+BINARY(sub, a - b, WRAP((uint64_t)a - (uint64_t)b))
+BINARY(mul, a * b, WRAP((uint64_t)a * (uint64_t)b))
+BINARY(maximum, isnan(a) || isnan(b) ? NAN : fmax(a, b), a > b ? a : b)
+BINARY(minimum, isnan(a) || isnan(b) ? NAN : fmin(a, b), a < b ? a : b)
+BINARY(eq, a == b, a == b)
+BINARY(ne, a != b, a != b)
+BINARY(lt, a < b, a < b)
+BINARY(le, a <= b, a <= b)
+BINARY(gt, a > b, a > b)
+BINARY(ge, a >= b, a >= b)
+BINARY(and, (a != 0) && (b != 0), (a != 0) && (b != 0))
+BINARY(or, (a != 0) || (b != 0), (a != 0) || (b != 0))
+BINARY(xor, (a != 0) != (b != 0), (a != 0) != (b != 0))
+
+static double div_f(double a, double b) { return a / b; }
+static int64_t div_i(int64_t a, int64_t b, bool *err) {
+  if (b == 0) {
+    *err = true;
+    return 0;
+  }
+  if (b == -1) return (int64_t)(0 - (uint64_t)a); /* INT64_MIN / -1 wraps */
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+loom_status_t ref_div(ref_call_t *c) { return run_binary(c, div_f, div_i); }
+
+/* Python's %: the result has the sign of b. */
+static double mod_f(double a, double b) {
+  double r = fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static int64_t mod_i(int64_t a, int64_t b, bool *err) {
+  if (b == 0) {
+    *err = true;
+    return 0;
+  }
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+loom_status_t ref_mod(ref_call_t *c) { return run_binary(c, mod_f, mod_i); }
+
+static double pow_f(double a, double b) { return pow(a, b); }
+/* Integer power by squaring; a negative exponent gives 0 except for
+ * bases 1 and -1, as integer arithmetic would. */
+static int64_t pow_i(int64_t a, int64_t b, bool *err) {
+  (void)err;
+  if (b < 0) return a == 1 ? 1 : a == -1 ? (b % 2 ? -1 : 1) : 0;
+  uint64_t r = 1, base = (uint64_t)a;
+  while (b) {
+    if (b & 1) r *= base;
+    base *= base;
+    b >>= 1;
+  }
+  return (int64_t)r;
+}
+loom_status_t ref_pow(ref_call_t *c) { return run_binary(c, pow_f, pow_i); }
+
+loom_status_t ref_where(ref_call_t *c) {
+  const loom_tensor_t *cond = c->in[0], *a = c->in[1], *b = c->in[2];
+  loom_tensor_t *y = c->out[0];
+  int64_t n = loom_tensor_numel(y);
+  int64_t idx[LOOM_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    ref_unravel(y->rank, y->shape, i, idx);
+    int64_t ic = ref_broadcast_index(cond->rank, cond->shape, y->rank, idx);
+    bool pick_a = ref_geti(cond, ic) != 0;
+    const loom_tensor_t *src = pick_a ? a : b;
+    ref_copy_elem(y, i, src, ref_broadcast_index(src->rank, src->shape, y->rank, idx));
+  }
+  return LOOM_OK;
+}

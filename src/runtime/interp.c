@@ -1,0 +1,247 @@
+/* The interpreter: runs a graph node by node with the reference kernels.
+ * It binds symbols from the inputs' shapes, allocates each node's outputs,
+ * frees values after their last use, and commits assigns at the end. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/ir.h"
+#include "kernels/ref.h"
+
+typedef struct interp {
+  loom_graph_t *g;
+  loom_tensor_t **vals; /* tensor of each value, once computed */
+  bool *owned;          /* vals[i] belongs to the interpreter */
+  int64_t *last_use;    /* index of the last node reading each value */
+  int64_t *syms;        /* symbol values, -1 while unbound */
+} interp_t;
+
+/* Binds symbols in type t to the sizes of shape; checks the rest. */
+static loom_status_t bind_dims(interp_t *it, const char *what,
+                               const ir_type_t *t, const loom_tensor_t *x) {
+  loom_graph_t *g = it->g;
+  char want[160], got[160];
+  if (x->dtype != t->dtype || x->rank != t->rank)
+    return loom_fail(LOOM_ERR_BINDING, "%s expects %s, got %s %s", what,
+                     ir_type_str(g, t, want, sizeof want),
+                     loom_dtype_name(x->dtype),
+                     shape_str(x->rank, x->shape, got, sizeof got));
+  /* Plain symbols first, so that expressions can be checked after. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < t->rank; i++) {
+      const ir_expr_t *e = ir_dim_expr(g, t->dims[i]);
+      bool plain = e && e->kind == IR_EXPR_SYM;
+      if (pass == 0 && plain && it->syms[e->c] < 0) it->syms[e->c] = x->shape[i];
+      if (pass == 1) {
+        int64_t v;
+        loom_status_t s = ir_dim_eval(g, t->dims[i], it->syms, &v);
+        if (s != LOOM_OK || v != x->shape[i]) {
+          char dim[64];
+          return loom_fail(LOOM_ERR_BINDING,
+                           "%s expects %s, got %s %s: dim %d (%s) is %lld there",
+                           what, ir_type_str(g, t, want, sizeof want),
+                           loom_dtype_name(x->dtype),
+                           shape_str(x->rank, x->shape, got, sizeof got), i,
+                           ir_dim_str(g, t->dims[i], dim, sizeof dim),
+                           s == LOOM_OK ? (long long)v : -1LL);
+        }
+      }
+    }
+  return LOOM_OK;
+}
+
+static void release(interp_t *it, int32_t v) {
+  if (it->owned[v]) loom_tensor_destroy(it->vals[v]);
+  it->vals[v] = NULL;
+  it->owned[v] = false;
+}
+
+/* Makes the inputs, parameters and constants available as tensors. */
+static loom_status_t bind_inputs(interp_t *it, int n_inputs,
+                                 loom_tensor_t *const *inputs) {
+  loom_graph_t *g = it->g;
+  if (n_inputs != g->n_inputs)
+    return loom_fail(LOOM_ERR_BINDING, "the graph has %lld inputs, %d were given",
+                     (long long)g->n_inputs, n_inputs);
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    char what[96];
+    snprintf(what, sizeof what, "input %lld ('%s')", (long long)i,
+             g->values[v].name ? g->values[v].name : "");
+    if (!inputs || !inputs[i])
+      return loom_fail(LOOM_ERR_INVALID, "%s: tensor is null", what);
+    LOOM_TRY(bind_dims(it, what, &g->values[v].type, inputs[i]));
+  }
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    if (tensor_is_contiguous(inputs[i])) {
+      it->vals[v] = inputs[i]; /* borrowed: no copy */
+    } else {
+      LOOM_TRY(tensor_contiguous_copy(inputs[i], &it->vals[v]));
+      it->owned[v] = true;
+    }
+  }
+  for (int64_t v = 0; v < g->n_values; v++)
+    if (g->values[v].kind == IR_VALUE_PARAM || g->values[v].kind == IR_VALUE_CONST)
+      it->vals[v] = g->values[v].data;
+  return LOOM_OK;
+}
+
+/* Allocates the outputs of node n with their evaluated shapes. */
+static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
+                                   loom_tensor_t **outs) {
+  for (int k = 0; k < n->n_out; k++) {
+    const ir_type_t *t = &it->g->values[n->out[k]].type;
+    int64_t shape[LOOM_MAX_RANK];
+    for (int d = 0; d < t->rank; d++)
+      LOOM_TRY(ir_dim_eval(it->g, t->dims[d], it->syms, &shape[d]));
+    LOOM_TRY(tensor_new(t->dtype, t->rank, shape, &outs[k]));
+  }
+  return LOOM_OK;
+}
+
+/* After a data-dependent op: binds the fresh symbols in its output types
+ * to the sizes the kernel produced. */
+static loom_status_t bind_outputs(interp_t *it, const ir_node_t *n,
+                                  loom_tensor_t **outs) {
+  for (int k = 0; k < n->n_out; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "%s output %d", ir_ops[n->op].name, k);
+    LOOM_TRY(bind_dims(it, what, &it->g->values[n->out[k]].type, outs[k]));
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t run_node(interp_t *it, int64_t index) {
+  const ir_node_t *n = &it->g->nodes[index];
+  const ir_op_info_t *info = &ir_ops[n->op];
+  const loom_tensor_t *ins[n->n_in > 0 ? n->n_in : 1];
+  loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
+  memset(outs, 0, sizeof outs);
+  for (int i = 0; i < n->n_in; i++) ins[i] = it->vals[n->in[i]];
+  loom_status_t s = LOOM_OK;
+  if (!(info->flags & F_DATA_SHAPE)) s = alloc_outputs(it, n, outs);
+  ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
+                     .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
+  if (s == LOOM_OK) s = ref_kernels[n->op](&call);
+  if (s == LOOM_OK && (info->flags & F_DATA_SHAPE)) s = bind_outputs(it, n, outs);
+  if (s != LOOM_OK) {
+    for (int k = 0; k < n->n_out; k++) loom_tensor_destroy(outs[k]);
+    return s;
+  }
+  for (int k = 0; k < n->n_out; k++) {
+    it->vals[n->out[k]] = outs[k];
+    it->owned[n->out[k]] = true;
+  }
+  return LOOM_OK;
+}
+
+static bool is_assign(const ir_node_t *n) {
+  return ir_ops[n->op].flags & F_SIDE_EFFECT;
+}
+
+/* last_use[v]: the last node reading v, counting assigns (which run after
+ * every other node) as reading at the end; graph outputs live longest. */
+static void compute_last_use(interp_t *it) {
+  loom_graph_t *g = it->g;
+  for (int64_t v = 0; v < g->n_values; v++) it->last_use[v] = -1;
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int32_t v = g->nodes[i].in[k];
+      int64_t at = is_assign(&g->nodes[i]) ? g->n_nodes : i;
+      if (at > it->last_use[v]) it->last_use[v] = at;
+    }
+  for (int64_t i = 0; i < g->n_outputs; i++) it->last_use[g->outputs[i]] = INT64_MAX;
+}
+
+/* Hands each graph output to the caller: the tensor itself when the
+ * interpreter owns it and no other output shares it, else a copy. */
+static loom_status_t take_outputs(interp_t *it, loom_tensor_t **outputs) {
+  loom_graph_t *g = it->g;
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    bool shared = false;
+    for (int64_t j = i + 1; j < g->n_outputs; j++) shared |= g->outputs[j] == v;
+    if (it->owned[v] && !shared) {
+      outputs[i] = it->vals[v];
+      it->owned[v] = false;
+    } else {
+      LOOM_TRY(tensor_contiguous_copy(it->vals[v], &outputs[i]));
+    }
+  }
+  return LOOM_OK;
+}
+
+/* Copies the parameters that assigns read, so that a swap of two
+ * parameters sees both old values. */
+static loom_status_t snapshot_assigned_params(interp_t *it) {
+  loom_graph_t *g = it->g;
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    if (!is_assign(&g->nodes[i])) continue;
+    int32_t v = g->nodes[i].in[1];
+    if (g->values[v].kind != IR_VALUE_PARAM || it->owned[v]) continue;
+    LOOM_TRY(tensor_contiguous_copy(it->vals[v], &it->vals[v]));
+    it->owned[v] = true;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t run_all(interp_t *it, loom_tensor_t **outputs) {
+  loom_graph_t *g = it->g;
+  compute_last_use(it);
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    if (is_assign(&g->nodes[i])) continue;
+    LOOM_TRY(run_node(it, i));
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (it->last_use[g->nodes[i].in[k]] == i) release(it, g->nodes[i].in[k]);
+  }
+  LOOM_TRY(take_outputs(it, outputs));
+  LOOM_TRY(snapshot_assigned_params(it));
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    if (is_assign(&g->nodes[i])) LOOM_TRY(run_node(it, i));
+  return LOOM_OK;
+}
+
+loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
+                             loom_tensor_t *const *inputs, int n_outputs,
+                             loom_tensor_t **outputs) {
+  LOOM_CHECK_ARG(g);
+  if (n_outputs != g->n_outputs)
+    return loom_fail(LOOM_ERR_BINDING, "the graph has %lld outputs, room for %d was given",
+                     (long long)g->n_outputs, n_outputs);
+  if (n_outputs > 0) LOOM_CHECK_ARG(outputs);
+  for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+  LOOM_TRY(ir_verify(g));
+  interp_t it = {.g = g};
+  int64_t nv = g->n_values ? g->n_values : 1;
+  it.vals = core_calloc((size_t)nv, sizeof *it.vals);
+  it.owned = core_calloc((size_t)nv, sizeof *it.owned);
+  it.last_use = core_calloc((size_t)nv, sizeof *it.last_use);
+  it.syms = core_malloc(sizeof *it.syms * (size_t)(g->n_symbols + 1));
+  loom_status_t s = LOOM_OK;
+  if (!it.vals || !it.owned || !it.last_use || !it.syms)
+    s = loom_fail(LOOM_ERR_NOMEM, "out of memory starting the interpreter");
+  if (s == LOOM_OK) {
+    for (int i = 0; i < g->n_symbols; i++) it.syms[i] = -1;
+    s = bind_inputs(&it, n_inputs, inputs);
+  }
+  if (s == LOOM_OK) s = run_all(&it, outputs);
+  if (s != LOOM_OK)
+    for (int i = 0; i < n_outputs; i++) {
+      /* A failed run hands nothing out. */
+      bool handed = false;
+      for (int64_t v = 0; it.vals && v < g->n_values; v++)
+        handed |= it.vals[v] == outputs[i] && it.owned[v];
+      if (!handed) loom_tensor_destroy(outputs[i]);
+      outputs[i] = NULL;
+    }
+  for (int64_t v = 0; it.vals && v < g->n_values; v++) release(&it, (int32_t)v);
+  core_free(it.vals);
+  core_free(it.owned);
+  core_free(it.last_use);
+  core_free(it.syms);
+  if (s == LOOM_OK) loom_clear_error();
+  return s;
+}

@@ -1,0 +1,160 @@
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int test_failures;
+int test_checks;
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+  test_failures++;
+  if (test_failures > 50) return; /* the first ones tell the story */
+  fprintf(stderr, "%s:%d: ", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+void test_check_err(loom_status_t got, loom_status_t want, const char *text,
+                    const char *expr, const char *file, int line) {
+  test_checks++;
+  if (got != want)
+    test_fail(file, line, "%s returned %s, expected %s (message: %s)", expr,
+              loom_status_name(got), loom_status_name(want), loom_last_error());
+  else if (text && !strstr(loom_last_error(), text))
+    test_fail(file, line, "%s: message \"%s\" does not mention \"%s\"", expr,
+              loom_last_error(), text);
+}
+
+static int near(double a, double b, double atol, double rtol) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+  if (isinf(a) || isinf(b)) return a == b;
+  return fabs(a - b) <= atol + rtol * fabs(b);
+}
+
+void test_check_near(double a, double b, double atol, double rtol,
+                     const char *expr, const char *file, int line) {
+  test_checks++;
+  if (!near(a, b, atol, rtol))
+    test_fail(file, line, "%s = %.17g, expected %.17g", expr, a, b);
+}
+
+double test_get(const loom_tensor_t *t, int64_t i) {
+  double v = NAN;
+  if (loom_tensor_get_f64(t, i, &v) != LOOM_OK) return NAN;
+  return v;
+}
+
+void test_check_tensor(const loom_tensor_t *t, const double *want, int64_t n,
+                       double atol, double rtol, const char *file, int line) {
+  test_checks++;
+  if (!t) {
+    test_fail(file, line, "tensor is null");
+    return;
+  }
+  if (loom_tensor_numel(t) != n) {
+    test_fail(file, line, "tensor has %lld elements, expected %lld",
+              (long long)loom_tensor_numel(t), (long long)n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double v = test_get(t, i);
+    if (!near(v, want[i], atol, rtol)) {
+      test_fail(file, line, "element %lld = %.17g, expected %.17g", (long long)i,
+                v, want[i]);
+      return;
+    }
+  }
+}
+
+double test_rtol(loom_dtype_t dtype, double scale) {
+  switch (dtype) {
+    case LOOM_F32: return 2e-7 * scale;
+    case LOOM_F64: return 1e-15 * scale;
+    case LOOM_F16: return 1e-3 * scale;
+    case LOOM_BF16: return 8e-3 * scale;
+    default: return 0;
+  }
+}
+
+static uint64_t rng_state = 1;
+
+void test_seed(uint64_t seed) { rng_state = seed; }
+
+uint64_t test_rand_u64(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double test_rand_uniform(double lo, double hi) {
+  return lo + (hi - lo) * ((double)(test_rand_u64() >> 11) / 9007199254740992.0);
+}
+
+int64_t test_rand_int(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(test_rand_u64() % (uint64_t)(hi - lo + 1));
+}
+
+loom_tensor_t *test_tensor(loom_dtype_t dtype, int rank, const int64_t *shape,
+                           const double *values) {
+  loom_tensor_t *t = NULL;
+  if (loom_tensor_create(LOOM_F64, rank, shape, &t) != LOOM_OK) {
+    test_fail(__FILE__, __LINE__, "test_tensor: %s", loom_last_error());
+    return NULL;
+  }
+  int64_t n = loom_tensor_numel(t);
+  memcpy(loom_tensor_data(t), values, sizeof(double) * (size_t)n);
+  if (dtype == LOOM_F64) return t;
+  /* Convert through a one-node graph so that the harness needs nothing
+   * private; the cast kernel is tested on its own. */
+  loom_graph_t *g;
+  loom_value_t x, y;
+  loom_tensor_t *out = NULL;
+  loom_graph_create(&g);
+  int64_t dims[LOOM_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = shape[i];
+  loom_graph_input(g, "x", LOOM_F64, rank, dims, &x);
+  loom_cast(g, x, dtype, &y);
+  loom_graph_output(g, y);
+  if (loom_interpret(g, 1, &t, 1, &out) != LOOM_OK)
+    test_fail(__FILE__, __LINE__, "test_tensor cast: %s", loom_last_error());
+  loom_graph_destroy(g);
+  loom_tensor_destroy(t);
+  return out;
+}
+
+loom_tensor_t *test_rand_tensor(loom_dtype_t dtype, int rank,
+                                const int64_t *shape, double lo, double hi) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    double x = test_rand_uniform(lo, hi);
+    if (dtype == LOOM_BOOL) x = x > (lo + hi) / 2;
+    else if (dtype == LOOM_I8 || dtype == LOOM_I32 || dtype == LOOM_I64) x = round(x);
+    v[i] = x;
+  }
+  loom_tensor_t *t = test_tensor(dtype, rank, shape, v);
+  free(v);
+  return t;
+}
+
+loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
+  loom_tensor_t *out = NULL;
+  loom_status_t s = loom_interpret(g, n_in, in, 1, &out);
+  if (s != LOOM_OK) {
+    test_fail(__FILE__, __LINE__, "loom_interpret: %s: %s", loom_status_name(s),
+              loom_last_error());
+    return NULL;
+  }
+  return out;
+}
+
+int test_summary(void) {
+  printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
+  return test_failures ? 1 : 0;
+}
