@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Loom needs, when they are missing.
+#   gcc, make, cmake: the build (gcc also compiles generated kernels);
+#   python3-numpy: the conformance tests compare every op with NumPy.
+set -euo pipefail
+
+packages=(gcc make cmake python3 python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

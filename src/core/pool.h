@@ -1,0 +1,33 @@
+/* The runtime's thread pool: persistent workers that split index ranges.
+ * One pool serves a whole executable, so that a replay pays no thread
+ * start-up, and a caller that waits also works (no thread sits idle while
+ * the caller blocks). Workers spin briefly before sleeping, because the
+ * steps of a replay arrive microseconds apart. */
+#ifndef LOOM_CORE_POOL_H
+#define LOOM_CORE_POOL_H
+
+#include <stdint.h>
+
+#include "loom/loom.h"
+
+typedef struct core_pool core_pool_t;
+
+/* Runs indices [begin, end) of a parallel loop. */
+typedef void (*core_pool_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* A pool of n_threads threads in all, the caller included (n_threads - 1
+ * workers). n_threads <= 0: LOOM_NUM_THREADS, else the number of CPUs. */
+loom_status_t core_pool_create(int n_threads, core_pool_t **out);
+void core_pool_destroy(core_pool_t *pool);
+int core_pool_threads(const core_pool_t *pool);
+
+/* Calls fn over [0, n) in chunks of at least `grain` indices, spread over
+ * the pool, and returns when every chunk is done. Not reentrant: one
+ * parallel loop at a time per pool. */
+void core_pool_for(core_pool_t *pool, int64_t n, int64_t grain,
+                   core_pool_fn fn, void *ctx);
+
+/* Threads from LOOM_NUM_THREADS, or the CPUs this process may use. */
+int core_default_threads(void);
+
+#endif

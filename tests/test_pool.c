@@ -1,0 +1,73 @@
+/* The thread pool: every index runs exactly once, for any size, grain and
+ * thread count, over many consecutive loops (as replays issue them). */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/pool.h"
+#include "harness.h"
+
+typedef struct {
+  _Atomic int *hits;
+  _Atomic int64_t sum;
+} count_ctx_t;
+
+static void count(void *arg, int64_t begin, int64_t end) {
+  count_ctx_t *c = arg;
+  int64_t s = 0;
+  for (int64_t i = begin; i < end; i++) {
+    atomic_fetch_add(&c->hits[i], 1);
+    s += i;
+  }
+  atomic_fetch_add(&c->sum, s);
+}
+
+/* Runs one loop of n indices and checks each ran once. */
+static void check_loop(core_pool_t *pool, int64_t n, int64_t grain) {
+  count_ctx_t c = {.hits = calloc((size_t)(n ? n : 1), sizeof(_Atomic int))};
+  core_pool_for(pool, n, grain, count, &c);
+  int once = 1;
+  for (int64_t i = 0; i < n; i++) once &= c.hits[i] == 1;
+  CHECK(once);
+  CHECK(atomic_load(&c.sum) == n * (n - 1) / 2);
+  free((void *)c.hits);
+}
+
+static void every_index_once(void) {
+  for (int threads = 1; threads <= 4; threads++) {
+    core_pool_t *pool;
+    CHECK_OK(core_pool_create(threads, &pool));
+    CHECK(core_pool_threads(pool) == threads);
+    int64_t sizes[] = {0, 1, 2, 7, 64, 1000, 100003};
+    int64_t grains[] = {1, 3, 64, 4096};
+    for (int s = 0; s < 7; s++)
+      for (int g = 0; g < 4; g++) check_loop(pool, sizes[s], grains[g]);
+    core_pool_destroy(pool);
+  }
+}
+
+/* Thousands of tiny loops back to back: the replay pattern. */
+static void many_small_loops(void) {
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(3, &pool));
+  for (int round = 0; round < 3000; round++) check_loop(pool, 16, 1);
+  core_pool_destroy(pool);
+}
+
+static void threads_from_environment(void) {
+  setenv("LOOM_NUM_THREADS", "3", 1);
+  CHECK(core_default_threads() == 3);
+  setenv("LOOM_NUM_THREADS", "zero", 1);
+  CHECK(core_default_threads() >= 1); /* ignored: falls back to the CPUs */
+  unsetenv("LOOM_NUM_THREADS");
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(0, &pool));
+  CHECK(core_pool_threads(pool) == core_default_threads());
+  core_pool_destroy(pool);
+}
+
+int main(void) {
+  TEST_RUN(every_index_once);
+  TEST_RUN(many_small_loops);
+  TEST_RUN(threads_from_environment);
+  return test_summary();
+}
