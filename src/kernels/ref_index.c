@@ -1,19 +1,142 @@
 /* Indexing ops: gather, scatter, embedding, one-hot: reference kernels. */
 #include "kernels/ref.h"
 
+static int64_t prod(int from, int to, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = from; d < to; d++) n *= shape[d];
+  return n;
+}
+
+/* Entry i of indices as a position in [0, size); negative entries count
+ * from the end when allowed. */
+static loom_status_t index_at(const ref_call_t *c, const loom_tensor_t *ind,
+                              int64_t i, int64_t size, bool negative,
+                              int64_t *out) {
+  int64_t v = ref_geti(ind, i);
+  int64_t lo = negative ? -size : 0;
+  *out = 0;
+  if (v < lo || v >= size)
+    return loom_fail(LOOM_ERR_VALUE,
+                     "%s: index %lld (at position %lld) is out of range for a dim of size %lld",
+                     ref_name(c), (long long)v, (long long)i, (long long)size);
+  *out = v < 0 ? v + size : v;
+  return LOOM_OK;
+}
+
+/* Copies data's slices along axis, picked by indices, into out; viewed as
+ * (outer, size, inner), out is (outer, n_indices, inner). */
+static loom_status_t take(ref_call_t *c, int axis, bool negative) {
+  const loom_tensor_t *data = c->in[0], *ind = c->in[1];
+  loom_tensor_t *out = c->out[0];
+  int64_t size = data->shape[axis];
+  int64_t outer = prod(0, axis, data->shape);
+  int64_t inner = prod(axis + 1, data->rank, data->shape);
+  int64_t n_ind = loom_tensor_numel(ind);
+  /* Every index is checked, even when the result is empty. */
+  for (int64_t j = 0; j < n_ind; j++) {
+    int64_t k;
+    LOOM_TRY(index_at(c, ind, j, size, negative, &k));
+  }
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < n_ind; j++) {
+      int64_t k;
+      LOOM_TRY(index_at(c, ind, j, size, negative, &k));
+      for (int64_t i = 0; i < inner; i++)
+        ref_copy_elem(out, (o * n_ind + j) * inner + i, data,
+                      (o * size + k) * inner + i);
+    }
+  return LOOM_OK;
+}
+
 loom_status_t ref_gather(ref_call_t *c) {
-  return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: kernel missing", ref_name(c));
+  int64_t axis = ir_attr_int(c->attrs, "axis", 0);
+  int rank = c->in[0]->rank;
+  return take(c, (int)(axis < 0 ? axis + rank : axis), true);
 }
 
-loom_status_t ref_scatter_add(ref_call_t *c) {
-  return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: kernel missing", ref_name(c));
-}
-
-loom_status_t ref_embedding(ref_call_t *c) {
-  return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: kernel missing", ref_name(c));
-}
+/* PyTorch's embedding rejects negative indices. */
+loom_status_t ref_embedding(ref_call_t *c) { return take(c, 0, false); }
 
 loom_status_t ref_one_hot(ref_call_t *c) {
-  return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: kernel missing", ref_name(c));
+  const loom_tensor_t *ind = c->in[0];
+  loom_tensor_t *out = c->out[0];
+  int64_t depth = ir_attr_int(c->attrs, "depth", 0);
+  int64_t n = loom_tensor_numel(ind);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k;
+    LOOM_TRY(index_at(c, ind, i, depth, false, &k));
+    ref_seti(out, i * depth + k, 1);
+  }
+  return LOOM_OK;
 }
 
+/* ---- scatter_add ----------------------------------------------------------- */
+
+/* Flat position of multi-index idx in shape. */
+static int64_t ravel(int rank, const int64_t *shape, const int64_t *idx) {
+  int64_t flat = 0;
+  for (int d = 0; d < rank; d++) flat = flat * shape[d] + idx[d];
+  return flat;
+}
+
+static loom_status_t index_too_big(const ref_call_t *c, int d, const char *what,
+                                   int64_t size) {
+  return loom_fail(LOOM_ERR_SHAPE, "%s: dim %d of index (%lld) exceeds dim %d of %s (%lld)",
+                   ref_name(c), d, (long long)c->in[1]->shape[d], d, what,
+                   (long long)size);
+}
+
+/* The shape rule leaves symbolic dims to the run: check them here. */
+static loom_status_t check_scatter_shapes(const ref_call_t *c, int axis) {
+  const loom_tensor_t *self = c->in[0], *index = c->in[1], *src = c->in[2];
+  for (int d = 0; d < self->rank; d++) {
+    if (index->shape[d] > src->shape[d])
+      return index_too_big(c, d, "src", src->shape[d]);
+    if (d != axis && index->shape[d] > self->shape[d])
+      return index_too_big(c, d, "self", self->shape[d]);
+  }
+  return LOOM_OK;
+}
+
+/* Adds src into acc (f64 or i64, shaped like self) at the positions of
+ * index. Integers wrap, as repeated adds in the dtype would. */
+static loom_status_t scatter_into(ref_call_t *c, int axis, loom_tensor_t *acc) {
+  const loom_tensor_t *self = c->in[0], *index = c->in[1], *src = c->in[2];
+  bool ints = !dtype_is_float(self->dtype);
+  int64_t n = loom_tensor_numel(index), idx[LOOM_MAX_RANK];
+  for (int64_t p = 0; p < n; p++) {
+    ref_unravel(index->rank, index->shape, p, idx);
+    int64_t s = ravel(src->rank, src->shape, idx);
+    LOOM_TRY(index_at(c, index, p, self->shape[axis], false, &idx[axis]));
+    int64_t t = ravel(self->rank, self->shape, idx);
+    if (ints)
+      ref_seti(acc, t, (int64_t)((uint64_t)ref_geti(acc, t) + (uint64_t)ref_geti(src, s)));
+    else
+      ref_set(acc, t, ref_get(acc, t) + ref_get(src, s));
+  }
+  return LOOM_OK;
+}
+
+/* Sums in double (floats) or int64 and rounds once into the result. */
+loom_status_t ref_scatter_add(ref_call_t *c) {
+  const loom_tensor_t *self = c->in[0];
+  loom_tensor_t *out = c->out[0];
+  int64_t axis = ir_attr_int(c->attrs, "axis", 0);
+  if (axis < 0) axis += self->rank;
+  LOOM_TRY(check_scatter_shapes(c, (int)axis));
+  bool ints = !dtype_is_float(self->dtype);
+  loom_tensor_t *acc;
+  LOOM_TRY(tensor_new(ints ? LOOM_I64 : LOOM_F64, self->rank, self->shape, &acc));
+  int64_t n = loom_tensor_numel(self);
+  for (int64_t i = 0; i < n; i++) {
+    if (ints) ref_seti(acc, i, ref_geti(self, i));
+    else ref_set(acc, i, ref_get(self, i));
+  }
+  loom_status_t s = scatter_into(c, (int)axis, acc);
+  for (int64_t i = 0; s == LOOM_OK && i < n; i++) {
+    if (ints) ref_seti(out, i, ref_geti(acc, i));
+    else ref_set(out, i, ref_get(acc, i));
+  }
+  loom_tensor_destroy(acc);
+  return s;
+}
