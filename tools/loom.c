@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "demo.h"
 #include "loom/loom.h"
 
 static int cmd_ops(void) {
@@ -18,7 +19,11 @@ static int cmd_ops(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "ops")) return cmd_ops();
-  fprintf(stderr, "usage: loom ops | demo\n");
+  if (argc == 2 && !strcmp(argv[1], "ops")) return cmd_ops();
+  if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
+  fprintf(stderr,
+          "usage: loom <command>\n"
+          "  ops    list the op table: class, and which rules each op has\n"
+          "  demo   build and run a small MLP and CNN\n");
   return 2;
 }
