@@ -230,6 +230,11 @@ loom_status_t ir_axis(ir_infer_t *c, int64_t axis, int rank, int *out);
 /* Fails with LOOM_ERR_DTYPE unless input i's dtype is in mask. */
 loom_status_t ir_check_dtype(ir_infer_t *c, int i, uint32_t mask,
                              const char *what);
+/* Python slicing with clamping on one axis of size dim: the first index
+ * taken and the count. Shared by slice's shape rule and its kernel, so
+ * that the shape and the elements taken cannot disagree. */
+void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
+                    int64_t *first, int64_t *count);
 /* Fails with LOOM_ERR_SHAPE naming the op and the types of all inputs. */
 loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -5,11 +5,6 @@
 
 #include "kernels/ref.h"
 
-/* Defined beside the shape rule (src/ir/op_layout.c), so that the shape a
- * slice has and the elements it takes cannot disagree. */
-void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
-                    int64_t *first, int64_t *count);
-
 /* What a kernel needs to find each output element's source. */
 typedef struct move {
   const ref_call_t *c;
