@@ -15,7 +15,7 @@ loom_status_t ir_shape_unary_bool(ir_infer_t *c) {
 
 loom_status_t ir_shape_cast(ir_infer_t *c) {
   int64_t dtype = ir_attr_int(c->attrs, "dtype", -1);
-  if (!dtype_valid((loom_dtype_t)dtype))
+  if (dtype < 0 || dtype >= LOOM_DTYPE_COUNT)
     return loom_fail(LOOM_ERR_DTYPE, "cast: target dtype %lld is not a dtype",
                      (long long)dtype);
   c->out[0] = *c->in[0];

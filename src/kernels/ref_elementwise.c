@@ -74,25 +74,46 @@ UNARY(sign, x > 0 ? 1.0 : x < 0 ? -1.0 : x, x > 0 ? 1 : x < 0 ? -1 : 0)
 UNARY(not, x == 0, x == 0)
 UNARY_F(isnan, isnan(x) ? 1.0 : 0.0)
 
+/* min(max(x, lo), hi): when lo > hi every result is hi. A NaN bound is
+ * no bound. */
 static double clamp_f(double x, const ir_attrs_t *a) {
   double lo = ir_attr_float(a, "min", -INFINITY);
   double hi = ir_attr_float(a, "max", INFINITY);
   if (isnan(x)) return x;
-  return x < lo ? lo : x > hi ? hi : x;
+  double v = x < lo ? lo : x;
+  return v > hi ? hi : v;
 }
 
-static int64_t clamp_i(int64_t x, const ir_attrs_t *a) {
-  double v = clamp_f((double)x, a);
-  /* Bounds are doubles; an integer result rounds them inward. */
-  double lo = ceil(ir_attr_float(a, "min", -INFINITY));
-  double hi = floor(ir_attr_float(a, "max", INFINITY));
-  if ((double)x < lo) return (int64_t)lo;
-  if ((double)x > hi) return (int64_t)hi;
-  (void)v;
-  return x;
+/* An integer bound from a double one, rounded inward (ceil for the lower,
+ * floor for the upper) and saturated to int64. */
+static int64_t int_bound(double b, bool lower) {
+  if (isnan(b)) return lower ? INT64_MIN : INT64_MAX;
+  b = lower ? ceil(b) : floor(b);
+  if (b <= -9223372036854775808.0) return INT64_MIN;
+  if (b >= 9223372036854775808.0) return INT64_MAX;
+  return (int64_t)b;
 }
 
-loom_status_t ref_clamp(ref_call_t *c) { return run_unary(c, clamp_f, clamp_i); }
+/* Integers clamp exactly in int64; a result that is a bound outside the
+ * dtype's range saturates to it instead of wrapping. */
+static void clamp_int(ref_call_t *c) {
+  int64_t lo = int_bound(ir_attr_float(c->attrs, "min", -INFINITY), true);
+  int64_t hi = int_bound(ir_attr_float(c->attrs, "max", INFINITY), false);
+  int64_t n = loom_tensor_numel(c->in[0]);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t x = ref_geti(c->in[0], i);
+    int64_t v = x < lo ? lo : x;
+    v = v > hi ? hi : v;
+    if (v == x) ref_seti(c->out[0], i, x);
+    else ref_set(c->out[0], i, (double)v);
+  }
+}
+
+loom_status_t ref_clamp(ref_call_t *c) {
+  if (dtype_is_float(c->in[0]->dtype)) return run_unary(c, clamp_f, NULL);
+  clamp_int(c);
+  return LOOM_OK;
+}
 
 loom_status_t ref_identity(ref_call_t *c) {
   int64_t n = loom_tensor_numel(c->in[0]);
