@@ -680,6 +680,28 @@ static void softmax_errors(void) {
   loom_graph_destroy(g);
 }
 
+/* A bias without a scale: the builder supplies a scale of ones. */
+static void layer_norm_bias_only(void) {
+  loom_graph_t *g;
+  loom_value_t x, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F64, 2, (loom_dim_t[]){1, 4}, &x));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F64, 1, (loom_dim_t[]){4}, &b));
+  CHECK_OK(loom_layer_norm(g, x, 0, x, 1, b, -1, 0.0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_tensor(LOOM_F64, 2, (int64_t[]){1, 4}, (double[]){1, 2, 3, 4}),
+                          test_tensor(LOOM_F64, 1, (int64_t[]){4}, (double[]){1, 1, 1, 1})};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  /* mean 2.5, variance 1.25: (x - 2.5) / sqrt(1.25) + 1 */
+  double r = sqrt(1.25);
+  double want[] = {1 - 1.5 / r, 1 - 0.5 / r, 1 + 0.5 / r, 1 + 1.5 / r};
+  CHECK_TENSOR(out, want, 4, 1e-12, 1e-12);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_tensor_destroy(out);
+  loom_graph_destroy(g);
+}
+
 static void norm_errors(void) {
   loom_value_t x, xi, s3, s4, s4d, s24, y;
   loom_graph_t *g = graph_with(LOOM_F32, 2, (loom_dim_t[]){2, 4}, &x);
@@ -693,7 +715,6 @@ static void norm_errors(void) {
   CHECK_ERR(loom_layer_norm(g, x, 1, s24, 0, s4, -1, 1e-5, &y), LOOM_ERR_SHAPE, "scale");
   CHECK_ERR(loom_layer_norm(g, x, 1, s4, 0, s4, 0, 1e-5, &y), LOOM_ERR_SHAPE, "axis 0");
   CHECK_ERR(loom_layer_norm(g, x, 1, s4d, 0, s4, -1, 1e-5, &y), LOOM_ERR_DTYPE, "f64");
-  CHECK_ERR(loom_layer_norm(g, x, 0, s4, 1, s4, -1, 1e-5, &y), LOOM_ERR_INVALID, "bias needs a scale");
   CHECK_ERR(loom_layer_norm(g, x, 0, x, 0, x, 2, 1e-5, &y), LOOM_ERR_AXIS, "axis 2");
   CHECK_ERR(loom_layer_norm(g, x, 0, x, 0, x, -1, -1, &y), LOOM_ERR_INVALID, "eps");
   CHECK_ERR(loom_layer_norm(g, xi, 0, x, 0, x, -1, 1e-5, &y), LOOM_ERR_DTYPE, "i8");
@@ -769,6 +790,7 @@ int main(void) {
   TEST_RUN(symbolic_batch_norm);
   TEST_RUN(pool_errors);
   TEST_RUN(softmax_errors);
+  TEST_RUN(layer_norm_bias_only);
   TEST_RUN(norm_errors);
   TEST_RUN(batch_norm_errors);
   return test_summary();

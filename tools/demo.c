@@ -101,7 +101,12 @@ static loom_status_t build_cnn(loom_graph_t *g) {
   DEMO_TRY(det_param(g, "bn.scale", 60, 1, &c16, 1, &scale));
   DEMO_TRY(det_param(g, "bn.shift", 61, 1, &c16, 1, &shift));
   DEMO_TRY(det_param(g, "bn.mean", 62, 1, &c16, 100, &mean));
-  DEMO_TRY(loom_graph_param(g, "bn.var", LOOM_F32, 1, &c16, NULL, &var));
+  float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  loom_tensor_t *var_init;
+  DEMO_TRY(loom_tensor_from_data(LOOM_F32, 1, &c16, ones, sizeof ones, &var_init));
+  loom_status_t s = loom_graph_param(g, "bn.var", LOOM_F32, 1, &c16, var_init, &var);
+  loom_tensor_destroy(var_init);
+  DEMO_TRY(s);
   DEMO_TRY(loom_batch_norm(g, c2, scale, shift, mean, var, 1e-5, 0.1, 0, &bn,
                            &new_mean, &new_var));
   DEMO_TRY(loom_relu(g, bn, &r2));

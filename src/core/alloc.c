@@ -37,7 +37,7 @@ void *core_realloc(void *p, size_t size) {
 }
 
 void *core_aligned_alloc(size_t size) {
-  if (injected_failure()) return NULL;
+  if (injected_failure() || size > SIZE_MAX - 63) return NULL;
   size_t rounded = (size + 63) / 64 * 64;
   return aligned_alloc(64, rounded ? rounded : 64);
 }
@@ -55,7 +55,10 @@ loom_status_t core_grow(void **items, int64_t *cap, int64_t need,
                         size_t elem) {
   if (need <= *cap) return LOOM_OK;
   int64_t next = *cap ? *cap * 2 : 8;
-  while (next < need) next *= 2;
+  while (next < need && next <= INT64_MAX / 2) next *= 2;
+  if (next < need || (uint64_t)next > SIZE_MAX / elem)
+    return loom_fail(LOOM_ERR_NOMEM, "an array of %lld items is too large",
+                     (long long)need);
   void *grown = core_realloc(*items, (size_t)next * elem);
   if (!grown)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory growing an array to %lld",

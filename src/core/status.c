@@ -2,14 +2,19 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
 loom_status_t loom_fail(loom_status_t status, const char *fmt, ...) {
+  /* Formats aside first: a caller adding context may pass the last
+   * message itself as an argument. */
+  char msg[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(last_error, msg, sizeof msg);
   return status;
 }
 

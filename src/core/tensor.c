@@ -182,8 +182,9 @@ static void copy_elements(const loom_tensor_t *src, bool src_dense,
 loom_status_t loom_tensor_read(const loom_tensor_t *t, void *dst,
                                size_t dst_bytes) {
   LOOM_CHECK_ARG(t);
-  LOOM_CHECK_ARG(dst);
   size_t need = (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype);
+  if (need == 0) return LOOM_OK;
+  LOOM_CHECK_ARG(dst);
   if (dst_bytes < need)
     return loom_fail(LOOM_ERR_INVALID,
                      "loom_tensor_read: buffer of %zu bytes is smaller than "

@@ -36,9 +36,10 @@ void ir_attrs_ints(ir_attrs_t *a, const char *name, int n, const int64_t *v) {
   ir_attr_t *s = slot(a, name);
   if (!s) return;
   s->kind = IR_ATTR_INTS;
-  /* An over-long list is kept marked by n > capacity for the check. */
-  s->n = n;
-  for (int i = 0; i < n && i < IR_MAX_ATTR_INTS; i++) s->ints[i] = v[i];
+  /* An over-long or null list is kept marked (n > capacity, n < 0) for
+   * the check to report. */
+  s->n = n > 0 && !v ? -1 : n;
+  for (int i = 0; v && i < n && i < IR_MAX_ATTR_INTS; i++) s->ints[i] = v[i];
 }
 
 const ir_attr_t *ir_attrs_find(const ir_attrs_t *a, const char *name) {
@@ -104,7 +105,10 @@ loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a) {
     if (kind != s->kind)
       return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be %s, not %s",
                        info->name, s->name, kind_names[kind], kind_names[s->kind]);
-    if (s->kind == IR_ATTR_INTS && (s->n < 0 || s->n > IR_MAX_ATTR_INTS))
+    if (s->kind == IR_ATTR_INTS && s->n < 0)
+      return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is a null or "
+                       "negative-length list", info->name, s->name);
+    if (s->kind == IR_ATTR_INTS && s->n > IR_MAX_ATTR_INTS)
       return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' has %d entries (at most %d)",
                        info->name, s->name, s->n, IR_MAX_ATTR_INTS);
   }

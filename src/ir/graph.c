@@ -115,6 +115,9 @@ loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
   LOOM_CHECK_ARG(out);
   ir_type_t t;
   LOOM_TRY(public_type(g, "input", name, dtype, rank, dims, &t));
+  /* Room in the list first, so that a failure leaves no half-made input. */
+  LOOM_TRY(core_grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1,
+                     sizeof *g->inputs));
   int32_t id = -1;
   LOOM_TRY(new_value(g, IR_VALUE_INPUT, &t, name, &id));
   g->values[id].index = (int32_t)g->n_inputs;
@@ -147,6 +150,8 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
                        shape_str(init->rank, init->shape, got, sizeof got),
                        loom_dtype_name(dtype), shape_str(rank, shape, want, sizeof want));
   }
+  LOOM_TRY(core_grow((void **)&g->params, &g->cap_params, g->n_params + 1,
+                     sizeof *g->params));
   loom_tensor_t *storage;
   if (init) LOOM_TRY(tensor_contiguous_copy(init, &storage));
   else LOOM_TRY(tensor_new(dtype, rank, shape, &storage));
@@ -156,7 +161,6 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
     loom_tensor_destroy(storage);
     return s;
   }
-  /* From here the graph owns the storage, even if the push fails. */
   g->values[id].data = storage;
   g->values[id].index = (int32_t)g->n_params;
   LOOM_TRY(push_id(&g->params, &g->n_params, &g->cap_params, id));
@@ -226,6 +230,10 @@ static int output_count(ir_op_t op, const ir_attrs_t *a) {
   return n < 0 ? 0 : n;
 }
 
+/* Node inputs beyond this are surely a mistake; their types and ids sit
+ * in arrays on the stack while a node is built. */
+#define MAX_NODE_INPUTS 4096
+
 loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                           const int32_t *in, const ir_attrs_t *attrs,
                           int32_t *out, int out_cap) {
@@ -239,6 +247,11 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
     return loom_fail(LOOM_ERR_INVALID, "%s: takes %d to %d inputs, got %d",
                      info->name, info->in_min, info->in_max, n_in);
   }
+  if (n_in > MAX_NODE_INPUTS)
+    return loom_fail(LOOM_ERR_INVALID, "%s: %d inputs is more than %d",
+                     info->name, n_in, MAX_NODE_INPUTS);
+  if (n_in > 0 && !in)
+    return loom_fail(LOOM_ERR_INVALID, "%s: the inputs are null", info->name);
   const ir_type_t *types[n_in > 0 ? n_in : 1];
   for (int i = 0; i < n_in; i++) {
     char buf[64];
@@ -274,10 +287,13 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   }
   if (n_in) memcpy(node.in, in, sizeof(int32_t) * (size_t)n_in);
   int32_t node_id = (int32_t)g->n_nodes;
+  int64_t n_values = g->n_values;
   for (int i = 0; i < n_out; i++) {
     loom_status_t s = new_value(g, IR_VALUE_NODE, &outs[i], NULL, &node.out[i]);
     if (s != LOOM_OK) {
-      /* Values made so far stay, unused; the node is not added. */
+      /* Drop the outputs made so far (they own nothing): a value whose
+       * node was never added would dangle. */
+      g->n_values = n_values;
       core_free(node.in);
       core_free(node.out);
       return s;
@@ -295,6 +311,10 @@ loom_status_t ir_build1(loom_graph_t *g, ir_op_t op, int n_in,
                         loom_value_t *out) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(out);
+  if ((unsigned)op < IR_OP_COUNT && (n_in < 0 || n_in > MAX_NODE_INPUTS))
+    return loom_fail(LOOM_ERR_INVALID, "%s: %d inputs", ir_ops[op].name, n_in);
+  if (n_in > 0 && !in)
+    return loom_fail(LOOM_ERR_INVALID, "%s: the inputs are null", ir_ops[op].name);
   int32_t ids[n_in > 0 ? n_in : 1];
   for (int i = 0; i < n_in; i++) ids[i] = in[i].id;
   int32_t id = -1;

@@ -218,10 +218,16 @@ loom_status_t loom_layer_norm(loom_graph_t *g, loom_value_t x, int has_scale,
                               loom_value_t scale, int has_bias,
                               loom_value_t bias, int64_t axis, double eps,
                               loom_value_t *out) {
-  /* Inputs are positional: a bias alone would be read as a scale. */
-  if (has_bias && !has_scale)
-    return loom_fail(LOOM_ERR_INVALID,
-                     "layer_norm: a bias needs a scale (pass a scale of ones)");
+  LOOM_CHECK_ARG(g);
+  /* Inputs are positional: a bias alone goes with a scale of ones. */
+  if (has_bias && !has_scale) {
+    loom_dtype_t dtype;
+    int rank;
+    loom_dim_t dims[LOOM_MAX_RANK];
+    LOOM_TRY(loom_value_type(g, bias, &dtype, &rank, dims));
+    LOOM_TRY(loom_full(g, rank, dims, 1.0, dtype, &scale));
+    has_scale = 1;
+  }
   loom_value_t in[3] = {x, scale, bias};
   ir_attrs_t a = {0};
   ir_attrs_int(&a, "axis", axis);

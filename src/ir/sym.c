@@ -59,6 +59,27 @@ loom_status_t ir_dim_fresh_symbol(loom_graph_t *g, const char *prefix,
   return ir_dim_symbol(g, name, out);
 }
 
+/* a + b and a * b of constants, failing where the result would overflow
+ * or reach the range of symbolic handles. */
+static loom_status_t const_result(bool overflow, int64_t v, ir_dim_t *out) {
+  if (overflow || !ir_dim_is_const(v))
+    return loom_fail(LOOM_ERR_SHAPE, "a dim overflows the int64 range");
+  *out = v;
+  return LOOM_OK;
+}
+
+static loom_status_t const_add(int64_t a, int64_t b, ir_dim_t *out) {
+  int64_t v = 0;
+  bool overflow = __builtin_add_overflow(a, b, &v);
+  return const_result(overflow, v, out);
+}
+
+static loom_status_t const_mul(int64_t a, int64_t b, ir_dim_t *out) {
+  int64_t v = 0;
+  bool overflow = __builtin_mul_overflow(a, b, &v);
+  return const_result(overflow, v, out);
+}
+
 /* d as (sym part, constant) when d is "x + c" or a constant. */
 static void split_offset(const loom_graph_t *g, ir_dim_t d, ir_dim_t *x,
                          int64_t *c) {
@@ -84,10 +105,7 @@ static loom_status_t make(loom_graph_t *g, ir_expr_kind_t kind, ir_dim_t a,
 
 loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                          ir_dim_t *out) {
-  if (ir_dim_is_const(a) && ir_dim_is_const(b)) {
-    *out = a + b;
-    return LOOM_OK;
-  }
+  if (ir_dim_is_const(a) && ir_dim_is_const(b)) return const_add(a, b, out);
   if (ir_dim_is_const(a)) { /* constants go right */
     ir_dim_t t = a;
     a = b;
@@ -97,11 +115,12 @@ loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
     ir_dim_t x;
     int64_t c;
     split_offset(g, a, &x, &c); /* (x + c) + b = x + (c + b) */
-    if (c + b == 0) {
+    LOOM_TRY(const_add(c, b, &c));
+    if (c == 0) {
       *out = x;
       return LOOM_OK;
     }
-    return make(g, IR_EXPR_ADD, x, c + b, out);
+    return make(g, IR_EXPR_ADD, x, c, out);
   }
   if (a > b) { /* canonical order of symbolic operands */
     ir_dim_t t = a;
@@ -113,10 +132,7 @@ loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
 
 loom_status_t ir_dim_mul(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                          ir_dim_t *out) {
-  if (ir_dim_is_const(a) && ir_dim_is_const(b)) {
-    *out = a * b;
-    return LOOM_OK;
-  }
+  if (ir_dim_is_const(a) && ir_dim_is_const(b)) return const_mul(a, b, out);
   if (ir_dim_is_const(a)) {
     ir_dim_t t = a;
     a = b;
@@ -128,8 +144,11 @@ loom_status_t ir_dim_mul(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
       return LOOM_OK;
     }
     const ir_expr_t *e = ir_dim_expr(g, a); /* (x * c) * b = x * (c * b) */
-    if (e->kind == IR_EXPR_MUL && ir_dim_is_const(e->b))
-      return make(g, IR_EXPR_MUL, e->a, e->b * b, out);
+    if (e->kind == IR_EXPR_MUL && ir_dim_is_const(e->b)) {
+      ir_dim_t c = 0;
+      LOOM_TRY(const_mul(e->b, b, &c));
+      return make(g, IR_EXPR_MUL, e->a, c, out);
+    }
     return make(g, IR_EXPR_MUL, a, b, out);
   }
   if (a > b) {
@@ -140,6 +159,7 @@ loom_status_t ir_dim_mul(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
   return make(g, IR_EXPR_MUL, a, b, out);
 }
 
+/* Python's //; callers rule out b == 0 and INT64_MIN // -1. */
 static int64_t floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -149,6 +169,7 @@ loom_status_t ir_dim_floordiv(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                               ir_dim_t *out) {
   if (b == 0) return loom_fail(LOOM_ERR_SHAPE, "a dim divided by zero");
   if (ir_dim_is_const(a) && ir_dim_is_const(b)) {
+    if (b == -1) return const_mul(a, -1, out);
     *out = floordiv(a, b);
     return LOOM_OK;
   }
@@ -187,14 +208,17 @@ loom_status_t ir_dim_eval(const loom_graph_t *g, ir_dim_t d,
   }
   LOOM_TRY(ir_dim_eval(g, e->a, sym_values, &a));
   LOOM_TRY(ir_dim_eval(g, e->b, sym_values, &b));
+  bool overflow = false;
   switch (e->kind) {
-    case IR_EXPR_ADD: *out = a + b; break;
-    case IR_EXPR_MUL: *out = a * b; break;
+    case IR_EXPR_ADD: overflow = __builtin_add_overflow(a, b, out); break;
+    case IR_EXPR_MUL: overflow = __builtin_mul_overflow(a, b, out); break;
     default:
       if (b == 0) return loom_fail(LOOM_ERR_VALUE, "a dim divided by zero");
-      *out = floordiv(a, b);
+      overflow = b == -1 && a == INT64_MIN;
+      if (!overflow) *out = floordiv(a, b);
       break;
   }
+  if (overflow) return loom_fail(LOOM_ERR_VALUE, "a dim overflows the int64 range");
   return LOOM_OK;
 }
 

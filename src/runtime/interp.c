@@ -18,9 +18,21 @@ typedef struct interp {
   int64_t *syms;        /* symbol values, -1 while unbound */
 } interp_t;
 
-/* Binds symbols in type t to the sizes of shape; checks the rest. */
-static loom_status_t bind_dims(interp_t *it, const char *what,
-                               const ir_type_t *t, const loom_tensor_t *x) {
+/* Binds the plain symbols of type t (dims that are just "n") to the sizes
+ * of x, where no earlier tensor bound them. */
+static void bind_symbols(interp_t *it, const ir_type_t *t,
+                         const loom_tensor_t *x) {
+  if (x->rank != t->rank) return; /* check_dims reports it */
+  for (int i = 0; i < t->rank; i++) {
+    const ir_expr_t *e = ir_dim_expr(it->g, t->dims[i]);
+    if (e && e->kind == IR_EXPR_SYM && it->syms[e->c] < 0)
+      it->syms[e->c] = x->shape[i];
+  }
+}
+
+/* Checks x against type t once the symbols are bound. */
+static loom_status_t check_dims(interp_t *it, const char *what,
+                                const ir_type_t *t, const loom_tensor_t *x) {
   loom_graph_t *g = it->g;
   char want[160], got[160];
   if (x->dtype != t->dtype || x->rank != t->rank)
@@ -28,27 +40,20 @@ static loom_status_t bind_dims(interp_t *it, const char *what,
                      ir_type_str(g, t, want, sizeof want),
                      loom_dtype_name(x->dtype),
                      shape_str(x->rank, x->shape, got, sizeof got));
-  /* Plain symbols first, so that expressions can be checked after. */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < t->rank; i++) {
-      const ir_expr_t *e = ir_dim_expr(g, t->dims[i]);
-      bool plain = e && e->kind == IR_EXPR_SYM;
-      if (pass == 0 && plain && it->syms[e->c] < 0) it->syms[e->c] = x->shape[i];
-      if (pass == 1) {
-        int64_t v;
-        loom_status_t s = ir_dim_eval(g, t->dims[i], it->syms, &v);
-        if (s != LOOM_OK || v != x->shape[i]) {
-          char dim[64];
-          return loom_fail(LOOM_ERR_BINDING,
-                           "%s expects %s, got %s %s: dim %d (%s) is %lld there",
-                           what, ir_type_str(g, t, want, sizeof want),
-                           loom_dtype_name(x->dtype),
-                           shape_str(x->rank, x->shape, got, sizeof got), i,
-                           ir_dim_str(g, t->dims[i], dim, sizeof dim),
-                           s == LOOM_OK ? (long long)v : -1LL);
-        }
-      }
+  for (int i = 0; i < t->rank; i++) {
+    int64_t v = -1;
+    loom_status_t s = ir_dim_eval(g, t->dims[i], it->syms, &v);
+    if (s != LOOM_OK || v != x->shape[i]) {
+      char dim[64];
+      return loom_fail(LOOM_ERR_BINDING,
+                       "%s expects %s, got %s %s: dim %d (%s) is %lld there",
+                       what, ir_type_str(g, t, want, sizeof want),
+                       loom_dtype_name(x->dtype),
+                       shape_str(x->rank, x->shape, got, sizeof got), i,
+                       ir_dim_str(g, t->dims[i], dim, sizeof dim),
+                       s == LOOM_OK ? (long long)v : -1LL);
     }
+  }
   return LOOM_OK;
 }
 
@@ -65,14 +70,21 @@ static loom_status_t bind_inputs(interp_t *it, int n_inputs,
   if (n_inputs != g->n_inputs)
     return loom_fail(LOOM_ERR_BINDING, "the graph has %lld inputs, %d were given",
                      (long long)g->n_inputs, n_inputs);
+  /* Symbols first, from every input, so that an input typed "n+1" may
+   * come before the input that says what n is. */
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    if (!inputs || !inputs[i])
+      return loom_fail(LOOM_ERR_INVALID, "input %lld ('%s'): tensor is null",
+                       (long long)i, g->values[v].name ? g->values[v].name : "");
+    bind_symbols(it, &g->values[v].type, inputs[i]);
+  }
   for (int64_t i = 0; i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];
     char what[96];
     snprintf(what, sizeof what, "input %lld ('%s')", (long long)i,
              g->values[v].name ? g->values[v].name : "");
-    if (!inputs || !inputs[i])
-      return loom_fail(LOOM_ERR_INVALID, "%s: tensor is null", what);
-    LOOM_TRY(bind_dims(it, what, &g->values[v].type, inputs[i]));
+    LOOM_TRY(check_dims(it, what, &g->values[v].type, inputs[i]));
   }
   for (int64_t i = 0; i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];
@@ -109,9 +121,14 @@ static loom_status_t bind_outputs(interp_t *it, const ir_node_t *n,
   for (int k = 0; k < n->n_out; k++) {
     char what[64];
     snprintf(what, sizeof what, "%s output %d", ir_ops[n->op].name, k);
-    LOOM_TRY(bind_dims(it, what, &it->g->values[n->out[k]].type, outs[k]));
+    bind_symbols(it, &it->g->values[n->out[k]].type, outs[k]);
+    LOOM_TRY(check_dims(it, what, &it->g->values[n->out[k]].type, outs[k]));
   }
   return LOOM_OK;
+}
+
+static bool is_assign(const ir_node_t *n) {
+  return ir_ops[n->op].flags & F_SIDE_EFFECT;
 }
 
 static loom_status_t run_node(interp_t *it, int64_t index) {
@@ -121,6 +138,9 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
   loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
   memset(outs, 0, sizeof outs);
   for (int i = 0; i < n->n_in; i++) ins[i] = it->vals[n->in[i]];
+  /* An assign writes the parameter's storage, not the snapshot that
+   * other assigns read (see snapshot_assigned_params). */
+  if (is_assign(n)) ins[0] = it->g->values[n->in[0]].data;
   loom_status_t s = LOOM_OK;
   if (!(info->flags & F_DATA_SHAPE)) s = alloc_outputs(it, n, outs);
   ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
@@ -136,10 +156,6 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
     it->owned[n->out[k]] = true;
   }
   return LOOM_OK;
-}
-
-static bool is_assign(const ir_node_t *n) {
-  return ir_ops[n->op].flags & F_SIDE_EFFECT;
 }
 
 /* last_use[v]: the last node reading v, counting assigns (which run after
@@ -204,6 +220,29 @@ static loom_status_t run_all(interp_t *it, loom_tensor_t **outputs) {
   return LOOM_OK;
 }
 
+/* Allocates the per-run tables; on failure interp_end still applies. */
+static loom_status_t interp_start(interp_t *it) {
+  loom_graph_t *g = it->g;
+  int64_t nv = g->n_values ? g->n_values : 1;
+  it->vals = core_calloc((size_t)nv, sizeof *it->vals);
+  it->owned = core_calloc((size_t)nv, sizeof *it->owned);
+  it->last_use = core_calloc((size_t)nv, sizeof *it->last_use);
+  it->syms = core_malloc(sizeof *it->syms * (size_t)(g->n_symbols + 1));
+  if (!it->vals || !it->owned || !it->last_use || !it->syms)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory starting the interpreter");
+  for (int i = 0; i < g->n_symbols; i++) it->syms[i] = -1;
+  return LOOM_OK;
+}
+
+static void interp_end(interp_t *it) {
+  if (it->vals && it->owned)
+    for (int64_t v = 0; v < it->g->n_values; v++) release(it, (int32_t)v);
+  core_free(it->vals);
+  core_free(it->owned);
+  core_free(it->last_use);
+  core_free(it->syms);
+}
+
 loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
                              loom_tensor_t *const *inputs, int n_outputs,
                              loom_tensor_t **outputs) {
@@ -215,33 +254,16 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
   for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
   LOOM_TRY(ir_verify(g));
   interp_t it = {.g = g};
-  int64_t nv = g->n_values ? g->n_values : 1;
-  it.vals = core_calloc((size_t)nv, sizeof *it.vals);
-  it.owned = core_calloc((size_t)nv, sizeof *it.owned);
-  it.last_use = core_calloc((size_t)nv, sizeof *it.last_use);
-  it.syms = core_malloc(sizeof *it.syms * (size_t)(g->n_symbols + 1));
-  loom_status_t s = LOOM_OK;
-  if (!it.vals || !it.owned || !it.last_use || !it.syms)
-    s = loom_fail(LOOM_ERR_NOMEM, "out of memory starting the interpreter");
-  if (s == LOOM_OK) {
-    for (int i = 0; i < g->n_symbols; i++) it.syms[i] = -1;
-    s = bind_inputs(&it, n_inputs, inputs);
-  }
+  loom_status_t s = interp_start(&it);
+  if (s == LOOM_OK) s = bind_inputs(&it, n_inputs, inputs);
   if (s == LOOM_OK) s = run_all(&it, outputs);
   if (s != LOOM_OK)
     for (int i = 0; i < n_outputs; i++) {
-      /* A failed run hands nothing out. */
-      bool handed = false;
-      for (int64_t v = 0; it.vals && v < g->n_values; v++)
-        handed |= it.vals[v] == outputs[i] && it.owned[v];
-      if (!handed) loom_tensor_destroy(outputs[i]);
+      /* A failed run hands nothing out; take_outputs gave these up. */
+      loom_tensor_destroy(outputs[i]);
       outputs[i] = NULL;
     }
-  for (int64_t v = 0; it.vals && v < g->n_values; v++) release(&it, (int32_t)v);
-  core_free(it.vals);
-  core_free(it.owned);
-  core_free(it.last_use);
-  core_free(it.syms);
+  interp_end(&it);
   if (s == LOOM_OK) loom_clear_error();
   return s;
 }
