@@ -686,7 +686,7 @@ static void error_paths(void) {
   CHECK_ERR(loom_lt(g, bl, bl, &y), LOOM_ERR_DTYPE, "bool");
   CHECK_ERR(loom_add(g, a23, f64, &y), LOOM_ERR_DTYPE, "f64");
   CHECK_ERR(loom_and(g, bl, i32, &y), LOOM_ERR_DTYPE, "cast");
-  CHECK_ERR(loom_where(g, a23, a23, a23, &y), LOOM_ERR_DTYPE, "condition");
+  CHECK_ERR(loom_where(g, a23, a23, a23, &y), LOOM_ERR_DTYPE, "accepts bool");
   CHECK_ERR(loom_where(g, bl, a23, f64, &y), LOOM_ERR_DTYPE, "f64");
   CHECK_ERR(loom_where(g, bl, a23, a24, &y), LOOM_ERR_SHAPE, "where");
   CHECK_ERR(loom_cast(g, a23, (loom_dtype_t)99, &y), LOOM_ERR_DTYPE, "99");

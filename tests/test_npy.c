@@ -276,6 +276,10 @@ static void malformed_preambles(void) {
             LOOM_ERR_IO, "missing.npy");
   CHECK_ERR(loom_tensor_load_npy(p, &t), LOOM_ERR_IO, "No such file");
   CHECK_ERR(loom_tensor_load_npy(dir, &t), LOOM_ERR_IO, "regular file");
+  /* A FIFO with no writer: refused at once, not waited on. */
+  CHECK(mkfifo(path_in(p, sizeof p, "fifo.npy"), 0600) == 0);
+  CHECK_ERR(loom_tensor_load_npy(p, &t), LOOM_ERR_IO, "regular file");
+  unlink(p);
   CHECK_ERR(loom_tensor_load_npy(NULL, &t), LOOM_ERR_INVALID, "path");
   CHECK_ERR(loom_tensor_load_npy(p, NULL), LOOM_ERR_INVALID, "out");
 }

@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const dtype_names[LOOM_DTYPE_COUNT] = {
@@ -24,6 +25,16 @@ const char *loom_dtype_name(loom_dtype_t d) {
 
 size_t loom_dtype_size(loom_dtype_t d) {
   return dtype_valid(d) ? dtype_sizes[d] : 0;
+}
+
+const char *dtype_mask_str(uint32_t mask, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < LOOM_DTYPE_COUNT && used < size; d++)
+    if (mask & DT_BIT(d))
+      used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "",
+                               dtype_names[d]);
+  return buf;
 }
 
 bool dtype_is_float(loom_dtype_t d) {

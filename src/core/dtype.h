@@ -4,6 +4,7 @@
 #define LOOM_CORE_DTYPE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loom/loom.h"
@@ -17,6 +18,8 @@
 #define DT_ALL (DT_NUMERIC | DT_BIT(LOOM_BOOL))
 
 bool dtype_valid(loom_dtype_t d);
+/* The dtypes of a mask as "f32, f64, ..." in buf. */
+const char *dtype_mask_str(uint32_t mask, char *buf, size_t size);
 bool dtype_is_float(loom_dtype_t d);
 bool dtype_is_int(loom_dtype_t d); /* i8, i32, i64 (not bool) */
 

@@ -325,8 +325,15 @@ loom_status_t loom_tensor_load_npy(const char *path, loom_tensor_t **out) {
   LOOM_CHECK_ARG(out);
   *out = NULL;
   LOOM_CHECK_ARG(path);
-  npy_file_t nf = {.path = path, .f = fopen(path, "rb")};
-  if (!nf.f) return loom_fail(LOOM_ERR_IO, "%s: %s", path, strerror(errno));
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer; the regular
+   * file check below then refuses it. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: %s", path, strerror(errno));
+  npy_file_t nf = {.path = path, .f = fdopen(fd, "rb")};
+  if (!nf.f) {
+    close(fd);
+    return loom_fail(LOOM_ERR_IO, "%s: %s", path, strerror(errno));
+  }
   struct stat st;
   loom_status_t s = LOOM_OK;
   if (fstat(fileno(nf.f), &st) != 0)

@@ -260,9 +260,12 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                        ir_value_str(g, in[i], buf, sizeof buf));
     types[i] = &g->values[in[i]].type;
   }
-  if (n_in > 0 && !(info->dtypes & DT_BIT(types[0]->dtype)))
-    return loom_fail(LOOM_ERR_DTYPE, "%s: does not accept dtype %s",
-                     info->name, loom_dtype_name(types[0]->dtype));
+  if (n_in > 0 && !(info->dtypes & DT_BIT(types[0]->dtype))) {
+    char accepted[96];
+    return loom_fail(LOOM_ERR_DTYPE, "%s: input 0 has dtype %s, which it does not accept (accepts %s)",
+                     info->name, loom_dtype_name(types[0]->dtype),
+                     dtype_mask_str(info->dtypes, accepted, sizeof accepted));
+  }
   LOOM_TRY(ir_attrs_check(op, attrs));
   int n_out = output_count(op, attrs);
   ir_type_t outs[n_out > 0 ? n_out : 1];

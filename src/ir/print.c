@@ -47,7 +47,9 @@ static void put_value(text_t *t, const loom_graph_t *g, int32_t v) {
   if (g->values[v].name) put(t, "(%s)", g->values[v].name);
 }
 
-static void put_attrs(text_t *t, const ir_attrs_t *a) {
+/* Int lists may hold dims (reshape's shape): symbolic ones print as
+ * their expressions. */
+static void put_attrs(text_t *t, const loom_graph_t *g, const ir_attrs_t *a) {
   for (int i = 0; i < a->n; i++) {
     const ir_attr_t *at = &a->a[i];
     put(t, "%s%s=", i ? ", " : " {", at->name);
@@ -55,8 +57,12 @@ static void put_attrs(text_t *t, const ir_attrs_t *a) {
     else if (at->kind == IR_ATTR_FLOAT) put(t, "%g", at->f);
     else {
       put(t, "[");
-      for (int k = 0; k < at->n && k < IR_MAX_ATTR_INTS; k++)
-        put(t, "%s%lld", k ? ", " : "", (long long)at->ints[k]);
+      for (int k = 0; k < at->n && k < IR_MAX_ATTR_INTS; k++) {
+        char dim[64];
+        if (ir_dim_is_sym(at->ints[k]) && ir_dim_expr(g, at->ints[k]))
+          put(t, "%s%s", k ? ", " : "", ir_dim_str(g, at->ints[k], dim, sizeof dim));
+        else put(t, "%s%lld", k ? ", " : "", (long long)at->ints[k]);
+      }
       put(t, "]");
     }
     if (i == a->n - 1) put(t, "}");
@@ -92,7 +98,7 @@ loom_status_t loom_graph_print(const loom_graph_t *g, char **out) {
       put_value(&t, g, n->in[k]);
     }
     put(&t, ")");
-    put_attrs(&t, &n->attrs);
+    put_attrs(&t, g, &n->attrs);
     put(&t, "\n");
   }
   put(&t, "  return");

@@ -46,11 +46,12 @@ loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
 }
 
 loom_status_t ir_axis(ir_infer_t *c, int64_t axis, int rank, int *out) {
-  if (axis < -rank || axis >= (rank > 0 ? rank : 1) || (rank == 0 && axis != 0 && axis != -1))
+  /* A scalar has one pseudo-axis, addressed as 0 or -1 (as NumPy does). */
+  bool bad = rank == 0 ? (axis != 0 && axis != -1) : (axis < -rank || axis >= rank);
+  if (bad)
     return loom_fail(LOOM_ERR_AXIS, "%s: axis %lld is out of range for rank %d",
                      ir_ops[c->op].name, (long long)axis, rank);
-  *out = (int)(axis < 0 ? axis + rank : axis);
-  if (*out < 0) *out = 0;
+  *out = rank == 0 ? 0 : (int)(axis < 0 ? axis + rank : axis);
   return LOOM_OK;
 }
 

@@ -54,9 +54,16 @@ loom_status_t ir_dim_symbol(loom_graph_t *g, const char *name, ir_dim_t *out) {
 
 loom_status_t ir_dim_fresh_symbol(loom_graph_t *g, const char *prefix,
                                   ir_dim_t *out) {
+  /* Skips names the user took, so that a fresh symbol is never merged
+   * with an existing one. */
   char name[64];
-  snprintf(name, sizeof name, "%s%d", prefix, g->n_fresh++);
-  return ir_dim_symbol(g, name, out);
+  for (;;) {
+    snprintf(name, sizeof name, "%s%d", prefix, g->n_fresh++);
+    bool taken = false;
+    for (int64_t i = 0; i < g->n_exprs && !taken; i++)
+      taken = g->exprs[i].kind == IR_EXPR_SYM && !strcmp(g->exprs[i].name, name);
+    if (!taken) return ir_dim_symbol(g, name, out);
+  }
 }
 
 /* a + b and a * b of constants, failing where the result would overflow

@@ -107,8 +107,17 @@ static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
   for (int k = 0; k < n->n_out; k++) {
     const ir_type_t *t = &it->g->values[n->out[k]].type;
     int64_t shape[LOOM_MAX_RANK];
-    for (int d = 0; d < t->rank; d++)
+    for (int d = 0; d < t->rank; d++) {
       LOOM_TRY(ir_dim_eval(it->g, t->dims[d], it->syms, &shape[d]));
+      if (shape[d] < 0) {
+        char dim[64];
+        return loom_fail(LOOM_ERR_SHAPE,
+                         "%s: output %d dim %d (%s) is %lld for these inputs",
+                         ir_ops[n->op].name, k, d,
+                         ir_dim_str(it->g, t->dims[d], dim, sizeof dim),
+                         (long long)shape[d]);
+      }
+    }
     LOOM_TRY(tensor_new(t->dtype, t->rank, shape, &outs[k]));
   }
   return LOOM_OK;
