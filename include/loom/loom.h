@@ -184,6 +184,74 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
                              loom_tensor_t *const *inputs, int n_outputs,
                              loom_tensor_t **outputs);
 
+/* ---- Compiling ---------------------------------------------------------- */
+
+/* A graph compiled for fixed shapes: fused kernels in a shared object, a
+ * memory plan in one arena, and a flat list of steps that a run replays. */
+typedef struct loom_executable loom_executable_t;
+
+typedef struct loom_compile_options {
+  int fusion;      /* 1: fuse ops into kernels; 0: one step per node */
+  int passes;      /* 1: run the pass pipeline (folding, CSE, DCE, ...) */
+  int num_threads; /* 0: LOOM_NUM_THREADS, else the CPUs available */
+  int use_cc;      /* 1: generate C and compile it; 0: reference steps only */
+  /* Values for the graph's symbols, by name: compiled code is specialized
+   * to these sizes. A symbol fixed by the inputs may be left out only if
+   * the graph has no symbolic dims. */
+  int n_symbols;
+  const char *const *symbol_names;
+  const int64_t *symbol_values;
+} loom_compile_options_t;
+
+/* Fills the defaults: fusion, passes and the C compiler on, threads 0. */
+void loom_compile_options_init(loom_compile_options_t *o);
+
+/* Compiles g (options NULL: defaults). g's parameters are shared with the
+ * executable, whose runs update them; g must outlive the executable. If
+ * the C compiler is missing or fails, the executable runs the graph with
+ * the reference kernels instead and one warning is printed. */
+loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *o,
+                           loom_executable_t **out);
+void loom_executable_destroy(loom_executable_t *e);
+
+/* Runs the executable: inputs[i] binds graph input i, outputs[i] graph
+ * output i, by pointer (outputs must be contiguous tensors of the output's
+ * dtype and shape). One guard checks them; no allocation, hashing or shape
+ * inference happens. */
+loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
+                                  loom_tensor_t *const *inputs, int n_outputs,
+                                  loom_tensor_t *const *outputs);
+/* A new zero-filled tensor fit to be bound as output i. */
+loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
+                                         loom_tensor_t **out);
+
+typedef struct loom_executable_info {
+  int n_nodes;          /* nodes after the pass pipeline */
+  int n_groups;         /* fused kernels and other steps */
+  int n_generated;      /* steps running generated code */
+  int n_reference;      /* steps running reference kernels */
+  int interpreted;      /* 1: the whole graph runs in the interpreter */
+  int threads;
+  int64_t arena_bytes;       /* the planned arena */
+  int64_t lower_bound_bytes; /* the most bytes live at one step */
+  int64_t naive_bytes;       /* every intermediate in its own buffer */
+  double compile_ms;
+} loom_executable_info_t;
+loom_status_t loom_executable_info(const loom_executable_t *e,
+                                   loom_executable_info_t *out);
+/* A report of the compilation: passes, fusion groups, memory plan and the
+ * generated C, in a string the caller frees with loom_free. */
+loom_status_t loom_executable_explain(const loom_executable_t *e, char **out);
+
+/* Counters of this process, for tests and benchmarks. */
+typedef struct loom_stats {
+  int64_t compiles;        /* loom_compile calls that built an executable */
+  int64_t cc_invocations;  /* runs of the C compiler */
+  int64_t disk_hits;       /* modules loaded from the disk cache */
+  int64_t disk_rebuilds;   /* corrupt or truncated entries rebuilt */
+} loom_stats_t;
+void loom_stats_get(loom_stats_t *out);
+
 /* ---- Ops --------------------------------------------------------------- */
 
 /* Metadata of the op table. */

@@ -20,7 +20,7 @@ void loom_graph_destroy(loom_graph_t *g) {
   if (!g) return;
   for (int64_t i = 0; i < g->n_values; i++) {
     core_free(g->values[i].name);
-    loom_tensor_destroy(g->values[i].data);
+    if (!g->values[i].borrowed) loom_tensor_destroy(g->values[i].data);
   }
   for (int64_t i = 0; i < g->n_nodes; i++) {
     core_free(g->nodes[i].in);

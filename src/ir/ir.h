@@ -167,6 +167,7 @@ typedef struct ir_value {
   int32_t index;       /* output index; or position among inputs/params */
   char *name;          /* may be NULL */
   loom_tensor_t *data; /* IR_VALUE_CONST: value; IR_VALUE_PARAM: state */
+  bool borrowed;       /* data belongs to another graph (src/ir/rewrite.h) */
 } ir_value_t;
 
 typedef struct ir_node {

@@ -1,0 +1,40 @@
+/* The CPU toolchain: C source in, a loaded shared object out, through the
+ * system C compiler (LOOM_CC, default "cc"; flags -O3 -march=native
+ * -fPIC -shared) and dlopen, with a disk cache of compiled modules.
+ *
+ * Cache: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
+ * An entry's key is the SHA-256 of the source, the compiler's identity
+ * (its resolved path and `--version` output), the flags and the CPU's
+ * features. Entries are written to a temporary file and renamed into
+ * place, so a reader never sees half a file; each carries a checksum of
+ * its contents, checked before dlopen, so a truncated or corrupt entry is
+ * rebuilt, never loaded. Two processes building one module at once both
+ * succeed (each writes its own temporary; the renames are atomic). */
+#ifndef LOOM_BACKEND_CPU_TOOLCHAIN_H
+#define LOOM_BACKEND_CPU_TOOLCHAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/loom.h"
+
+typedef struct cpu_module cpu_module_t;
+
+/* Compiles source (or finds it in the cache) and loads it. Fails with
+ * LOOM_ERR_UNSUPPORTED naming the compiler and its first error lines when
+ * the compiler is missing or rejects the source. */
+loom_status_t cpu_module_build(const char *source, int64_t length,
+                               cpu_module_t **out);
+void *cpu_module_symbol(const cpu_module_t *m, const char *name);
+/* Where the shared object lives (in the cache). */
+const char *cpu_module_path(const cpu_module_t *m);
+bool cpu_module_from_cache(const cpu_module_t *m);
+void cpu_module_release(cpu_module_t *m);
+
+/* Process-wide counters (behind loom_stats_get). */
+typedef struct cpu_toolchain_stats {
+  int64_t cc_invocations, disk_hits, disk_rebuilds;
+} cpu_toolchain_stats_t;
+void cpu_toolchain_stats(cpu_toolchain_stats_t *out);
+
+#endif

@@ -1,0 +1,44 @@
+/* C code generation: one C function per fused group, one translation unit
+ * per graph. The code is for people too: indented, with each function
+ * headed by a comment listing the ops it fused, and locals named after the
+ * graph's values (v12).
+ *
+ * Storage: slot_of_value[v] is the slot holding value v (see
+ * src/runtime/abi.h: slots[k] points at its first element, contiguous,
+ * row-major), or -1 when v lives only inside its group (then the group's
+ * code keeps it in a local). Shapes are concrete: the emitter evaluates
+ * every dim with the symbol values compilation specialized them to.
+ *
+ * Group functions are named loom_group_<index in plan>. Groups of kind
+ * FUSE_ALIAS and FUSE_REFERENCE get no function. Work is split with
+ * rt->parallel_for over the outermost independent dimension, with a grain
+ * that keeps small kernels on one thread (a wake-up costs more than a
+ * few microseconds of work); contractions call rt->gemm_f32 and
+ * rt->conv2d_f32 with a generated epilogue. */
+#ifndef LOOM_CODEGEN_CODEGEN_H
+#define LOOM_CODEGEN_CODEGEN_H
+
+#include "passes/fuse.h"
+
+/* Whether the emitter can generate code for node n (its op has a codegen
+ * rule for its dtypes). Fusion asks this; a node it refuses becomes a
+ * FUSE_REFERENCE group. */
+bool cg_supports(const loom_graph_t *g, int64_t node);
+
+typedef struct cg_module {
+  char *source;     /* the translation unit, NUL-terminated */
+  int64_t length;
+  bool *generated;  /* per group: a loom_group_<i> function exists */
+} cg_module_t;
+
+/* sym_values: the value of each of g's symbols (compilation specializes
+ * them), so that every dim evaluates to a constant (ir_dim_eval). */
+loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
+                             const int32_t *slot_of_value,
+                             const int64_t *sym_values, cg_module_t *out);
+void cg_module_free(cg_module_t *m);
+
+/* The text of src/runtime/abi.h, embedded at build time. */
+extern const char cg_abi_text[];
+
+#endif

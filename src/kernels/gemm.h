@@ -1,0 +1,19 @@
+/* Fast f32 contractions for compiled code: GEMM and conv2d with a fused
+ * epilogue (see loom_abi_gemm_t and loom_abi_conv2d_t in
+ * src/runtime/abi.h for the exact contract), split over the runtime's
+ * thread pool. Micro-kernels for AVX-512 and AVX2+FMA are chosen at run
+ * time from the CPU's features, with a portable C path for other CPUs.
+ * Packing buffers are kept per thread and reused, so a steady state of
+ * calls allocates nothing. */
+#ifndef LOOM_KERNELS_GEMM_H
+#define LOOM_KERNELS_GEMM_H
+
+#include "core/pool.h"
+#include "runtime/abi.h"
+
+void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool);
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+/* "avx512", "avx2" or "portable": the micro-kernel in use. */
+const char *kern_gemm_isa(void);
+
+#endif

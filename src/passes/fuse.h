@@ -1,0 +1,79 @@
+/* Fusion: groups of nodes that become one kernel. A value used only
+ * inside its group gets no buffer; values that cross groups (and graph
+ * outputs) do. Groups never recompute a contraction or a reduction, and
+ * the groups, in the order listed, respect every dependency.
+ *
+ * Kinds of group:
+ *   FUSE_ELEMENTWISE  a DAG of elementwise ops over one iteration space
+ *                     (the shape of its outputs, which all share it);
+ *                     inputs broadcast into it. A value used twice inside
+ *                     is computed once.
+ *   FUSE_REDUCTION    reductions over the same trailing axes of one
+ *                     iteration space [outer..., inner...], with their
+ *                     elementwise prologue (over the full space) and
+ *                     epilogue (over the full space, reading reduced
+ *                     values broadcast back, or over the reduced space).
+ *                     softmax, layer_norm, rms_norm, logsumexp and
+ *                     cross-entropy after decomposition are one such group
+ *                     (or two). A reduction over other axes is a group of
+ *                     its own (with its prologue).
+ *   FUSE_CONTRACTION  one matmul or conv2d (the anchor) with elementwise
+ *                     epilogue nodes over the anchor's output space (bias,
+ *                     activation, residual add, dropout mask).
+ *   FUSE_LAYOUT       one layout op that moves data (transpose, slice,
+ *                     concat, pad, ...).
+ *   FUSE_ALIAS        a reshape-like op (reshape, squeeze, unsqueeze,
+ *                     identity) on contiguous data: its output shares its
+ *                     input's storage; no step runs. Never used when the
+ *                     output is a graph output.
+ *   FUSE_REFERENCE    one node the code generator cannot handle; the
+ *                     executable runs its reference kernel.
+ * With fusion off (fuse_options.enabled false) every node is a group of
+ * its own (elementwise ops become one-node FUSE_ELEMENTWISE groups). */
+#ifndef LOOM_PASSES_FUSE_H
+#define LOOM_PASSES_FUSE_H
+
+#include "ir/ir.h"
+
+typedef enum fuse_kind {
+  FUSE_ELEMENTWISE,
+  FUSE_REDUCTION,
+  FUSE_CONTRACTION,
+  FUSE_LAYOUT,
+  FUSE_ALIAS,
+  FUSE_REFERENCE,
+} fuse_kind_t;
+
+typedef struct fuse_group {
+  fuse_kind_t kind;
+  int32_t anchor;   /* the contraction or (first) reduction node; -1 */
+  int n_nodes;
+  int32_t *nodes;   /* node ids, in graph order */
+  int n_inputs;
+  int32_t *inputs;  /* values read from outside the group, no repeats */
+  int n_outputs;
+  int32_t *outputs; /* values read outside the group or graph outputs */
+} fuse_group_t;
+
+typedef struct fuse_plan {
+  int n_groups;
+  fuse_group_t *groups; /* in an order that respects dependencies */
+  int32_t *group_of_node; /* node id -> group index */
+} fuse_plan_t;
+
+typedef struct fuse_options {
+  bool enabled;
+} fuse_options_t;
+
+/* Groups g's nodes. Assign nodes form FUSE_REFERENCE groups of their own,
+ * placed last. */
+loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
+                              fuse_plan_t *out);
+void fuse_plan_free(fuse_plan_t *plan);
+const char *fuse_kind_name(fuse_kind_t kind);
+/* One line per group ("g3 reduction [max, sub, exp, sum, div] in: %4
+ * out: %9"), appended to a string the caller frees with core_free. */
+loom_status_t fuse_plan_describe(const loom_graph_t *g,
+                                 const fuse_plan_t *plan, char **out);
+
+#endif

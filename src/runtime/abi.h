@@ -1,0 +1,80 @@
+/* The ABI between generated modules and the runtime. The C emitter copies
+ * this file, verbatim, to the top of every module it writes (CMake embeds
+ * it as text), so that both sides see one definition. It includes only
+ * <stdint.h> and <stddef.h>.
+ *
+ * A module exports, for each group g it generates,
+ *     void loom_group_<g>(void *const *slots, const int64_t *syms,
+ *                         const loom_abi_t *rt);
+ * and `const int loom_module_abi_version = LOOM_ABI_VERSION;`.
+ * slots[k] points at the storage of slot k (an input, an output, a
+ * parameter, a constant, or an intermediate in the arena); syms holds the
+ * values of the graph's symbols (unused while shapes are specialized). */
+#ifndef LOOM_RUNTIME_ABI_H
+#define LOOM_RUNTIME_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOOM_ABI_VERSION 1
+
+/* Runs indices [begin, end) of a parallel loop. */
+typedef void (*loom_abi_body_t)(void *ctx, int64_t begin, int64_t end);
+
+/* Applied to a finished tile of a contraction's output while it is still
+ * in cache: rows [row0, row0 + rows) and columns [col0, col0 + cols) of
+ * batch item `batch`; c points at element (row0, col0) of that item, rows
+ * ldc elements apart. Fused bias, activation, residual and dropout live
+ * here. */
+typedef void (*loom_abi_epilogue_t)(void *ctx, int64_t batch, float *c,
+                                    int64_t ldc, int64_t row0, int64_t rows,
+                                    int64_t col0, int64_t cols);
+
+/* C[b] = op(A[b]) @ op(B[b]) for b < batch, row-major, f32. op transposes
+ * when trans_* is 1: A is m x k (or k x m stored), B is k x n (or n x k).
+ * Batch strides are in elements; 0 broadcasts one matrix to every item. */
+typedef struct loom_abi_gemm {
+  int64_t m, n, k, batch;
+  const float *a;
+  int64_t lda, stride_a;
+  int trans_a;
+  const float *b;
+  int64_t ldb, stride_b;
+  int trans_b;
+  float *c;
+  int64_t ldc, stride_c;
+  loom_abi_epilogue_t epilogue; /* may be NULL */
+  void *epilogue_ctx;
+} loom_abi_gemm_t;
+
+/* y = conv2d(x, w) (+ bias), NCHW, f32, weight (o, c/groups, kh, kw).
+ * The epilogue sees each image as a matrix of o rows (channels) by
+ * ho*wo columns (positions): batch = image index, ldc = ho*wo. */
+typedef struct loom_abi_conv2d {
+  int64_t n, c, h, w;      /* input */
+  int64_t o, kh, kw;       /* weight */
+  int64_t ho, wo;          /* output */
+  int64_t stride[2], pads[4], dilation[2], groups;
+  const float *x, *weight, *bias; /* bias may be NULL */
+  float *y;
+  loom_abi_epilogue_t epilogue; /* may be NULL */
+  void *epilogue_ctx;
+} loom_abi_conv2d_t;
+
+/* What the runtime offers generated code. */
+typedef struct loom_abi {
+  int version; /* LOOM_ABI_VERSION */
+  int threads; /* threads in the pool, the caller included */
+  void *pool;
+  /* Calls body over [0, n) in chunks of at least grain, spread over the
+   * pool; returns when all are done. One loop at a time. */
+  void (*parallel_for)(void *pool, int64_t n, int64_t grain,
+                       loom_abi_body_t body, void *ctx);
+  void (*gemm_f32)(const loom_abi_gemm_t *d, void *pool);
+  void (*conv2d_f32)(const loom_abi_conv2d_t *d, void *pool);
+} loom_abi_t;
+
+typedef void (*loom_abi_group_t)(void *const *slots, const int64_t *syms,
+                                 const loom_abi_t *rt);
+
+#endif
