@@ -1,8 +1,13 @@
 /* `loom demo`: builds a small MLP and a small CNN with the C API, runs
- * them on deterministic data, and prints their graphs and checksums. */
+ * them on deterministic data through the interpreter and the compiler,
+ * and prints their graphs, checksums, the speed ratio and the memory plan.
+ * `loom explain` shows what the compiler made of them. */
 #include <math.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "demo.h"
 #include "loom/loom.h"
@@ -132,38 +137,154 @@ static void print_checksums(const char *what, const loom_tensor_t *t) {
          n ? (loom_tensor_get_f64(t, 0, &v), v) : 0.0);
 }
 
-/* Builds a model, prints its graph, runs it on one input, prints sums. */
-static loom_status_t run_model(const char *title,
-                               loom_status_t (*build)(loom_graph_t *),
-                               int rank, const int64_t *in_shape) {
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Median time of one call of run(ctx), in ms, over a few repetitions. */
+static double time_ms(loom_status_t (*run)(void *), void *ctx, int reps) {
+  double t[16];
+  if (reps > 16) reps = 16;
+  for (int i = 0; i < reps; i++) {
+    double t0 = now_ms();
+    run(ctx);
+    t[i] = now_ms() - t0;
+  }
+  for (int i = 1; i < reps; i++) /* insertion sort: a handful of values */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1];
+      t[j - 1] = x;
+    }
+  return t[reps / 2];
+}
+
+typedef struct model_run {
   loom_graph_t *g;
-  DEMO_TRY(loom_graph_create(&g));
-  loom_status_t s = build(g);
+  loom_executable_t *e;
+  loom_tensor_t *input, *output;
+} model_run_t;
+
+static loom_status_t run_interpreted(void *ctx) {
+  model_run_t *m = ctx;
+  loom_tensor_t *out = NULL;
+  loom_status_t s = loom_interpret(m->g, 1, &m->input, 1, &out);
+  loom_tensor_destroy(out);
+  return s;
+}
+
+static loom_status_t run_compiled(void *ctx) {
+  model_run_t *m = ctx;
+  return loom_executable_run(m->e, 1, &m->input, 1, &m->output);
+}
+
+/* Compiles the model, checks the compiled output against the
+ * interpreter's, and prints the speed ratio and the memory plan. */
+static loom_status_t compile_and_compare(model_run_t *m, const char *sym_name,
+                                         int64_t sym_value, const loom_tensor_t *want) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  const char *names[1] = {sym_name};
+  int64_t values[1] = {sym_value};
+  if (sym_name) {
+    o.n_symbols = 1;
+    o.symbol_names = names;
+    o.symbol_values = values;
+  }
+  DEMO_TRY(loom_compile(m->g, &o, &m->e));
+  DEMO_TRY(loom_executable_new_output(m->e, 0, &m->output));
+  DEMO_TRY(run_compiled(m));
+  double max_diff = 0, a, b;
+  for (int64_t i = 0; i < loom_tensor_numel(want); i++) {
+    loom_tensor_get_f64(want, i, &a);
+    loom_tensor_get_f64(m->output, i, &b);
+    if (fabs(a - b) > max_diff) max_diff = fabs(a - b);
+  }
+  double interp = time_ms(run_interpreted, m, 5);
+  double compiled = time_ms(run_compiled, m, 15);
+  loom_executable_info_t info;
+  DEMO_TRY(loom_executable_info(m->e, &info));
+  printf("compiled: %d nodes -> %d steps (%d generated, %d reference)%s, %.1f ms to compile\n",
+         info.n_nodes, info.n_generated + info.n_reference, info.n_generated,
+         info.n_reference, info.interpreted ? " [interpreter fallback]" : "",
+         info.compile_ms);
+  printf("compiled vs interpreter: max |diff| %.2g; %.3f ms vs %.3f ms per run: %.1fx faster\n",
+         max_diff, compiled, interp, interp / compiled);
+  printf("memory plan: arena %lld bytes, lower bound %lld, every buffer separate %lld\n",
+         (long long)info.arena_bytes, (long long)info.lower_bound_bytes,
+         (long long)info.naive_bytes);
+  return LOOM_OK;
+}
+
+/* Builds a model, prints its graph, runs it on one input through the
+ * interpreter and the compiler, and prints sums, speeds and memory. */
+static loom_status_t run_model(const char *title,
+                               loom_status_t (*build)(loom_graph_t *), int rank,
+                               const int64_t *in_shape, const char *sym_name) {
+  model_run_t m = {0};
+  DEMO_TRY(loom_graph_create(&m.g));
+  loom_status_t s = build(m.g);
   char *text = NULL;
-  loom_tensor_t *input = NULL, *output = NULL;
-  if (s == LOOM_OK) s = loom_graph_print(g, &text);
+  loom_tensor_t *want = NULL;
+  if (s == LOOM_OK) s = loom_graph_print(m.g, &text);
   if (s == LOOM_OK) {
     printf("== %s ==\n%s", title, text);
-    s = det_tensor(7, rank, in_shape, 1.0f, &input);
+    s = det_tensor(7, rank, in_shape, 1.0f, &m.input);
   }
-  if (s == LOOM_OK) s = loom_interpret(g, 1, &input, 1, &output);
-  if (s == LOOM_OK) print_checksums(title, output);
-  else fprintf(stderr, "demo: %s: %s: %s\n", title, loom_status_name(s), loom_last_error());
+  if (s == LOOM_OK) s = loom_interpret(m.g, 1, &m.input, 1, &want);
+  if (s == LOOM_OK) print_checksums(title, want);
+  if (s == LOOM_OK) s = compile_and_compare(&m, sym_name, in_shape[0], want);
+  if (s != LOOM_OK)
+    fprintf(stderr, "demo: %s: %s: %s\n", title, loom_status_name(s), loom_last_error());
   loom_free(text);
-  loom_tensor_destroy(input);
-  loom_tensor_destroy(output);
-  loom_graph_destroy(g);
+  loom_tensor_destroy(want);
+  loom_tensor_destroy(m.input);
+  loom_tensor_destroy(m.output);
+  loom_executable_destroy(m.e);
+  loom_graph_destroy(m.g);
   return s;
+}
+
+/* `loom explain [mlp|cnn]`: what the compiler makes of a demo model. */
+int loom_explain_main(const char *model) {
+  bool cnn = model && !strcmp(model, "cnn");
+  if (model && !cnn && strcmp(model, "mlp")) {
+    fprintf(stderr, "loom explain: unknown model '%s' (mlp or cnn)\n", model);
+    return 2;
+  }
+  loom_graph_t *g;
+  if (loom_graph_create(&g) != LOOM_OK) return 1;
+  loom_status_t s = cnn ? build_cnn(g) : build_mlp(g);
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  const char *names[1] = {"batch"};
+  int64_t values[1] = {4};
+  o.n_symbols = cnn ? 0 : 1;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  loom_executable_t *e = NULL;
+  char *text = NULL;
+  if (s == LOOM_OK) s = loom_compile(g, &o, &e);
+  if (s == LOOM_OK) s = loom_executable_explain(e, &text);
+  if (s == LOOM_OK) fputs(text, stdout);
+  else fprintf(stderr, "loom explain: %s: %s\n", loom_status_name(s), loom_last_error());
+  loom_free(text);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  return s == LOOM_OK ? 0 : 1;
 }
 
 int loom_demo_main(void) {
   int64_t mlp_in[2] = {4, 64};
   int64_t cnn_in[4] = {2, 3, 16, 16};
-  printf("Loom demo: two models built with the C API, run by the interpreter\n\n");
-  if (run_model("MLP 64-128-128-10 (batch is symbolic; run with 4)", build_mlp, 2, mlp_in) != LOOM_OK)
+  printf("Loom demo: two models built with the C API, interpreted and compiled\n\n");
+  if (run_model("MLP 64-128-128-10 (batch is symbolic; compiled for 4)", build_mlp, 2, mlp_in,
+                "batch") != LOOM_OK)
     return 1;
   printf("\n");
-  if (run_model("CNN conv-relu-pool-conv-bn-relu-gap-linear", build_cnn, 4, cnn_in) != LOOM_OK)
+  if (run_model("CNN conv-relu-pool-conv-bn-relu-gap-linear", build_cnn, 4, cnn_in, NULL) != LOOM_OK)
     return 1;
   return 0;
 }

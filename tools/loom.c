@@ -21,9 +21,14 @@ static int cmd_ops(void) {
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "ops")) return cmd_ops();
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
+  if ((argc == 2 || argc == 3) && !strcmp(argv[1], "explain"))
+    return loom_explain_main(argc == 3 ? argv[2] : NULL);
   fprintf(stderr,
           "usage: loom <command>\n"
           "  ops    list the op table: class, and which rules each op has\n"
-          "  demo   build and run a small MLP and CNN\n");
+          "  demo   build, interpret and compile a small MLP and CNN\n"
+          "  explain [mlp|cnn]\n"
+          "         show what the compiler makes of a demo model: passes,\n"
+          "         fusion groups, steps, memory plan, generated C\n");
   return 2;
 }

@@ -1,0 +1,505 @@
+/* loom_compile: the pass pipeline, fusion, a schedule, slots and a memory
+ * plan, C code for the fused groups, the module, and the steps. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "codegen/codegen.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/gemm.h"
+#include "kernels/ref.h"
+#include "passes/passes.h"
+#include "runtime/executable.h"
+
+void loom_compile_options_init(loom_compile_options_t *o) {
+  if (!o) return;
+  *o = (loom_compile_options_t){.fusion = 1, .passes = 1, .use_cc = 1};
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- Symbols ---------------------------------------------------------- */
+
+/* Whether symbol k appears in the type of one of g's inputs. */
+static bool symbol_in_inputs(const loom_graph_t *g, int64_t k) {
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    const ir_type_t *t = &g->values[g->inputs[i]].type;
+    for (int d = 0; d < t->rank; d++) {
+      /* Expressions over inputs' symbols are resolved through them. */
+      const ir_expr_t *x = ir_dim_expr(g, t->dims[d]);
+      if (x && x->kind == IR_EXPR_SYM && x->c == k) return true;
+    }
+  }
+  return false;
+}
+
+/* Values for the symbols of g's inputs, from the options, by name.
+ * Other symbols (a data-dependent count) stay unbound (-1). */
+static loom_status_t resolve_symbols(loom_executable_t *e,
+                                     const loom_compile_options_t *o) {
+  const loom_graph_t *g = e->source;
+  e->syms = core_malloc(sizeof(int64_t) * (size_t)(g->n_symbols + 1));
+  if (!e->syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t i = 0; i < g->n_exprs; i++) {
+    const ir_expr_t *x = &g->exprs[i];
+    if (x->kind != IR_EXPR_SYM) continue;
+    e->syms[x->c] = -1;
+    for (int k = 0; k < o->n_symbols; k++)
+      if (o->symbol_names && o->symbol_names[k] && o->symbol_values &&
+          !strcmp(o->symbol_names[k], x->name))
+        e->syms[x->c] = o->symbol_values[k];
+    if (e->syms[x->c] < 0 && symbol_in_inputs(g, x->c))
+      return loom_fail(LOOM_ERR_INVALID,
+                       "loom_compile: symbol '%s' needs a value (compiled code "
+                       "is specialized: give it in loom_compile_options_t)", x->name);
+  }
+  return LOOM_OK;
+}
+
+/* Whether the graph can only run in the interpreter: data-dependent
+ * shapes, or assigns that read parameters other assigns write. */
+static const char *needs_interpreter(const loom_graph_t *g) {
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    if (ir_ops[n->op].flags & F_DATA_SHAPE) return "a data-dependent shape";
+    if (n->op != IR_OP_ASSIGN || g->values[n->in[1]].kind != IR_VALUE_PARAM) continue;
+    for (int64_t j = 0; j < g->n_nodes; j++)
+      if (g->nodes[j].op == IR_OP_ASSIGN && g->nodes[j].in[0] == n->in[1])
+        return "assigns that swap parameters";
+  }
+  return NULL;
+}
+
+/* ---- Sizes, slots and the arena ---------------------------------------- */
+
+static loom_status_t value_shape(const loom_executable_t *e, int32_t v,
+                                 int64_t *shape) {
+  const ir_type_t *t = &e->graph->values[v].type;
+  for (int d = 0; d < t->rank; d++)
+    LOOM_TRY(ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]));
+  return LOOM_OK;
+}
+
+static loom_status_t value_bytes(const loom_executable_t *e, int32_t v,
+                                 int64_t *bytes) {
+  int64_t shape[LOOM_MAX_RANK];
+  LOOM_TRY(value_shape(e, v, shape));
+  const ir_type_t *t = &e->graph->values[v].type;
+  *bytes = shape_numel(t->rank, shape) * (int64_t)loom_dtype_size(t->dtype);
+  return LOOM_OK;
+}
+
+/* A new slot of `bytes`; returns its index. */
+static int32_t new_slot(loom_executable_t *e, int64_t bytes) {
+  e->slot_bytes[e->n_slots] = bytes;
+  return (int32_t)e->n_slots++;
+}
+
+/* Slots for inputs, outputs, parameters and constants: bound per run or
+ * pointing at the graph's tensors. */
+static loom_status_t assign_fixed_slots(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, g->inputs[i], &bytes));
+    e->slot_of_value[g->inputs[i]] = new_slot(e, bytes);
+  }
+  for (int64_t v = 0; v < g->n_values; v++) {
+    ir_value_kind_t kind = g->values[v].kind;
+    if (kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST) continue;
+    int32_t s = new_slot(e, -1);
+    e->slot_of_value[v] = s;
+    e->slots[s] = g->values[v].data->data;
+  }
+  /* A node value that is an output writes straight into the caller's
+   * tensor; any other output gets its own slot and a copy at the end. */
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, v, &bytes));
+    bool direct = g->values[v].kind == IR_VALUE_NODE && e->slot_of_value[v] < 0;
+    int32_t s = new_slot(e, bytes);
+    if (direct) e->slot_of_value[v] = s;
+    e->output_slot[i] = s;
+  }
+  return LOOM_OK;
+}
+
+/* The position in the schedule of each group. */
+static void schedule_positions(const loom_executable_t *e, int32_t *pos) {
+  for (int i = 0; i < e->plan.n_groups; i++) pos[e->order[i]] = i;
+}
+
+/* Arena slots for the remaining group outputs, then the memory plan. */
+static loom_status_t plan_arena(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  int n_groups = e->plan.n_groups;
+  int32_t *pos = core_malloc(sizeof(int32_t) * (size_t)(n_groups + 1));
+  int32_t *req_of_slot = core_malloc(sizeof(int32_t) * (size_t)(e->n_slots + g->n_values + 1));
+  mem_request_t *req = core_calloc((size_t)(g->n_values + 1), sizeof *req);
+  loom_status_t s = (pos && req_of_slot && req) ? LOOM_OK
+                    : loom_fail(LOOM_ERR_NOMEM, "out of memory planning memory");
+  int n_req = 0;
+  if (s == LOOM_OK) schedule_positions(e, pos);
+  for (int i = 0; s == LOOM_OK && i < e->n_slots + g->n_values; i++) req_of_slot[i] = -1;
+  /* Walk the groups in schedule order so that aliases find their source. */
+  for (int k = 0; s == LOOM_OK && k < n_groups; k++) {
+    const fuse_group_t *grp = &e->plan.groups[e->order[k]];
+    for (int o = 0; o < grp->n_outputs && s == LOOM_OK; o++) {
+      int32_t v = grp->outputs[o];
+      if (e->slot_of_value[v] >= 0) continue;
+      if (grp->kind == FUSE_ALIAS) {
+        e->slot_of_value[v] = e->slot_of_value[grp->inputs[0]];
+        continue;
+      }
+      int64_t bytes;
+      s = value_bytes(e, v, &bytes);
+      if (s != LOOM_OK) break;
+      int32_t slot = new_slot(e, bytes);
+      e->slot_of_value[v] = slot;
+      req_of_slot[slot] = n_req;
+      req[n_req++] = (mem_request_t){.bytes = bytes, .first = k, .last = k, .inplace_of = -1};
+    }
+  }
+  /* A slot lives until the last group reading any value stored in it. */
+  for (int k = 0; s == LOOM_OK && k < n_groups; k++) {
+    const fuse_group_t *grp = &e->plan.groups[e->order[k]];
+    for (int i = 0; i < grp->n_inputs; i++) {
+      int32_t slot = e->slot_of_value[grp->inputs[i]];
+      int32_t r = slot >= 0 ? req_of_slot[slot] : -1;
+      if (r >= 0 && req[r].last < k) req[r].last = k;
+    }
+  }
+  if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
+  if (s == LOOM_OK && e->mem.arena_bytes > 0) {
+    e->arena_bytes = e->mem.arena_bytes;
+    e->arena = core_aligned_alloc((size_t)e->arena_bytes);
+    if (!e->arena) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte arena",
+                                 (long long)e->arena_bytes);
+  }
+  if (s == LOOM_OK && e->arena) {
+    /* First touches cost ~12 us a page here: take them now, not in a run. */
+    madvise(e->arena, (size_t)e->arena_bytes, MADV_HUGEPAGE);
+    memset(e->arena, 0, (size_t)e->arena_bytes);
+    for (int slot = 0; slot < e->n_slots; slot++)
+      if (req_of_slot[slot] >= 0)
+        e->slots[slot] = (char *)e->arena + e->mem.offsets[req_of_slot[slot]];
+  }
+  core_free(pos);
+  core_free(req_of_slot);
+  core_free(req);
+  return s;
+}
+
+static loom_status_t alloc_tables(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  int64_t max_slots = g->n_values + g->n_outputs + 1;
+  e->slot_of_value = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  e->slots = core_calloc((size_t)max_slots, sizeof(void *));
+  e->slot_bytes = core_calloc((size_t)max_slots, sizeof(int64_t));
+  e->order = core_malloc(sizeof(int32_t) * (size_t)(e->plan.n_groups + 1));
+  e->output_slot = core_malloc(sizeof(int32_t) * (size_t)(g->n_outputs + 1));
+  if (!e->slot_of_value || !e->slots || !e->slot_bytes || !e->order || !e->output_slot)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t v = 0; v < g->n_values; v++) e->slot_of_value[v] = -1;
+  return LOOM_OK;
+}
+
+/* ---- Guards --------------------------------------------------------------- */
+
+static loom_status_t build_guards(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  e->n_inputs = (int)g->n_inputs;
+  e->n_outputs = (int)g->n_outputs;
+  e->inputs = core_calloc((size_t)e->n_inputs + 1, sizeof *e->inputs);
+  e->outputs = core_calloc((size_t)e->n_outputs + 1, sizeof *e->outputs);
+  if (!e->inputs || !e->outputs) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int i = 0; i < e->n_inputs + e->n_outputs; i++) {
+    bool is_in = i < e->n_inputs;
+    guard_t *gd = is_in ? &e->inputs[i] : &e->outputs[i - e->n_inputs];
+    int32_t v = is_in ? g->inputs[i] : g->outputs[i - e->n_inputs];
+    gd->dtype = g->values[v].type.dtype;
+    gd->rank = g->values[v].type.rank;
+    if (value_shape(e, v, gd->shape) != LOOM_OK)
+      return loom_fail(LOOM_ERR_UNSUPPORTED,
+                       "loom_compile: %s %d has a shape known only when the graph "
+                       "runs; run it with loom_interpret", is_in ? "input" : "output",
+                       is_in ? i : i - e->n_inputs);
+    gd->slot = -1;
+    if (e->slot_of_value) gd->slot = is_in ? e->slot_of_value[v] : e->output_slot[i - e->n_inputs];
+    if (is_in) {
+      /* A strided input is copied here; allocated now, not per run. */
+      int64_t bytes = shape_numel(gd->rank, gd->shape) * (int64_t)loom_dtype_size(gd->dtype);
+      gd->staging = core_aligned_alloc((size_t)(bytes ? bytes : 1));
+      if (!gd->staging) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+    }
+  }
+  return LOOM_OK;
+}
+
+/* ---- Steps -------------------------------------------------------------- */
+
+/* Tensors over the slots of one node, for its reference kernel. */
+static loom_status_t build_ref_step(loom_executable_t *e, int32_t node, ref_step_t *r) {
+  const ir_node_t *n = &e->graph->nodes[node];
+  r->node = n;
+  r->in = core_calloc((size_t)n->n_in + 1, sizeof *r->in);
+  r->out = core_calloc((size_t)n->n_out + 1, sizeof *r->out);
+  r->in_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_in + 1));
+  r->out_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_out + 1));
+  if (!r->in || !r->out || !r->in_slot || !r->out_slot)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int k = 0; k < n->n_in + n->n_out; k++) {
+    bool is_in = k < n->n_in;
+    int32_t v = is_in ? n->in[k] : n->out[k - n->n_in];
+    int64_t shape[LOOM_MAX_RANK];
+    LOOM_TRY(value_shape(e, v, shape));
+    const ir_type_t *t = &e->graph->values[v].type;
+    int32_t slot = e->slot_of_value[v];
+    if (slot < 0)
+      return loom_fail(LOOM_ERR_GRAPH, "compile: %s of node %d has no storage",
+                       is_in ? "an input" : "an output", node);
+    /* A placeholder pointer: the run points it at the slot. */
+    static char placeholder;
+    loom_tensor_t **t_out = is_in ? &r->in[k] : &r->out[k - n->n_in];
+    LOOM_TRY(loom_tensor_wrap(t->dtype, t->rank, shape, NULL, &placeholder, t_out));
+    if (is_in) r->in_slot[k] = slot;
+    else r->out_slot[k - n->n_in] = slot;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
+  loom_graph_t *g = e->graph;
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    int32_t from = e->slot_of_value[v];
+    if (from == e->output_slot[i]) continue;
+    step_t *st = &e->steps[(*n_steps)++];
+    st->kind = STEP_COPY;
+    st->group = -1;
+    st->copy_from = from;
+    st->copy_to = e->output_slot[i];
+    st->copy_bytes = e->slot_bytes[e->output_slot[i]];
+  }
+  return LOOM_OK;
+}
+
+static bool is_assign_group(const loom_executable_t *e, int32_t grp) {
+  const fuse_group_t *gr = &e->plan.groups[grp];
+  return gr->n_nodes == 1 && e->graph->nodes[gr->nodes[0]].op == IR_OP_ASSIGN;
+}
+
+static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg) {
+  int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
+  e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
+  if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  int n = 0;
+  bool copies_done = false;
+  for (int k = 0; k < e->plan.n_groups; k++) {
+    int32_t gi = e->order[k];
+    const fuse_group_t *grp = &e->plan.groups[gi];
+    /* Outputs are copied before assigns change any state. */
+    if (!copies_done && is_assign_group(e, gi)) {
+      LOOM_TRY(add_output_copies(e, &n));
+      copies_done = true;
+    }
+    if (grp->kind == FUSE_ALIAS) continue;
+    step_t *st = &e->steps[n];
+    st->group = gi;
+    if (cg->generated && cg->generated[gi] && e->module) {
+      char name[32];
+      snprintf(name, sizeof name, "loom_group_%d", gi);
+      void *sym = cpu_module_symbol(e->module, name);
+      if (!sym) return loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
+      st->kind = STEP_GENERATED;
+      memcpy(&st->fn, &sym, sizeof sym);
+      e->n_generated++;
+    } else {
+      if (grp->n_nodes != 1)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
+                         gi, fuse_kind_name(grp->kind), grp->n_nodes);
+      st->kind = STEP_REFERENCE;
+      LOOM_TRY(build_ref_step(e, grp->nodes[0], &st->ref));
+      e->n_reference++;
+    }
+    n++;
+  }
+  if (!copies_done) LOOM_TRY(add_output_copies(e, &n));
+  e->n_steps = n;
+  return LOOM_OK;
+}
+
+/* ---- The runtime side of the ABI ------------------------------------------ */
+
+static void abi_parallel_for(void *pool, int64_t n, int64_t grain,
+                             loom_abi_body_t body, void *ctx) {
+  core_pool_for(pool, n, grain, body, ctx);
+}
+
+static void abi_gemm_f32(const loom_abi_gemm_t *d, void *pool) {
+  kern_gemm_f32(d, pool);
+}
+
+static void abi_conv2d_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, pool);
+}
+
+static loom_status_t start_runtime(loom_executable_t *e, int threads) {
+  LOOM_TRY(core_pool_create(threads, &e->pool));
+  e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
+                        .threads = core_pool_threads(e->pool),
+                        .pool = e->pool,
+                        .parallel_for = abi_parallel_for,
+                        .gemm_f32 = abi_gemm_f32,
+                        .conv2d_f32 = abi_conv2d_f32};
+  return LOOM_OK;
+}
+
+/* ---- The driver ------------------------------------------------------------ */
+
+static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options_t *o) {
+  e->graph = e->source;
+  if (!o->passes) return LOOM_OK;
+  pass_options_t po;
+  pass_options_init(&po);
+  loom_graph_t *opt;
+  loom_status_t s = pass_pipeline(e->source, &po, &opt);
+  if (s == LOOM_ERR_UNSUPPORTED) return LOOM_OK; /* no pipeline in this build */
+  LOOM_TRY(s);
+  e->graph = opt;
+  e->owns_graph = true;
+  /* Kept for loom_executable_explain; without it explain says less. */
+  if (loom_graph_print(opt, &e->passes_text) != LOOM_OK) e->passes_text = NULL;
+  return LOOM_OK;
+}
+
+/* Generates and loads the module; false in *ok when the C compiler is
+ * missing or fails, which sends the whole graph to the interpreter. */
+static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
+                                  cg_module_t *cg, bool *ok) {
+  *ok = true;
+  LOOM_TRY(cg_emit_module(e->graph, &e->plan, e->slot_of_value, e->syms, cg));
+  bool any = false;
+  for (int i = 0; i < e->plan.n_groups; i++) any |= cg->generated[i];
+  if (!any) return LOOM_OK;
+  e->source_text = core_strdup(cg->source);
+  if (!o->use_cc) {
+    memset(cg->generated, 0, sizeof(bool) * (size_t)e->plan.n_groups);
+    *ok = false;
+    return LOOM_OK;
+  }
+  loom_status_t s = cpu_module_build(cg->source, cg->length, &e->module);
+  if (s == LOOM_ERR_NOMEM) return s;
+  if (s != LOOM_OK) {
+    core_warn("%s; running the graph with the reference kernels instead", loom_last_error());
+    *ok = false;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_options_t *o) {
+  LOOM_TRY(run_passes(e, o));
+  fuse_options_t fo = {.enabled = o->fusion != 0};
+  LOOM_TRY(fuse_plan_build(e->graph, &fo, &e->plan));
+  LOOM_TRY(alloc_tables(e));
+  int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));
+  if (!bytes) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  loom_status_t s = LOOM_OK;
+  for (int64_t v = 0; v < e->graph->n_values && s == LOOM_OK; v++) {
+    bytes[v] = -1;
+    if (e->graph->values[v].kind == IR_VALUE_NODE) s = value_bytes(e, (int32_t)v, &bytes[v]);
+  }
+  if (s == LOOM_OK) s = sched_order(e->graph, &e->plan, bytes, e->order);
+  core_free(bytes);
+  LOOM_TRY(s);
+  if (core_log_enabled(LOG_FUSION)) {
+    char *text = NULL;
+    if (fuse_plan_describe(e->graph, &e->plan, &text) == LOOM_OK)
+      core_log(LOG_FUSION, "%d groups\n%s", e->plan.n_groups, text);
+    core_free(text);
+  }
+  LOOM_TRY(assign_fixed_slots(e));
+  LOOM_TRY(plan_arena(e));
+  core_log(LOG_MEMORY, "arena %lld bytes, lower bound %lld, naive %lld",
+           (long long)e->mem.arena_bytes, (long long)e->mem.lower_bound_bytes,
+           (long long)e->mem.naive_bytes);
+  LOOM_TRY(build_guards(e));
+  return start_runtime(e, o->num_threads);
+}
+
+/* Builds the module and steps; false in *compiled sends the graph to the
+ * interpreter. */
+static loom_status_t compile_code(loom_executable_t *e, const loom_compile_options_t *o,
+                                  bool *compiled) {
+  cg_module_t cg = {0};
+  bool ok;
+  loom_status_t s = build_module(e, o, &cg, &ok);
+  if (s == LOOM_OK && !ok) {
+    /* Fused groups need their code; without it the interpreter runs. */
+    bool fused = false;
+    for (int i = 0; i < e->plan.n_groups; i++)
+      fused |= e->plan.groups[i].n_nodes > 1 || e->plan.groups[i].kind == FUSE_ALIAS;
+    if (fused) {
+      cg_module_free(&cg);
+      *compiled = false;
+      return LOOM_OK;
+    }
+  }
+  if (s == LOOM_OK) s = build_steps(e, &cg);
+  cg_module_free(&cg);
+  *compiled = s == LOOM_OK;
+  return s;
+}
+
+loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *options,
+                           loom_executable_t **out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_TRY(ir_verify(g));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  if (options) o = *options;
+  double t0 = now_ms();
+  loom_executable_t *e = core_calloc(1, sizeof *e);
+  if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  e->source = g;
+  loom_status_t s = resolve_symbols(e, &o);
+  const char *why = s == LOOM_OK ? needs_interpreter(g) : NULL;
+  bool compiled = false;
+  if (s == LOOM_OK && !why) s = compile_plan(e, &o);
+  if (s == LOOM_OK && !why) s = compile_code(e, &o, &compiled);
+  if (s != LOOM_OK) {
+    loom_executable_destroy(e);
+    return s;
+  }
+  if (!compiled) {
+    core_log(LOG_COMPILE, "the graph runs in the interpreter (%s)",
+             why ? why : "no generated code");
+    e->interpreted = true;
+    if (!e->graph) e->graph = e->source;
+    if (!e->inputs) s = build_guards(e);
+  }
+  if (s != LOOM_OK) {
+    loom_executable_destroy(e);
+    return s;
+  }
+  e->compile_ms = now_ms() - t0;
+  rt_count_compile();
+  core_log(LOG_COMPILE, "compiled %lld nodes into %d steps (%d generated, %d reference) in %.1f ms",
+           (long long)e->graph->n_nodes, e->n_steps, e->n_generated, e->n_reference,
+           e->compile_ms);
+  *out = e;
+  loom_clear_error();
+  return LOOM_OK;
+}

@@ -1,0 +1,181 @@
+/* Running an executable: one guard on the bindings, then the steps. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/ref.h"
+#include "runtime/executable.h"
+
+static _Atomic int64_t compiles;
+
+void rt_count_compile(void) { atomic_fetch_add(&compiles, 1); }
+
+void loom_stats_get(loom_stats_t *out) {
+  if (!out) return;
+  cpu_toolchain_stats_t t;
+  cpu_toolchain_stats(&t);
+  *out = (loom_stats_t){.compiles = atomic_load(&compiles),
+                        .cc_invocations = t.cc_invocations,
+                        .disk_hits = t.disk_hits,
+                        .disk_rebuilds = t.disk_rebuilds};
+}
+
+/* Checks t against a guard; names what differs. */
+static loom_status_t check_binding(const char *what, int i, const guard_t *gd,
+                                   const loom_tensor_t *t) {
+  if (!t) return loom_fail(LOOM_ERR_INVALID, "%s %d: tensor is null", what, i);
+  bool same = t->dtype == gd->dtype && t->rank == gd->rank &&
+              memcmp(t->shape, gd->shape, sizeof(int64_t) * (size_t)gd->rank) == 0;
+  if (!same) {
+    char want[160], got[160];
+    return loom_fail(LOOM_ERR_BINDING,
+                     "%s %d: the executable was compiled for %s %s, got %s %s", what, i,
+                     loom_dtype_name(gd->dtype), shape_str(gd->rank, gd->shape, want, sizeof want),
+                     loom_dtype_name(t->dtype), shape_str(t->rank, t->shape, got, sizeof got));
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *const *inputs,
+                          int n_outputs, loom_tensor_t *const *outputs) {
+  if (n_inputs != e->n_inputs || n_outputs != e->n_outputs)
+    return loom_fail(LOOM_ERR_BINDING,
+                     "the executable takes %d inputs and %d outputs, got %d and %d",
+                     e->n_inputs, e->n_outputs, n_inputs, n_outputs);
+  if ((n_inputs && !inputs) || (n_outputs && !outputs))
+    return loom_fail(LOOM_ERR_INVALID, "loom_executable_run: a binding array is null");
+  for (int i = 0; i < n_inputs; i++) {
+    LOOM_TRY(check_binding("input", i, &e->inputs[i], inputs[i]));
+    if (e->inputs[i].slot < 0) continue;
+    if (tensor_is_contiguous(inputs[i])) {
+      e->slots[e->inputs[i].slot] = inputs[i]->data;
+    } else {
+      const guard_t *gd = &e->inputs[i];
+      size_t bytes = (size_t)shape_numel(gd->rank, gd->shape) * loom_dtype_size(gd->dtype);
+      LOOM_TRY(loom_tensor_read(inputs[i], gd->staging, bytes));
+      e->slots[gd->slot] = gd->staging;
+    }
+  }
+  for (int i = 0; i < n_outputs; i++) {
+    LOOM_TRY(check_binding("output", i, &e->outputs[i], outputs[i]));
+    if (!tensor_is_contiguous(outputs[i]))
+      return loom_fail(LOOM_ERR_BINDING, "output %d: the tensor must be contiguous", i);
+    if (e->outputs[i].slot >= 0) e->slots[e->outputs[i].slot] = outputs[i]->data;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t run_reference(loom_executable_t *e, const ref_step_t *r) {
+  const ir_node_t *n = r->node;
+  for (int k = 0; k < n->n_in; k++) r->in[k]->data = e->slots[r->in_slot[k]];
+  for (int k = 0; k < n->n_out; k++) {
+    loom_tensor_t *t = r->out[k];
+    t->data = e->slots[r->out_slot[k]];
+    /* Reference kernels expect zeroed outputs (some accumulate). */
+    memset(t->data, 0, (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype));
+  }
+  ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+                     .in = (const loom_tensor_t *const *)r->in, .n_out = n->n_out,
+                     .out = r->out};
+  return ref_kernels[n->op](&call);
+}
+
+/* The interpreter fallback: runs the source graph, then copies out. */
+static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
+                                     loom_tensor_t *const *inputs,
+                                     loom_tensor_t *const *outputs) {
+  loom_tensor_t *tmp[e->n_outputs > 0 ? e->n_outputs : 1];
+  LOOM_TRY(loom_interpret(e->source, n_inputs, inputs, e->n_outputs, tmp));
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; i < e->n_outputs; i++) {
+    size_t bytes = (size_t)loom_tensor_numel(tmp[i]) * loom_dtype_size(tmp[i]->dtype);
+    if (s == LOOM_OK) s = loom_tensor_write(outputs[i], tmp[i]->data, bytes);
+    loom_tensor_destroy(tmp[i]);
+  }
+  return s;
+}
+
+loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
+                                  loom_tensor_t *const *inputs, int n_outputs,
+                                  loom_tensor_t *const *outputs) {
+  LOOM_CHECK_ARG(e);
+  LOOM_TRY(bind(e, n_inputs, inputs, n_outputs, outputs));
+  if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
+  for (int i = 0; i < e->n_steps; i++) {
+    const step_t *st = &e->steps[i];
+    switch (st->kind) {
+      case STEP_GENERATED: st->fn(e->slots, e->syms, &e->abi); break;
+      case STEP_REFERENCE: LOOM_TRY(run_reference(e, &st->ref)); break;
+      case STEP_COPY:
+        memcpy(e->slots[st->copy_to], e->slots[st->copy_from], (size_t)st->copy_bytes);
+        break;
+    }
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
+                                         loom_tensor_t **out) {
+  LOOM_CHECK_ARG(e);
+  LOOM_CHECK_ARG(out);
+  if (i < 0 || i >= e->n_outputs)
+    return loom_fail(LOOM_ERR_INVALID, "loom_executable_new_output: output %d of %d", i,
+                     e->n_outputs);
+  return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, e->outputs[i].shape, out);
+}
+
+loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
+  LOOM_CHECK_ARG(e);
+  LOOM_CHECK_ARG(out);
+  *out = (loom_executable_info_t){
+      .n_nodes = e->graph ? (int)e->graph->n_nodes : 0,
+      .n_groups = e->plan.n_groups,
+      .n_generated = e->n_generated,
+      .n_reference = e->n_reference,
+      .interpreted = e->interpreted,
+      .threads = core_pool_threads(e->pool),
+      .arena_bytes = e->mem.arena_bytes,
+      .lower_bound_bytes = e->mem.lower_bound_bytes,
+      .naive_bytes = e->mem.naive_bytes,
+      .compile_ms = e->compile_ms};
+  return LOOM_OK;
+}
+
+static void free_ref_step(ref_step_t *r) {
+  if (!r->node) return;
+  for (int k = 0; k < r->node->n_in; k++) loom_tensor_destroy(r->in ? r->in[k] : NULL);
+  for (int k = 0; k < r->node->n_out; k++) loom_tensor_destroy(r->out ? r->out[k] : NULL);
+  core_free(r->in);
+  core_free(r->out);
+  core_free(r->in_slot);
+  core_free(r->out_slot);
+}
+
+void loom_executable_destroy(loom_executable_t *e) {
+  if (!e) return;
+  for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
+    if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
+  core_free(e->steps);
+  for (int i = 0; e->inputs && i < e->n_inputs; i++) core_free(e->inputs[i].staging);
+  core_free(e->inputs);
+  core_free(e->outputs);
+  core_free(e->output_slot);
+  core_pool_destroy(e->pool);
+  cpu_module_release(e->module);
+  core_free(e->arena);
+  mem_plan_free(&e->mem);
+  core_free(e->slots);
+  core_free(e->slot_bytes);
+  core_free(e->slot_of_value);
+  core_free(e->order);
+  fuse_plan_free(&e->plan);
+  core_free(e->syms);
+  core_free(e->source_text);
+  core_free(e->passes_text);
+  if (e->owns_graph) loom_graph_destroy(e->graph);
+  core_free(e);
+}

@@ -1,0 +1,250 @@
+/* Compiled executables against the interpreter: the same graphs, the same
+ * results, through every path (generated code, reference steps, copies,
+ * the interpreter fallback), and the guard's errors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* x (n, 4) -> relu(x @ w + b) * 2 - x[:, :1] summed over axis 1; a param
+ * counter incremented by assign. Exercises contraction, elementwise,
+ * reduction, layout and state. */
+static loom_graph_t *mixed_graph(loom_value_t *counter) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, w, b, xw, h, r, two, y, first, z, s, one, next;
+  int64_t wshape[2] = {4, 3}, bshape[1] = {3};
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){5, 4}, &x));
+  loom_tensor_t *wt = test_tensor(LOOM_F32, 2, wshape,
+                                  (double[]){1, 0, -1, 2, 1, 0, 0, -1, 1, 0.5, 0.5, 0.5});
+  loom_tensor_t *bt = test_tensor(LOOM_F32, 1, bshape, (double[]){0.1, -0.2, 0.3});
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 2, wshape, wt, &w));
+  CHECK_OK(loom_graph_param(g, "b", LOOM_F32, 1, bshape, bt, &b));
+  CHECK_OK(loom_graph_param(g, "counter", LOOM_F32, 0, NULL, NULL, counter));
+  loom_tensor_t *two_t = test_tensor(LOOM_F32, 0, NULL, (double[]){2});
+  loom_tensor_t *one_t = test_tensor(LOOM_F32, 0, NULL, (double[]){1});
+  CHECK_OK(loom_graph_constant(g, two_t, &two));
+  CHECK_OK(loom_graph_constant(g, one_t, &one));
+  CHECK_OK(loom_matmul(g, x, w, 0, 0, &xw));
+  CHECK_OK(loom_add(g, xw, b, &h));
+  CHECK_OK(loom_relu(g, h, &r));
+  CHECK_OK(loom_mul(g, r, two, &y));
+  CHECK_OK(loom_slice(g, x, 1, (int64_t[]){0}, (int64_t[]){1}, (int64_t[]){1}, NULL, &first));
+  CHECK_OK(loom_sub(g, y, first, &z));
+  CHECK_OK(loom_sum(g, z, 1, (int64_t[]){1}, 0, &s));
+  CHECK_OK(loom_add(g, *counter, one, &next));
+  CHECK_OK(loom_assign(g, *counter, next));
+  CHECK_OK(loom_graph_output(g, s));
+  CHECK_OK(loom_graph_output(g, z));
+  loom_tensor_destroy(wt);
+  loom_tensor_destroy(bt);
+  loom_tensor_destroy(two_t);
+  loom_tensor_destroy(one_t);
+  return g;
+}
+
+/* Runs e on inputs into fresh outputs (the caller destroys them). */
+static void run_exe(loom_executable_t *e, int n_in, loom_tensor_t **in, int n_out,
+                    loom_tensor_t **out) {
+  for (int i = 0; i < n_out; i++) CHECK_OK(loom_executable_new_output(e, i, &out[i]));
+  CHECK_OK(loom_executable_run(e, n_in, in, n_out, out));
+}
+
+static void check_same(loom_tensor_t *a, loom_tensor_t *b) {
+  CHECK(loom_tensor_numel(a) == loom_tensor_numel(b));
+  for (int64_t i = 0; i < loom_tensor_numel(a); i++)
+    CHECK_NEAR(test_get(a, i), test_get(b, i), 1e-5, 1e-5);
+}
+
+static void compiled_equals_interpreted(loom_compile_options_t *o) {
+  loom_value_t counter;
+  loom_graph_t *g = mixed_graph(&counter);
+  test_seed(7);
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, -2, 2);
+  loom_tensor_t *want[2], *got[2];
+  CHECK_OK(loom_interpret(g, 1, &x, 2, want));
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, o, &e));
+  loom_stats_t before, after;
+  loom_stats_get(&before);
+  for (int run = 0; run < 3; run++) {
+    run_exe(e, 1, &x, 2, got);
+    check_same(got[0], want[0]);
+    check_same(got[1], want[1]);
+    loom_tensor_destroy(got[0]);
+    loom_tensor_destroy(got[1]);
+  }
+  loom_stats_get(&after);
+  CHECK(after.compiles == before.compiles); /* runs never recompile */
+  /* One interpreted run and three compiled runs each added one. */
+  loom_tensor_t *state;
+  CHECK_OK(loom_graph_param_tensor(g, counter, &state));
+  CHECK_NEAR(test_get(state, 0), 4, 0, 0);
+  loom_executable_destroy(e);
+  loom_tensor_destroy(want[0]);
+  loom_tensor_destroy(want[1]);
+  loom_tensor_destroy(x);
+  loom_graph_destroy(g);
+}
+
+static void defaults(void) { compiled_equals_interpreted(NULL); }
+
+static void fusion_off(void) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.fusion = 0;
+  compiled_equals_interpreted(&o);
+}
+
+static void passes_off(void) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.passes = 0;
+  compiled_equals_interpreted(&o);
+}
+
+static void two_threads(void) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = 2;
+  compiled_equals_interpreted(&o);
+}
+
+/* A missing C compiler: one warning, the same results. */
+static void missing_compiler(void) {
+  setenv("LOOM_CC", "/nonexistent/cc", 1);
+  compiled_equals_interpreted(NULL);
+  unsetenv("LOOM_CC");
+}
+
+/* Outputs that are inputs, parameters, or the same value twice. */
+static void outputs_alias(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, p, y;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){3}, &x));
+  loom_tensor_t *pt = test_tensor(LOOM_F32, 1, (int64_t[]){3}, (double[]){7, 8, 9});
+  CHECK_OK(loom_graph_param(g, "p", LOOM_F32, 1, (int64_t[]){3}, pt, &p));
+  CHECK_OK(loom_neg(g, x, &y));
+  CHECK_OK(loom_graph_output(g, x));
+  CHECK_OK(loom_graph_output(g, p));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_tensor(LOOM_F32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  loom_tensor_t *out[4];
+  run_exe(e, 1, &in, 4, out);
+  CHECK_TENSOR(out[0], ((double[]){1, 2, 3}), 3, 0, 0);
+  CHECK_TENSOR(out[1], ((double[]){7, 8, 9}), 3, 0, 0);
+  CHECK_TENSOR(out[2], ((double[]){-1, -2, -3}), 3, 0, 0);
+  CHECK_TENSOR(out[3], ((double[]){-1, -2, -3}), 3, 0, 0);
+  for (int i = 0; i < 4; i++) loom_tensor_destroy(out[i]);
+  loom_executable_destroy(e);
+  loom_tensor_destroy(in);
+  loom_tensor_destroy(pt);
+  loom_graph_destroy(g);
+}
+
+/* A symbolic batch specialized at compile time; a strided input. */
+static void symbols_and_strides(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, y;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n, 2}, &x));
+  CHECK_OK(loom_exp(g, x, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_executable_t *e;
+  CHECK_ERR(loom_compile(g, NULL, &e), LOOM_ERR_INVALID, "symbol 'n'");
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  const char *names[] = {"n"};
+  int64_t values[] = {3};
+  o.n_symbols = 1;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  CHECK_OK(loom_compile(g, &o, &e));
+  /* The transpose of a row-major (2, 3) array, as a strided (3, 2) view. */
+  float data[6] = {0, 1, 2, 3, 4, 5};
+  loom_tensor_t *view;
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 2, (int64_t[]){3, 2}, (int64_t[]){1, 3}, data, &view));
+  loom_tensor_t *out;
+  run_exe(e, 1, &view, 1, &out);
+  double want[6] = {exp(0), exp(3), exp(1), exp(4), exp(2), exp(5)};
+  CHECK_TENSOR(out, want, 6, 1e-6, 1e-6);
+  loom_tensor_destroy(out);
+  loom_tensor_destroy(view);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+static void guard_errors(void) {
+  loom_value_t counter;
+  loom_graph_t *g = mixed_graph(&counter);
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  loom_tensor_t *bad = test_tensor(LOOM_F32, 2, (int64_t[]){4, 4}, (double[16]){0});
+  loom_tensor_t *bad_dtype = test_tensor(LOOM_F64, 2, (int64_t[]){5, 4}, (double[20]){0});
+  loom_tensor_t *outs[2];
+  CHECK_OK(loom_executable_new_output(e, 0, &outs[0]));
+  CHECK_OK(loom_executable_new_output(e, 1, &outs[1]));
+  CHECK_ERR(loom_executable_run(e, 1, &bad, 2, outs), LOOM_ERR_BINDING, "(4, 4)");
+  CHECK_ERR(loom_executable_run(e, 1, &bad_dtype, 2, outs), LOOM_ERR_BINDING, "f64");
+  CHECK_ERR(loom_executable_run(e, 0, NULL, 2, outs), LOOM_ERR_BINDING, "inputs");
+  CHECK_ERR(loom_executable_run(e, 1, &bad, 1, outs), LOOM_ERR_BINDING, "outputs");
+  loom_tensor_t *swapped[2] = {outs[1], outs[0]};
+  loom_tensor_t *x = test_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, (double[20]){0});
+  CHECK_ERR(loom_executable_run(e, 1, &x, 2, swapped), LOOM_ERR_BINDING, "output 0");
+  CHECK_ERR(loom_executable_run(NULL, 1, &x, 2, outs), LOOM_ERR_INVALID, "null");
+  CHECK_ERR(loom_compile(NULL, NULL, &e), LOOM_ERR_INVALID, "null");
+  CHECK_ERR(loom_executable_new_output(e, 2, &x), LOOM_ERR_INVALID, "output 2");
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(bad);
+  loom_tensor_destroy(bad_dtype);
+  loom_tensor_destroy(outs[0]);
+  loom_tensor_destroy(outs[1]);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+/* nonzero's count is data-dependent: the executable interprets. */
+static void data_dependent_falls_back(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, nz, c, s;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){4}, &x));
+  CHECK_OK(loom_nonzero(g, x, &nz));
+  CHECK_OK(loom_cast(g, nz, LOOM_F32, &c));
+  CHECK_OK(loom_sum(g, c, 0, NULL, 0, &s));
+  CHECK_OK(loom_graph_output(g, s));
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  loom_executable_info_t info;
+  CHECK_OK(loom_executable_info(e, &info));
+  CHECK(info.interpreted == 1);
+  loom_tensor_t *in = test_tensor(LOOM_F32, 1, (int64_t[]){4}, (double[]){0, 5, 0, 6});
+  loom_tensor_t *out;
+  run_exe(e, 1, &in, 1, &out);
+  CHECK_TENSOR(out, ((double[]){4}), 1, 0, 0); /* indices 1 and 3 */
+  loom_tensor_destroy(out);
+  loom_tensor_destroy(in);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+int main(void) {
+  char dir[] = "/tmp/loom_compile_XXXXXX";
+  if (mkdtemp(dir)) setenv("LOOM_CACHE_DIR", dir, 1);
+  TEST_RUN(defaults);
+  TEST_RUN(fusion_off);
+  TEST_RUN(passes_off);
+  TEST_RUN(two_threads);
+  TEST_RUN(missing_compiler);
+  TEST_RUN(outputs_alias);
+  TEST_RUN(symbols_and_strides);
+  TEST_RUN(guard_errors);
+  TEST_RUN(data_dependent_falls_back);
+  return test_summary();
+}
