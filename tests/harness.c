@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "ir/ir.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +145,76 @@ loom_tensor_t *test_rand_tensor(loom_dtype_t dtype, int rank,
   return t;
 }
 
+/* The tolerance of compiled code against the reference kernels: generated
+ * f32 code computes in float, the reference in double. */
+static double compiled_atol(loom_dtype_t d, double scale) {
+  switch (d) {
+    case LOOM_F32: return 1e-5 * scale;
+    case LOOM_F64: return 1e-12 * scale;
+    case LOOM_F16: return 2e-3 * scale;
+    case LOOM_BF16: return 1.6e-2 * scale;
+    default: return 0;
+  }
+}
+
+/* Whether a graph writes state (a second run would see new values) or
+ * has data-dependent shapes (which only the interpreter runs). */
+static int skip_compiled(const loom_graph_t *g) {
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == IR_OP_ASSIGN || (ir_ops[g->nodes[i].op].flags & F_DATA_SHAPE))
+      return 1;
+  return 0;
+}
+
+/* Compiles g specialized to the inputs' shapes, runs it, and checks its
+ * output against the interpreter's. Every op test goes through here. */
+static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
+                           const loom_tensor_t *want) {
+  const char *env = getenv("LOOM_TEST_COMPILE");
+  if ((env && !strcmp(env, "0")) || skip_compiled(g)) return;
+  const char *names[LOOM_MAX_RANK * 8];
+  int64_t values[LOOM_MAX_RANK * 8];
+  int n_syms = 0;
+  for (int i = 0; i < n_in && i < (int)g->n_inputs; i++) {
+    const ir_type_t *t = &g->values[g->inputs[i]].type;
+    for (int d = 0; d < t->rank && n_syms < LOOM_MAX_RANK * 8; d++) {
+      const ir_expr_t *x = ir_dim_expr(g, t->dims[d]);
+      if (!x || x->kind != IR_EXPR_SYM) continue;
+      names[n_syms] = x->name;
+      values[n_syms++] = loom_tensor_dim(in[i], d);
+    }
+  }
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.n_symbols = n_syms;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  loom_executable_t *e = NULL;
+  loom_tensor_t *got = NULL;
+  loom_status_t s = loom_compile(g, &o, &e);
+  if (s == LOOM_OK) s = loom_executable_new_output(e, 0, &got);
+  if (s == LOOM_OK) s = loom_executable_run(e, n_in, in, 1, &got);
+  if (s != LOOM_OK) {
+    test_fail(__FILE__, __LINE__, "compiled run: %s: %s", loom_status_name(s),
+              loom_last_error());
+  } else {
+    double scale = 1;
+    for (int64_t i = 0; i < loom_tensor_numel(want); i++)
+      if (isfinite(test_get(want, i)) && fabs(test_get(want, i)) > scale)
+        scale = fabs(test_get(want, i));
+    loom_dtype_t dt = loom_tensor_dtype(want);
+    for (int64_t i = 0; i < loom_tensor_numel(want); i++)
+      if (!near(test_get(got, i), test_get(want, i), compiled_atol(dt, scale), 0)) {
+        test_fail(__FILE__, __LINE__,
+                  "compiled element %lld = %.9g, the interpreter gives %.9g",
+                  (long long)i, test_get(got, i), test_get(want, i));
+        break;
+      }
+  }
+  loom_tensor_destroy(got);
+  loom_executable_destroy(e);
+}
+
 loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
   loom_tensor_t *out = NULL;
   loom_status_t s = loom_interpret(g, n_in, in, 1, &out);
@@ -151,6 +223,7 @@ loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
               loom_last_error());
     return NULL;
   }
+  check_compiled(g, n_in, in, out);
   return out;
 }
 

@@ -72,7 +72,10 @@ loom_tensor_t *test_tensor(loom_dtype_t dtype, int rank, const int64_t *shape,
 double test_get(const loom_tensor_t *t, int64_t i);
 
 /* Runs a graph with one output through the interpreter; NULL on failure
- * (recorded as a test failure). */
+ * (recorded as a test failure). Unless LOOM_TEST_COMPILE=0, the graph is
+ * also compiled for the inputs' shapes and its compiled output checked
+ * against the interpreter's (skipped for graphs that assign state or
+ * have data-dependent shapes). */
 loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in);
 
 #define TEST_RUN(fn)                                                       \
