@@ -1,33 +1,193 @@
-/* Placeholder until the toolchain lands. */
+/* Source in, loaded module out: the cache key, the cache lookup, the
+ * build on a miss and the dlopen. The compiler, the cache's files and
+ * the CPU's features are each in their own file beside this one. */
 #include "backend/cpu/toolchain.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/compiler.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/module_cache.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/sha256.h"
 #include "core/status.h"
 
-loom_status_t cpu_module_build(const char *source, int64_t length,
-                               cpu_module_t **out) {
-  (void)source;
-  (void)length;
+struct cpu_module {
+  void *handle;    /* from dlopen */
+  char *path;      /* the cache entry it was loaded from */
+  bool from_cache; /* loaded without running the compiler */
+};
+
+static atomic_llong cc_invocations, disk_hits, disk_rebuilds;
+
+/* Each part is preceded by its length, so that no two different lists of
+ * parts hash alike. */
+static void hash_part(core_sha256_t *h, const void *data, size_t size) {
+  uint8_t len[8];
+  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)size >> (8 * i));
+  core_sha256_update(h, len, sizeof len);
+  core_sha256_update(h, data, size);
+}
+
+static void module_key(const char *source, size_t length, const char *identity,
+                       char key[CORE_SHA256_HEX]) {
+  const char *flags = cpu_cc_flags(), *features = cpu_features();
+  core_sha256_t h;
+  uint8_t digest[CORE_SHA256_BYTES];
+  core_sha256_init(&h);
+  hash_part(&h, source, length);
+  hash_part(&h, identity, strlen(identity));
+  hash_part(&h, flags, strlen(flags));
+  hash_part(&h, features, strlen(features));
+  core_sha256_final(&h, digest);
+  core_sha256_hex(digest, key);
+}
+
+static loom_status_t file_path(char out[PATH_MAX], const char *dir, const char *name,
+                               const char *ext) {
+  int n = snprintf(out, PATH_MAX, "%s/%s%s", dir, name, ext);
+  if (n < 0 || n >= PATH_MAX)
+    return loom_fail(LOOM_ERR_IO, "module cache: path too long in '%s'", dir);
+  return LOOM_OK;
+}
+
+static loom_status_t write_file(const char *path, const char *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  bool ok = f && fwrite(data, 1, size, f) == size;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok) return loom_fail(LOOM_ERR_IO, "module cache: cannot write '%s'", path);
+  return LOOM_OK;
+}
+
+/* Compiles in a private directory under fixed names (so that the
+ * object's bytes do not depend on the directory, and a concurrent build
+ * of the same key writes the same file), seals the object, and renames
+ * it over the entry. */
+static loom_status_t build_in(const char *scratch, const char *dir, const char *key,
+                              const char *cc, const char *source, size_t length,
+                              const char *entry) {
+  char src[PATH_MAX], obj[PATH_MAX], kept_src[PATH_MAX];
+  LOOM_TRY(file_path(src, scratch, "module", ".c"));
+  LOOM_TRY(file_path(obj, scratch, "module", ".so"));
+  LOOM_TRY(file_path(kept_src, dir, key, ".c"));
+  LOOM_TRY(write_file(src, source, length));
+  atomic_fetch_add(&cc_invocations, 1);
+  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so"));
+  LOOM_TRY(cpu_cache_seal(obj));
+  LOOM_TRY(cpu_cache_publish(obj, entry, dir));
+  /* The source beside the entry is for readers; losing it is harmless. */
+  rename(src, kept_src);
+  return LOOM_OK;
+}
+
+static loom_status_t build_entry(const char *dir, const char *key, const char *cc,
+                                 const char *source, size_t length, const char *entry) {
+  char scratch[PATH_MAX];
+  LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
+  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry);
+  cpu_cache_remove_tree(scratch);
+  return status;
+}
+
+static loom_status_t new_module(void *handle, const char *path, bool from_cache,
+                                cpu_module_t **out) {
+  cpu_module_t *m = core_calloc(1, sizeof *m);
+  char *copy = core_strdup(path);
+  if (!m || !copy) {
+    core_free(m);
+    core_free(copy);
+    dlclose(handle);
+    return loom_fail(LOOM_ERR_NOMEM, "cpu_module_build: out of memory");
+  }
+  *m = (cpu_module_t){.handle = handle, .path = copy, .from_cache = from_cache};
+  *out = m;
+  return LOOM_OK;
+}
+
+/* The entry, verified and loaded; NULL when it cannot be, with *state
+ * and *why saying why. */
+static void *load_cached(const char *entry, cpu_entry_state_t *state, const char **why) {
+  *state = cpu_cache_check(entry, why);
+  if (*state != CPU_ENTRY_OK) return NULL;
+  void *handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    *state = CPU_ENTRY_BAD;
+    *why = "the dynamic loader refused it";
+  }
+  return handle;
+}
+
+/* Counts and logs a lookup that did not load: a miss or a rebuild. */
+static void note_build(cpu_entry_state_t state, const char *key, const char *entry,
+                       const char *why) {
+  if (state == CPU_ENTRY_MISSING) {
+    core_log(LOG_CACHE, "miss %.12s %s", key, entry);
+    return;
+  }
+  atomic_fetch_add(&disk_rebuilds, 1);
+  core_log(LOG_CACHE, "rebuild %.12s %s: %s", key, entry, why);
+}
+
+loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t **out) {
+  LOOM_CHECK_ARG(out);
   *out = NULL;
-  return loom_fail(LOOM_ERR_UNSUPPORTED, "the CPU toolchain is not built yet");
+  LOOM_CHECK_ARG(source);
+  if (length < 0)
+    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: negative length %lld",
+                     (long long)length);
+  const char *cc = getenv("LOOM_CC");
+  if (!cc || !*cc) cc = "cc";
+  char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
+  LOOM_TRY(cpu_cache_dir(dir, sizeof dir));
+  LOOM_TRY(cpu_cc_identity(cc, identity, sizeof identity));
+  module_key(source, (size_t)length, identity, key);
+  LOOM_TRY(file_path(entry, dir, key, ".so"));
+
+  cpu_entry_state_t state;
+  const char *why;
+  void *handle = load_cached(entry, &state, &why);
+  if (handle) {
+    atomic_fetch_add(&disk_hits, 1);
+    core_log(LOG_CACHE, "hit %.12s %s", key, entry);
+    return new_module(handle, entry, true, out);
+  }
+  note_build(state, key, entry, why);
+  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry));
+  handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "cannot load the compiled module '%s': %s", entry,
+                     dlerror());
+  return new_module(handle, entry, false, out);
 }
 
 void *cpu_module_symbol(const cpu_module_t *m, const char *name) {
-  (void)m;
-  (void)name;
-  return NULL;
+  return m && name ? dlsym(m->handle, name) : NULL;
 }
 
-const char *cpu_module_path(const cpu_module_t *m) {
-  (void)m;
-  return "";
-}
+const char *cpu_module_path(const cpu_module_t *m) { return m ? m->path : ""; }
 
-bool cpu_module_from_cache(const cpu_module_t *m) {
-  (void)m;
-  return false;
-}
+bool cpu_module_from_cache(const cpu_module_t *m) { return m && m->from_cache; }
 
-void cpu_module_release(cpu_module_t *m) { (void)m; }
+void cpu_module_release(cpu_module_t *m) {
+  if (!m) return;
+  dlclose(m->handle);
+  core_free(m->path);
+  core_free(m);
+}
 
 void cpu_toolchain_stats(cpu_toolchain_stats_t *out) {
-  *out = (cpu_toolchain_stats_t){0};
+  if (!out) return;
+  *out = (cpu_toolchain_stats_t){
+      .cc_invocations = atomic_load(&cc_invocations),
+      .disk_hits = atomic_load(&disk_hits),
+      .disk_rebuilds = atomic_load(&disk_rebuilds),
+  };
 }

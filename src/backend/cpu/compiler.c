@@ -1,0 +1,280 @@
+#include "backend/cpu/compiler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+
+extern char **environ;
+
+static const char *const flags[] = {"-O3", "-march=native", "-fPIC",
+                                    "-shared", "-std=c11", "-w"};
+enum { N_FLAGS = sizeof flags / sizeof flags[0], MAX_WORDS = 32 };
+
+static char flags_text[256];
+static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
+
+/* Joined from the table, so that the cache key always names the flags
+ * that are really passed. */
+static void join_flags(void) {
+  size_t used = 0;
+  for (int i = 0; i < N_FLAGS; i++)
+    used += (size_t)snprintf(flags_text + used, sizeof flags_text - used, "%s ", flags[i]);
+  snprintf(flags_text + used, sizeof flags_text - used, "-lm");
+}
+
+const char *cpu_cc_flags(void) {
+  pthread_once(&flags_once, join_flags);
+  return flags_text;
+}
+
+/* LOOM_CC split at spaces, into storage (which the words point into). */
+typedef struct cc_words {
+  char storage[1024];
+  char *word[MAX_WORDS];
+  int n;
+} cc_words_t;
+
+static loom_status_t split_cc(const char *cc, cc_words_t *w) {
+  if (snprintf(w->storage, sizeof w->storage, "%s", cc) >= (int)sizeof w->storage)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%.60s...': LOOM_CC is too long", cc);
+  w->n = 0;
+  for (char *save = NULL, *t = strtok_r(w->storage, " \t", &save); t;
+       t = strtok_r(NULL, " \t", &save)) {
+    if (w->n == MAX_WORDS)
+      return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s': too many words in LOOM_CC", cc);
+    w->word[w->n++] = t;
+  }
+  if (w->n == 0) return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s': LOOM_CC is empty", cc);
+  return LOOM_OK;
+}
+
+static bool is_executable_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* The program's absolute, symlink-free path: a name without a slash is
+ * looked up in PATH, as the shell would. */
+static bool resolve_program(const char *name, char resolved[PATH_MAX]) {
+  if (strchr(name, '/'))
+    return is_executable_file(name) && realpath(name, resolved) != NULL;
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path) {
+    size_t len = strcspn(path, ":");
+    char candidate[PATH_MAX];
+    int n = snprintf(candidate, sizeof candidate, "%.*s/%s", (int)len, len ? path : ".", name);
+    if (n > 0 && n < (int)sizeof candidate && is_executable_file(candidate) &&
+        realpath(candidate, resolved))
+      return true;
+    path += len + (path[len] == ':');
+  }
+  return false;
+}
+
+/* What a child printed (stdout and stderr together), and how it ended. */
+typedef struct child_result {
+  char output[8192]; /* the first bytes printed; the rest is read and dropped */
+  size_t size;
+  int wait_status;
+} child_result_t;
+
+static void read_all(int fd, child_result_t *r) {
+  char chunk[4096];
+  r->size = 0;
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    size_t keep = sizeof r->output - 1 - r->size;
+    if ((size_t)n < keep) keep = (size_t)n;
+    memcpy(r->output + r->size, chunk, keep);
+    r->size += keep;
+  }
+  r->output[r->size] = '\0';
+}
+
+/* Runs argv[0] (an absolute path) in work_dir (NULL: this one) with its
+ * output captured; returns 0 or the errno that kept it from starting. */
+static int run_child(char *const argv[], const char *work_dir, child_result_t *r) {
+  int pipe_fd[2];
+  /* Close-on-exec, so that children spawned by other threads do not
+   * inherit the write end and hold the pipe open. */
+  if (pipe2(pipe_fd, O_CLOEXEC) != 0) return errno;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], 2);
+  if (work_dir) posix_spawn_file_actions_addchdir_np(&actions, work_dir);
+  pid_t pid;
+  int err = posix_spawn(&pid, argv[0], &actions, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fd[1]);
+  if (err == 0) read_all(pipe_fd[0], r);
+  close(pipe_fd[0]);
+  if (err != 0) return err;
+  while (waitpid(pid, &r->wait_status, 0) < 0)
+    if (errno != EINTR) return errno;
+  return 0;
+}
+
+/* The first lines of a child's output, for an error message. */
+static void first_lines(const char *text, int max_lines, char *out, size_t cap) {
+  size_t end = 0;
+  for (int line = 0; text[end] && line < max_lines; line++) {
+    end += strcspn(text + end, "\n");
+    if (text[end] == '\n') end++;
+  }
+  while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
+  snprintf(out, cap, "%.*s", (int)end, text);
+}
+
+/* ---- identity, memoized per value of LOOM_CC ---- */
+
+typedef struct identity_entry {
+  struct identity_entry *next;
+  char *cc;
+  char *identity;
+} identity_entry_t;
+
+static identity_entry_t *identities;
+static pthread_mutex_t identities_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool lookup_identity(const char *cc, char *out, size_t cap) {
+  bool found = false;
+  pthread_mutex_lock(&identities_lock);
+  for (identity_entry_t *e = identities; e && !found; e = e->next)
+    if (!strcmp(e->cc, cc)) {
+      snprintf(out, cap, "%s", e->identity);
+      found = true;
+    }
+  pthread_mutex_unlock(&identities_lock);
+  return found;
+}
+
+/* Entries live until the process ends: one per compiler tried. */
+static void remember_identity(const char *cc, const char *identity) {
+  identity_entry_t *e = core_calloc(1, sizeof *e);
+  char *cc_copy = core_strdup(cc), *identity_copy = core_strdup(identity);
+  if (!e || !cc_copy || !identity_copy) {
+    core_free(e);
+    core_free(cc_copy);
+    core_free(identity_copy);
+    return;
+  }
+  e->cc = cc_copy;
+  e->identity = identity_copy;
+  pthread_mutex_lock(&identities_lock);
+  e->next = identities;
+  identities = e;
+  pthread_mutex_unlock(&identities_lock);
+}
+
+static loom_status_t compute_identity(const char *cc, char *out, size_t cap) {
+  cc_words_t w;
+  char resolved[PATH_MAX];
+  LOOM_TRY(split_cc(cc, &w));
+  if (!resolve_program(w.word[0], resolved))
+    return loom_fail(LOOM_ERR_UNSUPPORTED,
+                     "C compiler '%s' was not found (set LOOM_CC to a C compiler)", cc);
+  char *argv[] = {resolved, "--version", NULL};
+  child_result_t *r = core_malloc(sizeof *r);
+  if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
+  char version[512] = "";
+  /* A compiler that cannot say its version still gets an identity (its
+   * path); if it is broken, the compile itself reports why. */
+  if (run_child(argv, NULL, r) == 0) first_lines(r->output, 1, version, sizeof version);
+  core_free(r);
+  int n = snprintf(out, cap, "%s", resolved);
+  for (int i = 1; i < w.n && n >= 0 && (size_t)n < cap; i++)
+    n += snprintf(out + n, cap - (size_t)n, " %s", w.word[i]);
+  if (n >= 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "\n%s", version);
+  return LOOM_OK;
+}
+
+loom_status_t cpu_cc_identity(const char *cc, char *out, size_t cap) {
+  if (lookup_identity(cc, out, cap)) return LOOM_OK;
+  LOOM_TRY(compute_identity(cc, out, cap));
+  remember_identity(cc, out);
+  return LOOM_OK;
+}
+
+/* ---- compiling ---- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void join_words(char *const argv[], char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int i = 0; argv[i] && used + 1 < cap; i++) {
+    int n = snprintf(out + used, cap - used, "%s%s", i ? " " : "", argv[i]);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+}
+
+static loom_status_t compile_failure(const char *cc, int err, const child_result_t *r) {
+  char lines[600];
+  if (err != 0)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' could not be run: %s", cc,
+                     strerror(err));
+  first_lines(r->output, 8, lines, sizeof lines);
+  if (WIFSIGNALED(r->wait_status))
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was killed by signal %d: %s",
+                     cc, WTERMSIG(r->wait_status), lines);
+  return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' failed (exit status %d): %s", cc,
+                   WEXITSTATUS(r->wait_status), lines[0] ? lines : "(no output)");
+}
+
+loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *src,
+                             const char *so) {
+  cc_words_t w;
+  char resolved[PATH_MAX];
+  LOOM_TRY(split_cc(cc, &w));
+  if (!resolve_program(w.word[0], resolved))
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was not found", cc);
+  char *argv[MAX_WORDS + N_FLAGS + 6];
+  int n = 0;
+  argv[n++] = resolved;
+  for (int i = 1; i < w.n; i++) argv[n++] = w.word[i];
+  for (int i = 0; i < N_FLAGS; i++) argv[n++] = (char *)flags[i];
+  argv[n++] = "-o";
+  argv[n++] = (char *)so;
+  argv[n++] = (char *)src;
+  argv[n++] = "-lm";
+  argv[n] = NULL;
+
+  child_result_t *r = core_malloc(sizeof *r);
+  if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
+  double start = now_ms();
+  int err = run_child(argv, work_dir, r);
+  bool ok = err == 0 && WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0;
+  if (core_log_enabled(LOG_COMPILE)) {
+    char line[1500];
+    join_words(argv, line, sizeof line);
+    core_log(LOG_COMPILE, "in %s: %s (%.1f ms%s)", work_dir, line, now_ms() - start,
+             ok ? "" : ", failed");
+  }
+  loom_status_t status = ok ? LOOM_OK : compile_failure(cc, err, r);
+  core_free(r);
+  return status;
+}

@@ -1,0 +1,216 @@
+#include "backend/cpu/module_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/status.h"
+
+#define TRAILER_PREFIX "\nloom-sha256:"
+enum {
+  PREFIX_LEN = sizeof TRAILER_PREFIX - 1,
+  TRAILER_LEN = PREFIX_LEN + 64 + 1, /* prefix, hex digest, newline */
+};
+
+/* ---- the directory ---- */
+
+static bool usable_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0;
+}
+
+/* mkdir -p, creating missing components with mode 0700. */
+static bool make_dirs(const char *path) {
+  if (usable_dir(path)) return true;
+  char partial[PATH_MAX];
+  size_t len = strlen(path);
+  if (len == 0 || len >= sizeof partial) return false;
+  memcpy(partial, path, len + 1);
+  for (char *p = partial + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(partial, 0700) != 0 && errno != EEXIST) return false;
+    *p = '/';
+  }
+  if (mkdir(partial, 0700) != 0 && errno != EEXIST) return false;
+  return usable_dir(partial);
+}
+
+/* The configured directory, or false when no variable names one. */
+static bool configured_dir(char *out, size_t cap) {
+  const char *dir = getenv("LOOM_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  int n;
+  if (dir && *dir)
+    n = snprintf(out, cap, "%s", dir);
+  else if (xdg && *xdg)
+    n = snprintf(out, cap, "%s/loom", xdg);
+  else if (home && *home)
+    n = snprintf(out, cap, "%s/.cache/loom", home);
+  else
+    return false;
+  return n > 0 && (size_t)n < cap;
+}
+
+static char fallback[PATH_MAX];
+static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
+
+static void remove_fallback(void) { cpu_cache_remove_tree(fallback); }
+
+static void make_fallback(void) {
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  int n = snprintf(fallback, sizeof fallback, "%s/loom-cache-%ld-XXXXXX", tmp, (long)getpid());
+  if (n <= 0 || (size_t)n >= sizeof fallback || !mkdtemp(fallback)) {
+    fallback[0] = '\0';
+    return;
+  }
+  atexit(remove_fallback);
+}
+
+static loom_status_t use_fallback(const char *wanted, char *out, size_t cap) {
+  static atomic_bool warned;
+  pthread_once(&fallback_once, make_fallback);
+  if (!fallback[0])
+    return loom_fail(LOOM_ERR_IO, "module cache: cannot create '%s' nor a temporary directory",
+                     wanted);
+  if (!atomic_exchange(&warned, true))
+    core_warn("cannot use the module cache directory '%s'; compiled modules go to '%s' for "
+              "this process only (set LOOM_CACHE_DIR)",
+              wanted, fallback);
+  snprintf(out, cap, "%s", fallback);
+  return LOOM_OK;
+}
+
+loom_status_t cpu_cache_dir(char *out, size_t cap) {
+  char wanted[PATH_MAX], absolute[PATH_MAX];
+  if (!configured_dir(wanted, sizeof wanted))
+    return use_fallback("(none: LOOM_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)", out, cap);
+  if (!make_dirs(wanted) || !realpath(wanted, absolute) || strlen(absolute) >= cap)
+    return use_fallback(wanted, out, cap);
+  memcpy(out, absolute, strlen(absolute) + 1);
+  return LOOM_OK;
+}
+
+/* ---- entries ---- */
+
+/* Hashes the first n bytes of fd into hex. */
+static bool hash_prefix(int fd, off_t n, char hex[CORE_SHA256_HEX]) {
+  core_sha256_t h;
+  uint8_t digest[CORE_SHA256_BYTES], chunk[65536];
+  core_sha256_init(&h);
+  for (off_t done = 0; done < n;) {
+    size_t want = n - done < (off_t)sizeof chunk ? (size_t)(n - done) : sizeof chunk;
+    ssize_t got = pread(fd, chunk, want, done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    core_sha256_update(&h, chunk, (size_t)got);
+    done += got;
+  }
+  core_sha256_final(&h, digest);
+  core_sha256_hex(digest, hex);
+  return true;
+}
+
+/* Why the open entry fd must not be loaded, or NULL when its checksum
+ * matches its contents. */
+static const char *entry_defect(int fd) {
+  struct stat st;
+  char trailer[TRAILER_LEN], hex[CORE_SHA256_HEX];
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
+  if (st.st_size < TRAILER_LEN) return "too short to hold its checksum";
+  off_t body = st.st_size - TRAILER_LEN;
+  if (pread(fd, trailer, TRAILER_LEN, body) != TRAILER_LEN ||
+      memcmp(trailer, TRAILER_PREFIX, PREFIX_LEN) != 0 || trailer[TRAILER_LEN - 1] != '\n')
+    return "no checksum (truncated?)";
+  if (!hash_prefix(fd, body, hex)) return "unreadable";
+  if (memcmp(hex, trailer + PREFIX_LEN, 64) != 0) return "checksum mismatch (corrupt)";
+  return NULL;
+}
+
+cpu_entry_state_t cpu_cache_check(const char *path, const char **why) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ENOENT ? "missing" : "cannot be opened";
+    return errno == ENOENT ? CPU_ENTRY_MISSING : CPU_ENTRY_BAD;
+  }
+  const char *defect = entry_defect(fd);
+  close(fd);
+  *why = defect ? defect : "";
+  return defect ? CPU_ENTRY_BAD : CPU_ENTRY_OK;
+}
+
+static bool write_all(int fd, const char *data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= (size_t)n;
+  }
+  return true;
+}
+
+loom_status_t cpu_cache_seal(const char *path) {
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  char trailer[TRAILER_LEN + 1];
+  bool ok = fd >= 0 && fstat(fd, &st) == 0;
+  ok = ok && hash_prefix(fd, st.st_size, trailer + PREFIX_LEN);
+  if (ok) {
+    memcpy(trailer, TRAILER_PREFIX, PREFIX_LEN);
+    trailer[TRAILER_LEN - 1] = '\n';
+    ok = lseek(fd, 0, SEEK_END) >= 0 && write_all(fd, trailer, TRAILER_LEN) && fsync(fd) == 0;
+  }
+  int err = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) return loom_fail(LOOM_ERR_IO, "module cache: cannot seal '%s': %s", path, strerror(err));
+  return LOOM_OK;
+}
+
+loom_status_t cpu_cache_publish(const char *from, const char *to, const char *dir) {
+  if (rename(from, to) != 0)
+    return loom_fail(LOOM_ERR_IO, "module cache: cannot move '%s' to '%s': %s", from, to,
+                     strerror(errno));
+  /* The rename itself reaches the disk only when the directory does. */
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  return LOOM_OK;
+}
+
+loom_status_t cpu_cache_scratch(const char *dir, char *out, size_t cap) {
+  static atomic_long counter;
+  int n = snprintf(out, cap, "%s/tmp-%ld-%ld-XXXXXX", dir, (long)getpid(),
+                   atomic_fetch_add(&counter, 1));
+  if (n <= 0 || (size_t)n >= cap) return loom_fail(LOOM_ERR_IO, "module cache: path too long");
+  if (!mkdtemp(out))
+    return loom_fail(LOOM_ERR_IO, "module cache: cannot create a directory in '%s': %s", dir,
+                     strerror(errno));
+  return LOOM_OK;
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)type;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void cpu_cache_remove_tree(const char *path) {
+  if (path && path[0]) nftw(path, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+}
