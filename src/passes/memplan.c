@@ -1,22 +1,322 @@
-/* Placeholder until memory planning lands: every buffer on its own. */
+/* Memory planning: offsets for the buffers that cross fusion groups, in
+ * one 64-byte-aligned arena.
+ *
+ * First, in-place requests are chained: a chain is a run of buffers each
+ * written over the one before, so all of them share one offset. Then the
+ * chains are placed one at a time, each in the gap that wastes the fewest
+ * bytes among the buffers already placed that are live at the same time
+ * (best fit over live intervals, the idea of TFLite's "greedy by size").
+ * The result depends on the order chains are placed in, so a few orders
+ * are tried and the smallest arena kept. */
+#include <stdlib.h>
+
 #include "core/alloc.h"
 #include "core/status.h"
 #include "passes/memplan.h"
 
-loom_status_t mem_plan_build(const mem_request_t *r, int n, mem_plan_t *out) {
-  out->offsets = core_calloc((size_t)(n ? n : 1), sizeof *out->offsets);
-  if (!out->offsets) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
-  int64_t at = 0;
+#define MEM_ALIGN 64
+/* Keeps sums of aligned sizes far from overflow. */
+#define MEM_MAX_BYTES ((int64_t)1 << 52)
+
+/* A placed buffer that the chain being placed must keep clear of: its
+ * bytes [lo, hi), the most bytes a chain member live beside it needs, and
+ * the highest offset at which the chain still fits below it and every
+ * conflict above it. */
+typedef struct mem_conflict {
+  int64_t lo, hi, need, room;
+} mem_conflict_t;
+
+/* A sort key for placement orders: major, then minor descending, then id. */
+typedef struct mem_key {
+  int64_t major, minor;
+  int32_t id;
+} mem_key_t;
+
+typedef struct mem_planner {
+  const mem_request_t *r;
+  int n;
+  int64_t *size;         /* aligned bytes per request */
+  int32_t *took;         /* the request whose offset i took in place, or -1 */
+  int32_t *gave;         /* the request that took i's offset, or -1 */
+  int32_t *placed;       /* requests placed so far, in placement order */
+  int n_placed;
+  mem_conflict_t *conflicts;
+  mem_key_t *keys;       /* one per chain */
+  int n_chains;
+  int64_t *offsets;      /* scratch: one placement order's offsets */
+} mem_planner_t;
+
+typedef enum mem_order {
+  MEM_ORDER_SIZE,  /* biggest first: big buffers shape the arena */
+  MEM_ORDER_SPAN,  /* longest-lived first: they block the most gaps */
+  MEM_ORDER_FIRST, /* in schedule order, like a linear scan */
+  MEM_ORDER_AREA,  /* biggest bytes x steps first: often the best when
+                      sizes and lifetimes both vary */
+  MEM_ORDER_COUNT,
+} mem_order_t;
+
+static int64_t align_up(int64_t bytes) {
+  return (bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
+}
+
+static bool live_together(const mem_request_t *a, const mem_request_t *b) {
+  return a->first <= b->last && b->first <= a->last;
+}
+
+static loom_status_t check_requests(const mem_request_t *r, int n) {
+  int64_t total = 0;
   for (int i = 0; i < n; i++) {
-    out->offsets[i] = at;
-    at += (r[i].bytes + 63) / 64 * 64;
+    if (r[i].bytes < 0 || r[i].bytes > MEM_MAX_BYTES)
+      return loom_fail(LOOM_ERR_INVALID,
+                       "memory plan: request %d has %lld bytes", i,
+                       (long long)r[i].bytes);
+    if (r[i].first < 0 || r[i].first > r[i].last)
+      return loom_fail(LOOM_ERR_INVALID,
+                       "memory plan: request %d has live interval [%d, %d]",
+                       i, (int)r[i].first, (int)r[i].last);
+    if (r[i].inplace_of < -1 || r[i].inplace_of >= n || r[i].inplace_of == i)
+      return loom_fail(LOOM_ERR_INVALID,
+                       "memory plan: request %d is in place of %d (of %d)", i,
+                       (int)r[i].inplace_of, n);
+    total += align_up(r[i].bytes);
+    if (total > MEM_MAX_BYTES)
+      return loom_fail(LOOM_ERR_INVALID,
+                       "memory plan: requests total more than %lld bytes",
+                       (long long)MEM_MAX_BYTES);
   }
-  out->arena_bytes = out->naive_bytes = out->lower_bound_bytes = at;
-  out->n_inplace = 0;
   return LOOM_OK;
 }
 
+/* ---- In-place chains ---------------------------------------------------- */
+
+/* Whether i may take j's offset. A request in the middle of a chain must
+ * live more than one step: two handovers at one step would leave j's
+ * source and i sharing bytes while both are live. */
+static bool can_take(const mem_planner_t *p, int i, int j) {
+  const mem_request_t *r = p->r;
+  if (j < 0 || p->gave[j] >= 0) return false;
+  if (r[j].last != r[i].first || r[i].bytes > r[j].bytes) return false;
+  if (p->took[j] >= 0 && r[j].first == r[j].last) return false;
+  if (p->gave[i] >= 0 && r[i].first == r[i].last) return false;
+  for (int k = j; k >= 0; k = p->took[k])
+    if (k == i) return false;
+  return true;
+}
+
+static int link_chains(mem_planner_t *p) {
+  int n_inplace = 0;
+  for (int i = 0; i < p->n; i++) {
+    int j = p->r[i].inplace_of;
+    if (!can_take(p, i, j)) continue;
+    p->took[i] = j;
+    p->gave[j] = i;
+    n_inplace++;
+  }
+  return n_inplace;
+}
+
+/* ---- Lower bound -------------------------------------------------------- */
+
+typedef struct mem_event {
+  int64_t step, delta;
+} mem_event_t;
+
+static int event_cmp(const void *a, const void *b) {
+  const mem_event_t *x = a, *y = b;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+/* The most bytes live at one step; a taken-over buffer and the one that
+ * took it count once at their handover step. */
+static loom_status_t lower_bound(const mem_planner_t *p, int64_t *out) {
+  mem_event_t *ev = core_malloc(sizeof *ev * (size_t)(4 * p->n + 1));
+  if (!ev) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
+  int k = 0;
+  for (int i = 0; i < p->n; i++) {
+    ev[k++] = (mem_event_t){p->r[i].first, p->size[i]};
+    ev[k++] = (mem_event_t){(int64_t)p->r[i].last + 1, -p->size[i]};
+    if (p->took[i] < 0) continue;
+    ev[k++] = (mem_event_t){p->r[i].first, -p->size[i]};
+    ev[k++] = (mem_event_t){(int64_t)p->r[i].first + 1, p->size[i]};
+  }
+  qsort(ev, (size_t)k, sizeof *ev, event_cmp);
+  int64_t live = 0, most = 0;
+  for (int e = 0; e < k; e++) {
+    live += ev[e].delta;
+    if (e + 1 == k || ev[e + 1].step != ev[e].step) most = live > most ? live : most;
+  }
+  core_free(ev);
+  *out = most;
+  return LOOM_OK;
+}
+
+/* ---- Placement ---------------------------------------------------------- */
+
+static int key_cmp(const void *a, const void *b) {
+  const mem_key_t *x = a, *y = b;
+  if (x->major != y->major) return x->major < y->major ? 1 : -1;
+  if (x->minor != y->minor) return x->minor < y->minor ? 1 : -1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+static int conflict_cmp(const void *a, const void *b) {
+  const mem_conflict_t *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+static int chain_tail(const mem_planner_t *p, int root) {
+  int m = root;
+  while (p->gave[m] >= 0) m = p->gave[m];
+  return m;
+}
+
+static void sort_chains(mem_planner_t *p, mem_order_t order) {
+  p->n_chains = 0;
+  for (int i = 0; i < p->n; i++) {
+    if (p->took[i] >= 0) continue;
+    int64_t first = p->r[i].first, last = p->r[chain_tail(p, i)].last;
+    int64_t size = p->size[i], span = last - first + 1;
+    mem_key_t k = {size, span, i};
+    if (order == MEM_ORDER_SPAN) k = (mem_key_t){span, size, i};
+    if (order == MEM_ORDER_FIRST) k = (mem_key_t){-first, size, i};
+    if (order == MEM_ORDER_AREA)
+      k = (mem_key_t){size > INT64_MAX / span ? INT64_MAX : size * span, size, i};
+    p->keys[p->n_chains++] = k;
+  }
+  qsort(p->keys, (size_t)p->n_chains, sizeof *p->keys, key_cmp);
+}
+
+/* The placed buffers live beside some member of the chain at root,
+ * sorted by offset. */
+static int collect_conflicts(mem_planner_t *p, int root) {
+  mem_request_t span = p->r[root];
+  span.last = p->r[chain_tail(p, root)].last;
+  int k = 0;
+  for (int q = 0; q < p->n_placed; q++) {
+    int b = p->placed[q];
+    if (p->size[b] == 0 || !live_together(&p->r[b], &span)) continue;
+    int64_t need = 0;
+    for (int m = root; m >= 0; m = p->gave[m])
+      if (live_together(&p->r[b], &p->r[m]) && p->size[m] > need) need = p->size[m];
+    if (need > 0)
+      p->conflicts[k++] = (mem_conflict_t){p->offsets[b], p->offsets[b] + p->size[b], need, 0};
+  }
+  qsort(p->conflicts, (size_t)k, sizeof *p->conflicts, conflict_cmp);
+  return k;
+}
+
+/* Best fit: sweeping the conflicts by offset, each gap below the next one
+ * is a candidate; the chain fits at `at` when at <= room. The top of the
+ * highest conflict always fits. */
+static int64_t best_offset(mem_conflict_t *c, int k, int64_t size) {
+  for (int q = k - 1; q >= 0; q--) {
+    c[q].room = c[q].lo - c[q].need;
+    if (q + 1 < k && c[q + 1].room < c[q].room) c[q].room = c[q + 1].room;
+  }
+  int64_t at = 0, best = -1, best_waste = INT64_MAX;
+  for (int q = 0; q < k; q++) {
+    int64_t waste = c[q].lo - at - size;
+    if (c[q].lo >= at && c[q].room >= at && waste < best_waste) {
+      best = at;
+      best_waste = waste;
+    }
+    if (c[q].hi > at) at = c[q].hi;
+  }
+  return best >= 0 ? best : at;
+}
+
+static void place_chain(mem_planner_t *p, int root) {
+  int k = collect_conflicts(p, root);
+  int64_t at = p->size[root] == 0 ? 0 : best_offset(p->conflicts, k, p->size[root]);
+  for (int m = root; m >= 0; m = p->gave[m]) {
+    p->offsets[m] = at;
+    p->placed[p->n_placed++] = m;
+  }
+}
+
+static int64_t place_all(mem_planner_t *p, mem_order_t order) {
+  sort_chains(p, order);
+  p->n_placed = 0;
+  for (int c = 0; c < p->n_chains; c++) place_chain(p, p->keys[c].id);
+  int64_t arena = 0;
+  for (int i = 0; i < p->n; i++)
+    if (p->offsets[i] + p->size[i] > arena) arena = p->offsets[i] + p->size[i];
+  return arena;
+}
+
+/* ---- Entry points ------------------------------------------------------- */
+
+static void planner_free(mem_planner_t *p) {
+  core_free(p->size);
+  core_free(p->took);
+  core_free(p->gave);
+  core_free(p->placed);
+  core_free(p->conflicts);
+  core_free(p->keys);
+  core_free(p->offsets);
+}
+
+static loom_status_t planner_init(mem_planner_t *p, const mem_request_t *r, int n) {
+  size_t m = (size_t)(n ? n : 1);
+  *p = (mem_planner_t){.r = r, .n = n};
+  p->size = core_malloc(m * sizeof *p->size);
+  p->took = core_malloc(m * sizeof *p->took);
+  p->gave = core_malloc(m * sizeof *p->gave);
+  p->placed = core_malloc(m * sizeof *p->placed);
+  p->conflicts = core_malloc(m * sizeof *p->conflicts);
+  p->keys = core_malloc(m * sizeof *p->keys);
+  p->offsets = core_malloc(m * sizeof *p->offsets);
+  if (!p->size || !p->took || !p->gave || !p->placed || !p->conflicts ||
+      !p->keys || !p->offsets) {
+    planner_free(p);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
+  }
+  for (int i = 0; i < n; i++) {
+    p->size[i] = align_up(r[i].bytes);
+    p->took[i] = p->gave[i] = -1;
+  }
+  return LOOM_OK;
+}
+
+static void keep_best(mem_planner_t *p, mem_plan_t *out) {
+  out->arena_bytes = INT64_MAX;
+  for (int o = 0; o < MEM_ORDER_COUNT; o++) {
+    int64_t arena = place_all(p, (mem_order_t)o);
+    if (arena >= out->arena_bytes) continue;
+    out->arena_bytes = arena;
+    for (int i = 0; i < p->n; i++) out->offsets[i] = p->offsets[i];
+  }
+}
+
+loom_status_t mem_plan_build(const mem_request_t *requests, int n,
+                             mem_plan_t *out) {
+  LOOM_CHECK_ARG(out);
+  *out = (mem_plan_t){0};
+  if (n < 0 || (n > 0 && !requests))
+    return loom_fail(LOOM_ERR_INVALID, "memory plan: %d requests at %p", n,
+                     (const void *)requests);
+  LOOM_TRY(check_requests(requests, n));
+  mem_planner_t p;
+  LOOM_TRY(planner_init(&p, requests, n));
+  out->offsets = core_calloc((size_t)(n ? n : 1), sizeof *out->offsets);
+  loom_status_t s = out->offsets
+                        ? LOOM_OK
+                        : loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
+  if (s == LOOM_OK) {
+    out->n_inplace = link_chains(&p);
+    s = lower_bound(&p, &out->lower_bound_bytes);
+  }
+  if (s == LOOM_OK) {
+    for (int i = 0; i < n; i++) out->naive_bytes += p.size[i];
+    keep_best(&p, out);
+  }
+  planner_free(&p);
+  if (s != LOOM_OK) mem_plan_free(out);
+  return s;
+}
+
 void mem_plan_free(mem_plan_t *plan) {
+  if (!plan) return;
   core_free(plan->offsets);
   plan->offsets = NULL;
 }

@@ -1,10 +1,377 @@
-/* Placeholder until scheduling lands: the plan's own order. */
+/* Scheduling: the order the fusion groups run in, chosen to keep the
+ * bytes live at once low.
+ *
+ * A buffer is live from the group that writes it to the last group that
+ * reads it. Greedy list schedules pick, among the groups whose inputs are
+ * ready, the best by a priority; since no single priority wins on every
+ * graph, each candidate order (the plan's own, and one per priority) is
+ * simulated and the one with the lowest peak kept, the plan's own on a
+ * tie. Assign groups always run last, in their relative order, so that
+ * every read of a parameter sees its value from before the run.
+ *
+ * The output of an alias group (a reshape on contiguous data) shares its
+ * input's storage, so a read of it keeps the input's buffer live. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
 #include "passes/memplan.h"
+
+/* A list per group, stored flat: items[start[i] .. start[i + 1]). */
+typedef struct sched_lists {
+  int32_t *start, *items;
+} sched_lists_t;
+
+typedef struct sched {
+  const loom_graph_t *g;
+  const fuse_plan_t *plan;
+  int n;                  /* groups */
+  int64_t n_values;
+  const int64_t *bytes;   /* per value; < 0: no buffer */
+  int32_t *storage;       /* value -> the value whose buffer holds it */
+  int32_t *maker;         /* value -> the group that writes its buffer, -1 */
+  int32_t *stamp;         /* per value or group: last group that saw it */
+  sched_lists_t reads;    /* buffers (storage values) a group reads */
+  sched_lists_t writes;   /* buffers a group writes */
+  sched_lists_t succs;    /* groups that read a group's outputs */
+  int32_t *n_preds;       /* distinct groups a group reads from */
+  int32_t *readers;       /* per value: groups reading its buffer */
+  bool *is_assign;
+  /* scratch for one schedule */
+  int32_t *left;          /* per value: readers not yet run */
+  int32_t *waiting;       /* per group: predecessors not yet run */
+  int32_t *step_of;       /* per group: its step, or -1 */
+  int32_t *ready;
+  int n_ready;
+  int32_t *best;          /* the best order so far */
+} sched_t;
+
+typedef enum sched_priority {
+  SCHED_FREE_MOST,  /* frees the most, then allocates the least */
+  SCHED_DEPTH,      /* continues the most recently run branch */
+  SCHED_PRIORITY_COUNT,
+} sched_priority_t;
+
+static bool has_buffer(const sched_t *s, int32_t v) {
+  return s->bytes[v] >= 0 && s->maker[v] >= 0;
+}
+
+static int32_t producer_group(const sched_t *s, int32_t v) {
+  const ir_value_t *val = &s->g->values[v];
+  return val->kind == IR_VALUE_NODE ? s->plan->group_of_node[val->node] : -1;
+}
+
+/* ---- Checking the plan -------------------------------------------------- */
+
+static loom_status_t check_ids(const sched_t *s, const fuse_group_t *grp, int i) {
+  for (int k = 0; k < grp->n_nodes; k++)
+    if (grp->nodes[k] < 0 || grp->nodes[k] >= s->g->n_nodes)
+      return loom_fail(LOOM_ERR_INVALID, "schedule: group %d names node %d", i,
+                       (int)grp->nodes[k]);
+  for (int k = 0; k < grp->n_inputs + grp->n_outputs; k++) {
+    int32_t v = k < grp->n_inputs ? grp->inputs[k] : grp->outputs[k - grp->n_inputs];
+    if (v < 0 || v >= s->n_values)
+      return loom_fail(LOOM_ERR_INVALID, "schedule: group %d names value %d",
+                       i, (int)v);
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t check_plan(const sched_t *s) {
+  for (int64_t i = 0; i < s->g->n_nodes; i++)
+    if (s->plan->group_of_node[i] < 0 || s->plan->group_of_node[i] >= s->n)
+      return loom_fail(LOOM_ERR_INVALID, "schedule: node %lld is in group %d",
+                       (long long)i, (int)s->plan->group_of_node[i]);
+  for (int i = 0; i < s->n; i++) LOOM_TRY(check_ids(s, &s->plan->groups[i], i));
+  return LOOM_OK;
+}
+
+/* ---- Building the lists ------------------------------------------------- */
+
+/* Alias outputs take their input's storage; plan order puts the input's
+ * own alias (if any) first. Other outputs with a buffer are written. */
+static void find_storage(sched_t *s) {
+  for (int64_t v = 0; v < s->n_values; v++) {
+    s->storage[v] = (int32_t)v;
+    s->maker[v] = -1;
+  }
+  for (int i = 0; i < s->n; i++) {
+    const fuse_group_t *grp = &s->plan->groups[i];
+    bool alias = grp->kind == FUSE_ALIAS && grp->n_inputs > 0;
+    for (int k = 0; k < grp->n_outputs; k++) {
+      int32_t v = grp->outputs[k];
+      if (alias) s->storage[v] = s->storage[grp->inputs[0]];
+      else if (s->bytes[v] >= 0) s->maker[v] = i;
+    }
+  }
+}
+
+/* Fills one list per group from add(s, group, items), run twice: once to
+ * count, once to store. */
+typedef int (*sched_list_fn)(sched_t *s, int group, int32_t *items);
+
+static loom_status_t build_list(sched_t *s, sched_lists_t *l, sched_list_fn add) {
+  l->start = core_calloc((size_t)s->n + 1, sizeof *l->start);
+  if (!l->start) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+  for (int i = 0; i < s->n; i++) l->start[i + 1] = l->start[i] + add(s, i, NULL);
+  l->items = core_malloc(sizeof *l->items * (size_t)(l->start[s->n] + 1));
+  if (!l->items) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+  for (int i = 0; i < s->n; i++) add(s, i, l->items + l->start[i]);
+  return LOOM_OK;
+}
+
+static int add_reads(sched_t *s, int group, int32_t *items) {
+  const fuse_group_t *grp = &s->plan->groups[group];
+  int k = 0;
+  for (int q = 0; q < grp->n_inputs; q++) {
+    int32_t b = s->storage[grp->inputs[q]];
+    if (!has_buffer(s, b) || s->maker[b] == group || s->stamp[b] == group)
+      continue;
+    s->stamp[b] = group;
+    if (items) items[k] = b;
+    k++;
+  }
+  for (int q = 0; q < grp->n_inputs; q++) s->stamp[s->storage[grp->inputs[q]]] = -1;
+  return k;
+}
+
+static int add_writes(sched_t *s, int group, int32_t *items) {
+  const fuse_group_t *grp = &s->plan->groups[group];
+  int k = 0;
+  for (int q = 0; q < grp->n_outputs; q++) {
+    int32_t v = grp->outputs[q];
+    if (s->maker[v] != group || s->stamp[v] == group) continue;
+    s->stamp[v] = group;
+    if (items) items[k] = v;
+    k++;
+  }
+  for (int q = 0; q < grp->n_outputs; q++) s->stamp[grp->outputs[q]] = -1;
+  return k;
+}
+
+/* Successors are found from the reading side: group i lists itself under
+ * each distinct producer of its inputs. Stored by producer, so built by
+ * hand rather than with build_list. */
+static loom_status_t build_succs(sched_t *s) {
+  sched_lists_t *l = &s->succs;
+  l->start = core_calloc((size_t)s->n + 1, sizeof *l->start);
+  int32_t *fill = core_calloc((size_t)s->n + 1, sizeof *fill);
+  if (!l->start || !fill) {
+    core_free(fill);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < s->n; i++) {
+      const fuse_group_t *grp = &s->plan->groups[i];
+      for (int q = 0; q < grp->n_inputs; q++) {
+        int32_t p = producer_group(s, grp->inputs[q]);
+        if (p < 0 || p == i || s->stamp[p] == i) continue;
+        s->stamp[p] = i;
+        if (pass == 0) l->start[p + 1]++, s->n_preds[i]++;
+        else l->items[l->start[p] + fill[p]++] = i;
+      }
+    }
+    for (int i = 0; i < s->n; i++) s->stamp[i] = -1;
+    if (pass == 1) break;
+    for (int i = 0; i < s->n; i++) l->start[i + 1] += l->start[i];
+    l->items = core_malloc(sizeof *l->items * (size_t)(l->start[s->n] + 1));
+    if (!l->items) break;
+  }
+  core_free(fill);
+  return l->items ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+}
+
+static void find_assigns_and_readers(sched_t *s) {
+  for (int i = 0; i < s->n; i++) {
+    const fuse_group_t *grp = &s->plan->groups[i];
+    for (int k = 0; k < grp->n_nodes; k++)
+      s->is_assign[i] |= s->g->nodes[grp->nodes[k]].op == IR_OP_ASSIGN;
+    for (int q = s->reads.start[i]; q < s->reads.start[i + 1]; q++)
+      s->readers[s->reads.items[q]]++;
+  }
+}
+
+/* ---- Setup and teardown ------------------------------------------------- */
+
+static void sched_free(sched_t *s) {
+  void *all[] = {s->storage, s->maker, s->stamp, s->reads.start, s->reads.items,
+                 s->writes.start, s->writes.items, s->succs.start, s->succs.items,
+                 s->n_preds, s->readers, s->is_assign, s->left, s->waiting,
+                 s->step_of, s->ready, s->best};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) core_free(all[i]);
+}
+
+static loom_status_t sched_alloc(sched_t *s) {
+  size_t nv = (size_t)s->n_values + 1, ng = (size_t)s->n + 1;
+  size_t nstamp = nv > ng ? nv : ng;
+  s->storage = core_malloc(nv * sizeof(int32_t));
+  s->maker = core_malloc(nv * sizeof(int32_t));
+  s->stamp = core_malloc(nstamp * sizeof(int32_t));
+  s->readers = core_calloc(nv, sizeof(int32_t));
+  s->left = core_malloc(nv * sizeof(int32_t));
+  s->n_preds = core_calloc(ng, sizeof(int32_t));
+  s->is_assign = core_calloc(ng, sizeof(bool));
+  s->waiting = core_malloc(ng * sizeof(int32_t));
+  s->step_of = core_malloc(ng * sizeof(int32_t));
+  s->ready = core_malloc(ng * sizeof(int32_t));
+  s->best = core_malloc(ng * sizeof(int32_t));
+  if (!s->storage || !s->maker || !s->stamp || !s->readers || !s->left ||
+      !s->n_preds || !s->is_assign || !s->waiting || !s->step_of ||
+      !s->ready || !s->best)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+  for (size_t i = 0; i < nstamp; i++) s->stamp[i] = -1;
+  return LOOM_OK;
+}
+
+static loom_status_t sched_init(sched_t *s) {
+  LOOM_TRY(sched_alloc(s));
+  find_storage(s);
+  LOOM_TRY(build_list(s, &s->writes, add_writes));
+  LOOM_TRY(build_list(s, &s->reads, add_reads));
+  LOOM_TRY(build_succs(s));
+  find_assigns_and_readers(s);
+  return LOOM_OK;
+}
+
+/* ---- Simulating a schedule ---------------------------------------------- */
+
+static int64_t allocates(const sched_t *s, int group) {
+  int64_t sum = 0;
+  for (int q = s->writes.start[group]; q < s->writes.start[group + 1]; q++)
+    sum += s->bytes[s->writes.items[q]];
+  return sum;
+}
+
+/* Bytes freed after group runs: buffers it reads last, and its own
+ * outputs that nobody reads. */
+static int64_t frees(const sched_t *s, int group) {
+  int64_t sum = 0;
+  for (int q = s->reads.start[group]; q < s->reads.start[group + 1]; q++)
+    if (s->left[s->reads.items[q]] == 1) sum += s->bytes[s->reads.items[q]];
+  for (int q = s->writes.start[group]; q < s->writes.start[group + 1]; q++)
+    if (s->readers[s->writes.items[q]] == 0) sum += s->bytes[s->writes.items[q]];
+  return sum;
+}
+
+static void reset(sched_t *s) {
+  memcpy(s->left, s->readers, sizeof(int32_t) * (size_t)s->n_values);
+  memcpy(s->waiting, s->n_preds, sizeof(int32_t) * (size_t)s->n);
+  for (int i = 0; i < s->n; i++) s->step_of[i] = -1;
+  s->n_ready = 0;
+}
+
+/* Runs group at step: returns the change in live bytes after it. */
+static int64_t run_group(sched_t *s, int group, int step) {
+  int64_t freed = frees(s, group);
+  for (int q = s->reads.start[group]; q < s->reads.start[group + 1]; q++)
+    s->left[s->reads.items[q]]--;
+  s->step_of[group] = step;
+  for (int q = s->succs.start[group]; q < s->succs.start[group + 1]; q++) {
+    int succ = s->succs.items[q];
+    if (--s->waiting[succ] == 0 && !s->is_assign[succ]) s->ready[s->n_ready++] = succ;
+  }
+  return allocates(s, group) - freed;
+}
+
+/* The most bytes live at one step when groups run in order. */
+static int64_t order_peak(sched_t *s, const int32_t *order) {
+  reset(s);
+  int64_t live = 0, peak = 0;
+  for (int t = 0; t < s->n; t++) {
+    int64_t in_step = live + allocates(s, order[t]);
+    if (in_step > peak) peak = in_step;
+    live += run_group(s, order[t], t);
+  }
+  return peak;
+}
+
+/* ---- Greedy list schedules ---------------------------------------------- */
+
+typedef struct sched_rank {
+  int64_t major, minor;
+} sched_rank_t;
+
+static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
+  int64_t alloc = allocates(s, group), net = alloc - frees(s, group);
+  if (p == SCHED_FREE_MOST) return (sched_rank_t){net, alloc};
+  int64_t latest = -1;
+  const fuse_group_t *grp = &s->plan->groups[group];
+  for (int q = 0; q < grp->n_inputs; q++) {
+    int32_t pg = producer_group(s, grp->inputs[q]);
+    if (pg >= 0 && pg != group && s->step_of[pg] > latest) latest = s->step_of[pg];
+  }
+  return (sched_rank_t){-latest, net};
+}
+
+/* Index into ready of the best group; the plan's order breaks ties. */
+static int pick_ready(const sched_t *s, sched_priority_t p) {
+  int best = 0;
+  sched_rank_t br = rank_of(s, s->ready[0], p);
+  for (int k = 1; k < s->n_ready; k++) {
+    sched_rank_t r = rank_of(s, s->ready[k], p);
+    bool better = r.major != br.major   ? r.major < br.major
+                  : r.minor != br.minor ? r.minor < br.minor
+                                        : s->ready[k] < s->ready[best];
+    if (better) best = k, br = r;
+  }
+  return best;
+}
+
+static loom_status_t greedy_order(sched_t *s, sched_priority_t p, int32_t *order) {
+  reset(s);
+  for (int i = 0; i < s->n; i++)
+    if (s->n_preds[i] == 0 && !s->is_assign[i]) s->ready[s->n_ready++] = i;
+  int t = 0;
+  while (s->n_ready > 0) {
+    int k = pick_ready(s, p), group = s->ready[k];
+    s->ready[k] = s->ready[--s->n_ready];
+    order[t] = group;
+    run_group(s, group, t++);
+  }
+  for (int i = 0; i < s->n; i++)
+    if (s->is_assign[i]) order[t++] = i;
+  if (t != s->n)
+    return loom_fail(LOOM_ERR_INVALID,
+                     "schedule: %d of %d groups wait on a cycle or an assign",
+                     s->n - t, s->n);
+  return LOOM_OK;
+}
+
+/* The plan's own order with assign groups moved last. */
+static void plan_order(const sched_t *s, int32_t *order) {
+  int t = 0;
+  for (int i = 0; i < s->n; i++)
+    if (!s->is_assign[i]) order[t++] = i;
+  for (int i = 0; i < s->n; i++)
+    if (s->is_assign[i]) order[t++] = i;
+}
+
+static loom_status_t choose_order(sched_t *s, int32_t *order) {
+  plan_order(s, s->best);
+  int64_t best_peak = order_peak(s, s->best);
+  for (int p = 0; p < SCHED_PRIORITY_COUNT; p++) {
+    LOOM_TRY(greedy_order(s, (sched_priority_t)p, order));
+    int64_t peak = order_peak(s, order);
+    if (peak >= best_peak) continue;
+    best_peak = peak;
+    memcpy(s->best, order, sizeof(int32_t) * (size_t)s->n);
+  }
+  memcpy(order, s->best, sizeof(int32_t) * (size_t)s->n);
+  return LOOM_OK;
+}
 
 loom_status_t sched_order(const loom_graph_t *g, const fuse_plan_t *plan,
                           const int64_t *bytes_of_value, int32_t *order) {
-  (void)g;
-  (void)bytes_of_value;
-  for (int i = 0; i < plan->n_groups; i++) order[i] = i;
-  return LOOM_OK;
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(plan);
+  LOOM_CHECK_ARG(bytes_of_value);
+  if (plan->n_groups == 0) return LOOM_OK;
+  LOOM_CHECK_ARG(order);
+  sched_t s = {.g = g, .plan = plan, .n = plan->n_groups,
+               .n_values = g->n_values, .bytes = bytes_of_value};
+  loom_status_t st = check_plan(&s);
+  if (st == LOOM_OK) st = sched_init(&s);
+  if (st == LOOM_OK) st = choose_order(&s, order);
+  sched_free(&s);
+  return st;
 }
