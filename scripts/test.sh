@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
+# Compiled modules are cached here: the sanitizer pass reuses what the
+# optimized pass compiled, and the user's own cache stays untouched.
+export LOOM_CACHE_DIR="${LOOM_CACHE_DIR:-$PWD/build-cache}"
 
 echo "== optimized build =="
 scripts/build.sh release
