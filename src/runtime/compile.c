@@ -394,7 +394,6 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
   if (!any) return LOOM_OK;
   e->source_text = core_strdup(cg->source);
   if (!o->use_cc) {
-    memset(cg->generated, 0, sizeof(bool) * (size_t)e->plan.n_groups);
     *ok = false;
     return LOOM_OK;
   }
@@ -437,23 +436,33 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
   return start_runtime(e, o->num_threads);
 }
 
+/* Whether every fused group got its code: a group of several nodes has
+ * no buffers for its inner values, so only its generated function can
+ * run it. */
+static bool fused_groups_generated(const loom_executable_t *e, const cg_module_t *cg) {
+  for (int i = 0; i < e->plan.n_groups; i++) {
+    const fuse_group_t *grp = &e->plan.groups[i];
+    bool needs_code = grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE;
+    if (needs_code && !(cg->generated && cg->generated[i])) return false;
+  }
+  return true;
+}
+
 /* Builds the module and steps; false in *compiled sends the graph to the
  * interpreter. */
 static loom_status_t compile_code(loom_executable_t *e, const loom_compile_options_t *o,
                                   bool *compiled) {
   cg_module_t cg = {0};
   bool ok;
+  *compiled = false;
   loom_status_t s = build_module(e, o, &cg, &ok);
-  if (s == LOOM_OK && !ok) {
-    /* Fused groups need their code; without it the interpreter runs. */
-    bool fused = false;
-    for (int i = 0; i < e->plan.n_groups; i++)
-      fused |= e->plan.groups[i].n_nodes > 1 || e->plan.groups[i].kind == FUSE_ALIAS;
-    if (fused) {
-      cg_module_free(&cg);
-      *compiled = false;
-      return LOOM_OK;
-    }
+  /* Without a module, single nodes still run as reference steps. */
+  if (s == LOOM_OK && !ok && cg.generated)
+    memset(cg.generated, 0, sizeof(bool) * (size_t)e->plan.n_groups);
+  if (s == LOOM_OK && !fused_groups_generated(e, &cg)) {
+    core_log(LOG_COMPILE, "a fused group has no code");
+    cg_module_free(&cg);
+    return LOOM_OK;
   }
   if (s == LOOM_OK) s = build_steps(e, &cg);
   cg_module_free(&cg);

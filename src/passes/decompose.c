@@ -1,0 +1,289 @@
+/* Decomposition: composite ops become the primitives that fusion joins
+ * (a reduction with elementwise work around it). Each rule builds its
+ * replacement with a small builder that stops at the first failure, so
+ * that the formulas read as formulas. Constants are rank-0 tensors of
+ * x's dtype, broadcast by the binary ops. */
+#include <math.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/rewrite.h"
+#include "kernels/ref.h"
+#include "passes/passes.h"
+
+typedef struct builder {
+  ir_rewriter_t *rw;
+  const ir_node_t *n;  /* the src node being replaced */
+  loom_dtype_t dtype;  /* of input 0 */
+  loom_status_t s;     /* the first failure */
+} builder_t;
+
+/* An axis list; n -1 means "all axes" (the attribute left out). */
+typedef struct axes {
+  int n;
+  int64_t v[LOOM_MAX_RANK];
+} axes_t;
+
+static int32_t in(builder_t *b, int k) { return ir_rewrite_lookup(b->rw, b->n->in[k]); }
+
+static const ir_type_t *type_of(builder_t *b, int32_t d) {
+  return &b->rw->dst->values[d].type;
+}
+
+static int32_t emit(builder_t *b, ir_op_t op, int n_in, const int32_t *ins,
+                    const ir_attrs_t *a) {
+  int32_t out = -1;
+  if (b->s == LOOM_OK) b->s = ir_rewrite_emit(b->rw, op, n_in, ins, a, &out, 1);
+  return b->s == LOOM_OK ? out : -1;
+}
+
+static int32_t op1(builder_t *b, ir_op_t op, int32_t x) {
+  return emit(b, op, 1, &x, NULL);
+}
+
+static int32_t op2(builder_t *b, ir_op_t op, int32_t x, int32_t y) {
+  return emit(b, op, 2, (int32_t[]){x, y}, NULL);
+}
+
+static int32_t scalar(builder_t *b, double v) {
+  loom_tensor_t *t = NULL;
+  int32_t out = -1;
+  if (b->s == LOOM_OK) b->s = tensor_new(b->dtype, 0, NULL, &t);
+  if (b->s != LOOM_OK) return -1;
+  ref_set(t, 0, v);
+  b->s = ir_rewrite_constant(b->rw, t, &out);
+  return b->s == LOOM_OK ? out : -1;
+}
+
+static int32_t reduce(builder_t *b, ir_op_t op, int32_t x, const axes_t *ax,
+                      bool keepdim) {
+  ir_attrs_t a = {0};
+  if (ax->n >= 0) ir_attrs_ints(&a, "axes", ax->n, ax->v);
+  ir_attrs_int(&a, "keepdim", keepdim);
+  return emit(b, op, 1, &x, &a);
+}
+
+/* The axes attribute of the node, normalized, or all of rank. */
+static axes_t node_axes(const ir_node_t *n, int rank) {
+  axes_t ax = {.n = -1};
+  const int64_t *v;
+  int count = ir_attr_ints(&n->attrs, "axes", &v);
+  if (count < 0) return ax;
+  ax.n = count;
+  for (int i = 0; i < count; i++) ax.v[i] = v[i] < 0 ? v[i] + rank : v[i];
+  return ax;
+}
+
+/* Axes from..rank-1. */
+static axes_t trailing_axes(int from, int rank) {
+  axes_t ax = {.n = 0};
+  for (int d = from; d < rank; d++) ax.v[ax.n++] = d;
+  return ax;
+}
+
+static int node_axis(const ir_node_t *n, int rank) {
+  int64_t axis = ir_attr_int(&n->attrs, "axis", -1);
+  return (int)(axis < 0 ? axis + rank : axis);
+}
+
+/* The count of elements reduced over ax in t; -1 when symbolic. */
+static int64_t reduced_count(const ir_type_t *t, const axes_t *ax) {
+  int64_t count = 1;
+  for (int d = 0; d < t->rank; d++) {
+    bool red = ax->n < 0;
+    for (int i = 0; i < ax->n; i++) red |= ax->v[i] == d;
+    if (!red) continue;
+    if (!ir_dim_is_const(t->dims[d])) return -1;
+    count *= t->dims[d];
+  }
+  return count;
+}
+
+/* sum * (1/n) when n is known and positive; else the mean op. */
+static int32_t mean_of(builder_t *b, int32_t x, const axes_t *ax, bool keepdim) {
+  if (b->s != LOOM_OK) return -1;
+  int64_t count = reduced_count(type_of(b, x), ax);
+  if (count <= 0) return reduce(b, IR_OP_MEAN, x, ax, keepdim);
+  int32_t sum = reduce(b, IR_OP_SUM, x, ax, keepdim);
+  return op2(b, IR_OP_MUL, sum, scalar(b, 1.0 / (double)count));
+}
+
+/* Max over a dim of size 0 has no value: such nodes stay whole. */
+static bool has_empty_axis(const ir_type_t *t, const axes_t *ax) {
+  return reduced_count(t, ax) == 0;
+}
+
+/* ---- Rules: each returns the replacement of output 0, or -1 to keep the
+ * node as it is (deciding before it emits anything). */
+
+typedef int32_t (*decompose_fn)(builder_t *b);
+
+static int32_t softmax_like(builder_t *b, bool log_form) {
+  int32_t x = in(b, 0);
+  const ir_type_t *t = type_of(b, x);
+  if (t->rank == 0) return -1;
+  axes_t ax = {.n = 1, .v = {node_axis(b->n, t->rank)}};
+  if (has_empty_axis(t, &ax)) return -1;
+  int32_t shifted = op2(b, IR_OP_SUB, x, reduce(b, IR_OP_MAX, x, &ax, true));
+  int32_t e = op1(b, IR_OP_EXP, shifted);
+  int32_t sum = reduce(b, IR_OP_SUM, e, &ax, true);
+  if (log_form) return op2(b, IR_OP_SUB, shifted, op1(b, IR_OP_LOG, sum));
+  return op2(b, IR_OP_DIV, e, sum);
+}
+
+static int32_t dec_softmax(builder_t *b) { return softmax_like(b, false); }
+static int32_t dec_log_softmax(builder_t *b) { return softmax_like(b, true); }
+
+/* x * rsqrt(mean(x*x) + eps), x centered first for layer_norm; then the
+ * optional scale and bias. */
+static int32_t norm(builder_t *b, bool centered, double eps_default) {
+  int32_t x = in(b, 0);
+  int rank = type_of(b, x)->rank;
+  axes_t ax = trailing_axes(node_axis(b->n, rank), rank);
+  if (centered) x = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
+  int32_t var = mean_of(b, op2(b, IR_OP_MUL, x, x), &ax, true);
+  double eps = ir_attr_float(&b->n->attrs, "eps", eps_default);
+  int32_t inv = op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps)));
+  int32_t y = op2(b, IR_OP_MUL, x, inv);
+  if (b->n->n_in > 1) y = op2(b, IR_OP_MUL, y, in(b, 1));
+  if (b->n->n_in > 2) y = op2(b, IR_OP_ADD, y, in(b, 2));
+  return y;
+}
+
+static int32_t dec_layer_norm(builder_t *b) { return norm(b, true, 1e-5); }
+static int32_t dec_rms_norm(builder_t *b) { return norm(b, false, 1e-6); }
+
+/* 0.5 * x * (1 + erf(x / sqrt 2)). */
+static int32_t dec_gelu(builder_t *b) {
+  int32_t x = in(b, 0);
+  int32_t e = op1(b, IR_OP_ERF, op2(b, IR_OP_MUL, x, scalar(b, M_SQRT1_2)));
+  int32_t y = op2(b, IR_OP_MUL, x, op2(b, IR_OP_ADD, e, scalar(b, 1.0)));
+  return op2(b, IR_OP_MUL, y, scalar(b, 0.5));
+}
+
+/* 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))). */
+static int32_t dec_gelu_tanh(builder_t *b) {
+  int32_t x = in(b, 0);
+  int32_t cube = op2(b, IR_OP_MUL, op2(b, IR_OP_MUL, x, x), x);
+  int32_t inner = op2(b, IR_OP_ADD, x, op2(b, IR_OP_MUL, cube, scalar(b, 0.044715)));
+  int32_t t = op1(b, IR_OP_TANH, op2(b, IR_OP_MUL, inner, scalar(b, sqrt(2.0 / M_PI))));
+  int32_t y = op2(b, IR_OP_MUL, x, op2(b, IR_OP_ADD, t, scalar(b, 1.0)));
+  return op2(b, IR_OP_MUL, y, scalar(b, 0.5));
+}
+
+static int32_t dec_silu(builder_t *b) {
+  int32_t x = in(b, 0);
+  return op2(b, IR_OP_MUL, x, op1(b, IR_OP_SIGMOID, x));
+}
+
+/* Inference: y = x*k + c per channel, k = scale * rsqrt(var + eps) and
+ * c = bias - mean*k shaped (C, 1, ...) to broadcast over (N, C, ...).
+ * The running statistics pass through unchanged. */
+static int32_t dec_batch_norm(builder_t *b) {
+  if (ir_attr_int(&b->n->attrs, "training", 0) != 0) return -1;
+  int32_t x = in(b, 0), scale = in(b, 1), bias = in(b, 2), mean = in(b, 3), var = in(b, 4);
+  double eps = ir_attr_float(&b->n->attrs, "eps", 1e-5);
+  int32_t k = op2(b, IR_OP_MUL, scale,
+                  op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps))));
+  int32_t c = op2(b, IR_OP_SUB, bias, op2(b, IR_OP_MUL, mean, k));
+  int rank = type_of(b, x)->rank;
+  if (rank > 2) {
+    axes_t ax = trailing_axes(1, rank - 1);
+    ir_attrs_t a = {0};
+    ir_attrs_ints(&a, "axes", ax.n, ax.v);
+    k = emit(b, IR_OP_UNSQUEEZE, 1, &k, &a);
+    c = emit(b, IR_OP_UNSQUEEZE, 1, &c, &a);
+  }
+  ir_rewrite_map(b->rw, b->n->out[1], mean);
+  ir_rewrite_map(b->rw, b->n->out[2], var);
+  return op2(b, IR_OP_ADD, op2(b, IR_OP_MUL, x, k), c);
+}
+
+/* m + log(sum(e^(x - m))), m the maximum with keepdim. An infinite or NaN
+ * m is replaced by 0 (m - m is NaN exactly then), so that a line of -inf
+ * gives -inf and one holding +inf gives +inf, as the kernel does. */
+static int32_t dec_logsumexp(builder_t *b) {
+  int32_t x = in(b, 0);
+  int rank = type_of(b, x)->rank; /* emits move dst's values: no pointer kept */
+  axes_t ax = node_axes(b->n, rank);
+  if (has_empty_axis(type_of(b, x), &ax)) return -1;
+  bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
+  int32_t m = reduce(b, IR_OP_MAX, x, &ax, true);
+  int32_t bad = op1(b, IR_OP_ISNAN, op2(b, IR_OP_SUB, m, m));
+  m = emit(b, IR_OP_WHERE, 3, (int32_t[]){bad, scalar(b, 0.0), m}, NULL);
+  int32_t sum = reduce(b, IR_OP_SUM, op1(b, IR_OP_EXP, op2(b, IR_OP_SUB, x, m)), &ax, true);
+  int32_t y = op2(b, IR_OP_ADD, op1(b, IR_OP_LOG, sum), m);
+  if (keepdim) return y;
+  axes_t drop = ax.n < 0 ? trailing_axes(0, rank) : ax;
+  if (drop.n == 0) return y;
+  ir_attrs_t a = {0};
+  ir_attrs_ints(&a, "axes", drop.n, drop.v);
+  return emit(b, IR_OP_SQUEEZE, 1, &y, &a);
+}
+
+/* mean((x - mean(x))^2) * n / (n - correction). */
+static int32_t dec_variance(builder_t *b) {
+  int32_t x = in(b, 0);
+  const ir_type_t *t = type_of(b, x);
+  axes_t ax = node_axes(b->n, t->rank);
+  int64_t count = reduced_count(t, &ax);
+  int64_t correction = ir_attr_int(&b->n->attrs, "correction", 0);
+  if (count <= correction || (correction != 0 && count < 0)) return -1;
+  bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
+  int32_t centered = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
+  int32_t var = mean_of(b, op2(b, IR_OP_MUL, centered, centered), &ax, keepdim);
+  if (correction == 0) return var;
+  return op2(b, IR_OP_MUL, var, scalar(b, (double)count / (double)(count - correction)));
+}
+
+static int32_t dec_mean(builder_t *b) {
+  int32_t x = in(b, 0);
+  axes_t ax = node_axes(b->n, type_of(b, x)->rank);
+  if (reduced_count(type_of(b, x), &ax) <= 0) return -1;
+  return mean_of(b, x, &ax, ir_attr_int(&b->n->attrs, "keepdim", 0) != 0);
+}
+
+static const decompose_fn decomposers[IR_OP_COUNT] = {
+    [IR_OP_SOFTMAX] = dec_softmax,       [IR_OP_LOG_SOFTMAX] = dec_log_softmax,
+    [IR_OP_LAYER_NORM] = dec_layer_norm, [IR_OP_RMS_NORM] = dec_rms_norm,
+    [IR_OP_GELU] = dec_gelu,             [IR_OP_GELU_TANH] = dec_gelu_tanh,
+    [IR_OP_SILU] = dec_silu,             [IR_OP_BATCH_NORM] = dec_batch_norm,
+    [IR_OP_LOGSUMEXP] = dec_logsumexp,   [IR_OP_VARIANCE] = dec_variance,
+    [IR_OP_MEAN] = dec_mean,
+};
+
+static loom_status_t decompose_node(ir_rewriter_t *rw, int64_t i) {
+  const ir_node_t *n = &rw->src->nodes[i];
+  decompose_fn fn = decomposers[n->op];
+  for (int k = 0; fn && k < n->n_in; k++)
+    if (ir_rewrite_lookup(rw, n->in[k]) < 0) fn = NULL; /* copy reports it */
+  if (!fn) return ir_rewrite_copy(rw, i);
+  builder_t b = {.rw = rw, .n = n, .dtype = rw->src->values[n->in[0]].type.dtype};
+  int32_t y = fn(&b);
+  LOOM_TRY(b.s);
+  if (y < 0) return ir_rewrite_copy(rw, i);
+  const ir_type_t *want = &rw->src->values[n->out[0]].type;
+  if (!ir_type_equal(type_of(&b, y), want)) {
+    char got_s[96], want_s[96];
+    return loom_fail(LOOM_ERR_GRAPH, "internal: decomposing %s made %s, not %s",
+                     ir_ops[n->op].name, ir_type_str(rw->dst, type_of(&b, y), got_s, sizeof got_s),
+                     ir_type_str(rw->dst, want, want_s, sizeof want_s));
+  }
+  ir_rewrite_map(rw, n->out[0], y);
+  return LOOM_OK;
+}
+
+loom_status_t pass_decompose(const loom_graph_t *src, loom_graph_t **out) {
+  LOOM_CHECK_ARG(src);
+  LOOM_CHECK_ARG(out);
+  ir_rewriter_t rw;
+  LOOM_TRY(ir_rewrite_begin(src, &rw));
+  for (int64_t i = 0; i < src->n_nodes; i++) {
+    loom_status_t s = decompose_node(&rw, i);
+    if (s != LOOM_OK) {
+      ir_rewrite_abort(&rw);
+      return s;
+    }
+  }
+  return ir_rewrite_finish(&rw, out);
+}
