@@ -154,8 +154,12 @@ static loom_status_t plan_arena(loom_executable_t *e) {
   /* Walk the groups in schedule order so that aliases find their source. */
   for (int k = 0; s == LOOM_OK && k < n_groups; k++) {
     const fuse_group_t *grp = &e->plan.groups[e->order[k]];
-    for (int o = 0; o < grp->n_outputs && s == LOOM_OK; o++) {
-      int32_t v = grp->outputs[o];
+    /* A reference step writes every output of its node, even one that
+     * nothing reads (a dead value when the passes are off). */
+    const ir_node_t *single = grp->kind == FUSE_REFERENCE ? &g->nodes[grp->nodes[0]] : NULL;
+    int n_out = single ? single->n_out : grp->n_outputs;
+    for (int o = 0; o < n_out && s == LOOM_OK; o++) {
+      int32_t v = single ? single->out[o] : grp->outputs[o];
       if (e->slot_of_value[v] >= 0) continue;
       if (grp->kind == FUSE_ALIAS) {
         e->slot_of_value[v] = e->slot_of_value[grp->inputs[0]];
