@@ -1,0 +1,123 @@
+/* Helpers shared by the benchmark programs. */
+#include "bench_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "models.h"
+
+void bench_check(loom_status_t s, const char *what) {
+  if (s == LOOM_OK) return;
+  fprintf(stderr, "bench: %s failed: %s: %s\n", what, loom_status_name(s),
+          loom_last_error());
+  exit(1);
+}
+
+double bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bench_median(double *samples, int n) {
+  for (int i = 0; i < n; i++)
+    if (!isfinite(samples[i])) return NAN; /* a failed sample fails the whole */
+  qsort(samples, (size_t)n, sizeof *samples, cmp_double);
+  return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
+double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,
+                     double min_ms) {
+  enum { MAX_REPS = 100000 };
+  static double samples[MAX_REPS];
+  for (int i = 0; i < warmup; i++) fn(arg);
+  double start = bench_now_ns();
+  int n = 0;
+  while (n < MAX_REPS && (n < min_reps || bench_now_ns() - start < min_ms * 1e6)) {
+    double t0 = bench_now_ns();
+    fn(arg);
+    samples[n++] = (bench_now_ns() - t0) / 1e6;
+  }
+  return bench_median(samples, n);
+}
+
+loom_tensor_t *bench_input(int rank, const int64_t *shape) {
+  loom_tensor_t *t;
+  BENCH_TRY(loom_tensor_create(LOOM_F32, rank, shape, &t));
+  float *data = loom_tensor_data(t);
+  for (int64_t i = 0; i < loom_tensor_numel(t); i++)
+    data[i] = model_init_value("input", i, 1.0);
+  return t;
+}
+
+const bench_model_t bench_models[] = {
+    {"mlp", 2, {64, 784}},
+    {"lenet", 4, {64, 1, 28, 28}},
+    {"transformer", 3, {1, 128, 256}},
+    {"resnet18", 4, {1, 3, 224, 224}},
+    {"small_cnn", 4, {2, 3, 16, 16}},
+};
+const int bench_n_models = sizeof bench_models / sizeof bench_models[0];
+
+loom_graph_t *bench_build_model(const bench_model_t *m) {
+  loom_graph_t *g;
+  loom_value_t y;
+  const int64_t *s = m->shape;
+  BENCH_TRY(loom_graph_create(&g));
+  if (!strcmp(m->name, "mlp")) BENCH_TRY(model_mlp(g, s[0], &y));
+  else if (!strcmp(m->name, "lenet")) BENCH_TRY(model_lenet(g, s[0], &y));
+  else if (!strcmp(m->name, "transformer")) BENCH_TRY(model_transformer_encoder(g, s[0], s[1], &y));
+  else if (!strcmp(m->name, "resnet18")) BENCH_TRY(model_resnet18(g, s[0], s[2], &y));
+  else BENCH_TRY(model_small_cnn(g, s[0], &y));
+  BENCH_TRY(loom_graph_output(g, y));
+  return g;
+}
+
+loom_compile_options_t bench_options(int fusion, int threads) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.fusion = fusion;
+  o.num_threads = threads;
+  return o;
+}
+
+static void json_add(bench_json_t *j, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(j->text + j->len, sizeof j->text - j->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) j->len += (size_t)n;
+  if (j->len >= sizeof j->text) j->len = sizeof j->text - 1;
+}
+
+void bench_json_begin(bench_json_t *j, const char *bench) {
+  j->len = 0;
+  json_add(j, "{\"bench\":\"%s\"", bench);
+}
+
+void bench_json_str(bench_json_t *j, const char *key, const char *value) {
+  json_add(j, ",\"%s\":\"%s\"", key, value);
+}
+
+void bench_json_num(bench_json_t *j, const char *key, double value) {
+  if (!isfinite(value))
+    json_add(j, ",\"%s\":null", key);
+  else if (value == floor(value) && fabs(value) < 1e15)
+    json_add(j, ",\"%s\":%.0f", key, value);
+  else
+    json_add(j, ",\"%s\":%.5g", key, value);
+}
+
+void bench_json_end(bench_json_t *j) {
+  printf("%s}\n", j->text);
+  fflush(stdout);
+}

@@ -1,0 +1,52 @@
+/* Helpers shared by the benchmark programs: a clock, medians, inputs with
+ * deterministic values, and failing loudly. */
+#ifndef LOOM_BENCH_UTIL_H
+#define LOOM_BENCH_UTIL_H
+
+#include <stdint.h>
+
+#include "loom/loom.h"
+
+/* Leaves the program with the call and Loom's message when it fails. */
+#define BENCH_TRY(call) bench_check((call), #call)
+void bench_check(loom_status_t s, const char *what);
+
+/* Monotonic time in nanoseconds. */
+double bench_now_ns(void);
+/* The median of n samples (reorders them); NaN if one is not finite. */
+double bench_median(double *samples, int n);
+
+/* Milliseconds per call of fn(arg): warm-up calls first, then the median
+ * of at least min_reps timed calls, repeated until min_ms have passed. */
+double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,
+                     double min_ms);
+
+/* One JSON object on one line: begin, fields, end (which prints it). */
+typedef struct bench_json {
+  char text[1024];
+  size_t len;
+} bench_json_t;
+void bench_json_begin(bench_json_t *j, const char *bench);
+void bench_json_str(bench_json_t *j, const char *key, const char *value);
+/* A number; NaN or an infinity prints null (a measurement that failed). */
+void bench_json_num(bench_json_t *j, const char *key, double value);
+void bench_json_end(bench_json_t *j);
+
+/* A new f32 tensor of the given shape, values in [-1, 1) from a hash. */
+loom_tensor_t *bench_input(int rank, const int64_t *shape);
+
+/* The benchmark models at the sizes of issue 3 (and of the peers). */
+typedef struct bench_model {
+  const char *name; /* "mlp", "lenet", "transformer", "resnet18", "small_cnn" */
+  int rank;         /* of the input x */
+  int64_t shape[4];
+} bench_model_t;
+extern const bench_model_t bench_models[];
+extern const int bench_n_models;
+/* A new graph holding model m with its logits as the output. */
+loom_graph_t *bench_build_model(const bench_model_t *m);
+
+/* Compile options with fusion on or off and the given thread count. */
+loom_compile_options_t bench_options(int fusion, int threads);
+
+#endif

@@ -1,0 +1,86 @@
+/* bench fusion: a chain of 20 elementwise ops over 16M floats, compiled
+ * (fused into one pass over memory), in the interpreter (one pass per op),
+ * and a memcpy of the same bytes once: the bound a fused kernel nears. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+enum { N_OPS = 20 };
+#define N_ELEMS ((int64_t)1 << 24)
+
+/* x -> 20 cheap ops (add, mul, max with a constant, in turn). */
+static loom_graph_t *build_chain(void) {
+  loom_graph_t *g;
+  loom_value_t h, c[3];
+  static const float consts[3] = {0.5f, 0.999f, -0.25f};
+  BENCH_TRY(loom_graph_create(&g));
+  BENCH_TRY(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){N_ELEMS}, &h));
+  for (int k = 0; k < 3; k++) {
+    loom_tensor_t *t;
+    BENCH_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &consts[k], sizeof consts[k], &t));
+    BENCH_TRY(loom_graph_constant(g, t, &c[k]));
+    loom_tensor_destroy(t);
+  }
+  for (int i = 0; i < N_OPS; i++) {
+    loom_status_t (*op)(loom_graph_t *, loom_value_t, loom_value_t, loom_value_t *) =
+        i % 3 == 0 ? loom_add : i % 3 == 1 ? loom_mul : loom_maximum;
+    BENCH_TRY(op(g, h, c[i % 3], &h));
+  }
+  BENCH_TRY(loom_graph_output(g, h));
+  return g;
+}
+
+typedef struct run_ctx {
+  loom_graph_t *g;
+  loom_executable_t *e;
+  loom_tensor_t *in, *out;
+} run_ctx_t;
+
+static void run_compiled(void *arg) {
+  run_ctx_t *c = arg;
+  BENCH_TRY(loom_executable_run(c->e, 1, &c->in, 1, &c->out));
+}
+
+static void run_interp(void *arg) {
+  run_ctx_t *c = arg;
+  loom_tensor_t *out;
+  BENCH_TRY(loom_interpret(c->g, 1, &c->in, 1, &out));
+  loom_tensor_destroy(out);
+}
+
+static void run_memcpy(void *arg) {
+  run_ctx_t *c = arg;
+  memcpy(loom_tensor_data(c->out), loom_tensor_data(c->in), (size_t)N_ELEMS * 4);
+}
+
+static double compiled_ms(run_ctx_t *c) {
+  loom_compile_options_t o = bench_options(1, 0);
+  if (loom_compile(c->g, &o, &c->e) != LOOM_OK) {
+    fprintf(stderr, "bench fusion: compile failed: %s\n", loom_last_error());
+    return NAN;
+  }
+  BENCH_TRY(loom_executable_new_output(c->e, 0, &c->out));
+  double ms = bench_time_ms(run_compiled, c, 2, 10, 500);
+  loom_tensor_destroy(c->out);
+  loom_executable_destroy(c->e);
+  return ms;
+}
+
+int main(void) {
+  run_ctx_t c = {.g = build_chain()};
+  c.in = bench_input(1, (int64_t[]){N_ELEMS});
+  bench_json_t j;
+  bench_json_begin(&j, "fusion");
+  bench_json_num(&j, "compiled_ms", compiled_ms(&c));
+  bench_json_num(&j, "interp_ms", bench_time_ms(run_interp, &c, 0, 1, 0));
+  /* Both buffers touched first: page faults are not the copy's cost. */
+  BENCH_TRY(loom_tensor_create(LOOM_F32, 1, (int64_t[]){N_ELEMS}, &c.out));
+  bench_json_num(&j, "memcpy_ms", bench_time_ms(run_memcpy, &c, 2, 10, 500));
+  bench_json_end(&j);
+  loom_tensor_destroy(c.out);
+  loom_tensor_destroy(c.in);
+  loom_graph_destroy(c.g);
+  return 0;
+}

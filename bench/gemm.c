@@ -1,0 +1,279 @@
+/* bench_gemm: SGEMM GFLOP/s of Loom's kernel at square sizes, 1 and 2
+ * threads, beside the machine's FMA peak measured in the same run (and
+ * oneDNN's dnnl_sgemm when built with -DLOOM_BENCH_DNNL; it is loaded with
+ * dlopen, so the build needs no extra library). One JSON object a line:
+ *   {"bench":"gemm","n":1024,"threads":1,"gflops":...,"peak_gflops":...}
+ * Usage: bench_gemm [n ...]   (default 256 512 1024 2048)
+ *        bench_gemm conv      conv2d layers: Loom's implicit im2col beside
+ *                             an explicit im2col buffer + the same GEMM */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/pool.h"
+#include "kernels/gemm.h"
+#ifdef LOOM_BENCH_DNNL
+#include <dlfcn.h>
+#endif
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- FMA peak: independent FMA chains, enough to hide the latency ---- */
+
+enum { PEAK_ITERS = 20000000 };
+
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
+  __m256 acc[12], x = _mm256_set1_ps(1e-7f), y = _mm256_set1_ps(0.999f);
+  for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+  for (long it = 0; it < PEAK_ITERS; it++)
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], y, x);
+  float sink = 0;
+  for (int i = 0; i < 12; i++) sink += _mm256_cvtss_f32(acc[i]);
+  return sink + 12.0 * 8 * 2 * PEAK_ITERS;
+}
+
+__attribute__((target("avx512f,fma"))) static double fma_loop_avx512(void) {
+  __m512 acc[12], x = _mm512_set1_ps(1e-7f), y = _mm512_set1_ps(0.999f);
+  for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+  for (long it = 0; it < PEAK_ITERS; it++)
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], y, x);
+  float sink = 0;
+  for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(acc[i]);
+  return sink + 12.0 * 16 * 2 * PEAK_ITERS;
+}
+
+static void *peak_thread(void *arg) {
+  double *flops = arg;
+  int wide = __builtin_cpu_supports("avx512f");
+  /* The sink keeps the loop alive; flops are counted, not summed. */
+  double r = wide ? fma_loop_avx512() : fma_loop_avx2();
+  *flops = 12.0 * (wide ? 16 : 8) * 2 * PEAK_ITERS + (r < 0 ? 1 : 0);
+  return NULL;
+}
+
+/* GFLOP/s of `threads` threads each running the FMA loop at once. */
+static double fma_peak(int threads) {
+  pthread_t tid[8];
+  double flops[8];
+  double t0 = now();
+  for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, peak_thread, &flops[i]);
+  peak_thread(&flops[0]);
+  for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
+  double sec = now() - t0, total = 0;
+  for (int i = 0; i < threads; i++) total += flops[i];
+  return total / sec * 1e-9;
+}
+
+/* ---- GEMM timing ------------------------------------------------------- */
+
+#ifdef LOOM_BENCH_DNNL
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float,
+                             const float *, int64_t, const float *, int64_t,
+                             float, float *, int64_t);
+static dnnl_sgemm_fn dnnl_sgemm_p;
+static void (*omp_set_threads_p)(int);
+
+static void dnnl_load(void) {
+  void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) h = dlopen("libdnnl.so", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    fprintf(stderr, "bench_gemm: no oneDNN: %s\n", dlerror());
+    return;
+  }
+  dnnl_sgemm_p = (dnnl_sgemm_fn)dlsym(h, "dnnl_sgemm");
+  omp_set_threads_p = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+}
+#endif
+
+typedef struct mats {
+  int64_t n;
+  float *a, *b, *c;
+  core_pool_t *pool;
+} mats_t;
+
+static void run_loom(const mats_t *m) {
+  loom_abi_gemm_t d = {.m = m->n, .n = m->n, .k = m->n, .batch = 1,
+                       .a = m->a, .lda = m->n, .b = m->b, .ldb = m->n,
+                       .c = m->c, .ldc = m->n};
+  kern_gemm_f32(&d, m->pool);
+}
+
+#ifdef LOOM_BENCH_DNNL
+static void run_dnnl(const mats_t *m) {
+  dnnl_sgemm_p('N', 'N', m->n, m->n, m->n, 1.0f, m->a, m->n, m->b, m->n, 0.0f,
+               m->c, m->n);
+}
+#endif
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* Median GFLOP/s over enough runs to fill ~0.5 s (at least 3). */
+static double gflops(void (*fn)(const mats_t *), const mats_t *m) {
+  double flop = 2.0 * (double)m->n * (double)m->n * (double)m->n, times[64];
+  fn(m); /* warm-up: first touch, packing buffers */
+  int runs = 0;
+  double start = now();
+  while (runs < 64 && (runs < 3 || now() - start < 0.5)) {
+    double t0 = now();
+    fn(m);
+    times[runs++] = now() - t0;
+  }
+  qsort(times, (size_t)runs, sizeof *times, cmp_double);
+  return flop / times[runs / 2] * 1e-9;
+}
+
+static float *random_matrix(int64_t n) {
+  float *x = aligned_alloc(64, (size_t)(n * n) * sizeof(float));
+  for (int64_t i = 0; i < n * n; i++) x[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+  return x;
+}
+
+/* ---- conv2d: implicit im2col (Loom) vs explicit im2col + GEMM ------------ */
+
+typedef struct conv_bench {
+  loom_abi_conv2d_t d;
+  float *col; /* explicit im2col buffer, allocated once */
+  core_pool_t *pool;
+} conv_bench_t;
+
+static void run_conv_loom(const void *arg) {
+  const conv_bench_t *b = arg;
+  kern_conv2d_f32(&b->d, b->pool);
+}
+
+/* The textbook route (groups = 1): build the column matrix, then GEMM. */
+static void run_conv_explicit(const void *arg) {
+  const conv_bench_t *b = arg;
+  const loom_abi_conv2d_t *d = &b->d;
+  int64_t k = d->c * d->kh * d->kw, pos = d->ho * d->wo;
+  for (int64_t img = 0; img < d->n; img++) {
+    const float *x = d->x + img * d->c * d->h * d->w;
+    for (int64_t r = 0; r < k; r++) {
+      int64_t ci = r / (d->kh * d->kw), ky = r / d->kw % d->kh, kx = r % d->kw;
+      for (int64_t oy = 0; oy < d->ho; oy++)
+        for (int64_t ox = 0; ox < d->wo; ox++) {
+          int64_t iy = oy * d->stride[0] - d->pads[0] + ky * d->dilation[0];
+          int64_t ix = ox * d->stride[1] - d->pads[1] + kx * d->dilation[1];
+          int in = iy >= 0 && iy < d->h && ix >= 0 && ix < d->w;
+          b->col[r * pos + oy * d->wo + ox] = in ? x[(ci * d->h + iy) * d->w + ix] : 0;
+        }
+    }
+    loom_abi_gemm_t g = {.m = d->o, .n = pos, .k = k, .batch = 1, .a = d->weight,
+                         .lda = k, .b = b->col, .ldb = pos,
+                         .c = d->y + img * d->o * pos, .ldc = pos};
+    kern_gemm_f32(&g, b->pool);
+  }
+}
+
+static double median_ms(void (*fn)(const void *), const void *arg) {
+  double times[64];
+  fn(arg);
+  int runs = 0;
+  double start = now();
+  while (runs < 64 && (runs < 3 || now() - start < 0.3)) {
+    double t0 = now();
+    fn(arg);
+    times[runs++] = now() - t0;
+  }
+  qsort(times, (size_t)runs, sizeof *times, cmp_double);
+  return times[runs / 2] * 1e3;
+}
+
+/* ResNet-18 and LeNet layers: n c h w o k stride pad. */
+static const int64_t conv_layers[][8] = {
+    {1, 3, 224, 224, 64, 7, 2, 3},  {1, 64, 56, 56, 64, 3, 1, 1},
+    {1, 128, 28, 28, 128, 3, 1, 1}, {1, 256, 14, 14, 256, 3, 1, 1},
+    {1, 512, 7, 7, 512, 3, 1, 1},   {1, 64, 56, 56, 128, 1, 2, 0},
+    {64, 1, 28, 28, 6, 5, 1, 2},    {64, 6, 14, 14, 16, 5, 1, 0},
+};
+
+static void bench_conv(void) {
+  for (int threads = 1; threads <= 2; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1 && core_pool_create(threads, &pool) != LOOM_OK) exit(1);
+    for (size_t i = 0; i < sizeof conv_layers / sizeof *conv_layers; i++) {
+      const int64_t *l = conv_layers[i];
+      int64_t ho = (l[2] + 2 * l[7] - l[5]) / l[6] + 1;
+      conv_bench_t b = {.d = {l[0], l[1], l[2], l[3], l[4], l[5], l[5], ho, ho,
+                              {l[6], l[6]}, {l[7], l[7], l[7], l[7]}, {1, 1}, 1,
+                              NULL, NULL, NULL, NULL, NULL, NULL},
+                        .pool = pool};
+      int64_t xs = l[0] * l[1] * l[2] * l[3], ws = l[4] * l[1] * l[5] * l[5];
+      int64_t ys = l[0] * l[4] * ho * ho, cols = l[1] * l[5] * l[5] * ho * ho;
+      float *x = calloc((size_t)xs, 4), *w = calloc((size_t)ws, 4);
+      for (int64_t j = 0; j < xs; j++) x[j] = (float)(j % 7) * 0.1f;
+      for (int64_t j = 0; j < ws; j++) w[j] = (float)(j % 5) * 0.1f;
+      b.d.x = x;
+      b.d.weight = w;
+      b.d.y = calloc((size_t)ys, 4);
+      b.col = calloc((size_t)cols, 4);
+      double gflop = 2.0 * (double)ys * (double)(l[1] * l[5] * l[5]) * 1e-9;
+      double t_loom = median_ms(run_conv_loom, &b), t_exp = median_ms(run_conv_explicit, &b);
+      printf("{\"bench\":\"conv2d\",\"layer\":\"%lldx%lldx%lldx%lld o%lld k%lld s%lld\","
+             "\"threads\":%d,\"implicit_ms\":%.3f,\"explicit_ms\":%.3f,"
+             "\"implicit_gflops\":%.1f}\n",
+             (long long)l[0], (long long)l[1], (long long)l[2], (long long)l[3],
+             (long long)l[4], (long long)l[5], (long long)l[6], threads, t_loom,
+             t_exp, gflop / t_loom * 1e3);
+      fflush(stdout);
+      free(x);
+      free(w);
+      free(b.d.y);
+      free(b.col);
+    }
+    core_pool_destroy(pool);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "conv") == 0) {
+    bench_conv();
+    return 0;
+  }
+  int64_t sizes[16] = {256, 512, 1024, 2048};
+  int n_sizes = 4;
+  if (argc > 1) {
+    n_sizes = 0;
+    for (int i = 1; i < argc && n_sizes < 16; i++) sizes[n_sizes++] = atoll(argv[i]);
+  }
+#ifdef LOOM_BENCH_DNNL
+  dnnl_load();
+#endif
+  for (int threads = 1; threads <= 2; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1 && core_pool_create(threads, &pool) != LOOM_OK) return 1;
+    for (int s = 0; s < n_sizes; s++) {
+      int64_t n = sizes[s];
+      /* Measured beside each size, so that a shared machine's load
+       * weighs on both alike. */
+      double peak = fma_peak(threads);
+      mats_t m = {n, random_matrix(n), random_matrix(n), random_matrix(n), pool};
+      printf("{\"bench\":\"gemm\",\"n\":%lld,\"threads\":%d,\"gflops\":%.1f,"
+             "\"peak_gflops\":%.1f,\"isa\":\"%s\"",
+             (long long)n, threads, gflops(run_loom, &m), peak, kern_gemm_isa());
+#ifdef LOOM_BENCH_DNNL
+      if (dnnl_sgemm_p) {
+        if (omp_set_threads_p) omp_set_threads_p(threads);
+        printf(",\"dnnl_gflops\":%.1f", gflops(run_dnnl, &m));
+      }
+#endif
+      printf("}\n");
+      fflush(stdout);
+      free(m.a);
+      free(m.b);
+      free(m.c);
+    }
+    core_pool_destroy(pool);
+  }
+  return 0;
+}

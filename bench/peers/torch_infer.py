@@ -1,0 +1,60 @@
+"""Times a model in PyTorch eager and TorchScript (trace + freeze +
+optimize_for_inference), or exports it to ONNX for ONNX Runtime.
+
+  torch_infer.py MODEL --threads 1,2     prints "THREADS EAGER_MS TS_MS" lines
+  torch_infer.py MODEL --export PATH     writes the ONNX model (opset 17)
+  torch_infer.py MODEL --logits PATH     writes the logits as .npy (f32)
+
+Run it as bench/run does, with PyTorch at its best (../shared/PEERS.md)."""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+
+def median_ms(fn, min_reps=10, min_s=1.0, warmup=3):
+    for _ in range(warmup):
+        fn()
+    samples, start = [], time.perf_counter()
+    while len(samples) < min_reps or time.perf_counter() - start < min_s:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(samples))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", choices=sorted(models.MODELS))
+    ap.add_argument("--threads", default="")
+    ap.add_argument("--export", default="")
+    ap.add_argument("--logits", default="")
+    args = ap.parse_args()
+    model, x = models.build(args.model)
+    if args.export:
+        # With gradients on, so that nn.TransformerEncoder takes its slow
+        # path, whose ops ONNX knows (its fused fast path has no export).
+        try:
+            torch.onnx.export(model, (x,), args.export, opset_version=17,
+                              input_names=["x"], output_names=["logits"])
+        except Exception as e:  # the timings below still count
+            print(f"torch_infer: ONNX export failed: {e}", file=sys.stderr)
+    with torch.no_grad():
+        if args.logits:
+            np.save(args.logits, model(x).numpy().astype(np.float32))
+        if args.threads:
+            script = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, (x,))))
+            for t in [int(n) for n in args.threads.split(",")]:
+                torch.set_num_threads(t)
+                eager = median_ms(lambda: model(x))
+                ts = median_ms(lambda: script(x))
+                print(f"{t} {eager:.6f} {ts:.6f}", flush=True)
+
+if __name__ == "__main__":
+    main()
