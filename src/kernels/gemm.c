@@ -1,28 +1,320 @@
-/* Placeholder until the fast kernels land: plain loops. */
+/* The blocked GEMM driver (BLIS's loop nest): for each nc-wide column
+ * panel of C and each kc-deep slice of k, B[kc x nc] is packed into
+ * nr-wide micro-panels that stay in L3; for each mc-tall row block, A[mc x
+ * kc] is packed into mr-tall micro-panels that stay in L2; the micro-kernel
+ * then sweeps mr x nr tiles of C with a B micro-panel in L1. Work is split
+ * into tasks (batch items, and column or row ranges of one item) over the
+ * pool; each task runs the whole loop nest with its own packing buffers. */
 #include "kernels/gemm.h"
 
-const char *kern_gemm_isa(void) { return "portable"; }
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
-void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool) {
-  (void)pool;
-  for (int64_t b = 0; b < d->batch; b++) {
-    const float *a = d->a + b * d->stride_a, *bm = d->b + b * d->stride_b;
-    float *c = d->c + b * d->stride_c;
-    for (int64_t i = 0; i < d->m; i++)
-      for (int64_t j = 0; j < d->n; j++) {
-        float s = 0;
-        for (int64_t k = 0; k < d->k; k++) {
-          float x = d->trans_a ? a[k * d->lda + i] : a[i * d->lda + k];
-          float y = d->trans_b ? bm[j * d->ldb + k] : bm[k * d->ldb + j];
-          s += x * y;
-        }
-        c[i * d->ldc + j] = s;
+#include "kernels/gemm_impl.h"
+
+/* ---- Choosing the micro-kernel --------------------------------------- */
+
+static const gemm_isa_t *const isa_by_preference[] = {
+    &gemm_isa_avx512, &gemm_isa_avx2, &gemm_isa_portable};
+static const gemm_isa_t *const isa_all[] = {
+    &gemm_isa_avx512, &gemm_isa_avx2, &gemm_isa_avx2_wide, &gemm_isa_portable};
+
+static const gemm_isa_t *_Atomic isa_active;
+
+static const gemm_isa_t *isa_best(void) {
+  size_t n = sizeof isa_by_preference / sizeof *isa_by_preference;
+  for (size_t i = 0; i < n; i++)
+    if (isa_by_preference[i]->supported()) return isa_by_preference[i];
+  return &gemm_isa_portable;
+}
+
+static const gemm_isa_t *isa_current(void) {
+  const gemm_isa_t *isa = atomic_load_explicit(&isa_active, memory_order_acquire);
+  if (!isa) {
+    /* Racing first calls all store the same answer. */
+    isa = isa_best();
+    atomic_store_explicit(&isa_active, isa, memory_order_release);
+  }
+  return isa;
+}
+
+int kern_gemm_force_isa(const char *name) {
+  if (!name) {
+    atomic_store(&isa_active, isa_best());
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof isa_all / sizeof *isa_all; i++)
+    if (strcmp(isa_all[i]->name, name) == 0) {
+      if (!isa_all[i]->supported()) return 0;
+      atomic_store(&isa_active, isa_all[i]);
+      return 1;
+    }
+  return 0;
+}
+
+const char *kern_gemm_isa(void) { return isa_current()->name; }
+
+/* ---- Packing buffers ------------------------------------------------- */
+
+/* Buffers outlive calls so that the steady state allocates nothing (and
+ * touches no fresh pages, which cost ~12 us per 4 KiB here). A task claims
+ * a free slot for its duration; slots are never freed, so they stay
+ * reachable for leak checkers. */
+enum { SLOTS = 64 };
+
+typedef struct slot {
+  atomic_int busy;
+  float *a, *b;
+  size_t a_cap, b_cap; /* floats */
+} slot_t;
+
+static slot_t slots[SLOTS];
+
+static int grow(float **buf, size_t *cap, size_t need) {
+  if (*cap >= need) return 1;
+  free(*buf);
+  *cap = 0;
+  *buf = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
+  if (!*buf) return 0;
+  *cap = need;
+  return 1;
+}
+
+/* A slot with room for isa's blocks, or NULL (all busy, or no memory). */
+static slot_t *slot_claim(const gemm_isa_t *isa) {
+  size_t a_need = (size_t)isa->mc * (size_t)isa->kc;
+  size_t b_need = (size_t)isa->kc * (size_t)isa->nc;
+  for (int i = 0; i < SLOTS; i++) {
+    if (atomic_exchange_explicit(&slots[i].busy, 1, memory_order_acquire)) continue;
+    slot_t *s = &slots[i];
+    if (grow(&s->a, &s->a_cap, a_need) && grow(&s->b, &s->b_cap, b_need)) return s;
+    atomic_store_explicit(&s->busy, 0, memory_order_release);
+    return NULL;
+  }
+  return NULL;
+}
+
+static void slot_release(slot_t *s) {
+  if (s) atomic_store_explicit(&s->busy, 0, memory_order_release);
+}
+
+/* ---- Packing --------------------------------------------------------- */
+
+/* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
+ * steps, mr consecutive rows (zeros past mc). */
+static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
+                   int64_t mc, int64_t pc, int64_t kc, int mr, float *dst) {
+  for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += (int64_t)mr * kc) {
+    int64_t rows = mc - i0 < mr ? mc - i0 : mr;
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t i = ic + i0 + r;
+      if (p->trans_a) {
+        const float *src = a + pc * p->lda + i;
+        for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = src[q * p->lda];
+      } else {
+        const float *src = a + i * p->lda + pc;
+        for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = src[q];
       }
-    if (d->epilogue) d->epilogue(d->epilogue_ctx, b, c, d->ldc, 0, d->m, 0, d->n);
+    }
+    for (int64_t r = rows; r < mr; r++)
+      for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = 0.0f;
   }
 }
 
-void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  (void)d;
-  (void)pool;
+/* B[pc:pc+kc, jc:jc+nc] of a plain matrix into nr-wide panels. */
+void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
+                          int64_t kc, int64_t jc, int64_t nc, int nr,
+                          float *dst) {
+  const float *b = p->b + gemm_offset(p->sb, p->groups, item);
+  for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += (int64_t)nr * kc) {
+    int64_t cols = nc - j0 < nr ? nc - j0 : nr;
+    if (p->trans_b) {
+      for (int64_t c = 0; c < cols; c++) {
+        const float *src = b + (jc + j0 + c) * p->ldb + pc;
+        for (int64_t q = 0; q < kc; q++) dst[q * nr + c] = src[q];
+      }
+    } else {
+      for (int64_t q = 0; q < kc; q++)
+        memcpy(dst + q * nr, b + (pc + q) * p->ldb + jc + j0,
+               (size_t)cols * sizeof(float));
+    }
+    if (cols < nr)
+      for (int64_t q = 0; q < kc; q++)
+        memset(dst + q * nr + cols, 0, (size_t)(nr - cols) * sizeof(float));
+  }
+}
+
+/* ---- The loop nest of one task ---------------------------------------- */
+
+/* Block sizes and buffers of one task. */
+typedef struct blocking {
+  const gemm_isa_t *isa;
+  int64_t mc, kc, nc;
+  float *abuf, *bbuf;
+} blocking_t;
+
+/* Bias, then the epilogue, on a finished block of item t: rows [row0,
+ * row0 + rows) and columns [col0, col0 + cols) of the item's C. */
+static void finish(const gemm_problem_t *p, int64_t t, float *c, int64_t row0,
+                   int64_t rows, int64_t col0, int64_t cols) {
+  int64_t g = t % p->groups;
+  float *tile = c + row0 * p->ldc + col0;
+  if (p->bias)
+    for (int64_t i = 0; i < rows; i++) {
+      float bv = p->bias[g * p->m + row0 + i];
+      for (int64_t j = 0; j < cols; j++) tile[i * p->ldc + j] += bv;
+    }
+  if (p->epilogue)
+    p->epilogue(p->epilogue_ctx, t / p->groups, tile, p->ldc, g * p->m + row0,
+                rows, col0, cols);
+}
+
+/* One mr x nr tile; edge tiles go through a full-size scratch tile. */
+static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
+                 const float *bp, float *c, int64_t ldc, int64_t rows,
+                 int64_t cols, int accumulate) {
+  if (rows == isa->mr && cols == isa->nr) {
+    isa->kernel(kc, ap, bp, c, ldc, accumulate);
+    return;
+  }
+  _Alignas(64) float scratch[32 * 32];
+  isa->kernel(kc, ap, bp, scratch, isa->nr, 0);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      float v = scratch[i * isa->nr + j];
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + v : v;
+    }
+}
+
+/* C[ic:ic+mc, jc:jc+nc] (+)= packed A block @ packed B panel; with `last`,
+ * each finished mc x nr strip is handed to finish() while in cache. */
+static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk,
+                         int64_t t, float *c, int64_t ic, int64_t mc,
+                         int64_t jc, int64_t nc, int64_t kc, int accumulate,
+                         int last) {
+  const gemm_isa_t *isa = bk->isa;
+  for (int64_t jr = 0; jr < nc; jr += isa->nr) {
+    int64_t cols = nc - jr < isa->nr ? nc - jr : isa->nr;
+    const float *bp = bk->bbuf + jr * kc;
+    for (int64_t ir = 0; ir < mc; ir += isa->mr) {
+      int64_t rows = mc - ir < isa->mr ? mc - ir : isa->mr;
+      tile(isa, kc, bk->abuf + ir * kc, bp, c + (ic + ir) * p->ldc + jc + jr,
+           p->ldc, rows, cols, accumulate);
+    }
+    if (last && (p->bias || p->epilogue)) finish(p, t, c, ic, mc, jc + jr, cols);
+  }
+}
+
+/* k = 0: the product is zeros. */
+static void zero_block(const gemm_problem_t *p, int64_t t, float *c,
+                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for (int64_t i = m0; i < m1; i++)
+    memset(c + i * p->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+  if (p->bias || p->epilogue) finish(p, t, c, m0, m1 - m0, n0, n1 - n0);
+}
+
+/* Rows [m0, m1) and columns [n0, n1) of item t's C. */
+static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
+                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const float *a = p->a + gemm_offset(p->sa, p->groups, t);
+  float *c = p->c + gemm_offset(p->sc, p->groups, t);
+  if (p->k == 0) {
+    zero_block(p, t, c, m0, m1, n0, n1);
+    return;
+  }
+  for (int64_t jc = n0; jc < n1; jc += bk->nc) {
+    int64_t nc = n1 - jc < bk->nc ? n1 - jc : bk->nc;
+    for (int64_t pc = 0; pc < p->k; pc += bk->kc) {
+      int64_t kc = p->k - pc < bk->kc ? p->k - pc : bk->kc;
+      p->pack_b(p, t, pc, kc, jc, nc, bk->isa->nr, bk->bbuf);
+      for (int64_t ic = m0; ic < m1; ic += bk->mc) {
+        int64_t mc = m1 - ic < bk->mc ? m1 - ic : bk->mc;
+        pack_a(p, a, ic, mc, pc, kc, bk->isa->mr, bk->abuf);
+        macro_kernel(p, bk, t, c, ic, mc, jc, nc, kc, pc > 0, pc + kc >= p->k);
+      }
+    }
+  }
+}
+
+/* ---- Tasks over the pool ---------------------------------------------- */
+
+/* Task i is part (i % parts) of item (i / parts); a part is a range of
+ * `step` columns (split_n) or rows. */
+typedef struct job {
+  const gemm_problem_t *p;
+  const gemm_isa_t *isa;
+  int64_t parts, step;
+  int split_n;
+} job_t;
+
+/* Without a free slot (memory exhausted, or more than SLOTS threads), a
+ * task still runs, with minimal blocks in buffers on the stack. */
+enum { TINY_KC = 64 };
+
+static void run_task(const job_t *j, const blocking_t *bk, int64_t i) {
+  const gemm_problem_t *p = j->p;
+  int64_t t = i / j->parts, part = i % j->parts;
+  int64_t lo = part * j->step, hi = lo + j->step;
+  if (j->split_n)
+    gemm_block(p, bk, t, 0, p->m, lo, hi < p->n ? hi : p->n);
+  else
+    gemm_block(p, bk, t, lo, hi < p->m ? hi : p->m, 0, p->n);
+}
+
+static void job_body(void *ctx, int64_t begin, int64_t end) {
+  const job_t *j = ctx;
+  const gemm_isa_t *isa = j->isa;
+  slot_t *s = slot_claim(isa);
+  if (s) {
+    blocking_t bk = {isa, isa->mc, isa->kc, isa->nc, s->a, s->b};
+    for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
+    slot_release(s);
+    return;
+  }
+  _Alignas(64) float abuf[32 * TINY_KC], bbuf[TINY_KC * 32];
+  blocking_t bk = {isa, isa->mr, TINY_KC, isa->nr, abuf, bbuf};
+  for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Below this many multiply-adds, waking other threads costs more than it
+ * saves. */
+enum { PARALLEL_MIN_FMAS = 1 << 16 };
+
+void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
+  if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return;
+  const gemm_isa_t *isa = isa_current();
+  int threads = core_pool_threads(pool);
+  double fmas = (double)p->m * (double)p->n * (double)(p->k > 0 ? p->k : 1) *
+                (double)p->batch;
+  if (fmas < PARALLEL_MIN_FMAS) threads = 1;
+  job_t j = {p, isa, 1, p->n, 1};
+  /* Items share threads evenly: else split each item, by columns where
+   * there are enough (each part packs only its own B), else by rows. */
+  if (threads > 1 && p->batch % threads != 0 && p->batch < 4 * threads) {
+    int64_t col_tiles = ceil_div(p->n, isa->nr), row_tiles = ceil_div(p->m, isa->mr);
+    j.parts = threads;
+    j.split_n = col_tiles >= 2 * threads || col_tiles >= row_tiles;
+    int64_t tiles = j.split_n ? col_tiles : row_tiles;
+    int64_t unit = j.split_n ? isa->nr : isa->mr;
+    j.step = ceil_div(tiles, threads) * unit;
+    j.parts = ceil_div(j.split_n ? p->n : p->m, j.step);
+  }
+  int64_t tasks = p->batch * j.parts;
+  if (threads == 1) job_body(&j, 0, tasks);
+  else core_pool_for(pool, tasks, 1, job_body, &j);
+}
+
+void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool) {
+  gemm_problem_t p = {
+      .m = d->m, .n = d->n, .k = d->k, .batch = d->batch, .groups = 1,
+      .a = d->a, .lda = d->lda, .sa = {d->stride_a, 0}, .trans_a = d->trans_a,
+      .b = d->b, .ldb = d->ldb, .sb = {d->stride_b, 0}, .trans_b = d->trans_b,
+      .pack_b = gemm_pack_b_matrix,
+      .c = d->c, .ldc = d->ldc, .sc = {d->stride_c, 0},
+      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  gemm_run(&p, pool);
 }

@@ -1,0 +1,84 @@
+/* Inside the fast GEMM: the micro-kernel table and the problem the blocked
+ * driver solves. gemm.c drives, gemm_<isa>.c hold the micro-kernels,
+ * conv2d.c poses a convolution as a GEMM whose B operand is packed straight
+ * from the image (an implicit im2col). */
+#ifndef LOOM_KERNELS_GEMM_IMPL_H
+#define LOOM_KERNELS_GEMM_IMPL_H
+
+#include <stdint.h>
+
+#include "core/pool.h"
+#include "runtime/abi.h"
+
+/* C[0:mr, 0:nr] (+)= A_panel @ B_panel over kc steps: a holds mr floats per
+ * step, b nr floats per step (both packed, 64-byte aligned); c is row-major
+ * with rows ldc apart. accumulate: add to C instead of overwriting it. */
+typedef void (*gemm_ukernel_fn)(int64_t kc, const float *a, const float *b,
+                                float *c, int64_t ldc, int accumulate);
+
+/* One micro-kernel and the cache blocking that suits it. */
+typedef struct gemm_isa {
+  const char *name;
+  int (*supported)(void);
+  gemm_ukernel_fn kernel;
+  int mr, nr;     /* register tile */
+  int mc, kc, nc; /* cache blocks: A block mc x kc in L2, B panel kc x nc in L3 */
+} gemm_isa_t;
+
+extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,
+    gemm_isa_portable;
+
+/* Forces a micro-kernel by name ("avx512", "avx2", "avx2_wide": the
+ * AVX-512 tile shape run with AVX2, for tests on CPUs without AVX-512,
+ * "portable"); NULL goes back to the best one. Returns 0 when the CPU
+ * lacks it (nothing changes). Not thread-safe: for tests and benchmarks. */
+int kern_gemm_force_isa(const char *name);
+
+typedef struct gemm_problem gemm_problem_t;
+
+/* Packs B[pc:pc+kc, jc:jc+nc] of batch item `item` into nr-wide panels,
+ * zero-padded to a multiple of nr columns. */
+typedef void (*gemm_pack_b_fn)(const gemm_problem_t *p, int64_t item,
+                               int64_t pc, int64_t kc, int64_t jc, int64_t nc,
+                               int nr, float *dst);
+
+/* Batch item t addresses its operands as base + (t / groups) * outer +
+ * (t % groups) * inner, so that a grouped convolution runs its images and
+ * groups as one batch; a plain GEMM has groups = 1. */
+typedef struct gemm_stride {
+  int64_t outer, inner;
+} gemm_stride_t;
+
+struct gemm_problem {
+  int64_t m, n, k, batch, groups;
+  const float *a;
+  int64_t lda;
+  gemm_stride_t sa;
+  int trans_a;
+  const float *b; /* read by pack_b */
+  int64_t ldb;
+  gemm_stride_t sb;
+  int trans_b;
+  gemm_pack_b_fn pack_b;
+  const void *b_ctx; /* pack_b's own data (conv geometry) */
+  float *c;
+  int64_t ldc;
+  gemm_stride_t sc;
+  const float *bias; /* per row, offset by (t % groups) * m; may be NULL */
+  loom_abi_epilogue_t epilogue;
+  void *epilogue_ctx;
+};
+
+/* The pack_b of a plain (possibly transposed) matrix at b, rows ldb apart. */
+void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
+                        int64_t kc, int64_t jc, int64_t nc, int nr,
+                        float *dst);
+
+/* Solves p over the pool (NULL: this thread). */
+void gemm_run(const gemm_problem_t *p, core_pool_t *pool);
+
+static inline int64_t gemm_offset(gemm_stride_t s, int64_t groups, int64_t t) {
+  return (t / groups) * s.outer + (t % groups) * s.inner;
+}
+
+#endif

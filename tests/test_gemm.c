@@ -1,0 +1,285 @@
+/* The fast f32 GEMM and conv2d (src/kernels/gemm.h) against naive
+ * double-precision loops written here: many shapes (primes, tall and
+ * skinny, sizes off the block sizes, k = 0), every transpose, leading
+ * dimensions wider than the matrix, broadcast batch strides, 1-3 threads,
+ * every micro-kernel this CPU runs, and an epilogue that must see each
+ * element exactly once, at the right coordinates, after the sum is done. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pool.h"
+#include "harness.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_impl.h"
+
+static const char *const isas[] = {"portable", "avx2", "avx2_wide", "avx512"};
+enum { N_ISAS = 4, SENTINEL = 12345 };
+
+static float *random_floats(int64_t n) {
+  float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = (float)test_rand_uniform(-1, 1);
+  return x;
+}
+
+/* ---- The epilogue that counts ------------------------------------------ */
+
+/* Records each element it sees, checks the tile's address against its
+ * coordinates, and maps v to 2v + 1 so that the result shows it ran after
+ * the sum (and once). */
+typedef struct counter {
+  float *c;                /* batch item 0's C */
+  int64_t m, n, ldc, stride_c, batch;
+  int *seen;               /* batch x m x n */
+  _Atomic int bad_address;
+} counter_t;
+
+static void count_epilogue(void *ctx, int64_t batch, float *c, int64_t ldc,
+                           int64_t row0, int64_t rows, int64_t col0,
+                           int64_t cols) {
+  counter_t *k = ctx;
+  if (batch < 0 || batch >= k->batch || ldc != k->ldc || row0 < 0 ||
+      col0 < 0 || row0 + rows > k->m || col0 + cols > k->n ||
+      c != k->c + batch * k->stride_c + row0 * ldc + col0) {
+    k->bad_address = 1;
+    return;
+  }
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      k->seen[(batch * k->m + row0 + i) * k->n + col0 + j]++;
+      c[i * ldc + j] = 2 * c[i * ldc + j] + 1;
+    }
+}
+
+/* ---- GEMM ---------------------------------------------------------------- */
+
+typedef struct shape {
+  int64_t m, n, k, batch;
+  int ta, tb;
+  int64_t pad;              /* added to every leading dimension */
+  int broadcast_a, broadcast_b;
+  int epilogue;
+} shape_t;
+
+/* C[b][i][j] in double, from the same strided operands. */
+static double ref_at(const loom_abi_gemm_t *d, int64_t b, int64_t i, int64_t j,
+                     double *abs_sum) {
+  const float *a = d->a + b * d->stride_a, *bm = d->b + b * d->stride_b;
+  double s = 0, s_abs = 0;
+  for (int64_t p = 0; p < d->k; p++) {
+    double x = d->trans_a ? a[p * d->lda + i] : a[i * d->lda + p];
+    double y = d->trans_b ? bm[j * d->ldb + p] : bm[p * d->ldb + j];
+    s += x * y;
+    s_abs += fabs(x * y);
+  }
+  *abs_sum = s_abs;
+  return s;
+}
+
+/* Runs one shape and checks every element, the padding and the epilogue. */
+static void check_gemm(const shape_t *s, core_pool_t *pool) {
+  int64_t rows_a = s->ta ? s->k : s->m, cols_a = s->ta ? s->m : s->k;
+  int64_t rows_b = s->tb ? s->n : s->k, cols_b = s->tb ? s->k : s->n;
+  int64_t lda = cols_a + s->pad, ldb = cols_b + s->pad, ldc = s->n + s->pad;
+  int64_t sa = s->broadcast_a ? 0 : rows_a * lda, sb = s->broadcast_b ? 0 : rows_b * ldb;
+  int64_t sc = s->m * ldc;
+  float *a = random_floats(rows_a * lda * (s->broadcast_a ? 1 : s->batch));
+  float *b = random_floats(rows_b * ldb * (s->broadcast_b ? 1 : s->batch));
+  int64_t c_len = sc * s->batch;
+  float *c = malloc((size_t)(c_len > 0 ? c_len : 1) * sizeof(float));
+  for (int64_t i = 0; i < c_len; i++) c[i] = SENTINEL;
+  counter_t k = {c, s->m, s->n, ldc, sc, s->batch,
+                 calloc((size_t)(s->batch * s->m * s->n + 1), sizeof(int)), 0};
+  loom_abi_gemm_t d = {s->m, s->n, s->k, s->batch, a, lda, sa, s->ta,
+                       b, ldb, sb, s->tb, c, ldc, sc,
+                       s->epilogue ? count_epilogue : NULL, &k};
+  kern_gemm_f32(&d, pool);
+  int wrong = 0, padding = 0, counts = 0;
+  for (int64_t bi = 0; bi < s->batch; bi++)
+    for (int64_t i = 0; i < s->m; i++) {
+      for (int64_t j = 0; j < s->n; j++) {
+        double abs_sum, want = ref_at(&d, bi, i, j, &abs_sum);
+        if (s->epilogue) want = 2 * want + 1;
+        double got = c[bi * sc + i * ldc + j];
+        /* Any order of k float sums errs by at most ~k ulps of sum |xy|. */
+        double tol = 2e-7 * (double)(s->k > 0 ? s->k : 1) * abs_sum + 1e-6;
+        wrong += fabs(got - want) > tol * (s->epilogue ? 2 : 1);
+        counts += s->epilogue && k.seen[(bi * s->m + i) * s->n + j] != 1;
+      }
+      for (int64_t j = s->n; j < ldc; j++) padding += c[bi * sc + i * ldc + j] != SENTINEL;
+    }
+  if (wrong || padding || counts || k.bad_address)
+    test_fail(__FILE__, __LINE__,
+              "gemm %s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d pad=%lld "
+              "bcast=%d%d threads=%d: %d wrong, %d padding, %d counts, bad "
+              "address %d",
+              kern_gemm_isa(), (long long)s->m, (long long)s->n, (long long)s->k,
+              (long long)s->batch, s->ta, s->tb, (long long)s->pad,
+              s->broadcast_a, s->broadcast_b, core_pool_threads(pool), wrong,
+              padding, counts, (int)k.bad_address);
+  test_checks++;
+  free(a);
+  free(b);
+  free(c);
+  free(k.seen);
+}
+
+static const shape_t gemm_shapes[] = {
+    {1, 1, 1, 1, 0, 0, 0, 0, 0, 1},        {37, 53, 29, 1, 0, 0, 0, 0, 0, 1},
+    {1000, 3, 7, 1, 0, 0, 1, 0, 0, 1},     {3, 700, 5, 1, 0, 0, 0, 0, 0, 1},
+    {7, 19, 600, 1, 0, 0, 0, 0, 0, 1},     {301, 45, 270, 1, 0, 0, 3, 0, 0, 1},
+    {5, 4100, 3, 1, 0, 0, 0, 0, 0, 1},     {13, 17, 0, 2, 0, 0, 2, 0, 0, 1},
+    {64, 64, 64, 1, 0, 0, 0, 0, 0, 0},     {23, 31, 41, 3, 0, 0, 1, 0, 1, 1},
+    {23, 31, 41, 3, 0, 0, 0, 1, 0, 1},     {9, 70, 33, 5, 0, 0, 0, 1, 1, 1},
+    {200, 97, 300, 2, 0, 0, 5, 0, 0, 1},
+};
+
+/* Every shape with each transpose combination, on pools of 1-3 threads. */
+static void gemm_shapes_transposes_threads(void) {
+  for (int threads = 1; threads <= 3; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof gemm_shapes / sizeof *gemm_shapes; i++)
+      for (int t = 0; t < 4; t++) {
+        shape_t s = gemm_shapes[i];
+        s.ta = t & 1;
+        s.tb = t >> 1;
+        check_gemm(&s, pool);
+      }
+    core_pool_destroy(pool);
+  }
+}
+
+/* The same checks through every micro-kernel this CPU can run. */
+static void gemm_every_isa(void) {
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(2, &pool));
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(isas[i])) continue;
+    CHECK(strcmp(kern_gemm_isa(), isas[i]) == 0);
+    for (size_t j = 0; j < sizeof gemm_shapes / sizeof *gemm_shapes; j++) {
+      shape_t s = gemm_shapes[j];
+      s.ta = (int)(j & 1);
+      s.tb = (int)((j >> 1) & 1);
+      check_gemm(&s, j % 2 ? pool : NULL);
+    }
+  }
+  CHECK(kern_gemm_force_isa(NULL));
+  CHECK(!kern_gemm_force_isa("no such isa"));
+  core_pool_destroy(pool);
+}
+
+/* Repeated calls give identical results: no state leaks between calls. */
+static void gemm_repeatable(void) {
+  int64_t m = 50, n = 60, k = 70;
+  float *a = random_floats(m * k), *b = random_floats(k * n);
+  float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
+  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL};
+  kern_gemm_f32(&d, NULL);
+  d.c = c2;
+  for (int r = 0; r < 3; r++) kern_gemm_f32(&d, NULL);
+  CHECK(memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) == 0);
+  free(a);
+  free(b);
+  free(c1);
+  free(c2);
+}
+
+/* ---- conv2d -------------------------------------------------------------- */
+
+typedef struct conv_case {
+  int64_t n, c, h, w, o, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, groups;
+  int bias, epilogue;
+} conv_case_t;
+
+static double conv_ref(const loom_abi_conv2d_t *d, int64_t img, int64_t o,
+                       int64_t oy, int64_t ox, double *abs_sum) {
+  int64_t cg = d->c / d->groups, g = o / (d->o / d->groups);
+  double s = d->bias ? d->bias[o] : 0;
+  *abs_sum = fabs(s);
+  for (int64_t ci = 0; ci < cg; ci++)
+    for (int64_t ky = 0; ky < d->kh; ky++)
+      for (int64_t kx = 0; kx < d->kw; kx++) {
+        int64_t iy = oy * d->stride[0] - d->pads[0] + ky * d->dilation[0];
+        int64_t ix = ox * d->stride[1] - d->pads[1] + kx * d->dilation[1];
+        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) continue;
+        double xy = (double)d->x[((img * d->c + g * cg + ci) * d->h + iy) * d->w + ix] *
+                    d->weight[((o * cg + ci) * d->kh + ky) * d->kw + kx];
+        s += xy;
+        *abs_sum += fabs(xy);
+      }
+  return s;
+}
+
+static void check_conv(const conv_case_t *q, core_pool_t *pool) {
+  int64_t ho = (q->h + q->pt + q->pb - q->dy * (q->kh - 1) - 1) / q->sy + 1;
+  int64_t wo = (q->w + q->pl + q->pr - q->dx * (q->kw - 1) - 1) / q->sx + 1;
+  int64_t cg = q->c / q->groups, positions = ho * wo;
+  float *x = random_floats(q->n * q->c * q->h * q->w);
+  float *w = random_floats(q->o * cg * q->kh * q->kw);
+  float *bias = q->bias ? random_floats(q->o) : NULL;
+  float *y = malloc((size_t)(q->n * q->o * positions) * sizeof(float));
+  for (int64_t i = 0; i < q->n * q->o * positions; i++) y[i] = SENTINEL;
+  counter_t k = {y, q->o, positions, positions, q->o * positions, q->n,
+                 calloc((size_t)(q->n * q->o * positions), sizeof(int)), 0};
+  loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
+                         {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
+                         {q->dy, q->dx}, q->groups, x, w, bias, y,
+                         q->epilogue ? count_epilogue : NULL, &k};
+  kern_conv2d_f32(&d, pool);
+  int wrong = 0, counts = 0;
+  for (int64_t img = 0; img < q->n; img++)
+    for (int64_t o = 0; o < q->o; o++)
+      for (int64_t p = 0; p < positions; p++) {
+        double abs_sum, want = conv_ref(&d, img, o, p / wo, p % wo, &abs_sum);
+        if (q->epilogue) want = 2 * want + 1;
+        double got = y[(img * q->o + o) * positions + p];
+        double tol = 2e-7 * (double)(cg * q->kh * q->kw + 1) * abs_sum + 1e-6;
+        wrong += fabs(got - want) > tol * (q->epilogue ? 2 : 1);
+        counts += q->epilogue && k.seen[(img * q->o + o) * positions + p] != 1;
+      }
+  if (wrong || counts || k.bad_address)
+    test_fail(__FILE__, __LINE__,
+              "conv2d n=%lld c=%lld %lldx%lld o=%lld k=%lldx%lld groups=%lld: "
+              "%d wrong, %d counts, bad address %d",
+              (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
+              (long long)q->o, (long long)q->kh, (long long)q->kw,
+              (long long)q->groups, wrong, counts, (int)k.bad_address);
+  test_checks++;
+  free(x);
+  free(w);
+  free(bias);
+  free(y);
+  free(k.seen);
+}
+
+/* n c h w o kh kw sy sx pt pl pb pr dy dx groups bias epilogue */
+static const conv_case_t conv_cases[] = {
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* same padding */
+    {1, 2, 9, 11, 5, 3, 2, 2, 3, 0, 1, 2, 0, 1, 1, 1, 0, 1},  /* strides, uneven pads */
+    {2, 3, 10, 10, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, 0}, /* dilation */
+    {2, 4, 6, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1},   /* groups */
+    {1, 3, 8, 8, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1, 1},   /* depthwise */
+    {3, 8, 5, 7, 20, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},  /* pointwise */
+    {2, 8, 6, 6, 5, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 1},   /* strided 1x1 */
+    {1, 16, 20, 20, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* many positions */
+    {2, 1, 12, 12, 6, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0}, /* LeNet-like */
+};
+
+static void conv2d_configurations(void) {
+  for (int threads = 1; threads <= 3; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
+      check_conv(&conv_cases[i], pool);
+    core_pool_destroy(pool);
+  }
+}
+
+int main(void) {
+  test_seed(7);
+  TEST_RUN(gemm_shapes_transposes_threads);
+  TEST_RUN(gemm_every_isa);
+  TEST_RUN(gemm_repeatable);
+  TEST_RUN(conv2d_configurations);
+  return test_summary();
+}
