@@ -1,27 +1,85 @@
-/* Placeholder until the C emitter lands: no group is generated. */
-#include "codegen/codegen.h"
+/* Module assembly: the ABI text, the expression helpers, one function per
+ * generated group, and the ABI version the runtime checks on load. */
+#include <string.h>
+
+#include "codegen/cg.h"
 #include "core/alloc.h"
 #include "core/status.h"
 
-bool cg_supports(const loom_graph_t *g, int64_t node) {
-  (void)g;
-  (void)node;
-  return false;
+typedef loom_status_t (*group_emitter_t)(cg_ctx_t *c, int gi, bool *ok);
+
+/* The emitter of each kind of group; aliases and reference steps have
+ * no code. */
+static const group_emitter_t emitters[] = {
+    [FUSE_ELEMENTWISE] = cg_emit_elementwise,
+    [FUSE_REDUCTION] = cg_emit_reduction,
+    [FUSE_CONTRACTION] = cg_emit_contraction,
+    [FUSE_LAYOUT] = cg_emit_layout,
+    [FUSE_ALIAS] = NULL,
+    [FUSE_REFERENCE] = NULL,
+};
+
+/* A group none of whose values is read (no dead-code pass ran) has
+ * nothing to compute; a function that does nothing keeps it a step. */
+static void emit_dead(cg_ctx_t *c, int gi) {
+  cg_group_comment(c, gi, "dead, no output is read", NULL, NULL);
+  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", gi);
+  cg_line(c->out, 1, "(void)slots;\n");
+  cg_line(c->out, 1, "(void)syms;\n");
+  cg_line(c->out, 1, "(void)rt;\n");
+  cg_printf(c->out, "}\n");
+}
+
+/* A group whose emitter declines it leaves no text behind. */
+static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
+  fuse_kind_t kind = c->plan->groups[gi].kind;
+  *generated = false;
+  if ((unsigned)kind >= sizeof emitters / sizeof *emitters || !emitters[kind])
+    return LOOM_OK;
+  if (c->plan->groups[gi].n_outputs == 0) {
+    emit_dead(c, gi);
+    *generated = true;
+    return LOOM_OK;
+  }
+  int64_t mark = c->out->len;
+  bool ok = true;
+  LOOM_TRY(emitters[kind](c, gi, &ok));
+  if (!ok && !c->out->failed) {
+    c->out->len = mark;
+    c->out->s[mark] = '\0';
+  }
+  *generated = ok;
+  return LOOM_OK;
 }
 
 loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int32_t *slot_of_value,
                              const int64_t *sym_values, cg_module_t *out) {
-  (void)g;
-  (void)slot_of_value;
-  (void)sym_values;
-  out->source = core_strdup("");
-  out->length = 0;
-  out->generated = core_calloc((size_t)(plan->n_groups + 1), sizeof(bool));
-  if (!out->source || !out->generated) {
+  *out = (cg_module_t){0};
+  out->generated = core_calloc((size_t)plan->n_groups + 1, sizeof(bool));
+  cg_buf_t b = {0};
+  if (!out->generated) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  cg_ctx_t c = {.g = g, .plan = plan, .slot_of_value = slot_of_value,
+                .sym_values = sym_values, .out = &b};
+  cg_printf(&b, "%s", cg_abi_text);
+  cg_expr_helpers(&b);
+  for (int gi = 0; gi < plan->n_groups; gi++) {
+    loom_status_t s = emit_group(&c, gi, &out->generated[gi]);
+    if (s != LOOM_OK) {
+      core_free(b.s);
+      cg_module_free(out);
+      return s;
+    }
+  }
+  cg_printf(&b, "\nconst int loom_module_abi_version = LOOM_ABI_VERSION;\n");
+  if (b.failed) {
+    core_free(b.s);
     cg_module_free(out);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
   }
+  out->source = b.s;
+  out->length = b.len;
   return LOOM_OK;
 }
 
@@ -30,4 +88,5 @@ void cg_module_free(cg_module_t *m) {
   core_free(m->generated);
   m->source = NULL;
   m->generated = NULL;
+  m->length = 0;
 }

@@ -1,0 +1,343 @@
+/* Contraction groups: a matmul (through rt->gemm_f32, one call per run
+ * of batch items the strides can express) or a conv2d (rt->conv2d_f32),
+ * with the group's elementwise nodes applied by a generated epilogue to
+ * each finished tile while it is in cache. The epilogue sees the output
+ * as batch items of rows x cols: matmul's (batch..., m, n), conv2d's
+ * (image, channel, position). */
+#include "codegen/cg.h"
+#include "core/alloc.h"
+
+typedef struct contract {
+  cg_ctx_t *c;
+  int gi;
+  const fuse_group_t *grp;
+  const ir_node_t *anchor;
+  int32_t y;        /* the anchor's output */
+  int32_t c_value;  /* the value whose slot the kernel writes */
+  cg_shape_t space; /* epilogue space: batch dims..., rows, cols */
+  int n_batch;
+  int n_acc;
+  int32_t *val;     /* epilogue inputs, then outputs other than c_value */
+  int64_t (*stride)[LOOM_MAX_RANK];
+} contract_t;
+
+static void contract_free(contract_t *k) {
+  core_free(k->val);
+  core_free(k->stride);
+}
+
+/* The output shape as epilogue space; conv2d's (H, W) become one dim of
+ * positions, which every access must walk as one. */
+static void epilogue_space(contract_t *k, const cg_shape_t *y) {
+  k->space = *y;
+  if (k->anchor->op == IR_OP_CONV2D) {
+    k->space.rank = 3;
+    k->space.dim[2] = y->dim[2] * y->dim[3];
+  }
+  k->n_batch = k->space.rank - 2;
+}
+
+static bool access_strides(contract_t *k, const cg_shape_t *y, int32_t v, int64_t *st) {
+  cg_shape_t s;
+  if (!cg_value_shape(k->c, v, &s) || !cg_broadcast_strides(&s, y, st)) return false;
+  if (k->anchor->op != IR_OP_CONV2D) return true;
+  if (st[2] != st[3] * y->dim[3]) return false;
+  st[2] = st[3];
+  return true;
+}
+
+/* The kernel writes the anchor's slot when the anchor is needed outside;
+ * else the slot of the last full-size output, which the epilogue then
+ * overwrites in place. */
+static int32_t pick_c(const contract_t *k, const cg_shape_t *y) {
+  if (cg_is_output(k->grp, k->y)) return k->y;
+  int32_t best = -1;
+  for (int i = 0; i < k->grp->n_outputs; i++) {
+    cg_shape_t s;
+    int32_t v = k->grp->outputs[i];
+    if (!cg_value_shape(k->c, v, &s) || cg_numel(&s) != cg_numel(y) ||
+        k->c->g->values[v].type.dtype != LOOM_F32)
+      continue;
+    if (best < 0 || k->c->g->values[v].node > k->c->g->values[best].node) best = v;
+  }
+  return best;
+}
+
+/* The epilogue's inputs and the outputs it stores, with their strides. */
+static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
+  cg_ctx_t *c = k->c;
+  const fuse_group_t *grp = k->grp;
+  bool ok = true;
+  for (int i = 0; i < grp->n_inputs + grp->n_outputs && ok; i++) {
+    int32_t v = i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs];
+    bool anchor_in = false;
+    for (int j = 0; j < k->anchor->n_in; j++) anchor_in |= k->anchor->in[j] == v;
+    if (v == k->c_value || v == k->y || (anchor_in && i < grp->n_inputs)) continue;
+    ok = cg_slot(c, v) >= 0 && access_strides(k, y, v, k->stride[k->n_acc]);
+    k->val[k->n_acc++] = v;
+  }
+  /* The kernel writes c before the epilogue reads its inputs, so no input
+   * may share c's storage (an in-place plan would need another buffer). */
+  for (int i = 0; i < grp->n_inputs && ok; i++)
+    ok = cg_slot(c, grp->inputs[i]) != cg_slot(c, k->c_value);
+  /* An anchor input also read by the epilogue is accessed like any other. */
+  for (int i = 1; i < grp->n_nodes && ok; i++) {
+    const ir_node_t *n = &c->g->nodes[grp->nodes[i]];
+    for (int j = 0; j < n->n_in && ok; j++) {
+      int32_t v = n->in[j];
+      bool known = v == k->y || cg_in_group(c, k->gi, v);
+      for (int q = 0; q < k->n_acc; q++) known |= k->val[q] == v;
+      if (known) continue;
+      ok = access_strides(k, y, v, k->stride[k->n_acc]);
+      k->val[k->n_acc++] = v;
+    }
+  }
+  return ok;
+}
+
+static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape_t *y,
+                                    bool *ok) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  *k = (contract_t){.c = c, .gi = gi, .grp = grp};
+  int32_t a = grp->anchor >= 0 ? grp->anchor : grp->nodes[0];
+  k->anchor = &c->g->nodes[a];
+  k->y = k->anchor->out[0];
+  *ok = grp->nodes[0] == a && cg_supports(c->g, a) && cg_value_shape(c, k->y, y);
+  for (int i = 1; i < grp->n_nodes && *ok; i++)
+    *ok = cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
+  if (!*ok) return LOOM_OK;
+  epilogue_space(k, y);
+  k->c_value = pick_c(k, y);
+  int n = grp->n_inputs + grp->n_outputs;
+  k->val = core_calloc((size_t)n + 1, sizeof *k->val);
+  k->stride = core_calloc((size_t)n + 2, sizeof *k->stride);
+  if (!k->val || !k->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  *ok = k->c_value >= 0 && cg_slot(c, k->c_value) >= 0 && collect_accesses(k, y);
+  return LOOM_OK;
+}
+
+/* ---- The epilogue ------------------------------------------------------------- */
+
+static bool is_input(const contract_t *k, int32_t v) {
+  return !cg_in_group(k->c, k->gi, v);
+}
+
+static void epilogue_offset(cg_buf_t *b, const contract_t *k, const int64_t *st) {
+  int r = k->n_batch;
+  bool any = false;
+  const char *pos[2] = {"row", "col"};
+  for (int d = 0; d < r + 2; d++) {
+    if (!st[d]) continue;
+    cg_printf(b, any ? " + " : "");
+    if (d < r) cg_printf(b, "b%d", d);
+    else cg_printf(b, "%s", pos[d - r]);
+    if (st[d] != 1) cg_printf(b, " * %lld", (long long)st[d]);
+    any = true;
+  }
+  if (!any) cg_printf(b, "0");
+}
+
+static void emit_epilogue(contract_t *k) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const fuse_group_t *grp = k->grp;
+  cg_printf(b, "typedef struct loom_g%d_ctx {\n  void *const *slots;\n  int64_t batch0;\n"
+               "} loom_g%d_ctx_t;\n\n", k->gi, k->gi);
+  cg_printf(b, "static void loom_g%d_epilogue(void *ctx, int64_t batch, float *c, "
+               "int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {\n",
+            k->gi);
+  cg_line(b, 1, "const loom_g%d_ctx_t *e = (const loom_g%d_ctx_t *)ctx;\n", k->gi, k->gi);
+  cg_line(b, 1, "void *const *slots = e->slots;\n");
+  for (int i = 0; i < k->n_acc; i++)
+    cg_declare_pointer(c, grp, 1, k->val[i], !is_input(k, k->val[i]));
+  /* The item's index along each batch dim that some access walks. */
+  bool used[LOOM_MAX_RANK] = {false}, any = false;
+  for (int d = 0; d < k->n_batch; d++)
+    for (int i = 0; i < k->n_acc; i++) used[d] |= k->stride[i][d] != 0;
+  for (int d = 0; d < k->n_batch; d++) any |= used[d];
+  if (any) cg_line(b, 1, "const int64_t item = e->batch0 + batch;\n");
+  else cg_line(b, 1, "(void)batch;\n");
+  int64_t step = 1;
+  for (int d = k->n_batch - 1; d >= 0; d--) {
+    if (used[d])
+      cg_line(b, 1, "const int64_t b%d = item / %lld %% %lld;\n", d, (long long)step,
+              (long long)k->space.dim[d]);
+    step *= k->space.dim[d];
+  }
+  bool row = false, col = false;
+  for (int i = 0; i < k->n_acc; i++) {
+    row |= k->stride[i][k->n_batch] != 0;
+    col |= k->stride[i][k->n_batch + 1] != 0;
+  }
+  if (!row) cg_line(b, 1, "(void)row0;\n");
+  if (!col) cg_line(b, 1, "(void)col0;\n");
+  cg_line(b, 1, "for (int64_t r = 0; r < rows; r++) {\n");
+  if (row) cg_line(b, 2, "const int64_t row = row0 + r;\n");
+  cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
+  if (col) cg_line(b, 3, "const int64_t col = col0 + j;\n");
+  cg_line(b, 3, "const float v%d = c[r * ldc + j];\n", (int)k->y);
+  for (int i = 0; i < k->n_acc; i++) {
+    if (!is_input(k, k->val[i])) continue;
+    cg_load_begin(b, 3, c->g, k->val[i]);
+    epilogue_offset(b, k, k->stride[i]);
+    cg_load_end(b, c->g, k->val[i]);
+  }
+  for (int i = 1; i < grp->n_nodes; i++)
+    cg_node_stmt(b, 3, c->g, &c->g->nodes[grp->nodes[i]]);
+  if (k->c_value != k->y) cg_line(b, 3, "c[r * ldc + j] = v%d;\n", (int)k->c_value);
+  for (int i = 0; i < k->n_acc; i++) {
+    if (is_input(k, k->val[i])) continue;
+    cg_store_begin(b, 3, k->val[i]);
+    epilogue_offset(b, k, k->stride[i]);
+    cg_store_end(b, c->g, k->val[i]);
+  }
+  cg_line(b, 2, "}\n");
+  cg_line(b, 1, "}\n}\n\n");
+}
+
+/* ---- The kernel calls ------------------------------------------------------------ */
+
+static void epilogue_fields(cg_buf_t *b, int gi, bool epi) {
+  if (epi) cg_printf(b, ".epilogue = loom_g%d_epilogue, .epilogue_ctx = &e};\n", gi);
+  else cg_printf(b, ".epilogue = NULL, .epilogue_ctx = NULL};\n");
+}
+
+/* Batch dims of an operand, broadcast into the output's, in matrices. */
+static void operand_batch(const cg_ctx_t *c, int32_t v, const cg_shape_t *y, int nb,
+                          int64_t *st) {
+  cg_shape_t s, yb = *y;
+  cg_value_shape(c, v, &s);
+  int64_t mat = s.dim[s.rank - 1] * s.dim[s.rank - 2];
+  s.rank -= 2;
+  yb.rank = nb;
+  cg_broadcast_strides(&s, &yb, st);
+  for (int d = 0; d < nb; d++) st[d] *= mat;
+}
+
+static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t sa, sb;
+  cg_value_shape(c, n->in[0], &sa);
+  cg_value_shape(c, n->in[1], &sb);
+  int nb = y->rank - 2;
+  int64_t m = y->dim[nb], nn = y->dim[nb + 1];
+  int64_t kk = ir_attr_int(&n->attrs, "trans_a", 0) ? sa.dim[sa.rank - 2] : sa.dim[sa.rank - 1];
+  int64_t st[3][LOOM_MAX_RANK] = {{0}};
+  operand_batch(c, n->in[0], y, nb, st[0]);
+  operand_batch(c, n->in[1], y, nb, st[1]);
+  cg_shape_t batch = *y;
+  batch.rank = nb;
+  int64_t step = m * nn;
+  for (int d = nb - 1; d >= 0; d--) {
+    st[2][d] = step;
+    step *= y->dim[d];
+  }
+  int rb = cg_collapse(&batch, 0, nb, 3, st);
+  if (rb == 0) {
+    batch.dim[0] = 1;
+    st[0][0] = st[1][0] = st[2][0] = 0;
+    rb = 1;
+  }
+  cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
+          (long long)m, (long long)nn, (long long)kk, (long long)batch.dim[rb - 1]);
+  cg_line(b, 1, "                     .lda = %lld, .stride_a = %lld, .trans_a = %d,\n",
+          (long long)sa.dim[sa.rank - 1], (long long)st[0][rb - 1],
+          (int)ir_attr_int(&n->attrs, "trans_a", 0));
+  cg_line(b, 1, "                     .ldb = %lld, .stride_b = %lld, .trans_b = %d,\n",
+          (long long)sb.dim[sb.rank - 1], (long long)st[1][rb - 1],
+          (int)ir_attr_int(&n->attrs, "trans_b", 0));
+  cg_line(b, 1, "                     .ldc = %lld, .stride_c = %lld,\n", (long long)nn,
+          (long long)st[2][rb - 1]);
+  if (rb == 1) {
+    cg_line(b, 1, "                     .a = (const float *)slots[%d], .b = (const float *)slots[%d],\n",
+            (int)cg_slot(c, n->in[0]), (int)cg_slot(c, n->in[1]));
+    cg_line(b, 1, "                     .c = (float *)slots[%d],\n", (int)cg_slot(c, k->c_value));
+  }
+  cg_line(b, 1, "%s", "                     ");
+  epilogue_fields(b, k->gi, epi);
+  if (rb == 1) {
+    cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
+    return;
+  }
+  for (int d = 0; d < rb - 1; d++)
+    cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
+            (long long)batch.dim[d], d);
+  int in = rb;
+  const char *names[3] = {"a", "b", "c"};
+  int32_t vals[3] = {n->in[0], n->in[1], k->c_value};
+  for (int q = 0; q < 3; q++) {
+    cg_line(b, in, "d.%s = (%sfloat *)slots[%d] + ", names[q], q < 2 ? "const " : "",
+            (int)cg_slot(c, vals[q]));
+    cg_offset(b, "i", 0, rb - 1, st[q]);
+    cg_printf(b, ";\n");
+  }
+  if (epi) {
+    cg_line(b, in, "e.batch0 = (");
+    cg_offset(b, "i", 0, rb - 1, st[2]);
+    cg_printf(b, ") / %lld;\n", (long long)(m * nn));
+  }
+  cg_line(b, in, "rt->gemm_f32(&d, rt->pool);\n");
+  for (int d = rb - 2; d >= 0; d--) cg_line(b, 1 + d, "}\n");
+}
+
+static void ints_attr(const ir_node_t *n, const char *name, int count, int64_t dflt,
+                      int64_t *out) {
+  const int64_t *v;
+  int got = ir_attr_ints(&n->attrs, name, &v);
+  for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
+}
+
+static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t x, w;
+  cg_value_shape(c, n->in[0], &x);
+  cg_value_shape(c, n->in[1], &w);
+  int64_t stride[2], pads[4], dil[2];
+  ints_attr(n, "stride", 2, 1, stride);
+  ints_attr(n, "pads", 4, 0, pads);
+  ints_attr(n, "dilation", 2, 1, dil);
+  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
+          (long long)x.dim[0], (long long)x.dim[1], (long long)x.dim[2], (long long)x.dim[3]);
+  cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
+          (long long)w.dim[0], (long long)w.dim[2], (long long)w.dim[3], (long long)y->dim[2],
+          (long long)y->dim[3]);
+  cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
+          (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
+          (long long)pads[2], (long long)pads[3]);
+  cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
+          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
+  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
+          (int)cg_slot(c, n->in[0]), (int)cg_slot(c, n->in[1]));
+  if (n->n_in > 2) cg_line(b, 1, "    .bias = (const float *)slots[%d],\n", (int)cg_slot(c, n->in[2]));
+  else cg_line(b, 1, "    .bias = NULL,\n");
+  cg_line(b, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
+  epilogue_fields(b, k->gi, epi);
+  cg_line(b, 1, "rt->conv2d_f32(&d, rt->pool);\n");
+}
+
+loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
+  contract_t k;
+  cg_shape_t y;
+  loom_status_t s = contract_build(c, gi, &k, &y, ok);
+  if (s != LOOM_OK || !*ok) {
+    contract_free(&k);
+    return s;
+  }
+  cg_buf_t *b = c->out;
+  bool epi = k.grp->n_nodes > 1;
+  cg_group_comment(c, gi, "contraction", &y, NULL);
+  if (epi) emit_epilogue(&k);
+  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+               "const loom_abi_t *rt) {\n", gi);
+  cg_line(b, 1, "(void)syms;\n");
+  if (epi) cg_line(b, 1, "loom_g%d_ctx_t e = {slots, 0};\n", gi);
+  if (k.anchor->op == IR_OP_CONV2D) emit_conv_call(&k, &y, epi);
+  else emit_matmul_call(&k, &y, epi);
+  cg_printf(b, "}\n");
+  contract_free(&k);
+  return LOOM_OK;
+}

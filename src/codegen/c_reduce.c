@@ -1,0 +1,363 @@
+/* Reduction groups: reductions over the trailing (inner) dims of one
+ * space [outer..., inner...] with their elementwise prologue and
+ * epilogue. One loop runs over the outer index (split over the pool);
+ * per row, the nodes run in graph order: each reduction is an inner loop
+ * that recomputes the full-space nodes it reads and folds into a local;
+ * nodes over the reduced space are scalars of the row; a last inner loop
+ * computes and stores the full-space outputs. Softmax decomposed (max,
+ * sub, exp, sum, div) is one such function. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/cg.h"
+#include "core/alloc.h"
+
+/* A fold: the accumulator's type, start, update and result, in text
+ * where $a is the accumulator, $v the element, $n the count and $T the
+ * output type. Floats fold in double for sums and products (closer to
+ * the reference's double), integers in int64 wrapping. */
+typedef struct fold {
+  ir_op_t op;
+  const char *f_type, *f_init, *f_update, *f_result;
+  const char *i_type, *i_init, *i_update, *i_result;
+} fold_t;
+
+static const fold_t folds[] = {
+    {IR_OP_SUM, "double", "0", "$a += $v", "($T)$a",
+     "uint64_t", "0", "$a += (uint64_t)$v", "($T)(int64_t)$a"},
+    {IR_OP_MEAN, "double", "0", "$a += $v", "($T)($a / $n)", NULL, NULL, NULL, NULL},
+    {IR_OP_PROD, "double", "1", "$a *= $v", "($T)$a",
+     "uint64_t", "1", "$a *= (uint64_t)$v", "($T)(int64_t)$a"},
+    /* NaN propagates: once the accumulator is NaN no comparison replaces it. */
+    {IR_OP_MAX, "$T", "-INFINITY", "$a = ($v > $a || $v != $v) ? $v : $a", "$a",
+     "int64_t", "INT64_MIN", "$a = $v > $a ? $v : $a", "($T)$a"},
+    {IR_OP_MIN, "$T", "INFINITY", "$a = ($v < $a || $v != $v) ? $v : $a", "$a",
+     "int64_t", "INT64_MAX", "$a = $v < $a ? $v : $a", "($T)$a"},
+};
+
+static const fold_t *fold_of(ir_op_t op) {
+  for (size_t i = 0; i < sizeof folds / sizeof *folds; i++)
+    if (folds[i].op == op) return &folds[i];
+  return NULL;
+}
+
+static void fold_text(cg_buf_t *b, const char *t, int acc, int v, int64_t n,
+                      const char *type) {
+  for (const char *p = t; *p; p++) {
+    if (*p != '$') {
+      cg_printf(b, "%c", *p);
+      continue;
+    }
+    char k = *++p;
+    if (k == 'a') cg_printf(b, "acc%d", acc);
+    else if (k == 'v') cg_printf(b, "v%d", v);
+    else if (k == 'n') cg_printf(b, "%lld.0", (long long)n);
+    else if (k == 'T') cg_printf(b, "%s", type);
+  }
+}
+
+/* ---- The group's values ----------------------------------------------------- */
+
+typedef struct red {
+  cg_ctx_t *c;
+  int gi;
+  const fuse_group_t *grp;
+  cg_shape_t space; /* collapsed: [0, n_outer) outer, then inner */
+  int n_outer, n_inner;
+  int64_t inner_count;
+  int32_t *acc_of;  /* per value: index into access strides, or -1 */
+  bool *row;        /* per value: constant along the inner dims */
+  int n_acc;
+  int64_t (*stride)[LOOM_MAX_RANK];
+} red_t;
+
+static void red_free(red_t *r) {
+  core_free(r->acc_of);
+  core_free(r->row);
+  core_free(r->stride);
+}
+
+static bool is_fold(const loom_graph_t *g, int32_t node) {
+  return fold_of(g->nodes[node].op) != NULL;
+}
+
+static bool in_group_node(const red_t *r, int32_t v) { return cg_in_group(r->c, r->gi, v); }
+
+/* A fold's result is stored by outer index, contiguous. */
+static void row_strides(const cg_shape_t *full, int outer, int64_t *stride) {
+  int64_t step = 1;
+  for (int d = full->rank - 1; d >= 0; d--) {
+    stride[d] = d < outer ? step : 0;
+    if (d < outer) step *= full->dim[d];
+  }
+}
+
+static bool inner_zero(const int64_t *stride, int outer, int rank) {
+  for (int d = outer; d < rank; d++)
+    if (stride[d] != 0) return false;
+  return true;
+}
+
+/* Strides of an accessed value (an input, or a stored output); false when
+ * it does not fit the space. */
+static bool value_strides(red_t *r, const cg_shape_t *full, int outer, int32_t v,
+                          int64_t *stride) {
+  const loom_graph_t *g = r->c->g;
+  if (in_group_node(r, v) && is_fold(g, g->values[v].node)) {
+    row_strides(full, outer, stride);
+    return true;
+  }
+  cg_shape_t s;
+  return cg_value_shape(r->c, v, &s) && cg_broadcast_strides(&s, full, stride);
+}
+
+/* The kept leading dims of a fold over trailing axes (cg_supports
+ * admits no other kind); a scalar's one axis (-1) keeps nothing. */
+static int outer_dims(const ir_node_t *n, int rank) {
+  const int64_t *axes;
+  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  return na < 0 || na > rank ? 0 : rank - na;
+}
+
+/* Row-ness of every node output, and the check that a fold's result is
+ * read inside only where its broadcast puts it on the row (keepdim). */
+static bool classify_nodes(red_t *r, const cg_shape_t *full, int outer) {
+  const loom_graph_t *g = r->c->g;
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    const ir_node_t *n = &g->nodes[r->grp->nodes[k]];
+    bool row = true;
+    for (int i = 0; i < n->n_in && !is_fold(g, r->grp->nodes[k]); i++) {
+      int32_t v = n->in[i];
+      if (in_group_node(r, v) && is_fold(g, g->values[v].node)) {
+        int64_t st[LOOM_MAX_RANK];
+        cg_shape_t s;
+        if (!cg_value_shape(r->c, v, &s) || !cg_broadcast_strides(&s, full, st) ||
+            !inner_zero(st, outer, full->rank) ||
+            (outer > 0 && s.rank != full->rank))
+          return false;
+      }
+      row &= r->row[v];
+    }
+    if (is_fold(g, r->grp->nodes[k])) {
+      cg_shape_t s;
+      if (!cg_value_shape(r->c, n->in[0], &s) || s.rank != full->rank) return false;
+      for (int d = 0; d < s.rank; d++)
+        if (s.dim[d] != full->dim[d]) return false;
+      if (outer_dims(n, full->rank) != outer) return false;
+      if (!dtype_is_float(g->values[n->in[0]].type.dtype) && !fold_of(n->op)->i_type)
+        return false;
+    }
+    r->row[n->out[0]] = row || is_fold(g, r->grp->nodes[k]);
+  }
+  return true;
+}
+
+static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
+                               bool *ok) {
+  const loom_graph_t *g = c->g;
+  *r = (red_t){.c = c, .gi = gi, .grp = &c->plan->groups[gi]};
+  const fuse_group_t *grp = r->grp;
+  const ir_node_t *anchor = &g->nodes[grp->anchor >= 0 ? grp->anchor : grp->nodes[0]];
+  *ok = fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
+  if (!*ok) return LOOM_OK;
+  int outer = outer_dims(anchor, full->rank);
+  int n_acc = grp->n_inputs + grp->n_outputs;
+  r->acc_of = core_malloc(sizeof(int32_t) * (size_t)g->n_values);
+  r->row = core_calloc((size_t)g->n_values, sizeof(bool));
+  r->stride = core_calloc((size_t)n_acc + 1, sizeof *r->stride);
+  if (!r->acc_of || !r->row || !r->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  for (int64_t v = 0; v < g->n_values; v++) r->acc_of[v] = -1;
+  for (int i = 0; i < n_acc && *ok; i++) {
+    int32_t v = i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs];
+    *ok = cg_slot(c, v) >= 0 && value_strides(r, full, outer, v, r->stride[i]);
+    r->acc_of[v] = i;
+    if (i < grp->n_inputs) r->row[v] = inner_zero(r->stride[i], outer, full->rank);
+  }
+  *ok = *ok && classify_nodes(r, full, outer);
+  if (!*ok) return LOOM_OK;
+  r->n_acc = n_acc;
+  r->space = *full;
+  int hi = cg_collapse(&r->space, 0, outer, n_acc, r->stride);
+  int end = cg_collapse(&r->space, hi, r->space.rank, n_acc, r->stride);
+  r->n_outer = hi;
+  r->n_inner = end - hi;
+  r->space.rank = end;
+  r->inner_count = 1;
+  for (int d = hi; d < end; d++) r->inner_count *= r->space.dim[d];
+  return LOOM_OK;
+}
+
+/* ---- Text ---------------------------------------------------------------------- */
+
+static void load(red_t *r, int level, int32_t v, const char *var, int lo, int hi) {
+  cg_buf_t *b = r->c->out;
+  cg_load_begin(b, level, r->c->g, v);
+  cg_printf(b, "(");
+  cg_offset(b, "o", 0, r->n_outer, r->stride[r->acc_of[v]]);
+  cg_printf(b, ") + ");
+  cg_offset(b, var, lo, hi, r->stride[r->acc_of[v]]);
+  cg_load_end(b, r->c->g, v);
+}
+
+static void store(red_t *r, int level, int32_t v, bool inner) {
+  cg_buf_t *b = r->c->out;
+  cg_store_begin(b, level, v);
+  cg_offset(b, "o", 0, r->n_outer, r->stride[r->acc_of[v]]);
+  if (inner) {
+    cg_printf(b, " + ");
+    cg_offset(b, "i", r->n_outer, r->space.rank, r->stride[r->acc_of[v]]);
+  }
+  cg_store_end(b, r->c->g, v);
+}
+
+/* Marks the full-space nodes that value v needs, transitively. */
+static void mark_cone(red_t *r, int32_t v, bool *need) {
+  const loom_graph_t *g = r->c->g;
+  if (r->row[v] || !in_group_node(r, v)) return;
+  int32_t node = g->values[v].node;
+  if (need[node]) return;
+  need[node] = true;
+  for (int i = 0; i < g->nodes[node].n_in; i++) mark_cone(r, g->nodes[node].in[i], need);
+}
+
+/* An inner loop computing the marked nodes, their full inputs (and
+ * `extra`, a fold's own input) loaded. */
+static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
+  const loom_graph_t *g = r->c->g;
+  for (int d = r->n_outer; d < r->space.rank; d++)
+    cg_line(r->c->out, level + d - r->n_outer, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n",
+            d, d, (long long)r->space.dim[d], d);
+  int in = level + r->n_inner;
+  for (int i = 0; i < r->grp->n_inputs; i++) {
+    int32_t v = r->grp->inputs[i];
+    bool used = v == extra;
+    for (int k = 0; k < r->grp->n_nodes && !used; k++) {
+      const ir_node_t *n = &g->nodes[r->grp->nodes[k]];
+      for (int j = 0; j < n->n_in; j++) used |= need[r->grp->nodes[k]] && n->in[j] == v;
+    }
+    if (used && !r->row[v]) load(r, in, v, "i", r->n_outer, r->space.rank);
+  }
+  for (int k = 0; k < r->grp->n_nodes; k++)
+    if (need[r->grp->nodes[k]]) cg_node_stmt(r->c->out, in, g, &g->nodes[r->grp->nodes[k]]);
+}
+
+static void close_inner(red_t *r, int level) {
+  for (int d = r->n_inner - 1; d >= 0; d--) cg_line(r->c->out, level + d, "}\n");
+}
+
+static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *need) {
+  const loom_graph_t *g = r->c->g;
+  const fold_t *f = fold_of(n->op);
+  loom_dtype_t d = g->values[n->out[0]].type.dtype;
+  const char *t = cg_local_type(d);
+  bool fl = dtype_is_float(g->values[n->in[0]].type.dtype);
+  int out = (int)n->out[0], x = (int)n->in[0];
+  cg_buf_t *b = r->c->out;
+  cg_line(b, level, "%s", "");
+  fold_text(b, fl ? f->f_type : f->i_type, out, x, 0, t);
+  cg_printf(b, " acc%d = ", out);
+  fold_text(b, fl ? f->f_init : f->i_init, out, x, 0, t);
+  cg_printf(b, ";\n");
+  memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
+  mark_cone(r, n->in[0], need);
+  open_inner(r, level, need, n->in[0]);
+  cg_line(b, level + r->n_inner, "%s", "");
+  fold_text(b, fl ? f->f_update : f->i_update, out, x, 0, t);
+  cg_printf(b, ";\n");
+  close_inner(r, level);
+  /* Half precision rounds the result, as the reference's store does. */
+  const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
+  cg_line(b, level, "const %s v%d = %s(", t, out, round);
+  fold_text(b, fl ? f->f_result : f->i_result, out, x, r->inner_count, t);
+  cg_printf(b, ");\n");
+  return LOOM_OK;
+}
+
+static void unravel_outer(red_t *r, int level) {
+  int64_t step = 1;
+  for (int d = r->n_outer - 1; d >= 0; d--) {
+    if (d == r->n_outer - 1 && d == 0) cg_line(r->c->out, level, "const int64_t o0 = o;\n");
+    else cg_line(r->c->out, level, "const int64_t o%d = o / %lld %% %lld;\n", d,
+                 (long long)step, (long long)r->space.dim[d]);
+    step *= r->space.dim[d];
+  }
+}
+
+static loom_status_t emit_row(red_t *r, bool *need) {
+  const loom_graph_t *g = r->c->g;
+  const fuse_group_t *grp = r->grp;
+  cg_buf_t *b = r->c->out;
+  int level = 2;
+  unravel_outer(r, level);
+  for (int i = 0; i < grp->n_inputs; i++)
+    if (r->row[grp->inputs[i]]) load(r, level, grp->inputs[i], "i", 0, 0);
+  for (int k = 0; k < grp->n_nodes; k++) {
+    const ir_node_t *n = &g->nodes[grp->nodes[k]];
+    if (fold_of(n->op)) LOOM_TRY(emit_fold(r, level, n, need));
+    else if (r->row[n->out[0]]) cg_node_stmt(b, level, g, n);
+    else continue;
+    if (cg_is_output(grp, n->out[0])) store(r, level, n->out[0], false);
+  }
+  memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
+  bool any = false;
+  for (int i = 0; i < grp->n_outputs; i++)
+    if (!r->row[grp->outputs[i]]) {
+      mark_cone(r, grp->outputs[i], need);
+      any = true;
+    }
+  if (!any) return LOOM_OK;
+  open_inner(r, level, need, -1);
+  for (int i = 0; i < grp->n_outputs; i++)
+    if (!r->row[grp->outputs[i]]) store(r, level + r->n_inner, grp->outputs[i], true);
+  close_inner(r, level);
+  return LOOM_OK;
+}
+
+loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  for (int k = 0; k < grp->n_nodes && *ok; k++) {
+    const ir_node_t *n = &c->g->nodes[grp->nodes[k]];
+    *ok = n->n_out == 1 && (fold_of(n->op) ? cg_supports(c->g, grp->nodes[k])
+                                           : cg_expr_supported(c->g, n));
+  }
+  if (!*ok) return LOOM_OK;
+  red_t r;
+  cg_shape_t full;
+  loom_status_t s = red_build(c, gi, &r, &full, ok);
+  bool *need = core_calloc((size_t)c->g->n_nodes + 1, sizeof(bool));
+  if (s == LOOM_OK && !need) s = loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  if (s != LOOM_OK || !*ok) {
+    core_free(need);
+    red_free(&r);
+    return s;
+  }
+  cg_buf_t *b = c->out;
+  char note[64];
+  snprintf(note, sizeof note, "folding %lld per row", (long long)r.inner_count);
+  cg_group_comment(c, gi, "reduction", &full, note);
+  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  for (int i = 0; i < r.n_acc; i++)
+    cg_declare_pointer(c, grp, 1, i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs],
+                       i >= grp->n_inputs);
+  cg_line(b, 1, "for (int64_t o = begin; o < end; o++) {\n");
+  s = emit_row(&r, need);
+  cg_line(b, 1, "}\n}\n\n");
+  int64_t rows = 1;
+  for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
+  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+               "const loom_abi_t *rt) {\n", gi);
+  cg_line(b, 1, "(void)syms;\n");
+  if (rows * r.inner_count > CG_PARALLEL_MIN && rows > 1) {
+    int64_t grain = CG_PARALLEL_MIN / 2 / (r.inner_count ? r.inner_count : 1);
+    cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
+            (long long)rows, (long long)(grain > 1 ? grain : 1), gi);
+  } else {
+    cg_line(b, 1, "(void)rt;\n");
+    cg_line(b, 1, "loom_g%d_body((void *)slots, 0, %lld);\n", gi, (long long)rows);
+  }
+  cg_printf(b, "}\n");
+  core_free(need);
+  red_free(&r);
+  return s;
+}

@@ -1,0 +1,108 @@
+/* Internals of the C emitter, shared by its files: a growing text buffer,
+ * concrete shapes and broadcast strides, the per-op scalar expressions,
+ * and one emitter per kind of group. */
+#ifndef LOOM_CODEGEN_CG_H
+#define LOOM_CODEGEN_CG_H
+
+#include "codegen/codegen.h"
+#include "core/status.h"
+
+/* ---- Text (buf.c) --------------------------------------------------------- */
+
+typedef struct cg_buf {
+  char *s;
+  int64_t len, cap;
+  bool failed; /* out of memory: the text is incomplete */
+} cg_buf_t;
+
+void cg_printf(cg_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like cg_printf, after 2*level spaces. */
+void cg_line(cg_buf_t *b, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A double as a C literal ("0.5", "INFINITY", "-INFINITY", "NAN"). */
+void cg_double(cg_buf_t *b, double v);
+
+/* ---- Shapes (shape.c) ----------------------------------------------------- */
+
+typedef struct cg_shape {
+  int rank;
+  int64_t dim[LOOM_MAX_RANK];
+} cg_shape_t;
+
+/* What every group emitter needs. */
+typedef struct cg_ctx {
+  const loom_graph_t *g;
+  const fuse_plan_t *plan;
+  const int32_t *slot_of_value;
+  const int64_t *sym_values;
+  cg_buf_t *out;
+} cg_ctx_t;
+
+/* The concrete shape of value v; false if a dim does not evaluate. */
+bool cg_value_shape(const cg_ctx_t *c, int32_t v, cg_shape_t *s);
+int64_t cg_numel(const cg_shape_t *s);
+/* Strides (elements) of a contiguous tensor of shape s, broadcast into
+ * space (NumPy alignment from the right; 0 on broadcast dims); false when
+ * s does not broadcast to space. */
+bool cg_broadcast_strides(const cg_shape_t *s, const cg_shape_t *space,
+                          int64_t *stride);
+/* Merges neighbouring dims of space[lo, hi) that every stride vector
+ * walks as one (stride[d] == stride[d+1] * dim[d+1]) and drops dims of
+ * size 1, rewriting space and the n vectors in place; returns the new
+ * end of the range (dims past hi shift down). */
+int cg_collapse(cg_shape_t *space, int lo, int hi, int n,
+                int64_t (*strides)[LOOM_MAX_RANK]);
+/* "i0 * 128 + i1" (dims lo..hi-1 of loop variables named <var><d>), or
+ * "0" when every stride is 0. */
+void cg_offset(cg_buf_t *b, const char *var, int lo, int hi,
+               const int64_t *stride);
+
+/* The C type of an element in memory, and of a local holding one (f16
+ * and bf16 compute in float). */
+const char *cg_ctype(loom_dtype_t d);
+const char *cg_local_type(loom_dtype_t d);
+/* "const float v3 = p3[" ... "];" and "p3[" ... "] = v3;", with the
+ * conversions half-precision dtypes need; the caller writes the offset. */
+void cg_load_begin(cg_buf_t *b, int level, const loom_graph_t *g, int32_t v);
+void cg_load_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
+void cg_store_begin(cg_buf_t *b, int level, int32_t v);
+void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
+/* The slot of v, or -1; and the pointer name p<v> declared for it. */
+int32_t cg_slot(const cg_ctx_t *c, int32_t v);
+/* "const float *restrict p3 = (const float *)slots[2];" */
+void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
+                        int level, int32_t v, bool write);
+/* The group's comment line: "/\* g3: elementwise: add, relu (64x128) *\/"
+ * (space NULL: no shape; note, if not NULL, follows the shape). */
+void cg_group_comment(const cg_ctx_t *c, int gi, const char *what,
+                      const cg_shape_t *space, const char *note);
+/* Whether node id belongs to group grp; whether v is one of its outputs. */
+bool cg_in_group(const cg_ctx_t *c, int gi, int32_t v);
+bool cg_is_output(const fuse_group_t *grp, int32_t v);
+
+/* ---- Scalar expressions (c_expr.c) --------------------------------------- */
+
+/* Whether the op has a scalar expression for these dtypes. */
+bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n);
+/* "const float v12 = expf(v11);": node n's output from its inputs'
+ * locals. */
+void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
+                  const ir_node_t *n);
+/* The static helpers that expressions call, once at the module's top. */
+void cg_expr_helpers(cg_buf_t *b);
+
+/* ---- Group emitters ------------------------------------------------------- */
+
+/* Each writes loom_group_<gi> (and its static helpers); false in *ok
+ * when the group's shapes are outside what it handles. */
+loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok);
+loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok);
+loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok);
+loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
+
+/* Elementwise work above this many elements is split over the pool: a
+ * wake-up costs a few microseconds, which smaller loops do not repay. */
+#define CG_PARALLEL_MIN 32768
+
+#endif

@@ -1,0 +1,97 @@
+/* What the C emitter can generate: fusion asks before it groups a node,
+ * and a node refused here runs its reference kernel. */
+#include "codegen/cg.h"
+
+typedef bool (*support_fn)(const loom_graph_t *g, const ir_node_t *n);
+
+static loom_dtype_t in_dtype(const loom_graph_t *g, const ir_node_t *n, int i) {
+  return g->values[n->in[i]].type.dtype;
+}
+
+static int in_rank(const loom_graph_t *g, const ir_node_t *n, int i) {
+  return g->values[n->in[i]].type.rank;
+}
+
+/* Random ops would need Philox in the module; generators have no inputs
+ * to broadcast from. */
+static bool elementwise(const loom_graph_t *g, const ir_node_t *n) {
+  if (ir_ops[n->op].flags & F_RANDOM) return false;
+  return cg_expr_supported(g, n);
+}
+
+/* Moves copy element bytes, so every dtype is fine; only pad's constant
+ * mode is generated (reflect and edge stay with the reference). */
+static bool layout(const loom_graph_t *g, const ir_node_t *n) {
+  (void)g;
+  return n->op != IR_OP_PAD || ir_attr_int(&n->attrs, "mode", LOOM_PAD_CONSTANT) ==
+                                   LOOM_PAD_CONSTANT;
+}
+
+/* Reductions over trailing axes, the shape a reduction group takes. */
+static bool reduction(const loom_graph_t *g, const ir_node_t *n) {
+  int rank = in_rank(g, n, 0);
+  const int64_t *axes;
+  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  if (na < 0) return true;
+  bool red[LOOM_MAX_RANK] = {false};
+  for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
+  int first = rank - na;
+  for (int dd = 0; dd < rank; dd++)
+    if (red[dd] != (dd >= first)) return false;
+  return true;
+}
+
+/* f32 through the runtime's fast kernels; 1-D matmul operands stay with
+ * the reference. */
+static bool matmul(const loom_graph_t *g, const ir_node_t *n) {
+  return in_dtype(g, n, 0) == LOOM_F32 && in_dtype(g, n, 1) == LOOM_F32 &&
+         in_rank(g, n, 0) >= 2 && in_rank(g, n, 1) >= 2;
+}
+
+static bool conv2d(const loom_graph_t *g, const ir_node_t *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (in_dtype(g, n, i) != LOOM_F32) return false;
+  return n->n_in < 3 || in_rank(g, n, 2) == 1;
+}
+
+static const support_fn rules[IR_OP_COUNT] = {
+#define LOOM_OP(ID, name, cls, ...) [IR_OP_##ID] = cls##_RULE,
+#define EW_RULE elementwise
+#define LAYOUT_RULE layout
+#define REDUCE_RULE NULL
+#define CONTRACT_RULE NULL
+#define HOST_RULE NULL
+#include "ir/ops.def"
+#undef LOOM_OP
+#undef EW_RULE
+#undef LAYOUT_RULE
+#undef REDUCE_RULE
+#undef CONTRACT_RULE
+#undef HOST_RULE
+};
+
+/* Per-op exceptions to the class rule: reductions and contractions by
+ * name, and layout ops that index with data (or generators) not at all. */
+static const struct {
+  ir_op_t op;
+  support_fn fn;
+} exceptions[] = {
+    {IR_OP_SUM, reduction},  {IR_OP_MEAN, reduction},   {IR_OP_MAX, reduction},
+    {IR_OP_MIN, reduction},  {IR_OP_PROD, reduction},   {IR_OP_MATMUL, matmul},
+    {IR_OP_CONV2D, conv2d},  {IR_OP_SPLIT, NULL},       {IR_OP_GATHER, NULL},
+    {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
+    {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},
+};
+
+static support_fn rule_of(ir_op_t op) {
+  for (size_t i = 0; i < sizeof exceptions / sizeof *exceptions; i++)
+    if (exceptions[i].op == op) return exceptions[i].fn;
+  return rules[op];
+}
+
+bool cg_supports(const loom_graph_t *g, int64_t node) {
+  if (!g || node < 0 || node >= g->n_nodes) return false;
+  const ir_node_t *n = &g->nodes[node];
+  support_fn f = rule_of(n->op);
+  return f && f(g, n);
+}
