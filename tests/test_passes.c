@@ -681,7 +681,22 @@ static void pipeline_logs_ir(void) {
   loom_graph_destroy(g);
 }
 
+/* A transpose that keeps the type still moves data: (4, 3, 4) reversed. */
+static void simplify_keeps_type_preserving_transpose(void) {
+  loom_graph_t *g, *out;
+  loom_value_t x, t;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 3, (loom_dim_t[]){4, 3, 4}, &x));
+  CHECK_OK(loom_transpose(g, x, NULL, &t));
+  CHECK_OK(loom_graph_output(g, t));
+  CHECK_OK(pass_simplify(g, &out));
+  CHECK(loom_graph_num_nodes(out) == 1);
+  loom_graph_destroy(out);
+  loom_graph_destroy(g);
+}
+
 int main(void) {
+  TEST_RUN(simplify_keeps_type_preserving_transpose);
   test_seed(31);
   TEST_RUN(clone_keeps_interface);
   TEST_RUN(clone_shares_parameters);

@@ -119,6 +119,19 @@ static void transpose_perm(const ir_node_t *t, int rank, int64_t *perm) {
     perm[i] = n == rank ? (p[i] < 0 ? p[i] + rank : p[i]) : rank - 1 - i;
 }
 
+/* A transpose by the identity permutation is x. (Equal input and output
+ * types are not enough: a (4, 3, 4) reversed is a (4, 3, 4) too.) */
+static loom_status_t rule_transpose_identity(ir_rewriter_t *rw, const ir_node_t *n,
+                                             bool *done) {
+  int rank = rw->src->values[n->out[0]].type.rank;
+  int64_t p[LOOM_MAX_RANK];
+  transpose_perm(n, rank, p);
+  for (int i = 0; i < rank; i++)
+    if (p[i] != i) return LOOM_OK; /* equal types can still hold moved data */
+  forward(rw, n, in_of(rw, n, 0), done);
+  return LOOM_OK;
+}
+
 /* transpose(transpose(x, p1), p2) = transpose(x, q) with q[i] = p1[p2[i]],
  * and nothing at all when q is the identity. */
 static loom_status_t rule_transpose(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
@@ -188,7 +201,7 @@ static const rule_t rules[] = {
     {IR_OP_SUB, rule_self_sub},      {IR_OP_CAST, rule_same_type},
     {IR_OP_EXPAND, rule_same_type},  {IR_OP_RESHAPE, rule_same_type},
     {IR_OP_SQUEEZE, rule_same_type}, {IR_OP_UNSQUEEZE, rule_same_type},
-    {IR_OP_IDENTITY, rule_same_type}, {IR_OP_TRANSPOSE, rule_same_type},
+    {IR_OP_IDENTITY, rule_same_type}, {IR_OP_TRANSPOSE, rule_transpose_identity},
     {IR_OP_TRANSPOSE, rule_transpose}, {IR_OP_RESHAPE, rule_reshape},
 };
 
