@@ -1,17 +1,640 @@
-/* Placeholder until fusion lands: every node is a reference group. */
+/* Fusion (see fuse.h). Three steps over working groups:
+ *   1. forward, in graph order: each node starts a group or joins the
+ *      group of one of its producers (epilogues of contractions and
+ *      reductions, elementwise chains, reductions after their prologue);
+ *   2. backward: a whole elementwise group whose values are all read by
+ *      one other group folds into it (prologues, cheap broadcast values);
+ *   3. the groups are ordered by their dependencies and their inputs and
+ *      outputs listed.
+ * A join is legal only if no path leaves the group and comes back to it
+ * through another group: that keeps the groups a DAG, so step 3 always
+ * finds an order. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "passes/fuse.h"
 
+/* A group while it is being built. */
+typedef struct work_group {
+  fuse_kind_t kind;
+  int32_t anchor;
+  int32_t first;   /* its lowest node id */
+  int32_t head, tail; /* its nodes, linked through fuser.next */
+  ir_type_t space; /* iteration space: the full space of a reduction */
+  int k;           /* reduction: trailing axes reduced; -1: not a suffix */
+  bool open;       /* may take more nodes */
+  bool mixed;      /* holds nodes over a space that broadcasts into ours */
+  bool assign;     /* an assign: placed last */
+  bool alive;      /* false once folded into another group */
+} work_group_t;
+
+typedef struct fuser {
+  const loom_graph_t *g;
+  int32_t *use_start; /* value v's consumers: uses[use_start[v]..[v+1]) */
+  int32_t *uses;
+  bool *is_output;    /* value -> graph output */
+  bool *supported;    /* node -> the code generator handles it */
+  int32_t *group;     /* node -> working group */
+  int32_t *next;      /* node -> the next node of its group, or -1 */
+  work_group_t *groups;
+  int n_groups;
+  int32_t *mark;      /* DFS stamps, per group */
+  int32_t epoch;
+  int32_t *stack;
+} fuser_t;
+
+/* ---- Shapes ------------------------------------------------------------- */
+
+static bool same_shape(const ir_type_t *a, const ir_type_t *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* NumPy broadcasting of t into s, without changing s. */
+static bool broadcasts_into(const ir_type_t *t, const ir_type_t *s) {
+  if (t->rank > s->rank) return false;
+  for (int i = 1; i <= t->rank; i++) {
+    ir_dim_t d = t->dims[t->rank - i];
+    if (d != 1 && d != s->dims[s->rank - i]) return false;
+  }
+  return true;
+}
+
+/* The reduced space with keepdim: s with its last k dims set to 1. */
+static ir_type_t keepdim_space(const ir_type_t *s, int k) {
+  ir_type_t r = *s;
+  for (int i = s->rank - k; i < s->rank; i++) r.dims[i] = 1;
+  return r;
+}
+
+/* The reduced space without keepdim: s without its last k dims. */
+static ir_type_t dropped_space(const ir_type_t *s, int k) {
+  ir_type_t r = *s;
+  r.rank = s->rank - k;
+  return r;
+}
+
+static const ir_type_t *type_of(const fuser_t *f, int32_t v) {
+  return &f->g->values[v].type;
+}
+
+/* ---- Ops ---------------------------------------------------------------- */
+
+/* Reductions that fuse with their prologue and epilogue; other reductions
+ * (argmax, cumsum, topk, pooling, ...) stay alone. */
+static const ir_op_t fusable_reductions[] = {IR_OP_SUM, IR_OP_MEAN, IR_OP_MAX,
+                                             IR_OP_MIN, IR_OP_PROD};
+/* Ops whose output can share its input's storage. */
+static const ir_op_t alias_ops[] = {IR_OP_RESHAPE, IR_OP_SQUEEZE,
+                                    IR_OP_UNSQUEEZE, IR_OP_IDENTITY};
+
+static bool op_in(ir_op_t op, const ir_op_t *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (list[i] == op) return true;
+  return false;
+}
+#define OP_IN(op, list) op_in((op), (list), sizeof(list) / sizeof((list)[0]))
+
+/* How many trailing axes node n reduces, or -1 when its axes are not a
+ * suffix of its input's dims. */
+static int reduced_suffix(const fuser_t *f, int32_t n) {
+  const ir_node_t *node = &f->g->nodes[n];
+  int rank = type_of(f, node->in[0])->rank;
+  const int64_t *axes = NULL;
+  int count = ir_attr_ints(&node->attrs, "axes", &axes);
+  /* A scalar accepts axis 0 or -1 and reduces nothing. */
+  if (count < 0 || rank == 0) return rank;
+  for (int i = 0; i < count; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < rank - count || a >= rank) return -1; /* axes are unique */
+  }
+  return count;
+}
+
+static int32_t producer(const fuser_t *f, int32_t v) {
+  const ir_value_t *val = &f->g->values[v];
+  return val->kind == IR_VALUE_NODE ? val->node : -1;
+}
+
+/* ---- Setup -------------------------------------------------------------- */
+
+static void fuser_free(fuser_t *f) {
+  core_free(f->use_start);
+  core_free(f->uses);
+  core_free(f->is_output);
+  core_free(f->supported);
+  core_free(f->group);
+  core_free(f->next);
+  core_free(f->groups);
+  core_free(f->mark);
+  core_free(f->stack);
+}
+
+static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
+  memset(f, 0, sizeof *f);
+  f->g = g;
+  size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
+  int64_t n_uses = 0;
+  for (int64_t i = 0; i < g->n_nodes; i++) n_uses += g->nodes[i].n_in;
+  f->use_start = core_calloc(nv, sizeof *f->use_start);
+  f->uses = core_calloc((size_t)n_uses + 1, sizeof *f->uses);
+  f->is_output = core_calloc(nv, sizeof *f->is_output);
+  f->supported = core_calloc(nn, sizeof *f->supported);
+  f->group = core_calloc(nn, sizeof *f->group);
+  f->next = core_calloc(nn, sizeof *f->next);
+  f->groups = core_calloc(nn, sizeof *f->groups);
+  f->mark = core_calloc(nn, sizeof *f->mark);
+  f->stack = core_calloc(nn, sizeof *f->stack);
+  if (!f->use_start || !f->uses || !f->is_output || !f->supported ||
+      !f->group || !f->next || !f->groups || !f->mark || !f->stack) {
+    fuser_free(f);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
+  }
+  /* Counting sort of (value, consumer) pairs into use_start/uses. */
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) f->use_start[g->nodes[i].in[k] + 1]++;
+  for (int64_t v = 0; v < g->n_values; v++) f->use_start[v + 1] += f->use_start[v];
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      f->uses[f->use_start[g->nodes[i].in[k]]++] = (int32_t)i;
+  for (int64_t v = g->n_values; v > 0; v--) f->use_start[v] = f->use_start[v - 1];
+  f->use_start[0] = 0;
+  for (int64_t i = 0; i < g->n_outputs; i++) f->is_output[g->outputs[i]] = true;
+  for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = cg_supports(g, i);
+  return LOOM_OK;
+}
+
+/* ---- Groups of one node ------------------------------------------------- */
+
+static bool is_alias(const fuser_t *f, int32_t n) {
+  const ir_node_t *node = &f->g->nodes[n];
+  return OP_IN(node->op, alias_ops) && !f->is_output[node->out[0]];
+}
+
+/* The group node n forms alone, as a new working group. */
+static void start_group(fuser_t *f, int32_t n) {
+  const ir_node_t *node = &f->g->nodes[n];
+  ir_fusion_class_t cls = ir_ops[node->op].fusion_class;
+  work_group_t *w = &f->groups[f->n_groups];
+  memset(w, 0, sizeof *w);
+  w->anchor = -1;
+  w->first = w->head = w->tail = n;
+  f->next[n] = -1;
+  w->alive = true;
+  w->assign = node->op == IR_OP_ASSIGN;
+  f->group[n] = f->n_groups++;
+  if (w->assign) w->kind = FUSE_REFERENCE;
+  else if (is_alias(f, n)) w->kind = FUSE_ALIAS;
+  else if (!f->supported[n]) w->kind = FUSE_REFERENCE;
+  else if (cls == IR_CLASS_EW) {
+    w->kind = FUSE_ELEMENTWISE;
+    w->space = *type_of(f, node->out[0]);
+    w->open = true;
+  } else if (cls == IR_CLASS_REDUCE) {
+    w->kind = FUSE_REDUCTION;
+    w->anchor = n;
+    w->open = OP_IN(node->op, fusable_reductions);
+    if (w->open) {
+      w->space = *type_of(f, node->in[0]);
+      w->k = reduced_suffix(f, n);
+    }
+  } else if (cls == IR_CLASS_CONTRACT) {
+    w->kind = FUSE_CONTRACTION;
+    w->anchor = n;
+    w->space = *type_of(f, node->out[0]);
+    w->open = true;
+  } else w->kind = cls == IR_CLASS_LAYOUT ? FUSE_LAYOUT : FUSE_REFERENCE;
+}
+
+/* ---- Dependencies ------------------------------------------------------- */
+
+/* Whether group x depends, through any path, on group gi. The search
+ * runs over groups, not nodes: a kernel waits for every input of every
+ * node in it, so a path may enter a group at one node and leave it at
+ * another. */
+static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
+  int top = 0;
+  f->epoch++;
+  f->stack[top++] = x;
+  f->mark[x] = f->epoch;
+  while (top > 0) {
+    int32_t y = f->stack[--top];
+    for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
+      const ir_node_t *node = &f->g->nodes[n];
+      for (int k = 0; k < node->n_in; k++) {
+        int32_t q = producer(f, node->in[k]);
+        if (q < 0) continue;
+        int32_t gq = f->group[q];
+        if (gq == gi) return true;
+        if (f->mark[gq] == f->epoch) continue;
+        f->mark[gq] = f->epoch;
+        f->stack[top++] = gq;
+      }
+    }
+  }
+  return false;
+}
+
+/* Whether n may join group gi: no input of n may come from a group that
+ * depends on gi (that would make a cycle of kernels). n's consumers have
+ * no group yet, so no path can leave n. */
+static bool inputs_independent(fuser_t *f, int32_t n, int32_t gi) {
+  const ir_node_t *node = &f->g->nodes[n];
+  for (int k = 0; k < node->n_in; k++) {
+    int32_t p = producer(f, node->in[k]);
+    if (p >= 0 && f->group[p] != gi && depends_on(f, f->group[p], gi))
+      return false;
+  }
+  return true;
+}
+
+/* ---- Forward joins ------------------------------------------------------ */
+
+static bool outputs_have_shape(const fuser_t *f, int32_t n, const ir_type_t *s) {
+  const ir_node_t *node = &f->g->nodes[n];
+  for (int k = 0; k < node->n_out; k++)
+    if (!same_shape(type_of(f, node->out[k]), s)) return false;
+  return true;
+}
+
+static bool in_group(const fuser_t *f, int32_t v, int32_t gi) {
+  int32_t p = producer(f, v);
+  return p >= 0 && f->group[p] == gi;
+}
+
+/* An elementwise node in a reduction group runs over the full space or
+ * over the reduced space kept as size-1 dims; it reads reduced values only
+ * in that keepdim form. Without keepdim, NumPy would line a reduced value
+ * up with the wrong axes (the emitter keeps one row in registers), except
+ * when everything is reduced to a scalar. */
+static bool ew_fits_reduction(const fuser_t *f, int32_t n, int32_t gi) {
+  const work_group_t *w = &f->groups[gi];
+  if (w->k < 0) return false;
+  ir_type_t keep = keepdim_space(&w->space, w->k);
+  ir_type_t drop = dropped_space(&w->space, w->k);
+  bool all = w->k == w->space.rank;
+  const ir_type_t *o = type_of(f, f->g->nodes[n].out[0]);
+  bool full = same_shape(o, &w->space);
+  if (!full && !same_shape(o, &keep) && !(all && same_shape(o, &drop)))
+    return false;
+  if (!outputs_have_shape(f, n, o)) return false;
+  const ir_node_t *node = &f->g->nodes[n];
+  for (int k = 0; k < node->n_in; k++) {
+    if (!in_group(f, node->in[k], gi)) continue;
+    const ir_type_t *t = type_of(f, node->in[k]);
+    bool reduced = same_shape(t, &keep) || (all && same_shape(t, &drop));
+    if (!same_shape(t, o) && !(full && reduced)) return false;
+  }
+  return true;
+}
+
+/* conv2d's epilogue walks each image's (H, W) as one run of positions:
+ * a value from outside must broadcast over both or over neither. */
+static bool fits_conv_epilogue(const fuser_t *f, int32_t n, int32_t gi) {
+  int32_t anchor = f->groups[gi].anchor;
+  if (f->g->nodes[anchor].op != IR_OP_CONV2D) return true;
+  const ir_node_t *node = &f->g->nodes[n];
+  for (int k = 0; k < node->n_in; k++) {
+    if (in_group(f, node->in[k], gi)) continue;
+    const ir_type_t *t = type_of(f, node->in[k]);
+    bool h = t->rank < 2 || t->dims[t->rank - 2] == 1;
+    bool w = t->rank < 1 || t->dims[t->rank - 1] == 1;
+    if (h != w) return false;
+  }
+  return true;
+}
+
+/* Whether a fusable reduction n may join group gi, and how. */
+static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
+  const work_group_t *w = &f->groups[gi];
+  const ir_node_t *node = &f->g->nodes[n];
+  if (!OP_IN(node->op, fusable_reductions)) return false;
+  if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
+  if (w->kind == FUSE_ELEMENTWISE) return !w->mixed;
+  return w->kind == FUSE_REDUCTION && w->k >= 0 && reduced_suffix(f, n) == w->k;
+}
+
+static bool join_fits(const fuser_t *f, int32_t n, int32_t gi) {
+  const work_group_t *w = &f->groups[gi];
+  ir_fusion_class_t cls = ir_ops[f->g->nodes[n].op].fusion_class;
+  if (!w->alive || !w->open) return false;
+  if (cls == IR_CLASS_REDUCE) return reduction_fits(f, n, gi);
+  if (cls != IR_CLASS_EW) return false;
+  if (w->kind == FUSE_REDUCTION) return ew_fits_reduction(f, n, gi);
+  if (w->kind == FUSE_CONTRACTION && !fits_conv_epilogue(f, n, gi)) return false;
+  return outputs_have_shape(f, n, &w->space);
+}
+
+static void join(fuser_t *f, int32_t n, int32_t gi) {
+  work_group_t *w = &f->groups[gi];
+  f->group[n] = gi;
+  f->next[w->tail] = n;
+  f->next[n] = -1;
+  w->tail = n;
+  if (ir_ops[f->g->nodes[n].op].fusion_class != IR_CLASS_REDUCE) return;
+  if (w->kind == FUSE_ELEMENTWISE) {
+    w->kind = FUSE_REDUCTION;
+    w->anchor = n;
+    w->k = reduced_suffix(f, n);
+  }
+}
+
+/* Contractions first (their epilogue runs while the tile is in cache),
+ * then reductions, then the most recent group. */
+static int join_rank(const fuser_t *f, int32_t gi) {
+  static const int by_kind[] = {[FUSE_CONTRACTION] = 2, [FUSE_REDUCTION] = 1,
+                                [FUSE_REFERENCE] = 0};
+  return by_kind[f->groups[gi].kind] * (int)(f->n_groups + 1) + gi;
+}
+
+/* Node n joins the best group among its producers' that takes it. */
+static bool try_join(fuser_t *f, int32_t n) {
+  const ir_node_t *node = &f->g->nodes[n];
+  int32_t tried[IR_MAX_ATTR_INTS * 4];
+  int n_tried = 0;
+  for (;;) {
+    int32_t best = -1;
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t p = producer(f, node->in[k]);
+      if (p < 0) continue;
+      int32_t gi = f->group[p];
+      bool seen = false;
+      for (int j = 0; j < n_tried; j++) seen |= tried[j] == gi;
+      if (!seen && (best < 0 || join_rank(f, gi) > join_rank(f, best))) best = gi;
+    }
+    if (best < 0 || n_tried == (int)(sizeof tried / sizeof tried[0])) return false;
+    tried[n_tried++] = best;
+    if (join_fits(f, n, best) && inputs_independent(f, n, best)) {
+      join(f, n, best);
+      return true;
+    }
+  }
+}
+
+static bool may_join(const fuser_t *f, int32_t n) {
+  const ir_node_t *node = &f->g->nodes[n];
+  ir_fusion_class_t cls = ir_ops[node->op].fusion_class;
+  if (cls != IR_CLASS_EW && !(cls == IR_CLASS_REDUCE &&
+                              OP_IN(node->op, fusable_reductions)))
+    return false;
+  return !is_alias(f, n) && f->supported[n];
+}
+
+/* ---- Backward folds ----------------------------------------------------- */
+
+/* The one group other than a that reads a's values, or -1 (none, or
+ * several). *has_output: a holds a value that needs a buffer whatever
+ * the grouping (a graph output, or a value nobody reads). */
+static int32_t sole_consumer(const fuser_t *f, int32_t a, bool *has_output) {
+  int32_t b = -1;
+  *has_output = false;
+  for (int32_t n = f->groups[a].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_out; k++) {
+      int32_t v = node->out[k];
+      *has_output |= f->is_output[v] || f->use_start[v] == f->use_start[v + 1];
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+        int32_t c = f->group[f->uses[u]];
+        if (c == a) continue;
+        if (b >= 0 && c != b) return -1;
+        b = c;
+      }
+    }
+  }
+  return b;
+}
+
+/* Whether elementwise group a may fold into group b: its space must fit
+ * (broadcast into an elementwise group; the full space of a reduction,
+ * reading b's reduced values only as a node of b would), and no path may
+ * run from b to a through a third group. */
+static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
+  const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  bool same = same_shape(&wa->space, &wb->space);
+  if (!wb->alive || !wb->open || (has_output && !same)) return false;
+  if (wb->kind == FUSE_REDUCTION && (wa->mixed || !same)) return false;
+  if (wb->kind == FUSE_ELEMENTWISE && !broadcasts_into(&wa->space, &wb->space))
+    return false;
+  if (wb->kind != FUSE_ELEMENTWISE && wb->kind != FUSE_REDUCTION) return false;
+  for (int32_t n = wa->head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    if (wb->kind == FUSE_REDUCTION && !ew_fits_reduction(f, n, b)) return false;
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t p = producer(f, node->in[k]);
+      if (p >= 0 && f->group[p] != a && f->group[p] != b &&
+          depends_on(f, f->group[p], b))
+        return false;
+    }
+  }
+  return true;
+}
+
+static void fold(fuser_t *f, int32_t a, int32_t b) {
+  work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  for (int32_t n = wa->head; n >= 0; n = f->next[n]) f->group[n] = b;
+  f->next[wb->tail] = wa->head;
+  wb->tail = wa->tail;
+  wb->mixed |= wa->mixed || !same_shape(&wa->space, &wb->space);
+  if (wa->first < wb->first) wb->first = wa->first;
+  wa->alive = false;
+}
+
+/* One sweep, consumers first so that chains fold in one go; returns
+ * whether anything folded. */
+static bool fold_sweep(fuser_t *f) {
+  bool folded = false;
+  for (int32_t a = f->n_groups - 1; a >= 0; a--) {
+    const work_group_t *wa = &f->groups[a];
+    if (!wa->alive || wa->kind != FUSE_ELEMENTWISE) continue;
+    bool has_output;
+    int32_t b = sole_consumer(f, a, &has_output);
+    if (b >= 0 && fold_fits(f, a, b, has_output)) {
+      fold(f, a, b);
+      folded = true;
+    }
+  }
+  return folded;
+}
+
+/* A fold can leave another group with one consumer where it had two;
+ * a few more sweeps catch most of those. */
+static void fold_backward(fuser_t *f) {
+  for (int sweep = 0; sweep < 4; sweep++)
+    if (!fold_sweep(f)) return;
+}
+
+/* ---- The plan ----------------------------------------------------------- */
+
+/* A value gets a buffer when it is a graph output or read by another
+ * group. A group of one node lists all its node's outputs: if the emitter
+ * declines it, the node's reference kernel writes every output. A value
+ * nobody reads (a graph without DCE) is listed too, so that no group is
+ * left without an output to size its loops by. */
+static bool is_group_output(const fuser_t *f, int32_t v, int32_t gi,
+                            bool one_node) {
+  if (one_node || f->is_output[v] || f->use_start[v] == f->use_start[v + 1])
+    return true;
+  for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
+    if (f->group[f->uses[u]] != gi) return true;
+  return false;
+}
+
+static void add_unique(int32_t *list, int *n, int32_t v) {
+  for (int i = 0; i < *n; i++)
+    if (list[i] == v) return;
+  list[(*n)++] = v;
+}
+
+/* Fills out's nodes, inputs and outputs from working group gi. */
+static loom_status_t fill_group(const fuser_t *f, int32_t gi,
+                                fuse_group_t *out) {
+  const work_group_t *w = &f->groups[gi];
+  int n_nodes = 0, n_in = 0, n_out = 0;
+  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
+    if (f->group[n] != gi) continue;
+    n_nodes++;
+    n_in += f->g->nodes[n].n_in;
+    n_out += f->g->nodes[n].n_out;
+  }
+  out->kind = w->kind;
+  out->anchor = w->anchor;
+  out->nodes = core_malloc(sizeof(int32_t) * (size_t)(n_nodes + 1));
+  out->inputs = core_malloc(sizeof(int32_t) * (size_t)(n_in + 1));
+  out->outputs = core_malloc(sizeof(int32_t) * (size_t)(n_out + 1));
+  if (!out->nodes || !out->inputs || !out->outputs)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
+  bool one_node = n_nodes == 1;
+  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
+    if (f->group[n] != gi) continue;
+    const ir_node_t *node = &f->g->nodes[n];
+    out->nodes[out->n_nodes++] = (int32_t)n;
+    for (int k = 0; k < node->n_in; k++)
+      if (!in_group(f, node->in[k], gi))
+        add_unique(out->inputs, &out->n_inputs, node->in[k]);
+    for (int k = 0; k < node->n_out; k++)
+      if (is_group_output(f, node->out[k], gi, one_node))
+        out->outputs[out->n_outputs++] = node->out[k];
+  }
+  return LOOM_OK;
+}
+
+/* Groups waiting on each group: for every value crossing from one group
+ * to another, one count. */
+static void count_waits(const fuser_t *f, int32_t *waits) {
+  for (int64_t n = 0; n < f->g->n_nodes; n++) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t p = producer(f, node->in[k]);
+      if (p >= 0 && f->group[p] != f->group[n]) waits[f->group[n]]++;
+    }
+  }
+}
+
+static void release_consumers(const fuser_t *f, int32_t gi, int32_t *waits) {
+  for (int64_t n = f->groups[gi].first; n < f->g->n_nodes; n++) {
+    if (f->group[n] != gi) continue;
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_out; k++) {
+      int32_t v = node->out[k];
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
+        if (f->group[f->uses[u]] != gi) waits[f->group[f->uses[u]]]--;
+    }
+  }
+}
+
+/* Among groups whose inputs are ready, the earliest in graph order,
+ * assigns last. */
+static int32_t next_ready(const fuser_t *f, const int32_t *waits,
+                          const bool *done) {
+  int32_t best = -1;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) {
+    const work_group_t *w = &f->groups[gi];
+    if (!w->alive || done[gi] || waits[gi] > 0) continue;
+    if (best < 0 || w->assign < f->groups[best].assign) best = gi;
+  }
+  return best;
+}
+
+/* Orders the groups (Kahn's algorithm) into order; returns the count. */
+static loom_status_t order_groups(const fuser_t *f, int32_t *order, int *count) {
+  int32_t *waits = core_calloc((size_t)f->n_groups + 1, sizeof *waits);
+  bool *done = core_calloc((size_t)f->n_groups + 1, sizeof *done);
+  if (!waits || !done) {
+    core_free(waits);
+    core_free(done);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
+  }
+  count_waits(f, waits);
+  int alive = 0;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) alive += f->groups[gi].alive;
+  *count = 0;
+  for (int32_t gi; (gi = next_ready(f, waits, done)) >= 0;) {
+    done[gi] = true;
+    order[(*count)++] = gi;
+    release_consumers(f, gi, waits);
+  }
+  core_free(waits);
+  core_free(done);
+  if (*count != alive)
+    return loom_fail(LOOM_ERR_GRAPH, "fusion: groups depend on each other in "
+                     "a cycle (%d of %d ordered)", *count, alive);
+  return LOOM_OK;
+}
+
+static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
+  size_t nn = (size_t)f->g->n_nodes + 1;
+  int32_t *order = core_calloc((size_t)f->n_groups + 1, sizeof *order);
+  out->groups = core_calloc((size_t)f->n_groups + 1, sizeof *out->groups);
+  out->group_of_node = core_calloc(nn, sizeof *out->group_of_node);
+  if (!order || !out->groups || !out->group_of_node) {
+    core_free(order);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
+  }
+  int count = 0;
+  loom_status_t s = order_groups(f, order, &count);
+  for (int i = 0; s == LOOM_OK && i < count; i++) {
+    out->n_groups = i + 1;
+    s = fill_group(f, order[i], &out->groups[i]);
+    for (int j = 0; j < out->groups[i].n_nodes; j++)
+      out->group_of_node[out->groups[i].nodes[j]] = i;
+  }
+  core_free(order);
+  return s;
+}
+
+loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
+                              fuse_plan_t *out) {
+  LOOM_CHECK_ARG(out);
+  memset(out, 0, sizeof *out);
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(o);
+  fuser_t f;
+  LOOM_TRY(fuser_init(&f, g));
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    if (!o->enabled || !may_join(&f, n) || !try_join(&f, n)) start_group(&f, n);
+  if (o->enabled) fold_backward(&f);
+  loom_status_t s = build_plan(&f, out);
+  fuser_free(&f);
+  if (s != LOOM_OK) fuse_plan_free(out);
+  return s;
+}
+
+/* ---- Names and text ----------------------------------------------------- */
+
 const char *fuse_kind_name(fuse_kind_t kind) {
   static const char *const names[] = {"elementwise", "reduction", "contraction",
                                       "layout", "alias", "reference"};
-  return (unsigned)kind < 6 ? names[kind] : "?";
+  return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
 void fuse_plan_free(fuse_plan_t *plan) {
+  if (!plan) return;
   for (int i = 0; plan->groups && i < plan->n_groups; i++) {
     core_free(plan->groups[i].nodes);
     core_free(plan->groups[i].inputs);
@@ -22,46 +645,59 @@ void fuse_plan_free(fuse_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
 }
 
-loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
-                              fuse_plan_t *out) {
-  (void)o;
-  memset(out, 0, sizeof *out);
-  int64_t n = g->n_nodes;
-  out->groups = core_calloc((size_t)(n ? n : 1), sizeof *out->groups);
-  out->group_of_node = core_calloc((size_t)(n ? n : 1), sizeof *out->group_of_node);
-  if (!out->groups || !out->group_of_node) {
-    fuse_plan_free(out);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
+/* A growing string; `failed` sticks after an allocation failure. */
+typedef struct text {
+  char *s;
+  int64_t len, cap;
+  bool failed;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void put(text_t *t, const char *fmt, ...) {
+  if (t->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (core_grow((void **)&t->s, &t->cap, t->len + n + 1, 1) != LOOM_OK) {
+    t->failed = true;
+    return;
   }
-  for (int64_t i = 0; i < n; i++) {
-    const ir_node_t *node = &g->nodes[i];
-    fuse_group_t *grp = &out->groups[out->n_groups++];
-    grp->kind = FUSE_REFERENCE;
-    grp->anchor = -1;
-    grp->n_nodes = 1;
-    grp->nodes = core_malloc(sizeof(int32_t));
-    grp->inputs = core_malloc(sizeof(int32_t) * (size_t)(node->n_in + 1));
-    grp->outputs = core_malloc(sizeof(int32_t) * (size_t)(node->n_out + 1));
-    if (!grp->nodes || !grp->inputs || !grp->outputs) {
-      fuse_plan_free(out);
-      return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
-    }
-    grp->nodes[0] = (int32_t)i;
-    for (int k = 0; k < node->n_in; k++) {
-      bool seen = false;
-      for (int j = 0; j < grp->n_inputs; j++) seen |= grp->inputs[j] == node->in[k];
-      if (!seen) grp->inputs[grp->n_inputs++] = node->in[k];
-    }
-    for (int k = 0; k < node->n_out; k++) grp->outputs[grp->n_outputs++] = node->out[k];
-    out->group_of_node[i] = (int32_t)i;
-  }
-  return LOOM_OK;
+  va_start(ap, fmt);
+  vsnprintf(t->s + t->len, (size_t)(t->cap - t->len), fmt, ap);
+  va_end(ap);
+  t->len += n;
+}
+
+static void put_values(text_t *t, const char *label, const int32_t *v, int n) {
+  put(t, " %s:", label);
+  if (n == 0) put(t, " -");
+  for (int i = 0; i < n; i++) put(t, " %%%d", v[i]);
 }
 
 loom_status_t fuse_plan_describe(const loom_graph_t *g, const fuse_plan_t *plan,
                                  char **out) {
-  (void)g;
-  (void)plan;
-  *out = core_strdup("(fusion not built yet)\n");
-  return *out ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "out of memory");
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(plan);
+  text_t t = {0};
+  put(&t, "%s", "");
+  for (int i = 0; i < plan->n_groups; i++) {
+    const fuse_group_t *grp = &plan->groups[i];
+    put(&t, "g%d %s [", i, fuse_kind_name(grp->kind));
+    for (int j = 0; j < grp->n_nodes; j++)
+      put(&t, "%s%s", j ? ", " : "", ir_ops[g->nodes[grp->nodes[j]].op].name);
+    put(&t, "]");
+    put_values(&t, "in", grp->inputs, grp->n_inputs);
+    put_values(&t, "out", grp->outputs, grp->n_outputs);
+    put(&t, "\n");
+  }
+  if (t.failed || !t.s) {
+    core_free(t.s);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory describing a fusion plan");
+  }
+  *out = t.s;
+  return LOOM_OK;
 }
