@@ -32,7 +32,8 @@ static bool reduction(const loom_graph_t *g, const ir_node_t *n) {
   int rank = in_rank(g, n, 0);
   const int64_t *axes;
   int na = ir_attr_ints(&n->attrs, "axes", &axes);
-  if (na < 0) return true;
+  /* All axes, or a scalar (whose one pseudo-axis is 0 or -1). */
+  if (na < 0 || rank == 0) return true;
   bool red[LOOM_MAX_RANK] = {false};
   for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
   int first = rank - na;
