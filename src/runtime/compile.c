@@ -1,6 +1,7 @@
 /* loom_compile: the pass pipeline, fusion, a schedule, slots and a memory
  * plan, C code for the fused groups, the module, and the steps. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -404,7 +405,11 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
   loom_status_t s = cpu_module_build(cg->source, cg->length, &e->module);
   if (s == LOOM_ERR_NOMEM) return s;
   if (s != LOOM_OK) {
-    core_warn("%s; running the graph with the reference kernels instead", loom_last_error());
+    /* Said once per process: every later compile would say the same. */
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&warned))
+      core_warn("%s; running graphs with the reference kernels instead", loom_last_error());
+    core_log(LOG_COMPILE, "no module: %s", loom_last_error());
     *ok = false;
   }
   return LOOM_OK;
