@@ -11,7 +11,8 @@ static int cmd_ops(void) {
     loom_op_info_t info;
     if (loom_op_get_info(i, &info) != LOOM_OK) return 1;
     printf("%-18s %-12s %-4s %-5s %-8s %s%s\n", info.name, info.fusion_class,
-           info.has_reference ? "yes" : "no", info.has_gradient ? "yes" : "no",
+           info.has_reference ? "yes" : "no",
+           info.has_gradient ? "yes" : info.not_differentiable ? "n/a" : "no",
            info.has_codegen ? "yes" : "no", info.doc,
            info.data_dependent_shape ? " [data-dependent shape]" : "");
   }

@@ -175,6 +175,15 @@ loom_status_t loom_graph_print(const loom_graph_t *g, char **out);
 loom_status_t loom_graph_dot(const loom_graph_t *g, char **out);
 void loom_free(void *p);
 
+/* ---- Gradients ---------------------------------------------------------- */
+
+/* Appends to g the gradient of `loss` (a scalar: rank 0, float dtype) with
+ * respect to each wrt[i]: grads[i] receives d loss / d wrt[i], of wrt[i]'s
+ * type. A value that loss does not depend on gets zeros. Fails naming the
+ * op when a gradient must flow through an op without a gradient rule. */
+loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
+                        const loom_value_t *wrt, loom_value_t *grads);
+
 /* ---- Running ----------------------------------------------------------- */
 
 /* Runs the graph with the reference kernels. inputs[i] binds graph input
@@ -264,6 +273,7 @@ typedef struct loom_op_info {
   const char *doc;
   int has_reference;
   int has_gradient;
+  int not_differentiable; /* no gradient flows through it (argmax, ...) */
   int has_codegen;
   int data_dependent_shape;
 } loom_op_info_t;

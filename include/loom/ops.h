@@ -41,6 +41,8 @@ loom_status_t loom_sign(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 loom_status_t loom_not(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 loom_status_t loom_isnan(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 loom_status_t loom_identity(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+/* x, through which no gradient flows. */
+loom_status_t loom_stop_gradient(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 loom_status_t loom_cast(loom_graph_t *g, loom_value_t x, loom_dtype_t dtype, loom_value_t *out);
 /* Either bound may be +-INFINITY for none. */
 loom_status_t loom_clamp(loom_graph_t *g, loom_value_t x, double lo, double hi, loom_value_t *out);

@@ -13,8 +13,10 @@
 #include "ir/ops.def"
 #undef LOOM_OP
 
-/* grad and codegen name their rules, defined by later layers, or NONE. */
-#define HAS_RULE(rule) (#rule[0] != 'N')
+/* grad and codegen name their rules, defined by later layers, or say
+ * NONE (no rule yet) or ZERO (grad only: not differentiable). */
+#define HAS_RULE(rule) (#rule[0] != 'N' && #rule[0] != 'Z')
+#define IS_ZERO(rule) (#rule[0] == 'Z')
 
 const ir_op_info_t ir_ops[IR_OP_COUNT] = {
 #define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, cg, \
@@ -28,6 +30,7 @@ const ir_op_info_t ir_ops[IR_OP_COUNT] = {
                   .flags = fl,                                              \
                   .shape = ir_shape_##shp,                                \
                   .has_grad = HAS_RULE(grad),                               \
+                  .not_differentiable = IS_ZERO(grad),                      \
                   .has_codegen = HAS_RULE(cg),                              \
                   .attrs = at,                                              \
                   .doc = dc},

@@ -96,6 +96,7 @@ UNARY_BUILDER(sign, SIGN)
 UNARY_BUILDER(not, NOT)
 UNARY_BUILDER(isnan, ISNAN)
 UNARY_BUILDER(identity, IDENTITY)
+UNARY_BUILDER(stop_gradient, STOP_GRADIENT)
 
 loom_status_t loom_leaky_relu(loom_graph_t *g, loom_value_t x, double alpha,
                               loom_value_t *out) {

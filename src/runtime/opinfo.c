@@ -16,6 +16,7 @@ loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
   out->doc = info->doc;
   out->has_reference = ref_kernels[i] != NULL;
   out->has_gradient = info->has_grad;
+  out->not_differentiable = info->not_differentiable;
   out->has_codegen = info->has_codegen;
   out->data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0;
   return LOOM_OK;

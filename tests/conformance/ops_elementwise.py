@@ -123,7 +123,7 @@ def gen_isnan(name, rng):
     yield reject_case(name, "i8")
 
 
-@op("not", "identity")
+@op("not", "identity", "stop_gradient")
 def gen_not_identity(name, rng):
     for i in range(4 * len(ALL)):
         dtype = ALL[i % len(ALL)]
