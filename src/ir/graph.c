@@ -142,7 +142,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
   if (init) {
     char want[160], got[160];
     if (init->dtype != dtype || init->rank != rank ||
-        memcmp(init->shape, shape, sizeof(int64_t) * (size_t)rank) != 0)
+        (rank > 0 && memcmp(init->shape, shape, sizeof(int64_t) * (size_t)rank) != 0))
       return loom_fail(LOOM_ERR_SHAPE,
                        "parameter '%s': initial value %s %s does not match "
                        "the declared %s %s", name ? name : "",
