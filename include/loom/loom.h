@@ -284,6 +284,7 @@ loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
 #endif
 
 #include "loom/ops.h"
+#include "loom/train.h"
 #include "loom/checkpoint.h"
 
 #endif

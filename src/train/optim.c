@@ -1,0 +1,420 @@
+/* Optimizers in the graph: each parameter's update is a handful of
+ * elementwise ops ending in an assign, so a whole training step (forward,
+ * backward, update) compiles into one executable. State (momentum buffers,
+ * moments, the step counter) is made of new parameters, which persist
+ * between runs; the learning rate is a graph value, so that a schedule
+ * changes it without recompiling. */
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "ir/ir.h"
+#include "loom/train.h"
+
+/* One optimizer call: the graph, its name for messages, and the learning
+ * rate converted once per parameter dtype. */
+typedef struct opt {
+  loom_graph_t *g;
+  const char *fn;
+  loom_value_t lr;
+  loom_value_t lr_as[LOOM_DTYPE_COUNT]; /* id -1: not made yet */
+} opt_t;
+
+static const ir_type_t *type_of(const loom_graph_t *g, loom_value_t v) {
+  return &g->values[v.id].type;
+}
+
+/* A rank-0 value of dtype holding v (broadcasts in binary ops). */
+static loom_status_t scalar(loom_graph_t *g, double v, loom_dtype_t dtype,
+                            loom_value_t *out) {
+  return loom_full(g, 0, NULL, v, dtype, out);
+}
+
+/* x * k for a constant k. */
+static loom_status_t scale(loom_graph_t *g, loom_value_t x, double k,
+                           loom_value_t *out) {
+  loom_value_t c;
+  LOOM_TRY(scalar(g, k, type_of(g, x)->dtype, &c));
+  return loom_mul(g, x, c, out);
+}
+
+/* a * x + b * y for constants a and b. */
+static loom_status_t mix(loom_graph_t *g, double a, loom_value_t x, double b,
+                         loom_value_t y, loom_value_t *out) {
+  loom_value_t ax, by;
+  LOOM_TRY(scale(g, x, a, &ax));
+  LOOM_TRY(scale(g, y, b, &by));
+  return loom_add(g, ax, by, out);
+}
+
+/* The learning rate in dtype (a cast made once per dtype). */
+static loom_status_t lr_in(opt_t *o, loom_dtype_t dtype, loom_value_t *out) {
+  if (o->lr_as[dtype].id < 0) {
+    if (type_of(o->g, o->lr)->dtype == dtype) o->lr_as[dtype] = o->lr;
+    else LOOM_TRY(loom_cast(o->g, o->lr, dtype, &o->lr_as[dtype]));
+  }
+  *out = o->lr_as[dtype];
+  return LOOM_OK;
+}
+
+/* v in dtype (a cast when it differs). */
+static loom_status_t to(loom_graph_t *g, loom_value_t v, loom_dtype_t dtype,
+                        loom_value_t *out) {
+  if (type_of(g, v)->dtype == dtype) {
+    *out = v;
+    return LOOM_OK;
+  }
+  return loom_cast(g, v, dtype, out);
+}
+
+/* Updates of f16 and bf16 parameters are computed, and their state kept,
+ * in f32: Adam's eps (1e-8) is 0 in f16, and small steps vanish when
+ * added to a 16-bit weight's running sum. */
+static loom_dtype_t compute_dtype(loom_dtype_t d) {
+  return d == LOOM_F16 || d == LOOM_BF16 ? LOOM_F32 : d;
+}
+
+/* ---- Checks ----------------------------------------------------------------- */
+
+static loom_status_t check_value(const opt_t *o, const char *what, int i,
+                                 loom_value_t v) {
+  if (!ir_value_valid(o->g, v.id))
+    return loom_fail(LOOM_ERR_GRAPH, "%s: %s[%d] (value %d) is not a value of "
+                     "the graph", o->fn, what, i, v.id);
+  return LOOM_OK;
+}
+
+static bool same_type(const ir_type_t *a, const ir_type_t *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+static loom_status_t check_pair(const opt_t *o, int i, loom_value_t p,
+                                loom_value_t grad) {
+  LOOM_TRY(check_value(o, "params", i, p));
+  LOOM_TRY(check_value(o, "grads", i, grad));
+  const ir_value_t *pv = &o->g->values[p.id];
+  char pb[96], gb[96];
+  if (pv->kind != IR_VALUE_PARAM)
+    return loom_fail(LOOM_ERR_INVALID, "%s: params[%d] (%s) is not a parameter "
+                     "(loom_graph_param)", o->fn, i,
+                     ir_value_str(o->g, p.id, pb, sizeof pb));
+  if (!dtype_is_float(pv->type.dtype))
+    return loom_fail(LOOM_ERR_DTYPE, "%s: params[%d] (%s) is %s; optimizers "
+                     "update float parameters", o->fn, i,
+                     ir_value_str(o->g, p.id, pb, sizeof pb),
+                     loom_dtype_name(pv->type.dtype));
+  if (!same_type(&pv->type, type_of(o->g, grad))) {
+    ir_type_str(o->g, &pv->type, pb, sizeof pb);
+    ir_type_str(o->g, type_of(o->g, grad), gb, sizeof gb);
+    return loom_fail(LOOM_ERR_SHAPE, "%s: grads[%d] is %s but params[%d] is "
+                     "%s; they must have one dtype and shape", o->fn, i, gb,
+                     i, pb);
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t check_lr(const opt_t *o) {
+  if (!ir_value_valid(o->g, o->lr.id))
+    return loom_fail(LOOM_ERR_GRAPH, "%s: lr (value %d) is not a value of the "
+                     "graph", o->fn, o->lr.id);
+  const ir_type_t *t = type_of(o->g, o->lr);
+  if (t->rank != 0 || !dtype_is_float(t->dtype))
+    return loom_fail(LOOM_ERR_SHAPE, "%s: lr must be a float scalar (rank 0), "
+                     "got a rank %d %s value", o->fn, t->rank,
+                     loom_dtype_name(t->dtype));
+  return LOOM_OK;
+}
+
+static loom_status_t opt_begin(opt_t *o, loom_graph_t *g, const char *fn,
+                               int n, const loom_value_t *params,
+                               const loom_value_t *grads, loom_value_t lr) {
+  *o = (opt_t){.g = g, .fn = fn, .lr = lr};
+  for (int d = 0; d < LOOM_DTYPE_COUNT; d++) o->lr_as[d].id = -1;
+  if (!g) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'g' is null", fn);
+  if (n < 0 || (n > 0 && (!params || !grads)))
+    return loom_fail(LOOM_ERR_INVALID, "%s: %d parameters with params or "
+                     "grads null", fn, n);
+  LOOM_TRY(check_lr(o));
+  for (int i = 0; i < n; i++) LOOM_TRY(check_pair(o, i, params[i], grads[i]));
+  return LOOM_OK;
+}
+
+/* A rate in [0, 1). */
+static loom_status_t check_rate(const char *fn, const char *what, double v) {
+  if (!(v >= 0 && v < 1))
+    return loom_fail(LOOM_ERR_INVALID, "%s: %s %g is not in [0, 1)", fn, what,
+                     v);
+  return LOOM_OK;
+}
+
+/* A finite number >= 0. */
+static loom_status_t check_nonneg(const char *fn, const char *what, double v) {
+  if (!(v >= 0 && v <= DBL_MAX))
+    return loom_fail(LOOM_ERR_INVALID, "%s: %s %g must be finite and >= 0", fn,
+                     what, v);
+  return LOOM_OK;
+}
+
+/* ---- State -------------------------------------------------------------------- */
+
+/* A new zero parameter named "<name of p>.<suffix>", of p's shape, in
+ * p's compute dtype. */
+static loom_status_t state_like(loom_graph_t *g, loom_value_t p,
+                                const char *suffix, loom_value_t *out) {
+  const ir_value_t *pv = &g->values[p.id];
+  char name[256];
+  if (pv->name) snprintf(name, sizeof name, "%s.%s", pv->name, suffix);
+  else snprintf(name, sizeof name, "param%d.%s", p.id, suffix);
+  int64_t shape[LOOM_MAX_RANK];
+  ir_type_t t = pv->type; /* a copy: adding a value may move the array */
+  for (int d = 0; d < t.rank; d++) shape[d] = t.dims[d];
+  return loom_graph_param(g, name, compute_dtype(t.dtype), t.rank, shape,
+                          NULL, out);
+}
+
+/* p_new = base - lr * dir (base, dir in the compute dtype), assigned to
+ * p in its own dtype. */
+static loom_status_t descend(opt_t *o, loom_value_t p, loom_value_t base,
+                             loom_value_t dir) {
+  loom_value_t lr, step, next;
+  LOOM_TRY(lr_in(o, type_of(o->g, dir)->dtype, &lr));
+  LOOM_TRY(loom_mul(o->g, dir, lr, &step));
+  LOOM_TRY(loom_sub(o->g, base, step, &next));
+  LOOM_TRY(to(o->g, next, type_of(o->g, p)->dtype, &next));
+  return loom_assign(o->g, p, next);
+}
+
+/* p and grad in p's compute dtype. */
+static loom_status_t computed(loom_graph_t *g, loom_value_t *p,
+                              loom_value_t *grad) {
+  loom_dtype_t ct = compute_dtype(type_of(g, *p)->dtype);
+  LOOM_TRY(to(g, *p, ct, p));
+  return to(g, *grad, ct, grad);
+}
+
+/* grad + wd * p (L2 regularization folded into the gradient). */
+static loom_status_t decayed(loom_graph_t *g, loom_value_t p, loom_value_t grad,
+                             double wd, loom_value_t *out) {
+  if (wd == 0) {
+    *out = grad;
+    return LOOM_OK;
+  }
+  return mix(g, 1.0, grad, wd, p, out);
+}
+
+/* ---- SGD ---------------------------------------------------------------------- */
+
+typedef struct sgd_hyper {
+  double momentum, weight_decay;
+  int nesterov;
+} sgd_hyper_t;
+
+static loom_status_t sgd_one(opt_t *o, const sgd_hyper_t *h, loom_value_t p,
+                             loom_value_t grad) {
+  loom_value_t pc = p, d, dir;
+  LOOM_TRY(computed(o->g, &pc, &grad));
+  LOOM_TRY(decayed(o->g, pc, grad, h->weight_decay, &d));
+  if (h->momentum == 0) return descend(o, p, pc, d);
+  loom_value_t buf, next;
+  LOOM_TRY(state_like(o->g, p, "momentum", &buf));
+  LOOM_TRY(mix(o->g, h->momentum, buf, 1.0, d, &next));
+  LOOM_TRY(loom_assign(o->g, buf, next));
+  if (h->nesterov) LOOM_TRY(mix(o->g, 1.0, d, h->momentum, next, &dir));
+  else dir = next;
+  return descend(o, p, pc, dir);
+}
+
+loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
+                       const loom_value_t *grads, loom_value_t lr,
+                       double momentum, int nesterov, double weight_decay) {
+  opt_t o;
+  LOOM_TRY(opt_begin(&o, g, __func__, n, params, grads, lr));
+  LOOM_TRY(check_nonneg(__func__, "momentum", momentum));
+  LOOM_TRY(check_nonneg(__func__, "weight_decay", weight_decay));
+  if (nesterov && momentum == 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: nesterov needs momentum > 0",
+                     __func__);
+  sgd_hyper_t h = {momentum, weight_decay, nesterov != 0};
+  for (int i = 0; i < n; i++) LOOM_TRY(sgd_one(&o, &h, params[i], grads[i]));
+  return LOOM_OK;
+}
+
+/* ---- Adam and AdamW ------------------------------------------------------------ */
+
+typedef struct adam_hyper {
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled; /* AdamW */
+} adam_hyper_t;
+
+/* 1 - beta^t in dtype. */
+static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
+                                loom_dtype_t dtype, loom_value_t *out) {
+  loom_value_t tf, b, bt, one;
+  LOOM_TRY(loom_cast(g, t, dtype, &tf));
+  LOOM_TRY(scalar(g, beta, dtype, &b));
+  LOOM_TRY(loom_pow(g, b, tf, &bt));
+  LOOM_TRY(scalar(g, 1.0, dtype, &one));
+  return loom_sub(g, one, bt, out);
+}
+
+/* m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps). */
+static loom_status_t adam_direction(loom_graph_t *g, const adam_hyper_t *h,
+                                    loom_value_t t, loom_value_t m,
+                                    loom_value_t v, loom_value_t *out) {
+  loom_dtype_t dt = type_of(g, m)->dtype;
+  loom_value_t bc1, bc2, mhat, vhat, root, eps, denom;
+  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
+  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
+  LOOM_TRY(loom_div(g, m, bc1, &mhat));
+  LOOM_TRY(loom_div(g, v, bc2, &vhat));
+  LOOM_TRY(loom_sqrt(g, vhat, &root));
+  LOOM_TRY(scalar(g, h->eps, dt, &eps));
+  LOOM_TRY(loom_add(g, root, eps, &denom));
+  return loom_div(g, mhat, denom, out);
+}
+
+/* p * (1 - lr * wd): AdamW's decay, decoupled from the gradient. */
+static loom_status_t shrink(opt_t *o, loom_value_t p, double wd,
+                            loom_value_t *out) {
+  if (wd == 0) {
+    *out = p;
+    return LOOM_OK;
+  }
+  loom_value_t lr, lrwd, one, keep;
+  loom_dtype_t dt = type_of(o->g, p)->dtype;
+  LOOM_TRY(lr_in(o, dt, &lr));
+  LOOM_TRY(scale(o->g, lr, wd, &lrwd));
+  LOOM_TRY(scalar(o->g, 1.0, dt, &one));
+  LOOM_TRY(loom_sub(o->g, one, lrwd, &keep));
+  return loom_mul(o->g, p, keep, out);
+}
+
+static loom_status_t adam_one(opt_t *o, const adam_hyper_t *h, loom_value_t t,
+                              loom_value_t p, loom_value_t grad) {
+  loom_graph_t *g = o->g;
+  loom_value_t pc = p, d, m, v, m2, d2, v2, dir, base;
+  LOOM_TRY(computed(g, &pc, &grad));
+  LOOM_TRY(decayed(g, pc, grad, h->decoupled ? 0 : h->weight_decay, &d));
+  LOOM_TRY(state_like(g, p, "m", &m));
+  LOOM_TRY(state_like(g, p, "v", &v));
+  LOOM_TRY(mix(g, h->beta1, m, 1.0 - h->beta1, d, &m2));
+  LOOM_TRY(loom_mul(g, d, d, &d2));
+  LOOM_TRY(mix(g, h->beta2, v, 1.0 - h->beta2, d2, &v2));
+  LOOM_TRY(loom_assign(g, m, m2));
+  LOOM_TRY(loom_assign(g, v, v2));
+  LOOM_TRY(adam_direction(g, h, t, m2, v2, &dir));
+  LOOM_TRY(shrink(o, pc, h->decoupled ? h->weight_decay : 0, &base));
+  return descend(o, p, base, dir);
+}
+
+/* The step counter after this step: a new i64 parameter, incremented. */
+static loom_status_t step_counter(loom_graph_t *g, const char *name,
+                                  loom_value_t *t) {
+  loom_value_t counter, one;
+  LOOM_TRY(loom_graph_param(g, name, LOOM_I64, 0, NULL, NULL, &counter));
+  LOOM_TRY(scalar(g, 1.0, LOOM_I64, &one));
+  LOOM_TRY(loom_add(g, counter, one, t));
+  return loom_assign(g, counter, *t);
+}
+
+static loom_status_t adam_build(const char *fn, loom_graph_t *g, int n,
+                                const loom_value_t *params,
+                                const loom_value_t *grads, loom_value_t lr,
+                                const adam_hyper_t *h) {
+  opt_t o;
+  LOOM_TRY(opt_begin(&o, g, fn, n, params, grads, lr));
+  LOOM_TRY(check_rate(fn, "beta1", h->beta1));
+  LOOM_TRY(check_rate(fn, "beta2", h->beta2));
+  LOOM_TRY(check_nonneg(fn, "eps", h->eps));
+  LOOM_TRY(check_nonneg(fn, "weight_decay", h->weight_decay));
+  loom_value_t t;
+  LOOM_TRY(step_counter(g, h->decoupled ? "adamw.step" : "adam.step", &t));
+  for (int i = 0; i < n; i++) LOOM_TRY(adam_one(&o, h, t, params[i], grads[i]));
+  return LOOM_OK;
+}
+
+loom_status_t loom_adam(loom_graph_t *g, int n, const loom_value_t *params,
+                        const loom_value_t *grads, loom_value_t lr,
+                        double beta1, double beta2, double eps,
+                        double weight_decay) {
+  adam_hyper_t h = {beta1, beta2, eps, weight_decay, false};
+  return adam_build(__func__, g, n, params, grads, lr, &h);
+}
+
+loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
+                         const loom_value_t *grads, loom_value_t lr,
+                         double beta1, double beta2, double eps,
+                         double weight_decay) {
+  adam_hyper_t h = {beta1, beta2, eps, weight_decay, true};
+  return adam_build(__func__, g, n, params, grads, lr, &h);
+}
+
+/* ---- Gradient clipping ---------------------------------------------------------- */
+
+static loom_status_t check_grads(const char *fn, loom_graph_t *g, int n,
+                                 const loom_value_t *grads,
+                                 loom_value_t *out_grads, double max_norm) {
+  if (!g) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'g' is null", fn);
+  if (n < 1 || !grads || !out_grads)
+    return loom_fail(LOOM_ERR_INVALID, "%s: needs n >= 1 (got %d) and non-null "
+                     "grads and out_grads", fn, n);
+  if (!(max_norm > 0))
+    return loom_fail(LOOM_ERR_INVALID, "%s: max_norm %g must be > 0", fn,
+                     max_norm);
+  for (int i = 0; i < n; i++) {
+    if (!ir_value_valid(g, grads[i].id))
+      return loom_fail(LOOM_ERR_GRAPH, "%s: grads[%d] (value %d) is not a "
+                       "value of the graph", fn, i, grads[i].id);
+    loom_dtype_t dt = type_of(g, grads[i])->dtype;
+    if (!dtype_is_float(dt))
+      return loom_fail(LOOM_ERR_DTYPE, "%s: grads[%d] is %s; gradients are "
+                       "float", fn, i, loom_dtype_name(dt));
+  }
+  return LOOM_OK;
+}
+
+/* sum over i of sum(grads[i]^2), in grads[0]'s dtype. */
+static loom_status_t sum_squares(loom_graph_t *g, int n,
+                                 const loom_value_t *grads, loom_value_t *out) {
+  loom_dtype_t dt = type_of(g, grads[0])->dtype;
+  for (int i = 0; i < n; i++) {
+    loom_value_t sq, s;
+    LOOM_TRY(loom_mul(g, grads[i], grads[i], &sq));
+    LOOM_TRY(loom_sum(g, sq, 0, NULL, 0, &s));
+    if (type_of(g, s)->dtype != dt) LOOM_TRY(loom_cast(g, s, dt, &s));
+    if (i == 0) *out = s;
+    else LOOM_TRY(loom_add(g, *out, s, out));
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
+                                  const loom_value_t *grads, double max_norm,
+                                  loom_value_t *out_grads,
+                                  loom_value_t *total_norm) {
+  LOOM_TRY(check_grads(__func__, g, n, grads, out_grads, max_norm));
+  loom_dtype_t dt = type_of(g, grads[0])->dtype;
+  loom_value_t total, norm, tiny, denom, mx, ratio, one, coef;
+  LOOM_TRY(sum_squares(g, n, grads, &total));
+  LOOM_TRY(loom_sqrt(g, total, &norm));
+  /* PyTorch's 1e-6 keeps the ratio finite for an all-zero gradient. */
+  LOOM_TRY(scalar(g, 1e-6, dt, &tiny));
+  LOOM_TRY(loom_add(g, norm, tiny, &denom));
+  LOOM_TRY(scalar(g, max_norm, dt, &mx));
+  LOOM_TRY(loom_div(g, mx, denom, &ratio));
+  LOOM_TRY(scalar(g, 1.0, dt, &one));
+  LOOM_TRY(loom_minimum(g, ratio, one, &coef));
+  for (int i = 0; i < n; i++) {
+    loom_value_t c = coef;
+    loom_dtype_t di = type_of(g, grads[i])->dtype;
+    if (di != dt) LOOM_TRY(loom_cast(g, coef, di, &c));
+    LOOM_TRY(loom_mul(g, grads[i], c, &out_grads[i]));
+  }
+  if (total_norm) *total_norm = norm;
+  return LOOM_OK;
+}
