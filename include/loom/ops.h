@@ -106,6 +106,9 @@ typedef struct loom_conv_params {
 loom_status_t loom_conv2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);
 /* x (N, C, H, W), w (C, O/groups, kh, kw). */
 loom_status_t loom_conv_transpose2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);
+/* The gradient of conv2d's weight: x (N, C, H, W) and dy (N, O, Ho, Wo),
+ * the gradient of conv2d's output, give (O, C/groups, kernel[0], kernel[1]). */
+loom_status_t loom_conv2d_weight_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const int64_t *kernel, const loom_conv_params_t *p, loom_value_t *out);
 
 /* ---- Pooling and normalization ------------------------------------------- */
 typedef struct loom_pool_params {
@@ -118,6 +121,11 @@ typedef struct loom_pool_params {
 loom_status_t loom_max_pool2d(loom_graph_t *g, loom_value_t x, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_avg_pool2d(loom_graph_t *g, loom_value_t x, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_global_avg_pool(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+/* Gradients of the pools: x, the pool's input, and dy, the gradient of its
+ * output, give the gradient of x (max: routed to each window's first
+ * maximum; avg: spread over the window). */
+loom_status_t loom_max_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
+loom_status_t loom_avg_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_softmax(loom_graph_t *g, loom_value_t x, int64_t axis, loom_value_t *out);
 loom_status_t loom_log_softmax(loom_graph_t *g, loom_value_t x, int64_t axis, loom_value_t *out);
 /* Normalizes over dims axis..rank-1; scale and bias (shape of those dims)

@@ -301,3 +301,68 @@ loom_status_t loom_conv_transpose2d(loom_graph_t *g, loom_value_t x,
                                     loom_value_t *out) {
   return conv_build(g, IR_OP_CONV_TRANSPOSE2D, x, w, has_bias, bias, p, out);
 }
+
+/* ---- conv2d_weight_grad -------------------------------------------------- */
+
+/* Input dims 0 and 1 of x and dy: the same batch, and channel counts that
+ * the groups divide. */
+static loom_status_t weight_grad_channels(ir_infer_t *c, int64_t groups) {
+  const ir_type_t *x = c->in[0], *dy = c->in[1];
+  if (x->dims[0] != dy->dims[0])
+    return ir_shape_fail(c, "x and dy must have the same batch size (dim 0)");
+  LOOM_TRY(check_divisible(c, x->dims[1], "input channels (x dim 1)", groups));
+  return check_divisible(c, dy->dims[1], "output channels (dy dim 1)", groups);
+}
+
+/* dy's spatial dims are positions of the convolution's output: never more
+ * than conv2d gives. Fewer are allowed because conv_transpose2d's weight
+ * gradient (the roles swapped) meets a dy that output_padding made one
+ * step shorter than this conv's output. */
+static loom_status_t weight_grad_positions(ir_infer_t *c, const conv_attrs_t *p,
+                                           const int64_t *kernel) {
+  for (int i = 0; i < 2; i++) {
+    ir_dim_t h = c->in[0]->dims[2 + i], o = c->in[1]->dims[2 + i];
+    if (!ir_dim_is_const(h) || !ir_dim_is_const(o)) continue;
+    int64_t span = p->dilation[i] * (kernel[i] - 1) + 1;
+    int64_t most = (h + p->pads[i] + p->pads[i + 2] - span) / p->stride[i] + 1;
+    if (h + p->pads[i] + p->pads[i + 2] < span || o > most)
+      return ir_shape_fail(c, "dy dim %d is %lld but this convolution of x gives "
+                           "at most %lld positions", 2 + i, (long long)o,
+                           (long long)(most < 0 ? 0 : most));
+  }
+  return LOOM_OK;
+}
+
+/* x (N, C, H, W), dy (N, O, Ho, Wo) -> (O, C/groups, kh, kw). The kernel
+ * size is an attribute because x and dy do not determine it. */
+loom_status_t ir_shape_conv2d_weight_grad(ir_infer_t *c) {
+  LOOM_TRY(same_dtypes(c));
+  if (c->in[0]->rank != 4 || c->in[1]->rank != 4)
+    return ir_shape_fail(c, "x and dy must have rank 4 (N, C, H, W)");
+  conv_attrs_t p;
+  int64_t kernel[2];
+  LOOM_TRY(ints_attr(c, "kernel", 2, 1, kernel));
+  LOOM_TRY(check_range(c, "kernel", kernel, 2, 1));
+  LOOM_TRY(conv_attrs(c, &p));
+  LOOM_TRY(weight_grad_channels(c, p.groups));
+  LOOM_TRY(weight_grad_positions(c, &p, kernel));
+  ir_type_t *dw = &c->out[0];
+  *dw = (ir_type_t){.dtype = c->in[0]->dtype, .rank = 4};
+  dw->dims[0] = c->in[1]->dims[1];
+  LOOM_TRY(ir_dim_floordiv(c->g, c->in[0]->dims[1], p.groups, &dw->dims[1]));
+  dw->dims[2] = kernel[0];
+  dw->dims[3] = kernel[1];
+  return LOOM_OK;
+}
+
+loom_status_t loom_conv2d_weight_grad(loom_graph_t *g, loom_value_t x,
+                                      loom_value_t dy, const int64_t *kernel,
+                                      const loom_conv_params_t *p,
+                                      loom_value_t *out) {
+  LOOM_CHECK_ARG(kernel);
+  ir_attrs_t attrs = {0};
+  conv_build_attrs(p, false, &attrs);
+  ir_attrs_ints(&attrs, "kernel", 2, kernel);
+  loom_value_t in[2] = {x, dy};
+  return ir_build1(g, IR_OP_CONV2D_WEIGHT_GRAD, 2, in, &attrs, out);
+}

@@ -266,3 +266,55 @@ loom_status_t loom_batch_norm(loom_graph_t *g, loom_value_t x,
   new_var->id = ids[2];
   return LOOM_OK;
 }
+
+/* ---- Pooling gradients --------------------------------------------------- */
+
+/* x (N, C, H, W) and dy, the gradient of the pooling of x: same dtype, and
+ * dy of the pooled shape. The result has x's type. */
+loom_status_t ir_shape_pool2d_grad(ir_infer_t *c) {
+  const ir_type_t *x = c->in[0], *dy = c->in[1];
+  LOOM_TRY(same_dtypes(c));
+  if (x->rank != 4 || dy->rank != 4)
+    return ir_shape_fail(c, "x and dy must be NCHW (rank 4)");
+  pool_window_t w;
+  LOOM_TRY(read_window(c, &w));
+  for (int i = 0; i < 4; i++) {
+    ir_dim_t want = x->dims[i];
+    if (i >= 2) LOOM_TRY(pooled_dim(c, &w, i - 2, x->dims[i], &want));
+    if (dy->dims[i] != want) {
+      char s[64];
+      return ir_shape_fail(c, "dy dim %d must be %s, the pooled shape of x", i,
+                           ir_dim_str(c->g, want, s, sizeof s));
+    }
+  }
+  c->out[0] = *x;
+  return LOOM_OK;
+}
+
+static loom_status_t pool_grad_build(loom_graph_t *g, ir_op_t op, loom_value_t x,
+                                     loom_value_t dy, const loom_pool_params_t *p,
+                                     loom_value_t *out) {
+  LOOM_CHECK_ARG(p);
+  /* As avg_pool2d does: refused rather than ignored. */
+  for (int i = 0; i < 2; i++)
+    if (op == IR_OP_AVG_POOL2D_GRAD && p->dilation[i] != 0 && p->dilation[i] != 1)
+      return loom_fail(LOOM_ERR_INVALID, "avg_pool2d_grad: dilation %lld is not "
+                       "supported (only 1)", (long long)p->dilation[i]);
+  ir_attrs_t a = {0};
+  pool_attrs(p, op == IR_OP_MAX_POOL2D_GRAD, &a);
+  if (op == IR_OP_AVG_POOL2D_GRAD) ir_attrs_int(&a, "count_include_pad", p->count_include_pad);
+  loom_value_t in[2] = {x, dy};
+  return ir_build1(g, op, 2, in, &a, out);
+}
+
+loom_status_t loom_max_pool2d_grad(loom_graph_t *g, loom_value_t x,
+                                   loom_value_t dy, const loom_pool_params_t *p,
+                                   loom_value_t *out) {
+  return pool_grad_build(g, IR_OP_MAX_POOL2D_GRAD, x, dy, p, out);
+}
+
+loom_status_t loom_avg_pool2d_grad(loom_graph_t *g, loom_value_t x,
+                                   loom_value_t dy, const loom_pool_params_t *p,
+                                   loom_value_t *out) {
+  return pool_grad_build(g, IR_OP_AVG_POOL2D_GRAD, x, dy, p, out);
+}

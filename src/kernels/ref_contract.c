@@ -197,3 +197,38 @@ loom_status_t ref_conv_transpose2d(ref_call_t *c) {
   core_free(acc);
   return LOOM_OK;
 }
+
+/* ---- conv2d_weight_grad -------------------------------------------------- */
+
+/* dw[o, ci, i, j]: the sum over every batch entry and output position of
+ * dy times the input pixel that tap (i, j) of the weight met there. */
+static double weight_grad_tap(const conv_t *k, const loom_tensor_t *dy,
+                              int64_t o, int64_t ci, int64_t i, int64_t j) {
+  const int64_t *xs = k->x->shape, *ds = dy->shape;
+  int64_t cg = k->y->shape[1], g = o / (ds[1] / k->groups);
+  double acc = 0;
+  for (int64_t n = 0; n < ds[0]; n++)
+    for (int64_t oh = 0; oh < ds[2]; oh++) {
+      int64_t ih = conv_pos(k, 0, oh, i);
+      if (ih < 0 || ih >= xs[2]) continue;
+      for (int64_t ow = 0; ow < ds[3]; ow++) {
+        int64_t iw = conv_pos(k, 1, ow, j);
+        if (iw < 0 || iw >= xs[3]) continue;
+        acc += ref_get(dy, at4(ds, n, o, oh, ow)) *
+               ref_get(k->x, at4(xs, n, g * cg + ci, ih, iw));
+      }
+    }
+  return acc;
+}
+
+loom_status_t ref_conv2d_weight_grad(ref_call_t *c) {
+  conv_t k;
+  conv_setup(c, &k);
+  k.w = NULL; /* input 1 is dy; the output k.y is the weight's gradient */
+  int64_t n = loom_tensor_numel(k.y), idx[4];
+  for (int64_t e = 0; e < n; e++) {
+    ref_unravel(4, k.y->shape, e, idx);
+    ref_set(k.y, e, weight_grad_tap(&k, c->in[1], idx[0], idx[1], idx[2], idx[3]));
+  }
+  return LOOM_OK;
+}

@@ -3,6 +3,7 @@
  * (o, j, i) at (o * len + j) * inner + i. */
 #include <math.h>
 
+#include "core/alloc.h"
 #include "kernels/ref.h"
 
 static int64_t dims_product(const loom_tensor_t *t, int from, int to) {
@@ -263,4 +264,101 @@ loom_status_t ref_batch_norm(ref_call_t *c) {
     ref_set(c->out[2], ch, new_var);
   }
   return LOOM_OK;
+}
+
+/* ---- Pooling gradients --------------------------------------------------- */
+
+/* Flat index (in its plane) of the first maximum of x's window at (oh,
+ * ow), as PyTorch routes the gradient; a NaN is the maximum, as in the
+ * forward pass. -1 when the window holds no input element. */
+static int64_t window_argmax(const pool_t *p, const loom_tensor_t *x,
+                             int64_t plane, int64_t oh, int64_t ow) {
+  int64_t h = x->shape[2], w = x->shape[3], best = -1;
+  double max = -INFINITY;
+  for (int64_t kh = 0; kh < p->kernel[0]; kh++) {
+    int64_t ih = oh * p->stride[0] - p->pads[0] + kh * p->dilation[0];
+    if (ih < 0 || ih >= h) continue;
+    for (int64_t kw = 0; kw < p->kernel[1]; kw++) {
+      int64_t iw = ow * p->stride[1] - p->pads[1] + kw * p->dilation[1];
+      if (iw < 0 || iw >= w) continue;
+      double v = ref_get(x, (plane * h + ih) * w + iw);
+      if (best < 0 || (isnan(v) && !isnan(max)) || v > max) {
+        best = ih * w + iw;
+        max = v;
+      }
+    }
+  }
+  return best;
+}
+
+/* Adds g to every in-bounds element of the window at (oh, ow) of a plane
+ * of dx (sums, laid out like x). */
+static void window_spread(const pool_t *p, const int64_t *xs, double *plane_sums,
+                          int64_t oh, int64_t ow, double g) {
+  for (int64_t kh = 0; kh < p->kernel[0]; kh++) {
+    int64_t ih = oh * p->stride[0] - p->pads[0] + kh * p->dilation[0];
+    if (ih < 0 || ih >= xs[2]) continue;
+    for (int64_t kw = 0; kw < p->kernel[1]; kw++) {
+      int64_t iw = ow * p->stride[1] - p->pads[1] + kw * p->dilation[1];
+      if (iw >= 0 && iw < xs[3]) plane_sums[ih * xs[3] + iw] += g;
+    }
+  }
+}
+
+/* Routes dy (y's gradient) of one window into the sums of its plane. */
+typedef void (*pool_route_fn)(const pool_t *p, const loom_tensor_t *x,
+                              int64_t plane, int64_t oh, int64_t ow, double g,
+                              double *plane_sums);
+
+static void route_max(const pool_t *p, const loom_tensor_t *x, int64_t plane,
+                      int64_t oh, int64_t ow, double g, double *plane_sums) {
+  int64_t at = window_argmax(p, x, plane, oh, ow);
+  if (at >= 0) plane_sums[at] += g;
+}
+
+static void route_avg(const pool_t *p, const loom_tensor_t *x, int64_t plane,
+                      int64_t oh, int64_t ow, double g, double *plane_sums) {
+  (void)plane;
+  /* The divisor of the forward pass: the window's in-bounds count, or
+   * the whole kernel when padding counts. */
+  int64_t count = 0;
+  for (int64_t kh = 0; kh < p->kernel[0]; kh++) {
+    int64_t ih = oh * p->stride[0] - p->pads[0] + kh;
+    for (int64_t kw = 0; kw < p->kernel[1]; kw++) {
+      int64_t iw = ow * p->stride[1] - p->pads[1] + kw;
+      count += ih >= 0 && ih < x->shape[2] && iw >= 0 && iw < x->shape[3];
+    }
+  }
+  int64_t divisor = p->count_include_pad ? p->kernel[0] * p->kernel[1] : count;
+  if (divisor > 0) window_spread(p, x->shape, plane_sums, oh, ow, g / (double)divisor);
+}
+
+/* The sums are kept in double so that f16 and bf16 round once. */
+static loom_status_t run_pool_grad(ref_call_t *c, pool_route_fn route) {
+  const loom_tensor_t *x = c->in[0], *dy = c->in[1];
+  loom_tensor_t *dx = c->out[0];
+  pool_t p = read_pool(c);
+  LOOM_TRY(check_fits(c, &p));
+  int64_t nx = loom_tensor_numel(x), plane_size = x->shape[2] * x->shape[3];
+  double *sums = core_calloc((size_t)(nx > 0 ? nx : 1), sizeof *sums);
+  if (!sums)
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for %lld sums",
+                     ref_name(c), (long long)nx);
+  int64_t planes = dy->shape[0] * dy->shape[1], oh_n = dy->shape[2], ow_n = dy->shape[3];
+  for (int64_t plane = 0; plane < planes; plane++)
+    for (int64_t oh = 0; oh < oh_n; oh++)
+      for (int64_t ow = 0; ow < ow_n; ow++)
+        route(&p, x, plane, oh, ow, ref_get(dy, (plane * oh_n + oh) * ow_n + ow),
+              sums + plane * plane_size);
+  for (int64_t e = 0; e < nx; e++) ref_set(dx, e, sums[e]);
+  core_free(sums);
+  return LOOM_OK;
+}
+
+loom_status_t ref_max_pool2d_grad(ref_call_t *c) {
+  return run_pool_grad(c, route_max);
+}
+
+loom_status_t ref_avg_pool2d_grad(ref_call_t *c) {
+  return run_pool_grad(c, route_avg);
 }

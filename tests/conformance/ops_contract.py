@@ -166,3 +166,49 @@ def gen_conv_transpose2d(name, rng):
             [Arg(x, dtype, noncontig(rng)), Arg(w, dtype, noncontig(rng)), Arg(bias, dtype)],
             lambda G, xv, wv, bv, hb=has_bias, p=p: G.op("conv_transpose2d", xv, wv, hb, bv, p),
             want=[(want, dtype)])
+
+
+def conv2d_weight_grad_ref(x, dy, kernel, stride, pads, dil, groups):
+    """dw[o, c, i, j] = sum over n, oh, ow of dy[n, o, oh, ow] times the
+    input pixel that tap (i, j) met at (oh, ow)."""
+    n, c, h, wd = x.shape
+    _, o, oh, ow = dy.shape
+    cg, og = c // groups, o // groups
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    dw = np.zeros((o, cg, kernel[0], kernel[1]))
+    for gi in range(groups):
+        xs = xp[:, gi * cg:(gi + 1) * cg]
+        ds = dy[:, gi * og:(gi + 1) * og]
+        for i in range(kernel[0]):
+            for j in range(kernel[1]):
+                r0, c0 = i * dil[0], j * dil[1]
+                patch = xs[:, :, r0:r0 + stride[0] * (oh - 1) + 1:stride[0],
+                           c0:c0 + stride[1] * (ow - 1) + 1:stride[1]]
+                dw[gi * og:(gi + 1) * og, :, i, j] = np.einsum("nchw,nohw->oc", patch, ds)
+    return dw
+
+
+@op("conv2d_weight_grad")
+def gen_conv2d_weight_grad(name, rng):
+    for i in range(N_CASES):
+        dtype = FLOAT[i % 4]
+        groups, cg, og, kh, kw, stride, dil, pads = conv_setup(rng)
+        n = int(rng.integers(1, 3))
+        h = int(rng.integers(max(dil[0] * (kh - 1) + 1 - pads[0] - pads[2], 1), 7))
+        w_ = int(rng.integers(max(dil[1] * (kw - 1) + 1 - pads[1] - pads[3], 1), 7))
+        oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (w_ + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+        x = random_values(rng, dtype, (n, cg * groups, h, w_))
+        dy = random_values(rng, dtype, (n, og * groups, oh, ow))
+        want = conv2d_weight_grad_ref(x, dy, (kh, kw), stride, pads, dil, groups)
+        p = conv_params(stride, pads, dil, groups)
+        yield Case("conv2d_weight_grad %s g=%d k=%dx%d s=%s d=%s p=%s" % (
+            dtype, groups, kh, kw, stride, dil, pads),
+            [Arg(x, dtype, noncontig(rng)), Arg(dy, dtype, noncontig(rng))],
+            lambda G, xv, dv, k=(kh, kw), p=p: G.op("conv2d_weight_grad", xv, dv, list(k), p),
+            want=[(want, dtype)])
+    yield Case("conv2d_weight_grad dy too large",
+               [Arg(np.zeros((1, 2, 3, 3)), "f32"), Arg(np.zeros((1, 2, 3, 3)), "f32")],
+               lambda G, x, d: G.op("conv2d_weight_grad", x, d, [2, 2],
+                                    conv_params((1, 1), (0,) * 4, (1, 1), 1)),
+               error="LOOM_ERR_SHAPE")

@@ -188,3 +188,57 @@ def gen_batch_norm(name, rng):
                    lambda G, *v, e=eps, m=mom, t=training: list(
                        G.op("batch_norm", *v, e, m, t)),
                    want=[(y, dtype), (new_m, dtype), (new_v, dtype)])
+
+
+def pool_grad_ref(x, dy, kind, k, s, pads, d, include_pad):
+    """max: each window's dy added at its first maximum (taps in row-major
+    order); avg: dy / divisor added over the window's in-bounds elements."""
+    n, c, h, w = x.shape
+    dx = np.zeros(x.shape)
+    for oh in range(dy.shape[2]):
+        for ow in range(dy.shape[3]):
+            taps = [(oh * s[0] - pads[0] + i * d[0], ow * s[1] - pads[1] + j * d[1])
+                    for i in range(k[0]) for j in range(k[1])]
+            taps = [(r, q) for r, q in taps if 0 <= r < h and 0 <= q < w]
+            g = dy[:, :, oh, ow]
+            if not taps:  # a dilated window may miss the input entirely
+                continue
+            if kind == "max":
+                vals = np.stack([x[:, :, r, q] for r, q in taps])
+                first = vals.argmax(axis=0)
+                for t, (r, q) in enumerate(taps):
+                    dx[:, :, r, q] += np.where(first == t, g, 0)
+            else:
+                div = k[0] * k[1] if include_pad else len(taps)
+                for r, q in taps:
+                    dx[:, :, r, q] += g / div
+    return dx
+
+
+@op("max_pool2d_grad", "avg_pool2d_grad")
+def gen_pool_grad(name, rng):
+    kind = name[:3]
+    for i in range(N_CASES):
+        dtype = FLOAT[i % 4]
+        k = tuple(int(v) for v in rng.integers(1, 4, size=2))
+        d = tuple(int(v) for v in rng.integers(1, 3, size=2)) if kind == "max" else (1, 1)
+        s = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        pads = tuple(int(rng.integers(0, k[j % 2] // 2 + 1)) for j in range(4))
+        eff = [d[j] * (k[j] - 1) + 1 for j in range(2)]
+        h = int(rng.integers(max(eff[0] - pads[0] - pads[2], 1), 8))
+        w = int(rng.integers(max(eff[1] - pads[1] - pads[3], 1), 8))
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), h, w)
+        oh = (h + pads[0] + pads[2] - eff[0]) // s[0] + 1
+        ow = (w + pads[1] + pads[3] - eff[1]) // s[1] + 1
+        x = random_values(rng, dtype, shape)
+        dy = random_values(rng, dtype, shape[:2] + (oh, ow))
+        inc = int(rng.integers(0, 2)) if kind == "avg" else 0
+        p = pool_params(k, s, pads, d, inc)
+        want = pool_grad_ref(x, dy, kind, k, s, pads, d, inc)
+        yield Case("%s %s k=%s s=%s p=%s d=%s include_pad=%d" % (name, dtype, k, s, pads, d, inc),
+                   [Arg(x, dtype, noncontig(rng)), Arg(dy, dtype, noncontig(rng))],
+                   lambda G, v, g, p=p: G.op(name, v, g, p), want=[(want, dtype)])
+    yield Case("%s dy of the wrong shape" % name,
+               [Arg(np.zeros((1, 1, 4, 4)), "f32"), Arg(np.zeros((1, 1, 3, 3)), "f32")],
+               lambda G, v, g: G.op(name, v, g, pool_params((2, 2), (2, 2), (0,) * 4)),
+               error="LOOM_ERR_SHAPE")
