@@ -8,11 +8,22 @@
 
 typedef loom_status_t (*group_emitter_t)(cg_ctx_t *c, int gi, bool *ok);
 
+/* Pooling groups (c_pool.c). Fusion files a pooling node as a reduction
+ * group anchored on it. */
+loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok);
+
+static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
+  int32_t anchor = c->plan->groups[gi].anchor;
+  ir_op_t op = anchor >= 0 ? c->g->nodes[anchor].op : IR_OP_COUNT;
+  if (op == IR_OP_MAX_POOL2D || op == IR_OP_AVG_POOL2D) return cg_emit_pool(c, gi, ok);
+  return cg_emit_reduction(c, gi, ok);
+}
+
 /* The emitter of each kind of group; aliases and reference steps have
  * no code. */
 static const group_emitter_t emitters[] = {
     [FUSE_ELEMENTWISE] = cg_emit_elementwise,
-    [FUSE_REDUCTION] = cg_emit_reduction,
+    [FUSE_REDUCTION] = emit_reduction_or_pool,
     [FUSE_CONTRACTION] = cg_emit_contraction,
     [FUSE_LAYOUT] = cg_emit_layout,
     [FUSE_ALIAS] = NULL,

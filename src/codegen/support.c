@@ -55,6 +55,11 @@ static bool conv2d(const loom_graph_t *g, const ir_node_t *n) {
   return n->n_in < 3 || in_rank(g, n, 2) == 1;
 }
 
+/* Pooling over NCHW in every float dtype (the op table admits no other). */
+static bool pool2d(const loom_graph_t *g, const ir_node_t *n) {
+  return dtype_is_float(in_dtype(g, n, 0)) && in_rank(g, n, 0) == 4;
+}
+
 static const support_fn rules[IR_OP_COUNT] = {
 #define LOOM_OP(ID, name, cls, ...) [IR_OP_##ID] = cls##_RULE,
 #define EW_RULE elementwise
@@ -79,7 +84,8 @@ static const struct {
 } exceptions[] = {
     {IR_OP_SUM, reduction},  {IR_OP_MEAN, reduction},   {IR_OP_MAX, reduction},
     {IR_OP_MIN, reduction},  {IR_OP_PROD, reduction},   {IR_OP_MATMUL, matmul},
-    {IR_OP_CONV2D, conv2d},  {IR_OP_SPLIT, NULL},       {IR_OP_GATHER, NULL},
+    {IR_OP_CONV2D, conv2d},  {IR_OP_MAX_POOL2D, pool2d}, {IR_OP_AVG_POOL2D, pool2d},
+    {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, NULL},
     {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
     {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},
 };

@@ -31,37 +31,62 @@ static void gather_row(const float *row, int64_t w, int64_t ox0, int64_t len,
   if (hi > lo) {
     const float *src = row + (ox0 + lo) * sx + dx;
     if (sx == 1) memcpy(out + lo, src, (size_t)(hi - lo) * sizeof(float));
+    /* A constant stride 2 (ResNet's downsampling) lets the compiler
+     * vectorize the gather with shuffles. */
+    else if (sx == 2) for (int64_t c = 0; c < hi - lo; c++) out[lo + c] = src[2 * c];
     else for (int64_t c = lo; c < hi; c++) out[c] = src[(c - lo) * sx];
   }
   for (int64_t c = hi < lo ? lo : hi; c < len; c++) out[c] = 0.0f;
 }
 
-/* Packs rows [pc, pc+kc) (taps (ci, ky, kx)) by columns [jc, jc+nc)
- * (output positions (oy, ox)) of the image's column matrix, a run of
- * output row at a time. */
+/* Row r of the image's column matrix (tap (ci, ky, kx)) at columns [jc,
+ * jc + len) (output positions (oy, ox)), a run of output row at a time. */
+static void gather_col_row(const loom_abi_conv2d_t *d, const float *img,
+                           int64_t r, int64_t jc, int64_t len, float *out) {
+  int64_t taps = d->kh * d->kw;
+  int64_t ci = r / taps, ky = r % taps / d->kw, kx = r % d->kw;
+  const float *plane = img + ci * d->h * d->w;
+  int64_t dy = ky * d->dilation[0] - d->pads[0];
+  int64_t dx = kx * d->dilation[1] - d->pads[1];
+  for (int64_t c = 0, oy = jc / d->wo, ox = jc % d->wo; c < len; oy++, ox = 0) {
+    int64_t run = len - c < d->wo - ox ? len - c : d->wo - ox;
+    int64_t iy = oy * d->stride[0] + dy;
+    const float *row = iy >= 0 && iy < d->h ? plane + iy * d->w : NULL;
+    gather_row(row, d->w, ox, run, d->stride[1], dx, out + c);
+    c += run;
+  }
+}
+
+/* Longest run of columns gathered at once (the driver's nc is at most
+ * this; a larger one is packed in pieces). */
+enum { GATHER_MAX = 4096 };
+
+/* Packs rows [pc, pc+kc) by columns [jc, jc+nc) of the column matrix into
+ * nr-wide panels: each row is gathered whole into a line in L1 (one pass
+ * over the image per tap, in long runs), then dealt out to the panels. */
 static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
                         int64_t kc, int64_t jc, int64_t nc, int nr,
                         float *dst) {
   const loom_abi_conv2d_t *d = p->b_ctx;
   const float *img = p->b + gemm_offset(p->sb, p->groups, item);
-  int64_t taps = d->kh * d->kw;
-  for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += (int64_t)nr * kc) {
-    int64_t cols = nc - j0 < nr ? nc - j0 : nr;
-    int64_t oy0 = (jc + j0) / d->wo, ox0 = (jc + j0) % d->wo;
+  _Alignas(64) float line[GATHER_MAX];
+  for (int64_t j = 0; j < nc; j += GATHER_MAX) {
+    int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX; /* a multiple of nr unless last */
+    float *panels = dst + j * kc;
     for (int64_t q = 0; q < kc; q++) {
-      int64_t r = pc + q, ci = r / taps, ky = r % taps / d->kw, kx = r % d->kw;
-      const float *plane = img + ci * d->h * d->w;
-      int64_t dy = ky * d->dilation[0] - d->pads[0];
-      int64_t dx = kx * d->dilation[1] - d->pads[1];
-      float *out = dst + q * nr;
-      for (int64_t c = 0, oy = oy0, ox = ox0; c < cols; oy++, ox = 0) {
-        int64_t len = cols - c < d->wo - ox ? cols - c : d->wo - ox;
-        int64_t iy = oy * d->stride[0] + dy;
-        const float *row = iy >= 0 && iy < d->h ? plane + iy * d->w : NULL;
-        gather_row(row, d->w, ox, len, d->stride[1], dx, out + c);
-        c += len;
+      gather_col_row(d, img, pc + q, jc + j, len, line);
+      for (int64_t j0 = 0; j0 < len; j0 += nr) {
+        int64_t cols = len - j0 < nr ? len - j0 : nr;
+        float *out = panels + j0 * kc + q * nr;
+        /* Full panels copy a constant size, which the compiler inlines: a
+         * library call per 64 bytes would cost more than the copy. */
+        if (cols == 16 && nr == 16) memcpy(out, line + j0, 16 * sizeof(float));
+        else if (cols == 32 && nr == 32) memcpy(out, line + j0, 32 * sizeof(float));
+        else {
+          memcpy(out, line + j0, (size_t)cols * sizeof(float));
+          for (int64_t c = cols; c < nr; c++) out[c] = 0.0f;
+        }
       }
-      for (int64_t c = cols; c < nr; c++) out[c] = 0.0f;
     }
   }
 }

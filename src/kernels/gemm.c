@@ -102,39 +102,57 @@ static void slot_release(slot_t *s) {
 
 /* ---- Packing --------------------------------------------------------- */
 
+/* mr rows, each contiguous along k (the common case: unrolled for the
+ * usual tile heights, with no index arithmetic). */
+static inline __attribute__((always_inline)) void
+pack_a_rows(const float *const *src, int64_t kc, int mr, float *dst) {
+  for (int64_t q = 0; q < kc; q++, dst += mr)
+    for (int r = 0; r < mr; r++) dst[r] = src[r][q];
+}
+
 /* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
- * steps, mr consecutive rows (zeros past mc). */
+ * steps, mr consecutive rows (zeros past mc). The rows of a panel are read
+ * side by side, so that the stores are sequential and the loads form mr
+ * concurrent streams: A is often read from memory exactly once per call
+ * (conv weights), and a row at a time would wait on each line in turn. */
 static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
                    int64_t mc, int64_t pc, int64_t kc, int mr, float *dst) {
+  static const float zeros[1] = {0.0f};
+  const float *src[32];
+  int64_t step[32];
   for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += (int64_t)mr * kc) {
     int64_t rows = mc - i0 < mr ? mc - i0 : mr;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int r = 0; r < mr; r++) {
       int64_t i = ic + i0 + r;
-      if (p->trans_a) {
-        const float *src = a + pc * p->lda + i;
-        for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = src[q * p->lda];
-      } else {
-        const float *src = a + i * p->lda + pc;
-        for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = src[q];
-      }
+      src[r] = r >= rows ? zeros : p->trans_a ? a + pc * p->lda + i : a + i * p->lda + pc;
+      step[r] = r >= rows ? 0 : p->trans_a ? p->lda : 1;
     }
-    for (int64_t r = rows; r < mr; r++)
-      for (int64_t q = 0; q < kc; q++) dst[q * mr + r] = 0.0f;
+    if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
+    else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
+    else
+      for (int64_t q = 0; q < kc; q++)
+        for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
   }
 }
 
-/* B[pc:pc+kc, jc:jc+nc] of a plain matrix into nr-wide panels. */
+/* B[pc:pc+kc, jc:jc+nc] of a plain matrix into nr-wide panels. A
+ * transposed B (a linear layer's weight) is read nr rows side by side, like
+ * pack_a's rows. */
 void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
                           int64_t kc, int64_t jc, int64_t nc, int nr,
                           float *dst) {
   const float *b = p->b + gemm_offset(p->sb, p->groups, item);
+  const gemm_isa_t *isa = isa_current();
   for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += (int64_t)nr * kc) {
     int64_t cols = nc - j0 < nr ? nc - j0 : nr;
-    if (p->trans_b) {
-      for (int64_t c = 0; c < cols; c++) {
-        const float *src = b + (jc + j0 + c) * p->ldb + pc;
-        for (int64_t q = 0; q < kc; q++) dst[q * nr + c] = src[q];
-      }
+    if (p->trans_b && cols == nr && isa->pack_bt && isa->nr == nr) {
+      isa->pack_bt(b + (jc + j0) * p->ldb + pc, p->ldb, kc, dst);
+    } else if (p->trans_b) {
+      const float *src[32];
+      for (int64_t c = 0; c < cols; c++) src[c] = b + (jc + j0 + c) * p->ldb + pc;
+      float *out = dst;
+      for (int64_t q = 0; q < kc; q++, out += nr)
+        for (int64_t c = 0; c < cols; c++) out[c] = src[c][q];
     } else {
       for (int64_t q = 0; q < kc; q++)
         memcpy(dst + q * nr, b + (pc + q) * p->ldb + jc + j0,
@@ -263,12 +281,24 @@ static void run_task(const job_t *j, const blocking_t *bk, int64_t i) {
     gemm_block(p, bk, t, lo, hi < p->m ? hi : p->m, 0, p->n);
 }
 
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Blocks of at most `most` (a multiple of unit) that cut total evenly: k =
+ * 784 runs as 4 x 196 rather than 3 x 256 + 16, whose thin last slice
+ * would pay a full pass over C for little work. */
+static int64_t balanced(int64_t total, int64_t most, int64_t unit) {
+  if (total <= 0) return most;
+  int64_t blocks = ceil_div(total, most);
+  return ceil_div(ceil_div(total, blocks), unit) * unit;
+}
+
 static void job_body(void *ctx, int64_t begin, int64_t end) {
   const job_t *j = ctx;
   const gemm_isa_t *isa = j->isa;
   slot_t *s = slot_claim(isa);
   if (s) {
-    blocking_t bk = {isa, isa->mc, isa->kc, isa->nc, s->a, s->b};
+    blocking_t bk = {isa, balanced(j->p->m, isa->mc, isa->mr),
+                     balanced(j->p->k, isa->kc, 1), isa->nc, s->a, s->b};
     for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
     slot_release(s);
     return;
@@ -277,8 +307,6 @@ static void job_body(void *ctx, int64_t begin, int64_t end) {
   blocking_t bk = {isa, isa->mr, TINY_KC, isa->nr, abuf, bbuf};
   for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
 }
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Below this many multiply-adds, waking other threads costs more than it
  * saves. */
@@ -292,12 +320,16 @@ void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
                 (double)p->batch;
   if (fmas < PARALLEL_MIN_FMAS) threads = 1;
   job_t j = {p, isa, 1, p->n, 1};
-  /* Items share threads evenly: else split each item, by columns where
-   * there are enough (each part packs only its own B), else by rows. */
+  /* Items share threads evenly: else split each item along its longer
+   * side. Each part packs the whole of the other operand, so cutting the
+   * longer side duplicates the smaller packing: columns for wide C (each
+   * part packs only its own B, all of A), rows for tall C (conv layers
+   * with many channels and few positions, whose weights are the big
+   * operand). */
   if (threads > 1 && p->batch % threads != 0 && p->batch < 4 * threads) {
     int64_t col_tiles = ceil_div(p->n, isa->nr), row_tiles = ceil_div(p->m, isa->mr);
     j.parts = threads;
-    j.split_n = col_tiles >= 2 * threads || col_tiles >= row_tiles;
+    j.split_n = p->n >= p->m || row_tiles < threads;
     int64_t tiles = j.split_n ? col_tiles : row_tiles;
     int64_t unit = j.split_n ? isa->nr : isa->mr;
     j.step = ceil_div(tiles, threads) * unit;

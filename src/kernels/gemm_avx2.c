@@ -29,6 +29,44 @@
 #define UK_NV 4
 #include "kernels/gemm_ukernel.inc"
 
+/* Eight rows of eight floats, transposed in registers: out[j] holds
+ * element j of every row. */
+UK_TARGET static void transpose8(const __m256 r[8], __m256 out[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; h++) { /* rows 0-3, then 4-7 */
+    __m256 *v = t + 4 * h, *w = u + 4 * h;
+    w[0] = _mm256_shuffle_ps(v[0], v[2], 0x44);
+    w[1] = _mm256_shuffle_ps(v[0], v[2], 0xEE);
+    w[2] = _mm256_shuffle_ps(v[1], v[3], 0x44);
+    w[3] = _mm256_shuffle_ps(v[1], v[3], 0xEE);
+  }
+  for (int j = 0; j < 4; j++) {
+    out[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+    out[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+  }
+}
+
+/* One full 16-wide panel of a transposed B: 16 stored rows, kc floats
+ * each, become kc steps of 16 floats, eight steps per pair of 8 x 8
+ * transposes (the scalar loop would move one float per load). */
+UK_TARGET static void pack_bt_avx2_16(const float *b, int64_t ldb, int64_t kc,
+                                      float *dst) {
+  int64_t q = 0;
+  for (; q + 8 <= kc; q += 8, dst += 8 * 16)
+    for (int half = 0; half < 2; half++) {
+      __m256 r[8], o[8];
+      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(b + (half * 8 + i) * ldb + q);
+      transpose8(r, o);
+      for (int j = 0; j < 8; j++) _mm256_store_ps(dst + j * 16 + half * 8, o[j]);
+    }
+  for (; q < kc; q++, dst += 16)
+    for (int c = 0; c < 16; c++) dst[c] = b[c * ldb + q];
+}
+
 static int avx2_supported(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
@@ -41,7 +79,8 @@ static int avx2_supported(void) {
 #define AVX2_NC 4096
 #endif
 const gemm_isa_t gemm_isa_avx2 = {"avx2", avx2_supported, ukernel_avx2_6x16,
-                                  6, 16, AVX2_MC, AVX2_KC, AVX2_NC};
+                                  6, 16, AVX2_MC, AVX2_KC, AVX2_NC,
+                                  pack_bt_avx2_16};
 const gemm_isa_t gemm_isa_avx2_wide = {"avx2_wide", avx2_supported,
                                        ukernel_avx2_12x32, 12, 32, 144, 256,
-                                       4096};
+                                       4096, NULL};

@@ -23,6 +23,10 @@ typedef struct gemm_isa {
   gemm_ukernel_fn kernel;
   int mr, nr;     /* register tile */
   int mc, kc, nc; /* cache blocks: A block mc x kc in L2, B panel kc x nc in L3 */
+  /* Optional: packs one full nr-wide panel of a transposed B (nr rows of
+   * the stored matrix, ldb apart, kc floats each) with vector transposes;
+   * NULL: the portable loop. */
+  void (*pack_bt)(const float *b, int64_t ldb, int64_t kc, float *dst);
 } gemm_isa_t;
 
 extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,

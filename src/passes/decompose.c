@@ -243,13 +243,25 @@ static int32_t dec_mean(builder_t *b) {
   return mean_of(b, x, &ax, ir_attr_int(&b->n->attrs, "keepdim", 0) != 0);
 }
 
+/* The mean over the spatial dims, kept as size-1 dims: a reduction over
+ * trailing axes, which fuses and has generated code. The mean op (not
+ * sum * 1/n) divides the double sum as the reference kernel does, and
+ * keeps a half-precision sum from overflowing before the division. */
+static int32_t dec_global_avg_pool(builder_t *b) {
+  int32_t x = in(b, 0);
+  const ir_type_t *t = type_of(b, x);
+  axes_t ax = trailing_axes(2, t->rank);
+  if (has_empty_axis(t, &ax)) return -1;
+  return reduce(b, IR_OP_MEAN, x, &ax, true);
+}
+
 static const decompose_fn decomposers[IR_OP_COUNT] = {
     [IR_OP_SOFTMAX] = dec_softmax,       [IR_OP_LOG_SOFTMAX] = dec_log_softmax,
     [IR_OP_LAYER_NORM] = dec_layer_norm, [IR_OP_RMS_NORM] = dec_rms_norm,
     [IR_OP_GELU] = dec_gelu,             [IR_OP_GELU_TANH] = dec_gelu_tanh,
     [IR_OP_SILU] = dec_silu,             [IR_OP_BATCH_NORM] = dec_batch_norm,
     [IR_OP_LOGSUMEXP] = dec_logsumexp,   [IR_OP_VARIANCE] = dec_variance,
-    [IR_OP_MEAN] = dec_mean,
+    [IR_OP_MEAN] = dec_mean,             [IR_OP_GLOBAL_AVG_POOL] = dec_global_avg_pool,
 };
 
 static loom_status_t decompose_node(ir_rewriter_t *rw, int64_t i) {

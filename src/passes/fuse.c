@@ -3,7 +3,8 @@
  *      group of one of its producers (epilogues of contractions and
  *      reductions, elementwise chains, reductions after their prologue);
  *   2. backward: a whole elementwise group whose values are all read by
- *      one other group folds into it (prologues, cheap broadcast values);
+ *      one other group folds into it (prologues, cheap broadcast values;
+ *      a pooling node takes a short prologue, recomputed at each tap);
  *   3. the groups are ordered by their dependencies and their inputs and
  *      outputs listed.
  * A join is legal only if no path leaves the group and comes back to it
@@ -29,6 +30,7 @@ typedef struct work_group {
   bool open;       /* may take more nodes */
   bool mixed;      /* holds nodes over a space that broadcasts into ours */
   bool assign;     /* an assign: placed last */
+  bool pool;       /* a pooling anchor; space is its output's */
   bool alive;      /* false once folded into another group */
 } work_group_t;
 
@@ -86,13 +88,17 @@ static const ir_type_t *type_of(const fuser_t *f, int32_t v) {
 
 /* ---- Ops ---------------------------------------------------------------- */
 
-/* Reductions that fuse with their prologue and epilogue; other reductions
- * (argmax, cumsum, topk, pooling, ...) stay alone. */
+/* Reductions that fuse with their prologue and epilogue; pooling (below)
+ * takes its own kind of prologue and epilogue; other reductions (argmax,
+ * cumsum, topk, ...) stay alone. */
 static const ir_op_t fusable_reductions[] = {IR_OP_SUM, IR_OP_MEAN, IR_OP_MAX,
                                              IR_OP_MIN, IR_OP_PROD};
 /* Ops whose output can share its input's storage. */
 static const ir_op_t alias_ops[] = {IR_OP_RESHAPE, IR_OP_SQUEEZE,
                                     IR_OP_UNSQUEEZE, IR_OP_IDENTITY};
+/* Windowed reductions whose code takes an elementwise prologue (computed
+ * at each tap) and epilogue (over the output). */
+static const ir_op_t pool_ops[] = {IR_OP_MAX_POOL2D, IR_OP_AVG_POOL2D};
 
 static bool op_in(ir_op_t op, const ir_op_t *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -196,6 +202,12 @@ static void start_group(fuser_t *f, int32_t n) {
     w->kind = FUSE_ELEMENTWISE;
     w->space = *type_of(f, node->out[0]);
     w->open = true;
+  } else if (cls == IR_CLASS_REDUCE && OP_IN(node->op, pool_ops)) {
+    w->kind = FUSE_REDUCTION;
+    w->anchor = n;
+    w->pool = w->open = true;
+    w->space = *type_of(f, node->out[0]);
+    w->k = -1;
   } else if (cls == IR_CLASS_REDUCE) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
@@ -324,6 +336,7 @@ static bool join_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const work_group_t *w = &f->groups[gi];
   ir_fusion_class_t cls = ir_ops[f->g->nodes[n].op].fusion_class;
   if (!w->alive || !w->open) return false;
+  if (w->pool) return cls == IR_CLASS_EW && outputs_have_shape(f, n, &w->space);
   if (cls == IR_CLASS_REDUCE) return reduction_fits(f, n, gi);
   if (cls != IR_CLASS_EW) return false;
   if (w->kind == FUSE_REDUCTION) return ew_fits_reduction(f, n, gi);
@@ -410,6 +423,49 @@ static int32_t sole_consumer(const fuser_t *f, int32_t a, bool *has_output) {
   return b;
 }
 
+/* Whether no value of group a is read outside a except by node n. */
+static bool read_only_by(const fuser_t *f, int32_t a, int32_t n) {
+  for (int32_t m = f->groups[a].head; m >= 0; m = f->next[m]) {
+    const ir_node_t *node = &f->g->nodes[m];
+    for (int k = 0; k < node->n_out; k++)
+      for (int32_t u = f->use_start[node->out[k]]; u < f->use_start[node->out[k] + 1]; u++)
+        if (f->group[f->uses[u]] != a && f->uses[u] != n) return false;
+  }
+  return true;
+}
+
+/* How many windows read an input element, at most (rounded up per dim). */
+static int64_t window_overlap(const ir_node_t *pool) {
+  const int64_t *kernel, *stride;
+  int64_t reads = 1;
+  if (ir_attr_ints(&pool->attrs, "kernel", &kernel) != 2) return 1;
+  if (ir_attr_ints(&pool->attrs, "stride", &stride) != 2) stride = kernel;
+  for (int i = 0; i < 2; i++) reads *= (kernel[i] + stride[i] - 1) / stride[i];
+  return reads;
+}
+
+/* A pooling prologue is computed again at every tap that reads it: only
+ * a short chain (a relu, a scale) is worth that to save a buffer. */
+enum { POOL_PROLOGUE_WORK = 8 };
+
+/* Whether elementwise group a may become the prologue of pooling group b:
+ * it feeds only the pooling node, over (a space broadcast into) its
+ * input, and is cheap enough to recompute. */
+static bool prologue_fits(const fuser_t *f, int32_t a, int32_t b, bool has_output) {
+  const work_group_t *wa = &f->groups[a];
+  const ir_node_t *pool = &f->g->nodes[f->groups[b].anchor];
+  if (has_output || !read_only_by(f, a, f->groups[b].anchor)) return false;
+  /* Prologue nodes already folded come before the anchor in graph order. */
+  int64_t nodes = 0;
+  for (int32_t n = f->groups[b].head; n >= 0; n = f->next[n]) nodes += n < f->groups[b].anchor;
+  for (int32_t n = wa->head; n >= 0; n = f->next[n]) {
+    nodes++;
+    if (!broadcasts_into(type_of(f, f->g->nodes[n].out[0]), type_of(f, pool->in[0])))
+      return false;
+  }
+  return nodes * window_overlap(pool) <= POOL_PROLOGUE_WORK;
+}
+
 /* Whether elementwise group a may fold into group b: its space must fit
  * (broadcast into an elementwise group; the full space of a reduction,
  * reading b's reduced values only as a node of b would), and no path may
@@ -417,14 +473,16 @@ static int32_t sole_consumer(const fuser_t *f, int32_t a, bool *has_output) {
 static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
   bool same = same_shape(&wa->space, &wb->space);
-  if (!wb->alive || !wb->open || (has_output && !same)) return false;
-  if (wb->kind == FUSE_REDUCTION && (wa->mixed || !same)) return false;
+  if (!wb->alive || !wb->open) return false;
+  if (wb->pool && !prologue_fits(f, a, b, has_output)) return false;
+  if (has_output && !same) return false;
+  if (wb->kind == FUSE_REDUCTION && !wb->pool && (wa->mixed || !same)) return false;
   if (wb->kind == FUSE_ELEMENTWISE && !broadcasts_into(&wa->space, &wb->space))
     return false;
   if (wb->kind != FUSE_ELEMENTWISE && wb->kind != FUSE_REDUCTION) return false;
   for (int32_t n = wa->head; n >= 0; n = f->next[n]) {
     const ir_node_t *node = &f->g->nodes[n];
-    if (wb->kind == FUSE_REDUCTION && !ew_fits_reduction(f, n, b)) return false;
+    if (wb->kind == FUSE_REDUCTION && !wb->pool && !ew_fits_reduction(f, n, b)) return false;
     for (int k = 0; k < node->n_in; k++) {
       int32_t p = producer(f, node->in[k]);
       if (p >= 0 && f->group[p] != a && f->group[p] != b &&
