@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "demo.h"
+#include "gpt.h"
 #include "loom/loom.h"
 
 /* Reports a failed call and leaves the demo. */
@@ -286,5 +287,8 @@ int loom_demo_main(void) {
   printf("\n");
   if (run_model("CNN conv-relu-pool-conv-bn-relu-gap-linear", build_cnn, 4, cnn_in, NULL) != LOOM_OK)
     return 1;
+  printf("\n== Training: a GPT-style character model, one compiled executable per step ==\n");
+  fflush(stdout);
+  if (gpt_demo(80, 0) != 0) return 1;
   return 0;
 }
