@@ -41,16 +41,17 @@ static const fold_t *fold_of(ir_op_t op) {
   return NULL;
 }
 
-static void fold_text(cg_buf_t *b, const char *t, int acc, int v, int64_t n,
-                      const char *type) {
+/* acc and v name the accumulator and the element ("acc12", "v11"). */
+static void fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
+                      int64_t n, const char *type) {
   for (const char *p = t; *p; p++) {
     if (*p != '$') {
       cg_printf(b, "%c", *p);
       continue;
     }
     char k = *++p;
-    if (k == 'a') cg_printf(b, "acc%d", acc);
-    else if (k == 'v') cg_printf(b, "v%d", v);
+    if (k == 'a') cg_printf(b, "%s", acc);
+    else if (k == 'v') cg_printf(b, "%s", v);
     else if (k == 'n') cg_printf(b, "%lld.0", (long long)n);
     else if (k == 'T') cg_printf(b, "%s", type);
   }
@@ -221,13 +222,15 @@ static void mark_cone(red_t *r, int32_t v, bool *need) {
 }
 
 /* An inner loop computing the marked nodes, their full inputs (and
- * `extra`, a fold's own input) loaded. */
-static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
+ * `extra`, a fold's own input) loaded; without `loops`, only its body
+ * (the caller writes the loop). */
+static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra,
+                            bool loops) {
   const loom_graph_t *g = r->c->g;
-  for (int d = r->n_outer; d < r->space.rank; d++)
+  for (int d = r->n_outer; d < r->space.rank && loops; d++)
     cg_line(r->c->out, level + d - r->n_outer, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n",
             d, d, (long long)r->space.dim[d], d);
-  int in = level + r->n_inner;
+  int in = loops ? level + r->n_inner : level;
   for (int i = 0; i < r->grp->n_inputs; i++) {
     int32_t v = r->grp->inputs[i];
     bool used = v == extra;
@@ -241,8 +244,65 @@ static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
     if (need[r->grp->nodes[k]]) cg_node_stmt(r->c->out, in, g, &g->nodes[r->grp->nodes[k]]);
 }
 
+static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
+  open_inner_body(r, level, need, extra, true);
+}
+
 static void close_inner(red_t *r, int level) {
   for (int d = r->n_inner - 1; d >= 0; d--) cg_line(r->c->out, level + d, "}\n");
+}
+
+/* Folds with at least this many elements per row run in FOLD_LANES
+ * interleaved accumulators: a single accumulator is a serial chain the
+ * compiler may not vectorize (reassociating floats changes results), while
+ * lanes are independent, so the lane loop becomes vector code. */
+#define FOLD_LANES 8
+#define FOLD_LANES_MIN 32
+
+/* One inner loop (or, without `loops`, its body) folding into acc. */
+static void fold_loop(red_t *r, int level, const fold_t *f, bool fl, int x,
+                      const char *t, const bool *need, const char *acc, bool loops) {
+  char v[32];
+  snprintf(v, sizeof v, "v%d", x);
+  open_inner_body(r, level, need, x, loops);
+  cg_line(r->c->out, loops ? level + r->n_inner : level, "%s", "");
+  fold_text(r->c->out, fl ? f->f_update : f->i_update, acc, v, 0, t);
+  cg_printf(r->c->out, ";\n");
+  if (loops) close_inner(r, level);
+}
+
+/* The lanes over whole blocks of the one (collapsed) inner dim, then the
+ * tail in the scalar accumulator, then the lanes folded into it. */
+static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
+                       int x, const char *t, const bool *need) {
+  cg_buf_t *b = r->c->out;
+  int d = r->n_outer;
+  int64_t n = r->space.dim[d], blocks = n / FOLD_LANES * FOLD_LANES;
+  char acc[32], lane[32];
+  snprintf(acc, sizeof acc, "acc%d", out);
+  snprintf(lane, sizeof lane, "acc%d_l[l]", out);
+  cg_line(b, level, "%s", "");
+  fold_text(b, fl ? f->f_type : f->i_type, acc, "", 0, t);
+  cg_printf(b, " acc%d_l[%d];\n", out, FOLD_LANES);
+  cg_line(b, level, "for (int l = 0; l < %d; l++) %s = %s;\n", FOLD_LANES, lane, acc);
+  cg_line(b, level, "for (int64_t b%d = 0; b%d < %lld; b%d += %d) {\n", d, d,
+          (long long)blocks, d, FOLD_LANES);
+  /* Unrolled first, the lane loop would be scalars GCC does not regroup. */
+  cg_line(b, level + 1, "#pragma GCC unroll 1\n");
+  cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", FOLD_LANES);
+  cg_line(b, level + 2, "const int64_t i%d = b%d + l;\n", d, d);
+  fold_loop(r, level + 2, f, fl, x, t, need, lane, false);
+  cg_line(b, level + 1, "}\n");
+  cg_line(b, level, "}\n");
+  if (blocks < n) {
+    cg_line(b, level, "for (int64_t i%d = %lld; i%d < %lld; i%d++) {\n", d,
+            (long long)blocks, d, (long long)n, d);
+    fold_loop(r, level + 1, f, fl, x, t, need, acc, false);
+    cg_line(b, level, "}\n");
+  }
+  cg_line(b, level, "for (int l = 0; l < %d; l++) ", FOLD_LANES);
+  fold_text(b, fl ? f->f_update : f->i_update, acc, lane, 0, t);
+  cg_printf(b, ";\n");
 }
 
 static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *need) {
@@ -252,23 +312,24 @@ static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *ne
   const char *t = cg_local_type(d);
   bool fl = dtype_is_float(g->values[n->in[0]].type.dtype);
   int out = (int)n->out[0], x = (int)n->in[0];
+  char acc[32];
+  snprintf(acc, sizeof acc, "acc%d", out);
   cg_buf_t *b = r->c->out;
   cg_line(b, level, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, out, x, 0, t);
-  cg_printf(b, " acc%d = ", out);
-  fold_text(b, fl ? f->f_init : f->i_init, out, x, 0, t);
+  fold_text(b, fl ? f->f_type : f->i_type, acc, "", 0, t);
+  cg_printf(b, " %s = ", acc);
+  fold_text(b, fl ? f->f_init : f->i_init, acc, "", 0, t);
   cg_printf(b, ";\n");
   memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
   mark_cone(r, n->in[0], need);
-  open_inner(r, level, need, n->in[0]);
-  cg_line(b, level + r->n_inner, "%s", "");
-  fold_text(b, fl ? f->f_update : f->i_update, out, x, 0, t);
-  cg_printf(b, ";\n");
-  close_inner(r, level);
+  if (r->n_inner == 1 && r->inner_count >= FOLD_LANES_MIN)
+    fold_lanes(r, level, f, fl, out, x, t, need);
+  else
+    fold_loop(r, level, f, fl, x, t, need, acc, true);
   /* Half precision rounds the result, as the reference's store does. */
   const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
   cg_line(b, level, "const %s v%d = %s(", t, out, round);
-  fold_text(b, fl ? f->f_result : f->i_result, out, x, r->inner_count, t);
+  fold_text(b, fl ? f->f_result : f->i_result, acc, "", r->inner_count, t);
   cg_printf(b, ");\n");
   return LOOM_OK;
 }

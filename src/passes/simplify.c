@@ -12,6 +12,8 @@
 
 /* Constants larger than this are not scanned for a uniform value. */
 #define UNIFORM_SCAN_MAX 4096
+/* A split into more pieces than this keeps its reference kernel. */
+#define SPLIT_MAX_PIECES 64
 
 typedef loom_status_t (*rule_fn)(ir_rewriter_t *rw, const ir_node_t *n,
                                  bool *done);
@@ -157,6 +159,40 @@ static loom_status_t rule_transpose(ir_rewriter_t *rw, const ir_node_t *n, bool 
   return replace(rw, n, IR_OP_TRANSPOSE, 1, &x, &a, done);
 }
 
+/* Whether transpose node t only swaps its last two dims. */
+static bool swaps_last_two(const ir_node_t *t, int rank) {
+  int64_t p[LOOM_MAX_RANK];
+  if (rank < 2) return false;
+  transpose_perm(t, rank, p);
+  for (int i = 0; i < rank - 2; i++)
+    if (p[i] != i) return false;
+  return p[rank - 2] == rank - 1 && p[rank - 1] == rank - 2;
+}
+
+/* matmul(transpose(a), b) = matmul(a, b) with trans_a flipped (and so
+ * for b) when the transpose swaps the matrix dims: the GEMM reads the
+ * operand transposed, and no copy is made. */
+static loom_status_t rule_matmul_transpose(ir_rewriter_t *rw, const ir_node_t *n,
+                                           bool *done) {
+  int32_t in[2] = {in_of(rw, n, 0), in_of(rw, n, 1)};
+  int64_t trans[2] = {ir_attr_int(&n->attrs, "trans_a", 0) != 0,
+                      ir_attr_int(&n->attrs, "trans_b", 0) != 0};
+  bool changed = false;
+  for (int k = 0; k < 2; k++) {
+    const ir_node_t *p = producer(rw, in[k]);
+    if (!p || p->op != IR_OP_TRANSPOSE || !swaps_last_two(p, dst_type(rw, in[k])->rank))
+      continue;
+    in[k] = p->in[0];
+    trans[k] = !trans[k];
+    changed = true;
+  }
+  if (!changed) return LOOM_OK;
+  ir_attrs_t a = {0};
+  ir_attrs_int(&a, "trans_a", trans[0]);
+  ir_attrs_int(&a, "trans_b", trans[1]);
+  return replace(rw, n, IR_OP_MATMUL, 2, in, &a, done);
+}
+
 /* reshape(reshape(x)) = reshape(x): squeeze and unsqueeze are reshapes too. */
 static loom_status_t rule_reshape(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
   const ir_node_t *inner = producer(rw, in_of(rw, n, 0));
@@ -189,6 +225,31 @@ static loom_status_t rule_broadcast(ir_rewriter_t *rw, const ir_node_t *n, bool 
   return LOOM_OK;
 }
 
+/* split(x) = one slice per piece: slices are generated copies (a strided
+ * loop each), where split has no codegen rule and would run its
+ * reference kernel element by element. */
+static loom_status_t rule_split(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
+  const int64_t *sizes;
+  int np = ir_attr_ints(&n->attrs, "sizes", &sizes);
+  int64_t axis = ir_attr_int(&n->attrs, "axis", 0), start = 0;
+  int32_t x = in_of(rw, n, 0), out[SPLIT_MAX_PIECES];
+  if (np != n->n_out || np > SPLIT_MAX_PIECES) return LOOM_OK;
+  for (int k = 0; k < np; k++) {
+    ir_attrs_t a = {0};
+    int64_t end = start + sizes[k];
+    ir_attrs_ints(&a, "starts", 1, &start);
+    ir_attrs_ints(&a, "ends", 1, &end);
+    ir_attrs_ints(&a, "axes", 1, &axis);
+    LOOM_TRY(ir_rewrite_emit(rw, IR_OP_SLICE, 1, &x, &a, &out[k], 1));
+    /* A piece of another type leaves the slices dead for DCE. */
+    if (!ir_type_equal(dst_type(rw, out[k]), &rw->src->values[n->out[k]].type)) return LOOM_OK;
+    start = end;
+  }
+  for (int k = 0; k < np; k++) ir_rewrite_map(rw, n->out[k], out[k]);
+  *done = true;
+  return LOOM_OK;
+}
+
 typedef struct rule {
   ir_op_t op;
   rule_fn fn;
@@ -203,6 +264,7 @@ static const rule_t rules[] = {
     {IR_OP_SQUEEZE, rule_same_type}, {IR_OP_UNSQUEEZE, rule_same_type},
     {IR_OP_IDENTITY, rule_same_type}, {IR_OP_TRANSPOSE, rule_transpose_identity},
     {IR_OP_TRANSPOSE, rule_transpose}, {IR_OP_RESHAPE, rule_reshape},
+    {IR_OP_SPLIT, rule_split},       {IR_OP_MATMUL, rule_matmul_transpose},
 };
 
 static bool is_binary_ew(ir_op_t op) {
