@@ -55,6 +55,16 @@ static void set_contiguous_strides(loom_tensor_t *t) {
   }
 }
 
+void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
+                      const int64_t *shape, void *data) {
+  memset(t, 0, sizeof *t);
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+  set_contiguous_strides(t);
+  t->data = data;
+}
+
 loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
                          loom_tensor_t **out) {
   LOOM_TRY(tensor_check_shape("tensor", dtype, rank, shape));

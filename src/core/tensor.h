@@ -18,6 +18,9 @@ struct loom_tensor {
 /* A new zero-filled contiguous tensor (internal: no error clearing). */
 loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
                          loom_tensor_t **out);
+/* Fills *t as a contiguous view of data (no allocation). */
+void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
+                      const int64_t *shape, void *data);
 /* Checks a dtype, rank and shape given by a caller; names `what`. */
 loom_status_t tensor_check_shape(const char *what, loom_dtype_t dtype,
                                  int rank, const int64_t *shape);

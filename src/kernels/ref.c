@@ -2,6 +2,8 @@
  * shared by the kernels. */
 #include <string.h>
 
+#include "core/alloc.h"
+
 #include "kernels/ref.h"
 
 #define LOOM_OP(ID, name, cls, imin, imax, nout, dt, fl, shape, ref, ...) \
@@ -38,4 +40,21 @@ int64_t ref_broadcast_index(int rank, const int64_t *shape, int out_rank,
     flat = flat * shape[d] + k;
   }
   return flat;
+}
+
+void *ref_scratch(ref_call_t *c, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (!c->scratch) return core_calloc(1, bytes);
+  if (c->scratch->bytes < bytes) {
+    void *grown = core_realloc(c->scratch->data, bytes);
+    if (!grown) return NULL;
+    c->scratch->data = grown;
+    c->scratch->bytes = bytes;
+  }
+  memset(c->scratch->data, 0, bytes);
+  return c->scratch->data;
+}
+
+void ref_scratch_release(ref_call_t *c, void *p) {
+  if (!c->scratch) core_free(p);
 }

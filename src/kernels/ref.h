@@ -13,6 +13,13 @@
 /* One call of a reference kernel. Inputs are contiguous. Outputs are
  * allocated, contiguous and zero-filled with the node's shapes, except
  * for ops flagged F_DATA_SHAPE, whose kernels create their outputs. */
+/* Scratch memory a caller lends to kernel calls: grown as needed and
+ * kept, so that a step replayed by an executable allocates only once. */
+typedef struct ref_scratch {
+  void *data;
+  size_t bytes;
+} ref_scratch_t;
+
 typedef struct ref_call {
   const loom_graph_t *g;
   const ir_node_t *node;
@@ -21,6 +28,7 @@ typedef struct ref_call {
   const loom_tensor_t *const *in;
   int n_out;
   loom_tensor_t **out;
+  ref_scratch_t *scratch; /* NULL: kernels allocate scratch per call */
 } ref_call_t;
 
 typedef loom_status_t (*ref_kernel_fn)(ref_call_t *c);
@@ -51,6 +59,12 @@ int64_t ref_broadcast_index(int rank, const int64_t *shape, int out_rank,
                             const int64_t *idx);
 /* Multi-index of flat position i in shape. */
 void ref_unravel(int rank, const int64_t *shape, int64_t i, int64_t *idx);
+
+/* Zero-filled scratch of `bytes` for this call: the caller's lent buffer,
+ * or a fresh allocation when it lends none. NULL when memory runs out.
+ * Every ref_scratch is followed by ref_scratch_release. */
+void *ref_scratch(ref_call_t *c, size_t bytes);
+void ref_scratch_release(ref_call_t *c, void *p);
 
 /* The op's name, for messages. */
 static inline const char *ref_name(const ref_call_t *c) {

@@ -182,7 +182,7 @@ loom_status_t ref_conv_transpose2d(ref_call_t *c) {
   conv_t k;
   conv_setup(c, &k);
   int64_t ny = loom_tensor_numel(k.y), nx = loom_tensor_numel(k.x), idx[4];
-  double *acc = core_calloc((size_t)(ny > 0 ? ny : 1), sizeof *acc);
+  double *acc = ref_scratch(c, sizeof *acc * (size_t)ny);
   if (!acc)
     return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for %lld sums",
                      ref_name(c), (long long)ny);
@@ -194,7 +194,7 @@ loom_status_t ref_conv_transpose2d(ref_call_t *c) {
     ref_unravel(4, k.y->shape, e, idx);
     ref_set(k.y, e, acc[e] + (k.bias ? ref_get(k.bias, idx[1]) : 0.0));
   }
-  core_free(acc);
+  ref_scratch_release(c, acc);
   return LOOM_OK;
 }
 

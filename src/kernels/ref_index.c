@@ -125,9 +125,11 @@ loom_status_t ref_scatter_add(ref_call_t *c) {
   if (axis < 0) axis += self->rank;
   LOOM_TRY(check_scatter_shapes(c, (int)axis));
   bool ints = !dtype_is_float(self->dtype);
-  loom_tensor_t *acc;
-  LOOM_TRY(tensor_new(ints ? LOOM_I64 : LOOM_F64, self->rank, self->shape, &acc));
   int64_t n = loom_tensor_numel(self);
+  loom_tensor_t acc_view, *acc = &acc_view;
+  void *data = ref_scratch(c, 8 * (size_t)n);
+  if (!data) return loom_fail(LOOM_ERR_NOMEM, "scatter_add: out of memory for %lld sums", (long long)n);
+  tensor_view_init(acc, ints ? LOOM_I64 : LOOM_F64, self->rank, self->shape, data);
   for (int64_t i = 0; i < n; i++) {
     if (ints) ref_seti(acc, i, ref_geti(self, i));
     else ref_set(acc, i, ref_get(self, i));
@@ -137,6 +139,6 @@ loom_status_t ref_scatter_add(ref_call_t *c) {
     if (ints) ref_seti(out, i, ref_geti(acc, i));
     else ref_set(out, i, ref_get(acc, i));
   }
-  loom_tensor_destroy(acc);
+  ref_scratch_release(c, data);
   return s;
 }

@@ -340,7 +340,7 @@ static loom_status_t run_pool_grad(ref_call_t *c, pool_route_fn route) {
   pool_t p = read_pool(c);
   LOOM_TRY(check_fits(c, &p));
   int64_t nx = loom_tensor_numel(x), plane_size = x->shape[2] * x->shape[3];
-  double *sums = core_calloc((size_t)(nx > 0 ? nx : 1), sizeof *sums);
+  double *sums = ref_scratch(c, sizeof *sums * (size_t)nx);
   if (!sums)
     return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for %lld sums",
                      ref_name(c), (long long)nx);
@@ -351,7 +351,7 @@ static loom_status_t run_pool_grad(ref_call_t *c, pool_route_fn route) {
         route(&p, x, plane, oh, ow, ref_get(dy, (plane * oh_n + oh) * ow_n + ow),
               sums + plane * plane_size);
   for (int64_t e = 0; e < nx; e++) ref_set(dx, e, sums[e]);
-  core_free(sums);
+  ref_scratch_release(c, sums);
   return LOOM_OK;
 }
 

@@ -382,10 +382,10 @@ loom_status_t ref_topk(ref_call_t *c) {
   if (k > L.n)
     return loom_fail(LOOM_ERR_VALUE, "topk: k %lld is larger than the axis (size %lld)",
                      (long long)k, (long long)L.n);
-  topk_item_t *items = core_malloc(sizeof *items * (size_t)(L.n ? L.n : 1));
+  topk_item_t *items = ref_scratch(c, sizeof *items * (size_t)L.n);
   if (!items) return loom_fail(LOOM_ERR_NOMEM, "topk: out of memory for a line of %lld",
                                (long long)L.n);
   for (int64_t l = 0; l < L.outer * L.inner; l++) topk_line(c, &L, l, k, items);
-  core_free(items);
+  ref_scratch_release(c, items);
   return LOOM_OK;
 }

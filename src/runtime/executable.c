@@ -69,7 +69,7 @@ static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *con
   return LOOM_OK;
 }
 
-static loom_status_t run_reference(loom_executable_t *e, const ref_step_t *r) {
+static loom_status_t run_reference(loom_executable_t *e, ref_step_t *r) {
   const ir_node_t *n = r->node;
   for (int k = 0; k < n->n_in; k++) r->in[k]->data = e->slots[r->in_slot[k]];
   for (int k = 0; k < n->n_out; k++) {
@@ -80,7 +80,7 @@ static loom_status_t run_reference(loom_executable_t *e, const ref_step_t *r) {
   }
   ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
                      .in = (const loom_tensor_t *const *)r->in, .n_out = n->n_out,
-                     .out = r->out};
+                     .out = r->out, .scratch = &r->scratch};
   return ref_kernels[n->op](&call);
 }
 
@@ -106,7 +106,7 @@ loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
   LOOM_TRY(bind(e, n_inputs, inputs, n_outputs, outputs));
   if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
   for (int i = 0; i < e->n_steps; i++) {
-    const step_t *st = &e->steps[i];
+    step_t *st = &e->steps[i];
     switch (st->kind) {
       case STEP_GENERATED: st->fn(e->slots, e->syms, &e->abi); break;
       case STEP_REFERENCE: LOOM_TRY(run_reference(e, &st->ref)); break;
@@ -153,6 +153,7 @@ static void free_ref_step(ref_step_t *r) {
   core_free(r->out);
   core_free(r->in_slot);
   core_free(r->out_slot);
+  core_free(r->scratch.data);
 }
 
 void loom_executable_destroy(loom_executable_t *e) {

@@ -12,6 +12,7 @@
 #include "ir/ir.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
+#include "kernels/ref.h"
 #include "runtime/abi.h"
 
 typedef enum step_kind {
@@ -26,6 +27,7 @@ typedef struct ref_step {
   const ir_node_t *node;
   loom_tensor_t **in, **out;
   int32_t *in_slot, *out_slot;
+  ref_scratch_t scratch; /* lent to the kernel, kept between runs */
 } ref_step_t;
 
 typedef struct step {
