@@ -1,6 +1,7 @@
 /* Layers shared by the example models. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "layers.h"
 
@@ -25,6 +26,35 @@ static int64_t numel(int rank, const int64_t *shape) {
   return n;
 }
 
+/* The training build in progress (model_train_begin), or none. Process
+ * state, so that the builders' signatures stay those of inference. */
+static model_params_t *training;
+
+void model_train_begin(model_params_t *p) {
+  p->n = 0;
+  p->param_bytes = p->state_bytes = 0;
+  training = p;
+}
+
+void model_train_end(void) { training = NULL; }
+
+/* Notes a new parameter of the training build: trainable or other state. */
+static loom_status_t record(loom_value_t v, int64_t n, int trainable) {
+  if (!training) return LOOM_OK;
+  int64_t bytes = n * (int64_t)sizeof(float);
+  if (!trainable) {
+    training->state_bytes += bytes;
+    return LOOM_OK;
+  }
+  if (training->n == MODEL_MAX_PARAMS) {
+    fprintf(stderr, "model: more than %d trainable parameters\n", MODEL_MAX_PARAMS);
+    return LOOM_ERR_INVALID;
+  }
+  training->v[training->n++] = v;
+  training->param_bytes += bytes;
+  return LOOM_OK;
+}
+
 /* A new parameter called name whose element i is value(name, i). */
 static loom_status_t param_from(loom_graph_t *g, const char *name, int rank,
                                 const int64_t *shape, double bound, int fill,
@@ -36,14 +66,16 @@ static loom_status_t param_from(loom_graph_t *g, const char *name, int rank,
     data[i] = fill ? fill_value : model_init_value(name, i, bound);
   loom_status_t s = loom_graph_param(g, name, LOOM_F32, rank, shape, init, out);
   loom_tensor_destroy(init);
-  return s;
+  /* Running statistics are filled, and the only filled non-trainables. */
+  int trainable = !(fill && strstr(name, ".running_"));
+  return s == LOOM_OK ? record(*out, numel(rank, shape), trainable) : s;
 }
 
 loom_status_t layer_param(loom_graph_t *g, const char *prefix,
                           const char *suffix, int rank, const int64_t *shape,
                           double bound, loom_value_t *out) {
   char name[128];
-  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+  snprintf(name, sizeof name, suffix[0] ? "%s.%s" : "%s", prefix, suffix);
   return param_from(g, name, rank, shape, bound, 0, 0, out);
 }
 
@@ -87,8 +119,11 @@ loom_status_t layer_batch_norm(loom_graph_t *g, const char *prefix,
   MODEL_TRY(layer_param_fill(g, prefix, "bias", channels, 0, &shift));
   MODEL_TRY(layer_param_fill(g, prefix, "running_mean", channels, 0, &mean));
   MODEL_TRY(layer_param_fill(g, prefix, "running_var", channels, 1, &var));
-  return loom_batch_norm(g, x, scale, shift, mean, var, 1e-5, 0.1, 0, y,
-                         &new_mean, &new_var);
+  MODEL_TRY(loom_batch_norm(g, x, scale, shift, mean, var, 1e-5, 0.1,
+                            training != NULL, y, &new_mean, &new_var));
+  if (!training) return LOOM_OK;
+  MODEL_TRY(loom_assign(g, mean, new_mean));
+  return loom_assign(g, var, new_var);
 }
 
 loom_status_t layer_layer_norm(loom_graph_t *g, const char *prefix,

@@ -12,7 +12,8 @@
     if (model_s_ != LOOM_OK) return model_s_;                              \
   } while (0)
 
-/* A parameter prefix.suffix ("fc1" + "weight"), uniform in +-bound. */
+/* A parameter prefix.suffix ("fc1" + "weight"), uniform in +-bound;
+ * suffix "": called prefix. */
 loom_status_t layer_param(loom_graph_t *g, const char *prefix,
                           const char *suffix, int rank, const int64_t *shape,
                           double bound, loom_value_t *out);
@@ -29,13 +30,20 @@ loom_status_t layer_conv(loom_graph_t *g, const char *prefix, loom_value_t x,
                          int64_t in, int64_t out, int64_t kernel,
                          int64_t stride, int64_t pad, int has_bias,
                          loom_value_t *y);
-/* nn.BatchNorm2d in inference mode (eps 1e-5). */
+/* nn.BatchNorm2d (eps 1e-5, momentum 0.1): in inference mode, or in
+ * training mode inside a training build (model_train_begin). */
 loom_status_t layer_batch_norm(loom_graph_t *g, const char *prefix,
                                loom_value_t x, int64_t channels,
                                loom_value_t *y);
 /* nn.LayerNorm over the last dim (eps 1e-5). */
 loom_status_t layer_layer_norm(loom_graph_t *g, const char *prefix,
                                loom_value_t x, int64_t dim, loom_value_t *y);
+/* nn.MultiheadAttention(dim, heads, batch_first) as self-attention on x
+ * (b, s, dim): packed in_proj (q, k, v stacked in one (3 dim, dim)
+ * weight), softmax(q k^T / sqrt(dim / heads)) v, out_proj. */
+loom_status_t layer_self_attention(loom_graph_t *g, const char *prefix,
+                                   loom_value_t x, int64_t b, int64_t s,
+                                   int64_t dim, int64_t heads, loom_value_t *y);
 /* A scalar f32 constant. */
 loom_status_t layer_scalar(loom_graph_t *g, float value, loom_value_t *out);
 

@@ -41,6 +41,31 @@ loom_status_t model_resnet18(loom_graph_t *g, int64_t batch, int64_t size,
 loom_status_t model_small_cnn(loom_graph_t *g, int64_t batch,
                               loom_value_t *logits);
 
+/* A Vision Transformer as torchvision's VisionTransformer (pre-LN encoder
+ * blocks, LayerNorm eps 1e-6, MLP dim 4 * dim with exact GELU, a class
+ * token and a learned position embedding, the head on the class token):
+ * x (batch, 3, size, size), size a multiple of patch, dim a multiple of
+ * heads. The benchmark's ViT-Tiny: dim 192, depth 6, 3 heads, patch 8. */
+loom_status_t model_vit(loom_graph_t *g, int64_t batch, int64_t size,
+                        int64_t patch, int64_t dim, int depth, int64_t heads,
+                        int64_t classes, loom_value_t *logits);
+
+/* Training builds. Between model_train_begin(p) and model_train_end(), the
+ * builders record their trainable parameters in p (what loom_grad and an
+ * optimizer take), count the bytes of the other state (running
+ * statistics), and build batch norm in training mode: batch statistics,
+ * with assigns that update the running ones. One training build at a
+ * time (the recorder is process state). */
+enum { MODEL_MAX_PARAMS = 512 };
+typedef struct model_params {
+  int n;
+  loom_value_t v[MODEL_MAX_PARAMS];
+  int64_t param_bytes; /* of the trainable parameters */
+  int64_t state_bytes; /* of the other parameters */
+} model_params_t;
+void model_train_begin(model_params_t *p);
+void model_train_end(void);
+
 /* Element i of the initial value of the parameter called name, uniform in
  * [-bound, bound): a fixed hash of (FNV-1a(name), i), easy to reproduce in
  * any language. Weights use bound sqrt(6 / fan_in) (Kaiming uniform),
