@@ -321,7 +321,17 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg) {
     if (grp->kind == FUSE_ALIAS) continue;
     step_t *st = &e->steps[n];
     st->group = gi;
-    if (cg->generated && cg->generated[gi] && e->module) {
+    if (is_assign_group(e, gi)) {
+      /* An assign is a copy into the parameter's storage: no kernel. */
+      const ir_node_t *n = &e->graph->nodes[grp->nodes[0]];
+      st->kind = STEP_COPY;
+      st->copy_to = e->slot_of_value[n->in[0]];
+      st->copy_from = e->slot_of_value[n->in[1]];
+      LOOM_TRY(value_bytes(e, n->in[0], &st->copy_bytes));
+      if (st->copy_to < 0 || st->copy_from < 0)
+        return loom_fail(LOOM_ERR_GRAPH, "compile: assign of node %d has no storage",
+                         grp->nodes[0]);
+    } else if (cg->generated && cg->generated[gi] && e->module) {
       char name[32];
       snprintf(name, sizeof name, "loom_group_%d", gi);
       void *sym = cpu_module_symbol(e->module, name);
