@@ -8,10 +8,6 @@
 
 typedef loom_status_t (*group_emitter_t)(cg_ctx_t *c, int gi, bool *ok);
 
-/* Pooling groups (c_pool.c). Fusion files a pooling node as a reduction
- * group anchored on it. */
-loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok);
-
 static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
   int32_t anchor = c->plan->groups[gi].anchor;
   ir_op_t op = anchor >= 0 ? c->g->nodes[anchor].op : IR_OP_COUNT;

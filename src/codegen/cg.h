@@ -99,6 +99,8 @@ void cg_expr_helpers(cg_buf_t *b);
 loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok);
+/* A reduction group anchored on a max or average pool (c_pool.c). */
+loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
 
 /* Elementwise work above this many elements is split over the pool: a

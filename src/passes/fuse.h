@@ -16,7 +16,9 @@
  *                     softmax, layer_norm, rms_norm, logsumexp and
  *                     cross-entropy after decomposition are one such group
  *                     (or two). A reduction over other axes is a group of
- *                     its own (with its prologue).
+ *                     its own (with its prologue). A max or average pool
+ *                     is also a reduction group, anchored on the pool,
+ *                     with an elementwise prologue and epilogue.
  *   FUSE_CONTRACTION  one matmul or conv2d (the anchor) with elementwise
  *                     epilogue nodes over the anchor's output space (bias,
  *                     activation, residual add, dropout mask).

@@ -46,7 +46,8 @@ loom_status_t grad_scalar(grad_ctx_t *c, double v, loom_dtype_t dtype,
  * broadcast to dx's shape, then reshaped to target's dims. */
 loom_status_t grad_unbroadcast(grad_ctx_t *c, int32_t dx,
                                const ir_type_t *target, int32_t *out);
-/* The type of value v. */
+/* The type of value v. The pointer is into the graph's value array,
+ * which moves when nodes are added: copy the type before emitting. */
 const ir_type_t *grad_type(const grad_ctx_t *c, int32_t v);
 
 #endif
