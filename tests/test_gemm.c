@@ -277,11 +277,76 @@ static void conv2d_configurations(void) {
   }
 }
 
+
+/* ---- conv2d's weight gradient ------------------------------------------ */
+
+/* dW[o, ci, ky, kx] = sum over images and output positions of dY times the
+ * input tap it multiplied, straight from conv2d's definition. */
+static double wgrad_ref(const loom_abi_conv2d_t *d, int64_t o, int64_t ci, int64_t ky,
+                        int64_t kx, double *abs_sum) {
+  int64_t cg = d->c / d->groups, g = o / (d->o / d->groups);
+  double s = 0;
+  *abs_sum = 0;
+  for (int64_t img = 0; img < d->n; img++)
+    for (int64_t oy = 0; oy < d->ho; oy++)
+      for (int64_t ox = 0; ox < d->wo; ox++) {
+        int64_t iy = oy * d->stride[0] - d->pads[0] + ky * d->dilation[0];
+        int64_t ix = ox * d->stride[1] - d->pads[1] + kx * d->dilation[1];
+        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) continue;
+        double xy = (double)d->x[((img * d->c + g * cg + ci) * d->h + iy) * d->w + ix] *
+                    d->y[((img * d->o + o) * d->ho + oy) * d->wo + ox];
+        s += xy;
+        *abs_sum += fabs(xy);
+      }
+  return s;
+}
+
+static void check_wgrad(const conv_case_t *q, core_pool_t *pool) {
+  int64_t ho = (q->h + q->pt + q->pb - q->dy * (q->kh - 1) - 1) / q->sy + 1;
+  int64_t wo = (q->w + q->pl + q->pr - q->dx * (q->kw - 1) - 1) / q->sx + 1;
+  int64_t cg = q->c / q->groups, numel = q->o * cg * q->kh * q->kw;
+  float *x = random_floats(q->n * q->c * q->h * q->w);
+  float *dy = random_floats(q->n * q->o * ho * wo);
+  float *dw = malloc((size_t)numel * sizeof(float));
+  for (int64_t i = 0; i < numel; i++) dw[i] = SENTINEL;
+  loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
+                         {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
+                         {q->dy, q->dx}, q->groups, x, dw, NULL, dy, NULL, NULL};
+  kern_conv2d_weight_grad_f32(&d, pool);
+  int wrong = 0;
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t kx = i % q->kw, ky = i / q->kw % q->kh, ci = i / (q->kw * q->kh) % cg;
+    double abs_sum, want = wgrad_ref(&d, i / (cg * q->kh * q->kw), ci, ky, kx, &abs_sum);
+    double tol = 2e-7 * (double)(q->n * ho * wo + 1) * abs_sum + 1e-6;
+    wrong += !(fabs(dw[i] - want) <= tol);
+  }
+  if (wrong)
+    test_fail(__FILE__, __LINE__,
+              "conv2d weight grad n=%lld c=%lld %lldx%lld o=%lld k=%lldx%lld groups=%lld: "
+              "%d wrong", (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
+              (long long)q->o, (long long)q->kh, (long long)q->kw, (long long)q->groups, wrong);
+  test_checks++;
+  free(x);
+  free(dy);
+  free(dw);
+}
+
+static void conv2d_weight_grad_configurations(void) {
+  for (int threads = 1; threads <= 3; threads += 2) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
+      check_wgrad(&conv_cases[i], pool);
+    core_pool_destroy(pool);
+  }
+}
+
 int main(void) {
   test_seed(7);
   TEST_RUN(gemm_shapes_transposes_threads);
   TEST_RUN(gemm_every_isa);
   TEST_RUN(gemm_repeatable);
   TEST_RUN(conv2d_configurations);
+  TEST_RUN(conv2d_weight_grad_configurations);
   return test_summary();
 }

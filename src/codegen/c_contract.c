@@ -1,9 +1,10 @@
 /* Contraction groups: a matmul (through rt->gemm_f32, one call per run
- * of batch items the strides can express) or a conv2d (rt->conv2d_f32),
+ * of batch items the strides can express), a conv2d (rt->conv2d_f32) or
+ * conv2d's weight gradient (rt->conv2d_weight_grad_f32),
  * with the group's elementwise nodes applied by a generated epilogue to
  * each finished tile while it is in cache. The epilogue sees the output
  * as batch items of rows x cols: matmul's (batch..., m, n), conv2d's
- * (image, channel, position). */
+ * (image, channel, position), the weight gradient's (o, c*kh*kw). */
 #include "codegen/cg.h"
 #include "core/alloc.h"
 
@@ -33,13 +34,33 @@ static void epilogue_space(contract_t *k, const cg_shape_t *y) {
   if (k->anchor->op == IR_OP_CONV2D) {
     k->space.rank = 3;
     k->space.dim[2] = y->dim[2] * y->dim[3];
+  } else if (k->anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) {
+    k->space.rank = 2;
+    k->space.dim[1] = y->dim[1] * y->dim[2] * y->dim[3];
   }
   k->n_batch = k->space.rank - 2;
+}
+
+/* The weight gradient's (c, kh, kw) are one run of columns: a value must
+ * walk them as one (size-1 dims aside), else the group is declined. */
+static bool wgrad_columns(const cg_shape_t *y, int64_t *st) {
+  int64_t col = 0, expect = 0;
+  bool seen = false;
+  for (int d = 3; d >= 1; d--) {
+    if (y->dim[d] == 1) continue;
+    if (seen && st[d] != expect) return false;
+    if (!seen) col = st[d];
+    seen = true;
+    expect = st[d] * y->dim[d];
+  }
+  st[1] = col;
+  return true;
 }
 
 static bool access_strides(contract_t *k, const cg_shape_t *y, int32_t v, int64_t *st) {
   cg_shape_t s;
   if (!cg_value_shape(k->c, v, &s) || !cg_broadcast_strides(&s, y, st)) return false;
+  if (k->anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) return wgrad_columns(y, st);
   if (k->anchor->op != IR_OP_CONV2D) return true;
   if (st[2] != st[3] * y->dim[3]) return false;
   st[2] = st[3];
@@ -319,6 +340,35 @@ static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_line(b, 1, "rt->conv2d_f32(&d, rt->pool);\n");
 }
 
+/* in[0] = x, in[1] = dy; the output dW is (o, c/groups, kh, kw). */
+static void emit_wgrad_call(contract_t *k, const cg_shape_t *dw, bool epi) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t x, dy;
+  cg_value_shape(c, n->in[0], &x);
+  cg_value_shape(c, n->in[1], &dy);
+  int64_t stride[2], pads[4], dil[2];
+  ints_attr(n, "stride", 2, 1, stride);
+  ints_attr(n, "pads", 4, 0, pads);
+  ints_attr(n, "dilation", 2, 1, dil);
+  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
+          (long long)x.dim[0], (long long)x.dim[1], (long long)x.dim[2], (long long)x.dim[3]);
+  cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
+          (long long)dw->dim[0], (long long)dw->dim[2], (long long)dw->dim[3],
+          (long long)dy.dim[2], (long long)dy.dim[3]);
+  cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
+          (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
+          (long long)pads[2], (long long)pads[3]);
+  cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
+          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
+  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
+          (int)cg_slot(c, n->in[0]), (int)cg_slot(c, k->c_value));
+  cg_line(b, 1, "    .bias = NULL, .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[1]));
+  epilogue_fields(b, k->gi, epi);
+  cg_line(b, 1, "rt->conv2d_weight_grad_f32(&d, rt->pool);\n");
+}
+
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   contract_t k;
   cg_shape_t y;
@@ -336,6 +386,7 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   cg_line(b, 1, "(void)syms;\n");
   if (epi) cg_line(b, 1, "loom_g%d_ctx_t e = {slots, 0};\n", gi);
   if (k.anchor->op == IR_OP_CONV2D) emit_conv_call(&k, &y, epi);
+  else if (k.anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) emit_wgrad_call(&k, &y, epi);
   else emit_matmul_call(&k, &y, epi);
   cg_printf(b, "}\n");
   contract_free(&k);

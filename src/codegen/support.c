@@ -55,6 +55,11 @@ static bool conv2d(const loom_graph_t *g, const ir_node_t *n) {
   return n->n_in < 3 || in_rank(g, n, 2) == 1;
 }
 
+/* The weight gradient's x and dy, f32 through the runtime's kernel. */
+static bool conv2d_weight_grad(const loom_graph_t *g, const ir_node_t *n) {
+  return in_dtype(g, n, 0) == LOOM_F32 && in_dtype(g, n, 1) == LOOM_F32;
+}
+
 /* Pooling over NCHW in every float dtype (the op table admits no other). */
 static bool pool2d(const loom_graph_t *g, const ir_node_t *n) {
   return dtype_is_float(in_dtype(g, n, 0)) && in_rank(g, n, 0) == 4;
@@ -85,6 +90,7 @@ static const struct {
     {IR_OP_SUM, reduction},  {IR_OP_MEAN, reduction},   {IR_OP_MAX, reduction},
     {IR_OP_MIN, reduction},  {IR_OP_PROD, reduction},   {IR_OP_MATMUL, matmul},
     {IR_OP_CONV2D, conv2d},  {IR_OP_MAX_POOL2D, pool2d}, {IR_OP_AVG_POOL2D, pool2d},
+    {IR_OP_CONV2D_WEIGHT_GRAD, conv2d_weight_grad},
     {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, NULL},
     {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
     {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},

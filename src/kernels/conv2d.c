@@ -8,6 +8,8 @@
  * GEMM's batch, so they spread over the pool like batched matmuls. */
 #include "kernels/gemm.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm_impl.h"
@@ -109,4 +111,119 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
       .c = d->y, .ldc = positions, .sc = {d->o * positions, og * positions},
       .bias = d->bias, .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
   gemm_run(&p, pool);
+}
+
+/* ---- Weight gradient ------------------------------------------------------------
+ * Per group, dW[og x cg*kh*kw] = dY[og x n*ho*wo] @ X_col^T[n*ho*wo x
+ * cg*kh*kw]: the images join the GEMM's k dimension, so the sum over the
+ * batch is the GEMM's own accumulation and dW is written once. dY is first
+ * regrouped so that each group's rows run over every image's positions; B
+ * is packed from the images like the forward's (a tap is one B column). */
+
+/* Packs rows [pc, pc+kc) (positions of all images) by columns [jc, jc+nc)
+ * (taps) of X_col^T: each tap's run of positions is gathered into a line,
+ * then dealt down its panel column. */
+static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
+                         int64_t kc, int64_t jc, int64_t nc, int nr,
+                         float *dst) {
+  const loom_abi_conv2d_t *d = p->b_ctx;
+  const float *base = p->b + gemm_offset(p->sb, p->groups, item);
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  _Alignas(64) float line[GATHER_MAX];
+  int64_t padded = (nc + nr - 1) / nr * nr;
+  for (int64_t j = nc; j < padded; j++) /* the last panel's spare columns */
+    for (int64_t q = 0; q < kc; q++) dst[(j / nr) * nr * kc + q * nr + j % nr] = 0.0f;
+  for (int64_t q0 = pc; q0 < pc + kc;) {
+    int64_t img = q0 / positions, pos = q0 % positions;
+    int64_t len = pc + kc - q0;
+    if (len > positions - pos) len = positions - pos;
+    if (len > GATHER_MAX) len = GATHER_MAX;
+    for (int64_t j = 0; j < nc; j++) {
+      gather_col_row(d, base + img * image, jc + j, pos, len, line);
+      float *out = dst + (j / nr) * nr * kc + (q0 - pc) * nr + j % nr;
+      for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
+    }
+    q0 += len;
+  }
+}
+
+/* Regrouped dY buffers outlive calls, so that a replayed training step
+ * allocates nothing; a call claims one for its duration. Never freed, so
+ * they stay reachable for leak checkers. */
+enum { WGRAD_SLOTS = 8 };
+
+static struct {
+  atomic_int busy;
+  float *buf;
+  size_t cap; /* floats */
+} wgrad_slots[WGRAD_SLOTS];
+
+/* A slot of at least `need` floats, or -1 (all busy, or no memory). */
+static int wgrad_claim(size_t need) {
+  for (int i = 0; i < WGRAD_SLOTS; i++) {
+    if (atomic_exchange_explicit(&wgrad_slots[i].busy, 1, memory_order_acquire)) continue;
+    if (wgrad_slots[i].cap < need) {
+      free(wgrad_slots[i].buf);
+      wgrad_slots[i].buf = malloc(need * sizeof(float));
+      wgrad_slots[i].cap = wgrad_slots[i].buf ? need : 0;
+    }
+    if (wgrad_slots[i].buf) return i;
+    atomic_store_explicit(&wgrad_slots[i].busy, 0, memory_order_release);
+    return -1;
+  }
+  return -1;
+}
+
+/* The direct sum, for when the regrouped dY cannot be allocated. */
+static void wgrad_direct(const loom_abi_conv2d_t *d, float *dw) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  for (int64_t o = 0; o < d->o; o++) {
+    int64_t g = o / og;
+    for (int64_t r = 0; r < taps; r++) {
+      double acc = 0.0;
+      float line[64];
+      for (int64_t n = 0; n < d->n; n++) {
+        const float *img = d->x + (n * d->c + g * cg) * d->h * d->w;
+        const float *dy = d->y + (n * d->o + o) * positions;
+        for (int64_t q = 0; q < positions; q += 64) {
+          int64_t len = positions - q < 64 ? positions - q : 64;
+          gather_col_row(d, img, r, q, len, line);
+          for (int64_t s = 0; s < len; s++) acc += (double)line[s] * dy[q + s];
+        }
+      }
+      dw[o * taps + r] = (float)acc;
+    }
+  }
+}
+
+void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  int64_t k = d->n * positions;
+  float *dw = (float *)d->weight; /* the output, by the ABI's contract */
+  const float *dy = d->y;
+  int slot = -1;
+  if (d->n > 1) { /* one image's dY is already og x positions per group */
+    slot = wgrad_claim((size_t)(d->o * k));
+    if (slot < 0) {
+      wgrad_direct(d, dw);
+      return;
+    }
+    float *regrouped = wgrad_slots[slot].buf;
+    for (int64_t o = 0; o < d->o; o++)
+      for (int64_t n = 0; n < d->n; n++)
+        memcpy(regrouped + o * k + n * positions, dy + (n * d->o + o) * positions,
+               (size_t)positions * sizeof(float));
+    dy = regrouped;
+  }
+  gemm_problem_t p = {
+      .m = og, .n = taps, .k = k, .batch = d->groups, .groups = d->groups,
+      .a = dy, .lda = k, .sa = {0, og * k},
+      .b = d->x, .ldb = 0, .sb = {0, cg * d->h * d->w},
+      .pack_b = pack_b_wgrad, .b_ctx = d,
+      .c = dw, .ldc = taps, .sc = {0, og * taps},
+      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  gemm_run(&p, pool);
+  if (slot >= 0) atomic_store_explicit(&wgrad_slots[slot].busy, 0, memory_order_release);
 }

@@ -13,6 +13,12 @@
 
 void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool);
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+/* conv2d's weight gradient: x = the forward input, y = dY (read), weight =
+ * dW (written whole). The epilogue sees dW as o rows by cg*kh*kw columns. */
+void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+/* dW = conv2d's weight gradient: x = the forward input, y = dY (read),
+ * weight = dW (written, whole); the epilogue sees dW as o x cg*kh*kw. */
+void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 /* "avx512", "avx2" or "portable": the micro-kernel in use. */
 const char *kern_gemm_isa(void);
 

@@ -72,6 +72,9 @@ typedef struct loom_abi {
                        loom_abi_body_t body, void *ctx);
   void (*gemm_f32)(const loom_abi_gemm_t *d, void *pool);
   void (*conv2d_f32)(const loom_abi_conv2d_t *d, void *pool);
+  /* conv2d's weight gradient: x = the forward input, y = dY (read), weight
+   * = dW (written, cast from const); the same geometry as conv2d_f32. */
+  void (*conv2d_weight_grad_f32)(const loom_abi_conv2d_t *d, void *pool);
 } loom_abi_t;
 
 typedef void (*loom_abi_group_t)(void *const *slots, const int64_t *syms,

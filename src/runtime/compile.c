@@ -369,6 +369,10 @@ static void abi_conv2d_f32(const loom_abi_conv2d_t *d, void *pool) {
   kern_conv2d_f32(d, pool);
 }
 
+static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_weight_grad_f32(d, pool);
+}
+
 static loom_status_t start_runtime(loom_executable_t *e, int threads) {
   LOOM_TRY(core_pool_create(threads, &e->pool));
   e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
@@ -376,7 +380,8 @@ static loom_status_t start_runtime(loom_executable_t *e, int threads) {
                         .pool = e->pool,
                         .parallel_for = abi_parallel_for,
                         .gemm_f32 = abi_gemm_f32,
-                        .conv2d_f32 = abi_conv2d_f32};
+                        .conv2d_f32 = abi_conv2d_f32,
+                        .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32};
   return LOOM_OK;
 }
 
