@@ -1,71 +1,37 @@
 /* The graph as text and as Graphviz DOT. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "core/text.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
 
-/* A growing string; `failed` sticks after an allocation failure. */
-typedef struct text {
-  char *s;
-  int64_t len, cap;
-  bool failed;
-} text_t;
-
-static void put(text_t *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void put(text_t *t, const char *fmt, ...) {
-  if (t->failed) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (core_grow((void **)&t->s, &t->cap, t->len + n + 1, 1) != LOOM_OK) {
-    t->failed = true;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->s + t->len, (size_t)(t->cap - t->len), fmt, ap);
-  va_end(ap);
-  t->len += n;
-}
-
-static loom_status_t finish(text_t *t, char **out) {
-  if (t->failed || !t->s) {
-    core_free(t->s);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory printing a graph");
-  }
-  *out = t->s;
-  return LOOM_OK;
-}
-
-static void put_value(text_t *t, const loom_graph_t *g, int32_t v) {
-  put(t, "%%%d", v);
-  if (g->values[v].name) put(t, "(%s)", g->values[v].name);
+static void put_value(core_text_t *t, const loom_graph_t *g, int32_t v) {
+  core_text_put(t, "%%%d", v);
+  if (g->values[v].name) core_text_put(t, "(%s)", g->values[v].name);
 }
 
 /* Int lists may hold dims (reshape's shape): symbolic ones print as
  * their expressions. */
-static void put_attrs(text_t *t, const loom_graph_t *g, const ir_attrs_t *a) {
+static void put_attrs(core_text_t *t, const loom_graph_t *g, const ir_attrs_t *a) {
   for (int i = 0; i < a->n; i++) {
     const ir_attr_t *at = &a->a[i];
-    put(t, "%s%s=", i ? ", " : " {", at->name);
-    if (at->kind == IR_ATTR_INT) put(t, "%lld", (long long)at->ints[0]);
-    else if (at->kind == IR_ATTR_FLOAT) put(t, "%g", at->f);
+    core_text_put(t, "%s%s=", i ? ", " : " {", at->name);
+    if (at->kind == IR_ATTR_INT) core_text_put(t, "%lld", (long long)at->ints[0]);
+    else if (at->kind == IR_ATTR_FLOAT) core_text_put(t, "%g", at->f);
     else {
-      put(t, "[");
+      core_text_put(t, "[");
       for (int k = 0; k < at->n && k < IR_MAX_ATTR_INTS; k++) {
         char dim[64];
         if (ir_dim_is_sym(at->ints[k]) && ir_dim_expr(g, at->ints[k]))
-          put(t, "%s%s", k ? ", " : "", ir_dim_str(g, at->ints[k], dim, sizeof dim));
-        else put(t, "%s%lld", k ? ", " : "", (long long)at->ints[k]);
+          core_text_put(t, "%s%s", k ? ", " : "", ir_dim_str(g, at->ints[k], dim, sizeof dim));
+        else core_text_put(t, "%s%lld", k ? ", " : "", (long long)at->ints[k]);
       }
-      put(t, "]");
+      core_text_put(t, "]");
     }
-    if (i == a->n - 1) put(t, "}");
+    if (i == a->n - 1) core_text_put(t, "}");
   }
 }
 
@@ -74,74 +40,74 @@ static const char *kind_names[] = {"input", "param", "const", "node"};
 loom_status_t loom_graph_print(const loom_graph_t *g, char **out) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(out);
-  text_t t = {0};
+  core_text_t t = {0};
   char ty[256];
-  put(&t, "graph {\n");
+  core_text_put(&t, "graph {\n");
   for (int64_t v = 0; v < g->n_values; v++) {
     const ir_value_t *val = &g->values[v];
     if (val->kind == IR_VALUE_NODE) continue;
-    put(&t, "  %s ", kind_names[val->kind]);
+    core_text_put(&t, "  %s ", kind_names[val->kind]);
     put_value(&t, g, (int32_t)v);
-    put(&t, ": %s\n", ir_type_str(g, &val->type, ty, sizeof ty));
+    core_text_put(&t, ": %s\n", ir_type_str(g, &val->type, ty, sizeof ty));
   }
   for (int64_t i = 0; i < g->n_nodes; i++) {
     const ir_node_t *n = &g->nodes[i];
-    put(&t, "  ");
+    core_text_put(&t, "  ");
     for (int k = 0; k < n->n_out; k++) {
-      put(&t, "%s", k ? ", " : "");
+      core_text_put(&t, "%s", k ? ", " : "");
       put_value(&t, g, n->out[k]);
-      put(&t, ": %s", ir_type_str(g, &g->values[n->out[k]].type, ty, sizeof ty));
+      core_text_put(&t, ": %s", ir_type_str(g, &g->values[n->out[k]].type, ty, sizeof ty));
     }
-    put(&t, "%s%s(", n->n_out ? " = " : "", ir_ops[n->op].name);
+    core_text_put(&t, "%s%s(", n->n_out ? " = " : "", ir_ops[n->op].name);
     for (int k = 0; k < n->n_in; k++) {
-      put(&t, "%s", k ? ", " : "");
+      core_text_put(&t, "%s", k ? ", " : "");
       put_value(&t, g, n->in[k]);
     }
-    put(&t, ")");
+    core_text_put(&t, ")");
     put_attrs(&t, g, &n->attrs);
-    put(&t, "\n");
+    core_text_put(&t, "\n");
   }
-  put(&t, "  return");
+  core_text_put(&t, "  return");
   for (int64_t i = 0; i < g->n_outputs; i++) {
-    put(&t, "%s", i ? ", " : " ");
+    core_text_put(&t, "%s", i ? ", " : " ");
     put_value(&t, g, g->outputs[i]);
   }
-  put(&t, "\n}\n");
-  return finish(&t, out);
+  core_text_put(&t, "\n}\n");
+  return core_text_take(&t, "printing a graph", out);
 }
 
 loom_status_t loom_graph_dot(const loom_graph_t *g, char **out) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(out);
-  text_t t = {0};
+  core_text_t t = {0};
   char ty[256];
-  put(&t, "digraph loom {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
+  core_text_put(&t, "digraph loom {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
   for (int64_t v = 0; v < g->n_values; v++) {
     const ir_value_t *val = &g->values[v];
     if (val->kind == IR_VALUE_NODE) continue;
-    put(&t, "  v%lld [shape=ellipse, label=\"%s %s\\n%s\"];\n", (long long)v,
+    core_text_put(&t, "  v%lld [shape=ellipse, label=\"%s %s\\n%s\"];\n", (long long)v,
         kind_names[val->kind], val->name ? val->name : "",
         ir_type_str(g, &val->type, ty, sizeof ty));
   }
   for (int64_t i = 0; i < g->n_nodes; i++) {
     const ir_node_t *n = &g->nodes[i];
-    put(&t, "  n%lld [shape=box, label=\"%s\"];\n", (long long)i, ir_ops[n->op].name);
+    core_text_put(&t, "  n%lld [shape=box, label=\"%s\"];\n", (long long)i, ir_ops[n->op].name);
     for (int k = 0; k < n->n_in; k++) {
       const ir_value_t *src = &g->values[n->in[k]];
       if (src->kind == IR_VALUE_NODE)
-        put(&t, "  n%d -> n%lld [label=\"%s\"];\n", src->node, (long long)i,
+        core_text_put(&t, "  n%d -> n%lld [label=\"%s\"];\n", src->node, (long long)i,
             ir_type_str(g, &src->type, ty, sizeof ty));
-      else put(&t, "  v%d -> n%lld;\n", n->in[k], (long long)i);
+      else core_text_put(&t, "  v%d -> n%lld;\n", n->in[k], (long long)i);
     }
   }
   for (int64_t i = 0; i < g->n_outputs; i++) {
     const ir_value_t *val = &g->values[g->outputs[i]];
-    put(&t, "  out%lld [shape=doublecircle, label=\"out %lld\"];\n", (long long)i, (long long)i);
-    if (val->kind == IR_VALUE_NODE) put(&t, "  n%d -> out%lld;\n", val->node, (long long)i);
-    else put(&t, "  v%d -> out%lld;\n", g->outputs[i], (long long)i);
+    core_text_put(&t, "  out%lld [shape=doublecircle, label=\"out %lld\"];\n", (long long)i, (long long)i);
+    if (val->kind == IR_VALUE_NODE) core_text_put(&t, "  n%d -> out%lld;\n", val->node, (long long)i);
+    else core_text_put(&t, "  v%d -> out%lld;\n", g->outputs[i], (long long)i);
   }
-  put(&t, "}\n");
-  return finish(&t, out);
+  core_text_put(&t, "}\n");
+  return core_text_take(&t, "printing a graph", out);
 }
 
 void loom_free(void *p) { core_free(p); }

@@ -10,13 +10,13 @@
  * A join is legal only if no path leaves the group and comes back to it
  * through another group: that keeps the groups a DAG, so step 3 always
  * finds an order. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
+#include "core/text.h"
 #include "passes/fuse.h"
 
 /* A group while it is being built. */
@@ -703,35 +703,10 @@ void fuse_plan_free(fuse_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
 }
 
-/* A growing string; `failed` sticks after an allocation failure. */
-typedef struct text {
-  char *s;
-  int64_t len, cap;
-  bool failed;
-} text_t;
-
-static void put(text_t *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void put(text_t *t, const char *fmt, ...) {
-  if (t->failed) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (core_grow((void **)&t->s, &t->cap, t->len + n + 1, 1) != LOOM_OK) {
-    t->failed = true;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->s + t->len, (size_t)(t->cap - t->len), fmt, ap);
-  va_end(ap);
-  t->len += n;
-}
-
-static void put_values(text_t *t, const char *label, const int32_t *v, int n) {
-  put(t, " %s:", label);
-  if (n == 0) put(t, " -");
-  for (int i = 0; i < n; i++) put(t, " %%%d", v[i]);
+static void put_values(core_text_t *t, const char *label, const int32_t *v, int n) {
+  core_text_put(t, " %s:", label);
+  if (n == 0) core_text_put(t, " -");
+  for (int i = 0; i < n; i++) core_text_put(t, " %%%d", v[i]);
 }
 
 loom_status_t fuse_plan_describe(const loom_graph_t *g, const fuse_plan_t *plan,
@@ -740,22 +715,17 @@ loom_status_t fuse_plan_describe(const loom_graph_t *g, const fuse_plan_t *plan,
   *out = NULL;
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(plan);
-  text_t t = {0};
-  put(&t, "%s", "");
+  core_text_t t = {0};
+  core_text_put(&t, "%s", "");
   for (int i = 0; i < plan->n_groups; i++) {
     const fuse_group_t *grp = &plan->groups[i];
-    put(&t, "g%d %s [", i, fuse_kind_name(grp->kind));
+    core_text_put(&t, "g%d %s [", i, fuse_kind_name(grp->kind));
     for (int j = 0; j < grp->n_nodes; j++)
-      put(&t, "%s%s", j ? ", " : "", ir_ops[g->nodes[grp->nodes[j]].op].name);
-    put(&t, "]");
+      core_text_put(&t, "%s%s", j ? ", " : "", ir_ops[g->nodes[grp->nodes[j]].op].name);
+    core_text_put(&t, "]");
     put_values(&t, "in", grp->inputs, grp->n_inputs);
     put_values(&t, "out", grp->outputs, grp->n_outputs);
-    put(&t, "\n");
+    core_text_put(&t, "\n");
   }
-  if (t.failed || !t.s) {
-    core_free(t.s);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory describing a fusion plan");
-  }
-  *out = t.s;
-  return LOOM_OK;
+  return core_text_take(&t, "describing a fusion plan", out);
 }
