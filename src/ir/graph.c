@@ -16,8 +16,8 @@ loom_status_t loom_graph_create(loom_graph_t **out) {
   return LOOM_OK;
 }
 
-void loom_graph_destroy(loom_graph_t *g) {
-  if (!g) return;
+/* Frees what values, nodes and expressions own, leaving the arrays. */
+static void release_contents(loom_graph_t *g) {
   for (int64_t i = 0; i < g->n_values; i++) {
     core_free(g->values[i].name);
     if (!g->values[i].borrowed) loom_tensor_destroy(g->values[i].data);
@@ -27,6 +27,18 @@ void loom_graph_destroy(loom_graph_t *g) {
     core_free(g->nodes[i].out);
   }
   for (int64_t i = 0; i < g->n_exprs; i++) core_free(g->exprs[i].name);
+}
+
+void ir_graph_reset(loom_graph_t *g) {
+  release_contents(g);
+  g->n_values = g->n_nodes = g->n_inputs = g->n_params = g->n_outputs = 0;
+  g->n_exprs = 0;
+  g->n_symbols = g->n_fresh = 0;
+}
+
+void loom_graph_destroy(loom_graph_t *g) {
+  if (!g) return;
+  release_contents(g);
   core_free(g->values);
   core_free(g->nodes);
   core_free(g->inputs);
@@ -306,6 +318,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   }
   g->nodes[g->n_nodes++] = node;
   if (out) memcpy(out, node.out, sizeof(int32_t) * (size_t)n_out);
+  if (g->hook.node_added) return g->hook.node_added(g->hook.ctx, g, node_id);
   return LOOM_OK;
 }
 

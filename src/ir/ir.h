@@ -179,6 +179,14 @@ typedef struct ir_node {
   ir_attrs_t attrs;
 } ir_node_t;
 
+/* Called after each node is added (the tracer records through it). A
+ * non-OK return makes the builder call fail with that status; the node
+ * stays in the graph. */
+typedef struct ir_hook {
+  loom_status_t (*node_added)(void *ctx, loom_graph_t *g, int32_t node);
+  void *ctx;
+} ir_hook_t;
+
 struct loom_graph {
   ir_value_t *values;
   int64_t n_values, cap_values;
@@ -190,7 +198,12 @@ struct loom_graph {
   int64_t n_exprs, cap_exprs;
   int n_symbols;
   int n_fresh; /* fresh symbols made so far, for unique names */
+  ir_hook_t hook; /* node_added NULL: none */
 };
+
+/* Empties g (values, nodes, symbols) but keeps its allocations, so that a
+ * trace refilled every step does not allocate again. The hook stays. */
+void ir_graph_reset(loom_graph_t *g);
 
 /* Shape-rule context: the input types and attributes of a node being
  * built; the rule fills out[0..n_out-1]. */

@@ -1,0 +1,211 @@
+/* Loom: tracing dynamic programs.
+ *
+ * A trace is a graph under construction that eager-looking C code fills
+ * with the builders of ops.h: each call records a node and returns its
+ * value at once, with its shape; nothing runs yet. Values become real
+ * only where the program needs them, and there the trace is cut into a
+ * segment:
+ *   - the program reads a value's data or a scalar (loom_trace_read,
+ *     loom_trace_scalar; a scalar read to branch on joins the path
+ *     signature), or asks for a sync;
+ *   - an op whose output shape depends on data (nonzero, ...) is
+ *     recorded: it runs eagerly, and its output's size becomes known;
+ *   - a host callback (a user's C op) runs on real tensors.
+ * Each segment is looked up in the trace's cache under its GraphKey =
+ * (structure hash, input shapes and dtypes under the shape policy, path
+ * signature): a hit replays a compiled executable, a miss compiles one
+ * (or interprets while a background worker compiles, when tiered). A
+ * segment that cannot be compiled runs in the interpreter, with the same
+ * results. Values recorded before a cut stay usable after it.
+ *
+ * A step (one iteration of the user's loop) ends with loom_trace_step_end,
+ * which releases the step's values; the cache lives on.
+ *
+ * Training: parameters are entered with loom_trace_param; after
+ * loom_trace_backward(loss) each parameter's gradient is available. Every
+ * segment compiled for training carries its backward, and the values the
+ * backward needs are kept per invocation of the segment. */
+#ifndef LOOM_TRACE_H
+#define LOOM_TRACE_H
+
+#include "loom/loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_trace loom_trace_t;
+
+/* ---- Shape policies ------------------------------------------------------
+ * How a dim of an input enters the GraphKey. */
+typedef enum loom_dim_policy_kind {
+  LOOM_DIM_EXACT,    /* one executable per size (the default) */
+  LOOM_DIM_BUCKET,   /* padded up to a bucket; padding masked, outputs sliced */
+  LOOM_DIM_SYMBOLIC, /* one executable for every size */
+  LOOM_DIM_AUTO,     /* exact, until auto_after distinct sizes: then symbolic */
+} loom_dim_policy_kind_t;
+
+#define LOOM_MAX_BUCKETS 16
+
+typedef struct loom_dim_policy {
+  loom_dim_policy_kind_t kind;
+  /* LOOM_DIM_BUCKET: ascending bucket sizes; n_buckets 0: powers of two.
+   * A size above the largest bucket is its own bucket. */
+  int n_buckets;
+  int64_t buckets[LOOM_MAX_BUCKETS];
+  int auto_after; /* LOOM_DIM_AUTO: 0 means 4 */
+  /* LOOM_DIM_BUCKET, optional profile (as TensorRT's min/opt/max): when
+   * profile_max > 0, the first time a segment sees this input, every
+   * bucket covering [profile_min, profile_max] is compiled ahead of time
+   * by the cache's workers, the bucket of profile_opt first. */
+  int64_t profile_min, profile_opt, profile_max;
+} loom_dim_policy_t;
+
+/* ---- The executable cache ------------------------------------------------
+ * Compiled segments keyed by GraphKey, bounded by a byte budget (least
+ * recently used entries are evicted), safe to share between traces on
+ * several threads. Its workers compile speculatively: the next bucket up
+ * from a size just seen, and declared profiles. A miss never blocks a
+ * hit, and two requests for one key never compile twice. */
+typedef struct loom_cache loom_cache_t;
+
+/* budget_bytes 0: 1 GiB. spec_workers: background compile threads. */
+loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers,
+                                loom_cache_t **out);
+/* Waits for the workers; no trace may still use the cache. */
+void loom_cache_destroy(loom_cache_t *c);
+
+typedef struct loom_cache_stats {
+  int64_t hits, misses;    /* lookups */
+  int64_t compiles;        /* executables built (speculative ones included) */
+  int64_t spec_compiles;   /* built ahead of need by the workers */
+  int64_t failed_compiles; /* segments left to the interpreter */
+  int64_t evictions;
+  int64_t entries, bytes;  /* now */
+  double compile_ms;       /* total time spent compiling */
+} loom_cache_stats_t;
+loom_status_t loom_cache_get_stats(const loom_cache_t *c,
+                                   loom_cache_stats_t *out);
+
+/* ---- Traces --------------------------------------------------------------- */
+
+typedef struct loom_trace_options {
+  int compile;     /* 1: compile segments; 0: interpret every segment */
+  int tiered;      /* 1: a miss interprets while a worker compiles */
+  int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
+  int recompile_limit; /* per call site; past it, interpret and warn; 0: 8 */
+  /* A cache shared with other traces (borrowed), or NULL: the trace makes
+   * its own with cache_bytes and spec_workers. */
+  loom_cache_t *cache;
+  int64_t cache_bytes;
+  int spec_workers;
+} loom_trace_options_t;
+
+/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker. */
+void loom_trace_options_init(loom_trace_options_t *o);
+
+loom_status_t loom_trace_create(const loom_trace_options_t *o,
+                                loom_trace_t **out);
+void loom_trace_destroy(loom_trace_t *t);
+
+/* The graph that ops record into: give it to the builders of ops.h. Its
+ * values are valid until loom_trace_step_end. */
+loom_graph_t *loom_trace_graph(loom_trace_t *t);
+
+/* Enters x (borrowed, not copied: it must stay unchanged until the step
+ * ends). policies: one per dim of x, or NULL for exact. */
+loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
+                               const loom_dim_policy_t *policies,
+                               loom_value_t *out);
+/* Enters a parameter: persistent storage whose gradient
+ * loom_trace_backward collects. Borrowed; the same tensor is the same
+ * parameter in every step. */
+loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
+                               loom_value_t *out);
+
+/* Makes v real: *out is a tensor owned by the trace until the step ends. */
+loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
+                              const loom_tensor_t **out);
+/* Makes v (one element) real and returns it as a double; the value joins
+ * the path signature, so later segments are keyed by it. */
+loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v,
+                                double *out);
+/* Adds a host decision (a branch taken, a loop count) to the path
+ * signature without reading a value. */
+loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);
+/* Runs everything recorded so far. */
+loom_status_t loom_trace_sync(loom_trace_t *t);
+
+/* ---- Host callbacks ------------------------------------------------------
+ * A user's C op: forward fills outputs (allocated by the trace with the
+ * declared types) from inputs. backward (may be NULL: not
+ * differentiable) receives the inputs, the outputs' gradients and fills
+ * the inputs' gradients (zeroed tensors of the inputs' types). A non-OK
+ * return stops the run with that status. */
+typedef loom_status_t (*loom_host_fn_t)(void *user, int n_in,
+                                        const loom_tensor_t *const *in,
+                                        int n_out, loom_tensor_t *const *out);
+typedef struct loom_host_op {
+  const char *name;
+  loom_host_fn_t forward;
+  /* in: the n inputs, then the n_out output gradients; out: n input
+   * gradients. */
+  loom_host_fn_t backward;
+  void *user;
+} loom_host_op_t;
+
+/* Records a call of op: a cut before it, then op->forward on real
+ * tensors. Output i has dtypes[i], ranks[i] and shapes[i]. */
+loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
+                              int n_in, const loom_value_t *in, int n_out,
+                              const loom_dtype_t *dtypes, const int *ranks,
+                              const int64_t *const *shapes,
+                              loom_value_t *out);
+
+/* ---- Training ------------------------------------------------------------ */
+
+/* Back-propagates from loss (a float scalar) through every segment of
+ * the step, in reverse order, eager pieces and host callbacks included.
+ * Gradients accumulate over calls within a step. */
+loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
+/* The gradient of parameter p accumulated in this step (owned by the
+ * trace until the step ends; zeros if loss does not depend on p). */
+loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
+                              const loom_tensor_t **out);
+/* One AdamW step (as loom_adamw) over every parameter entered so far,
+ * with their step's gradients, as one cached executable; moments live in
+ * the trace. */
+loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
+                               double beta2, double eps,
+                               double weight_decay);
+
+/* Ends the step: runs what is pending, releases the step's values,
+ * tensors and gradients. */
+loom_status_t loom_trace_step_end(loom_trace_t *t);
+
+/* ---- Statistics ---------------------------------------------------------- */
+
+/* This trace's counters; cache holds its cache's (shared) counters. */
+typedef struct loom_trace_stats {
+  int64_t recorded_ops; /* nodes recorded */
+  int64_t segments;     /* segments run */
+  int64_t hits, misses; /* this trace's lookups */
+  int64_t interpreted;  /* segments run by the interpreter */
+  int64_t eager_ops;    /* data-dependent ops run eagerly */
+  int64_t callbacks;    /* host callbacks run */
+  int64_t breaks;       /* cuts other than at the end of a step */
+  int64_t recompiles;   /* misses on a call site seen before */
+  loom_cache_stats_t cache;
+} loom_trace_stats_t;
+loom_status_t loom_trace_get_stats(const loom_trace_t *t,
+                                   loom_trace_stats_t *out);
+/* A report: cache entries, graph breaks with their reasons, recompiles
+ * with the part of the key that differed. The caller frees it with
+ * loom_free. */
+loom_status_t loom_trace_explain(const loom_trace_t *t, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,93 @@
+/* The executable cache behind loom_cache_t: compiled segments keyed by
+ * GraphKey, bounded by bytes (LRU), shared between threads, with
+ * background workers that compile speculatively.
+ *
+ * An entry owns its graph and its executable. A lookup that hits takes a
+ * reference (rt_entry_release gives it back), so an eviction never frees
+ * an executable that another thread is running. While a key is being
+ * compiled its entry is "pending": a second request for the key never
+ * starts a second compile; it waits (rt_cache_get with wait) or is told
+ * to interpret (without wait). */
+#ifndef LOOM_RUNTIME_CACHE_H
+#define LOOM_RUNTIME_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/trace.h"
+
+/* One input of a key: its dtype and dims as the shape policy sees them
+ * (a symbolic dim is RT_DIM_ANY; a bucketed dim is its bucket). */
+#define RT_DIM_ANY (-1)
+
+typedef struct rt_key_input {
+  loom_dtype_t dtype;
+  int rank;
+  int64_t dims[LOOM_MAX_RANK];
+} rt_key_input_t;
+
+/* GraphKey = (structure, input types under the policy, path signature).
+ * site names where the segment comes from (for the recompile limit and
+ * the reasons: misses with the same site are recompiles). hash combines
+ * everything and is what the table indexes. */
+typedef struct rt_key {
+  uint64_t structure;
+  uint64_t path;
+  uint64_t site;
+  int n_inputs;
+  const rt_key_input_t *inputs; /* copied by the cache on insert */
+  uint64_t hash;                /* rt_key_finish fills it */
+} rt_key_t;
+
+/* Fills key->hash from the other fields. */
+void rt_key_finish(rt_key_t *key);
+
+typedef struct rt_cache_entry rt_entry_t;
+
+/* Builds the graph to compile for a key, on the calling thread or on a
+ * worker: *graph becomes the entry's (the cache destroys it with the
+ * entry). options are the compile options to use. ctx is the builder's;
+ * free_ctx (may be NULL) is called once the cache is done with it. */
+typedef struct rt_builder {
+  loom_status_t (*build)(void *ctx, loom_graph_t **graph,
+                         loom_compile_options_t *options);
+  void (*free_ctx)(void *ctx);
+  void *ctx;
+} rt_builder_t;
+
+/* The reference-holding lookup: a ready entry for key, or NULL. Counts a
+ * hit or, when NULL, nothing (rt_cache_get counts the miss). */
+rt_entry_t *rt_cache_lookup(loom_cache_t *c, const rt_key_t *key);
+
+typedef enum rt_get_result {
+  RT_READY,     /* *out is a ready entry (a reference is held) */
+  RT_PENDING,   /* another thread compiles it; not waited for */
+  RT_FAILED,    /* the compile failed: interpret (the failure is cached) */
+  RT_OVER_LIMIT /* the site passed its recompile limit: interpret */
+} rt_get_result_t;
+
+/* Lookup, and on a miss compile with builder (on this thread when wait,
+ * else by a worker while the caller interprets). A miss logs its reason
+ * under LOOM_LOG=recompiles: the part of the key that differed from the
+ * nearest entry of the same site. recompile_limit 0: none. */
+loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key,
+                           const rt_builder_t *builder, bool wait,
+                           int recompile_limit, rt_get_result_t *result,
+                           rt_entry_t **out);
+
+/* Queues a speculative compile of key (nothing if present or pending). */
+loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
+                                 const rt_builder_t *builder);
+
+/* Waits until no worker has queued or running work (tests). */
+void rt_cache_drain(loom_cache_t *c);
+
+loom_executable_t *rt_entry_executable(rt_entry_t *e);
+loom_graph_t *rt_entry_graph(rt_entry_t *e);
+void rt_entry_release(loom_cache_t *c, rt_entry_t *e);
+
+/* Appends the cache's entries and recent recompile reasons to text. */
+struct core_text;
+loom_status_t rt_cache_describe(const loom_cache_t *c, struct core_text *text);
+
+#endif
