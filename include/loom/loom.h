@@ -210,6 +210,16 @@ typedef struct loom_compile_options {
   int n_symbols;
   const char *const *symbol_names;
   const int64_t *symbol_values;
+  /* 1: symbols given no value above stay symbolic: the executable accepts
+   * every size for them (read from the inputs at each run), the generated
+   * code loops over runtime sizes, and the memory plan is redone when the
+   * sizes change. 0: every symbol must be known at compile time. */
+  int dynamic_symbols;
+  /* 1: parameters that the graph never assigns are frozen as constants
+   * (as torch.jit.freeze does): the executable may prepare them once
+   * (pack weight matrices), so later writes to their storage are not
+   * seen. 0: parameters are read at every run. */
+  int freeze_params;
 } loom_compile_options_t;
 
 /* Fills the defaults: fusion, passes and the C compiler on, threads 0. */

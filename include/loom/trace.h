@@ -49,6 +49,11 @@ typedef enum loom_dim_policy_kind {
 
 typedef struct loom_dim_policy {
   loom_dim_policy_kind_t kind;
+  /* The dim's symbol in the trace graph (dims of any inputs that share a
+   * name have one size, and ops see them as equal); NULL: a fresh symbol
+   * for this dim alone. Ignored for LOOM_DIM_EXACT, which keeps the
+   * dim a constant. */
+  const char *name;
   /* LOOM_DIM_BUCKET: ascending bucket sizes; n_buckets 0: powers of two.
    * A size above the largest bucket is its own bucket. */
   int n_buckets;
@@ -99,6 +104,9 @@ typedef struct loom_trace_options {
   loom_cache_t *cache;
   int64_t cache_bytes;
   int spec_workers;
+  /* Policy of sizes that data decides (the count of nonzero, ...):
+   * default exact. */
+  loom_dim_policy_t data_dims;
 } loom_trace_options_t;
 
 /* Defaults: compile on, tiered off, own cache of 1 GiB, one worker. */
@@ -122,6 +130,11 @@ loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
  * parameter in every step. */
 loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
                                loom_value_t *out);
+
+/* v's shape in this step (symbolic dims evaluated); shape has room for
+ * LOOM_MAX_RANK dims. Runs nothing. */
+loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
+                               int *rank, int64_t *shape);
 
 /* Makes v real: *out is a tensor owned by the trace until the step ends. */
 loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
@@ -195,6 +208,7 @@ typedef struct loom_trace_stats {
   int64_t callbacks;    /* host callbacks run */
   int64_t breaks;       /* cuts other than at the end of a step */
   int64_t recompiles;   /* misses on a call site seen before */
+  int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
 } loom_trace_stats_t;
 loom_status_t loom_trace_get_stats(const loom_trace_t *t,
