@@ -1,0 +1,65 @@
+/* The dynamic workloads (issue 5's examples): an LSTM over sequences of
+ * varying length, a mixture of experts with top-2 routing, a GCN over
+ * random graphs, and a TreeLSTM over random binary trees. Each trains
+ * through a trace (include/loom/trace.h): host C code drives the model,
+ * the trace cuts it into segments, and the cache compiles each segment
+ * once per key. The same workloads in PyTorch eager are
+ * bench/peers/torch_dynamic.py: data, sizes and initial weights come from
+ * model_init_value streams with the same names on both sides, so the two
+ * see the same steps and start from the same losses. */
+#ifndef LOOM_EXAMPLES_DYNAMIC_H
+#define LOOM_EXAMPLES_DYNAMIC_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "loom/loom.h"
+#include "loom/trace.h"
+
+typedef struct dyn_config {
+  int threads;                   /* 0: LOOM_NUM_THREADS */
+  loom_dim_policy_kind_t policy; /* of the workload's varying dims */
+  int compile;                   /* 0: every segment interpreted */
+  int tiered;
+  int form; /* treelstm: 0 one segment per node type, 1 level batching */
+  int every; /* print the loss every `every` steps to log (0: never) */
+  FILE *log;
+} dyn_config_t;
+
+typedef struct dyn_result {
+  double items_per_s;     /* over the steps after warm-up */
+  double first_loss, last_loss;
+  double seconds;         /* of the timed steps */
+  loom_trace_stats_t stats;
+} dyn_result_t;
+
+typedef loom_status_t (*dyn_run_fn)(const dyn_config_t *c, int warmup,
+                                    int steps, dyn_result_t *out);
+
+/* Trains `warmup + steps` steps (step k draws batch k). */
+loom_status_t dyn_lstm_run(const dyn_config_t *c, int warmup, int steps,
+                           dyn_result_t *out);
+loom_status_t dyn_moe_run(const dyn_config_t *c, int warmup, int steps,
+                          dyn_result_t *out);
+loom_status_t dyn_gnn_run(const dyn_config_t *c, int warmup, int steps,
+                          dyn_result_t *out);
+loom_status_t dyn_treelstm_run(const dyn_config_t *c, int warmup, int steps,
+                               dyn_result_t *out);
+
+/* ---- Shared data (data.c) ------------------------------------------------ */
+
+/* Value i of stream name in lo..hi (randint in torch_dynamic.py). */
+int64_t dyn_randint(const char *name, int64_t i, int64_t lo, int64_t hi);
+/* n values of stream name, uniform in [-bound, bound), into a new f32
+ * tensor of the given shape. */
+loom_status_t dyn_values(const char *name, double bound, int rank,
+                         const int64_t *shape, loom_tensor_t **out);
+/* "prefix.k" style names: snprintf into a static-size buffer. */
+const char *dyn_name(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prints "step K loss L" lines and the final statistics line every
+ * example shares: items/s, hits, misses, compiles, compile time. */
+void dyn_print_stats(FILE *f, const char *what, const dyn_result_t *r);
+
+#endif
