@@ -82,6 +82,16 @@ loom_graph_t *bench_build_model(const bench_model_t *m) {
   return g;
 }
 
+int bench_peers_wanted(void) {
+  const char *v = getenv("LOOM_BENCH_PEERS");
+  return !v || strcmp(v, "0") != 0;
+}
+
+int bench_threads_wanted(int threads) {
+  const char *v = getenv("LOOM_BENCH_THREADS");
+  return !v || !*v || atoi(v) == threads;
+}
+
 loom_compile_options_t bench_options(int fusion, int threads) {
   loom_compile_options_t o;
   loom_compile_options_init(&o);

@@ -46,6 +46,10 @@ extern const int bench_n_models;
 /* A new graph holding model m with its logits as the output. */
 loom_graph_t *bench_build_model(const bench_model_t *m);
 
+/* LOOM_BENCH_PEERS=0: run Loom alone; LOOM_BENCH_THREADS=N: only N. */
+int bench_peers_wanted(void);
+int bench_threads_wanted(int threads);
+
 /* Compile options with fusion on or off and the given thread count. */
 loom_compile_options_t bench_options(int fusion, int threads);
 

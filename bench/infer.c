@@ -1,8 +1,12 @@
 /* bench infer: inference time of the example models, compiled by Loom, in
  * PyTorch (eager and TorchScript) and in ONNX Runtime, measured in the same
- * run at 1 and 2 threads. Ratios are peer_ms / loom_ms (> 1: Loom faster).
+ * run at 1 and 2 threads. Loom compiles with freeze_params (weights packed
+ * once), as TorchScript runs torch.jit.freeze'd and ONNX Runtime treats
+ * initializers as constants. Ratios are peer_ms / loom_ms (> 1: Loom faster).
  * A peer that is not installed prints null, with a note on stderr.
- *   bench_infer BENCH_DIR [MODEL...] */
+ *   bench_infer BENCH_DIR [MODEL...]
+ * LOOM_BENCH_PEERS=0 skips the peers (null), LOOM_BENCH_THREADS=N measures
+ * only N threads: for profiling Loom alone. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +43,8 @@ static void run_compiled(void *arg) {
 static double loom_ms(loom_graph_t *g, loom_tensor_t *in, int threads,
                       loom_tensor_t **logits) {
   loom_compile_options_t o = bench_options(1, threads);
+  /* Weights frozen, as the TorchScript peer's torch.jit.freeze does. */
+  o.freeze_params = 1;
   run_ctx_t c = {.in = in};
   if (loom_compile(g, &o, &c.e) != LOOM_OK) {
     fprintf(stderr, "bench infer: compile failed: %s\n", loom_last_error());
@@ -161,9 +167,10 @@ static void bench_model(const char *bench_dir, const bench_model_t *m) {
   for (int i = 0; i <= MAX_THREADS; i++) t.loom[i] = t.eager[i] = t.script[i] = t.ort[i] = NAN;
   loom_graph_t *g = bench_build_model(m);
   loom_tensor_t *in = bench_input(m->rank, m->shape), *logits = NULL;
-  for (int th = 1; th <= MAX_THREADS; th++) t.loom[th] = loom_ms(g, in, th, &logits);
+  for (int th = 1; th <= MAX_THREADS; th++)
+    if (bench_threads_wanted(th)) t.loom[th] = loom_ms(g, in, th, &logits);
   char dir[] = "/tmp/loom-bench-infer-XXXXXX", cmd[64];
-  if (mkdtemp(dir)) {
+  if (bench_peers_wanted() && mkdtemp(dir)) {
     torch_peer(bench_dir, dir, m->name, &t);
     ort_peer(bench_dir, dir, m, &t);
     compare_logits(dir, m->name, logits);

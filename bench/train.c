@@ -5,7 +5,9 @@
  * docs/training.md for what peak_bytes and torch_peak_bytes count.
  * A model that does not build, compile or train prints what failed on
  * stderr and null for its numbers.
- *   bench_train BENCH_DIR [MODEL...] */
+ *   bench_train BENCH_DIR [MODEL...]
+ * LOOM_BENCH_PEERS=0 skips PyTorch (null), LOOM_BENCH_THREADS=N measures
+ * only N threads: for profiling Loom alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +164,7 @@ static result_t loom_train(loom_graph_t *g, const model_params_t *p,
 static result_t torch_train(const char *bench_dir, const char *model, int threads) {
   result_t r = {NAN, NAN, NAN};
   char cmd[8192];
+  if (!bench_peers_wanted()) return r;
   if (system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") != 0) {
     fprintf(stderr, "bench train: PyTorch is not installed (bench/setup.sh): null\n");
     return r;
@@ -213,6 +216,8 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
     fprintf(stderr, "bench train: %s: the step does not build: %s\n", m->name,
             loom_last_error());
   for (int th = 1; th <= MAX_THREADS; th++) {
+    loom[th] = torch[th] = (result_t){NAN, NAN, NAN};
+    if (!bench_threads_wanted(th)) continue;
     loom[th] = built ? loom_train(g, p, in, th) : (result_t){NAN, NAN, NAN};
     torch[th] = torch_train(bench_dir, m->name, th);
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, then builds and runs the whole test suite twice: optimized
 # (with the NumPy conformance run), then under AddressSanitizer and
-# UndefinedBehaviorSanitizer.
+# UndefinedBehaviorSanitizer; then the tests of code shared between
+# threads once more under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,3 +19,11 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
 scripts/build.sh asan
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
+
+# Tests that share caches or traces between threads (add new ones here).
+tsan_tests=()
+for t in test_cache test_trace; do [ -f "tests/$t.c" ] && tsan_tests+=("$t"); done
+echo "== ThreadSanitizer build (${tsan_tests[*]}) =="
+scripts/build.sh tsan "${tsan_tests[@]}"
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../scripts/tsan.supp" \
+  ctest --output-on-failure -j "$jobs" -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$")

@@ -91,7 +91,7 @@ static void check_gemm(const shape_t *s, core_pool_t *pool) {
                  calloc((size_t)(s->batch * s->m * s->n + 1), sizeof(int)), 0};
   loom_abi_gemm_t d = {s->m, s->n, s->k, s->batch, a, lda, sa, s->ta,
                        b, ldb, sb, s->tb, c, ldc, sc,
-                       s->epilogue ? count_epilogue : NULL, &k};
+                       s->epilogue ? count_epilogue : NULL, &k, NULL};
   kern_gemm_f32(&d, pool);
   int wrong = 0, padding = 0, counts = 0;
   for (int64_t bi = 0; bi < s->batch; bi++)
@@ -173,7 +173,7 @@ static void gemm_repeatable(void) {
   int64_t m = 50, n = 60, k = 70;
   float *a = random_floats(m * k), *b = random_floats(k * n);
   float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
-  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL};
+  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL, NULL};
   kern_gemm_f32(&d, NULL);
   d.c = c2;
   for (int r = 0; r < 3; r++) kern_gemm_f32(&d, NULL);

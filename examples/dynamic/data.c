@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdarg.h>
 
+#include "core/status.h"
 #include "dynamic.h"
 #include "models.h"
 
@@ -27,6 +28,23 @@ const char *dyn_name(char *buf, size_t size, const char *fmt, ...) {
   vsnprintf(buf, size, fmt, ap);
   va_end(ap);
   return buf;
+}
+
+loom_status_t dyn_copy_params(const dyn_config_t *c, int n,
+                              loom_tensor_t *const *params, dyn_result_t *out) {
+  out->n_params = 0;
+  if (!c->params) return LOOM_OK;
+  for (int i = 0; i < n; i++) {
+    int64_t k = loom_tensor_numel(params[i]);
+    if (out->n_params + k > c->params_cap)
+      return loom_fail(LOOM_ERR_INVALID, "dyn_copy_params: %lld floats do not fit "
+                       "in params_cap %lld", (long long)(out->n_params + k),
+                       (long long)c->params_cap);
+    LOOM_TRY(loom_tensor_read(params[i], c->params + out->n_params,
+                              (size_t)k * sizeof(float)));
+    out->n_params += k;
+  }
+  return LOOM_OK;
 }
 
 void dyn_print_stats(FILE *f, const char *what, const dyn_result_t *r) {

@@ -24,12 +24,19 @@ typedef struct dyn_config {
   int form; /* treelstm: 0 one segment per node type, 1 level batching */
   int every; /* print the loss every `every` steps to log (0: never) */
   FILE *log;
+  double *losses; /* not NULL: gets the loss of every step (warmup + steps) */
+  /* Tests: when params is not NULL, the run copies its parameters' final
+   * values there, concatenated in the workload's order (at most
+   * params_cap floats; dyn_result_t.n_params counts them). */
+  float *params;
+  int64_t params_cap;
 } dyn_config_t;
 
 typedef struct dyn_result {
   double items_per_s;     /* over the steps after warm-up */
   double first_loss, last_loss;
   double seconds;         /* of the timed steps */
+  int64_t n_params;       /* floats copied into dyn_config_t.params */
   loom_trace_stats_t stats;
 } dyn_result_t;
 
@@ -58,8 +65,49 @@ loom_status_t dyn_values(const char *name, double bound, int rank,
 const char *dyn_name(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Copies the n tensors' values (f32) into c->params, when asked, and
+ * counts them in out->n_params. */
+loom_status_t dyn_copy_params(const dyn_config_t *c, int n,
+                              loom_tensor_t *const *params, dyn_result_t *out);
+
 /* Prints "step K loss L" lines and the final statistics line every
  * example shares: items/s, hits, misses, compiles, compile time. */
 void dyn_print_stats(FILE *f, const char *what, const dyn_result_t *r);
+
+/* ---- The shared training loop (loop.c) ----------------------------------- */
+
+/* AdamW of every workload (and of the PyTorch twins). */
+#define DYN_LR 2e-3
+#define DYN_BETA1 0.9
+#define DYN_BETA2 0.999
+#define DYN_EPS 1e-8
+#define DYN_WD 0.01
+
+/* A workload for dyn_train: batch draws batch k into self (untimed) and
+ * returns its item count; forward records step k's forward on t (entering
+ * parameters and inputs) and returns the loss value. */
+typedef struct dyn_model {
+  void *self;
+  loom_status_t (*batch)(void *self, int k, int64_t *items);
+  loom_status_t (*forward)(void *self, loom_trace_t *t, int k,
+                           loom_value_t *loss);
+} dyn_model_t;
+
+loom_dim_policy_t dyn_policy(loom_dim_policy_kind_t kind, const char *name);
+/* A trace with c's compile, tiered and threads; data_dims NULL: exact. */
+loom_status_t dyn_trace_create(const dyn_config_t *c,
+                               const loom_dim_policy_t *data_dims,
+                               loom_trace_t **out);
+/* Trains warmup + steps steps of m on t: per step the batch, the forward,
+ * the loss read, backward, AdamW (DYN_*), step end; out gets the first and
+ * last losses, the throughput of the timed steps and t's statistics. */
+loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
+                        const dyn_model_t *m, int warmup, int steps,
+                        dyn_result_t *out);
+/* The options of the example programs: --steps N, --threads T, --policy
+ * exact|bucket|symbolic|auto, --interpret, --every K, and with_form:
+ * --form node|level. */
+loom_status_t dyn_parse_args(int argc, char **argv, int with_form,
+                             dyn_config_t *c, int *steps);
 
 #endif

@@ -240,9 +240,15 @@ void loom_executable_destroy(loom_executable_t *e);
 loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs);
-/* A new zero-filled tensor fit to be bound as output i. */
+/* A new zero-filled tensor fit to be bound as output i. With runtime
+ * symbols (dynamic_symbols), outputs bind with the shapes the inputs'
+ * symbols give them: this one has the last run's shape (an error before
+ * the first run), and _for the shape these inputs give. */
 loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
                                          loom_tensor_t **out);
+loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_inputs,
+                                             loom_tensor_t *const *inputs, int i,
+                                             loom_tensor_t **out);
 
 typedef struct loom_executable_info {
   int n_nodes;          /* nodes after the pass pipeline */

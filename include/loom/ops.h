@@ -179,6 +179,33 @@ loom_status_t loom_dropout(loom_graph_t *g, loom_value_t x, loom_value_t seed, l
  * when the graph runs. */
 loom_status_t loom_nonzero(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 
+/* ---- Control flow ------------------------------------------------------------
+ * Branches and bodies are graphs of their own: a subgraph sees only its
+ * inputs (pass the outer values it needs), its symbols match the outer
+ * graph's by name, and it may not assign. g takes ownership of the
+ * subgraphs passed here, also when the call fails (they are destroyed),
+ * except one that already belongs to a graph, which is left alone; a
+ * subgraph is destroyed with its owner (loom_graph_destroy on it does
+ * nothing). Both run in the interpreter or, compiled, as executables of
+ * their subgraphs built once. */
+
+/* An absent optional input (loom_loop's max_trip or cond). */
+#define LOOM_NO_VALUE ((loom_value_t){.id = -1})
+
+/* out[0..n_out-1] = cond ? then_g(in...) : else_g(in...). cond: rank-0 bool
+ * or integer (non-zero is true). Both branches take n_in inputs typed as
+ * in[] and return n_out outputs of identical types. */
+loom_status_t loom_if(loom_graph_t *g, loom_value_t cond, loom_graph_t *then_g, loom_graph_t *else_g, int n_in, const loom_value_t *in, int n_out, loom_value_t *out);
+/* ONNX Loop. max_trip: rank-0 integer or LOOM_NO_VALUE; cond: rank-0 bool
+ * or LOOM_NO_VALUE (then the body's cond output is ignored). Iteration i
+ * runs while i < max_trip and cond holds. body inputs: (i64 iteration,
+ * bool cond, carried..., invariants...); body outputs: (bool cond,
+ * carried..., scan...), carried types equal to init's. out: the final
+ * carried values, then each scan output stacked along a new leading
+ * axis; that length is constant when max_trip is a constant and there
+ * is no cond, else known only when the graph runs. */
+loom_status_t loom_loop(loom_graph_t *g, loom_value_t max_trip, loom_value_t cond, loom_graph_t *body, int n_carried, const loom_value_t *init, int n_invariant, const loom_value_t *invariants, int n_out, loom_value_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,10 +1,15 @@
 /* Contraction groups: a matmul (through rt->gemm_f32, one call per run
- * of batch items the strides can express), a conv2d (rt->conv2d_f32) or
- * conv2d's weight gradient (rt->conv2d_weight_grad_f32),
+ * of batch items the strides can express), a conv2d (rt->conv2d_f32),
+ * conv2d's weight gradient (rt->conv2d_weight_grad_f32) or a
+ * conv_transpose2d, which is conv2d's input gradient
+ * (rt->conv2d_input_grad_f32),
  * with the group's elementwise nodes applied by a generated epilogue to
  * each finished tile while it is in cache. The epilogue sees the output
  * as batch items of rows x cols: matmul's (batch..., m, n), conv2d's
- * (image, channel, position), the weight gradient's (o, c*kh*kw). */
+ * (image, channel, position) (conv_transpose2d's too), the weight
+ * gradient's (o, c*kh*kw). */
+#include <string.h>
+
 #include "codegen/cg.h"
 #include "core/alloc.h"
 
@@ -18,6 +23,7 @@ typedef struct contract {
   cg_shape_t space; /* epilogue space: batch dims..., rows, cols */
   int n_batch;
   int n_acc;
+  bool fold_rows;   /* matmul: the batch runs as rows of one GEMM */
   int32_t *val;     /* epilogue inputs, then outputs other than c_value */
   int64_t (*stride)[LOOM_MAX_RANK];
 } contract_t;
@@ -27,11 +33,17 @@ static void contract_free(contract_t *k) {
   core_free(k->stride);
 }
 
+/* Whether the anchor writes NCHW images whose (H, W) the epilogue walks
+ * as one run of positions. */
+static bool is_image_conv(const ir_node_t *anchor) {
+  return anchor->op == IR_OP_CONV2D || anchor->op == IR_OP_CONV_TRANSPOSE2D;
+}
+
 /* The output shape as epilogue space; conv2d's (H, W) become one dim of
  * positions, which every access must walk as one. */
 static void epilogue_space(contract_t *k, const cg_shape_t *y) {
   k->space = *y;
-  if (k->anchor->op == IR_OP_CONV2D) {
+  if (is_image_conv(k->anchor)) {
     k->space.rank = 3;
     k->space.dim[2] = y->dim[2] * y->dim[3];
   } else if (k->anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) {
@@ -61,7 +73,7 @@ static bool access_strides(contract_t *k, const cg_shape_t *y, int32_t v, int64_
   cg_shape_t s;
   if (!cg_value_shape(k->c, v, &s) || !cg_broadcast_strides(&s, y, st)) return false;
   if (k->anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) return wgrad_columns(y, st);
-  if (k->anchor->op != IR_OP_CONV2D) return true;
+  if (!is_image_conv(k->anchor)) return true;
   if (st[2] != st[3] * y->dim[3]) return false;
   st[2] = st[3];
   return true;
@@ -76,7 +88,7 @@ static int32_t pick_c(const contract_t *k, const cg_shape_t *y) {
   for (int i = 0; i < k->grp->n_outputs; i++) {
     cg_shape_t s;
     int32_t v = k->grp->outputs[i];
-    if (!cg_value_shape(k->c, v, &s) || cg_numel(&s) != cg_numel(y) ||
+    if (!cg_value_shape(k->c, v, &s) || cg_numel(&s) != cg_numel(y) || s.lead != y->lead ||
         k->c->g->values[v].type.dtype != LOOM_F32)
       continue;
     if (best < 0 || k->c->g->values[v].node > k->c->g->values[best].node) best = v;
@@ -124,6 +136,11 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
   k->anchor = &c->g->nodes[a];
   k->y = k->anchor->out[0];
   *ok = grp->nodes[0] == a && cg_supports(c->g, a) && cg_value_shape(c, k->y, y);
+  /* Operands with a runtime dim other than the leading one are declined. */
+  for (int i = 0; i < k->anchor->n_in && *ok; i++) {
+    cg_shape_t s;
+    *ok = cg_value_shape(c, k->anchor->in[i], &s);
+  }
   for (int i = 1; i < grp->n_nodes && *ok; i++)
     *ok = cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
   if (!*ok) return LOOM_OK;
@@ -158,13 +175,22 @@ static void epilogue_offset(cg_buf_t *b, const contract_t *k, const int64_t *st)
   if (!any) cg_printf(b, "0");
 }
 
+/* Whether an access reads one element for the whole output. */
+static bool is_scalar_access(const contract_t *k, const int64_t *st) {
+  for (int d = 0; d < k->n_batch + 2; d++)
+    if (st[d]) return false;
+  return true;
+}
+
 static void emit_epilogue(contract_t *k) {
   cg_ctx_t *c = k->c;
   cg_buf_t *b = c->out;
   const fuse_group_t *grp = k->grp;
   cg_printf(b, "typedef struct loom_g%d_ctx {\n  void *const *slots;\n  int64_t batch0;\n"
                "} loom_g%d_ctx_t;\n\n", k->gi, k->gi);
-  cg_printf(b, "static void loom_g%d_epilogue(void *ctx, int64_t batch, float *c, "
+  /* c is restrict: no other value of the group lives in its slot (see
+   * collect_accesses), and the loop vectorizes only if GCC knows it. */
+  cg_printf(b, "static void loom_g%d_epilogue(void *ctx, int64_t batch, float *restrict c, "
                "int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {\n",
             k->gi);
   cg_line(b, 1, "const loom_g%d_ctx_t *e = (const loom_g%d_ctx_t *)ctx;\n", k->gi, k->gi);
@@ -180,7 +206,9 @@ static void emit_epilogue(contract_t *k) {
   else cg_line(b, 1, "(void)batch;\n");
   int64_t step = 1;
   for (int d = k->n_batch - 1; d >= 0; d--) {
-    if (used[d])
+    if (used[d] && d == 0 && k->space.lead) /* a runtime count: no wrap */
+      cg_line(b, 1, "const int64_t b0 = item / %lld;\n", (long long)step);
+    else if (used[d])
       cg_line(b, 1, "const int64_t b%d = item / %lld %% %lld;\n", d, (long long)step,
               (long long)k->space.dim[d]);
     step *= k->space.dim[d];
@@ -192,13 +220,21 @@ static void emit_epilogue(contract_t *k) {
   }
   if (!row) cg_line(b, 1, "(void)row0;\n");
   if (!col) cg_line(b, 1, "(void)col0;\n");
+  /* Scalars are loaded once, before the loops: a load inside them that
+   * might alias a store keeps GCC from vectorizing. */
+  for (int i = 0; i < k->n_acc; i++) {
+    if (!is_input(k, k->val[i]) || !is_scalar_access(k, k->stride[i])) continue;
+    cg_load_begin(b, 1, c->g, k->val[i]);
+    cg_printf(b, "0");
+    cg_load_end(b, c->g, k->val[i]);
+  }
   cg_line(b, 1, "for (int64_t r = 0; r < rows; r++) {\n");
   if (row) cg_line(b, 2, "const int64_t row = row0 + r;\n");
   cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
   if (col) cg_line(b, 3, "const int64_t col = col0 + j;\n");
   cg_line(b, 3, "const float v%d = c[r * ldc + j];\n", (int)k->y);
   for (int i = 0; i < k->n_acc; i++) {
-    if (!is_input(k, k->val[i])) continue;
+    if (!is_input(k, k->val[i]) || is_scalar_access(k, k->stride[i])) continue;
     cg_load_begin(b, 3, c->g, k->val[i]);
     epilogue_offset(b, k, k->stride[i]);
     cg_load_end(b, c->g, k->val[i]);
@@ -235,7 +271,92 @@ static void operand_batch(const cg_ctx_t *c, int32_t v, const cg_shape_t *y, int
   for (int d = 0; d < nb; d++) st[d] *= mat;
 }
 
+/* The first line of the descriptor when a size is known only at run
+ * time: M (y's leading dim), K (a transposed A's leading dim) or the
+ * batch count (the collapsed batch's leading dim). */
+static void emit_gemm_sizes(const cg_ctx_t *c, const cg_shape_t *y, const cg_shape_t *sa,
+                            const cg_shape_t *batch, int rb, int trans_a) {
+  cg_buf_t *b = c->out;
+  int nb = y->rank - 2;
+  cg_line(b, 1, "loom_abi_gemm_t d = {.m = ");
+  if (nb == 0) cg_lead_extent(b, c->g, y);
+  else cg_printf(b, "%lld", (long long)y->dim[nb]);
+  cg_printf(b, ", .n = %lld, .k = ", (long long)y->dim[nb + 1]);
+  if (trans_a && sa->rank == 2) cg_lead_extent(b, c->g, sa);
+  else cg_printf(b, "%lld", (long long)sa->dim[sa->rank - (trans_a ? 2 : 1)]);
+  cg_printf(b, ", .batch = ");
+  if (rb == 1) cg_lead_extent(b, c->g, batch);
+  else cg_printf(b, "%lld", (long long)batch->dim[rb - 1]);
+  cg_printf(b, ",\n");
+}
+
+/* A rank-2 B shared by every item of a batched row-major A whose items
+ * follow each other (x @ W over a batch of sequences) is one GEMM of
+ * batch*m rows: B is packed once, not once per item. The epilogue then
+ * sees the items' rows as one dim, which every access must walk as one. */
+static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
+  const ir_node_t *n = k->anchor;
+  cg_shape_t sa, sb;
+  if (n->op != IR_OP_MATMUL || k->n_batch == 0 || y->lead ||
+      ir_attr_int(&n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
+      !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank)
+    return false;
+  for (int d = 0; d < k->n_batch; d++)
+    if (sa.dim[d] != y->dim[d]) return false;
+  cg_shape_t space = k->space;
+  size_t bytes = sizeof *k->stride * (size_t)(k->n_acc + 1);
+  int64_t(*st)[LOOM_MAX_RANK] = core_malloc(bytes);
+  if (!st) return false;
+  memcpy(st, k->stride, bytes);
+  bool ok = cg_collapse(&space, 0, k->n_batch + 1, k->n_acc, st) == 1;
+  if (ok) {
+    k->space = space;
+    memcpy(k->stride, st, bytes);
+    k->n_batch = 0;
+    k->fold_rows = true;
+  }
+  core_free(st);
+  return ok;
+}
+
+/* A rank-2 B that the executable holds (a parameter or constant) may
+ * have been packed at compile time: rt->packed_b (frozen weights). */
+static void emit_b_packed(const contract_t *k) {
+  const ir_node_t *n = k->anchor;
+  ir_value_kind_t kind = k->c->g->values[n->in[1]].kind;
+  if ((kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST) ||
+      k->c->g->values[n->in[1]].type.rank != 2)
+    return;
+  int s = 2 * cg_slot(k->c, n->in[1]) + (int)ir_attr_int(&n->attrs, "trans_b", 0);
+  cg_line(k->c->out, 1, "d.b_packed = rt->packed_b ? rt->packed_b[%d] : NULL;\n", s);
+}
+
+/* The folded GEMM: y's rows over all items, one call. */
+static void emit_matmul_rows(contract_t *k, bool epi) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t sb;
+  cg_value_shape(c, n->in[1], &sb);
+  int tb = (int)ir_attr_int(&n->attrs, "trans_b", 0);
+  int64_t m = k->space.dim[0], nn = k->space.dim[1], kk = sb.dim[tb ? 1 : 0];
+  cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = 1,\n",
+          (long long)m, (long long)nn, (long long)kk);
+  cg_line(b, 1, "    .lda = %lld, .trans_a = 0, .ldb = %lld, .trans_b = %d, .ldc = %lld,\n",
+          (long long)kk, (long long)sb.dim[1], tb, (long long)nn);
+  cg_line(b, 1, "    .a = (const float *)slots[%d], .b = (const float *)slots[%d],\n",
+          (int)cg_slot(c, n->in[0]), (int)cg_slot(c, n->in[1]));
+  cg_line(b, 1, "    .c = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
+  epilogue_fields(b, k->gi, epi);
+  emit_b_packed(k);
+  cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
+}
+
 static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
+  if (k->fold_rows) {
+    emit_matmul_rows(k, epi);
+    return;
+  }
   cg_ctx_t *c = k->c;
   cg_buf_t *b = c->out;
   const ir_node_t *n = k->anchor;
@@ -250,6 +371,7 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   operand_batch(c, n->in[1], y, nb, st[1]);
   cg_shape_t batch = *y;
   batch.rank = nb;
+  if (nb == 0) batch.lead = 0;
   int64_t step = m * nn;
   for (int d = nb - 1; d >= 0; d--) {
     st[2][d] = step;
@@ -261,8 +383,12 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
     st[0][0] = st[1][0] = st[2][0] = 0;
     rb = 1;
   }
-  cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
-          (long long)m, (long long)nn, (long long)kk, (long long)batch.dim[rb - 1]);
+  if (y->lead || sa.lead) { /* runtime symbols: m, k or batch from syms[] */
+    emit_gemm_sizes(c, y, &sa, &batch, rb, ir_attr_int(&n->attrs, "trans_a", 0));
+  } else {
+    cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
+            (long long)m, (long long)nn, (long long)kk, (long long)batch.dim[rb - 1]);
+  }
   cg_line(b, 1, "                     .lda = %lld, .stride_a = %lld, .trans_a = %d,\n",
           (long long)sa.dim[sa.rank - 1], (long long)st[0][rb - 1],
           (int)ir_attr_int(&n->attrs, "trans_a", 0));
@@ -279,12 +405,16 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_line(b, 1, "%s", "                     ");
   epilogue_fields(b, k->gi, epi);
   if (rb == 1) {
+    emit_b_packed(k);
     cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
     return;
   }
-  for (int d = 0; d < rb - 1; d++)
-    cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
-            (long long)batch.dim[d], d);
+  for (int d = 0; d < rb - 1; d++) {
+    cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < ", d, d);
+    if (d == 0) cg_lead_extent(b, c->g, &batch);
+    else cg_printf(b, "%lld", (long long)batch.dim[d]);
+    cg_printf(b, "; i%d++) {\n", d);
+  }
   int in = rb;
   const char *names[3] = {"a", "b", "c"};
   int32_t vals[3] = {n->in[0], n->in[1], k->c_value};
@@ -369,6 +499,40 @@ static void emit_wgrad_call(contract_t *k, const cg_shape_t *dw, bool epi) {
   cg_line(b, 1, "rt->conv2d_weight_grad_f32(&d, rt->pool);\n");
 }
 
+/* conv_transpose2d(x, w) is the input gradient of the conv2d that maps
+ * its output (n, c, h, w) back to x (n, o, ho, wo) with weight w (o,
+ * c/groups, kh, kw): the ABI takes that conv2d's geometry, with x as dY
+ * and the output as dX. */
+static void emit_convt_call(contract_t *k, const cg_shape_t *y, bool epi) {
+  cg_ctx_t *c = k->c;
+  cg_buf_t *b = c->out;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t x, w;
+  cg_value_shape(c, n->in[0], &x);
+  cg_value_shape(c, n->in[1], &w);
+  int64_t stride[2], pads[4], dil[2];
+  ints_attr(n, "stride", 2, 1, stride);
+  ints_attr(n, "pads", 4, 0, pads);
+  ints_attr(n, "dilation", 2, 1, dil);
+  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
+          (long long)y->dim[0], (long long)y->dim[1], (long long)y->dim[2], (long long)y->dim[3]);
+  cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
+          (long long)x.dim[1], (long long)w.dim[2], (long long)w.dim[3], (long long)x.dim[2],
+          (long long)x.dim[3]);
+  cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
+          (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
+          (long long)pads[2], (long long)pads[3]);
+  cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
+          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
+  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
+          (int)cg_slot(c, k->c_value), (int)cg_slot(c, n->in[1]));
+  if (n->n_in > 2) cg_line(b, 1, "    .bias = (const float *)slots[%d],\n", (int)cg_slot(c, n->in[2]));
+  else cg_line(b, 1, "    .bias = NULL,\n");
+  cg_line(b, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[0]));
+  epilogue_fields(b, k->gi, epi);
+  cg_line(b, 1, "rt->conv2d_input_grad_f32(&d, rt->pool);\n");
+}
+
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   contract_t k;
   cg_shape_t y;
@@ -379,6 +543,7 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   }
   cg_buf_t *b = c->out;
   bool epi = k.grp->n_nodes > 1;
+  fold_batch_rows(&k, &y);
   cg_group_comment(c, gi, "contraction", &y, NULL);
   if (epi) emit_epilogue(&k);
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
@@ -387,6 +552,7 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   if (epi) cg_line(b, 1, "loom_g%d_ctx_t e = {slots, 0};\n", gi);
   if (k.anchor->op == IR_OP_CONV2D) emit_conv_call(&k, &y, epi);
   else if (k.anchor->op == IR_OP_CONV2D_WEIGHT_GRAD) emit_wgrad_call(&k, &y, epi);
+  else if (k.anchor->op == IR_OP_CONV_TRANSPOSE2D) emit_convt_call(&k, &y, epi);
   else emit_matmul_call(&k, &y, epi);
   cg_printf(b, "}\n");
   contract_free(&k);

@@ -3,6 +3,8 @@
  * is as long as possible and contiguous (or broadcast: stride 0); each
  * node is one `const float v12 = ...;` line; outputs are stored to their
  * slots. Large spaces are split over the pool along the outermost dim. */
+#include <stdio.h>
+
 #include "codegen/cg.h"
 #include "core/alloc.h"
 
@@ -21,14 +23,18 @@ static void access_free(access_t *a) {
   core_free(a->stride);
 }
 
-/* The space is that of the group's largest output; every value of the
- * group must broadcast into it. */
+/* The space is that of the group's largest output (one with a runtime
+ * leading dim first); every value of the group must broadcast into it. */
 static bool pick_space(const cg_ctx_t *c, const fuse_group_t *grp,
                        cg_shape_t *space) {
   int64_t best = -1;
   for (int i = 0; i < grp->n_outputs; i++) {
     cg_shape_t s;
     if (!cg_value_shape(c, grp->outputs[i], &s)) return false;
+    if (best >= 0 && (s.lead != 0) != (space->lead != 0)) {
+      if (s.lead) best = -1;
+      else continue;
+    }
     if (cg_numel(&s) > best || (cg_numel(&s) == best && s.rank > space->rank)) {
       best = cg_numel(&s);
       *space = s;
@@ -127,7 +133,11 @@ loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok) {
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
                "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
-  if (cg_numel(&a.space) > CG_PARALLEL_MIN && outer > 1) {
+  if (a.space.lead) {
+    char body[32];
+    snprintf(body, sizeof body, "loom_g%d_body", gi);
+    cg_dynamic_split(b, c->g, &a.space, inner, body);
+  } else if (cg_numel(&a.space) > CG_PARALLEL_MIN && outer > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (inner ? inner : 1);
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
             (long long)outer, (long long)(grain > 1 ? grain : 1), gi);

@@ -12,6 +12,9 @@ static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
   int32_t anchor = c->plan->groups[gi].anchor;
   ir_op_t op = anchor >= 0 ? c->g->nodes[anchor].op : IR_OP_COUNT;
   if (op == IR_OP_MAX_POOL2D || op == IR_OP_AVG_POOL2D) return cg_emit_pool(c, gi, ok);
+  if (anchor >= 0 && cg_is_channel_reduction(c->g, &c->g->nodes[anchor]))
+    return cg_emit_channel_reduction(c, gi, ok);
+  if (op == IR_OP_BATCH_NORM) return cg_emit_batch_norm(c, gi, ok);
   return cg_emit_reduction(c, gi, ok);
 }
 
@@ -38,12 +41,28 @@ static void emit_dead(cg_ctx_t *c, int gi) {
   cg_printf(c->out, "}\n");
 }
 
+/* Over runtime sizes, the emitters handle elementwise groups, folds over
+ * trailing axes, matmuls and simple layout moves (cg_shape_t.lead);
+ * convolutions, pools and channel reductions keep their reference
+ * kernels. */
+static bool handles_runtime_dims(const cg_ctx_t *c, int gi) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  if (grp->kind != FUSE_REDUCTION && grp->kind != FUSE_CONTRACTION) return true;
+  if (grp->anchor < 0) return false;
+  const ir_node_t *anchor = &c->g->nodes[grp->anchor];
+  if (grp->kind == FUSE_REDUCTION && cg_is_channel_reduction(c->g, anchor)) return false;
+  return anchor->op == IR_OP_MATMUL || (grp->kind == FUSE_REDUCTION &&
+                                        anchor->op != IR_OP_MAX_POOL2D &&
+                                        anchor->op != IR_OP_AVG_POOL2D);
+}
+
 /* A group whose emitter declines it leaves no text behind. */
 static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
   fuse_kind_t kind = c->plan->groups[gi].kind;
   *generated = false;
   if ((unsigned)kind >= sizeof emitters / sizeof *emitters || !emitters[kind])
     return LOOM_OK;
+  if (!handles_runtime_dims(c, gi) && cg_group_is_dynamic(c, gi)) return LOOM_OK;
   if (c->plan->groups[gi].n_outputs == 0) {
     emit_dead(c, gi);
     *generated = true;

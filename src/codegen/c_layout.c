@@ -4,6 +4,7 @@
  * scales them, flip negates them, tile wraps them with a modulo), plus a
  * fill for pad's border and one move per input for concat. Elements are
  * copied as unsigned integers of their size, so every dtype is exact. */
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen/cg.h"
@@ -52,7 +53,7 @@ typedef bool (*plan_fn)(layout_t *l);
 static bool plan_reshape(layout_t *l) {
   move_t *m = whole(l);
   m->box.rank = 1;
-  m->box.dim[0] = cg_numel(&l->y);
+  m->box.dim[0] = cg_numel(&l->y); /* times the runtime lead, if any */
   m->stride[0][0] = m->stride[1][0] = 1;
   return true;
 }
@@ -64,6 +65,8 @@ static bool plan_transpose(layout_t *l) {
   int r = l->x.rank;
   for (int i = 0; i < r; i++) {
     int64_t p = given ? (perm[i] < 0 ? perm[i] + r : perm[i]) : r - 1 - i;
+    /* A runtime leading dim stays leading, so every stride is known. */
+    if ((i == 0 || p == 0) && p != i && (l->x.lead || l->y.lead)) return false;
     m->stride[1][i] = l->xs[p];
   }
   return true;
@@ -85,6 +88,7 @@ static bool plan_slice(layout_t *l) {
     int64_t a = has_axes ? axes[i] : i;
     int d = (int)(a < 0 ? a + l->x.rank : a);
     int64_t step = has_steps ? steps[i] : 1, first, count;
+    if (d == 0 && l->x.lead) return false;
     ir_slice_range(l->x.dim[d], starts[i], ends[i], step, &first, &count);
     if (count != l->y.dim[d]) return false;
     m->base[1] += first * l->xs[d];
@@ -100,6 +104,7 @@ static bool plan_flip(layout_t *l) {
   int n = ir_attr_ints(&l->n->attrs, "axes", &axes);
   bool flip[LOOM_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) flip[axes[i] < 0 ? axes[i] + l->x.rank : axes[i]] = true;
+  if (flip[0] && l->x.lead) return false;
   for (int d = 0; d < l->x.rank; d++)
     if (flip[d] && l->x.dim[d] > 0) {
       m->base[1] += (l->x.dim[d] - 1) * l->xs[d];
@@ -109,6 +114,7 @@ static bool plan_flip(layout_t *l) {
 }
 
 static bool plan_tile(layout_t *l) {
+  if (l->x.lead || l->y.lead) return false;
   move_t *m = whole(l);
   memcpy(m->stride[1], l->xs, sizeof l->xs);
   for (int d = 0; d < l->x.rank; d++)
@@ -120,7 +126,7 @@ static bool plan_concat(layout_t *l) {
   int r = l->y.rank;
   int64_t a = ir_attr_int(&l->n->attrs, "axis", 0), at = 0;
   int axis = (int)(a < 0 ? a + r : a);
-  if (l->n->n_in > MAX_MOVES) return false;
+  if (l->n->n_in > MAX_MOVES || (axis == 0 && l->y.lead)) return false;
   for (int i = 0; i < l->n->n_in; i++) {
     move_t *m = &l->moves[l->n_moves++];
     *m = (move_t){.src = l->n->in[i]};
@@ -135,6 +141,7 @@ static bool plan_concat(layout_t *l) {
 
 /* The border first (the whole output, simplest), then the input inside. */
 static bool plan_pad(layout_t *l) {
+  if (l->x.lead || l->y.lead) return false;
   const int64_t *pads;
   ir_attr_ints(&l->n->attrs, "pads", &pads);
   char bytes[8] = {0};
@@ -229,7 +236,13 @@ static void emit_call(layout_t *l, int gi, int k) {
   cg_buf_t *b = l->c->out;
   const move_t *m = &l->moves[k];
   int64_t rows = m->box.dim[0], inner = cg_numel(&m->box) / (rows ? rows : 1);
-  if (cg_numel(&m->box) > CG_PARALLEL_MIN && rows > 1) {
+  if (m->box.lead) {
+    char body[48];
+    snprintf(body, sizeof body, "loom_g%d_move%d", gi, k);
+    cg_line(b, 1, "{\n");
+    cg_dynamic_split(b, l->c->g, &m->box, inner, body);
+    cg_line(b, 1, "}\n");
+  } else if (cg_numel(&m->box) > CG_PARALLEL_MIN && rows > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (inner ? inner : 1);
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_move%d, (void *)slots);\n",
             (long long)rows, (long long)(grain > 1 ? grain : 1), gi, k);

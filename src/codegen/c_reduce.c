@@ -143,7 +143,7 @@ static bool classify_nodes(red_t *r, const cg_shape_t *full, int outer) {
       cg_shape_t s;
       if (!cg_value_shape(r->c, n->in[0], &s) || s.rank != full->rank) return false;
       for (int d = 0; d < s.rank; d++)
-        if (s.dim[d] != full->dim[d]) return false;
+        if (!cg_same_dim(&s, d, full, d)) return false;
       if (outer_dims(n, full->rank) != outer) return false;
       if (!dtype_is_float(g->values[n->in[0]].type.dtype) && !fold_of(n->op)->i_type)
         return false;
@@ -162,6 +162,9 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
   *ok = fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
   if (!*ok) return LOOM_OK;
   int outer = outer_dims(anchor, full->rank);
+  /* A runtime leading dim (cg_shape_t.lead) must be a row dim. */
+  *ok = !full->lead || outer > 0;
+  if (!*ok) return LOOM_OK;
   int n_acc = grp->n_inputs + grp->n_outputs;
   r->acc_of = core_malloc(sizeof(int32_t) * (size_t)g->n_values);
   r->row = core_calloc((size_t)g->n_values, sizeof(bool));
@@ -338,6 +341,8 @@ static void unravel_outer(red_t *r, int level) {
   int64_t step = 1;
   for (int d = r->n_outer - 1; d >= 0; d--) {
     if (d == r->n_outer - 1 && d == 0) cg_line(r->c->out, level, "const int64_t o0 = o;\n");
+    else if (d == 0 && r->space.lead)
+      cg_line(r->c->out, level, "const int64_t o0 = o / %lld;\n", (long long)step);
     else cg_line(r->c->out, level, "const int64_t o%d = o / %lld %% %lld;\n", d,
                  (long long)step, (long long)r->space.dim[d]);
     step *= r->space.dim[d];
@@ -374,8 +379,170 @@ static loom_status_t emit_row(red_t *r, bool *need) {
   return LOOM_OK;
 }
 
+/* ---- Reductions that keep the last dim ----------------------------------------- */
+
+/* A fold over leading or middle axes (a bias gradient sums a (rows, n)
+ * matrix down to n): the kept last dim is the column, folded for a block
+ * of columns at once into an array of accumulators, so that every row is
+ * read forward, a block wide, and the column loop is vector code. Tasks
+ * are the kept dims before it times the column blocks. */
+#define COLUMN_BLOCK 64
+
+typedef struct cols {
+  cg_shape_t space;             /* collapsed input space */
+  int64_t stride[2][LOOM_MAX_RANK]; /* input, output */
+  int64_t block, blocks, tasks, count; /* count: elements folded per output */
+} cols_t;
+
+/* The collapsed space; false unless its last dim is kept and nothing is
+ * known only at run time. */
+static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
+  cg_shape_t out;
+  if (!cg_value_shape(c, n->in[0], &k->space) || !cg_value_shape(c, n->out[0], &out) ||
+      k->space.lead || out.lead || k->space.rank == 0)
+    return false;
+  const int64_t *axes;
+  int na = ir_attr_ints(&n->attrs, "axes", &axes), rank = k->space.rank;
+  if (!dtype_is_float(c->g->values[n->in[0]].type.dtype) && !fold_of(n->op)->i_type)
+    return false;
+  bool red[LOOM_MAX_RANK] = {false};
+  for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
+  int64_t step = 1;
+  k->count = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    k->stride[0][d] = d == rank - 1 ? 1 : k->stride[0][d + 1] * k->space.dim[d + 1];
+    k->stride[1][d] = red[d] ? 0 : step;
+    if (red[d]) k->count *= k->space.dim[d];
+    else step *= k->space.dim[d];
+  }
+  rank = k->space.rank = cg_collapse(&k->space, 0, rank, 2, k->stride);
+  if (rank < 2 || k->stride[1][rank - 1] != 1) return false;
+  int64_t cols = k->space.dim[rank - 1];
+  k->block = cols < COLUMN_BLOCK ? cols : COLUMN_BLOCK;
+  k->blocks = (cols + k->block - 1) / k->block;
+  k->tasks = k->blocks;
+  for (int d = 0; d < rank - 1; d++)
+    if (k->stride[1][d]) k->tasks *= k->space.dim[d];
+  return true;
+}
+
+/* Loops over the dims of one kind (kept or reduced) but the column. */
+static int cols_loops(cg_buf_t *b, const cols_t *k, int level, bool reduced) {
+  for (int d = 0; d < k->space.rank - 1; d++) {
+    if ((k->stride[1][d] == 0) != reduced) continue;
+    cg_line(b, level++, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
+            (long long)k->space.dim[d], d);
+  }
+  return level;
+}
+
+/* The task's kept indices: i<d> for kept dims, the column block j0. */
+static void cols_unravel(cg_buf_t *b, const cols_t *k) {
+  int64_t step = k->blocks;
+  cg_line(b, 2, "const int64_t j0 = t %% %lld * %lld;\n", (long long)k->blocks,
+          (long long)k->block);
+  for (int d = k->space.rank - 2; d >= 0; d--) {
+    if (k->stride[1][d] == 0) continue;
+    cg_line(b, 2, "const int64_t i%d = t / %lld %% %lld;\n", d, (long long)step,
+            (long long)k->space.dim[d]);
+    step *= k->space.dim[d];
+  }
+}
+
+static void cols_offset(cg_buf_t *b, const cols_t *k, int which) {
+  int last = k->space.rank - 1;
+  cg_offset(b, "i", 0, last, k->stride[which]);
+  cg_printf(b, " + j0 + j");
+  if (k->stride[which][last] != 1) cg_printf(b, " * %lld", (long long)k->stride[which][last]);
+}
+
+static void cols_body(cg_ctx_t *c, const ir_node_t *n, const cols_t *k) {
+  cg_buf_t *b = c->out;
+  const loom_graph_t *g = c->g;
+  const fold_t *f = fold_of(n->op);
+  loom_dtype_t d = g->values[n->out[0]].type.dtype;
+  const char *t = cg_local_type(d);
+  bool fl = dtype_is_float(g->values[n->in[0]].type.dtype);
+  int64_t cols = k->space.dim[k->space.rank - 1];
+  char v[32];
+  snprintf(v, sizeof v, "v%d", (int)n->in[0]);
+  cols_unravel(b, k);
+  cg_line(b, 2, "const int64_t cols = %lld - j0 < %lld ? %lld - j0 : %lld;\n",
+          (long long)cols, (long long)k->block, (long long)cols, (long long)k->block);
+  cg_line(b, 2, "%s", "");
+  fold_text(b, fl ? f->f_type : f->i_type, "", "", 0, t);
+  cg_printf(b, " acc[%lld];\n", (long long)k->block);
+  cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) acc[j] = ");
+  fold_text(b, fl ? f->f_init : f->i_init, "", "", 0, t);
+  cg_printf(b, ";\n");
+  int in = cols_loops(b, k, 2, true);
+  cg_line(b, in, "for (int64_t j = 0; j < cols; j++) {\n");
+  cg_load_begin(b, in + 1, g, n->in[0]);
+  cols_offset(b, k, 0);
+  cg_load_end(b, g, n->in[0]);
+  cg_line(b, in + 1, "%s", "");
+  fold_text(b, fl ? f->f_update : f->i_update, "acc[j]", v, 0, t);
+  cg_printf(b, ";\n");
+  cg_line(b, in, "}\n");
+  for (int q = in - 1; q >= 2; q--) cg_line(b, q, "}\n");
+  const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
+  cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
+  cg_line(b, 3, "const %s v%d = %s(", t, (int)n->out[0], round);
+  fold_text(b, fl ? f->f_result : f->i_result, "acc[j]", "", k->count, t);
+  cg_printf(b, ");\n");
+  cg_store_begin(b, 3, n->out[0]);
+  cols_offset(b, k, 1);
+  cg_store_end(b, g, n->out[0]);
+  cg_line(b, 2, "}\n");
+}
+
+/* A group of one fold whose reduced axes leave the last dim. */
+static loom_status_t emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok) {
+  cols_t k;
+  *ok = cols_build(c, n, &k);
+  if (!*ok) return LOOM_OK;
+  cg_buf_t *b = c->out;
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  char note[64];
+  snprintf(note, sizeof note, "folding %lld per column", (long long)k.count);
+  cg_group_comment(c, gi, "reduction", &k.space, note);
+  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  cg_declare_pointer(c, grp, 1, n->in[0], false);
+  cg_declare_pointer(c, grp, 1, n->out[0], true);
+  cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
+  cols_body(c, n, &k);
+  cg_line(b, 1, "}\n}\n\n");
+  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+               "const loom_abi_t *rt) {\n", gi);
+  cg_line(b, 1, "(void)syms;\n");
+  if (k.tasks > 1 && k.count * k.space.dim[k.space.rank - 1] > CG_PARALLEL_MIN) {
+    cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",
+            (long long)k.tasks, gi);
+  } else {
+    cg_line(b, 1, "(void)rt;\n");
+    cg_line(b, 1, "loom_g%d_body((void *)slots, 0, %lld);\n", gi, (long long)k.tasks);
+  }
+  cg_printf(b, "}\n");
+  return LOOM_OK;
+}
+
+/* Whether node n folds axes that are not a suffix of its input's dims. */
+static bool keeps_last_dim(const cg_ctx_t *c, const ir_node_t *n) {
+  const int64_t *axes;
+  int rank = c->g->values[n->in[0]].type.rank;
+  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  if (na < 0 || rank == 0) return false;
+  for (int i = 0; i < na; i++)
+    if (axes[i] == -1 || axes[i] == rank - 1) return false;
+  return true;
+}
+
 loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   const fuse_group_t *grp = &c->plan->groups[gi];
+  if (grp->n_nodes == 1 && fold_of(c->g->nodes[grp->nodes[0]].op) &&
+      keeps_last_dim(c, &c->g->nodes[grp->nodes[0]]))
+    return emit_columns(c, gi, &c->g->nodes[grp->nodes[0]], ok);
   for (int k = 0; k < grp->n_nodes && *ok; k++) {
     const ir_node_t *n = &c->g->nodes[grp->nodes[k]];
     *ok = n->n_out == 1 && (fold_of(n->op) ? cg_supports(c->g, grp->nodes[k])
@@ -409,7 +576,14 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
                "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
-  if (rows * r.inner_count > CG_PARALLEL_MIN && rows > 1) {
+  if (r.space.lead) {
+    /* Rows known at run time: the lead times the other outer dims. */
+    char body[32];
+    snprintf(body, sizeof body, "loom_g%d_body", gi);
+    cg_shape_t outer = r.space;
+    outer.dim[0] = rows;
+    cg_dynamic_split(b, c->g, &outer, r.inner_count, body);
+  } else if (rows * r.inner_count > CG_PARALLEL_MIN && rows > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (r.inner_count ? r.inner_count : 1);
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
             (long long)rows, (long long)(grain > 1 ? grain : 1), gi);

@@ -25,9 +25,16 @@ void cg_double(cg_buf_t *b, double v);
 
 /* ---- Shapes (shape.c) ----------------------------------------------------- */
 
+/* With runtime symbols (loom_compile_options_t.dynamic_symbols) the
+ * leading dim may be known only at run time: `lead` is then that dim
+ * (a symbolic handle) and dim 0 spans dim[0] * lead elements, dim[0]
+ * holding the constant factor (merging dim 0 with constant dims below it
+ * multiplies it). Only the leading dim may be symbolic, so every stride
+ * stays a constant; lead is 0 when every dim is known. */
 typedef struct cg_shape {
   int rank;
   int64_t dim[LOOM_MAX_RANK];
+  ir_dim_t lead;
 } cg_shape_t;
 
 /* What every group emitter needs. */
@@ -39,9 +46,26 @@ typedef struct cg_ctx {
   cg_buf_t *out;
 } cg_ctx_t;
 
-/* The concrete shape of value v; false if a dim does not evaluate. */
+/* The shape of value v; false if a dim does not evaluate, except that a
+ * leading dim over runtime symbols becomes s->lead (when its expression
+ * can be written in C: sums and products). */
 bool cg_value_shape(const cg_ctx_t *c, int32_t v, cg_shape_t *s);
+/* The element count; with a runtime lead, its constant factor only. */
 int64_t cg_numel(const cg_shape_t *s);
+/* Whether dim d of a and dim e of b are the same size (runtime leads
+ * compared as expressions). */
+bool cg_same_dim(const cg_shape_t *a, int d, const cg_shape_t *b, int e);
+/* Whether any value group gi reads or writes has a runtime dim. */
+bool cg_group_is_dynamic(const cg_ctx_t *c, int gi);
+/* The C expression of dim 0's extent: "128" or "(int64_t)64 * syms[2]". */
+void cg_lead_extent(cg_buf_t *b, const loom_graph_t *g, const cg_shape_t *s);
+/* The C expression of a symbolic dim over syms[] ("(syms[0] * 4)"). */
+void cg_dim_expr(cg_buf_t *b, const loom_graph_t *g, ir_dim_t d);
+/* The start of a group function whose outer extent is known only at run
+ * time: "const int64_t n0 = <extent>;", then a parallel_for over n0
+ * (when n0 * inner is large) or a direct call of body over [0, n0). */
+void cg_dynamic_split(cg_buf_t *b, const loom_graph_t *g, const cg_shape_t *s,
+                      int64_t inner, const char *body);
 /* Strides (elements) of a contiguous tensor of shape s, broadcast into
  * space (NumPy alignment from the right; 0 on broadcast dims); false when
  * s does not broadcast to space. */
@@ -101,6 +125,12 @@ loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok);
 /* A reduction group anchored on a max or average pool (c_pool.c). */
 loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok);
+/* A sum or mean over every dim but the channel (dim 1) of a rank >= 3
+ * value, with its elementwise prologue (c_pool.c). */
+loom_status_t cg_emit_channel_reduction(cg_ctx_t *c, int gi, bool *ok);
+bool cg_is_channel_reduction(const loom_graph_t *g, const ir_node_t *n);
+/* One f32 batch_norm node (c_pool.c). */
+loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
 
 /* Elementwise work above this many elements is split over the pool: a

@@ -32,7 +32,10 @@ typedef struct cg_module {
 } cg_module_t;
 
 /* sym_values: the value of each of g's symbols (compilation specializes
- * them), so that every dim evaluates to a constant (ir_dim_eval). */
+ * them), so that every dim evaluates to a constant (ir_dim_eval), or
+ * CG_SYM_RUNTIME for a symbol known only at run time: code over it reads
+ * syms[k] (a group it cannot handle so is declined). */
+#define CG_SYM_RUNTIME (-2)
 loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int32_t *slot_of_value,
                              const int64_t *sym_values, cg_module_t *out);

@@ -4,14 +4,43 @@
 
 #include "codegen/cg.h"
 
+/* Whether d evaluates given the symbols known at compile time. */
+static bool dim_known(const loom_graph_t *g, ir_dim_t d, const int64_t *syms) {
+  if (ir_dim_is_const(d)) return true;
+  const ir_expr_t *e = ir_dim_expr(g, d);
+  if (!e) return false;
+  if (e->kind == IR_EXPR_CONST) return true;
+  if (e->kind == IR_EXPR_SYM) return syms && syms[e->c] >= 0;
+  return dim_known(g, e->a, syms) && dim_known(g, e->b, syms);
+}
+
+/* Whether cg_dim_expr can write d for the run: sums and products of
+ * constants and symbols that are known or runtime symbols. */
+static bool dim_writable(const loom_graph_t *g, ir_dim_t d, const int64_t *syms) {
+  if (ir_dim_is_const(d)) return true;
+  const ir_expr_t *e = ir_dim_expr(g, d);
+  if (!e || e->kind == IR_EXPR_FLOORDIV) return false;
+  if (e->kind == IR_EXPR_CONST) return true;
+  if (e->kind == IR_EXPR_SYM)
+    return syms && (syms[e->c] >= 0 || syms[e->c] == CG_SYM_RUNTIME);
+  return dim_writable(g, e->a, syms) && dim_writable(g, e->b, syms);
+}
+
 bool cg_value_shape(const cg_ctx_t *c, int32_t v, cg_shape_t *s) {
   const ir_type_t *t = &c->g->values[v].type;
   s->rank = t->rank;
+  s->lead = 0;
   for (int d = 0; d < t->rank; d++) {
-    if (ir_dim_is_const(t->dims[d])) s->dim[d] = t->dims[d];
-    else if (!c->sym_values ||
-             ir_dim_eval(c->g, t->dims[d], c->sym_values, &s->dim[d]) != LOOM_OK)
+    if (ir_dim_is_const(t->dims[d])) {
+      s->dim[d] = t->dims[d];
+    } else if (d == 0 && !dim_known(c->g, t->dims[d], c->sym_values)) {
+      if (!dim_writable(c->g, t->dims[d], c->sym_values)) return false;
+      s->lead = t->dims[d];
+      s->dim[d] = 1;
+    } else if (!c->sym_values ||
+               ir_dim_eval(c->g, t->dims[d], c->sym_values, &s->dim[d]) != LOOM_OK) {
       return false;
+    }
   }
   return true;
 }
@@ -20,6 +49,14 @@ int64_t cg_numel(const cg_shape_t *s) {
   int64_t n = 1;
   for (int d = 0; d < s->rank; d++) n *= s->dim[d];
   return n;
+}
+
+static ir_dim_t lead_of(const cg_shape_t *s, int d) {
+  return d == 0 && s->rank > 0 ? s->lead : 0;
+}
+
+bool cg_same_dim(const cg_shape_t *a, int d, const cg_shape_t *b, int e) {
+  return a->dim[d] == b->dim[e] && lead_of(a, d) == lead_of(b, e);
 }
 
 bool cg_broadcast_strides(const cg_shape_t *s, const cg_shape_t *space,
@@ -33,11 +70,65 @@ bool cg_broadcast_strides(const cg_shape_t *s, const cg_shape_t *space,
       continue;
     }
     int64_t n = s->dim[d - lead];
-    if (n != 1 && n != space->dim[d]) return false;
-    stride[d] = n == 1 ? 0 : step;
+    bool one = n == 1 && !lead_of(s, d - lead);
+    if (!one && !cg_same_dim(s, d - lead, space, d)) return false;
+    stride[d] = one ? 0 : step;
     step *= n;
   }
   return true;
+}
+
+bool cg_group_is_dynamic(const cg_ctx_t *c, int gi) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  for (int k = 0; k < grp->n_nodes; k++) {
+    const ir_node_t *n = &c->g->nodes[grp->nodes[k]];
+    for (int i = 0; i < n->n_in + n->n_out; i++) {
+      int32_t v = i < n->n_in ? n->in[i] : n->out[i - n->n_in];
+      const ir_type_t *t = &c->g->values[v].type;
+      for (int d = 0; d < t->rank; d++)
+        if (!dim_known(c->g, t->dims[d], c->sym_values)) return true;
+    }
+  }
+  return false;
+}
+
+void cg_dim_expr(cg_buf_t *b, const loom_graph_t *g, ir_dim_t d) {
+  const ir_expr_t *e = ir_dim_expr(g, d);
+  if (!e || e->kind == IR_EXPR_CONST) {
+    cg_printf(b, "%lld", (long long)(e ? e->c : d));
+    return;
+  }
+  if (e->kind == IR_EXPR_SYM) {
+    cg_printf(b, "syms[%lld]", (long long)e->c);
+    return;
+  }
+  cg_printf(b, "(");
+  cg_dim_expr(b, g, e->a);
+  cg_printf(b, e->kind == IR_EXPR_ADD ? " + " : " * ");
+  cg_dim_expr(b, g, e->b);
+  cg_printf(b, ")");
+}
+
+void cg_lead_extent(cg_buf_t *b, const loom_graph_t *g, const cg_shape_t *s) {
+  if (!s->lead) {
+    cg_printf(b, "%lld", (long long)(s->rank ? s->dim[0] : 1));
+    return;
+  }
+  if (s->dim[0] != 1) cg_printf(b, "(int64_t)%lld * ", (long long)s->dim[0]);
+  cg_dim_expr(b, g, s->lead);
+}
+
+void cg_dynamic_split(cg_buf_t *b, const loom_graph_t *g, const cg_shape_t *s,
+                      int64_t inner, const char *body) {
+  int64_t grain = CG_PARALLEL_MIN / 2 / (inner ? inner : 1);
+  cg_line(b, 1, "const int64_t n0 = ");
+  cg_lead_extent(b, g, s);
+  cg_printf(b, ";\n");
+  cg_line(b, 1, "if (n0 * %lld > %d && n0 > 1)\n", (long long)inner, CG_PARALLEL_MIN);
+  cg_line(b, 2, "rt->parallel_for(rt->pool, n0, %lld, %s, (void *)slots);\n",
+          (long long)(grain > 1 ? grain : 1), body);
+  cg_line(b, 1, "else\n");
+  cg_line(b, 2, "%s((void *)slots, 0, n0);\n", body);
 }
 
 static void drop_dim(cg_shape_t *space, int d, int n,
@@ -59,7 +150,7 @@ static bool mergeable(const cg_shape_t *space, int d, int n,
 int cg_collapse(cg_shape_t *space, int lo, int hi, int n,
                 int64_t (*strides)[LOOM_MAX_RANK]) {
   for (int d = lo; d < hi;) {
-    if (space->dim[d] == 1 && hi - lo > 1) {
+    if (space->dim[d] == 1 && hi - lo > 1 && !lead_of(space, d)) {
       drop_dim(space, d, n, strides);
       hi--;
     } else {
@@ -165,8 +256,16 @@ void cg_group_comment(const cg_ctx_t *c, int gi, const char *what,
     return;
   }
   cg_printf(c->out, " (");
-  for (int d = 0; d < space->rank; d++)
-    cg_printf(c->out, "%s%lld", d ? "x" : "", (long long)space->dim[d]);
+  for (int d = 0; d < space->rank; d++) {
+    char text[64];
+    if (!lead_of(space, d))
+      cg_printf(c->out, "%s%lld", d ? "x" : "", (long long)space->dim[d]);
+    else if (space->dim[d] == 1)
+      cg_printf(c->out, "%s", ir_dim_str(c->g, space->lead, text, sizeof text));
+    else
+      cg_printf(c->out, "%lld*%s", (long long)space->dim[d],
+                ir_dim_str(c->g, space->lead, text, sizeof text));
+  }
   cg_printf(c->out, "%s%s%s) */\n", space->rank ? "" : "scalar", note ? ", " : "",
             note ? note : "");
 }

@@ -27,8 +27,11 @@ static bool layout(const loom_graph_t *g, const ir_node_t *n) {
                                    LOOM_PAD_CONSTANT;
 }
 
-/* Reductions over trailing axes, the shape a reduction group takes. */
+/* Reductions over trailing axes, the shape a reduction group takes, or
+ * over axes that keep the last dim (a group of its own: bias gradients). */
 static bool reduction(const loom_graph_t *g, const ir_node_t *n) {
+  /* f32 sums and means over every dim but the channel (c_pool.c). */
+  if (cg_is_channel_reduction(g, n)) return in_dtype(g, n, 0) == LOOM_F32;
   int rank = in_rank(g, n, 0);
   const int64_t *axes;
   int na = ir_attr_ints(&n->attrs, "axes", &axes);
@@ -36,6 +39,7 @@ static bool reduction(const loom_graph_t *g, const ir_node_t *n) {
   if (na < 0 || rank == 0) return true;
   bool red[LOOM_MAX_RANK] = {false};
   for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
+  if (!red[rank - 1]) return true;
   int first = rank - na;
   for (int dd = 0; dd < rank; dd++)
     if (red[dd] != (dd >= first)) return false;
@@ -58,6 +62,13 @@ static bool conv2d(const loom_graph_t *g, const ir_node_t *n) {
 /* The weight gradient's x and dy, f32 through the runtime's kernel. */
 static bool conv2d_weight_grad(const loom_graph_t *g, const ir_node_t *n) {
   return in_dtype(g, n, 0) == LOOM_F32 && in_dtype(g, n, 1) == LOOM_F32;
+}
+
+/* batch_norm in f32 (c_pool.c). */
+static bool batch_norm(const loom_graph_t *g, const ir_node_t *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (in_dtype(g, n, i) != LOOM_F32) return false;
+  return in_rank(g, n, 0) >= 2;
 }
 
 /* Pooling over NCHW in every float dtype (the op table admits no other). */
@@ -91,6 +102,8 @@ static const struct {
     {IR_OP_MIN, reduction},  {IR_OP_PROD, reduction},   {IR_OP_MATMUL, matmul},
     {IR_OP_CONV2D, conv2d},  {IR_OP_MAX_POOL2D, pool2d}, {IR_OP_AVG_POOL2D, pool2d},
     {IR_OP_CONV2D_WEIGHT_GRAD, conv2d_weight_grad},
+    {IR_OP_CONV_TRANSPOSE2D, conv2d},
+    {IR_OP_BATCH_NORM, batch_norm},
     {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, NULL},
     {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
     {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},

@@ -1,24 +1,30 @@
 #include "core/alloc.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
 
-static int64_t fail_after = -1;
-static int64_t made;
+/* Relaxed atomics: fault injection is set up by one test thread, but
+ * worker threads allocate too, and a plain counter would race. */
+static _Atomic int64_t fail_after = -1;
+static _Atomic int64_t made;
 
 void core_alloc_fail_after(int64_t n) {
-  fail_after = n;
-  made = 0;
+  atomic_store_explicit(&made, 0, memory_order_relaxed);
+  atomic_store_explicit(&fail_after, n, memory_order_relaxed);
 }
 
-int64_t core_alloc_count(void) { return made; }
+int64_t core_alloc_count(void) {
+  return atomic_load_explicit(&made, memory_order_relaxed);
+}
 
 /* True when the injected fault says this allocation must fail. */
 static int injected_failure(void) {
-  made++;
-  return fail_after >= 0 && made > fail_after;
+  int64_t n = atomic_fetch_add_explicit(&made, 1, memory_order_relaxed) + 1;
+  int64_t limit = atomic_load_explicit(&fail_after, memory_order_relaxed);
+  return limit >= 0 && n > limit;
 }
 
 void *core_malloc(size_t size) {

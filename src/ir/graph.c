@@ -27,6 +27,10 @@ static void release_contents(loom_graph_t *g) {
     core_free(g->nodes[i].out);
   }
   for (int64_t i = 0; i < g->n_exprs; i++) core_free(g->exprs[i].name);
+  for (int64_t i = 0; i < g->n_subgraphs; i++) {
+    g->subgraphs[i]->owner = NULL; /* let go, so that destroy frees it */
+    loom_graph_destroy(g->subgraphs[i]);
+  }
 }
 
 void ir_graph_reset(loom_graph_t *g) {
@@ -34,10 +38,12 @@ void ir_graph_reset(loom_graph_t *g) {
   g->n_values = g->n_nodes = g->n_inputs = g->n_params = g->n_outputs = 0;
   g->n_exprs = 0;
   g->n_symbols = g->n_fresh = 0;
+  g->n_subgraphs = 0;
 }
 
 void loom_graph_destroy(loom_graph_t *g) {
-  if (!g) return;
+  /* A subgraph goes with the graph that owns it. */
+  if (!g || g->owner) return;
   release_contents(g);
   core_free(g->values);
   core_free(g->nodes);
@@ -45,6 +51,7 @@ void loom_graph_destroy(loom_graph_t *g) {
   core_free(g->params);
   core_free(g->outputs);
   core_free(g->exprs);
+  core_free(g->subgraphs);
   core_free(g);
 }
 
@@ -235,8 +242,9 @@ loom_status_t loom_value_type(const loom_graph_t *g, loom_value_t v,
 }
 
 /* Number of outputs op makes with attrs a. */
-static int output_count(ir_op_t op, const ir_attrs_t *a) {
+static int output_count(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a) {
   if (ir_ops[op].n_out >= 0) return ir_ops[op].n_out;
+  if (ir_ops[op].n_out == -2) return ir_control_n_out(g, op, a);
   const int64_t *sizes;
   int n = ir_attr_ints(a, "sizes", &sizes);
   return n < 0 ? 0 : n;
@@ -279,7 +287,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                      dtype_mask_str(info->dtypes, accepted, sizeof accepted));
   }
   LOOM_TRY(ir_attrs_check(op, attrs));
-  int n_out = output_count(op, attrs);
+  int n_out = output_count(g, op, attrs);
   ir_type_t outs[n_out > 0 ? n_out : 1];
   memset(outs, 0, sizeof outs);
   ir_infer_t c = {.g = g, .op = op, .attrs = attrs, .n_in = n_in,
@@ -291,8 +299,12 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
 
   LOOM_TRY(core_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1,
                      sizeof *g->nodes));
-  ir_node_t node = {.op = op, .n_in = n_in, .n_out = n_out};
-  if (attrs) node.attrs = *attrs;
+  /* Only the attributes in use are copied: a whole ir_attrs_t is 1.3 KB,
+   * and copying it was most of the cost of recording a node in a trace. */
+  ir_node_t node;
+  node.op = op, node.n_in = n_in, node.n_out = n_out;
+  node.attrs.n = attrs ? attrs->n : 0;
+  if (node.attrs.n) memcpy(node.attrs.a, attrs->a, sizeof *attrs->a * (size_t)attrs->n);
   node.in = core_malloc(sizeof(int32_t) * (size_t)(n_in ? n_in : 1));
   node.out = core_malloc(sizeof(int32_t) * (size_t)(n_out ? n_out : 1));
   if (!node.in || !node.out) {
@@ -316,7 +328,11 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
     g->values[node.out[i]].node = node_id;
     g->values[node.out[i]].index = i;
   }
-  g->nodes[g->n_nodes++] = node;
+  ir_node_t *slot = &g->nodes[g->n_nodes++];
+  slot->op = node.op, slot->n_in = n_in, slot->n_out = n_out;
+  slot->in = node.in, slot->out = node.out;
+  slot->attrs.n = node.attrs.n;
+  memcpy(slot->attrs.a, node.attrs.a, sizeof *node.attrs.a * (size_t)node.attrs.n);
   if (out) memcpy(out, node.out, sizeof(int32_t) * (size_t)n_out);
   if (g->hook.node_added) return g->hook.node_added(g->hook.ctx, g, node_id);
   return LOOM_OK;

@@ -27,11 +27,14 @@ typedef enum ir_fusion_class {
 } ir_fusion_class_t;
 
 #define DT_BOOL DT_BIT(LOOM_BOOL)
+/* A condition: bool, or an integer read as "non-zero". */
+#define DT_COND (DT_BOOL | DT_INT)
 
 enum {
   F_DATA_SHAPE = 1u << 0,  /* output shape depends on input data */
   F_SIDE_EFFECT = 1u << 1, /* writes persistent state */
   F_RANDOM = 1u << 2,      /* draws from the counter-based generator */
+  F_SUBGRAPH = 1u << 3,    /* runs subgraphs of its graph (if, loop) */
 };
 
 struct ir_infer;
@@ -41,7 +44,8 @@ typedef struct ir_op_info {
   const char *name;
   ir_fusion_class_t fusion_class;
   int in_min, in_max; /* in_max -1: variadic */
-  int n_out;          /* -1: one per entry of attribute "sizes" */
+  int n_out;          /* -1: one per entry of attribute "sizes";
+                       * -2: one per result of its subgraphs */
   uint32_t dtypes;    /* accepted dtypes of input 0 */
   uint32_t flags;
   ir_shape_fn shape;
@@ -199,11 +203,38 @@ struct loom_graph {
   int n_symbols;
   int n_fresh; /* fresh symbols made so far, for unique names */
   ir_hook_t hook; /* node_added NULL: none */
+  /* Bodies of if and loop nodes, owned; nodes name them by index. */
+  loom_graph_t **subgraphs;
+  int64_t n_subgraphs, cap_subgraphs;
+  loom_graph_t *owner; /* the graph this one is a subgraph of, or NULL */
 };
 
 /* Empties g (values, nodes, symbols) but keeps its allocations, so that a
  * trace refilled every step does not allocate again. The hook stays. */
 void ir_graph_reset(loom_graph_t *g);
+
+/* ---- Subgraphs (src/ir/op_control.c) ------------------------------------ */
+
+/* Makes sub a subgraph of g, at index *index. g owns sub from then on;
+ * on failure sub is destroyed, unless it already belongs to a graph or
+ * is g or one of g's owners, which is then left alone. */
+loom_status_t ir_graph_adopt(loom_graph_t *g, loom_graph_t *sub, int64_t *index);
+/* The subgraph named by int attribute `attr` of node n, or NULL. */
+loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
+                               const char *attr);
+/* The names of op's subgraph attributes into names[0..1]; their count
+ * (0 for an op without subgraphs). */
+int ir_subgraph_attrs(ir_op_t op, const char **names);
+/* Number of outputs of an op whose n_out is -2, from its subgraphs
+ * (0 when they are missing: the shape rule reports it). */
+int ir_control_n_out(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a);
+/* Checks the subgraphs of node i: present, owned by g, valid, and free
+ * of assigns (a body cannot write the outer graph's state). */
+loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i);
+/* Whether node n's output shapes are known only when it runs: ops
+ * flagged F_DATA_SHAPE, except a loop whose scan outputs have a constant
+ * length (a constant trip count and no condition). */
+bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n);
 
 /* Shape-rule context: the input types and attributes of a node being
  * built; the rule fills out[0..n_out-1]. */

@@ -37,42 +37,62 @@ static void put_attrs(core_text_t *t, const loom_graph_t *g, const ir_attrs_t *a
 
 static const char *kind_names[] = {"input", "param", "const", "node"};
 
+static void print_graph(core_text_t *t, const loom_graph_t *g, int indent);
+
+/* The subgraphs of an if or loop node, indented under it. */
+static void print_subgraphs(core_text_t *t, const loom_graph_t *g, const ir_node_t *n,
+                            int indent) {
+  const char *names[2];
+  int count = ir_subgraph_attrs(n->op, names);
+  for (int k = 0; k < count; k++) {
+    const loom_graph_t *sub = ir_node_subgraph(g, n, names[k]);
+    core_text_put(t, "%*s%s = ", indent + 4, "", names[k]);
+    if (sub) print_graph(t, sub, indent + 4);
+    else core_text_put(t, "(missing)\n");
+  }
+}
+
+static void print_graph(core_text_t *t, const loom_graph_t *g, int indent) {
+  char ty[256];
+  core_text_put(t, "graph {\n");
+  for (int64_t v = 0; v < g->n_values; v++) {
+    const ir_value_t *val = &g->values[v];
+    if (val->kind == IR_VALUE_NODE) continue;
+    core_text_put(t, "%*s  %s ", indent, "", kind_names[val->kind]);
+    put_value(t, g, (int32_t)v);
+    core_text_put(t, ": %s\n", ir_type_str(g, &val->type, ty, sizeof ty));
+  }
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    core_text_put(t, "%*s  ", indent, "");
+    for (int k = 0; k < n->n_out; k++) {
+      core_text_put(t, "%s", k ? ", " : "");
+      put_value(t, g, n->out[k]);
+      core_text_put(t, ": %s", ir_type_str(g, &g->values[n->out[k]].type, ty, sizeof ty));
+    }
+    core_text_put(t, "%s%s(", n->n_out ? " = " : "", ir_ops[n->op].name);
+    for (int k = 0; k < n->n_in; k++) {
+      core_text_put(t, "%s", k ? ", " : "");
+      put_value(t, g, n->in[k]);
+    }
+    core_text_put(t, ")");
+    put_attrs(t, g, &n->attrs);
+    core_text_put(t, "\n");
+    print_subgraphs(t, g, n, indent);
+  }
+  core_text_put(t, "%*s  return", indent, "");
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    core_text_put(t, "%s", i ? ", " : " ");
+    put_value(t, g, g->outputs[i]);
+  }
+  core_text_put(t, "\n%*s}\n", indent, "");
+}
+
 loom_status_t loom_graph_print(const loom_graph_t *g, char **out) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(out);
   core_text_t t = {0};
-  char ty[256];
-  core_text_put(&t, "graph {\n");
-  for (int64_t v = 0; v < g->n_values; v++) {
-    const ir_value_t *val = &g->values[v];
-    if (val->kind == IR_VALUE_NODE) continue;
-    core_text_put(&t, "  %s ", kind_names[val->kind]);
-    put_value(&t, g, (int32_t)v);
-    core_text_put(&t, ": %s\n", ir_type_str(g, &val->type, ty, sizeof ty));
-  }
-  for (int64_t i = 0; i < g->n_nodes; i++) {
-    const ir_node_t *n = &g->nodes[i];
-    core_text_put(&t, "  ");
-    for (int k = 0; k < n->n_out; k++) {
-      core_text_put(&t, "%s", k ? ", " : "");
-      put_value(&t, g, n->out[k]);
-      core_text_put(&t, ": %s", ir_type_str(g, &g->values[n->out[k]].type, ty, sizeof ty));
-    }
-    core_text_put(&t, "%s%s(", n->n_out ? " = " : "", ir_ops[n->op].name);
-    for (int k = 0; k < n->n_in; k++) {
-      core_text_put(&t, "%s", k ? ", " : "");
-      put_value(&t, g, n->in[k]);
-    }
-    core_text_put(&t, ")");
-    put_attrs(&t, g, &n->attrs);
-    core_text_put(&t, "\n");
-  }
-  core_text_put(&t, "  return");
-  for (int64_t i = 0; i < g->n_outputs; i++) {
-    core_text_put(&t, "%s", i ? ", " : " ");
-    put_value(&t, g, g->outputs[i]);
-  }
-  core_text_put(&t, "\n}\n");
+  print_graph(&t, g, 0);
   return core_text_take(&t, "printing a graph", out);
 }
 
@@ -91,7 +111,12 @@ loom_status_t loom_graph_dot(const loom_graph_t *g, char **out) {
   }
   for (int64_t i = 0; i < g->n_nodes; i++) {
     const ir_node_t *n = &g->nodes[i];
-    core_text_put(&t, "  n%lld [shape=box, label=\"%s\"];\n", (long long)i, ir_ops[n->op].name);
+    core_text_put(&t, "  n%lld [shape=box, label=\"%s", (long long)i, ir_ops[n->op].name);
+    const char *names[2];
+    /* Subgraphs are named, not drawn: loom_graph_print shows them. */
+    for (int k = 0, c = ir_subgraph_attrs(n->op, names); k < c; k++)
+      core_text_put(&t, "\\n%s #%lld", names[k], (long long)ir_attr_int(&n->attrs, names[k], -1));
+    core_text_put(&t, "\"];\n");
     for (int k = 0; k < n->n_in; k++) {
       const ir_value_t *src = &g->values[n->in[k]];
       if (src->kind == IR_VALUE_NODE)

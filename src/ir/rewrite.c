@@ -49,10 +49,10 @@ static loom_status_t copy_symbols(const loom_graph_t *src, loom_graph_t *dst) {
   return LOOM_OK;
 }
 
-static loom_status_t copy_leaves(ir_rewriter_t *rw) {
+static loom_status_t copy_leaves(ir_rewriter_t *rw, bool inputs) {
   const loom_graph_t *src = rw->src;
   loom_graph_t *dst = rw->dst;
-  for (int64_t i = 0; i < src->n_inputs; i++) {
+  for (int64_t i = 0; inputs && i < src->n_inputs; i++) {
     int32_t v = src->inputs[i], d;
     LOOM_TRY(add_leaf(dst, &src->values[v], NULL, false, &d));
     LOOM_TRY(push_id(&dst->inputs, &dst->n_inputs, &dst->cap_inputs, d));
@@ -73,7 +73,20 @@ static loom_status_t copy_leaves(ir_rewriter_t *rw) {
   return LOOM_OK;
 }
 
-loom_status_t ir_rewrite_begin(const loom_graph_t *src, ir_rewriter_t *rw) {
+/* Clones of src's subgraphs at the same indices, so that the attributes
+ * of copied if and loop nodes still name them. */
+static loom_status_t copy_subgraphs(ir_rewriter_t *rw) {
+  for (int64_t i = 0; i < rw->src->n_subgraphs; i++) {
+    loom_graph_t *sub;
+    int64_t index;
+    LOOM_TRY(ir_graph_clone(rw->src->subgraphs[i], &sub));
+    LOOM_TRY(ir_graph_adopt(rw->dst, sub, &index));
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t begin(const loom_graph_t *src, ir_rewriter_t *rw,
+                           bool inputs) {
   LOOM_CHECK_ARG(src);
   LOOM_CHECK_ARG(rw);
   *rw = (ir_rewriter_t){.src = src};
@@ -83,9 +96,19 @@ loom_status_t ir_rewrite_begin(const loom_graph_t *src, ir_rewriter_t *rw) {
                             : loom_fail(LOOM_ERR_NOMEM, "out of memory rewriting a graph");
   for (int64_t v = 0; s == LOOM_OK && v < src->n_values; v++) rw->map[v] = -1;
   if (s == LOOM_OK) s = copy_symbols(src, rw->dst);
-  if (s == LOOM_OK) s = copy_leaves(rw);
+  if (s == LOOM_OK) s = copy_leaves(rw, inputs);
+  if (s == LOOM_OK) s = copy_subgraphs(rw);
   if (s != LOOM_OK) ir_rewrite_abort(rw);
   return s;
+}
+
+loom_status_t ir_rewrite_begin(const loom_graph_t *src, ir_rewriter_t *rw) {
+  return begin(src, rw, true);
+}
+
+loom_status_t ir_rewrite_begin_no_inputs(const loom_graph_t *src,
+                                         ir_rewriter_t *rw) {
+  return begin(src, rw, false);
 }
 
 loom_status_t ir_rewrite_emit(ir_rewriter_t *rw, ir_op_t op, int n_in,
@@ -112,7 +135,7 @@ loom_status_t ir_rewrite_copy(ir_rewriter_t *rw, int64_t node) {
   for (int k = 0; k < n->n_out; k++) {
     /* A data-shaped output got a fresh symbol; keep src's, which is just
      * as unbound, so that the types downstream stay the same. */
-    if (ir_ops[n->op].flags & F_DATA_SHAPE)
+    if (ir_node_data_shaped(rw->src, n))
       rw->dst->values[out[k]].type = rw->src->values[n->out[k]].type;
     ir_rewrite_map(rw, n->out[k], out[k]);
   }

@@ -28,6 +28,11 @@ typedef struct ir_rewriter {
 } ir_rewriter_t;
 
 loom_status_t ir_rewrite_begin(const loom_graph_t *src, ir_rewriter_t *rw);
+/* The same, but dst gets no inputs: the caller adds its own (on rw->dst)
+ * and maps src values to them, so that dst may take as inputs values
+ * that src computes (a backward graph taking the forward's saved values). */
+loom_status_t ir_rewrite_begin_no_inputs(const loom_graph_t *src,
+                                         ir_rewriter_t *rw);
 /* Copies src node i with its inputs mapped; maps its outputs. */
 loom_status_t ir_rewrite_copy(ir_rewriter_t *rw, int64_t node);
 /* Appends a node to dst (inputs are dst value ids). */

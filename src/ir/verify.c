@@ -76,6 +76,7 @@ static loom_status_t verify_node(const loom_graph_t *g, int64_t i) {
       return loom_fail(LOOM_ERR_GRAPH, "node %lld (%s) output %d (%%%d) is not "
                        "recorded as its output", (long long)i, info->name, k, v);
   }
+  if (info->flags & F_SUBGRAPH) LOOM_TRY(ir_verify_subgraphs(g, i));
   return ir_attrs_check(n->op, &n->attrs);
 }
 

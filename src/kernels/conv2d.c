@@ -63,6 +63,24 @@ static void gather_col_row(const loom_abi_conv2d_t *d, const float *img,
  * this; a larger one is packed in pieces). */
 enum { GATHER_MAX = 4096 };
 
+/* Deals a gathered line of len columns out to step q of the nr-wide
+ * panels at `panels` (kc steps each), zero-padding the last. */
+static void deal_line(const float *line, int64_t len, int64_t kc, int64_t q, int nr,
+                      float *panels) {
+  for (int64_t j0 = 0; j0 < len; j0 += nr) {
+    int64_t cols = len - j0 < nr ? len - j0 : nr;
+    float *out = panels + j0 * kc + q * nr;
+    /* Full panels copy a constant size, which the compiler inlines: a
+     * library call per 64 bytes would cost more than the copy. */
+    if (cols == 16 && nr == 16) memcpy(out, line + j0, 16 * sizeof(float));
+    else if (cols == 32 && nr == 32) memcpy(out, line + j0, 32 * sizeof(float));
+    else {
+      memcpy(out, line + j0, (size_t)cols * sizeof(float));
+      for (int64_t c = cols; c < nr; c++) out[c] = 0.0f;
+    }
+  }
+}
+
 /* Packs rows [pc, pc+kc) by columns [jc, jc+nc) of the column matrix into
  * nr-wide panels: each row is gathered whole into a line in L1 (one pass
  * over the image per tap, in long runs), then dealt out to the panels. */
@@ -74,23 +92,66 @@ static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
   _Alignas(64) float line[GATHER_MAX];
   for (int64_t j = 0; j < nc; j += GATHER_MAX) {
     int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX; /* a multiple of nr unless last */
-    float *panels = dst + j * kc;
     for (int64_t q = 0; q < kc; q++) {
       gather_col_row(d, img, pc + q, jc + j, len, line);
-      for (int64_t j0 = 0; j0 < len; j0 += nr) {
-        int64_t cols = len - j0 < nr ? len - j0 : nr;
-        float *out = panels + j0 * kc + q * nr;
-        /* Full panels copy a constant size, which the compiler inlines: a
-         * library call per 64 bytes would cost more than the copy. */
-        if (cols == 16 && nr == 16) memcpy(out, line + j0, 16 * sizeof(float));
-        else if (cols == 32 && nr == 32) memcpy(out, line + j0, 32 * sizeof(float));
-        else {
-          memcpy(out, line + j0, (size_t)cols * sizeof(float));
-          for (int64_t c = cols; c < nr; c++) out[c] = 0.0f;
-        }
-      }
+      deal_line(line, len, kc, q, nr, dst + j * kc);
     }
   }
+}
+
+/* The batched form's B: the column matrix of every image side by side
+ * (columns are image-major positions), for group `item`. */
+static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc,
+                               int64_t kc, int64_t jc, int64_t nc, int nr,
+                               float *dst) {
+  const loom_abi_conv2d_t *d = p->b_ctx;
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  const float *group = d->x + item * (d->c / d->groups) * d->h * d->w;
+  _Alignas(64) float line[GATHER_MAX];
+  for (int64_t j = 0; j < nc; j += GATHER_MAX) {
+    int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX;
+    for (int64_t q = 0; q < kc; q++) {
+      for (int64_t c = 0; c < len;) {
+        int64_t col = jc + j + c, img = col / positions, pos = col % positions;
+        int64_t run = len - c < positions - pos ? len - c : positions - pos;
+        gather_col_row(d, group + img * image, pc + q, pos, run, line + c);
+        c += run;
+      }
+      deal_line(line, len, kc, q, nr, dst + j * kc);
+    }
+  }
+}
+
+/* Scratch buffers (the batched forward's output, the weight gradient's
+ * regrouped dY) outlive calls, so that a replayed training step allocates
+ * nothing; a call claims one for its duration. Never freed, so they stay
+ * reachable for leak checkers. */
+enum { SCRATCH_SLOTS = 8 };
+
+static struct {
+  atomic_int busy;
+  float *buf;
+  size_t cap; /* floats */
+} scratch_slots[SCRATCH_SLOTS];
+
+/* A slot of at least `need` floats, or -1 (all busy, or no memory). */
+static int scratch_claim(size_t need) {
+  for (int i = 0; i < SCRATCH_SLOTS; i++) {
+    if (atomic_exchange_explicit(&scratch_slots[i].busy, 1, memory_order_acquire)) continue;
+    if (scratch_slots[i].cap < need) {
+      free(scratch_slots[i].buf);
+      scratch_slots[i].buf = malloc(need * sizeof(float));
+      scratch_slots[i].cap = scratch_slots[i].buf ? need : 0;
+    }
+    if (scratch_slots[i].buf) return i;
+    atomic_store_explicit(&scratch_slots[i].busy, 0, memory_order_release);
+    return -1;
+  }
+  return -1;
+}
+
+static void scratch_release(int slot) {
+  atomic_store_explicit(&scratch_slots[slot].busy, 0, memory_order_release);
 }
 
 static int is_pointwise(const loom_abi_conv2d_t *d) {
@@ -99,7 +160,60 @@ static int is_pointwise(const loom_abi_conv2d_t *d) {
          d->pads[3] == 0 && d->ho == d->h && d->wo == d->w;
 }
 
+/* ---- Small images, many of them -------------------------------------------------
+ * Per image, each packed weight is used by ho*wo columns only: at 2x2 or
+ * 4x4 positions (ResNet-18's last layers on 64x64 training images) packing
+ * the weights once per image costs more than the FMAs. The batched form
+ * is one GEMM per group over every image's positions, into a scratch
+ * matrix [o x n*ho*wo], whose rows are then copied out to NCHW with the
+ * bias and the epilogue. */
+enum { BATCHED_MAX_POSITIONS = 128, BATCHED_MAX_FLOATS = 1 << 22 };
+
+typedef struct scatter {
+  const loom_abi_conv2d_t *d;
+  const float *out; /* o x n*ho*wo */
+} scatter_t;
+
+static void scatter_images(void *ctx, int64_t begin, int64_t end) {
+  const scatter_t *s = ctx;
+  const loom_abi_conv2d_t *d = s->d;
+  int64_t positions = d->ho * d->wo, cols = d->n * positions;
+  for (int64_t img = begin; img < end; img++) {
+    float *y = d->y + img * d->o * positions;
+    for (int64_t r = 0; r < d->o; r++) {
+      const float *src = s->out + r * cols + img * positions;
+      float bv = d->bias ? d->bias[r] : 0.0f, *dst = y + r * positions;
+      for (int64_t x = 0; x < positions; x++) dst[x] = src[x] + bv;
+    }
+    if (d->epilogue) d->epilogue(d->epilogue_ctx, img, y, positions, 0, d->o, 0, positions);
+  }
+}
+
+/* Returns 0 (nothing done) when the batched form does not suit d. */
+static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, cols = d->n * positions;
+  if (d->n < 2 || positions == 0 || positions >= BATCHED_MAX_POSITIONS ||
+      d->o * cols > BATCHED_MAX_FLOATS)
+    return 0;
+  int slot = scratch_claim((size_t)(d->o * cols));
+  if (slot < 0) return 0;
+  float *out = scratch_slots[slot].buf;
+  int64_t taps = cg * d->kh * d->kw;
+  gemm_problem_t p = {
+      .m = og, .n = cols, .k = taps, .batch = d->groups, .groups = d->groups,
+      .a = d->weight, .lda = taps, .sa = {0, og * taps},
+      .pack_b = pack_b_conv_images, .b_ctx = d,
+      .c = out, .ldc = cols, .sc = {0, og * cols}};
+  gemm_run(&p, pool);
+  scatter_t s = {d, out};
+  core_pool_for(pool, d->n, 1, scatter_images, &s);
+  scratch_release(slot);
+  return 1;
+}
+
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  if (conv2d_batched(d, pool)) return;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
@@ -147,32 +261,6 @@ static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
   }
 }
 
-/* Regrouped dY buffers outlive calls, so that a replayed training step
- * allocates nothing; a call claims one for its duration. Never freed, so
- * they stay reachable for leak checkers. */
-enum { WGRAD_SLOTS = 8 };
-
-static struct {
-  atomic_int busy;
-  float *buf;
-  size_t cap; /* floats */
-} wgrad_slots[WGRAD_SLOTS];
-
-/* A slot of at least `need` floats, or -1 (all busy, or no memory). */
-static int wgrad_claim(size_t need) {
-  for (int i = 0; i < WGRAD_SLOTS; i++) {
-    if (atomic_exchange_explicit(&wgrad_slots[i].busy, 1, memory_order_acquire)) continue;
-    if (wgrad_slots[i].cap < need) {
-      free(wgrad_slots[i].buf);
-      wgrad_slots[i].buf = malloc(need * sizeof(float));
-      wgrad_slots[i].cap = wgrad_slots[i].buf ? need : 0;
-    }
-    if (wgrad_slots[i].buf) return i;
-    atomic_store_explicit(&wgrad_slots[i].busy, 0, memory_order_release);
-    return -1;
-  }
-  return -1;
-}
 
 /* The direct sum, for when the regrouped dY cannot be allocated. */
 static void wgrad_direct(const loom_abi_conv2d_t *d, float *dw) {
@@ -205,12 +293,12 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
   const float *dy = d->y;
   int slot = -1;
   if (d->n > 1) { /* one image's dY is already og x positions per group */
-    slot = wgrad_claim((size_t)(d->o * k));
+    slot = scratch_claim((size_t)(d->o * k));
     if (slot < 0) {
       wgrad_direct(d, dw);
       return;
     }
-    float *regrouped = wgrad_slots[slot].buf;
+    float *regrouped = scratch_slots[slot].buf;
     for (int64_t o = 0; o < d->o; o++)
       for (int64_t n = 0; n < d->n; n++)
         memcpy(regrouped + o * k + n * positions, dy + (n * d->o + o) * positions,
@@ -225,5 +313,5 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
       .c = dw, .ldc = taps, .sc = {0, og * taps},
       .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
   gemm_run(&p, pool);
-  if (slot >= 0) atomic_store_explicit(&wgrad_slots[slot].busy, 0, memory_order_release);
+  if (slot >= 0) scratch_release(slot);
 }

@@ -129,6 +129,10 @@ static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
     }
     if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
     else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
+    else if (p->trans_a && rows == mr)
+      /* A stored transposed (dW = X^T dY): a panel's step is one run. */
+      for (int64_t q = 0; q < kc; q++)
+        memcpy(dst + q * mr, src[0] + q * p->lda, (size_t)mr * sizeof(float));
     else
       for (int64_t q = 0; q < kc; q++)
         for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
@@ -206,22 +210,34 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
     }
 }
 
+/* The epilogue runs on spans of this many columns of a row block: an
+ * epilogue that streams other arrays (AdamW's weights and moments) reads
+ * each of their rows 1 KiB at a time, where one nr-wide strip read 64
+ * bytes per row and left the prefetchers idle (MLP training step 2x
+ * slower); the span, mc rows of it, still sits in L2. */
+enum { FINISH_COLS = 256 };
+
 /* C[ic:ic+mc, jc:jc+nc] (+)= packed A block @ packed B panel; with `last`,
- * each finished mc x nr strip is handed to finish() while in cache. */
+ * finished spans of columns are handed to finish() while in cache. */
 static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk,
-                         int64_t t, float *c, int64_t ic, int64_t mc,
-                         int64_t jc, int64_t nc, int64_t kc, int accumulate,
-                         int last) {
+                         const float *bpanel, int64_t t, float *c, int64_t ic,
+                         int64_t mc, int64_t jc, int64_t nc, int64_t kc,
+                         int accumulate, int last) {
   const gemm_isa_t *isa = bk->isa;
+  int epilogue = last && (p->bias || p->epilogue);
+  int64_t done = 0; /* columns finished so far */
   for (int64_t jr = 0; jr < nc; jr += isa->nr) {
     int64_t cols = nc - jr < isa->nr ? nc - jr : isa->nr;
-    const float *bp = bk->bbuf + jr * kc;
+    const float *bp = bpanel + jr * kc;
     for (int64_t ir = 0; ir < mc; ir += isa->mr) {
       int64_t rows = mc - ir < isa->mr ? mc - ir : isa->mr;
       tile(isa, kc, bk->abuf + ir * kc, bp, c + (ic + ir) * p->ldc + jc + jr,
            p->ldc, rows, cols, accumulate);
     }
-    if (last && (p->bias || p->epilogue)) finish(p, t, c, ic, mc, jc + jr, cols);
+    if (epilogue && (jr + cols - done >= FINISH_COLS || jr + cols == nc)) {
+      finish(p, t, c, ic, mc, jc + done, jr + cols - done);
+      done = jr + cols;
+    }
   }
 }
 
@@ -246,11 +262,15 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
     int64_t nc = n1 - jc < bk->nc ? n1 - jc : bk->nc;
     for (int64_t pc = 0; pc < p->k; pc += bk->kc) {
       int64_t kc = p->k - pc < bk->kc ? p->k - pc : bk->kc;
-      p->pack_b(p, t, pc, kc, jc, nc, bk->isa->nr, bk->bbuf);
+      /* Prepacked panels of block pc start at pc * npad, column jc's at
+       * jc * kc within it (jc is a multiple of nr). */
+      const float *bpanel = bk->bbuf;
+      if (p->b_packed && p->b_kc == bk->kc) bpanel = p->b_packed + pc * p->b_npad + jc * kc;
+      else p->pack_b(p, t, pc, kc, jc, nc, bk->isa->nr, bk->bbuf);
       for (int64_t ic = m0; ic < m1; ic += bk->mc) {
         int64_t mc = m1 - ic < bk->mc ? m1 - ic : bk->mc;
         pack_a(p, a, ic, mc, pc, kc, bk->isa->mr, bk->abuf);
-        macro_kernel(p, bk, t, c, ic, mc, jc, nc, kc, pc > 0, pc + kc >= p->k);
+        macro_kernel(p, bk, bpanel, t, c, ic, mc, jc, nc, kc, pc > 0, pc + kc >= p->k);
       }
     }
   }
@@ -340,6 +360,50 @@ void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
   else core_pool_for(pool, tasks, 1, job_body, &j);
 }
 
+/* ---- B packed ahead of time ----------------------------------------- */
+
+/* What a packed B was packed for; its panels follow, 64-byte aligned:
+ * for each kc-deep block of k, all columns in nr-wide panels. */
+typedef struct packed_head {
+  const gemm_isa_t *isa;
+  int64_t k, n, kc, npad;
+} packed_head_t;
+
+enum { PACKED_HEAD_BYTES = 64 };
+_Static_assert(sizeof(packed_head_t) <= PACKED_HEAD_BYTES, "packed head");
+
+size_t kern_gemm_packed_bytes(int64_t k, int64_t n) {
+  const gemm_isa_t *isa = isa_current();
+  int64_t npad = ceil_div(n, isa->nr) * isa->nr;
+  return PACKED_HEAD_BYTES + (size_t)(k * npad) * sizeof(float);
+}
+
+void kern_gemm_pack_b(const float *b, int64_t ldb, int trans_b, int64_t k, int64_t n,
+                      void *dst) {
+  const gemm_isa_t *isa = isa_current();
+  packed_head_t *h = dst;
+  *h = (packed_head_t){isa, k, n, balanced(k, isa->kc, 1), ceil_div(n, isa->nr) * isa->nr};
+  float *data = (float *)((char *)dst + PACKED_HEAD_BYTES);
+  gemm_problem_t p = {.m = 0, .n = n, .k = k, .batch = 1, .groups = 1, .b = b,
+                      .ldb = ldb, .trans_b = trans_b};
+  for (int64_t pc = 0; pc < k; pc += h->kc) {
+    int64_t kc = k - pc < h->kc ? k - pc : h->kc;
+    gemm_pack_b_matrix(&p, 0, pc, kc, 0, n, isa->nr, data + pc * h->npad);
+  }
+}
+
+/* Points p at d's prepacked B when it was packed for this call's shape
+ * and the micro-kernel in use (a test may switch kernels after packing). */
+static void use_packed(gemm_problem_t *p, const loom_abi_gemm_t *d) {
+  const packed_head_t *h = d->b_packed;
+  if (!h || h->isa != isa_current() || h->k != d->k || h->n != d->n ||
+      (d->batch > 1 && d->stride_b != 0))
+    return;
+  p->b_packed = (const float *)((const char *)h + PACKED_HEAD_BYTES);
+  p->b_npad = h->npad;
+  p->b_kc = h->kc;
+}
+
 void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool) {
   gemm_problem_t p = {
       .m = d->m, .n = d->n, .k = d->k, .batch = d->batch, .groups = 1,
@@ -348,5 +412,6 @@ void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool) {
       .pack_b = gemm_pack_b_matrix,
       .c = d->c, .ldc = d->ldc, .sc = {d->stride_c, 0},
       .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  use_packed(&p, d);
   gemm_run(&p, pool);
 }

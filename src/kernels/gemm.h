@@ -19,6 +19,14 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 /* dW = conv2d's weight gradient: x = the forward input, y = dY (read),
  * weight = dW (written, whole); the epilogue sees dW as o x cg*kh*kw. */
 void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+/* B (k x n, or n x k stored when trans_b; rows ldb apart) packed once
+ * for loom_abi_gemm_t.b_packed, in the micro-kernel's panel format:
+ * kern_gemm_packed_bytes sizes the buffer (64-byte aligned), which
+ * kern_gemm_pack_b fills. A buffer packed for another micro-kernel or
+ * shape is ignored by the GEMM (it packs B itself). */
+size_t kern_gemm_packed_bytes(int64_t k, int64_t n);
+void kern_gemm_pack_b(const float *b, int64_t ldb, int trans_b, int64_t k, int64_t n,
+                      void *dst);
 /* "avx512", "avx2" or "portable": the micro-kernel in use. */
 const char *kern_gemm_isa(void);
 

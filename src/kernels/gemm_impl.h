@@ -68,6 +68,8 @@ struct gemm_problem {
   float *c;
   int64_t ldc;
   gemm_stride_t sc;
+  const float *b_packed; /* B's panels packed ahead (every item's), or NULL */
+  int64_t b_npad, b_kc;  /* b_packed: columns padded to nr, k blocking */
   const float *bias; /* per row, offset by (t % groups) * m; may be NULL */
   loom_abi_epilogue_t epilogue;
   void *epilogue_ctx;

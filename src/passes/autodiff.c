@@ -31,7 +31,8 @@ static const grad_rule_fn grad_rules[IR_OP_COUNT] = {
  * and n_nodes nodes (those that existed before it appended anything). */
 typedef struct autodiff {
   loom_graph_t *g;
-  int32_t loss;
+  int n_ys;
+  const int32_t *ys; /* the values whose gradients are seeded */
   int64_t n_values, n_nodes;
   bool *from_wrt;  /* a float value that depends on some wrt value */
   bool *to_loss;   /* a value that the loss depends on */
@@ -60,7 +61,7 @@ static void mark_from_wrt(autodiff_t *ad, int n, const loom_value_t *wrt) {
 
 static void mark_to_loss(autodiff_t *ad) {
   loom_graph_t *g = ad->g;
-  ad->to_loss[ad->loss] = true;
+  for (int k = 0; k < ad->n_ys; k++) ad->to_loss[ad->ys[k]] = true;
   for (int64_t i = ad->n_nodes - 1; i >= 0; i--) {
     const ir_node_t *nd = &g->nodes[i];
     bool any = false;
@@ -80,6 +81,17 @@ static loom_status_t fill_like(loom_graph_t *g, int32_t v, double value,
   return ir_add_node(g, IR_OP_FULL, 0, NULL, &a, out, 1);
 }
 
+/* Adds d (of x's type) to the running gradient of x. */
+static loom_status_t add_gradient(autodiff_t *ad, int32_t x, int32_t d) {
+  loom_graph_t *g = ad->g;
+  if (ad->grad[x] < 0) {
+    ad->grad[x] = d;
+    return LOOM_OK;
+  }
+  int32_t in[2] = {ad->grad[x], d};
+  return ir_add_node(g, IR_OP_ADD, 2, in, NULL, &ad->grad[x], 1);
+}
+
 /* Adds d to the running gradient of input k of node nd. */
 static loom_status_t accumulate(autodiff_t *ad, const ir_node_t *nd, int k,
                                 int32_t d) {
@@ -95,19 +107,14 @@ static loom_status_t accumulate(autodiff_t *ad, const ir_node_t *nd, int k,
                      "gradient of input %d is %s, the input is %s",
                      ir_ops[nd->op].name, k, got, want);
   }
-  if (ad->grad[x] < 0) {
-    ad->grad[x] = d;
-    return LOOM_OK;
-  }
-  int32_t in[2] = {ad->grad[x], d};
-  return ir_add_node(g, IR_OP_ADD, 2, in, NULL, &ad->grad[x], 1);
+  return add_gradient(ad, x, d);
 }
 
 static loom_status_t no_rule(autodiff_t *ad, const ir_node_t *nd) {
   char loss[64];
   return loom_fail(LOOM_ERR_UNSUPPORTED, "op '%s' has no gradient rule "
                    "(needed for the gradient of %s)", ir_ops[nd->op].name,
-                   ir_value_str(ad->g, ad->loss, loss, sizeof loss));
+                   ir_value_str(ad->g, ad->ys[0], loss, sizeof loss));
 }
 
 /* Calls node i's rule if a gradient flows through it, and accumulates
@@ -159,11 +166,13 @@ static loom_status_t check_args(loom_graph_t *g, loom_value_t loss, int n,
   return LOOM_OK;
 }
 
-static loom_status_t run(autodiff_t *ad, int n, const loom_value_t *wrt,
-                         loom_value_t *grads) {
+/* Seeds grad[ys[k]] with seeds[k], then walks the nodes backwards. */
+static loom_status_t run(autodiff_t *ad, const int32_t *seeds, int n,
+                         const loom_value_t *wrt, loom_value_t *grads) {
   mark_from_wrt(ad, n, wrt);
   mark_to_loss(ad);
-  LOOM_TRY(fill_like(ad->g, ad->loss, 1.0, &ad->grad[ad->loss]));
+  for (int k = 0; k < ad->n_ys; k++)
+    LOOM_TRY(add_gradient(ad, ad->ys[k], seeds[k]));
   for (int64_t i = ad->n_nodes - 1; i >= 0; i--) {
     const ir_node_t *nd = &ad->g->nodes[i];
     bool needed = false;
@@ -178,11 +187,13 @@ static loom_status_t run(autodiff_t *ad, int n, const loom_value_t *wrt,
   return LOOM_OK;
 }
 
-loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
-                        const loom_value_t *wrt, loom_value_t *grads) {
-  LOOM_TRY(check_args(g, loss, n, wrt, grads));
-  autodiff_t ad = {.g = g, .loss = loss.id, .n_values = g->n_values,
-                   .n_nodes = g->n_nodes};
+/* The nodes after the first n_nodes (the seeds' and those that run
+ * appends) are not walked. */
+static loom_status_t vjp(loom_graph_t *g, int64_t n_nodes, int n_ys,
+                         const int32_t *ys, const int32_t *seeds, int n,
+                         const loom_value_t *wrt, loom_value_t *grads) {
+  autodiff_t ad = {.g = g, .n_ys = n_ys, .ys = ys, .n_values = g->n_values,
+                   .n_nodes = n_nodes};
   size_t nv = (size_t)g->n_values;
   ad.from_wrt = core_calloc(nv ? nv : 1, sizeof *ad.from_wrt);
   ad.to_loss = core_calloc(nv ? nv : 1, sizeof *ad.to_loss);
@@ -190,7 +201,7 @@ loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
   loom_status_t s = LOOM_ERR_NOMEM;
   if (ad.from_wrt && ad.to_loss && ad.grad) {
     for (size_t i = 0; i < nv; i++) ad.grad[i] = -1;
-    s = run(&ad, n, wrt, grads);
+    s = run(&ad, seeds, n, wrt, grads);
   } else {
     loom_fail(s, "loom_grad: out of memory for %zu values", nv);
   }
@@ -199,4 +210,37 @@ loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
   core_free(ad.grad);
   if (s == LOOM_OK) loom_clear_error();
   return s;
+}
+
+loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
+                        const loom_value_t *wrt, loom_value_t *grads) {
+  LOOM_TRY(check_args(g, loss, n, wrt, grads));
+  int64_t n_nodes = g->n_nodes;
+  int32_t seed;
+  LOOM_TRY(fill_like(g, loss.id, 1.0, &seed));
+  return vjp(g, n_nodes, 1, &loss.id, &seed, n, wrt, grads);
+}
+
+loom_status_t grad_vjp(loom_graph_t *g, int n_ys, const int32_t *ys,
+                       const int32_t *seeds, int n, const loom_value_t *wrt,
+                       loom_value_t *grads) {
+  LOOM_CHECK_ARG(g);
+  if (n_ys < 0 || n < 0 || (n_ys > 0 && (!ys || !seeds)) ||
+      (n > 0 && (!wrt || !grads)))
+    return loom_fail(LOOM_ERR_INVALID, "grad_vjp: %d values with %d wrt "
+                     "(or a null list)", n_ys, n);
+  for (int k = 0; k < n_ys; k++) {
+    bool ok = ir_value_valid(g, ys[k]) && ir_value_valid(g, seeds[k]) &&
+              dtype_is_float(g->values[ys[k]].type.dtype) &&
+              ir_type_equal(&g->values[ys[k]].type, &g->values[seeds[k]].type);
+    if (!ok)
+      return loom_fail(LOOM_ERR_INVALID, "grad_vjp: value %d and its seed %d "
+                       "must be float values of one type", (int)ys[k],
+                       (int)seeds[k]);
+  }
+  for (int i = 0; i < n; i++)
+    if (!ir_value_valid(g, wrt[i].id))
+      return loom_fail(LOOM_ERR_INVALID, "grad_vjp: wrt[%d] is not a value "
+                       "of this graph (id %d)", i, (int)wrt[i].id);
+  return vjp(g, g->n_nodes, n_ys, ys, seeds, n, wrt, grads);
 }

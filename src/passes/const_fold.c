@@ -29,7 +29,9 @@ static bool small_outputs(const loom_graph_t *g, const ir_node_t *n) {
 }
 
 static bool foldable(const ir_rewriter_t *rw, const ir_node_t *n) {
-  if (ir_ops[n->op].flags & (F_RANDOM | F_SIDE_EFFECT | F_DATA_SHAPE)) return false;
+  /* A subgraph may read parameters of its own, which folding would freeze. */
+  if (ir_ops[n->op].flags & (F_RANDOM | F_SIDE_EFFECT | F_DATA_SHAPE | F_SUBGRAPH))
+    return false;
   for (int k = 0; k < n->n_in; k++) {
     int32_t d = ir_rewrite_lookup(rw, n->in[k]);
     if (d < 0 || rw->dst->values[d].kind != IR_VALUE_CONST) return false;

@@ -328,7 +328,8 @@ static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const ir_node_t *node = &f->g->nodes[n];
   if (!OP_IN(node->op, fusable_reductions)) return false;
   if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
-  if (w->kind == FUSE_ELEMENTWISE) return !w->mixed;
+  /* A fold that keeps the last dim is generated alone (c_reduce.c). */
+  if (w->kind == FUSE_ELEMENTWISE) return !w->mixed && reduced_suffix(f, n) >= 0;
   return w->kind == FUSE_REDUCTION && w->k >= 0 && reduced_suffix(f, n) == w->k;
 }
 

@@ -31,6 +31,15 @@ typedef struct grad_ctx {
 
 typedef loom_status_t (*grad_rule_fn)(grad_ctx_t *c);
 
+/* The vector-Jacobian product behind loom_grad: appends to g the nodes of
+ * grads[i] = sum_k seeds[k] . d ys[k] / d wrt[i], each ys[k] (a float
+ * value, repeats allowed) seeded with seeds[k] (a value of its type) as
+ * its incoming gradient. The rest is as loom_grad: zeros for a wrt value
+ * that no ys[k] depends on, failure naming an op without a rule. */
+loom_status_t grad_vjp(loom_graph_t *g, int n_ys, const int32_t *ys,
+                       const int32_t *seeds, int n, const loom_value_t *wrt,
+                       loom_value_t *grads);
+
 /* ---- Helpers for writing rules (src/passes/grad_util.c) ---------------- */
 
 /* Appends a node with one output (inputs are value ids). */

@@ -329,11 +329,17 @@ static loom_status_t dims_product(grad_ctx_t *c, const ir_dim_t *dims, int lo,
 /* Gather's indices may count from the end; scatter_add's may not. */
 static loom_status_t wrap_indices(grad_ctx_t *c, int32_t ind, ir_dim_t size,
                                   int axis, int32_t *out) {
+  (void)axis;
   if (c->node.op == IR_OP_EMBEDDING) { /* rejects negative indices itself */
     *out = ind;
     return LOOM_OK;
   }
-  LOOM_TRY(need_const(c, size, axis));
+  /* A symbolic size (a trace's dim): indices are taken as they are; the
+   * gradient's scatter_add rejects a negative one at run time. */
+  if (!ir_dim_is_const(size)) {
+    *out = ind;
+    return LOOM_OK;
+  }
   int32_t n;
   LOOM_TRY(grad_scalar(c, (double)size, grad_type(c, ind)->dtype, &n));
   return grad_binary(c, IR_OP_MOD, ind, n, out);
@@ -382,8 +388,9 @@ static loom_status_t flat_positions(grad_ctx_t *c, int32_t index, int axis,
   int64_t stride = 1;
   *out = -1;
   for (int d = it->rank - 1; d >= 0; d--) {
-    LOOM_TRY(need_const(c, into->dims[d], d));
-    LOOM_TRY(need_const(c, it->dims[d], d));
+    /* strides need the sizes after dim 0, aranges the index's off axis */
+    if (d > 0) LOOM_TRY(need_const(c, into->dims[d], d));
+    if (d != axis) LOOM_TRY(need_const(c, it->dims[d], d));
     int32_t coord = index, k, term;
     if (d != axis) {
       ir_attrs_t a = {0};
@@ -423,6 +430,7 @@ loom_status_t grad_scatter_add(grad_ctx_t *c) {
   LOOM_TRY(grad_op(c, IR_OP_GATHER, 2, in, &a, &taken));
   g = taken;
   for (int d = 0; d < src->rank; d++) {
+    if (src->dims[d] == index->dims[d]) continue; /* nothing to pad */
     LOOM_TRY(need_const(c, src->dims[d], d));
     LOOM_TRY(pad_axis(c, g, d, 0, src->dims[d] - index->dims[d], &g));
   }

@@ -53,6 +53,27 @@ static loom_status_t reduce(grad_ctx_t *c, ir_op_t op, int32_t v, int n,
 
 /* ---- matmul -------------------------------------------------------------- */
 
+/* v as a matrix of its rows: (-1, last dim), a view for contiguous v. */
+static loom_status_t rows_of(grad_ctx_t *c, int32_t v, int32_t *out) {
+  ir_type_t t = type_of(c, v);
+  ir_dim_t dims[2] = {-1, t.dims[t.rank - 1]};
+  ir_attrs_t attrs = {0};
+  ir_attrs_ints(&attrs, "shape", 2, dims);
+  return grad_op(c, IR_OP_RESHAPE, 1, &v, &attrs, out);
+}
+
+/* The gradient of a rank-2 B broadcast over A's batch (a linear layer
+ * over a batch of sequences): the batch sum of A^T @ dY is one product
+ * over all rows, (batch*m, k)^T @ (batch*m, n), rather than a batch of
+ * partial products (batch times B's size) and their sum. */
+static loom_status_t matmul_rows(grad_ctx_t *c, int32_t a, int32_t dy, bool tb,
+                                 int32_t *out) {
+  int32_t a2, dy2;
+  LOOM_TRY(rows_of(c, a, &a2));
+  LOOM_TRY(rows_of(c, dy, &dy2));
+  return tb ? matmul(c, dy2, a2, true, false, out) : matmul(c, a2, dy2, true, false, out);
+}
+
 /* With A and B the operands as multiplied (after the trans flags), the
  * gradients are dY @ B^T and A^T @ dY; a transposed operand's gradient is
  * the transpose of that, which the trans flags give without a copy. A
@@ -76,7 +97,9 @@ loom_status_t grad_matmul(grad_ctx_t *c) {
   int32_t da, db;
   if (ta) LOOM_TRY(matmul(c, b, dy, tb, true, &da));
   else LOOM_TRY(matmul(c, dy, b, false, !tb, &da));
-  if (tb) LOOM_TRY(matmul(c, dy, a, true, ta, &db));
+  if (!ta && !a1 && !b1 && a_type.rank > 2 && b_type.rank == 2)
+    LOOM_TRY(matmul_rows(c, a, dy, tb, &db));
+  else if (tb) LOOM_TRY(matmul(c, dy, a, true, ta, &db));
   else LOOM_TRY(matmul(c, a, dy, !ta, false, &db));
   /* A promoted dim is squeezed away before the batch sums, which align
    * dims from the right. */

@@ -44,6 +44,7 @@ typedef struct mem_planner {
   mem_key_t *keys;       /* one per chain */
   int n_chains;
   int64_t *offsets;      /* scratch: one placement order's offsets */
+  struct mem_event *events; /* scratch of the lower bound: 4 per request */
 } mem_planner_t;
 
 typedef enum mem_order {
@@ -121,6 +122,7 @@ typedef struct mem_event {
   int64_t step, delta;
 } mem_event_t;
 
+
 static int event_cmp(const void *a, const void *b) {
   const mem_event_t *x = a, *y = b;
   return (x->step > y->step) - (x->step < y->step);
@@ -128,9 +130,8 @@ static int event_cmp(const void *a, const void *b) {
 
 /* The most bytes live at one step; a taken-over buffer and the one that
  * took it count once at their handover step. */
-static loom_status_t lower_bound(const mem_planner_t *p, int64_t *out) {
-  mem_event_t *ev = core_malloc(sizeof *ev * (size_t)(4 * p->n + 1));
-  if (!ev) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
+static int64_t lower_bound(const mem_planner_t *p) {
+  mem_event_t *ev = p->events;
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     ev[k++] = (mem_event_t){p->r[i].first, p->size[i]};
@@ -145,9 +146,7 @@ static loom_status_t lower_bound(const mem_planner_t *p, int64_t *out) {
     live += ev[e].delta;
     if (e + 1 == k || ev[e + 1].step != ev[e].step) most = live > most ? live : most;
   }
-  core_free(ev);
-  *out = most;
-  return LOOM_OK;
+  return most;
 }
 
 /* ---- Placement ---------------------------------------------------------- */
@@ -254,11 +253,13 @@ static void planner_free(mem_planner_t *p) {
   core_free(p->conflicts);
   core_free(p->keys);
   core_free(p->offsets);
+  core_free(p->events);
 }
 
-static loom_status_t planner_init(mem_planner_t *p, const mem_request_t *r, int n) {
+/* Scratch for n requests; planner_reset then takes the requests. */
+static loom_status_t planner_alloc(mem_planner_t *p, int n) {
   size_t m = (size_t)(n ? n : 1);
-  *p = (mem_planner_t){.r = r, .n = n};
+  *p = (mem_planner_t){.n = n};
   p->size = core_malloc(m * sizeof *p->size);
   p->took = core_malloc(m * sizeof *p->took);
   p->gave = core_malloc(m * sizeof *p->gave);
@@ -266,16 +267,33 @@ static loom_status_t planner_init(mem_planner_t *p, const mem_request_t *r, int 
   p->conflicts = core_malloc(m * sizeof *p->conflicts);
   p->keys = core_malloc(m * sizeof *p->keys);
   p->offsets = core_malloc(m * sizeof *p->offsets);
+  p->events = core_malloc(4 * m * sizeof *p->events);
   if (!p->size || !p->took || !p->gave || !p->placed || !p->conflicts ||
-      !p->keys || !p->offsets) {
+      !p->keys || !p->offsets || !p->events) {
     planner_free(p);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
   }
-  for (int i = 0; i < n; i++) {
+  return LOOM_OK;
+}
+
+static void planner_reset(mem_planner_t *p, const mem_request_t *r) {
+  p->r = r;
+  for (int i = 0; i < p->n; i++) {
     p->size[i] = align_up(r[i].bytes);
     p->took[i] = p->gave[i] = -1;
   }
-  return LOOM_OK;
+}
+
+static void keep_best(mem_planner_t *p, mem_plan_t *out);
+
+/* Chains, the lower bound, the naive sum and the best of the placement
+ * orders, into out (whose offsets hold p->n); allocates nothing. */
+static void planner_run(mem_planner_t *p, mem_plan_t *out) {
+  out->n_inplace = link_chains(p);
+  out->lower_bound_bytes = lower_bound(p);
+  out->naive_bytes = 0;
+  for (int i = 0; i < p->n; i++) out->naive_bytes += p->size[i];
+  keep_best(p, out);
 }
 
 static void keep_best(mem_planner_t *p, mem_plan_t *out) {
@@ -297,22 +315,55 @@ loom_status_t mem_plan_build(const mem_request_t *requests, int n,
                      (const void *)requests);
   LOOM_TRY(check_requests(requests, n));
   mem_planner_t p;
-  LOOM_TRY(planner_init(&p, requests, n));
+  LOOM_TRY(planner_alloc(&p, n));
   out->offsets = core_calloc((size_t)(n ? n : 1), sizeof *out->offsets);
   loom_status_t s = out->offsets
                         ? LOOM_OK
                         : loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
   if (s == LOOM_OK) {
-    out->n_inplace = link_chains(&p);
-    s = lower_bound(&p, &out->lower_bound_bytes);
-  }
-  if (s == LOOM_OK) {
-    for (int i = 0; i < n; i++) out->naive_bytes += p.size[i];
-    keep_best(&p, out);
+    planner_reset(&p, requests);
+    planner_run(&p, out);
   }
   planner_free(&p);
   if (s != LOOM_OK) mem_plan_free(out);
   return s;
+}
+
+struct mem_replanner {
+  mem_planner_t p;
+};
+
+loom_status_t mem_replanner_create(int n, mem_replanner_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  if (n < 0) return loom_fail(LOOM_ERR_INVALID, "memory plan: %d requests", n);
+  mem_replanner_t *r = core_calloc(1, sizeof *r);
+  if (!r) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a memory plan");
+  loom_status_t s = planner_alloc(&r->p, n);
+  if (s != LOOM_OK) {
+    core_free(r);
+    return s;
+  }
+  *out = r;
+  return LOOM_OK;
+}
+
+loom_status_t mem_replan(mem_replanner_t *r, const mem_request_t *requests,
+                         mem_plan_t *plan) {
+  LOOM_CHECK_ARG(r);
+  LOOM_CHECK_ARG(plan);
+  if (r->p.n > 0 && (!requests || !plan->offsets))
+    return loom_fail(LOOM_ERR_INVALID, "memory plan: no requests or offsets to replan");
+  LOOM_TRY(check_requests(requests, r->p.n));
+  planner_reset(&r->p, requests);
+  planner_run(&r->p, plan);
+  return LOOM_OK;
+}
+
+void mem_replanner_destroy(mem_replanner_t *r) {
+  if (!r) return;
+  planner_free(&r->p);
+  core_free(r);
 }
 
 void mem_plan_free(mem_plan_t *plan) {

@@ -33,6 +33,17 @@ loom_status_t mem_plan_build(const mem_request_t *requests, int n,
                              mem_plan_t *out);
 void mem_plan_free(mem_plan_t *plan);
 
+/* Plans of one set of requests whose sizes change between plans (runtime
+ * symbols: the live intervals stay, the bytes do not). The scratch is
+ * kept, so a replan allocates nothing. */
+typedef struct mem_replanner mem_replanner_t;
+loom_status_t mem_replanner_create(int n, mem_replanner_t **out);
+/* Plans the n requests (as created) into plan, whose offsets hold n:
+ * the same result mem_plan_build gives for them. */
+loom_status_t mem_replan(mem_replanner_t *r, const mem_request_t *requests,
+                         mem_plan_t *plan);
+void mem_replanner_destroy(mem_replanner_t *r);
+
 /* An order of plan's groups that respects dependencies and keeps the
  * bytes live at once low (a greedy list schedule: among ready groups,
  * prefer the one that frees the most and allocates the least). bytes_of

@@ -9,7 +9,12 @@
  * for sum and matmul, -inf for max and softmax, ...), and means and
  * variances divide by the real size, not the bucket. The real size of
  * each group of padded dims is a new i64 rank-0 input, so one compiled
- * executable serves every real size of its bucket. */
+ * executable serves every real size of its bucket.
+ *
+ * Padded dims should be symbols (compile the result with them set to the
+ * bucket), and a graph with a backward should be rewritten after
+ * loom_grad, so that the backward's sums over padding are masked too
+ * (docs/dynamic.md). */
 #ifndef LOOM_PASSES_PAD_H
 #define LOOM_PASSES_PAD_H
 

@@ -23,7 +23,10 @@ typedef struct partition {
 
 /* wrt: indices into src's inputs (float dtypes) to differentiate. src
  * has no assigns. Fails naming the op when a gradient must flow through
- * an op without a gradient rule. */
+ * an op without a gradient rule. The backward reads src's parameters
+ * and constants itself (they are not saved); both graphs own copies of
+ * the constants and share the parameters' storage with src, so src may
+ * be destroyed first unless it has parameters. */
 loom_status_t pass_partition(const loom_graph_t *src, int n_wrt,
                              const int *wrt, partition_t *out);
 void partition_free(partition_t *p);

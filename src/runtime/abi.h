@@ -45,6 +45,9 @@ typedef struct loom_abi_gemm {
   int64_t ldc, stride_c;
   loom_abi_epilogue_t epilogue; /* may be NULL */
   void *epilogue_ctx;
+  /* B packed ahead of time (a frozen weight, shared by every item), or
+   * NULL: the kernel uses it when its layout fits, else packs B itself. */
+  const void *b_packed;
 } loom_abi_gemm_t;
 
 /* y = conv2d(x, w) (+ bias), NCHW, f32, weight (o, c/groups, kh, kw).
@@ -75,6 +78,14 @@ typedef struct loom_abi {
   /* conv2d's weight gradient: x = the forward input, y = dY (read), weight
    * = dW (written, cast from const); the same geometry as conv2d_f32. */
   void (*conv2d_weight_grad_f32)(const loom_abi_conv2d_t *d, void *pool);
+  /* Per slot s, packed_b[2 * s + trans_b]: that slot's matrix packed as a
+   * GEMM's B operand (loom_abi_gemm_t.b_packed), or NULL; may be NULL. */
+  const void *const *packed_b;
+  /* conv2d's input gradient, i.e. conv_transpose2d(dY, W): x = dX
+   * (written, cast from const), y = dY (read), bias per channel of dX (may
+   * be NULL); the geometry is the forward conv2d's, dX's image the
+   * epilogue's c rows by h*w columns. */
+  void (*conv2d_input_grad_f32)(const loom_abi_conv2d_t *d, void *pool);
 } loom_abi_t;
 
 typedef void (*loom_abi_group_t)(void *const *slots, const int64_t *syms,

@@ -47,7 +47,11 @@ typedef struct rt_cache_entry rt_entry_t;
 /* Builds the graph to compile for a key, on the calling thread or on a
  * worker: *graph becomes the entry's (the cache destroys it with the
  * entry). options are the compile options to use. ctx is the builder's;
- * free_ctx (may be NULL) is called once the cache is done with it. */
+ * free_ctx (may be NULL) is called once the cache is done with it.
+ * rt_cache_get and rt_cache_speculate take ctx in every case: free_ctx
+ * runs after the compile (options may point into ctx), or at once when
+ * nothing is built (hit, pending, failed, over the limit, error). A
+ * graph left in *graph by a failing build is destroyed by the cache. */
 typedef struct rt_builder {
   loom_status_t (*build)(void *ctx, loom_graph_t **graph,
                          loom_compile_options_t *options);
@@ -69,13 +73,22 @@ typedef enum rt_get_result {
 /* Lookup, and on a miss compile with builder (on this thread when wait,
  * else by a worker while the caller interprets). A miss logs its reason
  * under LOOM_LOG=recompiles: the part of the key that differed from the
- * nearest entry of the same site. recompile_limit 0: none. */
+ * nearest entry of the same site. recompile_limit 0: none.
+ * Every lookup that does not return RT_READY at once counts as a miss.
+ * A build or compile that fails, or an executable that would only run
+ * the interpreter (no C compiler), is cached as RT_FAILED. The limit
+ * counts the keys rt_cache_get compiled for the site (speculative
+ * compiles are not counted): a new key past it gets RT_OVER_LIMIT, and
+ * one warning per site is printed. Without workers, wait=false compiles
+ * on the calling thread too. With RT_FAILED and RT_OVER_LIMIT,
+ * loom_last_error() says why. */
 loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key,
                            const rt_builder_t *builder, bool wait,
                            int recompile_limit, rt_get_result_t *result,
                            rt_entry_t **out);
 
-/* Queues a speculative compile of key (nothing if present or pending). */
+/* Queues a speculative compile of key (nothing if present or pending,
+ * or if the cache has no workers). */
 loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
                                  const rt_builder_t *builder);
 
@@ -85,6 +98,14 @@ void rt_cache_drain(loom_cache_t *c);
 loom_executable_t *rt_entry_executable(rt_entry_t *e);
 loom_graph_t *rt_entry_graph(rt_entry_t *e);
 void rt_entry_release(loom_cache_t *c, rt_entry_t *e);
+/* Runs e's executable as loom_executable_run does. A run binds the
+ * executable's slots and uses its arena, so runs of one entry from
+ * several threads take turns (a lock per entry, uncontended ~20 ns). An
+ * arena that runs with new runtime sizes regrew is counted against the
+ * budget when the entry is released. */
+loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs,
+                           loom_tensor_t *const *inputs, int n_outputs,
+                           loom_tensor_t *const *outputs);
 
 /* Appends the cache's entries and recent recompile reasons to text. */
 struct core_text;

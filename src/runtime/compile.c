@@ -12,10 +12,12 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/ref.h"
 #include "passes/passes.h"
 #include "runtime/executable.h"
+#include "runtime/symbols.h"
 
 void loom_compile_options_init(loom_compile_options_t *o) {
   if (!o) return;
@@ -58,6 +60,11 @@ static loom_status_t resolve_symbols(loom_executable_t *e,
       if (o->symbol_names && o->symbol_names[k] && o->symbol_values &&
           !strcmp(o->symbol_names[k], x->name))
         e->syms[x->c] = o->symbol_values[k];
+    /* Left open, the symbol is read from the inputs at each run. */
+    if (e->syms[x->c] < 0 && o->dynamic_symbols && rt_sym_readable(g, (int32_t)x->c)) {
+      LOOM_TRY(rt_sym_mark(e, (int32_t)x->c));
+      continue;
+    }
     if (e->syms[x->c] < 0 && symbol_in_inputs(g, x->c))
       return loom_fail(LOOM_ERR_INVALID,
                        "loom_compile: symbol '%s' needs a value (compiled code "
@@ -71,7 +78,7 @@ static loom_status_t resolve_symbols(loom_executable_t *e,
 static const char *needs_interpreter(const loom_graph_t *g) {
   for (int64_t i = 0; i < g->n_nodes; i++) {
     const ir_node_t *n = &g->nodes[i];
-    if (ir_ops[n->op].flags & F_DATA_SHAPE) return "a data-dependent shape";
+    if (ir_node_data_shaped(g, n)) return "a data-dependent shape";
     if (n->op != IR_OP_ASSIGN || g->values[n->in[1]].kind != IR_VALUE_PARAM) continue;
     for (int64_t j = 0; j < g->n_nodes; j++)
       if (g->nodes[j].op == IR_OP_ASSIGN && g->nodes[j].in[0] == n->in[1])
@@ -199,6 +206,11 @@ static loom_status_t plan_arena(loom_executable_t *e) {
       if (req_of_slot[slot] >= 0)
         e->slots[slot] = (char *)e->arena + e->mem.offsets[req_of_slot[slot]];
   }
+  if (s == LOOM_OK && e->dyn) { /* kept to replan when the sizes change */
+    rt_sym_keep_requests(e, req, n_req, req_of_slot);
+    req = NULL;
+    req_of_slot = NULL;
+  }
   core_free(pos);
   core_free(req_of_slot);
   core_free(req);
@@ -304,7 +316,8 @@ static bool is_assign_group(const loom_executable_t *e, int32_t grp) {
   return gr->n_nodes == 1 && e->graph->nodes[gr->nodes[0]].op == IR_OP_ASSIGN;
 }
 
-static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg) {
+static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
+                                 const loom_compile_options_t *o) {
   int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
   e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
   if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
@@ -331,6 +344,9 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg) {
       if (st->copy_to < 0 || st->copy_from < 0)
         return loom_fail(LOOM_ERR_GRAPH, "compile: assign of node %d has no storage",
                          grp->nodes[0]);
+    } else if (ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH) {
+      st->kind = STEP_CONTROL;
+      LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
     } else if (cg->generated && cg->generated[gi] && e->module) {
       char name[32];
       snprintf(name, sizeof name, "loom_group_%d", gi);
@@ -373,6 +389,10 @@ static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
   kern_conv2d_weight_grad_f32(d, pool);
 }
 
+static void abi_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, pool);
+}
+
 static loom_status_t start_runtime(loom_executable_t *e, int threads) {
   LOOM_TRY(core_pool_create(threads, &e->pool));
   e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
@@ -381,7 +401,8 @@ static loom_status_t start_runtime(loom_executable_t *e, int threads) {
                         .parallel_for = abi_parallel_for,
                         .gemm_f32 = abi_gemm_f32,
                         .conv2d_f32 = abi_conv2d_f32,
-                        .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32};
+                        .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32,
+                        .conv2d_input_grad_f32 = abi_conv2d_input_grad_f32};
   return LOOM_OK;
 }
 
@@ -408,7 +429,7 @@ static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options
 static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
                                   cg_module_t *cg, bool *ok) {
   *ok = true;
-  LOOM_TRY(cg_emit_module(e->graph, &e->plan, e->slot_of_value, e->syms, cg));
+  LOOM_TRY(cg_emit_module(e->graph, &e->plan, e->slot_of_value, rt_sym_codegen_values(e), cg));
   bool any = false;
   for (int i = 0; i < e->plan.n_groups; i++) any |= cg->generated[i];
   if (!any) return LOOM_OK;
@@ -434,6 +455,7 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
   LOOM_TRY(run_passes(e, o));
   fuse_options_t fo = {.enabled = o->fusion != 0};
   LOOM_TRY(fuse_plan_build(e->graph, &fo, &e->plan));
+  if (e->dyn) LOOM_TRY(rt_sym_split_groups(e));
   LOOM_TRY(alloc_tables(e));
   int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));
   if (!bytes) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
@@ -488,10 +510,52 @@ static loom_status_t compile_code(loom_executable_t *e, const loom_compile_optio
     cg_module_free(&cg);
     return LOOM_OK;
   }
-  if (s == LOOM_OK) s = build_steps(e, &cg);
+  if (s == LOOM_OK) s = build_steps(e, &cg, o);
   cg_module_free(&cg);
   *compiled = s == LOOM_OK;
   return s;
+}
+
+/* ---- Frozen parameters ------------------------------------------------------ */
+
+/* Whether value v keeps its contents for the executable's life: a
+ * constant, or (frozen) a parameter that no assign writes. */
+static bool is_frozen(const loom_graph_t *g, int32_t v) {
+  if (g->values[v].kind == IR_VALUE_CONST) return true;
+  if (g->values[v].kind != IR_VALUE_PARAM) return false;
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == IR_OP_ASSIGN && g->nodes[i].in[0] == v) return false;
+  return true;
+}
+
+/* Packs, once, the frozen rank-2 B operand of each generated matmul into
+ * e->packed_b[2 * slot + trans_b], which the module reads through
+ * rt->packed_b (c_contract.c), so that runs skip packing weights. */
+static loom_status_t prepack_weights(loom_executable_t *e) {
+  const loom_graph_t *g = e->graph;
+  e->packed_b = core_calloc((size_t)e->n_slots * 2 + 1, sizeof *e->packed_b);
+  if (!e->packed_b) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
+  e->abi.packed_b = (const void *const *)e->packed_b;
+  for (int i = 0; i < e->n_steps; i++) {
+    if (e->steps[i].kind != STEP_GENERATED) continue;
+    const fuse_group_t *grp = &e->plan.groups[e->steps[i].group];
+    if (grp->kind != FUSE_CONTRACTION || grp->anchor < 0) continue;
+    const ir_node_t *n = &g->nodes[grp->anchor];
+    int32_t b = n->op == IR_OP_MATMUL ? n->in[1] : -1;
+    int64_t shape[2];
+    if (b < 0 || g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
+        !is_frozen(g, b) || value_shape(e, b, shape) != LOOM_OK)
+      continue;
+    int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
+    int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
+    if (slot < 0 || e->packed_b[2 * slot + tb]) continue;
+    void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
+    if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lld weight",
+                               (long long)shape[0], (long long)shape[1]);
+    kern_gemm_pack_b(e->slots[slot], shape[1], tb, k, cols, buf);
+    e->packed_b[2 * slot + tb] = buf;
+  }
+  return LOOM_OK;
 }
 
 loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *options,
@@ -512,6 +576,7 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   bool compiled = false;
   if (s == LOOM_OK && !why) s = compile_plan(e, &o);
   if (s == LOOM_OK && !why) s = compile_code(e, &o, &compiled);
+  if (s == LOOM_OK && compiled && o.freeze_params) s = prepack_weights(e);
   if (s != LOOM_OK) {
     loom_executable_destroy(e);
     return s;
@@ -523,6 +588,7 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
     if (!e->graph) e->graph = e->source;
     if (!e->inputs) s = build_guards(e);
   }
+  if (s == LOOM_OK) s = rt_sym_finish(e);
   if (s != LOOM_OK) {
     loom_executable_destroy(e);
     return s;

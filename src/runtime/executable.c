@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "kernels/ref.h"
 #include "runtime/executable.h"
+#include "runtime/symbols.h"
 
 static _Atomic int64_t compiles;
 
@@ -25,11 +26,12 @@ void loom_stats_get(loom_stats_t *out) {
 }
 
 /* Checks t against a guard; names what differs. */
-static loom_status_t check_binding(const char *what, int i, const guard_t *gd,
-                                   const loom_tensor_t *t) {
+static loom_status_t check_binding(const loom_executable_t *e, const char *what, int i,
+                                   const guard_t *gd, const loom_tensor_t *t) {
   if (!t) return loom_fail(LOOM_ERR_INVALID, "%s %d: tensor is null", what, i);
   bool same = t->dtype == gd->dtype && t->rank == gd->rank &&
               memcmp(t->shape, gd->shape, sizeof(int64_t) * (size_t)gd->rank) == 0;
+  if (!same && e->dyn) return rt_sym_mismatch(e, what, i, gd, t);
   if (!same) {
     char want[160], got[160];
     return loom_fail(LOOM_ERR_BINDING,
@@ -48,12 +50,14 @@ static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *con
                      e->n_inputs, e->n_outputs, n_inputs, n_outputs);
   if ((n_inputs && !inputs) || (n_outputs && !outputs))
     return loom_fail(LOOM_ERR_INVALID, "loom_executable_run: a binding array is null");
+  if (e->dyn) LOOM_TRY(rt_sym_bind(e, inputs));
   for (int i = 0; i < n_inputs; i++) {
-    LOOM_TRY(check_binding("input", i, &e->inputs[i], inputs[i]));
+    LOOM_TRY(check_binding(e, "input", i, &e->inputs[i], inputs[i]));
     if (e->inputs[i].slot < 0) continue;
     if (tensor_is_contiguous(inputs[i])) {
       e->slots[e->inputs[i].slot] = inputs[i]->data;
     } else {
+      if (e->dyn) LOOM_TRY(rt_sym_staging(e, i));
       const guard_t *gd = &e->inputs[i];
       size_t bytes = (size_t)shape_numel(gd->rank, gd->shape) * loom_dtype_size(gd->dtype);
       LOOM_TRY(loom_tensor_read(inputs[i], gd->staging, bytes));
@@ -61,7 +65,7 @@ static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *con
     }
   }
   for (int i = 0; i < n_outputs; i++) {
-    LOOM_TRY(check_binding("output", i, &e->outputs[i], outputs[i]));
+    LOOM_TRY(check_binding(e, "output", i, &e->outputs[i], outputs[i]));
     if (!tensor_is_contiguous(outputs[i]))
       return loom_fail(LOOM_ERR_BINDING, "output %d: the tensor must be contiguous", i);
     if (e->outputs[i].slot >= 0) e->slots[e->outputs[i].slot] = outputs[i]->data;
@@ -110,6 +114,7 @@ loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
     switch (st->kind) {
       case STEP_GENERATED: st->fn(e->slots, e->syms, &e->abi); break;
       case STEP_REFERENCE: LOOM_TRY(run_reference(e, &st->ref)); break;
+      case STEP_CONTROL: LOOM_TRY(rt_control_run(e, st->control)); break;
       case STEP_COPY:
         memcpy(e->slots[st->copy_to], e->slots[st->copy_from], (size_t)st->copy_bytes);
         break;
@@ -125,7 +130,28 @@ loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
   if (i < 0 || i >= e->n_outputs)
     return loom_fail(LOOM_ERR_INVALID, "loom_executable_new_output: output %d of %d", i,
                      e->n_outputs);
+  if (e->dyn && !rt_sym_sized(e))
+    return loom_fail(LOOM_ERR_INVALID,
+                     "loom_executable_new_output: output %d's shape depends on runtime "
+                     "symbols, known after a run; use loom_executable_new_output_for", i);
   return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, e->outputs[i].shape, out);
+}
+
+loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_inputs,
+                                             loom_tensor_t *const *inputs, int i,
+                                             loom_tensor_t **out) {
+  LOOM_CHECK_ARG(e);
+  LOOM_CHECK_ARG(out);
+  if (!e->dyn) return loom_executable_new_output(e, i, out);
+  if (i < 0 || i >= e->n_outputs)
+    return loom_fail(LOOM_ERR_INVALID, "loom_executable_new_output_for: output %d of %d", i,
+                     e->n_outputs);
+  if (n_inputs != e->n_inputs || (n_inputs && !inputs))
+    return loom_fail(LOOM_ERR_BINDING, "loom_executable_new_output_for: the executable takes "
+                     "%d inputs, got %d", e->n_inputs, n_inputs);
+  int64_t shape[LOOM_MAX_RANK];
+  LOOM_TRY(rt_sym_output_shape(e, inputs, i, shape));
+  return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, shape, out);
 }
 
 loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
@@ -160,6 +186,7 @@ void loom_executable_destroy(loom_executable_t *e) {
   if (!e) return;
   for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
     if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
+    else if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);
   core_free(e->steps);
   for (int i = 0; e->inputs && i < e->n_inputs; i++) core_free(e->inputs[i].staging);
   core_free(e->inputs);
@@ -168,12 +195,15 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_pool_destroy(e->pool);
   cpu_module_release(e->module);
   core_free(e->arena);
+  for (int i = 0; e->packed_b && i < 2 * e->n_slots; i++) core_free(e->packed_b[i]);
+  core_free(e->packed_b);
   mem_plan_free(&e->mem);
   core_free(e->slots);
   core_free(e->slot_bytes);
   core_free(e->slot_of_value);
   core_free(e->order);
   fuse_plan_free(&e->plan);
+  rt_sym_free(e);
   core_free(e->syms);
   core_free(e->source_text);
   core_free(e->passes_text);

@@ -19,7 +19,10 @@ typedef enum step_kind {
   STEP_GENERATED, /* a function of the compiled module */
   STEP_REFERENCE, /* one node's reference kernel */
   STEP_COPY,      /* a memcpy between slots (outputs that alias others) */
+  STEP_CONTROL,   /* an if or loop node: executables of its subgraphs */
 } step_kind_t;
+
+typedef struct rt_control rt_control_t; /* src/runtime/control.c */
 
 /* A reference kernel call with its tensors prebuilt: a run only points
  * their data at the slots. */
@@ -36,8 +39,12 @@ typedef struct step {
   loom_abi_group_t fn;     /* STEP_GENERATED */
   ref_step_t ref;          /* STEP_REFERENCE */
   int32_t copy_from, copy_to; /* STEP_COPY: slots */
+  rt_control_t *control;   /* STEP_CONTROL */
   int64_t copy_bytes;
 } step_t;
+
+/* Runtime symbols' state (src/runtime/symbols.c). */
+typedef struct rt_symbols rt_symbols_t;
 
 /* What one input accepts: exactly this dtype and shape. */
 typedef struct guard {
@@ -52,7 +59,9 @@ struct loom_executable {
   loom_graph_t *source;  /* the user's graph */
   loom_graph_t *graph;   /* after the passes (owned), or source */
   bool owns_graph;
-  int64_t *syms;         /* symbol values the code is specialized to */
+  int64_t *syms;         /* symbol values the code is specialized to, and
+                            runtime symbols' values at the last run */
+  rt_symbols_t *dyn;     /* runtime symbols; NULL when every size is fixed */
   fuse_plan_t plan;
   int32_t *order;        /* groups in schedule order */
   int32_t *slot_of_value;
@@ -61,7 +70,7 @@ struct loom_executable {
   int64_t *slot_bytes;
   mem_plan_t mem;
   void *arena;
-  int64_t arena_bytes;
+  int64_t arena_bytes;   /* allocated (runtime symbols: >= mem.arena_bytes) */
   int n_inputs, n_outputs;
   guard_t *inputs;
   guard_t *outputs;      /* dtype and shape each output binding must have */
@@ -73,10 +82,22 @@ struct loom_executable {
   char *passes_text;     /* the IR after the passes, for explain */
   core_pool_t *pool;
   loom_abi_t abi;
+  void **packed_b;       /* freeze_params: [2 * slot + trans_b] a frozen
+                            weight packed as a GEMM's B, or NULL (owned) */
   bool interpreted;      /* fallback: run the source graph in the interpreter */
   int n_generated, n_reference;
   double compile_ms;
 };
+
+/* ---- Control-flow steps (src/runtime/control.c) ---------------------------- */
+
+/* The step of if or loop node `node` of e->graph: each subgraph compiled
+ * once, with options o, for the shapes the node sees. */
+loom_status_t rt_control_build(loom_executable_t *e, int32_t node,
+                               const loom_compile_options_t *o, rt_control_t **out);
+/* Runs it on e's slots, deciding on the host which subgraph runs. */
+loom_status_t rt_control_run(loom_executable_t *e, rt_control_t *c);
+void rt_control_free(rt_control_t *c);
 
 /* Process-wide compile counter (behind loom_stats_get). */
 void rt_count_compile(void);

@@ -8,7 +8,10 @@
 #include "runtime/executable.h"
 
 static const char *step_kind_name(step_kind_t k) {
-  return k == STEP_GENERATED ? "generated" : k == STEP_REFERENCE ? "reference" : "copy";
+  return k == STEP_GENERATED   ? "generated"
+         : k == STEP_REFERENCE ? "reference"
+         : k == STEP_CONTROL   ? "control"
+                               : "copy";
 }
 
 static void put_steps(core_text_t *t, const loom_executable_t *e) {

@@ -142,7 +142,6 @@ static bool is_assign(const ir_node_t *n) {
 
 static loom_status_t run_node(interp_t *it, int64_t index) {
   const ir_node_t *n = &it->g->nodes[index];
-  const ir_op_info_t *info = &ir_ops[n->op];
   const loom_tensor_t *ins[n->n_in > 0 ? n->n_in : 1];
   loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
   memset(outs, 0, sizeof outs);
@@ -151,11 +150,12 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
    * other assigns read (see snapshot_assigned_params). */
   if (is_assign(n)) ins[0] = it->g->values[n->in[0]].data;
   loom_status_t s = LOOM_OK;
-  if (!(info->flags & F_DATA_SHAPE)) s = alloc_outputs(it, n, outs);
+  bool data_shaped = ir_node_data_shaped(it->g, n);
+  if (!data_shaped) s = alloc_outputs(it, n, outs);
   ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
                      .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
   if (s == LOOM_OK) s = ref_kernels[n->op](&call);
-  if (s == LOOM_OK && (info->flags & F_DATA_SHAPE)) s = bind_outputs(it, n, outs);
+  if (s == LOOM_OK && data_shaped) s = bind_outputs(it, n, outs);
   if (s != LOOM_OK) {
     for (int k = 0; k < n->n_out; k++) loom_tensor_destroy(outs[k]);
     return s;

@@ -57,6 +57,7 @@ CTYPES = {
     "const loom_conv_params_t *": C.POINTER(ConvParams),
     "const loom_pool_params_t *": C.POINTER(PoolParams),
     "loom_value_t *": "out",
+    "loom_graph_t *": C.c_void_p,  # a subgraph (if, loop)
 }
 
 

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import conform  # noqa: E402
 import ops_contract  # noqa: E402,F401  (the op modules register their cases)
+import ops_control  # noqa: E402,F401
 import ops_elementwise  # noqa: E402,F401
 import ops_generate  # noqa: E402,F401
 import ops_layout  # noqa: E402,F401

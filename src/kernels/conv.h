@@ -1,0 +1,20 @@
+/* Fast f32 kernels of convolutional networks beyond the forward conv2d
+ * (which lives with the GEMM in gemm.h): conv2d's input gradient (the
+ * transposed convolution), batch normalization in training mode, and max
+ * pooling's gradient. Each is called by generated code through the ABI
+ * (src/runtime/abi.h), splits its work over the runtime's pool, and
+ * allocates nothing once warm. */
+#ifndef LOOM_KERNELS_CONV_H
+#define LOOM_KERNELS_CONV_H
+
+#include "core/pool.h"
+#include "runtime/abi.h"
+
+/* dX = conv2d's input gradient for dY, i.e. conv_transpose2d(dY, W): the
+ * geometry is the forward conv2d's (n, c, h, w = dX; o, kh, kw = W; ho,
+ * wo = dY). x = dX (written whole, cast from const), y = dY (read),
+ * weight = W (o, c/groups, kh, kw); bias (c values) may be NULL. The
+ * epilogue sees each image of dX as c rows by h*w columns. */
+void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+
+#endif

@@ -1,0 +1,280 @@
+/* The fast kernels of convolutional networks against sums written here
+ * straight from the definitions, in double: conv2d's input gradient
+ * (conv_transpose2d) through its GEMM + col2im and its 1x1 GEMM, and the
+ * forward conv2d's batched form for many small images. Odd shapes
+ * (strides, uneven pads, dilation, groups, depthwise, batches, sizes off
+ * every block), 1-3 threads, a bias, and an epilogue that must see each
+ * element once, at the right address, after the sum. Then the compiled
+ * conv_transpose2d with a fused epilogue against the interpreter. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pool.h"
+#include "harness.h"
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+#include "loom/ops.h"
+
+enum { SENTINEL = 12345 };
+
+static float *random_floats(int64_t n) {
+  float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = (float)test_rand_uniform(-1, 1);
+  return x;
+}
+
+/* Counts each element it sees, checks the tile's address against its
+ * coordinates, and maps v to 2v + 1 (so the result shows it ran once,
+ * after the sum). Images are `rows` x `cols` matrices `image` apart. */
+typedef struct counter {
+  float *base;
+  int64_t images, rows, cols, image;
+  int *seen;
+  _Atomic int bad_address;
+} counter_t;
+
+static void count_epilogue(void *ctx, int64_t batch, float *c, int64_t ldc, int64_t row0,
+                           int64_t rows, int64_t col0, int64_t cols) {
+  counter_t *k = ctx;
+  if (batch < 0 || batch >= k->images || ldc != k->cols || row0 < 0 || col0 < 0 ||
+      row0 + rows > k->rows || col0 + cols > k->cols ||
+      c != k->base + batch * k->image + row0 * ldc + col0) {
+    k->bad_address = 1;
+    return;
+  }
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      k->seen[(batch * k->rows + row0 + i) * k->cols + col0 + j]++;
+      c[i * ldc + j] = 2 * c[i * ldc + j] + 1;
+    }
+}
+
+typedef struct conv_case {
+  int64_t n, c, h, w, o, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, groups;
+  int bias, epilogue;
+} conv_case_t;
+
+static int64_t out_size(int64_t in, int64_t lo, int64_t hi, int64_t dil, int64_t k,
+                        int64_t s) {
+  return (in + lo + hi - dil * (k - 1) - 1) / s + 1;
+}
+
+/* ---- conv2d's input gradient ------------------------------------------- */
+
+/* dX[img, ci, iy, ix]: the sum over every output position and output
+ * channel of the group whose window tap lands on (iy, ix), of dY times
+ * that tap's weight, plus the bias. */
+static double igrad_ref(const loom_abi_conv2d_t *d, const float *dy, int64_t img,
+                        int64_t ci, int64_t iy, int64_t ix, double *abs_sum) {
+  int64_t cg = d->c / d->groups, og = d->o / d->groups, g = ci / cg;
+  double s = d->bias ? d->bias[ci] : 0;
+  *abs_sum = fabs(s);
+  for (int64_t o = g * og; o < (g + 1) * og; o++)
+    for (int64_t ky = 0; ky < d->kh; ky++)
+      for (int64_t kx = 0; kx < d->kw; kx++)
+        for (int64_t oy = 0; oy < d->ho; oy++) {
+          if (oy * d->stride[0] - d->pads[0] + ky * d->dilation[0] != iy) continue;
+          for (int64_t ox = 0; ox < d->wo; ox++) {
+            if (ox * d->stride[1] - d->pads[1] + kx * d->dilation[1] != ix) continue;
+            double v = (double)dy[((img * d->o + o) * d->ho + oy) * d->wo + ox] *
+                       d->weight[((o * cg + ci % cg) * d->kh + ky) * d->kw + kx];
+            s += v;
+            *abs_sum += fabs(v);
+          }
+        }
+  return s;
+}
+
+static void check_igrad(const conv_case_t *q, core_pool_t *pool) {
+  int64_t ho = out_size(q->h, q->pt, q->pb, q->dy, q->kh, q->sy);
+  int64_t wo = out_size(q->w, q->pl, q->pr, q->dx, q->kw, q->sx);
+  int64_t hw = q->h * q->w, numel = q->n * q->c * hw;
+  float *dy = random_floats(q->n * q->o * ho * wo);
+  float *w = random_floats(q->o * (q->c / q->groups) * q->kh * q->kw);
+  float *bias = q->bias ? random_floats(q->c) : NULL;
+  float *dx = malloc((size_t)numel * sizeof(float));
+  for (int64_t i = 0; i < numel; i++) dx[i] = SENTINEL;
+  counter_t k = {dx, q->n, q->c, hw, q->c * hw, calloc((size_t)numel, sizeof(int)), 0};
+  loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
+                         {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
+                         {q->dy, q->dx}, q->groups, dx, w, bias, dy,
+                         q->epilogue ? count_epilogue : NULL, &k};
+  kern_conv2d_input_grad_f32(&d, pool);
+  int wrong = 0, counts = 0;
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t img = i / (q->c * hw), ci = i / hw % q->c, p = i % hw;
+    double abs_sum, want = igrad_ref(&d, dy, img, ci, p / q->w, p % q->w, &abs_sum);
+    if (q->epilogue) want = 2 * want + 1;
+    double tol = (2e-7 * (double)(q->o * q->kh * q->kw + 1) * abs_sum + 1e-6) *
+                 (q->epilogue ? 2 : 1);
+    wrong += !(fabs(dx[i] - want) <= tol);
+    counts += q->epilogue && k.seen[i] != 1;
+  }
+  if (wrong || counts || k.bad_address)
+    test_fail(__FILE__, __LINE__,
+              "input grad n=%lld c=%lld %lldx%lld o=%lld k=%lldx%lld s=%lldx%lld "
+              "groups=%lld: %d wrong, %d counts, bad address %d",
+              (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
+              (long long)q->o, (long long)q->kh, (long long)q->kw, (long long)q->sy,
+              (long long)q->sx, (long long)q->groups, wrong, counts, (int)k.bad_address);
+  test_checks++;
+  free(dy);
+  free(w);
+  free(bias);
+  free(dx);
+  free(k.seen);
+}
+
+/* n c h w o kh kw sy sx pt pl pb pr dy dx groups bias epilogue */
+static const conv_case_t igrad_cases[] = {
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* same padding */
+    {1, 2, 9, 11, 5, 3, 2, 2, 3, 0, 1, 2, 0, 1, 1, 1, 0, 1},   /* strides, uneven pads */
+    {2, 3, 10, 10, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, 0},  /* dilation */
+    {2, 4, 6, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1},    /* groups */
+    {1, 3, 8, 8, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1, 1},    /* depthwise */
+    {3, 8, 5, 7, 20, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},   /* pointwise: one GEMM */
+    {2, 8, 7, 7, 5, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 1},    /* strided 1x1: holes */
+    {2, 5, 9, 9, 7, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* ResNet's s2 3x3, odd */
+    {3, 40, 3, 3, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* many channels, tiny */
+    {1, 2, 11, 9, 3, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 0},   /* 7x7 stem */
+    {2, 1, 12, 12, 6, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},  /* LeNet-like */
+    {1, 20, 30, 30, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1}, /* several column chunks */
+    {2, 3, 4, 4, 2, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1},    /* kernel larger than x */
+};
+
+static void input_grad_configurations(void) {
+  for (int threads = 1; threads <= 3; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof igrad_cases / sizeof *igrad_cases; i++)
+      check_igrad(&igrad_cases[i], pool);
+    core_pool_destroy(pool);
+  }
+}
+
+/* ---- The forward conv2d, batched over small images ---------------------- */
+
+static double conv_ref(const loom_abi_conv2d_t *d, int64_t img, int64_t o, int64_t oy,
+                       int64_t ox, double *abs_sum) {
+  int64_t cg = d->c / d->groups, g = o / (d->o / d->groups);
+  double s = d->bias ? d->bias[o] : 0;
+  *abs_sum = fabs(s);
+  for (int64_t ci = 0; ci < cg; ci++)
+    for (int64_t ky = 0; ky < d->kh; ky++)
+      for (int64_t kx = 0; kx < d->kw; kx++) {
+        int64_t iy = oy * d->stride[0] - d->pads[0] + ky * d->dilation[0];
+        int64_t ix = ox * d->stride[1] - d->pads[1] + kx * d->dilation[1];
+        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) continue;
+        double v = (double)d->x[((img * d->c + g * cg + ci) * d->h + iy) * d->w + ix] *
+                   d->weight[((o * cg + ci) * d->kh + ky) * d->kw + kx];
+        s += v;
+        *abs_sum += fabs(v);
+      }
+  return s;
+}
+
+static void check_forward(const conv_case_t *q, core_pool_t *pool) {
+  int64_t ho = out_size(q->h, q->pt, q->pb, q->dy, q->kh, q->sy);
+  int64_t wo = out_size(q->w, q->pl, q->pr, q->dx, q->kw, q->sx);
+  int64_t positions = ho * wo, numel = q->n * q->o * positions;
+  float *x = random_floats(q->n * q->c * q->h * q->w);
+  float *w = random_floats(q->o * (q->c / q->groups) * q->kh * q->kw);
+  float *bias = q->bias ? random_floats(q->o) : NULL;
+  float *y = malloc((size_t)numel * sizeof(float));
+  for (int64_t i = 0; i < numel; i++) y[i] = SENTINEL;
+  counter_t k = {y, q->n, q->o, positions, q->o * positions,
+                 calloc((size_t)numel, sizeof(int)), 0};
+  loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
+                         {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
+                         {q->dy, q->dx}, q->groups, x, w, bias, y,
+                         q->epilogue ? count_epilogue : NULL, &k};
+  kern_conv2d_f32(&d, pool);
+  int wrong = 0, counts = 0;
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t img = i / (q->o * positions), o = i / positions % q->o, p = i % positions;
+    double abs_sum, want = conv_ref(&d, img, o, p / wo, p % wo, &abs_sum);
+    if (q->epilogue) want = 2 * want + 1;
+    double tol = (2e-7 * (double)((q->c / q->groups) * q->kh * q->kw + 1) * abs_sum + 1e-6) *
+                 (q->epilogue ? 2 : 1);
+    wrong += !(fabs(y[i] - want) <= tol);
+    counts += q->epilogue && k.seen[i] != 1;
+  }
+  if (wrong || counts || k.bad_address)
+    test_fail(__FILE__, __LINE__,
+              "conv2d n=%lld c=%lld %lldx%lld o=%lld k=%lldx%lld groups=%lld: "
+              "%d wrong, %d counts, bad address %d",
+              (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
+              (long long)q->o, (long long)q->kh, (long long)q->kw, (long long)q->groups,
+              wrong, counts, (int)k.bad_address);
+  test_checks++;
+  free(x);
+  free(w);
+  free(bias);
+  free(y);
+  free(k.seen);
+}
+
+/* Batches of images with fewer than 128 output positions each, where the
+ * GEMM runs over every image's columns at once. */
+static const conv_case_t batched_cases[] = {
+    {8, 24, 4, 4, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* 4x4 positions */
+    {5, 16, 4, 4, 33, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* 2x2 positions, s2 */
+    {3, 6, 9, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1},   /* groups, dilation */
+    {4, 8, 6, 6, 12, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1},   /* strided 1x1 */
+    {2, 3, 3, 3, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},    /* no epilogue */
+    {6, 4, 2, 2, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1},    /* depthwise-ish */
+};
+
+static void batched_forward_configurations(void) {
+  for (int threads = 1; threads <= 3; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof batched_cases / sizeof *batched_cases; i++)
+      check_forward(&batched_cases[i], pool);
+    core_pool_destroy(pool);
+  }
+}
+
+/* ---- Compiled conv_transpose2d ------------------------------------------ */
+
+/* relu(conv_transpose2d(x, w) + r) * r: the transposed convolution with
+ * an elementwise epilogue that reads another tensor, compiled (test_run1
+ * compares the compiled result with the interpreter's). */
+static void compiled_transpose_with_epilogue(void) {
+  loom_conv_params_t p = {.stride = {2, 2}, .pads = {1, 0, 1, 0},
+                          .output_padding = {1, 0}, .groups = 1};
+  for (int bias = 0; bias < 2; bias++) {
+    loom_graph_t *g;
+    loom_value_t x, w, b = {0}, r, y;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){3, 6, 5, 4}, &x));
+    CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 4, (loom_dim_t[]){6, 4, 3, 3}, &w));
+    if (bias) CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 1, (loom_dim_t[]){4}, &b));
+    /* (5 - 1) * 2 - 2 + 3 + 1 = 10 rows, (4 - 1) * 2 + 3 = 9 columns */
+    CHECK_OK(loom_graph_input(g, "r", LOOM_F32, 4, (loom_dim_t[]){3, 4, 10, 9}, &r));
+    CHECK_OK(loom_conv_transpose2d(g, x, w, bias, b, &p, &y));
+    CHECK_OK(loom_add(g, y, r, &y));
+    CHECK_OK(loom_relu(g, y, &y));
+    CHECK_OK(loom_mul(g, y, r, &y));
+    CHECK_OK(loom_graph_output(g, y));
+    loom_tensor_t *in[4] = {
+        test_rand_tensor(LOOM_F32, 4, (int64_t[]){3, 6, 5, 4}, -1, 1),
+        test_rand_tensor(LOOM_F32, 4, (int64_t[]){6, 4, 3, 3}, -1, 1),
+        test_rand_tensor(LOOM_F32, 1, (int64_t[]){4}, -1, 1),
+        test_rand_tensor(LOOM_F32, 4, (int64_t[]){3, 4, 10, 9}, -1, 1)};
+    loom_tensor_t *in_no_bias[3] = {in[0], in[1], in[3]};
+    loom_tensor_t *out = test_run1(g, bias ? 4 : 3, bias ? in : in_no_bias);
+    CHECK(out != NULL);
+    loom_tensor_destroy(out);
+    for (int i = 0; i < 4; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
+}
+
+int main(void) {
+  test_seed(20261130);
+  TEST_RUN(input_grad_configurations);
+  TEST_RUN(batched_forward_configurations);
+  TEST_RUN(compiled_transpose_with_epilogue);
+  return test_summary();
+}

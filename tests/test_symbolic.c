@@ -1,0 +1,616 @@
+/* Runtime symbols (loom_compile_options_t.dynamic_symbols): one compiled
+ * executable runs every size of its symbolic dims, reading them from the
+ * inputs. Each graph runs at several sizes (growing and shrinking) and is
+ * compared with the interpreter at each; the compile counter shows that
+ * none of those runs compiled again. */
+#include "core/alloc.h"
+#include "harness.h"
+#include "loom/ops.h"
+#include "passes/memplan.h"
+
+static const int64_t sizes[] = {3, 17, 5, 64, 1, 17};
+#define N_SIZES ((int)(sizeof sizes / sizeof *sizes))
+
+static loom_compile_options_t dynamic_options(void) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.dynamic_symbols = 1;
+  return o;
+}
+
+static loom_value_t param(loom_graph_t *g, const char *name, int rank, const int64_t *shape) {
+  loom_tensor_t *t = test_rand_tensor(LOOM_F32, rank, shape, -1, 1);
+  loom_value_t v;
+  CHECK_OK(loom_graph_param(g, name, LOOM_F32, rank, shape, t, &v));
+  loom_tensor_destroy(t);
+  return v;
+}
+
+/* Same shape and values within a float tolerance. */
+static void check_same(const loom_tensor_t *got, const loom_tensor_t *want) {
+  int gr = loom_tensor_rank(got), wr = loom_tensor_rank(want);
+  CHECK(gr == wr);
+  if (gr != wr) return;
+  for (int d = 0; d < gr; d++) CHECK(loom_tensor_dim(got, d) == loom_tensor_dim(want, d));
+  int64_t n = loom_tensor_numel(want);
+  for (int64_t i = 0; i < n && i < loom_tensor_numel(got); i++)
+    CHECK_NEAR(test_get(got, i), test_get(want, i), 1e-4, 1e-4);
+}
+
+/* Runs e and the interpreter on the same inputs; compares every output. */
+static void check_run(loom_graph_t *g, loom_executable_t *e, int n_in, loom_tensor_t **in,
+                      int n_out) {
+  loom_tensor_t *want[8] = {0}, *got[8] = {0};
+  CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
+  for (int i = 0; i < n_out; i++)
+    CHECK_OK(loom_executable_new_output_for(e, n_in, in, i, &got[i]));
+  CHECK_OK(loom_executable_run(e, n_in, in, n_out, got));
+  for (int i = 0; i < n_out; i++) {
+    if (got[i] && want[i]) check_same(got[i], want[i]);
+    loom_tensor_destroy(got[i]);
+    loom_tensor_destroy(want[i]);
+  }
+}
+
+/* Makes the inputs for size n; returns how many. */
+typedef int (*make_inputs_fn)(int64_t n, loom_tensor_t **in);
+
+/* Compiles g once and runs it at every size; reports the split between
+ * generated and reference steps into info. */
+static void run_sizes(const char *name, loom_graph_t *g, const loom_compile_options_t *o,
+                      make_inputs_fn make, int n_out, loom_executable_info_t *info) {
+  loom_stats_t before, after;
+  loom_stats_get(&before);
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, o, &e));
+  if (!e) return;
+  for (int k = 0; k < N_SIZES; k++) {
+    loom_tensor_t *in[4] = {0};
+    int n_in = make(sizes[k], in);
+    check_run(g, e, n_in, in, n_out);
+    for (int i = 0; i < n_in; i++) loom_tensor_destroy(in[i]);
+  }
+  loom_stats_get(&after);
+  CHECK(after.compiles == before.compiles + 1);
+  CHECK_OK(loom_executable_info(e, info));
+  printf("  %s: %d groups, %d generated, %d reference%s\n", name, info->n_groups,
+         info->n_generated, info->n_reference, info->interpreted ? " (interpreted)" : "");
+  loom_executable_destroy(e);
+}
+
+/* ---- An MLP with a symbolic batch ---------------------------------------- */
+
+/* x (n, 16) -> relu(x @ w1 + b1) @ w2 + b2; y and the parameters out. */
+static loom_graph_t *mlp_build(loom_value_t *y_out, loom_value_t *params) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, h, hb, r, y, yb;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n, 16}, &x));
+  loom_value_t w1 = param(g, "w1", 2, (int64_t[]){16, 32});
+  loom_value_t b1 = param(g, "b1", 1, (int64_t[]){32});
+  loom_value_t w2 = param(g, "w2", 2, (int64_t[]){32, 8});
+  loom_value_t b2 = param(g, "b2", 1, (int64_t[]){8});
+  CHECK_OK(loom_matmul(g, x, w1, 0, 0, &h));
+  CHECK_OK(loom_add(g, h, b1, &hb));
+  CHECK_OK(loom_relu(g, hb, &r));
+  CHECK_OK(loom_matmul(g, r, w2, 0, 0, &y));
+  CHECK_OK(loom_add(g, y, b2, &yb));
+  *y_out = yb;
+  if (params) {
+    params[0] = w1, params[1] = b1, params[2] = w2, params[3] = b2;
+  }
+  return g;
+}
+
+static loom_graph_t *mlp(void) {
+  loom_value_t y;
+  loom_graph_t *g = mlp_build(&y, NULL);
+  CHECK_OK(loom_graph_output(g, y));
+  return g;
+}
+
+static int mlp_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 16}, -1, 1);
+  return 1;
+}
+
+static void test_mlp_symbolic_batch(void) {
+  test_seed(1);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("mlp", g, &o, mlp_inputs, 1, &info);
+  CHECK(info.n_generated == 2); /* two matmuls with their epilogues */
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
+/* Without a C compiler the same executable runs every size too. */
+static void test_mlp_reference_only(void) {
+  test_seed(2);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  o.use_cc = 0;
+  loom_executable_info_t info;
+  run_sizes("mlp, no C compiler", g, &o, mlp_inputs, 1, &info);
+  CHECK(info.n_generated == 0);
+  loom_graph_destroy(g);
+}
+
+/* A training step's gradients over a symbolic batch: the backward's
+ * matmuls fold over the batch (K = n); sums over the batch and the loss's
+ * mean over everything run as reference steps. */
+static loom_graph_t *mlp_grads(void) {
+  loom_value_t y, wrt[4];
+  loom_graph_t *g = mlp_build(&y, wrt);
+  loom_dim_t n;
+  loom_value_t t, d, d2, loss, grads[4];
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "target", LOOM_F32, 2, (loom_dim_t[]){n, 8}, &t));
+  CHECK_OK(loom_sub(g, y, t, &d));
+  CHECK_OK(loom_mul(g, d, d, &d2));
+  CHECK_OK(loom_mean(g, d2, 2, (int64_t[]){0, 1}, 0, &loss));
+  CHECK_OK(loom_grad(g, loss, 4, wrt, grads));
+  CHECK_OK(loom_graph_output(g, loss));
+  for (int i = 0; i < 4; i++) CHECK_OK(loom_graph_output(g, grads[i]));
+  return g;
+}
+
+static int grads_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 16}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 8}, -1, 1);
+  return 2;
+}
+
+static void test_mlp_gradients(void) {
+  test_seed(14);
+  loom_graph_t *g = mlp_grads();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("mlp loss and gradients", g, &o, grads_inputs, 5, &info);
+  CHECK(info.n_generated > info.n_reference);
+  CHECK(!info.interpreted);
+  loom_graph_destroy(g);
+}
+
+/* ---- Rows: elementwise, softmax, layer_norm -------------------------------- */
+
+static loom_graph_t *rows_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, t, two, t2, sm, ln, ex, s;
+  CHECK_OK(loom_dim_symbol(g, "rows", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n, 40}, &x));
+  loom_value_t scale = param(g, "scale", 1, (int64_t[]){40});
+  loom_value_t bias = param(g, "bias", 1, (int64_t[]){40});
+  loom_tensor_t *two_t = test_tensor(LOOM_F32, 0, NULL, (double[]){2});
+  CHECK_OK(loom_graph_constant(g, two_t, &two));
+  loom_tensor_destroy(two_t);
+  CHECK_OK(loom_tanh(g, x, &t));
+  CHECK_OK(loom_mul(g, t, two, &t2));
+  CHECK_OK(loom_softmax(g, t2, -1, &sm));
+  CHECK_OK(loom_layer_norm(g, sm, 1, scale, 1, bias, 1, 1e-5, &ln));
+  CHECK_OK(loom_exp(g, x, &ex));
+  CHECK_OK(loom_sum(g, ex, 1, (int64_t[]){1}, 0, &s));
+  CHECK_OK(loom_graph_output(g, ln));
+  CHECK_OK(loom_graph_output(g, s));
+  return g;
+}
+
+static int rows_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 40}, -2, 2);
+  return 1;
+}
+
+static void test_rows_softmax_layer_norm(void) {
+  test_seed(3);
+  loom_graph_t *g = rows_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("softmax + layer_norm rows", g, &o, rows_inputs, 2, &info);
+  CHECK(info.n_generated > 0);
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
+/* ---- Matmul with a symbolic M, K or batch ------------------------------------- */
+
+static loom_graph_t *matmul_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t m;
+  loom_value_t x, d, z, y, dw, zy, r;
+  CHECK_OK(loom_dim_symbol(g, "m", &m));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){m, 24}, &x));
+  CHECK_OK(loom_graph_input(g, "d", LOOM_F32, 2, (loom_dim_t[]){m, 40}, &d));
+  CHECK_OK(loom_graph_input(g, "z", LOOM_F32, 3, (loom_dim_t[]){m, 3, 24}, &z));
+  loom_value_t w = param(g, "w", 2, (int64_t[]){24, 40});
+  CHECK_OK(loom_matmul(g, x, w, 0, 0, &y));  /* M = m */
+  CHECK_OK(loom_add(g, y, d, &r));           /* a residual in the epilogue */
+  CHECK_OK(loom_matmul(g, x, d, 1, 0, &dw)); /* K = m: x^T d */
+  CHECK_OK(loom_matmul(g, z, w, 0, 0, &zy)); /* batch = m */
+  CHECK_OK(loom_graph_output(g, r));
+  CHECK_OK(loom_graph_output(g, dw));
+  CHECK_OK(loom_graph_output(g, zy));
+  return g;
+}
+
+static int matmul_inputs(int64_t m, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){m, 24}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){m, 40}, -1, 1);
+  in[2] = test_rand_tensor(LOOM_F32, 3, (int64_t[]){m, 3, 24}, -1, 1);
+  return 3;
+}
+
+static void test_matmul_symbolic_m(void) {
+  test_seed(4);
+  loom_graph_t *g = matmul_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("matmul M, K and batch", g, &o, matmul_inputs, 3, &info);
+  CHECK(info.n_generated == 3);
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
+/* ---- Layout moves over a symbolic leading dim ------------------------------- */
+
+static loom_graph_t *layout_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n, n12;
+  loom_value_t x, t, sl, cat, flat, b, be;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_dim_mul(g, n, 12, &n12));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 3, (loom_dim_t[]){n, 3, 4}, &x));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 2, (loom_dim_t[]){n, 1}, &b));
+  CHECK_OK(loom_transpose(g, x, (int64_t[]){0, 2, 1}, &t));
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){1}, (int64_t[]){3}, (int64_t[]){2}, NULL, &sl));
+  CHECK_OK(loom_concat(g, 2, (loom_value_t[]){x, x}, 1, &cat));
+  CHECK_OK(loom_reshape(g, x, 1, (loom_dim_t[]){n12}, &flat));
+  CHECK_OK(loom_expand(g, b, 2, (loom_dim_t[]){n, 5}, &be));
+  CHECK_OK(loom_graph_output(g, sl));
+  CHECK_OK(loom_graph_output(g, cat));
+  CHECK_OK(loom_graph_output(g, flat));
+  CHECK_OK(loom_graph_output(g, be));
+  return g;
+}
+
+static int layout_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 3, (int64_t[]){n, 3, 4}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 1}, -1, 1);
+  return 2;
+}
+
+static void test_layout_symbolic_lead(void) {
+  test_seed(5);
+  loom_graph_t *g = layout_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("layout moves", g, &o, layout_inputs, 4, &info);
+  CHECK(info.n_generated >= 4);
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
+/* ---- A symbolic dim that is not leading: reference steps -------------------------- */
+
+static loom_graph_t *inner_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, e, one, y, s, sm, t;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){4, n}, &x));
+  loom_tensor_t *one_t = test_tensor(LOOM_F32, 0, NULL, (double[]){1});
+  CHECK_OK(loom_graph_constant(g, one_t, &one));
+  loom_tensor_destroy(one_t);
+  CHECK_OK(loom_exp(g, x, &e));
+  CHECK_OK(loom_add(g, e, one, &y));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &s));  /* folds over n */
+  CHECK_OK(loom_softmax(g, x, 1, &sm));                /* a fused group, split */
+  CHECK_OK(loom_transpose(g, x, NULL, &t));            /* n moves to the front */
+  CHECK_OK(loom_graph_output(g, s));
+  CHECK_OK(loom_graph_output(g, sm));
+  CHECK_OK(loom_graph_output(g, t));
+  return g;
+}
+
+static int inner_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){4, n}, -1, 1);
+  return 1;
+}
+
+static void test_symbolic_inner_dim_falls_back(void) {
+  test_seed(6);
+  loom_graph_t *g = inner_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("symbolic inner dim", g, &o, inner_inputs, 3, &info);
+  CHECK(info.n_reference > 0);
+  CHECK(!info.interpreted);
+  loom_graph_destroy(g);
+}
+
+/* ---- Dims n*4 and n+1 read through their expressions ----------------------
+ * (the interpreter, the truth here, reads n from z's dim). */
+
+static loom_graph_t *expr_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n, n4, n1;
+  loom_value_t x, y, z, s, y2, two;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_dim_mul(g, n, 4, &n4));
+  CHECK_OK(loom_dim_add(g, n, 1, &n1));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n4, 8}, &x));
+  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){n1, 3}, &y));
+  CHECK_OK(loom_graph_input(g, "z", LOOM_F32, 1, (loom_dim_t[]){n}, &z));
+  loom_tensor_t *two_t = test_tensor(LOOM_F32, 0, NULL, (double[]){2});
+  CHECK_OK(loom_graph_constant(g, two_t, &two));
+  loom_tensor_destroy(two_t);
+  CHECK_OK(loom_sum(g, x, 1, (int64_t[]){1}, 0, &s));
+  CHECK_OK(loom_mul(g, y, two, &y2));
+  CHECK_OK(loom_graph_output(g, s));
+  CHECK_OK(loom_graph_output(g, y2));
+  return g;
+}
+
+static int expr_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n * 4, 8}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n + 1, 3}, -1, 1);
+  in[2] = test_rand_tensor(LOOM_F32, 1, (int64_t[]){n}, -1, 1);
+  return 3;
+}
+
+static void test_expression_dims(void) {
+  test_seed(7);
+  loom_graph_t *g = expr_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("dims n*4 and n+1", g, &o, expr_inputs, 2, &info);
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
+/* ---- Bad bindings ------------------------------------------------------------ */
+
+static void test_bad_bindings(void) {
+  test_seed(8);
+  loom_graph_t *g = expr_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  if (!e) return;
+  loom_tensor_t *out[2] = {0};
+  /* Before any run, the outputs' sizes are not known. */
+  CHECK_ERR(loom_executable_new_output(e, 0, &out[0]), LOOM_ERR_INVALID, "runtime symbols");
+  loom_tensor_t *x10 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){10, 8}, -1, 1);
+  loom_tensor_t *x12 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){12, 8}, -1, 1);
+  loom_tensor_t *x12b = test_rand_tensor(LOOM_F32, 2, (int64_t[]){12, 9}, -1, 1);
+  loom_tensor_t *y4 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){4, 3}, -1, 1);
+  loom_tensor_t *y5 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 3}, -1, 1);
+  loom_tensor_t *z3 = test_rand_tensor(LOOM_F32, 1, (int64_t[]){3}, -1, 1);
+  loom_tensor_t *in[3] = {x12, y4, z3};
+  CHECK_OK(loom_executable_new_output_for(e, 3, in, 0, &out[0]));
+  CHECK_OK(loom_executable_new_output_for(e, 3, in, 1, &out[1]));
+  CHECK_OK(loom_executable_run(e, 3, in, 2, out));
+  /* 10 is not n*4 for any n. */
+  in[0] = x10;
+  CHECK_ERR(loom_executable_run(e, 3, in, 2, out), LOOM_ERR_BINDING, "input 0 dim 0");
+  /* x says n = 3, y (n+1 = 5) says n = 4. */
+  in[0] = x12;
+  in[1] = y5;
+  CHECK_ERR(loom_executable_run(e, 3, in, 2, out), LOOM_ERR_BINDING, "input 1 dim 0");
+  CHECK_ERR(loom_executable_new_output_for(e, 3, in, 0, &out[0]), LOOM_ERR_BINDING,
+            "input 1 dim 0");
+  /* A constant dim that differs. */
+  in[0] = x12b;
+  in[1] = y4;
+  CHECK_ERR(loom_executable_run(e, 3, in, 2, out), LOOM_ERR_BINDING, "input 0");
+  /* An output whose size is not the one the inputs give. */
+  loom_tensor_t *big = test_rand_tensor(LOOM_F32, 1, (int64_t[]){16}, -1, 1);
+  loom_tensor_t *bad_out[2] = {big, out[1]};
+  in[0] = x12;
+  CHECK_ERR(loom_executable_run(e, 3, in, 2, bad_out), LOOM_ERR_BINDING, "output 0");
+  /* Still good after the errors. */
+  CHECK_OK(loom_executable_run(e, 3, in, 2, out));
+  loom_tensor_t *want[2];
+  CHECK_OK(loom_interpret(g, 3, in, 2, want));
+  check_same(out[0], want[0]);
+  check_same(out[1], want[1]);
+  /* loom_executable_new_output now has the last run's shapes. */
+  loom_tensor_t *o0;
+  CHECK_OK(loom_executable_new_output(e, 0, &o0));
+  CHECK(loom_tensor_numel(o0) == 12);
+  loom_tensor_destroy(o0);
+  for (int i = 0; i < 2; i++) {
+    loom_tensor_destroy(want[i]);
+    loom_tensor_destroy(out[i]);
+  }
+  loom_tensor_destroy(big);
+  loom_tensor_destroy(x10);
+  loom_tensor_destroy(x12);
+  loom_tensor_destroy(x12b);
+  loom_tensor_destroy(y4);
+  loom_tensor_destroy(y5);
+  loom_tensor_destroy(z3);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+/* ---- Memory: the arena grows only for larger sizes ------------------------------ */
+
+static void test_replans_allocate_only_to_grow(void) {
+  test_seed(9);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  if (!e) return;
+  const int64_t order[] = {200, 3, 17, 200, 1};
+  int64_t arena[5];
+  for (int k = 0; k < 5; k++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){order[k], 16}, -1, 1);
+    loom_tensor_t *out, *want;
+    CHECK_OK(loom_executable_new_output_for(e, 1, &x, 0, &out));
+    core_alloc_fail_after(-1);
+    CHECK_OK(loom_executable_run(e, 1, &x, 1, &out));
+    /* After the largest size, no run allocates. */
+    if (k > 0) CHECK(core_alloc_count() == 0);
+    loom_executable_info_t info;
+    CHECK_OK(loom_executable_info(e, &info));
+    arena[k] = info.arena_bytes;
+    CHECK_OK(loom_interpret(g, 1, &x, 1, &want));
+    check_same(out, want);
+    loom_tensor_destroy(out);
+    loom_tensor_destroy(want);
+    loom_tensor_destroy(x);
+  }
+  /* The plan follows the size: smaller runs plan smaller arenas. */
+  CHECK(arena[1] < arena[0]);
+  CHECK(arena[3] == arena[0]);
+  CHECK(arena[4] <= arena[1]);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+/* A failed allocation while growing leaves the executable usable: the
+ * next run plans again. */
+static void test_failed_growth_recovers(void) {
+  test_seed(12);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  if (!e) return;
+  loom_tensor_t *small = test_rand_tensor(LOOM_F32, 2, (int64_t[]){3, 16}, -1, 1);
+  loom_tensor_t *big = test_rand_tensor(LOOM_F32, 2, (int64_t[]){300, 16}, -1, 1);
+  check_run(g, e, 1, &small, 1);
+  loom_tensor_t *out;
+  CHECK_OK(loom_executable_new_output_for(e, 1, &big, 0, &out));
+  core_alloc_fail_after(0);
+  CHECK_ERR(loom_executable_run(e, 1, &big, 1, &out), LOOM_ERR_NOMEM, "arena");
+  core_alloc_fail_after(-1);
+  loom_tensor_destroy(out);
+  check_run(g, e, 1, &big, 1);
+  check_run(g, e, 1, &small, 1);
+  /* A strided input's staging buffer grows when first needed. */
+  loom_tensor_t *view;
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 2, (int64_t[]){150, 16}, (int64_t[]){32, 1},
+                            loom_tensor_data(big), &view));
+  CHECK_OK(loom_executable_new_output_for(e, 1, &view, 0, &out));
+  core_alloc_fail_after(0);
+  CHECK_ERR(loom_executable_run(e, 1, &view, 1, &out), LOOM_ERR_NOMEM, "strided input 0");
+  core_alloc_fail_after(-1);
+  loom_tensor_destroy(out);
+  check_run(g, e, 1, &view, 1);
+  loom_tensor_destroy(view);
+  loom_tensor_destroy(small);
+  loom_tensor_destroy(big);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+/* mem_replan gives what a fresh mem_plan_build gives for the same
+ * requests, and allocates nothing. */
+static void test_replan_matches_fresh_plan(void) {
+  test_seed(13);
+  enum { N = 40 };
+  mem_request_t req[N];
+  for (int i = 0; i < N; i++) {
+    int32_t first = (int32_t)test_rand_int(0, 30);
+    req[i] = (mem_request_t){.first = first, .last = first + (int32_t)test_rand_int(0, 8),
+                             .inplace_of = -1};
+  }
+  mem_replanner_t *r = NULL;
+  CHECK_OK(mem_replanner_create(N, &r));
+  mem_plan_t plan = {.offsets = core_calloc(N, sizeof(int64_t))};
+  for (int round = 0; round < 5 && r && plan.offsets; round++) {
+    for (int i = 0; i < N; i++) req[i].bytes = test_rand_int(0, 5000) * (round + 1);
+    core_alloc_fail_after(-1);
+    CHECK_OK(mem_replan(r, req, &plan));
+    CHECK(core_alloc_count() == 0);
+    mem_plan_t fresh;
+    CHECK_OK(mem_plan_build(req, N, &fresh));
+    CHECK(plan.arena_bytes == fresh.arena_bytes);
+    CHECK(plan.lower_bound_bytes == fresh.lower_bound_bytes);
+    CHECK(plan.naive_bytes == fresh.naive_bytes);
+    for (int i = 0; i < N; i++) CHECK(plan.offsets[i] == fresh.offsets[i]);
+    mem_plan_free(&fresh);
+  }
+  mem_plan_free(&plan);
+  mem_replanner_destroy(r);
+}
+
+/* ---- Strided inputs are staged into buffers that grow with the size -------- */
+
+static void test_strided_inputs(void) {
+  test_seed(10);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  if (!e) return;
+  for (int k = 0; k < N_SIZES; k++) {
+    int64_t n = sizes[k];
+    /* x[i][j] at j * n + i: a transposed view. */
+    loom_tensor_t *base = test_rand_tensor(LOOM_F32, 2, (int64_t[]){16, n}, -1, 1);
+    loom_tensor_t *x;
+    CHECK_OK(loom_tensor_wrap(LOOM_F32, 2, (int64_t[]){n, 16}, (int64_t[]){1, n},
+                              loom_tensor_data(base), &x));
+    check_run(g, e, 1, &x, 1);
+    loom_tensor_destroy(x);
+    loom_tensor_destroy(base);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+/* ---- Given values and graphs without symbols stay specialized --------------- */
+
+static void test_given_values_stay_fixed(void) {
+  test_seed(11);
+  loom_graph_t *g = mlp();
+  loom_compile_options_t o = dynamic_options();
+  const char *names[] = {"n"};
+  int64_t values[] = {5};
+  o.n_symbols = 1;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  if (!e) return;
+  loom_tensor_t *x5 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 16}, -1, 1);
+  loom_tensor_t *x6 = test_rand_tensor(LOOM_F32, 2, (int64_t[]){6, 16}, -1, 1);
+  check_run(g, e, 1, &x5, 1);
+  loom_tensor_t *out;
+  CHECK_OK(loom_executable_new_output(e, 0, &out));
+  CHECK_ERR(loom_executable_run(e, 1, &x6, 1, &out), LOOM_ERR_BINDING, "compiled for");
+  loom_tensor_destroy(out);
+  loom_tensor_destroy(x5);
+  loom_tensor_destroy(x6);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+int main(void) {
+  TEST_RUN(test_mlp_symbolic_batch);
+  TEST_RUN(test_mlp_reference_only);
+  TEST_RUN(test_mlp_gradients);
+  TEST_RUN(test_rows_softmax_layer_norm);
+  TEST_RUN(test_matmul_symbolic_m);
+  TEST_RUN(test_layout_symbolic_lead);
+  TEST_RUN(test_symbolic_inner_dim_falls_back);
+  TEST_RUN(test_expression_dims);
+  TEST_RUN(test_bad_bindings);
+  TEST_RUN(test_replans_allocate_only_to_grow);
+  TEST_RUN(test_failed_growth_recovers);
+  TEST_RUN(test_replan_matches_fresh_plan);
+  TEST_RUN(test_strided_inputs);
+  TEST_RUN(test_given_values_stay_fixed);
+  return test_summary();
+}

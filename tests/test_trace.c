@@ -1,0 +1,724 @@
+/* Traces: every traced program is checked against the interpreter on the
+ * same ops built as a static graph: elementwise chains, reads mid-way
+ * (values recorded before a cut used after it), nonzero in the middle,
+ * host callbacks (and a failing one), branches on scalars (the path
+ * signature), shape policies (exact, symbolic, bucket, auto) over many
+ * sizes with bounded compiles, the hot path, and the counters. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "harness.h"
+#include "loom/trace.h"
+#include "runtime/cache.h"
+
+/* A program: builds its outputs from inputs x[0..n) into g, which is a
+ * trace's graph or a static graph. */
+typedef loom_status_t (*program_fn)(loom_graph_t *g, const loom_value_t *x,
+                                    loom_value_t *out, void *ctx);
+
+static loom_status_t scalar(loom_graph_t *g, double v, loom_value_t *out) {
+  return loom_full(g, 0, NULL, v, LOOM_F32, out);
+}
+
+/* The program's output through the interpreter on a static graph. */
+static loom_tensor_t *reference(program_fn f, int n, loom_tensor_t **in,
+                                void *ctx) {
+  loom_graph_t *g;
+  loom_value_t x[8], y;
+  loom_tensor_t *out = NULL;
+  CHECK_OK(loom_graph_create(&g));
+  for (int i = 0; i < n; i++) {
+    loom_dim_t dims[LOOM_MAX_RANK];
+    for (int a = 0; a < loom_tensor_rank(in[i]); a++) dims[a] = loom_tensor_dim(in[i], a);
+    CHECK_OK(loom_graph_input(g, NULL, loom_tensor_dtype(in[i]), loom_tensor_rank(in[i]),
+                              dims, &x[i]));
+  }
+  CHECK_OK(f(g, x, &y, ctx));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_interpret(g, n, in, 1, &out));
+  loom_graph_destroy(g);
+  return out;
+}
+
+/* Elements of a and b equal within tolerance, shapes equal. */
+static void check_same(const loom_tensor_t *a, const loom_tensor_t *b) {
+  CHECK(a && b);
+  if (!a || !b) return;
+  CHECK(loom_tensor_rank(a) == loom_tensor_rank(b));
+  for (int i = 0; i < loom_tensor_rank(a); i++) CHECK(loom_tensor_dim(a, i) == loom_tensor_dim(b, i));
+  int64_t n = loom_tensor_numel(b);
+  double *want = malloc(sizeof *want * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) want[i] = test_get(b, i);
+  if (loom_tensor_numel(a) == n) CHECK_TENSOR(a, want, n, 1e-5, 1e-5);
+  free(want);
+}
+
+/* Traces f on inputs in, reads its output, compares with the reference. */
+static void trace_and_check(loom_trace_t *t, program_fn f, int n,
+                            loom_tensor_t **in, const loom_dim_policy_t *pol,
+                            void *ctx) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t x[8], y;
+  for (int i = 0; i < n; i++) CHECK_OK(loom_trace_input(t, in[i], pol, &x[i]));
+  CHECK_OK(f(g, x, &y, ctx));
+  const loom_tensor_t *got = NULL;
+  CHECK_OK(loom_trace_read(t, y, &got));
+  loom_tensor_t *want = reference(f, n, in, ctx);
+  check_same(got, want);
+  loom_tensor_destroy(want);
+  CHECK_OK(loom_trace_step_end(t));
+}
+
+static loom_trace_t *new_trace(int compile) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.compile = compile;
+  o.spec_workers = 0;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  return t;
+}
+
+/* ---- Programs --------------------------------------------------------------- */
+
+/* relu(x * 2 + 1) - tanh(x) */
+static loom_status_t chain(loom_graph_t *g, const loom_value_t *x,
+                           loom_value_t *out, void *ctx) {
+  (void)ctx;
+  loom_value_t two, one, a, b, c, d;
+  LOOM_TRY(scalar(g, 2, &two));
+  LOOM_TRY(scalar(g, 1, &one));
+  LOOM_TRY(loom_mul(g, x[0], two, &a));
+  LOOM_TRY(loom_add(g, a, one, &b));
+  LOOM_TRY(loom_relu(g, b, &c));
+  LOOM_TRY(loom_tanh(g, x[0], &d));
+  return loom_sub(g, c, d, out);
+}
+
+/* softmax over the last axis, then the sum over it, times x's mean */
+static loom_status_t reduce_prog(loom_graph_t *g, const loom_value_t *x,
+                                 loom_value_t *out, void *ctx) {
+  (void)ctx;
+  loom_value_t s, m, r, e;
+  int64_t last = -1;
+  LOOM_TRY(loom_softmax(g, x[0], -1, &s));
+  LOOM_TRY(loom_exp(g, x[0], &e));
+  LOOM_TRY(loom_mul(g, s, e, &s));
+  LOOM_TRY(loom_sum(g, s, 1, &last, 0, &r));
+  LOOM_TRY(loom_mean(g, x[0], 1, &last, 0, &m));
+  return loom_add(g, r, m, out);
+}
+
+/* ---- Tests ------------------------------------------------------------------- */
+
+static void test_chain(void) {
+  loom_trace_t *t = new_trace(1);
+  int64_t shape[2] = {3, 5};
+  for (int step = 0; step < 3; step++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
+    trace_and_check(t, chain, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.segments == 3);
+  CHECK(s.misses == 1); /* one compile, then hits */
+  CHECK(s.hits == 2);
+  CHECK(s.stitched >= 1); /* the step start's successor is followed */
+  CHECK(s.recorded_ops == 21);
+  CHECK(s.breaks == 3); /* each read */
+  CHECK(s.cache.compiles == 1);
+  loom_trace_destroy(t);
+}
+
+/* Values recorded before a cut and used after it: a is consumed before
+ * the read of b (so not kept) and recomputed; b is read and reused. */
+static void test_read_midway(void) {
+  for (int compile = 0; compile <= 1; compile++) {
+    loom_trace_t *t = new_trace(compile);
+    loom_graph_t *g = loom_trace_graph(t);
+    int64_t shape[1] = {6};
+    loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+    for (int step = 0; step < 2; step++) {
+      loom_value_t x, a, b, c, three, d;
+      CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+      CHECK_OK(loom_exp(g, x, &a));
+      CHECK_OK(scalar(g, 3, &three));
+      CHECK_OK(loom_mul(g, a, three, &b));
+      const loom_tensor_t *bt;
+      CHECK_OK(loom_trace_read(t, b, &bt));
+      CHECK_OK(loom_add(g, a, b, &c));
+      CHECK_OK(loom_sub(g, c, x, &d));
+      const loom_tensor_t *dt;
+      CHECK_OK(loom_trace_read(t, d, &dt));
+      double want_b[6], want_d[6];
+      for (int i = 0; i < 6; i++) {
+        double xv = test_get(xt, i);
+        want_b[i] = 3 * exp(xv);
+        want_d[i] = exp(xv) + want_b[i] - xv;
+      }
+      CHECK_TENSOR(bt, want_b, 6, 1e-5, 1e-5);
+      CHECK_TENSOR(dt, want_d, 6, 1e-5, 1e-5);
+      CHECK_OK(loom_trace_step_end(t));
+    }
+    loom_trace_stats_t s;
+    CHECK_OK(loom_trace_get_stats(t, &s));
+    CHECK(s.segments == 4);
+    CHECK(compile ? s.interpreted == 0 : s.interpreted == 4);
+    if (compile) CHECK(s.misses == 2 && s.hits == 2);
+    loom_tensor_destroy(xt);
+    loom_trace_destroy(t);
+  }
+}
+
+/* x -> (x > 0) -> nonzero -> cast * 2 + x's sum: nonzero runs eagerly
+ * between two segments. */
+static loom_status_t nonzero_prog(loom_graph_t *g, const loom_value_t *x,
+                                  loom_value_t *out, void *ctx) {
+  (void)ctx;
+  loom_value_t zero, pos, idx, f, two, s, y;
+  LOOM_TRY(scalar(g, 0, &zero));
+  LOOM_TRY(loom_gt(g, x[0], zero, &pos));
+  LOOM_TRY(loom_nonzero(g, pos, &idx));
+  LOOM_TRY(loom_cast(g, idx, LOOM_F32, &f));
+  LOOM_TRY(scalar(g, 2, &two));
+  LOOM_TRY(loom_mul(g, f, two, &y));
+  LOOM_TRY(loom_sum(g, x[0], 0, NULL, 0, &s));
+  return loom_add(g, y, s, out);
+}
+
+static void test_nonzero(void) {
+  loom_trace_t *t = new_trace(1);
+  int64_t shape[1] = {9};
+  for (int step = 0; step < 4; step++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+    trace_and_check(t, nonzero_prog, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.eager_ops == 4);
+  CHECK(s.segments == 8); /* before and after nonzero */
+  char *report = NULL;
+  CHECK_OK(loom_trace_explain(t, &report));
+  CHECK(report && strstr(report, "nonzero: output shape depends on data (x4)"));
+  loom_free(report);
+  loom_trace_destroy(t);
+  /* The count as a symbolic size (data_dims): one executable after the
+   * eager op whatever the count. */
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  o.data_dims.kind = LOOM_DIM_SYMBOLIC;
+  CHECK_OK(loom_trace_create(&o, &t));
+  for (int step = 0; step < 5; step++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+    trace_and_check(t, nonzero_prog, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 2 && s.interpreted == 0);
+  loom_trace_destroy(t);
+}
+
+/* A host callback: y = x^2 (backward 2 x dy), and one that fails. */
+static loom_status_t square_fwd(void *user, int n_in, const loom_tensor_t *const *in,
+                                int n_out, loom_tensor_t *const *out) {
+  (void)user;
+  (void)n_in;
+  (void)n_out;
+  const float *x = loom_tensor_data(in[0]);
+  float *y = loom_tensor_data(out[0]);
+  for (int64_t i = 0; i < loom_tensor_numel(in[0]); i++) y[i] = x[i] * x[i];
+  return LOOM_OK;
+}
+
+static loom_status_t failing_fwd(void *user, int n_in, const loom_tensor_t *const *in,
+                                 int n_out, loom_tensor_t *const *out) {
+  (void)user;
+  (void)n_in;
+  (void)in;
+  (void)n_out;
+  (void)out;
+  return LOOM_ERR_VALUE;
+}
+
+static void test_callback(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_host_op_t sq = {.name = "square", .forward = square_fwd};
+  loom_host_op_t bad = {.name = "broken", .forward = failing_fwd};
+  int64_t shape[1] = {5};
+  loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, shape, -2, 2);
+  loom_dtype_t dt = LOOM_F32;
+  int rank = 1;
+  const int64_t *shapes[1] = {shape};
+  for (int step = 0; step < 2; step++) {
+    loom_value_t x, a, y, one, z;
+    CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+    CHECK_OK(scalar(g, 1, &one));
+    CHECK_OK(loom_add(g, x, one, &a));
+    CHECK_OK(loom_trace_call(t, &sq, 1, &a, 1, &dt, &rank, shapes, &y));
+    CHECK_OK(loom_sub(g, y, x, &z));
+    const loom_tensor_t *zt;
+    CHECK_OK(loom_trace_read(t, z, &zt));
+    double want[5];
+    for (int i = 0; i < 5; i++) {
+      double v = test_get(xt, i);
+      want[i] = (v + 1) * (v + 1) - v;
+    }
+    CHECK_TENSOR(zt, want, 5, 1e-5, 1e-5);
+    CHECK_OK(loom_trace_step_end(t));
+  }
+  /* A failing callback stops with its status; the step then ends and
+   * the trace works again. */
+  loom_value_t x, y, z, w;
+  CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+  CHECK_OK(loom_neg(g, x, &z));
+  CHECK_ERR(loom_trace_call(t, &bad, 1, &z, 1, &dt, &rank, shapes, &y),
+            LOOM_ERR_VALUE, "broken");
+  CHECK_OK(loom_trace_step_end(t));
+  CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+  CHECK_OK(loom_neg(g, x, &w));
+  const loom_tensor_t *wt;
+  CHECK_OK(loom_trace_read(t, w, &wt));
+  CHECK_NEAR(test_get(wt, 2), -test_get(xt, 2), 1e-6, 0);
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.callbacks == 3);
+  loom_tensor_destroy(xt);
+  loom_trace_destroy(t);
+}
+
+/* Branches on a scalar: two paths compile two entries, repeats only hit. */
+static void branch_step(loom_trace_t *t, loom_tensor_t *xt) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t x, s, k, y;
+  CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+  CHECK_OK(loom_sum(g, x, 0, NULL, 0, &s));
+  double v = 0;
+  CHECK_OK(loom_trace_scalar(t, s, &v));
+  CHECK_OK(scalar(g, v > 0 ? 2 : -3, &k));
+  CHECK_OK(loom_mul(g, x, k, &y));
+  const loom_tensor_t *yt;
+  CHECK_OK(loom_trace_read(t, y, &yt));
+  CHECK_NEAR(test_get(yt, 1), test_get(xt, 1) * (v > 0 ? 2 : -3), 1e-5, 1e-5);
+  CHECK_OK(loom_trace_step_end(t));
+}
+
+static void test_branches(void) {
+  loom_trace_t *t = new_trace(1);
+  int64_t shape[1] = {4};
+  double pos[4] = {1, 2, 3, 4}, neg[4] = {-1, -2, 0.5, -4};
+  loom_tensor_t *p = test_tensor(LOOM_F32, 1, shape, pos);
+  loom_tensor_t *n = test_tensor(LOOM_F32, 1, shape, neg);
+  branch_step(t, p);
+  branch_step(t, n);
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  int64_t misses = s.misses;
+  CHECK(misses == 3); /* the sum, and the product after each branch */
+  for (int i = 0; i < 10; i++) branch_step(t, i % 3 ? p : n);
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.misses == misses);
+  CHECK(s.cache.compiles == 3);
+  CHECK(s.hits == 2 * 12 - 3);
+  loom_tensor_destroy(p);
+  loom_tensor_destroy(n);
+  loom_trace_destroy(t);
+}
+
+/* Shape policies over sizes 3..40: results equal the interpreter's;
+ * compiles stay within the buckets (or one for symbolic). */
+static int64_t policy_compiles(loom_dim_policy_kind_t kind, int n_buckets,
+                               int64_t *interpreted) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2];
+  memset(pol, 0, sizeof pol);
+  pol[0].kind = LOOM_DIM_EXACT;
+  pol[1].kind = kind;
+  pol[1].name = "n";
+  pol[1].n_buckets = n_buckets;
+  for (int i = 0; i < n_buckets; i++) pol[1].buckets[i] = 8 << i;
+  for (int64_t n = 3; n <= 40; n += 1 + (kind == LOOM_DIM_EXACT) * 6) {
+    int64_t shape[2] = {2, n};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+    trace_and_check(t, reduce_prog, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  loom_trace_destroy(t);
+  *interpreted = s.interpreted;
+  return s.cache.compiles;
+}
+
+static void test_policies(void) {
+  int64_t interp = -1;
+  CHECK(policy_compiles(LOOM_DIM_EXACT, 0, &interp) == 6);
+  CHECK(interp == 0);
+  int64_t bucketed = policy_compiles(LOOM_DIM_BUCKET, 4, &interp); /* 8, 16, 32, 64 */
+  CHECK(bucketed >= 1 && bucketed <= 4);
+  CHECK(interp == 0);
+  int64_t pow2 = policy_compiles(LOOM_DIM_BUCKET, 0, &interp); /* 4, 8, 16, 32, 64 */
+  CHECK(pow2 >= 1 && pow2 <= 5);
+  CHECK(interp == 0);
+  /* one executable for every size: the dim is a runtime argument */
+  CHECK(policy_compiles(LOOM_DIM_SYMBOLIC, 0, &interp) == 1);
+  CHECK(interp == 0);
+}
+
+
+/* A reshape whose size is an expression of a symbolic dim (n*4 and back):
+ * still one executable for every n. */
+static loom_status_t reshape_prog(loom_graph_t *g, const loom_value_t *x,
+                                  loom_value_t *out, void *ctx) {
+  (void)ctx;
+  loom_dim_t dims[2], flat, back[2];
+  LOOM_TRY(loom_value_type(g, x[0], NULL, NULL, dims));
+  LOOM_TRY(loom_dim_mul(g, dims[0], dims[1], &flat));
+  loom_value_t f, s, r;
+  LOOM_TRY(loom_reshape(g, x[0], 1, &flat, &f));
+  LOOM_TRY(loom_softmax(g, f, 0, &s));
+  back[0] = dims[0], back[1] = dims[1];
+  LOOM_TRY(loom_reshape(g, s, 2, back, &r));
+  int64_t axis = 1;
+  return loom_sum(g, r, 1, &axis, 0, out);
+}
+
+static void test_symbolic_attrs(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2] = {{.kind = LOOM_DIM_SYMBOLIC, .name = "n"}, {.kind = LOOM_DIM_EXACT}};
+  for (int64_t n = 2; n <= 9; n++) {
+    int64_t shape[2] = {n, 4};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
+    trace_and_check(t, reshape_prog, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 1);
+  CHECK(s.interpreted == 0);
+  loom_trace_destroy(t);
+}
+
+/* LOOM_DIM_AUTO: exact for the first auto_after sizes, then one
+ * symbolic executable for all the others. */
+static void test_auto(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2];
+  memset(pol, 0, sizeof pol);
+  pol[1].kind = LOOM_DIM_AUTO;
+  pol[1].auto_after = 3;
+  for (int64_t n = 3; n <= 12; n++) {
+    int64_t shape[2] = {2, n};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+    trace_and_check(t, chain, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.misses == 4); /* sizes 3, 4, 5 exact, then symbolic */
+  CHECK(s.hits == 6);
+  loom_trace_destroy(t);
+}
+
+/* A shared cache: a second trace hits what the first compiled. */
+static void test_shared_cache(void) {
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 0, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  loom_trace_t *a = NULL, *b = NULL;
+  CHECK_OK(loom_trace_create(&o, &a));
+  CHECK_OK(loom_trace_create(&o, &b));
+  int64_t shape[2] = {2, 3};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+  trace_and_check(a, chain, 1, &x, NULL, NULL);
+  trace_and_check(b, chain, 1, &x, NULL, NULL);
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(b, &s));
+  CHECK(s.hits == 1 && s.misses == 0 && s.cache.compiles == 1);
+  loom_tensor_destroy(x);
+  loom_trace_destroy(a);
+  loom_trace_destroy(b);
+  loom_cache_destroy(c);
+}
+
+
+/* Tiered: a miss runs in the interpreter while a worker compiles; once
+ * the compile is done, the same segment hits. Results never differ. */
+static void test_tiered(void) {
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  o.tiered = 1;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  int64_t shape[2] = {3, 7};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+  trace_and_check(t, chain, 1, &x, NULL, NULL);
+  rt_cache_drain(c);
+  for (int i = 0; i < 3; i++) trace_and_check(t, chain, 1, &x, NULL, NULL);
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.interpreted <= 1);
+  CHECK(s.hits >= 3);
+  CHECK(s.cache.compiles == 1);
+  loom_tensor_destroy(x);
+  loom_trace_destroy(t);
+  loom_cache_destroy(c);
+}
+
+/* Speculation: after a bucketed miss the next bucket up is compiled by a
+ * worker, so the first size in it hits; a declared profile compiles
+ * every bucket of its range ahead of time. */
+static void test_speculation(void) {
+  for (int profile = 0; profile <= 1; profile++) {
+    loom_cache_t *c = NULL;
+    CHECK_OK(loom_cache_create(0, 1, &c));
+    loom_trace_options_t o;
+    loom_trace_options_init(&o);
+    o.cache = c;
+    loom_trace_t *t = NULL;
+    CHECK_OK(loom_trace_create(&o, &t));
+    loom_dim_policy_t pol[2];
+    memset(pol, 0, sizeof pol);
+    pol[1].kind = LOOM_DIM_BUCKET; /* powers of two */
+    if (profile) pol[1].profile_min = 1, pol[1].profile_opt = 16, pol[1].profile_max = 64;
+    int64_t sizes[] = {5, 12, 30, 60};
+    for (int i = 0; i < (profile ? 4 : 2); i++) {
+      int64_t shape[2] = {2, sizes[i]};
+      loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+      trace_and_check(t, reduce_prog, 1, &x, pol, NULL);
+      rt_cache_drain(c);
+      loom_tensor_destroy(x);
+    }
+    loom_trace_stats_t s;
+    CHECK_OK(loom_trace_get_stats(t, &s));
+    CHECK(s.misses == 1);
+    CHECK(s.cache.spec_compiles >= (profile ? 3 : 1));
+    loom_trace_destroy(t);
+    loom_cache_destroy(c);
+  }
+}
+
+
+/* ---- Failures at every allocation ------------------------------------------ */
+
+/* A whole traced program (interpreted): reads mid-way, nonzero, a
+ * callback, training and AdamW, over two steps. Any failure is returned;
+ * the trace is destroyed whatever happened. */
+static loom_status_t scenario(loom_tensor_t *xt, loom_tensor_t *wt) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.compile = 0;
+  o.spec_workers = 0;
+  loom_trace_t *t = NULL;
+  LOOM_TRY(loom_trace_create(&o, &t));
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_host_op_t sq = {.name = "square", .forward = square_fwd};
+  loom_dtype_t dt = LOOM_F32;
+  int rank = 1;
+  int64_t shape[1] = {loom_tensor_dim(xt, 0)};
+  const int64_t *shapes[1] = {shape};
+  loom_status_t s = LOOM_OK;
+  for (int step = 0; step < 2 && s == LOOM_OK; step++) {
+    loom_value_t x, w, a, b, c, y, l;
+    const loom_tensor_t *out;
+    s = loom_trace_input(t, xt, NULL, &x);
+    if (s == LOOM_OK) s = loom_trace_param(t, wt, &w);
+    if (s == LOOM_OK) s = loom_mul(g, x, w, &a);
+    if (s == LOOM_OK) s = loom_trace_read(t, a, &out);
+    if (s == LOOM_OK) s = nonzero_prog(g, &a, &b, NULL);
+    if (s == LOOM_OK) s = loom_trace_call(t, &sq, 1, &x, 1, &dt, &rank, shapes, &y);
+    if (s == LOOM_OK) s = loom_mul(g, a, y, &c);
+    if (s == LOOM_OK) s = loom_sum(g, c, 0, NULL, 0, &l);
+    if (s == LOOM_OK) s = loom_trace_read(t, b, &out);
+    if (s == LOOM_OK) s = loom_trace_backward(t, l);
+    if (s == LOOM_OK) s = loom_trace_adamw(t, 0.01, 0.9, 0.999, 1e-8, 0);
+    loom_status_t e = loom_trace_step_end(t);
+    if (s == LOOM_OK) s = e;
+  }
+  loom_trace_destroy(t);
+  return s;
+}
+
+static void test_allocation_failures(void) {
+  int64_t shape[1] = {5};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+  loom_status_t s = LOOM_ERR_NOMEM;
+  int n = 0, wrong = 0;
+  for (; n < 5000 && s != LOOM_OK; n++) {
+    core_alloc_fail_after(n);
+    s = scenario(x, w);
+    core_alloc_fail_after(-1);
+    if (s != LOOM_OK && s != LOOM_ERR_NOMEM) {
+      if (!wrong) printf("allocation %d: %s: %s\n", n, loom_status_name(s), loom_last_error());
+      wrong++;
+    }
+  }
+  CHECK(s == LOOM_OK && n > 10);
+  CHECK(wrong == 0);
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(w);
+}
+
+
+/* Traces on several threads share one cache: each runs the same programs
+ * at a few sizes and compares its results with the interpreter's (without
+ * the harness, whose counters are not thread-safe). */
+static int thread_step(loom_trace_t *t, program_fn f, loom_tensor_t *x) {
+  loom_graph_t *g = NULL, *tg = loom_trace_graph(t);
+  loom_value_t xv, y, sy;
+  const loom_tensor_t *got = NULL;
+  loom_tensor_t *want = NULL;
+  int bad = loom_trace_input(t, x, NULL, &xv) != LOOM_OK ||
+            f(tg, &xv, &y, NULL) != LOOM_OK || loom_trace_read(t, y, &got) != LOOM_OK;
+  int64_t shape[2] = {loom_tensor_dim(x, 0), loom_tensor_dim(x, 1)};
+  bad |= loom_graph_create(&g) != LOOM_OK ||
+         loom_graph_input(g, "x", LOOM_F32, 2, shape, &xv) != LOOM_OK ||
+         f(g, &xv, &sy, NULL) != LOOM_OK || loom_graph_output(g, sy) != LOOM_OK ||
+         loom_interpret(g, 1, &x, 1, &want) != LOOM_OK;
+  for (int64_t i = 0; !bad && i < loom_tensor_numel(want); i++) {
+    double a = 0, b = 0;
+    loom_tensor_get_f64(got, i, &a);
+    loom_tensor_get_f64(want, i, &b);
+    bad |= fabs(a - b) > 1e-5 * (1 + fabs(b));
+  }
+  loom_tensor_destroy(want);
+  loom_graph_destroy(g);
+  bad |= loom_trace_step_end(t) != LOOM_OK;
+  return bad;
+}
+
+static void *thread_body(void *arg) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = arg;
+  o.num_threads = 1;
+  loom_trace_t *t = NULL;
+  if (loom_trace_create(&o, &t) != LOOM_OK) return (void *)1;
+  int bad = 0;
+  for (int i = 0; i < 12; i++) {
+    int64_t shape[2] = {2, 3 + i % 3};
+    loom_tensor_t *x = NULL;
+    bad |= loom_tensor_from_data(LOOM_F32, 2, shape, (const float[]){0.5f, -1, 2, 0.25f, -0.75f, 1.5f, 3, -2, 1, 0.1f},
+                                 sizeof(float) * (size_t)(2 * shape[1]), &x) != LOOM_OK;
+    if (x) bad |= thread_step(t, i % 2 ? chain : reduce_prog, x);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_destroy(t);
+  return bad ? (void *)1 : NULL;
+}
+
+static void test_threads(void) {
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) CHECK(pthread_create(&th[i], NULL, thread_body, c) == 0);
+  for (int i = 0; i < 3; i++) {
+    void *r = NULL;
+    CHECK(pthread_join(th[i], &r) == 0 && r == NULL);
+  }
+  loom_cache_stats_t s;
+  CHECK_OK(loom_cache_get_stats(c, &s));
+  CHECK(s.compiles == 6); /* two programs at three sizes, compiled once */
+  loom_cache_destroy(c);
+}
+
+
+/* Fallback: without a C compiler every segment fails to compile and runs
+ * in the interpreter, with the same results; the failure is cached. */
+static void test_compile_failure(void) {
+  setenv("LOOM_CC", "/nonexistent/loom-test-cc", 1);
+  loom_trace_t *t = new_trace(1);
+  int64_t shape[2] = {2, 5};
+  for (int step = 0; step < 3; step++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
+    trace_and_check(t, chain, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.interpreted == 3);
+  CHECK(s.cache.failed_compiles == 1);
+  loom_trace_destroy(t);
+  unsetenv("LOOM_CC");
+}
+
+/* Past its recompile limit a site runs in the interpreter (with one
+ * warning), with the same results. */
+static void test_recompile_limit(void) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  o.recompile_limit = 2;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  for (int64_t n = 2; n <= 5; n++) {
+    int64_t shape[1] = {n};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -2, 2);
+    trace_and_check(t, chain, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 2);
+  CHECK(s.interpreted == 2);
+  CHECK(s.recompiles == 3);
+  loom_trace_destroy(t);
+}
+
+static void test_errors(void) {
+  loom_trace_t *t = new_trace(0);
+  loom_value_t v = {12345};
+  const loom_tensor_t *out;
+  CHECK_ERR(loom_trace_read(t, v, &out), LOOM_ERR_INVALID, "not a value");
+  CHECK_ERR(loom_trace_input(t, NULL, NULL, &v), LOOM_ERR_INVALID, "null");
+  loom_dim_policy_t pol = {.kind = LOOM_DIM_BUCKET, .n_buckets = 2, .buckets = {8, 4}};
+  int64_t shape[1] = {3};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+  CHECK_ERR(loom_trace_input(t, x, &pol, &v), LOOM_ERR_INVALID, "ascending");
+  /* two inputs sharing a symbol must agree on its size */
+  loom_dim_policy_t sym = {.kind = LOOM_DIM_SYMBOLIC, .name = "n"};
+  int64_t shape4[1] = {4};
+  loom_tensor_t *y = test_rand_tensor(LOOM_F32, 1, shape4, -1, 1);
+  CHECK_OK(loom_trace_input(t, x, &sym, &v));
+  CHECK_ERR(loom_trace_input(t, y, &sym, &v), LOOM_ERR_SHAPE, "'n'");
+  CHECK_ERR(loom_trace_backward(t, v), LOOM_ERR_SHAPE, "scalar");
+  CHECK_OK(loom_trace_step_end(t));
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(y);
+  loom_trace_destroy(t);
+}
+
+int main(void) {
+  test_seed(5);
+  TEST_RUN(test_chain);
+  TEST_RUN(test_read_midway);
+  TEST_RUN(test_nonzero);
+  TEST_RUN(test_callback);
+  TEST_RUN(test_branches);
+  TEST_RUN(test_policies);
+  TEST_RUN(test_symbolic_attrs);
+  TEST_RUN(test_auto);
+  TEST_RUN(test_shared_cache);
+  TEST_RUN(test_tiered);
+  TEST_RUN(test_speculation);
+  TEST_RUN(test_threads);
+  TEST_RUN(test_compile_failure);
+  TEST_RUN(test_recompile_limit);
+  TEST_RUN(test_errors);
+  TEST_RUN(test_allocation_failures);
+  return test_summary();
+}

@@ -1,0 +1,348 @@
+/* Training through traces: an RNN cell traced as one segment replayed 10
+ * times per step, then backward: the gradients equal loom_grad on the
+ * unrolled static graph (interpreted) and central differences; a host
+ * callback's backward; AdamW against its formula; compiled and
+ * interpreted traces agree. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "harness.h"
+#include "loom/trace.h"
+
+enum { T = 10, B = 2, I = 3, H = 4 };
+
+typedef struct rnn {
+  loom_tensor_t *w, *u, *b; /* (I, H), (H, H), (H) */
+  loom_tensor_t *xs[T];     /* (batch, I) each */
+  int64_t batch;
+  const loom_dim_policy_t *policy; /* of the xs (NULL: exact) */
+} rnn_t;
+
+static void rnn_init(rnn_t *r, loom_dtype_t dt) {
+  r->batch = B;
+  r->policy = NULL;
+  int64_t ws[2] = {I, H}, us[2] = {H, H}, bs[1] = {H}, xs[2] = {B, I};
+  r->w = test_rand_tensor(dt, 2, ws, -0.6, 0.6);
+  r->u = test_rand_tensor(dt, 2, us, -0.6, 0.6);
+  r->b = test_rand_tensor(dt, 1, bs, -0.3, 0.3);
+  for (int t = 0; t < T; t++) r->xs[t] = test_rand_tensor(dt, 2, xs, -1, 1);
+}
+
+static void rnn_free(rnn_t *r) {
+  loom_tensor_destroy(r->w);
+  loom_tensor_destroy(r->u);
+  loom_tensor_destroy(r->b);
+  for (int t = 0; t < T; t++) loom_tensor_destroy(r->xs[t]);
+}
+
+/* h' = tanh(x W + h U + b) */
+static loom_status_t cell(loom_graph_t *g, loom_value_t x, loom_value_t h,
+                          loom_value_t w, loom_value_t u, loom_value_t b,
+                          loom_value_t *out) {
+  loom_value_t xw, hu, s, z;
+  LOOM_TRY(loom_matmul(g, x, w, 0, 0, &xw));
+  LOOM_TRY(loom_matmul(g, h, u, 0, 0, &hu));
+  LOOM_TRY(loom_add(g, xw, hu, &s));
+  LOOM_TRY(loom_add(g, s, b, &z));
+  return loom_tanh(g, z, out);
+}
+
+/* loss = sum(h_T^2) / 2 */
+static loom_status_t rnn_loss(loom_graph_t *g, loom_value_t h, loom_value_t *loss) {
+  loom_value_t sq, s, half;
+  loom_dtype_t dt;
+  LOOM_TRY(loom_value_type(g, h, &dt, NULL, NULL));
+  LOOM_TRY(loom_mul(g, h, h, &sq));
+  LOOM_TRY(loom_sum(g, sq, 0, NULL, 0, &s));
+  LOOM_TRY(loom_full(g, 0, NULL, 0.5, dt, &half));
+  return loom_mul(g, s, half, loss);
+}
+
+/* One traced step: forward with a sync after each cell (a segment per
+ * cell invocation), backward; the loss goes to *loss. */
+static void traced_step(loom_trace_t *t, rnn_t *r, double *loss,
+                        int backward) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_dtype_t dt = loom_tensor_dtype(r->w);
+  loom_value_t w, u, b, h, l, x[T];
+  CHECK_OK(loom_trace_param(t, r->w, &w));
+  CHECK_OK(loom_trace_param(t, r->u, &u));
+  CHECK_OK(loom_trace_param(t, r->b, &b));
+  for (int k = 0; k < T; k++) CHECK_OK(loom_trace_input(t, r->xs[k], r->policy, &x[k]));
+  loom_dim_t hs[2]; /* the batch: a size, or the symbol of a symbolic policy */
+  CHECK_OK(loom_value_type(g, x[0], NULL, NULL, hs));
+  hs[1] = H;
+  CHECK_OK(loom_full(g, 2, hs, 0.0, dt, &h));
+  for (int k = 0; k < T; k++) {
+    CHECK_OK(cell(g, x[k], h, w, u, b, &h));
+    CHECK_OK(loom_trace_sync(t));
+  }
+  CHECK_OK(rnn_loss(g, h, &l));
+  CHECK_OK(loom_trace_scalar(t, l, loss));
+  if (backward) CHECK_OK(loom_trace_backward(t, l));
+}
+
+/* The unrolled static graph: loss and its gradients by loom_grad. */
+static void static_grads(rnn_t *r, double *loss, loom_tensor_t **grads) {
+  loom_graph_t *g;
+  loom_dtype_t dt = loom_tensor_dtype(r->w);
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t w, u, b, h, l, xs[T], wrt[3], gr[3];
+  int64_t ws[2] = {I, H}, us[2] = {H, H}, bs[1] = {H}, xsh[2] = {r->batch, I},
+          hs[2] = {r->batch, H};
+  CHECK_OK(loom_graph_input(g, "w", dt, 2, ws, &w));
+  CHECK_OK(loom_graph_input(g, "u", dt, 2, us, &u));
+  CHECK_OK(loom_graph_input(g, "b", dt, 1, bs, &b));
+  for (int k = 0; k < T; k++) CHECK_OK(loom_graph_input(g, NULL, dt, 2, xsh, &xs[k]));
+  CHECK_OK(loom_full(g, 2, hs, 0.0, dt, &h));
+  for (int k = 0; k < T; k++) CHECK_OK(cell(g, xs[k], h, w, u, b, &h));
+  CHECK_OK(rnn_loss(g, h, &l));
+  wrt[0] = w, wrt[1] = u, wrt[2] = b;
+  CHECK_OK(loom_grad(g, l, 3, wrt, gr));
+  CHECK_OK(loom_graph_output(g, l));
+  for (int i = 0; i < 3; i++) CHECK_OK(loom_graph_output(g, gr[i]));
+  loom_tensor_t *in[3 + T], *out[4];
+  in[0] = r->w, in[1] = r->u, in[2] = r->b;
+  for (int k = 0; k < T; k++) in[3 + k] = r->xs[k];
+  CHECK_OK(loom_interpret(g, 3 + T, in, 4, out));
+  *loss = test_get(out[0], 0);
+  loom_tensor_destroy(out[0]);
+  for (int i = 0; i < 3; i++) grads[i] = out[1 + i];
+  loom_graph_destroy(g);
+}
+
+static void check_close(const loom_tensor_t *a, const loom_tensor_t *b, double tol) {
+  CHECK(loom_tensor_numel(a) == loom_tensor_numel(b));
+  for (int64_t i = 0; i < loom_tensor_numel(a); i++)
+    CHECK_NEAR(test_get(a, i), test_get(b, i), tol, tol);
+}
+
+static loom_trace_t *new_trace(int compile) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.compile = compile;
+  o.spec_workers = 0;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  return t;
+}
+
+static void check_rnn(int compile) {
+  rnn_t r;
+  rnn_init(&r, LOOM_F64);
+  loom_tensor_t *want[3];
+  double want_loss = 0;
+  static_grads(&r, &want_loss, want);
+  loom_trace_t *t = new_trace(compile);
+  for (int step = 0; step < 3; step++) { /* replays give the same */
+    double loss = 0;
+    traced_step(t, &r, &loss, 1);
+    CHECK_NEAR(loss, want_loss, 1e-10, 1e-10);
+    loom_tensor_t *ps[3] = {r.w, r.u, r.b};
+    for (int i = 0; i < 3; i++) {
+      const loom_tensor_t *gr = NULL;
+      CHECK_OK(loom_trace_grad(t, ps[i], &gr));
+      if (gr) check_close(gr, want[i], 1e-9);
+    }
+    CHECK_OK(loom_trace_step_end(t));
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.segments == 3 * (T + 1));
+  if (compile) {
+    /* forward and backward of: the first cell (with h0), the others, the
+     * loss */
+    CHECK(s.cache.compiles == 6);
+    CHECK(s.interpreted == 0);
+  }
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(want[i]);
+  loom_trace_destroy(t);
+  rnn_free(&r);
+}
+
+static void test_rnn_compiled(void) { check_rnn(1); }
+static void test_rnn_interpreted(void) { check_rnn(0); }
+
+
+/* A symbolic batch (the initial state's size is the batch symbol): one
+ * forward and one backward executable per segment for every batch size,
+ * gradients equal to the static graph's at each. */
+static void test_rnn_symbolic_batch(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2] = {{.kind = LOOM_DIM_SYMBOLIC, .name = "batch"},
+                              {.kind = LOOM_DIM_EXACT}};
+  int64_t batches[3] = {2, 5, 3};
+  for (int i = 0; i < 3; i++) {
+    rnn_t r;
+    rnn_init(&r, LOOM_F64);
+    int64_t xs[2] = {batches[i], I};
+    for (int k = 0; k < T; k++) {
+      loom_tensor_destroy(r.xs[k]);
+      r.xs[k] = test_rand_tensor(LOOM_F64, 2, xs, -1, 1);
+    }
+    r.batch = batches[i];
+    r.policy = pol;
+    loom_tensor_t *want[3];
+    double want_loss = 0, loss = 0;
+    static_grads(&r, &want_loss, want);
+    traced_step(t, &r, &loss, 1);
+    CHECK_NEAR(loss, want_loss, 1e-10, 1e-10);
+    loom_tensor_t *ps[3] = {r.w, r.u, r.b};
+    for (int p = 0; p < 3; p++) {
+      const loom_tensor_t *gr = NULL;
+      CHECK_OK(loom_trace_grad(t, ps[p], &gr));
+      if (gr) check_close(gr, want[p], 1e-9);
+      loom_tensor_destroy(want[p]);
+    }
+    CHECK_OK(loom_trace_step_end(t));
+    rnn_free(&r);
+  }
+  loom_trace_stats_t s;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 6);
+  CHECK(s.interpreted == 0);
+  loom_trace_destroy(t);
+}
+
+/* Central differences of the traced loss against the traced gradient,
+ * for a few elements of each parameter. */
+static void test_rnn_finite_differences(void) {
+  rnn_t r;
+  rnn_init(&r, LOOM_F64);
+  loom_trace_t *t = new_trace(1);
+  double loss = 0;
+  traced_step(t, &r, &loss, 1);
+  loom_tensor_t *ps[3] = {r.w, r.u, r.b};
+  loom_tensor_t *grads[3];
+  for (int i = 0; i < 3; i++) {
+    const loom_tensor_t *gr = NULL;
+    CHECK_OK(loom_trace_grad(t, ps[i], &gr));
+    grads[i] = NULL;
+    int64_t n = loom_tensor_numel(gr);
+    CHECK_OK(loom_tensor_from_data(LOOM_F64, 1, &n, loom_tensor_data(gr),
+                                   (size_t)n * sizeof(double), &grads[i]));
+  }
+  CHECK_OK(loom_trace_step_end(t));
+  const double h = 1e-6;
+  for (int i = 0; i < 3; i++) {
+    double *p = loom_tensor_data(ps[i]);
+    for (int64_t e = 0; e < loom_tensor_numel(ps[i]); e += 3) {
+      double keep = p[e], up = 0, down = 0;
+      p[e] = keep + h;
+      traced_step(t, &r, &up, 0);
+      CHECK_OK(loom_trace_step_end(t));
+      p[e] = keep - h;
+      traced_step(t, &r, &down, 0);
+      CHECK_OK(loom_trace_step_end(t));
+      p[e] = keep;
+      CHECK_NEAR(test_get(grads[i], e), (up - down) / (2 * h), 1e-6, 1e-5);
+    }
+    loom_tensor_destroy(grads[i]);
+  }
+  loom_trace_destroy(t);
+  rnn_free(&r);
+}
+
+/* A host callback y = x^2 with its backward 2 x dy, inside a traced
+ * program: loss = sum(cb(x W)); d loss / d W = x^T (2 x W). */
+static loom_status_t square_fwd(void *user, int n_in, const loom_tensor_t *const *in,
+                                int n_out, loom_tensor_t *const *out) {
+  (void)user, (void)n_in, (void)n_out;
+  const double *x = loom_tensor_data(in[0]);
+  double *y = loom_tensor_data(out[0]);
+  for (int64_t i = 0; i < loom_tensor_numel(in[0]); i++) y[i] = x[i] * x[i];
+  return LOOM_OK;
+}
+
+static loom_status_t square_bwd(void *user, int n_in, const loom_tensor_t *const *in,
+                                int n_out, loom_tensor_t *const *out) {
+  (void)user, (void)n_in, (void)n_out;
+  const double *x = loom_tensor_data(in[0]), *dy = loom_tensor_data(in[1]);
+  double *dx = loom_tensor_data(out[0]);
+  for (int64_t i = 0; i < loom_tensor_numel(in[0]); i++) dx[i] = 2 * x[i] * dy[i];
+  return LOOM_OK;
+}
+
+static void test_callback_backward(void) {
+  int64_t xs[2] = {B, I}, ws[2] = {I, H}, ys[2] = {B, H};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F64, 2, xs, -1, 1);
+  loom_tensor_t *w = test_rand_tensor(LOOM_F64, 2, ws, -1, 1);
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_host_op_t sq = {.name = "square", .forward = square_fwd, .backward = square_bwd};
+  loom_value_t xv, wv, a, y, l;
+  CHECK_OK(loom_trace_input(t, x, NULL, &xv));
+  CHECK_OK(loom_trace_param(t, w, &wv));
+  CHECK_OK(loom_matmul(g, xv, wv, 0, 0, &a));
+  loom_dtype_t dt = LOOM_F64;
+  int rank = 2;
+  const int64_t *shapes[1] = {ys};
+  CHECK_OK(loom_trace_call(t, &sq, 1, &a, 1, &dt, &rank, shapes, &y));
+  CHECK_OK(loom_sum(g, y, 0, NULL, 0, &l));
+  CHECK_OK(loom_trace_backward(t, l));
+  const loom_tensor_t *gw = NULL;
+  CHECK_OK(loom_trace_grad(t, w, &gw));
+  /* dW[i][j] = sum_b x[b][i] * 2 * (x W)[b][j] */
+  const double *xd = loom_tensor_data(x), *wd = loom_tensor_data(w);
+  for (int i = 0; i < I; i++)
+    for (int j = 0; j < H; j++) {
+      double want = 0;
+      for (int bb = 0; bb < B; bb++) {
+        double aw = 0;
+        for (int k = 0; k < I; k++) aw += xd[bb * I + k] * wd[k * H + j];
+        want += xd[bb * I + i] * 2 * aw;
+      }
+      CHECK_NEAR(test_get(gw, i * H + j), want, 1e-10, 1e-10);
+    }
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_destroy(t);
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(w);
+}
+
+/* AdamW's first step from zero moments, by its formula:
+ * p' = p (1 - lr wd) - lr g / (|g| + eps) (bias corrections cancel). */
+static void test_adamw(void) {
+  int64_t ws[2] = {I, H};
+  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 2, ws, -1, 1);
+  loom_tensor_t *w0 = test_rand_tensor(LOOM_F32, 2, ws, 0, 0);
+  CHECK_OK(loom_tensor_write(w0, loom_tensor_data(w), sizeof(float) * I * H));
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t wv, sq, l;
+  CHECK_OK(loom_trace_param(t, w, &wv));
+  CHECK_OK(loom_mul(g, wv, wv, &sq));
+  CHECK_OK(loom_sum(g, sq, 0, NULL, 0, &l)); /* grad = 2 w */
+  CHECK_OK(loom_trace_backward(t, l));
+  const double lr = 0.1, wdecay = 0.01, eps = 1e-8;
+  CHECK_OK(loom_trace_adamw(t, lr, 0.9, 0.999, eps, wdecay));
+  for (int64_t i = 0; i < I * H; i++) {
+    double p = test_get(w0, i), gr = 2 * p;
+    double want = p * (1 - lr * wdecay) - lr * gr / (fabs(gr) + eps);
+    CHECK_NEAR(test_get(w, i), want, 1e-5, 1e-5);
+  }
+  CHECK_OK(loom_trace_step_end(t));
+  /* A second step reuses the executable and its moments. */
+  CHECK_OK(loom_trace_param(t, w, &wv));
+  CHECK_OK(loom_mul(g, wv, wv, &sq));
+  CHECK_OK(loom_sum(g, sq, 0, NULL, 0, &l));
+  CHECK_OK(loom_trace_backward(t, l));
+  CHECK_OK(loom_trace_adamw(t, lr, 0.9, 0.999, eps, wdecay));
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_destroy(t);
+  loom_tensor_destroy(w);
+  loom_tensor_destroy(w0);
+}
+
+int main(void) {
+  test_seed(55);
+  TEST_RUN(test_rnn_compiled);
+  TEST_RUN(test_rnn_interpreted);
+  TEST_RUN(test_rnn_symbolic_batch);
+  TEST_RUN(test_rnn_finite_differences);
+  TEST_RUN(test_callback_backward);
+  TEST_RUN(test_adamw);
+  return test_summary();
+}
