@@ -35,6 +35,8 @@ typedef struct workload {
 static const workload_t workloads[] = {
     {"lstm", dyn_lstm_run, LOOM_DIM_SYMBOLIC, 0, 3, 20},
     {"gnn", dyn_gnn_run, LOOM_DIM_SYMBOLIC, 0, 5, 60},
+    {"moe", dyn_moe_run, LOOM_DIM_SYMBOLIC, 0, 5, 40},
+    {"treelstm", dyn_treelstm_run, LOOM_DIM_SYMBOLIC, 1, 3, 20}, /* level form */
 };
 
 typedef struct peer {

@@ -4,8 +4,10 @@
  * forward conv2d's batched form for many small images. Odd shapes
  * (strides, uneven pads, dilation, groups, depthwise, batches, sizes off
  * every block), 1-3 threads, a bias, and an epilogue that must see each
- * element once, at the right address, after the sum. Then the compiled
- * conv_transpose2d with a fused epilogue against the interpreter. */
+ * element once, at the right address, after the sum. Then compiled
+ * graphs against the interpreter: conv_transpose2d with a fused epilogue,
+ * training-mode batch norm, and per-channel sums and means. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -271,10 +273,98 @@ static void compiled_transpose_with_epilogue(void) {
   }
 }
 
+/* ---- Batch norm and per-channel reductions, compiled ----------------------- */
+
+/* Runs g (n_out outputs) through the interpreter and the compiler (for 1
+ * and 2 threads) and compares every output; checks that the compiled
+ * plan runs no reference step when `all_generated`. */
+static void compare_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in, int n_out,
+                             bool all_generated) {
+  loom_tensor_t *want[4] = {NULL}, *got[4] = {NULL};
+  CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
+  for (int threads = 1; threads <= 2; threads++) {
+    loom_compile_options_t o;
+    loom_compile_options_init(&o);
+    o.num_threads = threads;
+    loom_executable_t *e = NULL;
+    CHECK_OK(loom_compile(g, &o, &e));
+    if (!e) return;
+    loom_executable_info_t info;
+    CHECK_OK(loom_executable_info(e, &info));
+    if (all_generated) CHECK(info.n_reference == 0 && !info.interpreted);
+    for (int i = 0; i < n_out; i++) CHECK_OK(loom_executable_new_output(e, i, &got[i]));
+    CHECK_OK(loom_executable_run(e, n_in, in, n_out, got));
+    for (int i = 0; i < n_out; i++) {
+      int64_t n = loom_tensor_numel(want[i]);
+      double *v = malloc((size_t)n * sizeof(double));
+      for (int64_t j = 0; j < n; j++) v[j] = test_get(want[i], j);
+      CHECK_TENSOR(got[i], v, n, 1e-5, 1e-5);
+      free(v);
+      loom_tensor_destroy(got[i]);
+    }
+    loom_executable_destroy(e);
+  }
+  for (int i = 0; i < n_out; i++) loom_tensor_destroy(want[i]);
+}
+
+/* Training-mode batch norm: y and both running statistics, on odd sizes. */
+static void compiled_batch_norm(void) {
+  static const int64_t shapes[][4] = {{3, 5, 7, 6}, {8, 16, 2, 2}, {2, 3, 1, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    const int64_t *xs = shapes[s], c = xs[1];
+    loom_graph_t *g;
+    loom_value_t x, sc, bi, rm, rv, y, nm, nv;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){xs[0], c, xs[2], xs[3]}, &x));
+    CHECK_OK(loom_graph_input(g, "scale", LOOM_F32, 1, (loom_dim_t[]){c}, &sc));
+    CHECK_OK(loom_graph_input(g, "bias", LOOM_F32, 1, (loom_dim_t[]){c}, &bi));
+    CHECK_OK(loom_graph_input(g, "mean", LOOM_F32, 1, (loom_dim_t[]){c}, &rm));
+    CHECK_OK(loom_graph_input(g, "var", LOOM_F32, 1, (loom_dim_t[]){c}, &rv));
+    CHECK_OK(loom_batch_norm(g, x, sc, bi, rm, rv, 1e-5, 0.1, 1, &y, &nm, &nv));
+    CHECK_OK(loom_graph_output(g, y));
+    CHECK_OK(loom_graph_output(g, nm));
+    CHECK_OK(loom_graph_output(g, nv));
+    loom_tensor_t *in[5] = {test_rand_tensor(LOOM_F32, 4, xs, -2, 3),
+                            test_rand_tensor(LOOM_F32, 1, &c, 0.5, 1.5),
+                            test_rand_tensor(LOOM_F32, 1, &c, -1, 1),
+                            test_rand_tensor(LOOM_F32, 1, &c, -1, 1),
+                            test_rand_tensor(LOOM_F32, 1, &c, 0.5, 2)};
+    compare_compiled(g, 5, in, 3, true);
+    for (int i = 0; i < 5; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
+}
+
+/* sum(x * y) and mean(x) over every dim but the channel, with and
+ * without keepdim, and x * y also exported over the full space. */
+static void compiled_channel_reductions(void) {
+  static const int64_t axes[3] = {0, 2, 3}, xs[4] = {3, 7, 5, 4};
+  for (int keep = 0; keep < 2; keep++) {
+    loom_graph_t *g;
+    loom_value_t x, y, p, s, m;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){3, 7, 5, 4}, &x));
+    CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 4, (loom_dim_t[]){3, 7, 1, 4}, &y));
+    CHECK_OK(loom_mul(g, x, y, &p));
+    CHECK_OK(loom_sum(g, p, 3, axes, keep, &s));
+    CHECK_OK(loom_mean(g, x, 3, axes, keep, &m));
+    CHECK_OK(loom_graph_output(g, s));
+    CHECK_OK(loom_graph_output(g, m));
+    CHECK_OK(loom_graph_output(g, p));
+    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 4, xs, -1, 1),
+                            test_rand_tensor(LOOM_F32, 4, (int64_t[]){3, 7, 1, 4}, -1, 1)};
+    compare_compiled(g, 2, in, 3, true);
+    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
+}
+
 int main(void) {
   test_seed(20261130);
   TEST_RUN(input_grad_configurations);
   TEST_RUN(batched_forward_configurations);
   TEST_RUN(compiled_transpose_with_epilogue);
+  TEST_RUN(compiled_batch_norm);
+  TEST_RUN(compiled_channel_reductions);
   return test_summary();
 }

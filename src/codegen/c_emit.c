@@ -15,6 +15,7 @@ static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
   if (anchor >= 0 && cg_is_channel_reduction(c->g, &c->g->nodes[anchor]))
     return cg_emit_channel_reduction(c, gi, ok);
   if (op == IR_OP_BATCH_NORM) return cg_emit_batch_norm(c, gi, ok);
+  if (op == IR_OP_MAX_POOL2D_GRAD) return cg_emit_max_pool_grad(c, gi, ok);
   return cg_emit_reduction(c, gi, ok);
 }
 

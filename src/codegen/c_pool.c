@@ -654,3 +654,99 @@ loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok) {
   cg_printf(c->out, "}\n");
   return LOOM_OK;
 }
+
+/* ---- Max pooling's gradient -----------------------------------------------------
+ * One max_pool2d_grad node, f32: per (image, channel) plane (split over
+ * the pool), dX is zeroed, then each window's dY is added at the first
+ * maximum of x in it (taps in the reference kernel's order; a NaN is the
+ * maximum), as PyTorch routes it. */
+
+typedef struct mpg_emit {
+  cg_ctx_t *c;
+  int gi;
+  const ir_node_t *n;
+  pool_geom_t geo;
+} mpg_emit_t;
+
+static bool mpg_fits(mpg_emit_t *k) {
+  const loom_graph_t *g = k->c->g;
+  pool_geom_t *geo = &k->geo;
+  *geo = (pool_geom_t){.dilation = {1, 1}};
+  read_ints(k->n, "kernel", 2, geo->kernel);
+  geo->stride[0] = geo->kernel[0];
+  geo->stride[1] = geo->kernel[1];
+  read_ints(k->n, "stride", 2, geo->stride);
+  read_ints(k->n, "pads", 4, geo->pads);
+  read_ints(k->n, "dilation", 2, geo->dilation);
+  for (int i = 0; i < 2; i++)
+    if (g->values[k->n->in[i]].type.dtype != LOOM_F32 || cg_slot(k->c, k->n->in[i]) < 0)
+      return false;
+  return k->c->plan->groups[k->gi].n_nodes == 1 && cg_slot(k->c, k->n->out[0]) >= 0 &&
+         cg_value_shape(k->c, k->n->in[0], &geo->in) &&
+         cg_value_shape(k->c, k->n->in[1], &geo->out) && geo->in.rank == 4 &&
+         geo->out.rank == 4 && !geo->in.lead && !geo->out.lead && geo->kernel[0] > 0 &&
+         geo->kernel[1] > 0;
+}
+
+static void mpg_body(mpg_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  const pool_geom_t *g = &k->geo;
+  int x = (int)k->n->in[0], dy = (int)k->n->in[1], dx = (int)k->n->out[0];
+  const fuse_group_t *grp = &k->c->plan->groups[k->gi];
+  int64_t h = g->in.dim[2], w = g->in.dim[3], oh = g->out.dim[2], ow = g->out.dim[3];
+  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  cg_declare_pointer(k->c, grp, 1, k->n->in[0], false);
+  cg_declare_pointer(k->c, grp, 1, k->n->in[1], false);
+  cg_declare_pointer(k->c, grp, 1, k->n->out[0], true);
+  cg_line(b, 1, "for (int64_t plane = begin; plane < end; plane++) {\n");
+  cg_line(b, 2, "const float *xp = p%d + plane * %lld, *gp = p%d + plane * %lld;\n", x,
+          (long long)(h * w), dy, (long long)(oh * ow));
+  cg_line(b, 2, "float *dp = p%d + plane * %lld;\n", dx, (long long)(h * w));
+  cg_line(b, 2, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0.0f;\n", (long long)(h * w));
+  cg_line(b, 2, "for (int64_t oy = 0; oy < %lld; oy++)\n", (long long)oh);
+  cg_line(b, 3, "for (int64_t ox = 0; ox < %lld; ox++) {\n", (long long)ow);
+  cg_line(b, 4, "int64_t best = -1;\n");
+  cg_line(b, 4, "float max = -INFINITY;\n");
+  cg_line(b, 4, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (long long)g->kernel[0]);
+  emit_index(b, 5, "iy", "oy", "kh", g->stride[0], g->dilation[0], g->pads[0]);
+  cg_line(b, 5, "if (iy < 0 || iy >= %lld) continue;\n", (long long)h);
+  cg_line(b, 5, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (long long)g->kernel[1]);
+  emit_index(b, 6, "ix", "ox", "kw", g->stride[1], g->dilation[1], g->pads[1]);
+  cg_line(b, 6, "if (ix < 0 || ix >= %lld) continue;\n", (long long)w);
+  cg_line(b, 6, "const float v = xp[iy * %lld + ix];\n", (long long)w);
+  cg_line(b, 6, "if (best < 0 || (v != v && max == max) || v > max) {\n");
+  cg_line(b, 7, "best = iy * %lld + ix;\n", (long long)w);
+  cg_line(b, 7, "max = v;\n");
+  cg_line(b, 6, "}\n");
+  cg_line(b, 5, "}\n");
+  cg_line(b, 4, "}\n");
+  cg_line(b, 4, "if (best >= 0) dp[best] += gp[oy * %lld + ox];\n", (long long)ow);
+  cg_line(b, 3, "}\n");
+  cg_line(b, 1, "}\n");
+  cg_printf(b, "}\n\n");
+}
+
+loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok) {
+  int32_t anchor = c->plan->groups[gi].anchor;
+  mpg_emit_t k = {.c = c, .gi = gi};
+  *ok = anchor >= 0 && c->g->nodes[anchor].op == IR_OP_MAX_POOL2D_GRAD;
+  if (!*ok) return LOOM_OK;
+  k.n = &c->g->nodes[anchor];
+  *ok = mpg_fits(&k);
+  if (!*ok) return LOOM_OK;
+  cg_group_comment(c, gi, "max pool gradient", &k.geo.in, NULL);
+  mpg_body(&k);
+  int64_t planes = k.geo.in.dim[0] * k.geo.in.dim[1];
+  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", gi);
+  cg_line(c->out, 1, "(void)syms;\n");
+  if (cg_numel(&k.geo.in) > CG_PARALLEL_MIN && planes > 1)
+    cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",
+            (long long)planes, gi);
+  else
+    cg_line(c->out, 1, "(void)rt;\n  loom_g%d_body((void *)slots, 0, %lld);\n", gi,
+            (long long)planes);
+  cg_printf(c->out, "}\n");
+  return LOOM_OK;
+}

@@ -131,6 +131,8 @@ loom_status_t cg_emit_channel_reduction(cg_ctx_t *c, int gi, bool *ok);
 bool cg_is_channel_reduction(const loom_graph_t *g, const ir_node_t *n);
 /* One f32 batch_norm node (c_pool.c). */
 loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok);
+/* One f32 max_pool2d_grad node (c_pool.c). */
+loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
 
 /* Elementwise work above this many elements is split over the pool: a

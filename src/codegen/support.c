@@ -71,6 +71,12 @@ static bool batch_norm(const loom_graph_t *g, const ir_node_t *n) {
   return in_rank(g, n, 0) >= 2;
 }
 
+/* max_pool2d_grad over NCHW in f32 (c_pool.c). */
+static bool max_pool_grad(const loom_graph_t *g, const ir_node_t *n) {
+  return in_dtype(g, n, 0) == LOOM_F32 && in_dtype(g, n, 1) == LOOM_F32 &&
+         in_rank(g, n, 0) == 4 && in_rank(g, n, 1) == 4;
+}
+
 /* Pooling over NCHW in every float dtype (the op table admits no other). */
 static bool pool2d(const loom_graph_t *g, const ir_node_t *n) {
   return dtype_is_float(in_dtype(g, n, 0)) && in_rank(g, n, 0) == 4;
@@ -104,6 +110,7 @@ static const struct {
     {IR_OP_CONV2D_WEIGHT_GRAD, conv2d_weight_grad},
     {IR_OP_CONV_TRANSPOSE2D, conv2d},
     {IR_OP_BATCH_NORM, batch_norm},
+    {IR_OP_MAX_POOL2D_GRAD, max_pool_grad},
     {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, NULL},
     {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
     {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},

@@ -1,4 +1,6 @@
 /* Indexing ops: gather, scatter, embedding, one-hot: reference kernels. */
+#include <string.h>
+
 #include "kernels/ref.h"
 
 static int64_t prod(int from, int to, const int64_t *shape) {
@@ -12,7 +14,7 @@ static int64_t prod(int from, int to, const int64_t *shape) {
 static loom_status_t index_at(const ref_call_t *c, const loom_tensor_t *ind,
                               int64_t i, int64_t size, bool negative,
                               int64_t *out) {
-  int64_t v = ref_geti(ind, i);
+  int64_t v = ind->dtype == LOOM_I64 ? ((const int64_t *)ind->data)[i] : ref_geti(ind, i);
   int64_t lo = negative ? -size : 0;
   *out = 0;
   if (v < lo || v >= size)
@@ -37,13 +39,15 @@ static loom_status_t take(ref_call_t *c, int axis, bool negative) {
     int64_t k;
     LOOM_TRY(index_at(c, ind, j, size, negative, &k));
   }
+  size_t es = loom_dtype_size(data->dtype); /* out has data's dtype */
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < n_ind; j++) {
       int64_t k;
       LOOM_TRY(index_at(c, ind, j, size, negative, &k));
-      for (int64_t i = 0; i < inner; i++)
-        ref_copy_elem(out, (o * n_ind + j) * inner + i, data,
-                      (o * size + k) * inner + i);
+      if (inner > 0) /* one slice: contiguous in both */
+        memcpy((char *)out->data + (o * n_ind + j) * inner * (int64_t)es,
+               (const char *)data->data + (o * size + k) * inner * (int64_t)es,
+               (size_t)inner * es);
     }
   return LOOM_OK;
 }
@@ -103,16 +107,22 @@ static loom_status_t check_scatter_shapes(const ref_call_t *c, int axis) {
 static loom_status_t scatter_into(ref_call_t *c, int axis, loom_tensor_t *acc) {
   const loom_tensor_t *self = c->in[0], *index = c->in[1], *src = c->in[2];
   bool ints = !dtype_is_float(self->dtype);
-  int64_t n = loom_tensor_numel(index), idx[LOOM_MAX_RANK];
+  int64_t n = loom_tensor_numel(index), idx[LOOM_MAX_RANK] = {0}, at[LOOM_MAX_RANK];
+  double *sums = ints ? NULL : (double *)acc->data; /* f64, contiguous */
   for (int64_t p = 0; p < n; p++) {
-    ref_unravel(index->rank, index->shape, p, idx);
-    int64_t s = ravel(src->rank, src->shape, idx);
-    LOOM_TRY(index_at(c, index, p, self->shape[axis], false, &idx[axis]));
-    int64_t t = ravel(self->rank, self->shape, idx);
+    /* idx walks index's positions in row-major order */
+    if (p > 0)
+      for (int d = index->rank - 1; d >= 0 && ++idx[d] == index->shape[d]; d--) idx[d] = 0;
+    memcpy(at, idx, sizeof at); /* fixed size: inlined */
+    int64_t s = ravel(src->rank, src->shape, at);
+    LOOM_TRY(index_at(c, index, p, self->shape[axis], false, &at[axis]));
+    int64_t t = ravel(self->rank, self->shape, at);
     if (ints)
       ref_seti(acc, t, (int64_t)((uint64_t)ref_geti(acc, t) + (uint64_t)ref_geti(src, s)));
+    else if (src->dtype == LOOM_F32)
+      sums[t] += (double)((const float *)src->data)[s];
     else
-      ref_set(acc, t, ref_get(acc, t) + ref_get(src, s));
+      sums[t] += ref_get(src, s);
   }
   return LOOM_OK;
 }

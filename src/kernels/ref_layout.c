@@ -29,12 +29,16 @@ static int64_t ravel(const loom_tensor_t *t, const int64_t *idx) {
 
 static loom_status_t move_elements(const move_t *m, locate_fn locate) {
   const ref_call_t *c = m->c;
-  int64_t idx[LOOM_MAX_RANK];
+  int64_t idx[LOOM_MAX_RANK], pos[LOOM_MAX_RANK];
   for (int k = 0; k < c->n_out; k++) {
     loom_tensor_t *y = c->out[k];
     int64_t n = loom_tensor_numel(y);
+    for (int d = 0; d < LOOM_MAX_RANK; d++) pos[d] = 0;
     for (int64_t i = 0; i < n; i++) {
-      ref_unravel(y->rank, y->shape, i, idx);
+      /* pos: element i's multi-index, stepped in row-major order */
+      if (i > 0)
+        for (int d = y->rank - 1; d >= 0 && ++pos[d] == y->shape[d]; d--) pos[d] = 0;
+      memcpy(idx, pos, sizeof idx); /* fixed size: inlined */
       int src = 0;
       if (!locate(m, k, idx, &src)) ref_set(y, i, m->fill);
       else ref_copy_elem(y, i, c->in[src], ravel(c->in[src], idx));

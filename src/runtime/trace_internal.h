@@ -195,7 +195,6 @@ struct loom_trace {
 
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */
-  bool failed;   /* a callback failed: only step_end is accepted */
 
   tr_link_t *links; /* TR_LINKS slots */
   rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
