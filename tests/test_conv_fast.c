@@ -6,7 +6,8 @@
  * every block), 1-3 threads, a bias, and an epilogue that must see each
  * element once, at the right address, after the sum. Then compiled
  * graphs against the interpreter: conv_transpose2d with a fused epilogue,
- * training-mode batch norm, and per-channel sums and means. */
+ * training-mode batch norm, per-channel sums and means, and max pooling's
+ * gradient. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +360,39 @@ static void compiled_channel_reductions(void) {
   }
 }
 
+/* max_pool2d_grad: overlapping windows (ResNet's 3x3 stride 2 pad 1),
+ * dilation, uneven pads, ties (x rounded to a few values) and a NaN. */
+static void compiled_max_pool_grad(void) {
+  static const loom_pool_params_t params[] = {
+      {.kernel = {3, 3}, .stride = {2, 2}, .pads = {1, 1, 1, 1}},
+      {.kernel = {2, 3}, .stride = {1, 2}, .pads = {0, 1, 1, 0}, .dilation = {2, 1}},
+      {.kernel = {2, 2}, .stride = {2, 2}},
+  };
+  for (size_t q = 0; q < sizeof params / sizeof *params; q++) {
+    const loom_pool_params_t *p = &params[q];
+    int64_t xs[4] = {2, 3, 9, 8}, h = xs[2], w = xs[3], ys[4] = {2, 3, 0, 0};
+    int64_t dil[2] = {p->dilation[0] ? p->dilation[0] : 1, p->dilation[1] ? p->dilation[1] : 1};
+    ys[2] = (h + p->pads[0] + p->pads[2] - dil[0] * (p->kernel[0] - 1) - 1) / p->stride[0] + 1;
+    ys[3] = (w + p->pads[1] + p->pads[3] - dil[1] * (p->kernel[1] - 1) - 1) / p->stride[1] + 1;
+    loom_graph_t *g;
+    loom_value_t x, dy, dx;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){xs[0], xs[1], h, w}, &x));
+    CHECK_OK(loom_graph_input(g, "dy", LOOM_F32, 4, (loom_dim_t[]){ys[0], ys[1], ys[2], ys[3]},
+                              &dy));
+    CHECK_OK(loom_max_pool2d_grad(g, x, dy, p, &dx));
+    CHECK_OK(loom_graph_output(g, dx));
+    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 4, xs, -2, 2),
+                            test_rand_tensor(LOOM_F32, 4, ys, -1, 1)};
+    float *xv = loom_tensor_data(in[0]);
+    for (int64_t i = 0; i < loom_tensor_numel(in[0]); i++) xv[i] = (float)(int)(xv[i] * 2);
+    xv[17] = NAN;
+    compare_compiled(g, 2, in, 1, true);
+    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
+}
+
 int main(void) {
   test_seed(20261130);
   TEST_RUN(input_grad_configurations);
@@ -366,5 +400,6 @@ int main(void) {
   TEST_RUN(compiled_transpose_with_epilogue);
   TEST_RUN(compiled_batch_norm);
   TEST_RUN(compiled_channel_reductions);
+  TEST_RUN(compiled_max_pool_grad);
   return test_summary();
 }

@@ -405,7 +405,7 @@ static loom_status_t flat_positions(grad_ctx_t *c, int32_t index, int axis,
     LOOM_TRY(grad_binary(c, IR_OP_MUL, coord, k, &term));
     if (*out < 0) *out = term;
     else LOOM_TRY(grad_binary(c, IR_OP_ADD, *out, term, out));
-    stride *= into->dims[d];
+    if (d > 0) stride *= into->dims[d]; /* dim 0's size is never needed */
   }
   if (*out >= 0) return LOOM_OK;
   return grad_scalar(c, 0, dt, out);

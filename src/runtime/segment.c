@@ -241,7 +241,7 @@ static bool input_dims(loom_trace_t *t, seg_work_t *w, int i, bool exact) {
     int sym = -1;
     tr_mode_t m = dim_mode(t, ty->dims[a], &plain, &sym);
     if (m == TR_EXACT) continue;
-    if (m == TR_BUCKET && (!plain || w->train)) return false;
+    if (m == TR_BUCKET && !plain) return false;
     dm->mode = m;
     dm->sym = canonical(w, ty->dims[a], sym, m == TR_BUCKET);
     if (dm->sym < 0) return false;
@@ -292,12 +292,14 @@ loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
   if (w->n_ins > w->cap_key)
     LOOM_TRY(core_grow((void **)&w->key_in, &w->cap_key, w->n_ins, sizeof *w->key_in));
   bool ok = true;
+  w->n_syms = w->n_groups = 0; /* rebuilt by input_dims */
+  w->bucket = false;
   for (int i = 0; i < w->n_ins && ok; i++) ok = input_dims(t, w, i, exact);
   if (ok && w->n_syms > 0 && symbolic_attrs(t, w)) ok = false;
   if (!ok) {
     core_log(LOG_BREAKS, "segment %016llx: a shape policy cannot apply (a "
-             "bucketed dim inside an expression or a training segment, or an "
-             "attribute over a symbol no input dim carries): exact sizes",
+             "bucketed dim inside an expression, or an attribute over a "
+             "symbol no input dim carries): exact sizes",
              (unsigned long long)w->site);
     w->n_syms = w->n_groups = 0;
     w->bucket = false;
@@ -391,20 +393,50 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
 
 /* ---- Descriptions ------------------------------------------------------------- */
 
+/* The bucket group whose trace symbol is sym, or -1. */
+static int group_of(const seg_work_t *w, int sym) {
+  for (int k = 0; k < w->n_groups; k++)
+    if (w->group_sym[k] == sym) return k;
+  return -1;
+}
+
+/* Whether d is made from a bucket group's symbol. */
+static bool mentions_group(const loom_trace_t *t, const seg_work_t *w,
+                           ir_dim_t d) {
+  const ir_expr_t *e = ir_dim_expr(t->g, d);
+  if (!e || e->kind == IR_EXPR_CONST) return false;
+  if (e->kind == IR_EXPR_SYM) return group_of(w, (int)e->c) >= 0;
+  return mentions_group(t, w, e->a) || mentions_group(t, w, e->b);
+}
+
+/* Whether attribute dim d stays an expression in the segment's graph:
+ * over symbolic dims, and over bucket groups when the graph keeps them
+ * as symbols (training: segment_graph.c). */
+static bool carried(const loom_trace_t *t, const seg_work_t *w,
+                    const seg_desc_t *d, ir_dim_t dim) {
+  bool plain;
+  int sym;
+  if (w->n_syms > 0 && dim_mode(t, dim, &plain, &sym) == TR_SYMBOLIC) return true;
+  return d->bucket && d->part && mentions_group(t, w, dim);
+}
+
 /* Attribute dim d for the description: a size, or (symbolic) a handle
- * IR_DIM_SYM_BASE + i into d->exprs, whose symbols are canonical ones. */
+ * IR_DIM_SYM_BASE + i into d->exprs, whose symbols are canonical ones
+ * (bucket group g is canonical symbol n_syms + g). */
 static loom_status_t encode_dim(const loom_trace_t *t, const seg_work_t *w,
                                 const int64_t *sym_vals, seg_desc_t *d,
                                 ir_dim_t dim, ir_dim_t *out) {
   const ir_expr_t *e = ir_dim_expr(t->g, dim);
   int k = canonical_of(w, dim);
-  bool plain;
-  int sym;
-  if (k < 0 && (w->n_syms == 0 || dim_mode(t, dim, &plain, &sym) != TR_SYMBOLIC))
+  if (k < 0 && !carried(t, w, d, dim))
     return ir_dim_eval(t->g, dim, sym_vals, out); /* exact or bucketed */
-  if (k < 0 && e->kind == IR_EXPR_SYM) /* symbolic_attrs rules it out */
-    return loom_fail(LOOM_ERR_SHAPE, "trace: symbol '%s' of an attribute is "
-                     "no input dim of its segment", e->name);
+  if (k < 0 && e->kind == IR_EXPR_SYM) {
+    int g = d->bucket && d->part ? group_of(w, (int)e->c) : -1;
+    if (g < 0) /* symbolic_attrs rules it out */
+      return loom_fail(LOOM_ERR_SHAPE, "trace: symbol '%s' of an attribute is "
+                       "no input dim of its segment", e->name);
+    k = w->n_syms + g;
+  }
   ir_expr_t x = {.kind = IR_EXPR_SYM, .c = k};
   if (k < 0) {
     x.kind = e->kind;
@@ -449,7 +481,8 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
   d->n_inputs = w->n_ins;
   d->n_outputs = w->n_outs;
   d->n_syms = w->n_syms;
-  d->bucket = w->bucket && part == 0;
+  d->bucket = w->bucket;
+  d->n_groups = w->bucket ? w->n_groups : 0;
   d->part = part;
   d->num_threads = t->opt.num_threads;
   d->inputs = core_malloc(sizeof *d->inputs * (size_t)(w->n_ins + 1));
@@ -463,6 +496,7 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
   }
   if (w->n_ins) memcpy(d->inputs, w->in_types, sizeof *d->inputs * (size_t)w->n_ins);
   seg_group_buckets(w, buckets);
+  for (int k = 0; k < d->n_groups; k++) d->group_bucket[k] = buckets[k];
   attr_sym_values(t, w, buckets, sym_vals);
   loom_status_t s = LOOM_OK;
   for (int c = 0; c < w->n_cone && s == LOOM_OK; c++) {

@@ -63,9 +63,8 @@ static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
 
 /* ---- Running ---------------------------------------------------------------- */
 
-/* A zero tensor of shape with x's elements in its leading corner. */
-static loom_status_t pad_copy(const loom_tensor_t *x, const int64_t *shape,
-                              loom_tensor_t **out) {
+loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
+                           loom_tensor_t **out) {
   LOOM_TRY(tensor_new(x->dtype, x->rank, shape, out));
   int64_t n = loom_tensor_numel(x), es = (int64_t)loom_dtype_size(x->dtype);
   int64_t row = x->rank ? x->shape[x->rank - 1] : 1;
@@ -82,9 +81,8 @@ static loom_status_t pad_copy(const loom_tensor_t *x, const int64_t *shape,
   return LOOM_OK;
 }
 
-/* The leading corner of shape out of padded p. */
-static loom_status_t slice_copy(const loom_tensor_t *p, int rank,
-                                const int64_t *shape, loom_tensor_t **out) {
+loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
+                             const int64_t *shape, loom_tensor_t **out) {
   LOOM_TRY(tensor_new(p->dtype, rank, shape, out));
   int64_t n = shape_numel(rank, shape), es = (int64_t)loom_dtype_size(p->dtype);
   int64_t row = rank ? shape[rank - 1] : 1;
@@ -101,17 +99,30 @@ static loom_status_t slice_copy(const loom_tensor_t *p, int rank,
   return LOOM_OK;
 }
 
+/* The values of a segment graph's symbols: s0.. at their sizes, then
+ * (training halves of a bucketed segment) b0.. at their buckets; n: how
+ * many the graph has. */
+static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
+                                  int64_t *syms) {
+  int64_t buckets[32];
+  seg_group_buckets(w, buckets);
+  for (int k = 0; k < n; k++) {
+    syms[k] = -1;
+    if (k < w->n_syms)
+      LOOM_TRY(ir_dim_eval(t->g, w->sym_dim[k], t->sym_values, &syms[k]));
+    else if (w->bucket && w->train && k < w->n_syms + w->n_groups)
+      syms[k] = buckets[k - w->n_syms];
+  }
+  return LOOM_OK;
+}
+
 /* Output tensors for the executable's outputs (the entry graph's types,
  * its symbols at their sizes). */
 static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
                                  loom_tensor_t **outs, int n_out) {
   loom_graph_t *eg = rt_entry_graph(e);
   int64_t syms[ir_num_symbols(eg) + 1];
-  for (int k = 0; k < ir_num_symbols(eg); k++) {
-    syms[k] = -1;
-    if (k < w->n_syms)
-      LOOM_TRY(ir_dim_eval(t->g, w->sym_dim[k], t->sym_values, &syms[k]));
-  }
+  LOOM_TRY(segment_syms(t, w, ir_num_symbols(eg), syms));
   for (int i = 0; i < n_out; i++) {
     const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
     int64_t shape[LOOM_MAX_RANK];
@@ -138,7 +149,7 @@ static loom_status_t bind_inputs(loom_trace_t *t, seg_work_t *w,
       padded |= shape[a] != x->shape[a];
     }
     if (!padded) continue;
-    LOOM_TRY(pad_copy(x, shape, &staged[n]));
+    LOOM_TRY(seg_pad_copy(x, shape, &staged[n]));
     ins[i] = staged[n++];
   }
   for (int k = 0; k < (w->bucket ? w->n_groups : 0); k++) {
@@ -161,7 +172,7 @@ static loom_status_t store_output(loom_trace_t *t, seg_work_t *w, int k,
     for (int a = 0; same && a < ty->rank; a++) same = shape[a] == x->shape[a];
     if (s == LOOM_OK && !same) {
       loom_tensor_t *sliced;
-      s = slice_copy(x, ty->rank, shape, &sliced);
+      s = seg_slice_copy(x, ty->rank, shape, &sliced);
       loom_tensor_destroy(x);
       x = sliced;
     }
@@ -175,14 +186,23 @@ static loom_status_t store_output(loom_trace_t *t, seg_work_t *w, int k,
   return LOOM_OK;
 }
 
-/* Pushes the tape record of a training segment: saved = outs[n_outs..). */
+/* Pushes the tape record of a training segment: saved = outs[n_outs..),
+ * kept at their buckets when padded, with the sizes the backward needs. */
 static loom_status_t push_tape(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                                loom_tensor_t **outs, int n_total) {
   seg_desc_t *bwd = NULL;
+  int n_sizes = w->bucket ? w->n_syms + 2 * w->n_groups : 0;
+  int64_t sizes[n_sizes + 1];
   loom_status_t s = seg_make_desc(t, w, 2, &bwd);
+  if (s == LOOM_OK && w->bucket) {
+    s = segment_syms(t, w, w->n_syms + w->n_groups, sizes);
+    for (int k = 0; k < w->n_groups; k++)
+      sizes[w->n_syms + w->n_groups + k] = t->sym_values[w->group_sym[k]];
+  }
   if (s == LOOM_OK)
     s = tape_push_segment(t, bwd, key, w->n_ins, w->ins, w->n_outs, w->outs,
-                          n_total - w->n_outs, outs + w->n_outs);
+                          n_total - w->n_outs, outs + w->n_outs,
+                          w->bucket ? sizes : NULL);
   else
     for (int i = w->n_outs; i < n_total; i++) loom_tensor_destroy(outs[i]);
   seg_desc_release(bwd);
@@ -319,7 +339,7 @@ static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
   rt_builder_t b = {seg_desc_build, release_ctx, d};
   loom_status_t s = rt_cache_get(t->cache, key, &b, !t->opt.tiered,
                                  t->opt.recompile_limit, res, e);
-  if (s == LOOM_OK && w->bucket && *res == RT_READY) speculate(t, w, 0);
+  if (s == LOOM_OK && w->bucket && *res == RT_READY) speculate(t, w, w->train ? 1 : 0);
   return s;
 }
 

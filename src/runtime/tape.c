@@ -2,6 +2,7 @@
  * pieces (compiled segments with the values their backward needs, kept
  * per invocation, and host callbacks), the backward walk over it, the
  * parameters' gradients, and the AdamW step as one executable. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,7 @@ static void free_record(loom_trace_t *t, tape_rec_t *r) {
   (void)t;
   for (int i = 0; i < r->n_saved; i++) loom_tensor_destroy(r->saved[i]);
   core_free(r->saved);
+  core_free(r->sizes);
   core_free((void *)r->key.inputs);
   seg_desc_release(r->bwd);
   core_free(r->in);
@@ -51,20 +53,23 @@ loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
                                 const rt_key_t *key, int n_in,
                                 const int32_t *in, int n_out,
                                 const int32_t *out, int n_saved,
-                                loom_tensor_t **saved) {
+                                loom_tensor_t **saved, const int64_t *sizes) {
   tape_rec_t *r = NULL;
   loom_status_t s = new_record(t, TAPE_SEGMENT, n_in, in, n_out, out, &r);
   rt_key_input_t *kin = NULL;
+  int n_sizes = sizes ? bwd->n_syms + 2 * bwd->n_groups : 0;
   if (s == LOOM_OK) {
     kin = core_malloc(sizeof *kin * (size_t)(key->n_inputs + 1));
     r->saved = core_malloc(sizeof *r->saved * (size_t)(n_saved + 1));
-    if (!kin || !r->saved) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for the tape");
+    r->sizes = sizes ? core_malloc(sizeof *sizes * (size_t)(n_sizes + 1)) : NULL;
+    if (!kin || !r->saved || (sizes && !r->sizes))
+      s = loom_fail(LOOM_ERR_NOMEM, "out of memory for the tape");
   }
   if (s != LOOM_OK) {
     core_free(kin);
-    if (r) {
-      core_free(r->saved);
-      r->saved = NULL;
+    if (r) { /* off the tape again */
+      free_record(t, r);
+      t->n_tape--;
     }
     for (int i = 0; i < n_saved; i++) loom_tensor_destroy(saved[i]);
     return s;
@@ -73,11 +78,15 @@ loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
   r->key = *key;
   r->key.inputs = kin;
   r->key.structure = tr_mix(key->structure, 0xbac4);
+  /* a site of its own: the recompile limit counts forwards and backwards
+   * apart (a bucket compiles one of each) */
+  r->key.site = tr_mix(key->site, 0xbac4);
   rt_key_finish(&r->key);
   r->bwd = bwd;
   bwd->refs++;
   r->n_saved = n_saved;
   if (n_saved) memcpy(r->saved, saved, sizeof *saved * (size_t)n_saved);
+  if (n_sizes) memcpy(r->sizes, sizes, sizeof *sizes * (size_t)n_sizes);
   return LOOM_OK;
 }
 
@@ -96,6 +105,7 @@ void tape_clear(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_params; i++) {
     loom_tensor_destroy(t->params[i].grad);
     t->params[i].grad = NULL;
+    t->params[i].got_grad = false;
   }
 }
 
@@ -140,61 +150,135 @@ static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
   return tensor_new(x->dtype, x->rank, x->shape, out);
 }
 
-/* The backward of a segment: compiled through the cache (the forward's
- * key under another structure), else interpreted. */
-static loom_status_t run_backward_graph(loom_trace_t *t, tape_rec_t *r,
-                                        int n_in, loom_tensor_t **ins,
-                                        int n_out, loom_tensor_t **outs) {
-  rt_entry_t *e = NULL;
+/* The backward graph of r: a ready cache entry (*e, compiled under the
+ * forward's key with another structure), else a graph built to be
+ * interpreted (*own). */
+static loom_status_t backward_graph(loom_trace_t *t, tape_rec_t *r,
+                                    rt_entry_t **e, loom_graph_t **own) {
   rt_get_result_t res = RT_FAILED;
+  *e = NULL;
+  *own = NULL;
   if (t->opt.compile) {
-    e = rt_cache_lookup(t->cache, &r->key);
+    *e = rt_cache_lookup(t->cache, &r->key);
     res = RT_READY;
-    if (!e) {
+    if (!*e) {
       r->bwd->refs++;
       rt_builder_t b = {seg_desc_build, (void (*)(void *))seg_desc_release, r->bwd};
       LOOM_TRY(rt_cache_get(t->cache, &r->key, &b, !t->opt.tiered,
-                            t->opt.recompile_limit, &res, &e));
+                            t->opt.recompile_limit, &res, e));
     }
   }
-  if (res == RT_READY && e) {
-    loom_status_t s = LOOM_OK;
-    for (int i = 0; i < n_out && s == LOOM_OK; i++) { /* of the inputs' shapes */
-      const loom_tensor_t *x = t->vals[r->in[r->bwd->wrt[i]]].t;
-      s = tensor_new(x->dtype, x->rank, x->shape, &outs[i]);
-    }
-    if (s == LOOM_OK) s = rt_entry_run(e, n_in, ins, n_out, outs);
-    rt_entry_release(t->cache, e);
-    return s;
-  }
-  loom_graph_t *g = NULL;
-  LOOM_TRY(seg_desc_build(r->bwd, &g, NULL));
-  loom_status_t s = loom_interpret(g, n_in, ins, n_out, outs);
-  loom_graph_destroy(g);
+  if (res == RT_READY && *e) return LOOM_OK;
+  *e = NULL;
   t->stats.interpreted++;
+  return seg_desc_build(r->bwd, own, NULL);
+}
+
+/* The shape of g's value v with r's symbol sizes (bucketed records). */
+static loom_status_t bucket_shape(const tape_rec_t *r, const loom_graph_t *g,
+                                  int32_t v, int64_t *shape) {
+  int n = ir_num_symbols(g), have = r->bwd->n_syms + r->bwd->n_groups;
+  int64_t syms[n + 1];
+  for (int k = 0; k < n; k++) syms[k] = k < have ? r->sizes[k] : -1;
+  const ir_type_t *ty = &g->values[v].type;
+  for (int a = 0; a < ty->rank; a++) LOOM_TRY(ir_dim_eval(g, ty->dims[a], syms, &shape[a]));
+  return LOOM_OK;
+}
+
+/* Replaces *x (owned) by its copy padded or sliced to shape, if it
+ * differs. */
+static loom_status_t reshape_copy(loom_tensor_t **x, const int64_t *shape,
+                                  bool pad) {
+  if (!memcmp((*x)->shape, shape, sizeof *shape * (size_t)(*x)->rank)) return LOOM_OK;
+  loom_tensor_t *y = NULL;
+  loom_status_t s = pad ? seg_pad_copy(*x, shape, &y)
+                        : seg_slice_copy(*x, (*x)->rank, shape, &y);
+  loom_tensor_destroy(*x);
+  *x = y;
+  return s;
+}
+
+/* The backward's inputs: the saved values, the outputs' gradients (zeros
+ * where none came; padded to their buckets when bucketed), and the real
+ * sizes of the bucket groups the backward masks. made[i]: ins[i] is
+ * this call's. */
+static loom_status_t backward_inputs(loom_trace_t *t, tape_rec_t *r,
+                                     const loom_graph_t *bg, loom_tensor_t **ins,
+                                     bool *made) {
+  const seg_desc_t *d = r->bwd;
+  for (int i = 0; i < r->n_saved; i++) ins[i] = r->saved[i];
+  int j = r->n_saved;
+  for (int k = 0; k < r->n_out; k++) {
+    if (!dtype_is_float(t->g->values[r->out[k]].type.dtype)) continue;
+    LOOM_TRY(grad_or_zeros(t, r->out[k], &ins[j], &made[j]));
+    if (r->sizes) {
+      int64_t shape[LOOM_MAX_RANK];
+      LOOM_TRY(bucket_shape(r, bg, bg->inputs[j], shape));
+      if (!made[j]) { /* the accumulator stays as it is */
+        LOOM_TRY(seg_pad_copy(ins[j], shape, &ins[j]));
+        made[j] = true;
+      } else {
+        LOOM_TRY(reshape_copy(&ins[j], shape, true));
+      }
+    }
+    j++;
+  }
+  int groups[32];
+  int n_groups = r->sizes ? seg_groups_present(d, bg, j, groups) : 0;
+  if (j + n_groups != bg->n_inputs)
+    return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: %lld inputs, "
+                     "%d expected", (long long)bg->n_inputs, j + n_groups);
+  for (int k = 0; k < n_groups; k++, j++) {
+    const int64_t *real = &r->sizes[d->n_syms + d->n_groups + groups[k]];
+    LOOM_TRY(loom_tensor_from_data(LOOM_I64, 0, NULL, real, sizeof *real, &ins[j]));
+    made[j] = true;
+  }
+  return LOOM_OK;
+}
+
+/* Runs the backward into outs (the wrt inputs' gradients, sliced back
+ * to their real shapes when bucketed). */
+static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
+                                  loom_graph_t *bg, loom_tensor_t **ins,
+                                  loom_tensor_t **outs) {
+  const seg_desc_t *d = r->bwd;
+  int n_in = (int)bg->n_inputs;
+  loom_status_t s = LOOM_OK;
+  if (!e) {
+    s = loom_interpret(bg, n_in, ins, d->n_wrt, outs);
+  } else {
+    for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
+      const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
+      int64_t shape[LOOM_MAX_RANK];
+      memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
+      if (r->sizes) s = bucket_shape(r, bg, bg->outputs[i], shape);
+      if (s == LOOM_OK) s = tensor_new(x->dtype, x->rank, shape, &outs[i]);
+    }
+    if (s == LOOM_OK) s = rt_entry_run(e, n_in, ins, d->n_wrt, outs);
+  }
+  for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
+    s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);
   return s;
 }
 
 static loom_status_t backward_segment(loom_trace_t *t, tape_rec_t *r) {
   const seg_desc_t *d = r->bwd;
-  int n_grad = 0;
-  for (int k = 0; k < r->n_out; k++)
-    n_grad += dtype_is_float(t->g->values[r->out[k]].type.dtype);
-  int n_in = r->n_saved + n_grad;
+  rt_entry_t *e = NULL;
+  loom_graph_t *own = NULL;
+  LOOM_TRY(backward_graph(t, r, &e, &own));
+  loom_graph_t *bg = e ? rt_entry_graph(e) : own;
+  int n_in = (int)bg->n_inputs;
   loom_tensor_t *ins[n_in + 1], *outs[d->n_wrt + 1];
   bool made[n_in + 1];
+  memset(ins, 0, sizeof ins);
   memset(made, 0, sizeof made);
   memset(outs, 0, sizeof outs);
-  for (int i = 0; i < r->n_saved; i++) ins[i] = r->saved[i];
-  loom_status_t s = LOOM_OK;
-  for (int k = 0, j = r->n_saved; k < r->n_out && s == LOOM_OK; k++)
-    if (dtype_is_float(t->g->values[r->out[k]].type.dtype)) {
-      s = grad_or_zeros(t, r->out[k], &ins[j], &made[j]);
-      j++;
-    }
-  if (s == LOOM_OK) s = run_backward_graph(t, r, n_in, ins, d->n_wrt, outs);
+  loom_status_t s = backward_inputs(t, r, bg, ins, made);
+  if (s == LOOM_OK) s = run_backward(t, r, e, bg, ins, outs);
   for (int i = 0; i < n_in; i++)
     if (made[i]) loom_tensor_destroy(ins[i]);
+  if (e) rt_entry_release(t->cache, e);
+  loom_graph_destroy(own);
   for (int i = 0; i < d->n_wrt; i++) {
     if (s == LOOM_OK) s = accumulate(t, r->in[d->wrt[i]], outs[i]);
     else loom_tensor_destroy(outs[i]);
@@ -248,6 +332,7 @@ static loom_status_t collect_grads(loom_trace_t *t) {
     if (v < 0 || !t->grads[v]) continue;
     loom_tensor_t *g = t->grads[v];
     t->grads[v] = NULL;
+    t->params[i].got_grad = true;
     if (!t->params[i].grad) t->params[i].grad = g;
     else if (s == LOOM_OK) s = add_into(t->params[i].grad, g, v);
     else loom_tensor_destroy(g);
@@ -316,7 +401,10 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
 
 /* The optimizer step: one graph over every parameter (graph parameters
  * that the user's tensors are copied into and back from), the moments
- * as its own parameters, gradients and lr as inputs. */
+ * as its own parameters; gradients, lr, and per parameter whether it
+ * steps and its bias corrections as inputs. A parameter that got no
+ * gradient this step keeps its value, moments and step count, as
+ * PyTorch's optimizers skip a parameter whose .grad is None. */
 typedef struct tr_adamw {
   loom_graph_t *g;
   loom_executable_t *exe;
@@ -364,21 +452,84 @@ static void adamw_carry(tr_adamw_t *a, const tr_adamw_t *old) {
   }
 }
 
+/* A scalar constant of dtype dt. */
+static loom_status_t constant(loom_graph_t *g, double x, loom_dtype_t dt,
+                              loom_value_t *out) {
+  return loom_full(g, 0, NULL, x, dt, out);
+}
+
+/* a * x + b * y with scalar constants a and b. */
+static loom_status_t mix(loom_graph_t *g, double a, loom_value_t x, double b,
+                         loom_value_t y, loom_dtype_t dt, loom_value_t *out) {
+  loom_value_t ca, cb, ax, by;
+  LOOM_TRY(constant(g, a, dt, &ca));
+  LOOM_TRY(constant(g, b, dt, &cb));
+  LOOM_TRY(loom_mul(g, ca, x, &ax));
+  LOOM_TRY(loom_mul(g, cb, y, &by));
+  return loom_add(g, ax, by, out);
+}
+
+/* AdamW on parameter i, as loom_adamw computes it, except that the bias
+ * corrections 1 - beta^t come in as inputs (each parameter counts its
+ * own steps) and a bool input `take` keeps the parameter and its moments
+ * as they were when it got no gradient this step:
+ *   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
+ *   p' = p (1 - lr wd) - lr (m' / bc1) / (sqrt(v' / bc2) + eps) */
+static loom_status_t adamw_param(loom_graph_t *g, const loom_tensor_t *p, int i,
+                                 loom_value_t lr32, const double *hyper,
+                                 loom_value_t *pv) {
+  loom_dtype_t dt = p->dtype;
+  char name[48];
+  loom_value_t grad, take, bc1, bc2, m, v, lr = lr32;
+  snprintf(name, sizeof name, "p%d", i);
+  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, pv));
+  snprintf(name, sizeof name, "p%d.m", i);
+  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, &m));
+  snprintf(name, sizeof name, "p%d.v", i);
+  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, &v));
+  snprintf(name, sizeof name, "grad%d", i);
+  LOOM_TRY(loom_graph_input(g, name, dt, p->rank, p->shape, &grad));
+  snprintf(name, sizeof name, "take%d", i);
+  LOOM_TRY(loom_graph_input(g, name, LOOM_BOOL, 0, NULL, &take));
+  snprintf(name, sizeof name, "bc1_%d", i);
+  LOOM_TRY(loom_graph_input(g, name, dt, 0, NULL, &bc1));
+  snprintf(name, sizeof name, "bc2_%d", i);
+  LOOM_TRY(loom_graph_input(g, name, dt, 0, NULL, &bc2));
+  if (dt != LOOM_F32) LOOM_TRY(loom_cast(g, lr32, dt, &lr));
+  loom_value_t m2, v2, g2, mhat, vhat, root, eps, denom, dir, step, one, wd, lrwd,
+      keep, base, p2, m3, v3, p3;
+  LOOM_TRY(mix(g, hyper[0], m, 1.0 - hyper[0], grad, dt, &m2));
+  LOOM_TRY(loom_mul(g, grad, grad, &g2));
+  LOOM_TRY(mix(g, hyper[1], v, 1.0 - hyper[1], g2, dt, &v2));
+  LOOM_TRY(loom_div(g, m2, bc1, &mhat));
+  LOOM_TRY(loom_div(g, v2, bc2, &vhat));
+  LOOM_TRY(loom_sqrt(g, vhat, &root));
+  LOOM_TRY(constant(g, hyper[2], dt, &eps));
+  LOOM_TRY(loom_add(g, root, eps, &denom));
+  LOOM_TRY(loom_div(g, mhat, denom, &dir));
+  LOOM_TRY(loom_mul(g, lr, dir, &step));
+  LOOM_TRY(constant(g, 1.0, dt, &one));
+  LOOM_TRY(constant(g, hyper[3], dt, &wd));
+  LOOM_TRY(loom_mul(g, lr, wd, &lrwd));
+  LOOM_TRY(loom_sub(g, one, lrwd, &keep));
+  LOOM_TRY(loom_mul(g, *pv, keep, &base));
+  LOOM_TRY(loom_sub(g, base, step, &p2));
+  LOOM_TRY(loom_where(g, take, m2, m, &m3));
+  LOOM_TRY(loom_where(g, take, v2, v, &v3));
+  LOOM_TRY(loom_where(g, take, p2, *pv, &p3));
+  LOOM_TRY(loom_assign(g, m, m3));
+  LOOM_TRY(loom_assign(g, v, v3));
+  return loom_assign(g, *pv, p3);
+}
+
+/* Inputs: per parameter grad, take, bc1, bc2; then lr. */
 static loom_status_t adamw_graph(loom_trace_t *t, tr_adamw_t *a,
                                  const double *hyper) {
-  loom_graph_t *g = a->g;
-  int n = a->n;
-  loom_value_t grads[n + 1], lr;
-  for (int i = 0; i < n; i++) {
-    const loom_tensor_t *p = t->params[i].t;
-    char name[32];
-    snprintf(name, sizeof name, "p%d", i);
-    LOOM_TRY(loom_graph_param(g, name, p->dtype, p->rank, p->shape, NULL, &a->params[i]));
-    snprintf(name, sizeof name, "grad%d", i);
-    LOOM_TRY(loom_graph_input(g, name, p->dtype, p->rank, p->shape, &grads[i]));
-  }
-  LOOM_TRY(loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr));
-  return loom_adamw(g, n, a->params, grads, lr, hyper[0], hyper[1], hyper[2], hyper[3]);
+  loom_value_t lr;
+  LOOM_TRY(loom_graph_input(a->g, "lr", LOOM_F32, 0, NULL, &lr));
+  for (int i = 0; i < a->n; i++)
+    LOOM_TRY(adamw_param(a->g, t->params[i].t, i, lr, hyper, &a->params[i]));
+  return LOOM_OK;
 }
 
 static loom_status_t adamw_build(loom_trace_t *t, const double *hyper) {
@@ -406,33 +557,58 @@ static loom_status_t adamw_build(loom_trace_t *t, const double *hyper) {
   return LOOM_OK;
 }
 
-/* Runs the step: the user's parameters in, gradients and lr bound, the
- * updated parameters copied back. */
+/* A new rank-0 tensor of dtype dt holding x. */
+static loom_status_t scalar_tensor(loom_dtype_t dt, double x, loom_tensor_t **out) {
+  LOOM_TRY(tensor_new(dt, 0, NULL, out));
+  dtype_store_f64(dt, (*out)->data, x);
+  return LOOM_OK;
+}
+
+/* Binds parameter i's inputs at ins[1 + 4i ..]: its gradient (zeros when
+ * none came), whether it takes the step, and its bias corrections at its
+ * own next step. made collects the tensors made here. */
+static loom_status_t adamw_bind(loom_trace_t *t, int i, const double *hyper,
+                                loom_tensor_t **ins, loom_tensor_t **made) {
+  tr_param_t *q = &t->params[i];
+  const loom_tensor_t *p = q->t;
+  if (!q->grad) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->grad));
+  double step = (double)(q->adam_step + (q->got_grad ? 1 : 0));
+  ins[1 + 4 * i] = q->grad;
+  LOOM_TRY(scalar_tensor(LOOM_BOOL, q->got_grad ? 1 : 0, &made[3 * i]));
+  LOOM_TRY(scalar_tensor(p->dtype, step > 0 ? 1 - pow(hyper[0], step) : 1, &made[3 * i + 1]));
+  LOOM_TRY(scalar_tensor(p->dtype, step > 0 ? 1 - pow(hyper[1], step) : 1, &made[3 * i + 2]));
+  for (int k = 0; k < 3; k++) ins[2 + 4 * i + k] = made[3 * i + k];
+  return LOOM_OK;
+}
+
+/* Runs the step: the user's parameters in, gradients, flags, bias
+ * corrections and lr bound, the updated parameters copied back. */
 static loom_status_t adamw_run(loom_trace_t *t, double lr) {
   tr_adamw_t *a = t->adamw;
   int n = a->n;
-  loom_tensor_t *ins[n + 1], *lr_t;
+  loom_tensor_t *ins[4 * n + 1], *made[3 * n + 1];
+  memset(made, 0, sizeof made);
   float lr32 = (float)lr;
-  LOOM_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &lr32, sizeof lr32, &lr_t));
+  LOOM_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &lr32, sizeof lr32, &ins[0]));
   loom_status_t s = LOOM_OK;
   for (int i = 0; i < n && s == LOOM_OK; i++) {
     tr_param_t *q = &t->params[i];
     loom_tensor_t *storage = a->g->values[a->params[i].id].data;
     memcpy(storage->data, q->t->data,
            (size_t)loom_tensor_numel(q->t) * loom_dtype_size(q->t->dtype));
-    if (!q->grad) s = tensor_new(q->t->dtype, q->t->rank, q->t->shape, &q->grad);
-    ins[i] = q->grad;
+    s = adamw_bind(t, i, a->hyper, ins, made);
   }
-  ins[n] = lr_t;
   if (s == LOOM_OK)
-    s = a->exe ? loom_executable_run(a->exe, n + 1, ins, 0, NULL)
-               : loom_interpret(a->g, n + 1, ins, 0, NULL);
+    s = a->exe ? loom_executable_run(a->exe, 4 * n + 1, ins, 0, NULL)
+               : loom_interpret(a->g, 4 * n + 1, ins, 0, NULL);
   for (int i = 0; i < n && s == LOOM_OK; i++) {
     loom_tensor_t *storage = a->g->values[a->params[i].id].data;
     memcpy(t->params[i].t->data, storage->data,
            (size_t)loom_tensor_numel(storage) * loom_dtype_size(storage->dtype));
+    t->params[i].adam_step += t->params[i].got_grad;
   }
-  loom_tensor_destroy(lr_t);
+  loom_tensor_destroy(ins[0]);
+  for (int i = 0; i < 3 * n; i++) loom_tensor_destroy(made[i]);
   return s;
 }
 

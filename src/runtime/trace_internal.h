@@ -62,6 +62,8 @@ typedef struct tr_param {
   loom_tensor_t *t;
   int32_t value;        /* its value id this step, -1: not entered */
   loom_tensor_t *grad;  /* accumulated this step, or NULL */
+  bool got_grad;        /* a backward reached it this step */
+  int64_t adam_step;    /* AdamW steps it took (with a gradient) */
 } tr_param_t;
 
 /* Why a cut happens: fmt with one argument, str (when not NULL) or num,
@@ -135,7 +137,14 @@ typedef struct seg_desc {
    * IR_DIM_SYM_BASE + i into this array. */
   ir_expr_t *exprs;
   int64_t n_exprs, cap_exprs;
-  bool bucket;  /* some dims are padded to buckets */
+  /* Some dims are padded to buckets: one group per bucketed symbol. The
+   * plain graph (part 0) is built at the buckets; the training halves
+   * are cut from a graph with the buckets as symbols b0, b1, ...
+   * (canonical symbols n_syms + g), each half masked, then compiled with
+   * the symbols set to group_bucket. */
+  bool bucket;
+  int n_groups;
+  int64_t group_bucket[32];
   /* Training: the forward of pass_partition, or its backward. */
   int n_wrt;
   int *wrt;
@@ -144,6 +153,11 @@ typedef struct seg_desc {
 } seg_desc_t;
 
 void seg_desc_release(seg_desc_t *d);
+/* The bucket groups (ascending) whose symbol sizes an axis of g's inputs
+ * [0, n_in): a masked backward has one real-size input per such group,
+ * in this order, after them. Returns their count. */
+int seg_groups_present(const seg_desc_t *d, const loom_graph_t *g, int n_in,
+                       int *groups);
 /* The graph of d (plain, forward or backward, padded when bucketed) and
  * its compile options; the rt_builder_t callback. */
 loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
@@ -163,6 +177,10 @@ typedef struct tape_rec {
   rt_key_t key; /* the backward's: the forward's with another structure */
   int n_saved;
   loom_tensor_t **saved;
+  /* Bucketed (bwd->bucket): the backward graph's symbol values (s0..,
+   * then b0.. at their buckets: bwd->n_syms + bwd->n_groups) and each
+   * group's real size after them; NULL otherwise. */
+  int64_t *sizes;
   /* TAPE_CALLBACK: the op (copied: the caller's may be on its stack) */
   loom_host_op_t op;
 } tape_rec_t;
@@ -277,14 +295,21 @@ void seg_group_buckets(const seg_work_t *w, int64_t *out);
 
 /* segment_run.c: looks w's segment up (the hot path first) and runs it. */
 loom_status_t seg_run(loom_trace_t *t, seg_work_t *w);
+/* A zero tensor of shape with x's elements in its leading corner. */
+loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
+                           loom_tensor_t **out);
+/* The leading corner of shape out of padded p. */
+loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
+                             const int64_t *shape, loom_tensor_t **out);
 void seg_links_clear(loom_trace_t *t);
 
 /* tape.c */
+/* sizes: see tape_rec_t (copied; NULL unless bwd->bucket). */
 loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
                                 const rt_key_t *key, int n_in,
                                 const int32_t *in, int n_out,
                                 const int32_t *out, int n_saved,
-                                loom_tensor_t **saved);
+                                loom_tensor_t **saved, const int64_t *sizes);
 loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
                                  int n_in, const int32_t *in, int n_out,
                                  const int32_t *out);

@@ -1,0 +1,189 @@
+/* Bucketed training segments: a segment that needs gradients and has a
+ * LOOM_DIM_BUCKET dim compiles one forward and one backward per bucket,
+ * with the padding masked in both halves (the backward's sums over the
+ * padded axis included), and its gradients equal those of the
+ * interpreter at exact sizes for every size. */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "loom/trace.h"
+
+enum { F = 5, D = 6, H = 4, CELLS = 4 };
+
+/* Buckets 8, 16, 48: sizes 3..40 fall in three of them. */
+static loom_dim_policy_t bucket_policy(const char *name) {
+  loom_dim_policy_t p = {.kind = LOOM_DIM_BUCKET, .name = name, .n_buckets = 3,
+                         .buckets = {8, 16, 48}};
+  return p;
+}
+
+static loom_trace_t *new_trace(int compile) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.compile = compile;
+  o.spec_workers = 0; /* no speculation: the compile count is exact */
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  return t;
+}
+
+/* Each parameter's gradient in a (the bucketed trace) equals b's. */
+static void check_grads(loom_trace_t *a, loom_trace_t *b, int n,
+                        loom_tensor_t *const *params, int64_t size) {
+  for (int i = 0; i < n; i++) {
+    const loom_tensor_t *ga = NULL, *gb = NULL;
+    CHECK_OK(loom_trace_grad(a, params[i], &ga));
+    CHECK_OK(loom_trace_grad(b, params[i], &gb));
+    if (!ga || !gb) continue;
+    CHECK(loom_tensor_numel(ga) == loom_tensor_numel(gb));
+    double largest = 0;
+    for (int64_t e = 0; e < loom_tensor_numel(gb); e++)
+      largest = fmax(largest, fabs(test_get(gb, e)));
+    CHECK(largest > 0); /* the comparison says something */
+    for (int64_t e = 0; e < loom_tensor_numel(ga); e++) {
+      double x = test_get(ga, e), y = test_get(gb, e);
+      if (fabs(x - y) > 1e-9 + 1e-9 * fabs(y)) {
+        test_fail(__FILE__, __LINE__, "size %lld: gradient %d element %lld: "
+                  "%.12g, exact %.12g", (long long)size, i, (long long)e, x, y);
+        return;
+      }
+    }
+  }
+}
+
+/* ---- Attention over tokens ------------------------------------------------ */
+
+typedef struct attn {
+  loom_tensor_t *p[4]; /* w0 (F, D), wq, wk, wv (D, D) */
+} attn_t;
+
+/* h = tanh(x W0), cut by a read (its gradient crosses the cut padded and
+ * comes back sliced); then p = softmax(q k^T) over tokens, o = p v + 0.1
+ * (a full over the token dim: an attribute over the bucket),
+ * loss = mean(o^2). */
+static void attn_step(loom_trace_t *t, attn_t *m, loom_tensor_t *x,
+                      const loom_dim_policy_t *pol, double *loss) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t w[4], xv, xw, h, q, k, v, s, p, o, c, o2, sq, l;
+  for (int i = 0; i < 4; i++) CHECK_OK(loom_trace_param(t, m->p[i], &w[i]));
+  CHECK_OK(loom_trace_input(t, x, pol, &xv));
+  CHECK_OK(loom_matmul(g, xv, w[0], 0, 0, &xw));
+  CHECK_OK(loom_tanh(g, xw, &h));
+  const loom_tensor_t *real = NULL;
+  CHECK_OK(loom_trace_read(t, h, &real));
+  CHECK_OK(loom_matmul(g, h, w[1], 0, 0, &q));
+  CHECK_OK(loom_matmul(g, h, w[2], 0, 0, &k));
+  CHECK_OK(loom_matmul(g, h, w[3], 0, 0, &v));
+  CHECK_OK(loom_matmul(g, q, k, 0, 1, &s));
+  CHECK_OK(loom_softmax(g, s, -1, &p));
+  CHECK_OK(loom_matmul(g, p, v, 0, 0, &o));
+  loom_dim_t dims[2];
+  CHECK_OK(loom_value_type(g, o, NULL, NULL, dims));
+  CHECK_OK(loom_full(g, 2, dims, 0.1, LOOM_F64, &c));
+  CHECK_OK(loom_add(g, o, c, &o2));
+  CHECK_OK(loom_mul(g, o2, o2, &sq));
+  CHECK_OK(loom_mean(g, sq, 0, NULL, 0, &l));
+  CHECK_OK(loom_trace_scalar(t, l, loss));
+  CHECK_OK(loom_trace_backward(t, l));
+}
+
+static void test_attention_sizes(void) {
+  attn_t m;
+  int64_t s0[2] = {F, D}, s1[2] = {D, D};
+  m.p[0] = test_rand_tensor(LOOM_F64, 2, s0, -0.7, 0.7);
+  for (int i = 1; i < 4; i++) m.p[i] = test_rand_tensor(LOOM_F64, 2, s1, -0.7, 0.7);
+  loom_trace_t *bucketed = new_trace(1), *exact = new_trace(0);
+  loom_dim_policy_t pol[2] = {bucket_policy("T"), {.kind = LOOM_DIM_EXACT}};
+  for (int64_t n = 3; n <= 40; n++) {
+    int64_t xs[2] = {n, F};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F64, 2, xs, -1, 1);
+    double got = 0, want = 0;
+    attn_step(bucketed, &m, x, pol, &got);
+    attn_step(exact, &m, x, NULL, &want);
+    CHECK_NEAR(got, want, 1e-12, 1e-10);
+    check_grads(bucketed, exact, 4, m.p, n);
+    CHECK_OK(loom_trace_step_end(bucketed));
+    CHECK_OK(loom_trace_step_end(exact));
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t st;
+  CHECK_OK(loom_trace_get_stats(bucketed, &st));
+  /* two segments, three buckets, a forward and a backward each */
+  CHECK(st.cache.compiles <= 2 * 3 * 2);
+  CHECK(st.cache.failed_compiles == 0);
+  CHECK(st.interpreted == 0);
+  loom_trace_destroy(bucketed);
+  loom_trace_destroy(exact);
+  for (int i = 0; i < 4; i++) loom_tensor_destroy(m.p[i]);
+}
+
+/* ---- An RNN over a bucketed batch ------------------------------------------ */
+
+/* h0 = zeros (batch, H) (a full over the bucket), h' = tanh(x_k W + h U)
+ * with a sync after each cell, loss = mean(h^2): the weights' gradients
+ * sum over the batch. */
+static void rnn_step(loom_trace_t *t, loom_tensor_t *const *params,
+                     loom_tensor_t *const *xs, const loom_dim_policy_t *pol,
+                     double *loss) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t w, u, h, l, sq;
+  CHECK_OK(loom_trace_param(t, params[0], &w));
+  CHECK_OK(loom_trace_param(t, params[1], &u));
+  for (int k = 0; k < CELLS; k++) {
+    loom_value_t x, xw, hu, z;
+    CHECK_OK(loom_trace_input(t, xs[k], pol, &x));
+    if (k == 0) {
+      loom_dim_t dims[2];
+      CHECK_OK(loom_value_type(g, x, NULL, NULL, dims));
+      dims[1] = H;
+      CHECK_OK(loom_full(g, 2, dims, 0.0, LOOM_F64, &h));
+    }
+    CHECK_OK(loom_matmul(g, x, w, 0, 0, &xw));
+    CHECK_OK(loom_matmul(g, h, u, 0, 0, &hu));
+    CHECK_OK(loom_add(g, xw, hu, &z));
+    CHECK_OK(loom_tanh(g, z, &h));
+    CHECK_OK(loom_trace_sync(t));
+  }
+  CHECK_OK(loom_mul(g, h, h, &sq));
+  CHECK_OK(loom_mean(g, sq, 0, NULL, 0, &l));
+  CHECK_OK(loom_trace_scalar(t, l, loss));
+  CHECK_OK(loom_trace_backward(t, l));
+}
+
+static void test_rnn_batch_sizes(void) {
+  int64_t ws[2] = {F, H}, us[2] = {H, H};
+  loom_tensor_t *params[2] = {test_rand_tensor(LOOM_F64, 2, ws, -0.6, 0.6),
+                              test_rand_tensor(LOOM_F64, 2, us, -0.6, 0.6)};
+  loom_trace_t *bucketed = new_trace(1), *exact = new_trace(0);
+  loom_dim_policy_t pol[2] = {bucket_policy("N"), {.kind = LOOM_DIM_EXACT}};
+  const int64_t sizes[] = {3, 8, 9, 17, 40, 5};
+  for (int i = 0; i < (int)(sizeof sizes / sizeof *sizes); i++) {
+    int64_t xs_shape[2] = {sizes[i], F};
+    loom_tensor_t *xs[CELLS];
+    for (int k = 0; k < CELLS; k++) xs[k] = test_rand_tensor(LOOM_F64, 2, xs_shape, -1, 1);
+    double got = 0, want = 0;
+    rnn_step(bucketed, params, xs, pol, &got);
+    rnn_step(exact, params, xs, NULL, &want);
+    CHECK_NEAR(got, want, 1e-12, 1e-10);
+    check_grads(bucketed, exact, 2, params, sizes[i]);
+    CHECK_OK(loom_trace_step_end(bucketed));
+    CHECK_OK(loom_trace_step_end(exact));
+    for (int k = 0; k < CELLS; k++) loom_tensor_destroy(xs[k]);
+  }
+  loom_trace_stats_t st;
+  CHECK_OK(loom_trace_get_stats(bucketed, &st));
+  /* the first cell, the others, the loss: three buckets, two halves */
+  CHECK(st.cache.compiles <= 3 * 3 * 2);
+  CHECK(st.interpreted == 0);
+  loom_trace_destroy(bucketed);
+  loom_trace_destroy(exact);
+  for (int i = 0; i < 2; i++) loom_tensor_destroy(params[i]);
+}
+
+int main(void) {
+  test_seed(71);
+  TEST_RUN(test_attention_sizes);
+  TEST_RUN(test_rnn_batch_sizes);
+  return test_summary();
+}
