@@ -217,15 +217,16 @@ static void check_forward(const conv_case_t *q, core_pool_t *pool) {
   free(k.seen);
 }
 
-/* Batches of images with fewer than 128 output positions each, where the
- * GEMM runs over every image's columns at once. */
+/* Batches of images with fewer than 128 output positions each and at
+ * least 16384 weights per group, where the GEMM runs over every image's
+ * columns at once. */
 static const conv_case_t batched_cases[] = {
-    {8, 24, 4, 4, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* 4x4 positions */
-    {5, 16, 4, 4, 33, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* 2x2 positions, s2 */
-    {3, 6, 9, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1},   /* groups, dilation */
-    {4, 8, 6, 6, 12, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1},   /* strided 1x1 */
-    {2, 3, 3, 3, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},    /* no epilogue */
-    {6, 4, 2, 2, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1},    /* depthwise-ish */
+    {8, 48, 4, 4, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* 4x4 positions */
+    {5, 64, 4, 4, 33, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1},    /* 2x2 positions, s2 */
+    {3, 64, 9, 7, 120, 3, 3, 1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1},   /* groups, dilation */
+    {4, 128, 6, 6, 130, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1},  /* strided 1x1 */
+    {2, 48, 3, 3, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},    /* no epilogue */
+    {6, 64, 2, 2, 464, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1},   /* 4 groups */
 };
 
 static void batched_forward_configurations(void) {

@@ -336,6 +336,65 @@ static void test_adamw(void) {
   loom_tensor_destroy(w0);
 }
 
+/* AdamW as PyTorch runs it on one parameter of n elements with gradient
+ * 2p (the loss sum(p^2)), its state in m, v and *step. */
+static void adamw_reference(double *p, double *m, double *v, int64_t *step,
+                            int64_t n, double lr, double wd) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  ++*step;
+  for (int64_t i = 0; i < n; i++) {
+    double g = 2 * p[i];
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    double mhat = m[i] / (1 - pow(b1, (double)*step));
+    double vhat = v[i] / (1 - pow(b2, (double)*step));
+    p[i] = p[i] * (1 - lr * wd) - lr * mhat / (sqrt(vhat) + eps);
+  }
+}
+
+/* A parameter that gets no gradient in a step (entered but unused, or
+ * not entered) keeps its value, moments and step count, as PyTorch skips
+ * a parameter whose .grad is None; the others step. Four steps against
+ * the reference: a and b; a only (b entered, unused); a only (b not
+ * entered); a and b. */
+static void test_adamw_skips_params_without_gradient(void) {
+  enum { N = 6 };
+  int64_t shape[1] = {N};
+  loom_tensor_t *ps[2] = {test_rand_tensor(LOOM_F64, 1, shape, -1, 1),
+                          test_rand_tensor(LOOM_F64, 1, shape, -1, 1)};
+  double ref[2][N], m[2][N] = {{0}}, v[2][N] = {{0}};
+  int64_t steps[2] = {0, 0};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < N; i++) ref[k][i] = test_get(ps[k], i);
+  const double lr = 0.125, wd = 0.01; /* lr exact in f32 */
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  const int uses_b[4] = {1, 0, 0, 1}, enters_b[4] = {1, 1, 0, 1};
+  for (int step = 0; step < 4; step++) {
+    loom_value_t a, b, sa, sb, la, lb, l;
+    CHECK_OK(loom_trace_param(t, ps[0], &a));
+    CHECK_OK(loom_mul(g, a, a, &sa));
+    CHECK_OK(loom_sum(g, sa, 0, NULL, 0, &la));
+    l = la;
+    if (enters_b[step]) CHECK_OK(loom_trace_param(t, ps[1], &b));
+    if (uses_b[step]) {
+      CHECK_OK(loom_mul(g, b, b, &sb));
+      CHECK_OK(loom_sum(g, sb, 0, NULL, 0, &lb));
+      CHECK_OK(loom_add(g, la, lb, &l));
+    }
+    CHECK_OK(loom_trace_backward(t, l));
+    CHECK_OK(loom_trace_adamw(t, lr, 0.9, 0.999, 1e-8, wd));
+    CHECK_OK(loom_trace_step_end(t));
+    adamw_reference(ref[0], m[0], v[0], &steps[0], N, lr, wd);
+    if (uses_b[step]) adamw_reference(ref[1], m[1], v[1], &steps[1], N, lr, wd);
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < N; i++) CHECK_NEAR(test_get(ps[k], i), ref[k][i], 1e-12, 1e-10);
+  }
+  loom_trace_destroy(t);
+  loom_tensor_destroy(ps[0]);
+  loom_tensor_destroy(ps[1]);
+}
+
 int main(void) {
   test_seed(55);
   TEST_RUN(test_rnn_compiled);
@@ -344,5 +403,6 @@ int main(void) {
   TEST_RUN(test_rnn_finite_differences);
   TEST_RUN(test_callback_backward);
   TEST_RUN(test_adamw);
+  TEST_RUN(test_adamw_skips_params_without_gradient);
   return test_summary();
 }

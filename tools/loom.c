@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "demo.h"
+#include "explain_trace.h"
 #include "loom/loom.h"
 
 static int cmd_ops(void) {
@@ -22,6 +23,8 @@ static int cmd_ops(void) {
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "ops")) return cmd_ops();
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
+  if (argc == 3 && !strcmp(argv[1], "explain") && !strcmp(argv[2], "trace"))
+    return loom_explain_trace_main();
   if ((argc == 2 || argc == 3) && !strcmp(argv[1], "explain"))
     return loom_explain_main(argc == 3 ? argv[2] : NULL);
   fprintf(stderr,
@@ -30,6 +33,9 @@ int main(int argc, char **argv) {
           "  demo   build, interpret and compile a small MLP and CNN\n"
           "  explain [mlp|cnn]\n"
           "         show what the compiler makes of a demo model: passes,\n"
-          "         fusion groups, steps, memory plan, generated C\n");
+          "         fusion groups, steps, memory plan, generated C\n"
+          "  explain trace\n"
+          "         run a small traced program and show its graph breaks,\n"
+          "         recompiles and cache\n");
   return 2;
 }

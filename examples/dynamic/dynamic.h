@@ -30,6 +30,7 @@ typedef struct dyn_config {
    * params_cap floats; dyn_result_t.n_params counts them). */
   float *params;
   int64_t params_cap;
+  int first_batch; /* tests: step k draws batch first_batch + k (lstm, gnn) */
 } dyn_config_t;
 
 typedef struct dyn_result {

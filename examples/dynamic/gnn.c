@@ -29,6 +29,7 @@ typedef struct gnn {
   int64_t n, e;
   loom_tensor_t *x, *src, *dst, *deg, *y;
   loom_dim_policy_t nodes, edges;
+  int first_batch;
 } gnn_t;
 
 static void batch_free(gnn_t *m) {
@@ -110,6 +111,7 @@ static loom_status_t gnn_batch(void *self, int k, int64_t *items) {
   gnn_t *m = self;
   char name[48];
   batch_free(m);
+  k += m->first_batch;
   m->n = dyn_randint("gnn.nodes", k, N_MIN, N_MAX);
   m->e = 5 * m->n;
   int64_t xs[2] = {m->n, F};
@@ -184,6 +186,7 @@ loom_status_t dyn_gnn_run(const dyn_config_t *c, int warmup, int steps,
   loom_trace_t *t = NULL;
   dyn_model_t model = {&m, gnn_batch, gnn_forward};
   loom_status_t s = gnn_init(&m, c->policy);
+  m.first_batch = c->first_batch;
   if (s == LOOM_OK) s = dyn_trace_create(c, NULL, &t);
   if (s == LOOM_OK) s = dyn_train(c, t, &model, warmup, steps, out);
   loom_tensor_t *params[4] = {m.w1, m.b1, m.w2, m.b2};

@@ -29,6 +29,9 @@ loom_status_t dyn_trace_create(const dyn_config_t *c,
   o.tiered = c->tiered;
   o.num_threads = c->threads;
   if (data_dims) o.data_dims = *data_dims;
+  /* A site's forward and backward count against one limit: room for both
+   * at each power-of-two bucket a workload's sizes reach (up to 2^11). */
+  if (c->policy == LOOM_DIM_BUCKET) o.recompile_limit = 24;
   return loom_trace_create(&o, out);
 }
 

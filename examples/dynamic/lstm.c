@@ -163,12 +163,13 @@ static loom_status_t forward(loom_trace_t *t, lstm_t *m, const lstm_batch_t *bt,
 typedef struct lstm_run {
   lstm_t m;
   lstm_batch_t bt;
+  int first_batch;
 } lstm_run_t;
 
 static loom_status_t lstm_batch(void *self, int k, int64_t *items) {
   lstm_run_t *r = self;
   batch_free(&r->bt);
-  LOOM_TRY(batch_make(k, &r->bt));
+  LOOM_TRY(batch_make(r->first_batch + k, &r->bt));
   *items = B * r->bt.T;
   return LOOM_OK;
 }
@@ -186,6 +187,7 @@ loom_status_t dyn_lstm_run(const dyn_config_t *c, int warmup, int steps,
   LOOM_CHECK_ARG(out);
   lstm_run_t r;
   memset(&r, 0, sizeof r);
+  r.first_batch = c->first_batch;
   loom_trace_t *t = NULL;
   dyn_model_t model = {&r, lstm_batch, lstm_forward};
   loom_status_t s = lstm_init(&r.m, c->policy);

@@ -126,29 +126,43 @@ static loom_status_t column(loom_graph_t *g, loom_value_t v, int e, int keep,
   return loom_squeeze(g, c, 1, &one, out);
 }
 
-/* acc += expert e applied to the rows nz (count, 1) of x, times their
- * gates gcol (N, 1): torch's out.index_add(0, rows, y), as
- * one_hot(rows)^T @ y. Each row of that product has one term, the others
- * add zeros, so it equals the index_add exactly; and unlike scatter_add,
- * whose gradient rule needs a known count, it trains with the count
- * symbolic. */
-static loom_status_t expert(loom_graph_t *g, loom_value_t x, loom_value_t nz,
+/* w (out, in) and b (out) as one (out, in + 1) matrix. */
+static loom_status_t with_bias(loom_graph_t *g, loom_value_t w, loom_value_t b,
+                               loom_value_t *out) {
+  const int64_t ax1 = 1;
+  loom_value_t wb[2] = {w, b};
+  LOOM_TRY(loom_unsqueeze(g, b, 1, &ax1, &wb[1]));
+  return loom_concat(g, 2, wb, 1, out);
+}
+
+/* acc += expert e on the rows nz (count, 1) of x, times their gates:
+ * torch's out.index_add(0, rows, (h @ w2^T + b2) * gate). The expert's
+ * rows are taken from x1 = [x 1], so that b1 joins w1 as a last column,
+ * and b2 w2 against a column of ones: its gradients come out of the GEMMs
+ * instead of sums over a dim of data-decided size. The rows go back to
+ * token order as one_hot(rows)^T @ y: one term per row, the others add
+ * zeros, so exactly the index_add (and unlike scatter_add, whose gradient
+ * needs a known count, it trains with the count symbolic); there the gate
+ * (gcol: 0 for tokens the expert did not get) applies. */
+static loom_status_t expert(loom_graph_t *g, loom_value_t x1, loom_value_t nz,
                             loom_value_t gcol, const loom_value_t *w,
                             loom_value_t *acc) {
-  const int64_t ax1 = 1;
-  loom_value_t rows, xe, a, h, b, ye, ge, y, oh, add;
+  const int64_t ax1 = 1, last[1] = {MOE_D}, end[1] = {MOE_D + 1}, axis[1] = {1};
+  loom_value_t rows, w1, w2, xe, one, a, h, h1[2], hb, b, oh, back, y;
   LOOM_TRY(loom_squeeze(g, nz, 1, &ax1, &rows));
-  LOOM_TRY(loom_index_select(g, x, rows, 0, &xe));
-  LOOM_TRY(loom_matmul(g, xe, w[0], 0, 1, &a));
-  LOOM_TRY(loom_add(g, a, w[1], &h));
-  LOOM_TRY(loom_relu(g, h, &h));
-  LOOM_TRY(loom_matmul(g, h, w[2], 0, 1, &b));
-  LOOM_TRY(loom_add(g, b, w[3], &ye));
-  LOOM_TRY(loom_index_select(g, gcol, rows, 0, &ge));
-  LOOM_TRY(loom_mul(g, ye, ge, &y));
+  LOOM_TRY(with_bias(g, w[0], w[1], &w1)); /* (HID, D + 1) */
+  LOOM_TRY(with_bias(g, w[2], w[3], &w2)); /* (D, HID + 1) */
+  LOOM_TRY(loom_index_select(g, x1, rows, 0, &xe));
+  LOOM_TRY(loom_slice(g, xe, 1, last, end, axis, NULL, &one)); /* (count, 1) */
+  LOOM_TRY(loom_matmul(g, xe, w1, 0, 1, &a));
+  LOOM_TRY(loom_relu(g, a, &h));
+  h1[0] = h, h1[1] = one;
+  LOOM_TRY(loom_concat(g, 2, h1, 1, &hb));
+  LOOM_TRY(loom_matmul(g, hb, w2, 0, 1, &b));
   LOOM_TRY(loom_one_hot(g, rows, MOE_N, LOOM_F32, &oh)); /* (count, N) */
-  LOOM_TRY(loom_matmul(g, oh, y, 1, 0, &add));
-  return loom_add(g, *acc, add, acc);
+  LOOM_TRY(loom_matmul(g, oh, b, 1, 0, &back));
+  LOOM_TRY(loom_mul(g, back, gcol, &y));
+  return loom_add(g, *acc, y, acc);
 }
 
 static loom_status_t moe_forward(void *self, loom_trace_t *t, int k,
@@ -169,19 +183,23 @@ static loom_status_t moe_forward(void *self, loom_trace_t *t, int k,
   LOOM_TRY(loom_trace_param(t, m->head, &head));
   LOOM_TRY(loom_trace_param(t, m->head_b, &head_b));
 
-  loom_value_t gates, mask, gcol[MOE_E], mcol[MOE_E], nz[MOE_E];
+  loom_value_t gates, mask, gcol[MOE_E], sel[MOE_E], nz[MOE_E];
   LOOM_TRY(route(g, x, router, &gates, &mask));
   /* every column before the first nonzero: its cut makes them all real */
   for (int e = 0; e < MOE_E; e++) {
     LOOM_TRY(column(g, gates, e, 1, &gcol[e]));
-    LOOM_TRY(column(g, mask, e, 0, &mcol[e]));
+    LOOM_TRY(column(g, mask, e, 0, &sel[e]));
   }
-  for (int e = 0; e < MOE_E; e++) LOOM_TRY(loom_nonzero(g, mcol[e], &nz[e]));
+  for (int e = 0; e < MOE_E; e++) LOOM_TRY(loom_nonzero(g, sel[e], &nz[e]));
 
-  int64_t xs[2] = {MOE_N, MOE_D};
-  loom_value_t acc, z, logits, hl;
+  int64_t xs[2] = {MOE_N, MOE_D}, os[2] = {MOE_N, 1};
+  loom_value_t acc, ones, x1, xo[2], z, logits, hl;
   LOOM_TRY(loom_full(g, 2, xs, 0.0, LOOM_F32, &acc));
-  for (int e = 0; e < MOE_E; e++) LOOM_TRY(expert(g, x, nz[e], gcol[e], w[e], &acc));
+  LOOM_TRY(loom_full(g, 2, os, 1.0, LOOM_F32, &ones));
+  xo[0] = x, xo[1] = ones;
+  LOOM_TRY(loom_concat(g, 2, xo, 1, &x1)); /* (N, D + 1) */
+  for (int e = 0; e < MOE_E; e++)
+    LOOM_TRY(expert(g, x1, nz[e], gcol[e], w[e], &acc));
   LOOM_TRY(loom_add(g, x, acc, &z));
   LOOM_TRY(loom_matmul(g, z, head, 0, 1, &hl));
   LOOM_TRY(loom_add(g, hl, head_b, &logits));

@@ -13,8 +13,9 @@
  *         gather their children's states from a table of every node's
  *         state. The node counts (leaves, nodes per height) are the dims
  *         under the config's policy.
- * The table has a fixed number of rows (the most nodes 8 trees can have),
- * and a height writes its rows as one_hot(rows)^T @ states: that product
+ * The table has a fixed number of rows (the most nodes 8 trees can have,
+ * and a scratch row), and a height writes its rows as one_hot(rows)^T @
+ * states: that product
  * equals the rows written one by one, and unlike a concat or scatter_add
  * along a dim of data-decided size it has a gradient with that dim
  * symbolic. */
@@ -33,7 +34,9 @@ enum {
   TL_MAX_NODES = 2 * TL_MAX_LEAVES - 1,
   TL_ALL_LEAVES = TL_TREES * TL_MAX_LEAVES,
   TL_MAX_HEIGHT = TL_MAX_LEAVES - 1,
-  TL_ROWS = TL_TREES * TL_MAX_NODES, /* rows of the level form's table */
+  TL_ROWS = TL_TREES * TL_MAX_NODES, /* the level form's table: node rows, */
+  TL_SCRATCH = TL_ROWS,              /* then a row that padding writes to */
+  TL_PAD = 256, /* a power of two at least TL_ALL_LEAVES */
 };
 
 /* A node: a leaf (left < 0) with its word, or an inner node; nodes are
@@ -60,8 +63,8 @@ typedef struct treelstm {
   /* level form: leaf words, each height's rows and its nodes' children
    * rows, the roots' rows */
   int n_heights; /* heights 1..n_heights have nodes */
-  int64_t words[TL_ALL_LEAVES], labels[TL_TREES], roots[TL_TREES];
-  int64_t rows[TL_ROWS], kids[TL_MAX_HEIGHT + 1][2][TL_ALL_LEAVES];
+  int64_t words[TL_PAD], labels[TL_TREES], roots[TL_TREES];
+  int64_t rows[TL_MAX_HEIGHT + 1][TL_PAD], kids[TL_MAX_HEIGHT + 1][2][TL_PAD];
   loom_tensor_t *words_t, *labels_t, *roots_t;
   loom_tensor_t *rows_t[TL_MAX_HEIGHT + 1], *kids_t[TL_MAX_HEIGHT + 1][2];
   char sym_names[TL_MAX_HEIGHT + 1][16];
@@ -167,8 +170,21 @@ static loom_status_t wrap_i64(int64_t *data, int64_t n, loom_tensor_t **out) {
   return loom_tensor_wrap(LOOM_I64, 1, &n, NULL, data, out);
 }
 
+/* The number of nodes at a height as the level form enters it: padded up
+ * to a power of two for the bucket policy. The trace keys a training
+ * segment at exact sizes even when its dims are bucketed (docs/dynamic.md),
+ * so this form pads itself: a padding node reads row 0, writes the scratch
+ * row that no node reads, and so gets a zero gradient. */
+static int64_t entered(const treelstm_t *m, int64_t count) {
+  if (m->policy != LOOM_DIM_BUCKET) return count;
+  int64_t b = 1;
+  while (b < count) b *= 2;
+  return b;
+}
+
 /* The level form's inputs: rows are numbered leaves first (tree by tree),
- * then the nodes of height 1, 2, ...; a node's children rows per height. */
+ * then the nodes of height 1, 2, ...; per height, its rows and its nodes'
+ * children rows (padding: rows TL_SCRATCH, children and words 0). */
 static loom_status_t level_inputs(treelstm_t *m) {
   int64_t count[TL_MAX_HEIGHT + 1] = {0}, start[TL_MAX_HEIGHT + 2] = {0};
   m->n_heights = 0;
@@ -178,17 +194,22 @@ static loom_status_t level_inputs(treelstm_t *m) {
       count[h]++;
       if (h > m->n_heights) m->n_heights = h;
     }
-  for (int h = 0; h <= m->n_heights; h++) start[h + 1] = start[h] + count[h];
-  for (int64_t r = 0; r < start[m->n_heights + 1]; r++) m->rows[r] = r;
-  int64_t next[TL_MAX_HEIGHT + 1];
-  memcpy(next, start, sizeof next);
+  for (int h = 0; h <= m->n_heights; h++) {
+    start[h + 1] = start[h] + count[h];
+    for (int64_t i = 0; i < TL_PAD; i++) {
+      m->rows[h][i] = i < count[h] ? start[h] + i : TL_SCRATCH;
+      m->kids[h][0][i] = m->kids[h][1][i] = 0;
+    }
+  }
+  memset(m->words, 0, sizeof m->words);
+  int64_t placed[TL_MAX_HEIGHT + 1] = {0};
   /* children come before parents, so their rows are known when needed */
   for (int j = 0; j < TL_TREES; j++) {
     tl_tree_t *t = &m->trees[j];
     for (int i = 0; i < t->n_nodes; i++) {
       tl_node_t *n = &t->nodes[i];
-      n->row = (int)next[n->height]++;
-      int64_t at = n->row - start[n->height];
+      int64_t at = placed[n->height]++;
+      n->row = (int)(start[n->height] + at);
       if (n->left < 0) {
         m->words[at] = n->word;
       } else {
@@ -198,12 +219,13 @@ static loom_status_t level_inputs(treelstm_t *m) {
     }
     m->roots[j] = t->nodes[t->root].row;
   }
-  LOOM_TRY(wrap_i64(m->words, count[0], &m->words_t));
+  LOOM_TRY(wrap_i64(m->words, entered(m, count[0]), &m->words_t));
   LOOM_TRY(wrap_i64(m->roots, TL_TREES, &m->roots_t));
   for (int h = 0; h <= m->n_heights; h++)
-    LOOM_TRY(wrap_i64(m->rows + start[h], count[h], &m->rows_t[h]));
+    LOOM_TRY(wrap_i64(m->rows[h], entered(m, count[h]), &m->rows_t[h]));
   for (int h = 1; h <= m->n_heights; h++)
-    for (int s = 0; s < 2; s++) LOOM_TRY(wrap_i64(m->kids[h][s], count[h], &m->kids_t[h][s]));
+    for (int s = 0; s < 2; s++)
+      LOOM_TRY(wrap_i64(m->kids[h][s], entered(m, count[h]), &m->kids_t[h][s]));
   return LOOM_OK;
 }
 
@@ -229,6 +251,18 @@ static loom_status_t tl_batch(void *self, int k, int64_t *items) {
 }
 
 /* ---- The cells ----------------------------------------------------------- */
+
+/* Rows idx (n) of table (depth, d), as one_hot(idx) @ table: the same
+ * values as index_select, and a gradient that is a GEMM, where
+ * index_select's is a scatter into a zeroed copy of the whole table,
+ * element by element (a reference kernel), at every use. */
+static loom_status_t take_rows(loom_graph_t *g, loom_value_t table,
+                               loom_value_t idx, int64_t depth,
+                               loom_value_t *out) {
+  loom_value_t oh;
+  LOOM_TRY(loom_one_hot(g, idx, depth, LOOM_F32, &oh));
+  return loom_matmul(g, oh, table, 0, 0, out);
+}
 
 /* Leaf: g = x W_leaf^T + b_leaf = (i, o, u); c = s(i) tanh(u);
  * h = s(o) tanh(c). x: (n, DE) embeddings. */
@@ -292,7 +326,7 @@ static loom_status_t walk(loom_trace_t *t, treelstm_t *m, const tl_params_t *p,
   if (n->left < 0) {
     loom_value_t w, x;
     LOOM_TRY(loom_trace_input(t, m->leaf_word[n->row], NULL, &w));
-    LOOM_TRY(loom_index_select(g, p->emb, w, 0, &x));
+    LOOM_TRY(take_rows(g, p->emb, w, TL_V, &x));
     LOOM_TRY(leaf_cell(g, p, x, h, c));
   } else {
     loom_value_t hl, cl, hr, cr;
@@ -323,7 +357,7 @@ static loom_status_t write_rows(loom_graph_t *g, loom_value_t table,
                                 loom_value_t rows, loom_value_t x,
                                 loom_value_t *out) {
   loom_value_t oh, add;
-  LOOM_TRY(loom_one_hot(g, rows, TL_ROWS, LOOM_F32, &oh));
+  LOOM_TRY(loom_one_hot(g, rows, TL_ROWS + 1, LOOM_F32, &oh));
   LOOM_TRY(loom_matmul(g, oh, x, 1, 0, &add));
   return loom_add(g, table, add, out);
 }
@@ -331,12 +365,14 @@ static loom_status_t write_rows(loom_graph_t *g, loom_value_t table,
 static loom_status_t level_forward(loom_trace_t *t, treelstm_t *m,
                                    const tl_params_t *p, loom_value_t *loss) {
   loom_graph_t *g = loom_trace_graph(t);
-  loom_dim_policy_t pol = dyn_policy(m->policy, m->sym_names[0]);
-  int64_t ts[2] = {TL_ROWS, TL_H};
+  /* bucketed sizes are padded already (entered): exact from here */
+  loom_dim_policy_kind_t kind = m->policy == LOOM_DIM_BUCKET ? LOOM_DIM_EXACT : m->policy;
+  loom_dim_policy_t pol = dyn_policy(kind, m->sym_names[0]);
+  int64_t ts[2] = {TL_ROWS + 1, TL_H};
   loom_value_t words, rows, x, h, c, hs, cs, roots, rh;
   LOOM_TRY(loom_trace_input(t, m->words_t, &pol, &words));
   LOOM_TRY(loom_trace_input(t, m->rows_t[0], &pol, &rows));
-  LOOM_TRY(loom_index_select(g, p->emb, words, 0, &x));
+  LOOM_TRY(take_rows(g, p->emb, words, TL_V, &x));
   LOOM_TRY(leaf_cell(g, p, x, &h, &c));
   /* hs, cs: the state of every node, rows of heights not done yet zero */
   LOOM_TRY(loom_full(g, 2, ts, 0.0, LOOM_F32, &hs));
@@ -346,12 +382,12 @@ static loom_status_t level_forward(loom_trace_t *t, treelstm_t *m,
   LOOM_TRY(loom_trace_sync(t));
   for (int l = 1; l <= m->n_heights; l++) {
     loom_value_t kid[2], hk[2], ck[2];
-    pol = dyn_policy(m->policy, m->sym_names[l]);
+    pol = dyn_policy(kind, m->sym_names[l]);
     LOOM_TRY(loom_trace_input(t, m->rows_t[l], &pol, &rows));
     for (int s = 0; s < 2; s++) {
       LOOM_TRY(loom_trace_input(t, m->kids_t[l][s], &pol, &kid[s]));
-      LOOM_TRY(loom_index_select(g, hs, kid[s], 0, &hk[s]));
-      LOOM_TRY(loom_index_select(g, cs, kid[s], 0, &ck[s]));
+      LOOM_TRY(take_rows(g, hs, kid[s], TL_ROWS + 1, &hk[s]));
+      LOOM_TRY(take_rows(g, cs, kid[s], TL_ROWS + 1, &ck[s]));
     }
     LOOM_TRY(inner_cell(g, p, hk[0], ck[0], hk[1], ck[1], &h, &c));
     LOOM_TRY(write_rows(g, hs, rows, h, &hs));
@@ -359,7 +395,7 @@ static loom_status_t level_forward(loom_trace_t *t, treelstm_t *m,
     LOOM_TRY(loom_trace_sync(t));
   }
   LOOM_TRY(loom_trace_input(t, m->roots_t, NULL, &roots));
-  LOOM_TRY(loom_index_select(g, hs, roots, 0, &rh));
+  LOOM_TRY(take_rows(g, hs, roots, TL_ROWS + 1, &rh));
   return head_loss(t, m, p, rh, loss);
 }
 

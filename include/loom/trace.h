@@ -159,6 +159,8 @@ typedef loom_status_t (*loom_host_fn_t)(void *user, int n_in,
                                         const loom_tensor_t *const *in,
                                         int n_out, loom_tensor_t *const *out);
 typedef struct loom_host_op {
+  /* Borrowed, not copied: it must stay valid until the step ends (the
+   * tape keeps it for the backward's messages). */
   const char *name;
   loom_host_fn_t forward;
   /* in: the n inputs, then the n_out output gradients; out: n input
@@ -187,7 +189,11 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                               const loom_tensor_t **out);
 /* One AdamW step (as loom_adamw) over every parameter entered so far,
  * with their step's gradients, as one cached executable; moments live in
- * the trace. */
+ * the trace. A parameter that received no gradient this step (not
+ * entered, or no backward reached it) is skipped, as PyTorch skips a
+ * parameter whose .grad is None: its value, its moments and its step
+ * count stay as they were (each parameter counts its own steps for the
+ * bias corrections). */
 loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                                double beta2, double eps,
                                double weight_decay);

@@ -112,8 +112,9 @@ static bool value_strides(red_t *r, const cg_shape_t *full, int outer, int32_t v
   return cg_value_shape(r->c, v, &s) && cg_broadcast_strides(&s, full, stride);
 }
 
-/* The kept leading dims of a fold over trailing axes (cg_supports
- * admits no other kind); a scalar's one axis (-1) keeps nothing. */
+/* The kept leading dims of a fold over trailing axes (a fold that keeps
+ * the last dim goes to emit_columns; cg_supports admits no other kind);
+ * a scalar's one axis (-1) keeps nothing. */
 static int outer_dims(const ir_node_t *n, int rank) {
   const int64_t *axes;
   int na = ir_attr_ints(&n->attrs, "axes", &axes);

@@ -139,10 +139,10 @@ static void mark_read(part_t *p) {
 
 /* The backward may run an op again only if it gives the same values:
  * not a random draw. Elementwise ops are cheap next to their memory. */
-static bool recomputable(const ir_node_t *nd) {
+static bool recomputable(const loom_graph_t *g, const ir_node_t *nd) {
   const ir_op_info_t *op = &ir_ops[nd->op];
   return op->fusion_class == IR_CLASS_EW && nd->n_out == 1 &&
-         !(op->flags & (F_RANDOM | F_SIDE_EFFECT | F_DATA_SHAPE));
+         !(op->flags & (F_RANDOM | F_SIDE_EFFECT)) && !ir_node_data_shaped(g, nd);
 }
 
 /* root[v] = v when v can only be had by saving it; r when v is an
@@ -157,7 +157,7 @@ static void find_roots(part_t *p) {
   }
   for (int64_t n = 0; n < p->n_fwd_nodes; n++) {
     const ir_node_t *nd = &j->nodes[n];
-    if (!recomputable(nd)) continue;
+    if (!recomputable(j, nd)) continue;
     int32_t r = ROOT_FREE;
     for (int k = 0; k < nd->n_in && r != nd->out[0]; k++) {
       int32_t ri = p->root[nd->in[k]];

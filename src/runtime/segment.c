@@ -113,7 +113,9 @@ static loom_status_t collect_outputs(loom_trace_t *t, seg_work_t *w, int n,
   for (int64_t j = t->region_start; j < g->n_nodes; j++) {
     const ir_node_t *node = &g->nodes[j];
     /* ran eagerly, or refused by the hook */
-    if (ir_ops[node->op].flags & (F_DATA_SHAPE | F_SIDE_EFFECT | F_SUBGRAPH)) continue;
+    if (ir_node_data_shaped(g, node) ||
+        (ir_ops[node->op].flags & (F_SIDE_EFFECT | F_SUBGRAPH)))
+      continue;
     for (int k = 0; k < node->n_out; k++)
       if (t->vals[node->out[k]].uses == 0) LOOM_TRY(add_output(t, w, node->out[k]));
   }
@@ -343,6 +345,7 @@ void seg_group_buckets(const seg_work_t *w, int64_t *out) {
  * into h: the node hashes held only their expressions. */
 static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
                                uint64_t h) {
+  if (t->n_policies == 0) return h; /* every symbol is exact: nothing to add */
   int64_t buckets[32], vals[ir_num_symbols(t->g) + 1];
   bool have = false;
   for (int c = 0; c < w->n_cone; c++) {

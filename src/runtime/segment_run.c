@@ -105,12 +105,13 @@ loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
 static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
                                   int64_t *syms) {
   int64_t buckets[32];
-  seg_group_buckets(w, buckets);
+  bool bucket_syms = w->bucket && w->train;
+  if (bucket_syms) seg_group_buckets(w, buckets);
   for (int k = 0; k < n; k++) {
     syms[k] = -1;
     if (k < w->n_syms)
       LOOM_TRY(ir_dim_eval(t->g, w->sym_dim[k], t->sym_values, &syms[k]));
-    else if (w->bucket && w->train && k < w->n_syms + w->n_groups)
+    else if (bucket_syms && k < w->n_syms + w->n_groups)
       syms[k] = buckets[k - w->n_syms];
   }
   return LOOM_OK;

@@ -273,7 +273,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s is not recorded in a "
                      "trace; branch in C on loom_trace_scalar (the decision "
                      "joins the path signature)", info->name);
-  if ((info->flags & F_DATA_SHAPE) && !t->in_cut) return run_eager(t, node);
+  if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
 }
 
