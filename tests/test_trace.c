@@ -191,6 +191,33 @@ static loom_status_t nonzero_prog(loom_graph_t *g, const loom_value_t *x,
   return loom_add(g, y, s, out);
 }
 
+/* A read repeated in a loop (an RNN reading each cell's state) is one
+ * break at one site, counted, though each read names another value. */
+static void test_break_in_a_loop(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  int64_t shape[1] = {4};
+  loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+  loom_value_t x, h;
+  CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+  h = x;
+  for (int k = 0; k < 5; k++) {
+    const loom_tensor_t *real = NULL;
+    CHECK_OK(loom_tanh(g, h, &h));
+    CHECK_OK(loom_add(g, h, x, &h));
+    CHECK_OK(loom_trace_read(t, h, &real));
+  }
+  CHECK_OK(loom_trace_step_end(t));
+  char *report = NULL;
+  CHECK_OK(loom_trace_explain(t, &report));
+  /* the first cell reads x alone, the next four read h and x */
+  CHECK(report && strstr(report, "graph breaks: 5\n"));
+  CHECK(report && strstr(report, "(x4)\n"));
+  loom_free(report);
+  loom_tensor_destroy(xt);
+  loom_trace_destroy(t);
+}
+
 static void test_nonzero(void) {
   loom_trace_t *t = new_trace(1);
   int64_t shape[1] = {9};
@@ -301,13 +328,19 @@ static void branch_step(loom_trace_t *t, loom_tensor_t *xt) {
   loom_value_t x, s, k, y;
   CHECK_OK(loom_trace_input(t, xt, NULL, &x));
   CHECK_OK(loom_sum(g, x, 0, NULL, 0, &s));
+  loom_value_t zero, positive;
+  CHECK_OK(scalar(g, 0, &zero));
+  CHECK_OK(loom_gt(g, s, zero, &positive));
+  int taken = -1;
+  CHECK_OK(loom_trace_cond(t, positive, &taken));
   double v = 0;
-  CHECK_OK(loom_trace_scalar(t, s, &v));
-  CHECK_OK(scalar(g, v > 0 ? 2 : -3, &k));
+  for (int i = 0; i < 4; i++) v += test_get(xt, i);
+  CHECK(taken == (v > 0));
+  CHECK_OK(scalar(g, taken ? 2 : -3, &k));
   CHECK_OK(loom_mul(g, x, k, &y));
   const loom_tensor_t *yt;
   CHECK_OK(loom_trace_read(t, y, &yt));
-  CHECK_NEAR(test_get(yt, 1), test_get(xt, 1) * (v > 0 ? 2 : -3), 1e-5, 1e-5);
+  CHECK_NEAR(test_get(yt, 1), test_get(xt, 1) * (taken ? 2 : -3), 1e-5, 1e-5);
   CHECK_OK(loom_trace_step_end(t));
 }
 
@@ -706,6 +739,7 @@ int main(void) {
   test_seed(5);
   TEST_RUN(test_chain);
   TEST_RUN(test_read_midway);
+  TEST_RUN(test_break_in_a_loop);
   TEST_RUN(test_nonzero);
   TEST_RUN(test_callback);
   TEST_RUN(test_branches);

@@ -202,10 +202,69 @@ static void test_rnn_batch_sizes(void) {
   for (int i = 0; i < 2; i++) loom_tensor_destroy(params[i]);
 }
 
+/* ---- A bucketed and a symbolic dim in one segment ----------------------------- */
+
+/* loss = mean(tanh(x W)^2) + mean(tanh(y W)^2) * mean(tanh(x W)), x
+ * (n, F) with n bucketed, y (m, F) with m symbolic: one segment whose
+ * graph has both a runtime symbol and a bucket. */
+static void mixed_step(loom_trace_t *t, loom_tensor_t *w, loom_tensor_t *x,
+                       loom_tensor_t *y, int policies, double *loss) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_dim_policy_t px[2] = {bucket_policy("n"), {.kind = LOOM_DIM_EXACT}};
+  loom_dim_policy_t py[2] = {{.kind = LOOM_DIM_SYMBOLIC, .name = "m"},
+                             {.kind = LOOM_DIM_EXACT}};
+  loom_value_t wv, xv, yv, a, b, ta, tb, sa, sb, ma, mb, mt, p, l;
+  CHECK_OK(loom_trace_param(t, w, &wv));
+  CHECK_OK(loom_trace_input(t, x, policies ? px : NULL, &xv));
+  CHECK_OK(loom_trace_input(t, y, policies ? py : NULL, &yv));
+  CHECK_OK(loom_matmul(g, xv, wv, 0, 0, &a));
+  CHECK_OK(loom_matmul(g, yv, wv, 0, 0, &b));
+  CHECK_OK(loom_tanh(g, a, &ta));
+  CHECK_OK(loom_tanh(g, b, &tb));
+  CHECK_OK(loom_mul(g, ta, ta, &sa));
+  CHECK_OK(loom_mul(g, tb, tb, &sb));
+  CHECK_OK(loom_mean(g, sa, 0, NULL, 0, &ma));
+  CHECK_OK(loom_mean(g, sb, 0, NULL, 0, &mb));
+  CHECK_OK(loom_mean(g, ta, 0, NULL, 0, &mt));
+  CHECK_OK(loom_mul(g, mb, mt, &p));
+  CHECK_OK(loom_add(g, ma, p, &l));
+  CHECK_OK(loom_trace_scalar(t, l, loss));
+  CHECK_OK(loom_trace_backward(t, l));
+}
+
+static void test_bucket_and_symbolic(void) {
+  int64_t ws[2] = {F, H};
+  loom_tensor_t *w = test_rand_tensor(LOOM_F64, 2, ws, -0.6, 0.6);
+  loom_trace_t *mixed = new_trace(1, NULL), *exact = new_trace(0, NULL);
+  const int64_t ns[] = {3, 7, 12, 5}, ms[] = {2, 9, 4, 6};
+  for (int i = 0; i < 4; i++) {
+    int64_t xs[2] = {ns[i], F}, ys[2] = {ms[i], F};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F64, 2, xs, -1, 1);
+    loom_tensor_t *y = test_rand_tensor(LOOM_F64, 2, ys, -1, 1);
+    double got = 0, want = 0;
+    mixed_step(mixed, w, x, y, 1, &got);
+    mixed_step(exact, w, x, y, 0, &want);
+    CHECK_NEAR(got, want, 1e-12, 1e-10);
+    check_grads(mixed, exact, 1, &w, ns[i]);
+    CHECK_OK(loom_trace_step_end(mixed));
+    CHECK_OK(loom_trace_step_end(exact));
+    loom_tensor_destroy(x);
+    loom_tensor_destroy(y);
+  }
+  loom_trace_stats_t st;
+  CHECK_OK(loom_trace_get_stats(mixed, &st));
+  CHECK(st.cache.compiles <= 2 * 2); /* buckets 8 and 16, two halves */
+  CHECK(st.interpreted == 0);
+  loom_trace_destroy(mixed);
+  loom_trace_destroy(exact);
+  loom_tensor_destroy(w);
+}
+
 int main(void) {
   test_seed(71);
   TEST_RUN(test_attention_sizes);
   TEST_RUN(test_attention_tiered);
   TEST_RUN(test_rnn_batch_sizes);
+  TEST_RUN(test_bucket_and_symbolic);
   return test_summary();
 }

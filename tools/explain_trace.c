@@ -76,9 +76,9 @@ static loom_status_t step(loom_trace_t *t, loom_tensor_t *w, loom_tensor_t *x,
   TRY(loom_max(g, h, 0, NULL, 0, &top));
   TRY(loom_full(g, 0, NULL, 0.9, LOOM_F32, &limit));
   TRY(loom_gt(g, top, limit, &high));
-  double decision = 0;
-  TRY(loom_trace_scalar(t, high, &decision));
-  if (decision != 0) TRY(loom_relu(g, h, &branch));
+  int decision = 0;
+  TRY(loom_trace_cond(t, high, &decision));
+  if (decision) TRY(loom_relu(g, h, &branch));
   else TRY(loom_neg(g, h, &branch));
   /* a data-dependent size: nonzero runs eagerly */
   TRY(loom_full(g, 0, NULL, 0.0, LOOM_F32, &zero));

@@ -6,8 +6,9 @@
  * only where the program needs them, and there the trace is cut into a
  * segment:
  *   - the program reads a value's data or a scalar (loom_trace_read,
- *     loom_trace_scalar; a scalar read to branch on joins the path
- *     signature), or asks for a sync;
+ *     loom_trace_scalar), reads a condition to branch on
+ *     (loom_trace_cond: the decision joins the path signature), or asks
+ *     for a sync;
  *   - an op whose output shape depends on data (nonzero, ...) is
  *     recorded: it runs eagerly, and its output's size becomes known;
  *   - a host callback (a user's C op) runs on real tensors.
@@ -139,10 +140,15 @@ loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
 /* Makes v real: *out is a tensor owned by the trace until the step ends. */
 loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
                               const loom_tensor_t **out);
-/* Makes v (one element) real and returns it as a double; the value joins
- * the path signature, so later segments are keyed by it. */
+/* Makes v (one element) real and returns it as a double: a value for the
+ * host (a loss to print), which keys nothing. */
 loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v,
                                 double *out);
+/* Makes v (one element) real and returns whether it is nonzero in
+ * *taken: a condition the host branches on. The decision joins the path
+ * signature, so the segments after each outcome are keyed apart and a
+ * branch compiles at most once per outcome. */
+loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken);
 /* Adds a host decision (a branch taken, a loop count) to the path
  * signature without reading a value. */
 loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);

@@ -44,7 +44,10 @@ static loom_status_t take(ref_call_t *c, int axis, bool negative) {
     for (int64_t j = 0; j < n_ind; j++) {
       int64_t k;
       LOOM_TRY(index_at(c, ind, j, size, negative, &k));
-      if (inner > 0) /* one slice: contiguous in both */
+      if (inner == 1 && es == 4) /* one element: a fixed-size copy, inlined */
+        memcpy((char *)out->data + (o * n_ind + j) * 4,
+               (const char *)data->data + (o * size + k) * 4, 4);
+      else if (inner > 0) /* one slice: contiguous in both */
         memcpy((char *)out->data + (o * n_ind + j) * inner * (int64_t)es,
                (const char *)data->data + (o * size + k) * inner * (int64_t)es,
                (size_t)inner * es);
@@ -102,11 +105,41 @@ static loom_status_t check_scatter_shapes(const ref_call_t *c, int axis) {
   return LOOM_OK;
 }
 
+/* The common case of scatter_into, with the same sums in the same order:
+ * f32 src and i64 index of one shape, which equals self's off the axis.
+ * Viewed as (outer, n, inner), entry (o, j, q) goes to row index[o, j, q]
+ * of self's (outer, size, inner). Returns false when it does not apply. */
+static bool scatter_fast(ref_call_t *c, int axis, double *sums, loom_status_t *st) {
+  const loom_tensor_t *self = c->in[0], *index = c->in[1], *src = c->in[2];
+  if (src->dtype != LOOM_F32 || index->dtype != LOOM_I64) return false;
+  for (int d = 0; d < index->rank; d++)
+    if (index->shape[d] != src->shape[d] || (d != axis && index->shape[d] != self->shape[d]))
+      return false;
+  int64_t outer = prod(0, axis, index->shape), n = index->shape[axis];
+  int64_t inner = prod(axis + 1, index->rank, index->shape), size = self->shape[axis];
+  const int64_t *ind = index->data;
+  const float *x = src->data;
+  *st = LOOM_OK;
+  for (int64_t o = 0, p = 0; o < outer; o++)
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t q = 0; q < inner; q++, p++) {
+        if (ind[p] < 0 || ind[p] >= size) { /* index_at's message */
+          int64_t k;
+          *st = index_at(c, index, p, size, false, &k);
+          return true;
+        }
+        sums[(o * size + ind[p]) * inner + q] += (double)x[p];
+      }
+  return true;
+}
+
 /* Adds src into acc (f64 or i64, shaped like self) at the positions of
  * index. Integers wrap, as repeated adds in the dtype would. */
 static loom_status_t scatter_into(ref_call_t *c, int axis, loom_tensor_t *acc) {
   const loom_tensor_t *self = c->in[0], *index = c->in[1], *src = c->in[2];
   bool ints = !dtype_is_float(self->dtype);
+  loom_status_t st;
+  if (!ints && scatter_fast(c, axis, (double *)acc->data, &st)) return st;
   int64_t n = loom_tensor_numel(index), idx[LOOM_MAX_RANK] = {0}, at[LOOM_MAX_RANK];
   double *sums = ints ? NULL : (double *)acc->data; /* f64, contiguous */
   for (int64_t p = 0; p < n; p++) {
@@ -140,13 +173,17 @@ loom_status_t ref_scatter_add(ref_call_t *c) {
   void *data = ref_scratch(c, 8 * (size_t)n);
   if (!data) return loom_fail(LOOM_ERR_NOMEM, "scatter_add: out of memory for %lld sums", (long long)n);
   tensor_view_init(acc, ints ? LOOM_I64 : LOOM_F64, self->rank, self->shape, data);
+  bool f32 = self->dtype == LOOM_F32; /* the common case, without dispatch */
+  double *sums = data;
   for (int64_t i = 0; i < n; i++) {
-    if (ints) ref_seti(acc, i, ref_geti(self, i));
+    if (f32) sums[i] = ((const float *)self->data)[i];
+    else if (ints) ref_seti(acc, i, ref_geti(self, i));
     else ref_set(acc, i, ref_get(self, i));
   }
   loom_status_t s = scatter_into(c, (int)axis, acc);
   for (int64_t i = 0; s == LOOM_OK && i < n; i++) {
-    if (ints) ref_seti(out, i, ref_geti(acc, i));
+    if (f32) ((float *)out->data)[i] = (float)sums[i];
+    else if (ints) ref_seti(out, i, ref_geti(acc, i));
     else ref_set(out, i, ref_get(acc, i));
   }
   ref_scratch_release(c, data);

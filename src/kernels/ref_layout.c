@@ -41,6 +41,12 @@ static loom_status_t move_elements(const move_t *m, locate_fn locate) {
       memcpy(idx, pos, sizeof idx); /* fixed size: inlined */
       int src = 0;
       if (!locate(m, k, idx, &src)) ref_set(y, i, m->fill);
+      else if (y->dtype == LOOM_F32 || y->dtype == LOOM_I32) /* fixed size: inlined */
+        memcpy((char *)y->data + i * 4,
+               (const char *)c->in[src]->data + ravel(c->in[src], idx) * 4, 4);
+      else if (y->dtype == LOOM_F64 || y->dtype == LOOM_I64)
+        memcpy((char *)y->data + i * 8,
+               (const char *)c->in[src]->data + ravel(c->in[src], idx) * 8, 8);
       else ref_copy_elem(y, i, c->in[src], ravel(c->in[src], idx));
     }
   }
@@ -109,7 +115,42 @@ static bool from_expand(const move_t *m, int k, int64_t *idx, int *src) {
   return true;
 }
 
+/* Expand by strides, a row at a time: each output dim reads the input at
+ * a stride, 0 where the input's dim is 1 or missing; the innermost dim is
+ * then a copied row (stride 1) or one repeated element (stride 0). */
+static void expand_rows(const loom_tensor_t *x, loom_tensor_t *y) {
+  size_t es = loom_dtype_size(x->dtype);
+  int off = y->rank - x->rank, last = y->rank - 1;
+  int64_t stride[LOOM_MAX_RANK] = {0}, pos[LOOM_MAX_RANK] = {0}, s = 1;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    stride[d + off] = x->shape[d] == 1 ? 0 : s;
+    s *= x->shape[d];
+  }
+  int64_t len = y->shape[last], rows = loom_tensor_numel(y) / len, from = 0;
+  char *out = y->data;
+  for (int64_t r = 0; r < rows; r++, out += len * (int64_t)es) {
+    const char *in = (const char *)x->data + from * (int64_t)es;
+    if (stride[last]) memcpy(out, in, (size_t)len * es);
+    else if (es == 8) /* fixed sizes: inlined copies */
+      for (int64_t j = 0; j < len; j++) memcpy(out + j * 8, in, 8);
+    else if (es == 4)
+      for (int64_t j = 0; j < len; j++) memcpy(out + j * 4, in, 4);
+    else
+      for (int64_t j = 0; j < len; j++) memcpy(out + j * (int64_t)es, in, es);
+    for (int d = last - 1; d >= 0; d--) { /* the next row's position */
+      from += stride[d];
+      if (++pos[d] < y->shape[d]) break;
+      from -= stride[d] * y->shape[d];
+      pos[d] = 0;
+    }
+  }
+}
+
 loom_status_t ref_expand(ref_call_t *c) {
+  if (c->out[0]->rank >= 1 && loom_tensor_numel(c->out[0]) > 0) {
+    expand_rows(c->in[0], c->out[0]);
+    return LOOM_OK;
+  }
   move_t m = {.c = c};
   return move_elements(&m, from_expand);
 }

@@ -134,8 +134,25 @@ static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   return LOOM_OK;
 }
 
+/* The padded copy of value v at shape, made once per step: a value read
+ * by many segments (an RNN's whole sequence, read by every cell) is not
+ * copied again by each. */
+static loom_status_t padded_input(loom_trace_t *t, int32_t v,
+                                  const int64_t *shape, loom_tensor_t **out) {
+  tr_value_t *x = &t->vals[v];
+  if (x->padded && !memcmp(x->padded->shape, shape, sizeof *shape * (size_t)x->t->rank)) {
+    *out = x->padded;
+    return LOOM_OK;
+  }
+  loom_tensor_destroy(x->padded);
+  x->padded = NULL;
+  LOOM_TRY(seg_pad_copy(x->t, shape, &x->padded));
+  *out = x->padded;
+  return LOOM_OK;
+}
+
 /* Binds the inputs (padded to their buckets, and the groups' real sizes
- * after them, when bucketed). */
+ * after them in staged tensors, when bucketed). */
 static loom_status_t bind_inputs(loom_trace_t *t, seg_work_t *w,
                                  loom_tensor_t **ins, loom_tensor_t **staged) {
   int n = 0;
@@ -149,9 +166,7 @@ static loom_status_t bind_inputs(loom_trace_t *t, seg_work_t *w,
       shape[a] = w->in_types[i].dims[a].size;
       padded |= shape[a] != x->shape[a];
     }
-    if (!padded) continue;
-    LOOM_TRY(seg_pad_copy(x, shape, &staged[n]));
-    ins[i] = staged[n++];
+    if (padded) LOOM_TRY(padded_input(t, w->ins[i], shape, &ins[i]));
   }
   for (int k = 0; k < (w->bucket ? w->n_groups : 0); k++) {
     int64_t size = t->sym_values[w->group_sym[k]];

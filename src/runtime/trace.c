@@ -271,7 +271,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
    * no subgraphs: host control flow is the tracer's way to branch. */
   if (info->flags & F_SUBGRAPH)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s is not recorded in a "
-                     "trace; branch in C on loom_trace_scalar (the decision "
+                     "trace; branch in C on loom_trace_cond (the decision "
                      "joins the path signature)", info->name);
   if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
@@ -324,6 +324,7 @@ static void release_step(loom_trace_t *t) {
   tape_clear(t);
   for (int64_t v = 0; v < t->cap_vals; v++) {
     if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
+    loom_tensor_destroy(t->vals[v].padded);
     memset(&t->vals[v], 0, sizeof t->vals[v]);
   }
   for (int64_t i = 0; i < t->cap_syms; i++) {
@@ -481,20 +482,35 @@ loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
   return LOOM_OK;
 }
 
+/* v's one element, read after a cut if it is not real yet. */
+static loom_status_t read_one(loom_trace_t *t, loom_value_t v,
+                              const tr_reason_t *why, const char *fn,
+                              double *out) {
+  if (!tr_tensor(t, v.id)) LOOM_TRY(seg_cut(t, 1, &v.id, why));
+  const loom_tensor_t *x = tr_tensor(t, v.id);
+  if (loom_tensor_numel(x) != 1)
+    return loom_fail(LOOM_ERR_SHAPE, "%s: %%%d has %lld elements, not one", fn,
+                     v.id, (long long)loom_tensor_numel(x));
+  LOOM_TRY(loom_tensor_get_f64(x, 0, out));
+  loom_clear_error();
+  return LOOM_OK;
+}
+
 loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v, double *out) {
   LOOM_TRY(check_value(t, v, __func__));
   LOOM_CHECK_ARG(out);
-  tr_reason_t why = {"scalar read for a branch (loom_trace_scalar of %%%lld)", NULL, v.id};
-  if (!tr_tensor(t, v.id)) LOOM_TRY(seg_cut(t, 1, &v.id, &why));
-  const loom_tensor_t *x = tr_tensor(t, v.id);
-  if (loom_tensor_numel(x) != 1)
-    return loom_fail(LOOM_ERR_SHAPE, "loom_trace_scalar: %%%d has %lld "
-                     "elements, not one", v.id, (long long)loom_tensor_numel(x));
-  LOOM_TRY(loom_tensor_get_f64(x, 0, out));
-  uint64_t bits;
-  memcpy(&bits, out, sizeof bits);
-  t->path = tr_mix(t->path ^ 0x5c, bits);
-  loom_clear_error();
+  tr_reason_t why = {"scalar read (loom_trace_scalar of %%%lld)", NULL, v.id};
+  return read_one(t, v, &why, __func__, out);
+}
+
+loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken) {
+  LOOM_TRY(check_value(t, v, __func__));
+  LOOM_CHECK_ARG(taken);
+  tr_reason_t why = {"condition read for a branch (loom_trace_cond of %%%lld)", NULL, v.id};
+  double x;
+  LOOM_TRY(read_one(t, v, &why, __func__, &x));
+  *taken = x != 0;
+  t->path = tr_mix(t->path ^ 0x5c, (uint64_t)*taken);
   return LOOM_OK;
 }
 
@@ -609,21 +625,31 @@ loom_status_t loom_trace_step_end(loom_trace_t *t) {
   return s;
 }
 
+/* A break is its site and its kind (fmt, and the callback or op name):
+ * the value id in a read's reason differs per invocation of one place of
+ * the program (each cell of an RNN), so it is shown but not compared. */
 static bool same_break(const tr_break_t *b, uint64_t site, const tr_reason_t *r) {
-  return b->site == site && b->fmt == r->fmt && b->num == r->num &&
+  return b->site == site && b->fmt == r->fmt &&
          (!r->str || !strncmp(b->str, r->str, sizeof b->str - 1));
 }
 
 loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
                             const tr_reason_t *r) {
   t->stats.breaks++;
+  int64_t last = t->last_break; /* a loop repeats its break: try it first */
+  if (last < t->n_breaks && same_break(&t->breaks[last], site, r)) {
+    t->breaks[last].count++;
+    return LOOM_OK;
+  }
   for (int64_t i = 0; i < t->n_breaks; i++)
     if (same_break(&t->breaks[i], site, r)) {
       t->breaks[i].count++;
+      t->last_break = i;
       return LOOM_OK;
     }
   LOOM_TRY(core_grow((void **)&t->breaks, &t->cap_breaks, t->n_breaks + 1,
                      sizeof *t->breaks));
+  t->last_break = t->n_breaks;
   tr_break_t *b = &t->breaks[t->n_breaks++];
   memset(b, 0, sizeof *b);
   b->fmt = r->fmt;

@@ -52,6 +52,7 @@ typedef struct tr_policy {
 /* Per value of the trace graph. */
 typedef struct tr_value {
   loom_tensor_t *t; /* the materialized tensor, or NULL */
+  loom_tensor_t *padded; /* t zero-padded to its buckets, kept for the step */
   bool owned;       /* t belongs to the trace */
   bool grad;        /* depends on a parameter: gradients flow to it */
   int32_t uses;     /* nodes recorded that read it */
@@ -76,7 +77,7 @@ typedef struct tr_reason {
 
 /* A graph break's reason at a site, counted. */
 typedef struct tr_break {
-  const char *fmt; /* identity: site, fmt, num, str */
+  const char *fmt; /* identity: site, fmt, str (num is the first one seen) */
   int64_t num;
   char str[64];
   char reason[128];
@@ -223,6 +224,7 @@ struct loom_trace {
 
   tr_break_t *breaks;
   int64_t n_breaks, cap_breaks;
+  int64_t last_break; /* the break seen last (checked first) */
 
   tape_rec_t *tape;
   int64_t n_tape, cap_tape;
