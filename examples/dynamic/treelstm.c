@@ -5,20 +5,21 @@
  *
  * Two forms of the same model:
  *   node  (form 0): the host walks each tree by recursion and records one
- *         node at a time, with a sync after each: every leaf is the same
+ *         node at a time, cutting after each: every leaf is the same
  *         segment and every inner node another, whatever the tree.
  *   level (form 1): dynamic batching. All leaves of the 8 trees form one
  *         segment; then each height (1 + the larger height of the
  *         children) is one segment over all nodes of that height, which
- *         gather their children's states from a table of every node's
+ *         read their children's states from a table of every node's
  *         state. The node counts (leaves, nodes per height) are the dims
  *         under the config's policy.
- * The table has a fixed number of rows (the most nodes 8 trees can have,
- * and a scratch row), and a height writes its rows as one_hot(rows)^T @
- * states: that product
- * equals the rows written one by one, and unlike a concat or scatter_add
- * along a dim of data-decided size it has a gradient with that dim
- * symbolic. */
+ * Rows are read as one_hot(idx) @ table and the level form's table (a
+ * fixed number of rows: the most nodes 8 trees can have, and a scratch
+ * row) is written as table + one_hot(rows)^T @ states. Both products
+ * equal the rows read or written one by one (one term per row, zeros
+ * besides); their gradients are GEMMs, where index_select's is a scatter
+ * into a zeroed copy of the table (a reference kernel) and concat's or
+ * scatter_add's needs the size of a dim that data decides. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,10 +253,7 @@ static loom_status_t tl_batch(void *self, int k, int64_t *items) {
 
 /* ---- The cells ----------------------------------------------------------- */
 
-/* Rows idx (n) of table (depth, d), as one_hot(idx) @ table: the same
- * values as index_select, and a gradient that is a GEMM, where
- * index_select's is a scatter into a zeroed copy of the whole table,
- * element by element (a reference kernel), at every use. */
+/* Rows idx (n) of table (depth, d), as one_hot(idx) @ table. */
 static loom_status_t take_rows(loom_graph_t *g, loom_value_t table,
                                loom_value_t idx, int64_t depth,
                                loom_value_t *out) {
