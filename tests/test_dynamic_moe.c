@@ -126,7 +126,7 @@ static void check_params(const float *a, const float *b) {
   CHECK(bad == 0);
 }
 
-enum { STEPS = 3, LONG = 30 };
+enum { STEPS = 3, LONG = 12 };
 
 /* The interpreted trace (exact sizes): the truth of the compiled ones. */
 static double interp_losses[STEPS];

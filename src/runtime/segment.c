@@ -150,6 +150,76 @@ static loom_status_t collect_cone(loom_trace_t *t, seg_work_t *w) {
   return LOOM_OK;
 }
 
+/* ---- Keeping recomputed values ---------------------------------------------
+ * A cut keeps what is asked for and the region's leaves; a value read
+ * again inside its own region (an RNN's cell state c, read by tanh(c)) is
+ * not a leaf, so the next step would recompute it, and its own inputs,
+ * back to the start. So a value a cone has to recompute is kept by that
+ * cone, and the segment position that produced it is remembered: the
+ * next segment of that shape keeps it at once, and after a few steps a
+ * recurrent state is computed once and kept, with stable keys. */
+
+static uint64_t keep_key(uint64_t cone_hash, int pos) {
+  return tr_mix(cone_hash, (uint64_t)pos) | 1;
+}
+
+static bool keep_has(const loom_trace_t *t, uint64_t k) {
+  if (!t->cap_keep) return false;
+  for (int64_t i = (int64_t)(k & (uint64_t)(t->cap_keep - 1));; i = (i + 1) & (t->cap_keep - 1)) {
+    if (t->keep[i] == k) return true;
+    if (t->keep[i] == 0) return false;
+  }
+}
+
+enum { KEEP_MAX = 1 << 16 };
+
+/* Remembers k; a full set (KEEP_MAX) or no memory just stops learning. */
+static void keep_add(loom_trace_t *t, uint64_t k) {
+  if (keep_has(t, k)) return;
+  if (2 * (t->n_keep + 1) > t->cap_keep) {
+    int64_t cap = t->cap_keep ? 2 * t->cap_keep : 64;
+    if (cap > KEEP_MAX) return;
+    uint64_t *table = core_calloc((size_t)cap, sizeof *table);
+    if (!table) return;
+    for (int64_t i = 0; i < t->cap_keep; i++) {
+      if (!t->keep[i]) continue;
+      int64_t j = (int64_t)(t->keep[i] & (uint64_t)(cap - 1));
+      while (table[j]) j = (j + 1) & (cap - 1);
+      table[j] = t->keep[i];
+    }
+    core_free(t->keep);
+    t->keep = table;
+    t->cap_keep = cap;
+  }
+  int64_t j = (int64_t)(k & (uint64_t)(t->cap_keep - 1));
+  while (t->keep[j]) j = (j + 1) & (t->cap_keep - 1);
+  t->keep[j] = k;
+  t->n_keep++;
+}
+
+static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
+  const loom_graph_t *g = t->g;
+  uint64_t h = 0x6b;
+  for (int c = 0; c < w->n_cone; c++) h = tr_mix(h, t->node_hash[w->cone[c]]);
+  w->cone_hash = h;
+  for (int c = 0, n_cone = w->n_cone; c < n_cone; c++) {
+    int32_t j = w->cone[c];
+    const ir_node_t *n = &g->nodes[j];
+    if (keep_has(t, keep_key(h, c)))
+      for (int k = 0; k < n->n_out; k++) LOOM_TRY(add_output(t, w, n->out[k]));
+    if (j < t->region_start) continue;
+    for (int i = 0; i < n->n_in; i++) {
+      const ir_value_t *iv = &g->values[n->in[i]];
+      if (iv->kind != IR_VALUE_NODE || iv->node >= t->region_start ||
+          w->node_mark[iv->node] != w->epoch)
+        continue;
+      LOOM_TRY(add_output(t, w, n->in[i]));
+      if (t->node_ran[iv->node]) keep_add(t, t->node_ran[iv->node]);
+    }
+  }
+  return LOOM_OK;
+}
+
 /* An operand's reference: input position or (cone position, index). */
 static seg_ref_t ref_of(const loom_trace_t *t, const seg_work_t *w, int32_t v) {
   /* by the marks, not by t->vals: outputs become real during the cut */
@@ -531,11 +601,14 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   }
   t->in_cut = true;
   loom_status_t s = collect_cone(t, w);
+  if (s == LOOM_OK) s = keep_values(t, w);
   if (s == LOOM_OK) s = collect_inputs(t, w);
   if (s == LOOM_OK) s = collect_wrt(t, w);
   if (s == LOOM_OK && reason) s = tr_note_break(t, w->site, reason);
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
-  if (s == LOOM_OK) t->region_start = t->g->n_nodes;
+  if (s != LOOM_OK) return s;
+  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
+  t->region_start = t->g->n_nodes;
   return s;
 }

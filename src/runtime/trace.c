@@ -31,9 +31,13 @@ loom_status_t tr_reserve_values(loom_trace_t *t) {
                        sizeof *t->vals));
     memset(t->vals + old, 0, sizeof *t->vals * (size_t)(t->cap_vals - old));
   }
-  if (g->n_nodes > t->cap_nodes)
+  if (g->n_nodes > t->cap_nodes) {
+    int64_t cap = t->cap_nodes;
+    LOOM_TRY(core_grow((void **)&t->node_ran, &cap, g->n_nodes,
+                       sizeof *t->node_ran));
     LOOM_TRY(core_grow((void **)&t->node_hash, &t->cap_nodes, g->n_nodes,
                        sizeof *t->node_hash));
+  }
   if (g->n_symbols > t->cap_syms) {
     int64_t old = t->cap_syms, cap = old;
     LOOM_TRY(core_grow((void **)&t->sym_values, &cap, g->n_symbols,
@@ -262,6 +266,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
     t->vals[n->out[k]].grad = grad && dtype_is_float(g->values[n->out[k]].type.dtype);
   }
   t->node_hash[node] = h;
+  t->node_ran[node] = 0;
   t->stats.recorded_ops++;
   if (info->flags & F_SIDE_EFFECT)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
@@ -353,6 +358,8 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->policies);
   core_free(t->vals);
   core_free(t->node_hash);
+  core_free(t->node_ran);
+  core_free(t->keep);
   core_free(t->sym_values);
   core_free(t->sym_policy);
   core_free(t->params);

@@ -197,6 +197,13 @@ struct loom_trace {
   tr_value_t *vals;
   int64_t cap_vals;
   uint64_t *node_hash; /* per node: op, attributes, output dtypes */
+  /* Per node: where it last ran (keep_key of its segment and position),
+   * 0 if it has not run this step. */
+  uint64_t *node_ran;
+  /* Segment positions whose outputs a later segment had to recompute:
+   * kept at once the next time (an open-addressing set, 0 = empty). */
+  uint64_t *keep;
+  int64_t cap_keep, n_keep;
   int64_t cap_nodes;
   int64_t region_start; /* first node recorded since the last cut */
 
@@ -275,6 +282,7 @@ typedef struct seg_work {
   int n_syms, n_groups;
   bool bucket, train;
   uint64_t site, structure, path;
+  uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
 } seg_work_t;
 
 /* segment.c: runs a segment materializing want[0..n) and the pending
