@@ -308,7 +308,9 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
   const loom_dim_policy_t *p = tr_sym_policy(t, w->group_sym[k]);
   tr_policy_t *q = &t->policies[t->sym_policy[w->group_sym[k]]];
   int n = 0;
-  todo[n++] = seg_bucket_of(p, now + 1);
+  /* past a list's largest bucket every size is its own: nothing to predict */
+  if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
+    todo[n++] = seg_bucket_of(p, now + 1);
   if (p->profile_max <= 0 || q->profiled) return n;
   q->profiled = true;
   todo[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
