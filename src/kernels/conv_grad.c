@@ -50,6 +50,15 @@ static void col_release(int slot) {
   atomic_store_explicit(&col_slots[slot].busy, 0, memory_order_release);
 }
 
+/* Grows the first `tasks` slots to `need` on the calling thread before
+ * tasks claim them, so that which thread first runs a task in which call
+ * cannot make a later replay allocate. */
+static void col_reserve(int tasks, size_t need) {
+  int claimed[COL_SLOTS], n = 0;
+  while (n < tasks && n < COL_SLOTS && (claimed[n] = col_claim(need)) >= 0) n++;
+  while (n > 0) col_release(claimed[--n]);
+}
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -253,6 +262,7 @@ void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   if (k.chunk > LINE_MAX) k.chunk = LINE_MAX;
   if (k.chunk > k.cols) k.chunk = k.cols > 0 ? k.cols : 1;
   int64_t tasks = d->groups * k.parts;
+  col_reserve(threads, (size_t)(k.block * k.taps * k.chunk));
   if (threads == 1 || tasks == 1) igrad_body(&k, 0, tasks);
   else core_pool_for(pool, tasks, 1, igrad_body, &k);
 }

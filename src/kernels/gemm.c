@@ -96,6 +96,20 @@ static slot_t *slot_claim(const gemm_isa_t *isa) {
   return NULL;
 }
 
+void kern_gemm_reserve(int tasks) {
+  const gemm_isa_t *isa = isa_current();
+  size_t a_need = (size_t)isa->mc * (size_t)isa->kc;
+  size_t b_need = (size_t)isa->kc * (size_t)isa->nc;
+  /* a task claims the first free slot: with at most `tasks` running, one
+   * of the first `tasks` slots is always free */
+  for (int i = 0; i < tasks && i < SLOTS; i++) {
+    slot_t *s = &slots[i];
+    if (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire)) continue;
+    if (grow(&s->a, &s->a_cap, a_need)) grow(&s->b, &s->b_cap, b_need);
+    atomic_store_explicit(&s->busy, 0, memory_order_release);
+  }
+}
+
 static void slot_release(slot_t *s) {
   if (s) atomic_store_explicit(&s->busy, 0, memory_order_release);
 }

@@ -29,5 +29,9 @@ void kern_gemm_pack_b(const float *b, int64_t ldb, int trans_b, int64_t k, int64
                       void *dst);
 /* "avx512", "avx2" or "portable": the micro-kernel in use. */
 const char *kern_gemm_isa(void);
+/* Grows the packing buffers that `tasks` concurrent GEMM tasks claim, so
+ * that replays of an executable with that many threads never allocate
+ * (best effort: a buffer not grown here grows at its first use). */
+void kern_gemm_reserve(int tasks);
 
 #endif

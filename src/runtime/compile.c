@@ -395,6 +395,7 @@ static void abi_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
 
 static loom_status_t start_runtime(loom_executable_t *e, int threads) {
   LOOM_TRY(core_pool_create(threads, &e->pool));
+  kern_gemm_reserve(core_pool_threads(e->pool));
   e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
                         .threads = core_pool_threads(e->pool),
                         .pool = e->pool,
