@@ -126,10 +126,10 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok);
 /* A reduction group anchored on a max or average pool (c_pool.c). */
 loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok);
 /* A sum or mean over every dim but the channel (dim 1) of a rank >= 3
- * value, with its elementwise prologue (c_pool.c). */
+ * value, with its elementwise prologue (c_channel.c). */
 loom_status_t cg_emit_channel_reduction(cg_ctx_t *c, int gi, bool *ok);
 bool cg_is_channel_reduction(const loom_graph_t *g, const ir_node_t *n);
-/* One f32 batch_norm node (c_pool.c). */
+/* One f32 batch_norm node (c_channel.c). */
 loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok);
 /* One f32 max_pool2d_grad node (c_pool.c). */
 loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok);

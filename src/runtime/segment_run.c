@@ -304,20 +304,20 @@ static void set_bucket(seg_work_t *w, int k, int64_t b) {
 /* The buckets to compile ahead for group k: the next one up and, the
  * first time, every bucket of a declared profile (profile_opt's first). */
 static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
-                     int64_t *todo) {
+                     int64_t *planned) {
   const loom_dim_policy_t *p = tr_sym_policy(t, w->group_sym[k]);
   tr_policy_t *q = &t->policies[t->sym_policy[w->group_sym[k]]];
   int n = 0;
   /* past a list's largest bucket every size is its own: nothing to predict */
   if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
-    todo[n++] = seg_bucket_of(p, now + 1);
+    planned[n++] = seg_bucket_of(p, now + 1);
   if (p->profile_max <= 0 || q->profiled) return n;
   q->profiled = true;
-  todo[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
+  planned[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
   int64_t last = p->n_buckets ? p->buckets[p->n_buckets - 1] : INT64_MAX;
   for (int64_t b = seg_bucket_of(p, p->profile_min);
        n < LOOM_MAX_BUCKETS + 2 && b <= last; b = seg_bucket_of(p, b + 1)) {
-    todo[n++] = b;
+    planned[n++] = b;
     if (b >= p->profile_max) break;
   }
   return n;
@@ -330,11 +330,11 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
   int64_t base[32];
   seg_group_buckets(w, base);
   for (int k = 0; k < w->n_groups; k++) {
-    int64_t todo[LOOM_MAX_BUCKETS + 2];
-    int n = predicted(t, w, k, base[k], todo);
+    int64_t planned[LOOM_MAX_BUCKETS + 2];
+    int n = predicted(t, w, k, base[k], planned);
     for (int j = 0; j < n; j++) {
-      if (todo[j] == base[k]) continue; /* compiled: this cut's own */
-      set_bucket(w, k, todo[j]);
+      if (planned[j] == base[k]) continue; /* compiled: this cut's own */
+      set_bucket(w, k, planned[j]);
       rt_key_t key;
       seg_make_key(t, w, part, &key);
       seg_desc_t *d = NULL;
