@@ -239,6 +239,40 @@ static void batched_forward_configurations(void) {
   }
 }
 
+/* Stride 1, one group, at most 16 output channels: the direct kernel
+ * (channel blocks of 6 with remainders, uneven pads, a single row, 1x1,
+ * a window as large as the padded image), and a layer too large for its
+ * buffers, which goes to the GEMM. */
+static const conv_case_t direct_cases[] = {
+    {64, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1},  /* LeNet's first */
+    {5, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},  /* LeNet's second */
+    {3, 3, 9, 13, 1, 3, 3, 1, 1, 1, 0, 2, 1, 1, 1, 1, 0, 1},    /* uneven pads */
+    {2, 4, 7, 5, 13, 3, 2, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 0},    /* 6 + 6 + 1 channels */
+    {1, 2, 1, 17, 7, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},    /* one row */
+    {2, 3, 6, 6, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1},    /* 1x1 */
+    {1, 1, 4, 4, 2, 5, 5, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1},     /* one position */
+    {1, 3, 100, 100, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* too large */
+};
+
+static void direct_forward_configurations(void) {
+  for (int threads = 1; threads <= 3; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+    for (size_t i = 0; i < sizeof direct_cases / sizeof *direct_cases; i++)
+      check_forward(&direct_cases[i], pool);
+    core_pool_destroy(pool);
+  }
+  /* The first case runs directly (on AVX2 CPUs), a strided one does not. */
+  float x[28 * 28] = {0}, w[6 * 25] = {0}, y[6 * 28 * 28];
+  loom_abi_conv2d_t d = {1, 1, 28, 28, 6, 5, 5, 28, 28, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1,
+                         x, w, NULL, y, NULL, NULL};
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  CHECK(kern_conv2d_direct_f32(&d, NULL) == avx2);
+  d.stride[0] = d.stride[1] = 2;
+  d.ho = d.wo = 14;
+  CHECK(kern_conv2d_direct_f32(&d, NULL) == 0);
+}
+
 /* ---- Compiled conv_transpose2d ------------------------------------------ */
 
 /* relu(conv_transpose2d(x, w) + r) * r: the transposed convolution with
@@ -398,6 +432,7 @@ int main(void) {
   test_seed(20261130);
   TEST_RUN(input_grad_configurations);
   TEST_RUN(batched_forward_configurations);
+  TEST_RUN(direct_forward_configurations);
   TEST_RUN(compiled_transpose_with_epilogue);
   TEST_RUN(compiled_batch_norm);
   TEST_RUN(compiled_channel_reductions);

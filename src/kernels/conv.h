@@ -17,4 +17,10 @@
  * epilogue sees each image of dX as c rows by h*w columns. */
 void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 
+/* conv2d computed directly, without packing, for layers with few output
+ * channels (stride 1, no dilation, one group; conv_direct.c). Returns 0,
+ * having done nothing, when d is not such a layer or the CPU lacks AVX2;
+ * kern_conv2d_f32 tries it first. */
+int kern_conv2d_direct_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+
 #endif

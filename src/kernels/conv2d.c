@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv.h"
 #include "kernels/gemm_impl.h"
 
 /* The output columns [first, last] of a tap whose input column ix = ox *
@@ -232,7 +233,7 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 }
 
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  if (conv2d_batched(d, pool)) return;
+  if (kern_conv2d_direct_f32(d, pool) || conv2d_batched(d, pool)) return;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
