@@ -17,6 +17,7 @@
 #include "kernels/ref.h"
 #include "passes/passes.h"
 #include "runtime/executable.h"
+#include "runtime/inplace.h"
 #include "runtime/symbols.h"
 
 void loom_compile_options_init(loom_compile_options_t *o) {
@@ -344,6 +345,7 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
       if (st->copy_to < 0 || st->copy_from < 0)
         return loom_fail(LOOM_ERR_GRAPH, "compile: assign of node %d has no storage",
                          grp->nodes[0]);
+      if (st->copy_to == st->copy_from) continue; /* written in place */
     } else if (ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH) {
       st->kind = STEP_CONTROL;
       LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
@@ -475,6 +477,7 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
     core_free(text);
   }
   LOOM_TRY(assign_fixed_slots(e));
+  LOOM_TRY(rt_alias_assigns(e));
   LOOM_TRY(plan_arena(e));
   core_log(LOG_MEMORY, "arena %lld bytes, lower bound %lld, naive %lld",
            (long long)e->mem.arena_bytes, (long long)e->mem.lower_bound_bytes,
