@@ -261,6 +261,8 @@ typedef struct loom_executable_info {
   int64_t lower_bound_bytes; /* the most bytes live at one step */
   int64_t naive_bytes;       /* every intermediate in its own buffer */
   double compile_ms;
+  int n_copies; /* steps that copy a value: an output computed elsewhere,
+                   an assign not written in place */
 } loom_executable_info_t;
 loom_status_t loom_executable_info(const loom_executable_t *e,
                                    loom_executable_info_t *out);

@@ -168,6 +168,7 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
       .lower_bound_bytes = e->mem.lower_bound_bytes,
       .naive_bytes = e->mem.naive_bytes,
       .compile_ms = e->compile_ms};
+  for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
   return LOOM_OK;
 }
 
