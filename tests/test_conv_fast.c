@@ -101,7 +101,7 @@ static void check_igrad(const conv_case_t *q, core_pool_t *pool) {
   loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, dx, w, bias, dy,
-                         q->epilogue ? count_epilogue : NULL, &k};
+                         q->epilogue ? count_epilogue : NULL, &k, NULL};
   kern_conv2d_input_grad_f32(&d, pool);
   int wrong = 0, counts = 0;
   for (int64_t i = 0; i < numel; i++) {
@@ -190,7 +190,7 @@ static void check_forward(const conv_case_t *q, core_pool_t *pool) {
   loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, x, w, bias, y,
-                         q->epilogue ? count_epilogue : NULL, &k};
+                         q->epilogue ? count_epilogue : NULL, &k, NULL};
   kern_conv2d_f32(&d, pool);
   int wrong = 0, counts = 0;
   for (int64_t i = 0; i < numel; i++) {
@@ -265,7 +265,7 @@ static void direct_forward_configurations(void) {
   /* The first case runs directly (on AVX2 CPUs), a strided one does not. */
   float x[28 * 28] = {0}, w[6 * 25] = {0}, y[6 * 28 * 28];
   loom_abi_conv2d_t d = {1, 1, 28, 28, 6, 5, 5, 28, 28, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1,
-                         x, w, NULL, y, NULL, NULL};
+                         x, w, NULL, y, NULL, NULL, NULL};
   int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   CHECK(kern_conv2d_direct_f32(&d, NULL) == avx2);
   d.stride[0] = d.stride[1] = 2;

@@ -112,8 +112,8 @@ static bool same_shape(const loom_graph_t *g, int32_t a, int32_t b) {
 }
 
 /* An elementwise group's outputs share its space; a contraction group
- * starts with its anchor, its only contraction; a reduction group's
- * reductions all read its full space. */
+ * holds one contraction, its anchor, which reads nothing computed in the
+ * group; a reduction group's reductions all read its full space. */
 static void check_group_kind(const loom_graph_t *g, const fuse_group_t *grp) {
   int contractions = 0;
   int32_t space = -1;
@@ -129,8 +129,14 @@ static void check_group_kind(const loom_graph_t *g, const fuse_group_t *grp) {
   if (grp->kind == FUSE_ELEMENTWISE)
     for (int j = 1; j < grp->n_outputs; j++)
       CHECK(same_shape(g, grp->outputs[0], grp->outputs[j]));
-  if (grp->kind == FUSE_CONTRACTION)
-    CHECK(contractions == 1 && grp->anchor == grp->nodes[0]);
+  if (grp->kind == FUSE_CONTRACTION) {
+    CHECK(contractions == 1 && has(grp->nodes, grp->n_nodes, grp->anchor));
+    const ir_node_t *anchor = &g->nodes[grp->anchor];
+    for (int k = 0; k < anchor->n_in; k++) {
+      int32_t q = producer_of(g, anchor->in[k]);
+      CHECK(q < 0 || !has(grp->nodes, grp->n_nodes, q));
+    }
+  }
   else CHECK(contractions == 0 || grp->kind == FUSE_REFERENCE);
   if (grp->kind == FUSE_REDUCTION)
     CHECK(grp->anchor >= 0 &&
@@ -263,6 +269,48 @@ static void matmul_bias_relu_is_one_contraction_group(void) {
           has(grp->inputs, 3, w.id) && has(grp->inputs, 3, b.id));
     CHECK(grp->n_outputs == 1 && grp->outputs[0] == y.id);
   }
+  fuse_plan_free(&p);
+  loom_graph_destroy(g);
+}
+
+/* m * 0.9 over the product's space, read only by the epilogue, joins the
+ * contraction (an optimizer's moment beside its gradient): one group,
+ * compiled equal to the interpreter. t = x * 2 feeds the matmul itself as
+ * well as the epilogue, so it keeps a group and a buffer of its own. */
+static void epilogue_takes_values_beside_the_product(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t a = input(g, 2, (int64_t[]){8, 16}), w = input(g, 2, (int64_t[]){16, 32});
+  loom_value_t m = input(g, 2, (int64_t[]){8, 32}), mb, mm, y;
+  CHECK_OK(loom_mul(g, m, scalar(g, 0.9), &mb));
+  CHECK_OK(loom_matmul(g, a, w, 0, 0, &mm));
+  CHECK_OK(loom_add(g, mm, mb, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  CHECK(p.n_groups == 1);
+  if (p.n_groups == 1)
+    CHECK(p.groups[0].kind == FUSE_CONTRACTION && p.groups[0].n_nodes == 3 &&
+          p.groups[0].anchor == producer_of(g, mm.id) && has(p.groups[0].inputs, p.groups[0].n_inputs, m.id));
+  fuse_plan_free(&p);
+  loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){8, 16}, -1, 1),
+                          test_rand_tensor(LOOM_F32, 2, (int64_t[]){16, 32}, -1, 1),
+                          test_rand_tensor(LOOM_F32, 2, (int64_t[]){8, 32}, -1, 1)};
+  loom_tensor_destroy(test_run1(g, 3, in));
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 2, (int64_t[]){8, 8}), v = input(g, 2, (int64_t[]){8, 8}), t;
+  CHECK_OK(loom_mul(g, x, scalar(g, 2), &t));
+  CHECK_OK(loom_matmul(g, t, v, 0, 0, &mm));
+  CHECK_OK(loom_add(g, mm, t, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  build_checked(g, &fusion_on, &p);
+  CHECK(p.n_groups == 2);
+  if (p.n_groups == 2)
+    CHECK(p.groups[0].kind == FUSE_ELEMENTWISE && p.groups[1].kind == FUSE_CONTRACTION &&
+          p.groups[1].n_nodes == 2);
   fuse_plan_free(&p);
   loom_graph_destroy(g);
 }
@@ -619,6 +667,7 @@ int main(void) {
   TEST_RUN(softmax_is_one_reduction_group);
   TEST_RUN(layer_norm_is_one_reduction_group);
   TEST_RUN(matmul_bias_relu_is_one_contraction_group);
+  TEST_RUN(epilogue_takes_values_beside_the_product);
   TEST_RUN(elementwise_diamond_is_one_group);
   TEST_RUN(broadcast_value_folds_into_its_consumer);
   TEST_RUN(value_read_by_two_groups_is_an_output);

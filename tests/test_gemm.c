@@ -131,6 +131,7 @@ static const shape_t gemm_shapes[] = {
     {64, 64, 64, 1, 0, 0, 0, 0, 0, 0},     {23, 31, 41, 3, 0, 0, 1, 0, 1, 1},
     {23, 31, 41, 3, 0, 0, 0, 1, 0, 1},     {9, 70, 33, 5, 0, 0, 0, 1, 1, 1},
     {200, 97, 300, 2, 0, 0, 5, 0, 0, 1},   {64, 80, 196, 1, 0, 0, 0, 0, 0, 1},
+    {20, 1000, 300, 1, 0, 0, 1, 0, 0, 1}, /* one row block: B in L2-sized column blocks */
 };
 
 /* Every shape with each transpose combination, on pools of 1-3 threads. */
@@ -166,6 +167,53 @@ static void gemm_every_isa(void) {
   CHECK(kern_gemm_force_isa(NULL));
   CHECK(!kern_gemm_force_isa("no such isa"));
   core_pool_destroy(pool);
+}
+
+/* A last tile of every width 1..nr-1 (at most nr/2 runs the half-width
+ * kernel), under ragged rows, k of one step, of odd and even length, and
+ * over two kc blocks (the second accumulates), for every micro-kernel. */
+static void gemm_edge_widths(void) {
+  const gemm_isa_t *all[] = {&gemm_isa_portable, &gemm_isa_avx2, &gemm_isa_avx2_wide,
+                             &gemm_isa_avx512};
+  static const int64_t ks[] = {1, 2, 7, 301};
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(all[i]->name)) continue;
+    for (int w = 1; w < all[i]->nr; w++)
+      for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {
+        shape_t s = {2 * all[i]->mr + 1, all[i]->nr + w, ks[q], 1, 0, 0, 1, 0, 0, 1};
+        check_gemm(&s, NULL);
+      }
+  }
+  kern_gemm_force_isa(NULL);
+}
+
+/* B packed ahead over several column blocks (one row block cuts n into
+ * L2-sized blocks) and k blocks: the same bits as packing per call, and
+ * the double loop's values. */
+static void gemm_packed_b_column_blocks(void) {
+  int64_t m = 9, n = 700, k = 300;
+  float *a = random_floats(m * k), *b = random_floats(k * n);
+  float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
+  void *packed = aligned_alloc(64, (kern_gemm_packed_bytes(k, n) + 63) / 64 * 64);
+  kern_gemm_pack_b(b, n, 0, k, n, packed);
+  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL, NULL};
+  kern_gemm_f32(&d, NULL);
+  d.c = c2;
+  d.b_packed = packed;
+  kern_gemm_f32(&d, NULL);
+  CHECK(memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) == 0);
+  int wrong = 0;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double abs_sum, want = ref_at(&d, 0, i, j, &abs_sum);
+      wrong += fabs(c2[i * n + j] - want) > 2e-7 * (double)k * abs_sum + 1e-6;
+    }
+  CHECK(wrong == 0);
+  free(a);
+  free(b);
+  free(c1);
+  free(c2);
+  free(packed);
 }
 
 /* Repeated calls give identical results: no state leaks between calls. */
@@ -224,7 +272,7 @@ static void check_conv(const conv_case_t *q, core_pool_t *pool) {
   loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, x, w, bias, y,
-                         q->epilogue ? count_epilogue : NULL, &k};
+                         q->epilogue ? count_epilogue : NULL, &k, NULL};
   kern_conv2d_f32(&d, pool);
   int wrong = 0, counts = 0;
   for (int64_t img = 0; img < q->n; img++)
@@ -311,7 +359,7 @@ static void check_wgrad(const conv_case_t *q, core_pool_t *pool) {
   for (int64_t i = 0; i < numel; i++) dw[i] = SENTINEL;
   loom_abi_conv2d_t d = {q->n, q->c, q->h, q->w, q->o, q->kh, q->kw, ho, wo,
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
-                         {q->dy, q->dx}, q->groups, x, dw, NULL, dy, NULL, NULL};
+                         {q->dy, q->dx}, q->groups, x, dw, NULL, dy, NULL, NULL, NULL};
   kern_conv2d_weight_grad_f32(&d, pool);
   int wrong = 0;
   for (int64_t i = 0; i < numel; i++) {
@@ -345,6 +393,8 @@ int main(void) {
   test_seed(7);
   TEST_RUN(gemm_shapes_transposes_threads);
   TEST_RUN(gemm_every_isa);
+  TEST_RUN(gemm_edge_widths);
+  TEST_RUN(gemm_packed_b_column_blocks);
   TEST_RUN(gemm_repeatable);
   TEST_RUN(conv2d_configurations);
   TEST_RUN(conv2d_weight_grad_configurations);

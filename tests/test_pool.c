@@ -2,6 +2,7 @@
  * thread count, over many consecutive loops (as replays issue them). */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/pool.h"
 #include "harness.h"
@@ -53,6 +54,40 @@ static void many_small_loops(void) {
   core_pool_destroy(pool);
 }
 
+/* One chunk far slower than the rest: the caller, done with its own
+ * chunks, outwaits its spin and sleeps until the last chunk ends. */
+typedef struct {
+  count_ctx_t count;
+  int64_t slow;
+} slow_ctx_t;
+
+static void count_slowly(void *arg, int64_t begin, int64_t end) {
+  slow_ctx_t *c = arg;
+  if (begin <= c->slow && c->slow < end) {
+    struct timespec t = {0, 1000000};
+    nanosleep(&t, NULL);
+  }
+  count(&c->count, begin, end);
+}
+
+static void slow_chunk_wakes_the_caller(void) {
+  for (int threads = 2; threads <= 3; threads++) {
+    core_pool_t *pool;
+    CHECK_OK(core_pool_create(threads, &pool));
+    for (int round = 0; round < 40; round++) {
+      int64_t n = 4 + round % 5;
+      slow_ctx_t c = {.count.hits = calloc((size_t)n, sizeof(_Atomic int)), .slow = round % n};
+      core_pool_for(pool, n, 1, count_slowly, &c);
+      int once = 1;
+      for (int64_t i = 0; i < n; i++) once &= c.count.hits[i] == 1;
+      CHECK(once);
+      CHECK(atomic_load(&c.count.sum) == n * (n - 1) / 2);
+      free((void *)c.count.hits);
+    }
+    core_pool_destroy(pool);
+  }
+}
+
 static void threads_from_environment(void) {
   setenv("LOOM_NUM_THREADS", "3", 1);
   CHECK(core_default_threads() == 3);
@@ -68,6 +103,7 @@ static void threads_from_environment(void) {
 int main(void) {
   TEST_RUN(every_index_once);
   TEST_RUN(many_small_loops);
+  TEST_RUN(slow_chunk_wakes_the_caller);
   TEST_RUN(threads_from_environment);
   return test_summary();
 }

@@ -60,10 +60,9 @@ static loom_status_t rnn_loss(loom_graph_t *g, loom_value_t h, loom_value_t *los
   return loom_mul(g, s, half, loss);
 }
 
-/* One traced step: forward with a sync after each cell (a segment per
- * cell invocation), backward; the loss goes to *loss. */
-static void traced_step(loom_trace_t *t, rnn_t *r, double *loss,
-                        int backward) {
+/* One traced forward with a sync after each cell (a segment per cell
+ * invocation); the loss goes to *loss, its value to *lv. */
+static void traced_forward(loom_trace_t *t, rnn_t *r, double *loss, loom_value_t *lv) {
   loom_graph_t *g = loom_trace_graph(t);
   loom_dtype_t dt = loom_tensor_dtype(r->w);
   loom_value_t w, u, b, h, l, x[T];
@@ -81,6 +80,14 @@ static void traced_step(loom_trace_t *t, rnn_t *r, double *loss,
   }
   CHECK_OK(rnn_loss(g, h, &l));
   CHECK_OK(loom_trace_scalar(t, l, loss));
+  *lv = l;
+}
+
+/* traced_forward, then backward. */
+static void traced_step(loom_trace_t *t, rnn_t *r, double *loss,
+                        int backward) {
+  loom_value_t l;
+  traced_forward(t, r, loss, &l);
   if (backward) CHECK_OK(loom_trace_backward(t, l));
 }
 
@@ -395,8 +402,86 @@ static void test_adamw_skips_params_without_gradient(void) {
   loom_tensor_destroy(ps[1]);
 }
 
+/* A forward's saved inputs are kept as views of their storage (the
+ * weights an RNN cell reads are not copied per cell): a backward after
+ * the optimizer step changed them is refused, as PyTorch refuses a
+ * backward through tensors modified in place; a backward before it, and
+ * the next step, are unaffected. */
+static void test_backward_after_adamw(void) {
+  rnn_t r;
+  rnn_init(&r, LOOM_F32);
+  loom_trace_t *t = new_trace(1);
+  double loss = 0;
+  loom_value_t l;
+  traced_forward(t, &r, &loss, &l);
+  CHECK_OK(loom_trace_adamw(t, 0.01, 0.9, 0.999, 1e-8, 0.0));
+  CHECK_ERR(loom_trace_backward(t, l), LOOM_ERR_INVALID, "loom_trace_adamw has updated");
+  CHECK_OK(loom_trace_step_end(t));
+  traced_step(t, &r, &loss, 1);
+  CHECK_OK(loom_trace_adamw(t, 0.01, 0.9, 0.999, 1e-8, 0.0));
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_destroy(t);
+  rnn_free(&r);
+}
+
+/* A strided (transposed) input that the backward needs (saved by the
+ * forward, which may keep it as a view of what the trace binds): the
+ * input stays as it was, and the gradient of w in sum((x^T w)^2)
+ * equals the one from a contiguous x and the one by hand. */
+static void test_strided_saved_input(void) {
+  int64_t xs[2] = {I, B}, ws[2] = {I, H};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F64, 2, xs, -1, 1);
+  loom_tensor_t *w = test_rand_tensor(LOOM_F64, 2, ws, -1, 1);
+  int64_t ts[2] = {B, I}, strides[2] = {1, B};
+  loom_tensor_t *xt_view, *xt_copy = test_rand_tensor(LOOM_F64, 2, ts, 0, 0);
+  CHECK_OK(loom_tensor_wrap(LOOM_F64, 2, ts, strides, loom_tensor_data(x), &xt_view));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < I; i++)
+      ((double *)loom_tensor_data(xt_copy))[b * I + i] =
+          ((const double *)loom_tensor_data(x))[i * B + b];
+  double grads[2][I * H], x0[I * B];
+  memcpy(x0, loom_tensor_data(x), sizeof x0);
+  loom_tensor_t *inputs[2] = {xt_view, xt_copy};
+  for (int k = 0; k < 2; k++) {
+    loom_trace_t *t = new_trace(1);
+    loom_graph_t *g = loom_trace_graph(t);
+    loom_value_t xv, wv, y, sq, l;
+    CHECK_OK(loom_trace_input(t, inputs[k], NULL, &xv));
+    CHECK_OK(loom_trace_param(t, w, &wv));
+    CHECK_OK(loom_matmul(g, xv, wv, 0, 0, &y));
+    CHECK_OK(loom_mul(g, y, y, &sq));
+    CHECK_OK(loom_sum(g, sq, 0, NULL, 0, &l));
+    CHECK_OK(loom_trace_backward(t, l));
+    const loom_tensor_t *gr = NULL;
+    CHECK_OK(loom_trace_grad(t, w, &gr));
+    for (int64_t i = 0; gr && i < I * H; i++) grads[k][i] = test_get(gr, i);
+    CHECK_OK(loom_trace_step_end(t));
+    loom_trace_destroy(t);
+  }
+  /* d/dw sum((x w)^2) = 2 x^T (x w), by hand from the contiguous copy */
+  const double *xd = loom_tensor_data(xt_copy), *wd = loom_tensor_data(w);
+  for (int64_t i = 0; i < I; i++)
+    for (int64_t h = 0; h < H; h++) {
+      double want = 0;
+      for (int64_t b = 0; b < B; b++) {
+        double y = 0;
+        for (int64_t j = 0; j < I; j++) y += xd[b * I + j] * wd[j * H + h];
+        want += 2 * xd[b * I + i] * y;
+      }
+      CHECK_NEAR(grads[0][i * H + h], want, 1e-12, 1e-12);
+      CHECK_NEAR(grads[1][i * H + h], want, 1e-12, 1e-12);
+    }
+  CHECK(!memcmp(x0, loom_tensor_data(x), sizeof x0)); /* the input is unchanged */
+  loom_tensor_destroy(xt_view);
+  loom_tensor_destroy(xt_copy);
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(w);
+}
+
 int main(void) {
   test_seed(55);
+  TEST_RUN(test_backward_after_adamw);
+  TEST_RUN(test_strided_saved_input);
   TEST_RUN(test_rnn_compiled);
   TEST_RUN(test_rnn_interpreted);
   TEST_RUN(test_rnn_symbolic_batch);

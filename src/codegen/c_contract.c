@@ -114,7 +114,8 @@ static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
   for (int i = 0; i < grp->n_inputs && ok; i++)
     ok = cg_slot(c, grp->inputs[i]) != cg_slot(c, k->c_value);
   /* An anchor input also read by the epilogue is accessed like any other. */
-  for (int i = 1; i < grp->n_nodes && ok; i++) {
+  for (int i = 0; i < grp->n_nodes && ok; i++) {
+    if (&c->g->nodes[grp->nodes[i]] == k->anchor) continue;
     const ir_node_t *n = &c->g->nodes[grp->nodes[i]];
     for (int j = 0; j < n->n_in && ok; j++) {
       int32_t v = n->in[j];
@@ -135,14 +136,16 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
   int32_t a = grp->anchor >= 0 ? grp->anchor : grp->nodes[0];
   k->anchor = &c->g->nodes[a];
   k->y = k->anchor->out[0];
-  *ok = grp->nodes[0] == a && cg_supports(c->g, a) && cg_value_shape(c, k->y, y);
+  /* Nodes before the anchor (in graph order) are epilogue nodes that do
+   * not read the product (an optimizer's m * beta1 beside the gradient). */
+  *ok = cg_in_group(c, gi, k->y) && cg_supports(c->g, a) && cg_value_shape(c, k->y, y);
   /* Operands with a runtime dim other than the leading one are declined. */
   for (int i = 0; i < k->anchor->n_in && *ok; i++) {
     cg_shape_t s;
     *ok = cg_value_shape(c, k->anchor->in[i], &s);
   }
-  for (int i = 1; i < grp->n_nodes && *ok; i++)
-    *ok = cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
+  for (int i = 0; i < grp->n_nodes && *ok; i++)
+    *ok = grp->nodes[i] == a || cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
   if (!*ok) return LOOM_OK;
   epilogue_space(k, y);
   k->c_value = pick_c(k, y);
@@ -240,8 +243,9 @@ static void emit_epilogue(contract_t *k) {
     epilogue_offset(b, k, k->stride[i]);
     cg_load_end(b, c->g, k->val[i]);
   }
-  for (int i = 1; i < grp->n_nodes; i++)
-    cg_node_stmt(b, 3, c->g, &c->g->nodes[grp->nodes[i]]);
+  for (int i = 0; i < grp->n_nodes; i++)
+    if (&c->g->nodes[grp->nodes[i]] != k->anchor)
+      cg_node_stmt(b, 3, c->g, &c->g->nodes[grp->nodes[i]]);
   if (k->c_value != k->y) cg_line(b, 3, "c[r * ldc + j] = v%d;\n", (int)k->c_value);
   for (int i = 0; i < k->n_acc; i++) {
     if (is_input(k, k->val[i])) continue;
@@ -321,11 +325,13 @@ static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
 }
 
 /* A rank-2 B that the executable holds (a parameter or constant) may
- * have been packed at compile time: rt->packed_b (frozen weights). */
+ * have been packed at compile time: rt->packed_b (frozen weights); one
+ * that is an input, by the caller for this run (a traced segment's
+ * weights, frozen within a training step: segment_pack.c). */
 static void emit_b_packed(const contract_t *k) {
   const ir_node_t *n = k->anchor;
   ir_value_kind_t kind = k->c->g->values[n->in[1]].kind;
-  if ((kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST) ||
+  if ((kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST && kind != IR_VALUE_INPUT) ||
       k->c->g->values[n->in[1]].type.rank != 2)
     return;
   int s = 2 * cg_slot(k->c, n->in[1]) + (int)ir_attr_int(&n->attrs, "trans_b", 0);
@@ -468,6 +474,12 @@ static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
   else cg_line(b, 1, "    .bias = NULL,\n");
   cg_line(b, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
   epilogue_fields(b, k->gi, epi);
+  /* A weight the executable holds may have been packed at compile time
+   * (frozen weights). */
+  ir_value_kind_t kind = c->g->values[n->in[1]].kind;
+  if (kind == IR_VALUE_PARAM || kind == IR_VALUE_CONST)
+    cg_line(b, 1, "d.weight_packed = rt->packed_w ? rt->packed_w[%d] : NULL;\n",
+            (int)cg_slot(c, n->in[1]));
   cg_line(b, 1, "rt->conv2d_f32(&d, rt->pool);\n");
 }
 

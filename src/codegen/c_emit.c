@@ -19,13 +19,21 @@ static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
   return cg_emit_reduction(c, gi, ok);
 }
 
+/* Index ops are layout groups with an emitter of their own. */
+static loom_status_t emit_layout_or_index(cg_ctx_t *c, int gi, bool *ok) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  if (cg_is_index_op(c->g->nodes[grp->nodes[grp->n_nodes - 1]].op))
+    return cg_emit_index(c, gi, ok);
+  return cg_emit_layout(c, gi, ok);
+}
+
 /* The emitter of each kind of group; aliases and reference steps have
  * no code. */
 static const group_emitter_t emitters[] = {
     [FUSE_ELEMENTWISE] = cg_emit_elementwise,
     [FUSE_REDUCTION] = emit_reduction_or_pool,
     [FUSE_CONTRACTION] = cg_emit_contraction,
-    [FUSE_LAYOUT] = cg_emit_layout,
+    [FUSE_LAYOUT] = emit_layout_or_index,
     [FUSE_ALIAS] = NULL,
     [FUSE_REFERENCE] = NULL,
 };

@@ -395,12 +395,13 @@ typedef struct cols {
   int64_t block, blocks, tasks, count; /* count: elements folded per output */
 } cols_t;
 
-/* The collapsed space; false unless its last dim is kept and nothing is
- * known only at run time. */
+/* The collapsed space; false unless its last dim is kept and the only
+ * size known at run time is a folded leading dim (a bias gradient over a
+ * trace's rows; not a mean, whose count it would change). */
 static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
   cg_shape_t out;
   if (!cg_value_shape(c, n->in[0], &k->space) || !cg_value_shape(c, n->out[0], &out) ||
-      k->space.lead || out.lead || k->space.rank == 0)
+      (k->space.lead && n->op == IR_OP_MEAN) || out.lead || k->space.rank == 0)
     return false;
   const int64_t *axes;
   int na = ir_attr_ints(&n->attrs, "axes", &axes), rank = k->space.rank;
@@ -418,6 +419,7 @@ static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
   }
   rank = k->space.rank = cg_collapse(&k->space, 0, rank, 2, k->stride);
   if (rank < 2 || k->stride[1][rank - 1] != 1) return false;
+  if (k->space.lead && k->stride[1][0] != 0) return false;
   int64_t cols = k->space.dim[rank - 1];
   k->block = cols < COLUMN_BLOCK ? cols : COLUMN_BLOCK;
   k->blocks = (cols + k->block - 1) / k->block;
@@ -431,6 +433,10 @@ static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
 static int cols_loops(cg_buf_t *b, const cols_t *k, int level, bool reduced) {
   for (int d = 0; d < k->space.rank - 1; d++) {
     if ((k->stride[1][d] == 0) != reduced) continue;
+    if (d == 0 && k->space.lead) { /* the runtime extent, from the context */
+      cg_line(b, level++, "for (int64_t i0 = 0; i0 < n0; i0++) {\n");
+      continue;
+    }
     cg_line(b, level++, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
             (long long)k->space.dim[d], d);
   }
@@ -497,6 +503,36 @@ static void cols_body(cg_ctx_t *c, const ir_node_t *n, const cols_t *k) {
   cg_line(b, 2, "}\n");
 }
 
+/* emit_columns over a folded runtime leading dim: the body reads its
+ * extent n0 from a context that the group function fills. */
+static loom_status_t emit_columns_runtime(cg_ctx_t *c, int gi, const ir_node_t *n,
+                                          const cols_t *k) {
+  cg_buf_t *b = c->out;
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  cg_printf(b, "typedef struct { void *const *slots; int64_t n0; } loom_g%d_ctx;\n\n", gi);
+  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_line(b, 1, "void *const *slots = ((const loom_g%d_ctx *)ctx)->slots;\n", gi);
+  cg_line(b, 1, "const int64_t n0 = ((const loom_g%d_ctx *)ctx)->n0;\n", gi);
+  cg_declare_pointer(c, grp, 1, n->in[0], false);
+  cg_declare_pointer(c, grp, 1, n->out[0], true);
+  cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
+  cols_body(c, n, k);
+  cg_line(b, 1, "}\n}\n\n");
+  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+               "const loom_abi_t *rt) {\n", gi);
+  cg_line(b, 1, "loom_g%d_ctx x = {slots, ", gi);
+  cg_lead_extent(b, c->g, &k->space);
+  cg_printf(b, "};\n");
+  cg_line(b, 1, "if (%lld > 1 && x.n0 * %lld > %d)\n", (long long)k->tasks,
+          (long long)(k->count * k->space.dim[k->space.rank - 1]), CG_PARALLEL_MIN);
+  cg_line(b, 2, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, &x);\n",
+          (long long)k->tasks, gi);
+  cg_line(b, 1, "else\n");
+  cg_line(b, 2, "loom_g%d_body(&x, 0, %lld);\n", gi, (long long)k->tasks);
+  cg_printf(b, "}\n");
+  return LOOM_OK;
+}
+
 /* A group of one fold whose reduced axes leave the last dim. */
 static loom_status_t emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok) {
   cols_t k;
@@ -507,6 +543,7 @@ static loom_status_t emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool 
   char note[64];
   snprintf(note, sizeof note, "folding %lld per column", (long long)k.count);
   cg_group_comment(c, gi, "reduction", &k.space, note);
+  if (k.space.lead) return emit_columns_runtime(c, gi, n, &k);
   cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   cg_declare_pointer(c, grp, 1, n->in[0], false);

@@ -141,6 +141,11 @@ loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok);
 /* One f32 max_pool2d_grad node (c_pool.c). */
 loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
+/* A layout group whose last node is a gather, index_select, embedding,
+ * scatter_add or one_hot, after the nodes computing its index, if any
+ * (c_index.c). */
+loom_status_t cg_emit_index(cg_ctx_t *c, int gi, bool *ok);
+bool cg_is_index_op(ir_op_t op);
 
 /* Elementwise work above this many elements is split over the pool: a
  * wake-up costs a few microseconds, which smaller loops do not repay. */

@@ -24,6 +24,20 @@
  * rule for its dtypes). Fusion asks this; a node it refuses becomes a
  * FUSE_REFERENCE group. */
 bool cg_supports(const loom_graph_t *g, int64_t node);
+/* Whether index node n (gather over its data's last axis, or scatter_add
+ * over its second-to-last, with an index of rank >= 2) may compute its
+ * index in its own group from elementwise ops and expands (a prologue),
+ * each of whose outside inputs, of type t, cg_index_prologue_reads:
+ * viewed as rows by columns like the index, or broadcast along them
+ * (c_index.c). Fusion asks these. */
+bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n);
+bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir_type_t *t);
+/* Whether index_select `take` (rows of a matrix) may compute scatter_add
+ * `scatter`'s src (2-D, axis 0) in the scatter's group: a GNN's
+ * message passing, out[dst[e]] += h[src[e]], without the (e, D) messages
+ * in memory. */
+bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
+                       const ir_node_t *take);
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

@@ -82,6 +82,17 @@ static bool pool2d(const loom_graph_t *g, const ir_node_t *n) {
   return dtype_is_float(in_dtype(g, n, 0)) && in_rank(g, n, 0) == 4;
 }
 
+/* Index ops (c_index.c): any data dtype is copied as bytes; scatter_add
+ * adds in f32, f64, i32 and i64 (half precision keeps the reference). */
+static bool index_op(const loom_graph_t *g, const ir_node_t *n) {
+  int ind = n->op == IR_OP_ONE_HOT ? 0 : 1;
+  if (!(DT_BIT(in_dtype(g, n, ind)) & DT_INT)) return false;
+  if (n->op != IR_OP_SCATTER_ADD) return true;
+  loom_dtype_t d = in_dtype(g, n, 0);
+  return in_dtype(g, n, 2) == d &&
+         (d == LOOM_F32 || d == LOOM_F64 || d == LOOM_I32 || d == LOOM_I64);
+}
+
 static const support_fn rules[IR_OP_COUNT] = {
 #define LOOM_OP(ID, name, cls, ...) [IR_OP_##ID] = cls##_RULE,
 #define EW_RULE elementwise
@@ -99,7 +110,8 @@ static const support_fn rules[IR_OP_COUNT] = {
 };
 
 /* Per-op exceptions to the class rule: reductions and contractions by
- * name, and layout ops that index with data (or generators) not at all. */
+ * name, layout ops that index with data by their own rule, and
+ * generators not at all. */
 static const struct {
   ir_op_t op;
   support_fn fn;
@@ -111,9 +123,10 @@ static const struct {
     {IR_OP_CONV_TRANSPOSE2D, conv2d},
     {IR_OP_BATCH_NORM, batch_norm},
     {IR_OP_MAX_POOL2D_GRAD, max_pool_grad},
-    {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, NULL},
-    {IR_OP_INDEX_SELECT, NULL}, {IR_OP_SCATTER_ADD, NULL}, {IR_OP_EMBEDDING, NULL},
-    {IR_OP_ONE_HOT, NULL},   {IR_OP_ARANGE, NULL},      {IR_OP_FULL, NULL},
+    {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, index_op},
+    {IR_OP_INDEX_SELECT, index_op}, {IR_OP_SCATTER_ADD, index_op},
+    {IR_OP_EMBEDDING, index_op}, {IR_OP_ONE_HOT, index_op},
+    {IR_OP_ARANGE, NULL},    {IR_OP_FULL, NULL},
 };
 
 static support_fn rule_of(ir_op_t op) {

@@ -1,5 +1,5 @@
 /* Log lines by category, chosen with LOOM_LOG (comma-separated: passes,
- * fusion, compile, memory, cache, recompiles, breaks, or all). Silent by
+ * fusion, compile, memory, cache, recompiles, breaks, steps, or all). Silent by
  * default; lines go to stderr. */
 #ifndef LOOM_CORE_LOG_H
 #define LOOM_CORE_LOG_H
@@ -14,6 +14,7 @@ typedef enum core_log_category {
   LOG_CACHE = 1 << 4,
   LOG_RECOMPILES = 1 << 5,
   LOG_BREAKS = 1 << 6,
+  LOG_STEPS = 1 << 7, /* per-step timings of executables */
 } core_log_category_t;
 
 /* Whether LOOM_LOG enables the category (read once per process). */

@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -15,17 +16,32 @@
 /* Spins before a worker sleeps: long enough to catch the next step of a
  * replay, short enough not to burn a core between runs. */
 enum { SPIN_ROUNDS = 20000 };
+/* The caller's wait for the last chunk of its loop: it spins, then yields
+ * (which costs nothing on an idle core, so a chunk that ends within tens
+ * of microseconds is caught without a wake-up), then sleeps: a thread the
+ * OS has descheduled may take a time slice, and a caller asleep leaves its
+ * core to that thread. */
+enum { CALLER_SPIN_ROUNDS = 4000, CALLER_YIELDS = 200 };
 
+/* Chunks are claimed from one word, (chunks in the loop) << 32 | (next
+ * chunk): a thread that claims chunk i of the current loop knows the loop
+ * is still running (it cannot end before chunk i does), so it may read the
+ * loop's fields after the claim, whatever loop it saw before. No thread
+ * waits for another that has claimed nothing: a worker that wakes late
+ * finds every chunk taken and goes back to waiting. */
 struct core_pool {
   int n_threads;
   pthread_t *workers;
-  /* The current loop, published before `generation` moves. */
+  /* The current loop: written by the caller before it publishes `claim`,
+   * read by a thread only after it has claimed one of the loop's chunks. */
   core_pool_fn fn;
   void *ctx;
   int64_t n, chunk;
-  _Atomic int64_t next;     /* first index not yet claimed */
-  _Atomic int pending;      /* workers still inside the current loop */
-  _Atomic uint32_t generation; /* bumped per loop; futex word */
+  uint32_t chunks;
+  _Atomic uint64_t claim;
+  _Atomic uint32_t done;          /* chunks finished; futex word of the caller */
+  _Atomic int caller_sleeping;
+  _Atomic uint32_t generation;    /* bumped per loop; futex word of workers */
   _Atomic int sleepers;
   _Atomic int stop;
 };
@@ -38,13 +54,32 @@ static void futex_wake_all(_Atomic uint32_t *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Claims chunks of the current loop until none are left. */
-static void work(core_pool_t *p) {
+/* Claims the next chunk of the current loop; false when none is left. */
+static bool claim_chunk(core_pool_t *p, int64_t *index) {
+  uint64_t w = atomic_load_explicit(&p->claim, memory_order_relaxed);
   for (;;) {
-    int64_t begin = atomic_fetch_add(&p->next, p->chunk);
-    if (begin >= p->n) return;
+    uint32_t next = (uint32_t)w, total = (uint32_t)(w >> 32);
+    if (next >= total) return false;
+    if (atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acquire,
+                                              memory_order_relaxed)) {
+      *index = next;
+      return true;
+    }
+  }
+}
+
+/* Runs chunks of the current loop until none are left to claim. */
+static void work(core_pool_t *p) {
+  int64_t i;
+  while (claim_chunk(p, &i)) {
+    int64_t begin = i * p->chunk;
     int64_t end = begin + p->chunk < p->n ? begin + p->chunk : p->n;
+    uint32_t total = p->chunks;
     p->fn(p->ctx, begin, end);
+    /* Sequentially consistent with the caller's announce-then-check of
+     * caller_sleeping, so that one of the two always sees the other. */
+    if (atomic_fetch_add(&p->done, 1) + 1 == total && atomic_load(&p->caller_sleeping))
+      futex_wake_all(&p->done);
   }
 }
 
@@ -71,8 +106,21 @@ static void *worker_main(void *arg) {
     seen = await_generation(p, seen);
     if (atomic_load(&p->stop)) return NULL;
     work(p);
-    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
   }
+}
+
+/* The caller's wait for chunks that other threads claimed. */
+static void await_done(core_pool_t *p, uint32_t total) {
+  for (int i = 0; i < CALLER_SPIN_ROUNDS; i++)
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == total) return;
+  for (int i = 0; i < CALLER_YIELDS; i++) {
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == total) return;
+    sched_yield();
+  }
+  atomic_store(&p->caller_sleeping, 1);
+  uint32_t d;
+  while ((d = atomic_load(&p->done)) != total) futex_wait(&p->done, d);
+  atomic_store_explicit(&p->caller_sleeping, 0, memory_order_relaxed);
 }
 
 int core_default_threads(void) {
@@ -136,17 +184,16 @@ void core_pool_for(core_pool_t *p, int64_t n, int64_t grain, core_pool_fn fn,
   int64_t per = chunks / threads > 0 ? chunks / threads : 1;
   /* A few chunks per thread balance uneven work without much contention. */
   int64_t chunk = (per > 4 ? per / 4 : 1) * grain;
+  uint64_t total = (uint64_t)((n + chunk - 1) / chunk);
   p->fn = fn;
   p->ctx = ctx;
   p->n = n;
   p->chunk = chunk;
-  atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+  p->chunks = (uint32_t)total;
+  atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->claim, total << 32, memory_order_release);
   atomic_fetch_add(&p->generation, 1);
   if (atomic_load(&p->sleepers) > 0) futex_wake_all(&p->generation);
   work(p);
-  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-    /* Workers finish within a chunk's time: spin, yielding now and then. */
-    sched_yield();
-  }
+  await_done(p, (uint32_t)total);
 }

@@ -2,7 +2,9 @@
  * One pool serves a whole executable, so that a replay pays no thread
  * start-up, and a caller that waits also works (no thread sits idle while
  * the caller blocks). Workers spin briefly before sleeping, because the
- * steps of a replay arrive microseconds apart. */
+ * steps of a replay arrive microseconds apart. A loop ends when its last
+ * chunk does: the caller never waits for a worker that took no chunk (one
+ * still waking up, or descheduled on a busy machine). */
 #ifndef LOOM_CORE_POOL_H
 #define LOOM_CORE_POOL_H
 

@@ -225,6 +225,7 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
       .a = d->weight, .lda = taps, .sa = {0, og * taps},
       .pack_b = pack_b_conv_images, .b_ctx = d,
       .c = out, .ldc = cols, .sc = {0, og * cols}};
+  gemm_use_packed_a(&p, d->weight_packed);
   gemm_run(&p, pool);
   scatter_t s = {d, out};
   core_pool_for(pool, d->n, 1, scatter_images, &s);
@@ -244,7 +245,20 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
       .pack_b = is_pointwise(d) ? gemm_pack_b_matrix : pack_b_conv, .b_ctx = d,
       .c = d->y, .ldc = positions, .sc = {d->o * positions, og * positions},
       .bias = d->bias, .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  gemm_use_packed_a(&p, d->weight_packed);
   gemm_run(&p, pool);
+}
+
+/* Per group g, the GEMM's A is W[g * og : (g + 1) * og] as og x cg*kh*kw. */
+size_t kern_conv2d_packed_bytes(int64_t o, int64_t cg, int64_t kh, int64_t kw,
+                                int64_t groups) {
+  return gemm_packed_a_bytes(o / groups, cg * kh * kw, groups);
+}
+
+void kern_conv2d_pack_weight(const float *w, int64_t o, int64_t cg, int64_t kh, int64_t kw,
+                             int64_t groups, void *dst) {
+  int64_t og = o / groups, taps = cg * kh * kw;
+  gemm_pack_a_ahead(w, taps, og * taps, og, taps, groups, dst);
 }
 
 /* ---- Weight gradient ------------------------------------------------------------

@@ -124,6 +124,15 @@ pack_a_rows(const float *const *src, int64_t kc, int mr, float *dst) {
     for (int r = 0; r < mr; r++) dst[r] = src[r][q];
 }
 
+/* A stored transposed (dW = X^T dY): each step of a panel is one run of
+ * mr floats, copied with a size the compiler knows (a memcpy call per 24
+ * bytes cost more than the copy). */
+static inline __attribute__((always_inline)) void
+pack_a_runs(const float *src, int64_t lda, int64_t kc, int mr, float *dst) {
+  for (int64_t q = 0; q < kc; q++, dst += mr, src += lda)
+    for (int r = 0; r < mr; r++) dst[r] = src[r];
+}
+
 /* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
  * steps, mr consecutive rows (zeros past mc). The rows of a panel are read
  * side by side, so that the stores are sequential and the loads form mr
@@ -143,10 +152,8 @@ static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
     }
     if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
     else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
-    else if (p->trans_a && rows == mr)
-      /* A stored transposed (dW = X^T dY): a panel's step is one run. */
-      for (int64_t q = 0; q < kc; q++)
-        memcpy(dst + q * mr, src[0] + q * p->lda, (size_t)mr * sizeof(float));
+    else if (p->trans_a && rows == mr && mr == 6) pack_a_runs(src[0], p->lda, kc, 6, dst);
+    else if (p->trans_a && rows == mr && mr == 12) pack_a_runs(src[0], p->lda, kc, 12, dst);
     else
       for (int64_t q = 0; q < kc; q++)
         for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
@@ -216,7 +223,8 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
     return;
   }
   _Alignas(64) float scratch[32 * 32];
-  isa->kernel(kc, ap, bp, scratch, isa->nr, 0);
+  if (cols <= isa->nr / 2 && isa->kernel_half) isa->kernel_half(kc, ap, bp, scratch, isa->nr, 0);
+  else isa->kernel(kc, ap, bp, scratch, isa->nr, 0);
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
       float v = scratch[i * isa->nr + j];
@@ -233,7 +241,7 @@ enum { FINISH_COLS = 256 };
 
 /* C[ic:ic+mc, jc:jc+nc] (+)= packed A block @ packed B panel; with `last`,
  * finished spans of columns are handed to finish() while in cache. */
-static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk,
+static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
                          const float *bpanel, int64_t t, float *c, int64_t ic,
                          int64_t mc, int64_t jc, int64_t nc, int64_t kc,
                          int accumulate, int last) {
@@ -245,7 +253,7 @@ static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk,
     const float *bp = bpanel + jr * kc;
     for (int64_t ir = 0; ir < mc; ir += isa->mr) {
       int64_t rows = mc - ir < isa->mr ? mc - ir : isa->mr;
-      tile(isa, kc, bk->abuf + ir * kc, bp, c + (ic + ir) * p->ldc + jc + jr,
+      tile(isa, kc, ablock + ir * kc, bp, c + (ic + ir) * p->ldc + jc + jr,
            p->ldc, rows, cols, accumulate);
     }
     if (epilogue && (jr + cols - done >= FINISH_COLS || jr + cols == nc)) {
@@ -281,10 +289,18 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
       const float *bpanel = bk->bbuf;
       if (p->b_packed && p->b_kc == bk->kc) bpanel = p->b_packed + pc * p->b_npad + jc * kc;
       else p->pack_b(p, t, pc, kc, jc, nc, bk->isa->nr, bk->bbuf);
+      /* Prepacked A panels: block pc at pc * mpad, row ic's at ic * kc
+       * (ic is a multiple of mr). */
+      const float *aset = NULL;
+      if (p->a_packed && p->a_kc == bk->kc)
+        aset = p->a_packed + (t % p->groups) * p->a_set + pc * p->a_mpad;
       for (int64_t ic = m0; ic < m1; ic += bk->mc) {
         int64_t mc = m1 - ic < bk->mc ? m1 - ic : bk->mc;
-        pack_a(p, a, ic, mc, pc, kc, bk->isa->mr, bk->abuf);
-        macro_kernel(p, bk, bpanel, t, c, ic, mc, jc, nc, kc, pc > 0, pc + kc >= p->k);
+        const float *ablock = bk->abuf;
+        if (aset) ablock = aset + ic * kc;
+        else pack_a(p, a, ic, mc, pc, kc, bk->isa->mr, bk->abuf);
+        macro_kernel(p, bk, ablock, bpanel, t, c, ic, mc, jc, nc, kc, pc > 0,
+                     pc + kc >= p->k);
       }
     }
   }
@@ -326,6 +342,20 @@ static int64_t balanced(int64_t total, int64_t most, int64_t unit) {
   return ceil_div(ceil_div(total, blocks), unit) * unit;
 }
 
+/* The columns of B packed at once. With one row block, each B
+ * micro-panel feeds only mc / mr tiles, so streaming it from L3 costs
+ * more than packing blocks of at most L2_B_BYTES, which stay in L2; A is
+ * then read once per block, one pass over mc x kc per nc x mc x kc FMAs.
+ * (ResNet-18's 56x56 and 28x28 layers: up to 25% faster; see
+ * docs/contractions.md.) */
+enum { L2_B_BYTES = 256 << 10 };
+
+static int64_t panel_columns(const gemm_isa_t *isa, int64_t m, int64_t mc, int64_t kc) {
+  if (m > mc) return isa->nc;
+  int64_t nc = L2_B_BYTES / (kc * (int64_t)sizeof(float)) / isa->nr * isa->nr;
+  return nc < isa->nr ? isa->nr : nc > isa->nc ? isa->nc : nc;
+}
+
 static void job_body(void *ctx, int64_t begin, int64_t end) {
   const job_t *j = ctx;
   const gemm_isa_t *isa = j->isa;
@@ -333,6 +363,7 @@ static void job_body(void *ctx, int64_t begin, int64_t end) {
   if (s) {
     blocking_t bk = {isa, balanced(j->p->m, isa->mc, isa->mr),
                      balanced(j->p->k, isa->kc, 1), isa->nc, s->a, s->b};
+    bk.nc = panel_columns(isa, j->p->m, bk.mc, bk.kc);
     for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
     slot_release(s);
     return;
@@ -404,6 +435,47 @@ void kern_gemm_pack_b(const float *b, int64_t ldb, int trans_b, int64_t k, int64
     int64_t kc = k - pc < h->kc ? k - pc : h->kc;
     gemm_pack_b_matrix(&p, 0, pc, kc, 0, n, isa->nr, data + pc * h->npad);
   }
+}
+
+/* ---- A packed ahead of time (conv2d's frozen weights) ----------------- */
+
+typedef struct packed_a_head {
+  const gemm_isa_t *isa;
+  int64_t m, k, groups, kc, mpad;
+} packed_a_head_t;
+
+_Static_assert(sizeof(packed_a_head_t) <= PACKED_HEAD_BYTES, "packed A head");
+
+size_t gemm_packed_a_bytes(int64_t m, int64_t k, int64_t groups) {
+  const gemm_isa_t *isa = isa_current();
+  int64_t mpad = ceil_div(m, isa->mr) * isa->mr;
+  return PACKED_HEAD_BYTES + (size_t)(groups * k * mpad) * sizeof(float);
+}
+
+void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, int64_t k,
+                       int64_t groups, void *dst) {
+  const gemm_isa_t *isa = isa_current();
+  packed_a_head_t *h = dst;
+  *h = (packed_a_head_t){isa, m, k, groups, balanced(k, isa->kc, 1),
+                         ceil_div(m, isa->mr) * isa->mr};
+  float *data = (float *)((char *)dst + PACKED_HEAD_BYTES);
+  gemm_problem_t p = {.m = m, .k = k, .lda = lda};
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t pc = 0; pc < k; pc += h->kc) {
+      int64_t kc = k - pc < h->kc ? k - pc : h->kc;
+      pack_a(&p, a + g * stride, 0, m, pc, kc, isa->mr, data + (g * k + pc) * h->mpad);
+    }
+}
+
+void gemm_use_packed_a(gemm_problem_t *p, const void *packed) {
+  const packed_a_head_t *h = packed;
+  if (!h || h->isa != isa_current() || h->m != p->m || h->k != p->k ||
+      h->groups != p->groups || p->trans_a || (p->batch > p->groups && p->sa.outer != 0))
+    return;
+  p->a_packed = (const float *)((const char *)h + PACKED_HEAD_BYTES);
+  p->a_mpad = h->mpad;
+  p->a_kc = h->kc;
+  p->a_set = h->k * h->mpad;
 }
 
 /* Points p at d's prepacked B when it was packed for this call's shape

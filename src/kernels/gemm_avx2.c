@@ -1,6 +1,7 @@
 /* AVX2 + FMA micro-kernels: 6x16 (12 ymm accumulators, 2 loads and 6
  * broadcasts per 12 FMAs), and 12x32, the AVX-512 tile shape, which lets
- * tests exercise that shape's edges on CPUs without AVX-512. */
+ * tests exercise that shape's edges on CPUs without AVX-512; each with
+ * its half-width edge kernel (6x8, 12x16). */
 #include <immintrin.h>
 
 #include "kernels/gemm_impl.h"
@@ -17,14 +18,17 @@
 #define UK_ADD(a, b) _mm256_add_ps((a), (b))
 
 #define UK_NAME ukernel_avx2_6x16
+#define UK_HALF_NAME ukernel_avx2_6x8
 #define UK_MR 6
 #define UK_NV 2
 #include "kernels/gemm_ukernel.inc"
 #undef UK_NAME
+#undef UK_HALF_NAME
 #undef UK_MR
 #undef UK_NV
 
 #define UK_NAME ukernel_avx2_12x32
+#define UK_HALF_NAME ukernel_avx2_12x16
 #define UK_MR 12
 #define UK_NV 4
 #include "kernels/gemm_ukernel.inc"
@@ -80,7 +84,7 @@ static int avx2_supported(void) {
 #endif
 const gemm_isa_t gemm_isa_avx2 = {"avx2", avx2_supported, ukernel_avx2_6x16,
                                   6, 16, AVX2_MC, AVX2_KC, AVX2_NC,
-                                  pack_bt_avx2_16};
+                                  pack_bt_avx2_16, ukernel_avx2_6x8};
 const gemm_isa_t gemm_isa_avx2_wide = {"avx2_wide", avx2_supported,
                                        ukernel_avx2_12x32, 12, 32, 144, 256,
-                                       4096, NULL};
+                                       4096, NULL, ukernel_avx2_12x16};

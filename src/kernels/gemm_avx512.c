@@ -17,6 +17,7 @@
 #define UK_ADD(a, b) _mm512_add_ps((a), (b))
 
 #define UK_NAME ukernel_avx512_12x32
+#define UK_HALF_NAME ukernel_avx512_12x16
 #define UK_MR 12
 #define UK_NV 2
 #include "kernels/gemm_ukernel.inc"
@@ -30,4 +31,4 @@ static int avx512_supported(void) {
  * stays in L1 at kc = 256 and the A block (mc x kc) in L2. */
 const gemm_isa_t gemm_isa_avx512 = {"avx512", avx512_supported,
                                     ukernel_avx512_12x32, 12, 32, 192, 256,
-                                    4096, NULL};
+                                    4096, NULL, ukernel_avx512_12x16};

@@ -27,6 +27,10 @@ typedef struct gemm_isa {
    * the stored matrix, ldb apart, kc floats each) with vector transposes;
    * NULL: the portable loop. */
   void (*pack_bt)(const float *b, int64_t ldb, int64_t kc, float *dst);
+  /* Optional: the left half of a tile, mr x nr/2, still reading nr-wide B
+   * panels, for a last tile of at most nr/2 columns (7x7 = 49 positions
+   * end in a 1-column tile); NULL: edge tiles run the full kernel. */
+  gemm_ukernel_fn kernel_half;
 } gemm_isa_t;
 
 extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,
@@ -70,6 +74,11 @@ struct gemm_problem {
   gemm_stride_t sc;
   const float *b_packed; /* B's panels packed ahead (every item's), or NULL */
   int64_t b_npad, b_kc;  /* b_packed: columns padded to nr, k blocking */
+  /* A's panels packed ahead (gemm_pack_a_ahead), one set per group (item t
+   * reads set t % groups), or NULL: block pc of a set starts at pc * a_mpad,
+   * row tile i0's panel at i0 * kc within it. */
+  const float *a_packed;
+  int64_t a_mpad, a_kc, a_set; /* rows padded to mr, k blocking, floats a set */
   const float *bias; /* per row, offset by (t % groups) * m; may be NULL */
   loom_abi_epilogue_t epilogue;
   void *epilogue_ctx;
@@ -79,6 +88,21 @@ struct gemm_problem {
 void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
                         int64_t kc, int64_t jc, int64_t nc, int nr,
                         float *dst);
+
+/* A (m x k row-major, rows lda apart; `groups` matrices `stride` floats
+ * apart) packed once into the panels the driver would pack, for
+ * gemm_use_packed_a: a 64-byte head (micro-kernel, m, k, groups, kc),
+ * then per group, per kc-deep block of k, mr-tall panels of every row.
+ * gemm_packed_a_bytes sizes the buffer (64-byte aligned). */
+size_t gemm_packed_a_bytes(int64_t m, int64_t k, int64_t groups);
+void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, int64_t k,
+                       int64_t groups, void *dst);
+
+/* Points p at the A panels of `packed` (gemm_pack_a_ahead) when they were
+ * packed for p's shape and groups and the micro-kernel in use, and A is
+ * the same matrix for every image (sa.outer == 0); else leaves p as it
+ * is, so that the driver packs A itself. */
+void gemm_use_packed_a(gemm_problem_t *p, const void *packed);
 
 /* Solves p over the pool (NULL: this thread). */
 void gemm_run(const gemm_problem_t *p, core_pool_t *pool);

@@ -4,7 +4,10 @@
  *      reductions, elementwise chains, reductions after their prologue);
  *   2. backward: a whole elementwise group whose values are all read by
  *      one other group folds into it (prologues, cheap broadcast values;
- *      a pooling node takes a short prologue, recomputed at each tap);
+ *      a pooling node takes a short prologue, recomputed at each tap; a
+ *      contraction's epilogue takes values over its output space; an
+ *      index op takes the elementwise ops and expands computing its
+ *      index, and a scatter_add the index_select computing its src);
  *   3. the groups are ordered by their dependencies and their inputs and
  *      outputs listed.
  * A join is legal only if no path leaves the group and comes back to it
@@ -467,12 +470,84 @@ static bool prologue_fits(const fuser_t *f, int32_t a, int32_t b, bool has_outpu
   return nodes * window_overlap(pool) <= POOL_PROLOGUE_WORK;
 }
 
+/* Whether elementwise group a may fold into contraction group b's
+ * epilogue (an optimizer's m * beta1 beside the gradient that the update
+ * reads): over b's output space exactly and read in b by epilogue nodes
+ * only, never by the contraction, so that each element is computed once,
+ * while the tile is in cache, instead of in a pass of its own. */
+static bool epilogue_input_fits(const fuser_t *f, int32_t a, int32_t b, bool has_output) {
+  const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  if (has_output || !same_shape(&wa->space, &wb->space)) return false;
+  for (int32_t n = wa->head; n >= 0; n = f->next[n]) {
+    if (!outputs_have_shape(f, n, &wb->space) || !fits_conv_epilogue(f, n, b)) return false;
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_out; k++)
+      for (int32_t u = f->use_start[node->out[k]]; u < f->use_start[node->out[k] + 1]; u++)
+        if (f->uses[u] == wb->anchor) return false;
+  }
+  return true;
+}
+
+/* The index node of layout group b when it may take a prologue, or -1. */
+static int32_t index_taking_prologue(const fuser_t *f, int32_t b) {
+  int32_t last = -1;
+  for (int32_t n = f->groups[b].head; n >= 0; n = f->next[n]) last = n > last ? n : last;
+  if (last < 0 || !f->supported[last]) return -1;
+  return cg_index_prologue_ok(f->g, &f->g->nodes[last]) ? last : -1;
+}
+
+/* Whether group a, one index_select, may compute the src of scatter_add
+ * node x of group b (cg_index_src_fits), read by nothing else. */
+static bool take_fits(fuser_t *f, int32_t a, int32_t b, int32_t x) {
+  int32_t t = f->groups[a].head;
+  const ir_node_t *tn = &f->g->nodes[t];
+  if (!f->supported[t] || !cg_index_src_fits(f->g, &f->g->nodes[x], tn) ||
+      !read_only_by(f, a, x))
+    return false;
+  for (int k = 0; k < tn->n_in; k++) {
+    int32_t p = producer(f, tn->in[k]);
+    if (p >= 0 && f->group[p] != b && depends_on(f, f->group[p], b)) return false;
+  }
+  return true;
+}
+
+/* Whether group a (elementwise, or one expand) may fold into index group
+ * b as the prologue that computes its index (c_index.c): a's values are
+ * read outside a only as that index, and what a reads from outside lines
+ * up with the index's rows and columns. The index then never reaches
+ * memory (a GNN's (edges, features) scatter index). */
+static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
+  int32_t x = index_taking_prologue(f, b);
+  if (has_output || x < 0 || !f->groups[b].alive) return false;
+  const ir_node_t *xn = &f->g->nodes[x];
+  const work_group_t *wa = &f->groups[a];
+  if (wa->head == wa->tail && f->g->nodes[wa->head].op == IR_OP_INDEX_SELECT)
+    return take_fits(f, a, b, x);
+  if (producer(f, xn->in[0]) >= 0 && f->group[producer(f, xn->in[0])] == a) return false;
+  if (xn->n_in > 2 && producer(f, xn->in[2]) >= 0 && f->group[producer(f, xn->in[2])] == a)
+    return false;
+  if (!read_only_by(f, a, x)) return false;
+  for (int32_t n = f->groups[a].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    if (node->op != IR_OP_EXPAND && ir_ops[node->op].fusion_class != IR_CLASS_EW) return false;
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t p = producer(f, node->in[k]);
+      if (p >= 0 && f->group[p] == a) continue;
+      if (!cg_index_prologue_reads(f->g, xn, type_of(f, node->in[k]))) return false;
+      if (p >= 0 && f->group[p] != b && depends_on(f, f->group[p], b)) return false;
+    }
+  }
+  return true;
+}
+
 /* Whether elementwise group a may fold into group b: its space must fit
  * (broadcast into an elementwise group; the full space of a reduction,
  * reading b's reduced values only as a node of b would), and no path may
  * run from b to a through a third group. */
 static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  if (wb->kind == FUSE_LAYOUT || wa->kind != FUSE_ELEMENTWISE)
+    return wb->kind == FUSE_LAYOUT && index_prologue_fits(f, a, b, has_output);
   bool same = same_shape(&wa->space, &wb->space);
   if (!wb->alive || !wb->open) return false;
   if (wb->pool && !prologue_fits(f, a, b, has_output)) return false;
@@ -480,7 +555,9 @@ static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   if (wb->kind == FUSE_REDUCTION && !wb->pool && (wa->mixed || !same)) return false;
   if (wb->kind == FUSE_ELEMENTWISE && !broadcasts_into(&wa->space, &wb->space))
     return false;
-  if (wb->kind != FUSE_ELEMENTWISE && wb->kind != FUSE_REDUCTION) return false;
+  if (wb->kind == FUSE_CONTRACTION && !epilogue_input_fits(f, a, b, has_output)) return false;
+  if (wb->kind != FUSE_ELEMENTWISE && wb->kind != FUSE_REDUCTION && wb->kind != FUSE_CONTRACTION)
+    return false;
   for (int32_t n = wa->head; n >= 0; n = f->next[n]) {
     const ir_node_t *node = &f->g->nodes[n];
     if (wb->kind == FUSE_REDUCTION && !wb->pool && !ew_fits_reduction(f, n, b)) return false;
@@ -510,7 +587,10 @@ static bool fold_sweep(fuser_t *f) {
   bool folded = false;
   for (int32_t a = f->n_groups - 1; a >= 0; a--) {
     const work_group_t *wa = &f->groups[a];
-    if (!wa->alive || wa->kind != FUSE_ELEMENTWISE) continue;
+    ir_op_t op = f->g->nodes[wa->head].op;
+    bool expand = wa->kind == FUSE_LAYOUT && wa->head == wa->tail &&
+                  (op == IR_OP_EXPAND || op == IR_OP_INDEX_SELECT); /* index prologues */
+    if (!wa->alive || (wa->kind != FUSE_ELEMENTWISE && !expand)) continue;
     bool has_output;
     int32_t b = sole_consumer(f, a, &has_output);
     if (b >= 0 && fold_fits(f, a, b, has_output)) {

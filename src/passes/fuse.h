@@ -21,9 +21,14 @@
  *                     with an elementwise prologue and epilogue.
  *   FUSE_CONTRACTION  one matmul or conv2d (the anchor) with elementwise
  *                     epilogue nodes over the anchor's output space (bias,
- *                     activation, residual add, dropout mask).
+ *                     activation, residual add, dropout mask; and nodes
+ *                     that do not read the product but only feed the
+ *                     epilogue, such as an optimizer's m * beta1).
  *   FUSE_LAYOUT       one layout op that moves data (transpose, slice,
- *                     concat, pad, ...).
+ *                     concat, pad, ...); an index op (gather,
+ *                     scatter_add, ...) last, after the elementwise ops
+ *                     and expands computing its index and a
+ *                     scatter_add's index_select computing its src.
  *   FUSE_ALIAS        a reshape-like op (reshape, squeeze, unsqueeze,
  *                     identity) on contiguous data: its output shares its
  *                     input's storage; no step runs. Never used when the

@@ -62,6 +62,9 @@ typedef struct loom_abi_conv2d {
   float *y;
   loom_abi_epilogue_t epilogue; /* may be NULL */
   void *epilogue_ctx;
+  /* conv2d_f32: the weight packed ahead of time (a frozen weight), or
+   * NULL: the kernel uses it when its layout fits, else packs weight. */
+  const void *weight_packed;
 } loom_abi_conv2d_t;
 
 /* What the runtime offers generated code. */
@@ -86,6 +89,16 @@ typedef struct loom_abi {
    * be NULL); the geometry is the forward conv2d's, dX's image the
    * epilogue's c rows by h*w columns. */
   void (*conv2d_input_grad_f32)(const loom_abi_conv2d_t *d, void *pool);
+  /* Per slot s, packed_w[s]: that slot's conv2d weight packed for
+   * loom_abi_conv2d_t.weight_packed, or NULL; may be NULL. */
+  const void *const *packed_w;
+  /* Generated index code met entry `value` at flat position `position`
+   * of the index of node `node`, out of range for a dim of `size`, and
+   * stopped: the run fails after the step, naming the earliest node's
+   * lowest position reported. index_errors is the runtime's record. */
+  void (*index_error)(const struct loom_abi *rt, int node, int64_t position,
+                      int64_t value, int64_t size);
+  void *index_errors;
 } loom_abi_t;
 
 typedef void (*loom_abi_group_t)(void *const *slots, const int64_t *syms,

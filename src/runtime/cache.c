@@ -711,6 +711,24 @@ loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *in
   return s;
 }
 
+loom_status_t rt_entry_run_packed(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
+                                  int n_outputs, loom_tensor_t *const *outputs,
+                                  const void *const *packed_b) {
+  LOOM_CHECK_ARG(e);
+  if (!e->exe)
+    return loom_fail(LOOM_ERR_INVALID, "rt_entry_run_packed: the entry of site %016llx has "
+                     "no executable", (unsigned long long)e->key.site);
+  pthread_mutex_lock(&e->run_lock);
+  const void *const *own = e->exe->abi.packed_b;
+  e->exe->abi.packed_b = packed_b;
+  loom_status_t s = loom_executable_run(e->exe, n_inputs, inputs, n_outputs, outputs);
+  e->exe->abi.packed_b = own;
+  if (e->exe->dyn)
+    atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
+  pthread_mutex_unlock(&e->run_lock);
+  return s;
+}
+
 /* Under the lock: counts the arena a run with new sizes regrew. */
 static void recount_arena(loom_cache_t *c, rt_entry_t *e) {
   int64_t now = atomic_load_explicit(&e->arena_now, memory_order_relaxed);

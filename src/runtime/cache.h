@@ -107,6 +107,14 @@ loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs,
                            loom_tensor_t *const *inputs, int n_outputs,
                            loom_tensor_t *const *outputs);
 
+/* rt_entry_run with packed_b (loom_abi_t.packed_b: per slot s,
+ * [2 * s + trans_b] that slot's matrix packed as a GEMM's B, or NULL)
+ * in place of the executable's own for this run: the caller packs
+ * inputs that stay unchanged across many runs (a trace's weights). */
+loom_status_t rt_entry_run_packed(rt_entry_t *e, int n_inputs,
+                                  loom_tensor_t *const *inputs, int n_outputs,
+                                  loom_tensor_t *const *outputs,
+                                  const void *const *packed_b);
 /* Appends the cache's entries and recent recompile reasons to text. */
 struct core_text;
 loom_status_t rt_cache_describe(const loom_cache_t *c, struct core_text *text);

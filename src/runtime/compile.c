@@ -406,7 +406,7 @@ static loom_status_t start_runtime(loom_executable_t *e, int threads) {
                         .conv2d_f32 = abi_conv2d_f32,
                         .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32,
                         .conv2d_input_grad_f32 = abi_conv2d_input_grad_f32};
-  return LOOM_OK;
+  return rt_index_errors_init(e);
 }
 
 /* ---- The driver ------------------------------------------------------------ */
@@ -532,32 +532,65 @@ static bool is_frozen(const loom_graph_t *g, int32_t v) {
   return true;
 }
 
-/* Packs, once, the frozen rank-2 B operand of each generated matmul into
- * e->packed_b[2 * slot + trans_b], which the module reads through
- * rt->packed_b (c_contract.c), so that runs skip packing weights. */
+/* The frozen rank-2 B operand of matmul n, packed once into
+ * e->packed_b[2 * slot + trans_b]. */
+static loom_status_t prepack_matmul_b(loom_executable_t *e, const ir_node_t *n) {
+  const loom_graph_t *g = e->graph;
+  int32_t b = n->in[1];
+  int64_t shape[2];
+  if (g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
+      !is_frozen(g, b) || value_shape(e, b, shape) != LOOM_OK)
+    return LOOM_OK;
+  int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
+  int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
+  if (slot < 0 || e->packed_b[2 * slot + tb]) return LOOM_OK;
+  void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
+  if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lld weight",
+                             (long long)shape[0], (long long)shape[1]);
+  kern_gemm_pack_b(e->slots[slot], shape[1], tb, k, cols, buf);
+  e->packed_b[2 * slot + tb] = buf;
+  return LOOM_OK;
+}
+
+/* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once as
+ * its GEMM's A operand into e->packed_w[slot]. */
+static loom_status_t prepack_conv_weight(loom_executable_t *e, const ir_node_t *n) {
+  const loom_graph_t *g = e->graph;
+  int32_t w = n->in[1];
+  int64_t s[4], groups = ir_attr_int(&n->attrs, "groups", 1);
+  if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
+      !is_frozen(g, w) || value_shape(e, w, s) != LOOM_OK || groups < 1 || s[0] % groups)
+    return LOOM_OK;
+  int64_t slot = e->slot_of_value[w];
+  if (slot < 0 || e->packed_w[slot]) return LOOM_OK;
+  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(s[0], s[1], s[2], s[3], groups));
+  if (!buf)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
+                     (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+  kern_conv2d_pack_weight(e->slots[slot], s[0], s[1], s[2], s[3], groups, buf);
+  e->packed_w[slot] = buf;
+  return LOOM_OK;
+}
+
+/* Packs, once, the frozen weights of generated contractions: the B
+ * operand of matmuls (e->packed_b[2 * slot + trans_b]) and conv2d weights
+ * (e->packed_w[slot]), which the module reads through rt->packed_b and
+ * rt->packed_w (c_contract.c), so that runs skip packing weights. */
 static loom_status_t prepack_weights(loom_executable_t *e) {
   const loom_graph_t *g = e->graph;
   e->packed_b = core_calloc((size_t)e->n_slots * 2 + 1, sizeof *e->packed_b);
-  if (!e->packed_b) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
+  e->packed_w = core_calloc((size_t)e->n_slots + 1, sizeof *e->packed_w);
+  if (!e->packed_b || !e->packed_w)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
   e->abi.packed_b = (const void *const *)e->packed_b;
+  e->abi.packed_w = (const void *const *)e->packed_w;
   for (int i = 0; i < e->n_steps; i++) {
     if (e->steps[i].kind != STEP_GENERATED) continue;
     const fuse_group_t *grp = &e->plan.groups[e->steps[i].group];
     if (grp->kind != FUSE_CONTRACTION || grp->anchor < 0) continue;
     const ir_node_t *n = &g->nodes[grp->anchor];
-    int32_t b = n->op == IR_OP_MATMUL ? n->in[1] : -1;
-    int64_t shape[2];
-    if (b < 0 || g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
-        !is_frozen(g, b) || value_shape(e, b, shape) != LOOM_OK)
-      continue;
-    int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
-    int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
-    if (slot < 0 || e->packed_b[2 * slot + tb]) continue;
-    void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
-    if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lld weight",
-                               (long long)shape[0], (long long)shape[1]);
-    kern_gemm_pack_b(e->slots[slot], shape[1], tb, k, cols, buf);
-    e->packed_b[2 * slot + tb] = buf;
+    if (n->op == IR_OP_MATMUL) LOOM_TRY(prepack_matmul_b(e, n));
+    else if (n->op == IR_OP_CONV2D) LOOM_TRY(prepack_conv_weight(e, n));
   }
   return LOOM_OK;
 }

@@ -5,6 +5,7 @@
 
 #include "codegen/codegen.h"
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ref.h"
@@ -103,23 +104,29 @@ static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
   return s;
 }
 
+static loom_status_t run_step(loom_executable_t *e, step_t *st) {
+  switch (st->kind) {
+    case STEP_GENERATED:
+      st->fn(e->slots, e->syms, &e->abi);
+      return rt_index_errors_take(e);
+    case STEP_REFERENCE: return run_reference(e, &st->ref);
+    case STEP_CONTROL: return rt_control_run(e, st->control);
+    case STEP_COPY: /* an output bound to its input's storage has it already */
+      if (e->slots[st->copy_to] != e->slots[st->copy_from])
+        memcpy(e->slots[st->copy_to], e->slots[st->copy_from], (size_t)st->copy_bytes);
+      break;
+  }
+  return LOOM_OK;
+}
+
 loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs) {
   LOOM_CHECK_ARG(e);
   LOOM_TRY(bind(e, n_inputs, inputs, n_outputs, outputs));
   if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
-  for (int i = 0; i < e->n_steps; i++) {
-    step_t *st = &e->steps[i];
-    switch (st->kind) {
-      case STEP_GENERATED: st->fn(e->slots, e->syms, &e->abi); break;
-      case STEP_REFERENCE: LOOM_TRY(run_reference(e, &st->ref)); break;
-      case STEP_CONTROL: LOOM_TRY(rt_control_run(e, st->control)); break;
-      case STEP_COPY:
-        memcpy(e->slots[st->copy_to], e->slots[st->copy_from], (size_t)st->copy_bytes);
-        break;
-    }
-  }
+  if (core_log_enabled(LOG_STEPS)) return rt_profile_run(e, run_step);
+  for (int i = 0; i < e->n_steps; i++) LOOM_TRY(run_step(e, &e->steps[i]));
   return LOOM_OK;
 }
 
@@ -185,6 +192,9 @@ static void free_ref_step(ref_step_t *r) {
 
 void loom_executable_destroy(loom_executable_t *e) {
   if (!e) return;
+  rt_profile_report(e);
+  rt_profile_free(e);
+  rt_index_errors_free(e);
   for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
     if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
     else if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);
@@ -198,6 +208,8 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_free(e->arena);
   for (int i = 0; e->packed_b && i < 2 * e->n_slots; i++) core_free(e->packed_b[i]);
   core_free(e->packed_b);
+  for (int i = 0; e->packed_w && i < e->n_slots; i++) core_free(e->packed_w[i]);
+  core_free(e->packed_w);
   mem_plan_free(&e->mem);
   core_free(e->slots);
   core_free(e->slot_bytes);

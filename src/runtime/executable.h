@@ -84,10 +84,33 @@ struct loom_executable {
   loom_abi_t abi;
   void **packed_b;       /* freeze_params: [2 * slot + trans_b] a frozen
                             weight packed as a GEMM's B, or NULL (owned) */
+  void **packed_w;       /* freeze_params: [slot] a frozen conv2d weight
+                            packed as its GEMM's A, or NULL (owned) */
   bool interpreted;      /* fallback: run the source graph in the interpreter */
   int n_generated, n_reference;
   double compile_ms;
+  struct rt_profile *profile; /* step timings (LOOM_LOG=steps), or NULL */
 };
+
+/* ---- Step timings (src/runtime/profile.c) ---------------------------------- */
+
+typedef struct rt_profile rt_profile_t;
+typedef loom_status_t (*rt_step_fn)(loom_executable_t *e, step_t *st);
+/* Runs every step through run_step, adding each one's time to e's
+ * profile (allocated at the first call). */
+loom_status_t rt_profile_run(loom_executable_t *e, rt_step_fn run_step);
+/* Logs (LOOM_LOG=steps) the steps by time per run, the slowest first. */
+void rt_profile_report(const loom_executable_t *e);
+void rt_profile_free(loom_executable_t *e);
+
+/* ---- Index errors of generated code (src/runtime/index_error.c) ----------- */
+
+typedef struct rt_index_errors rt_index_errors_t;
+/* Sets e->abi's index_error and its record. */
+loom_status_t rt_index_errors_init(loom_executable_t *e);
+/* After a generated step: the error it reported (and forgets it), or OK. */
+loom_status_t rt_index_errors_take(loom_executable_t *e);
+void rt_index_errors_free(loom_executable_t *e);
 
 /* ---- Control-flow steps (src/runtime/control.c) ---------------------------- */
 

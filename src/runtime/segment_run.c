@@ -117,19 +117,66 @@ static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
   return LOOM_OK;
 }
 
+loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out) {
+  LOOM_TRY(tensor_check_shape("segment output", dtype, rank, shape));
+  size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
+  void *data = core_malloc(bytes ? bytes : 1);
+  loom_status_t s = data ? loom_tensor_wrap(dtype, rank, shape, NULL, data, out)
+                         : loom_fail(LOOM_ERR_NOMEM, "out of memory for a %s tensor of "
+                                     "%zu bytes", loom_dtype_name(dtype), bytes);
+  if (s != LOOM_OK) {
+    core_free(data);
+    return s;
+  }
+  (*out)->owns_data = true;
+  return LOOM_OK;
+}
+
+/* The segment input whose value eg's output i is (a forward's saved
+ * input: the backward reads a weight or a state as it came in), or -1. */
+static int output_input(const loom_graph_t *eg, int i) {
+  int32_t v = eg->outputs[i];
+  if (eg->values[v].kind != IR_VALUE_INPUT) return -1;
+  for (int j = 0; j < (int)eg->n_inputs; j++)
+    if (eg->inputs[j] == v) return j;
+  return -1;
+}
+
+/* A saved output that is input j of w itself (not a padded copy, and
+ * contiguous, so that the executable's slot for it is its storage) is
+ * bound to that storage: the executable's copy of it is a copy onto
+ * itself, which the run skips, and the tape keeps a view, valid until
+ * the step ends (inputs stay unchanged until then; a backward after
+ * loom_trace_adamw changed a viewed parameter fails, tape.c). */
+static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *const *ins,
+                                int j, loom_tensor_t **out) {
+  const loom_tensor_t *x = ins[j];
+  *out = NULL;
+  if (j >= w->n_ins || x != t->vals[w->ins[j]].t || !tensor_is_contiguous(x) ||
+      !x->data)
+    return LOOM_OK;
+  return loom_tensor_wrap(x->dtype, x->rank, x->shape, NULL, x->data, out);
+}
+
 /* Output tensors for the executable's outputs (the entry graph's types,
- * its symbols at their sizes). */
+ * its symbols at their sizes). The executable writes every element, so
+ * they are not zeroed. */
 static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
-                                 loom_tensor_t **outs, int n_out) {
+                                 loom_tensor_t *const *ins, loom_tensor_t **outs,
+                                 int n_out) {
   loom_graph_t *eg = rt_entry_graph(e);
   int64_t syms[ir_num_symbols(eg) + 1];
   LOOM_TRY(segment_syms(t, w, ir_num_symbols(eg), syms));
   for (int i = 0; i < n_out; i++) {
+    int j = w->train && i >= w->n_outs ? output_input(eg, i) : -1;
+    if (j >= 0) LOOM_TRY(saved_view(t, w, ins, j, &outs[i]));
+    if (outs[i]) continue;
     const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
     int64_t shape[LOOM_MAX_RANK];
     for (int a = 0; a < ty->rank; a++)
       LOOM_TRY(ir_dim_eval(eg, ty->dims[a], syms, &shape[a]));
-    LOOM_TRY(tensor_new(ty->dtype, ty->rank, shape, &outs[i]));
+    LOOM_TRY(seg_tensor_uninit(ty->dtype, ty->rank, shape, &outs[i]));
   }
   return LOOM_OK;
 }
@@ -202,6 +249,56 @@ static loom_status_t store_output(loom_trace_t *t, seg_work_t *w, int k,
   return LOOM_OK;
 }
 
+/* ---- Backward descriptions, kept by forward key ---------------------------- */
+
+/* Whether two keys are equal in every field (dims past a rank ignored). */
+static bool same_key(const rt_key_t *a, const rt_key_t *b) {
+  if (a->hash != b->hash || a->structure != b->structure || a->path != b->path ||
+      a->site != b->site || a->n_inputs != b->n_inputs)
+    return false;
+  for (int i = 0; i < a->n_inputs; i++) {
+    const rt_key_input_t *x = &a->inputs[i], *y = &b->inputs[i];
+    if (x->dtype != y->dtype || x->rank != y->rank ||
+        memcmp(x->dims, y->dims, sizeof *x->dims * (size_t)x->rank))
+      return false;
+  }
+  return true;
+}
+
+void seg_memo_clear(loom_trace_t *t) {
+  for (int i = 0; i < TR_MEMO; i++) {
+    seg_desc_release(t->memo[i].bwd);
+    core_free((void *)t->memo[i].key.inputs);
+    t->memo[i] = (tr_memo_t){0};
+  }
+}
+
+/* The backward description of the segment w whose forward key is key:
+ * made once per key (a cell replayed every time step would copy its
+ * cone at each run), then a reference to the kept one. The key decides
+ * the description: the cone and its wiring, the inputs' types under
+ * the policies and the attribute sizes are all in it. */
+static loom_status_t backward_desc(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
+                                   seg_desc_t **out) {
+  tr_memo_t *m = &t->memo[key->hash & (TR_MEMO - 1)];
+  if (m->bwd && same_key(&m->key, key)) {
+    m->bwd->refs++;
+    *out = m->bwd;
+    return LOOM_OK;
+  }
+  LOOM_TRY(seg_make_desc(t, w, 2, out));
+  rt_key_input_t *kin = core_malloc(sizeof *kin * (size_t)(key->n_inputs + 1));
+  if (!kin) return LOOM_OK; /* not kept: made again next time */
+  if (key->n_inputs) memcpy(kin, key->inputs, sizeof *kin * (size_t)key->n_inputs);
+  seg_desc_release(m->bwd);
+  core_free((void *)m->key.inputs);
+  m->key = *key;
+  m->key.inputs = kin;
+  m->bwd = *out;
+  (*out)->refs++;
+  return LOOM_OK;
+}
+
 /* Pushes the tape record of a training segment: saved = outs[n_outs..),
  * kept at their buckets when padded, with the sizes the backward needs. */
 static loom_status_t push_tape(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
@@ -209,7 +306,7 @@ static loom_status_t push_tape(loom_trace_t *t, seg_work_t *w, const rt_key_t *k
   seg_desc_t *bwd = NULL;
   int n_sizes = w->bucket ? w->n_syms + 2 * w->n_groups : 0;
   int64_t sizes[n_sizes + 1];
-  loom_status_t s = seg_make_desc(t, w, 2, &bwd);
+  loom_status_t s = backward_desc(t, w, key, &bwd);
   if (s == LOOM_OK && w->bucket) {
     s = segment_syms(t, w, w->n_syms + w->n_groups, sizes);
     for (int k = 0; k < w->n_groups; k++)
@@ -247,8 +344,8 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   memset(outs, 0, sizeof outs);
   memset(staged, 0, sizeof staged);
   loom_status_t s = bind_inputs(t, w, ins, staged);
-  if (s == LOOM_OK) s = new_outputs(t, w, e, outs, n_out);
-  if (s == LOOM_OK) s = rt_entry_run(e, n_in, ins, n_out, outs);
+  if (s == LOOM_OK) s = new_outputs(t, w, e, ins, outs, n_out);
+  if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
   for (int i = 0; i < n_in; i++) loom_tensor_destroy(staged[i]);
   if (s != LOOM_OK) {
     for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);

@@ -28,6 +28,8 @@ struct rt_symbols {
   bool planned;           /* every size matches e->syms (false: replan) */
   int n_req;
   mem_request_t *req;     /* the memory plan's requests; bytes change */
+  int64_t *req_planned;   /* per request: its bytes when last planned, or
+                             -1 before the first plan */
   int32_t *req_of_slot;   /* per slot: its request, or -1 */
   int32_t *slot_value;    /* per slot: a value it holds (sizes), or -1 */
   int64_t *staging_cap;   /* per input: bytes of its staging buffer */
@@ -178,6 +180,14 @@ void rt_sym_keep_requests(loom_executable_t *e, mem_request_t *req, int n_req,
   e->dyn->req_of_slot = req_of_slot;
 }
 
+/* Kept sizes of each request's last plan (none yet). */
+static loom_status_t new_planned(rt_symbols_t *d) {
+  d->req_planned = core_malloc(sizeof(int64_t) * (size_t)(d->n_req + 1));
+  if (!d->req_planned) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int r = 0; r < d->n_req; r++) d->req_planned[r] = -1;
+  return LOOM_OK;
+}
+
 /* Which value sizes each slot: node values and inputs (an alias shares
  * its source's slot and bytes), then the outputs' own slots. */
 static loom_status_t map_slots(loom_executable_t *e) {
@@ -209,6 +219,7 @@ loom_status_t rt_sym_finish(loom_executable_t *e) {
   }
   if (e->interpreted || !e->slot_of_value) return LOOM_OK;
   LOOM_TRY(map_slots(e));
+  LOOM_TRY(new_planned(d));
   return mem_replanner_create(d->n_req, &d->replanner);
 }
 
@@ -224,6 +235,7 @@ void rt_sym_free(loom_executable_t *e) {
   core_free(d->binders);
   core_free(d->req);
   core_free(d->req_of_slot);
+  core_free(d->req_planned);
   core_free(d->slot_value);
   core_free(d->staging_cap);
   mem_replanner_destroy(d->replanner);
@@ -324,14 +336,32 @@ static loom_status_t grow_arena(loom_executable_t *e) {
   return LOOM_OK;
 }
 
+/* Whether every request fits in the bytes it had when last planned: the
+ * plan stays valid (a buffer within its old range overlaps nothing it
+ * did not overlap before; in-place pairs have equal sizes), and sizes
+ * that vary every run (an expert's token count) stop replanning once
+ * the plan has seen their largest. */
+static bool plan_fits(const rt_symbols_t *d) {
+  for (int r = 0; r < d->n_req; r++)
+    if (d->req_planned[r] < 0 || d->req[r].bytes > d->req_planned[r]) return false;
+  return true;
+}
+
 static loom_status_t replan_memory(loom_executable_t *e) {
   rt_symbols_t *d = e->dyn;
   for (int s = 0; s < e->n_slots; s++)
     if (d->slot_value[s] >= 0) LOOM_TRY(eval_bytes(e, d->slot_value[s], &e->slot_bytes[s]));
   for (int s = 0; s < e->n_slots; s++)
     if (d->req_of_slot[s] >= 0) d->req[d->req_of_slot[s]].bytes = e->slot_bytes[s];
-  LOOM_TRY(mem_replan(d->replanner, d->req, &e->mem));
-  LOOM_TRY(grow_arena(e));
+  if (plan_fits(d)) return LOOM_OK;
+  /* Plan for the larger of each request's sizes, so that sizes going
+   * back and forth do not replan each time. */
+  for (int r = 0; r < d->n_req; r++)
+    if (d->req_planned[r] > d->req[r].bytes) d->req[r].bytes = d->req_planned[r];
+  loom_status_t st = mem_replan(d->replanner, d->req, &e->mem);
+  if (st == LOOM_OK) st = grow_arena(e);
+  for (int r = 0; r < d->n_req; r++) d->req_planned[r] = st == LOOM_OK ? d->req[r].bytes : -1;
+  LOOM_TRY(st);
   for (int s = 0; s < e->n_slots; s++)
     if (d->req_of_slot[s] >= 0) e->slots[s] = (char *)e->arena + e->mem.offsets[d->req_of_slot[s]];
   return LOOM_OK;

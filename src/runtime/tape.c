@@ -102,6 +102,7 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
 void tape_clear(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_tape; i++) free_record(t, &t->tape[i]);
   t->n_tape = 0;
+  t->tape_stale = 0;
   for (int64_t i = 0; i < t->n_params; i++) {
     loom_tensor_destroy(t->params[i].grad);
     t->params[i].grad = NULL;
@@ -252,16 +253,33 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
       int64_t shape[LOOM_MAX_RANK];
       memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
       if (r->sizes) s = bucket_shape(r, bg, bg->outputs[i], shape);
-      if (s == LOOM_OK) s = tensor_new(x->dtype, x->rank, shape, &outs[i]);
+      /* the run writes every element */
+      if (s == LOOM_OK) s = seg_tensor_uninit(x->dtype, x->rank, shape, &outs[i]);
     }
-    if (s == LOOM_OK) s = rt_entry_run(e, n_in, ins, d->n_wrt, outs);
+    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, d->n_wrt, outs);
   }
   for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
     s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);
   return s;
 }
 
-static loom_status_t backward_segment(loom_trace_t *t, tape_rec_t *r) {
+/* Whether record i saved a view of a parameter that loom_trace_adamw
+ * has changed since (segment_run.c keeps a forward's saved inputs as
+ * views of their storage). */
+static bool saved_param_changed(const loom_trace_t *t, int64_t i) {
+  const tape_rec_t *r = &t->tape[i];
+  for (int k = 0; i < t->tape_stale && k < r->n_saved; k++)
+    for (int64_t p = 0; p < t->n_params && !r->saved[k]->owns_data; p++)
+      if (r->saved[k]->data == t->params[p].t->data) return true;
+  return false;
+}
+
+static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
+  tape_rec_t *r = &t->tape[i];
+  if (saved_param_changed(t, i))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: a segment of this step "
+                     "read parameters that loom_trace_adamw has updated since; call "
+                     "backward before the optimizer step");
   const seg_desc_t *d = r->bwd;
   rt_entry_t *e = NULL;
   loom_graph_t *own = NULL;
@@ -373,7 +391,7 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
     bool reached = false; /* skip records no gradient reaches */
     for (int k = 0; k < r->n_out; k++) reached |= t->grads[r->out[k]] != NULL;
     if (!reached) continue;
-    s = r->kind == TAPE_SEGMENT ? backward_segment(t, r) : backward_callback(t, r);
+    s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
   }
   loom_status_t c = collect_grads(t);
   if (s == LOOM_OK) s = c;
@@ -421,18 +439,29 @@ static void adamw_free(tr_adamw_t *a) {
   core_free(a);
 }
 
-/* Whether a fits the trace's parameters and hyperparameters. */
+/* Whether a fits the trace's parameters (their storage) and
+ * hyperparameters. */
 static bool adamw_fits(const loom_trace_t *t, const tr_adamw_t *a,
                        const double *hyper) {
   if (!a || a->n != t->n_params || memcmp(a->hyper, hyper, sizeof a->hyper)) return false;
   for (int i = 0; i < a->n; i++) {
     const loom_tensor_t *p = t->params[i].t;
-    const ir_type_t *ty = &a->g->values[a->params[i].id].type;
-    if (ty->dtype != p->dtype || ty->rank != p->rank ||
-        memcmp(ty->dims, p->shape, sizeof *p->shape * (size_t)p->rank))
+    const ir_value_t *v = &a->g->values[a->params[i].id];
+    if (v->type.dtype != p->dtype || v->type.rank != p->rank || v->data->data != p->data ||
+        memcmp(v->type.dims, p->shape, sizeof *p->shape * (size_t)p->rank))
       return false;
   }
   return true;
+}
+
+/* The graph's parameter pv stores its values in p's storage (borrowed),
+ * so that a step updates the user's tensor in place, without copies in
+ * and out. */
+static void adamw_share(loom_graph_t *g, loom_value_t pv, const loom_tensor_t *p) {
+  loom_tensor_t *x = g->values[pv.id].data;
+  if (x->owns_data) core_free(x->data);
+  x->data = p->data;
+  x->owns_data = false;
 }
 
 /* Copies the state (moments, step) of old into a's parameters of the
@@ -443,8 +472,9 @@ static void adamw_carry(tr_adamw_t *a, const tr_adamw_t *old) {
     ir_value_t *v = &a->g->values[a->g->params[i]];
     for (int64_t j = 0; j < old->g->n_params; j++) {
       const ir_value_t *o = &old->g->values[old->g->params[j]];
-      if (v->name && o->name && !strcmp(v->name, o->name) &&
-          loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
+      /* the moments: the parameters themselves are the user's storage */
+      if (v->name && o->name && !strcmp(v->name, o->name) && v->data->owns_data &&
+          o->data->owns_data && loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
           v->data->dtype == o->data->dtype)
         memcpy(v->data->data, o->data->data,
                (size_t)loom_tensor_numel(v->data) * loom_dtype_size(v->data->dtype));
@@ -483,6 +513,7 @@ static loom_status_t adamw_param(loom_graph_t *g, const loom_tensor_t *p, int i,
   loom_value_t grad, take, bc1, bc2, m, v, lr = lr32;
   snprintf(name, sizeof name, "p%d", i);
   LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, pv));
+  adamw_share(g, *pv, p);
   snprintf(name, sizeof name, "p%d.m", i);
   LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, &m));
   snprintf(name, sizeof name, "p%d.v", i);
@@ -591,22 +622,11 @@ static loom_status_t adamw_run(loom_trace_t *t, double lr) {
   float lr32 = (float)lr;
   LOOM_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &lr32, sizeof lr32, &ins[0]));
   loom_status_t s = LOOM_OK;
-  for (int i = 0; i < n && s == LOOM_OK; i++) {
-    tr_param_t *q = &t->params[i];
-    loom_tensor_t *storage = a->g->values[a->params[i].id].data;
-    memcpy(storage->data, q->t->data,
-           (size_t)loom_tensor_numel(q->t) * loom_dtype_size(q->t->dtype));
-    s = adamw_bind(t, i, a->hyper, ins, made);
-  }
-  if (s == LOOM_OK)
+  for (int i = 0; i < n && s == LOOM_OK; i++) s = adamw_bind(t, i, a->hyper, ins, made);
+  if (s == LOOM_OK) /* the graph's parameters are the user's tensors */
     s = a->exe ? loom_executable_run(a->exe, 4 * n + 1, ins, 0, NULL)
                : loom_interpret(a->g, 4 * n + 1, ins, 0, NULL);
-  for (int i = 0; i < n && s == LOOM_OK; i++) {
-    loom_tensor_t *storage = a->g->values[a->params[i].id].data;
-    memcpy(t->params[i].t->data, storage->data,
-           (size_t)loom_tensor_numel(storage) * loom_dtype_size(storage->dtype));
-    t->params[i].adam_step += t->params[i].got_grad;
-  }
+  for (int i = 0; i < n && s == LOOM_OK; i++) t->params[i].adam_step += t->params[i].got_grad;
   loom_tensor_destroy(ins[0]);
   for (int i = 0; i < 3 * n; i++) loom_tensor_destroy(made[i]);
   return s;
@@ -621,7 +641,11 @@ loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                      "entered (loom_trace_param)");
   double hyper[4] = {beta1, beta2, eps, weight_decay};
   if (!adamw_fits(t, t->adamw, hyper)) LOOM_TRY(adamw_build(t, hyper));
-  LOOM_TRY(adamw_run(t, lr));
+  loom_status_t s = adamw_run(t, lr);
+  /* the parameters changed (in part, if the run failed) */
+  t->tape_stale = t->n_tape;
+  t->pack_epoch++;
+  LOOM_TRY(s);
   loom_clear_error();
   return LOOM_OK;
 }

@@ -327,6 +327,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
 /* Frees this step's tensors and tables; the graph is emptied. */
 static void release_step(loom_trace_t *t) {
   tape_clear(t);
+  t->pack_epoch++; /* parameters may change before the next step */
   for (int64_t v = 0; v < t->cap_vals; v++) {
     if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
     loom_tensor_destroy(t->vals[v].padded);
@@ -350,6 +351,8 @@ void loom_trace_destroy(loom_trace_t *t) {
   release_step(t);
   tape_destroy(t);
   if (t->links && t->cache) seg_links_clear(t);
+  seg_memo_clear(t);
+  seg_packs_free(t);
   seg_work_free(t);
   core_free(t->links);
   if (t->own_cache) loom_cache_destroy(t->cache);

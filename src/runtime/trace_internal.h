@@ -17,6 +17,7 @@
 #ifndef LOOM_RUNTIME_TRACE_INTERNAL_H
 #define LOOM_RUNTIME_TRACE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -94,6 +95,27 @@ typedef struct tr_link {
 
 #define TR_LINKS 512 /* open addressing, power of two */
 
+/* A training segment's backward description, kept under its forward's
+ * key (the key's inputs owned). */
+typedef struct tr_memo {
+  rt_key_t key;
+  struct seg_desc *bwd;
+} tr_memo_t;
+
+#define TR_MEMO 16 /* direct-mapped by key hash, power of two */
+
+/* A parameter's matrix packed as a GEMM's B (segment_pack.c). */
+typedef struct tr_pack {
+  const void *data; /* the parameter's storage */
+  int64_t k, n;
+  int trans_b;
+  uint64_t epoch;   /* the trace's pack_epoch when packed */
+  void *buf;        /* kern_gemm_pack_b's layout */
+  size_t bytes;     /* buf's size */
+} tr_pack_t;
+
+#define TR_PACKS 16
+
 /* ---- Segment descriptions ------------------------------------------------
  * Everything needed to build a segment's graph, copied out of the trace
  * graph on a miss so that a worker can build it after the step ended. */
@@ -127,7 +149,9 @@ typedef struct seg_input {
 } seg_input_t;
 
 typedef struct seg_desc {
-  int refs; /* the tape and the cache's builders share it */
+  /* the tape, the kept backward descriptions and the cache's builders
+   * (on workers too) share it */
+  _Atomic int refs;
   int n_inputs, n_nodes, n_outputs;
   seg_input_t *inputs;
   seg_node_t *nodes;
@@ -223,6 +247,14 @@ struct loom_trace {
   bool in_cut;   /* a cut runs: the hook must not cut again */
 
   tr_link_t *links; /* TR_LINKS slots */
+  tr_memo_t memo[TR_MEMO]; /* backward descriptions (segment_run.c) */
+  tr_pack_t packs[TR_PACKS]; /* packed weights (segment_pack.c) */
+  int next_pack;             /* the pack slot to take next */
+  /* Parameters change only at a step's end or at loom_trace_adamw, which
+   * begin a new epoch: packs of an older one are packed again. */
+  uint64_t pack_epoch;
+  void **packed_b;           /* a run's loom_abi_t.packed_b (all NULL between runs) */
+  int64_t cap_packed_b;
   rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
   bool prev_valid;  /* prev may be followed (a step start counts) */
 
@@ -235,6 +267,9 @@ struct loom_trace {
 
   tape_rec_t *tape;
   int64_t n_tape, cap_tape;
+  /* Records [0, tape_stale) were taped before this step's
+   * loom_trace_adamw changed the parameters. */
+  int64_t tape_stale;
   loom_tensor_t **grads; /* per value, during one backward walk */
   int64_t cap_grads;
 
@@ -312,6 +347,18 @@ loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
 loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
                              const int64_t *shape, loom_tensor_t **out);
 void seg_links_clear(loom_trace_t *t);
+/* Releases the kept backward descriptions. */
+void seg_memo_clear(loom_trace_t *t);
+/* segment_pack.c: rt_entry_run, with the parameters that its GEMMs read
+ * as B operands packed once per epoch. */
+loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
+                            loom_tensor_t *const *ins, int n_out,
+                            loom_tensor_t *const *outs);
+void seg_packs_free(loom_trace_t *t);
+/* A tensor whose elements are not initialized (outputs that a run
+ * writes whole). */
+loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out);
 
 /* tape.c */
 /* sizes: see tape_rec_t (copied; NULL unless bwd->bucket). */

@@ -1,0 +1,66 @@
+/* Index errors of generated code (abi.h's index_error): a body that meets
+ * an index out of range reports it and stops; the run fails after the
+ * step with the reference kernel's message. Bodies of one step may run
+ * on several threads, so the record keeps the report of the earliest
+ * node, then the lowest position: the entry the reference kernels,
+ * running nodes in order and walking each index in order, name. */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "runtime/executable.h"
+
+struct rt_index_errors {
+  pthread_mutex_t lock;
+  atomic_bool set; /* a report waits; read after each generated step */
+  int node;
+  int64_t position, value, size;
+};
+
+static void report(const loom_abi_t *rt, int node, int64_t position, int64_t value,
+                   int64_t size) {
+  rt_index_errors_t *r = rt->index_errors;
+  pthread_mutex_lock(&r->lock);
+  if (!atomic_load_explicit(&r->set, memory_order_relaxed) || node < r->node ||
+      (node == r->node && position < r->position)) {
+    r->node = node;
+    r->position = position;
+    r->value = value;
+    r->size = size;
+  }
+  atomic_store_explicit(&r->set, true, memory_order_release);
+  pthread_mutex_unlock(&r->lock);
+}
+
+loom_status_t rt_index_errors_init(loom_executable_t *e) {
+  rt_index_errors_t *r = core_calloc(1, sizeof *r);
+  if (!r) return loom_fail(LOOM_ERR_NOMEM, "out of memory for an executable");
+  pthread_mutex_init(&r->lock, NULL);
+  e->abi.index_error = report;
+  e->abi.index_errors = r;
+  return LOOM_OK;
+}
+
+loom_status_t rt_index_errors_take(loom_executable_t *e) {
+  rt_index_errors_t *r = e->abi.index_errors;
+  if (!r || !atomic_load_explicit(&r->set, memory_order_acquire)) return LOOM_OK;
+  pthread_mutex_lock(&r->lock);
+  const char *op = r->node >= 0 && r->node < e->graph->n_nodes
+                       ? ir_ops[e->graph->nodes[r->node].op].name : "index";
+  loom_status_t s = loom_fail(LOOM_ERR_VALUE,
+                              "%s: index %lld (at position %lld) is out of range for a dim "
+                              "of size %lld", op, (long long)r->value,
+                              (long long)r->position, (long long)r->size);
+  atomic_store_explicit(&r->set, false, memory_order_relaxed);
+  pthread_mutex_unlock(&r->lock);
+  return s;
+}
+
+void rt_index_errors_free(loom_executable_t *e) {
+  rt_index_errors_t *r = e->abi.index_errors;
+  if (!r) return;
+  pthread_mutex_destroy(&r->lock);
+  core_free(r);
+  e->abi.index_errors = NULL;
+}

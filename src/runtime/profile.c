@@ -1,0 +1,108 @@
+/* Per-step timings of an executable, for finding the steps that dominate
+ * a run or do not scale with threads. With LOOM_LOG=steps every run times
+ * each step; destroying the executable logs the steps by total time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "runtime/executable.h"
+
+struct rt_profile {
+  int64_t runs;
+  int64_t *ns;  /* per step, summed over runs */
+  int64_t *min; /* per step, the fastest run (robust to a noisy machine) */
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+loom_status_t rt_profile_run(loom_executable_t *e, rt_step_fn run_step) {
+  if (!e->profile) {
+    e->profile = core_calloc(1, sizeof *e->profile);
+    if (e->profile) {
+      e->profile->ns = core_calloc((size_t)e->n_steps + 1, sizeof(int64_t));
+      e->profile->min = core_calloc((size_t)e->n_steps + 1, sizeof(int64_t));
+    }
+    if (!e->profile || !e->profile->ns || !e->profile->min) {
+      rt_profile_free(e);
+      return loom_fail(LOOM_ERR_NOMEM, "out of memory for the step timings of LOOM_LOG=steps");
+    }
+  }
+  rt_profile_t *p = e->profile;
+  for (int i = 0; i < e->n_steps; i++) {
+    int64_t t0 = now_ns();
+    LOOM_TRY(run_step(e, &e->steps[i]));
+    int64_t t = now_ns() - t0;
+    p->ns[i] += t;
+    if (p->runs == 0 || t < p->min[i]) p->min[i] = t;
+  }
+  p->runs++;
+  return LOOM_OK;
+}
+
+typedef struct timed {
+  int64_t ns;
+  int step;
+} timed_t;
+
+static int by_time(const void *a, const void *b) {
+  int64_t x = ((const timed_t *)a)->ns, y = ((const timed_t *)b)->ns;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* "g12 reduction [max sub exp sum div] f32[8, 4, 128, 128]". */
+static void describe(const loom_executable_t *e, const step_t *st, char *buf, size_t size) {
+  if (st->kind == STEP_COPY) {
+    snprintf(buf, size, "copy %lld bytes", (long long)st->copy_bytes);
+    return;
+  }
+  const fuse_group_t *grp = &e->plan.groups[st->group];
+  int n = snprintf(buf, size, "g%d %s%s [", st->group, fuse_kind_name(grp->kind),
+                   st->kind == STEP_REFERENCE ? " (reference)" : "");
+  for (int k = 0; k < grp->n_nodes && n > 0 && (size_t)n < size; k++)
+    n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
+                  ir_ops[e->graph->nodes[grp->nodes[k]].op].name);
+  if (n > 0 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, "] ");
+  if (n > 0 && (size_t)n < size && grp->n_outputs > 0)
+    ir_type_str(e->graph, &e->graph->values[grp->outputs[0]].type, buf + n, size - (size_t)n);
+}
+
+void rt_profile_report(const loom_executable_t *e) {
+  const rt_profile_t *p = e->profile;
+  if (!p || p->runs == 0) return;
+  timed_t *order = core_malloc(sizeof(timed_t) * (size_t)(e->n_steps + 1));
+  if (!order) return;
+  int64_t total = 0, total_min = 0;
+  for (int i = 0; i < e->n_steps; i++) {
+    order[i] = (timed_t){p->ns[i], i};
+    total += p->ns[i];
+    total_min += p->min[i];
+  }
+  qsort(order, (size_t)e->n_steps, sizeof *order, by_time);
+  core_log(LOG_STEPS, "%d steps, %lld runs, %.3f ms per run (sum of the fastest: %.3f) on %d threads",
+           e->n_steps, (long long)p->runs, (double)total / 1e6 / (double)p->runs,
+           (double)total_min / 1e6, core_pool_threads(e->pool));
+  core_log(LOG_STEPS, "    mean  fastest  share");
+  for (int r = 0; r < e->n_steps; r++) {
+    int i = order[r].step;
+    char what[512];
+    describe(e, &e->steps[i], what, sizeof what);
+    core_log(LOG_STEPS, "%8.3f %8.3f %5.1f%%  step %3d %s", (double)p->ns[i] / 1e6 / (double)p->runs,
+             (double)p->min[i] / 1e6, total ? 100.0 * (double)p->ns[i] / (double)total : 0.0, i, what);
+  }
+  core_free(order);
+}
+
+void rt_profile_free(loom_executable_t *e) {
+  if (!e->profile) return;
+  core_free(e->profile->ns);
+  core_free(e->profile->min);
+  core_free(e->profile);
+  e->profile = NULL;
+}
