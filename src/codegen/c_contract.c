@@ -233,7 +233,7 @@ static void emit_epilogue(contract_t *k) {
   }
   cg_line(b, 1, "for (int64_t r = 0; r < rows; r++) {\n");
   if (row) cg_line(b, 2, "const int64_t row = row0 + r;\n");
-  cg_ivdep(c, grp, 2);
+  cg_ivdep(c, 2);
   cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
   if (col) cg_line(b, 3, "const int64_t col = col0 + j;\n");
   cg_line(b, 3, "const float v%d = c[r * ldc + j];\n", (int)k->y);

@@ -78,12 +78,12 @@ static loom_status_t access_build(const cg_ctx_t *c, const fuse_group_t *grp,
   return LOOM_OK;
 }
 
-static void emit_loops(const cg_ctx_t *c, const fuse_group_t *grp, const cg_shape_t *space) {
+static void emit_loops(const cg_ctx_t *c, const cg_shape_t *space) {
   cg_buf_t *b = c->out;
-  if (space->rank == 1) cg_ivdep(c, grp, 1);
+  if (space->rank == 1) cg_ivdep(c, 1);
   cg_line(b, 1, "for (int64_t i0 = begin; i0 < end; i0++) {\n");
   for (int d = 1; d < space->rank; d++) {
-    if (d == space->rank - 1) cg_ivdep(c, grp, d + 1);
+    if (d == space->rank - 1) cg_ivdep(c, d + 1);
     cg_line(b, d + 1, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
             (long long)space->dim[d], d);
   }
@@ -100,7 +100,7 @@ static void emit_body_fn(cg_ctx_t *c, int gi, const access_t *a) {
   cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < a->n; i++) cg_declare_pointer(c, grp, 1, a->val[i], a->write[i]);
-  emit_loops(c, grp, &a->space);
+  emit_loops(c, &a->space);
   for (int i = 0; i < grp->n_inputs; i++) {
     cg_load_begin(b, in, c->g, a->val[i]);
     cg_offset(b, "i", 0, rank, a->stride[i]);

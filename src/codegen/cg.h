@@ -94,14 +94,13 @@ void cg_store_begin(cg_buf_t *b, int level, int32_t v);
 void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
 /* The slot of v, or -1; and the pointer name p<v> declared for it. */
 int32_t cg_slot(const cg_ctx_t *c, int32_t v);
+/* "#pragma GCC ivdep", before a group's innermost loop: the only overlap
+ * between its pointers is element i read, then element i written (an
+ * output planned in place over an input, runtime/inplace.h), and GCC,
+ * which takes no restrict from pointers loaded out of slots[], would
+ * otherwise need more runtime alias checks than it tries. */
+void cg_ivdep(const cg_ctx_t *c, int level);
 /* "const float *restrict p3 = (const float *)slots[2];" */
-/* Whether an output of grp is planned in place over one of its inputs
- * (an optimizer writing a parameter's storage, runtime/inplace.h): its
- * pointers then lose restrict, and cg_ivdep tells GCC, before the
- * innermost loop, that the only overlap is element i read, then element i
- * written, which vectorizes. */
-bool cg_in_place(const cg_ctx_t *c, const fuse_group_t *grp);
-void cg_ivdep(const cg_ctx_t *c, const fuse_group_t *grp, int level);
 void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
                         int level, int32_t v, bool write);
 /* The group's comment line: "/\* g3: elementwise: add, relu (64x128) *\/"

@@ -235,20 +235,7 @@ static bool slot_shared(const cg_ctx_t *c, const fuse_group_t *grp, int32_t v) {
   return false;
 }
 
-bool cg_in_place(const cg_ctx_t *c, const fuse_group_t *grp) {
-  for (int i = 0; i < grp->n_outputs; i++)
-    if (slot_shared(c, grp, grp->outputs[i])) return true;
-  return false;
-}
-
-/* Every group gets it, restrict or not: GCC 12 does not take restrict
- * from pointers loaded out of slots[], and past 10 runtime alias checks
- * (a group of 5 inputs and 7 outputs: an LSTM cell's gates) it leaves
- * the loop scalar. No loop-carried dependence exists either way. */
-void cg_ivdep(const cg_ctx_t *c, const fuse_group_t *grp, int level) {
-  (void)grp;
-  cg_line(c->out, level, "#pragma GCC ivdep\n");
-}
+void cg_ivdep(const cg_ctx_t *c, int level) { cg_line(c->out, level, "#pragma GCC ivdep\n"); }
 
 void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
                         int level, int32_t v, bool write) {
