@@ -187,6 +187,26 @@ static void gemm_edge_widths(void) {
   kern_gemm_force_isa(NULL);
 }
 
+/* A last row tile of every height 1..mr-1 (the short ones run a kernel
+ * of their own), full and half width, k of one step, odd, and over two kc
+ * blocks (the second accumulates), both transposes of A, for every
+ * micro-kernel. */
+static void gemm_edge_heights(void) {
+  const gemm_isa_t *all[] = {&gemm_isa_portable, &gemm_isa_avx2, &gemm_isa_avx2_wide,
+                             &gemm_isa_avx512};
+  static const int64_t ks[] = {1, 7, 301};
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(all[i]->name)) continue;
+    for (int h = 1; h < all[i]->mr; h++)
+      for (size_t q = 0; q < sizeof ks / sizeof *ks; q++)
+        for (int ta = 0; ta < 2; ta++) {
+          shape_t s = {2 * all[i]->mr + h, 2 * all[i]->nr + 3, ks[q], 1, ta, 0, 1, 0, 0, 1};
+          check_gemm(&s, NULL);
+        }
+  }
+  kern_gemm_force_isa(NULL);
+}
+
 /* B packed ahead over several column blocks (one row block cuts n into
  * L2-sized blocks) and k blocks: the same bits as packing per call, and
  * the double loop's values. */
@@ -394,6 +414,7 @@ int main(void) {
   TEST_RUN(gemm_shapes_transposes_threads);
   TEST_RUN(gemm_every_isa);
   TEST_RUN(gemm_edge_widths);
+  TEST_RUN(gemm_edge_heights);
   TEST_RUN(gemm_packed_b_column_blocks);
   TEST_RUN(gemm_repeatable);
   TEST_RUN(conv2d_configurations);

@@ -27,6 +27,34 @@
 #undef UK_MR
 #undef UK_NV
 
+/* Short last row tiles (a batch of 16 rows is 6 + 6 + 4, of 64 rows
+ * 10 x 6 + 4) read the 6-row panels without computing the missing rows
+ * in a scratch tile. */
+#define UK_NV 2
+#define UK_ASTEP 6
+#define UK_NAME ukernel_avx2_4x16
+#define UK_MR 4
+#include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_MR
+#define UK_NAME ukernel_avx2_3x16
+#define UK_MR 3
+#include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_MR
+#define UK_NAME ukernel_avx2_2x16
+#define UK_MR 2
+#include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_MR
+#define UK_NAME ukernel_avx2_1x16
+#define UK_MR 1
+#include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_MR
+#undef UK_ASTEP
+#undef UK_NV
+
 #define UK_NAME ukernel_avx2_12x32
 #define UK_HALF_NAME ukernel_avx2_12x16
 #define UK_MR 12
@@ -84,7 +112,9 @@ static int avx2_supported(void) {
 #endif
 const gemm_isa_t gemm_isa_avx2 = {"avx2", avx2_supported, ukernel_avx2_6x16,
                                   6, 16, AVX2_MC, AVX2_KC, AVX2_NC,
-                                  pack_bt_avx2_16, ukernel_avx2_6x8};
+                                  pack_bt_avx2_16, ukernel_avx2_6x8,
+                                  {NULL, ukernel_avx2_1x16, ukernel_avx2_2x16,
+                                   ukernel_avx2_3x16, ukernel_avx2_4x16}};
 const gemm_isa_t gemm_isa_avx2_wide = {"avx2_wide", avx2_supported,
                                        ukernel_avx2_12x32, 12, 32, 144, 256,
-                                       4096, NULL, ukernel_avx2_12x16};
+                                       4096, NULL, ukernel_avx2_12x16, {NULL}};

@@ -31,4 +31,4 @@ static int avx512_supported(void) {
  * stays in L1 at kc = 256 and the A block (mc x kc) in L2. */
 const gemm_isa_t gemm_isa_avx512 = {"avx512", avx512_supported,
                                     ukernel_avx512_12x32, 12, 32, 192, 256,
-                                    4096, NULL, ukernel_avx512_12x16};
+                                    4096, NULL, ukernel_avx512_12x16, {NULL}};

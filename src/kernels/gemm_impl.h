@@ -16,6 +16,8 @@
 typedef void (*gemm_ukernel_fn)(int64_t kc, const float *a, const float *b,
                                 float *c, int64_t ldc, int accumulate);
 
+enum { GEMM_MAX_SHORT_ROWS = 4 };
+
 /* One micro-kernel and the cache blocking that suits it. */
 typedef struct gemm_isa {
   const char *name;
@@ -31,6 +33,10 @@ typedef struct gemm_isa {
    * panels, for a last tile of at most nr/2 columns (7x7 = 49 positions
    * end in a 1-column tile); NULL: edge tiles run the full kernel. */
   gemm_ukernel_fn kernel_half;
+  /* Optional: kernel_rows[r] computes r < mr rows of a full-width tile
+   * from mr-tall panels, for a last row tile (NULL: the full kernel into
+   * a scratch tile). */
+  gemm_ukernel_fn kernel_rows[GEMM_MAX_SHORT_ROWS + 1];
 } gemm_isa_t;
 
 extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,
