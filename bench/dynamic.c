@@ -3,7 +3,8 @@
  * (bench/peers/torch_dynamic.py) run in the same run on the same data and
  * initial weights, at 1 and 2 threads: steady-state throughput (items per
  * second over the steps after the warm-up), and the cache's compiles,
- * hits, misses and compile time. Both sides' first losses are compared
+ * hits, misses and compile time, each side's best of two alternating
+ * runs. Both sides' first losses are compared
  * (a note on stderr either way).
  *   bench_dynamic BENCH_DIR [WORKLOAD...]
  * LOOM_BENCH_PEERS=0 skips PyTorch (null), LOOM_BENCH_THREADS=N measures
@@ -33,7 +34,7 @@ typedef struct workload {
 } workload_t;
 
 static const workload_t workloads[] = {
-    {"lstm", dyn_lstm_run, LOOM_DIM_SYMBOLIC, 0, 3, 20},
+    {"lstm", dyn_lstm_run, LOOM_DIM_SYMBOLIC, 0, 3, 60}, /* ~1.5 s a side: 20 steps swung 2x */
     {"gnn", dyn_gnn_run, LOOM_DIM_SYMBOLIC, 0, 5, 60},
     {"moe", dyn_moe_run, LOOM_DIM_SYMBOLIC, 0, 5, 40},
     {"treelstm", dyn_treelstm_run, LOOM_DIM_SYMBOLIC, 1, 3, 20}, /* level form */
@@ -103,13 +104,27 @@ static void print_line(const workload_t *w, int threads, int ok, const dyn_resul
   bench_json_end(&j);
 }
 
+/* Each side runs REPEATS times, alternating, and keeps its best
+ * throughput: on this shared VM one side's run of a few seconds could
+ * land in a slow minute (single runs swung 1.6x-3.3x). */
+enum { REPEATS = 2 };
+
 static void bench_workload(const char *bench_dir, const workload_t *w) {
   for (int th = 1; th <= MAX_THREADS; th++) {
     if (!bench_threads_wanted(th)) continue;
-    dyn_result_t l;
+    /* The cache's figures are the first run's (the second finds the
+     * modules on disk). */
+    dyn_result_t l, lr;
     memset(&l, 0, sizeof l);
     int ok = loom_run(w, th, &l);
     peer_t t = torch_run(bench_dir, w, th);
+    for (int rep = 1; rep < REPEATS && ok; rep++) {
+      memset(&lr, 0, sizeof lr);
+      ok = loom_run(w, th, &lr);
+      if (ok && lr.items_per_s > l.items_per_s) l.items_per_s = lr.items_per_s;
+      peer_t tr = torch_run(bench_dir, w, th);
+      if (tr.items_per_s > t.items_per_s || !isfinite(t.items_per_s)) t.items_per_s = tr.items_per_s;
+    }
     compare_loss(w->name, ok ? l.first_loss : NAN, t.first_loss);
     print_line(w, th, ok, &l, &t);
   }
