@@ -112,6 +112,24 @@ void tape_clear(loom_trace_t *t) {
 
 /* ---- Gradients ------------------------------------------------------------ */
 
+/* a += b over n floats: an RNN's weight gradient is summed here once a
+ * cell (64K floats for a 128 x 512 W_hh), so AVX2 is worth a second
+ * copy (chosen by a CPU check: target_clones' ifunc resolver runs
+ * before ThreadSanitizer's runtime and crashes it). */
+__attribute__((target("avx2"))) static void add_f32_avx2(float *restrict a,
+                                                          const float *restrict b,
+                                                          int64_t n) {
+  for (int64_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+static void add_f32(float *restrict a, const float *restrict b, int64_t n) {
+  if (__builtin_cpu_supports("avx2")) {
+    add_f32_avx2(a, b, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) a[i] += b[i];
+}
+
 /* acc += g, elementwise; g is consumed. v names the value for messages. */
 static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
   int64_t n = loom_tensor_numel(acc);
@@ -121,7 +139,7 @@ static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
                   "elements, %lld expected", v, (long long)loom_tensor_numel(g),
                   (long long)n);
   else if (acc->dtype == LOOM_F32)
-    for (int64_t i = 0; i < n; i++) ((float *)acc->data)[i] += ((float *)g->data)[i];
+    add_f32((float *)acc->data, (const float *)g->data, n);
   else
     for (int64_t i = 0, es = (int64_t)loom_dtype_size(acc->dtype); i < n; i++) {
       char *a = (char *)acc->data + i * es;
