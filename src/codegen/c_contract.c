@@ -447,69 +447,69 @@ static void ints_attr(const ir_node_t *n, const char *name, int count, int64_t d
   for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
 }
 
-static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
-  cg_ctx_t *c = k->c;
-  cg_buf_t *b = c->out;
-  const ir_node_t *n = k->anchor;
-  cg_shape_t x, w;
-  cg_value_shape(c, n->in[0], &x);
-  cg_value_shape(c, n->in[1], &w);
+/* Opens the initializer of `d`, a loom_abi_conv2d_t, with the geometry of
+ * the forward conv2d behind node n: its input image in[4] = (n, c, h, w),
+ * o output channels of kh x kw windows over ho x wo positions, and n's
+ * stride, pads, dilation and groups. The caller adds the pointers. */
+static void emit_conv_geometry(cg_buf_t *b, const ir_node_t *n, const int64_t *in, int64_t o,
+                               int64_t kh, int64_t kw, int64_t ho, int64_t wo) {
   int64_t stride[2], pads[4], dil[2];
   ints_attr(n, "stride", 2, 1, stride);
   ints_attr(n, "pads", 4, 0, pads);
   ints_attr(n, "dilation", 2, 1, dil);
   cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
-          (long long)x.dim[0], (long long)x.dim[1], (long long)x.dim[2], (long long)x.dim[3]);
+          (long long)in[0], (long long)in[1], (long long)in[2], (long long)in[3]);
   cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
-          (long long)w.dim[0], (long long)w.dim[2], (long long)w.dim[3], (long long)y->dim[2],
-          (long long)y->dim[3]);
+          (long long)o, (long long)kh, (long long)kw, (long long)ho, (long long)wo);
   cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
           (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
           (long long)pads[2], (long long)pads[3]);
   cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
           (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
-  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
-          (int)cg_slot(c, n->in[0]), (int)cg_slot(c, n->in[1]));
-  if (n->n_in > 2) cg_line(b, 1, "    .bias = (const float *)slots[%d],\n", (int)cg_slot(c, n->in[2]));
-  else cg_line(b, 1, "    .bias = NULL,\n");
-  cg_line(b, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
-  epilogue_fields(b, k->gi, epi);
+}
+
+/* .x, .weight and .bias (n's third input, or NULL) from these slots. */
+static void emit_conv_inputs(cg_ctx_t *c, const ir_node_t *n, int32_t x, int32_t w) {
+  cg_line(c->out, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
+          (int)cg_slot(c, x), (int)cg_slot(c, w));
+  if (n->n_in > 2)
+    cg_line(c->out, 1, "    .bias = (const float *)slots[%d],\n", (int)cg_slot(c, n->in[2]));
+  else cg_line(c->out, 1, "    .bias = NULL,\n");
+}
+
+static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
+  cg_ctx_t *c = k->c;
+  const ir_node_t *n = k->anchor;
+  cg_shape_t x, w;
+  cg_value_shape(c, n->in[0], &x);
+  cg_value_shape(c, n->in[1], &w);
+  emit_conv_geometry(c->out, n, x.dim, w.dim[0], w.dim[2], w.dim[3], y->dim[2], y->dim[3]);
+  emit_conv_inputs(c, n, n->in[0], n->in[1]);
+  cg_line(c->out, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
+  epilogue_fields(c->out, k->gi, epi);
   /* A weight the executable holds may have been packed at compile time
    * (frozen weights). */
   ir_value_kind_t kind = c->g->values[n->in[1]].kind;
   if (kind == IR_VALUE_PARAM || kind == IR_VALUE_CONST)
-    cg_line(b, 1, "d.weight_packed = rt->packed_w ? rt->packed_w[%d] : NULL;\n",
+    cg_line(c->out, 1, "d.weight_packed = rt->packed_w ? rt->packed_w[%d] : NULL;\n",
             (int)cg_slot(c, n->in[1]));
-  cg_line(b, 1, "rt->conv2d_f32(&d, rt->pool);\n");
+  cg_line(c->out, 1, "rt->conv2d_f32(&d, rt->pool);\n");
 }
 
 /* in[0] = x, in[1] = dy; the output dW is (o, c/groups, kh, kw). */
 static void emit_wgrad_call(contract_t *k, const cg_shape_t *dw, bool epi) {
   cg_ctx_t *c = k->c;
-  cg_buf_t *b = c->out;
   const ir_node_t *n = k->anchor;
   cg_shape_t x, dy;
   cg_value_shape(c, n->in[0], &x);
   cg_value_shape(c, n->in[1], &dy);
-  int64_t stride[2], pads[4], dil[2];
-  ints_attr(n, "stride", 2, 1, stride);
-  ints_attr(n, "pads", 4, 0, pads);
-  ints_attr(n, "dilation", 2, 1, dil);
-  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
-          (long long)x.dim[0], (long long)x.dim[1], (long long)x.dim[2], (long long)x.dim[3]);
-  cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
-          (long long)dw->dim[0], (long long)dw->dim[2], (long long)dw->dim[3],
-          (long long)dy.dim[2], (long long)dy.dim[3]);
-  cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
-          (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
-          (long long)pads[2], (long long)pads[3]);
-  cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
-          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
-  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
+  emit_conv_geometry(c->out, n, x.dim, dw->dim[0], dw->dim[2], dw->dim[3], dy.dim[2],
+                     dy.dim[3]);
+  cg_line(c->out, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
           (int)cg_slot(c, n->in[0]), (int)cg_slot(c, k->c_value));
-  cg_line(b, 1, "    .bias = NULL, .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[1]));
-  epilogue_fields(b, k->gi, epi);
-  cg_line(b, 1, "rt->conv2d_weight_grad_f32(&d, rt->pool);\n");
+  cg_line(c->out, 1, "    .bias = NULL, .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[1]));
+  epilogue_fields(c->out, k->gi, epi);
+  cg_line(c->out, 1, "rt->conv2d_weight_grad_f32(&d, rt->pool);\n");
 }
 
 /* conv_transpose2d(x, w) is the input gradient of the conv2d that maps
@@ -518,32 +518,15 @@ static void emit_wgrad_call(contract_t *k, const cg_shape_t *dw, bool epi) {
  * and the output as dX. */
 static void emit_convt_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_ctx_t *c = k->c;
-  cg_buf_t *b = c->out;
   const ir_node_t *n = k->anchor;
   cg_shape_t x, w;
   cg_value_shape(c, n->in[0], &x);
   cg_value_shape(c, n->in[1], &w);
-  int64_t stride[2], pads[4], dil[2];
-  ints_attr(n, "stride", 2, 1, stride);
-  ints_attr(n, "pads", 4, 0, pads);
-  ints_attr(n, "dilation", 2, 1, dil);
-  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
-          (long long)y->dim[0], (long long)y->dim[1], (long long)y->dim[2], (long long)y->dim[3]);
-  cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
-          (long long)x.dim[1], (long long)w.dim[2], (long long)w.dim[3], (long long)x.dim[2],
-          (long long)x.dim[3]);
-  cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
-          (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
-          (long long)pads[2], (long long)pads[3]);
-  cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
-          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
-  cg_line(b, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
-          (int)cg_slot(c, k->c_value), (int)cg_slot(c, n->in[1]));
-  if (n->n_in > 2) cg_line(b, 1, "    .bias = (const float *)slots[%d],\n", (int)cg_slot(c, n->in[2]));
-  else cg_line(b, 1, "    .bias = NULL,\n");
-  cg_line(b, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[0]));
-  epilogue_fields(b, k->gi, epi);
-  cg_line(b, 1, "rt->conv2d_input_grad_f32(&d, rt->pool);\n");
+  emit_conv_geometry(c->out, n, y->dim, x.dim[1], w.dim[2], w.dim[3], x.dim[2], x.dim[3]);
+  emit_conv_inputs(c, n, k->c_value, n->in[1]);
+  cg_line(c->out, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[0]));
+  epilogue_fields(c->out, k->gi, epi);
+  cg_line(c->out, 1, "rt->conv2d_input_grad_f32(&d, rt->pool);\n");
 }
 
 loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
