@@ -44,6 +44,18 @@ void test_check_near(double a, double b, double atol, double rtol,
     test_fail(file, line, "%s = %.17g, expected %.17g", expr, a, b);
 }
 
+void test_check_floats(const float *got, const float *want, int64_t n, double atol,
+                       double rtol, const char *file, int line) {
+  int misses = 0;
+  test_checks++;
+  for (int64_t i = 0; i < n; i++) {
+    if (near(got[i], want[i], atol, rtol)) continue;
+    if (misses++ < 5)
+      test_fail(file, line, "element %lld = %.9g, expected %.9g", (long long)i, got[i],
+                want[i]);
+  }
+}
+
 double test_get(const loom_tensor_t *t, int64_t i) {
   double v = NAN;
   if (loom_tensor_get_f64(t, i, &v) != LOOM_OK) return NAN;

@@ -45,6 +45,12 @@ void test_check_err(loom_status_t got, loom_status_t want, const char *text,
 void test_check_near(double a, double b, double atol, double rtol,
                      const char *expr, const char *file, int line);
 
+/* got[i] near want[i] for every i < n; the first few misses reported. */
+#define CHECK_FLOATS(got, want, n, atol, rtol)                             \
+  test_check_floats((got), (want), (n), (atol), (rtol), __FILE__, __LINE__)
+void test_check_floats(const float *got, const float *want, int64_t n, double atol,
+                       double rtol, const char *file, int line);
+
 /* Every element of t (any dtype) near want[i]. */
 #define CHECK_TENSOR(t, want, n, atol, rtol)                               \
   test_check_tensor((t), (want), (n), (atol), (rtol), __FILE__, __LINE__)

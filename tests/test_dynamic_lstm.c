@@ -87,16 +87,6 @@ static dyn_result_t run(loom_dim_policy_kind_t policy, int compile, int steps,
   return r;
 }
 
-static void check_params(const float *a, const float *b) {
-  int bad = 0;
-  for (int i = 0; i < N_PARAMS && bad < 5; i++)
-    if (!(fabs(a[i] - b[i]) <= 1e-5 + 1e-4 * fabs(b[i]))) {
-      CHECK_NEAR(a[i], b[i], 1e-5, 1e-4);
-      bad++;
-    }
-  CHECK(bad == 0);
-}
-
 /* Compiled (symbolic T) against interpreted, two steps of two lengths
  * (22 and 5); the first loss against the plain C model. */
 static void test_compiled_vs_interpreted(void) {
@@ -106,7 +96,7 @@ static void test_compiled_vs_interpreted(void) {
   CHECK_NEAR(c.first_loss, reference_loss(FIRST), 0, 1e-5);
   CHECK_NEAR(c.first_loss, i.first_loss, 0, 1e-4);
   CHECK_NEAR(c.last_loss, i.last_loss, 0, 1e-4);
-  check_params(pc, pi);
+  CHECK_FLOATS(pc, pi, N_PARAMS, 1e-5, 1e-4);
   CHECK(i.stats.segments > 0 && i.stats.interpreted >= i.stats.segments);
   CHECK(c.stats.interpreted == 0);
   free(pc);

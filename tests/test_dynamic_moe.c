@@ -116,16 +116,6 @@ static dyn_result_t run(loom_dim_policy_kind_t policy, int compile, int steps,
   return r;
 }
 
-static void check_params(const float *a, const float *b) {
-  int bad = 0;
-  for (int i = 0; i < N_PARAMS && bad < 5; i++)
-    if (!(fabs(a[i] - b[i]) <= 1e-5 + 1e-4 * fabs(b[i]))) {
-      CHECK_NEAR(a[i], b[i], 1e-5, 1e-4);
-      bad++;
-    }
-  CHECK(bad == 0);
-}
-
 enum { STEPS = 3, LONG = 12 };
 
 /* The interpreted trace (exact sizes): the truth of the compiled ones. */
@@ -147,7 +137,7 @@ static void test_symbolic(void) {
   float *params = calloc(N_PARAMS, sizeof *params);
   dyn_result_t r = run(LOOM_DIM_SYMBOLIC, 1, STEPS, losses, params);
   for (int k = 0; k < STEPS; k++) CHECK_NEAR(losses[k], interp_losses[k], 0, 1e-4);
-  check_params(params, interp_params);
+  CHECK_FLOATS(params, interp_params, N_PARAMS, 1e-5, 1e-4);
   CHECK(r.stats.interpreted == 0);
   r = run(LOOM_DIM_SYMBOLIC, 1, LONG, losses, NULL);
   CHECK(r.stats.cache.compiles <= 4);

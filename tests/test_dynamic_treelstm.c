@@ -111,16 +111,6 @@ static dyn_result_t run(int form, loom_dim_policy_kind_t policy, int compile,
   return r;
 }
 
-static void check_params(const float *a, const float *b) {
-  int bad = 0;
-  for (int i = 0; i < N_PARAMS && bad < 5; i++)
-    if (!(fabs(a[i] - b[i]) <= 1e-5 + 1e-4 * fabs(b[i]))) {
-      CHECK_NEAR(a[i], b[i], 1e-5, 1e-4);
-      bad++;
-    }
-  CHECK(bad == 0);
-}
-
 enum { STEPS = 3, LONG = 30, NODE = 0, LEVEL = 1 };
 
 /* The interpreted level form: the truth of the compiled runs. */
@@ -136,7 +126,7 @@ static void test_interpreted(void) {
 
 static void check_same(const double *losses, const float *params, int steps) {
   for (int k = 0; k < steps; k++) CHECK_NEAR(losses[k], interp_losses[k], 0, 1e-4);
-  if (params) check_params(params, interp_params);
+  if (params) CHECK_FLOATS(params, interp_params, N_PARAMS, 1e-5, 1e-4);
 }
 
 /* Level form, symbolic counts: the interpreted losses and parameters,
