@@ -124,13 +124,14 @@ pack_a_rows(const float *const *src, int64_t kc, int mr, float *dst) {
     for (int r = 0; r < mr; r++) dst[r] = src[r][q];
 }
 
-/* A stored transposed (dW = X^T dY): each step of a panel is one run of
- * mr floats, copied with a size the compiler knows (a memcpy call per 24
- * bytes cost more than the copy). */
+/* kc steps of one run of `width` floats each, rows ld apart, into a
+ * panel: a transposed A's panel (dW = X^T dY) or a plain B's. The width
+ * is a constant at each call, so the copy is a few vector moves (a memcpy
+ * call per 24 or 64 bytes cost more than the copy). */
 static inline __attribute__((always_inline)) void
-pack_a_runs(const float *src, int64_t lda, int64_t kc, int mr, float *dst) {
-  for (int64_t q = 0; q < kc; q++, dst += mr, src += lda)
-    for (int r = 0; r < mr; r++) dst[r] = src[r];
+pack_runs(const float *src, int64_t ld, int64_t kc, int width, float *dst) {
+  for (int64_t q = 0; q < kc; q++, dst += width, src += ld)
+    for (int r = 0; r < width; r++) dst[r] = src[r];
 }
 
 /* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
@@ -152,8 +153,8 @@ static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
     }
     if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
     else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
-    else if (p->trans_a && rows == mr && mr == 6) pack_a_runs(src[0], p->lda, kc, 6, dst);
-    else if (p->trans_a && rows == mr && mr == 12) pack_a_runs(src[0], p->lda, kc, 12, dst);
+    else if (p->trans_a && rows == mr && mr == 6) pack_runs(src[0], p->lda, kc, 6, dst);
+    else if (p->trans_a && rows == mr && mr == 12) pack_runs(src[0], p->lda, kc, 12, dst);
     else
       for (int64_t q = 0; q < kc; q++)
         for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
@@ -178,6 +179,10 @@ void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
       float *out = dst;
       for (int64_t q = 0; q < kc; q++, out += nr)
         for (int64_t c = 0; c < cols; c++) out[c] = src[c][q];
+    } else if (cols == 16 && nr == 16) {
+      /* The AVX2 panel: a copy of known size per step (a memcpy call per
+       * 64 bytes cost more than the copy). */
+      pack_runs(b + pc * p->ldb + jc + j0, p->ldb, kc, 16, dst);
     } else {
       for (int64_t q = 0; q < kc; q++)
         memcpy(dst + q * nr, b + (pc + q) * p->ldb + jc + j0,
