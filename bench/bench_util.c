@@ -92,6 +92,13 @@ int bench_threads_wanted(int threads) {
   return !v || !*v || atoi(v) == threads;
 }
 
+int bench_name_wanted(const char *name, int argc, char **argv) {
+  if (argc <= 2) return 1;
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], name)) return 1;
+  return 0;
+}
+
 loom_compile_options_t bench_options(int fusion, int threads) {
   loom_compile_options_t o;
   loom_compile_options_init(&o);

@@ -49,6 +49,9 @@ loom_graph_t *bench_build_model(const bench_model_t *m);
 /* LOOM_BENCH_PEERS=0: run Loom alone; LOOM_BENCH_THREADS=N: only N. */
 int bench_peers_wanted(void);
 int bench_threads_wanted(int threads);
+/* Whether `name` is wanted by a command line `prog BENCH_DIR [NAME...]`:
+ * named there, or no names given. */
+int bench_name_wanted(const char *name, int argc, char **argv);
 
 /* Compile options with fusion on or off and the given thread count. */
 loom_compile_options_t bench_options(int fusion, int threads);

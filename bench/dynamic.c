@@ -130,16 +130,9 @@ static void bench_workload(const char *bench_dir, const workload_t *w) {
   }
 }
 
-static int wanted(const char *name, int argc, char **argv) {
-  if (argc <= 2) return 1;
-  for (int i = 2; i < argc; i++)
-    if (!strcmp(argv[i], name)) return 1;
-  return 0;
-}
-
 int main(int argc, char **argv) {
   const char *bench_dir = argc > 1 ? argv[1] : "bench";
   for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-    if (wanted(workloads[i].name, argc, argv)) bench_workload(bench_dir, &workloads[i]);
+    if (bench_name_wanted(workloads[i].name, argc, argv)) bench_workload(bench_dir, &workloads[i]);
   return 0;
 }

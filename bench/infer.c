@@ -155,11 +155,9 @@ static void print_lines(const char *model, const timings_t *t) {
   }
 }
 
+/* small_cnn (the demo's) only when named. */
 static int wanted(const char *name, int argc, char **argv) {
-  if (argc <= 2) return strcmp(name, "small_cnn") != 0;
-  for (int i = 2; i < argc; i++)
-    if (!strcmp(argv[i], name)) return 1;
-  return 0;
+  return (argc > 2 || strcmp(name, "small_cnn") != 0) && bench_name_wanted(name, argc, argv);
 }
 
 static void bench_model(const char *bench_dir, const bench_model_t *m) {

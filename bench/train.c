@@ -228,16 +228,9 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
   free(p);
 }
 
-static int wanted(const char *name, int argc, char **argv) {
-  if (argc <= 2) return 1;
-  for (int i = 2; i < argc; i++)
-    if (!strcmp(argv[i], name)) return 1;
-  return 0;
-}
-
 int main(int argc, char **argv) {
   const char *bench_dir = argc > 1 ? argv[1] : "bench";
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-    if (wanted(models[i].name, argc, argv)) bench_model(bench_dir, &models[i]);
+    if (bench_name_wanted(models[i].name, argc, argv)) bench_model(bench_dir, &models[i]);
   return 0;
 }
