@@ -312,11 +312,6 @@ static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
   return LOOM_OK;
 }
 
-static bool is_assign_group(const loom_executable_t *e, int32_t grp) {
-  const fuse_group_t *gr = &e->plan.groups[grp];
-  return gr->n_nodes == 1 && e->graph->nodes[gr->nodes[0]].op == IR_OP_ASSIGN;
-}
-
 static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
                                  const loom_compile_options_t *o) {
   int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
@@ -328,14 +323,14 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
     int32_t gi = e->order[k];
     const fuse_group_t *grp = &e->plan.groups[gi];
     /* Outputs are copied before assigns change any state. */
-    if (!copies_done && is_assign_group(e, gi)) {
+    if (!copies_done && rt_is_assign_group(e->graph, grp)) {
       LOOM_TRY(add_output_copies(e, &n));
       copies_done = true;
     }
     if (grp->kind == FUSE_ALIAS) continue;
     step_t *st = &e->steps[n];
     st->group = gi;
-    if (is_assign_group(e, gi)) {
+    if (rt_is_assign_group(e->graph, grp)) {
       /* An assign is a copy into the parameter's storage: no kernel. */
       const ir_node_t *n = &e->graph->nodes[grp->nodes[0]];
       st->kind = STEP_COPY;

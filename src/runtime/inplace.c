@@ -22,7 +22,7 @@ static void storage_roots(const loom_executable_t *e, int32_t *root) {
   }
 }
 
-static bool is_assign(const loom_graph_t *g, const fuse_group_t *grp) {
+bool rt_is_assign_group(const loom_graph_t *g, const fuse_group_t *grp) {
   return grp->n_nodes == 1 && g->nodes[grp->nodes[0]].op == IR_OP_ASSIGN;
 }
 
@@ -70,7 +70,7 @@ static bool can_alias(const ctx_t *c, int32_t assign_group, int32_t p, int32_t v
   for (int h = 0; h < e->plan.n_groups; h++) {
     const fuse_group_t *grp = &e->plan.groups[h];
     if (h == gv || h == assign_group || grp->kind == FUSE_ALIAS) continue;
-    if (is_assign(g, grp) && g->nodes[grp->nodes[0]].in[0] == p) return false; /* twice */
+    if (rt_is_assign_group(g, grp) && g->nodes[grp->nodes[0]].in[0] == p) return false; /* twice */
     for (int i = 0; i < grp->n_inputs; i++)
       if (c->root[grp->inputs[i]] == p && c->pos[h] > c->pos[gv]) return false;
   }
@@ -104,7 +104,7 @@ loom_status_t rt_alias_assigns(loom_executable_t *e) {
   }
   ctx_t c = {e, root, pos};
   for (int gi = 0; s == LOOM_OK && gi < n_groups; gi++) {
-    if (!is_assign(g, &e->plan.groups[gi])) continue;
+    if (!rt_is_assign_group(g, &e->plan.groups[gi])) continue;
     const ir_node_t *a = &g->nodes[e->plan.groups[gi].nodes[0]];
     int32_t p = a->in[0], v = a->in[1];
     if (!can_alias(&c, gi, p, v)) continue;

@@ -15,4 +15,7 @@
  * epilogue still reads. */
 loom_status_t rt_alias_assigns(loom_executable_t *e);
 
+/* Whether grp is an assign's group (an assign is always alone). */
+bool rt_is_assign_group(const loom_graph_t *g, const fuse_group_t *grp);
+
 #endif
