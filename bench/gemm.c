@@ -5,7 +5,9 @@
  *   {"bench":"gemm","n":1024,"threads":1,"gflops":...,"peak_gflops":...}
  * Usage: bench_gemm [n ...]   (default 256 512 1024 2048)
  *        bench_gemm conv      conv2d layers: Loom's implicit im2col beside
- *                             an explicit im2col buffer + the same GEMM */
+ *                             an explicit im2col buffer + the same GEMM
+ *        bench_gemm kernel    the micro-kernel alone, on packed panels that
+ *                             stay in L1 and L2, beside the FMA peak */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 #include "core/pool.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_impl.h"
 #ifdef LOOM_BENCH_DNNL
 #include <dlfcn.h>
 #endif
@@ -236,9 +239,50 @@ static void bench_conv(void) {
   }
 }
 
+/* ---- The micro-kernel alone ------------------------------------------ */
+
+/* The best of five passes over 24 A panels (an mc-tall block, in L2) and
+ * one B panel (in L1), as the macro-kernel feeds them: what the register
+ * tile reaches when packing and memory cost nothing. */
+static void bench_kernel(void) {
+  const gemm_isa_t *isas[] = {&gemm_isa_avx512, &gemm_isa_avx2, &gemm_isa_portable};
+  const gemm_isa_t *isa = NULL;
+  for (size_t i = 0; i < sizeof isas / sizeof *isas && !isa; i++)
+    if (!strcmp(isas[i]->name, kern_gemm_isa())) isa = isas[i];
+  if (!isa) return;
+  enum { PANELS = 24 };
+  int64_t kc = isa->kc, ldc = 1024;
+  float *a = aligned_alloc(64, (size_t)(PANELS * isa->mr * kc) * sizeof(float));
+  float *b = aligned_alloc(64, (size_t)(isa->nr * kc) * sizeof(float));
+  float *c = aligned_alloc(64, (size_t)(isa->mr * ldc) * sizeof(float));
+  for (int64_t i = 0; i < PANELS * isa->mr * kc; i++) a[i] = (float)(i % 7) * 1e-3f;
+  for (int64_t i = 0; i < isa->nr * kc; i++) b[i] = (float)(i % 5) * 1e-3f;
+  memset(c, 0, (size_t)(isa->mr * ldc) * sizeof(float));
+  long calls = 400000000L / (isa->mr * isa->nr * kc);
+  double best = 0, peak = fma_peak(1);
+  for (int pass = 0; pass < 5; pass++) {
+    double t0 = now();
+    for (long i = 0; i < calls; i++)
+      isa->kernel(kc, a + (i % PANELS) * isa->mr * kc, b, c + (i % 8) * isa->nr % ldc,
+                  ldc, 1);
+    double g = 2.0 * isa->mr * isa->nr * (double)kc * (double)calls / (now() - t0) * 1e-9;
+    if (g > best) best = g;
+  }
+  printf("{\"bench\":\"gemm_kernel\",\"isa\":\"%s\",\"mr\":%d,\"nr\":%d,\"kc\":%lld,"
+         "\"gflops\":%.1f,\"peak_gflops\":%.1f}\n",
+         isa->name, isa->mr, isa->nr, (long long)kc, best, peak);
+  free(a);
+  free(b);
+  free(c);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "conv") == 0) {
     bench_conv();
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "kernel") == 0) {
+    bench_kernel();
     return 0;
   }
   int64_t sizes[16] = {256, 512, 1024, 2048};
