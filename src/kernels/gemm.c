@@ -139,8 +139,9 @@ pack_runs(const float *src, int64_t ld, int64_t kc, int width, float *dst) {
  * side by side, so that the stores are sequential and the loads form mr
  * concurrent streams: A is often read from memory exactly once per call
  * (conv weights), and a row at a time would wait on each line in turn. */
-static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
-                   int64_t mc, int64_t pc, int64_t kc, int mr, float *dst) {
+static void pack_a(const gemm_problem_t *p, const gemm_isa_t *isa, const float *a,
+                   int64_t ic, int64_t mc, int64_t pc, int64_t kc, float *dst) {
+  int mr = isa->mr;
   static const float zeros[1] = {0.0f};
   const float *src[32];
   int64_t step[32];
@@ -151,7 +152,14 @@ static void pack_a(const gemm_problem_t *p, const float *a, int64_t ic,
       src[r] = r >= rows ? zeros : p->trans_a ? a + pc * p->lda + i : a + i * p->lda + pc;
       step[r] = r >= rows ? 0 : p->trans_a ? p->lda : 1;
     }
-    if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
+    if (!p->trans_a && rows == mr && isa->pack_a) {
+      /* Rows of a few hundred bytes end before the hardware prefetcher
+       * has caught on: the next panel's rows are fetched during this one. */
+      for (int64_t r = i0 + mr; r < i0 + 2 * mr && r < mc; r++)
+        for (int64_t q = 0; q < kc; q += 16) __builtin_prefetch(a + (ic + r) * p->lda + pc + q);
+      isa->pack_a(src[0], p->lda, kc, dst);
+    }
+    else if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
     else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
     else if (p->trans_a && rows == mr && mr == 6) pack_runs(src[0], p->lda, kc, 6, dst);
     else if (p->trans_a && rows == mr && mr == 12) pack_runs(src[0], p->lda, kc, 12, dst);
@@ -307,7 +315,7 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
         int64_t mc = m1 - ic < bk->mc ? m1 - ic : bk->mc;
         const float *ablock = bk->abuf;
         if (aset) ablock = aset + ic * kc;
-        else pack_a(p, a, ic, mc, pc, kc, bk->isa->mr, bk->abuf);
+        else pack_a(p, bk->isa, a, ic, mc, pc, kc, bk->abuf);
         macro_kernel(p, bk, ablock, bpanel, t, c, ic, mc, jc, nc, kc, pc > 0,
                      pc + kc >= p->k);
       }
@@ -472,7 +480,7 @@ void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, i
   for (int64_t g = 0; g < groups; g++)
     for (int64_t pc = 0; pc < k; pc += h->kc) {
       int64_t kc = k - pc < h->kc ? k - pc : h->kc;
-      pack_a(&p, a + g * stride, 0, m, pc, kc, isa->mr, data + (g * k + pc) * h->mpad);
+      pack_a(&p, isa, a + g * stride, 0, m, pc, kc, data + (g * k + pc) * h->mpad);
     }
 }
 

@@ -63,7 +63,7 @@
 
 /* Eight rows of eight floats, transposed in registers: out[j] holds
  * element j of every row. */
-UK_TARGET static void transpose8(const __m256 r[8], __m256 out[8]) {
+UK_TARGET static inline __attribute__((always_inline)) void transpose8(const __m256 r[8], __m256 out[8]) {
   __m256 t[8], u[8];
   for (int i = 0; i < 4; i++) {
     t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -99,6 +99,49 @@ UK_TARGET static void pack_bt_avx2_16(const float *b, int64_t ldb, int64_t kc,
     for (int c = 0; c < 16; c++) dst[c] = b[c * ldb + q];
 }
 
+/* Eight steps of a plain A's rows `first`..`first + 7` (the last `dup`
+ * rows repeat the one before them, so that a 6- or 4-row tail reads only
+ * its own rows), transposed: out[j] holds step j of every row. */
+UK_TARGET static inline __attribute__((always_inline)) void load_steps(const float *a, int64_t lda, int rows, int64_t q,
+                                 __m256 out[8]) {
+  __m256 r[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(a + (i < rows ? i : rows - 1) * lda + q);
+  transpose8(r, out);
+}
+
+/* One full 6-row panel of a plain A: 6 stored rows, kc floats each, become
+ * kc steps of 6 floats, eight steps per 8x8 transpose. Each step's 8-float
+ * store runs 2 floats into the next step's place, which the next store
+ * overwrites; the eighth stores exactly 6. */
+UK_TARGET static void pack_a_avx2_6(const float *a, int64_t lda, int64_t kc, float *dst) {
+  int64_t q = 0;
+  for (; q + 8 <= kc; q += 8, dst += 8 * 6) {
+    __m256 o[8];
+    load_steps(a, lda, 6, q, o);
+    for (int j = 0; j < 7; j++) _mm256_storeu_ps(dst + j * 6, o[j]);
+    _mm_storeu_ps(dst + 42, _mm256_castps256_ps128(o[7]));
+    _mm_storel_pi((__m64 *)(dst + 46), _mm256_extractf128_ps(o[7], 1));
+  }
+  for (; q < kc; q++, dst += 6)
+    for (int r = 0; r < 6; r++) dst[r] = a[r * lda + q];
+}
+
+/* The same for 12 rows: rows 0-7 and 8-11 transposed apart. */
+UK_TARGET void gemm_pack_a12_avx2(const float *a, int64_t lda, int64_t kc, float *dst) {
+  int64_t q = 0;
+  for (; q + 8 <= kc; q += 8, dst += 8 * 12) {
+    __m256 lo[8], hi[8];
+    load_steps(a, lda, 8, q, lo);
+    load_steps(a + 8 * lda, lda, 4, q, hi);
+    for (int j = 0; j < 8; j++) {
+      _mm256_storeu_ps(dst + j * 12, lo[j]);
+      _mm_storeu_ps(dst + j * 12 + 8, _mm256_castps256_ps128(hi[j]));
+    }
+  }
+  for (; q < kc; q++, dst += 12)
+    for (int r = 0; r < 12; r++) dst[r] = a[r * lda + q];
+}
+
 static int avx2_supported(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
@@ -110,11 +153,15 @@ static int avx2_supported(void) {
 #define AVX2_KC 256
 #define AVX2_NC 4096
 #endif
-const gemm_isa_t gemm_isa_avx2 = {"avx2", avx2_supported, ukernel_avx2_6x16,
-                                  6, 16, AVX2_MC, AVX2_KC, AVX2_NC,
-                                  pack_bt_avx2_16, ukernel_avx2_6x8,
-                                  {NULL, ukernel_avx2_1x16, ukernel_avx2_2x16,
-                                   ukernel_avx2_3x16, ukernel_avx2_4x16}};
-const gemm_isa_t gemm_isa_avx2_wide = {"avx2_wide", avx2_supported,
-                                       ukernel_avx2_12x32, 12, 32, 144, 256,
-                                       4096, NULL, ukernel_avx2_12x16, {NULL}};
+const gemm_isa_t gemm_isa_avx2 = {.name = "avx2", .supported = avx2_supported,
+                                  .kernel = ukernel_avx2_6x16, .mr = 6, .nr = 16,
+                                  .mc = AVX2_MC, .kc = AVX2_KC, .nc = AVX2_NC,
+                                  .pack_bt = pack_bt_avx2_16, .pack_a = pack_a_avx2_6,
+                                  .kernel_half = ukernel_avx2_6x8,
+                                  .kernel_rows = {NULL, ukernel_avx2_1x16, ukernel_avx2_2x16,
+                                                  ukernel_avx2_3x16, ukernel_avx2_4x16}};
+const gemm_isa_t gemm_isa_avx2_wide = {.name = "avx2_wide", .supported = avx2_supported,
+                                       .kernel = ukernel_avx2_12x32, .mr = 12, .nr = 32,
+                                       .mc = 144, .kc = 256, .nc = 4096,
+                                       .pack_a = gemm_pack_a12_avx2,
+                                       .kernel_half = ukernel_avx2_12x16};

@@ -29,6 +29,8 @@ static int avx512_supported(void) {
 
 /* Zen 5 has 48 KiB L1d and 1 MiB L2 per core: the B micro-panel (kc x 32)
  * stays in L1 at kc = 256 and the A block (mc x kc) in L2. */
-const gemm_isa_t gemm_isa_avx512 = {"avx512", avx512_supported,
-                                    ukernel_avx512_12x32, 12, 32, 192, 256,
-                                    4096, NULL, ukernel_avx512_12x16, {NULL}};
+const gemm_isa_t gemm_isa_avx512 = {.name = "avx512", .supported = avx512_supported,
+                                    .kernel = ukernel_avx512_12x32, .mr = 12, .nr = 32,
+                                    .mc = 192, .kc = 256, .nc = 4096,
+                                    .pack_a = gemm_pack_a12_avx2,
+                                    .kernel_half = ukernel_avx512_12x16};

@@ -29,6 +29,10 @@ typedef struct gemm_isa {
    * the stored matrix, ldb apart, kc floats each) with vector transposes;
    * NULL: the portable loop. */
   void (*pack_bt)(const float *b, int64_t ldb, int64_t kc, float *dst);
+  /* Optional: packs one full mr-tall panel of a plain A (mr rows, lda
+   * apart, kc floats each) with vector transposes; NULL: the portable
+   * loop. */
+  void (*pack_a)(const float *a, int64_t lda, int64_t kc, float *dst);
   /* Optional: the left half of a tile, mr x nr/2, still reading nr-wide B
    * panels, for a last tile of at most nr/2 columns (7x7 = 49 positions
    * end in a 1-column tile); NULL: edge tiles run the full kernel. */
@@ -38,6 +42,10 @@ typedef struct gemm_isa {
    * a scratch tile). */
   gemm_ukernel_fn kernel_rows[GEMM_MAX_SHORT_ROWS + 1];
 } gemm_isa_t;
+
+/* The AVX2 packer of 12-row A panels, which the AVX-512 tile shares
+ * (every AVX-512 CPU has AVX2). */
+void gemm_pack_a12_avx2(const float *a, int64_t lda, int64_t kc, float *dst);
 
 extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,
     gemm_isa_portable;

@@ -18,5 +18,6 @@ static void ukernel_portable(int64_t kc, const float *restrict a,
 
 static int always(void) { return 1; }
 
-const gemm_isa_t gemm_isa_portable = {"portable", always, ukernel_portable,
-                                      PMR, PNR, 128, 256, 4096, NULL, NULL, {NULL}};
+const gemm_isa_t gemm_isa_portable = {.name = "portable", .supported = always,
+                                      .kernel = ukernel_portable, .mr = PMR, .nr = PNR,
+                                      .mc = 128, .kc = 256, .nc = 4096};
