@@ -235,7 +235,7 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
     isa->kernel(kc, ap, bp, c, ldc, accumulate);
     return;
   }
-  if (cols == isa->nr && rows <= GEMM_MAX_SHORT_ROWS && isa->kernel_rows[rows]) {
+  if (cols == isa->nr && isa->kernel_rows) {
     isa->kernel_rows[rows](kc, ap, bp, c, ldc, accumulate);
     return;
   }

@@ -27,31 +27,14 @@
 #undef UK_MR
 #undef UK_NV
 
-/* Short last row tiles (a batch of 16 rows is 6 + 6 + 4, of 64 rows
- * 10 x 6 + 4) read the 6-row panels without computing the missing rows
- * in a scratch tile. */
+/* Short last row tiles of the 6-row panels. */
 #define UK_NV 2
 #define UK_ASTEP 6
-#define UK_NAME ukernel_avx2_4x16
-#define UK_MR 4
-#include "kernels/gemm_ukernel.inc"
-#undef UK_NAME
-#undef UK_MR
-#define UK_NAME ukernel_avx2_3x16
-#define UK_MR 3
-#include "kernels/gemm_ukernel.inc"
-#undef UK_NAME
-#undef UK_MR
-#define UK_NAME ukernel_avx2_2x16
-#define UK_MR 2
-#include "kernels/gemm_ukernel.inc"
-#undef UK_NAME
-#undef UK_MR
-#define UK_NAME ukernel_avx2_1x16
-#define UK_MR 1
-#include "kernels/gemm_ukernel.inc"
-#undef UK_NAME
-#undef UK_MR
+#define UK_SHORT_NAME(r) ukernel_avx2_##r##x16
+#include "kernels/gemm_short_rows.inc"
+static const gemm_ukernel_fn avx2_short_rows[] = UK_SHORT_TABLE;
+#undef UK_SHORT_TABLE
+#undef UK_SHORT_NAME
 #undef UK_ASTEP
 #undef UK_NV
 
@@ -60,6 +43,19 @@
 #define UK_MR 12
 #define UK_NV 4
 #include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_HALF_NAME
+#undef UK_MR
+
+/* The AVX-512 tile's short rows, for tests. */
+#define UK_ASTEP 12
+#define UK_SHORT_NAME(r) ukernel_avx2_##r##x32
+#include "kernels/gemm_short_rows.inc"
+static const gemm_ukernel_fn avx2_wide_short_rows[] = UK_SHORT_TABLE;
+#undef UK_SHORT_TABLE
+#undef UK_SHORT_NAME
+#undef UK_ASTEP
+#undef UK_NV
 
 /* Eight rows of eight floats, transposed in registers: out[j] holds
  * element j of every row. */
@@ -82,31 +78,40 @@ UK_TARGET static inline __attribute__((always_inline)) void transpose8(const __m
   }
 }
 
-/* One full 16-wide panel of a transposed B: 16 stored rows, kc floats
- * each, become kc steps of 16 floats, eight steps per pair of 8 x 8
- * transposes (the scalar loop would move one float per load). */
-UK_TARGET static void pack_bt_avx2_16(const float *b, int64_t ldb, int64_t kc,
-                                      float *dst) {
-  int64_t q = 0;
-  for (; q + 8 <= kc; q += 8, dst += 8 * 16)
-    for (int half = 0; half < 2; half++) {
-      __m256 r[8], o[8];
-      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(b + (half * 8 + i) * ldb + q);
-      transpose8(r, o);
-      for (int j = 0; j < 8; j++) _mm256_store_ps(dst + j * 16 + half * 8, o[j]);
-    }
-  for (; q < kc; q++, dst += 16)
-    for (int c = 0; c < 16; c++) dst[c] = b[c * ldb + q];
+/* Eight steps (q..q+7) of `rows` <= 8 stored rows, ld apart, transposed:
+ * out[j] holds step j of every row. Past `rows`, the last row is read
+ * again (its lanes are not stored), so that nothing outside the rows is
+ * touched. */
+UK_TARGET static inline __attribute__((always_inline)) void
+load_steps(const float *a, int64_t ld, int rows, int64_t q, __m256 out[8]) {
+  __m256 r[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(a + (i < rows ? i : rows - 1) * ld + q);
+  transpose8(r, out);
 }
 
-/* Eight steps of a plain A's rows `first`..`first + 7` (the last `dup`
- * rows repeat the one before them, so that a 6- or 4-row tail reads only
- * its own rows), transposed: out[j] holds step j of every row. */
-UK_TARGET static inline __attribute__((always_inline)) void load_steps(const float *a, int64_t lda, int rows, int64_t q,
-                                 __m256 out[8]) {
-  __m256 r[8];
-  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(a + (i < rows ? i : rows - 1) * lda + q);
-  transpose8(r, out);
+/* One full `width`-wide panel of a transposed B: `width` stored rows, kc
+ * floats each, become kc steps of `width` floats, eight steps per 8 x 8
+ * transpose of each eight rows (the scalar loop would move one float per
+ * load). */
+UK_TARGET static inline __attribute__((always_inline)) void
+pack_bt_avx2(const float *b, int64_t ldb, int64_t kc, int width, float *dst) {
+  int64_t q = 0;
+  for (; q + 8 <= kc; q += 8, dst += 8 * width)
+    for (int part = 0; part < width / 8; part++) {
+      __m256 o[8];
+      load_steps(b + part * 8 * ldb, ldb, 8, q, o);
+      for (int j = 0; j < 8; j++) _mm256_store_ps(dst + j * width + part * 8, o[j]);
+    }
+  for (; q < kc; q++, dst += width)
+    for (int c = 0; c < width; c++) dst[c] = b[c * ldb + q];
+}
+
+UK_TARGET static void pack_bt_avx2_16(const float *b, int64_t ldb, int64_t kc, float *dst) {
+  pack_bt_avx2(b, ldb, kc, 16, dst);
+}
+
+UK_TARGET void gemm_pack_bt32_avx2(const float *b, int64_t ldb, int64_t kc, float *dst) {
+  pack_bt_avx2(b, ldb, kc, 32, dst);
 }
 
 /* One full 6-row panel of a plain A: 6 stored rows, kc floats each, become
@@ -158,10 +163,11 @@ const gemm_isa_t gemm_isa_avx2 = {.name = "avx2", .supported = avx2_supported,
                                   .mc = AVX2_MC, .kc = AVX2_KC, .nc = AVX2_NC,
                                   .pack_bt = pack_bt_avx2_16, .pack_a = pack_a_avx2_6,
                                   .kernel_half = ukernel_avx2_6x8,
-                                  .kernel_rows = {NULL, ukernel_avx2_1x16, ukernel_avx2_2x16,
-                                                  ukernel_avx2_3x16, ukernel_avx2_4x16}};
+                                  .kernel_rows = avx2_short_rows};
 const gemm_isa_t gemm_isa_avx2_wide = {.name = "avx2_wide", .supported = avx2_supported,
                                        .kernel = ukernel_avx2_12x32, .mr = 12, .nr = 32,
                                        .mc = 144, .kc = 256, .nc = 4096,
+                                       .pack_bt = gemm_pack_bt32_avx2,
                                        .pack_a = gemm_pack_a12_avx2,
-                                       .kernel_half = ukernel_avx2_12x16};
+                                       .kernel_half = ukernel_avx2_12x16,
+                                       .kernel_rows = avx2_wide_short_rows};

@@ -21,6 +21,14 @@
 #define UK_MR 12
 #define UK_NV 2
 #include "kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_HALF_NAME
+#undef UK_MR
+
+#define UK_ASTEP 12
+#define UK_SHORT_NAME(r) ukernel_avx512_##r##x32
+#include "kernels/gemm_short_rows.inc"
+static const gemm_ukernel_fn avx512_short_rows[] = UK_SHORT_TABLE;
 
 static int avx512_supported(void) {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -32,5 +40,7 @@ static int avx512_supported(void) {
 const gemm_isa_t gemm_isa_avx512 = {.name = "avx512", .supported = avx512_supported,
                                     .kernel = ukernel_avx512_12x32, .mr = 12, .nr = 32,
                                     .mc = 192, .kc = 256, .nc = 4096,
+                                    .pack_bt = gemm_pack_bt32_avx2,
                                     .pack_a = gemm_pack_a12_avx2,
-                                    .kernel_half = ukernel_avx512_12x16};
+                                    .kernel_half = ukernel_avx512_12x16,
+                                    .kernel_rows = avx512_short_rows};

@@ -16,8 +16,6 @@
 typedef void (*gemm_ukernel_fn)(int64_t kc, const float *a, const float *b,
                                 float *c, int64_t ldc, int accumulate);
 
-enum { GEMM_MAX_SHORT_ROWS = 4 };
-
 /* One micro-kernel and the cache blocking that suits it. */
 typedef struct gemm_isa {
   const char *name;
@@ -37,15 +35,16 @@ typedef struct gemm_isa {
    * panels, for a last tile of at most nr/2 columns (7x7 = 49 positions
    * end in a 1-column tile); NULL: edge tiles run the full kernel. */
   gemm_ukernel_fn kernel_half;
-  /* Optional: kernel_rows[r] computes r < mr rows of a full-width tile
-   * from mr-tall panels, for a last row tile (NULL: the full kernel into
-   * a scratch tile). */
-  gemm_ukernel_fn kernel_rows[GEMM_MAX_SHORT_ROWS + 1];
+  /* Optional: kernel_rows[r], 0 < r < mr, computes r rows of a
+   * full-width tile from mr-tall panels, for a last row tile (NULL: the
+   * full kernel into a scratch tile). */
+  const gemm_ukernel_fn *kernel_rows;
 } gemm_isa_t;
 
-/* The AVX2 packer of 12-row A panels, which the AVX-512 tile shares
- * (every AVX-512 CPU has AVX2). */
+/* The AVX2 packers of 12-row A panels and 32-wide transposed B panels,
+ * which the AVX-512 tile shares (every AVX-512 CPU has AVX2). */
 void gemm_pack_a12_avx2(const float *a, int64_t lda, int64_t kc, float *dst);
+void gemm_pack_bt32_avx2(const float *b, int64_t ldb, int64_t kc, float *dst);
 
 extern const gemm_isa_t gemm_isa_avx512, gemm_isa_avx2, gemm_isa_avx2_wide,
     gemm_isa_portable;
