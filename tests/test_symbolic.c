@@ -296,6 +296,54 @@ static void test_layout_symbolic_lead(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- Folds over the whole of a symbolic lead: one row of runtime length ------------
+ * (a loss summed over a trace's items: the count of labels that are not
+ * ignored, a masked sum, a mean over every element). */
+
+static loom_graph_t *whole_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, lab, ignore, valid, count_f, count, twice, mean, e, masked, msum, pos;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "labels", LOOM_I64, 1, (loom_dim_t[]){n}, &lab));
+  loom_tensor_t *ignore_t = test_tensor(LOOM_I64, 0, NULL, (double[]){-1});
+  CHECK_OK(loom_graph_constant(g, ignore_t, &ignore));
+  loom_tensor_destroy(ignore_t);
+  CHECK_OK(loom_ne(g, lab, ignore, &valid));
+  CHECK_OK(loom_cast(g, valid, LOOM_F32, &count_f));
+  CHECK_OK(loom_sum(g, count_f, 1, (int64_t[]){0}, 0, &count));
+  CHECK_OK(loom_add(g, x, x, &twice));
+  CHECK_OK(loom_mean(g, twice, 2, (int64_t[]){0, 1}, 0, &mean)); /* count n * 3 */
+  CHECK_OK(loom_exp(g, x, &e));
+  CHECK_OK(loom_relu(g, e, &pos));
+  CHECK_OK(loom_sum(g, pos, 2, (int64_t[]){0, 1}, 0, &msum));
+  CHECK_OK(loom_where(g, valid, count_f, count_f, &masked));
+  CHECK_OK(loom_graph_output(g, count));
+  CHECK_OK(loom_graph_output(g, mean));
+  CHECK_OK(loom_graph_output(g, msum));
+  CHECK_OK(loom_graph_output(g, masked));
+  return g;
+}
+
+static int whole_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){n, 3}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_I64, 1, (int64_t[]){n}, -1, 3);
+  return 2;
+}
+
+static void test_whole_symbolic_folds(void) {
+  test_seed(8);
+  loom_graph_t *g = whole_graph();
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info;
+  run_sizes("folds over a whole symbolic dim", g, &o, whole_inputs, 4, &info);
+  CHECK(info.n_generated >= 2);
+  CHECK(info.n_reference == 0);
+  loom_graph_destroy(g);
+}
+
 /* ---- A symbolic dim that is not leading: reference steps -------------------------- */
 
 static loom_graph_t *inner_graph(void) {
@@ -607,6 +655,7 @@ int main(void) {
   TEST_RUN(test_rows_softmax_layer_norm);
   TEST_RUN(test_matmul_symbolic_m);
   TEST_RUN(test_layout_symbolic_lead);
+  TEST_RUN(test_whole_symbolic_folds);
   TEST_RUN(test_symbolic_inner_dim_falls_back);
   TEST_RUN(test_expression_dims);
   TEST_RUN(test_bad_bindings);

@@ -41,9 +41,10 @@ static const fold_t *fold_of(ir_op_t op) {
   return NULL;
 }
 
-/* acc and v name the accumulator and the element ("acc12", "v11"). */
+/* acc and v name the accumulator and the element ("acc12", "v11"), n
+ * the count as a double ("64.0", "((double)n0 * 8)"). */
 static void fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
-                      int64_t n, const char *type) {
+                      const char *n, const char *type) {
   for (const char *p = t; *p; p++) {
     if (*p != '$') {
       cg_printf(b, "%c", *p);
@@ -52,7 +53,7 @@ static void fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v
     char k = *++p;
     if (k == 'a') cg_printf(b, "%s", acc);
     else if (k == 'v') cg_printf(b, "%s", v);
-    else if (k == 'n') cg_printf(b, "%lld.0", (long long)n);
+    else if (k == 'n') cg_printf(b, "%s", n);
     else if (k == 'T') cg_printf(b, "%s", type);
   }
 }
@@ -65,7 +66,8 @@ typedef struct red {
   const fuse_group_t *grp;
   cg_shape_t space; /* collapsed: [0, n_outer) outer, then inner */
   int n_outer, n_inner;
-  int64_t inner_count;
+  int64_t inner_count; /* with `runtime`, times n0 / space.dim[0] */
+  bool runtime;        /* one row whose first inner dim is known at run time: n0 */
   int32_t *acc_of;  /* per value: index into access strides, or -1 */
   bool *row;        /* per value: constant along the inner dims */
   int n_acc;
@@ -163,9 +165,6 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
   *ok = fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
   if (!*ok) return LOOM_OK;
   int outer = outer_dims(anchor, full->rank);
-  /* A runtime leading dim (cg_shape_t.lead) must be a row dim. */
-  *ok = !full->lead || outer > 0;
-  if (!*ok) return LOOM_OK;
   int n_acc = grp->n_inputs + grp->n_outputs;
   r->acc_of = core_malloc(sizeof(int32_t) * (size_t)g->n_values);
   r->row = core_calloc((size_t)g->n_values, sizeof(bool));
@@ -189,6 +188,9 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
   r->space.rank = end;
   r->inner_count = 1;
   for (int d = hi; d < end; d++) r->inner_count *= r->space.dim[d];
+  /* A runtime leading dim is a row dim, or the first inner one of a
+   * group with no rows (a loss summed over a trace's items). */
+  r->runtime = r->space.lead && r->n_outer == 0;
   return LOOM_OK;
 }
 
@@ -215,6 +217,12 @@ static void store(red_t *r, int level, int32_t v, bool inner) {
   cg_store_end(b, r->c->g, v);
 }
 
+/* The extent of dim d as C: a constant, or n0 for a runtime one. */
+static void extent(red_t *r, int d) {
+  if (r->runtime && d == 0) cg_printf(r->c->out, "n0");
+  else cg_printf(r->c->out, "%lld", (long long)r->space.dim[d]);
+}
+
 /* Marks the full-space nodes that value v needs, transitively. */
 static void mark_cone(red_t *r, int32_t v, bool *need) {
   const loom_graph_t *g = r->c->g;
@@ -231,9 +239,11 @@ static void mark_cone(red_t *r, int32_t v, bool *need) {
 static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra,
                             bool loops) {
   const loom_graph_t *g = r->c->g;
-  for (int d = r->n_outer; d < r->space.rank && loops; d++)
-    cg_line(r->c->out, level + d - r->n_outer, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n",
-            d, d, (long long)r->space.dim[d], d);
+  for (int d = r->n_outer; d < r->space.rank && loops; d++) {
+    cg_line(r->c->out, level + d - r->n_outer, "for (int64_t i%d = 0; i%d < ", d, d);
+    extent(r, d);
+    cg_printf(r->c->out, "; i%d++) {\n", d);
+  }
   int in = loops ? level + r->n_inner : level;
   for (int i = 0; i < r->grp->n_inputs; i++) {
     int32_t v = r->grp->inputs[i];
@@ -270,7 +280,7 @@ static void fold_loop(red_t *r, int level, const fold_t *f, bool fl, int x,
   snprintf(v, sizeof v, "v%d", x);
   open_inner_body(r, level, need, x, loops);
   cg_line(r->c->out, loops ? level + r->n_inner : level, "%s", "");
-  fold_text(r->c->out, fl ? f->f_update : f->i_update, acc, v, 0, t);
+  fold_text(r->c->out, fl ? f->f_update : f->i_update, acc, v, "", t);
   cg_printf(r->c->out, ";\n");
   if (loops) close_inner(r, level);
 }
@@ -282,15 +292,18 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
   cg_buf_t *b = r->c->out;
   int d = r->n_outer;
   int64_t n = r->space.dim[d], blocks = n / FOLD_LANES * FOLD_LANES;
-  char acc[32], lane[32];
+  char acc[32], lane[32], n_text[32], blocks_text[48];
+  snprintf(n_text, sizeof n_text, r->runtime ? "n0" : "%lld", (long long)n);
+  if (r->runtime) snprintf(blocks_text, sizeof blocks_text, "n0 / %d * %d", FOLD_LANES, FOLD_LANES);
+  else snprintf(blocks_text, sizeof blocks_text, "%lld", (long long)blocks);
   snprintf(acc, sizeof acc, "acc%d", out);
   snprintf(lane, sizeof lane, "acc%d_l[l]", out);
   cg_line(b, level, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, acc, "", 0, t);
+  fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
   cg_printf(b, " acc%d_l[%d];\n", out, FOLD_LANES);
   cg_line(b, level, "for (int l = 0; l < %d; l++) %s = %s;\n", FOLD_LANES, lane, acc);
-  cg_line(b, level, "for (int64_t b%d = 0; b%d < %lld; b%d += %d) {\n", d, d,
-          (long long)blocks, d, FOLD_LANES);
+  cg_line(b, level, "for (int64_t b%d = 0; b%d < %s; b%d += %d) {\n", d, d, blocks_text,
+          d, FOLD_LANES);
   /* Unrolled first, the lane loop would be scalars GCC does not regroup. */
   cg_line(b, level + 1, "#pragma GCC unroll 1\n");
   cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", FOLD_LANES);
@@ -298,14 +311,14 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
   fold_loop(r, level + 2, f, fl, x, t, need, lane, false);
   cg_line(b, level + 1, "}\n");
   cg_line(b, level, "}\n");
-  if (blocks < n) {
-    cg_line(b, level, "for (int64_t i%d = %lld; i%d < %lld; i%d++) {\n", d,
-            (long long)blocks, d, (long long)n, d);
+  if (blocks < n || r->runtime) {
+    cg_line(b, level, "for (int64_t i%d = %s; i%d < %s; i%d++) {\n", d, blocks_text, d,
+            n_text, d);
     fold_loop(r, level + 1, f, fl, x, t, need, acc, false);
     cg_line(b, level, "}\n");
   }
   cg_line(b, level, "for (int l = 0; l < %d; l++) ", FOLD_LANES);
-  fold_text(b, fl ? f->f_update : f->i_update, acc, lane, 0, t);
+  fold_text(b, fl ? f->f_update : f->i_update, acc, lane, "", t);
   cg_printf(b, ";\n");
 }
 
@@ -320,20 +333,25 @@ static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *ne
   snprintf(acc, sizeof acc, "acc%d", out);
   cg_buf_t *b = r->c->out;
   cg_line(b, level, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, acc, "", 0, t);
+  fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
   cg_printf(b, " %s = ", acc);
-  fold_text(b, fl ? f->f_init : f->i_init, acc, "", 0, t);
+  fold_text(b, fl ? f->f_init : f->i_init, acc, "", "", t);
   cg_printf(b, ";\n");
   memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
   mark_cone(r, n->in[0], need);
-  if (r->n_inner == 1 && r->inner_count >= FOLD_LANES_MIN)
+  if (r->n_inner == 1 && (r->inner_count >= FOLD_LANES_MIN || r->runtime))
     fold_lanes(r, level, f, fl, out, x, t, need);
   else
     fold_loop(r, level, f, fl, x, t, need, acc, true);
   /* Half precision rounds the result, as the reference's store does. */
   const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
   cg_line(b, level, "const %s v%d = %s(", t, out, round);
-  fold_text(b, fl ? f->f_result : f->i_result, acc, "", r->inner_count, t);
+  char count[48];
+  if (r->runtime)
+    snprintf(count, sizeof count, "((double)n0 * %lld)",
+             (long long)(r->inner_count / r->space.dim[0]));
+  else snprintf(count, sizeof count, "%lld.0", (long long)r->inner_count);
+  fold_text(b, fl ? f->f_result : f->i_result, acc, "", count, t);
   cg_printf(b, ");\n");
   return LOOM_OK;
 }
@@ -477,10 +495,10 @@ static void cols_body(cg_ctx_t *c, const ir_node_t *n, const cols_t *k) {
   cg_line(b, 2, "const int64_t cols = %lld - j0 < %lld ? %lld - j0 : %lld;\n",
           (long long)cols, (long long)k->block, (long long)cols, (long long)k->block);
   cg_line(b, 2, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, "", "", 0, t);
+  fold_text(b, fl ? f->f_type : f->i_type, "", "", "", t);
   cg_printf(b, " acc[%lld];\n", (long long)k->block);
   cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) acc[j] = ");
-  fold_text(b, fl ? f->f_init : f->i_init, "", "", 0, t);
+  fold_text(b, fl ? f->f_init : f->i_init, "", "", "", t);
   cg_printf(b, ";\n");
   int in = cols_loops(b, k, 2, true);
   cg_line(b, in, "for (int64_t j = 0; j < cols; j++) {\n");
@@ -488,14 +506,16 @@ static void cols_body(cg_ctx_t *c, const ir_node_t *n, const cols_t *k) {
   cols_offset(b, k, 0);
   cg_load_end(b, g, n->in[0]);
   cg_line(b, in + 1, "%s", "");
-  fold_text(b, fl ? f->f_update : f->i_update, "acc[j]", v, 0, t);
+  fold_text(b, fl ? f->f_update : f->i_update, "acc[j]", v, "", t);
   cg_printf(b, ";\n");
   cg_line(b, in, "}\n");
   for (int q = in - 1; q >= 2; q--) cg_line(b, q, "}\n");
   const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
   cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
   cg_line(b, 3, "const %s v%d = %s(", t, (int)n->out[0], round);
-  fold_text(b, fl ? f->f_result : f->i_result, "acc[j]", "", k->count, t);
+  char count[32];
+  snprintf(count, sizeof count, "%lld.0", (long long)k->count);
+  fold_text(b, fl ? f->f_result : f->i_result, "acc[j]", "", count, t);
   cg_printf(b, ");\n");
   cg_store_begin(b, 3, n->out[0]);
   cols_offset(b, k, 1);
@@ -601,12 +621,16 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   char note[64];
   snprintf(note, sizeof note, "folding %lld per row", (long long)r.inner_count);
   cg_group_comment(c, gi, "reduction", &full, note);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
-  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  if (r.runtime) {
+    cg_printf(b, "static void loom_g%d_body(void *const *slots, int64_t n0) {\n", gi);
+  } else {
+    cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+    cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  }
   for (int i = 0; i < r.n_acc; i++)
     cg_declare_pointer(c, grp, 1, i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs],
                        i >= grp->n_inputs);
-  cg_line(b, 1, "for (int64_t o = begin; o < end; o++) {\n");
+  cg_line(b, 1, r.runtime ? "{\n" : "for (int64_t o = begin; o < end; o++) {\n");
   s = emit_row(&r, need);
   cg_line(b, 1, "}\n}\n\n");
   int64_t rows = 1;
@@ -614,7 +638,12 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
                "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
-  if (r.space.lead) {
+  if (r.runtime) {
+    cg_line(b, 1, "(void)rt;\n");
+    cg_line(b, 1, "loom_g%d_body(slots, ", gi);
+    cg_lead_extent(b, c->g, &r.space);
+    cg_printf(b, ");\n");
+  } else if (r.space.lead) {
     /* Rows known at run time: the lead times the other outer dims. */
     char body[32];
     snprintf(body, sizeof body, "loom_g%d_body", gi);
