@@ -14,7 +14,12 @@ typedef struct expr_rule {
   const char *i; /* integer and bool dtypes; NULL: not generated */
 } expr_rule_t;
 
-#define SIGMOID(x) "(" x " >= 0 ? ($T)1 / (($T)1 + loom_exp$f(-" x ")) : loom_exp$f(" x ") / (($T)1 + loom_exp$f(" x ")))"
+/* e^-|x| is e^-x on one side and e^x on the other, the very operands of
+ * the two stable forms, so one exponential serves both (the selected
+ * branch is computed as before, bit for bit). */
+#define SIGMOID(x)                                                             \
+  "(" x " >= 0 ? ($T)1 / (($T)1 + loom_exp$f(-fabs$f(" x "))) : "             \
+  "loom_exp$f(-fabs$f(" x ")) / (($T)1 + loom_exp$f(-fabs$f(" x "))))"
 #define WRAP(op) "(int64_t)((uint64_t)$0 " op " (uint64_t)$1)"
 
 static const expr_rule_t rules[IR_OP_COUNT] = {

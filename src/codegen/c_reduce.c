@@ -619,7 +619,8 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   }
   cg_buf_t *b = c->out;
   char note[64];
-  snprintf(note, sizeof note, "folding %lld per row", (long long)r.inner_count);
+  if (r.runtime) snprintf(note, sizeof note, "one row, its length known at run time");
+  else snprintf(note, sizeof note, "folding %lld per row", (long long)r.inner_count);
   cg_group_comment(c, gi, "reduction", &full, note);
   if (r.runtime) {
     cg_printf(b, "static void loom_g%d_body(void *const *slots, int64_t n0) {\n", gi);
