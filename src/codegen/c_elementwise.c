@@ -133,6 +133,7 @@ loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok) {
   cg_group_comment(c, gi, "elementwise", &full, NULL);
   emit_body_fn(c, gi, &a);
   int64_t outer = a.space.dim[0], inner = cg_numel(&a.space) / (outer ? outer : 1);
+  int64_t work = inner * cg_group_cost(c->g, grp); /* per row */
   cg_buf_t *b = c->out;
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
                "const loom_abi_t *rt) {\n", gi);
@@ -140,9 +141,9 @@ loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok) {
   if (a.space.lead) {
     char body[32];
     snprintf(body, sizeof body, "loom_g%d_body", gi);
-    cg_dynamic_split(b, c->g, &a.space, inner, body);
-  } else if (cg_numel(&a.space) > CG_PARALLEL_MIN && outer > 1) {
-    int64_t grain = CG_PARALLEL_MIN / 2 / (inner ? inner : 1);
+    cg_dynamic_split(b, c->g, &a.space, work, body);
+  } else if (outer * work > CG_PARALLEL_MIN && outer > 1) {
+    int64_t grain = CG_PARALLEL_MIN / 2 / (work ? work : 1);
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
             (long long)outer, (long long)(grain > 1 ? grain : 1), gi);
   } else {

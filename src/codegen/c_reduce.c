@@ -634,7 +634,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_line(b, 1, r.runtime ? "{\n" : "for (int64_t o = begin; o < end; o++) {\n");
   s = emit_row(&r, need);
   cg_line(b, 1, "}\n}\n\n");
-  int64_t rows = 1;
+  int64_t rows = 1, work = r.inner_count * cg_group_cost(c->g, grp); /* per row */
   for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
   cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
                "const loom_abi_t *rt) {\n", gi);
@@ -650,9 +650,9 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
     snprintf(body, sizeof body, "loom_g%d_body", gi);
     cg_shape_t outer = r.space;
     outer.dim[0] = rows;
-    cg_dynamic_split(b, c->g, &outer, r.inner_count, body);
-  } else if (rows * r.inner_count > CG_PARALLEL_MIN && rows > 1) {
-    int64_t grain = CG_PARALLEL_MIN / 2 / (r.inner_count ? r.inner_count : 1);
+    cg_dynamic_split(b, c->g, &outer, work, body);
+  } else if (rows * work > CG_PARALLEL_MIN && rows > 1) {
+    int64_t grain = CG_PARALLEL_MIN / 2 / (work ? work : 1);
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
             (long long)rows, (long long)(grain > 1 ? grain : 1), gi);
   } else {

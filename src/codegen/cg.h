@@ -115,6 +115,10 @@ bool cg_is_output(const fuse_group_t *grp, int32_t v);
 
 /* Whether the op has a scalar expression for these dtypes. */
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n);
+/* A group's work per element in plain operations, at least 1 (a
+ * transcendental function counts 8), which scales CG_PARALLEL_MIN: a
+ * row of exponentials repays a wake-up sooner than a copy does. */
+int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp);
 /* "const float v12 = expf(v11);": node n's output from its inputs'
  * locals. */
 void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
