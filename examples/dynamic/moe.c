@@ -136,19 +136,17 @@ static loom_status_t with_bias(loom_graph_t *g, loom_value_t w, loom_value_t b,
 }
 
 /* acc += expert e on the rows nz (count, 1) of x, times their gates:
- * torch's out.index_add(0, rows, (h @ w2^T + b2) * gate). The expert's
- * rows are taken from x1 = [x 1], so that b1 joins w1 as a last column,
- * and b2 w2 against a column of ones: its gradients come out of the GEMMs
- * instead of sums over a dim of data-decided size. The rows go back to
- * token order as one_hot(rows)^T @ y: one term per row, the others add
- * zeros, so exactly the index_add (and unlike scatter_add, whose gradient
- * needs a known count, it trains with the count symbolic); there the gate
- * (gcol: 0 for tokens the expert did not get) applies. */
+ * torch's out.index_add(0, rows, (h @ w2^T + b2) * gate), a scatter_add
+ * whose index is the rows broadcast along the features (gcol: the gate
+ * of each token for this expert). The expert's rows are taken from x1 =
+ * [x 1], so that b1 joins w1 as a last column, and b2 w2 against a column
+ * of ones: its gradients come out of the GEMMs instead of sums over a dim
+ * of data-decided size. */
 static loom_status_t expert(loom_graph_t *g, loom_value_t x1, loom_value_t nz,
                             loom_value_t gcol, const loom_value_t *w,
                             loom_value_t *acc) {
   const int64_t ax1 = 1, last[1] = {MOE_D}, end[1] = {MOE_D + 1}, axis[1] = {1};
-  loom_value_t rows, w1, w2, xe, one, a, h, h1[2], hb, b, oh, back, y;
+  loom_value_t rows, w1, w2, xe, one, a, h, h1[2], hb, b, gate, y, zi, index;
   LOOM_TRY(loom_squeeze(g, nz, 1, &ax1, &rows));
   LOOM_TRY(with_bias(g, w[0], w[1], &w1)); /* (HID, D + 1) */
   LOOM_TRY(with_bias(g, w[2], w[3], &w2)); /* (D, HID + 1) */
@@ -159,10 +157,11 @@ static loom_status_t expert(loom_graph_t *g, loom_value_t x1, loom_value_t nz,
   h1[0] = h, h1[1] = one;
   LOOM_TRY(loom_concat(g, 2, h1, 1, &hb));
   LOOM_TRY(loom_matmul(g, hb, w2, 0, 1, &b));
-  LOOM_TRY(loom_one_hot(g, rows, MOE_N, LOOM_F32, &oh)); /* (count, N) */
-  LOOM_TRY(loom_matmul(g, oh, b, 1, 0, &back));
-  LOOM_TRY(loom_mul(g, back, gcol, &y));
-  return loom_add(g, *acc, y, acc);
+  LOOM_TRY(loom_index_select(g, gcol, rows, 0, &gate)); /* (count, 1) */
+  LOOM_TRY(loom_mul(g, b, gate, &y));
+  LOOM_TRY(loom_full(g, 2, (loom_dim_t[]){1, MOE_D}, 0.0, LOOM_I64, &zi));
+  LOOM_TRY(loom_add(g, nz, zi, &index)); /* (count, D) */
+  return loom_scatter_add(g, *acc, index, y, 0, acc);
 }
 
 static loom_status_t moe_forward(void *self, loom_trace_t *t, int k,
