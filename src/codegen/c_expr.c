@@ -101,19 +101,22 @@ bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n) {
   return dtype_is_float(domain(g, n)) ? r->f != NULL : r->i != NULL;
 }
 
-int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp) {
-  static const ir_op_t dear[] = {IR_OP_EXP,  IR_OP_LOG,       IR_OP_TANH, IR_OP_SIGMOID,
-                                 IR_OP_ELU,  IR_OP_GELU,      IR_OP_GELU_TANH,
-                                 IR_OP_SILU, IR_OP_SOFTPLUS,  IR_OP_SIN,  IR_OP_COS,
+int cg_op_cost(ir_op_t op) {
+  static const ir_op_t dear[] = {IR_OP_EXP,  IR_OP_LOG,      IR_OP_TANH, IR_OP_SIGMOID,
+                                 IR_OP_ELU,  IR_OP_GELU,     IR_OP_GELU_TANH,
+                                 IR_OP_SILU, IR_OP_SOFTPLUS, IR_OP_SIN,  IR_OP_COS,
                                  IR_OP_ERF,  IR_OP_POW};
+  for (size_t i = 0; i < sizeof dear / sizeof *dear; i++)
+    if (dear[i] == op) return 8;
+  return op == IR_OP_DIV || op == IR_OP_SQRT || op == IR_OP_RSQRT ||
+                 op == IR_OP_RECIPROCAL
+             ? 3
+             : 1;
+}
+
+int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp) {
   int64_t ops = 0;
-  for (int k = 0; k < grp->n_nodes; k++) {
-    ir_op_t op = g->nodes[grp->nodes[k]].op;
-    int w = 1;
-    for (size_t i = 0; i < sizeof dear / sizeof *dear; i++)
-      if (dear[i] == op) w = 8;
-    ops += w;
-  }
+  for (int k = 0; k < grp->n_nodes; k++) ops += cg_op_cost(g->nodes[grp->nodes[k]].op);
   /* a plain op or two is what CG_PARALLEL_MIN was measured on */
   return ops / 2 > 1 ? ops / 2 : 1;
 }

@@ -60,6 +60,14 @@ static void fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v
 
 /* ---- The group's values ----------------------------------------------------- */
 
+/* A row keeps a value its passes would compute again (softmax's exp, read
+ * by the sum and by the division) in a local array when the row has at
+ * most ROW_CACHE_MAX elements, the value costs at least ROW_CACHE_COST
+ * plain operations (cg_op_cost) and fewer than ROW_CACHE_VALUES are kept. */
+#define ROW_CACHE_MAX 2048
+#define ROW_CACHE_COST 4
+#define ROW_CACHE_VALUES 4
+
 typedef struct red {
   cg_ctx_t *c;
   int gi;
@@ -72,12 +80,19 @@ typedef struct red {
   bool *row;        /* per value: constant along the inner dims */
   int n_acc;
   int64_t (*stride)[LOOM_MAX_RANK];
+  /* The row cache (plan_cache): per node, its values of the row sit in
+   * cache_v<out>[] (cached), or the pass being emitted puts them there
+   * (caching); NULL when rows are too long to keep. */
+  bool *cached, *caching;
+  int n_cached;
 } red_t;
 
 static void red_free(red_t *r) {
   core_free(r->acc_of);
   core_free(r->row);
   core_free(r->stride);
+  core_free(r->cached);
+  core_free(r->caching);
 }
 
 static bool is_fold(const loom_graph_t *g, int32_t node) {
@@ -191,6 +206,11 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
   /* A runtime leading dim is a row dim, or the first inner one of a
    * group with no rows (a loss summed over a trace's items). */
   r->runtime = r->space.lead && r->n_outer == 0;
+  if (!r->runtime && r->n_inner == 1 && r->inner_count <= ROW_CACHE_MAX) {
+    r->cached = core_calloc((size_t)g->n_nodes + 1, sizeof(bool));
+    r->caching = core_calloc((size_t)g->n_nodes + 1, sizeof(bool));
+    if (!r->cached || !r->caching) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  }
   return LOOM_OK;
 }
 
@@ -230,7 +250,80 @@ static void mark_cone(red_t *r, int32_t v, bool *need) {
   int32_t node = g->values[v].node;
   if (need[node]) return;
   need[node] = true;
+  if (r->cached && r->cached[node]) return; /* read back from the row cache */
   for (int i = 0; i < g->nodes[node].n_in; i++) mark_cone(r, g->nodes[node].in[i], need);
+}
+
+static bool is_cached(const red_t *r, int32_t node) { return r->cached && r->cached[node]; }
+
+/* What node costs this pass: its own op and the inputs computed with it. */
+static int64_t pass_cost(const red_t *r, int32_t node, const bool *need) {
+  const loom_graph_t *g = r->c->g;
+  const ir_node_t *n = &g->nodes[node];
+  int64_t cost = cg_op_cost(n->op);
+  for (int i = 0; i < n->n_in; i++) {
+    int32_t v = n->in[i];
+    if (r->row[v] || !in_group_node(r, v)) continue;
+    int32_t u = g->values[v].node;
+    if (need[u] && !is_cached(r, u)) cost += pass_cost(r, u, need);
+  }
+  return cost;
+}
+
+/* The cone of the passes after position pos of the group (the folds
+ * there, then the outputs), over the values cached so far. */
+static void later_cone(red_t *r, int pos, bool *later) {
+  const loom_graph_t *g = r->c->g;
+  const fuse_group_t *grp = r->grp;
+  memset(later, 0, sizeof(bool) * (size_t)g->n_nodes);
+  for (int k = pos + 1; k < grp->n_nodes; k++)
+    if (fold_of(g->nodes[grp->nodes[k]].op)) mark_cone(r, g->nodes[grp->nodes[k]].in[0], later);
+  for (int i = 0; i < grp->n_outputs; i++)
+    if (!r->row[grp->outputs[i]]) mark_cone(r, grp->outputs[i], later);
+}
+
+/* Before the pass at position pos (a fold; the outputs' pass has none
+ * after it) computes the nodes in need: marks `caching` the costly ones a
+ * later pass would compute again, consumers first, so that a value
+ * computed from a kept one is not kept too. */
+static void plan_cache(red_t *r, int pos, const bool *need, bool *later) {
+  const loom_graph_t *g = r->c->g;
+  if (!r->cached) return;
+  for (int k = r->grp->n_nodes - 1; k >= 0 && r->n_cached < ROW_CACHE_VALUES; k--) {
+    int32_t node = r->grp->nodes[k];
+    if (!need[node] || is_cached(r, node) || fold_of(g->nodes[node].op) ||
+        pass_cost(r, node, need) < ROW_CACHE_COST)
+      continue;
+    later_cone(r, pos, later);
+    if (!later[node]) continue;
+    r->cached[node] = true; /* for the later cones while planning */
+    r->caching[node] = true;
+    r->n_cached++;
+  }
+  for (int k = 0; k < r->grp->n_nodes; k++)
+    if (r->caching[r->grp->nodes[k]]) r->cached[r->grp->nodes[k]] = false;
+}
+
+/* After the pass: what it stored is there for the next ones. */
+static void end_caching(red_t *r) {
+  if (!r->cached) return;
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    int32_t node = r->grp->nodes[k];
+    if (r->caching[node]) r->cached[node] = true, r->caching[node] = false;
+  }
+}
+
+/* Declares the arrays of the values the coming pass keeps. */
+static void declare_caches(red_t *r, int level) {
+  const loom_graph_t *g = r->c->g;
+  if (!r->cached) return;
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    int32_t node = r->grp->nodes[k];
+    int32_t v = g->nodes[node].out[0];
+    if (r->caching[node])
+      cg_line(r->c->out, level, "%s cache_v%d[%lld];\n",
+              cg_local_type(g->values[v].type.dtype), v, (long long)r->inner_count);
+  }
 }
 
 /* An inner loop computing the marked nodes, their full inputs (and
@@ -250,12 +343,23 @@ static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra
     bool used = v == extra;
     for (int k = 0; k < r->grp->n_nodes && !used; k++) {
       const ir_node_t *n = &g->nodes[r->grp->nodes[k]];
-      for (int j = 0; j < n->n_in; j++) used |= need[r->grp->nodes[k]] && n->in[j] == v;
+      for (int j = 0; j < n->n_in; j++)
+        used |= need[r->grp->nodes[k]] && !is_cached(r, r->grp->nodes[k]) && n->in[j] == v;
     }
     if (used && !r->row[v]) load(r, in, v, "i", r->n_outer, r->space.rank);
   }
-  for (int k = 0; k < r->grp->n_nodes; k++)
-    if (need[r->grp->nodes[k]]) cg_node_stmt(r->c->out, in, g, &g->nodes[r->grp->nodes[k]]);
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    int32_t node = r->grp->nodes[k], v = g->nodes[node].out[0];
+    if (!need[node]) continue;
+    if (is_cached(r, node)) {
+      cg_line(r->c->out, in, "const %s v%d = cache_v%d[i%d];\n",
+              cg_local_type(g->values[v].type.dtype), v, v, r->n_outer);
+      continue;
+    }
+    cg_node_stmt(r->c->out, in, g, &g->nodes[node]);
+    if (r->caching && r->caching[node])
+      cg_line(r->c->out, in, "cache_v%d[i%d] = v%d;\n", v, r->n_outer, v);
+  }
 }
 
 static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
@@ -322,7 +426,9 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
   cg_printf(b, ";\n");
 }
 
-static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *need) {
+/* The fold at position pos of the group; need and later are scratch. */
+static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *later) {
+  const ir_node_t *n = &r->c->g->nodes[r->grp->nodes[pos]];
   const loom_graph_t *g = r->c->g;
   const fold_t *f = fold_of(n->op);
   loom_dtype_t d = g->values[n->out[0]].type.dtype;
@@ -339,10 +445,13 @@ static loom_status_t emit_fold(red_t *r, int level, const ir_node_t *n, bool *ne
   cg_printf(b, ";\n");
   memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
   mark_cone(r, n->in[0], need);
+  plan_cache(r, pos, need, later);
+  declare_caches(r, level);
   if (r->n_inner == 1 && (r->inner_count >= FOLD_LANES_MIN || r->runtime))
     fold_lanes(r, level, f, fl, out, x, t, need);
   else
     fold_loop(r, level, f, fl, x, t, need, acc, true);
+  end_caching(r);
   /* Half precision rounds the result, as the reference's store does. */
   const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
   cg_line(b, level, "const %s v%d = %s(", t, out, round);
@@ -368,7 +477,7 @@ static void unravel_outer(red_t *r, int level) {
   }
 }
 
-static loom_status_t emit_row(red_t *r, bool *need) {
+static loom_status_t emit_row(red_t *r, bool *need, bool *later) {
   const loom_graph_t *g = r->c->g;
   const fuse_group_t *grp = r->grp;
   cg_buf_t *b = r->c->out;
@@ -378,7 +487,7 @@ static loom_status_t emit_row(red_t *r, bool *need) {
     if (r->row[grp->inputs[i]]) load(r, level, grp->inputs[i], "i", 0, 0);
   for (int k = 0; k < grp->n_nodes; k++) {
     const ir_node_t *n = &g->nodes[grp->nodes[k]];
-    if (fold_of(n->op)) LOOM_TRY(emit_fold(r, level, n, need));
+    if (fold_of(n->op)) LOOM_TRY(emit_fold(r, level, k, need, later));
     else if (r->row[n->out[0]]) cg_node_stmt(b, level, g, n);
     else continue;
     if (cg_is_output(grp, n->out[0])) store(r, level, n->out[0], false);
@@ -611,9 +720,11 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_shape_t full;
   loom_status_t s = red_build(c, gi, &r, &full, ok);
   bool *need = core_calloc((size_t)c->g->n_nodes + 1, sizeof(bool));
-  if (s == LOOM_OK && !need) s = loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  bool *later = core_calloc((size_t)c->g->n_nodes + 1, sizeof(bool));
+  if (s == LOOM_OK && (!need || !later)) s = loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
   if (s != LOOM_OK || !*ok) {
     core_free(need);
+    core_free(later);
     red_free(&r);
     return s;
   }
@@ -632,7 +743,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
     cg_declare_pointer(c, grp, 1, i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs],
                        i >= grp->n_inputs);
   cg_line(b, 1, r.runtime ? "{\n" : "for (int64_t o = begin; o < end; o++) {\n");
-  s = emit_row(&r, need);
+  s = emit_row(&r, need, later);
   cg_line(b, 1, "}\n}\n\n");
   int64_t rows = 1, work = r.inner_count * cg_group_cost(c->g, grp); /* per row */
   for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
@@ -661,6 +772,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   }
   cg_printf(b, "}\n");
   core_free(need);
+  core_free(later);
   red_free(&r);
   return s;
 }

@@ -115,9 +115,12 @@ bool cg_is_output(const fuse_group_t *grp, int32_t v);
 
 /* Whether the op has a scalar expression for these dtypes. */
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n);
-/* A group's work per element in plain operations, at least 1 (a
- * transcendental function counts 8), which scales CG_PARALLEL_MIN: a
- * row of exponentials repays a wake-up sooner than a copy does. */
+/* An op's work per element in plain operations: a transcendental
+ * function counts 8, a division or square root 3. */
+int cg_op_cost(ir_op_t op);
+/* A group's work per element, at least 1 (half the sum of its ops'
+ * costs), which scales CG_PARALLEL_MIN: a row of exponentials repays a
+ * wake-up sooner than a copy does. */
 int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp);
 /* "const float v12 = expf(v11);": node n's output from its inputs'
  * locals. */
