@@ -375,6 +375,24 @@ static void simplify_identities(void) {
   loom_graph_destroy(g);
 }
 
+/* x + zeros that broadcast x up (an index built as dst[:, None] + zeros(1,
+ * D)) is x expanded: what reads it can see it does not vary along D. */
+static void simplify_broadcast_zero(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t shape[] = {4, 1};
+  loom_value_t x = input(g, "x", LOOM_I64, 2, shape), z, y;
+  CHECK_OK(loom_full(g, 2, (loom_dim_t[]){1, 3}, 0.0, LOOM_I64, &z));
+  CHECK_OK(loom_add(g, x, z, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_tensor(LOOM_I64, 2, shape, (double[]){5, -2, 0, 7});
+  loom_graph_t *h = run_pass(pass_simplify, g, 1, &in, 0);
+  if (h) CHECK_OPS(h, "full expand");
+  loom_tensor_destroy(in);
+  loom_graph_destroy(h);
+  loom_graph_destroy(g);
+}
+
 /* x-x is zeros for integers; for floats it stays (inf-inf is NaN). */
 static void simplify_self_sub(void) {
   loom_graph_t *g;
@@ -707,6 +725,7 @@ int main(void) {
   TEST_RUN(cse_side_effects_and_random);
   TEST_RUN(dce_drops_unused_branch);
   TEST_RUN(simplify_identities);
+  TEST_RUN(simplify_broadcast_zero);
   TEST_RUN(simplify_self_sub);
   TEST_RUN(simplify_layout);
   TEST_RUN(decompose_activations);

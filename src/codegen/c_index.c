@@ -113,6 +113,7 @@ typedef struct index_fn {
   int gi;
   const ir_node_t *n;  /* the index node */
   bool prologue;       /* its index is computed by the group's other nodes */
+  bool by_row;         /* ... from values that do not vary along a row */
   const ir_node_t *take; /* scatter_add: the index_select computing its src
                             in the group, or NULL */
   int n_spans;
@@ -324,6 +325,18 @@ static void scatter_body(const index_fn_t *f, const char *t, bool ints) {
             "tind[j]) * inner;\n", t);
   else
     cg_line(b, 3, "const %s *restrict srow = src + base;\n", t);
+  if (f->prologue && f->by_row) {
+    /* One target row for the whole row of src (an index broadcast along
+     * the features, as index_add's): checked once, added as a vector. */
+    cg_line(b, 3, "if (k0 < 0 || k0 >= size) {\n");
+    cg_line(b, 4, "const int64_t k = k0;\n");
+    report(f, 4, "base + q0", "size");
+    cg_line(b, 3, "}\n");
+    cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) to[k0 * inner + q] = %s;\n", row);
+    cg_line(b, 2, "}\n");
+    cg_line(b, 1, "}\n");
+    return;
+  }
   cg_line(b, 3, "int same = k0 >= 0 && k0 < size;\n");
   cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) same &= %s == k0;\n", eq);
   cg_line(b, 3, "if (same) {\n");
@@ -527,6 +540,7 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
   if (!dim_write(c, it->dims[it->rank - 1], b)) return false;
   cg_printf(b, ";\n");
   cg_line(b, 1, "(void)cols;\n");
+  f->by_row = true;
   for (int i = 0; i < grp->n_nodes; i++) {
     const ir_node_t *m = &g->nodes[grp->nodes[i]];
     if (m == f->n || m == f->take) continue;
@@ -535,6 +549,7 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
       bool row, col;
       if (cg_in_group(c, f->gi, u) || loaded_before(f, grp, i, k)) continue;
       if (cg_slot(c, u) < 0 || !prologue_strides(it, type_of(c, u), &row, &col)) return false;
+      f->by_row &= !col;
       const char *t = cg_ctype(type_of(c, u)->dtype);
       cg_line(b, 1, "const %s *restrict p%d = (const %s *)slots[%d];\n", t, (int)u, t,
               (int)cg_slot(c, u));

@@ -438,6 +438,24 @@ static bool read_only_by(const fuser_t *f, int32_t a, int32_t n) {
   return true;
 }
 
+/* Whether group a's values are read outside a only by index node n of
+ * group b or by b's prologue nodes (elementwise ops and expands that
+ * compute n's index): an expand of a row index, then `* 64 + j`. */
+static bool read_only_by_index(const fuser_t *f, int32_t a, int32_t b, int32_t n) {
+  for (int32_t m = f->groups[a].head; m >= 0; m = f->next[m]) {
+    const ir_node_t *node = &f->g->nodes[m];
+    for (int k = 0; k < node->n_out; k++)
+      for (int32_t u = f->use_start[node->out[k]]; u < f->use_start[node->out[k] + 1]; u++) {
+        int32_t user = f->uses[u];
+        ir_op_t op = f->g->nodes[user].op;
+        bool prologue = f->group[user] == b && user != n &&
+                        (op == IR_OP_EXPAND || ir_ops[op].fusion_class == IR_CLASS_EW);
+        if (f->group[user] != a && user != n && !prologue) return false;
+      }
+  }
+  return true;
+}
+
 /* How many windows read an input element, at most (rounded up per dim). */
 static int64_t window_overlap(const ir_node_t *pool) {
   const int64_t *kernel, *stride;
@@ -526,7 +544,7 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
   if (producer(f, xn->in[0]) >= 0 && f->group[producer(f, xn->in[0])] == a) return false;
   if (xn->n_in > 2 && producer(f, xn->in[2]) >= 0 && f->group[producer(f, xn->in[2])] == a)
     return false;
-  if (!read_only_by(f, a, x)) return false;
+  if (!read_only_by_index(f, a, b, x)) return false;
   for (int32_t n = f->groups[a].head; n >= 0; n = f->next[n]) {
     const ir_node_t *node = &f->g->nodes[n];
     if (node->op != IR_OP_EXPAND && ir_ops[node->op].fusion_class != IR_CLASS_EW) return false;

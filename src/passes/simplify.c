@@ -87,12 +87,31 @@ static loom_status_t rule_one(ir_rewriter_t *rw, const ir_node_t *n, bool *done)
   return LOOM_OK;
 }
 
-/* x+0, 0+x, x-0. */
+/* x broadcast to n's output shape, when only broadcasting tells them
+ * apart (a zero of shape (1, D) added to x (E, 1), as an index is built
+ * for scatter_add): an expand, whose entries a later op can see do not
+ * vary along the broadcast dims. */
+static loom_status_t broadcast_to(ir_rewriter_t *rw, const ir_node_t *n, int32_t x,
+                                  bool *done) {
+  const ir_type_t *xt = dst_type(rw, x), *t = &rw->src->values[n->out[0]].type;
+  if (xt->dtype != t->dtype || xt->rank > t->rank) return LOOM_OK;
+  for (int i = 0; i < xt->rank; i++) {
+    ir_dim_t d = xt->dims[i], want = t->dims[t->rank - xt->rank + i];
+    if (d != want && d != 1) return LOOM_OK;
+  }
+  ir_attrs_t a = {0};
+  ir_attrs_ints(&a, "shape", t->rank, t->dims);
+  return replace(rw, n, IR_OP_EXPAND, 1, &x, &a, done);
+}
+
+/* x+0, 0+x, x-0 (x broadcast by the zero). */
 static loom_status_t rule_zero(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
-  if (is_uniform(rw, in_of(rw, n, 1), 0.0)) forward(rw, n, in_of(rw, n, 0), done);
-  if (!*done && n->op == IR_OP_ADD && is_uniform(rw, in_of(rw, n, 0), 0.0))
-    forward(rw, n, in_of(rw, n, 1), done);
-  return LOOM_OK;
+  int32_t x = -1;
+  if (is_uniform(rw, in_of(rw, n, 1), 0.0)) x = in_of(rw, n, 0);
+  else if (n->op == IR_OP_ADD && is_uniform(rw, in_of(rw, n, 0), 0.0)) x = in_of(rw, n, 1);
+  if (x < 0) return LOOM_OK;
+  forward(rw, n, x, done);
+  return *done ? LOOM_OK : broadcast_to(rw, n, x, done);
 }
 
 /* x-x is 0 for integers only: for floats inf-inf and NaN-NaN are NaN. */
