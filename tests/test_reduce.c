@@ -401,6 +401,12 @@ static void topk_modes_and_dtypes(void) {
     CHECK_TOPK(dt, 2, s24, x, 4, -1, 1, s24, v4, i4);
     CHECK_TOPK(dt, 2, s24, x, 0, -1, 1, s20, NULL, NULL);
   }
+  /* k above 8 sorts the whole line (smaller k selects): the same order */
+  static const int64_t s12[] = {12}, s10[] = {10};
+  static const double y[] = {5, 1, 5, 3, 9, 0, 9, 2, 7, 7, 4, 1};
+  static const double v10[] = {9, 9, 7, 7, 5, 5, 4, 3, 2, 1};
+  static const double i10[] = {4, 6, 8, 9, 0, 2, 10, 3, 7, 1};
+  CHECK_TOPK(LOOM_F32, 1, s12, y, 10, 0, 1, s10, v10, i10);
 }
 
 /* NaN sorts above everything; large i64 values keep their exact order. */
