@@ -410,11 +410,20 @@ void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
    * operand). */
   if (threads > 1 && p->batch % threads != 0 && p->batch < 4 * threads) {
     int64_t col_tiles = ceil_div(p->n, isa->nr), row_tiles = ceil_div(p->m, isa->mr);
-    j.parts = threads;
-    j.split_n = p->n >= p->m || row_tiles < threads;
-    int64_t tiles = j.split_n ? col_tiles : row_tiles;
-    int64_t unit = j.split_n ? isa->nr : isa->mr;
-    j.step = ceil_div(tiles, threads) * unit;
+    /* With A packed ahead (frozen conv weights), column parts share
+     * nothing: a tall C whose rows would each pack all of B (a 14x14
+     * layer's im2col, packed twice) splits into a few column parts per
+     * thread instead, which the pool balances (its 13 tiles would go 7 +
+     * 6, a quarter tile in the 6). */
+    int a_ready = p->a_packed && p->a_kc == balanced(p->k, isa->kc, 1);
+    if (a_ready && p->n < p->m && col_tiles >= 4 * threads) {
+      j.split_n = 1;
+      j.step = ceil_div(col_tiles, 4 * threads) * isa->nr;
+    } else {
+      j.split_n = p->n >= p->m || row_tiles < threads;
+      int64_t tiles = j.split_n ? col_tiles : row_tiles;
+      j.step = ceil_div(tiles, threads) * (j.split_n ? isa->nr : isa->mr);
+    }
     j.parts = ceil_div(j.split_n ? p->n : p->m, j.step);
   }
   int64_t tasks = p->batch * j.parts;
