@@ -123,6 +123,7 @@ static const conv_case_t cases[] = {
     {1, 6, 8, 8, 24, 1, 1, 1, 0, 3},     /* pointwise, groups */
     {1, 5, 11, 13, 19, 5, 5, 2, 2, 1},   /* 5x5, stride 2, pad 2 */
     {1, 64, 6, 6, 96, 3, 3, 1, 1, 1},    /* tall: two threads split rows */
+    {1, 16, 12, 12, 300, 3, 3, 1, 1, 1}, /* tall, 9 column tiles: column parts */
     {3, 64, 4, 4, 40, 3, 3, 1, 1, 1},    /* small images: the batched form */
     {2, 32, 5, 5, 64, 3, 3, 1, 1, 2},    /* batched form with groups */
     {1, 64, 30, 30, 20, 3, 3, 1, 1, 1},  /* 900 positions: several column blocks */
