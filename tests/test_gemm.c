@@ -132,6 +132,7 @@ static const shape_t gemm_shapes[] = {
     {23, 31, 41, 3, 0, 0, 0, 1, 0, 1},     {9, 70, 33, 5, 0, 0, 0, 1, 1, 1},
     {200, 97, 300, 2, 0, 0, 5, 0, 0, 1},   {64, 80, 196, 1, 0, 0, 0, 0, 0, 1},
     {20, 1000, 300, 1, 0, 0, 1, 0, 0, 1}, /* one row block: B in L2-sized column blocks */
+    {300, 40, 1100, 1, 0, 0, 2, 0, 0, 1}, /* tall, few columns, long k: split by k */
 };
 
 /* Every shape with each transpose combination, on pools of 1-3 threads. */
@@ -332,6 +333,7 @@ static const conv_case_t conv_cases[] = {
     {1, 16, 20, 20, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* many positions */
     {2, 1, 12, 12, 6, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0}, /* LeNet-like */
     {1, 64, 5, 5, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* tall: split by rows */
+    {1, 160, 5, 5, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* k = 1440: split by k */
     {1, 1, 70, 70, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1}, /* past one column panel */
 };
 

@@ -288,9 +288,11 @@ static void zero_block(const gemm_problem_t *p, int64_t t, float *c,
   if (p->bias || p->epilogue) finish(p, t, c, m0, m1 - m0, n0, n1 - n0);
 }
 
-/* Rows [m0, m1) and columns [n0, n1) of item t's C. */
+/* Rows [m0, m1) and columns [n0, n1) of item t's C, summed over k in
+ * [k0, k1) (the whole of k but for a split-K part). */
 static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
-                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+                       int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0,
+                       int64_t k1) {
   const float *a = p->a + gemm_offset(p->sa, p->groups, t);
   float *c = p->c + gemm_offset(p->sc, p->groups, t);
   if (p->k == 0) {
@@ -299,8 +301,8 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
   }
   for (int64_t jc = n0; jc < n1; jc += bk->nc) {
     int64_t nc = n1 - jc < bk->nc ? n1 - jc : bk->nc;
-    for (int64_t pc = 0; pc < p->k; pc += bk->kc) {
-      int64_t kc = p->k - pc < bk->kc ? p->k - pc : bk->kc;
+    for (int64_t pc = k0; pc < k1; pc += bk->kc) {
+      int64_t kc = k1 - pc < bk->kc ? k1 - pc : bk->kc;
       /* Prepacked panels of block pc start at pc * npad, column jc's at
        * jc * kc within it (jc is a multiple of nr). */
       const float *bpanel = bk->bbuf;
@@ -316,7 +318,7 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
         const float *ablock = bk->abuf;
         if (aset) ablock = aset + ic * kc;
         else pack_a(p, bk->isa, a, ic, mc, pc, kc, bk->abuf);
-        macro_kernel(p, bk, ablock, bpanel, t, c, ic, mc, jc, nc, kc, pc > 0,
+        macro_kernel(p, bk, ablock, bpanel, t, c, ic, mc, jc, nc, kc, pc > k0,
                      pc + kc >= p->k);
       }
     }
@@ -327,11 +329,19 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
 
 /* Task i is part (i % parts) of item (i / parts); a part is a range of
  * `step` columns (split_n) or rows. */
+enum { MAX_SPLIT_K = 4 };
+
 typedef struct job {
   const gemm_problem_t *p;
   const gemm_isa_t *isa;
   int64_t parts, step;
   int split_n;
+  /* split K: part i sums k blocks [i * blocks / parts, (i + 1) * blocks /
+   * parts) of kc into pk[i]'s C (part 0 into C itself, the others into
+   * scratch), without bias or epilogue */
+  int split_k;
+  int64_t kc, kblocks;
+  gemm_problem_t pk[MAX_SPLIT_K];
 } job_t;
 
 /* Without a free slot (memory exhausted, or more than SLOTS threads), a
@@ -340,12 +350,18 @@ enum { TINY_KC = 64 };
 
 static void run_task(const job_t *j, const blocking_t *bk, int64_t i) {
   const gemm_problem_t *p = j->p;
+  if (j->split_k) {
+    int64_t b0 = i * j->kblocks / j->parts, b1 = (i + 1) * j->kblocks / j->parts;
+    int64_t k1 = b1 * j->kc < p->k ? b1 * j->kc : p->k;
+    gemm_block(&j->pk[i], bk, 0, 0, p->m, 0, p->n, b0 * j->kc, k1);
+    return;
+  }
   int64_t t = i / j->parts, part = i % j->parts;
   int64_t lo = part * j->step, hi = lo + j->step;
   if (j->split_n)
-    gemm_block(p, bk, t, 0, p->m, lo, hi < p->n ? hi : p->n);
+    gemm_block(p, bk, t, 0, p->m, lo, hi < p->n ? hi : p->n, 0, p->k);
   else
-    gemm_block(p, bk, t, lo, hi < p->m ? hi : p->m, 0, p->n);
+    gemm_block(p, bk, t, lo, hi < p->m ? hi : p->m, 0, p->n, 0, p->k);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -390,6 +406,58 @@ static void job_body(void *ctx, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i++) run_task(j, &bk, i);
 }
 
+/* ---- Split K ------------------------------------------------------------ */
+
+/* A C with few columns and many rows (a 7x7 conv layer: 49 positions, 512
+ * channels, k = 4608) cut by rows makes every part pack all of B, there
+ * an im2col as long as the product; cut by k, each part packs only its
+ * slice of A and B and sums into a C of its own, then the partial Cs are
+ * added and the bias and epilogue applied. The partial Cs live in one
+ * buffer that outlives calls, claimed for a call (another GEMM running
+ * meanwhile takes the row split). */
+static atomic_int split_busy;
+static float *split_buf;
+static size_t split_cap;
+
+static float *split_claim(size_t floats) {
+  if (atomic_exchange_explicit(&split_busy, 1, memory_order_acquire)) return NULL;
+  if (grow(&split_buf, &split_cap, floats)) return split_buf;
+  atomic_store_explicit(&split_busy, 0, memory_order_release);
+  return NULL;
+}
+
+static void split_release(void) { atomic_store_explicit(&split_busy, 0, memory_order_release); }
+
+/* Whether p splits by k over `threads`, and into how many parts: a single
+ * item whose column tiles are too few to share (they split unevenly) and
+ * whose k has at least two kc blocks a part. */
+static int split_k_parts(const gemm_problem_t *p, const gemm_isa_t *isa, int threads,
+                         int64_t kc) {
+  int64_t col_tiles = (p->n + isa->nr - 1) / isa->nr, blocks = (p->k + kc - 1) / kc;
+  int parts = threads < MAX_SPLIT_K ? threads : MAX_SPLIT_K;
+  if (p->batch != 1 || p->n >= p->m || col_tiles >= 4 * threads || blocks < 2 * parts)
+    return 0;
+  return parts;
+}
+
+/* C += the other parts' sums over rows [r0, r1), then bias and epilogue. */
+static void split_reduce(void *ctx, int64_t r0, int64_t r1) {
+  const job_t *j = ctx;
+  const gemm_problem_t *p = j->p;
+  for (int64_t r = r0; r < r1; r++) {
+    float *c = p->c + r * p->ldc;
+    for (int i = 1; i < j->parts; i++) {
+      const float *s = j->pk[i].c + r * j->pk[i].ldc;
+      for (int64_t q = 0; q < p->n; q++) c[q] += s[q];
+    }
+  }
+  if (p->bias || p->epilogue) finish(p, 0, p->c, r0, r1 - r0, 0, p->n);
+}
+
+/* Runs p split by k when that suits it; false: nothing done. */
+static int run_split_k(const gemm_problem_t *p, const gemm_isa_t *isa, int threads,
+                       core_pool_t *pool);
+
 /* Below this many multiply-adds, waking other threads costs more than it
  * saves. */
 enum { PARALLEL_MIN_FMAS = 1 << 16 };
@@ -401,7 +469,8 @@ void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
   double fmas = (double)p->m * (double)p->n * (double)(p->k > 0 ? p->k : 1) *
                 (double)p->batch;
   if (fmas < PARALLEL_MIN_FMAS) threads = 1;
-  job_t j = {p, isa, 1, p->n, 1};
+  if (threads > 1 && run_split_k(p, isa, threads, pool)) return;
+  job_t j = {.p = p, .isa = isa, .parts = 1, .step = p->n, .split_n = 1};
   /* Items share threads evenly: else split each item along its longer
    * side. Each part packs the whole of the other operand, so cutting the
    * longer side duplicates the smaller packing: columns for wide C (each
@@ -429,6 +498,30 @@ void gemm_run(const gemm_problem_t *p, core_pool_t *pool) {
   int64_t tasks = p->batch * j.parts;
   if (threads == 1) job_body(&j, 0, tasks);
   else core_pool_for(pool, tasks, 1, job_body, &j);
+}
+
+static int run_split_k(const gemm_problem_t *p, const gemm_isa_t *isa, int threads,
+                       core_pool_t *pool) {
+  int64_t kc = balanced(p->k, isa->kc, 1);
+  int parts = p->k > 0 ? split_k_parts(p, isa, threads, kc) : 0;
+  if (!parts) return 0;
+  float *scratch = split_claim((size_t)(parts - 1) * (size_t)(p->m * p->n));
+  if (!scratch) return 0;
+  job_t j = {.p = p, .isa = isa, .parts = parts, .split_k = 1, .kc = kc,
+             .kblocks = (p->k + kc - 1) / kc};
+  for (int i = 0; i < parts; i++) {
+    j.pk[i] = *p;
+    j.pk[i].bias = NULL;
+    j.pk[i].epilogue = NULL;
+    if (i > 0) {
+      j.pk[i].c = scratch + (size_t)(i - 1) * (size_t)(p->m * p->n);
+      j.pk[i].ldc = p->n;
+    }
+  }
+  core_pool_for(pool, parts, 1, job_body, &j);
+  core_pool_for(pool, p->m, 16, split_reduce, &j);
+  split_release();
+  return 1;
 }
 
 /* ---- B packed ahead of time ----------------------------------------- */
