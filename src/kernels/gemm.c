@@ -239,6 +239,10 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
     isa->kernel_rows[rows](kc, ap, bp, c, ldc, accumulate);
     return;
   }
+  if (cols <= GEMM_NARROW && isa->kernel_narrow[cols]) {
+    isa->kernel_narrow[cols](kc, ap, bp, c, ldc, accumulate, rows);
+    return;
+  }
   _Alignas(64) float scratch[32 * 32];
   if (cols <= isa->nr / 2 && isa->kernel_half) isa->kernel_half(kc, ap, bp, scratch, isa->nr, 0);
   else isa->kernel(kc, ap, bp, scratch, isa->nr, 0);

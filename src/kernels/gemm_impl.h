@@ -16,6 +16,13 @@
 typedef void (*gemm_ukernel_fn)(int64_t kc, const float *a, const float *b,
                                 float *c, int64_t ldc, int accumulate);
 
+/* C[0:rows, 0:c] (+)= A_panel @ B_panel for a tile of c columns (the
+ * kernel's own constant), rows <= mr; panels as gemm_ukernel_fn's. */
+typedef void (*gemm_narrow_fn)(int64_t kc, const float *a, const float *b, float *c,
+                               int64_t ldc, int accumulate, int64_t rows);
+
+enum { GEMM_NARROW = 4 };
+
 /* One micro-kernel and the cache blocking that suits it. */
 typedef struct gemm_isa {
   const char *name;
@@ -35,6 +42,11 @@ typedef struct gemm_isa {
    * panels, for a last tile of at most nr/2 columns (7x7 = 49 positions
    * end in a 1-column tile); NULL: edge tiles run the full kernel. */
   gemm_ukernel_fn kernel_half;
+  /* Optional: kernel_narrow[c], 0 < c <= GEMM_NARROW, computes a last
+   * tile of c columns and `rows` <= mr rows, vectorized over the rows of
+   * the mr-tall A panel (a 49-position conv ends in a 1-column tile, which
+   * the half-width kernel computes 8 wide). */
+  gemm_narrow_fn kernel_narrow[GEMM_NARROW + 1];
   /* Optional: kernel_rows[r], 0 < r < mr, computes r rows of a
    * full-width tile from mr-tall panels, for a last row tile (NULL: the
    * full kernel into a scratch tile). */
