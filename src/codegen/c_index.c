@@ -333,23 +333,21 @@ static void scatter_body(const index_fn_t *f, const char *t, bool ints) {
     report(f, 4, "base + q0", "size");
     cg_line(b, 3, "}\n");
     cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) to[k0 * inner + q] = %s;\n", row);
-    cg_line(b, 2, "}\n");
-    cg_line(b, 1, "}\n");
-    return;
+  } else {
+    cg_line(b, 3, "int same = k0 >= 0 && k0 < size;\n");
+    cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) same &= %s == k0;\n", eq);
+    cg_line(b, 3, "if (same) {\n");
+    cg_line(b, 4, "for (int64_t q = q0; q < q1; q++) to[k0 * inner + q] = %s;\n", row);
+    cg_line(b, 4, "continue;\n");
+    cg_line(b, 3, "}\n");
+    cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) {\n");
+    cg_line(b, 4, "const int64_t k = %s;\n", eq);
+    cg_line(b, 4, "if (k < 0 || k >= size) {\n");
+    report(f, 5, "base + q", "size");
+    cg_line(b, 4, "}\n");
+    cg_line(b, 4, "to[k * inner + q] = %s;\n", one);
+    cg_line(b, 3, "}\n");
   }
-  cg_line(b, 3, "int same = k0 >= 0 && k0 < size;\n");
-  cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) same &= %s == k0;\n", eq);
-  cg_line(b, 3, "if (same) {\n");
-  cg_line(b, 4, "for (int64_t q = q0; q < q1; q++) to[k0 * inner + q] = %s;\n", row);
-  cg_line(b, 4, "continue;\n");
-  cg_line(b, 3, "}\n");
-  cg_line(b, 3, "for (int64_t q = q0; q < q1; q++) {\n");
-  cg_line(b, 4, "const int64_t k = %s;\n", eq);
-  cg_line(b, 4, "if (k < 0 || k >= size) {\n");
-  report(f, 5, "base + q", "size");
-  cg_line(b, 4, "}\n");
-  cg_line(b, 4, "to[k * inner + q] = %s;\n", one);
-  cg_line(b, 3, "}\n");
   cg_line(b, 2, "}\n");
   cg_line(b, 1, "}\n");
 }
