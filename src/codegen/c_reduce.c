@@ -1,6 +1,7 @@
-/* Reduction groups: reductions over the trailing (inner) dims of one
- * space [outer..., inner...] with their elementwise prologue and
- * epilogue. One loop runs over the outer index (split over the pool);
+/* The folds (sum, mean, prod, max, min) as C text, and reduction groups:
+ * reductions over the trailing (inner) dims of one space [outer...,
+ * inner...] with their elementwise prologue and epilogue (a fold that
+ * keeps the last dim is c_columns.c's). One loop runs over the outer index (split over the pool);
  * per row, the nodes run in graph order: each reduction is an inner loop
  * that recomputes the full-space nodes it reads and folds into a local;
  * nodes over the reduced space are scalars of the row; a last inner loop
@@ -12,17 +13,7 @@
 #include "codegen/cg.h"
 #include "core/alloc.h"
 
-/* A fold: the accumulator's type, start, update and result, in text
- * where $a is the accumulator, $v the element, $n the count and $T the
- * output type. Floats fold in double for sums and products (closer to
- * the reference's double), integers in int64 wrapping. */
-typedef struct fold {
-  ir_op_t op;
-  const char *f_type, *f_init, *f_update, *f_result;
-  const char *i_type, *i_init, *i_update, *i_result;
-} fold_t;
-
-static const fold_t folds[] = {
+static const cg_fold_t folds[] = {
     {IR_OP_SUM, "double", "0", "$a += $v", "($T)$a",
      "uint64_t", "0", "$a += (uint64_t)$v", "($T)(int64_t)$a"},
     {IR_OP_MEAN, "double", "0", "$a += $v", "($T)($a / $n)", NULL, NULL, NULL, NULL},
@@ -35,15 +26,13 @@ static const fold_t folds[] = {
      "int64_t", "INT64_MAX", "$a = $v < $a ? $v : $a", "($T)$a"},
 };
 
-static const fold_t *fold_of(ir_op_t op) {
+const cg_fold_t *cg_fold_of(ir_op_t op) {
   for (size_t i = 0; i < sizeof folds / sizeof *folds; i++)
     if (folds[i].op == op) return &folds[i];
   return NULL;
 }
 
-/* acc and v name the accumulator and the element ("acc12", "v11"), n
- * the count as a double ("64.0", "((double)n0 * 8)"). */
-static void fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
+void cg_fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
                       const char *n, const char *type) {
   for (const char *p = t; *p; p++) {
     if (*p != '$') {
@@ -96,7 +85,7 @@ static void red_free(red_t *r) {
 }
 
 static bool is_fold(const loom_graph_t *g, int32_t node) {
-  return fold_of(g->nodes[node].op) != NULL;
+  return cg_fold_of(g->nodes[node].op) != NULL;
 }
 
 static bool in_group_node(const red_t *r, int32_t v) { return cg_in_group(r->c, r->gi, v); }
@@ -163,7 +152,7 @@ static bool classify_nodes(red_t *r, const cg_shape_t *full, int outer) {
       for (int d = 0; d < s.rank; d++)
         if (!cg_same_dim(&s, d, full, d)) return false;
       if (outer_dims(n, full->rank) != outer) return false;
-      if (!dtype_is_float(g->values[n->in[0]].type.dtype) && !fold_of(n->op)->i_type)
+      if (!dtype_is_float(g->values[n->in[0]].type.dtype) && !cg_fold_of(n->op)->i_type)
         return false;
     }
     r->row[n->out[0]] = row || is_fold(g, r->grp->nodes[k]);
@@ -177,7 +166,7 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
   *r = (red_t){.c = c, .gi = gi, .grp = &c->plan->groups[gi]};
   const fuse_group_t *grp = r->grp;
   const ir_node_t *anchor = &g->nodes[grp->anchor >= 0 ? grp->anchor : grp->nodes[0]];
-  *ok = fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
+  *ok = cg_fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
   if (!*ok) return LOOM_OK;
   int outer = outer_dims(anchor, full->rank);
   int n_acc = grp->n_inputs + grp->n_outputs;
@@ -277,7 +266,7 @@ static void later_cone(red_t *r, int pos, bool *later) {
   const fuse_group_t *grp = r->grp;
   memset(later, 0, sizeof(bool) * (size_t)g->n_nodes);
   for (int k = pos + 1; k < grp->n_nodes; k++)
-    if (fold_of(g->nodes[grp->nodes[k]].op)) mark_cone(r, g->nodes[grp->nodes[k]].in[0], later);
+    if (cg_fold_of(g->nodes[grp->nodes[k]].op)) mark_cone(r, g->nodes[grp->nodes[k]].in[0], later);
   for (int i = 0; i < grp->n_outputs; i++)
     if (!r->row[grp->outputs[i]]) mark_cone(r, grp->outputs[i], later);
 }
@@ -291,7 +280,7 @@ static void plan_cache(red_t *r, int pos, const bool *need, bool *later) {
   if (!r->cached) return;
   for (int k = r->grp->n_nodes - 1; k >= 0 && r->n_cached < ROW_CACHE_VALUES; k--) {
     int32_t node = r->grp->nodes[k];
-    if (!need[node] || is_cached(r, node) || fold_of(g->nodes[node].op) ||
+    if (!need[node] || is_cached(r, node) || cg_fold_of(g->nodes[node].op) ||
         pass_cost(r, node, need) < ROW_CACHE_COST)
       continue;
     later_cone(r, pos, later);
@@ -378,20 +367,20 @@ static void close_inner(red_t *r, int level) {
 #define FOLD_LANES_MIN 32
 
 /* One inner loop (or, without `loops`, its body) folding into acc. */
-static void fold_loop(red_t *r, int level, const fold_t *f, bool fl, int x,
+static void fold_loop(red_t *r, int level, const cg_fold_t *f, bool fl, int x,
                       const char *t, const bool *need, const char *acc, bool loops) {
   char v[32];
   snprintf(v, sizeof v, "v%d", x);
   open_inner_body(r, level, need, x, loops);
   cg_line(r->c->out, loops ? level + r->n_inner : level, "%s", "");
-  fold_text(r->c->out, fl ? f->f_update : f->i_update, acc, v, "", t);
+  cg_fold_text(r->c->out, fl ? f->f_update : f->i_update, acc, v, "", t);
   cg_printf(r->c->out, ";\n");
   if (loops) close_inner(r, level);
 }
 
 /* The lanes over whole blocks of the one (collapsed) inner dim, then the
  * tail in the scalar accumulator, then the lanes folded into it. */
-static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
+static void fold_lanes(red_t *r, int level, const cg_fold_t *f, bool fl, int out,
                        int x, const char *t, const bool *need) {
   cg_buf_t *b = r->c->out;
   int d = r->n_outer;
@@ -403,7 +392,7 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
   snprintf(acc, sizeof acc, "acc%d", out);
   snprintf(lane, sizeof lane, "acc%d_l[l]", out);
   cg_line(b, level, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
+  cg_fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
   cg_printf(b, " acc%d_l[%d];\n", out, FOLD_LANES);
   cg_line(b, level, "for (int l = 0; l < %d; l++) %s = %s;\n", FOLD_LANES, lane, acc);
   cg_line(b, level, "for (int64_t b%d = 0; b%d < %s; b%d += %d) {\n", d, d, blocks_text,
@@ -422,7 +411,7 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
     cg_line(b, level, "}\n");
   }
   cg_line(b, level, "for (int l = 0; l < %d; l++) ", FOLD_LANES);
-  fold_text(b, fl ? f->f_update : f->i_update, acc, lane, "", t);
+  cg_fold_text(b, fl ? f->f_update : f->i_update, acc, lane, "", t);
   cg_printf(b, ";\n");
 }
 
@@ -430,7 +419,7 @@ static void fold_lanes(red_t *r, int level, const fold_t *f, bool fl, int out,
 static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *later) {
   const ir_node_t *n = &r->c->g->nodes[r->grp->nodes[pos]];
   const loom_graph_t *g = r->c->g;
-  const fold_t *f = fold_of(n->op);
+  const cg_fold_t *f = cg_fold_of(n->op);
   loom_dtype_t d = g->values[n->out[0]].type.dtype;
   const char *t = cg_local_type(d);
   bool fl = dtype_is_float(g->values[n->in[0]].type.dtype);
@@ -439,9 +428,9 @@ static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *l
   snprintf(acc, sizeof acc, "acc%d", out);
   cg_buf_t *b = r->c->out;
   cg_line(b, level, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
+  cg_fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
   cg_printf(b, " %s = ", acc);
-  fold_text(b, fl ? f->f_init : f->i_init, acc, "", "", t);
+  cg_fold_text(b, fl ? f->f_init : f->i_init, acc, "", "", t);
   cg_printf(b, ";\n");
   memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
   mark_cone(r, n->in[0], need);
@@ -460,7 +449,7 @@ static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *l
     snprintf(count, sizeof count, "((double)n0 * %lld)",
              (long long)(r->inner_count / r->space.dim[0]));
   else snprintf(count, sizeof count, "%lld.0", (long long)r->inner_count);
-  fold_text(b, fl ? f->f_result : f->i_result, acc, "", count, t);
+  cg_fold_text(b, fl ? f->f_result : f->i_result, acc, "", count, t);
   cg_printf(b, ");\n");
   return LOOM_OK;
 }
@@ -487,7 +476,7 @@ static loom_status_t emit_row(red_t *r, bool *need, bool *later) {
     if (r->row[grp->inputs[i]]) load(r, level, grp->inputs[i], "i", 0, 0);
   for (int k = 0; k < grp->n_nodes; k++) {
     const ir_node_t *n = &g->nodes[grp->nodes[k]];
-    if (fold_of(n->op)) LOOM_TRY(emit_fold(r, level, k, need, later));
+    if (cg_fold_of(n->op)) LOOM_TRY(emit_fold(r, level, k, need, later));
     else if (r->row[n->out[0]]) cg_node_stmt(b, level, g, n);
     else continue;
     if (cg_is_output(grp, n->out[0])) store(r, level, n->out[0], false);
@@ -507,212 +496,14 @@ static loom_status_t emit_row(red_t *r, bool *need, bool *later) {
   return LOOM_OK;
 }
 
-/* ---- Reductions that keep the last dim ----------------------------------------- */
-
-/* A fold over leading or middle axes (a bias gradient sums a (rows, n)
- * matrix down to n): the kept last dim is the column, folded for a block
- * of columns at once into an array of accumulators, so that every row is
- * read forward, a block wide, and the column loop is vector code. Tasks
- * are the kept dims before it times the column blocks. */
-#define COLUMN_BLOCK 64
-
-typedef struct cols {
-  cg_shape_t space;             /* collapsed input space */
-  int64_t stride[2][LOOM_MAX_RANK]; /* input, output */
-  int64_t block, blocks, tasks, count; /* count: elements folded per output */
-} cols_t;
-
-/* The collapsed space; false unless its last dim is kept and the only
- * size known at run time is a folded leading dim (a bias gradient over a
- * trace's rows; not a mean, whose count it would change). */
-static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
-  cg_shape_t out;
-  if (!cg_value_shape(c, n->in[0], &k->space) || !cg_value_shape(c, n->out[0], &out) ||
-      (k->space.lead && n->op == IR_OP_MEAN) || out.lead || k->space.rank == 0)
-    return false;
-  const int64_t *axes;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes), rank = k->space.rank;
-  if (!dtype_is_float(c->g->values[n->in[0]].type.dtype) && !fold_of(n->op)->i_type)
-    return false;
-  bool red[LOOM_MAX_RANK] = {false};
-  for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
-  int64_t step = 1;
-  k->count = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    k->stride[0][d] = d == rank - 1 ? 1 : k->stride[0][d + 1] * k->space.dim[d + 1];
-    k->stride[1][d] = red[d] ? 0 : step;
-    if (red[d]) k->count *= k->space.dim[d];
-    else step *= k->space.dim[d];
-  }
-  rank = k->space.rank = cg_collapse(&k->space, 0, rank, 2, k->stride);
-  if (rank < 2 || k->stride[1][rank - 1] != 1) return false;
-  if (k->space.lead && k->stride[1][0] != 0) return false;
-  int64_t cols = k->space.dim[rank - 1];
-  k->block = cols < COLUMN_BLOCK ? cols : COLUMN_BLOCK;
-  k->blocks = (cols + k->block - 1) / k->block;
-  k->tasks = k->blocks;
-  for (int d = 0; d < rank - 1; d++)
-    if (k->stride[1][d]) k->tasks *= k->space.dim[d];
-  return true;
-}
-
-/* Loops over the dims of one kind (kept or reduced) but the column. */
-static int cols_loops(cg_buf_t *b, const cols_t *k, int level, bool reduced) {
-  for (int d = 0; d < k->space.rank - 1; d++) {
-    if ((k->stride[1][d] == 0) != reduced) continue;
-    if (d == 0 && k->space.lead) { /* the runtime extent, from the context */
-      cg_line(b, level++, "for (int64_t i0 = 0; i0 < n0; i0++) {\n");
-      continue;
-    }
-    cg_line(b, level++, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
-            (long long)k->space.dim[d], d);
-  }
-  return level;
-}
-
-/* The task's kept indices: i<d> for kept dims, the column block j0. */
-static void cols_unravel(cg_buf_t *b, const cols_t *k) {
-  int64_t step = k->blocks;
-  cg_line(b, 2, "const int64_t j0 = t %% %lld * %lld;\n", (long long)k->blocks,
-          (long long)k->block);
-  for (int d = k->space.rank - 2; d >= 0; d--) {
-    if (k->stride[1][d] == 0) continue;
-    cg_line(b, 2, "const int64_t i%d = t / %lld %% %lld;\n", d, (long long)step,
-            (long long)k->space.dim[d]);
-    step *= k->space.dim[d];
-  }
-}
-
-static void cols_offset(cg_buf_t *b, const cols_t *k, int which) {
-  int last = k->space.rank - 1;
-  cg_offset(b, "i", 0, last, k->stride[which]);
-  cg_printf(b, " + j0 + j");
-  if (k->stride[which][last] != 1) cg_printf(b, " * %lld", (long long)k->stride[which][last]);
-}
-
-static void cols_body(cg_ctx_t *c, const ir_node_t *n, const cols_t *k) {
-  cg_buf_t *b = c->out;
-  const loom_graph_t *g = c->g;
-  const fold_t *f = fold_of(n->op);
-  loom_dtype_t d = g->values[n->out[0]].type.dtype;
-  const char *t = cg_local_type(d);
-  bool fl = dtype_is_float(g->values[n->in[0]].type.dtype);
-  int64_t cols = k->space.dim[k->space.rank - 1];
-  char v[32];
-  snprintf(v, sizeof v, "v%d", (int)n->in[0]);
-  cols_unravel(b, k);
-  cg_line(b, 2, "const int64_t cols = %lld - j0 < %lld ? %lld - j0 : %lld;\n",
-          (long long)cols, (long long)k->block, (long long)cols, (long long)k->block);
-  cg_line(b, 2, "%s", "");
-  fold_text(b, fl ? f->f_type : f->i_type, "", "", "", t);
-  cg_printf(b, " acc[%lld];\n", (long long)k->block);
-  cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) acc[j] = ");
-  fold_text(b, fl ? f->f_init : f->i_init, "", "", "", t);
-  cg_printf(b, ";\n");
-  int in = cols_loops(b, k, 2, true);
-  cg_line(b, in, "for (int64_t j = 0; j < cols; j++) {\n");
-  cg_load_begin(b, in + 1, g, n->in[0]);
-  cols_offset(b, k, 0);
-  cg_load_end(b, g, n->in[0]);
-  cg_line(b, in + 1, "%s", "");
-  fold_text(b, fl ? f->f_update : f->i_update, "acc[j]", v, "", t);
-  cg_printf(b, ";\n");
-  cg_line(b, in, "}\n");
-  for (int q = in - 1; q >= 2; q--) cg_line(b, q, "}\n");
-  const char *round = d == LOOM_F16 ? "loom_f16_round" : d == LOOM_BF16 ? "loom_bf16_round" : "";
-  cg_line(b, 2, "for (int64_t j = 0; j < cols; j++) {\n");
-  cg_line(b, 3, "const %s v%d = %s(", t, (int)n->out[0], round);
-  char count[32];
-  snprintf(count, sizeof count, "%lld.0", (long long)k->count);
-  fold_text(b, fl ? f->f_result : f->i_result, "acc[j]", "", count, t);
-  cg_printf(b, ");\n");
-  cg_store_begin(b, 3, n->out[0]);
-  cols_offset(b, k, 1);
-  cg_store_end(b, g, n->out[0]);
-  cg_line(b, 2, "}\n");
-}
-
-/* emit_columns over a folded runtime leading dim: the body reads its
- * extent n0 from a context that the group function fills. */
-static loom_status_t emit_columns_runtime(cg_ctx_t *c, int gi, const ir_node_t *n,
-                                          const cols_t *k) {
-  cg_buf_t *b = c->out;
-  const fuse_group_t *grp = &c->plan->groups[gi];
-  cg_printf(b, "typedef struct { void *const *slots; int64_t n0; } loom_g%d_ctx;\n\n", gi);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
-  cg_line(b, 1, "void *const *slots = ((const loom_g%d_ctx *)ctx)->slots;\n", gi);
-  cg_line(b, 1, "const int64_t n0 = ((const loom_g%d_ctx *)ctx)->n0;\n", gi);
-  cg_declare_pointer(c, grp, 1, n->in[0], false);
-  cg_declare_pointer(c, grp, 1, n->out[0], true);
-  cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
-  cols_body(c, n, k);
-  cg_line(b, 1, "}\n}\n\n");
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
-  cg_line(b, 1, "loom_g%d_ctx x = {slots, ", gi);
-  cg_lead_extent(b, c->g, &k->space);
-  cg_printf(b, "};\n");
-  cg_line(b, 1, "if (%lld > 1 && x.n0 * %lld > %d)\n", (long long)k->tasks,
-          (long long)(k->count * k->space.dim[k->space.rank - 1]), CG_PARALLEL_MIN);
-  cg_line(b, 2, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, &x);\n",
-          (long long)k->tasks, gi);
-  cg_line(b, 1, "else\n");
-  cg_line(b, 2, "loom_g%d_body(&x, 0, %lld);\n", gi, (long long)k->tasks);
-  cg_printf(b, "}\n");
-  return LOOM_OK;
-}
-
-/* A group of one fold whose reduced axes leave the last dim. */
-static loom_status_t emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok) {
-  cols_t k;
-  *ok = cols_build(c, n, &k);
-  if (!*ok) return LOOM_OK;
-  cg_buf_t *b = c->out;
-  const fuse_group_t *grp = &c->plan->groups[gi];
-  char note[64];
-  snprintf(note, sizeof note, "folding %lld per column", (long long)k.count);
-  cg_group_comment(c, gi, "reduction", &k.space, note);
-  if (k.space.lead) return emit_columns_runtime(c, gi, n, &k);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
-  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
-  cg_declare_pointer(c, grp, 1, n->in[0], false);
-  cg_declare_pointer(c, grp, 1, n->out[0], true);
-  cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
-  cols_body(c, n, &k);
-  cg_line(b, 1, "}\n}\n\n");
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
-  cg_line(b, 1, "(void)syms;\n");
-  if (k.tasks > 1 && k.count * k.space.dim[k.space.rank - 1] > CG_PARALLEL_MIN) {
-    cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",
-            (long long)k.tasks, gi);
-  } else {
-    cg_line(b, 1, "(void)rt;\n");
-    cg_line(b, 1, "loom_g%d_body((void *)slots, 0, %lld);\n", gi, (long long)k.tasks);
-  }
-  cg_printf(b, "}\n");
-  return LOOM_OK;
-}
-
-/* Whether node n folds axes that are not a suffix of its input's dims. */
-static bool keeps_last_dim(const cg_ctx_t *c, const ir_node_t *n) {
-  const int64_t *axes;
-  int rank = c->g->values[n->in[0]].type.rank;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes);
-  if (na < 0 || rank == 0) return false;
-  for (int i = 0; i < na; i++)
-    if (axes[i] == -1 || axes[i] == rank - 1) return false;
-  return true;
-}
-
 loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   const fuse_group_t *grp = &c->plan->groups[gi];
-  if (grp->n_nodes == 1 && fold_of(c->g->nodes[grp->nodes[0]].op) &&
-      keeps_last_dim(c, &c->g->nodes[grp->nodes[0]]))
-    return emit_columns(c, gi, &c->g->nodes[grp->nodes[0]], ok);
+  if (grp->n_nodes == 1 && cg_fold_of(c->g->nodes[grp->nodes[0]].op) &&
+      cg_keeps_last_dim(c, &c->g->nodes[grp->nodes[0]]))
+    return cg_emit_columns(c, gi, &c->g->nodes[grp->nodes[0]], ok);
   for (int k = 0; k < grp->n_nodes && *ok; k++) {
     const ir_node_t *n = &c->g->nodes[grp->nodes[k]];
-    *ok = n->n_out == 1 && (fold_of(n->op) ? cg_supports(c->g, grp->nodes[k])
+    *ok = n->n_out == 1 && (cg_fold_of(n->op) ? cg_supports(c->g, grp->nodes[k])
                                            : cg_expr_supported(c->g, n));
   }
   if (!*ok) return LOOM_OK;

@@ -129,6 +129,29 @@ void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
 /* The static helpers that expressions call, once at the module's top. */
 void cg_expr_helpers(cg_buf_t *b);
 
+/* ---- Folds (c_reduce.c, c_columns.c) -------------------------------------- */
+
+/* A fold: the accumulator's type, start, update and result, in text
+ * where $a is the accumulator, $v the element, $n the count and $T the
+ * output type. Floats fold in double for sums and products (closer to
+ * the reference's double), integers in int64 wrapping. */
+typedef struct cg_fold {
+  ir_op_t op;
+  const char *f_type, *f_init, *f_update, *f_result;
+  const char *i_type, *i_init, *i_update, *i_result;
+} cg_fold_t;
+
+/* The fold of op (sum, mean, prod, max, min), or NULL. */
+const cg_fold_t *cg_fold_of(ir_op_t op);
+/* Writes template t with acc and v naming the accumulator and the element
+ * ("acc12", "v11"), n the count as a double ("64.0", "((double)n0 * 8)"). */
+void cg_fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
+                  const char *n, const char *type);
+/* Whether node n folds axes that are not a suffix of its input's dims (a
+ * bias gradient), and that group's emitter (c_columns.c). */
+bool cg_keeps_last_dim(const cg_ctx_t *c, const ir_node_t *n);
+loom_status_t cg_emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok);
+
 /* ---- Group emitters ------------------------------------------------------- */
 
 /* Each writes loom_group_<gi> (and its static helpers); false in *ok
