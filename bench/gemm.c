@@ -2,7 +2,8 @@
  * threads, beside the machine's FMA peak measured in the same run (and
  * oneDNN's dnnl_sgemm when built with -DLOOM_BENCH_DNNL; it is loaded with
  * dlopen, so the build needs no extra library). One JSON object a line:
- *   {"bench":"gemm","n":1024,"threads":1,"gflops":...,"peak_gflops":...}
+ *   {"bench":"gemm","n":1024,"threads":1,"gflops":...,"peak_gflops":...,
+ *    "fraction_of_peak":...}
  * Usage: bench_gemm [n ...]   (default 256 512 1024 2048)
  *        bench_gemm conv      conv2d layers: Loom's implicit im2col beside
  *                             an explicit im2col buffer + the same GEMM
@@ -30,49 +31,56 @@ static double now(void) {
 
 /* ---- FMA peak: independent FMA chains, enough to hide the latency ---- */
 
-enum { PEAK_ITERS = 20000000 };
-
-__attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(long iters) {
   __m256 acc[12], x = _mm256_set1_ps(1e-7f), y = _mm256_set1_ps(0.999f);
   for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
-  for (long it = 0; it < PEAK_ITERS; it++)
+  for (long it = 0; it < iters; it++)
     for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], y, x);
   float sink = 0;
   for (int i = 0; i < 12; i++) sink += _mm256_cvtss_f32(acc[i]);
-  return sink + 12.0 * 8 * 2 * PEAK_ITERS;
+  return sink;
 }
 
-__attribute__((target("avx512f,fma"))) static double fma_loop_avx512(void) {
+__attribute__((target("avx512f,fma"))) static double fma_loop_avx512(long iters) {
   __m512 acc[12], x = _mm512_set1_ps(1e-7f), y = _mm512_set1_ps(0.999f);
   for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
-  for (long it = 0; it < PEAK_ITERS; it++)
+  for (long it = 0; it < iters; it++)
     for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], y, x);
   float sink = 0;
   for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(acc[i]);
-  return sink + 12.0 * 16 * 2 * PEAK_ITERS;
+  return sink;
 }
 
+typedef struct peak_arg {
+  long iters;
+  double flops;
+} peak_arg_t;
+
 static void *peak_thread(void *arg) {
-  double *flops = arg;
+  peak_arg_t *pa = arg;
   int wide = __builtin_cpu_supports("avx512f");
   /* The sink keeps the loop alive; flops are counted, not summed. */
-  double r = wide ? fma_loop_avx512() : fma_loop_avx2();
-  *flops = 12.0 * (wide ? 16 : 8) * 2 * PEAK_ITERS + (r < 0 ? 1 : 0);
+  double r = wide ? fma_loop_avx512(pa->iters) : fma_loop_avx2(pa->iters);
+  pa->flops = 12.0 * (wide ? 16 : 8) * 2 * (double)pa->iters + (r < -1e30 ? 1 : 0);
   return NULL;
 }
 
-/* GFLOP/s of `threads` threads each running the FMA loop at once. */
-static double fma_peak(int threads) {
+/* GFLOP/s of `threads` threads each running `iters` steps of the FMA loop
+ * at once (1e6 steps: ~2 ms at 1 thread here). */
+static double fma_peak_iters(int threads, long iters) {
   pthread_t tid[8];
-  double flops[8];
+  peak_arg_t arg[8];
   double t0 = now();
-  for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, peak_thread, &flops[i]);
-  peak_thread(&flops[0]);
+  for (int i = 0; i < threads; i++) arg[i].iters = iters;
+  for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, peak_thread, &arg[i]);
+  peak_thread(&arg[0]);
   for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
   double sec = now() - t0, total = 0;
-  for (int i = 0; i < threads; i++) total += flops[i];
+  for (int i = 0; i < threads; i++) total += arg[i].flops;
   return total / sec * 1e-9;
 }
+
+static double fma_peak(int threads) { return fma_peak_iters(threads, 20000000); }
 
 /* ---- GEMM timing ------------------------------------------------------- */
 
@@ -120,19 +128,36 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* Median GFLOP/s over enough runs to fill ~0.5 s (at least 3). */
-static double gflops(void (*fn)(const mats_t *), const mats_t *m) {
-  double flop = 2.0 * (double)m->n * (double)m->n * (double)m->n, times[64];
+/* GFLOP/s of a GEMM beside the peak, measured in pairs: each sample is an
+ * FMA-loop burst of ~5 ms at `threads` threads, then enough runs of fn to
+ * fill ~5 ms. A shared machine's load comes and goes within seconds (the
+ * peak alone moved by 30% within a minute here), so each sample's
+ * fraction of peak sets the GEMM against the machine as it was at that
+ * moment. Medians over samples filling ~1 s (at least 5). */
+typedef struct rate {
+  double gflops, peak, fraction;
+} rate_t;
+
+static rate_t measure(void (*fn)(const mats_t *), const mats_t *m, int threads) {
+  enum { SAMPLES = 64 };
+  double flop = 2.0 * (double)m->n * (double)m->n * (double)m->n;
+  double g[SAMPLES], pk[SAMPLES], fr[SAMPLES];
+  double t0 = now();
   fn(m); /* warm-up: first touch, packing buffers */
-  int runs = 0;
+  int reps = (int)(0.005 / (now() - t0 + 1e-9)) + 1, samples = 0;
   double start = now();
-  while (runs < 64 && (runs < 3 || now() - start < 0.5)) {
-    double t0 = now();
-    fn(m);
-    times[runs++] = now() - t0;
+  while (samples < SAMPLES && (samples < 5 || now() - start < 1.0)) {
+    pk[samples] = fma_peak_iters(threads, 2500000);
+    double t1 = now();
+    for (int r = 0; r < reps; r++) fn(m);
+    g[samples] = flop * reps / (now() - t1) * 1e-9;
+    fr[samples] = g[samples] / pk[samples];
+    samples++;
   }
-  qsort(times, (size_t)runs, sizeof *times, cmp_double);
-  return flop / times[runs / 2] * 1e-9;
+  qsort(g, (size_t)samples, sizeof *g, cmp_double);
+  qsort(pk, (size_t)samples, sizeof *pk, cmp_double);
+  qsort(fr, (size_t)samples, sizeof *fr, cmp_double);
+  return (rate_t){g[samples / 2], pk[samples / 2], fr[samples / 2]};
 }
 
 static float *random_matrix(int64_t n) {
@@ -299,17 +324,16 @@ int main(int argc, char **argv) {
     if (threads > 1 && core_pool_create(threads, &pool) != LOOM_OK) return 1;
     for (int s = 0; s < n_sizes; s++) {
       int64_t n = sizes[s];
-      /* Measured beside each size, so that a shared machine's load
-       * weighs on both alike. */
-      double peak = fma_peak(threads);
       mats_t m = {n, random_matrix(n), random_matrix(n), random_matrix(n), pool};
+      rate_t r = measure(run_loom, &m, threads);
       printf("{\"bench\":\"gemm\",\"n\":%lld,\"threads\":%d,\"gflops\":%.1f,"
-             "\"peak_gflops\":%.1f,\"isa\":\"%s\"",
-             (long long)n, threads, gflops(run_loom, &m), peak, kern_gemm_isa());
+             "\"peak_gflops\":%.1f,\"fraction_of_peak\":%.3f,\"isa\":\"%s\"",
+             (long long)n, threads, r.gflops, r.peak, r.fraction, kern_gemm_isa());
 #ifdef LOOM_BENCH_DNNL
       if (dnnl_sgemm_p) {
         if (omp_set_threads_p) omp_set_threads_p(threads);
-        printf(",\"dnnl_gflops\":%.1f", gflops(run_dnnl, &m));
+        rate_t d = measure(run_dnnl, &m, threads);
+        printf(",\"dnnl_gflops\":%.1f,\"dnnl_fraction_of_peak\":%.3f", d.gflops, d.fraction);
       }
 #endif
       printf("}\n");
