@@ -234,7 +234,9 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 }
 
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  if (kern_conv2d_direct_f32(d, pool) || conv2d_batched(d, pool)) return;
+  if (kern_conv2d_direct_f32(d, pool) || conv2d_batched(d, pool) ||
+      kern_conv2d_winograd_f32(d, pool))
+    return;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
@@ -249,16 +251,20 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   gemm_run(&p, pool);
 }
 
-/* Per group g, the GEMM's A is W[g * og : (g + 1) * og] as og x cg*kh*kw. */
-size_t kern_conv2d_packed_bytes(int64_t o, int64_t cg, int64_t kh, int64_t kw,
-                                int64_t groups) {
-  return gemm_packed_a_bytes(o / groups, cg * kh * kw, groups);
+/* Per group g, the implicit form's A is W[g * og : (g + 1) * og] as og x
+ * cg*kh*kw; a layer the Winograd form takes packs its transformed
+ * weights instead. */
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d) {
+  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_packed_bytes(d->o, d->c);
+  return gemm_packed_a_bytes(d->o / d->groups, d->c / d->groups * d->kh * d->kw, d->groups);
 }
 
-void kern_conv2d_pack_weight(const float *w, int64_t o, int64_t cg, int64_t kh, int64_t kw,
-                             int64_t groups, void *dst) {
-  int64_t og = o / groups, taps = cg * kh * kw;
-  gemm_pack_a_ahead(w, taps, og * taps, og, taps, groups, dst);
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, void *dst) {
+  if (kern_conv2d_winograd_suits(d))
+    return kern_conv2d_winograd_pack_weight(d->weight, d->o, d->c, dst);
+  int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
+  gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);
+  return 1;
 }
 
 /* ---- Weight gradient ------------------------------------------------------------

@@ -13,16 +13,16 @@
 
 void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool);
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
-/* conv2d's weight (o, cg, kh, kw; cg = input channels per group) packed
- * once for loom_abi_conv2d_t.weight_packed, as the GEMM's A operand of
- * each group in the micro-kernel's panel format: kern_conv2d_packed_bytes
- * sizes the buffer (64-byte aligned), which kern_conv2d_pack_weight fills.
- * A buffer packed for another micro-kernel or shape is ignored by conv2d
- * (it packs the weights itself). */
-size_t kern_conv2d_packed_bytes(int64_t o, int64_t cg, int64_t kh, int64_t kw,
-                                int64_t groups);
-void kern_conv2d_pack_weight(const float *w, int64_t o, int64_t cg, int64_t kh, int64_t kw,
-                             int64_t groups, void *dst);
+/* conv2d's weight (o, c/groups, kh, kw) packed once for
+ * loom_abi_conv2d_t.weight_packed, in the form kern_conv2d_f32 takes for
+ * the geometry d (d->weight is read; x, y and the rest unused): the
+ * implicit GEMM's A panels, or Winograd's transformed weights (conv.h).
+ * kern_conv2d_packed_bytes sizes the buffer (64-byte aligned), which
+ * kern_conv2d_pack_weight fills (0: out of memory). A buffer packed for
+ * another micro-kernel or shape is ignored by conv2d (it packs the
+ * weights itself). */
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d);
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, void *dst);
 /* dW = conv2d's weight gradient: x = the forward input, y = dY (read),
  * weight = dW (written, whole); the epilogue sees dW as o x cg*kh*kw. */
 void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);

@@ -547,22 +547,39 @@ static loom_status_t prepack_matmul_b(loom_executable_t *e, const ir_node_t *n) 
   return LOOM_OK;
 }
 
-/* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once as
- * its GEMM's A operand into e->packed_w[slot]. */
+static void ints_or(const ir_node_t *n, const char *name, int count, int64_t dflt,
+                    int64_t *out) {
+  const int64_t *v;
+  int got = ir_attr_ints(&n->attrs, name, &v);
+  for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
+}
+
+/* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
+ * into e->packed_w[slot] in the form the kernel takes for n's geometry
+ * (its GEMM's A panels, or Winograd's transformed weights). */
 static loom_status_t prepack_conv_weight(loom_executable_t *e, const ir_node_t *n) {
   const loom_graph_t *g = e->graph;
   int32_t w = n->in[1];
-  int64_t s[4], groups = ir_attr_int(&n->attrs, "groups", 1);
+  int64_t s[4], sx[4], sy[4], groups = ir_attr_int(&n->attrs, "groups", 1);
   if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
-      !is_frozen(g, w) || value_shape(e, w, s) != LOOM_OK || groups < 1 || s[0] % groups)
+      !is_frozen(g, w) || value_shape(e, w, s) != LOOM_OK ||
+      value_shape(e, n->in[0], sx) != LOOM_OK || value_shape(e, n->out[0], sy) != LOOM_OK ||
+      groups < 1 || s[0] % groups)
     return LOOM_OK;
   int64_t slot = e->slot_of_value[w];
   if (slot < 0 || e->packed_w[slot]) return LOOM_OK;
-  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(s[0], s[1], s[2], s[3], groups));
-  if (!buf)
+  loom_abi_conv2d_t d = {.n = sx[0], .c = sx[1], .h = sx[2], .w = sx[3], .o = s[0],
+                         .kh = s[2], .kw = s[3], .ho = sy[2], .wo = sy[3], .groups = groups,
+                         .weight = e->slots[slot]};
+  ints_or(n, "stride", 2, 1, d.stride);
+  ints_or(n, "pads", 4, 0, d.pads);
+  ints_or(n, "dilation", 2, 1, d.dilation);
+  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d));
+  if (!buf || !kern_conv2d_pack_weight(&d, buf)) {
+    core_free(buf);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
                      (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
-  kern_conv2d_pack_weight(e->slots[slot], s[0], s[1], s[2], s[3], groups, buf);
+  }
   e->packed_w[slot] = buf;
   return LOOM_OK;
 }
