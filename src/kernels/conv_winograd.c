@@ -99,6 +99,7 @@ typedef struct block {
 /* The loops below are written once over GCC's generic vectors and
  * instantiated for AVX2 and for the baseline ISA (two SSE halves). */
 typedef float v8_t __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -126,7 +127,13 @@ ALWAYS_INLINE void split_row(const loom_abi_conv2d_t *d, const float *plane, int
     odd[i] = o >= 0 && o < w ? row[o] : 0.0f;
   }
   const float *src = row + 2 * lo - pl;
-  for (int64_t i = 0; i < hi - lo; i++) {
+  int64_t i = 0;
+  for (; i + 8 <= hi - lo; i += 8) {
+    v8_t a = LD8(src + 2 * i), b = LD8(src + 2 * i + 8);
+    ST8(even + lo + i, __builtin_shuffle(a, b, (v8i_t){0, 2, 4, 6, 8, 10, 12, 14}));
+    ST8(odd + lo + i, __builtin_shuffle(a, b, (v8i_t){1, 3, 5, 7, 9, 11, 13, 15}));
+  }
+  for (; i < hi - lo; i++) {
     even[lo + i] = src[2 * i];
     odd[lo + i] = src[2 * i + 1];
   }
@@ -140,7 +147,7 @@ ALWAYS_INLINE void split_row(const loom_abi_conv2d_t *d, const float *plane, int
 /* Tiles [x0, x1) of one tile row: rows e[r], o[r] of the patch split into
  * even and odd columns (patch column j of tile x: e[r][x + j/2] for even j,
  * o[r][x + j/2] for odd), out[xi * stride + x] = (B^T d B)[xi]. */
-ALWAYS_INLINE void tiles_in(float *const e[4], float *const o[4], int64_t x0, int64_t x1,
+ALWAYS_INLINE void tiles_in(float *e[4], float *o[4], int64_t x0, int64_t x1,
                             float *out, int64_t stride) {
   int64_t x = x0;
   for (; x + 8 <= x1; x += 8) {
@@ -307,7 +314,19 @@ ALWAYS_INLINE void input_body(const wino_t *w, const block_t *b, int64_t c0, int
     for (int64_t ty = t0 / w->tx; ty * w->tx < t1; ty++) {
       int64_t x0 = ty * w->tx < t0 ? t0 - ty * w->tx : 0;
       int64_t x1 = (ty + 1) * w->tx > t1 ? t1 - ty * w->tx : w->tx;
-      for (int r = 0; r < 4; r++) split_row(d, plane, 2 * ty - d->pads[0] + r, w->tx, e[r], o[r]);
+      /* The last two rows of a tile row's patches are the first two of
+       * the next's: split once, the buffers rotated. */
+      int first = ty == t0 / w->tx;
+      if (!first)
+        for (int r = 0; r < 2; r++) {
+          float *te = e[r], *to = o[r];
+          e[r] = e[r + 2];
+          o[r] = o[r + 2];
+          e[r + 2] = te;
+          o[r + 2] = to;
+        }
+      for (int r = first ? 0 : 2; r < 4; r++)
+        split_row(d, plane, 2 * ty - d->pads[0] + r, w->tx, e[r], o[r]);
       tiles_in(e, o, x0, x1, v + ci * n + ty * w->tx - t0, d->c * n);
     }
   }
