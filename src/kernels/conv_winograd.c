@@ -198,7 +198,6 @@ ALWAYS_INLINE void tiles_in(float *e[4], float *o[4], int64_t x0, int64_t x1,
  * top[2x + b], bottom[2x + b] = (A^T M A)[a][b] + bias. */
 ALWAYS_INLINE void tiles_out(const float *in, int64_t stride, int64_t x0, int64_t x1,
                              float bias, float *restrict top, float *restrict bottom) {
-  float te[8], to[8], be[8], bo[8];
   int64_t x = x0;
   for (; x + 8 <= x1; x += 8) {
     v8_t s0[4], s1[4];
@@ -208,16 +207,14 @@ ALWAYS_INLINE void tiles_out(const float *in, int64_t stride, int64_t x0, int64_
       s0[l] = m0 + m1 + m2;
       s1[l] = m1 - m2 - m3;
     }
-    ST8(te, s0[0] + s0[1] + s0[2] + bias); /* (A^T M) A */
-    ST8(to, s0[1] - s0[2] - s0[3] + bias);
-    ST8(be, s1[0] + s1[1] + s1[2] + bias);
-    ST8(bo, s1[1] - s1[2] - s1[3] + bias);
-    for (int i = 0; i < 8; i++) {
-      top[2 * (x + i)] = te[i];
-      top[2 * (x + i) + 1] = to[i];
-      bottom[2 * (x + i)] = be[i];
-      bottom[2 * (x + i) + 1] = bo[i];
-    }
+    v8_t te = s0[0] + s0[1] + s0[2] + bias, to = s0[1] - s0[2] - s0[3] + bias; /* (A^T M) A */
+    v8_t be = s1[0] + s1[1] + s1[2] + bias, bo = s1[1] - s1[2] - s1[3] + bias;
+    /* even and odd output columns interleaved */
+    const v8i_t lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
+    ST8(top + 2 * x, __builtin_shuffle(te, to, lo));
+    ST8(top + 2 * x + 8, __builtin_shuffle(te, to, hi));
+    ST8(bottom + 2 * x, __builtin_shuffle(be, bo, lo));
+    ST8(bottom + 2 * x + 8, __builtin_shuffle(be, bo, hi));
   }
   for (; x < x1; x++) {
     float s0[4], s1[4];
