@@ -1,10 +1,10 @@
-/* conv2d 3x3 stride 1 by Winograd's F(2x2, 3x3) (kern_conv2d_winograd_f32):
- * against conv2d's definition summed in double, over odd and even output
- * sizes (partial tiles), pads from 0 to 2 and asymmetric, ragged channel
- * counts, several images, 1 and 2 threads (blocks per task, and the
- * phased form of small layers), weights transformed per call and ahead;
- * the epilogue sees every output exactly once; layers it does not take
- * are left alone. */
+/* conv2d 3x3 stride 1 by Winograd's F(4x4, 3x3) and F(2x2, 3x3)
+ * (kern_conv2d_winograd_f32): against conv2d's definition summed in
+ * double, over odd and even output sizes (partial tiles), pads from 0 to 2
+ * and asymmetric, ragged channel counts, several images, 1 and 2 threads
+ * (blocks per task, and the phased form of small layers), weights
+ * transformed per call and ahead; the epilogue sees every output exactly
+ * once; layers it does not take are left alone. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +94,8 @@ static void check_case(const wcase_t *q, core_pool_t *pool, int ahead) {
   void *packed = NULL;
   if (ahead) {
     CHECK(kern_conv2d_winograd_suits(&d));
-    packed = aligned_alloc(64, (kern_conv2d_winograd_packed_bytes(q->o, q->c) + 63) / 64 * 64);
-    CHECK(kern_conv2d_winograd_pack_weight(w, q->o, q->c, packed));
+    packed = aligned_alloc(64, (kern_conv2d_winograd_packed_bytes(&d) + 63) / 64 * 64);
+    CHECK(kern_conv2d_winograd_pack_weight(&d, packed));
     d.weight_packed = packed;
   }
   CHECK(kern_conv2d_winograd_takes(&d));
@@ -128,7 +128,8 @@ static const wcase_t per_call[] = {
     {1, 40, 60, 9, 24, {1, 1, 1, 1}},   /* narrow image: 5 tiles a row */
 };
 
-/* Packed ahead, fewer tiles: blocks of their own, or the phased form. */
+/* Packed ahead, fewer outputs: blocks of their own, or the phased form;
+ * below 12x12 outputs, F(2x2). */
 static const wcase_t ahead_only[] = {
     {1, 32, 14, 14, 32, {1, 1, 1, 1}}, /* 49 tiles */
     {1, 64, 7, 7, 40, {1, 1, 1, 1}},   /* 16 tiles: 7x7 outputs */

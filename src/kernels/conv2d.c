@@ -255,13 +255,12 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
  * cg*kh*kw; a layer the Winograd form takes packs its transformed
  * weights instead. */
 size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d) {
-  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_packed_bytes(d->o, d->c);
+  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_packed_bytes(d);
   return gemm_packed_a_bytes(d->o / d->groups, d->c / d->groups * d->kh * d->kw, d->groups);
 }
 
 int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, void *dst) {
-  if (kern_conv2d_winograd_suits(d))
-    return kern_conv2d_winograd_pack_weight(d->weight, d->o, d->c, dst);
+  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_pack_weight(d, dst);
   int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
   gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);
   return 1;
