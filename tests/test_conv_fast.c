@@ -143,6 +143,9 @@ static const conv_case_t igrad_cases[] = {
     {2, 1, 12, 12, 6, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1},  /* LeNet-like */
     {1, 20, 30, 30, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1}, /* several column chunks */
     {2, 3, 4, 4, 2, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1},    /* kernel larger than x */
+    {2, 16, 16, 16, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* Winograd F(4x4) */
+    {1, 17, 23, 25, 16, 3, 3, 1, 1, 2, 0, 1, 2, 1, 1, 1, 0, 1}, /* Winograd, uneven pads */
+    {8, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* Winograd F(2x2) */
 };
 
 static void input_grad_configurations(void) {

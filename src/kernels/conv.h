@@ -39,5 +39,9 @@ int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d);
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d);
 int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, void *dst);
+/* conv2d's input gradient (kern_conv2d_input_grad_f32's contract) by the
+ * same form, for a 3x3 stride-1 layer with pads of at most 2 whose
+ * transposed convolution it takes; 0: not done. */
+int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 
 #endif

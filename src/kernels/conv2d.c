@@ -234,8 +234,8 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 }
 
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  if (kern_conv2d_direct_f32(d, pool) || conv2d_batched(d, pool) ||
-      kern_conv2d_winograd_f32(d, pool))
+  if (kern_conv2d_direct_f32(d, pool) || kern_conv2d_winograd_f32(d, pool) ||
+      conv2d_batched(d, pool))
     return;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;

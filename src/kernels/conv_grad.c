@@ -249,6 +249,7 @@ void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
     igrad_pointwise(d, pool);
     return;
   }
+  if (kern_conv2d_input_grad_winograd_f32(d, pool)) return;
   igrad_t k = {.d = d, .dx = (float *)d->x, .og = d->o / d->groups,
                .cg = d->c / d->groups, .taps = d->kh * d->kw,
                .cols = d->n * d->ho * d->wo, .parts = 1};

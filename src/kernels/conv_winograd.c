@@ -286,3 +286,34 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   wino_release(u_slot);
   return done && !atomic_load(&w.failed);
 }
+
+/* ---- conv2d's input gradient ---------------------------------------------- */
+
+/* dX of a 3x3 stride-1 conv2d with pads p is the stride-1 convolution of
+ * dY, padded by 2 - p, with the filters flipped and their channels
+ * swapped: W'[ci][oc][ky][kx] = W[oc][ci][2 - ky][2 - kx]. */
+int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  if (d->kh != 3 || d->kw != 3 || d->stride[0] != 1 || d->stride[1] != 1 ||
+      d->dilation[0] != 1 || d->dilation[1] != 1 || d->groups != 1)
+    return 0;
+  for (int i = 0; i < 4; i++)
+    if (d->pads[i] > 2) return 0;
+  loom_abi_conv2d_t t = {.n = d->n, .c = d->o, .h = d->ho, .w = d->wo, .o = d->c, .kh = 3,
+                         .kw = 3, .ho = d->h, .wo = d->w, .stride = {1, 1},
+                         .pads = {2 - d->pads[0], 2 - d->pads[1], 2 - d->pads[2], 2 - d->pads[3]},
+                         .dilation = {1, 1}, .groups = 1, .x = d->y, .bias = d->bias,
+                         .y = (float *)d->x, .epilogue = d->epilogue,
+                         .epilogue_ctx = d->epilogue_ctx};
+  if (!kern_conv2d_winograd_takes(&t)) return 0;
+  int slot = wino_claim((size_t)(d->o * d->c * 9) * sizeof(float));
+  if (slot < 0) return 0;
+  float *flipped = wino_slots[slot].buf;
+  for (int64_t oc = 0; oc < d->o; oc++)
+    for (int64_t ci = 0; ci < d->c; ci++)
+      for (int k = 0; k < 9; k++)
+        flipped[(ci * d->o + oc) * 9 + k] = d->weight[(oc * d->c + ci) * 9 + 8 - k];
+  t.weight = flipped;
+  int done = kern_conv2d_winograd_f32(&t, pool);
+  wino_release(slot);
+  return done;
+}
