@@ -16,6 +16,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm_impl.h"
+#include "kernels/scratch.h"
 
 /* The output columns [first, last] of a tap whose input column ix = ox *
  * sx + dx lies inside the image (last < first: none). They are the same on
@@ -137,37 +138,6 @@ static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc
   }
 }
 
-/* Scratch buffers (the batched forward's output, the weight gradient's
- * regrouped dY) outlive calls, so that a replayed training step allocates
- * nothing; a call claims one for its duration. Never freed, so they stay
- * reachable for leak checkers. */
-enum { SCRATCH_SLOTS = 8 };
-
-static struct {
-  atomic_int busy;
-  float *buf;
-  size_t cap; /* floats */
-} scratch_slots[SCRATCH_SLOTS];
-
-/* A slot of at least `need` floats, or -1 (all busy, or no memory). */
-static int scratch_claim(size_t need) {
-  for (int i = 0; i < SCRATCH_SLOTS; i++) {
-    if (atomic_exchange_explicit(&scratch_slots[i].busy, 1, memory_order_acquire)) continue;
-    if (scratch_slots[i].cap < need) {
-      free(scratch_slots[i].buf);
-      scratch_slots[i].buf = malloc(need * sizeof(float));
-      scratch_slots[i].cap = scratch_slots[i].buf ? need : 0;
-    }
-    if (scratch_slots[i].buf) return i;
-    atomic_store_explicit(&scratch_slots[i].busy, 0, memory_order_release);
-    return -1;
-  }
-  return -1;
-}
-
-static void scratch_release(int slot) {
-  atomic_store_explicit(&scratch_slots[slot].busy, 0, memory_order_release);
-}
 
 static int is_pointwise(const loom_abi_conv2d_t *d) {
   return d->kh == 1 && d->kw == 1 && d->stride[0] == 1 && d->stride[1] == 1 &&
@@ -216,9 +186,9 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   if (d->n < 2 || positions == 0 || positions >= BATCHED_MAX_POSITIONS ||
       d->o * cols > BATCHED_MAX_FLOATS || og * cg * d->kh * d->kw < BATCHED_MIN_WEIGHTS)
     return 0;
-  int slot = scratch_claim((size_t)(d->o * cols));
-  if (slot < 0) return 0;
-  float *out = scratch_slots[slot].buf;
+  kern_scratch_t scratch = kern_scratch_claim((size_t)(d->o * cols));
+  if (!scratch.buf) return 0;
+  float *out = scratch.buf;
   int64_t taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
       .m = og, .n = cols, .k = taps, .batch = d->groups, .groups = d->groups,
@@ -229,7 +199,7 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   gemm_run(&p, pool);
   scatter_t s = {d, out};
   core_pool_for(pool, d->n, 1, scatter_images, &s);
-  scratch_release(slot);
+  kern_scratch_release(scratch);
   return 1;
 }
 
@@ -330,14 +300,14 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
   int64_t k = d->n * positions;
   float *dw = (float *)d->weight; /* the output, by the ABI's contract */
   const float *dy = d->y;
-  int slot = -1;
+  kern_scratch_t scratch = {-1, NULL};
   if (d->n > 1) { /* one image's dY is already og x positions per group */
-    slot = scratch_claim((size_t)(d->o * k));
-    if (slot < 0) {
+    scratch = kern_scratch_claim((size_t)(d->o * k));
+    if (!scratch.buf) {
       wgrad_direct(d, dw);
       return;
     }
-    float *regrouped = scratch_slots[slot].buf;
+    float *regrouped = scratch.buf;
     for (int64_t o = 0; o < d->o; o++)
       for (int64_t n = 0; n < d->n; n++)
         memcpy(regrouped + o * k + n * positions, dy + (n * d->o + o) * positions,
@@ -352,5 +322,5 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
       .c = dw, .ldc = taps, .sc = {0, og * taps},
       .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
   gemm_run(&p, pool);
-  if (slot >= 0) scratch_release(slot);
+  kern_scratch_release(scratch);
 }

@@ -15,49 +15,12 @@
 #include <string.h>
 
 #include "kernels/gemm_impl.h"
+#include "kernels/scratch.h"
 
 /* Col chunks: at most COL_FLOATS floats (512 KiB, one Zen 3 L2), and no
  * narrower than MIN_CHUNK columns unless the problem is; at most
  * LINE_MAX columns, the packer's line. */
-enum { COL_FLOATS = 1 << 17, MIN_CHUNK = 64, LINE_MAX = 4096, COL_SLOTS = 16 };
-
-/* Column buffers outlive calls, so that a replayed training step
- * allocates nothing; a task claims one for its duration. Never freed, so
- * they stay reachable for leak checkers. */
-static struct {
-  atomic_int busy;
-  float *buf;
-  size_t cap; /* floats */
-} col_slots[COL_SLOTS];
-
-/* A slot of at least `need` floats, or -1 (all busy, or no memory). */
-static int col_claim(size_t need) {
-  for (int i = 0; i < COL_SLOTS; i++) {
-    if (atomic_exchange_explicit(&col_slots[i].busy, 1, memory_order_acquire)) continue;
-    if (col_slots[i].cap < need) {
-      free(col_slots[i].buf);
-      col_slots[i].buf = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
-      col_slots[i].cap = col_slots[i].buf ? need : 0;
-    }
-    if (col_slots[i].buf) return i;
-    atomic_store_explicit(&col_slots[i].busy, 0, memory_order_release);
-    return -1;
-  }
-  return -1;
-}
-
-static void col_release(int slot) {
-  atomic_store_explicit(&col_slots[slot].busy, 0, memory_order_release);
-}
-
-/* Grows the first `tasks` slots to `need` on the calling thread before
- * tasks claim them, so that which thread first runs a task in which call
- * cannot make a later replay allocate. */
-static void col_reserve(int tasks, size_t need) {
-  int claimed[COL_SLOTS], n = 0;
-  while (n < tasks && n < COL_SLOTS && (claimed[n] = col_claim(need)) >= 0) n++;
-  while (n > 0) col_release(claimed[--n]);
-}
+enum { COL_FLOATS = 1 << 17, MIN_CHUNK = 64, LINE_MAX = 4096 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -215,14 +178,14 @@ static void igrad_direct(const igrad_t *k, int64_t g, int64_t c0, int64_t c1) {
 
 static void igrad_body(void *ctx, int64_t begin, int64_t end) {
   const igrad_t *k = ctx;
-  int slot = col_claim((size_t)(k->block * k->taps * k->chunk));
+  kern_scratch_t col = kern_scratch_claim((size_t)(k->block * k->taps * k->chunk));
   for (int64_t t = begin; t < end; t++) {
     int64_t g = t / k->parts, c0 = t % k->parts * k->block, c1 = min64(c0 + k->block, k->cg);
     if (c0 >= c1) continue;
-    if (slot >= 0) igrad_block(k, g, c0, c1, col_slots[slot].buf);
+    if (col.buf) igrad_block(k, g, c0, c1, col.buf);
     else igrad_direct(k, g, c0, c1);
   }
-  if (slot >= 0) col_release(slot);
+  kern_scratch_release(col);
 }
 
 static int is_pointwise(const loom_abi_conv2d_t *d) {
@@ -263,7 +226,7 @@ void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   if (k.chunk > LINE_MAX) k.chunk = LINE_MAX;
   if (k.chunk > k.cols) k.chunk = k.cols > 0 ? k.cols : 1;
   int64_t tasks = d->groups * k.parts;
-  col_reserve(threads, (size_t)(k.block * k.taps * k.chunk));
+  kern_scratch_reserve(threads, (size_t)(k.block * k.taps * k.chunk));
   if (threads == 1 || tasks == 1) igrad_body(&k, 0, tasks);
   else core_pool_for(pool, tasks, 1, igrad_body, &k);
 }

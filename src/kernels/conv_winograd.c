@@ -19,6 +19,7 @@
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_impl.h"
+#include "kernels/scratch.h"
 #include "kernels/winograd_impl.h"
 
 /* Output positions a call must have to transform the weights itself: U
@@ -45,38 +46,6 @@ int kern_conv2d_winograd_suits(const loom_abi_conv2d_t *d) {
   return d->kh == 3 && d->kw == 3 && d->stride[0] == 1 && d->stride[1] == 1 &&
          d->dilation[0] == 1 && d->dilation[1] == 1 && d->groups == 1 && d->c >= 16 &&
          d->o >= 16 && d->ho >= 7 && d->wo >= 7 && d->wo <= WINO_MAX_W;
-}
-
-/* ---- Scratch ------------------------------------------------------------ */
-
-/* Buffers outlive calls (a replayed step allocates nothing): per task V
- * and M of one block, per call the transformed weights. A call or task
- * claims one for its duration; never freed, so they stay reachable. */
-enum { WINO_SLOTS = 16 };
-
-static struct {
-  atomic_int busy;
-  float *buf;
-  size_t cap; /* bytes */
-} wino_slots[WINO_SLOTS];
-
-static int wino_claim(size_t bytes) {
-  for (int i = 0; i < WINO_SLOTS; i++) {
-    if (atomic_exchange_explicit(&wino_slots[i].busy, 1, memory_order_acquire)) continue;
-    if (wino_slots[i].cap < bytes) {
-      free(wino_slots[i].buf);
-      wino_slots[i].buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-      wino_slots[i].cap = wino_slots[i].buf ? bytes : 0;
-    }
-    if (wino_slots[i].buf) return i;
-    atomic_store_explicit(&wino_slots[i].busy, 0, memory_order_release);
-    return -1;
-  }
-  return -1;
-}
-
-static void wino_release(int slot) {
-  if (slot >= 0) atomic_store_explicit(&wino_slots[slot].busy, 0, memory_order_release);
 }
 
 /* ---- Blocks of tiles -------------------------------------------------- */
@@ -160,14 +129,14 @@ static void run_block(const wino_t *w, int64_t i, float *v, float *m) {
 
 static void wino_body(void *ctx, int64_t begin, int64_t end) {
   wino_t *w = ctx;
-  int slot = wino_claim(block_floats(w) * sizeof(float));
-  if (slot < 0) {
+  kern_scratch_t s = kern_scratch_claim(block_floats(w));
+  if (!s.buf) {
     atomic_store(&w->failed, 1);
     return;
   }
-  float *v = wino_slots[slot].buf, *m = v + w->xi * w->d->c * w->span + WINO_SLACK;
-  for (int64_t i = begin; i < end; i++) run_block(w, i, v, m);
-  wino_release(slot);
+  float *m = s.buf + w->xi * w->d->c * w->span + WINO_SLACK;
+  for (int64_t i = begin; i < end; i++) run_block(w, i, s.buf, m);
+  kern_scratch_release(s);
 }
 
 /* Too few tiles to give each thread blocks of its own (a 7x7 layer has
@@ -191,9 +160,9 @@ static void phased_output(void *ctx, int64_t o0, int64_t o1) {
 
 static int run_phased(const wino_t *w, core_pool_t *pool) {
   const loom_abi_conv2d_t *d = w->d;
-  int slot = wino_claim(block_floats(w) * sizeof(float));
-  if (slot < 0) return 0;
-  phased_t ph = {.w = w, .v = wino_slots[slot].buf};
+  kern_scratch_t s = kern_scratch_claim(block_floats(w));
+  if (!s.buf) return 0;
+  phased_t ph = {.w = w, .v = s.buf};
   ph.m = ph.v + w->xi * d->c * w->span + WINO_SLACK;
   for (int64_t i = 0; i < d->n * w->blocks; i++) {
     ph.b = block_of(w, i);
@@ -201,7 +170,7 @@ static int run_phased(const wino_t *w, core_pool_t *pool) {
     block_gemms(w, &ph.b, ph.v, ph.m, pool);
     core_pool_for(pool, d->o, 8, phased_output, &ph);
   }
-  wino_release(slot);
+  kern_scratch_release(s);
   return 1;
 }
 
@@ -269,21 +238,20 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   }
   w.span = (w.tiles + blocks - 1) / blocks;
   w.blocks = (w.tiles + w.span - 1) / w.span;
-  int u_slot = -1;
+  kern_scratch_t u = {-1, NULL};
   w.u_packed = d->weight_packed;
   if (!packed_for_winograd(d)) {
     /* U, after the packed panels, transformed and packed for this call. */
-    size_t bytes = (kern_conv2d_winograd_packed_bytes(d) + 63) / 64 * 64;
-    u_slot = wino_claim(bytes + u_floats(d) * sizeof(float));
-    if (u_slot < 0) return 0;
-    char *base = (char *)wino_slots[u_slot].buf;
-    pack_u(d, (float *)(base + bytes), base);
-    w.u_packed = base;
+    size_t packed = (kern_conv2d_winograd_packed_bytes(d) + 63) / 64 * 64 / sizeof(float);
+    u = kern_scratch_claim(packed + u_floats(d));
+    if (!u.buf) return 0;
+    pack_u(d, u.buf + packed, u.buf);
+    w.u_packed = u.buf;
   }
   int done = 1;
   if (phased) done = run_phased(&w, pool);
   else core_pool_for(pool, d->n * w.blocks, 1, wino_body, &w);
-  wino_release(u_slot);
+  kern_scratch_release(u);
   return done && !atomic_load(&w.failed);
 }
 
@@ -305,15 +273,15 @@ int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t 
                          .y = (float *)d->x, .epilogue = d->epilogue,
                          .epilogue_ctx = d->epilogue_ctx};
   if (!kern_conv2d_winograd_takes(&t)) return 0;
-  int slot = wino_claim((size_t)(d->o * d->c * 9) * sizeof(float));
-  if (slot < 0) return 0;
-  float *flipped = wino_slots[slot].buf;
+  kern_scratch_t s = kern_scratch_claim((size_t)(d->o * d->c * 9));
+  if (!s.buf) return 0;
+  float *flipped = s.buf;
   for (int64_t oc = 0; oc < d->o; oc++)
     for (int64_t ci = 0; ci < d->c; ci++)
       for (int k = 0; k < 9; k++)
         flipped[(ci * d->o + oc) * 9 + k] = d->weight[(oc * d->c + ci) * 9 + 8 - k];
   t.weight = flipped;
   int done = kern_conv2d_winograd_f32(&t, pool);
-  wino_release(slot);
+  kern_scratch_release(s);
   return done;
 }
