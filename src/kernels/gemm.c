@@ -281,39 +281,6 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
  * slower); the span, mc rows of it, still sits in L2. */
 enum { FINISH_COLS = 256 };
 
-/* The source of the A block packed next, fetched into L2 a few lines per
- * tile while this block computes: packing then reads L2, where a block of
- * a large A waited on memory for its strided rows (a 132 x 256 block of a
- * 1024-wide A: 40 us cold against 8 us in cache, 5% of a 1024 GEMM). */
-typedef struct ahead {
-  const float *base;
-  int64_t ld, rows, width; /* rows of `width` floats, ld apart */
-  int64_t row, col;        /* the next line to fetch */
-  int64_t per_tile;        /* lines fetched after each tile */
-} ahead_t;
-
-enum { LINE_FLOATS = 64 / sizeof(float) };
-
-static ahead_t ahead_of(const float *base, int64_t ld, int64_t rows, int64_t width,
-                        int64_t tiles) {
-  int64_t lines = rows * ((width + LINE_FLOATS - 1) / LINE_FLOATS + 1);
-  return (ahead_t){base, ld, rows, width, 0, 0, tiles > 0 ? lines / tiles + 1 : lines};
-}
-
-static inline void ahead_step(ahead_t *h) {
-  for (int64_t i = 0; i < h->per_tile && h->row < h->rows; i++) {
-    __builtin_prefetch(h->base + h->row * h->ld + h->col, 0, 2);
-    /* the last fetch of a row takes its last float: a row that starts
-     * mid-line ends in a line of its own */
-    if (h->col == h->width - 1) h->col = h->width;
-    else h->col = h->col + LINE_FLOATS < h->width ? h->col + LINE_FLOATS : h->width - 1;
-    if (h->col >= h->width) {
-      h->col = 0;
-      h->row++;
-    }
-  }
-}
-
 /* The block of C one macro-kernel call computes: item t's rows [ic, ic +
  * mc) and columns [jc, jc + nc), over kc steps of k. accumulate: add to C;
  * last: the final kc block, after which C's spans are finished. */
@@ -323,10 +290,9 @@ typedef struct cblock {
 } cblock_t;
 
 /* C block (+)= packed A block @ packed B panel; with `last`, finished spans
- * of columns are handed to finish() while in cache. `ahead` (may be NULL)
- * is fetched along the way. */
+ * of columns are handed to finish() while in cache. */
 static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
-                         const float *bpanel, float *c, const cblock_t *b, ahead_t *ahead) {
+                         const float *bpanel, float *c, const cblock_t *b) {
   const gemm_isa_t *isa = bk->isa;
   int epilogue = b->last && (p->bias || p->epilogue);
   int64_t done = 0; /* columns finished so far */
@@ -337,7 +303,6 @@ static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const fl
       int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
       tile(isa, b->kc, ablock + ir * b->kc, bp, c + (b->ic + ir) * p->ldc + b->jc + jr,
            p->ldc, rows, cols, b->accumulate);
-      if (ahead) ahead_step(ahead);
     }
     if (epilogue && (jr + cols - done >= FINISH_COLS || jr + cols == b->nc)) {
       finish(p, b->t, c, b->ic, b->mc, b->jc + done, jr + cols - done);
@@ -352,21 +317,6 @@ static void zero_block(const gemm_problem_t *p, int64_t t, float *c,
   for (int64_t i = m0; i < m1; i++)
     memset(c + i * p->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
   if (p->bias || p->epilogue) finish(p, t, c, m0, m1 - m0, n0, n1 - n0);
-}
-
-/* The A block after (ic, pc) within rows [m0, m1), k [k0, k1): the next
- * rows, else the next slice of k, else none (the next column panel starts
- * over, long after). A plain A only: a transposed A's block is kc rows of
- * mc floats, which the prefetchers follow. */
-static int next_a_block(const gemm_problem_t *p, const blocking_t *bk, const float *a,
-                        int64_t ic, int64_t pc, int64_t m0, int64_t m1, int64_t k1,
-                        int64_t tiles, ahead_t *out) {
-  if (p->trans_a || p->a_packed) return 0;
-  int64_t nic = ic + bk->mc < m1 ? ic + bk->mc : m0, npc = ic + bk->mc < m1 ? pc : pc + bk->kc;
-  if (npc >= k1) return 0;
-  int64_t mc = m1 - nic < bk->mc ? m1 - nic : bk->mc, kc = k1 - npc < bk->kc ? k1 - npc : bk->kc;
-  *out = ahead_of(a + nic * p->lda + npc, p->lda, mc, kc, tiles);
-  return 1;
 }
 
 /* Rows [m0, m1) and columns [n0, n1) of item t's C, summed over k in
@@ -401,10 +351,7 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
         const float *ablock = bk->abuf;
         if (aset) ablock = aset + ic * kc;
         else pack_a(p, isa, a, ic, b.mc, pc, kc, bk->abuf);
-        int64_t tiles = ceil_div(b.mc, isa->mr) * ceil_div(nc, isa->nr);
-        ahead_t next;
-        int fetch = next_a_block(p, bk, a, ic, pc, m0, m1, k1, tiles, &next);
-        macro_kernel(p, bk, ablock, bpanel, c, &b, fetch ? &next : NULL);
+        macro_kernel(p, bk, ablock, bpanel, c, &b);
       }
     }
   }
