@@ -162,13 +162,16 @@ static void declines_other_layers(void) {
   base.x = x;
   base.weight = w;
   base.y = y;
-  loom_abi_conv2d_t stride2 = base, grouped = base, few_tiles = base, narrow = base;
+  loom_abi_conv2d_t stride2 = base, grouped = base, few_tiles = base, narrow = base,
+                    wide = base;
   stride2.stride[0] = stride2.stride[1] = 2;
   stride2.ho = stride2.wo = 16;
   grouped.groups = 2;
   few_tiles.h = few_tiles.w = few_tiles.ho = few_tiles.wo = 12; /* 36 tiles, per call */
   narrow.c = 8;
-  const loom_abi_conv2d_t *cases[] = {&stride2, &grouped, &few_tiles, &narrow};
+  wide.c = 1024; /* U of 1024 x 1024 channel pairs would be 150 MB */
+  wide.o = 1024;
+  const loom_abi_conv2d_t *cases[] = {&stride2, &grouped, &few_tiles, &narrow, &wide};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     CHECK(!kern_conv2d_winograd_takes(cases[i]));
     CHECK(!kern_conv2d_winograd_f32(cases[i], NULL));

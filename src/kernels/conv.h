@@ -25,12 +25,15 @@ int kern_conv2d_direct_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 
 /* conv2d 3x3 stride 1 by Winograd's F(m x m, 3x3), m = 4 on images of at
  * least 12x12 outputs, else 2 (conv_winograd.c): GEMMs over transformed
- * tiles, 1/4 (1/2.25) of the FMAs. _suits: d is a layer whose frozen
- * weights are best packed transformed (one group, 16 or more channels in
- * and out, outputs of at least 7x7); _takes: a call with d, as its
- * weight_packed is, runs this form (packed transformed weights, or none
- * and enough outputs to transform them per call); _f32 returns 0, having
- * done nothing, when it does not take d or finds no scratch memory.
+ * tiles, 1/4 (1/2.25) of the FMAs.
+ * _suits: d is a layer whose frozen weights are best packed transformed
+ * (one group, at least 16 channels in and out, at most 512 x 512 channel
+ * pairs, outputs of at least 7x7).
+ * _takes: a call with d, as its weight_packed is, runs this form (packed
+ * transformed weights, or none and enough outputs to transform them per
+ * call).
+ * _f32 returns 0, having done nothing, when it does not take d or finds
+ * no scratch memory.
  * kern_conv2d_winograd_pack_weight fills a buffer of
  * kern_conv2d_winograd_packed_bytes (64-byte aligned) with d->weight
  * transformed for d's geometry; 0: out of memory. */

@@ -39,13 +39,18 @@ static int tile_side(const loom_abi_conv2d_t *d) {
 
 static int64_t positions_xi(int m) { return (int64_t)(m + 2) * (m + 2); }
 
+/* Most channel pairs (o x c) taken: U is 4 times the weights under
+ * F(4x4), 37 MB at 512 x 512. */
+enum { MAX_CHANNEL_PAIRS = 512 * 512 };
+
 int kern_conv2d_winograd_suits(const loom_abi_conv2d_t *d) {
   /* The transforms cost per channel and tile what the GEMMs save only
    * with enough channels; below 7x7 outputs (16 tiles of F(2x2), 64
    * positions for 49), the transformed weights dominate. */
   return d->kh == 3 && d->kw == 3 && d->stride[0] == 1 && d->stride[1] == 1 &&
          d->dilation[0] == 1 && d->dilation[1] == 1 && d->groups == 1 && d->c >= 16 &&
-         d->o >= 16 && d->ho >= 7 && d->wo >= 7 && d->wo <= WINO_MAX_W;
+         d->o >= 16 && d->o * d->c <= MAX_CHANNEL_PAIRS && d->ho >= 7 && d->wo >= 7 &&
+         d->wo <= WINO_MAX_W;
 }
 
 /* ---- Blocks of tiles -------------------------------------------------- */
