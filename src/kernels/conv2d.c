@@ -10,7 +10,6 @@
  * columns (see conv2d_batched). */
 #include "kernels/gemm.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 

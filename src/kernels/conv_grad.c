@@ -10,7 +10,6 @@
  * the GEMM. */
 #include "kernels/conv.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -14,7 +14,6 @@
  * epilogue. The transforms themselves are in winograd_transforms.c. */
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
