@@ -248,22 +248,13 @@ static void finish(const gemm_problem_t *p, int64_t t, float *c, int64_t row0,
                 rows, col0, cols);
 }
 
-/* One mr x nr tile; edge tiles go through a full-size scratch tile. */
-static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
-                 const float *bp, float *c, int64_t ldc, int64_t rows,
-                 int64_t cols, int accumulate) {
-  if (rows == isa->mr && cols == isa->nr) {
-    isa->kernel(kc, ap, bp, c, ldc, accumulate);
-    return;
-  }
-  if (cols == isa->nr && isa->kernel_rows) {
-    isa->kernel_rows[rows](kc, ap, bp, c, ldc, accumulate);
-    return;
-  }
-  if (cols <= GEMM_NARROW && isa->kernel_narrow[cols]) {
-    isa->kernel_narrow[cols](kc, ap, bp, c, ldc, accumulate, rows);
-    return;
-  }
+/* An edge tile no dedicated kernel covers, computed full-size into a
+ * scratch tile and copied out. Out of line: its 4 KiB frame would
+ * otherwise be set up on every call of tile(), edge or not. */
+static __attribute__((noinline)) void tile_scratch(const gemm_isa_t *isa, int64_t kc,
+                                                   const float *ap, const float *bp, float *c,
+                                                   int64_t ldc, int64_t rows, int64_t cols,
+                                                   int accumulate) {
   _Alignas(64) float scratch[32 * 32];
   if (cols <= isa->nr / 2 && isa->kernel_half) isa->kernel_half(kc, ap, bp, scratch, isa->nr, 0);
   else isa->kernel(kc, ap, bp, scratch, isa->nr, 0);
@@ -272,6 +263,18 @@ static void tile(const gemm_isa_t *isa, int64_t kc, const float *ap,
       float v = scratch[i * isa->nr + j];
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + v : v;
     }
+}
+
+/* One mr x nr tile; edge tiles run a kernel of their shape, else go
+ * through a full-size scratch tile. */
+static inline void tile(const gemm_isa_t *isa, int64_t kc, const float *ap, const float *bp,
+                        float *c, int64_t ldc, int64_t rows, int64_t cols, int accumulate) {
+  if (rows == isa->mr && cols == isa->nr) isa->kernel(kc, ap, bp, c, ldc, accumulate);
+  else if (cols == isa->nr && isa->kernel_rows)
+    isa->kernel_rows[rows](kc, ap, bp, c, ldc, accumulate);
+  else if (cols <= GEMM_NARROW && isa->kernel_narrow[cols])
+    isa->kernel_narrow[cols](kc, ap, bp, c, ldc, accumulate, rows);
+  else tile_scratch(isa, kc, ap, bp, c, ldc, rows, cols, accumulate);
 }
 
 /* The epilogue runs on spans of this many columns of a row block: an
