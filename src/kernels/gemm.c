@@ -134,6 +134,23 @@ pack_runs(const float *src, int64_t ld, int64_t kc, int width, float *dst) {
     for (int r = 0; r < width; r++) dst[r] = src[r];
 }
 
+/* A last panel of rows < mr plain rows (src[r], kc floats each): copied
+ * into a full-height block with zero rows, then packed with the ISA's
+ * transposes (the element loop it replaces took half of an LSTM's
+ * packing, whose batch of 64 rows ends in a 4-row panel). */
+enum { SHORT_FLOATS = 12 * 256 }; /* mr x kc of the largest tile */
+
+static __attribute__((noinline)) void pack_a_short(const float *const *src, int64_t rows,
+                                                   int64_t kc, const gemm_isa_t *isa,
+                                                   float *dst) {
+  _Alignas(64) float block[SHORT_FLOATS];
+  for (int r = 0; r < isa->mr; r++) {
+    if (r < rows) memcpy(block + r * kc, src[r], (size_t)kc * sizeof(float));
+    else memset(block + r * kc, 0, (size_t)kc * sizeof(float));
+  }
+  isa->pack_a(block, kc, kc, dst);
+}
+
 /* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
  * steps, mr consecutive rows (zeros past mc). The rows of a panel are read
  * side by side, so that the stores are sequential and the loads form mr
@@ -163,6 +180,13 @@ static void pack_a(const gemm_problem_t *p, const gemm_isa_t *isa, const float *
     else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
     else if (p->trans_a && rows == mr && mr == 6) pack_runs(src[0], p->lda, kc, 6, dst);
     else if (p->trans_a && rows == mr && mr == 12) pack_runs(src[0], p->lda, kc, 12, dst);
+    else if (!p->trans_a && isa->pack_a && kc * mr <= SHORT_FLOATS)
+      pack_a_short(src, rows, kc, isa, dst);
+    else if (p->trans_a)
+      for (int64_t q = 0; q < kc; q++) {
+        const float *run = src[0] + q * p->lda;
+        for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? run[r] : 0.0f;
+      }
     else
       for (int64_t q = 0; q < kc; q++)
         for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
