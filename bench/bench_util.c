@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "models.h"
 
@@ -48,6 +50,62 @@ double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,
     samples[n++] = (bench_now_ns() - t0) / 1e6;
   }
   return bench_median(samples, n);
+}
+
+int bench_peer_open(const char *cmd, bench_peer_t *p) {
+  int in[2], out[2];
+  *p = (bench_peer_t){-1, NULL, NULL};
+  if (pipe(in) != 0) return -1;
+  if (pipe(out) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    close(in[0]);
+    close(in[1]);
+    close(out[0]);
+    close(out[1]);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  if (pid < 0) {
+    close(in[1]);
+    close(out[0]);
+    return -1;
+  }
+  p->pid = (int)pid;
+  p->to = fdopen(in[1], "w");
+  p->from = fdopen(out[0], "r");
+  if (!p->to || !p->from) {
+    bench_peer_close(p);
+    return -1;
+  }
+  return 0;
+}
+
+int bench_peer_line(bench_peer_t *p, const char *request, char *reply, int cap) {
+  if (!p->to || !p->from) return -1;
+  if (request && (fprintf(p->to, "%s\n", request) < 0 || fflush(p->to) != 0)) return -1;
+  if (!fgets(reply, cap, p->from)) return -1;
+  reply[strcspn(reply, "\n")] = 0;
+  return 0;
+}
+
+int bench_peer_close(bench_peer_t *p) {
+  if (p->to) fclose(p->to);
+  if (p->from) fclose(p->from);
+  p->to = p->from = NULL;
+  int status = 0;
+  if (p->pid <= 0 || waitpid((pid_t)p->pid, &status, 0) < 0) return -1;
+  p->pid = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 loom_tensor_t *bench_input(int rank, const int64_t *shape) {

@@ -53,6 +53,22 @@ int bench_threads_wanted(int threads);
  * named there, or no names given. */
 int bench_name_wanted(const char *name, int argc, char **argv);
 
+/* A peer process spoken to by lines: requests on its stdin, one reply
+ * line each on its stdout (its stderr passes through). A shared machine's
+ * speed drifts within seconds, so a bench alternates blocks of its own
+ * steps with blocks of the peer's instead of timing one after the other. */
+typedef struct bench_peer {
+  int pid;
+  void *to, *from; /* FILE * */
+} bench_peer_t;
+/* Starts `sh -c cmd`; 0 on success. */
+int bench_peer_open(const char *cmd, bench_peer_t *p);
+/* Sends `request` (NULL: nothing) and reads the next reply line into
+ * reply (newline dropped); 0 on success, -1 when the peer has gone. */
+int bench_peer_line(bench_peer_t *p, const char *request, char *reply, int cap);
+/* Closes its stdin and waits: the peer's exit status (-1: abnormal). */
+int bench_peer_close(bench_peer_t *p);
+
 /* Compile options with fusion on or off and the given thread count. */
 loom_compile_options_t bench_options(int fusion, int threads);
 

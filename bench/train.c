@@ -1,7 +1,8 @@
 /* bench train: one training step (forward, cross-entropy, loom_grad,
  * AdamW) compiled by Loom as ONE executable and replayed, against PyTorch
  * eager (forward, loss, backward, AdamW step, zero_grad) measured in the
- * same run, at 1 and 2 threads; and the peak memory of each. See
+ * same run, in alternating blocks of steps, at 1 and 2 threads; and the
+ * peak memory of each. See
  * docs/training.md for what peak_bytes and torch_peak_bytes count.
  * A model that does not build, compile or train prints what failed on
  * stderr and null for its numbers.
@@ -117,79 +118,127 @@ static void explain_reference_steps(const loom_executable_t *e) {
   loom_free(text);
 }
 
-/* Loom's median step at `threads`; the graph's parameters move on. */
-static result_t loom_train(loom_graph_t *g, const model_params_t *p,
-                           loom_tensor_t *const *in, int threads) {
-  result_t r = {NAN, NAN, NAN};
+/* The compiled step at `threads`, run once (r->loss0) and warmed up;
+ * r->peak: the arena and the persistent state. 0: it did not compile. */
+static int loom_setup(loom_graph_t *g, const model_params_t *p, loom_tensor_t *const *in,
+                      int threads, step_ctx_t *c, result_t *r, double *first_ms) {
   loom_compile_options_t o = bench_options(1, threads);
-  step_ctx_t c = {.in = {in[0], in[1], in[2]}};
-  if (loom_compile(g, &o, &c.e) != LOOM_OK) {
+  *c = (step_ctx_t){.in = {in[0], in[1], in[2]}};
+  if (loom_compile(g, &o, &c->e) != LOOM_OK) {
     fprintf(stderr, "bench train: compile failed: %s\n", loom_last_error());
-    return r;
+    return 0;
   }
   loom_executable_info_t info;
-  loom_stats_t before, after;
-  BENCH_TRY(loom_executable_info(c.e, &info));
-  if (threads == 1) explain_reference_steps(c.e);
-  BENCH_TRY(loom_executable_new_output(c.e, 0, &c.loss));
+  BENCH_TRY(loom_executable_info(c->e, &info));
+  if (threads == 1) explain_reference_steps(c->e);
+  BENCH_TRY(loom_executable_new_output(c->e, 0, &c->loss));
   double t0 = bench_now_ns();
-  run_step(&c);
-  double first_ms = (bench_now_ns() - t0) / 1e6;
-  r.loss0 = loss_value(c.loss);
-  /* A step that takes seconds (reference kernels) gets fewer samples. */
-  int slow = first_ms > SLOW_MS;
-  if (slow)
+  run_step(c);
+  *first_ms = (bench_now_ns() - t0) / 1e6;
+  r->loss0 = loss_value(c->loss);
+  if (*first_ms > SLOW_MS)
     fprintf(stderr, "bench train: first step %.0f ms (%d generated, %d reference steps)\n",
-            first_ms, info.n_generated, info.n_reference);
+            *first_ms, info.n_generated, info.n_reference);
+  else
+    for (int i = 0; i < 2; i++) run_step(c);
+  if (info.interpreted) fprintf(stderr, "bench train: the step runs in the interpreter\n");
+  /* Parameters, their moments m and v, the i64 step counter, other state. */
+  r->peak = (double)(info.arena_bytes + 3 * p->param_bytes + (int64_t)sizeof(int64_t) +
+                     p->state_bytes);
+  return 1;
+}
+
+/* PyTorch's step at `threads`, served by the peer script: 0 when it is
+ * not wanted, not installed, or did not start (a note on stderr). */
+static int torch_open(const char *bench_dir, const char *model, int threads,
+                      bench_peer_t *peer, result_t *r) {
+  char cmd[8192], line[256];
+  if (!bench_peers_wanted()) return 0;
+  if (system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") != 0) {
+    fprintf(stderr, "bench train: PyTorch is not installed (bench/setup.sh): null\n");
+    return 0;
+  }
+  if (snprintf(cmd, sizeof cmd,
+               TORCH_ENV " /usr/bin/python3 '%s/peers/torch_train.py' %s --threads %d --serve",
+               bench_dir, model, threads) >= (int)sizeof cmd)
+    return 0;
+  if (bench_peer_open(cmd, peer) != 0 || bench_peer_line(peer, NULL, line, sizeof line) != 0 ||
+      sscanf(line, "ready %lf", &r->loss0) != 1) {
+    fprintf(stderr, "bench train: peer failed: %s\n", cmd);
+    bench_peer_close(peer);
+    return 0;
+  }
+  return 1;
+}
+
+/* Median ms of `steps` Loom steps. */
+static double loom_block(step_ctx_t *c, int steps) {
+  double samples[64];
+  for (int i = 0; i < steps; i++) {
+    double t0 = bench_now_ns();
+    run_step(c);
+    samples[i] = (bench_now_ns() - t0) / 1e6;
+  }
+  return bench_median(samples, steps);
+}
+
+/* Blocks of Loom's steps and PyTorch's alternate, ROUNDS of each, about
+ * BLOCK_MS of Loom a block; each side's figure is the median of its
+ * blocks' medians, and the ratio the median of the rounds' ratios: a
+ * minute in which the machine lost a core then weighs on both. */
+enum { ROUNDS = 5, BLOCK_MS = 300 };
+
+static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
+                    const model_params_t *p, loom_tensor_t *const *in, int threads,
+                    result_t *loom, result_t *torch, double *ratio) {
+  step_ctx_t c;
+  double first_ms = NAN, lm[ROUNDS], tm[ROUNDS], rt[ROUNDS];
+  char reply[256], request[64];
+  if (!loom_setup(g, p, in, threads, &c, loom, &first_ms)) return;
+  bench_peer_t peer = {-1, NULL, NULL};
+  int have_peer = torch_open(bench_dir, model, threads, &peer, torch);
+  int steps = first_ms > SLOW_MS ? 1 : (int)(BLOCK_MS / first_ms) + 1;
+  if (steps > 64) steps = 64;
+  if (steps < 3 && first_ms <= SLOW_MS) steps = 3;
+  int rounds = first_ms > SLOW_MS ? 3 : ROUNDS;
+  loom_stats_t before, after;
   loom_stats_get(&before);
-  double ms = bench_time_ms(run_step, &c, slow ? 0 : 2, slow ? 3 : 5, 500);
+  snprintf(request, sizeof request, "steps %d", steps);
+  for (int i = 0; i < rounds; i++) {
+    lm[i] = loom_block(&c, steps);
+    tm[i] = NAN;
+    if (have_peer && (bench_peer_line(&peer, request, reply, sizeof reply) != 0 ||
+                      sscanf(reply, "%lf", &tm[i]) != 1)) {
+      fprintf(stderr, "bench train: %s: the peer stopped answering\n", model);
+      have_peer = 0;
+    }
+    rt[i] = tm[i] / lm[i];
+  }
   loom_stats_get(&after);
   if (after.compiles != before.compiles)
     fprintf(stderr, "bench train: %lld recompiles during replay\n",
             (long long)(after.compiles - before.compiles));
   if (!isfinite(loss_value(c.loss))) fprintf(stderr, "bench train: the loss is not finite\n");
-  if (info.interpreted) fprintf(stderr, "bench train: the step runs in the interpreter\n");
-  /* Parameters, their moments m and v, the i64 step counter, other state. */
-  int64_t state = 3 * p->param_bytes + (int64_t)sizeof(int64_t) + p->state_bytes;
-  if (!c.failed) {
-    r.ms = ms;
-    r.peak = (double)(info.arena_bytes + state);
+  if (!c.failed) loom->ms = bench_median(lm, rounds);
+  if (have_peer) {
+    torch->ms = bench_median(tm, rounds);
+    *ratio = bench_median(rt, rounds);
+    if (bench_peer_line(&peer, "peak", reply, sizeof reply) == 0) sscanf(reply, "%lf", &torch->peak);
   }
+  bench_peer_close(&peer);
   loom_tensor_destroy(c.loss);
   loom_executable_destroy(c.e);
-  return r;
-}
-
-/* PyTorch's "MS PEAK_BYTES LOSS0" at `threads`, from the peer script. */
-static result_t torch_train(const char *bench_dir, const char *model, int threads) {
-  result_t r = {NAN, NAN, NAN};
-  char cmd[8192];
-  if (!bench_peers_wanted()) return r;
-  if (system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") != 0) {
-    fprintf(stderr, "bench train: PyTorch is not installed (bench/setup.sh): null\n");
-    return r;
-  }
-  if (snprintf(cmd, sizeof cmd,
-               TORCH_ENV " /usr/bin/python3 '%s/peers/torch_train.py' %s --threads %d",
-               bench_dir, model, threads) >= (int)sizeof cmd)
-    return r;
-  FILE *f = popen(cmd, "r");
-  char line[256];
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "%lf %lf %lf", &r.ms, &r.peak, &r.loss0) == 3) break;
-  if (!f || pclose(f) != 0) fprintf(stderr, "bench train: peer failed: %s\n", cmd);
-  return r;
 }
 
 static void print_line(const char *model, int threads, const result_t *l,
-                       const result_t *t) {
+                       const result_t *t, double ratio) {
   bench_json_t j;
   bench_json_begin(&j, "train");
   bench_json_str(&j, "model", model);
   bench_json_num(&j, "threads", threads);
   bench_json_num(&j, "loom_ms", l->ms);
   bench_json_num(&j, "torch_eager_ms", t->ms);
-  bench_json_num(&j, "vs_torch_eager", t->ms / l->ms);
+  bench_json_num(&j, "vs_torch_eager", ratio);
   bench_json_num(&j, "peak_bytes", l->peak);
   bench_json_num(&j, "torch_peak_bytes", t->peak);
   bench_json_end(&j);
@@ -206,6 +255,7 @@ static void compare_loss(const char *model, double mine, double theirs) {
 
 static void bench_model(const char *bench_dir, const train_model_t *m) {
   result_t loom[MAX_THREADS + 1], torch[MAX_THREADS + 1];
+  double ratio[MAX_THREADS + 1];
   model_params_t *p = calloc(1, sizeof *p);
   loom_tensor_t *in[3];
   loom_graph_t *g = NULL;
@@ -217,12 +267,13 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
             loom_last_error());
   for (int th = 1; th <= MAX_THREADS; th++) {
     loom[th] = torch[th] = (result_t){NAN, NAN, NAN};
-    if (!bench_threads_wanted(th)) continue;
-    loom[th] = built ? loom_train(g, p, in, th) : (result_t){NAN, NAN, NAN};
-    torch[th] = torch_train(bench_dir, m->name, th);
+    ratio[th] = NAN;
+    if (built && bench_threads_wanted(th))
+      measure(bench_dir, m->name, g, p, in, th, &loom[th], &torch[th], &ratio[th]);
   }
   compare_loss(m->name, loom[1].loss0, torch[1].loss0);
-  for (int th = 1; th <= MAX_THREADS; th++) print_line(m->name, th, &loom[th], &torch[th]);
+  for (int th = 1; th <= MAX_THREADS; th++)
+    print_line(m->name, th, &loom[th], &torch[th], ratio[th]);
   for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
   loom_graph_destroy(g);
   free(p);

@@ -4,6 +4,11 @@ with the same architecture, initial weights (models.load_loom_init), batch
 and optimizer settings.
 
   torch_train.py MODEL --threads N    prints "MS PEAK_BYTES FIRST_LOSS"
+  torch_train.py MODEL --threads N --serve
+      prints "ready FIRST_LOSS" after the first step and two warm-up
+      steps, then answers each line of stdin: "steps K" runs K steps and
+      prints their median in ms; "peak" prints PEAK_BYTES; end of input
+      ends it. bench/train.c alternates these blocks with its own steps.
 
 MS is the median step after warm-up. PEAK_BYTES is the growth of the
 process's resident memory during the run: the most resident memory ever
@@ -17,6 +22,7 @@ import argparse
 import os
 import resource
 import sys
+import time
 
 import numpy as np
 import torch
@@ -51,6 +57,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", choices=sorted(MODELS))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--serve", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ctor, shape, classes = MODELS[args.model]
@@ -71,10 +78,34 @@ def main():
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
 
+    def peak():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+
     step()
+    if args.serve:
+        serve(step, peak, losses[0])
+        return
     ms = median_ms(step, min_reps=5, min_s=0.5, warmup=2)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    print(f"{ms:.6f} {peak} {losses[0]:.9g}", flush=True)
+    print(f"{ms:.6f} {peak()} {losses[0]:.9g}", flush=True)
+
+
+def serve(step, peak, loss0):
+    for _ in range(2):
+        step()
+    print(f"ready {loss0:.9g}", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if words[:1] == ["steps"] and len(words) == 2:
+            samples = []
+            for _ in range(max(1, int(words[1]))):
+                t0 = time.perf_counter()
+                step()
+                samples.append((time.perf_counter() - t0) * 1e3)
+            print(f"{float(np.median(samples)):.6f}", flush=True)
+        elif words == ["peak"]:
+            print(peak(), flush=True)
+        else:
+            print("error", flush=True)
 
 
 if __name__ == "__main__":
