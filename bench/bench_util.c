@@ -1,6 +1,7 @@
 /* Helpers shared by the benchmark programs. */
 #include "bench_util.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,8 +56,10 @@ double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,
 int bench_peer_open(const char *cmd, bench_peer_t *p) {
   int in[2], out[2];
   *p = (bench_peer_t){-1, NULL, NULL};
-  if (pipe(in) != 0) return -1;
-  if (pipe(out) != 0) {
+  /* Close-on-exec: a peer started later must not hold this one's stdin
+   * open (it would never see the end of its input). */
+  if (pipe2(in, O_CLOEXEC) != 0) return -1;
+  if (pipe2(out, O_CLOEXEC) != 0) {
     close(in[0]);
     close(in[1]);
     return -1;

@@ -2,7 +2,9 @@
  * PyTorch (eager and TorchScript) and in ONNX Runtime, measured in the same
  * run at 1 and 2 threads. Loom compiles with freeze_params (weights packed
  * once), as TorchScript runs torch.jit.freeze'd and ONNX Runtime treats
- * initializers as constants. Ratios are peer_ms / loom_ms (> 1: Loom faster).
+ * initializers as constants. Loom's runs and each peer's alternate in
+ * blocks (the peers serve runs on request); ratios are peer / Loom (> 1:
+ * Loom faster), the median of five rounds' ratios.
  * A peer that is not installed prints null, with a note on stderr.
  *   bench_infer BENCH_DIR [MODEL...]
  * LOOM_BENCH_PEERS=0 skips the peers (null), LOOM_BENCH_THREADS=N measures
@@ -27,7 +29,11 @@ enum { MAX_THREADS = 2 };
 typedef struct timings {
   double loom[MAX_THREADS + 1], eager[MAX_THREADS + 1], script[MAX_THREADS + 1],
       ort[MAX_THREADS + 1];
+  /* peer / Loom, the median of the rounds' ratios */
+  double vs_eager[MAX_THREADS + 1], vs_script[MAX_THREADS + 1], vs_ort[MAX_THREADS + 1];
 } timings_t;
+
+enum { ROUNDS = 5, BLOCK_MS = 200, MAX_BLOCK = 1000 };
 
 typedef struct run_ctx {
   loom_executable_t *e;
@@ -39,40 +45,6 @@ static void run_compiled(void *arg) {
   BENCH_TRY(loom_executable_run(c->e, 1, &c->in, 1, &c->out));
 }
 
-/* Loom's time at `threads`; keeps the logits in *logits (first call). */
-static double loom_ms(loom_graph_t *g, loom_tensor_t *in, int threads,
-                      loom_tensor_t **logits) {
-  loom_compile_options_t o = bench_options(1, threads);
-  /* Weights frozen, as the TorchScript peer's torch.jit.freeze does. */
-  o.freeze_params = 1;
-  run_ctx_t c = {.in = in};
-  if (loom_compile(g, &o, &c.e) != LOOM_OK) {
-    fprintf(stderr, "bench infer: compile failed: %s\n", loom_last_error());
-    return NAN;
-  }
-  BENCH_TRY(loom_executable_new_output(c.e, 0, &c.out));
-  double ms = bench_time_ms(run_compiled, &c, 3, 10, 1000);
-  if (!*logits) *logits = c.out;
-  else loom_tensor_destroy(c.out);
-  loom_executable_destroy(c.e);
-  return ms;
-}
-
-/* Runs cmd and reads "THREADS MS [MS]" lines into a and b (b may be NULL). */
-static void read_peer(const char *cmd, double *a, double *b) {
-  FILE *p = cmd[0] ? popen(cmd, "r") : NULL;
-  if (!p) return;
-  char line[256];
-  while (fgets(line, sizeof line, p)) {
-    int t;
-    double x, y = NAN;
-    if (sscanf(line, "%d %lf %lf", &t, &x, &y) < 2 || t < 1 || t > MAX_THREADS) continue;
-    a[t] = x;
-    if (b) b[t] = y;
-  }
-  if (pclose(p) != 0) fprintf(stderr, "bench infer: peer failed: %s\n", cmd);
-}
-
 /* snprintf that leaves an empty command rather than a truncated one. */
 __attribute__((format(printf, 3, 4))) static void format_cmd(char *buf, size_t size,
                                                              const char *fmt, ...) {
@@ -82,40 +54,138 @@ __attribute__((format(printf, 3, 4))) static void format_cmd(char *buf, size_t s
   va_end(ap);
 }
 
-/* PyTorch's times, its ONNX export into dir, and its logits (.npy). */
-static void torch_peer(const char *bench_dir, const char *dir, const char *model,
-                       timings_t *t) {
-  char cmd[8192];
-  if (system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") != 0) {
-    fprintf(stderr, "bench infer: PyTorch is not installed (bench/setup.sh): null\n");
-    return;
-  }
-  format_cmd(cmd, sizeof cmd,
-             TORCH_ENV " /usr/bin/python3 '%s/peers/torch_infer.py' %s --threads 1,2 "
-             "--export '%s/model.onnx' --logits '%s/logits.npy' 2>/dev/null",
-             bench_dir, model, dir, dir);
-  read_peer(cmd, t->eager, t->script);
+static int torch_installed(void) {
+  return system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") == 0;
 }
 
-static void ort_peer(const char *bench_dir, const char *dir, const bench_model_t *m,
-                     timings_t *t) {
+/* PyTorch's ONNX export into dir and its logits (.npy). */
+static void torch_export(const char *bench_dir, const char *dir, const char *model) {
+  char cmd[8192];
+  format_cmd(cmd, sizeof cmd,
+             TORCH_ENV " /usr/bin/python3 '%s/peers/torch_infer.py' %s "
+             "--export '%s/model.onnx' --logits '%s/logits.npy' 2>/dev/null",
+             bench_dir, model, dir, dir);
+  if (!cmd[0] || system(cmd) != 0) fprintf(stderr, "bench infer: peer failed: %s\n", cmd);
+}
+
+/* A peer serving timed runs: started, warmed up, "ready". 0: not started. */
+static int open_peer(const char *cmd, bench_peer_t *p) {
+  char line[64];
+  if (!cmd[0] || bench_peer_open(cmd, p) != 0) return 0;
+  if (bench_peer_line(p, NULL, line, sizeof line) == 0 && strcmp(line, "ready") == 0) return 1;
+  fprintf(stderr, "bench infer: peer failed: %s\n", cmd);
+  bench_peer_close(p);
+  return 0;
+}
+
+static int torch_serve(const char *bench_dir, const char *model, int threads,
+                       bench_peer_t *p) {
+  char cmd[8192];
+  format_cmd(cmd, sizeof cmd,
+             TORCH_ENV " /usr/bin/python3 '%s/peers/torch_infer.py' %s --threads %d --serve",
+             bench_dir, model, threads);
+  return open_peer(cmd, p);
+}
+
+static int ort_serve(const char *bench_dir, const char *dir, const bench_model_t *m,
+                     int threads, bench_peer_t *p) {
   char cmd[8192], path[4200], dims[128] = "";
   snprintf(path, sizeof path, "%s/node_modules/onnxruntime-node", bench_dir);
   if (access(path, F_OK) != 0 || system("node --version >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "bench infer: onnxruntime-node is not installed (bench/setup.sh): null\n");
-    return;
+    if (threads == 1)
+      fprintf(stderr, "bench infer: onnxruntime-node is not installed (bench/setup.sh): null\n");
+    return 0;
   }
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   if (access(path, F_OK) != 0) {
-    fprintf(stderr, "bench infer: no ONNX export of %s (needs PyTorch): null\n", m->name);
-    return;
+    if (threads == 1)
+      fprintf(stderr, "bench infer: no ONNX export of %s (needs PyTorch): null\n", m->name);
+    return 0;
   }
   for (int d = 0; d < m->rank; d++)
     snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? "," : "",
              (long long)m->shape[d]);
-  format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s' %s 1,2", bench_dir, path,
-             dims);
-  read_peer(cmd, t->ort, NULL);
+  format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s' %s %d --serve", bench_dir,
+             path, dims, threads);
+  return open_peer(cmd, p);
+}
+
+/* The peer's median ms of `request`'s runs; NaN (and the peer closed)
+ * when it stops answering. */
+static double ask(bench_peer_t *p, int *open, const char *request) {
+  char reply[64];
+  double ms = NAN;
+  if (!*open) return NAN;
+  if (bench_peer_line(p, request, reply, sizeof reply) != 0 || sscanf(reply, "%lf", &ms) != 1) {
+    fprintf(stderr, "bench infer: a peer stopped answering \"%s\"\n", request);
+    bench_peer_close(p);
+    *open = 0;
+    return NAN;
+  }
+  return ms;
+}
+
+/* Median ms of `runs` Loom runs. */
+static double loom_block(run_ctx_t *c, int runs) {
+  static double samples[MAX_BLOCK];
+  for (int i = 0; i < runs; i++) {
+    double t0 = bench_now_ns();
+    run_compiled(c);
+    samples[i] = (bench_now_ns() - t0) / 1e6;
+  }
+  return bench_median(samples, runs);
+}
+
+/* Loom's runs and each peer's alternate in blocks, ROUNDS of each, about
+ * BLOCK_MS of Loom a block: each figure is the median of its blocks'
+ * medians and each ratio the median of the rounds' ratios, so that a
+ * minute in which the machine lost a core weighs on every side. Keeps
+ * Loom's logits in *logits (first call). */
+static void measure(const char *bench_dir, const char *dir, const bench_model_t *m,
+                    loom_graph_t *g, loom_tensor_t *in, int threads, timings_t *t,
+                    loom_tensor_t **logits) {
+  loom_compile_options_t o = bench_options(1, threads);
+  /* Weights frozen, as the TorchScript peer's torch.jit.freeze does. */
+  o.freeze_params = 1;
+  run_ctx_t c = {.in = in};
+  if (loom_compile(g, &o, &c.e) != LOOM_OK) {
+    fprintf(stderr, "bench infer: compile failed: %s\n", loom_last_error());
+    return;
+  }
+  BENCH_TRY(loom_executable_new_output(c.e, 0, &c.out));
+  double t0 = bench_now_ns();
+  for (int i = 0; i < 3; i++) run_compiled(&c);
+  int runs = (int)(BLOCK_MS / ((bench_now_ns() - t0) / 3e6)) + 1;
+  runs = runs < 5 ? 5 : runs > MAX_BLOCK ? MAX_BLOCK : runs;
+  bench_peer_t torch = {-1, NULL, NULL}, ort = {-1, NULL, NULL};
+  int have_torch = dir && torch_installed() && torch_serve(bench_dir, m->name, threads, &torch);
+  int have_ort = dir && ort_serve(bench_dir, dir, m, threads, &ort);
+  double lm[ROUNDS], em[ROUNDS], sm[ROUNDS], om[ROUNDS], re[ROUNDS], rs[ROUNDS], ro[ROUNDS];
+  char eager[32], script[32], run[32];
+  snprintf(eager, sizeof eager, "eager %d", runs);
+  snprintf(script, sizeof script, "script %d", runs);
+  snprintf(run, sizeof run, "run %d", runs);
+  for (int r = 0; r < ROUNDS; r++) {
+    lm[r] = loom_block(&c, runs);
+    em[r] = ask(&torch, &have_torch, eager);
+    sm[r] = ask(&torch, &have_torch, script);
+    om[r] = ask(&ort, &have_ort, run);
+    re[r] = em[r] / lm[r];
+    rs[r] = sm[r] / lm[r];
+    ro[r] = om[r] / lm[r];
+  }
+  bench_peer_close(&torch);
+  bench_peer_close(&ort);
+  t->loom[threads] = bench_median(lm, ROUNDS);
+  t->eager[threads] = bench_median(em, ROUNDS);
+  t->script[threads] = bench_median(sm, ROUNDS);
+  t->ort[threads] = bench_median(om, ROUNDS);
+  t->vs_eager[threads] = bench_median(re, ROUNDS);
+  t->vs_script[threads] = bench_median(rs, ROUNDS);
+  t->vs_ort[threads] = bench_median(ro, ROUNDS);
+  if (!*logits) *logits = c.out;
+  else loom_tensor_destroy(c.out);
+  loom_executable_destroy(c.e);
 }
 
 /* Both sides load the same weights and input: a note if the logits differ. */
@@ -136,8 +206,6 @@ static void compare_logits(const char *dir, const char *model, const loom_tensor
   loom_tensor_destroy(theirs);
 }
 
-static double ratio(double peer, double loom) { return peer / loom; }
-
 static void print_lines(const char *model, const timings_t *t) {
   for (int th = 1; th <= MAX_THREADS; th++) {
     bench_json_t j;
@@ -148,9 +216,9 @@ static void print_lines(const char *model, const timings_t *t) {
     bench_json_num(&j, "torch_eager_ms", t->eager[th]);
     bench_json_num(&j, "torchscript_ms", t->script[th]);
     bench_json_num(&j, "ort_ms", t->ort[th]);
-    bench_json_num(&j, "vs_torch_eager", ratio(t->eager[th], t->loom[th]));
-    bench_json_num(&j, "vs_torchscript", ratio(t->script[th], t->loom[th]));
-    bench_json_num(&j, "vs_ort", ratio(t->ort[th], t->loom[th]));
+    bench_json_num(&j, "vs_torch_eager", t->vs_eager[th]);
+    bench_json_num(&j, "vs_torchscript", t->vs_script[th]);
+    bench_json_num(&j, "vs_ort", t->vs_ort[th]);
     bench_json_end(&j);
   }
 }
@@ -162,15 +230,21 @@ static int wanted(const char *name, int argc, char **argv) {
 
 static void bench_model(const char *bench_dir, const bench_model_t *m) {
   timings_t t;
-  for (int i = 0; i <= MAX_THREADS; i++) t.loom[i] = t.eager[i] = t.script[i] = t.ort[i] = NAN;
+  for (int i = 0; i <= MAX_THREADS; i++)
+    t.loom[i] = t.eager[i] = t.script[i] = t.ort[i] = t.vs_eager[i] = t.vs_script[i] =
+        t.vs_ort[i] = NAN;
   loom_graph_t *g = bench_build_model(m);
   loom_tensor_t *in = bench_input(m->rank, m->shape), *logits = NULL;
-  for (int th = 1; th <= MAX_THREADS; th++)
-    if (bench_threads_wanted(th)) t.loom[th] = loom_ms(g, in, th, &logits);
   char dir[] = "/tmp/loom-bench-infer-XXXXXX", cmd[64];
+  const char *peers = NULL;
   if (bench_peers_wanted() && mkdtemp(dir)) {
-    torch_peer(bench_dir, dir, m->name, &t);
-    ort_peer(bench_dir, dir, m, &t);
+    peers = dir;
+    if (torch_installed()) torch_export(bench_dir, dir, m->name);
+    else fprintf(stderr, "bench infer: PyTorch is not installed (bench/setup.sh): null\n");
+  }
+  for (int th = 1; th <= MAX_THREADS; th++)
+    if (bench_threads_wanted(th)) measure(bench_dir, peers, m, g, in, th, &t, &logits);
+  if (peers) {
     compare_logits(dir, m->name, logits);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "bench infer: could not remove %s\n", dir);

@@ -1,6 +1,8 @@
 // Times an ONNX model (input "x", a deterministic f32 tensor) in
 // onnxruntime-node: node ort_infer.js MODEL.onnx DIM,DIM,... THREADS,...
 // prints "THREADS MS" lines, the median of timed runs after a warm-up.
+// With "--serve" after one thread count, it prints "ready" after warm-up
+// and answers each stdin line "run K" with the median ms of K runs.
 const path = require('path');
 const ort = require(path.join(__dirname, '..', 'node_modules', 'onnxruntime-node'));
 
@@ -18,8 +20,31 @@ async function medianMs(fn, minReps = 10, minMs = 1000, warmup = 3) {
   return n % 2 ? samples[(n - 1) / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
 }
 
+async function serve(session, feeds) {
+  for (let i = 0; i < 3; i++) await session.run(feeds);
+  console.log('ready');
+  const lines = require('readline').createInterface({ input: process.stdin });
+  for await (const line of lines) {
+    const words = line.trim().split(/\s+/);
+    if (words.length !== 2 || words[0] !== 'run') {
+      console.log('error');
+      continue;
+    }
+    const samples = [];
+    for (let i = 0; i < Math.max(1, Number(words[1])); i++) {
+      const t0 = process.hrtime.bigint();
+      await session.run(feeds);
+      samples.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    samples.sort((a, b) => a - b);
+    const n = samples.length;
+    const med = n % 2 ? samples[(n - 1) / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+    console.log(med.toFixed(6));
+  }
+}
+
 async function main() {
-  const [file, dimsArg, threadsArg] = process.argv.slice(2);
+  const [file, dimsArg, threadsArg, mode] = process.argv.slice(2);
   const dims = dimsArg.split(',').map(Number);
   const data = new Float32Array(dims.reduce((a, b) => a * b, 1));
   // The values do not change the time; a simple pattern in [-1, 1) will do.
@@ -30,6 +55,10 @@ async function main() {
       intraOpNumThreads: t, interOpNumThreads: 1, executionMode: 'sequential',
       graphOptimizationLevel: 'all',
     });
+    if (mode === '--serve') {
+      await serve(session, feeds);
+      return;
+    }
     const ms = await medianMs(() => session.run(feeds));
     console.log(`${t} ${ms.toFixed(6)}`);
   }
