@@ -125,17 +125,6 @@ static double ask(bench_peer_t *p, int *open, const char *request) {
   return ms;
 }
 
-/* Median ms of `runs` Loom runs. */
-static double loom_block(run_ctx_t *c, int runs) {
-  static double samples[MAX_BLOCK];
-  for (int i = 0; i < runs; i++) {
-    double t0 = bench_now_ns();
-    run_compiled(c);
-    samples[i] = (bench_now_ns() - t0) / 1e6;
-  }
-  return bench_median(samples, runs);
-}
-
 /* Loom's runs and each peer's alternate in blocks, ROUNDS of each, about
  * BLOCK_MS of Loom a block: each figure is the median of its blocks'
  * medians and each ratio the median of the rounds' ratios, so that a
@@ -166,7 +155,7 @@ static void measure(const char *bench_dir, const char *dir, const bench_model_t 
   snprintf(script, sizeof script, "script %d", runs);
   snprintf(run, sizeof run, "run %d", runs);
   for (int r = 0; r < ROUNDS; r++) {
-    lm[r] = loom_block(&c, runs);
+    lm[r] = bench_time_ms(run_compiled, &c, 0, runs, 0);
     em[r] = ask(&torch, &have_torch, eager);
     sm[r] = ask(&torch, &have_torch, script);
     om[r] = ask(&ort, &have_ort, run);

@@ -171,17 +171,6 @@ static int torch_open(const char *bench_dir, const char *model, int threads,
   return 1;
 }
 
-/* Median ms of `steps` Loom steps. */
-static double loom_block(step_ctx_t *c, int steps) {
-  double samples[64];
-  for (int i = 0; i < steps; i++) {
-    double t0 = bench_now_ns();
-    run_step(c);
-    samples[i] = (bench_now_ns() - t0) / 1e6;
-  }
-  return bench_median(samples, steps);
-}
-
 /* Blocks of Loom's steps and PyTorch's alternate, ROUNDS of each, about
  * BLOCK_MS of Loom a block; each side's figure is the median of its
  * blocks' medians, and the ratio the median of the rounds' ratios: a
@@ -205,7 +194,7 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
   loom_stats_get(&before);
   snprintf(request, sizeof request, "steps %d", steps);
   for (int i = 0; i < rounds; i++) {
-    lm[i] = loom_block(&c, steps);
+    lm[i] = bench_time_ms(run_step, &c, 0, steps, 0);
     tm[i] = NAN;
     if (have_peer && (bench_peer_line(&peer, request, reply, sizeof reply) != 0 ||
                       sscanf(reply, "%lf", &tm[i]) != 1)) {
@@ -223,7 +212,8 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
   if (have_peer) {
     torch->ms = bench_median(tm, rounds);
     *ratio = bench_median(rt, rounds);
-    if (bench_peer_line(&peer, "peak", reply, sizeof reply) == 0) sscanf(reply, "%lf", &torch->peak);
+    if (bench_peer_line(&peer, "peak", reply, sizeof reply) == 0)
+      sscanf(reply, "%lf", &torch->peak);
   }
   bench_peer_close(&peer);
   loom_tensor_destroy(c.loss);

@@ -58,8 +58,7 @@ typedef struct wino {
   const loom_abi_conv2d_t *d;
   const wino_transforms_t *tf;
   const void *u_packed;        /* gemm_pack_a_ahead of U: o x c, xi groups */
-  int64_t xi;                  /* transformed positions: (m + 2)^2 */
-  int64_t tx, ty;              /* tiles across and down an image */
+  int64_t tx;                  /* tiles across an image */
   int64_t tiles, blocks, span; /* per image; tiles a block (the last may have fewer) */
   atomic_int failed;           /* a task found no scratch */
 } wino_t;
@@ -70,9 +69,16 @@ static wino_block_t block_of(const wino_t *w, int64_t i) {
   return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, t1 - t0};
 }
 
+static int64_t wino_xi(const wino_t *w) { return positions_xi(w->tf->m); }
+
 /* Floats of a block's V and M, with the slack the transforms read past. */
 static size_t block_floats(const wino_t *w) {
-  return (size_t)(w->xi * (w->d->c + w->d->o) * w->span + 2 * WINO_SLACK);
+  return (size_t)(wino_xi(w) * (w->d->c + w->d->o) * w->span + 2 * WINO_SLACK);
+}
+
+/* M, after V (of block_floats' buffer v). */
+static float *block_m(const wino_t *w, float *v) {
+  return v + wino_xi(w) * w->d->c * w->span + WINO_SLACK;
 }
 
 /* The epilogue over block b's positions, output channels [o0, o1): whole
@@ -109,7 +115,7 @@ static void finish_block(const wino_t *w, const wino_block_t *b, int64_t o0, int
 static void block_gemms(const wino_t *w, const wino_block_t *b, const float *v, float *m,
                         core_pool_t *pool) {
   const loom_abi_conv2d_t *d = w->d;
-  gemm_problem_t p = {.m = d->o, .n = b->n, .k = d->c, .batch = w->xi, .groups = w->xi,
+  gemm_problem_t p = {.m = d->o, .n = b->n, .k = d->c, .batch = wino_xi(w), .groups = wino_xi(w),
                       .lda = d->c, .sa = {0, d->o * d->c},
                       .b = v, .ldb = b->n, .sb = {0, d->c * b->n}, .pack_b = gemm_pack_b_matrix,
                       .c = m, .ldc = b->n, .sc = {0, d->o * b->n}};
@@ -138,7 +144,7 @@ static void wino_body(void *ctx, int64_t begin, int64_t end) {
     atomic_store(&w->failed, 1);
     return;
   }
-  float *m = s.buf + w->xi * w->d->c * w->span + WINO_SLACK;
+  float *m = block_m(w, s.buf);
   for (int64_t i = begin; i < end; i++) run_block(w, i, s.buf, m);
   kern_scratch_release(s);
 }
@@ -167,7 +173,7 @@ static int run_phased(const wino_t *w, core_pool_t *pool) {
   kern_scratch_t s = kern_scratch_claim(block_floats(w));
   if (!s.buf) return 0;
   phased_t ph = {.w = w, .v = s.buf};
-  ph.m = ph.v + w->xi * d->c * w->span + WINO_SLACK;
+  ph.m = block_m(w, ph.v);
   for (int64_t i = 0; i < d->n * w->blocks; i++) {
     ph.b = block_of(w, i);
     core_pool_for(pool, d->c, 8, phased_input, &ph);
@@ -224,9 +230,8 @@ int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d) {
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   if (!kern_conv2d_winograd_takes(d)) return 0;
   int m = tile_side(d);
-  wino_t w = {.d = d, .tf = wino_transforms(m), .xi = positions_xi(m),
-              .tx = (d->wo + m - 1) / m, .ty = (d->ho + m - 1) / m};
-  w.tiles = w.tx * w.ty;
+  wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
+  w.tiles = w.tx * ((d->ho + m - 1) / m);
   /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
    * channels: 2 x 256 or 2 x 288 KiB), at least two blocks a thread of
    * at least half that; else blocks of that size, each split over the

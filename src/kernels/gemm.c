@@ -159,37 +159,32 @@ static __attribute__((noinline)) void pack_a_short(const float *const *src, int6
 static void pack_a(const gemm_problem_t *p, const gemm_isa_t *isa, const float *a,
                    int64_t ic, int64_t mc, int64_t pc, int64_t kc, float *dst) {
   int mr = isa->mr;
-  static const float zeros[1] = {0.0f};
   const float *src[32];
-  int64_t step[32];
   for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += (int64_t)mr * kc) {
     int64_t rows = mc - i0 < mr ? mc - i0 : mr;
-    for (int r = 0; r < mr; r++) {
-      int64_t i = ic + i0 + r;
-      src[r] = r >= rows ? zeros : p->trans_a ? a + pc * p->lda + i : a + i * p->lda + pc;
-      step[r] = r >= rows ? 0 : p->trans_a ? p->lda : 1;
+    if (p->trans_a) {
+      /* step q of the panel: mr floats of stored row pc + q */
+      const float *run = a + pc * p->lda + ic + i0;
+      if (rows == mr && mr == 6) pack_runs(run, p->lda, kc, 6, dst);
+      else if (rows == mr && mr == 12) pack_runs(run, p->lda, kc, 12, dst);
+      else
+        for (int64_t q = 0; q < kc; q++)
+          for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? run[q * p->lda + r] : 0.0f;
+      continue;
     }
-    if (!p->trans_a && rows == mr && isa->pack_a) {
+    for (int r = 0; r < rows; r++) src[r] = a + (ic + i0 + r) * p->lda + pc;
+    if (rows == mr && isa->pack_a) {
       /* Rows of a few hundred bytes end before the hardware prefetcher
        * has caught on: the next panel's rows are fetched during this one. */
       for (int64_t r = i0 + mr; r < i0 + 2 * mr && r < mc; r++)
         for (int64_t q = 0; q < kc; q += 16) __builtin_prefetch(a + (ic + r) * p->lda + pc + q);
       isa->pack_a(src[0], p->lda, kc, dst);
-    }
-    else if (!p->trans_a && rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
-    else if (!p->trans_a && rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
-    else if (p->trans_a && rows == mr && mr == 6) pack_runs(src[0], p->lda, kc, 6, dst);
-    else if (p->trans_a && rows == mr && mr == 12) pack_runs(src[0], p->lda, kc, 12, dst);
-    else if (!p->trans_a && isa->pack_a && kc * mr <= SHORT_FLOATS)
-      pack_a_short(src, rows, kc, isa, dst);
-    else if (p->trans_a)
-      for (int64_t q = 0; q < kc; q++) {
-        const float *run = src[0] + q * p->lda;
-        for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? run[r] : 0.0f;
-      }
+    } else if (rows == mr && mr == 6) pack_a_rows(src, kc, 6, dst);
+    else if (rows == mr && mr == 12) pack_a_rows(src, kc, 12, dst);
+    else if (isa->pack_a && kc * mr <= SHORT_FLOATS) pack_a_short(src, rows, kc, isa, dst);
     else
       for (int64_t q = 0; q < kc; q++)
-        for (int r = 0; r < mr; r++) dst[q * mr + r] = src[r][q * step[r]];
+        for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? src[r][q] : 0.0f;
   }
 }
 
