@@ -440,13 +440,6 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   for (int d = rb - 2; d >= 0; d--) cg_line(b, 1 + d, "}\n");
 }
 
-static void ints_attr(const ir_node_t *n, const char *name, int count, int64_t dflt,
-                      int64_t *out) {
-  const int64_t *v;
-  int got = ir_attr_ints(&n->attrs, name, &v);
-  for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
-}
-
 /* Opens the initializer of `d`, a loom_abi_conv2d_t, with the geometry of
  * the forward conv2d behind node n: its input image in[4] = (n, c, h, w),
  * o output channels of kh x kw windows over ho x wo positions, and n's
@@ -454,9 +447,9 @@ static void ints_attr(const ir_node_t *n, const char *name, int count, int64_t d
 static void emit_conv_geometry(cg_buf_t *b, const ir_node_t *n, const int64_t *in, int64_t o,
                                int64_t kh, int64_t kw, int64_t ho, int64_t wo) {
   int64_t stride[2], pads[4], dil[2];
-  ints_attr(n, "stride", 2, 1, stride);
-  ints_attr(n, "pads", 4, 0, pads);
-  ints_attr(n, "dilation", 2, 1, dil);
+  ir_attr_ints_or(&n->attrs, "stride", 2, 1, stride);
+  ir_attr_ints_or(&n->attrs, "pads", 4, 0, pads);
+  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, dil);
   cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
           (long long)in[0], (long long)in[1], (long long)in[2], (long long)in[3]);
   cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",

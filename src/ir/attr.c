@@ -66,6 +66,13 @@ int ir_attr_ints(const ir_attrs_t *a, const char *name, const int64_t **v) {
   return s->n;
 }
 
+void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t dflt,
+                     int64_t *out) {
+  const int64_t *v;
+  int got = ir_attr_ints(a, name, &v);
+  for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
+}
+
 static const char *const kind_names[] = {"int", "float", "ints"};
 
 /* Looks name up in the schema; sets its kind and whether it is optional. */

@@ -153,6 +153,9 @@ int64_t ir_attr_int(const ir_attrs_t *a, const char *name, int64_t dflt);
 double ir_attr_float(const ir_attrs_t *a, const char *name, double dflt);
 /* Count of the list and a pointer to it in *v; -1 when absent. */
 int ir_attr_ints(const ir_attrs_t *a, const char *name, const int64_t **v);
+/* out[0:count] = the list when it has count entries, else dflt each. */
+void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t dflt,
+                     int64_t *out);
 /* Checks attributes against the op's schema. */
 loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a);
 

@@ -95,17 +95,10 @@ typedef struct conv {
   loom_tensor_t *y;
 } conv_t;
 
-static void ints_or(const ir_attrs_t *a, const char *name, int n, int64_t dflt,
-                    int64_t *out) {
-  const int64_t *v;
-  if (ir_attr_ints(a, name, &v) == n) memcpy(out, v, sizeof(int64_t) * (size_t)n);
-  else for (int i = 0; i < n; i++) out[i] = dflt;
-}
-
 static void conv_setup(ref_call_t *c, conv_t *k) {
-  ints_or(c->attrs, "stride", 2, 1, k->stride);
-  ints_or(c->attrs, "pads", 4, 0, k->pads);
-  ints_or(c->attrs, "dilation", 2, 1, k->dilation);
+  ir_attr_ints_or(c->attrs, "stride", 2, 1, k->stride);
+  ir_attr_ints_or(c->attrs, "pads", 4, 0, k->pads);
+  ir_attr_ints_or(c->attrs, "dilation", 2, 1, k->dilation);
   k->groups = ir_attr_int(c->attrs, "groups", 1);
   k->x = c->in[0];
   k->w = c->in[1];

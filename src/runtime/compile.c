@@ -547,13 +547,6 @@ static loom_status_t prepack_matmul_b(loom_executable_t *e, const ir_node_t *n) 
   return LOOM_OK;
 }
 
-static void ints_or(const ir_node_t *n, const char *name, int count, int64_t dflt,
-                    int64_t *out) {
-  const int64_t *v;
-  int got = ir_attr_ints(&n->attrs, name, &v);
-  for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
-}
-
 /* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
  * into e->packed_w[slot] in the form the kernel takes for n's geometry
  * (its GEMM's A panels, or Winograd's transformed weights). */
@@ -571,9 +564,9 @@ static loom_status_t prepack_conv_weight(loom_executable_t *e, const ir_node_t *
   loom_abi_conv2d_t d = {.n = sx[0], .c = sx[1], .h = sx[2], .w = sx[3], .o = s[0],
                          .kh = s[2], .kw = s[3], .ho = sy[2], .wo = sy[3], .groups = groups,
                          .weight = e->slots[slot]};
-  ints_or(n, "stride", 2, 1, d.stride);
-  ints_or(n, "pads", 4, 0, d.pads);
-  ints_or(n, "dilation", 2, 1, d.dilation);
+  ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
+  ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
+  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
   void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d));
   if (!buf || !kern_conv2d_pack_weight(&d, buf)) {
     core_free(buf);
