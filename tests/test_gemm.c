@@ -133,6 +133,7 @@ static const shape_t gemm_shapes[] = {
     {200, 97, 300, 2, 0, 0, 5, 0, 0, 1},   {64, 80, 196, 1, 0, 0, 0, 0, 0, 1},
     {20, 1000, 300, 1, 0, 0, 1, 0, 0, 1}, /* one row block: B in L2-sized column blocks */
     {300, 40, 1100, 1, 0, 0, 2, 0, 0, 1}, /* tall, few columns, long k: split by k */
+    {1000, 40, 300, 1, 0, 0, 24, 0, 0, 1}, /* rows 4 KiB apart: a transposed A by rows */
 };
 
 /* Every shape with each transpose combination, on pools of 1-3 threads. */
