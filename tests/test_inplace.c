@@ -2,9 +2,12 @@
  * computes a parameter's new value writes it into the parameter's storage
  * when nothing reads the parameter later, and the assign's copy goes;
  * when something does read it later (a product scheduled after the
- * update, the parameter as a graph output), the copy stays. Either way
+ * update, the parameter as a graph output), the copy stays. A reader
+ * that does not depend on the update runs before it (the scheduler holds
+ * the update back), so that the copy goes. Either way
  * every read sees the value from before the run, checked against sums
  * computed here over three runs. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "harness.h"
@@ -167,6 +170,52 @@ static void later_reader_keeps_copy(void) {
   fixture_free(&f);
 }
 
+/* p <- p - 0.1 x^T dy (a weight gradient with SGD in its epilogue), out
+ * = tanh(dy) @ p^T (reading the old p): built update first,
+ * but the product does not need the update, so it runs before it and p
+ * is written in place. */
+static void independent_reader_runs_first(void) {
+  fixture_t f;
+  fixture_init(&f, 4, 3);
+  loom_value_t dy, prod, scaled, np, t, out;
+  CHECK_OK(loom_graph_input(f.g, "x", LOOM_F32, 2, (loom_dim_t[]){5, 4}, &f.x));
+  CHECK_OK(loom_graph_input(f.g, "dy", LOOM_F32, 2, (loom_dim_t[]){5, 3}, &dy));
+  CHECK_OK(loom_matmul(f.g, f.x, dy, 1, 0, &prod));
+  CHECK_OK(loom_mul(f.g, prod, scalar(f.g, 0.1), &scaled));
+  CHECK_OK(loom_sub(f.g, f.p, scaled, &np));
+  CHECK_OK(loom_assign(f.g, f.p, np));
+  CHECK_OK(loom_tanh(f.g, dy, &t));
+  CHECK_OK(loom_matmul(f.g, t, f.p, 0, 1, &out));
+  CHECK_OK(loom_graph_output(f.g, out));
+  int copies;
+  loom_executable_t *e = compile(f.g, &copies);
+  CHECK(copies == 0);
+  for (int run = 0; run < RUNS; run++) {
+    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, -1, 1),
+                            test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 3}, -1, 1)};
+    loom_tensor_t *y;
+    CHECK_OK(loom_executable_new_output(e, 0, &y));
+    CHECK_OK(loom_executable_run(e, 2, in, 1, &y));
+    for (int r = 0; r < 5; r++)
+      for (int i = 0; i < 4; i++) {
+        double want = 0;
+        for (int j = 0; j < 3; j++) want += tanh(test_get(in[1], r * 3 + j)) * f.host_p[i * 3 + j];
+        CHECK_NEAR(test_get(y, r * 4 + i), want, 1e-5, 1e-5);
+      }
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 3; j++) {
+        double g = 0;
+        for (int r = 0; r < 5; r++) g += test_get(in[0], r * 4 + i) * test_get(in[1], r * 3 + j);
+        f.host_p[i * 3 + j] -= 0.1 * g;
+      }
+    check_param(&f);
+    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+    loom_tensor_destroy(y);
+  }
+  loom_executable_destroy(e);
+  fixture_free(&f);
+}
+
 /* The parameter itself is an output: it reads its value from before the
  * run, so the update cannot land before the output's copy. */
 static void param_output_keeps_copy(void) {
@@ -196,6 +245,7 @@ int main(void) {
   TEST_RUN(elementwise_update);
   TEST_RUN(contraction_update);
   TEST_RUN(later_reader_keeps_copy);
+  TEST_RUN(independent_reader_runs_first);
   TEST_RUN(param_output_keeps_copy);
   return test_summary();
 }

@@ -4,10 +4,17 @@
  * A buffer is live from the group that writes it to the last group that
  * reads it. Greedy list schedules pick, among the groups whose inputs are
  * ready, the best by a priority; since no single priority wins on every
- * graph, each candidate order (the plan's own, and one per priority) is
- * simulated and the one with the lowest peak kept, the plan's own on a
- * tie. Assign groups always run last, in their relative order, so that
+ * graph, each candidate order (one per priority, the first the plan's own
+ * order) is simulated and the one with the lowest peak kept, the plan's
+ * own on a tie. Assign groups always run last, in their relative order, so that
  * every read of a parameter sees its value from before the run.
+ *
+ * A group whose output is assigned to a parameter (an optimizer's new
+ * weight) waits, while any other group is ready, until every other
+ * reader of that parameter has run: then the runtime can write the new
+ * value over the old one (runtime/inplace.c) instead of into a buffer of
+ * its own copied back after the run. A dW GEMM with AdamW in its epilogue
+ * and the dX GEMM reading the same weight are ready together.
  *
  * The output of an alias group (a reshape on contiguous data) shares its
  * input's storage, so a read of it keeps the input's buffer live. */
@@ -37,7 +44,10 @@ typedef struct sched {
   int32_t *n_preds;       /* distinct groups a group reads from */
   int32_t *readers;       /* per value: groups reading its buffer */
   bool *is_assign;
+  int32_t *assigned_to;   /* per value: the parameter assigned it, or -1 */
+  int32_t *param_readers; /* per parameter: non-assign groups reading it */
   /* scratch for one schedule */
+  int32_t *param_left;    /* per parameter: those readers not yet run */
   int32_t *left;          /* per value: readers not yet run */
   int32_t *waiting;       /* per group: predecessors not yet run */
   int32_t *step_of;       /* per group: its step, or -1 */
@@ -47,6 +57,7 @@ typedef struct sched {
 } sched_t;
 
 typedef enum sched_priority {
+  SCHED_PLAN,       /* the plan's order */
   SCHED_FREE_MOST,  /* frees the most, then allocates the least */
   SCHED_DEPTH,      /* continues the most recently run branch */
   SCHED_PRIORITY_COUNT,
@@ -149,6 +160,33 @@ static int add_writes(sched_t *s, int group, int32_t *items) {
   return k;
 }
 
+/* Adds delta to counts[p] for each parameter p that group reads (itself
+ * or through a view), once per parameter. */
+static void for_each_param_read(sched_t *s, int group, int32_t *counts, int delta) {
+  const fuse_group_t *grp = &s->plan->groups[group];
+  for (int q = 0; q < grp->n_inputs; q++) {
+    int32_t p = s->storage[grp->inputs[q]];
+    if (s->g->values[p].kind != IR_VALUE_PARAM || s->stamp[p] == group) continue;
+    s->stamp[p] = group;
+    counts[p] += delta;
+  }
+  for (int q = 0; q < grp->n_inputs; q++) s->stamp[s->storage[grp->inputs[q]]] = -1;
+}
+
+/* Whether group computes a parameter's new value while other readers of
+ * the parameter's old value have yet to run. */
+static bool held(const sched_t *s, int group) {
+  const fuse_group_t *grp = &s->plan->groups[group];
+  for (int o = 0; o < grp->n_outputs; o++) {
+    int32_t p = s->assigned_to[grp->outputs[o]];
+    if (p < 0) continue;
+    int own = 0;
+    for (int q = 0; q < grp->n_inputs; q++) own |= s->storage[grp->inputs[q]] == p;
+    if (s->param_left[p] > own) return true;
+  }
+  return false;
+}
+
 /* Successors are found from the reading side: group i lists itself under
  * each distinct producer of its inputs. Stored by producer, so built by
  * hand rather than with build_list. */
@@ -182,13 +220,20 @@ static loom_status_t build_succs(sched_t *s) {
 }
 
 static void find_assigns_and_readers(sched_t *s) {
+  for (int64_t v = 0; v < s->n_values; v++) s->assigned_to[v] = -1;
   for (int i = 0; i < s->n; i++) {
     const fuse_group_t *grp = &s->plan->groups[i];
-    for (int k = 0; k < grp->n_nodes; k++)
-      s->is_assign[i] |= s->g->nodes[grp->nodes[k]].op == IR_OP_ASSIGN;
+    for (int k = 0; k < grp->n_nodes; k++) {
+      const ir_node_t *node = &s->g->nodes[grp->nodes[k]];
+      if (node->op != IR_OP_ASSIGN) continue;
+      s->is_assign[i] = true;
+      s->assigned_to[node->in[1]] = node->in[0];
+    }
     for (int q = s->reads.start[i]; q < s->reads.start[i + 1]; q++)
       s->readers[s->reads.items[q]]++;
   }
+  for (int i = 0; i < s->n; i++)
+    if (!s->is_assign[i]) for_each_param_read(s, i, s->param_readers, 1);
 }
 
 /* ---- Setup and teardown ------------------------------------------------- */
@@ -197,7 +242,8 @@ static void sched_free(sched_t *s) {
   void *all[] = {s->storage, s->maker, s->stamp, s->reads.start, s->reads.items,
                  s->writes.start, s->writes.items, s->succs.start, s->succs.items,
                  s->n_preds, s->readers, s->is_assign, s->left, s->waiting,
-                 s->step_of, s->ready, s->best};
+                 s->step_of, s->ready, s->best, s->assigned_to, s->param_readers,
+                 s->param_left};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) core_free(all[i]);
 }
 
@@ -215,9 +261,12 @@ static loom_status_t sched_alloc(sched_t *s) {
   s->step_of = core_malloc(ng * sizeof(int32_t));
   s->ready = core_malloc(ng * sizeof(int32_t));
   s->best = core_malloc(ng * sizeof(int32_t));
+  s->assigned_to = core_malloc(nv * sizeof(int32_t));
+  s->param_readers = core_calloc(nv, sizeof(int32_t));
+  s->param_left = core_malloc(nv * sizeof(int32_t));
   if (!s->storage || !s->maker || !s->stamp || !s->readers || !s->left ||
       !s->n_preds || !s->is_assign || !s->waiting || !s->step_of ||
-      !s->ready || !s->best)
+      !s->ready || !s->best || !s->assigned_to || !s->param_readers || !s->param_left)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
   for (size_t i = 0; i < nstamp; i++) s->stamp[i] = -1;
   return LOOM_OK;
@@ -256,6 +305,7 @@ static int64_t frees(const sched_t *s, int group) {
 static void reset(sched_t *s) {
   memcpy(s->left, s->readers, sizeof(int32_t) * (size_t)s->n_values);
   memcpy(s->waiting, s->n_preds, sizeof(int32_t) * (size_t)s->n);
+  memcpy(s->param_left, s->param_readers, sizeof(int32_t) * (size_t)s->n_values);
   for (int i = 0; i < s->n; i++) s->step_of[i] = -1;
   s->n_ready = 0;
 }
@@ -266,6 +316,7 @@ static int64_t run_group(sched_t *s, int group, int step) {
   for (int q = s->reads.start[group]; q < s->reads.start[group + 1]; q++)
     s->left[s->reads.items[q]]--;
   s->step_of[group] = step;
+  if (!s->is_assign[group]) for_each_param_read(s, group, s->param_left, -1);
   for (int q = s->succs.start[group]; q < s->succs.start[group + 1]; q++) {
     int succ = s->succs.items[q];
     if (--s->waiting[succ] == 0 && !s->is_assign[succ]) s->ready[s->n_ready++] = succ;
@@ -292,6 +343,7 @@ typedef struct sched_rank {
 } sched_rank_t;
 
 static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
+  if (p == SCHED_PLAN) return (sched_rank_t){group, 0};
   int64_t alloc = allocates(s, group), net = alloc - frees(s, group);
   if (p == SCHED_FREE_MOST) return (sched_rank_t){net, alloc};
   int64_t latest = -1;
@@ -303,16 +355,21 @@ static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
   return (sched_rank_t){-latest, net};
 }
 
-/* Index into ready of the best group; the plan's order breaks ties. */
+/* Index into ready of the best group that is not held (of any, when all
+ * are); the plan's order breaks ties. */
 static int pick_ready(const sched_t *s, sched_priority_t p) {
   int best = 0;
+  bool bheld = held(s, s->ready[0]);
   sched_rank_t br = rank_of(s, s->ready[0], p);
   for (int k = 1; k < s->n_ready; k++) {
+    bool h = held(s, s->ready[k]);
+    if (h && !bheld) continue;
     sched_rank_t r = rank_of(s, s->ready[k], p);
-    bool better = r.major != br.major   ? r.major < br.major
+    bool better = h != bheld            ? !h
+                  : r.major != br.major ? r.major < br.major
                   : r.minor != br.minor ? r.minor < br.minor
                                         : s->ready[k] < s->ready[best];
-    if (better) best = k, br = r;
+    if (better) best = k, br = r, bheld = h;
   }
   return best;
 }
@@ -337,19 +394,10 @@ static loom_status_t greedy_order(sched_t *s, sched_priority_t p, int32_t *order
   return LOOM_OK;
 }
 
-/* The plan's own order with assign groups moved last. */
-static void plan_order(const sched_t *s, int32_t *order) {
-  int t = 0;
-  for (int i = 0; i < s->n; i++)
-    if (!s->is_assign[i]) order[t++] = i;
-  for (int i = 0; i < s->n; i++)
-    if (s->is_assign[i]) order[t++] = i;
-}
-
 static loom_status_t choose_order(sched_t *s, int32_t *order) {
-  plan_order(s, s->best);
+  LOOM_TRY(greedy_order(s, SCHED_PLAN, s->best));
   int64_t best_peak = order_peak(s, s->best);
-  for (int p = 0; p < SCHED_PRIORITY_COUNT; p++) {
+  for (int p = SCHED_PLAN + 1; p < SCHED_PRIORITY_COUNT; p++) {
     LOOM_TRY(greedy_order(s, (sched_priority_t)p, order));
     int64_t peak = order_peak(s, order);
     if (peak >= best_peak) continue;
