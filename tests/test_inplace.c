@@ -44,12 +44,14 @@ static void fixture_free(fixture_t *f) {
   free(f->host_p);
 }
 
-static loom_executable_t *compile(loom_graph_t *g, int *copies) {
+/* The graph with output out, compiled; checks its count of copies. */
+static loom_executable_t *compile(loom_graph_t *g, loom_value_t out, int copies) {
   loom_executable_t *e = NULL;
+  CHECK_OK(loom_graph_output(g, out));
   CHECK_OK(loom_compile(g, NULL, &e));
   loom_executable_info_t info;
   CHECK_OK(loom_executable_info(e, &info));
-  *copies = info.n_copies;
+  CHECK(info.n_copies == copies);
   return e;
 }
 
@@ -74,10 +76,7 @@ static void elementwise_update(void) {
   CHECK_OK(loom_add(f.g, np, f.x, &np));
   CHECK_OK(loom_assign(f.g, f.p, np));
   CHECK_OK(loom_mul(f.g, np, scalar(f.g, 2.0), &out));
-  CHECK_OK(loom_graph_output(f.g, out));
-  int copies;
-  loom_executable_t *e = compile(f.g, &copies);
-  CHECK(copies == 0);
+  loom_executable_t *e = compile(f.g, out, 0);
   for (int run = 0; run < RUNS; run++) {
     loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){6, 5}, -1, 1), *y;
     CHECK_OK(loom_executable_new_output(e, 0, &y));
@@ -94,37 +93,52 @@ static void elementwise_update(void) {
   fixture_free(&f);
 }
 
+/* p <- p - 0.1 x^T dy, inputs x (5 x 4) and dy (5 x 3) on p (4 x 3): a
+ * weight gradient with SGD in its epilogue; returns the new p. */
+static loom_value_t sgd_update(fixture_t *f, loom_value_t *dy) {
+  loom_value_t prod, scaled, np;
+  CHECK_OK(loom_graph_input(f->g, "x", LOOM_F32, 2, (loom_dim_t[]){5, 4}, &f->x));
+  CHECK_OK(loom_graph_input(f->g, "dy", LOOM_F32, 2, (loom_dim_t[]){5, 3}, dy));
+  CHECK_OK(loom_matmul(f->g, f->x, *dy, 1, 0, &prod));
+  CHECK_OK(loom_mul(f->g, prod, scalar(f->g, 0.1), &scaled));
+  CHECK_OK(loom_sub(f->g, f->p, scaled, &np));
+  CHECK_OK(loom_assign(f->g, f->p, np));
+  return np;
+}
+
+/* The host's side of sgd_update on inputs in; returns the sum of new p. */
+static double host_sgd_step(fixture_t *f, loom_tensor_t *const *in) {
+  double sum = 0;
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 3; j++) {
+      double g = 0;
+      for (int r = 0; r < 5; r++) g += test_get(in[0], r * 4 + i) * test_get(in[1], r * 3 + j);
+      sum += f->host_p[i * 3 + j] -= 0.1 * g;
+    }
+  return sum;
+}
+
+/* One run of e on fresh inputs x and dy (in); returns the output. */
+static loom_tensor_t *run_sgd(loom_executable_t *e, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 3}, -1, 1);
+  loom_tensor_t *y;
+  CHECK_OK(loom_executable_new_output(e, 0, &y));
+  CHECK_OK(loom_executable_run(e, 2, in, 1, &y));
+  return y;
+}
+
 /* p <- p - 0.1 x^T dy: the update is the epilogue of the product, which
  * keeps a buffer of its own; out = sum(new p). */
 static void contraction_update(void) {
   fixture_t f;
   fixture_init(&f, 4, 3);
-  loom_value_t dy, prod, scaled, np, out;
-  CHECK_OK(loom_graph_input(f.g, "x", LOOM_F32, 2, (loom_dim_t[]){5, 4}, &f.x));
-  CHECK_OK(loom_graph_input(f.g, "dy", LOOM_F32, 2, (loom_dim_t[]){5, 3}, &dy));
-  CHECK_OK(loom_matmul(f.g, f.x, dy, 1, 0, &prod));
-  CHECK_OK(loom_mul(f.g, prod, scalar(f.g, 0.1), &scaled));
-  CHECK_OK(loom_sub(f.g, f.p, scaled, &np));
-  CHECK_OK(loom_assign(f.g, f.p, np));
+  loom_value_t dy, out, np = sgd_update(&f, &dy);
   CHECK_OK(loom_sum(f.g, np, 2, (int64_t[]){0, 1}, 0, &out));
-  CHECK_OK(loom_graph_output(f.g, out));
-  int copies;
-  loom_executable_t *e = compile(f.g, &copies);
-  CHECK(copies == 0);
+  loom_executable_t *e = compile(f.g, out, 0);
   for (int run = 0; run < RUNS; run++) {
-    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, -1, 1),
-                            test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 3}, -1, 1)};
-    loom_tensor_t *y;
-    CHECK_OK(loom_executable_new_output(e, 0, &y));
-    CHECK_OK(loom_executable_run(e, 2, in, 1, &y));
-    double sum = 0;
-    for (int i = 0; i < 4; i++)
-      for (int j = 0; j < 3; j++) {
-        double g = 0;
-        for (int r = 0; r < 5; r++) g += test_get(in[0], r * 4 + i) * test_get(in[1], r * 3 + j);
-        sum += f.host_p[i * 3 + j] -= 0.1 * g;
-      }
-    CHECK_NEAR(test_get(y, 0), sum, 1e-4, 1e-5);
+    loom_tensor_t *in[2], *y = run_sgd(e, in);
+    CHECK_NEAR(test_get(y, 0), host_sgd_step(&f, in), 1e-4, 1e-5);
     check_param(&f);
     for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
     loom_tensor_destroy(y);
@@ -145,10 +159,7 @@ static void later_reader_keeps_copy(void) {
   CHECK_OK(loom_sum(f.g, np, 2, (int64_t[]){0, 1}, 0, &s));
   CHECK_OK(loom_mul(f.g, f.x, s, &xs));
   CHECK_OK(loom_matmul(f.g, xs, f.p, 0, 0, &out));
-  CHECK_OK(loom_graph_output(f.g, out));
-  int copies;
-  loom_executable_t *e = compile(f.g, &copies);
-  CHECK(copies == 1);
+  loom_executable_t *e = compile(f.g, out, 1);
   for (int run = 0; run < RUNS; run++) {
     loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){2, 4}, -1, 1), *y;
     CHECK_OK(loom_executable_new_output(e, 0, &y));
@@ -177,37 +188,20 @@ static void later_reader_keeps_copy(void) {
 static void independent_reader_runs_first(void) {
   fixture_t f;
   fixture_init(&f, 4, 3);
-  loom_value_t dy, prod, scaled, np, t, out;
-  CHECK_OK(loom_graph_input(f.g, "x", LOOM_F32, 2, (loom_dim_t[]){5, 4}, &f.x));
-  CHECK_OK(loom_graph_input(f.g, "dy", LOOM_F32, 2, (loom_dim_t[]){5, 3}, &dy));
-  CHECK_OK(loom_matmul(f.g, f.x, dy, 1, 0, &prod));
-  CHECK_OK(loom_mul(f.g, prod, scalar(f.g, 0.1), &scaled));
-  CHECK_OK(loom_sub(f.g, f.p, scaled, &np));
-  CHECK_OK(loom_assign(f.g, f.p, np));
+  loom_value_t dy, t, out;
+  sgd_update(&f, &dy);
   CHECK_OK(loom_tanh(f.g, dy, &t));
   CHECK_OK(loom_matmul(f.g, t, f.p, 0, 1, &out));
-  CHECK_OK(loom_graph_output(f.g, out));
-  int copies;
-  loom_executable_t *e = compile(f.g, &copies);
-  CHECK(copies == 0);
+  loom_executable_t *e = compile(f.g, out, 0);
   for (int run = 0; run < RUNS; run++) {
-    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 4}, -1, 1),
-                            test_rand_tensor(LOOM_F32, 2, (int64_t[]){5, 3}, -1, 1)};
-    loom_tensor_t *y;
-    CHECK_OK(loom_executable_new_output(e, 0, &y));
-    CHECK_OK(loom_executable_run(e, 2, in, 1, &y));
+    loom_tensor_t *in[2], *y = run_sgd(e, in);
     for (int r = 0; r < 5; r++)
       for (int i = 0; i < 4; i++) {
         double want = 0;
         for (int j = 0; j < 3; j++) want += tanh(test_get(in[1], r * 3 + j)) * f.host_p[i * 3 + j];
         CHECK_NEAR(test_get(y, r * 4 + i), want, 1e-5, 1e-5);
       }
-    for (int i = 0; i < 4; i++)
-      for (int j = 0; j < 3; j++) {
-        double g = 0;
-        for (int r = 0; r < 5; r++) g += test_get(in[0], r * 4 + i) * test_get(in[1], r * 3 + j);
-        f.host_p[i * 3 + j] -= 0.1 * g;
-      }
+    host_sgd_step(&f, in);
     check_param(&f);
     for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
     loom_tensor_destroy(y);
@@ -224,10 +218,7 @@ static void param_output_keeps_copy(void) {
   loom_value_t np;
   CHECK_OK(loom_add(f.g, f.p, scalar(f.g, 1.0), &np));
   CHECK_OK(loom_assign(f.g, f.p, np));
-  CHECK_OK(loom_graph_output(f.g, f.p));
-  int copies;
-  loom_executable_t *e = compile(f.g, &copies);
-  CHECK(copies == 2); /* the output, then the assign */
+  loom_executable_t *e = compile(f.g, f.p, 2); /* the output, then the assign */
   for (int run = 0; run < RUNS; run++) {
     loom_tensor_t *y;
     CHECK_OK(loom_executable_new_output(e, 0, &y));
