@@ -6,8 +6,8 @@
  * ready, the best by a priority; since no single priority wins on every
  * graph, each candidate order (one per priority, the first the plan's own
  * order) is simulated and the one with the lowest peak kept, the plan's
- * own on a tie. Assign groups always run last, in their relative order, so that
- * every read of a parameter sees its value from before the run.
+ * own on a tie. Assign groups always run last, in their relative order,
+ * so that every read of a parameter sees its value from before the run.
  *
  * A group whose output is assigned to a parameter (an optimizer's new
  * weight) waits, while any other group is ready, until every other

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "runtime/trace_internal.h"
+#include "train/optim.h"
 
 /* ---- Records ------------------------------------------------------------- */
 
@@ -522,8 +523,8 @@ static loom_status_t mix(loom_graph_t *g, double a, loom_value_t x, double b,
  * own steps) and a bool input `take` keeps the parameter and its moments
  * as they were when it got no gradient this step:
  *   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
- *   p' = p (1 - lr wd) - lr (m' / bc1) / (sqrt(v' / bc2) + eps),
- * with bc1 and bc2 applied through their reciprocals as loom_adamw does. */
+ *   p' = p (1 - lr wd) - lr (m' / bc1) / (sqrt(v' / bc2) + eps)
+ * (the direction by train_adam_direction, as loom_adamw's). */
 static loom_status_t adamw_param(loom_graph_t *g, const loom_tensor_t *p, int i,
                                  loom_value_t lr32, const double *hyper,
                                  loom_value_t *pv) {
@@ -546,19 +547,11 @@ static loom_status_t adamw_param(loom_graph_t *g, const loom_tensor_t *p, int i,
   snprintf(name, sizeof name, "bc2_%d", i);
   LOOM_TRY(loom_graph_input(g, name, dt, 0, NULL, &bc2));
   if (dt != LOOM_F32) LOOM_TRY(loom_cast(g, lr32, dt, &lr));
-  loom_value_t m2, v2, g2, inv1, inv2, mhat, root, scaled, eps, denom, dir, step, one,
-      wd, lrwd, keep, base, p2, m3, v3, p3;
+  loom_value_t m2, v2, g2, dir, step, one, wd, lrwd, keep, base, p2, m3, v3, p3;
   LOOM_TRY(mix(g, hyper[0], m, 1.0 - hyper[0], grad, dt, &m2));
   LOOM_TRY(loom_mul(g, grad, grad, &g2));
   LOOM_TRY(mix(g, hyper[1], v, 1.0 - hyper[1], g2, dt, &v2));
-  LOOM_TRY(loom_reciprocal(g, bc1, &inv1));
-  LOOM_TRY(loom_rsqrt(g, bc2, &inv2));
-  LOOM_TRY(loom_mul(g, m2, inv1, &mhat));
-  LOOM_TRY(loom_sqrt(g, v2, &root));
-  LOOM_TRY(loom_mul(g, root, inv2, &scaled));
-  LOOM_TRY(constant(g, hyper[2], dt, &eps));
-  LOOM_TRY(loom_add(g, scaled, eps, &denom));
-  LOOM_TRY(loom_div(g, mhat, denom, &dir));
+  LOOM_TRY(train_adam_direction(g, m2, v2, bc1, bc2, hyper[2], &dir));
   LOOM_TRY(loom_mul(g, lr, dir, &step));
   LOOM_TRY(constant(g, 1.0, dt, &one));
   LOOM_TRY(constant(g, hyper[3], dt, &wd));

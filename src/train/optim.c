@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "ir/ir.h"
 #include "loom/train.h"
+#include "train/optim.h"
 
 /* One optimizer call: the graph, its name for messages, and the learning
  * rate converted once per parameter dtype. */
@@ -262,27 +263,29 @@ static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
   return loom_sub(g, one, bt, out);
 }
 
-/* m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps), computed as
- * torch.optim's Adam does, (m * (1 / bc1)) / (sqrt(v) * (1 / sqrt(bc2)) +
- * eps): the corrections' reciprocals are scalars, so each element takes
- * one division and one square root where the textbook order takes three
- * divisions (the update runs in a weight-gradient GEMM's epilogue, and
- * the divisions cost 15% of an AdamW pass over memory here). */
-static loom_status_t adam_direction(loom_graph_t *g, const adam_hyper_t *h,
-                                    loom_value_t t, loom_value_t m,
-                                    loom_value_t v, loom_value_t *out) {
-  loom_dtype_t dt = type_of(g, m)->dtype;
-  loom_value_t bc1, bc2, inv1, inv2, mhat, root, scaled, eps, denom;
-  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
-  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
+loom_status_t train_adam_direction(loom_graph_t *g, loom_value_t m, loom_value_t v,
+                                   loom_value_t bc1, loom_value_t bc2, double eps,
+                                   loom_value_t *out) {
+  loom_value_t inv1, inv2, mhat, root, scaled, eps_v, denom;
   LOOM_TRY(loom_reciprocal(g, bc1, &inv1));
   LOOM_TRY(loom_rsqrt(g, bc2, &inv2));
   LOOM_TRY(loom_mul(g, m, inv1, &mhat));
   LOOM_TRY(loom_sqrt(g, v, &root));
   LOOM_TRY(loom_mul(g, root, inv2, &scaled));
-  LOOM_TRY(scalar(g, h->eps, dt, &eps));
-  LOOM_TRY(loom_add(g, scaled, eps, &denom));
+  LOOM_TRY(scalar(g, eps, type_of(g, m)->dtype, &eps_v));
+  LOOM_TRY(loom_add(g, scaled, eps_v, &denom));
   return loom_div(g, mhat, denom, out);
+}
+
+/* Adam's direction at step t (train_adam_direction). */
+static loom_status_t adam_direction(loom_graph_t *g, const adam_hyper_t *h,
+                                    loom_value_t t, loom_value_t m,
+                                    loom_value_t v, loom_value_t *out) {
+  loom_dtype_t dt = type_of(g, m)->dtype;
+  loom_value_t bc1, bc2;
+  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
+  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
+  return train_adam_direction(g, m, v, bc1, bc2, h->eps, out);
 }
 
 /* p * (1 - lr * wd): AdamW's decay, decoupled from the gradient. */
