@@ -4,6 +4,7 @@
  * groups (and graph outputs) are group outputs, nothing else is; no node
  * is in two groups; the order respects every dependency; fusion off gives
  * one group per node. Every plan is also checked by check_plan. */
+#include <math.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -513,6 +514,142 @@ static void layout_reference_and_assign_groups(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- Strided views ------------------------------------------------------ */
+
+enum { VB = 2, VS = 5, VH = 2, VD = 4, VW = 3 * VH * VD };
+
+/* Columns [part * H * D, (part + 1) * H * D) of x (B, S, 3 H D), as
+ * (B, H, S, D): attention's head split. */
+static loom_value_t head(loom_graph_t *g, loom_value_t x, int part) {
+  loom_value_t sl, r, t;
+  int64_t start = part * VH * VD, end = start + VH * VD, axis = 2;
+  CHECK_OK(loom_slice(g, x, 1, &start, &end, &axis, NULL, &sl));
+  CHECK_OK(loom_reshape(g, sl, 4, (loom_dim_t[]){VB, VS, VH, VD}, &r));
+  CHECK_OK(loom_transpose(g, r, (int64_t[]){0, 2, 1, 3}, &t));
+  return t;
+}
+
+/* q, k and v of one (B, S, 3 H D) product are read in place by the two
+ * batched matmuls: no copy is left, and the result matches values
+ * computed here (test_run1 also checks the compiled run against the
+ * interpreter's). */
+static void head_split_is_read_in_place(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 3, (int64_t[]){VB, VS, VW}), q = head(g, x, 0), k = head(g, x, 1);
+  loom_value_t v = head(g, x, 2), scores, out;
+  CHECK_OK(loom_matmul(g, q, k, 0, 1, &scores));
+  CHECK_OK(loom_matmul(g, scores, v, 0, 0, &out));
+  CHECK_OK(loom_graph_output(g, out));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  int layout = 0, strided = 0;
+  for (int i = 0; i < p.n_groups; i++) {
+    layout += p.groups[i].kind == FUSE_LAYOUT;
+    strided += p.groups[i].strided;
+  }
+  CHECK(layout == 0 && strided >= 3);
+  fuse_plan_free(&p);
+  double xv[VB * VS * VW], want[VB * VH * VS * VD];
+  for (int i = 0; i < VB * VS * VW; i++) xv[i] = sin(0.37 * i);
+  for (int b = 0; b < VB; b++)
+    for (int h = 0; h < VH; h++)
+      for (int i = 0; i < VS; i++)
+        for (int d = 0; d < VD; d++) {
+          double o = 0;
+          for (int j = 0; j < VS; j++) {
+            double sc = 0;
+            for (int e = 0; e < VD; e++)
+              sc += xv[(b * VS + i) * VW + h * VD + e] * xv[(b * VS + j) * VW + (VH + h) * VD + e];
+            o += sc * xv[(b * VS + j) * VW + (2 * VH + h) * VD + d];
+          }
+          want[((b * VH + h) * VS + i) * VD + d] = o;
+        }
+  loom_tensor_t *in = test_tensor(LOOM_F32, 3, (int64_t[]){VB, VS, VW}, xv);
+  loom_tensor_t *y = test_run1(g, 1, &in);
+  CHECK_TENSOR(y, want, VB * VH * VS * VD, 1e-5, 1e-5);
+  loom_tensor_destroy(y);
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+/* The kind of the group computing value v. */
+static fuse_kind_t kind_of(const fuse_plan_t *p, const loom_graph_t *g, loom_value_t v) {
+  return p->groups[p->group_of_node[producer_of(g, v.id)]].kind;
+}
+
+/* A reshape that would merge dims no longer adjacent in memory is no
+ * view: the transpose before it stays a copy. */
+static void reshape_across_strides_is_copied(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 3, (int64_t[]){2, 3, 4}), w = input(g, 2, (int64_t[]){8, 5});
+  loom_value_t t, r, y;
+  CHECK_OK(loom_transpose(g, x, (int64_t[]){1, 0, 2}, &t)); /* (3, 2, 4) */
+  CHECK_OK(loom_reshape(g, t, 2, (loom_dim_t[]){3, 8}, &r));
+  CHECK_OK(loom_matmul(g, r, w, 0, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  CHECK(kind_of(&p, g, t) == FUSE_LAYOUT);
+  CHECK(kind_of(&p, g, r) == FUSE_ALIAS && !p.groups[p.group_of_node[producer_of(g, r.id)]].strided);
+  fuse_plan_free(&p);
+  double xv[24], wv[40], want[15];
+  for (int i = 0; i < 24; i++) xv[i] = i % 7 - 3;
+  for (int i = 0; i < 40; i++) wv[i] = i % 5 - 2;
+  for (int a = 0; a < 3; a++) /* r[a][b * 4 + c] = x[b][a][c] */
+    for (int n = 0; n < 5; n++) {
+      want[a * 5 + n] = 0;
+      for (int q = 0; q < 8; q++) want[a * 5 + n] += xv[(q / 4) * 12 + a * 4 + q % 4] * wv[q * 5 + n];
+    }
+  loom_tensor_t *in[2] = {test_tensor(LOOM_F32, 3, (int64_t[]){2, 3, 4}, xv),
+                          test_tensor(LOOM_F32, 2, (int64_t[]){8, 5}, wv)};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  CHECK_TENSOR(out, want, 15, 0, 1e-6);
+  loom_tensor_destroy(out);
+  for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
+/* A transpose that an elementwise op reads too stays a copy, which both
+ * readers share. */
+static void view_read_by_another_op_is_copied(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 3, (int64_t[]){2, 3, 4}), w = input(g, 2, (int64_t[]){3, 5});
+  loom_value_t u, y, e, s, z;
+  CHECK_OK(loom_transpose(g, x, (int64_t[]){0, 2, 1}, &u)); /* (2, 4, 3) */
+  CHECK_OK(loom_matmul(g, u, w, 0, 0, &y));                 /* (2, 4, 5) */
+  CHECK_OK(loom_exp(g, u, &e));
+  CHECK_OK(loom_sum(g, e, 1, (int64_t[]){2}, 1, &s));       /* (2, 4, 1) */
+  CHECK_OK(loom_add(g, y, s, &z));
+  CHECK_OK(loom_graph_output(g, z));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  CHECK(kind_of(&p, g, u) == FUSE_LAYOUT);
+  fuse_plan_free(&p);
+  double xv[24], wv[15], want[40];
+  for (int i = 0; i < 24; i++) xv[i] = 0.1 * (i % 9) - 0.4;
+  for (int i = 0; i < 15; i++) wv[i] = i % 4 - 1.5;
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 4; i++) {
+      double sum = 0;
+      for (int c = 0; c < 3; c++) sum += exp(xv[b * 12 + c * 4 + i]);
+      for (int n = 0; n < 5; n++) {
+        double acc = sum;
+        for (int c = 0; c < 3; c++) acc += xv[b * 12 + c * 4 + i] * wv[c * 5 + n];
+        want[(b * 4 + i) * 5 + n] = acc;
+      }
+    }
+  loom_tensor_t *in[2] = {test_tensor(LOOM_F32, 3, (int64_t[]){2, 3, 4}, xv),
+                          test_tensor(LOOM_F32, 2, (int64_t[]){3, 5}, wv)};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  CHECK_TENSOR(out, want, 40, 1e-5, 1e-5);
+  loom_tensor_destroy(out);
+  for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
 /* One random op on random earlier values; shapes that do not fit make
  * the builder fail, and the graph stays as it was. */
 static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
@@ -679,6 +816,9 @@ int main(void) {
   TEST_RUN(conv_epilogue_fuses_what_fits);
   TEST_RUN(reduction_prologue_and_keepdim);
   TEST_RUN(long_chain_is_one_group);
+  TEST_RUN(head_split_is_read_in_place);
+  TEST_RUN(reshape_across_strides_is_copied);
+  TEST_RUN(view_read_by_another_op_is_copied);
   TEST_RUN(random_graphs_give_valid_plans);
   TEST_RUN(bad_arguments_and_allocation_failures);
   return test_summary();

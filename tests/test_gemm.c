@@ -89,9 +89,11 @@ static void check_gemm(const shape_t *s, core_pool_t *pool) {
   for (int64_t i = 0; i < c_len; i++) c[i] = SENTINEL;
   counter_t k = {c, s->m, s->n, ldc, sc, s->batch,
                  calloc((size_t)(s->batch * s->m * s->n + 1), sizeof(int)), 0};
-  loom_abi_gemm_t d = {s->m, s->n, s->k, s->batch, a, lda, sa, s->ta,
-                       b, ldb, sb, s->tb, c, ldc, sc,
-                       s->epilogue ? count_epilogue : NULL, &k, NULL};
+  loom_abi_gemm_t d = {.m = s->m, .n = s->n, .k = s->k, .batch = s->batch,
+                       .a = a, .lda = lda, .stride_a = sa, .trans_a = s->ta,
+                       .b = b, .ldb = ldb, .stride_b = sb, .trans_b = s->tb,
+                       .c = c, .ldc = ldc, .stride_c = sc,
+                       .epilogue = s->epilogue ? count_epilogue : NULL, .epilogue_ctx = &k};
   kern_gemm_f32(&d, pool);
   int wrong = 0, padding = 0, counts = 0;
   for (int64_t bi = 0; bi < s->batch; bi++)
@@ -218,7 +220,8 @@ static void gemm_packed_b_column_blocks(void) {
   float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
   void *packed = aligned_alloc(64, (kern_gemm_packed_bytes(k, n) + 63) / 64 * 64);
   kern_gemm_pack_b(b, n, 0, k, n, packed);
-  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL, NULL};
+  loom_abi_gemm_t d = {.m = m, .n = n, .k = k, .batch = 1, .a = a, .lda = k,
+                       .b = b, .ldb = n, .c = c1, .ldc = n};
   kern_gemm_f32(&d, NULL);
   d.c = c2;
   d.b_packed = packed;
@@ -238,12 +241,66 @@ static void gemm_packed_b_column_blocks(void) {
   free(packed);
 }
 
+/* Items in two levels, as attention reads its heads in place: q and k
+ * are (seq x d) blocks of one (batch, seq, 3 x heads x d) QKV array,
+ * item (b, h) at b's rows and h's columns; scores = q k^T into a
+ * contiguous (batch, heads, seq, seq), then scores v. Checked against
+ * loops over the QKV array itself, with the epilogue's coordinates. */
+static void gemm_grouped_items(void) {
+  enum { B = 3, H = 4, S = 37, D = 16, W = 3 * H * D };
+  float *qkv = random_floats(B * S * W), *scores = calloc(B * H * S * S, sizeof(float));
+  float *out = calloc(B * H * S * D, sizeof(float));
+  for (int threads = 1; threads <= 2; threads++) {
+    core_pool_t *pool = NULL;
+    if (threads > 1) CHECK(core_pool_create(threads, &pool) == LOOM_OK);
+    counter_t k = {scores, S, S, S, S * S, B * H, calloc(B * H * S * S, sizeof(int)), 0};
+    loom_abi_gemm_t qk = {.m = S, .n = S, .k = D, .batch = B * H, .groups = H,
+                          .a = qkv, .lda = W, .stride_a = S * W, .inner_a = D,
+                          .b = qkv + H * D, .ldb = W, .stride_b = S * W, .inner_b = D,
+                          .trans_b = 1, .c = scores, .ldc = S, .stride_c = H * S * S,
+                          .inner_c = S * S, .epilogue = count_epilogue, .epilogue_ctx = &k};
+    kern_gemm_f32(&qk, pool);
+    loom_abi_gemm_t pv = {.m = S, .n = D, .k = S, .batch = B * H, .groups = H,
+                          .a = scores, .lda = S, .stride_a = H * S * S, .inner_a = S * S,
+                          .b = qkv + 2 * H * D, .ldb = W, .stride_b = S * W, .inner_b = D,
+                          .c = out, .ldc = D, .stride_c = H * S * D, .inner_c = S * D};
+    kern_gemm_f32(&pv, pool);
+    int wrong = 0, counts = 0;
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < S; i++) {
+          const float *q = qkv + (b * S + i) * W + h * D;
+          for (int j = 0; j < S; j++) {
+            const float *kr = qkv + (b * S + j) * W + H * D + h * D;
+            double want = 0;
+            for (int p = 0; p < D; p++) want += (double)q[p] * kr[p];
+            wrong += fabs(scores[((b * H + h) * S + i) * S + j] - (2 * want + 1)) > 1e-4;
+            counts += k.seen[((b * H + h) * S + i) * S + j] != 1;
+          }
+          for (int p = 0; p < D; p++) {
+            double want = 0;
+            for (int j = 0; j < S; j++)
+              want += (double)scores[((b * H + h) * S + i) * S + j] *
+                      qkv[(b * S + j) * W + 2 * H * D + h * D + p];
+            wrong += fabs(out[((b * H + h) * S + i) * D + p] - want) > 1e-3 * (1 + fabs(want));
+          }
+        }
+    CHECK(wrong == 0 && counts == 0 && !k.bad_address);
+    free(k.seen);
+    core_pool_destroy(pool);
+  }
+  free(qkv);
+  free(scores);
+  free(out);
+}
+
 /* Repeated calls give identical results: no state leaks between calls. */
 static void gemm_repeatable(void) {
   int64_t m = 50, n = 60, k = 70;
   float *a = random_floats(m * k), *b = random_floats(k * n);
   float *c1 = calloc((size_t)(m * n), sizeof(float)), *c2 = calloc((size_t)(m * n), sizeof(float));
-  loom_abi_gemm_t d = {m, n, k, 1, a, k, 0, 0, b, n, 0, 0, c1, n, 0, NULL, NULL, NULL};
+  loom_abi_gemm_t d = {.m = m, .n = n, .k = k, .batch = 1, .a = a, .lda = k,
+                       .b = b, .ldb = n, .c = c1, .ldc = n};
   kern_gemm_f32(&d, NULL);
   d.c = c2;
   for (int r = 0; r < 3; r++) kern_gemm_f32(&d, NULL);
@@ -419,6 +476,7 @@ int main(void) {
   TEST_RUN(gemm_edge_widths);
   TEST_RUN(gemm_edge_heights);
   TEST_RUN(gemm_packed_b_column_blocks);
+  TEST_RUN(gemm_grouped_items);
   TEST_RUN(gemm_repeatable);
   TEST_RUN(conv2d_configurations);
   TEST_RUN(conv2d_weight_grad_configurations);

@@ -24,6 +24,7 @@ typedef struct contract {
   int n_batch;
   int n_acc;
   bool fold_rows;   /* matmul: the batch runs as rows of one GEMM */
+  cg_view_t view[2]; /* matmul: how A and B are read (c_view.c) */
   int32_t *val;     /* epilogue inputs, then outputs other than c_value */
   int64_t (*stride)[LOOM_MAX_RANK];
 } contract_t;
@@ -129,6 +130,82 @@ static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
   return ok;
 }
 
+/* ---- Matmul operands read through views ------------------------------------- */
+
+static bool alias_shares(const void *ctx, int32_t node) {
+  const cg_ctx_t *c = ctx;
+  return c->plan->groups[c->plan->group_of_node[node]].kind == FUSE_ALIAS;
+}
+
+/* How the kernel reads operand v: as the view fusion made of it, or in
+ * order from its own slot (a value with a runtime dim among them). */
+static bool operand_view(const cg_ctx_t *c, int32_t v, cg_view_t *out) {
+  if (cg_view_of(c->g, v, alias_shares, c, out)) return true;
+  const ir_value_t *val = &c->g->values[v];
+  if (val->kind == IR_VALUE_NODE && c->plan->groups[c->plan->group_of_node[val->node]].strided)
+    return false;
+  cg_shape_t s;
+  if (!cg_value_shape(c, v, &s)) return false;
+  *out = (cg_view_t){.root = v, .rank = s.rank};
+  int64_t step = 1;
+  for (int d = s.rank - 1; d >= 0; d--) {
+    out->dim[d] = s.dim[d];
+    out->stride[d] = step;
+    step *= s.dim[d];
+  }
+  return true;
+}
+
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, int which,
+                          const cg_view_t *v) {
+  if (n->op != IR_OP_MATMUL || v->rank < 2 || v->offset < 0 ||
+      g->values[n->out[0]].type.dtype != LOOM_F32)
+    return false;
+  for (int i = 0; i < n->n_in; i++)
+    for (int d = 0; d < g->values[n->in[i]].type.rank; d++)
+      if (!ir_dim_is_const(g->values[n->in[i]].type.dims[d])) return false;
+  for (int d = 0; d < v->rank; d++)
+    if (v->stride[d] < 0) return false;
+  (void)which;
+  int r = v->rank - 2, col = v->rank - 1;
+  return v->stride[col] == 1 || v->dim[col] == 1 || v->stride[r] == 1 || v->dim[r] == 1;
+}
+
+/* The stored matrix of view v as the kernel takes it: rows `*ld` apart
+ * with op `*trans` (the node's trans attribute, flipped when v's columns
+ * rather than its rows are one element apart). */
+static void view_matrix(const cg_view_t *v, int trans, int *out_trans, int64_t *ld) {
+  int r = v->rank - 2, col = v->rank - 1;
+  if (v->stride[col] == 1 || v->dim[col] == 1) {
+    *out_trans = trans;
+    *ld = v->dim[r] > 1 ? v->stride[r] : v->dim[col];
+  } else {
+    *out_trans = !trans;
+    *ld = v->dim[col] > 1 ? v->stride[col] : v->dim[r];
+  }
+}
+
+/* Batch strides of operand i, its batch dims aligned with the output's
+ * nb from the right; 0 where it broadcasts. */
+static void operand_batch(const contract_t *k, int i, const cg_shape_t *y, int nb,
+                          int64_t *st) {
+  const cg_view_t *v = &k->view[i];
+  if (v->root != k->anchor->in[i]) { /* a view: constant dims */
+    for (int d = 0; d < nb; d++) {
+      int e = d - (nb - (v->rank - 2));
+      st[d] = e < 0 || v->dim[e] == 1 ? 0 : v->stride[e];
+    }
+    return;
+  }
+  cg_shape_t s, yb = *y;
+  cg_value_shape(k->c, v->root, &s);
+  int64_t mat = s.dim[s.rank - 1] * s.dim[s.rank - 2];
+  s.rank -= 2;
+  yb.rank = nb;
+  cg_broadcast_strides(&s, &yb, st);
+  for (int d = 0; d < nb; d++) st[d] *= mat;
+}
+
 static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape_t *y,
                                     bool *ok) {
   const fuse_group_t *grp = &c->plan->groups[gi];
@@ -146,6 +223,9 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
   }
   for (int i = 0; i < grp->n_nodes && *ok; i++)
     *ok = grp->nodes[i] == a || cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
+  if (!*ok) return LOOM_OK;
+  for (int i = 0; i < 2 && *ok && k->anchor->op == IR_OP_MATMUL; i++)
+    *ok = operand_view(c, k->anchor->in[i], &k->view[i]);
   if (!*ok) return LOOM_OK;
   epilogue_space(k, y);
   k->c_value = pick_c(k, y);
@@ -264,18 +344,6 @@ static void epilogue_fields(cg_buf_t *b, int gi, bool epi) {
   else cg_printf(b, ".epilogue = NULL, .epilogue_ctx = NULL};\n");
 }
 
-/* Batch dims of an operand, broadcast into the output's, in matrices. */
-static void operand_batch(const cg_ctx_t *c, int32_t v, const cg_shape_t *y, int nb,
-                          int64_t *st) {
-  cg_shape_t s, yb = *y;
-  cg_value_shape(c, v, &s);
-  int64_t mat = s.dim[s.rank - 1] * s.dim[s.rank - 2];
-  s.rank -= 2;
-  yb.rank = nb;
-  cg_broadcast_strides(&s, &yb, st);
-  for (int d = 0; d < nb; d++) st[d] *= mat;
-}
-
 /* The first line of the descriptor when a size is known only at run
  * time: M (y's leading dim), K (a transposed A's leading dim) or the
  * batch count (the collapsed batch's leading dim). */
@@ -304,7 +372,8 @@ static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
   cg_shape_t sa, sb;
   if (n->op != IR_OP_MATMUL || k->n_batch == 0 || y->lead ||
       ir_attr_int(&n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
-      !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank)
+      !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank ||
+      !cg_view_is_plain(&k->view[0]) || !cg_view_is_plain(&k->view[1]))
     return false;
   for (int d = 0; d < k->n_batch; d++)
     if (sa.dim[d] != y->dim[d]) return false;
@@ -367,15 +436,17 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_ctx_t *c = k->c;
   cg_buf_t *b = c->out;
   const ir_node_t *n = k->anchor;
-  cg_shape_t sa, sb;
+  cg_shape_t sa;
   cg_value_shape(c, n->in[0], &sa);
-  cg_value_shape(c, n->in[1], &sb);
   int nb = y->rank - 2;
   int64_t m = y->dim[nb], nn = y->dim[nb + 1];
   int64_t kk = ir_attr_int(&n->attrs, "trans_a", 0) ? sa.dim[sa.rank - 2] : sa.dim[sa.rank - 1];
-  int64_t st[3][LOOM_MAX_RANK] = {{0}};
-  operand_batch(c, n->in[0], y, nb, st[0]);
-  operand_batch(c, n->in[1], y, nb, st[1]);
+  int64_t st[3][LOOM_MAX_RANK] = {{0}}, ld[2], off[3] = {k->view[0].offset, k->view[1].offset, 0};
+  int trans[2];
+  view_matrix(&k->view[0], (int)ir_attr_int(&n->attrs, "trans_a", 0), &trans[0], &ld[0]);
+  view_matrix(&k->view[1], (int)ir_attr_int(&n->attrs, "trans_b", 0), &trans[1], &ld[1]);
+  operand_batch(k, 0, y, nb, st[0]);
+  operand_batch(k, 1, y, nb, st[1]);
   cg_shape_t batch = *y;
   batch.rank = nb;
   if (nb == 0) batch.lead = 0;
@@ -390,54 +461,66 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
     st[0][0] = st[1][0] = st[2][0] = 0;
     rb = 1;
   }
-  if (y->lead || sa.lead) { /* runtime symbols: m, k or batch from syms[] */
+  /* The last two batch levels go to the kernel as groups (one call over
+   * attention's (batch, head) items read from a QKV product); outer ones
+   * loop. */
+  bool dynamic = y->lead || sa.lead;
+  int lv = rb >= 2 && !dynamic ? 2 : 1, loops = rb - lv;
+  if (dynamic) { /* runtime symbols: m, k or batch from syms[] */
     emit_gemm_sizes(c, y, &sa, &batch, rb, ir_attr_int(&n->attrs, "trans_a", 0));
   } else {
+    int64_t items = batch.dim[rb - 1] * (lv == 2 ? batch.dim[rb - 2] : 1);
     cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
-            (long long)m, (long long)nn, (long long)kk, (long long)batch.dim[rb - 1]);
+            (long long)m, (long long)nn, (long long)kk, (long long)items);
   }
+  const char *names[3] = {"a", "b", "c"};
+  int outer = rb - lv;
   cg_line(b, 1, "                     .lda = %lld, .stride_a = %lld, .trans_a = %d,\n",
-          (long long)sa.dim[sa.rank - 1], (long long)st[0][rb - 1],
-          (int)ir_attr_int(&n->attrs, "trans_a", 0));
+          (long long)ld[0], (long long)st[0][outer], trans[0]);
   cg_line(b, 1, "                     .ldb = %lld, .stride_b = %lld, .trans_b = %d,\n",
-          (long long)sb.dim[sb.rank - 1], (long long)st[1][rb - 1],
-          (int)ir_attr_int(&n->attrs, "trans_b", 0));
+          (long long)ld[1], (long long)st[1][outer], trans[1]);
   cg_line(b, 1, "                     .ldc = %lld, .stride_c = %lld,\n", (long long)nn,
-          (long long)st[2][rb - 1]);
-  if (rb == 1) {
-    cg_line(b, 1, "                     .a = (const float *)slots[%d], .b = (const float *)slots[%d],\n",
-            (int)cg_slot(c, n->in[0]), (int)cg_slot(c, n->in[1]));
+          (long long)st[2][outer]);
+  if (lv == 2) {
+    cg_line(b, 1, "                     .groups = %lld,", (long long)batch.dim[rb - 1]);
+    for (int q = 0; q < 3; q++)
+      cg_printf(b, " .inner_%s = %lld,", names[q], (long long)st[q][rb - 1]);
+    cg_printf(b, "\n");
+  }
+  if (loops == 0) {
+    cg_line(b, 1, "                     .a = (const float *)slots[%d] + %lld, "
+            ".b = (const float *)slots[%d] + %lld,\n", (int)cg_slot(c, n->in[0]),
+            (long long)off[0], (int)cg_slot(c, n->in[1]), (long long)off[1]);
     cg_line(b, 1, "                     .c = (float *)slots[%d],\n", (int)cg_slot(c, k->c_value));
   }
   cg_line(b, 1, "%s", "                     ");
   epilogue_fields(b, k->gi, epi);
-  if (rb == 1) {
+  if (loops == 0) {
     emit_b_packed(k);
     cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
     return;
   }
-  for (int d = 0; d < rb - 1; d++) {
+  for (int d = 0; d < loops; d++) {
     cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < ", d, d);
     if (d == 0) cg_lead_extent(b, c->g, &batch);
     else cg_printf(b, "%lld", (long long)batch.dim[d]);
     cg_printf(b, "; i%d++) {\n", d);
   }
-  int in = rb;
-  const char *names[3] = {"a", "b", "c"};
+  int in = loops + 1;
   int32_t vals[3] = {n->in[0], n->in[1], k->c_value};
   for (int q = 0; q < 3; q++) {
-    cg_line(b, in, "d.%s = (%sfloat *)slots[%d] + ", names[q], q < 2 ? "const " : "",
-            (int)cg_slot(c, vals[q]));
-    cg_offset(b, "i", 0, rb - 1, st[q]);
+    cg_line(b, in, "d.%s = (%sfloat *)slots[%d] + %lld + ", names[q], q < 2 ? "const " : "",
+            (int)cg_slot(c, vals[q]), (long long)off[q]);
+    cg_offset(b, "i", 0, loops, st[q]);
     cg_printf(b, ";\n");
   }
   if (epi) {
     cg_line(b, in, "e.batch0 = (");
-    cg_offset(b, "i", 0, rb - 1, st[2]);
+    cg_offset(b, "i", 0, loops, st[2]);
     cg_printf(b, ") / %lld;\n", (long long)(m * nn));
   }
   cg_line(b, in, "rt->gemm_f32(&d, rt->pool);\n");
-  for (int d = rb - 2; d >= 0; d--) cg_line(b, 1 + d, "}\n");
+  for (int d = loops - 1; d >= 0; d--) cg_line(b, 1 + d, "}\n");
 }
 
 /* Opens the initializer of `d`, a loom_abi_conv2d_t, with the geometry of

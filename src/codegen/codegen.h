@@ -6,7 +6,8 @@
  * Storage: slot_of_value[v] is the slot holding value v (see
  * src/runtime/abi.h: slots[k] points at its first element, contiguous,
  * row-major), or -1 when v lives only inside its group (then the group's
- * code keeps it in a local). Shapes are concrete: the emitter evaluates
+ * code keeps it in a local). A strided view (fuse.h) has its root's
+ * slot; only the matmuls reading it see it, through cg_view_of. Shapes are concrete: the emitter evaluates
  * every dim with the symbol values compilation specialized them to.
  *
  * Group functions are named loom_group_<index in plan>. Groups of kind
@@ -38,6 +39,35 @@ bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir
  * in memory. */
 bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
                        const ir_node_t *take);
+
+/* A strided view: the elements of a value read in place from `root`'s
+ * storage, element (i0, i1, ...) at offset + i0 * stride[0] + ...
+ * (elements). See c_view.c. */
+typedef struct cg_view {
+  int32_t root;
+  int rank;
+  int64_t dim[LOOM_MAX_RANK], stride[LOOM_MAX_RANK];
+  int64_t offset;
+} cg_view_t;
+
+/* Whether node n may be a view of its input: a slice, transpose,
+ * reshape, squeeze or unsqueeze over constant dims. */
+bool cg_view_op(const loom_graph_t *g, const ir_node_t *n);
+/* Whether value v is stored as its producer's input (fusion made it a
+ * view or an alias). */
+typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
+/* Value v as a view of the first value up its chain of producers that
+ * `shares` does not pass over (or that no view op made); false when the
+ * chain is not a strided view (a step backwards, a reshape across
+ * strides). */
+bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
+                cg_view_t *out);
+/* Whether view v is its root's storage in order (contiguous, offset 0). */
+bool cg_view_is_plain(const cg_view_t *v);
+/* Whether matmul n can read its operand `which` (0: A, 1: B) through
+ * view v: rows or columns one element apart, steps forward (c_contract.c). */
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, int which,
+                          const cg_view_t *v);
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

@@ -279,7 +279,9 @@ static void finish(const gemm_problem_t *p, int64_t t, float *c, int64_t row0,
       float bv = p->bias[g * p->m + row0 + i];
       for (int64_t j = 0; j < cols; j++) tile[i * p->ldc + j] += bv;
     }
-  if (p->epilogue)
+  if (p->epilogue && p->epilogue_items)
+    p->epilogue(p->epilogue_ctx, t, tile, p->ldc, row0, rows, col0, cols);
+  else if (p->epilogue)
     p->epilogue(p->epilogue_ctx, t / p->groups, tile, p->ldc, g * p->m + row0,
                 rows, col0, cols);
 }
@@ -676,7 +678,7 @@ void gemm_use_packed_a(gemm_problem_t *p, const void *packed) {
 static void use_packed(gemm_problem_t *p, const loom_abi_gemm_t *d) {
   const packed_head_t *h = d->b_packed;
   if (!h || h->isa != isa_current() || h->k != d->k || h->n != d->n ||
-      (d->batch > 1 && d->stride_b != 0))
+      (d->batch > 1 && (d->stride_b != 0 || (d->groups > 1 && d->inner_b != 0))))
     return;
   p->b_packed = (const float *)((const char *)h + PACKED_HEAD_BYTES);
   p->b_npad = h->npad;
@@ -685,12 +687,13 @@ static void use_packed(gemm_problem_t *p, const loom_abi_gemm_t *d) {
 
 void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool) {
   gemm_problem_t p = {
-      .m = d->m, .n = d->n, .k = d->k, .batch = d->batch, .groups = 1,
-      .a = d->a, .lda = d->lda, .sa = {d->stride_a, 0}, .trans_a = d->trans_a,
-      .b = d->b, .ldb = d->ldb, .sb = {d->stride_b, 0}, .trans_b = d->trans_b,
+      .m = d->m, .n = d->n, .k = d->k, .batch = d->batch,
+      .groups = d->groups > 1 ? d->groups : 1,
+      .a = d->a, .lda = d->lda, .sa = {d->stride_a, d->inner_a}, .trans_a = d->trans_a,
+      .b = d->b, .ldb = d->ldb, .sb = {d->stride_b, d->inner_b}, .trans_b = d->trans_b,
       .pack_b = gemm_pack_b_matrix,
-      .c = d->c, .ldc = d->ldc, .sc = {d->stride_c, 0},
-      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+      .c = d->c, .ldc = d->ldc, .sc = {d->stride_c, d->inner_c},
+      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx, .epilogue_items = true};
   use_packed(&p, d);
   gemm_run(&p, pool);
 }

@@ -5,6 +5,7 @@
 #ifndef LOOM_KERNELS_GEMM_IMPL_H
 #define LOOM_KERNELS_GEMM_IMPL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/pool.h"
@@ -107,6 +108,9 @@ struct gemm_problem {
   const float *bias; /* per row, offset by (t % groups) * m; may be NULL */
   loom_abi_epilogue_t epilogue;
   void *epilogue_ctx;
+  /* The epilogue sees item t and its rows (a batched matmul), not image
+   * t / groups and channel (t % groups) * m + row (a grouped conv). */
+  bool epilogue_items;
 };
 
 /* The pack_b of a plain (possibly transposed) matrix at b, rows ldb apart. */

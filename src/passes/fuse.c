@@ -1,4 +1,6 @@
-/* Fusion (see fuse.h). Three steps over working groups:
+/* Fusion (see fuse.h). First, layout nodes whose outputs only matmuls
+ * read become strided views (mark_views). Then three steps over working
+ * groups:
  *   1. forward, in graph order: each node starts a group or joins the
  *      group of one of its producers (epilogues of contractions and
  *      reductions, elementwise chains, reductions after their prologue);
@@ -43,6 +45,7 @@ typedef struct fuser {
   int32_t *uses;
   bool *is_output;    /* value -> graph output */
   bool *supported;    /* node -> the code generator handles it */
+  bool *view;         /* node -> a view of its input, read in place (c_view.c) */
   int32_t *group;     /* node -> working group */
   int32_t *next;      /* node -> the next node of its group, or -1 */
   work_group_t *groups;
@@ -138,6 +141,7 @@ static void fuser_free(fuser_t *f) {
   core_free(f->uses);
   core_free(f->is_output);
   core_free(f->supported);
+  core_free(f->view);
   core_free(f->group);
   core_free(f->next);
   core_free(f->groups);
@@ -155,12 +159,13 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->uses = core_calloc((size_t)n_uses + 1, sizeof *f->uses);
   f->is_output = core_calloc(nv, sizeof *f->is_output);
   f->supported = core_calloc(nn, sizeof *f->supported);
+  f->view = core_calloc(nn, sizeof *f->view);
   f->group = core_calloc(nn, sizeof *f->group);
   f->next = core_calloc(nn, sizeof *f->next);
   f->groups = core_calloc(nn, sizeof *f->groups);
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
-  if (!f->use_start || !f->uses || !f->is_output || !f->supported ||
+  if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
       !f->group || !f->next || !f->groups || !f->mark || !f->stack) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
@@ -177,6 +182,61 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   for (int64_t i = 0; i < g->n_outputs; i++) f->is_output[g->outputs[i]] = true;
   for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = cg_supports(g, i);
   return LOOM_OK;
+}
+
+/* ---- Strided views ------------------------------------------------------ */
+
+static bool view_shares(const void *ctx, int32_t node) {
+  return ((const fuser_t *)ctx)->view[node];
+}
+
+/* Whether every reader of node n's output reads it as a view: a view
+ * node itself, or a matmul that takes it as an operand through the
+ * strides of the whole chain. */
+static bool read_as_view(const fuser_t *f, int32_t n) {
+  int32_t v = f->g->nodes[n].out[0];
+  if (f->is_output[v] || f->use_start[v] == f->use_start[v + 1]) return false;
+  for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+    const ir_node_t *user = &f->g->nodes[f->uses[u]];
+    if (f->view[f->uses[u]]) continue;
+    if (user->op != IR_OP_MATMUL || !f->supported[f->uses[u]]) return false;
+    for (int k = 0; k < user->n_in; k++) {
+      cg_view_t view;
+      if (user->in[k] == v && (k > 1 || !cg_view_of(f->g, v, view_shares, f, &view) ||
+                               !cg_matmul_reads_view(f->g, user, k, &view)))
+        return false;
+    }
+  }
+  return true;
+}
+
+/* Layout nodes whose outputs only matmuls read (through other such
+ * nodes, maybe) become views: no copy runs, the matmul reads the chain's
+ * first input in place. Readers are checked consumers first, and a node
+ * that fails makes its producers check again, until nothing changes. */
+static void mark_views(fuser_t *f) {
+  const loom_graph_t *g = f->g;
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    f->view[n] = f->supported[n] && cg_view_op(g, &g->nodes[n]);
+  for (int sweep = 0; sweep < 8; sweep++) {
+    bool changed = false;
+    for (int32_t n = (int32_t)g->n_nodes - 1; n >= 0; n--)
+      if (f->view[n] && !read_as_view(f, n)) {
+        f->view[n] = false;
+        changed = true;
+      }
+    if (!changed) return;
+  }
+  memset(f->view, 0, sizeof *f->view * (size_t)g->n_nodes); /* not settled: none */
+}
+
+/* Whether node n's output is a view that is not its root's storage in
+ * order, so that only generated matmuls may read it. */
+static bool strided_view(const fuser_t *f, int32_t n) {
+  cg_view_t view;
+  return f->view[n] &&
+         !(cg_view_of(f->g, f->g->nodes[n].out[0], view_shares, f, &view) &&
+           cg_view_is_plain(&view));
 }
 
 /* ---- Groups of one node ------------------------------------------------- */
@@ -199,7 +259,7 @@ static void start_group(fuser_t *f, int32_t n) {
   w->assign = node->op == IR_OP_ASSIGN;
   f->group[n] = f->n_groups++;
   if (w->assign) w->kind = FUSE_REFERENCE;
-  else if (is_alias(f, n)) w->kind = FUSE_ALIAS;
+  else if (is_alias(f, n) || f->view[n]) w->kind = FUSE_ALIAS;
   else if (!f->supported[n]) w->kind = FUSE_REFERENCE;
   else if (cls == IR_CLASS_EW) {
     w->kind = FUSE_ELEMENTWISE;
@@ -758,6 +818,7 @@ static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
   for (int i = 0; s == LOOM_OK && i < count; i++) {
     out->n_groups = i + 1;
     s = fill_group(f, order[i], &out->groups[i]);
+    if (s == LOOM_OK) out->groups[i].strided = strided_view(f, f->groups[order[i]].head);
     for (int j = 0; j < out->groups[i].n_nodes; j++)
       out->group_of_node[out->groups[i].nodes[j]] = i;
   }
@@ -773,8 +834,9 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
   LOOM_CHECK_ARG(o);
   fuser_t f;
   LOOM_TRY(fuser_init(&f, g));
+  if (o->enabled) mark_views(&f);
   for (int32_t n = 0; n < g->n_nodes; n++)
-    if (!o->enabled || !may_join(&f, n) || !try_join(&f, n)) start_group(&f, n);
+    if (!o->enabled || f.view[n] || !may_join(&f, n) || !try_join(&f, n)) start_group(&f, n);
   if (o->enabled) fold_backward(&f);
   loom_status_t s = build_plan(&f, out);
   fuser_free(&f);
@@ -818,7 +880,7 @@ loom_status_t fuse_plan_describe(const loom_graph_t *g, const fuse_plan_t *plan,
   core_text_put(&t, "%s", "");
   for (int i = 0; i < plan->n_groups; i++) {
     const fuse_group_t *grp = &plan->groups[i];
-    core_text_put(&t, "g%d %s [", i, fuse_kind_name(grp->kind));
+    core_text_put(&t, "g%d %s%s [", i, fuse_kind_name(grp->kind), grp->strided ? " (view)" : "");
     for (int j = 0; j < grp->n_nodes; j++)
       core_text_put(&t, "%s%s", j ? ", " : "", ir_ops[g->nodes[grp->nodes[j]].op].name);
     core_text_put(&t, "]");

@@ -32,7 +32,10 @@
  *   FUSE_ALIAS        a reshape-like op (reshape, squeeze, unsqueeze,
  *                     identity) on contiguous data: its output shares its
  *                     input's storage; no step runs. Never used when the
- *                     output is a graph output.
+ *                     output is a graph output. Also a slice, transpose
+ *                     or reshape whose output only matmuls read, through
+ *                     strides (a strided view: the head split of
+ *                     attention; see codegen/c_view.c).
  *   FUSE_REFERENCE    one node the code generator cannot handle; the
  *                     executable runs its reference kernel.
  * With fusion off (fuse_options.enabled false) every node is a group of
@@ -60,6 +63,10 @@ typedef struct fuse_group {
   int32_t *inputs;  /* values read from outside the group, no repeats */
   int n_outputs;
   int32_t *outputs; /* values read outside the group or graph outputs */
+  /* FUSE_ALIAS of a slice or transpose (c_view.c): the output is its
+   * input's storage read through other strides, which only the generated
+   * code of the matmuls reading it knows how to walk. */
+  bool strided;
 } fuse_group_t;
 
 typedef struct fuse_plan {
@@ -79,7 +86,8 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
 void fuse_plan_free(fuse_plan_t *plan);
 const char *fuse_kind_name(fuse_kind_t kind);
 /* One line per group ("g3 reduction [max, sub, exp, sum, div] in: %4
- * out: %9"), appended to a string the caller frees with core_free. */
+ * out: %9"; "g5 alias (view) [transpose] ..." for a strided view),
+ * appended to a string the caller frees with core_free. */
 loom_status_t fuse_plan_describe(const loom_graph_t *g,
                                  const fuse_plan_t *plan, char **out);
 

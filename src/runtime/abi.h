@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOOM_ABI_VERSION 1
+#define LOOM_ABI_VERSION 2
 
 /* Runs indices [begin, end) of a parallel loop. */
 typedef void (*loom_abi_body_t)(void *ctx, int64_t begin, int64_t end);
@@ -48,6 +48,10 @@ typedef struct loom_abi_gemm {
   /* B packed ahead of time (a frozen weight, shared by every item), or
    * NULL: the kernel uses it when its layout fits, else packs B itself. */
   const void *b_packed;
+  /* Items in two levels: with groups > 1, item t of each operand starts
+   * at (t / groups) * stride_* + (t % groups) * inner_* (attention's
+   * (batch, head) items read from one QKV product); 0 or 1: one level. */
+  int64_t groups, inner_a, inner_b, inner_c;
 } loom_abi_gemm_t;
 
 /* y = conv2d(x, w) (+ bias), NCHW, f32, weight (o, c/groups, kh, kw).

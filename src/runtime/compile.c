@@ -481,13 +481,25 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
   return start_runtime(e, o->num_threads);
 }
 
+/* Whether group grp reads a strided view (fuse.h), which a reference
+ * kernel would take for a contiguous tensor. */
+static bool reads_strided(const loom_executable_t *e, const fuse_group_t *grp) {
+  for (int i = 0; i < grp->n_inputs; i++) {
+    const ir_value_t *v = &e->graph->values[grp->inputs[i]];
+    if (v->kind == IR_VALUE_NODE && e->plan.groups[e->plan.group_of_node[v->node]].strided)
+      return true;
+  }
+  return false;
+}
+
 /* Whether every fused group got its code: a group of several nodes has
- * no buffers for its inner values, so only its generated function can
- * run it. */
+ * no buffers for its inner values, and a group reading a strided view
+ * reads it through strides, so only its generated function can run it. */
 static bool fused_groups_generated(const loom_executable_t *e, const cg_module_t *cg) {
   for (int i = 0; i < e->plan.n_groups; i++) {
     const fuse_group_t *grp = &e->plan.groups[i];
-    bool needs_code = grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE;
+    bool needs_code = (grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
+                      (grp->kind != FUSE_ALIAS && reads_strided(e, grp));
     if (needs_code && !(cg->generated && cg->generated[i])) return false;
   }
   return true;
