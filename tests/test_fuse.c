@@ -578,6 +578,59 @@ static fuse_kind_t kind_of(const fuse_plan_t *p, const loom_graph_t *g, loom_val
   return p->groups[p->group_of_node[producer_of(g, v.id)]].kind;
 }
 
+/* The product of the heads, merged back into rows by a transpose and a
+ * reshape, is written where the merged rows lie; the next matmul reads
+ * them in order. */
+static void heads_merged_back_are_written_in_place(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 3, (int64_t[]){VB, VS, VW}), q = head(g, x, 0), k = head(g, x, 1);
+  loom_value_t v = head(g, x, 2), w = input(g, 2, (int64_t[]){VH * VD, 3});
+  loom_value_t scores, ctx, t, merged, y;
+  CHECK_OK(loom_matmul(g, q, k, 0, 1, &scores));
+  CHECK_OK(loom_matmul(g, scores, v, 0, 0, &ctx));
+  CHECK_OK(loom_transpose(g, ctx, (int64_t[]){0, 2, 1, 3}, &t));
+  CHECK_OK(loom_reshape(g, t, 3, (loom_dim_t[]){VB, VS, VH * VD}, &merged));
+  CHECK_OK(loom_matmul(g, merged, w, 0, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  const fuse_group_t *pv = &p.groups[p.group_of_node[producer_of(g, ctx.id)]];
+  const fuse_group_t *tg = &p.groups[p.group_of_node[producer_of(g, t.id)]];
+  CHECK(pv->kind == FUSE_CONTRACTION && pv->strided);
+  CHECK(tg->kind == FUSE_ALIAS && tg->into);
+  CHECK(kind_of(&p, g, merged) == FUSE_ALIAS);
+  fuse_plan_free(&p);
+  double xv[VB * VS * VW], wv[VH * VD * 3], want[VB * VS * 3];
+  for (int i = 0; i < VB * VS * VW; i++) xv[i] = cos(0.23 * i);
+  for (int i = 0; i < VH * VD * 3; i++) wv[i] = 0.1 * (i % 5) - 0.2;
+  for (int b = 0; b < VB; b++)
+    for (int i = 0; i < VS; i++)
+      for (int o = 0; o < 3; o++) {
+        double acc = 0;
+        for (int h = 0; h < VH; h++)
+          for (int d = 0; d < VD; d++) {
+            double c = 0; /* ctx[b][h][i][d] */
+            for (int j = 0; j < VS; j++) {
+              double sc = 0;
+              for (int e = 0; e < VD; e++)
+                sc += xv[(b * VS + i) * VW + h * VD + e] * xv[(b * VS + j) * VW + (VH + h) * VD + e];
+              c += sc * xv[(b * VS + j) * VW + (2 * VH + h) * VD + d];
+            }
+            acc += c * wv[(h * VD + d) * 3 + o];
+          }
+        want[(b * VS + i) * 3 + o] = acc;
+      }
+  loom_tensor_t *in[2] = {test_tensor(LOOM_F32, 3, (int64_t[]){VB, VS, VW}, xv),
+                          test_tensor(LOOM_F32, 2, (int64_t[]){VH * VD, 3}, wv)};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  CHECK_TENSOR(out, want, VB * VS * 3, 1e-4, 1e-5);
+  loom_tensor_destroy(out);
+  for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
+
 /* A reshape that would merge dims no longer adjacent in memory is no
  * view: the transpose before it stays a copy. */
 static void reshape_across_strides_is_copied(void) {
@@ -817,6 +870,7 @@ int main(void) {
   TEST_RUN(reduction_prologue_and_keepdim);
   TEST_RUN(long_chain_is_one_group);
   TEST_RUN(head_split_is_read_in_place);
+  TEST_RUN(heads_merged_back_are_written_in_place);
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);
   TEST_RUN(random_graphs_give_valid_plans);

@@ -25,6 +25,7 @@ typedef struct contract {
   int n_acc;
   bool fold_rows;   /* matmul: the batch runs as rows of one GEMM */
   cg_view_t view[2]; /* matmul: how A and B are read (c_view.c) */
+  cg_view_t out;     /* matmul: where the product is written */
   int32_t *val;     /* epilogue inputs, then outputs other than c_value */
   int64_t (*stride)[LOOM_MAX_RANK];
 } contract_t;
@@ -134,7 +135,34 @@ static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
 
 static bool alias_shares(const void *ctx, int32_t node) {
   const cg_ctx_t *c = ctx;
-  return c->plan->groups[c->plan->group_of_node[node]].kind == FUSE_ALIAS;
+  const fuse_group_t *grp = &c->plan->groups[c->plan->group_of_node[node]];
+  return grp->kind == FUSE_ALIAS && !grp->into;
+}
+
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v) {
+  if (!cg_matmul_reads_view(g, n, 0, v)) return false;
+  int r = v->rank - 2, col = v->rank - 1;
+  return v->stride[col] == 1 && (v->dim[r] == 1 || v->stride[r] >= v->dim[col]);
+}
+
+/* Where a strided group's matmul writes its product y: as the chain of
+ * `into` aliases after it makes their result lie in order (fuse.c). */
+static bool product_view(const cg_ctx_t *c, int32_t y, cg_view_t *out) {
+  const loom_graph_t *g = c->g;
+  const ir_node_t *chain[LOOM_MAX_RANK * 2];
+  int n = 0;
+  for (int32_t v = y, next = 0; next >= 0 && n < LOOM_MAX_RANK * 2;) {
+    next = -1;
+    for (int64_t u = 0; u < g->n_nodes && next < 0; u++)
+      if (g->nodes[u].n_in == 1 && g->nodes[u].in[0] == v &&
+          c->plan->groups[c->plan->group_of_node[u]].into)
+        next = (int32_t)u;
+    if (next >= 0) {
+      chain[n++] = &g->nodes[next];
+      v = g->nodes[next].out[0];
+    }
+  }
+  return cg_view_before(g, n, chain, out);
 }
 
 /* How the kernel reads operand v: as the view fusion made of it, or in
@@ -226,6 +254,9 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
   if (!*ok) return LOOM_OK;
   for (int i = 0; i < 2 && *ok && k->anchor->op == IR_OP_MATMUL; i++)
     *ok = operand_view(c, k->anchor->in[i], &k->view[i]);
+  /* A product written through strides: the matmul alone, no epilogue. */
+  if (*ok && grp->strided)
+    *ok = k->anchor->op == IR_OP_MATMUL && grp->n_nodes == 1 && product_view(c, k->y, &k->out);
   if (!*ok) return LOOM_OK;
   epilogue_space(k, y);
   k->c_value = pick_c(k, y);
@@ -233,7 +264,8 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
   k->val = core_calloc((size_t)n + 1, sizeof *k->val);
   k->stride = core_calloc((size_t)n + 2, sizeof *k->stride);
   if (!k->val || !k->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
-  *ok = k->c_value >= 0 && cg_slot(c, k->c_value) >= 0 && collect_accesses(k, y);
+  *ok = k->c_value >= 0 && cg_slot(c, k->c_value) >= 0 && collect_accesses(k, y) &&
+        (!grp->strided || k->c_value == k->y);
   return LOOM_OK;
 }
 
@@ -373,7 +405,7 @@ static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
   if (n->op != IR_OP_MATMUL || k->n_batch == 0 || y->lead ||
       ir_attr_int(&n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
       !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank ||
-      !cg_view_is_plain(&k->view[0]) || !cg_view_is_plain(&k->view[1]))
+      !cg_view_is_plain(&k->view[0]) || !cg_view_is_plain(&k->view[1]) || k->grp->strided)
     return false;
   for (int d = 0; d < k->n_batch; d++)
     if (sa.dim[d] != y->dim[d]) return false;
@@ -441,7 +473,8 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   int nb = y->rank - 2;
   int64_t m = y->dim[nb], nn = y->dim[nb + 1];
   int64_t kk = ir_attr_int(&n->attrs, "trans_a", 0) ? sa.dim[sa.rank - 2] : sa.dim[sa.rank - 1];
-  int64_t st[3][LOOM_MAX_RANK] = {{0}}, ld[2], off[3] = {k->view[0].offset, k->view[1].offset, 0};
+  int64_t st[3][LOOM_MAX_RANK] = {{0}}, ld[2], off[3] = {k->view[0].offset, k->view[1].offset,
+                                                     k->grp->strided ? k->out.offset : 0};
   int trans[2];
   view_matrix(&k->view[0], (int)ir_attr_int(&n->attrs, "trans_a", 0), &trans[0], &ld[0]);
   view_matrix(&k->view[1], (int)ir_attr_int(&n->attrs, "trans_b", 0), &trans[1], &ld[1]);
@@ -450,9 +483,9 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_shape_t batch = *y;
   batch.rank = nb;
   if (nb == 0) batch.lead = 0;
-  int64_t step = m * nn;
+  int64_t step = m * nn, ldc = k->grp->strided ? k->out.stride[nb] : nn;
   for (int d = nb - 1; d >= 0; d--) {
-    st[2][d] = step;
+    st[2][d] = k->grp->strided ? (y->dim[d] == 1 ? 0 : k->out.stride[d]) : step;
     step *= y->dim[d];
   }
   int rb = cg_collapse(&batch, 0, nb, 3, st);
@@ -479,7 +512,7 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
           (long long)ld[0], (long long)st[0][outer], trans[0]);
   cg_line(b, 1, "                     .ldb = %lld, .stride_b = %lld, .trans_b = %d,\n",
           (long long)ld[1], (long long)st[1][outer], trans[1]);
-  cg_line(b, 1, "                     .ldc = %lld, .stride_c = %lld,\n", (long long)nn,
+  cg_line(b, 1, "                     .ldc = %lld, .stride_c = %lld,\n", (long long)ldc,
           (long long)st[2][outer]);
   if (lv == 2) {
     cg_line(b, 1, "                     .groups = %lld,", (long long)batch.dim[rb - 1]);

@@ -3,9 +3,12 @@
  * instead of through a copy. Attention's head split is the case: q, k
  * and v are slices of one QKV product, reshaped to (batch, seq, heads,
  * d) and transposed to (batch, heads, seq, d); as views, the batched
- * products read them where the projection wrote them. Fusion
+ * products read them where the projection wrote them. The other way
+ * round, a matmul's product that a chain of transposes and reshapes
+ * turns into the next operand (the heads merged back into rows) is
+ * written where that chain's result lies in order. Fusion
  * (src/passes/fuse.c) asks which chains qualify; the matmul's emitter
- * (c_contract.c) walks the same chain for the operand's addressing. */
+ * (c_contract.c) walks the same chains for its addressing. */
 #include <string.h>
 
 #include "codegen/cg.h"
@@ -118,6 +121,41 @@ bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, cons
   }
   while (n > 0)
     if (!apply(g, chain[--n], out)) return false;
+  return true;
+}
+
+bool cg_view_before(const loom_graph_t *g, int n, const ir_node_t *const *chain,
+                    cg_view_t *out) {
+  if (n < 1) return false;
+  int32_t z = chain[n - 1]->out[0];
+  const ir_type_t *t = &g->values[z].type;
+  *out = (cg_view_t){.root = z, .rank = t->rank};
+  int64_t step = 1;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    if (!ir_dim_is_const(t->dims[d]) || t->dims[d] == 0) return false;
+    out->dim[d] = t->dims[d];
+    out->stride[d] = step;
+    step *= t->dims[d];
+  }
+  for (int i = n - 1; i >= 0; i--) {
+    const ir_node_t *node = chain[i];
+    const ir_type_t *x = &g->values[node->in[0]].type;
+    if (!cg_view_op(g, node) || node->op == IR_OP_SLICE) return false;
+    if (node->op == IR_OP_TRANSPOSE) { /* y = transpose(x, p): x's dim p[j] is y's dim j */
+      const int64_t *perm;
+      bool given = ir_attr_ints(&node->attrs, "perm", &perm) >= 0;
+      cg_view_t y = *out;
+      for (int j = 0; j < y.rank; j++) {
+        int64_t p = given ? (perm[j] < 0 ? perm[j] + y.rank : perm[j]) : y.rank - 1 - j;
+        out->dim[p] = y.dim[j];
+        out->stride[p] = y.stride[j];
+      }
+    } else if (!reshape(out, x->rank, x->dims)) {
+      return false;
+    }
+    for (int d = 0; d < x->rank; d++)
+      if (out->rank != x->rank || out->dim[d] != x->dims[d]) return false;
+  }
   return true;
 }
 

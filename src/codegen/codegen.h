@@ -62,8 +62,17 @@ typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
  * strides). */
 bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
                 cg_view_t *out);
+/* The other way: where the elements of chain[0]'s input lie when
+ * chain[n - 1]'s output (out->root) is stored in order, through a chain of
+ * transposes, reshapes, squeezes and unsqueezes, each reading the one
+ * before. */
+bool cg_view_before(const loom_graph_t *g, int n, const ir_node_t *const *chain,
+                    cg_view_t *out);
 /* Whether view v is its root's storage in order (contiguous, offset 0). */
 bool cg_view_is_plain(const cg_view_t *v);
+/* Whether matmul n can write its product through view v: columns one
+ * element apart, steps forward (c_contract.c). */
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
 /* Whether matmul n can read its operand `which` (0: A, 1: B) through
  * view v: rows or columns one element apart, steps forward (c_contract.c). */
 bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, int which,

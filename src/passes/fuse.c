@@ -1,5 +1,7 @@
 /* Fusion (see fuse.h). First, layout nodes whose outputs only matmuls
- * read become strided views (mark_views). Then three steps over working
+ * read become strided views (mark_views), and transposes and reshapes
+ * that alone carry a matmul's product onward become aliases the matmul
+ * writes through (mark_product_views). Then three steps over working
  * groups:
  *   1. forward, in graph order: each node starts a group or joins the
  *      group of one of its producers (epilogues of contractions and
@@ -46,6 +48,8 @@ typedef struct fuser {
   bool *is_output;    /* value -> graph output */
   bool *supported;    /* node -> the code generator handles it */
   bool *view;         /* node -> a view of its input, read in place (c_view.c) */
+  bool *into;         /* node -> in the chain a matmul writes its product through */
+  bool *writes;       /* matmul node -> writes its product through such a chain */
   int32_t *group;     /* node -> working group */
   int32_t *next;      /* node -> the next node of its group, or -1 */
   work_group_t *groups;
@@ -142,6 +146,8 @@ static void fuser_free(fuser_t *f) {
   core_free(f->is_output);
   core_free(f->supported);
   core_free(f->view);
+  core_free(f->into);
+  core_free(f->writes);
   core_free(f->group);
   core_free(f->next);
   core_free(f->groups);
@@ -160,12 +166,15 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->is_output = core_calloc(nv, sizeof *f->is_output);
   f->supported = core_calloc(nn, sizeof *f->supported);
   f->view = core_calloc(nn, sizeof *f->view);
+  f->into = core_calloc(nn, sizeof *f->into);
+  f->writes = core_calloc(nn, sizeof *f->writes);
   f->group = core_calloc(nn, sizeof *f->group);
   f->next = core_calloc(nn, sizeof *f->next);
   f->groups = core_calloc(nn, sizeof *f->groups);
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
   if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
+      !f->into || !f->writes ||
       !f->group || !f->next || !f->groups || !f->mark || !f->stack) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
@@ -230,6 +239,44 @@ static void mark_views(fuser_t *f) {
   memset(f->view, 0, sizeof *f->view * (size_t)g->n_nodes); /* not settled: none */
 }
 
+enum { MAX_PRODUCT_CHAIN = 8 };
+
+/* The transposes and reshapes that matmul m's product alone flows
+ * through, each the only reader of the one before: their count, 0 when
+ * the product is read otherwise. */
+static int product_chain(const fuser_t *f, int32_t m, const ir_node_t **chain) {
+  int n = 0;
+  int32_t v = f->g->nodes[m].out[0];
+  while (n < MAX_PRODUCT_CHAIN && !f->is_output[v] && f->use_start[v + 1] - f->use_start[v] == 1) {
+    int32_t u = f->uses[f->use_start[v]];
+    const ir_node_t *node = &f->g->nodes[u];
+    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !cg_view_op(f->g, node))
+      break;
+    chain[n++] = node;
+    v = node->out[0];
+  }
+  return n;
+}
+
+/* Matmuls whose product a chain of transposes and reshapes carries to
+ * the next op (attention's heads merged back into rows) write it where
+ * the chain's result lies in order; the chain becomes aliases. */
+static void mark_product_views(fuser_t *f) {
+  const loom_graph_t *g = f->g;
+  for (int32_t m = 0; m < g->n_nodes; m++) {
+    const ir_node_t *chain[MAX_PRODUCT_CHAIN];
+    const ir_node_t *mm = &g->nodes[m];
+    if (mm->op != IR_OP_MATMUL || !f->supported[m]) continue;
+    int n = product_chain(f, m, chain);
+    cg_view_t view;
+    if (n == 0 || !cg_view_before(g, n, chain, &view) || cg_view_is_plain(&view) ||
+        !cg_matmul_writes_view(g, mm, &view))
+      continue;
+    f->writes[m] = true;
+    for (int i = 0; i < n; i++) f->into[chain[i] - g->nodes] = true;
+  }
+}
+
 /* Whether node n's output is a view that is not its root's storage in
  * order, so that only generated matmuls may read it. */
 static bool strided_view(const fuser_t *f, int32_t n) {
@@ -259,7 +306,7 @@ static void start_group(fuser_t *f, int32_t n) {
   w->assign = node->op == IR_OP_ASSIGN;
   f->group[n] = f->n_groups++;
   if (w->assign) w->kind = FUSE_REFERENCE;
-  else if (is_alias(f, n) || f->view[n]) w->kind = FUSE_ALIAS;
+  else if (is_alias(f, n) || f->view[n] || f->into[n]) w->kind = FUSE_ALIAS;
   else if (!f->supported[n]) w->kind = FUSE_REFERENCE;
   else if (cls == IR_CLASS_EW) {
     w->kind = FUSE_ELEMENTWISE;
@@ -818,7 +865,11 @@ static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
   for (int i = 0; s == LOOM_OK && i < count; i++) {
     out->n_groups = i + 1;
     s = fill_group(f, order[i], &out->groups[i]);
-    if (s == LOOM_OK) out->groups[i].strided = strided_view(f, f->groups[order[i]].head);
+    const work_group_t *w = &f->groups[order[i]];
+    if (s == LOOM_OK) {
+      out->groups[i].strided = strided_view(f, w->head) || (w->anchor >= 0 && f->writes[w->anchor]);
+      out->groups[i].into = f->into[w->head];
+    }
     for (int j = 0; j < out->groups[i].n_nodes; j++)
       out->group_of_node[out->groups[i].nodes[j]] = i;
   }
@@ -834,9 +885,13 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
   LOOM_CHECK_ARG(o);
   fuser_t f;
   LOOM_TRY(fuser_init(&f, g));
-  if (o->enabled) mark_views(&f);
+  if (o->enabled) {
+    mark_views(&f);
+    mark_product_views(&f);
+  }
   for (int32_t n = 0; n < g->n_nodes; n++)
-    if (!o->enabled || f.view[n] || !may_join(&f, n) || !try_join(&f, n)) start_group(&f, n);
+    if (!o->enabled || f.view[n] || f.into[n] || !may_join(&f, n) || !try_join(&f, n))
+      start_group(&f, n);
   if (o->enabled) fold_backward(&f);
   loom_status_t s = build_plan(&f, out);
   fuser_free(&f);

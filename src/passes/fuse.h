@@ -35,7 +35,10 @@
  *                     output is a graph output. Also a slice, transpose
  *                     or reshape whose output only matmuls read, through
  *                     strides (a strided view: the head split of
- *                     attention; see codegen/c_view.c).
+ *                     attention; see codegen/c_view.c); and transposes
+ *                     and reshapes that alone carry a matmul's product
+ *                     on, which the matmul writes through (the heads
+ *                     merged back).
  *   FUSE_REFERENCE    one node the code generator cannot handle; the
  *                     executable runs its reference kernel.
  * With fusion off (fuse_options.enabled false) every node is a group of
@@ -63,10 +66,16 @@ typedef struct fuse_group {
   int32_t *inputs;  /* values read from outside the group, no repeats */
   int n_outputs;
   int32_t *outputs; /* values read outside the group or graph outputs */
-  /* FUSE_ALIAS of a slice or transpose (c_view.c): the output is its
-   * input's storage read through other strides, which only the generated
-   * code of the matmuls reading it knows how to walk. */
+  /* The output does not lie in order in its storage (c_view.c): a
+   * FUSE_ALIAS of a slice or transpose, which only the generated code of
+   * the matmuls reading it knows how to walk; or a matmul's product,
+   * written through strides where a chain of `into` aliases makes the
+   * chain's result lie in order. Only generated code runs such groups
+   * and their readers. */
   bool strided;
+  /* FUSE_ALIAS in such a chain after a matmul: readers of its output see
+   * it in order; views are not followed through it. */
+  bool into;
 } fuse_group_t;
 
 typedef struct fuse_plan {

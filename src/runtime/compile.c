@@ -493,13 +493,14 @@ static bool reads_strided(const loom_executable_t *e, const fuse_group_t *grp) {
 }
 
 /* Whether every fused group got its code: a group of several nodes has
- * no buffers for its inner values, and a group reading a strided view
- * reads it through strides, so only its generated function can run it. */
+ * no buffers for its inner values, and a group reading a strided view or
+ * writing its product through one does so through strides, so only its
+ * generated function can run it. */
 static bool fused_groups_generated(const loom_executable_t *e, const cg_module_t *cg) {
   for (int i = 0; i < e->plan.n_groups; i++) {
     const fuse_group_t *grp = &e->plan.groups[i];
     bool needs_code = (grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
-                      (grp->kind != FUSE_ALIAS && reads_strided(e, grp));
+                      (grp->kind != FUSE_ALIAS && (grp->strided || reads_strided(e, grp)));
     if (needs_code && !(cg->generated && cg->generated[i])) return false;
   }
   return true;
