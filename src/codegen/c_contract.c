@@ -460,6 +460,71 @@ static void emit_matmul_rows(contract_t *k, bool epi) {
   cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
 }
 
+/* A matmul call's operands: A, B and C's batch strides collapsed to rb
+ * levels of `batch`, leading dims, trans flags and offsets. */
+typedef struct gemm_call {
+  int64_t kk, st[3][LOOM_MAX_RANK], ld[3], off[3];
+  int trans[2], rb;
+  cg_shape_t batch;
+} gemm_call_t;
+
+static void matmul_operands(const contract_t *k, const cg_shape_t *y, const cg_shape_t *sa,
+                            gemm_call_t *g) {
+  const ir_node_t *n = k->anchor;
+  int nb = y->rank - 2, ta = (int)ir_attr_int(&n->attrs, "trans_a", 0);
+  *g = (gemm_call_t){.kk = ta ? sa->dim[sa->rank - 2] : sa->dim[sa->rank - 1],
+                     .off = {k->view[0].offset, k->view[1].offset,
+                             k->grp->strided ? k->out.offset : 0}};
+  view_matrix(&k->view[0], ta, &g->trans[0], &g->ld[0]);
+  view_matrix(&k->view[1], (int)ir_attr_int(&n->attrs, "trans_b", 0), &g->trans[1], &g->ld[1]);
+  operand_batch(k, 0, y, nb, g->st[0]);
+  operand_batch(k, 1, y, nb, g->st[1]);
+  int64_t step = y->dim[nb] * y->dim[nb + 1];
+  g->ld[2] = k->grp->strided ? k->out.stride[nb] : y->dim[nb + 1];
+  for (int d = nb - 1; d >= 0; d--) {
+    g->st[2][d] = k->grp->strided ? (y->dim[d] == 1 ? 0 : k->out.stride[d]) : step;
+    step *= y->dim[d];
+  }
+  g->batch = *y;
+  g->batch.rank = nb;
+  if (nb == 0) g->batch.lead = 0;
+  g->rb = cg_collapse(&g->batch, 0, nb, 3, g->st);
+  if (g->rb == 0) {
+    g->batch.dim[0] = 1;
+    g->st[0][0] = g->st[1][0] = g->st[2][0] = 0;
+    g->rb = 1;
+  }
+}
+
+/* The loops over outer batch levels, each pointing d at its items and
+ * calling the kernel. */
+static void emit_item_loops(contract_t *k, const gemm_call_t *g, int loops, bool epi,
+                            int64_t item) {
+  cg_buf_t *b = k->c->out;
+  const char *names[3] = {"a", "b", "c"};
+  for (int d = 0; d < loops; d++) {
+    cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < ", d, d);
+    if (d == 0) cg_lead_extent(b, k->c->g, &g->batch);
+    else cg_printf(b, "%lld", (long long)g->batch.dim[d]);
+    cg_printf(b, "; i%d++) {\n", d);
+  }
+  int in = loops + 1;
+  int32_t vals[3] = {k->anchor->in[0], k->anchor->in[1], k->c_value};
+  for (int q = 0; q < 3; q++) {
+    cg_line(b, in, "d.%s = (%sfloat *)slots[%d] + %lld + ", names[q], q < 2 ? "const " : "",
+            (int)cg_slot(k->c, vals[q]), (long long)g->off[q]);
+    cg_offset(b, "i", 0, loops, g->st[q]);
+    cg_printf(b, ";\n");
+  }
+  if (epi) {
+    cg_line(b, in, "e.batch0 = (");
+    cg_offset(b, "i", 0, loops, g->st[2]);
+    cg_printf(b, ") / %lld;\n", (long long)item);
+  }
+  cg_line(b, in, "rt->gemm_f32(&d, rt->pool);\n");
+  for (int d = loops - 1; d >= 0; d--) cg_line(b, 1 + d, "}\n");
+}
+
 static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   if (k->fold_rows) {
     emit_matmul_rows(k, epi);
@@ -472,88 +537,48 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_value_shape(c, n->in[0], &sa);
   int nb = y->rank - 2;
   int64_t m = y->dim[nb], nn = y->dim[nb + 1];
-  int64_t kk = ir_attr_int(&n->attrs, "trans_a", 0) ? sa.dim[sa.rank - 2] : sa.dim[sa.rank - 1];
-  int64_t st[3][LOOM_MAX_RANK] = {{0}}, ld[2], off[3] = {k->view[0].offset, k->view[1].offset,
-                                                     k->grp->strided ? k->out.offset : 0};
-  int trans[2];
-  view_matrix(&k->view[0], (int)ir_attr_int(&n->attrs, "trans_a", 0), &trans[0], &ld[0]);
-  view_matrix(&k->view[1], (int)ir_attr_int(&n->attrs, "trans_b", 0), &trans[1], &ld[1]);
-  operand_batch(k, 0, y, nb, st[0]);
-  operand_batch(k, 1, y, nb, st[1]);
-  cg_shape_t batch = *y;
-  batch.rank = nb;
-  if (nb == 0) batch.lead = 0;
-  int64_t step = m * nn, ldc = k->grp->strided ? k->out.stride[nb] : nn;
-  for (int d = nb - 1; d >= 0; d--) {
-    st[2][d] = k->grp->strided ? (y->dim[d] == 1 ? 0 : k->out.stride[d]) : step;
-    step *= y->dim[d];
-  }
-  int rb = cg_collapse(&batch, 0, nb, 3, st);
-  if (rb == 0) {
-    batch.dim[0] = 1;
-    st[0][0] = st[1][0] = st[2][0] = 0;
-    rb = 1;
-  }
+  gemm_call_t g;
+  matmul_operands(k, y, &sa, &g);
   /* The last two batch levels go to the kernel as groups (one call over
    * attention's (batch, head) items read from a QKV product); outer ones
    * loop. */
   bool dynamic = y->lead || sa.lead;
-  int lv = rb >= 2 && !dynamic ? 2 : 1, loops = rb - lv;
+  int rb = g.rb, lv = rb >= 2 && !dynamic ? 2 : 1, outer = rb - lv;
   if (dynamic) { /* runtime symbols: m, k or batch from syms[] */
-    emit_gemm_sizes(c, y, &sa, &batch, rb, ir_attr_int(&n->attrs, "trans_a", 0));
+    emit_gemm_sizes(c, y, &sa, &g.batch, rb, ir_attr_int(&n->attrs, "trans_a", 0));
   } else {
-    int64_t items = batch.dim[rb - 1] * (lv == 2 ? batch.dim[rb - 2] : 1);
+    int64_t items = g.batch.dim[rb - 1] * (lv == 2 ? g.batch.dim[rb - 2] : 1);
     cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
-            (long long)m, (long long)nn, (long long)kk, (long long)items);
+            (long long)m, (long long)nn, (long long)g.kk, (long long)items);
   }
   const char *names[3] = {"a", "b", "c"};
-  int outer = rb - lv;
-  cg_line(b, 1, "                     .lda = %lld, .stride_a = %lld, .trans_a = %d,\n",
-          (long long)ld[0], (long long)st[0][outer], trans[0]);
-  cg_line(b, 1, "                     .ldb = %lld, .stride_b = %lld, .trans_b = %d,\n",
-          (long long)ld[1], (long long)st[1][outer], trans[1]);
-  cg_line(b, 1, "                     .ldc = %lld, .stride_c = %lld,\n", (long long)ldc,
-          (long long)st[2][outer]);
-  if (lv == 2) {
-    cg_line(b, 1, "                     .groups = %lld,", (long long)batch.dim[rb - 1]);
-    for (int q = 0; q < 3; q++)
-      cg_printf(b, " .inner_%s = %lld,", names[q], (long long)st[q][rb - 1]);
+  for (int q = 0; q < 3; q++) {
+    cg_line(b, 1, "                     .ld%s = %lld, .stride_%s = %lld,", names[q],
+            (long long)g.ld[q], names[q], (long long)g.st[q][outer]);
+    if (q < 2) cg_printf(b, " .trans_%s = %d,", names[q], g.trans[q]);
     cg_printf(b, "\n");
   }
-  if (loops == 0) {
+  if (lv == 2) {
+    cg_line(b, 1, "                     .groups = %lld,", (long long)g.batch.dim[rb - 1]);
+    for (int q = 0; q < 3; q++)
+      cg_printf(b, " .inner_%s = %lld,", names[q], (long long)g.st[q][rb - 1]);
+    cg_printf(b, "\n");
+  }
+  if (outer == 0) {
     cg_line(b, 1, "                     .a = (const float *)slots[%d] + %lld, "
             ".b = (const float *)slots[%d] + %lld,\n", (int)cg_slot(c, n->in[0]),
-            (long long)off[0], (int)cg_slot(c, n->in[1]), (long long)off[1]);
-    cg_line(b, 1, "                     .c = (float *)slots[%d],\n", (int)cg_slot(c, k->c_value));
+            (long long)g.off[0], (int)cg_slot(c, n->in[1]), (long long)g.off[1]);
+    cg_line(b, 1, "                     .c = (float *)slots[%d] + %lld,\n",
+            (int)cg_slot(c, k->c_value), (long long)g.off[2]);
   }
   cg_line(b, 1, "%s", "                     ");
   epilogue_fields(b, k->gi, epi);
-  if (loops == 0) {
-    emit_b_packed(k);
-    cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
+  if (outer > 0) {
+    emit_item_loops(k, &g, outer, epi, m * nn);
     return;
   }
-  for (int d = 0; d < loops; d++) {
-    cg_line(b, 1 + d, "for (int64_t i%d = 0; i%d < ", d, d);
-    if (d == 0) cg_lead_extent(b, c->g, &batch);
-    else cg_printf(b, "%lld", (long long)batch.dim[d]);
-    cg_printf(b, "; i%d++) {\n", d);
-  }
-  int in = loops + 1;
-  int32_t vals[3] = {n->in[0], n->in[1], k->c_value};
-  for (int q = 0; q < 3; q++) {
-    cg_line(b, in, "d.%s = (%sfloat *)slots[%d] + %lld + ", names[q], q < 2 ? "const " : "",
-            (int)cg_slot(c, vals[q]), (long long)off[q]);
-    cg_offset(b, "i", 0, loops, st[q]);
-    cg_printf(b, ";\n");
-  }
-  if (epi) {
-    cg_line(b, in, "e.batch0 = (");
-    cg_offset(b, "i", 0, loops, st[2]);
-    cg_printf(b, ") / %lld;\n", (long long)(m * nn));
-  }
-  cg_line(b, in, "rt->gemm_f32(&d, rt->pool);\n");
-  for (int d = loops - 1; d >= 0; d--) cg_line(b, 1 + d, "}\n");
+  emit_b_packed(k);
+  cg_line(b, 1, "rt->gemm_f32(&d, rt->pool);\n");
 }
 
 /* Opens the initializer of `d`, a loom_abi_conv2d_t, with the geometry of
