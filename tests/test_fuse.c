@@ -631,6 +631,40 @@ static void heads_merged_back_are_written_in_place(void) {
 }
 
 
+/* A product whose chain ends in a graph output is written in order and
+ * copied: the output lives in the caller's tensor. */
+static void product_chain_to_graph_output_is_copied(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t a = input(g, 3, (int64_t[]){2, 3, 4}), w = input(g, 2, (int64_t[]){4, 5});
+  loom_value_t y, t;
+  CHECK_OK(loom_matmul(g, a, w, 0, 0, &y));                  /* (2, 3, 5) */
+  CHECK_OK(loom_transpose(g, y, (int64_t[]){1, 0, 2}, &t)); /* (3, 2, 5) */
+  CHECK_OK(loom_graph_output(g, t));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  CHECK(kind_of(&p, g, t) == FUSE_LAYOUT);
+  CHECK(!p.groups[p.group_of_node[producer_of(g, y.id)]].strided);
+  fuse_plan_free(&p);
+  double av[24], wv[20], want[30];
+  for (int i = 0; i < 24; i++) av[i] = i % 5 - 2;
+  for (int i = 0; i < 20; i++) wv[i] = i % 3 - 1;
+  for (int i = 0; i < 3; i++)
+    for (int b = 0; b < 2; b++)
+      for (int n = 0; n < 5; n++) {
+        double acc = 0;
+        for (int q = 0; q < 4; q++) acc += av[(b * 3 + i) * 4 + q] * wv[q * 5 + n];
+        want[(i * 2 + b) * 5 + n] = acc;
+      }
+  loom_tensor_t *in[2] = {test_tensor(LOOM_F32, 3, (int64_t[]){2, 3, 4}, av),
+                          test_tensor(LOOM_F32, 2, (int64_t[]){4, 5}, wv)};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  CHECK_TENSOR(out, want, 30, 0, 1e-6);
+  loom_tensor_destroy(out);
+  for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
 /* A reshape that would merge dims no longer adjacent in memory is no
  * view: the transpose before it stays a copy. */
 static void reshape_across_strides_is_copied(void) {
@@ -871,6 +905,7 @@ int main(void) {
   TEST_RUN(long_chain_is_one_group);
   TEST_RUN(head_split_is_read_in_place);
   TEST_RUN(heads_merged_back_are_written_in_place);
+  TEST_RUN(product_chain_to_graph_output_is_copied);
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);
   TEST_RUN(random_graphs_give_valid_plans);

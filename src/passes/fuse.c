@@ -243,14 +243,16 @@ enum { MAX_PRODUCT_CHAIN = 8 };
 
 /* The transposes and reshapes that matmul m's product alone flows
  * through, each the only reader of the one before: their count, 0 when
- * the product is read otherwise. */
+ * the product is read otherwise. None writes a graph output, which lives
+ * in the caller's tensor, not in the product's storage. */
 static int product_chain(const fuser_t *f, int32_t m, const ir_node_t **chain) {
   int n = 0;
   int32_t v = f->g->nodes[m].out[0];
   while (n < MAX_PRODUCT_CHAIN && !f->is_output[v] && f->use_start[v + 1] - f->use_start[v] == 1) {
     int32_t u = f->uses[f->use_start[v]];
     const ir_node_t *node = &f->g->nodes[u];
-    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !cg_view_op(f->g, node))
+    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !cg_view_op(f->g, node) ||
+        f->is_output[node->out[0]])
       break;
     chain[n++] = node;
     v = node->out[0];
