@@ -110,6 +110,13 @@ bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, cons
     chain[n++] = node;
     v = node->in[0];
   }
+  if (!cg_view_plain(g, v, out)) return false;
+  while (n > 0)
+    if (!apply(g, chain[--n], out)) return false;
+  return true;
+}
+
+bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out) {
   const ir_type_t *t = &g->values[v].type;
   *out = (cg_view_t){.root = v, .rank = t->rank};
   int64_t step = 1;
@@ -119,24 +126,21 @@ bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, cons
     out->stride[d] = step;
     step *= t->dims[d];
   }
-  while (n > 0)
-    if (!apply(g, chain[--n], out)) return false;
   return true;
 }
 
-bool cg_view_before(const loom_graph_t *g, int n, const ir_node_t *const *chain,
-                    cg_view_t *out) {
-  if (n < 1) return false;
-  int32_t z = chain[n - 1]->out[0];
-  const ir_type_t *t = &g->values[z].type;
-  *out = (cg_view_t){.root = z, .rank = t->rank};
-  int64_t step = 1;
-  for (int d = t->rank - 1; d >= 0; d--) {
-    if (!ir_dim_is_const(t->dims[d]) || t->dims[d] == 0) return false;
-    out->dim[d] = t->dims[d];
-    out->stride[d] = step;
-    step *= t->dims[d];
-  }
+bool cg_view_in_concat(const loom_graph_t *g, const ir_node_t *c, int which, cg_view_t *out) {
+  if (c->op != IR_OP_CONCAT || !cg_view_plain(g, c->out[0], out)) return false;
+  int64_t a = ir_attr_int(&c->attrs, "axis", 0), at = 0;
+  int axis = (int)(a < 0 ? a + out->rank : a);
+  if (axis < 0 || axis >= out->rank) return false;
+  for (int i = 0; i < which; i++) at += g->values[c->in[i]].type.dims[axis];
+  out->offset = at * out->stride[axis];
+  out->dim[axis] = g->values[c->in[which]].type.dims[axis];
+  return true;
+}
+
+bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v) {
   for (int i = n - 1; i >= 0; i--) {
     const ir_node_t *node = chain[i];
     const ir_type_t *x = &g->values[node->in[0]].type;
@@ -144,17 +148,17 @@ bool cg_view_before(const loom_graph_t *g, int n, const ir_node_t *const *chain,
     if (node->op == IR_OP_TRANSPOSE) { /* y = transpose(x, p): x's dim p[j] is y's dim j */
       const int64_t *perm;
       bool given = ir_attr_ints(&node->attrs, "perm", &perm) >= 0;
-      cg_view_t y = *out;
+      cg_view_t y = *v;
       for (int j = 0; j < y.rank; j++) {
         int64_t p = given ? (perm[j] < 0 ? perm[j] + y.rank : perm[j]) : y.rank - 1 - j;
-        out->dim[p] = y.dim[j];
-        out->stride[p] = y.stride[j];
+        v->dim[p] = y.dim[j];
+        v->stride[p] = y.stride[j];
       }
-    } else if (!reshape(out, x->rank, x->dims)) {
+    } else if (!reshape(v, x->rank, x->dims)) {
       return false;
     }
     for (int d = 0; d < x->rank; d++)
-      if (out->rank != x->rank || out->dim[d] != x->dims[d]) return false;
+      if (v->rank != x->rank || v->dim[d] != x->dims[d]) return false;
   }
   return true;
 }

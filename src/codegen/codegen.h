@@ -62,12 +62,14 @@ typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
  * strides). */
 bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
                 cg_view_t *out);
-/* The other way: where the elements of chain[0]'s input lie when
- * chain[n - 1]'s output (out->root) is stored in order, through a chain of
- * transposes, reshapes, squeezes and unsqueezes, each reading the one
- * before. */
-bool cg_view_before(const loom_graph_t *g, int n, const ir_node_t *const *chain,
-                    cg_view_t *out);
+/* Value v in order in its own storage. */
+bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out);
+/* Input `which` of concat node c where c's output lies in order. */
+bool cg_view_in_concat(const loom_graph_t *g, const ir_node_t *c, int which, cg_view_t *out);
+/* The other way, through a chain of transposes, reshapes, squeezes and
+ * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
+ * output lies, and becomes where chain[0]'s input lies. */
+bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v);
 /* Whether view v is its root's storage in order (contiguous, offset 0). */
 bool cg_view_is_plain(const cg_view_t *v);
 /* Whether matmul n can write its product through view v: columns one
