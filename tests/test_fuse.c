@@ -631,71 +631,6 @@ static void heads_merged_back_are_written_in_place(void) {
 }
 
 
-/* The parts of a concat, each a matmul's product (one straight, one
- * merged back by a transpose and a reshape), are written into the
- * concat's storage; a concat with a part that another op also reads
- * stays a copy. */
-static void concat_of_products_is_written_in_place(void) {
-  for (int shared = 0; shared < 2; shared++) {
-    loom_graph_t *g;
-    CHECK_OK(loom_graph_create(&g));
-    loom_value_t a = input(g, 3, (int64_t[]){2, 3, 4}), w = input(g, 2, (int64_t[]){4, 6});
-    loom_value_t h = input(g, 4, (int64_t[]){2, 2, 3, 4}), v = input(g, 2, (int64_t[]){18, 2});
-    loom_value_t y1, y2, t, r, cat, out;
-    CHECK_OK(loom_matmul(g, a, w, 0, 0, &y1));                     /* (2, 3, 6) */
-    CHECK_OK(loom_matmul(g, h, w, 0, 0, &y2));                     /* (2, 2, 3, 6) */
-    CHECK_OK(loom_transpose(g, y2, (int64_t[]){0, 2, 1, 3}, &t));  /* (2, 3, 2, 6) */
-    CHECK_OK(loom_reshape(g, t, 3, (loom_dim_t[]){2, 3, 12}, &r));
-    CHECK_OK(loom_concat(g, 2, (loom_value_t[]){y1, r}, 2, &cat)); /* (2, 3, 18) */
-    CHECK_OK(loom_matmul(g, cat, v, 0, 0, &out));                 /* (2, 3, 2) */
-    if (shared) { /* y1 read twice */
-      loom_value_t s1;
-      CHECK_OK(loom_sum(g, y1, 1, (int64_t[]){2}, 1, &s1)); /* (2, 3, 1) */
-      CHECK_OK(loom_add(g, out, s1, &out));
-    }
-    CHECK_OK(loom_graph_output(g, out));
-    fuse_plan_t p;
-    build_checked(g, &fusion_on, &p);
-    const fuse_group_t *cg = &p.groups[p.group_of_node[producer_of(g, cat.id)]];
-    CHECK(shared ? cg->kind == FUSE_LAYOUT : (cg->kind == FUSE_ALIAS && cg->into));
-    fuse_plan_free(&p);
-    double av[24], wv[24], hv[48], vv[36], want[12];
-    for (int i = 0; i < 24; i++) av[i] = sin(0.7 * i), wv[i] = cos(0.3 * i);
-    for (int i = 0; i < 48; i++) hv[i] = sin(0.11 * i + 1);
-    for (int i = 0; i < 36; i++) vv[i] = cos(0.9 * i);
-    for (int b = 0; b < 2; b++)
-      for (int i = 0; i < 3; i++) {
-        double row[18]; /* cat[b][i] */
-        for (int n = 0; n < 6; n++) {
-          row[n] = 0;
-          for (int q = 0; q < 4; q++) row[n] += av[(b * 3 + i) * 4 + q] * wv[q * 6 + n];
-          for (int hh = 0; hh < 2; hh++) {
-            row[6 + hh * 6 + n] = 0;
-            for (int q = 0; q < 4; q++)
-              row[6 + hh * 6 + n] += hv[((b * 2 + hh) * 3 + i) * 4 + q] * wv[q * 6 + n];
-          }
-        }
-        for (int o = 0; o < 2; o++) {
-          double acc = 0;
-          for (int q = 0; q < 18; q++) acc += row[q] * vv[q * 2 + o];
-          want[(b * 3 + i) * 2 + o] = acc;
-        }
-      }
-    loom_tensor_t *in[4] = {test_tensor(LOOM_F32, 3, (int64_t[]){2, 3, 4}, av),
-                            test_tensor(LOOM_F32, 2, (int64_t[]){4, 6}, wv),
-                            test_tensor(LOOM_F32, 4, (int64_t[]){2, 2, 3, 4}, hv),
-                            test_tensor(LOOM_F32, 2, (int64_t[]){18, 2}, vv)};
-    loom_tensor_t *y = test_run1(g, 4, in);
-    if (!shared) CHECK_TENSOR(y, want, 12, 1e-5, 1e-5);
-    double size = 0;
-    for (int i = 0; i < 12; i++) size += fabs(want[i]);
-    CHECK(size > 1); /* the data do not cancel */
-    loom_tensor_destroy(y);
-    for (int i = 0; i < 4; i++) loom_tensor_destroy(in[i]);
-    loom_graph_destroy(g);
-  }
-}
-
 /* A product whose chain ends in a graph output is written in order and
  * copied: the output lives in the caller's tensor. */
 static void product_chain_to_graph_output_is_copied(void) {
@@ -970,7 +905,6 @@ int main(void) {
   TEST_RUN(long_chain_is_one_group);
   TEST_RUN(head_split_is_read_in_place);
   TEST_RUN(heads_merged_back_are_written_in_place);
-  TEST_RUN(concat_of_products_is_written_in_place);
   TEST_RUN(product_chain_to_graph_output_is_copied);
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);

@@ -163,13 +163,6 @@ static bool product_view(const cg_ctx_t *c, int32_t y, cg_view_t *out) {
     }
   }
   int32_t end = n ? chain[n - 1]->out[0] : y;
-  /* The chain's result is a part of a concat's (fuse.c): placed in it. */
-  for (int64_t u = 0; u < g->n_nodes; u++) {
-    const ir_node_t *cn = &g->nodes[u];
-    if (cn->op != IR_OP_CONCAT || !c->plan->groups[c->plan->group_of_node[u]].into) continue;
-    for (int i = 0; i < cn->n_in; i++)
-      if (cn->in[i] == end) return cg_view_in_concat(g, cn, i, out) && cg_view_back(g, n, chain, out);
-  }
   return cg_view_plain(g, end, out) && cg_view_back(g, n, chain, out);
 }
 

@@ -129,17 +129,6 @@ bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out) {
   return true;
 }
 
-bool cg_view_in_concat(const loom_graph_t *g, const ir_node_t *c, int which, cg_view_t *out) {
-  if (c->op != IR_OP_CONCAT || !cg_view_plain(g, c->out[0], out)) return false;
-  int64_t a = ir_attr_int(&c->attrs, "axis", 0), at = 0;
-  int axis = (int)(a < 0 ? a + out->rank : a);
-  if (axis < 0 || axis >= out->rank) return false;
-  for (int i = 0; i < which; i++) at += g->values[c->in[i]].type.dims[axis];
-  out->offset = at * out->stride[axis];
-  out->dim[axis] = g->values[c->in[which]].type.dims[axis];
-  return true;
-}
-
 bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v) {
   for (int i = n - 1; i >= 0; i--) {
     const ir_node_t *node = chain[i];

@@ -64,8 +64,6 @@ bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, cons
                 cg_view_t *out);
 /* Value v in order in its own storage. */
 bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out);
-/* Input `which` of concat node c where c's output lies in order. */
-bool cg_view_in_concat(const loom_graph_t *g, const ir_node_t *c, int which, cg_view_t *out);
 /* The other way, through a chain of transposes, reshapes, squeezes and
  * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
  * output lies, and becomes where chain[0]'s input lies. */

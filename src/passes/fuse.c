@@ -239,7 +239,7 @@ static void mark_views(fuser_t *f) {
   memset(f->view, 0, sizeof *f->view * (size_t)g->n_nodes); /* not settled: none */
 }
 
-enum { MAX_PRODUCT_CHAIN = 8, MAX_CONCAT_PARTS = 16 };
+enum { MAX_PRODUCT_CHAIN = 8 };
 
 /* The transposes and reshapes that matmul m's product alone flows
  * through, each the only reader of the one before: their count, 0 when
@@ -277,56 +277,6 @@ static void mark_product_views(fuser_t *f) {
       continue;
     f->writes[m] = true;
     for (int i = 0; i < n; i++) f->into[chain[i] - g->nodes] = true;
-  }
-}
-
-/* The matmul whose product reaches concat input x, alone, straight or
- * through a product chain (chain: its nodes, chain[0] reading the
- * product), or -1. */
-static int32_t concat_part(const fuser_t *f, int32_t x, const ir_node_t **chain, int *n) {
-  const ir_node_t *back[MAX_PRODUCT_CHAIN];
-  int k = 0;
-  int32_t p = producer(f, x);
-  while (p >= 0 && f->into[p] && k < MAX_PRODUCT_CHAIN) {
-    back[k++] = &f->g->nodes[p];
-    p = producer(f, f->g->nodes[p].in[0]);
-  }
-  int32_t y = k ? back[k - 1]->in[0] : x;
-  if (p < 0 || f->g->nodes[p].op != IR_OP_MATMUL || !f->supported[p] || f->is_output[y] ||
-      f->use_start[y + 1] - f->use_start[y] != 1 || (k > 0) != f->writes[p])
-    return -1;
-  for (int i = 0; i < k; i++) chain[i] = back[k - 1 - i];
-  *n = k;
-  return p;
-}
-
-/* Concats whose every input is a matmul's product, read by the concat
- * alone or through a product chain: each matmul writes its part where
- * the concat's result lies, and the concat becomes an alias (the q, k
- * and v gradients joined into one). */
-static void mark_concat_homes(fuser_t *f) {
-  const loom_graph_t *g = f->g;
-  for (int32_t c = 0; c < g->n_nodes; c++) {
-    const ir_node_t *cn = &g->nodes[c];
-    int32_t parts[MAX_CONCAT_PARTS];
-    if (cn->op != IR_OP_CONCAT || cn->n_in < 2 || cn->n_in > MAX_CONCAT_PARTS ||
-        !f->supported[c] || f->is_output[cn->out[0]])
-      continue;
-    bool ok = true;
-    for (int i = 0; i < cn->n_in && ok; i++) {
-      const ir_node_t *chain[MAX_PRODUCT_CHAIN];
-      int n = 0;
-      cg_view_t view;
-      int32_t x = cn->in[i];
-      for (int j = 0; j < i; j++) ok &= cn->in[j] != x;
-      ok = ok && !f->is_output[x] && f->use_start[x + 1] - f->use_start[x] == 1 &&
-           (parts[i] = concat_part(f, x, chain, &n)) >= 0 &&
-           cg_view_in_concat(g, cn, i, &view) && cg_view_back(g, n, chain, &view) &&
-           cg_matmul_writes_view(g, &g->nodes[parts[i]], &view);
-    }
-    if (!ok) continue;
-    f->into[c] = true;
-    for (int i = 0; i < cn->n_in; i++) f->writes[parts[i]] = true;
   }
 }
 
@@ -941,7 +891,6 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
   if (o->enabled) {
     mark_views(&f);
     mark_product_views(&f);
-    mark_concat_homes(&f);
   }
   for (int32_t n = 0; n < g->n_nodes; n++)
     if (!o->enabled || f.view[n] || f.into[n] || !may_join(&f, n) || !try_join(&f, n))

@@ -148,28 +148,6 @@ static void schedule_positions(const loom_executable_t *e, int32_t *pos) {
   for (int i = 0; i < e->plan.n_groups; i++) pos[e->order[i]] = i;
 }
 
-/* home[v]: the concat output whose storage matmul product v is written
- * into (fuse.c's concat homes: an alias group of a concat, each input a
- * product or the end of a chain of aliases after one), or -1. */
-static void concat_homes(const loom_executable_t *e, int32_t *home) {
-  const loom_graph_t *g = e->graph;
-  for (int64_t v = 0; v < g->n_values; v++) home[v] = -1;
-  for (int i = 0; i < e->plan.n_groups; i++) {
-    const fuse_group_t *grp = &e->plan.groups[i];
-    const ir_node_t *c = &g->nodes[grp->nodes[0]];
-    if (grp->kind != FUSE_ALIAS || !grp->into || c->op != IR_OP_CONCAT) continue;
-    for (int k = 0; k < c->n_in; k++) {
-      int32_t v = c->in[k];
-      while (g->values[v].kind == IR_VALUE_NODE) {
-        const fuse_group_t *pg = &e->plan.groups[e->plan.group_of_node[g->values[v].node]];
-        if (pg->kind != FUSE_ALIAS || !pg->into) break;
-        v = g->nodes[g->values[v].node].in[0];
-      }
-      home[v] = c->out[0];
-    }
-  }
-}
-
 /* Arena slots for the remaining group outputs, then the memory plan. */
 static loom_status_t plan_arena(loom_executable_t *e) {
   loom_graph_t *g = e->graph;
@@ -179,10 +157,7 @@ static loom_status_t plan_arena(loom_executable_t *e) {
   mem_request_t *req = core_calloc((size_t)(g->n_values + 1), sizeof *req);
   loom_status_t s = (pos && req_of_slot && req) ? LOOM_OK
                     : loom_fail(LOOM_ERR_NOMEM, "out of memory planning memory");
-  int32_t *home = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
-  if (s == LOOM_OK && !home) s = loom_fail(LOOM_ERR_NOMEM, "out of memory planning memory");
   int n_req = 0;
-  if (s == LOOM_OK) concat_homes(e, home);
   if (s == LOOM_OK) schedule_positions(e, pos);
   for (int i = 0; s == LOOM_OK && i < e->n_slots + g->n_values; i++) req_of_slot[i] = -1;
   /* Walk the groups in schedule order so that aliases find their source. */
@@ -199,17 +174,11 @@ static loom_status_t plan_arena(loom_executable_t *e) {
         e->slot_of_value[v] = e->slot_of_value[grp->inputs[0]];
         continue;
       }
-      /* A part of a concat's storage, which the first part written opens. */
-      int32_t at = home[v] >= 0 ? home[v] : v;
-      if (at != v && e->slot_of_value[at] >= 0) {
-        e->slot_of_value[v] = e->slot_of_value[at];
-        continue;
-      }
       int64_t bytes;
-      s = value_bytes(e, at, &bytes);
+      s = value_bytes(e, v, &bytes);
       if (s != LOOM_OK) break;
       int32_t slot = new_slot(e, bytes);
-      e->slot_of_value[v] = e->slot_of_value[at] = slot;
+      e->slot_of_value[v] = slot;
       req_of_slot[slot] = n_req;
       req[n_req++] = (mem_request_t){.bytes = bytes, .first = k, .last = k, .inplace_of = -1};
     }
@@ -243,7 +212,6 @@ static loom_status_t plan_arena(loom_executable_t *e) {
     req = NULL;
     req_of_slot = NULL;
   }
-  core_free(home);
   core_free(pos);
   core_free(req_of_slot);
   core_free(req);
