@@ -131,74 +131,7 @@ static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
   return ok;
 }
 
-/* ---- Matmul operands read through views ------------------------------------- */
-
-static bool alias_shares(const void *ctx, int32_t node) {
-  const cg_ctx_t *c = ctx;
-  const fuse_group_t *grp = &c->plan->groups[c->plan->group_of_node[node]];
-  return grp->kind == FUSE_ALIAS && !grp->into;
-}
-
-bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v) {
-  if (!cg_matmul_reads_view(g, n, 0, v)) return false;
-  int r = v->rank - 2, col = v->rank - 1;
-  return v->stride[col] == 1 && (v->dim[r] == 1 || v->stride[r] >= v->dim[col]);
-}
-
-/* Where a strided group's matmul writes its product y: as the chain of
- * `into` aliases after it makes their result lie in order (fuse.c). */
-static bool product_view(const cg_ctx_t *c, int32_t y, cg_view_t *out) {
-  const loom_graph_t *g = c->g;
-  const ir_node_t *chain[LOOM_MAX_RANK * 2];
-  int n = 0;
-  for (int32_t v = y, next = 0; next >= 0 && n < LOOM_MAX_RANK * 2;) {
-    next = -1;
-    for (int64_t u = 0; u < g->n_nodes && next < 0; u++)
-      if (g->nodes[u].n_in == 1 && g->nodes[u].in[0] == v &&
-          c->plan->groups[c->plan->group_of_node[u]].into)
-        next = (int32_t)u;
-    if (next >= 0) {
-      chain[n++] = &g->nodes[next];
-      v = g->nodes[next].out[0];
-    }
-  }
-  int32_t end = n ? chain[n - 1]->out[0] : y;
-  return cg_view_plain(g, end, out) && cg_view_back(g, n, chain, out);
-}
-
-/* How the kernel reads operand v: as the view fusion made of it, or in
- * order from its own slot (a value with a runtime dim among them). */
-static bool operand_view(const cg_ctx_t *c, int32_t v, cg_view_t *out) {
-  if (cg_view_of(c->g, v, alias_shares, c, out)) return true;
-  const ir_value_t *val = &c->g->values[v];
-  if (val->kind == IR_VALUE_NODE && c->plan->groups[c->plan->group_of_node[val->node]].strided)
-    return false;
-  cg_shape_t s;
-  if (!cg_value_shape(c, v, &s)) return false;
-  *out = (cg_view_t){.root = v, .rank = s.rank};
-  int64_t step = 1;
-  for (int d = s.rank - 1; d >= 0; d--) {
-    out->dim[d] = s.dim[d];
-    out->stride[d] = step;
-    step *= s.dim[d];
-  }
-  return true;
-}
-
-bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, int which,
-                          const cg_view_t *v) {
-  if (n->op != IR_OP_MATMUL || v->rank < 2 || v->offset < 0 ||
-      g->values[n->out[0]].type.dtype != LOOM_F32)
-    return false;
-  for (int i = 0; i < n->n_in; i++)
-    for (int d = 0; d < g->values[n->in[i]].type.rank; d++)
-      if (!ir_dim_is_const(g->values[n->in[i]].type.dims[d])) return false;
-  for (int d = 0; d < v->rank; d++)
-    if (v->stride[d] < 0) return false;
-  (void)which;
-  int r = v->rank - 2, col = v->rank - 1;
-  return v->stride[col] == 1 || v->dim[col] == 1 || v->stride[r] == 1 || v->dim[r] == 1;
-}
+/* ---- Matmul operands read through views (c_view.c) ---------------------------- */
 
 /* The stored matrix of view v as the kernel takes it: rows `*ld` apart
  * with op `*trans` (the node's trans attribute, flipped when v's columns
@@ -254,10 +187,10 @@ static loom_status_t contract_build(cg_ctx_t *c, int gi, contract_t *k, cg_shape
     *ok = grp->nodes[i] == a || cg_expr_supported(c->g, &c->g->nodes[grp->nodes[i]]);
   if (!*ok) return LOOM_OK;
   for (int i = 0; i < 2 && *ok && k->anchor->op == IR_OP_MATMUL; i++)
-    *ok = operand_view(c, k->anchor->in[i], &k->view[i]);
+    *ok = cg_operand_view(c, k->anchor->in[i], &k->view[i]);
   /* A product written through strides: the matmul alone, no epilogue. */
   if (*ok && grp->strided)
-    *ok = k->anchor->op == IR_OP_MATMUL && grp->n_nodes == 1 && product_view(c, k->y, &k->out);
+    *ok = k->anchor->op == IR_OP_MATMUL && grp->n_nodes == 1 && cg_product_view(c, k->y, &k->out);
   if (!*ok) return LOOM_OK;
   epilogue_space(k, y);
   k->c_value = pick_c(k, y);

@@ -24,15 +24,26 @@ bool cg_view_op(const loom_graph_t *g, const ir_node_t *n) {
   return true;
 }
 
-static void transpose(const ir_node_t *n, cg_view_t *v) {
+/* y = transpose(x, perm): y's dim i is x's dim perm[i]. Forward, v goes
+ * from x's view to y's; back, from y's to x's. */
+static void transpose(const ir_node_t *n, bool back, cg_view_t *v) {
   const int64_t *perm;
   bool given = ir_attr_ints(&n->attrs, "perm", &perm) >= 0;
-  cg_view_t in = *v;
-  for (int i = 0; i < in.rank; i++) {
-    int64_t p = given ? (perm[i] < 0 ? perm[i] + in.rank : perm[i]) : in.rank - 1 - i;
-    v->dim[i] = in.dim[p];
-    v->stride[i] = in.stride[p];
+  cg_view_t from = *v;
+  for (int i = 0; i < from.rank; i++) {
+    int64_t p = given ? (perm[i] < 0 ? perm[i] + from.rank : perm[i]) : from.rank - 1 - i;
+    int64_t to = back ? p : i, src = back ? i : p;
+    v->dim[to] = from.dim[src];
+    v->stride[to] = from.stride[src];
   }
+}
+
+/* Whether view v has type t's dims. */
+static bool has_dims(const cg_view_t *v, const ir_type_t *t) {
+  if (v->rank != t->rank) return false;
+  for (int d = 0; d < t->rank; d++)
+    if (v->dim[d] != t->dims[d]) return false;
+  return true;
 }
 
 /* Forward steps only: a negative stride is no GEMM operand. */
@@ -88,13 +99,10 @@ static bool reshape(cg_view_t *v, int rank, const int64_t *dim) {
 static bool apply(const loom_graph_t *g, const ir_node_t *n, cg_view_t *v) {
   const ir_type_t *y = &g->values[n->out[0]].type;
   bool ok = true;
-  if (n->op == IR_OP_TRANSPOSE) transpose(n, v);
+  if (n->op == IR_OP_TRANSPOSE) transpose(n, false, v);
   else if (n->op == IR_OP_SLICE) ok = slice(n, v);
   else ok = reshape(v, y->rank, y->dims);
-  if (!ok || v->rank != y->rank) return false;
-  for (int d = 0; d < y->rank; d++)
-    if (v->dim[d] != y->dims[d]) return false;
-  return true;
+  return ok && has_dims(v, y);
 }
 
 enum { MAX_CHAIN = 16 };
@@ -134,20 +142,9 @@ bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, c
     const ir_node_t *node = chain[i];
     const ir_type_t *x = &g->values[node->in[0]].type;
     if (!cg_view_op(g, node) || node->op == IR_OP_SLICE) return false;
-    if (node->op == IR_OP_TRANSPOSE) { /* y = transpose(x, p): x's dim p[j] is y's dim j */
-      const int64_t *perm;
-      bool given = ir_attr_ints(&node->attrs, "perm", &perm) >= 0;
-      cg_view_t y = *v;
-      for (int j = 0; j < y.rank; j++) {
-        int64_t p = given ? (perm[j] < 0 ? perm[j] + y.rank : perm[j]) : y.rank - 1 - j;
-        v->dim[p] = y.dim[j];
-        v->stride[p] = y.stride[j];
-      }
-    } else if (!reshape(v, x->rank, x->dims)) {
-      return false;
-    }
-    for (int d = 0; d < x->rank; d++)
-      if (v->rank != x->rank || v->dim[d] != x->dims[d]) return false;
+    if (node->op == IR_OP_TRANSPOSE) transpose(node, true, v);
+    else if (!reshape(v, x->rank, x->dims)) return false;
+    if (!has_dims(v, x)) return false;
   }
   return true;
 }
@@ -159,4 +156,67 @@ bool cg_view_is_plain(const cg_view_t *v) {
     step *= v->dim[d];
   }
   return v->offset == 0;
+}
+
+/* ---- Matmuls reading and writing views ----------------------------------------- */
+
+static bool alias_shares(const void *ctx, int32_t node) {
+  const cg_ctx_t *c = ctx;
+  const fuse_group_t *grp = &c->plan->groups[c->plan->group_of_node[node]];
+  return grp->kind == FUSE_ALIAS && !grp->into;
+}
+
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v) {
+  if (!cg_matmul_reads_view(g, n, v)) return false;
+  int r = v->rank - 2, col = v->rank - 1;
+  return v->stride[col] == 1 && (v->dim[r] == 1 || v->stride[r] >= v->dim[col]);
+}
+
+bool cg_product_view(const cg_ctx_t *c, int32_t y, cg_view_t *out) {
+  const loom_graph_t *g = c->g;
+  const ir_node_t *chain[LOOM_MAX_RANK * 2];
+  int n = 0;
+  for (int32_t v = y, next = 0; next >= 0 && n < LOOM_MAX_RANK * 2;) {
+    next = -1;
+    for (int64_t u = 0; u < g->n_nodes && next < 0; u++)
+      if (g->nodes[u].n_in == 1 && g->nodes[u].in[0] == v &&
+          c->plan->groups[c->plan->group_of_node[u]].into)
+        next = (int32_t)u;
+    if (next >= 0) {
+      chain[n++] = &g->nodes[next];
+      v = g->nodes[next].out[0];
+    }
+  }
+  int32_t end = n ? chain[n - 1]->out[0] : y;
+  return cg_view_plain(g, end, out) && cg_view_back(g, n, chain, out);
+}
+
+bool cg_operand_view(const cg_ctx_t *c, int32_t v, cg_view_t *out) {
+  if (cg_view_of(c->g, v, alias_shares, c, out)) return true;
+  const ir_value_t *val = &c->g->values[v];
+  if (val->kind == IR_VALUE_NODE && c->plan->groups[c->plan->group_of_node[val->node]].strided)
+    return false;
+  cg_shape_t s;
+  if (!cg_value_shape(c, v, &s)) return false;
+  *out = (cg_view_t){.root = v, .rank = s.rank};
+  int64_t step = 1;
+  for (int d = s.rank - 1; d >= 0; d--) {
+    out->dim[d] = s.dim[d];
+    out->stride[d] = step;
+    step *= s.dim[d];
+  }
+  return true;
+}
+
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v) {
+  if (n->op != IR_OP_MATMUL || v->rank < 2 || v->offset < 0 ||
+      g->values[n->out[0]].type.dtype != LOOM_F32)
+    return false;
+  for (int i = 0; i < n->n_in; i++)
+    for (int d = 0; d < g->values[n->in[i]].type.rank; d++)
+      if (!ir_dim_is_const(g->values[n->in[i]].type.dims[d])) return false;
+  for (int d = 0; d < v->rank; d++)
+    if (v->stride[d] < 0) return false;
+  int r = v->rank - 2, col = v->rank - 1;
+  return v->stride[col] == 1 || v->dim[col] == 1 || v->stride[r] == 1 || v->dim[r] == 1;
 }

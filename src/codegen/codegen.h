@@ -71,12 +71,11 @@ bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, c
 /* Whether view v is its root's storage in order (contiguous, offset 0). */
 bool cg_view_is_plain(const cg_view_t *v);
 /* Whether matmul n can write its product through view v: columns one
- * element apart, steps forward (c_contract.c). */
+ * element apart, steps forward. */
 bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
-/* Whether matmul n can read its operand `which` (0: A, 1: B) through
- * view v: rows or columns one element apart, steps forward (c_contract.c). */
-bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, int which,
-                          const cg_view_t *v);
+/* Whether matmul n can read an operand through view v: rows or columns
+ * one element apart, steps forward. */
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

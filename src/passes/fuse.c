@@ -212,7 +212,7 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
     for (int k = 0; k < user->n_in; k++) {
       cg_view_t view;
       if (user->in[k] == v && (k > 1 || !cg_view_of(f->g, v, view_shares, f, &view) ||
-                               !cg_matmul_reads_view(f->g, user, k, &view)))
+                               !cg_matmul_reads_view(f->g, user, &view)))
         return false;
     }
   }
