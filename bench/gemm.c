@@ -9,14 +9,13 @@
  *                             an explicit im2col buffer + the same GEMM
  *        bench_gemm kernel    the micro-kernel alone, on packed panels that
  *                             stay in L1 and L2, beside the FMA peak */
-#include <immintrin.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/pool.h"
+#include "fma_peak.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_impl.h"
 #ifdef LOOM_BENCH_DNNL
@@ -29,58 +28,7 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- FMA peak: independent FMA chains, enough to hide the latency ---- */
-
-__attribute__((target("avx2,fma"))) static double fma_loop_avx2(long iters) {
-  __m256 acc[12], x = _mm256_set1_ps(1e-7f), y = _mm256_set1_ps(0.999f);
-  for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
-  for (long it = 0; it < iters; it++)
-    for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], y, x);
-  float sink = 0;
-  for (int i = 0; i < 12; i++) sink += _mm256_cvtss_f32(acc[i]);
-  return sink;
-}
-
-__attribute__((target("avx512f,fma"))) static double fma_loop_avx512(long iters) {
-  __m512 acc[12], x = _mm512_set1_ps(1e-7f), y = _mm512_set1_ps(0.999f);
-  for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
-  for (long it = 0; it < iters; it++)
-    for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], y, x);
-  float sink = 0;
-  for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(acc[i]);
-  return sink;
-}
-
-typedef struct peak_arg {
-  long iters;
-  double flops;
-} peak_arg_t;
-
-static void *peak_thread(void *arg) {
-  peak_arg_t *pa = arg;
-  int wide = __builtin_cpu_supports("avx512f");
-  /* The sink keeps the loop alive; flops are counted, not summed. */
-  double r = wide ? fma_loop_avx512(pa->iters) : fma_loop_avx2(pa->iters);
-  pa->flops = 12.0 * (wide ? 16 : 8) * 2 * (double)pa->iters + (r < -1e30 ? 1 : 0);
-  return NULL;
-}
-
-/* GFLOP/s of `threads` threads each running `iters` steps of the FMA loop
- * at once (1e6 steps: ~2 ms at 1 thread here). */
-static double fma_peak_iters(int threads, long iters) {
-  pthread_t tid[8];
-  peak_arg_t arg[8];
-  double t0 = now();
-  for (int i = 0; i < threads; i++) arg[i].iters = iters;
-  for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, peak_thread, &arg[i]);
-  peak_thread(&arg[0]);
-  for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
-  double sec = now() - t0, total = 0;
-  for (int i = 0; i < threads; i++) total += arg[i].flops;
-  return total / sec * 1e-9;
-}
-
-static double fma_peak(int threads) { return fma_peak_iters(threads, 20000000); }
+static double fma_peak(int threads) { return bench_fma_peak(threads, 20000000); }
 
 /* ---- GEMM timing ------------------------------------------------------- */
 
@@ -147,7 +95,7 @@ static rate_t measure(void (*fn)(const mats_t *), const mats_t *m, int threads) 
   int reps = (int)(0.005 / (now() - t0 + 1e-9)) + 1, samples = 0;
   double start = now();
   while (samples < SAMPLES && (samples < 5 || now() - start < 1.0)) {
-    pk[samples] = fma_peak_iters(threads, 2500000);
+    pk[samples] = bench_fma_peak(threads, 2500000);
     double t1 = now();
     for (int r = 0; r < reps; r++) fn(m);
     g[samples] = flop * reps / (now() - t1) * 1e-9;

@@ -4,6 +4,9 @@
  * same run, in alternating blocks of steps, at 1 and 2 threads; and the
  * peak memory of each. See
  * docs/training.md for what peak_bytes and torch_peak_bytes count.
+ * Beside them: the step's GFLOP/s in its contractions (loom_executable_info's
+ * flops), the FMA peak measured after each block, and the ceiling, the
+ * ratio to PyTorch of a step that ran its contractions at that peak.
  * A model that does not build, compile or train prints what failed on
  * stderr and null for its numbers.
  *   bench_train BENCH_DIR [MODEL...]
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "fma_peak.h"
 #include "loom/train.h"
 #include "models.h"
 
@@ -106,6 +110,9 @@ static void make_inputs(const train_model_t *m, loom_tensor_t **in) {
 
 typedef struct result {
   double ms, peak, loss0; /* loss0: the first step's loss */
+  /* Loom only: the step's contraction flops, and the FMA peak (GFLOP/s)
+   * measured after each block of steps (the median) */
+  double flops, fma_gflops;
 } result_t;
 
 /* LOOM_BENCH_EXPLAIN=1: the steps that run reference kernels, on stderr
@@ -130,6 +137,7 @@ static int loom_setup(loom_graph_t *g, const model_params_t *p, loom_tensor_t *c
   }
   loom_executable_info_t info;
   BENCH_TRY(loom_executable_info(c->e, &info));
+  r->flops = info.flops;
   if (threads == 1) explain_reference_steps(c->e);
   BENCH_TRY(loom_executable_new_output(c->e, 0, &c->loss));
   double t0 = bench_now_ns();
@@ -176,12 +184,14 @@ static int torch_open(const char *bench_dir, const char *model, int threads,
  * blocks' medians, and the ratio the median of the rounds' ratios: a
  * minute in which the machine lost a core then weighs on both. */
 enum { ROUNDS = 5, BLOCK_MS = 300 };
+/* FMA steps of a peak measurement: about 5 ms here. */
+enum { PEAK_ITERS = 2500000 };
 
 static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
                     const model_params_t *p, loom_tensor_t *const *in, int threads,
                     result_t *loom, result_t *torch, double *ratio) {
   step_ctx_t c;
-  double first_ms = NAN, lm[ROUNDS], tm[ROUNDS], rt[ROUNDS];
+  double first_ms = NAN, lm[ROUNDS], tm[ROUNDS], rt[ROUNDS], pk[ROUNDS];
   char reply[256], request[64];
   if (!loom_setup(g, p, in, threads, &c, loom, &first_ms)) return;
   bench_peer_t peer = {-1, NULL, NULL};
@@ -195,6 +205,7 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
   snprintf(request, sizeof request, "steps %d", steps);
   for (int i = 0; i < rounds; i++) {
     lm[i] = bench_time_ms(run_step, &c, 0, steps, 0);
+    pk[i] = bench_fma_peak(threads, PEAK_ITERS);
     tm[i] = NAN;
     if (have_peer && (bench_peer_line(&peer, request, reply, sizeof reply) != 0 ||
                       sscanf(reply, "%lf", &tm[i]) != 1)) {
@@ -209,6 +220,7 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
             (long long)(after.compiles - before.compiles));
   if (!isfinite(loss_value(c.loss))) fprintf(stderr, "bench train: the loss is not finite\n");
   if (!c.failed) loom->ms = bench_median(lm, rounds);
+  loom->fma_gflops = bench_median(pk, rounds);
   if (have_peer) {
     torch->ms = bench_median(tm, rounds);
     *ratio = bench_median(rt, rounds);
@@ -231,6 +243,14 @@ static void print_line(const char *model, int threads, const result_t *l,
   bench_json_num(&j, "vs_torch_eager", ratio);
   bench_json_num(&j, "peak_bytes", l->peak);
   bench_json_num(&j, "torch_peak_bytes", t->peak);
+  /* The step's contractions against the FMA peak; the ceiling is the ratio
+   * a step would reach that ran them at the peak and did nothing else. */
+  double gflops = l->flops > 0 ? l->flops / l->ms * 1e-6 : NAN;
+  bench_json_num(&j, "gflops", gflops);
+  bench_json_num(&j, "fma_peak_gflops", l->fma_gflops);
+  bench_json_num(&j, "fraction_of_peak", gflops / l->fma_gflops);
+  bench_json_num(&j, "ceiling_vs_torch_eager",
+                 l->flops > 0 ? t->ms / (l->flops / l->fma_gflops * 1e-6) : NAN);
   bench_json_end(&j);
 }
 
@@ -256,7 +276,7 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
     fprintf(stderr, "bench train: %s: the step does not build: %s\n", m->name,
             loom_last_error());
   for (int th = 1; th <= MAX_THREADS; th++) {
-    loom[th] = torch[th] = (result_t){NAN, NAN, NAN};
+    loom[th] = torch[th] = (result_t){NAN, NAN, NAN, NAN, NAN};
     ratio[th] = NAN;
     if (built && bench_threads_wanted(th))
       measure(bench_dir, m->name, g, p, in, th, &loom[th], &torch[th], &ratio[th]);

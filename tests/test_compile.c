@@ -234,6 +234,52 @@ static void data_dependent_falls_back(void) {
   loom_graph_destroy(g);
 }
 
+/* The contractions' flops, against hand counts: a matmul with trans_a,
+ * a conv2d, a conv_transpose2d and a conv2d_weight_grad; the elementwise
+ * op counts nothing; a symbol takes its compiled value. */
+static void flops_counted(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  loom_value_t a, b, mm, e, x, w, y, wt, yt, dy, dw;
+  /* a (3, n) read transposed: (n, 3) @ (3, 5), depth 3 */
+  CHECK_OK(loom_graph_input(g, "a", LOOM_F32, 2, (loom_dim_t[]){3, n}, &a));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 2, (loom_dim_t[]){3, 5}, &b));
+  CHECK_OK(loom_matmul(g, a, b, 1, 0, &mm));
+  CHECK_OK(loom_exp(g, mm, &e));
+  CHECK_OK(loom_graph_output(g, e));
+  /* x (1, 2, 5, 5), w (3, 2, 3, 3), no padding: y (1, 3, 3, 3), depth 18 */
+  loom_conv_params_t p = {.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){1, 2, 5, 5}, &x));
+  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 4, (loom_dim_t[]){3, 2, 3, 3}, &w));
+  CHECK_OK(loom_conv2d(g, x, w, 0, x, &p, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  /* y (1, 3, 3, 3) through wt (3, 2, 2, 2): 27 inputs, 8 products each */
+  CHECK_OK(loom_graph_input(g, "wt", LOOM_F32, 4, (loom_dim_t[]){3, 2, 2, 2}, &wt));
+  CHECK_OK(loom_conv_transpose2d(g, y, wt, 0, y, &p, &yt));
+  CHECK_OK(loom_graph_output(g, yt));
+  /* dw (3, 2, 3, 3) summed over 1 image x 9 positions */
+  CHECK_OK(loom_graph_input(g, "dy", LOOM_F32, 4, (loom_dim_t[]){1, 3, 3, 3}, &dy));
+  CHECK_OK(loom_conv2d_weight_grad(g, x, dy, (int64_t[]){3, 3}, &p, &dw));
+  CHECK_OK(loom_graph_output(g, dw));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  const char *names[] = {"n"};
+  int64_t values[] = {4};
+  o.n_symbols = 1;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  loom_executable_t *ex;
+  CHECK_OK(loom_compile(g, &o, &ex));
+  loom_executable_info_t info;
+  CHECK_OK(loom_executable_info(ex, &info));
+  double want = 2.0 * (4 * 5 * 3 + 27 * 18 + 27 * 8 + 54 * 9);
+  CHECK(info.flops == want);
+  loom_executable_destroy(ex);
+  loom_graph_destroy(g);
+}
+
 int main(void) {
   char dir[] = "/tmp/loom_compile_XXXXXX";
   if (mkdtemp(dir)) setenv("LOOM_CACHE_DIR", dir, 1);
@@ -246,5 +292,6 @@ int main(void) {
   TEST_RUN(symbols_and_strides);
   TEST_RUN(guard_errors);
   TEST_RUN(data_dependent_falls_back);
+  TEST_RUN(flops_counted);
   return test_summary();
 }

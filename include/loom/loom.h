@@ -263,6 +263,11 @@ typedef struct loom_executable_info {
   double compile_ms;
   int n_copies; /* steps that copy a value: an output computed elsewhere,
                    an assign not written in place */
+  /* Floating-point operations of one run in its contractions (matmul,
+   * convolutions; 2 per multiply-add), the work a FLOP/s figure counts;
+   * with runtime symbols, those of the last run (-1 before one). Ops inside
+   * if/loop bodies are not counted. */
+  double flops;
 } loom_executable_info_t;
 loom_status_t loom_executable_info(const loom_executable_t *e,
                                    loom_executable_info_t *out);

@@ -239,6 +239,13 @@ loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i);
  * length (a constant trip count and no condition). */
 bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n);
 
+/* ---- Cost (src/ir/op_contract.c) ------------------------------------------ */
+
+/* Floating-point operations of node n when it is a contraction (matmul,
+ * convolutions: 2 per multiply-add), 0 for any other op; symbol k has the
+ * value syms[k] (syms may be NULL), and -1 means a size is unbound. */
+double ir_node_flops(const loom_graph_t *g, const ir_node_t *n, const int64_t *syms);
+
 /* Shape-rule context: the input types and attributes of a node being
  * built; the rule fills out[0..n_out-1]. */
 typedef struct ir_infer {

@@ -366,3 +366,53 @@ loom_status_t loom_conv2d_weight_grad(loom_graph_t *g, loom_value_t x,
   loom_value_t in[2] = {x, dy};
   return ir_build1(g, IR_OP_CONV2D_WEIGHT_GRAD, 2, in, &attrs, out);
 }
+
+/* ---- Cost ---------------------------------------------------------------- */
+
+/* The product of t's dims [from, to) with symbols at `syms` (NULL: none
+ * bound), or -1 when one is unbound. */
+static int64_t dims_product(const loom_graph_t *g, const int64_t *syms, const ir_type_t *t,
+                            int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) {
+    int64_t d = t->dims[i];
+    if (!ir_dim_is_const(d) && (!syms || ir_dim_eval(g, d, syms, &d) != LOOM_OK)) return -1;
+    p *= d;
+  }
+  return p;
+}
+
+/* Each output element of a contraction sums `depth` products: 2 * depth
+ * flops. A convolution's transposed form counts per input element. */
+double ir_node_flops(const loom_graph_t *g, const ir_node_t *n, const int64_t *syms) {
+  const ir_type_t *a = &g->values[n->in[0]].type;
+  const ir_type_t *y = &g->values[n->out[0]].type;
+  int64_t elems, depth;
+  switch (n->op) {
+  case IR_OP_MATMUL: {
+    bool ta = a->rank >= 2 && ir_attr_int(&n->attrs, "trans_a", 0);
+    int kd = a->rank == 1 ? 0 : ta ? a->rank - 2 : a->rank - 1;
+    elems = dims_product(g, syms, y, 0, y->rank);
+    depth = dims_product(g, syms, a, kd, kd + 1);
+    break;
+  }
+  case IR_OP_CONV2D: /* y (N, O, Ho, Wo), weight (O, C/groups, kh, kw) */
+    elems = dims_product(g, syms, y, 0, 4);
+    depth = dims_product(g, syms, &g->values[n->in[1]].type, 1, 4);
+    break;
+  case IR_OP_CONV_TRANSPOSE2D: /* x (N, C, H, W), weight (C, O/groups, kh, kw) */
+    elems = dims_product(g, syms, a, 0, 4);
+    depth = dims_product(g, syms, &g->values[n->in[1]].type, 1, 4);
+    break;
+  case IR_OP_CONV2D_WEIGHT_GRAD: { /* dw (O, C/groups, kh, kw), dy (N, O, Ho, Wo) */
+    const ir_type_t *dy = &g->values[n->in[1]].type;
+    int64_t images = dims_product(g, syms, dy, 0, 1), positions = dims_product(g, syms, dy, 2, 4);
+    elems = dims_product(g, syms, y, 0, 4);
+    depth = images < 0 || positions < 0 ? -1 : images * positions;
+    break;
+  }
+  default:
+    return 0;
+  }
+  return elems < 0 || depth < 0 ? -1 : 2.0 * (double)elems * (double)depth;
+}
