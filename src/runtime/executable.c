@@ -176,8 +176,13 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
       .naive_bytes = e->mem.naive_bytes,
       .compile_ms = e->compile_ms};
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
+  /* Symbols are evaluated only when all have values (an unbound one
+   * would leave an error message behind a call that succeeds). */
+  const int64_t *syms = e->syms;
+  for (int k = 0; e->graph && syms && k < e->graph->n_symbols; k++)
+    if (syms[k] < 0) syms = NULL;
   for (int64_t i = 0; e->graph && i < e->graph->n_nodes && out->flops >= 0; i++) {
-    double f = ir_node_flops(e->graph, &e->graph->nodes[i], e->syms);
+    double f = ir_node_flops(e->graph, &e->graph->nodes[i], syms);
     out->flops = f < 0 ? -1 : out->flops + f;
   }
   return LOOM_OK;
