@@ -8,7 +8,10 @@
  *        bench_gemm conv      conv2d layers: Loom's implicit im2col beside
  *                             an explicit im2col buffer + the same GEMM
  *        bench_gemm kernel    the micro-kernel alone, on packed panels that
- *                             stay in L1 and L2, beside the FMA peak */
+ *                             stay in L1 and L2, beside the FMA peak
+ *        bench_gemm step      the Transformer training step's GEMM shapes,
+ *                             Loom beside OpenBLAS (PyTorch's BLAS here) */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +21,6 @@
 #include "fma_peak.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_impl.h"
-#ifdef LOOM_BENCH_DNNL
-#include <dlfcn.h>
-#endif
 
 static double now(void) {
   struct timespec ts;
@@ -108,11 +108,17 @@ static rate_t measure(void (*fn)(const mats_t *), const mats_t *m, int threads) 
   return (rate_t){g[samples / 2], pk[samples / 2], fr[samples / 2]};
 }
 
-static float *random_matrix(int64_t n) {
-  float *x = aligned_alloc(64, (size_t)(n * n) * sizeof(float));
-  for (int64_t i = 0; i < n * n; i++) x[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
+static float *random_rect(int64_t count) {
+  float *x = aligned_alloc(64, (size_t)count * sizeof(float));
+  if (!x) {
+    fprintf(stderr, "bench_gemm: out of memory\n");
+    exit(1);
+  }
+  for (int64_t i = 0; i < count; i++) x[i] = (float)(rand() % 2001 - 1000) * 1e-3f;
   return x;
 }
+
+static float *random_matrix(int64_t n) { return random_rect(n * n); }
 
 /* ---- conv2d: implicit im2col (Loom) vs explicit im2col + GEMM ------------ */
 
@@ -249,6 +255,104 @@ static void bench_kernel(void) {
   free(c);
 }
 
+/* ---- The Transformer step's GEMM shapes, against OpenBLAS -------------- */
+
+/* OpenBLAS as PyTorch is run beside Loom (bench/train.c's TORCH_ENV): the
+ * OpenMP build, with cblas_sgemm's row-major interface. */
+#define OPENBLAS_PATH "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
+typedef void (*cblas_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                               const float *a, int lda, const float *b, int ldb, float beta,
+                               float *c, int ldc);
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+typedef struct step_gemm {
+  loom_abi_gemm_t d[4]; /* operand sets cycled, so that they come from L3 as in a step */
+  cblas_sgemm_fn sgemm;
+  core_pool_t *pool;
+} step_gemm_t;
+
+static void step_loom(const step_gemm_t *s, int set) { kern_gemm_f32(&s->d[set], s->pool); }
+
+static void step_blas(const step_gemm_t *s, int set) {
+  const loom_abi_gemm_t *d = &s->d[set];
+  s->sgemm(CBLAS_ROW_MAJOR, d->trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+           d->trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)d->m, (int)d->n, (int)d->k, 1.0f,
+           d->a, (int)d->lda, d->b, (int)d->ldb, 0.0f, d->c, (int)d->ldc);
+}
+
+/* Seconds per call over a block of at least ~20 ms, after a 10 ms pause:
+ * the other library's threads (OpenMP's spin after a parallel region, the
+ * pool's) are asleep when the block starts, as in a step that follows
+ * other work. */
+static double step_block(void (*fn)(const step_gemm_t *, int), const step_gemm_t *s) {
+  struct timespec pause = {0, 10 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  double t0 = now();
+  int calls = 0;
+  do fn(s, calls++ % 4);
+  while (now() - t0 < 0.02 || calls < 4);
+  return (now() - t0) / calls;
+}
+
+/* The GEMMs of bench train's Transformer step (batch 8 x 128 tokens, d
+ * 256, FFN 1024, QKV 768): forward X @ W^T, input gradients dY @ W,
+ * weight gradients dY^T @ X. Loom and OpenBLAS alternate blocks; each
+ * side's figure is the median of its blocks, the ratio the median of the
+ * pairs' ratios (OpenBLAS's time over Loom's: above 1, Loom is faster). */
+static void bench_step_shapes(void) {
+  void *h = dlopen(OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+  cblas_sgemm_fn sgemm = h ? (cblas_sgemm_fn)dlsym(h, "cblas_sgemm") : NULL;
+  void (*set_threads)(int) = h ? (void (*)(int))dlsym(h, "openblas_set_num_threads") : NULL;
+  if (!sgemm || !set_threads) {
+    fprintf(stderr, "bench_gemm: no OpenBLAS at %s (bench/setup.sh)\n", OPENBLAS_PATH);
+    return;
+  }
+  static const int64_t shapes[][5] = {/* m, n, k, trans_a, trans_b */
+                                      {1024, 768, 256, 0, 1},  {1024, 1024, 256, 0, 1},
+                                      {1024, 256, 1024, 0, 1}, {1024, 256, 256, 0, 1},
+                                      {1024, 256, 1024, 0, 0}, {1024, 1024, 256, 0, 0},
+                                      {256, 1024, 1024, 1, 0}, {1024, 256, 1024, 1, 0},
+                                      {768, 256, 1024, 1, 0},  {256, 256, 1024, 1, 0}};
+  enum { PAIRS = 9 };
+  for (int threads = 1; threads <= 2; threads++) {
+    step_gemm_t s = {.sgemm = sgemm};
+    if (threads > 1 && core_pool_create(threads, &s.pool) != LOOM_OK) return;
+    set_threads(threads);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+      int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+      int ta = (int)shapes[i][3], tb = (int)shapes[i][4];
+      for (int q = 0; q < 4; q++)
+        s.d[q] = (loom_abi_gemm_t){.m = m, .n = n, .k = k, .batch = 1,
+                                   .a = random_rect(m * k), .lda = ta ? m : k, .trans_a = ta,
+                                   .b = random_rect(k * n), .ldb = tb ? k : n, .trans_b = tb,
+                                   .c = random_rect(m * n), .ldc = n};
+      double lt[PAIRS], bt[PAIRS], ratio[PAIRS], flop = 2.0 * (double)(m * n * k);
+      for (int r = 0; r < PAIRS; r++) {
+        int blas_first = r % 2;
+        if (blas_first) bt[r] = step_block(step_blas, &s);
+        lt[r] = step_block(step_loom, &s);
+        if (!blas_first) bt[r] = step_block(step_blas, &s);
+        ratio[r] = bt[r] / lt[r];
+      }
+      qsort(lt, PAIRS, sizeof *lt, cmp_double);
+      qsort(bt, PAIRS, sizeof *bt, cmp_double);
+      qsort(ratio, PAIRS, sizeof *ratio, cmp_double);
+      printf("{\"bench\":\"gemm_step\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"trans_a\":%d,"
+             "\"trans_b\":%d,\"threads\":%d,\"loom_gflops\":%.1f,\"openblas_gflops\":%.1f,"
+             "\"vs_openblas\":%.3f}\n",
+             (long long)m, (long long)n, (long long)k, ta, tb, threads,
+             flop / lt[PAIRS / 2] * 1e-9, flop / bt[PAIRS / 2] * 1e-9, ratio[PAIRS / 2]);
+      fflush(stdout);
+      for (int q = 0; q < 4; q++) {
+        free((void *)s.d[q].a);
+        free((void *)s.d[q].b);
+        free(s.d[q].c);
+      }
+    }
+    core_pool_destroy(s.pool);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "conv") == 0) {
     bench_conv();
@@ -256,6 +360,10 @@ int main(int argc, char **argv) {
   }
   if (argc > 1 && strcmp(argv[1], "kernel") == 0) {
     bench_kernel();
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "step") == 0) {
+    bench_step_shapes();
     return 0;
   }
   int64_t sizes[16] = {256, 512, 1024, 2048};
