@@ -78,9 +78,23 @@ static void profiled_runs_match_and_report_every_step(void) {
     CHECK(strstr(text, "3 runs") != NULL);
     CHECK(strstr(text, "sum of the fastest") != NULL);
     CHECK(strstr(text, "contraction [matmul") != NULL);
+    CHECK(strstr(text, "GFLOP/s in contractions") != NULL);
     int listed = 0;
     for (const char *p = text; (p = strstr(p, "  step ")) != NULL; p++) listed++;
     CHECK(listed == info.n_generated + info.n_reference);
+    /* The matmul's step line has a rate after its share, the reduction's
+     * none: "mean fastest share% [GFLOP/s] step i ..." */
+    int lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+      const char *pct = strchr(line, '%');
+      if (!pct || !strstr(line, "  step ")) continue;
+      double rate = 0;
+      int has_rate = sscanf(pct + 1, "%lf", &rate) == 1;
+      if (strstr(line, "contraction [matmul")) CHECK(has_rate && rate > 0);
+      else CHECK(!has_rate);
+      lines++;
+    }
+    CHECK(lines == listed);
   }
   free(text);
 done:

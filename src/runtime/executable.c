@@ -176,16 +176,23 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
       .naive_bytes = e->mem.naive_bytes,
       .compile_ms = e->compile_ms};
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
+  if (e->graph) out->flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
+  return LOOM_OK;
+}
+
+double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n) {
   /* Symbols are evaluated only when all have values (an unbound one
    * would leave an error message behind a call that succeeds). */
   const int64_t *syms = e->syms;
-  for (int k = 0; e->graph && syms && k < e->graph->n_symbols; k++)
+  for (int k = 0; syms && k < e->graph->n_symbols; k++)
     if (syms[k] < 0) syms = NULL;
-  for (int64_t i = 0; e->graph && i < e->graph->n_nodes && out->flops >= 0; i++) {
-    double f = ir_node_flops(e->graph, &e->graph->nodes[i], syms);
-    out->flops = f < 0 ? -1 : out->flops + f;
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double f = ir_node_flops(e->graph, &e->graph->nodes[nodes ? nodes[i] : i], syms);
+    if (f < 0) return -1;
+    sum += f;
   }
-  return LOOM_OK;
+  return sum;
 }
 
 static void free_ref_step(ref_step_t *r) {

@@ -92,6 +92,12 @@ struct loom_executable {
   struct rt_profile *profile; /* step timings (LOOM_LOG=steps), or NULL */
 };
 
+/* ---- Work (src/runtime/executable.c) ---------------------------------------- */
+
+/* Flops of the contractions among nodes[0..n) of e's graph (ir_node_flops),
+ * with e's symbol values when all are bound; -1 when a size is unknown. */
+double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n);
+
 /* ---- Step timings (src/runtime/profile.c) ---------------------------------- */
 
 typedef struct rt_profile rt_profile_t;

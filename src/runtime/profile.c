@@ -85,16 +85,28 @@ void rt_profile_report(const loom_executable_t *e) {
     total_min += p->min[i];
   }
   qsort(order, (size_t)e->n_steps, sizeof *order, by_time);
-  core_log(LOG_STEPS, "%d steps, %lld runs, %.3f ms per run (sum of the fastest: %.3f) on %d threads",
+  double flops = e->graph ? rt_nodes_flops(e, NULL, e->graph->n_nodes) : -1;
+  char rate[64] = "";
+  if (flops > 0 && total > 0)
+    snprintf(rate, sizeof rate, ", %.1f GFLOP/s in contractions",
+             flops * (double)p->runs / (double)total);
+  core_log(LOG_STEPS, "%d steps, %lld runs, %.3f ms per run (sum of the fastest: %.3f) on %d threads%s",
            e->n_steps, (long long)p->runs, (double)total / 1e6 / (double)p->runs,
-           (double)total_min / 1e6, core_pool_threads(e->pool));
-  core_log(LOG_STEPS, "    mean  fastest  share");
+           (double)total_min / 1e6, core_pool_threads(e->pool), rate);
+  core_log(LOG_STEPS, "    mean  fastest  share  GFLOP/s (at the fastest)");
   for (int r = 0; r < e->n_steps; r++) {
     int i = order[r].step;
-    char what[512];
-    describe(e, &e->steps[i], what, sizeof what);
-    core_log(LOG_STEPS, "%8.3f %8.3f %5.1f%%  step %3d %s", (double)p->ns[i] / 1e6 / (double)p->runs,
-             (double)p->min[i] / 1e6, total ? 100.0 * (double)p->ns[i] / (double)total : 0.0, i, what);
+    const step_t *st = &e->steps[i];
+    char what[512], gf[16] = "       ";
+    describe(e, st, what, sizeof what);
+    if (st->kind != STEP_COPY && p->min[i] > 0) {
+      const fuse_group_t *grp = &e->plan.groups[st->group];
+      double f = rt_nodes_flops(e, grp->nodes, grp->n_nodes);
+      if (f > 0) snprintf(gf, sizeof gf, "%7.1f", f / (double)p->min[i]);
+    }
+    core_log(LOG_STEPS, "%8.3f %8.3f %5.1f%% %s  step %3d %s",
+             (double)p->ns[i] / 1e6 / (double)p->runs, (double)p->min[i] / 1e6,
+             total ? 100.0 * (double)p->ns[i] / (double)total : 0.0, gf, i, what);
   }
   core_free(order);
 }
