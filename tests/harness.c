@@ -2,6 +2,7 @@
 
 #include "ir/ir.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,4 +243,18 @@ loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
 int test_summary(void) {
   printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
   return test_failures ? 1 : 0;
+}
+
+int test_files_with_prefix(const char *dir, const char *prefix, char *first, size_t size) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && n++ == 0 && first &&
+        strlen(dir) + strlen(e->d_name) + 2 <= size) {
+      strcpy(first, dir);
+      strcat(first, "/");
+      strcat(first, e->d_name);
+    }
+  if (d) closedir(d);
+  return n;
 }

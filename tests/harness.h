@@ -84,6 +84,11 @@ double test_get(const loom_tensor_t *t, int64_t i);
  * have data-dependent shapes). */
 loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in);
 
+/* The entries of directory dir whose names start with prefix: how many,
+ * and the first one's path in `first` (when not NULL and it fits). A save
+ * that must leave no temporary behind is checked with it. */
+int test_files_with_prefix(const char *dir, const char *prefix, char *first, size_t size);
+
 #define TEST_RUN(fn)                                                       \
   do {                                                                     \
     int before_ = test_failures;                                           \

@@ -61,6 +61,14 @@ static int count_temporaries(void) {
   return n;
 }
 
+/* How many temporaries a save of dir/name by process pid left beside it
+ * ("name.tmp.PID.N"), and the first one's path in `first`. */
+static int temporaries_of(const char *name, long pid, char *first, size_t size) {
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", name, pid);
+  return test_files_with_prefix(dir, prefix, first, size);
+}
+
 static void put_u64(unsigned char *b, uint64_t v) {
   for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
 }
@@ -671,9 +679,8 @@ static void save_killed_midway_keeps_the_old_file(void) {
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
   CHECK(holds_three(p, 1));
   /* The dead process's temporary is left beside it, never in its place. */
-  char tmp[160];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)pid);
-  CHECK(file_exists(tmp));
+  char tmp[256];
+  CHECK(temporaries_of("killed.safetensors", (long)pid, tmp, sizeof tmp) == 1);
   unlink(tmp);
   /* The next save replaces the file whole. */
   CHECK_OK(loom_checkpoint_save(big, p));
@@ -688,7 +695,7 @@ static void save_killed_midway_keeps_the_old_file(void) {
 static void save_errors_leave_no_file(void) {
   loom_value_t v[3];
   loom_graph_t *g = three_params(v, 1);
-  char p[128], tmp[160];
+  char p[128];
   CHECK_ERR(loom_checkpoint_save(g, path_in(p, sizeof p, "nodir/x.safetensors")),
             LOOM_ERR_IO, "nodir");
   CHECK(!file_exists(p));
@@ -696,8 +703,7 @@ static void save_errors_leave_no_file(void) {
   path_in(p, sizeof p, "adir");
   CHECK(mkdir(p, 0755) == 0);
   CHECK_ERR(loom_checkpoint_save(g, p), LOOM_ERR_IO, "rename");
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
-  CHECK(!file_exists(tmp));
+  CHECK(temporaries_of("adir", (long)getpid(), NULL, 0) == 0);
   CHECK_ERR(loom_checkpoint_load(g, p), LOOM_ERR_IO, "not a regular file");
   rmdir(p);
   CHECK_ERR(loom_checkpoint_load(g, path_in(p, sizeof p, "absent")), LOOM_ERR_IO, "absent");

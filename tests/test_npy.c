@@ -17,6 +17,14 @@ static const char *path_in(char *buf, size_t size, const char *name) {
   return buf;
 }
 
+/* How many temporaries a save of dir/name by process pid left beside it
+ * ("name.tmp.PID.N"), and the first one's path in `first`. */
+static int temporaries_of(const char *name, long pid, char *first, size_t size) {
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", name, pid);
+  return test_files_with_prefix(dir, prefix, first, size);
+}
+
 static void write_bytes(const char *path, const void *bytes, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) {
@@ -320,7 +328,7 @@ static void save_errors_leave_no_file(void) {
   int64_t shape[] = {2};
   loom_tensor_t *t;
   CHECK_OK(loom_tensor_create(LOOM_F32, 1, shape, &t));
-  char p[128], tmp[160];
+  char p[128];
   CHECK_ERR(loom_tensor_save_npy(t, path_in(p, sizeof p, "nodir/x.npy")),
             LOOM_ERR_IO, "nodir");
   CHECK(!file_exists(p));
@@ -328,8 +336,7 @@ static void save_errors_leave_no_file(void) {
   path_in(p, sizeof p, "adir");
   CHECK(mkdir(p, 0755) == 0);
   CHECK_ERR(loom_tensor_save_npy(t, p), LOOM_ERR_IO, "rename");
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
-  CHECK(!file_exists(tmp));
+  CHECK(temporaries_of("adir", (long)getpid(), NULL, 0) == 0);
   rmdir(p);
   loom_tensor_t *bf;
   CHECK_OK(loom_tensor_create(LOOM_BF16, 1, shape, &bf));

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/file.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -367,19 +368,6 @@ static size_t format_header(const char *descr, const loom_tensor_t *t,
   return len;
 }
 
-static loom_status_t write_all(int fd, const char *path, const void *buf,
-                               size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return loom_fail(LOOM_ERR_IO, "%s: write: %s", path, strerror(errno));
-    p += w;
-    n -= (size_t)w;
-  }
-  return LOOM_OK;
-}
-
 /* Writes the preamble, header and data of t to fd. */
 static loom_status_t write_npy(int fd, const char *path, const char *descr,
                                const loom_tensor_t *t) {
@@ -394,28 +382,19 @@ static loom_status_t write_npy(int fd, const char *path, const char *descr,
   pre[6] = v2 ? 2 : 1;
   pre[7] = 0;
   for (int i = 0; i < (v2 ? 4 : 2); i++) pre[8 + i] = (unsigned char)(len >> (8 * i));
-  LOOM_TRY(write_all(fd, path, pre, v2 ? 12 : 10));
-  LOOM_TRY(write_all(fd, path, header, len));
-  size_t bytes = (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype);
-  if (tensor_is_contiguous(t)) return write_all(fd, path, t->data, bytes);
-  loom_tensor_t *dense;
-  LOOM_TRY(tensor_contiguous_copy(t, &dense));
-  loom_status_t s = write_all(fd, path, dense->data, bytes);
-  loom_tensor_destroy(dense);
-  return s;
+  LOOM_TRY(core_write_all(fd, path, pre, v2 ? 12 : 10));
+  LOOM_TRY(core_write_all(fd, path, header, len));
+  return core_write_tensor(fd, path, t);
 }
 
-/* Writes the temporary file and makes its bytes durable. */
-static loom_status_t write_tmp(const char *tmp, const char *descr,
-                               const loom_tensor_t *t) {
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: %s", tmp, strerror(errno));
-  loom_status_t s = write_npy(fd, tmp, descr, t);
-  if (s == LOOM_OK && fsync(fd) != 0)
-    s = loom_fail(LOOM_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && s == LOOM_OK)
-    s = loom_fail(LOOM_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-  return s;
+typedef struct npy_save {
+  const char *descr;
+  const loom_tensor_t *t;
+} npy_save_t;
+
+static loom_status_t fill_npy(int fd, const char *tmp, void *ctx) {
+  const npy_save_t *n = ctx;
+  return write_npy(fd, tmp, n->descr, n->t);
 }
 
 loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path) {
@@ -426,15 +405,8 @@ loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path) {
     return loom_fail(LOOM_ERR_UNSUPPORTED,
                      "%s: dtype %s has no NumPy .npy descr; cast it (to f32) "
                      "before saving", path, loom_dtype_name(t->dtype));
-  size_t n = strlen(path) + 32;
-  char *tmp = core_malloc(n);
-  if (!tmp) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", path);
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  loom_status_t s = write_tmp(tmp, descr, t);
-  if (s == LOOM_OK && rename(tmp, path) != 0)
-    s = loom_fail(LOOM_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
-  if (s != LOOM_OK) unlink(tmp);
-  core_free(tmp);
+  npy_save_t n = {descr, t};
+  loom_status_t s = core_file_replace(path, fill_npy, &n);
   if (s == LOOM_OK) loom_clear_error();
   return s;
 }

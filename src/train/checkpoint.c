@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/file.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -194,96 +195,29 @@ static loom_status_t header_text(ck_params_t *ps, const char *path,
 
 /* ---- Saving ------------------------------------------------------------------ */
 
-static loom_status_t write_all(int fd, const char *path, const void *buf,
-                               size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return loom_fail(LOOM_ERR_IO, "%s: write: %s", path, strerror(errno));
-    p += w;
-    n -= (size_t)w;
-  }
-  return LOOM_OK;
-}
+typedef struct ck_save {
+  const ck_buf_t *header;
+  const ck_params_t *params;
+} ck_save_t;
 
-static loom_status_t write_tensor(int fd, const char *path,
-                                  const loom_tensor_t *t) {
-  size_t bytes = (size_t)tensor_bytes(t);
-  if (tensor_is_contiguous(t)) return write_all(fd, path, t->data, bytes);
-  loom_tensor_t *dense;
-  LOOM_TRY(tensor_contiguous_copy(t, &dense));
-  loom_status_t s = write_all(fd, path, dense->data, bytes);
-  loom_tensor_destroy(dense);
-  return s;
-}
-
-static loom_status_t write_body(int fd, const char *path, const ck_buf_t *h,
-                                const ck_params_t *ps) {
+/* The header's length, the header, then each tensor's bytes in order. */
+static loom_status_t write_body(int fd, const char *path, void *ctx) {
+  const ck_save_t *c = ctx;
   unsigned char len[8];
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h->n >> (8 * i));
-  LOOM_TRY(write_all(fd, path, len, sizeof len));
-  LOOM_TRY(write_all(fd, path, h->p, (size_t)h->n));
-  for (int64_t k = 0; k < ps->n; k++) LOOM_TRY(write_tensor(fd, path, ps->p[k].t));
-  return LOOM_OK;
-}
-
-/* Writes the temporary file and makes its bytes durable before the rename
- * can publish them. */
-static loom_status_t write_tmp(const char *tmp, const ck_buf_t *h,
-                               const ck_params_t *ps) {
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: %s", tmp, strerror(errno));
-  loom_status_t s = write_body(fd, tmp, h, ps);
-  if (s == LOOM_OK && fsync(fd) != 0)
-    s = loom_fail(LOOM_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && s == LOOM_OK)
-    s = loom_fail(LOOM_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-  return s;
-}
-
-/* Makes the rename itself durable. Best effort: the new file is already
- * in place, and a directory that cannot be opened for reading still holds
- * it. */
-static void sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)fsync(fd);
-  close(fd);
-}
-
-/* path's temporary twin (same directory, so that rename is atomic) and
- * its directory, in one allocation. */
-static loom_status_t tmp_names(const char *path, char **tmp, char **dir) {
-  size_t n = strlen(path);
-  *tmp = core_malloc(2 * n + 40);
-  if (!*tmp) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", path);
-  snprintf(*tmp, n + 32, "%s.tmp.%ld", path, (long)getpid());
-  *dir = *tmp + n + 32;
-  const char *slash = strrchr(path, '/');
-  if (!slash) strcpy(*dir, ".");
-  else if (slash == path) strcpy(*dir, "/");
-  else {
-    memcpy(*dir, path, (size_t)(slash - path));
-    (*dir)[slash - path] = '\0';
-  }
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)c->header->n >> (8 * i));
+  LOOM_TRY(core_write_all(fd, path, len, sizeof len));
+  LOOM_TRY(core_write_all(fd, path, c->header->p, (size_t)c->header->n));
+  for (int64_t k = 0; k < c->params->n; k++)
+    LOOM_TRY(core_write_tensor(fd, path, c->params->p[k].t));
   return LOOM_OK;
 }
 
 static loom_status_t save_sorted(ck_params_t *ps, const char *path) {
   qsort(ps->p, (size_t)ps->n, sizeof *ps->p, by_alignment);
   ck_buf_t h = {0};
-  char *tmp = NULL, *dir = NULL;
   loom_status_t s = header_text(ps, path, &h);
-  if (s == LOOM_OK) s = tmp_names(path, &tmp, &dir);
-  if (s == LOOM_OK) {
-    s = write_tmp(tmp, &h, ps);
-    if (s == LOOM_OK && rename(tmp, path) != 0)
-      s = loom_fail(LOOM_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
-    if (s != LOOM_OK) unlink(tmp);
-    else sync_dir(dir);
-  }
-  core_free(tmp);
+  ck_save_t c = {&h, ps};
+  if (s == LOOM_OK) s = core_file_replace(path, write_body, &c);
   core_free(h.p);
   return s;
 }

@@ -1,0 +1,26 @@
+/* Files written whole or not at all: a reader sees the old file or the
+ * complete new one, never a prefix (a crash, a full disk, a kill midway). */
+#ifndef LOOM_CORE_FILE_H
+#define LOOM_CORE_FILE_H
+
+#include <stddef.h>
+
+#include "loom/loom.h"
+
+/* All n bytes of buf to fd, through short writes and interrupted calls;
+ * an error names `path`. */
+loom_status_t core_write_all(int fd, const char *path, const void *buf, size_t n);
+
+/* t's elements, dense and in order, to fd (a strided view is copied
+ * first). */
+loom_status_t core_write_tensor(int fd, const char *path, const loom_tensor_t *t);
+
+/* Fills an open file: `tmp` names it in errors. */
+typedef loom_status_t (*core_file_fill_t)(int fd, const char *tmp, void *ctx);
+
+/* Writes `path` by fill() into a new file beside it, makes the bytes
+ * durable, renames it over path and syncs the directory. On failure the
+ * new file is removed and path is as it was. */
+loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *ctx);
+
+#endif
