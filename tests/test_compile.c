@@ -276,6 +276,11 @@ static void flops_counted(void) {
   CHECK_OK(loom_executable_info(ex, &info));
   double want = 2.0 * (4 * 5 * 3 + 27 * 18 + 27 * 8 + 54 * 9);
   CHECK(info.flops == want);
+  char *text = NULL, line[64];
+  CHECK_OK(loom_executable_explain(ex, &text));
+  snprintf(line, sizeof line, "\n  %.0f flops a run in contractions\n", want);
+  CHECK(text && strstr(text, line));
+  loom_free(text);
   loom_executable_destroy(ex);
   loom_graph_destroy(g);
 }

@@ -47,6 +47,9 @@ loom_status_t loom_executable_explain(const loom_executable_t *e, char **out) {
     core_text_put(&t, "== memory ==\n  arena %lld bytes, lower bound %lld, naive %lld, in place %d\n",
         (long long)e->mem.arena_bytes, (long long)e->mem.lower_bound_bytes,
         (long long)e->mem.naive_bytes, e->mem.n_inplace);
+    double flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
+    if (flops >= 0)
+      core_text_put(&t, "== work ==\n  %.0f flops a run in contractions\n", flops);
   }
   if (e->source_text)
     core_text_put(&t, "== generated C (%s) ==\n%s", e->module ? cpu_module_path(e->module) : "not compiled",
