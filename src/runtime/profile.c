@@ -73,6 +73,17 @@ static void describe(const loom_executable_t *e, const step_t *st, char *buf, si
     ir_type_str(e->graph, &e->graph->values[grp->outputs[0]].type, buf + n, size - (size_t)n);
 }
 
+/* A contraction step's GFLOP/s over ns nanoseconds, 7 wide; blanks for
+ * other steps. */
+static void rate_at(const loom_executable_t *e, const step_t *st, int64_t ns, char *buf,
+                    size_t size) {
+  snprintf(buf, size, "%7s", "");
+  if (st->kind == STEP_COPY || ns <= 0) return;
+  const fuse_group_t *grp = &e->plan.groups[st->group];
+  double f = rt_nodes_flops(e, grp->nodes, grp->n_nodes);
+  if (f > 0) snprintf(buf, size, "%7.1f", f / (double)ns);
+}
+
 void rt_profile_report(const loom_executable_t *e) {
   const rt_profile_t *p = e->profile;
   if (!p || p->runs == 0) return;
@@ -96,14 +107,9 @@ void rt_profile_report(const loom_executable_t *e) {
   core_log(LOG_STEPS, "    mean  fastest  share  GFLOP/s (at the fastest)");
   for (int r = 0; r < e->n_steps; r++) {
     int i = order[r].step;
-    const step_t *st = &e->steps[i];
-    char what[512], gf[16] = "       ";
-    describe(e, st, what, sizeof what);
-    if (st->kind != STEP_COPY && p->min[i] > 0) {
-      const fuse_group_t *grp = &e->plan.groups[st->group];
-      double f = rt_nodes_flops(e, grp->nodes, grp->n_nodes);
-      if (f > 0) snprintf(gf, sizeof gf, "%7.1f", f / (double)p->min[i]);
-    }
+    char what[512], gf[16];
+    describe(e, &e->steps[i], what, sizeof what);
+    rate_at(e, &e->steps[i], p->min[i], gf, sizeof gf);
     core_log(LOG_STEPS, "%8.3f %8.3f %5.1f%% %s  step %3d %s",
              (double)p->ns[i] / 1e6 / (double)p->runs, (double)p->min[i] / 1e6,
              total ? 100.0 * (double)p->ns[i] / (double)total : 0.0, gf, i, what);
