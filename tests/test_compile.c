@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ir/ir.h"
 
 /* x (n, 4) -> relu(x @ w + b) * 2 - x[:, :1] summed over axis 1; a param
  * counter incremented by assign. Exercises contraction, elementwise,
@@ -282,6 +283,10 @@ static void flops_counted(void) {
   CHECK(text && strstr(text, line));
   loom_free(text);
   loom_executable_destroy(ex);
+  /* An op with no inputs is no contraction: nothing to read. */
+  loom_value_t r;
+  CHECK_OK(loom_arange(g, 0, 4, 1, LOOM_F32, &r));
+  CHECK(ir_node_flops(g, &g->nodes[g->n_nodes - 1], NULL) == 0);
   loom_graph_destroy(g);
 }
 

@@ -385,6 +385,8 @@ static int64_t dims_product(const loom_graph_t *g, const int64_t *syms, const ir
 /* Each output element of a contraction sums `depth` products: 2 * depth
  * flops. A convolution's transposed form counts per input element. */
 double ir_node_flops(const loom_graph_t *g, const ir_node_t *n, const int64_t *syms) {
+  /* Contractions have inputs and an output to read; other ops may not. */
+  if (ir_ops[n->op].fusion_class != IR_CLASS_CONTRACT) return 0;
   const ir_type_t *a = &g->values[n->in[0]].type;
   const ir_type_t *y = &g->values[n->out[0]].type;
   int64_t elems, depth;
