@@ -33,22 +33,27 @@ loom_status_t core_write_tensor(int fd, const char *path, const loom_tensor_t *t
   return s;
 }
 
-/* Makes a rename durable. Best effort: the new file is already in place,
- * and a directory that cannot be opened for reading still holds it. */
-static void sync_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = NULL;
-  if (slash && slash != path) {
-    dir = core_malloc((size_t)(slash - path) + 1);
-    if (!dir) return;
-    memcpy(dir, path, (size_t)(slash - path));
-    dir[slash - path] = '\0';
-  }
-  int fd = open(dir ? dir : slash ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  core_free(dir);
+void core_sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
   (void)fsync(fd);
   close(fd);
+}
+
+/* The directory of path, synced after a rename into it (the new file is
+ * already in place, so a failure here loses nothing but durability). */
+static void sync_dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash || slash == path) {
+    core_sync_dir(slash ? "/" : ".");
+    return;
+  }
+  char *dir = core_malloc((size_t)(slash - path) + 1);
+  if (!dir) return;
+  memcpy(dir, path, (size_t)(slash - path));
+  dir[slash - path] = '\0';
+  core_sync_dir(dir);
+  core_free(dir);
 }
 
 /* Creates, fills and closes tmp, its bytes durable before a rename can
@@ -76,7 +81,7 @@ loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *c
   if (s == LOOM_OK && rename(tmp, path) != 0)
     s = loom_fail(LOOM_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
   if (s != LOOM_OK) unlink(tmp);
-  else sync_dir(path);
+  else sync_dir_of(path);
   core_free(tmp);
   return s;
 }

@@ -15,6 +15,10 @@ loom_status_t core_write_all(int fd, const char *path, const void *buf, size_t n
  * first). */
 loom_status_t core_write_tensor(int fd, const char *path, const loom_tensor_t *t);
 
+/* Makes the entries of directory dir (a rename into it) durable. Best
+ * effort: a directory that cannot be opened for reading is left as is. */
+void core_sync_dir(const char *dir);
+
 /* Fills an open file: `tmp` names it in errors. */
 typedef loom_status_t (*core_file_fill_t)(int fd, const char *tmp, void *ctx);
 

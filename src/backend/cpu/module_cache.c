@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/status.h"
@@ -151,17 +152,6 @@ cpu_entry_state_t cpu_cache_check(const char *path, const char **why) {
   return defect ? CPU_ENTRY_BAD : CPU_ENTRY_OK;
 }
 
-static bool write_all(int fd, const char *data, size_t size) {
-  while (size > 0) {
-    ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= (size_t)n;
-  }
-  return true;
-}
-
 loom_status_t cpu_cache_seal(const char *path) {
   int fd = open(path, O_RDWR | O_CLOEXEC);
   struct stat st;
@@ -171,7 +161,8 @@ loom_status_t cpu_cache_seal(const char *path) {
   if (ok) {
     memcpy(trailer, TRAILER_PREFIX, PREFIX_LEN);
     trailer[TRAILER_LEN - 1] = '\n';
-    ok = lseek(fd, 0, SEEK_END) >= 0 && write_all(fd, trailer, TRAILER_LEN) && fsync(fd) == 0;
+    ok = lseek(fd, 0, SEEK_END) >= 0 &&
+         core_write_all(fd, path, trailer, TRAILER_LEN) == LOOM_OK && fsync(fd) == 0;
   }
   int err = errno;
   if (fd >= 0) close(fd);
@@ -184,11 +175,7 @@ loom_status_t cpu_cache_publish(const char *from, const char *to, const char *di
     return loom_fail(LOOM_ERR_IO, "module cache: cannot move '%s' to '%s': %s", from, to,
                      strerror(errno));
   /* The rename itself reaches the disk only when the directory does. */
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
+  core_sync_dir(dir);
   return LOOM_OK;
 }
 
