@@ -1,6 +1,8 @@
 #include "harness.h"
 
+#include "core/tensor.h"
 #include "ir/ir.h"
+#include "ir/rewrite.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -179,12 +181,35 @@ static int skip_compiled(const loom_graph_t *g) {
   return 0;
 }
 
-/* Compiles g specialized to the inputs' shapes, runs it, and checks its
- * output against the interpreter's. Every op test goes through here. */
-static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
-                           const loom_tensor_t *want) {
-  const char *env = getenv("LOOM_TEST_COMPILE");
-  if ((env && !strcmp(env, "0")) || skip_compiled(g)) return;
+/* What a failure names: the graph's last op and its output dtype. */
+static void graph_label(const loom_graph_t *g, char *buf, size_t size) {
+  const char *op = g->n_nodes ? ir_ops[g->nodes[g->n_nodes - 1].op].name : "(no node)";
+  const ir_type_t *t = g->n_outputs ? &g->values[g->outputs[0]].type : NULL;
+  snprintf(buf, size, "%s -> %s", op, t ? loom_dtype_name(t->dtype) : "?");
+}
+
+/* Whether got matches the interpreter's want within the compiled-code
+ * tolerance; the first miss is reported under `label`. */
+static void compare_compiled(const loom_tensor_t *got, const loom_tensor_t *want,
+                             const char *label) {
+  double scale = 1;
+  for (int64_t i = 0; i < loom_tensor_numel(want); i++)
+    if (isfinite(test_get(want, i)) && fabs(test_get(want, i)) > scale)
+      scale = fabs(test_get(want, i));
+  loom_dtype_t dt = loom_tensor_dtype(want);
+  for (int64_t i = 0; i < loom_tensor_numel(want); i++)
+    if (!near(test_get(got, i), test_get(want, i), compiled_atol(dt, scale), 0)) {
+      test_fail(__FILE__, __LINE__,
+                "%s: compiled element %lld = %.9g, the interpreter gives %.9g", label,
+                (long long)i, test_get(got, i), test_get(want, i));
+      return;
+    }
+}
+
+/* Compiles g specialized to the inputs' shapes (its symbols bound from
+ * them), runs it and checks its n_out outputs against want[]. */
+static void compile_and_compare(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
+                                int n_out, loom_tensor_t *const *want) {
   const char *names[LOOM_MAX_RANK * 8];
   int64_t values[LOOM_MAX_RANK * 8];
   int n_syms = 0;
@@ -202,30 +227,156 @@ static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
   o.n_symbols = n_syms;
   o.symbol_names = names;
   o.symbol_values = values;
+  char label[96];
+  graph_label(g, label, sizeof label);
   loom_executable_t *e = NULL;
-  loom_tensor_t *got = NULL;
-  loom_status_t s = loom_compile(g, &o, &e);
-  if (s == LOOM_OK) s = loom_executable_new_output(e, 0, &got);
-  if (s == LOOM_OK) s = loom_executable_run(e, n_in, in, 1, &got);
-  if (s != LOOM_OK) {
-    test_fail(__FILE__, __LINE__, "compiled run: %s: %s", loom_status_name(s),
-              loom_last_error());
-  } else {
-    double scale = 1;
-    for (int64_t i = 0; i < loom_tensor_numel(want); i++)
-      if (isfinite(test_get(want, i)) && fabs(test_get(want, i)) > scale)
-        scale = fabs(test_get(want, i));
-    loom_dtype_t dt = loom_tensor_dtype(want);
-    for (int64_t i = 0; i < loom_tensor_numel(want); i++)
-      if (!near(test_get(got, i), test_get(want, i), compiled_atol(dt, scale), 0)) {
-        test_fail(__FILE__, __LINE__,
-                  "compiled element %lld = %.9g, the interpreter gives %.9g",
-                  (long long)i, test_get(got, i), test_get(want, i));
-        break;
-      }
-  }
-  loom_tensor_destroy(got);
+  loom_tensor_t **got = calloc((size_t)n_out, sizeof *got);
+  loom_status_t s = got ? loom_compile(g, &o, &e) : LOOM_ERR_NOMEM;
+  for (int k = 0; k < n_out && s == LOOM_OK; k++)
+    s = loom_executable_new_output(e, k, &got[k]);
+  if (s == LOOM_OK) s = loom_executable_run(e, n_in, in, n_out, got);
+  if (s != LOOM_OK)
+    test_fail(__FILE__, __LINE__, "%s: compiled run: %s: %s", label,
+              loom_status_name(s), loom_last_error());
+  for (int k = 0; k < n_out && s == LOOM_OK; k++) compare_compiled(got[k], want[k], label);
+  for (int k = 0; got && k < n_out; k++) loom_tensor_destroy(got[k]);
+  free(got);
   loom_executable_destroy(e);
+}
+
+/* ---- Batched compile checks ----------------------------------------------
+ * A C compiler run costs about 0.2 s whatever the module's size, and an op
+ * test checks hundreds of one-node graphs. Graphs that need nothing of
+ * their own (no symbols, no subgraphs, contiguous inputs) are therefore
+ * copied aside and compiled together, as one graph with one output per
+ * case, when a TEST_RUN ends or BATCH_MAX cases wait. A batch that does
+ * not compile or run is checked again case by case, so that a failure
+ * names its case; a wrong output is reported under its own case. */
+
+#define BATCH_MAX 64
+
+typedef struct pending_case {
+  loom_graph_t *g; /* a copy */
+  int n_in;
+  loom_tensor_t **in; /* contiguous copies */
+  loom_tensor_t *want;
+} pending_case_t;
+
+static pending_case_t batch[BATCH_MAX];
+static int batch_n;
+
+static int batchable(const loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
+  if (g->n_symbols || g->n_subgraphs || g->n_outputs != 1 || n_in != (int)g->n_inputs)
+    return 0;
+  for (int i = 0; i < n_in; i++)
+    if (!tensor_is_contiguous(in[i])) return 0;
+  return 1;
+}
+
+static void pending_free(pending_case_t *p) {
+  for (int i = 0; i < p->n_in; i++) loom_tensor_destroy(p->in[i]);
+  free(p->in);
+  loom_tensor_destroy(p->want);
+  loom_graph_destroy(p->g);
+  memset(p, 0, sizeof *p);
+}
+
+/* Appends case k's graph to dst: inputs renamed apart, parameters and
+ * constants copied, nodes rebuilt through ir_add_node, its output made
+ * one of dst's. */
+static loom_status_t append_case(loom_graph_t *dst, int k, const loom_graph_t *src) {
+  int32_t *map = malloc(sizeof *map * (size_t)(src->n_values ? src->n_values : 1));
+  if (!map) return LOOM_ERR_NOMEM;
+  loom_status_t s = LOOM_OK;
+  for (int64_t v = 0; v < src->n_values && s == LOOM_OK; v++) {
+    const ir_value_t *x = &src->values[v];
+    loom_value_t nv = {-1};
+    char name[96];
+    snprintf(name, sizeof name, "c%d.%s", k, x->name ? x->name : "v");
+    if (x->kind == IR_VALUE_INPUT) {
+      loom_dim_t dims[LOOM_MAX_RANK];
+      for (int d = 0; d < x->type.rank; d++) dims[d] = x->type.dims[d];
+      s = loom_graph_input(dst, name, x->type.dtype, x->type.rank, dims, &nv);
+    } else if (x->kind == IR_VALUE_PARAM) {
+      s = loom_graph_param(dst, name, x->type.dtype, x->data->rank, x->data->shape,
+                           x->data, &nv);
+    } else if (x->kind == IR_VALUE_CONST) {
+      s = loom_graph_constant(dst, x->data, &nv);
+    }
+    map[v] = nv.id;
+  }
+  for (int64_t i = 0; i < src->n_nodes && s == LOOM_OK; i++) {
+    const ir_node_t *n = &src->nodes[i];
+    int32_t in[n->n_in > 0 ? n->n_in : 1], out[n->n_out > 0 ? n->n_out : 1];
+    for (int j = 0; j < n->n_in; j++) in[j] = map[n->in[j]];
+    s = ir_add_node(dst, n->op, n->n_in, in, &n->attrs, out, n->n_out);
+    for (int j = 0; j < n->n_out && s == LOOM_OK; j++) map[n->out[j]] = out[j];
+  }
+  if (s == LOOM_OK) s = loom_graph_output(dst, (loom_value_t){map[src->outputs[0]]});
+  free(map);
+  return s;
+}
+
+static void batch_check_each(void) {
+  for (int k = 0; k < batch_n; k++)
+    compile_and_compare(batch[k].g, batch[k].n_in, batch[k].in, 1, &batch[k].want);
+}
+
+void test_flush_compiled(void) {
+  if (batch_n == 0) return;
+  loom_graph_t *all = NULL;
+  int n_in = 0;
+  loom_status_t s = loom_graph_create(&all);
+  for (int k = 0; k < batch_n && s == LOOM_OK; k++) {
+    s = append_case(all, k, batch[k].g);
+    n_in += batch[k].n_in;
+  }
+  loom_tensor_t **in = s == LOOM_OK ? malloc(sizeof *in * (size_t)(n_in ? n_in : 1)) : NULL;
+  loom_tensor_t *want[BATCH_MAX];
+  if (in) {
+    int at = 0;
+    for (int k = 0; k < batch_n; k++) {
+      for (int i = 0; i < batch[k].n_in; i++) in[at++] = batch[k].in[i];
+      want[k] = batch[k].want;
+    }
+    int failures = test_failures;
+    compile_and_compare(all, n_in, in, batch_n, want);
+    /* A batch that failed as a whole is retried case by case, so that
+     * the failure names the case. */
+    if (test_failures != failures && batch_n > 1) batch_check_each();
+  } else {
+    batch_check_each();
+  }
+  free(in);
+  loom_graph_destroy(all);
+  for (int k = 0; k < batch_n; k++) pending_free(&batch[k]);
+  batch_n = 0;
+}
+
+/* Queues g's compile check (or runs it at once when g cannot join a
+ * batch). Graphs that write state or have data-dependent shapes are not
+ * compiled here. */
+static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
+                           const loom_tensor_t *want) {
+  const char *env = getenv("LOOM_TEST_COMPILE");
+  if ((env && !strcmp(env, "0")) || skip_compiled(g)) return;
+  if (!batchable(g, n_in, in)) {
+    compile_and_compare(g, n_in, in, 1, (loom_tensor_t *const *)&want);
+    return;
+  }
+  pending_case_t *p = &batch[batch_n];
+  loom_status_t s = ir_graph_clone(g, &p->g);
+  p->in = calloc((size_t)(n_in ? n_in : 1), sizeof *p->in);
+  if (s == LOOM_OK && !p->in) s = LOOM_ERR_NOMEM;
+  for (int i = 0; i < n_in && s == LOOM_OK; i++, p->n_in++)
+    s = tensor_contiguous_copy(in[i], &p->in[i]);
+  if (s == LOOM_OK) s = tensor_contiguous_copy(want, &p->want);
+  if (s != LOOM_OK) {
+    test_fail(__FILE__, __LINE__, "queueing a compile check: %s", loom_last_error());
+    pending_free(p);
+    return;
+  }
+  if (++batch_n == BATCH_MAX) test_flush_compiled();
 }
 
 loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
@@ -241,6 +392,7 @@ loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
 }
 
 int test_summary(void) {
+  test_flush_compiled();
   printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
   return test_failures ? 1 : 0;
 }

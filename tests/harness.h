@@ -81,8 +81,13 @@ double test_get(const loom_tensor_t *t, int64_t i);
  * (recorded as a test failure). Unless LOOM_TEST_COMPILE=0, the graph is
  * also compiled for the inputs' shapes and its compiled output checked
  * against the interpreter's (skipped for graphs that assign state or
- * have data-dependent shapes). */
+ * have data-dependent shapes), at once or, batched with other cases into
+ * one module, by the next test_flush_compiled. */
 loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in);
+
+/* Compiles and checks the graphs test_run1 has queued (TEST_RUN and
+ * test_summary call it). */
+void test_flush_compiled(void);
 
 /* The entries of directory dir whose names start with prefix: how many,
  * and the first one's path in `first` (when not NULL and it fits). A save
@@ -93,6 +98,7 @@ int test_files_with_prefix(const char *dir, const char *prefix, char *first, siz
   do {                                                                     \
     int before_ = test_failures;                                           \
     fn();                                                                  \
+    test_flush_compiled();                                                 \
     printf("%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn);    \
   } while (0)
 
