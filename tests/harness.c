@@ -179,6 +179,15 @@ static int skip_compiled(const loom_graph_t *g) {
   return 0;
 }
 
+void test_check_no_lost_code(const loom_executable_t *e) {
+  loom_executable_info_t info;
+  test_checks++;
+  if (loom_executable_info(e, &info) != LOOM_OK) return;
+  if (info.fallback == LOOM_FALLBACK_CC_FAILED || info.fallback == LOOM_FALLBACK_NO_MODULE)
+    test_fail(__FILE__, __LINE__, "generated code lost (%s): %s",
+              loom_fallback_name(info.fallback), info.fallback_reason);
+}
+
 /* Compiles g specialized to the inputs' shapes, runs it, and checks its
  * output against the interpreter's. Every op test goes through here. */
 static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
@@ -205,6 +214,7 @@ static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in,
   loom_executable_t *e = NULL;
   loom_tensor_t *got = NULL;
   loom_status_t s = loom_compile(g, &o, &e);
+  if (s == LOOM_OK) test_check_no_lost_code(e);
   if (s == LOOM_OK) s = loom_executable_new_output(e, 0, &got);
   if (s == LOOM_OK) s = loom_executable_run(e, n_in, in, 1, &got);
   if (s != LOOM_OK) {
