@@ -10,8 +10,10 @@
  * the node reaches the code generator as built), and identical constants
  * that the pass pipeline's CSE merges into one value. All ops go into one
  * graph per way, compiled once (the compiler runs twice, not a hundred
- * times); when that graph's module fails, each op is compiled alone to
- * name the culprits. */
+ * times; ops that may keep a graph in the interpreter, nonzero, loop and
+ * assign, get graphs of their own); when that graph's module fails, each
+ * op is compiled alone to name the culprits. The op table's codegen
+ * column is checked against the generator on the way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,6 +313,7 @@ static void alias_graph_free(alias_graph_t *a) {
 }
 
 static loom_status_t new_input(alias_graph_t *a, int arg, int32_t *id) {
+  if (a->n_inputs == MAX_IO) return loom_fail(LOOM_ERR_INVALID, "more than %d inputs", MAX_IO);
   char name[32];
   snprintf(name, sizeof name, "in%d", a->n_inputs);
   loom_value_t v;
@@ -351,6 +354,8 @@ static loom_status_t add_recipe(alias_graph_t *a, const recipe_t *r, alias_way_t
   int n_out = 0;
   LOOM_TRY(recipe_inputs(a, r, way, in));
   LOOM_TRY((r->build ? r->build : build_node)(a->g, r, in, out, &n_out));
+  if (a->n_outputs + n_out > MAX_IO)
+    return loom_fail(LOOM_ERR_INVALID, "more than %d outputs", MAX_IO);
   for (int k = 0; k < n_out; k++) LOOM_TRY(loom_graph_output(a->g, (loom_value_t){out[k]}));
   a->n_outputs += n_out;
   return LOOM_OK;
