@@ -264,10 +264,9 @@ typedef enum loom_fallback {
   LOOM_FALLBACK_NO_CC,     /* no C compiler: LOOM_CC (default "cc") was not
                               found */
   LOOM_FALLBACK_CC_FAILED, /* the C compiler failed on the generated code
-                              (rejected it, crashed, could not start, timed
-                              out): with a working compiler, a bug in Loom;
-                              please report it with loom_executable_explain's
-                              text */
+                              (rejected it, crashed, could not start): with a
+                              working compiler, a bug in Loom; please report
+                              it with loom_executable_explain's text */
   LOOM_FALLBACK_NO_MODULE, /* the compiled module could not be stored in the
                               module cache or loaded */
 } loom_fallback_t;
