@@ -181,6 +181,15 @@ static int skip_compiled(const loom_graph_t *g) {
   return 0;
 }
 
+void test_check_no_lost_code(const loom_executable_t *e) {
+  loom_executable_info_t info;
+  test_checks++;
+  if (loom_executable_info(e, &info) != LOOM_OK) return;
+  if (info.fallback == LOOM_FALLBACK_CC_FAILED || info.fallback == LOOM_FALLBACK_NO_MODULE)
+    test_fail(__FILE__, __LINE__, "generated code lost (%s): %s",
+              loom_fallback_name(info.fallback), info.fallback_reason);
+}
+
 /* What a failure names: the graph's last op and its output dtype. */
 static void graph_label(const loom_graph_t *g, char *buf, size_t size) {
   const char *op = g->n_nodes ? ir_ops[g->nodes[g->n_nodes - 1].op].name : "(no node)";
@@ -232,6 +241,7 @@ static void compile_and_compare(loom_graph_t *g, int n_in, loom_tensor_t *const 
   loom_executable_t *e = NULL;
   loom_tensor_t **got = calloc((size_t)n_out, sizeof *got);
   loom_status_t s = got ? loom_compile(g, &o, &e) : LOOM_ERR_NOMEM;
+  if (s == LOOM_OK) test_check_no_lost_code(e);
   for (int k = 0; k < n_out && s == LOOM_OK; k++)
     s = loom_executable_new_output(e, k, &got[k]);
   if (s == LOOM_OK) s = loom_executable_run(e, n_in, in, n_out, got);

@@ -89,6 +89,12 @@ loom_tensor_t *test_run1(loom_graph_t *g, int n_in, loom_tensor_t *const *in);
  * test_summary call it). */
 void test_flush_compiled(void);
 
+/* Generated code that the C compiler rejects (or that cannot be loaded)
+ * is a bug in Loom, even though the executable still works on reference
+ * kernels: the check fails on LOOM_FALLBACK_CC_FAILED and _NO_MODULE (a
+ * missing compiler, LOOM_FALLBACK_NO_CC, passes). test_run1 applies it. */
+void test_check_no_lost_code(const loom_executable_t *e);
+
 /* The entries of directory dir whose names start with prefix: how many,
  * and the first one's path in `first` (when not NULL and it fits). A save
  * that must leave no temporary behind is checked with it. */

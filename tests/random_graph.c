@@ -1393,8 +1393,9 @@ void rg_case_free(rg_case_t *c) {
 /* ---- The check ----------------------------------------------------------------- */
 
 const char *rg_verdict_name(rg_verdict_t v) {
-  static const char *names[] = {"pass", "MISMATCH", "COMPILE ERROR", "RUN ERROR", "BUILD ERROR"};
-  return (unsigned)v < 5 ? names[v] : "?";
+  static const char *names[] = {"pass",      "MISMATCH",    "COMPILE ERROR",
+                                "RUN ERROR", "BUILD ERROR", "CODE LOST"};
+  return (unsigned)v < RG_VERDICT_COUNT ? names[v] : "?";
 }
 
 static void print_graph(const rg_case_t *c, FILE *log) {
@@ -1469,6 +1470,19 @@ static void destroy_all(loom_tensor_t **t, int n) {
   }
 }
 
+/* Whether e lost generated code to a compiler or loader failure (reported);
+ * a missing compiler is no loss here (the suite runs without one too). */
+static bool code_lost(const rg_case_t *c, const rg_config_t *cfg, const loom_executable_t *e,
+                      FILE *log) {
+  loom_executable_info_t info;
+  if (!cfg->use_cc || loom_executable_info(e, &info) != LOOM_OK) return false;
+  if (info.fallback != LOOM_FALLBACK_CC_FAILED && info.fallback != LOOM_FALLBACK_NO_MODULE)
+    return false;
+  report(c, cfg, log, "generated code lost (%s), steps fell back to reference kernels: %s",
+         loom_fallback_name(info.fallback), info.fallback_reason);
+  return true;
+}
+
 rg_verdict_t rg_case_check(rg_case_t *c, const rg_config_t *cfg, FILE *log) {
   loom_tensor_t *want[RG_MAX_OUTPUTS] = {0}, *got[RG_MAX_OUTPUTS] = {0};
   if (loom_interpret(c->graph, c->n_inputs, c->inputs, c->n_outputs, want) != LOOM_OK) {
@@ -1486,6 +1500,7 @@ rg_verdict_t rg_case_check(rg_case_t *c, const rg_config_t *cfg, FILE *log) {
     report(c, cfg, log, "loom_compile failed: %s: %s", loom_status_name(s), loom_last_error());
     v = RG_COMPILE_ERROR;
   }
+  bool lost = v == RG_PASS && code_lost(c, cfg, e, log);
   for (int k = 0; v == RG_PASS && k < c->n_outputs; k++)
     if (loom_executable_new_output(e, k, &got[k]) != LOOM_OK) {
       report(c, cfg, log, "loom_executable_new_output failed: %s%s", loom_last_error(), "");
@@ -1505,7 +1520,7 @@ rg_verdict_t rg_case_check(rg_case_t *c, const rg_config_t *cfg, FILE *log) {
   destroy_all(got, c->n_outputs);
   destroy_all(want, c->n_outputs);
   loom_executable_destroy(e);
-  return v;
+  return v == RG_PASS && lost ? RG_CODE_LOST : v;
 }
 
 int rg_configs_for_seed(uint64_t seed, rg_config_t *out, int max) {

@@ -51,13 +51,18 @@ typedef enum rg_verdict {
   RG_COMPILE_ERROR, /* loom_compile failed */
   RG_RUN_ERROR,     /* loom_executable_run or the interpreter failed */
   RG_BUILD_ERROR,   /* the graph could not be built */
+  RG_CODE_LOST,     /* generated code failed to compile or load although a C
+                       compiler is present, and its steps fell back to
+                       reference kernels (steps without a code generation
+                       rule run them by design: no verdict) */
+  RG_VERDICT_COUNT
 } rg_verdict_t;
 
 const char *rg_verdict_name(rg_verdict_t v);
 
 /* Interprets c, compiles it with cfg, runs it twice and compares every
  * output. A failure is reported on `log` with the seed, the config, the
- * graph and the first differing element. */
+ * graph and the first differing element, or the compiler's message. */
 rg_verdict_t rg_case_check(rg_case_t *c, const rg_config_t *cfg, FILE *log);
 
 /* The configurations seed runs under (default always; fusion off,

@@ -63,7 +63,7 @@ static void generated_graphs_are_valid(void) {
 
 /* The compiled executable agrees with the interpreter on every graph. */
 static void compiled_agrees_with_interpreter(void) {
-  int n = graph_count(), counts[5] = {0};
+  int n = graph_count(), counts[RG_VERDICT_COUNT] = {0};
   for (int i = 0; i < n; i++) {
     rg_verdict_t v = rg_run_seed((uint64_t)i + 1, stderr);
     counts[v]++;
@@ -71,8 +71,9 @@ static void compiled_agrees_with_interpreter(void) {
     if (v != RG_PASS)
       test_fail(__FILE__, __LINE__, "seed %d: %s (details above)", i + 1, rg_verdict_name(v));
   }
-  printf("  %d graphs: %d pass, %d mismatch, %d compile error, %d run error, %d build error\n",
-         n, counts[0], counts[1], counts[2], counts[3], counts[4]);
+  printf("  %d graphs: %d pass, %d mismatch, %d compile error, %d run error, %d build error, "
+         "%d code lost\n", n, counts[RG_PASS], counts[RG_MISMATCH], counts[RG_COMPILE_ERROR],
+         counts[RG_RUN_ERROR], counts[RG_BUILD_ERROR], counts[RG_CODE_LOST]);
 }
 
 /* The generated graphs cover the op families the issue names. */

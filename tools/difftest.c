@@ -14,7 +14,7 @@ int main(int argc, char **argv) {
   }
   long long n = atoll(argv[1]);
   unsigned long long first = strtoull(argv[2], NULL, 10);
-  int counts[5] = {0};
+  int counts[RG_VERDICT_COUNT] = {0};
   long long failed_seeds[32];
   int n_failed = 0;
   for (long long i = 0; i < n; i++) {
@@ -25,7 +25,9 @@ int main(int argc, char **argv) {
     if ((i + 1) % 100 == 0) fprintf(stderr, "difftest: %lld/%lld graphs\n", i + 1, n);
   }
   printf("difftest: %lld graphs from seed %llu:", n, first);
-  for (int v = 0; v < 5; v++) printf(" %s %d%s", rg_verdict_name((rg_verdict_t)v), counts[v], v < 4 ? "," : "\n");
+  for (int v = 0; v < RG_VERDICT_COUNT; v++)
+    printf(" %s %d%s", rg_verdict_name((rg_verdict_t)v), counts[v],
+           v < RG_VERDICT_COUNT - 1 ? "," : "\n");
   if (n_failed) {
     printf("failing seeds:");
     for (int i = 0; i < n_failed; i++) printf(" %lld", failed_seeds[i]);

@@ -227,8 +227,11 @@ void loom_compile_options_init(loom_compile_options_t *o);
 
 /* Compiles g (options NULL: defaults). g's parameters are shared with the
  * executable, whose runs update them; g must outlive the executable. If
- * the C compiler is missing or fails, the executable runs the graph with
- * the reference kernels instead and one warning is printed. */
+ * the C compiler is missing or fails, the executable still works: it runs
+ * the graph with the reference kernels instead (much slower), one warning
+ * a process is printed, and loom_executable_info's fallback and
+ * fallback_reason, loom_executable_explain and LOOM_LOG=compile say why,
+ * with the compiler's message. */
 loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *o,
                            loom_executable_t **out);
 void loom_executable_destroy(loom_executable_t *e);
@@ -250,6 +253,26 @@ loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_i
                                              loom_tensor_t *const *inputs, int i,
                                              loom_tensor_t **out);
 
+/* Why an executable runs reference kernels for groups the code generator
+ * has code for (loom_executable_info_t.fallback). Ops without a code
+ * generation rule, and graphs that only the interpreter can run (a
+ * data-dependent shape), use the reference kernels by design: that is no
+ * fallback. */
+typedef enum loom_fallback {
+  LOOM_FALLBACK_NONE,      /* generated code runs wherever there is some */
+  LOOM_FALLBACK_DISABLED,  /* loom_compile_options_t.use_cc was 0 */
+  LOOM_FALLBACK_NO_CC,     /* no C compiler: LOOM_CC (default "cc") was not
+                              found */
+  LOOM_FALLBACK_CC_FAILED, /* the C compiler failed on the generated code
+                              (rejected it, crashed, could not start): with a
+                              working compiler, a bug in Loom; please report
+                              it with loom_executable_explain's text */
+  LOOM_FALLBACK_NO_MODULE, /* the compiled module could not be stored in the
+                              module cache or loaded */
+} loom_fallback_t;
+/* "none", "disabled", "no-cc", "cc-failed", "no-module"; "?" out of range. */
+const char *loom_fallback_name(loom_fallback_t f);
+
 typedef struct loom_executable_info {
   int n_nodes;          /* nodes after the pass pipeline */
   int n_groups;         /* fused kernels and other steps */
@@ -268,11 +291,20 @@ typedef struct loom_executable_info {
    * with runtime symbols, those of the last run (-1 before one). Ops inside
    * if/loop bodies are not counted. */
   double flops;
+  /* Whether generated code was lost, also in an if/loop's subgraphs (the
+   * first loss). With it, the steps of the lost module run reference
+   * kernels, or the whole graph runs in the interpreter. */
+  loom_fallback_t fallback;
+  /* Why, for people: the compiler's first error lines, or what was
+   * missing; "" when fallback is LOOM_FALLBACK_NONE. Owned by the
+   * executable (valid until it is destroyed). */
+  const char *fallback_reason;
 } loom_executable_info_t;
 loom_status_t loom_executable_info(const loom_executable_t *e,
                                    loom_executable_info_t *out);
-/* A report of the compilation: passes, fusion groups, memory plan and the
- * generated C, in a string the caller frees with loom_free. */
+/* A report of the compilation: passes, fusion groups, memory plan, the
+ * generated C and, when it did not compile, the compiler's first error
+ * lines, in a string the caller frees with loom_free. */
 loom_status_t loom_executable_explain(const loom_executable_t *e, char **out);
 
 /* Counters of this process, for tests and benchmarks. */

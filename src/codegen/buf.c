@@ -21,6 +21,8 @@ static void append_v(cg_buf_t *b, const char *fmt, va_list ap) {
   b->len += n;
 }
 
+void cg_vprintf(cg_buf_t *b, const char *fmt, va_list ap) { append_v(b, fmt, ap); }
+
 void cg_printf(cg_buf_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -81,7 +81,7 @@ static void channel_body(channel_emit_t *k) {
   const loom_graph_t *g = k->c->g;
   int rank = k->space.rank;
   int32_t in = k->anchor->in[0], out = k->anchor->out[0];
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < k->grp->n_inputs; i++)
     cg_declare_pointer(k->c, k->grp, 1, k->grp->inputs[i], false);
@@ -127,8 +127,8 @@ static void channel_body(channel_emit_t *k) {
 static void channel_entry(channel_emit_t *k) {
   cg_buf_t *b = k->c->out;
   int64_t channels = k->space.dim[1], per = cg_numel(&k->space) / (channels ? channels : 1);
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", k->gi);
+  cg_function(k->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", k->gi);
   cg_line(b, 1, "(void)syms;\n");
   if (channels * per > CG_PARALLEL_MIN && channels > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (per ? per : 1);
@@ -207,7 +207,7 @@ static void bn_body(bn_emit_t *k) {
   double eps = ir_attr_float(&k->n->attrs, "eps", 1e-5);
   double m = ir_attr_float(&k->n->attrs, "momentum", 0.1);
   double count = (double)(k->batch * k->inner);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < 5; i++) cg_declare_pointer(k->c, grp, 1, in[i], false);
   for (int i = 0; i < 3; i++)
@@ -267,8 +267,8 @@ loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok) {
   cg_value_shape(c, k.n->in[0], &x);
   cg_group_comment(c, gi, "batch norm", &x, k.training ? "training" : "inference");
   bn_body(&k);
-  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(c->out, 1, "(void)syms;\n");
   if (k.batch * k.channels * k.inner > CG_PARALLEL_MIN && k.channels > 1)
     cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

@@ -136,7 +136,7 @@ static loom_status_t emit_columns_runtime(cg_ctx_t *c, int gi, const ir_node_t *
   cg_buf_t *b = c->out;
   const fuse_group_t *grp = &c->plan->groups[gi];
   cg_printf(b, "typedef struct { void *const *slots; int64_t n0; } loom_g%d_ctx;\n\n", gi);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_function(c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "void *const *slots = ((const loom_g%d_ctx *)ctx)->slots;\n", gi);
   cg_line(b, 1, "const int64_t n0 = ((const loom_g%d_ctx *)ctx)->n0;\n", gi);
   cg_declare_pointer(c, grp, 1, n->in[0], false);
@@ -144,8 +144,8 @@ static loom_status_t emit_columns_runtime(cg_ctx_t *c, int gi, const ir_node_t *
   cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
   cols_body(c, n, k);
   cg_line(b, 1, "}\n}\n\n");
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "loom_g%d_ctx x = {slots, ", gi);
   cg_lead_extent(b, c->g, &k->space);
   cg_printf(b, "};\n");
@@ -170,15 +170,15 @@ loom_status_t cg_emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok)
   snprintf(note, sizeof note, "folding %lld per column", (long long)k.count);
   cg_group_comment(c, gi, "reduction", &k.space, note);
   if (k.space.lead) return emit_columns_runtime(c, gi, n, &k);
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_function(c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   cg_declare_pointer(c, grp, 1, n->in[0], false);
   cg_declare_pointer(c, grp, 1, n->out[0], true);
   cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
   cols_body(c, n, &k);
   cg_line(b, 1, "}\n}\n\n");
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
   if (k.tasks > 1 && k.count * k.space.dim[k.space.rank - 1] > CG_PARALLEL_MIN) {
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

@@ -239,8 +239,8 @@ static void emit_epilogue(contract_t *k) {
                "} loom_g%d_ctx_t;\n\n", k->gi, k->gi);
   /* c is restrict: no other value of the group lives in its slot (see
    * collect_accesses), and the loop vectorizes only if GCC knows it. */
-  cg_printf(b, "static void loom_g%d_epilogue(void *ctx, int64_t batch, float *restrict c, "
-               "int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {\n",
+  cg_function(c, "static void loom_g%d_epilogue(void *ctx, int64_t batch, float *restrict c, "
+                 "int64_t ldc, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {\n",
             k->gi);
   cg_line(b, 1, "const loom_g%d_ctx_t *e = (const loom_g%d_ctx_t *)ctx;\n", k->gi, k->gi);
   cg_line(b, 1, "void *const *slots = e->slots;\n");
@@ -610,8 +610,8 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   fold_batch_rows(&k, &y);
   cg_group_comment(c, gi, "contraction", &y, NULL);
   if (epi) emit_epilogue(&k);
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
   if (epi) cg_line(b, 1, "loom_g%d_ctx_t e = {slots, 0};\n", gi);
   if (k.anchor->op == IR_OP_CONV2D) emit_conv_call(&k, &y, epi);

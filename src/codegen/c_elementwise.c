@@ -97,7 +97,7 @@ static void emit_body_fn(cg_ctx_t *c, int gi, const access_t *a) {
   const fuse_group_t *grp = &c->plan->groups[gi];
   cg_buf_t *b = c->out;
   int rank = a->space.rank, in = rank + 1;
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+  cg_function(c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < a->n; i++) cg_declare_pointer(c, grp, 1, a->val[i], a->write[i]);
   emit_loops(c, &a->space);
@@ -135,8 +135,8 @@ loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok) {
   int64_t outer = a.space.dim[0], inner = cg_numel(&a.space) / (outer ? outer : 1);
   int64_t work = inner * cg_group_cost(c->g, grp); /* per row */
   cg_buf_t *b = c->out;
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
   if (a.space.lead) {
     char body[32];

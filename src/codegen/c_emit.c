@@ -42,8 +42,8 @@ static const group_emitter_t emitters[] = {
  * nothing to compute; a function that does nothing keeps it a step. */
 static void emit_dead(cg_ctx_t *c, int gi) {
   cg_group_comment(c, gi, "dead, no output is read", NULL, NULL);
-  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(c->out, 1, "(void)slots;\n");
   cg_line(c->out, 1, "(void)syms;\n");
   cg_line(c->out, 1, "(void)rt;\n");
@@ -79,6 +79,7 @@ static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
   }
   int64_t mark = c->out->len;
   bool ok = true;
+  c->function++; /* no declaration carries over from another group */
   LOOM_TRY(emitters[kind](c, gi, &ok));
   if (!ok && !c->out->failed) {
     c->out->len = mark;
@@ -93,20 +94,28 @@ loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int64_t *sym_values, cg_module_t *out) {
   *out = (cg_module_t){0};
   out->generated = core_calloc((size_t)plan->n_groups + 1, sizeof(bool));
+  int32_t *declared_in = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
   cg_buf_t b = {0};
-  if (!out->generated) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  if (!out->generated || !declared_in) {
+    core_free(declared_in);
+    cg_module_free(out);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  }
+  for (int64_t v = 0; v < g->n_values; v++) declared_in[v] = -1;
   cg_ctx_t c = {.g = g, .plan = plan, .slot_of_value = slot_of_value,
-                .sym_values = sym_values, .out = &b};
+                .sym_values = sym_values, .out = &b, .declared_in = declared_in};
   cg_printf(&b, "%s", cg_abi_text);
   cg_expr_helpers(&b);
   for (int gi = 0; gi < plan->n_groups; gi++) {
     loom_status_t s = emit_group(&c, gi, &out->generated[gi]);
     if (s != LOOM_OK) {
       core_free(b.s);
+      core_free(declared_in);
       cg_module_free(out);
       return s;
     }
   }
+  core_free(declared_in);
   cg_printf(&b, "\nconst int loom_module_abi_version = LOOM_ABI_VERSION;\n");
   if (b.failed) {
     core_free(b.s);

@@ -144,7 +144,7 @@ static bool body_begin(const index_fn_t *f) {
   cg_line(b, 1, "const loom_abi_t *rt;\n");
   cg_line(b, 1, "int64_t chunk; /* scatter_add: columns per unit of work */\n");
   cg_printf(b, "} loom_g%d_ctx;\n\n", gi);
-  cg_printf(b, "static void loom_g%d_body(void *arg, int64_t begin, int64_t end) {\n", gi);
+  cg_function(f->c, "static void loom_g%d_body(void *arg, int64_t begin, int64_t end) {\n", gi);
   cg_line(b, 1, "const loom_g%d_ctx *x = (const loom_g%d_ctx *)arg;\n", gi, gi);
   cg_line(b, 1, "void *const *slots = x->slots;\n");
   cg_line(b, 1, "const int64_t *syms = x->syms;\n");
@@ -187,8 +187,9 @@ static void report(const index_fn_t *f, int level, const char *pos, const char *
 static bool group_fn(const index_fn_t *f, const char *setup) {
   cg_buf_t *b = f->c->out;
   int gi = f->gi;
-  cg_printf(b, "}\n\nvoid loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_printf(b, "}\n\n");
+  cg_function(f->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "loom_g%d_ctx x = {slots, syms, rt, 0};\n", gi);
   if (!extents(f)) return false;
   cg_printf(b, "%s", setup);
@@ -531,8 +532,8 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
   cg_buf_t *b = c->out;
   const loom_graph_t *g = c->g;
   const ir_type_t *it = type_of(c, f->n->in[1]);
-  cg_printf(b, "static inline int64_t loom_g%d_index(void *const *slots, const int64_t *syms, "
-               "int64_t r, int64_t q) {\n", f->gi);
+  cg_function(c, "static inline int64_t loom_g%d_index(void *const *slots, const int64_t *syms, "
+                 "int64_t r, int64_t q) {\n", f->gi);
   cg_line(b, 1, "(void)syms;\n");
   cg_line(b, 1, "const int64_t cols = ");
   if (!dim_write(c, it->dims[it->rank - 1], b)) return false;

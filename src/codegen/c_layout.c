@@ -212,7 +212,8 @@ static void emit_move(layout_t *l, int gi, int k, const char *t) {
    * (x[64 + i * 65]) once the call's constant bounds unroll it fully:
    * noipa keeps the bounds out of the body. */
   cg_printf(b, "#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((noipa))\n#endif\n");
-  cg_printf(b, "static void loom_g%d_move%d(void *ctx, int64_t begin, int64_t end) {\n", gi, k);
+  cg_function(l->c, "static void loom_g%d_move%d(void *ctx, int64_t begin, int64_t end) {\n",
+              gi, k);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   cg_line(b, 1, "%s *restrict y = (%s *)slots[%d] + %lld;\n", t, t,
           (int)cg_slot(l->c, l->n->out[0]), (long long)m->base[0]);
@@ -274,8 +275,8 @@ loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok) {
   const char *t = elem_type(loom_dtype_size(c->g->values[n->out[0]].type.dtype));
   cg_group_comment(c, gi, "layout", &l.y, NULL);
   for (int k = 0; k < l.n_moves; k++) emit_move(&l, gi, k, t);
-  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(c->out, 1, "(void)syms;\n");
   cg_line(c->out, 1, "(void)rt;\n");
   for (int k = 0; k < l.n_moves; k++) emit_call(&l, gi, k);

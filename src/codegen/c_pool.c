@@ -304,7 +304,7 @@ static void emit_body(pool_emit_t *p, int at) {
   cg_buf_t *b = p->c->out;
   const pool_geom_t *g = &p->geo;
   int64_t cols = g->out.dim[3] < POOL_COLS ? g->out.dim[3] : POOL_COLS;
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", p->gi);
+  cg_function(p->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", p->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < p->grp->n_inputs; i++)
     cg_declare_pointer(p->c, p->grp, 1, p->grp->inputs[i], false);
@@ -342,8 +342,8 @@ static void emit_entry(pool_emit_t *p) {
   const pool_geom_t *g = &p->geo;
   int64_t rows = g->out.dim[0] * g->out.dim[1] * g->out.dim[2];
   int64_t per_row = g->out.dim[3] * g->kernel[0] * g->kernel[1];
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", p->gi);
+  cg_function(p->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", p->gi);
   cg_line(b, 1, "(void)syms;\n");
   if (rows * per_row > CG_PARALLEL_MIN && rows > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (per_row ? per_row : 1);
@@ -421,7 +421,7 @@ static void mpg_body(mpg_emit_t *k) {
   int x = (int)k->n->in[0], dy = (int)k->n->in[1], dx = (int)k->n->out[0];
   const fuse_group_t *grp = &k->c->plan->groups[k->gi];
   int64_t h = g->in.dim[2], w = g->in.dim[3], oh = g->out.dim[2], ow = g->out.dim[3];
-  cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   cg_declare_pointer(k->c, grp, 1, k->n->in[0], false);
   cg_declare_pointer(k->c, grp, 1, k->n->in[1], false);
@@ -465,8 +465,8 @@ loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok) {
   cg_group_comment(c, gi, "max pool gradient", &k.geo.in, NULL);
   mpg_body(&k);
   int64_t planes = k.geo.in.dim[0] * k.geo.in.dim[1];
-  cg_printf(c->out, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(c->out, 1, "(void)syms;\n");
   if (cg_numel(&k.geo.in) > CG_PARALLEL_MIN && planes > 1)
     cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

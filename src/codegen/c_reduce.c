@@ -525,9 +525,9 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   else snprintf(note, sizeof note, "folding %lld per row", (long long)r.inner_count);
   cg_group_comment(c, gi, "reduction", &full, note);
   if (r.runtime) {
-    cg_printf(b, "static void loom_g%d_body(void *const *slots, int64_t n0) {\n", gi);
+    cg_function(c, "static void loom_g%d_body(void *const *slots, int64_t n0) {\n", gi);
   } else {
-    cg_printf(b, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
+    cg_function(c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", gi);
     cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   }
   for (int i = 0; i < r.n_acc; i++)
@@ -538,8 +538,8 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_line(b, 1, "}\n}\n\n");
   int64_t rows = 1, work = r.inner_count * cg_group_cost(c->g, grp); /* per row */
   for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
-  cg_printf(b, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-               "const loom_abi_t *rt) {\n", gi);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
   cg_line(b, 1, "(void)syms;\n");
   if (r.runtime) {
     cg_line(b, 1, "(void)rt;\n");

@@ -4,6 +4,8 @@
 #ifndef LOOM_CODEGEN_CG_H
 #define LOOM_CODEGEN_CG_H
 
+#include <stdarg.h>
+
 #include "codegen/codegen.h"
 #include "core/status.h"
 
@@ -17,6 +19,7 @@ typedef struct cg_buf {
 
 void cg_printf(cg_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+void cg_vprintf(cg_buf_t *b, const char *fmt, va_list ap);
 /* Like cg_printf, after 2*level spaces. */
 void cg_line(cg_buf_t *b, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -44,6 +47,10 @@ typedef struct cg_ctx {
   const int32_t *slot_of_value;
   const int64_t *sym_values;
   cg_buf_t *out;
+  /* The function being written (cg_function) and, per value, the one
+   * whose text declares its pointer p<v> (cg_declare_pointer). */
+  int32_t function;
+  int32_t *declared_in;
 } cg_ctx_t;
 
 /* The shape of value v; false if a dim does not evaluate, except that a
@@ -100,7 +107,15 @@ int32_t cg_slot(const cg_ctx_t *c, int32_t v);
  * which takes no restrict from pointers loaded out of slots[], would
  * otherwise need more runtime alias checks than it tries. */
 void cg_ivdep(const cg_ctx_t *c, int level);
-/* "const float *restrict p3 = (const float *)slots[2];" */
+/* Starts a function of the module: prints its header (printf-style, up
+ * to and including the opening brace) and opens a new scope for
+ * cg_declare_pointer. */
+void cg_function(cg_ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "const float *restrict p3 = (const float *)slots[2];", once per
+ * function: the name is the value's, not the operand position's, so a
+ * node that reads one value at several positions (batch_norm(x, c, c, c,
+ * c), a CSE-merged constant) must not declare it twice, and emitters may
+ * declare a node's operands position by position. */
 void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
                         int level, int32_t v, bool write);
 /* How a matmul's generated code reads operand v: as the view fusion made

@@ -237,8 +237,18 @@ static bool slot_shared(const cg_ctx_t *c, const fuse_group_t *grp, int32_t v) {
 
 void cg_ivdep(const cg_ctx_t *c, int level) { cg_line(c->out, level, "#pragma GCC ivdep\n"); }
 
+void cg_function(cg_ctx_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cg_vprintf(c->out, fmt, ap);
+  va_end(ap);
+  c->function++;
+}
+
 void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
                         int level, int32_t v, bool write) {
+  if (c->declared_in[v] == c->function) return;
+  c->declared_in[v] = c->function;
   const char *t = cg_ctype(c->g->values[v].type.dtype);
   const char *cst = write ? "" : "const ";
   cg_line(c->out, level, "%s%s *%sp%d = (%s%s *)slots[%d];\n", cst, t,

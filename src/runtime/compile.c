@@ -422,6 +422,25 @@ static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options
   return LOOM_OK;
 }
 
+/* Records why the module was lost (loom_last_error holds the compiler's
+ * message) and warns, once per process for each kind: every later
+ * compile would say the same. */
+static void note_lost_module(loom_executable_t *e, cpu_build_stage_t stage) {
+  static atomic_bool warned[LOOM_FALLBACK_NO_MODULE + 1];
+  loom_fallback_t f = stage == CPU_BUILD_NO_CC       ? LOOM_FALLBACK_NO_CC
+                      : stage == CPU_BUILD_CC_FAILED ? LOOM_FALLBACK_CC_FAILED
+                                                     : LOOM_FALLBACK_NO_MODULE;
+  const char *what = f == LOOM_FALLBACK_CC_FAILED
+                         ? "the generated C did not compile (a bug in Loom: "
+                           "loom_executable_explain shows the code)"
+                         : "no compiled module";
+  rt_fallback_note(e, f, loom_last_error());
+  core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), loom_last_error());
+  if (!atomic_exchange(&warned[f], true))
+    core_warn("%s: %s; running graphs with the reference kernels instead", what,
+              loom_last_error());
+}
+
 /* Generates and loads the module; false in *ok when the C compiler is
  * missing or fails, which sends the whole graph to the interpreter. */
 static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
@@ -433,17 +452,15 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
   if (!any) return LOOM_OK;
   e->source_text = core_strdup(cg->source);
   if (!o->use_cc) {
+    rt_fallback_note(e, LOOM_FALLBACK_DISABLED, "use_cc is 0");
     *ok = false;
     return LOOM_OK;
   }
-  loom_status_t s = cpu_module_build(cg->source, cg->length, &e->module);
+  cpu_build_stage_t stage;
+  loom_status_t s = cpu_module_build_staged(cg->source, cg->length, &e->module, &stage);
   if (s == LOOM_ERR_NOMEM) return s;
   if (s != LOOM_OK) {
-    /* Said once per process: every later compile would say the same. */
-    static atomic_flag warned = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&warned))
-      core_warn("%s; running graphs with the reference kernels instead", loom_last_error());
-    core_log(LOG_COMPILE, "no module: %s", loom_last_error());
+    note_lost_module(e, stage);
     *ok = false;
   }
   return LOOM_OK;

@@ -155,6 +155,8 @@ static loom_status_t control_build(loom_executable_t *e, int32_t node,
     if (s != LOOM_OK)
       return loom_fail(s, "compile: node %d (%s): %s: %s", node, ir_ops[c->node->op].name,
                        names[k], loom_last_error());
+    /* A subgraph's lost code is the executable's too. */
+    rt_fallback_note(e, c->exe[k]->fallback, c->exe[k]->fallback_reason);
   }
   return is_loop ? loop_buffers(c) : LOOM_OK;
 }

@@ -174,10 +174,28 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
       .arena_bytes = e->mem.arena_bytes,
       .lower_bound_bytes = e->mem.lower_bound_bytes,
       .naive_bytes = e->mem.naive_bytes,
-      .compile_ms = e->compile_ms};
+      .compile_ms = e->compile_ms,
+      .fallback = e->fallback,
+      .fallback_reason = e->fallback_reason ? e->fallback_reason : ""};
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
   if (e->graph) out->flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
   return LOOM_OK;
+}
+
+const char *loom_fallback_name(loom_fallback_t f) {
+  static const char *const names[] = {
+      [LOOM_FALLBACK_NONE] = "none",           [LOOM_FALLBACK_DISABLED] = "disabled",
+      [LOOM_FALLBACK_NO_CC] = "no-cc",         [LOOM_FALLBACK_CC_FAILED] = "cc-failed",
+      [LOOM_FALLBACK_NO_MODULE] = "no-module",
+  };
+  return (unsigned)f < sizeof names / sizeof *names ? names[f] : "?";
+}
+
+void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reason) {
+  if (e->fallback != LOOM_FALLBACK_NONE || f == LOOM_FALLBACK_NONE) return;
+  e->fallback = f;
+  /* Out of memory, the kind is kept without its message. */
+  e->fallback_reason = core_strdup(reason ? reason : "");
 }
 
 double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n) {
@@ -236,6 +254,7 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_free(e->syms);
   core_free(e->source_text);
   core_free(e->passes_text);
+  core_free(e->fallback_reason);
   if (e->owns_graph) loom_graph_destroy(e->graph);
   core_free(e);
 }

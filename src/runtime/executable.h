@@ -87,6 +87,8 @@ struct loom_executable {
   void **packed_w;       /* freeze_params: [slot] a frozen conv2d weight
                             packed as its GEMM's A, or NULL (owned) */
   bool interpreted;      /* fallback: run the source graph in the interpreter */
+  loom_fallback_t fallback; /* why generated code was lost (rt_fallback_note) */
+  char *fallback_reason;    /* the compiler's message, or NULL (owned) */
   int n_generated, n_reference;
   double compile_ms;
   struct rt_profile *profile; /* step timings (LOOM_LOG=steps), or NULL */
@@ -97,6 +99,10 @@ struct loom_executable {
 /* Flops of the contractions among nodes[0..n) of e's graph (ir_node_flops),
  * with e's symbol values when all are bound; -1 when a size is unknown. */
 double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n);
+
+/* Records that e lost generated code, and why (the first loss is kept:
+ * later ones follow from it). */
+void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reason);
 
 /* ---- Step timings (src/runtime/profile.c) ---------------------------------- */
 

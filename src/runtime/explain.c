@@ -32,11 +32,20 @@ static void put_steps(core_text_t *t, const loom_executable_t *e) {
   }
 }
 
+/* Lost generated code, first: it costs the most (reference kernels run
+ * 50-500x slower), and a module the compiler rejected is a bug to report. */
+static void put_fallback(core_text_t *t, const loom_executable_t *e) {
+  if (e->fallback == LOOM_FALLBACK_NONE) return;
+  core_text_put(t, "== generated code lost (%s): reference kernels run instead ==\n%s\n",
+                loom_fallback_name(e->fallback), e->fallback_reason ? e->fallback_reason : "");
+}
+
 loom_status_t loom_executable_explain(const loom_executable_t *e, char **out) {
   LOOM_CHECK_ARG(e);
   LOOM_CHECK_ARG(out);
   core_text_t t = {0};
   if (e->interpreted) core_text_put(&t, "The graph runs in the interpreter (no compiled code).\n");
+  put_fallback(&t, e);
   if (e->passes_text) core_text_put(&t, "== IR after the passes ==\n%s", e->passes_text);
   char *groups = NULL;
   if (!e->interpreted && fuse_plan_describe(e->graph, &e->plan, &groups) == LOOM_OK)

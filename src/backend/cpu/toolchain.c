@@ -73,14 +73,16 @@ static loom_status_t write_file(const char *path, const char *data, size_t size)
  * it over the entry. */
 static loom_status_t build_in(const char *scratch, const char *dir, const char *key,
                               const char *cc, const char *source, size_t length,
-                              const char *entry) {
+                              const char *entry, cpu_build_stage_t *stage) {
   char src[PATH_MAX], obj[PATH_MAX], kept_src[PATH_MAX];
   LOOM_TRY(file_path(src, scratch, "module", ".c"));
   LOOM_TRY(file_path(obj, scratch, "module", ".so"));
   LOOM_TRY(file_path(kept_src, dir, key, ".c"));
   LOOM_TRY(write_file(src, source, length));
   atomic_fetch_add(&cc_invocations, 1);
+  *stage = CPU_BUILD_CC_FAILED;
   LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so"));
+  *stage = CPU_BUILD_NO_MODULE;
   LOOM_TRY(cpu_cache_seal(obj));
   LOOM_TRY(cpu_cache_publish(obj, entry, dir));
   /* The source beside the entry is for readers; losing it is harmless. */
@@ -89,10 +91,11 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
 }
 
 static loom_status_t build_entry(const char *dir, const char *key, const char *cc,
-                                 const char *source, size_t length, const char *entry) {
+                                 const char *source, size_t length, const char *entry,
+                                 cpu_build_stage_t *stage) {
   char scratch[PATH_MAX];
   LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
-  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry);
+  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry, stage);
   cpu_cache_remove_tree(scratch);
   return status;
 }
@@ -137,6 +140,15 @@ static void note_build(cpu_entry_state_t state, const char *key, const char *ent
 }
 
 loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t **out) {
+  cpu_build_stage_t stage;
+  return cpu_module_build_staged(source, length, out, &stage);
+}
+
+loom_status_t cpu_module_build_staged(const char *source, int64_t length, cpu_module_t **out,
+                                      cpu_build_stage_t *stage) {
+  LOOM_CHECK_ARG(stage);
+  /* Until the compiler runs, a failure is the cache's (its directory). */
+  *stage = CPU_BUILD_NO_MODULE;
   LOOM_CHECK_ARG(out);
   *out = NULL;
   LOOM_CHECK_ARG(source);
@@ -147,7 +159,9 @@ loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t 
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
   LOOM_TRY(cpu_cache_dir(dir, sizeof dir));
+  *stage = CPU_BUILD_NO_CC;
   LOOM_TRY(cpu_cc_identity(cc, identity, sizeof identity));
+  *stage = CPU_BUILD_NO_MODULE;
   module_key(source, (size_t)length, identity, key);
   LOOM_TRY(file_path(entry, dir, key, ".so"));
 
@@ -157,14 +171,16 @@ loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t 
   if (handle) {
     atomic_fetch_add(&disk_hits, 1);
     core_log(LOG_CACHE, "hit %.12s %s", key, entry);
+    *stage = CPU_BUILD_DONE;
     return new_module(handle, entry, true, out);
   }
   note_build(state, key, entry, why);
-  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry));
+  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry, stage));
   handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "cannot load the compiled module '%s': %s", entry,
                      dlerror());
+  *stage = CPU_BUILD_DONE;
   return new_module(handle, entry, false, out);
 }
 

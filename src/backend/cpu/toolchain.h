@@ -25,6 +25,16 @@ typedef struct cpu_module cpu_module_t;
  * the compiler is missing or rejects the source. */
 loom_status_t cpu_module_build(const char *source, int64_t length,
                                cpu_module_t **out);
+/* Where a build failed, for the executable's fallback report. */
+typedef enum cpu_build_stage {
+  CPU_BUILD_DONE,      /* no failure */
+  CPU_BUILD_NO_CC,     /* the compiler was not found */
+  CPU_BUILD_CC_FAILED, /* the compiler ran and failed on the source */
+  CPU_BUILD_NO_MODULE, /* the cache could not hold the object, or dlopen refused it */
+} cpu_build_stage_t;
+/* cpu_module_build, also saying in *stage where it failed. */
+loom_status_t cpu_module_build_staged(const char *source, int64_t length,
+                                      cpu_module_t **out, cpu_build_stage_t *stage);
 void *cpu_module_symbol(const cpu_module_t *m, const char *name);
 /* Where the shared object lives (in the cache). */
 const char *cpu_module_path(const cpu_module_t *m);
