@@ -7,6 +7,7 @@
  * with LOOM_ERR_INVALID until the step ends). The harness's counters are
  * not thread-safe: threads count their own misses, and the main thread
  * checks the counts. */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -383,11 +384,187 @@ static void one_graph_many_threads(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- A trace, one thread at a time ------------------------------------------
+ * y = tanh(x) * 2 + 1 recorded step by step: its truth in C. */
+
+static void trace_program(loom_graph_t *g, loom_value_t x, loom_value_t *y) {
+  loom_value_t t, two, one;
+  loom_tensor_t *two_t = NULL, *one_t = NULL;
+  loom_tensor_from_data(LOOM_F32, 0, NULL, &(float){2}, sizeof(float), &two_t);
+  loom_tensor_from_data(LOOM_F32, 0, NULL, &(float){1}, sizeof(float), &one_t);
+  y->id = -1;
+  if (loom_tanh(g, x, &t) == LOOM_OK && loom_graph_constant(g, two_t, &two) == LOOM_OK &&
+      loom_graph_constant(g, one_t, &one) == LOOM_OK && loom_mul(g, t, two, &t) == LOOM_OK)
+    loom_add(g, t, one, y);
+  loom_tensor_destroy(two_t);
+  loom_tensor_destroy(one_t);
+}
+
+/* Whether y holds tanh(x) * 2 + 1 for x's elements. */
+static int trace_result_right(const loom_tensor_t *x, const loom_tensor_t *y) {
+  if (!y || loom_tensor_numel(y) != loom_tensor_numel(x)) return 0;
+  for (int64_t i = 0; i < loom_tensor_numel(x); i++) {
+    double want = tanh(test_get(x, i)) * 2 + 1;
+    if (!(fabs(test_get(y, i) - want) <= 1e-5)) return 0;
+  }
+  return 1;
+}
+
+/* Whether a call was refused because another thread holds the step. */
+static int refused(loom_status_t s) {
+  return s == LOOM_ERR_INVALID && strstr(loom_last_error(), "in use by another thread");
+}
+
+typedef struct intruder {
+  loom_trace_t *t;
+  loom_value_t x; /* a value of the step the main thread holds */
+  loom_tensor_t *mine;
+  int refusals, calls;
+} intruder_t;
+
+/* Every kind of call from a thread that does not hold the step. */
+static void *intrude(void *arg) {
+  intruder_t *r = arg;
+  loom_graph_t *g = loom_trace_graph(r->t);
+  loom_value_t v;
+  const loom_tensor_t *got;
+  double d;
+  int64_t shape[LOOM_MAX_RANK];
+  int rank;
+  loom_trace_stats_t stats;
+  char *text = NULL;
+  loom_tensor_t *c = NULL;
+  loom_tensor_from_data(LOOM_F32, 0, NULL, &(float){3}, sizeof(float), &c);
+  loom_status_t s[] = {
+      loom_trace_input(r->t, r->mine, NULL, &v), loom_trace_param(r->t, r->mine, &v),
+      loom_tanh(g, r->x, &v), loom_add(g, r->x, r->x, &v), loom_graph_constant(g, c, &v),
+      loom_graph_output(g, r->x), loom_trace_read(r->t, r->x, &got),
+      loom_trace_scalar(r->t, r->x, &d), loom_trace_sync(r->t), loom_trace_branch(r->t, 1),
+      loom_trace_shape(r->t, r->x, &rank, shape), loom_trace_get_stats(r->t, &stats),
+      loom_trace_explain(r->t, &text), loom_trace_backward(r->t, r->x),
+      loom_trace_step_end(r->t)};
+  r->calls = (int)(sizeof s / sizeof s[0]);
+  for (int i = 0; i < r->calls; i++) r->refusals += refused(s[i]);
+  loom_free(text);
+  loom_tensor_destroy(c);
+  return NULL;
+}
+
+/* One full step on the calling thread; 1 when it ran and was right. */
+static int trace_step(loom_trace_t *t, loom_tensor_t *x) {
+  loom_value_t xv, y;
+  const loom_tensor_t *got = NULL;
+  if (loom_trace_input(t, x, NULL, &xv) != LOOM_OK) return 0;
+  trace_program(loom_trace_graph(t), xv, &y);
+  int ok = y.id >= 0 && loom_trace_read(t, y, &got) == LOOM_OK && trace_result_right(x, got);
+  return loom_trace_step_end(t) == LOOM_OK && ok;
+}
+
+static void *step_once(void *arg) {
+  intruder_t *r = arg;
+  r->calls = trace_step(r->t, r->mine);
+  return NULL;
+}
+
+/* While the main thread's step is open, another thread's calls are all
+ * refused and change nothing: the step finishes with the right values.
+ * After it ends, the other thread runs a step of its own. */
+static void trace_refuses_other_threads(void) {
+  loom_trace_t *t;
+  CHECK_OK(loom_trace_create(NULL, &t));
+  test_seed(41);
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, (int64_t[]){6}, -2, 2);
+  loom_tensor_t *other = test_rand_tensor(LOOM_F32, 1, (int64_t[]){6}, -2, 2);
+  loom_value_t xv, y;
+  CHECK_OK(loom_trace_input(t, x, NULL, &xv));
+  intruder_t r = {.t = t, .x = xv, .mine = other};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, intrude, &r) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK(r.calls > 0 && r.refusals == r.calls);
+  loom_trace_stats_t stats;
+  CHECK_OK(loom_trace_get_stats(t, &stats));
+  CHECK(stats.recorded_ops == 0); /* the refused builders recorded nothing */
+  trace_program(loom_trace_graph(t), xv, &y);
+  const loom_tensor_t *got = NULL;
+  CHECK_OK(loom_trace_read(t, y, &got));
+  CHECK(trace_result_right(x, got));
+  CHECK_OK(loom_trace_step_end(t));
+  r.calls = 0;
+  CHECK(pthread_create(&th, NULL, step_once, &r) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  CHECK(r.calls == 1);
+  CHECK(trace_step(t, x)); /* and the trace comes back */
+  loom_tensor_destroy(x);
+  loom_tensor_destroy(other);
+  loom_trace_destroy(t);
+}
+
+/* Two threads step one trace as fast as they can: each step is refused
+ * (retried later) or runs whole and right. */
+typedef struct racer {
+  loom_trace_t *t;
+  loom_tensor_t *x;
+  int steps, refusals, wrong;
+} racer_t;
+
+static void *race_steps(void *arg) {
+  racer_t *r = arg;
+  while (r->steps < RUNS) {
+    loom_value_t xv, y;
+    loom_status_t s = loom_trace_input(r->t, r->x, NULL, &xv);
+    if (s != LOOM_OK) {
+      if (refused(s)) r->refusals++;
+      else r->wrong++;
+      sched_yield();
+      continue;
+    }
+    /* The step is this thread's until step_end: nothing below is refused. */
+    trace_program(loom_trace_graph(r->t), xv, &y);
+    const loom_tensor_t *got = NULL;
+    int ok = y.id >= 0 && loom_trace_read(r->t, y, &got) == LOOM_OK &&
+             trace_result_right(r->x, got);
+    ok &= loom_trace_step_end(r->t) == LOOM_OK;
+    r->wrong += !ok;
+    r->steps++;
+  }
+  return NULL;
+}
+
+static void trace_two_threads_take_turns(void) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.num_threads = 1;
+  loom_trace_t *t;
+  CHECK_OK(loom_trace_create(&o, &t));
+  test_seed(43);
+  racer_t r[2];
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) {
+    r[i] = (racer_t){.t = t, .x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){3, 5 + i}, -2, 2)};
+    CHECK(pthread_create(&th[i], NULL, race_steps, &r[i]) == 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(r[i].steps == RUNS);
+    CHECK(r[i].wrong == 0);
+    loom_tensor_destroy(r[i].x);
+  }
+  printf("  %d and %d steps refused while the other thread held the trace\n", r[0].refusals,
+         r[1].refusals);
+  loom_trace_stats_t stats;
+  CHECK_OK(loom_trace_get_stats(t, &stats));
+  CHECK(stats.segments == 2 * RUNS);
+  loom_trace_destroy(t);
+}
+
 int main(void) {
   TEST_RUN(plain_runs_overlap);
   TEST_RUN(interpreted_runs_overlap);
   TEST_RUN(state_runs_take_turns);
   TEST_RUN(sized_runs_take_turns);
   TEST_RUN(one_graph_many_threads);
+  TEST_RUN(trace_refuses_other_threads);
+  TEST_RUN(trace_two_threads_take_turns);
   return test_summary();
 }
