@@ -4,9 +4,11 @@
  * read at run time, take turns: each sees the state the one before left);
  * loom_interpret and loom_compile of one graph; and a trace, which one
  * thread records a step into at a time (another thread's call is refused
- * with LOOM_ERR_INVALID until the step ends). The harness's counters are
- * not thread-safe: threads count their own misses, and the main thread
- * checks the counts. */
+ * with LOOM_ERR_INVALID until the step ends). Lanes, the storage of
+ * overlapping runs, are also tested without relying on timing: a thread
+ * that holds an executable's own storage runs in a lane. The harness's
+ * counters are not thread-safe: threads count their own misses, and the
+ * main thread checks the counts. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -15,6 +17,7 @@
 
 #include "harness.h"
 #include "loom/trace.h"
+#include "runtime/executable.h"
 
 enum { THREADS = 4, RUNS = 24, INPUTS = 8 };
 
@@ -142,22 +145,101 @@ static void run_on_threads(loom_executable_t *e, const cases_t *c) {
   CHECK(wrong == 0);
 }
 
+/* With frozen parameters too: lanes read the prepacked weights. */
 static void plain_runs_overlap(void) {
   loom_graph_t *g = plain_graph();
   cases_t c = {0};
   make_cases(g, &c);
-  loom_compile_options_t o;
-  loom_compile_options_init(&o);
-  o.num_threads = 2; /* runs share the executable's pool */
+  for (int freeze = 0; freeze <= 1; freeze++) {
+    loom_compile_options_t o;
+    loom_compile_options_init(&o);
+    o.num_threads = 2; /* runs share the executable's pool */
+    o.freeze_params = freeze;
+    loom_executable_t *e;
+    CHECK_OK(loom_compile(g, &o, &e));
+    loom_executable_info_t info;
+    CHECK_OK(loom_executable_info(e, &info));
+    CHECK(info.n_reference > 0 && info.arena_bytes > 0);
+    run_on_threads(e, &c);
+    run_on_threads(e, &c); /* again, with the lanes of the first time */
+    loom_executable_destroy(e);
+  }
+  free_cases(&c);
+  loom_graph_destroy(g);
+}
+
+/* Runs e on case i into fresh outputs; 1 when they are right. */
+static int run_case(loom_executable_t *e, const cases_t *c, int i) {
+  loom_tensor_t *out[3] = {NULL, NULL, NULL};
+  int ok = 1;
+  for (int k = 0; k < 3; k++) ok &= loom_executable_new_output(e, k, &out[k]) == LOOM_OK;
+  ok = ok && loom_executable_run(e, 1, &c->x[i], 3, out) == LOOM_OK;
+  for (int k = 0; k < 3; k++) {
+    ok = ok && same_values(out[k], c->want[i][k], 1e-4);
+    loom_tensor_destroy(out[k]);
+  }
+  return ok;
+}
+
+/* Runs in lanes, whatever the timing: while this thread holds the
+ * executable's own storage (as an overlapping run would), its runs take a
+ * lane, and give the same outputs. */
+static void lane_runs(void) {
+  loom_graph_t *g = plain_graph();
+  cases_t c = {0};
+  make_cases(g, &c);
   loom_executable_t *e;
-  CHECK_OK(loom_compile(g, &o, &e));
-  loom_executable_info_t info;
-  CHECK_OK(loom_executable_info(e, &info));
-  CHECK(info.n_reference > 0 && info.arena_bytes > 0);
-  run_on_threads(e, &c);
-  run_on_threads(e, &c); /* again, with the arenas of the first time */
+  CHECK_OK(loom_compile(g, NULL, &e));
+  rt_lane_t *held;
+  CHECK_OK(rt_lanes_enter(e, &held));
+  CHECK(held == NULL); /* the executable's own storage */
+  /* A mark in the own arena, which lane runs must leave alone. */
+  memset(e->arena, 0xa5, (size_t)e->arena_bytes);
+  for (int i = 0; i < INPUTS; i++) CHECK(run_case(e, &c, i));
+  int untouched = 1;
+  for (int64_t b = 0; b < e->arena_bytes; b++) untouched &= ((unsigned char *)e->arena)[b] == 0xa5;
+  CHECK(untouched);
+  rt_lanes_leave(e, held);
+  for (int i = 0; i < INPUTS; i++) CHECK(run_case(e, &c, i)); /* its own again */
   loom_executable_destroy(e);
   free_cases(&c);
+  loom_graph_destroy(g);
+}
+
+/* A lane's run reports an index out of range found by generated code, and
+ * its next run starts clean. */
+static void lane_index_errors(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, i, y;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){4, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "i", LOOM_I64, 1, (loom_dim_t[]){2}, &i));
+  CHECK_OK(loom_index_select(g, x, i, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  loom_executable_info_t info;
+  CHECK_OK(loom_executable_info(e, &info));
+  CHECK(info.n_generated > 0);
+  double xv[12];
+  for (int k = 0; k < 12; k++) xv[k] = k;
+  loom_tensor_t *xt = test_tensor(LOOM_F32, 2, (int64_t[]){4, 3}, xv);
+  loom_tensor_t *good = test_tensor(LOOM_I64, 1, (int64_t[]){2}, (double[]){3, 1});
+  loom_tensor_t *bad = test_tensor(LOOM_I64, 1, (int64_t[]){2}, (double[]){1, 7});
+  loom_tensor_t *out;
+  CHECK_OK(loom_executable_new_output(e, 0, &out));
+  rt_lane_t *held;
+  CHECK_OK(rt_lanes_enter(e, &held));
+  CHECK_ERR(loom_executable_run(e, 2, (loom_tensor_t *[]){xt, bad}, 1, &out), LOOM_ERR_VALUE,
+            "index 7");
+  CHECK_OK(loom_executable_run(e, 2, (loom_tensor_t *[]){xt, good}, 1, &out));
+  CHECK_TENSOR(out, ((double[]){9, 10, 11, 3, 4, 5}), 6, 0, 0);
+  rt_lanes_leave(e, held);
+  loom_tensor_destroy(out);
+  loom_tensor_destroy(xt);
+  loom_tensor_destroy(good);
+  loom_tensor_destroy(bad);
+  loom_executable_destroy(e);
   loom_graph_destroy(g);
 }
 
@@ -560,6 +642,8 @@ static void trace_two_threads_take_turns(void) {
 
 int main(void) {
   TEST_RUN(plain_runs_overlap);
+  TEST_RUN(lane_runs);
+  TEST_RUN(lane_index_errors);
   TEST_RUN(interpreted_runs_overlap);
   TEST_RUN(state_runs_take_turns);
   TEST_RUN(sized_runs_take_turns);
