@@ -3,7 +3,8 @@
  * replay. Storage is a table of slots (src/runtime/abi.h): inputs and
  * outputs are bound per run, parameters and constants point at the
  * graph's tensors, intermediates at fixed offsets of one arena allocated
- * at compile time. */
+ * at compile time (a run that overlaps another uses the same offsets in an
+ * arena of its own: lanes, below). */
 #ifndef LOOM_RUNTIME_EXECUTABLE_H
 #define LOOM_RUNTIME_EXECUTABLE_H
 
@@ -24,13 +25,14 @@ typedef enum step_kind {
 
 typedef struct rt_control rt_control_t; /* src/runtime/control.c */
 
-/* A reference kernel call with its tensors prebuilt: a run only points
- * their data at the slots. */
+/* A reference kernel call with its tensors prebuilt: templates (dtype and
+ * shape) that a run copies, pointing the copies at its slots. */
 typedef struct ref_step {
   const ir_node_t *node;
   loom_tensor_t **in, **out;
   int32_t *in_slot, *out_slot;
-  ref_scratch_t scratch; /* lent to the kernel, kept between runs */
+  ref_scratch_t scratch; /* lent to the kernel in the executable's own
+                            storage, kept between runs (lanes have theirs) */
 } ref_step_t;
 
 typedef struct step {
