@@ -411,6 +411,7 @@ typedef struct graph_user {
   const cases_t *cases;
   int id;
   int compile; /* 0: loom_interpret; 1: loom_compile, then runs */
+  int passes;  /* the compile's option: 0 compiles the user's graph itself */
   int failed, wrong;
 } graph_user_t;
 
@@ -421,7 +422,10 @@ static void check_outputs(graph_user_t *u, int i, loom_tensor_t **out) {
 static void *use_graph(void *arg) {
   graph_user_t *u = arg;
   loom_executable_t *e = NULL;
-  if (u->compile && loom_compile(u->g, NULL, &e) != LOOM_OK) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.passes = u->passes;
+  if (u->compile && loom_compile(u->g, &o, &e) != LOOM_OK) {
     u->failed++;
     return NULL;
   }
@@ -443,7 +447,8 @@ static void *use_graph(void *arg) {
   return NULL;
 }
 
-/* Two threads interpret g while two others compile it, at once. */
+/* Two threads interpret g while two others compile it (with and without
+ * the passes), at once. */
 static void one_graph_many_threads(void) {
   loom_graph_t *g = plain_graph();
   cases_t c = {0};
@@ -451,7 +456,7 @@ static void one_graph_many_threads(void) {
   graph_user_t u[THREADS];
   pthread_t th[THREADS];
   for (int t = 0; t < THREADS; t++) {
-    u[t] = (graph_user_t){.g = g, .cases = &c, .id = t, .compile = t % 2};
+    u[t] = (graph_user_t){.g = g, .cases = &c, .id = t, .compile = t % 2, .passes = t < 2};
     CHECK(pthread_create(&th[t], NULL, use_graph, &u[t]) == 0);
   }
   int failed = 0, wrong = 0;
