@@ -1,7 +1,11 @@
 /* The thread pool: every index runs exactly once, for any size, grain and
- * thread count, over many consecutive loops (as replays issue them). */
+ * thread count, over many consecutive loops (as replays issue them), also
+ * when several threads share the pool (overlapping runs of one
+ * executable) and when a body starts a loop of its own. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/pool.h"
@@ -88,6 +92,87 @@ static void slow_chunk_wakes_the_caller(void) {
   }
 }
 
+/* Callers on several threads share one pool: a caller that finds it busy
+ * runs its loop alone. Each counts the loops whose indices did not all
+ * run once (the harness's counters are not thread-safe). */
+typedef struct {
+  core_pool_t *pool;
+  int bad;
+} caller_t;
+
+static void *call_loops(void *arg) {
+  caller_t *c = arg;
+  for (int round = 0; round < 200; round++) {
+    int64_t n = 8 + round % 57;
+    count_ctx_t x = {.hits = calloc((size_t)n, sizeof(_Atomic int))};
+    core_pool_for(c->pool, n, 1 + round % 3, count, &x);
+    int once = 1;
+    for (int64_t i = 0; i < n; i++) once &= x.hits[i] == 1;
+    c->bad += !once || atomic_load(&x.sum) != n * (n - 1) / 2;
+    free((void *)x.hits);
+  }
+  return NULL;
+}
+
+static void callers_on_several_threads(void) {
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(3, &pool));
+  caller_t c[3];
+  pthread_t th[3];
+  for (int t = 0; t < 3; t++) {
+    c[t] = (caller_t){.pool = pool};
+    CHECK(pthread_create(&th[t], NULL, call_loops, &c[t]) == 0);
+  }
+  for (int t = 0; t < 3; t++) {
+    CHECK(pthread_join(th[t], NULL) == 0);
+    CHECK(c[t].bad == 0);
+  }
+  core_pool_destroy(pool);
+}
+
+/* A body that runs a loop of its own on the same pool: the inner loop
+ * runs on the body's thread, and every (i, j) runs once. */
+enum { OUTER = 12, INNER = 40 };
+
+typedef struct {
+  core_pool_t *pool;
+  _Atomic int hits[OUTER][INNER];
+} nest_ctx_t;
+
+typedef struct {
+  nest_ctx_t *nest;
+  int64_t i;
+} row_ctx_t;
+
+static void inner_body(void *arg, int64_t begin, int64_t end) {
+  row_ctx_t *r = arg;
+  for (int64_t j = begin; j < end; j++) atomic_fetch_add(&r->nest->hits[r->i][j], 1);
+}
+
+static void outer_body(void *arg, int64_t begin, int64_t end) {
+  nest_ctx_t *c = arg;
+  for (int64_t i = begin; i < end; i++) {
+    row_ctx_t r = {c, i};
+    core_pool_for(c->pool, INNER, 1, inner_body, &r);
+  }
+}
+
+static void nested_loops(void) {
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(3, &pool));
+  static nest_ctx_t c;
+  c.pool = pool;
+  for (int round = 0; round < 20; round++) {
+    memset(c.hits, 0, sizeof c.hits);
+    core_pool_for(pool, OUTER, 1, outer_body, &c);
+    int once = 1;
+    for (int i = 0; i < OUTER; i++)
+      for (int j = 0; j < INNER; j++) once &= atomic_load(&c.hits[i][j]) == 1;
+    CHECK(once);
+  }
+  core_pool_destroy(pool);
+}
+
 static void threads_from_environment(void) {
   setenv("LOOM_NUM_THREADS", "3", 1);
   CHECK(core_default_threads() == 3);
@@ -104,6 +189,8 @@ int main(void) {
   TEST_RUN(every_index_once);
   TEST_RUN(many_small_loops);
   TEST_RUN(slow_chunk_wakes_the_caller);
+  TEST_RUN(callers_on_several_threads);
+  TEST_RUN(nested_loops);
   TEST_RUN(threads_from_environment);
   return test_summary();
 }

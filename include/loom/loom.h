@@ -188,7 +188,9 @@ loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
 
 /* Runs the graph with the reference kernels. inputs[i] binds graph input
  * i; outputs[i] receives a new tensor for graph output i (the caller
- * destroys it). Parameters are updated by the graph's assigns. */
+ * destroys it). Parameters are updated by the graph's assigns. g is only
+ * read (its parameters written by assigns): several threads may interpret
+ * one graph without assigns at once, while no thread changes it. */
 loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
                              loom_tensor_t *const *inputs, int n_outputs,
                              loom_tensor_t **outputs);
@@ -231,7 +233,8 @@ void loom_compile_options_init(loom_compile_options_t *o);
  * the graph with the reference kernels instead (much slower), one warning
  * a process is printed, and loom_executable_info's fallback and
  * fallback_reason, loom_executable_explain and LOOM_LOG=compile say why,
- * with the compiler's message. */
+ * with the compiler's message. g is only read: several threads may compile
+ * one graph at once, while no thread changes it. */
 loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *o,
                            loom_executable_t **out);
 void loom_executable_destroy(loom_executable_t *e);
@@ -239,7 +242,20 @@ void loom_executable_destroy(loom_executable_t *e);
 /* Runs the executable: inputs[i] binds graph input i, outputs[i] graph
  * output i, by pointer (outputs must be contiguous tensors of the output's
  * dtype and shape). One guard checks them; no allocation, hashing or shape
- * inference happens. */
+ * inference happens.
+ *
+ * Threads: any number of threads may run one executable at once, each
+ * with its own bindings (as ONNX Runtime's Session::Run). Runs of an
+ * executable that only reads its parameters overlap: a run that finds the
+ * executable's storage busy runs in storage of its own (an arena of
+ * loom_executable_info's arena_bytes, made at the first overlap and kept
+ * for later runs until destroy: at most one per run in progress), and
+ * parallel loops that find the executable's thread pool busy run on the
+ * caller's thread. Runs of an executable that writes parameters (assigns:
+ * a training step), reads sizes at run time (dynamic_symbols) or has
+ * if/loop nodes take turns instead, each seeing the parameters the run
+ * before it left, as calls one after another would. Inputs are only
+ * read; outputs must not be shared by runs in progress. */
 loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs);

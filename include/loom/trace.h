@@ -93,7 +93,16 @@ typedef struct loom_cache_stats {
 loom_status_t loom_cache_get_stats(const loom_cache_t *c,
                                    loom_cache_stats_t *out);
 
-/* ---- Traces --------------------------------------------------------------- */
+/* ---- Traces ---------------------------------------------------------------
+ * Threads: a trace records one thread's program, one step at a time. A
+ * step belongs to the thread that began it (its first call after
+ * loom_trace_create or loom_trace_step_end, a builder of ops.h recording
+ * into loom_trace_graph included) until that thread's loom_trace_step_end.
+ * Meanwhile a call from another thread, a builder's included, fails with
+ * LOOM_ERR_INVALID ("in use by another thread") and changes nothing; after
+ * the step ends, any thread may begin the next. Programs that trace on
+ * several threads at once give each thread a trace of its own; those may
+ * share one loom_cache_t. loom_trace_destroy must not race with calls. */
 
 typedef struct loom_trace_options {
   int compile;     /* 1: compile segments; 0: interpret every segment */

@@ -44,6 +44,7 @@ struct core_pool {
   _Atomic uint32_t generation;    /* bumped per loop; futex word of workers */
   _Atomic int sleepers;
   _Atomic int stop;
+  _Atomic int busy;               /* a caller's loop is in progress */
 };
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
@@ -180,6 +181,14 @@ void core_pool_for(core_pool_t *p, int64_t n, int64_t grain, core_pool_fn fn,
     fn(ctx, 0, n);
     return;
   }
+  /* One loop at a time. A caller that finds the pool busy (another run of
+   * the executable, on another thread, or a body that starts a loop of
+   * its own) runs its loop alone rather than wait: neither can deadlock,
+   * and the cores stay as busy as they were. */
+  if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) {
+    fn(ctx, 0, n);
+    return;
+  }
   int64_t chunks = (n + grain - 1) / grain;
   int64_t per = chunks / threads > 0 ? chunks / threads : 1;
   /* A few chunks per thread balance uneven work without much contention. */
@@ -196,4 +205,5 @@ void core_pool_for(core_pool_t *p, int64_t n, int64_t grain, core_pool_fn fn,
   if (atomic_load(&p->sleepers) > 0) futex_wake_all(&p->generation);
   work(p);
   await_done(p, (uint32_t)total);
+  atomic_store_explicit(&p->busy, 0, memory_order_release);
 }

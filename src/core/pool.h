@@ -24,8 +24,9 @@ void core_pool_destroy(core_pool_t *pool);
 int core_pool_threads(const core_pool_t *pool);
 
 /* Calls fn over [0, n) in chunks of at least `grain` indices, spread over
- * the pool, and returns when every chunk is done. Not reentrant: one
- * parallel loop at a time per pool. */
+ * the pool, and returns when every chunk is done. Safe from several
+ * threads and from inside fn: the pool runs one loop at a time, and a
+ * call that finds it busy runs its whole loop on the calling thread. */
 void core_pool_for(core_pool_t *pool, int64_t n, int64_t grain,
                    core_pool_fn fn, void *ctx);
 

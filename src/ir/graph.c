@@ -131,6 +131,7 @@ loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
                                loom_dtype_t dtype, int rank,
                                const loom_dim_t *dims, loom_value_t *out) {
   LOOM_CHECK_ARG(g);
+  LOOM_TRY(ir_before_change(g, "loom_graph_input"));
   LOOM_CHECK_ARG(out);
   ir_type_t t;
   LOOM_TRY(public_type(g, "input", name, dtype, rank, dims, &t));
@@ -150,6 +151,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
                                const int64_t *shape, const loom_tensor_t *init,
                                loom_value_t *out) {
   LOOM_CHECK_ARG(g);
+  LOOM_TRY(ir_before_change(g, "loom_graph_param"));
   LOOM_CHECK_ARG(out);
   ir_type_t t;
   LOOM_TRY(public_type(g, "parameter", name, dtype, rank, shape, &t));
@@ -190,6 +192,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
 loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
                                   loom_value_t *out) {
   LOOM_CHECK_ARG(g);
+  LOOM_TRY(ir_before_change(g, "loom_graph_constant"));
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
   ir_type_t type = {.dtype = t->dtype, .rank = t->rank};
@@ -209,6 +212,7 @@ loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
 
 loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v) {
   LOOM_CHECK_ARG(g);
+  LOOM_TRY(ir_before_change(g, "loom_graph_output"));
   if (!ir_value_valid(g, v.id))
     return loom_fail(LOOM_ERR_INVALID, "loom_graph_output: %%%d is not a value of the graph", v.id);
   return push_id(&g->outputs, &g->n_outputs, &g->cap_outputs, v.id);
@@ -260,6 +264,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   if ((unsigned)op >= IR_OP_COUNT)
     return loom_fail(LOOM_ERR_INVALID, "unknown op %d", (int)op);
   const ir_op_info_t *info = &ir_ops[op];
+  LOOM_TRY(ir_before_change(g, info->name));
   if (n_in < info->in_min || (info->in_max >= 0 && n_in > info->in_max)) {
     if (info->in_max < 0)
       return loom_fail(LOOM_ERR_INVALID, "%s: takes at least %d inputs, got %d",

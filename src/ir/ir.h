@@ -188,9 +188,14 @@ typedef struct ir_node {
 
 /* Called after each node is added (the tracer records through it). A
  * non-OK return makes the builder call fail with that status; the node
- * stays in the graph. */
+ * stays in the graph. before_change (may be NULL) is called before any
+ * change (a node, a value, an output, a symbol); a non-OK return refuses
+ * the change, which leaves the graph as it was (the tracer refuses a
+ * thread other than the one recording the step). `what` names the call
+ * (an op's name, "loom_graph_input", ...) for its message. */
 typedef struct ir_hook {
   loom_status_t (*node_added)(void *ctx, loom_graph_t *g, int32_t node);
+  loom_status_t (*before_change)(void *ctx, loom_graph_t *g, const char *what);
   void *ctx;
 } ir_hook_t;
 
@@ -211,6 +216,11 @@ struct loom_graph {
   int64_t n_subgraphs, cap_subgraphs;
   loom_graph_t *owner; /* the graph this one is a subgraph of, or NULL */
 };
+
+/* The hook's verdict on a change of g (OK without a hook). */
+static inline loom_status_t ir_before_change(loom_graph_t *g, const char *what) {
+  return g->hook.before_change ? g->hook.before_change(g->hook.ctx, g, what) : LOOM_OK;
+}
 
 /* Empties g (values, nodes, symbols) but keeps its allocations, so that a
  * trace refilled every step does not allocate again. The hook stays. */

@@ -20,6 +20,7 @@ int ir_num_symbols(const loom_graph_t *g) { return g->n_symbols; }
 
 /* The handle of an existing equal expression, or of a new one. */
 static loom_status_t intern(loom_graph_t *g, ir_expr_t e, ir_dim_t *out) {
+  LOOM_TRY(ir_before_change(g, "a symbolic dim"));
   for (int64_t i = 0; i < g->n_exprs; i++) {
     const ir_expr_t *x = &g->exprs[i];
     if (x->kind == e.kind && x->a == e.a && x->b == e.b &&

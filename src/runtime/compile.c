@@ -661,6 +661,7 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
     if (!e->inputs) s = build_guards(e);
   }
   if (s == LOOM_OK) s = rt_sym_finish(e);
+  if (s == LOOM_OK) s = rt_lanes_init(e);
   if (s != LOOM_OK) {
     loom_executable_destroy(e);
     return s;

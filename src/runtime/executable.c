@@ -43,8 +43,11 @@ static loom_status_t check_binding(const loom_executable_t *e, const char *what,
   return LOOM_OK;
 }
 
-static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *const *inputs,
-                          int n_outputs, loom_tensor_t *const *outputs) {
+/* Checks the bindings against the guards (runtime symbols: read from
+ * the inputs first, resizing the executable when they changed). */
+static loom_status_t check_bindings(loom_executable_t *e, int n_inputs,
+                                    loom_tensor_t *const *inputs, int n_outputs,
+                                    loom_tensor_t *const *outputs) {
   if (n_inputs != e->n_inputs || n_outputs != e->n_outputs)
     return loom_fail(LOOM_ERR_BINDING,
                      "the executable takes %d inputs and %d outputs, got %d and %d",
@@ -52,40 +55,79 @@ static loom_status_t bind(loom_executable_t *e, int n_inputs, loom_tensor_t *con
   if ((n_inputs && !inputs) || (n_outputs && !outputs))
     return loom_fail(LOOM_ERR_INVALID, "loom_executable_run: a binding array is null");
   if (e->dyn) LOOM_TRY(rt_sym_bind(e, inputs));
-  for (int i = 0; i < n_inputs; i++) {
+  for (int i = 0; i < n_inputs; i++)
     LOOM_TRY(check_binding(e, "input", i, &e->inputs[i], inputs[i]));
-    if (e->inputs[i].slot < 0) continue;
-    if (tensor_is_contiguous(inputs[i])) {
-      e->slots[e->inputs[i].slot] = inputs[i]->data;
-    } else {
-      if (e->dyn) LOOM_TRY(rt_sym_staging(e, i));
-      const guard_t *gd = &e->inputs[i];
-      size_t bytes = (size_t)shape_numel(gd->rank, gd->shape) * loom_dtype_size(gd->dtype);
-      LOOM_TRY(loom_tensor_read(inputs[i], gd->staging, bytes));
-      e->slots[gd->slot] = gd->staging;
-    }
-  }
   for (int i = 0; i < n_outputs; i++) {
     LOOM_TRY(check_binding(e, "output", i, &e->outputs[i], outputs[i]));
     if (!tensor_is_contiguous(outputs[i]))
       return loom_fail(LOOM_ERR_BINDING, "output %d: the tensor must be contiguous", i);
-    if (e->outputs[i].slot >= 0) e->slots[e->outputs[i].slot] = outputs[i]->data;
   }
   return LOOM_OK;
 }
 
-static loom_status_t run_reference(loom_executable_t *e, ref_step_t *r) {
-  const ir_node_t *n = r->node;
-  for (int k = 0; k < n->n_in; k++) r->in[k]->data = e->slots[r->in_slot[k]];
+/* Where strided input i is copied in run r: the guard's buffer, or the
+ * lane's, made at its first use. */
+static loom_status_t staging_of(loom_executable_t *e, rt_run_t *r, int i, size_t bytes,
+                                void **out) {
+  if (!r->staging) {
+    if (e->dyn) LOOM_TRY(rt_sym_staging(e, i));
+    *out = e->inputs[i].staging;
+    return LOOM_OK;
+  }
+  if (!r->staging[i]) r->staging[i] = core_aligned_alloc(bytes ? bytes : 1);
+  if (!r->staging[i])
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory staging strided input %d", i);
+  *out = r->staging[i];
+  return LOOM_OK;
+}
+
+/* Points run r's input and output slots at the bound tensors (a strided
+ * input at a contiguous copy). */
+static loom_status_t bind_slots(loom_executable_t *e, rt_run_t *r,
+                                loom_tensor_t *const *inputs,
+                                loom_tensor_t *const *outputs) {
+  for (int i = 0; i < e->n_inputs; i++) {
+    const guard_t *gd = &e->inputs[i];
+    if (gd->slot < 0) continue;
+    if (tensor_is_contiguous(inputs[i])) {
+      r->slots[gd->slot] = inputs[i]->data;
+      continue;
+    }
+    size_t bytes = (size_t)shape_numel(gd->rank, gd->shape) * loom_dtype_size(gd->dtype);
+    void *staging = NULL;
+    LOOM_TRY(staging_of(e, r, i, bytes, &staging));
+    LOOM_TRY(loom_tensor_read(inputs[i], staging, bytes));
+    r->slots[gd->slot] = staging;
+  }
+  for (int i = 0; i < e->n_outputs; i++)
+    if (e->outputs[i].slot >= 0) r->slots[e->outputs[i].slot] = outputs[i]->data;
+  return LOOM_OK;
+}
+
+/* A reference step over run r's slots. The step's tensors are templates
+ * (dtype and shape), copied here so that overlapping runs share nothing
+ * they write. */
+static loom_status_t run_reference(loom_executable_t *e, rt_run_t *r, int i) {
+  ref_step_t *st = &e->steps[i].ref;
+  const ir_node_t *n = st->node;
+  loom_tensor_t in[n->n_in + 1], out[n->n_out + 1];
+  const loom_tensor_t *in_p[n->n_in + 1];
+  loom_tensor_t *out_p[n->n_out + 1];
+  for (int k = 0; k < n->n_in; k++) {
+    in[k] = *st->in[k];
+    in[k].data = r->slots[st->in_slot[k]];
+    in_p[k] = &in[k];
+  }
   for (int k = 0; k < n->n_out; k++) {
-    loom_tensor_t *t = r->out[k];
-    t->data = e->slots[r->out_slot[k]];
+    out[k] = *st->out[k];
+    out[k].data = r->slots[st->out_slot[k]];
+    out_p[k] = &out[k];
     /* Reference kernels expect zeroed outputs (some accumulate). */
-    memset(t->data, 0, (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype));
+    memset(out[k].data, 0, (size_t)loom_tensor_numel(&out[k]) * loom_dtype_size(out[k].dtype));
   }
   ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
-                     .in = (const loom_tensor_t *const *)r->in, .n_out = n->n_out,
-                     .out = r->out, .scratch = &r->scratch};
+                     .in = in_p, .n_out = n->n_out, .out = out_p,
+                     .scratch = r->scratch ? &r->scratch[i] : &st->scratch};
   return ref_kernels[n->op](&call);
 }
 
@@ -104,18 +146,44 @@ static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
   return s;
 }
 
-static loom_status_t run_step(loom_executable_t *e, step_t *st) {
+static loom_status_t run_step(loom_executable_t *e, rt_run_t *r, int i) {
+  step_t *st = &e->steps[i];
   switch (st->kind) {
     case STEP_GENERATED:
-      st->fn(e->slots, e->syms, &e->abi);
-      return rt_index_errors_take(e);
-    case STEP_REFERENCE: return run_reference(e, &st->ref);
+      st->fn(r->slots, e->syms, r->abi);
+      return rt_index_errors_take(e, r->abi);
+    case STEP_REFERENCE: return run_reference(e, r, i);
     case STEP_CONTROL: return rt_control_run(e, st->control);
     case STEP_COPY: /* an output bound to its input's storage has it already */
-      if (e->slots[st->copy_to] != e->slots[st->copy_from])
-        memcpy(e->slots[st->copy_to], e->slots[st->copy_from], (size_t)st->copy_bytes);
+      if (r->slots[st->copy_to] != r->slots[st->copy_from])
+        memcpy(r->slots[st->copy_to], r->slots[st->copy_from], (size_t)st->copy_bytes);
       break;
   }
+  return LOOM_OK;
+}
+
+/* The executable's own storage, as a run. */
+static rt_run_t own_run(loom_executable_t *e) {
+  return (rt_run_t){.slots = e->slots, .abi = &e->abi};
+}
+
+/* A step in the executable's own storage (step timings run there). */
+static loom_status_t run_own_step(loom_executable_t *e, step_t *st) {
+  rt_run_t r = own_run(e);
+  return run_step(e, &r, (int)(st - e->steps));
+}
+
+/* One run in r (NULL: the executable's own storage). */
+static loom_status_t run_in(loom_executable_t *e, rt_run_t *r, int n_inputs,
+                            loom_tensor_t *const *inputs, int n_outputs,
+                            loom_tensor_t *const *outputs) {
+  LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
+  if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
+  rt_run_t own = own_run(e);
+  if (!r) r = &own;
+  LOOM_TRY(bind_slots(e, r, inputs, outputs));
+  if (r == &own && core_log_enabled(LOG_STEPS)) return rt_profile_run(e, run_own_step);
+  for (int i = 0; i < e->n_steps; i++) LOOM_TRY(run_step(e, r, i));
   return LOOM_OK;
 }
 
@@ -123,11 +191,12 @@ loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs) {
   LOOM_CHECK_ARG(e);
-  LOOM_TRY(bind(e, n_inputs, inputs, n_outputs, outputs));
-  if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
-  if (core_log_enabled(LOG_STEPS)) return rt_profile_run(e, run_step);
-  for (int i = 0; i < e->n_steps; i++) LOOM_TRY(run_step(e, &e->steps[i]));
-  return LOOM_OK;
+  rt_lane_t *lane;
+  LOOM_TRY(rt_lanes_enter(e, &lane));
+  loom_status_t s = run_in(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs, n_outputs,
+                           outputs);
+  rt_lanes_leave(e, lane);
+  return s;
 }
 
 loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
@@ -137,11 +206,19 @@ loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
   if (i < 0 || i >= e->n_outputs)
     return loom_fail(LOOM_ERR_INVALID, "loom_executable_new_output: output %d of %d", i,
                      e->n_outputs);
-  if (e->dyn && !rt_sym_sized(e))
+  if (!e->dyn)
+    return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, e->outputs[i].shape, out);
+  /* The last run's shape: read while no run resizes it. */
+  rt_lanes_hold(e);
+  int64_t shape[LOOM_MAX_RANK];
+  bool sized = rt_sym_sized(e);
+  memcpy(shape, e->outputs[i].shape, sizeof shape);
+  rt_lanes_drop(e);
+  if (!sized)
     return loom_fail(LOOM_ERR_INVALID,
                      "loom_executable_new_output: output %d's shape depends on runtime "
                      "symbols, known after a run; use loom_executable_new_output_for", i);
-  return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, e->outputs[i].shape, out);
+  return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, shape, out);
 }
 
 loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_inputs,
@@ -164,6 +241,7 @@ loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_i
 loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
   LOOM_CHECK_ARG(e);
   LOOM_CHECK_ARG(out);
+  rt_lanes_hold(e); /* runtime symbols: the last run's sizes, not a run's midway */
   *out = (loom_executable_info_t){
       .n_nodes = e->graph ? (int)e->graph->n_nodes : 0,
       .n_groups = e->plan.n_groups,
@@ -179,6 +257,7 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
       .fallback_reason = e->fallback_reason ? e->fallback_reason : ""};
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
   if (e->graph) out->flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
+  rt_lanes_drop(e);
   return LOOM_OK;
 }
 
@@ -228,7 +307,8 @@ void loom_executable_destroy(loom_executable_t *e) {
   if (!e) return;
   rt_profile_report(e);
   rt_profile_free(e);
-  rt_index_errors_free(e);
+  rt_lanes_free(e);
+  rt_index_errors_free(&e->abi);
   for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
     if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
     else if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);

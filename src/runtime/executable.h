@@ -3,7 +3,8 @@
  * replay. Storage is a table of slots (src/runtime/abi.h): inputs and
  * outputs are bound per run, parameters and constants point at the
  * graph's tensors, intermediates at fixed offsets of one arena allocated
- * at compile time. */
+ * at compile time (a run that overlaps another uses the same offsets in an
+ * arena of its own: lanes, below). */
 #ifndef LOOM_RUNTIME_EXECUTABLE_H
 #define LOOM_RUNTIME_EXECUTABLE_H
 
@@ -24,13 +25,14 @@ typedef enum step_kind {
 
 typedef struct rt_control rt_control_t; /* src/runtime/control.c */
 
-/* A reference kernel call with its tensors prebuilt: a run only points
- * their data at the slots. */
+/* A reference kernel call with its tensors prebuilt: templates (dtype and
+ * shape) that a run copies, pointing the copies at its slots. */
 typedef struct ref_step {
   const ir_node_t *node;
   loom_tensor_t **in, **out;
   int32_t *in_slot, *out_slot;
-  ref_scratch_t scratch; /* lent to the kernel, kept between runs */
+  ref_scratch_t scratch; /* lent to the kernel in the executable's own
+                            storage, kept between runs (lanes have theirs) */
 } ref_step_t;
 
 typedef struct step {
@@ -92,7 +94,43 @@ struct loom_executable {
   int n_generated, n_reference;
   double compile_ms;
   struct rt_profile *profile; /* step timings (LOOM_LOG=steps), or NULL */
+  struct rt_lanes *lanes; /* who runs now, and storage for overlapping runs */
 };
+
+/* ---- Runs from several threads (src/runtime/lanes.c) -----------------------
+ * A run works in the executable's own storage (slots, arena, staging
+ * buffers, reference steps' scratch, ABI with its index-error record), or,
+ * when runs overlap, in a lane: a copy of that storage made on demand and
+ * kept for later runs. Runs of executables that write state (assigns),
+ * resize it (runtime symbols) or run subgraphs (control steps) take turns
+ * on the executable's own storage instead. */
+
+/* The storage of one run. */
+typedef struct rt_run {
+  void **slots;
+  const loom_abi_t *abi;
+  ref_scratch_t *scratch; /* per step; NULL: the steps' own */
+  void **staging;         /* per input, made when first needed; NULL: the
+                             guards' own */
+} rt_run_t;
+
+typedef struct rt_lane rt_lane_t;
+
+/* Last step of loom_compile: decides whether runs may overlap, and keeps
+ * what a lane copies (nothing has run yet). */
+loom_status_t rt_lanes_init(loom_executable_t *e);
+/* Starts a run: *lane is NULL for the executable's own storage (waited
+ * for when runs take turns), else a lane to run in. */
+loom_status_t rt_lanes_enter(loom_executable_t *e, rt_lane_t **lane);
+/* The storage of a lane. */
+rt_run_t *rt_lane_run(rt_lane_t *lane);
+/* Ends the run started by rt_lanes_enter. */
+void rt_lanes_leave(loom_executable_t *e, rt_lane_t *lane);
+/* Readers of state that runs change (runtime symbols' sizes) wait for the
+ * run in progress, and keep runs out until they let go. */
+void rt_lanes_hold(const loom_executable_t *e);
+void rt_lanes_drop(const loom_executable_t *e);
+void rt_lanes_free(loom_executable_t *e);
 
 /* ---- Work (src/runtime/executable.c) ---------------------------------------- */
 
@@ -120,9 +158,12 @@ void rt_profile_free(loom_executable_t *e);
 typedef struct rt_index_errors rt_index_errors_t;
 /* Sets e->abi's index_error and its record. */
 loom_status_t rt_index_errors_init(loom_executable_t *e);
-/* After a generated step: the error it reported (and forgets it), or OK. */
-loom_status_t rt_index_errors_take(loom_executable_t *e);
-void rt_index_errors_free(loom_executable_t *e);
+/* The same for abi (a lane's), with a record of its own. */
+loom_status_t rt_index_errors_attach(loom_abi_t *abi);
+/* After a generated step of e run with abi: the error it reported (and
+ * forgets it), or OK. */
+loom_status_t rt_index_errors_take(const loom_executable_t *e, const loom_abi_t *abi);
+void rt_index_errors_free(loom_abi_t *abi);
 
 /* ---- Control-flow steps (src/runtime/control.c) ---------------------------- */
 

@@ -40,9 +40,7 @@ static void put_fallback(core_text_t *t, const loom_executable_t *e) {
                 loom_fallback_name(e->fallback), e->fallback_reason ? e->fallback_reason : "");
 }
 
-loom_status_t loom_executable_explain(const loom_executable_t *e, char **out) {
-  LOOM_CHECK_ARG(e);
-  LOOM_CHECK_ARG(out);
+static loom_status_t explain(const loom_executable_t *e, char **out) {
   core_text_t t = {0};
   if (e->interpreted) core_text_put(&t, "The graph runs in the interpreter (no compiled code).\n");
   put_fallback(&t, e);
@@ -64,4 +62,13 @@ loom_status_t loom_executable_explain(const loom_executable_t *e, char **out) {
     core_text_put(&t, "== generated C (%s) ==\n%s", e->module ? cpu_module_path(e->module) : "not compiled",
         e->source_text);
   return core_text_take(&t, "explaining an executable", out);
+}
+
+loom_status_t loom_executable_explain(const loom_executable_t *e, char **out) {
+  LOOM_CHECK_ARG(e);
+  LOOM_CHECK_ARG(out);
+  rt_lanes_hold(e); /* runtime symbols: the last run's plan, not a run's midway */
+  loom_status_t s = explain(e, out);
+  rt_lanes_drop(e);
+  return s;
 }

@@ -33,17 +33,19 @@ static void report(const loom_abi_t *rt, int node, int64_t position, int64_t val
   pthread_mutex_unlock(&r->lock);
 }
 
-loom_status_t rt_index_errors_init(loom_executable_t *e) {
+loom_status_t rt_index_errors_attach(loom_abi_t *abi) {
   rt_index_errors_t *r = core_calloc(1, sizeof *r);
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "out of memory for an executable");
   pthread_mutex_init(&r->lock, NULL);
-  e->abi.index_error = report;
-  e->abi.index_errors = r;
+  abi->index_error = report;
+  abi->index_errors = r;
   return LOOM_OK;
 }
 
-loom_status_t rt_index_errors_take(loom_executable_t *e) {
-  rt_index_errors_t *r = e->abi.index_errors;
+loom_status_t rt_index_errors_init(loom_executable_t *e) { return rt_index_errors_attach(&e->abi); }
+
+loom_status_t rt_index_errors_take(const loom_executable_t *e, const loom_abi_t *abi) {
+  rt_index_errors_t *r = abi->index_errors;
   if (!r || !atomic_load_explicit(&r->set, memory_order_acquire)) return LOOM_OK;
   pthread_mutex_lock(&r->lock);
   const char *op = r->node >= 0 && r->node < e->graph->n_nodes
@@ -57,10 +59,10 @@ loom_status_t rt_index_errors_take(loom_executable_t *e) {
   return s;
 }
 
-void rt_index_errors_free(loom_executable_t *e) {
-  rt_index_errors_t *r = e->abi.index_errors;
+void rt_index_errors_free(loom_abi_t *abi) {
+  rt_index_errors_t *r = abi->index_errors;
   if (!r) return;
   pthread_mutex_destroy(&r->lock);
   core_free(r);
-  e->abi.index_errors = NULL;
+  abi->index_errors = NULL;
 }

@@ -383,6 +383,7 @@ static loom_status_t collect_grads(loom_trace_t *t) {
 
 loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   if (!ir_value_valid(t->g, loss.id))
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: %%%d is not a "
                      "value of this step", loss.id);
@@ -421,6 +422,7 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
 loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                               const loom_tensor_t **out) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(out);
   for (int64_t i = 0; i < t->n_params; i++) {
@@ -650,6 +652,7 @@ loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                                double beta2, double eps,
                                double weight_decay) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   if (t->n_params == 0)
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_adamw: no parameters were "
                      "entered (loom_trace_param)");

@@ -20,6 +20,58 @@ void loom_trace_options_init(loom_trace_options_t *o) {
   o->data_dims.kind = LOOM_DIM_EXACT;
 }
 
+/* ---- One thread at a time ----------------------------------------------------
+ * A trace is a graph under construction plus a step's tensors: calls from
+ * two threads would interleave their recordings and free each other's
+ * values, so a step belongs to the thread that began it (its first call
+ * after loom_trace_create or loom_trace_step_end, a builder recording into
+ * the trace's graph included) until its loom_trace_step_end. Another
+ * thread's call meanwhile is refused before it touches anything; between
+ * steps any thread may take the trace over. The claim is an atomic
+ * exchange, so one thread's step happens before the next one's. */
+
+/* An address unique to the calling thread while it lives. */
+static uintptr_t this_thread(void) {
+  static _Thread_local char token;
+  return (uintptr_t)&token;
+}
+
+static loom_status_t refuse(const char *fn) {
+  return loom_fail(LOOM_ERR_INVALID, "%s: the trace is in use by another thread (a step "
+                   "belongs to the thread that began it until its loom_trace_step_end; "
+                   "threads that trace at once need a trace each, which may share a "
+                   "loom_cache_t)", fn);
+}
+
+loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
+  uintptr_t me = this_thread(), user = 0;
+  if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
+                                              memory_order_relaxed) || user == me)
+    return LOOM_OK;
+  return refuse(fn);
+}
+
+/* For a call that only reads t: takes t unless this thread has it (*taken
+ * says so), so that no step begins while it reads. */
+static loom_status_t claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
+  /* The claim word is the one field readers write: t is not const there. */
+  loom_trace_t *w = (loom_trace_t *)t;
+  uintptr_t me = this_thread(), user = 0;
+  *taken = atomic_compare_exchange_strong_explicit(&w->user, &user, me, memory_order_acquire,
+                                                   memory_order_relaxed);
+  return *taken || user == me ? LOOM_OK : refuse(fn);
+}
+
+static void give_back(const loom_trace_t *t, bool taken) {
+  if (taken) atomic_store_explicit(&((loom_trace_t *)t)->user, 0, memory_order_release);
+}
+
+/* The graph hook: builders recording into the trace's graph claim it. */
+static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
+  (void)g;
+  return tr_claim(ctx, what);
+}
+
 /* ---- Tables ---------------------------------------------------------------- */
 
 /* Grows the per-value, per-node and per-symbol tables to the graph. */
@@ -318,6 +370,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
     return s;
   }
   t->g->hook.node_added = on_node_added;
+  t->g->hook.before_change = before_change;
   t->g->hook.ctx = t;
   *out = t;
   loom_clear_error();
@@ -421,6 +474,7 @@ loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(x);
   LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
   loom_dim_t dims[LOOM_MAX_RANK];
   LOOM_TRY(input_dims(t, x, policies, dims));
   t->n_step_inputs++;
@@ -437,6 +491,7 @@ loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
   if (!dtype_is_float(p->dtype) || !tensor_is_contiguous(p))
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_param: a parameter must be "
                      "a contiguous float tensor (got %s)",
@@ -470,19 +525,25 @@ static loom_status_t check_value(const loom_trace_t *t, loom_value_t v,
 
 loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
                                int *rank, int64_t *shape) {
-  LOOM_TRY(check_value(t, v, __func__));
+  LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(rank);
   LOOM_CHECK_ARG(shape);
-  const ir_type_t *ty = &t->g->values[v.id].type;
-  LOOM_TRY(tr_eval_type(t, ty, shape));
-  *rank = ty->rank;
-  return LOOM_OK;
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  loom_status_t s = check_value(t, v, __func__);
+  const ir_type_t *ty = s == LOOM_OK ? &t->g->values[v.id].type : NULL;
+  if (s == LOOM_OK) s = tr_eval_type(t, ty, shape);
+  if (s == LOOM_OK) *rank = ty->rank;
+  give_back(t, taken);
+  return s;
 }
 
 /* ---- Making values real ----------------------------------------------------------- */
 
 loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
                               const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   LOOM_TRY(check_value(t, v, __func__));
   LOOM_CHECK_ARG(out);
   tr_reason_t why = {"loom_trace_read of %%%lld", NULL, v.id};
@@ -507,6 +568,8 @@ static loom_status_t read_one(loom_trace_t *t, loom_value_t v,
 }
 
 loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v, double *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   LOOM_TRY(check_value(t, v, __func__));
   LOOM_CHECK_ARG(out);
   tr_reason_t why = {"scalar read (loom_trace_scalar of %%%lld)", NULL, v.id};
@@ -514,6 +577,8 @@ loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v, double *out) {
 }
 
 loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   LOOM_TRY(check_value(t, v, __func__));
   LOOM_CHECK_ARG(taken);
   tr_reason_t why = {"condition read for a branch (loom_trace_cond of %%%lld)", NULL, v.id};
@@ -526,12 +591,14 @@ loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken) {
 
 loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   t->path = tr_mix(t->path ^ 0xb7, (uint64_t)decision);
   return LOOM_OK;
 }
 
 loom_status_t loom_trace_sync(loom_trace_t *t) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   tr_reason_t why = {"sync", NULL, 0};
   LOOM_TRY(seg_cut(t, 0, NULL, &why));
   loom_clear_error();
@@ -597,6 +664,7 @@ loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
                               loom_value_t *out) {
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
   LOOM_TRY(check_call(t, op, n_in, in, n_out, dtypes, ranks, shapes));
   tr_reason_t why = {"host callback '%s'", op->name, 0};
   int32_t ids[n_in > 0 ? n_in : 1];
@@ -629,8 +697,10 @@ loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
 
 loom_status_t loom_trace_step_end(loom_trace_t *t) {
   LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
   loom_status_t s = seg_cut(t, 0, NULL, NULL);
   release_step(t);
+  atomic_store_explicit(&t->user, 0, memory_order_release);
   if (s == LOOM_OK) loom_clear_error();
   return s;
 }
@@ -681,13 +751,14 @@ loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                    loom_trace_stats_t *out) {
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
   *out = t->stats;
+  give_back(t, taken);
   return loom_cache_get_stats(t->cache, &out->cache);
 }
 
-loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
-  LOOM_CHECK_ARG(t);
-  LOOM_CHECK_ARG(out);
+static loom_status_t explain(const loom_trace_t *t, char **out) {
   const loom_trace_stats_t *s = &t->stats;
   core_text_t text = {0};
   core_text_put(&text, "trace: %lld ops recorded, %lld segments (%lld hits, "
@@ -710,4 +781,14 @@ loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
   }
   if (text.len > 0 && text.s[text.len - 1] != '\n') core_text_put(&text, "\n");
   return core_text_take(&text, "for the trace report", out);
+}
+
+loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  loom_status_t s = explain(t, out);
+  give_back(t, taken);
+  return s;
 }

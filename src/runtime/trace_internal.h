@@ -213,6 +213,9 @@ typedef struct tape_rec {
 /* ---- The trace ------------------------------------------------------------- */
 
 struct loom_trace {
+  /* The thread recording this step (an address unique to it), 0 between
+   * steps: other threads' calls are refused until the step ends. */
+  _Atomic uintptr_t user;
   loom_trace_options_t opt;
   loom_graph_t *g;
   loom_cache_t *cache;
@@ -280,6 +283,9 @@ struct loom_trace {
 };
 
 /* trace.c */
+/* Takes t for this thread until the step ends (a no-op when it has it);
+ * LOOM_ERR_INVALID, naming fn, when another thread's step is open. */
+loom_status_t tr_claim(loom_trace_t *t, const char *fn);
 loom_status_t tr_reserve_values(loom_trace_t *t);
 loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);
 loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
