@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cpu/compiler.h"
 #include "backend/cpu/toolchain.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -23,6 +25,10 @@
 
 static const char answer_source[] = "int answer(void) { return 42; }\n";
 static char root[256]; /* this test's temporary directory */
+
+static loom_status_t build(const char *source, cpu_module_t **m) {
+  return cpu_module_build(source, (int64_t)strlen(source), m);
+}
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
   (void)st;
@@ -54,7 +60,7 @@ static cpu_toolchain_stats_t stats(void) {
  * cannot), with the module released. */
 static int build_and_call(const char *source, const char *name, bool *from_cache) {
   cpu_module_t *m = NULL;
-  loom_status_t s = cpu_module_build(source, (int64_t)strlen(source), &m);
+  loom_status_t s = build(source, &m);
   CHECK_OK(s);
   if (s != LOOM_OK) return -1;
   int (*fn)(void) = (int (*)(void))cpu_module_symbol(m, name);
@@ -67,7 +73,7 @@ static int build_and_call(const char *source, const char *name, bool *from_cache
 
 static char *entry_path(const char *source) {
   cpu_module_t *m = NULL;
-  CHECK_OK(cpu_module_build(source, (int64_t)strlen(source), &m));
+  CHECK_OK(build(source, &m));
   char *path = strdup(m ? cpu_module_path(m) : "");
   cpu_module_release(m);
   return path;
@@ -182,12 +188,10 @@ static void test_missing_compiler(void) {
   fresh_cache();
   cpu_module_t *m = (cpu_module_t *)1;
   setenv("LOOM_CC", "/nonexistent", 1);
-  CHECK_ERR(cpu_module_build(answer_source, (int64_t)strlen(answer_source), &m),
-            LOOM_ERR_UNSUPPORTED, "C compiler '/nonexistent'");
+  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "C compiler '/nonexistent'");
   CHECK(m == NULL);
   setenv("LOOM_CC", "loom-no-such-compiler", 1);
-  CHECK_ERR(cpu_module_build(answer_source, (int64_t)strlen(answer_source), &m),
-            LOOM_ERR_UNSUPPORTED, "loom-no-such-compiler");
+  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "loom-no-such-compiler");
   unsetenv("LOOM_CC");
   drop_cache();
 }
@@ -204,8 +208,7 @@ static void test_failing_compiler(void) {
   CHECK(chmod(script, 0755) == 0);
   setenv("LOOM_CC", script, 1);
   cpu_module_t *m = NULL;
-  CHECK_ERR(cpu_module_build(answer_source, (int64_t)strlen(answer_source), &m),
-            LOOM_ERR_UNSUPPORTED, "out of order");
+  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "out of order");
   CHECK(strstr(loom_last_error(), script) != NULL);
   CHECK(strstr(loom_last_error(), "exit status 1") != NULL);
   CHECK(m == NULL);
@@ -217,7 +220,7 @@ static void test_syntax_error(void) {
   fresh_cache();
   const char *bad = "int answer(void) { return 42 }\n";
   cpu_module_t *m = NULL;
-  CHECK_ERR(cpu_module_build(bad, (int64_t)strlen(bad), &m), LOOM_ERR_UNSUPPORTED, "error");
+  CHECK_ERR(build(bad, &m), LOOM_ERR_UNSUPPORTED, "error");
   CHECK(strstr(loom_last_error(), "C compiler 'cc'") != NULL);
   CHECK(m == NULL);
   drop_cache();
@@ -257,7 +260,7 @@ static void test_two_processes(void) {
 static void *thread_build(void *arg) {
   (void)arg;
   cpu_module_t *m = NULL;
-  loom_status_t s = cpu_module_build(answer_source, (int64_t)strlen(answer_source), &m);
+  loom_status_t s = build(answer_source, &m);
   int (*fn)(void) = s == LOOM_OK ? (int (*)(void))cpu_module_symbol(m, "answer") : NULL;
   intptr_t result = fn ? fn() : -1;
   cpu_module_release(m);
@@ -344,6 +347,157 @@ static void test_unusable_cache_dir(void) {
   drop_cache();
 }
 
+/* ---- the compiler's time limit ---- */
+
+/* An executable script at root/name; "@ROOT@" in body stands for root. */
+static void write_script(const char *name, const char *body, char *path, size_t size) {
+  char text[2048];
+  const char *at = strstr(body, "@ROOT@");
+  size_t used = 0;
+  for (; at; body = at + 6, at = strstr(body, "@ROOT@"))
+    used += (size_t)snprintf(text + used, sizeof text - used, "%.*s%s", (int)(at - body), body,
+                             root);
+  snprintf(text + used, sizeof text - used, "%s", body);
+  snprintf(path, size, "%s/%s", root, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+  CHECK(chmod(path, 0755) == 0);
+}
+
+/* The pids a script appended to root/pids, one a line; how many. */
+static int read_pids(long *pids, int cap) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/pids", root);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && n < cap && fscanf(f, "%ld", &pids[n]) == 1) n++;
+  if (f) fclose(f);
+  return n;
+}
+
+/* Whether pid has ended (gone, or a zombie nobody reaped yet), waiting up
+ * to 10 s for a killed process to die. */
+static bool process_ended(long pid) {
+  for (int i = 0; i < 1000; i++) {
+    char path[64], text[512] = "";
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *paren = strrchr(text, ')');
+    if (paren && paren[1] == ' ' && paren[2] == 'Z') return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+static void kill_pids(void) {
+  long pids[8];
+  int n = read_pids(pids, 8);
+  for (int i = 0; i < n; i++) kill((pid_t)pids[i], SIGKILL);
+}
+
+/* A compiler that never finishes is killed at LOOM_CC_TIMEOUT with the
+ * process it started, and the build fails naming the limit. */
+static void test_hanging_compiler_killed(void) {
+  fresh_cache();
+  char script[400];
+  write_script("hang-cc",
+               "#!/bin/sh\n"
+               "[ \"$1\" = --version ] && exec cc --version\n"
+               "sleep 600 &\n"
+               "echo $! >> @ROOT@/pids\n"
+               "wait\n",
+               script, sizeof script);
+  setenv("LOOM_CC", script, 1);
+  setenv("LOOM_CC_TIMEOUT", "0.5", 1);
+  cpu_module_t *m = NULL;
+  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "did not finish within 0.5 s");
+  CHECK(strstr(loom_last_error(), "hang-cc") != NULL);
+  CHECK(m == NULL);
+  long pids[8];
+  CHECK(read_pids(pids, 8) == 1);
+  CHECK(process_ended(pids[0]));
+  kill_pids();
+  unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_TIMEOUT");
+  drop_cache();
+}
+
+/* A `--version` probe that hangs is killed at the limit (with a warning)
+ * and the compiler is still used. The source is padded with a comment to
+ * 32 times 64 KiB, so that the compile's own limit is 32 times the
+ * probe's. */
+static void test_hanging_version_probe(void) {
+  fresh_cache();
+  char script[400];
+  write_script("slow-version-cc",
+               "#!/bin/sh\n"
+               "if [ \"$1\" = --version ]; then\n"
+               "  sleep 600 &\n"
+               "  echo $! >> @ROOT@/pids\n"
+               "  wait\n"
+               "fi\n"
+               "exec cc \"$@\"\n",
+               script, sizeof script);
+  setenv("LOOM_CC", script, 1);
+  setenv("LOOM_CC_TIMEOUT", "1", 1);
+  size_t pad = 32 * 65536;
+  char *source = malloc(pad + sizeof answer_source + 8);
+  memcpy(source, "/* ", 3);
+  memset(source + 3, 'x', pad);
+  snprintf(source + 3 + pad, sizeof answer_source + 5, " */\n%s", answer_source);
+  CHECK(build_and_call(source, "answer", NULL) == 42);
+  long pids[8];
+  CHECK(read_pids(pids, 8) == 1);
+  CHECK(process_ended(pids[0]));
+  kill_pids();
+  free(source);
+  unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_TIMEOUT");
+  drop_cache();
+}
+
+/* A compiler that leaves a process holding its output open: its exit,
+ * not the end of its output, ends the wait (else this would wait for the
+ * limit and fail). */
+static void test_compiler_child_holding_output(void) {
+  fresh_cache();
+  char script[400];
+  write_script("daemon-cc",
+               "#!/bin/sh\n"
+               "sleep 600 &\n"
+               "echo $! >> @ROOT@/pids\n"
+               "exec cc \"$@\"\n",
+               script, sizeof script);
+  setenv("LOOM_CC", script, 1);
+  setenv("LOOM_CC_TIMEOUT", "60", 1);
+  CHECK(build_and_call(answer_source, "answer", NULL) == 42);
+  long pids[8];
+  CHECK(read_pids(pids, 8) == 2); /* the probe's and the compile's */
+  kill_pids();
+  unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_TIMEOUT");
+  drop_cache();
+}
+
+static void test_timeout_scales_with_source(void) {
+  setenv("LOOM_CC_TIMEOUT", "2", 1);
+  CHECK_NEAR(cpu_cc_timeout(0), 2, 0, 0);
+  CHECK_NEAR(cpu_cc_timeout(65536), 2, 0, 0);
+  CHECK_NEAR(cpu_cc_timeout(4 * 65536), 8, 0, 1e-12);
+  setenv("LOOM_CC_TIMEOUT", "soon", 1);
+  CHECK_NEAR(cpu_cc_timeout(0), 120, 0, 0);
+  unsetenv("LOOM_CC_TIMEOUT");
+  CHECK_NEAR(cpu_cc_timeout(10), 120, 0, 0);
+  CHECK_NEAR(cpu_cc_timeout(640 * 1024), 1200, 0, 1e-12);
+}
+
 static void test_bad_arguments(void) {
   cpu_module_t *m = NULL;
   CHECK_ERR(cpu_module_build(NULL, 0, &m), LOOM_ERR_INVALID, "source");
@@ -362,7 +516,7 @@ static void test_allocation_failures(void) {
   for (int64_t n = 0; n < 8; n++) {
     cpu_module_t *m = NULL;
     core_alloc_fail_after(n);
-    loom_status_t s = cpu_module_build(source, (int64_t)strlen(source), &m);
+    loom_status_t s = build(source, &m);
     core_alloc_fail_after(-1);
     CHECK(s == LOOM_OK || s == LOOM_ERR_NOMEM);
     CHECK((s == LOOM_OK) == (m != NULL));
@@ -425,5 +579,9 @@ int main(void) {
   TEST_RUN(test_unusable_cache_dir);
   TEST_RUN(test_allocation_failures);
   TEST_RUN(test_log_lines);
+  TEST_RUN(test_timeout_scales_with_source);
+  TEST_RUN(test_hanging_compiler_killed);
+  TEST_RUN(test_hanging_version_probe);
+  TEST_RUN(test_compiler_child_holding_output);
   return test_summary();
 }

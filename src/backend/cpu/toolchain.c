@@ -80,7 +80,7 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
   LOOM_TRY(file_path(kept_src, dir, key, ".c"));
   LOOM_TRY(write_file(src, source, length));
   atomic_fetch_add(&cc_invocations, 1);
-  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so"));
+  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
   LOOM_TRY(cpu_cache_seal(obj));
   LOOM_TRY(cpu_cache_publish(obj, entry, dir));
   /* The source beside the entry is for readers; losing it is harmless. */

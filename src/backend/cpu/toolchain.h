@@ -9,7 +9,8 @@
  * place, so a reader never sees half a file; each carries a checksum of
  * its contents, checked before dlopen, so a truncated or corrupt entry is
  * rebuilt, never loaded. Two processes building one module at once both
- * succeed (each writes its own temporary; the renames are atomic). */
+ * succeed (each writes its own temporary; the renames are atomic). The
+ * compiler runs under a time limit (LOOM_CC_TIMEOUT, compiler.h). */
 #ifndef LOOM_BACKEND_CPU_TOOLCHAIN_H
 #define LOOM_BACKEND_CPU_TOOLCHAIN_H
 
