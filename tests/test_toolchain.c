@@ -5,6 +5,7 @@
  * threads building one module at once; the cache directory's defaults
  * and its fallback; the log lines. Each test has its own cache directory
  * under a fresh temporary one. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/compiler.h"
+#include "backend/cpu/module_cache.h"
 #include "backend/cpu/toolchain.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -26,8 +28,11 @@
 static const char answer_source[] = "int answer(void) { return 42; }\n";
 static char root[256]; /* this test's temporary directory */
 
+static const char *const answer_symbol[] = {"answer"};
+
+/* cpu_module_build of source, which must define answer(). */
 static loom_status_t build(const char *source, cpu_module_t **m) {
-  return cpu_module_build(source, (int64_t)strlen(source), m);
+  return cpu_module_build(source, (int64_t)strlen(source), answer_symbol, 1, m);
 }
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
@@ -498,11 +503,70 @@ static void test_timeout_scales_with_source(void) {
   CHECK_NEAR(cpu_cc_timeout(640 * 1024), 1200, 0, 1e-12);
 }
 
+/* ---- modules without their functions ---- */
+
+/* How many entries (*.so) the cache directory holds. */
+static int entry_count(void) {
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/cache", root);
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d));)
+    n += strlen(de->d_name) > 3 && !strcmp(de->d_name + strlen(de->d_name) - 3, ".so");
+  if (d) closedir(d);
+  return n;
+}
+
+/* A wrapper that exits 0 with a module lacking the function: refused,
+ * never cached, so the next build does not load it either. */
+static void test_module_without_symbols_refused(void) {
+  fresh_cache();
+  char script[400];
+  write_script("empty-cc",
+               "#!/bin/sh\n"
+               "out=\n"
+               "for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
+               "[ -n \"$out\" ] || exec cc \"$@\"\n"
+               "echo 'int unrelated;' | cc -shared -fPIC -x c -o \"$out\" -\n",
+               script, sizeof script);
+  setenv("LOOM_CC", script, 1);
+  cpu_toolchain_stats_t before = stats();
+  for (int i = 0; i < 2; i++) {
+    cpu_module_t *m = NULL;
+    CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "lacks the function answer");
+    CHECK(m == NULL);
+    CHECK(entry_count() == 0);
+  }
+  CHECK(stats().cc_invocations == before.cc_invocations + 2);
+  CHECK(stats().disk_hits == before.disk_hits);
+  unsetenv("LOOM_CC");
+  drop_cache();
+}
+
+/* A sealed entry that lacks a wanted function (cached by a Loom that did
+ * not check) is not loaded: it counts as a rebuild. */
+static void test_cached_module_without_symbols_rebuilt(void) {
+  fresh_cache();
+  cpu_module_t *m = NULL;
+  CHECK_OK(cpu_module_build(answer_source, (int64_t)strlen(answer_source), NULL, 0, &m));
+  cpu_module_release(m);
+  const char *const other[] = {"answer", "question"};
+  cpu_toolchain_stats_t before = stats();
+  m = NULL;
+  CHECK_ERR(cpu_module_build(answer_source, (int64_t)strlen(answer_source), other, 2, &m),
+            LOOM_ERR_UNSUPPORTED, "lacks the function question");
+  CHECK(m == NULL);
+  CHECK(stats().disk_rebuilds == before.disk_rebuilds + 1);
+  CHECK(stats().disk_hits == before.disk_hits);
+  drop_cache();
+}
+
 static void test_bad_arguments(void) {
   cpu_module_t *m = NULL;
-  CHECK_ERR(cpu_module_build(NULL, 0, &m), LOOM_ERR_INVALID, "source");
-  CHECK_ERR(cpu_module_build(answer_source, -1, &m), LOOM_ERR_INVALID, "negative");
-  CHECK_ERR(cpu_module_build(answer_source, 1, NULL), LOOM_ERR_INVALID, "out");
+  CHECK_ERR(cpu_module_build(NULL, 0, NULL, 0, &m), LOOM_ERR_INVALID, "source");
+  CHECK_ERR(cpu_module_build(answer_source, -1, NULL, 0, &m), LOOM_ERR_INVALID, "negative");
+  CHECK_ERR(cpu_module_build(answer_source, 1, NULL, 0, NULL), LOOM_ERR_INVALID, "out");
+  CHECK_ERR(cpu_module_build(answer_source, 1, NULL, 1, &m), LOOM_ERR_INVALID, "symbol");
   CHECK(cpu_module_symbol(NULL, "answer") == NULL);
   cpu_module_release(NULL);
 }
@@ -583,5 +647,7 @@ int main(void) {
   TEST_RUN(test_hanging_compiler_killed);
   TEST_RUN(test_hanging_version_probe);
   TEST_RUN(test_compiler_child_holding_output);
+  TEST_RUN(test_module_without_symbols_refused);
+  TEST_RUN(test_cached_module_without_symbols_rebuilt);
   return test_summary();
 }

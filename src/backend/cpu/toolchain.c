@@ -67,13 +67,45 @@ static loom_status_t write_file(const char *path, const char *data, size_t size)
   return LOOM_OK;
 }
 
+/* The symbols a module must define: the first one it lacks, or NULL. */
+typedef struct symbol_list {
+  const char *const *names;
+  int n;
+} symbol_list_t;
+
+static const char *first_missing(void *handle, const symbol_list_t *want) {
+  for (int i = 0; i < want->n; i++)
+    if (!dlsym(handle, want->names[i])) return want->names[i];
+  return NULL;
+}
+
+/* Loads the object at path and checks that it defines every wanted
+ * symbol; NULL with the error set when it does not. */
+static void *load_checked(const char *path, const symbol_list_t *want, const char *cc) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' made a module that cannot be loaded: %s",
+              cc, dlerror());
+    return NULL;
+  }
+  const char *missing = first_missing(handle, want);
+  if (!missing) return handle;
+  loom_fail(LOOM_ERR_UNSUPPORTED,
+            "C compiler '%s' reported success but its module lacks the function %s (of %d "
+            "wanted); the module is not cached",
+            cc, missing, want->n);
+  dlclose(handle);
+  return NULL;
+}
+
 /* Compiles in a private directory under fixed names (so that the
  * object's bytes do not depend on the directory, and a concurrent build
- * of the same key writes the same file), seals the object, and renames
- * it over the entry. */
+ * of the same key writes the same file), seals the object, loads it and
+ * checks its symbols, and only then renames it over the entry: a module
+ * that lacks its functions is never published. */
 static loom_status_t build_in(const char *scratch, const char *dir, const char *key,
                               const char *cc, const char *source, size_t length,
-                              const char *entry) {
+                              const char *entry, const symbol_list_t *want, void **handle) {
   char src[PATH_MAX], obj[PATH_MAX], kept_src[PATH_MAX];
   LOOM_TRY(file_path(src, scratch, "module", ".c"));
   LOOM_TRY(file_path(obj, scratch, "module", ".so"));
@@ -82,17 +114,24 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
   atomic_fetch_add(&cc_invocations, 1);
   LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
   LOOM_TRY(cpu_cache_seal(obj));
-  LOOM_TRY(cpu_cache_publish(obj, entry, dir));
+  *handle = load_checked(obj, want, cc);
+  if (!*handle) return LOOM_ERR_UNSUPPORTED;
+  /* Unpublished, the module still serves this process. */
+  if (cpu_cache_publish(obj, entry, dir) != LOOM_OK) {
+    core_log(LOG_CACHE, "not cached: %s", loom_last_error());
+    return LOOM_OK;
+  }
   /* The source beside the entry is for readers; losing it is harmless. */
   rename(src, kept_src);
   return LOOM_OK;
 }
 
 static loom_status_t build_entry(const char *dir, const char *key, const char *cc,
-                                 const char *source, size_t length, const char *entry) {
+                                 const char *source, size_t length, const char *entry,
+                                 const symbol_list_t *want, void **handle) {
   char scratch[PATH_MAX];
   LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
-  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry);
+  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry, want, handle);
   cpu_cache_remove_tree(scratch);
   return status;
 }
@@ -113,14 +152,21 @@ static loom_status_t new_module(void *handle, const char *path, bool from_cache,
 }
 
 /* The entry, verified and loaded; NULL when it cannot be, with *state
- * and *why saying why. */
-static void *load_cached(const char *entry, cpu_entry_state_t *state, const char **why) {
+ * and *why saying why. An entry that lacks a wanted symbol (made by a
+ * broken compiler before such modules were refused) is bad. */
+static void *load_cached(const char *entry, const symbol_list_t *want, cpu_entry_state_t *state,
+                         const char **why) {
   *state = cpu_cache_check(entry, why);
   if (*state != CPU_ENTRY_OK) return NULL;
   void *handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     *state = CPU_ENTRY_BAD;
     *why = "the dynamic loader refused it";
+  } else if (first_missing(handle, want)) {
+    dlclose(handle);
+    handle = NULL;
+    *state = CPU_ENTRY_BAD;
+    *why = "it lacks a function of the module";
   }
   return handle;
 }
@@ -136,13 +182,15 @@ static void note_build(cpu_entry_state_t state, const char *key, const char *ent
   core_log(LOG_CACHE, "rebuild %.12s %s: %s", key, entry, why);
 }
 
-loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t **out) {
+loom_status_t cpu_module_build(const char *source, int64_t length, const char *const *symbols,
+                               int n_symbols, cpu_module_t **out) {
   LOOM_CHECK_ARG(out);
   *out = NULL;
   LOOM_CHECK_ARG(source);
-  if (length < 0)
-    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: negative length %lld",
-                     (long long)length);
+  if (length < 0 || n_symbols < 0 || (n_symbols > 0 && !symbols))
+    return loom_fail(LOOM_ERR_INVALID,
+                     "cpu_module_build: negative length %lld or symbol count %d, or no symbols",
+                     (long long)length, n_symbols);
   const char *cc = getenv("LOOM_CC");
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
@@ -151,20 +199,17 @@ loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t 
   module_key(source, (size_t)length, identity, key);
   LOOM_TRY(file_path(entry, dir, key, ".so"));
 
+  symbol_list_t want = {symbols, n_symbols};
   cpu_entry_state_t state;
   const char *why;
-  void *handle = load_cached(entry, &state, &why);
+  void *handle = load_cached(entry, &want, &state, &why);
   if (handle) {
     atomic_fetch_add(&disk_hits, 1);
     core_log(LOG_CACHE, "hit %.12s %s", key, entry);
     return new_module(handle, entry, true, out);
   }
   note_build(state, key, entry, why);
-  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry));
-  handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "cannot load the compiled module '%s': %s", entry,
-                     dlerror());
+  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry, &want, &handle));
   return new_module(handle, entry, false, out);
 }
 

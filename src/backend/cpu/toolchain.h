@@ -21,10 +21,15 @@
 
 typedef struct cpu_module cpu_module_t;
 
-/* Compiles source (or finds it in the cache) and loads it. Fails with
- * LOOM_ERR_UNSUPPORTED naming the compiler and its first error lines when
- * the compiler is missing or rejects the source. */
+/* Compiles source (or finds it in the cache) and loads it. The module
+ * must define the n_symbols functions named in symbols: one that lacks
+ * any (a compiler wrapper that "succeeds" without compiling) is neither
+ * cached nor returned. Fails with LOOM_ERR_UNSUPPORTED naming the
+ * compiler and its first error lines when the compiler is missing,
+ * rejects the source, runs out of time, or makes a module without the
+ * symbols. */
 loom_status_t cpu_module_build(const char *source, int64_t length,
+                               const char *const *symbols, int n_symbols,
                                cpu_module_t **out);
 void *cpu_module_symbol(const cpu_module_t *m, const char *name);
 /* Where the shared object lives (in the cache). */
