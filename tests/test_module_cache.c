@@ -1,6 +1,7 @@
 /* The module cache and the C compiler as loom_compile meets them: a
- * compiler that "succeeds" without making the kernels, and one that
- * hangs. Each is either rebuilt or falls back to the
+ * sealed entry of one graph placed under another graph's key, a FIFO at
+ * an entry's path, a compiler that "succeeds" without making the kernels,
+ * and one that hangs. Each is either rebuilt or falls back to the
  * reference kernels; every result is checked against the interpreter.
  * Each test has its own cache directory. */
 #include <dirent.h>
@@ -111,6 +112,62 @@ static loom_stats_t stats(void) {
   return s;
 }
 
+static void copy_file(const char *from, const char *to) {
+  FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+  CHECK(in != NULL && out != NULL);
+  char buf[65536];
+  for (size_t n; in && out && (n = fread(buf, 1, sizeof buf, in)) > 0;)
+    CHECK(fwrite(buf, 1, n, out) == n);
+  if (in) fclose(in);
+  if (out) fclose(out);
+}
+
+/* Graph A's sealed entry copied over graph B's: compiling B rebuilds its
+ * own module (the seal names A's key) and gives B's results, where
+ * loading the copy would run A's kernel (errors near 1). */
+static void entry_of_another_key_rebuilt(void) {
+  fresh_cache();
+  char paths[2][PATH_SIZE];
+  CHECK(compile_and_check(0) > 0);
+  CHECK(entries(paths, 2) == 1);
+  char a[PATH_SIZE];
+  snprintf(a, sizeof a, "%s", paths[0]);
+  CHECK(compile_and_check(1) > 0);
+  CHECK(entries(paths, 2) == 2);
+  const char *b = strcmp(paths[0], a) ? paths[0] : paths[1];
+  copy_file(a, b);
+  loom_stats_t before = stats();
+  CHECK(compile_and_check(1) > 0);
+  loom_stats_t after = stats();
+  CHECK(after.disk_rebuilds == before.disk_rebuilds + 1);
+  CHECK(after.cc_invocations == before.cc_invocations + 1);
+  CHECK(after.disk_hits == before.disk_hits);
+  /* The rebuilt entry is B's own: the next compile loads it. */
+  CHECK(compile_and_check(1) > 0);
+  CHECK(stats().disk_hits == after.disk_hits + 1);
+  drop_cache();
+}
+
+/* A FIFO where an entry should be: opened without blocking, refused as
+ * not a regular file, and replaced by a rebuilt entry. */
+static void fifo_at_entry_rebuilt(void) {
+  fresh_cache();
+  char paths[1][PATH_SIZE];
+  CHECK(compile_and_check(0) > 0);
+  CHECK(entries(paths, 1) == 1);
+  CHECK(unlink(paths[0]) == 0);
+  CHECK(mkfifo(paths[0], 0600) == 0);
+  /* Were the open to block, the test would end here: SIGALRM kills it. */
+  alarm(300);
+  loom_stats_t before = stats();
+  CHECK(compile_and_check(0) > 0);
+  alarm(0);
+  CHECK(stats().disk_rebuilds == before.disk_rebuilds + 1);
+  struct stat st;
+  CHECK(stat(paths[0], &st) == 0 && S_ISREG(st.st_mode));
+  drop_cache();
+}
+
 /* An executable script at root/name. */
 static void write_script(const char *name, const char *body, char *path, size_t size) {
   snprintf(path, size, "%s/%s", root, name);
@@ -171,6 +228,8 @@ static void hanging_compiler_falls_back(void) {
 }
 
 int main(void) {
+  TEST_RUN(entry_of_another_key_rebuilt);
+  TEST_RUN(fifo_at_entry_rebuilt);
   TEST_RUN(compiler_without_kernels_falls_back);
   TEST_RUN(hanging_compiler_falls_back);
   return test_summary();

@@ -1,10 +1,12 @@
 /* The CPU toolchain: SHA-256 against the FIPS 180-4 test vectors; a
  * module compiled, cached on disk and loaded again without the compiler;
- * truncated and corrupt entries rebuilt, never loaded; a missing, failing
- * or rejecting compiler reported by name; two processes and several
- * threads building one module at once; the cache directory's defaults
- * and its fallback; the log lines. Each test has its own cache directory
- * under a fresh temporary one. */
+ * truncated, corrupt and misplaced (another key's) entries rebuilt, never
+ * loaded; a missing, failing or rejecting compiler reported by name; two
+ * processes and several threads building one module at once; the cache
+ * directory's defaults and its fallback; the log lines; a compiler that
+ * hangs, or leaves a process holding its output, or "succeeds" without
+ * the functions. Each test has its own cache directory under a fresh
+ * temporary one. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -186,7 +188,21 @@ static void check_damage_rebuilt(void (*damage)(const char *)) {
   drop_cache();
 }
 
+/* Another source's sealed entry put in place of this one's, as a copy
+ * would: its seal names the other key. */
+static void replace_with_other_entry(const char *path) {
+  char *other = entry_path("int answer(void) { return 43; }\n");
+  FILE *in = fopen(other, "rb"), *out = fopen(path, "wb");
+  CHECK(in != NULL && out != NULL);
+  char buf[4096];
+  for (size_t n; in && out && (n = fread(buf, 1, sizeof buf, in)) > 0;) fwrite(buf, 1, n, out);
+  if (in) fclose(in);
+  if (out) fclose(out);
+  free(other);
+}
+
 static void test_truncated_entry_rebuilt(void) { check_damage_rebuilt(truncate_to_half); }
+static void test_other_keys_entry_rebuilt(void) { check_damage_rebuilt(replace_with_other_entry); }
 static void test_corrupt_entry_rebuilt(void) { check_damage_rebuilt(flip_middle_byte); }
 
 static void test_missing_compiler(void) {
@@ -633,6 +649,7 @@ int main(void) {
   TEST_RUN(test_second_build_is_disk_hit);
   TEST_RUN(test_truncated_entry_rebuilt);
   TEST_RUN(test_corrupt_entry_rebuilt);
+  TEST_RUN(test_other_keys_entry_rebuilt);
   TEST_RUN(test_missing_compiler);
   TEST_RUN(test_failing_compiler);
   TEST_RUN(test_syntax_error);

@@ -1,12 +1,16 @@
 /* The module cache on disk: where it lives, and its entries' integrity.
  *
- * An entry is <dir>/<key>.so: the shared object with a checksum trailer
- * appended ("\nloom-sha256:" + the SHA-256 of every byte before it, in
- * hex, + "\n"; the dynamic loader ignores bytes past the ELF contents).
- * Carrying the checksum inside the file means one atomic rename publishes
- * an object and its checksum together, so no reader can pair an object
- * with another build's checksum. Beside it, <dir>/<key>.c keeps the
- * source for people to read; it is never loaded. */
+ * An entry is <dir>/<key>.so: the shared object with a seal appended,
+ *   "\nloom-key:" KEY "\nloom-sha256:" DIGEST "\n"
+ * where KEY is the entry's key (the 64 hex digits of its name) and DIGEST
+ * the SHA-256, in hex, of every byte before "\nloom-sha256:", the object
+ * and the key line both (the dynamic loader ignores bytes past the ELF
+ * contents). Carrying the seal inside the file means one atomic rename
+ * publishes an object and its seal together, so no reader can pair an
+ * object with another build's checksum; the key inside it means an entry
+ * copied or renamed under another key is refused, not run for another
+ * graph. Beside it, <dir>/<key>.c keeps the source for people to read; it
+ * is never loaded. */
 #ifndef LOOM_BACKEND_CPU_MODULE_CACHE_H
 #define LOOM_BACKEND_CPU_MODULE_CACHE_H
 
@@ -22,16 +26,28 @@ loom_status_t cpu_cache_dir(char *out, size_t cap);
 
 typedef enum cpu_entry_state {
   CPU_ENTRY_MISSING, /* no file */
-  CPU_ENTRY_BAD,     /* a file that must not be loaded: truncated, corrupt */
-  CPU_ENTRY_OK,      /* its checksum matches its contents */
+  CPU_ENTRY_BAD,     /* a file that must not be loaded: truncated, corrupt,
+                        another key's, not a regular file */
+  CPU_ENTRY_OK,      /* sealed for this key, and its digest matches */
 } cpu_entry_state_t;
 
-/* Checks an entry's checksum; *why says what is wrong with a bad one. */
-cpu_entry_state_t cpu_cache_check(const char *path, const char **why);
+/* Opens the entry at path and checks its seal against key (64 hex
+ * digits). With CPU_ENTRY_OK, *fd is open for the caller to close;
+ * otherwise *why says what is wrong. Never blocks on a FIFO or device
+ * placed at path. */
+cpu_entry_state_t cpu_cache_open(const char *path, const char *key, int *fd,
+                                 const char **why);
 
-/* Appends the checksum trailer to a freshly built object and flushes it
- * to disk. */
-loom_status_t cpu_cache_seal(const char *path);
+/* Why the open file fd must not be loaded as key's entry, or NULL when
+ * its seal is key's and its digest matches (what cpu_cache_open checks;
+ * the fuzz harness calls it on arbitrary bytes). */
+const char *cpu_cache_defect(int fd, const char *key);
+
+/* Appends key's seal to a freshly built object and flushes it to disk;
+ * _fd seals an open file (read and written at its end), naming it path in
+ * errors. */
+loom_status_t cpu_cache_seal(const char *path, const char *key);
+loom_status_t cpu_cache_seal_fd(int fd, const char *path, const char *key);
 
 /* Renames a finished file into the cache directory dir, atomically, and
  * makes the rename durable. */

@@ -113,7 +113,7 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
   LOOM_TRY(write_file(src, source, length));
   atomic_fetch_add(&cc_invocations, 1);
   LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
-  LOOM_TRY(cpu_cache_seal(obj));
+  LOOM_TRY(cpu_cache_seal(obj, key));
   *handle = load_checked(obj, want, cc);
   if (!*handle) return LOOM_ERR_UNSUPPORTED;
   /* Unpublished, the module still serves this process. */
@@ -151,12 +151,13 @@ static loom_status_t new_module(void *handle, const char *path, bool from_cache,
   return LOOM_OK;
 }
 
-/* The entry, verified and loaded; NULL when it cannot be, with *state
- * and *why saying why. An entry that lacks a wanted symbol (made by a
- * broken compiler before such modules were refused) is bad. */
-static void *load_cached(const char *entry, const symbol_list_t *want, cpu_entry_state_t *state,
-                         const char **why) {
-  *state = cpu_cache_check(entry, why);
+/* The entry, verified and loaded; NULL when it cannot be,
+ * with *state and *why saying why. An entry that lacks a wanted symbol
+ * (made by a broken compiler before such modules were refused) is bad. */
+static void *load_cached(const char *entry, const char *key, const symbol_list_t *want,
+                         cpu_entry_state_t *state, const char **why) {
+  int fd;
+  *state = cpu_cache_open(entry, key, &fd, why);
   if (*state != CPU_ENTRY_OK) return NULL;
   void *handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -168,6 +169,7 @@ static void *load_cached(const char *entry, const symbol_list_t *want, cpu_entry
     *state = CPU_ENTRY_BAD;
     *why = "it lacks a function of the module";
   }
+  close(fd);
   return handle;
 }
 
@@ -202,7 +204,7 @@ loom_status_t cpu_module_build(const char *source, int64_t length, const char *c
   symbol_list_t want = {symbols, n_symbols};
   cpu_entry_state_t state;
   const char *why;
-  void *handle = load_cached(entry, &want, &state, &why);
+  void *handle = load_cached(entry, key, &want, &state, &why);
   if (handle) {
     atomic_fetch_add(&disk_hits, 1);
     core_log(LOG_CACHE, "hit %.12s %s", key, entry);

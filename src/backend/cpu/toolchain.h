@@ -6,11 +6,12 @@
  * An entry's key is the SHA-256 of the source, the compiler's identity
  * (its resolved path and `--version` output), the flags and the CPU's
  * features. Entries are written to a temporary file and renamed into
- * place, so a reader never sees half a file; each carries a checksum of
- * its contents, checked before dlopen, so a truncated or corrupt entry is
- * rebuilt, never loaded. Two processes building one module at once both
- * succeed (each writes its own temporary; the renames are atomic). The
- * compiler runs under a time limit (LOOM_CC_TIMEOUT, compiler.h). */
+ * place, so a reader never sees half a file; each carries a seal (its key
+ * and a checksum of both), checked before dlopen, so a truncated, corrupt
+ * or misplaced entry is rebuilt, never loaded. Two processes building one
+ * module at once both succeed (each writes its own temporary; the renames
+ * are atomic). The compiler runs under a time limit (LOOM_CC_TIMEOUT,
+ * compiler.h). */
 #ifndef LOOM_BACKEND_CPU_TOOLCHAIN_H
 #define LOOM_BACKEND_CPU_TOOLCHAIN_H
 
