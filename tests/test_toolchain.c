@@ -5,8 +5,9 @@
  * processes and several threads building one module at once; the cache
  * directory's defaults and its fallback; the log lines; a compiler that
  * hangs, or leaves a process holding its output, or "succeeds" without
- * the functions. Each test has its own cache directory under a fresh
- * temporary one. */
+ * the functions; pruning to the byte budget, least recently used first,
+ * while modules are in use; scratch directories of dead processes. Each
+ * test has its own cache directory under a fresh temporary one. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -15,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/cpu/compiler.h"
@@ -28,9 +31,8 @@
 #include "harness.h"
 
 static const char answer_source[] = "int answer(void) { return 42; }\n";
-static char root[256]; /* this test's temporary directory */
-
 static const char *const answer_symbol[] = {"answer"};
+static char root[256]; /* this test's temporary directory */
 
 /* cpu_module_build of source, which must define answer(). */
 static loom_status_t build(const char *source, cpu_module_t **m) {
@@ -528,7 +530,7 @@ static int entry_count(void) {
   DIR *d = opendir(dir);
   int n = 0;
   for (struct dirent *de; d && (de = readdir(d));)
-    n += strlen(de->d_name) > 3 && !strcmp(de->d_name + strlen(de->d_name) - 3, ".so");
+    n += cpu_cache_classify(de->d_name, NULL) == CPU_NAME_OBJECT;
   if (d) closedir(d);
   return n;
 }
@@ -575,6 +577,291 @@ static void test_cached_module_without_symbols_rebuilt(void) {
   CHECK(stats().disk_rebuilds == before.disk_rebuilds + 1);
   CHECK(stats().disk_hits == before.disk_hits);
   drop_cache();
+}
+
+/* ---- pruning ---- */
+
+static char *cache_dir(void) {
+  static char dir[300];
+  snprintf(dir, sizeof dir, "%s/cache", root);
+  return dir;
+}
+
+/* The sibling of an entry's object with another extension. */
+static void sibling(const char *so, const char *ext, char *out, size_t size) {
+  snprintf(out, size, "%.*s%s", (int)strlen(so) - 3, so, ext);
+}
+
+static int64_t file_bytes(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+/* An entry's bytes: its object and its source. */
+static int64_t entry_size(const char *so) {
+  char c[4200];
+  sibling(so, ".c", c, sizeof c);
+  return file_bytes(so) + file_bytes(c);
+}
+
+static bool entry_present(const char *so) {
+  char c[4200];
+  sibling(so, ".c", c, sizeof c);
+  return access(so, F_OK) == 0 && access(c, F_OK) == 0;
+}
+
+static bool entry_absent(const char *so) {
+  char c[4200];
+  sibling(so, ".c", c, sizeof c);
+  return access(so, F_OK) != 0 && access(c, F_OK) != 0;
+}
+
+/* The bytes of every entry's files in the cache directory. */
+static int64_t cache_bytes(void) {
+  DIR *d = opendir(cache_dir());
+  int64_t n = 0;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    cpu_cache_name_t kind = cpu_cache_classify(de->d_name, NULL);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", cache_dir(), de->d_name);
+    if (kind == CPU_NAME_OBJECT || kind == CPU_NAME_SOURCE) n += file_bytes(path);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+static void set_mtime(const char *path, time_t t) {
+  struct timespec times[2] = {{.tv_sec = t}, {.tv_sec = t}};
+  CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+}
+
+static void answer_source_for(int value, char *out, size_t size) {
+  snprintf(out, size, "int answer(void) { return %d; }\n", value);
+}
+
+/* Seven entries against a budget of three and a half: the four least
+ * recently used go, where a load counts as a use (entry 0, the oldest
+ * built, was loaded last but two), and the total ends within the budget.
+ * A file that is not the cache's stays. */
+static void test_prune_least_recently_used(void) {
+  fresh_cache();
+  setenv("LOOM_CACHE_MAX_BYTES", "0", 1);
+  char src[7][64], *path[7];
+  int64_t biggest = 0;
+  time_t now = time(NULL);
+  for (int i = 0; i < 6; i++) {
+    answer_source_for(100 + i, src[i], sizeof src[i]);
+    path[i] = entry_path(src[i]);
+    if (entry_size(path[i]) > biggest) biggest = entry_size(path[i]);
+  }
+  /* Entry i was last used 1000 - 10 i seconds ago. */
+  for (int i = 0; i < 6; i++) set_mtime(path[i], now - 1000 + 10 * i);
+  bool cached = false;
+  CHECK(build_and_call(src[0], "answer", &cached) == 100 && cached);
+  char notes[400];
+  snprintf(notes, sizeof notes, "%s/notes.txt", cache_dir());
+  FILE *f = fopen(notes, "w");
+  if (f) fclose(f);
+  char budget[32];
+  snprintf(budget, sizeof budget, "%lld", (long long)(3 * biggest + biggest / 2));
+  setenv("LOOM_CACHE_MAX_BYTES", budget, 1);
+  answer_source_for(106, src[6], sizeof src[6]);
+  CHECK(build_and_call(src[6], "answer", &cached) == 106 && !cached);
+  path[6] = entry_path(src[6]);
+  CHECK(entry_present(path[0]));
+  for (int i = 1; i <= 4; i++) CHECK(entry_absent(path[i]));
+  CHECK(entry_present(path[5]));
+  CHECK(entry_present(path[6]));
+  CHECK(cache_bytes() <= 3 * biggest + biggest / 2);
+  CHECK(access(notes, F_OK) == 0);
+  for (int i = 0; i < 7; i++) free(path[i]);
+  unsetenv("LOOM_CACHE_MAX_BYTES");
+  drop_cache();
+}
+
+/* A budget of one byte removes every entry, also ones in use: a module a
+ * child process loaded, one this process holds, and the one just built
+ * (whose build triggers the prune) all keep working. */
+static void test_prune_spares_modules_in_use(void) {
+  fresh_cache();
+  setenv("LOOM_CACHE_MAX_BYTES", "0", 1);
+  char a[64], b[64], c[64];
+  answer_source_for(200, a, sizeof a);
+  answer_source_for(201, b, sizeof b);
+  answer_source_for(202, c, sizeof c);
+  char *pa = entry_path(a), *pb = entry_path(b);
+  int ready[2], go[2];
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    cpu_module_t *m = NULL;
+    bool ok = build(a, &m) == LOOM_OK;
+    int (*fn)(void) = ok ? (int (*)(void))cpu_module_symbol(m, "answer") : NULL;
+    char byte = 'r';
+    (void)!write(ready[1], &byte, 1);
+    (void)!read(go[0], &byte, 1);
+    _exit(fn && fn() == 200 ? 0 : 1);
+  }
+  char byte;
+  CHECK(read(ready[0], &byte, 1) == 1);
+  cpu_module_t *held = NULL, *fresh = NULL;
+  CHECK_OK(build(b, &held));
+  setenv("LOOM_CACHE_MAX_BYTES", "1", 1);
+  CHECK_OK(build(c, &fresh));
+  CHECK(entry_absent(pa));
+  CHECK(entry_absent(pb));
+  CHECK(cache_bytes() == 0);
+  int (*fb)(void) = held ? (int (*)(void))cpu_module_symbol(held, "answer") : NULL;
+  int (*fc)(void) = fresh ? (int (*)(void))cpu_module_symbol(fresh, "answer") : NULL;
+  CHECK(fb && fb() == 201);
+  CHECK(fc && fc() == 202);
+  CHECK(write(go[1], "g", 1) == 1);
+  int status = -1;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cpu_module_release(held);
+  cpu_module_release(fresh);
+  close(ready[0]);
+  close(ready[1]);
+  close(go[0]);
+  close(go[1]);
+  free(pa);
+  free(pb);
+  unsetenv("LOOM_CACHE_MAX_BYTES");
+  drop_cache();
+}
+
+/* While another process holds the lock, a prune does nothing. */
+static void test_prune_lock_skips(void) {
+  fresh_cache();
+  char *path = entry_path(answer_source), lock[400];
+  snprintf(lock, sizeof lock, "%s/prune.lock", cache_dir());
+  int fd = open(lock, O_RDWR | O_CREAT, 0600);
+  CHECK(fd >= 0);
+  fflush(NULL);
+  pid_t holder = fork();
+  if (holder == 0) {
+    /* An flock belongs to an open file: the child's own open contends. */
+    int own = open(lock, O_RDWR);
+    (void)!flock(own, LOCK_EX);
+    pause();
+    _exit(0);
+  }
+  /* Wait until the child holds the lock (a try from here fails). */
+  int probe = open(lock, O_RDWR);
+  for (int i = 0; i < 1000 && flock(probe, LOCK_EX | LOCK_NB) == 0; i++) {
+    flock(probe, LOCK_UN);
+    usleep(10000);
+  }
+  cpu_prune_stats_t st;
+  CHECK_OK(cpu_cache_prune(cache_dir(), 1, &st));
+  CHECK(st.skipped);
+  CHECK(entry_present(path));
+  kill(holder, SIGKILL);
+  CHECK(waitpid(holder, NULL, 0) == holder);
+  CHECK_OK(cpu_cache_prune(cache_dir(), 1, &st));
+  CHECK(!st.skipped && st.removed_modules == 1 && st.modules == 0 && st.bytes == 0);
+  CHECK(entry_absent(path));
+  close(probe);
+  close(fd);
+  free(path);
+  drop_cache();
+}
+
+/* A pid that no process has: a child's, after it exited and was reaped. */
+static long dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid);
+  return (long)pid;
+}
+
+static void make_scratch(const char *dir, long pid, const char *rest, time_t mtime, char *out,
+                         size_t size) {
+  snprintf(out, size, "%s/tmp-%ld-%s", dir, pid, rest);
+  CHECK(mkdir(out, 0700) == 0);
+  char inside[600];
+  snprintf(inside, sizeof inside, "%s/module.c", out);
+  FILE *f = fopen(inside, "w");
+  if (f) fclose(f);
+  if (mtime) set_mtime(out, mtime);
+}
+
+/* Scratch directories of builds whose process is gone (killed
+ * mid-compile) are removed when a process first uses the cache, and by
+ * every prune; a live process's stay. */
+static void test_stale_scratch_removed(void) {
+  fresh_cache();
+  char dir[300], dead[600], reused[600], live[600], other[600];
+  snprintf(dir, sizeof dir, "%s", cache_dir());
+  CHECK(mkdir(dir, 0700) == 0);
+  long gone = dead_pid();
+  make_scratch(dir, gone, "0-aB3xYz", 0, dead, sizeof dead);
+  /* This pid a day before this process started: another process then. */
+  make_scratch(dir, (long)getpid(), "998-cccccc", time(NULL) - 86400, reused, sizeof reused);
+  make_scratch(dir, (long)getpid(), "999-bbbbbb", 0, live, sizeof live);
+  snprintf(other, sizeof other, "%s/tmp-x-1-zzzzzz", dir);
+  CHECK(mkdir(other, 0700) == 0);
+  /* The first build in this directory is its first use by this process. */
+  CHECK(build_and_call(answer_source, "answer", NULL) == 42);
+  CHECK(access(dead, F_OK) != 0);
+  CHECK(access(reused, F_OK) != 0);
+  CHECK(access(live, F_OK) == 0);
+  CHECK(access(other, F_OK) == 0);
+  make_scratch(dir, dead_pid(), "1-dddddd", 0, dead, sizeof dead);
+  cpu_prune_stats_t st;
+  CHECK_OK(cpu_cache_prune(dir, 0, &st));
+  CHECK(st.removed_scratch == 1 && st.removed_modules == 0 && st.modules == 1);
+  CHECK(access(dead, F_OK) != 0);
+  CHECK(access(live, F_OK) == 0);
+  drop_cache();
+}
+
+static void test_cache_names(void) {
+  long pid = 0;
+  const char *key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  char name[128];
+  snprintf(name, sizeof name, "%s.so", key);
+  CHECK(cpu_cache_classify(name, &pid) == CPU_NAME_OBJECT && pid == -1);
+  snprintf(name, sizeof name, "%s.c", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_SOURCE);
+  snprintf(name, sizeof name, "%s.so.x", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_OTHER);
+  snprintf(name, sizeof name, "%.63s.so", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_OTHER);
+  snprintf(name, sizeof name, "%.63sA.so", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify("tmp-1234-7-aB3xYz", &pid) == CPU_NAME_SCRATCH && pid == 1234);
+  CHECK(cpu_cache_classify("tmp-1234-7-aB3xY", NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify("tmp-1234-7-aB3xYz1", NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify("tmp--7-aB3xYz", NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify("tmp-12345678901-7-aB3xYz", NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify("prune.lock", NULL) == CPU_NAME_OTHER);
+  CHECK(cpu_cache_classify(NULL, &pid) == CPU_NAME_OTHER && pid == -1);
+}
+
+static void test_budget_parsing(void) {
+  static const struct {
+    const char *text;
+    int64_t bytes;
+  } cases[] = {{"2048", 2048},           {"2K", 2048},
+               {"3m", 3 << 20},          {"1G", (int64_t)1 << 30},
+               {"2T", (int64_t)2 << 40}, {"0", 0},
+               {"", CPU_CACHE_DEFAULT_BYTES}, {"12abc", CPU_CACHE_DEFAULT_BYTES},
+               {"-5", CPU_CACHE_DEFAULT_BYTES}, {"1.5G", CPU_CACHE_DEFAULT_BYTES},
+               {"99999999999T", CPU_CACHE_DEFAULT_BYTES},
+               {"99999999999999999999", CPU_CACHE_DEFAULT_BYTES}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("LOOM_CACHE_MAX_BYTES", cases[i].text, 1);
+    int64_t got = cpu_cache_budget();
+    if (got != cases[i].bytes)
+      test_fail(__FILE__, __LINE__, "LOOM_CACHE_MAX_BYTES='%s' gave %lld", cases[i].text,
+                (long long)got);
+    test_checks++;
+  }
+  unsetenv("LOOM_CACHE_MAX_BYTES");
+  CHECK(cpu_cache_budget() == CPU_CACHE_DEFAULT_BYTES);
 }
 
 static void test_bad_arguments(void) {
@@ -666,5 +953,11 @@ int main(void) {
   TEST_RUN(test_compiler_child_holding_output);
   TEST_RUN(test_module_without_symbols_refused);
   TEST_RUN(test_cached_module_without_symbols_rebuilt);
+  TEST_RUN(test_cache_names);
+  TEST_RUN(test_budget_parsing);
+  TEST_RUN(test_prune_least_recently_used);
+  TEST_RUN(test_prune_spares_modules_in_use);
+  TEST_RUN(test_prune_lock_skips);
+  TEST_RUN(test_stale_scratch_removed);
   return test_summary();
 }

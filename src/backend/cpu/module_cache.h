@@ -1,4 +1,5 @@
-/* The module cache on disk: where it lives, and its entries' integrity.
+/* The module cache on disk: where it lives, its entries' integrity, and
+ * its size.
  *
  * An entry is <dir>/<key>.so: the shared object with a seal appended,
  *   "\nloom-key:" KEY "\nloom-sha256:" DIGEST "\n"
@@ -10,11 +11,21 @@
  * object with another build's checksum; the key inside it means an entry
  * copied or renamed under another key is refused, not run for another
  * graph. Beside it, <dir>/<key>.c keeps the source for people to read; it
- * is never loaded. */
+ * is never loaded.
+ *
+ * The cache is bounded by LOOM_CACHE_MAX_BYTES: cpu_cache_prune removes
+ * the least recently used entries (by the object's mtime, which every
+ * load sets: atime is often not kept) while other processes use the
+ * directory. A module another process has loaded stays usable (a mapped
+ * file outlives its unlink); one removed between another process's check
+ * and its dlopen is rebuilt there. Scratch directories of builds whose
+ * process is gone are removed too. */
 #ifndef LOOM_BACKEND_CPU_MODULE_CACHE_H
 #define LOOM_BACKEND_CPU_MODULE_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "loom/loom.h"
 
@@ -49,13 +60,54 @@ const char *cpu_cache_defect(int fd, const char *key);
 loom_status_t cpu_cache_seal(const char *path, const char *key);
 loom_status_t cpu_cache_seal_fd(int fd, const char *path, const char *key);
 
+/* Marks the entry open at fd as used now, for pruning (best effort: a
+ * read-only cache stays as it is). */
+void cpu_cache_touch(int fd);
+
 /* Renames a finished file into the cache directory dir, atomically, and
  * makes the rename durable. */
 loom_status_t cpu_cache_publish(const char *from, const char *to, const char *dir);
 
-/* A new private scratch directory inside dir for one build, named after
- * the process and a counter; cpu_cache_remove_tree removes it. */
+/* A new private scratch directory inside dir for one build, named
+ * tmp-PID-N-XXXXXX after the process and a counter;
+ * cpu_cache_remove_tree removes it. */
 loom_status_t cpu_cache_scratch(const char *dir, char *out, size_t cap);
 void cpu_cache_remove_tree(const char *path);
+
+/* What a name in the cache directory is. */
+typedef enum cpu_cache_name {
+  CPU_NAME_OTHER,   /* not the cache's: never removed */
+  CPU_NAME_OBJECT,  /* <key>.so */
+  CPU_NAME_SOURCE,  /* <key>.c */
+  CPU_NAME_SCRATCH, /* tmp-PID-N-XXXXXX; *pid is PID */
+} cpu_cache_name_t;
+cpu_cache_name_t cpu_cache_classify(const char *name, long *pid);
+
+/* The byte budget: LOOM_CACHE_MAX_BYTES (a count of bytes, optionally
+ * followed by K, M, G or T, binary multiples; 0: no limit), else
+ * CPU_CACHE_DEFAULT_BYTES. A value that does not parse is warned about
+ * once and the default used. */
+#define CPU_CACHE_DEFAULT_BYTES ((int64_t)1 << 30)
+int64_t cpu_cache_budget(void);
+
+typedef struct cpu_prune_stats {
+  bool skipped;          /* another process was pruning: nothing done */
+  int64_t bytes;         /* the entries' bytes (objects and sources) after */
+  int64_t modules;       /* entries (keys) after */
+  int64_t removed_bytes; /* what was removed */
+  int64_t removed_modules;
+  int64_t removed_scratch; /* scratch directories of processes gone */
+} cpu_prune_stats_t;
+
+/* Removes the scratch directories of processes that are gone, then the
+ * least recently used entries until the entries' bytes are within
+ * max_bytes (0: no limit). One process prunes at a time (an flock on
+ * <dir>/prune.lock); a second one skips. Best effort: a failure leaves
+ * the cache as it was (with the error set). out may be NULL. */
+loom_status_t cpu_cache_prune(const char *dir, int64_t max_bytes, cpu_prune_stats_t *out);
+
+/* Whether a prune of dir finished less than `seconds` ago (in any
+ * process). */
+bool cpu_cache_pruned_since(const char *dir, double seconds);
 
 #endif

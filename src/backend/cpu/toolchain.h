@@ -10,8 +10,9 @@
  * and a checksum of both), checked before dlopen, so a truncated, corrupt
  * or misplaced entry is rebuilt, never loaded. Two processes building one
  * module at once both succeed (each writes its own temporary; the renames
- * are atomic). The compiler runs under a time limit (LOOM_CC_TIMEOUT,
- * compiler.h). */
+ * are atomic). The cache is kept within LOOM_CACHE_MAX_BYTES, least
+ * recently used entries first (module_cache.h). The compiler runs under a
+ * time limit (LOOM_CC_TIMEOUT, compiler.h). */
 #ifndef LOOM_BACKEND_CPU_TOOLCHAIN_H
 #define LOOM_BACKEND_CPU_TOOLCHAIN_H
 
