@@ -203,6 +203,46 @@ static void replace_with_other_entry(const char *path) {
   free(other);
 }
 
+/* The seal's bytes against a digest computed apart from Loom (Python's
+ * hashlib.sha256 of "hello\nloom-key:" + KEY), and its checks. */
+static void test_seal_format(void) {
+  fresh_cache();
+  static const char key[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  static const char want[] =
+      "hello\nloom-key:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+      "\nloom-sha256:9260ddf7e072fa2b39e2729b769e5014908f9abedbaed842c7c1f19b01af795c\n";
+  char path[300], got[400] = "";
+  snprintf(path, sizeof path, "%s/sealed", root);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("hello", f);
+    fclose(f);
+  }
+  CHECK_OK(cpu_cache_seal(path, key));
+  f = fopen(path, "r");
+  if (f) {
+    got[fread(got, 1, sizeof got - 1, f)] = '\0';
+    fclose(f);
+  }
+  CHECK(!strcmp(got, want));
+  CHECK(strlen(want) == 5 + CPU_CACHE_SEAL_BYTES);
+  int fd = -1;
+  const char *why = NULL;
+  CHECK(cpu_cache_open(path, key, &fd, &why) == CPU_ENTRY_OK && fd >= 0);
+  if (fd >= 0) close(fd);
+  char other[65];
+  snprintf(other, sizeof other, "%s", key);
+  other[63] = 'e';
+  CHECK(cpu_cache_open(path, other, &fd, &why) == CPU_ENTRY_BAD && fd < 0);
+  CHECK(strstr(why, "another key") != NULL);
+  CHECK(cpu_cache_open(path, "0123", &fd, &why) == CPU_ENTRY_BAD);
+  CHECK_ERR(cpu_cache_seal(path, "0123"), LOOM_ERR_INVALID, "key");
+  snprintf(path, sizeof path, "%s/absent", root);
+  CHECK(cpu_cache_open(path, key, &fd, &why) == CPU_ENTRY_MISSING);
+  drop_cache();
+}
+
 static void test_truncated_entry_rebuilt(void) { check_damage_rebuilt(truncate_to_half); }
 static void test_other_keys_entry_rebuilt(void) { check_damage_rebuilt(replace_with_other_entry); }
 static void test_corrupt_entry_rebuilt(void) { check_damage_rebuilt(flip_middle_byte); }
@@ -934,6 +974,7 @@ int main(void) {
   TEST_RUN(test_bad_arguments);
   TEST_RUN(test_build_and_call);
   TEST_RUN(test_second_build_is_disk_hit);
+  TEST_RUN(test_seal_format);
   TEST_RUN(test_truncated_entry_rebuilt);
   TEST_RUN(test_corrupt_entry_rebuilt);
   TEST_RUN(test_other_keys_entry_rebuilt);

@@ -26,6 +26,7 @@ enum {
   DIGEST_LINE = sizeof DIGEST_PREFIX - 1 + KEY_LEN + 1, /* prefix, hex, newline */
   SEAL_LEN = KEY_LINE + DIGEST_LINE,
 };
+_Static_assert((int)SEAL_LEN == (int)CPU_CACHE_SEAL_BYTES, "the seal's length in module_cache.h");
 
 /* ---- the directory ---- */
 

@@ -42,6 +42,10 @@ typedef enum cpu_entry_state {
   CPU_ENTRY_OK,      /* sealed for this key, and its digest matches */
 } cpu_entry_state_t;
 
+/* The seal's bytes: the key line (10 + 64) and the digest line
+ * (13 + 64 + 1). */
+enum { CPU_CACHE_SEAL_BYTES = 152 };
+
 /* Opens the entry at path and checks its seal against key (64 hex
  * digits). With CPU_ENTRY_OK, *fd is open for the caller to close;
  * otherwise *why says what is wrong. Never blocks on a FIFO or device
