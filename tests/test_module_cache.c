@@ -44,7 +44,7 @@ static void drop_cache(void) {
 
 /* The cache's entries (*.so): how many, and the paths of the first
  * `cap` in paths (each of PATH_SIZE bytes). */
-enum { PATH_SIZE = 512 };
+enum { PATH_SIZE = 600 };
 static int entries(char (*paths)[PATH_SIZE], int cap) {
   DIR *d = opendir(cache);
   int n = 0;

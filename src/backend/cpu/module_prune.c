@@ -184,6 +184,7 @@ static loom_status_t scan_dir(const char *dir, DIR *d, scan_t *s, cpu_prune_stat
 
 /* Groups the sorted files by key into modules. */
 static loom_status_t group_modules(scan_t *s) {
+  if (s->n_files == 0) return LOOM_OK; /* qsort must not see a null array */
   qsort(s->files, (size_t)s->n_files, sizeof *s->files, by_key);
   for (int64_t i = 0; i < s->n_files;) {
     LOOM_TRY(core_grow((void **)&s->modules, &s->cap_modules, s->n_modules + 1,
