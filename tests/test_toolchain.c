@@ -478,9 +478,11 @@ static void test_hanging_compiler_killed(void) {
                "wait\n",
                script, sizeof script);
   setenv("LOOM_CC", script, 1);
-  setenv("LOOM_CC_TIMEOUT", "0.5", 1);
+  /* Long enough for the script to start and write its child's pid on a
+   * loaded machine. */
+  setenv("LOOM_CC_TIMEOUT", "2", 1);
   cpu_module_t *m = NULL;
-  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "did not finish within 0.5 s");
+  CHECK_ERR(build(answer_source, &m), LOOM_ERR_UNSUPPORTED, "did not finish within 2 s");
   CHECK(strstr(loom_last_error(), "hang-cc") != NULL);
   CHECK(m == NULL);
   long pids[8];
@@ -509,7 +511,7 @@ static void test_hanging_version_probe(void) {
                "exec cc \"$@\"\n",
                script, sizeof script);
   setenv("LOOM_CC", script, 1);
-  setenv("LOOM_CC_TIMEOUT", "1", 1);
+  setenv("LOOM_CC_TIMEOUT", "2", 1);
   size_t pad = 32 * 65536;
   char *source = malloc(pad + sizeof answer_source + 8);
   memcpy(source, "/* ", 3);
