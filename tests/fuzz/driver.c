@@ -235,8 +235,10 @@ static void usage(const char *argv0) {
 }
 
 static options_t parse(int argc, char **argv, int *first_corpus) {
-  options_t o = {.seconds = 10, .seed = (unsigned long long)time(NULL) ^ (unsigned long long)getpid(),
-                 .max_len = 65536, .crash_dir = "."};
+  options_t o = {.seconds = 10,
+                 .seed = (unsigned long long)time(NULL) ^ (unsigned long long)getpid(),
+                 .max_len = 65536,
+                 .crash_dir = "."};
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] && !argv[i][2]; i += 2) {
     if (i + 1 >= argc) usage(argv[0]);

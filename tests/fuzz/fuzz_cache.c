@@ -80,7 +80,8 @@ static void check_entry(const uint8_t *data, size_t n) {
   if (!cpu_cache_defect(file_with(data, n), OTHER_KEY)) fail("accepted for another key", NULL);
   size_t m;
   uint8_t *again = sealed(data, n - CPU_CACHE_SEAL_BYTES, &m);
-  if (m != n || memcmp(again, data, n) != 0) fail("accepted an entry that is not its body sealed", NULL);
+  if (m != n || memcmp(again, data, n) != 0)
+    fail("accepted an entry that is not its body sealed", NULL);
   free(again);
 }
 

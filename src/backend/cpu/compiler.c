@@ -365,7 +365,8 @@ loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *s
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   double start = now_ms();
   int err = run_child(argv, work_dir, timeout_s, r);
-  bool ok = err == 0 && !r->timed_out && WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0;
+  bool ok = err == 0 && !r->timed_out && WIFEXITED(r->wait_status) &&
+            WEXITSTATUS(r->wait_status) == 0;
   if (core_log_enabled(LOG_COMPILE)) {
     char line[1500];
     join_words(argv, line, sizeof line);

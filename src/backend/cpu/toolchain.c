@@ -219,7 +219,8 @@ static void maybe_prune(const char *dir, int64_t published) {
     pruned.published = 0;
   }
   pthread_mutex_unlock(&pruned.lock);
-  if (due && !(first && cpu_cache_pruned_since(dir, 60))) (void)cpu_cache_prune(dir, budget, NULL);
+  if (due && !(first && cpu_cache_pruned_since(dir, 60)))
+    (void)cpu_cache_prune(dir, budget, NULL);
 }
 
 /* The bytes an entry occupies on disk: its object and its source. */
@@ -233,10 +234,12 @@ loom_status_t cpu_module_build(const char *source, int64_t length, const char *c
   LOOM_CHECK_ARG(out);
   *out = NULL;
   LOOM_CHECK_ARG(source);
-  if (length < 0 || n_symbols < 0 || (n_symbols > 0 && !symbols))
-    return loom_fail(LOOM_ERR_INVALID,
-                     "cpu_module_build: negative length %lld or symbol count %d, or no symbols",
-                     (long long)length, n_symbols);
+  if (length < 0)
+    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: negative length %lld",
+                     (long long)length);
+  if (n_symbols < 0 || (n_symbols > 0 && !symbols))
+    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: %d symbols and %s symbol array",
+                     n_symbols, symbols ? "a" : "no");
   const char *cc = getenv("LOOM_CC");
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
