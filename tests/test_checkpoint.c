@@ -3,6 +3,7 @@
  * mismatched graphs, and saves that fail or die half-way, which must leave
  * the previous checkpoint intact and loadable. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -679,16 +681,107 @@ static void save_killed_midway_keeps_the_old_file(void) {
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
   CHECK(holds_three(p, 1));
   /* The dead process's temporary is left beside it, never in its place. */
-  char tmp[256];
-  CHECK(temporaries_of("killed.safetensors", (long)pid, tmp, sizeof tmp) == 1);
-  unlink(tmp);
-  /* The next save replaces the file whole. */
+  CHECK(temporaries_of("killed.safetensors", (long)pid, NULL, 0) == 1);
+  /* The next save replaces the file whole, and removes the temporary of
+   * the process that is gone. */
   CHECK_OK(loom_checkpoint_save(big, p));
+  CHECK(temporaries_of("killed.safetensors", (long)pid, NULL, 0) == 0);
   loom_graph_t *check = big_graph(0, &vb);
   CHECK_OK(loom_checkpoint_load(check, p));
   CHECK(all_equal(check, vb, 4));
   loom_graph_destroy(check);
   loom_graph_destroy(old);
+  loom_graph_destroy(big);
+}
+
+/* A pid that no process has: a child's, after it exited and was reaped. */
+static long dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid);
+  return (long)pid;
+}
+
+static void make_temporary(const char *name, long pid, int n, time_t mtime, char *out,
+                           size_t size) {
+  char p[160];
+  snprintf(p, sizeof p, "%s.tmp.%ld.%d", name, pid, n);
+  path_in(out, size, p);
+  write_bytes(out, "partial", 7);
+  if (mtime) {
+    struct timespec t[2] = {{.tv_sec = mtime}, {.tv_sec = mtime}};
+    CHECK(utimensat(AT_FDCWD, out, t, 0) == 0);
+  }
+}
+
+/* Temporaries a save finds beside its path: those of a process that is
+ * gone, or of a pid now used by a process started after the file was
+ * last written (a reused pid), are removed; those of a live writer (this
+ * process, or its parent), and names of another form, stay. */
+static void save_removes_stale_temporaries(void) {
+  loom_value_t v[3];
+  loom_graph_t *g = three_params(v, 1);
+  char p[128], dead[256], reused[256], live[256], parent[256], other[256], sibling[256];
+  path_in(p, sizeof p, "stale.safetensors");
+  long gone = dead_pid();
+  make_temporary("stale.safetensors", gone, 0, 0, dead, sizeof dead);
+  /* A day before this process started: a writer with this pid then was
+   * another process. */
+  make_temporary("stale.safetensors", (long)getpid(), 7, time(NULL) - 86400, reused,
+                 sizeof reused);
+  make_temporary("stale.safetensors", (long)getpid(), 8, 0, live, sizeof live);
+  make_temporary("stale.safetensors", (long)getppid(), 0, 0, parent, sizeof parent);
+  path_in(other, sizeof other, "stale.safetensors.tmp.x.1");
+  write_bytes(other, "x", 1);
+  make_temporary("stale2.safetensors", gone, 0, 0, sibling, sizeof sibling);
+  CHECK_OK(loom_checkpoint_save(g, p));
+  CHECK(!file_exists(dead));
+  CHECK(!file_exists(reused));
+  CHECK(file_exists(live));
+  CHECK(file_exists(parent));
+  CHECK(file_exists(other));
+  /* Another path's temporaries wait for a save of that path. */
+  CHECK(file_exists(sibling));
+  CHECK(holds_three(p, 1));
+  unlink(live);
+  unlink(parent);
+  unlink(other);
+  unlink(sibling);
+  loom_graph_destroy(g);
+}
+
+/* Saves killed by SIGKILL while a temporary of theirs exists, then one
+ * that finishes: no temporary is left, and the file holds the last
+ * save. */
+static void saves_killed_by_sigkill_leave_nothing(void) {
+  loom_value_t vb;
+  loom_graph_t *big = big_graph(5, &vb);
+  char p[128];
+  path_in(p, sizeof p, "sigkill.safetensors");
+  int left = 0;
+  for (int i = 0; i < 5; i++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (;;) loom_checkpoint_save(big, p);
+    }
+    /* A child that is never scheduled is killed after 10 s all the same. */
+    for (int wait = 0; wait < 10000 && !temporaries_of("sigkill.safetensors", (long)pid, NULL, 0);
+         wait++)
+      usleep(1000);
+    kill(pid, SIGKILL);
+    CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid);
+    left += temporaries_of("sigkill.safetensors", (long)pid, NULL, 0);
+  }
+  /* A kill can fall between a save's rename and the next save's open,
+   * but hardly five times in a row. */
+  CHECK(left > 0);
+  CHECK_OK(loom_checkpoint_save(big, p));
+  CHECK(count_temporaries() == 0);
+  loom_graph_t *check = big_graph(0, &vb);
+  CHECK_OK(loom_checkpoint_load(check, p));
+  CHECK(all_equal(check, vb, 5));
+  loom_graph_destroy(check);
   loom_graph_destroy(big);
 }
 
@@ -742,6 +835,8 @@ int main(void) {
   TEST_RUN(save_fails_cleanly_at_every_allocation);
   TEST_RUN(save_fails_when_the_disk_fills);
   TEST_RUN(save_killed_midway_keeps_the_old_file);
+  TEST_RUN(save_removes_stale_temporaries);
+  TEST_RUN(saves_killed_by_sigkill_leave_nothing);
   TEST_RUN(save_errors_leave_no_file);
   remove_dir();
   return test_summary();

@@ -22,8 +22,10 @@ extern "C" {
 /* Writes every parameter of g to path, atomically: the file is written
  * beside path under a temporary name, flushed to disk and renamed over
  * path, so that a failed or interrupted save leaves the previous file at
- * path intact (and no temporary behind). Fails with LOOM_ERR_INVALID when
- * two parameters share a name or one is named "__metadata__". */
+ * path intact. A failed save removes its temporary; one of a process
+ * killed midway (path.tmp.PID.N) is removed by the next save of path.
+ * Fails with LOOM_ERR_INVALID when two parameters share a name or one is
+ * named "__metadata__". */
 loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path);
 
 typedef struct loom_checkpoint_options {

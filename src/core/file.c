@@ -1,10 +1,16 @@
 #include "core/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -40,19 +46,23 @@ void core_sync_dir(const char *dir) {
   close(fd);
 }
 
+/* The directory part of path ("." or "/" when it has none), or NULL when
+ * out of memory; the caller frees it. */
+static char *dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash || slash == path) return core_strdup(slash ? "/" : ".");
+  char *dir = core_malloc((size_t)(slash - path) + 1);
+  if (!dir) return NULL;
+  memcpy(dir, path, (size_t)(slash - path));
+  dir[slash - path] = '\0';
+  return dir;
+}
+
 /* The directory of path, synced after a rename into it (the new file is
  * already in place, so a failure here loses nothing but durability). */
 static void sync_dir_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  if (!slash || slash == path) {
-    core_sync_dir(slash ? "/" : ".");
-    return;
-  }
-  char *dir = core_malloc((size_t)(slash - path) + 1);
-  if (!dir) return;
-  memcpy(dir, path, (size_t)(slash - path));
-  dir[slash - path] = '\0';
-  core_sync_dir(dir);
+  char *dir = dir_of(path);
+  if (dir) core_sync_dir(dir);
   core_free(dir);
 }
 
@@ -77,6 +87,7 @@ loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *c
   char *tmp = core_malloc(n);
   if (!tmp) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", path);
   snprintf(tmp, n, "%s.tmp.%ld.%ld", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+  core_file_clean_stale(path);
   loom_status_t s = write_tmp(tmp, fill, ctx);
   if (s == LOOM_OK && rename(tmp, path) != 0)
     s = loom_fail(LOOM_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
@@ -84,4 +95,90 @@ loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *c
   else sync_dir_of(path);
   core_free(tmp);
   return s;
+}
+
+/* ---- Temporaries of processes that are gone ---------------------------- */
+
+/* The boot time in seconds since the epoch (/proc/stat's btime), or -1. */
+static long long boot_time;
+static pthread_once_t boot_once = PTHREAD_ONCE_INIT;
+
+static void read_boot_time(void) {
+  boot_time = -1;
+  FILE *f = fopen("/proc/stat", "re");
+  if (!f) return;
+  char line[256];
+  long long t;
+  /* Lines longer than the buffer (the interrupt counts) are read in
+   * pieces; a piece starting with "btime " can only be that line. */
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "btime %lld", &t) == 1) boot_time = t;
+  fclose(f);
+}
+
+/* When process pid started, in seconds since the epoch, from the 22nd
+ * field of /proc/PID/stat (clock ticks after boot); -1 when unknown. */
+static double process_start(long pid) {
+  pthread_once(&boot_once, read_boot_time);
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || boot_time < 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  /* The command name (field 2) may hold spaces and parentheses: fields
+   * are counted from its closing parenthesis, the last one. */
+  char *p = strrchr(buf, ')');
+  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+  unsigned long long ticks;
+  long hz = sysconf(_SC_CLK_TCK);
+  if (!p || hz <= 0 || sscanf(p + 1, "%llu", &ticks) != 1) return -1;
+  return (double)boot_time + (double)ticks / (double)hz;
+}
+
+bool core_owner_gone(long pid, time_t mtime) {
+  if (pid <= 0 || pid > INT_MAX) return false;
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return true;
+  double start = process_start(pid);
+  /* btime has a resolution of one second: the margin keeps the file of a
+   * live writer that started in the same second as its last write. */
+  return start >= 0 && start > (double)mtime + 2;
+}
+
+/* The PID of name when it is prefix + "PID.N" (decimal numbers), else -1. */
+static long temp_owner(const char *name, const char *prefix) {
+  size_t len = strlen(prefix);
+  if (strncmp(name, prefix, len) != 0) return -1;
+  const char *p = name + len, *dot = p + strspn(p, "0123456789");
+  if (dot == p || dot - p > 10 || *dot != '.') return -1;
+  const char *end = dot + 1 + strspn(dot + 1, "0123456789");
+  if (end == dot + 1 || *end) return -1;
+  return strtol(p, NULL, 10);
+}
+
+int core_file_clean_stale(const char *path) {
+  char *dir = dir_of(path);
+  const char *slash = strrchr(path, '/');
+  size_t n = strlen(path) + 8;
+  char *prefix = core_malloc(n);
+  DIR *d = dir && prefix ? opendir(dir) : NULL;
+  int removed = 0;
+  if (d) snprintf(prefix, n, "%s.tmp.", slash ? slash + 1 : path);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    long pid = temp_owner(de->d_name, prefix);
+    struct stat st;
+    if (pid < 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || !core_owner_gone(pid, st.st_mtime))
+      continue;
+    removed += unlinkat(dirfd(d), de->d_name, 0) == 0;
+  }
+  if (d) closedir(d);
+  core_free(prefix);
+  core_free(dir);
+  return removed;
 }

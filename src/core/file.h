@@ -3,7 +3,9 @@
 #ifndef LOOM_CORE_FILE_H
 #define LOOM_CORE_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "loom/loom.h"
 
@@ -22,9 +24,23 @@ void core_sync_dir(const char *dir);
 /* Fills an open file: `tmp` names it in errors. */
 typedef loom_status_t (*core_file_fill_t)(int fd, const char *tmp, void *ctx);
 
-/* Writes `path` by fill() into a new file beside it, makes the bytes
- * durable, renames it over path and syncs the directory. On failure the
- * new file is removed and path is as it was. */
+/* Writes `path` by fill() into a new file beside it (path.tmp.PID.N),
+ * makes the bytes durable, renames it over path and syncs the directory.
+ * On failure the new file is removed and path is as it was. A process
+ * killed midway cannot remove its temporary: each save first removes
+ * those of path's earlier saves whose process is gone
+ * (core_file_clean_stale). */
 loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *ctx);
+
+/* Removes path.tmp.PID.N files beside path whose writer is gone
+ * (core_owner_gone); returns how many. Names of another form are left. */
+int core_file_clean_stale(const char *path);
+
+/* Whether process pid, named in a file or directory last modified at
+ * mtime, is gone: no such process, or the pid now names a process that
+ * started after that change (the pid was reused). A live process of
+ * another user counts as present. Pids of another pid namespace or host
+ * look gone: the files are meant for one machine. */
+bool core_owner_gone(long pid, time_t mtime);
 
 #endif

@@ -441,6 +441,28 @@ static void note_lost_module(loom_executable_t *e, cpu_build_stage_t stage) {
               loom_last_error());
 }
 
+/* The functions the module must define (build_steps looks them up):
+ * loom_group_<i> for each group with generated code, in one block that
+ * the caller frees. */
+static loom_status_t group_symbols(const loom_executable_t *e, const cg_module_t *cg,
+                                   char ***out, int *n) {
+  enum { NAME = 24 };
+  int count = 0;
+  for (int i = 0; i < e->plan.n_groups; i++) count += cg->generated[i];
+  char **names = core_malloc((size_t)count * (sizeof(char *) + NAME) + 1);
+  if (!names) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  char *text = (char *)(names + count);
+  *n = 0;
+  for (int i = 0; i < e->plan.n_groups; i++) {
+    if (!cg->generated[i]) continue;
+    names[*n] = text + (size_t)*n * NAME;
+    snprintf(names[*n], NAME, "loom_group_%d", i);
+    (*n)++;
+  }
+  *out = names;
+  return LOOM_OK;
+}
+
 /* Generates and loads the module; false in *ok when the C compiler is
  * missing or fails, which sends the whole graph to the interpreter. */
 static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
@@ -456,8 +478,14 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
     *ok = false;
     return LOOM_OK;
   }
-  cpu_build_stage_t stage;
-  loom_status_t s = cpu_module_build_staged(cg->source, cg->length, &e->module, &stage);
+  char **names = NULL;
+  int n_names = 0;
+  cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
+  loom_status_t s = group_symbols(e, cg, &names, &n_names);
+  if (s == LOOM_OK)
+    s = cpu_module_build_staged(cg->source, cg->length, (const char *const *)names, n_names,
+                                &e->module, &stage);
+  core_free(names);
   if (s == LOOM_ERR_NOMEM) return s;
   if (s != LOOM_OK) {
     note_lost_module(e, stage);

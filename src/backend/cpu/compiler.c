@@ -3,8 +3,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,46 +97,102 @@ typedef struct child_result {
   char output[8192]; /* the first bytes printed; the rest is read and dropped */
   size_t size;
   int wait_status;
+  bool timed_out; /* killed (with its process group) at the deadline */
 } child_result_t;
 
-static void read_all(int fd, child_result_t *r) {
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Reads what is there; false at end of file or on an error. */
+static bool read_some(int fd, child_result_t *r) {
   char chunk[4096];
-  r->size = 0;
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    size_t keep = sizeof r->output - 1 - r->size;
-    if ((size_t)n < keep) keep = (size_t)n;
-    memcpy(r->output + r->size, chunk, keep);
-    r->size += keep;
-  }
+  ssize_t n = read(fd, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) return false;
+  size_t keep = sizeof r->output - 1 - r->size;
+  if ((size_t)n < keep) keep = (size_t)n;
+  memcpy(r->output + r->size, chunk, keep);
+  r->size += keep;
   r->output[r->size] = '\0';
+  return true;
+}
+
+/* 1 when pid has exited (its status in r), 0 while it runs, else -errno
+ * (an application that ignores SIGCHLD leaves nothing to wait for). */
+static int exited(pid_t pid, child_result_t *r, int flags) {
+  pid_t got;
+  while ((got = waitpid(pid, &r->wait_status, flags)) < 0 && errno == EINTR) continue;
+  return got == pid ? 1 : got == 0 ? 0 : -errno;
+}
+
+/* Collects the child's output until it exits, or kills its process group
+ * at the deadline (timeout_s <= 0: none); returns 0 or an errno. The
+ * child's exit, not the end of its output, ends the wait: a process it
+ * left behind may hold the pipe open for ever. Waits in slices that grow
+ * from 1 ms to 100 ms, so that a quick child costs little and a slow one
+ * few wakeups; the end of the output starts them again at 1 ms, as the
+ * exit follows it closely. */
+static int wait_child(pid_t pid, int fd, double timeout_s, child_result_t *r) {
+  double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+  bool open = true;
+  int state, slice_ms = 1;
+  while ((state = exited(pid, r, WNOHANG)) == 0) {
+    double left = deadline > 0 ? deadline - now_s() : 1e9;
+    if (left <= 0) {
+      kill(-pid, SIGKILL);
+      r->timed_out = true;
+      state = exited(pid, r, 0);
+      break;
+    }
+    int wait_ms = left * 1e3 < slice_ms ? (int)(left * 1e3) + 1 : slice_ms;
+    slice_ms = slice_ms < 100 ? 2 * slice_ms : 100;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (!open) nanosleep(&(struct timespec){0, wait_ms * 1000000L}, NULL);
+    else if (poll(&p, 1, wait_ms) > 0 && !(open = read_some(fd, r))) slice_ms = 1;
+  }
+  /* What it printed before it exited is in the pipe already. */
+  while (open && poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 0) > 0 &&
+         read_some(fd, r))
+    continue;
+  return state < 0 ? -state : 0;
 }
 
 /* Runs argv[0] (an absolute path) in work_dir (NULL: this one) with its
- * output captured; returns 0 or the errno that kept it from starting. */
-static int run_child(char *const argv[], const char *work_dir, child_result_t *r) {
+ * output captured, in a process group of its own so that a timeout kills
+ * whatever it started; returns 0 or the errno that kept it from
+ * starting. */
+static int run_child(char *const argv[], const char *work_dir, double timeout_s,
+                     child_result_t *r) {
   int pipe_fd[2];
+  r->size = 0;
+  r->output[0] = '\0';
+  r->timed_out = false;
   /* Close-on-exec, so that children spawned by other threads do not
-   * inherit the write end and hold the pipe open. */
+   * inherit the write end and hold the pipe open; non-blocking, so that
+   * a read never outlasts the deadline. */
   if (pipe2(pipe_fd, O_CLOEXEC) != 0) return errno;
+  (void)fcntl(pipe_fd[0], F_SETFL, O_NONBLOCK);
   posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], 1);
   posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], 2);
   if (work_dir) posix_spawn_file_actions_addchdir_np(&actions, work_dir);
   pid_t pid;
-  int err = posix_spawn(&pid, argv[0], &actions, NULL, argv, environ);
+  int err = posix_spawn(&pid, argv[0], &actions, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   close(pipe_fd[1]);
-  if (err == 0) read_all(pipe_fd[0], r);
+  if (err == 0) err = wait_child(pid, pipe_fd[0], timeout_s, r);
   close(pipe_fd[0]);
-  if (err != 0) return err;
-  while (waitpid(pid, &r->wait_status, 0) < 0)
-    if (errno != EINTR) return errno;
-  return 0;
+  return err;
 }
 
 /* The first lines of a child's output, for an error message. */
@@ -201,7 +260,13 @@ static loom_status_t compute_identity(const char *cc, char *out, size_t cap) {
   char version[512] = "";
   /* A compiler that cannot say its version still gets an identity (its
    * path); if it is broken, the compile itself reports why. */
-  if (run_child(argv, NULL, r) == 0) first_lines(r->output, 1, version, sizeof version);
+  double limit = cpu_cc_timeout(0);
+  if (run_child(argv, NULL, limit, r) == 0 && !r->timed_out)
+    first_lines(r->output, 1, version, sizeof version);
+  if (r->timed_out)
+    core_warn("C compiler '%s': '%s --version' did not answer within %g s (LOOM_CC_TIMEOUT) "
+              "and was killed; modules are cached under its path alone",
+              cc, resolved, limit);
   core_free(r);
   int n = snprintf(out, cap, "%s", resolved);
   for (int i = 1; i < w.n && n >= 0 && (size_t)n < cap; i++)
@@ -219,11 +284,34 @@ loom_status_t cpu_cc_identity(const char *cc, char *out, size_t cap) {
 
 /* ---- compiling ---- */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+/* A compile of the largest module the test suite makes (245 KB of C)
+ * took 13 s on a 2-core machine under a load of 9, and a 480 KB one 43 s
+ * (gcc 12, -O3): 120 s per 64 KiB leaves a margin of 10x and more, as
+ * the limit is there to end a hang, not a slow compile. */
+#define DEFAULT_TIMEOUT_S 120.0
+#define TIMEOUT_UNIT_BYTES 65536.0
+
+/* LOOM_CC_TIMEOUT's seconds (0: no limit), or the default. */
+static double timeout_unit(void) {
+  static atomic_bool warned;
+  const char *text = getenv("LOOM_CC_TIMEOUT");
+  if (!text || !*text) return DEFAULT_TIMEOUT_S;
+  char *end;
+  double t = strtod(text, &end);
+  if (end != text && !*end && t >= 0 && t < 1e9) return t;
+  if (!atomic_exchange(&warned, true))
+    core_warn("LOOM_CC_TIMEOUT='%s' is not a number of seconds; the C compiler gets the "
+              "default %g s per 64 KiB of source",
+              text, DEFAULT_TIMEOUT_S);
+  return DEFAULT_TIMEOUT_S;
 }
+
+double cpu_cc_timeout(size_t source_bytes) {
+  double unit = timeout_unit(), scale = (double)source_bytes / TIMEOUT_UNIT_BYTES;
+  return unit * (scale > 1 ? scale : 1);
+}
+
+static double now_ms(void) { return now_s() * 1e3; }
 
 static void join_words(char *const argv[], char *out, size_t cap) {
   size_t used = 0;
@@ -235,12 +323,19 @@ static void join_words(char *const argv[], char *out, size_t cap) {
   }
 }
 
-static loom_status_t compile_failure(const char *cc, int err, const child_result_t *r) {
+static loom_status_t compile_failure(const char *cc, int err, const child_result_t *r,
+                                     double timeout_s) {
   char lines[600];
   if (err != 0)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' could not be run: %s", cc,
                      strerror(err));
   first_lines(r->output, 8, lines, sizeof lines);
+  if (r->timed_out)
+    return loom_fail(LOOM_ERR_UNSUPPORTED,
+                     "C compiler '%s' did not finish within %g s and was killed with the "
+                     "processes it started (LOOM_CC_TIMEOUT sets the limit per 64 KiB of "
+                     "source)%s%s",
+                     cc, timeout_s, lines[0] ? ": " : "", lines);
   if (WIFSIGNALED(r->wait_status))
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was killed by signal %d: %s",
                      cc, WTERMSIG(r->wait_status), lines);
@@ -249,7 +344,7 @@ static loom_status_t compile_failure(const char *cc, int err, const child_result
 }
 
 loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *src,
-                             const char *so) {
+                             const char *so, double timeout_s) {
   cc_words_t w;
   char resolved[PATH_MAX];
   LOOM_TRY(split_cc(cc, &w));
@@ -269,15 +364,16 @@ loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *s
   child_result_t *r = core_malloc(sizeof *r);
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   double start = now_ms();
-  int err = run_child(argv, work_dir, r);
-  bool ok = err == 0 && WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0;
+  int err = run_child(argv, work_dir, timeout_s, r);
+  bool ok = err == 0 && !r->timed_out && WIFEXITED(r->wait_status) &&
+            WEXITSTATUS(r->wait_status) == 0;
   if (core_log_enabled(LOG_COMPILE)) {
     char line[1500];
     join_words(argv, line, sizeof line);
     core_log(LOG_COMPILE, "in %s: %s (%.1f ms%s)", work_dir, line, now_ms() - start,
              ok ? "" : ", failed");
   }
-  loom_status_t status = ok ? LOOM_OK : compile_failure(cc, err, r);
+  loom_status_t status = ok ? LOOM_OK : compile_failure(cc, err, r, timeout_s);
   core_free(r);
   return status;
 }

@@ -12,17 +12,27 @@
 /* The flags every module is compiled with, as one string. */
 const char *cpu_cc_flags(void);
 
+/* Seconds a compile of source_bytes of C may run before it is killed:
+ * LOOM_CC_TIMEOUT (default 120; 0: no limit) per 64 KiB of source, and
+ * never less than that. */
+double cpu_cc_timeout(size_t source_bytes);
+
 /* The compiler's resolved path, its arguments and the first line of its
  * `--version` output, computed once per process per value of cc. Fails
- * with LOOM_ERR_UNSUPPORTED when the program is not found. */
+ * with LOOM_ERR_UNSUPPORTED when the program is not found. A probe that
+ * outlasts cpu_cc_timeout(0) is killed (with a warning): the identity is
+ * then the path and arguments alone. */
 loom_status_t cpu_cc_identity(const char *cc, char *out, size_t cap);
 
 /* Compiles src into the shared object so, both named relative to
  * work_dir, where the compiler runs (so that its messages name the file
  * briefly). Fails with LOOM_ERR_UNSUPPORTED naming the compiler and the
- * first lines of what it printed when it cannot be run or exits
- * non-zero. */
+ * first lines of what it printed when it cannot be run, exits non-zero,
+ * or runs past timeout_s seconds (<= 0: no limit; then it is killed with
+ * every process of its process group, which it leads). The compiler's
+ * exit ends the wait even if a process it started keeps its output
+ * open. */
 loom_status_t cpu_cc_compile(const char *cc, const char *work_dir,
-                             const char *src, const char *so);
+                             const char *src, const char *so, double timeout_s);
 
 #endif

@@ -18,11 +18,15 @@
 #include "core/sha256.h"
 #include "core/status.h"
 
-#define TRAILER_PREFIX "\nloom-sha256:"
+#define KEY_PREFIX "\nloom-key:"
+#define DIGEST_PREFIX "\nloom-sha256:"
 enum {
-  PREFIX_LEN = sizeof TRAILER_PREFIX - 1,
-  TRAILER_LEN = PREFIX_LEN + 64 + 1, /* prefix, hex digest, newline */
+  KEY_LEN = CORE_SHA256_HEX - 1,
+  KEY_LINE = sizeof KEY_PREFIX - 1 + KEY_LEN,
+  DIGEST_LINE = sizeof DIGEST_PREFIX - 1 + KEY_LEN + 1, /* prefix, hex, newline */
+  SEAL_LEN = KEY_LINE + DIGEST_LINE,
 };
+_Static_assert((int)SEAL_LEN == (int)CPU_CACHE_SEAL_BYTES, "the seal's length in module_cache.h");
 
 /* ---- the directory ---- */
 
@@ -106,69 +110,103 @@ loom_status_t cpu_cache_dir(char *out, size_t cap) {
 
 /* ---- entries ---- */
 
-/* Hashes the first n bytes of fd into hex. */
-static bool hash_prefix(int fd, off_t n, char hex[CORE_SHA256_HEX]) {
-  core_sha256_t h;
-  uint8_t digest[CORE_SHA256_BYTES], chunk[65536];
-  core_sha256_init(&h);
+static bool is_key(const char *key) {
+  return key && strlen(key) == KEY_LEN && strspn(key, "0123456789abcdef") == KEY_LEN;
+}
+
+/* Feeds the first n bytes of fd to h. */
+static bool hash_prefix(int fd, off_t n, core_sha256_t *h) {
+  uint8_t chunk[65536];
   for (off_t done = 0; done < n;) {
     size_t want = n - done < (off_t)sizeof chunk ? (size_t)(n - done) : sizeof chunk;
     ssize_t got = pread(fd, chunk, want, done);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return false;
-    core_sha256_update(&h, chunk, (size_t)got);
+    core_sha256_update(h, chunk, (size_t)got);
     done += got;
   }
-  core_sha256_final(&h, digest);
-  core_sha256_hex(digest, hex);
   return true;
 }
 
-/* Why the open entry fd must not be loaded, or NULL when its checksum
- * matches its contents. */
-static const char *entry_defect(int fd) {
+static void digest_hex(core_sha256_t *h, char hex[CORE_SHA256_HEX]) {
+  uint8_t digest[CORE_SHA256_BYTES];
+  core_sha256_final(h, digest);
+  core_sha256_hex(digest, hex);
+}
+
+const char *cpu_cache_defect(int fd, const char *key) {
   struct stat st;
-  char trailer[TRAILER_LEN], hex[CORE_SHA256_HEX];
+  char seal[SEAL_LEN], hex[CORE_SHA256_HEX];
+  if (!is_key(key)) return "no key to check against";
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
-  if (st.st_size < TRAILER_LEN) return "too short to hold its checksum";
-  off_t body = st.st_size - TRAILER_LEN;
-  if (pread(fd, trailer, TRAILER_LEN, body) != TRAILER_LEN ||
-      memcmp(trailer, TRAILER_PREFIX, PREFIX_LEN) != 0 || trailer[TRAILER_LEN - 1] != '\n')
-    return "no checksum (truncated?)";
-  if (!hash_prefix(fd, body, hex)) return "unreadable";
-  if (memcmp(hex, trailer + PREFIX_LEN, 64) != 0) return "checksum mismatch (corrupt)";
+  if (st.st_size < SEAL_LEN) return "too short to hold its seal";
+  off_t body = st.st_size - SEAL_LEN;
+  const char *key_line = seal, *digest_line = seal + KEY_LINE;
+  if (pread(fd, seal, SEAL_LEN, body) != SEAL_LEN ||
+      memcmp(key_line, KEY_PREFIX, sizeof KEY_PREFIX - 1) != 0 ||
+      memcmp(digest_line, DIGEST_PREFIX, sizeof DIGEST_PREFIX - 1) != 0 ||
+      seal[SEAL_LEN - 1] != '\n')
+    return "no seal (truncated, or sealed by an older Loom)";
+  if (memcmp(key_line + sizeof KEY_PREFIX - 1, key, KEY_LEN) != 0)
+    return "sealed for another key (copied or renamed from another entry)";
+  core_sha256_t h;
+  core_sha256_init(&h);
+  /* The key line is hashed too: a seal names the key it was made for. */
+  if (!hash_prefix(fd, body + KEY_LINE, &h)) return "unreadable";
+  digest_hex(&h, hex);
+  if (memcmp(hex, digest_line + sizeof DIGEST_PREFIX - 1, KEY_LEN) != 0)
+    return "checksum mismatch (corrupt)";
   return NULL;
 }
 
-cpu_entry_state_t cpu_cache_check(const char *path, const char **why) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+cpu_entry_state_t cpu_cache_open(const char *path, const char *key, int *fd, const char **why) {
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer; the regular
+   * file check then refuses it. On a regular file the flag does nothing. */
+  *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (*fd < 0) {
     *why = errno == ENOENT ? "missing" : "cannot be opened";
     return errno == ENOENT ? CPU_ENTRY_MISSING : CPU_ENTRY_BAD;
   }
-  const char *defect = entry_defect(fd);
-  close(fd);
+  const char *defect = cpu_cache_defect(*fd, key);
   *why = defect ? defect : "";
-  return defect ? CPU_ENTRY_BAD : CPU_ENTRY_OK;
+  if (!defect) return CPU_ENTRY_OK;
+  close(*fd);
+  *fd = -1;
+  return CPU_ENTRY_BAD;
 }
 
-loom_status_t cpu_cache_seal(const char *path) {
-  int fd = open(path, O_RDWR | O_CLOEXEC);
+loom_status_t cpu_cache_seal_fd(int fd, const char *path, const char *key) {
+  if (!is_key(key))
+    return loom_fail(LOOM_ERR_INVALID, "module cache: cannot seal '%s' for key '%.80s'", path,
+                     key ? key : "(null)");
   struct stat st;
-  char trailer[TRAILER_LEN + 1];
-  bool ok = fd >= 0 && fstat(fd, &st) == 0;
-  ok = ok && hash_prefix(fd, st.st_size, trailer + PREFIX_LEN);
+  char seal[SEAL_LEN + 1], hex[CORE_SHA256_HEX];
+  core_sha256_t h;
+  core_sha256_init(&h);
+  snprintf(seal, sizeof seal, "%s%s", KEY_PREFIX, key);
+  bool ok = fstat(fd, &st) == 0 && hash_prefix(fd, st.st_size, &h);
   if (ok) {
-    memcpy(trailer, TRAILER_PREFIX, PREFIX_LEN);
-    trailer[TRAILER_LEN - 1] = '\n';
-    ok = lseek(fd, 0, SEEK_END) >= 0 &&
-         core_write_all(fd, path, trailer, TRAILER_LEN) == LOOM_OK && fsync(fd) == 0;
+    core_sha256_update(&h, seal, KEY_LINE);
+    digest_hex(&h, hex);
+    snprintf(seal + KEY_LINE, sizeof seal - KEY_LINE, "%s%s\n", DIGEST_PREFIX, hex);
+    ok = lseek(fd, 0, SEEK_END) >= 0 && core_write_all(fd, path, seal, SEAL_LEN) == LOOM_OK &&
+         fsync(fd) == 0;
   }
-  int err = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) return loom_fail(LOOM_ERR_IO, "module cache: cannot seal '%s': %s", path, strerror(err));
+  if (!ok)
+    return loom_fail(LOOM_ERR_IO, "module cache: cannot seal '%s': %s", path, strerror(errno));
   return LOOM_OK;
 }
+
+loom_status_t cpu_cache_seal(const char *path, const char *key) {
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return loom_fail(LOOM_ERR_IO, "module cache: cannot seal '%s': %s", path, strerror(errno));
+  loom_status_t s = cpu_cache_seal_fd(fd, path, key);
+  close(fd);
+  return s;
+}
+
+void cpu_cache_touch(int fd) { (void)futimens(fd, NULL); }
 
 loom_status_t cpu_cache_publish(const char *from, const char *to, const char *dir) {
   if (rename(from, to) != 0)

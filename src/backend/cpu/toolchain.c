@@ -6,10 +6,12 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/cpu/compiler.h"
@@ -67,13 +69,48 @@ static loom_status_t write_file(const char *path, const char *data, size_t size)
   return LOOM_OK;
 }
 
+/* The symbols a module must define: the first one it lacks, or NULL. */
+typedef struct symbol_list {
+  const char *const *names;
+  int n;
+} symbol_list_t;
+
+static const char *first_missing(void *handle, const symbol_list_t *want) {
+  for (int i = 0; i < want->n; i++)
+    if (!dlsym(handle, want->names[i])) return want->names[i];
+  return NULL;
+}
+
+/* Loads the object at path and checks that it defines every wanted
+ * symbol; NULL with the error set when it does not. */
+static void *load_checked(const char *path, const symbol_list_t *want, const char *cc) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' made a module that cannot be loaded: %s",
+              cc, dlerror());
+    return NULL;
+  }
+  const char *missing = first_missing(handle, want);
+  if (!missing) return handle;
+  loom_fail(LOOM_ERR_UNSUPPORTED,
+            "C compiler '%s' reported success but its module lacks the function %s (of %d "
+            "wanted); the module is not cached",
+            cc, missing, want->n);
+  dlclose(handle);
+  return NULL;
+}
+
 /* Compiles in a private directory under fixed names (so that the
  * object's bytes do not depend on the directory, and a concurrent build
- * of the same key writes the same file), seals the object, and renames
- * it over the entry. */
+ * of the same key writes the same file), seals the object, loads it and
+ * checks its symbols, and only then renames it over the entry: a module
+ * that lacks its functions is never published. The handle comes from the
+ * sealed file itself, so a prune that removes the entry at once takes
+ * nothing from this process. */
 static loom_status_t build_in(const char *scratch, const char *dir, const char *key,
                               const char *cc, const char *source, size_t length,
-                              const char *entry, cpu_build_stage_t *stage) {
+                              const char *entry, const symbol_list_t *want, void **handle,
+                              cpu_build_stage_t *stage) {
   char src[PATH_MAX], obj[PATH_MAX], kept_src[PATH_MAX];
   LOOM_TRY(file_path(src, scratch, "module", ".c"));
   LOOM_TRY(file_path(obj, scratch, "module", ".so"));
@@ -81,10 +118,16 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
   LOOM_TRY(write_file(src, source, length));
   atomic_fetch_add(&cc_invocations, 1);
   *stage = CPU_BUILD_CC_FAILED;
-  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so"));
+  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
   *stage = CPU_BUILD_NO_MODULE;
-  LOOM_TRY(cpu_cache_seal(obj));
-  LOOM_TRY(cpu_cache_publish(obj, entry, dir));
+  LOOM_TRY(cpu_cache_seal(obj, key));
+  *handle = load_checked(obj, want, cc);
+  if (!*handle) return LOOM_ERR_UNSUPPORTED;
+  /* Unpublished, the module still serves this process. */
+  if (cpu_cache_publish(obj, entry, dir) != LOOM_OK) {
+    core_log(LOG_CACHE, "not cached: %s", loom_last_error());
+    return LOOM_OK;
+  }
   /* The source beside the entry is for readers; losing it is harmless. */
   rename(src, kept_src);
   return LOOM_OK;
@@ -92,10 +135,12 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
 
 static loom_status_t build_entry(const char *dir, const char *key, const char *cc,
                                  const char *source, size_t length, const char *entry,
+                                 const symbol_list_t *want, void **handle,
                                  cpu_build_stage_t *stage) {
   char scratch[PATH_MAX];
   LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
-  loom_status_t status = build_in(scratch, dir, key, cc, source, length, entry, stage);
+  loom_status_t status =
+      build_in(scratch, dir, key, cc, source, length, entry, want, handle, stage);
   cpu_cache_remove_tree(scratch);
   return status;
 }
@@ -115,16 +160,27 @@ static loom_status_t new_module(void *handle, const char *path, bool from_cache,
   return LOOM_OK;
 }
 
-/* The entry, verified and loaded; NULL when it cannot be, with *state
- * and *why saying why. */
-static void *load_cached(const char *entry, cpu_entry_state_t *state, const char **why) {
-  *state = cpu_cache_check(entry, why);
+/* The entry, verified, loaded and marked used; NULL when it cannot be,
+ * with *state and *why saying why. An entry that lacks a wanted symbol
+ * (made by a broken compiler before such modules were refused) is bad. */
+static void *load_cached(const char *entry, const char *key, const symbol_list_t *want,
+                         cpu_entry_state_t *state, const char **why) {
+  int fd;
+  *state = cpu_cache_open(entry, key, &fd, why);
   if (*state != CPU_ENTRY_OK) return NULL;
   void *handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     *state = CPU_ENTRY_BAD;
-    *why = "the dynamic loader refused it";
+    *why = "the dynamic loader refused it (or it was pruned meanwhile)";
+  } else if (first_missing(handle, want)) {
+    dlclose(handle);
+    handle = NULL;
+    *state = CPU_ENTRY_BAD;
+    *why = "it lacks a function of the module";
+  } else {
+    cpu_cache_touch(fd);
   }
+  close(fd);
   return handle;
 }
 
@@ -139,13 +195,54 @@ static void note_build(cpu_entry_state_t state, const char *key, const char *ent
   core_log(LOG_CACHE, "rebuild %.12s %s: %s", key, entry, why);
 }
 
-loom_status_t cpu_module_build(const char *source, int64_t length, cpu_module_t **out) {
-  cpu_build_stage_t stage;
-  return cpu_module_build_staged(source, length, out, &stage);
+/* ---- pruning ---- */
+
+/* When this process last pruned, per process: the directory (a new one
+ * is pruned at its first use, which also clears the scratch directories
+ * of killed builds) and the bytes published since. */
+static struct {
+  pthread_mutex_t lock;
+  char dir[PATH_MAX];
+  int64_t published;
+} pruned = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Prunes at a directory's first use by this process, unless another
+ * process did within the last minute, then whenever this process has
+ * published 1/64 of the budget since. A prune reads every entry's
+ * metadata: 10,000 entries took 0.3 s on a 2-core machine under a load of
+ * 16, so that pruning after each of many small modules, or at the start
+ * of each of many short processes, would cost more than the overshoot it
+ * saves (at most 1/64 of the budget per process). */
+static void maybe_prune(const char *dir, int64_t published) {
+  int64_t budget = cpu_cache_budget();
+  pthread_mutex_lock(&pruned.lock);
+  bool first = strcmp(pruned.dir, dir) != 0;
+  pruned.published = first ? 0 : pruned.published + published;
+  bool due = first || (budget > 0 && pruned.published >= budget / 64);
+  if (due) {
+    snprintf(pruned.dir, sizeof pruned.dir, "%s", dir);
+    pruned.published = 0;
+  }
+  pthread_mutex_unlock(&pruned.lock);
+  if (due && !(first && cpu_cache_pruned_since(dir, 60)))
+    (void)cpu_cache_prune(dir, budget, NULL);
 }
 
-loom_status_t cpu_module_build_staged(const char *source, int64_t length, cpu_module_t **out,
-                                      cpu_build_stage_t *stage) {
+/* The bytes an entry occupies on disk: its object and its source. */
+static int64_t entry_bytes(const char *entry, size_t source_length) {
+  struct stat st;
+  return (stat(entry, &st) == 0 ? (int64_t)st.st_size : 0) + (int64_t)source_length;
+}
+
+loom_status_t cpu_module_build(const char *source, int64_t length, const char *const *symbols,
+                               int n_symbols, cpu_module_t **out) {
+  cpu_build_stage_t stage;
+  return cpu_module_build_staged(source, length, symbols, n_symbols, out, &stage);
+}
+
+loom_status_t cpu_module_build_staged(const char *source, int64_t length,
+                                      const char *const *symbols, int n_symbols,
+                                      cpu_module_t **out, cpu_build_stage_t *stage) {
   LOOM_CHECK_ARG(stage);
   /* Until the compiler runs, a failure is the cache's (its directory). */
   *stage = CPU_BUILD_NO_MODULE;
@@ -155,19 +252,24 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length, cpu_mo
   if (length < 0)
     return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: negative length %lld",
                      (long long)length);
+  if (n_symbols < 0 || (n_symbols > 0 && !symbols))
+    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: %d symbols and %s symbol array",
+                     n_symbols, symbols ? "a" : "no");
   const char *cc = getenv("LOOM_CC");
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
   LOOM_TRY(cpu_cache_dir(dir, sizeof dir));
+  maybe_prune(dir, 0);
   *stage = CPU_BUILD_NO_CC;
   LOOM_TRY(cpu_cc_identity(cc, identity, sizeof identity));
   *stage = CPU_BUILD_NO_MODULE;
   module_key(source, (size_t)length, identity, key);
   LOOM_TRY(file_path(entry, dir, key, ".so"));
 
+  symbol_list_t want = {symbols, n_symbols};
   cpu_entry_state_t state;
   const char *why;
-  void *handle = load_cached(entry, &state, &why);
+  void *handle = load_cached(entry, key, &want, &state, &why);
   if (handle) {
     atomic_fetch_add(&disk_hits, 1);
     core_log(LOG_CACHE, "hit %.12s %s", key, entry);
@@ -175,12 +277,9 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length, cpu_mo
     return new_module(handle, entry, true, out);
   }
   note_build(state, key, entry, why);
-  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry, stage));
-  handle = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "cannot load the compiled module '%s': %s", entry,
-                     dlerror());
+  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry, &want, &handle, stage));
   *stage = CPU_BUILD_DONE;
+  maybe_prune(dir, entry_bytes(entry, (size_t)length));
   return new_module(handle, entry, false, out);
 }
 

@@ -6,10 +6,13 @@
  * An entry's key is the SHA-256 of the source, the compiler's identity
  * (its resolved path and `--version` output), the flags and the CPU's
  * features. Entries are written to a temporary file and renamed into
- * place, so a reader never sees half a file; each carries a checksum of
- * its contents, checked before dlopen, so a truncated or corrupt entry is
- * rebuilt, never loaded. Two processes building one module at once both
- * succeed (each writes its own temporary; the renames are atomic). */
+ * place, so a reader never sees half a file; each carries a seal (its key
+ * and a checksum of both), checked before dlopen, so a truncated, corrupt
+ * or misplaced entry is rebuilt, never loaded. Two processes building one
+ * module at once both succeed (each writes its own temporary; the renames
+ * are atomic). The cache is kept within LOOM_CACHE_MAX_BYTES, least
+ * recently used entries first (module_cache.h). The compiler runs under a
+ * time limit (LOOM_CC_TIMEOUT, compiler.h). */
 #ifndef LOOM_BACKEND_CPU_TOOLCHAIN_H
 #define LOOM_BACKEND_CPU_TOOLCHAIN_H
 
@@ -20,10 +23,15 @@
 
 typedef struct cpu_module cpu_module_t;
 
-/* Compiles source (or finds it in the cache) and loads it. Fails with
- * LOOM_ERR_UNSUPPORTED naming the compiler and its first error lines when
- * the compiler is missing or rejects the source. */
+/* Compiles source (or finds it in the cache) and loads it. The module
+ * must define the n_symbols functions named in symbols: one that lacks
+ * any (a compiler wrapper that "succeeds" without compiling) is neither
+ * cached nor returned. Fails with LOOM_ERR_UNSUPPORTED naming the
+ * compiler and its first error lines when the compiler is missing,
+ * rejects the source, runs out of time, or makes a module without the
+ * symbols. */
 loom_status_t cpu_module_build(const char *source, int64_t length,
+                               const char *const *symbols, int n_symbols,
                                cpu_module_t **out);
 /* Where a build failed, for the executable's fallback report. */
 typedef enum cpu_build_stage {
@@ -34,6 +42,7 @@ typedef enum cpu_build_stage {
 } cpu_build_stage_t;
 /* cpu_module_build, also saying in *stage where it failed. */
 loom_status_t cpu_module_build_staged(const char *source, int64_t length,
+                                      const char *const *symbols, int n_symbols,
                                       cpu_module_t **out, cpu_build_stage_t *stage);
 void *cpu_module_symbol(const cpu_module_t *m, const char *name);
 /* Where the shared object lives (in the cache). */
