@@ -80,8 +80,10 @@ static loom_status_t run_reference(loom_executable_t *e, ref_step_t *r) {
   for (int k = 0; k < n->n_out; k++) {
     loom_tensor_t *t = r->out[k];
     t->data = e->slots[r->out_slot[k]];
-    /* Reference kernels expect zeroed outputs (some accumulate). */
-    memset(t->data, 0, (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype));
+    /* Reference kernels expect zeroed outputs (some accumulate). An empty
+     * one may have no storage (a null slot): nothing to clear. */
+    size_t bytes = (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype);
+    if (bytes) memset(t->data, 0, bytes);
   }
   ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
                      .in = (const loom_tensor_t *const *)r->in, .n_out = n->n_out,
