@@ -456,7 +456,7 @@ static const bad_case_t bad_cases[] = {
     {T_A("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]"), 12, "4 bytes after the end"},
     {T_A("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]"), 16, "a gap in the data"},
     {T_A("\"dtype\":\"F32\",\"shape\":[4611686018427387904],"
-         "\"data_offsets\":[0,8]"), 8, "do not hold"},
+         "\"data_offsets\":[0,8]"), 8, "more bytes than int64"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"

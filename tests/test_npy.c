@@ -248,7 +248,7 @@ static void malformed_headers(void) {
       {"{'descr': '<f4' 'fortran_order': False, 'shape': (6,)}", LOOM_ERR_FORMAT, "expected ','"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", LOOM_ERR_FORMAT, "extra bytes"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (7,), }", LOOM_ERR_FORMAT, "truncated data"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, 4000000000, 4000000000), }", LOOM_ERR_FORMAT, "truncated data"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, 4000000000, 4000000000), }", LOOM_ERR_FORMAT, "more bytes than int64"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     loom_tensor_t *t = (loom_tensor_t *)&t; /* must be reset to null */

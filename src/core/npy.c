@@ -266,19 +266,19 @@ static loom_status_t read_header(npy_file_t *nf, npy_parse_t *ps,
   return s;
 }
 
-/* Checks that the data after the header is exactly what the shape needs. */
+/* Checks that the data after the header is exactly what the shape needs,
+ * and that the shape has strides (its nonzero dims' bytes fit in int64,
+ * also when a zero dim leaves it empty). */
 static loom_status_t check_data_size(const npy_file_t *nf, loom_dtype_t dtype,
                                      int rank, const int64_t *shape,
                                      int64_t have) {
-  int64_t need = (int64_t)loom_dtype_size(dtype);
-  for (int i = 0; i < rank; i++)
-    if (shape[i] == 0) need = 0;
-  for (int i = 0; i < rank && need > 0; i++) {
-    if (need > have / shape[i])
-      return loom_fail(LOOM_ERR_FORMAT,
-                       "%s: truncated data: the shape needs more than the %lld "
-                       "bytes after the header", nf->path, (long long)have);
-    need *= shape[i];
+  int64_t need = 0;
+  size_t es = loom_dtype_size(dtype);
+  if (!shape_size(rank, shape, es, NULL, &need)) {
+    char sh[160], why[160];
+    return loom_fail(LOOM_ERR_FORMAT, "%s: shape %s of '%s': %s", nf->path,
+                     shape_str(rank, shape, sh, sizeof sh), descr_of(dtype),
+                     shape_size_why(rank, shape, es, why, sizeof why));
   }
   if (need < have)
     return loom_fail(LOOM_ERR_FORMAT,

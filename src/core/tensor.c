@@ -13,6 +13,38 @@ int64_t shape_numel(int rank, const int64_t *shape) {
   return n;
 }
 
+bool shape_size(int rank, const int64_t *shape, size_t elem_size,
+                int64_t *numel, int64_t *bytes) {
+  int64_t nonzero = 1, es = (int64_t)elem_size, b;
+  bool empty = false;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0) return false;
+    if (shape[i] == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero, shape[i], &nonzero)) return false;
+  }
+  if (__builtin_mul_overflow(nonzero, es, &b)) return false;
+  if (numel) *numel = empty ? 0 : nonzero;
+  if (bytes) *bytes = empty ? 0 : b;
+  return true;
+}
+
+const char *shape_size_why(int rank, const int64_t *shape, size_t elem_size,
+                           char *buf, size_t size) {
+  double n = 1;
+  bool empty = false;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0) {
+      snprintf(buf, size, "dim %d is negative (%lld)", i, (long long)shape[i]);
+      return buf;
+    }
+    if (shape[i] == 0) empty = true;
+    else n *= (double)shape[i];
+  }
+  snprintf(buf, size, "%s%.3g elements of %zu bytes: too large, more bytes than int64 counts",
+           empty ? "its nonzero dims make " : "", n, elem_size);
+  return buf;
+}
+
 const char *shape_str(int rank, const int64_t *shape, char *buf,
                       size_t size) {
   size_t used = (size_t)snprintf(buf, size, "(");
@@ -33,17 +65,17 @@ loom_status_t tensor_check_shape(const char *what, loom_dtype_t dtype,
   if (rank > 0 && !shape)
     return loom_fail(LOOM_ERR_INVALID, "%s: shape is null for rank %d", what,
                      rank);
-  /* Keep numel * element size well inside int64 and size_t. */
-  double total = (double)loom_dtype_size(dtype);
-  for (int i = 0; i < rank; i++) {
+  for (int i = 0; i < rank; i++)
     if (shape[i] < 0)
       return loom_fail(LOOM_ERR_SHAPE, "%s: dim %d is negative (%lld)", what,
                        i, (long long)shape[i]);
-    total *= (double)shape[i];
+  size_t es = loom_dtype_size(dtype);
+  if (!shape_size(rank, shape, es, NULL, NULL)) {
+    char sh[160], why[128];
+    return loom_fail(LOOM_ERR_SHAPE, "%s: %s %s: %s", what, loom_dtype_name(dtype),
+                     shape_str(rank, shape, sh, sizeof sh),
+                     shape_size_why(rank, shape, es, why, sizeof why));
   }
-  if (total > 9.0e18)
-    return loom_fail(LOOM_ERR_SHAPE, "%s: %.3g bytes is too large", what,
-                     total);
   return LOOM_OK;
 }
 
@@ -95,6 +127,23 @@ loom_status_t loom_tensor_create(loom_dtype_t dtype, int rank,
   return tensor_new(dtype, rank, shape, out);
 }
 
+/* Whether the farthest element of a strided view, in bytes, fits in
+ * int64 (an empty view reaches nothing). */
+static bool strides_fit(int rank, const int64_t *shape, const int64_t *strides,
+                        size_t elem_size) {
+  int64_t reach = 0, step;
+  for (int i = 0; i < rank; i++)
+    if (shape[i] == 0) return true;
+  for (int i = 0; i < rank; i++) {
+    if (strides[i] == INT64_MIN) return false;
+    int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
+    if (__builtin_mul_overflow(shape[i] - 1, stride, &step) ||
+        __builtin_add_overflow(reach, step, &reach))
+      return false;
+  }
+  return !__builtin_mul_overflow(reach, (int64_t)elem_size, &step);
+}
+
 loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
                                const int64_t *shape, const int64_t *strides,
                                void *data, loom_tensor_t **out) {
@@ -103,6 +152,12 @@ loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
   LOOM_TRY(tensor_check_shape("loom_tensor_wrap", dtype, rank, shape));
   if (!data && shape_numel(rank, shape) > 0)
     return loom_fail(LOOM_ERR_INVALID, "loom_tensor_wrap: data is null");
+  if (strides && !strides_fit(rank, shape, strides, loom_dtype_size(dtype))) {
+    char sh[160];
+    return loom_fail(LOOM_ERR_SHAPE, "loom_tensor_wrap: the strides over shape %s reach "
+                     "beyond the byte offsets int64 counts",
+                     shape_str(rank, shape, sh, sizeof sh));
+  }
   loom_tensor_t *t = core_calloc(1, sizeof *t);
   if (!t) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a tensor");
   t->dtype = dtype;

@@ -24,7 +24,18 @@ void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
 /* Checks a dtype, rank and shape given by a caller; names `what`. */
 loom_status_t tensor_check_shape(const char *what, loom_dtype_t dtype,
                                  int rank, const int64_t *shape);
+/* Elements of a shape whose size was checked (shape_size, or a tensor). */
 int64_t shape_numel(int rank, const int64_t *shape);
+/* Elements and bytes (elem_size each) of a shape into *numel and *bytes
+ * (either may be NULL); false when a dim is negative or when the product
+ * of the nonzero dims, or its bytes, overflows int64: such a shape has no
+ * strides or byte offsets, even when a zero dim leaves it empty. */
+bool shape_size(int rank, const int64_t *shape, size_t elem_size,
+                int64_t *numel, int64_t *bytes);
+/* Why shape_size refused a shape, for messages: "[its nonzero dims make]
+ * 1.84e+19 elements of 4 bytes: too large, more bytes than int64 counts". */
+const char *shape_size_why(int rank, const int64_t *shape, size_t elem_size,
+                           char *buf, size_t size);
 bool tensor_is_contiguous(const loom_tensor_t *t);
 /* A contiguous copy of t. */
 loom_status_t tensor_contiguous_copy(const loom_tensor_t *t,

@@ -124,6 +124,10 @@ static loom_status_t public_type(const loom_graph_t *g, const char *what,
                        what, name ? name : "", i, (long long)dims[i]);
     t->dims[i] = dims[i];
   }
+  char why[160], text[160];
+  if (!ir_type_size_ok(t, why, sizeof why))
+    return loom_fail(LOOM_ERR_SHAPE, "%s '%s': %s: %s", what, name ? name : "",
+                     ir_type_str(g, t, text, sizeof text), why);
   return LOOM_OK;
 }
 
@@ -254,6 +258,18 @@ static int output_count(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a) 
   return n < 0 ? 0 : n;
 }
 
+/* A shape rule's failure, its message led by the op's name: helpers that
+ * rules call (symbolic dim arithmetic) do not know the op. */
+static loom_status_t named_failure(const char *op, loom_status_t s) {
+  if (s == LOOM_OK) return s;
+  const char *msg = loom_last_error();
+  size_t n = strlen(op);
+  if (!strncmp(msg, op, n) && msg[n] == ':') return s;
+  char copy[512];
+  snprintf(copy, sizeof copy, "%s", msg);
+  return loom_fail(s, "%s: %s", op, copy);
+}
+
 /* Node inputs beyond this are surely a mistake; their types and ids sit
  * in arrays on the stack while a node is built. */
 #define MAX_NODE_INPUTS 4096
@@ -297,7 +313,8 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   memset(outs, 0, sizeof outs);
   ir_infer_t c = {.g = g, .op = op, .attrs = attrs, .n_in = n_in,
                   .in = types, .in_ids = in, .n_out = n_out, .out = outs};
-  LOOM_TRY(info->shape(&c));
+  LOOM_TRY(named_failure(info->name, info->shape(&c)));
+  LOOM_TRY(ir_check_output_sizes(&c));
   if (out && out_cap < n_out)
     return loom_fail(LOOM_ERR_INVALID, "%s: makes %d outputs, room for %d",
                      info->name, n_out, out_cap);

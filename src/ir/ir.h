@@ -305,4 +305,21 @@ void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
 loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* ---- Sizes (src/ir/shape.c) ----------------------------------------------- */
+
+/* Whether t's constant dims pass shape_size with its dtype's bytes (its
+ * symbolic dims are checked when their values are known); else a reason
+ * into why. */
+bool ir_type_size_ok(const ir_type_t *t, char *why, size_t size);
+/* Checks every output type of a node being built; LOOM_ERR_SHAPE naming
+ * the op, the output and the inputs. */
+loom_status_t ir_check_output_sizes(ir_infer_t *c);
+/* "value %5 'x' (made by expand)" into buf, for messages. */
+const char *ir_value_desc(const loom_graph_t *g, int32_t v, char *buf, size_t size);
+/* Bytes of value v at shape (its dims evaluated); LOOM_ERR_SHAPE naming
+ * `what` (the caller's context), the value, the op making it and the
+ * shape when shape_size refuses it. */
+loom_status_t ir_value_bytes(const loom_graph_t *g, const char *what, int32_t v,
+                             const int64_t *shape, int64_t *bytes);
+
 #endif

@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "ir/ir.h"
 
 loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...) {
@@ -61,4 +63,57 @@ loom_status_t ir_check_dtype(ir_infer_t *c, int i, uint32_t mask,
     return loom_fail(LOOM_ERR_DTYPE, "%s: %s (input %d) has dtype %s, which it does not accept",
                      ir_ops[c->op].name, what, i, loom_dtype_name(c->in[i]->dtype));
   return LOOM_OK;
+}
+
+/* ---- Sizes ----------------------------------------------------------------- */
+
+bool ir_type_size_ok(const ir_type_t *t, char *why, size_t size) {
+  int64_t dims[LOOM_MAX_RANK];
+  int n = 0;
+  for (int i = 0; i < t->rank; i++) {
+    if (!ir_dim_is_const(t->dims[i])) continue;
+    if (t->dims[i] < 0) {
+      snprintf(why, size, "dim %d is negative (%lld)", i, (long long)t->dims[i]);
+      return false;
+    }
+    dims[n++] = t->dims[i];
+  }
+  size_t es = loom_dtype_size(t->dtype);
+  if (shape_size(n, dims, es, NULL, NULL)) return true;
+  int used = n < t->rank ? snprintf(why, size, "its constant dims: ") : 0;
+  if (used < 0 || (size_t)used >= size) used = 0;
+  shape_size_why(n, dims, es, why + used, size - (size_t)used);
+  return false;
+}
+
+loom_status_t ir_check_output_sizes(ir_infer_t *c) {
+  for (int i = 0; i < c->n_out; i++) {
+    char why[160], t[160];
+    if (!ir_type_size_ok(&c->out[i], why, sizeof why))
+      return ir_shape_fail(c, "output %d would be %s: %s", i,
+                           ir_type_str(c->g, &c->out[i], t, sizeof t), why);
+  }
+  return LOOM_OK;
+}
+
+const char *ir_value_desc(const loom_graph_t *g, int32_t v, char *buf, size_t size) {
+  char name[64];
+  const ir_value_t *x = &g->values[v];
+  ir_value_str(g, v, name, sizeof name);
+  if (x->kind == IR_VALUE_NODE && x->node >= 0)
+    snprintf(buf, size, "value %s (made by %s)", name, ir_ops[g->nodes[x->node].op].name);
+  else snprintf(buf, size, "value %s", name);
+  return buf;
+}
+
+loom_status_t ir_value_bytes(const loom_graph_t *g, const char *what, int32_t v,
+                             const int64_t *shape, int64_t *bytes) {
+  const ir_type_t *t = &g->values[v].type;
+  size_t es = loom_dtype_size(t->dtype);
+  if (shape_size(t->rank, shape, es, NULL, bytes)) return LOOM_OK;
+  char desc[128], sh[160], why[160];
+  return loom_fail(LOOM_ERR_SHAPE, "%s: %s would be %s %s: %s", what,
+                   ir_value_desc(g, v, desc, sizeof desc), loom_dtype_name(t->dtype),
+                   shape_str(t->rank, shape, sh, sizeof sh),
+                   shape_size_why(t->rank, shape, es, why, sizeof why));
 }

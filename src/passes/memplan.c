@@ -15,8 +15,6 @@
 #include "passes/memplan.h"
 
 #define MEM_ALIGN 64
-/* Keeps sums of aligned sizes far from overflow. */
-#define MEM_MAX_BYTES ((int64_t)1 << 52)
 
 /* A placed buffer that the chain being placed must keep clear of: its
  * bytes [lo, hi), the most bytes a chain member live beside it needs, and
@@ -67,7 +65,7 @@ static bool live_together(const mem_request_t *a, const mem_request_t *b) {
 static loom_status_t check_requests(const mem_request_t *r, int n) {
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
-    if (r[i].bytes < 0 || r[i].bytes > MEM_MAX_BYTES)
+    if (r[i].bytes < 0 || r[i].bytes > MEM_PLAN_MAX_BYTES)
       return loom_fail(LOOM_ERR_INVALID,
                        "memory plan: request %d has %lld bytes", i,
                        (long long)r[i].bytes);
@@ -80,10 +78,11 @@ static loom_status_t check_requests(const mem_request_t *r, int n) {
                        "memory plan: request %d is in place of %d (of %d)", i,
                        (int)r[i].inplace_of, n);
     total += align_up(r[i].bytes);
-    if (total > MEM_MAX_BYTES)
+    if (total > MEM_PLAN_MAX_BYTES)
       return loom_fail(LOOM_ERR_INVALID,
-                       "memory plan: requests total more than %lld bytes",
-                       (long long)MEM_MAX_BYTES);
+                       "memory plan: the requests total more than %lld bytes, "
+                       "the most one arena holds",
+                       (long long)MEM_PLAN_MAX_BYTES);
   }
   return LOOM_OK;
 }

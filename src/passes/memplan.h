@@ -13,6 +13,10 @@
 
 #include "passes/fuse.h"
 
+/* The most bytes one request, and all of them together, may ask: keeps
+ * sums of aligned sizes far from overflow (4 PiB is beyond any host). */
+#define MEM_PLAN_MAX_BYTES ((int64_t)1 << 52)
+
 typedef struct mem_request {
   int64_t bytes;
   int32_t first, last; /* steps, first <= last */

@@ -98,12 +98,17 @@ static loom_status_t value_shape(const loom_executable_t *e, int32_t v,
   return LOOM_OK;
 }
 
+/* With runtime symbols the sizes here are nominal: one that overflows is
+ * not the graph's fault, and each run checks its own sizes (symbols.c),
+ * so it counts 0 bytes until then. */
 static loom_status_t value_bytes(const loom_executable_t *e, int32_t v,
                                  int64_t *bytes) {
   int64_t shape[LOOM_MAX_RANK];
   LOOM_TRY(value_shape(e, v, shape));
-  const ir_type_t *t = &e->graph->values[v].type;
-  *bytes = shape_numel(t->rank, shape) * (int64_t)loom_dtype_size(t->dtype);
+  loom_status_t s = ir_value_bytes(e->graph, "loom_compile", v, shape, bytes);
+  if (s == LOOM_OK || !e->dyn) return s;
+  loom_clear_error();
+  *bytes = 0;
   return LOOM_OK;
 }
 
@@ -148,6 +153,13 @@ static void schedule_positions(const loom_executable_t *e, int32_t *pos) {
   for (int i = 0; i < e->plan.n_groups; i++) pos[e->order[i]] = i;
 }
 
+static loom_status_t too_large(const loom_graph_t *g, int32_t v, int64_t bytes) {
+  char desc[128];
+  return loom_fail(LOOM_ERR_NOMEM, "loom_compile: %s needs a buffer of %lld bytes, "
+                   "more than an arena holds (%lld)", ir_value_desc(g, v, desc, sizeof desc),
+                   (long long)bytes, (long long)MEM_PLAN_MAX_BYTES);
+}
+
 /* Arena slots for the remaining group outputs, then the memory plan. */
 static loom_status_t plan_arena(loom_executable_t *e) {
   loom_graph_t *g = e->graph;
@@ -176,6 +188,10 @@ static loom_status_t plan_arena(loom_executable_t *e) {
       }
       int64_t bytes;
       s = value_bytes(e, v, &bytes);
+      if (s == LOOM_OK && bytes > MEM_PLAN_MAX_BYTES) {
+        if (e->dyn) bytes = 0; /* nominal, as in value_bytes */
+        else s = too_large(e->graph, v, bytes);
+      }
       if (s != LOOM_OK) break;
       int32_t slot = new_slot(e, bytes);
       e->slot_of_value[v] = slot;
@@ -254,9 +270,10 @@ static loom_status_t build_guards(loom_executable_t *e) {
                        is_in ? i : i - e->n_inputs);
     gd->slot = -1;
     if (e->slot_of_value) gd->slot = is_in ? e->slot_of_value[v] : e->output_slot[i - e->n_inputs];
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, v, &bytes));
     if (is_in) {
       /* A strided input is copied here; allocated now, not per run. */
-      int64_t bytes = shape_numel(gd->rank, gd->shape) * (int64_t)loom_dtype_size(gd->dtype);
       gd->staging = core_aligned_alloc((size_t)(bytes ? bytes : 1));
       if (!gd->staging) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
     }
@@ -282,6 +299,9 @@ static loom_status_t build_ref_step(loom_executable_t *e, int32_t node, ref_step
     int64_t shape[LOOM_MAX_RANK];
     LOOM_TRY(value_shape(e, v, shape));
     const ir_type_t *t = &e->graph->values[v].type;
+    /* A nominal shape that overflows: the first run sets the real one. */
+    if (e->dyn && !shape_size(t->rank, shape, loom_dtype_size(t->dtype), NULL, NULL))
+      memset(shape, 0, sizeof shape);
     int32_t slot = e->slot_of_value[v];
     if (slot < 0)
       return loom_fail(LOOM_ERR_GRAPH, "compile: %s of node %d has no storage",
@@ -503,9 +523,13 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
   int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));
   if (!bytes) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   loom_status_t s = LOOM_OK;
+  /* The schedule sums sizes: capped, no sum of them overflows (a buffer
+   * that large fails the memory plan anyway). */
+  int64_t cap = INT64_MAX / 2 / (e->graph->n_values + 1);
   for (int64_t v = 0; v < e->graph->n_values && s == LOOM_OK; v++) {
     bytes[v] = -1;
     if (e->graph->values[v].kind == IR_VALUE_NODE) s = value_bytes(e, (int32_t)v, &bytes[v]);
+    if (bytes[v] > cap) bytes[v] = cap;
   }
   if (s == LOOM_OK) s = sched_order(e->graph, &e->plan, bytes, e->order);
   core_free(bytes);

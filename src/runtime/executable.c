@@ -122,8 +122,10 @@ static loom_status_t run_reference(loom_executable_t *e, rt_run_t *r, int i) {
     out[k] = *st->out[k];
     out[k].data = r->slots[st->out_slot[k]];
     out_p[k] = &out[k];
-    /* Reference kernels expect zeroed outputs (some accumulate). */
-    memset(out[k].data, 0, (size_t)loom_tensor_numel(&out[k]) * loom_dtype_size(out[k].dtype));
+    /* Reference kernels expect zeroed outputs (some accumulate). An empty
+     * one may have no storage (a null slot): nothing to clear. */
+    size_t bytes = (size_t)loom_tensor_numel(&out[k]) * loom_dtype_size(out[k].dtype);
+    if (bytes) memset(out[k].data, 0, bytes);
   }
   ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
                      .in = in_p, .n_out = n->n_out, .out = out_p,

@@ -118,6 +118,7 @@ static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
                          (long long)shape[d]);
       }
     }
+    LOOM_TRY(ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL));
     LOOM_TRY(tensor_new(t->dtype, t->rank, shape, &outs[k]));
   }
   return LOOM_OK;

@@ -261,9 +261,9 @@ static loom_status_t read_binder(const loom_executable_t *e, loom_tensor_t *cons
   if (t->rank != e->inputs[b->input].rank)
     return loom_fail(LOOM_ERR_BINDING, "input %d: the executable takes rank %d, got rank %d",
                      b->input, e->inputs[b->input].rank, t->rank);
-  int64_t x = t->shape[b->dim], v = x - b->add;
+  int64_t x = t->shape[b->dim], v = 0;
   int32_t k = b->sym;
-  bool fits = v >= 0 && v % b->mul == 0;
+  bool fits = !__builtin_sub_overflow(x, b->add, &v) && v >= 0 && v % b->mul == 0;
   if (fits && (read[k] < 0 || read[k] == v / b->mul)) {
     if (read[k] < 0) read_from[k] = b_index; /* the first, for messages */
     read[k] = v / b->mul;
@@ -314,10 +314,10 @@ static loom_status_t eval_shape(const loom_graph_t *g, int32_t v, const int64_t 
 static loom_status_t eval_bytes(const loom_executable_t *e, int32_t v, int64_t *bytes) {
   int64_t shape[LOOM_MAX_RANK];
   LOOM_TRY(eval_shape(e->graph, v, e->syms, shape));
-  const ir_type_t *t = &e->graph->values[v].type;
-  *bytes = shape_numel(t->rank, shape) * (int64_t)loom_dtype_size(t->dtype);
-  return LOOM_OK;
+  return ir_value_bytes(e->graph, "loom_executable_run", v, shape, bytes);
 }
+
+static void describe_symbols(const loom_executable_t *e, char *buf, size_t size);
 
 /* A new arena when the plan outgrows the one held: a quarter more than
  * asked, so that sizes creeping up do not allocate at every run. */
@@ -347,10 +347,24 @@ static bool plan_fits(const rt_symbols_t *d) {
   return true;
 }
 
+static loom_status_t too_large(const loom_executable_t *e, int32_t v, int64_t bytes) {
+  char syms[256], desc[128];
+  describe_symbols(e, syms, sizeof syms);
+  return loom_fail(LOOM_ERR_NOMEM, "loom_executable_run: the symbols read from the inputs "
+                   "(%s) make %s need a buffer of %lld bytes, more than an arena holds (%lld)",
+                   syms, ir_value_desc(e->graph, v, desc, sizeof desc), (long long)bytes,
+                   (long long)MEM_PLAN_MAX_BYTES);
+}
+
 static loom_status_t replan_memory(loom_executable_t *e) {
   rt_symbols_t *d = e->dyn;
-  for (int s = 0; s < e->n_slots; s++)
-    if (d->slot_value[s] >= 0) LOOM_TRY(eval_bytes(e, d->slot_value[s], &e->slot_bytes[s]));
+  for (int s = 0; s < e->n_slots; s++) {
+    int32_t v = d->slot_value[s];
+    if (v < 0) continue;
+    LOOM_TRY(eval_bytes(e, v, &e->slot_bytes[s]));
+    if (d->req_of_slot[s] >= 0 && e->slot_bytes[s] > MEM_PLAN_MAX_BYTES)
+      return too_large(e, v, e->slot_bytes[s]);
+  }
   for (int s = 0; s < e->n_slots; s++)
     if (d->req_of_slot[s] >= 0) d->req[d->req_of_slot[s]].bytes = e->slot_bytes[s];
   if (plan_fits(d)) return LOOM_OK;
@@ -410,9 +424,32 @@ static loom_status_t resize_steps(loom_executable_t *e) {
   return LOOM_OK;
 }
 
+/* Every value of the compiled graph fits at the new sizes, also those
+ * inside fused groups that no buffer holds: generated loops count their
+ * elements in int64. */
+static loom_status_t check_value_sizes(const loom_executable_t *e) {
+  const loom_graph_t *g = e->graph;
+  for (int64_t v = 0; v < g->n_values; v++) {
+    ir_value_kind_t kind = g->values[v].kind;
+    if (kind == IR_VALUE_PARAM || kind == IR_VALUE_CONST) continue;
+    int64_t shape[LOOM_MAX_RANK];
+    LOOM_TRY(eval_shape(g, (int32_t)v, e->syms, shape));
+    if (shape_size(g->values[v].type.rank, shape,
+                   loom_dtype_size(g->values[v].type.dtype), NULL, NULL))
+      continue;
+    char syms[256], what[320];
+    describe_symbols(e, syms, sizeof syms);
+    snprintf(what, sizeof what, "loom_executable_run: the symbols read from the inputs (%s)",
+             syms);
+    return ir_value_bytes(g, what, (int32_t)v, shape, NULL);
+  }
+  return LOOM_OK;
+}
+
 static loom_status_t resize(loom_executable_t *e) {
   LOOM_TRY(resize_guards(e));
   if (e->interpreted || !e->dyn->slot_value) return LOOM_OK;
+  LOOM_TRY(check_value_sizes(e));
   LOOM_TRY(replan_memory(e));
   return resize_steps(e);
 }

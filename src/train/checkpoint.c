@@ -552,18 +552,6 @@ static void reader_free(ck_reader_t *r) {
 
 /* ---- Checking the layout ------------------------------------------------------ */
 
-/* The bytes a tensor's dtype and shape need, or -1 beyond int64. */
-static int64_t entry_bytes(const ck_entry_t *e) {
-  int64_t n = (int64_t)loom_dtype_size(e->dtype);
-  for (int i = 0; i < e->rank; i++)
-    if (e->shape[i] == 0) return 0;
-  for (int i = 0; i < e->rank; i++) {
-    if (n > INT64_MAX / e->shape[i]) return -1;
-    n *= e->shape[i];
-  }
-  return n;
-}
-
 static int by_offsets(const void *a, const void *b) {
   const ck_entry_t *x = *(const ck_entry_t *const *)a;
   const ck_entry_t *y = *(const ck_entry_t *const *)b;
@@ -574,8 +562,15 @@ static int by_offsets(const void *a, const void *b) {
 static loom_status_t check_sizes(const ck_reader_t *r) {
   for (int64_t i = 0; i < r->n; i++) {
     const ck_entry_t *e = &r->e[i];
-    char sh[160];
-    int64_t need = entry_bytes(e);
+    char sh[160], why[160];
+    int64_t need = 0;
+    size_t es = loom_dtype_size(e->dtype);
+    /* Also when a zero dim empties it: a shape must have strides. */
+    if (!shape_size(e->rank, e->shape, es, NULL, &need))
+      return loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s': shape %s of %s: %s", r->path,
+                       e->name, shape_str(e->rank, e->shape, sh, sizeof sh),
+                       ck_dtype_name(e->dtype), shape_size_why(e->rank, e->shape, es, why,
+                                                               sizeof why));
     if (e->end < e->begin || need != e->end - e->begin)
       return loom_fail(LOOM_ERR_FORMAT,
                        "%s: tensor '%s': data_offsets [%lld, %lld] do not hold "
