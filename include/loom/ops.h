@@ -123,7 +123,7 @@ loom_status_t loom_avg_pool2d(loom_graph_t *g, loom_value_t x, const loom_pool_p
 loom_status_t loom_global_avg_pool(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 /* Gradients of the pools: x, the pool's input, and dy, the gradient of its
  * output, give the gradient of x (max: routed to each window's first
- * maximum; avg: spread over the window). */
+ * maximum, or its last NaN, as PyTorch; avg: spread over the window). */
 loom_status_t loom_max_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_avg_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_softmax(loom_graph_t *g, loom_value_t x, int64_t axis, loom_value_t *out);
