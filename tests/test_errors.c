@@ -483,6 +483,22 @@ static void multi_output_node_rollback(void) {
   CHECK(n >= 4 && n < 100);
 }
 
+/* loom_set_error: the public way for code outside Loom (a host callback)
+ * to fail with a message; it may quote the last one, and a long message
+ * is cut, not overrun. */
+static void public_set_error(void) {
+  CHECK_ERR(loom_set_error(LOOM_ERR_VALUE, "tree %d has no root", 7), LOOM_ERR_VALUE,
+            "tree 7 has no root");
+  CHECK(!strcmp(loom_last_error(), "tree 7 has no root"));
+  CHECK_ERR(loom_set_error(LOOM_ERR_IO, "after: %s", loom_last_error()), LOOM_ERR_IO,
+            "after: tree 7 has no root");
+  char long_text[3000];
+  memset(long_text, 'x', sizeof long_text - 1);
+  long_text[sizeof long_text - 1] = '\0';
+  CHECK(loom_set_error(LOOM_ERR_INVALID, "%s", long_text) == LOOM_ERR_INVALID);
+  CHECK(strlen(loom_last_error()) == 1023);
+}
+
 int main(void) {
   TEST_RUN(null_tensor_calls);
   TEST_RUN(null_graph_calls);
@@ -495,5 +511,6 @@ int main(void) {
   TEST_RUN(internal_guards);
   TEST_RUN(allocation_failures);
   TEST_RUN(multi_output_node_rollback);
+  TEST_RUN(public_set_error);
   return test_summary();
 }

@@ -35,6 +35,16 @@ typedef enum loom_status {
 const char *loom_last_error(void);
 /* A short name for a status: "LOOM_ERR_SHAPE". */
 const char *loom_status_name(loom_status_t status);
+/* Sets this thread's last error to a printf-style message and returns
+ * status: how code outside Loom (a host callback, a helper of the
+ * caller's) fails through the same channel as Loom's own calls:
+ *   return loom_set_error(LOOM_ERR_VALUE, "tree %d has no root", i);
+ * Messages longer than 1023 bytes are cut. */
+loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ---- Dtypes ------------------------------------------------------------ */
 
