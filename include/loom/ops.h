@@ -102,7 +102,9 @@ typedef struct loom_conv_params {
   int64_t output_padding[2]; /* conv_transpose2d only */
   int64_t groups;            /* 0: 1 */
 } loom_conv_params_t;
-/* x (N, C, H, W), w (O, C/groups, kh, kw); has_bias 0: bias is ignored. */
+/* x (N, C, H, W), w (O, C/groups, kh, kw); has_bias 0: bias is ignored.
+ * p NULL: PyTorch's defaults, stride 1, no padding, dilation 1, groups 1
+ * (as do zeros in *p); the same for the two calls below. */
 loom_status_t loom_conv2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);
 /* x (N, C, H, W), w (C, O/groups, kh, kw). */
 loom_status_t loom_conv_transpose2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);

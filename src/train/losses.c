@@ -129,7 +129,13 @@ static loom_status_t ce_items(loom_graph_t *g, loom_value_t logp,
   loom_dtype_t dt = g->values[logp.id].type.dtype;
   const int64_t last = -1;
   loom_value_t hot, picked, nll, k;
-  LOOM_TRY(loom_one_hot(g, labels, classes, dt, &hot));
+  /* Built with its origin, so that a label out of range is reported as
+   * the loss's, not as the one_hot's (src/ir/origin.c). */
+  ir_attrs_t a = {0};
+  ir_attrs_int(&a, "depth", classes);
+  ir_attrs_int(&a, "dtype", dt);
+  ir_attrs_int(&a, IR_ORIGIN_ATTR, IR_ORIGIN_CROSS_ENTROPY_LABELS);
+  LOOM_TRY(ir_build1(g, IR_OP_ONE_HOT, 1, &labels, &a, &hot));
   LOOM_TRY(loom_mul(g, hot, logp, &picked));
   LOOM_TRY(loom_sum(g, picked, 1, &last, 0, &nll));
   LOOM_TRY(scalar(g, -(1.0 - smoothing), dt, &k));
