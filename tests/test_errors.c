@@ -10,6 +10,8 @@
 #include "core/status.h"
 #include "harness.h"
 #include "ir/ir.h"
+#include "ir/rewrite.h"
+#include "loom/trace.h"
 
 typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);
 typedef loom_status_t (*binary_fn)(loom_graph_t *, loom_value_t, loom_value_t,
@@ -470,7 +472,7 @@ static void multi_output_node_rollback(void) {
     /* Seven values fill the first block of the value array, so that the
      * second output needs it to grow. */
     for (int k = 0; k < 7; k++)
-      CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, shape, &x));
+      CHECK_OK(loom_graph_input(g, NULL, LOOM_F32, 1, shape, &x));
     core_alloc_fail_after(n);
     loom_status_t s = loom_topk(g, x, 2, 0, 1, &v, &i);
     core_alloc_fail_after(-1);
@@ -481,6 +483,227 @@ static void multi_output_node_rollback(void) {
     if (s == LOOM_OK) break;
   }
   CHECK(n >= 4 && n < 100);
+}
+
+/* loom_set_error: the public way for code outside Loom (a host callback)
+ * to fail with a message; it may quote the last one, and a long message
+ * is cut, not overrun. */
+static void public_set_error(void) {
+  CHECK_ERR(loom_set_error(LOOM_ERR_VALUE, "tree %d has no root", 7), LOOM_ERR_VALUE,
+            "tree 7 has no root");
+  CHECK(!strcmp(loom_last_error(), "tree 7 has no root"));
+  CHECK_ERR(loom_set_error(LOOM_ERR_IO, "after: %s", loom_last_error()), LOOM_ERR_IO,
+            "after: tree 7 has no root");
+  char long_text[3000];
+  memset(long_text, 'x', sizeof long_text - 1);
+  long_text[sizeof long_text - 1] = '\0';
+  CHECK(loom_set_error(LOOM_ERR_INVALID, "%s", long_text) == LOOM_ERR_INVALID);
+  CHECK(strlen(loom_last_error()) == 1023);
+}
+
+/* Input and parameter names are one namespace, checked when a leaf is
+ * made: the second of a name fails naming it and the leaf that has it.
+ * Unnamed leaves (NULL or "") never clash. */
+static void duplicate_names(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t shape[] = {2};
+  loom_value_t x, w, v, gw, lr;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, shape, &x));
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 1, shape, NULL, &w));
+  CHECK_ERR(loom_graph_input(g, "x", LOOM_F32, 1, shape, &v), LOOM_ERR_INVALID,
+            "the name 'x' is taken by input 0");
+  CHECK_ERR(loom_graph_input(g, "w", LOOM_F32, 1, shape, &v), LOOM_ERR_INVALID,
+            "the name 'w' is taken by parameter 0");
+  CHECK_ERR(loom_graph_param(g, "x", LOOM_F32, 1, shape, NULL, &v), LOOM_ERR_INVALID,
+            "loom_graph_param: the name 'x' is taken by input 0");
+  CHECK(loom_graph_num_inputs(g) == 1);
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(loom_graph_input(g, k % 2 ? "" : NULL, LOOM_F32, 1, shape, &v));
+    CHECK_OK(loom_graph_param(g, k % 2 ? "" : NULL, LOOM_F32, 1, shape, NULL, &v));
+  }
+  /* An optimizer's state is named after its parameter: a second call
+   * over the same parameter clashes now, not at a checkpoint save. */
+  CHECK_OK(loom_graph_input(g, "gw", LOOM_F32, 1, shape, &gw));
+  CHECK_OK(loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr));
+  CHECK_OK(loom_sgd(g, 1, &w, &gw, lr, 0.9, 0, 0));
+  CHECK_ERR(loom_sgd(g, 1, &w, &gw, lr, 0.9, 0, 0), LOOM_ERR_INVALID, "'w.momentum'");
+  loom_graph_destroy(g);
+}
+
+/* Many parameters (the index grows), and a graph whose leaves were made
+ * behind the index's back (a clone): its names are still checked. */
+static void duplicate_names_many(void) {
+  loom_graph_t *g, *c;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t v;
+  char name[32];
+  for (int k = 0; k < 3000; k++) {
+    snprintf(name, sizeof name, "p%d", k);
+    CHECK_OK(loom_graph_param(g, name, LOOM_F32, 0, NULL, NULL, &v));
+  }
+  CHECK_ERR(loom_graph_param(g, "p2999", LOOM_F32, 0, NULL, NULL, &v), LOOM_ERR_INVALID,
+            "'p2999' is taken by parameter 2999");
+  CHECK_OK(ir_graph_clone(g, &c));
+  CHECK_ERR(loom_graph_input(c, "p17", LOOM_F32, 0, NULL, &v), LOOM_ERR_INVALID,
+            "'p17' is taken by parameter 17");
+  CHECK_OK(loom_graph_input(c, "q", LOOM_F32, 0, NULL, &v));
+  loom_graph_destroy(c);
+  loom_graph_destroy(g);
+}
+
+/* NULL conv params are PyTorch's defaults: stride 1, no padding,
+ * dilation 1, groups 1, the same as explicit ones. */
+static void null_conv_params(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t xs[] = {1, 2, 5, 6}, ws[] = {3, 2, 3, 2};
+  loom_value_t x, w, y, z, d;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, xs, &x));
+  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 4, ws, &w));
+  CHECK_OK(loom_conv2d(g, x, w, 0, x, NULL, &y));
+  loom_conv_params_t p = {.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
+  CHECK_OK(loom_conv2d(g, x, w, 0, x, &p, &z));
+  int rank;
+  loom_dim_t dims[LOOM_MAX_RANK];
+  CHECK_OK(loom_value_type(g, y, NULL, &rank, dims));
+  CHECK(rank == 4 && dims[0] == 1 && dims[1] == 3 && dims[2] == 3 && dims[3] == 5);
+  CHECK_OK(loom_sub(g, y, z, &d));
+  CHECK_OK(loom_graph_output(g, d));
+  loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 4, xs, -1, 1),
+                          test_rand_tensor(LOOM_F32, 4, ws, -1, 1)};
+  loom_tensor_t *out = test_run1(g, 2, in);
+  double zeros[45] = {0};
+  if (out) CHECK_TENSOR(out, zeros, 45, 0, 0);
+  loom_tensor_destroy(out);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+/* ---- Compile options ----------------------------------------------------------- */
+
+static loom_status_t compile_with(loom_graph_t *g, int n, const char *const *names,
+                                  const int64_t *values) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.n_symbols = n;
+  o.symbol_names = names;
+  o.symbol_values = values;
+  loom_executable_t *e = NULL;
+  loom_status_t s = loom_compile(g, &o, &e);
+  loom_executable_destroy(e);
+  return s;
+}
+
+/* Every symbol the options name is the graph's and gets a size >= 0. */
+static void compile_symbol_options(void) {
+  loom_graph_t *g, *plain;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n, b, dims[2];
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_dim_symbol(g, "batch", &b));
+  dims[0] = b, dims[1] = n;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, dims, &x));
+  CHECK_OK(loom_relu(g, x, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  const char *names[2] = {"batch", "n"}, *typo[2] = {"batch", "m"};
+  int64_t good[2] = {2, 3}, negative[2] = {2, -3};
+  CHECK_OK(compile_with(g, 2, names, good));
+  CHECK_ERR(compile_with(g, 2, names, negative), LOOM_ERR_INVALID,
+            "symbol 'n' is given the negative size -3 (symbol_values[1])");
+  CHECK_ERR(compile_with(g, 2, typo, good), LOOM_ERR_INVALID,
+            "symbol_names[1] 'm' is not a symbol of the graph (its symbols: 'n', 'batch')");
+  const char *null_name[1] = {NULL};
+  CHECK_ERR(compile_with(g, 1, null_name, good), LOOM_ERR_INVALID, "symbol_names[0] is null");
+  CHECK_ERR(compile_with(g, 2, NULL, good), LOOM_ERR_INVALID, "n_symbols is 2");
+  CHECK_ERR(compile_with(g, -1, names, good), LOOM_ERR_INVALID, "n_symbols is -1");
+  CHECK_OK(loom_graph_create(&plain));
+  int64_t shape[1] = {4};
+  CHECK_OK(loom_graph_input(plain, "x", LOOM_F32, 1, shape, &x));
+  CHECK_OK(loom_graph_output(plain, x));
+  CHECK_ERR(compile_with(plain, 1, names, good), LOOM_ERR_INVALID,
+            "'batch' is not a symbol of the graph (it has none)");
+  loom_graph_destroy(plain);
+  loom_graph_destroy(g);
+}
+
+/* ---- Errors of losses at run time ---------------------------------------------- */
+
+/* loss = cross_entropy(logits (2, 3), labels (2)) */
+static loom_graph_t *ce_graph(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t xs[2] = {2, 3}, ys[1] = {2};
+  loom_value_t x, y, loss;
+  CHECK_OK(loom_graph_input(g, "logits", LOOM_F32, 2, xs, &x));
+  CHECK_OK(loom_graph_input(g, "labels", LOOM_I64, 1, ys, &y));
+  CHECK_OK(loom_cross_entropy(g, x, y, -100, 0, LOOM_REDUCTION_MEAN, &loss));
+  CHECK_OK(loom_graph_output(g, loss));
+  return g;
+}
+
+/* The same loss through a trace: its segment is a copy of the nodes. */
+static loom_status_t ce_traced(loom_tensor_t *x, loom_tensor_t *y) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  loom_value_t vx, vy, loss;
+  const loom_tensor_t *lt;
+  loom_status_t s = loom_trace_input(t, x, NULL, &vx);
+  if (s == LOOM_OK) s = loom_trace_input(t, y, NULL, &vy);
+  if (s == LOOM_OK)
+    s = loom_cross_entropy(loom_trace_graph(t), vx, vy, -100, 0, LOOM_REDUCTION_MEAN, &loss);
+  if (s == LOOM_OK) s = loom_trace_read(t, loss, &lt);
+  loom_trace_destroy(t);
+  return s;
+}
+
+/* A label outside [0, C) is the loss's error, with the label's position
+ * and value and the number of classes, interpreted, compiled and traced;
+ * one_hot called by the user keeps its own name. */
+static void ce_label_out_of_range(void) {
+  static const struct {
+    double labels[2];
+    const char *want;
+  } cases[] = {
+      {{1, 3}, "loom_cross_entropy: label 3 (at position 1) is out of range for 3 classes (0 to 2)"},
+      {{-1, 0}, "loom_cross_entropy: label -1 (at position 0) is out of range for 3 classes"},
+  };
+  int64_t xs[2] = {2, 3}, ys[1] = {2};
+  for (size_t c = 0; c < COUNT(cases); c++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, xs, -1, 1);
+    loom_tensor_t *y = test_tensor(LOOM_I64, 1, ys, cases[c].labels);
+    loom_graph_t *g = ce_graph();
+    loom_tensor_t *in[2] = {x, y}, *out = NULL;
+    CHECK_ERR(loom_interpret(g, 2, in, 1, &out), LOOM_ERR_VALUE, cases[c].want);
+    loom_executable_t *e = NULL;
+    CHECK_OK(loom_compile(g, NULL, &e));
+    if (e) {
+      CHECK_OK(loom_executable_new_output(e, 0, &out));
+      CHECK_ERR(loom_executable_run(e, 2, in, 1, &out), LOOM_ERR_VALUE, cases[c].want);
+    }
+    CHECK_ERR(ce_traced(x, y), LOOM_ERR_VALUE, cases[c].want);
+    loom_tensor_destroy(out);
+    loom_executable_destroy(e);
+    loom_graph_destroy(g);
+    loom_tensor_destroy(x);
+    loom_tensor_destroy(y);
+  }
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t y, hot;
+  CHECK_OK(loom_graph_input(g, "y", LOOM_I64, 1, ys, &y));
+  CHECK_OK(loom_one_hot(g, y, 3, LOOM_F32, &hot));
+  CHECK_OK(loom_graph_output(g, hot));
+  loom_tensor_t *yt = test_tensor(LOOM_I64, 1, ys, (double[]){0, 5}), *out = NULL;
+  CHECK_ERR(loom_interpret(g, 1, &yt, 1, &out), LOOM_ERR_VALUE,
+            "one_hot: index 5 (at position 1) is out of range for a dim of size 3");
+  loom_tensor_destroy(yt);
+  loom_graph_destroy(g);
 }
 
 int main(void) {
@@ -495,5 +718,11 @@ int main(void) {
   TEST_RUN(internal_guards);
   TEST_RUN(allocation_failures);
   TEST_RUN(multi_output_node_rollback);
+  TEST_RUN(public_set_error);
+  TEST_RUN(duplicate_names);
+  TEST_RUN(duplicate_names_many);
+  TEST_RUN(null_conv_params);
+  TEST_RUN(compile_symbol_options);
+  TEST_RUN(ce_label_out_of_range);
   return test_summary();
 }

@@ -15,9 +15,12 @@
 static const fuse_options_t fusion_on = {.enabled = true};
 static const fuse_options_t fusion_off = {.enabled = false};
 
+/* An input named x<position>. */
 static loom_value_t input(loom_graph_t *g, int rank, const int64_t *dims) {
   loom_value_t v = {-1};
-  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, rank, dims, &v));
+  char name[16];
+  snprintf(name, sizeof name, "x%d", loom_graph_num_inputs(g));
+  CHECK_OK(loom_graph_input(g, name, LOOM_F32, rank, dims, &v));
   return v;
 }
 

@@ -45,7 +45,8 @@ static loom_status_t run_op(int n, loom_tensor_t *const *in, build_fn build,
     int64_t dims[LOOM_MAX_RANK];
     int rank = loom_tensor_rank(in[i]);
     for (int d = 0; d < rank; d++) dims[d] = loom_tensor_dim(in[i], d);
-    s = loom_graph_input(g, "x", loom_tensor_dtype(in[i]), rank, dims, &v[i]);
+    const char *names[3] = {"x0", "x1", "x2"};
+    s = loom_graph_input(g, names[i], loom_tensor_dtype(in[i]), rank, dims, &v[i]);
   }
   if (s == LOOM_OK) s = build(g, v, arg, &y);
   if (s == LOOM_OK) s = loom_graph_output(g, y);

@@ -505,8 +505,9 @@ static void concat_three(void) {
   CHECK_OK(loom_graph_create(&g));
   loom_value_t xs[3], y;
   int64_t len[3] = {1, 0, 2};
+  const char *names[3] = {"x0", "x1", "x2"};
   for (int i = 0; i < 3; i++)
-    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 3, (int64_t[]){2, len[i], 1}, &xs[i]));
+    CHECK_OK(loom_graph_input(g, names[i], LOOM_F32, 3, (int64_t[]){2, len[i], 1}, &xs[i]));
   CHECK_OK(loom_concat(g, 3, xs, 1, &y));
   CHECK_OK(loom_graph_output(g, y));
   loom_tensor_t *in[3];

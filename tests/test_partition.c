@@ -276,7 +276,9 @@ static void joint_gradients(const pcase_t *c, loom_tensor_t *const *x,
     loom_dim_t dims[LOOM_MAX_RANK];
     CHECK_OK(loom_value_type(g, y, &dt, &rank, dims));
     if (dt != LOOM_F64) continue;
-    CHECK_OK(loom_graph_input(g, "dy", dt, rank, dims, &d));
+    char name[16];
+    snprintf(name, sizeof name, "dy%d", i);
+    CHECK_OK(loom_graph_input(g, name, dt, rank, dims, &d));
     all[n_all] = dy[n_all - c->n_in];
     n_all++;
     CHECK_OK(loom_mul(g, y, d, &p));

@@ -315,7 +315,7 @@ static loom_status_t failing_fwd(void *user, int n_in, const loom_tensor_t *cons
   (void)in;
   (void)n_out;
   (void)out;
-  return LOOM_ERR_VALUE;
+  return loom_set_error(LOOM_ERR_VALUE, "element %d is negative", 3);
 }
 
 static void test_callback(void) {
@@ -352,6 +352,8 @@ static void test_callback(void) {
   CHECK_OK(loom_neg(g, x, &z));
   CHECK_ERR(loom_trace_call(t, &bad, 1, &z, 1, &dt, &rank, shapes, &y),
             LOOM_ERR_VALUE, "broken");
+  /* The callback's own message (set through the public loom_set_error). */
+  CHECK(strstr(loom_last_error(), "element 3 is negative") != NULL);
   CHECK_OK(loom_trace_step_end(t));
   CHECK_OK(loom_trace_input(t, xt, NULL, &x));
   CHECK_OK(loom_neg(g, x, &w));

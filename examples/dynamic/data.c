@@ -2,7 +2,6 @@
 #include <math.h>
 #include <stdarg.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 #include "models.h"
 
@@ -37,11 +36,11 @@ loom_status_t dyn_copy_params(const dyn_config_t *c, int n,
   for (int i = 0; i < n; i++) {
     int64_t k = loom_tensor_numel(params[i]);
     if (out->n_params + k > c->params_cap)
-      return loom_fail(LOOM_ERR_INVALID, "dyn_copy_params: %lld floats do not fit "
-                       "in params_cap %lld", (long long)(out->n_params + k),
-                       (long long)c->params_cap);
-    LOOM_TRY(loom_tensor_read(params[i], c->params + out->n_params,
-                              (size_t)k * sizeof(float)));
+      return loom_set_error(LOOM_ERR_INVALID, "dyn_copy_params: %lld floats do not fit "
+                            "in params_cap %lld", (long long)(out->n_params + k),
+                            (long long)c->params_cap);
+    DYN_TRY(loom_tensor_read(params[i], c->params + out->n_params,
+                             (size_t)k * sizeof(float)));
     out->n_params += k;
   }
   return LOOM_OK;

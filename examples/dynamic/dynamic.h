@@ -16,6 +16,21 @@
 #include "loom/loom.h"
 #include "loom/trace.h"
 
+/* Returns the status of call from the calling function if it failed. */
+#define DYN_TRY(call)                                                      \
+  do {                                                                     \
+    loom_status_t dyn_s_ = (call);                                         \
+    if (dyn_s_ != LOOM_OK) return dyn_s_;                                  \
+  } while (0)
+
+/* Fails, naming the function and the argument, when arg is null. */
+#define DYN_CHECK_ARG(arg)                                                 \
+  do {                                                                     \
+    if (!(arg))                                                            \
+      return loom_set_error(LOOM_ERR_INVALID, "%s: argument '%s' is null", \
+                            __func__, #arg);                               \
+  } while (0)
+
 typedef struct dyn_config {
   int threads;                   /* 0: LOOM_NUM_THREADS */
   loom_dim_policy_kind_t policy; /* of the workload's varying dims */

@@ -16,7 +16,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 #include "loom/ops.h"
 #include "loom/train.h"
@@ -63,11 +62,11 @@ static loom_dim_policy_t policy(loom_dim_policy_kind_t kind, const char *name,
 static loom_status_t gnn_init(gnn_t *m, loom_dim_policy_kind_t kind) {
   memset(m, 0, sizeof *m);
   int64_t s1[2] = {HID, F}, s2[2] = {C, HID}, st[2] = {C, F}, h = HID, c = C;
-  LOOM_TRY(dyn_values("gnn.w1", 1 / sqrt(F), 2, s1, &m->w1));
-  LOOM_TRY(dyn_values("gnn.b1", 1 / sqrt(F), 1, &h, &m->b1));
-  LOOM_TRY(dyn_values("gnn.w2", 1 / sqrt(HID), 2, s2, &m->w2));
-  LOOM_TRY(dyn_values("gnn.b2", 1 / sqrt(HID), 1, &c, &m->b2));
-  LOOM_TRY(dyn_values("gnn.teacher", 1.0, 2, st, &m->teacher));
+  DYN_TRY(dyn_values("gnn.w1", 1 / sqrt(F), 2, s1, &m->w1));
+  DYN_TRY(dyn_values("gnn.b1", 1 / sqrt(F), 1, &h, &m->b1));
+  DYN_TRY(dyn_values("gnn.w2", 1 / sqrt(HID), 2, s2, &m->w2));
+  DYN_TRY(dyn_values("gnn.b2", 1 / sqrt(HID), 1, &c, &m->b2));
+  DYN_TRY(dyn_values("gnn.teacher", 1.0, 2, st, &m->teacher));
   m->nodes = policy(kind, "N", 1);
   m->edges = policy(kind, "E", 5);
   return LOOM_OK;
@@ -85,7 +84,7 @@ static void endpoints(const char *name, int64_t n, int64_t *out) {
 static loom_status_t labels(gnn_t *m) {
   int64_t n = m->n, shape[2] = {n, F};
   loom_tensor_t *agg;
-  LOOM_TRY(loom_tensor_create(LOOM_F32, 2, shape, &agg));
+  DYN_TRY(loom_tensor_create(LOOM_F32, 2, shape, &agg));
   float *a = loom_tensor_data(agg);
   const float *x = loom_tensor_data(m->x), *deg = loom_tensor_data(m->deg);
   const float *tw = loom_tensor_data(m->teacher);
@@ -115,11 +114,11 @@ static loom_status_t gnn_batch(void *self, int k, int64_t *items) {
   m->n = dyn_randint("gnn.nodes", k, N_MIN, N_MAX);
   m->e = 5 * m->n;
   int64_t xs[2] = {m->n, F};
-  LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "gnn.x.%d", k), 1.0, 2, xs, &m->x));
-  LOOM_TRY(loom_tensor_create(LOOM_I64, 1, &m->e, &m->src));
-  LOOM_TRY(loom_tensor_create(LOOM_I64, 1, &m->e, &m->dst));
-  LOOM_TRY(loom_tensor_create(LOOM_F32, 1, &m->n, &m->deg));
-  LOOM_TRY(loom_tensor_create(LOOM_I64, 1, &m->n, &m->y));
+  DYN_TRY(dyn_values(dyn_name(name, sizeof name, "gnn.x.%d", k), 1.0, 2, xs, &m->x));
+  DYN_TRY(loom_tensor_create(LOOM_I64, 1, &m->e, &m->src));
+  DYN_TRY(loom_tensor_create(LOOM_I64, 1, &m->e, &m->dst));
+  DYN_TRY(loom_tensor_create(LOOM_F32, 1, &m->n, &m->deg));
+  DYN_TRY(loom_tensor_create(LOOM_I64, 1, &m->n, &m->y));
   int64_t *src = loom_tensor_data(m->src), *dst = loom_tensor_data(m->dst);
   endpoints(dyn_name(name, sizeof name, "gnn.src.%d", k), m->n, src);
   endpoints(dyn_name(name, sizeof name, "gnn.dst.%d", k), m->n, dst);
@@ -139,13 +138,13 @@ static loom_status_t aggregate(loom_graph_t *g, const graph_vals_t *gv,
   loom_dim_t row[2] = {1, d};
   const int64_t axis1[1] = {1};
   loom_value_t zf, zi, zeros, dst1, index, picked, sum;
-  LOOM_TRY(loom_full(g, 2, row, 0.0, LOOM_F32, &zf));
-  LOOM_TRY(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
-  LOOM_TRY(loom_mul(g, gv->deg, zf, &zeros));       /* (N, d) zeros */
-  LOOM_TRY(loom_unsqueeze(g, gv->dst, 1, axis1, &dst1));
-  LOOM_TRY(loom_add(g, dst1, zi, &index));          /* (E, d) */
-  LOOM_TRY(loom_index_select(g, h, gv->src, 0, &picked));
-  LOOM_TRY(loom_scatter_add(g, zeros, index, picked, 0, &sum));
+  DYN_TRY(loom_full(g, 2, row, 0.0, LOOM_F32, &zf));
+  DYN_TRY(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
+  DYN_TRY(loom_mul(g, gv->deg, zf, &zeros));       /* (N, d) zeros */
+  DYN_TRY(loom_unsqueeze(g, gv->dst, 1, axis1, &dst1));
+  DYN_TRY(loom_add(g, dst1, zi, &index));          /* (E, d) */
+  DYN_TRY(loom_index_select(g, h, gv->src, 0, &picked));
+  DYN_TRY(loom_scatter_add(g, zeros, index, picked, 0, &sum));
   return loom_div(g, sum, gv->deg, out);
 }
 
@@ -155,33 +154,33 @@ static loom_status_t gnn_forward(void *self, loom_trace_t *t, int k,
   gnn_t *m = self;
   loom_graph_t *g = loom_trace_graph(t);
   loom_value_t w1, b1, w2, b2, x, y, deg, xw, a1, z1, h1, hw, a2, logits;
-  LOOM_TRY(loom_trace_param(t, m->w1, &w1));
-  LOOM_TRY(loom_trace_param(t, m->b1, &b1));
-  LOOM_TRY(loom_trace_param(t, m->w2, &w2));
-  LOOM_TRY(loom_trace_param(t, m->b2, &b2));
+  DYN_TRY(loom_trace_param(t, m->w1, &w1));
+  DYN_TRY(loom_trace_param(t, m->b1, &b1));
+  DYN_TRY(loom_trace_param(t, m->w2, &w2));
+  DYN_TRY(loom_trace_param(t, m->b2, &b2));
   loom_dim_policy_t pn[2] = {m->nodes, {.kind = LOOM_DIM_EXACT}};
   graph_vals_t gv;
-  LOOM_TRY(loom_trace_input(t, m->x, pn, &x));
-  LOOM_TRY(loom_trace_input(t, m->src, &m->edges, &gv.src));
-  LOOM_TRY(loom_trace_input(t, m->dst, &m->edges, &gv.dst));
-  LOOM_TRY(loom_trace_input(t, m->deg, &m->nodes, &deg));
-  LOOM_TRY(loom_trace_input(t, m->y, &m->nodes, &y));
+  DYN_TRY(loom_trace_input(t, m->x, pn, &x));
+  DYN_TRY(loom_trace_input(t, m->src, &m->edges, &gv.src));
+  DYN_TRY(loom_trace_input(t, m->dst, &m->edges, &gv.dst));
+  DYN_TRY(loom_trace_input(t, m->deg, &m->nodes, &deg));
+  DYN_TRY(loom_trace_input(t, m->y, &m->nodes, &y));
   const int64_t axis1[1] = {1};
-  LOOM_TRY(loom_unsqueeze(g, deg, 1, axis1, &gv.deg));
-  LOOM_TRY(loom_matmul(g, x, w1, 0, 1, &xw));
-  LOOM_TRY(aggregate(g, &gv, xw, HID, &a1));
-  LOOM_TRY(loom_add(g, a1, b1, &z1));
-  LOOM_TRY(loom_relu(g, z1, &h1));
-  LOOM_TRY(loom_matmul(g, h1, w2, 0, 1, &hw));
-  LOOM_TRY(aggregate(g, &gv, hw, C, &a2));
-  LOOM_TRY(loom_add(g, a2, b2, &logits));
+  DYN_TRY(loom_unsqueeze(g, deg, 1, axis1, &gv.deg));
+  DYN_TRY(loom_matmul(g, x, w1, 0, 1, &xw));
+  DYN_TRY(aggregate(g, &gv, xw, HID, &a1));
+  DYN_TRY(loom_add(g, a1, b1, &z1));
+  DYN_TRY(loom_relu(g, z1, &h1));
+  DYN_TRY(loom_matmul(g, h1, w2, 0, 1, &hw));
+  DYN_TRY(aggregate(g, &gv, hw, C, &a2));
+  DYN_TRY(loom_add(g, a2, b2, &logits));
   return loom_cross_entropy(g, logits, y, -100, 0.0, LOOM_REDUCTION_MEAN, loss);
 }
 
 loom_status_t dyn_gnn_run(const dyn_config_t *c, int warmup, int steps,
                           dyn_result_t *out) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(out);
+  DYN_CHECK_ARG(c);
+  DYN_CHECK_ARG(out);
   gnn_t m;
   loom_trace_t *t = NULL;
   dyn_model_t model = {&m, gnn_batch, gnn_forward};

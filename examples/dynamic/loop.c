@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 
 static double now_s(void) {
@@ -39,28 +38,28 @@ loom_status_t dyn_trace_create(const dyn_config_t *c,
 static loom_status_t train_step(loom_trace_t *t, const dyn_model_t *m, int k,
                                 double *loss) {
   loom_value_t l;
-  LOOM_TRY(m->forward(m->self, t, k, &l));
-  LOOM_TRY(loom_trace_scalar(t, l, loss));
-  LOOM_TRY(loom_trace_backward(t, l));
-  LOOM_TRY(loom_trace_adamw(t, DYN_LR, DYN_BETA1, DYN_BETA2, DYN_EPS, DYN_WD));
+  DYN_TRY(m->forward(m->self, t, k, &l));
+  DYN_TRY(loom_trace_scalar(t, l, loss));
+  DYN_TRY(loom_trace_backward(t, l));
+  DYN_TRY(loom_trace_adamw(t, DYN_LR, DYN_BETA1, DYN_BETA2, DYN_EPS, DYN_WD));
   return loom_trace_step_end(t);
 }
 
 loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
                         const dyn_model_t *m, int warmup, int steps,
                         dyn_result_t *out) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(t);
-  LOOM_CHECK_ARG(m);
-  LOOM_CHECK_ARG(out);
+  DYN_CHECK_ARG(c);
+  DYN_CHECK_ARG(t);
+  DYN_CHECK_ARG(m);
+  DYN_CHECK_ARG(out);
   if (warmup < 0 || steps < 0 || warmup + steps < 1)
-    return loom_fail(LOOM_ERR_INVALID, "dyn_train: %d warm-up and %d timed "
-                     "steps: need at least one step", warmup, steps);
+    return loom_set_error(LOOM_ERR_INVALID, "dyn_train: %d warm-up and %d timed "
+                          "steps: need at least one step", warmup, steps);
   *out = (dyn_result_t){0};
   double elapsed = 0, items = 0;
   for (int k = 0; k < warmup + steps; k++) {
     int64_t n = 0;
-    LOOM_TRY(m->batch(m->self, k, &n));
+    DYN_TRY(m->batch(m->self, k, &n));
     double loss = 0, t0 = now_s();
     loom_status_t s = train_step(t, m, k, &loss);
     double dt = now_s() - t0;
@@ -68,7 +67,7 @@ loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
       char msg[512];
       snprintf(msg, sizeof msg, "%s", loom_last_error());
       loom_trace_step_end(t);
-      return loom_fail(s, "step %d: %s", k, msg);
+      return loom_set_error(s, "step %d: %s", k, msg);
     }
     if (c->losses) c->losses[k] = loss;
     if (k == 0) out->first_loss = loss;
@@ -99,7 +98,7 @@ loom_status_t dyn_parse_args(int argc, char **argv, int with_form,
       c->compile = 0;
       continue;
     }
-    if (!v) return loom_fail(LOOM_ERR_INVALID, "option '%s' needs a value", a);
+    if (!v) return loom_set_error(LOOM_ERR_INVALID, "option '%s' needs a value", a);
     i++;
     if (!strcmp(a, "--steps")) {
       *steps = atoi(v);
@@ -109,18 +108,18 @@ loom_status_t dyn_parse_args(int argc, char **argv, int with_form,
       c->every = atoi(v);
     } else if (!strcmp(a, "--policy")) {
       if (!parse_policy(v, &c->policy))
-        return loom_fail(LOOM_ERR_INVALID, "unknown policy '%s' (exact, "
-                         "bucket, symbolic or auto)", v);
+        return loom_set_error(LOOM_ERR_INVALID, "unknown policy '%s' (exact, "
+                              "bucket, symbolic or auto)", v);
     } else if (with_form && !strcmp(a, "--form")) {
       if (strcmp(v, "node") && strcmp(v, "level"))
-        return loom_fail(LOOM_ERR_INVALID, "unknown form '%s' (node or level)", v);
+        return loom_set_error(LOOM_ERR_INVALID, "unknown form '%s' (node or level)", v);
       c->form = !strcmp(v, "level");
     } else {
-      return loom_fail(LOOM_ERR_INVALID, "unknown option '%s'", a);
+      return loom_set_error(LOOM_ERR_INVALID, "unknown option '%s'", a);
     }
   }
   if (*steps < 1 || c->threads < 0 || c->every < 0)
-    return loom_fail(LOOM_ERR_INVALID, "--steps must be at least 1, --threads "
-                     "and --every at least 0");
+    return loom_set_error(LOOM_ERR_INVALID, "--steps must be at least 1, --threads "
+                          "and --every at least 0");
   return LOOM_OK;
 }

@@ -16,7 +16,6 @@
  * not determine under a symbolic T. */
 #include <string.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 #include "loom/ops.h"
 #include "loom/train.h"
@@ -54,15 +53,15 @@ static loom_status_t lstm_init(lstm_t *m, loom_dim_policy_kind_t policy) {
   const double bound = 0.08838834764831845; /* 1 / sqrt(128) */
   int64_t s_ih[2] = {4 * H, F}, s_hh[2] = {4 * H, H}, s_b[1] = {4 * H};
   int64_t s_out[2] = {C, H}, s_bout[1] = {C}, s_state[2] = {B, H}, one[1] = {1};
-  LOOM_TRY(dyn_values("lstm.w_ih", bound, 2, s_ih, &m->w_ih));
-  LOOM_TRY(dyn_values("lstm.w_hh", bound, 2, s_hh, &m->w_hh));
-  LOOM_TRY(dyn_values("lstm.b", bound, 1, s_b, &m->b));
-  LOOM_TRY(dyn_values("lstm.w_out", bound, 2, s_out, &m->w_out));
-  LOOM_TRY(dyn_values("lstm.b_out", bound, 1, s_bout, &m->b_out));
-  LOOM_TRY(loom_tensor_create(LOOM_F32, 2, s_state, &m->h0));
-  LOOM_TRY(loom_tensor_create(LOOM_F32, 2, s_state, &m->c0));
+  DYN_TRY(dyn_values("lstm.w_ih", bound, 2, s_ih, &m->w_ih));
+  DYN_TRY(dyn_values("lstm.w_hh", bound, 2, s_hh, &m->w_hh));
+  DYN_TRY(dyn_values("lstm.b", bound, 1, s_b, &m->b));
+  DYN_TRY(dyn_values("lstm.w_out", bound, 2, s_out, &m->w_out));
+  DYN_TRY(dyn_values("lstm.b_out", bound, 1, s_bout, &m->b_out));
+  DYN_TRY(loom_tensor_create(LOOM_F32, 2, s_state, &m->h0));
+  DYN_TRY(loom_tensor_create(LOOM_F32, 2, s_state, &m->c0));
   for (int64_t i = 0; i < T_MAX; i++)
-    LOOM_TRY(loom_tensor_from_data(LOOM_I64, 1, one, &i, sizeof i, &m->idx[i]));
+    DYN_TRY(loom_tensor_from_data(LOOM_I64, 1, one, &i, sizeof i, &m->idx[i]));
   m->len = (loom_dim_policy_t){.kind = policy, .name = "T"};
   if (policy == LOOM_DIM_BUCKET) { /* 8, 16, ..., 256 */
     m->len.n_buckets = 6;
@@ -84,9 +83,9 @@ static loom_status_t batch_make(int64_t k, lstm_batch_t *bt) {
   memset(bt, 0, sizeof *bt);
   bt->T = dyn_randint("lstm.len", k, T_MIN, T_MAX);
   int64_t xs[3] = {bt->T, B, F}, ys[1] = {B};
-  LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "lstm.x.%lld", (long long)k), 1.0, 3,
-                      xs, &bt->x));
-  LOOM_TRY(loom_tensor_create(LOOM_I64, 1, ys, &bt->y));
+  DYN_TRY(dyn_values(dyn_name(name, sizeof name, "lstm.x.%lld", (long long)k), 1.0, 3,
+                     xs, &bt->x));
+  DYN_TRY(loom_tensor_create(LOOM_I64, 1, ys, &bt->y));
   const float *x = loom_tensor_data(bt->x);
   int64_t *y = loom_tensor_data(bt->y);
   for (int b = 0; b < B; b++) {
@@ -110,19 +109,19 @@ static loom_status_t cell(loom_graph_t *g, const lstm_vals_t *p, loom_value_t xt
                           loom_value_t *h, loom_value_t *c) {
   loom_value_t xw, xb, hw, gates, q[4], i, f, u, o, fc, iu, tc;
   int64_t sizes[4] = {H, H, H, H};
-  LOOM_TRY(loom_matmul(g, xt, p->w_ih, 0, 1, &xw));
-  LOOM_TRY(loom_add(g, xw, p->b, &xb));
-  LOOM_TRY(loom_matmul(g, *h, p->w_hh, 0, 1, &hw));
-  LOOM_TRY(loom_add(g, xb, hw, &gates));
-  LOOM_TRY(loom_split(g, gates, 1, 4, sizes, q));
-  LOOM_TRY(loom_sigmoid(g, q[0], &i));
-  LOOM_TRY(loom_sigmoid(g, q[1], &f));
-  LOOM_TRY(loom_tanh(g, q[2], &u));
-  LOOM_TRY(loom_sigmoid(g, q[3], &o));
-  LOOM_TRY(loom_mul(g, f, *c, &fc));
-  LOOM_TRY(loom_mul(g, i, u, &iu));
-  LOOM_TRY(loom_add(g, fc, iu, c));
-  LOOM_TRY(loom_tanh(g, *c, &tc));
+  DYN_TRY(loom_matmul(g, xt, p->w_ih, 0, 1, &xw));
+  DYN_TRY(loom_add(g, xw, p->b, &xb));
+  DYN_TRY(loom_matmul(g, *h, p->w_hh, 0, 1, &hw));
+  DYN_TRY(loom_add(g, xb, hw, &gates));
+  DYN_TRY(loom_split(g, gates, 1, 4, sizes, q));
+  DYN_TRY(loom_sigmoid(g, q[0], &i));
+  DYN_TRY(loom_sigmoid(g, q[1], &f));
+  DYN_TRY(loom_tanh(g, q[2], &u));
+  DYN_TRY(loom_sigmoid(g, q[3], &o));
+  DYN_TRY(loom_mul(g, f, *c, &fc));
+  DYN_TRY(loom_mul(g, i, u, &iu));
+  DYN_TRY(loom_add(g, fc, iu, c));
+  DYN_TRY(loom_tanh(g, *c, &tc));
   return loom_mul(g, o, tc, h);
 }
 
@@ -131,32 +130,32 @@ static loom_status_t forward(loom_trace_t *t, lstm_t *m, const lstm_batch_t *bt,
                              loom_value_t *loss) {
   loom_graph_t *g = loom_trace_graph(t);
   lstm_vals_t p;
-  LOOM_TRY(loom_trace_param(t, m->w_ih, &p.w_ih));
-  LOOM_TRY(loom_trace_param(t, m->w_hh, &p.w_hh));
-  LOOM_TRY(loom_trace_param(t, m->b, &p.b));
-  LOOM_TRY(loom_trace_param(t, m->w_out, &p.w_out));
-  LOOM_TRY(loom_trace_param(t, m->b_out, &p.b_out));
+  DYN_TRY(loom_trace_param(t, m->w_ih, &p.w_ih));
+  DYN_TRY(loom_trace_param(t, m->w_hh, &p.w_hh));
+  DYN_TRY(loom_trace_param(t, m->b, &p.b));
+  DYN_TRY(loom_trace_param(t, m->w_out, &p.w_out));
+  DYN_TRY(loom_trace_param(t, m->b_out, &p.b_out));
   loom_dim_policy_t pol[3] = {m->len, {.kind = LOOM_DIM_EXACT}, {.kind = LOOM_DIM_EXACT}};
   loom_value_t x, y, h, c, logits, hw;
-  LOOM_TRY(loom_trace_input(t, bt->x, pol, &x));
-  LOOM_TRY(loom_trace_input(t, bt->y, NULL, &y));
-  LOOM_TRY(loom_trace_input(t, m->h0, NULL, &h));
-  LOOM_TRY(loom_trace_input(t, m->c0, NULL, &c));
+  DYN_TRY(loom_trace_input(t, bt->x, pol, &x));
+  DYN_TRY(loom_trace_input(t, bt->y, NULL, &y));
+  DYN_TRY(loom_trace_input(t, m->h0, NULL, &h));
+  DYN_TRY(loom_trace_input(t, m->c0, NULL, &c));
   const int64_t axis0[1] = {0};
   for (int64_t s = 0; s < bt->T; s++) {
     loom_value_t idx, sel, xt;
-    LOOM_TRY(loom_trace_input(t, m->idx[s], NULL, &idx));
-    LOOM_TRY(loom_index_select(g, x, idx, 0, &sel));
-    LOOM_TRY(loom_squeeze(g, sel, 1, axis0, &xt));
-    LOOM_TRY(cell(g, &p, xt, &h, &c));
+    DYN_TRY(loom_trace_input(t, m->idx[s], NULL, &idx));
+    DYN_TRY(loom_index_select(g, x, idx, 0, &sel));
+    DYN_TRY(loom_squeeze(g, sel, 1, axis0, &xt));
+    DYN_TRY(cell(g, &p, xt, &h, &c));
     /* Cut after the cell. A cut keeps the values asked for and the
      * region's leaves (h); c feeds tanh inside the cell, so it must be
      * asked for, or the next cell would recompute it from the start. */
     const loom_tensor_t *real;
-    LOOM_TRY(loom_trace_read(t, c, &real));
+    DYN_TRY(loom_trace_read(t, c, &real));
   }
-  LOOM_TRY(loom_matmul(g, h, p.w_out, 0, 1, &hw));
-  LOOM_TRY(loom_add(g, hw, p.b_out, &logits));
+  DYN_TRY(loom_matmul(g, h, p.w_out, 0, 1, &hw));
+  DYN_TRY(loom_add(g, hw, p.b_out, &logits));
   return loom_cross_entropy(g, logits, y, -100, 0.0, LOOM_REDUCTION_MEAN, loss);
 }
 
@@ -169,7 +168,7 @@ typedef struct lstm_run {
 static loom_status_t lstm_batch(void *self, int k, int64_t *items) {
   lstm_run_t *r = self;
   batch_free(&r->bt);
-  LOOM_TRY(batch_make(r->first_batch + k, &r->bt));
+  DYN_TRY(batch_make(r->first_batch + k, &r->bt));
   *items = B * r->bt.T;
   return LOOM_OK;
 }
@@ -183,8 +182,8 @@ static loom_status_t lstm_forward(void *self, loom_trace_t *t, int k,
 
 loom_status_t dyn_lstm_run(const dyn_config_t *c, int warmup, int steps,
                            dyn_result_t *out) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(out);
+  DYN_CHECK_ARG(c);
+  DYN_CHECK_ARG(out);
   lstm_run_t r;
   memset(&r, 0, sizeof r);
   r.first_batch = c->first_batch;

@@ -13,7 +13,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 #include "loom/ops.h"
 #include "loom/train.h"
@@ -49,16 +48,16 @@ static loom_status_t moe_init(moe_t *m) {
   int64_t rs[2] = {MOE_E, MOE_D}, hs[2] = {MOE_C, MOE_D}, hb = MOE_C;
   int64_t w1s[2] = {MOE_HID, MOE_D}, w2s[2] = {MOE_D, MOE_HID};
   int64_t b1s = MOE_HID, b2s = MOE_D;
-  LOOM_TRY(dyn_values("moe.router", bd, 2, rs, &m->router));
+  DYN_TRY(dyn_values("moe.router", bd, 2, rs, &m->router));
   char name[64];
   for (int e = 0; e < MOE_E; e++) {
-    LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.w1", e), bd, 2, w1s, &m->w1[e]));
-    LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.b1", e), bd, 1, &b1s, &m->b1[e]));
-    LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.w2", e), bh, 2, w2s, &m->w2[e]));
-    LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.b2", e), bh, 1, &b2s, &m->b2[e]));
+    DYN_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.w1", e), bd, 2, w1s, &m->w1[e]));
+    DYN_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.b1", e), bd, 1, &b1s, &m->b1[e]));
+    DYN_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.w2", e), bh, 2, w2s, &m->w2[e]));
+    DYN_TRY(dyn_values(dyn_name(name, sizeof name, "moe.e%d.b2", e), bh, 1, &b2s, &m->b2[e]));
   }
-  LOOM_TRY(dyn_values("moe.head", bd, 2, hs, &m->head));
-  LOOM_TRY(dyn_values("moe.head_b", bd, 1, &hb, &m->head_b));
+  DYN_TRY(dyn_values("moe.head", bd, 2, hs, &m->head));
+  DYN_TRY(dyn_values("moe.head_b", bd, 1, &hb, &m->head_b));
   int n = 0;
   m->all[n++] = m->router;
   for (int e = 0; e < MOE_E; e++) {
@@ -79,8 +78,8 @@ static loom_status_t moe_batch(void *self, int k, int64_t *items) {
   loom_tensor_destroy(m->x);
   loom_tensor_destroy(m->y);
   m->x = m->y = NULL;
-  LOOM_TRY(dyn_values(dyn_name(name, sizeof name, "moe.x.%d", k), 1.0, 2, xs, &m->x));
-  LOOM_TRY(loom_tensor_create(LOOM_I64, 1, &n, &m->y));
+  DYN_TRY(dyn_values(dyn_name(name, sizeof name, "moe.x.%d", k), 1.0, 2, xs, &m->x));
+  DYN_TRY(loom_tensor_create(LOOM_I64, 1, &n, &m->y));
   const float *x = loom_tensor_data(m->x), *tw = loom_tensor_data(m->teacher);
   int64_t *y = loom_tensor_data(m->y);
   for (int i = 0; i < MOE_N; i++) {
@@ -101,15 +100,15 @@ static loom_status_t route(loom_graph_t *g, loom_value_t x, loom_value_t router,
                            loom_value_t *gates, loom_value_t *mask) {
   loom_value_t logits, probs, topv, topi, vsum, top, oh, g3, wg;
   const int64_t ax1 = 1, ax2 = 2;
-  LOOM_TRY(loom_matmul(g, x, router, 0, 1, &logits));
-  LOOM_TRY(loom_softmax(g, logits, 1, &probs));
-  LOOM_TRY(loom_topk(g, probs, 2, 1, 1, &topv, &topi));
-  LOOM_TRY(loom_sum(g, topv, 1, &ax1, 1, &vsum));
-  LOOM_TRY(loom_div(g, topv, vsum, &top));
-  LOOM_TRY(loom_one_hot(g, topi, MOE_E, LOOM_F32, &oh)); /* (N, 2, E) */
-  LOOM_TRY(loom_unsqueeze(g, top, 1, &ax2, &g3));
-  LOOM_TRY(loom_mul(g, g3, oh, &wg));
-  LOOM_TRY(loom_sum(g, wg, 1, &ax1, 0, gates));
+  DYN_TRY(loom_matmul(g, x, router, 0, 1, &logits));
+  DYN_TRY(loom_softmax(g, logits, 1, &probs));
+  DYN_TRY(loom_topk(g, probs, 2, 1, 1, &topv, &topi));
+  DYN_TRY(loom_sum(g, topv, 1, &ax1, 1, &vsum));
+  DYN_TRY(loom_div(g, topv, vsum, &top));
+  DYN_TRY(loom_one_hot(g, topi, MOE_E, LOOM_F32, &oh)); /* (N, 2, E) */
+  DYN_TRY(loom_unsqueeze(g, top, 1, &ax2, &g3));
+  DYN_TRY(loom_mul(g, g3, oh, &wg));
+  DYN_TRY(loom_sum(g, wg, 1, &ax1, 0, gates));
   return loom_sum(g, oh, 1, &ax1, 0, mask);
 }
 
@@ -118,7 +117,7 @@ static loom_status_t column(loom_graph_t *g, loom_value_t v, int e, int keep,
                             loom_value_t *out) {
   int64_t start = e, end = e + 1, axis = 1, one = 1;
   loom_value_t c;
-  LOOM_TRY(loom_slice(g, v, 1, &start, &end, &axis, NULL, &c));
+  DYN_TRY(loom_slice(g, v, 1, &start, &end, &axis, NULL, &c));
   if (keep) {
     *out = c;
     return LOOM_OK;
@@ -131,7 +130,7 @@ static loom_status_t with_bias(loom_graph_t *g, loom_value_t w, loom_value_t b,
                                loom_value_t *out) {
   const int64_t ax1 = 1;
   loom_value_t wb[2] = {w, b};
-  LOOM_TRY(loom_unsqueeze(g, b, 1, &ax1, &wb[1]));
+  DYN_TRY(loom_unsqueeze(g, b, 1, &ax1, &wb[1]));
   return loom_concat(g, 2, wb, 1, out);
 }
 
@@ -147,20 +146,20 @@ static loom_status_t expert(loom_graph_t *g, loom_value_t x1, loom_value_t nz,
                             loom_value_t *acc) {
   const int64_t ax1 = 1, last[1] = {MOE_D}, end[1] = {MOE_D + 1}, axis[1] = {1};
   loom_value_t rows, w1, w2, xe, one, a, h, h1[2], hb, b, gate, y, zi, index;
-  LOOM_TRY(loom_squeeze(g, nz, 1, &ax1, &rows));
-  LOOM_TRY(with_bias(g, w[0], w[1], &w1)); /* (HID, D + 1) */
-  LOOM_TRY(with_bias(g, w[2], w[3], &w2)); /* (D, HID + 1) */
-  LOOM_TRY(loom_index_select(g, x1, rows, 0, &xe));
-  LOOM_TRY(loom_slice(g, xe, 1, last, end, axis, NULL, &one)); /* (count, 1) */
-  LOOM_TRY(loom_matmul(g, xe, w1, 0, 1, &a));
-  LOOM_TRY(loom_relu(g, a, &h));
+  DYN_TRY(loom_squeeze(g, nz, 1, &ax1, &rows));
+  DYN_TRY(with_bias(g, w[0], w[1], &w1)); /* (HID, D + 1) */
+  DYN_TRY(with_bias(g, w[2], w[3], &w2)); /* (D, HID + 1) */
+  DYN_TRY(loom_index_select(g, x1, rows, 0, &xe));
+  DYN_TRY(loom_slice(g, xe, 1, last, end, axis, NULL, &one)); /* (count, 1) */
+  DYN_TRY(loom_matmul(g, xe, w1, 0, 1, &a));
+  DYN_TRY(loom_relu(g, a, &h));
   h1[0] = h, h1[1] = one;
-  LOOM_TRY(loom_concat(g, 2, h1, 1, &hb));
-  LOOM_TRY(loom_matmul(g, hb, w2, 0, 1, &b));
-  LOOM_TRY(loom_index_select(g, gcol, rows, 0, &gate)); /* (count, 1) */
-  LOOM_TRY(loom_mul(g, b, gate, &y));
-  LOOM_TRY(loom_full(g, 2, (loom_dim_t[]){1, MOE_D}, 0.0, LOOM_I64, &zi));
-  LOOM_TRY(loom_add(g, nz, zi, &index)); /* (count, D) */
+  DYN_TRY(loom_concat(g, 2, h1, 1, &hb));
+  DYN_TRY(loom_matmul(g, hb, w2, 0, 1, &b));
+  DYN_TRY(loom_index_select(g, gcol, rows, 0, &gate)); /* (count, 1) */
+  DYN_TRY(loom_mul(g, b, gate, &y));
+  DYN_TRY(loom_full(g, 2, (loom_dim_t[]){1, MOE_D}, 0.0, LOOM_I64, &zi));
+  DYN_TRY(loom_add(g, nz, zi, &index)); /* (count, D) */
   return loom_scatter_add(g, *acc, index, y, 0, acc);
 }
 
@@ -170,46 +169,46 @@ static loom_status_t moe_forward(void *self, loom_trace_t *t, int k,
   moe_t *m = self;
   loom_graph_t *g = loom_trace_graph(t);
   loom_value_t x, y, router, head, head_b, w[MOE_E][4];
-  LOOM_TRY(loom_trace_input(t, m->x, NULL, &x));
-  LOOM_TRY(loom_trace_input(t, m->y, NULL, &y));
-  LOOM_TRY(loom_trace_param(t, m->router, &router));
+  DYN_TRY(loom_trace_input(t, m->x, NULL, &x));
+  DYN_TRY(loom_trace_input(t, m->y, NULL, &y));
+  DYN_TRY(loom_trace_param(t, m->router, &router));
   for (int e = 0; e < MOE_E; e++) {
-    LOOM_TRY(loom_trace_param(t, m->w1[e], &w[e][0]));
-    LOOM_TRY(loom_trace_param(t, m->b1[e], &w[e][1]));
-    LOOM_TRY(loom_trace_param(t, m->w2[e], &w[e][2]));
-    LOOM_TRY(loom_trace_param(t, m->b2[e], &w[e][3]));
+    DYN_TRY(loom_trace_param(t, m->w1[e], &w[e][0]));
+    DYN_TRY(loom_trace_param(t, m->b1[e], &w[e][1]));
+    DYN_TRY(loom_trace_param(t, m->w2[e], &w[e][2]));
+    DYN_TRY(loom_trace_param(t, m->b2[e], &w[e][3]));
   }
-  LOOM_TRY(loom_trace_param(t, m->head, &head));
-  LOOM_TRY(loom_trace_param(t, m->head_b, &head_b));
+  DYN_TRY(loom_trace_param(t, m->head, &head));
+  DYN_TRY(loom_trace_param(t, m->head_b, &head_b));
 
   loom_value_t gates, mask, gcol[MOE_E], sel[MOE_E], nz[MOE_E];
-  LOOM_TRY(route(g, x, router, &gates, &mask));
+  DYN_TRY(route(g, x, router, &gates, &mask));
   /* every column before the first nonzero: its cut makes them all real */
   for (int e = 0; e < MOE_E; e++) {
-    LOOM_TRY(column(g, gates, e, 1, &gcol[e]));
-    LOOM_TRY(column(g, mask, e, 0, &sel[e]));
+    DYN_TRY(column(g, gates, e, 1, &gcol[e]));
+    DYN_TRY(column(g, mask, e, 0, &sel[e]));
   }
-  for (int e = 0; e < MOE_E; e++) LOOM_TRY(loom_nonzero(g, sel[e], &nz[e]));
+  for (int e = 0; e < MOE_E; e++) DYN_TRY(loom_nonzero(g, sel[e], &nz[e]));
 
   int64_t xs[2] = {MOE_N, MOE_D}, os[2] = {MOE_N, 1};
   loom_value_t acc, ones, x1, xo[2], z, logits, hl;
-  LOOM_TRY(loom_full(g, 2, xs, 0.0, LOOM_F32, &acc));
-  LOOM_TRY(loom_full(g, 2, os, 1.0, LOOM_F32, &ones));
+  DYN_TRY(loom_full(g, 2, xs, 0.0, LOOM_F32, &acc));
+  DYN_TRY(loom_full(g, 2, os, 1.0, LOOM_F32, &ones));
   xo[0] = x, xo[1] = ones;
-  LOOM_TRY(loom_concat(g, 2, xo, 1, &x1)); /* (N, D + 1) */
+  DYN_TRY(loom_concat(g, 2, xo, 1, &x1)); /* (N, D + 1) */
   for (int e = 0; e < MOE_E; e++)
-    LOOM_TRY(expert(g, x1, nz[e], gcol[e], w[e], &acc));
-  LOOM_TRY(loom_add(g, x, acc, &z));
-  LOOM_TRY(loom_matmul(g, z, head, 0, 1, &hl));
-  LOOM_TRY(loom_add(g, hl, head_b, &logits));
+    DYN_TRY(expert(g, x1, nz[e], gcol[e], w[e], &acc));
+  DYN_TRY(loom_add(g, x, acc, &z));
+  DYN_TRY(loom_matmul(g, z, head, 0, 1, &hl));
+  DYN_TRY(loom_add(g, hl, head_b, &logits));
   return loom_cross_entropy(g, logits, y, LOOM_NO_IGNORE_INDEX, 0.0,
                             LOOM_REDUCTION_MEAN, loss);
 }
 
 loom_status_t dyn_moe_run(const dyn_config_t *c, int warmup, int steps,
                           dyn_result_t *out) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(out);
+  DYN_CHECK_ARG(c);
+  DYN_CHECK_ARG(out);
   moe_t m;
   loom_trace_t *t = NULL;
   /* the counts of tokens per expert are the sizes nonzero decides */

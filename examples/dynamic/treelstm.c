@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/status.h"
 #include "dynamic.h"
 #include "loom/ops.h"
 #include "loom/train.h"
@@ -105,19 +104,19 @@ static loom_status_t tl_init(treelstm_t *m, const dyn_config_t *c) {
   const double bd = 1 / sqrt(TL_DE), b2h = 1 / sqrt(2 * TL_H), bh = 1 / sqrt(TL_H);
   int64_t es[2] = {TL_V, TL_DE}, wl[2] = {3 * TL_H, TL_DE}, bl = 3 * TL_H;
   int64_t us[2] = {5 * TL_H, 2 * TL_H}, bi = 5 * TL_H, hs[2] = {TL_C, TL_H}, hb = TL_C;
-  LOOM_TRY(dyn_values("tree.emb", 1.0, 2, es, &m->emb));
-  LOOM_TRY(dyn_values("tree.w_leaf", bd, 2, wl, &m->w_leaf));
-  LOOM_TRY(dyn_values("tree.b_leaf", bd, 1, &bl, &m->b_leaf));
-  LOOM_TRY(dyn_values("tree.u", b2h, 2, us, &m->u));
-  LOOM_TRY(dyn_values("tree.b_int", b2h, 1, &bi, &m->b_int));
-  LOOM_TRY(dyn_values("tree.head", bh, 2, hs, &m->head));
-  LOOM_TRY(dyn_values("tree.head_b", bh, 1, &hb, &m->head_b));
+  DYN_TRY(dyn_values("tree.emb", 1.0, 2, es, &m->emb));
+  DYN_TRY(dyn_values("tree.w_leaf", bd, 2, wl, &m->w_leaf));
+  DYN_TRY(dyn_values("tree.b_leaf", bd, 1, &bl, &m->b_leaf));
+  DYN_TRY(dyn_values("tree.u", b2h, 2, us, &m->u));
+  DYN_TRY(dyn_values("tree.b_int", b2h, 1, &bi, &m->b_int));
+  DYN_TRY(dyn_values("tree.head", bh, 2, hs, &m->head));
+  DYN_TRY(dyn_values("tree.head_b", bh, 1, &hb, &m->head_b));
   loom_tensor_t *all[7] = {m->emb, m->w_leaf, m->b_leaf, m->u, m->b_int, m->head, m->head_b};
   memcpy(m->all, all, sizeof all);
   for (int w = 0; w < TL_V; w++) m->sentiment[w] = (int)dyn_randint("tree.sentiment", w, -1, 1);
   int64_t one = 1;
   for (int i = 0; i < TL_ALL_LEAVES; i++)
-    LOOM_TRY(loom_tensor_wrap(LOOM_I64, 1, &one, NULL, &m->words[i], &m->leaf_word[i]));
+    DYN_TRY(loom_tensor_wrap(LOOM_I64, 1, &one, NULL, &m->words[i], &m->leaf_word[i]));
   for (int l = 0; l <= TL_MAX_HEIGHT; l++)
     dyn_name(m->sym_names[l], sizeof m->sym_names[l], "nodes%d", l);
   return LOOM_OK;
@@ -220,13 +219,13 @@ static loom_status_t level_inputs(treelstm_t *m) {
     }
     m->roots[j] = t->nodes[t->root].row;
   }
-  LOOM_TRY(wrap_i64(m->words, entered(m, count[0]), &m->words_t));
-  LOOM_TRY(wrap_i64(m->roots, TL_TREES, &m->roots_t));
+  DYN_TRY(wrap_i64(m->words, entered(m, count[0]), &m->words_t));
+  DYN_TRY(wrap_i64(m->roots, TL_TREES, &m->roots_t));
   for (int h = 0; h <= m->n_heights; h++)
-    LOOM_TRY(wrap_i64(m->rows[h], entered(m, count[h]), &m->rows_t[h]));
+    DYN_TRY(wrap_i64(m->rows[h], entered(m, count[h]), &m->rows_t[h]));
   for (int h = 1; h <= m->n_heights; h++)
     for (int s = 0; s < 2; s++)
-      LOOM_TRY(wrap_i64(m->kids[h][s], entered(m, count[h]), &m->kids_t[h][s]));
+      DYN_TRY(wrap_i64(m->kids[h][s], entered(m, count[h]), &m->kids_t[h][s]));
   return LOOM_OK;
 }
 
@@ -239,7 +238,7 @@ static loom_status_t tl_batch(void *self, int k, int64_t *items) {
     draw_tree(m, k, j, &m->trees[j]);
     m->labels[j] = m->trees[j].label;
   }
-  LOOM_TRY(wrap_i64(m->labels, TL_TREES, &m->labels_t));
+  DYN_TRY(wrap_i64(m->labels, TL_TREES, &m->labels_t));
   *items = TL_TREES;
   if (m->form == 1) return level_inputs(m);
   int at = 0;
@@ -258,7 +257,7 @@ static loom_status_t take_rows(loom_graph_t *g, loom_value_t table,
                                loom_value_t idx, int64_t depth,
                                loom_value_t *out) {
   loom_value_t oh;
-  LOOM_TRY(loom_one_hot(g, idx, depth, LOOM_F32, &oh));
+  DYN_TRY(loom_one_hot(g, idx, depth, LOOM_F32, &oh));
   return loom_matmul(g, oh, table, 0, 0, out);
 }
 
@@ -268,14 +267,14 @@ static loom_status_t leaf_cell(loom_graph_t *g, const tl_params_t *p,
                                loom_value_t x, loom_value_t *h, loom_value_t *c) {
   loom_value_t a, z, gate[3], si, tu, so, tc;
   const int64_t sizes[3] = {TL_H, TL_H, TL_H};
-  LOOM_TRY(loom_matmul(g, x, p->w_leaf, 0, 1, &a));
-  LOOM_TRY(loom_add(g, a, p->b_leaf, &z));
-  LOOM_TRY(loom_split(g, z, 1, 3, sizes, gate));
-  LOOM_TRY(loom_sigmoid(g, gate[0], &si));
-  LOOM_TRY(loom_tanh(g, gate[2], &tu));
-  LOOM_TRY(loom_mul(g, si, tu, c));
-  LOOM_TRY(loom_sigmoid(g, gate[1], &so));
-  LOOM_TRY(loom_tanh(g, *c, &tc));
+  DYN_TRY(loom_matmul(g, x, p->w_leaf, 0, 1, &a));
+  DYN_TRY(loom_add(g, a, p->b_leaf, &z));
+  DYN_TRY(loom_split(g, z, 1, 3, sizes, gate));
+  DYN_TRY(loom_sigmoid(g, gate[0], &si));
+  DYN_TRY(loom_tanh(g, gate[2], &tu));
+  DYN_TRY(loom_mul(g, si, tu, c));
+  DYN_TRY(loom_sigmoid(g, gate[1], &so));
+  DYN_TRY(loom_tanh(g, *c, &tc));
   return loom_mul(g, so, tc, h);
 }
 
@@ -286,18 +285,18 @@ static loom_status_t inner_cell(loom_graph_t *g, const tl_params_t *p,
                                 loom_value_t cr, loom_value_t *h, loom_value_t *c) {
   loom_value_t hh[2] = {hl, hr}, cat, a, z, gate[5], s[4], tu, iu, fl, fr, c1, tc;
   const int64_t sizes[5] = {TL_H, TL_H, TL_H, TL_H, TL_H};
-  LOOM_TRY(loom_concat(g, 2, hh, 1, &cat));
-  LOOM_TRY(loom_matmul(g, cat, p->u, 0, 1, &a));
-  LOOM_TRY(loom_add(g, a, p->b_int, &z));
-  LOOM_TRY(loom_split(g, z, 1, 5, sizes, gate));
-  for (int i = 0; i < 4; i++) LOOM_TRY(loom_sigmoid(g, gate[i], &s[i]));
-  LOOM_TRY(loom_tanh(g, gate[4], &tu));
-  LOOM_TRY(loom_mul(g, s[0], tu, &iu));
-  LOOM_TRY(loom_mul(g, s[1], cl, &fl));
-  LOOM_TRY(loom_mul(g, s[2], cr, &fr));
-  LOOM_TRY(loom_add(g, iu, fl, &c1));
-  LOOM_TRY(loom_add(g, c1, fr, c));
-  LOOM_TRY(loom_tanh(g, *c, &tc));
+  DYN_TRY(loom_concat(g, 2, hh, 1, &cat));
+  DYN_TRY(loom_matmul(g, cat, p->u, 0, 1, &a));
+  DYN_TRY(loom_add(g, a, p->b_int, &z));
+  DYN_TRY(loom_split(g, z, 1, 5, sizes, gate));
+  for (int i = 0; i < 4; i++) DYN_TRY(loom_sigmoid(g, gate[i], &s[i]));
+  DYN_TRY(loom_tanh(g, gate[4], &tu));
+  DYN_TRY(loom_mul(g, s[0], tu, &iu));
+  DYN_TRY(loom_mul(g, s[1], cl, &fl));
+  DYN_TRY(loom_mul(g, s[2], cr, &fr));
+  DYN_TRY(loom_add(g, iu, fl, &c1));
+  DYN_TRY(loom_add(g, c1, fr, c));
+  DYN_TRY(loom_tanh(g, *c, &tc));
   return loom_mul(g, s[3], tc, h);
 }
 
@@ -306,9 +305,9 @@ static loom_status_t head_loss(loom_trace_t *t, treelstm_t *m, const tl_params_t
                                loom_value_t roots, loom_value_t *loss) {
   loom_graph_t *g = loom_trace_graph(t);
   loom_value_t a, logits, y;
-  LOOM_TRY(loom_trace_input(t, m->labels_t, NULL, &y));
-  LOOM_TRY(loom_matmul(g, roots, p->head, 0, 1, &a));
-  LOOM_TRY(loom_add(g, a, p->head_b, &logits));
+  DYN_TRY(loom_trace_input(t, m->labels_t, NULL, &y));
+  DYN_TRY(loom_matmul(g, roots, p->head, 0, 1, &a));
+  DYN_TRY(loom_add(g, a, p->head_b, &logits));
   return loom_cross_entropy(g, logits, y, LOOM_NO_IGNORE_INDEX, 0.0,
                             LOOM_REDUCTION_MEAN, loss);
 }
@@ -323,14 +322,14 @@ static loom_status_t walk(loom_trace_t *t, treelstm_t *m, const tl_params_t *p,
   const tl_node_t *n = &tr->nodes[i];
   if (n->left < 0) {
     loom_value_t w, x;
-    LOOM_TRY(loom_trace_input(t, m->leaf_word[n->row], NULL, &w));
-    LOOM_TRY(take_rows(g, p->emb, w, TL_V, &x));
-    LOOM_TRY(leaf_cell(g, p, x, h, c));
+    DYN_TRY(loom_trace_input(t, m->leaf_word[n->row], NULL, &w));
+    DYN_TRY(take_rows(g, p->emb, w, TL_V, &x));
+    DYN_TRY(leaf_cell(g, p, x, h, c));
   } else {
     loom_value_t hl, cl, hr, cr;
-    LOOM_TRY(walk(t, m, p, tr, n->left, &hl, &cl));
-    LOOM_TRY(walk(t, m, p, tr, n->right, &hr, &cr));
-    LOOM_TRY(inner_cell(g, p, hl, cl, hr, cr, h, c));
+    DYN_TRY(walk(t, m, p, tr, n->left, &hl, &cl));
+    DYN_TRY(walk(t, m, p, tr, n->right, &hr, &cr));
+    DYN_TRY(inner_cell(g, p, hl, cl, hr, cr, h, c));
   }
   /* A sync would keep only the region's unconsumed outputs (h): c, read by
    * tanh inside the node, would be recomputed by the parent's segment, and
@@ -343,8 +342,8 @@ static loom_status_t node_forward(loom_trace_t *t, treelstm_t *m,
                                   const tl_params_t *p, loom_value_t *loss) {
   loom_value_t roots[TL_TREES], c, stack;
   for (int j = 0; j < TL_TREES; j++)
-    LOOM_TRY(walk(t, m, p, &m->trees[j], m->trees[j].root, &roots[j], &c));
-  LOOM_TRY(loom_concat(loom_trace_graph(t), TL_TREES, roots, 0, &stack));
+    DYN_TRY(walk(t, m, p, &m->trees[j], m->trees[j].root, &roots[j], &c));
+  DYN_TRY(loom_concat(loom_trace_graph(t), TL_TREES, roots, 0, &stack));
   return head_loss(t, m, p, stack, loss);
 }
 
@@ -355,8 +354,8 @@ static loom_status_t write_rows(loom_graph_t *g, loom_value_t table,
                                 loom_value_t rows, loom_value_t x,
                                 loom_value_t *out) {
   loom_value_t oh, add;
-  LOOM_TRY(loom_one_hot(g, rows, TL_ROWS + 1, LOOM_F32, &oh));
-  LOOM_TRY(loom_matmul(g, oh, x, 1, 0, &add));
+  DYN_TRY(loom_one_hot(g, rows, TL_ROWS + 1, LOOM_F32, &oh));
+  DYN_TRY(loom_matmul(g, oh, x, 1, 0, &add));
   return loom_add(g, table, add, out);
 }
 
@@ -368,32 +367,32 @@ static loom_status_t level_forward(loom_trace_t *t, treelstm_t *m,
   loom_dim_policy_t pol = dyn_policy(kind, m->sym_names[0]);
   int64_t ts[2] = {TL_ROWS + 1, TL_H};
   loom_value_t words, rows, x, h, c, hs, cs, roots, rh;
-  LOOM_TRY(loom_trace_input(t, m->words_t, &pol, &words));
-  LOOM_TRY(loom_trace_input(t, m->rows_t[0], &pol, &rows));
-  LOOM_TRY(take_rows(g, p->emb, words, TL_V, &x));
-  LOOM_TRY(leaf_cell(g, p, x, &h, &c));
+  DYN_TRY(loom_trace_input(t, m->words_t, &pol, &words));
+  DYN_TRY(loom_trace_input(t, m->rows_t[0], &pol, &rows));
+  DYN_TRY(take_rows(g, p->emb, words, TL_V, &x));
+  DYN_TRY(leaf_cell(g, p, x, &h, &c));
   /* hs, cs: the state of every node, rows of heights not done yet zero */
-  LOOM_TRY(loom_full(g, 2, ts, 0.0, LOOM_F32, &hs));
-  LOOM_TRY(loom_full(g, 2, ts, 0.0, LOOM_F32, &cs));
-  LOOM_TRY(write_rows(g, hs, rows, h, &hs));
-  LOOM_TRY(write_rows(g, cs, rows, c, &cs));
-  LOOM_TRY(loom_trace_sync(t));
+  DYN_TRY(loom_full(g, 2, ts, 0.0, LOOM_F32, &hs));
+  DYN_TRY(loom_full(g, 2, ts, 0.0, LOOM_F32, &cs));
+  DYN_TRY(write_rows(g, hs, rows, h, &hs));
+  DYN_TRY(write_rows(g, cs, rows, c, &cs));
+  DYN_TRY(loom_trace_sync(t));
   for (int l = 1; l <= m->n_heights; l++) {
     loom_value_t kid[2], hk[2], ck[2];
     pol = dyn_policy(kind, m->sym_names[l]);
-    LOOM_TRY(loom_trace_input(t, m->rows_t[l], &pol, &rows));
+    DYN_TRY(loom_trace_input(t, m->rows_t[l], &pol, &rows));
     for (int s = 0; s < 2; s++) {
-      LOOM_TRY(loom_trace_input(t, m->kids_t[l][s], &pol, &kid[s]));
-      LOOM_TRY(take_rows(g, hs, kid[s], TL_ROWS + 1, &hk[s]));
-      LOOM_TRY(take_rows(g, cs, kid[s], TL_ROWS + 1, &ck[s]));
+      DYN_TRY(loom_trace_input(t, m->kids_t[l][s], &pol, &kid[s]));
+      DYN_TRY(take_rows(g, hs, kid[s], TL_ROWS + 1, &hk[s]));
+      DYN_TRY(take_rows(g, cs, kid[s], TL_ROWS + 1, &ck[s]));
     }
-    LOOM_TRY(inner_cell(g, p, hk[0], ck[0], hk[1], ck[1], &h, &c));
-    LOOM_TRY(write_rows(g, hs, rows, h, &hs));
-    LOOM_TRY(write_rows(g, cs, rows, c, &cs));
-    LOOM_TRY(loom_trace_sync(t));
+    DYN_TRY(inner_cell(g, p, hk[0], ck[0], hk[1], ck[1], &h, &c));
+    DYN_TRY(write_rows(g, hs, rows, h, &hs));
+    DYN_TRY(write_rows(g, cs, rows, c, &cs));
+    DYN_TRY(loom_trace_sync(t));
   }
-  LOOM_TRY(loom_trace_input(t, m->roots_t, NULL, &roots));
-  LOOM_TRY(take_rows(g, hs, roots, TL_ROWS + 1, &rh));
+  DYN_TRY(loom_trace_input(t, m->roots_t, NULL, &roots));
+  DYN_TRY(take_rows(g, hs, roots, TL_ROWS + 1, &rh));
   return head_loss(t, m, p, rh, loss);
 }
 
@@ -402,25 +401,25 @@ static loom_status_t tl_forward(void *self, loom_trace_t *t, int k,
   (void)k;
   treelstm_t *m = self;
   tl_params_t p;
-  LOOM_TRY(loom_trace_param(t, m->emb, &p.emb));
-  LOOM_TRY(loom_trace_param(t, m->w_leaf, &p.w_leaf));
-  LOOM_TRY(loom_trace_param(t, m->b_leaf, &p.b_leaf));
-  LOOM_TRY(loom_trace_param(t, m->u, &p.u));
-  LOOM_TRY(loom_trace_param(t, m->b_int, &p.b_int));
-  LOOM_TRY(loom_trace_param(t, m->head, &p.head));
-  LOOM_TRY(loom_trace_param(t, m->head_b, &p.head_b));
+  DYN_TRY(loom_trace_param(t, m->emb, &p.emb));
+  DYN_TRY(loom_trace_param(t, m->w_leaf, &p.w_leaf));
+  DYN_TRY(loom_trace_param(t, m->b_leaf, &p.b_leaf));
+  DYN_TRY(loom_trace_param(t, m->u, &p.u));
+  DYN_TRY(loom_trace_param(t, m->b_int, &p.b_int));
+  DYN_TRY(loom_trace_param(t, m->head, &p.head));
+  DYN_TRY(loom_trace_param(t, m->head_b, &p.head_b));
   return m->form == 1 ? level_forward(t, m, &p, loss) : node_forward(t, m, &p, loss);
 }
 
 loom_status_t dyn_treelstm_run(const dyn_config_t *c, int warmup, int steps,
                                dyn_result_t *out) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(out);
+  DYN_CHECK_ARG(c);
+  DYN_CHECK_ARG(out);
   if (c->form != 0 && c->form != 1)
-    return loom_fail(LOOM_ERR_INVALID, "dyn_treelstm_run: form %d (0: one "
-                     "segment per node, 1: level batching)", c->form);
+    return loom_set_error(LOOM_ERR_INVALID, "dyn_treelstm_run: form %d (0: one "
+                          "segment per node, 1: level batching)", c->form);
   treelstm_t *m = calloc(1, sizeof *m);
-  if (!m) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the TreeLSTM");
+  if (!m) return loom_set_error(LOOM_ERR_NOMEM, "out of memory for the TreeLSTM");
   loom_trace_t *t = NULL;
   loom_status_t s = tl_init(m, c);
   if (s == LOOM_OK) s = dyn_trace_create(c, NULL, &t);

@@ -35,6 +35,16 @@ typedef enum loom_status {
 const char *loom_last_error(void);
 /* A short name for a status: "LOOM_ERR_SHAPE". */
 const char *loom_status_name(loom_status_t status);
+/* Sets this thread's last error to a printf-style message and returns
+ * status: how code outside Loom (a host callback, a helper of the
+ * caller's) fails through the same channel as Loom's own calls:
+ *   return loom_set_error(LOOM_ERR_VALUE, "tree %d has no root", i);
+ * Messages longer than 1023 bytes are cut. */
+loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ---- Dtypes ------------------------------------------------------------ */
 
@@ -133,12 +143,19 @@ loom_status_t loom_dim_floordiv(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
 loom_status_t loom_dim_format(const loom_graph_t *g, loom_dim_t d, char *buf,
                               size_t size);
 
-/* A graph input; dims may be symbolic. */
+/* A graph input; dims may be symbolic. Inputs bind by position; name
+ * labels the input in messages and may be NULL or "" (unnamed). A name
+ * is unique among the graph's inputs and parameters: a second input or
+ * parameter of one name fails with LOOM_ERR_INVALID, naming it. */
 loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
                                loom_dtype_t dtype, int rank,
                                const loom_dim_t *dims, loom_value_t *out);
 /* A parameter: persistent, mutable state owned by the graph, zero-filled,
- * or a copy of init when init is not null. */
+ * or a copy of init when init is not null. name is its key in checkpoints
+ * and optimizer state ("<name>.m"); NULL or "" makes an unnamed one
+ * (saved as "__param<k>", k its position). Names are unique as inputs'
+ * are: a name already given to an input or parameter of the graph fails
+ * with LOOM_ERR_INVALID, naming it. */
 loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
                                loom_dtype_t dtype, int rank,
                                const int64_t *shape, const loom_tensor_t *init,
@@ -208,7 +225,8 @@ typedef struct loom_compile_options {
   int use_cc;      /* 1: generate C and compile it; 0: reference steps only */
   /* Values for the graph's symbols, by name: compiled code is specialized
    * to these sizes. A symbol fixed by the inputs may be left out only if
-   * the graph has no symbolic dims. */
+   * the graph has no symbolic dims. A name that is not a symbol of the
+   * graph, or a negative value, fails with LOOM_ERR_INVALID. */
   int n_symbols;
   const char *const *symbol_names;
   const int64_t *symbol_values;

@@ -102,7 +102,9 @@ typedef struct loom_conv_params {
   int64_t output_padding[2]; /* conv_transpose2d only */
   int64_t groups;            /* 0: 1 */
 } loom_conv_params_t;
-/* x (N, C, H, W), w (O, C/groups, kh, kw); has_bias 0: bias is ignored. */
+/* x (N, C, H, W), w (O, C/groups, kh, kw); has_bias 0: bias is ignored.
+ * p NULL: PyTorch's defaults, stride 1, no padding, dilation 1, groups 1
+ * (as do zeros in *p); the same for the two calls below. */
 loom_status_t loom_conv2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);
 /* x (N, C, H, W), w (C, O/groups, kh, kw). */
 loom_status_t loom_conv_transpose2d(loom_graph_t *g, loom_value_t x, loom_value_t w, int has_bias, loom_value_t bias, const loom_conv_params_t *p, loom_value_t *out);
@@ -123,7 +125,7 @@ loom_status_t loom_avg_pool2d(loom_graph_t *g, loom_value_t x, const loom_pool_p
 loom_status_t loom_global_avg_pool(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 /* Gradients of the pools: x, the pool's input, and dy, the gradient of its
  * output, give the gradient of x (max: routed to each window's first
- * maximum; avg: spread over the window). */
+ * maximum, or its last NaN, as PyTorch; avg: spread over the window). */
 loom_status_t loom_max_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_avg_pool2d_grad(loom_graph_t *g, loom_value_t x, loom_value_t dy, const loom_pool_params_t *p, loom_value_t *out);
 loom_status_t loom_softmax(loom_graph_t *g, loom_value_t x, int64_t axis, loom_value_t *out);

@@ -169,7 +169,8 @@ loom_status_t loom_trace_sync(loom_trace_t *t);
  * declared types) from inputs. backward (may be NULL: not
  * differentiable) receives the inputs, the outputs' gradients and fills
  * the inputs' gradients (zeroed tensors of the inputs' types). A non-OK
- * return stops the run with that status. */
+ * return stops the run with that status; a message the callback set with
+ * loom_set_error is kept in loom_last_error's, after the callback's name. */
 typedef loom_status_t (*loom_host_fn_t)(void *user, int n_in,
                                         const loom_tensor_t *const *in,
                                         int n_out, loom_tensor_t *const *out);

@@ -34,7 +34,8 @@ typedef enum loom_reduction {
  * [0, 1) mixes the target with the uniform distribution:
  *   loss_i = (1 - e) * -logp[i, y_i] + e / C * sum_c -logp[i, c].
  * C must be a constant dim. Any other label outside [0, C) fails at run
- * time with LOOM_ERR_VALUE. */
+ * time with LOOM_ERR_VALUE, a message naming loom_cross_entropy, the
+ * label's position and value, and C. */
 loom_status_t loom_cross_entropy(loom_graph_t *g, loom_value_t logits,
                                  loom_value_t labels, int64_t ignore_index,
                                  double label_smoothing,

@@ -385,8 +385,8 @@ loom_status_t cg_emit_pool(cg_ctx_t *c, int gi, bool *ok) {
 /* ---- Max pooling's gradient -----------------------------------------------------
  * One max_pool2d_grad node, f32: per (image, channel) plane (split over
  * the pool), dX is zeroed, then each window's dY is added at the first
- * maximum of x in it (taps in the reference kernel's order; a NaN is the
- * maximum), as PyTorch routes it. */
+ * maximum of x in it, or its last NaN (taps in the reference kernel's
+ * order), as PyTorch routes it. */
 
 typedef struct mpg_emit {
   cg_ctx_t *c;
@@ -442,7 +442,7 @@ static void mpg_body(mpg_emit_t *k) {
   emit_index(b, 6, "ix", "ox", "kw", g->stride[1], g->dilation[1], g->pads[1]);
   cg_line(b, 6, "if (ix < 0 || ix >= %lld) continue;\n", (long long)w);
   cg_line(b, 6, "const float v = xp[iy * %lld + ix];\n", (long long)w);
-  cg_line(b, 6, "if (best < 0 || (v != v && max == max) || v > max) {\n");
+  cg_line(b, 6, "if (best < 0 || v != v || v > max) {\n");
   cg_line(b, 7, "best = iy * %lld + ix;\n", (long long)w);
   cg_line(b, 7, "max = v;\n");
   cg_line(b, 6, "}\n");

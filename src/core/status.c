@@ -6,15 +6,28 @@
 
 static _Thread_local char last_error[1024];
 
-loom_status_t loom_fail(loom_status_t status, const char *fmt, ...) {
-  /* Formats aside first: a caller adding context may pass the last
-   * message itself as an argument. */
+/* Formats aside first: a caller adding context may pass the last
+ * message itself as an argument. */
+static loom_status_t record(loom_status_t status, const char *fmt, va_list ap) {
   char msg[sizeof last_error];
+  vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
+  memcpy(last_error, msg, sizeof msg);
+  return status;
+}
+
+loom_status_t loom_fail(loom_status_t status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  record(status, fmt, ap);
   va_end(ap);
-  memcpy(last_error, msg, sizeof msg);
+  return status;
+}
+
+loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(status, fmt, ap);
+  va_end(ap);
   return status;
 }
 

@@ -4,7 +4,8 @@
 
 #include "loom/loom.h"
 
-/* Records a formatted message as this thread's last error; returns status. */
+/* Records a formatted message as this thread's last error; returns status.
+ * Inside Loom; code outside calls the public loom_set_error, the same. */
 loom_status_t loom_fail(loom_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Clears the last error (at the start of a public call that succeeded). */

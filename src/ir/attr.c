@@ -104,9 +104,10 @@ loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a) {
   int n = a ? a->n : 0;
   for (int i = 0; i < n; i++) {
     const ir_attr_t *s = &a->a[i];
-    ir_attr_kind_t kind;
+    ir_attr_kind_t kind = IR_ATTR_INT; /* an origin's */
     bool optional;
-    if (!schema_has(schema, s->name, &kind, &optional))
+    /* Every op takes an origin (src/ir/origin.c) beside its own. */
+    if (strcmp(s->name, IR_ORIGIN_ATTR) && !schema_has(schema, s->name, &kind, &optional))
       return loom_fail(LOOM_ERR_INVALID, "%s: unknown attribute '%s' (takes: %s)",
                        info->name, s->name, schema[0] ? schema : "none");
     if (kind != s->kind)

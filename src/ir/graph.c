@@ -39,6 +39,7 @@ void ir_graph_reset(loom_graph_t *g) {
   g->n_exprs = 0;
   g->n_symbols = g->n_fresh = 0;
   g->n_subgraphs = 0;
+  ir_names_forget(g);
 }
 
 void loom_graph_destroy(loom_graph_t *g) {
@@ -52,6 +53,7 @@ void loom_graph_destroy(loom_graph_t *g) {
   core_free(g->outputs);
   core_free(g->exprs);
   core_free(g->subgraphs);
+  core_free(g->names);
   core_free(g);
 }
 
@@ -131,22 +133,44 @@ static loom_status_t public_type(const loom_graph_t *g, const char *what,
   return LOOM_OK;
 }
 
+/* NULL for an unnamed leaf ("" is one too). */
+static const char *leaf_name(const char *name) { return name && name[0] ? name : NULL; }
+
+/* Appends an input of type t. */
+static loom_status_t add_input(loom_graph_t *g, const char *name, const ir_type_t *t,
+                               loom_value_t *out) {
+  /* Room in the list first, so that a failure leaves no half-made input. */
+  LOOM_TRY(core_grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1,
+                     sizeof *g->inputs));
+  int32_t id = -1;
+  LOOM_TRY(new_value(g, IR_VALUE_INPUT, t, name, &id));
+  g->values[id].index = (int32_t)g->n_inputs;
+  LOOM_TRY(push_id(&g->inputs, &g->n_inputs, &g->cap_inputs, id));
+  out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t ir_graph_input(loom_graph_t *g, const char *name, loom_dtype_t dtype,
+                             int rank, const loom_dim_t *dims, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  ir_type_t t;
+  LOOM_TRY(public_type(g, "input", name, dtype, rank, dims, &t));
+  return add_input(g, name, &t, out);
+}
+
 loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
                                loom_dtype_t dtype, int rank,
                                const loom_dim_t *dims, loom_value_t *out) {
   LOOM_CHECK_ARG(g);
   LOOM_TRY(ir_before_change(g, "loom_graph_input"));
   LOOM_CHECK_ARG(out);
+  name = leaf_name(name);
   ir_type_t t;
   LOOM_TRY(public_type(g, "input", name, dtype, rank, dims, &t));
-  /* Room in the list first, so that a failure leaves no half-made input. */
-  LOOM_TRY(core_grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1,
-                     sizeof *g->inputs));
-  int32_t id = -1;
-  LOOM_TRY(new_value(g, IR_VALUE_INPUT, &t, name, &id));
-  g->values[id].index = (int32_t)g->n_inputs;
-  LOOM_TRY(push_id(&g->inputs, &g->n_inputs, &g->cap_inputs, id));
-  out->id = id;
+  LOOM_TRY(ir_names_check(g, __func__, name));
+  LOOM_TRY(add_input(g, name, &t, out));
+  ir_names_add(g, out->id);
   return LOOM_OK;
 }
 
@@ -157,6 +181,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
   LOOM_CHECK_ARG(g);
   LOOM_TRY(ir_before_change(g, "loom_graph_param"));
   LOOM_CHECK_ARG(out);
+  name = leaf_name(name);
   ir_type_t t;
   LOOM_TRY(public_type(g, "parameter", name, dtype, rank, shape, &t));
   for (int i = 0; i < rank; i++)
@@ -175,6 +200,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
                        shape_str(init->rank, init->shape, got, sizeof got),
                        loom_dtype_name(dtype), shape_str(rank, shape, want, sizeof want));
   }
+  LOOM_TRY(ir_names_check(g, __func__, name));
   LOOM_TRY(core_grow((void **)&g->params, &g->cap_params, g->n_params + 1,
                      sizeof *g->params));
   loom_tensor_t *storage;
@@ -189,6 +215,7 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
   g->values[id].data = storage;
   g->values[id].index = (int32_t)g->n_params;
   LOOM_TRY(push_id(&g->params, &g->n_params, &g->cap_params, id));
+  ir_names_add(g, id);
   out->id = id;
   return LOOM_OK;
 }

@@ -101,6 +101,11 @@ loom_status_t ir_dim_floordiv(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
 const ir_expr_t *ir_dim_expr(const loom_graph_t *g, ir_dim_t d);
 /* Number of symbols in the graph (symbol numbers are 0..n-1). */
 int ir_num_symbols(const loom_graph_t *g);
+/* The symbol of g called name, or NULL. */
+const ir_expr_t *ir_symbol_find(const loom_graph_t *g, const char *name);
+/* The names of g's symbols, quoted and separated by commas ("" for
+ * none), into buf (cut with "..." when it does not fit). */
+const char *ir_symbols_str(const loom_graph_t *g, char *buf, size_t size);
 /* Value of d when symbol k has value sym_values[k] (< 0: unbound). */
 loom_status_t ir_dim_eval(const loom_graph_t *g, ir_dim_t d,
                           const int64_t *sym_values, int64_t *out);
@@ -156,7 +161,8 @@ int ir_attr_ints(const ir_attrs_t *a, const char *name, const int64_t **v);
 /* out[0:count] = the list when it has count entries, else dflt each. */
 void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t dflt,
                      int64_t *out);
-/* Checks attributes against the op's schema. */
+/* Checks attributes against the op's schema (and the origin every op
+ * may carry). */
 loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a);
 
 /* ---- Graphs ------------------------------------------------------------- */
@@ -185,6 +191,35 @@ typedef struct ir_node {
   int32_t *out; /* value ids */
   ir_attrs_t attrs;
 } ir_node_t;
+
+/* ---- Origins (src/ir/origin.c) --------------------------------------------
+ * A node that a public call built as part of a composition carries the
+ * int attribute "origin", an ir_origin_t, so that its run-time errors name
+ * that call and its argument instead of an op the user never called. */
+
+#define IR_ORIGIN_ATTR "origin"
+
+typedef enum ir_origin {
+  IR_ORIGIN_NONE,
+  IR_ORIGIN_CROSS_ENTROPY_LABELS, /* loom_cross_entropy's one-hot of its labels */
+  IR_ORIGIN_COUNT
+} ir_origin_t;
+
+typedef struct ir_origin_info {
+  const char *call;  /* the public call: "loom_cross_entropy" */
+  const char *index; /* what the node's indices are to the caller: "label" */
+  const char *range; /* what they count: "classes" */
+} ir_origin_info_t;
+
+/* Entry `origin` of the table, or NULL for none or a number out of range. */
+const ir_origin_info_t *ir_origin_info(int64_t origin);
+/* Node n's origin, or NULL when it has none. */
+const ir_origin_info_t *ir_node_origin(const ir_node_t *n);
+/* Fails with LOOM_ERR_VALUE for index `value`, entry `position` of node
+ * n's indices, out of range for a dim of `size`: in the terms of n's
+ * origin when it has one, else of its op. */
+loom_status_t ir_index_error(const ir_node_t *n, int64_t value, int64_t position,
+                             int64_t size);
 
 /* Called after each node is added (the tracer records through it). A
  * non-OK return makes the builder call fail with that status; the node
@@ -215,6 +250,10 @@ struct loom_graph {
   loom_graph_t **subgraphs;
   int64_t n_subgraphs, cap_subgraphs;
   loom_graph_t *owner; /* the graph this one is a subgraph of, or NULL */
+  /* Index of the input and parameter names (src/ir/names.c): value ids,
+   * -1 for an empty slot; n_names_indexed leaves are in it (-1: stale). */
+  int32_t *names;
+  int64_t cap_names, n_names_indexed;
 };
 
 /* The hook's verdict on a change of g (OK without a hook). */
@@ -225,6 +264,23 @@ static inline loom_status_t ir_before_change(loom_graph_t *g, const char *what) 
 /* Empties g (values, nodes, symbols) but keeps its allocations, so that a
  * trace refilled every step does not allocate again. The hook stays. */
 void ir_graph_reset(loom_graph_t *g);
+
+/* loom_graph_input without the check that its name is unique, for graphs
+ * Loom builds itself (a trace, a pass's graph), where names only label
+ * values in messages and may repeat. */
+loom_status_t ir_graph_input(loom_graph_t *g, const char *name, loom_dtype_t dtype,
+                             int rank, const loom_dim_t *dims, loom_value_t *out);
+
+/* ---- Names of inputs and parameters (src/ir/names.c) --------------------- */
+
+/* Fails, naming fn and the input or parameter that has it, when name
+ * (not NULL) is taken by an input or parameter of g; else makes room for
+ * it in the index. */
+loom_status_t ir_names_check(loom_graph_t *g, const char *fn, const char *name);
+/* Records leaf id, just added to g's inputs or parameters, in the index. */
+void ir_names_add(loom_graph_t *g, int32_t id);
+/* Marks the index stale (the leaves changed), to be rebuilt on next use. */
+void ir_names_forget(loom_graph_t *g);
 
 /* ---- Subgraphs (src/ir/op_control.c) ------------------------------------ */
 

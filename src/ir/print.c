@@ -19,7 +19,11 @@ static void put_attrs(core_text_t *t, const loom_graph_t *g, const ir_attrs_t *a
   for (int i = 0; i < a->n; i++) {
     const ir_attr_t *at = &a->a[i];
     core_text_put(t, "%s%s=", i ? ", " : " {", at->name);
-    if (at->kind == IR_ATTR_INT) core_text_put(t, "%lld", (long long)at->ints[0]);
+    const ir_origin_info_t *origin = NULL;
+    if (at->kind == IR_ATTR_INT && !strcmp(at->name, IR_ORIGIN_ATTR))
+      origin = ir_origin_info(at->ints[0]);
+    if (origin) core_text_put(t, "%s", origin->call);
+    else if (at->kind == IR_ATTR_INT) core_text_put(t, "%lld", (long long)at->ints[0]);
     else if (at->kind == IR_ATTR_FLOAT) core_text_put(t, "%g", at->f);
     else {
       core_text_put(t, "[");

@@ -53,6 +53,25 @@ loom_status_t ir_dim_symbol(loom_graph_t *g, const char *name, ir_dim_t *out) {
   return intern(g, e, out);
 }
 
+const ir_expr_t *ir_symbol_find(const loom_graph_t *g, const char *name) {
+  for (int64_t i = 0; name && i < g->n_exprs; i++)
+    if (g->exprs[i].kind == IR_EXPR_SYM && !strcmp(g->exprs[i].name, name))
+      return &g->exprs[i];
+  return NULL;
+}
+
+const char *ir_symbols_str(const loom_graph_t *g, char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int64_t i = 0; i < g->n_exprs && at < size; i++) {
+    if (g->exprs[i].kind != IR_EXPR_SYM) continue;
+    int n = snprintf(buf + at, size - at, "%s'%s'", at ? ", " : "", g->exprs[i].name);
+    at = n < 0 ? size : at + (size_t)n;
+  }
+  if (at >= size && size > 4) strcpy(buf + size - 4, "...");
+  return buf;
+}
+
 loom_status_t ir_dim_fresh_symbol(loom_graph_t *g, const char *prefix,
                                   ir_dim_t *out) {
   /* Skips names the user took, so that a fresh symbol is never merged

@@ -17,10 +17,7 @@ static loom_status_t index_at(const ref_call_t *c, const loom_tensor_t *ind,
   int64_t v = ind->dtype == LOOM_I64 ? ((const int64_t *)ind->data)[i] : ref_geti(ind, i);
   int64_t lo = negative ? -size : 0;
   *out = 0;
-  if (v < lo || v >= size)
-    return loom_fail(LOOM_ERR_VALUE,
-                     "%s: index %lld (at position %lld) is out of range for a dim of size %lld",
-                     ref_name(c), (long long)v, (long long)i, (long long)size);
+  if (v < lo || v >= size) return ir_index_error(c->node, v, i, size);
   *out = v < 0 ? v + size : v;
   return LOOM_OK;
 }

@@ -268,9 +268,11 @@ loom_status_t ref_batch_norm(ref_call_t *c) {
 
 /* ---- Pooling gradients --------------------------------------------------- */
 
-/* Flat index (in its plane) of the first maximum of x's window at (oh,
- * ow), as PyTorch routes the gradient; a NaN is the maximum, as in the
- * forward pass. -1 when the window holds no input element. */
+/* Flat index (in its plane) of the maximum of x's window at (oh, ow)
+ * that PyTorch routes the gradient to: the first of tied maxima, but the
+ * last NaN (a NaN is the maximum, as in the forward pass, and PyTorch's
+ * scan takes every NaN it meets). -1 when the window holds no input
+ * element. */
 static int64_t window_argmax(const pool_t *p, const loom_tensor_t *x,
                              int64_t plane, int64_t oh, int64_t ow) {
   int64_t h = x->shape[2], w = x->shape[3], best = -1;
@@ -282,7 +284,7 @@ static int64_t window_argmax(const pool_t *p, const loom_tensor_t *x,
       int64_t iw = ow * p->stride[1] - p->pads[1] + kw * p->dilation[1];
       if (iw < 0 || iw >= w) continue;
       double v = ref_get(x, (plane * h + ih) * w + iw);
-      if (best < 0 || (isnan(v) && !isnan(max)) || v > max) {
+      if (best < 0 || isnan(v) || v > max) {
         best = ih * w + iw;
         max = v;
       }

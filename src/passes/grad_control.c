@@ -30,7 +30,7 @@ static loom_status_t grad_branch(loom_graph_t *gb, const int32_t *dout, int n_ou
     char name[32];
     snprintf(name, sizeof name, "dy%d", k);
     loom_value_t dy, term;
-    LOOM_TRY(loom_graph_input(gb, name, t.dtype, t.rank, t.dims, &dy));
+    LOOM_TRY(ir_graph_input(gb, name, t.dtype, t.rank, t.dims, &dy));
     LOOM_TRY(dot_term(gb, gb->outputs[k], dy.id, &term));
     if (loss.id < 0) loss = term;
     else LOOM_TRY(loom_add(gb, loss, term, &loss));

@@ -56,13 +56,6 @@ static loom_status_t positive(grad_ctx_t *c, int32_t x, int32_t *out) {
   return op2(c, IR_OP_GT, x, zero, out);
 }
 
-/* A bool value as 0/1 in the gradient's dtype. */
-static loom_status_t as_number(grad_ctx_t *c, int32_t b, int32_t *out) {
-  ir_attrs_t a = {0};
-  ir_attrs_int(&a, "dtype", dt_(c));
-  return grad_op(c, IR_OP_CAST, 1, &b, &a, out);
-}
-
 /* dx = g * dy/dx for a unary op. */
 static loom_status_t chain(grad_ctx_t *c, int32_t dydx) {
   return op2(c, IR_OP_MUL, g_(c), dydx, &c->din[0]);
@@ -250,15 +243,16 @@ loom_status_t grad_cast(grad_ctx_t *c) {
   return grad_op(c, IR_OP_CAST, 1, &c->dout[0], &a, &c->din[0]);
 }
 
-/* The gradient passes where min < x < max; a NaN or infinite bound is no
- * bound. At a bound itself it is 0. */
+/* The gradient passes where min <= x <= max, bounds included, as
+ * PyTorch's clamp (its hardtanh and relu6 exclude them instead); a NaN x
+ * gets none. A NaN or infinite bound is no bound. */
 loom_status_t grad_clamp(grad_ctx_t *c) {
   double lo = ir_attr_float(&c->node.attrs, "min", -INFINITY);
   double hi = ir_attr_float(&c->node.attrs, "max", INFINITY);
   int32_t x = in_(c, 0), inside = -1, t;
-  if (isfinite(lo)) TRY(op2s(c, IR_OP_GT, x, lo, &inside));
+  if (isfinite(lo)) TRY(op2s(c, IR_OP_GE, x, lo, &inside));
   if (isfinite(hi)) {
-    TRY(op2s(c, IR_OP_LT, x, hi, &t));
+    TRY(op2s(c, IR_OP_LE, x, hi, &t));
     if (inside >= 0) TRY(op2(c, IR_OP_AND, inside, t, &t));
     inside = t;
   }
@@ -298,47 +292,52 @@ loom_status_t grad_div(grad_ctx_t *c) {
   return to_input(c, 1, db);
 }
 
-/* d a^b = b a^(b-1) da + a^b log(a) db (NaN in db where a < 0, as the
- * function is not real-valued around there). */
+/* d a^b = b a^(b-1) da + a^b log(a) db, with PyTorch's values where the
+ * formula has none: da = 0 where b = 0 (0^-1 * 0 would be NaN at a = 0),
+ * db = 0 where a = 0 and b >= 0 (log 0 * 0^b); db is NaN where a < 0, as
+ * the function is not real-valued around there. */
 loom_status_t grad_pow(grad_ctx_t *c) {
-  int32_t a = in_(c, 0), b = in_(c, 1), da, db;
+  int32_t a = in_(c, 0), b = in_(c, 1), da, db, zero, b0, a0, b_pos;
   TRY(op2s(c, IR_OP_SUB, b, 1.0, &da));
   TRY(op2(c, IR_OP_POW, a, da, &da));
   TRY(op2(c, IR_OP_MUL, da, b, &da));
   TRY(op2(c, IR_OP_MUL, g_(c), da, &da));
+  TRY(grad_scalar(c, 0.0, dt_(c), &zero));
+  TRY(op2(c, IR_OP_EQ, b, zero, &b0));
+  TRY(choose(c, b0, -1, da, &da));
   TRY(grad_unary(c, IR_OP_LOG, a, &db));
   TRY(op2(c, IR_OP_MUL, db, y_(c), &db));
   TRY(op2(c, IR_OP_MUL, g_(c), db, &db));
+  TRY(op2(c, IR_OP_EQ, a, zero, &a0));
+  TRY(op2(c, IR_OP_GE, b, zero, &b_pos));
+  TRY(op2(c, IR_OP_AND, a0, b_pos, &a0));
+  TRY(choose(c, a0, -1, db, &db));
   TRY(to_input(c, 0, da));
   return to_input(c, 1, db);
 }
 
-/* Weights (w_a, w_b) of the two operands of maximum (cmp GT) or minimum
- * (LT): 1 to the one chosen and, at a tie, 1/2 to each, which is what a
- * central difference sees and keeps the total gradient g. */
-static loom_status_t extreme_grad(grad_ctx_t *c, ir_op_t cmp, ir_op_t cmp_b) {
-  int32_t a = in_(c, 0), b = in_(c, 1), tie, w[2];
-  ir_op_t cmps[2] = {cmp, cmp_b};
+/* maximum (lose GT) or minimum (LT) as PyTorch: at a tie each operand
+ * gets g/2 (what a central difference sees; the total stays g), else the
+ * one chosen gets g. An operand gets none only where it lost the
+ * comparison, so a NaN sends g to both. */
+static loom_status_t extreme_grad(grad_ctx_t *c, ir_op_t b_wins) {
+  int32_t a = in_(c, 0), b = in_(c, 1), tie, half, shared, lost[2];
   TRY(op2(c, IR_OP_EQ, a, b, &tie));
-  TRY(as_number(c, tie, &tie));
-  TRY(op2s(c, IR_OP_MUL, tie, 0.5, &tie));
+  TRY(op2s(c, IR_OP_MUL, g_(c), 0.5, &half));
+  TRY(choose(c, tie, half, g_(c), &shared));
+  TRY(op2(c, b_wins, b, a, &lost[0]));
+  TRY(op2(c, b_wins, a, b, &lost[1]));
   for (int k = 0; k < 2; k++) {
-    TRY(op2(c, cmps[k], a, b, &w[k]));
-    TRY(as_number(c, w[k], &w[k]));
-    TRY(op2(c, IR_OP_ADD, w[k], tie, &w[k]));
-    TRY(op2(c, IR_OP_MUL, g_(c), w[k], &w[k]));
-    TRY(to_input(c, k, w[k]));
+    int32_t d;
+    TRY(choose(c, lost[k], -1, shared, &d));
+    TRY(to_input(c, k, d));
   }
   return LOOM_OK;
 }
 
-loom_status_t grad_maximum(grad_ctx_t *c) {
-  return extreme_grad(c, IR_OP_GT, IR_OP_LT);
-}
+loom_status_t grad_maximum(grad_ctx_t *c) { return extreme_grad(c, IR_OP_GT); }
 
-loom_status_t grad_minimum(grad_ctx_t *c) {
-  return extreme_grad(c, IR_OP_LT, IR_OP_GT);
-}
+loom_status_t grad_minimum(grad_ctx_t *c) { return extreme_grad(c, IR_OP_LT); }
 
 /* a mod b = a - b floor(a/b): da = g, db = -g floor(a/b). */
 loom_status_t grad_mod(grad_ctx_t *c) {

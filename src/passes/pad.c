@@ -1101,7 +1101,7 @@ static loom_status_t add_real_inputs(pad_ctx_t *c) {
     char name[32];
     snprintf(name, sizeof name, "real_size_%d", g);
     loom_value_t v;
-    LOOM_TRY(loom_graph_input(c->rw.dst, name, LOOM_I64, 0, NULL, &v));
+    LOOM_TRY(ir_graph_input(c->rw.dst, name, LOOM_I64, 0, NULL, &v));
     c->real[g] = v.id;
     c->mask[g] = -1;
   }

@@ -82,8 +82,8 @@ static loom_status_t add_output_gradients(part_t *p, int32_t *ys) {
     if (y.name) snprintf(name, sizeof name, "d_%s", y.name);
     else snprintf(name, sizeof name, "d_out%lld", (long long)i);
     loom_value_t d;
-    LOOM_TRY(loom_graph_input(j, name, y.type.dtype, y.type.rank, y.type.dims,
-                              &d));
+    LOOM_TRY(ir_graph_input(j, name, y.type.dtype, y.type.rank, y.type.dims,
+                            &d));
     ys[p->n_dy] = j->outputs[i];
     p->dy[p->n_dy++] = d.id;
   }
@@ -267,8 +267,8 @@ static loom_status_t backward_input(ir_rewriter_t *rw, int32_t v,
   if (jv->name) snprintf(name, sizeof name, "%s%s", prefix, jv->name);
   else snprintf(name, sizeof name, "%s%lld", prefix, (long long)i);
   loom_value_t d;
-  LOOM_TRY(loom_graph_input(rw->dst, name, jv->type.dtype, jv->type.rank,
-                            jv->type.dims, &d));
+  LOOM_TRY(ir_graph_input(rw->dst, name, jv->type.dtype, jv->type.rank,
+                          jv->type.dims, &d));
   ir_rewrite_map(rw, v, d.id);
   return LOOM_OK;
 }

@@ -46,11 +46,37 @@ static bool symbol_in_inputs(const loom_graph_t *g, int64_t k) {
   return false;
 }
 
+/* The options' symbols: each names a symbol of g and gives it a size. */
+static loom_status_t check_symbol_options(const loom_graph_t *g,
+                                          const loom_compile_options_t *o) {
+  if (o->n_symbols < 0 || (o->n_symbols > 0 && (!o->symbol_names || !o->symbol_values)))
+    return loom_fail(LOOM_ERR_INVALID, "loom_compile: n_symbols is %d with symbol_names "
+                     "%s and symbol_values %s", o->n_symbols, o->symbol_names ? "set" : "null",
+                     o->symbol_values ? "set" : "null");
+  for (int k = 0; k < o->n_symbols; k++) {
+    const char *name = o->symbol_names[k];
+    char list[512];
+    if (!name)
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol_names[%d] is null", k);
+    if (!ir_symbol_find(g, name))
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol_names[%d] '%s' is not a "
+                       "symbol of the graph (%s%s)", k, name,
+                       g->n_symbols ? "its symbols: " : "it has none",
+                       ir_symbols_str(g, list, sizeof list));
+    if (o->symbol_values[k] < 0)
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol '%s' is given the negative "
+                       "size %lld (symbol_values[%d])", name,
+                       (long long)o->symbol_values[k], k);
+  }
+  return LOOM_OK;
+}
+
 /* Values for the symbols of g's inputs, from the options, by name.
  * Other symbols (a data-dependent count) stay unbound (-1). */
 static loom_status_t resolve_symbols(loom_executable_t *e,
                                      const loom_compile_options_t *o) {
   const loom_graph_t *g = e->source;
+  LOOM_TRY(check_symbol_options(g, o));
   e->syms = core_malloc(sizeof(int64_t) * (size_t)(g->n_symbols + 1));
   if (!e->syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   for (int64_t i = 0; i < g->n_exprs; i++) {
@@ -58,9 +84,7 @@ static loom_status_t resolve_symbols(loom_executable_t *e,
     if (x->kind != IR_EXPR_SYM) continue;
     e->syms[x->c] = -1;
     for (int k = 0; k < o->n_symbols; k++)
-      if (o->symbol_names && o->symbol_names[k] && o->symbol_values &&
-          !strcmp(o->symbol_names[k], x->name))
-        e->syms[x->c] = o->symbol_values[k];
+      if (!strcmp(o->symbol_names[k], x->name)) e->syms[x->c] = o->symbol_values[k];
     /* Left open, the symbol is read from the inputs at each run. */
     if (e->syms[x->c] < 0 && o->dynamic_symbols && rt_sym_readable(g, (int32_t)x->c)) {
       LOOM_TRY(rt_sym_mark(e, (int32_t)x->c));

@@ -69,18 +69,32 @@ static loom_status_t wrap_node(const loom_executable_t *e, int32_t node, rt_cont
   return LOOM_OK;
 }
 
+/* The symbols of the outer options that sub has too (the outer graph
+ * compiles with runtime symbols: sizes it leaves open stay open in sub). */
+static int outer_symbols(const loom_graph_t *sub, const loom_compile_options_t *o,
+                         const char **names, int64_t *values) {
+  int n = 0;
+  for (int k = 0; k < o->n_symbols; k++)
+    if (ir_symbol_find(sub, o->symbol_names[k])) {
+      names[n] = o->symbol_names[k];
+      values[n++] = o->symbol_values[k];
+    }
+  return n;
+}
+
 /* Compiles subgraph sub, whose input i takes node input first + i, for
  * those inputs' shapes: each plain symbol of its inputs gets the size it
  * has there. */
 static loom_status_t compile_subgraph(rt_control_t *c, loom_graph_t *sub, int first,
                                       const loom_compile_options_t *o,
                                       loom_executable_t **out) {
-  int cap = (int)sub->n_inputs * LOOM_MAX_RANK + 1, n = 0;
+  int cap = (int)sub->n_inputs * LOOM_MAX_RANK + (o->n_symbols > 0 ? o->n_symbols : 0) + 1;
+  int n = 0;
   const char **names = core_malloc(sizeof *names * (size_t)cap);
   int64_t *values = core_malloc(sizeof *values * (size_t)cap);
   loom_status_t s = names && values ? LOOM_OK
                     : loom_fail(LOOM_ERR_NOMEM, "out of memory compiling a subgraph");
-  for (int64_t i = 0; s == LOOM_OK && i < sub->n_inputs; i++) {
+  for (int64_t i = 0; s == LOOM_OK && !c->dynamic && i < sub->n_inputs; i++) {
     const ir_type_t *t = &sub->values[sub->inputs[i]].type;
     const loom_tensor_t *x = c->in[first + i];
     for (int d = 0; d < t->rank && d < x->rank; d++) {
@@ -90,16 +104,11 @@ static loom_status_t compile_subgraph(rt_control_t *c, loom_graph_t *sub, int fi
       values[n++] = x->shape[d];
     }
   }
+  if (s == LOOM_OK && c->dynamic) n = outer_symbols(sub, o, names, values);
   loom_compile_options_t so = *o;
   so.n_symbols = n;
   so.symbol_names = names;
   so.symbol_values = values;
-  if (c->dynamic) {
-    /* Sizes the outer graph leaves open stay open in the subgraph. */
-    so.n_symbols = o->n_symbols;
-    so.symbol_names = o->symbol_names;
-    so.symbol_values = o->symbol_values;
-  }
   if (s == LOOM_OK) s = loom_compile(sub, &so, out);
   core_free(names);
   core_free(values);

@@ -48,12 +48,13 @@ loom_status_t rt_index_errors_take(const loom_executable_t *e, const loom_abi_t 
   rt_index_errors_t *r = abi->index_errors;
   if (!r || !atomic_load_explicit(&r->set, memory_order_acquire)) return LOOM_OK;
   pthread_mutex_lock(&r->lock);
-  const char *op = r->node >= 0 && r->node < e->graph->n_nodes
-                       ? ir_ops[e->graph->nodes[r->node].op].name : "index";
-  loom_status_t s = loom_fail(LOOM_ERR_VALUE,
-                              "%s: index %lld (at position %lld) is out of range for a dim "
-                              "of size %lld", op, (long long)r->value,
-                              (long long)r->position, (long long)r->size);
+  loom_status_t s;
+  if (r->node >= 0 && r->node < e->graph->n_nodes)
+    s = ir_index_error(&e->graph->nodes[r->node], r->value, r->position, r->size);
+  else
+    s = loom_fail(LOOM_ERR_VALUE, "index: index %lld (at position %lld) is out of range for "
+                  "a dim of size %lld", (long long)r->value, (long long)r->position,
+                  (long long)r->size);
   atomic_store_explicit(&r->set, false, memory_order_relaxed);
   pthread_mutex_unlock(&r->lock);
   return s;

@@ -432,7 +432,7 @@ loom_graph_t *loom_trace_graph(loom_trace_t *t) { return t ? t->g : NULL; }
 static loom_status_t enter(loom_trace_t *t, const char *name, loom_tensor_t *x,
                            bool owned, const loom_dim_t *dims,
                            loom_value_t *out) {
-  loom_status_t s = loom_graph_input(t->g, name, x->dtype, x->rank, dims, out);
+  loom_status_t s = ir_graph_input(t->g, name, x->dtype, x->rank, dims, out);
   if (s == LOOM_OK) s = tr_reserve_values(t);
   if (s != LOOM_OK) {
     if (owned) loom_tensor_destroy(x);

@@ -81,16 +81,15 @@ loom_status_t loom_bce_with_logits(loom_graph_t *g, loom_value_t logits,
   LOOM_CHECK_ARG(loss);
   LOOM_TRY(check_reduction(__func__, reduction));
   LOOM_TRY(check_pair(__func__, g, logits, targets));
-  /* max(x, 0) - x*t + log(1 + e^-|x|): no exp of a positive number, so
-   * no overflow for large |x|; the last term is softplus(-|x|). */
-  loom_value_t pos, xt, ax, nax, tail, lin, items;
-  LOOM_TRY(loom_relu(g, logits, &pos));
+  /* softplus(x) - x*t: softplus computes max(x, 0) + log(1 + e^-|x|),
+   * with no exp of a positive number, so no overflow for large |x|. One
+   * op and not that sum of relu and abs, whose gradients at x = 0 (0 and
+   * 0) would miss sigmoid(0) = 1/2: its gradient is sigmoid(x) - t
+   * everywhere, as PyTorch's. */
+  loom_value_t sp, xt, items;
+  LOOM_TRY(loom_softplus(g, logits, &sp));
   LOOM_TRY(loom_mul(g, logits, targets, &xt));
-  LOOM_TRY(loom_abs(g, logits, &ax));
-  LOOM_TRY(loom_neg(g, ax, &nax));
-  LOOM_TRY(loom_softplus(g, nax, &tail));
-  LOOM_TRY(loom_sub(g, pos, xt, &lin));
-  LOOM_TRY(loom_add(g, lin, tail, &items));
+  LOOM_TRY(loom_sub(g, sp, xt, &items));
   return reduce(g, items, reduction, loss);
 }
 
@@ -130,7 +129,13 @@ static loom_status_t ce_items(loom_graph_t *g, loom_value_t logp,
   loom_dtype_t dt = g->values[logp.id].type.dtype;
   const int64_t last = -1;
   loom_value_t hot, picked, nll, k;
-  LOOM_TRY(loom_one_hot(g, labels, classes, dt, &hot));
+  /* Built with its origin, so that a label out of range is reported as
+   * the loss's, not as the one_hot's (src/ir/origin.c). */
+  ir_attrs_t a = {0};
+  ir_attrs_int(&a, "depth", classes);
+  ir_attrs_int(&a, "dtype", dt);
+  ir_attrs_int(&a, IR_ORIGIN_ATTR, IR_ORIGIN_CROSS_ENTROPY_LABELS);
+  LOOM_TRY(ir_build1(g, IR_OP_ONE_HOT, 1, &labels, &a, &hot));
   LOOM_TRY(loom_mul(g, hot, logp, &picked));
   LOOM_TRY(loom_sum(g, picked, 1, &last, 0, &nll));
   LOOM_TRY(scalar(g, -(1.0 - smoothing), dt, &k));
