@@ -369,18 +369,24 @@ static bool one_input_reduction(ir_op_t op, loom_dtype_t d) {
 }
 
 /* The nodes testing op on x: with its default attributes and, when it
- * takes axes or an axis, over the last one. An op needing an attribute
- * (cumsum's axis, pooling's kernel) is left to its own tests. */
+ * takes axes or an axis, over the last one. A required axis is the last
+ * one, a required kernel 3x3; another required attribute is a failure:
+ * this test must learn to set it. */
 static void add_reduction(sweep_t *s, ir_op_t op) {
   char name[32], kind;
   bool optional, axes = false;
+  ir_attrs_t need = {0};
   for (int i = 0; schema_attr(op, i, name, sizeof name, &kind, &optional); i++) {
-    if (!optional) return;
-    axes |= !strcmp(name, "axes") || !strcmp(name, "axis");
+    axes |= optional && (!strcmp(name, "axes") || !strcmp(name, "axis"));
+    if (optional) continue;
+    if (!strcmp(name, "axis")) ir_attrs_int(&need, "axis", -1);
+    else if (!strcmp(name, "kernel")) ir_attrs_ints(&need, "kernel", 2, (int64_t[]){3, 3});
+    else test_fail(__FILE__, __LINE__, "%s needs attribute %s: teach this test to set it",
+                   ir_ops[op].name, name);
   }
-  add_output(s, op, NULL, "");
+  add_output(s, op, &need, "");
   if (!axes) return;
-  ir_attrs_t a = {0};
+  ir_attrs_t a = need;
   if (strstr(ir_ops[op].attrs, "axes:")) ir_attrs_ints(&a, "axes", 1, (int64_t[]){-1});
   else ir_attrs_int(&a, "axis", -1);
   add_output(s, op, &a, " (last axis)");
