@@ -72,7 +72,9 @@ loom_status_t loom_where(loom_graph_t *g, loom_value_t cond, loom_value_t a, loo
 
 /* ---- Reductions ----------------------------------------------------------
  * axes: n_axes entries (n_axes 0 and axes NULL: all axes). keepdim keeps
- * reduced dims with size 1. */
+ * reduced dims with size 1. As in PyTorch, sum, prod and cumsum of
+ * integers and bool give i64 (a sum of bools counts), and mean,
+ * logsumexp and variance accept float dtypes only (cast first). */
 loom_status_t loom_sum(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
 loom_status_t loom_mean(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
 loom_status_t loom_max(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
