@@ -560,6 +560,9 @@ static void check_layout_in(loom_dtype_t d) {
   out(g, loom_concat(g, 3, parts, 1, &y), y);
   int64_t pads[6] = {1, 0, 2, 0, 3, 1};
   out(g, loom_pad(g, x, pads, LOOM_PAD_CONSTANT, 7, &y), y);
+  int64_t crop_pad[6] = {-1, 2, -3, 0, -1, 1}, crop[6] = {-1, -2, -1, -1, -1, -2};
+  out(g, loom_pad(g, x, crop_pad, LOOM_PAD_CONSTANT, 7, &y), y); /* negative pads crop */
+  out(g, loom_pad(g, x, crop, LOOM_PAD_CONSTANT, 7, &y), y);
   loom_dim_t rs[2] = {y_dims[0], y_dims[1]};
   out(g, loom_reshape(g, x, 2, rs, &y), y);
   test_seed(31 + d);

@@ -444,6 +444,32 @@ static void test_pad(void) {
     }
 }
 
+/* Negative pads crop: random crops and pads of every mode, each dim
+ * keeping at least one element; and a crop reaching into the padding,
+ * whose outputs are all fill (x gets zeros). */
+static void test_pad_crop(void) {
+  test_seed(25);
+  for (int mode = 0; mode < 3; mode++)
+    for (int trial = 0; trial < 4; trial++) {
+      int rank = (int)test_rand_int(1, 3);
+      int64_t shape[LOOM_MAX_RANK];
+      params_t p = {.op = mode};
+      for (int d = 0; d < rank; d++) {
+        int64_t n = shape[d] = test_rand_int(3, 5);
+        int64_t b = test_rand_int(-(n - 1), n - 1);
+        int64_t room = n - 1 - (b < 0 ? -b : 0); /* what the end may still crop */
+        p.a[d] = b;
+        p.a[d + rank] = test_rand_int(-room, n - 1);
+      }
+      p.a[0] = -test_rand_int(1, shape[0] - 1); /* at least one crop */
+      p.a[rank] = test_rand_int(0, 1);
+      check_fd1(mode == 0 ? "pad constant, crops" : mode == 1 ? "pad reflect, crops" : "pad edge, crops",
+                rand_x(rank, shape), b_pad, &p);
+    }
+  params_t beyond = {.op = 0, .a = {-4, 0, 3, 0}};
+  check_fd1("pad crop into the padding", rand_x(2, (int64_t[]){3, 2}), b_pad, &beyond);
+}
+
 /* ---- Gather, index_select, embedding, scatter_add ------------------------------ */
 
 static loom_status_t b_index(loom_graph_t *g, const loom_value_t *x,
@@ -738,6 +764,7 @@ int main(void) {
   TEST_RUN(test_concat);
   TEST_RUN(test_split);
   TEST_RUN(test_pad);
+  TEST_RUN(test_pad_crop);
   TEST_RUN(test_gather_family);
   TEST_RUN(test_scatter_add);
   TEST_RUN(test_float_dtypes);

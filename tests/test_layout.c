@@ -580,6 +580,63 @@ static void pad_modes_1d(void) {
   }
 }
 
+/* Negative pads crop, as PyTorch's F.pad: [1, 2, 3, 4] with pads (-1, 2),
+ * (2, -1), (-1, -2) in each mode, computed by hand; crops come after the
+ * pads, so (-4, 3) on [1, 2, 3] keeps two of the padded entries. */
+static void pad_crops_1d(void) {
+  static const struct {
+    loom_pad_mode_t mode;
+    int64_t n, begin, end;
+    double want[6];
+  } cases[] = {
+      {LOOM_PAD_CONSTANT, 4, -1, 2, {2, 3, 4, -1, -1}},
+      {LOOM_PAD_REFLECT, 4, -1, 2, {2, 3, 4, 3, 2}},
+      {LOOM_PAD_EDGE, 4, -1, 2, {2, 3, 4, 4, 4}},
+      {LOOM_PAD_CONSTANT, 4, 2, -1, {-1, -1, 1, 2, 3}},
+      {LOOM_PAD_REFLECT, 4, 2, -1, {3, 2, 1, 2, 3}},
+      {LOOM_PAD_EDGE, 4, 2, -1, {1, 1, 1, 2, 3}},
+      {LOOM_PAD_CONSTANT, 4, -1, -2, {2}},
+      {LOOM_PAD_REFLECT, 4, -1, -2, {2}},
+      {LOOM_PAD_EDGE, 4, -2, -2, {0}},
+      {LOOM_PAD_CONSTANT, 3, -4, 3, {-1, -1}},
+      {LOOM_PAD_EDGE, 3, -4, 3, {3, 3}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    loom_value_t x, y;
+    int64_t n = cases[k].n, out = n + cases[k].begin + cases[k].end;
+    loom_graph_t *g = graph1(LOOM_F32, 1, &n, &x);
+    CHECK_OK(loom_pad(g, x, (int64_t[]){cases[k].begin, cases[k].end}, cases[k].mode, -1, &y));
+    loom_tensor_t *in = test_tensor(LOOM_F32, 1, &n, arange + 1);
+    loom_tensor_t *got = run(g, y, in);
+    check_shape(got, 1, &out);
+    CHECK_VALUES(got, LOOM_F32, cases[k].want, out);
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(got);
+    loom_graph_destroy(g);
+  }
+}
+
+/* (3, 4) = 0..11 with pads (-1, 1) on dim 0 and (0, -2) on dim 1: the
+ * first row cropped, a column of 9 before and two cut after, in every
+ * dtype (generated code copies elements as bits). */
+static void pad_crops_2d(void) {
+  static const double want[] = {9, 4, 5, 9, 8, 9, 9, 9, 9};
+  for (int k = 0; k < N_DTYPES; k++) {
+    loom_dtype_t dt = all_dtypes[k];
+    if (dt == LOOM_BOOL || dt == LOOM_I8) continue; /* 9 and 11 do not fit or stay */
+    loom_value_t x, y;
+    loom_graph_t *g = graph1(dt, 2, (int64_t[]){3, 4}, &x);
+    CHECK_OK(loom_pad(g, x, (int64_t[]){-1, 1, 1, -2}, LOOM_PAD_CONSTANT, 9, &y));
+    loom_tensor_t *in = test_tensor(dt, 2, (int64_t[]){3, 4}, arange);
+    loom_tensor_t *got = run(g, y, in);
+    check_shape(got, 2, (int64_t[]){3, 3});
+    CHECK_VALUES(got, dt, want, 9);
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(got);
+    loom_graph_destroy(g);
+  }
+}
+
 static void pad_errors(void) {
   loom_value_t x, y;
   loom_graph_t *g = graph1(LOOM_F32, 2, (int64_t[]){2, 4}, &x);
@@ -587,8 +644,13 @@ static void pad_errors(void) {
             LOOM_ERR_SHAPE, "too large");
   CHECK_ERR(loom_pad(g, x, (int64_t[]){2, 0, 0, 0}, LOOM_PAD_REFLECT, 0, &y),
             LOOM_ERR_SHAPE, "too large");
-  CHECK_ERR(loom_pad(g, x, (int64_t[]){0, -1, 0, 0}, LOOM_PAD_CONSTANT, 0, &y),
-            LOOM_ERR_INVALID, "non-negative");
+  CHECK_ERR(loom_pad(g, x, (int64_t[]){0, -3, 0, -2}, LOOM_PAD_CONSTANT, 0, &y),
+            LOOM_ERR_SHAPE, "crop more than the 4 elements of dim 1");
+  CHECK_ERR(loom_pad(g, x, (int64_t[]){-3, 0, 0, 0}, LOOM_PAD_EDGE, 0, &y),
+            LOOM_ERR_SHAPE, "crop more than the 2 elements of dim 0");
+  CHECK_ERR(loom_pad(g, x, (int64_t[]){0, -1, 0, 4}, LOOM_PAD_REFLECT, 0, &y),
+            LOOM_ERR_SHAPE, "too large");
+  CHECK_OK(loom_pad(g, x, (int64_t[]){-1, -2, -1, -2}, LOOM_PAD_REFLECT, 0, &y));
   CHECK_ERR(loom_pad(g, x, (int64_t[]){0, 0, 0, 0}, (loom_pad_mode_t)5, 0, &y),
             LOOM_ERR_INVALID, "mode");
   CHECK_ERR(loom_pad(g, x, NULL, LOOM_PAD_CONSTANT, 0, &y), LOOM_ERR_INVALID, "null");
@@ -673,6 +735,8 @@ int main(void) {
   TEST_RUN(concat_errors);
   TEST_RUN(split_errors);
   TEST_RUN(pad_modes_1d);
+  TEST_RUN(pad_crops_1d);
+  TEST_RUN(pad_crops_2d);
   TEST_RUN(pad_errors);
   TEST_RUN(pad_reflect_symbolic);
   TEST_RUN(flip_and_tile);

@@ -72,7 +72,9 @@ loom_status_t loom_where(loom_graph_t *g, loom_value_t cond, loom_value_t a, loo
 
 /* ---- Reductions ----------------------------------------------------------
  * axes: n_axes entries (n_axes 0 and axes NULL: all axes). keepdim keeps
- * reduced dims with size 1. */
+ * reduced dims with size 1. As in PyTorch, sum, prod and cumsum of
+ * integers and bool give i64 (a sum of bools counts), and mean,
+ * logsumexp and variance accept float dtypes only (cast first). */
 loom_status_t loom_sum(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
 loom_status_t loom_mean(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
 loom_status_t loom_max(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, int keepdim, loom_value_t *out);
@@ -156,7 +158,10 @@ loom_status_t loom_concat(loom_graph_t *g, int n, const loom_value_t *xs, int64_
 /* outs receives n values. */
 loom_status_t loom_split(loom_graph_t *g, loom_value_t x, int64_t axis, int n, const int64_t *sizes, loom_value_t *outs);
 typedef enum loom_pad_mode { LOOM_PAD_CONSTANT, LOOM_PAD_REFLECT, LOOM_PAD_EDGE } loom_pad_mode_t;
-/* pads: rank begins, then rank ends. */
+/* pads: rank begins, then rank ends. A negative pad crops, as PyTorch's
+ * F.pad: a dim becomes size + begin + end, which must not be negative;
+ * crops apply after the positive pads (reflect and edge mirror or repeat
+ * the uncropped input's edges). */
 loom_status_t loom_pad(loom_graph_t *g, loom_value_t x, const int64_t *pads, loom_pad_mode_t mode, double value, loom_value_t *out);
 loom_status_t loom_flip(loom_graph_t *g, loom_value_t x, int n_axes, const int64_t *axes, loom_value_t *out);
 loom_status_t loom_tile(loom_graph_t *g, loom_value_t x, const int64_t *repeats, loom_value_t *out);

@@ -139,25 +139,34 @@ static bool plan_concat(layout_t *l) {
   return true;
 }
 
-/* The border first (the whole output, simplest), then the input inside. */
+/* The border first (the whole output, simplest; none for a crop), then
+ * the input inside: output index o along a dim reads input o - begin, for
+ * o in [max(0, begin), min(out, n + begin)) (a negative pad crops). */
 static bool plan_pad(layout_t *l) {
   if (l->x.lead || l->y.lead) return false;
   const int64_t *pads;
   ir_attr_ints(&l->n->attrs, "pads", &pads);
-  char bytes[8] = {0};
-  dtype_store_f64(l->c->g->values[l->n->out[0]].type.dtype, bytes,
-                  ir_attr_float(&l->n->attrs, "value", 0.0));
-  memcpy(&l->fill, bytes, sizeof bytes);
-  move_t *f = whole(l);
-  f->src = -1;
-  move_t *m = &l->moves[l->n_moves++];
-  *m = (move_t){.box = l->x, .src = l->n->in[0]};
-  memcpy(m->stride[0], l->ys, sizeof l->ys);
-  memcpy(m->stride[1], l->xs, sizeof l->xs);
-  for (int d = 0; d < l->x.rank; d++) {
-    if (pads[d] < 0 || pads[d + l->x.rank] < 0) return false;
-    m->base[0] += pads[d] * l->ys[d];
+  bool border = false;
+  for (int d = 0; d < 2 * l->x.rank; d++) border |= pads[d] > 0;
+  if (border) {
+    char bytes[8] = {0};
+    dtype_store_f64(l->c->g->values[l->n->out[0]].type.dtype, bytes,
+                    ir_attr_float(&l->n->attrs, "value", 0.0));
+    memcpy(&l->fill, bytes, sizeof bytes);
+    whole(l)->src = -1;
   }
+  move_t m = {.box = l->x, .src = l->n->in[0]};
+  memcpy(m.stride[0], l->ys, sizeof l->ys);
+  memcpy(m.stride[1], l->xs, sizeof l->xs);
+  for (int d = 0; d < l->x.rank; d++) {
+    int64_t begin = pads[d], lo = begin > 0 ? begin : 0;
+    int64_t hi = l->x.dim[d] + begin < l->y.dim[d] ? l->x.dim[d] + begin : l->y.dim[d];
+    if (hi <= lo) return true; /* no input element shows */
+    m.box.dim[d] = hi - lo;
+    m.base[0] += lo * l->ys[d];
+    m.base[1] += (lo - begin) * l->xs[d];
+  }
+  l->moves[l->n_moves++] = m;
   return true;
 }
 

@@ -330,9 +330,13 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   }
   if (n_in > 0 && !(info->dtypes & DT_BIT(types[0]->dtype))) {
     char accepted[96];
-    return loom_fail(LOOM_ERR_DTYPE, "%s: input 0 has dtype %s, which it does not accept (accepts %s)",
+    /* As PyTorch's mean of an integer tensor, a float-only op does not
+     * pick a float dtype for the user: it says how to. */
+    bool cast = !(info->dtypes & ~DT_FLOAT) && !dtype_is_float(types[0]->dtype);
+    return loom_fail(LOOM_ERR_DTYPE, "%s: input 0 has dtype %s, which it does not accept (accepts %s)%s",
                      info->name, loom_dtype_name(types[0]->dtype),
-                     dtype_mask_str(info->dtypes, accepted, sizeof accepted));
+                     dtype_mask_str(info->dtypes, accepted, sizeof accepted),
+                     cast ? "; cast it to a float dtype first" : "");
   }
   LOOM_TRY(ir_attrs_check(op, attrs));
   int n_out = output_count(g, op, attrs);

@@ -35,6 +35,7 @@ enum {
   F_SIDE_EFFECT = 1u << 1, /* writes persistent state */
   F_RANDOM = 1u << 2,      /* draws from the counter-based generator */
   F_SUBGRAPH = 1u << 3,    /* runs subgraphs of its graph (if, loop) */
+  F_INT_I64 = 1u << 4,     /* integer and bool inputs give an i64 result */
 };
 
 struct ir_infer;

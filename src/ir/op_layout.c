@@ -462,12 +462,18 @@ loom_status_t ir_shape_split(ir_infer_t *c) {
 }
 
 /* Reflect needs pads below the size (NumPy 'reflect' does not repeat the
- * edge); edge needs an element to repeat. The kernel checks symbolic
- * sizes when it knows them. */
+ * edge); edge needs an element to repeat; crops (negative pads) may take
+ * the whole dim, no more. The kernel checks symbolic sizes when it knows
+ * them. */
 static loom_status_t check_pad_fits(ir_infer_t *c, int64_t mode, int d,
-                                    int64_t most) {
+                                    int64_t begin, int64_t end) {
   ir_dim_t dim = c->in[0]->dims[d];
-  if (most == 0 || mode == LOOM_PAD_CONSTANT || ir_dim_is_sym(dim)) return LOOM_OK;
+  int64_t most = begin > end ? begin : end;
+  if (ir_dim_is_sym(dim)) return LOOM_OK;
+  if (dim + begin + end < 0)
+    return ir_shape_fail(c, "pads (%lld, %lld) crop more than the %lld elements "
+                         "of dim %d", (long long)begin, (long long)end, (long long)dim, d);
+  if (most <= 0 || mode == LOOM_PAD_CONSTANT) return LOOM_OK;
   if (mode == LOOM_PAD_REFLECT && most >= dim)
     return ir_shape_fail(c, "reflect pad %lld on dim %d is too large: it must "
                          "be smaller than the size %lld", (long long)most, d,
@@ -491,10 +497,7 @@ loom_status_t ir_shape_pad(ir_infer_t *c) {
   c->out[0] = *x;
   for (int d = 0; d < x->rank; d++) {
     int64_t begin = pads[d], end = pads[d + x->rank];
-    if (begin < 0 || end < 0)
-      return loom_fail(LOOM_ERR_INVALID, "pad: pads of dim %d (%lld, %lld) "
-                       "must be non-negative", d, (long long)begin, (long long)end);
-    LOOM_TRY(check_pad_fits(c, mode, d, begin > end ? begin : end));
+    LOOM_TRY(check_pad_fits(c, mode, d, begin, end));
     ir_dim_t *o = &c->out[0].dims[d];
     LOOM_TRY(ir_dim_add(c->g, *o, begin, o));
     LOOM_TRY(ir_dim_add(c->g, *o, end, o));

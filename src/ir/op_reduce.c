@@ -45,6 +45,13 @@ static bool needs_nonempty(ir_op_t op) {
          op == IR_OP_ARGMIN;
 }
 
+/* The dtype of op's result on x: x's, or i64 for integers and bool where
+ * the op says so (PyTorch's sum of a bool tensor counts). */
+static loom_dtype_t result_dtype(const ir_infer_t *c) {
+  loom_dtype_t d = c->in[0]->dtype;
+  return (ir_ops[c->op].flags & F_INT_I64) && !dtype_is_float(d) ? LOOM_I64 : d;
+}
+
 /* Drops the reduced dims, or keeps them with size 1. */
 static void reduced_type(const ir_type_t *in, const bool *red, bool keepdim,
                          loom_dtype_t dtype, ir_type_t *out) {
@@ -66,7 +73,7 @@ loom_status_t ir_shape_reduce(ir_infer_t *c) {
   if (correction < 0)
     return loom_fail(LOOM_ERR_INVALID, "%s: correction %lld is negative",
                      ir_ops[c->op].name, (long long)correction);
-  reduced_type(x, red, keepdim, x->dtype, &c->out[0]);
+  reduced_type(x, red, keepdim, result_dtype(c), &c->out[0]);
   return LOOM_OK;
 }
 
@@ -93,6 +100,7 @@ loom_status_t ir_shape_cumsum(ir_infer_t *c) {
   LOOM_TRY(flag_attr(c, "exclusive", 0, &flag));
   LOOM_TRY(flag_attr(c, "reverse", 0, &flag));
   c->out[0] = *c->in[0];
+  c->out[0].dtype = result_dtype(c);
   return LOOM_OK;
 }
 

@@ -57,9 +57,17 @@ UNARY_F(sigmoid, x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)))
 UNARY(relu, x > 0 ? x : (isnan(x) ? x : 0.0), x > 0 ? x : 0)
 UNARY_F(leaky_relu, x > 0 ? x : x * ir_attr_float(a, "alpha", 0.01))
 UNARY_F(elu, x > 0 ? x : ir_attr_float(a, "alpha", 1.0) * expm1(x))
-UNARY_F(gelu, 0.5 * x * (1.0 + erf(x / sqrt(2.0))))
-UNARY_F(gelu_tanh,
-      0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))))
+/* GELU is x Phi(x) = x erfc(-x / sqrt 2) / 2, and its tanh form
+ * x (1 + tanh u) / 2 = x sigmoid(2u): 1 + erf and 1 + tanh lose all their
+ * digits for x < 0 (at x = -8.5 in double), these forms none. */
+UNARY_F(gelu, 0.5 * x * erfc(x * -M_SQRT1_2))
+static double gelu_tanh_f(double x, const ir_attrs_t *a) {
+  (void)a;
+  double u = 2.0 * sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  double e = exp(-fabs(u));
+  return x * (u >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e));
+}
+loom_status_t ref_gelu_tanh(ref_call_t *c) { return run_unary(c, gelu_tanh_f, NULL); }
 UNARY_F(silu, x * (x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x))))
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|), which never overflows. */
 UNARY_F(softplus, fmax(x, 0.0) + log1p(exp(-fabs(x))))

@@ -248,7 +248,9 @@ loom_status_t ref_split(ref_call_t *c) {
 /* ---- pad -------------------------------------------------------------------- */
 
 /* NumPy 'reflect' mirrors about the edge without repeating it; 'edge'
- * repeats the edge. */
+ * repeats the edge. A negative pad crops: output index i reads the padded
+ * input at i - first, as if the positive pads were made first (PyTorch's
+ * F.pad). */
 static bool from_pad(const move_t *m, int k, int64_t *idx, int *src) {
   (void)k;
   (void)src;
@@ -268,7 +270,7 @@ static loom_status_t check_pad_fits(const move_t *m, const int64_t *pads) {
   const loom_tensor_t *x = m->c->in[0];
   for (int d = 0; d < x->rank; d++) {
     int64_t most = pads[d] > pads[d + x->rank] ? pads[d] : pads[d + x->rank];
-    if (most == 0 || m->mode == LOOM_PAD_CONSTANT) continue;
+    if (most <= 0 || m->mode == LOOM_PAD_CONSTANT) continue;
     if (m->mode == LOOM_PAD_REFLECT && most >= x->shape[d])
       return loom_fail(LOOM_ERR_VALUE, "pad: reflect pad %lld on dim %d is too "
                        "large for its size %lld", (long long)most, d,

@@ -2,9 +2,12 @@
  * (a reduction with elementwise work around it). Each rule builds its
  * replacement with a small builder that stops at the first failure, so
  * that the formulas read as formulas. Constants are rank-0 tensors of
- * x's dtype, broadcast by the binary ops. */
-#include <math.h>
-
+ * the dtype the rule computes in, broadcast by the binary ops.
+ *
+ * The reference kernel of a composite computes in double and rounds once,
+ * to the output's dtype. Half-precision (f16, bf16) rules therefore compute
+ * in f32: their inputs are cast up, their result cast down, so that the
+ * primitives between round to f32 and the whole op rounds to half once. */
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/rewrite.h"
@@ -14,7 +17,7 @@
 typedef struct builder {
   ir_rewriter_t *rw;
   const ir_node_t *n;  /* the src node being replaced */
-  loom_dtype_t dtype;  /* of input 0 */
+  loom_dtype_t dtype;  /* computed in: input 0's, f32 for f16 and bf16 */
   loom_status_t s;     /* the first failure */
 } builder_t;
 
@@ -24,11 +27,15 @@ typedef struct axes {
   int64_t v[LOOM_MAX_RANK];
 } axes_t;
 
-static int32_t in(builder_t *b, int k) { return ir_rewrite_lookup(b->rw, b->n->in[k]); }
+static bool half_dtype(loom_dtype_t d) { return d == LOOM_F16 || d == LOOM_BF16; }
 
 static const ir_type_t *type_of(builder_t *b, int32_t d) {
   return &b->rw->dst->values[d].type;
 }
+
+/* Input k as the node has it; rules decide from its type before they emit. */
+static int32_t raw_in(builder_t *b, int k) { return ir_rewrite_lookup(b->rw, b->n->in[k]); }
+static const ir_type_t *in_type(builder_t *b, int k) { return type_of(b, raw_in(b, k)); }
 
 static int32_t emit(builder_t *b, ir_op_t op, int n_in, const int32_t *ins,
                     const ir_attrs_t *a) {
@@ -39,6 +46,18 @@ static int32_t emit(builder_t *b, ir_op_t op, int n_in, const int32_t *ins,
 
 static int32_t op1(builder_t *b, ir_op_t op, int32_t x) {
   return emit(b, op, 1, &x, NULL);
+}
+
+static int32_t cast_to(builder_t *b, int32_t x, loom_dtype_t d) {
+  ir_attrs_t a = {0};
+  ir_attrs_int(&a, "dtype", d);
+  return emit(b, IR_OP_CAST, 1, &x, &a);
+}
+
+/* Input k in the dtype the rule computes in (a half one cast to f32). */
+static int32_t in(builder_t *b, int k) {
+  int32_t x = raw_in(b, k);
+  return half_dtype(type_of(b, x)->dtype) ? cast_to(b, x, LOOM_F32) : x;
 }
 
 static int32_t op2(builder_t *b, ir_op_t op, int32_t x, int32_t y) {
@@ -119,11 +138,11 @@ static bool has_empty_axis(const ir_type_t *t, const axes_t *ax) {
 typedef int32_t (*decompose_fn)(builder_t *b);
 
 static int32_t softmax_like(builder_t *b, bool log_form) {
-  int32_t x = in(b, 0);
-  const ir_type_t *t = type_of(b, x);
+  const ir_type_t *t = in_type(b, 0);
   if (t->rank == 0) return -1;
   axes_t ax = {.n = 1, .v = {node_axis(b->n, t->rank)}};
   if (has_empty_axis(t, &ax)) return -1;
+  int32_t x = in(b, 0);
   int32_t shifted = op2(b, IR_OP_SUB, x, reduce(b, IR_OP_MAX, x, &ax, true));
   int32_t e = op1(b, IR_OP_EXP, shifted);
   int32_t sum = reduce(b, IR_OP_SUM, e, &ax, true);
@@ -137,8 +156,8 @@ static int32_t dec_log_softmax(builder_t *b) { return softmax_like(b, true); }
 /* x * rsqrt(mean(x*x) + eps), x centered first for layer_norm; then the
  * optional scale and bias. */
 static int32_t norm(builder_t *b, bool centered, double eps_default) {
+  int rank = in_type(b, 0)->rank;
   int32_t x = in(b, 0);
-  int rank = type_of(b, x)->rank;
   axes_t ax = trailing_axes(node_axis(b->n, rank), rank);
   if (centered) x = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
   int32_t var = mean_of(b, op2(b, IR_OP_MUL, x, x), &ax, true);
@@ -153,23 +172,9 @@ static int32_t norm(builder_t *b, bool centered, double eps_default) {
 static int32_t dec_layer_norm(builder_t *b) { return norm(b, true, 1e-5); }
 static int32_t dec_rms_norm(builder_t *b) { return norm(b, false, 1e-6); }
 
-/* 0.5 * x * (1 + erf(x / sqrt 2)). */
-static int32_t dec_gelu(builder_t *b) {
-  int32_t x = in(b, 0);
-  int32_t e = op1(b, IR_OP_ERF, op2(b, IR_OP_MUL, x, scalar(b, M_SQRT1_2)));
-  int32_t y = op2(b, IR_OP_MUL, x, op2(b, IR_OP_ADD, e, scalar(b, 1.0)));
-  return op2(b, IR_OP_MUL, y, scalar(b, 0.5));
-}
-
-/* 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))). */
-static int32_t dec_gelu_tanh(builder_t *b) {
-  int32_t x = in(b, 0);
-  int32_t cube = op2(b, IR_OP_MUL, op2(b, IR_OP_MUL, x, x), x);
-  int32_t inner = op2(b, IR_OP_ADD, x, op2(b, IR_OP_MUL, cube, scalar(b, 0.044715)));
-  int32_t t = op1(b, IR_OP_TANH, op2(b, IR_OP_MUL, inner, scalar(b, sqrt(2.0 / M_PI))));
-  int32_t y = op2(b, IR_OP_MUL, x, op2(b, IR_OP_ADD, t, scalar(b, 1.0)));
-  return op2(b, IR_OP_MUL, y, scalar(b, 0.5));
-}
+/* gelu and gelu_tanh stay whole: written with erf or tanh they lose all
+ * their digits for x < 0 (1 + erf(x / sqrt 2) cancels), and their own
+ * codegen rules compute forms that do not (c_expr.c). */
 
 static int32_t dec_silu(builder_t *b) {
   int32_t x = in(b, 0);
@@ -181,12 +186,12 @@ static int32_t dec_silu(builder_t *b) {
  * The running statistics pass through unchanged. */
 static int32_t dec_batch_norm(builder_t *b) {
   if (ir_attr_int(&b->n->attrs, "training", 0) != 0) return -1;
+  int rank = in_type(b, 0)->rank;
   int32_t x = in(b, 0), scale = in(b, 1), bias = in(b, 2), mean = in(b, 3), var = in(b, 4);
   double eps = ir_attr_float(&b->n->attrs, "eps", 1e-5);
   int32_t k = op2(b, IR_OP_MUL, scale,
                   op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps))));
   int32_t c = op2(b, IR_OP_SUB, bias, op2(b, IR_OP_MUL, mean, k));
-  int rank = type_of(b, x)->rank;
   if (rank > 2) {
     axes_t ax = trailing_axes(1, rank - 1);
     ir_attrs_t a = {0};
@@ -194,8 +199,8 @@ static int32_t dec_batch_norm(builder_t *b) {
     k = emit(b, IR_OP_UNSQUEEZE, 1, &k, &a);
     c = emit(b, IR_OP_UNSQUEEZE, 1, &c, &a);
   }
-  ir_rewrite_map(b->rw, b->n->out[1], mean);
-  ir_rewrite_map(b->rw, b->n->out[2], var);
+  ir_rewrite_map(b->rw, b->n->out[1], raw_in(b, 3));
+  ir_rewrite_map(b->rw, b->n->out[2], raw_in(b, 4));
   return op2(b, IR_OP_ADD, op2(b, IR_OP_MUL, x, k), c);
 }
 
@@ -203,10 +208,10 @@ static int32_t dec_batch_norm(builder_t *b) {
  * m is replaced by 0 (m - m is NaN exactly then), so that a line of -inf
  * gives -inf and one holding +inf gives +inf, as the kernel does. */
 static int32_t dec_logsumexp(builder_t *b) {
-  int32_t x = in(b, 0);
-  int rank = type_of(b, x)->rank; /* emits move dst's values: no pointer kept */
+  int rank = in_type(b, 0)->rank; /* emits move dst's values: no pointer kept */
   axes_t ax = node_axes(b->n, rank);
-  if (has_empty_axis(type_of(b, x), &ax)) return -1;
+  if (has_empty_axis(in_type(b, 0), &ax)) return -1;
+  int32_t x = in(b, 0);
   bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
   int32_t m = reduce(b, IR_OP_MAX, x, &ax, true);
   int32_t bad = op1(b, IR_OP_ISNAN, op2(b, IR_OP_SUB, m, m));
@@ -223,12 +228,12 @@ static int32_t dec_logsumexp(builder_t *b) {
 
 /* mean((x - mean(x))^2) * n / (n - correction). */
 static int32_t dec_variance(builder_t *b) {
-  int32_t x = in(b, 0);
-  const ir_type_t *t = type_of(b, x);
+  const ir_type_t *t = in_type(b, 0);
   axes_t ax = node_axes(b->n, t->rank);
   int64_t count = reduced_count(t, &ax);
   int64_t correction = ir_attr_int(&b->n->attrs, "correction", 0);
   if (count <= correction || (correction != 0 && count < 0)) return -1;
+  int32_t x = in(b, 0);
   bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
   int32_t centered = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
   int32_t var = mean_of(b, op2(b, IR_OP_MUL, centered, centered), &ax, keepdim);
@@ -237,28 +242,24 @@ static int32_t dec_variance(builder_t *b) {
 }
 
 static int32_t dec_mean(builder_t *b) {
-  int32_t x = in(b, 0);
-  axes_t ax = node_axes(b->n, type_of(b, x)->rank);
-  if (reduced_count(type_of(b, x), &ax) <= 0) return -1;
-  return mean_of(b, x, &ax, ir_attr_int(&b->n->attrs, "keepdim", 0) != 0);
+  axes_t ax = node_axes(b->n, in_type(b, 0)->rank);
+  if (reduced_count(in_type(b, 0), &ax) <= 0) return -1;
+  return mean_of(b, in(b, 0), &ax, ir_attr_int(&b->n->attrs, "keepdim", 0) != 0);
 }
 
 /* The mean over the spatial dims, kept as size-1 dims: a reduction over
  * trailing axes, which fuses and has generated code. The mean op (not
- * sum * 1/n) divides the double sum as the reference kernel does, and
- * keeps a half-precision sum from overflowing before the division. */
+ * sum * 1/n) divides the double sum as the reference kernel does. */
 static int32_t dec_global_avg_pool(builder_t *b) {
-  int32_t x = in(b, 0);
-  const ir_type_t *t = type_of(b, x);
+  const ir_type_t *t = in_type(b, 0);
   axes_t ax = trailing_axes(2, t->rank);
   if (has_empty_axis(t, &ax)) return -1;
-  return reduce(b, IR_OP_MEAN, x, &ax, true);
+  return reduce(b, IR_OP_MEAN, in(b, 0), &ax, true);
 }
 
 static const decompose_fn decomposers[IR_OP_COUNT] = {
     [IR_OP_SOFTMAX] = dec_softmax,       [IR_OP_LOG_SOFTMAX] = dec_log_softmax,
     [IR_OP_LAYER_NORM] = dec_layer_norm, [IR_OP_RMS_NORM] = dec_rms_norm,
-    [IR_OP_GELU] = dec_gelu,             [IR_OP_GELU_TANH] = dec_gelu_tanh,
     [IR_OP_SILU] = dec_silu,             [IR_OP_BATCH_NORM] = dec_batch_norm,
     [IR_OP_LOGSUMEXP] = dec_logsumexp,   [IR_OP_VARIANCE] = dec_variance,
     [IR_OP_MEAN] = dec_mean,             [IR_OP_GLOBAL_AVG_POOL] = dec_global_avg_pool,
@@ -270,11 +271,13 @@ static loom_status_t decompose_node(ir_rewriter_t *rw, int64_t i) {
   for (int k = 0; fn && k < n->n_in; k++)
     if (ir_rewrite_lookup(rw, n->in[k]) < 0) fn = NULL; /* copy reports it */
   if (!fn) return ir_rewrite_copy(rw, i);
-  builder_t b = {.rw = rw, .n = n, .dtype = rw->src->values[n->in[0]].type.dtype};
+  loom_dtype_t d = rw->src->values[n->in[0]].type.dtype;
+  builder_t b = {.rw = rw, .n = n, .dtype = half_dtype(d) ? LOOM_F32 : d};
   int32_t y = fn(&b);
+  const ir_type_t *want = &rw->src->values[n->out[0]].type;
+  if (y >= 0 && type_of(&b, y)->dtype != want->dtype) y = cast_to(&b, y, want->dtype);
   LOOM_TRY(b.s);
   if (y < 0) return ir_rewrite_copy(rw, i);
-  const ir_type_t *want = &rw->src->values[n->out[0]].type;
   if (!ir_type_equal(type_of(&b, y), want)) {
     char got_s[96], want_s[96];
     return loom_fail(LOOM_ERR_GRAPH, "internal: decomposing %s made %s, not %s",

@@ -288,10 +288,17 @@ static loom_status_t unpad_edge(grad_ctx_t *c, int32_t g, int axis,
 }
 
 /* Padding maps each axis on its own, so its adjoint undoes one axis at a
- * time: the middle, plus the borders folded back for reflect and edge. */
+ * time: the crops (negative pads, made after the positive ones) given
+ * back as zeros, then the middle, plus the borders folded back for
+ * reflect and edge. */
 static loom_status_t unpad_axis(grad_ctx_t *c, int32_t g, int axis,
                                 ir_dim_t dim, int64_t b, int64_t e,
                                 int64_t mode, int32_t *out) {
+  if (b < 0 || e < 0) {
+    LOOM_TRY(pad_axis(c, g, axis, b < 0 ? -b : 0, e < 0 ? -e : 0, &g));
+    b = b < 0 ? 0 : b;
+    e = e < 0 ? 0 : e;
+  }
   if (b == 0 && e == 0) {
     *out = g;
     return LOOM_OK;

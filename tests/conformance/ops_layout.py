@@ -179,6 +179,24 @@ def gen_split(name, rng):
                lambda G, v: G.split(v, 0, [2, 2]), error=("LOOM_ERR_SHAPE", "LOOM_ERR_INVALID"))
 
 
+def crop_some(rng, shape, before, after):
+    """Negative pads (crops, as PyTorch's F.pad) on some dims, keeping each
+    dim's size, d + before + after, at 0 or more."""
+    for k, d in enumerate(shape):
+        if rng.random() < 0.4:
+            before[k] = -int(rng.integers(0, d + 1))
+        if rng.random() < 0.4:
+            after[k] = -int(rng.integers(0, d + 1))
+        if d + before[k] + after[k] < 0:
+            after[k] = -(d + before[k])
+
+
+def pad_ref(x, before, after, mode, kw):
+    """NumPy's pad with the positive pads, then the negative ones cropped."""
+    y = np.pad(x, [(max(b, 0), max(a, 0)) for b, a in zip(before, after)], mode=mode, **kw)
+    return y[tuple(slice(-min(b, 0), n + min(a, 0)) for n, b, a in zip(y.shape, before, after))]
+
+
 @op("pad")
 def gen_pad(name, rng):
     modes = ["constant", "reflect", "edge"]
@@ -190,6 +208,8 @@ def gen_pad(name, rng):
         hi_pad = [max(d - 1, 0) if mode == "reflect" else 3 for d in shape]
         before = [int(rng.integers(0, h + 1)) for h in hi_pad]
         after = [int(rng.integers(0, h + 1)) for h in hi_pad]
+        if i % 2:
+            crop_some(rng, shape, before, after)
         value = 0.0
         kw = {}
         if mode == "constant":
@@ -197,13 +217,15 @@ def gen_pad(name, rng):
             if dtype in ("f32", "f64"):
                 value += 0.5
             kw = {"constant_values": value}
-        want = np.pad(x, list(zip(before, after)), mode=mode, **kw) if x.ndim else x
+        want = pad_ref(x, before, after, mode, kw) if x.ndim else x
         yield layout_case(rng, "pad %s %s pads=%s value=%g" % (dtype, mode, before + after, value),
                           dtype, x,
                           lambda G, v, p=before + after, m=i % 3, val=value:
                           G.op("pad", v, p, m, val), want)
     yield Case("pad reflect 3 of dim 3", [Arg(np.zeros((3,)), "f32")],
                lambda G, v: G.op("pad", v, [3, 0], 1, 0.0), error=("LOOM_ERR_SHAPE", "LOOM_ERR_INVALID"))
+    yield Case("pad crops 4 of dim 3", [Arg(np.zeros((3,)), "f32")],
+               lambda G, v: G.op("pad", v, [-2, -2], 0, 0.0), error="LOOM_ERR_SHAPE")
 
 
 @op("flip")

@@ -3,7 +3,7 @@ import numpy as np
 
 from conform import Arg, Case, noncontig, op, rand_axes, rand_axis, rand_shape, \
     stride0_arg
-from dtypes import FLOAT, NUMERIC, compare, exact, is_float, random_values
+from dtypes import ALL, FLOAT, INT, NUMERIC, compare, exact, is_float, random_values
 
 N_CASES = 30
 
@@ -22,13 +22,18 @@ def int_prod(x, axis, keepdims):
     return np.prod(x, axis=axis, keepdims=keepdims, dtype=np.int64)
 
 
+def result_dtype(name, dtype):
+    """sum, prod and cumsum of integers and bool are i64, as in PyTorch."""
+    return "i64" if name in ("sum", "prod", "cumsum") and not is_float(dtype) else dtype
+
+
 REDUCE = {
-    "sum": (lambda x, ax, k: np.sum(x, axis=ax, keepdims=k), NUMERIC, True),
+    "sum": (lambda x, ax, k: np.sum(x, axis=ax, keepdims=k), ALL, True),
     "mean": (lambda x, ax, k: np.mean(x, axis=ax, keepdims=k), FLOAT, False),
     "max": (lambda x, ax, k: np.max(x, axis=ax, keepdims=k), NUMERIC, False),
     "min": (lambda x, ax, k: np.min(x, axis=ax, keepdims=k), NUMERIC, False),
     "prod": (lambda x, ax, k: np.prod(x, axis=ax, keepdims=k) if x.dtype.kind == "f"
-             else int_prod(x, ax, k), NUMERIC, True),
+             else int_prod(x, ax, k), ALL, True),
     "logsumexp": (lambda x, ax, k: logsumexp(x, ax, k), FLOAT, False),
 }
 
@@ -63,7 +68,11 @@ def gen_reduce(name, rng):
         yield Case("%s %s axes=%s keepdim=%d" % (name, dtype, axes, keep), [arg],
                    lambda G, v, axes=axes, keep=keep:
                    G.op(name, v, len(axes), axes or None, keep),
-                   want=[(want, dtype)])
+                   want=[(want, result_dtype(name, dtype))])
+    if name == "mean":  # PyTorch refuses the mean of integers and bools too
+        for dtype in INT + ["bool"]:
+            yield Case("mean of %s" % dtype, [Arg(random_values(rng, dtype, (2, 3)), dtype)],
+                       lambda G, v: G.op(name, v, 0, None, 0), error="LOOM_ERR_DTYPE")
     yield Case("%s axis out of range" % name, [Arg(np.zeros((2, 3)), "f32")],
                lambda G, v: G.op(name, v, 1, [2], 0), error="LOOM_ERR_AXIS")
     yield Case("%s axis -3 of rank 2" % name, [Arg(np.zeros((2, 3)), "f32")],
@@ -126,7 +135,7 @@ def cumsum_ref(x, axis, exclusive, reverse):
 @op("cumsum")
 def gen_cumsum(name, rng):
     for i in range(N_CASES):
-        dtype = NUMERIC[i % len(NUMERIC)]
+        dtype = ALL[i % len(ALL)]
         shape = rand_shape(rng, lo_rank=1)
         # Small integers keep float sums exact, so the exclusive form's
         # subtraction is exact too.
@@ -137,7 +146,7 @@ def gen_cumsum(name, rng):
         yield Case("cumsum %s axis=%d exclusive=%d reverse=%d" % (dtype, axis, excl, rev),
                    [Arg(x, dtype, noncontig(rng))],
                    lambda G, v, a=axis, e=excl, r=rev: G.op("cumsum", v, a, e, r),
-                   want=[(cumsum_ref(x, axis, excl, rev), dtype)])
+                   want=[(cumsum_ref(x, axis, excl, rev), result_dtype(name, dtype))])
     for dtype in ("f32", "f64"):
         x = random_values(rng, dtype, (3, 5))
         yield Case("cumsum %s random values" % dtype, [Arg(x, dtype)],
