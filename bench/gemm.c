@@ -130,7 +130,7 @@ typedef struct conv_bench {
 
 static void run_conv_loom(const void *arg) {
   const conv_bench_t *b = arg;
-  kern_conv2d_f32(&b->d, b->pool);
+  kern_conv2d_f32(&b->d, KERN_CONV_DEFAULT, b->pool);
 }
 
 /* The textbook route (groups = 1): build the column matrix, then GEMM. */
