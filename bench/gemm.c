@@ -189,7 +189,7 @@ static void bench_conv(void) {
       int64_t ho = (l[2] + 2 * l[7] - l[5]) / l[6] + 1;
       conv_bench_t b = {.d = {l[0], l[1], l[2], l[3], l[4], l[5], l[5], ho, ho,
                               {l[6], l[6]}, {l[7], l[7], l[7], l[7]}, {1, 1}, 1,
-                              NULL, NULL, NULL, NULL, NULL, NULL},
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL},
                         .pool = pool};
       int64_t xs = l[0] * l[1] * l[2] * l[3], ws = l[4] * l[1] * l[5] * l[5];
       int64_t ys = l[0] * l[4] * ho * ho, cols = l[1] * l[5] * l[5] * ho * ho;
