@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, then builds and runs the whole test suite twice: optimized
 # (with the NumPy conformance run), then under AddressSanitizer and
-# UndefinedBehaviorSanitizer; then the tests of code shared between
-# threads once more under ThreadSanitizer.
+# UndefinedBehaviorSanitizer; builds everything with clang too and runs the
+# tests of the code compilers treat most differently; then the tests of
+# code shared between threads once more under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,6 +15,15 @@ export LOOM_CACHE_DIR="${LOOM_CACHE_DIR:-$PWD/build-cache}"
 echo "== optimized build =="
 scripts/build.sh release
 (cd build && ctest --output-on-failure -j "$jobs")
+
+# The second compiler: the library, tests, tools and examples build with
+# clang (warnings as errors), and the tests of vector extensions,
+# intrinsics and target attributes (the kernels), of the reference kernels
+# and of the toolchain run. The generated code is still compiled by cc.
+clang_tests=(test_gemm test_conv_winograd test_conv_fast test_conv_prepack test_interp test_toolchain)
+echo "== clang build (${clang_tests[*]}) =="
+scripts/build.sh clang
+(cd build-clang && ctest --output-on-failure -j "$jobs" -R "^($(IFS='|'; echo "${clang_tests[*]}"))\$")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
 scripts/build.sh asan

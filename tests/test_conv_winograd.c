@@ -290,14 +290,22 @@ static double winograd_error(layer_t *l, int m) {
  * the implicit GEMM (precise mode), F(2x2), F(4x4) and the default mode's
  * choice. The default stays within the direct sum's error; F(4x4), which
  * the default leaves out, does not (the bounds in conv_winograd.c say
- * so). Prints the table of docs/contractions.md. */
+ * so). Prints the table of docs/contractions.md. ResNet-18's layers keep
+ * their channels and images, with 32 of their output channels: the error
+ * of an output does not depend on the others, and the sums in double
+ * cost a quarter. Under ThreadSanitizer (which this single-threaded
+ * measure gives nothing to check, at 100 times the cost) it is skipped. */
 static void error_within_direct_sum(void) {
+#if defined(__SANITIZE_THREAD__)
+  printf("  (skipped under ThreadSanitizer)\n");
+  return;
+#endif
   static const int64_t layers[][4] = {/* n, c, h = w, o */
                                       {2, 16, 33, 32},   /* issue 15's layer */
-                                      {1, 64, 56, 64},   /* ResNet-18's four stages */
-                                      {1, 128, 28, 128},
-                                      {1, 256, 14, 256},
-                                      {1, 512, 7, 512}};
+                                      {1, 64, 56, 32},   /* ResNet-18's four stages */
+                                      {1, 128, 28, 32},
+                                      {1, 256, 14, 32},
+                                      {1, 512, 7, 32}};
   test_seed(41);
   for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
     const int64_t *q = layers[i];
