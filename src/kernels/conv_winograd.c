@@ -5,7 +5,9 @@
  * (m + 2)^2 transformed positions xi are as many GEMMs, M[xi] = U[xi] (o x
  * c) @ V[xi] (c x tiles). F(2x2): 16 multiplies per 4 outputs and channel
  * where the direct form spends 36 (1/2.25 of the FMAs); F(4x4): 36 per
- * 16 (1/4), taken where the image has room for its larger tiles.
+ * 16 (1/4), fastest where the image has room for its larger tiles. Which
+ * one a layer runs (if any) is chosen from their measured error bounds
+ * (kern_conv2d_winograd_tile).
  *
  * The tiles of an image are cut into blocks; one task transforms a
  * block's input (V, in L2), runs the GEMMs on it with the transformed
