@@ -130,7 +130,7 @@ typedef struct conv_bench {
 
 static void run_conv_loom(const void *arg) {
   const conv_bench_t *b = arg;
-  kern_conv2d_f32(&b->d, b->pool);
+  kern_conv2d_f32(&b->d, KERN_CONV_DEFAULT, b->pool);
 }
 
 /* The textbook route (groups = 1): build the column matrix, then GEMM. */
@@ -189,7 +189,7 @@ static void bench_conv(void) {
       int64_t ho = (l[2] + 2 * l[7] - l[5]) / l[6] + 1;
       conv_bench_t b = {.d = {l[0], l[1], l[2], l[3], l[4], l[5], l[5], ho, ho,
                               {l[6], l[6]}, {l[7], l[7], l[7], l[7]}, {1, 1}, 1,
-                              NULL, NULL, NULL, NULL, NULL, NULL},
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL},
                         .pool = pool};
       int64_t xs = l[0] * l[1] * l[2] * l[3], ws = l[4] * l[1] * l[5] * l[5];
       int64_t ys = l[0] * l[4] * ho * ho, cols = l[1] * l[5] * l[5] * ho * ho;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds one flavour of Loom: build.sh release|asan, or
-# build.sh tsan TARGET... (ThreadSanitizer; only the targets named, since a
-# TSan build of everything takes long).
+# Configures and builds one flavour of Loom: build.sh release|asan|clang|
+# coverage, or build.sh tsan TARGET... (ThreadSanitizer; only the targets
+# named, since a TSan build of everything takes long). clang: the release
+# build by clang (build-clang/); coverage: -O1 --coverage for gcov
+# (build-coverage/, scripts/coverage.sh). Warnings are errors in all of
+# them (LOOM_WERROR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +16,14 @@ case "$flavour" in
   tsan) dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS=-fsanitize=thread"
                                "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread"
                                "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread") ;;
-  *) echo "usage: build.sh release|asan|tsan [TARGET...]" >&2; exit 2 ;;
+  clang) dir=build-clang; flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang) ;;
+  # A build type of its own, so that no -O3 follows the -O1.
+  coverage) dir=build-coverage; flags=(-DCMAKE_BUILD_TYPE=Coverage "-DCMAKE_C_FLAGS=-O1 --coverage"
+                                       "-DCMAKE_EXE_LINKER_FLAGS=--coverage"
+                                       "-DCMAKE_SHARED_LINKER_FLAGS=--coverage") ;;
+  *) echo "usage: build.sh release|asan|clang|coverage|tsan [TARGET...]" >&2; exit 2 ;;
 esac
+flags+=(-DLOOM_WERROR=ON)
 shift || true
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done

@@ -23,7 +23,7 @@ static void test_parallel_for(void *pool, int64_t n, int64_t grain,
   core_pool_for(pool, n, grain, body, ctx);
 }
 static void test_gemm(const loom_abi_gemm_t *d, void *pool) { kern_gemm_f32(d, pool); }
-static void test_conv(const loom_abi_conv2d_t *d, void *pool) { kern_conv2d_f32(d, pool); }
+static void test_conv(const loom_abi_conv2d_t *d, void *pool) { kern_conv2d_f32(d, KERN_CONV_DEFAULT, pool); }
 
 /* ---- A plan from a node-to-group assignment --------------------------------- */
 

@@ -102,7 +102,7 @@ static void check_igrad(const conv_case_t *q, core_pool_t *pool) {
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, dx, w, bias, dy,
                          q->epilogue ? count_epilogue : NULL, &k, NULL};
-  kern_conv2d_input_grad_f32(&d, pool);
+  kern_conv2d_input_grad_f32(&d, KERN_CONV_DEFAULT, pool);
   int wrong = 0, counts = 0;
   for (int64_t i = 0; i < numel; i++) {
     int64_t img = i / (q->c * hw), ci = i / hw % q->c, p = i % hw;
@@ -194,7 +194,7 @@ static void check_forward(const conv_case_t *q, core_pool_t *pool) {
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, x, w, bias, y,
                          q->epilogue ? count_epilogue : NULL, &k, NULL};
-  kern_conv2d_f32(&d, pool);
+  kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
   int wrong = 0, counts = 0;
   for (int64_t i = 0; i < numel; i++) {
     int64_t img = i / (q->o * positions), o = i / positions % q->o, p = i % positions;

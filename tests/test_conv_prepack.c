@@ -75,11 +75,17 @@ static int count_wrong(const loom_abi_conv2d_t *d, const float *y) {
   return wrong;
 }
 
+/* Whether a default-mode call with d runs Winograd. */
+static int takes_winograd(const loom_abi_conv2d_t *d) {
+  int m = kern_conv2d_winograd_tile(d, KERN_CONV_DEFAULT);
+  return m && kern_conv2d_winograd_takes(d, m);
+}
+
 static void *pack(const conv_case_t *q, const float *w) {
   loom_abi_conv2d_t d = geometry(q, NULL, w, NULL, NULL);
-  size_t bytes = kern_conv2d_packed_bytes(&d);
+  size_t bytes = kern_conv2d_packed_bytes(&d, KERN_CONV_DEFAULT);
   void *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  CHECK(kern_conv2d_pack_weight(&d, buf));
+  CHECK(kern_conv2d_pack_weight(&d, KERN_CONV_DEFAULT, buf));
   return buf;
 }
 
@@ -93,14 +99,14 @@ static void check_packed(const conv_case_t *q, core_pool_t *pool) {
   float *y0 = rand_floats(numel_y), *y1 = rand_floats(numel_y);
   void *packed = pack(q, w);
   d.y = y0;
-  kern_conv2d_f32(&d, pool);
-  int winograd_unpacked = kern_conv2d_winograd_takes(&d);
+  kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
+  int winograd_unpacked = takes_winograd(&d);
   d.y = y1;
   d.weight_packed = packed;
-  kern_conv2d_f32(&d, pool);
+  kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
   /* Same bits when both runs take the same form: a layer with few tiles
    * runs Winograd only with its weights transformed ahead. */
-  int differ = winograd_unpacked == kern_conv2d_winograd_takes(&d) &&
+  int differ = winograd_unpacked == takes_winograd(&d) &&
                memcmp(y0, y1, sizeof(float) * (size_t)numel_y) != 0;
   int wrong = count_wrong(&d, y1);
   if (differ || wrong)
@@ -168,13 +174,13 @@ static void panels_case(conv_case_t q) {
     void *packed = pack(&q, wa);
     d.weight = wb;
     d.weight_packed = packed;
-    kern_conv2d_f32(&d, NULL);
+    kern_conv2d_f32(&d, KERN_CONV_DEFAULT, NULL);
     d.weight = wa; /* the reference reads d.weight */
     CHECK(count_wrong(&d, y) == 0);
     const char *other = strcmp(isas[i], "portable") == 0 ? "avx2" : "portable";
     if (kern_gemm_force_isa(other)) {
       d.weight = wb;
-      kern_conv2d_f32(&d, NULL);
+      kern_conv2d_f32(&d, KERN_CONV_DEFAULT, NULL);
       CHECK(count_wrong(&d, y) == 0);
     }
     free(packed);

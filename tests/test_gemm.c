@@ -352,7 +352,7 @@ static void check_conv(const conv_case_t *q, core_pool_t *pool) {
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, x, w, bias, y,
                          q->epilogue ? count_epilogue : NULL, &k, NULL};
-  kern_conv2d_f32(&d, pool);
+  kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
   int wrong = 0, counts = 0;
   for (int64_t img = 0; img < q->n; img++)
     for (int64_t o = 0; o < q->o; o++)

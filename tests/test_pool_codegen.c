@@ -104,7 +104,7 @@ static void random_windows(bool avg, int n, int threads) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
   loom_tensor_t *in[MAX_CASES];
-  double tol[MAX_CASES];
+  double tol[MAX_CASES] = {0};
   for (int i = 0; i < n; i++) {
     pool_case_t c = random_case(avg);
     loom_value_t x, y;

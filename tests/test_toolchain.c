@@ -970,6 +970,75 @@ static void test_log_lines(void) {
   drop_cache();
 }
 
+/* ---- Generated code compiled by clang ------------------------------------- */
+
+/* y = softmax(reshape(gelu(conv2d(x, w) + b)) @ m) and its sum: the
+ * contraction, elementwise, reduction and layout emitters in one graph. */
+static loom_graph_t *mixed_graph(loom_tensor_t *const *params) {
+  int64_t sx[4] = {2, 16, 12, 12}, sw[4] = {16, 16, 3, 3}, sb[1] = {16}, sm[2] = {144, 10};
+  loom_graph_t *g = NULL;
+  loom_value_t x, w, b, m, y, s;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, sx, &x));
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 4, sw, params[0], &w));
+  CHECK_OK(loom_graph_param(g, "b", LOOM_F32, 1, sb, params[1], &b));
+  CHECK_OK(loom_graph_param(g, "m", LOOM_F32, 2, sm, params[2], &m));
+  loom_conv_params_t p = {.pads = {1, 1, 1, 1}};
+  loom_dim_t rows[2] = {32, 144};
+  int64_t all[2] = {0, 1};
+  CHECK_OK(loom_conv2d(g, x, w, 1, b, &p, &y));
+  CHECK_OK(loom_gelu(g, y, &y));
+  CHECK_OK(loom_reshape(g, y, 2, rows, &y));
+  CHECK_OK(loom_matmul(g, y, m, 0, 0, &y));
+  CHECK_OK(loom_softmax(g, y, 1, &y));
+  CHECK_OK(loom_sum(g, y, 2, all, 0, &s));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, s));
+  return g;
+}
+
+/* With LOOM_CC=clang (when clang is installed) a graph's generated code
+ * compiles, nothing falls back to reference kernels, and its outputs
+ * match the interpreter's. */
+static void test_clang_compiles_generated_code(void) {
+  if (system("clang --version >/dev/null 2>&1") != 0) {
+    printf("  (clang not installed: skipped)\n");
+    return;
+  }
+  fresh_cache();
+  setenv("LOOM_CC", "clang", 1);
+  int64_t sx[4] = {2, 16, 12, 12}, sw[4] = {16, 16, 3, 3}, sb[1] = {16}, sm[2] = {144, 10};
+  loom_tensor_t *params[3] = {test_rand_tensor(LOOM_F32, 4, sw, -0.3, 0.3),
+                              test_rand_tensor(LOOM_F32, 1, sb, -1, 1),
+                              test_rand_tensor(LOOM_F32, 2, sm, -0.2, 0.2)};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 4, sx, -1, 1);
+  loom_graph_t *g = mixed_graph(params);
+  loom_tensor_t *want[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
+  CHECK_OK(loom_interpret(g, 1, &x, 2, want));
+  loom_executable_t *e = NULL;
+  loom_executable_info_t info = {0};
+  cpu_toolchain_stats_t before = stats();
+  CHECK_OK(loom_compile(g, NULL, &e));
+  if (e) CHECK_OK(loom_executable_info(e, &info));
+  CHECK(e && !info.interpreted && info.n_generated > 0 && info.n_reference == 0);
+  CHECK(stats().cc_invocations > before.cc_invocations);
+  for (int i = 0; i < 2 && e; i++) CHECK_OK(loom_executable_new_output(e, i, &got[i]));
+  if (e && got[0] && got[1]) CHECK_OK(loom_executable_run(e, 1, &x, 2, got));
+  for (int i = 0; i < 2 && got[i] && want[i]; i++)
+    for (int64_t j = 0; j < loom_tensor_numel(want[i]); j++)
+      CHECK_NEAR(test_get(got[i], j), test_get(want[i], j), 1e-5, 1e-4);
+  for (int i = 0; i < 2; i++) {
+    loom_tensor_destroy(got[i]);
+    loom_tensor_destroy(want[i]);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  loom_tensor_destroy(x);
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(params[i]);
+  unsetenv("LOOM_CC");
+  drop_cache();
+}
+
 int main(void) {
   TEST_RUN(test_sha256_vectors);
   TEST_RUN(test_sha256_incremental);
@@ -983,6 +1052,7 @@ int main(void) {
   TEST_RUN(test_missing_compiler);
   TEST_RUN(test_failing_compiler);
   TEST_RUN(test_syntax_error);
+  TEST_RUN(test_clang_compiles_generated_code);
   TEST_RUN(test_two_processes);
   TEST_RUN(test_threads);
   TEST_RUN(test_different_sources_different_keys);

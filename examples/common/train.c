@@ -247,7 +247,7 @@ double ex_accuracy(const loom_tensor_t *logits, const int64_t *y) {
 /* ---- The command line and the loop ------------------------------------------ */
 
 int ex_parse_args(int argc, char **argv, ex_args_t *a) {
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (v && !strcmp(argv[i], "--steps")) a->steps = atoi(v);
     else if (v && !strcmp(argv[i], "--threads")) a->threads = atoi(v);
@@ -257,7 +257,6 @@ int ex_parse_args(int argc, char **argv, ex_args_t *a) {
       fprintf(stderr, "usage: %s [--steps N] [--threads T] [--every K] [--lr X]\n", argv[0]);
       return 1;
     }
-    i++;
   }
   if (a->steps < 1 || a->threads < 0 || a->every < 1 || !(a->lr > 0)) {
     fprintf(stderr, "%s: steps and every must be >= 1, threads >= 0, lr > 0\n", argv[0]);

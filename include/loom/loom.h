@@ -240,6 +240,16 @@ typedef struct loom_compile_options {
    * (pack weight matrices), so later writes to their storage are not
    * seen. 0: parameters are read at every run. */
   int freeze_params;
+  /* Which algorithms f32 convolutions may use. 1: no approximate ones:
+   * every convolution is a direct sum (no Winograd), as cuDNN's
+   * deterministic algorithms or PyTorch's allow_tf32 = False. 0 (the
+   * default): Winograd F(2x2, 3x3) on the 3x3 stride-1 layers where its
+   * measured error bound stays within a direct f32 sum's, so results stay
+   * within PyTorch's f32 error (docs/contractions.md has the figures).
+   * -1: the fastest, F(4x4, 3x3) on large images, whose error reaches ten
+   * times a direct sum's. With 0, the environment variable LOOM_PRECISE
+   * (1 or -1) decides. */
+  int precise;
 } loom_compile_options_t;
 
 /* Fills the defaults: fusion, passes and the C compiler on, threads 0. */

@@ -68,14 +68,16 @@ int ir_attr_ints(const ir_attrs_t *a, const char *name, const int64_t **v) {
 
 void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t dflt,
                      int64_t *out) {
-  const int64_t *v;
+  const int64_t *v = NULL;
   int got = ir_attr_ints(a, name, &v);
   for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
 }
 
 static const char *const kind_names[] = {"int", "float", "ints"};
 
-/* Looks name up in the schema; sets its kind and whether it is optional. */
+/* Looks name up in the schema; sets its kind and whether it is optional.
+ * False also when the schema spells the kind wrongly (an op table bug):
+ * no kind is set then. */
 static bool schema_has(const char *schema, const char *name,
                        ir_attr_kind_t *kind, bool *optional) {
   size_t len = strlen(name);
@@ -89,9 +91,11 @@ static bool schema_has(const char *schema, const char *name,
       *optional = end[-1] == '?';
       size_t klen = (size_t)(end - colon - 1) - (*optional ? 1 : 0);
       for (int k = 0; k < 3; k++)
-        if (strlen(kind_names[k]) == klen && !strncmp(colon + 1, kind_names[k], klen))
+        if (strlen(kind_names[k]) == klen && !strncmp(colon + 1, kind_names[k], klen)) {
           *kind = (ir_attr_kind_t)k;
-      return true;
+          return true;
+        }
+      return false;
     }
     p = end;
   }

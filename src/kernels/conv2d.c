@@ -202,10 +202,10 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   return 1;
 }
 
-void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  if (kern_conv2d_direct_f32(d, pool) || kern_conv2d_winograd_f32(d, pool) ||
-      conv2d_batched(d, pool))
-    return;
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
+  if (kern_conv2d_direct_f32(d, pool)) return;
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if ((m && kern_conv2d_winograd_f32(d, m, pool)) || conv2d_batched(d, pool)) return;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
@@ -223,13 +223,15 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 /* Per group g, the implicit form's A is W[g * og : (g + 1) * og] as og x
  * cg*kh*kw; a layer the Winograd form takes packs its transformed
  * weights instead. */
-size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d) {
-  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_packed_bytes(d);
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if (m) return kern_conv2d_winograd_packed_bytes(d, m);
   return gemm_packed_a_bytes(d->o / d->groups, d->c / d->groups * d->kh * d->kw, d->groups);
 }
 
-int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, void *dst) {
-  if (kern_conv2d_winograd_suits(d)) return kern_conv2d_winograd_pack_weight(d, dst);
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, void *dst) {
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if (m) return kern_conv2d_winograd_pack_weight(d, m, dst);
   int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
   gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);
   return 1;

@@ -205,13 +205,14 @@ static void igrad_pointwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   gemm_run(&p, pool);
 }
 
-void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
+                                core_pool_t *pool) {
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0) return;
   if (is_pointwise(d)) {
     igrad_pointwise(d, pool);
     return;
   }
-  if (kern_conv2d_input_grad_winograd_f32(d, pool)) return;
+  if (kern_conv2d_input_grad_winograd_f32(d, mode, pool)) return;
   igrad_t k = {.d = d, .dx = (float *)d->x, .og = d->o / d->groups,
                .cg = d->c / d->groups, .taps = d->kh * d->kw,
                .cols = d->n * d->ho * d->wo, .parts = 1};

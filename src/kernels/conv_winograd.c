@@ -5,7 +5,9 @@
  * (m + 2)^2 transformed positions xi are as many GEMMs, M[xi] = U[xi] (o x
  * c) @ V[xi] (c x tiles). F(2x2): 16 multiplies per 4 outputs and channel
  * where the direct form spends 36 (1/2.25 of the FMAs); F(4x4): 36 per
- * 16 (1/4), taken where the image has room for its larger tiles.
+ * 16 (1/4), fastest where the image has room for its larger tiles. Which
+ * one a layer runs (if any) is chosen from their measured error bounds
+ * (kern_conv2d_winograd_tile).
  *
  * The tiles of an image are cut into blocks; one task transforms a
  * block's input (V, in L2), runs the GEMMs on it with the transformed
@@ -31,8 +33,8 @@ enum { PER_CALL_MIN_POSITIONS = 512 };
  * 7x7 layer would run 4-column GEMMs on its 2x2 tiles. */
 enum { F4_MIN_SIDE = 12 };
 
-/* The tile side m for d's outputs. */
-static int tile_side(const loom_abi_conv2d_t *d) {
+/* The tile side m fastest for d's outputs. */
+static int fastest_tile(const loom_abi_conv2d_t *d) {
   return d->ho >= F4_MIN_SIDE && d->wo >= F4_MIN_SIDE ? 4 : 2;
 }
 
@@ -50,6 +52,40 @@ int kern_conv2d_winograd_suits(const loom_abi_conv2d_t *d) {
          d->dilation[0] == 1 && d->dilation[1] == 1 && d->groups == 1 && d->c >= 16 &&
          d->o >= 16 && d->o * d->c <= MAX_CHANNEL_PAIRS && d->ho >= 7 && d->wo >= 7 &&
          d->wo <= WINO_MAX_W;
+}
+
+/* ---- Accuracy ---------------------------------------------------------- */
+
+/* Error bounds by input channels c = 16, 32, ..., 512 (row i: c = 16 <<
+ * i): the largest error of an output against conv2d summed in double,
+ * over the root sum of squares of its 9c products, measured on random
+ * layers (normal and half-normal inputs, 7x7 to 56x56 outputs;
+ * test_conv_winograd checks the order they imply, docs/contractions.md
+ * has the figures). "direct" is a direct f32 sum in a direct-convolution
+ * kernel's order (FMAs into one accumulator over channels and taps, as
+ * oneDNN's kernels under PyTorch's CPU conv2d keep theirs in registers):
+ * the smallest of its measurements. F(2x2) and F(4x4): the largest. The
+ * transforms' roundings make Winograd's error less dependent on c than
+ * a long sum's, so the ratio shrinks as c grows. */
+enum { BOUND_ROWS = 6 };
+static const double bound_direct[BOUND_ROWS] = {1.3e-6, 2.1e-6, 2.7e-6, 5.6e-6, 5.1e-6, 8.3e-6};
+static const double bound_f2[BOUND_ROWS] = {1.1e-6, 1.0e-6, 1.6e-6, 2.2e-6, 2.9e-6, 2.8e-6};
+static const double bound_f4[BOUND_ROWS] = {2.5e-5, 1.7e-5, 3.5e-5, 4.5e-5, 3.4e-5, 2.6e-5};
+
+/* Whether F(m x m)'s bound for d's channels is within the direct sum's
+ * (beyond 512 channels, the 512 row: F(4x4) stays out). */
+static int accurate_enough(const loom_abi_conv2d_t *d, int m) {
+  int row = 0;
+  while (row + 1 < BOUND_ROWS && (int64_t)16 << (row + 1) <= d->c) row++;
+  return (m == 2 ? bound_f2 : bound_f4)[row] <= bound_direct[row];
+}
+
+int kern_conv2d_winograd_tile(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
+  if (mode == KERN_CONV_PRECISE || !kern_conv2d_winograd_suits(d)) return 0;
+  int m = fastest_tile(d);
+  if (mode == KERN_CONV_FAST) return m;
+  if (m == 4 && !accurate_enough(d, 4)) m = 2;
+  return accurate_enough(d, m) ? m : 0;
 }
 
 /* ---- Blocks of tiles -------------------------------------------------- */
@@ -188,48 +224,47 @@ static int run_phased(const wino_t *w, core_pool_t *pool) {
 
 /* U for d, packed, into dst (kern_conv2d_winograd_packed_bytes); u: scratch
  * of the raw U and the filters' taps. */
-static void pack_u(const loom_abi_conv2d_t *d, float *u, void *dst) {
-  const wino_transforms_t *tf = wino_transforms(tile_side(d));
+static void pack_u(const loom_abi_conv2d_t *d, int m, float *u, void *dst) {
+  const wino_transforms_t *tf = wino_transforms(m);
   int64_t xi = positions_xi(tf->m);
   tf->filters(d->weight, d->o, d->c, 0, d->o, u + xi * d->o * d->c, u);
   gemm_pack_a_ahead(u, d->c, d->o * d->c, d->o, d->c, xi, dst);
 }
 
-static size_t u_floats(const loom_abi_conv2d_t *d) {
-  return (size_t)((positions_xi(tile_side(d)) * d->o + 9) * d->c + 2 * WINO_SLACK);
+static size_t u_floats(const loom_abi_conv2d_t *d, int m) {
+  return (size_t)((positions_xi(m) * d->o + 9) * d->c + 2 * WINO_SLACK);
 }
 
-size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d) {
-  return gemm_packed_a_bytes(d->o, d->c, positions_xi(tile_side(d)));
+size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m) {
+  return gemm_packed_a_bytes(d->o, d->c, positions_xi(m));
 }
 
-int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, void *dst) {
-  float *u = malloc(u_floats(d) * sizeof(float));
+int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, int m, void *dst) {
+  float *u = malloc(u_floats(d, m) * sizeof(float));
   if (!u) return 0;
-  pack_u(d, u, dst);
+  pack_u(d, m, u, dst);
   free(u);
   return 1;
 }
 
 /* Whether weight_packed holds U for d (else it is NULL or the implicit
  * form's panels). */
-static int packed_for_winograd(const loom_abi_conv2d_t *d) {
-  int64_t xi = positions_xi(tile_side(d));
+static int packed_for_winograd(const loom_abi_conv2d_t *d, int m) {
+  int64_t xi = positions_xi(m);
   gemm_problem_t probe = {.m = d->o, .k = d->c, .batch = xi, .groups = xi};
   gemm_use_packed_a(&probe, d->weight_packed);
   return probe.a_packed != NULL;
 }
 
-int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d) {
-  if (!kern_conv2d_winograd_suits(d)) return 0;
+int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d, int m) {
+  if ((m != 2 && m != 4) || !kern_conv2d_winograd_suits(d)) return 0;
   /* The implicit form's packed weights beat transforming them per call. */
-  return packed_for_winograd(d) ||
+  return packed_for_winograd(d, m) ||
          (!d->weight_packed && d->n * d->ho * d->wo >= PER_CALL_MIN_POSITIONS);
 }
 
-int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
-  if (!kern_conv2d_winograd_takes(d)) return 0;
-  int m = tile_side(d);
+int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
+  if (!kern_conv2d_winograd_takes(d, m)) return 0;
   wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
   w.tiles = w.tx * ((d->ho + m - 1) / m);
   /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
@@ -249,12 +284,12 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   w.blocks = (w.tiles + w.span - 1) / w.span;
   kern_scratch_t u = {-1, NULL};
   w.u_packed = d->weight_packed;
-  if (!packed_for_winograd(d)) {
+  if (!packed_for_winograd(d, m)) {
     /* U, after the packed panels, transformed and packed for this call. */
-    size_t packed = (kern_conv2d_winograd_packed_bytes(d) + 63) / 64 * 64 / sizeof(float);
-    u = kern_scratch_claim(packed + u_floats(d));
+    size_t packed = (kern_conv2d_winograd_packed_bytes(d, m) + 63) / 64 * 64 / sizeof(float);
+    u = kern_scratch_claim(packed + u_floats(d, m));
     if (!u.buf) return 0;
-    pack_u(d, u.buf + packed, u.buf);
+    pack_u(d, m, u.buf + packed, u.buf);
     w.u_packed = u.buf;
   }
   int done = 1;
@@ -269,7 +304,8 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 /* dX of a 3x3 stride-1 conv2d with pads p is the stride-1 convolution of
  * dY, padded by 2 - p, with the filters flipped and their channels
  * swapped: W'[ci][oc][ky][kx] = W[oc][ci][2 - ky][2 - kx]. */
-int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
+                                        core_pool_t *pool) {
   if (d->kh != 3 || d->kw != 3 || d->stride[0] != 1 || d->stride[1] != 1 ||
       d->dilation[0] != 1 || d->dilation[1] != 1 || d->groups != 1)
     return 0;
@@ -281,7 +317,8 @@ int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t 
                          .dilation = {1, 1}, .groups = 1, .x = d->y, .bias = d->bias,
                          .y = (float *)d->x, .epilogue = d->epilogue,
                          .epilogue_ctx = d->epilogue_ctx};
-  if (!kern_conv2d_winograd_takes(&t)) return 0;
+  int m = kern_conv2d_winograd_tile(&t, mode);
+  if (!m || !kern_conv2d_winograd_takes(&t, m)) return 0;
   kern_scratch_t s = kern_scratch_claim((size_t)(d->o * d->c * 9));
   if (!s.buf) return 0;
   float *flipped = s.buf;
@@ -290,7 +327,7 @@ int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, core_pool_t 
       for (int k = 0; k < 9; k++)
         flipped[(ci * d->o + oc) * 9 + k] = d->weight[(oc * d->c + ci) * 9 + 8 - k];
   t.weight = flipped;
-  int done = kern_conv2d_winograd_f32(&t, pool);
+  int done = kern_conv2d_winograd_f32(&t, m, pool);
   kern_scratch_release(s);
   return done;
 }

@@ -12,17 +12,31 @@
 #include "runtime/abi.h"
 
 void kern_gemm_f32(const loom_abi_gemm_t *d, core_pool_t *pool);
-void kern_conv2d_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+
+/* The algorithms a conv2d kernel may choose from
+ * (loom_compile_options_t.precise). */
+typedef enum kern_conv_mode {
+  /* Winograd where its error bound for the layer stays within the direct
+   * sum's (kern_conv2d_winograd_tile), else direct sums. */
+  KERN_CONV_DEFAULT = 0,
+  /* Direct sums only (the implicit GEMM, the direct kernel): no Winograd. */
+  KERN_CONV_PRECISE = 1,
+  /* The fastest: F(4x4) Winograd on large outputs whatever its error
+   * (up to ~10x a direct sum's). */
+  KERN_CONV_FAST = 2,
+} kern_conv_mode_t;
+
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool);
 /* conv2d's weight (o, c/groups, kh, kw) packed once for
  * loom_abi_conv2d_t.weight_packed, in the form kern_conv2d_f32 takes for
- * the geometry d (d->weight is read; x, y and the rest unused): the
- * implicit GEMM's A panels, or Winograd's transformed weights (conv.h).
+ * the geometry d and mode (d->weight is read; x, y and the rest unused):
+ * the implicit GEMM's A panels, or Winograd's transformed weights (conv.h).
  * kern_conv2d_packed_bytes sizes the buffer (64-byte aligned), which
  * kern_conv2d_pack_weight fills (0: out of memory). A buffer packed for
  * another micro-kernel or shape is ignored by conv2d (it packs the
  * weights itself). */
-size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d);
-int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, void *dst);
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_mode_t mode);
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, void *dst);
 /* dW = conv2d's weight gradient: x = the forward input, y = dY (read),
  * weight = dW (written, whole); the epilogue sees dW as o x cg*kh*kw. */
 void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);

@@ -2,8 +2,9 @@
  * Gray's matrices): input patches V = B^T d B, filters U = G g G^T and
  * products back to outputs Y = A^T M A. Each is a 1-D transform applied
  * down the columns, then along the rows, 8 tiles (or 8 channels) a vector.
- * The loops are written once over GCC's generic vectors, with m a
- * constant, and built for AVX2 and for the baseline ISA (two SSE halves).
+ * The loops are written once over generic vectors (GCC's and clang's), with
+ * m a constant, and built for AVX2 and for the baseline ISA (two SSE
+ * halves).
  * A last vector past the end of a range computes in full and stores only
  * its lanes inside (the buffers it reads carry WINO_SLACK floats). */
 #include <string.h>
@@ -11,7 +12,23 @@
 #include "kernels/winograd_impl.h"
 
 typedef float v8_t __attribute__((vector_size(32), aligned(4)));
+
+/* Lanes of a and b (b's numbered 8-15), by constant indices: clang's
+ * builtin, which GCC has from version 12 on; GCC's own before. */
+#if defined(__clang__) || __GNUC__ >= 12
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
 typedef int32_t v8i_t __attribute__((vector_size(32)));
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (v8i_t){__VA_ARGS__})
+#endif
+/* The even and odd lanes of a then b; a's and b's halves interleaved
+ * lane by lane (LO, HI), and pair by pair (LO2, HI2). */
+#define EVENS(a, b) SHUFFLE(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
+#define ODDS(a, b) SHUFFLE(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
+#define LO(a, b) SHUFFLE(a, b, 0, 8, 1, 9, 2, 10, 3, 11)
+#define HI(a, b) SHUFFLE(a, b, 4, 12, 5, 13, 6, 14, 7, 15)
+#define LO2(a, b) SHUFFLE(a, b, 0, 1, 8, 9, 2, 3, 10, 11)
+#define HI2(a, b) SHUFFLE(a, b, 4, 5, 12, 13, 6, 7, 14, 15)
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define LD8(p) (*(const v8_t *)(p))
@@ -19,14 +36,16 @@ typedef int32_t v8i_t __attribute__((vector_size(32)));
 
 enum { ALPHA_MAX = 6 };
 
-/* Stores the first `lanes` (<= 8) lanes of v at p. */
-ALWAYS_INLINE void store_lanes(float *p, v8_t v, int64_t lanes) {
+/* Stores the first `lanes` (<= 8) lanes of *v at p. By pointer: a
+ * vector argument's ABI differs with and without AVX (-Wpsabi), even
+ * inlined. */
+ALWAYS_INLINE void store_lanes(float *p, const v8_t *v, int64_t lanes) {
   if (lanes >= 8) {
-    ST8(p, v);
+    ST8(p, *v);
     return;
   }
   float t[8];
-  ST8(t, v);
+  ST8(t, *v);
   for (int64_t i = 0; i < lanes; i++) p[i] = t[i];
 }
 
@@ -105,22 +124,21 @@ ALWAYS_INLINE void split_row(const int m, const loom_abi_conv2d_t *d, const floa
       int64_t col = m * i + p - pl;
       ph[p][i] = col >= 0 && col < w ? row[col] : 0.0f;
     }
-  const v8i_t evens = {0, 2, 4, 6, 8, 10, 12, 14}, odds = {1, 3, 5, 7, 9, 11, 13, 15};
   for (; i + 8 <= hi; i += 8) {
     const float *src = row + m * i - pl;
     v8_t a = LD8(src), b = LD8(src + 8);
     if (m == 2) {
-      ST8(ph[0] + i, __builtin_shuffle(a, b, evens));
-      ST8(ph[1] + i, __builtin_shuffle(a, b, odds));
+      ST8(ph[0] + i, EVENS(a, b));
+      ST8(ph[1] + i, ODDS(a, b));
       continue;
     }
     v8_t c = LD8(src + 16), e = LD8(src + 24);
-    v8_t ab0 = __builtin_shuffle(a, b, evens), ab1 = __builtin_shuffle(a, b, odds);
-    v8_t ce0 = __builtin_shuffle(c, e, evens), ce1 = __builtin_shuffle(c, e, odds);
-    ST8(ph[0] + i, __builtin_shuffle(ab0, ce0, evens));
-    ST8(ph[2] + i, __builtin_shuffle(ab0, ce0, odds));
-    ST8(ph[1] + i, __builtin_shuffle(ab1, ce1, evens));
-    ST8(ph[3] + i, __builtin_shuffle(ab1, ce1, odds));
+    v8_t ab0 = EVENS(a, b), ab1 = ODDS(a, b);
+    v8_t ce0 = EVENS(c, e), ce1 = ODDS(c, e);
+    ST8(ph[0] + i, EVENS(ab0, ce0));
+    ST8(ph[2] + i, ODDS(ab0, ce0));
+    ST8(ph[1] + i, EVENS(ab1, ce1));
+    ST8(ph[3] + i, ODDS(ab1, ce1));
   }
   for (; i < count; i++)
     for (int p = 0; p < m; p++) {
@@ -147,7 +165,7 @@ ALWAYS_INLINE void tiles_in(const int m, float *rows[ALPHA_MAX][4], int64_t x0, 
       v8_t v[ALPHA_MAX];
       bt(m, t[k], v);
       for (int l = 0; l < alpha; l++)
-        store_lanes(out + (alpha * k + l) * stride + x, v[l], x1 - x);
+        store_lanes(out + (alpha * k + l) * stride + x, &v[l], x1 - x);
     }
   }
 }
@@ -192,8 +210,6 @@ ALWAYS_INLINE void input_body(const int m, const wino_block_t *b, int64_t c0, in
 ALWAYS_INLINE void tiles_out(const int m, const float *in, int64_t stride, int64_t x0,
                              int64_t x1, float bias, float *out[4]) {
   const int alpha = m + 2;
-  const v8i_t lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
-  const v8i_t lo2 = {0, 1, 8, 9, 2, 3, 10, 11}, hi2 = {4, 5, 12, 13, 6, 7, 14, 15};
   for (int64_t x = x0; x < x1; x += 8) {
     v8_t s[4][ALPHA_MAX]; /* s[row][column] = (A^T M) */
     for (int l = 0; l < alpha; l++) {
@@ -208,16 +224,16 @@ ALWAYS_INLINE void tiles_out(const int m, const float *in, int64_t stride, int64
       for (int c = 0; c < m; c++) y[c] += bias;
       float *o = out[r] + m * x;
       if (m == 2) {
-        ST8(o, __builtin_shuffle(y[0], y[1], lo));
-        ST8(o + 8, __builtin_shuffle(y[0], y[1], hi));
+        ST8(o, LO(y[0], y[1]));
+        ST8(o + 8, HI(y[0], y[1]));
         continue;
       }
-      v8_t a0 = __builtin_shuffle(y[0], y[1], lo), a1 = __builtin_shuffle(y[0], y[1], hi);
-      v8_t b0 = __builtin_shuffle(y[2], y[3], lo), b1 = __builtin_shuffle(y[2], y[3], hi);
-      ST8(o, __builtin_shuffle(a0, b0, lo2));
-      ST8(o + 8, __builtin_shuffle(a0, b0, hi2));
-      ST8(o + 16, __builtin_shuffle(a1, b1, lo2));
-      ST8(o + 24, __builtin_shuffle(a1, b1, hi2));
+      v8_t a0 = LO(y[0], y[1]), a1 = HI(y[0], y[1]);
+      v8_t b0 = LO(y[2], y[3]), b1 = HI(y[2], y[3]);
+      ST8(o, LO2(a0, b0));
+      ST8(o + 8, HI2(a0, b0));
+      ST8(o + 16, LO2(a1, b1));
+      ST8(o + 24, HI2(a1, b1));
     }
   }
 }
@@ -266,7 +282,7 @@ ALWAYS_INLINE void filters_body(const int m, const float *w, int64_t o, int64_t 
         v8_t uk[ALPHA_MAX];
         g_(m, t[k], uk);
         for (int l = 0; l < alpha; l++)
-          store_lanes(out + (alpha * k + l) * stride + j, uk[l], c - j);
+          store_lanes(out + (alpha * k + l) * stride + j, &uk[l], c - j);
       }
     }
   }

@@ -48,7 +48,7 @@ static bool uniform_value(const ir_rewriter_t *rw, int32_t d, double *out) {
 }
 
 static bool is_uniform(const ir_rewriter_t *rw, int32_t d, double want) {
-  double v;
+  double v = 0.0;
   return uniform_value(rw, d, &v) && v == want;
 }
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -423,7 +424,15 @@ static void abi_gemm_f32(const loom_abi_gemm_t *d, void *pool) {
 }
 
 static void abi_conv2d_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_f32(d, pool);
+  kern_conv2d_f32(d, KERN_CONV_DEFAULT, pool);
+}
+
+static void abi_conv2d_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, KERN_CONV_PRECISE, pool);
+}
+
+static void abi_conv2d_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, KERN_CONV_FAST, pool);
 }
 
 static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
@@ -431,7 +440,24 @@ static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
 }
 
 static void abi_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_input_grad_f32(d, pool);
+  kern_conv2d_input_grad_f32(d, KERN_CONV_DEFAULT, pool);
+}
+
+static void abi_conv2d_input_grad_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, KERN_CONV_PRECISE, pool);
+}
+
+static void abi_conv2d_input_grad_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, KERN_CONV_FAST, pool);
+}
+
+/* The convolution algorithms o allows (loom.h's precise): 1 direct sums
+ * only, -1 the fastest, 0 the default or LOOM_PRECISE's 1 or -1. */
+static kern_conv_mode_t conv_mode(const loom_compile_options_t *o) {
+  int precise = o->precise;
+  const char *env = getenv("LOOM_PRECISE");
+  if (precise == 0 && env) precise = strcmp(env, "1") == 0 ? 1 : strcmp(env, "-1") == 0 ? -1 : 0;
+  return precise > 0 ? KERN_CONV_PRECISE : precise < 0 ? KERN_CONV_FAST : KERN_CONV_DEFAULT;
 }
 
 static loom_status_t start_runtime(loom_executable_t *e, int threads) {
@@ -445,6 +471,14 @@ static loom_status_t start_runtime(loom_executable_t *e, int threads) {
                         .conv2d_f32 = abi_conv2d_f32,
                         .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32,
                         .conv2d_input_grad_f32 = abi_conv2d_input_grad_f32};
+  /* The generated code calls the same entries whatever the mode. */
+  if (e->conv_mode == KERN_CONV_PRECISE) {
+    e->abi.conv2d_f32 = abi_conv2d_precise_f32;
+    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_precise_f32;
+  } else if (e->conv_mode == KERN_CONV_FAST) {
+    e->abi.conv2d_f32 = abi_conv2d_fast_f32;
+    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_fast_f32;
+  }
   return rt_index_errors_init(e);
 }
 
@@ -673,8 +707,8 @@ static loom_status_t prepack_conv_weight(loom_executable_t *e, const ir_node_t *
   ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
   ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
   ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
-  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d));
-  if (!buf || !kern_conv2d_pack_weight(&d, buf)) {
+  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d, e->conv_mode));
+  if (!buf || !kern_conv2d_pack_weight(&d, e->conv_mode, buf)) {
     core_free(buf);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
                      (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
@@ -719,6 +753,7 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   loom_executable_t *e = core_calloc(1, sizeof *e);
   if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   e->source = g;
+  e->conv_mode = conv_mode(&o);
   loom_status_t s = resolve_symbols(e, &o);
   const char *why = s == LOOM_OK ? needs_interpreter(g) : NULL;
   bool compiled = false;

@@ -13,6 +13,7 @@
 #include "ir/ir.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
+#include "kernels/gemm.h"
 #include "kernels/ref.h"
 #include "runtime/abi.h"
 
@@ -84,6 +85,7 @@ struct loom_executable {
   char *passes_text;     /* the IR after the passes, for explain */
   core_pool_t *pool;
   loom_abi_t abi;
+  kern_conv_mode_t conv_mode; /* the conv algorithms allowed (options' precise) */
   void **packed_b;       /* freeze_params: [2 * slot + trans_b] a frozen
                             weight packed as a GEMM's B, or NULL (owned) */
   void **packed_w;       /* freeze_params: [slot] a frozen conv2d weight
