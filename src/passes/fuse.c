@@ -31,6 +31,7 @@ typedef struct work_group {
   fuse_kind_t kind;
   int32_t anchor;
   int32_t first;   /* its lowest node id */
+  int32_t last;    /* its highest node id */
   int32_t head, tail; /* its nodes, linked through fuser.next */
   ir_type_t space; /* iteration space: the full space of a reduction */
   int k;           /* reduction: trailing axes reduced; -1: not a suffix */
@@ -57,6 +58,10 @@ typedef struct fuser {
   int32_t *mark;      /* DFS stamps, per group */
   int32_t epoch;
   int32_t *stack;
+  int32_t *listed;    /* value -> 1 + the last group listing it as an input */
+  /* The plan's groups' nodes, in graph order: those of working group gi
+   * are members[member_start[gi] .. member_start[gi + 1]). */
+  int32_t *member_start, *members;
 } fuser_t;
 
 /* ---- Shapes ------------------------------------------------------------- */
@@ -153,6 +158,9 @@ static void fuser_free(fuser_t *f) {
   core_free(f->groups);
   core_free(f->mark);
   core_free(f->stack);
+  core_free(f->listed);
+  core_free(f->member_start);
+  core_free(f->members);
 }
 
 static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
@@ -173,9 +181,12 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->groups = core_calloc(nn, sizeof *f->groups);
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
+  f->listed = core_calloc(nv, sizeof *f->listed);
+  f->member_start = core_calloc(nn + 1, sizeof *f->member_start);
+  f->members = core_calloc(nn, sizeof *f->members);
   if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
-      !f->into || !f->writes ||
-      !f->group || !f->next || !f->groups || !f->mark || !f->stack) {
+      !f->into || !f->writes || !f->group || !f->next || !f->groups || !f->mark ||
+      !f->stack || !f->listed || !f->member_start || !f->members) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
@@ -303,7 +314,7 @@ static void start_group(fuser_t *f, int32_t n) {
   work_group_t *w = &f->groups[f->n_groups];
   memset(w, 0, sizeof *w);
   w->anchor = -1;
-  w->first = w->head = w->tail = n;
+  w->first = w->last = w->head = w->tail = n;
   f->next[n] = -1;
   w->alive = true;
   w->assign = node->op == IR_OP_ASSIGN;
@@ -342,9 +353,13 @@ static void start_group(fuser_t *f, int32_t n) {
 /* Whether group x depends, through any path, on group gi. The search
  * runs over groups, not nodes: a kernel waits for every input of every
  * node in it, so a path may enter a group at one node and leave it at
- * another. */
+ * another. Nodes read only nodes before them, so a group whose nodes all
+ * come before gi's first cannot be on such a path: the search stays
+ * among the groups since gi began, not the whole graph behind it. */
 static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
   int top = 0;
+  int32_t since = f->groups[gi].first;
+  if (f->groups[x].last < since) return false;
   f->epoch++;
   f->stack[top++] = x;
   f->mark[x] = f->epoch;
@@ -357,7 +372,7 @@ static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
         if (q < 0) continue;
         int32_t gq = f->group[q];
         if (gq == gi) return true;
-        if (f->mark[gq] == f->epoch) continue;
+        if (f->mark[gq] == f->epoch || f->groups[gq].last < since) continue;
         f->mark[gq] = f->epoch;
         f->stack[top++] = gq;
       }
@@ -464,6 +479,7 @@ static void join(fuser_t *f, int32_t n, int32_t gi) {
   f->next[w->tail] = n;
   f->next[n] = -1;
   w->tail = n;
+  w->last = n;
   if (ir_ops[f->g->nodes[n].op].fusion_class != IR_CLASS_REDUCE) return;
   if (w->kind == FUSE_ELEMENTWISE) {
     w->kind = FUSE_REDUCTION;
@@ -706,6 +722,7 @@ static void fold(fuser_t *f, int32_t a, int32_t b) {
   wb->tail = wa->tail;
   wb->mixed |= wa->mixed || !same_shape(&wa->space, &wb->space);
   if (wa->first < wb->first) wb->first = wa->first;
+  if (wa->last > wb->last) wb->last = wa->last;
   wa->alive = false;
 }
 
@@ -752,22 +769,32 @@ static bool is_group_output(const fuser_t *f, int32_t v, int32_t gi,
   return false;
 }
 
-static void add_unique(int32_t *list, int *n, int32_t v) {
-  for (int i = 0; i < *n; i++)
-    if (list[i] == v) return;
-  list[(*n)++] = v;
+/* Appends v to group gi's inputs unless already there. */
+static void add_input(fuser_t *f, int32_t gi, fuse_group_t *out, int32_t v) {
+  if (f->listed[v] == gi + 1) return;
+  f->listed[v] = gi + 1;
+  out->inputs[out->n_inputs++] = v;
+}
+
+/* The nodes of each working group in graph order (a counting sort by
+ * group): member_start and members. */
+static void list_members(fuser_t *f) {
+  int64_t nn = f->g->n_nodes;
+  for (int64_t n = 0; n < nn; n++) f->member_start[f->group[n] + 1]++;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) f->member_start[gi + 1] += f->member_start[gi];
+  for (int64_t n = 0; n < nn; n++) f->members[f->member_start[f->group[n]]++] = (int32_t)n;
+  for (int32_t gi = f->n_groups; gi > 0; gi--) f->member_start[gi] = f->member_start[gi - 1];
+  f->member_start[0] = 0;
 }
 
 /* Fills out's nodes, inputs and outputs from working group gi. */
-static loom_status_t fill_group(const fuser_t *f, int32_t gi,
-                                fuse_group_t *out) {
+static loom_status_t fill_group(fuser_t *f, int32_t gi, fuse_group_t *out) {
   const work_group_t *w = &f->groups[gi];
-  int n_nodes = 0, n_in = 0, n_out = 0;
-  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
-    n_nodes++;
-    n_in += f->g->nodes[n].n_in;
-    n_out += f->g->nodes[n].n_out;
+  const int32_t *nodes = f->members + f->member_start[gi];
+  int n_nodes = f->member_start[gi + 1] - f->member_start[gi], n_in = 0, n_out = 0;
+  for (int i = 0; i < n_nodes; i++) {
+    n_in += f->g->nodes[nodes[i]].n_in;
+    n_out += f->g->nodes[nodes[i]].n_out;
   }
   out->kind = w->kind;
   out->anchor = w->anchor;
@@ -777,13 +804,12 @@ static loom_status_t fill_group(const fuser_t *f, int32_t gi,
   if (!out->nodes || !out->inputs || !out->outputs)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   bool one_node = n_nodes == 1;
-  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
+  for (int i = 0; i < n_nodes; i++) {
+    int32_t n = nodes[i];
     const ir_node_t *node = &f->g->nodes[n];
-    out->nodes[out->n_nodes++] = (int32_t)n;
+    out->nodes[out->n_nodes++] = n;
     for (int k = 0; k < node->n_in; k++)
-      if (!in_group(f, node->in[k], gi))
-        add_unique(out->inputs, &out->n_inputs, node->in[k]);
+      if (!in_group(f, node->in[k], gi)) add_input(f, gi, out, node->in[k]);
     for (int k = 0; k < node->n_out; k++)
       if (is_group_output(f, node->out[k], gi, one_node))
         out->outputs[out->n_outputs++] = node->out[k];
@@ -803,58 +829,83 @@ static void count_waits(const fuser_t *f, int32_t *waits) {
   }
 }
 
-static void release_consumers(const fuser_t *f, int32_t gi, int32_t *waits) {
-  for (int64_t n = f->groups[gi].first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
-    const ir_node_t *node = &f->g->nodes[n];
+/* A binary min-heap of group keys: the groups ready to run. */
+typedef struct ready_heap {
+  int32_t *key;
+  int n;
+} ready_heap_t;
+
+static void heap_push(ready_heap_t *h, int32_t key) {
+  int i = h->n++;
+  for (; i > 0 && h->key[(i - 1) / 2] > key; i = (i - 1) / 2) h->key[i] = h->key[(i - 1) / 2];
+  h->key[i] = key;
+}
+
+static int32_t heap_pop(ready_heap_t *h) {
+  int32_t top = h->key[0], last = h->key[--h->n];
+  int i = 0;
+  for (int c; (c = 2 * i + 1) < h->n; i = c) {
+    if (c + 1 < h->n && h->key[c + 1] < h->key[c]) c++;
+    if (h->key[c] >= last) break;
+    h->key[i] = h->key[c];
+  }
+  h->key[i] = last;
+  return top;
+}
+
+/* Ready groups run earliest in graph order first, assigns last. */
+static int32_t ready_key(const fuser_t *f, int32_t gi) {
+  return f->groups[gi].assign ? f->n_groups + gi : gi;
+}
+
+/* Counts down the waits of the groups reading gi's values, and queues
+ * those left waiting on nothing. */
+static void release_consumers(const fuser_t *f, int32_t gi, int32_t *waits,
+                              ready_heap_t *ready) {
+  for (int32_t i = f->member_start[gi]; i < f->member_start[gi + 1]; i++) {
+    const ir_node_t *node = &f->g->nodes[f->members[i]];
     for (int k = 0; k < node->n_out; k++) {
       int32_t v = node->out[k];
-      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
-        if (f->group[f->uses[u]] != gi) waits[f->group[f->uses[u]]]--;
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+        int32_t c = f->group[f->uses[u]];
+        if (c != gi && --waits[c] == 0) heap_push(ready, ready_key(f, c));
+      }
     }
   }
 }
 
-/* Among groups whose inputs are ready, the earliest in graph order,
- * assigns last. */
-static int32_t next_ready(const fuser_t *f, const int32_t *waits,
-                          const bool *done) {
-  int32_t best = -1;
-  for (int32_t gi = 0; gi < f->n_groups; gi++) {
-    const work_group_t *w = &f->groups[gi];
-    if (!w->alive || done[gi] || waits[gi] > 0) continue;
-    if (best < 0 || w->assign < f->groups[best].assign) best = gi;
-  }
-  return best;
-}
-
-/* Orders the groups (Kahn's algorithm) into order; returns the count. */
+/* Orders the groups (Kahn's algorithm: among the groups whose inputs are
+ * ready, the earliest in graph order, assigns last) into order; returns
+ * the count. */
 static loom_status_t order_groups(const fuser_t *f, int32_t *order, int *count) {
   int32_t *waits = core_calloc((size_t)f->n_groups + 1, sizeof *waits);
-  bool *done = core_calloc((size_t)f->n_groups + 1, sizeof *done);
-  if (!waits || !done) {
+  ready_heap_t ready = {.key = core_calloc((size_t)f->n_groups + 1, sizeof(int32_t))};
+  if (!waits || !ready.key) {
     core_free(waits);
-    core_free(done);
+    core_free(ready.key);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
   count_waits(f, waits);
   int alive = 0;
-  for (int32_t gi = 0; gi < f->n_groups; gi++) alive += f->groups[gi].alive;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) {
+    alive += f->groups[gi].alive;
+    if (f->groups[gi].alive && waits[gi] == 0) heap_push(&ready, ready_key(f, gi));
+  }
   *count = 0;
-  for (int32_t gi; (gi = next_ready(f, waits, done)) >= 0;) {
-    done[gi] = true;
+  while (ready.n > 0) {
+    int32_t key = heap_pop(&ready), gi = key >= f->n_groups ? key - f->n_groups : key;
     order[(*count)++] = gi;
-    release_consumers(f, gi, waits);
+    release_consumers(f, gi, waits, &ready);
   }
   core_free(waits);
-  core_free(done);
+  core_free(ready.key);
   if (*count != alive)
     return loom_fail(LOOM_ERR_GRAPH, "fusion: groups depend on each other in "
                      "a cycle (%d of %d ordered)", *count, alive);
   return LOOM_OK;
 }
 
-static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
+static loom_status_t build_plan(fuser_t *f, fuse_plan_t *out) {
   size_t nn = (size_t)f->g->n_nodes + 1;
   int32_t *order = core_calloc((size_t)f->n_groups + 1, sizeof *order);
   out->groups = core_calloc((size_t)f->n_groups + 1, sizeof *out->groups);
@@ -864,6 +915,7 @@ static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
   int count = 0;
+  list_members(f);
   loom_status_t s = order_groups(f, order, &count);
   for (int i = 0; s == LOOM_OK && i < count; i++) {
     out->n_groups = i + 1;
