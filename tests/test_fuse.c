@@ -818,20 +818,57 @@ static void reduction_prologue_and_keepdim(void) {
 }
 
 /* 1000 elementwise ops in a chain: one kernel, built quickly. */
-static void long_chain_is_one_group(void) {
+static void long_chain_is_split_in_bounded_groups(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
-  loom_value_t v = input(g, 1, (int64_t[]){64}), c = scalar(g, 0.5);
+  loom_value_t x = input(g, 1, (int64_t[]){64}), c = scalar(g, 0.5), v = x;
   for (int i = 0; i < 1000; i++)
     CHECK_OK(i % 2 ? loom_mul(g, v, c, &v) : loom_relu(g, v, &v));
   CHECK_OK(loom_graph_output(g, v));
   fuse_plan_t p;
   build_checked(g, &fusion_on, &p);
-  CHECK(p.n_groups == 1 && p.groups[0].n_nodes == 1000);
-  CHECK(p.groups[0].n_inputs == 2 && p.groups[0].n_outputs == 1);
+  /* Full groups in graph order, each reading the last one's output. */
+  int want = (1000 + FUSE_MAX_NODES - 1) / FUSE_MAX_NODES;
+  CHECK(p.n_groups == want);
+  for (int i = 0; i < p.n_groups; i++) {
+    const fuse_group_t *grp = &p.groups[i];
+    int size = i < want - 1 ? FUSE_MAX_NODES : 1000 - (want - 1) * FUSE_MAX_NODES;
+    CHECK(grp->kind == FUSE_ELEMENTWISE && grp->n_nodes == size);
+    CHECK(grp->nodes[0] == i * FUSE_MAX_NODES);
+    int32_t before = i ? p.groups[i - 1].outputs[0] : x.id;
+    CHECK(grp->n_inputs == 2 && has(grp->inputs, 2, before) && has(grp->inputs, 2, c.id));
+    CHECK(grp->n_outputs == 1);
+  }
+  CHECK(p.n_groups > 0 && p.groups[p.n_groups - 1].outputs[0] == v.id);
   fuse_plan_free(&p);
   build_checked(g, &fusion_off, &p);
   CHECK(p.n_groups == 1000);
+  fuse_plan_free(&p);
+  loom_graph_destroy(g);
+}
+
+/* Softmax after softmax, 20 deep: the reductions share one space, yet a
+ * group takes at most FUSE_MAX_FOLDS of them. */
+static void stacked_softmaxes_bound_the_folds_per_group(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t v = input(g, 2, (int64_t[]){4, 8}), e;
+  for (int i = 0; i < 20; i++) v = softmax_by_hand(g, v, &e);
+  CHECK_OK(loom_graph_output(g, v));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  int folds = 0;
+  for (int i = 0; i < p.n_groups; i++) {
+    int here = 0;
+    for (int k = 0; k < p.groups[i].n_nodes; k++) {
+      ir_op_t op = g->nodes[p.groups[i].nodes[k]].op;
+      here += op == IR_OP_MAX || op == IR_OP_SUM;
+    }
+    CHECK(here <= FUSE_MAX_FOLDS);
+    folds += here;
+  }
+  CHECK(folds == 40);
+  CHECK(p.n_groups == (40 + FUSE_MAX_FOLDS - 1) / FUSE_MAX_FOLDS);
   fuse_plan_free(&p);
   loom_graph_destroy(g);
 }
@@ -902,7 +939,8 @@ int main(void) {
   TEST_RUN(layout_reference_and_assign_groups);
   TEST_RUN(conv_epilogue_fuses_what_fits);
   TEST_RUN(reduction_prologue_and_keepdim);
-  TEST_RUN(long_chain_is_one_group);
+  TEST_RUN(long_chain_is_split_in_bounded_groups);
+  TEST_RUN(stacked_softmaxes_bound_the_folds_per_group);
   TEST_RUN(head_split_is_read_in_place);
   TEST_RUN(heads_merged_back_are_written_in_place);
   TEST_RUN(product_chain_to_graph_output_is_copied);

@@ -40,6 +40,8 @@ typedef struct work_group {
   bool assign;     /* an assign: placed last */
   bool pool;       /* a pooling anchor; space is its output's */
   bool alive;      /* false once folded into another group */
+  int size;        /* its node count */
+  int folds;       /* its reductions (sum, max, ...) */
 } work_group_t;
 
 typedef struct fuser {
@@ -317,6 +319,8 @@ static void start_group(fuser_t *f, int32_t n) {
   w->first = w->last = w->head = w->tail = n;
   f->next[n] = -1;
   w->alive = true;
+  w->size = 1;
+  w->folds = cls == IR_CLASS_REDUCE;
   w->assign = node->op == IR_OP_ASSIGN;
   f->group[n] = f->n_groups++;
   if (w->assign) w->kind = FUSE_REFERENCE;
@@ -457,6 +461,7 @@ static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
   if (!OP_IN(node->op, fusable_reductions)) return false;
   if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
   /* A fold that keeps the last dim is generated alone (c_reduce.c). */
+  if (w->folds >= FUSE_MAX_FOLDS) return false;
   if (w->kind == FUSE_ELEMENTWISE) return !w->mixed && reduced_suffix(f, n) >= 0;
   return w->kind == FUSE_REDUCTION && w->k >= 0 && reduced_suffix(f, n) == w->k;
 }
@@ -464,7 +469,7 @@ static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
 static bool join_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const work_group_t *w = &f->groups[gi];
   ir_fusion_class_t cls = ir_ops[f->g->nodes[n].op].fusion_class;
-  if (!w->alive || !w->open) return false;
+  if (!w->alive || !w->open || w->size >= FUSE_MAX_NODES) return false;
   if (w->pool) return cls == IR_CLASS_EW && outputs_have_shape(f, n, &w->space);
   if (cls == IR_CLASS_REDUCE) return reduction_fits(f, n, gi);
   if (cls != IR_CLASS_EW) return false;
@@ -480,7 +485,9 @@ static void join(fuser_t *f, int32_t n, int32_t gi) {
   f->next[n] = -1;
   w->tail = n;
   w->last = n;
+  w->size++;
   if (ir_ops[f->g->nodes[n].op].fusion_class != IR_CLASS_REDUCE) return;
+  w->folds++;
   if (w->kind == FUSE_ELEMENTWISE) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
@@ -690,6 +697,8 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
  * run from b to a through a third group. */
 static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  if (wa->size + wb->size > FUSE_MAX_NODES || wa->folds + wb->folds > FUSE_MAX_FOLDS)
+    return false;
   if (wb->kind == FUSE_LAYOUT || wa->kind != FUSE_ELEMENTWISE)
     return wb->kind == FUSE_LAYOUT && index_prologue_fits(f, a, b, has_output);
   bool same = same_shape(&wa->space, &wb->space);
@@ -720,6 +729,8 @@ static void fold(fuser_t *f, int32_t a, int32_t b) {
   for (int32_t n = wa->head; n >= 0; n = f->next[n]) f->group[n] = b;
   f->next[wb->tail] = wa->head;
   wb->tail = wa->tail;
+  wb->size += wa->size;
+  wb->folds += wa->folds;
   wb->mixed |= wa->mixed || !same_shape(&wa->space, &wb->space);
   if (wa->first < wb->first) wb->first = wa->first;
   if (wa->last > wb->last) wb->last = wa->last;
