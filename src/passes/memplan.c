@@ -56,7 +56,7 @@ typedef struct mem_planner {
   int32_t *gave;         /* the request that took i's offset, or -1 */
   int32_t *placed;       /* requests placed so far, in placement order */
   int n_placed;
-  mem_conflict_t *conflicts;
+  mem_conflict_t *conflicts, *sorted; /* sorted: scratch of sort_conflicts */
   mem_key_t *keys;       /* one per chain */
   int n_chains;
   int64_t *offsets;      /* scratch: one placement order's offsets */
@@ -178,9 +178,35 @@ static int key_cmp(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
-static int conflict_cmp(const void *a, const void *b) {
-  const mem_conflict_t *x = a, *y = b;
-  return (x->lo > y->lo) - (x->lo < y->lo);
+/* Sorts the k conflicts by offset. Buffers live together can number in
+ * the thousands (a training step's saved activations), and each chain
+ * sorts its own: a radix sort on the offsets (multiples of MEM_ALIGN),
+ * byte by byte over the bytes they use, costs a few passes over them
+ * where qsort cost k log k calls. */
+static void sort_conflicts(mem_planner_t *p, int k) {
+  mem_conflict_t *c = p->conflicts, *tmp = p->sorted;
+  if (k < 32) { /* insertion sort */
+    for (int i = 1; i < k; i++) {
+      mem_conflict_t x = c[i];
+      int j = i;
+      for (; j > 0 && c[j - 1].lo > x.lo; j--) c[j] = c[j - 1];
+      c[j] = x;
+    }
+    return;
+  }
+  uint64_t top = 0;
+  for (int i = 0; i < k; i++) top |= (uint64_t)c[i].lo / MEM_ALIGN;
+  for (int shift = 0; shift < 64 && (top >> shift) != 0; shift += 8) {
+    int count[257] = {0};
+    for (int i = 0; i < k; i++) count[(((uint64_t)c[i].lo / MEM_ALIGN) >> shift & 255) + 1]++;
+    for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+    for (int i = 0; i < k; i++) tmp[count[((uint64_t)c[i].lo / MEM_ALIGN) >> shift & 255]++] = c[i];
+    mem_conflict_t *swap = c;
+    c = tmp;
+    tmp = swap;
+  }
+  if (c != p->conflicts)
+    for (int i = 0; i < k; i++) p->conflicts[i] = c[i];
 }
 
 static int chain_tail(const mem_planner_t *p, int root) {
@@ -299,7 +325,7 @@ static int collect_conflicts(mem_planner_t *p, int root) {
   int kept = 0;
   for (int q = 0; q < k; q++)
     if (p->conflicts[q].need > 0) p->conflicts[kept++] = p->conflicts[q];
-  qsort(p->conflicts, (size_t)kept, sizeof *p->conflicts, conflict_cmp);
+  sort_conflicts(p, kept);
   return kept;
 }
 
@@ -355,6 +381,7 @@ static void planner_free(mem_planner_t *p) {
   core_free(p->gave);
   core_free(p->placed);
   core_free(p->conflicts);
+  core_free(p->sorted);
   core_free(p->keys);
   core_free(p->offsets);
   core_free(p->events);
@@ -396,6 +423,7 @@ static loom_status_t planner_alloc(mem_planner_t *p, int n) {
   p->gave = core_malloc(m * sizeof *p->gave);
   p->placed = core_malloc(m * sizeof *p->placed);
   p->conflicts = core_malloc(m * sizeof *p->conflicts);
+  p->sorted = core_malloc(m * sizeof *p->sorted);
   p->keys = core_malloc(m * sizeof *p->keys);
   p->offsets = core_malloc(m * sizeof *p->offsets);
   p->events = core_malloc(4 * m * sizeof *p->events);
@@ -403,7 +431,7 @@ static loom_status_t planner_alloc(mem_planner_t *p, int n) {
   p->seen_in = core_calloc(m, sizeof *p->seen_in);
   p->entry = core_malloc(m * sizeof *p->entry);
   bool indexed = index_alloc(&p->index, m);
-  if (!p->size || !p->took || !p->gave || !p->placed || !p->conflicts ||
+  if (!p->size || !p->took || !p->gave || !p->placed || !p->conflicts || !p->sorted ||
       !p->keys || !p->offsets || !p->events || !p->placed_in || !p->seen_in ||
       !p->entry || !indexed) {
     planner_free(p);
