@@ -31,7 +31,6 @@ typedef struct work_group {
   fuse_kind_t kind;
   int32_t anchor;
   int32_t first;   /* its lowest node id */
-  int32_t last;    /* its highest node id */
   int32_t head, tail; /* its nodes, linked through fuser.next */
   ir_type_t space; /* iteration space: the full space of a reduction */
   int k;           /* reduction: trailing axes reduced; -1: not a suffix */
@@ -316,7 +315,7 @@ static void start_group(fuser_t *f, int32_t n) {
   work_group_t *w = &f->groups[f->n_groups];
   memset(w, 0, sizeof *w);
   w->anchor = -1;
-  w->first = w->last = w->head = w->tail = n;
+  w->first = w->head = w->tail = n;
   f->next[n] = -1;
   w->alive = true;
   w->size = 1;
@@ -357,13 +356,9 @@ static void start_group(fuser_t *f, int32_t n) {
 /* Whether group x depends, through any path, on group gi. The search
  * runs over groups, not nodes: a kernel waits for every input of every
  * node in it, so a path may enter a group at one node and leave it at
- * another. Nodes read only nodes before them, so a group whose nodes all
- * come before gi's first cannot be on such a path: the search stays
- * among the groups since gi began, not the whole graph behind it. */
+ * another. */
 static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
   int top = 0;
-  int32_t since = f->groups[gi].first;
-  if (f->groups[x].last < since) return false;
   f->epoch++;
   f->stack[top++] = x;
   f->mark[x] = f->epoch;
@@ -376,7 +371,7 @@ static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
         if (q < 0) continue;
         int32_t gq = f->group[q];
         if (gq == gi) return true;
-        if (f->mark[gq] == f->epoch || f->groups[gq].last < since) continue;
+        if (f->mark[gq] == f->epoch) continue;
         f->mark[gq] = f->epoch;
         f->stack[top++] = gq;
       }
@@ -484,7 +479,6 @@ static void join(fuser_t *f, int32_t n, int32_t gi) {
   f->next[w->tail] = n;
   f->next[n] = -1;
   w->tail = n;
-  w->last = n;
   w->size++;
   if (ir_ops[f->g->nodes[n].op].fusion_class != IR_CLASS_REDUCE) return;
   w->folds++;
@@ -733,7 +727,6 @@ static void fold(fuser_t *f, int32_t a, int32_t b) {
   wb->folds += wa->folds;
   wb->mixed |= wa->mixed || !same_shape(&wa->space, &wb->space);
   if (wa->first < wb->first) wb->first = wa->first;
-  if (wa->last > wb->last) wb->last = wa->last;
   wa->alive = false;
 }
 
