@@ -739,8 +739,10 @@ static void view_read_by_another_op_is_copied(void) {
 
 /* One random op on random earlier values; shapes that do not fit make
  * the builder fail, and the graph stays as it was. */
-static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
-  loom_value_t a = vals[test_rand_int(0, *n - 1)];
+/* An op reading, as its first input, one of the last `near` values (all
+ * of them when near is 0). */
+static void random_op_near(loom_graph_t *g, loom_value_t *vals, int *n, int near) {
+  loom_value_t a = vals[test_rand_int(near && near < *n ? *n - near : 0, *n - 1)];
   loom_value_t b = vals[test_rand_int(0, *n - 1)], r = {-1};
   int64_t last[] = {-1}, first[] = {0};
   loom_status_t s = LOOM_OK;
@@ -759,6 +761,10 @@ static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
   default: s = loom_sub(g, a, b, &r); break;
   }
   if (s == LOOM_OK) vals[(*n)++] = r;
+}
+
+static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
+  random_op_near(g, vals, n, 0);
 }
 
 /* conv2d + per-channel bias + relu + residual: one kernel. A value that
@@ -899,6 +905,32 @@ static void random_graphs_give_valid_plans(void) {
   }
 }
 
+/* Longer random graphs whose ops mostly read recent values, so that
+ * groups grow long and other groups read their early nodes (groups are
+ * not convex in node order: a dependency may enter a group at a late
+ * node and leave it at an early one). */
+static void long_random_graphs_give_valid_plans(void) {
+  test_seed(8);
+  enum { MAX_VALUES = 320 };
+  for (int round = 0; round < 60; round++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    loom_value_t vals[MAX_VALUES];
+    int n = 0;
+    vals[n++] = input(g, 2, (int64_t[]){8, 8});
+    vals[n++] = input(g, 2, (int64_t[]){8, 1});
+    vals[n++] = input(g, 1, (int64_t[]){8});
+    int ops = (int)test_rand_int(20, MAX_VALUES - 8);
+    for (int k = 0; k < ops && n < MAX_VALUES; k++) random_op_near(g, vals, &n, 12);
+    for (int k = 0; k < 3; k++)
+      CHECK_OK(loom_graph_output(g, vals[test_rand_int(3, n - 1)]));
+    fuse_plan_t p;
+    build_checked(g, &fusion_on, &p);
+    fuse_plan_free(&p);
+    loom_graph_destroy(g);
+  }
+}
+
 static void bad_arguments_and_allocation_failures(void) {
   fuse_plan_t p;
   CHECK_ERR(fuse_plan_build(NULL, &fusion_on, &p), LOOM_ERR_INVALID, "null");
@@ -947,6 +979,7 @@ int main(void) {
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);
   TEST_RUN(random_graphs_give_valid_plans);
+  TEST_RUN(long_random_graphs_give_valid_plans);
   TEST_RUN(bad_arguments_and_allocation_failures);
   return test_summary();
 }
