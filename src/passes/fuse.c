@@ -56,9 +56,10 @@ typedef struct fuser {
   int32_t *next;      /* node -> the next node of its group, or -1 */
   work_group_t *groups;
   int n_groups;
-  int32_t *mark;      /* DFS stamps, per group */
+  int32_t grouped;    /* nodes below this id have a group (the forward pass) */
+  int32_t *mark;      /* search stamps, per group: epoch or -epoch */
   int32_t epoch;
-  int32_t *stack;
+  int32_t *stack, *stack2;
   int32_t *listed;    /* value -> 1 + the last group listing it as an input */
   /* The plan's groups' nodes, in graph order: those of working group gi
    * are members[member_start[gi] .. member_start[gi + 1]). */
@@ -159,6 +160,7 @@ static void fuser_free(fuser_t *f) {
   core_free(f->groups);
   core_free(f->mark);
   core_free(f->stack);
+  core_free(f->stack2);
   core_free(f->listed);
   core_free(f->member_start);
   core_free(f->members);
@@ -182,12 +184,13 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->groups = core_calloc(nn, sizeof *f->groups);
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
+  f->stack2 = core_calloc(nn, sizeof *f->stack2);
   f->listed = core_calloc(nv, sizeof *f->listed);
   f->member_start = core_calloc(nn + 1, sizeof *f->member_start);
   f->members = core_calloc(nn, sizeof *f->members);
   if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
       !f->into || !f->writes || !f->group || !f->next || !f->groups || !f->mark ||
-      !f->stack || !f->listed || !f->member_start || !f->members) {
+      !f->stack || !f->stack2 || !f->listed || !f->member_start || !f->members) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
@@ -353,30 +356,68 @@ static void start_group(fuser_t *f, int32_t n) {
 
 /* ---- Dependencies ------------------------------------------------------- */
 
+/* One side of the search: a stack of groups to expand and their mark
+ * (the other side's is its negation). */
+typedef struct search_side {
+  int32_t *stack;
+  int top;
+  int32_t mark;
+} search_side_t;
+
+/* Marks group h for side `me`: true when the other side has seen it,
+ * which closes a path from gi to x. */
+static bool reach(fuser_t *f, search_side_t *me, int32_t h) {
+  if (f->mark[h] == me->mark) return false;
+  if (f->mark[h] == -me->mark) return true;
+  f->mark[h] = me->mark;
+  me->stack[me->top++] = h;
+  return false;
+}
+
+/* Expands the group on top of x's side (the groups x waits for). */
+static bool step_back(fuser_t *f, search_side_t *me) {
+  int32_t y = me->stack[--me->top];
+  for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t q = producer(f, node->in[k]);
+      if (q >= 0 && reach(f, me, f->group[q])) return true;
+    }
+  }
+  return false;
+}
+
+/* Expands the group on top of gi's side (the groups that wait for gi). */
+static bool step_forward(fuser_t *f, search_side_t *me) {
+  int32_t y = me->stack[--me->top];
+  for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_out; k++) {
+      int32_t v = node->out[k];
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
+        if (f->uses[u] < f->grouped && reach(f, me, f->group[f->uses[u]])) return true;
+    }
+  }
+  return false;
+}
+
 /* Whether group x depends, through any path, on group gi. The search
  * runs over groups, not nodes: a kernel waits for every input of every
  * node in it, so a path may enter a group at one node and leave it at
- * another. */
+ * another. It runs both ways at once, back from x and forward from gi
+ * (over the nodes grouped so far), a group of each in turn, and ends
+ * when the sides meet (a path) or either runs out: it costs about the
+ * smaller of x's past and gi's future, where a search back alone cost
+ * the whole graph behind x (a sum of many branches, each joined as it is
+ * read, searched every branch's whole past). */
 static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
-  int top = 0;
   f->epoch++;
-  f->stack[top++] = x;
-  f->mark[x] = f->epoch;
-  while (top > 0) {
-    int32_t y = f->stack[--top];
-    for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
-      const ir_node_t *node = &f->g->nodes[n];
-      for (int k = 0; k < node->n_in; k++) {
-        int32_t q = producer(f, node->in[k]);
-        if (q < 0) continue;
-        int32_t gq = f->group[q];
-        if (gq == gi) return true;
-        if (f->mark[gq] == f->epoch) continue;
-        f->mark[gq] = f->epoch;
-        f->stack[top++] = gq;
-      }
-    }
-  }
+  search_side_t back = {f->stack, 0, f->epoch}, fwd = {f->stack2, 0, -f->epoch};
+  f->mark[gi] = fwd.mark;
+  fwd.stack[fwd.top++] = gi;
+  if (reach(f, &back, x)) return true;
+  while (back.top > 0 && fwd.top > 0)
+    if (step_back(f, &back) || step_forward(f, &fwd)) return true;
   return false;
 }
 
@@ -948,9 +989,12 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
     mark_views(&f);
     mark_product_views(&f);
   }
-  for (int32_t n = 0; n < g->n_nodes; n++)
+  for (int32_t n = 0; n < g->n_nodes; n++) {
+    f.grouped = n;
     if (!o->enabled || f.view[n] || f.into[n] || !may_join(&f, n) || !try_join(&f, n))
       start_group(&f, n);
+  }
+  f.grouped = (int32_t)g->n_nodes;
   if (o->enabled) fold_backward(&f);
   loom_status_t s = build_plan(&f, out);
   fuser_free(&f);
