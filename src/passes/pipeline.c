@@ -118,18 +118,21 @@ loom_status_t pass_pipeline(const loom_graph_t *src, const pass_options_t *o,
     loom_status_t s = steps[i].run(cur ? cur : src, &next);
     if (s != LOOM_OK) {
       loom_graph_destroy(cur);
+      ir_graph_free_spare();
       return s;
     }
     if (cur) s = adopt_constants(next, cur);
     if (s != LOOM_OK) { /* cur keeps its tensors; next only borrowed them */
       loom_graph_destroy(next);
       loom_graph_destroy(cur);
+      ir_graph_free_spare();
       return s;
     }
-    loom_graph_destroy(cur);
+    ir_graph_recycle(cur); /* its arrays go to the next pass's graph */
     cur = next;
     log_graph(steps[i].name, cur);
   }
+  ir_graph_free_spare();
   if (!cur) return ir_graph_clone(src, out);
   *out = cur;
   return LOOM_OK;
