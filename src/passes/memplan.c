@@ -463,9 +463,12 @@ static void planner_run(mem_planner_t *p, mem_plan_t *out) {
   keep_best(p, out);
 }
 
+/* Tries the placement orders in turn; one that reaches the lower bound
+ * cannot be beaten (no placement needs less than the bytes live at one
+ * step), so the rest are not tried. */
 static void keep_best(mem_planner_t *p, mem_plan_t *out) {
   out->arena_bytes = INT64_MAX;
-  for (int o = 0; o < MEM_ORDER_COUNT; o++) {
+  for (int o = 0; o < MEM_ORDER_COUNT && out->arena_bytes > out->lower_bound_bytes; o++) {
     int64_t arena = place_all(p, (mem_order_t)o);
     if (arena >= out->arena_bytes) continue;
     out->arena_bytes = arena;
