@@ -173,14 +173,21 @@ static void grow_diamond(build_t *b, int i) {
 }
 
 /* A random DAG: each node reads one of the last 8 values and, for binary
- * ops, one of the last 64. */
+ * ops, one of the last 64 (the one 63 back when nothing read it yet, so
+ * that every value is read within 64 nodes, as in a model's layers). */
 static void grow_dag(build_t *b, int i) {
   (void)i;
-  int op = (int)(next_rand(b) % 4);
+  bool unread = b->n > 63 && !b->read[b->n - 64];
+  int op = (int)(next_rand(b) % (unread ? 3 : 4));
   loom_value_t y, x = recent(b, (int)(next_rand(b) % 8));
-  loom_value_t z = recent(b, (int)(next_rand(b) % 64));
+  if (op == 3) {
+    BENCH_TRY(loom_tanh(b->g, x, &y));
+    push(b, y);
+    return;
+  }
+  loom_value_t z = recent(b, unread ? 63 : (int)(next_rand(b) % 64));
   BENCH_TRY(op == 0 ? loom_add(b->g, x, z, &y) : op == 1 ? loom_mul(b->g, x, z, &y)
-            : op == 2 ? loom_sub(b->g, x, z, &y) : loom_tanh(b->g, x, &y));
+                    : loom_sub(b->g, x, z, &y));
   push(b, y);
 }
 
