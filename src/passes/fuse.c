@@ -57,6 +57,11 @@ typedef struct fuser {
   work_group_t *groups;
   int n_groups;
   int32_t grouped;    /* nodes below this id have a group (the forward pass) */
+  /* While folding backward: a topological number per group, and the
+   * numbers a dependency search may pass through (see depends_on). */
+  int32_t *topo;
+  bool topo_valid;
+  int32_t topo_lo, topo_hi;
   int32_t *mark;      /* search stamps, per group: epoch or -epoch */
   int32_t epoch;
   int32_t *stack, *stack2;
@@ -161,6 +166,7 @@ static void fuser_free(fuser_t *f) {
   core_free(f->mark);
   core_free(f->stack);
   core_free(f->stack2);
+  core_free(f->topo);
   core_free(f->listed);
   core_free(f->member_start);
   core_free(f->members);
@@ -185,12 +191,13 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
   f->stack2 = core_calloc(nn, sizeof *f->stack2);
+  f->topo = core_calloc(nn, sizeof *f->topo);
   f->listed = core_calloc(nv, sizeof *f->listed);
   f->member_start = core_calloc(nn + 1, sizeof *f->member_start);
   f->members = core_calloc(nn, sizeof *f->members);
   if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
       !f->into || !f->writes || !f->group || !f->next || !f->groups || !f->mark ||
-      !f->stack || !f->stack2 || !f->listed || !f->member_start || !f->members) {
+      !f->stack || !f->stack2 || !f->topo || !f->listed || !f->member_start || !f->members) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
@@ -368,6 +375,7 @@ typedef struct search_side {
  * which closes a path from gi to x. */
 static bool reach(fuser_t *f, search_side_t *me, int32_t h) {
   if (f->mark[h] == me->mark) return false;
+  if (f->topo_valid && (f->topo[h] < f->topo_lo || f->topo[h] > f->topo_hi)) return false;
   if (f->mark[h] == -me->mark) return true;
   f->mark[h] = me->mark;
   me->stack[me->top++] = h;
@@ -411,6 +419,13 @@ static bool step_forward(fuser_t *f, search_side_t *me) {
  * the whole graph behind x (a sum of many branches, each joined as it is
  * read, searched every branch's whole past). */
 static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
+  /* While folding, a path from gi to x runs through groups numbered
+   * between theirs, in order. */
+  if (f->topo_valid) {
+    if (f->topo[x] < f->topo[gi]) return false;
+    f->topo_lo = f->topo[gi];
+    f->topo_hi = f->topo[x];
+  }
   f->epoch++;
   search_side_t back = {f->stack, 0, f->epoch}, fwd = {f->stack2, 0, -f->epoch};
   f->mark[gi] = fwd.mark;
@@ -791,11 +806,43 @@ static bool fold_sweep(fuser_t *f) {
   return folded;
 }
 
+/* Numbers the live groups in a topological order of their dependencies
+ * (Kahn's algorithm over the nodes' inputs). A fold keeps it one: the
+ * group folded (a) has one consumer (b), which keeps its number, so the
+ * merged group still comes after a's producers and before b's readers.
+ * Searches use it to skip groups that cannot lie on a path. */
+static void number_groups(fuser_t *f) {
+  int32_t *waits = f->stack2, *queue = f->stack, head = 0, tail = 0, next = 0;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) waits[gi] = 0;
+  for (int64_t n = 0; n < f->g->n_nodes; n++)
+    for (int k = 0; k < f->g->nodes[n].n_in; k++) {
+      int32_t p = producer(f, f->g->nodes[n].in[k]);
+      if (p >= 0 && f->group[p] != f->group[n]) waits[f->group[n]]++;
+    }
+  for (int32_t gi = 0; gi < f->n_groups; gi++)
+    if (f->groups[gi].alive && waits[gi] == 0) queue[tail++] = gi;
+  while (head < tail) {
+    int32_t gi = queue[head++];
+    f->topo[gi] = next++;
+    for (int32_t n = f->groups[gi].head; n >= 0; n = f->next[n])
+      for (int k = 0; k < f->g->nodes[n].n_out; k++) {
+        int32_t v = f->g->nodes[n].out[k];
+        for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+          int32_t c = f->group[f->uses[u]];
+          if (c != gi && --waits[c] == 0) queue[tail++] = c;
+        }
+      }
+  }
+}
+
 /* A fold can leave another group with one consumer where it had two;
  * a few more sweeps catch most of those. */
 static void fold_backward(fuser_t *f) {
+  number_groups(f);
+  f->topo_valid = true;
   for (int sweep = 0; sweep < 4; sweep++)
-    if (!fold_sweep(f)) return;
+    if (!fold_sweep(f)) break;
+  f->topo_valid = false;
 }
 
 /* ---- The plan ----------------------------------------------------------- */

@@ -296,8 +296,8 @@ static loom_status_t sched_alloc(sched_t *s) {
   return LOOM_OK;
 }
 
-/* Inverts per-group lists into per-value ones: out's value v holds the
- * groups whose list in `by_group` holds key(v). */
+/* Inverts per-group lists into per-value ones: out's list of value v
+ * holds each group with an item in by_group whose key is v. */
 typedef int32_t (*sched_key_fn)(const sched_t *s, int group, int32_t item);
 
 static int32_t item_itself(const sched_t *s, int group, int32_t item) {
