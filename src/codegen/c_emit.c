@@ -91,6 +91,7 @@ static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
 static void marks_free(cg_marks_t *m) {
   for (int i = 0; i < CG_NODE_MARKS; i++) core_free(m->node[i]);
   for (int i = 0; i < CG_VALUE_MARKS; i++) core_free(m->value[i]);
+  *m = (cg_marks_t){0};
 }
 
 static loom_status_t marks_alloc(const loom_graph_t *g, cg_marks_t *m) {
