@@ -6,6 +6,7 @@
 
 #include "harness.h"
 #include "ir/ir.h"
+#include "passes/fuse.h"
 
 /* x (n, 4) -> relu(x @ w + b) * 2 - x[:, :1] summed over axis 1; a param
  * counter incremented by assign. Exercises contraction, elementwise,
@@ -89,6 +90,51 @@ static void compiled_equals_interpreted(loom_compile_options_t *o) {
 }
 
 static void defaults(void) { compiled_equals_interpreted(NULL); }
+
+/* A chain longer than a group takes (FUSE_MAX_NODES), with a softmax every
+ * 50 nodes (folds in the chain's groups), compiles into several generated
+ * groups that give the interpreter's results. */
+static void long_chain_compiles_in_pieces(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, v, scale, t;
+  int64_t last[] = {-1};
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){4, 64}, &x));
+  loom_tensor_t *st = test_tensor(LOOM_F32, 0, NULL, (double[]){0.75});
+  CHECK_OK(loom_graph_constant(g, st, &scale));
+  loom_tensor_destroy(st);
+  v = x;
+  for (int i = 0; i < 600; i++) {
+    loom_status_t s = i % 3 == 0 ? loom_tanh(g, v, &v)
+                    : i % 3 == 1 ? loom_mul(g, v, scale, &v)
+                                 : loom_add(g, v, x, &v);
+    CHECK_OK(s);
+    if (i % 50 != 49) continue;
+    CHECK_OK(loom_max(g, v, 1, last, 1, &t));
+    CHECK_OK(loom_sub(g, v, t, &v));
+    CHECK_OK(loom_exp(g, v, &v));
+    CHECK_OK(loom_sum(g, v, 1, last, 1, &t));
+    CHECK_OK(loom_div(g, v, t, &v));
+  }
+  CHECK_OK(loom_graph_output(g, v));
+  test_seed(11);
+  loom_tensor_t *in = test_rand_tensor(LOOM_F32, 2, (int64_t[]){4, 64}, -2, 2);
+  loom_tensor_t *want, *got;
+  CHECK_OK(loom_interpret(g, 1, &in, 1, &want));
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  loom_executable_info_t info;
+  CHECK_OK(loom_executable_info(e, &info));
+  CHECK(!info.interpreted && info.n_reference == 0);
+  CHECK(info.n_groups >= (info.n_nodes + FUSE_MAX_NODES - 1) / FUSE_MAX_NODES);
+  run_exe(e, 1, &in, 1, &got);
+  check_same(got, want);
+  loom_tensor_destroy(got);
+  loom_tensor_destroy(want);
+  loom_tensor_destroy(in);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
 
 static void fusion_off(void) {
   loom_compile_options_t o;
@@ -294,6 +340,7 @@ int main(void) {
   char dir[] = "/tmp/loom_compile_XXXXXX";
   if (mkdtemp(dir)) setenv("LOOM_CACHE_DIR", dir, 1);
   TEST_RUN(defaults);
+  TEST_RUN(long_chain_compiles_in_pieces);
   TEST_RUN(fusion_off);
   TEST_RUN(passes_off);
   TEST_RUN(two_threads);

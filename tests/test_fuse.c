@@ -742,8 +742,10 @@ static void view_read_by_another_op_is_copied(void) {
 
 /* One random op on random earlier values; shapes that do not fit make
  * the builder fail, and the graph stays as it was. */
-static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
-  loom_value_t a = vals[test_rand_int(0, *n - 1)];
+/* An op reading, as its first input, one of the last `near` values (all
+ * of them when near is 0). */
+static void random_op_near(loom_graph_t *g, loom_value_t *vals, int *n, int near) {
+  loom_value_t a = vals[test_rand_int(near && near < *n ? *n - near : 0, *n - 1)];
   loom_value_t b = vals[test_rand_int(0, *n - 1)], r = {-1};
   int64_t last[] = {-1}, first[] = {0};
   loom_status_t s = LOOM_OK;
@@ -762,6 +764,10 @@ static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
   default: s = loom_sub(g, a, b, &r); break;
   }
   if (s == LOOM_OK) vals[(*n)++] = r;
+}
+
+static void random_op(loom_graph_t *g, loom_value_t *vals, int *n) {
+  random_op_near(g, vals, n, 0);
 }
 
 /* conv2d + per-channel bias + relu + residual: one kernel. A value that
@@ -821,20 +827,57 @@ static void reduction_prologue_and_keepdim(void) {
 }
 
 /* 1000 elementwise ops in a chain: one kernel, built quickly. */
-static void long_chain_is_one_group(void) {
+static void long_chain_is_split_in_bounded_groups(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
-  loom_value_t v = input(g, 1, (int64_t[]){64}), c = scalar(g, 0.5);
+  loom_value_t x = input(g, 1, (int64_t[]){64}), c = scalar(g, 0.5), v = x;
   for (int i = 0; i < 1000; i++)
     CHECK_OK(i % 2 ? loom_mul(g, v, c, &v) : loom_relu(g, v, &v));
   CHECK_OK(loom_graph_output(g, v));
   fuse_plan_t p;
   build_checked(g, &fusion_on, &p);
-  CHECK(p.n_groups == 1 && p.groups[0].n_nodes == 1000);
-  CHECK(p.groups[0].n_inputs == 2 && p.groups[0].n_outputs == 1);
+  /* Full groups in graph order, each reading the last one's output. */
+  int want = (1000 + FUSE_MAX_NODES - 1) / FUSE_MAX_NODES;
+  CHECK(p.n_groups == want);
+  for (int i = 0; i < p.n_groups; i++) {
+    const fuse_group_t *grp = &p.groups[i];
+    int size = i < want - 1 ? FUSE_MAX_NODES : 1000 - (want - 1) * FUSE_MAX_NODES;
+    CHECK(grp->kind == FUSE_ELEMENTWISE && grp->n_nodes == size);
+    CHECK(grp->nodes[0] == i * FUSE_MAX_NODES);
+    int32_t before = i ? p.groups[i - 1].outputs[0] : x.id;
+    CHECK(grp->n_inputs == 2 && has(grp->inputs, 2, before) && has(grp->inputs, 2, c.id));
+    CHECK(grp->n_outputs == 1);
+  }
+  CHECK(p.n_groups > 0 && p.groups[p.n_groups - 1].outputs[0] == v.id);
   fuse_plan_free(&p);
   build_checked(g, &fusion_off, &p);
   CHECK(p.n_groups == 1000);
+  fuse_plan_free(&p);
+  loom_graph_destroy(g);
+}
+
+/* Softmax after softmax, 20 deep: the reductions share one space, yet a
+ * group takes at most FUSE_MAX_FOLDS of them. */
+static void stacked_softmaxes_bound_the_folds_per_group(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t v = input(g, 2, (int64_t[]){4, 8}), e;
+  for (int i = 0; i < 20; i++) v = softmax_by_hand(g, v, &e);
+  CHECK_OK(loom_graph_output(g, v));
+  fuse_plan_t p;
+  build_checked(g, &fusion_on, &p);
+  int folds = 0;
+  for (int i = 0; i < p.n_groups; i++) {
+    int here = 0;
+    for (int k = 0; k < p.groups[i].n_nodes; k++) {
+      ir_op_t op = g->nodes[p.groups[i].nodes[k]].op;
+      here += op == IR_OP_MAX || op == IR_OP_SUM;
+    }
+    CHECK(here <= FUSE_MAX_FOLDS);
+    folds += here;
+  }
+  CHECK(folds == 40);
+  CHECK(p.n_groups == (40 + FUSE_MAX_FOLDS - 1) / FUSE_MAX_FOLDS);
   fuse_plan_free(&p);
   loom_graph_destroy(g);
 }
@@ -860,6 +903,32 @@ static void random_graphs_give_valid_plans(void) {
     fuse_plan_free(&p);
     build_checked(g, &fusion_off, &p);
     CHECK(p.n_groups == loom_graph_num_nodes(g));
+    fuse_plan_free(&p);
+    loom_graph_destroy(g);
+  }
+}
+
+/* Longer random graphs whose ops mostly read recent values, so that
+ * groups grow long and other groups read their early nodes (groups are
+ * not convex in node order: a dependency may enter a group at a late
+ * node and leave it at an early one). */
+static void long_random_graphs_give_valid_plans(void) {
+  test_seed(8);
+  enum { MAX_VALUES = 320 };
+  for (int round = 0; round < 60; round++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    loom_value_t vals[MAX_VALUES];
+    int n = 0;
+    vals[n++] = input(g, 2, (int64_t[]){8, 8});
+    vals[n++] = input(g, 2, (int64_t[]){8, 1});
+    vals[n++] = input(g, 1, (int64_t[]){8});
+    int ops = (int)test_rand_int(20, MAX_VALUES - 8);
+    for (int k = 0; k < ops && n < MAX_VALUES; k++) random_op_near(g, vals, &n, 12);
+    for (int k = 0; k < 3; k++)
+      CHECK_OK(loom_graph_output(g, vals[test_rand_int(3, n - 1)]));
+    fuse_plan_t p;
+    build_checked(g, &fusion_on, &p);
     fuse_plan_free(&p);
     loom_graph_destroy(g);
   }
@@ -905,13 +974,15 @@ int main(void) {
   TEST_RUN(layout_reference_and_assign_groups);
   TEST_RUN(conv_epilogue_fuses_what_fits);
   TEST_RUN(reduction_prologue_and_keepdim);
-  TEST_RUN(long_chain_is_one_group);
+  TEST_RUN(long_chain_is_split_in_bounded_groups);
+  TEST_RUN(stacked_softmaxes_bound_the_folds_per_group);
   TEST_RUN(head_split_is_read_in_place);
   TEST_RUN(heads_merged_back_are_written_in_place);
   TEST_RUN(product_chain_to_graph_output_is_copied);
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);
   TEST_RUN(random_graphs_give_valid_plans);
+  TEST_RUN(long_random_graphs_give_valid_plans);
   TEST_RUN(bad_arguments_and_allocation_failures);
   return test_summary();
 }

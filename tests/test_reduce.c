@@ -597,6 +597,37 @@ static void symbolic_run_time_errors(void) {
 
 /* ---- Errors ------------------------------------------------------------------ */
 
+/* A fold whose prologue reads its values many times over: y = y + y forty
+ * times (2^40 paths from x to the sum) and forty levels of tanh(y) +
+ * sigmoid(y). The reduction emitter once costed every path (2^40 steps
+ * for the first); compiled, both match the interpreter, and the first its
+ * hand value, sum(x) * 2^40. */
+static void prologue_with_shared_values(void) {
+  int64_t shape[] = {2, 4}, axis[] = {-1};
+  double xv[] = {1, 2, 3, 4, -1, 0.5, 0.25, 2};
+  loom_value_t x, y, t, sg;
+  loom_graph_t *g = graph_x(LOOM_F32, 2, shape, &x);
+  y = x;
+  for (int i = 0; i < 40; i++) CHECK_OK(loom_add(g, y, y, &y));
+  CHECK_OK(loom_sum(g, y, 1, axis, 0, &y));
+  loom_tensor_t *out = run_x(g, y, LOOM_F32, 2, shape, xv);
+  double p40 = 1099511627776.0; /* 2^40 */
+  if (out) CHECK_TENSOR(out, ((double[]){10 * p40, 1.75 * p40}), 2, 0, 0);
+  loom_tensor_destroy(out);
+  g = graph_x(LOOM_F32, 2, shape, &x);
+  y = x;
+  for (int i = 0; i < 40; i++) {
+    CHECK_OK(loom_tanh(g, y, &t));
+    CHECK_OK(loom_sigmoid(g, y, &sg));
+    CHECK_OK(loom_add(g, t, sg, &y));
+  }
+  CHECK_OK(loom_max(g, y, 1, axis, 1, &t));
+  CHECK_OK(loom_sub(g, y, t, &y));
+  CHECK_OK(loom_exp(g, y, &y));
+  CHECK_OK(loom_sum(g, y, 1, axis, 0, &y));
+  loom_tensor_destroy(run_x(g, y, LOOM_F32, 2, shape, xv));
+}
+
 static void errors_axes(void) {
   loom_value_t x, y, v, i;
   loom_graph_t *g = graph_x(LOOM_F32, 2, s23, &x);
@@ -686,6 +717,7 @@ int main(void) {
   TEST_RUN(non_contiguous_input);
   TEST_RUN(symbolic_shapes);
   TEST_RUN(symbolic_run_time_errors);
+  TEST_RUN(prologue_with_shared_values);
   TEST_RUN(errors_axes);
   TEST_RUN(errors_dtypes);
   TEST_RUN(errors_shapes_and_values);

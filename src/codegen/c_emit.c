@@ -89,6 +89,24 @@ static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
   return LOOM_OK;
 }
 
+static void marks_free(cg_marks_t *m) {
+  for (int i = 0; i < CG_NODE_MARKS; i++) core_free(m->node[i]);
+  for (int i = 0; i < CG_VALUE_MARKS; i++) core_free(m->value[i]);
+  *m = (cg_marks_t){0};
+}
+
+static loom_status_t marks_alloc(const loom_graph_t *g, cg_marks_t *m) {
+  *m = (cg_marks_t){0};
+  bool ok = true;
+  for (int i = 0; i < CG_NODE_MARKS; i++)
+    ok &= (m->node[i] = core_calloc((size_t)g->n_nodes + 1, sizeof(int32_t))) != NULL;
+  for (int i = 0; i < CG_VALUE_MARKS; i++)
+    ok &= (m->value[i] = core_calloc((size_t)g->n_values + 1, sizeof(int32_t))) != NULL;
+  if (ok) return LOOM_OK;
+  marks_free(m);
+  return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+}
+
 loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int32_t *slot_of_value,
                              const int64_t *sym_values, cg_module_t *out) {
@@ -104,16 +122,19 @@ loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
   for (int64_t v = 0; v < g->n_values; v++) declared_in[v] = -1;
   cg_ctx_t c = {.g = g, .plan = plan, .slot_of_value = slot_of_value,
                 .sym_values = sym_values, .out = &b, .declared_in = declared_in};
-  cg_printf(&b, "%s", cg_abi_text);
-  cg_expr_helpers(&b);
-  for (int gi = 0; gi < plan->n_groups; gi++) {
-    loom_status_t s = emit_group(&c, gi, &out->generated[gi]);
-    if (s != LOOM_OK) {
-      core_free(b.s);
-      core_free(declared_in);
-      cg_module_free(out);
-      return s;
-    }
+  loom_status_t s = marks_alloc(g, &c.marks);
+  if (s == LOOM_OK) {
+    cg_printf(&b, "%s", cg_abi_text);
+    cg_expr_helpers(&b);
+  }
+  for (int gi = 0; gi < plan->n_groups && s == LOOM_OK; gi++)
+    s = emit_group(&c, gi, &out->generated[gi]);
+  marks_free(&c.marks);
+  if (s != LOOM_OK) {
+    core_free(b.s);
+    core_free(declared_in);
+    cg_module_free(out);
+    return s;
   }
   core_free(declared_in);
   cg_printf(&b, "\nconst int loom_module_abi_version = LOOM_ABI_VERSION;\n");

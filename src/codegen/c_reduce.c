@@ -65,24 +65,44 @@ typedef struct red {
   int n_outer, n_inner;
   int64_t inner_count; /* with `runtime`, times n0 / space.dim[0] */
   bool runtime;        /* one row whose first inner dim is known at run time: n0 */
-  int32_t *acc_of;  /* per value: index into access strides, or -1 */
-  bool *row;        /* per value: constant along the inner dims */
+  /* Per value and per node, in the context's marks (cg_marks_t). */
+  int32_t *acc_of;  /* per value: 1 + index into access strides, or 0 */
+  int32_t *row;     /* per value: constant along the inner dims */
+  int32_t *used;    /* per value: read by the pass being emitted */
+  int32_t *need, *later; /* per node: cones of passes (mark_cone) */
+  int32_t *cost;    /* per node: what it costs a pass (pass_costs) */
   int n_acc;
   int64_t (*stride)[LOOM_MAX_RANK];
   /* The row cache (plan_cache): per node, its values of the row sit in
    * cache_v<out>[] (cached), or the pass being emitted puts them there
    * (caching); NULL when rows are too long to keep. */
-  bool *cached, *caching;
+  int32_t *cached, *caching;
   int n_cached;
 } red_t;
 
-static void red_free(red_t *r) {
-  core_free(r->acc_of);
-  core_free(r->row);
-  core_free(r->stride);
-  core_free(r->cached);
-  core_free(r->caching);
+/* Clears per-node marks of the group's nodes. */
+static void clear_nodes(const red_t *r, int32_t *marks) {
+  for (int k = 0; k < r->grp->n_nodes; k++) marks[r->grp->nodes[k]] = 0;
 }
+
+/* Leaves the context's marks zero, as red_build found them. */
+static void red_free(red_t *r) {
+  const loom_graph_t *g = r->c->g;
+  const fuse_group_t *grp = r->grp;
+  for (int i = 0; i < grp->n_inputs + grp->n_outputs; i++) {
+    int32_t v = i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs];
+    r->acc_of[v] = r->row[v] = r->used[v] = 0;
+  }
+  for (int k = 0; k < grp->n_nodes; k++) {
+    const ir_node_t *n = &g->nodes[grp->nodes[k]];
+    for (int i = 0; i < n->n_out; i++) r->acc_of[n->out[i]] = r->row[n->out[i]] = 0;
+  }
+  for (int i = 0; i < CG_NODE_MARKS; i++) clear_nodes(r, r->c->marks.node[i]);
+  core_free(r->stride);
+}
+
+/* Index into the access strides of an input or output. */
+static int acc(const red_t *r, int32_t v) { return r->acc_of[v] - 1; }
 
 static bool is_fold(const loom_graph_t *g, int32_t node) {
   return cg_fold_of(g->nodes[node].op) != NULL;
@@ -163,22 +183,22 @@ static bool classify_nodes(red_t *r, const cg_shape_t *full, int outer) {
 static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
                                bool *ok) {
   const loom_graph_t *g = c->g;
-  *r = (red_t){.c = c, .gi = gi, .grp = &c->plan->groups[gi]};
+  const cg_marks_t *m = &c->marks;
+  *r = (red_t){.c = c, .gi = gi, .grp = &c->plan->groups[gi], .acc_of = m->value[0],
+               .row = m->value[1], .used = m->value[2], .need = m->node[0],
+               .later = m->node[1], .cost = m->node[2]};
   const fuse_group_t *grp = r->grp;
   const ir_node_t *anchor = &g->nodes[grp->anchor >= 0 ? grp->anchor : grp->nodes[0]];
   *ok = cg_fold_of(anchor->op) && cg_value_shape(c, anchor->in[0], full);
   if (!*ok) return LOOM_OK;
   int outer = outer_dims(anchor, full->rank);
   int n_acc = grp->n_inputs + grp->n_outputs;
-  r->acc_of = core_malloc(sizeof(int32_t) * (size_t)g->n_values);
-  r->row = core_calloc((size_t)g->n_values, sizeof(bool));
   r->stride = core_calloc((size_t)n_acc + 1, sizeof *r->stride);
-  if (!r->acc_of || !r->row || !r->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
-  for (int64_t v = 0; v < g->n_values; v++) r->acc_of[v] = -1;
+  if (!r->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
   for (int i = 0; i < n_acc && *ok; i++) {
     int32_t v = i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs];
     *ok = cg_slot(c, v) >= 0 && value_strides(r, full, outer, v, r->stride[i]);
-    r->acc_of[v] = i;
+    r->acc_of[v] = i + 1;
     if (i < grp->n_inputs) r->row[v] = inner_zero(r->stride[i], outer, full->rank);
   }
   *ok = *ok && classify_nodes(r, full, outer);
@@ -196,9 +216,8 @@ static loom_status_t red_build(cg_ctx_t *c, int gi, red_t *r, cg_shape_t *full,
    * group with no rows (a loss summed over a trace's items). */
   r->runtime = r->space.lead && r->n_outer == 0;
   if (!r->runtime && r->n_inner == 1 && r->inner_count <= ROW_CACHE_MAX) {
-    r->cached = core_calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    r->caching = core_calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    if (!r->cached || !r->caching) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+    r->cached = m->node[3];
+    r->caching = m->node[4];
   }
   return LOOM_OK;
 }
@@ -209,19 +228,19 @@ static void load(red_t *r, int level, int32_t v, const char *var, int lo, int hi
   cg_buf_t *b = r->c->out;
   cg_load_begin(b, level, r->c->g, v);
   cg_printf(b, "(");
-  cg_offset(b, "o", 0, r->n_outer, r->stride[r->acc_of[v]]);
+  cg_offset(b, "o", 0, r->n_outer, r->stride[acc(r, v)]);
   cg_printf(b, ") + ");
-  cg_offset(b, var, lo, hi, r->stride[r->acc_of[v]]);
+  cg_offset(b, var, lo, hi, r->stride[acc(r, v)]);
   cg_load_end(b, r->c->g, v);
 }
 
 static void store(red_t *r, int level, int32_t v, bool inner) {
   cg_buf_t *b = r->c->out;
   cg_store_begin(b, level, v);
-  cg_offset(b, "o", 0, r->n_outer, r->stride[r->acc_of[v]]);
+  cg_offset(b, "o", 0, r->n_outer, r->stride[acc(r, v)]);
   if (inner) {
     cg_printf(b, " + ");
-    cg_offset(b, "i", r->n_outer, r->space.rank, r->stride[r->acc_of[v]]);
+    cg_offset(b, "i", r->n_outer, r->space.rank, r->stride[acc(r, v)]);
   }
   cg_store_end(b, r->c->g, v);
 }
@@ -233,7 +252,7 @@ static void extent(red_t *r, int d) {
 }
 
 /* Marks the full-space nodes that value v needs, transitively. */
-static void mark_cone(red_t *r, int32_t v, bool *need) {
+static void mark_cone(red_t *r, int32_t v, int32_t *need) {
   const loom_graph_t *g = r->c->g;
   if (r->row[v] || !in_group_node(r, v)) return;
   int32_t node = g->values[v].node;
@@ -245,26 +264,34 @@ static void mark_cone(red_t *r, int32_t v, bool *need) {
 
 static bool is_cached(const red_t *r, int32_t node) { return r->cached && r->cached[node]; }
 
-/* What node costs this pass: its own op and the inputs computed with it. */
-static int64_t pass_cost(const red_t *r, int32_t node, const bool *need) {
+/* What each node in need costs this pass, in r->cost: its own op and
+ * the inputs computed with it, an input counted once per path to it as
+ * the pass recomputes it. In graph order, so that each node is costed
+ * once from its inputs' costs; saturating, since paths multiply (y = y +
+ * y thirty times has 2^30). */
+static void pass_costs(red_t *r, const int32_t *need) {
   const loom_graph_t *g = r->c->g;
-  const ir_node_t *n = &g->nodes[node];
-  int64_t cost = cg_op_cost(n->op);
-  for (int i = 0; i < n->n_in; i++) {
-    int32_t v = n->in[i];
-    if (r->row[v] || !in_group_node(r, v)) continue;
-    int32_t u = g->values[v].node;
-    if (need[u] && !is_cached(r, u)) cost += pass_cost(r, u, need);
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    int32_t node = r->grp->nodes[k];
+    if (!need[node] || is_cached(r, node)) continue;
+    const ir_node_t *n = &g->nodes[node];
+    int64_t cost = cg_op_cost(n->op);
+    for (int i = 0; i < n->n_in; i++) {
+      int32_t v = n->in[i];
+      if (r->row[v] || !in_group_node(r, v)) continue;
+      int32_t u = g->values[v].node;
+      if (need[u] && !is_cached(r, u)) cost += r->cost[u];
+    }
+    r->cost[node] = cost < INT32_MAX ? (int32_t)cost : INT32_MAX;
   }
-  return cost;
 }
 
 /* The cone of the passes after position pos of the group (the folds
  * there, then the outputs), over the values cached so far. */
-static void later_cone(red_t *r, int pos, bool *later) {
+static void later_cone(red_t *r, int pos, int32_t *later) {
   const loom_graph_t *g = r->c->g;
   const fuse_group_t *grp = r->grp;
-  memset(later, 0, sizeof(bool) * (size_t)g->n_nodes);
+  clear_nodes(r, later);
   for (int k = pos + 1; k < grp->n_nodes; k++)
     if (cg_fold_of(g->nodes[grp->nodes[k]].op)) mark_cone(r, g->nodes[grp->nodes[k]].in[0], later);
   for (int i = 0; i < grp->n_outputs; i++)
@@ -275,19 +302,25 @@ static void later_cone(red_t *r, int pos, bool *later) {
  * after it) computes the nodes in need: marks `caching` the costly ones a
  * later pass would compute again, consumers first, so that a value
  * computed from a kept one is not kept too. */
-static void plan_cache(red_t *r, int pos, const bool *need, bool *later) {
+static void plan_cache(red_t *r, int pos, const int32_t *need, int32_t *later) {
   const loom_graph_t *g = r->c->g;
   if (!r->cached) return;
+  /* Keeping a node changes no cost of the nodes before it, which come
+   * next; the later cone changes only when a node is kept. */
+  pass_costs(r, need);
+  bool cone_stale = true;
   for (int k = r->grp->n_nodes - 1; k >= 0 && r->n_cached < ROW_CACHE_VALUES; k--) {
     int32_t node = r->grp->nodes[k];
     if (!need[node] || is_cached(r, node) || cg_fold_of(g->nodes[node].op) ||
-        pass_cost(r, node, need) < ROW_CACHE_COST)
+        r->cost[node] < ROW_CACHE_COST)
       continue;
-    later_cone(r, pos, later);
+    if (cone_stale) later_cone(r, pos, later);
+    cone_stale = false;
     if (!later[node]) continue;
     r->cached[node] = true; /* for the later cones while planning */
     r->caching[node] = true;
     r->n_cached++;
+    cone_stale = true;
   }
   for (int k = 0; k < r->grp->n_nodes; k++)
     if (r->caching[r->grp->nodes[k]]) r->cached[r->grp->nodes[k]] = false;
@@ -315,10 +348,22 @@ static void declare_caches(red_t *r, int level) {
   }
 }
 
+/* Sets r->used to `to` for `extra` (-1: none) and the values read by
+ * the nodes in need that the pass computes. */
+static void mark_used(red_t *r, const int32_t *need, int32_t extra, int32_t to) {
+  const loom_graph_t *g = r->c->g;
+  if (extra >= 0) r->used[extra] = to;
+  for (int k = 0; k < r->grp->n_nodes; k++) {
+    int32_t node = r->grp->nodes[k];
+    if (!need[node] || is_cached(r, node)) continue;
+    for (int j = 0; j < g->nodes[node].n_in; j++) r->used[g->nodes[node].in[j]] = to;
+  }
+}
+
 /* An inner loop computing the marked nodes, their full inputs (and
  * `extra`, a fold's own input) loaded; without `loops`, only its body
  * (the caller writes the loop). */
-static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra,
+static void open_inner_body(red_t *r, int level, const int32_t *need, int32_t extra,
                             bool loops) {
   const loom_graph_t *g = r->c->g;
   for (int d = r->n_outer; d < r->space.rank && loops; d++) {
@@ -327,16 +372,12 @@ static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra
     cg_printf(r->c->out, "; i%d++) {\n", d);
   }
   int in = loops ? level + r->n_inner : level;
+  mark_used(r, need, extra, 1);
   for (int i = 0; i < r->grp->n_inputs; i++) {
     int32_t v = r->grp->inputs[i];
-    bool used = v == extra;
-    for (int k = 0; k < r->grp->n_nodes && !used; k++) {
-      const ir_node_t *n = &g->nodes[r->grp->nodes[k]];
-      for (int j = 0; j < n->n_in; j++)
-        used |= need[r->grp->nodes[k]] && !is_cached(r, r->grp->nodes[k]) && n->in[j] == v;
-    }
-    if (used && !r->row[v]) load(r, in, v, "i", r->n_outer, r->space.rank);
+    if (r->used[v] && !r->row[v]) load(r, in, v, "i", r->n_outer, r->space.rank);
   }
+  mark_used(r, need, extra, 0);
   for (int k = 0; k < r->grp->n_nodes; k++) {
     int32_t node = r->grp->nodes[k], v = g->nodes[node].out[0];
     if (!need[node]) continue;
@@ -351,7 +392,7 @@ static void open_inner_body(red_t *r, int level, const bool *need, int32_t extra
   }
 }
 
-static void open_inner(red_t *r, int level, const bool *need, int32_t extra) {
+static void open_inner(red_t *r, int level, const int32_t *need, int32_t extra) {
   open_inner_body(r, level, need, extra, true);
 }
 
@@ -368,7 +409,7 @@ static void close_inner(red_t *r, int level) {
 
 /* One inner loop (or, without `loops`, its body) folding into acc. */
 static void fold_loop(red_t *r, int level, const cg_fold_t *f, bool fl, int x,
-                      const char *t, const bool *need, const char *acc, bool loops) {
+                      const char *t, const int32_t *need, const char *acc, bool loops) {
   char v[32];
   snprintf(v, sizeof v, "v%d", x);
   open_inner_body(r, level, need, x, loops);
@@ -381,7 +422,7 @@ static void fold_loop(red_t *r, int level, const cg_fold_t *f, bool fl, int x,
 /* The lanes over whole blocks of the one (collapsed) inner dim, then the
  * tail in the scalar accumulator, then the lanes folded into it. */
 static void fold_lanes(red_t *r, int level, const cg_fold_t *f, bool fl, int out,
-                       int x, const char *t, const bool *need) {
+                       int x, const char *t, const int32_t *need) {
   cg_buf_t *b = r->c->out;
   int d = r->n_outer;
   int64_t n = r->space.dim[d], blocks = n / FOLD_LANES * FOLD_LANES;
@@ -415,8 +456,8 @@ static void fold_lanes(red_t *r, int level, const cg_fold_t *f, bool fl, int out
   cg_printf(b, ";\n");
 }
 
-/* The fold at position pos of the group; need and later are scratch. */
-static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *later) {
+/* The fold at position pos of the group. */
+static loom_status_t emit_fold(red_t *r, int level, int pos) {
   const ir_node_t *n = &r->c->g->nodes[r->grp->nodes[pos]];
   const loom_graph_t *g = r->c->g;
   const cg_fold_t *f = cg_fold_of(n->op);
@@ -432,9 +473,10 @@ static loom_status_t emit_fold(red_t *r, int level, int pos, bool *need, bool *l
   cg_printf(b, " %s = ", acc);
   cg_fold_text(b, fl ? f->f_init : f->i_init, acc, "", "", t);
   cg_printf(b, ";\n");
-  memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
+  int32_t *need = r->need;
+  clear_nodes(r, need);
   mark_cone(r, n->in[0], need);
-  plan_cache(r, pos, need, later);
+  plan_cache(r, pos, need, r->later);
   declare_caches(r, level);
   if (r->n_inner == 1 && (r->inner_count >= FOLD_LANES_MIN || r->runtime))
     fold_lanes(r, level, f, fl, out, x, t, need);
@@ -466,7 +508,7 @@ static void unravel_outer(red_t *r, int level) {
   }
 }
 
-static loom_status_t emit_row(red_t *r, bool *need, bool *later) {
+static loom_status_t emit_row(red_t *r) {
   const loom_graph_t *g = r->c->g;
   const fuse_group_t *grp = r->grp;
   cg_buf_t *b = r->c->out;
@@ -476,12 +518,13 @@ static loom_status_t emit_row(red_t *r, bool *need, bool *later) {
     if (r->row[grp->inputs[i]]) load(r, level, grp->inputs[i], "i", 0, 0);
   for (int k = 0; k < grp->n_nodes; k++) {
     const ir_node_t *n = &g->nodes[grp->nodes[k]];
-    if (cg_fold_of(n->op)) LOOM_TRY(emit_fold(r, level, k, need, later));
+    if (cg_fold_of(n->op)) LOOM_TRY(emit_fold(r, level, k));
     else if (r->row[n->out[0]]) cg_node_stmt(b, level, g, n);
     else continue;
-    if (cg_is_output(grp, n->out[0])) store(r, level, n->out[0], false);
+    if (acc(r, n->out[0]) >= grp->n_inputs) store(r, level, n->out[0], false);
   }
-  memset(need, 0, sizeof(bool) * (size_t)g->n_nodes);
+  int32_t *need = r->need;
+  clear_nodes(r, need);
   bool any = false;
   for (int i = 0; i < grp->n_outputs; i++)
     if (!r->row[grp->outputs[i]]) {
@@ -510,12 +553,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   red_t r;
   cg_shape_t full;
   loom_status_t s = red_build(c, gi, &r, &full, ok);
-  bool *need = core_calloc((size_t)c->g->n_nodes + 1, sizeof(bool));
-  bool *later = core_calloc((size_t)c->g->n_nodes + 1, sizeof(bool));
-  if (s == LOOM_OK && (!need || !later)) s = loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
   if (s != LOOM_OK || !*ok) {
-    core_free(need);
-    core_free(later);
     red_free(&r);
     return s;
   }
@@ -534,7 +572,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
     cg_declare_pointer(c, grp, 1, i < grp->n_inputs ? grp->inputs[i] : grp->outputs[i - grp->n_inputs],
                        i >= grp->n_inputs);
   cg_line(b, 1, r.runtime ? "{\n" : "for (int64_t o = begin; o < end; o++) {\n");
-  s = emit_row(&r, need, later);
+  s = emit_row(&r);
   cg_line(b, 1, "}\n}\n\n");
   int64_t rows = 1, work = r.inner_count * cg_group_cost(c->g, grp); /* per row */
   for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
@@ -562,8 +600,6 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
     cg_line(b, 1, "loom_g%d_body((void *)slots, 0, %lld);\n", gi, (long long)rows);
   }
   cg_printf(b, "}\n");
-  core_free(need);
-  core_free(later);
   red_free(&r);
   return s;
 }

@@ -40,6 +40,17 @@ typedef struct cg_shape {
   ir_dim_t lead;
 } cg_shape_t;
 
+/* Marks an emitter keeps per node and per value of the graph while it
+ * writes one group, allocated once per module and zero between groups:
+ * the emitter clears those of its group's nodes and values when done, so
+ * that a group costs its own size, not the graph's. */
+#define CG_NODE_MARKS 5
+#define CG_VALUE_MARKS 3
+typedef struct cg_marks {
+  int32_t *node[CG_NODE_MARKS];
+  int32_t *value[CG_VALUE_MARKS];
+} cg_marks_t;
+
 /* What every group emitter needs. */
 typedef struct cg_ctx {
   const loom_graph_t *g;
@@ -51,6 +62,7 @@ typedef struct cg_ctx {
    * whose text declares its pointer p<v> (cg_declare_pointer). */
   int32_t function;
   int32_t *declared_in;
+  cg_marks_t marks;
 } cg_ctx_t;
 
 /* The shape of value v; false if a dim does not evaluate, except that a

@@ -42,10 +42,8 @@ void ir_graph_reset(loom_graph_t *g) {
   ir_names_forget(g);
 }
 
-void loom_graph_destroy(loom_graph_t *g) {
-  /* A subgraph goes with the graph that owns it. */
-  if (!g || g->owner) return;
-  release_contents(g);
+/* Frees g and its arrays, after release_contents. */
+static void free_arrays(loom_graph_t *g) {
   core_free(g->values);
   core_free(g->nodes);
   core_free(g->inputs);
@@ -55,6 +53,52 @@ void loom_graph_destroy(loom_graph_t *g) {
   core_free(g->subgraphs);
   core_free(g->names);
   core_free(g);
+}
+
+void loom_graph_destroy(loom_graph_t *g) {
+  /* A subgraph goes with the graph that owns it. */
+  if (!g || g->owner) return;
+  release_contents(g);
+  free_arrays(g);
+}
+
+/* The arrays ir_graph_recycle kept on this thread. */
+static _Thread_local struct {
+  ir_node_t *nodes;
+  ir_value_t *values;
+  int64_t cap_nodes, cap_values;
+} spare;
+
+void ir_graph_free_spare(void) {
+  core_free(spare.nodes);
+  core_free(spare.values);
+  spare.nodes = NULL;
+  spare.values = NULL;
+  spare.cap_nodes = spare.cap_values = 0;
+}
+
+void ir_graph_recycle(loom_graph_t *g) {
+  if (!g || g->owner) return;
+  release_contents(g);
+  ir_graph_free_spare();
+  spare.nodes = g->nodes;
+  spare.values = g->values;
+  spare.cap_nodes = g->cap_nodes;
+  spare.cap_values = g->cap_values;
+  g->nodes = NULL;
+  g->values = NULL;
+  free_arrays(g);
+}
+
+void ir_graph_take_spare(loom_graph_t *g) {
+  if (g->nodes || g->values) return;
+  g->nodes = spare.nodes;
+  g->values = spare.values;
+  g->cap_nodes = spare.cap_nodes;
+  g->cap_values = spare.cap_values;
+  spare.nodes = NULL;
+  spare.values = NULL;
+  spare.cap_nodes = spare.cap_values = 0;
 }
 
 bool ir_value_valid(const loom_graph_t *g, int32_t v) {

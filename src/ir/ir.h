@@ -283,6 +283,18 @@ void ir_names_add(loom_graph_t *g, int32_t id);
 /* Marks the index stale (the leaves changed), to be rebuilt on next use. */
 void ir_names_forget(loom_graph_t *g);
 
+/* Destroys g but keeps its node and value arrays for the next graph
+ * ir_graph_take_spare fills on this thread (one graph's worth: keeping
+ * another frees the last). A pass pipeline drops a graph as each pass
+ * makes the next; the fresh pages of a new 100,000-node graph (1.3 KB a
+ * node) cost more than its pass, and memory that large is never reused
+ * by malloc, which maps it anew each time. */
+void ir_graph_recycle(loom_graph_t *g);
+/* Gives g, a new empty graph, the arrays ir_graph_recycle kept. */
+void ir_graph_take_spare(loom_graph_t *g);
+/* Frees what ir_graph_recycle kept on this thread. */
+void ir_graph_free_spare(void);
+
 /* ---- Subgraphs (src/ir/op_control.c) ------------------------------------ */
 
 /* Makes sub a subgraph of g, at index *index. g owns sub from then on;

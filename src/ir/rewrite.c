@@ -91,6 +91,7 @@ static loom_status_t begin(const loom_graph_t *src, ir_rewriter_t *rw,
   LOOM_CHECK_ARG(rw);
   *rw = (ir_rewriter_t){.src = src};
   LOOM_TRY(loom_graph_create(&rw->dst));
+  ir_graph_take_spare(rw->dst);
   rw->map = core_malloc(sizeof *rw->map * (size_t)(src->n_values ? src->n_values : 1));
   loom_status_t s = rw->map ? LOOM_OK
                             : loom_fail(LOOM_ERR_NOMEM, "out of memory rewriting a graph");

@@ -100,19 +100,29 @@ static loom_status_t verify_values(const loom_graph_t *g) {
   return LOOM_OK;
 }
 
+/* Each assign writes a parameter, and no parameter twice: the first
+ * assign of each parameter is remembered (per parameter, not found again
+ * by a scan per assign, which made a training step's verify quadratic). */
 static loom_status_t verify_assigns(const loom_graph_t *g) {
-  for (int64_t i = 0; i < g->n_nodes; i++) {
+  int64_t *first = NULL;
+  loom_status_t s = LOOM_OK;
+  for (int64_t i = 0; i < g->n_nodes && s == LOOM_OK; i++) {
     if (g->nodes[i].op != IR_OP_ASSIGN) continue;
     int32_t p = g->nodes[i].in[0];
-    if (g->values[p].kind != IR_VALUE_PARAM)
-      return loom_fail(LOOM_ERR_GRAPH, "node %lld (assign) writes %%%d, which is "
-                       "not a parameter", (long long)i, p);
-    for (int64_t j = i + 1; j < g->n_nodes; j++)
-      if (g->nodes[j].op == IR_OP_ASSIGN && g->nodes[j].in[0] == p)
-        return loom_fail(LOOM_ERR_GRAPH, "parameter %%%d is assigned twice (nodes "
-                         "%lld and %lld)", p, (long long)i, (long long)j);
+    if (g->values[p].kind != IR_VALUE_PARAM) {
+      s = loom_fail(LOOM_ERR_GRAPH, "node %lld (assign) writes %%%d, which is "
+                    "not a parameter", (long long)i, p);
+      break;
+    }
+    if (!first && !(first = core_calloc((size_t)g->n_values, sizeof *first)))
+      return loom_fail(LOOM_ERR_NOMEM, "out of memory verifying a graph");
+    if (first[p])
+      s = loom_fail(LOOM_ERR_GRAPH, "parameter %%%d is assigned twice (nodes "
+                    "%lld and %lld)", p, (long long)(first[p] - 1), (long long)i);
+    first[p] = i + 1;
   }
-  return LOOM_OK;
+  core_free(first);
+  return s;
 }
 
 loom_status_t ir_verify(const loom_graph_t *g) {

@@ -39,6 +39,8 @@ typedef struct work_group {
   bool assign;     /* an assign: placed last */
   bool pool;       /* a pooling anchor; space is its output's */
   bool alive;      /* false once folded into another group */
+  int size;        /* its node count */
+  int folds;       /* its reductions (sum, max, ...) */
 } work_group_t;
 
 typedef struct fuser {
@@ -54,9 +56,19 @@ typedef struct fuser {
   int32_t *next;      /* node -> the next node of its group, or -1 */
   work_group_t *groups;
   int n_groups;
-  int32_t *mark;      /* DFS stamps, per group */
+  int32_t grouped;    /* nodes below this id have a group (the forward pass) */
+  /* While folding backward: a topological number per group, and the
+   * numbers a dependency search may pass through (see depends_on). */
+  int32_t *topo;
+  bool topo_valid;
+  int32_t topo_lo, topo_hi;
+  int32_t *mark;      /* search stamps, per group: epoch or -epoch */
   int32_t epoch;
-  int32_t *stack;
+  int32_t *stack, *stack2;
+  int32_t *listed;    /* value -> 1 + the last group listing it as an input */
+  /* The plan's groups' nodes, in graph order: those of working group gi
+   * are members[member_start[gi] .. member_start[gi + 1]). */
+  int32_t *member_start, *members;
 } fuser_t;
 
 /* ---- Shapes ------------------------------------------------------------- */
@@ -153,6 +165,11 @@ static void fuser_free(fuser_t *f) {
   core_free(f->groups);
   core_free(f->mark);
   core_free(f->stack);
+  core_free(f->stack2);
+  core_free(f->topo);
+  core_free(f->listed);
+  core_free(f->member_start);
+  core_free(f->members);
 }
 
 static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
@@ -173,9 +190,14 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   f->groups = core_calloc(nn, sizeof *f->groups);
   f->mark = core_calloc(nn, sizeof *f->mark);
   f->stack = core_calloc(nn, sizeof *f->stack);
+  f->stack2 = core_calloc(nn, sizeof *f->stack2);
+  f->topo = core_calloc(nn, sizeof *f->topo);
+  f->listed = core_calloc(nv, sizeof *f->listed);
+  f->member_start = core_calloc(nn + 1, sizeof *f->member_start);
+  f->members = core_calloc(nn, sizeof *f->members);
   if (!f->use_start || !f->uses || !f->is_output || !f->supported || !f->view ||
-      !f->into || !f->writes ||
-      !f->group || !f->next || !f->groups || !f->mark || !f->stack) {
+      !f->into || !f->writes || !f->group || !f->next || !f->groups || !f->mark ||
+      !f->stack || !f->stack2 || !f->topo || !f->listed || !f->member_start || !f->members) {
     fuser_free(f);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
@@ -306,6 +328,8 @@ static void start_group(fuser_t *f, int32_t n) {
   w->first = w->head = w->tail = n;
   f->next[n] = -1;
   w->alive = true;
+  w->size = 1;
+  w->folds = cls == IR_CLASS_REDUCE;
   w->assign = node->op == IR_OP_ASSIGN;
   f->group[n] = f->n_groups++;
   if (w->assign) w->kind = FUSE_REFERENCE;
@@ -339,30 +363,76 @@ static void start_group(fuser_t *f, int32_t n) {
 
 /* ---- Dependencies ------------------------------------------------------- */
 
+/* One side of the search: a stack of groups to expand and their mark
+ * (the other side's is its negation). */
+typedef struct search_side {
+  int32_t *stack;
+  int top;
+  int32_t mark;
+} search_side_t;
+
+/* Marks group h for side `me`: true when the other side has seen it,
+ * which closes a path from gi to x. */
+static bool reach(fuser_t *f, search_side_t *me, int32_t h) {
+  if (f->mark[h] == me->mark) return false;
+  if (f->topo_valid && (f->topo[h] < f->topo_lo || f->topo[h] > f->topo_hi)) return false;
+  if (f->mark[h] == -me->mark) return true;
+  f->mark[h] = me->mark;
+  me->stack[me->top++] = h;
+  return false;
+}
+
+/* Expands the group on top of x's side (the groups x waits for). */
+static bool step_back(fuser_t *f, search_side_t *me) {
+  int32_t y = me->stack[--me->top];
+  for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_in; k++) {
+      int32_t q = producer(f, node->in[k]);
+      if (q >= 0 && reach(f, me, f->group[q])) return true;
+    }
+  }
+  return false;
+}
+
+/* Expands the group on top of gi's side (the groups that wait for gi). */
+static bool step_forward(fuser_t *f, search_side_t *me) {
+  int32_t y = me->stack[--me->top];
+  for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
+    const ir_node_t *node = &f->g->nodes[n];
+    for (int k = 0; k < node->n_out; k++) {
+      int32_t v = node->out[k];
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
+        if (f->uses[u] < f->grouped && reach(f, me, f->group[f->uses[u]])) return true;
+    }
+  }
+  return false;
+}
+
 /* Whether group x depends, through any path, on group gi. The search
  * runs over groups, not nodes: a kernel waits for every input of every
  * node in it, so a path may enter a group at one node and leave it at
- * another. */
+ * another. It runs both ways at once, back from x and forward from gi
+ * (over the nodes grouped so far), a group of each in turn, and ends
+ * when the sides meet (a path) or either runs out: it costs about the
+ * smaller of x's past and gi's future, where a search back alone cost
+ * the whole graph behind x (a sum of many branches, each joined as it is
+ * read, searched every branch's whole past). */
 static bool depends_on(fuser_t *f, int32_t x, int32_t gi) {
-  int top = 0;
-  f->epoch++;
-  f->stack[top++] = x;
-  f->mark[x] = f->epoch;
-  while (top > 0) {
-    int32_t y = f->stack[--top];
-    for (int32_t n = f->groups[y].head; n >= 0; n = f->next[n]) {
-      const ir_node_t *node = &f->g->nodes[n];
-      for (int k = 0; k < node->n_in; k++) {
-        int32_t q = producer(f, node->in[k]);
-        if (q < 0) continue;
-        int32_t gq = f->group[q];
-        if (gq == gi) return true;
-        if (f->mark[gq] == f->epoch) continue;
-        f->mark[gq] = f->epoch;
-        f->stack[top++] = gq;
-      }
-    }
+  /* While folding, a path from gi to x runs through groups numbered
+   * between theirs, in order. */
+  if (f->topo_valid) {
+    if (f->topo[x] < f->topo[gi]) return false;
+    f->topo_lo = f->topo[gi];
+    f->topo_hi = f->topo[x];
   }
+  f->epoch++;
+  search_side_t back = {f->stack, 0, f->epoch}, fwd = {f->stack2, 0, -f->epoch};
+  f->mark[gi] = fwd.mark;
+  fwd.stack[fwd.top++] = gi;
+  if (reach(f, &back, x)) return true;
+  while (back.top > 0 && fwd.top > 0)
+    if (step_back(f, &back) || step_forward(f, &fwd)) return true;
   return false;
 }
 
@@ -442,6 +512,7 @@ static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
   if (!OP_IN(node->op, fusable_reductions)) return false;
   if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
   /* A fold that keeps the last dim is generated alone (c_reduce.c). */
+  if (w->folds >= FUSE_MAX_FOLDS) return false;
   if (w->kind == FUSE_ELEMENTWISE) return !w->mixed && reduced_suffix(f, n) >= 0;
   return w->kind == FUSE_REDUCTION && w->k >= 0 && reduced_suffix(f, n) == w->k;
 }
@@ -449,7 +520,7 @@ static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
 static bool join_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const work_group_t *w = &f->groups[gi];
   ir_fusion_class_t cls = ir_ops[f->g->nodes[n].op].fusion_class;
-  if (!w->alive || !w->open) return false;
+  if (!w->alive || !w->open || w->size >= FUSE_MAX_NODES) return false;
   if (w->pool) return cls == IR_CLASS_EW && outputs_have_shape(f, n, &w->space);
   if (cls == IR_CLASS_REDUCE) return reduction_fits(f, n, gi);
   if (cls != IR_CLASS_EW) return false;
@@ -464,7 +535,9 @@ static void join(fuser_t *f, int32_t n, int32_t gi) {
   f->next[w->tail] = n;
   f->next[n] = -1;
   w->tail = n;
+  w->size++;
   if (ir_ops[f->g->nodes[n].op].fusion_class != IR_CLASS_REDUCE) return;
+  w->folds++;
   if (w->kind == FUSE_ELEMENTWISE) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
@@ -674,6 +747,8 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
  * run from b to a through a third group. */
 static bool fold_fits(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  if (wa->size + wb->size > FUSE_MAX_NODES || wa->folds + wb->folds > FUSE_MAX_FOLDS)
+    return false;
   if (wb->kind == FUSE_LAYOUT || wa->kind != FUSE_ELEMENTWISE)
     return wb->kind == FUSE_LAYOUT && index_prologue_fits(f, a, b, has_output);
   bool same = same_shape(&wa->space, &wb->space);
@@ -704,6 +779,8 @@ static void fold(fuser_t *f, int32_t a, int32_t b) {
   for (int32_t n = wa->head; n >= 0; n = f->next[n]) f->group[n] = b;
   f->next[wb->tail] = wa->head;
   wb->tail = wa->tail;
+  wb->size += wa->size;
+  wb->folds += wa->folds;
   wb->mixed |= wa->mixed || !same_shape(&wa->space, &wb->space);
   if (wa->first < wb->first) wb->first = wa->first;
   wa->alive = false;
@@ -729,11 +806,43 @@ static bool fold_sweep(fuser_t *f) {
   return folded;
 }
 
+/* Numbers the live groups in a topological order of their dependencies
+ * (Kahn's algorithm over the nodes' inputs). A fold keeps it one: the
+ * group folded (a) has one consumer (b), which keeps its number, so the
+ * merged group still comes after a's producers and before b's readers.
+ * Searches use it to skip groups that cannot lie on a path. */
+static void number_groups(fuser_t *f) {
+  int32_t *waits = f->stack2, *queue = f->stack, head = 0, tail = 0, next = 0;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) waits[gi] = 0;
+  for (int64_t n = 0; n < f->g->n_nodes; n++)
+    for (int k = 0; k < f->g->nodes[n].n_in; k++) {
+      int32_t p = producer(f, f->g->nodes[n].in[k]);
+      if (p >= 0 && f->group[p] != f->group[n]) waits[f->group[n]]++;
+    }
+  for (int32_t gi = 0; gi < f->n_groups; gi++)
+    if (f->groups[gi].alive && waits[gi] == 0) queue[tail++] = gi;
+  while (head < tail) {
+    int32_t gi = queue[head++];
+    f->topo[gi] = next++;
+    for (int32_t n = f->groups[gi].head; n >= 0; n = f->next[n])
+      for (int k = 0; k < f->g->nodes[n].n_out; k++) {
+        int32_t v = f->g->nodes[n].out[k];
+        for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+          int32_t c = f->group[f->uses[u]];
+          if (c != gi && --waits[c] == 0) queue[tail++] = c;
+        }
+      }
+  }
+}
+
 /* A fold can leave another group with one consumer where it had two;
  * a few more sweeps catch most of those. */
 static void fold_backward(fuser_t *f) {
+  number_groups(f);
+  f->topo_valid = true;
   for (int sweep = 0; sweep < 4; sweep++)
-    if (!fold_sweep(f)) return;
+    if (!fold_sweep(f)) break;
+  f->topo_valid = false;
 }
 
 /* ---- The plan ----------------------------------------------------------- */
@@ -752,22 +861,32 @@ static bool is_group_output(const fuser_t *f, int32_t v, int32_t gi,
   return false;
 }
 
-static void add_unique(int32_t *list, int *n, int32_t v) {
-  for (int i = 0; i < *n; i++)
-    if (list[i] == v) return;
-  list[(*n)++] = v;
+/* Appends v to group gi's inputs unless already there. */
+static void add_input(fuser_t *f, int32_t gi, fuse_group_t *out, int32_t v) {
+  if (f->listed[v] == gi + 1) return;
+  f->listed[v] = gi + 1;
+  out->inputs[out->n_inputs++] = v;
+}
+
+/* The nodes of each working group in graph order (a counting sort by
+ * group): member_start and members. */
+static void list_members(fuser_t *f) {
+  int64_t nn = f->g->n_nodes;
+  for (int64_t n = 0; n < nn; n++) f->member_start[f->group[n] + 1]++;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) f->member_start[gi + 1] += f->member_start[gi];
+  for (int64_t n = 0; n < nn; n++) f->members[f->member_start[f->group[n]]++] = (int32_t)n;
+  for (int32_t gi = f->n_groups; gi > 0; gi--) f->member_start[gi] = f->member_start[gi - 1];
+  f->member_start[0] = 0;
 }
 
 /* Fills out's nodes, inputs and outputs from working group gi. */
-static loom_status_t fill_group(const fuser_t *f, int32_t gi,
-                                fuse_group_t *out) {
+static loom_status_t fill_group(fuser_t *f, int32_t gi, fuse_group_t *out) {
   const work_group_t *w = &f->groups[gi];
-  int n_nodes = 0, n_in = 0, n_out = 0;
-  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
-    n_nodes++;
-    n_in += f->g->nodes[n].n_in;
-    n_out += f->g->nodes[n].n_out;
+  const int32_t *nodes = f->members + f->member_start[gi];
+  int n_nodes = f->member_start[gi + 1] - f->member_start[gi], n_in = 0, n_out = 0;
+  for (int i = 0; i < n_nodes; i++) {
+    n_in += f->g->nodes[nodes[i]].n_in;
+    n_out += f->g->nodes[nodes[i]].n_out;
   }
   out->kind = w->kind;
   out->anchor = w->anchor;
@@ -777,13 +896,12 @@ static loom_status_t fill_group(const fuser_t *f, int32_t gi,
   if (!out->nodes || !out->inputs || !out->outputs)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   bool one_node = n_nodes == 1;
-  for (int64_t n = w->first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
+  for (int i = 0; i < n_nodes; i++) {
+    int32_t n = nodes[i];
     const ir_node_t *node = &f->g->nodes[n];
-    out->nodes[out->n_nodes++] = (int32_t)n;
+    out->nodes[out->n_nodes++] = n;
     for (int k = 0; k < node->n_in; k++)
-      if (!in_group(f, node->in[k], gi))
-        add_unique(out->inputs, &out->n_inputs, node->in[k]);
+      if (!in_group(f, node->in[k], gi)) add_input(f, gi, out, node->in[k]);
     for (int k = 0; k < node->n_out; k++)
       if (is_group_output(f, node->out[k], gi, one_node))
         out->outputs[out->n_outputs++] = node->out[k];
@@ -803,58 +921,83 @@ static void count_waits(const fuser_t *f, int32_t *waits) {
   }
 }
 
-static void release_consumers(const fuser_t *f, int32_t gi, int32_t *waits) {
-  for (int64_t n = f->groups[gi].first; n < f->g->n_nodes; n++) {
-    if (f->group[n] != gi) continue;
-    const ir_node_t *node = &f->g->nodes[n];
+/* A binary min-heap of group keys: the groups ready to run. */
+typedef struct ready_heap {
+  int32_t *key;
+  int n;
+} ready_heap_t;
+
+static void heap_push(ready_heap_t *h, int32_t key) {
+  int i = h->n++;
+  for (; i > 0 && h->key[(i - 1) / 2] > key; i = (i - 1) / 2) h->key[i] = h->key[(i - 1) / 2];
+  h->key[i] = key;
+}
+
+static int32_t heap_pop(ready_heap_t *h) {
+  int32_t top = h->key[0], last = h->key[--h->n];
+  int i = 0;
+  for (int c; (c = 2 * i + 1) < h->n; i = c) {
+    if (c + 1 < h->n && h->key[c + 1] < h->key[c]) c++;
+    if (h->key[c] >= last) break;
+    h->key[i] = h->key[c];
+  }
+  h->key[i] = last;
+  return top;
+}
+
+/* Ready groups run earliest in graph order first, assigns last. */
+static int32_t ready_key(const fuser_t *f, int32_t gi) {
+  return f->groups[gi].assign ? f->n_groups + gi : gi;
+}
+
+/* Counts down the waits of the groups reading gi's values, and queues
+ * those left waiting on nothing. */
+static void release_consumers(const fuser_t *f, int32_t gi, int32_t *waits,
+                              ready_heap_t *ready) {
+  for (int32_t i = f->member_start[gi]; i < f->member_start[gi + 1]; i++) {
+    const ir_node_t *node = &f->g->nodes[f->members[i]];
     for (int k = 0; k < node->n_out; k++) {
       int32_t v = node->out[k];
-      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++)
-        if (f->group[f->uses[u]] != gi) waits[f->group[f->uses[u]]]--;
+      for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
+        int32_t c = f->group[f->uses[u]];
+        if (c != gi && --waits[c] == 0) heap_push(ready, ready_key(f, c));
+      }
     }
   }
 }
 
-/* Among groups whose inputs are ready, the earliest in graph order,
- * assigns last. */
-static int32_t next_ready(const fuser_t *f, const int32_t *waits,
-                          const bool *done) {
-  int32_t best = -1;
-  for (int32_t gi = 0; gi < f->n_groups; gi++) {
-    const work_group_t *w = &f->groups[gi];
-    if (!w->alive || done[gi] || waits[gi] > 0) continue;
-    if (best < 0 || w->assign < f->groups[best].assign) best = gi;
-  }
-  return best;
-}
-
-/* Orders the groups (Kahn's algorithm) into order; returns the count. */
+/* Orders the groups (Kahn's algorithm: among the groups whose inputs are
+ * ready, the earliest in graph order, assigns last) into order; returns
+ * the count. */
 static loom_status_t order_groups(const fuser_t *f, int32_t *order, int *count) {
   int32_t *waits = core_calloc((size_t)f->n_groups + 1, sizeof *waits);
-  bool *done = core_calloc((size_t)f->n_groups + 1, sizeof *done);
-  if (!waits || !done) {
+  ready_heap_t ready = {.key = core_calloc((size_t)f->n_groups + 1, sizeof(int32_t))};
+  if (!waits || !ready.key) {
     core_free(waits);
-    core_free(done);
+    core_free(ready.key);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
   count_waits(f, waits);
   int alive = 0;
-  for (int32_t gi = 0; gi < f->n_groups; gi++) alive += f->groups[gi].alive;
+  for (int32_t gi = 0; gi < f->n_groups; gi++) {
+    alive += f->groups[gi].alive;
+    if (f->groups[gi].alive && waits[gi] == 0) heap_push(&ready, ready_key(f, gi));
+  }
   *count = 0;
-  for (int32_t gi; (gi = next_ready(f, waits, done)) >= 0;) {
-    done[gi] = true;
+  while (ready.n > 0) {
+    int32_t key = heap_pop(&ready), gi = key >= f->n_groups ? key - f->n_groups : key;
     order[(*count)++] = gi;
-    release_consumers(f, gi, waits);
+    release_consumers(f, gi, waits, &ready);
   }
   core_free(waits);
-  core_free(done);
+  core_free(ready.key);
   if (*count != alive)
     return loom_fail(LOOM_ERR_GRAPH, "fusion: groups depend on each other in "
                      "a cycle (%d of %d ordered)", *count, alive);
   return LOOM_OK;
 }
 
-static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
+static loom_status_t build_plan(fuser_t *f, fuse_plan_t *out) {
   size_t nn = (size_t)f->g->n_nodes + 1;
   int32_t *order = core_calloc((size_t)f->n_groups + 1, sizeof *order);
   out->groups = core_calloc((size_t)f->n_groups + 1, sizeof *out->groups);
@@ -864,6 +1007,7 @@ static loom_status_t build_plan(const fuser_t *f, fuse_plan_t *out) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a fusion plan");
   }
   int count = 0;
+  list_members(f);
   loom_status_t s = order_groups(f, order, &count);
   for (int i = 0; s == LOOM_OK && i < count; i++) {
     out->n_groups = i + 1;
@@ -892,9 +1036,12 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
     mark_views(&f);
     mark_product_views(&f);
   }
-  for (int32_t n = 0; n < g->n_nodes; n++)
+  for (int32_t n = 0; n < g->n_nodes; n++) {
+    f.grouped = n;
     if (!o->enabled || f.view[n] || f.into[n] || !may_join(&f, n) || !try_join(&f, n))
       start_group(&f, n);
+  }
+  f.grouped = (int32_t)g->n_nodes;
   if (o->enabled) fold_backward(&f);
   loom_status_t s = build_plan(&f, out);
   fuser_free(&f);

@@ -57,6 +57,17 @@ typedef enum fuse_kind {
   FUSE_REFERENCE,
 } fuse_kind_t;
 
+/* A group takes at most FUSE_MAX_NODES nodes: its generated function
+ * grows with them, and the C compiler's time faster than its length (a
+ * chain of 4,000 tanh and neg: 10 s as one function, 3.6 s as functions
+ * of 256 nodes), so a longer chain becomes several groups. A reduction
+ * group takes at most FUSE_MAX_FOLDS folds (sum, max, ...): each fold's
+ * pass computes again the nodes before it that the row cache
+ * (codegen/c_reduce.c) does not keep, so its code and work grow as folds
+ * times nodes. */
+#define FUSE_MAX_NODES 256
+#define FUSE_MAX_FOLDS 8
+
 typedef struct fuse_group {
   fuse_kind_t kind;
   int32_t anchor;   /* the contraction or (first) reduction node; -1 */

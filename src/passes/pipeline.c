@@ -3,6 +3,7 @@
  * soon as the next exists; the constants they made move to their
  * successor first, since the successor borrows them. */
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -15,21 +16,59 @@ void pass_options_init(pass_options_t *o) {
   *o = (pass_options_t){.fold = true, .cse = true, .simplify = true, .decompose = true, .dce = true};
 }
 
-/* Gives next the ownership of the constants it borrows from prev, which
- * is about to be destroyed. */
-static void adopt_constants(loom_graph_t *next, loom_graph_t *prev) {
-  for (int64_t p = 0; p < prev->n_values; p++) {
-    ir_value_t *old = &prev->values[p];
-    if (old->kind != IR_VALUE_CONST || old->borrowed || !old->data) continue;
-    for (int64_t v = 0; v < next->n_values; v++) {
-      ir_value_t *val = &next->values[v];
-      if (val->kind == IR_VALUE_CONST && val->borrowed && val->data == old->data) {
-        val->borrowed = false;
-        old->borrowed = true;
-        break;
-      }
-    }
+/* The constants of a graph that own their tensors, by the tensor's
+ * address: an open-addressed table, so that adopting each one is a
+ * lookup rather than a scan of the other graph. */
+typedef struct owned_table {
+  int64_t cap;
+  ir_value_t **slot; /* NULL: empty */
+} owned_table_t;
+
+static size_t slot_of(const owned_table_t *t, const void *data) {
+  uint64_t h = (uint64_t)(uintptr_t)data * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 32) & (size_t)(t->cap - 1);
+}
+
+static loom_status_t owned_table_build(owned_table_t *t, loom_graph_t *g) {
+  int64_t n = 0;
+  for (int64_t v = 0; v < g->n_values; v++)
+    n += g->values[v].kind == IR_VALUE_CONST && !g->values[v].borrowed && g->values[v].data;
+  for (t->cap = 16; t->cap < 2 * n; t->cap *= 2) {}
+  t->slot = core_calloc((size_t)t->cap, sizeof *t->slot);
+  if (!t->slot) return loom_fail(LOOM_ERR_NOMEM, "out of memory in the pass pipeline");
+  for (int64_t v = 0; v < g->n_values; v++) {
+    ir_value_t *val = &g->values[v];
+    if (val->kind != IR_VALUE_CONST || val->borrowed || !val->data) continue;
+    size_t i = slot_of(t, val->data);
+    while (t->slot[i]) i = (i + 1) & (size_t)(t->cap - 1);
+    t->slot[i] = val;
   }
+  return LOOM_OK;
+}
+
+/* The owning constant of data not yet adopted, or NULL. */
+static ir_value_t *owned_find(const owned_table_t *t, const void *data) {
+  for (size_t i = slot_of(t, data); t->slot[i]; i = (i + 1) & (size_t)(t->cap - 1))
+    if (t->slot[i]->data == data && !t->slot[i]->borrowed) return t->slot[i];
+  return NULL;
+}
+
+/* Gives next the ownership of the constants it borrows from prev, which
+ * is about to be destroyed: each of prev's tensors to the first constant
+ * of next that borrows it. */
+static loom_status_t adopt_constants(loom_graph_t *next, loom_graph_t *prev) {
+  owned_table_t t;
+  LOOM_TRY(owned_table_build(&t, prev));
+  for (int64_t v = 0; v < next->n_values; v++) {
+    ir_value_t *val = &next->values[v];
+    if (val->kind != IR_VALUE_CONST || !val->borrowed) continue;
+    ir_value_t *old = owned_find(&t, val->data);
+    if (!old) continue;
+    val->borrowed = false;
+    old->borrowed = true;
+  }
+  core_free(t.slot);
+  return LOOM_OK;
 }
 
 static void log_graph(const char *what, const loom_graph_t *g) {
@@ -79,13 +118,21 @@ loom_status_t pass_pipeline(const loom_graph_t *src, const pass_options_t *o,
     loom_status_t s = steps[i].run(cur ? cur : src, &next);
     if (s != LOOM_OK) {
       loom_graph_destroy(cur);
+      ir_graph_free_spare();
       return s;
     }
-    if (cur) adopt_constants(next, cur);
-    loom_graph_destroy(cur);
+    if (cur) s = adopt_constants(next, cur);
+    if (s != LOOM_OK) { /* cur keeps its tensors; next only borrowed them */
+      loom_graph_destroy(next);
+      loom_graph_destroy(cur);
+      ir_graph_free_spare();
+      return s;
+    }
+    ir_graph_recycle(cur); /* its arrays go to the next pass's graph */
     cur = next;
     log_graph(steps[i].name, cur);
   }
+  ir_graph_free_spare();
   if (!cur) return ir_graph_clone(src, out);
   *out = cur;
   return LOOM_OK;

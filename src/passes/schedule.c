@@ -29,6 +29,21 @@ typedef struct sched_lists {
   int32_t *start, *items;
 } sched_lists_t;
 
+typedef struct sched_rank {
+  int64_t major, minor;
+} sched_rank_t;
+
+/* A ready group's rank when it was queued: groups not held first, then
+ * by rank, then in the plan's order. A group's rank only improves while
+ * it waits (its frees grow, a hold is lifted), and each change queues it
+ * again, so the least entry whose version is the group's latest is the
+ * best ready group, as a scan of them all would find. */
+typedef struct sched_entry {
+  bool held;
+  sched_rank_t rank;
+  int32_t group, version;
+} sched_entry_t;
+
 typedef struct sched {
   const loom_graph_t *g;
   const fuse_plan_t *plan;
@@ -54,6 +69,13 @@ typedef struct sched {
   int32_t *ready;
   int n_ready;
   int32_t *best;          /* the best order so far */
+  /* The greedy schedules' ready groups, by rank (see greedy_order). */
+  sched_lists_t readers_of; /* per buffer: the groups reading it */
+  sched_lists_t writers_of; /* per parameter: groups computing its new value */
+  sched_entry_t *heap;
+  int n_heap;
+  int32_t *version;       /* per group: its latest entry in heap */
+  bool *queued_held;      /* per group: held, as its latest entry says */
 } sched_t;
 
 typedef enum sched_priority {
@@ -243,7 +265,9 @@ static void sched_free(sched_t *s) {
                  s->writes.start, s->writes.items, s->succs.start, s->succs.items,
                  s->n_preds, s->readers, s->is_assign, s->left, s->waiting,
                  s->step_of, s->ready, s->best, s->assigned_to, s->param_readers,
-                 s->param_left};
+                 s->param_left, s->readers_of.start, s->readers_of.items,
+                 s->writers_of.start, s->writers_of.items, s->heap, s->version,
+                 s->queued_held};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) core_free(all[i]);
 }
 
@@ -272,6 +296,50 @@ static loom_status_t sched_alloc(sched_t *s) {
   return LOOM_OK;
 }
 
+/* Inverts per-group lists into per-value ones: out's list of value v
+ * holds each group with an item in by_group whose key is v. */
+typedef int32_t (*sched_key_fn)(const sched_t *s, int group, int32_t item);
+
+static int32_t item_itself(const sched_t *s, int group, int32_t item) {
+  (void)s, (void)group;
+  return item;
+}
+
+static loom_status_t invert_list(sched_t *s, const sched_lists_t *by_group,
+                                 sched_key_fn key, sched_lists_t *out) {
+  size_t nv = (size_t)s->n_values + 1;
+  out->start = core_calloc(nv + 1, sizeof *out->start);
+  out->items = core_malloc(sizeof *out->items * (size_t)(by_group->start[s->n] + 1));
+  if (!out->start || !out->items) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
+  for (int i = 0; i < s->n; i++)
+    for (int q = by_group->start[i]; q < by_group->start[i + 1]; q++) {
+      int32_t v = key(s, i, by_group->items[q]);
+      if (v >= 0) out->start[v + 1]++;
+    }
+  for (int64_t v = 0; v < s->n_values; v++) out->start[v + 1] += out->start[v];
+  for (int i = 0; i < s->n; i++)
+    for (int q = by_group->start[i]; q < by_group->start[i + 1]; q++) {
+      int32_t v = key(s, i, by_group->items[q]);
+      if (v >= 0) out->items[out->start[v]++] = i;
+    }
+  for (int64_t v = s->n_values; v > 0; v--) out->start[v] = out->start[v - 1];
+  out->start[0] = 0;
+  return LOOM_OK;
+}
+
+/* The parameter that output `item` of group is assigned to, or -1. */
+static int32_t param_assigned(const sched_t *s, int group, int32_t item) {
+  (void)group;
+  return s->assigned_to[item];
+}
+
+/* All outputs of a group, as a list per group, for writers_of. */
+static int add_outputs(sched_t *s, int group, int32_t *items) {
+  const fuse_group_t *grp = &s->plan->groups[group];
+  if (items) memcpy(items, grp->outputs, sizeof(int32_t) * (size_t)grp->n_outputs);
+  return grp->n_outputs;
+}
+
 static loom_status_t sched_init(sched_t *s) {
   LOOM_TRY(sched_alloc(s));
   find_storage(s);
@@ -279,6 +347,20 @@ static loom_status_t sched_init(sched_t *s) {
   LOOM_TRY(build_list(s, &s->reads, add_reads));
   LOOM_TRY(build_succs(s));
   find_assigns_and_readers(s);
+  LOOM_TRY(invert_list(s, &s->reads, item_itself, &s->readers_of));
+  sched_lists_t outputs = {0};
+  loom_status_t st = build_list(s, &outputs, add_outputs);
+  if (st == LOOM_OK) st = invert_list(s, &outputs, param_assigned, &s->writers_of);
+  core_free(outputs.start);
+  core_free(outputs.items);
+  LOOM_TRY(st);
+  /* Entries: one when a group becomes ready, one when its frees grow
+   * (a buffer it reads is left to it: once per buffer), one when it is
+   * no longer held. */
+  s->heap = core_malloc(sizeof *s->heap * ((size_t)s->n * 2 + (size_t)s->reads.start[s->n] + 1));
+  s->version = core_calloc((size_t)s->n + 1, sizeof *s->version);
+  s->queued_held = core_calloc((size_t)s->n + 1, sizeof *s->queued_held);
+  if (!s->heap || !s->version || !s->queued_held) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
   return LOOM_OK;
 }
 
@@ -338,10 +420,6 @@ static int64_t order_peak(sched_t *s, const int32_t *order) {
 
 /* ---- Greedy list schedules ---------------------------------------------- */
 
-typedef struct sched_rank {
-  int64_t major, minor;
-} sched_rank_t;
-
 static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
   if (p == SCHED_PLAN) return (sched_rank_t){group, 0};
   int64_t alloc = allocates(s, group), net = alloc - frees(s, group);
@@ -355,35 +433,79 @@ static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
   return (sched_rank_t){-latest, net};
 }
 
-/* Index into ready of the best group that is not held (of any, when all
- * are); the plan's order breaks ties. */
-static int pick_ready(const sched_t *s, sched_priority_t p) {
-  int best = 0;
-  bool bheld = held(s, s->ready[0]);
-  sched_rank_t br = rank_of(s, s->ready[0], p);
-  for (int k = 1; k < s->n_ready; k++) {
-    bool h = held(s, s->ready[k]);
-    if (h && !bheld) continue;
-    sched_rank_t r = rank_of(s, s->ready[k], p);
-    bool better = h != bheld            ? !h
-                  : r.major != br.major ? r.major < br.major
-                  : r.minor != br.minor ? r.minor < br.minor
-                                        : s->ready[k] < s->ready[best];
-    if (better) best = k, br = r, bheld = h;
+static bool entry_before(const sched_entry_t *a, const sched_entry_t *b) {
+  if (a->held != b->held) return !a->held;
+  if (a->rank.major != b->rank.major) return a->rank.major < b->rank.major;
+  if (a->rank.minor != b->rank.minor) return a->rank.minor < b->rank.minor;
+  return a->group < b->group;
+}
+
+static void heap_push(sched_t *s, sched_entry_t e) {
+  int i = s->n_heap++;
+  for (; i > 0 && entry_before(&e, &s->heap[(i - 1) / 2]); i = (i - 1) / 2)
+    s->heap[i] = s->heap[(i - 1) / 2];
+  s->heap[i] = e;
+}
+
+static sched_entry_t heap_pop(sched_t *s) {
+  sched_entry_t top = s->heap[0], last = s->heap[--s->n_heap];
+  int i = 0;
+  for (int c; (c = 2 * i + 1) < s->n_heap; i = c) {
+    if (c + 1 < s->n_heap && entry_before(&s->heap[c + 1], &s->heap[c])) c++;
+    if (!entry_before(&s->heap[c], &last)) break;
+    s->heap[i] = s->heap[c];
   }
-  return best;
+  s->heap[i] = last;
+  return top;
+}
+
+/* Queues group (ready) with its rank now. */
+static void enqueue(sched_t *s, int group, sched_priority_t p) {
+  s->queued_held[group] = held(s, group);
+  heap_push(s, (sched_entry_t){s->queued_held[group], rank_of(s, group, p), group,
+                               ++s->version[group]});
+}
+
+static bool waits_ready(const sched_t *s, int group) {
+  return s->waiting[group] == 0 && s->step_of[group] < 0 && !s->is_assign[group];
+}
+
+/* After group ran: the groups it made ready, the group now last to read
+ * a buffer it read (its frees grew), and those computing new values of
+ * the parameters it read (their hold may be lifted) are queued again. */
+static void requeue(sched_t *s, int group, sched_priority_t p) {
+  for (int k = 0; k < s->n_ready; k++) enqueue(s, s->ready[k], p);
+  s->n_ready = 0;
+  for (int q = s->reads.start[group]; q < s->reads.start[group + 1]; q++) {
+    int32_t b = s->reads.items[q];
+    if (s->left[b] != 1 || p == SCHED_PLAN) continue;
+    for (int r = s->readers_of.start[b]; r < s->readers_of.start[b + 1]; r++)
+      if (waits_ready(s, s->readers_of.items[r])) enqueue(s, s->readers_of.items[r], p);
+  }
+  if (s->is_assign[group]) return;
+  const fuse_group_t *grp = &s->plan->groups[group];
+  for (int q = 0; q < grp->n_inputs; q++) {
+    int32_t v = s->storage[grp->inputs[q]];
+    if (s->g->values[v].kind != IR_VALUE_PARAM) continue;
+    for (int w = s->writers_of.start[v]; w < s->writers_of.start[v + 1]; w++) {
+      int h = s->writers_of.items[w];
+      if (waits_ready(s, h) && s->queued_held[h] && !held(s, h)) enqueue(s, h, p);
+    }
+  }
 }
 
 static loom_status_t greedy_order(sched_t *s, sched_priority_t p, int32_t *order) {
   reset(s);
+  s->n_heap = 0;
   for (int i = 0; i < s->n; i++)
-    if (s->n_preds[i] == 0 && !s->is_assign[i]) s->ready[s->n_ready++] = i;
+    if (s->n_preds[i] == 0 && !s->is_assign[i]) enqueue(s, i, p);
   int t = 0;
-  while (s->n_ready > 0) {
-    int k = pick_ready(s, p), group = s->ready[k];
-    s->ready[k] = s->ready[--s->n_ready];
-    order[t] = group;
-    run_group(s, group, t++);
+  while (s->n_heap > 0) {
+    sched_entry_t e = heap_pop(s);
+    if (e.version != s->version[e.group] || s->step_of[e.group] >= 0) continue;
+    order[t] = e.group;
+    run_group(s, e.group, t++);
+    requeue(s, e.group, p);
   }
   for (int i = 0; i < s->n; i++)
     if (s->is_assign[i]) order[t++] = i;

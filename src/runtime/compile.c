@@ -102,9 +102,14 @@ static loom_status_t resolve_symbols(loom_executable_t *e,
 /* Whether the graph can only run in the interpreter: data-dependent
  * shapes, or assigns that read parameters other assigns write. */
 static const char *needs_interpreter(const loom_graph_t *g) {
+  bool swaps = false; /* an assign from a parameter: rare, checked apart */
   for (int64_t i = 0; i < g->n_nodes; i++) {
     const ir_node_t *n = &g->nodes[i];
     if (ir_node_data_shaped(g, n)) return "a data-dependent shape";
+    swaps |= n->op == IR_OP_ASSIGN && g->values[n->in[1]].kind == IR_VALUE_PARAM;
+  }
+  for (int64_t i = 0; swaps && i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
     if (n->op != IR_OP_ASSIGN || g->values[n->in[1]].kind != IR_VALUE_PARAM) continue;
     for (int64_t j = 0; j < g->n_nodes; j++)
       if (g->nodes[j].op == IR_OP_ASSIGN && g->nodes[j].in[0] == n->in[1])
@@ -658,23 +663,21 @@ static loom_status_t compile_code(loom_executable_t *e, const loom_compile_optio
 /* ---- Frozen parameters ------------------------------------------------------ */
 
 /* Whether value v keeps its contents for the executable's life: a
- * constant, or (frozen) a parameter that no assign writes. */
-static bool is_frozen(const loom_graph_t *g, int32_t v) {
+ * constant, or (frozen) a parameter that no assign writes (assigned[v]). */
+static bool is_frozen(const loom_graph_t *g, const bool *assigned, int32_t v) {
   if (g->values[v].kind == IR_VALUE_CONST) return true;
-  if (g->values[v].kind != IR_VALUE_PARAM) return false;
-  for (int64_t i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].op == IR_OP_ASSIGN && g->nodes[i].in[0] == v) return false;
-  return true;
+  return g->values[v].kind == IR_VALUE_PARAM && !assigned[v];
 }
 
 /* The frozen rank-2 B operand of matmul n, packed once into
  * e->packed_b[2 * slot + trans_b]. */
-static loom_status_t prepack_matmul_b(loom_executable_t *e, const ir_node_t *n) {
+static loom_status_t prepack_matmul_b(loom_executable_t *e, const bool *assigned,
+                                      const ir_node_t *n) {
   const loom_graph_t *g = e->graph;
   int32_t b = n->in[1];
   int64_t shape[2];
   if (g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
-      !is_frozen(g, b) || value_shape(e, b, shape) != LOOM_OK)
+      !is_frozen(g, assigned, b) || value_shape(e, b, shape) != LOOM_OK)
     return LOOM_OK;
   int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
   int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
@@ -690,12 +693,13 @@ static loom_status_t prepack_matmul_b(loom_executable_t *e, const ir_node_t *n) 
 /* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
  * into e->packed_w[slot] in the form the kernel takes for n's geometry
  * (its GEMM's A panels, or Winograd's transformed weights). */
-static loom_status_t prepack_conv_weight(loom_executable_t *e, const ir_node_t *n) {
+static loom_status_t prepack_conv_weight(loom_executable_t *e, const bool *assigned,
+                                         const ir_node_t *n) {
   const loom_graph_t *g = e->graph;
   int32_t w = n->in[1];
   int64_t s[4], sx[4], sy[4], groups = ir_attr_int(&n->attrs, "groups", 1);
   if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
-      !is_frozen(g, w) || value_shape(e, w, s) != LOOM_OK ||
+      !is_frozen(g, assigned, w) || value_shape(e, w, s) != LOOM_OK ||
       value_shape(e, n->in[0], sx) != LOOM_OK || value_shape(e, n->out[0], sy) != LOOM_OK ||
       groups < 1 || s[0] % groups)
     return LOOM_OK;
@@ -729,15 +733,21 @@ static loom_status_t prepack_weights(loom_executable_t *e) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
   e->abi.packed_b = (const void *const *)e->packed_b;
   e->abi.packed_w = (const void *const *)e->packed_w;
-  for (int i = 0; i < e->n_steps; i++) {
+  bool *assigned = core_calloc((size_t)g->n_values + 1, sizeof *assigned);
+  if (!assigned) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == IR_OP_ASSIGN) assigned[g->nodes[i].in[0]] = true;
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; i < e->n_steps && s == LOOM_OK; i++) {
     if (e->steps[i].kind != STEP_GENERATED) continue;
     const fuse_group_t *grp = &e->plan.groups[e->steps[i].group];
     if (grp->kind != FUSE_CONTRACTION || grp->anchor < 0) continue;
     const ir_node_t *n = &g->nodes[grp->anchor];
-    if (n->op == IR_OP_MATMUL) LOOM_TRY(prepack_matmul_b(e, n));
-    else if (n->op == IR_OP_CONV2D) LOOM_TRY(prepack_conv_weight(e, n));
+    if (n->op == IR_OP_MATMUL) s = prepack_matmul_b(e, assigned, n);
+    else if (n->op == IR_OP_CONV2D) s = prepack_conv_weight(e, assigned, n);
   }
-  return LOOM_OK;
+  core_free(assigned);
+  return s;
 }
 
 loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *options,

@@ -29,7 +29,43 @@ bool rt_is_assign_group(const loom_graph_t *g, const fuse_group_t *grp) {
 typedef struct ctx {
   const loom_executable_t *e;
   const int32_t *root, *pos;
+  /* Per value, found once for every assign (see find_readers): */
+  int32_t (*latest)[2]; /* as a storage root: the two last groups reading it */
+  int32_t *assigns;     /* as a parameter: the assigns writing it */
+  bool *viewed_out;     /* as a storage root: a graph output views it */
 } ctx_t;
+
+/* Notes that group h reads storage root p: latest[p] keeps the two last
+ * in the schedule, without repeats. */
+static void note_reader(ctx_t *c, int32_t p, int32_t h) {
+  int32_t *late = c->latest[p];
+  if (late[0] == h || late[1] == h) return;
+  if (late[0] < 0 || c->pos[h] > c->pos[late[0]]) {
+    late[1] = late[0];
+    late[0] = h;
+  } else if (late[1] < 0 || c->pos[h] > c->pos[late[1]]) {
+    late[1] = h;
+  }
+}
+
+/* The readers, assigns and outputs of every value, in one pass over the
+ * groups instead of one per assign. */
+static void find_readers(ctx_t *c) {
+  const loom_executable_t *e = c->e;
+  const loom_graph_t *g = e->graph;
+  for (int64_t v = 0; v < g->n_values; v++) {
+    c->latest[v][0] = c->latest[v][1] = -1;
+    c->assigns[v] = 0;
+    c->viewed_out[v] = false;
+  }
+  for (int64_t i = 0; i < g->n_outputs; i++) c->viewed_out[c->root[g->outputs[i]]] = true;
+  for (int h = 0; h < e->plan.n_groups; h++) {
+    const fuse_group_t *grp = &e->plan.groups[h];
+    if (grp->kind == FUSE_ALIAS) continue;
+    if (rt_is_assign_group(g, grp)) c->assigns[g->nodes[grp->nodes[0]].in[0]]++;
+    for (int i = 0; i < grp->n_inputs; i++) note_reader(c, c->root[grp->inputs[i]], h);
+  }
+}
 
 /* Whether G reads p only at the index where it writes v. */
 static bool reads_in_step(const ctx_t *c, const fuse_group_t *grp, int32_t p, int32_t v) {
@@ -63,18 +99,13 @@ static bool can_alias(const ctx_t *c, int32_t assign_group, int32_t p, int32_t v
     return false;
   for (int d = 0; d < g->values[p].type.rank; d++)
     if (!ir_dim_is_const(g->values[p].type.dims[d])) return false;
-  for (int64_t i = 0; i < g->n_outputs; i++)
-    if (c->root[g->outputs[i]] == p) return false;
+  if (c->viewed_out[p] || c->assigns[p] > 1) return false; /* assigned twice */
   int32_t gv = e->plan.group_of_node[g->values[v].node];
   if (!reads_in_step(c, &e->plan.groups[gv], p, v)) return false;
-  for (int h = 0; h < e->plan.n_groups; h++) {
-    const fuse_group_t *grp = &e->plan.groups[h];
-    if (h == gv || h == assign_group || grp->kind == FUSE_ALIAS) continue;
-    if (rt_is_assign_group(g, grp) && g->nodes[grp->nodes[0]].in[0] == p) return false; /* twice */
-    for (int i = 0; i < grp->n_inputs; i++)
-      if (c->root[grp->inputs[i]] == p && c->pos[h] > c->pos[gv]) return false;
-  }
-  return true;
+  /* No group but the assign reads p (or a view of it) after gv. */
+  const int32_t *late = c->latest[p];
+  int32_t h = late[0] != assign_group ? late[0] : late[1];
+  return h < 0 || c->pos[h] <= c->pos[gv];
 }
 
 /* The anchor's product becomes an output of the group, so that the
@@ -94,15 +125,19 @@ static loom_status_t keep_product(loom_executable_t *e, int32_t gi) {
 loom_status_t rt_alias_assigns(loom_executable_t *e) {
   const loom_graph_t *g = e->graph;
   int n_groups = e->plan.n_groups;
-  int32_t *root = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  size_t nv = (size_t)g->n_values + 1;
+  int32_t *root = core_malloc(sizeof(int32_t) * nv);
   int32_t *pos = core_malloc(sizeof(int32_t) * (size_t)(n_groups + 1));
-  loom_status_t s = root && pos ? LOOM_OK
-                                : loom_fail(LOOM_ERR_NOMEM, "out of memory planning in-place updates");
+  ctx_t c = {e, root, pos, core_malloc(sizeof *c.latest * nv), core_malloc(sizeof(int32_t) * nv),
+             core_malloc(sizeof(bool) * nv)};
+  loom_status_t s = root && pos && c.latest && c.assigns && c.viewed_out
+                        ? LOOM_OK
+                        : loom_fail(LOOM_ERR_NOMEM, "out of memory planning in-place updates");
   if (s == LOOM_OK) {
     for (int k = 0; k < n_groups; k++) pos[e->order[k]] = k;
     storage_roots(e, root);
+    find_readers(&c);
   }
-  ctx_t c = {e, root, pos};
   for (int gi = 0; s == LOOM_OK && gi < n_groups; gi++) {
     if (!rt_is_assign_group(g, &e->plan.groups[gi])) continue;
     const ir_node_t *a = &g->nodes[e->plan.groups[gi].nodes[0]];
@@ -114,5 +149,8 @@ loom_status_t rt_alias_assigns(loom_executable_t *e) {
   }
   core_free(root);
   core_free(pos);
+  core_free(c.latest);
+  core_free(c.assigns);
+  core_free(c.viewed_out);
   return s;
 }
