@@ -18,6 +18,7 @@ typedef struct config {
   double momentum, weight_decay;
   int nesterov;
   double beta1, beta2, eps;
+  int by_description; /* built by loom_optimizer_apply */
 } config_t;
 
 /* ---- The textbook rules, in doubles ---------------------------------------- */
@@ -77,6 +78,21 @@ typedef struct step_graph {
   loom_tensor_t *grad, *lr; /* the inputs, rewritten each step */
 } step_graph_t;
 
+/* c through loom_optimizer_apply: a description from loom_optimizer_init
+ * with c's fields set. */
+static loom_status_t apply(loom_graph_t *g, const config_t *c, loom_value_t w,
+                           loom_value_t grad, loom_value_t lr) {
+  static const loom_optimizer_kind_t kinds[] = {LOOM_OPTIMIZER_SGD, LOOM_OPTIMIZER_ADAM,
+                                                LOOM_OPTIMIZER_ADAMW};
+  loom_optimizer_t o;
+  loom_optimizer_init(&o, kinds[c->kind]);
+  o.momentum = c->momentum;
+  o.nesterov = c->nesterov;
+  o.weight_decay = c->weight_decay;
+  if (c->kind != SGD) o.beta1 = c->beta1, o.beta2 = c->beta2, o.eps = c->eps;
+  return loom_optimizer_apply(g, &o, 1, &w, &grad, lr);
+}
+
 static void build(step_graph_t *s, const config_t *c, loom_dtype_t dt) {
   int64_t n = N;
   loom_value_t grad, lr;
@@ -85,7 +101,9 @@ static void build(step_graph_t *s, const config_t *c, loom_dtype_t dt) {
   CHECK_OK(loom_graph_param(s->g, "w", dt, 1, &n, init, &s->w));
   CHECK_OK(loom_graph_input(s->g, "grad", dt, 1, &n, &grad));
   CHECK_OK(loom_graph_input(s->g, "lr", LOOM_F32, 0, NULL, &lr));
-  if (c->kind == SGD)
+  if (c->by_description)
+    CHECK_OK(apply(s->g, c, s->w, grad, lr));
+  else if (c->kind == SGD)
     CHECK_OK(loom_sgd(s->g, 1, &s->w, &grad, lr, c->momentum, c->nesterov, c->weight_decay));
   else if (c->kind == ADAM)
     CHECK_OK(loom_adam(s->g, 1, &s->w, &grad, lr, c->beta1, c->beta2, c->eps, c->weight_decay));
@@ -172,12 +190,12 @@ static void run_compiled(const config_t *c, loom_dtype_t dt, double rtol) {
   destroy(&s);
 }
 
-static const config_t sgd_plain = {SGD, 0, 0, 0, 0, 0, 0};
-static const config_t sgd_momentum = {SGD, 0.9, 0, 0, 0, 0, 0};
-static const config_t sgd_nesterov_wd = {SGD, 0.8, 0.01, 1, 0, 0, 0};
-static const config_t adam = {ADAM, 0, 0, 0, 0.9, 0.999, 1e-8};
-static const config_t adam_wd = {ADAM, 0, 0.05, 0, 0.8, 0.99, 1e-6};
-static const config_t adamw = {ADAMW, 0, 0.1, 0, 0.9, 0.999, 1e-8};
+static const config_t sgd_plain = {SGD, 0, 0, 0, 0, 0, 0, 0};
+static const config_t sgd_momentum = {SGD, 0.9, 0, 0, 0, 0, 0, 0};
+static const config_t sgd_nesterov_wd = {SGD, 0.8, 0.01, 1, 0, 0, 0, 0};
+static const config_t adam = {ADAM, 0, 0, 0, 0.9, 0.999, 1e-8, 0};
+static const config_t adam_wd = {ADAM, 0, 0.05, 0, 0.8, 0.99, 1e-6, 0};
+static const config_t adamw = {ADAMW, 0, 0.1, 0, 0.9, 0.999, 1e-8, 0};
 
 static void run_all(const config_t *c) {
   run_interpreted(c, LOOM_F64, 6, 1e-12);
@@ -194,6 +212,29 @@ static void test_sgd_nesterov_weight_decay(void) { run_all(&sgd_nesterov_wd); }
 static void test_adam(void) { run_all(&adam); }
 static void test_adam_weight_decay(void) { run_all(&adam_wd); }
 static void test_adamw(void) { run_all(&adamw); }
+
+/* loom_optimizer_apply with each kind follows the same rules. */
+static void test_by_description(void) {
+  const config_t *cs[] = {&sgd_momentum, &sgd_nesterov_wd, &adam_wd, &adamw};
+  for (int i = 0; i < 4; i++) {
+    config_t c = *cs[i];
+    c.by_description = 1;
+    run_interpreted(&c, LOOM_F64, 6, 1e-12);
+    run_compiled(&c, LOOM_F32, 1e-4);
+  }
+}
+
+/* torch.optim's defaults. */
+static void test_optimizer_init(void) {
+  loom_optimizer_t o;
+  loom_optimizer_init(&o, LOOM_OPTIMIZER_SGD);
+  CHECK(o.kind == LOOM_OPTIMIZER_SGD && o.momentum == 0 && !o.nesterov && o.weight_decay == 0);
+  loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAM);
+  CHECK(o.beta1 == 0.9 && o.beta2 == 0.999 && o.eps == 1e-8 && o.weight_decay == 0);
+  loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAMW);
+  CHECK(o.kind == LOOM_OPTIMIZER_ADAMW && o.beta1 == 0.9 && o.beta2 == 0.999 &&
+        o.eps == 1e-8 && o.weight_decay == 0.01);
+}
 
 /* A hand-checked first Adam step: whatever the gradient's scale, the
  * bias-corrected step is lr * sign(grad) (up to eps). */
@@ -438,6 +479,15 @@ static void test_errors(void) {
   CHECK_ERR(loom_adamw(g, 1, &w, &gr, lr, 0.9, 0.999, -1, 0), LOOM_ERR_INVALID, "eps");
   CHECK_ERR(loom_adamw(g, 1, &w, &gr, lr, 0.9, 0.999, 1e-8, -1), LOOM_ERR_INVALID, "weight_decay");
   CHECK_ERR(loom_adamw(g, 1, &x, &gr, lr, 0.9, 0.999, 1e-8, 0), LOOM_ERR_INVALID, "not a parameter");
+  loom_optimizer_t o;
+  loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAM);
+  o.kind = (loom_optimizer_kind_t)9;
+  CHECK_ERR(loom_optimizer_apply(g, &o, 1, &w, &gr, lr), LOOM_ERR_INVALID, "kind 9");
+  CHECK_ERR(loom_optimizer_apply(g, NULL, 1, &w, &gr, lr), LOOM_ERR_INVALID, "null");
+  o.kind = LOOM_OPTIMIZER_ADAMW;
+  o.beta2 = 1.5;
+  CHECK_ERR(loom_optimizer_apply(g, &o, 1, &w, &gr, lr), LOOM_ERR_INVALID,
+            "loom_optimizer_apply: beta2");
   CHECK_ERR(loom_clip_grad_norm(g, 1, &gr, 0, &out, NULL), LOOM_ERR_INVALID, "max_norm");
   CHECK_ERR(loom_clip_grad_norm(g, 0, &gr, 1, &out, NULL), LOOM_ERR_INVALID, "n >= 1");
   CHECK_ERR(loom_clip_grad_norm(g, 1, &lri, 1, &out, NULL), LOOM_ERR_DTYPE, "float");
@@ -452,6 +502,8 @@ int main(void) {
   TEST_RUN(test_adam);
   TEST_RUN(test_adam_weight_decay);
   TEST_RUN(test_adamw);
+  TEST_RUN(test_by_description);
+  TEST_RUN(test_optimizer_init);
   TEST_RUN(test_adam_first_step_by_hand);
   TEST_RUN(test_sgd_strided_gradient);
   TEST_RUN(test_clip_grad_norm);

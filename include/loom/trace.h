@@ -30,6 +30,7 @@
 #define LOOM_TRACE_H
 
 #include "loom/loom.h"
+#include "loom/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,13 +204,23 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
  * trace until the step ends; zeros if loss does not depend on p). */
 loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                               const loom_tensor_t **out);
-/* One AdamW step (as loom_adamw) over every parameter entered so far,
- * with their step's gradients, as one cached executable; moments live in
- * the trace. A parameter that received no gradient this step (not
- * entered, or no backward reached it) is skipped, as PyTorch skips a
- * parameter whose .grad is None: its value, its moments and its step
- * count stay as they were (each parameter counts its own steps for the
- * bias corrections). */
+/* One step of the optimizer o describes (loom/train.h: the update rules
+ * of loom_sgd, loom_adam and loom_adamw, whose builders make it) at
+ * learning rate lr (finite, >= 0), over every parameter entered so far
+ * with this step's gradients, as one executable that the trace compiles
+ * once and replays every step. Its state (momentum buffers, moments,
+ * step counts) lives in the trace and persists across steps; a new
+ * parameter or other hyperparameters rebuild the executable, and the
+ * parameters it had keep their state where the new optimizer keeps state
+ * of that name (Adam's and AdamW's moments and step counts are the same).
+ * A parameter that received no gradient this step (not entered, or no
+ * backward reached it) is skipped, as PyTorch skips a parameter whose
+ * .grad is None: its value and its state stay as they were (each
+ * parameter counts its own steps for Adam's bias corrections). */
+loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
+                                        const loom_optimizer_t *o, double lr);
+/* loom_trace_optimizer_step with LOOM_OPTIMIZER_ADAMW and these
+ * hyperparameters. */
 loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                                double beta2, double eps,
                                double weight_decay);

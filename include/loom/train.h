@@ -89,6 +89,37 @@ loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
                          double beta1, double beta2, double eps,
                          double weight_decay);
 
+/* The three optimizers named by a value instead of a function, for a
+ * caller that takes the optimizer as a parameter (the tracer's
+ * loom_trace_optimizer_step, a binding). */
+typedef enum loom_optimizer_kind {
+  LOOM_OPTIMIZER_SGD,   /* loom_sgd */
+  LOOM_OPTIMIZER_ADAM,  /* loom_adam */
+  LOOM_OPTIMIZER_ADAMW, /* loom_adamw */
+} loom_optimizer_kind_t;
+
+/* An optimizer and its hyperparameters (the learning rate apart: it may
+ * change every step). Fields of another kind are ignored. */
+typedef struct loom_optimizer {
+  loom_optimizer_kind_t kind;
+  double momentum;     /* SGD */
+  int nesterov;        /* SGD: 1 for Nesterov momentum */
+  double beta1, beta2; /* Adam, AdamW */
+  double eps;          /* Adam, AdamW */
+  double weight_decay; /* every kind, with that kind's meaning above */
+} loom_optimizer_t;
+
+/* kind with torch.optim's defaults: SGD momentum 0, no Nesterov, no
+ * decay; Adam betas (0.9, 0.999), eps 1e-8, no decay; AdamW the same with
+ * weight_decay 0.01. */
+void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind);
+
+/* Appends the updates of the optimizer o describes: loom_sgd, loom_adam
+ * or loom_adamw with o's hyperparameters. */
+loom_status_t loom_optimizer_apply(loom_graph_t *g, const loom_optimizer_t *o,
+                                   int n, const loom_value_t *params,
+                                   const loom_value_t *grads, loom_value_t lr);
+
 /* Gradient clipping by global L2 norm, as PyTorch's clip_grad_norm_:
  * norm = sqrt(sum over i of sum(grads[i]^2)),
  * out_grads[i] = grads[i] * min(1, max_norm / (norm + 1e-6)).

@@ -5,7 +5,7 @@
  * product at 16 rows). A parameter's storage changes only at the
  * optimizer step or between steps, so the trace packs each (storage,
  * layout) once per epoch (a step, or the part of one before
- * loom_trace_adamw) and hands the packed panels to the run through
+ * loom_trace_optimizer_step) and hands the packed panels to the run through
  * loom_abi_t.packed_b. */
 #include <string.h>
 

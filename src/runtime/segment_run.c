@@ -148,7 +148,7 @@ static int output_input(const loom_graph_t *eg, int i) {
  * bound to that storage: the executable's copy of it is a copy onto
  * itself, which the run skips, and the tape keeps a view, valid until
  * the step ends (inputs stay unchanged until then; a backward after
- * loom_trace_adamw changed a viewed parameter fails, tape.c). */
+ * the optimizer step changed a viewed parameter fails, tape.c). */
 static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *const *ins,
                                 int j, loom_tensor_t **out) {
   const loom_tensor_t *x = ins[j];

@@ -1,8 +1,7 @@
 /* Training through traces: the tape of this step's differentiable
  * pieces (compiled segments with the values their backward needs, kept
- * per invocation, and host callbacks), the backward walk over it, the
- * parameters' gradients, and the AdamW step as one executable. */
-#include <math.h>
+ * per invocation, and host callbacks), the backward walk over it, and the
+ * parameters' gradients (the optimizer step is trace_optim.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,7 +10,6 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "runtime/trace_internal.h"
-#include "train/optim.h"
 
 /* ---- Records ------------------------------------------------------------- */
 
@@ -282,7 +280,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
   return s;
 }
 
-/* Whether record i saved a view of a parameter that loom_trace_adamw
+/* Whether record i saved a view of a parameter that the optimizer step
  * has changed since (segment_run.c keeps a forward's saved inputs as
  * views of their storage). */
 static bool saved_param_changed(const loom_trace_t *t, int64_t i) {
@@ -297,8 +295,8 @@ static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
   tape_rec_t *r = &t->tape[i];
   if (saved_param_changed(t, i))
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: a segment of this step "
-                     "read parameters that loom_trace_adamw has updated since; call "
-                     "backward before the optimizer step");
+                     "read parameters that the optimizer step (loom_trace_optimizer_step) "
+                     "has updated since; call backward before the optimizer step");
   const seg_desc_t *d = r->bwd;
   rt_entry_t *e = NULL;
   loom_graph_t *own = NULL;
@@ -436,237 +434,6 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                    "parameter of this trace (enter it with loom_trace_param)");
 }
 
-/* ---- AdamW ---------------------------------------------------------------- */
-
-/* The optimizer step: one graph over every parameter (graph parameters
- * that the user's tensors are copied into and back from), the moments
- * as its own parameters; gradients, lr, and per parameter whether it
- * steps and its bias corrections as inputs. A parameter that got no
- * gradient this step keeps its value, moments and step count, as
- * PyTorch's optimizers skip a parameter whose .grad is None. */
-typedef struct tr_adamw {
-  loom_graph_t *g;
-  loom_executable_t *exe;
-  int n;
-  double hyper[4];
-  loom_value_t *params;
-} tr_adamw_t;
-
-static void adamw_free(tr_adamw_t *a) {
-  if (!a) return;
-  loom_executable_destroy(a->exe);
-  loom_graph_destroy(a->g);
-  core_free(a->params);
-  core_free(a);
-}
-
-/* Whether a fits the trace's parameters (their storage) and
- * hyperparameters. */
-static bool adamw_fits(const loom_trace_t *t, const tr_adamw_t *a,
-                       const double *hyper) {
-  if (!a || a->n != t->n_params || memcmp(a->hyper, hyper, sizeof a->hyper)) return false;
-  for (int i = 0; i < a->n; i++) {
-    const loom_tensor_t *p = t->params[i].t;
-    const ir_value_t *v = &a->g->values[a->params[i].id];
-    if (v->type.dtype != p->dtype || v->type.rank != p->rank || v->data->data != p->data ||
-        memcmp(v->type.dims, p->shape, sizeof *p->shape * (size_t)p->rank))
-      return false;
-  }
-  return true;
-}
-
-/* The graph's parameter pv stores its values in p's storage (borrowed),
- * so that a step updates the user's tensor in place, without copies in
- * and out. */
-static void adamw_share(loom_graph_t *g, loom_value_t pv, const loom_tensor_t *p) {
-  loom_tensor_t *x = g->values[pv.id].data;
-  if (x->owns_data) core_free(x->data);
-  x->data = p->data;
-  x->owns_data = false;
-}
-
-/* Copies the state (moments, step) of old into a's parameters of the
- * same name and shape, so that a new parameter does not reset the rest. */
-static void adamw_carry(tr_adamw_t *a, const tr_adamw_t *old) {
-  if (!old) return;
-  for (int64_t i = 0; i < a->g->n_params; i++) {
-    ir_value_t *v = &a->g->values[a->g->params[i]];
-    for (int64_t j = 0; j < old->g->n_params; j++) {
-      const ir_value_t *o = &old->g->values[old->g->params[j]];
-      /* the moments: the parameters themselves are the user's storage */
-      if (v->name && o->name && !strcmp(v->name, o->name) && v->data->owns_data &&
-          o->data->owns_data && loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
-          v->data->dtype == o->data->dtype)
-        memcpy(v->data->data, o->data->data,
-               (size_t)loom_tensor_numel(v->data) * loom_dtype_size(v->data->dtype));
-    }
-  }
-}
-
-/* A scalar constant of dtype dt. */
-static loom_status_t constant(loom_graph_t *g, double x, loom_dtype_t dt,
-                              loom_value_t *out) {
-  return loom_full(g, 0, NULL, x, dt, out);
-}
-
-/* a * x + b * y with scalar constants a and b. */
-static loom_status_t mix(loom_graph_t *g, double a, loom_value_t x, double b,
-                         loom_value_t y, loom_dtype_t dt, loom_value_t *out) {
-  loom_value_t ca, cb, ax, by;
-  LOOM_TRY(constant(g, a, dt, &ca));
-  LOOM_TRY(constant(g, b, dt, &cb));
-  LOOM_TRY(loom_mul(g, ca, x, &ax));
-  LOOM_TRY(loom_mul(g, cb, y, &by));
-  return loom_add(g, ax, by, out);
-}
-
-/* AdamW on parameter i, as loom_adamw computes it, except that the bias
- * corrections 1 - beta^t come in as inputs (each parameter counts its
- * own steps) and a bool input `take` keeps the parameter and its moments
- * as they were when it got no gradient this step:
- *   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
- *   p' = p (1 - lr wd) - lr (m' / bc1) / (sqrt(v' / bc2) + eps)
- * (the direction by train_adam_direction, as loom_adamw's). */
-static loom_status_t adamw_param(loom_graph_t *g, const loom_tensor_t *p, int i,
-                                 loom_value_t lr32, const double *hyper,
-                                 loom_value_t *pv) {
-  loom_dtype_t dt = p->dtype;
-  char name[48];
-  loom_value_t grad, take, bc1, bc2, m, v, lr = lr32;
-  snprintf(name, sizeof name, "p%d", i);
-  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, pv));
-  adamw_share(g, *pv, p);
-  snprintf(name, sizeof name, "p%d.m", i);
-  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, &m));
-  snprintf(name, sizeof name, "p%d.v", i);
-  LOOM_TRY(loom_graph_param(g, name, dt, p->rank, p->shape, NULL, &v));
-  snprintf(name, sizeof name, "grad%d", i);
-  LOOM_TRY(loom_graph_input(g, name, dt, p->rank, p->shape, &grad));
-  snprintf(name, sizeof name, "take%d", i);
-  LOOM_TRY(loom_graph_input(g, name, LOOM_BOOL, 0, NULL, &take));
-  snprintf(name, sizeof name, "bc1_%d", i);
-  LOOM_TRY(loom_graph_input(g, name, dt, 0, NULL, &bc1));
-  snprintf(name, sizeof name, "bc2_%d", i);
-  LOOM_TRY(loom_graph_input(g, name, dt, 0, NULL, &bc2));
-  if (dt != LOOM_F32) LOOM_TRY(loom_cast(g, lr32, dt, &lr));
-  loom_value_t m2, v2, g2, dir, step, one, wd, lrwd, keep, base, p2, m3, v3, p3;
-  LOOM_TRY(mix(g, hyper[0], m, 1.0 - hyper[0], grad, dt, &m2));
-  LOOM_TRY(loom_mul(g, grad, grad, &g2));
-  LOOM_TRY(mix(g, hyper[1], v, 1.0 - hyper[1], g2, dt, &v2));
-  LOOM_TRY(train_adam_direction(g, m2, v2, bc1, bc2, hyper[2], &dir));
-  LOOM_TRY(loom_mul(g, lr, dir, &step));
-  LOOM_TRY(constant(g, 1.0, dt, &one));
-  LOOM_TRY(constant(g, hyper[3], dt, &wd));
-  LOOM_TRY(loom_mul(g, lr, wd, &lrwd));
-  LOOM_TRY(loom_sub(g, one, lrwd, &keep));
-  LOOM_TRY(loom_mul(g, *pv, keep, &base));
-  LOOM_TRY(loom_sub(g, base, step, &p2));
-  LOOM_TRY(loom_where(g, take, m2, m, &m3));
-  LOOM_TRY(loom_where(g, take, v2, v, &v3));
-  LOOM_TRY(loom_where(g, take, p2, *pv, &p3));
-  LOOM_TRY(loom_assign(g, m, m3));
-  LOOM_TRY(loom_assign(g, v, v3));
-  return loom_assign(g, *pv, p3);
-}
-
-/* Inputs: per parameter grad, take, bc1, bc2; then lr. */
-static loom_status_t adamw_graph(loom_trace_t *t, tr_adamw_t *a,
-                                 const double *hyper) {
-  loom_value_t lr;
-  LOOM_TRY(loom_graph_input(a->g, "lr", LOOM_F32, 0, NULL, &lr));
-  for (int i = 0; i < a->n; i++)
-    LOOM_TRY(adamw_param(a->g, t->params[i].t, i, lr, hyper, &a->params[i]));
-  return LOOM_OK;
-}
-
-static loom_status_t adamw_build(loom_trace_t *t, const double *hyper) {
-  tr_adamw_t *a = core_calloc(1, sizeof *a);
-  if (!a) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the AdamW step");
-  a->n = (int)t->n_params;
-  memcpy(a->hyper, hyper, sizeof a->hyper);
-  a->params = core_malloc(sizeof *a->params * (size_t)(a->n + 1));
-  loom_status_t s = a->params ? loom_graph_create(&a->g)
-                              : loom_fail(LOOM_ERR_NOMEM, "out of memory for the AdamW step");
-  if (s == LOOM_OK) s = adamw_graph(t, a, hyper);
-  if (s == LOOM_OK && t->opt.compile) {
-    loom_compile_options_t o;
-    loom_compile_options_init(&o);
-    o.num_threads = t->opt.num_threads;
-    s = loom_compile(a->g, &o, &a->exe);
-  }
-  if (s != LOOM_OK) {
-    adamw_free(a);
-    return s;
-  }
-  adamw_carry(a, t->adamw);
-  adamw_free(t->adamw);
-  t->adamw = a;
-  return LOOM_OK;
-}
-
-/* A new rank-0 tensor of dtype dt holding x. */
-static loom_status_t scalar_tensor(loom_dtype_t dt, double x, loom_tensor_t **out) {
-  LOOM_TRY(tensor_new(dt, 0, NULL, out));
-  dtype_store_f64(dt, (*out)->data, x);
-  return LOOM_OK;
-}
-
-/* Binds parameter i's inputs at ins[1 + 4i ..]: its gradient (zeros when
- * none came), whether it takes the step, and its bias corrections at its
- * own next step. made collects the tensors made here. */
-static loom_status_t adamw_bind(loom_trace_t *t, int i, const double *hyper,
-                                loom_tensor_t **ins, loom_tensor_t **made) {
-  tr_param_t *q = &t->params[i];
-  const loom_tensor_t *p = q->t;
-  if (!q->grad) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->grad));
-  double step = (double)(q->adam_step + (q->got_grad ? 1 : 0));
-  ins[1 + 4 * i] = q->grad;
-  LOOM_TRY(scalar_tensor(LOOM_BOOL, q->got_grad ? 1 : 0, &made[3 * i]));
-  LOOM_TRY(scalar_tensor(p->dtype, step > 0 ? 1 - pow(hyper[0], step) : 1, &made[3 * i + 1]));
-  LOOM_TRY(scalar_tensor(p->dtype, step > 0 ? 1 - pow(hyper[1], step) : 1, &made[3 * i + 2]));
-  for (int k = 0; k < 3; k++) ins[2 + 4 * i + k] = made[3 * i + k];
-  return LOOM_OK;
-}
-
-/* Runs the step: the user's parameters in, gradients, flags, bias
- * corrections and lr bound, the updated parameters copied back. */
-static loom_status_t adamw_run(loom_trace_t *t, double lr) {
-  tr_adamw_t *a = t->adamw;
-  int n = a->n;
-  loom_tensor_t *ins[4 * n + 1], *made[3 * n + 1];
-  memset(made, 0, sizeof made);
-  float lr32 = (float)lr;
-  LOOM_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &lr32, sizeof lr32, &ins[0]));
-  loom_status_t s = LOOM_OK;
-  for (int i = 0; i < n && s == LOOM_OK; i++) s = adamw_bind(t, i, a->hyper, ins, made);
-  if (s == LOOM_OK) /* the graph's parameters are the user's tensors */
-    s = a->exe ? loom_executable_run(a->exe, 4 * n + 1, ins, 0, NULL)
-               : loom_interpret(a->g, 4 * n + 1, ins, 0, NULL);
-  for (int i = 0; i < n && s == LOOM_OK; i++) t->params[i].adam_step += t->params[i].got_grad;
-  loom_tensor_destroy(ins[0]);
-  for (int i = 0; i < 3 * n; i++) loom_tensor_destroy(made[i]);
-  return s;
-}
-
-loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
-                               double beta2, double eps,
-                               double weight_decay) {
-  LOOM_CHECK_ARG(t);
-  LOOM_TRY(tr_claim(t, __func__));
-  if (t->n_params == 0)
-    return loom_fail(LOOM_ERR_INVALID, "loom_trace_adamw: no parameters were "
-                     "entered (loom_trace_param)");
-  double hyper[4] = {beta1, beta2, eps, weight_decay};
-  if (!adamw_fits(t, t->adamw, hyper)) LOOM_TRY(adamw_build(t, hyper));
-  loom_status_t s = adamw_run(t, lr);
-  /* the parameters changed (in part, if the run failed) */
-  t->tape_stale = t->n_tape;
-  t->pack_epoch++;
-  LOOM_TRY(s);
-  loom_clear_error();
-  return LOOM_OK;
-}
-
 void tape_destroy(loom_trace_t *t) {
   tape_clear(t);
   core_free(t->tape);
@@ -674,6 +441,4 @@ void tape_destroy(loom_trace_t *t) {
   for (int64_t v = 0; v < t->cap_grads; v++) loom_tensor_destroy(t->grads[v]);
   core_free(t->grads);
   t->grads = NULL;
-  adamw_free(t->adamw);
-  t->adamw = NULL;
 }

@@ -322,7 +322,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   t->stats.recorded_ops++;
   if (info->flags & F_SIDE_EFFECT)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
-                     "traces update parameters with loom_trace_adamw",
+                     "traces update parameters with loom_trace_optimizer_step",
                      info->name);
   /* A segment is copied node by node into a graph of its own, which has
    * no subgraphs: host control flow is the tracer's way to branch. */
@@ -403,6 +403,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   if (!t) return;
   release_step(t);
   tape_destroy(t);
+  tr_optim_destroy(t);
   if (t->links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_packs_free(t);

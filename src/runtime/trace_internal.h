@@ -6,7 +6,8 @@
  *   segment_run.c  looking up and running (the hot path, compiled, padded
  *              to a bucket, or interpreted), speculation;
  *   tape.c     training: the tape of segment invocations, backward,
- *              gradients, the AdamW step.
+ *              gradients;
+ *   trace_optim.c  the optimizer step (loom/train.h's optimizers).
  *
  * Values are the trace graph's value ids. A value is materialized when
  * the trace holds a tensor for it; a cut materializes what is asked for
@@ -65,7 +66,6 @@ typedef struct tr_param {
   int32_t value;        /* its value id this step, -1: not entered */
   loom_tensor_t *grad;  /* accumulated this step, or NULL */
   bool got_grad;        /* a backward reached it this step */
-  int64_t adam_step;    /* AdamW steps it took (with a gradient) */
 } tr_param_t;
 
 /* Why a cut happens: fmt with one argument, str (when not NULL) or num,
@@ -253,7 +253,7 @@ struct loom_trace {
   tr_memo_t memo[TR_MEMO]; /* backward descriptions (segment_run.c) */
   tr_pack_t packs[TR_PACKS]; /* packed weights (segment_pack.c) */
   int next_pack;             /* the pack slot to take next */
-  /* Parameters change only at a step's end or at loom_trace_adamw, which
+  /* Parameters change only at a step's end or at the optimizer step, which
    * begin a new epoch: packs of an older one are packed again. */
   uint64_t pack_epoch;
   void **packed_b;           /* a run's loom_abi_t.packed_b (all NULL between runs) */
@@ -271,12 +271,12 @@ struct loom_trace {
   tape_rec_t *tape;
   int64_t n_tape, cap_tape;
   /* Records [0, tape_stale) were taped before this step's
-   * loom_trace_adamw changed the parameters. */
+   * optimizer step changed the parameters. */
   int64_t tape_stale;
   loom_tensor_t **grads; /* per value, during one backward walk */
   int64_t cap_grads;
 
-  struct tr_adamw *adamw; /* the optimizer step (tape.c) */
+  struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
   void *seg;              /* a cut's scratch (segment.c) */
 
   loom_trace_stats_t stats;
@@ -378,5 +378,8 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
                                  const int32_t *out);
 void tape_clear(loom_trace_t *t);
 void tape_destroy(loom_trace_t *t);
+
+/* trace_optim.c */
+void tr_optim_destroy(loom_trace_t *t);
 
 #endif

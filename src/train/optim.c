@@ -3,7 +3,9 @@
  * backward, update) compiles into one executable. State (momentum buffers,
  * moments, the step counter) is made of new parameters, which persist
  * between runs; the learning rate is a graph value, so that a schedule
- * changes it without recompiling. */
+ * changes it without recompiling. train_optimizer (train/optim.h) also
+ * serves a caller that skips parameters run by run: the tracer's
+ * optimizer step (runtime/trace_optim.c). */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,13 +16,15 @@
 #include "loom/train.h"
 #include "train/optim.h"
 
-/* One optimizer call: the graph, its name for messages, and the learning
- * rate converted once per parameter dtype. */
+/* One optimizer call: the graph, its name for messages, the learning
+ * rate converted once per parameter dtype, and whether the parameter being
+ * updated takes this step (train_optimizer's take). */
 typedef struct opt {
   loom_graph_t *g;
   const char *fn;
   loom_value_t lr;
   loom_value_t lr_as[LOOM_DTYPE_COUNT]; /* id -1: not made yet */
+  loom_value_t take; /* bool, rank 0; id -1: the update is unconditional */
 } opt_t;
 
 static const ir_type_t *type_of(const loom_graph_t *g, loom_value_t v) {
@@ -131,10 +135,21 @@ static loom_status_t check_lr(const opt_t *o) {
   return LOOM_OK;
 }
 
+static loom_status_t check_take(const opt_t *o, int i, loom_value_t take) {
+  LOOM_TRY(check_value(o, "take", i, take));
+  const ir_type_t *t = type_of(o->g, take);
+  if (t->rank != 0 || t->dtype != LOOM_BOOL)
+    return loom_fail(LOOM_ERR_SHAPE, "%s: take[%d] must be a bool scalar "
+                     "(rank 0), got a rank %d %s value", o->fn, i, t->rank,
+                     loom_dtype_name(t->dtype));
+  return LOOM_OK;
+}
+
 static loom_status_t opt_begin(opt_t *o, loom_graph_t *g, const char *fn,
                                int n, const loom_value_t *params,
-                               const loom_value_t *grads, loom_value_t lr) {
-  *o = (opt_t){.g = g, .fn = fn, .lr = lr};
+                               const loom_value_t *grads,
+                               const loom_value_t *take, loom_value_t lr) {
+  *o = (opt_t){.g = g, .fn = fn, .lr = lr, .take = {-1}};
   for (int d = 0; d < LOOM_DTYPE_COUNT; d++) o->lr_as[d].id = -1;
   if (!g) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'g' is null", fn);
   if (n < 0 || (n > 0 && (!params || !grads)))
@@ -142,6 +157,7 @@ static loom_status_t opt_begin(opt_t *o, loom_graph_t *g, const char *fn,
                      "grads null", fn, n);
   LOOM_TRY(check_lr(o));
   for (int i = 0; i < n; i++) LOOM_TRY(check_pair(o, i, params[i], grads[i]));
+  for (int i = 0; take && i < n; i++) LOOM_TRY(check_take(o, i, take[i]));
   return LOOM_OK;
 }
 
@@ -163,22 +179,36 @@ static loom_status_t check_nonneg(const char *fn, const char *what, double v) {
 
 /* ---- State -------------------------------------------------------------------- */
 
-/* A new zero parameter named "<name of p>.<suffix>", of p's shape, in
- * p's compute dtype. */
+/* "<name of p>.<suffix>": state is named after its parameter, so that a
+ * checkpoint finds it. */
+static void state_name(const loom_graph_t *g, loom_value_t p,
+                       const char *suffix, char *name, size_t size) {
+  const ir_value_t *pv = &g->values[p.id];
+  if (pv->name) snprintf(name, size, "%s.%s", pv->name, suffix);
+  else snprintf(name, size, "param%d.%s", p.id, suffix);
+}
+
+/* A new zero parameter named after p (state_name), of p's shape, in p's
+ * compute dtype. */
 static loom_status_t state_like(loom_graph_t *g, loom_value_t p,
                                 const char *suffix, loom_value_t *out) {
-  const ir_value_t *pv = &g->values[p.id];
   char name[256];
-  if (pv->name) snprintf(name, sizeof name, "%s.%s", pv->name, suffix);
-  else snprintf(name, sizeof name, "param%d.%s", p.id, suffix);
+  state_name(g, p, suffix, name, sizeof name);
   int64_t shape[LOOM_MAX_RANK];
-  ir_type_t t = pv->type; /* a copy: adding a value may move the array */
+  ir_type_t t = g->values[p.id].type; /* a copy: adding a value may move the array */
   for (int d = 0; d < t.rank; d++) shape[d] = t.dims[d];
   return loom_graph_param(g, name, compute_dtype(t.dtype), t.rank, shape,
                           NULL, out);
 }
 
-/* p_new = base - lr * dir (base, dir in the compute dtype), assigned to
+/* target = value when the run ends; when the parameter being updated may
+ * skip the step (o->take), only where it takes it. */
+static loom_status_t commit(opt_t *o, loom_value_t target, loom_value_t value) {
+  if (o->take.id >= 0) LOOM_TRY(loom_where(o->g, o->take, value, target, &value));
+  return loom_assign(o->g, target, value);
+}
+
+/* p_new = base - lr * dir (base, dir in the compute dtype), committed to
  * p in its own dtype. */
 static loom_status_t descend(opt_t *o, loom_value_t p, loom_value_t base,
                              loom_value_t dir) {
@@ -187,7 +217,7 @@ static loom_status_t descend(opt_t *o, loom_value_t p, loom_value_t base,
   LOOM_TRY(loom_mul(o->g, dir, lr, &step));
   LOOM_TRY(loom_sub(o->g, base, step, &next));
   LOOM_TRY(to(o->g, next, type_of(o->g, p)->dtype, &next));
-  return loom_assign(o->g, p, next);
+  return commit(o, p, next);
 }
 
 /* p and grad in p's compute dtype. */
@@ -210,13 +240,16 @@ static loom_status_t decayed(loom_graph_t *g, loom_value_t p, loom_value_t grad,
 
 /* ---- SGD ---------------------------------------------------------------------- */
 
-typedef struct sgd_hyper {
-  double momentum, weight_decay;
-  int nesterov;
-} sgd_hyper_t;
+static loom_status_t sgd_check(const char *fn, const loom_optimizer_t *h) {
+  LOOM_TRY(check_nonneg(fn, "momentum", h->momentum));
+  LOOM_TRY(check_nonneg(fn, "weight_decay", h->weight_decay));
+  if (h->nesterov && h->momentum == 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: nesterov needs momentum > 0", fn);
+  return LOOM_OK;
+}
 
-static loom_status_t sgd_one(opt_t *o, const sgd_hyper_t *h, loom_value_t p,
-                             loom_value_t grad) {
+static loom_status_t sgd_one(opt_t *o, const loom_optimizer_t *h,
+                             loom_value_t p, loom_value_t grad) {
   loom_value_t pc = p, d, dir;
   LOOM_TRY(computed(o->g, &pc, &grad));
   LOOM_TRY(decayed(o->g, pc, grad, h->weight_decay, &d));
@@ -224,33 +257,24 @@ static loom_status_t sgd_one(opt_t *o, const sgd_hyper_t *h, loom_value_t p,
   loom_value_t buf, next;
   LOOM_TRY(state_like(o->g, p, "momentum", &buf));
   LOOM_TRY(mix(o->g, h->momentum, buf, 1.0, d, &next));
-  LOOM_TRY(loom_assign(o->g, buf, next));
+  LOOM_TRY(commit(o, buf, next));
   if (h->nesterov) LOOM_TRY(mix(o->g, 1.0, d, h->momentum, next, &dir));
   else dir = next;
   return descend(o, p, pc, dir);
 }
 
-loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
-                       const loom_value_t *grads, loom_value_t lr,
-                       double momentum, int nesterov, double weight_decay) {
-  opt_t o;
-  LOOM_TRY(opt_begin(&o, g, __func__, n, params, grads, lr));
-  LOOM_TRY(check_nonneg(__func__, "momentum", momentum));
-  LOOM_TRY(check_nonneg(__func__, "weight_decay", weight_decay));
-  if (nesterov && momentum == 0)
-    return loom_fail(LOOM_ERR_INVALID, "%s: nesterov needs momentum > 0",
-                     __func__);
-  sgd_hyper_t h = {momentum, weight_decay, nesterov != 0};
-  for (int i = 0; i < n; i++) LOOM_TRY(sgd_one(&o, &h, params[i], grads[i]));
-  return LOOM_OK;
-}
-
 /* ---- Adam and AdamW ------------------------------------------------------------ */
 
-typedef struct adam_hyper {
-  double beta1, beta2, eps, weight_decay;
-  bool decoupled; /* AdamW */
-} adam_hyper_t;
+static bool decoupled(const loom_optimizer_t *h) {
+  return h->kind == LOOM_OPTIMIZER_ADAMW;
+}
+
+static loom_status_t adam_check(const char *fn, const loom_optimizer_t *h) {
+  LOOM_TRY(check_rate(fn, "beta1", h->beta1));
+  LOOM_TRY(check_rate(fn, "beta2", h->beta2));
+  LOOM_TRY(check_nonneg(fn, "eps", h->eps));
+  return check_nonneg(fn, "weight_decay", h->weight_decay);
+}
 
 /* 1 - beta^t in dtype. */
 static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
@@ -263,29 +287,28 @@ static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
   return loom_sub(g, one, bt, out);
 }
 
-loom_status_t train_adam_direction(loom_graph_t *g, loom_value_t m, loom_value_t v,
-                                   loom_value_t bc1, loom_value_t bc2, double eps,
-                                   loom_value_t *out) {
-  loom_value_t inv1, inv2, mhat, root, scaled, eps_v, denom;
+/* Adam's direction from the new moments m and v at step t:
+ * m / bc1 / (sqrt(v / bc2) + eps) with bc = 1 - beta^t, computed as
+ * torch.optim's Adam does, (m * (1 / bc1)) / (sqrt(v) * (1 / sqrt(bc2))
+ * + eps). The corrections' reciprocals are scalars, so each element takes
+ * one division and one square root where the textbook order takes three
+ * divisions (the update runs in a weight-gradient GEMM's epilogue, and
+ * the divisions cost 15% of an AdamW pass over memory here). */
+static loom_status_t adam_direction(loom_graph_t *g, const loom_optimizer_t *h,
+                                    loom_value_t t, loom_value_t m,
+                                    loom_value_t v, loom_value_t *out) {
+  loom_dtype_t dt = type_of(g, m)->dtype;
+  loom_value_t bc1, bc2, inv1, inv2, mhat, root, scaled, eps_v, denom;
+  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
+  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
   LOOM_TRY(loom_reciprocal(g, bc1, &inv1));
   LOOM_TRY(loom_rsqrt(g, bc2, &inv2));
   LOOM_TRY(loom_mul(g, m, inv1, &mhat));
   LOOM_TRY(loom_sqrt(g, v, &root));
   LOOM_TRY(loom_mul(g, root, inv2, &scaled));
-  LOOM_TRY(scalar(g, eps, type_of(g, m)->dtype, &eps_v));
+  LOOM_TRY(scalar(g, h->eps, dt, &eps_v));
   LOOM_TRY(loom_add(g, scaled, eps_v, &denom));
   return loom_div(g, mhat, denom, out);
-}
-
-/* Adam's direction at step t (train_adam_direction). */
-static loom_status_t adam_direction(loom_graph_t *g, const adam_hyper_t *h,
-                                    loom_value_t t, loom_value_t m,
-                                    loom_value_t v, loom_value_t *out) {
-  loom_dtype_t dt = type_of(g, m)->dtype;
-  loom_value_t bc1, bc2;
-  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
-  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
-  return train_adam_direction(g, m, v, bc1, bc2, h->eps, out);
 }
 
 /* p * (1 - lr * wd): AdamW's decay, decoupled from the gradient. */
@@ -304,64 +327,118 @@ static loom_status_t shrink(opt_t *o, loom_value_t p, double wd,
   return loom_mul(o->g, p, keep, out);
 }
 
-static loom_status_t adam_one(opt_t *o, const adam_hyper_t *h, loom_value_t t,
-                              loom_value_t p, loom_value_t grad) {
+static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h,
+                              loom_value_t t, loom_value_t p,
+                              loom_value_t grad) {
   loom_graph_t *g = o->g;
+  double wd = h->weight_decay;
   loom_value_t pc = p, d, m, v, m2, d2, v2, dir, base;
   LOOM_TRY(computed(g, &pc, &grad));
-  LOOM_TRY(decayed(g, pc, grad, h->decoupled ? 0 : h->weight_decay, &d));
+  LOOM_TRY(decayed(g, pc, grad, decoupled(h) ? 0 : wd, &d));
   LOOM_TRY(state_like(g, p, "m", &m));
   LOOM_TRY(state_like(g, p, "v", &v));
   LOOM_TRY(mix(g, h->beta1, m, 1.0 - h->beta1, d, &m2));
   LOOM_TRY(loom_mul(g, d, d, &d2));
   LOOM_TRY(mix(g, h->beta2, v, 1.0 - h->beta2, d2, &v2));
-  LOOM_TRY(loom_assign(g, m, m2));
-  LOOM_TRY(loom_assign(g, v, v2));
+  LOOM_TRY(commit(o, m, m2));
+  LOOM_TRY(commit(o, v, v2));
   LOOM_TRY(adam_direction(g, h, t, m2, v2, &dir));
-  LOOM_TRY(shrink(o, pc, h->decoupled ? h->weight_decay : 0, &base));
+  LOOM_TRY(shrink(o, pc, decoupled(h) ? wd : 0, &base));
   return descend(o, p, base, dir);
 }
 
-/* The step counter after this step: a new i64 parameter, incremented. */
-static loom_status_t step_counter(loom_graph_t *g, const char *name,
-                                  loom_value_t *t) {
+/* The step counter after this step: a new i64 parameter named name,
+ * incremented (where the parameter being updated takes the step). */
+static loom_status_t step_counter(opt_t *o, const char *name, loom_value_t *t) {
   loom_value_t counter, one;
-  LOOM_TRY(loom_graph_param(g, name, LOOM_I64, 0, NULL, NULL, &counter));
-  LOOM_TRY(scalar(g, 1.0, LOOM_I64, &one));
-  LOOM_TRY(loom_add(g, counter, one, t));
-  return loom_assign(g, counter, *t);
+  LOOM_TRY(loom_graph_param(o->g, name, LOOM_I64, 0, NULL, NULL, &counter));
+  LOOM_TRY(scalar(o->g, 1.0, LOOM_I64, &one));
+  LOOM_TRY(loom_add(o->g, counter, one, t));
+  return commit(o, counter, *t);
 }
 
-static loom_status_t adam_build(const char *fn, loom_graph_t *g, int n,
-                                const loom_value_t *params,
-                                const loom_value_t *grads, loom_value_t lr,
-                                const adam_hyper_t *h) {
+/* The counter of the call's parameters ("adam.step" or "adamw.step"),
+ * or, for a caller that steps subsets, parameter p's own
+ * ("<p's name>.step"). */
+static loom_status_t adam_step(opt_t *o, const loom_optimizer_t *h,
+                               loom_value_t p, loom_value_t *t) {
+  char name[256];
+  if (o->take.id >= 0) state_name(o->g, p, "step", name, sizeof name);
+  else snprintf(name, sizeof name, "%s", decoupled(h) ? "adamw.step" : "adam.step");
+  return step_counter(o, name, t);
+}
+
+/* ---- Any of them ---------------------------------------------------------------- */
+
+static loom_status_t hyper_check(const char *fn, const loom_optimizer_t *h) {
+  switch (h->kind) {
+  case LOOM_OPTIMIZER_SGD: return sgd_check(fn, h);
+  case LOOM_OPTIMIZER_ADAM:
+  case LOOM_OPTIMIZER_ADAMW: return adam_check(fn, h);
+  }
+  return loom_fail(LOOM_ERR_INVALID, "%s: optimizer kind %d is none of "
+                   "LOOM_OPTIMIZER_SGD, _ADAM, _ADAMW", fn, (int)h->kind);
+}
+
+loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
+                              const loom_optimizer_t *h, int n,
+                              const loom_value_t *params,
+                              const loom_value_t *grads,
+                              const loom_value_t *take, loom_value_t lr) {
+  if (!h) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'o' is null", fn);
   opt_t o;
-  LOOM_TRY(opt_begin(&o, g, fn, n, params, grads, lr));
-  LOOM_TRY(check_rate(fn, "beta1", h->beta1));
-  LOOM_TRY(check_rate(fn, "beta2", h->beta2));
-  LOOM_TRY(check_nonneg(fn, "eps", h->eps));
-  LOOM_TRY(check_nonneg(fn, "weight_decay", h->weight_decay));
-  loom_value_t t;
-  LOOM_TRY(step_counter(g, h->decoupled ? "adamw.step" : "adam.step", &t));
-  for (int i = 0; i < n; i++) LOOM_TRY(adam_one(&o, h, t, params[i], grads[i]));
+  LOOM_TRY(opt_begin(&o, g, fn, n, params, grads, take, lr));
+  LOOM_TRY(hyper_check(fn, h));
+  bool adam = h->kind != LOOM_OPTIMIZER_SGD;
+  loom_value_t t = {-1};
+  if (adam && !take) LOOM_TRY(adam_step(&o, h, t, &t)); /* one, shared */
+  for (int i = 0; i < n; i++) {
+    if (take) o.take = take[i];
+    if (adam && take) LOOM_TRY(adam_step(&o, h, params[i], &t));
+    if (adam) LOOM_TRY(adam_one(&o, h, t, params[i], grads[i]));
+    else LOOM_TRY(sgd_one(&o, h, params[i], grads[i]));
+  }
   return LOOM_OK;
+}
+
+void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind) {
+  if (!o) return;
+  *o = (loom_optimizer_t){.kind = kind};
+  if (kind == LOOM_OPTIMIZER_SGD) return;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->eps = 1e-8;
+  o->weight_decay = kind == LOOM_OPTIMIZER_ADAMW ? 0.01 : 0;
+}
+
+loom_status_t loom_optimizer_apply(loom_graph_t *g, const loom_optimizer_t *o,
+                                   int n, const loom_value_t *params,
+                                   const loom_value_t *grads, loom_value_t lr) {
+  return train_optimizer(__func__, g, o, n, params, grads, NULL, lr);
+}
+
+loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
+                       const loom_value_t *grads, loom_value_t lr,
+                       double momentum, int nesterov, double weight_decay) {
+  loom_optimizer_t h = {.kind = LOOM_OPTIMIZER_SGD, .momentum = momentum,
+                        .nesterov = nesterov != 0, .weight_decay = weight_decay};
+  return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
 
 loom_status_t loom_adam(loom_graph_t *g, int n, const loom_value_t *params,
                         const loom_value_t *grads, loom_value_t lr,
                         double beta1, double beta2, double eps,
                         double weight_decay) {
-  adam_hyper_t h = {beta1, beta2, eps, weight_decay, false};
-  return adam_build(__func__, g, n, params, grads, lr, &h);
+  loom_optimizer_t h = {LOOM_OPTIMIZER_ADAM, 0, 0, beta1, beta2, eps, weight_decay};
+  return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
 
 loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
                          const loom_value_t *grads, loom_value_t lr,
                          double beta1, double beta2, double eps,
                          double weight_decay) {
-  adam_hyper_t h = {beta1, beta2, eps, weight_decay, true};
-  return adam_build(__func__, g, n, params, grads, lr, &h);
+  loom_optimizer_t h = {LOOM_OPTIMIZER_ADAMW, 0, 0, beta1, beta2, eps, weight_decay};
+  return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
 
 /* ---- Gradient clipping ---------------------------------------------------------- */

@@ -1,20 +1,22 @@
-/* Pieces of the optimizers shared with the trace's own AdamW
- * (runtime/tape.c), so that both compute one formula. */
+/* The optimizer builders of loom/train.h for a caller that steps a
+ * different subset of its parameters each run: the tracer, whose
+ * optimizer step skips a parameter that got no gradient, as PyTorch's
+ * optimizers skip a parameter whose .grad is None. */
 #ifndef LOOM_TRAIN_OPTIM_H
 #define LOOM_TRAIN_OPTIM_H
 
-#include "loom/loom.h"
+#include "loom/train.h"
 
-/* Adam's direction from the new moments m and v and the bias corrections
- * bc1 = 1 - beta1^t and bc2 = 1 - beta2^t (rank-0 values of m's dtype):
- * m / bc1 / (sqrt(v / bc2) + eps), computed as torch.optim's Adam does,
- * (m * (1 / bc1)) / (sqrt(v) * (1 / sqrt(bc2)) + eps). The corrections'
- * reciprocals are scalars, so each element takes one division and one
- * square root where the textbook order takes three divisions (the update
- * runs in a weight-gradient GEMM's epilogue, and the divisions cost 15% of
- * an AdamW pass over memory here). */
-loom_status_t train_adam_direction(loom_graph_t *g, loom_value_t m, loom_value_t v,
-                                   loom_value_t bc1, loom_value_t bc2, double eps,
-                                   loom_value_t *out);
+/* loom_optimizer_apply, with take[i] (NULL: every parameter steps) a
+ * bool rank-0 value per parameter: where it is false, the run leaves
+ * params[i] and its state as they were. With take, Adam's and AdamW's
+ * step counter is one per parameter ("<param name>.step"), since each
+ * counts its own steps for the bias corrections. fn names the caller in
+ * error messages. */
+loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
+                              const loom_optimizer_t *o, int n,
+                              const loom_value_t *params,
+                              const loom_value_t *grads,
+                              const loom_value_t *take, loom_value_t lr);
 
 #endif
