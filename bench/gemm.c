@@ -19,8 +19,8 @@
 
 #include "core/pool.h"
 #include "fma_peak.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_impl.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
 
 static double now(void) {
   struct timespec ts;

@@ -1,4 +1,4 @@
-/* The GraphKey executable cache (src/runtime/cache.h): keys and their
+/* The GraphKey executable cache (src/trace/cache.h): keys and their
  * hash; hits, misses and statistics; cached executables against the
  * interpreter and hand-computed values; LRU eviction under a small budget
  * with entries in use kept until released; failed compiles cached as
@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "core/text.h"
 #include "harness.h"
-#include "runtime/cache.h"
+#include "trace/cache.h"
 
 #define STRUCTURE 0x5eedull
 

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/codegen.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/pool.h"
 #include "harness.h"
-#include "kernels/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 #include "loom/ops.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

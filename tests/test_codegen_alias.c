@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/codegen.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "harness.h"
 #include "ir/ir.h"
 #include "runtime/executable.h"

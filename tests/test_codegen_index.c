@@ -1,4 +1,4 @@
-/* Generated code for the index ops (src/codegen/c_index.c): gather,
+/* Generated code for the index ops (src/backend/cpu/codegen/c_index.c): gather,
  * index_select, embedding, scatter_add and one_hot compiled (fixed and
  * runtime sizes, one and two threads) equal the interpreter and
  * hand-computed results; an index out of range fails the compiled run

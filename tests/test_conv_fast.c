@@ -14,8 +14,8 @@
 
 #include "core/pool.h"
 #include "harness.h"
-#include "kernels/conv.h"
-#include "kernels/gemm.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm.h"
 #include "loom/ops.h"
 
 enum { SENTINEL = 12345 };

@@ -12,9 +12,9 @@
 
 #include "core/pool.h"
 #include "harness.h"
-#include "kernels/conv.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_impl.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
 #include "loom/ops.h"
 
 static const char *const isas[] = {"portable", "avx2", "avx2_wide", "avx512"};

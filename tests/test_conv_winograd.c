@@ -14,9 +14,9 @@
 
 #include "core/pool.h"
 #include "harness.h"
-#include "kernels/gemm_impl.h"
-#include "kernels/conv.h"
-#include "kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm.h"
 
 typedef struct wcase {
   int64_t n, c, h, w, o, pads[4];

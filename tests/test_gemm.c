@@ -1,4 +1,4 @@
-/* The fast f32 GEMM and conv2d (src/kernels/gemm.h) against naive
+/* The fast f32 GEMM and conv2d (src/backend/cpu/kernels/gemm.h) against naive
  * double-precision loops written here: many shapes (primes, tall and
  * skinny, sizes off the block sizes, k = 0), every transpose, leading
  * dimensions wider than the matrix, broadcast batch strides, 1-3 threads,
@@ -9,8 +9,8 @@
 
 #include "core/pool.h"
 #include "harness.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_impl.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
 
 static const char *const isas[] = {"portable", "avx2", "avx2_wide", "avx512"};
 enum { N_ISAS = 4, SENTINEL = 12345 };

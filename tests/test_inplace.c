@@ -1,4 +1,4 @@
-/* Parameters updated in place (src/runtime/inplace.c): the group that
+/* Parameters updated in place (src/compiler/inplace.c): the group that
  * computes a parameter's new value writes it into the parameter's storage
  * when nothing reads the parameter later, and the assign's copy goes;
  * when something does read it later (a product scheduled after the

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_impl.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
 #include "loom/ops.h"
 
 /* ---- kern_gemm_pack_b ----------------------------------------------------- */

@@ -13,7 +13,7 @@
 #include "core/status.h"
 #include "harness.h"
 #include "loom/trace.h"
-#include "runtime/cache.h"
+#include "trace/cache.h"
 
 /* A program: builds its outputs from inputs x[0..n) into g, which is a
  * trace's graph or a static graph. */

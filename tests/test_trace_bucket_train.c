@@ -8,7 +8,7 @@
 
 #include "harness.h"
 #include "loom/trace.h"
-#include "runtime/cache.h"
+#include "trace/cache.h"
 
 enum { F = 5, D = 6, H = 4, CELLS = 4 };
 

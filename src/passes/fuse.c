@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/codegen.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/text.h"

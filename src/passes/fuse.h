@@ -35,7 +35,7 @@
  *                     output is a graph output. Also a slice, transpose
  *                     or reshape whose output only matmuls read, through
  *                     strides (a strided view: the head split of
- *                     attention; see codegen/c_view.c); and transposes
+ *                     attention; see backend/cpu/codegen/c_view.c); and transposes
  *                     and reshapes that alone carry a matmul's product
  *                     on, which the matmul writes through (the heads
  *                     merged back).
@@ -63,7 +63,7 @@ typedef enum fuse_kind {
  * of 256 nodes), so a longer chain becomes several groups. A reduction
  * group takes at most FUSE_MAX_FOLDS folds (sum, max, ...): each fold's
  * pass computes again the nodes before it that the row cache
- * (codegen/c_reduce.c) does not keep, so its code and work grow as folds
+ * (backend/cpu/codegen/c_reduce.c) does not keep, so its code and work grow as folds
  * times nodes. */
 #define FUSE_MAX_NODES 256
 #define FUSE_MAX_FOLDS 8

@@ -12,7 +12,7 @@
  * A group whose output is assigned to a parameter (an optimizer's new
  * weight) waits, while any other group is ready, until every other
  * reader of that parameter has run: then the runtime can write the new
- * value over the old one (runtime/inplace.c) instead of into a buffer of
+ * value over the old one (compiler/inplace.c) instead of into a buffer of
  * its own copied back after the run. A dW GEMM with AdamW in its epilogue
  * and the dX GEMM reading the same weight are ready together.
  *

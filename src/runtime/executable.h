@@ -1,6 +1,6 @@
 /* Executables: the compiled form of a graph. A run is one guard on the
  * bindings and a loop over prebuilt steps: the CPU twin of a CUDA Graph
- * replay. Storage is a table of slots (src/runtime/abi.h): inputs and
+ * replay. Storage is a table of slots (src/backend/cpu/abi.h): inputs and
  * outputs are bound per run, parameters and constants point at the
  * graph's tensors, intermediates at fixed offsets of one arena allocated
  * at compile time (a run that overlaps another uses the same offsets in an
@@ -13,9 +13,9 @@
 #include "ir/ir.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
-#include "kernels/gemm.h"
+#include "backend/cpu/kernels/gemm.h"
 #include "kernels/ref.h"
-#include "runtime/abi.h"
+#include "backend/cpu/abi.h"
 
 typedef enum step_kind {
   STEP_GENERATED, /* a function of the compiled module */

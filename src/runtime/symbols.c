@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "codegen/codegen.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/tensor.h"

@@ -5,7 +5,7 @@
  * between runs; the learning rate is a graph value, so that a schedule
  * changes it without recompiling. train_optimizer (train/optim.h) also
  * serves a caller that skips parameters run by run: the tracer's
- * optimizer step (runtime/trace_optim.c). */
+ * optimizer step (trace/trace_optim.c). */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,0 +1,45 @@
+/* The emitter's text buffer: appends formatted text, remembering an
+ * allocation failure instead of reporting each one. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "backend/cpu/codegen/cg.h"
+#include "core/alloc.h"
+
+static void append_v(cg_buf_t *b, const char *fmt, va_list ap) {
+  if (b->failed) return;
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, again);
+  va_end(again);
+  if (n < 0 || core_grow((void **)&b->s, &b->cap, b->len + n + 1, 1) != LOOM_OK) {
+    b->failed = true;
+    return;
+  }
+  vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+  b->len += n;
+}
+
+void cg_vprintf(cg_buf_t *b, const char *fmt, va_list ap) { append_v(b, fmt, ap); }
+
+void cg_printf(cg_buf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  append_v(b, fmt, ap);
+  va_end(ap);
+}
+
+void cg_line(cg_buf_t *b, int level, const char *fmt, ...) {
+  cg_printf(b, "%*s", 2 * level, "");
+  va_list ap;
+  va_start(ap, fmt);
+  append_v(b, fmt, ap);
+  va_end(ap);
+}
+
+void cg_double(cg_buf_t *b, double v) {
+  if (isnan(v)) cg_printf(b, "NAN");
+  else if (isinf(v)) cg_printf(b, v < 0 ? "-INFINITY" : "INFINITY");
+  else cg_printf(b, "%.17g", v);
+}

@@ -1,0 +1,281 @@
+/* Per-channel groups over (N, C, ...) tensors: reductions over every dim
+ * but the channel (batch norm's statistics and gradients, a conv bias's
+ * gradient) and batch normalization itself. Both split the channels over
+ * the pool. */
+#include <stdio.h>
+
+#include "backend/cpu/codegen/cg.h"
+#include "core/alloc.h"
+
+/* ---- Per-channel reductions --------------------------------------------------
+ * A sum or mean over every dim of (N, C, ...) but the channel (batch
+ * norm's statistics and gradients, a conv bias's gradient), with the
+ * elementwise nodes that produce its input over the full space (dy *
+ * xhat) folded in as a prologue. Channels are split over the pool; each
+ * sums its (N, ...) elements in double, in the reference kernel's order
+ * of magnitude of error, and stores every full-space value the group
+ * exports on the way. */
+
+typedef struct channel_emit {
+  cg_ctx_t *c;
+  int gi;
+  const fuse_group_t *grp;
+  const ir_node_t *anchor;
+  cg_shape_t space;                /* the reduction's input: (N, C, ...) */
+  int64_t (*stride)[LOOM_MAX_RANK]; /* per group input, into space */
+} channel_emit_t;
+
+/* Whether the anchor reduces exactly dims 0, 2, 3, ... of a rank >= 3
+ * input (the reduction rule of support.c admits only these). */
+static bool is_channel_reduction(const loom_graph_t *g, const ir_node_t *n) {
+  if (n->op != IR_OP_SUM && n->op != IR_OP_MEAN) return false;
+  int rank = g->values[n->in[0]].type.rank;
+  const int64_t *axes;
+  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  if (rank < 3 || na != rank - 1) return false;
+  bool red[LOOM_MAX_RANK] = {false};
+  for (int i = 0; i < na; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank) return false;
+    red[a] = true;
+  }
+  for (int d = 0; d < rank; d++)
+    if (red[d] != (d != 1)) return false;
+  return true;
+}
+
+bool cg_is_channel_reduction(const loom_graph_t *g, const ir_node_t *n) {
+  return is_channel_reduction(g, n);
+}
+
+/* The anchor last; the other nodes f32 expressions over the full space;
+ * the outputs that space or the anchor's. */
+static bool channel_fits(channel_emit_t *k) {
+  const loom_graph_t *g = k->c->g;
+  int last = k->grp->n_nodes - 1;
+  if (k->grp->nodes[last] != k->grp->anchor) return false;
+  for (int i = 0; i < k->grp->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[k->grp->nodes[i]];
+    for (int j = 0; j < n->n_in; j++)
+      if (g->values[n->in[j]].type.dtype != LOOM_F32) return false;
+    if (g->values[n->out[0]].type.dtype != LOOM_F32 || n->n_out != 1) return false;
+    if (i == last) continue;
+    cg_shape_t s;
+    if (!cg_expr_supported(g, n) || !cg_value_shape(k->c, n->out[0], &s) ||
+        cg_numel(&s) != cg_numel(&k->space) || s.rank != k->space.rank)
+      return false;
+  }
+  for (int i = 0; i < k->grp->n_outputs; i++)
+    if (cg_slot(k->c, k->grp->outputs[i]) < 0) return false;
+  for (int i = 0; i < k->grp->n_inputs; i++) {
+    cg_shape_t s;
+    if (cg_slot(k->c, k->grp->inputs[i]) < 0 || !cg_value_shape(k->c, k->grp->inputs[i], &s) ||
+        !cg_broadcast_strides(&s, &k->space, k->stride[i]))
+      return false;
+  }
+  return true;
+}
+
+static void channel_body(channel_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  const loom_graph_t *g = k->c->g;
+  int rank = k->space.rank;
+  int32_t in = k->anchor->in[0], out = k->anchor->out[0];
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  for (int i = 0; i < k->grp->n_inputs; i++)
+    cg_declare_pointer(k->c, k->grp, 1, k->grp->inputs[i], false);
+  for (int i = 0; i < k->grp->n_outputs; i++)
+    cg_declare_pointer(k->c, k->grp, 1, k->grp->outputs[i], true);
+  cg_line(b, 1, "for (int64_t i1 = begin; i1 < end; i1++) {\n");
+  cg_line(b, 2, "double acc = 0.0;\n");
+  int level = 2;
+  for (int d = 0; d < rank; d++) {
+    if (d == 1) continue;
+    cg_line(b, level++, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
+            (long long)k->space.dim[d], d);
+  }
+  for (int i = 0; i < k->grp->n_inputs; i++) {
+    cg_load_begin(b, level, g, k->grp->inputs[i]);
+    cg_offset(b, "i", 0, rank, k->stride[i]);
+    cg_load_end(b, g, k->grp->inputs[i]);
+  }
+  for (int i = 0; i + 1 < k->grp->n_nodes; i++)
+    cg_node_stmt(b, level, g, &g->nodes[k->grp->nodes[i]]);
+  int64_t dense[LOOM_MAX_RANK], step = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    dense[d] = step;
+    step *= k->space.dim[d];
+  }
+  for (int i = 0; i < k->grp->n_outputs; i++) {
+    int32_t v = k->grp->outputs[i];
+    if (v == out) continue;
+    cg_store_begin(b, level, v);
+    cg_offset(b, "i", 0, rank, dense);
+    cg_store_end(b, g, v);
+  }
+  cg_line(b, level, "acc += (double)v%d;\n", (int)in);
+  while (--level > 2) cg_line(b, level, "}\n");
+  cg_line(b, 2, "}\n");
+  double count = (double)(cg_numel(&k->space) / k->space.dim[1]);
+  if (k->anchor->op == IR_OP_MEAN) cg_line(b, 2, "acc /= %.17g;\n", count);
+  cg_line(b, 2, "p%d[i1] = (float)acc;\n", (int)out);
+  cg_line(b, 1, "}\n");
+  cg_printf(b, "}\n\n");
+}
+
+static void channel_entry(channel_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  int64_t channels = k->space.dim[1], per = cg_numel(&k->space) / (channels ? channels : 1);
+  cg_function(k->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                    "const loom_abi_t *rt) {\n", k->gi);
+  cg_line(b, 1, "(void)syms;\n");
+  if (channels * per > CG_PARALLEL_MIN && channels > 1) {
+    int64_t grain = CG_PARALLEL_MIN / 2 / (per ? per : 1);
+    cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, %lld, loom_g%d_body, (void *)slots);\n",
+            (long long)channels, (long long)(grain > 1 ? grain : 1), k->gi);
+  } else {
+    cg_line(b, 1, "(void)rt;\n");
+    cg_line(b, 1, "loom_g%d_body((void *)slots, 0, %lld);\n", k->gi, (long long)channels);
+  }
+  cg_printf(b, "}\n");
+}
+
+loom_status_t cg_emit_channel_reduction(cg_ctx_t *c, int gi, bool *ok) {
+  channel_emit_t k = {.c = c, .gi = gi, .grp = &c->plan->groups[gi]};
+  *ok = k.grp->anchor >= 0;
+  if (!*ok) return LOOM_OK;
+  k.anchor = &c->g->nodes[k.grp->anchor];
+  /* Sizes known only at run time (cg_shape_t.lead) stay with the reference. */
+  *ok = is_channel_reduction(c->g, k.anchor) && cg_value_shape(c, k.anchor->in[0], &k.space) &&
+        !k.space.lead;
+  if (!*ok) return LOOM_OK;
+  k.stride = core_calloc((size_t)k.grp->n_inputs + 1, sizeof *k.stride);
+  if (!k.stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  *ok = channel_fits(&k);
+  if (*ok) {
+    cg_group_comment(c, gi, "channel reduction", &k.space, "over all dims but 1");
+    channel_body(&k);
+    channel_entry(&k);
+  }
+  core_free(k.stride);
+  return LOOM_OK;
+}
+
+/* ---- Batch normalization -------------------------------------------------------
+ * One batch_norm node, f32, as the reference kernel computes it: per
+ * channel (split over the pool), in training mode the batch mean and the
+ * biased variance in two passes in double, the running statistics moved
+ * by the momentum (the variance unbiased), then y = (x - mean) * scale /
+ * sqrt(var + eps) + bias. A training batch with fewer than 2 values per
+ * channel stays with the reference kernel, which reports it. */
+
+typedef struct bn_emit {
+  cg_ctx_t *c;
+  int gi;
+  const ir_node_t *n;
+  int64_t batch, channels, inner;
+  bool training;
+} bn_emit_t;
+
+static bool bn_fits(bn_emit_t *k) {
+  const loom_graph_t *g = k->c->g;
+  cg_shape_t x;
+  if (k->c->plan->groups[k->gi].n_nodes != 1 || k->n->n_in != 5 || k->n->n_out != 3 ||
+      !cg_value_shape(k->c, k->n->in[0], &x) || x.rank < 2 || x.lead)
+    return false;
+  for (int i = 0; i < 5; i++)
+    if (g->values[k->n->in[i]].type.dtype != LOOM_F32 || cg_slot(k->c, k->n->in[i]) < 0)
+      return false;
+  k->batch = x.dim[0];
+  k->channels = x.dim[1];
+  k->inner = cg_numel(&x) / (x.dim[0] * x.dim[1] > 0 ? x.dim[0] * x.dim[1] : 1);
+  k->training = ir_attr_int(&k->n->attrs, "training", 0) != 0;
+  return !k->training || k->batch * k->inner >= 2;
+}
+
+/* "p<v>[at] = <expr>;" for an output that has storage. */
+static void bn_store(bn_emit_t *k, int level, int out, const char *at, const char *expr) {
+  int32_t v = k->n->out[out];
+  if (cg_slot(k->c, v) >= 0) cg_line(k->c->out, level, "p%d[%s] = (float)(%s);\n", (int)v, at, expr);
+}
+
+static void bn_body(bn_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  const fuse_group_t *grp = &k->c->plan->groups[k->gi];
+  const int32_t *in = k->n->in;
+  double eps = ir_attr_float(&k->n->attrs, "eps", 1e-5);
+  double m = ir_attr_float(&k->n->attrs, "momentum", 0.1);
+  double count = (double)(k->batch * k->inner);
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  for (int i = 0; i < 5; i++) cg_declare_pointer(k->c, grp, 1, in[i], false);
+  for (int i = 0; i < 3; i++)
+    if (cg_slot(k->c, k->n->out[i]) >= 0) cg_declare_pointer(k->c, grp, 1, k->n->out[i], true);
+  cg_line(b, 1, "for (int64_t ch = begin; ch < end; ch++) {\n");
+  cg_line(b, 2, "double mean = p%d[ch], var = p%d[ch];\n", (int)in[3], (int)in[4]);
+  if (k->training) {
+    const char *loop = "for (int64_t n = 0; n < %lld; n++) {\n";
+    cg_line(b, 2, "double sum = 0.0, sq = 0.0;\n");
+    for (int pass = 0; pass < 2; pass++) {
+      cg_line(b, 2, loop, (long long)k->batch);
+      cg_line(b, 3, "const float *xr = p%d + (n * %lld + ch) * %lld;\n", (int)in[0],
+              (long long)k->channels, (long long)k->inner);
+      cg_line(b, 3, "for (int64_t i = 0; i < %lld; i++) ", (long long)k->inner);
+      if (pass == 0) cg_printf(b, "sum += (double)xr[i];\n");
+      else cg_printf(b, "sq += ((double)xr[i] - mean) * ((double)xr[i] - mean);\n");
+      cg_line(b, 2, "}\n");
+      if (pass == 0) cg_line(b, 2, "mean = sum / %.17g;\n", count);
+    }
+    cg_line(b, 2, "var = sq / %.17g;\n", count);
+    char moved[160];
+    snprintf(moved, sizeof moved, "%.17g * p%d[ch] + %.17g * mean", 1 - m, (int)in[3], m);
+    bn_store(k, 2, 1, "ch", moved);
+    snprintf(moved, sizeof moved, "%.17g * p%d[ch] + %.17g * var", 1 - m, (int)in[4],
+             m * count / (count - 1));
+    bn_store(k, 2, 2, "ch", moved);
+  } else {
+    bn_store(k, 2, 1, "ch", "mean");
+    bn_store(k, 2, 2, "ch", "var");
+  }
+  cg_line(b, 2, "const double k = p%d[ch] / sqrt(var + %.17g), b = p%d[ch];\n", (int)in[1],
+          eps, (int)in[2]);
+  if (cg_slot(k->c, k->n->out[0]) >= 0) {
+    cg_line(b, 2, "for (int64_t n = 0; n < %lld; n++) {\n", (long long)k->batch);
+    cg_line(b, 3, "const int64_t at = (n * %lld + ch) * %lld;\n", (long long)k->channels,
+            (long long)k->inner);
+    cg_line(b, 3, "for (int64_t i = 0; i < %lld; i++)\n", (long long)k->inner);
+    cg_line(b, 4, "p%d[at + i] = (float)(((double)p%d[at + i] - mean) * k + b);\n",
+            (int)k->n->out[0], (int)in[0]);
+    cg_line(b, 2, "}\n");
+  } else {
+    cg_line(b, 2, "(void)k, (void)b;\n");
+  }
+  cg_line(b, 1, "}\n");
+  cg_printf(b, "}\n\n");
+}
+
+loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok) {
+  int32_t anchor = c->plan->groups[gi].anchor;
+  bn_emit_t k = {.c = c, .gi = gi};
+  *ok = anchor >= 0 && c->g->nodes[anchor].op == IR_OP_BATCH_NORM;
+  if (!*ok) return LOOM_OK;
+  k.n = &c->g->nodes[anchor];
+  *ok = bn_fits(&k);
+  if (!*ok) return LOOM_OK;
+  cg_shape_t x;
+  cg_value_shape(c, k.n->in[0], &x);
+  cg_group_comment(c, gi, "batch norm", &x, k.training ? "training" : "inference");
+  bn_body(&k);
+  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
+                 "const loom_abi_t *rt) {\n", gi);
+  cg_line(c->out, 1, "(void)syms;\n");
+  if (k.batch * k.channels * k.inner > CG_PARALLEL_MIN && k.channels > 1)
+    cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",
+            (long long)k.channels, gi);
+  else
+    cg_line(c->out, 1, "(void)rt;\n  loom_g%d_body((void *)slots, 0, %lld);\n", gi,
+            (long long)k.channels);
+  cg_printf(c->out, "}\n");
+  return LOOM_OK;
+}

@@ -1,0 +1,412 @@
+/* Per-op scalar expressions: one template per op for float dtypes
+ * (computed in the dtype itself; f32, f16 and bf16 in float, each op
+ * rounded to f16 or bf16 once, at its result) and one for integers
+ * (computed in int64, wrapping like the reference kernels). Templates
+ * name the inputs' locals $0 $1 $2; $T is the float type, $f the suffix
+ * of its math functions ("f" for float), $p that of a helper with a form
+ * of its own for half precision ("h"), $A, $L and $H the op's attributes
+ * (alpha; clamp's bounds). */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/codegen/cg.h"
+
+typedef struct expr_rule {
+  const char *f; /* float dtypes; NULL: not generated */
+  const char *i; /* integer and bool dtypes; NULL: not generated */
+} expr_rule_t;
+
+/* e^-|x| is e^-x on one side and e^x on the other, the very operands of
+ * the two stable forms, so one exponential serves both (the selected
+ * branch is computed as before, bit for bit). */
+#define SIGMOID(x)                                                             \
+  "(" x " >= 0 ? ($T)1 / (($T)1 + loom_exp$f(-fabs$f(" x "))) : "             \
+  "loom_exp$f(-fabs$f(" x ")) / (($T)1 + loom_exp$f(-fabs$f(" x "))))"
+#define WRAP(op) "(int64_t)((uint64_t)$0 " op " (uint64_t)$1)"
+
+static const expr_rule_t rules[IR_OP_COUNT] = {
+    [IR_OP_NEG] = {"-$0", "(int64_t)(0 - (uint64_t)$0)"},
+    [IR_OP_ABS] = {"fabs$f($0)", "($0 < 0 ? (int64_t)(0 - (uint64_t)$0) : (int64_t)$0)"},
+    [IR_OP_EXP] = {"loom_exp$f($0)", NULL},
+    [IR_OP_LOG] = {"log$f($0)", NULL},
+    [IR_OP_SQRT] = {"sqrt$f($0)", NULL},
+    [IR_OP_RSQRT] = {"($T)1 / sqrt$f($0)", NULL},
+    [IR_OP_RECIPROCAL] = {"($T)1 / $0", NULL},
+    [IR_OP_TANH] = {"loom_tanh$f($0)", NULL},
+    [IR_OP_SIGMOID] = {SIGMOID("$0"), NULL},
+    /* relu passes NaN through, as the reference does. */
+    [IR_OP_RELU] = {"(($0 > 0 || $0 != $0) ? $0 : ($T)0)", "($0 > 0 ? (int64_t)$0 : 0)"},
+    [IR_OP_LEAKY_RELU] = {"($0 > 0 ? $0 : $0 * ($T)$A)", NULL},
+    [IR_OP_ELU] = {"($0 > 0 ? $0 : ($T)$A * expm1$f($0))", NULL},
+    [IR_OP_GELU] = {"loom_gelu$p($0)", NULL},
+    [IR_OP_GELU_TANH] = {"loom_gelu_tanh$p($0)", NULL},
+    [IR_OP_SILU] = {"$0 * " SIGMOID("$0"), NULL},
+    /* max(x, 0) + log1p(e^-|x|) never overflows. */
+    [IR_OP_SOFTPLUS] = {"(fmax$f($0, ($T)0) + log1p$f(exp$f(-fabs$f($0))))", NULL},
+    [IR_OP_SIN] = {"sin$f($0)", NULL},
+    [IR_OP_COS] = {"cos$f($0)", NULL},
+    [IR_OP_ERF] = {"loom_erf$f($0)", NULL},
+    [IR_OP_FLOOR] = {"floor$f($0)", NULL},
+    [IR_OP_CEIL] = {"ceil$f($0)", NULL},
+    /* nearbyint rounds half to even in the default rounding mode. */
+    [IR_OP_ROUND] = {"nearbyint$f($0)", NULL},
+    [IR_OP_SIGN] = {"($0 > 0 ? ($T)1 : $0 < 0 ? ($T)-1 : $0)", "($0 > 0 ? 1 : $0 < 0 ? -1 : 0)"},
+    [IR_OP_NOT] = {"($0 == 0)", "($0 == 0)"},
+    [IR_OP_ISNAN] = {"($0 != $0)", NULL},
+    [IR_OP_IDENTITY] = {"$0", "$0"},
+    [IR_OP_CLAMP] = {"loom_clamp$f($0, $L, $H)", "loom_clampi($0, $L, $H)"},
+    [IR_OP_ADD] = {"($0 + $1)", WRAP("+")},
+    [IR_OP_SUB] = {"($0 - $1)", WRAP("-")},
+    [IR_OP_MUL] = {"($0 * $1)", WRAP("*")},
+    /* Integer division by zero is an error the reference reports; code
+     * cannot, so integer div and mod stay with the reference kernel. */
+    [IR_OP_DIV] = {"($0 / $1)", NULL},
+    [IR_OP_MOD] = {"loom_mod$f($0, $1)", NULL},
+    [IR_OP_POW] = {"pow$f($0, $1)", "loom_powi($0, $1)"},
+    /* NaN propagates: a NaN a wins the test, a NaN b loses it and is taken. */
+    [IR_OP_MAXIMUM] = {"(($0 > $1 || $0 != $0) ? $0 : $1)", "($0 > $1 ? $0 : $1)"},
+    [IR_OP_MINIMUM] = {"(($0 < $1 || $0 != $0) ? $0 : $1)", "($0 < $1 ? $0 : $1)"},
+    [IR_OP_EQ] = {"($0 == $1)", "($0 == $1)"},
+    [IR_OP_NE] = {"($0 != $1)", "($0 != $1)"},
+    [IR_OP_LT] = {"($0 < $1)", "($0 < $1)"},
+    [IR_OP_LE] = {"($0 <= $1)", "($0 <= $1)"},
+    [IR_OP_GT] = {"($0 > $1)", "($0 > $1)"},
+    [IR_OP_GE] = {"($0 >= $1)", "($0 >= $1)"},
+    [IR_OP_AND] = {"($0 != 0 && $1 != 0)", "($0 != 0 && $1 != 0)"},
+    [IR_OP_OR] = {"($0 != 0 || $1 != 0)", "($0 != 0 || $1 != 0)"},
+    [IR_OP_XOR] = {"(($0 != 0) != ($1 != 0))", "(($0 != 0) != ($1 != 0))"},
+    [IR_OP_WHERE] = {"($0 ? $1 : $2)", "($0 ? $1 : $2)"},
+};
+
+static bool plain_dtype(loom_dtype_t d) { return (unsigned)d < LOOM_DTYPE_COUNT; }
+
+/* f16 and bf16 compute in float, rounded to their dtype after each op as
+ * the reference's store rounds them. */
+static bool single(loom_dtype_t d) {
+  return d == LOOM_F32 || d == LOOM_F16 || d == LOOM_BF16;
+}
+
+/* The dtype an op computes in: where's is its branches', others' input 0. */
+static loom_dtype_t domain(const loom_graph_t *g, const ir_node_t *n) {
+  return g->values[n->in[n->op == IR_OP_WHERE ? 1 : 0]].type.dtype;
+}
+
+bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (!plain_dtype(g->values[n->in[i]].type.dtype)) return false;
+  for (int i = 0; i < n->n_out; i++)
+    if (!plain_dtype(g->values[n->out[i]].type.dtype)) return false;
+  if (n->op == IR_OP_CAST) return true;
+  if (n->n_in == 0) return false;
+  const expr_rule_t *r = &rules[n->op];
+  return dtype_is_float(domain(g, n)) ? r->f != NULL : r->i != NULL;
+}
+
+int cg_op_cost(ir_op_t op) {
+  static const ir_op_t dear[] = {IR_OP_EXP,  IR_OP_LOG,      IR_OP_TANH, IR_OP_SIGMOID,
+                                 IR_OP_ELU,  IR_OP_GELU,     IR_OP_GELU_TANH,
+                                 IR_OP_SILU, IR_OP_SOFTPLUS, IR_OP_SIN,  IR_OP_COS,
+                                 IR_OP_ERF,  IR_OP_POW};
+  for (size_t i = 0; i < sizeof dear / sizeof *dear; i++)
+    if (dear[i] == op) return 8;
+  return op == IR_OP_DIV || op == IR_OP_SQRT || op == IR_OP_RSQRT ||
+                 op == IR_OP_RECIPROCAL
+             ? 3
+             : 1;
+}
+
+int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp) {
+  int64_t ops = 0;
+  for (int k = 0; k < grp->n_nodes; k++) ops += cg_op_cost(g->nodes[grp->nodes[k]].op);
+  /* a plain op or two is what CG_PARALLEL_MIN was measured on */
+  return ops / 2 > 1 ? ops / 2 : 1;
+}
+
+/* ---- Attributes as literals -------------------------------------------- */
+
+static double alpha(const ir_node_t *n) {
+  return ir_attr_float(&n->attrs, "alpha", n->op == IR_OP_ELU ? 1.0 : 0.01);
+}
+
+/* An integer clamp bound, rounded inward and held to the dtype's range,
+ * which is where the reference's saturating store puts it. */
+static int64_t int_bound(double b, bool lower, loom_dtype_t d) {
+  static const double lo[] = {[LOOM_I8] = -128.0, [LOOM_I32] = -2147483648.0,
+                              [LOOM_I64] = -9223372036854775808.0, [LOOM_BOOL] = 0};
+  static const double hi[] = {[LOOM_I8] = 127.0, [LOOM_I32] = 2147483647.0,
+                              [LOOM_I64] = 9223372036854775807.0, [LOOM_BOOL] = 1};
+  if (isnan(b)) b = lower ? -INFINITY : INFINITY;
+  b = lower ? ceil(b) : floor(b);
+  if (b <= lo[d]) return d == LOOM_I64 ? INT64_MIN : (int64_t)lo[d];
+  if (b >= hi[d]) return d == LOOM_I64 ? INT64_MAX : (int64_t)hi[d];
+  return (int64_t)b;
+}
+
+static void clamp_bound(cg_buf_t *b, const ir_node_t *n, loom_dtype_t d,
+                        bool lower) {
+  double v = ir_attr_float(&n->attrs, lower ? "min" : "max",
+                           lower ? -INFINITY : INFINITY);
+  if (dtype_is_float(d)) {
+    cg_double(b, isnan(v) ? (lower ? -INFINITY : INFINITY) : v);
+    return;
+  }
+  int64_t i = int_bound(v, lower, d);
+  if (i == INT64_MIN) cg_printf(b, "INT64_MIN");
+  else cg_printf(b, "(int64_t)%lldLL", (long long)i);
+}
+
+/* ---- Templates ---------------------------------------------------------- */
+
+static void expand(cg_buf_t *b, const char *t, const loom_graph_t *g,
+                   const ir_node_t *n) {
+  loom_dtype_t d = domain(g, n);
+  for (const char *p = t; *p; p++) {
+    if (*p != '$') {
+      cg_printf(b, "%c", *p);
+      continue;
+    }
+    char k = *++p;
+    if (k >= '0' && k <= '2') cg_printf(b, "v%d", (int)n->in[k - '0']);
+    else if (k == 'T') cg_printf(b, "%s", cg_local_type(d));
+    else if (k == 'f') cg_printf(b, "%s", single(d) ? "f" : "");
+    else if (k == 'p') cg_printf(b, "%s", d == LOOM_F32 ? "f" : single(d) ? "h" : "");
+    else if (k == 'A') cg_double(b, alpha(n));
+    else if (k == 'L' || k == 'H') clamp_bound(b, n, d, k == 'L');
+  }
+}
+
+/* Floats reach integers truncated and saturated (NaN to 0), integers
+ * reach narrower ones wrapped, anything reaches bool as x != 0: the
+ * reference's conversions on store. */
+static void cast_expr(cg_buf_t *b, loom_dtype_t from, loom_dtype_t to, int v) {
+  if (to == LOOM_BOOL) cg_printf(b, "(v%d != 0)", v);
+  else if (dtype_is_float(to)) cg_printf(b, "(%s)(double)v%d", cg_local_type(to), v);
+  else if (!dtype_is_float(from)) cg_printf(b, "v%d", v);
+  else if (to == LOOM_I64) cg_printf(b, "loom_f2i64((double)v%d)", v);
+  else if (to == LOOM_I32) cg_printf(b, "loom_sat((double)v%d, -2147483648.0, 2147483647.0)", v);
+  else cg_printf(b, "loom_sat((double)v%d, -128.0, 127.0)", v);
+}
+
+void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
+                  const ir_node_t *n) {
+  loom_dtype_t to = g->values[n->out[0]].type.dtype;
+  const char *t = cg_local_type(to);
+  const char *round = to == LOOM_F16 ? "loom_f16_round" : to == LOOM_BF16 ? "loom_bf16_round" : NULL;
+  cg_line(b, level, "const %s v%d = ", t, (int)n->out[0]);
+  if (round) cg_printf(b, "%s(", round);
+  if (n->op == IR_OP_CAST) {
+    cg_printf(b, "(%s)", t);
+    cast_expr(b, g->values[n->in[0]].type.dtype, to, (int)n->in[0]);
+  } else {
+    const expr_rule_t *r = &rules[n->op];
+    loom_dtype_t d = domain(g, n);
+    /* Integer results wrap to the dtype (and tests to bool) through a
+     * cast, as the reference's store does; a float result is its type. */
+    bool cast = !dtype_is_float(d) || (d != to && !(single(d) && to == LOOM_F32));
+    if (cast) cg_printf(b, "(%s)(", t);
+    expand(b, dtype_is_float(d) ? r->f : r->i, g, n);
+    if (cast) cg_printf(b, ")");
+  }
+  cg_printf(b, round ? ");\n" : ";\n");
+}
+
+void cg_expr_helpers(cg_buf_t *b) {
+  cg_printf(b,
+      "\n#include <math.h>\n"
+      "\n/* FP exceptions are never observed: without this GCC will not turn\n"
+      " * a loop with a float conditional and a conversion into vector code.\n"
+      " * Results do not change. */\n"
+      "#if defined(__GNUC__) && !defined(__clang__)\n"
+      "#pragma GCC optimize(\"no-trapping-math\")\n"
+      "#endif\n"
+      "\n/* Helpers of the scalar expressions, matching the reference kernels. */\n"
+      "static inline float loom_clampf(float x, float lo, float hi) {\n"
+      "  if (x != x) return x;\n"
+      "  float v = x < lo ? lo : x;\n"
+      "  return v > hi ? hi : v;\n"
+      "}\n"
+      "static inline double loom_clamp(double x, double lo, double hi) {\n"
+      "  if (x != x) return x;\n"
+      "  double v = x < lo ? lo : x;\n"
+      "  return v > hi ? hi : v;\n"
+      "}\n"
+      "static inline int64_t loom_clampi(int64_t x, int64_t lo, int64_t hi) {\n"
+      "  int64_t v = x < lo ? lo : x;\n"
+      "  return v > hi ? hi : v;\n"
+      "}\n"
+      "/* Python's %%: the result takes the sign of b. */\n"
+      "static inline float loom_modf(float a, float b) {\n"
+      "  float r = fmodf(a, b);\n"
+      "  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
+      "}\n"
+      "static inline double loom_mod(double a, double b) {\n"
+      "  double r = fmod(a, b);\n"
+      "  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
+      "}\n"
+      "/* Powers by squaring; negative exponents give 0 but for bases 1, -1. */\n"
+      "static inline int64_t loom_powi(int64_t a, int64_t e) {\n"
+      "  if (e < 0) return a == 1 ? 1 : a == -1 ? (e %% 2 ? -1 : 1) : 0;\n"
+      "  uint64_t r = 1, base = (uint64_t)a;\n"
+      "  for (; e; e >>= 1) {\n"
+      "    if (e & 1) r *= base;\n"
+      "    base *= base;\n"
+      "  }\n"
+      "  return (int64_t)r;\n"
+      "}\n"
+      "/* Truncates toward zero and saturates; NaN becomes 0. */\n"
+      "static inline int64_t loom_sat(double v, double lo, double hi) {\n"
+      "  if (v != v) return 0;\n"
+      "  return v <= lo ? (int64_t)lo : v >= hi ? (int64_t)hi : (int64_t)v;\n"
+      "}\n"
+      "/* IEEE half and bfloat16, round to nearest even. */\n"
+      "typedef union { uint32_t u; float f; } loom_bits_t;\n"
+      "static inline float loom_f16_to_f32(uint16_t h) {\n"
+      "  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;\n"
+      "  loom_bits_t v;\n"
+      "  if (e == 0) v.f = (float)m * 5.9604644775390625e-8f;\n"
+      "  else if (e == 31) v.f = m ? NAN : INFINITY;\n"
+      "  else v.u = ((e + 112) << 23) | (m << 13);\n"
+      "  return (h & 0x8000) ? -v.f : v.f;\n"
+      "}\n"
+      "static inline uint16_t loom_f32_to_f16(float f) {\n"
+      "  loom_bits_t v = {.f = f};\n"
+      "  uint32_t sign = (v.u >> 16) & 0x8000, a = v.u & 0x7fffffff;\n"
+      "  if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00);\n"
+      "  if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00);\n"
+      "  if (a < 0x38800000) return (uint16_t)(sign | (uint32_t)nearbyintf(fabsf(f) * 16777216.0f));\n"
+      "  a -= 0x38000000;\n"
+      "  a += 0xfff + ((a >> 13) & 1);\n"
+      "  return (uint16_t)(sign | (a >> 13));\n"
+      "}\n"
+      "static inline float loom_bf16_to_f32(uint16_t h) {\n"
+      "  loom_bits_t v = {.u = (uint32_t)h << 16};\n"
+      "  return v.f;\n"
+      "}\n"
+      "static inline uint16_t loom_f32_to_bf16(float f) {\n"
+      "  loom_bits_t v = {.f = f};\n"
+      "  if ((v.u & 0x7fffffff) > 0x7f800000) return (uint16_t)((v.u >> 16) | 0x40);\n"
+      "  return (uint16_t)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16);\n"
+      "}\n"
+      "static inline float loom_f16_round(float f) { return loom_f16_to_f32(loom_f32_to_f16(f)); }\n"
+      "static inline float loom_bf16_round(float f) { return loom_bf16_to_f32(loom_f32_to_bf16(f)); }\n"
+      "/* e^x in float without a call, so that loops over it vectorize\n"
+      " * (softmax): x = n ln2 + r with |r| <= ln2/2 (n rounded by the\n"
+      " * 1.5 * 2^23 trick, which leaves it in t's low bits), e^r by its\n"
+      " * Taylor polynomial to degree 7 (under 1e-8 relative), 2^n built in\n"
+      " * the exponent bits in two halves so that results from the subnormals\n"
+      " * up to overflow come out right; within 2 ulp of exp. NaN stays NaN;\n"
+      " * no branch (each clamp is unconditional). */\n"
+      "static inline float loom_expf(float x) {\n"
+      "  float c = x > 89.0f ? 89.0f : x;\n"
+      "  c = c < -104.0f ? -104.0f : c;\n"
+      "  loom_bits_t t = {.f = c * 1.44269504088896341f + 12582912.0f};\n"
+      "  float n = t.f - 12582912.0f;\n"
+      "  int32_t k = (int32_t)(t.u - 0x4b400000u), h = k >> 1;\n"
+      "  float r = (c - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;\n"
+      "  float p = 1.98412698412698413e-4f;\n"
+      "  p = p * r + 1.38888888888888889e-3f;\n"
+      "  p = p * r + 8.33333333333333333e-3f;\n"
+      "  p = p * r + 4.16666666666666667e-2f;\n"
+      "  p = p * r + 1.66666666666666667e-1f;\n"
+      "  p = p * r + 0.5f;\n"
+      "  p = p * r + 1.0f;\n"
+      "  p = p * r + 1.0f;\n"
+      "  loom_bits_t s1 = {.u = (uint32_t)(h + 127) << 23}, s2 = {.u = (uint32_t)(k - h + 127) << 23};\n"
+      "  return p * s1.f * s2.f;\n"
+      "}\n"
+      "static inline double loom_exp(double x) { return exp(x); }\n"
+      "/* erf in float without a call, so that GELU epilogues vectorize:\n"
+      " * x P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's rational\n"
+      " * form; within 4.3e-7 of erf). NaN stays NaN. */\n"
+      "static inline float loom_erff(float x) {\n"
+      "  float c = x > 4.0f ? 4.0f : x;\n"
+      "  c = c < -4.0f ? -4.0f : c;\n"
+      "  float x2 = c * c;\n"
+      "  float p = -2.72614225801306e-10f;\n"
+      "  p = p * x2 + 2.77068142495902e-08f;\n"
+      "  p = p * x2 + -2.10102402082508e-06f;\n"
+      "  p = p * x2 + -5.69250639462346e-05f;\n"
+      "  p = p * x2 + -7.34990630326855e-04f;\n"
+      "  p = p * x2 + -2.95459980854025e-03f;\n"
+      "  p = p * x2 + -1.60960333262415e-02f;\n"
+      "  float q = -1.45660718464996e-05f;\n"
+      "  q = q * x2 + -2.13374055278905e-04f;\n"
+      "  q = q * x2 + -1.68282697438203e-03f;\n"
+      "  q = q * x2 + -7.37332916720468e-03f;\n"
+      "  q = q * x2 + -1.42647390514189e-02f;\n"
+      "  return c * p / q;\n"
+      "}\n"
+      "static inline double loom_erf(double x) { return erf(x); }\n"
+      "/* tanh in float without a call, so that LSTM cells vectorize:\n"
+      " * x P(x^2) / Q(x^2) on x clamped to +-7.905 (Eigen's rational\n"
+      " * form; within 4e-7 relative of tanh), x itself below 4e-4. NaN\n"
+      " * stays NaN. */\n"
+      "static inline float loom_tanhf(float x) {\n"
+      "  float c = x > 7.90531110763549805f ? 7.90531110763549805f : x;\n"
+      "  c = c < -7.90531110763549805f ? -7.90531110763549805f : c;\n"
+      "  float x2 = c * c;\n"
+      "  float p = -2.76076847742355e-16f;\n"
+      "  p = p * x2 + 2.00018790482477e-13f;\n"
+      "  p = p * x2 + -8.60467152213735e-11f;\n"
+      "  p = p * x2 + 5.12229709037114e-08f;\n"
+      "  p = p * x2 + 1.48572235717979e-05f;\n"
+      "  p = p * x2 + 6.37261928875436e-04f;\n"
+      "  p = p * x2 + 4.89352455891786e-03f;\n"
+      "  float q = 1.19825839466702e-06f;\n"
+      "  q = q * x2 + 1.18534705686654e-04f;\n"
+      "  q = q * x2 + 2.26843463243900e-03f;\n"
+      "  q = q * x2 + 4.89352518554385e-03f;\n"
+      "  float r = c * p / q;\n"
+      "  return fabsf(x) < 0.0004f ? x : r;\n"
+      "}\n"
+      "static inline double loom_tanh(double x) { return tanh(x); }\n"
+      "/* GELU, x Phi(x): in f32 as PyTorch computes it, x (1 + erf(x / sqrt 2)) / 2\n"
+      " * and x (1 + tanh u) / 2, which vectorize (in the FFN's epilogue); 1 + erf\n"
+      " * and 1 + tanh cancel for x < 0 (a relative error of 1e-2 at x = -4, 1e-6\n"
+      " * absolute), which half precision would see: its forms x erfc(-x / sqrt 2) / 2\n"
+      " * and x sigmoid(2u) keep their relative accuracy, so that the one rounding\n"
+      " * to f16 or bf16 falls where the reference's does (about 3x and 1.6x the\n"
+      " * time of the f32 forms); f64 computes them as the reference does. */\n"
+      "static inline float loom_geluf(float x) {\n"
+      "  return 0.5f * x * (1.0f + loom_erff(x * 0.70710678118654752f));\n"
+      "}\n"
+      "static inline float loom_gelu_tanhf(float x) {\n"
+      "  return 0.5f * x * (1.0f + loom_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));\n"
+      "}\n"
+      "/* erfc in float without a call: t e^(P(t) - z^2), t = 1/(1 + |z|/2)\n"
+      " * (Numerical Recipes' erfcc, 1.2e-7 relative; in float within 8e-6\n"
+      " * relative, from rounding z^2, near underflow), and 2 - erfc(-z) for\n"
+      " * z < 0. NaN stays NaN. */\n"
+      "static inline float loom_erfcf(float z) {\n"
+      "  float a = fabsf(z), t = 1.0f / (1.0f + 0.5f * a);\n"
+      "  float p = 0.17087277f;\n"
+      "  p = p * t + -0.82215223f;\n"
+      "  p = p * t + 1.48851587f;\n"
+      "  p = p * t + -1.13520398f;\n"
+      "  p = p * t + 0.27886807f;\n"
+      "  p = p * t + -0.18628806f;\n"
+      "  p = p * t + 0.09678418f;\n"
+      "  p = p * t + 0.37409196f;\n"
+      "  p = p * t + 1.00002368f;\n"
+      "  p = p * t + -1.26551223f;\n"
+      "  float r = t * loom_expf(p - a * a);\n"
+      "  return z >= 0 ? r : 2.0f - r;\n"
+      "}\n"
+      "static inline float loom_geluh(float x) { return 0.5f * x * loom_erfcf(x * -0.70710678118654752f); }\n"
+      "static inline float loom_gelu_tanhh(float x) {\n"
+      "  float u = 1.59576912160573071f * (x + 0.044715f * x * x * x);\n"
+      "  float e = loom_expf(-fabsf(u));\n"
+      "  return x * (u >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e));\n"
+      "}\n"
+      "static inline double loom_gelu(double x) { return 0.5 * x * erfc(x * -0.70710678118654752); }\n"
+      "static inline double loom_gelu_tanh(double x) {\n"
+      "  double u = 1.59576912160573071 * (x + 0.044715 * x * x * x);\n"
+      "  double e = exp(-fabs(u));\n"
+      "  return x * (u >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e));\n"
+      "}\n"
+      "static inline int64_t loom_f2i64(double v) {\n"
+      "  if (v != v) return 0;\n"
+      "  if (v >= 9223372036854775807.0) return INT64_MAX;\n"
+      "  return v <= -9223372036854775808.0 ? INT64_MIN : (int64_t)v;\n"
+      "}\n");
+}

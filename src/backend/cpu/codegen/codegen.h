@@ -1,0 +1,99 @@
+/* C code generation: one C function per fused group, one translation unit
+ * per graph. The code is for people too: indented, with each function
+ * headed by a comment listing the ops it fused, and locals named after the
+ * graph's values (v12).
+ *
+ * Storage: slot_of_value[v] is the slot holding value v (see
+ * src/backend/cpu/abi.h: slots[k] points at its first element, contiguous,
+ * row-major), or -1 when v lives only inside its group (then the group's
+ * code keeps it in a local). A strided view (fuse.h) has its root's
+ * slot; only the matmuls reading it see it, through cg_view_of. Shapes are concrete: the emitter evaluates
+ * every dim with the symbol values compilation specialized them to.
+ *
+ * Group functions are named loom_group_<index in plan>. Groups of kind
+ * FUSE_ALIAS and FUSE_REFERENCE get no function. Work is split with
+ * rt->parallel_for over the outermost independent dimension, with a grain
+ * that keeps small kernels on one thread (a wake-up costs more than a
+ * few microseconds of work); contractions call rt->gemm_f32 and
+ * rt->conv2d_f32 with a generated epilogue. */
+#ifndef LOOM_CODEGEN_CODEGEN_H
+#define LOOM_CODEGEN_CODEGEN_H
+
+#include "passes/fuse.h"
+
+/* Whether the emitter can generate code for node n (its op has a codegen
+ * rule for its dtypes). Fusion asks this; a node it refuses becomes a
+ * FUSE_REFERENCE group. */
+bool cg_supports(const loom_graph_t *g, int64_t node);
+/* Whether index node n (gather over its data's last axis, or scatter_add
+ * over its second-to-last, with an index of rank >= 2) may compute its
+ * index in its own group from elementwise ops and expands (a prologue),
+ * each of whose outside inputs, of type t, cg_index_prologue_reads:
+ * viewed as rows by columns like the index, or broadcast along them
+ * (c_index.c). Fusion asks these. */
+bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n);
+bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir_type_t *t);
+/* Whether index_select `take` (rows of a matrix) may compute scatter_add
+ * `scatter`'s src (2-D, axis 0) in the scatter's group: a GNN's
+ * message passing, out[dst[e]] += h[src[e]], without the (e, D) messages
+ * in memory. */
+bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
+                       const ir_node_t *take);
+
+/* A strided view: the elements of a value read in place from `root`'s
+ * storage, element (i0, i1, ...) at offset + i0 * stride[0] + ...
+ * (elements). See c_view.c. */
+typedef struct cg_view {
+  int32_t root;
+  int rank;
+  int64_t dim[LOOM_MAX_RANK], stride[LOOM_MAX_RANK];
+  int64_t offset;
+} cg_view_t;
+
+/* Whether node n may be a view of its input: a slice, transpose,
+ * reshape, squeeze or unsqueeze over constant dims. */
+bool cg_view_op(const loom_graph_t *g, const ir_node_t *n);
+/* Whether value v is stored as its producer's input (fusion made it a
+ * view or an alias). */
+typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
+/* Value v as a view of the first value up its chain of producers that
+ * `shares` does not pass over (or that no view op made); false when the
+ * chain is not a strided view (a step backwards, a reshape across
+ * strides). */
+bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
+                cg_view_t *out);
+/* Value v in order in its own storage. */
+bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out);
+/* The other way, through a chain of transposes, reshapes, squeezes and
+ * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
+ * output lies, and becomes where chain[0]'s input lies. */
+bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v);
+/* Whether view v is its root's storage in order (contiguous, offset 0). */
+bool cg_view_is_plain(const cg_view_t *v);
+/* Whether matmul n can write its product through view v: columns one
+ * element apart, steps forward. */
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+/* Whether matmul n can read an operand through view v: rows or columns
+ * one element apart, steps forward. */
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+
+typedef struct cg_module {
+  char *source;     /* the translation unit, NUL-terminated */
+  int64_t length;
+  bool *generated;  /* per group: a loom_group_<i> function exists */
+} cg_module_t;
+
+/* sym_values: the value of each of g's symbols (compilation specializes
+ * them), so that every dim evaluates to a constant (ir_dim_eval), or
+ * CG_SYM_RUNTIME for a symbol known only at run time: code over it reads
+ * syms[k] (a group it cannot handle so is declined). */
+#define CG_SYM_RUNTIME (-2)
+loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
+                             const int32_t *slot_of_value,
+                             const int64_t *sym_values, cg_module_t *out);
+void cg_module_free(cg_module_t *m);
+
+/* The text of src/backend/cpu/abi.h, embedded at build time. */
+extern const char cg_abi_text[];
+
+#endif

@@ -1,0 +1,327 @@
+/* conv2d as GEMM, per image and group: Y[og x ho*wo] = W[og x cg*kh*kw] @
+ * X_col[cg*kh*kw x ho*wo]. Output channels are rows and positions are
+ * columns, which is NCHW's own layout (no transpose of Y) and the
+ * epilogue's view. X_col is never built: the GEMM's B packer gathers its
+ * panels straight from the image (an implicit im2col), so the column
+ * matrix costs no memory and no extra pass; a 1x1 stride-1 unpadded
+ * convolution reads the image itself as B. Images and groups are the
+ * GEMM's batch, so they spread over the pool like batched matmuls; many
+ * small images (fewer than 128 positions each) instead join one GEMM's
+ * columns (see conv2d_batched). */
+#include "backend/cpu/kernels/gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm_impl.h"
+#include "backend/cpu/kernels/scratch.h"
+
+/* The output columns [first, last] of a tap whose input column ix = ox *
+ * sx + dx lies inside the image (last < first: none). They are the same on
+ * every output row, so they are found once per tap: two divisions per
+ * row cost more than copying a 7- or 14-wide row. */
+typedef struct tap_cols {
+  int64_t first, last, sx, dx;
+} tap_cols_t;
+
+static tap_cols_t tap_cols(int64_t w, int64_t sx, int64_t dx) {
+  tap_cols_t t = {dx >= 0 ? 0 : (-dx + sx - 1) / sx, w - 1 - dx < 0 ? -1 : (w - 1 - dx) / sx,
+                  sx, dx};
+  return t;
+}
+
+/* out[0:len] = the taps at output columns ox0.. of one output row, read
+ * from input row `row` (NULL: the row lies in the padding): zeros left and
+ * right of the image, a copy (or a strided gather) between, so that
+ * packing runs at memory speed without a test per element. */
+static void gather_row(const float *row, const tap_cols_t *t, int64_t ox0, int64_t len,
+                       float *out) {
+  int64_t lo = 0, hi = 0; /* [lo, hi): inside the image */
+  if (row) {
+    lo = t->first - ox0 < 0 ? 0 : t->first - ox0 > len ? len : t->first - ox0;
+    hi = t->last + 1 - ox0 < lo ? lo : t->last + 1 - ox0 > len ? len : t->last + 1 - ox0;
+  }
+  for (int64_t c = 0; c < lo; c++) out[c] = 0.0f;
+  if (hi > lo) {
+    const float *src = row + (ox0 + lo) * t->sx + t->dx;
+    float *dst = out + lo;
+    /* memcpy: an inline loop (vector body, scalar tail) measured ~5%
+     * slower on LeNet's 28-wide rows. A constant stride 2 (ResNet's
+     * downsampling) lets the compiler vectorize the gather with shuffles. */
+    if (t->sx == 1) memcpy(dst, src, (size_t)(hi - lo) * sizeof(float));
+    else if (t->sx == 2) for (int64_t c = 0; c < hi - lo; c++) dst[c] = src[2 * c];
+    else for (int64_t c = 0; c < hi - lo; c++) dst[c] = src[c * t->sx];
+  }
+  for (int64_t c = hi; c < len; c++) out[c] = 0.0f;
+}
+
+/* Row r of the image's column matrix (tap (ci, ky, kx)) at columns [jc,
+ * jc + len) (output positions (oy, ox)), a run of output row at a time. */
+static void gather_col_row(const loom_abi_conv2d_t *d, const float *img,
+                           int64_t r, int64_t jc, int64_t len, float *out) {
+  int64_t taps = d->kh * d->kw;
+  int64_t ci = r / taps, ky = r % taps / d->kw, kx = r % d->kw;
+  const float *plane = img + ci * d->h * d->w;
+  int64_t dy = ky * d->dilation[0] - d->pads[0];
+  tap_cols_t t = tap_cols(d->w, d->stride[1], kx * d->dilation[1] - d->pads[1]);
+  for (int64_t c = 0, oy = jc / d->wo, ox = jc % d->wo; c < len; oy++, ox = 0) {
+    int64_t run = len - c < d->wo - ox ? len - c : d->wo - ox;
+    int64_t iy = oy * d->stride[0] + dy;
+    const float *row = iy >= 0 && iy < d->h ? plane + iy * d->w : NULL;
+    gather_row(row, &t, ox, run, out + c);
+    c += run;
+  }
+}
+
+/* Longest run of columns gathered at once (the driver's nc is at most
+ * this; a larger one is packed in pieces). */
+enum { GATHER_MAX = 4096 };
+
+/* Deals a gathered line of len columns out to step q of the nr-wide
+ * panels at `panels` (kc steps each), zero-padding the last. */
+static void deal_line(const float *line, int64_t len, int64_t kc, int64_t q, int nr,
+                      float *panels) {
+  for (int64_t j0 = 0; j0 < len; j0 += nr) {
+    int64_t cols = len - j0 < nr ? len - j0 : nr;
+    float *out = panels + j0 * kc + q * nr;
+    /* Full panels copy a constant size, which the compiler inlines: a
+     * library call per 64 bytes would cost more than the copy. */
+    if (cols == 16 && nr == 16) memcpy(out, line + j0, 16 * sizeof(float));
+    else if (cols == 32 && nr == 32) memcpy(out, line + j0, 32 * sizeof(float));
+    else {
+      memcpy(out, line + j0, (size_t)cols * sizeof(float));
+      for (int64_t c = cols; c < nr; c++) out[c] = 0.0f;
+    }
+  }
+}
+
+/* Packs rows [pc, pc+kc) by columns [jc, jc+nc) of the column matrix into
+ * nr-wide panels: each row is gathered whole into a line in L1 (one pass
+ * over the image per tap, in long runs), then dealt out to the panels. */
+static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
+                        int64_t kc, int64_t jc, int64_t nc, int nr,
+                        float *dst) {
+  const loom_abi_conv2d_t *d = p->b_ctx;
+  const float *img = p->b + gemm_offset(p->sb, p->groups, item);
+  _Alignas(64) float line[GATHER_MAX];
+  for (int64_t j = 0; j < nc; j += GATHER_MAX) {
+    int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX; /* a multiple of nr unless last */
+    for (int64_t q = 0; q < kc; q++) {
+      gather_col_row(d, img, pc + q, jc + j, len, line);
+      deal_line(line, len, kc, q, nr, dst + j * kc);
+    }
+  }
+}
+
+/* The batched form's B: the column matrix of every image side by side
+ * (columns are image-major positions), for group `item`. */
+static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc,
+                               int64_t kc, int64_t jc, int64_t nc, int nr,
+                               float *dst) {
+  const loom_abi_conv2d_t *d = p->b_ctx;
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  const float *group = d->x + item * (d->c / d->groups) * d->h * d->w;
+  _Alignas(64) float line[GATHER_MAX];
+  for (int64_t j = 0; j < nc; j += GATHER_MAX) {
+    int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX;
+    for (int64_t q = 0; q < kc; q++) {
+      for (int64_t c = 0; c < len;) {
+        int64_t col = jc + j + c, img = col / positions, pos = col % positions;
+        int64_t run = len - c < positions - pos ? len - c : positions - pos;
+        gather_col_row(d, group + img * image, pc + q, pos, run, line + c);
+        c += run;
+      }
+      deal_line(line, len, kc, q, nr, dst + j * kc);
+    }
+  }
+}
+
+
+static int is_pointwise(const loom_abi_conv2d_t *d) {
+  return d->kh == 1 && d->kw == 1 && d->stride[0] == 1 && d->stride[1] == 1 &&
+         d->pads[0] == 0 && d->pads[1] == 0 && d->pads[2] == 0 &&
+         d->pads[3] == 0 && d->ho == d->h && d->wo == d->w;
+}
+
+/* ---- Small images, many of them -------------------------------------------------
+ * Per image, each packed weight is used by ho*wo columns only: at 2x2 or
+ * 4x4 positions (ResNet-18's last layers on 64x64 training images) packing
+ * the weights once per image costs more than the FMAs. The batched form
+ * is one GEMM per group over every image's positions, into a scratch
+ * matrix [o x n*ho*wo], whose rows are then copied out to NCHW with the
+ * bias and the epilogue. */
+/* Small weights (LeNet's 16 x 150) stay in cache across images and the
+ * per-image form keeps its B panel in L2: measured 2.6 ms per image
+ * against 3.7 ms batched for LeNet's second layer at batch 64, while
+ * ResNet's 512-channel layer at 2x2 positions, batch 8, went from 97 ms
+ * to 4.4 ms batched. */
+enum { BATCHED_MAX_POSITIONS = 128, BATCHED_MAX_FLOATS = 1 << 22, BATCHED_MIN_WEIGHTS = 1 << 14 };
+
+typedef struct scatter {
+  const loom_abi_conv2d_t *d;
+  const float *out; /* o x n*ho*wo */
+} scatter_t;
+
+static void scatter_images(void *ctx, int64_t begin, int64_t end) {
+  const scatter_t *s = ctx;
+  const loom_abi_conv2d_t *d = s->d;
+  int64_t positions = d->ho * d->wo, cols = d->n * positions;
+  for (int64_t img = begin; img < end; img++) {
+    float *y = d->y + img * d->o * positions;
+    for (int64_t r = 0; r < d->o; r++) {
+      const float *src = s->out + r * cols + img * positions;
+      float bv = d->bias ? d->bias[r] : 0.0f, *dst = y + r * positions;
+      for (int64_t x = 0; x < positions; x++) dst[x] = src[x] + bv;
+    }
+    if (d->epilogue) d->epilogue(d->epilogue_ctx, img, y, positions, 0, d->o, 0, positions);
+  }
+}
+
+/* Returns 0 (nothing done) when the batched form does not suit d. */
+static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, cols = d->n * positions;
+  if (d->n < 2 || positions == 0 || positions >= BATCHED_MAX_POSITIONS ||
+      d->o * cols > BATCHED_MAX_FLOATS || og * cg * d->kh * d->kw < BATCHED_MIN_WEIGHTS)
+    return 0;
+  kern_scratch_t scratch = kern_scratch_claim((size_t)(d->o * cols));
+  if (!scratch.buf) return 0;
+  float *out = scratch.buf;
+  int64_t taps = cg * d->kh * d->kw;
+  gemm_problem_t p = {
+      .m = og, .n = cols, .k = taps, .batch = d->groups, .groups = d->groups,
+      .a = d->weight, .lda = taps, .sa = {0, og * taps},
+      .pack_b = pack_b_conv_images, .b_ctx = d,
+      .c = out, .ldc = cols, .sc = {0, og * cols}};
+  gemm_use_packed_a(&p, d->weight_packed);
+  gemm_run(&p, pool);
+  scatter_t s = {d, out};
+  core_pool_for(pool, d->n, 1, scatter_images, &s);
+  kern_scratch_release(scratch);
+  return 1;
+}
+
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
+  if (kern_conv2d_direct_f32(d, pool)) return;
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if ((m && kern_conv2d_winograd_f32(d, m, pool)) || conv2d_batched(d, pool)) return;
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  gemm_problem_t p = {
+      .m = og, .n = positions, .k = taps, .batch = d->n * d->groups,
+      .groups = d->groups,
+      .a = d->weight, .lda = taps, .sa = {0, og * taps},
+      .b = d->x, .ldb = d->h * d->w, .sb = {d->c * d->h * d->w, cg * d->h * d->w},
+      .pack_b = is_pointwise(d) ? gemm_pack_b_matrix : pack_b_conv, .b_ctx = d,
+      .c = d->y, .ldc = positions, .sc = {d->o * positions, og * positions},
+      .bias = d->bias, .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  gemm_use_packed_a(&p, d->weight_packed);
+  gemm_run(&p, pool);
+}
+
+/* Per group g, the implicit form's A is W[g * og : (g + 1) * og] as og x
+ * cg*kh*kw; a layer the Winograd form takes packs its transformed
+ * weights instead. */
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if (m) return kern_conv2d_winograd_packed_bytes(d, m);
+  return gemm_packed_a_bytes(d->o / d->groups, d->c / d->groups * d->kh * d->kw, d->groups);
+}
+
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, void *dst) {
+  int m = kern_conv2d_winograd_tile(d, mode);
+  if (m) return kern_conv2d_winograd_pack_weight(d, m, dst);
+  int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
+  gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);
+  return 1;
+}
+
+/* ---- Weight gradient ------------------------------------------------------------
+ * Per group, dW[og x cg*kh*kw] = dY[og x n*ho*wo] @ X_col^T[n*ho*wo x
+ * cg*kh*kw]: the images join the GEMM's k dimension, so the sum over the
+ * batch is the GEMM's own accumulation and dW is written once. dY is first
+ * regrouped so that each group's rows run over every image's positions; B
+ * is packed from the images like the forward's (a tap is one B column). */
+
+/* Packs rows [pc, pc+kc) (positions of all images) by columns [jc, jc+nc)
+ * (taps) of X_col^T: each tap's run of positions is gathered into a line,
+ * then dealt down its panel column. */
+static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
+                         int64_t kc, int64_t jc, int64_t nc, int nr,
+                         float *dst) {
+  const loom_abi_conv2d_t *d = p->b_ctx;
+  const float *base = p->b + gemm_offset(p->sb, p->groups, item);
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  _Alignas(64) float line[GATHER_MAX];
+  int64_t padded = (nc + nr - 1) / nr * nr;
+  for (int64_t j = nc; j < padded; j++) /* the last panel's spare columns */
+    for (int64_t q = 0; q < kc; q++) dst[(j / nr) * nr * kc + q * nr + j % nr] = 0.0f;
+  for (int64_t q0 = pc; q0 < pc + kc;) {
+    int64_t img = q0 / positions, pos = q0 % positions;
+    int64_t len = pc + kc - q0;
+    if (len > positions - pos) len = positions - pos;
+    if (len > GATHER_MAX) len = GATHER_MAX;
+    for (int64_t j = 0; j < nc; j++) {
+      gather_col_row(d, base + img * image, jc + j, pos, len, line);
+      float *out = dst + (j / nr) * nr * kc + (q0 - pc) * nr + j % nr;
+      for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
+    }
+    q0 += len;
+  }
+}
+
+
+/* The direct sum, for when the regrouped dY cannot be allocated. */
+static void wgrad_direct(const loom_abi_conv2d_t *d, float *dw) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  for (int64_t o = 0; o < d->o; o++) {
+    int64_t g = o / og;
+    for (int64_t r = 0; r < taps; r++) {
+      double acc = 0.0;
+      float line[64];
+      for (int64_t n = 0; n < d->n; n++) {
+        const float *img = d->x + (n * d->c + g * cg) * d->h * d->w;
+        const float *dy = d->y + (n * d->o + o) * positions;
+        for (int64_t q = 0; q < positions; q += 64) {
+          int64_t len = positions - q < 64 ? positions - q : 64;
+          gather_col_row(d, img, r, q, len, line);
+          for (int64_t s = 0; s < len; s++) acc += (double)line[s] * dy[q + s];
+        }
+      }
+      dw[o * taps + r] = (float)acc;
+    }
+  }
+}
+
+void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups;
+  int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  int64_t k = d->n * positions;
+  float *dw = (float *)d->weight; /* the output, by the ABI's contract */
+  const float *dy = d->y;
+  kern_scratch_t scratch = {-1, NULL};
+  if (d->n > 1) { /* one image's dY is already og x positions per group */
+    scratch = kern_scratch_claim((size_t)(d->o * k));
+    if (!scratch.buf) {
+      wgrad_direct(d, dw);
+      return;
+    }
+    float *regrouped = scratch.buf;
+    for (int64_t o = 0; o < d->o; o++)
+      for (int64_t n = 0; n < d->n; n++)
+        memcpy(regrouped + o * k + n * positions, dy + (n * d->o + o) * positions,
+               (size_t)positions * sizeof(float));
+    dy = regrouped;
+  }
+  gemm_problem_t p = {
+      .m = og, .n = taps, .k = k, .batch = d->groups, .groups = d->groups,
+      .a = dy, .lda = k, .sa = {0, og * k},
+      .b = d->x, .ldb = 0, .sb = {0, cg * d->h * d->w},
+      .pack_b = pack_b_wgrad, .b_ctx = d,
+      .c = dw, .ldc = taps, .sc = {0, og * taps},
+      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+  gemm_run(&p, pool);
+  kern_scratch_release(scratch);
+}

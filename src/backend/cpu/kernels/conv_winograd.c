@@ -1,0 +1,333 @@
+/* conv2d 3x3, stride 1, by Winograd's minimal filtering F(m x m, 3x3):
+ * each m x m block of outputs (a tile) is A^T [U (.) V] A, where V = B^T
+ * d B is the tile's (m + 2)^2 input patch transformed and U = G g G^T the
+ * filter's. Summed over input channels, the element-wise products of the
+ * (m + 2)^2 transformed positions xi are as many GEMMs, M[xi] = U[xi] (o x
+ * c) @ V[xi] (c x tiles). F(2x2): 16 multiplies per 4 outputs and channel
+ * where the direct form spends 36 (1/2.25 of the FMAs); F(4x4): 36 per
+ * 16 (1/4), fastest where the image has room for its larger tiles. Which
+ * one a layer runs (if any) is chosen from their measured error bounds
+ * (kern_conv2d_winograd_tile).
+ *
+ * The tiles of an image are cut into blocks; one task transforms a
+ * block's input (V, in L2), runs the GEMMs on it with the transformed
+ * weights packed once per call (or once per executable for frozen
+ * weights), and transforms the products back into Y with the bias and the
+ * epilogue. The transforms themselves are in winograd_transforms.c. */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/kernels/gemm_impl.h"
+#include "backend/cpu/kernels/scratch.h"
+#include "backend/cpu/kernels/winograd_impl.h"
+
+/* Output positions a call must have to transform the weights itself: U
+ * is 16/9 (or 4) of the weights, and a 14x14 layer of 256 channels spent
+ * more on it than the GEMMs saved (3.6 ms against the implicit form's
+ * 3.2). */
+enum { PER_CALL_MIN_POSITIONS = 512 };
+
+/* F(4x4) where both output sides have at least this many positions: a
+ * 7x7 layer would run 4-column GEMMs on its 2x2 tiles. */
+enum { F4_MIN_SIDE = 12 };
+
+/* The tile side m fastest for d's outputs. */
+static int fastest_tile(const loom_abi_conv2d_t *d) {
+  return d->ho >= F4_MIN_SIDE && d->wo >= F4_MIN_SIDE ? 4 : 2;
+}
+
+static int64_t positions_xi(int m) { return (int64_t)(m + 2) * (m + 2); }
+
+/* Most channel pairs (o x c) taken: U is 4 times the weights under
+ * F(4x4), 37 MB at 512 x 512. */
+enum { MAX_CHANNEL_PAIRS = 512 * 512 };
+
+int kern_conv2d_winograd_suits(const loom_abi_conv2d_t *d) {
+  /* The transforms cost per channel and tile what the GEMMs save only
+   * with enough channels; below 7x7 outputs (16 tiles of F(2x2), 64
+   * positions for 49), the transformed weights dominate. */
+  return d->kh == 3 && d->kw == 3 && d->stride[0] == 1 && d->stride[1] == 1 &&
+         d->dilation[0] == 1 && d->dilation[1] == 1 && d->groups == 1 && d->c >= 16 &&
+         d->o >= 16 && d->o * d->c <= MAX_CHANNEL_PAIRS && d->ho >= 7 && d->wo >= 7 &&
+         d->wo <= WINO_MAX_W;
+}
+
+/* ---- Accuracy ---------------------------------------------------------- */
+
+/* Error bounds by input channels c = 16, 32, ..., 512 (row i: c = 16 <<
+ * i): the largest error of an output against conv2d summed in double,
+ * over the root sum of squares of its 9c products, measured on random
+ * layers (normal and half-normal inputs, 7x7 to 56x56 outputs;
+ * test_conv_winograd checks the order they imply, docs/contractions.md
+ * has the figures). "direct" is a direct f32 sum in a direct-convolution
+ * kernel's order (FMAs into one accumulator over channels and taps, as
+ * oneDNN's kernels under PyTorch's CPU conv2d keep theirs in registers):
+ * the smallest of its measurements. F(2x2) and F(4x4): the largest. The
+ * transforms' roundings make Winograd's error less dependent on c than
+ * a long sum's, so the ratio shrinks as c grows. */
+enum { BOUND_ROWS = 6 };
+static const double bound_direct[BOUND_ROWS] = {1.3e-6, 2.1e-6, 2.7e-6, 5.6e-6, 5.1e-6, 8.3e-6};
+static const double bound_f2[BOUND_ROWS] = {1.1e-6, 1.0e-6, 1.6e-6, 2.2e-6, 2.9e-6, 2.8e-6};
+static const double bound_f4[BOUND_ROWS] = {2.5e-5, 1.7e-5, 3.5e-5, 4.5e-5, 3.4e-5, 2.6e-5};
+
+/* Whether F(m x m)'s bound for d's channels is within the direct sum's
+ * (beyond 512 channels, the 512 row: F(4x4) stays out). */
+static int accurate_enough(const loom_abi_conv2d_t *d, int m) {
+  int row = 0;
+  while (row + 1 < BOUND_ROWS && (int64_t)16 << (row + 1) <= d->c) row++;
+  return (m == 2 ? bound_f2 : bound_f4)[row] <= bound_direct[row];
+}
+
+int kern_conv2d_winograd_tile(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
+  if (mode == KERN_CONV_PRECISE || !kern_conv2d_winograd_suits(d)) return 0;
+  int m = fastest_tile(d);
+  if (mode == KERN_CONV_FAST) return m;
+  if (m == 4 && !accurate_enough(d, 4)) m = 2;
+  return accurate_enough(d, m) ? m : 0;
+}
+
+/* ---- Blocks of tiles -------------------------------------------------- */
+
+typedef struct wino {
+  const loom_abi_conv2d_t *d;
+  const wino_transforms_t *tf;
+  const void *u_packed;        /* gemm_pack_a_ahead of U: o x c, xi groups */
+  int64_t tx;                  /* tiles across an image */
+  int64_t tiles, blocks, span; /* per image; tiles a block (the last may have fewer) */
+  atomic_int failed;           /* a task found no scratch */
+} wino_t;
+
+static wino_block_t block_of(const wino_t *w, int64_t i) {
+  int64_t t0 = i % w->blocks * w->span;
+  int64_t t1 = t0 + w->span < w->tiles ? t0 + w->span : w->tiles;
+  return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, t1 - t0};
+}
+
+static int64_t wino_xi(const wino_t *w) { return positions_xi(w->tf->m); }
+
+/* Floats of a block's V and M, with the slack the transforms read past. */
+static size_t block_floats(const wino_t *w) {
+  return (size_t)(wino_xi(w) * (w->d->c + w->d->o) * w->span + 2 * WINO_SLACK);
+}
+
+/* M, after V (of block_floats' buffer v). */
+static float *block_m(const wino_t *w, float *v) {
+  return v + wino_xi(w) * w->d->c * w->span + WINO_SLACK;
+}
+
+/* The epilogue over block b's positions, output channels [o0, o1): whole
+ * output rows in one call, the columns of a partial tile row one output
+ * row at a time (another task may still be writing the rest of it). */
+static void finish_block(const wino_t *w, const wino_block_t *b, int64_t o0, int64_t o1) {
+  const loom_abi_conv2d_t *d = w->d;
+  int64_t m = w->tf->m, positions = d->ho * d->wo;
+  float *y = d->y + b->img * d->o * positions;
+  int64_t run0 = 0, run1 = 0; /* pending positions [run0, run1) */
+  for (int64_t ty = b->t0 / w->tx; ty * w->tx < b->t1; ty++) {
+    int64_t x0 = ty * w->tx < b->t0 ? b->t0 - ty * w->tx : 0;
+    int64_t x1 = (ty + 1) * w->tx > b->t1 ? b->t1 - ty * w->tx : w->tx;
+    int64_t c0 = m * x0, c1 = m * x1 < d->wo ? m * x1 : d->wo;
+    for (int64_t r = m * ty; r < m * ty + m && r < d->ho; r++) {
+      int64_t p0 = r * d->wo + c0, p1 = r * d->wo + c1;
+      if (run1 > run0 && p0 == run1) {
+        run1 = p1;
+        continue;
+      }
+      if (run1 > run0)
+        d->epilogue(d->epilogue_ctx, b->img, y + o0 * positions + run0, positions, o0, o1 - o0,
+                    run0, run1 - run0);
+      run0 = p0;
+      run1 = p1;
+    }
+  }
+  if (run1 > run0)
+    d->epilogue(d->epilogue_ctx, b->img, y + o0 * positions + run0, positions, o0, o1 - o0,
+                run0, run1 - run0);
+}
+
+/* The products of block b: M[xi] = U[xi] @ V[xi]. */
+static void block_gemms(const wino_t *w, const wino_block_t *b, const float *v, float *m,
+                        core_pool_t *pool) {
+  const loom_abi_conv2d_t *d = w->d;
+  gemm_problem_t p = {.m = d->o, .n = b->n, .k = d->c, .batch = wino_xi(w), .groups = wino_xi(w),
+                      .lda = d->c, .sa = {0, d->o * d->c},
+                      .b = v, .ldb = b->n, .sb = {0, d->c * b->n}, .pack_b = gemm_pack_b_matrix,
+                      .c = m, .ldc = b->n, .sc = {0, d->o * b->n}};
+  gemm_use_packed_a(&p, w->u_packed);
+  gemm_run(&p, pool);
+}
+
+static void run_output(const wino_t *w, const wino_block_t *b, int64_t o0, int64_t o1,
+                       const float *m) {
+  w->tf->output(b, o0, o1, m);
+  if (w->d->epilogue) finish_block(w, b, o0, o1);
+}
+
+/* One task computes a block whole. */
+static void run_block(const wino_t *w, int64_t i, float *v, float *m) {
+  wino_block_t b = block_of(w, i);
+  w->tf->input(&b, 0, w->d->c, v);
+  block_gemms(w, &b, v, m, NULL);
+  run_output(w, &b, 0, w->d->o, m);
+}
+
+static void wino_body(void *ctx, int64_t begin, int64_t end) {
+  wino_t *w = ctx;
+  kern_scratch_t s = kern_scratch_claim(block_floats(w));
+  if (!s.buf) {
+    atomic_store(&w->failed, 1);
+    return;
+  }
+  float *m = block_m(w, s.buf);
+  for (int64_t i = begin; i < end; i++) run_block(w, i, s.buf, m);
+  kern_scratch_release(s);
+}
+
+/* Too few tiles to give each thread blocks of its own (a 7x7 layer has
+ * 16): each block runs in three steps, each split over the pool, by
+ * input channels, by the GEMMs and by output channels. */
+typedef struct phased {
+  const wino_t *w;
+  wino_block_t b;
+  float *v, *m;
+} phased_t;
+
+static void phased_input(void *ctx, int64_t c0, int64_t c1) {
+  phased_t *ph = ctx;
+  ph->w->tf->input(&ph->b, c0, c1, ph->v);
+}
+
+static void phased_output(void *ctx, int64_t o0, int64_t o1) {
+  phased_t *ph = ctx;
+  run_output(ph->w, &ph->b, o0, o1, ph->m);
+}
+
+static int run_phased(const wino_t *w, core_pool_t *pool) {
+  const loom_abi_conv2d_t *d = w->d;
+  kern_scratch_t s = kern_scratch_claim(block_floats(w));
+  if (!s.buf) return 0;
+  phased_t ph = {.w = w, .v = s.buf};
+  ph.m = block_m(w, ph.v);
+  for (int64_t i = 0; i < d->n * w->blocks; i++) {
+    ph.b = block_of(w, i);
+    core_pool_for(pool, d->c, 8, phased_input, &ph);
+    block_gemms(w, &ph.b, ph.v, ph.m, pool);
+    core_pool_for(pool, d->o, 8, phased_output, &ph);
+  }
+  kern_scratch_release(s);
+  return 1;
+}
+
+/* ---- Weights ---------------------------------------------------------- */
+
+/* U for d, packed, into dst (kern_conv2d_winograd_packed_bytes); u: scratch
+ * of the raw U and the filters' taps. */
+static void pack_u(const loom_abi_conv2d_t *d, int m, float *u, void *dst) {
+  const wino_transforms_t *tf = wino_transforms(m);
+  int64_t xi = positions_xi(tf->m);
+  tf->filters(d->weight, d->o, d->c, 0, d->o, u + xi * d->o * d->c, u);
+  gemm_pack_a_ahead(u, d->c, d->o * d->c, d->o, d->c, xi, dst);
+}
+
+static size_t u_floats(const loom_abi_conv2d_t *d, int m) {
+  return (size_t)((positions_xi(m) * d->o + 9) * d->c + 2 * WINO_SLACK);
+}
+
+size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m) {
+  return gemm_packed_a_bytes(d->o, d->c, positions_xi(m));
+}
+
+int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, int m, void *dst) {
+  float *u = malloc(u_floats(d, m) * sizeof(float));
+  if (!u) return 0;
+  pack_u(d, m, u, dst);
+  free(u);
+  return 1;
+}
+
+/* Whether weight_packed holds U for d (else it is NULL or the implicit
+ * form's panels). */
+static int packed_for_winograd(const loom_abi_conv2d_t *d, int m) {
+  int64_t xi = positions_xi(m);
+  gemm_problem_t probe = {.m = d->o, .k = d->c, .batch = xi, .groups = xi};
+  gemm_use_packed_a(&probe, d->weight_packed);
+  return probe.a_packed != NULL;
+}
+
+int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d, int m) {
+  if ((m != 2 && m != 4) || !kern_conv2d_winograd_suits(d)) return 0;
+  /* The implicit form's packed weights beat transforming them per call. */
+  return packed_for_winograd(d, m) ||
+         (!d->weight_packed && d->n * d->ho * d->wo >= PER_CALL_MIN_POSITIONS);
+}
+
+int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
+  if (!kern_conv2d_winograd_takes(d, m)) return 0;
+  wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
+  w.tiles = w.tx * ((d->ho + m - 1) / m);
+  /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
+   * channels: 2 x 256 or 2 x 288 KiB), at least two blocks a thread of
+   * at least half that; else blocks of that size, each split over the
+   * pool. */
+  int64_t most = m == 2 ? 64 : 32;
+  int threads = core_pool_threads(pool);
+  int64_t blocks = (w.tiles + most - 1) / most;
+  int phased = 0;
+  if (threads > 1 && d->n * blocks < 2 * threads) {
+    int64_t want = (2 * threads + d->n - 1) / d->n;
+    if (w.tiles / want >= most / 2) blocks = want;
+    else phased = 1;
+  }
+  w.span = (w.tiles + blocks - 1) / blocks;
+  w.blocks = (w.tiles + w.span - 1) / w.span;
+  kern_scratch_t u = {-1, NULL};
+  w.u_packed = d->weight_packed;
+  if (!packed_for_winograd(d, m)) {
+    /* U, after the packed panels, transformed and packed for this call. */
+    size_t packed = (kern_conv2d_winograd_packed_bytes(d, m) + 63) / 64 * 64 / sizeof(float);
+    u = kern_scratch_claim(packed + u_floats(d, m));
+    if (!u.buf) return 0;
+    pack_u(d, m, u.buf + packed, u.buf);
+    w.u_packed = u.buf;
+  }
+  int done = 1;
+  if (phased) done = run_phased(&w, pool);
+  else core_pool_for(pool, d->n * w.blocks, 1, wino_body, &w);
+  kern_scratch_release(u);
+  return done && !atomic_load(&w.failed);
+}
+
+/* ---- conv2d's input gradient ---------------------------------------------- */
+
+/* dX of a 3x3 stride-1 conv2d with pads p is the stride-1 convolution of
+ * dY, padded by 2 - p, with the filters flipped and their channels
+ * swapped: W'[ci][oc][ky][kx] = W[oc][ci][2 - ky][2 - kx]. */
+int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
+                                        core_pool_t *pool) {
+  if (d->kh != 3 || d->kw != 3 || d->stride[0] != 1 || d->stride[1] != 1 ||
+      d->dilation[0] != 1 || d->dilation[1] != 1 || d->groups != 1)
+    return 0;
+  for (int i = 0; i < 4; i++)
+    if (d->pads[i] > 2) return 0;
+  loom_abi_conv2d_t t = {.n = d->n, .c = d->o, .h = d->ho, .w = d->wo, .o = d->c, .kh = 3,
+                         .kw = 3, .ho = d->h, .wo = d->w, .stride = {1, 1},
+                         .pads = {2 - d->pads[0], 2 - d->pads[1], 2 - d->pads[2], 2 - d->pads[3]},
+                         .dilation = {1, 1}, .groups = 1, .x = d->y, .bias = d->bias,
+                         .y = (float *)d->x, .epilogue = d->epilogue,
+                         .epilogue_ctx = d->epilogue_ctx};
+  int m = kern_conv2d_winograd_tile(&t, mode);
+  if (!m || !kern_conv2d_winograd_takes(&t, m)) return 0;
+  kern_scratch_t s = kern_scratch_claim((size_t)(d->o * d->c * 9));
+  if (!s.buf) return 0;
+  float *flipped = s.buf;
+  for (int64_t oc = 0; oc < d->o; oc++)
+    for (int64_t ci = 0; ci < d->c; ci++)
+      for (int k = 0; k < 9; k++)
+        flipped[(ci * d->o + oc) * 9 + k] = d->weight[(oc * d->c + ci) * 9 + 8 - k];
+  t.weight = flipped;
+  int done = kern_conv2d_winograd_f32(&t, m, pool);
+  kern_scratch_release(s);
+  return done;
+}

@@ -1,0 +1,46 @@
+/* AVX-512 micro-kernel: 12x32, 24 zmm accumulators, 2 loads and 12
+ * broadcasts (folded into the FMAs) per 24 FMAs. The same template as the
+ * AVX2 kernels; its tile shape is tested there as "avx2_wide". */
+#include <immintrin.h>
+
+#include "backend/cpu/kernels/gemm_impl.h"
+
+#define UK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define UK_VEC __m512
+#define UK_W 16
+#define UK_ZERO() _mm512_setzero_ps()
+#define UK_LOAD(p) _mm512_load_ps(p)
+#define UK_LOADU(p) _mm512_loadu_ps(p)
+#define UK_STOREU(p, v) _mm512_storeu_ps((p), (v))
+#define UK_BCAST(p) _mm512_set1_ps(*(p))
+#define UK_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define UK_ADD(a, b) _mm512_add_ps((a), (b))
+
+#define UK_NAME ukernel_avx512_12x32
+#define UK_HALF_NAME ukernel_avx512_12x16
+#define UK_MR 12
+#define UK_NV 2
+#include "backend/cpu/kernels/gemm_ukernel.inc"
+#undef UK_NAME
+#undef UK_HALF_NAME
+#undef UK_MR
+
+#define UK_ASTEP 12
+#define UK_SHORT_NAME(r) ukernel_avx512_##r##x32
+#include "backend/cpu/kernels/gemm_short_rows.inc"
+static const gemm_ukernel_fn avx512_short_rows[] = UK_SHORT_TABLE;
+
+static int avx512_supported(void) {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+/* Zen 5 has 48 KiB L1d and 1 MiB L2 per core: the B micro-panel (kc x 32)
+ * stays in L1 at kc = 256 and the A block (mc x kc) in L2. */
+const gemm_isa_t gemm_isa_avx512 = {.name = "avx512", .supported = avx512_supported,
+                                    .kernel = ukernel_avx512_12x32, .mr = 12, .nr = 32,
+                                    .mc = 192, .kc = 256, .nc = 4096,
+                                    .pack_bt = gemm_pack_bt32_avx2,
+                                    .pack_a = gemm_pack_a12_avx2,
+                                    .kernel_half = ukernel_avx512_12x16,
+                                    .kernel_rows = avx512_short_rows};

@@ -1,0 +1,43 @@
+/* Inside the Winograd conv2d (conv_winograd.c): the transforms of F(m x m,
+ * 3x3) for m = 2 and 4 (winograd_transforms.c), which the driver calls on
+ * blocks of tiles. A tile is an m x m block of outputs, read from an
+ * alpha x alpha input patch, alpha = m + 2; a layer's tiles run in raster
+ * order, tx to a tile row. */
+#ifndef LOOM_KERNELS_WINOGRAD_IMPL_H
+#define LOOM_KERNELS_WINOGRAD_IMPL_H
+
+#include <stdint.h>
+
+#include "backend/cpu/abi.h"
+
+/* Widest output row taken; the transforms' row buffers live on the stack. */
+enum { WINO_MAX_W = 2048 };
+
+/* Floats read past the end of a V, M or weight buffer by the transforms'
+ * last vectors (whose extra lanes are dropped): buffers carry this slack. */
+enum { WINO_SLACK = 16 };
+
+/* Tiles [t0, t1) of image img of a layer with tx tiles a row; V's and M's
+ * rows are n = t1 - t0 long. */
+typedef struct wino_block {
+  const loom_abi_conv2d_t *d;
+  int64_t tx, img, t0, t1, n;
+} wino_block_t;
+
+typedef struct wino_transforms {
+  int m, alpha;
+  /* U[xi][oc][ci] = (G g G^T)[xi] for the filters of output channels [o0,
+   * o1), from w (o, c, 3, 3); taps: scratch of 9 * c + WINO_SLACK floats. */
+  void (*filters)(const float *w, int64_t o, int64_t c, int64_t o0, int64_t o1, float *taps,
+                  float *u);
+  /* V[xi][ci][t - t0] = (B^T d B)[xi] for b's tiles, channels [c0, c1). */
+  void (*input)(const wino_block_t *b, int64_t c0, int64_t c1, float *v);
+  /* Y over b's tiles = A^T M A + bias, output channels [o0, o1), from
+   * M[xi][oc][t - t0]. */
+  void (*output)(const wino_block_t *b, int64_t o0, int64_t o1, const float *m);
+} wino_transforms_t;
+
+/* F(m x m, 3x3), m = 2 or 4, built for this CPU (AVX2 or the baseline). */
+const wino_transforms_t *wino_transforms(int m);
+
+#endif

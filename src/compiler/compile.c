@@ -1,0 +1,798 @@
+/* loom_compile: the pass pipeline, fusion, a schedule, slots and a memory
+ * plan, C code for the fused groups, the module, and the steps. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "backend/cpu/codegen/codegen.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "backend/cpu/kernels/conv.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "kernels/ref.h"
+#include "passes/passes.h"
+#include "runtime/executable.h"
+#include "compiler/inplace.h"
+#include "runtime/symbols.h"
+
+void loom_compile_options_init(loom_compile_options_t *o) {
+  if (!o) return;
+  *o = (loom_compile_options_t){.fusion = 1, .passes = 1, .use_cc = 1};
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- Symbols ---------------------------------------------------------- */
+
+/* Whether symbol k appears in the type of one of g's inputs. */
+static bool symbol_in_inputs(const loom_graph_t *g, int64_t k) {
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    const ir_type_t *t = &g->values[g->inputs[i]].type;
+    for (int d = 0; d < t->rank; d++) {
+      /* Expressions over inputs' symbols are resolved through them. */
+      const ir_expr_t *x = ir_dim_expr(g, t->dims[d]);
+      if (x && x->kind == IR_EXPR_SYM && x->c == k) return true;
+    }
+  }
+  return false;
+}
+
+/* The options' symbols: each names a symbol of g and gives it a size. */
+static loom_status_t check_symbol_options(const loom_graph_t *g,
+                                          const loom_compile_options_t *o) {
+  if (o->n_symbols < 0 || (o->n_symbols > 0 && (!o->symbol_names || !o->symbol_values)))
+    return loom_fail(LOOM_ERR_INVALID, "loom_compile: n_symbols is %d with symbol_names "
+                     "%s and symbol_values %s", o->n_symbols, o->symbol_names ? "set" : "null",
+                     o->symbol_values ? "set" : "null");
+  for (int k = 0; k < o->n_symbols; k++) {
+    const char *name = o->symbol_names[k];
+    char list[512];
+    if (!name)
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol_names[%d] is null", k);
+    if (!ir_symbol_find(g, name))
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol_names[%d] '%s' is not a "
+                       "symbol of the graph (%s%s)", k, name,
+                       g->n_symbols ? "its symbols: " : "it has none",
+                       ir_symbols_str(g, list, sizeof list));
+    if (o->symbol_values[k] < 0)
+      return loom_fail(LOOM_ERR_INVALID, "loom_compile: symbol '%s' is given the negative "
+                       "size %lld (symbol_values[%d])", name,
+                       (long long)o->symbol_values[k], k);
+  }
+  return LOOM_OK;
+}
+
+/* Values for the symbols of g's inputs, from the options, by name.
+ * Other symbols (a data-dependent count) stay unbound (-1). */
+static loom_status_t resolve_symbols(loom_executable_t *e,
+                                     const loom_compile_options_t *o) {
+  const loom_graph_t *g = e->source;
+  LOOM_TRY(check_symbol_options(g, o));
+  e->syms = core_malloc(sizeof(int64_t) * (size_t)(g->n_symbols + 1));
+  if (!e->syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t i = 0; i < g->n_exprs; i++) {
+    const ir_expr_t *x = &g->exprs[i];
+    if (x->kind != IR_EXPR_SYM) continue;
+    e->syms[x->c] = -1;
+    for (int k = 0; k < o->n_symbols; k++)
+      if (!strcmp(o->symbol_names[k], x->name)) e->syms[x->c] = o->symbol_values[k];
+    /* Left open, the symbol is read from the inputs at each run. */
+    if (e->syms[x->c] < 0 && o->dynamic_symbols && rt_sym_readable(g, (int32_t)x->c)) {
+      LOOM_TRY(rt_sym_mark(e, (int32_t)x->c));
+      continue;
+    }
+    if (e->syms[x->c] < 0 && symbol_in_inputs(g, x->c))
+      return loom_fail(LOOM_ERR_INVALID,
+                       "loom_compile: symbol '%s' needs a value (compiled code "
+                       "is specialized: give it in loom_compile_options_t)", x->name);
+  }
+  return LOOM_OK;
+}
+
+/* Whether the graph can only run in the interpreter: data-dependent
+ * shapes, or assigns that read parameters other assigns write. */
+static const char *needs_interpreter(const loom_graph_t *g) {
+  bool swaps = false; /* an assign from a parameter: rare, checked apart */
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    if (ir_node_data_shaped(g, n)) return "a data-dependent shape";
+    swaps |= n->op == IR_OP_ASSIGN && g->values[n->in[1]].kind == IR_VALUE_PARAM;
+  }
+  for (int64_t i = 0; swaps && i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    if (n->op != IR_OP_ASSIGN || g->values[n->in[1]].kind != IR_VALUE_PARAM) continue;
+    for (int64_t j = 0; j < g->n_nodes; j++)
+      if (g->nodes[j].op == IR_OP_ASSIGN && g->nodes[j].in[0] == n->in[1])
+        return "assigns that swap parameters";
+  }
+  return NULL;
+}
+
+/* ---- Sizes, slots and the arena ---------------------------------------- */
+
+static loom_status_t value_shape(const loom_executable_t *e, int32_t v,
+                                 int64_t *shape) {
+  const ir_type_t *t = &e->graph->values[v].type;
+  for (int d = 0; d < t->rank; d++)
+    LOOM_TRY(ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]));
+  return LOOM_OK;
+}
+
+/* With runtime symbols the sizes here are nominal: one that overflows is
+ * not the graph's fault, and each run checks its own sizes (symbols.c),
+ * so it counts 0 bytes until then. */
+static loom_status_t value_bytes(const loom_executable_t *e, int32_t v,
+                                 int64_t *bytes) {
+  int64_t shape[LOOM_MAX_RANK];
+  LOOM_TRY(value_shape(e, v, shape));
+  loom_status_t s = ir_value_bytes(e->graph, "loom_compile", v, shape, bytes);
+  if (s == LOOM_OK || !e->dyn) return s;
+  loom_clear_error();
+  *bytes = 0;
+  return LOOM_OK;
+}
+
+/* A new slot of `bytes`; returns its index. */
+static int32_t new_slot(loom_executable_t *e, int64_t bytes) {
+  e->slot_bytes[e->n_slots] = bytes;
+  return (int32_t)e->n_slots++;
+}
+
+/* Slots for inputs, outputs, parameters and constants: bound per run or
+ * pointing at the graph's tensors. */
+static loom_status_t assign_fixed_slots(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  for (int64_t i = 0; i < g->n_inputs; i++) {
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, g->inputs[i], &bytes));
+    e->slot_of_value[g->inputs[i]] = new_slot(e, bytes);
+  }
+  for (int64_t v = 0; v < g->n_values; v++) {
+    ir_value_kind_t kind = g->values[v].kind;
+    if (kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST) continue;
+    int32_t s = new_slot(e, -1);
+    e->slot_of_value[v] = s;
+    e->slots[s] = g->values[v].data->data;
+  }
+  /* A node value that is an output writes straight into the caller's
+   * tensor; any other output gets its own slot and a copy at the end. */
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, v, &bytes));
+    bool direct = g->values[v].kind == IR_VALUE_NODE && e->slot_of_value[v] < 0;
+    int32_t s = new_slot(e, bytes);
+    if (direct) e->slot_of_value[v] = s;
+    e->output_slot[i] = s;
+  }
+  return LOOM_OK;
+}
+
+/* The position in the schedule of each group. */
+static void schedule_positions(const loom_executable_t *e, int32_t *pos) {
+  for (int i = 0; i < e->plan.n_groups; i++) pos[e->order[i]] = i;
+}
+
+static loom_status_t too_large(const loom_graph_t *g, int32_t v, int64_t bytes) {
+  char desc[128];
+  return loom_fail(LOOM_ERR_NOMEM, "loom_compile: %s needs a buffer of %lld bytes, "
+                   "more than an arena holds (%lld)", ir_value_desc(g, v, desc, sizeof desc),
+                   (long long)bytes, (long long)MEM_PLAN_MAX_BYTES);
+}
+
+/* Arena slots for the remaining group outputs, then the memory plan. */
+static loom_status_t plan_arena(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  int n_groups = e->plan.n_groups;
+  int32_t *pos = core_malloc(sizeof(int32_t) * (size_t)(n_groups + 1));
+  int32_t *req_of_slot = core_malloc(sizeof(int32_t) * (size_t)(e->n_slots + g->n_values + 1));
+  mem_request_t *req = core_calloc((size_t)(g->n_values + 1), sizeof *req);
+  loom_status_t s = (pos && req_of_slot && req) ? LOOM_OK
+                    : loom_fail(LOOM_ERR_NOMEM, "out of memory planning memory");
+  int n_req = 0;
+  if (s == LOOM_OK) schedule_positions(e, pos);
+  for (int i = 0; s == LOOM_OK && i < e->n_slots + g->n_values; i++) req_of_slot[i] = -1;
+  /* Walk the groups in schedule order so that aliases find their source. */
+  for (int k = 0; s == LOOM_OK && k < n_groups; k++) {
+    const fuse_group_t *grp = &e->plan.groups[e->order[k]];
+    /* A reference step writes every output of its node, even one that
+     * nothing reads (a dead value when the passes are off). */
+    const ir_node_t *single = grp->kind == FUSE_REFERENCE ? &g->nodes[grp->nodes[0]] : NULL;
+    int n_out = single ? single->n_out : grp->n_outputs;
+    for (int o = 0; o < n_out && s == LOOM_OK; o++) {
+      int32_t v = single ? single->out[o] : grp->outputs[o];
+      if (e->slot_of_value[v] >= 0) continue;
+      if (grp->kind == FUSE_ALIAS) {
+        e->slot_of_value[v] = e->slot_of_value[grp->inputs[0]];
+        continue;
+      }
+      int64_t bytes;
+      s = value_bytes(e, v, &bytes);
+      if (s == LOOM_OK && bytes > MEM_PLAN_MAX_BYTES) {
+        if (e->dyn) bytes = 0; /* nominal, as in value_bytes */
+        else s = too_large(e->graph, v, bytes);
+      }
+      if (s != LOOM_OK) break;
+      int32_t slot = new_slot(e, bytes);
+      e->slot_of_value[v] = slot;
+      req_of_slot[slot] = n_req;
+      req[n_req++] = (mem_request_t){.bytes = bytes, .first = k, .last = k, .inplace_of = -1};
+    }
+  }
+  /* A slot lives until the last group reading any value stored in it. */
+  for (int k = 0; s == LOOM_OK && k < n_groups; k++) {
+    const fuse_group_t *grp = &e->plan.groups[e->order[k]];
+    for (int i = 0; i < grp->n_inputs; i++) {
+      int32_t slot = e->slot_of_value[grp->inputs[i]];
+      int32_t r = slot >= 0 ? req_of_slot[slot] : -1;
+      if (r >= 0 && req[r].last < k) req[r].last = k;
+    }
+  }
+  if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
+  if (s == LOOM_OK && e->mem.arena_bytes > 0) {
+    e->arena_bytes = e->mem.arena_bytes;
+    e->arena = core_aligned_alloc((size_t)e->arena_bytes);
+    if (!e->arena) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte arena",
+                                 (long long)e->arena_bytes);
+  }
+  if (s == LOOM_OK && e->arena) {
+    /* First touches cost ~12 us a page here: take them now, not in a run. */
+    madvise(e->arena, (size_t)e->arena_bytes, MADV_HUGEPAGE);
+    memset(e->arena, 0, (size_t)e->arena_bytes);
+    for (int slot = 0; slot < e->n_slots; slot++)
+      if (req_of_slot[slot] >= 0)
+        e->slots[slot] = (char *)e->arena + e->mem.offsets[req_of_slot[slot]];
+  }
+  if (s == LOOM_OK && e->dyn) { /* kept to replan when the sizes change */
+    rt_sym_keep_requests(e, req, n_req, req_of_slot);
+    req = NULL;
+    req_of_slot = NULL;
+  }
+  core_free(pos);
+  core_free(req_of_slot);
+  core_free(req);
+  return s;
+}
+
+static loom_status_t alloc_tables(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  int64_t max_slots = g->n_values + g->n_outputs + 1;
+  e->slot_of_value = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  e->slots = core_calloc((size_t)max_slots, sizeof(void *));
+  e->slot_bytes = core_calloc((size_t)max_slots, sizeof(int64_t));
+  e->order = core_malloc(sizeof(int32_t) * (size_t)(e->plan.n_groups + 1));
+  e->output_slot = core_malloc(sizeof(int32_t) * (size_t)(g->n_outputs + 1));
+  if (!e->slot_of_value || !e->slots || !e->slot_bytes || !e->order || !e->output_slot)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t v = 0; v < g->n_values; v++) e->slot_of_value[v] = -1;
+  return LOOM_OK;
+}
+
+/* ---- Guards --------------------------------------------------------------- */
+
+static loom_status_t build_guards(loom_executable_t *e) {
+  loom_graph_t *g = e->graph;
+  e->n_inputs = (int)g->n_inputs;
+  e->n_outputs = (int)g->n_outputs;
+  e->inputs = core_calloc((size_t)e->n_inputs + 1, sizeof *e->inputs);
+  e->outputs = core_calloc((size_t)e->n_outputs + 1, sizeof *e->outputs);
+  if (!e->inputs || !e->outputs) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int i = 0; i < e->n_inputs + e->n_outputs; i++) {
+    bool is_in = i < e->n_inputs;
+    guard_t *gd = is_in ? &e->inputs[i] : &e->outputs[i - e->n_inputs];
+    int32_t v = is_in ? g->inputs[i] : g->outputs[i - e->n_inputs];
+    gd->dtype = g->values[v].type.dtype;
+    gd->rank = g->values[v].type.rank;
+    if (value_shape(e, v, gd->shape) != LOOM_OK)
+      return loom_fail(LOOM_ERR_UNSUPPORTED,
+                       "loom_compile: %s %d has a shape known only when the graph "
+                       "runs; run it with loom_interpret", is_in ? "input" : "output",
+                       is_in ? i : i - e->n_inputs);
+    gd->slot = -1;
+    if (e->slot_of_value) gd->slot = is_in ? e->slot_of_value[v] : e->output_slot[i - e->n_inputs];
+    int64_t bytes;
+    LOOM_TRY(value_bytes(e, v, &bytes));
+    if (is_in) {
+      /* A strided input is copied here; allocated now, not per run. */
+      gd->staging = core_aligned_alloc((size_t)(bytes ? bytes : 1));
+      if (!gd->staging) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+    }
+  }
+  return LOOM_OK;
+}
+
+/* ---- Steps -------------------------------------------------------------- */
+
+/* Tensors over the slots of one node, for its reference kernel. */
+static loom_status_t build_ref_step(loom_executable_t *e, int32_t node, ref_step_t *r) {
+  const ir_node_t *n = &e->graph->nodes[node];
+  r->node = n;
+  r->in = core_calloc((size_t)n->n_in + 1, sizeof *r->in);
+  r->out = core_calloc((size_t)n->n_out + 1, sizeof *r->out);
+  r->in_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_in + 1));
+  r->out_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_out + 1));
+  if (!r->in || !r->out || !r->in_slot || !r->out_slot)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int k = 0; k < n->n_in + n->n_out; k++) {
+    bool is_in = k < n->n_in;
+    int32_t v = is_in ? n->in[k] : n->out[k - n->n_in];
+    int64_t shape[LOOM_MAX_RANK];
+    LOOM_TRY(value_shape(e, v, shape));
+    const ir_type_t *t = &e->graph->values[v].type;
+    /* A nominal shape that overflows: the first run sets the real one. */
+    if (e->dyn && !shape_size(t->rank, shape, loom_dtype_size(t->dtype), NULL, NULL))
+      memset(shape, 0, sizeof shape);
+    int32_t slot = e->slot_of_value[v];
+    if (slot < 0)
+      return loom_fail(LOOM_ERR_GRAPH, "compile: %s of node %d has no storage",
+                       is_in ? "an input" : "an output", node);
+    /* A placeholder pointer: the run points it at the slot. */
+    static char placeholder;
+    loom_tensor_t **t_out = is_in ? &r->in[k] : &r->out[k - n->n_in];
+    LOOM_TRY(loom_tensor_wrap(t->dtype, t->rank, shape, NULL, &placeholder, t_out));
+    if (is_in) r->in_slot[k] = slot;
+    else r->out_slot[k - n->n_in] = slot;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
+  loom_graph_t *g = e->graph;
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    int32_t from = e->slot_of_value[v];
+    if (from == e->output_slot[i]) continue;
+    step_t *st = &e->steps[(*n_steps)++];
+    st->kind = STEP_COPY;
+    st->group = -1;
+    st->copy_from = from;
+    st->copy_to = e->output_slot[i];
+    st->copy_bytes = e->slot_bytes[e->output_slot[i]];
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
+                                 const loom_compile_options_t *o) {
+  int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
+  e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
+  if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  int n = 0;
+  bool copies_done = false;
+  for (int k = 0; k < e->plan.n_groups; k++) {
+    int32_t gi = e->order[k];
+    const fuse_group_t *grp = &e->plan.groups[gi];
+    /* Outputs are copied before assigns change any state. */
+    if (!copies_done && rt_is_assign_group(e->graph, grp)) {
+      LOOM_TRY(add_output_copies(e, &n));
+      copies_done = true;
+    }
+    if (grp->kind == FUSE_ALIAS) continue;
+    step_t *st = &e->steps[n];
+    st->group = gi;
+    if (rt_is_assign_group(e->graph, grp)) {
+      /* An assign is a copy into the parameter's storage: no kernel. */
+      const ir_node_t *n = &e->graph->nodes[grp->nodes[0]];
+      st->kind = STEP_COPY;
+      st->copy_to = e->slot_of_value[n->in[0]];
+      st->copy_from = e->slot_of_value[n->in[1]];
+      LOOM_TRY(value_bytes(e, n->in[0], &st->copy_bytes));
+      if (st->copy_to < 0 || st->copy_from < 0)
+        return loom_fail(LOOM_ERR_GRAPH, "compile: assign of node %d has no storage",
+                         grp->nodes[0]);
+      if (st->copy_to == st->copy_from) continue; /* written in place */
+    } else if (ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH) {
+      st->kind = STEP_CONTROL;
+      LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
+    } else if (cg->generated && cg->generated[gi] && e->module) {
+      char name[32];
+      snprintf(name, sizeof name, "loom_group_%d", gi);
+      void *sym = cpu_module_symbol(e->module, name);
+      if (!sym) return loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
+      st->kind = STEP_GENERATED;
+      memcpy(&st->fn, &sym, sizeof sym);
+      e->n_generated++;
+    } else {
+      if (grp->n_nodes != 1)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
+                         gi, fuse_kind_name(grp->kind), grp->n_nodes);
+      st->kind = STEP_REFERENCE;
+      LOOM_TRY(build_ref_step(e, grp->nodes[0], &st->ref));
+      e->n_reference++;
+    }
+    n++;
+  }
+  if (!copies_done) LOOM_TRY(add_output_copies(e, &n));
+  e->n_steps = n;
+  return LOOM_OK;
+}
+
+/* ---- The runtime side of the ABI ------------------------------------------ */
+
+static void abi_parallel_for(void *pool, int64_t n, int64_t grain,
+                             loom_abi_body_t body, void *ctx) {
+  core_pool_for(pool, n, grain, body, ctx);
+}
+
+static void abi_gemm_f32(const loom_abi_gemm_t *d, void *pool) {
+  kern_gemm_f32(d, pool);
+}
+
+static void abi_conv2d_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, KERN_CONV_DEFAULT, pool);
+}
+
+static void abi_conv2d_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, KERN_CONV_PRECISE, pool);
+}
+
+static void abi_conv2d_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_f32(d, KERN_CONV_FAST, pool);
+}
+
+static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_weight_grad_f32(d, pool);
+}
+
+static void abi_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, KERN_CONV_DEFAULT, pool);
+}
+
+static void abi_conv2d_input_grad_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, KERN_CONV_PRECISE, pool);
+}
+
+static void abi_conv2d_input_grad_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
+  kern_conv2d_input_grad_f32(d, KERN_CONV_FAST, pool);
+}
+
+/* The convolution algorithms o allows (loom.h's precise): 1 direct sums
+ * only, -1 the fastest, 0 the default or LOOM_PRECISE's 1 or -1. */
+static kern_conv_mode_t conv_mode(const loom_compile_options_t *o) {
+  int precise = o->precise;
+  const char *env = getenv("LOOM_PRECISE");
+  if (precise == 0 && env) precise = strcmp(env, "1") == 0 ? 1 : strcmp(env, "-1") == 0 ? -1 : 0;
+  return precise > 0 ? KERN_CONV_PRECISE : precise < 0 ? KERN_CONV_FAST : KERN_CONV_DEFAULT;
+}
+
+static loom_status_t start_runtime(loom_executable_t *e, int threads) {
+  LOOM_TRY(core_pool_create(threads, &e->pool));
+  kern_gemm_reserve(core_pool_threads(e->pool));
+  e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
+                        .threads = core_pool_threads(e->pool),
+                        .pool = e->pool,
+                        .parallel_for = abi_parallel_for,
+                        .gemm_f32 = abi_gemm_f32,
+                        .conv2d_f32 = abi_conv2d_f32,
+                        .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32,
+                        .conv2d_input_grad_f32 = abi_conv2d_input_grad_f32};
+  /* The generated code calls the same entries whatever the mode. */
+  if (e->conv_mode == KERN_CONV_PRECISE) {
+    e->abi.conv2d_f32 = abi_conv2d_precise_f32;
+    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_precise_f32;
+  } else if (e->conv_mode == KERN_CONV_FAST) {
+    e->abi.conv2d_f32 = abi_conv2d_fast_f32;
+    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_fast_f32;
+  }
+  return rt_index_errors_init(e);
+}
+
+/* ---- The driver ------------------------------------------------------------ */
+
+static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options_t *o) {
+  e->graph = e->source;
+  if (!o->passes) return LOOM_OK;
+  pass_options_t po;
+  pass_options_init(&po);
+  loom_graph_t *opt;
+  loom_status_t s = pass_pipeline(e->source, &po, &opt);
+  if (s == LOOM_ERR_UNSUPPORTED) return LOOM_OK; /* no pipeline in this build */
+  LOOM_TRY(s);
+  e->graph = opt;
+  e->owns_graph = true;
+  /* Kept for loom_executable_explain; without it explain says less. */
+  if (loom_graph_print(opt, &e->passes_text) != LOOM_OK) e->passes_text = NULL;
+  return LOOM_OK;
+}
+
+/* Records why the module was lost (loom_last_error holds the compiler's
+ * message) and warns, once per process for each kind: every later
+ * compile would say the same. */
+static void note_lost_module(loom_executable_t *e, cpu_build_stage_t stage) {
+  static atomic_bool warned[LOOM_FALLBACK_NO_MODULE + 1];
+  loom_fallback_t f = stage == CPU_BUILD_NO_CC       ? LOOM_FALLBACK_NO_CC
+                      : stage == CPU_BUILD_CC_FAILED ? LOOM_FALLBACK_CC_FAILED
+                                                     : LOOM_FALLBACK_NO_MODULE;
+  const char *what = f == LOOM_FALLBACK_CC_FAILED
+                         ? "the generated C did not compile (a bug in Loom: "
+                           "loom_executable_explain shows the code)"
+                         : "no compiled module";
+  rt_fallback_note(e, f, loom_last_error());
+  core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), loom_last_error());
+  if (!atomic_exchange(&warned[f], true))
+    core_warn("%s: %s; running graphs with the reference kernels instead", what,
+              loom_last_error());
+}
+
+/* The functions the module must define (build_steps looks them up):
+ * loom_group_<i> for each group with generated code, in one block that
+ * the caller frees. */
+static loom_status_t group_symbols(const loom_executable_t *e, const cg_module_t *cg,
+                                   char ***out, int *n) {
+  enum { NAME = 24 };
+  int count = 0;
+  for (int i = 0; i < e->plan.n_groups; i++) count += cg->generated[i];
+  char **names = core_malloc((size_t)count * (sizeof(char *) + NAME) + 1);
+  if (!names) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  char *text = (char *)(names + count);
+  *n = 0;
+  for (int i = 0; i < e->plan.n_groups; i++) {
+    if (!cg->generated[i]) continue;
+    names[*n] = text + (size_t)*n * NAME;
+    snprintf(names[*n], NAME, "loom_group_%d", i);
+    (*n)++;
+  }
+  *out = names;
+  return LOOM_OK;
+}
+
+/* Generates and loads the module; false in *ok when the C compiler is
+ * missing or fails, which sends the whole graph to the interpreter. */
+static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
+                                  cg_module_t *cg, bool *ok) {
+  *ok = true;
+  LOOM_TRY(cg_emit_module(e->graph, &e->plan, e->slot_of_value, rt_sym_codegen_values(e), cg));
+  bool any = false;
+  for (int i = 0; i < e->plan.n_groups; i++) any |= cg->generated[i];
+  if (!any) return LOOM_OK;
+  e->source_text = core_strdup(cg->source);
+  if (!o->use_cc) {
+    rt_fallback_note(e, LOOM_FALLBACK_DISABLED, "use_cc is 0");
+    *ok = false;
+    return LOOM_OK;
+  }
+  char **names = NULL;
+  int n_names = 0;
+  cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
+  loom_status_t s = group_symbols(e, cg, &names, &n_names);
+  if (s == LOOM_OK)
+    s = cpu_module_build_staged(cg->source, cg->length, (const char *const *)names, n_names,
+                                &e->module, &stage);
+  core_free(names);
+  if (s == LOOM_ERR_NOMEM) return s;
+  if (s != LOOM_OK) {
+    note_lost_module(e, stage);
+    *ok = false;
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_options_t *o) {
+  LOOM_TRY(run_passes(e, o));
+  fuse_options_t fo = {.enabled = o->fusion != 0};
+  LOOM_TRY(fuse_plan_build(e->graph, &fo, &e->plan));
+  if (e->dyn) LOOM_TRY(rt_sym_split_groups(e));
+  LOOM_TRY(alloc_tables(e));
+  int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));
+  if (!bytes) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  loom_status_t s = LOOM_OK;
+  /* The schedule sums sizes: capped, no sum of them overflows (a buffer
+   * that large fails the memory plan anyway). */
+  int64_t cap = INT64_MAX / 2 / (e->graph->n_values + 1);
+  for (int64_t v = 0; v < e->graph->n_values && s == LOOM_OK; v++) {
+    bytes[v] = -1;
+    if (e->graph->values[v].kind == IR_VALUE_NODE) s = value_bytes(e, (int32_t)v, &bytes[v]);
+    if (bytes[v] > cap) bytes[v] = cap;
+  }
+  if (s == LOOM_OK) s = sched_order(e->graph, &e->plan, bytes, e->order);
+  core_free(bytes);
+  LOOM_TRY(s);
+  if (core_log_enabled(LOG_FUSION)) {
+    char *text = NULL;
+    if (fuse_plan_describe(e->graph, &e->plan, &text) == LOOM_OK)
+      core_log(LOG_FUSION, "%d groups\n%s", e->plan.n_groups, text);
+    core_free(text);
+  }
+  LOOM_TRY(assign_fixed_slots(e));
+  LOOM_TRY(rt_alias_assigns(e));
+  LOOM_TRY(plan_arena(e));
+  core_log(LOG_MEMORY, "arena %lld bytes, lower bound %lld, naive %lld",
+           (long long)e->mem.arena_bytes, (long long)e->mem.lower_bound_bytes,
+           (long long)e->mem.naive_bytes);
+  LOOM_TRY(build_guards(e));
+  return start_runtime(e, o->num_threads);
+}
+
+/* Whether group grp reads a strided view (fuse.h), which a reference
+ * kernel would take for a contiguous tensor. */
+static bool reads_strided(const loom_executable_t *e, const fuse_group_t *grp) {
+  for (int i = 0; i < grp->n_inputs; i++) {
+    const ir_value_t *v = &e->graph->values[grp->inputs[i]];
+    if (v->kind == IR_VALUE_NODE && e->plan.groups[e->plan.group_of_node[v->node]].strided)
+      return true;
+  }
+  return false;
+}
+
+/* Whether every fused group got its code: a group of several nodes has
+ * no buffers for its inner values, and a group reading a strided view or
+ * writing its product through one does so through strides, so only its
+ * generated function can run it. */
+static bool fused_groups_generated(const loom_executable_t *e, const cg_module_t *cg) {
+  for (int i = 0; i < e->plan.n_groups; i++) {
+    const fuse_group_t *grp = &e->plan.groups[i];
+    bool needs_code = (grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
+                      (grp->kind != FUSE_ALIAS && (grp->strided || reads_strided(e, grp)));
+    if (needs_code && !(cg->generated && cg->generated[i])) return false;
+  }
+  return true;
+}
+
+/* Builds the module and steps; false in *compiled sends the graph to the
+ * interpreter. */
+static loom_status_t compile_code(loom_executable_t *e, const loom_compile_options_t *o,
+                                  bool *compiled) {
+  cg_module_t cg = {0};
+  bool ok;
+  *compiled = false;
+  loom_status_t s = build_module(e, o, &cg, &ok);
+  /* Without a module, single nodes still run as reference steps. */
+  if (s == LOOM_OK && !ok && cg.generated)
+    memset(cg.generated, 0, sizeof(bool) * (size_t)e->plan.n_groups);
+  if (s == LOOM_OK && !fused_groups_generated(e, &cg)) {
+    core_log(LOG_COMPILE, "a fused group has no code");
+    cg_module_free(&cg);
+    return LOOM_OK;
+  }
+  if (s == LOOM_OK) s = build_steps(e, &cg, o);
+  cg_module_free(&cg);
+  *compiled = s == LOOM_OK;
+  return s;
+}
+
+/* ---- Frozen parameters ------------------------------------------------------ */
+
+/* Whether value v keeps its contents for the executable's life: a
+ * constant, or (frozen) a parameter that no assign writes (assigned[v]). */
+static bool is_frozen(const loom_graph_t *g, const bool *assigned, int32_t v) {
+  if (g->values[v].kind == IR_VALUE_CONST) return true;
+  return g->values[v].kind == IR_VALUE_PARAM && !assigned[v];
+}
+
+/* The frozen rank-2 B operand of matmul n, packed once into
+ * e->packed_b[2 * slot + trans_b]. */
+static loom_status_t prepack_matmul_b(loom_executable_t *e, const bool *assigned,
+                                      const ir_node_t *n) {
+  const loom_graph_t *g = e->graph;
+  int32_t b = n->in[1];
+  int64_t shape[2];
+  if (g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
+      !is_frozen(g, assigned, b) || value_shape(e, b, shape) != LOOM_OK)
+    return LOOM_OK;
+  int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
+  int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
+  if (slot < 0 || e->packed_b[2 * slot + tb]) return LOOM_OK;
+  void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
+  if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lld weight",
+                             (long long)shape[0], (long long)shape[1]);
+  kern_gemm_pack_b(e->slots[slot], shape[1], tb, k, cols, buf);
+  e->packed_b[2 * slot + tb] = buf;
+  return LOOM_OK;
+}
+
+/* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
+ * into e->packed_w[slot] in the form the kernel takes for n's geometry
+ * (its GEMM's A panels, or Winograd's transformed weights). */
+static loom_status_t prepack_conv_weight(loom_executable_t *e, const bool *assigned,
+                                         const ir_node_t *n) {
+  const loom_graph_t *g = e->graph;
+  int32_t w = n->in[1];
+  int64_t s[4], sx[4], sy[4], groups = ir_attr_int(&n->attrs, "groups", 1);
+  if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
+      !is_frozen(g, assigned, w) || value_shape(e, w, s) != LOOM_OK ||
+      value_shape(e, n->in[0], sx) != LOOM_OK || value_shape(e, n->out[0], sy) != LOOM_OK ||
+      groups < 1 || s[0] % groups)
+    return LOOM_OK;
+  int64_t slot = e->slot_of_value[w];
+  if (slot < 0 || e->packed_w[slot]) return LOOM_OK;
+  loom_abi_conv2d_t d = {.n = sx[0], .c = sx[1], .h = sx[2], .w = sx[3], .o = s[0],
+                         .kh = s[2], .kw = s[3], .ho = sy[2], .wo = sy[3], .groups = groups,
+                         .weight = e->slots[slot]};
+  ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
+  ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
+  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
+  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d, e->conv_mode));
+  if (!buf || !kern_conv2d_pack_weight(&d, e->conv_mode, buf)) {
+    core_free(buf);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
+                     (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+  }
+  e->packed_w[slot] = buf;
+  return LOOM_OK;
+}
+
+/* Packs, once, the frozen weights of generated contractions: the B
+ * operand of matmuls (e->packed_b[2 * slot + trans_b]) and conv2d weights
+ * (e->packed_w[slot]), which the module reads through rt->packed_b and
+ * rt->packed_w (c_contract.c), so that runs skip packing weights. */
+static loom_status_t prepack_weights(loom_executable_t *e) {
+  const loom_graph_t *g = e->graph;
+  e->packed_b = core_calloc((size_t)e->n_slots * 2 + 1, sizeof *e->packed_b);
+  e->packed_w = core_calloc((size_t)e->n_slots + 1, sizeof *e->packed_w);
+  if (!e->packed_b || !e->packed_w)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
+  e->abi.packed_b = (const void *const *)e->packed_b;
+  e->abi.packed_w = (const void *const *)e->packed_w;
+  bool *assigned = core_calloc((size_t)g->n_values + 1, sizeof *assigned);
+  if (!assigned) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
+  for (int64_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == IR_OP_ASSIGN) assigned[g->nodes[i].in[0]] = true;
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; i < e->n_steps && s == LOOM_OK; i++) {
+    if (e->steps[i].kind != STEP_GENERATED) continue;
+    const fuse_group_t *grp = &e->plan.groups[e->steps[i].group];
+    if (grp->kind != FUSE_CONTRACTION || grp->anchor < 0) continue;
+    const ir_node_t *n = &g->nodes[grp->anchor];
+    if (n->op == IR_OP_MATMUL) s = prepack_matmul_b(e, assigned, n);
+    else if (n->op == IR_OP_CONV2D) s = prepack_conv_weight(e, assigned, n);
+  }
+  core_free(assigned);
+  return s;
+}
+
+loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *options,
+                           loom_executable_t **out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_TRY(ir_verify(g));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  if (options) o = *options;
+  double t0 = now_ms();
+  loom_executable_t *e = core_calloc(1, sizeof *e);
+  if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  e->source = g;
+  e->conv_mode = conv_mode(&o);
+  loom_status_t s = resolve_symbols(e, &o);
+  const char *why = s == LOOM_OK ? needs_interpreter(g) : NULL;
+  bool compiled = false;
+  if (s == LOOM_OK && !why) s = compile_plan(e, &o);
+  if (s == LOOM_OK && !why) s = compile_code(e, &o, &compiled);
+  if (s == LOOM_OK && compiled && o.freeze_params) s = prepack_weights(e);
+  if (s != LOOM_OK) {
+    loom_executable_destroy(e);
+    return s;
+  }
+  if (!compiled) {
+    core_log(LOG_COMPILE, "the graph runs in the interpreter (%s)",
+             why ? why : "no generated code");
+    e->interpreted = true;
+    if (!e->graph) e->graph = e->source;
+    if (!e->inputs) s = build_guards(e);
+  }
+  if (s == LOOM_OK) s = rt_sym_finish(e);
+  if (s == LOOM_OK) s = rt_lanes_init(e);
+  if (s != LOOM_OK) {
+    loom_executable_destroy(e);
+    return s;
+  }
+  e->compile_ms = now_ms() - t0;
+  rt_count_compile();
+  core_log(LOG_COMPILE, "compiled %lld nodes into %d steps (%d generated, %d reference) in %.1f ms",
+           (long long)e->graph->n_nodes, e->n_steps, e->n_generated, e->n_reference,
+           e->compile_ms);
+  *out = e;
+  loom_clear_error();
+  return LOOM_OK;
+}

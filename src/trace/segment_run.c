@@ -1,0 +1,494 @@
+/* Running segments: the hot path (each entry's predicted successor), the
+ * lookup, compiles on a miss with speculation of the next buckets, binding
+ * (padded to buckets, sliced back), the interpreter fallback, and the tape
+ * records of training segments. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "trace/trace_internal.h"
+
+static void release_ctx(void *ctx) { seg_desc_release(ctx); }
+
+/* ---- The hot path -------------------------------------------------------------- */
+
+static tr_link_t *link_slot(loom_trace_t *t, rt_entry_t *from) {
+  uint64_t h = tr_mix(0x99, (uint64_t)(uintptr_t)from);
+  for (int probe = 0; probe < TR_LINKS; probe++) {
+    tr_link_t *l = &t->links[(h + (uint64_t)probe) & (TR_LINKS - 1)];
+    if (!l->to || l->from == from) return l;
+  }
+  return NULL;
+}
+
+void seg_links_clear(loom_trace_t *t) {
+  for (int i = 0; i < TR_LINKS; i++) {
+    if (t->links[i].to) rt_entry_release(t->cache, t->links[i].to);
+    t->links[i] = (tr_link_t){0};
+  }
+  t->prev = NULL;
+  t->prev_valid = false;
+}
+
+/* The step start links from this sentinel. */
+static rt_entry_t *from_key(loom_trace_t *t) {
+  return t->prev ? t->prev : (rt_entry_t *)t->links;
+}
+
+/* The predicted successor when its key hash matches. */
+static rt_entry_t *follow(loom_trace_t *t, uint64_t hash) {
+  if (!t->prev_valid) return NULL;
+  tr_link_t *l = link_slot(t, from_key(t));
+  return l && l->to && l->to_hash == hash ? l->to : NULL;
+}
+
+/* Records prev -> e, then e as prev. The link takes over the reference
+ * held on e, or it is given back where no link can be kept. */
+static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
+  tr_link_t *l = t->prev_valid ? link_slot(t, from_key(t)) : NULL;
+  if (l) {
+    if (l->to) rt_entry_release(t->cache, l->to);
+    *l = (tr_link_t){.from = from_key(t), .to = e, .to_hash = hash};
+  } else {
+    rt_entry_release(t->cache, e);
+  }
+  /* Only a key from here on: a link from a released entry still checks
+   * its successor's key hash before it is followed. */
+  t->prev = e;
+  t->prev_valid = true;
+}
+
+/* ---- Running ---------------------------------------------------------------- */
+
+loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
+                           loom_tensor_t **out) {
+  LOOM_TRY(tensor_new(x->dtype, x->rank, shape, out));
+  int64_t n = loom_tensor_numel(x), es = (int64_t)loom_dtype_size(x->dtype);
+  int64_t row = x->rank ? x->shape[x->rank - 1] : 1;
+  for (int64_t i = 0; i < n; i += row) { /* one innermost row at a time */
+    int64_t rem = i, off = 0, stride = 1;
+    for (int a = x->rank - 1; a >= 0; a--) {
+      off += (rem % x->shape[a]) * stride;
+      rem /= x->shape[a];
+      stride *= shape[a];
+    }
+    memcpy((char *)(*out)->data + off * es, (const char *)x->data + i * es,
+           (size_t)(row * es));
+  }
+  return LOOM_OK;
+}
+
+loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
+                             const int64_t *shape, loom_tensor_t **out) {
+  LOOM_TRY(tensor_new(p->dtype, rank, shape, out));
+  int64_t n = shape_numel(rank, shape), es = (int64_t)loom_dtype_size(p->dtype);
+  int64_t row = rank ? shape[rank - 1] : 1;
+  for (int64_t i = 0; i < n && row > 0; i += row) {
+    int64_t rem = i, off = 0, stride = 1;
+    for (int a = rank - 1; a >= 0; a--) {
+      off += (rem % shape[a]) * stride;
+      rem /= shape[a];
+      stride *= p->shape[a];
+    }
+    memcpy((char *)(*out)->data + i * es, (const char *)p->data + off * es,
+           (size_t)(row * es));
+  }
+  return LOOM_OK;
+}
+
+/* The values of a segment graph's symbols: s0.. at their sizes, then
+ * (training halves of a bucketed segment) b0.. at their buckets; n: how
+ * many the graph has. */
+static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
+                                  int64_t *syms) {
+  int64_t buckets[32];
+  bool bucket_syms = w->bucket && w->train;
+  if (bucket_syms) seg_group_buckets(w, buckets);
+  for (int k = 0; k < n; k++) {
+    syms[k] = -1;
+    if (k < w->n_syms)
+      LOOM_TRY(ir_dim_eval(t->g, w->sym_dim[k], t->sym_values, &syms[k]));
+    else if (bucket_syms && k < w->n_syms + w->n_groups)
+      syms[k] = buckets[k - w->n_syms];
+  }
+  return LOOM_OK;
+}
+
+loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out) {
+  LOOM_TRY(tensor_check_shape("segment output", dtype, rank, shape));
+  size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
+  void *data = core_malloc(bytes ? bytes : 1);
+  loom_status_t s = data ? loom_tensor_wrap(dtype, rank, shape, NULL, data, out)
+                         : loom_fail(LOOM_ERR_NOMEM, "out of memory for a %s tensor of "
+                                     "%zu bytes", loom_dtype_name(dtype), bytes);
+  if (s != LOOM_OK) {
+    core_free(data);
+    return s;
+  }
+  (*out)->owns_data = true;
+  return LOOM_OK;
+}
+
+/* The segment input whose value eg's output i is (a forward's saved
+ * input: the backward reads a weight or a state as it came in), or -1. */
+static int output_input(const loom_graph_t *eg, int i) {
+  int32_t v = eg->outputs[i];
+  if (eg->values[v].kind != IR_VALUE_INPUT) return -1;
+  for (int j = 0; j < (int)eg->n_inputs; j++)
+    if (eg->inputs[j] == v) return j;
+  return -1;
+}
+
+/* A saved output that is input j of w itself (not a padded copy, and
+ * contiguous, so that the executable's slot for it is its storage) is
+ * bound to that storage: the executable's copy of it is a copy onto
+ * itself, which the run skips, and the tape keeps a view, valid until
+ * the step ends (inputs stay unchanged until then; a backward after
+ * the optimizer step changed a viewed parameter fails, tape.c). */
+static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *const *ins,
+                                int j, loom_tensor_t **out) {
+  const loom_tensor_t *x = ins[j];
+  *out = NULL;
+  if (j >= w->n_ins || x != t->vals[w->ins[j]].t || !tensor_is_contiguous(x) ||
+      !x->data)
+    return LOOM_OK;
+  return loom_tensor_wrap(x->dtype, x->rank, x->shape, NULL, x->data, out);
+}
+
+/* Output tensors for the executable's outputs (the entry graph's types,
+ * its symbols at their sizes). The executable writes every element, so
+ * they are not zeroed. */
+static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
+                                 loom_tensor_t *const *ins, loom_tensor_t **outs,
+                                 int n_out) {
+  loom_graph_t *eg = rt_entry_graph(e);
+  int64_t syms[ir_num_symbols(eg) + 1];
+  LOOM_TRY(segment_syms(t, w, ir_num_symbols(eg), syms));
+  for (int i = 0; i < n_out; i++) {
+    int j = w->train && i >= w->n_outs ? output_input(eg, i) : -1;
+    if (j >= 0) LOOM_TRY(saved_view(t, w, ins, j, &outs[i]));
+    if (outs[i]) continue;
+    const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
+    int64_t shape[LOOM_MAX_RANK];
+    for (int a = 0; a < ty->rank; a++)
+      LOOM_TRY(ir_dim_eval(eg, ty->dims[a], syms, &shape[a]));
+    LOOM_TRY(seg_tensor_uninit(ty->dtype, ty->rank, shape, &outs[i]));
+  }
+  return LOOM_OK;
+}
+
+/* The padded copy of value v at shape, made once per step: a value read
+ * by many segments (an RNN's whole sequence, read by every cell) is not
+ * copied again by each. */
+static loom_status_t padded_input(loom_trace_t *t, int32_t v,
+                                  const int64_t *shape, loom_tensor_t **out) {
+  tr_value_t *x = &t->vals[v];
+  if (x->padded && !memcmp(x->padded->shape, shape, sizeof *shape * (size_t)x->t->rank)) {
+    *out = x->padded;
+    return LOOM_OK;
+  }
+  loom_tensor_destroy(x->padded);
+  x->padded = NULL;
+  LOOM_TRY(seg_pad_copy(x->t, shape, &x->padded));
+  *out = x->padded;
+  return LOOM_OK;
+}
+
+/* Binds the inputs (padded to their buckets, and the groups' real sizes
+ * after them in staged tensors, when bucketed). */
+static loom_status_t bind_inputs(loom_trace_t *t, seg_work_t *w,
+                                 loom_tensor_t **ins, loom_tensor_t **staged) {
+  int n = 0;
+  for (int i = 0; i < w->n_ins; i++) {
+    loom_tensor_t *x = t->vals[w->ins[i]].t;
+    ins[i] = x;
+    if (!w->bucket) continue;
+    int64_t shape[LOOM_MAX_RANK];
+    bool padded = false;
+    for (int a = 0; a < x->rank; a++) {
+      shape[a] = w->in_types[i].dims[a].size;
+      padded |= shape[a] != x->shape[a];
+    }
+    if (padded) LOOM_TRY(padded_input(t, w->ins[i], shape, &ins[i]));
+  }
+  for (int k = 0; k < (w->bucket ? w->n_groups : 0); k++) {
+    int64_t size = t->sym_values[w->group_sym[k]];
+    LOOM_TRY(loom_tensor_from_data(LOOM_I64, 0, NULL, &size, sizeof size, &staged[n]));
+    ins[w->n_ins + k] = staged[n++];
+  }
+  return LOOM_OK;
+}
+
+/* Stores output k as the value of w->outs[k] (sliced back when padded). */
+static loom_status_t store_output(loom_trace_t *t, seg_work_t *w, int k,
+                                  loom_tensor_t *x) {
+  int32_t v = w->outs[k];
+  if (w->bucket) {
+    int64_t shape[LOOM_MAX_RANK];
+    const ir_type_t *ty = &t->g->values[v].type;
+    loom_status_t s = tr_eval_type(t, ty, shape);
+    bool same = s == LOOM_OK && ty->rank == x->rank;
+    for (int a = 0; same && a < ty->rank; a++) same = shape[a] == x->shape[a];
+    if (s == LOOM_OK && !same) {
+      loom_tensor_t *sliced;
+      s = seg_slice_copy(x, ty->rank, shape, &sliced);
+      loom_tensor_destroy(x);
+      x = sliced;
+    }
+    if (s != LOOM_OK) {
+      loom_tensor_destroy(x);
+      return s;
+    }
+  }
+  t->vals[v].t = x;
+  t->vals[v].owned = true;
+  return LOOM_OK;
+}
+
+/* ---- Backward descriptions, kept by forward key ---------------------------- */
+
+/* Whether two keys are equal in every field (dims past a rank ignored). */
+static bool same_key(const rt_key_t *a, const rt_key_t *b) {
+  if (a->hash != b->hash || a->structure != b->structure || a->path != b->path ||
+      a->site != b->site || a->n_inputs != b->n_inputs)
+    return false;
+  for (int i = 0; i < a->n_inputs; i++) {
+    const rt_key_input_t *x = &a->inputs[i], *y = &b->inputs[i];
+    if (x->dtype != y->dtype || x->rank != y->rank ||
+        memcmp(x->dims, y->dims, sizeof *x->dims * (size_t)x->rank))
+      return false;
+  }
+  return true;
+}
+
+void seg_memo_clear(loom_trace_t *t) {
+  for (int i = 0; i < TR_MEMO; i++) {
+    seg_desc_release(t->memo[i].bwd);
+    core_free((void *)t->memo[i].key.inputs);
+    t->memo[i] = (tr_memo_t){0};
+  }
+}
+
+/* The backward description of the segment w whose forward key is key:
+ * made once per key (a cell replayed every time step would copy its
+ * cone at each run), then a reference to the kept one. The key decides
+ * the description: the cone and its wiring, the inputs' types under
+ * the policies and the attribute sizes are all in it. */
+static loom_status_t backward_desc(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
+                                   seg_desc_t **out) {
+  tr_memo_t *m = &t->memo[key->hash & (TR_MEMO - 1)];
+  if (m->bwd && same_key(&m->key, key)) {
+    m->bwd->refs++;
+    *out = m->bwd;
+    return LOOM_OK;
+  }
+  LOOM_TRY(seg_make_desc(t, w, 2, out));
+  rt_key_input_t *kin = core_malloc(sizeof *kin * (size_t)(key->n_inputs + 1));
+  if (!kin) return LOOM_OK; /* not kept: made again next time */
+  if (key->n_inputs) memcpy(kin, key->inputs, sizeof *kin * (size_t)key->n_inputs);
+  seg_desc_release(m->bwd);
+  core_free((void *)m->key.inputs);
+  m->key = *key;
+  m->key.inputs = kin;
+  m->bwd = *out;
+  (*out)->refs++;
+  return LOOM_OK;
+}
+
+/* Pushes the tape record of a training segment: saved = outs[n_outs..),
+ * kept at their buckets when padded, with the sizes the backward needs. */
+static loom_status_t push_tape(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
+                               loom_tensor_t **outs, int n_total) {
+  seg_desc_t *bwd = NULL;
+  int n_sizes = w->bucket ? w->n_syms + 2 * w->n_groups : 0;
+  int64_t sizes[n_sizes + 1];
+  loom_status_t s = backward_desc(t, w, key, &bwd);
+  if (s == LOOM_OK && w->bucket) {
+    s = segment_syms(t, w, w->n_syms + w->n_groups, sizes);
+    for (int k = 0; k < w->n_groups; k++)
+      sizes[w->n_syms + w->n_groups + k] = t->sym_values[w->group_sym[k]];
+  }
+  if (s == LOOM_OK)
+    s = tape_push_segment(t, bwd, key, w->n_ins, w->ins, w->n_outs, w->outs,
+                          n_total - w->n_outs, outs + w->n_outs,
+                          w->bucket ? sizes : NULL);
+  else
+    for (int i = w->n_outs; i < n_total; i++) loom_tensor_destroy(outs[i]);
+  seg_desc_release(bwd);
+  return s;
+}
+
+/* Hands the outputs over: the segment's values, then the saved ones. */
+static loom_status_t finish_outputs(loom_trace_t *t, seg_work_t *w,
+                                    const rt_key_t *key, loom_tensor_t **outs,
+                                    int n_total) {
+  loom_status_t s = LOOM_OK;
+  for (int k = 0; k < w->n_outs; k++) {
+    if (s == LOOM_OK) s = store_output(t, w, k, outs[k]);
+    else loom_tensor_destroy(outs[k]);
+  }
+  if (w->train && s == LOOM_OK) return push_tape(t, w, key, outs, n_total);
+  for (int i = w->n_outs; i < n_total; i++) loom_tensor_destroy(outs[i]);
+  return s;
+}
+
+static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
+                               const rt_key_t *key) {
+  loom_graph_t *eg = rt_entry_graph(e);
+  int n_in = (int)eg->n_inputs, n_out = (int)eg->n_outputs;
+  loom_tensor_t *ins[n_in + 1], *outs[n_out + 1], *staged[n_in + 1];
+  memset(outs, 0, sizeof outs);
+  memset(staged, 0, sizeof staged);
+  loom_status_t s = bind_inputs(t, w, ins, staged);
+  if (s == LOOM_OK) s = new_outputs(t, w, e, ins, outs, n_out);
+  if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
+  for (int i = 0; i < n_in; i++) loom_tensor_destroy(staged[i]);
+  if (s != LOOM_OK) {
+    for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);
+    return s;
+  }
+  return finish_outputs(t, w, key, outs, n_out);
+}
+
+/* The segment through the interpreter, at exact sizes. */
+static loom_status_t interpret(loom_trace_t *t, seg_work_t *w) {
+  int part = w->train ? 1 : 0;
+  rt_key_t key; /* exact, as the backward the tape keeps */
+  LOOM_TRY(seg_input_types(t, w, true));
+  seg_make_key(t, w, part, &key);
+  seg_desc_t *d = NULL;
+  loom_graph_t *g = NULL;
+  LOOM_TRY(seg_make_desc(t, w, part, &d));
+  loom_status_t s = seg_desc_build(d, &g, NULL);
+  seg_desc_release(d);
+  if (s != LOOM_OK) return s;
+  int n_out = (int)g->n_outputs;
+  loom_tensor_t *ins[w->n_ins + 1], *outs[n_out + 1];
+  for (int i = 0; i < w->n_ins; i++) ins[i] = t->vals[w->ins[i]].t;
+  s = loom_interpret(g, w->n_ins, ins, n_out, outs);
+  loom_graph_destroy(g);
+  t->stats.interpreted++;
+  t->prev_valid = false;
+  if (s != LOOM_OK) return s;
+  return finish_outputs(t, w, &key, outs, n_out);
+}
+
+/* Counts a miss and whether its site compiled before. */
+static loom_status_t note_miss(loom_trace_t *t, uint64_t site) {
+  t->stats.misses++;
+  for (int64_t i = 0; i < t->n_sites; i++)
+    if (t->sites[i] == site) {
+      t->stats.recompiles++;
+      return LOOM_OK;
+    }
+  LOOM_TRY(core_grow((void **)&t->sites, &t->cap_sites, t->n_sites + 1, sizeof *t->sites));
+  t->sites[t->n_sites++] = site;
+  return LOOM_OK;
+}
+
+/* Sets each bucketed dim of group k to bucket b. */
+static void set_bucket(seg_work_t *w, int k, int64_t b) {
+  for (int i = 0; i < w->n_ins; i++)
+    for (int a = 0; a < w->in_types[i].rank; a++)
+      if (w->in_types[i].dims[a].mode == TR_BUCKET && w->in_types[i].dims[a].sym == k)
+        w->in_types[i].dims[a].size = b;
+}
+
+/* The buckets to compile ahead for group k: the next one up and, the
+ * first time, every bucket of a declared profile (profile_opt's first). */
+static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
+                     int64_t *planned) {
+  const loom_dim_policy_t *p = tr_sym_policy(t, w->group_sym[k]);
+  tr_policy_t *q = &t->policies[t->sym_policy[w->group_sym[k]]];
+  int n = 0;
+  /* past a list's largest bucket every size is its own: nothing to predict */
+  if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
+    planned[n++] = seg_bucket_of(p, now + 1);
+  if (p->profile_max <= 0 || q->profiled) return n;
+  q->profiled = true;
+  planned[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
+  int64_t last = p->n_buckets ? p->buckets[p->n_buckets - 1] : INT64_MAX;
+  for (int64_t b = seg_bucket_of(p, p->profile_min);
+       n < LOOM_MAX_BUCKETS + 2 && b <= last; b = seg_bucket_of(p, b + 1)) {
+    planned[n++] = b;
+    if (b >= p->profile_max) break;
+  }
+  return n;
+}
+
+/* Queues the buckets predicted after a bucketed miss. Each is keyed and
+ * described as a cut at that bucket would (the work's types are moved to
+ * it, then back, and the key of this cut is recomputed). */
+static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
+  int64_t base[32];
+  seg_group_buckets(w, base);
+  for (int k = 0; k < w->n_groups; k++) {
+    int64_t planned[LOOM_MAX_BUCKETS + 2];
+    int n = predicted(t, w, k, base[k], planned);
+    for (int j = 0; j < n; j++) {
+      if (planned[j] == base[k]) continue; /* compiled: this cut's own */
+      set_bucket(w, k, planned[j]);
+      rt_key_t key;
+      seg_make_key(t, w, part, &key);
+      seg_desc_t *d = NULL;
+      if (seg_make_desc(t, w, part, &d) != LOOM_OK) continue;
+      rt_builder_t b = {seg_desc_build, release_ctx, d};
+      rt_cache_speculate(t->cache, &key, &b);
+    }
+    set_bucket(w, k, base[k]);
+  }
+  rt_key_t key;
+  seg_make_key(t, w, part, &key);
+}
+
+/* A miss: compile through the cache (or hear that it cannot). */
+static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
+                          rt_get_result_t *res, rt_entry_t **e) {
+  LOOM_TRY(note_miss(t, w->site));
+  seg_desc_t *d = NULL;
+  LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
+  rt_builder_t b = {seg_desc_build, release_ctx, d};
+  loom_status_t s = rt_cache_get(t->cache, key, &b, !t->opt.tiered,
+                                 t->opt.recompile_limit, res, e);
+  if (s == LOOM_OK && w->bucket && *res == RT_READY) speculate(t, w, w->train ? 1 : 0);
+  return s;
+}
+
+/* Looks the segment up (hot path first) and runs it. */
+loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
+  rt_key_t key;
+  w->path = t->path;
+  t->path = 0;
+  LOOM_TRY(seg_input_types(t, w, false));
+  seg_make_key(t, w, w->train ? 1 : 0, &key);
+  t->stats.segments++;
+  if (!t->opt.compile) return interpret(t, w);
+  rt_entry_t *e = follow(t, key.hash);
+  if (e) { /* the link holds the reference */
+    t->stats.stitched++;
+    t->stats.hits++;
+    t->prev = e;
+    return run_entry(t, w, e, &key);
+  }
+  e = rt_cache_lookup(t->cache, &key);
+  rt_get_result_t res = RT_READY;
+  if (e) t->stats.hits++;
+  else LOOM_TRY(miss(t, w, &key, &res, &e));
+  if (res == RT_FAILED && w->bucket) { /* the padding pass said no: exact */
+    core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): exact "
+             "sizes", (unsigned long long)w->site, loom_last_error());
+    LOOM_TRY(seg_input_types(t, w, true));
+    seg_make_key(t, w, w->train ? 1 : 0, &key);
+    e = rt_cache_lookup(t->cache, &key);
+    res = RT_READY;
+    if (!e) LOOM_TRY(miss(t, w, &key, &res, &e));
+  }
+  if (res != RT_READY || !e) return interpret(t, w);
+  loom_status_t s = run_entry(t, w, e, &key);
+  link_to(t, e, key.hash);
+  return s;
+}

@@ -1,0 +1,136 @@
+/* The executable cache's background compiles: a queue of jobs (an entry
+ * and the builder of its graph) served by spec_workers threads. Jobs that
+ * a caller needs now (rt_cache_get without wait) go to the front;
+ * speculative ones (rt_cache_speculate) to the back. A caller that waits
+ * for a job still queued takes it out and compiles it itself. */
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "trace/cache_internal.h"
+
+static void queue_unlink(loom_cache_t *c, cache_job_t *j) {
+  if (j->prev) j->prev->next = j->next;
+  else c->queue_head = j->next;
+  if (j->next) j->next->prev = j->prev;
+  else c->queue_tail = j->prev;
+  j->prev = j->next = NULL;
+}
+
+static void queue_push_front(loom_cache_t *c, cache_job_t *j) {
+  j->prev = NULL;
+  j->next = c->queue_head;
+  if (c->queue_head) c->queue_head->prev = j;
+  else c->queue_tail = j;
+  c->queue_head = j;
+}
+
+static void queue_push_back(loom_cache_t *c, cache_job_t *j) {
+  j->next = NULL;
+  j->prev = c->queue_tail;
+  if (c->queue_tail) c->queue_tail->next = j;
+  else c->queue_head = j;
+  c->queue_tail = j;
+}
+
+/* Under the lock: wakes rt_cache_drain when nothing is left to do. */
+static void note_idle(loom_cache_t *c) {
+  if (!c->queue_head && c->running == 0) pthread_cond_broadcast(&c->idle);
+}
+
+cache_job_t *cache_job_push(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *builder,
+                            bool speculative) {
+  cache_job_t *j = core_calloc(1, sizeof *j);
+  if (!j) {
+    loom_fail(LOOM_ERR_NOMEM, "out of memory queueing a compile");
+    return NULL;
+  }
+  j->entry = e;
+  j->builder = *builder;
+  j->speculative = speculative;
+  if (speculative) queue_push_back(c, j);
+  else queue_push_front(c, j);
+  e->job = j;
+  pthread_cond_signal(&c->work);
+  return j;
+}
+
+cache_job_t *cache_job_take(loom_cache_t *c, rt_entry_t *e) {
+  cache_job_t *j = e->job;
+  if (!j) return NULL;
+  queue_unlink(c, j);
+  e->job = NULL;
+  note_idle(c);
+  return j;
+}
+
+void cache_job_promote(loom_cache_t *c, rt_entry_t *e) {
+  cache_job_t *j = e->job;
+  if (!j || c->queue_head == j) return;
+  queue_unlink(c, j);
+  j->speculative = false;
+  queue_push_front(c, j);
+}
+
+static void *worker_main(void *arg) {
+  loom_cache_t *c = arg;
+  pthread_mutex_lock(&c->lock);
+  for (;;) {
+    while (!c->queue_head && !c->stop) pthread_cond_wait(&c->work, &c->lock);
+    if (c->stop) break;
+    cache_job_t *j = c->queue_head;
+    queue_unlink(c, j);
+    j->entry->job = NULL;
+    c->running++;
+    pthread_mutex_unlock(&c->lock);
+    cache_compile_entry(c, j->entry, &j->builder, j->speculative);
+    core_free(j);
+    pthread_mutex_lock(&c->lock);
+    c->running--;
+    note_idle(c);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+loom_status_t cache_workers_start(loom_cache_t *c, int n) {
+  if (n <= 0) return LOOM_OK;
+  c->workers = core_calloc((size_t)n, sizeof *c->workers);
+  if (!c->workers)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for %d compile workers", n);
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&c->workers[i], NULL, worker_main, c) != 0) {
+      /* Fewer workers still work; none means callers compile. */
+      core_warn("started %d of %d background compile workers", i, n);
+      break;
+    }
+    c->n_workers++;
+  }
+  return LOOM_OK;
+}
+
+void cache_workers_stop(loom_cache_t *c) {
+  pthread_mutex_lock(&c->lock);
+  c->stop = true;
+  pthread_cond_broadcast(&c->work);
+  pthread_mutex_unlock(&c->lock);
+  for (int i = 0; i < c->n_workers; i++) pthread_join(c->workers[i], NULL);
+  /* Workers are gone: what is still queued is dropped, its entries stay
+   * pending for loom_cache_destroy to free. */
+  for (cache_job_t *j = c->queue_head, *next; j; j = next) {
+    next = j->next;
+    j->entry->job = NULL;
+    cache_builder_done(&j->builder);
+    core_free(j);
+  }
+  c->queue_head = c->queue_tail = NULL;
+  core_free(c->workers);
+  c->workers = NULL;
+  c->n_workers = 0;
+}
+
+void rt_cache_drain(loom_cache_t *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->lock);
+  while (c->queue_head || c->running > 0) pthread_cond_wait(&c->idle, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+}

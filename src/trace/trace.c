@@ -1,0 +1,795 @@
+/* Traces: the public API. Ops record into one graph through the node
+ * hook; inputs, parameters and callback outputs enter it as graph inputs
+ * bound to tensors; reads, scalars, callbacks and data-dependent ops cut
+ * it into segments (segment.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/ref.h"
+#include "trace/trace_internal.h"
+
+void loom_trace_options_init(loom_trace_options_t *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->compile = 1;
+  o->spec_workers = 1;
+  o->data_dims.kind = LOOM_DIM_EXACT;
+}
+
+/* ---- One thread at a time ----------------------------------------------------
+ * A trace is a graph under construction plus a step's tensors: calls from
+ * two threads would interleave their recordings and free each other's
+ * values, so a step belongs to the thread that began it (its first call
+ * after loom_trace_create or loom_trace_step_end, a builder recording into
+ * the trace's graph included) until its loom_trace_step_end. Another
+ * thread's call meanwhile is refused before it touches anything; between
+ * steps any thread may take the trace over. The claim is an atomic
+ * exchange, so one thread's step happens before the next one's. */
+
+/* An address unique to the calling thread while it lives. */
+static uintptr_t this_thread(void) {
+  static _Thread_local char token;
+  return (uintptr_t)&token;
+}
+
+static loom_status_t refuse(const char *fn) {
+  return loom_fail(LOOM_ERR_INVALID, "%s: the trace is in use by another thread (a step "
+                   "belongs to the thread that began it until its loom_trace_step_end; "
+                   "threads that trace at once need a trace each, which may share a "
+                   "loom_cache_t)", fn);
+}
+
+loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
+  uintptr_t me = this_thread(), user = 0;
+  if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
+                                              memory_order_relaxed) || user == me)
+    return LOOM_OK;
+  return refuse(fn);
+}
+
+/* For a call that only reads t: takes t unless this thread has it (*taken
+ * says so), so that no step begins while it reads. */
+static loom_status_t claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
+  /* The claim word is the one field readers write: t is not const there. */
+  loom_trace_t *w = (loom_trace_t *)t;
+  uintptr_t me = this_thread(), user = 0;
+  *taken = atomic_compare_exchange_strong_explicit(&w->user, &user, me, memory_order_acquire,
+                                                   memory_order_relaxed);
+  return *taken || user == me ? LOOM_OK : refuse(fn);
+}
+
+static void give_back(const loom_trace_t *t, bool taken) {
+  if (taken) atomic_store_explicit(&((loom_trace_t *)t)->user, 0, memory_order_release);
+}
+
+/* The graph hook: builders recording into the trace's graph claim it. */
+static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
+  (void)g;
+  return tr_claim(ctx, what);
+}
+
+/* ---- Tables ---------------------------------------------------------------- */
+
+/* Grows the per-value, per-node and per-symbol tables to the graph. */
+loom_status_t tr_reserve_values(loom_trace_t *t) {
+  loom_graph_t *g = t->g;
+  if (g->n_values > t->cap_vals) {
+    int64_t old = t->cap_vals;
+    LOOM_TRY(core_grow((void **)&t->vals, &t->cap_vals, g->n_values,
+                       sizeof *t->vals));
+    memset(t->vals + old, 0, sizeof *t->vals * (size_t)(t->cap_vals - old));
+  }
+  if (g->n_nodes > t->cap_nodes) {
+    int64_t cap = t->cap_nodes;
+    LOOM_TRY(core_grow((void **)&t->node_ran, &cap, g->n_nodes,
+                       sizeof *t->node_ran));
+    LOOM_TRY(core_grow((void **)&t->node_hash, &t->cap_nodes, g->n_nodes,
+                       sizeof *t->node_hash));
+  }
+  if (g->n_symbols > t->cap_syms) {
+    int64_t old = t->cap_syms, cap = old;
+    LOOM_TRY(core_grow((void **)&t->sym_values, &cap, g->n_symbols,
+                       sizeof *t->sym_values));
+    cap = old;
+    LOOM_TRY(core_grow((void **)&t->sym_policy, &cap, g->n_symbols,
+                       sizeof *t->sym_policy));
+    for (int64_t i = old; i < cap; i++) {
+      t->sym_values[i] = -1;
+      t->sym_policy[i] = -1;
+    }
+    t->cap_syms = cap;
+  }
+  return LOOM_OK;
+}
+
+loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v) {
+  return v >= 0 && v < t->cap_vals ? t->vals[v].t : NULL;
+}
+
+loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
+                           int64_t *shape) {
+  for (int d = 0; d < type->rank; d++) {
+    if (ir_dim_is_const(type->dims[d])) {
+      shape[d] = type->dims[d];
+      continue;
+    }
+    LOOM_TRY(ir_dim_eval(t->g, type->dims[d], t->sym_values, &shape[d]));
+    if (shape[d] < 0) {
+      char buf[64];
+      return loom_fail(LOOM_ERR_SHAPE, "trace: dim %s has no size in this step",
+                       ir_dim_str(t->g, type->dims[d], buf, sizeof buf));
+    }
+  }
+  return LOOM_OK;
+}
+
+const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym) {
+  if (sym < 0 || sym >= t->cap_syms || t->sym_policy[sym] < 0) return NULL;
+  return &t->policies[t->sym_policy[sym]].p;
+}
+
+tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket) {
+  const loom_dim_policy_t *p = tr_sym_policy(t, sym);
+  if (!p) return TR_EXACT;
+  switch (p->kind) {
+  case LOOM_DIM_SYMBOLIC: return TR_SYMBOLIC;
+  case LOOM_DIM_AUTO:
+    return t->policies[t->sym_policy[sym]].switched ? TR_SYMBOLIC : TR_EXACT;
+  case LOOM_DIM_BUCKET:
+    if (bucket) *bucket = seg_bucket_of(p, t->sym_values[sym]);
+    return TR_BUCKET;
+  default: return TR_EXACT;
+  }
+}
+
+/* ---- Policies ---------------------------------------------------------------- */
+
+static loom_status_t check_policy(const loom_dim_policy_t *p, int dim) {
+  if ((unsigned)p->kind > LOOM_DIM_AUTO)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_input: dim %d: unknown "
+                     "policy kind %d", dim, (int)p->kind);
+  if (p->n_buckets < 0 || p->n_buckets > LOOM_MAX_BUCKETS)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_input: dim %d: %d buckets "
+                     "(0..%d)", dim, p->n_buckets, LOOM_MAX_BUCKETS);
+  for (int i = 0; i < p->n_buckets; i++)
+    if (p->buckets[i] <= 0 || (i && p->buckets[i] <= p->buckets[i - 1]))
+      return loom_fail(LOOM_ERR_INVALID, "loom_trace_input: dim %d: buckets "
+                       "must be positive and ascending (bucket %d is %lld)",
+                       dim, i, (long long)p->buckets[i]);
+  if (p->auto_after < 0 || p->auto_after > 16)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_input: dim %d: auto_after "
+                     "%d is outside 0..16", dim, p->auto_after);
+  return LOOM_OK;
+}
+
+/* The persistent state of the policy called name (made on first use). */
+static loom_status_t find_policy(loom_trace_t *t, const char *name,
+                                 const loom_dim_policy_t *p, int32_t *out) {
+  for (int64_t i = 0; i < t->n_policies; i++)
+    if (!strcmp(t->policies[i].name, name)) {
+      *out = (int32_t)i;
+      return LOOM_OK;
+    }
+  LOOM_TRY(core_grow((void **)&t->policies, &t->cap_policies,
+                     t->n_policies + 1, sizeof *t->policies));
+  tr_policy_t *q = &t->policies[t->n_policies];
+  memset(q, 0, sizeof *q);
+  q->name = core_strdup(name);
+  if (!q->name) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a policy");
+  q->p = *p;
+  q->p.name = q->name;
+  if (q->p.kind == LOOM_DIM_AUTO && q->p.auto_after == 0) q->p.auto_after = 4;
+  *out = (int32_t)t->n_policies++;
+  return LOOM_OK;
+}
+
+/* LOOM_DIM_AUTO: remembers size; past auto_after distinct sizes, the
+ * symbol turns symbolic for good. */
+static void auto_observe(tr_policy_t *q, int64_t size) {
+  if (q->p.kind != LOOM_DIM_AUTO || q->switched) return;
+  for (int i = 0; i < q->n_seen; i++)
+    if (q->seen[i] == size) return;
+  if (q->n_seen < q->p.auto_after) {
+    q->seen[q->n_seen++] = size;
+    return;
+  }
+  q->switched = true;
+  core_log(LOG_RECOMPILES, "dim '%s': %d distinct sizes seen, size %lld is "
+           "new: symbolic from now on (LOOM_DIM_AUTO)", q->name, q->n_seen,
+           (long long)size);
+}
+
+/* Binds symbol `sym` to size under policy `policy` (-1: exact). */
+static loom_status_t bind_symbol(loom_trace_t *t, ir_dim_t d, int64_t size,
+                                 int32_t policy, const char *what) {
+  const ir_expr_t *e = ir_dim_expr(t->g, d);
+  LOOM_TRY(tr_reserve_values(t));
+  int64_t s = e->c;
+  if (t->sym_values[s] >= 0 && t->sym_values[s] != size)
+    return loom_fail(LOOM_ERR_SHAPE, "%s: size %lld, but dim '%s' is %lld in "
+                     "this step", what, (long long)size, e->name,
+                     (long long)t->sym_values[s]);
+  if (t->sym_values[s] < 0 && policy >= 0) auto_observe(&t->policies[policy], size);
+  t->sym_values[s] = size;
+  if (t->sym_policy[s] < 0) t->sym_policy[s] = policy;
+  return LOOM_OK;
+}
+
+/* ---- The node hook ---------------------------------------------------------- */
+
+/* Whether every symbol of d is exact this step. */
+static bool exact_dim(const loom_trace_t *t, ir_dim_t d) {
+  const ir_expr_t *e = ir_dim_expr(t->g, d);
+  if (!e || e->kind == IR_EXPR_CONST) return true;
+  if (e->kind == IR_EXPR_SYM) return tr_sym_mode(t, (int)e->c, NULL) == TR_EXACT;
+  return exact_dim(t, e->a) && exact_dim(t, e->b);
+}
+
+/* A dim inside an attribute: its size when exact, else its expression
+ * (a cut adds the sizes its segment's graph fixes: segment.c). */
+static uint64_t hash_attr_dim(const loom_trace_t *t, ir_dim_t d) {
+  if (!ir_dim_is_sym(d)) return (uint64_t)d;
+  int64_t v = -1;
+  if (exact_dim(t, d) && ir_dim_eval(t->g, d, t->sym_values, &v) == LOOM_OK)
+    return tr_mix(0x5a, (uint64_t)v);
+  return tr_mix(0xa5, (uint64_t)(d - IR_DIM_SYM_BASE));
+}
+
+static uint64_t hash_attrs(const loom_trace_t *t, const ir_attrs_t *a,
+                           uint64_t h) {
+  for (int i = 0; i < a->n; i++) {
+    const ir_attr_t *x = &a->a[i];
+    uint64_t name = 0; /* the name's first 8 bytes tell an op's attributes apart */
+    memcpy(&name, x->name, strnlen(x->name, sizeof name));
+    h = tr_mix(h, name ^ ((uint64_t)x->kind << 56));
+    if (x->kind == IR_ATTR_FLOAT) {
+      uint64_t bits;
+      memcpy(&bits, &x->f, sizeof bits);
+      h = tr_mix(h, bits);
+    } else if (x->kind == IR_ATTR_INT) {
+      h = tr_mix(h, (uint64_t)x->ints[0]);
+    } else {
+      h = tr_mix(h, (uint64_t)x->n);
+      for (int k = 0; k < x->n; k++) h = tr_mix(h, hash_attr_dim(t, x->ints[k]));
+    }
+  }
+  return h;
+}
+
+/* A data-dependent op (nonzero): its inputs are made real, its reference
+ * kernel runs now, and the sizes it produced bind its output symbols. */
+static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
+  loom_graph_t *g = t->g;
+  const ir_node_t *n = &g->nodes[node];
+  tr_reason_t why = {"%s: output shape depends on data", ir_ops[n->op].name, 0};
+  LOOM_TRY(seg_cut(t, n->n_in, n->in, &why));
+  n = &g->nodes[node];
+  const loom_tensor_t *ins[n->n_in > 0 ? n->n_in : 1];
+  loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
+  memset(outs, 0, sizeof outs);
+  for (int i = 0; i < n->n_in; i++) ins[i] = tr_tensor(t, n->in[i]);
+  ref_call_t call = {.g = g, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+                     .in = ins, .n_out = n->n_out, .out = outs};
+  loom_status_t s = ref_kernels[n->op](&call);
+  for (int k = 0; k < n->n_out && s == LOOM_OK; k++) {
+    const ir_type_t *ty = &g->values[n->out[k]].type;
+    for (int d = 0; d < ty->rank && s == LOOM_OK; d++) {
+      const ir_expr_t *e = ir_dim_expr(g, ty->dims[d]);
+      if (!e || e->kind != IR_EXPR_SYM) continue;
+      int32_t policy = -1;
+      if (t->opt.data_dims.kind != LOOM_DIM_EXACT)
+        s = find_policy(t, e->name, &t->opt.data_dims, &policy);
+      if (s == LOOM_OK) s = bind_symbol(t, ty->dims[d], outs[k]->shape[d],
+                                        policy, ir_ops[n->op].name);
+    }
+  }
+  for (int k = 0; k < n->n_out; k++) {
+    if (s == LOOM_OK) {
+      t->vals[n->out[k]].t = outs[k];
+      t->vals[n->out[k]].owned = true;
+    } else {
+      loom_tensor_destroy(outs[k]);
+    }
+  }
+  t->stats.eager_ops++;
+  return s;
+}
+
+static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
+  loom_trace_t *t = ctx;
+  LOOM_TRY(tr_reserve_values(t));
+  const ir_node_t *n = &g->nodes[node];
+  const ir_op_info_t *info = &ir_ops[n->op];
+  uint64_t h = tr_mix(0x1f, (uint64_t)n->op);
+  if (n->attrs.n) h = hash_attrs(t, &n->attrs, h);
+  bool grad = false;
+  for (int i = 0; i < n->n_in; i++) {
+    tr_value_t *v = &t->vals[n->in[i]];
+    v->uses++;
+    grad |= v->grad;
+  }
+  grad &= !info->not_differentiable;
+  for (int k = 0; k < n->n_out; k++) {
+    h = tr_mix(h, (uint64_t)g->values[n->out[k]].type.dtype);
+    t->vals[n->out[k]].grad = grad && dtype_is_float(g->values[n->out[k]].type.dtype);
+  }
+  t->node_hash[node] = h;
+  t->node_ran[node] = 0;
+  t->stats.recorded_ops++;
+  if (info->flags & F_SIDE_EFFECT)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
+                     "traces update parameters with loom_trace_optimizer_step",
+                     info->name);
+  /* A segment is copied node by node into a graph of its own, which has
+   * no subgraphs: host control flow is the tracer's way to branch. */
+  if (info->flags & F_SUBGRAPH)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s is not recorded in a "
+                     "trace; branch in C on loom_trace_cond (the decision "
+                     "joins the path signature)", info->name);
+  if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
+  return LOOM_OK;
+}
+
+/* ---- Creating and destroying ---------------------------------------------------- */
+
+loom_status_t loom_trace_create(const loom_trace_options_t *o,
+                                loom_trace_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  loom_trace_options_t defaults;
+  loom_trace_options_init(&defaults);
+  if (!o) o = &defaults;
+  if (o->recompile_limit < 0 || o->num_threads < 0 || o->cache_bytes < 0 ||
+      o->spec_workers < 0)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_create: recompile_limit, "
+                     "num_threads, cache_bytes and spec_workers must not be "
+                     "negative");
+  LOOM_TRY(check_policy(&o->data_dims, 0));
+  loom_trace_t *t = core_calloc(1, sizeof *t);
+  if (!t) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
+  t->opt = *o;
+  t->opt.data_dims.name = NULL;
+  if (!t->opt.recompile_limit) t->opt.recompile_limit = 8;
+  t->prev_valid = true;
+  loom_status_t s = loom_graph_create(&t->g);
+  t->links = core_calloc(TR_LINKS, sizeof *t->links);
+  if (s == LOOM_OK && !t->links)
+    s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
+  if (s == LOOM_OK && o->cache) {
+    t->cache = o->cache;
+  } else if (s == LOOM_OK) {
+    s = loom_cache_create(o->cache_bytes, o->spec_workers, &t->cache);
+    t->own_cache = s == LOOM_OK;
+  }
+  if (s != LOOM_OK) {
+    loom_trace_destroy(t);
+    return s;
+  }
+  t->g->hook.node_added = on_node_added;
+  t->g->hook.before_change = before_change;
+  t->g->hook.ctx = t;
+  *out = t;
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+/* Frees this step's tensors and tables; the graph is emptied. */
+static void release_step(loom_trace_t *t) {
+  tape_clear(t);
+  t->pack_epoch++; /* parameters may change before the next step */
+  for (int64_t v = 0; v < t->cap_vals; v++) {
+    if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
+    loom_tensor_destroy(t->vals[v].padded);
+    memset(&t->vals[v], 0, sizeof t->vals[v]);
+  }
+  for (int64_t i = 0; i < t->cap_syms; i++) {
+    t->sym_values[i] = -1;
+    t->sym_policy[i] = -1;
+  }
+  for (int64_t i = 0; i < t->n_params; i++) t->params[i].value = -1;
+  if (t->g) ir_graph_reset(t->g);
+  t->region_start = 0;
+  t->n_step_inputs = 0;
+  t->path = 0;
+  t->prev = NULL;
+  t->prev_valid = true;
+}
+
+void loom_trace_destroy(loom_trace_t *t) {
+  if (!t) return;
+  release_step(t);
+  tape_destroy(t);
+  tr_optim_destroy(t);
+  if (t->links && t->cache) seg_links_clear(t);
+  seg_memo_clear(t);
+  seg_packs_free(t);
+  seg_work_free(t);
+  core_free(t->links);
+  if (t->own_cache) loom_cache_destroy(t->cache);
+  loom_graph_destroy(t->g);
+  for (int64_t i = 0; i < t->n_policies; i++) core_free(t->policies[i].name);
+  core_free(t->policies);
+  core_free(t->vals);
+  core_free(t->node_hash);
+  core_free(t->node_ran);
+  core_free(t->keep);
+  core_free(t->sym_values);
+  core_free(t->sym_policy);
+  core_free(t->params);
+  core_free(t->sites);
+  core_free(t->breaks);
+  core_free(t);
+}
+
+loom_graph_t *loom_trace_graph(loom_trace_t *t) { return t ? t->g : NULL; }
+
+/* ---- Entering tensors ------------------------------------------------------------ */
+
+/* A graph input of x's type with dims `dims`, bound to x. */
+static loom_status_t enter(loom_trace_t *t, const char *name, loom_tensor_t *x,
+                           bool owned, const loom_dim_t *dims,
+                           loom_value_t *out) {
+  loom_status_t s = ir_graph_input(t->g, name, x->dtype, x->rank, dims, out);
+  if (s == LOOM_OK) s = tr_reserve_values(t);
+  if (s != LOOM_OK) {
+    if (owned) loom_tensor_destroy(x);
+    return s;
+  }
+  t->vals[out->id].t = x;
+  t->vals[out->id].owned = owned;
+  return LOOM_OK;
+}
+
+/* The dims of input number k of the step under its policies: constants,
+ * or symbols bound to x's sizes. */
+static loom_status_t input_dims(loom_trace_t *t, const loom_tensor_t *x,
+                                const loom_dim_policy_t *policies,
+                                loom_dim_t *dims) {
+  for (int i = 0; i < x->rank; i++) {
+    dims[i] = x->shape[i];
+    if (!policies || policies[i].kind == LOOM_DIM_EXACT) continue;
+    LOOM_TRY(check_policy(&policies[i], i));
+    char fresh[48];
+    const char *name = policies[i].name;
+    if (!name) {
+      snprintf(fresh, sizeof fresh, "in%d.%d", t->n_step_inputs, i);
+      name = fresh;
+    }
+    int32_t policy = -1;
+    LOOM_TRY(find_policy(t, name, &policies[i], &policy));
+    LOOM_TRY(ir_dim_symbol(t->g, name, &dims[i]));
+    char what[64];
+    snprintf(what, sizeof what, "loom_trace_input: dim %d", i);
+    LOOM_TRY(bind_symbol(t, dims[i], x->shape[i], policy, what));
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
+                               const loom_dim_policy_t *policies,
+                               loom_value_t *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(x);
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
+  loom_dim_t dims[LOOM_MAX_RANK];
+  LOOM_TRY(input_dims(t, x, policies, dims));
+  t->n_step_inputs++;
+  bool copy = !tensor_is_contiguous(x);
+  loom_tensor_t *bound = x;
+  if (copy) LOOM_TRY(tensor_contiguous_copy(x, &bound));
+  LOOM_TRY(enter(t, NULL, bound, copy, dims, out)); /* unnamed: no strdup */
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
+                               loom_value_t *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(p);
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
+  if (!dtype_is_float(p->dtype) || !tensor_is_contiguous(p))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_param: a parameter must be "
+                     "a contiguous float tensor (got %s)",
+                     loom_dtype_name(p->dtype));
+  int64_t i = 0;
+  while (i < t->n_params && t->params[i].t != p) i++;
+  if (i < t->n_params && t->params[i].value >= 0) {
+    out->id = t->params[i].value;
+    return LOOM_OK;
+  }
+  if (i == t->n_params) {
+    LOOM_TRY(core_grow((void **)&t->params, &t->cap_params, t->n_params + 1,
+                       sizeof *t->params));
+    t->params[t->n_params++] = (tr_param_t){.t = p, .value = -1};
+  }
+  LOOM_TRY(enter(t, NULL, p, false, p->shape, out));
+  t->vals[out->id].grad = true;
+  t->params[i].value = out->id;
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+static loom_status_t check_value(const loom_trace_t *t, loom_value_t v,
+                                 const char *fn) {
+  if (!t) return loom_fail(LOOM_ERR_INVALID, "%s: the trace is null", fn);
+  if (!ir_value_valid(t->g, v.id))
+    return loom_fail(LOOM_ERR_INVALID, "%s: %%%d is not a value of this "
+                     "step's trace", fn, v.id);
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
+                               int *rank, int64_t *shape) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(rank);
+  LOOM_CHECK_ARG(shape);
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  loom_status_t s = check_value(t, v, __func__);
+  const ir_type_t *ty = s == LOOM_OK ? &t->g->values[v.id].type : NULL;
+  if (s == LOOM_OK) s = tr_eval_type(t, ty, shape);
+  if (s == LOOM_OK) *rank = ty->rank;
+  give_back(t, taken);
+  return s;
+}
+
+/* ---- Making values real ----------------------------------------------------------- */
+
+loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
+                              const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_TRY(check_value(t, v, __func__));
+  LOOM_CHECK_ARG(out);
+  tr_reason_t why = {"loom_trace_read of %%%lld", NULL, v.id};
+  if (!tr_tensor(t, v.id)) LOOM_TRY(seg_cut(t, 1, &v.id, &why));
+  *out = tr_tensor(t, v.id);
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+/* v's one element, read after a cut if it is not real yet. */
+static loom_status_t read_one(loom_trace_t *t, loom_value_t v,
+                              const tr_reason_t *why, const char *fn,
+                              double *out) {
+  if (!tr_tensor(t, v.id)) LOOM_TRY(seg_cut(t, 1, &v.id, why));
+  const loom_tensor_t *x = tr_tensor(t, v.id);
+  if (loom_tensor_numel(x) != 1)
+    return loom_fail(LOOM_ERR_SHAPE, "%s: %%%d has %lld elements, not one", fn,
+                     v.id, (long long)loom_tensor_numel(x));
+  LOOM_TRY(loom_tensor_get_f64(x, 0, out));
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v, double *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_TRY(check_value(t, v, __func__));
+  LOOM_CHECK_ARG(out);
+  tr_reason_t why = {"scalar read (loom_trace_scalar of %%%lld)", NULL, v.id};
+  return read_one(t, v, &why, __func__, out);
+}
+
+loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_TRY(check_value(t, v, __func__));
+  LOOM_CHECK_ARG(taken);
+  tr_reason_t why = {"condition read for a branch (loom_trace_cond of %%%lld)", NULL, v.id};
+  double x;
+  LOOM_TRY(read_one(t, v, &why, __func__, &x));
+  *taken = x != 0;
+  t->path = tr_mix(t->path ^ 0x5c, (uint64_t)*taken);
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  t->path = tr_mix(t->path ^ 0xb7, (uint64_t)decision);
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_sync(loom_trace_t *t) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  tr_reason_t why = {"sync", NULL, 0};
+  LOOM_TRY(seg_cut(t, 0, NULL, &why));
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+/* ---- Host callbacks ----------------------------------------------------------------- */
+
+static loom_status_t check_call(const loom_trace_t *t, const loom_host_op_t *op,
+                                int n_in, const loom_value_t *in, int n_out,
+                                const loom_dtype_t *dtypes, const int *ranks,
+                                const int64_t *const *shapes) {
+  if (!op || !op->forward || !op->name)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_call: the op needs a name "
+                     "and a forward function");
+  if (n_in < 0 || n_out < 1 || (n_in && !in) || !dtypes || !ranks || !shapes)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_call '%s': needs n_in >= 0 "
+                     "inputs, n_out >= 1 outputs and their types", op->name);
+  for (int i = 0; i < n_in; i++)
+    if (!ir_value_valid(t->g, in[i].id))
+      return loom_fail(LOOM_ERR_INVALID, "loom_trace_call '%s': input %d "
+                       "(%%%d) is not a value of this step", op->name, i,
+                       in[i].id);
+  for (int k = 0; k < n_out; k++)
+    if (ranks[k] < 0 || ranks[k] > LOOM_MAX_RANK || (ranks[k] && !shapes[k]))
+      return loom_fail(LOOM_ERR_INVALID, "loom_trace_call '%s': output %d has "
+                       "rank %d and %s shape", op->name, k, ranks[k],
+                       shapes[k] ? "a" : "no");
+  return LOOM_OK;
+}
+
+/* Runs op->forward into new tensors outs[0..n_out). */
+static loom_status_t call_forward(loom_trace_t *t, const loom_host_op_t *op,
+                                  int n_in, const loom_value_t *in, int n_out,
+                                  const loom_dtype_t *dtypes, const int *ranks,
+                                  const int64_t *const *shapes,
+                                  loom_tensor_t **outs) {
+  const loom_tensor_t *ins[n_in > 0 ? n_in : 1];
+  for (int i = 0; i < n_in; i++) ins[i] = tr_tensor(t, in[i].id);
+  loom_status_t s = LOOM_OK;
+  for (int k = 0; k < n_out && s == LOOM_OK; k++) {
+    s = tensor_check_shape("loom_trace_call output", dtypes[k], ranks[k], shapes[k]);
+    if (s == LOOM_OK) s = tensor_new(dtypes[k], ranks[k], shapes[k], &outs[k]);
+  }
+  if (s == LOOM_OK) {
+    loom_clear_error();
+    s = op->forward(op->user, n_in, ins, n_out, outs);
+    if (s != LOOM_OK) {
+      char said[256]; /* the callback's own message, if it set one */
+      snprintf(said, sizeof said, "%s", loom_last_error());
+      loom_fail(s, "host callback '%s' failed (%s)%s%s", op->name,
+                loom_status_name(s), said[0] ? ": " : "", said);
+    }
+  }
+  t->stats.callbacks++;
+  return s;
+}
+
+loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
+                              int n_in, const loom_value_t *in, int n_out,
+                              const loom_dtype_t *dtypes, const int *ranks,
+                              const int64_t *const *shapes,
+                              loom_value_t *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_TRY(check_call(t, op, n_in, in, n_out, dtypes, ranks, shapes));
+  tr_reason_t why = {"host callback '%s'", op->name, 0};
+  int32_t ids[n_in > 0 ? n_in : 1];
+  for (int i = 0; i < n_in; i++) ids[i] = in[i].id;
+  LOOM_TRY(seg_cut(t, n_in, ids, &why));
+  loom_tensor_t *outs[n_out];
+  memset(outs, 0, sizeof outs);
+  loom_status_t s = call_forward(t, op, n_in, in, n_out, dtypes, ranks, shapes, outs);
+  bool grad = false;
+  for (int i = 0; i < n_in; i++) grad |= t->vals[in[i].id].grad;
+  grad &= op->backward != NULL;
+  int32_t out_ids[n_out];
+  for (int k = 0; k < n_out; k++) {
+    if (s != LOOM_OK) {
+      loom_tensor_destroy(outs[k]);
+      continue;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%.64s:%d", op->name, k);
+    s = enter(t, name, outs[k], true, outs[k]->shape, &out[k]);
+    if (s == LOOM_OK) t->vals[out[k].id].grad = grad && dtype_is_float(dtypes[k]);
+    out_ids[k] = out[k].id;
+  }
+  if (s == LOOM_OK && grad) s = tape_push_callback(t, op, n_in, ids, n_out, out_ids);
+  if (s == LOOM_OK) loom_clear_error();
+  return s;
+}
+
+/* ---- Steps, breaks and statistics ------------------------------------------------------ */
+
+loom_status_t loom_trace_step_end(loom_trace_t *t) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  loom_status_t s = seg_cut(t, 0, NULL, NULL);
+  release_step(t);
+  atomic_store_explicit(&t->user, 0, memory_order_release);
+  if (s == LOOM_OK) loom_clear_error();
+  return s;
+}
+
+/* A break is its site and its kind (fmt, and the callback or op name):
+ * the value id in a read's reason differs per invocation of one place of
+ * the program (each cell of an RNN), so it is shown but not compared. */
+static bool same_break(const tr_break_t *b, uint64_t site, const tr_reason_t *r) {
+  return b->site == site && b->fmt == r->fmt &&
+         (!r->str || !strncmp(b->str, r->str, sizeof b->str - 1));
+}
+
+loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
+                            const tr_reason_t *r) {
+  t->stats.breaks++;
+  int64_t last = t->last_break; /* a loop repeats its break: try it first */
+  if (last < t->n_breaks && same_break(&t->breaks[last], site, r)) {
+    t->breaks[last].count++;
+    return LOOM_OK;
+  }
+  for (int64_t i = 0; i < t->n_breaks; i++)
+    if (same_break(&t->breaks[i], site, r)) {
+      t->breaks[i].count++;
+      t->last_break = i;
+      return LOOM_OK;
+    }
+  LOOM_TRY(core_grow((void **)&t->breaks, &t->cap_breaks, t->n_breaks + 1,
+                     sizeof *t->breaks));
+  t->last_break = t->n_breaks;
+  tr_break_t *b = &t->breaks[t->n_breaks++];
+  memset(b, 0, sizeof *b);
+  b->fmt = r->fmt;
+  b->num = r->num;
+  if (r->str) {
+    snprintf(b->str, sizeof b->str, "%s", r->str);
+    snprintf(b->reason, sizeof b->reason, r->fmt, b->str);
+  } else {
+    snprintf(b->reason, sizeof b->reason, r->fmt, (long long)r->num);
+  }
+  b->site = site;
+  b->count = 1;
+  core_log(LOG_BREAKS, "graph break at site %016llx: %s",
+           (unsigned long long)site, b->reason);
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_get_stats(const loom_trace_t *t,
+                                   loom_trace_stats_t *out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  *out = t->stats;
+  give_back(t, taken);
+  return loom_cache_get_stats(t->cache, &out->cache);
+}
+
+static loom_status_t explain(const loom_trace_t *t, char **out) {
+  const loom_trace_stats_t *s = &t->stats;
+  core_text_t text = {0};
+  core_text_put(&text, "trace: %lld ops recorded, %lld segments (%lld hits, "
+                "%lld stitched, %lld misses, %lld recompiles, %lld "
+                "interpreted), %lld eager ops, %lld callbacks\n",
+                (long long)s->recorded_ops, (long long)s->segments,
+                (long long)s->hits, (long long)s->stitched,
+                (long long)s->misses, (long long)s->recompiles,
+                (long long)s->interpreted, (long long)s->eager_ops,
+                (long long)s->callbacks);
+  core_text_put(&text, "graph breaks: %lld\n", (long long)s->breaks);
+  for (int64_t i = 0; i < t->n_breaks; i++)
+    core_text_put(&text, "  site %016llx: %s (x%lld)\n",
+                  (unsigned long long)t->breaks[i].site, t->breaks[i].reason,
+                  (long long)t->breaks[i].count);
+  loom_status_t st = rt_cache_describe(t->cache, &text);
+  if (st != LOOM_OK) {
+    core_free(text.s);
+    return st;
+  }
+  if (text.len > 0 && text.s[text.len - 1] != '\n') core_text_put(&text, "\n");
+  return core_text_take(&text, "for the trace report", out);
+}
+
+loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  bool taken;
+  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  loom_status_t s = explain(t, out);
+  give_back(t, taken);
+  return s;
+}

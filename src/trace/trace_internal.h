@@ -1,0 +1,385 @@
+/* The tracer's insides, shared by its files:
+ *   trace.c    the public API: inputs, parameters, reads, callbacks, steps,
+ *              statistics, the node hook;
+ *   segment.c  cuts: extracting a segment, its GraphKey, its description;
+ *   segment_graph.c  building a segment's graph from its description;
+ *   segment_run.c  looking up and running (the hot path, compiled, padded
+ *              to a bucket, or interpreted), speculation;
+ *   tape.c     training: the tape of segment invocations, backward,
+ *              gradients;
+ *   trace_optim.c  the optimizer step (loom/train.h's optimizers).
+ *
+ * Values are the trace graph's value ids. A value is materialized when
+ * the trace holds a tensor for it; a cut materializes what is asked for
+ * plus the leaves of the pending region, and a value not materialized is
+ * recomputed by a later segment from its nearest materialized ancestors,
+ * so nothing is lost and nothing is reference counted: step_end frees
+ * everything. */
+#ifndef LOOM_RUNTIME_TRACE_INTERNAL_H
+#define LOOM_RUNTIME_TRACE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/text.h"
+#include "ir/ir.h"
+#include "loom/trace.h"
+#include "trace/cache.h"
+
+/* 64-bit hash combining (a multiply-rotate mix: cheap and well spread). */
+static inline uint64_t tr_mix(uint64_t h, uint64_t v) {
+  h ^= v * 0x9e3779b97f4a7c15ULL;
+  h = (h << 29) | (h >> 35);
+  return h * 0xbf58476d1ce4e5b9ULL;
+}
+
+/* How a symbol's size enters a segment's key this step. */
+typedef enum tr_mode {
+  TR_EXACT,    /* the size itself */
+  TR_SYMBOLIC, /* any size (RT_DIM_ANY) */
+  TR_BUCKET,   /* its bucket */
+} tr_mode_t;
+
+/* A policy's persistent state, found by the symbol's name. */
+typedef struct tr_policy {
+  char *name;
+  loom_dim_policy_t p;
+  int64_t seen[16]; /* LOOM_DIM_AUTO: distinct sizes seen (up to 16) */
+  int n_seen;
+  bool switched;    /* LOOM_DIM_AUTO: now symbolic */
+  bool profiled;    /* the profile's buckets were queued */
+} tr_policy_t;
+
+/* Per value of the trace graph. */
+typedef struct tr_value {
+  loom_tensor_t *t; /* the materialized tensor, or NULL */
+  loom_tensor_t *padded; /* t zero-padded to its buckets, kept for the step */
+  bool owned;       /* t belongs to the trace */
+  bool grad;        /* depends on a parameter: gradients flow to it */
+  int32_t uses;     /* nodes recorded that read it */
+} tr_value_t;
+
+/* A parameter across steps (a borrowed user tensor). */
+typedef struct tr_param {
+  loom_tensor_t *t;
+  int32_t value;        /* its value id this step, -1: not entered */
+  loom_tensor_t *grad;  /* accumulated this step, or NULL */
+  bool got_grad;        /* a backward reached it this step */
+} tr_param_t;
+
+/* Why a cut happens: fmt with one argument, str (when not NULL) or num,
+ * formatted only the first time the break is seen at its site. */
+typedef struct tr_reason {
+  const char *fmt;
+  const char *str;
+  int64_t num;
+} tr_reason_t;
+
+/* A graph break's reason at a site, counted. */
+typedef struct tr_break {
+  const char *fmt; /* identity: site, fmt, str (num is the first one seen) */
+  int64_t num;
+  char str[64];
+  char reason[128];
+  uint64_t site;
+  int64_t count;
+} tr_break_t;
+
+/* A successor link of the hot path: after entry `from`, the cut whose key
+ * hashed to to_hash ran entry `to` (whose reference the link holds). */
+typedef struct tr_link {
+  rt_entry_t *from, *to;
+  uint64_t to_hash;
+} tr_link_t;
+
+#define TR_LINKS 512 /* open addressing, power of two */
+
+/* A training segment's backward description, kept under its forward's
+ * key (the key's inputs owned). */
+typedef struct tr_memo {
+  rt_key_t key;
+  struct seg_desc *bwd;
+} tr_memo_t;
+
+#define TR_MEMO 16 /* direct-mapped by key hash, power of two */
+
+/* A parameter's matrix packed as a GEMM's B (segment_pack.c). */
+typedef struct tr_pack {
+  const void *data; /* the parameter's storage */
+  int64_t k, n;
+  int trans_b;
+  uint64_t epoch;   /* the trace's pack_epoch when packed */
+  void *buf;        /* kern_gemm_pack_b's layout */
+  size_t bytes;     /* buf's size */
+} tr_pack_t;
+
+#define TR_PACKS 16
+
+/* ---- Segment descriptions ------------------------------------------------
+ * Everything needed to build a segment's graph, copied out of the trace
+ * graph on a miss so that a worker can build it after the step ended. */
+
+/* An operand: input k (node -1) or output `index` of cone node `node`. */
+typedef struct seg_ref {
+  int32_t node, index;
+} seg_ref_t;
+
+typedef struct seg_node {
+  ir_op_t op;
+  int n_in;
+  seg_ref_t *in;
+  /* Sizes in attributes: evaluated, except symbolic ones, which are
+   * handles into the description's exprs (sym_attrs says there are). */
+  ir_attrs_t attrs;
+  bool sym_attrs;
+} seg_node_t;
+
+/* How one dim of a segment input enters its graph. */
+typedef struct seg_dim {
+  tr_mode_t mode;
+  int64_t size; /* TR_EXACT: the size; TR_BUCKET: the bucket */
+  int32_t sym;  /* TR_SYMBOLIC / TR_BUCKET: canonical symbol (group) */
+} seg_dim_t;
+
+typedef struct seg_input {
+  loom_dtype_t dtype;
+  int rank;
+  seg_dim_t dims[LOOM_MAX_RANK];
+} seg_input_t;
+
+typedef struct seg_desc {
+  /* the tape, the kept backward descriptions and the cache's builders
+   * (on workers too) share it */
+  _Atomic int refs;
+  int n_inputs, n_nodes, n_outputs;
+  seg_input_t *inputs;
+  seg_node_t *nodes;
+  seg_ref_t *outputs;
+  int n_syms;   /* canonical symbols of symbolic dims (s0, s1, ...) */
+  /* Symbolic attribute sizes: expressions over canonical symbols (SYM:
+   * c is the canonical number) whose operands are sizes or handles
+   * IR_DIM_SYM_BASE + i into this array. */
+  ir_expr_t *exprs;
+  int64_t n_exprs, cap_exprs;
+  /* Some dims are padded to buckets: one group per bucketed symbol. The
+   * plain graph (part 0) is built at the buckets; the training halves
+   * are cut from a graph with the buckets as symbols b0, b1, ...
+   * (canonical symbols n_syms + g), each half masked, then compiled with
+   * the symbols set to group_bucket. */
+  bool bucket;
+  int n_groups;
+  int64_t group_bucket[32];
+  /* Training: the forward of pass_partition, or its backward. */
+  int n_wrt;
+  int *wrt;
+  int part; /* 0: the plain graph; 1: forward; 2: backward */
+  int num_threads;
+} seg_desc_t;
+
+void seg_desc_release(seg_desc_t *d);
+/* The bucket groups (ascending) whose symbol sizes an axis of g's inputs
+ * [0, n_in): a masked backward has one real-size input per such group,
+ * in this order, after them. Returns their count. */
+int seg_groups_present(const seg_desc_t *d, const loom_graph_t *g, int n_in,
+                       int *groups);
+/* The graph of d (plain, forward or backward, padded when bucketed) and
+ * its compile options; the rt_builder_t callback. */
+loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
+                             loom_compile_options_t *options);
+
+/* ---- The tape -------------------------------------------------------------- */
+
+typedef enum tape_kind { TAPE_SEGMENT, TAPE_CALLBACK } tape_kind_t;
+
+typedef struct tape_rec {
+  tape_kind_t kind;
+  int n_in, n_out;
+  int32_t *in, *out;        /* value ids */
+  /* TAPE_SEGMENT: the backward's description and key, and this
+   * invocation's saved values. */
+  seg_desc_t *bwd;
+  rt_key_t key; /* the backward's: the forward's with another structure */
+  int n_saved;
+  loom_tensor_t **saved;
+  /* Bucketed (bwd->bucket): the backward graph's symbol values (s0..,
+   * then b0.. at their buckets: bwd->n_syms + bwd->n_groups) and each
+   * group's real size after them; NULL otherwise. */
+  int64_t *sizes;
+  /* TAPE_CALLBACK: the op (copied: the caller's may be on its stack) */
+  loom_host_op_t op;
+} tape_rec_t;
+
+/* ---- The trace ------------------------------------------------------------- */
+
+struct loom_trace {
+  /* The thread recording this step (an address unique to it), 0 between
+   * steps: other threads' calls are refused until the step ends. */
+  _Atomic uintptr_t user;
+  loom_trace_options_t opt;
+  loom_graph_t *g;
+  loom_cache_t *cache;
+  bool own_cache;
+
+  tr_value_t *vals;
+  int64_t cap_vals;
+  uint64_t *node_hash; /* per node: op, attributes, output dtypes */
+  /* Per node: where it last ran (keep_key of its segment and position),
+   * 0 if it has not run this step. */
+  uint64_t *node_ran;
+  /* Segment positions whose outputs a later segment had to recompute:
+   * kept at once the next time (an open-addressing set, 0 = empty). */
+  uint64_t *keep;
+  int64_t cap_keep, n_keep;
+  int64_t cap_nodes;
+  int64_t region_start; /* first node recorded since the last cut */
+
+  /* Per symbol of this step's trace graph (by symbol number): its size
+   * (-1 while unbound) and its policy (index into policies, -1: exact). */
+  int64_t *sym_values;
+  int32_t *sym_policy;
+  int64_t cap_syms;
+  tr_policy_t *policies;
+  int64_t n_policies, cap_policies;
+  int n_step_inputs; /* inputs entered this step (names fresh symbols) */
+
+  tr_param_t *params;
+  int64_t n_params, cap_params;
+
+  uint64_t path; /* decisions since the last cut */
+  bool in_cut;   /* a cut runs: the hook must not cut again */
+
+  tr_link_t *links; /* TR_LINKS slots */
+  tr_memo_t memo[TR_MEMO]; /* backward descriptions (segment_run.c) */
+  tr_pack_t packs[TR_PACKS]; /* packed weights (segment_pack.c) */
+  int next_pack;             /* the pack slot to take next */
+  /* Parameters change only at a step's end or at the optimizer step, which
+   * begin a new epoch: packs of an older one are packed again. */
+  uint64_t pack_epoch;
+  void **packed_b;           /* a run's loom_abi_t.packed_b (all NULL between runs) */
+  int64_t cap_packed_b;
+  rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
+  bool prev_valid;  /* prev may be followed (a step start counts) */
+
+  uint64_t *sites; /* sites that compiled before (recompile count) */
+  int64_t n_sites, cap_sites;
+
+  tr_break_t *breaks;
+  int64_t n_breaks, cap_breaks;
+  int64_t last_break; /* the break seen last (checked first) */
+
+  tape_rec_t *tape;
+  int64_t n_tape, cap_tape;
+  /* Records [0, tape_stale) were taped before this step's
+   * optimizer step changed the parameters. */
+  int64_t tape_stale;
+  loom_tensor_t **grads; /* per value, during one backward walk */
+  int64_t cap_grads;
+
+  struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
+  void *seg;              /* a cut's scratch (segment.c) */
+
+  loom_trace_stats_t stats;
+};
+
+/* trace.c */
+/* Takes t for this thread until the step ends (a no-op when it has it);
+ * LOOM_ERR_INVALID, naming fn, when another thread's step is open. */
+loom_status_t tr_claim(loom_trace_t *t, const char *fn);
+loom_status_t tr_reserve_values(loom_trace_t *t);
+loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);
+loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
+                           int64_t *shape);
+/* Counts a break at site and logs it the first time. */
+loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
+                            const tr_reason_t *reason);
+tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket);
+const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym);
+
+/* ---- Cuts (segment.c, segment_run.c) ---------------------------------------- */
+
+/* Scratch of one cut, kept by the trace between cuts (marks are epochs,
+ * so nothing is cleared per cut). */
+typedef struct seg_work {
+  uint32_t epoch;
+  uint32_t *node_mark; /* == epoch: the node is in the cone */
+  int32_t *node_pos;   /* its position in the cone */
+  int64_t cap_nodes;
+  uint32_t *val_mark;  /* == epoch: val_pos is the value's input position */
+  uint32_t *out_mark;  /* == epoch: the value is an output */
+  int32_t *val_pos;
+  int64_t cap_vals;
+  int32_t *cone, *stack, *ins, *outs;
+  int64_t cap_cone, cap_stack, cap_ins, cap_outs;
+  int n_cone, n_ins, n_outs;
+  seg_input_t *in_types; /* per input: dims under the policies */
+  rt_key_input_t *key_in;
+  int64_t cap_types, cap_key;
+  int *wrt;
+  int64_t cap_wrt;
+  int n_wrt;
+  int32_t group_sym[32]; /* bucket group k: its trace symbol */
+  ir_dim_t sym_dim[32];  /* canonical symbol k: the input dim it stands for */
+  int n_syms, n_groups;
+  bool bucket, train;
+  uint64_t site, structure, path;
+  uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
+} seg_work_t;
+
+/* segment.c: runs a segment materializing want[0..n) and the pending
+ * region's leaves; reason names the cut (NULL: the end of a step). */
+loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
+                      const tr_reason_t *reason);
+void seg_work_free(loom_trace_t *t);
+int64_t seg_bucket_of(const loom_dim_policy_t *p, int64_t size);
+/* The inputs' types under the policies (exact: every dim a size). */
+loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact);
+/* The GraphKey of w's segment (part 0: plain, 1: forward); its inputs
+ * point into w. */
+void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
+                  rt_key_t *key);
+/* A description of w's segment (part 0: plain, 1: forward, 2: backward). */
+loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
+                            seg_desc_t **out);
+/* Each bucket group's bucket, from w's input types. */
+void seg_group_buckets(const seg_work_t *w, int64_t *out);
+
+/* segment_run.c: looks w's segment up (the hot path first) and runs it. */
+loom_status_t seg_run(loom_trace_t *t, seg_work_t *w);
+/* A zero tensor of shape with x's elements in its leading corner. */
+loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
+                           loom_tensor_t **out);
+/* The leading corner of shape out of padded p. */
+loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
+                             const int64_t *shape, loom_tensor_t **out);
+void seg_links_clear(loom_trace_t *t);
+/* Releases the kept backward descriptions. */
+void seg_memo_clear(loom_trace_t *t);
+/* segment_pack.c: rt_entry_run, with the parameters that its GEMMs read
+ * as B operands packed once per epoch. */
+loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
+                            loom_tensor_t *const *ins, int n_out,
+                            loom_tensor_t *const *outs);
+void seg_packs_free(loom_trace_t *t);
+/* A tensor whose elements are not initialized (outputs that a run
+ * writes whole). */
+loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out);
+
+/* tape.c */
+/* sizes: see tape_rec_t (copied; NULL unless bwd->bucket). */
+loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
+                                const rt_key_t *key, int n_in,
+                                const int32_t *in, int n_out,
+                                const int32_t *out, int n_saved,
+                                loom_tensor_t **saved, const int64_t *sizes);
+loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
+                                 int n_in, const int32_t *in, int n_out,
+                                 const int32_t *out);
+void tape_clear(loom_trace_t *t);
+void tape_destroy(loom_trace_t *t);
+
+/* trace_optim.c */
+void tr_optim_destroy(loom_trace_t *t);
+
+#endif

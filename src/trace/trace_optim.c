@@ -1,0 +1,213 @@
+/* The trace's optimizer step: one graph over every parameter entered so
+ * far, made by the optimizer builders of loom/train.h (train_optimizer:
+ * each optimizer has one implementation, for graphs and traces alike),
+ * compiled once and replayed every step. The graph's parameters store
+ * their values in the user's tensors (borrowed, so that a step updates
+ * them in place, without copies in and out), its state (momentum buffers,
+ * moments, step counters) in parameters of its own, which persist across
+ * steps. Inputs: lr, then per parameter its gradient and whether it takes
+ * the step. */
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "trace/trace_internal.h"
+#include "train/optim.h"
+
+typedef struct tr_optim {
+  loom_graph_t *g;
+  loom_executable_t *exe; /* NULL: interpreted (a trace that does not compile) */
+  loom_optimizer_t hyper;
+  int n;                  /* the trace's parameters when built */
+  loom_value_t *params;   /* the graph's, per trace parameter */
+  loom_tensor_t *take[2]; /* bool scalars false and true, bound per parameter */
+} tr_optim_t;
+
+static void optim_free(tr_optim_t *a) {
+  if (!a) return;
+  loom_executable_destroy(a->exe);
+  loom_graph_destroy(a->g);
+  core_free(a->params);
+  loom_tensor_destroy(a->take[0]);
+  loom_tensor_destroy(a->take[1]);
+  core_free(a);
+}
+
+void tr_optim_destroy(loom_trace_t *t) {
+  optim_free(t->optim);
+  t->optim = NULL;
+}
+
+/* Whether a and b make the same graph (the fields of their kind). */
+static bool same_hyper(const loom_optimizer_t *a, const loom_optimizer_t *b) {
+  if (a->kind != b->kind || a->weight_decay != b->weight_decay) return false;
+  if (a->kind == LOOM_OPTIMIZER_SGD)
+    return a->momentum == b->momentum && a->nesterov == b->nesterov;
+  return a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps;
+}
+
+/* Whether a fits the trace's parameters (their storage) and hyper. */
+static bool optim_fits(const loom_trace_t *t, const tr_optim_t *a,
+                       const loom_optimizer_t *hyper) {
+  if (!a || a->n != t->n_params || !same_hyper(&a->hyper, hyper)) return false;
+  for (int i = 0; i < a->n; i++) {
+    const loom_tensor_t *p = t->params[i].t;
+    const ir_value_t *v = &a->g->values[a->params[i].id];
+    if (v->type.dtype != p->dtype || v->type.rank != p->rank || v->data->data != p->data ||
+        memcmp(v->type.dims, p->shape, sizeof *p->shape * (size_t)p->rank))
+      return false;
+  }
+  return true;
+}
+
+/* The graph's parameter pv stores its values in p's storage (borrowed). */
+static void share_storage(loom_graph_t *g, loom_value_t pv, const loom_tensor_t *p) {
+  loom_tensor_t *x = g->values[pv.id].data;
+  if (x->owns_data) core_free(x->data);
+  x->data = p->data;
+  x->owns_data = false;
+}
+
+/* Copies the state of old into a's parameters of the same name, dtype
+ * and size, so that a new parameter does not reset the others' state. */
+static void carry_state(tr_optim_t *a, const tr_optim_t *old) {
+  if (!old) return;
+  for (int64_t i = 0; i < a->g->n_params; i++) {
+    ir_value_t *v = &a->g->values[a->g->params[i]];
+    for (int64_t j = 0; j < old->g->n_params; j++) {
+      const ir_value_t *o = &old->g->values[old->g->params[j]];
+      /* the state: the parameters themselves are the user's storage */
+      if (v->name && o->name && !strcmp(v->name, o->name) && v->data->owns_data &&
+          o->data->owns_data && loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
+          v->data->dtype == o->data->dtype)
+        memcpy(v->data->data, o->data->data,
+               (size_t)loom_tensor_numel(v->data) * loom_dtype_size(v->data->dtype));
+    }
+  }
+}
+
+/* Parameter i's graph parameter "p<i>" (the user's storage), and its
+ * inputs "grad<i>" and "take<i>". */
+static loom_status_t param_values(loom_graph_t *g, const loom_tensor_t *p, int i,
+                                  loom_value_t *pv, loom_value_t *grad,
+                                  loom_value_t *take) {
+  char name[48];
+  snprintf(name, sizeof name, "p%d", i);
+  LOOM_TRY(loom_graph_param(g, name, p->dtype, p->rank, p->shape, NULL, pv));
+  share_storage(g, *pv, p);
+  snprintf(name, sizeof name, "grad%d", i);
+  LOOM_TRY(loom_graph_input(g, name, p->dtype, p->rank, p->shape, grad));
+  snprintf(name, sizeof name, "take%d", i);
+  return loom_graph_input(g, name, LOOM_BOOL, 0, NULL, take);
+}
+
+/* lr is f64, so that an f64 parameter steps by the rate it was given (a
+ * cast per dtype makes the others' rate, once per run). */
+static loom_status_t optim_graph(loom_trace_t *t, tr_optim_t *a, const char *fn) {
+  int n = a->n;
+  loom_value_t lr, grads[n + 1], takes[n + 1];
+  LOOM_TRY(loom_graph_input(a->g, "lr", LOOM_F64, 0, NULL, &lr));
+  for (int i = 0; i < n; i++)
+    LOOM_TRY(param_values(a->g, t->params[i].t, i, &a->params[i], &grads[i], &takes[i]));
+  return train_optimizer(fn, a->g, &a->hyper, n, a->params, grads, takes, lr);
+}
+
+static loom_status_t optim_compile(loom_trace_t *t, tr_optim_t *a) {
+  if (!t->opt.compile) return LOOM_OK;
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = t->opt.num_threads;
+  return loom_compile(a->g, &o, &a->exe);
+}
+
+static loom_status_t flags(tr_optim_t *a) {
+  for (int k = 0; k < 2; k++) {
+    bool v = k;
+    LOOM_TRY(loom_tensor_from_data(LOOM_BOOL, 0, NULL, &v, sizeof v, &a->take[k]));
+  }
+  return LOOM_OK;
+}
+
+/* A new step for the trace's parameters and hyper, with the state of the
+ * one it replaces. */
+static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
+                                 const char *fn) {
+  tr_optim_t *a = core_calloc(1, sizeof *a);
+  if (!a) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
+  a->n = (int)t->n_params;
+  a->hyper = *hyper;
+  a->params = core_malloc(sizeof *a->params * (size_t)(a->n + 1));
+  loom_status_t s = a->params ? loom_graph_create(&a->g)
+                              : loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
+  if (s == LOOM_OK) s = optim_graph(t, a, fn);
+  if (s == LOOM_OK) s = flags(a);
+  if (s == LOOM_OK) s = optim_compile(t, a);
+  if (s != LOOM_OK) {
+    optim_free(a);
+    return s;
+  }
+  carry_state(a, t->optim);
+  optim_free(t->optim);
+  t->optim = a;
+  return LOOM_OK;
+}
+
+/* Runs the step: lr, and per parameter its gradient (zeros when none
+ * came) and whether it got one, bound; the graph's parameters are the
+ * user's tensors. */
+static loom_status_t optim_run(loom_trace_t *t, double lr) {
+  tr_optim_t *a = t->optim;
+  int n = a->n, n_in = 1 + 2 * n;
+  loom_tensor_t *ins[n_in];
+  LOOM_TRY(loom_tensor_from_data(LOOM_F64, 0, NULL, &lr, sizeof lr, &ins[0]));
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; i < n && s == LOOM_OK; i++) {
+    tr_param_t *q = &t->params[i];
+    const loom_tensor_t *p = q->t;
+    if (!q->grad) s = tensor_new(p->dtype, p->rank, p->shape, &q->grad);
+    ins[1 + 2 * i] = q->grad;
+    ins[2 + 2 * i] = a->take[q->got_grad];
+  }
+  if (s == LOOM_OK)
+    s = a->exe ? loom_executable_run(a->exe, n_in, ins, 0, NULL)
+               : loom_interpret(a->g, n_in, ins, 0, NULL);
+  loom_tensor_destroy(ins[0]);
+  return s;
+}
+
+static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
+                                    double lr, const char *fn) {
+  LOOM_TRY(tr_claim(t, fn));
+  if (t->n_params == 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: no parameters were entered "
+                     "(loom_trace_param)", fn);
+  if (!(lr >= 0 && lr <= DBL_MAX))
+    return loom_fail(LOOM_ERR_INVALID, "%s: lr %g must be finite and >= 0", fn, lr);
+  if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
+  loom_status_t s = optim_run(t, lr);
+  /* the parameters changed (in part, if the run failed) */
+  t->tape_stale = t->n_tape;
+  t->pack_epoch++;
+  LOOM_TRY(s);
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
+                                        const loom_optimizer_t *o, double lr) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(o);
+  return optimizer_step(t, o, lr, __func__);
+}
+
+loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
+                               double beta2, double eps,
+                               double weight_decay) {
+  LOOM_CHECK_ARG(t);
+  loom_optimizer_t o = {.kind = LOOM_OPTIMIZER_ADAMW, .beta1 = beta1, .beta2 = beta2,
+                        .eps = eps, .weight_decay = weight_decay};
+  return optimizer_step(t, &o, lr, __func__);
+}
