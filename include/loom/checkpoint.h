@@ -26,7 +26,7 @@ extern "C" {
  * killed midway (path.tmp.PID.N) is removed by the next save of path.
  * Fails with LOOM_ERR_INVALID when two parameters share a name or one is
  * named "__metadata__". */
-loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path);
+LOOM_API loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path);
 
 typedef struct loom_checkpoint_options {
   int allow_missing;    /* 1: parameters absent from the file keep their values */
@@ -39,10 +39,10 @@ typedef struct loom_checkpoint_options {
  * (else LOOM_ERR_INVALID); a malformed file gives LOOM_ERR_FORMAT. The
  * file is checked and read whole before any parameter changes, so a
  * failed load leaves every parameter as it was. */
-loom_status_t loom_checkpoint_load(loom_graph_t *g, const char *path);
+LOOM_API loom_status_t loom_checkpoint_load(loom_graph_t *g, const char *path);
 /* The same, with options (NULL: the strict defaults above). */
-loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
-                                      const loom_checkpoint_options_t *o);
+LOOM_API loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
+                                               const loom_checkpoint_options_t *o);
 
 #ifdef __cplusplus
 }
