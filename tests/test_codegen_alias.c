@@ -443,7 +443,7 @@ static outcome_t check_graph(const char *what, alias_graph_t *a, alias_way_t way
   CHECK_OK(loom_interpret(a->g, a->n_inputs, a->inputs, a->n_outputs, want));
   if (way == SAME_VALUE) check_table_says_generated(a->g);
   CHECK_OK(loom_compile(a->g, &o, &e));
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (e) CHECK_OK(loom_executable_info(e, &info));
   bool no_cc = info.fallback == LOOM_FALLBACK_NO_CC;
   test_checks++;

@@ -151,7 +151,7 @@ static bool run_both(loom_graph_t *g, int n_in, loom_tensor_t *const *in, int n_
   if (s != LOOM_OK) return false;
   loom_executable_t *e = NULL;
   CHECK_OK(s = loom_compile(g, NULL, &e));
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (s == LOOM_OK) CHECK_OK(s = loom_executable_info(e, &info));
   CHECK(s == LOOM_OK && !info.interpreted && info.n_generated > 0);
   for (int i = 0; i < n_out && s == LOOM_OK; i++) CHECK_OK(s = loom_executable_new_output(e, i, &got[i]));

@@ -9,7 +9,7 @@
 static int cmd_ops(void) {
   printf("%-18s %-12s %-4s %-5s %-8s %s\n", "op", "class", "ref", "grad", "codegen", "meaning");
   for (int i = 0; i < loom_op_count(); i++) {
-    loom_op_info_t info;
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
     if (loom_op_get_info(i, &info) != LOOM_OK) return 1;
     printf("%-18s %-12s %-4s %-5s %-8s %s%s\n", info.name, info.fusion_class,
            info.has_reference ? "yes" : "no",

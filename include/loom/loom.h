@@ -48,6 +48,26 @@ LOOM_API loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...
 #endif
     ;
 
+/* ---- Versioned structs ---------------------------------------------------
+ * Every struct that the library writes into the caller's memory (the
+ * _info and _stats structs) or reads options from (the _options structs)
+ * begins with `size_t size`: the caller's sizeof of it. A program or a
+ * binding built against an older header then keeps working with a newer
+ * library, and the other way round: the library writes or reads only the
+ * first min(size, its own sizeof) bytes (new fields only ever go at the
+ * end), sets size to that count, and gives the options past it their
+ * defaults. Set size with the struct's _INIT macro (outputs) or its init
+ * function (options):
+ *   loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+ *   loom_compile_options_t o;
+ *   loom_compile_options_init(&o);
+ * A size below sizeof(size_t) (0: never set) or above
+ * LOOM_MAX_STRUCT_SIZE fails with LOOM_ERR_INVALID. Structs passed by
+ * value or in arrays (loom_value_t, loom_attr_t, loom_dim_policy_t, the
+ * conv and pool params, loom_host_op_t) have no size field: their layout
+ * stays as it is, and an extension comes as a new struct and call. */
+#define LOOM_MAX_STRUCT_SIZE 65536
+
 /* ---- Dtypes ------------------------------------------------------------ */
 
 typedef enum loom_dtype {
@@ -221,6 +241,7 @@ LOOM_API loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
 typedef struct loom_executable loom_executable_t;
 
 typedef struct loom_compile_options {
+  size_t size;     /* sizeof(loom_compile_options_t): init sets it */
   int fusion;      /* 1: fuse ops into kernels; 0: one step per node */
   int passes;      /* 1: run the pass pipeline (folding, CSE, DCE, ...) */
   int num_threads; /* 0: LOOM_NUM_THREADS, else the CPUs available */
@@ -254,8 +275,12 @@ typedef struct loom_compile_options {
   int precise;
 } loom_compile_options_t;
 
-/* Fills the defaults: fusion, passes and the C compiler on, threads 0. */
-LOOM_API void loom_compile_options_init(loom_compile_options_t *o);
+/* Fills the defaults: fusion, passes and the C compiler on, threads 0;
+ * size is the caller's sizeof(loom_compile_options_t) (bindings call this;
+ * C calls the macro below). */
+LOOM_API loom_status_t loom_compile_options_init_sized(loom_compile_options_t *o,
+                                                       size_t size);
+#define loom_compile_options_init(o) loom_compile_options_init_sized((o), sizeof *(o))
 
 /* Compiles g (options NULL: defaults). g's parameters are shared with the
  * executable, whose runs update them; g must outlive the executable. If
@@ -320,6 +345,7 @@ typedef enum loom_fallback {
 LOOM_API const char *loom_fallback_name(loom_fallback_t f);
 
 typedef struct loom_executable_info {
+  size_t size;          /* sizeof(loom_executable_info_t): the caller sets it */
   int n_nodes;          /* nodes after the pass pipeline */
   int n_groups;         /* fused kernels and other steps */
   int n_generated;      /* steps running generated code */
@@ -346,6 +372,7 @@ typedef struct loom_executable_info {
    * executable (valid until it is destroyed). */
   const char *fallback_reason;
 } loom_executable_info_t;
+#define LOOM_EXECUTABLE_INFO_INIT {.size = sizeof(loom_executable_info_t)}
 LOOM_API loom_status_t loom_executable_info(const loom_executable_t *e,
                                             loom_executable_info_t *out);
 /* A report of the compilation: passes, fusion groups, memory plan, the
@@ -355,12 +382,14 @@ LOOM_API loom_status_t loom_executable_explain(const loom_executable_t *e, char 
 
 /* Counters of this process, for tests and benchmarks. */
 typedef struct loom_stats {
+  size_t size;             /* sizeof(loom_stats_t): the caller sets it */
   int64_t compiles;        /* loom_compile calls that built an executable */
   int64_t cc_invocations;  /* runs of the C compiler */
   int64_t disk_hits;       /* modules loaded from the disk cache */
   int64_t disk_rebuilds;   /* corrupt or truncated entries rebuilt */
 } loom_stats_t;
-LOOM_API void loom_stats_get(loom_stats_t *out);
+#define LOOM_STATS_INIT {.size = sizeof(loom_stats_t)}
+LOOM_API loom_status_t loom_stats_get(loom_stats_t *out);
 
 /* ---- Ops --------------------------------------------------------------- */
 
@@ -369,6 +398,7 @@ LOOM_API int loom_op_count(void);
 /* Name, fusion class ("elementwise", "reduction", "contraction", "layout",
  * "host"), and which rules op i has. */
 typedef struct loom_op_info {
+  size_t size; /* sizeof(loom_op_info_t): the caller sets it */
   const char *name;
   const char *fusion_class;
   const char *doc;
@@ -378,6 +408,7 @@ typedef struct loom_op_info {
   int has_codegen;
   int data_dependent_shape;
 } loom_op_info_t;
+#define LOOM_OP_INFO_INIT {.size = sizeof(loom_op_info_t)}
 LOOM_API loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
 
 #ifdef __cplusplus

@@ -82,6 +82,7 @@ LOOM_API loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers,
 LOOM_API void loom_cache_destroy(loom_cache_t *c);
 
 typedef struct loom_cache_stats {
+  size_t size;             /* sizeof(loom_cache_stats_t): the caller sets it */
   int64_t hits, misses;    /* lookups */
   int64_t compiles;        /* executables built (speculative ones included) */
   int64_t spec_compiles;   /* built ahead of need by the workers */
@@ -90,6 +91,7 @@ typedef struct loom_cache_stats {
   int64_t entries, bytes;  /* now */
   double compile_ms;       /* total time spent compiling */
 } loom_cache_stats_t;
+#define LOOM_CACHE_STATS_INIT {.size = sizeof(loom_cache_stats_t)}
 LOOM_API loom_status_t loom_cache_get_stats(const loom_cache_t *c,
                                             loom_cache_stats_t *out);
 
@@ -105,6 +107,7 @@ LOOM_API loom_status_t loom_cache_get_stats(const loom_cache_t *c,
  * share one loom_cache_t. loom_trace_destroy must not race with calls. */
 
 typedef struct loom_trace_options {
+  size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
   int tiered;      /* 1: a miss interprets while a worker compiles */
   int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
@@ -119,8 +122,10 @@ typedef struct loom_trace_options {
   loom_dim_policy_t data_dims;
 } loom_trace_options_t;
 
-/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker. */
-LOOM_API void loom_trace_options_init(loom_trace_options_t *o);
+/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker; size
+ * is the caller's sizeof(loom_trace_options_t) (C calls the macro). */
+LOOM_API loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size);
+#define loom_trace_options_init(o) loom_trace_options_init_sized((o), sizeof *(o))
 
 LOOM_API loom_status_t loom_trace_create(const loom_trace_options_t *o,
                                          loom_trace_t **out);
@@ -220,8 +225,10 @@ LOOM_API loom_status_t loom_trace_step_end(loom_trace_t *t);
 
 /* ---- Statistics ---------------------------------------------------------- */
 
-/* This trace's counters; cache holds its cache's (shared) counters. */
+/* This trace's counters; cache holds its cache's (shared) counters
+ * (its size is the library's sizeof(loom_cache_stats_t)). */
 typedef struct loom_trace_stats {
+  size_t size;          /* sizeof(loom_trace_stats_t): the caller sets it */
   int64_t recorded_ops; /* nodes recorded */
   int64_t segments;     /* segments run */
   int64_t hits, misses; /* this trace's lookups */
@@ -233,6 +240,7 @@ typedef struct loom_trace_stats {
   int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
 } loom_trace_stats_t;
+#define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
 LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                             loom_trace_stats_t *out);
 /* A report: cache entries, graph breaks with their reasons, recompiles

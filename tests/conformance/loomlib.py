@@ -31,9 +31,10 @@ class PoolParams(C.Structure):
 
 
 class OpInfo(C.Structure):
-    _fields_ = [("name", C.c_char_p), ("fusion_class", C.c_char_p),
-                ("doc", C.c_char_p), ("has_reference", C.c_int),
-                ("has_gradient", C.c_int), ("has_codegen", C.c_int),
+    _fields_ = [("size", C.c_size_t), ("name", C.c_char_p),
+                ("fusion_class", C.c_char_p), ("doc", C.c_char_p),
+                ("has_reference", C.c_int), ("has_gradient", C.c_int),
+                ("not_differentiable", C.c_int), ("has_codegen", C.c_int),
                 ("data_dependent_shape", C.c_int)]
 
 
@@ -120,7 +121,7 @@ class Lib:
     def op_names(self):
         names = []
         for i in range(self.c.loom_op_count()):
-            info = OpInfo()
+            info = OpInfo(size=C.sizeof(OpInfo))
             self.check(self.c.loom_op_get_info(i, C.byref(info)), "op info")
             names.append(info.name.decode())
         return names
