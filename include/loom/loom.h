@@ -391,30 +391,11 @@ typedef struct loom_stats {
 #define LOOM_STATS_INIT {.size = sizeof(loom_stats_t)}
 LOOM_API loom_status_t loom_stats_get(loom_stats_t *out);
 
-/* ---- Ops --------------------------------------------------------------- */
-
-/* Metadata of the op table. */
-LOOM_API int loom_op_count(void);
-/* Name, fusion class ("elementwise", "reduction", "contraction", "layout",
- * "host"), and which rules op i has. */
-typedef struct loom_op_info {
-  size_t size; /* sizeof(loom_op_info_t): the caller sets it */
-  const char *name;
-  const char *fusion_class;
-  const char *doc;
-  int has_reference;
-  int has_gradient;
-  int not_differentiable; /* no gradient flows through it (argmax, ...) */
-  int has_codegen;
-  int data_dependent_shape;
-} loom_op_info_t;
-#define LOOM_OP_INFO_INIT {.size = sizeof(loom_op_info_t)}
-LOOM_API loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
-
 #ifdef __cplusplus
 }
 #endif
 
+#include "loom/op_table.h"
 #include "loom/ops.h"
 #include "loom/train.h"
 #include "loom/checkpoint.h"
