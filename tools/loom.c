@@ -34,8 +34,21 @@ static int cmd_ops(void) {
   return 0;
 }
 
+/* The public API as JSON (loom_api_describe), for bindings. */
+static int cmd_api(void) {
+  char *json = NULL;
+  if (loom_api_describe(&json) != LOOM_OK) {
+    fprintf(stderr, "loom api: %s\n", loom_last_error());
+    return 1;
+  }
+  fputs(json, stdout);
+  loom_free(json);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "ops")) return cmd_ops();
+  if (argc == 2 && !strcmp(argv[1], "api")) return cmd_api();
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
   if (argc == 3 && !strcmp(argv[1], "explain") && !strcmp(argv[2], "trace"))
     return loom_explain_trace_main();
@@ -44,6 +57,8 @@ int main(int argc, char **argv) {
   fprintf(stderr,
           "usage: loom <command>\n"
           "  ops    list the op table: class, which rules each op has, attributes\n"
+          "  api    print the public API as JSON for bindings: functions, struct\n"
+          "         layouts (offsets and sizes), enums, typedefs, constants\n"
           "  demo   build, interpret and compile a small MLP and CNN\n"
           "  explain [mlp|cnn]\n"
           "         show what the compiler makes of a demo model: passes,\n"

@@ -9,7 +9,8 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define LOOM_API __attribute__((visibility("default")))
-#else
+#endif
+#ifndef LOOM_API
 #define LOOM_API
 #endif
 

@@ -391,6 +391,18 @@ typedef struct loom_stats {
 #define LOOM_STATS_INIT {.size = sizeof(loom_stats_t)}
 LOOM_API loom_status_t loom_stats_get(loom_stats_t *out);
 
+/* ---- The API as data, for bindings -------------------------------------- */
+
+/* This library's public API as JSON, in a string the caller frees with
+ * loom_free: every function (name, header, declaration), struct (size,
+ * alignment, and each field's name, C type, offset, size and array
+ * count), enum (each value), typedef and integer constant of
+ * include/loom/. It is generated from the headers the library was built
+ * with and its numbers are the compiler's (offsetof, sizeof), so a
+ * binding that reads it (`loom api` prints it) instead of copying
+ * layouts by hand cannot drift from the library it loads. */
+LOOM_API loom_status_t loom_api_describe(char **out);
+
 #ifdef __cplusplus
 }
 #endif
