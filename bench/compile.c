@@ -65,7 +65,7 @@ static int compile_once(void) {
   loom_graph_t *g;
   loom_value_t logits;
   loom_executable_t *e;
-  loom_stats_t stats;
+  loom_stats_t stats = LOOM_STATS_INIT;
   BENCH_TRY(loom_graph_create(&g));
   BENCH_TRY(model_small_cnn(g, 2, &logits));
   BENCH_TRY(loom_graph_output(g, logits));
@@ -324,7 +324,7 @@ static int scale_once(const char *name, int nodes, int cc) {
   double t0 = bench_now_ns(), c0 = cpu_ms();
   BENCH_TRY(loom_compile(g, &o, &e));
   double ms = (bench_now_ns() - t0) / 1e6, cpu = cpu_ms() - c0;
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   BENCH_TRY(loom_executable_info(e, &info));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -11,7 +11,7 @@ int main(void) {
     const bench_model_t *m = &bench_models[i];
     loom_graph_t *g = bench_build_model(m);
     loom_executable_t *e;
-    loom_executable_info_t info = {.arena_bytes = -1};
+    loom_executable_info_t info = {.size = sizeof(loom_executable_info_t), .arena_bytes = -1};
     if (loom_compile(g, NULL, &e) == LOOM_OK) {
       BENCH_TRY(loom_executable_info(e, &info));
       loom_executable_destroy(e);

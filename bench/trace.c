@@ -82,7 +82,7 @@ static double hit_ns(int alternate, int64_t *stitched) {
     for (int i = 0; i < n; i++) sum += cut_ns(t, xt, alternate & i);
     if (sum / n < best) best = sum / n;
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   BENCH_TRY(loom_trace_get_stats(t, &s));
   *stitched = s.stitched;
   loom_tensor_destroy(xt);

@@ -135,7 +135,7 @@ static int loom_setup(loom_graph_t *g, const model_params_t *p, loom_tensor_t *c
     fprintf(stderr, "bench train: compile failed: %s\n", loom_last_error());
     return 0;
   }
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   BENCH_TRY(loom_executable_info(c->e, &info));
   r->flops = info.flops;
   if (threads == 1) explain_reference_steps(c->e);
@@ -200,7 +200,7 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
   if (steps > 64) steps = 64;
   if (steps < 3 && first_ms <= SLOW_MS) steps = 3;
   int rounds = first_ms > SLOW_MS ? 3 : ROUNDS;
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   snprintf(request, sizeof request, "steps %d", steps);
   for (int i = 0; i < rounds; i++) {

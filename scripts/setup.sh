@@ -3,10 +3,11 @@
 #   gcc, make, cmake: the build (gcc also compiles generated kernels);
 #   clang, libclang-rt-dev: the second compiler CI builds with, and its
 #   sanitizer and libFuzzer runtimes;
-#   python3-numpy: the conformance tests compare every op with NumPy.
+#   python3-numpy: the conformance tests compare every op with NumPy;
+#   pkg-config: the install test builds a program with it.
 set -euo pipefail
 
-packages=(gcc make cmake clang libclang-rt-dev python3 python3-numpy)
+packages=(gcc make cmake clang libclang-rt-dev python3 python3-numpy pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -181,7 +181,7 @@ static int skip_compiled(const loom_graph_t *g) {
 }
 
 void test_check_no_lost_code(const loom_executable_t *e) {
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   test_checks++;
   if (loom_executable_info(e, &info) != LOOM_OK) return;
   if (info.fallback == LOOM_FALLBACK_CC_FAILED || info.fallback == LOOM_FALLBACK_NO_MODULE)

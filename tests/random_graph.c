@@ -1474,7 +1474,7 @@ static void destroy_all(loom_tensor_t **t, int n) {
  * a missing compiler is no loss here (the suite runs without one too). */
 static bool code_lost(const rg_case_t *c, const rg_config_t *cfg, const loom_executable_t *e,
                       FILE *log) {
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (!cfg->use_cc || loom_executable_info(e, &info) != LOOM_OK) return false;
   if (info.fallback != LOOM_FALLBACK_CC_FAILED && info.fallback != LOOM_FALLBACK_NO_MODULE)
     return false;

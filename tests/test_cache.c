@@ -111,7 +111,7 @@ static rt_get_result_t get1(loom_cache_t *c, uint64_t site, int64_t n, int limit
 }
 
 static loom_cache_stats_t stats_of(loom_cache_t *c) {
-  loom_cache_stats_t s;
+  loom_cache_stats_t s = LOOM_CACHE_STATS_INIT;
   CHECK_OK(loom_cache_get_stats(c, &s));
   return s;
 }
@@ -600,7 +600,7 @@ static void test_symbolic_bytes(void) {
   e = rt_cache_lookup(c, &k);
   CHECK(e != NULL);
   if (e) run_symbolic(e, 5000);
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(rt_entry_executable(e), &info));
   rt_entry_release(c, e);
   int64_t large = stats_of(c).bytes;

@@ -396,7 +396,7 @@ static void mismatched_graphs(void) {
   loom_value_t c = param_filled(g, "c", 1, 9);
   CHECK_ERR(loom_checkpoint_load(g, p), LOOM_ERR_INVALID, "parameter 'c' (f32 (1)) is not in");
   CHECK(all_equal(g, b, 7));
-  loom_checkpoint_options_t o = {.allow_missing = 1};
+  loom_checkpoint_options_t o = {.size = sizeof o, .allow_missing = 1};
   CHECK_OK(loom_checkpoint_load_ex(g, p, &o));
   CHECK(all_equal(g, b, 5) && all_equal(g, c, 9));
   loom_graph_destroy(g);
@@ -406,7 +406,7 @@ static void mismatched_graphs(void) {
   b = param_filled(g, "b", 3, 7);
   CHECK_ERR(loom_checkpoint_load(g, p), LOOM_ERR_INVALID, "tensor 'w' of the checkpoint");
   CHECK(all_equal(g, b, 7));
-  o = (loom_checkpoint_options_t){.allow_unexpected = 1};
+  o = (loom_checkpoint_options_t){.size = sizeof o, .allow_unexpected = 1};
   CHECK_OK(loom_checkpoint_load_ex(g, p, &o));
   CHECK(all_equal(g, b, 5));
   loom_graph_destroy(g);

@@ -630,7 +630,7 @@ static void compiled_block_end_to_end(void) {
   if (ex) {
     CHECK_OK(loom_executable_new_output(ex, 0, &got));
     CHECK_OK(loom_executable_run(ex, 3, in, 1, &got));
-    loom_executable_info_t info;
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
     CHECK_OK(loom_executable_info(ex, &info));
     CHECK(info.n_generated >= 3);
     CHECK(info.n_reference == 0);

@@ -164,11 +164,14 @@ static int op_of(const char *name) {
   return -1;
 }
 
-/* The kind ("int", "float", "ints") of attribute name in op's schema. */
-static const char *attr_kind(int op, const char *name, size_t len) {
-  for (const char *w = ir_ops[op].attrs; *w; w += strcspn(w, " "), w += *w == ' ')
-    if (!strncmp(w, name, len) && w[len] == ':') return w + len + 1;
-  return NULL;
+/* The kind of attribute name (len bytes) in op's schema; false when it
+ * has none of that name. */
+static bool attr_kind(int op, const char *name, size_t len, loom_attr_kind_t *kind) {
+  char buf[IR_ATTR_NAME];
+  snprintf(buf, sizeof buf, "%.*s", (int)len, name);
+  const ir_attr_spec_t *spec = ir_op_attr_spec((ir_op_t)op, buf);
+  if (spec) *kind = spec->kind;
+  return spec != NULL;
 }
 
 /* "axes=1 keepdim=0 kernel=2,2" into attrs, typed by the schema. */
@@ -176,11 +179,12 @@ static bool parse_attrs(int op, const char *text, ir_attrs_t *a) {
   *a = (ir_attrs_t){0};
   for (const char *p = text; *p;) {
     size_t len = strcspn(p, "=");
-    const char *kind = attr_kind(op, p, len), *v = p + len + 1;
-    if (!kind || !p[len]) return false;
+    const char *v = p + len + 1;
+    loom_attr_kind_t kind;
+    if (!attr_kind(op, p, len, &kind) || !p[len]) return false;
     char name[IR_ATTR_NAME];
     snprintf(name, sizeof name, "%.*s", (int)len, p);
-    if (!strncmp(kind, "ints", 4)) {
+    if (kind == LOOM_ATTR_INTS) {
       int64_t ints[IR_MAX_ATTR_INTS];
       int n = 0;
       for (char *end; n < IR_MAX_ATTR_INTS; v = end + 1) {
@@ -188,7 +192,7 @@ static bool parse_attrs(int op, const char *text, ir_attrs_t *a) {
         if (*end != ',') break;
       }
       ir_attrs_ints(a, name, n, ints);
-    } else if (!strncmp(kind, "int", 3)) {
+    } else if (kind != LOOM_ATTR_FLOAT) {
       ir_attrs_int(a, name, strtoll(v, NULL, 10));
     } else {
       ir_attrs_float(a, name, strtod(v, NULL));
@@ -443,7 +447,7 @@ static outcome_t check_graph(const char *what, alias_graph_t *a, alias_way_t way
   CHECK_OK(loom_interpret(a->g, a->n_inputs, a->inputs, a->n_outputs, want));
   if (way == SAME_VALUE) check_table_says_generated(a->g);
   CHECK_OK(loom_compile(a->g, &o, &e));
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (e) CHECK_OK(loom_executable_info(e, &info));
   bool no_cc = info.fallback == LOOM_FALLBACK_NO_CC;
   test_checks++;

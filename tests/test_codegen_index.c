@@ -65,7 +65,7 @@ static loom_tensor_t *run_compiled(loom_executable_t *ex, int n, loom_tensor_t *
 
 /* Every step generated: no index op fell back to its reference kernel. */
 static void check_generated(loom_executable_t *ex) {
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(ex, &info));
   CHECK(info.n_reference == 0);
   CHECK(info.n_generated >= 1);

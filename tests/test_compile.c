@@ -67,7 +67,7 @@ static void compiled_equals_interpreted(loom_compile_options_t *o) {
   CHECK_OK(loom_interpret(g, 1, &x, 2, want));
   loom_executable_t *e;
   CHECK_OK(loom_compile(g, o, &e));
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   for (int run = 0; run < 3; run++) {
     run_exe(e, 1, &x, 2, got);
@@ -123,7 +123,7 @@ static void long_chain_compiles_in_pieces(void) {
   CHECK_OK(loom_interpret(g, 1, &in, 1, &want));
   loom_executable_t *e;
   CHECK_OK(loom_compile(g, NULL, &e));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(!info.interpreted && info.n_reference == 0);
   CHECK(info.n_groups >= (info.n_nodes + FUSE_MAX_NODES - 1) / FUSE_MAX_NODES);
@@ -268,7 +268,7 @@ static void data_dependent_falls_back(void) {
   CHECK_OK(loom_graph_output(g, s));
   loom_executable_t *e;
   CHECK_OK(loom_compile(g, NULL, &e));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.interpreted == 1);
   loom_tensor_t *in = test_tensor(LOOM_F32, 1, (int64_t[]){4}, (double[]){0, 5, 0, 6});
@@ -319,7 +319,7 @@ static void flops_counted(void) {
   o.symbol_values = values;
   loom_executable_t *ex;
   CHECK_OK(loom_compile(g, &o, &ex));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(ex, &info));
   double want = 2.0 * (4 * 5 * 3 + 27 * 18 + 27 * 8 + 54 * 9);
   CHECK(info.flops == want);

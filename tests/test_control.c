@@ -70,7 +70,7 @@ static void run_both(loom_graph_t *g, int n_in, loom_tensor_t *const *in, int n_
   if (!compile) return;
   loom_executable_t *e = NULL;
   CHECK_OK(loom_compile(g, NULL, &e));
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (e) CHECK_OK(loom_executable_info(e, &info));
   char *text = NULL;
   /* Compiled, not sent to the interpreter: the node is a control step. */

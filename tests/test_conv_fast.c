@@ -328,7 +328,7 @@ static void compare_compiled(loom_graph_t *g, int n_in, loom_tensor_t *const *in
     loom_executable_t *e = NULL;
     CHECK_OK(loom_compile(g, &o, &e));
     if (!e) return;
-    loom_executable_info_t info;
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
     CHECK_OK(loom_executable_info(e, &info));
     if (all_generated) CHECK(info.n_reference == 0 && !info.interpreted);
     for (int i = 0; i < n_out; i++) CHECK_OK(loom_executable_new_output(e, i, &got[i]));

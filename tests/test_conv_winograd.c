@@ -367,7 +367,7 @@ static void run_compiled(layer_t *l, const loom_compile_options_t *o) {
   CHECK_OK(loom_conv2d(g, x, w, 0, w, &p, &y));
   CHECK_OK(loom_graph_output(g, y));
   loom_executable_t *e = NULL;
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_compile(g, o, &e));
   if (e) CHECK_OK(loom_executable_info(e, &info));
   CHECK(e && !info.interpreted && info.n_generated > 0);

@@ -118,7 +118,7 @@ static void null_graph_calls(void) {
   CHECK_ERR(loom_graph_dot(NULL, &text), LOOM_ERR_INVALID, "g");
   CHECK_ERR(loom_graph_dot(g, NULL), LOOM_ERR_INVALID, "out");
   loom_free(NULL);
-  loom_op_info_t info;
+  loom_op_info_t info = LOOM_OP_INFO_INIT;
   CHECK_ERR(loom_op_get_info(0, NULL), LOOM_ERR_INVALID, "out");
   CHECK_ERR(loom_op_get_info(-1, &info), LOOM_ERR_INVALID, "op index");
   CHECK_ERR(loom_op_get_info(loom_op_count(), &info), LOOM_ERR_INVALID, "op index");

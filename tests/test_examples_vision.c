@@ -222,7 +222,7 @@ static void check_hundred_steps(const spec_t *s) {
   trainer_t t;
   trainer_init(&t, s, LOOM_F32);
   loom_executable_t *e = compile(&t);
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   double first = 0, last = 0;
   loom_stats_get(&before);
   for (int k = 0; e && k < 100; k++) {

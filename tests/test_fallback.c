@@ -55,7 +55,7 @@ typedef struct compiled {
 /* Compiles g with LOOM_CC = cc (NULL: the default) and checks that the
  * executable gives the interpreter's answer. */
 static compiled_t compile_with(loom_graph_t *g, const char *cc, int use_cc) {
-  compiled_t r = {0};
+  compiled_t r = {.info = LOOM_EXECUTABLE_INFO_INIT};
   if (cc) setenv("LOOM_CC", cc, 1);
   else unsetenv("LOOM_CC");
   loom_compile_options_t o;
@@ -163,7 +163,7 @@ static void reference_by_design_is_no_fallback(void) {
   CHECK_OK(loom_sum(g, nz, 0, NULL, 0, &s));
   CHECK_OK(loom_graph_output(g, s));
   loom_executable_t *e = NULL;
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_compile(g, NULL, &e));
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.interpreted && info.fallback == LOOM_FALLBACK_NONE);
@@ -190,7 +190,7 @@ static void subgraph_loss_is_reported(void) {
   CHECK_OK(loom_graph_output(g, y));
   setenv("LOOM_CC", script("rejecting-cc2", "echo 'stand-in branch error' >&2\nexit 1"), 1);
   loom_executable_t *e = NULL;
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_compile(g, NULL, &e));
   unsetenv("LOOM_CC");
   if (e) CHECK_OK(loom_executable_info(e, &info));

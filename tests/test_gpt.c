@@ -113,7 +113,7 @@ static void test_training(void) {
     if (k == 0) first = lc;
   }
   check_same_params(interp, comp);
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   for (int k = 3; k < 50; k++) {
     tiny_batch(&text, k, tokens, targets);

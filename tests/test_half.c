@@ -151,7 +151,7 @@ static bool run_both(loom_graph_t *g, int n_in, loom_tensor_t *const *in, int n_
   if (s != LOOM_OK) return false;
   loom_executable_t *e = NULL;
   CHECK_OK(s = loom_compile(g, NULL, &e));
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (s == LOOM_OK) CHECK_OK(s = loom_executable_info(e, &info));
   CHECK(s == LOOM_OK && !info.interpreted && info.n_generated > 0);
   for (int i = 0; i < n_out && s == LOOM_OK; i++) CHECK_OK(s = loom_executable_new_output(e, i, &got[i]));
@@ -166,23 +166,15 @@ static void destroy_all(loom_tensor_t **t, int n) {
 
 /* ---- Unary ops of the op table ----------------------------------------------------- */
 
-/* Attribute i of op's schema: its name, kind and whether it is optional;
- * false past the last. */
+/* Attribute i of op's schema: its name, kind (its first letter) and
+ * whether it is optional; false past the last. */
 static bool schema_attr(ir_op_t op, int i, char *name, size_t size, char *kind, bool *optional) {
-  const char *p = ir_ops[op].attrs;
-  for (int k = 0;; k++) {
-    while (*p == ' ') p++;
-    if (!*p) return false;
-    const char *colon = strchr(p, ':'), *end = strchr(p, ' ');
-    if (!end) end = p + strlen(p);
-    if (k == i && colon && colon < end) {
-      snprintf(name, size, "%.*s", (int)(colon - p), p);
-      *kind = colon[1];
-      *optional = end[-1] == '?';
-      return true;
-    }
-    p = end;
-  }
+  const ir_schema_t *schema = ir_op_schema(op);
+  if (i >= schema->n) return false;
+  snprintf(name, size, "%s", schema->a[i].name);
+  *kind = ir_attr_kind_name(schema->a[i].kind)[0];
+  *optional = schema->a[i].optional;
+  return true;
 }
 
 #define MAX_OUTS 64

@@ -49,7 +49,7 @@ static loom_executable_t *compile(loom_graph_t *g, loom_value_t out, int copies)
   loom_executable_t *e = NULL;
   CHECK_OK(loom_graph_output(g, out));
   CHECK_OK(loom_compile(g, NULL, &e));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.n_copies == copies);
   return e;

@@ -90,7 +90,7 @@ static int compile_and_check(int which) {
   CHECK_OK(loom_interpret(g, 1, &x, 1, &want));
   loom_status_t s = loom_compile(g, NULL, &e);
   CHECK_OK(s);
-  loom_executable_info_t info = {.n_generated = -1};
+  loom_executable_info_t info = {.size = sizeof(loom_executable_info_t), .n_generated = -1};
   if (s == LOOM_OK) {
     CHECK_OK(loom_executable_new_output(e, 0, &got));
     CHECK_OK(loom_executable_run(e, 1, &x, 1, &got));
@@ -107,7 +107,7 @@ static int compile_and_check(int which) {
 }
 
 static loom_stats_t stats(void) {
-  loom_stats_t s;
+  loom_stats_t s = LOOM_STATS_INIT;
   loom_stats_get(&s);
   return s;
 }

@@ -173,7 +173,7 @@ static void run_compiled(const config_t *c, loom_dtype_t dt, double rtol) {
   }
   loom_tensor_t *out = NULL;
   CHECK_OK(loom_executable_new_output(e, 0, &out));
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   for (int k = 0; k < STEPS; k++) {
     fill_inputs(&s, k);
@@ -422,7 +422,7 @@ static void test_training_step(void) {
   loom_executable_t *e = NULL;
   if (ok_a && ok_b) CHECK_OK(loom_compile(b.g, NULL, &e));
   if (e) {
-    loom_stats_t before, after;
+    loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
     loom_stats_get(&before);
     double first = 0;
     for (int k = 0; k < STEPS; k++) {

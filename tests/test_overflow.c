@@ -478,7 +478,7 @@ static void checkpoint_shapes_that_overflow(void) {
   write_file(path, b, 8 + len);
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
-  loom_checkpoint_options_t o = {.allow_missing = 1, .allow_unexpected = 1};
+  loom_checkpoint_options_t o = {.size = sizeof o, .allow_missing = 1, .allow_unexpected = 1};
   CHECK_ERR(loom_checkpoint_load_ex(g, path, &o), LOOM_ERR_FORMAT, "more bytes than int64");
   CHECK_ERR(loom_checkpoint_load_ex(g, path, &o), LOOM_ERR_FORMAT, "tensor 'e'");
   loom_graph_destroy(g);

@@ -73,7 +73,7 @@ static void check_graph(loom_graph_t *g, int n_in, loom_tensor_t **in, const dou
   loom_executable_t *e = NULL;
   CHECK_OK(loom_compile(g, &o, &e));
   if (!e) return;
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(!info.interpreted);
   CHECK(info.n_reference == 0);

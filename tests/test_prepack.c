@@ -243,7 +243,7 @@ static void check_fold(fold_fn op, loom_dtype_t dt, int rank, const int64_t *sha
   loom_tensor_t *want = NULL, *got = NULL;
   CHECK_OK(loom_interpret(g, 1, &in, 1, &want));
   loom_executable_t *e = compile_with(g, 0, threads);
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   if (e && want) {
     CHECK_OK(loom_executable_info(e, &info));
     CHECK(info.n_reference == 0 && !info.interpreted);

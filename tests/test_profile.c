@@ -71,7 +71,7 @@ static void profiled_runs_match_and_report_every_step(void) {
   set_log("steps");
   for (int i = 0; i < 3; i++) CHECK_OK(loom_executable_run(e, 2, in, 1, &timed));
   CHECK(memcmp(loom_tensor_data(plain), loom_tensor_data(timed), 16 * sizeof(float)) == 0);
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   char *text = destroy_capturing_stderr(e);
   if (text) {

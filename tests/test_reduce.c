@@ -211,7 +211,7 @@ static void reduce_bool(void) {
   CHECK_OK(loom_sum(g, gt, 1, ax1, 0, &y));
   CHECK_OK(loom_graph_output(g, y));
   loom_executable_t *e = NULL;
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_compile(g, NULL, &e));
   if (e) CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.n_generated == 1 && info.n_reference == 0); /* one generated kernel */

@@ -59,7 +59,7 @@ typedef int (*make_inputs_fn)(int64_t n, loom_tensor_t **in);
  * generated and reference steps into info. */
 static void run_sizes(const char *name, loom_graph_t *g, const loom_compile_options_t *o,
                       make_inputs_fn make, int n_out, loom_executable_info_t *info) {
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   loom_executable_t *e = NULL;
   CHECK_OK(loom_compile(g, o, &e));
@@ -120,7 +120,7 @@ static void test_mlp_symbolic_batch(void) {
   test_seed(1);
   loom_graph_t *g = mlp();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("mlp", g, &o, mlp_inputs, 1, &info);
   CHECK(info.n_generated == 2); /* two matmuls with their epilogues */
   CHECK(info.n_reference == 0);
@@ -133,7 +133,7 @@ static void test_mlp_reference_only(void) {
   loom_graph_t *g = mlp();
   loom_compile_options_t o = dynamic_options();
   o.use_cc = 0;
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("mlp, no C compiler", g, &o, mlp_inputs, 1, &info);
   CHECK(info.n_generated == 0);
   loom_graph_destroy(g);
@@ -168,7 +168,7 @@ static void test_mlp_gradients(void) {
   test_seed(14);
   loom_graph_t *g = mlp_grads();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("mlp loss and gradients", g, &o, grads_inputs, 5, &info);
   CHECK(info.n_generated > info.n_reference);
   CHECK(!info.interpreted);
@@ -209,7 +209,7 @@ static void test_rows_softmax_layer_norm(void) {
   test_seed(3);
   loom_graph_t *g = rows_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("softmax + layer_norm rows", g, &o, rows_inputs, 2, &info);
   CHECK(info.n_generated > 0);
   CHECK(info.n_reference == 0);
@@ -249,7 +249,7 @@ static void test_matmul_symbolic_m(void) {
   test_seed(4);
   loom_graph_t *g = matmul_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("matmul M, K and batch", g, &o, matmul_inputs, 3, &info);
   CHECK(info.n_generated == 3);
   CHECK(info.n_reference == 0);
@@ -289,7 +289,7 @@ static void test_layout_symbolic_lead(void) {
   test_seed(5);
   loom_graph_t *g = layout_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("layout moves", g, &o, layout_inputs, 4, &info);
   CHECK(info.n_generated >= 4);
   CHECK(info.n_reference == 0);
@@ -337,7 +337,7 @@ static void test_whole_symbolic_folds(void) {
   test_seed(8);
   loom_graph_t *g = whole_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("folds over a whole symbolic dim", g, &o, whole_inputs, 4, &info);
   CHECK(info.n_generated >= 2);
   CHECK(info.n_reference == 0);
@@ -376,7 +376,7 @@ static void test_symbolic_inner_dim_falls_back(void) {
   test_seed(6);
   loom_graph_t *g = inner_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("symbolic inner dim", g, &o, inner_inputs, 3, &info);
   CHECK(info.n_reference > 0);
   CHECK(!info.interpreted);
@@ -418,7 +418,7 @@ static void test_expression_dims(void) {
   test_seed(7);
   loom_graph_t *g = expr_graph();
   loom_compile_options_t o = dynamic_options();
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   run_sizes("dims n*4 and n+1", g, &o, expr_inputs, 2, &info);
   CHECK(info.n_reference == 0);
   loom_graph_destroy(g);
@@ -509,7 +509,7 @@ static void test_replans_allocate_only_to_grow(void) {
     CHECK_OK(loom_executable_run(e, 1, &x, 1, &out));
     /* After the largest size, no run allocates. */
     if (k > 0 && k < 5) CHECK(core_alloc_count() == 0);
-    loom_executable_info_t info;
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
     CHECK_OK(loom_executable_info(e, &info));
     arena[k] = info.arena_bytes;
     CHECK_OK(loom_interpret(g, 1, &x, 1, &want));

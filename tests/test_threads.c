@@ -157,7 +157,7 @@ static void plain_runs_overlap(void) {
     o.freeze_params = freeze;
     loom_executable_t *e;
     CHECK_OK(loom_compile(g, &o, &e));
-    loom_executable_info_t info;
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
     CHECK_OK(loom_executable_info(e, &info));
     CHECK(info.n_reference > 0 && info.arena_bytes > 0);
     run_on_threads(e, &c);
@@ -218,7 +218,7 @@ static void lane_index_errors(void) {
   CHECK_OK(loom_graph_output(g, y));
   loom_executable_t *e;
   CHECK_OK(loom_compile(g, NULL, &e));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.n_generated > 0);
   double xv[12];
@@ -253,7 +253,7 @@ static void interpreted_runs_overlap(void) {
   o.use_cc = 0;
   loom_executable_t *e;
   CHECK_OK(loom_compile(g, &o, &e));
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(info.interpreted);
   run_on_threads(e, &c);
@@ -518,7 +518,7 @@ static void *intrude(void *arg) {
   double d;
   int64_t shape[LOOM_MAX_RANK];
   int rank;
-  loom_trace_stats_t stats;
+  loom_trace_stats_t stats = LOOM_TRACE_STATS_INIT;
   char *text = NULL;
   loom_tensor_t *c = NULL;
   loom_tensor_from_data(LOOM_F32, 0, NULL, &(float){3}, sizeof(float), &c);
@@ -569,7 +569,7 @@ static void trace_refuses_other_threads(void) {
   CHECK(pthread_create(&th, NULL, intrude, &r) == 0);
   CHECK(pthread_join(th, NULL) == 0);
   CHECK(r.calls > 0 && r.refusals == r.calls);
-  loom_trace_stats_t stats;
+  loom_trace_stats_t stats = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &stats));
   CHECK(stats.recorded_ops == 0); /* the refused builders recorded nothing */
   trace_program(loom_trace_graph(t), xv, &y);
@@ -639,7 +639,7 @@ static void trace_two_threads_take_turns(void) {
   }
   printf("  %d and %d steps refused while the other thread held the trace\n", r[0].refusals,
          r[1].refusals);
-  loom_trace_stats_t stats;
+  loom_trace_stats_t stats = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &stats));
   CHECK(stats.segments == 2 * RUNS);
   loom_trace_destroy(t);

@@ -1016,7 +1016,7 @@ static void test_clang_compiles_generated_code(void) {
   loom_tensor_t *want[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
   CHECK_OK(loom_interpret(g, 1, &x, 2, want));
   loom_executable_t *e = NULL;
-  loom_executable_info_t info = {0};
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   cpu_toolchain_stats_t before = stats();
   CHECK_OK(loom_compile(g, NULL, &e));
   if (e) CHECK_OK(loom_executable_info(e, &info));

@@ -123,7 +123,7 @@ static void test_chain(void) {
     trace_and_check(t, chain, 1, &x, NULL, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.segments == 3);
   CHECK(s.misses == 1); /* one compile, then hits */
@@ -165,7 +165,7 @@ static void test_read_midway(void) {
       CHECK_TENSOR(dt, want_d, 6, 1e-5, 1e-5);
       CHECK_OK(loom_trace_step_end(t));
     }
-    loom_trace_stats_t s;
+    loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
     CHECK_OK(loom_trace_get_stats(t, &s));
     CHECK(s.segments == 6);
     CHECK(compile ? s.interpreted == 0 : s.interpreted == 6);
@@ -244,7 +244,7 @@ static void test_recurrent_state(void) {
         c_ref[i] = tanh(c_ref[i] + test_get(xt, i));
         h_ref[i] = c_ref[i] * c_ref[i];
       }
-      loom_trace_stats_t s;
+      loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
       CHECK_OK(loom_trace_get_stats(t, &s));
       misses_at[20 * step + k] = s.misses;
     }
@@ -270,7 +270,7 @@ static void test_nonzero(void) {
     trace_and_check(t, nonzero_prog, 1, &x, NULL, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.eager_ops == 4);
   CHECK(s.segments == 8); /* before and after nonzero */
@@ -361,7 +361,7 @@ static void test_callback(void) {
   CHECK_OK(loom_trace_read(t, w, &wt));
   CHECK_NEAR(test_get(wt, 2), -test_get(xt, 2), 1e-6, 0);
   CHECK_OK(loom_trace_step_end(t));
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.callbacks == 3);
   loom_tensor_destroy(xt);
@@ -398,7 +398,7 @@ static void test_branches(void) {
   loom_tensor_t *n = test_tensor(LOOM_F32, 1, shape, neg);
   branch_step(t, p);
   branch_step(t, n);
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   int64_t misses = s.misses;
   CHECK(misses == 3); /* the sum, and the product after each branch */
@@ -430,7 +430,7 @@ static int64_t policy_compiles(loom_dim_policy_kind_t kind, int n_buckets,
     trace_and_check(t, reduce_prog, 1, &x, pol, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   loom_trace_destroy(t);
   *interpreted = s.interpreted;
@@ -479,7 +479,7 @@ static void test_symbolic_attrs(void) {
     trace_and_check(t, reshape_prog, 1, &x, pol, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 1);
   CHECK(s.interpreted == 0);
@@ -500,7 +500,7 @@ static void test_auto(void) {
     trace_and_check(t, chain, 1, &x, pol, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.misses == 4); /* sizes 3, 4, 5 exact, then symbolic */
   CHECK(s.hits == 6);
@@ -521,7 +521,7 @@ static void test_shared_cache(void) {
   loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
   trace_and_check(a, chain, 1, &x, NULL, NULL);
   trace_and_check(b, chain, 1, &x, NULL, NULL);
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(b, &s));
   CHECK(s.hits == 1 && s.misses == 0 && s.cache.compiles == 1);
   loom_tensor_destroy(x);
@@ -547,7 +547,7 @@ static void test_tiered(void) {
   trace_and_check(t, chain, 1, &x, NULL, NULL);
   rt_cache_drain(c);
   for (int i = 0; i < 3; i++) trace_and_check(t, chain, 1, &x, NULL, NULL);
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.interpreted <= 1);
   CHECK(s.hits >= 3);
@@ -581,7 +581,7 @@ static void test_speculation(void) {
       rt_cache_drain(c);
       loom_tensor_destroy(x);
     }
-    loom_trace_stats_t s;
+    loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
     CHECK_OK(loom_trace_get_stats(t, &s));
     CHECK(s.misses == 1);
     CHECK(s.cache.spec_compiles >= (profile ? 3 : 1));
@@ -709,7 +709,7 @@ static void test_threads(void) {
     void *r = NULL;
     CHECK(pthread_join(th[i], &r) == 0 && r == NULL);
   }
-  loom_cache_stats_t s;
+  loom_cache_stats_t s = LOOM_CACHE_STATS_INIT;
   CHECK_OK(loom_cache_get_stats(c, &s));
   CHECK(s.compiles == 6); /* two programs at three sizes, compiled once */
   loom_cache_destroy(c);
@@ -727,7 +727,7 @@ static void test_compile_failure(void) {
     trace_and_check(t, chain, 1, &x, NULL, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.interpreted == 3);
   CHECK(s.cache.failed_compiles == 1);
@@ -750,7 +750,7 @@ static void test_recompile_limit(void) {
     trace_and_check(t, chain, 1, &x, NULL, NULL);
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 2);
   CHECK(s.interpreted == 2);

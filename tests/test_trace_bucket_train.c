@@ -123,7 +123,7 @@ static void check_attention(int compile) {
     CHECK_OK(loom_trace_step_end(exact));
     loom_tensor_destroy(x);
   }
-  loom_trace_stats_t st;
+  loom_trace_stats_t st = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(bucketed, &st));
   /* two segments, three buckets, a forward and a backward each (tiered
    * misses also compile the exact backwards of interpreted forwards) */
@@ -192,7 +192,7 @@ static void test_rnn_batch_sizes(void) {
     CHECK_OK(loom_trace_step_end(exact));
     for (int k = 0; k < CELLS; k++) loom_tensor_destroy(xs[k]);
   }
-  loom_trace_stats_t st;
+  loom_trace_stats_t st = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(bucketed, &st));
   /* the first cell, the others, the loss: three buckets, two halves */
   CHECK(st.cache.compiles <= 3 * 3 * 2);
@@ -251,7 +251,7 @@ static void test_bucket_and_symbolic(void) {
     loom_tensor_destroy(x);
     loom_tensor_destroy(y);
   }
-  loom_trace_stats_t st;
+  loom_trace_stats_t st = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(mixed, &st));
   CHECK(st.cache.compiles <= 2 * 2); /* buckets 8 and 16, two halves */
   CHECK(st.interpreted == 0);

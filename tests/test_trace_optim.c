@@ -180,14 +180,14 @@ static void check_against_graph(const loom_optimizer_t *o, loom_dtype_t dt,
   model_init(&m, dt);
   static_build(&s, &m, o);
   loom_trace_t *t = new_trace(compile);
-  loom_stats_t first, last;
+  loom_stats_t first = LOOM_STATS_INIT, last = LOOM_STATS_INIT;
   for (int k = 0; k < STEPS && s.e; k++) {
     traced_step(t, &m, k, o);
-    if (k == 0) loom_stats_get(&first);
+    if (k == 0) CHECK(loom_stats_get(&first) == LOOM_OK);
     static_run(&s, &m, k);
     check_same_params(&m, &s, tol);
   }
-  loom_stats_get(&last);
+  CHECK(loom_stats_get(&last) == LOOM_OK);
   CHECK(last.compiles == first.compiles);
   loom_trace_destroy(t);
   loom_executable_destroy(s.e);

@@ -155,7 +155,7 @@ static void check_rnn(int compile) {
     }
     CHECK_OK(loom_trace_step_end(t));
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.segments == 3 * (T + 1));
   if (compile) {
@@ -206,7 +206,7 @@ static void test_rnn_symbolic_batch(void) {
     CHECK_OK(loom_trace_step_end(t));
     rnn_free(&r);
   }
-  loom_trace_stats_t s;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 6);
   CHECK(s.interpreted == 0);

@@ -179,7 +179,7 @@ static void check_same_params(step_t *a, step_t *b, double atol, double rtol) {
 
 /* The memory plan: everything saved for backward shares one arena. */
 static void check_plan(loom_executable_t *e, const char *name) {
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   CHECK_OK(loom_executable_info(e, &info));
   CHECK(!info.interpreted);
   CHECK(info.arena_bytes >= info.lower_bound_bytes);
@@ -195,7 +195,7 @@ static void check_plan(loom_executable_t *e, const char *name) {
 /* Replays STEPS compiled steps: no compile, no cc, no allocation; the
  * loss on the fixed batch falls. */
 static void check_replay(step_t *s, loom_executable_t *e, int first_step, int known_allocs) {
-  loom_stats_t before, after;
+  loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
   loom_stats_get(&before);
   struct mallinfo2 m0 = mallinfo2();
   long allocs = alloc_count();
@@ -542,7 +542,7 @@ static void test_batch_norm_running_stats(void) {
       check_running(&a, xv, k);
       check_running(&b, xv, k);
     }
-    loom_stats_t before, after;
+    loom_stats_t before = LOOM_STATS_INIT, after = LOOM_STATS_INIT;
     loom_stats_get(&before);
     long allocs = alloc_count();
     for (int k = 2; k < STEPS; k++) CHECK_OK(loom_executable_run(e, 3, b.in, 1, &b.loss));

@@ -205,7 +205,7 @@ static loom_status_t compile_and_compare(model_run_t *m, const char *sym_name,
   }
   double interp = time_ms(run_interpreted, m, 5);
   double compiled = time_ms(run_compiled, m, 15);
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   DEMO_TRY(loom_executable_info(m->e, &info));
   printf("compiled: %d nodes -> %d steps (%d generated, %d reference)%s, %.1f ms to compile\n",
          info.n_nodes, info.n_generated + info.n_reference, info.n_generated,

@@ -6,22 +6,49 @@
 #include "explain_trace.h"
 #include "loom/loom.h"
 
+/* The op's attributes as the op table writes them: "axis:int=-1 ...". */
+static void print_attrs(int op) {
+  for (int k = 0; k < loom_op_attr_count(op); k++) {
+    loom_attr_info_t a = LOOM_ATTR_INFO_INIT;
+    if (loom_op_get_attr(op, k, &a) != LOOM_OK) return;
+    printf("%s%s:%s%s%s", k ? " " : " {", a.name, loom_attr_kind_name(a.kind),
+           a.has_default ? "=" : a.optional ? "?" : "", a.default_text);
+  }
+  if (loom_op_attr_count(op) > 0) printf("}");
+}
+
 static int cmd_ops(void) {
-  printf("%-18s %-12s %-4s %-5s %-8s %s\n", "op", "class", "ref", "grad", "codegen", "meaning");
+  printf("%-18s %-12s %-4s %-5s %-8s %s\n", "op", "class", "ref", "grad", "codegen",
+         "meaning {attributes}");
   for (int i = 0; i < loom_op_count(); i++) {
-    loom_op_info_t info;
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
     if (loom_op_get_info(i, &info) != LOOM_OK) return 1;
-    printf("%-18s %-12s %-4s %-5s %-8s %s%s\n", info.name, info.fusion_class,
+    printf("%-18s %-12s %-4s %-5s %-8s %s%s", info.name, info.fusion_class,
            info.has_reference ? "yes" : "no",
            info.has_gradient ? "yes" : info.not_differentiable ? "n/a" : "no",
            info.has_codegen ? "yes" : "no", info.doc,
            info.data_dependent_shape ? " [data-dependent shape]" : "");
+    print_attrs(i);
+    printf("\n");
   }
+  return 0;
+}
+
+/* The public API as JSON (loom_api_describe), for bindings. */
+static int cmd_api(void) {
+  char *json = NULL;
+  if (loom_api_describe(&json) != LOOM_OK) {
+    fprintf(stderr, "loom api: %s\n", loom_last_error());
+    return 1;
+  }
+  fputs(json, stdout);
+  loom_free(json);
   return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "ops")) return cmd_ops();
+  if (argc == 2 && !strcmp(argv[1], "api")) return cmd_api();
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
   if (argc == 3 && !strcmp(argv[1], "explain") && !strcmp(argv[2], "trace"))
     return loom_explain_trace_main();
@@ -29,7 +56,9 @@ int main(int argc, char **argv) {
     return loom_explain_main(argc == 3 ? argv[2] : NULL);
   fprintf(stderr,
           "usage: loom <command>\n"
-          "  ops    list the op table: class, and which rules each op has\n"
+          "  ops    list the op table: class, which rules each op has, attributes\n"
+          "  api    print the public API as JSON for bindings: functions, struct\n"
+          "         layouts (offsets and sizes), enums, typedefs, constants\n"
           "  demo   build, interpret and compile a small MLP and CNN\n"
           "  explain [mlp|cnn]\n"
           "         show what the compiler makes of a demo model: passes,\n"

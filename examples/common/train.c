@@ -349,7 +349,7 @@ static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
 int ex_train_main(ex_model_t *m, const ex_args_t *a, int64_t batch,
                   ex_data_fn data, void *ctx) {
   loop_t l = {0};
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   loom_status_t s = loop_init(&l, m, a, batch);
   if (s == LOOM_OK) s = loom_executable_info(l.e, &info);
   if (s == LOOM_OK) {

@@ -55,7 +55,7 @@ loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
   if (warmup < 0 || steps < 0 || warmup + steps < 1)
     return loom_set_error(LOOM_ERR_INVALID, "dyn_train: %d warm-up and %d timed "
                           "steps: need at least one step", warmup, steps);
-  *out = (dyn_result_t){0};
+  *out = (dyn_result_t){.stats = LOOM_TRACE_STATS_INIT};
   double elapsed = 0, items = 0;
   for (int k = 0; k < warmup + steps; k++) {
     int64_t n = 0;

@@ -26,12 +26,18 @@ extern "C" {
  * killed midway (path.tmp.PID.N) is removed by the next save of path.
  * Fails with LOOM_ERR_INVALID when two parameters share a name or one is
  * named "__metadata__". */
-loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path);
+LOOM_API loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path);
 
 typedef struct loom_checkpoint_options {
+  size_t size;          /* sizeof(loom_checkpoint_options_t): init sets it */
   int allow_missing;    /* 1: parameters absent from the file keep their values */
   int allow_unexpected; /* 1: tensors of the file that g lacks are skipped */
 } loom_checkpoint_options_t;
+/* The strict defaults (both 0); size is the caller's sizeof (C calls the
+ * macro). */
+LOOM_API loom_status_t loom_checkpoint_options_init_sized(loom_checkpoint_options_t *o,
+                                                          size_t size);
+#define loom_checkpoint_options_init(o) loom_checkpoint_options_init_sized((o), sizeof *(o))
 
 /* Loads path into g's parameters. Every parameter of g must be in the
  * file with its dtype (else LOOM_ERR_DTYPE) and shape (else
@@ -39,10 +45,10 @@ typedef struct loom_checkpoint_options {
  * (else LOOM_ERR_INVALID); a malformed file gives LOOM_ERR_FORMAT. The
  * file is checked and read whole before any parameter changes, so a
  * failed load leaves every parameter as it was. */
-loom_status_t loom_checkpoint_load(loom_graph_t *g, const char *path);
+LOOM_API loom_status_t loom_checkpoint_load(loom_graph_t *g, const char *path);
 /* The same, with options (NULL: the strict defaults above). */
-loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
-                                      const loom_checkpoint_options_t *o);
+LOOM_API loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
+                                               const loom_checkpoint_options_t *o);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,19 +34,39 @@ typedef enum loom_status {
 } loom_status_t;
 
 /* The message of the last failed call on this thread ("" if none). */
-const char *loom_last_error(void);
+LOOM_API const char *loom_last_error(void);
 /* A short name for a status: "LOOM_ERR_SHAPE". */
-const char *loom_status_name(loom_status_t status);
+LOOM_API const char *loom_status_name(loom_status_t status);
 /* Sets this thread's last error to a printf-style message and returns
  * status: how code outside Loom (a host callback, a helper of the
  * caller's) fails through the same channel as Loom's own calls:
  *   return loom_set_error(LOOM_ERR_VALUE, "tree %d has no root", i);
  * Messages longer than 1023 bytes are cut. */
-loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...)
+LOOM_API loom_status_t loom_set_error(loom_status_t status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* ---- Versioned structs ---------------------------------------------------
+ * Every struct that the library writes into the caller's memory (the
+ * _info and _stats structs) or reads options from (the _options structs)
+ * begins with `size_t size`: the caller's sizeof of it. A program or a
+ * binding built against an older header then keeps working with a newer
+ * library, and the other way round: the library writes or reads only the
+ * first min(size, its own sizeof) bytes (new fields only ever go at the
+ * end), sets size to that count, and gives the options past it their
+ * defaults. Set size with the struct's _INIT macro (outputs) or its init
+ * function (options):
+ *   loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+ *   loom_compile_options_t o;
+ *   loom_compile_options_init(&o);
+ * A size below sizeof(size_t) (0: never set) or above
+ * LOOM_MAX_STRUCT_SIZE fails with LOOM_ERR_INVALID. Structs passed by
+ * value or in arrays (loom_value_t, loom_attr_t, loom_dim_policy_t, the
+ * conv and pool params, loom_host_op_t) have no size field: their layout
+ * stays as it is, and an extension comes as a new struct and call. */
+#define LOOM_MAX_STRUCT_SIZE 65536
 
 /* ---- Dtypes ------------------------------------------------------------ */
 
@@ -61,9 +83,9 @@ typedef enum loom_dtype {
 } loom_dtype_t;
 
 /* "f32", "bf16", ...; "?" for a value out of range. */
-const char *loom_dtype_name(loom_dtype_t dtype);
+LOOM_API const char *loom_dtype_name(loom_dtype_t dtype);
 /* Bytes per element; 0 for a value out of range. */
-size_t loom_dtype_size(loom_dtype_t dtype);
+LOOM_API size_t loom_dtype_size(loom_dtype_t dtype);
 
 #define LOOM_MAX_RANK 8
 
@@ -73,42 +95,42 @@ size_t loom_dtype_size(loom_dtype_t dtype);
 typedef struct loom_tensor loom_tensor_t;
 
 /* A new zero-filled contiguous tensor. rank may be 0 (a scalar). */
-loom_status_t loom_tensor_create(loom_dtype_t dtype, int rank,
-                                 const int64_t *shape, loom_tensor_t **out);
+LOOM_API loom_status_t loom_tensor_create(loom_dtype_t dtype, int rank,
+                                          const int64_t *shape, loom_tensor_t **out);
 /* A tensor over the caller's memory, without copying. strides are in
  * elements (NULL: contiguous row-major) and may be 0 to broadcast a dim.
  * The memory must outlive the tensor. */
-loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
-                               const int64_t *shape, const int64_t *strides,
-                               void *data, loom_tensor_t **out);
+LOOM_API loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
+                                        const int64_t *shape, const int64_t *strides,
+                                        void *data, loom_tensor_t **out);
 /* A new contiguous tensor holding a copy of `bytes` bytes of row-major data. */
-loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
-                                    const int64_t *shape, const void *data,
-                                    size_t bytes, loom_tensor_t **out);
-void loom_tensor_destroy(loom_tensor_t *t);
+LOOM_API loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
+                                             const int64_t *shape, const void *data,
+                                             size_t bytes, loom_tensor_t **out);
+LOOM_API void loom_tensor_destroy(loom_tensor_t *t);
 
-loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t);
-int loom_tensor_rank(const loom_tensor_t *t);
+LOOM_API loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t);
+LOOM_API int loom_tensor_rank(const loom_tensor_t *t);
 /* Dim i, or -1 if t is null or i is out of range. */
-int64_t loom_tensor_dim(const loom_tensor_t *t, int i);
-int64_t loom_tensor_numel(const loom_tensor_t *t);
+LOOM_API int64_t loom_tensor_dim(const loom_tensor_t *t, int i);
+LOOM_API int64_t loom_tensor_numel(const loom_tensor_t *t);
 /* Pointer to element 0, laid out by the tensor's strides. */
-void *loom_tensor_data(const loom_tensor_t *t);
+LOOM_API void *loom_tensor_data(const loom_tensor_t *t);
 /* Copies the elements, row-major and contiguous, into dst (dst_bytes must
  * be at least numel * dtype size). */
-loom_status_t loom_tensor_read(const loom_tensor_t *t, void *dst,
-                               size_t dst_bytes);
+LOOM_API loom_status_t loom_tensor_read(const loom_tensor_t *t, void *dst,
+                                        size_t dst_bytes);
 /* Overwrites the elements from row-major contiguous src. */
-loom_status_t loom_tensor_write(loom_tensor_t *t, const void *src,
-                                size_t src_bytes);
+LOOM_API loom_status_t loom_tensor_write(loom_tensor_t *t, const void *src,
+                                         size_t src_bytes);
 /* Element i (row-major order) converted to double. */
-loom_status_t loom_tensor_get_f64(const loom_tensor_t *t, int64_t i,
-                                  double *out);
+LOOM_API loom_status_t loom_tensor_get_f64(const loom_tensor_t *t, int64_t i,
+                                           double *out);
 
 /* NumPy .npy files (format 1.0-3.0, little-endian, C order). */
-loom_status_t loom_tensor_load_npy(const char *path, loom_tensor_t **out);
+LOOM_API loom_status_t loom_tensor_load_npy(const char *path, loom_tensor_t **out);
 /* Writes atomically: a temporary file renamed over path. */
-loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path);
+LOOM_API loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path);
 
 /* ---- Dims -------------------------------------------------------------- */
 
@@ -127,70 +149,70 @@ typedef struct loom_value {
   int32_t id;
 } loom_value_t;
 
-loom_status_t loom_graph_create(loom_graph_t **out);
-void loom_graph_destroy(loom_graph_t *g);
+LOOM_API loom_status_t loom_graph_create(loom_graph_t **out);
+LOOM_API void loom_graph_destroy(loom_graph_t *g);
 
 /* The symbol called name (created on first use). */
-loom_status_t loom_dim_symbol(loom_graph_t *g, const char *name,
-                              loom_dim_t *out);
-loom_status_t loom_dim_add(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
-                           loom_dim_t *out);
-loom_status_t loom_dim_mul(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
-                           loom_dim_t *out);
-loom_status_t loom_dim_floordiv(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
-                                loom_dim_t *out);
+LOOM_API loom_status_t loom_dim_symbol(loom_graph_t *g, const char *name,
+                                       loom_dim_t *out);
+LOOM_API loom_status_t loom_dim_add(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                                    loom_dim_t *out);
+LOOM_API loom_status_t loom_dim_mul(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                                    loom_dim_t *out);
+LOOM_API loom_status_t loom_dim_floordiv(loom_graph_t *g, loom_dim_t a, loom_dim_t b,
+                                         loom_dim_t *out);
 /* Writes the dim as text ("n*4+1") into buf. */
-loom_status_t loom_dim_format(const loom_graph_t *g, loom_dim_t d, char *buf,
-                              size_t size);
+LOOM_API loom_status_t loom_dim_format(const loom_graph_t *g, loom_dim_t d, char *buf,
+                                       size_t size);
 
 /* A graph input; dims may be symbolic. Inputs bind by position; name
  * labels the input in messages and may be NULL or "" (unnamed). A name
  * is unique among the graph's inputs and parameters: a second input or
  * parameter of one name fails with LOOM_ERR_INVALID, naming it. */
-loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
-                               loom_dtype_t dtype, int rank,
-                               const loom_dim_t *dims, loom_value_t *out);
+LOOM_API loom_status_t loom_graph_input(loom_graph_t *g, const char *name,
+                                        loom_dtype_t dtype, int rank,
+                                        const loom_dim_t *dims, loom_value_t *out);
 /* A parameter: persistent, mutable state owned by the graph, zero-filled,
  * or a copy of init when init is not null. name is its key in checkpoints
  * and optimizer state ("<name>.m"); NULL or "" makes an unnamed one
  * (saved as "__param<k>", k its position). Names are unique as inputs'
  * are: a name already given to an input or parameter of the graph fails
  * with LOOM_ERR_INVALID, naming it. */
-loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
-                               loom_dtype_t dtype, int rank,
-                               const int64_t *shape, const loom_tensor_t *init,
-                               loom_value_t *out);
+LOOM_API loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
+                                        loom_dtype_t dtype, int rank,
+                                        const int64_t *shape, const loom_tensor_t *init,
+                                        loom_value_t *out);
 /* A constant holding a copy of t. */
-loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
-                                  loom_value_t *out);
+LOOM_API loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
+                                           loom_value_t *out);
 /* Marks v as the graph's next output. */
-loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v);
+LOOM_API loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v);
 /* Writes value into parameter param when the graph runs. Reads of the
  * parameter during a run see its value from before the run; assigns take
  * effect when the run ends. */
-loom_status_t loom_assign(loom_graph_t *g, loom_value_t param,
-                          loom_value_t value);
+LOOM_API loom_status_t loom_assign(loom_graph_t *g, loom_value_t param,
+                                   loom_value_t value);
 
 /* The persistent storage of a parameter (owned by the graph). */
-loom_status_t loom_graph_param_tensor(loom_graph_t *g, loom_value_t param,
-                                      loom_tensor_t **out);
+LOOM_API loom_status_t loom_graph_param_tensor(loom_graph_t *g, loom_value_t param,
+                                               loom_tensor_t **out);
 
-int loom_graph_num_inputs(const loom_graph_t *g);
-int loom_graph_num_outputs(const loom_graph_t *g);
-int loom_graph_num_nodes(const loom_graph_t *g);
+LOOM_API int loom_graph_num_inputs(const loom_graph_t *g);
+LOOM_API int loom_graph_num_outputs(const loom_graph_t *g);
+LOOM_API int loom_graph_num_nodes(const loom_graph_t *g);
 
 /* The type of v: dtype, rank and dims (dims may be null). */
-loom_status_t loom_value_type(const loom_graph_t *g, loom_value_t v,
-                              loom_dtype_t *dtype, int *rank,
-                              loom_dim_t *dims);
+LOOM_API loom_status_t loom_value_type(const loom_graph_t *g, loom_value_t v,
+                                       loom_dtype_t *dtype, int *rank,
+                                       loom_dim_t *dims);
 
 /* Checks the graph: types, references, acyclic order, outputs. */
-loom_status_t loom_graph_verify(const loom_graph_t *g);
+LOOM_API loom_status_t loom_graph_verify(const loom_graph_t *g);
 /* The graph as text, or as Graphviz DOT, in a string the caller frees
  * with loom_free. */
-loom_status_t loom_graph_print(const loom_graph_t *g, char **out);
-loom_status_t loom_graph_dot(const loom_graph_t *g, char **out);
-void loom_free(void *p);
+LOOM_API loom_status_t loom_graph_print(const loom_graph_t *g, char **out);
+LOOM_API loom_status_t loom_graph_dot(const loom_graph_t *g, char **out);
+LOOM_API void loom_free(void *p);
 
 /* ---- Gradients ---------------------------------------------------------- */
 
@@ -198,8 +220,8 @@ void loom_free(void *p);
  * respect to each wrt[i]: grads[i] receives d loss / d wrt[i], of wrt[i]'s
  * type. A value that loss does not depend on gets zeros. Fails naming the
  * op when a gradient must flow through an op without a gradient rule. */
-loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
-                        const loom_value_t *wrt, loom_value_t *grads);
+LOOM_API loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
+                                 const loom_value_t *wrt, loom_value_t *grads);
 
 /* ---- Running ----------------------------------------------------------- */
 
@@ -208,9 +230,9 @@ loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
  * destroys it). Parameters are updated by the graph's assigns. g is only
  * read (its parameters written by assigns): several threads may interpret
  * one graph without assigns at once, while no thread changes it. */
-loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
-                             loom_tensor_t *const *inputs, int n_outputs,
-                             loom_tensor_t **outputs);
+LOOM_API loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
+                                      loom_tensor_t *const *inputs, int n_outputs,
+                                      loom_tensor_t **outputs);
 
 /* ---- Compiling ---------------------------------------------------------- */
 
@@ -219,6 +241,7 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
 typedef struct loom_executable loom_executable_t;
 
 typedef struct loom_compile_options {
+  size_t size;     /* sizeof(loom_compile_options_t): init sets it */
   int fusion;      /* 1: fuse ops into kernels; 0: one step per node */
   int passes;      /* 1: run the pass pipeline (folding, CSE, DCE, ...) */
   int num_threads; /* 0: LOOM_NUM_THREADS, else the CPUs available */
@@ -252,8 +275,12 @@ typedef struct loom_compile_options {
   int precise;
 } loom_compile_options_t;
 
-/* Fills the defaults: fusion, passes and the C compiler on, threads 0. */
-void loom_compile_options_init(loom_compile_options_t *o);
+/* Fills the defaults: fusion, passes and the C compiler on, threads 0;
+ * size is the caller's sizeof(loom_compile_options_t) (bindings call this;
+ * C calls the macro below). */
+LOOM_API loom_status_t loom_compile_options_init_sized(loom_compile_options_t *o,
+                                                       size_t size);
+#define loom_compile_options_init(o) loom_compile_options_init_sized((o), sizeof *(o))
 
 /* Compiles g (options NULL: defaults). g's parameters are shared with the
  * executable, whose runs update them; g must outlive the executable. If
@@ -263,9 +290,9 @@ void loom_compile_options_init(loom_compile_options_t *o);
  * fallback_reason, loom_executable_explain and LOOM_LOG=compile say why,
  * with the compiler's message. g is only read: several threads may compile
  * one graph at once, while no thread changes it. */
-loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *o,
-                           loom_executable_t **out);
-void loom_executable_destroy(loom_executable_t *e);
+LOOM_API loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *o,
+                                    loom_executable_t **out);
+LOOM_API void loom_executable_destroy(loom_executable_t *e);
 
 /* Runs the executable: inputs[i] binds graph input i, outputs[i] graph
  * output i, by pointer (outputs must be contiguous tensors of the output's
@@ -284,18 +311,18 @@ void loom_executable_destroy(loom_executable_t *e);
  * if/loop nodes take turns instead, each seeing the parameters the run
  * before it left, as calls one after another would. Inputs are only
  * read; outputs must not be shared by runs in progress. */
-loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
-                                  loom_tensor_t *const *inputs, int n_outputs,
-                                  loom_tensor_t *const *outputs);
+LOOM_API loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
+                                           loom_tensor_t *const *inputs, int n_outputs,
+                                           loom_tensor_t *const *outputs);
 /* A new zero-filled tensor fit to be bound as output i. With runtime
  * symbols (dynamic_symbols), outputs bind with the shapes the inputs'
  * symbols give them: this one has the last run's shape (an error before
  * the first run), and _for the shape these inputs give. */
-loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
-                                         loom_tensor_t **out);
-loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_inputs,
-                                             loom_tensor_t *const *inputs, int i,
-                                             loom_tensor_t **out);
+LOOM_API loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
+                                                  loom_tensor_t **out);
+LOOM_API loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_inputs,
+                                                      loom_tensor_t *const *inputs, int i,
+                                                      loom_tensor_t **out);
 
 /* Why an executable runs reference kernels for groups the code generator
  * has code for (loom_executable_info_t.fallback). Ops without a code
@@ -315,9 +342,10 @@ typedef enum loom_fallback {
                               module cache or loaded */
 } loom_fallback_t;
 /* "none", "disabled", "no-cc", "cc-failed", "no-module"; "?" out of range. */
-const char *loom_fallback_name(loom_fallback_t f);
+LOOM_API const char *loom_fallback_name(loom_fallback_t f);
 
 typedef struct loom_executable_info {
+  size_t size;          /* sizeof(loom_executable_info_t): the caller sets it */
   int n_nodes;          /* nodes after the pass pipeline */
   int n_groups;         /* fused kernels and other steps */
   int n_generated;      /* steps running generated code */
@@ -344,44 +372,42 @@ typedef struct loom_executable_info {
    * executable (valid until it is destroyed). */
   const char *fallback_reason;
 } loom_executable_info_t;
-loom_status_t loom_executable_info(const loom_executable_t *e,
-                                   loom_executable_info_t *out);
+#define LOOM_EXECUTABLE_INFO_INIT {.size = sizeof(loom_executable_info_t)}
+LOOM_API loom_status_t loom_executable_info(const loom_executable_t *e,
+                                            loom_executable_info_t *out);
 /* A report of the compilation: passes, fusion groups, memory plan, the
  * generated C and, when it did not compile, the compiler's first error
  * lines, in a string the caller frees with loom_free. */
-loom_status_t loom_executable_explain(const loom_executable_t *e, char **out);
+LOOM_API loom_status_t loom_executable_explain(const loom_executable_t *e, char **out);
 
 /* Counters of this process, for tests and benchmarks. */
 typedef struct loom_stats {
+  size_t size;             /* sizeof(loom_stats_t): the caller sets it */
   int64_t compiles;        /* loom_compile calls that built an executable */
   int64_t cc_invocations;  /* runs of the C compiler */
   int64_t disk_hits;       /* modules loaded from the disk cache */
   int64_t disk_rebuilds;   /* corrupt or truncated entries rebuilt */
 } loom_stats_t;
-void loom_stats_get(loom_stats_t *out);
+#define LOOM_STATS_INIT {.size = sizeof(loom_stats_t)}
+LOOM_API loom_status_t loom_stats_get(loom_stats_t *out);
 
-/* ---- Ops --------------------------------------------------------------- */
+/* ---- The API as data, for bindings -------------------------------------- */
 
-/* Metadata of the op table. */
-int loom_op_count(void);
-/* Name, fusion class ("elementwise", "reduction", "contraction", "layout",
- * "host"), and which rules op i has. */
-typedef struct loom_op_info {
-  const char *name;
-  const char *fusion_class;
-  const char *doc;
-  int has_reference;
-  int has_gradient;
-  int not_differentiable; /* no gradient flows through it (argmax, ...) */
-  int has_codegen;
-  int data_dependent_shape;
-} loom_op_info_t;
-loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
+/* This library's public API as JSON, in a string the caller frees with
+ * loom_free: every function (name, header, declaration), struct (size,
+ * alignment, and each field's name, C type, offset, size and array
+ * count), enum (each value), typedef and integer constant of
+ * include/loom/. It is generated from the headers the library was built
+ * with and its numbers are the compiler's (offsetof, sizeof), so a
+ * binding that reads it (`loom api` prints it) instead of copying
+ * layouts by hand cannot drift from the library it loads. */
+LOOM_API loom_status_t loom_api_describe(char **out);
 
 #ifdef __cplusplus
 }
 #endif
 
+#include "loom/op_table.h"
 #include "loom/ops.h"
 #include "loom/train.h"
 #include "loom/checkpoint.h"

@@ -77,12 +77,13 @@ typedef struct loom_dim_policy {
 typedef struct loom_cache loom_cache_t;
 
 /* budget_bytes 0: 1 GiB. spec_workers: background compile threads. */
-loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers,
-                                loom_cache_t **out);
+LOOM_API loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers,
+                                         loom_cache_t **out);
 /* Waits for the workers; no trace may still use the cache. */
-void loom_cache_destroy(loom_cache_t *c);
+LOOM_API void loom_cache_destroy(loom_cache_t *c);
 
 typedef struct loom_cache_stats {
+  size_t size;             /* sizeof(loom_cache_stats_t): the caller sets it */
   int64_t hits, misses;    /* lookups */
   int64_t compiles;        /* executables built (speculative ones included) */
   int64_t spec_compiles;   /* built ahead of need by the workers */
@@ -91,8 +92,9 @@ typedef struct loom_cache_stats {
   int64_t entries, bytes;  /* now */
   double compile_ms;       /* total time spent compiling */
 } loom_cache_stats_t;
-loom_status_t loom_cache_get_stats(const loom_cache_t *c,
-                                   loom_cache_stats_t *out);
+#define LOOM_CACHE_STATS_INIT {.size = sizeof(loom_cache_stats_t)}
+LOOM_API loom_status_t loom_cache_get_stats(const loom_cache_t *c,
+                                            loom_cache_stats_t *out);
 
 /* ---- Traces ---------------------------------------------------------------
  * Threads: a trace records one thread's program, one step at a time. A
@@ -106,6 +108,7 @@ loom_status_t loom_cache_get_stats(const loom_cache_t *c,
  * share one loom_cache_t. loom_trace_destroy must not race with calls. */
 
 typedef struct loom_trace_options {
+  size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
   int tiered;      /* 1: a miss interprets while a worker compiles */
   int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
@@ -120,50 +123,52 @@ typedef struct loom_trace_options {
   loom_dim_policy_t data_dims;
 } loom_trace_options_t;
 
-/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker. */
-void loom_trace_options_init(loom_trace_options_t *o);
+/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker; size
+ * is the caller's sizeof(loom_trace_options_t) (C calls the macro). */
+LOOM_API loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size);
+#define loom_trace_options_init(o) loom_trace_options_init_sized((o), sizeof *(o))
 
-loom_status_t loom_trace_create(const loom_trace_options_t *o,
-                                loom_trace_t **out);
-void loom_trace_destroy(loom_trace_t *t);
+LOOM_API loom_status_t loom_trace_create(const loom_trace_options_t *o,
+                                         loom_trace_t **out);
+LOOM_API void loom_trace_destroy(loom_trace_t *t);
 
 /* The graph that ops record into: give it to the builders of ops.h. Its
  * values are valid until loom_trace_step_end. */
-loom_graph_t *loom_trace_graph(loom_trace_t *t);
+LOOM_API loom_graph_t *loom_trace_graph(loom_trace_t *t);
 
 /* Enters x (borrowed, not copied: it must stay unchanged until the step
  * ends). policies: one per dim of x, or NULL for exact. */
-loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
-                               const loom_dim_policy_t *policies,
-                               loom_value_t *out);
+LOOM_API loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
+                                        const loom_dim_policy_t *policies,
+                                        loom_value_t *out);
 /* Enters a parameter: persistent storage whose gradient
  * loom_trace_backward collects. Borrowed; the same tensor is the same
  * parameter in every step. */
-loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
-                               loom_value_t *out);
+LOOM_API loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
+                                        loom_value_t *out);
 
 /* v's shape in this step (symbolic dims evaluated); shape has room for
  * LOOM_MAX_RANK dims. Runs nothing. */
-loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
-                               int *rank, int64_t *shape);
+LOOM_API loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
+                                        int *rank, int64_t *shape);
 
 /* Makes v real: *out is a tensor owned by the trace until the step ends. */
-loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
-                              const loom_tensor_t **out);
+LOOM_API loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
+                                       const loom_tensor_t **out);
 /* Makes v (one element) real and returns it as a double: a value for the
  * host (a loss to print), which keys nothing. */
-loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v,
-                                double *out);
+LOOM_API loom_status_t loom_trace_scalar(loom_trace_t *t, loom_value_t v,
+                                         double *out);
 /* Makes v (one element) real and returns whether it is nonzero in
  * *taken: a condition the host branches on. The decision joins the path
  * signature, so the segments after each outcome are keyed apart and a
  * branch compiles at most once per outcome. */
-loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken);
+LOOM_API loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *taken);
 /* Adds a host decision (a branch taken, a loop count) to the path
  * signature without reading a value. */
-loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);
+LOOM_API loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);
 /* Runs everything recorded so far. */
-loom_status_t loom_trace_sync(loom_trace_t *t);
+LOOM_API loom_status_t loom_trace_sync(loom_trace_t *t);
 
 /* ---- Host callbacks ------------------------------------------------------
  * A user's C op: forward fills outputs (allocated by the trace with the
@@ -188,22 +193,22 @@ typedef struct loom_host_op {
 
 /* Records a call of op: a cut before it, then op->forward on real
  * tensors. Output i has dtypes[i], ranks[i] and shapes[i]. */
-loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
-                              int n_in, const loom_value_t *in, int n_out,
-                              const loom_dtype_t *dtypes, const int *ranks,
-                              const int64_t *const *shapes,
-                              loom_value_t *out);
+LOOM_API loom_status_t loom_trace_call(loom_trace_t *t, const loom_host_op_t *op,
+                                       int n_in, const loom_value_t *in, int n_out,
+                                       const loom_dtype_t *dtypes, const int *ranks,
+                                       const int64_t *const *shapes,
+                                       loom_value_t *out);
 
 /* ---- Training ------------------------------------------------------------ */
 
 /* Back-propagates from loss (a float scalar) through every segment of
  * the step, in reverse order, eager pieces and host callbacks included.
  * Gradients accumulate over calls within a step. */
-loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
+LOOM_API loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
 /* The gradient of parameter p accumulated in this step (owned by the
  * trace until the step ends; zeros if loss does not depend on p). */
-loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
-                              const loom_tensor_t **out);
+LOOM_API loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
+                                       const loom_tensor_t **out);
 /* One step of the optimizer o describes (loom/train.h: the update rules
  * of loom_sgd, loom_adam and loom_adamw, whose builders make it) at
  * learning rate lr (finite, >= 0), over every parameter entered so far
@@ -217,22 +222,24 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
  * backward reached it) is skipped, as PyTorch skips a parameter whose
  * .grad is None: its value and its state stay as they were (each
  * parameter counts its own steps for Adam's bias corrections). */
-loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
-                                        const loom_optimizer_t *o, double lr);
+LOOM_API loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
+                                                 const loom_optimizer_t *o, double lr);
 /* loom_trace_optimizer_step with LOOM_OPTIMIZER_ADAMW and these
  * hyperparameters. */
-loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
-                               double beta2, double eps,
-                               double weight_decay);
+LOOM_API loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
+                                        double beta2, double eps,
+                                        double weight_decay);
 
 /* Ends the step: runs what is pending, releases the step's values,
  * tensors and gradients. */
-loom_status_t loom_trace_step_end(loom_trace_t *t);
+LOOM_API loom_status_t loom_trace_step_end(loom_trace_t *t);
 
 /* ---- Statistics ---------------------------------------------------------- */
 
-/* This trace's counters; cache holds its cache's (shared) counters. */
+/* This trace's counters; cache holds its cache's (shared) counters
+ * (its size is the library's sizeof(loom_cache_stats_t)). */
 typedef struct loom_trace_stats {
+  size_t size;          /* sizeof(loom_trace_stats_t): the caller sets it */
   int64_t recorded_ops; /* nodes recorded */
   int64_t segments;     /* segments run */
   int64_t hits, misses; /* this trace's lookups */
@@ -244,12 +251,13 @@ typedef struct loom_trace_stats {
   int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
 } loom_trace_stats_t;
-loom_status_t loom_trace_get_stats(const loom_trace_t *t,
-                                   loom_trace_stats_t *out);
+#define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
+LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,
+                                            loom_trace_stats_t *out);
 /* A report: cache entries, graph breaks with their reasons, recompiles
  * with the part of the key that differed. The caller frees it with
  * loom_free. */
-loom_status_t loom_trace_explain(const loom_trace_t *t, char **out);
+LOOM_API loom_status_t loom_trace_explain(const loom_trace_t *t, char **out);
 
 #ifdef __cplusplus
 }

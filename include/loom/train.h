@@ -36,19 +36,19 @@ typedef enum loom_reduction {
  * C must be a constant dim. Any other label outside [0, C) fails at run
  * time with LOOM_ERR_VALUE, a message naming loom_cross_entropy, the
  * label's position and value, and C. */
-loom_status_t loom_cross_entropy(loom_graph_t *g, loom_value_t logits,
-                                 loom_value_t labels, int64_t ignore_index,
-                                 double label_smoothing,
-                                 loom_reduction_t reduction, loom_value_t *loss);
+LOOM_API loom_status_t loom_cross_entropy(loom_graph_t *g, loom_value_t logits,
+                                          loom_value_t labels, int64_t ignore_index,
+                                          double label_smoothing,
+                                          loom_reduction_t reduction, loom_value_t *loss);
 /* (pred - target)^2, pred and target of one dtype and shape. */
-loom_status_t loom_mse(loom_graph_t *g, loom_value_t pred, loom_value_t target,
-                       loom_reduction_t reduction, loom_value_t *loss);
+LOOM_API loom_status_t loom_mse(loom_graph_t *g, loom_value_t pred, loom_value_t target,
+                                loom_reduction_t reduction, loom_value_t *loss);
 /* Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in
  * the stable form max(x, 0) - x*t + log(1 + e^-|x|). */
-loom_status_t loom_bce_with_logits(loom_graph_t *g, loom_value_t logits,
-                                   loom_value_t targets,
-                                   loom_reduction_t reduction,
-                                   loom_value_t *loss);
+LOOM_API loom_status_t loom_bce_with_logits(loom_graph_t *g, loom_value_t logits,
+                                            loom_value_t targets,
+                                            loom_reduction_t reduction,
+                                            loom_value_t *loss);
 
 /* ---- Optimizers ------------------------------------------------------------
  * params[i] are parameters (loom_graph_param) of a float dtype, grads[i]
@@ -65,9 +65,9 @@ loom_status_t loom_bce_with_logits(loom_graph_t *g, loom_value_t logits,
  *   p = p - lr * d
  * The buffers b are parameters named "<param name>.momentum". Nesterov
  * needs momentum > 0. */
-loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
-                       const loom_value_t *grads, loom_value_t lr,
-                       double momentum, int nesterov, double weight_decay);
+LOOM_API loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
+                                const loom_value_t *grads, loom_value_t lr,
+                                double momentum, int nesterov, double weight_decay);
 
 /* Adam (Kingma & Ba), with weight decay added to the gradient as PyTorch's
  * Adam does:
@@ -77,17 +77,17 @@ loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
  * The moments are parameters "<param name>.m" and "<param name>.v"; t is
  * one i64 scalar parameter "adam.step" shared by the call's parameters
  * (one call per graph keeps the names unique, as checkpoints need). */
-loom_status_t loom_adam(loom_graph_t *g, int n, const loom_value_t *params,
-                        const loom_value_t *grads, loom_value_t lr,
-                        double beta1, double beta2, double eps,
-                        double weight_decay);
+LOOM_API loom_status_t loom_adam(loom_graph_t *g, int n, const loom_value_t *params,
+                                 const loom_value_t *grads, loom_value_t lr,
+                                 double beta1, double beta2, double eps,
+                                 double weight_decay);
 /* AdamW (Loshchilov & Hutter): Adam without weight decay in the gradient,
  * and the decay decoupled: p = p * (1 - lr * weight_decay) before the Adam
  * step. The step counter is "adamw.step". */
-loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
-                         const loom_value_t *grads, loom_value_t lr,
-                         double beta1, double beta2, double eps,
-                         double weight_decay);
+LOOM_API loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
+                                  const loom_value_t *grads, loom_value_t lr,
+                                  double beta1, double beta2, double eps,
+                                  double weight_decay);
 
 /* The three optimizers named by a value instead of a function, for a
  * caller that takes the optimizer as a parameter (the tracer's
@@ -112,23 +112,23 @@ typedef struct loom_optimizer {
 /* kind with torch.optim's defaults: SGD momentum 0, no Nesterov, no
  * decay; Adam betas (0.9, 0.999), eps 1e-8, no decay; AdamW the same with
  * weight_decay 0.01. */
-void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind);
+LOOM_API void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind);
 
 /* Appends the updates of the optimizer o describes: loom_sgd, loom_adam
  * or loom_adamw with o's hyperparameters. */
-loom_status_t loom_optimizer_apply(loom_graph_t *g, const loom_optimizer_t *o,
-                                   int n, const loom_value_t *params,
-                                   const loom_value_t *grads, loom_value_t lr);
+LOOM_API loom_status_t loom_optimizer_apply(loom_graph_t *g, const loom_optimizer_t *o,
+                                            int n, const loom_value_t *params,
+                                            const loom_value_t *grads, loom_value_t lr);
 
 /* Gradient clipping by global L2 norm, as PyTorch's clip_grad_norm_:
  * norm = sqrt(sum over i of sum(grads[i]^2)),
  * out_grads[i] = grads[i] * min(1, max_norm / (norm + 1e-6)).
  * total_norm (may be NULL) receives the norm, a rank-0 value of grads[0]'s
  * dtype. max_norm must be > 0. */
-loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
-                                  const loom_value_t *grads, double max_norm,
-                                  loom_value_t *out_grads,
-                                  loom_value_t *total_norm);
+LOOM_API loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
+                                           const loom_value_t *grads, double max_norm,
+                                           loom_value_t *out_grads,
+                                           loom_value_t *total_norm);
 
 /* ---- Initializers ----------------------------------------------------------
  * Fill a tensor (a parameter's storage: loom_graph_param_tensor) in place,
@@ -142,27 +142,27 @@ loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
 
 typedef enum loom_fan_mode { LOOM_FAN_IN, LOOM_FAN_OUT } loom_fan_mode_t;
 
-loom_status_t loom_init_zeros(loom_tensor_t *t);
-loom_status_t loom_init_ones(loom_tensor_t *t);
-loom_status_t loom_init_normal(loom_tensor_t *t, uint64_t seed, double mean,
-                               double std);
+LOOM_API loom_status_t loom_init_zeros(loom_tensor_t *t);
+LOOM_API loom_status_t loom_init_ones(loom_tensor_t *t);
+LOOM_API loom_status_t loom_init_normal(loom_tensor_t *t, uint64_t seed, double mean,
+                                        double std);
 /* Uniform in [low, high). */
-loom_status_t loom_init_uniform(loom_tensor_t *t, uint64_t seed, double low,
-                                double high);
+LOOM_API loom_status_t loom_init_uniform(loom_tensor_t *t, uint64_t seed, double low,
+                                         double high);
 /* He initialization for a leaky ReLU of negative slope a (0: ReLU):
  * gain = sqrt(2 / (1 + a^2)), std = gain / sqrt(fan); uniform in
  * [-sqrt(3) * std, sqrt(3) * std), or normal(0, std). PyTorch's
  * nn.Linear and nn.Conv2d use kaiming_uniform with a = sqrt(5), fan in. */
-loom_status_t loom_init_kaiming_uniform(loom_tensor_t *t, uint64_t seed,
-                                        double a, loom_fan_mode_t mode);
-loom_status_t loom_init_kaiming_normal(loom_tensor_t *t, uint64_t seed,
-                                       double a, loom_fan_mode_t mode);
+LOOM_API loom_status_t loom_init_kaiming_uniform(loom_tensor_t *t, uint64_t seed,
+                                                 double a, loom_fan_mode_t mode);
+LOOM_API loom_status_t loom_init_kaiming_normal(loom_tensor_t *t, uint64_t seed,
+                                                double a, loom_fan_mode_t mode);
 /* Glorot initialization: uniform in +-gain * sqrt(6 / (fan_in + fan_out)),
  * or normal with std gain * sqrt(2 / (fan_in + fan_out)). */
-loom_status_t loom_init_xavier_uniform(loom_tensor_t *t, uint64_t seed,
-                                       double gain);
-loom_status_t loom_init_xavier_normal(loom_tensor_t *t, uint64_t seed,
-                                      double gain);
+LOOM_API loom_status_t loom_init_xavier_uniform(loom_tensor_t *t, uint64_t seed,
+                                                double gain);
+LOOM_API loom_status_t loom_init_xavier_normal(loom_tensor_t *t, uint64_t seed,
+                                               double gain);
 
 #ifdef __cplusplus
 }

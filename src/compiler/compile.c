@@ -11,6 +11,7 @@
 #include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "backend/cpu/kernels/conv.h"
@@ -21,9 +22,11 @@
 #include "compiler/inplace.h"
 #include "runtime/symbols.h"
 
-void loom_compile_options_init(loom_compile_options_t *o) {
-  if (!o) return;
-  *o = (loom_compile_options_t){.fusion = 1, .passes = 1, .use_cc = 1};
+loom_status_t loom_compile_options_init_sized(loom_compile_options_t *o, size_t size) {
+  loom_compile_options_t defaults = {.size = sizeof defaults, .fusion = 1, .passes = 1,
+                                     .use_cc = 1};
+  return core_sized_init(__func__, "loom_compile_options_t", o, size, &defaults,
+                         sizeof defaults);
 }
 
 static double now_ms(void) {
@@ -758,7 +761,8 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   LOOM_TRY(ir_verify(g));
   loom_compile_options_t o;
   loom_compile_options_init(&o);
-  if (options) o = *options;
+  if (options)
+    LOOM_TRY(core_sized_read(__func__, "loom_compile_options_t", &o, options, sizeof o));
   double t0 = now_ms();
   loom_executable_t *e = core_calloc(1, sizeof *e);
   if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");

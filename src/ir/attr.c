@@ -73,72 +73,41 @@ void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t d
   for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
 }
 
-static const char *const kind_names[] = {"int", "float", "ints"};
-
-/* Looks name up in the schema; sets its kind and whether it is optional.
- * False also when the schema spells the kind wrongly (an op table bug):
- * no kind is set then. */
-static bool schema_has(const char *schema, const char *name,
-                       ir_attr_kind_t *kind, bool *optional) {
-  size_t len = strlen(name);
-  for (const char *p = schema; *p;) {
-    while (*p == ' ') p++;
-    const char *colon = strchr(p, ':');
-    if (!colon) return false;
-    const char *end = strchr(colon, ' ');
-    if (!end) end = colon + strlen(colon);
-    if ((size_t)(colon - p) == len && !strncmp(p, name, len)) {
-      *optional = end[-1] == '?';
-      size_t klen = (size_t)(end - colon - 1) - (*optional ? 1 : 0);
-      for (int k = 0; k < 3; k++)
-        if (strlen(kind_names[k]) == klen && !strncmp(colon + 1, kind_names[k], klen)) {
-          *kind = (ir_attr_kind_t)k;
-          return true;
-        }
-      return false;
-    }
-    p = end;
-  }
-  return false;
+/* Checks attribute s of op against its spec (NULL: not in the schema). */
+static loom_status_t check_one(ir_op_t op, const ir_attr_t *s, const ir_attr_spec_t *spec) {
+  const char *name = ir_ops[op].name, *schema = ir_ops[op].attrs;
+  /* Every op takes an origin (src/ir/origin.c) beside its own. */
+  ir_attr_kind_t want = spec ? ir_attr_storage(spec->kind) : IR_ATTR_INT;
+  static const char *const storage[] = {"int", "float", "ints"};
+  if (!spec && strcmp(s->name, IR_ORIGIN_ATTR))
+    return loom_fail(LOOM_ERR_INVALID, "%s: unknown attribute '%s' (takes: %s)", name,
+                     s->name, schema[0] ? schema : "none");
+  if (s->kind != want)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be %s, not %s", name,
+                     s->name, spec ? ir_attr_kind_name(spec->kind) : "int", storage[s->kind]);
+  if (s->kind == IR_ATTR_INTS && s->n < 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is a null or "
+                     "negative-length list", name, s->name);
+  if (s->kind == IR_ATTR_INTS && s->n > IR_MAX_ATTR_INTS)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' has %d entries (at most %d)",
+                     name, s->name, s->n, IR_MAX_ATTR_INTS);
+  if (spec && spec->kind == LOOM_ATTR_DTYPE && (uint64_t)s->ints[0] >= LOOM_DTYPE_COUNT)
+    return loom_fail(LOOM_ERR_DTYPE, "%s: attribute '%s' is %lld, not a dtype", name,
+                     s->name, (long long)s->ints[0]);
+  return LOOM_OK;
 }
 
 loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a) {
-  const ir_op_info_t *info = &ir_ops[op];
-  const char *schema = info->attrs;
+  const ir_schema_t *schema = ir_op_schema(op);
+  if (schema->error[0])
+    return loom_fail(LOOM_ERR_INVALID, "%s: the op table's attribute schema is malformed: %s",
+                     ir_ops[op].name, schema->error);
   int n = a ? a->n : 0;
-  for (int i = 0; i < n; i++) {
-    const ir_attr_t *s = &a->a[i];
-    ir_attr_kind_t kind = IR_ATTR_INT; /* an origin's */
-    bool optional;
-    /* Every op takes an origin (src/ir/origin.c) beside its own. */
-    if (strcmp(s->name, IR_ORIGIN_ATTR) && !schema_has(schema, s->name, &kind, &optional))
-      return loom_fail(LOOM_ERR_INVALID, "%s: unknown attribute '%s' (takes: %s)",
-                       info->name, s->name, schema[0] ? schema : "none");
-    if (kind != s->kind)
-      return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be %s, not %s",
-                       info->name, s->name, kind_names[kind], kind_names[s->kind]);
-    if (s->kind == IR_ATTR_INTS && s->n < 0)
-      return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is a null or "
-                       "negative-length list", info->name, s->name);
-    if (s->kind == IR_ATTR_INTS && s->n > IR_MAX_ATTR_INTS)
-      return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' has %d entries (at most %d)",
-                       info->name, s->name, s->n, IR_MAX_ATTR_INTS);
-  }
-  /* Every required attribute is present. */
-  for (const char *p = schema; *p;) {
-    while (*p == ' ') p++;
-    const char *colon = strchr(p, ':');
-    if (!colon) break;
-    const char *end = strchr(colon, ' ');
-    if (!end) end = colon + strlen(colon);
-    char name[IR_ATTR_NAME] = {0};
-    size_t len = (size_t)(colon - p);
-    if (len >= sizeof name) len = sizeof name - 1;
-    memcpy(name, p, len);
-    if (end[-1] != '?' && !ir_attrs_find(a, name))
+  for (int i = 0; i < n; i++)
+    LOOM_TRY(check_one(op, &a->a[i], ir_op_attr_spec(op, a->a[i].name)));
+  for (int i = 0; i < schema->n; i++)
+    if (!schema->a[i].optional && !ir_attrs_find(a, schema->a[i].name))
       return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is required",
-                       info->name, name);
-    p = end;
-  }
+                       ir_ops[op].name, schema->a[i].name);
   return LOOM_OK;
 }

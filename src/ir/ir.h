@@ -166,6 +166,49 @@ void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t d
  * may carry). */
 loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a);
 
+/* ---- Attribute schemas (src/ir/schema.c) ----------------------------------
+ * The attrs column of the op table, parsed once: one spec per word
+ * "name:kind", kind int|float|ints|dtype|graph (dtype: an int holding a
+ * loom_dtype_t; graph: an int naming a subgraph of the node's graph).
+ * After the kind, '?' marks an optional attribute whose absence has a
+ * meaning of its own (the op's doc says which: "all axes"), and "=value"
+ * an optional one with that default ("0.01", "-inf", "1,1", "i64"). */
+
+#define IR_MAX_DEFAULT_INTS 4
+
+typedef struct ir_attr_spec {
+  char name[IR_ATTR_NAME];
+  loom_attr_kind_t kind;
+  bool optional, has_default;
+  int n_ints;                          /* an ints default: its count */
+  int64_t ints[IR_MAX_DEFAULT_INTS];   /* int and dtype defaults: ints[0] */
+  double f;                            /* a float default */
+  char text[24];                       /* the default as the table writes it */
+} ir_attr_spec_t;
+
+typedef struct ir_schema {
+  int n;
+  ir_attr_spec_t a[IR_MAX_ATTRS];
+  char error[96]; /* a malformed schema (an op table bug): why; else "" */
+} ir_schema_t;
+
+const ir_schema_t *ir_op_schema(ir_op_t op);
+/* The spec of attribute name of op, or NULL. */
+const ir_attr_spec_t *ir_op_attr_spec(ir_op_t op, const char *name);
+/* How a node stores an attribute of this kind. */
+ir_attr_kind_t ir_attr_storage(loom_attr_kind_t kind);
+/* "int", "float", "ints", "dtype", "graph"; "?" out of range. */
+const char *ir_attr_kind_name(loom_attr_kind_t kind);
+
+/* Attribute name of a node of op, or the default op's schema gives it
+ * (0, or zeros, when it has none: a required attribute, or an optional
+ * one whose absence the caller handles). The one place defaults come
+ * from, so that shape rules, kernels and rules agree. ir_op_ints takes
+ * the list when it has count entries, else the default when it has. */
+int64_t ir_op_int(ir_op_t op, const ir_attrs_t *a, const char *name);
+double ir_op_float(ir_op_t op, const ir_attrs_t *a, const char *name);
+void ir_op_ints(ir_op_t op, const ir_attrs_t *a, const char *name, int count, int64_t *out);
+
 /* ---- Graphs ------------------------------------------------------------- */
 
 typedef enum ir_value_kind {
@@ -301,6 +344,13 @@ void ir_graph_free_spare(void);
  * on failure sub is destroyed, unless it already belongs to a graph or
  * is g or one of g's owners, which is then left alone. */
 loom_status_t ir_graph_adopt(loom_graph_t *g, loom_graph_t *sub, int64_t *index);
+/* Destroys sub unless some graph holds it (or it is null): a builder
+ * that takes subgraphs over, failing before it adopts sub. */
+void ir_graph_drop_unowned(loom_graph_t *g, loom_graph_t *sub);
+/* Undoes the adoption of subgraph `index` (the last one) after a failed
+ * build, unless g has other nodes than its n_nodes then (a node hook
+ * failed after the node that names it went in). */
+void ir_graph_drop_adopted(loom_graph_t *g, int64_t index, int64_t n_nodes);
 /* The subgraph named by int attribute `attr` of node n, or NULL. */
 loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
                                const char *attr);

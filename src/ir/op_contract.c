@@ -18,7 +18,7 @@ static loom_status_t same_dtypes(ir_infer_t *c) {
 
 /* An attribute that must be 0 or 1. */
 static loom_status_t flag_attr(ir_infer_t *c, const char *name, bool *out) {
-  int64_t v = ir_attr_int(c->attrs, name, 0);
+  int64_t v = ir_op_int(c->op, c->attrs, name);
   if (v != 0 && v != 1)
     return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be 0 or 1, not %lld",
                      ir_ops[c->op].name, name, (long long)v);
@@ -85,13 +85,13 @@ typedef struct conv_attrs {
   int64_t stride[2], pads[4], dilation[2], out_pad[2], groups;
 } conv_attrs_t;
 
-/* List attribute `name` of exactly n entries, or dflt when absent. */
-static loom_status_t ints_attr(ir_infer_t *c, const char *name, int n,
-                               int64_t dflt, int64_t *out) {
+/* List attribute `name` of exactly n entries, or the op's default when
+ * absent. */
+static loom_status_t ints_attr(ir_infer_t *c, const char *name, int n, int64_t *out) {
   const int64_t *v;
   int got = ir_attr_ints(c->attrs, name, &v);
   if (got < 0) {
-    for (int i = 0; i < n; i++) out[i] = dflt;
+    ir_op_ints(c->op, c->attrs, name, n, out);
     return LOOM_OK;
   }
   if (got != n)
@@ -117,16 +117,16 @@ static loom_status_t check_range(ir_infer_t *c, const char *name,
 }
 
 static loom_status_t conv_attrs(ir_infer_t *c, conv_attrs_t *p) {
-  LOOM_TRY(ints_attr(c, "stride", 2, 1, p->stride));
-  LOOM_TRY(ints_attr(c, "pads", 4, 0, p->pads));
-  LOOM_TRY(ints_attr(c, "dilation", 2, 1, p->dilation));
+  LOOM_TRY(ints_attr(c, "stride", 2, p->stride));
+  LOOM_TRY(ints_attr(c, "pads", 4, p->pads));
+  LOOM_TRY(ints_attr(c, "dilation", 2, p->dilation));
   LOOM_TRY(check_range(c, "stride", p->stride, 2, 1));
   LOOM_TRY(check_range(c, "pads", p->pads, 4, 0));
   LOOM_TRY(check_range(c, "dilation", p->dilation, 2, 1));
-  p->groups = ir_attr_int(c->attrs, "groups", 1);
+  p->groups = ir_op_int(c->op, c->attrs, "groups");
   LOOM_TRY(check_range(c, "groups", &p->groups, 1, 1));
   if (c->op != IR_OP_CONV_TRANSPOSE2D) return LOOM_OK;
-  LOOM_TRY(ints_attr(c, "output_padding", 2, 0, p->out_pad));
+  LOOM_TRY(ints_attr(c, "output_padding", 2, p->out_pad));
   LOOM_TRY(check_range(c, "output_padding", p->out_pad, 2, 0));
   for (int i = 0; i < 2; i++)
     if (p->out_pad[i] >= p->stride[i] && p->out_pad[i] >= p->dilation[i])
@@ -341,7 +341,7 @@ loom_status_t ir_shape_conv2d_weight_grad(ir_infer_t *c) {
     return ir_shape_fail(c, "x and dy must have rank 4 (N, C, H, W)");
   conv_attrs_t p;
   int64_t kernel[2];
-  LOOM_TRY(ints_attr(c, "kernel", 2, 1, kernel));
+  LOOM_TRY(ints_attr(c, "kernel", 2, kernel));
   LOOM_TRY(check_range(c, "kernel", kernel, 2, 1));
   LOOM_TRY(conv_attrs(c, &p));
   LOOM_TRY(weight_grad_channels(c, p.groups));
@@ -392,7 +392,7 @@ double ir_node_flops(const loom_graph_t *g, const ir_node_t *n, const int64_t *s
   int64_t elems, depth;
   switch (n->op) {
   case IR_OP_MATMUL: {
-    bool ta = a->rank >= 2 && ir_attr_int(&n->attrs, "trans_a", 0);
+    bool ta = a->rank >= 2 && ir_op_int(n->op, &n->attrs, "trans_a");
     int kd = a->rank == 1 ? 0 : ta ? a->rank - 2 : a->rank - 1;
     elems = dims_product(g, syms, y, 0, y->rank);
     depth = dims_product(g, syms, a, kd, kd + 1);

@@ -20,8 +20,7 @@ static bool is_self_or_owner(const loom_graph_t *g, const loom_graph_t *a) {
   return false;
 }
 
-/* Destroys sub unless some graph holds it (or it is null). */
-static void drop_unowned(loom_graph_t *g, loom_graph_t *sub) {
+void ir_graph_drop_unowned(loom_graph_t *g, loom_graph_t *sub) {
   if (sub && !sub->owner && !is_self_or_owner(g, sub)) loom_graph_destroy(sub);
 }
 
@@ -44,9 +43,7 @@ loom_status_t ir_graph_adopt(loom_graph_t *g, loom_graph_t *sub, int64_t *index)
   return LOOM_OK;
 }
 
-/* Undoes the last adoption after a failed build: the node that would
- * have named the subgraph does not exist. */
-static void drop_last(loom_graph_t *g, int64_t index, int64_t n_nodes) {
+void ir_graph_drop_adopted(loom_graph_t *g, int64_t index, int64_t n_nodes) {
   /* A node hook may fail after the node went in: it names the subgraph. */
   if (g->n_nodes != n_nodes || index < 0 || index != g->n_subgraphs - 1) return;
   g->subgraphs[index]->owner = NULL;
@@ -340,20 +337,20 @@ loom_status_t loom_if(loom_graph_t *g, loom_value_t cond, loom_graph_t *then_g,
                       int n_out, loom_value_t *out) {
   if (!g || (n_out > 0 && !out) || n_in < 0 || n_out < 0 || (n_in > 0 && !in) ||
       n_in > 4096 || n_out > 4096) {
-    drop_unowned(g, then_g);
-    if (else_g != then_g) drop_unowned(g, else_g);
+    ir_graph_drop_unowned(g, then_g);
+    if (else_g != then_g) ir_graph_drop_unowned(g, else_g);
     return loom_fail(LOOM_ERR_INVALID, "if: %s", !g ? "the graph is null"
                      : n_out > 0 && !out ? "out is null" : "bad input or output count");
   }
   int64_t ti = -1, ei = -1, n_nodes = g->n_nodes;
   loom_status_t s = ir_graph_adopt(g, then_g, &ti);
   if (s != LOOM_OK) {
-    if (else_g != then_g) drop_unowned(g, else_g);
+    if (else_g != then_g) ir_graph_drop_unowned(g, else_g);
     return loom_fail(s, "if: then_graph: %s", loom_last_error());
   }
   s = ir_graph_adopt(g, else_g, &ei);
   if (s != LOOM_OK) {
-    drop_last(g, ti, n_nodes);
+    ir_graph_drop_adopted(g, ti, n_nodes);
     return loom_fail(s, "if: else_graph: %s", loom_last_error());
   }
   ir_attrs_t a = {0};
@@ -367,8 +364,8 @@ loom_status_t loom_if(loom_graph_t *g, loom_value_t cond, loom_graph_t *then_g,
                   "was given", (long long)then_g->n_outputs, n_out);
   if (s == LOOM_OK) s = ir_add_node(g, IR_OP_IF, n_in + 1, ids, &a, res, n_out);
   if (s != LOOM_OK) {
-    drop_last(g, ei, n_nodes);
-    drop_last(g, ti, n_nodes);
+    ir_graph_drop_adopted(g, ei, n_nodes);
+    ir_graph_drop_adopted(g, ti, n_nodes);
     return s;
   }
   for (int k = 0; k < n_out; k++) out[k].id = res[k];
@@ -420,7 +417,7 @@ loom_status_t loom_loop(loom_graph_t *g, loom_value_t max_trip, loom_value_t con
                     (n_carried > 0 && !init) || (n_invariant > 0 && !invariants) ||
                     n_carried > 4096 || n_invariant > 4096 || n_out > 4096;
   if (!g || (n_out > 0 && !out) || bad_counts) {
-    drop_unowned(g, body);
+    ir_graph_drop_unowned(g, body);
     return loom_fail(LOOM_ERR_INVALID, "loop: %s", !g ? "the graph is null"
                      : n_out > 0 && !out ? "out is null"
                      : "bad carried, invariant or output count");
@@ -429,6 +426,6 @@ loom_status_t loom_loop(loom_graph_t *g, loom_value_t max_trip, loom_value_t con
   loom_status_t s = ir_graph_adopt(g, body, &bi);
   if (s != LOOM_OK) return loom_fail(s, "loop: body: %s", loom_last_error());
   s = build_loop(g, bi, max_trip, cond, n_carried, init, n_invariant, invariants, n_out, out);
-  if (s != LOOM_OK) drop_last(g, bi, n_nodes);
+  if (s != LOOM_OK) ir_graph_drop_adopted(g, bi, n_nodes);
   return s;
 }

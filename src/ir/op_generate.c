@@ -11,7 +11,7 @@
 /* The "dtype" attribute (f32 when absent), which must be in mask. */
 static loom_status_t attr_dtype(ir_infer_t *c, uint32_t mask,
                                 ir_type_t *out) {
-  int64_t d = ir_attr_int(c->attrs, "dtype", LOOM_F32);
+  int64_t d = ir_op_int(c->op, c->attrs, "dtype");
   if (d < 0 || d >= LOOM_DTYPE_COUNT)
     return loom_fail(LOOM_ERR_DTYPE, "%s: dtype %lld is not a dtype",
                      ir_ops[c->op].name, (long long)d);
@@ -60,9 +60,9 @@ static loom_status_t check_seed_offset(ir_infer_t *c, int first) {
 }
 
 loom_status_t ir_shape_arange(ir_infer_t *c) {
-  double start = ir_attr_float(c->attrs, "start", 0.0);
+  double start = ir_op_float(c->op, c->attrs, "start");
   double limit = ir_attr_float(c->attrs, "limit", 0.0);
-  double delta = ir_attr_float(c->attrs, "delta", 1.0);
+  double delta = ir_op_float(c->op, c->attrs, "delta");
   if (!isfinite(start) || !isfinite(limit) || !isfinite(delta))
     return loom_fail(LOOM_ERR_INVALID,
                      "arange: start %g, limit %g and delta %g must be finite",
@@ -88,16 +88,16 @@ loom_status_t ir_shape_full(ir_infer_t *c) {
 /* low < high (uniform) or std >= 0 (normal), all finite. */
 static loom_status_t check_distribution(ir_infer_t *c) {
   if (c->op == IR_OP_RANDOM_UNIFORM) {
-    double low = ir_attr_float(c->attrs, "low", 0.0);
-    double high = ir_attr_float(c->attrs, "high", 1.0);
+    double low = ir_op_float(c->op, c->attrs, "low");
+    double high = ir_op_float(c->op, c->attrs, "high");
     if (!isfinite(low) || !isfinite(high) || !(low < high))
       return loom_fail(LOOM_ERR_INVALID,
                        "random_uniform: needs finite low < high, got [%g, %g)",
                        low, high);
     return LOOM_OK;
   }
-  double mean = ir_attr_float(c->attrs, "mean", 0.0);
-  double std = ir_attr_float(c->attrs, "std", 1.0);
+  double mean = ir_op_float(c->op, c->attrs, "mean");
+  double std = ir_op_float(c->op, c->attrs, "std");
   if (!isfinite(mean) || !isfinite(std) || !(std >= 0))
     return loom_fail(LOOM_ERR_INVALID,
                      "random_normal: needs finite mean and std >= 0, got "

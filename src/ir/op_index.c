@@ -16,7 +16,7 @@ loom_status_t ir_shape_gather(ir_infer_t *c) {
   LOOM_TRY(ir_check_dtype(c, 1, DT_INT, "indices"));
   if (data->rank < 1) return ir_shape_fail(c, "data must have rank >= 1");
   int axis;
-  LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", 0), data->rank, &axis));
+  LOOM_TRY(ir_axis(c, ir_op_int(c->op, c->attrs, "axis"), data->rank, &axis));
   int rank = data->rank - 1 + ind->rank;
   LOOM_TRY(check_out_rank(c, rank));
   ir_type_t *out = &c->out[0];
@@ -91,7 +91,7 @@ loom_status_t ir_shape_embedding(ir_infer_t *c) {
 
 loom_status_t ir_shape_one_hot(ir_infer_t *c) {
   int64_t depth = ir_attr_int(c->attrs, "depth", 0);
-  int64_t dtype = ir_attr_int(c->attrs, "dtype", LOOM_I64);
+  int64_t dtype = ir_op_int(c->op, c->attrs, "dtype");
   if (depth <= 0)
     return loom_fail(LOOM_ERR_INVALID, "one_hot: depth must be > 0, got %lld",
                      (long long)depth);

@@ -487,7 +487,7 @@ loom_status_t ir_shape_pad(ir_infer_t *c) {
   const ir_type_t *x = c->in[0];
   const int64_t *pads;
   int n = ir_attr_ints(c->attrs, "pads", &pads);
-  int64_t mode = ir_attr_int(c->attrs, "mode", LOOM_PAD_CONSTANT);
+  int64_t mode = ir_op_int(c->op, c->attrs, "mode");
   if (n != 2 * x->rank)
     return loom_fail(LOOM_ERR_INVALID, "pad: pads has %d entries; rank %d "
                      "needs %d (begins, then ends)", n, x->rank, 2 * x->rank);

@@ -44,7 +44,7 @@ static loom_status_t read_window(ir_infer_t *c, pool_window_t *w) {
                        "%s: pad %lld (entry %d) is more than half the kernel size %lld",
                        ir_ops[c->op].name, (long long)w->pads[i], i,
                        (long long)w->kernel[i % 2]);
-  int64_t count_pad = ir_attr_int(c->attrs, "count_include_pad", 0);
+  int64_t count_pad = ir_op_int(c->op, c->attrs, "count_include_pad");
   if (count_pad != 0 && count_pad != 1)
     return loom_fail(LOOM_ERR_INVALID, "%s: count_include_pad must be 0 or 1, got %lld",
                      ir_ops[c->op].name, (long long)count_pad);
@@ -89,7 +89,7 @@ loom_status_t ir_shape_global_pool(ir_infer_t *c) {
 
 loom_status_t ir_shape_unary_axis(ir_infer_t *c) {
   int axis;
-  LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", -1), c->in[0]->rank, &axis));
+  LOOM_TRY(ir_axis(c, ir_op_int(c->op, c->attrs, "axis"), c->in[0]->rank, &axis));
   c->out[0] = *c->in[0];
   return LOOM_OK;
 }
@@ -104,8 +104,8 @@ static loom_status_t same_dtypes(ir_infer_t *c) {
   return LOOM_OK;
 }
 
-static loom_status_t check_eps(ir_infer_t *c, double dflt) {
-  double eps = ir_attr_float(c->attrs, "eps", dflt);
+static loom_status_t check_eps(ir_infer_t *c) {
+  double eps = ir_op_float(c->op, c->attrs, "eps");
   if (!(eps >= 0))
     return loom_fail(LOOM_ERR_INVALID, "%s: eps must be >= 0, got %g",
                      ir_ops[c->op].name, eps);
@@ -124,8 +124,8 @@ static bool has_trailing_dims(const ir_type_t *t, const ir_type_t *x, int axis) 
 loom_status_t ir_shape_norm(ir_infer_t *c) {
   const ir_type_t *x = c->in[0];
   int axis;
-  LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", -1), x->rank, &axis));
-  LOOM_TRY(check_eps(c, c->op == IR_OP_RMS_NORM ? 1e-6 : 1e-5));
+  LOOM_TRY(ir_axis(c, ir_op_int(c->op, c->attrs, "axis"), x->rank, &axis));
+  LOOM_TRY(check_eps(c));
   LOOM_TRY(same_dtypes(c));
   for (int i = 1; i < c->n_in; i++)
     if (!has_trailing_dims(c->in[i], x, axis))
@@ -141,8 +141,8 @@ loom_status_t ir_shape_batch_norm(ir_infer_t *c) {
   const ir_type_t *x = c->in[0];
   if (x->rank < 2)
     return ir_shape_fail(c, "x must be (N, C, ...) of rank >= 2, got rank %d", x->rank);
-  LOOM_TRY(check_eps(c, 1e-5));
-  int64_t training = ir_attr_int(c->attrs, "training", 0);
+  LOOM_TRY(check_eps(c));
+  int64_t training = ir_op_int(c->op, c->attrs, "training");
   if (training != 0 && training != 1)
     return loom_fail(LOOM_ERR_INVALID, "batch_norm: training must be 0 or 1, got %lld",
                      (long long)training);

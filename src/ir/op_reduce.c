@@ -3,9 +3,8 @@
 #include "ir/ir.h"
 
 /* A 0/1 flag attribute; anything else is a bad value. */
-static loom_status_t flag_attr(ir_infer_t *c, const char *name, int dflt,
-                               bool *out) {
-  int64_t v = ir_attr_int(c->attrs, name, dflt);
+static loom_status_t flag_attr(ir_infer_t *c, const char *name, bool *out) {
+  int64_t v = ir_op_int(c->op, c->attrs, name);
   if (v != 0 && v != 1)
     return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be 0 or 1, not %lld",
                      ir_ops[c->op].name, name, (long long)v);
@@ -67,9 +66,9 @@ loom_status_t ir_shape_reduce(ir_infer_t *c) {
   const ir_type_t *x = c->in[0];
   bool red[LOOM_MAX_RANK], keepdim = false;
   LOOM_TRY(reduced_axes(c, x->rank, red));
-  LOOM_TRY(flag_attr(c, "keepdim", 0, &keepdim));
+  LOOM_TRY(flag_attr(c, "keepdim", &keepdim));
   if (needs_nonempty(c->op)) LOOM_TRY(check_nonempty(c, red));
-  int64_t correction = ir_attr_int(c->attrs, "correction", 0);
+  int64_t correction = ir_op_int(c->op, c->attrs, "correction");
   if (correction < 0)
     return loom_fail(LOOM_ERR_INVALID, "%s: correction %lld is negative",
                      ir_ops[c->op].name, (long long)correction);
@@ -80,7 +79,7 @@ loom_status_t ir_shape_reduce(ir_infer_t *c) {
 loom_status_t ir_shape_argreduce(ir_infer_t *c) {
   const ir_type_t *x = c->in[0];
   bool red[LOOM_MAX_RANK] = {0}, keepdim = false;
-  LOOM_TRY(flag_attr(c, "keepdim", 0, &keepdim));
+  LOOM_TRY(flag_attr(c, "keepdim", &keepdim));
   if (ir_attrs_find(c->attrs, "axis")) {
     int a;
     LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", 0), x->rank, &a));
@@ -97,8 +96,8 @@ loom_status_t ir_shape_cumsum(ir_infer_t *c) {
   int a;
   bool flag = false;
   LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", 0), c->in[0]->rank, &a));
-  LOOM_TRY(flag_attr(c, "exclusive", 0, &flag));
-  LOOM_TRY(flag_attr(c, "reverse", 0, &flag));
+  LOOM_TRY(flag_attr(c, "exclusive", &flag));
+  LOOM_TRY(flag_attr(c, "reverse", &flag));
   c->out[0] = *c->in[0];
   c->out[0].dtype = result_dtype(c);
   return LOOM_OK;
@@ -110,8 +109,8 @@ loom_status_t ir_shape_topk(ir_infer_t *c) {
   int a;
   bool largest = true;
   if (x->rank == 0) return ir_shape_fail(c, "needs an input of rank 1 or more");
-  LOOM_TRY(ir_axis(c, ir_attr_int(c->attrs, "axis", -1), x->rank, &a));
-  LOOM_TRY(flag_attr(c, "largest", 1, &largest));
+  LOOM_TRY(ir_axis(c, ir_op_int(c->op, c->attrs, "axis"), x->rank, &a));
+  LOOM_TRY(flag_attr(c, "largest", &largest));
   if (k < 0)
     return loom_fail(LOOM_ERR_INVALID, "topk: k %lld is negative", (long long)k);
   if (ir_dim_is_const(x->dims[a]) && k > x->dims[a])

@@ -61,8 +61,8 @@ static int64_t mm_dot_i(const mm_operand_t *a, int64_t ba, const mm_operand_t *b
 
 loom_status_t ref_matmul(ref_call_t *c) {
   mm_operand_t a, b;
-  mm_operand(c->in[0], ir_attr_int(c->attrs, "trans_a", 0), false, &a);
-  mm_operand(c->in[1], ir_attr_int(c->attrs, "trans_b", 0), true, &b);
+  mm_operand(c->in[0], ir_op_int(c->node->op, c->attrs, "trans_a"), false, &a);
+  mm_operand(c->in[1], ir_op_int(c->node->op, c->attrs, "trans_b"), true, &b);
   loom_tensor_t *y = c->out[0];
   int batch_rank = a.batch_rank > b.batch_rank ? a.batch_rank : b.batch_rank;
   int64_t n_batch = 1, idx[LOOM_MAX_RANK];
@@ -96,10 +96,10 @@ typedef struct conv {
 } conv_t;
 
 static void conv_setup(ref_call_t *c, conv_t *k) {
-  ir_attr_ints_or(c->attrs, "stride", 2, 1, k->stride);
-  ir_attr_ints_or(c->attrs, "pads", 4, 0, k->pads);
-  ir_attr_ints_or(c->attrs, "dilation", 2, 1, k->dilation);
-  k->groups = ir_attr_int(c->attrs, "groups", 1);
+  ir_op_ints(c->node->op, c->attrs, "stride", 2, k->stride);
+  ir_op_ints(c->node->op, c->attrs, "pads", 4, k->pads);
+  ir_op_ints(c->node->op, c->attrs, "dilation", 2, k->dilation);
+  k->groups = ir_op_int(c->node->op, c->attrs, "groups");
   k->x = c->in[0];
   k->w = c->in[1];
   k->bias = c->n_in > 2 ? c->in[2] : NULL;

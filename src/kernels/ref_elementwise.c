@@ -55,8 +55,8 @@ UNARY_F(reciprocal, 1.0 / x)
 UNARY_F(tanh, tanh(x))
 UNARY_F(sigmoid, x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)))
 UNARY(relu, x > 0 ? x : (isnan(x) ? x : 0.0), x > 0 ? x : 0)
-UNARY_F(leaky_relu, x > 0 ? x : x * ir_attr_float(a, "alpha", 0.01))
-UNARY_F(elu, x > 0 ? x : ir_attr_float(a, "alpha", 1.0) * expm1(x))
+UNARY_F(leaky_relu, x > 0 ? x : x * ir_op_float(IR_OP_LEAKY_RELU, a, "alpha"))
+UNARY_F(elu, x > 0 ? x : ir_op_float(IR_OP_ELU, a, "alpha") * expm1(x))
 /* GELU is x Phi(x) = x erfc(-x / sqrt 2) / 2, and its tanh form
  * x (1 + tanh u) / 2 = x sigmoid(2u): 1 + erf and 1 + tanh lose all their
  * digits for x < 0 (at x = -8.5 in double), these forms none. */
@@ -85,8 +85,8 @@ UNARY_F(isnan, isnan(x) ? 1.0 : 0.0)
 /* min(max(x, lo), hi): when lo > hi every result is hi. A NaN bound is
  * no bound. */
 static double clamp_f(double x, const ir_attrs_t *a) {
-  double lo = ir_attr_float(a, "min", -INFINITY);
-  double hi = ir_attr_float(a, "max", INFINITY);
+  double lo = ir_op_float(IR_OP_CLAMP, a, "min");
+  double hi = ir_op_float(IR_OP_CLAMP, a, "max");
   if (isnan(x)) return x;
   double v = x < lo ? lo : x;
   return v > hi ? hi : v;
@@ -105,8 +105,8 @@ static int64_t int_bound(double b, bool lower) {
 /* Integers clamp exactly in int64; a result that is a bound outside the
  * dtype's range saturates to it instead of wrapping. */
 static void clamp_int(ref_call_t *c) {
-  int64_t lo = int_bound(ir_attr_float(c->attrs, "min", -INFINITY), true);
-  int64_t hi = int_bound(ir_attr_float(c->attrs, "max", INFINITY), false);
+  int64_t lo = int_bound(ir_op_float(IR_OP_CLAMP, c->attrs, "min"), true);
+  int64_t hi = int_bound(ir_op_float(IR_OP_CLAMP, c->attrs, "max"), false);
   int64_t n = loom_tensor_numel(c->in[0]);
   for (int64_t i = 0; i < n; i++) {
     int64_t x = ref_geti(c->in[0], i);

@@ -7,8 +7,8 @@
 #include "kernels/ref.h"
 
 loom_status_t ref_arange(ref_call_t *c) {
-  double start = ir_attr_float(c->attrs, "start", 0.0);
-  double delta = ir_attr_float(c->attrs, "delta", 1.0);
+  double start = ir_op_float(c->node->op, c->attrs, "start");
+  double delta = ir_op_float(c->node->op, c->attrs, "delta");
   loom_tensor_t *y = c->out[0];
   int64_t n = loom_tensor_numel(y);
   for (int64_t i = 0; i < n; i++) ref_set(y, i, start + (double)i * delta);
@@ -16,7 +16,7 @@ loom_status_t ref_arange(ref_call_t *c) {
 }
 
 loom_status_t ref_full(ref_call_t *c) {
-  double value = ir_attr_float(c->attrs, "value", 0.0);
+  double value = ir_op_float(c->node->op, c->attrs, "value");
   loom_tensor_t *y = c->out[0];
   int64_t n = loom_tensor_numel(y);
   for (int64_t i = 0; i < n; i++) ref_set(y, i, value);
@@ -43,8 +43,8 @@ static double dtype_below(loom_dtype_t dtype, double high) {
 
 loom_status_t ref_random_uniform(ref_call_t *c) {
   uint64_t seed = scalar_u64(c->in[0]), offset = scalar_u64(c->in[1]);
-  double low = ir_attr_float(c->attrs, "low", 0.0);
-  double high = ir_attr_float(c->attrs, "high", 1.0);
+  double low = ir_op_float(c->node->op, c->attrs, "low");
+  double high = ir_op_float(c->node->op, c->attrs, "high");
   loom_tensor_t *y = c->out[0];
   double top = dtype_below(y->dtype, high);
   int64_t n = loom_tensor_numel(y);
@@ -58,8 +58,8 @@ loom_status_t ref_random_uniform(ref_call_t *c) {
 
 loom_status_t ref_random_normal(ref_call_t *c) {
   uint64_t seed = scalar_u64(c->in[0]), offset = scalar_u64(c->in[1]);
-  double mean = ir_attr_float(c->attrs, "mean", 0.0);
-  double std = ir_attr_float(c->attrs, "std", 1.0);
+  double mean = ir_op_float(c->node->op, c->attrs, "mean");
+  double std = ir_op_float(c->node->op, c->attrs, "std");
   loom_tensor_t *y = c->out[0];
   int64_t n = loom_tensor_numel(y);
   for (int64_t i = 0; i < n; i++)

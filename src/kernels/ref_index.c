@@ -53,7 +53,7 @@ static loom_status_t take(ref_call_t *c, int axis, bool negative) {
 }
 
 loom_status_t ref_gather(ref_call_t *c) {
-  int64_t axis = ir_attr_int(c->attrs, "axis", 0);
+  int64_t axis = ir_op_int(c->node->op, c->attrs, "axis");
   int rank = c->in[0]->rank;
   return take(c, (int)(axis < 0 ? axis + rank : axis), true);
 }

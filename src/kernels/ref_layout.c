@@ -285,8 +285,8 @@ loom_status_t ref_pad(ref_call_t *c) {
   const int64_t *pads;
   ir_attr_ints(c->attrs, "pads", &pads);
   move_t m = {.c = c,
-              .mode = ir_attr_int(c->attrs, "mode", LOOM_PAD_CONSTANT),
-              .fill = ir_attr_float(c->attrs, "value", 0.0)};
+              .mode = ir_op_int(c->node->op, c->attrs, "mode"),
+              .fill = ir_op_float(c->node->op, c->attrs, "value")};
   for (int d = 0; d < c->in[0]->rank; d++) m.first[d] = pads[d];
   LOOM_TRY(check_pad_fits(&m, pads));
   return move_elements(&m, from_pad);

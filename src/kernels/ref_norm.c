@@ -15,7 +15,7 @@ static int64_t dims_product(const loom_tensor_t *t, int from, int to) {
 /* The attribute axis, normalized (the shape rule has checked it). */
 static int attr_axis(const ref_call_t *c) {
   int rank = c->in[0]->rank;
-  int64_t axis = ir_attr_int(c->attrs, "axis", -1);
+  int64_t axis = ir_op_int(c->node->op, c->attrs, "axis");
   if (axis < 0) axis += rank;
   return axis < 0 ? 0 : (int)axis;
 }
@@ -41,7 +41,7 @@ static pool_t read_pool(const ref_call_t *c) {
   read_ints(c, "stride", 2, p.stride);
   read_ints(c, "pads", 4, p.pads);
   read_ints(c, "dilation", 2, p.dilation);
-  p.count_include_pad = ir_attr_int(c->attrs, "count_include_pad", 0) != 0;
+  p.count_include_pad = ir_op_int(c->node->op, c->attrs, "count_include_pad") != 0;
   return p;
 }
 
@@ -190,11 +190,11 @@ static double optional_get(const ref_call_t *c, int i, int64_t j, double dflt) {
 
 /* y = (x - center) / sqrt(mean((x - center)^2) + eps) * scale + bias over
  * dims axis..; layer_norm centers on the mean, rms_norm on 0. */
-static loom_status_t run_norm(ref_call_t *c, bool centered, double eps_default) {
+static loom_status_t run_norm(ref_call_t *c, bool centered) {
   const loom_tensor_t *x = c->in[0];
   loom_tensor_t *y = c->out[0];
   int axis = attr_axis(c);
-  double eps = ir_attr_float(c->attrs, "eps", eps_default);
+  double eps = ir_op_float(c->node->op, c->attrs, "eps");
   int64_t outer = dims_product(x, 0, axis), len = dims_product(x, axis, x->rank);
   for (int64_t o = 0; o < outer; o++) {
     int64_t base = o * len;
@@ -208,8 +208,8 @@ static loom_status_t run_norm(ref_call_t *c, bool centered, double eps_default) 
   return LOOM_OK;
 }
 
-loom_status_t ref_layer_norm(ref_call_t *c) { return run_norm(c, true, 1e-5); }
-loom_status_t ref_rms_norm(ref_call_t *c) { return run_norm(c, false, 1e-6); }
+loom_status_t ref_layer_norm(ref_call_t *c) { return run_norm(c, true); }
+loom_status_t ref_rms_norm(ref_call_t *c) { return run_norm(c, false); }
 
 /* ---- Batch normalization ------------------------------------------------- */
 
@@ -236,9 +236,9 @@ static channel_stats_t batch_stats(const loom_tensor_t *x, int64_t ch,
 loom_status_t ref_batch_norm(ref_call_t *c) {
   const loom_tensor_t *x = c->in[0], *scale = c->in[1], *bias = c->in[2];
   const loom_tensor_t *run_mean = c->in[3], *run_var = c->in[4];
-  double eps = ir_attr_float(c->attrs, "eps", 1e-5);
-  double m = ir_attr_float(c->attrs, "momentum", 0.1);
-  bool training = ir_attr_int(c->attrs, "training", 0) != 0;
+  double eps = ir_op_float(c->node->op, c->attrs, "eps");
+  double m = ir_op_float(c->node->op, c->attrs, "momentum");
+  bool training = ir_op_int(c->node->op, c->attrs, "training") != 0;
   int64_t n = x->shape[0], channels = x->shape[1], inner = dims_product(x, 2, x->rank);
   int64_t count = n * inner;
   /* The unbiased variance needs two values, as PyTorch insists. */

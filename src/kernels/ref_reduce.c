@@ -170,7 +170,7 @@ static double variance_f(const slice_t *s) {
     acc += d * d;
   }
   double n = (double)s->p->n_red;
-  double correction = (double)ir_attr_int(s->attrs, "correction", 0);
+  double correction = (double)ir_op_int(IR_OP_VARIANCE, s->attrs, "correction");
   return acc / fmax(n - correction, 0.0);
 }
 
@@ -312,8 +312,8 @@ static void scan_i(const loom_tensor_t *x, loom_tensor_t *y, const lines_t *L,
 loom_status_t ref_cumsum(ref_call_t *c) {
   const loom_tensor_t *x = c->in[0];
   lines_t L = lines_of(x, ir_attr_int(c->attrs, "axis", 0));
-  bool exclusive = ir_attr_int(c->attrs, "exclusive", 0) != 0;
-  bool reverse = ir_attr_int(c->attrs, "reverse", 0) != 0;
+  bool exclusive = ir_op_int(c->node->op, c->attrs, "exclusive") != 0;
+  bool reverse = ir_op_int(c->node->op, c->attrs, "reverse") != 0;
   bool ints = !dtype_is_float(x->dtype);
   for (int64_t l = 0; l < L.outer * L.inner; l++) {
     if (ints) scan_i(x, c->out[0], &L, l, exclusive, reverse);
@@ -365,7 +365,7 @@ static void topk_line(ref_call_t *c, const lines_t *L, int64_t l, int64_t k,
     items[t].f = ints ? (double)items[t].i : ref_get(x, at);
     items[t].pos = t;
   }
-  bool largest = ir_attr_int(c->attrs, "largest", 1) != 0;
+  bool largest = ir_op_int(c->node->op, c->attrs, "largest") != 0;
   int (*cmp)(const void *, const void *) = largest ? cmp_descending : cmp_ascending;
   if (k > 8) {
     qsort(items, (size_t)L->n, sizeof *items, cmp);
@@ -391,7 +391,7 @@ static void topk_line(ref_call_t *c, const lines_t *L, int64_t l, int64_t k,
 
 loom_status_t ref_topk(ref_call_t *c) {
   const loom_tensor_t *x = c->in[0];
-  lines_t L = lines_of(x, ir_attr_int(c->attrs, "axis", -1));
+  lines_t L = lines_of(x, ir_op_int(c->node->op, c->attrs, "axis"));
   int64_t k = ir_attr_int(c->attrs, "k", 0);
   if (k > L.n)
     return loom_fail(LOOM_ERR_VALUE, "topk: k %lld is larger than the axis (size %lld)",

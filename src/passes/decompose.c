@@ -155,13 +155,13 @@ static int32_t dec_log_softmax(builder_t *b) { return softmax_like(b, true); }
 
 /* x * rsqrt(mean(x*x) + eps), x centered first for layer_norm; then the
  * optional scale and bias. */
-static int32_t norm(builder_t *b, bool centered, double eps_default) {
+static int32_t norm(builder_t *b, bool centered) {
   int rank = in_type(b, 0)->rank;
   int32_t x = in(b, 0);
   axes_t ax = trailing_axes(node_axis(b->n, rank), rank);
   if (centered) x = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
   int32_t var = mean_of(b, op2(b, IR_OP_MUL, x, x), &ax, true);
-  double eps = ir_attr_float(&b->n->attrs, "eps", eps_default);
+  double eps = ir_op_float(b->n->op, &b->n->attrs, "eps");
   int32_t inv = op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps)));
   int32_t y = op2(b, IR_OP_MUL, x, inv);
   if (b->n->n_in > 1) y = op2(b, IR_OP_MUL, y, in(b, 1));
@@ -169,8 +169,8 @@ static int32_t norm(builder_t *b, bool centered, double eps_default) {
   return y;
 }
 
-static int32_t dec_layer_norm(builder_t *b) { return norm(b, true, 1e-5); }
-static int32_t dec_rms_norm(builder_t *b) { return norm(b, false, 1e-6); }
+static int32_t dec_layer_norm(builder_t *b) { return norm(b, true); }
+static int32_t dec_rms_norm(builder_t *b) { return norm(b, false); }
 
 /* gelu and gelu_tanh stay whole: written with erf or tanh they lose all
  * their digits for x < 0 (1 + erf(x / sqrt 2) cancels), and their own
@@ -188,7 +188,7 @@ static int32_t dec_batch_norm(builder_t *b) {
   if (ir_attr_int(&b->n->attrs, "training", 0) != 0) return -1;
   int rank = in_type(b, 0)->rank;
   int32_t x = in(b, 0), scale = in(b, 1), bias = in(b, 2), mean = in(b, 3), var = in(b, 4);
-  double eps = ir_attr_float(&b->n->attrs, "eps", 1e-5);
+  double eps = ir_op_float(b->n->op, &b->n->attrs, "eps");
   int32_t k = op2(b, IR_OP_MUL, scale,
                   op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps))));
   int32_t c = op2(b, IR_OP_SUB, bias, op2(b, IR_OP_MUL, mean, k));

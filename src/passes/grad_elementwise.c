@@ -132,7 +132,7 @@ loom_status_t grad_relu(grad_ctx_t *c) {
 }
 
 loom_status_t grad_leaky_relu(grad_ctx_t *c) {
-  double alpha = ir_attr_float(&c->node.attrs, "alpha", 0.01);
+  double alpha = ir_op_float(c->node.op, &c->node.attrs, "alpha");
   int32_t pos, neg;
   TRY(positive(c, in_(c, 0), &pos));
   TRY(op2s(c, IR_OP_MUL, g_(c), alpha, &neg));
@@ -141,7 +141,7 @@ loom_status_t grad_leaky_relu(grad_ctx_t *c) {
 
 /* For x <= 0, d alpha (e^x - 1) = alpha e^x = y + alpha. */
 loom_status_t grad_elu(grad_ctx_t *c) {
-  double alpha = ir_attr_float(&c->node.attrs, "alpha", 1.0);
+  double alpha = ir_op_float(c->node.op, &c->node.attrs, "alpha");
   int32_t pos, neg;
   TRY(positive(c, in_(c, 0), &pos));
   TRY(op2s(c, IR_OP_ADD, y_(c), alpha, &neg));
@@ -247,8 +247,8 @@ loom_status_t grad_cast(grad_ctx_t *c) {
  * PyTorch's clamp (its hardtanh and relu6 exclude them instead); a NaN x
  * gets none. A NaN or infinite bound is no bound. */
 loom_status_t grad_clamp(grad_ctx_t *c) {
-  double lo = ir_attr_float(&c->node.attrs, "min", -INFINITY);
-  double hi = ir_attr_float(&c->node.attrs, "max", INFINITY);
+  double lo = ir_op_float(c->node.op, &c->node.attrs, "min");
+  double hi = ir_op_float(c->node.op, &c->node.attrs, "max");
   int32_t x = in_(c, 0), inside = -1, t;
   if (isfinite(lo)) TRY(op2s(c, IR_OP_GE, x, lo, &inside));
   if (isfinite(hi)) {

@@ -332,14 +332,14 @@ static loom_status_t norm_input_grad(grad_ctx_t *c, const norm_t *k, int32_t g,
 
 /* layer_norm and rms_norm: y = xhat * scale + bias over dims axis..; scale
  * and bias have those dims, so their gradients sum over the others. */
-static loom_status_t grad_norm(grad_ctx_t *c, bool centered, double eps_default) {
+static loom_status_t grad_norm(grad_ctx_t *c, bool centered) {
   int32_t x = c->node.in[0], dy = c->dout[0], g = dy;
   ir_type_t xt = type_of(c, x);
   int64_t axis = ir_attr_int(&c->node.attrs, "axis", -1);
   if (axis < 0) axis += xt.rank;
   norm_t k = {.centered = centered};
   for (int64_t d = axis; d < xt.rank; d++) k.axes[k.n_axes++] = d;
-  LOOM_TRY(norm_stats(c, &k, x, ir_attr_float(&c->node.attrs, "eps", eps_default)));
+  LOOM_TRY(norm_stats(c, &k, x, ir_op_float(c->node.op, &c->node.attrs, "eps")));
   if (c->node.n_in >= 2) {
     int32_t scale = c->node.in[1], dscale;
     ir_type_t st = type_of(c, scale);
@@ -354,8 +354,8 @@ static loom_status_t grad_norm(grad_ctx_t *c, bool centered, double eps_default)
   return norm_input_grad(c, &k, g, &c->din[0]);
 }
 
-loom_status_t grad_layer_norm(grad_ctx_t *c) { return grad_norm(c, true, 1e-5); }
-loom_status_t grad_rms_norm(grad_ctx_t *c) { return grad_norm(c, false, 1e-6); }
+loom_status_t grad_layer_norm(grad_ctx_t *c) { return grad_norm(c, true); }
+loom_status_t grad_rms_norm(grad_ctx_t *c) { return grad_norm(c, false); }
 
 /* A per-channel vector (C) as (C, 1, ..., 1), which broadcasts against x
  * (N, C, ...). */
@@ -414,7 +414,7 @@ loom_status_t grad_batch_norm(grad_ctx_t *c) {
                      "which have no gradient");
   int32_t dy = c->dout[0], scale_c, g, prod;
   int rank = type_of(c, c->node.in[0]).rank;
-  double eps = ir_attr_float(&c->node.attrs, "eps", 1e-5);
+  double eps = ir_op_float(c->node.op, &c->node.attrs, "eps");
   bool training = ir_attr_int(&c->node.attrs, "training", 0) != 0;
   norm_t k = {.centered = true};
   k.axes[k.n_axes++] = 0;

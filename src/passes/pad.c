@@ -545,7 +545,7 @@ static loom_status_t rule_norm(pad_ctx_t *c) {
   tags_on(in_tags(c, 0), red, rank, which);
   if (!any_tag(which, rank)) return copy(c);
   bool centered = n->op == IR_OP_LAYER_NORM;
-  double eps = ir_attr_float(attrs(c), "eps", centered ? 1e-5 : 1e-6);
+  double eps = ir_op_float(n->op, attrs(c), "eps");
   loom_dtype_t dt = in_type(c, 0)->dtype;
   int32_t x = in_d(c, 0);
   if (centered) x = op2(c, IR_OP_SUB, x, masked_mean(c, x, red, which, true));
@@ -588,8 +588,8 @@ static loom_status_t rule_batch_norm(pad_ctx_t *c) {
   tags_on(in_tags(c, 0), red, rank, which);
   if (!ir_attr_int(attrs(c), "training", 0) || !any_tag(which, rank)) return copy(c);
   loom_dtype_t dt = xt->dtype;
-  double eps = ir_attr_float(attrs(c), "eps", 1e-5);
-  double m = ir_attr_float(attrs(c), "momentum", 0.1);
+  double eps = ir_op_float(cur(c)->op, attrs(c), "eps");
+  double m = ir_op_float(cur(c)->op, attrs(c), "momentum");
   int32_t x = in_d(c, 0);
   int32_t count = real_count(c, red, which, rank, xt->dims, dt);
   if (c->s == LOOM_OK && count < 0)

@@ -34,7 +34,7 @@ static bool uniform_value(const ir_rewriter_t *rw, int32_t d, double *out) {
   const ir_value_t *v = &rw->dst->values[d];
   const ir_node_t *p = producer(rw, d);
   if (p && p->op == IR_OP_FULL) {
-    *out = ir_attr_float(&p->attrs, "value", 0.0);
+    *out = ir_op_float(p->op, &p->attrs, "value");
     return true;
   }
   if (v->kind != IR_VALUE_CONST) return false;

@@ -6,6 +6,7 @@
 #include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ref.h"
@@ -16,14 +17,15 @@ static _Atomic int64_t compiles;
 
 void rt_count_compile(void) { atomic_fetch_add(&compiles, 1); }
 
-void loom_stats_get(loom_stats_t *out) {
-  if (!out) return;
+loom_status_t loom_stats_get(loom_stats_t *out) {
   cpu_toolchain_stats_t t;
   cpu_toolchain_stats(&t);
-  *out = (loom_stats_t){.compiles = atomic_load(&compiles),
-                        .cc_invocations = t.cc_invocations,
-                        .disk_hits = t.disk_hits,
-                        .disk_rebuilds = t.disk_rebuilds};
+  loom_stats_t s = {.size = sizeof s,
+                    .compiles = atomic_load(&compiles),
+                    .cc_invocations = t.cc_invocations,
+                    .disk_hits = t.disk_hits,
+                    .disk_rebuilds = t.disk_rebuilds};
+  return core_sized_write(__func__, "loom_stats_t", out, &s, sizeof s);
 }
 
 /* Checks t against a guard; names what differs. */
@@ -240,11 +242,11 @@ loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_i
   return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, shape, out);
 }
 
-loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
-  LOOM_CHECK_ARG(e);
-  LOOM_CHECK_ARG(out);
+/* The executable's info, every field of this library's struct. */
+static void executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
   rt_lanes_hold(e); /* runtime symbols: the last run's sizes, not a run's midway */
   *out = (loom_executable_info_t){
+      .size = sizeof *out,
       .n_nodes = e->graph ? (int)e->graph->n_nodes : 0,
       .n_groups = e->plan.n_groups,
       .n_generated = e->n_generated,
@@ -260,7 +262,13 @@ loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_i
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
   if (e->graph) out->flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
   rt_lanes_drop(e);
-  return LOOM_OK;
+}
+
+loom_status_t loom_executable_info(const loom_executable_t *e, loom_executable_info_t *out) {
+  LOOM_CHECK_ARG(e);
+  loom_executable_info_t info;
+  executable_info(e, &info);
+  return core_sized_write(__func__, "loom_executable_info_t", out, &info, sizeof info);
 }
 
 const char *loom_fallback_name(loom_fallback_t f) {

@@ -1,23 +1,83 @@
-/* The op table as the public API shows it. */
+/* The op table as the public API shows it (loom/op_table.h). */
+#include <string.h>
+
+#include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
 #include "kernels/ref.h"
 
 int loom_op_count(void) { return IR_OP_COUNT; }
 
-loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
-  LOOM_CHECK_ARG(out);
-  if (i < 0 || i >= IR_OP_COUNT)
-    return loom_fail(LOOM_ERR_INVALID, "op index %d is outside 0..%d", i,
-                     IR_OP_COUNT - 1);
-  const ir_op_info_t *info = &ir_ops[i];
-  out->name = info->name;
-  out->fusion_class = ir_fusion_class_name(info->fusion_class);
-  out->doc = info->doc;
-  out->has_reference = ref_kernels[i] != NULL;
-  out->has_gradient = info->has_grad;
-  out->not_differentiable = info->not_differentiable;
-  out->has_codegen = info->has_codegen;
-  out->data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0;
-  return LOOM_OK;
+loom_status_t loom_op_find(const char *name, int *op) {
+  LOOM_CHECK_ARG(name);
+  LOOM_CHECK_ARG(op);
+  for (int i = 0; i < IR_OP_COUNT; i++)
+    if (!strcmp(ir_ops[i].name, name)) {
+      *op = i;
+      return LOOM_OK;
+    }
+  return loom_fail(LOOM_ERR_INVALID, "no op is called '%s' (loom ops lists them)", name);
 }
+
+static loom_status_t check_op(const char *fn, int i) {
+  if (i >= 0 && i < IR_OP_COUNT) return LOOM_OK;
+  return loom_fail(LOOM_ERR_INVALID, "%s: op index %d is outside 0..%d", fn, i,
+                   IR_OP_COUNT - 1);
+}
+
+/* The table's flags as the public API names them. */
+static uint32_t public_flags(const ir_op_info_t *info) {
+  return (info->has_grad ? LOOM_OP_DIFFERENTIABLE : 0) |
+         (info->flags & F_RANDOM ? LOOM_OP_RANDOM : 0) |
+         (info->flags & F_SIDE_EFFECT ? LOOM_OP_SIDE_EFFECT : 0) |
+         (info->flags & F_DATA_SHAPE ? LOOM_OP_DATA_SHAPE : 0) |
+         (info->flags & F_SUBGRAPH ? LOOM_OP_SUBGRAPH : 0);
+}
+
+loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
+  LOOM_TRY(check_op(__func__, i));
+  const ir_op_info_t *info = &ir_ops[i];
+  loom_op_info_t o = {.size = sizeof o,
+                      .name = info->name,
+                      .fusion_class = ir_fusion_class_name(info->fusion_class),
+                      .doc = info->doc,
+                      .has_reference = ref_kernels[i] != NULL,
+                      .has_gradient = info->has_grad,
+                      .not_differentiable = info->not_differentiable,
+                      .has_codegen = info->has_codegen,
+                      .data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0,
+                      .in_min = info->in_min,
+                      .in_max = info->in_max,
+                      .n_out = info->n_out,
+                      .dtypes = info->dtypes,
+                      .flags = public_flags(info),
+                      .n_attrs = ir_op_schema((ir_op_t)i)->n};
+  return core_sized_write(__func__, "loom_op_info_t", out, &o, sizeof o);
+}
+
+int loom_op_attr_count(int op) {
+  return op >= 0 && op < IR_OP_COUNT ? ir_op_schema((ir_op_t)op)->n : -1;
+}
+
+loom_status_t loom_op_get_attr(int op, int k, loom_attr_info_t *out) {
+  LOOM_TRY(check_op(__func__, op));
+  const ir_schema_t *s = ir_op_schema((ir_op_t)op);
+  if (k < 0 || k >= s->n)
+    return loom_fail(LOOM_ERR_INVALID, "%s: %s has %d attributes, not one numbered %d",
+                     __func__, ir_ops[op].name, s->n, k);
+  const ir_attr_spec_t *a = &s->a[k];
+  loom_attr_info_t o = {.size = sizeof o,
+                        .name = a->name,
+                        .kind = a->kind,
+                        .optional = a->optional,
+                        .has_default = a->has_default,
+                        .default_int = a->kind == LOOM_ATTR_INTS ? 0 : a->ints[0],
+                        .default_float = a->f,
+                        .n_default_ints = a->kind == LOOM_ATTR_INTS ? a->n_ints : 0,
+                        .default_text = a->text};
+  memcpy(o.default_ints, a->ints, sizeof a->ints);
+  if (a->kind != LOOM_ATTR_INTS) memset(o.default_ints, 0, sizeof a->ints);
+  return core_sized_write(__func__, "loom_attr_info_t", out, &o, sizeof o);
+}
+
+const char *loom_attr_kind_name(loom_attr_kind_t kind) { return ir_attr_kind_name(kind); }

@@ -14,6 +14,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "core/text.h"
 #include "ir/ir.h"
@@ -802,12 +803,13 @@ void loom_cache_destroy(loom_cache_t *c) {
 
 loom_status_t loom_cache_get_stats(const loom_cache_t *c, loom_cache_stats_t *out) {
   LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(out);
   /* The lock is the only thing written. */
   loom_cache_t *m = (loom_cache_t *)c;
   pthread_mutex_lock(&m->lock);
-  *out = c->stats;
+  loom_cache_stats_t s = c->stats;
   pthread_mutex_unlock(&m->lock);
+  s.size = sizeof s;
+  LOOM_TRY(core_sized_write(__func__, "loom_cache_stats_t", out, &s, sizeof s));
   loom_clear_error();
   return LOOM_OK;
 }

@@ -7,17 +7,17 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ref.h"
 #include "trace/trace_internal.h"
 
-void loom_trace_options_init(loom_trace_options_t *o) {
-  if (!o) return;
-  memset(o, 0, sizeof *o);
-  o->compile = 1;
-  o->spec_workers = 1;
-  o->data_dims.kind = LOOM_DIM_EXACT;
+loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size) {
+  loom_trace_options_t defaults = {.size = sizeof defaults, .compile = 1, .spec_workers = 1,
+                                   .data_dims.kind = LOOM_DIM_EXACT};
+  return core_sized_init(__func__, "loom_trace_options_t", o, size, &defaults,
+                         sizeof defaults);
 }
 
 /* ---- One thread at a time ----------------------------------------------------
@@ -340,9 +340,10 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
                                 loom_trace_t **out) {
   LOOM_CHECK_ARG(out);
   *out = NULL;
-  loom_trace_options_t defaults;
-  loom_trace_options_init(&defaults);
-  if (!o) o = &defaults;
+  loom_trace_options_t opts;
+  loom_trace_options_init(&opts);
+  if (o) LOOM_TRY(core_sized_read(__func__, "loom_trace_options_t", &opts, o, sizeof opts));
+  o = &opts;
   if (o->recompile_limit < 0 || o->num_threads < 0 || o->cache_bytes < 0 ||
       o->spec_workers < 0)
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_create: recompile_limit, "
@@ -751,12 +752,14 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                    loom_trace_stats_t *out) {
   LOOM_CHECK_ARG(t);
-  LOOM_CHECK_ARG(out);
   bool taken;
   LOOM_TRY(claim_to_read(t, __func__, &taken));
-  *out = t->stats;
+  loom_trace_stats_t s = t->stats;
   give_back(t, taken);
-  return loom_cache_get_stats(t->cache, &out->cache);
+  s.size = sizeof s;
+  s.cache = (loom_cache_stats_t)LOOM_CACHE_STATS_INIT;
+  LOOM_TRY(loom_cache_get_stats(t->cache, &s.cache));
+  return core_sized_write(__func__, "loom_trace_stats_t", out, &s, sizeof s);
 }
 
 static loom_status_t explain(const loom_trace_t *t, char **out) {

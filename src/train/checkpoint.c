@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/file.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -783,6 +784,13 @@ static void commit(ck_params_t *ps) {
   }
 }
 
+loom_status_t loom_checkpoint_options_init_sized(loom_checkpoint_options_t *o,
+                                                 size_t size) {
+  loom_checkpoint_options_t strict = {.size = sizeof strict};
+  return core_sized_init(__func__, "loom_checkpoint_options_t", o, size, &strict,
+                         sizeof strict);
+}
+
 static loom_status_t load_open(loom_graph_t *g, ck_file_t *f,
                                const loom_checkpoint_options_t *o) {
   ck_reader_t r = {.path = f->path};
@@ -800,8 +808,11 @@ loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
                                       const loom_checkpoint_options_t *o) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(path);
-  loom_checkpoint_options_t strict = {0};
-  if (!o) o = &strict;
+  loom_checkpoint_options_t opts;
+  loom_checkpoint_options_init(&opts);
+  if (o) LOOM_TRY(core_sized_read(__func__, "loom_checkpoint_options_t", &opts, o,
+                                  sizeof opts));
+  o = &opts;
   /* O_NONBLOCK: opening a FIFO must not wait for a writer; the regular
    * file check below then refuses it. */
   ck_file_t f = {.path = path, .fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)};

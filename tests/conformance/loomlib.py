@@ -1,40 +1,43 @@
 """ctypes bindings to libloom: graphs, tensors over NumPy memory, running.
 
-The builder signatures are read from include/loom/ops.h, so that a call
-here passes exactly the C types the header declares."""
+The builder signatures and struct layouts are read from the library's own
+listing of its API (loom_api_describe, api.py), so that a call here passes
+exactly the C types the header declares, laid out as the library lays
+them out."""
 import ctypes as C
 import os
 import re
 
 import numpy as np
 
+from api import Api
 from dtypes import LOOM, STORAGE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OPS_H = os.path.join(HERE, "..", "..", "include", "loom", "ops.h")
 
 
-class Value(C.Structure):
-    _fields_ = [("id", C.c_int32)]
+# The library under test and its API listing (api.py), set by load(); the
+# structs below are built from the listing, as the library lays them out.
+CDLL = None
+API = None
+Value = ConvParams = PoolParams = OpInfo = None
 
 
-class ConvParams(C.Structure):
-    _fields_ = [("stride", C.c_int64 * 2), ("pads", C.c_int64 * 4),
-                ("dilation", C.c_int64 * 2),
-                ("output_padding", C.c_int64 * 2), ("groups", C.c_int64)]
-
-
-class PoolParams(C.Structure):
-    _fields_ = [("kernel", C.c_int64 * 2), ("stride", C.c_int64 * 2),
-                ("pads", C.c_int64 * 4), ("dilation", C.c_int64 * 2),
-                ("count_include_pad", C.c_int)]
-
-
-class OpInfo(C.Structure):
-    _fields_ = [("name", C.c_char_p), ("fusion_class", C.c_char_p),
-                ("doc", C.c_char_p), ("has_reference", C.c_int),
-                ("has_gradient", C.c_int), ("has_codegen", C.c_int),
-                ("data_dependent_shape", C.c_int)]
+def load(path):
+    """Loads libloom at path and builds the structs from its listing."""
+    global CDLL, API, Value, ConvParams, PoolParams, OpInfo
+    if CDLL is not None:
+        return
+    CDLL = C.CDLL(os.path.abspath(path))
+    API = Api(CDLL)
+    Value = API.struct("loom_value_t")
+    ConvParams = API.struct("loom_conv_params_t")
+    PoolParams = API.struct("loom_pool_params_t")
+    OpInfo = API.struct("loom_op_info_t")
+    # The dtype numbers the tests use must be the library's.
+    codes = API.enum("loom_dtype_t")
+    for name in LOOM:
+        if codes["LOOM_" + name.upper()] != LOOM[name]:
+            raise ValueError("dtype %s is %d in the library" % (name, codes["LOOM_" + name.upper()]))
 
 
 class LoomError(Exception):
@@ -44,36 +47,39 @@ class LoomError(Exception):
 
 
 # C parameter types of ops.h -> ctypes; "out" marks an output value slot.
-CTYPES = {
-    "loom_value_t": Value,
-    "int": C.c_int,
-    "int64_t": C.c_int64,
-    "double": C.c_double,
-    "loom_dtype_t": C.c_int,
-    "loom_pad_mode_t": C.c_int,
-    "const int64_t *": C.POINTER(C.c_int64),
-    "const loom_dim_t *": C.POINTER(C.c_int64),
-    "const loom_value_t *": C.POINTER(Value),
-    "const loom_conv_params_t *": C.POINTER(ConvParams),
-    "const loom_pool_params_t *": C.POINTER(PoolParams),
-    "loom_value_t *": "out",
-    "loom_graph_t *": C.c_void_p,  # a subgraph (if, loop)
-}
+def builder_ctypes():
+    return {
+        "loom_value_t": Value,
+        "int": C.c_int,
+        "int64_t": C.c_int64,
+        "double": C.c_double,
+        "loom_dtype_t": C.c_int,
+        "loom_pad_mode_t": C.c_int,
+        "const int64_t *": C.POINTER(C.c_int64),
+        "const loom_dim_t *": C.POINTER(C.c_int64),
+        "const loom_value_t *": C.POINTER(Value),
+        "const loom_conv_params_t *": C.POINTER(ConvParams),
+        "const loom_pool_params_t *": C.POINTER(PoolParams),
+        "loom_value_t *": "out",
+        "loom_graph_t *": C.c_void_p,  # a subgraph (if, loop)
+    }
 
 
-def parse_builders(path=OPS_H):
-    """{name: [ctype or "out", ...]} for every loom_<op>(loom_graph_t *g, ...)."""
-    text = open(path).read()
+def parse_builders():
+    """{name: [ctype or "out", ...]} for every loom_<op>(loom_graph_t *g, ...)
+    of ops.h, from the declarations in the library's listing."""
+    ctypes_of = builder_ctypes()
     sigs = {}
-    for m in re.finditer(r"loom_status_t\s+loom_(\w+)\(loom_graph_t \*g,([^)]*)\)",
-                         text):
+    for f in API.listing["functions"]:
+        m = re.match(r"loom_status_t loom_(\w+)\(loom_graph_t \*g, (.*)\);$", f["decl"])
+        if f["header"] != "ops.h" or not m:
+            continue
         params = []
-        for p in m.group(2).split(","):
-            p = " ".join(p.split())
-            ctype = re.sub(r"\s*\w+$", "", p).replace(" *", " *").strip()
+        for p in m.group(2).split(", "):
+            ctype = re.sub(r"\s*\w+$", "", p).strip()
             if ctype.endswith("*") and not ctype.endswith(" *"):
                 ctype = ctype[:-1].strip() + " *"
-            params.append(CTYPES[ctype])
+            params.append(ctypes_of[ctype])
         sigs[m.group(1)] = params
     sigs["assign"] = [Value, Value]  # declared in loom.h with the graph API
     return sigs
@@ -81,7 +87,8 @@ def parse_builders(path=OPS_H):
 
 class Lib:
     def __init__(self, path):
-        self.c = C.CDLL(os.path.abspath(path))
+        load(path)
+        self.c = CDLL
         c = self.c
         c.loom_last_error.restype = C.c_char_p
         c.loom_status_name.restype = C.c_char_p
@@ -120,7 +127,7 @@ class Lib:
     def op_names(self):
         names = []
         for i in range(self.c.loom_op_count()):
-            info = OpInfo()
+            info = API.new("loom_op_info_t")
             self.check(self.c.loom_op_get_info(i, C.byref(info)), "op info")
             names.append(info.name.decode())
         return names

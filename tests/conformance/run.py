@@ -16,6 +16,13 @@ import numpy as np
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import loomlib  # noqa: E402
+
+# The structs the op modules use are built from the library's own listing
+# (loom_api_describe), so the library loads before they do.
+if __name__ == "__main__" and len(sys.argv) > 1:
+    loomlib.load(sys.argv[1])
+
 import conform  # noqa: E402
 import ops_contract  # noqa: E402,F401  (the op modules register their cases)
 import ops_control  # noqa: E402,F401

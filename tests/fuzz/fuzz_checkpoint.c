@@ -94,7 +94,8 @@ static void load(const loom_checkpoint_options_t *o) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!graph) setup();
   put_input(data, size);
-  loom_checkpoint_options_t strict = {0}, lax = {.allow_missing = 1, .allow_unexpected = 1};
+  loom_checkpoint_options_t strict = {.size = sizeof strict},
+                            lax = {.size = sizeof lax, .allow_missing = 1, .allow_unexpected = 1};
   load(&strict);
   load(&lax);
   return 0;

@@ -204,8 +204,8 @@ static void bn_body(bn_emit_t *k) {
   cg_buf_t *b = k->c->out;
   const fuse_group_t *grp = &k->c->plan->groups[k->gi];
   const int32_t *in = k->n->in;
-  double eps = ir_attr_float(&k->n->attrs, "eps", 1e-5);
-  double m = ir_attr_float(&k->n->attrs, "momentum", 0.1);
+  double eps = ir_op_float(k->n->op, &k->n->attrs, "eps");
+  double m = ir_op_float(k->n->op, &k->n->attrs, "momentum");
   double count = (double)(k->batch * k->inner);
   cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");

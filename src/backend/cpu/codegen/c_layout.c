@@ -151,7 +151,7 @@ static bool plan_pad(layout_t *l) {
   if (border) {
     char bytes[8] = {0};
     dtype_store_f64(l->c->g->values[l->n->out[0]].type.dtype, bytes,
-                    ir_attr_float(&l->n->attrs, "value", 0.0));
+                    ir_op_float(l->n->op, &l->n->attrs, "value"));
     memcpy(&l->fill, bytes, sizeof bytes);
     whole(l)->src = -1;
   }
