@@ -4,6 +4,7 @@
  * executable replayed for 100 steps without recompiling while the
  * learning rate changes; gradient clipping by global norm; the state's
  * names; the error paths. */
+#include <stddef.h>
 #include <string.h>
 
 #include "harness.h"
@@ -231,9 +232,45 @@ static void test_optimizer_init(void) {
   CHECK(o.kind == LOOM_OPTIMIZER_SGD && o.momentum == 0 && !o.nesterov && o.weight_decay == 0);
   loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAM);
   CHECK(o.beta1 == 0.9 && o.beta2 == 0.999 && o.eps == 1e-8 && o.weight_decay == 0);
-  loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAMW);
-  CHECK(o.kind == LOOM_OPTIMIZER_ADAMW && o.beta1 == 0.9 && o.beta2 == 0.999 &&
-        o.eps == 1e-8 && o.weight_decay == 0.01);
+  CHECK(loom_optimizer_init(&o, LOOM_OPTIMIZER_ADAMW) == LOOM_OK);
+  CHECK(o.size == sizeof o && o.kind == LOOM_OPTIMIZER_ADAMW && o.beta1 == 0.9 &&
+        o.beta2 == 0.999 && o.eps == 1e-8 && o.weight_decay == 0.01);
+  /* A caller built against a header that ended before weight_decay gets
+   * every field it knows, and nothing written past its struct. */
+  size_t old = offsetof(loom_optimizer_t, weight_decay);
+  unsigned char bytes[sizeof o];
+  memset(bytes, 0xAB, sizeof bytes);
+  CHECK(loom_optimizer_init_sized((loom_optimizer_t *)bytes, LOOM_OPTIMIZER_ADAMW, old) ==
+        LOOM_OK);
+  loom_optimizer_t got;
+  memcpy(&got, bytes, sizeof got);
+  CHECK(got.size == old && got.eps == 1e-8 && bytes[old] == 0xAB);
+  /* Bad kinds and sizes are refused by name. */
+  CHECK(loom_optimizer_init(&o, (loom_optimizer_kind_t)7) == LOOM_ERR_INVALID);
+  CHECK(strstr(loom_last_error(), "optimizer kind 7") != NULL);
+  CHECK(loom_optimizer_init_sized(&o, LOOM_OPTIMIZER_SGD, 0) != LOOM_OK);
+  CHECK(strstr(loom_last_error(), "loom_optimizer_t") != NULL);
+  CHECK(loom_optimizer_init(NULL, LOOM_OPTIMIZER_SGD) == LOOM_ERR_INVALID);
+}
+
+/* loom_optimizer_apply reads the struct by its size: an unset size is an
+ * error that names the struct, not a read of garbage. */
+static void test_optimizer_apply_unsized(void) {
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t p, gr, lr;
+  int64_t shape[1] = {2};
+  CHECK(loom_graph_param(g, "w", LOOM_F32, 1, shape, NULL, &p) == LOOM_OK);
+  CHECK(loom_graph_input(g, "g", LOOM_F32, 1, shape, &gr) == LOOM_OK);
+  CHECK(loom_full(g, 0, NULL, 0.1, LOOM_F32, &lr) == LOOM_OK);
+  loom_optimizer_t o;
+  CHECK(loom_optimizer_init(&o, LOOM_OPTIMIZER_SGD) == LOOM_OK);
+  o.size = 0;
+  CHECK(loom_optimizer_apply(g, &o, 1, &p, &gr, lr) != LOOM_OK);
+  CHECK(strstr(loom_last_error(), "loom_optimizer_t") != NULL);
+  o.size = sizeof o;
+  CHECK(loom_optimizer_apply(g, &o, 1, &p, &gr, lr) == LOOM_OK);
+  loom_graph_destroy(g);
 }
 
 /* A hand-checked first Adam step: whatever the gradient's scale, the
@@ -509,5 +546,6 @@ int main(void) {
   TEST_RUN(test_clip_grad_norm);
   TEST_RUN(test_training_step);
   TEST_RUN(test_errors);
+  TEST_RUN(test_optimizer_apply_unsized);
   return test_summary();
 }

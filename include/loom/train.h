@@ -99,8 +99,10 @@ typedef enum loom_optimizer_kind {
 } loom_optimizer_kind_t;
 
 /* An optimizer and its hyperparameters (the learning rate apart: it may
- * change every step). Fields of another kind are ignored. */
+ * change every step). Fields of another kind are ignored. A versioned
+ * struct (loom.h): loom_optimizer_init sets size. */
 typedef struct loom_optimizer {
+  size_t size;         /* sizeof(loom_optimizer_t): init sets it */
   loom_optimizer_kind_t kind;
   double momentum;     /* SGD */
   int nesterov;        /* SGD: 1 for Nesterov momentum */
@@ -111,8 +113,11 @@ typedef struct loom_optimizer {
 
 /* kind with torch.optim's defaults: SGD momentum 0, no Nesterov, no
  * decay; Adam betas (0.9, 0.999), eps 1e-8, no decay; AdamW the same with
- * weight_decay 0.01. */
-LOOM_API void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind);
+ * weight_decay 0.01. size is the caller's sizeof(loom_optimizer_t); fails
+ * on an unknown kind or an unset size. */
+LOOM_API loom_status_t loom_optimizer_init_sized(loom_optimizer_t *o, loom_optimizer_kind_t kind,
+                                                 size_t size);
+#define loom_optimizer_init(o, kind) loom_optimizer_init_sized((o), (kind), sizeof *(o))
 
 /* Appends the updates of the optimizer o describes: loom_sgd, loom_adam
  * or loom_adamw with o's hyperparameters. */

@@ -200,14 +200,16 @@ loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
                                         const loom_optimizer_t *o, double lr) {
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(o);
-  return optimizer_step(t, o, lr, __func__);
+  loom_optimizer_t full;
+  LOOM_TRY(train_optimizer_read(__func__, o, &full));
+  return optimizer_step(t, &full, lr, __func__);
 }
 
 loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                                double beta2, double eps,
                                double weight_decay) {
   LOOM_CHECK_ARG(t);
-  loom_optimizer_t o = {.kind = LOOM_OPTIMIZER_ADAMW, .beta1 = beta1, .beta2 = beta2,
+  loom_optimizer_t o = {.size = sizeof o, .kind = LOOM_OPTIMIZER_ADAMW, .beta1 = beta1, .beta2 = beta2,
                         .eps = eps, .weight_decay = weight_decay};
   return optimizer_step(t, &o, lr, __func__);
 }

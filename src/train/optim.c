@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
 #include "loom/train.h"
@@ -401,26 +402,41 @@ loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
   return LOOM_OK;
 }
 
-void loom_optimizer_init(loom_optimizer_t *o, loom_optimizer_kind_t kind) {
-  if (!o) return;
-  *o = (loom_optimizer_t){.kind = kind};
-  if (kind == LOOM_OPTIMIZER_SGD) return;
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
-  o->eps = 1e-8;
-  o->weight_decay = kind == LOOM_OPTIMIZER_ADAMW ? 0.01 : 0;
+loom_status_t loom_optimizer_init_sized(loom_optimizer_t *o, loom_optimizer_kind_t kind,
+                                        size_t size) {
+  LOOM_CHECK_ARG(o);
+  if ((unsigned)kind > LOOM_OPTIMIZER_ADAMW)
+    return loom_fail(LOOM_ERR_INVALID, "%s: optimizer kind %d is not SGD (0), Adam (1) or AdamW (2)",
+                     __func__, (int)kind);
+  loom_optimizer_t full = {.size = sizeof full, .kind = kind};
+  if (kind != LOOM_OPTIMIZER_SGD) {
+    full.beta1 = 0.9;
+    full.beta2 = 0.999;
+    full.eps = 1e-8;
+    full.weight_decay = kind == LOOM_OPTIMIZER_ADAMW ? 0.01 : 0;
+  }
+  return core_sized_init(__func__, "loom_optimizer_t", o, size, &full, sizeof full);
+}
+
+loom_status_t train_optimizer_read(const char *fn, const loom_optimizer_t *in,
+                                   loom_optimizer_t *out) {
+  *out = (loom_optimizer_t){.size = sizeof *out};
+  return core_sized_read(fn, "loom_optimizer_t", out, in, sizeof *out);
 }
 
 loom_status_t loom_optimizer_apply(loom_graph_t *g, const loom_optimizer_t *o,
                                    int n, const loom_value_t *params,
                                    const loom_value_t *grads, loom_value_t lr) {
-  return train_optimizer(__func__, g, o, n, params, grads, NULL, lr);
+  LOOM_CHECK_ARG(o);
+  loom_optimizer_t full;
+  LOOM_TRY(train_optimizer_read(__func__, o, &full));
+  return train_optimizer(__func__, g, &full, n, params, grads, NULL, lr);
 }
 
 loom_status_t loom_sgd(loom_graph_t *g, int n, const loom_value_t *params,
                        const loom_value_t *grads, loom_value_t lr,
                        double momentum, int nesterov, double weight_decay) {
-  loom_optimizer_t h = {.kind = LOOM_OPTIMIZER_SGD, .momentum = momentum,
+  loom_optimizer_t h = {.size = sizeof h, .kind = LOOM_OPTIMIZER_SGD, .momentum = momentum,
                         .nesterov = nesterov != 0, .weight_decay = weight_decay};
   return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
@@ -429,7 +445,8 @@ loom_status_t loom_adam(loom_graph_t *g, int n, const loom_value_t *params,
                         const loom_value_t *grads, loom_value_t lr,
                         double beta1, double beta2, double eps,
                         double weight_decay) {
-  loom_optimizer_t h = {LOOM_OPTIMIZER_ADAM, 0, 0, beta1, beta2, eps, weight_decay};
+  loom_optimizer_t h = {.size = sizeof h, .kind = LOOM_OPTIMIZER_ADAM, .beta1 = beta1,
+                       .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
   return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
 
@@ -437,7 +454,8 @@ loom_status_t loom_adamw(loom_graph_t *g, int n, const loom_value_t *params,
                          const loom_value_t *grads, loom_value_t lr,
                          double beta1, double beta2, double eps,
                          double weight_decay) {
-  loom_optimizer_t h = {LOOM_OPTIMIZER_ADAMW, 0, 0, beta1, beta2, eps, weight_decay};
+  loom_optimizer_t h = {.size = sizeof h, .kind = LOOM_OPTIMIZER_ADAMW, .beta1 = beta1,
+                       .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
   return train_optimizer(__func__, g, &h, n, params, grads, NULL, lr);
 }
 

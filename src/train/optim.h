@@ -19,4 +19,9 @@ loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
                               const loom_value_t *grads,
                               const loom_value_t *take, loom_value_t lr);
 
+/* Reads a caller's versioned loom_optimizer_t (loom.h) into out, the
+ * fields it lacks left zero. Fails, naming fn, on an unset size. */
+loom_status_t train_optimizer_read(const char *fn, const loom_optimizer_t *in,
+                                   loom_optimizer_t *out);
+
 #endif
