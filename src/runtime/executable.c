@@ -287,21 +287,6 @@ void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reaso
   e->fallback_reason = core_strdup(reason ? reason : "");
 }
 
-double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n) {
-  /* Symbols are evaluated only when all have values (an unbound one
-   * would leave an error message behind a call that succeeds). */
-  const int64_t *syms = e->syms;
-  for (int k = 0; syms && k < e->graph->n_symbols; k++)
-    if (syms[k] < 0) syms = NULL;
-  double sum = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double f = ir_node_flops(e->graph, &e->graph->nodes[nodes ? nodes[i] : i], syms);
-    if (f < 0) return -1;
-    sum += f;
-  }
-  return sum;
-}
-
 static void free_ref_step(ref_step_t *r) {
   if (!r->node) return;
   for (int k = 0; k < r->node->n_in; k++) loom_tensor_destroy(r->in ? r->in[k] : NULL);

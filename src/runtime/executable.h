@@ -134,17 +134,17 @@ void rt_lanes_hold(const loom_executable_t *e);
 void rt_lanes_drop(const loom_executable_t *e);
 void rt_lanes_free(loom_executable_t *e);
 
-/* ---- Work (src/runtime/executable.c) ---------------------------------------- */
-
-/* Flops of the contractions among nodes[0..n) of e's graph (ir_node_flops),
- * with e's symbol values when all are bound; -1 when a size is unknown. */
-double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n);
+/* ---- Fallback (src/runtime/executable.c) ---------------------------------- */
 
 /* Records that e lost generated code, and why (the first loss is kept:
  * later ones follow from it). */
 void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reason);
 
 /* ---- Step timings (src/runtime/profile.c) ---------------------------------- */
+
+/* Flops of the contractions among nodes[0..n) of e's graph (ir_node_flops),
+ * with e's symbol values when all are bound; -1 when a size is unknown. */
+double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n);
 
 typedef struct rt_profile rt_profile_t;
 typedef loom_status_t (*rt_step_fn)(loom_executable_t *e, step_t *st);

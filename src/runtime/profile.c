@@ -16,6 +16,21 @@ struct rt_profile {
   int64_t *min; /* per step, the fastest run (robust to a noisy machine) */
 };
 
+double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n) {
+  /* Symbols are evaluated only when all have values (an unbound one
+   * would leave an error message behind a call that succeeds). */
+  const int64_t *syms = e->syms;
+  for (int k = 0; syms && k < e->graph->n_symbols; k++)
+    if (syms[k] < 0) syms = NULL;
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double f = ir_node_flops(e->graph, &e->graph->nodes[nodes ? nodes[i] : i], syms);
+    if (f < 0) return -1;
+    sum += f;
+  }
+  return sum;
+}
+
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

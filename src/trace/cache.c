@@ -773,7 +773,7 @@ loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers, loom_cac
   pthread_cond_init(&c->ready, NULL);
   pthread_cond_init(&c->work, NULL);
   pthread_cond_init(&c->idle, NULL);
-  loom_status_t s = cache_workers_start(c, spec_workers);
+  loom_status_t s = cache_workers_start(c, spec_workers, cache_compile_entry, cache_builder_done);
   if (s != LOOM_OK) {
     loom_cache_destroy(c);
     return s;

@@ -55,6 +55,12 @@ struct cache_job {
   cache_job_t *prev, *next;
 };
 
+/* The queue runs what the cache gives it: the workers call back into the
+ * cache through these, so that the queue depends on nothing of it. */
+typedef void (*cache_job_fn)(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *builder,
+                             bool speculative);
+typedef void (*cache_drop_fn)(const rt_builder_t *builder);
+
 #define CACHE_REASONS 16
 #define CACHE_REASON_LEN 240
 
@@ -74,6 +80,8 @@ struct loom_cache {
   bool stop;
   pthread_t *workers;
   int n_workers;
+  cache_job_fn run_job;   /* what a worker does with a job (cache.c's) */
+  cache_drop_fn drop_job; /* what becomes of a job never run */
   loom_cache_stats_t stats;
   char reasons[CACHE_REASONS][CACHE_REASON_LEN]; /* ring of recent ones */
   int64_t n_reasons;
@@ -95,8 +103,9 @@ void cache_builder_done(const rt_builder_t *builder);
 
 /* ---- spec_worker.c ---- */
 
-/* Starts n worker threads (fewer if the system refuses some). */
-loom_status_t cache_workers_start(loom_cache_t *c, int n);
+/* Starts n worker threads (fewer if the system refuses some) that run each
+ * job with run, and drop with drop those still queued when they stop. */
+loom_status_t cache_workers_start(loom_cache_t *c, int n, cache_job_fn run, cache_drop_fn drop);
 /* Stops and joins the workers; drops the queued jobs (free_ctx called),
  * leaving their entries pending for the caller to free. */
 void cache_workers_stop(loom_cache_t *c);

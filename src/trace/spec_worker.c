@@ -82,7 +82,7 @@ static void *worker_main(void *arg) {
     j->entry->job = NULL;
     c->running++;
     pthread_mutex_unlock(&c->lock);
-    cache_compile_entry(c, j->entry, &j->builder, j->speculative);
+    c->run_job(c, j->entry, &j->builder, j->speculative);
     core_free(j);
     pthread_mutex_lock(&c->lock);
     c->running--;
@@ -92,7 +92,9 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-loom_status_t cache_workers_start(loom_cache_t *c, int n) {
+loom_status_t cache_workers_start(loom_cache_t *c, int n, cache_job_fn run, cache_drop_fn drop) {
+  c->run_job = run;
+  c->drop_job = drop;
   if (n <= 0) return LOOM_OK;
   c->workers = core_calloc((size_t)n, sizeof *c->workers);
   if (!c->workers)
@@ -119,7 +121,7 @@ void cache_workers_stop(loom_cache_t *c) {
   for (cache_job_t *j = c->queue_head, *next; j; j = next) {
     next = j->next;
     j->entry->job = NULL;
-    cache_builder_done(&j->builder);
+    c->drop_job(&j->builder);
     core_free(j);
   }
   c->queue_head = c->queue_tail = NULL;
