@@ -335,8 +335,8 @@ static int scale_once(const char *name, int nodes, int cc) {
   BENCH_TRY(loom_executable_info(e, &info));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%.3f %.3f %d %d %d %ld\n", ms, cpu, info.n_nodes, info.n_groups, info.n_generated,
-         ru.ru_maxrss);
+  printf("%.3f %.3f %d %d %d %ld %d\n", ms, cpu, info.n_nodes, info.n_groups, info.n_generated,
+         ru.ru_maxrss, info.n_kernels);
   loom_executable_destroy(e);
   loom_graph_destroy(g);
   return 0;
@@ -349,13 +349,13 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
                        double *us_per_node) {
   char dir[64], args[128], line[256];
   double ms = NAN, cpu = NAN;
-  int after = 0, groups = 0, generated = 0;
+  int after = 0, groups = 0, generated = 0, kernels = 0;
   long rss = 0;
   bool ok = new_cache_dir(dir);
   snprintf(args, sizeof args, "--scale %s %d %d", family, nodes, cc);
   if (ok && (!run_child(self, dir, args, line, sizeof line) ||
-             sscanf(line, "%lf %lf %d %d %d %ld", &ms, &cpu, &after, &groups, &generated,
-                    &rss) != 6))
+             sscanf(line, "%lf %lf %d %d %d %ld %d", &ms, &cpu, &after, &groups, &generated,
+                    &rss, &kernels) != 7))
     ms = cpu = NAN;
   if (ok) remove_dir(dir);
   *us_per_node = cpu * 1e3 / nodes;
@@ -370,6 +370,7 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
   bench_json_num(&j, "cpu_us_per_node", *us_per_node);
   bench_json_num(&j, "nodes_after_passes", after);
   bench_json_num(&j, "groups", groups);
+  bench_json_num(&j, "kernels", kernels);
   bench_json_num(&j, "peak_rss_mb", rss / 1024.0);
   bench_json_end(&j);
 }
@@ -453,8 +454,8 @@ static int model_once(const char *name) {
   loom_executable_info_t info;
   BENCH_TRY(loom_executable_info(e, &info));
   loom_stats_get(&stats);
-  printf("%.3f %.3f %d %d %lld %lld\n", ms, cpu, info.n_groups, info.n_generated,
-         source_bytes(e), (long long)stats.cc_invocations);
+  printf("%.3f %.3f %d %d %lld %lld %d\n", ms, cpu, info.n_groups, info.n_generated,
+         source_bytes(e), (long long)stats.cc_invocations, info.n_kernels);
   loom_executable_destroy(e);
   loom_graph_destroy(g);
   return 0;
@@ -465,13 +466,13 @@ static int bench_models_cold(const char *self) {
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char dir[64], args[128], line[256];
     double ms = NAN, cpu = NAN;
-    int groups = 0, generated = 0;
+    int groups = 0, generated = 0, kernels = 0;
     long long bytes = -1, cc_runs = 0;
     bool ok = new_cache_dir(dir);
     snprintf(args, sizeof args, "--model %s", names[i]);
     if (ok && (!run_child(self, dir, args, line, sizeof line) ||
-               sscanf(line, "%lf %lf %d %d %lld %lld", &ms, &cpu, &groups, &generated, &bytes,
-                      &cc_runs) != 6))
+               sscanf(line, "%lf %lf %d %d %lld %lld %d", &ms, &cpu, &groups, &generated,
+                      &bytes, &cc_runs, &kernels) != 7))
       ms = cpu = NAN;
     if (ok) remove_dir(dir);
     bench_json_t j;
@@ -482,6 +483,7 @@ static int bench_models_cold(const char *self) {
     bench_json_num(&j, "cpu_ms", cpu);
     bench_json_num(&j, "groups", groups);
     bench_json_num(&j, "generated", generated);
+    bench_json_num(&j, "kernels", kernels);
     bench_json_num(&j, "source_kb", bytes / 1024.0);
     bench_json_num(&j, "cc_invocations", (double)cc_runs);
     bench_json_end(&j);

@@ -156,11 +156,11 @@ static void run_plan(loom_graph_t *g, built_t *b, loom_tensor_t *const *in,
                    .gemm_f32 = test_gemm, .conv2d_f32 = test_conv};
   for (int gi = 0; h && gi < b->plan.n_groups; gi++) {
     char name[32];
-    snprintf(name, sizeof name, "loom_group_%d", gi);
+    snprintf(name, sizeof name, "loom_group_%d", m.function[gi]);
     loom_abi_group_t fn;
     void *sym = dlsym(h, name);
     memcpy(&fn, &sym, sizeof fn);
-    if (fn) fn(slots, NULL, &rt);
+    if (fn) fn(slots, m.maps + m.map_at[gi], NULL, &rt);
   }
   for (int64_t i = 0; i < g->n_outputs; i++) {
     out[i] = temps[g->outputs[i]];
