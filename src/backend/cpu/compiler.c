@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "core/status.h"
 
 extern char **environ;
@@ -343,24 +344,43 @@ static loom_status_t compile_failure(const char *cc, int err, const child_result
                    WEXITSTATUS(r->wait_status), lines[0] ? lines : "(no output)");
 }
 
-loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *src,
-                             const char *so, double timeout_s) {
+/* What a compiler run makes: the whole module's shared object, one
+ * translation unit's object (-c, without -shared), or a shared object
+ * linked from objects. */
+typedef enum cc_step { CC_MODULE, CC_OBJECT, CC_LINK } cc_step_t;
+
+/* The command line of a run, in argv (of at least MAX_ARGS entries;
+ * resolved and w hold the strings it points at). */
+enum { MAX_ARGS = MAX_WORDS + N_FLAGS + 8 + CPU_CC_MAX_INPUTS };
+static void command_line(char **argv, char *resolved, const cc_words_t *w, cc_step_t step,
+                         const char *const *inputs, int n_inputs, const char *out) {
+  int n = 0;
+  argv[n++] = resolved;
+  for (int i = 1; i < w->n; i++) argv[n++] = w->word[i];
+  for (int i = 0; i < N_FLAGS && step != CC_LINK; i++)
+    if (step == CC_MODULE || strcmp(flags[i], "-shared")) argv[n++] = (char *)flags[i];
+  if (step == CC_OBJECT) argv[n++] = "-c";
+  if (step == CC_LINK) argv[n++] = "-shared";
+  argv[n++] = "-o";
+  argv[n++] = (char *)out;
+  for (int i = 0; i < n_inputs; i++) argv[n++] = (char *)inputs[i];
+  if (step != CC_OBJECT) argv[n++] = "-lm";
+  argv[n] = NULL;
+}
+
+static loom_status_t run_cc(const char *cc, const char *work_dir, cc_step_t step,
+                            const char *const *inputs, int n_inputs, const char *out,
+                            double timeout_s) {
   cc_words_t w;
   char resolved[PATH_MAX];
+  if (n_inputs < 1 || n_inputs > CPU_CC_MAX_INPUTS)
+    return loom_fail(LOOM_ERR_INVALID, "C compiler '%s': %d inputs (1 to %d)", cc, n_inputs,
+                     CPU_CC_MAX_INPUTS);
   LOOM_TRY(split_cc(cc, &w));
   if (!resolve_program(w.word[0], resolved))
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was not found", cc);
-  char *argv[MAX_WORDS + N_FLAGS + 6];
-  int n = 0;
-  argv[n++] = resolved;
-  for (int i = 1; i < w.n; i++) argv[n++] = w.word[i];
-  for (int i = 0; i < N_FLAGS; i++) argv[n++] = (char *)flags[i];
-  argv[n++] = "-o";
-  argv[n++] = (char *)so;
-  argv[n++] = (char *)src;
-  argv[n++] = "-lm";
-  argv[n] = NULL;
-
+  char *argv[MAX_ARGS];
+  command_line(argv, resolved, &w, step, inputs, n_inputs, out);
   child_result_t *r = core_malloc(sizeof *r);
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   double start = now_ms();
@@ -376,4 +396,34 @@ loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *s
   loom_status_t status = ok ? LOOM_OK : compile_failure(cc, err, r, timeout_s);
   core_free(r);
   return status;
+}
+
+loom_status_t cpu_cc_compile(const char *cc, const char *work_dir, const char *src,
+                             const char *so, double timeout_s) {
+  return run_cc(cc, work_dir, CC_MODULE, &src, 1, so, timeout_s);
+}
+
+loom_status_t cpu_cc_compile_object(const char *cc, const char *work_dir, const char *src,
+                                    const char *obj, double timeout_s) {
+  return run_cc(cc, work_dir, CC_OBJECT, &src, 1, obj, timeout_s);
+}
+
+loom_status_t cpu_cc_link(const char *cc, const char *work_dir, const char *const *objs,
+                          int n_objs, const char *so, double timeout_s) {
+  return run_cc(cc, work_dir, CC_LINK, objs, n_objs, so, timeout_s);
+}
+
+int cpu_cc_jobs(void) {
+  static atomic_bool warned;
+  const char *text = getenv("LOOM_CC_JOBS");
+  if (text && *text) {
+    char *end;
+    long n = strtol(text, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= CPU_CC_MAX_INPUTS) return (int)n;
+    if (!atomic_exchange(&warned, true))
+      core_warn("LOOM_CC_JOBS='%s' is not a count from 1 to %d; the C compiler runs as "
+                "many jobs as there are processors", text, CPU_CC_MAX_INPUTS);
+  }
+  int n = core_default_threads();
+  return n < CPU_CC_MAX_INPUTS ? n : CPU_CC_MAX_INPUTS;
 }
