@@ -136,7 +136,7 @@ typedef struct module_state {
   int32_t *declared_in;
   cg_locals_t locals;
   cg_dedup_t *dedup;
-  int64_t maps_cap;
+  int64_t maps_cap, cuts_cap;
 } module_state_t;
 
 static void state_free(module_state_t *m) {
@@ -190,7 +190,9 @@ static loom_status_t finish_group(module_state_t *m, int gi, int64_t mark, cg_mo
   LOOM_TRY(cg_dedup_find(m->dedup, m->text.s + mark, m->text.len - mark, gi,
                          &out->function[gi]));
   if (out->function[gi] == gi) {
-    out->n_functions++;
+    LOOM_TRY(core_grow((void **)&out->cuts, &m->cuts_cap, out->n_functions + 1,
+                       sizeof *out->cuts));
+    out->cuts[out->n_functions++] = mark;
   } else {
     m->text.len = mark;
     m->text.s[mark] = '\0';
@@ -207,6 +209,7 @@ loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
   if (s == LOOM_OK) {
     cg_printf(&m.text, "%s", cg_abi_text);
     cg_expr_helpers(&m.text);
+    out->prelude = m.text.len;
   }
   for (int gi = 0; gi < plan->n_groups && s == LOOM_OK; gi++) {
     int64_t mark = m.text.len;
@@ -231,5 +234,6 @@ void cg_module_free(cg_module_t *m) {
   core_free(m->function);
   core_free(m->map_at);
   core_free(m->maps);
+  core_free(m->cuts);
   *m = (cg_module_t){0};
 }

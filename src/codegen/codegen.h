@@ -91,6 +91,12 @@ typedef struct cg_module {
    * maps[map_at[g]] to maps[map_at[g + 1]] (exclusive). */
   int32_t *map_at, *maps;
   int n_functions; /* the distinct functions in source */
+  /* Where source may be cut into translation units (cpu_source_cuts_t):
+   * source[0, prelude) is the ABI and the static helpers every function
+   * may call, and cuts[i] the start of the i-th function's text (with its
+   * own helpers), n_functions of them. */
+  int64_t prelude;
+  int64_t *cuts;
 } cg_module_t;
 
 /* sym_values: the value of each of g's symbols (compilation specializes

@@ -592,9 +592,10 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
   int n_names = 0;
   cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
   loom_status_t s = group_symbols(e, cg, &names, &n_names);
+  cpu_source_cuts_t cuts = {.prelude = cg->prelude, .at = cg->cuts, .n = cg->n_functions};
   if (s == LOOM_OK)
-    s = cpu_module_build_staged(cg->source, cg->length, (const char *const *)names, n_names,
-                                &e->module, &stage);
+    s = cpu_module_build_staged(cg->source, cg->length, &cuts, (const char *const *)names,
+                                n_names, &e->module, &stage);
   core_free(names);
   if (s == LOOM_ERR_NOMEM) return s;
   if (s != LOOM_OK) {
