@@ -118,6 +118,55 @@ static void different_layers_do_not_share(void) {
   loom_graph_destroy(g);
 }
 
+/* Bytes of e's generated C. */
+static int64_t source_bytes(const loom_executable_t *e) {
+  char *text = NULL;
+  CHECK_OK(loom_executable_explain(e, &text));
+  const char *c = text ? strstr(text, "== generated C") : NULL;
+  int64_t n = c ? (int64_t)strlen(c) : 0;
+  loom_free(text);
+  return n;
+}
+
+/* A module of many different functions compiled cold with LOOM_CC_JOBS=4
+ * is cut into (here two or more) units compiled at once (src/backend/cpu/parts.c); the
+ * executable must compute what the interpreter does. */
+static void module_in_units_runs_as_one(void) {
+  test_seed(18);
+  char dir[] = "/tmp/loom_dedup_units_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  const char *old_dir = getenv("LOOM_CACHE_DIR");
+  char *saved = old_dir ? strdup(old_dir) : NULL;
+  setenv("LOOM_CACHE_DIR", dir, 1);
+  setenv("LOOM_CC_JOBS", "4", 1);
+  int64_t widths[24];
+  for (int l = 0; l < 24; l++) widths[l] = 8 + l;
+  loom_graph_t *g = dense_stack(24, widths);
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){16, 32}, -1, 1);
+  loom_stats_t before, after;
+  loom_stats_get(&before);
+  loom_executable_t *e = compile_and_compare(g, NULL, 1, &x);
+  loom_stats_get(&after);
+  loom_executable_info_t info;
+  if (e && loom_executable_info(e, &info) == LOOM_OK && !info.interpreted &&
+      info.n_generated > 0) {
+    CHECK(after.cc_invocations == before.cc_invocations + 1); /* built, not found */
+    CHECK(info.n_kernels > 24);
+    /* Over the prelude (about 14 KB) and two units' 16 KB minimum. */
+    CHECK(source_bytes(e) > 50000);
+  }
+  loom_executable_destroy(e);
+  loom_tensor_destroy(x);
+  loom_graph_destroy(g);
+  unsetenv("LOOM_CC_JOBS");
+  if (saved) setenv("LOOM_CACHE_DIR", saved, 1);
+  else unsetenv("LOOM_CACHE_DIR");
+  free(saved);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+}
+
 /* Frozen weights are packed per slot at compile time; the shared GEMM
  * call must find each layer's own packing through its step's map. */
 static void frozen_layers_find_their_packed_weights(void) {
@@ -205,6 +254,7 @@ static void index_errors_name_the_steps_own_node(void) {
 int main(void) {
   TEST_RUN(equal_layers_share_a_function);
   TEST_RUN(different_layers_do_not_share);
+  TEST_RUN(module_in_units_runs_as_one);
   TEST_RUN(frozen_layers_find_their_packed_weights);
   TEST_RUN(long_chain_shares_its_pieces);
   TEST_RUN(index_errors_name_the_steps_own_node);
