@@ -12,6 +12,13 @@
  * 10k and at 100k nodes and their ratio, which stays near 1 when compile
  * time grows linearly. LOOM_BENCH_LARGE_CC=1 also compiles the 100k chain with
  * the C compiler (minutes: the compiler takes about a millisecond a node).
+ * Last, the training steps of the example Transformer and ResNet-18 (and
+ * the MLP), compiled on a cold cache: wall and CPU time and the size of
+ * the generated C.
+ *
+ *   bench_compile [cnn | scaling | models | cold]
+ *
+ * (cold: only the lines that run the C compiler, scaling's and models'.)
  *
  * Each compile runs in its own process, so that no in-memory state helps
  * the next one and each has its own peak memory. */
@@ -328,8 +335,8 @@ static int scale_once(const char *name, int nodes, int cc) {
   BENCH_TRY(loom_executable_info(e, &info));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%.3f %.3f %d %d %d %ld\n", ms, cpu, info.n_nodes, info.n_groups, info.n_generated,
-         ru.ru_maxrss);
+  printf("%.3f %.3f %d %d %d %ld %d\n", ms, cpu, info.n_nodes, info.n_groups, info.n_generated,
+         ru.ru_maxrss, info.n_kernels);
   loom_executable_destroy(e);
   loom_graph_destroy(g);
   return 0;
@@ -342,13 +349,13 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
                        double *us_per_node) {
   char dir[64], args[128], line[256];
   double ms = NAN, cpu = NAN;
-  int after = 0, groups = 0, generated = 0;
+  int after = 0, groups = 0, generated = 0, kernels = 0;
   long rss = 0;
   bool ok = new_cache_dir(dir);
   snprintf(args, sizeof args, "--scale %s %d %d", family, nodes, cc);
   if (ok && (!run_child(self, dir, args, line, sizeof line) ||
-             sscanf(line, "%lf %lf %d %d %d %ld", &ms, &cpu, &after, &groups, &generated,
-                    &rss) != 6))
+             sscanf(line, "%lf %lf %d %d %d %ld %d", &ms, &cpu, &after, &groups, &generated,
+                    &rss, &kernels) != 7))
     ms = cpu = NAN;
   if (ok) remove_dir(dir);
   *us_per_node = cpu * 1e3 / nodes;
@@ -363,18 +370,20 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
   bench_json_num(&j, "cpu_us_per_node", *us_per_node);
   bench_json_num(&j, "nodes_after_passes", after);
   bench_json_num(&j, "groups", groups);
+  bench_json_num(&j, "kernels", kernels);
   bench_json_num(&j, "peak_rss_mb", rss / 1024.0);
   bench_json_end(&j);
 }
 
-static int bench_scaling(const char *self) {
+/* cc_only: only the lines that run the C compiler. */
+static int bench_scaling(const char *self, bool cc_only) {
   static const char *const dags[] = {"shared", "diamonds", "dag", "wide_dag", "softmax",
                                      "matmul", "train", "chain"};
   static const char *const long_ones[] = {"chain", "dag", "softmax", "matmul", "train"};
   double us;
   for (size_t i = 0; i < sizeof dags / sizeof *dags; i++)
-    for (int cc = 0; cc < 2; cc++) scale_line(self, dags[i], 1000, cc, &us);
-  for (size_t i = 0; i < sizeof long_ones / sizeof *long_ones; i++) {
+    for (int cc = cc_only; cc < 2; cc++) scale_line(self, dags[i], 1000, cc, &us);
+  for (size_t i = 0; !cc_only && i < sizeof long_ones / sizeof *long_ones; i++) {
     double small, large;
     scale_line(self, long_ones[i], 10000, 0, &small);
     scale_line(self, long_ones[i], 100000, 0, &large);
@@ -392,16 +401,112 @@ static int bench_scaling(const char *self) {
   return 0;
 }
 
+/* ---- Example models' training steps, cold ------------------------------------- */
+
+/* The step of model `name` (the configurations of bench train): forward,
+ * cross-entropy, gradient and AdamW in one graph. */
+static loom_graph_t *build_model_step(const char *name) {
+  loom_graph_t *g;
+  loom_value_t logits, labels, lr, loss, grads[MODEL_MAX_PARAMS];
+  model_params_t p;
+  int64_t batch = 8;
+  BENCH_TRY(loom_graph_create(&g));
+  model_train_begin(&p);
+  if (!strcmp(name, "transformer")) {
+    BENCH_TRY(model_transformer_encoder(g, batch, 128, &logits));
+  } else if (!strcmp(name, "resnet18")) {
+    BENCH_TRY(model_resnet18(g, batch, 64, &logits));
+  } else {
+    BENCH_TRY(model_mlp(g, 64, &logits));
+    batch = 64;
+  }
+  model_train_end();
+  BENCH_TRY(loom_graph_input(g, "labels", LOOM_I64, 1, (loom_dim_t[]){batch}, &labels));
+  BENCH_TRY(loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr));
+  BENCH_TRY(loom_cross_entropy(g, logits, labels, LOOM_NO_IGNORE_INDEX, 0,
+                               LOOM_REDUCTION_MEAN, &loss));
+  BENCH_TRY(loom_grad(g, loss, p.n, p.v, grads));
+  BENCH_TRY(loom_adamw(g, p.n, p.v, grads, lr, 0.9, 0.999, 1e-8, 0.01));
+  BENCH_TRY(loom_graph_output(g, loss));
+  return g;
+}
+
+/* The bytes of generated C in e's explain text. */
+static long long source_bytes(const loom_executable_t *e) {
+  char *text = NULL;
+  long long n = -1;
+  if (loom_executable_explain(e, &text) != LOOM_OK) return -1;
+  const char *c = strstr(text, "== generated C");
+  if (c && (c = strchr(c, '\n'))) n = (long long)strlen(c + 1);
+  loom_free(text);
+  return n;
+}
+
+/* The child: compiles model `name`'s step and prints "wall_ms cpu_ms
+ * groups generated source_bytes cc_invocations". */
+static int model_once(const char *name) {
+  loom_graph_t *g = build_model_step(name);
+  loom_executable_t *e;
+  loom_stats_t stats;
+  double t0 = bench_now_ns(), c0 = cpu_ms();
+  BENCH_TRY(loom_compile(g, NULL, &e));
+  double ms = (bench_now_ns() - t0) / 1e6, cpu = cpu_ms() - c0;
+  loom_executable_info_t info;
+  BENCH_TRY(loom_executable_info(e, &info));
+  loom_stats_get(&stats);
+  printf("%.3f %.3f %d %d %lld %lld %d\n", ms, cpu, info.n_groups, info.n_generated,
+         source_bytes(e), (long long)stats.cc_invocations, info.n_kernels);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  return 0;
+}
+
+static int bench_models_cold(const char *self) {
+  static const char *const names[] = {"transformer", "resnet18", "mlp"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char dir[64], args[128], line[256];
+    double ms = NAN, cpu = NAN;
+    int groups = 0, generated = 0, kernels = 0;
+    long long bytes = -1, cc_runs = 0;
+    bool ok = new_cache_dir(dir);
+    snprintf(args, sizeof args, "--model %s", names[i]);
+    if (ok && (!run_child(self, dir, args, line, sizeof line) ||
+               sscanf(line, "%lf %lf %d %d %lld %lld %d", &ms, &cpu, &groups, &generated,
+                      &bytes, &cc_runs, &kernels) != 7))
+      ms = cpu = NAN;
+    if (ok) remove_dir(dir);
+    bench_json_t j;
+    bench_json_begin(&j, "compile_model");
+    bench_json_str(&j, "model", names[i]);
+    bench_json_str(&j, "graph", "training step");
+    bench_json_num(&j, "compile_ms", ms);
+    bench_json_num(&j, "cpu_ms", cpu);
+    bench_json_num(&j, "groups", groups);
+    bench_json_num(&j, "generated", generated);
+    bench_json_num(&j, "kernels", kernels);
+    bench_json_num(&j, "source_kb", bytes / 1024.0);
+    bench_json_num(&j, "cc_invocations", (double)cc_runs);
+    bench_json_end(&j);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--once")) return compile_once();
   if (argc == 5 && !strcmp(argv[1], "--scale"))
     return scale_once(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if (argc == 3 && !strcmp(argv[1], "--model")) return model_once(argv[2]);
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return fprintf(stderr, "bench compile: no /proc/self/exe\n"), 1;
   self[n] = 0;
-  bool cnn = argc < 2 || !strcmp(argv[1], "cnn"), scaling = argc < 2 || !strcmp(argv[1], "scaling");
-  if (!cnn && !scaling) return fprintf(stderr, "usage: %s [cnn | scaling]\n", argv[0]), 2;
+  const char *what = argc > 1 ? argv[1] : "";
+  bool all = argc < 2, cold = !strcmp(what, "cold");
+  bool cnn = all || !strcmp(what, "cnn"), scaling = all || cold || !strcmp(what, "scaling");
+  bool models = all || cold || !strcmp(what, "models");
+  if (!cnn && !scaling && !models)
+    return fprintf(stderr, "usage: %s [cnn | scaling | models | cold]\n", argv[0]), 2;
   if (cnn && bench_cnn(self) != 0) return 1;
-  return scaling ? bench_scaling(self) : 0;
+  if (scaling && bench_scaling(self, cold) != 0) return 1;
+  return models ? bench_models_cold(self) : 0;
 }

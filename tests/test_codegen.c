@@ -107,22 +107,49 @@ static core_pool_t *pool;
 static int module_count;
 static const char *last_source;
 
-/* Writes and compiles the module; the handle of the loaded object. */
-static void *load_module(const char *source) {
-  char c_path[128], so_path[128], cmd[512];
-  int k = module_count++;
-  snprintf(c_path, sizeof c_path, "/tmp/loom_cg_%d_%d.c", (int)getpid(), k);
-  snprintf(so_path, sizeof so_path, "/tmp/loom_cg_%d_%d.so", (int)getpid(), k);
-  FILE *f = fopen(c_path, "w");
-  if (!f) return NULL;
-  fputs(source, f);
+/* Writes unit u of module k: the prelude, then every function i with
+ * i % 2 == u (source from its cut to the next); appends its path to cmd. */
+static bool write_unit(const cg_module_t *m, int k, int u, char *cmd, size_t cap) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/loom_cg_%d_%d_%d.c", (int)getpid(), k, u);
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fwrite(m->source, 1, (size_t)m->prelude, f);
+  for (int i = u; i < m->n_functions; i += 2) {
+    int64_t from = i > 0 ? m->cuts[i] : m->prelude;
+    int64_t to = i + 1 < m->n_functions ? m->cuts[i + 1] : m->length;
+    fwrite(m->source + from, 1, (size_t)(to - from), f);
+  }
+  if (m->n_functions == 0) fputs(m->source + m->prelude, f);
   fclose(f);
-  snprintf(cmd, sizeof cmd, "cc -O2 -shared -fPIC -Wall -Werror -o %s %s -lm", so_path, c_path);
-  int rc = system(cmd);
+  size_t used = strlen(cmd);
+  return snprintf(cmd + used, cap - used, " %s", path) < (int)(cap - used);
+}
+
+/* Compiles the module in two translation units, the even functions in
+ * one and the odd in the other, each after the prelude, as the toolchain
+ * may cut it (parts.h): a function that needed its neighbour's text
+ * fails to compile here. The handle of the loaded object. */
+static void *load_module(const cg_module_t *m) {
+  char so_path[128], cmd[1024];
+  int k = module_count++;
+  snprintf(so_path, sizeof so_path, "/tmp/loom_cg_%d_%d.so", (int)getpid(), k);
+  snprintf(cmd, sizeof cmd, "cc -O2 -shared -fPIC -Wall -Werror -o %s", so_path);
+  int units = m->n_functions > 1 ? 2 : 1;
+  bool ok = true;
+  for (int u = 0; u < units && ok; u++) ok = write_unit(m, k, u, cmd, sizeof cmd);
+  size_t used = strlen(cmd);
+  snprintf(cmd + used, sizeof cmd - used, " -lm");
+  int rc = ok ? system(cmd) : -1;
   void *h = rc == 0 ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
-  if (rc == 0 && !getenv("LOOM_KEEP_TEST_MODULES")) unlink(c_path);
+  for (int u = 0; rc == 0 && u < units && !getenv("LOOM_KEEP_TEST_MODULES"); u++) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/loom_cg_%d_%d_%d.c", (int)getpid(), k, u);
+    unlink(path);
+  }
   unlink(so_path);
-  if (rc != 0) test_fail(__FILE__, __LINE__, "cc failed on %s", c_path);
+  if (rc != 0)
+    test_fail(__FILE__, __LINE__, "cc failed on /tmp/loom_cg_%d_%d_*.c", (int)getpid(), k);
   return h;
 }
 
@@ -137,7 +164,7 @@ static void run_plan(loom_graph_t *g, built_t *b, loom_tensor_t *const *in,
     test_checks++;
     if (!m.generated[gi]) test_fail(__FILE__, __LINE__, "group %d not generated", gi);
   }
-  void *h = load_module(m.source);
+  void *h = load_module(&m);
   void **slots = calloc((size_t)b->n_slots + 1, sizeof(void *));
   loom_tensor_t **temps = calloc((size_t)g->n_values + 1, sizeof(loom_tensor_t *));
   for (int64_t v = 0; v < g->n_values; v++) {
@@ -156,11 +183,11 @@ static void run_plan(loom_graph_t *g, built_t *b, loom_tensor_t *const *in,
                    .gemm_f32 = test_gemm, .conv2d_f32 = test_conv};
   for (int gi = 0; h && gi < b->plan.n_groups; gi++) {
     char name[32];
-    snprintf(name, sizeof name, "loom_group_%d", gi);
+    snprintf(name, sizeof name, "loom_group_%d", m.function[gi]);
     loom_abi_group_t fn;
     void *sym = dlsym(h, name);
     memcpy(&fn, &sym, sizeof fn);
-    if (fn) fn(slots, NULL, &rt);
+    if (fn) fn(slots, m.maps + m.map_at[gi], NULL, &rt);
   }
   for (int64_t i = 0; i < g->n_outputs; i++) {
     out[i] = temps[g->outputs[i]];

@@ -251,14 +251,14 @@ static void toolchain_names_the_stage(void) {
     setenv("LOOM_CC", path, 1);
     cpu_module_t *m = NULL;
     cpu_build_stage_t stage = CPU_BUILD_DONE;
-    CHECK(cpu_module_build_staged(source, (int64_t)strlen(source), NULL, 0, &m, &stage) != LOOM_OK);
+    CHECK(cpu_module_build_staged(source, (int64_t)strlen(source), NULL, NULL, 0, &m, &stage) != LOOM_OK);
     CHECK(stage == cases[i].stage);
     CHECK(m == NULL);
   }
   unsetenv("LOOM_CC");
   cpu_module_t *m = NULL;
   cpu_build_stage_t stage = CPU_BUILD_NO_CC;
-  if (cpu_module_build_staged(source, (int64_t)strlen(source), NULL, 0, &m, &stage) == LOOM_OK)
+  if (cpu_module_build_staged(source, (int64_t)strlen(source), NULL, NULL, 0, &m, &stage) == LOOM_OK)
     CHECK(stage == CPU_BUILD_DONE);
   cpu_module_release(m);
   CHECK(!strcmp(loom_fallback_name(LOOM_FALLBACK_CC_FAILED), "cc-failed"));

@@ -6,7 +6,9 @@
  * directory's defaults and its fallback; the log lines; a compiler that
  * hangs, or leaves a process holding its output, or "succeeds" without
  * the functions; pruning to the byte budget, least recently used first,
- * while modules are in use; scratch directories of dead processes. Each
+ * while modules are in use; scratch directories of dead processes; a large
+ * module compiled as several units at once and linked, with the same
+ * failures and limits per unit. Each
  * test has its own cache directory under a fresh temporary one. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -24,6 +26,7 @@
 
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/module_cache.h"
+#include "backend/cpu/parts.h"
 #include "backend/cpu/toolchain.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -970,6 +973,265 @@ static void test_log_lines(void) {
   drop_cache();
 }
 
+/* ---- A large module in several units (parts.h) ------------------------------ */
+
+enum { PART_FUNCTIONS = 8, PART_PAD = 12000 };
+
+/* A module of PART_FUNCTIONS functions f<i>() = twice(i) after a prelude
+ * defining the static twice, each padded by a comment to about 12 KB so
+ * that the source is worth cutting, and where each function starts. A
+ * broken function (bad >= 0) lacks a semicolon. */
+static char *parted_source(int bad, cpu_source_cuts_t *cuts, int64_t *at) {
+  size_t cap = PART_FUNCTIONS * (PART_PAD + 200) + 200, used = 0;
+  char *s = malloc(cap);
+  used += (size_t)snprintf(s, cap, "static int twice(int x) { return 2 * x; }\n");
+  cuts->prelude = (int64_t)used;
+  for (int i = 0; i < PART_FUNCTIONS; i++) {
+    at[i] = (int64_t)used;
+    used += (size_t)snprintf(s + used, cap - used, "/* ");
+    memset(s + used, 'x', PART_PAD);
+    used += PART_PAD;
+    used += (size_t)snprintf(s + used, cap - used, " */\nint f%d(void) { return twice(%d)%s }\n",
+                             i, i, i == bad ? "" : ";");
+  }
+  cuts->at = at;
+  cuts->n = PART_FUNCTIONS;
+  return s;
+}
+
+static const char *const part_symbols[PART_FUNCTIONS] = {"f0", "f1", "f2", "f3",
+                                                         "f4", "f5", "f6", "f7"};
+
+/* Units of about equal size, cut where functions start; none for a
+ * source too small to repay a second compiler, or one job. */
+static void test_parts_plan(void) {
+  int64_t at[PART_FUNCTIONS], start[CPU_CC_MAX_INPUTS + 1];
+  cpu_source_cuts_t cuts;
+  char *s = parted_source(-1, &cuts, at);
+  int64_t length = (int64_t)strlen(s);
+  int n = cpu_parts_plan(&cuts, length, 3, start);
+  CHECK(n == 3);
+  CHECK(start[0] == cuts.prelude && start[n] == length);
+  for (int i = 1; i < n; i++) {
+    bool at_cut = false;
+    for (int k = 0; k < cuts.n; k++) at_cut |= start[i] == at[k];
+    CHECK(at_cut && start[i] > start[i - 1]);
+    /* 8 functions in 3 units: 2 or 3 each. */
+    int64_t size = start[i] - start[i - 1];
+    CHECK(size > 2 * PART_PAD && size < 4 * PART_PAD);
+  }
+  CHECK(cpu_parts_plan(&cuts, length, 1, start) == 1);
+  CHECK(cpu_parts_plan(&cuts, length, 64, start) == 5); /* 96 KB: units of >= 16 KB */
+  cuts.n = 1; /* one place to cut: one unit */
+  CHECK(cpu_parts_plan(&cuts, length, 3, start) == 1);
+  cuts.n = 2;
+  CHECK(cpu_parts_plan(&cuts, length, 3, start) == 2);
+  CHECK(start[1] == at[1]);
+  free(s);
+}
+
+/* Captures stderr into root/log.txt around build (LOOM_LOG=compile). */
+static loom_status_t build_logged(const char *source, const cpu_source_cuts_t *cuts,
+                                  cpu_module_t **m, char *log, size_t cap) {
+  char log_path[300];
+  snprintf(log_path, sizeof log_path, "%s/log.txt", root);
+  fflush(stderr);
+  int saved = dup(2), fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+  setenv("LOOM_LOG", "compile", 1);
+  core_log_reload();
+  cpu_build_stage_t stage;
+  loom_status_t s = cpu_module_build_staged(source, (int64_t)strlen(source), cuts,
+                                            part_symbols, PART_FUNCTIONS, m, &stage);
+  char error[1024];
+  snprintf(error, sizeof error, "%s", loom_last_error());
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  unsetenv("LOOM_LOG");
+  core_log_reload();
+  FILE *f = fopen(log_path, "r");
+  log[0] = '\0';
+  if (f) {
+    log[fread(log, 1, cap - 1, f)] = '\0';
+    fclose(f);
+  }
+  if (s != LOOM_OK) loom_set_error(s, "%s", error);
+  return s;
+}
+
+/* Scratch directories left in the cache (a build's units and objects). */
+static int scratch_count(void) {
+  DIR *d = opendir(cache_dir());
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d));)
+    n += cpu_cache_classify(de->d_name, NULL) == CPU_NAME_SCRATCH;
+  if (d) closedir(d);
+  return n;
+}
+
+static int count_of(const char *text, const char *what) {
+  int n = 0;
+  for (const char *c = text; (c = strstr(c, what)); c++) n++;
+  return n;
+}
+
+/* With 3 jobs the module is compiled as 3 units at once and linked; each
+ * function works, the counter says one build, and the source kept beside
+ * the entry is the whole module's. */
+static void test_parts_build_and_call(void) {
+  fresh_cache();
+  setenv("LOOM_CC_JOBS", "3", 1);
+  int64_t at[PART_FUNCTIONS];
+  cpu_source_cuts_t cuts;
+  char *s = parted_source(-1, &cuts, at), log[8192];
+  cpu_toolchain_stats_t before = stats();
+  cpu_module_t *m = NULL;
+  CHECK_OK(build_logged(s, &cuts, &m, log, sizeof log));
+  for (int i = 0; m && i < PART_FUNCTIONS; i++) {
+    int (*fn)(void) = (int (*)(void))cpu_module_symbol(m, part_symbols[i]);
+    CHECK(fn && fn() == 2 * i);
+  }
+  CHECK(count_of(log, " -c -o unit") == 3);
+  CHECK(count_of(log, "-shared -o module.so unit0.o unit1.o unit2.o -lm") == 1);
+  CHECK(stats().cc_invocations == before.cc_invocations + 1);
+  CHECK(scratch_count() == 0);
+  if (m) {
+    char kept[400];
+    struct stat st;
+    snprintf(kept, sizeof kept, "%.*s.c", (int)(strlen(cpu_module_path(m)) - 3),
+             cpu_module_path(m));
+    CHECK(stat(kept, &st) == 0 && st.st_size == (off_t)strlen(s));
+  }
+  cpu_module_release(m);
+  /* The same source with one job: one compile, the same key (a hit). */
+  setenv("LOOM_CC_JOBS", "1", 1);
+  m = NULL;
+  CHECK_OK(build_logged(s, &cuts, &m, log, sizeof log));
+  CHECK(m && cpu_module_from_cache(m));
+  cpu_module_release(m);
+  free(s);
+  unsetenv("LOOM_CC_JOBS");
+  drop_cache();
+}
+
+/* A unit the compiler rejects fails the build with its message (the
+ * fallback's stage: the compiler failed); nothing is cached and no unit
+ * or object is left behind. */
+static void test_parts_syntax_error(void) {
+  fresh_cache();
+  setenv("LOOM_CC_JOBS", "3", 1);
+  int64_t at[PART_FUNCTIONS];
+  cpu_source_cuts_t cuts;
+  char *s = parted_source(5, &cuts, at), log[8192];
+  cpu_module_t *m = NULL;
+  CHECK_ERR(build_logged(s, &cuts, &m, log, sizeof log), LOOM_ERR_UNSUPPORTED, "error");
+  CHECK(strstr(loom_last_error(), "unit2.c") != NULL);
+  CHECK(m == NULL);
+  CHECK(entry_count() == 0);
+  CHECK(scratch_count() == 0);
+  cpu_build_stage_t stage = CPU_BUILD_DONE;
+  CHECK(cpu_module_build_staged(s, (int64_t)strlen(s), &cuts, part_symbols, PART_FUNCTIONS, &m,
+                                &stage) == LOOM_ERR_UNSUPPORTED);
+  CHECK(stage == CPU_BUILD_CC_FAILED);
+  free(s);
+  unsetenv("LOOM_CC_JOBS");
+  drop_cache();
+}
+
+/* A compiler that hangs is killed in every unit, each at its own limit,
+ * with the process it started. */
+static void test_parts_hanging_compiler_killed(void) {
+  fresh_cache();
+  char script[400];
+  write_script("hang-cc",
+               "#!/bin/sh\n"
+               "[ \"$1\" = --version ] && exec cc --version\n"
+               "sleep 600 &\n"
+               "echo $! >> @ROOT@/pids\n"
+               "wait\n",
+               script, sizeof script);
+  setenv("LOOM_CC", script, 1);
+  setenv("LOOM_CC_TIMEOUT", "2", 1);
+  setenv("LOOM_CC_JOBS", "3", 1);
+  int64_t at[PART_FUNCTIONS];
+  cpu_source_cuts_t cuts;
+  char *s = parted_source(-1, &cuts, at), log[8192];
+  cpu_module_t *m = NULL;
+  CHECK_ERR(build_logged(s, &cuts, &m, log, sizeof log), LOOM_ERR_UNSUPPORTED,
+            "did not finish within 2 s");
+  CHECK(m == NULL);
+  long pids[8];
+  CHECK(read_pids(pids, 8) == 3);
+  for (int i = 0; i < 3; i++) CHECK(process_ended(pids[i]));
+  CHECK(scratch_count() == 0);
+  kill_pids();
+  free(s);
+  unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_TIMEOUT");
+  unsetenv("LOOM_CC_JOBS");
+  drop_cache();
+}
+
+/* GCC, and only GCC, compiles without vectorized epilogues (compiler.c):
+ * a compiler whose --version names gcc gets the flag on every unit's
+ * compile (not the link), one that names clang does not. */
+static void test_gcc_flag_by_identity(void) {
+  static const char *const versions[] = {"gcc (Fake 12.2.0) 12.2.0", "clang version 14.0.6"};
+  setenv("LOOM_CC_JOBS", "3", 1);
+  for (int k = 0; k < 2; k++) {
+    fresh_cache();
+    char body[400], script[400], name[32];
+    snprintf(body, sizeof body,
+             "#!/bin/sh\n[ \"$1\" = --version ] && echo '%s' && exit 0\nexec cc \"$@\"\n",
+             versions[k]);
+    snprintf(name, sizeof name, "named-cc-%d", k);
+    write_script(name, body, script, sizeof script);
+    setenv("LOOM_CC", script, 1);
+    int64_t at[PART_FUNCTIONS];
+    cpu_source_cuts_t cuts;
+    char *s = parted_source(-1, &cuts, at), log[8192];
+    cpu_module_t *m = NULL;
+    CHECK_OK(build_logged(s, &cuts, &m, log, sizeof log));
+    CHECK(count_of(log, "--param=vect-epilogues-nomask=0 -c -o unit") == (k == 0 ? 3 : 0));
+    CHECK(count_of(log, " -c -o unit") == 3);
+    CHECK(count_of(log, "-shared -o module.so unit0.o") == 1);
+    for (int i = 0; m && i < PART_FUNCTIONS; i++) {
+      int (*fn)(void) = (int (*)(void))cpu_module_symbol(m, part_symbols[i]);
+      CHECK(fn && fn() == 2 * i);
+    }
+    cpu_module_release(m);
+    free(s);
+    unsetenv("LOOM_CC");
+    drop_cache();
+  }
+  unsetenv("LOOM_CC_JOBS");
+}
+
+/* Cuts that do not fit the source are refused. */
+static void test_parts_bad_cuts(void) {
+  fresh_cache();
+  int64_t at[PART_FUNCTIONS];
+  cpu_source_cuts_t cuts;
+  char *s = parted_source(-1, &cuts, at);
+  int64_t t = at[2];
+  at[2] = at[3];
+  cpu_module_t *m = NULL;
+  cpu_build_stage_t stage;
+  CHECK_ERR(cpu_module_build_staged(s, (int64_t)strlen(s), &cuts, part_symbols, PART_FUNCTIONS,
+                                    &m, &stage),
+            LOOM_ERR_INVALID, "cuts");
+  at[2] = t;
+  cuts.prelude = (int64_t)strlen(s) + 1;
+  CHECK_ERR(cpu_module_build_staged(s, (int64_t)strlen(s), &cuts, part_symbols, PART_FUNCTIONS,
+                                    &m, &stage),
+            LOOM_ERR_INVALID, "cuts");
+  CHECK(m == NULL);
+  free(s);
+  drop_cache();
+}
+
 /* ---- Generated code compiled by clang ------------------------------------- */
 
 /* y = softmax(reshape(gelu(conv2d(x, w) + b)) @ m) and its sum: the
@@ -1053,6 +1315,12 @@ int main(void) {
   TEST_RUN(test_failing_compiler);
   TEST_RUN(test_syntax_error);
   TEST_RUN(test_clang_compiles_generated_code);
+  TEST_RUN(test_parts_plan);
+  TEST_RUN(test_parts_build_and_call);
+  TEST_RUN(test_parts_syntax_error);
+  TEST_RUN(test_parts_hanging_compiler_killed);
+  TEST_RUN(test_parts_bad_cuts);
+  TEST_RUN(test_gcc_flag_by_identity);
   TEST_RUN(test_two_processes);
   TEST_RUN(test_threads);
   TEST_RUN(test_different_sources_different_keys);

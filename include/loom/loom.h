@@ -371,6 +371,10 @@ typedef struct loom_executable_info {
    * missing; "" when fallback is LOOM_FALLBACK_NONE. Owned by the
    * executable (valid until it is destroyed). */
   const char *fallback_reason;
+  /* Distinct generated functions the steps run (at most n_generated):
+   * groups whose code is the same up to where their values are stored,
+   * such as every layer of a model, run one function, compiled once. */
+  int n_kernels;
 } loom_executable_info_t;
 #define LOOM_EXECUTABLE_INFO_INIT {.size = sizeof(loom_executable_info_t)}
 LOOM_API loom_status_t loom_executable_info(const loom_executable_t *e,

@@ -365,11 +365,27 @@ static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
   return LOOM_OK;
 }
 
-static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
-                                 const loom_compile_options_t *o) {
-  int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
-  e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
-  if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+/* Step st runs group gi's generated code: the function of the first
+ * group whose code is the same (cg_module_t.function), with gi's own slot
+ * map. kernel_used marks the functions n_kernels has counted. */
+static loom_status_t bind_generated(loom_executable_t *e, const cg_module_t *cg, int32_t gi,
+                                    step_t *st, bool *kernel_used) {
+  int32_t f = cg->function[gi];
+  char name[32];
+  snprintf(name, sizeof name, "loom_group_%d", f);
+  void *sym = cpu_module_symbol(e->module, name);
+  if (!sym) return loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
+  st->kind = STEP_GENERATED;
+  memcpy(&st->fn, &sym, sizeof sym);
+  st->map = e->maps + cg->map_at[gi];
+  e->n_kernels += !kernel_used[f];
+  kernel_used[f] = true;
+  e->n_generated++;
+  return LOOM_OK;
+}
+
+static loom_status_t add_steps(loom_executable_t *e, const cg_module_t *cg,
+                               const loom_compile_options_t *o, bool *kernel_used) {
   int n = 0;
   bool copies_done = false;
   for (int k = 0; k < e->plan.n_groups; k++) {
@@ -398,13 +414,7 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
       st->kind = STEP_CONTROL;
       LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
     } else if (cg->generated && cg->generated[gi] && e->module) {
-      char name[32];
-      snprintf(name, sizeof name, "loom_group_%d", gi);
-      void *sym = cpu_module_symbol(e->module, name);
-      if (!sym) return loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
-      st->kind = STEP_GENERATED;
-      memcpy(&st->fn, &sym, sizeof sym);
-      e->n_generated++;
+      LOOM_TRY(bind_generated(e, cg, gi, st, kernel_used));
     } else {
       if (grp->n_nodes != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
@@ -418,6 +428,22 @@ static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
   if (!copies_done) LOOM_TRY(add_output_copies(e, &n));
   e->n_steps = n;
   return LOOM_OK;
+}
+
+static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
+                                 const loom_compile_options_t *o) {
+  int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
+  int64_t n_map = cg->map_at ? cg->map_at[e->plan.n_groups] : 0;
+  e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
+  e->maps = core_malloc(sizeof *e->maps * ((size_t)n_map + 1));
+  bool *kernel_used = core_calloc((size_t)e->plan.n_groups + 1, sizeof *kernel_used);
+  loom_status_t s = LOOM_OK;
+  if (!e->steps || !e->maps || !kernel_used)
+    s = loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  if (s == LOOM_OK && n_map) memcpy(e->maps, cg->maps, sizeof *e->maps * (size_t)n_map);
+  if (s == LOOM_OK) s = add_steps(e, cg, o, kernel_used);
+  core_free(kernel_used);
+  return s;
 }
 
 /* ---- The runtime side of the ABI ------------------------------------------ */
@@ -528,19 +554,20 @@ static void note_lost_module(loom_executable_t *e, cpu_build_stage_t stage) {
 }
 
 /* The functions the module must define (build_steps looks them up):
- * loom_group_<i> for each group with generated code, in one block that
- * the caller frees. */
+ * loom_group_<i> for each group with generated code that runs its own
+ * function (others share an earlier group's), in one block that the
+ * caller frees. */
 static loom_status_t group_symbols(const loom_executable_t *e, const cg_module_t *cg,
                                    char ***out, int *n) {
   enum { NAME = 24 };
   int count = 0;
-  for (int i = 0; i < e->plan.n_groups; i++) count += cg->generated[i];
+  for (int i = 0; i < e->plan.n_groups; i++) count += cg->generated[i] && cg->function[i] == i;
   char **names = core_malloc((size_t)count * (sizeof(char *) + NAME) + 1);
   if (!names) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   char *text = (char *)(names + count);
   *n = 0;
   for (int i = 0; i < e->plan.n_groups; i++) {
-    if (!cg->generated[i]) continue;
+    if (!cg->generated[i] || cg->function[i] != i) continue;
     names[*n] = text + (size_t)*n * NAME;
     snprintf(names[*n], NAME, "loom_group_%d", i);
     (*n)++;
@@ -568,9 +595,10 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
   int n_names = 0;
   cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
   loom_status_t s = group_symbols(e, cg, &names, &n_names);
+  cpu_source_cuts_t cuts = {.prelude = cg->prelude, .at = cg->cuts, .n = cg->n_functions};
   if (s == LOOM_OK)
-    s = cpu_module_build_staged(cg->source, cg->length, (const char *const *)names, n_names,
-                                &e->module, &stage);
+    s = cpu_module_build_staged(cg->source, cg->length, &cuts, (const char *const *)names,
+                                n_names, &e->module, &stage);
   core_free(names);
   if (s == LOOM_ERR_NOMEM) return s;
   if (s != LOOM_OK) {

@@ -154,8 +154,8 @@ static loom_status_t run_step(loom_executable_t *e, rt_run_t *r, int i) {
   step_t *st = &e->steps[i];
   switch (st->kind) {
     case STEP_GENERATED:
-      st->fn(r->slots, e->syms, r->abi);
-      return rt_index_errors_take(e, r->abi);
+      st->fn(r->slots, st->map, e->syms, r->abi);
+      return rt_index_errors_take(e, st->group, r->abi);
     case STEP_REFERENCE: return run_reference(e, r, i);
     case STEP_CONTROL: return rt_control_run(e, st->control);
     case STEP_COPY: /* an output bound to its input's storage has it already */
@@ -250,6 +250,7 @@ static void executable_info(const loom_executable_t *e, loom_executable_info_t *
       .n_nodes = e->graph ? (int)e->graph->n_nodes : 0,
       .n_groups = e->plan.n_groups,
       .n_generated = e->n_generated,
+      .n_kernels = e->n_kernels,
       .n_reference = e->n_reference,
       .interpreted = e->interpreted,
       .threads = core_pool_threads(e->pool),
@@ -328,6 +329,7 @@ void loom_executable_destroy(loom_executable_t *e) {
   rt_sym_free(e);
   core_free(e->syms);
   core_free(e->source_text);
+  core_free(e->maps);
   core_free(e->passes_text);
   core_free(e->fallback_reason);
   if (e->owns_graph) loom_graph_destroy(e->graph);

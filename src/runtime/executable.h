@@ -39,7 +39,9 @@ typedef struct ref_step {
 typedef struct step {
   step_kind_t kind;
   int32_t group;           /* index in the fusion plan, -1 for copies */
-  loom_abi_group_t fn;     /* STEP_GENERATED */
+  loom_abi_group_t fn;     /* STEP_GENERATED, called with map */
+  const int32_t *map;      /* STEP_GENERATED: the group's slots (abi.h), in
+                              the executable's maps */
   ref_step_t ref;          /* STEP_REFERENCE */
   int32_t copy_from, copy_to; /* STEP_COPY: slots */
   rt_control_t *control;   /* STEP_CONTROL */
@@ -80,6 +82,8 @@ struct loom_executable {
   int32_t *output_slot;
   step_t *steps;
   int n_steps;
+  int32_t *maps;         /* the generated steps' slot maps (owned) */
+  int n_kernels;         /* distinct generated functions the steps call */
   cpu_module_t *module;
   char *source_text;     /* the generated C, for explain */
   char *passes_text;     /* the IR after the passes, for explain */
@@ -162,9 +166,10 @@ typedef struct rt_index_errors rt_index_errors_t;
 loom_status_t rt_index_errors_init(loom_executable_t *e);
 /* The same for abi (a lane's), with a record of its own. */
 loom_status_t rt_index_errors_attach(loom_abi_t *abi);
-/* After a generated step of e run with abi: the error it reported (and
- * forgets it), or OK. */
-loom_status_t rt_index_errors_take(const loom_executable_t *e, const loom_abi_t *abi);
+/* After the generated step of e's group `group` run with abi: the error
+ * it reported (and forgets it), or OK. */
+loom_status_t rt_index_errors_take(const loom_executable_t *e, int32_t group,
+                                   const loom_abi_t *abi);
 void rt_index_errors_free(loom_abi_t *abi);
 
 /* ---- Control-flow steps (src/runtime/control.c) ---------------------------- */

@@ -44,13 +44,16 @@ loom_status_t rt_index_errors_attach(loom_abi_t *abi) {
 
 loom_status_t rt_index_errors_init(loom_executable_t *e) { return rt_index_errors_attach(&e->abi); }
 
-loom_status_t rt_index_errors_take(const loom_executable_t *e, const loom_abi_t *abi) {
+loom_status_t rt_index_errors_take(const loom_executable_t *e, int32_t group,
+                                   const loom_abi_t *abi) {
   rt_index_errors_t *r = abi->index_errors;
   if (!r || !atomic_load_explicit(&r->set, memory_order_acquire)) return LOOM_OK;
   pthread_mutex_lock(&r->lock);
   loom_status_t s;
-  if (r->node >= 0 && r->node < e->graph->n_nodes)
-    s = ir_index_error(&e->graph->nodes[r->node], r->value, r->position, r->size);
+  /* The code reports the node's position in its group (abi.h). */
+  const fuse_group_t *grp = &e->plan.groups[group];
+  if (r->node >= 0 && r->node < grp->n_nodes)
+    s = ir_index_error(&e->graph->nodes[grp->nodes[r->node]], r->value, r->position, r->size);
   else
     s = loom_fail(LOOM_ERR_VALUE, "index: index %lld (at position %lld) is out of range for "
                   "a dim of size %lld", (long long)r->value, (long long)r->position,

@@ -3,20 +3,27 @@
  * it as text), so that both sides see one definition. It includes only
  * <stdint.h> and <stddef.h>.
  *
- * A module exports, for each group g it generates,
- *     void loom_group_<g>(void *const *slots, const int64_t *syms,
- *                         const loom_abi_t *rt);
+ * A module exports functions
+ *     void loom_group_<g>(void *const *slot_table, const int32_t *map,
+ *                         const int64_t *syms, const loom_abi_t *rt);
  * and `const int loom_module_abi_version = LOOM_ABI_VERSION;`.
- * slots[k] points at the storage of slot k (an input, an output, a
- * parameter, a constant, or an intermediate in the arena); syms holds the
- * values of the graph's symbols (unused while shapes are specialized). */
+ * slot_table[s] points at the storage of slot s (an input, an output, a
+ * parameter, a constant, or an intermediate in the arena); the function
+ * reads its group's k-th slot at slot_table[map[k]], where map, the
+ * step's own, lists the slots of the group in the order its code first
+ * names them. A function's text thus does not depend on where its
+ * group's values are stored, and groups whose code is the same up to
+ * names (every layer of a model, every piece of a long chain) run one
+ * function, named after the first of them (group g), each with its map.
+ * syms holds the values of the graph's symbols (read for runtime
+ * sizes). */
 #ifndef LOOM_RUNTIME_ABI_H
 #define LOOM_RUNTIME_ABI_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOOM_ABI_VERSION 2
+#define LOOM_ABI_VERSION 3
 
 /* Runs indices [begin, end) of a parallel loop. */
 typedef void (*loom_abi_body_t)(void *ctx, int64_t begin, int64_t end);
@@ -85,8 +92,9 @@ typedef struct loom_abi {
   /* conv2d's weight gradient: x = the forward input, y = dY (read), weight
    * = dW (written, cast from const); the same geometry as conv2d_f32. */
   void (*conv2d_weight_grad_f32)(const loom_abi_conv2d_t *d, void *pool);
-  /* Per slot s, packed_b[2 * s + trans_b]: that slot's matrix packed as a
-   * GEMM's B operand (loom_abi_gemm_t.b_packed), or NULL; may be NULL. */
+  /* Per slot s (of slot_table: map[k]), packed_b[2 * s + trans_b]: that
+   * slot's matrix packed as a GEMM's B operand (loom_abi_gemm_t.b_packed),
+   * or NULL; may be NULL. */
   const void *const *packed_b;
   /* conv2d's input gradient, i.e. conv_transpose2d(dY, W): x = dX
    * (written, cast from const), y = dY (read), bias per channel of dX (may
@@ -97,15 +105,17 @@ typedef struct loom_abi {
    * loom_abi_conv2d_t.weight_packed, or NULL; may be NULL. */
   const void *const *packed_w;
   /* Generated index code met entry `value` at flat position `position`
-   * of the index of node `node`, out of range for a dim of `size`, and
-   * stopped: the run fails after the step, naming the earliest node's
-   * lowest position reported. index_errors is the runtime's record. */
+   * of the index of the group's node number `node` (its position among
+   * the group's nodes: the runtime knows the step's group), out of range
+   * for a dim of `size`, and stopped: the run fails after the step,
+   * naming the earliest node's lowest position reported. index_errors is
+   * the runtime's record. */
   void (*index_error)(const struct loom_abi *rt, int node, int64_t position,
                       int64_t value, int64_t size);
   void *index_errors;
 } loom_abi_t;
 
-typedef void (*loom_abi_group_t)(void *const *slots, const int64_t *syms,
-                                 const loom_abi_t *rt);
+typedef void (*loom_abi_group_t)(void *const *slot_table, const int32_t *map,
+                                 const int64_t *syms, const loom_abi_t *rt);
 
 #endif

@@ -1,7 +1,8 @@
 /* The system C compiler, run as a child process: its identity (for the
  * module cache's key) and the compile of one source file into a shared
- * object. `cc` is LOOM_CC's value: a program name or path, optionally
- * followed by arguments separated by spaces ("ccache cc"). */
+ * object (or of several into objects and their link). `cc` is LOOM_CC's
+ * value: a program name or path, optionally followed by arguments
+ * separated by spaces ("ccache cc"). */
 #ifndef LOOM_BACKEND_CPU_COMPILER_H
 #define LOOM_BACKEND_CPU_COMPILER_H
 
@@ -9,8 +10,9 @@
 
 #include "loom/loom.h"
 
-/* The flags every module is compiled with, as one string. */
-const char *cpu_cc_flags(void);
+/* The flags every module is compiled with by the compiler of identity
+ * (cpu_cc_identity's: GCC gets one more), as one string. */
+const char *cpu_cc_flags(const char *identity);
 
 /* Seconds a compile of source_bytes of C may run before it is killed:
  * LOOM_CC_TIMEOUT (default 120; 0: no limit) per 64 KiB of source, and
@@ -34,5 +36,20 @@ loom_status_t cpu_cc_identity(const char *cc, char *out, size_t cap);
  * open. */
 loom_status_t cpu_cc_compile(const char *cc, const char *work_dir,
                              const char *src, const char *so, double timeout_s);
+
+/* The same for a module in several translation units: each compiled into
+ * an object (-c: the flags but -shared), then the objects linked into
+ * the shared object (-shared ... -lm), with the same failures, limits and
+ * logs. At most CPU_CC_MAX_INPUTS objects. */
+#define CPU_CC_MAX_INPUTS 64
+loom_status_t cpu_cc_compile_object(const char *cc, const char *work_dir,
+                                    const char *src, const char *obj, double timeout_s);
+loom_status_t cpu_cc_link(const char *cc, const char *work_dir, const char *const *objs,
+                          int n_objs, const char *so, double timeout_s);
+
+/* How many compiler processes a module's build may run at once:
+ * LOOM_CC_JOBS (1 to CPU_CC_MAX_INPUTS), else the processors this process
+ * may run on (LOOM_NUM_THREADS, when set). */
+int cpu_cc_jobs(void);
 
 #endif

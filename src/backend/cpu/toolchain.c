@@ -17,6 +17,7 @@
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/module_cache.h"
+#include "backend/cpu/parts.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -41,7 +42,7 @@ static void hash_part(core_sha256_t *h, const void *data, size_t size) {
 
 static void module_key(const char *source, size_t length, const char *identity,
                        char key[CORE_SHA256_HEX]) {
-  const char *flags = cpu_cc_flags(), *features = cpu_features();
+  const char *flags = cpu_cc_flags(identity), *features = cpu_features();
   core_sha256_t h;
   uint8_t digest[CORE_SHA256_BYTES];
   core_sha256_init(&h);
@@ -100,6 +101,13 @@ static void *load_checked(const char *path, const symbol_list_t *want, const cha
   return NULL;
 }
 
+/* How many units to compile a source in at once (parts.h), and where
+ * they start: 1 without cuts, or when the source is too small to repay a
+ * second compiler process. */
+static int plan_units(size_t length, const cpu_source_cuts_t *cuts, int64_t *start) {
+  return cuts ? cpu_parts_plan(cuts, (int64_t)length, cpu_cc_jobs(), start) : 1;
+}
+
 /* Compiles in a private directory under fixed names (so that the
  * object's bytes do not depend on the directory, and a concurrent build
  * of the same key writes the same file), seals the object, loads it and
@@ -109,16 +117,25 @@ static void *load_checked(const char *path, const symbol_list_t *want, const cha
  * nothing from this process. */
 static loom_status_t build_in(const char *scratch, const char *dir, const char *key,
                               const char *cc, const char *source, size_t length,
-                              const char *entry, const symbol_list_t *want, void **handle,
+                              const cpu_source_cuts_t *cuts, const char *entry,
+                              const symbol_list_t *want, void **handle,
                               cpu_build_stage_t *stage) {
   char src[PATH_MAX], obj[PATH_MAX], kept_src[PATH_MAX];
   LOOM_TRY(file_path(src, scratch, "module", ".c"));
   LOOM_TRY(file_path(obj, scratch, "module", ".so"));
   LOOM_TRY(file_path(kept_src, dir, key, ".c"));
+  /* The whole source is written also when it is compiled in units: it
+   * is the one kept beside the entry. */
   LOOM_TRY(write_file(src, source, length));
+  int64_t start[CPU_CC_MAX_INPUTS + 1];
+  int units = plan_units(length, cuts, start);
+  if (units > 1) LOOM_TRY(cpu_parts_write(scratch, source, cuts->prelude, start, units));
   atomic_fetch_add(&cc_invocations, 1);
   *stage = CPU_BUILD_CC_FAILED;
-  LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
+  if (units > 1)
+    LOOM_TRY(cpu_parts_compile(cc, scratch, cuts->prelude, start, units, "module.so"));
+  else
+    LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
   *stage = CPU_BUILD_NO_MODULE;
   LOOM_TRY(cpu_cache_seal(obj, key));
   *handle = load_checked(obj, want, cc);
@@ -134,13 +151,14 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
 }
 
 static loom_status_t build_entry(const char *dir, const char *key, const char *cc,
-                                 const char *source, size_t length, const char *entry,
+                                 const char *source, size_t length,
+                                 const cpu_source_cuts_t *cuts, const char *entry,
                                  const symbol_list_t *want, void **handle,
                                  cpu_build_stage_t *stage) {
   char scratch[PATH_MAX];
   LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
   loom_status_t status =
-      build_in(scratch, dir, key, cc, source, length, entry, want, handle, stage);
+      build_in(scratch, dir, key, cc, source, length, cuts, entry, want, handle, stage);
   cpu_cache_remove_tree(scratch);
   return status;
 }
@@ -237,10 +255,23 @@ static int64_t entry_bytes(const char *entry, size_t source_length) {
 loom_status_t cpu_module_build(const char *source, int64_t length, const char *const *symbols,
                                int n_symbols, cpu_module_t **out) {
   cpu_build_stage_t stage;
-  return cpu_module_build_staged(source, length, symbols, n_symbols, out, &stage);
+  return cpu_module_build_staged(source, length, NULL, symbols, n_symbols, out, &stage);
+}
+
+/* Whether cuts describe source: a prelude within it and cuts increasing
+ * within the rest. */
+static bool cuts_fit(const cpu_source_cuts_t *cuts, int64_t length) {
+  if (cuts->prelude < 0 || cuts->prelude > length || cuts->n < 0 || (cuts->n > 0 && !cuts->at))
+    return false;
+  for (int i = 0; i < cuts->n; i++)
+    if (cuts->at[i] < cuts->prelude || cuts->at[i] > length ||
+        (i > 0 && cuts->at[i] <= cuts->at[i - 1]))
+      return false;
+  return true;
 }
 
 loom_status_t cpu_module_build_staged(const char *source, int64_t length,
+                                      const cpu_source_cuts_t *cuts,
                                       const char *const *symbols, int n_symbols,
                                       cpu_module_t **out, cpu_build_stage_t *stage) {
   LOOM_CHECK_ARG(stage);
@@ -255,6 +286,9 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
   if (n_symbols < 0 || (n_symbols > 0 && !symbols))
     return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: %d symbols and %s symbol array",
                      n_symbols, symbols ? "a" : "no");
+  if (cuts && !cuts_fit(cuts, length))
+    return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: cuts outside the source or out of "
+                     "order");
   const char *cc = getenv("LOOM_CC");
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
@@ -277,7 +311,8 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
     return new_module(handle, entry, true, out);
   }
   note_build(state, key, entry, why);
-  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, entry, &want, &handle, stage));
+  LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, cuts, entry, &want, &handle,
+                       stage));
   *stage = CPU_BUILD_DONE;
   maybe_prune(dir, entry_bytes(entry, (size_t)length));
   return new_module(handle, entry, false, out);

@@ -23,6 +23,18 @@
 
 typedef struct cpu_module cpu_module_t;
 
+/* Where a module's source may be cut into translation units that the
+ * compiler builds at once (LOOM_CC_JOBS, parts.h): source[0, prelude) is
+ * what every unit needs (declarations and static helpers), and at[0, n)
+ * are offsets, increasing and past prelude, where a unit may start (the
+ * start of each function's text). A module built so is the same code as
+ * one built whole, under the same cache key. */
+typedef struct cpu_source_cuts {
+  int64_t prelude;
+  const int64_t *at;
+  int n;
+} cpu_source_cuts_t;
+
 /* Compiles source (or finds it in the cache) and loads it. The module
  * must define the n_symbols functions named in symbols: one that lacks
  * any (a compiler wrapper that "succeeds" without compiling) is neither
@@ -40,8 +52,10 @@ typedef enum cpu_build_stage {
   CPU_BUILD_CC_FAILED, /* the compiler ran and failed on the source */
   CPU_BUILD_NO_MODULE, /* the cache could not hold the object, or dlopen refused it */
 } cpu_build_stage_t;
-/* cpu_module_build, also saying in *stage where it failed. */
+/* cpu_module_build of a source that may be cut (cuts; NULL: one unit),
+ * also saying in *stage where it failed. */
 loom_status_t cpu_module_build_staged(const char *source, int64_t length,
+                                      const cpu_source_cuts_t *cuts,
                                       const char *const *symbols, int n_symbols,
                                       cpu_module_t **out, cpu_build_stage_t *stage);
 void *cpu_module_symbol(const cpu_module_t *m, const char *name);

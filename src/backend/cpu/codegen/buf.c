@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backend/cpu/codegen/cg.h"
 #include "core/alloc.h"
@@ -42,4 +43,26 @@ void cg_double(cg_buf_t *b, double v) {
   if (isnan(v)) cg_printf(b, "NAN");
   else if (isinf(v)) cg_printf(b, v < 0 ? "-INFINITY" : "INFINITY");
   else cg_printf(b, "%.17g", v);
+}
+
+void cg_append(cg_buf_t *b, const char *s, int64_t n) {
+  if (b->failed) return;
+  if (core_grow((void **)&b->s, &b->cap, b->len + n + 1, 1) != LOOM_OK) {
+    b->failed = true;
+    return;
+  }
+  memcpy(b->s + b->len, s, (size_t)n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+void cg_insert(cg_buf_t *b, int64_t at, const char *s, int64_t n) {
+  if (b->failed) return;
+  if (core_grow((void **)&b->s, &b->cap, b->len + n + 1, 1) != LOOM_OK) {
+    b->failed = true;
+    return;
+  }
+  memmove(b->s + at + n, b->s + at, (size_t)(b->len - at) + 1);
+  memcpy(b->s + at, s, (size_t)n);
+  b->len += n;
 }

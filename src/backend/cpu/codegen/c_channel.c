@@ -127,8 +127,7 @@ static void channel_body(channel_emit_t *k) {
 static void channel_entry(channel_emit_t *k) {
   cg_buf_t *b = k->c->out;
   int64_t channels = k->space.dim[1], per = cg_numel(&k->space) / (channels ? channels : 1);
-  cg_function(k->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", k->gi);
+  cg_group_function(k->c, k->gi);
   cg_line(b, 1, "(void)syms;\n");
   if (channels * per > CG_PARALLEL_MIN && channels > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (per ? per : 1);
@@ -267,8 +266,7 @@ loom_status_t cg_emit_batch_norm(cg_ctx_t *c, int gi, bool *ok) {
   cg_value_shape(c, k.n->in[0], &x);
   cg_group_comment(c, gi, "batch norm", &x, k.training ? "training" : "inference");
   bn_body(&k);
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(c->out, 1, "(void)syms;\n");
   if (k.batch * k.channels * k.inner > CG_PARALLEL_MIN && k.channels > 1)
     cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

@@ -144,8 +144,7 @@ static loom_status_t emit_columns_runtime(cg_ctx_t *c, int gi, const ir_node_t *
   cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
   cols_body(c, n, k);
   cg_line(b, 1, "}\n}\n\n");
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(b, 1, "loom_g%d_ctx x = {slots, ", gi);
   cg_lead_extent(b, c->g, &k->space);
   cg_printf(b, "};\n");
@@ -177,8 +176,7 @@ loom_status_t cg_emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok)
   cg_line(b, 1, "for (int64_t t = begin; t < end; t++) {\n");
   cols_body(c, n, &k);
   cg_line(b, 1, "}\n}\n\n");
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(b, 1, "(void)syms;\n");
   if (k.tasks > 1 && k.count * k.space.dim[k.space.rank - 1] > CG_PARALLEL_MIN) {
     cg_line(b, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

@@ -369,8 +369,8 @@ static void emit_b_packed(const contract_t *k) {
   if ((kind != IR_VALUE_PARAM && kind != IR_VALUE_CONST && kind != IR_VALUE_INPUT) ||
       k->c->g->values[n->in[1]].type.rank != 2)
     return;
-  int s = 2 * cg_slot(k->c, n->in[1]) + (int)ir_attr_int(&n->attrs, "trans_b", 0);
-  cg_line(k->c->out, 1, "d.b_packed = rt->packed_b ? rt->packed_b[%d] : NULL;\n", s);
+  cg_line(k->c->out, 1, "d.b_packed = rt->packed_b ? rt->packed_b[2 * map[%d] + %d] : NULL;\n",
+          (int)cg_slot(k->c, n->in[1]), (int)ir_attr_int(&n->attrs, "trans_b", 0));
 }
 
 /* The folded GEMM: y's rows over all items, one call. */
@@ -559,7 +559,7 @@ static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
    * (frozen weights). */
   ir_value_kind_t kind = c->g->values[n->in[1]].kind;
   if (kind == IR_VALUE_PARAM || kind == IR_VALUE_CONST)
-    cg_line(c->out, 1, "d.weight_packed = rt->packed_w ? rt->packed_w[%d] : NULL;\n",
+    cg_line(c->out, 1, "d.weight_packed = rt->packed_w ? rt->packed_w[map[%d]] : NULL;\n",
             (int)cg_slot(c, n->in[1]));
   cg_line(c->out, 1, "rt->conv2d_f32(&d, rt->pool);\n");
 }
@@ -610,8 +610,7 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok) {
   fold_batch_rows(&k, &y);
   cg_group_comment(c, gi, "contraction", &y, NULL);
   if (epi) emit_epilogue(&k);
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(b, 1, "(void)syms;\n");
   if (epi) cg_line(b, 1, "loom_g%d_ctx_t e = {slots, 0};\n", gi);
   if (k.anchor->op == IR_OP_CONV2D) emit_conv_call(&k, &y, epi);

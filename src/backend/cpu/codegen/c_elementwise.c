@@ -135,8 +135,7 @@ loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok) {
   int64_t outer = a.space.dim[0], inner = cg_numel(&a.space) / (outer ? outer : 1);
   int64_t work = inner * cg_group_cost(c->g, grp); /* per row */
   cg_buf_t *b = c->out;
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(b, 1, "(void)syms;\n");
   if (a.space.lead) {
     char body[32];

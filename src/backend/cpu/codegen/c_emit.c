@@ -1,5 +1,8 @@
 /* Module assembly: the ABI text, the expression helpers, one function per
- * generated group, and the ABI version the runtime checks on load. */
+ * generated group's code (groups whose code is the same up to names share
+ * the first one's: c_dedup.c), each group's slot map, and the ABI version
+ * the runtime checks on load. */
+#include <assert.h>
 #include <string.h>
 
 #include "backend/cpu/codegen/cg.h"
@@ -42,9 +45,7 @@ static const group_emitter_t emitters[] = {
  * nothing to compute; a function that does nothing keeps it a step. */
 static void emit_dead(cg_ctx_t *c, int gi) {
   cg_group_comment(c, gi, "dead, no output is read", NULL, NULL);
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
-  cg_line(c->out, 1, "(void)slots;\n");
+  cg_group_function(c, gi);
   cg_line(c->out, 1, "(void)syms;\n");
   cg_line(c->out, 1, "(void)rt;\n");
   cg_printf(c->out, "}\n");
@@ -65,6 +66,26 @@ static bool handles_runtime_dims(const cg_ctx_t *c, int gi) {
                                         anchor->op != IR_OP_AVG_POOL2D);
 }
 
+/* The start of group gi's function: its slots gathered from the step's
+ * map, now that the code has named them all. */
+static void insert_gather(cg_ctx_t *c) {
+  const cg_locals_t *l = c->locals;
+  cg_buf_t g = {0};
+  if (l->n == 0) {
+    cg_line(&g, 1, "void *const *const slots = slot_table;\n");
+    cg_line(&g, 1, "(void)slots;\n");
+    cg_line(&g, 1, "(void)map;\n");
+  } else {
+    cg_line(&g, 1, "void *const slots[%d] = {", l->n);
+    for (int k = 0; k < l->n; k++)
+      cg_printf(&g, "%sslot_table[map[%d]]", k == 0 ? "" : k % 4 ? ", " : ",\n    ", k);
+    cg_printf(&g, "};\n");
+  }
+  if (g.failed) c->out->failed = true;
+  else cg_insert(c->out, l->gather_at, g.s, g.len);
+  core_free(g.s);
+}
+
 /* A group whose emitter declines it leaves no text behind. */
 static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
   fuse_kind_t kind = c->plan->groups[gi].kind;
@@ -72,15 +93,16 @@ static loom_status_t emit_group(cg_ctx_t *c, int gi, bool *generated) {
   if ((unsigned)kind >= sizeof emitters / sizeof *emitters || !emitters[kind])
     return LOOM_OK;
   if (!handles_runtime_dims(c, gi) && cg_group_is_dynamic(c, gi)) return LOOM_OK;
-  if (c->plan->groups[gi].n_outputs == 0) {
-    emit_dead(c, gi);
-    *generated = true;
-    return LOOM_OK;
-  }
   int64_t mark = c->out->len;
   bool ok = true;
   c->function++; /* no declaration carries over from another group */
-  LOOM_TRY(emitters[kind](c, gi, &ok));
+  c->locals->gather_at = -1;
+  if (c->plan->groups[gi].n_outputs == 0) emit_dead(c, gi);
+  else LOOM_TRY(emitters[kind](c, gi, &ok));
+  /* Every emitter starts its group function with cg_group_function. */
+  assert(!ok || c->locals->gather_at >= 0);
+  if (ok && c->locals->gather_at < 0) ok = false;
+  if (ok) insert_gather(c);
   if (!ok && !c->out->failed) {
     c->out->len = mark;
     c->out->s[mark] = '\0';
@@ -107,51 +129,111 @@ static loom_status_t marks_alloc(const loom_graph_t *g, cg_marks_t *m) {
   return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
 }
 
+/* What writing a module needs besides the text. */
+typedef struct module_state {
+  cg_ctx_t c;
+  cg_buf_t text;
+  int32_t *declared_in;
+  cg_locals_t locals;
+  cg_dedup_t *dedup;
+  int64_t maps_cap, cuts_cap;
+} module_state_t;
+
+static void state_free(module_state_t *m) {
+  marks_free(&m->c.marks);
+  core_free(m->text.s);
+  core_free(m->declared_in);
+  core_free(m->locals.local_of_slot);
+  core_free(m->locals.slot);
+  cg_dedup_free(m->dedup);
+}
+
+static loom_status_t state_init(module_state_t *m, const loom_graph_t *g,
+                                const fuse_plan_t *plan, const int32_t *slot_of_value,
+                                const int64_t *sym_values, cg_module_t *out) {
+  *m = (module_state_t){0};
+  int32_t n_slots = 0;
+  for (int64_t v = 0; v < g->n_values; v++)
+    if (slot_of_value[v] >= n_slots) n_slots = slot_of_value[v] + 1;
+  out->generated = core_calloc((size_t)plan->n_groups + 1, sizeof(bool));
+  out->function = core_malloc(sizeof(int32_t) * ((size_t)plan->n_groups + 1));
+  out->map_at = core_calloc((size_t)plan->n_groups + 1, sizeof(int32_t));
+  m->declared_in = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  m->locals.local_of_slot = core_malloc(sizeof(int32_t) * ((size_t)n_slots + 1));
+  m->locals.slot = core_malloc(sizeof(int32_t) * ((size_t)n_slots + 1));
+  if (!out->generated || !out->function || !out->map_at || !m->declared_in ||
+      !m->locals.local_of_slot || !m->locals.slot)
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  for (int64_t v = 0; v < g->n_values; v++) m->declared_in[v] = -1;
+  for (int32_t s = 0; s < n_slots; s++) m->locals.local_of_slot[s] = -1;
+  for (int gi = 0; gi < plan->n_groups; gi++) out->function[gi] = -1;
+  m->c = (cg_ctx_t){.g = g, .plan = plan, .slot_of_value = slot_of_value,
+                    .sym_values = sym_values, .out = &m->text,
+                    .declared_in = m->declared_in, .locals = &m->locals};
+  LOOM_TRY(cg_dedup_create(g->n_values, &m->dedup));
+  return marks_alloc(g, &m->c.marks);
+}
+
+/* Keeps group gi's slots as its map, and its text unless an earlier
+ * group's is the same up to names. */
+static loom_status_t finish_group(module_state_t *m, int gi, int64_t mark, cg_module_t *out) {
+  cg_locals_t *l = &m->locals;
+  int32_t at = out->map_at[gi];
+  loom_status_t s = core_grow((void **)&out->maps, &m->maps_cap, (int64_t)at + l->n + 1,
+                              sizeof *out->maps);
+  for (int k = 0; k < l->n && s == LOOM_OK; k++) out->maps[at + k] = l->slot[k];
+  out->map_at[gi + 1] = at + (out->generated[gi] ? l->n : 0);
+  for (int k = 0; k < l->n; k++) l->local_of_slot[l->slot[k]] = -1;
+  l->n = 0;
+  LOOM_TRY(s);
+  if (!out->generated[gi] || m->text.failed) return LOOM_OK;
+  LOOM_TRY(cg_dedup_find(m->dedup, m->text.s + mark, m->text.len - mark, gi,
+                         &out->function[gi]));
+  if (out->function[gi] == gi) {
+    LOOM_TRY(core_grow((void **)&out->cuts, &m->cuts_cap, out->n_functions + 1,
+                       sizeof *out->cuts));
+    out->cuts[out->n_functions++] = mark;
+  } else {
+    m->text.len = mark;
+    m->text.s[mark] = '\0';
+  }
+  return LOOM_OK;
+}
+
 loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int32_t *slot_of_value,
                              const int64_t *sym_values, cg_module_t *out) {
   *out = (cg_module_t){0};
-  out->generated = core_calloc((size_t)plan->n_groups + 1, sizeof(bool));
-  int32_t *declared_in = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
-  cg_buf_t b = {0};
-  if (!out->generated || !declared_in) {
-    core_free(declared_in);
-    cg_module_free(out);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
-  }
-  for (int64_t v = 0; v < g->n_values; v++) declared_in[v] = -1;
-  cg_ctx_t c = {.g = g, .plan = plan, .slot_of_value = slot_of_value,
-                .sym_values = sym_values, .out = &b, .declared_in = declared_in};
-  loom_status_t s = marks_alloc(g, &c.marks);
+  module_state_t m;
+  loom_status_t s = state_init(&m, g, plan, slot_of_value, sym_values, out);
   if (s == LOOM_OK) {
-    cg_printf(&b, "%s", cg_abi_text);
-    cg_expr_helpers(&b);
+    cg_printf(&m.text, "%s", cg_abi_text);
+    cg_expr_helpers(&m.text);
+    out->prelude = m.text.len;
   }
-  for (int gi = 0; gi < plan->n_groups && s == LOOM_OK; gi++)
-    s = emit_group(&c, gi, &out->generated[gi]);
-  marks_free(&c.marks);
-  if (s != LOOM_OK) {
-    core_free(b.s);
-    core_free(declared_in);
-    cg_module_free(out);
-    return s;
+  for (int gi = 0; gi < plan->n_groups && s == LOOM_OK; gi++) {
+    int64_t mark = m.text.len;
+    s = emit_group(&m.c, gi, &out->generated[gi]);
+    if (s == LOOM_OK) s = finish_group(&m, gi, mark, out);
   }
-  core_free(declared_in);
-  cg_printf(&b, "\nconst int loom_module_abi_version = LOOM_ABI_VERSION;\n");
-  if (b.failed) {
-    core_free(b.s);
-    cg_module_free(out);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  cg_printf(&m.text, "\nconst int loom_module_abi_version = LOOM_ABI_VERSION;\n");
+  if (s == LOOM_OK && m.text.failed) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a module");
+  if (s == LOOM_OK) {
+    out->source = m.text.s;
+    out->length = m.text.len;
+    m.text.s = NULL;
   }
-  out->source = b.s;
-  out->length = b.len;
-  return LOOM_OK;
+  state_free(&m);
+  if (s != LOOM_OK) cg_module_free(out);
+  return s;
 }
 
 void cg_module_free(cg_module_t *m) {
   core_free(m->source);
   core_free(m->generated);
-  m->source = NULL;
-  m->generated = NULL;
-  m->length = 0;
+  core_free(m->function);
+  core_free(m->map_at);
+  core_free(m->maps);
+  core_free(m->cuts);
+  *m = (cg_module_t){0};
 }

@@ -172,8 +172,8 @@ static void entry(const index_fn_t *f, char *buf, size_t size, const char *r,
  * there. */
 static void report_of(const index_fn_t *f, int32_t node, int level, const char *pos,
                       const char *size) {
-  cg_line(f->c->out, level, "x->rt->index_error(x->rt, %d, %s, k, %s);\n", (int)node, pos,
-          size);
+  cg_line(f->c->out, level, "x->rt->index_error(x->rt, %d, %s, k, %s);\n",
+          cg_node_position(f->c, f->gi, node), pos, size);
   cg_line(f->c->out, level, "return;\n");
 }
 
@@ -188,8 +188,7 @@ static bool group_fn(const index_fn_t *f, const char *setup) {
   cg_buf_t *b = f->c->out;
   int gi = f->gi;
   cg_printf(b, "}\n\n");
-  cg_function(f->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(f->c, gi);
   cg_line(b, 1, "loom_g%d_ctx x = {slots, syms, rt, 0};\n", gi);
   if (!extents(f)) return false;
   cg_printf(b, "%s", setup);
@@ -372,7 +371,8 @@ static void scatter_setup(const index_fn_t *f, const char *t, char *out, size_t 
              "        return;\n"
              "      }\n"
              "  }\n",
-             it, it, (int)cg_slot(c, f->take->in[1]), (int)(f->take - c->g->nodes));
+             it, it, (int)cg_slot(c, f->take->in[1]),
+             cg_node_position(c, f->gi, (int32_t)(f->take - c->g->nodes)));
   }
   snprintf(out, size,
            "%s"

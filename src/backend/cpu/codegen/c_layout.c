@@ -284,8 +284,7 @@ loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok) {
   const char *t = elem_type(loom_dtype_size(c->g->values[n->out[0]].type.dtype));
   cg_group_comment(c, gi, "layout", &l.y, NULL);
   for (int k = 0; k < l.n_moves; k++) emit_move(&l, gi, k, t);
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(c->out, 1, "(void)syms;\n");
   cg_line(c->out, 1, "(void)rt;\n");
   for (int k = 0; k < l.n_moves; k++) emit_call(&l, gi, k);

@@ -342,8 +342,7 @@ static void emit_entry(pool_emit_t *p) {
   const pool_geom_t *g = &p->geo;
   int64_t rows = g->out.dim[0] * g->out.dim[1] * g->out.dim[2];
   int64_t per_row = g->out.dim[3] * g->kernel[0] * g->kernel[1];
-  cg_function(p->c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                    "const loom_abi_t *rt) {\n", p->gi);
+  cg_group_function(p->c, p->gi);
   cg_line(b, 1, "(void)syms;\n");
   if (rows * per_row > CG_PARALLEL_MIN && rows > 1) {
     int64_t grain = CG_PARALLEL_MIN / 2 / (per_row ? per_row : 1);
@@ -465,8 +464,7 @@ loom_status_t cg_emit_max_pool_grad(cg_ctx_t *c, int gi, bool *ok) {
   cg_group_comment(c, gi, "max pool gradient", &k.geo.in, NULL);
   mpg_body(&k);
   int64_t planes = k.geo.in.dim[0] * k.geo.in.dim[1];
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(c->out, 1, "(void)syms;\n");
   if (cg_numel(&k.geo.in) > CG_PARALLEL_MIN && planes > 1)
     cg_line(c->out, 1, "rt->parallel_for(rt->pool, %lld, 1, loom_g%d_body, (void *)slots);\n",

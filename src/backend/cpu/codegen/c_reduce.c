@@ -576,8 +576,7 @@ loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok) {
   cg_line(b, 1, "}\n}\n\n");
   int64_t rows = 1, work = r.inner_count * cg_group_cost(c->g, grp); /* per row */
   for (int d = 0; d < r.n_outer; d++) rows *= r.space.dim[d];
-  cg_function(c, "void loom_group_%d(void *const *slots, const int64_t *syms, "
-                 "const loom_abi_t *rt) {\n", gi);
+  cg_group_function(c, gi);
   cg_line(b, 1, "(void)syms;\n");
   if (r.runtime) {
     cg_line(b, 1, "(void)rt;\n");

@@ -23,6 +23,10 @@ void cg_vprintf(cg_buf_t *b, const char *fmt, va_list ap);
 /* Like cg_printf, after 2*level spaces. */
 void cg_line(cg_buf_t *b, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* n bytes of s, at the end; and at offset `at`, the text after it moving
+ * on. */
+void cg_append(cg_buf_t *b, const char *s, int64_t n);
+void cg_insert(cg_buf_t *b, int64_t at, const char *s, int64_t n);
 /* A double as a C literal ("0.5", "INFINITY", "-INFINITY", "NAN"). */
 void cg_double(cg_buf_t *b, double v);
 
@@ -51,6 +55,18 @@ typedef struct cg_marks {
   int32_t *value[CG_VALUE_MARKS];
 } cg_marks_t;
 
+/* The slots of the group being written, numbered in the order its code
+ * first names them (cg_slot): its function finds slot k at slots[k],
+ * gathered from the step's map (abi.h), so that the text does not depend
+ * on where the group's values are stored. Allocated once per module;
+ * local_of_slot is -1 between groups. */
+typedef struct cg_locals {
+  int32_t *local_of_slot; /* per slot of the graph: its number, or -1 */
+  int32_t *slot;          /* per number: the slot */
+  int n;
+  int64_t gather_at;      /* where the group function's gather goes, or -1 */
+} cg_locals_t;
+
 /* What every group emitter needs. */
 typedef struct cg_ctx {
   const loom_graph_t *g;
@@ -63,6 +79,7 @@ typedef struct cg_ctx {
   int32_t function;
   int32_t *declared_in;
   cg_marks_t marks;
+  cg_locals_t *locals;
 } cg_ctx_t;
 
 /* The shape of value v; false if a dim does not evaluate, except that a
@@ -111,7 +128,9 @@ void cg_load_begin(cg_buf_t *b, int level, const loom_graph_t *g, int32_t v);
 void cg_load_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
 void cg_store_begin(cg_buf_t *b, int level, int32_t v);
 void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
-/* The slot of v, or -1; and the pointer name p<v> declared for it. */
+/* The number of v's slot in its group (the function reads it at
+ * slots[number]; cg_locals_t), given at the first call, or -1 when v has
+ * no slot. */
 int32_t cg_slot(const cg_ctx_t *c, int32_t v);
 /* "#pragma GCC ivdep", before a group's innermost loop: the only overlap
  * between its pointers is element i read, then element i written (an
@@ -123,6 +142,13 @@ void cg_ivdep(const cg_ctx_t *c, int level);
  * to and including the opening brace) and opens a new scope for
  * cg_declare_pointer. */
 void cg_function(cg_ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Starts group gi's function, loom_group_<gi>, whose body finds its
+ * slots in `slots` (c_emit.c inserts the gather of the slots the group
+ * names, once they are known). */
+void cg_group_function(cg_ctx_t *c, int gi);
+/* The position of node id among group gi's nodes (what index_error
+ * reports: the runtime maps it back through the step's group). */
+int cg_node_position(const cg_ctx_t *c, int gi, int32_t node);
 /* "const float *restrict p3 = (const float *)slots[2];", once per
  * function: the name is the value's, not the operand position's, so a
  * node that reads one value at several positions (batch_norm(x, c, c, c,
@@ -188,8 +214,9 @@ loom_status_t cg_emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok)
 
 /* ---- Group emitters ------------------------------------------------------- */
 
-/* Each writes loom_group_<gi> (and its static helpers); false in *ok
- * when the group's shapes are outside what it handles. */
+/* Each writes loom_group_<gi> (and its static helpers, named
+ * loom_g<gi>_<what>); false in *ok when the group's shapes are outside
+ * what it handles. */
 loom_status_t cg_emit_elementwise(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok);
 loom_status_t cg_emit_reduction(cg_ctx_t *c, int gi, bool *ok);
@@ -209,6 +236,20 @@ loom_status_t cg_emit_contraction(cg_ctx_t *c, int gi, bool *ok);
  * (c_index.c). */
 loom_status_t cg_emit_index(cg_ctx_t *c, int gi, bool *ok);
 bool cg_is_index_op(ir_op_t op);
+
+/* ---- Functions shared by groups (c_dedup.c) -------------------------------- */
+
+/* Groups whose functions are the same text up to the names of their
+ * locals and their own functions (v12, p12, acc12, loom_g3_body) run one
+ * function: the first such group's. */
+typedef struct cg_dedup cg_dedup_t;
+loom_status_t cg_dedup_create(int64_t n_values, cg_dedup_t **out);
+/* Group gi's text (its function and helpers, len bytes at text): *first
+ * is the earlier group whose text is the same up to names, or gi (then
+ * remembered for later groups). */
+loom_status_t cg_dedup_find(cg_dedup_t *d, const char *text, int64_t len, int gi,
+                            int32_t *first);
+void cg_dedup_free(cg_dedup_t *d);
 
 /* Elementwise work above this many elements is split over the pool: a
  * wake-up costs a few microseconds, which smaller loops do not repay. */

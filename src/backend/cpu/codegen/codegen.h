@@ -1,7 +1,7 @@
 /* C code generation: one C function per fused group, one translation unit
  * per graph. The code is for people too: indented, with each function
  * headed by a comment listing the ops it fused, and locals named after the
- * graph's values (v12).
+ * graph's values (v12: those of the first group that runs the function).
  *
  * Storage: slot_of_value[v] is the slot holding value v (see
  * src/backend/cpu/abi.h: slots[k] points at its first element, contiguous,
@@ -10,8 +10,10 @@
  * slot; only the matmuls reading it see it, through cg_view_of. Shapes are concrete: the emitter evaluates
  * every dim with the symbol values compilation specialized them to.
  *
- * Group functions are named loom_group_<index in plan>. Groups of kind
- * FUSE_ALIAS and FUSE_REFERENCE get no function. Work is split with
+ * Group functions are named loom_group_<index in plan>, and groups whose
+ * code is the same up to names share the first one's (cg_module_t.
+ * function). Groups of kind FUSE_ALIAS and FUSE_REFERENCE get no
+ * function. Work is split with
  * rt->parallel_for over the outermost independent dimension, with a grain
  * that keeps small kernels on one thread (a wake-up costs more than a
  * few microseconds of work); contractions call rt->gemm_f32 and
@@ -80,7 +82,21 @@ bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_vi
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */
   int64_t length;
-  bool *generated;  /* per group: a loom_group_<i> function exists */
+  bool *generated;  /* per group: it has generated code */
+  /* Per group with generated code: the group whose function,
+   * loom_group_<function[g]>, runs it (g itself, or an earlier group
+   * whose code is the same up to names: c_dedup.c). */
+  int32_t *function;
+  /* Per group, the slots its function reads (the step's map, abi.h):
+   * maps[map_at[g]] to maps[map_at[g + 1]] (exclusive). */
+  int32_t *map_at, *maps;
+  int n_functions; /* the distinct functions in source */
+  /* Where source may be cut into translation units (cpu_source_cuts_t):
+   * source[0, prelude) is the ABI and the static helpers every function
+   * may call, and cuts[i] the start of the i-th function's text (with its
+   * own helpers), n_functions of them. */
+  int64_t prelude;
+  int64_t *cuts;
 } cg_module_t;
 
 /* sym_values: the value of each of g's symbols (compilation specializes

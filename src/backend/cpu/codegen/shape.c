@@ -222,16 +222,25 @@ void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v) {
   else cg_printf(b, "] = v%d;\n", (int)v);
 }
 
-int32_t cg_slot(const cg_ctx_t *c, int32_t v) { return c->slot_of_value[v]; }
+int32_t cg_slot(const cg_ctx_t *c, int32_t v) {
+  int32_t s = c->slot_of_value[v];
+  if (s < 0) return -1;
+  cg_locals_t *l = c->locals;
+  if (l->local_of_slot[s] < 0) {
+    l->local_of_slot[s] = l->n;
+    l->slot[l->n++] = s;
+  }
+  return l->local_of_slot[s];
+}
 
 /* restrict only where no other value of the group shares the slot: an
  * elementwise output may be planned in place over one of its inputs. */
 static bool slot_shared(const cg_ctx_t *c, const fuse_group_t *grp, int32_t v) {
-  int32_t s = cg_slot(c, v);
+  const int32_t *slot = c->slot_of_value;
   for (int i = 0; i < grp->n_inputs; i++)
-    if (grp->inputs[i] != v && cg_slot(c, grp->inputs[i]) == s) return true;
+    if (grp->inputs[i] != v && slot[grp->inputs[i]] == slot[v]) return true;
   for (int i = 0; i < grp->n_outputs; i++)
-    if (grp->outputs[i] != v && cg_slot(c, grp->outputs[i]) == s) return true;
+    if (grp->outputs[i] != v && slot[grp->outputs[i]] == slot[v]) return true;
   return false;
 }
 
@@ -243,6 +252,19 @@ void cg_function(cg_ctx_t *c, const char *fmt, ...) {
   cg_vprintf(c->out, fmt, ap);
   va_end(ap);
   c->function++;
+}
+
+void cg_group_function(cg_ctx_t *c, int gi) {
+  cg_function(c, "void loom_group_%d(void *const *slot_table, const int32_t *map, "
+                 "const int64_t *syms, const loom_abi_t *rt) {\n", gi);
+  c->locals->gather_at = c->out->len;
+}
+
+int cg_node_position(const cg_ctx_t *c, int gi, int32_t node) {
+  const fuse_group_t *grp = &c->plan->groups[gi];
+  for (int k = 0; k < grp->n_nodes; k++)
+    if (grp->nodes[k] == node) return k;
+  return -1;
 }
 
 void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
