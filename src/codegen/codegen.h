@@ -7,7 +7,7 @@
  * src/runtime/abi.h: slots[k] points at its first element, contiguous,
  * row-major), or -1 when v lives only inside its group (then the group's
  * code keeps it in a local). A strided view (fuse.h) has its root's
- * slot; only the matmuls reading it see it, through cg_view_of. Shapes are concrete: the emitter evaluates
+ * slot; only the matmuls reading it see it, through ir_view_of. Shapes are concrete: the emitter evaluates
  * every dim with the symbol values compilation specialized them to.
  *
  * Group functions are named loom_group_<index in plan>. Groups of kind
@@ -43,39 +43,39 @@ bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
 /* A strided view: the elements of a value read in place from `root`'s
  * storage, element (i0, i1, ...) at offset + i0 * stride[0] + ...
  * (elements). See c_view.c. */
-typedef struct cg_view {
+typedef struct ir_view {
   int32_t root;
   int rank;
   int64_t dim[LOOM_MAX_RANK], stride[LOOM_MAX_RANK];
   int64_t offset;
-} cg_view_t;
+} ir_view_t;
 
 /* Whether node n may be a view of its input: a slice, transpose,
  * reshape, squeeze or unsqueeze over constant dims. */
-bool cg_view_op(const loom_graph_t *g, const ir_node_t *n);
+bool ir_view_op(const loom_graph_t *g, const ir_node_t *n);
 /* Whether value v is stored as its producer's input (fusion made it a
  * view or an alias). */
-typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
+typedef bool (*ir_view_shares_fn)(const void *ctx, int32_t node);
 /* Value v as a view of the first value up its chain of producers that
  * `shares` does not pass over (or that no view op made); false when the
  * chain is not a strided view (a step backwards, a reshape across
  * strides). */
-bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
-                cg_view_t *out);
+bool ir_view_of(const loom_graph_t *g, int32_t v, ir_view_shares_fn shares, const void *ctx,
+                ir_view_t *out);
 /* Value v in order in its own storage. */
-bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out);
+bool ir_view_plain(const loom_graph_t *g, int32_t v, ir_view_t *out);
 /* The other way, through a chain of transposes, reshapes, squeezes and
  * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
  * output lies, and becomes where chain[0]'s input lies. */
-bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v);
+bool ir_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, ir_view_t *v);
 /* Whether view v is its root's storage in order (contiguous, offset 0). */
-bool cg_view_is_plain(const cg_view_t *v);
+bool ir_view_is_plain(const ir_view_t *v);
 /* Whether matmul n can write its product through view v: columns one
  * element apart, steps forward. */
-bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
 /* Whether matmul n can read an operand through view v: rows or columns
  * one element apart, steps forward. */
-bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

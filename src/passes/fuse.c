@@ -232,8 +232,8 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
     if (f->view[f->uses[u]]) continue;
     if (user->op != IR_OP_MATMUL || !f->supported[f->uses[u]]) return false;
     for (int k = 0; k < user->n_in; k++) {
-      cg_view_t view;
-      if (user->in[k] == v && (k > 1 || !cg_view_of(f->g, v, view_shares, f, &view) ||
+      ir_view_t view;
+      if (user->in[k] == v && (k > 1 || !ir_view_of(f->g, v, view_shares, f, &view) ||
                                !cg_matmul_reads_view(f->g, user, &view)))
         return false;
     }
@@ -248,7 +248,7 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
 static void mark_views(fuser_t *f) {
   const loom_graph_t *g = f->g;
   for (int32_t n = 0; n < g->n_nodes; n++)
-    f->view[n] = f->supported[n] && cg_view_op(g, &g->nodes[n]);
+    f->view[n] = f->supported[n] && ir_view_op(g, &g->nodes[n]);
   for (int sweep = 0; sweep < 8; sweep++) {
     bool changed = false;
     for (int32_t n = (int32_t)g->n_nodes - 1; n >= 0; n--)
@@ -273,7 +273,7 @@ static int product_chain(const fuser_t *f, int32_t m, const ir_node_t **chain) {
   while (n < MAX_PRODUCT_CHAIN && !f->is_output[v] && f->use_start[v + 1] - f->use_start[v] == 1) {
     int32_t u = f->uses[f->use_start[v]];
     const ir_node_t *node = &f->g->nodes[u];
-    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !cg_view_op(f->g, node) ||
+    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !ir_view_op(f->g, node) ||
         f->is_output[node->out[0]])
       break;
     chain[n++] = node;
@@ -292,9 +292,9 @@ static void mark_product_views(fuser_t *f) {
     const ir_node_t *mm = &g->nodes[m];
     if (mm->op != IR_OP_MATMUL || !f->supported[m]) continue;
     int n = product_chain(f, m, chain);
-    cg_view_t view;
-    if (n == 0 || !cg_view_plain(g, chain[n - 1]->out[0], &view) ||
-        !cg_view_back(g, n, chain, &view) || cg_view_is_plain(&view) ||
+    ir_view_t view;
+    if (n == 0 || !ir_view_plain(g, chain[n - 1]->out[0], &view) ||
+        !ir_view_back(g, n, chain, &view) || ir_view_is_plain(&view) ||
         !cg_matmul_writes_view(g, mm, &view))
       continue;
     f->writes[m] = true;
@@ -305,10 +305,10 @@ static void mark_product_views(fuser_t *f) {
 /* Whether node n's output is a view that is not its root's storage in
  * order, so that only generated matmuls may read it. */
 static bool strided_view(const fuser_t *f, int32_t n) {
-  cg_view_t view;
+  ir_view_t view;
   return f->view[n] &&
-         !(cg_view_of(f->g, f->g->nodes[n].out[0], view_shares, f, &view) &&
-           cg_view_is_plain(&view));
+         !(ir_view_of(f->g, f->g->nodes[n].out[0], view_shares, f, &view) &&
+           ir_view_is_plain(&view));
 }
 
 /* ---- Groups of one node ------------------------------------------------- */
