@@ -19,6 +19,7 @@
 #ifndef LOOM_CODEGEN_CODEGEN_H
 #define LOOM_CODEGEN_CODEGEN_H
 
+#include "ir/view.h"
 #include "passes/fuse.h"
 
 /* Whether the emitter can generate code for node n (its op has a codegen
@@ -40,36 +41,6 @@ bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir
 bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
                        const ir_node_t *take);
 
-/* A strided view: the elements of a value read in place from `root`'s
- * storage, element (i0, i1, ...) at offset + i0 * stride[0] + ...
- * (elements). See c_view.c. */
-typedef struct ir_view {
-  int32_t root;
-  int rank;
-  int64_t dim[LOOM_MAX_RANK], stride[LOOM_MAX_RANK];
-  int64_t offset;
-} ir_view_t;
-
-/* Whether node n may be a view of its input: a slice, transpose,
- * reshape, squeeze or unsqueeze over constant dims. */
-bool ir_view_op(const loom_graph_t *g, const ir_node_t *n);
-/* Whether value v is stored as its producer's input (fusion made it a
- * view or an alias). */
-typedef bool (*ir_view_shares_fn)(const void *ctx, int32_t node);
-/* Value v as a view of the first value up its chain of producers that
- * `shares` does not pass over (or that no view op made); false when the
- * chain is not a strided view (a step backwards, a reshape across
- * strides). */
-bool ir_view_of(const loom_graph_t *g, int32_t v, ir_view_shares_fn shares, const void *ctx,
-                ir_view_t *out);
-/* Value v in order in its own storage. */
-bool ir_view_plain(const loom_graph_t *g, int32_t v, ir_view_t *out);
-/* The other way, through a chain of transposes, reshapes, squeezes and
- * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
- * output lies, and becomes where chain[0]'s input lies. */
-bool ir_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, ir_view_t *v);
-/* Whether view v is its root's storage in order (contiguous, offset 0). */
-bool ir_view_is_plain(const ir_view_t *v);
 /* Whether matmul n can write its product through view v: columns one
  * element apart, steps forward. */
 bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);

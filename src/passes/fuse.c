@@ -49,7 +49,7 @@ typedef struct fuser {
   int32_t *uses;
   bool *is_output;    /* value -> graph output */
   bool *supported;    /* node -> the code generator handles it */
-  bool *view;         /* node -> a view of its input, read in place (c_view.c) */
+  bool *view;         /* node -> a view of its input, read in place (ir/view.c) */
   bool *into;         /* node -> in the chain a matmul writes its product through */
   bool *writes;       /* matmul node -> writes its product through such a chain */
   int32_t *group;     /* node -> working group */

@@ -35,7 +35,7 @@
  *                     output is a graph output. Also a slice, transpose
  *                     or reshape whose output only matmuls read, through
  *                     strides (a strided view: the head split of
- *                     attention; see codegen/c_view.c); and transposes
+ *                     attention; see ir/view.c); and transposes
  *                     and reshapes that alone carry a matmul's product
  *                     on, which the matmul writes through (the heads
  *                     merged back).
@@ -77,7 +77,7 @@ typedef struct fuse_group {
   int32_t *inputs;  /* values read from outside the group, no repeats */
   int n_outputs;
   int32_t *outputs; /* values read outside the group or graph outputs */
-  /* The output does not lie in order in its storage (c_view.c): a
+  /* The output does not lie in order in its storage (ir/view.c): a
    * FUSE_ALIAS of a slice or transpose, which only the generated code of
    * the matmuls reading it knows how to walk; or a matmul's product,
    * written through strides where a chain of `into` aliases makes the
