@@ -23,7 +23,7 @@
 #include "passes/fuse.h"
 
 /* Whether the emitter can generate code for node n (its op has a codegen
- * rule for its dtypes). Fusion asks this; a node it refuses becomes a
+ * rule for its dtypes). Fusion asks this (cg_fuse_caps); a node it refuses becomes a
  * FUSE_REFERENCE group. */
 bool cg_supports(const loom_graph_t *g, int64_t node);
 /* Whether index node n (gather over its data's last axis, or scatter_add
@@ -31,7 +31,7 @@ bool cg_supports(const loom_graph_t *g, int64_t node);
  * index in its own group from elementwise ops and expands (a prologue),
  * each of whose outside inputs, of type t, cg_index_prologue_reads:
  * viewed as rows by columns like the index, or broadcast along them
- * (c_index.c). Fusion asks these. */
+ * (c_index.c). Fusion asks these (cg_fuse_caps). */
 bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n);
 bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir_type_t *t);
 /* Whether index_select `take` (rows of a matrix) may compute scatter_add
@@ -47,6 +47,9 @@ bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const ir_v
 /* Whether matmul n can read an operand through view v: rows or columns
  * one element apart, steps forward. */
 bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
+/* These decisions as the capabilities fusion asks of a back end (fuse.h):
+ * the compile driver hands this to fuse_plan_build. */
+extern const fuse_caps_t cg_fuse_caps;
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/text.h"
@@ -45,6 +44,7 @@ typedef struct work_group {
 
 typedef struct fuser {
   const loom_graph_t *g;
+  const fuse_caps_t *caps; /* what the back end generates and fuses */
   int32_t *use_start; /* value v's consumers: uses[use_start[v]..[v+1]) */
   int32_t *uses;
   bool *is_output;    /* value -> graph output */
@@ -172,9 +172,10 @@ static void fuser_free(fuser_t *f) {
   core_free(f->members);
 }
 
-static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
+static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g, const fuse_caps_t *caps) {
   memset(f, 0, sizeof *f);
   f->g = g;
+  f->caps = caps;
   size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
   int64_t n_uses = 0;
   for (int64_t i = 0; i < g->n_nodes; i++) n_uses += g->nodes[i].n_in;
@@ -211,8 +212,30 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   for (int64_t v = g->n_values; v > 0; v--) f->use_start[v] = f->use_start[v - 1];
   f->use_start[0] = 0;
   for (int64_t i = 0; i < g->n_outputs; i++) f->is_output[g->outputs[i]] = true;
-  for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = cg_supports(g, i);
+  for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = caps->supports(g, i);
   return LOOM_OK;
+}
+
+/* ---- Back-end capabilities (a NULL member: the back end cannot) ------- */
+
+static bool reads_view(const fuser_t *f, const ir_node_t *mm, const ir_view_t *v) {
+  return f->caps->matmul_reads_view && f->caps->matmul_reads_view(f->g, mm, v);
+}
+
+static bool writes_view(const fuser_t *f, const ir_node_t *mm, const ir_view_t *v) {
+  return f->caps->matmul_writes_view && f->caps->matmul_writes_view(f->g, mm, v);
+}
+
+static bool prologue_ok(const fuser_t *f, const ir_node_t *x) {
+  return f->caps->index_prologue_ok && f->caps->index_prologue_ok(f->g, x);
+}
+
+static bool prologue_reads(const fuser_t *f, const ir_node_t *x, const ir_type_t *t) {
+  return f->caps->index_prologue_reads && f->caps->index_prologue_reads(f->g, x, t);
+}
+
+static bool src_fits(const fuser_t *f, const ir_node_t *scatter, const ir_node_t *take) {
+  return f->caps->index_src_fits && f->caps->index_src_fits(f->g, scatter, take);
 }
 
 /* ---- Strided views ------------------------------------------------------ */
@@ -234,7 +257,7 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
     for (int k = 0; k < user->n_in; k++) {
       ir_view_t view;
       if (user->in[k] == v && (k > 1 || !ir_view_of(f->g, v, view_shares, f, &view) ||
-                               !cg_matmul_reads_view(f->g, user, &view)))
+                               !reads_view(f, user, &view)))
         return false;
     }
   }
@@ -295,7 +318,7 @@ static void mark_product_views(fuser_t *f) {
     ir_view_t view;
     if (n == 0 || !ir_view_plain(g, chain[n - 1]->out[0], &view) ||
         !ir_view_back(g, n, chain, &view) || ir_view_is_plain(&view) ||
-        !cg_matmul_writes_view(g, mm, &view))
+        !writes_view(f, mm, &view))
       continue;
     f->writes[m] = true;
     for (int i = 0; i < n; i++) f->into[chain[i] - g->nodes] = true;
@@ -694,15 +717,15 @@ static int32_t index_taking_prologue(const fuser_t *f, int32_t b) {
   int32_t last = -1;
   for (int32_t n = f->groups[b].head; n >= 0; n = f->next[n]) last = n > last ? n : last;
   if (last < 0 || !f->supported[last]) return -1;
-  return cg_index_prologue_ok(f->g, &f->g->nodes[last]) ? last : -1;
+  return prologue_ok(f, &f->g->nodes[last]) ? last : -1;
 }
 
 /* Whether group a, one index_select, may compute the src of scatter_add
- * node x of group b (cg_index_src_fits), read by nothing else. */
+ * node x of group b (caps->index_src_fits), read by nothing else. */
 static bool take_fits(fuser_t *f, int32_t a, int32_t b, int32_t x) {
   int32_t t = f->groups[a].head;
   const ir_node_t *tn = &f->g->nodes[t];
-  if (!f->supported[t] || !cg_index_src_fits(f->g, &f->g->nodes[x], tn) ||
+  if (!f->supported[t] || !src_fits(f, &f->g->nodes[x], tn) ||
       !read_only_by(f, a, x))
     return false;
   for (int k = 0; k < tn->n_in; k++) {
@@ -734,7 +757,7 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
     for (int k = 0; k < node->n_in; k++) {
       int32_t p = producer(f, node->in[k]);
       if (p >= 0 && f->group[p] == a) continue;
-      if (!cg_index_prologue_reads(f->g, xn, type_of(f, node->in[k]))) return false;
+      if (!prologue_reads(f, xn, type_of(f, node->in[k]))) return false;
       if (p >= 0 && f->group[p] != b && depends_on(f, f->group[p], b)) return false;
     }
   }
@@ -1025,13 +1048,17 @@ static loom_status_t build_plan(fuser_t *f, fuse_plan_t *out) {
 }
 
 loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
-                              fuse_plan_t *out) {
+                              const fuse_caps_t *caps, fuse_plan_t *out) {
   LOOM_CHECK_ARG(out);
   memset(out, 0, sizeof *out);
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(o);
+  LOOM_CHECK_ARG(caps);
+  if (!caps->supports)
+    return loom_fail(LOOM_ERR_INVALID, "fuse_plan_build: the back end's capabilities name no "
+                                       "supports function");
   fuser_t f;
-  LOOM_TRY(fuser_init(&f, g));
+  LOOM_TRY(fuser_init(&f, g, caps));
   if (o->enabled) {
     mark_views(&f);
     mark_product_views(&f);
