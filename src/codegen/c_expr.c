@@ -91,6 +91,10 @@ static loom_dtype_t domain(const loom_graph_t *g, const ir_node_t *n) {
   return g->values[n->in[n->op == IR_OP_WHERE ? 1 : 0]].type.dtype;
 }
 
+bool cg_expr_has_rule(ir_op_t op) {
+  return op == IR_OP_CAST || rules[op].f != NULL || rules[op].i != NULL;
+}
+
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n) {
   for (int i = 0; i < n->n_in; i++)
     if (!plain_dtype(g->values[n->in[i]].type.dtype)) return false;

@@ -147,8 +147,10 @@ bool cg_is_output(const fuse_group_t *grp, int32_t v);
 
 /* ---- Scalar expressions (c_expr.c) --------------------------------------- */
 
-/* Whether the op has a scalar expression for these dtypes. */
+/* Whether node n's op has a scalar expression for its dtypes; whether op
+ * has one for any dtype. */
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n);
+bool cg_expr_has_rule(ir_op_t op);
 /* An op's work per element in plain operations: a transcendental
  * function counts 8, a division or square root 3. */
 int cg_op_cost(ir_op_t op);

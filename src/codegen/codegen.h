@@ -26,6 +26,10 @@
  * rule for its dtypes). Fusion asks this (cg_fuse_caps); a node it refuses becomes a
  * FUSE_REFERENCE group. */
 bool cg_supports(const loom_graph_t *g, int64_t node);
+/* Whether the emitter has a rule for op at all (for some dtypes and
+ * shapes; cg_supports decides per node): what `loom ops` and
+ * loom_op_get_info's has_codegen report. */
+bool cg_op_generated(ir_op_t op);
 /* Whether index node n (gather over its data's last axis, or scatter_add
  * over its second-to-last, with an index of rank >= 2) may compute its
  * index in its own group from elementwise ops and expands (a prologue),

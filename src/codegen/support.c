@@ -135,6 +135,13 @@ static support_fn rule_of(ir_op_t op) {
   return rules[op];
 }
 
+bool cg_op_generated(ir_op_t op) {
+  if ((unsigned)op >= IR_OP_COUNT) return false;
+  support_fn f = rule_of(op);
+  if (f == elementwise) return !(ir_ops[op].flags & F_RANDOM) && cg_expr_has_rule(op);
+  return f != NULL;
+}
+
 bool cg_supports(const loom_graph_t *g, int64_t node) {
   if (!g || node < 0 || node >= g->n_nodes) return false;
   const ir_node_t *n = &g->nodes[node];

@@ -50,7 +50,7 @@ typedef struct ir_op_info {
   uint32_t dtypes;    /* accepted dtypes of input 0 */
   uint32_t flags;
   ir_shape_fn shape;
-  bool has_grad, has_codegen;
+  bool has_grad;
   bool not_differentiable; /* grad column ZERO: no gradient flows through */
   const char *attrs; /* schema: "name:kind[?] ..." */
   const char *doc;
