@@ -14,9 +14,7 @@
 #include "ir/view.h"
 
 bool ir_view_op(const loom_graph_t *g, const ir_node_t *n) {
-  if (n->op != IR_OP_SLICE && n->op != IR_OP_TRANSPOSE && n->op != IR_OP_RESHAPE &&
-      n->op != IR_OP_SQUEEZE && n->op != IR_OP_UNSQUEEZE)
-    return false;
+  if (!ir_op_has(n->op, F_VIEW)) return false;
   const ir_type_t *t[2] = {&g->values[n->in[0]].type, &g->values[n->out[0]].type};
   for (int i = 0; i < 2; i++)
     for (int d = 0; d < t[i]->rank; d++)

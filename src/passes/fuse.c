@@ -110,25 +110,6 @@ static const ir_type_t *type_of(const fuser_t *f, int32_t v) {
 
 /* ---- Ops ---------------------------------------------------------------- */
 
-/* Reductions that fuse with their prologue and epilogue; pooling (below)
- * takes its own kind of prologue and epilogue; other reductions (argmax,
- * cumsum, topk, ...) stay alone. */
-static const ir_op_t fusable_reductions[] = {IR_OP_SUM, IR_OP_MEAN, IR_OP_MAX,
-                                             IR_OP_MIN, IR_OP_PROD};
-/* Ops whose output can share its input's storage. */
-static const ir_op_t alias_ops[] = {IR_OP_RESHAPE, IR_OP_SQUEEZE,
-                                    IR_OP_UNSQUEEZE, IR_OP_IDENTITY};
-/* Windowed reductions whose code takes an elementwise prologue (computed
- * at each tap) and epilogue (over the output). */
-static const ir_op_t pool_ops[] = {IR_OP_MAX_POOL2D, IR_OP_AVG_POOL2D};
-
-static bool op_in(ir_op_t op, const ir_op_t *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (list[i] == op) return true;
-  return false;
-}
-#define OP_IN(op, list) op_in((op), (list), sizeof(list) / sizeof((list)[0]))
-
 /* How many trailing axes node n reduces, or -1 when its axes are not a
  * suffix of its input's dims. */
 static int reduced_suffix(const fuser_t *f, int32_t n) {
@@ -338,7 +319,7 @@ static bool strided_view(const fuser_t *f, int32_t n) {
 
 static bool is_alias(const fuser_t *f, int32_t n) {
   const ir_node_t *node = &f->g->nodes[n];
-  return OP_IN(node->op, alias_ops) && !f->is_output[node->out[0]];
+  return ir_op_has(node->op, F_ALIAS) && !f->is_output[node->out[0]];
 }
 
 /* The group node n forms alone, as a new working group. */
@@ -362,7 +343,7 @@ static void start_group(fuser_t *f, int32_t n) {
     w->kind = FUSE_ELEMENTWISE;
     w->space = *type_of(f, node->out[0]);
     w->open = true;
-  } else if (cls == IR_CLASS_REDUCE && OP_IN(node->op, pool_ops)) {
+  } else if (cls == IR_CLASS_REDUCE && ir_op_has(node->op, F_WINDOW)) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
     w->pool = w->open = true;
@@ -371,7 +352,7 @@ static void start_group(fuser_t *f, int32_t n) {
   } else if (cls == IR_CLASS_REDUCE) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
-    w->open = OP_IN(node->op, fusable_reductions);
+    w->open = ir_op_has(node->op, F_FOLD);
     if (w->open) {
       w->space = *type_of(f, node->in[0]);
       w->k = reduced_suffix(f, n);
@@ -532,7 +513,7 @@ static bool fits_conv_epilogue(const fuser_t *f, int32_t n, int32_t gi) {
 static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const work_group_t *w = &f->groups[gi];
   const ir_node_t *node = &f->g->nodes[n];
-  if (!OP_IN(node->op, fusable_reductions)) return false;
+  if (!ir_op_has(node->op, F_FOLD)) return false;
   if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
   /* A fold that keeps the last dim is generated alone (c_reduce.c). */
   if (w->folds >= FUSE_MAX_FOLDS) return false;
@@ -604,7 +585,7 @@ static bool may_join(const fuser_t *f, int32_t n) {
   const ir_node_t *node = &f->g->nodes[n];
   ir_fusion_class_t cls = ir_ops[node->op].fusion_class;
   if (cls != IR_CLASS_EW && !(cls == IR_CLASS_REDUCE &&
-                              OP_IN(node->op, fusable_reductions)))
+                              ir_op_has(node->op, F_FOLD)))
     return false;
   return !is_alias(f, n) && f->supported[n];
 }
