@@ -19,8 +19,8 @@
 #define IS_ZERO(rule) (#rule[0] == 'Z')
 
 const ir_op_info_t ir_ops[IR_OP_COUNT] = {
-#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, build, \
-                at, dc)                                                     \
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, dec, pad, \
+                build, at, dc)                                                     \
   [IR_OP_##ID] = {.name = #nm,                                              \
                   .fusion_class = cls,                                      \
                   .in_min = imin,                                           \

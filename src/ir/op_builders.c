@@ -45,7 +45,7 @@
                  #ID ": fixed arity and no attributes: its builder is generated " \
                  "(build IN1, IN2 or IN3)");
 
-#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, build, at, dc) \
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, dec, pad, build, at, dc) \
   CHECK_##build(ID, imin, imax, nout, at) BUILD_##build(ID, nm)
 #include "ir/ops.def"
 #undef LOOM_OP
