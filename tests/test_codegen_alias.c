@@ -107,7 +107,7 @@ static loom_status_t build_nonzero(loom_graph_t *g, const recipe_t *r, const int
 #define BINARY(name) {name, "", 2, {F34, F34}, NULL}
 
 static const recipe_t recipes[] = {
-    UNARY("neg"), UNARY("abs"), UNARY("exp"), UNARY("log"), UNARY("sqrt"), UNARY("rsqrt"),
+    UNARY("neg"), UNARY("abs"), UNARY("exp"), UNARY("log"), UNARY("log1p"), UNARY("sqrt"), UNARY("rsqrt"),
     UNARY("reciprocal"), UNARY("tanh"), UNARY("sigmoid"), UNARY("relu"),
     {"leaky_relu", "alpha=0.1", 1, {F34}, NULL}, {"elu", "alpha=0.5", 1, {F34}, NULL},
     UNARY("gelu"), UNARY("gelu_tanh"), UNARY("silu"), UNARY("softplus"), UNARY("sin"),
