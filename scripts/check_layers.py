@@ -115,7 +115,8 @@ def objects(build):
                 continue
             full = os.path.join(base, n)
             m = re.search(r"loom_objects\.dir/(src/.*)\.o$", full)
-            if m:
+            # Objects of files since moved or deleted stay in a build.
+            if m and os.path.exists(os.path.join(ROOT, m.group(1))):
                 out[m.group(1)] = full
     return out
 

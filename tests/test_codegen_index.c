@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "loom/ops.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "passes/fuse.h"
 
 /* ---- Helpers ------------------------------------------------------------------ */
@@ -309,7 +310,7 @@ static void check_error(loom_graph_t *g, const run_t *r, int n, loom_tensor_t *c
 static bool index_fused(loom_graph_t *g, loom_value_t v) {
   fuse_plan_t p;
   fuse_options_t o = {.enabled = true};
-  if (fuse_plan_build(g, &o, &p) != LOOM_OK) return false;
+  if (fuse_plan_build(g, &o, &cg_fuse_caps, &p) != LOOM_OK) return false;
   const ir_value_t *val = &g->values[v.id];
   bool fused = false;
   for (int i = 0; i < p.n_groups; i++) {

@@ -1,5 +1,5 @@
 /* Groups whose generated code is the same up to where their values are
- * stored share one function of the module (src/codegen/c_dedup.c): every
+ * stored share one function of the module (src/backend/cpu/codegen/c_dedup.c): every
  * layer of a stack of equal layers, every piece of a long chain. Each
  * test counts the functions (loom_executable_info_t.n_kernels and the
  * definitions in the generated C) and checks the results against the

@@ -142,6 +142,14 @@ static const unary_case_t unary_cases[] = {
      {1, 1.6487212707001282, 2.718281828459045, 0.1353352832366127, 0}},
     {"log", loom_log, FLOATS, false, 5, {1, 0.5, 2, 0, -1},
      {0, -0.6931471805599453, 0.6931471805599453, -INFINITY, NAN}},
+    /* ln 2, ln 1/2, ln 4, the series x - x^2/2 + x^3/3 - ..., the pole and
+     * beyond it. */
+    {"log1p", loom_log1p, FLOATS, false, 7, {0, 1, -0.5, 3, 0.0078125, -1, -2},
+     {0, 0.6931471805599453, -0.6931471805599453, 1.3862943611198906,
+      0.007782140442054949, -INFINITY, NAN}},
+    /* 2^-30 - 2^-61 + ...: 1 + x rounds to 1 in f32, so log(1 + x) would be 0. */
+    {"log1p", loom_log1p, BIT(LOOM_F32) | BIT(LOOM_F64), false, 2, {9.313225746154785e-10, -0.75},
+     {9.313225741817976e-10, -1.3862943611198906}},
     {"sqrt", loom_sqrt, FLOATS, false, 5, {0, 0.25, 4, 2, -1},
      {0, 0.5, 2, 1.4142135623730951, NAN}},
     {"rsqrt", loom_rsqrt, FLOATS, false, 4, {0.25, 4, 2, 0},

@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "harness.h"
 #include "loom/ops.h"
+#include "backend/cpu/codegen/codegen.h"
 #include "passes/fuse.h"
 
 static const fuse_options_t fusion_on = {.enabled = true};
@@ -168,7 +169,7 @@ static void check_plan(const loom_graph_t *g, const fuse_plan_t *p) {
 
 static void build_checked(const loom_graph_t *g, const fuse_options_t *o,
                           fuse_plan_t *p) {
-  loom_status_t s = fuse_plan_build(g, o, p);
+  loom_status_t s = fuse_plan_build(g, o, &cg_fuse_caps, p);
   CHECK_OK(s);
   if (s == LOOM_OK) check_plan(g, p);
 }
@@ -740,6 +741,52 @@ static void view_read_by_another_op_is_copied(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- Back-end capabilities ---------------------------------------------- */
+
+static bool supports_nothing(const loom_graph_t *g, int64_t node) {
+  (void)g;
+  (void)node;
+  return false;
+}
+
+/* Fusion decides through the back end's capabilities alone: one that
+ * cannot read views copies the head split (layout groups, no strided
+ * one); one that generates nothing gets a reference group per node, but
+ * for reshapes, whose output shares its input's storage with no step. */
+static void fusion_follows_the_back_ends_capabilities(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x = input(g, 3, (int64_t[]){VB, VS, VW}), q = head(g, x, 0), k = head(g, x, 1);
+  loom_value_t scores;
+  CHECK_OK(loom_matmul(g, q, k, 0, 1, &scores));
+  CHECK_OK(loom_graph_output(g, scores));
+  const fuse_caps_t no_views = {.supports = cg_supports};
+  fuse_plan_t p;
+  CHECK_OK(fuse_plan_build(g, &fusion_on, &no_views, &p));
+  check_plan(g, &p);
+  int layout = 0, strided = 0;
+  for (int i = 0; i < p.n_groups; i++) {
+    layout += p.groups[i].kind == FUSE_LAYOUT;
+    strided += p.groups[i].strided;
+  }
+  CHECK(layout >= 2 && strided == 0);
+  fuse_plan_free(&p);
+  const fuse_caps_t nothing = {.supports = supports_nothing};
+  CHECK_OK(fuse_plan_build(g, &fusion_on, &nothing, &p));
+  CHECK(p.n_groups == (int)loom_graph_num_nodes(g));
+  for (int i = 0; i < p.n_groups; i++) {
+    const fuse_group_t *grp = &p.groups[i];
+    CHECK(grp->kind == FUSE_REFERENCE ||
+          (grp->kind == FUSE_ALIAS && g->nodes[grp->nodes[0]].op == IR_OP_RESHAPE));
+  }
+  fuse_plan_free(&p);
+  CHECK_ERR(fuse_plan_build(g, &fusion_on, NULL, &p), LOOM_ERR_INVALID, "caps");
+  const fuse_caps_t empty = {0};
+  CHECK_ERR(fuse_plan_build(g, &fusion_on, &empty, &p), LOOM_ERR_INVALID, "supports");
+  loom_graph_destroy(g);
+}
+
+
 /* One random op on random earlier values; shapes that do not fit make
  * the builder fail, and the graph stays as it was. */
 /* An op reading, as its first input, one of the last `near` values (all
@@ -936,17 +983,17 @@ static void long_random_graphs_give_valid_plans(void) {
 
 static void bad_arguments_and_allocation_failures(void) {
   fuse_plan_t p;
-  CHECK_ERR(fuse_plan_build(NULL, &fusion_on, &p), LOOM_ERR_INVALID, "null");
+  CHECK_ERR(fuse_plan_build(NULL, &fusion_on, &cg_fuse_caps, &p), LOOM_ERR_INVALID, "null");
   CHECK(p.n_groups == 0 && p.groups == NULL);
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
   loom_value_t x = input(g, 2, (int64_t[]){4, 8}), e;
   CHECK_OK(loom_graph_output(g, softmax_by_hand(g, x, &e)));
-  CHECK_ERR(fuse_plan_build(g, NULL, &p), LOOM_ERR_INVALID, "null");
+  CHECK_ERR(fuse_plan_build(g, NULL, &cg_fuse_caps, &p), LOOM_ERR_INVALID, "null");
   int64_t n;
   for (n = 0; n < 1000; n++) {
     core_alloc_fail_after(n);
-    loom_status_t s = fuse_plan_build(g, &fusion_on, &p);
+    loom_status_t s = fuse_plan_build(g, &fusion_on, &cg_fuse_caps, &p);
     char *text = NULL;
     if (s == LOOM_OK) s = fuse_plan_describe(g, &p, &text);
     core_alloc_fail_after(-1);
@@ -981,6 +1028,7 @@ int main(void) {
   TEST_RUN(product_chain_to_graph_output_is_copied);
   TEST_RUN(reshape_across_strides_is_copied);
   TEST_RUN(view_read_by_another_op_is_copied);
+  TEST_RUN(fusion_follows_the_back_ends_capabilities);
   TEST_RUN(random_graphs_give_valid_plans);
   TEST_RUN(long_random_graphs_give_valid_plans);
   TEST_RUN(bad_arguments_and_allocation_failures);

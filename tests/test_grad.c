@@ -52,6 +52,7 @@ typedef struct unary_case {
 static const unary_case_t unary_cases[] = {
     {"neg", loom_neg, -2, 2, 0},           {"abs", loom_abs, -2, 2, 0},
     {"exp", loom_exp, -2, 2, 0},           {"log", loom_log, 0.3, 3, 0},
+    {"log1p", loom_log1p, -0.7, 3, 0},
     {"sqrt", loom_sqrt, 0.3, 3, 0},        {"rsqrt", loom_rsqrt, 0.3, 3, 0},
     {"reciprocal", loom_reciprocal, 0.4, 3, 0},
     {"tanh", loom_tanh, -2, 2, 0},         {"sigmoid", loom_sigmoid, -3, 3, 0},

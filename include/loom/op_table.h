@@ -45,7 +45,8 @@ typedef struct loom_op_info {
   int has_reference;        /* a reference kernel runs it */
   int has_gradient;         /* a gradient rule exists */
   int not_differentiable;   /* no gradient flows through it (argmax, ...) */
-  int has_codegen;          /* the CPU code generator has a rule for it */
+  int has_codegen;          /* the CPU code generator has a rule for it
+                               (for some dtypes and shapes; asked of it) */
   int data_dependent_shape; /* the same as flags & LOOM_OP_DATA_SHAPE */
   int in_min, in_max;       /* inputs it takes; in_max -1: any number */
   /* Outputs it makes; -1: one per entry of its "sizes" attribute (split);

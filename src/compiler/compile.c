@@ -611,7 +611,7 @@ static loom_status_t build_module(loom_executable_t *e, const loom_compile_optio
 static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_options_t *o) {
   LOOM_TRY(run_passes(e, o));
   fuse_options_t fo = {.enabled = o->fusion != 0};
-  LOOM_TRY(fuse_plan_build(e->graph, &fo, &e->plan));
+  LOOM_TRY(fuse_plan_build(e->graph, &fo, &cg_fuse_caps, &e->plan));
   if (e->dyn) LOOM_TRY(rt_sym_split_groups(e));
   LOOM_TRY(alloc_tables(e));
   int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));

@@ -36,7 +36,13 @@ enum {
   F_RANDOM = 1u << 2,      /* draws from the counter-based generator */
   F_SUBGRAPH = 1u << 3,    /* runs subgraphs of its graph (if, loop) */
   F_INT_I64 = 1u << 4,     /* integer and bool inputs give an i64 result */
+  F_FOLD = 1u << 5,        /* folds axes into one accumulator per output */
+  F_WINDOW = 1u << 6,      /* windowed reduction (pooling) */
+  F_VIEW = 1u << 7,        /* output: its input through a strided view */
+  F_ALIAS = 1u << 8,       /* output: its input's elements in order */
+  F_INDEX = 1u << 9,       /* indexes its data with an integer input */
 };
+
 
 struct ir_infer;
 typedef loom_status_t (*ir_shape_fn)(struct ir_infer *c);
@@ -50,13 +56,18 @@ typedef struct ir_op_info {
   uint32_t dtypes;    /* accepted dtypes of input 0 */
   uint32_t flags;
   ir_shape_fn shape;
-  bool has_grad, has_codegen;
+  bool has_grad;
   bool not_differentiable; /* grad column ZERO: no gradient flows through */
   const char *attrs; /* schema: "name:kind[?] ..." */
   const char *doc;
 } ir_op_info_t;
 
 extern const ir_op_info_t ir_ops[IR_OP_COUNT];
+
+/* Whether op's row has every one of flags (F_FOLD, F_VIEW, ...). */
+static inline bool ir_op_has(ir_op_t op, uint32_t flags) {
+  return (ir_ops[op].flags & flags) == flags;
+}
 const char *ir_fusion_class_name(ir_fusion_class_t c);
 
 /* ---- Symbolic dims ------------------------------------------------------ */

@@ -13,15 +13,15 @@
 #include "ir/ops.def"
 #undef LOOM_OP
 
-/* grad and codegen name their rules, defined by later layers, or say
- * NONE (no rule yet) or ZERO (grad only: not differentiable). */
+/* grad names its rule, defined by a later layer, or says NONE (no rule
+ * yet) or ZERO (not differentiable). */
 #define HAS_RULE(rule) (#rule[0] != 'N' && #rule[0] != 'Z')
 #define IS_ZERO(rule) (#rule[0] == 'Z')
 
 const ir_op_info_t ir_ops[IR_OP_COUNT] = {
-#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, cg, \
-                at, dc)                                                     \
-  [IR_OP_##ID] = {.name = nm,                                               \
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, dec, pad, \
+                build, at, dc)                                                     \
+  [IR_OP_##ID] = {.name = #nm,                                              \
                   .fusion_class = cls,                                      \
                   .in_min = imin,                                           \
                   .in_max = imax,                                           \
@@ -31,7 +31,6 @@ const ir_op_info_t ir_ops[IR_OP_COUNT] = {
                   .shape = ir_shape_##shp,                                \
                   .has_grad = HAS_RULE(grad),                               \
                   .not_differentiable = IS_ZERO(grad),                      \
-                  .has_codegen = HAS_RULE(cg),                              \
                   .attrs = at,                                              \
                   .doc = dc},
 #include "ir/ops.def"

@@ -1,4 +1,5 @@
-/* Elementwise ops and assign: shape rules and builders. */
+/* Elementwise ops and assign: shape rules, and the builders of the ops
+ * with attributes (the others come from the table: op_builders.c). */
 #include "core/status.h"
 #include "ir/ir.h"
 
@@ -66,38 +67,6 @@ loom_status_t ir_shape_assign(ir_infer_t *c) {
 
 /* ---- Builders ------------------------------------------------------------ */
 
-#define UNARY_BUILDER(name, ID)                                             \
-  loom_status_t loom_##name(loom_graph_t *g, loom_value_t x,                \
-                            loom_value_t *out) {                            \
-    return ir_build1(g, IR_OP_##ID, 1, &x, NULL, out);                      \
-  }
-
-UNARY_BUILDER(neg, NEG)
-UNARY_BUILDER(abs, ABS)
-UNARY_BUILDER(exp, EXP)
-UNARY_BUILDER(log, LOG)
-UNARY_BUILDER(sqrt, SQRT)
-UNARY_BUILDER(rsqrt, RSQRT)
-UNARY_BUILDER(reciprocal, RECIPROCAL)
-UNARY_BUILDER(tanh, TANH)
-UNARY_BUILDER(sigmoid, SIGMOID)
-UNARY_BUILDER(relu, RELU)
-UNARY_BUILDER(gelu, GELU)
-UNARY_BUILDER(gelu_tanh, GELU_TANH)
-UNARY_BUILDER(silu, SILU)
-UNARY_BUILDER(softplus, SOFTPLUS)
-UNARY_BUILDER(sin, SIN)
-UNARY_BUILDER(cos, COS)
-UNARY_BUILDER(erf, ERF)
-UNARY_BUILDER(floor, FLOOR)
-UNARY_BUILDER(ceil, CEIL)
-UNARY_BUILDER(round, ROUND)
-UNARY_BUILDER(sign, SIGN)
-UNARY_BUILDER(not, NOT)
-UNARY_BUILDER(isnan, ISNAN)
-UNARY_BUILDER(identity, IDENTITY)
-UNARY_BUILDER(stop_gradient, STOP_GRADIENT)
-
 loom_status_t loom_leaky_relu(loom_graph_t *g, loom_value_t x, double alpha,
                               loom_value_t *out) {
   ir_attrs_t a = {0};
@@ -125,35 +94,4 @@ loom_status_t loom_clamp(loom_graph_t *g, loom_value_t x, double lo, double hi,
   ir_attrs_float(&a, "min", lo);
   ir_attrs_float(&a, "max", hi);
   return ir_build1(g, IR_OP_CLAMP, 1, &x, &a, out);
-}
-
-#define BINARY_BUILDER(name, ID)                                            \
-  loom_status_t loom_##name(loom_graph_t *g, loom_value_t a, loom_value_t b,\
-                            loom_value_t *out) {                            \
-    loom_value_t in[2] = {a, b};                                            \
-    return ir_build1(g, IR_OP_##ID, 2, in, NULL, out);                      \
-  }
-
-BINARY_BUILDER(add, ADD)
-BINARY_BUILDER(sub, SUB)
-BINARY_BUILDER(mul, MUL)
-BINARY_BUILDER(div, DIV)
-BINARY_BUILDER(pow, POW)
-BINARY_BUILDER(maximum, MAXIMUM)
-BINARY_BUILDER(minimum, MINIMUM)
-BINARY_BUILDER(mod, MOD)
-BINARY_BUILDER(eq, EQ)
-BINARY_BUILDER(ne, NE)
-BINARY_BUILDER(lt, LT)
-BINARY_BUILDER(le, LE)
-BINARY_BUILDER(gt, GT)
-BINARY_BUILDER(ge, GE)
-BINARY_BUILDER(and, AND)
-BINARY_BUILDER(or, OR)
-BINARY_BUILDER(xor, XOR)
-
-loom_status_t loom_where(loom_graph_t *g, loom_value_t cond, loom_value_t a,
-                         loom_value_t b, loom_value_t *out) {
-  loom_value_t in[3] = {cond, a, b};
-  return ir_build1(g, IR_OP_WHERE, 3, in, NULL, out);
 }

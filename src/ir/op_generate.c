@@ -217,7 +217,3 @@ loom_status_t loom_dropout(loom_graph_t *g, loom_value_t x, loom_value_t seed,
   return LOOM_OK;
 }
 
-loom_status_t loom_nonzero(loom_graph_t *g, loom_value_t x,
-                           loom_value_t *out) {
-  return ir_build1(g, IR_OP_NONZERO, 1, &x, NULL, out);
-}

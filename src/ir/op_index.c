@@ -136,12 +136,6 @@ loom_status_t loom_scatter_add(loom_graph_t *g, loom_value_t self,
   return build_axis_op(g, IR_OP_SCATTER_ADD, 3, in, axis, out);
 }
 
-loom_status_t loom_embedding(loom_graph_t *g, loom_value_t weight,
-                             loom_value_t indices, loom_value_t *out) {
-  loom_value_t in[2] = {weight, indices};
-  return ir_build1(g, IR_OP_EMBEDDING, 2, in, NULL, out);
-}
-
 loom_status_t loom_one_hot(loom_graph_t *g, loom_value_t indices,
                            int64_t depth, loom_dtype_t dtype,
                            loom_value_t *out) {

@@ -195,11 +195,6 @@ loom_status_t loom_avg_pool2d(loom_graph_t *g, loom_value_t x,
   return ir_build1(g, IR_OP_AVG_POOL2D, 1, &x, &a, out);
 }
 
-loom_status_t loom_global_avg_pool(loom_graph_t *g, loom_value_t x,
-                                   loom_value_t *out) {
-  return ir_build1(g, IR_OP_GLOBAL_AVG_POOL, 1, &x, NULL, out);
-}
-
 loom_status_t loom_softmax(loom_graph_t *g, loom_value_t x, int64_t axis,
                            loom_value_t *out) {
   ir_attrs_t a = {0};

@@ -257,13 +257,15 @@ static int32_t dec_global_avg_pool(builder_t *b) {
   return reduce(b, IR_OP_MEAN, in(b, 0), &ax, true);
 }
 
+/* Each op's decomposition, named by the decomp column of its row. */
+#define dec_NONE NULL
 static const decompose_fn decomposers[IR_OP_COUNT] = {
-    [IR_OP_SOFTMAX] = dec_softmax,       [IR_OP_LOG_SOFTMAX] = dec_log_softmax,
-    [IR_OP_LAYER_NORM] = dec_layer_norm, [IR_OP_RMS_NORM] = dec_rms_norm,
-    [IR_OP_SILU] = dec_silu,             [IR_OP_BATCH_NORM] = dec_batch_norm,
-    [IR_OP_LOGSUMEXP] = dec_logsumexp,   [IR_OP_VARIANCE] = dec_variance,
-    [IR_OP_MEAN] = dec_mean,             [IR_OP_GLOBAL_AVG_POOL] = dec_global_avg_pool,
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, dec, ...) \
+  [IR_OP_##ID] = dec_##dec,
+#include "ir/ops.def"
+#undef LOOM_OP
 };
+#undef dec_NONE
 
 static loom_status_t decompose_node(ir_rewriter_t *rw, int64_t i) {
   const ir_node_t *n = &rw->src->nodes[i];

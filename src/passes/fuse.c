@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/text.h"
@@ -45,11 +44,12 @@ typedef struct work_group {
 
 typedef struct fuser {
   const loom_graph_t *g;
+  const fuse_caps_t *caps; /* what the back end generates and fuses */
   int32_t *use_start; /* value v's consumers: uses[use_start[v]..[v+1]) */
   int32_t *uses;
   bool *is_output;    /* value -> graph output */
   bool *supported;    /* node -> the code generator handles it */
-  bool *view;         /* node -> a view of its input, read in place (c_view.c) */
+  bool *view;         /* node -> a view of its input, read in place (ir/view.c) */
   bool *into;         /* node -> in the chain a matmul writes its product through */
   bool *writes;       /* matmul node -> writes its product through such a chain */
   int32_t *group;     /* node -> working group */
@@ -110,25 +110,6 @@ static const ir_type_t *type_of(const fuser_t *f, int32_t v) {
 
 /* ---- Ops ---------------------------------------------------------------- */
 
-/* Reductions that fuse with their prologue and epilogue; pooling (below)
- * takes its own kind of prologue and epilogue; other reductions (argmax,
- * cumsum, topk, ...) stay alone. */
-static const ir_op_t fusable_reductions[] = {IR_OP_SUM, IR_OP_MEAN, IR_OP_MAX,
-                                             IR_OP_MIN, IR_OP_PROD};
-/* Ops whose output can share its input's storage. */
-static const ir_op_t alias_ops[] = {IR_OP_RESHAPE, IR_OP_SQUEEZE,
-                                    IR_OP_UNSQUEEZE, IR_OP_IDENTITY};
-/* Windowed reductions whose code takes an elementwise prologue (computed
- * at each tap) and epilogue (over the output). */
-static const ir_op_t pool_ops[] = {IR_OP_MAX_POOL2D, IR_OP_AVG_POOL2D};
-
-static bool op_in(ir_op_t op, const ir_op_t *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (list[i] == op) return true;
-  return false;
-}
-#define OP_IN(op, list) op_in((op), (list), sizeof(list) / sizeof((list)[0]))
-
 /* How many trailing axes node n reduces, or -1 when its axes are not a
  * suffix of its input's dims. */
 static int reduced_suffix(const fuser_t *f, int32_t n) {
@@ -172,9 +153,10 @@ static void fuser_free(fuser_t *f) {
   core_free(f->members);
 }
 
-static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
+static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g, const fuse_caps_t *caps) {
   memset(f, 0, sizeof *f);
   f->g = g;
+  f->caps = caps;
   size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
   int64_t n_uses = 0;
   for (int64_t i = 0; i < g->n_nodes; i++) n_uses += g->nodes[i].n_in;
@@ -211,8 +193,30 @@ static loom_status_t fuser_init(fuser_t *f, const loom_graph_t *g) {
   for (int64_t v = g->n_values; v > 0; v--) f->use_start[v] = f->use_start[v - 1];
   f->use_start[0] = 0;
   for (int64_t i = 0; i < g->n_outputs; i++) f->is_output[g->outputs[i]] = true;
-  for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = cg_supports(g, i);
+  for (int64_t i = 0; i < g->n_nodes; i++) f->supported[i] = caps->supports(g, i);
   return LOOM_OK;
+}
+
+/* ---- Back-end capabilities (a NULL member: the back end cannot) ------- */
+
+static bool reads_view(const fuser_t *f, const ir_node_t *mm, const ir_view_t *v) {
+  return f->caps->matmul_reads_view && f->caps->matmul_reads_view(f->g, mm, v);
+}
+
+static bool writes_view(const fuser_t *f, const ir_node_t *mm, const ir_view_t *v) {
+  return f->caps->matmul_writes_view && f->caps->matmul_writes_view(f->g, mm, v);
+}
+
+static bool prologue_ok(const fuser_t *f, const ir_node_t *x) {
+  return f->caps->index_prologue_ok && f->caps->index_prologue_ok(f->g, x);
+}
+
+static bool prologue_reads(const fuser_t *f, const ir_node_t *x, const ir_type_t *t) {
+  return f->caps->index_prologue_reads && f->caps->index_prologue_reads(f->g, x, t);
+}
+
+static bool src_fits(const fuser_t *f, const ir_node_t *scatter, const ir_node_t *take) {
+  return f->caps->index_src_fits && f->caps->index_src_fits(f->g, scatter, take);
 }
 
 /* ---- Strided views ------------------------------------------------------ */
@@ -232,9 +236,9 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
     if (f->view[f->uses[u]]) continue;
     if (user->op != IR_OP_MATMUL || !f->supported[f->uses[u]]) return false;
     for (int k = 0; k < user->n_in; k++) {
-      cg_view_t view;
-      if (user->in[k] == v && (k > 1 || !cg_view_of(f->g, v, view_shares, f, &view) ||
-                               !cg_matmul_reads_view(f->g, user, &view)))
+      ir_view_t view;
+      if (user->in[k] == v && (k > 1 || !ir_view_of(f->g, v, view_shares, f, &view) ||
+                               !reads_view(f, user, &view)))
         return false;
     }
   }
@@ -248,7 +252,7 @@ static bool read_as_view(const fuser_t *f, int32_t n) {
 static void mark_views(fuser_t *f) {
   const loom_graph_t *g = f->g;
   for (int32_t n = 0; n < g->n_nodes; n++)
-    f->view[n] = f->supported[n] && cg_view_op(g, &g->nodes[n]);
+    f->view[n] = f->supported[n] && ir_view_op(g, &g->nodes[n]);
   for (int sweep = 0; sweep < 8; sweep++) {
     bool changed = false;
     for (int32_t n = (int32_t)g->n_nodes - 1; n >= 0; n--)
@@ -273,7 +277,7 @@ static int product_chain(const fuser_t *f, int32_t m, const ir_node_t **chain) {
   while (n < MAX_PRODUCT_CHAIN && !f->is_output[v] && f->use_start[v + 1] - f->use_start[v] == 1) {
     int32_t u = f->uses[f->use_start[v]];
     const ir_node_t *node = &f->g->nodes[u];
-    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !cg_view_op(f->g, node) ||
+    if (f->view[u] || !f->supported[u] || node->op == IR_OP_SLICE || !ir_view_op(f->g, node) ||
         f->is_output[node->out[0]])
       break;
     chain[n++] = node;
@@ -292,10 +296,10 @@ static void mark_product_views(fuser_t *f) {
     const ir_node_t *mm = &g->nodes[m];
     if (mm->op != IR_OP_MATMUL || !f->supported[m]) continue;
     int n = product_chain(f, m, chain);
-    cg_view_t view;
-    if (n == 0 || !cg_view_plain(g, chain[n - 1]->out[0], &view) ||
-        !cg_view_back(g, n, chain, &view) || cg_view_is_plain(&view) ||
-        !cg_matmul_writes_view(g, mm, &view))
+    ir_view_t view;
+    if (n == 0 || !ir_view_plain(g, chain[n - 1]->out[0], &view) ||
+        !ir_view_back(g, n, chain, &view) || ir_view_is_plain(&view) ||
+        !writes_view(f, mm, &view))
       continue;
     f->writes[m] = true;
     for (int i = 0; i < n; i++) f->into[chain[i] - g->nodes] = true;
@@ -305,17 +309,17 @@ static void mark_product_views(fuser_t *f) {
 /* Whether node n's output is a view that is not its root's storage in
  * order, so that only generated matmuls may read it. */
 static bool strided_view(const fuser_t *f, int32_t n) {
-  cg_view_t view;
+  ir_view_t view;
   return f->view[n] &&
-         !(cg_view_of(f->g, f->g->nodes[n].out[0], view_shares, f, &view) &&
-           cg_view_is_plain(&view));
+         !(ir_view_of(f->g, f->g->nodes[n].out[0], view_shares, f, &view) &&
+           ir_view_is_plain(&view));
 }
 
 /* ---- Groups of one node ------------------------------------------------- */
 
 static bool is_alias(const fuser_t *f, int32_t n) {
   const ir_node_t *node = &f->g->nodes[n];
-  return OP_IN(node->op, alias_ops) && !f->is_output[node->out[0]];
+  return ir_op_has(node->op, F_ALIAS) && !f->is_output[node->out[0]];
 }
 
 /* The group node n forms alone, as a new working group. */
@@ -339,7 +343,7 @@ static void start_group(fuser_t *f, int32_t n) {
     w->kind = FUSE_ELEMENTWISE;
     w->space = *type_of(f, node->out[0]);
     w->open = true;
-  } else if (cls == IR_CLASS_REDUCE && OP_IN(node->op, pool_ops)) {
+  } else if (cls == IR_CLASS_REDUCE && ir_op_has(node->op, F_WINDOW)) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
     w->pool = w->open = true;
@@ -348,7 +352,7 @@ static void start_group(fuser_t *f, int32_t n) {
   } else if (cls == IR_CLASS_REDUCE) {
     w->kind = FUSE_REDUCTION;
     w->anchor = n;
-    w->open = OP_IN(node->op, fusable_reductions);
+    w->open = ir_op_has(node->op, F_FOLD);
     if (w->open) {
       w->space = *type_of(f, node->in[0]);
       w->k = reduced_suffix(f, n);
@@ -509,7 +513,7 @@ static bool fits_conv_epilogue(const fuser_t *f, int32_t n, int32_t gi) {
 static bool reduction_fits(const fuser_t *f, int32_t n, int32_t gi) {
   const work_group_t *w = &f->groups[gi];
   const ir_node_t *node = &f->g->nodes[n];
-  if (!OP_IN(node->op, fusable_reductions)) return false;
+  if (!ir_op_has(node->op, F_FOLD)) return false;
   if (!same_shape(type_of(f, node->in[0]), &w->space)) return false;
   /* A fold that keeps the last dim is generated alone (c_reduce.c). */
   if (w->folds >= FUSE_MAX_FOLDS) return false;
@@ -581,7 +585,7 @@ static bool may_join(const fuser_t *f, int32_t n) {
   const ir_node_t *node = &f->g->nodes[n];
   ir_fusion_class_t cls = ir_ops[node->op].fusion_class;
   if (cls != IR_CLASS_EW && !(cls == IR_CLASS_REDUCE &&
-                              OP_IN(node->op, fusable_reductions)))
+                              ir_op_has(node->op, F_FOLD)))
     return false;
   return !is_alias(f, n) && f->supported[n];
 }
@@ -694,15 +698,15 @@ static int32_t index_taking_prologue(const fuser_t *f, int32_t b) {
   int32_t last = -1;
   for (int32_t n = f->groups[b].head; n >= 0; n = f->next[n]) last = n > last ? n : last;
   if (last < 0 || !f->supported[last]) return -1;
-  return cg_index_prologue_ok(f->g, &f->g->nodes[last]) ? last : -1;
+  return prologue_ok(f, &f->g->nodes[last]) ? last : -1;
 }
 
 /* Whether group a, one index_select, may compute the src of scatter_add
- * node x of group b (cg_index_src_fits), read by nothing else. */
+ * node x of group b (caps->index_src_fits), read by nothing else. */
 static bool take_fits(fuser_t *f, int32_t a, int32_t b, int32_t x) {
   int32_t t = f->groups[a].head;
   const ir_node_t *tn = &f->g->nodes[t];
-  if (!f->supported[t] || !cg_index_src_fits(f->g, &f->g->nodes[x], tn) ||
+  if (!f->supported[t] || !src_fits(f, &f->g->nodes[x], tn) ||
       !read_only_by(f, a, x))
     return false;
   for (int k = 0; k < tn->n_in; k++) {
@@ -734,7 +738,7 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
     for (int k = 0; k < node->n_in; k++) {
       int32_t p = producer(f, node->in[k]);
       if (p >= 0 && f->group[p] == a) continue;
-      if (!cg_index_prologue_reads(f->g, xn, type_of(f, node->in[k]))) return false;
+      if (!prologue_reads(f, xn, type_of(f, node->in[k]))) return false;
       if (p >= 0 && f->group[p] != b && depends_on(f, f->group[p], b)) return false;
     }
   }
@@ -1025,13 +1029,17 @@ static loom_status_t build_plan(fuser_t *f, fuse_plan_t *out) {
 }
 
 loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
-                              fuse_plan_t *out) {
+                              const fuse_caps_t *caps, fuse_plan_t *out) {
   LOOM_CHECK_ARG(out);
   memset(out, 0, sizeof *out);
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(o);
+  LOOM_CHECK_ARG(caps);
+  if (!caps->supports)
+    return loom_fail(LOOM_ERR_INVALID, "fuse_plan_build: the back end's capabilities name no "
+                                       "supports function");
   fuser_t f;
-  LOOM_TRY(fuser_init(&f, g));
+  LOOM_TRY(fuser_init(&f, g, caps));
   if (o->enabled) {
     mark_views(&f);
     mark_product_views(&f);

@@ -35,7 +35,7 @@
  *                     output is a graph output. Also a slice, transpose
  *                     or reshape whose output only matmuls read, through
  *                     strides (a strided view: the head split of
- *                     attention; see backend/cpu/codegen/c_view.c); and transposes
+ *                     attention; see ir/view.c); and transposes
  *                     and reshapes that alone carry a matmul's product
  *                     on, which the matmul writes through (the heads
  *                     merged back).
@@ -47,6 +47,7 @@
 #define LOOM_PASSES_FUSE_H
 
 #include "ir/ir.h"
+#include "ir/view.h"
 
 typedef enum fuse_kind {
   FUSE_ELEMENTWISE,
@@ -77,7 +78,7 @@ typedef struct fuse_group {
   int32_t *inputs;  /* values read from outside the group, no repeats */
   int n_outputs;
   int32_t *outputs; /* values read outside the group or graph outputs */
-  /* The output does not lie in order in its storage (c_view.c): a
+  /* The output does not lie in order in its storage (ir/view.c): a
    * FUSE_ALIAS of a slice or transpose, which only the generated code of
    * the matmuls reading it knows how to walk; or a matmul's product,
    * written through strides where a chain of `into` aliases makes the
@@ -99,10 +100,39 @@ typedef struct fuse_options {
   bool enabled;
 } fuse_options_t;
 
-/* Groups g's nodes. Assign nodes form FUSE_REFERENCE groups of their own,
- * placed last. */
+/* What a back end tells fusion: which nodes it generates code for, and
+ * which fused forms its code can take. Fusion asks only these (and the
+ * op table), never the back end's emitter; the CPU code generator's
+ * instance is cg_fuse_caps (src/backend/cpu/codegen/codegen.h). A NULL member means
+ * "no": a back end without index prologues or strided matmuls leaves
+ * them out. */
+typedef struct fuse_caps {
+  /* Whether the back end generates code for node n (its op, dtypes,
+   * shapes, attributes); a node it refuses becomes a FUSE_REFERENCE
+   * group, run by its reference kernel. Required. */
+  bool (*supports)(const loom_graph_t *g, int64_t node);
+  /* Whether matmul n can read an operand through view v (ir/view.h),
+   * instead of a copy made by the view's chain of layout ops. */
+  bool (*matmul_reads_view)(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
+  /* Whether matmul n can write its product through view v, so that a
+   * chain of transposes and reshapes after it becomes aliases. */
+  bool (*matmul_writes_view)(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
+  /* Whether index node n (gather, scatter_add) may compute its index in
+   * its own group from elementwise ops and expands (a prologue), and
+   * whether such a prologue may read an outside input of type t. */
+  bool (*index_prologue_ok)(const loom_graph_t *g, const ir_node_t *n);
+  bool (*index_prologue_reads)(const loom_graph_t *g, const ir_node_t *n, const ir_type_t *t);
+  /* Whether index_select `take` may compute scatter_add `scatter`'s src
+   * in the scatter's group (a GNN's message passing without the
+   * messages in memory). */
+  bool (*index_src_fits)(const loom_graph_t *g, const ir_node_t *scatter,
+                         const ir_node_t *take);
+} fuse_caps_t;
+
+/* Groups g's nodes for the back end described by caps. Assign nodes
+ * form FUSE_REFERENCE groups of their own, placed last. */
 loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
-                              fuse_plan_t *out);
+                              const fuse_caps_t *caps, fuse_plan_t *out);
 void fuse_plan_free(fuse_plan_t *plan);
 const char *fuse_kind_name(fuse_kind_t kind);
 /* One line per group ("g3 reduction [max, sub, exp, sum, div] in: %4

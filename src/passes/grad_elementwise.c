@@ -86,6 +86,13 @@ loom_status_t grad_log(grad_ctx_t *c) {
   return op2(c, IR_OP_DIV, g_(c), in_(c, 0), &c->din[0]);
 }
 
+/* d log(1 + x) = 1 / (1 + x). */
+loom_status_t grad_log1p(grad_ctx_t *c) {
+  int32_t t;
+  TRY(op2s(c, IR_OP_ADD, in_(c, 0), 1.0, &t));
+  return op2(c, IR_OP_DIV, g_(c), t, &c->din[0]);
+}
+
 /* d sqrt(x) = 1 / (2 sqrt(x)). */
 loom_status_t grad_sqrt(grad_ctx_t *c) {
   int32_t t;

@@ -941,40 +941,15 @@ static loom_status_t rule_scatter_add(pad_ctx_t *c) {
 
 /* ---- The rule table ----------------------------------------------------- */
 
+/* Each op's rule, named by the pad column of its row (ops.def). */
+#define rule_NONE NULL
 static const pad_rule_fn rules[IR_OP_COUNT] = {
-    [IR_OP_SUM] = rule_reduce, [IR_OP_MEAN] = rule_reduce, [IR_OP_MAX] = rule_reduce,
-    [IR_OP_MIN] = rule_reduce, [IR_OP_PROD] = rule_reduce,
-    [IR_OP_LOGSUMEXP] = rule_reduce, [IR_OP_VARIANCE] = rule_reduce,
-    [IR_OP_ARGMAX] = rule_argreduce, [IR_OP_ARGMIN] = rule_argreduce,
-    [IR_OP_CUMSUM] = rule_cumsum, [IR_OP_TOPK] = rule_along_axis,
-    [IR_OP_SOFTMAX] = rule_along_axis, [IR_OP_LOG_SOFTMAX] = rule_along_axis,
-    [IR_OP_MATMUL] = rule_matmul, [IR_OP_CONV2D] = rule_conv,
-    [IR_OP_CONV_TRANSPOSE2D] = rule_conv, [IR_OP_CONV2D_WEIGHT_GRAD] = rule_conv_weight_grad,
-    [IR_OP_MAX_POOL2D] = rule_pool, [IR_OP_AVG_POOL2D] = rule_pool,
-    [IR_OP_GLOBAL_AVG_POOL] = rule_pool, [IR_OP_MAX_POOL2D_GRAD] = rule_pool,
-    [IR_OP_AVG_POOL2D_GRAD] = rule_pool, [IR_OP_LAYER_NORM] = rule_norm,
-    [IR_OP_RMS_NORM] = rule_norm, [IR_OP_BATCH_NORM] = rule_batch_norm,
-    [IR_OP_RESHAPE] = rule_reshape, [IR_OP_TRANSPOSE] = rule_transpose,
-    [IR_OP_EXPAND] = rule_expand, [IR_OP_SQUEEZE] = rule_squeeze,
-    [IR_OP_UNSQUEEZE] = rule_unsqueeze, [IR_OP_SLICE] = rule_slice,
-    [IR_OP_CONCAT] = rule_concat_split, [IR_OP_SPLIT] = rule_concat_split,
-    [IR_OP_PAD] = rule_pad, [IR_OP_FLIP] = rule_flip, [IR_OP_TILE] = rule_tile,
-    [IR_OP_GATHER] = rule_gather, [IR_OP_INDEX_SELECT] = rule_gather,
-    [IR_OP_SCATTER_ADD] = rule_scatter_add, [IR_OP_EMBEDDING] = rule_embedding,
-    [IR_OP_ONE_HOT] = rule_one_hot, [IR_OP_ARANGE] = rule_generator,
-    [IR_OP_FULL] = rule_generator, [IR_OP_RANDOM_UNIFORM] = rule_generator,
-    [IR_OP_RANDOM_NORMAL] = rule_generator, [IR_OP_DROPOUT] = rule_dropout,
-    [IR_OP_NONZERO] = rule_unpadded, [IR_OP_ASSIGN] = rule_unpadded,
+#define LOOM_OP(ID, nm, cls, imin, imax, nout, dt, fl, shp, ref, grad, dec, pad, ...) \
+  [IR_OP_##ID] = rule_##pad,
+#include "ir/ops.def"
+#undef LOOM_OP
 };
-
-/* Every other elementwise op broadcasts its inputs' tags. */
-static pad_rule_fn rule_for(ir_op_t op) {
-  if (rules[op]) return rules[op];
-  if (ir_ops[op].fusion_class == IR_CLASS_EW && ir_ops[op].n_out == 1 &&
-      ir_ops[op].in_min >= 1)
-    return rule_elementwise;
-  return NULL;
-}
+#undef rule_NONE
 
 /* ---- Checks after each node ------------------------------------------------ */
 
@@ -1026,7 +1001,7 @@ static loom_status_t check_outputs(pad_ctx_t *c) {
 
 static loom_status_t rewrite_node(pad_ctx_t *c, int64_t i) {
   c->node = i;
-  pad_rule_fn rule = rule_for(cur(c)->op);
+  pad_rule_fn rule = rules[cur(c)->op];
   bool padded = false;
   for (int k = 0; k < cur(c)->n_in; k++)
     padded |= any_tag(in_tags(c, k), in_type(c, k)->rank);

@@ -212,12 +212,11 @@ static loom_status_t rule_matmul_transpose(ir_rewriter_t *rw, const ir_node_t *n
   return replace(rw, n, IR_OP_MATMUL, 2, in, &a, done);
 }
 
-/* reshape(reshape(x)) = reshape(x): squeeze and unsqueeze are reshapes too. */
+/* reshape(reshape(x)) = reshape(x): squeeze and unsqueeze are reshapes
+ * too (the ops both viewed and aliased: their elements in order). */
 static loom_status_t rule_reshape(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
   const ir_node_t *inner = producer(rw, in_of(rw, n, 0));
-  if (!inner || (inner->op != IR_OP_RESHAPE && inner->op != IR_OP_SQUEEZE &&
-                 inner->op != IR_OP_UNSQUEEZE))
-    return LOOM_OK;
+  if (!inner || !ir_op_has(inner->op, F_VIEW | F_ALIAS)) return LOOM_OK;
   int32_t x = inner->in[0];
   if (ir_type_equal(dst_type(rw, x), &rw->src->values[n->out[0]].type)) {
     forward(rw, n, x, done);

@@ -1,6 +1,7 @@
 /* The op table as the public API shows it (loom/op_table.h). */
 #include <string.h>
 
+#include "backend/cpu/codegen/codegen.h"
 #include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
@@ -44,7 +45,7 @@ loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
                       .has_reference = ref_kernels[i] != NULL,
                       .has_gradient = info->has_grad,
                       .not_differentiable = info->not_differentiable,
-                      .has_codegen = info->has_codegen,
+                      .has_codegen = cg_op_generated((ir_op_t)i),
                       .data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0,
                       .in_min = info->in_min,
                       .in_max = info->in_max,

@@ -17,7 +17,7 @@ DT_CLASSES = {"DT_FLOAT": FLOAT, "DT_INT": INT, "DT_NUMERIC": NUMERIC, "DT_ALL":
 
 def read_accepted(path=OPS_DEF):
     """{op name: dtypes its input 0 accepts}, from the op table."""
-    rows = re.findall(r'LOOM_OP\(\w+,\s*"(\w+)",\s*\w+,\s*-?\d+,\s*-?\d+,'
+    rows = re.findall(r'LOOM_OP\(\w+,\s*(\w+),\s*\w+,\s*-?\d+,\s*-?\d+,'
                       r'\s*-?\d+,\s*(DT_\w+)', open(path).read())
     return {name: DT_CLASSES[dt] for name, dt in rows}
 

@@ -20,6 +20,7 @@ def sigmoid(x):
 UNARY_FLOAT = {
     "exp": (np.exp, (-5, 5)),
     "log": (np.log, (0.01, 10)),
+    "log1p": (np.log1p, (-0.99, 10)),
     "sqrt": (np.sqrt, (0, 10)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), (0.01, 10)),
     "reciprocal": (lambda x: 1.0 / x, (-5, 5)),

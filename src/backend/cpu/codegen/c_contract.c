@@ -24,8 +24,8 @@ typedef struct contract {
   int n_batch;
   int n_acc;
   bool fold_rows;   /* matmul: the batch runs as rows of one GEMM */
-  cg_view_t view[2]; /* matmul: how A and B are read (c_view.c) */
-  cg_view_t out;     /* matmul: where the product is written */
+  ir_view_t view[2]; /* matmul: how A and B are read (c_view.c) */
+  ir_view_t out;     /* matmul: where the product is written */
   int32_t *val;     /* epilogue inputs, then outputs other than c_value */
   int64_t (*stride)[LOOM_MAX_RANK];
 } contract_t;
@@ -136,7 +136,7 @@ static bool collect_accesses(contract_t *k, const cg_shape_t *y) {
 /* The stored matrix of view v as the kernel takes it: rows `*ld` apart
  * with op `*trans` (the node's trans attribute, flipped when v's columns
  * rather than its rows are one element apart). */
-static void view_matrix(const cg_view_t *v, int trans, int *out_trans, int64_t *ld) {
+static void view_matrix(const ir_view_t *v, int trans, int *out_trans, int64_t *ld) {
   int r = v->rank - 2, col = v->rank - 1;
   if (v->stride[col] == 1 || v->dim[col] == 1) {
     *out_trans = trans;
@@ -151,7 +151,7 @@ static void view_matrix(const cg_view_t *v, int trans, int *out_trans, int64_t *
  * nb from the right; 0 where it broadcasts. */
 static void operand_batch(const contract_t *k, int i, const cg_shape_t *y, int nb,
                           int64_t *st) {
-  const cg_view_t *v = &k->view[i];
+  const ir_view_t *v = &k->view[i];
   if (v->root != k->anchor->in[i]) { /* a view: constant dims */
     for (int d = 0; d < nb; d++) {
       int e = d - (nb - (v->rank - 2));
@@ -339,7 +339,7 @@ static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
   if (n->op != IR_OP_MATMUL || k->n_batch == 0 || y->lead ||
       ir_attr_int(&n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
       !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank ||
-      !cg_view_is_plain(&k->view[0]) || !cg_view_is_plain(&k->view[1]) || k->grp->strided)
+      !ir_view_is_plain(&k->view[0]) || !ir_view_is_plain(&k->view[1]) || k->grp->strided)
     return false;
   for (int d = 0; d < k->n_batch; d++)
     if (sa.dim[d] != y->dim[d]) return false;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/cg.h"
+#include "backend/cpu/codegen/cg.h"
 #include "core/alloc.h"
 
 /* One function kept: its group and its canonical form in `forms`. */

@@ -14,7 +14,7 @@ typedef loom_status_t (*group_emitter_t)(cg_ctx_t *c, int gi, bool *ok);
 static loom_status_t emit_reduction_or_pool(cg_ctx_t *c, int gi, bool *ok) {
   int32_t anchor = c->plan->groups[gi].anchor;
   ir_op_t op = anchor >= 0 ? c->g->nodes[anchor].op : IR_OP_COUNT;
-  if (op == IR_OP_MAX_POOL2D || op == IR_OP_AVG_POOL2D) return cg_emit_pool(c, gi, ok);
+  if (op != IR_OP_COUNT && ir_op_has(op, F_WINDOW)) return cg_emit_pool(c, gi, ok);
   if (anchor >= 0 && cg_is_channel_reduction(c->g, &c->g->nodes[anchor]))
     return cg_emit_channel_reduction(c, gi, ok);
   if (op == IR_OP_BATCH_NORM) return cg_emit_batch_norm(c, gi, ok);
@@ -61,9 +61,8 @@ static bool handles_runtime_dims(const cg_ctx_t *c, int gi) {
   if (grp->anchor < 0) return false;
   const ir_node_t *anchor = &c->g->nodes[grp->anchor];
   if (grp->kind == FUSE_REDUCTION && cg_is_channel_reduction(c->g, anchor)) return false;
-  return anchor->op == IR_OP_MATMUL || (grp->kind == FUSE_REDUCTION &&
-                                        anchor->op != IR_OP_MAX_POOL2D &&
-                                        anchor->op != IR_OP_AVG_POOL2D);
+  return anchor->op == IR_OP_MATMUL ||
+         (grp->kind == FUSE_REDUCTION && !ir_op_has(anchor->op, F_WINDOW));
 }
 
 /* The start of group gi's function: its slots gathered from the step's

@@ -14,6 +14,9 @@
 typedef struct expr_rule {
   const char *f; /* float dtypes; NULL: not generated */
   const char *i; /* integer and bool dtypes; NULL: not generated */
+  /* Work per element in plain operations (cg_op_cost; 0 reads as 1): a
+   * transcendental function counts 8, a division or square root 3. */
+  int cost;
 } expr_rule_t;
 
 /* e^-|x| is e^-x on one side and e^x on the other, the very operands of
@@ -27,25 +30,26 @@ typedef struct expr_rule {
 static const expr_rule_t rules[IR_OP_COUNT] = {
     [IR_OP_NEG] = {"-$0", "(int64_t)(0 - (uint64_t)$0)"},
     [IR_OP_ABS] = {"fabs$f($0)", "($0 < 0 ? (int64_t)(0 - (uint64_t)$0) : (int64_t)$0)"},
-    [IR_OP_EXP] = {"loom_exp$f($0)", NULL},
-    [IR_OP_LOG] = {"log$f($0)", NULL},
-    [IR_OP_SQRT] = {"sqrt$f($0)", NULL},
-    [IR_OP_RSQRT] = {"($T)1 / sqrt$f($0)", NULL},
-    [IR_OP_RECIPROCAL] = {"($T)1 / $0", NULL},
-    [IR_OP_TANH] = {"loom_tanh$f($0)", NULL},
-    [IR_OP_SIGMOID] = {SIGMOID("$0"), NULL},
+    [IR_OP_EXP] = {"loom_exp$f($0)", NULL, 8},
+    [IR_OP_LOG] = {"log$f($0)", NULL, 8},
+    [IR_OP_LOG1P] = {"log1p$f($0)", NULL, 8},
+    [IR_OP_SQRT] = {"sqrt$f($0)", NULL, 3},
+    [IR_OP_RSQRT] = {"($T)1 / sqrt$f($0)", NULL, 3},
+    [IR_OP_RECIPROCAL] = {"($T)1 / $0", NULL, 3},
+    [IR_OP_TANH] = {"loom_tanh$f($0)", NULL, 8},
+    [IR_OP_SIGMOID] = {SIGMOID("$0"), NULL, 8},
     /* relu passes NaN through, as the reference does. */
     [IR_OP_RELU] = {"(($0 > 0 || $0 != $0) ? $0 : ($T)0)", "($0 > 0 ? (int64_t)$0 : 0)"},
     [IR_OP_LEAKY_RELU] = {"($0 > 0 ? $0 : $0 * ($T)$A)", NULL},
-    [IR_OP_ELU] = {"($0 > 0 ? $0 : ($T)$A * expm1$f($0))", NULL},
-    [IR_OP_GELU] = {"loom_gelu$p($0)", NULL},
-    [IR_OP_GELU_TANH] = {"loom_gelu_tanh$p($0)", NULL},
-    [IR_OP_SILU] = {"$0 * " SIGMOID("$0"), NULL},
+    [IR_OP_ELU] = {"($0 > 0 ? $0 : ($T)$A * expm1$f($0))", NULL, 8},
+    [IR_OP_GELU] = {"loom_gelu$p($0)", NULL, 8},
+    [IR_OP_GELU_TANH] = {"loom_gelu_tanh$p($0)", NULL, 8},
+    [IR_OP_SILU] = {"$0 * " SIGMOID("$0"), NULL, 8},
     /* max(x, 0) + log1p(e^-|x|) never overflows. */
-    [IR_OP_SOFTPLUS] = {"(fmax$f($0, ($T)0) + log1p$f(exp$f(-fabs$f($0))))", NULL},
-    [IR_OP_SIN] = {"sin$f($0)", NULL},
-    [IR_OP_COS] = {"cos$f($0)", NULL},
-    [IR_OP_ERF] = {"loom_erf$f($0)", NULL},
+    [IR_OP_SOFTPLUS] = {"(fmax$f($0, ($T)0) + log1p$f(exp$f(-fabs$f($0))))", NULL, 8},
+    [IR_OP_SIN] = {"sin$f($0)", NULL, 8},
+    [IR_OP_COS] = {"cos$f($0)", NULL, 8},
+    [IR_OP_ERF] = {"loom_erf$f($0)", NULL, 8},
     [IR_OP_FLOOR] = {"floor$f($0)", NULL},
     [IR_OP_CEIL] = {"ceil$f($0)", NULL},
     /* nearbyint rounds half to even in the default rounding mode. */
@@ -60,9 +64,9 @@ static const expr_rule_t rules[IR_OP_COUNT] = {
     [IR_OP_MUL] = {"($0 * $1)", WRAP("*")},
     /* Integer division by zero is an error the reference reports; code
      * cannot, so integer div and mod stay with the reference kernel. */
-    [IR_OP_DIV] = {"($0 / $1)", NULL},
+    [IR_OP_DIV] = {"($0 / $1)", NULL, 3},
     [IR_OP_MOD] = {"loom_mod$f($0, $1)", NULL},
-    [IR_OP_POW] = {"pow$f($0, $1)", "loom_powi($0, $1)"},
+    [IR_OP_POW] = {"pow$f($0, $1)", "loom_powi($0, $1)", 8},
     /* NaN propagates: a NaN a wins the test, a NaN b loses it and is taken. */
     [IR_OP_MAXIMUM] = {"(($0 > $1 || $0 != $0) ? $0 : $1)", "($0 > $1 ? $0 : $1)"},
     [IR_OP_MINIMUM] = {"(($0 < $1 || $0 != $0) ? $0 : $1)", "($0 < $1 ? $0 : $1)"},
@@ -91,6 +95,10 @@ static loom_dtype_t domain(const loom_graph_t *g, const ir_node_t *n) {
   return g->values[n->in[n->op == IR_OP_WHERE ? 1 : 0]].type.dtype;
 }
 
+bool cg_expr_has_rule(ir_op_t op) {
+  return op == IR_OP_CAST || rules[op].f != NULL || rules[op].i != NULL;
+}
+
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n) {
   for (int i = 0; i < n->n_in; i++)
     if (!plain_dtype(g->values[n->in[i]].type.dtype)) return false;
@@ -103,16 +111,7 @@ bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n) {
 }
 
 int cg_op_cost(ir_op_t op) {
-  static const ir_op_t dear[] = {IR_OP_EXP,  IR_OP_LOG,      IR_OP_TANH, IR_OP_SIGMOID,
-                                 IR_OP_ELU,  IR_OP_GELU,     IR_OP_GELU_TANH,
-                                 IR_OP_SILU, IR_OP_SOFTPLUS, IR_OP_SIN,  IR_OP_COS,
-                                 IR_OP_ERF,  IR_OP_POW};
-  for (size_t i = 0; i < sizeof dear / sizeof *dear; i++)
-    if (dear[i] == op) return 8;
-  return op == IR_OP_DIV || op == IR_OP_SQRT || op == IR_OP_RSQRT ||
-                 op == IR_OP_RECIPROCAL
-             ? 3
-             : 1;
+  return (unsigned)op < IR_OP_COUNT && rules[op].cost > 0 ? rules[op].cost : 1;
 }
 
 int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp) {

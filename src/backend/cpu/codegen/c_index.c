@@ -572,10 +572,7 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
 
 /* ---- The emitter -------------------------------------------------------------- */
 
-bool cg_is_index_op(ir_op_t op) {
-  return op == IR_OP_GATHER || op == IR_OP_INDEX_SELECT || op == IR_OP_EMBEDDING ||
-         op == IR_OP_SCATTER_ADD || op == IR_OP_ONE_HOT;
-}
+bool cg_is_index_op(ir_op_t op) { return ir_op_has(op, F_INDEX); }
 
 /* The index node is the group's last; nodes before it compute its index
  * (fuse.c folds them in when cg_index_prologue_ok holds). */

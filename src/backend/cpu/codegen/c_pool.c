@@ -42,9 +42,7 @@ typedef struct pool_emit {
   int64_t (*out_stride)[LOOM_MAX_RANK];
 } pool_emit_t;
 
-static bool is_pool_op(ir_op_t op) {
-  return op == IR_OP_MAX_POOL2D || op == IR_OP_AVG_POOL2D;
-}
+static bool is_pool_op(ir_op_t op) { return ir_op_has(op, F_WINDOW); }
 
 /* ---- Geometry ---------------------------------------------------------------- */
 

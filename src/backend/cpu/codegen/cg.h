@@ -161,8 +161,8 @@ void cg_declare_pointer(const cg_ctx_t *c, const fuse_group_t *grp,
  * false for a strided view it cannot compose. And where a strided
  * group's matmul writes its product y: as the chain of `into` aliases
  * after it makes their result lie in order. See c_view.c. */
-bool cg_operand_view(const cg_ctx_t *c, int32_t v, cg_view_t *out);
-bool cg_product_view(const cg_ctx_t *c, int32_t y, cg_view_t *out);
+bool cg_operand_view(const cg_ctx_t *c, int32_t v, ir_view_t *out);
+bool cg_product_view(const cg_ctx_t *c, int32_t y, ir_view_t *out);
 /* The group's comment line: "/\* g3: elementwise: add, relu (64x128) *\/"
  * (space NULL: no shape; note, if not NULL, follows the shape). */
 void cg_group_comment(const cg_ctx_t *c, int gi, const char *what,
@@ -173,8 +173,10 @@ bool cg_is_output(const fuse_group_t *grp, int32_t v);
 
 /* ---- Scalar expressions (c_expr.c) --------------------------------------- */
 
-/* Whether the op has a scalar expression for these dtypes. */
+/* Whether node n's op has a scalar expression for its dtypes; whether op
+ * has one for any dtype. */
 bool cg_expr_supported(const loom_graph_t *g, const ir_node_t *n);
+bool cg_expr_has_rule(ir_op_t op);
 /* An op's work per element in plain operations: a transcendental
  * function counts 8, a division or square root 3. */
 int cg_op_cost(ir_op_t op);

@@ -7,7 +7,7 @@
  * src/backend/cpu/abi.h: slots[k] points at its first element, contiguous,
  * row-major), or -1 when v lives only inside its group (then the group's
  * code keeps it in a local). A strided view (fuse.h) has its root's
- * slot; only the matmuls reading it see it, through cg_view_of. Shapes are concrete: the emitter evaluates
+ * slot; only the matmuls reading it see it, through ir_view_of. Shapes are concrete: the emitter evaluates
  * every dim with the symbol values compilation specialized them to.
  *
  * Group functions are named loom_group_<index in plan>, and groups whose
@@ -21,18 +21,23 @@
 #ifndef LOOM_CODEGEN_CODEGEN_H
 #define LOOM_CODEGEN_CODEGEN_H
 
+#include "ir/view.h"
 #include "passes/fuse.h"
 
 /* Whether the emitter can generate code for node n (its op has a codegen
- * rule for its dtypes). Fusion asks this; a node it refuses becomes a
+ * rule for its dtypes). Fusion asks this (cg_fuse_caps); a node it refuses becomes a
  * FUSE_REFERENCE group. */
 bool cg_supports(const loom_graph_t *g, int64_t node);
+/* Whether the emitter has a rule for op at all (for some dtypes and
+ * shapes; cg_supports decides per node): what `loom ops` and
+ * loom_op_get_info's has_codegen report. */
+bool cg_op_generated(ir_op_t op);
 /* Whether index node n (gather over its data's last axis, or scatter_add
  * over its second-to-last, with an index of rank >= 2) may compute its
  * index in its own group from elementwise ops and expands (a prologue),
  * each of whose outside inputs, of type t, cg_index_prologue_reads:
  * viewed as rows by columns like the index, or broadcast along them
- * (c_index.c). Fusion asks these. */
+ * (c_index.c). Fusion asks these (cg_fuse_caps). */
 bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n);
 bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir_type_t *t);
 /* Whether index_select `take` (rows of a matrix) may compute scatter_add
@@ -42,42 +47,15 @@ bool cg_index_prologue_reads(const loom_graph_t *g, const ir_node_t *n, const ir
 bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
                        const ir_node_t *take);
 
-/* A strided view: the elements of a value read in place from `root`'s
- * storage, element (i0, i1, ...) at offset + i0 * stride[0] + ...
- * (elements). See c_view.c. */
-typedef struct cg_view {
-  int32_t root;
-  int rank;
-  int64_t dim[LOOM_MAX_RANK], stride[LOOM_MAX_RANK];
-  int64_t offset;
-} cg_view_t;
-
-/* Whether node n may be a view of its input: a slice, transpose,
- * reshape, squeeze or unsqueeze over constant dims. */
-bool cg_view_op(const loom_graph_t *g, const ir_node_t *n);
-/* Whether value v is stored as its producer's input (fusion made it a
- * view or an alias). */
-typedef bool (*cg_view_shares_fn)(const void *ctx, int32_t node);
-/* Value v as a view of the first value up its chain of producers that
- * `shares` does not pass over (or that no view op made); false when the
- * chain is not a strided view (a step backwards, a reshape across
- * strides). */
-bool cg_view_of(const loom_graph_t *g, int32_t v, cg_view_shares_fn shares, const void *ctx,
-                cg_view_t *out);
-/* Value v in order in its own storage. */
-bool cg_view_plain(const loom_graph_t *g, int32_t v, cg_view_t *out);
-/* The other way, through a chain of transposes, reshapes, squeezes and
- * unsqueezes, each reading the one before: *v holds where chain[n - 1]'s
- * output lies, and becomes where chain[0]'s input lies. */
-bool cg_view_back(const loom_graph_t *g, int n, const ir_node_t *const *chain, cg_view_t *v);
-/* Whether view v is its root's storage in order (contiguous, offset 0). */
-bool cg_view_is_plain(const cg_view_t *v);
 /* Whether matmul n can write its product through view v: columns one
  * element apart, steps forward. */
-bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+bool cg_matmul_writes_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
 /* Whether matmul n can read an operand through view v: rows or columns
  * one element apart, steps forward. */
-bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const cg_view_t *v);
+bool cg_matmul_reads_view(const loom_graph_t *g, const ir_node_t *n, const ir_view_t *v);
+/* These decisions as the capabilities fusion asks of a back end (fuse.h):
+ * the compile driver hands this to fuse_plan_build. */
+extern const fuse_caps_t cg_fuse_caps;
 
 typedef struct cg_module {
   char *source;     /* the translation unit, NUL-terminated */

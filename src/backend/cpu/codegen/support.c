@@ -109,30 +109,37 @@ static const support_fn rules[IR_OP_COUNT] = {
 #undef HOST_RULE
 };
 
-/* Per-op exceptions to the class rule: reductions and contractions by
- * name, layout ops that index with data by their own rule, and
- * generators not at all. */
+/* Rules by the op's row: contractions and the nodes with an emitter of
+ * their own by name; generators (no inputs to broadcast from) and ops of
+ * several outputs (split) not at all; folds, windows and index ops by
+ * their flags; otherwise the class rule. */
 static const struct {
   ir_op_t op;
   support_fn fn;
-} exceptions[] = {
-    {IR_OP_SUM, reduction},  {IR_OP_MEAN, reduction},   {IR_OP_MAX, reduction},
-    {IR_OP_MIN, reduction},  {IR_OP_PROD, reduction},   {IR_OP_MATMUL, matmul},
-    {IR_OP_CONV2D, conv2d},  {IR_OP_MAX_POOL2D, pool2d}, {IR_OP_AVG_POOL2D, pool2d},
-    {IR_OP_CONV2D_WEIGHT_GRAD, conv2d_weight_grad},
+} own_rules[] = {
+    {IR_OP_MATMUL, matmul},
+    {IR_OP_CONV2D, conv2d},
     {IR_OP_CONV_TRANSPOSE2D, conv2d},
+    {IR_OP_CONV2D_WEIGHT_GRAD, conv2d_weight_grad},
     {IR_OP_BATCH_NORM, batch_norm},
     {IR_OP_MAX_POOL2D_GRAD, max_pool_grad},
-    {IR_OP_SPLIT, NULL},     {IR_OP_GATHER, index_op},
-    {IR_OP_INDEX_SELECT, index_op}, {IR_OP_SCATTER_ADD, index_op},
-    {IR_OP_EMBEDDING, index_op}, {IR_OP_ONE_HOT, index_op},
-    {IR_OP_ARANGE, NULL},    {IR_OP_FULL, NULL},
 };
 
 static support_fn rule_of(ir_op_t op) {
-  for (size_t i = 0; i < sizeof exceptions / sizeof *exceptions; i++)
-    if (exceptions[i].op == op) return exceptions[i].fn;
+  for (size_t i = 0; i < sizeof own_rules / sizeof *own_rules; i++)
+    if (own_rules[i].op == op) return own_rules[i].fn;
+  if (ir_ops[op].in_max == 0 || ir_ops[op].n_out != 1) return NULL;
+  if (ir_op_has(op, F_FOLD)) return reduction;
+  if (ir_op_has(op, F_WINDOW)) return pool2d;
+  if (ir_op_has(op, F_INDEX)) return index_op;
   return rules[op];
+}
+
+bool cg_op_generated(ir_op_t op) {
+  if ((unsigned)op >= IR_OP_COUNT) return false;
+  support_fn f = rule_of(op);
+  if (f == elementwise) return !(ir_ops[op].flags & F_RANDOM) && cg_expr_has_rule(op);
+  return f != NULL;
 }
 
 bool cg_supports(const loom_graph_t *g, int64_t node) {
@@ -141,3 +148,12 @@ bool cg_supports(const loom_graph_t *g, int64_t node) {
   support_fn f = rule_of(n->op);
   return f && f(g, n);
 }
+
+const fuse_caps_t cg_fuse_caps = {
+    .supports = cg_supports,
+    .matmul_reads_view = cg_matmul_reads_view,
+    .matmul_writes_view = cg_matmul_writes_view,
+    .index_prologue_ok = cg_index_prologue_ok,
+    .index_prologue_reads = cg_index_prologue_reads,
+    .index_src_fits = cg_index_src_fits,
+};
