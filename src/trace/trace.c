@@ -53,7 +53,7 @@ loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
 
 /* For a call that only reads t: takes t unless this thread has it (*taken
  * says so), so that no step begins while it reads. */
-static loom_status_t claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
+loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
   /* The claim word is the one field readers write: t is not const there. */
   loom_trace_t *w = (loom_trace_t *)t;
   uintptr_t me = this_thread(), user = 0;
@@ -62,7 +62,7 @@ static loom_status_t claim_to_read(const loom_trace_t *t, const char *fn, bool *
   return *taken || user == me ? LOOM_OK : refuse(fn);
 }
 
-static void give_back(const loom_trace_t *t, bool taken) {
+void tr_give_back(const loom_trace_t *t, bool taken) {
   if (taken) atomic_store_explicit(&((loom_trace_t *)t)->user, 0, memory_order_release);
 }
 
@@ -531,12 +531,12 @@ loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
   LOOM_CHECK_ARG(rank);
   LOOM_CHECK_ARG(shape);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_status_t s = check_value(t, v, __func__);
   const ir_type_t *ty = s == LOOM_OK ? &t->g->values[v.id].type : NULL;
   if (s == LOOM_OK) s = tr_eval_type(t, ty, shape);
   if (s == LOOM_OK) *rank = ty->rank;
-  give_back(t, taken);
+  tr_give_back(t, taken);
   return s;
 }
 
@@ -753,9 +753,9 @@ loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                    loom_trace_stats_t *out) {
   LOOM_CHECK_ARG(t);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_trace_stats_t s = t->stats;
-  give_back(t, taken);
+  tr_give_back(t, taken);
   s.size = sizeof s;
   s.cache = (loom_cache_stats_t)LOOM_CACHE_STATS_INIT;
   LOOM_TRY(loom_cache_get_stats(t->cache, &s.cache));
@@ -791,8 +791,8 @@ loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_status_t s = explain(t, out);
-  give_back(t, taken);
+  tr_give_back(t, taken);
   return s;
 }

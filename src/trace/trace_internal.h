@@ -286,6 +286,10 @@ struct loom_trace {
 /* Takes t for this thread until the step ends (a no-op when it has it);
  * LOOM_ERR_INVALID, naming fn, when another thread's step is open. */
 loom_status_t tr_claim(loom_trace_t *t, const char *fn);
+/* For a call that only reads t: takes t unless this thread has it
+ * (*taken says so); tr_give_back(t, *taken) ends the read. */
+loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken);
+void tr_give_back(const loom_trace_t *t, bool taken);
 loom_status_t tr_reserve_values(loom_trace_t *t);
 loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);
 loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
