@@ -220,14 +220,6 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
   return LOOM_OK;
 }
 
-/* An operand's reference: input position or (cone position, index). */
-static seg_ref_t ref_of(const loom_trace_t *t, const seg_work_t *w, int32_t v) {
-  /* by the marks, not by t->vals: outputs become real during the cut */
-  if (w->val_mark[v] == w->epoch) return (seg_ref_t){-1, w->val_pos[v]};
-  const ir_value_t *iv = &t->g->values[v];
-  return (seg_ref_t){w->node_pos[iv->node], iv->index};
-}
-
 /* Inputs in first-use order, and the structure hash over the cone. */
 static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
   const loom_graph_t *g = t->g;
@@ -242,12 +234,12 @@ static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
         w->val_pos[v] = w->n_ins;
         LOOM_TRY(push(&w->ins, &w->cap_ins, &w->n_ins, v));
       }
-      seg_ref_t r = ref_of(t, w, v);
+      seg_ref_t r = seg_ref_of(t, w, v);
       h = tr_mix(h, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
     }
   }
   for (int k = 0; k < w->n_outs; k++) {
-    seg_ref_t r = ref_of(t, w, w->outs[k]);
+    seg_ref_t r = seg_ref_of(t, w, w->outs[k]);
     h = tr_mix(h, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
   }
   w->site = h;
@@ -531,7 +523,7 @@ static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
   out->attrs = n->attrs;
   out->in = core_malloc(sizeof *out->in * (size_t)(n->n_in + 1));
   if (!out->in) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
-  for (int i = 0; i < n->n_in; i++) out->in[i] = ref_of(t, w, n->in[i]);
+  for (int i = 0; i < n->n_in; i++) out->in[i] = seg_ref_of(t, w, n->in[i]);
   for (int i = 0; i < out->attrs.n; i++) {
     ir_attr_t *a = &out->attrs.a[i];
     if (a->kind != IR_ATTR_INTS) continue;
@@ -576,7 +568,7 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
     s = copy_node(t, w, sym_vals, w->cone[c], d, &d->nodes[c]);
     d->n_nodes = c + 1;
   }
-  for (int k = 0; k < w->n_outs; k++) d->outputs[k] = ref_of(t, w, w->outs[k]);
+  for (int k = 0; k < w->n_outs; k++) d->outputs[k] = seg_ref_of(t, w, w->outs[k]);
   d->n_wrt = part ? w->n_wrt : 0;
   if (w->n_wrt) memcpy(d->wrt, w->wrt, sizeof *d->wrt * (size_t)w->n_wrt);
   if (s != LOOM_OK) {

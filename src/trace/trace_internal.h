@@ -330,6 +330,15 @@ typedef struct seg_work {
   uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
 } seg_work_t;
 
+/* An operand's reference in w's segment: input position or (cone
+ * position, index). Inline: a cut takes it per operand of its cone. */
+static inline seg_ref_t seg_ref_of(const loom_trace_t *t, const seg_work_t *w, int32_t v) {
+  /* by the marks, not by t->vals: outputs become real during the cut */
+  if (w->val_mark[v] == w->epoch) return (seg_ref_t){-1, w->val_pos[v]};
+  const ir_value_t *iv = &t->g->values[v];
+  return (seg_ref_t){w->node_pos[iv->node], iv->index};
+}
+
 /* segment.c: runs a segment materializing want[0..n) and the pending
  * region's leaves; reason names the cut (NULL: the end of a step). */
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
