@@ -248,17 +248,6 @@ static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
 
 /* ---- Keys ------------------------------------------------------------------ */
 
-int64_t seg_bucket_of(const loom_dim_policy_t *p, int64_t size) {
-  if (p->n_buckets == 0) {
-    int64_t b = 1;
-    while (b < size) b *= 2;
-    return b;
-  }
-  for (int i = 0; i < p->n_buckets; i++)
-    if (p->buckets[i] >= size) return p->buckets[i];
-  return size;
-}
-
 /* The strongest mode among the symbols of d: symbolic over bucket over
  * exact. *plain: d is one symbol (its number in *sym). */
 static tr_mode_t dim_mode(const loom_trace_t *t, ir_dim_t d, bool *plain,
