@@ -587,48 +587,6 @@ loom_status_t loom_trace_step_end(loom_trace_t *t) {
   return s;
 }
 
-/* A break is its site and its kind (fmt, and the callback or op name):
- * the value id in a read's reason differs per invocation of one place of
- * the program (each cell of an RNN), so it is shown but not compared. */
-static bool same_break(const tr_break_t *b, uint64_t site, const tr_reason_t *r) {
-  return b->site == site && b->fmt == r->fmt &&
-         (!r->str || !strncmp(b->str, r->str, sizeof b->str - 1));
-}
-
-loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
-                            const tr_reason_t *r) {
-  t->stats.breaks++;
-  int64_t last = t->last_break; /* a loop repeats its break: try it first */
-  if (last < t->n_breaks && same_break(&t->breaks[last], site, r)) {
-    t->breaks[last].count++;
-    return LOOM_OK;
-  }
-  for (int64_t i = 0; i < t->n_breaks; i++)
-    if (same_break(&t->breaks[i], site, r)) {
-      t->breaks[i].count++;
-      t->last_break = i;
-      return LOOM_OK;
-    }
-  LOOM_TRY(core_grow((void **)&t->breaks, &t->cap_breaks, t->n_breaks + 1,
-                     sizeof *t->breaks));
-  t->last_break = t->n_breaks;
-  tr_break_t *b = &t->breaks[t->n_breaks++];
-  memset(b, 0, sizeof *b);
-  b->fmt = r->fmt;
-  b->num = r->num;
-  if (r->str) {
-    snprintf(b->str, sizeof b->str, "%s", r->str);
-    snprintf(b->reason, sizeof b->reason, r->fmt, b->str);
-  } else {
-    snprintf(b->reason, sizeof b->reason, r->fmt, (long long)r->num);
-  }
-  b->site = site;
-  b->count = 1;
-  core_log(LOG_BREAKS, "graph break at site %016llx: %s",
-           (unsigned long long)site, b->reason);
-  return LOOM_OK;
-}
-
 loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                    loom_trace_stats_t *out) {
   LOOM_CHECK_ARG(t);
