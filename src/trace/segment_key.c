@@ -64,7 +64,7 @@ static bool input_dims(loom_trace_t *t, seg_work_t *w, int i, bool exact) {
     dm->sym = canonical(w, ty->dims[a], sym, m == TR_BUCKET);
     if (dm->sym < 0) return false;
     if (m == TR_BUCKET) {
-      dm->size = seg_bucket_of(tr_sym_policy(t, sym), x->shape[a]);
+      dm->size = tr_bucket_of(tr_sym_policy(t, sym), x->shape[a]);
       w->bucket = true;
     }
   }

@@ -407,13 +407,13 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
   int n = 0;
   /* past a list's largest bucket every size is its own: nothing to predict */
   if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
-    planned[n++] = seg_bucket_of(p, now + 1);
+    planned[n++] = tr_bucket_of(p, now + 1);
   if (p->profile_max <= 0 || q->profiled) return n;
   q->profiled = true;
-  planned[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
+  planned[n++] = tr_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
   int64_t last = p->n_buckets ? p->buckets[p->n_buckets - 1] : INT64_MAX;
-  for (int64_t b = seg_bucket_of(p, p->profile_min);
-       n < LOOM_MAX_BUCKETS + 2 && b <= last; b = seg_bucket_of(p, b + 1)) {
+  for (int64_t b = tr_bucket_of(p, p->profile_min);
+       n < LOOM_MAX_BUCKETS + 2 && b <= last; b = tr_bucket_of(p, b + 1)) {
     planned[n++] = b;
     if (b >= p->profile_max) break;
   }

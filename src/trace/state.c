@@ -122,13 +122,13 @@ tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket) {
   case LOOM_DIM_AUTO:
     return t->policies[t->sym_policy[sym]].switched ? TR_SYMBOLIC : TR_EXACT;
   case LOOM_DIM_BUCKET:
-    if (bucket) *bucket = seg_bucket_of(p, t->sym_values[sym]);
+    if (bucket) *bucket = tr_bucket_of(p, t->sym_values[sym]);
     return TR_BUCKET;
   default: return TR_EXACT;
   }
 }
 
-int64_t seg_bucket_of(const loom_dim_policy_t *p, int64_t size) {
+int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size) {
   if (p->n_buckets == 0) {
     int64_t b = 1;
     while (b < size) b *= 2;

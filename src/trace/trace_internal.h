@@ -344,7 +344,7 @@ static inline seg_ref_t seg_ref_of(const loom_trace_t *t, const seg_work_t *w, i
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
                       const tr_reason_t *reason);
 void seg_work_free(loom_trace_t *t);
-int64_t seg_bucket_of(const loom_dim_policy_t *p, int64_t size);
+int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size);
 /* The inputs' types under the policies (exact: every dim a size). */
 loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact);
 /* The GraphKey of w's segment (part 0: plain, 1: forward); its inputs
