@@ -3,7 +3,9 @@
  * hashes and the inputs' types under their shape policies, so that a hit
  * costs hashing, one lookup (or none, on the hot path), binding and the
  * run; the segment's description (to build its graph from) is made only
- * on a miss. Looking up and running: segment_run.c. */
+ * on a miss (segment_key.c). Looking up and running: segment_run.c, which
+ * a cut calls; a cut's reason is counted here as a graph break. Reads,
+ * callbacks, the backward pass and the step's end call seg_cut. */
 #include <stdio.h>
 #include <string.h>
 

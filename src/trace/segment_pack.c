@@ -6,7 +6,8 @@
  * optimizer step or between steps, so the trace packs each (storage,
  * layout) once per epoch (a step, or the part of one before
  * loom_trace_optimizer_step) and hands the packed panels to the run through
- * loom_abi_t.packed_b. */
+ * loom_abi_t.packed_b. It calls no other file of the tracer: the run
+ * (segment_run.c) and the backward pass (backward.c) call it. */
 #include <string.h>
 
 #include "core/alloc.h"

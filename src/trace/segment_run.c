@@ -1,7 +1,9 @@
 /* Running segments: the hot path (each entry's predicted successor), the
  * lookup, compiles on a miss with speculation of the next buckets, binding
  * (padded to buckets, sliced back), the interpreter fallback, and the tape
- * records of training segments. */
+ * records of training segments. The cut (segment.c) calls it; it keys and
+ * describes through segment_key.c, runs through segment_pack.c and
+ * records through tape.c. */
 #include <stdio.h>
 #include <string.h>
 

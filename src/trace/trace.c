@@ -1,7 +1,8 @@
 /* Traces: the public API. Ops record into one graph through the node
  * hook; inputs, parameters and callback outputs enter it as graph inputs
  * bound to tensors; reads, scalars, callbacks and data-dependent ops cut
- * it into segments (segment.c). */
+ * it into segments (segment.c). The top layer: it calls the others
+ * (trace_internal.h lists them), and none of them calls it. */
 #include <stdio.h>
 #include <string.h>
 

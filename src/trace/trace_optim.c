@@ -6,7 +6,7 @@
  * them in place, without copies in and out), its state (momentum buffers,
  * moments, step counters) in parameters of its own, which persist across
  * steps. Inputs: lr, then per parameter its gradient and whether it takes
- * the step. */
+ * the step. It calls only state.c of the tracer (the claim). */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
