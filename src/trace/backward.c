@@ -54,17 +54,17 @@ static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
 
 /* grads[v] += g (g is consumed). */
 static loom_status_t accumulate(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
-  if (t->grads[v]) return add_into(t->grads[v], g, v);
-  t->grads[v] = g;
+  if (t->tape.grads[v]) return add_into(t->tape.grads[v], g, v);
+  t->tape.grads[v] = g;
   return LOOM_OK;
 }
 
 /* grads[v], or a new zero tensor of v's type. */
 static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
                                    loom_tensor_t **out, bool *made) {
-  *made = !t->grads[v];
+  *made = !t->tape.grads[v];
   if (!*made) {
-    *out = t->grads[v];
+    *out = t->tape.grads[v];
     return LOOM_OK;
   }
   const loom_tensor_t *x = t->vals[v].t;
@@ -187,15 +187,15 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
  * has changed since (segment_run.c keeps a forward's saved inputs as
  * views of their storage). */
 static bool saved_param_changed(const loom_trace_t *t, int64_t i) {
-  const tape_rec_t *r = &t->tape[i];
-  for (int k = 0; i < t->tape_stale && k < r->n_saved; k++)
+  const tape_rec_t *r = &t->tape.recs[i];
+  for (int k = 0; i < t->tape.stale && k < r->n_saved; k++)
     for (int64_t p = 0; p < t->n_params && !r->saved[k]->owns_data; p++)
       if (r->saved[k]->data == t->params[p].t->data) return true;
   return false;
 }
 
 static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
-  tape_rec_t *r = &t->tape[i];
+  tape_rec_t *r = &t->tape.recs[i];
   if (saved_param_changed(t, i))
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: a segment of this step "
                      "read parameters that the optimizer step (loom_trace_optimizer_step) "
@@ -267,17 +267,17 @@ static loom_status_t collect_grads(loom_trace_t *t) {
   loom_status_t s = LOOM_OK;
   for (int64_t i = 0; i < t->n_params; i++) {
     int32_t v = t->params[i].value;
-    if (v < 0 || !t->grads[v]) continue;
-    loom_tensor_t *g = t->grads[v];
-    t->grads[v] = NULL;
+    if (v < 0 || !t->tape.grads[v]) continue;
+    loom_tensor_t *g = t->tape.grads[v];
+    t->tape.grads[v] = NULL;
     t->params[i].got_grad = true;
     if (!t->params[i].grad) t->params[i].grad = g;
     else if (s == LOOM_OK) s = add_into(t->params[i].grad, g, v);
     else loom_tensor_destroy(g);
   }
-  for (int64_t v = 0; v < t->cap_grads; v++) {
-    loom_tensor_destroy(t->grads[v]);
-    t->grads[v] = NULL;
+  for (int64_t v = 0; v < t->tape.cap_grads; v++) {
+    loom_tensor_destroy(t->tape.grads[v]);
+    t->tape.grads[v] = NULL;
   }
   return s;
 }
@@ -297,20 +297,21 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
   tr_reason_t r = why;
   r.num = loss.id;
   if (!tr_tensor(t, loss.id)) LOOM_TRY(seg_cut(t, 1, &loss.id, &r));
-  if (t->g->n_values > t->cap_grads) {
-    int64_t old = t->cap_grads;
-    LOOM_TRY(core_grow((void **)&t->grads, &t->cap_grads, t->g->n_values, sizeof *t->grads));
-    memset(t->grads + old, 0, sizeof *t->grads * (size_t)(t->cap_grads - old));
+  if (t->g->n_values > t->tape.cap_grads) {
+    int64_t old = t->tape.cap_grads;
+    LOOM_TRY(core_grow((void **)&t->tape.grads, &t->tape.cap_grads, t->g->n_values,
+                       sizeof *t->tape.grads));
+    memset(t->tape.grads + old, 0, sizeof *t->tape.grads * (size_t)(t->tape.cap_grads - old));
   }
   loom_tensor_t *seed;
   LOOM_TRY(tensor_new(ty->dtype, 0, NULL, &seed));
   dtype_store_f64(ty->dtype, seed->data, 1.0);
-  t->grads[loss.id] = seed;
+  t->tape.grads[loss.id] = seed;
   loom_status_t s = LOOM_OK;
-  for (int64_t i = t->n_tape - 1; i >= 0 && s == LOOM_OK; i--) {
-    tape_rec_t *r = &t->tape[i];
+  for (int64_t i = t->tape.n - 1; i >= 0 && s == LOOM_OK; i--) {
+    tape_rec_t *r = &t->tape.recs[i];
     bool reached = false; /* skip records no gradient reaches */
-    for (int k = 0; k < r->n_out; k++) reached |= t->grads[r->out[k]] != NULL;
+    for (int k = 0; k < r->n_out; k++) reached |= t->tape.grads[r->out[k]] != NULL;
     if (!reached) continue;
     s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
   }

@@ -19,9 +19,9 @@
 static loom_status_t new_record(loom_trace_t *t, tape_kind_t kind, int n_in,
                                 const int32_t *in, int n_out,
                                 const int32_t *out, tape_rec_t **rec) {
-  LOOM_TRY(core_grow((void **)&t->tape, &t->cap_tape, t->n_tape + 1,
-                     sizeof *t->tape));
-  tape_rec_t *r = &t->tape[t->n_tape];
+  LOOM_TRY(core_grow((void **)&t->tape.recs, &t->tape.cap, t->tape.n + 1,
+                     sizeof *t->tape.recs));
+  tape_rec_t *r = &t->tape.recs[t->tape.n];
   memset(r, 0, sizeof *r);
   r->kind = kind;
   r->n_in = n_in;
@@ -35,7 +35,7 @@ static loom_status_t new_record(loom_trace_t *t, tape_kind_t kind, int n_in,
   }
   if (n_in) memcpy(r->in, in, sizeof *r->in * (size_t)n_in);
   if (n_out) memcpy(r->out, out, sizeof *r->out * (size_t)n_out);
-  t->n_tape++;
+  t->tape.n++;
   *rec = r;
   return LOOM_OK;
 }
@@ -71,7 +71,7 @@ loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
     core_free(kin);
     if (r) { /* off the tape again */
       free_record(t, r);
-      t->n_tape--;
+      t->tape.n--;
     }
     for (int i = 0; i < n_saved; i++) loom_tensor_destroy(saved[i]);
     return s;
@@ -102,9 +102,9 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
 }
 
 void tape_clear(loom_trace_t *t) {
-  for (int64_t i = 0; i < t->n_tape; i++) free_record(t, &t->tape[i]);
-  t->n_tape = 0;
-  t->tape_stale = 0;
+  for (int64_t i = 0; i < t->tape.n; i++) free_record(t, &t->tape.recs[i]);
+  t->tape.n = 0;
+  t->tape.stale = 0;
   for (int64_t i = 0; i < t->n_params; i++) {
     loom_tensor_destroy(t->params[i].grad);
     t->params[i].grad = NULL;
@@ -114,9 +114,9 @@ void tape_clear(loom_trace_t *t) {
 
 void tape_destroy(loom_trace_t *t) {
   tape_clear(t);
-  core_free(t->tape);
-  t->tape = NULL;
-  for (int64_t v = 0; v < t->cap_grads; v++) loom_tensor_destroy(t->grads[v]);
-  core_free(t->grads);
-  t->grads = NULL;
+  core_free(t->tape.recs);
+  t->tape.recs = NULL;
+  for (int64_t v = 0; v < t->tape.cap_grads; v++) loom_tensor_destroy(t->tape.grads[v]);
+  core_free(t->tape.grads);
+  t->tape.grads = NULL;
 }

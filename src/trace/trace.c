@@ -236,10 +236,10 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   t->opt = *o;
   t->opt.data_dims.name = NULL;
   if (!t->opt.recompile_limit) t->opt.recompile_limit = 8;
-  t->prev_valid = true;
+  t->run.prev_valid = true;
   loom_status_t s = loom_graph_create(&t->g);
-  t->links = core_calloc(TR_LINKS, sizeof *t->links);
-  if (s == LOOM_OK && !t->links)
+  t->run.links = core_calloc(TR_LINKS, sizeof *t->run.links);
+  if (s == LOOM_OK && !t->run.links)
     s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
   if (s == LOOM_OK && o->cache) {
     t->cache = o->cache;
@@ -262,7 +262,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
 /* Frees this step's tensors and tables; the graph is emptied. */
 static void release_step(loom_trace_t *t) {
   tape_clear(t);
-  t->pack_epoch++; /* parameters may change before the next step */
+  t->packs.epoch++; /* parameters may change before the next step */
   for (int64_t v = 0; v < t->cap_vals; v++) {
     if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
     loom_tensor_destroy(t->vals[v].padded);
@@ -277,8 +277,8 @@ static void release_step(loom_trace_t *t) {
   t->region_start = 0;
   t->n_step_inputs = 0;
   t->path = 0;
-  t->prev = NULL;
-  t->prev_valid = true;
+  t->run.prev = NULL;
+  t->run.prev_valid = true;
 }
 
 void loom_trace_destroy(loom_trace_t *t) {
@@ -286,11 +286,11 @@ void loom_trace_destroy(loom_trace_t *t) {
   release_step(t);
   tape_destroy(t);
   tr_optim_destroy(t);
-  if (t->links && t->cache) seg_links_clear(t);
+  if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_packs_free(t);
   seg_work_free(t);
-  core_free(t->links);
+  core_free(t->run.links);
   if (t->own_cache) loom_cache_destroy(t->cache);
   loom_graph_destroy(t->g);
   for (int64_t i = 0; i < t->n_policies; i++) core_free(t->policies[i].name);
@@ -302,7 +302,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->sym_values);
   core_free(t->sym_policy);
   core_free(t->params);
-  core_free(t->sites);
+  core_free(t->run.sites);
   core_free(t->breaks);
   core_free(t);
 }

@@ -126,12 +126,33 @@ typedef struct tr_pack {
   const void *data; /* the parameter's storage */
   int64_t k, n;
   int trans_b;
-  uint64_t epoch;   /* the trace's pack_epoch when packed */
+  uint64_t epoch;   /* the packs' epoch when packed */
   void *buf;        /* kern_gemm_pack_b's layout */
   size_t bytes;     /* buf's size */
 } tr_pack_t;
 
 #define TR_PACKS 16
+
+/* The packed weights, across steps (segment_pack.c's). */
+typedef struct tr_packs {
+  tr_pack_t slot[TR_PACKS];
+  int next;          /* the slot to take next */
+  /* Parameters change only at a step's end or at the optimizer step, which
+   * begin a new epoch: packs of an older one are packed again. */
+  uint64_t epoch;
+  void **packed_b;   /* a run's loom_abi_t.packed_b (all NULL between runs) */
+  int64_t cap_packed_b;
+} tr_packs_t;
+
+/* What the run keeps across cuts and steps (segment_run.c's). */
+typedef struct tr_runs {
+  tr_link_t *links; /* TR_LINKS slots */
+  rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
+  bool prev_valid;  /* prev may be followed (a step start counts) */
+  tr_memo_t memo[TR_MEMO]; /* backward descriptions */
+  uint64_t *sites; /* sites that compiled before (recompile count) */
+  int64_t n_sites, cap_sites;
+} tr_runs_t;
 
 /* ---- Segment descriptions ------------------------------------------------
  * Everything needed to build a segment's graph, copied out of the trace
@@ -216,6 +237,18 @@ typedef struct tape_rec {
   loom_host_op_t op;
 } tape_rec_t;
 
+/* This step's tape (tape.c's records) and the backward walk's gradients
+ * (backward.c's). */
+typedef struct tr_tape {
+  tape_rec_t *recs;
+  int64_t n, cap;
+  /* Records [0, stale) were taped before this step's optimizer step
+   * changed the parameters. */
+  int64_t stale;
+  loom_tensor_t **grads; /* per value, during one backward walk */
+  int64_t cap_grads;
+} tr_tape_t;
+
 /* ---- The trace ------------------------------------------------------------- */
 
 struct loom_trace {
@@ -255,32 +288,14 @@ struct loom_trace {
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */
 
-  tr_link_t *links; /* TR_LINKS slots */
-  tr_memo_t memo[TR_MEMO]; /* backward descriptions (segment_run.c) */
-  tr_pack_t packs[TR_PACKS]; /* packed weights (segment_pack.c) */
-  int next_pack;             /* the pack slot to take next */
-  /* Parameters change only at a step's end or at the optimizer step, which
-   * begin a new epoch: packs of an older one are packed again. */
-  uint64_t pack_epoch;
-  void **packed_b;           /* a run's loom_abi_t.packed_b (all NULL between runs) */
-  int64_t cap_packed_b;
-  rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
-  bool prev_valid;  /* prev may be followed (a step start counts) */
-
-  uint64_t *sites; /* sites that compiled before (recompile count) */
-  int64_t n_sites, cap_sites;
+  tr_runs_t run;    /* segment_run.c's */
+  tr_packs_t packs; /* segment_pack.c's */
 
   tr_break_t *breaks;
   int64_t n_breaks, cap_breaks;
   int64_t last_break; /* the break seen last (checked first) */
 
-  tape_rec_t *tape;
-  int64_t n_tape, cap_tape;
-  /* Records [0, tape_stale) were taped before this step's
-   * optimizer step changed the parameters. */
-  int64_t tape_stale;
-  loom_tensor_t **grads; /* per value, during one backward walk */
-  int64_t cap_grads;
+  tr_tape_t tape;   /* tape.c's and backward.c's */
 
   struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
   void *seg;              /* a cut's scratch (segment.c) */
