@@ -1,6 +1,8 @@
 /* Segment descriptions and the graphs built from them: the cache's
  * builder callback. A description is self-contained (no pointer into the
- * trace graph), so a worker may build it after the step that made it. */
+ * trace graph), so a worker may build it after the step that made it.
+ * It calls no other file of the tracer (trace_internal.h lists the
+ * layers). */
 #include <stdio.h>
 #include <string.h>
 

@@ -6,7 +6,8 @@
  * optimizer step or between steps, so the trace packs each (storage,
  * layout) once per epoch (a step, or the part of one before
  * loom_trace_optimizer_step) and hands the packed panels to the run through
- * loom_abi_t.packed_b. */
+ * loom_abi_t.packed_b. It calls no other file of the tracer: the run
+ * (segment_run.c) and the backward pass (backward.c) call it. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -17,11 +18,11 @@
 #include "trace/trace_internal.h"
 
 void seg_packs_free(loom_trace_t *t) {
-  for (int i = 0; i < TR_PACKS; i++) core_free(t->packs[i].buf);
-  memset(t->packs, 0, sizeof t->packs);
-  core_free(t->packed_b);
-  t->packed_b = NULL;
-  t->cap_packed_b = 0;
+  for (int i = 0; i < TR_PACKS; i++) core_free(t->packs.slot[i].buf);
+  memset(t->packs.slot, 0, sizeof t->packs.slot);
+  core_free(t->packs.packed_b);
+  t->packs.packed_b = NULL;
+  t->packs.cap_packed_b = 0;
 }
 
 /* Whether x's storage is a parameter's (unchanged within an epoch). */
@@ -38,12 +39,12 @@ static loom_status_t packed_of(loom_trace_t *t, const loom_tensor_t *x, int tb, 
   int64_t k = x->shape[tb], n = x->shape[1 - tb];
   tr_pack_t *p = NULL;
   for (int i = 0; i < TR_PACKS && !p; i++) {
-    tr_pack_t *q = &t->packs[i];
+    tr_pack_t *q = &t->packs.slot[i];
     if (q->buf && q->data == x->data && q->k == k && q->n == n && q->trans_b == tb) p = q;
   }
   if (!p) {
-    p = &t->packs[t->next_pack];
-    t->next_pack = (t->next_pack + 1) % TR_PACKS;
+    p = &t->packs.slot[t->packs.next];
+    t->packs.next = (t->packs.next + 1) % TR_PACKS;
     size_t bytes = kern_gemm_packed_bytes(k, n);
     if (p->bytes < bytes) {
       core_free(p->buf);
@@ -54,11 +55,11 @@ static loom_status_t packed_of(loom_trace_t *t, const loom_tensor_t *x, int tb, 
                          (long long)x->shape[0], (long long)x->shape[1]);
     }
     *p = (tr_pack_t){.data = x->data, .k = k, .n = n, .trans_b = tb,
-                     .epoch = t->pack_epoch - 1, .buf = p->buf, .bytes = p->bytes};
+                     .epoch = t->packs.epoch - 1, .buf = p->buf, .bytes = p->bytes};
   }
-  if (p->epoch != t->pack_epoch) {
+  if (p->epoch != t->packs.epoch) {
     kern_gemm_pack_b(x->data, x->shape[1], tb, k, n, p->buf);
-    p->epoch = t->pack_epoch;
+    p->epoch = t->packs.epoch;
   }
   *out = p->buf;
   return LOOM_OK;
@@ -98,18 +99,19 @@ loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
   const loom_executable_t *x = rt_entry_executable(e);
   if (!x || x->interpreted || x->packed_b || !x->graph || t->n_params == 0)
     return rt_entry_run(e, n_in, ins, n_out, outs);
-  if (2 * (int64_t)x->n_slots + 1 > t->cap_packed_b) {
-    int64_t old = t->cap_packed_b;
-    LOOM_TRY(core_grow((void **)&t->packed_b, &t->cap_packed_b, 2 * (int64_t)x->n_slots + 1,
-                       sizeof *t->packed_b));
-    memset(t->packed_b + old, 0, sizeof *t->packed_b * (size_t)(t->cap_packed_b - old));
+  if (2 * (int64_t)x->n_slots + 1 > t->packs.cap_packed_b) {
+    int64_t old = t->packs.cap_packed_b;
+    LOOM_TRY(core_grow((void **)&t->packs.packed_b, &t->packs.cap_packed_b,
+                       2 * (int64_t)x->n_slots + 1, sizeof *t->packs.packed_b));
+    memset(t->packs.packed_b + old, 0,
+           sizeof *t->packs.packed_b * (size_t)(t->packs.cap_packed_b - old));
   }
   int set[TR_PACKS], n_set = 0;
   for (int i = 0; i < x->n_steps && n_set < TR_PACKS; i++) {
     int32_t slot;
     int tb;
     const loom_tensor_t *w;
-    if (!packable(t, x, &x->steps[i], ins, &slot, &tb, &w) || t->packed_b[2 * slot + tb])
+    if (!packable(t, x, &x->steps[i], ins, &slot, &tb, &w) || t->packs.packed_b[2 * slot + tb])
       continue;
     void *buf = NULL;
     loom_status_t s = packed_of(t, w, tb, &buf);
@@ -118,11 +120,11 @@ loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
       break;
     }
     set[n_set++] = 2 * slot + tb;
-    t->packed_b[2 * slot + tb] = buf;
+    t->packs.packed_b[2 * slot + tb] = buf;
   }
   loom_status_t s = n_set ? rt_entry_run_packed(e, n_in, ins, n_out, outs,
-                                                (const void *const *)t->packed_b)
+                                                (const void *const *)t->packs.packed_b)
                           : rt_entry_run(e, n_in, ins, n_out, outs);
-  for (int i = 0; i < n_set; i++) t->packed_b[set[i]] = NULL;
+  for (int i = 0; i < n_set; i++) t->packs.packed_b[set[i]] = NULL;
   return s;
 }

@@ -1,7 +1,9 @@
 /* Running segments: the hot path (each entry's predicted successor), the
  * lookup, compiles on a miss with speculation of the next buckets, binding
  * (padded to buckets, sliced back), the interpreter fallback, and the tape
- * records of training segments. */
+ * records of training segments. The cut (segment.c) calls it; it keys and
+ * describes through segment_key.c, runs through segment_pack.c and
+ * records through tape.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,7 +20,7 @@ static void release_ctx(void *ctx) { seg_desc_release(ctx); }
 static tr_link_t *link_slot(loom_trace_t *t, rt_entry_t *from) {
   uint64_t h = tr_mix(0x99, (uint64_t)(uintptr_t)from);
   for (int probe = 0; probe < TR_LINKS; probe++) {
-    tr_link_t *l = &t->links[(h + (uint64_t)probe) & (TR_LINKS - 1)];
+    tr_link_t *l = &t->run.links[(h + (uint64_t)probe) & (TR_LINKS - 1)];
     if (!l->to || l->from == from) return l;
   }
   return NULL;
@@ -26,21 +28,21 @@ static tr_link_t *link_slot(loom_trace_t *t, rt_entry_t *from) {
 
 void seg_links_clear(loom_trace_t *t) {
   for (int i = 0; i < TR_LINKS; i++) {
-    if (t->links[i].to) rt_entry_release(t->cache, t->links[i].to);
-    t->links[i] = (tr_link_t){0};
+    if (t->run.links[i].to) rt_entry_release(t->cache, t->run.links[i].to);
+    t->run.links[i] = (tr_link_t){0};
   }
-  t->prev = NULL;
-  t->prev_valid = false;
+  t->run.prev = NULL;
+  t->run.prev_valid = false;
 }
 
 /* The step start links from this sentinel. */
 static rt_entry_t *from_key(loom_trace_t *t) {
-  return t->prev ? t->prev : (rt_entry_t *)t->links;
+  return t->run.prev ? t->run.prev : (rt_entry_t *)t->run.links;
 }
 
 /* The predicted successor when its key hash matches. */
 static rt_entry_t *follow(loom_trace_t *t, uint64_t hash) {
-  if (!t->prev_valid) return NULL;
+  if (!t->run.prev_valid) return NULL;
   tr_link_t *l = link_slot(t, from_key(t));
   return l && l->to && l->to_hash == hash ? l->to : NULL;
 }
@@ -48,7 +50,7 @@ static rt_entry_t *follow(loom_trace_t *t, uint64_t hash) {
 /* Records prev -> e, then e as prev. The link takes over the reference
  * held on e, or it is given back where no link can be kept. */
 static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
-  tr_link_t *l = t->prev_valid ? link_slot(t, from_key(t)) : NULL;
+  tr_link_t *l = t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
   if (l) {
     if (l->to) rt_entry_release(t->cache, l->to);
     *l = (tr_link_t){.from = from_key(t), .to = e, .to_hash = hash};
@@ -57,8 +59,8 @@ static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
   }
   /* Only a key from here on: a link from a released entry still checks
    * its successor's key hash before it is followed. */
-  t->prev = e;
-  t->prev_valid = true;
+  t->run.prev = e;
+  t->run.prev_valid = true;
 }
 
 /* ---- Running ---------------------------------------------------------------- */
@@ -267,9 +269,9 @@ static bool same_key(const rt_key_t *a, const rt_key_t *b) {
 
 void seg_memo_clear(loom_trace_t *t) {
   for (int i = 0; i < TR_MEMO; i++) {
-    seg_desc_release(t->memo[i].bwd);
-    core_free((void *)t->memo[i].key.inputs);
-    t->memo[i] = (tr_memo_t){0};
+    seg_desc_release(t->run.memo[i].bwd);
+    core_free((void *)t->run.memo[i].key.inputs);
+    t->run.memo[i] = (tr_memo_t){0};
   }
 }
 
@@ -280,7 +282,7 @@ void seg_memo_clear(loom_trace_t *t) {
  * the policies and the attribute sizes are all in it. */
 static loom_status_t backward_desc(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                                    seg_desc_t **out) {
-  tr_memo_t *m = &t->memo[key->hash & (TR_MEMO - 1)];
+  tr_memo_t *m = &t->run.memo[key->hash & (TR_MEMO - 1)];
   if (m->bwd && same_key(&m->key, key)) {
     m->bwd->refs++;
     *out = m->bwd;
@@ -372,7 +374,7 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w) {
   s = loom_interpret(g, w->n_ins, ins, n_out, outs);
   loom_graph_destroy(g);
   t->stats.interpreted++;
-  t->prev_valid = false;
+  t->run.prev_valid = false;
   if (s != LOOM_OK) return s;
   return finish_outputs(t, w, &key, outs, n_out);
 }
@@ -380,13 +382,14 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w) {
 /* Counts a miss and whether its site compiled before. */
 static loom_status_t note_miss(loom_trace_t *t, uint64_t site) {
   t->stats.misses++;
-  for (int64_t i = 0; i < t->n_sites; i++)
-    if (t->sites[i] == site) {
+  for (int64_t i = 0; i < t->run.n_sites; i++)
+    if (t->run.sites[i] == site) {
       t->stats.recompiles++;
       return LOOM_OK;
     }
-  LOOM_TRY(core_grow((void **)&t->sites, &t->cap_sites, t->n_sites + 1, sizeof *t->sites));
-  t->sites[t->n_sites++] = site;
+  LOOM_TRY(core_grow((void **)&t->run.sites, &t->run.cap_sites, t->run.n_sites + 1,
+                     sizeof *t->run.sites));
+  t->run.sites[t->run.n_sites++] = site;
   return LOOM_OK;
 }
 
@@ -407,13 +410,13 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
   int n = 0;
   /* past a list's largest bucket every size is its own: nothing to predict */
   if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
-    planned[n++] = seg_bucket_of(p, now + 1);
+    planned[n++] = tr_bucket_of(p, now + 1);
   if (p->profile_max <= 0 || q->profiled) return n;
   q->profiled = true;
-  planned[n++] = seg_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
+  planned[n++] = tr_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
   int64_t last = p->n_buckets ? p->buckets[p->n_buckets - 1] : INT64_MAX;
-  for (int64_t b = seg_bucket_of(p, p->profile_min);
-       n < LOOM_MAX_BUCKETS + 2 && b <= last; b = seg_bucket_of(p, b + 1)) {
+  for (int64_t b = tr_bucket_of(p, p->profile_min);
+       n < LOOM_MAX_BUCKETS + 2 && b <= last; b = tr_bucket_of(p, b + 1)) {
     planned[n++] = b;
     if (b >= p->profile_max) break;
   }
@@ -471,7 +474,7 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   if (e) { /* the link holds the reference */
     t->stats.stitched++;
     t->stats.hits++;
-    t->prev = e;
+    t->run.prev = e;
     return run_entry(t, w, e, &key);
   }
   e = rt_cache_lookup(t->cache, &key);

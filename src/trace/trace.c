@@ -1,7 +1,8 @@
 /* Traces: the public API. Ops record into one graph through the node
  * hook; inputs, parameters and callback outputs enter it as graph inputs
  * bound to tensors; reads, scalars, callbacks and data-dependent ops cut
- * it into segments (segment.c). */
+ * it into segments (segment.c). The top layer: it calls the others
+ * (trace_internal.h lists them), and none of them calls it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,132 +19,6 @@ loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size
                                    .data_dims.kind = LOOM_DIM_EXACT};
   return core_sized_init(__func__, "loom_trace_options_t", o, size, &defaults,
                          sizeof defaults);
-}
-
-/* ---- One thread at a time ----------------------------------------------------
- * A trace is a graph under construction plus a step's tensors: calls from
- * two threads would interleave their recordings and free each other's
- * values, so a step belongs to the thread that began it (its first call
- * after loom_trace_create or loom_trace_step_end, a builder recording into
- * the trace's graph included) until its loom_trace_step_end. Another
- * thread's call meanwhile is refused before it touches anything; between
- * steps any thread may take the trace over. The claim is an atomic
- * exchange, so one thread's step happens before the next one's. */
-
-/* An address unique to the calling thread while it lives. */
-static uintptr_t this_thread(void) {
-  static _Thread_local char token;
-  return (uintptr_t)&token;
-}
-
-static loom_status_t refuse(const char *fn) {
-  return loom_fail(LOOM_ERR_INVALID, "%s: the trace is in use by another thread (a step "
-                   "belongs to the thread that began it until its loom_trace_step_end; "
-                   "threads that trace at once need a trace each, which may share a "
-                   "loom_cache_t)", fn);
-}
-
-loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
-  uintptr_t me = this_thread(), user = 0;
-  if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
-                                              memory_order_relaxed) || user == me)
-    return LOOM_OK;
-  return refuse(fn);
-}
-
-/* For a call that only reads t: takes t unless this thread has it (*taken
- * says so), so that no step begins while it reads. */
-static loom_status_t claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
-  /* The claim word is the one field readers write: t is not const there. */
-  loom_trace_t *w = (loom_trace_t *)t;
-  uintptr_t me = this_thread(), user = 0;
-  *taken = atomic_compare_exchange_strong_explicit(&w->user, &user, me, memory_order_acquire,
-                                                   memory_order_relaxed);
-  return *taken || user == me ? LOOM_OK : refuse(fn);
-}
-
-static void give_back(const loom_trace_t *t, bool taken) {
-  if (taken) atomic_store_explicit(&((loom_trace_t *)t)->user, 0, memory_order_release);
-}
-
-/* The graph hook: builders recording into the trace's graph claim it. */
-static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
-  (void)g;
-  return tr_claim(ctx, what);
-}
-
-/* ---- Tables ---------------------------------------------------------------- */
-
-/* Grows the per-value, per-node and per-symbol tables to the graph. */
-loom_status_t tr_reserve_values(loom_trace_t *t) {
-  loom_graph_t *g = t->g;
-  if (g->n_values > t->cap_vals) {
-    int64_t old = t->cap_vals;
-    LOOM_TRY(core_grow((void **)&t->vals, &t->cap_vals, g->n_values,
-                       sizeof *t->vals));
-    memset(t->vals + old, 0, sizeof *t->vals * (size_t)(t->cap_vals - old));
-  }
-  if (g->n_nodes > t->cap_nodes) {
-    int64_t cap = t->cap_nodes;
-    LOOM_TRY(core_grow((void **)&t->node_ran, &cap, g->n_nodes,
-                       sizeof *t->node_ran));
-    LOOM_TRY(core_grow((void **)&t->node_hash, &t->cap_nodes, g->n_nodes,
-                       sizeof *t->node_hash));
-  }
-  if (g->n_symbols > t->cap_syms) {
-    int64_t old = t->cap_syms, cap = old;
-    LOOM_TRY(core_grow((void **)&t->sym_values, &cap, g->n_symbols,
-                       sizeof *t->sym_values));
-    cap = old;
-    LOOM_TRY(core_grow((void **)&t->sym_policy, &cap, g->n_symbols,
-                       sizeof *t->sym_policy));
-    for (int64_t i = old; i < cap; i++) {
-      t->sym_values[i] = -1;
-      t->sym_policy[i] = -1;
-    }
-    t->cap_syms = cap;
-  }
-  return LOOM_OK;
-}
-
-loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v) {
-  return v >= 0 && v < t->cap_vals ? t->vals[v].t : NULL;
-}
-
-loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
-                           int64_t *shape) {
-  for (int d = 0; d < type->rank; d++) {
-    if (ir_dim_is_const(type->dims[d])) {
-      shape[d] = type->dims[d];
-      continue;
-    }
-    LOOM_TRY(ir_dim_eval(t->g, type->dims[d], t->sym_values, &shape[d]));
-    if (shape[d] < 0) {
-      char buf[64];
-      return loom_fail(LOOM_ERR_SHAPE, "trace: dim %s has no size in this step",
-                       ir_dim_str(t->g, type->dims[d], buf, sizeof buf));
-    }
-  }
-  return LOOM_OK;
-}
-
-const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym) {
-  if (sym < 0 || sym >= t->cap_syms || t->sym_policy[sym] < 0) return NULL;
-  return &t->policies[t->sym_policy[sym]].p;
-}
-
-tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket) {
-  const loom_dim_policy_t *p = tr_sym_policy(t, sym);
-  if (!p) return TR_EXACT;
-  switch (p->kind) {
-  case LOOM_DIM_SYMBOLIC: return TR_SYMBOLIC;
-  case LOOM_DIM_AUTO:
-    return t->policies[t->sym_policy[sym]].switched ? TR_SYMBOLIC : TR_EXACT;
-  case LOOM_DIM_BUCKET:
-    if (bucket) *bucket = seg_bucket_of(p, t->sym_values[sym]);
-    return TR_BUCKET;
-  default: return TR_EXACT;
-  }
 }
 
 /* ---- Policies ---------------------------------------------------------------- */
@@ -299,6 +174,12 @@ static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
   return s;
 }
 
+/* The graph hook: builders recording into the trace's graph claim it. */
+static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
+  (void)g;
+  return tr_claim(ctx, what);
+}
+
 static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   loom_trace_t *t = ctx;
   LOOM_TRY(tr_reserve_values(t));
@@ -355,10 +236,10 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   t->opt = *o;
   t->opt.data_dims.name = NULL;
   if (!t->opt.recompile_limit) t->opt.recompile_limit = 8;
-  t->prev_valid = true;
+  t->run.prev_valid = true;
   loom_status_t s = loom_graph_create(&t->g);
-  t->links = core_calloc(TR_LINKS, sizeof *t->links);
-  if (s == LOOM_OK && !t->links)
+  t->run.links = core_calloc(TR_LINKS, sizeof *t->run.links);
+  if (s == LOOM_OK && !t->run.links)
     s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
   if (s == LOOM_OK && o->cache) {
     t->cache = o->cache;
@@ -381,7 +262,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
 /* Frees this step's tensors and tables; the graph is emptied. */
 static void release_step(loom_trace_t *t) {
   tape_clear(t);
-  t->pack_epoch++; /* parameters may change before the next step */
+  t->packs.epoch++; /* parameters may change before the next step */
   for (int64_t v = 0; v < t->cap_vals; v++) {
     if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
     loom_tensor_destroy(t->vals[v].padded);
@@ -396,8 +277,8 @@ static void release_step(loom_trace_t *t) {
   t->region_start = 0;
   t->n_step_inputs = 0;
   t->path = 0;
-  t->prev = NULL;
-  t->prev_valid = true;
+  t->run.prev = NULL;
+  t->run.prev_valid = true;
 }
 
 void loom_trace_destroy(loom_trace_t *t) {
@@ -405,11 +286,11 @@ void loom_trace_destroy(loom_trace_t *t) {
   release_step(t);
   tape_destroy(t);
   tr_optim_destroy(t);
-  if (t->links && t->cache) seg_links_clear(t);
+  if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_packs_free(t);
   seg_work_free(t);
-  core_free(t->links);
+  core_free(t->run.links);
   if (t->own_cache) loom_cache_destroy(t->cache);
   loom_graph_destroy(t->g);
   for (int64_t i = 0; i < t->n_policies; i++) core_free(t->policies[i].name);
@@ -421,7 +302,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->sym_values);
   core_free(t->sym_policy);
   core_free(t->params);
-  core_free(t->sites);
+  core_free(t->run.sites);
   core_free(t->breaks);
   core_free(t);
 }
@@ -531,12 +412,12 @@ loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
   LOOM_CHECK_ARG(rank);
   LOOM_CHECK_ARG(shape);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_status_t s = check_value(t, v, __func__);
   const ir_type_t *ty = s == LOOM_OK ? &t->g->values[v.id].type : NULL;
   if (s == LOOM_OK) s = tr_eval_type(t, ty, shape);
   if (s == LOOM_OK) *rank = ty->rank;
-  give_back(t, taken);
+  tr_give_back(t, taken);
   return s;
 }
 
@@ -707,55 +588,13 @@ loom_status_t loom_trace_step_end(loom_trace_t *t) {
   return s;
 }
 
-/* A break is its site and its kind (fmt, and the callback or op name):
- * the value id in a read's reason differs per invocation of one place of
- * the program (each cell of an RNN), so it is shown but not compared. */
-static bool same_break(const tr_break_t *b, uint64_t site, const tr_reason_t *r) {
-  return b->site == site && b->fmt == r->fmt &&
-         (!r->str || !strncmp(b->str, r->str, sizeof b->str - 1));
-}
-
-loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
-                            const tr_reason_t *r) {
-  t->stats.breaks++;
-  int64_t last = t->last_break; /* a loop repeats its break: try it first */
-  if (last < t->n_breaks && same_break(&t->breaks[last], site, r)) {
-    t->breaks[last].count++;
-    return LOOM_OK;
-  }
-  for (int64_t i = 0; i < t->n_breaks; i++)
-    if (same_break(&t->breaks[i], site, r)) {
-      t->breaks[i].count++;
-      t->last_break = i;
-      return LOOM_OK;
-    }
-  LOOM_TRY(core_grow((void **)&t->breaks, &t->cap_breaks, t->n_breaks + 1,
-                     sizeof *t->breaks));
-  t->last_break = t->n_breaks;
-  tr_break_t *b = &t->breaks[t->n_breaks++];
-  memset(b, 0, sizeof *b);
-  b->fmt = r->fmt;
-  b->num = r->num;
-  if (r->str) {
-    snprintf(b->str, sizeof b->str, "%s", r->str);
-    snprintf(b->reason, sizeof b->reason, r->fmt, b->str);
-  } else {
-    snprintf(b->reason, sizeof b->reason, r->fmt, (long long)r->num);
-  }
-  b->site = site;
-  b->count = 1;
-  core_log(LOG_BREAKS, "graph break at site %016llx: %s",
-           (unsigned long long)site, b->reason);
-  return LOOM_OK;
-}
-
 loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                    loom_trace_stats_t *out) {
   LOOM_CHECK_ARG(t);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_trace_stats_t s = t->stats;
-  give_back(t, taken);
+  tr_give_back(t, taken);
   s.size = sizeof s;
   s.cache = (loom_cache_stats_t)LOOM_CACHE_STATS_INIT;
   LOOM_TRY(loom_cache_get_stats(t->cache, &s.cache));
@@ -791,8 +630,8 @@ loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
   bool taken;
-  LOOM_TRY(claim_to_read(t, __func__, &taken));
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
   loom_status_t s = explain(t, out);
-  give_back(t, taken);
+  tr_give_back(t, taken);
   return s;
 }

@@ -1,13 +1,30 @@
-/* The tracer's insides, shared by its files:
- *   trace.c    the public API: inputs, parameters, reads, callbacks, steps,
- *              statistics, the node hook;
- *   segment.c  cuts: extracting a segment, its GraphKey, its description;
- *   segment_graph.c  building a segment's graph from its description;
- *   segment_run.c  looking up and running (the hot path, compiled, padded
- *              to a bucket, or interpreted), speculation;
- *   tape.c     training: the tape of segment invocations, backward,
- *              gradients;
- *   trace_optim.c  the optimizer step (loom/train.h's optimizers).
+/* The tracer's insides, shared by its files. The files are layers,
+ * listed bottom first: each calls only files listed before it, never one
+ * after, so that each can be read knowing only those before it:
+ *   state.c          the trace's state that all read: whose step it is (the
+ *                    claim), the per-value, per-node and per-symbol tables,
+ *                    tensors, sizes, and the modes of symbols under their
+ *                    shape policies;
+ *   segment_graph.c  building a segment's graph from its description (the
+ *                    cache's builder; runs on workers too);
+ *   segment_key.c    a segment's inputs' types under the policies, its
+ *                    GraphKey and its description;
+ *   segment_pack.c   running an executable with the weights its GEMMs read
+ *                    packed once per epoch;
+ *   tape.c           the records of a training step's tape;
+ *   segment_run.c    looking a segment up and running it (the hot path,
+ *                    compiled, padded to a bucket, or interpreted),
+ *                    speculation, the tape records of training segments;
+ *   segment.c        cuts: extracting a segment, kept values, graph breaks;
+ *   backward.c       the backward pass over the tape, gradients;
+ *   trace_optim.c    the optimizer step (loom/train.h's optimizers);
+ *   trace.c          the public API: options, create and destroy, inputs,
+ *                    parameters, reads, callbacks, steps, statistics, the
+ *                    node hook.
+ * (backward.c and trace_optim.c hold the public calls of their part.)
+ * Any of them may call the GraphKey cache (cache.h), which calls none of
+ * them.
+ * The declarations at the end of this header follow the same order.
  *
  * Values are the trace graph's value ids. A value is materialized when
  * the trace holds a tensor for it; a cut materializes what is asked for
@@ -109,12 +126,33 @@ typedef struct tr_pack {
   const void *data; /* the parameter's storage */
   int64_t k, n;
   int trans_b;
-  uint64_t epoch;   /* the trace's pack_epoch when packed */
+  uint64_t epoch;   /* the packs' epoch when packed */
   void *buf;        /* kern_gemm_pack_b's layout */
   size_t bytes;     /* buf's size */
 } tr_pack_t;
 
 #define TR_PACKS 16
+
+/* The packed weights, across steps (segment_pack.c's). */
+typedef struct tr_packs {
+  tr_pack_t slot[TR_PACKS];
+  int next;          /* the slot to take next */
+  /* Parameters change only at a step's end or at the optimizer step, which
+   * begin a new epoch: packs of an older one are packed again. */
+  uint64_t epoch;
+  void **packed_b;   /* a run's loom_abi_t.packed_b (all NULL between runs) */
+  int64_t cap_packed_b;
+} tr_packs_t;
+
+/* What the run keeps across cuts and steps (segment_run.c's). */
+typedef struct tr_runs {
+  tr_link_t *links; /* TR_LINKS slots */
+  rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
+  bool prev_valid;  /* prev may be followed (a step start counts) */
+  tr_memo_t memo[TR_MEMO]; /* backward descriptions */
+  uint64_t *sites; /* sites that compiled before (recompile count) */
+  int64_t n_sites, cap_sites;
+} tr_runs_t;
 
 /* ---- Segment descriptions ------------------------------------------------
  * Everything needed to build a segment's graph, copied out of the trace
@@ -177,17 +215,6 @@ typedef struct seg_desc {
   int num_threads;
 } seg_desc_t;
 
-void seg_desc_release(seg_desc_t *d);
-/* The bucket groups (ascending) whose symbol sizes an axis of g's inputs
- * [0, n_in): a masked backward has one real-size input per such group,
- * in this order, after them. Returns their count. */
-int seg_groups_present(const seg_desc_t *d, const loom_graph_t *g, int n_in,
-                       int *groups);
-/* The graph of d (plain, forward or backward, padded when bucketed) and
- * its compile options; the rt_builder_t callback. */
-loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
-                             loom_compile_options_t *options);
-
 /* ---- The tape -------------------------------------------------------------- */
 
 typedef enum tape_kind { TAPE_SEGMENT, TAPE_CALLBACK } tape_kind_t;
@@ -209,6 +236,18 @@ typedef struct tape_rec {
   /* TAPE_CALLBACK: the op (copied: the caller's may be on its stack) */
   loom_host_op_t op;
 } tape_rec_t;
+
+/* This step's tape (tape.c's records) and the backward walk's gradients
+ * (backward.c's). */
+typedef struct tr_tape {
+  tape_rec_t *recs;
+  int64_t n, cap;
+  /* Records [0, stale) were taped before this step's optimizer step
+   * changed the parameters. */
+  int64_t stale;
+  loom_tensor_t **grads; /* per value, during one backward walk */
+  int64_t cap_grads;
+} tr_tape_t;
 
 /* ---- The trace ------------------------------------------------------------- */
 
@@ -249,32 +288,14 @@ struct loom_trace {
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */
 
-  tr_link_t *links; /* TR_LINKS slots */
-  tr_memo_t memo[TR_MEMO]; /* backward descriptions (segment_run.c) */
-  tr_pack_t packs[TR_PACKS]; /* packed weights (segment_pack.c) */
-  int next_pack;             /* the pack slot to take next */
-  /* Parameters change only at a step's end or at the optimizer step, which
-   * begin a new epoch: packs of an older one are packed again. */
-  uint64_t pack_epoch;
-  void **packed_b;           /* a run's loom_abi_t.packed_b (all NULL between runs) */
-  int64_t cap_packed_b;
-  rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
-  bool prev_valid;  /* prev may be followed (a step start counts) */
-
-  uint64_t *sites; /* sites that compiled before (recompile count) */
-  int64_t n_sites, cap_sites;
+  tr_runs_t run;    /* segment_run.c's */
+  tr_packs_t packs; /* segment_pack.c's */
 
   tr_break_t *breaks;
   int64_t n_breaks, cap_breaks;
   int64_t last_break; /* the break seen last (checked first) */
 
-  tape_rec_t *tape;
-  int64_t n_tape, cap_tape;
-  /* Records [0, tape_stale) were taped before this step's
-   * optimizer step changed the parameters. */
-  int64_t tape_stale;
-  loom_tensor_t **grads; /* per value, during one backward walk */
-  int64_t cap_grads;
+  tr_tape_t tape;   /* tape.c's and backward.c's */
 
   struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
   void *seg;              /* a cut's scratch (segment.c) */
@@ -282,21 +303,7 @@ struct loom_trace {
   loom_trace_stats_t stats;
 };
 
-/* trace.c */
-/* Takes t for this thread until the step ends (a no-op when it has it);
- * LOOM_ERR_INVALID, naming fn, when another thread's step is open. */
-loom_status_t tr_claim(loom_trace_t *t, const char *fn);
-loom_status_t tr_reserve_values(loom_trace_t *t);
-loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);
-loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
-                           int64_t *shape);
-/* Counts a break at site and logs it the first time. */
-loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
-                            const tr_reason_t *reason);
-tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket);
-const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym);
-
-/* ---- Cuts (segment.c, segment_run.c) ---------------------------------------- */
+/* ---- A cut's scratch (segment.c, segment_key.c, segment_run.c) ------------ */
 
 /* Scratch of one cut, kept by the trace between cuts (marks are epochs,
  * so nothing is cleared per cut). */
@@ -326,12 +333,49 @@ typedef struct seg_work {
   uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
 } seg_work_t;
 
-/* segment.c: runs a segment materializing want[0..n) and the pending
- * region's leaves; reason names the cut (NULL: the end of a step). */
-loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
-                      const tr_reason_t *reason);
-void seg_work_free(loom_trace_t *t);
-int64_t seg_bucket_of(const loom_dim_policy_t *p, int64_t size);
+/* An operand's reference in w's segment: input position or (cone
+ * position, index). Inline: a cut takes it per operand of its cone. */
+static inline seg_ref_t seg_ref_of(const loom_trace_t *t, const seg_work_t *w, int32_t v) {
+  /* by the marks, not by t->vals: outputs become real during the cut */
+  if (w->val_mark[v] == w->epoch) return (seg_ref_t){-1, w->val_pos[v]};
+  const ir_value_t *iv = &t->g->values[v];
+  return (seg_ref_t){w->node_pos[iv->node], iv->index};
+}
+
+/* ---- The layers' calls, bottom up ------------------------------------------- */
+
+/* state.c */
+/* Takes t for this thread until the step ends (a no-op when it has it);
+ * LOOM_ERR_INVALID, naming fn, when another thread's step is open. */
+loom_status_t tr_claim(loom_trace_t *t, const char *fn);
+/* For a call that only reads t: takes t unless this thread has it
+ * (*taken says so); tr_give_back(t, *taken) ends the read. */
+loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken);
+void tr_give_back(const loom_trace_t *t, bool taken);
+/* Grows the per-value, per-node and per-symbol tables to the graph. */
+loom_status_t tr_reserve_values(loom_trace_t *t);
+loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);
+/* type's shape with this step's symbol sizes. */
+loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
+                           int64_t *shape);
+tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket);
+const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym);
+/* The bucket of size under p (its list's, or the next power of two). */
+int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size);
+
+/* segment_graph.c */
+void seg_desc_release(seg_desc_t *d);
+/* The bucket groups (ascending) whose symbol sizes an axis of g's inputs
+ * [0, n_in): a masked backward has one real-size input per such group,
+ * in this order, after them. Returns their count. */
+int seg_groups_present(const seg_desc_t *d, const loom_graph_t *g, int n_in,
+                       int *groups);
+/* The graph of d (plain, forward or backward, padded when bucketed) and
+ * its compile options; the rt_builder_t callback. */
+loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
+                             loom_compile_options_t *options);
+
+/* segment_key.c */
 /* The inputs' types under the policies (exact: every dim a size). */
 loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact);
 /* The GraphKey of w's segment (part 0: plain, 1: forward); its inputs
@@ -344,27 +388,12 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
 /* Each bucket group's bucket, from w's input types. */
 void seg_group_buckets(const seg_work_t *w, int64_t *out);
 
-/* segment_run.c: looks w's segment up (the hot path first) and runs it. */
-loom_status_t seg_run(loom_trace_t *t, seg_work_t *w);
-/* A zero tensor of shape with x's elements in its leading corner. */
-loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
-                           loom_tensor_t **out);
-/* The leading corner of shape out of padded p. */
-loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
-                             const int64_t *shape, loom_tensor_t **out);
-void seg_links_clear(loom_trace_t *t);
-/* Releases the kept backward descriptions. */
-void seg_memo_clear(loom_trace_t *t);
 /* segment_pack.c: rt_entry_run, with the parameters that its GEMMs read
  * as B operands packed once per epoch. */
 loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
                             loom_tensor_t *const *ins, int n_out,
                             loom_tensor_t *const *outs);
 void seg_packs_free(loom_trace_t *t);
-/* A tensor whose elements are not initialized (outputs that a run
- * writes whole). */
-loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
-                                loom_tensor_t **out);
 
 /* tape.c */
 /* sizes: see tape_rec_t (copied; NULL unless bwd->bucket). */
@@ -379,7 +408,36 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
 void tape_clear(loom_trace_t *t);
 void tape_destroy(loom_trace_t *t);
 
+/* segment_run.c: looks w's segment up (the hot path first) and runs it. */
+loom_status_t seg_run(loom_trace_t *t, seg_work_t *w);
+/* A zero tensor of shape with x's elements in its leading corner. */
+loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
+                           loom_tensor_t **out);
+/* The leading corner of shape out of padded p. */
+loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
+                             const int64_t *shape, loom_tensor_t **out);
+/* A tensor whose elements are not initialized (outputs that a run
+ * writes whole). */
+loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out);
+void seg_links_clear(loom_trace_t *t);
+/* Releases the kept backward descriptions. */
+void seg_memo_clear(loom_trace_t *t);
+
+/* segment.c: runs a segment materializing want[0..n) and the pending
+ * region's leaves; reason names the cut (NULL: the end of a step). */
+loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
+                      const tr_reason_t *reason);
+void seg_work_free(loom_trace_t *t);
+/* Counts a break at site and logs it the first time. */
+loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
+                            const tr_reason_t *reason);
+
+/* backward.c: loom_trace_backward and loom_trace_grad only. */
+
 /* trace_optim.c */
 void tr_optim_destroy(loom_trace_t *t);
+
+/* trace.c: the public API only. */
 
 #endif

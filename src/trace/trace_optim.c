@@ -6,7 +6,7 @@
  * them in place, without copies in and out), its state (momentum buffers,
  * moments, step counters) in parameters of its own, which persist across
  * steps. Inputs: lr, then per parameter its gradient and whether it takes
- * the step. */
+ * the step. It calls only state.c of the tracer (the claim). */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
@@ -189,8 +189,8 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
   loom_status_t s = optim_run(t, lr);
   /* the parameters changed (in part, if the run failed) */
-  t->tape_stale = t->n_tape;
-  t->pack_epoch++;
+  t->tape.stale = t->tape.n;
+  t->packs.epoch++;
   LOOM_TRY(s);
   loom_clear_error();
   return LOOM_OK;

@@ -1,0 +1,339 @@
+/* The backward pass of training through traces: the walk over the tape
+ * (tape.c) from the loss back, each segment record's backward graph
+ * looked up or compiled under its key and run on its saved values, each
+ * host callback's backward called, and the parameters' gradients
+ * accumulated. Above the cut (segment.c), which materializes the loss. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "trace/trace_internal.h"
+
+/* ---- Gradients ------------------------------------------------------------ */
+
+/* a += b over n floats: an RNN's weight gradient is summed here once a
+ * cell (64K floats for a 128 x 512 W_hh), so AVX2 is worth a second
+ * copy (chosen by a CPU check: target_clones' ifunc resolver runs
+ * before ThreadSanitizer's runtime and crashes it). */
+__attribute__((target("avx2"))) static void add_f32_avx2(float *restrict a,
+                                                          const float *restrict b,
+                                                          int64_t n) {
+  for (int64_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+static void add_f32(float *restrict a, const float *restrict b, int64_t n) {
+  if (__builtin_cpu_supports("avx2")) {
+    add_f32_avx2(a, b, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+/* acc += g, elementwise; g is consumed. v names the value for messages. */
+static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
+  int64_t n = loom_tensor_numel(acc);
+  loom_status_t s = LOOM_OK;
+  if (loom_tensor_numel(g) != n || g->dtype != acc->dtype)
+    s = loom_fail(LOOM_ERR_SHAPE, "trace backward: gradient of %%%d has %lld "
+                  "elements, %lld expected", v, (long long)loom_tensor_numel(g),
+                  (long long)n);
+  else if (acc->dtype == LOOM_F32)
+    add_f32((float *)acc->data, (const float *)g->data, n);
+  else
+    for (int64_t i = 0, es = (int64_t)loom_dtype_size(acc->dtype); i < n; i++) {
+      char *a = (char *)acc->data + i * es;
+      dtype_store_f64(acc->dtype, a, dtype_load_f64(acc->dtype, a) +
+                      dtype_load_f64(g->dtype, (char *)g->data + i * es));
+    }
+  loom_tensor_destroy(g);
+  return s;
+}
+
+/* grads[v] += g (g is consumed). */
+static loom_status_t accumulate(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
+  if (t->tape.grads[v]) return add_into(t->tape.grads[v], g, v);
+  t->tape.grads[v] = g;
+  return LOOM_OK;
+}
+
+/* grads[v], or a new zero tensor of v's type. */
+static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
+                                   loom_tensor_t **out, bool *made) {
+  *made = !t->tape.grads[v];
+  if (!*made) {
+    *out = t->tape.grads[v];
+    return LOOM_OK;
+  }
+  const loom_tensor_t *x = t->vals[v].t;
+  return tensor_new(x->dtype, x->rank, x->shape, out);
+}
+
+/* The backward graph of r: a ready cache entry (*e, compiled under the
+ * forward's key with another structure), else a graph built to be
+ * interpreted (*own). */
+static loom_status_t backward_graph(loom_trace_t *t, tape_rec_t *r,
+                                    rt_entry_t **e, loom_graph_t **own) {
+  rt_get_result_t res = RT_FAILED;
+  *e = NULL;
+  *own = NULL;
+  if (t->opt.compile) {
+    *e = rt_cache_lookup(t->cache, &r->key);
+    res = RT_READY;
+    if (!*e) {
+      r->bwd->refs++;
+      rt_builder_t b = {seg_desc_build, (void (*)(void *))seg_desc_release, r->bwd};
+      LOOM_TRY(rt_cache_get(t->cache, &r->key, &b, !t->opt.tiered,
+                            t->opt.recompile_limit, &res, e));
+    }
+  }
+  if (res == RT_READY && *e) return LOOM_OK;
+  *e = NULL;
+  t->stats.interpreted++;
+  return seg_desc_build(r->bwd, own, NULL);
+}
+
+/* The shape of g's value v with r's symbol sizes (bucketed records). */
+static loom_status_t bucket_shape(const tape_rec_t *r, const loom_graph_t *g,
+                                  int32_t v, int64_t *shape) {
+  int n = ir_num_symbols(g), have = r->bwd->n_syms + r->bwd->n_groups;
+  int64_t syms[n + 1];
+  for (int k = 0; k < n; k++) syms[k] = k < have ? r->sizes[k] : -1;
+  const ir_type_t *ty = &g->values[v].type;
+  for (int a = 0; a < ty->rank; a++) LOOM_TRY(ir_dim_eval(g, ty->dims[a], syms, &shape[a]));
+  return LOOM_OK;
+}
+
+/* Replaces *x (owned) by its copy padded or sliced to shape, if it
+ * differs. */
+static loom_status_t reshape_copy(loom_tensor_t **x, const int64_t *shape,
+                                  bool pad) {
+  if (!memcmp((*x)->shape, shape, sizeof *shape * (size_t)(*x)->rank)) return LOOM_OK;
+  loom_tensor_t *y = NULL;
+  loom_status_t s = pad ? seg_pad_copy(*x, shape, &y)
+                        : seg_slice_copy(*x, (*x)->rank, shape, &y);
+  loom_tensor_destroy(*x);
+  *x = y;
+  return s;
+}
+
+/* The backward's inputs: the saved values, the outputs' gradients (zeros
+ * where none came; padded to their buckets when bucketed), and the real
+ * sizes of the bucket groups the backward masks. made[i]: ins[i] is
+ * this call's. */
+static loom_status_t backward_inputs(loom_trace_t *t, tape_rec_t *r,
+                                     const loom_graph_t *bg, loom_tensor_t **ins,
+                                     bool *made) {
+  const seg_desc_t *d = r->bwd;
+  for (int i = 0; i < r->n_saved; i++) ins[i] = r->saved[i];
+  int j = r->n_saved;
+  for (int k = 0; k < r->n_out; k++) {
+    if (!dtype_is_float(t->g->values[r->out[k]].type.dtype)) continue;
+    LOOM_TRY(grad_or_zeros(t, r->out[k], &ins[j], &made[j]));
+    if (r->sizes) {
+      int64_t shape[LOOM_MAX_RANK];
+      LOOM_TRY(bucket_shape(r, bg, bg->inputs[j], shape));
+      if (!made[j]) { /* the accumulator stays as it is */
+        LOOM_TRY(seg_pad_copy(ins[j], shape, &ins[j]));
+        made[j] = true;
+      } else {
+        LOOM_TRY(reshape_copy(&ins[j], shape, true));
+      }
+    }
+    j++;
+  }
+  int groups[32];
+  int n_groups = r->sizes ? seg_groups_present(d, bg, j, groups) : 0;
+  if (j + n_groups != bg->n_inputs)
+    return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: %lld inputs, "
+                     "%d expected", (long long)bg->n_inputs, j + n_groups);
+  for (int k = 0; k < n_groups; k++, j++) {
+    const int64_t *real = &r->sizes[d->n_syms + d->n_groups + groups[k]];
+    LOOM_TRY(loom_tensor_from_data(LOOM_I64, 0, NULL, real, sizeof *real, &ins[j]));
+    made[j] = true;
+  }
+  return LOOM_OK;
+}
+
+/* Runs the backward into outs (the wrt inputs' gradients, sliced back
+ * to their real shapes when bucketed). */
+static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
+                                  loom_graph_t *bg, loom_tensor_t **ins,
+                                  loom_tensor_t **outs) {
+  const seg_desc_t *d = r->bwd;
+  int n_in = (int)bg->n_inputs;
+  loom_status_t s = LOOM_OK;
+  if (!e) {
+    s = loom_interpret(bg, n_in, ins, d->n_wrt, outs);
+  } else {
+    for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
+      const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
+      int64_t shape[LOOM_MAX_RANK];
+      memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
+      if (r->sizes) s = bucket_shape(r, bg, bg->outputs[i], shape);
+      /* the run writes every element */
+      if (s == LOOM_OK) s = seg_tensor_uninit(x->dtype, x->rank, shape, &outs[i]);
+    }
+    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, d->n_wrt, outs);
+  }
+  for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
+    s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);
+  return s;
+}
+
+/* Whether record i saved a view of a parameter that the optimizer step
+ * has changed since (segment_run.c keeps a forward's saved inputs as
+ * views of their storage). */
+static bool saved_param_changed(const loom_trace_t *t, int64_t i) {
+  const tape_rec_t *r = &t->tape.recs[i];
+  for (int k = 0; i < t->tape.stale && k < r->n_saved; k++)
+    for (int64_t p = 0; p < t->n_params && !r->saved[k]->owns_data; p++)
+      if (r->saved[k]->data == t->params[p].t->data) return true;
+  return false;
+}
+
+static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
+  tape_rec_t *r = &t->tape.recs[i];
+  if (saved_param_changed(t, i))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: a segment of this step "
+                     "read parameters that the optimizer step (loom_trace_optimizer_step) "
+                     "has updated since; call backward before the optimizer step");
+  const seg_desc_t *d = r->bwd;
+  rt_entry_t *e = NULL;
+  loom_graph_t *own = NULL;
+  LOOM_TRY(backward_graph(t, r, &e, &own));
+  loom_graph_t *bg = e ? rt_entry_graph(e) : own;
+  int n_in = (int)bg->n_inputs;
+  loom_tensor_t *ins[n_in + 1], *outs[d->n_wrt + 1];
+  bool made[n_in + 1];
+  memset(ins, 0, sizeof ins);
+  memset(made, 0, sizeof made);
+  memset(outs, 0, sizeof outs);
+  loom_status_t s = backward_inputs(t, r, bg, ins, made);
+  if (s == LOOM_OK) s = run_backward(t, r, e, bg, ins, outs);
+  for (int i = 0; i < n_in; i++)
+    if (made[i]) loom_tensor_destroy(ins[i]);
+  if (e) rt_entry_release(t->cache, e);
+  loom_graph_destroy(own);
+  for (int i = 0; i < d->n_wrt; i++) {
+    if (s == LOOM_OK) s = accumulate(t, r->in[d->wrt[i]], outs[i]);
+    else loom_tensor_destroy(outs[i]);
+  }
+  return s;
+}
+
+static loom_status_t backward_callback(loom_trace_t *t, tape_rec_t *r) {
+  int n = r->n_in + r->n_out;
+  const loom_tensor_t *ins[n + 1];
+  loom_tensor_t *grads[r->n_in + 1], *made[r->n_out + 1];
+  memset(grads, 0, sizeof grads);
+  memset(made, 0, sizeof made);
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; i < r->n_in; i++) ins[i] = t->vals[r->in[i]].t;
+  for (int k = 0; k < r->n_out && s == LOOM_OK; k++) {
+    bool fresh;
+    loom_tensor_t *g = NULL;
+    s = grad_or_zeros(t, r->out[k], &g, &fresh);
+    ins[r->n_in + k] = g;
+    if (fresh) made[k] = g;
+  }
+  for (int i = 0; i < r->n_in && s == LOOM_OK; i++) {
+    const loom_tensor_t *x = ins[i];
+    s = tensor_new(x->dtype, x->rank, x->shape, &grads[i]);
+  }
+  if (s == LOOM_OK) {
+    loom_clear_error();
+    s = r->op.backward(r->op.user, n, ins, r->n_in, grads);
+    if (s != LOOM_OK) {
+      char said[256]; /* the callback's own message, if it set one */
+      snprintf(said, sizeof said, "%s", loom_last_error());
+      loom_fail(s, "backward of host callback '%s' failed (%s)%s%s", r->op.name,
+                loom_status_name(s), said[0] ? ": " : "", said);
+    }
+  }
+  for (int k = 0; k < r->n_out; k++) loom_tensor_destroy(made[k]);
+  for (int i = 0; i < r->n_in; i++) {
+    if (s == LOOM_OK && t->vals[r->in[i]].grad) s = accumulate(t, r->in[i], grads[i]);
+    else loom_tensor_destroy(grads[i]);
+  }
+  return s;
+}
+
+/* Hands the parameters' gradients of this walk to their accumulators,
+ * and frees the others. */
+static loom_status_t collect_grads(loom_trace_t *t) {
+  loom_status_t s = LOOM_OK;
+  for (int64_t i = 0; i < t->n_params; i++) {
+    int32_t v = t->params[i].value;
+    if (v < 0 || !t->tape.grads[v]) continue;
+    loom_tensor_t *g = t->tape.grads[v];
+    t->tape.grads[v] = NULL;
+    t->params[i].got_grad = true;
+    if (!t->params[i].grad) t->params[i].grad = g;
+    else if (s == LOOM_OK) s = add_into(t->params[i].grad, g, v);
+    else loom_tensor_destroy(g);
+  }
+  for (int64_t v = 0; v < t->tape.cap_grads; v++) {
+    loom_tensor_destroy(t->tape.grads[v]);
+    t->tape.grads[v] = NULL;
+  }
+  return s;
+}
+
+loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  if (!ir_value_valid(t->g, loss.id))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: %%%d is not a "
+                     "value of this step", loss.id);
+  const ir_type_t *ty = &t->g->values[loss.id].type;
+  if (ty->rank != 0 || !dtype_is_float(ty->dtype))
+    return loom_fail(LOOM_ERR_SHAPE, "loom_trace_backward: the loss must be a "
+                     "float scalar (rank 0), not rank %d %s", ty->rank,
+                     loom_dtype_name(ty->dtype));
+  static const tr_reason_t why = {"loom_trace_backward of %%%lld", NULL, 0};
+  tr_reason_t r = why;
+  r.num = loss.id;
+  if (!tr_tensor(t, loss.id)) LOOM_TRY(seg_cut(t, 1, &loss.id, &r));
+  if (t->g->n_values > t->tape.cap_grads) {
+    int64_t old = t->tape.cap_grads;
+    LOOM_TRY(core_grow((void **)&t->tape.grads, &t->tape.cap_grads, t->g->n_values,
+                       sizeof *t->tape.grads));
+    memset(t->tape.grads + old, 0, sizeof *t->tape.grads * (size_t)(t->tape.cap_grads - old));
+  }
+  loom_tensor_t *seed;
+  LOOM_TRY(tensor_new(ty->dtype, 0, NULL, &seed));
+  dtype_store_f64(ty->dtype, seed->data, 1.0);
+  t->tape.grads[loss.id] = seed;
+  loom_status_t s = LOOM_OK;
+  for (int64_t i = t->tape.n - 1; i >= 0 && s == LOOM_OK; i--) {
+    tape_rec_t *r = &t->tape.recs[i];
+    bool reached = false; /* skip records no gradient reaches */
+    for (int k = 0; k < r->n_out; k++) reached |= t->tape.grads[r->out[k]] != NULL;
+    if (!reached) continue;
+    s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
+  }
+  loom_status_t c = collect_grads(t);
+  if (s == LOOM_OK) s = c;
+  if (s == LOOM_OK) loom_clear_error();
+  return s;
+}
+
+loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
+                              const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_CHECK_ARG(p);
+  LOOM_CHECK_ARG(out);
+  for (int64_t i = 0; i < t->n_params; i++) {
+    tr_param_t *q = &t->params[i];
+    if (q->t != p) continue;
+    if (!q->grad) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->grad));
+    *out = q->grad;
+    return LOOM_OK;
+  }
+  return loom_fail(LOOM_ERR_INVALID, "loom_trace_grad: the tensor is not a "
+                   "parameter of this trace (enter it with loom_trace_param)");
+}

@@ -1,0 +1,140 @@
+/* The trace's state that every layer of the tracer reads: whose step it
+ * is (the claim), the per-value, per-node and per-symbol tables, the
+ * step's tensors, sizes and shape policies. The bottom layer: it calls
+ * no other file of the tracer. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "trace/trace_internal.h"
+
+/* ---- One thread at a time ----------------------------------------------------
+ * A trace is a graph under construction plus a step's tensors: calls from
+ * two threads would interleave their recordings and free each other's
+ * values, so a step belongs to the thread that began it (its first call
+ * after loom_trace_create or loom_trace_step_end, a builder recording into
+ * the trace's graph included) until its loom_trace_step_end. Another
+ * thread's call meanwhile is refused before it touches anything; between
+ * steps any thread may take the trace over. The claim is an atomic
+ * exchange, so one thread's step happens before the next one's. */
+
+/* An address unique to the calling thread while it lives. */
+static uintptr_t this_thread(void) {
+  static _Thread_local char token;
+  return (uintptr_t)&token;
+}
+
+static loom_status_t refuse(const char *fn) {
+  return loom_fail(LOOM_ERR_INVALID, "%s: the trace is in use by another thread (a step "
+                   "belongs to the thread that began it until its loom_trace_step_end; "
+                   "threads that trace at once need a trace each, which may share a "
+                   "loom_cache_t)", fn);
+}
+
+loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
+  uintptr_t me = this_thread(), user = 0;
+  if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
+                                              memory_order_relaxed) || user == me)
+    return LOOM_OK;
+  return refuse(fn);
+}
+
+/* For a call that only reads t: takes t unless this thread has it (*taken
+ * says so), so that no step begins while it reads. */
+loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken) {
+  /* The claim word is the one field readers write: t is not const there. */
+  loom_trace_t *w = (loom_trace_t *)t;
+  uintptr_t me = this_thread(), user = 0;
+  *taken = atomic_compare_exchange_strong_explicit(&w->user, &user, me, memory_order_acquire,
+                                                   memory_order_relaxed);
+  return *taken || user == me ? LOOM_OK : refuse(fn);
+}
+
+void tr_give_back(const loom_trace_t *t, bool taken) {
+  if (taken) atomic_store_explicit(&((loom_trace_t *)t)->user, 0, memory_order_release);
+}
+
+/* ---- Tables ---------------------------------------------------------------- */
+
+/* Grows the per-value, per-node and per-symbol tables to the graph. */
+loom_status_t tr_reserve_values(loom_trace_t *t) {
+  loom_graph_t *g = t->g;
+  if (g->n_values > t->cap_vals) {
+    int64_t old = t->cap_vals;
+    LOOM_TRY(core_grow((void **)&t->vals, &t->cap_vals, g->n_values,
+                       sizeof *t->vals));
+    memset(t->vals + old, 0, sizeof *t->vals * (size_t)(t->cap_vals - old));
+  }
+  if (g->n_nodes > t->cap_nodes) {
+    int64_t cap = t->cap_nodes;
+    LOOM_TRY(core_grow((void **)&t->node_ran, &cap, g->n_nodes,
+                       sizeof *t->node_ran));
+    LOOM_TRY(core_grow((void **)&t->node_hash, &t->cap_nodes, g->n_nodes,
+                       sizeof *t->node_hash));
+  }
+  if (g->n_symbols > t->cap_syms) {
+    int64_t old = t->cap_syms, cap = old;
+    LOOM_TRY(core_grow((void **)&t->sym_values, &cap, g->n_symbols,
+                       sizeof *t->sym_values));
+    cap = old;
+    LOOM_TRY(core_grow((void **)&t->sym_policy, &cap, g->n_symbols,
+                       sizeof *t->sym_policy));
+    for (int64_t i = old; i < cap; i++) {
+      t->sym_values[i] = -1;
+      t->sym_policy[i] = -1;
+    }
+    t->cap_syms = cap;
+  }
+  return LOOM_OK;
+}
+
+loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v) {
+  return v >= 0 && v < t->cap_vals ? t->vals[v].t : NULL;
+}
+
+loom_status_t tr_eval_type(const loom_trace_t *t, const ir_type_t *type,
+                           int64_t *shape) {
+  for (int d = 0; d < type->rank; d++) {
+    if (ir_dim_is_const(type->dims[d])) {
+      shape[d] = type->dims[d];
+      continue;
+    }
+    LOOM_TRY(ir_dim_eval(t->g, type->dims[d], t->sym_values, &shape[d]));
+    if (shape[d] < 0) {
+      char buf[64];
+      return loom_fail(LOOM_ERR_SHAPE, "trace: dim %s has no size in this step",
+                       ir_dim_str(t->g, type->dims[d], buf, sizeof buf));
+    }
+  }
+  return LOOM_OK;
+}
+
+const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym) {
+  if (sym < 0 || sym >= t->cap_syms || t->sym_policy[sym] < 0) return NULL;
+  return &t->policies[t->sym_policy[sym]].p;
+}
+
+tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket) {
+  const loom_dim_policy_t *p = tr_sym_policy(t, sym);
+  if (!p) return TR_EXACT;
+  switch (p->kind) {
+  case LOOM_DIM_SYMBOLIC: return TR_SYMBOLIC;
+  case LOOM_DIM_AUTO:
+    return t->policies[t->sym_policy[sym]].switched ? TR_SYMBOLIC : TR_EXACT;
+  case LOOM_DIM_BUCKET:
+    if (bucket) *bucket = tr_bucket_of(p, t->sym_values[sym]);
+    return TR_BUCKET;
+  default: return TR_EXACT;
+  }
+}
+
+int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size) {
+  if (p->n_buckets == 0) {
+    int64_t b = 1;
+    while (b < size) b *= 2;
+    return b;
+  }
+  for (int i = 0; i < p->n_buckets; i++)
+    if (p->buckets[i] >= size) return p->buckets[i];
+  return size;
+}
