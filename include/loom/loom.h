@@ -89,6 +89,15 @@ LOOM_API size_t loom_dtype_size(loom_dtype_t dtype);
 
 #define LOOM_MAX_RANK 8
 
+/* ---- Devices ----------------------------------------------------------- */
+
+/* Where storage lives and kernels run: a tensor's data, an executable's
+ * arena (loom_executable_info_t.device). Only the host CPU exists today;
+ * a GPU back end adds its device here (docs/backends.md). */
+typedef enum loom_device {
+  LOOM_DEVICE_CPU,
+} loom_device_t;
+
 /* ---- Tensors ----------------------------------------------------------- */
 
 /* A dense array: dtype, shape, strides (in elements) and data. */
