@@ -31,7 +31,9 @@ LAYERS = [
     ("src/kernels",),
     ("src/passes",),
     ("src/train",),
-    ("src/backend/cpu", "src/backend/ref"),
+    ("src/backend/backend.h",),             # the seam: what back ends implement
+    ("src/backend/cpu", "src/backend/ref"),  # the back ends, peers
+    ("src/backend/registry.c",),            # the table that names them
     ("src/runtime",),
     ("src/compiler",),
     ("src/trace",),

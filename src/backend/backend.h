@@ -35,7 +35,8 @@ typedef struct be_cache be_cache_t;     /* work kept across runs (be_stable_t) *
 
 /* What the compiler hands a back end to build. Everything is the
  * caller's and outlives the program (the program may keep pointers to
- * graph, plan and slot_of_value: the executable destroys it first). */
+ * graph, plan, slot_of_value and syms, which the caller keeps current:
+ * the executable destroys the program first). */
 typedef struct be_request {
   const loom_graph_t *graph;    /* after the passes */
   const fuse_plan_t *plan;      /* made with this back end's fuse caps */
@@ -55,7 +56,8 @@ typedef struct be_request {
    * values come with each launch, and resize() says when they change). */
   const int64_t *syms;
   const bool *sym_runtime;      /* per symbol, or NULL */
-  const loom_compile_options_t *options; /* use_cc, freeze_params, precise */
+  const loom_compile_options_t *options; /* use_cc, freeze_params, precise
+                                           (NULL for a trial) */
   /* Only say which groups would be built (fill generated), build
    * nothing: rt_sym_split_groups asks this before the memory plan. */
   bool trial;

@@ -6,14 +6,15 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/backend_cpu.h"
 #include "core/status.h"
 
 enum { BE_MAX = 8 };
 
 /* The built-in back ends, the default ("cpu") first: a static table, so
  * that compiles on several threads read it without a lock. */
-static const be_backend_t *table[BE_MAX] = {0};
-static int n_table = 0;
+static const be_backend_t *table[BE_MAX] = {&be_cpu};
+static int n_table = 1;
 
 const be_backend_t *be_find(const char *target) {
   if (!target) target = "cpu";

@@ -1,21 +1,19 @@
-/* loom_compile: the pass pipeline, fusion, a schedule, slots and a memory
- * plan, C code for the fused groups, the module, and the steps. */
+/* loom_compile: the pass pipeline, fusion (asking the target back end
+ * what it can fuse), a schedule, slots and a memory plan, the target's
+ * program for the groups (backend.h), and the steps. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
-#include "backend/cpu/codegen/codegen.h"
+#include "backend/backend.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "backend/cpu/kernels/conv.h"
-#include "backend/cpu/kernels/gemm.h"
 #include "kernels/ref.h"
 #include "passes/passes.h"
 #include "runtime/executable.h"
@@ -244,14 +242,11 @@ static loom_status_t plan_arena(loom_executable_t *e) {
   if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
   if (s == LOOM_OK && e->mem.arena_bytes > 0) {
     e->arena_bytes = e->mem.arena_bytes;
-    e->arena = core_aligned_alloc((size_t)e->arena_bytes);
+    e->arena = rt_arena_alloc(e, e->arena_bytes);
     if (!e->arena) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte arena",
                                  (long long)e->arena_bytes);
   }
   if (s == LOOM_OK && e->arena) {
-    /* First touches cost ~12 us a page here: take them now, not in a run. */
-    madvise(e->arena, (size_t)e->arena_bytes, MADV_HUGEPAGE);
-    memset(e->arena, 0, (size_t)e->arena_bytes);
     for (int slot = 0; slot < e->n_slots; slot++)
       if (req_of_slot[slot] >= 0)
         e->slots[slot] = (char *)e->arena + e->mem.offsets[req_of_slot[slot]];
@@ -365,27 +360,8 @@ static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
   return LOOM_OK;
 }
 
-/* Step st runs group gi's generated code: the function of the first
- * group whose code is the same (cg_module_t.function), with gi's own slot
- * map. kernel_used marks the functions n_kernels has counted. */
-static loom_status_t bind_generated(loom_executable_t *e, const cg_module_t *cg, int32_t gi,
-                                    step_t *st, bool *kernel_used) {
-  int32_t f = cg->function[gi];
-  char name[32];
-  snprintf(name, sizeof name, "loom_group_%d", f);
-  void *sym = cpu_module_symbol(e->module, name);
-  if (!sym) return loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
-  st->kind = STEP_GENERATED;
-  memcpy(&st->fn, &sym, sizeof sym);
-  st->map = e->maps + cg->map_at[gi];
-  e->n_kernels += !kernel_used[f];
-  kernel_used[f] = true;
-  e->n_generated++;
-  return LOOM_OK;
-}
-
-static loom_status_t add_steps(loom_executable_t *e, const cg_module_t *cg,
-                               const loom_compile_options_t *o, bool *kernel_used) {
+static loom_status_t add_steps(loom_executable_t *e, const bool *generated,
+                               const loom_compile_options_t *o) {
   int n = 0;
   bool copies_done = false;
   for (int k = 0; k < e->plan.n_groups; k++) {
@@ -413,8 +389,12 @@ static loom_status_t add_steps(loom_executable_t *e, const cg_module_t *cg,
     } else if (ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH) {
       st->kind = STEP_CONTROL;
       LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
-    } else if (cg->generated && cg->generated[gi] && e->module) {
-      LOOM_TRY(bind_generated(e, cg, gi, st, kernel_used));
+    } else if (generated[gi]) {
+      st->kind = STEP_KERNEL;
+      st->part = 0;
+      st->program = e->parts[0].program;
+      st->launch = e->parts[0].backend->launch;
+      e->n_generated++;
     } else {
       if (grp->n_nodes != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
@@ -430,90 +410,12 @@ static loom_status_t add_steps(loom_executable_t *e, const cg_module_t *cg,
   return LOOM_OK;
 }
 
-static loom_status_t build_steps(loom_executable_t *e, const cg_module_t *cg,
+static loom_status_t build_steps(loom_executable_t *e, const bool *generated,
                                  const loom_compile_options_t *o) {
   int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
-  int64_t n_map = cg->map_at ? cg->map_at[e->plan.n_groups] : 0;
   e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
-  e->maps = core_malloc(sizeof *e->maps * ((size_t)n_map + 1));
-  bool *kernel_used = core_calloc((size_t)e->plan.n_groups + 1, sizeof *kernel_used);
-  loom_status_t s = LOOM_OK;
-  if (!e->steps || !e->maps || !kernel_used)
-    s = loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  if (s == LOOM_OK && n_map) memcpy(e->maps, cg->maps, sizeof *e->maps * (size_t)n_map);
-  if (s == LOOM_OK) s = add_steps(e, cg, o, kernel_used);
-  core_free(kernel_used);
-  return s;
-}
-
-/* ---- The runtime side of the ABI ------------------------------------------ */
-
-static void abi_parallel_for(void *pool, int64_t n, int64_t grain,
-                             loom_abi_body_t body, void *ctx) {
-  core_pool_for(pool, n, grain, body, ctx);
-}
-
-static void abi_gemm_f32(const loom_abi_gemm_t *d, void *pool) {
-  kern_gemm_f32(d, pool);
-}
-
-static void abi_conv2d_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_f32(d, KERN_CONV_DEFAULT, pool);
-}
-
-static void abi_conv2d_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_f32(d, KERN_CONV_PRECISE, pool);
-}
-
-static void abi_conv2d_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_f32(d, KERN_CONV_FAST, pool);
-}
-
-static void abi_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_weight_grad_f32(d, pool);
-}
-
-static void abi_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_input_grad_f32(d, KERN_CONV_DEFAULT, pool);
-}
-
-static void abi_conv2d_input_grad_precise_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_input_grad_f32(d, KERN_CONV_PRECISE, pool);
-}
-
-static void abi_conv2d_input_grad_fast_f32(const loom_abi_conv2d_t *d, void *pool) {
-  kern_conv2d_input_grad_f32(d, KERN_CONV_FAST, pool);
-}
-
-/* The convolution algorithms o allows (loom.h's precise): 1 direct sums
- * only, -1 the fastest, 0 the default or LOOM_PRECISE's 1 or -1. */
-static kern_conv_mode_t conv_mode(const loom_compile_options_t *o) {
-  int precise = o->precise;
-  const char *env = getenv("LOOM_PRECISE");
-  if (precise == 0 && env) precise = strcmp(env, "1") == 0 ? 1 : strcmp(env, "-1") == 0 ? -1 : 0;
-  return precise > 0 ? KERN_CONV_PRECISE : precise < 0 ? KERN_CONV_FAST : KERN_CONV_DEFAULT;
-}
-
-static loom_status_t start_runtime(loom_executable_t *e, int threads) {
-  LOOM_TRY(core_pool_create(threads, &e->pool));
-  kern_gemm_reserve(core_pool_threads(e->pool));
-  e->abi = (loom_abi_t){.version = LOOM_ABI_VERSION,
-                        .threads = core_pool_threads(e->pool),
-                        .pool = e->pool,
-                        .parallel_for = abi_parallel_for,
-                        .gemm_f32 = abi_gemm_f32,
-                        .conv2d_f32 = abi_conv2d_f32,
-                        .conv2d_weight_grad_f32 = abi_conv2d_weight_grad_f32,
-                        .conv2d_input_grad_f32 = abi_conv2d_input_grad_f32};
-  /* The generated code calls the same entries whatever the mode. */
-  if (e->conv_mode == KERN_CONV_PRECISE) {
-    e->abi.conv2d_f32 = abi_conv2d_precise_f32;
-    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_precise_f32;
-  } else if (e->conv_mode == KERN_CONV_FAST) {
-    e->abi.conv2d_f32 = abi_conv2d_fast_f32;
-    e->abi.conv2d_input_grad_f32 = abi_conv2d_input_grad_fast_f32;
-  }
-  return rt_index_errors_init(e);
+  if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  return add_steps(e, generated, o);
 }
 
 /* ---- The driver ------------------------------------------------------------ */
@@ -534,84 +436,27 @@ static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options
   return LOOM_OK;
 }
 
-/* Records why the module was lost (loom_last_error holds the compiler's
- * message) and warns, once per process for each kind: every later
- * compile would say the same. */
-static void note_lost_module(loom_executable_t *e, cpu_build_stage_t stage) {
+/* Records why the target's code was lost (reason: its message) and
+ * warns, once per process for each kind: every later compile would say
+ * the same. Code turned off by the options is no surprise: no warning. */
+static void note_lost(loom_executable_t *e, loom_fallback_t f, const char *reason) {
   static atomic_bool warned[LOOM_FALLBACK_NO_MODULE + 1];
-  loom_fallback_t f = stage == CPU_BUILD_NO_CC       ? LOOM_FALLBACK_NO_CC
-                      : stage == CPU_BUILD_CC_FAILED ? LOOM_FALLBACK_CC_FAILED
-                                                     : LOOM_FALLBACK_NO_MODULE;
+  rt_fallback_note(e, f, reason);
+  if (f == LOOM_FALLBACK_DISABLED || f > LOOM_FALLBACK_NO_MODULE) return;
   const char *what = f == LOOM_FALLBACK_CC_FAILED
                          ? "the generated C did not compile (a bug in Loom: "
                            "loom_executable_explain shows the code)"
                          : "no compiled module";
-  rt_fallback_note(e, f, loom_last_error());
-  core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), loom_last_error());
+  core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), reason ? reason : "");
   if (!atomic_exchange(&warned[f], true))
     core_warn("%s: %s; running graphs with the reference kernels instead", what,
-              loom_last_error());
-}
-
-/* The functions the module must define (build_steps looks them up):
- * loom_group_<i> for each group with generated code that runs its own
- * function (others share an earlier group's), in one block that the
- * caller frees. */
-static loom_status_t group_symbols(const loom_executable_t *e, const cg_module_t *cg,
-                                   char ***out, int *n) {
-  enum { NAME = 24 };
-  int count = 0;
-  for (int i = 0; i < e->plan.n_groups; i++) count += cg->generated[i] && cg->function[i] == i;
-  char **names = core_malloc((size_t)count * (sizeof(char *) + NAME) + 1);
-  if (!names) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  char *text = (char *)(names + count);
-  *n = 0;
-  for (int i = 0; i < e->plan.n_groups; i++) {
-    if (!cg->generated[i] || cg->function[i] != i) continue;
-    names[*n] = text + (size_t)*n * NAME;
-    snprintf(names[*n], NAME, "loom_group_%d", i);
-    (*n)++;
-  }
-  *out = names;
-  return LOOM_OK;
-}
-
-/* Generates and loads the module; false in *ok when the C compiler is
- * missing or fails, which sends the whole graph to the interpreter. */
-static loom_status_t build_module(loom_executable_t *e, const loom_compile_options_t *o,
-                                  cg_module_t *cg, bool *ok) {
-  *ok = true;
-  LOOM_TRY(cg_emit_module(e->graph, &e->plan, e->slot_of_value, rt_sym_codegen_values(e), cg));
-  bool any = false;
-  for (int i = 0; i < e->plan.n_groups; i++) any |= cg->generated[i];
-  if (!any) return LOOM_OK;
-  e->source_text = core_strdup(cg->source);
-  if (!o->use_cc) {
-    rt_fallback_note(e, LOOM_FALLBACK_DISABLED, "use_cc is 0");
-    *ok = false;
-    return LOOM_OK;
-  }
-  char **names = NULL;
-  int n_names = 0;
-  cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
-  loom_status_t s = group_symbols(e, cg, &names, &n_names);
-  cpu_source_cuts_t cuts = {.prelude = cg->prelude, .at = cg->cuts, .n = cg->n_functions};
-  if (s == LOOM_OK)
-    s = cpu_module_build_staged(cg->source, cg->length, &cuts, (const char *const *)names,
-                                n_names, &e->module, &stage);
-  core_free(names);
-  if (s == LOOM_ERR_NOMEM) return s;
-  if (s != LOOM_OK) {
-    note_lost_module(e, stage);
-    *ok = false;
-  }
-  return LOOM_OK;
+              reason ? reason : "");
 }
 
 static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_options_t *o) {
   LOOM_TRY(run_passes(e, o));
   fuse_options_t fo = {.enabled = o->fusion != 0};
-  LOOM_TRY(fuse_plan_build(e->graph, &fo, &cg_fuse_caps, &e->plan));
+  LOOM_TRY(fuse_plan_build(e->graph, &fo, e->parts[0].backend->fuse, &e->plan));
   if (e->dyn) LOOM_TRY(rt_sym_split_groups(e));
   LOOM_TRY(alloc_tables(e));
   int64_t *bytes = core_malloc(sizeof(int64_t) * (size_t)(e->graph->n_values + 1));
@@ -640,8 +485,7 @@ static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_optio
   core_log(LOG_MEMORY, "arena %lld bytes, lower bound %lld, naive %lld",
            (long long)e->mem.arena_bytes, (long long)e->mem.lower_bound_bytes,
            (long long)e->mem.naive_bytes);
-  LOOM_TRY(build_guards(e));
-  return start_runtime(e, o->num_threads);
+  return build_guards(e);
 }
 
 /* Whether group grp reads a strided view (fuse.h), which a reference
@@ -659,125 +503,65 @@ static bool reads_strided(const loom_executable_t *e, const fuse_group_t *grp) {
  * no buffers for its inner values, and a group reading a strided view or
  * writing its product through one does so through strides, so only its
  * generated function can run it. */
-static bool fused_groups_generated(const loom_executable_t *e, const cg_module_t *cg) {
+static bool fused_groups_generated(const loom_executable_t *e, const bool *generated) {
   for (int i = 0; i < e->plan.n_groups; i++) {
     const fuse_group_t *grp = &e->plan.groups[i];
     bool needs_code = (grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
                       (grp->kind != FUSE_ALIAS && (grp->strided || reads_strided(e, grp)));
-    if (needs_code && !(cg->generated && cg->generated[i])) return false;
+    if (needs_code && !generated[i]) return false;
   }
   return true;
 }
 
-/* Builds the module and steps; false in *compiled sends the graph to the
- * interpreter. */
+/* Per group: whether a kernel step runs it (alias, assign and if/loop
+ * groups are the runtime's own). */
+static bool *wanted_groups(const loom_executable_t *e) {
+  bool *want = core_calloc((size_t)e->plan.n_groups + 1, sizeof *want);
+  for (int i = 0; want && i < e->plan.n_groups; i++) {
+    const fuse_group_t *grp = &e->plan.groups[i];
+    want[i] = grp->kind != FUSE_ALIAS && !rt_is_assign_group(e->graph, grp) &&
+              !(ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH);
+  }
+  return want;
+}
+
+/* The target's program for the wanted groups, started; generated says
+ * which groups it built (none when its code was lost). */
+static loom_status_t build_target(loom_executable_t *e, const loom_compile_options_t *o,
+                                  const bool *want, bool *generated) {
+  rt_part_t *p = &e->parts[0];
+  be_request_t req = {.graph = e->graph, .plan = &e->plan, .want = want,
+                      .slot_of_value = e->slot_of_value, .n_slots = e->n_slots,
+                      .slots = e->slots, .syms = e->syms, .sym_runtime = rt_sym_runtime(e),
+                      .options = o};
+  be_result_t res = {.generated = generated};
+  LOOM_TRY(p->backend->build(&req, &res, &p->program));
+  if (res.lost != LOOM_FALLBACK_NONE) note_lost(e, res.lost, res.lost_reason);
+  core_free(res.lost_reason);
+  e->n_kernels = res.n_kernels;
+  if (!p->program) return LOOM_OK;
+  LOOM_TRY(p->backend->start(p->program, o->num_threads));
+  return p->backend->run_new(p->program, &p->run);
+}
+
+/* Builds the programs and steps; false in *compiled sends the graph to
+ * the interpreter. */
 static loom_status_t compile_code(loom_executable_t *e, const loom_compile_options_t *o,
                                   bool *compiled) {
-  cg_module_t cg = {0};
-  bool ok;
   *compiled = false;
-  loom_status_t s = build_module(e, o, &cg, &ok);
-  /* Without a module, single nodes still run as reference steps. */
-  if (s == LOOM_OK && !ok && cg.generated)
-    memset(cg.generated, 0, sizeof(bool) * (size_t)e->plan.n_groups);
-  if (s == LOOM_OK && !fused_groups_generated(e, &cg)) {
+  bool *want = wanted_groups(e);
+  bool *generated = core_calloc((size_t)e->plan.n_groups + 1, sizeof *generated);
+  loom_status_t s = want && generated ? build_target(e, o, want, generated)
+                                      : loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  /* Without the target's code, single nodes still run as reference steps. */
+  if (s == LOOM_OK && !fused_groups_generated(e, generated)) {
     core_log(LOG_COMPILE, "a fused group has no code");
-    cg_module_free(&cg);
-    return LOOM_OK;
+  } else if (s == LOOM_OK) {
+    s = build_steps(e, generated, o);
+    *compiled = s == LOOM_OK;
   }
-  if (s == LOOM_OK) s = build_steps(e, &cg, o);
-  cg_module_free(&cg);
-  *compiled = s == LOOM_OK;
-  return s;
-}
-
-/* ---- Frozen parameters ------------------------------------------------------ */
-
-/* Whether value v keeps its contents for the executable's life: a
- * constant, or (frozen) a parameter that no assign writes (assigned[v]). */
-static bool is_frozen(const loom_graph_t *g, const bool *assigned, int32_t v) {
-  if (g->values[v].kind == IR_VALUE_CONST) return true;
-  return g->values[v].kind == IR_VALUE_PARAM && !assigned[v];
-}
-
-/* The frozen rank-2 B operand of matmul n, packed once into
- * e->packed_b[2 * slot + trans_b]. */
-static loom_status_t prepack_matmul_b(loom_executable_t *e, const bool *assigned,
-                                      const ir_node_t *n) {
-  const loom_graph_t *g = e->graph;
-  int32_t b = n->in[1];
-  int64_t shape[2];
-  if (g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
-      !is_frozen(g, assigned, b) || value_shape(e, b, shape) != LOOM_OK)
-    return LOOM_OK;
-  int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
-  int64_t slot = e->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
-  if (slot < 0 || e->packed_b[2 * slot + tb]) return LOOM_OK;
-  void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
-  if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lld weight",
-                             (long long)shape[0], (long long)shape[1]);
-  kern_gemm_pack_b(e->slots[slot], shape[1], tb, k, cols, buf);
-  e->packed_b[2 * slot + tb] = buf;
-  return LOOM_OK;
-}
-
-/* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
- * into e->packed_w[slot] in the form the kernel takes for n's geometry
- * (its GEMM's A panels, or Winograd's transformed weights). */
-static loom_status_t prepack_conv_weight(loom_executable_t *e, const bool *assigned,
-                                         const ir_node_t *n) {
-  const loom_graph_t *g = e->graph;
-  int32_t w = n->in[1];
-  int64_t s[4], sx[4], sy[4], groups = ir_attr_int(&n->attrs, "groups", 1);
-  if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
-      !is_frozen(g, assigned, w) || value_shape(e, w, s) != LOOM_OK ||
-      value_shape(e, n->in[0], sx) != LOOM_OK || value_shape(e, n->out[0], sy) != LOOM_OK ||
-      groups < 1 || s[0] % groups)
-    return LOOM_OK;
-  int64_t slot = e->slot_of_value[w];
-  if (slot < 0 || e->packed_w[slot]) return LOOM_OK;
-  loom_abi_conv2d_t d = {.n = sx[0], .c = sx[1], .h = sx[2], .w = sx[3], .o = s[0],
-                         .kh = s[2], .kw = s[3], .ho = sy[2], .wo = sy[3], .groups = groups,
-                         .weight = e->slots[slot]};
-  ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
-  ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
-  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
-  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d, e->conv_mode));
-  if (!buf || !kern_conv2d_pack_weight(&d, e->conv_mode, buf)) {
-    core_free(buf);
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
-                     (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
-  }
-  e->packed_w[slot] = buf;
-  return LOOM_OK;
-}
-
-/* Packs, once, the frozen weights of generated contractions: the B
- * operand of matmuls (e->packed_b[2 * slot + trans_b]) and conv2d weights
- * (e->packed_w[slot]), which the module reads through rt->packed_b and
- * rt->packed_w (c_contract.c), so that runs skip packing weights. */
-static loom_status_t prepack_weights(loom_executable_t *e) {
-  const loom_graph_t *g = e->graph;
-  e->packed_b = core_calloc((size_t)e->n_slots * 2 + 1, sizeof *e->packed_b);
-  e->packed_w = core_calloc((size_t)e->n_slots + 1, sizeof *e->packed_w);
-  if (!e->packed_b || !e->packed_w)
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
-  e->abi.packed_b = (const void *const *)e->packed_b;
-  e->abi.packed_w = (const void *const *)e->packed_w;
-  bool *assigned = core_calloc((size_t)g->n_values + 1, sizeof *assigned);
-  if (!assigned) return loom_fail(LOOM_ERR_NOMEM, "out of memory packing weights");
-  for (int64_t i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].op == IR_OP_ASSIGN) assigned[g->nodes[i].in[0]] = true;
-  loom_status_t s = LOOM_OK;
-  for (int i = 0; i < e->n_steps && s == LOOM_OK; i++) {
-    if (e->steps[i].kind != STEP_GENERATED) continue;
-    const fuse_group_t *grp = &e->plan.groups[e->steps[i].group];
-    if (grp->kind != FUSE_CONTRACTION || grp->anchor < 0) continue;
-    const ir_node_t *n = &g->nodes[grp->anchor];
-    if (n->op == IR_OP_MATMUL) s = prepack_matmul_b(e, assigned, n);
-    else if (n->op == IR_OP_CONV2D) s = prepack_conv_weight(e, assigned, n);
-  }
-  core_free(assigned);
+  core_free(want);
+  core_free(generated);
   return s;
 }
 
@@ -795,13 +579,12 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   loom_executable_t *e = core_calloc(1, sizeof *e);
   if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   e->source = g;
-  e->conv_mode = conv_mode(&o);
+  e->parts[0].backend = be_find(NULL);
   loom_status_t s = resolve_symbols(e, &o);
   const char *why = s == LOOM_OK ? needs_interpreter(g) : NULL;
   bool compiled = false;
   if (s == LOOM_OK && !why) s = compile_plan(e, &o);
   if (s == LOOM_OK && !why) s = compile_code(e, &o, &compiled);
-  if (s == LOOM_OK && compiled && o.freeze_params) s = prepack_weights(e);
   if (s != LOOM_OK) {
     loom_executable_destroy(e);
     return s;

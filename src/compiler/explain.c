@@ -8,7 +8,7 @@
 #include "runtime/executable.h"
 
 static const char *step_kind_name(step_kind_t k) {
-  return k == STEP_GENERATED   ? "generated"
+  return k == STEP_KERNEL      ? "generated"
          : k == STEP_REFERENCE ? "reference"
          : k == STEP_CONTROL   ? "control"
                                : "copy";
@@ -40,6 +40,18 @@ static void put_fallback(core_text_t *t, const loom_executable_t *e) {
                 loom_fallback_name(e->fallback), e->fallback_reason ? e->fallback_reason : "");
 }
 
+/* Each back end's program source (the CPU's generated C), and where its
+ * compiled form lives. */
+static void put_sources(core_text_t *t, const loom_executable_t *e) {
+  for (int k = 0; k < RT_PARTS; k++) {
+    const rt_part_t *p = &e->parts[k];
+    const char *where = "not compiled";
+    const char *text = p->program && p->backend->source ? p->backend->source(p->program, &where)
+                                                        : NULL;
+    if (text) core_text_put(t, "== generated C (%s) ==\n%s", where, text);
+  }
+}
+
 static loom_status_t explain(const loom_executable_t *e, char **out) {
   core_text_t t = {0};
   if (e->interpreted) core_text_put(&t, "The graph runs in the interpreter (no compiled code).\n");
@@ -58,9 +70,7 @@ static loom_status_t explain(const loom_executable_t *e, char **out) {
     if (flops >= 0)
       core_text_put(&t, "== work ==\n  %.0f flops a run in contractions\n", flops);
   }
-  if (e->source_text)
-    core_text_put(&t, "== generated C (%s) ==\n%s", e->module ? cpu_module_path(e->module) : "not compiled",
-        e->source_text);
+  put_sources(&t, e);
   return core_text_take(&t, "explaining an executable", out);
 }
 

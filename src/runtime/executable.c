@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sized.h"
@@ -18,8 +17,8 @@ static _Atomic int64_t compiles;
 void rt_count_compile(void) { atomic_fetch_add(&compiles, 1); }
 
 loom_status_t loom_stats_get(loom_stats_t *out) {
-  cpu_toolchain_stats_t t;
-  cpu_toolchain_stats(&t);
+  be_stats_t t;
+  be_stats(&t);
   loom_stats_t s = {.size = sizeof s,
                     .compiles = atomic_load(&compiles),
                     .cc_invocations = t.cc_invocations,
@@ -109,6 +108,7 @@ static loom_status_t bind_slots(loom_executable_t *e, rt_run_t *r,
 /* A reference step over run r's slots. The step's tensors are templates
  * (dtype and shape), copied here so that overlapping runs share nothing
  * they write. */
+__attribute__((noinline)) /* its frame stays out of run_step's */
 static loom_status_t run_reference(loom_executable_t *e, rt_run_t *r, int i) {
   ref_step_t *st = &e->steps[i].ref;
   const ir_node_t *n = st->node;
@@ -153,9 +153,7 @@ static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
 static loom_status_t run_step(loom_executable_t *e, rt_run_t *r, int i) {
   step_t *st = &e->steps[i];
   switch (st->kind) {
-    case STEP_GENERATED:
-      st->fn(r->slots, st->map, e->syms, r->abi);
-      return rt_index_errors_take(e, st->group, r->abi);
+    case STEP_KERNEL: return st->launch(st->program, st->group, r->slots, e->syms, r->runs[st->part]);
     case STEP_REFERENCE: return run_reference(e, r, i);
     case STEP_CONTROL: return rt_control_run(e, st->control);
     case STEP_COPY: /* an output bound to its input's storage has it already */
@@ -168,7 +166,16 @@ static loom_status_t run_step(loom_executable_t *e, rt_run_t *r, int i) {
 
 /* The executable's own storage, as a run. */
 static rt_run_t own_run(loom_executable_t *e) {
-  return (rt_run_t){.slots = e->slots, .abi = &e->abi};
+  rt_run_t r = {.slots = e->slots};
+  for (int k = 0; k < RT_PARTS; k++) r.runs[k] = e->parts[k].run;
+  return r;
+}
+
+/* Waits for every part's launches on r. */
+static loom_status_t sync_parts(loom_executable_t *e, rt_run_t *r) {
+  for (int k = 0; k < RT_PARTS; k++)
+    if (e->parts[k].run) LOOM_TRY(e->parts[k].backend->sync(e->parts[k].program, r->runs[k]));
+  return LOOM_OK;
 }
 
 /* A step in the executable's own storage (step timings run there). */
@@ -177,30 +184,75 @@ static loom_status_t run_own_step(loom_executable_t *e, step_t *st) {
   return run_step(e, &r, (int)(st - e->steps));
 }
 
-/* One run in r (NULL: the executable's own storage). */
+/* Lends the target st's stable storage for the run in r (st NULL: takes
+ * it back). A target without use for it, or st made by another back end,
+ * runs as without. */
+static loom_status_t lend_stable(loom_executable_t *e, rt_run_t *r, rt_stable_t *st,
+                                 const bool *stable_input) {
+  rt_part_t *p = &e->parts[0];
+  if (!p->program || !p->backend->stable) return LOOM_OK;
+  if (!stable_input) return p->backend->stable(p->program, r->runs[0], r->slots, NULL);
+  if (!st->cache) {
+    st->cache = p->backend->cache_new();
+    st->owner = p->backend;
+  }
+  if (!st->cache || st->owner != p->backend) return LOOM_OK;
+  bool slot[e->n_slots + 1];
+  memset(slot, 0, sizeof slot);
+  for (int i = 0; i < e->n_inputs; i++)
+    if (stable_input[i] && e->inputs[i].slot >= 0) slot[e->inputs[i].slot] = true;
+  be_stable_t hint = {.cache = st->cache, .epoch = st->epoch, .slot = slot};
+  return p->backend->stable(p->program, r->runs[0], r->slots, &hint);
+}
+
+static loom_status_t run_steps(loom_executable_t *e, rt_run_t *r, bool own) {
+  if (own && core_log_enabled(LOG_STEPS)) LOOM_TRY(rt_profile_run(e, run_own_step));
+  else
+    for (int i = 0; i < e->n_steps; i++) LOOM_TRY(run_step(e, r, i));
+  return sync_parts(e, r);
+}
+
+/* One run in r (NULL: the executable's own storage), with storage that
+ * stays unchanged while st's epoch lasts marked in stable_input (NULL:
+ * none). */
 static loom_status_t run_in(loom_executable_t *e, rt_run_t *r, int n_inputs,
                             loom_tensor_t *const *inputs, int n_outputs,
-                            loom_tensor_t *const *outputs) {
+                            loom_tensor_t *const *outputs, rt_stable_t *st,
+                            const bool *stable_input) {
   LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
   if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
   rt_run_t own = own_run(e);
   if (!r) r = &own;
   LOOM_TRY(bind_slots(e, r, inputs, outputs));
-  if (r == &own && core_log_enabled(LOG_STEPS)) return rt_profile_run(e, run_own_step);
-  for (int i = 0; i < e->n_steps; i++) LOOM_TRY(run_step(e, r, i));
-  return LOOM_OK;
+  if (!stable_input) return run_steps(e, r, r == &own);
+  LOOM_TRY(lend_stable(e, r, st, stable_input));
+  loom_status_t s = run_steps(e, r, r == &own);
+  loom_status_t back = lend_stable(e, r, st, NULL);
+  return s != LOOM_OK ? s : back;
+}
+
+loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
+                                       loom_tensor_t *const *inputs, int n_outputs,
+                                       loom_tensor_t *const *outputs, rt_stable_t *st,
+                                       const bool *stable_input) {
+  LOOM_CHECK_ARG(e);
+  rt_lane_t *lane;
+  LOOM_TRY(rt_lanes_enter(e, &lane));
+  loom_status_t s = run_in(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs, n_outputs,
+                           outputs, st, st ? stable_input : NULL);
+  rt_lanes_leave(e, lane);
+  return s;
 }
 
 loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs) {
-  LOOM_CHECK_ARG(e);
-  rt_lane_t *lane;
-  LOOM_TRY(rt_lanes_enter(e, &lane));
-  loom_status_t s = run_in(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs, n_outputs,
-                           outputs);
-  rt_lanes_leave(e, lane);
-  return s;
+  return rt_executable_run_stable(e, n_inputs, inputs, n_outputs, outputs, NULL, NULL);
+}
+
+void rt_stable_free(rt_stable_t *st) {
+  if (st->cache) st->owner->cache_free(st->cache);
+  *st = (rt_stable_t){0};
 }
 
 loom_status_t loom_executable_new_output(const loom_executable_t *e, int i,
@@ -253,7 +305,7 @@ static void executable_info(const loom_executable_t *e, loom_executable_info_t *
       .n_kernels = e->n_kernels,
       .n_reference = e->n_reference,
       .interpreted = e->interpreted,
-      .threads = core_pool_threads(e->pool),
+      .threads = rt_threads(e),
       .arena_bytes = e->mem.arena_bytes,
       .lower_bound_bytes = e->mem.lower_bound_bytes,
       .naive_bytes = e->mem.naive_bytes,
@@ -304,7 +356,6 @@ void loom_executable_destroy(loom_executable_t *e) {
   rt_profile_report(e);
   rt_profile_free(e);
   rt_lanes_free(e);
-  rt_index_errors_free(&e->abi);
   for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
     if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
     else if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);
@@ -313,13 +364,12 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_free(e->inputs);
   core_free(e->outputs);
   core_free(e->output_slot);
-  core_pool_destroy(e->pool);
-  cpu_module_release(e->module);
-  core_free(e->arena);
-  for (int i = 0; e->packed_b && i < 2 * e->n_slots; i++) core_free(e->packed_b[i]);
-  core_free(e->packed_b);
-  for (int i = 0; e->packed_w && i < e->n_slots; i++) core_free(e->packed_w[i]);
-  core_free(e->packed_w);
+  rt_arena_free(e, e->arena);
+  for (int k = 0; k < RT_PARTS; k++) {
+    rt_part_t *p = &e->parts[k];
+    if (p->run) p->backend->run_free(p->program, p->run);
+    if (p->program) p->backend->destroy(p->program);
+  }
   mem_plan_free(&e->mem);
   core_free(e->slots);
   core_free(e->slot_bytes);
@@ -328,8 +378,6 @@ void loom_executable_destroy(loom_executable_t *e) {
   fuse_plan_free(&e->plan);
   rt_sym_free(e);
   core_free(e->syms);
-  core_free(e->source_text);
-  core_free(e->maps);
   core_free(e->passes_text);
   core_free(e->fallback_reason);
   if (e->owns_graph) loom_graph_destroy(e->graph);

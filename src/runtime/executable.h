@@ -1,24 +1,22 @@
 /* Executables: the compiled form of a graph. A run is one guard on the
  * bindings and a loop over prebuilt steps: the CPU twin of a CUDA Graph
- * replay. Storage is a table of slots (src/backend/cpu/abi.h): inputs and
+ * replay. Storage is a table of slots (src/backend/backend.h): inputs and
  * outputs are bound per run, parameters and constants point at the
  * graph's tensors, intermediates at fixed offsets of one arena allocated
  * at compile time (a run that overlaps another uses the same offsets in an
- * arena of its own: lanes, below). */
+ * arena of its own: lanes, below). Kernels are the back ends' programs,
+ * held opaquely and launched by group. */
 #ifndef LOOM_RUNTIME_EXECUTABLE_H
 #define LOOM_RUNTIME_EXECUTABLE_H
 
-#include "backend/cpu/toolchain.h"
-#include "core/pool.h"
+#include "backend/backend.h"
 #include "ir/ir.h"
+#include "kernels/ref.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
-#include "backend/cpu/kernels/gemm.h"
-#include "kernels/ref.h"
-#include "backend/cpu/abi.h"
 
 typedef enum step_kind {
-  STEP_GENERATED, /* a function of the compiled module */
+  STEP_KERNEL,    /* a group's kernel, launched through its back end */
   STEP_REFERENCE, /* one node's reference kernel */
   STEP_COPY,      /* a memcpy between slots (outputs that alias others) */
   STEP_CONTROL,   /* an if or loop node: executables of its subgraphs */
@@ -36,12 +34,25 @@ typedef struct ref_step {
                             storage, kept between runs (lanes have theirs) */
 } ref_step_t;
 
+/* A back end's part of an executable: the program it built for some
+ * groups, and the state of the executable's own run (lanes have theirs). */
+typedef struct rt_part {
+  const be_backend_t *backend;
+  be_program_t *program;
+  be_run_t *run;
+} rt_part_t;
+
+/* The target's part, and the reference back end's for the single-node
+ * groups the target did not build. */
+#define RT_PARTS 2
+
 typedef struct step {
   step_kind_t kind;
   int32_t group;           /* index in the fusion plan, -1 for copies */
-  loom_abi_group_t fn;     /* STEP_GENERATED, called with map */
-  const int32_t *map;      /* STEP_GENERATED: the group's slots (abi.h), in
-                              the executable's maps */
+  int32_t part;            /* STEP_KERNEL: e->parts[part] launches it, */
+  be_program_t *program;   /* with its program and launch, kept here: the */
+  loom_status_t (*launch)(be_program_t *, int32_t, void *const *, const int64_t *,
+                          be_run_t *); /* replay reads one step */
   ref_step_t ref;          /* STEP_REFERENCE */
   int32_t copy_from, copy_to; /* STEP_COPY: slots */
   rt_control_t *control;   /* STEP_CONTROL */
@@ -82,18 +93,10 @@ struct loom_executable {
   int32_t *output_slot;
   step_t *steps;
   int n_steps;
-  int32_t *maps;         /* the generated steps' slot maps (owned) */
-  int n_kernels;         /* distinct generated functions the steps call */
-  cpu_module_t *module;
-  char *source_text;     /* the generated C, for explain */
+  int n_kernels;         /* distinct kernels the generated steps launch */
+  rt_part_t parts[RT_PARTS]; /* [0]: the target's (its backend set from the
+                            start of compilation); unused ones zero */
   char *passes_text;     /* the IR after the passes, for explain */
-  core_pool_t *pool;
-  loom_abi_t abi;
-  kern_conv_mode_t conv_mode; /* the conv algorithms allowed (options' precise) */
-  void **packed_b;       /* freeze_params: [2 * slot + trans_b] a frozen
-                            weight packed as a GEMM's B, or NULL (owned) */
-  void **packed_w;       /* freeze_params: [slot] a frozen conv2d weight
-                            packed as its GEMM's A, or NULL (owned) */
   bool interpreted;      /* fallback: run the source graph in the interpreter */
   loom_fallback_t fallback; /* why generated code was lost (rt_fallback_note) */
   char *fallback_reason;    /* the compiler's message, or NULL (owned) */
@@ -105,7 +108,7 @@ struct loom_executable {
 
 /* ---- Runs from several threads (src/runtime/lanes.c) -----------------------
  * A run works in the executable's own storage (slots, arena, staging
- * buffers, reference steps' scratch, ABI with its index-error record), or,
+ * buffers, reference steps' scratch, the back ends' run states), or,
  * when runs overlap, in a lane: a copy of that storage made on demand and
  * kept for later runs. Runs of executables that write state (assigns),
  * resize it (runtime symbols) or run subgraphs (control steps) take turns
@@ -114,7 +117,7 @@ struct loom_executable {
 /* The storage of one run. */
 typedef struct rt_run {
   void **slots;
-  const loom_abi_t *abi;
+  be_run_t *runs[RT_PARTS]; /* per part: the back end's state for the run */
   ref_scratch_t *scratch; /* per step; NULL: the steps' own */
   void **staging;         /* per input, made when first needed; NULL: the
                              guards' own */
@@ -159,18 +162,29 @@ loom_status_t rt_profile_run(loom_executable_t *e, rt_step_fn run_step);
 void rt_profile_report(const loom_executable_t *e);
 void rt_profile_free(loom_executable_t *e);
 
-/* ---- Index errors of generated code (src/runtime/index_error.c) ----------- */
+/* ---- Back ends (src/runtime/parts.c, executable.c) ------------------------- */
 
-typedef struct rt_index_errors rt_index_errors_t;
-/* Sets e->abi's index_error and its record. */
-loom_status_t rt_index_errors_init(loom_executable_t *e);
-/* The same for abi (a lane's), with a record of its own. */
-loom_status_t rt_index_errors_attach(loom_abi_t *abi);
-/* After the generated step of e's group `group` run with abi: the error
- * it reported (and forgets it), or OK. */
-loom_status_t rt_index_errors_take(const loom_executable_t *e, int32_t group,
-                                   const loom_abi_t *abi);
-void rt_index_errors_free(loom_abi_t *abi);
+/* Work a back end keeps across runs of stable storage (be_stable_t): its
+ * cache, made by the first target that asks, and the caller's epoch. */
+typedef struct rt_stable {
+  be_cache_t *cache;
+  const be_backend_t *owner; /* the back end whose cache it is */
+  uint64_t epoch;            /* bumped whenever stable storage may change */
+} rt_stable_t;
+/* executable.c: loom_executable_run, with inputs marked in stable_input
+ * (per input) bound to storage unchanged while st's epoch lasts (st NULL:
+ * none). */
+loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
+                                       loom_tensor_t *const *inputs, int n_outputs,
+                                       loom_tensor_t *const *outputs, rt_stable_t *st,
+                                       const bool *stable_input);
+void rt_stable_free(rt_stable_t *st);
+
+/* parts.c: threads the target's kernels use (1 without a program). */
+int rt_threads(const loom_executable_t *e);
+/* The target's allocator: storage for an arena of bytes (zeroed), or NULL. */
+void *rt_arena_alloc(const loom_executable_t *e, int64_t bytes);
+void rt_arena_free(const loom_executable_t *e, void *arena);
 
 /* ---- Control-flow steps (src/runtime/control.c) ---------------------------- */
 

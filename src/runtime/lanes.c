@@ -3,7 +3,7 @@
  * Runs of an executable that only reads its parameters may overlap: the
  * first takes the executable's own storage, and a run that finds it busy
  * takes a lane (a slot table over an arena of its own, staging buffers,
- * reference kernels' scratch and an index-error record), made on demand
+ * reference kernels' scratch and the back ends' run states), made on demand
  * and kept for the runs after it. That is ONNX Runtime's contract for
  * concurrent Session::Run calls, each with its own memory: a server
  * thread per request needs no lock of its own, and an executable run by
@@ -27,7 +27,6 @@
 
 struct rt_lane {
   rt_run_t run;
-  loom_abi_t abi;
   void *arena;
   rt_lane_t *next; /* in the spare list */
 };
@@ -38,10 +37,8 @@ typedef struct rt_lanes {
   rt_lane_t *spare;      /* lanes no run holds */
   bool overlap;          /* runs may overlap (else they take turns) */
   /* What a lane copies, kept before the first run (runs rebind inputs and
-   * outputs in the executable's own table, and a cache entry lends its
-   * ABI packed weights for a run). */
+   * outputs in the executable's own table). */
   void **slots;
-  loom_abi_t abi;
 } rt_lanes_t;
 
 /* Whether a run writes state that outlives it, or resizes the executable:
@@ -67,10 +64,6 @@ loom_status_t rt_lanes_init(loom_executable_t *e) {
   l->slots = core_calloc((size_t)e->n_slots + 1, sizeof *l->slots);
   if (!l->slots) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   if (e->n_slots) memcpy(l->slots, e->slots, sizeof *l->slots * (size_t)e->n_slots);
-  l->abi = e->abi;
-  l->abi.packed_b = (const void *const *)e->packed_b;
-  l->abi.packed_w = (const void *const *)e->packed_w;
-  l->abi.index_errors = NULL;
   return LOOM_OK;
 }
 
@@ -81,8 +74,9 @@ static void lane_free(const loom_executable_t *e, rt_lane_t *lane) {
   core_free(lane->run.scratch);
   core_free(lane->run.staging);
   core_free(lane->run.slots);
-  core_free(lane->arena);
-  rt_index_errors_free(&lane->abi);
+  rt_arena_free(e, lane->arena);
+  for (int k = 0; k < RT_PARTS; k++)
+    if (lane->run.runs[k]) e->parts[k].backend->run_free(e->parts[k].program, lane->run.runs[k]);
   core_free(lane);
 }
 
@@ -105,21 +99,21 @@ static loom_status_t lane_new(const loom_executable_t *e, rt_lane_t **out) {
     *out = lane;
     return LOOM_OK;
   }
-  lane->abi = e->lanes->abi;
-  lane->run.abi = &lane->abi;
   lane->run.slots = core_calloc((size_t)e->n_slots + 1, sizeof *lane->run.slots);
   lane->run.scratch = core_calloc((size_t)e->n_steps + 1, sizeof *lane->run.scratch);
   lane->run.staging = core_calloc((size_t)e->n_inputs + 1, sizeof *lane->run.staging);
   bool ok = lane->run.slots && lane->run.scratch && lane->run.staging;
   if (ok && e->arena_bytes > 0) {
-    lane->arena = core_aligned_alloc((size_t)e->arena_bytes);
-    ok = lane->arena != NULL;
     /* Zeroed as the executable's own arena was at compile time. */
-    if (ok) memset(lane->arena, 0, (size_t)e->arena_bytes);
+    lane->arena = rt_arena_alloc(e, e->arena_bytes);
+    ok = lane->arena != NULL;
   }
-  loom_status_t s = ok ? rt_index_errors_attach(&lane->abi)
+  loom_status_t s = ok ? LOOM_OK
                        : loom_fail(LOOM_ERR_NOMEM, "out of memory for a run's storage "
                                    "(an arena of %lld bytes)", (long long)e->arena_bytes);
+  for (int k = 0; k < RT_PARTS && s == LOOM_OK; k++)
+    if (e->parts[k].run)
+      s = e->parts[k].backend->run_new(e->parts[k].program, &lane->run.runs[k]);
   if (s != LOOM_OK) {
     lane_free(e, lane);
     return s;

@@ -118,7 +118,7 @@ void rt_profile_report(const loom_executable_t *e) {
              flops * (double)p->runs / (double)total);
   core_log(LOG_STEPS, "%d steps, %lld runs, %.3f ms per run (sum of the fastest: %.3f) on %d threads%s",
            e->n_steps, (long long)p->runs, (double)total / 1e6 / (double)p->runs,
-           (double)total_min / 1e6, core_pool_threads(e->pool), rate);
+           (double)total_min / 1e6, rt_threads(e), rate);
   core_log(LOG_STEPS, "    mean  fastest  share  GFLOP/s (at the fastest)");
   for (int r = 0; r < e->n_steps; r++) {
     int i = order[r].step;

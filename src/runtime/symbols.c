@@ -2,9 +2,7 @@
  * executable when they change (see symbols.h). */
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
-#include "backend/cpu/codegen/codegen.h"
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -20,7 +18,6 @@ typedef struct rt_binder {
 struct rt_symbols {
   int n_syms;
   bool *runtime;          /* per symbol: read from the inputs at each run */
-  int64_t *cg_syms;       /* what the code generator sees */
   int64_t *read;          /* per symbol: the value read this run, or -1 */
   int32_t *read_from;     /* per symbol: the binder that read it */
   int n_binders;
@@ -47,10 +44,9 @@ loom_status_t rt_sym_mark(loom_executable_t *e, int32_t k) {
     e->dyn = d;
     d->n_syms = g->n_symbols;
     d->runtime = core_calloc((size_t)n, sizeof *d->runtime);
-    d->cg_syms = core_calloc((size_t)n, sizeof *d->cg_syms);
     d->read = core_calloc((size_t)n, sizeof *d->read);
     d->read_from = core_calloc((size_t)n, sizeof *d->read_from);
-    if (!d->runtime || !d->cg_syms || !d->read || !d->read_from)
+    if (!d->runtime || !d->read || !d->read_from)
       return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   }
   e->dyn->runtime[k] = true;
@@ -103,11 +99,8 @@ static loom_status_t build_binders(loom_executable_t *e) {
   return LOOM_OK;
 }
 
-const int64_t *rt_sym_codegen_values(const loom_executable_t *e) {
-  if (!e->dyn) return e->syms;
-  for (int k = 0; k < e->dyn->n_syms; k++)
-    e->dyn->cg_syms[k] = e->dyn->runtime[k] ? CG_SYM_RUNTIME : e->syms[k];
-  return e->dyn->cg_syms;
+const bool *rt_sym_runtime(const loom_executable_t *e) {
+  return e->dyn ? e->dyn->runtime : NULL;
 }
 
 /* The plan with group gi replaced by one reference group per node, in
@@ -155,21 +148,22 @@ static loom_status_t split_group(fuse_plan_t *p, const loom_graph_t *g, int gi) 
 
 loom_status_t rt_sym_split_groups(loom_executable_t *e) {
   const loom_graph_t *g = e->graph;
-  /* A trial emission, every value in a slot of its own, tells which
-   * groups the emitters take. */
-  int32_t *slot_of_value = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
-  if (!slot_of_value) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  for (int64_t v = 0; v < g->n_values; v++) slot_of_value[v] = (int32_t)v;
-  cg_module_t cg;
-  loom_status_t s = cg_emit_module(g, &e->plan, slot_of_value, rt_sym_codegen_values(e), &cg);
-  core_free(slot_of_value);
-  LOOM_TRY(s);
+  const be_backend_t *b = e->parts[0].backend;
+  /* A trial build tells which groups the target takes. */
+  bool *generated = core_calloc((size_t)e->plan.n_groups + 1, sizeof *generated);
+  if (!generated) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  be_request_t req = {.graph = g, .plan = &e->plan, .syms = e->syms,
+                      .sym_runtime = rt_sym_runtime(e), .trial = true};
+  be_result_t res = {.generated = generated};
+  be_program_t *none = NULL;
+  loom_status_t s = b->build(&req, &res, &none);
+  core_free(res.lost_reason);
   for (int gi = e->plan.n_groups - 1; gi >= 0 && s == LOOM_OK; gi--) {
     const fuse_group_t *grp = &e->plan.groups[gi];
-    if (cg.generated[gi] || grp->n_nodes < 2 || grp->kind == FUSE_REFERENCE) continue;
+    if (generated[gi] || grp->n_nodes < 2 || grp->kind == FUSE_REFERENCE) continue;
     s = split_group(&e->plan, g, gi);
   }
-  cg_module_free(&cg);
+  core_free(generated);
   return s;
 }
 
@@ -229,7 +223,6 @@ void rt_sym_free(loom_executable_t *e) {
   rt_symbols_t *d = e->dyn;
   if (!d) return;
   core_free(d->runtime);
-  core_free(d->cg_syms);
   core_free(d->read);
   core_free(d->read_from);
   core_free(d->binders);
@@ -325,12 +318,10 @@ static loom_status_t grow_arena(loom_executable_t *e) {
   int64_t need = e->mem.arena_bytes;
   if (need <= e->arena_bytes) return LOOM_OK;
   int64_t bytes = need + need / 4;
-  void *arena = core_aligned_alloc((size_t)bytes);
+  void *arena = rt_arena_alloc(e, bytes);
   if (!arena)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte arena", (long long)bytes);
-  madvise(arena, (size_t)bytes, MADV_HUGEPAGE);
-  memset(arena, 0, (size_t)bytes);
-  core_free(e->arena);
+  rt_arena_free(e, e->arena);
   e->arena = arena;
   e->arena_bytes = bytes;
   return LOOM_OK;

@@ -21,11 +21,12 @@
 loom_status_t rt_sym_mark(loom_executable_t *e, int32_t k);
 /* Whether symbol k can be read from some input dim (k, k*c or k+c). */
 bool rt_sym_readable(const loom_graph_t *g, int32_t k);
-/* The symbol values the code generator sees (runtime symbols as
- * CG_SYM_RUNTIME), or e->syms without runtime symbols. */
-const int64_t *rt_sym_codegen_values(const loom_executable_t *e);
-/* Splits fused groups the emitters cannot write over runtime sizes into
- * one reference group per node (each runs its reference kernel). */
+/* Per symbol: whether it is a runtime symbol (be_request_t.sym_runtime),
+ * or NULL when none is. */
+const bool *rt_sym_runtime(const loom_executable_t *e);
+/* Splits fused groups the target cannot build over runtime sizes (a
+ * trial build says which) into one reference group per node (each runs
+ * its reference kernel). */
 loom_status_t rt_sym_split_groups(loom_executable_t *e);
 /* Takes the memory plan's requests and req_of_slot (ownership passes). */
 void rt_sym_keep_requests(loom_executable_t *e, mem_request_t *req, int n_req,

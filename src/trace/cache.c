@@ -297,14 +297,9 @@ static int64_t graph_bytes(const loom_graph_t *g) {
   return n;
 }
 
-/* A loaded shared object maps at least its ELF headers, tables and a few
- * pages of code and data whatever its size. */
-#define MODULE_BASE_BYTES (16 * 1024)
-
 /* An entry's bytes, an estimate of what freeing it gives back: the
- * executable's arena (exact), its generated module (a fixed cost per
- * loaded object plus the generated C's length: -O3 code of a fused
- * kernel is of the order of its source), its step and slot tables, and
+ * executable's arena (exact), its back ends' programs (be_backend_t.bytes:
+ * the CPU's loaded module), its step and slot tables, and
  * the graphs it owns (the source graph, and the one after the passes). */
 static int64_t entry_bytes(const rt_entry_t *e) {
   int64_t n = (int64_t)sizeof *e + e->key.n_inputs * (int64_t)sizeof(rt_key_input_t);
@@ -313,7 +308,8 @@ static int64_t entry_bytes(const rt_entry_t *e) {
   if (!x) return n;
   n += (int64_t)sizeof *x + x->arena_bytes + x->n_steps * (int64_t)sizeof(step_t) +
        x->n_slots * (int64_t)(sizeof(void *) + sizeof(int64_t));
-  if (x->module) n += MODULE_BASE_BYTES + (x->source_text ? (int64_t)strlen(x->source_text) : 0);
+  for (int k = 0; k < RT_PARTS; k++)
+    if (x->parts[k].program) n += x->parts[k].backend->bytes(x->parts[k].program);
   if (x->owns_graph && x->graph != e->graph) n += graph_bytes(x->graph);
   return n;
 }
@@ -712,18 +708,16 @@ loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *in
   return s;
 }
 
-loom_status_t rt_entry_run_packed(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
+loom_status_t rt_entry_run_stable(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
                                   int n_outputs, loom_tensor_t *const *outputs,
-                                  const void *const *packed_b) {
+                                  rt_stable_t *st, const bool *stable_input) {
   LOOM_CHECK_ARG(e);
   if (!e->exe)
-    return loom_fail(LOOM_ERR_INVALID, "rt_entry_run_packed: the entry of site %016llx has "
+    return loom_fail(LOOM_ERR_INVALID, "rt_entry_run_stable: the entry of site %016llx has "
                      "no executable", (unsigned long long)e->key.site);
   pthread_mutex_lock(&e->run_lock);
-  const void *const *own = e->exe->abi.packed_b;
-  e->exe->abi.packed_b = packed_b;
-  loom_status_t s = loom_executable_run(e->exe, n_inputs, inputs, n_outputs, outputs);
-  e->exe->abi.packed_b = own;
+  loom_status_t s = rt_executable_run_stable(e->exe, n_inputs, inputs, n_outputs, outputs, st,
+                                             stable_input);
   if (e->exe->dyn)
     atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
   pthread_mutex_unlock(&e->run_lock);

@@ -107,14 +107,15 @@ loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs,
                            loom_tensor_t *const *inputs, int n_outputs,
                            loom_tensor_t *const *outputs);
 
-/* rt_entry_run with packed_b (loom_abi_t.packed_b: per slot s,
- * [2 * s + trans_b] that slot's matrix packed as a GEMM's B, or NULL)
- * in place of the executable's own for this run: the caller packs
- * inputs that stay unchanged across many runs (a trace's weights). */
-loom_status_t rt_entry_run_packed(rt_entry_t *e, int n_inputs,
+typedef struct rt_stable rt_stable_t; /* runtime/executable.h */
+/* rt_entry_run with the inputs marked in stable_input bound to storage
+ * that stays unchanged while st's epoch lasts (a trace's weights), so
+ * that the back end may keep work derived from it across runs
+ * (rt_executable_run_stable). */
+loom_status_t rt_entry_run_stable(rt_entry_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
-                                  loom_tensor_t *const *outputs,
-                                  const void *const *packed_b);
+                                  loom_tensor_t *const *outputs, rt_stable_t *st,
+                                  const bool *stable_input);
 /* Appends the cache's entries and recent recompile reasons to text. */
 struct core_text;
 loom_status_t rt_cache_describe(const loom_cache_t *c, struct core_text *text);

@@ -262,7 +262,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
 /* Frees this step's tensors and tables; the graph is emptied. */
 static void release_step(loom_trace_t *t) {
   tape_clear(t);
-  t->packs.epoch++; /* parameters may change before the next step */
+  t->packs.stable.epoch++; /* parameters may change before the next step */
   for (int64_t v = 0; v < t->cap_vals; v++) {
     if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
     loom_tensor_destroy(t->vals[v].padded);

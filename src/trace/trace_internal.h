@@ -42,6 +42,7 @@
 #include "core/text.h"
 #include "ir/ir.h"
 #include "loom/trace.h"
+#include "runtime/executable.h"
 #include "trace/cache.h"
 
 /* 64-bit hash combining (a multiply-rotate mix: cheap and well spread). */
@@ -121,27 +122,12 @@ typedef struct tr_memo {
 
 #define TR_MEMO 16 /* direct-mapped by key hash, power of two */
 
-/* A parameter's matrix packed as a GEMM's B (segment_pack.c). */
-typedef struct tr_pack {
-  const void *data; /* the parameter's storage */
-  int64_t k, n;
-  int trans_b;
-  uint64_t epoch;   /* the packs' epoch when packed */
-  void *buf;        /* kern_gemm_pack_b's layout */
-  size_t bytes;     /* buf's size */
-} tr_pack_t;
-
-#define TR_PACKS 16
-
-/* The packed weights, across steps (segment_pack.c's). */
+/* The parameters' storage as stable storage for the back end
+ * (segment_pack.c's): it may keep work derived from it (packed GEMM
+ * weights) while an epoch lasts. Parameters change only at a step's end or
+ * at the optimizer step, which begin a new epoch (stable.epoch++). */
 typedef struct tr_packs {
-  tr_pack_t slot[TR_PACKS];
-  int next;          /* the slot to take next */
-  /* Parameters change only at a step's end or at the optimizer step, which
-   * begin a new epoch: packs of an older one are packed again. */
-  uint64_t epoch;
-  void **packed_b;   /* a run's loom_abi_t.packed_b (all NULL between runs) */
-  int64_t cap_packed_b;
+  rt_stable_t stable;
 } tr_packs_t;
 
 /* What the run keeps across cuts and steps (segment_run.c's). */
@@ -388,8 +374,9 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
 /* Each bucket group's bucket, from w's input types. */
 void seg_group_buckets(const seg_work_t *w, int64_t *out);
 
-/* segment_pack.c: rt_entry_run, with the parameters that its GEMMs read
- * as B operands packed once per epoch. */
+/* segment_pack.c: rt_entry_run, with the inputs bound to parameters'
+ * storage marked stable for the epoch (the back end packs the GEMM
+ * weights among them once per epoch). */
 loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
                             loom_tensor_t *const *ins, int n_out,
                             loom_tensor_t *const *outs);

@@ -190,7 +190,7 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
   loom_status_t s = optim_run(t, lr);
   /* the parameters changed (in part, if the run failed) */
   t->tape.stale = t->tape.n;
-  t->packs.epoch++;
+  t->packs.stable.epoch++;
   LOOM_TRY(s);
   loom_clear_error();
   return LOOM_OK;

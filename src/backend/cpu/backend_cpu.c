@@ -1,0 +1,329 @@
+/* The CPU back end (backend_cpu.h): a plan's groups as C functions in one
+ * module, compiled by the system compiler (or found in the module cache)
+ * and called through the ABI on a thread pool. */
+#include <sys/mman.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/codegen/codegen.h"
+#include "backend/cpu/kernels/gemm.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+
+_Static_assert(BE_SYM_RUNTIME == CG_SYM_RUNTIME, "one marker for runtime symbols");
+
+/* The symbol values the code generator sees: runtime ones marked. */
+static int64_t *codegen_syms(const be_request_t *req) {
+  int n = (int)req->graph->n_symbols;
+  int64_t *v = core_malloc(sizeof(int64_t) * (size_t)(n + 1));
+  if (!v) return NULL;
+  for (int k = 0; k < n; k++)
+    v[k] = req->sym_runtime && req->sym_runtime[k] ? BE_SYM_RUNTIME : req->syms[k];
+  return v;
+}
+
+static loom_status_t emit(const be_request_t *req, const int32_t *slot_of_value,
+                          cg_module_t *cg) {
+  int64_t *syms = codegen_syms(req);
+  if (!syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  loom_status_t s = cg_emit_module(req->graph, req->plan, slot_of_value, syms, cg);
+  core_free(syms);
+  return s;
+}
+
+/* A trial: which groups the emitters take, every value in a slot of its
+ * own (storage does not change what is generated). */
+static loom_status_t trial(const be_request_t *req, be_result_t *res) {
+  const loom_graph_t *g = req->graph;
+  int32_t *slot_of_value = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  if (!slot_of_value) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t v = 0; v < g->n_values; v++) slot_of_value[v] = (int32_t)v;
+  cg_module_t cg;
+  loom_status_t s = emit(req, slot_of_value, &cg);
+  core_free(slot_of_value);
+  LOOM_TRY(s);
+  memcpy(res->generated, cg.generated, sizeof(bool) * (size_t)req->plan->n_groups);
+  cg_module_free(&cg);
+  return LOOM_OK;
+}
+
+/* The functions the module must define: loom_group_<i> for each wanted
+ * group that runs its own function (others share an earlier group's), in
+ * one block that the caller frees. */
+static loom_status_t group_symbols(const be_request_t *req, const cg_module_t *cg,
+                                   char ***out, int *n) {
+  enum { NAME = 24 };
+  int n_groups = req->plan->n_groups, count = 0;
+  for (int i = 0; i < n_groups; i++) count += cg->generated[i] && cg->function[i] == i;
+  char **names = core_malloc((size_t)count * (sizeof(char *) + NAME) + 1);
+  if (!names) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  char *text = (char *)(names + count);
+  *n = 0;
+  for (int i = 0; i < n_groups; i++) {
+    if (!cg->generated[i] || cg->function[i] != i) continue;
+    names[*n] = text + (size_t)*n * NAME;
+    snprintf(names[*n], NAME, "loom_group_%d", i);
+    (*n)++;
+  }
+  *out = names;
+  return LOOM_OK;
+}
+
+/* Compiles and loads cg's module; a missing or failing compiler is a
+ * lost build (res), not an error. */
+static loom_status_t load_module(be_program_t *p, const be_request_t *req,
+                                 const cg_module_t *cg, be_result_t *res) {
+  if (!req->options->use_cc) {
+    res->lost = LOOM_FALLBACK_DISABLED;
+    res->lost_reason = core_strdup("use_cc is 0");
+    return LOOM_OK;
+  }
+  char **names = NULL;
+  int n_names = 0;
+  cpu_build_stage_t stage = CPU_BUILD_NO_MODULE;
+  loom_status_t s = group_symbols(req, cg, &names, &n_names);
+  cpu_source_cuts_t cuts = {.prelude = cg->prelude, .at = cg->cuts, .n = cg->n_functions};
+  if (s == LOOM_OK)
+    s = cpu_module_build_staged(cg->source, cg->length, &cuts, (const char *const *)names,
+                                n_names, &p->module, &stage);
+  core_free(names);
+  if (s == LOOM_ERR_NOMEM || s == LOOM_OK) return s;
+  res->lost = stage == CPU_BUILD_NO_CC       ? LOOM_FALLBACK_NO_CC
+              : stage == CPU_BUILD_CC_FAILED ? LOOM_FALLBACK_CC_FAILED
+                                             : LOOM_FALLBACK_NO_MODULE;
+  res->lost_reason = core_strdup(loom_last_error());
+  return LOOM_OK;
+}
+
+/* Whether group grp has a node that indexes its data (only index code
+ * reports index errors). */
+static bool indexes(const loom_graph_t *g, const fuse_group_t *grp) {
+  for (int k = 0; k < grp->n_nodes; k++)
+    if (ir_ops[g->nodes[grp->nodes[k]].op].flags & F_INDEX) return true;
+  return false;
+}
+
+/* Each wanted generated group's function and slot map: the function of
+ * the first group whose code is the same (cg_module_t.function). */
+static loom_status_t bind_functions(be_program_t *p, const be_request_t *req,
+                                    const cg_module_t *cg, be_result_t *res) {
+  int n_groups = req->plan->n_groups;
+  int64_t n_map = cg->map_at[n_groups];
+  p->maps = core_malloc(sizeof *p->maps * ((size_t)n_map + 1));
+  bool *used = core_calloc((size_t)n_groups + 1, sizeof *used);
+  if (!p->maps || !used) {
+    core_free(used);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  }
+  if (n_map) memcpy(p->maps, cg->maps, sizeof *p->maps * (size_t)n_map);
+  loom_status_t s = LOOM_OK;
+  for (int gi = 0; gi < n_groups && s == LOOM_OK; gi++) {
+    if (!cg->generated[gi] || !req->want[gi]) continue;
+    int32_t f = cg->function[gi];
+    char name[32];
+    snprintf(name, sizeof name, "loom_group_%d", f);
+    void *sym = cpu_module_symbol(p->module, name);
+    if (!sym) {
+      s = loom_fail(LOOM_ERR_UNSUPPORTED, "module lacks %s", name);
+      break;
+    }
+    memcpy(&p->kernel[gi].fn, &sym, sizeof sym);
+    p->kernel[gi].map = p->maps + cg->map_at[gi];
+    p->kernel[gi].checks = indexes(req->graph, &req->plan->groups[gi]);
+    res->generated[gi] = true;
+    res->n_kernels += !used[f];
+    used[f] = true;
+  }
+  core_free(used);
+  return s;
+}
+
+static void cpu_destroy(be_program_t *p);
+
+static loom_status_t program_new(const be_request_t *req, be_program_t **out) {
+  be_program_t *p = core_calloc(1, sizeof *p);
+  *out = p;
+  if (!p) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  int n_groups = req->plan->n_groups;
+  *p = (be_program_t){.graph = req->graph, .plan = req->plan,
+                      .slot_of_value = req->slot_of_value, .syms = req->syms,
+                      .n_slots = req->n_slots,
+                      .conv_mode = cpu_conv_mode(req->options)};
+  p->kernel = core_calloc((size_t)n_groups + 1, sizeof *p->kernel);
+  if (!p->kernel) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  return LOOM_OK;
+}
+
+static loom_status_t build_program(be_program_t *p, const be_request_t *req, be_result_t *res) {
+  cg_module_t cg = {0};
+  loom_status_t s = emit(req, req->slot_of_value, &cg);
+  bool any = false;
+  for (int i = 0; s == LOOM_OK && i < req->plan->n_groups; i++) any |= cg.generated[i];
+  if (s == LOOM_OK && any) {
+    p->source = core_strdup(cg.source);
+    s = load_module(p, req, &cg, res);
+  }
+  if (s == LOOM_OK && p->module) s = bind_functions(p, req, &cg, res);
+  if (s == LOOM_OK && p->module && req->options->freeze_params) s = cpu_prepack_frozen(p, req);
+  cg_module_free(&cg);
+  return s;
+}
+
+static loom_status_t cpu_build(const be_request_t *req, be_result_t *res, be_program_t **out) {
+  *out = NULL;
+  memset(res->generated, 0, sizeof(bool) * (size_t)req->plan->n_groups);
+  res->n_kernels = 0;
+  res->lost = LOOM_FALLBACK_NONE;
+  res->lost_reason = NULL;
+  if (req->trial || !req->want) return trial(req, res);
+  be_program_t *p;
+  loom_status_t s = program_new(req, &p);
+  if (s == LOOM_OK) s = build_program(p, req, res);
+  if (s != LOOM_OK) {
+    cpu_destroy(p);
+    return s;
+  }
+  *out = p;
+  return LOOM_OK;
+}
+
+static loom_status_t cpu_start(be_program_t *p, int threads) {
+  LOOM_TRY(core_pool_create(threads, &p->pool));
+  kern_gemm_reserve(core_pool_threads(p->pool));
+  cpu_abi_init(p);
+  return LOOM_OK;
+}
+
+static int cpu_threads(const be_program_t *p) { return core_pool_threads(p->pool); }
+
+static const char *cpu_source(const be_program_t *p, const char **where) {
+  *where = p->module ? cpu_module_path(p->module) : "not compiled";
+  return p->source;
+}
+
+/* A loaded shared object maps at least its ELF headers, tables and a few
+ * pages of code and data whatever its size; -O3 code of a fused kernel is
+ * of the order of its source. */
+#define MODULE_BASE_BYTES (16 * 1024)
+
+static int64_t cpu_bytes(const be_program_t *p) {
+  if (!p->module) return 0;
+  return MODULE_BASE_BYTES + (p->source ? (int64_t)strlen(p->source) : 0);
+}
+
+static void cpu_destroy(be_program_t *p) {
+  if (!p) return;
+  core_pool_destroy(p->pool);
+  cpu_module_release(p->module);
+  cpu_prepack_free(p);
+  core_free(p->source);
+  core_free(p->kernel);
+  core_free(p->maps);
+  core_free(p);
+}
+
+/* ---- Runs ------------------------------------------------------------------ */
+
+static loom_status_t cpu_run_new(be_program_t *p, be_run_t **out) {
+  be_run_t *r = core_calloc(1, sizeof *r);
+  *out = NULL;
+  if (!r) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a run's storage");
+  r->abi = p->abi;
+  loom_status_t s = cpu_index_errors_attach(&r->abi);
+  if (s != LOOM_OK) {
+    core_free(r);
+    return s;
+  }
+  r->index_error = cpu_index_errors_flag(&r->abi);
+  *out = r;
+  return LOOM_OK;
+}
+
+static void cpu_run_free(be_program_t *p, be_run_t *r) {
+  (void)p;
+  if (!r) return;
+  cpu_index_errors_free(&r->abi);
+  core_free(r->lent_b);
+  core_free(r);
+}
+
+/* Index code: the call, then the record's flag. */
+static loom_status_t launch_checked(be_program_t *p, int32_t group, void *const *slots,
+                                    const int64_t *syms, be_run_t *r) {
+  const cpu_kernel_t *k = &p->kernel[group];
+  k->fn(slots, k->map, syms, &r->abi);
+  if (!atomic_load_explicit(r->index_error, memory_order_acquire)) return LOOM_OK;
+  return cpu_index_errors_take(p, group, &r->abi);
+}
+
+/* The replay's inner loop calls this once per step: one entry read and
+ * the call, with nothing kept across it (~2 ns a step with the loop,
+ * bench/overhead.c). */
+static loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slots,
+                                const int64_t *syms, be_run_t *r) {
+  const cpu_kernel_t *k = &p->kernel[group];
+  if (k->checks) return launch_checked(p, group, slots, syms, r);
+  k->fn(slots, k->map, syms, &r->abi);
+  return LOOM_OK;
+}
+
+/* Calls return when their work is done: nothing waits. */
+static loom_status_t cpu_sync(be_program_t *p, be_run_t *r) {
+  (void)p;
+  (void)r;
+  return LOOM_OK;
+}
+
+/* ---- Memory: the host's ------------------------------------------------------ */
+
+static void *cpu_alloc(int64_t bytes) {
+  void *p = core_aligned_alloc((size_t)(bytes > 0 ? bytes : 1));
+  if (!p) return NULL;
+  /* First touches cost ~12 us a page here: take them now, not in a run. */
+  madvise(p, (size_t)bytes, MADV_HUGEPAGE);
+  memset(p, 0, (size_t)bytes);
+  return p;
+}
+
+static void cpu_free(void *p) { core_free(p); }
+
+static loom_status_t cpu_copy(void *dst, const void *src, int64_t bytes) {
+  if (bytes > 0) memcpy(dst, src, (size_t)bytes);
+  return LOOM_OK;
+}
+
+static void cpu_stats(be_stats_t *out) {
+  cpu_toolchain_stats_t t;
+  cpu_toolchain_stats(&t);
+  out->cc_invocations += t.cc_invocations;
+  out->disk_hits += t.disk_hits;
+  out->disk_rebuilds += t.disk_rebuilds;
+}
+
+const be_backend_t be_cpu = {
+    .name = "cpu",
+    .device = LOOM_DEVICE_CPU,
+    .fuse = &cg_fuse_caps,
+    .generates = cg_op_generated,
+    .build = cpu_build,
+    .start = cpu_start,
+    .threads = cpu_threads,
+    .source = cpu_source,
+    .bytes = cpu_bytes,
+    .destroy = cpu_destroy,
+    .run_new = cpu_run_new,
+    .run_free = cpu_run_free,
+    .launch = cpu_launch,
+    .sync = cpu_sync,
+    .stable = cpu_stable,
+    .cache_new = cpu_cache_new,
+    .cache_free = cpu_cache_free,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_host = cpu_copy,
+    .from_host = cpu_copy,
+    .stats = cpu_stats,
+};
