@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/codegen/codegen.h"
+#include "core/status.h"
 #include "harness.h"
 #include "ir/ir.h"
 #include "runtime/executable.h"
@@ -410,7 +411,7 @@ static int misplaced_reference_steps(const char *what, const loom_executable_t *
   int n = 0;
   for (int i = 0; i < e->n_steps; i++) {
     const step_t *st = &e->steps[i];
-    if (st->kind != STEP_REFERENCE) continue;
+    if (!rt_step_is_reference(e, st)) continue;
     int32_t node = e->plan.groups[st->group].nodes[0];
     if (!cg_supports(e->graph, node)) continue;
     test_fail(__FILE__, __LINE__, "%s: %s ran its reference kernel, though the code "

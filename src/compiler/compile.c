@@ -311,39 +311,6 @@ static loom_status_t build_guards(loom_executable_t *e) {
 
 /* ---- Steps -------------------------------------------------------------- */
 
-/* Tensors over the slots of one node, for its reference kernel. */
-static loom_status_t build_ref_step(loom_executable_t *e, int32_t node, ref_step_t *r) {
-  const ir_node_t *n = &e->graph->nodes[node];
-  r->node = n;
-  r->in = core_calloc((size_t)n->n_in + 1, sizeof *r->in);
-  r->out = core_calloc((size_t)n->n_out + 1, sizeof *r->out);
-  r->in_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_in + 1));
-  r->out_slot = core_malloc(sizeof(int32_t) * (size_t)(n->n_out + 1));
-  if (!r->in || !r->out || !r->in_slot || !r->out_slot)
-    return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  for (int k = 0; k < n->n_in + n->n_out; k++) {
-    bool is_in = k < n->n_in;
-    int32_t v = is_in ? n->in[k] : n->out[k - n->n_in];
-    int64_t shape[LOOM_MAX_RANK];
-    LOOM_TRY(value_shape(e, v, shape));
-    const ir_type_t *t = &e->graph->values[v].type;
-    /* A nominal shape that overflows: the first run sets the real one. */
-    if (e->dyn && !shape_size(t->rank, shape, loom_dtype_size(t->dtype), NULL, NULL))
-      memset(shape, 0, sizeof shape);
-    int32_t slot = e->slot_of_value[v];
-    if (slot < 0)
-      return loom_fail(LOOM_ERR_GRAPH, "compile: %s of node %d has no storage",
-                       is_in ? "an input" : "an output", node);
-    /* A placeholder pointer: the run points it at the slot. */
-    static char placeholder;
-    loom_tensor_t **t_out = is_in ? &r->in[k] : &r->out[k - n->n_in];
-    LOOM_TRY(loom_tensor_wrap(t->dtype, t->rank, shape, NULL, &placeholder, t_out));
-    if (is_in) r->in_slot[k] = slot;
-    else r->out_slot[k - n->n_in] = slot;
-  }
-  return LOOM_OK;
-}
-
 static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
   loom_graph_t *g = e->graph;
   for (int64_t i = 0; i < g->n_outputs; i++) {
@@ -360,7 +327,18 @@ static loom_status_t add_output_copies(loom_executable_t *e, int *n_steps) {
   return LOOM_OK;
 }
 
-static loom_status_t add_steps(loom_executable_t *e, const bool *generated,
+/* Step st launches group gi's kernel in part k. */
+static void bind_kernel(loom_executable_t *e, int k, step_t *st) {
+  st->kind = STEP_KERNEL;
+  st->part = k;
+  st->program = e->parts[k].program;
+  st->launch = e->parts[k].backend->launch;
+  if (rt_step_is_reference(e, st)) e->n_reference++;
+  else e->n_generated++;
+}
+
+/* part[gi]: the part whose program runs group gi, or -1. */
+static loom_status_t add_steps(loom_executable_t *e, const int8_t *part,
                                const loom_compile_options_t *o) {
   int n = 0;
   bool copies_done = false;
@@ -389,19 +367,11 @@ static loom_status_t add_steps(loom_executable_t *e, const bool *generated,
     } else if (ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH) {
       st->kind = STEP_CONTROL;
       LOOM_TRY(rt_control_build(e, grp->nodes[0], o, &st->control));
-    } else if (generated[gi]) {
-      st->kind = STEP_KERNEL;
-      st->part = 0;
-      st->program = e->parts[0].program;
-      st->launch = e->parts[0].backend->launch;
-      e->n_generated++;
+    } else if (part[gi] >= 0) {
+      bind_kernel(e, part[gi], st);
     } else {
-      if (grp->n_nodes != 1)
-        return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
-                         gi, fuse_kind_name(grp->kind), grp->n_nodes);
-      st->kind = STEP_REFERENCE;
-      LOOM_TRY(build_ref_step(e, grp->nodes[0], &st->ref));
-      e->n_reference++;
+      return loom_fail(LOOM_ERR_UNSUPPORTED, "compile: group %d (%s, %d nodes) has no code",
+                       gi, fuse_kind_name(grp->kind), grp->n_nodes);
     }
     n++;
   }
@@ -410,12 +380,12 @@ static loom_status_t add_steps(loom_executable_t *e, const bool *generated,
   return LOOM_OK;
 }
 
-static loom_status_t build_steps(loom_executable_t *e, const bool *generated,
+static loom_status_t build_steps(loom_executable_t *e, const int8_t *part,
                                  const loom_compile_options_t *o) {
   int max_steps = e->plan.n_groups + (int)e->graph->n_outputs + 1;
   e->steps = core_calloc((size_t)max_steps, sizeof *e->steps);
   if (!e->steps) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  return add_steps(e, generated, o);
+  return add_steps(e, part, o);
 }
 
 /* ---- The driver ------------------------------------------------------------ */
@@ -525,11 +495,11 @@ static bool *wanted_groups(const loom_executable_t *e) {
   return want;
 }
 
-/* The target's program for the wanted groups, started; generated says
- * which groups it built (none when its code was lost). */
-static loom_status_t build_target(loom_executable_t *e, const loom_compile_options_t *o,
-                                  const bool *want, bool *generated) {
-  rt_part_t *p = &e->parts[0];
+/* Part k's program for the wanted groups, started; generated says which
+ * groups it built (none when its code was lost). */
+static loom_status_t build_part(loom_executable_t *e, int k, const loom_compile_options_t *o,
+                                const bool *want, bool *generated) {
+  rt_part_t *p = &e->parts[k];
   be_request_t req = {.graph = e->graph, .plan = &e->plan, .want = want,
                       .slot_of_value = e->slot_of_value, .n_slots = e->n_slots,
                       .slots = e->slots, .syms = e->syms, .sym_runtime = rt_sym_runtime(e),
@@ -538,10 +508,29 @@ static loom_status_t build_target(loom_executable_t *e, const loom_compile_optio
   LOOM_TRY(p->backend->build(&req, &res, &p->program));
   if (res.lost != LOOM_FALLBACK_NONE) note_lost(e, res.lost, res.lost_reason);
   core_free(res.lost_reason);
-  e->n_kernels = res.n_kernels;
+  e->n_kernels += res.n_kernels;
   if (!p->program) return LOOM_OK;
   LOOM_TRY(p->backend->start(p->program, o->num_threads));
   return p->backend->run_new(p->program, &p->run);
+}
+
+/* The groups the target left (single nodes, unless a fused group lost
+ * its code: then *ok is false) go to the reference back end, in part 1. */
+static loom_status_t build_rest(loom_executable_t *e, const loom_compile_options_t *o,
+                                bool *want, bool *generated, int8_t *part, bool *ok) {
+  bool rest = false;
+  *ok = fused_groups_generated(e, generated);
+  for (int i = 0; i < e->plan.n_groups; i++) {
+    part[i] = generated[i] ? 0 : -1;
+    want[i] = want[i] && !generated[i];
+    rest |= want[i];
+  }
+  if (!*ok || !rest) return LOOM_OK;
+  e->parts[1].backend = be_reference();
+  LOOM_TRY(build_part(e, 1, o, want, generated));
+  for (int i = 0; i < e->plan.n_groups; i++)
+    if (want[i] && generated[i]) part[i] = 1;
+  return LOOM_OK;
 }
 
 /* Builds the programs and steps; false in *compiled sends the graph to
@@ -549,19 +538,21 @@ static loom_status_t build_target(loom_executable_t *e, const loom_compile_optio
 static loom_status_t compile_code(loom_executable_t *e, const loom_compile_options_t *o,
                                   bool *compiled) {
   *compiled = false;
-  bool *want = wanted_groups(e);
+  bool *want = wanted_groups(e), ok = false;
   bool *generated = core_calloc((size_t)e->plan.n_groups + 1, sizeof *generated);
-  loom_status_t s = want && generated ? build_target(e, o, want, generated)
-                                      : loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  /* Without the target's code, single nodes still run as reference steps. */
-  if (s == LOOM_OK && !fused_groups_generated(e, generated)) {
-    core_log(LOG_COMPILE, "a fused group has no code");
-  } else if (s == LOOM_OK) {
-    s = build_steps(e, generated, o);
+  int8_t *part = core_malloc((size_t)e->plan.n_groups + 1);
+  loom_status_t s = want && generated && part
+                        ? build_part(e, 0, o, want, generated)
+                        : loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  if (s == LOOM_OK) s = build_rest(e, o, want, generated, part, &ok);
+  if (s == LOOM_OK && !ok) core_log(LOG_COMPILE, "a fused group has no code");
+  if (s == LOOM_OK && ok) {
+    s = build_steps(e, part, o);
     *compiled = s == LOOM_OK;
   }
   core_free(want);
   core_free(generated);
+  core_free(part);
   return s;
 }
 

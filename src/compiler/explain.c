@@ -7,11 +7,11 @@
 #include "core/text.h"
 #include "runtime/executable.h"
 
-static const char *step_kind_name(step_kind_t k) {
-  return k == STEP_KERNEL      ? "generated"
-         : k == STEP_REFERENCE ? "reference"
-         : k == STEP_CONTROL   ? "control"
-                               : "copy";
+static const char *step_kind_name(const loom_executable_t *e, const step_t *st) {
+  return rt_step_is_reference(e, st) ? "reference"
+         : st->kind == STEP_KERNEL   ? "generated"
+         : st->kind == STEP_CONTROL  ? "control"
+                                     : "copy";
 }
 
 static void put_steps(core_text_t *t, const loom_executable_t *e) {
@@ -24,7 +24,7 @@ static void put_steps(core_text_t *t, const loom_executable_t *e) {
       continue;
     }
     const fuse_group_t *grp = &e->plan.groups[st->group];
-    core_text_put(t, "  %3d %-9s g%d %s:", i, step_kind_name(st->kind), st->group,
+    core_text_put(t, "  %3d %-9s g%d %s:", i, step_kind_name(e, st), st->group,
         fuse_kind_name(grp->kind));
     for (int k = 0; k < grp->n_nodes; k++)
       core_text_put(t, " %s", ir_ops[e->graph->nodes[grp->nodes[k]].op].name);

@@ -8,7 +8,6 @@
 #include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "kernels/ref.h"
 #include "runtime/executable.h"
 #include "runtime/symbols.h"
 
@@ -105,36 +104,6 @@ static loom_status_t bind_slots(loom_executable_t *e, rt_run_t *r,
   return LOOM_OK;
 }
 
-/* A reference step over run r's slots. The step's tensors are templates
- * (dtype and shape), copied here so that overlapping runs share nothing
- * they write. */
-__attribute__((noinline)) /* its frame stays out of run_step's */
-static loom_status_t run_reference(loom_executable_t *e, rt_run_t *r, int i) {
-  ref_step_t *st = &e->steps[i].ref;
-  const ir_node_t *n = st->node;
-  loom_tensor_t in[n->n_in + 1], out[n->n_out + 1];
-  const loom_tensor_t *in_p[n->n_in + 1];
-  loom_tensor_t *out_p[n->n_out + 1];
-  for (int k = 0; k < n->n_in; k++) {
-    in[k] = *st->in[k];
-    in[k].data = r->slots[st->in_slot[k]];
-    in_p[k] = &in[k];
-  }
-  for (int k = 0; k < n->n_out; k++) {
-    out[k] = *st->out[k];
-    out[k].data = r->slots[st->out_slot[k]];
-    out_p[k] = &out[k];
-    /* Reference kernels expect zeroed outputs (some accumulate). An empty
-     * one may have no storage (a null slot): nothing to clear. */
-    size_t bytes = (size_t)loom_tensor_numel(&out[k]) * loom_dtype_size(out[k].dtype);
-    if (bytes) memset(out[k].data, 0, bytes);
-  }
-  ref_call_t call = {.g = e->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
-                     .in = in_p, .n_out = n->n_out, .out = out_p,
-                     .scratch = r->scratch ? &r->scratch[i] : &st->scratch};
-  return ref_kernels[n->op](&call);
-}
-
 /* The interpreter fallback: runs the source graph, then copies out. */
 static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
                                      loom_tensor_t *const *inputs,
@@ -154,7 +123,6 @@ static loom_status_t run_step(loom_executable_t *e, rt_run_t *r, int i) {
   step_t *st = &e->steps[i];
   switch (st->kind) {
     case STEP_KERNEL: return st->launch(st->program, st->group, r->slots, e->syms, r->runs[st->part]);
-    case STEP_REFERENCE: return run_reference(e, r, i);
     case STEP_CONTROL: return rt_control_run(e, st->control);
     case STEP_COPY: /* an output bound to its input's storage has it already */
       if (r->slots[st->copy_to] != r->slots[st->copy_from])
@@ -340,25 +308,13 @@ void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reaso
   e->fallback_reason = core_strdup(reason ? reason : "");
 }
 
-static void free_ref_step(ref_step_t *r) {
-  if (!r->node) return;
-  for (int k = 0; k < r->node->n_in; k++) loom_tensor_destroy(r->in ? r->in[k] : NULL);
-  for (int k = 0; k < r->node->n_out; k++) loom_tensor_destroy(r->out ? r->out[k] : NULL);
-  core_free(r->in);
-  core_free(r->out);
-  core_free(r->in_slot);
-  core_free(r->out_slot);
-  core_free(r->scratch.data);
-}
-
 void loom_executable_destroy(loom_executable_t *e) {
   if (!e) return;
   rt_profile_report(e);
   rt_profile_free(e);
   rt_lanes_free(e);
   for (int i = 0; e->steps && i < e->plan.n_groups + (e->graph ? (int)e->graph->n_outputs : 0) + 1; i++)
-    if (e->steps[i].kind == STEP_REFERENCE) free_ref_step(&e->steps[i].ref);
-    else if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);
+    if (e->steps[i].kind == STEP_CONTROL) rt_control_free(e->steps[i].control);
   core_free(e->steps);
   for (int i = 0; e->inputs && i < e->n_inputs; i++) core_free(e->inputs[i].staging);
   core_free(e->inputs);

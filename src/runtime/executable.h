@@ -11,28 +11,16 @@
 
 #include "backend/backend.h"
 #include "ir/ir.h"
-#include "kernels/ref.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
 
 typedef enum step_kind {
   STEP_KERNEL,    /* a group's kernel, launched through its back end */
-  STEP_REFERENCE, /* one node's reference kernel */
   STEP_COPY,      /* a memcpy between slots (outputs that alias others) */
   STEP_CONTROL,   /* an if or loop node: executables of its subgraphs */
 } step_kind_t;
 
 typedef struct rt_control rt_control_t; /* src/runtime/control.c */
-
-/* A reference kernel call with its tensors prebuilt: templates (dtype and
- * shape) that a run copies, pointing the copies at its slots. */
-typedef struct ref_step {
-  const ir_node_t *node;
-  loom_tensor_t **in, **out;
-  int32_t *in_slot, *out_slot;
-  ref_scratch_t scratch; /* lent to the kernel in the executable's own
-                            storage, kept between runs (lanes have theirs) */
-} ref_step_t;
 
 /* A back end's part of an executable: the program it built for some
  * groups, and the state of the executable's own run (lanes have theirs). */
@@ -53,7 +41,6 @@ typedef struct step {
   be_program_t *program;   /* with its program and launch, kept here: the */
   loom_status_t (*launch)(be_program_t *, int32_t, void *const *, const int64_t *,
                           be_run_t *); /* replay reads one step */
-  ref_step_t ref;          /* STEP_REFERENCE */
   int32_t copy_from, copy_to; /* STEP_COPY: slots */
   rt_control_t *control;   /* STEP_CONTROL */
   int64_t copy_bytes;
@@ -108,7 +95,7 @@ struct loom_executable {
 
 /* ---- Runs from several threads (src/runtime/lanes.c) -----------------------
  * A run works in the executable's own storage (slots, arena, staging
- * buffers, reference steps' scratch, the back ends' run states), or,
+ * buffers, the back ends' run states), or,
  * when runs overlap, in a lane: a copy of that storage made on demand and
  * kept for later runs. Runs of executables that write state (assigns),
  * resize it (runtime symbols) or run subgraphs (control steps) take turns
@@ -118,7 +105,6 @@ struct loom_executable {
 typedef struct rt_run {
   void **slots;
   be_run_t *runs[RT_PARTS]; /* per part: the back end's state for the run */
-  ref_scratch_t *scratch; /* per step; NULL: the steps' own */
   void **staging;         /* per input, made when first needed; NULL: the
                              guards' own */
 } rt_run_t;
@@ -180,7 +166,10 @@ loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
                                        const bool *stable_input);
 void rt_stable_free(rt_stable_t *st);
 
-/* parts.c: threads the target's kernels use (1 without a program). */
+/* parts.c: whether step st runs on the reference back end (a "reference"
+ * step in info and explain, else a "generated" one). */
+bool rt_step_is_reference(const loom_executable_t *e, const step_t *st);
+/* Threads the target's kernels use (1 without a program). */
 int rt_threads(const loom_executable_t *e);
 /* The target's allocator: storage for an arena of bytes (zeroed), or NULL. */
 void *rt_arena_alloc(const loom_executable_t *e, int64_t bytes);

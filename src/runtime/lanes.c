@@ -2,8 +2,9 @@
  *
  * Runs of an executable that only reads its parameters may overlap: the
  * first takes the executable's own storage, and a run that finds it busy
- * takes a lane (a slot table over an arena of its own, staging buffers,
- * reference kernels' scratch and the back ends' run states), made on demand
+ * takes a lane (a slot table over an arena of its own, staging buffers
+ * and the back ends' run states: reference kernels' scratch, the CPU's
+ * index-error record), made on demand
  * and kept for the runs after it. That is ONNX Runtime's contract for
  * concurrent Session::Run calls, each with its own memory: a server
  * thread per request needs no lock of its own, and an executable run by
@@ -69,9 +70,7 @@ loom_status_t rt_lanes_init(loom_executable_t *e) {
 
 static void lane_free(const loom_executable_t *e, rt_lane_t *lane) {
   if (!lane) return;
-  for (int i = 0; lane->run.scratch && i < e->n_steps; i++) core_free(lane->run.scratch[i].data);
   for (int i = 0; lane->run.staging && i < e->n_inputs; i++) core_free(lane->run.staging[i]);
-  core_free(lane->run.scratch);
   core_free(lane->run.staging);
   core_free(lane->run.slots);
   rt_arena_free(e, lane->arena);
@@ -100,9 +99,8 @@ static loom_status_t lane_new(const loom_executable_t *e, rt_lane_t **out) {
     return LOOM_OK;
   }
   lane->run.slots = core_calloc((size_t)e->n_slots + 1, sizeof *lane->run.slots);
-  lane->run.scratch = core_calloc((size_t)e->n_steps + 1, sizeof *lane->run.scratch);
   lane->run.staging = core_calloc((size_t)e->n_inputs + 1, sizeof *lane->run.staging);
-  bool ok = lane->run.slots && lane->run.scratch && lane->run.staging;
+  bool ok = lane->run.slots && lane->run.staging;
   if (ok && e->arena_bytes > 0) {
     /* Zeroed as the executable's own arena was at compile time. */
     lane->arena = rt_arena_alloc(e, e->arena_bytes);

@@ -6,6 +6,10 @@
 #include "core/alloc.h"
 #include "runtime/executable.h"
 
+bool rt_step_is_reference(const loom_executable_t *e, const step_t *st) {
+  return st->kind == STEP_KERNEL && e->parts[st->part].backend == be_reference();
+}
+
 int rt_threads(const loom_executable_t *e) {
   const rt_part_t *p = &e->parts[0];
   return p->program && p->backend->threads ? p->backend->threads(p->program) : 1;

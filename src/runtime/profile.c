@@ -79,7 +79,7 @@ static void describe(const loom_executable_t *e, const step_t *st, char *buf, si
   }
   const fuse_group_t *grp = &e->plan.groups[st->group];
   int n = snprintf(buf, size, "g%d %s%s [", st->group, fuse_kind_name(grp->kind),
-                   st->kind == STEP_REFERENCE ? " (reference)" : "");
+                   rt_step_is_reference(e, st) ? " (reference)" : "");
   for (int k = 0; k < grp->n_nodes && n > 0 && (size_t)n < size; k++)
     n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
                   ir_ops[e->graph->nodes[grp->nodes[k]].op].name);

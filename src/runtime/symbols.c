@@ -397,20 +397,16 @@ loom_status_t rt_sym_staging(loom_executable_t *e, int i) {
   return LOOM_OK;
 }
 
-/* Reference steps' tensors take the new shapes; copies the new counts. */
+/* Kernels with prebuilt shapes (the reference back end's) take the new
+ * ones; copies the new counts. */
 static loom_status_t resize_steps(loom_executable_t *e) {
   for (int i = 0; i < e->n_steps; i++) {
     step_t *st = &e->steps[i];
     if (st->kind == STEP_COPY && st->group < 0) st->copy_bytes = e->slot_bytes[st->copy_to];
-    if (st->kind != STEP_REFERENCE) continue;
-    const ir_node_t *n = st->ref.node;
-    for (int k = 0; k < n->n_in + n->n_out; k++) {
-      loom_tensor_t *t = k < n->n_in ? st->ref.in[k] : st->ref.out[k - n->n_in];
-      int32_t v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
-      int64_t shape[LOOM_MAX_RANK];
-      LOOM_TRY(eval_shape(e->graph, v, e->syms, shape));
-      tensor_view_init(t, t->dtype, t->rank, shape, t->data);
-    }
+  }
+  for (int k = 0; k < RT_PARTS; k++) {
+    rt_part_t *p = &e->parts[k];
+    if (p->program && p->backend->resize) LOOM_TRY(p->backend->resize(p->program, e->syms));
   }
   return LOOM_OK;
 }
