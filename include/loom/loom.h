@@ -120,6 +120,9 @@ LOOM_API void loom_tensor_destroy(loom_tensor_t *t);
 
 LOOM_API loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t);
 LOOM_API int loom_tensor_rank(const loom_tensor_t *t);
+/* Where t's data lives (LOOM_DEVICE_CPU for a null t: host memory, the
+ * only device today). */
+LOOM_API loom_device_t loom_tensor_device(const loom_tensor_t *t);
 /* Dim i, or -1 if t is null or i is out of range. */
 LOOM_API int64_t loom_tensor_dim(const loom_tensor_t *t, int i);
 LOOM_API int64_t loom_tensor_numel(const loom_tensor_t *t);
@@ -282,6 +285,12 @@ typedef struct loom_compile_options {
    * times a direct sum's. With 0, the environment variable LOOM_PRECISE
    * (1 or -1) decides. */
   int precise;
+  /* The back end that builds and runs the kernels, by name: NULL or "cpu"
+   * (generated C on the host's cores), or "ref" (every node a step running
+   * its reference kernel: slow, an oracle). A name that no back end has
+   * fails with LOOM_ERR_INVALID listing the registered ones. Groups the
+   * target cannot build run on "ref". */
+  const char *target;
 } loom_compile_options_t;
 
 /* Fills the defaults: fusion, passes and the C compiler on, threads 0;
@@ -384,6 +393,11 @@ typedef struct loom_executable_info {
    * groups whose code is the same up to where their values are stored,
    * such as every layer of a model, run one function, compiled once. */
   int n_kernels;
+  /* The back end that compiled it (loom_compile_options_t.target's name:
+   * "cpu", "ref"), a string with the library's lifetime, and the device
+   * its arena and kernels are on. */
+  const char *target;
+  loom_device_t device;
 } loom_executable_info_t;
 #define LOOM_EXECUTABLE_INFO_INIT {.size = sizeof(loom_executable_info_t)}
 LOOM_API loom_status_t loom_executable_info(const loom_executable_t *e,

@@ -556,6 +556,13 @@ static loom_status_t compile_code(loom_executable_t *e, const loom_compile_optio
   return s;
 }
 
+static loom_status_t unknown_target(const char *target) {
+  char names[256];
+  be_names(names, sizeof names);
+  return loom_fail(LOOM_ERR_INVALID, "loom_compile: target '%s' is not a back end of this "
+                   "build (registered: %s)", target, names);
+}
+
 loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *options,
                            loom_executable_t **out) {
   LOOM_CHECK_ARG(g);
@@ -570,8 +577,9 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   loom_executable_t *e = core_calloc(1, sizeof *e);
   if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   e->source = g;
-  e->parts[0].backend = be_find(NULL);
   loom_status_t s = resolve_symbols(e, &o);
+  if (s == LOOM_OK) e->parts[0].backend = be_find(o.target);
+  if (s == LOOM_OK && !e->parts[0].backend) s = unknown_target(o.target);
   const char *why = s == LOOM_OK ? needs_interpreter(g) : NULL;
   bool compiled = false;
   if (s == LOOM_OK && !why) s = compile_plan(e, &o);

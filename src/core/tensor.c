@@ -199,6 +199,10 @@ loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t) {
 
 int loom_tensor_rank(const loom_tensor_t *t) { return t ? t->rank : -1; }
 
+loom_device_t loom_tensor_device(const loom_tensor_t *t) {
+  return t ? t->device : LOOM_DEVICE_CPU;
+}
+
 int64_t loom_tensor_dim(const loom_tensor_t *t, int i) {
   if (!t || i < 0 || i >= t->rank) return -1;
   return t->shape[i];

@@ -13,6 +13,7 @@ struct loom_tensor {
   int64_t strides[LOOM_MAX_RANK]; /* in elements; 0 broadcasts a dim */
   void *data;                     /* element 0 */
   bool owns_data;                 /* data was allocated by Loom */
+  loom_device_t device;           /* where data lives: 0, the host, today */
 };
 
 /* A new zero-filled contiguous tensor (internal: no error clearing). */

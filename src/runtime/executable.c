@@ -279,7 +279,9 @@ static void executable_info(const loom_executable_t *e, loom_executable_info_t *
       .naive_bytes = e->mem.naive_bytes,
       .compile_ms = e->compile_ms,
       .fallback = e->fallback,
-      .fallback_reason = e->fallback_reason ? e->fallback_reason : ""};
+      .fallback_reason = e->fallback_reason ? e->fallback_reason : "",
+      .target = e->parts[0].backend ? e->parts[0].backend->name : "cpu",
+      .device = e->parts[0].backend ? e->parts[0].backend->device : LOOM_DEVICE_CPU};
   for (int i = 0; i < e->n_steps; i++) out->n_copies += e->steps[i].kind == STEP_COPY;
   if (e->graph) out->flops = rt_nodes_flops(e, NULL, e->graph->n_nodes);
   rt_lanes_drop(e);
