@@ -300,6 +300,12 @@ static double step_block(void (*fn)(const step_gemm_t *, int), const step_gemm_t
  * side's figure is the median of its blocks, the ratio the median of the
  * pairs' ratios (OpenBLAS's time over Loom's: above 1, Loom is faster). */
 static void bench_step_shapes(void) {
+  /* These machines set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) for older
+   * OpenBLAS builds; read when the library loads, it would pin this one to
+   * Haswell kernels (half its speed on AVX-512). The peer runs as PyTorch
+   * is run in bench/train.c: with both unset (../shared/PEERS.md). */
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
   void *h = dlopen(OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
   cblas_sgemm_fn sgemm = h ? (cblas_sgemm_fn)dlsym(h, "cblas_sgemm") : NULL;
   void (*set_threads)(int) = h ? (void (*)(int))dlsym(h, "openblas_set_num_threads") : NULL;

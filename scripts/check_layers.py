@@ -65,6 +65,8 @@ ALLOWED_LOOPS = {**ALLOWED_UP, **{
         "an if/loop step runs its bodies' executables",
     ("src/passes/grad_control.c", "src/passes/autodiff.c"):
         "the gradient of an if differentiates its bodies",
+    ("src/ir/op_control.c", "src/ir/verify.c"):
+        "an if/loop node's check verifies its bodies",
 }}
 
 

@@ -13,6 +13,8 @@ export LOOM_CACHE_DIR="${LOOM_CACHE_DIR:-$PWD/build-cache}"
 
 echo "== optimized build =="
 scripts/build.sh release
+# The layers of src/ (docs/architecture.md): includes and calls point down.
+python3 scripts/check_layers.py build
 (cd build && ctest --output-on-failure -j "$jobs")
 
 # The second compiler: everything built by clang (warnings as errors), and

@@ -101,19 +101,6 @@ void ir_graph_take_spare(loom_graph_t *g) {
   spare.cap_nodes = spare.cap_values = 0;
 }
 
-bool ir_value_valid(const loom_graph_t *g, int32_t v) {
-  return v >= 0 && v < g->n_values;
-}
-
-const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
-                         size_t size) {
-  if (!ir_value_valid(g, v)) snprintf(buf, size, "%%%d (no such value)", v);
-  else if (g->values[v].name)
-    snprintf(buf, size, "%%%d '%s'", v, g->values[v].name);
-  else snprintf(buf, size, "%%%d", v);
-  return buf;
-}
-
 /* Appends a value; its id goes to *id. */
 static loom_status_t new_value(loom_graph_t *g, ir_value_kind_t kind,
                                const ir_type_t *type, const char *name,

@@ -204,6 +204,8 @@ typedef struct ir_schema {
 } ir_schema_t;
 
 const ir_schema_t *ir_op_schema(ir_op_t op);
+/* OK when i is an op index, else an error naming fn. */
+loom_status_t ir_op_check(const char *fn, int i);
 /* The spec of attribute name of op, or NULL. */
 const ir_attr_spec_t *ir_op_attr_spec(ir_op_t op, const char *name);
 /* How a node stores an attribute of this kind. */
@@ -362,6 +364,9 @@ void ir_graph_drop_unowned(loom_graph_t *g, loom_graph_t *sub);
  * build, unless g has other nodes than its n_nodes then (a node hook
  * failed after the node that names it went in). */
 void ir_graph_drop_adopted(loom_graph_t *g, int64_t index, int64_t n_nodes);
+/* ---- Subgraph lookup (src/ir/subgraph.c) ---- */
+/* The subgraph of g named by int attribute `attr` of a, or NULL. */
+loom_graph_t *ir_attrs_subgraph(const loom_graph_t *g, const ir_attrs_t *a, const char *attr);
 /* The subgraph named by int attribute `attr` of node n, or NULL. */
 loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
                                const char *attr);

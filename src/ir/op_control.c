@@ -51,40 +51,6 @@ void ir_graph_drop_adopted(loom_graph_t *g, int64_t index, int64_t n_nodes) {
   g->n_subgraphs--;
 }
 
-static loom_graph_t *subgraph_at(const loom_graph_t *g, const ir_attrs_t *a,
-                                 const char *attr) {
-  int64_t i = a ? ir_attr_int(a, attr, -1) : -1;
-  return i >= 0 && i < g->n_subgraphs ? g->subgraphs[i] : NULL;
-}
-
-loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
-                               const char *attr) {
-  return subgraph_at(g, &n->attrs, attr);
-}
-
-int ir_subgraph_attrs(ir_op_t op, const char **names) {
-  if (op == IR_OP_IF) {
-    names[0] = "then_graph";
-    names[1] = "else_graph";
-    return 2;
-  }
-  if (op == IR_OP_LOOP) {
-    names[0] = "body";
-    return 1;
-  }
-  return 0;
-}
-
-int ir_control_n_out(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a) {
-  const char *names[2];
-  if (ir_subgraph_attrs(op, names) == 0) return 0;
-  const loom_graph_t *sub = subgraph_at(g, a, names[0]);
-  if (!sub) return 0;
-  /* A loop body's first output is its condition, not a result. */
-  int64_t n = sub->n_outputs - (op == IR_OP_LOOP);
-  return n < 0 ? 0 : (int)n;
-}
-
 /* Fails (with status) when subgraph `attr` of an op has a node that
  * writes state: a body cannot assign the outer graph's parameters. */
 static loom_status_t check_stateless(loom_status_t status, const loom_graph_t *sub,
@@ -204,7 +170,7 @@ static loom_status_t check_scalar(ir_infer_t *c, const ir_type_t *t, uint32_t dt
 /* The subgraph named by attribute attr, or a failure naming it. */
 static loom_status_t need_subgraph(ir_infer_t *c, const char *attr,
                                    const loom_graph_t **out) {
-  *out = subgraph_at(c->g, c->attrs, attr);
+  *out = ir_attrs_subgraph(c->g, c->attrs, attr);
   if (*out) return check_stateless(LOOM_ERR_INVALID, *out, c->op, attr);
   return loom_fail(LOOM_ERR_INVALID, "%s: attribute %s names no subgraph of this graph",
                    ir_ops[c->op].name, attr);

@@ -1,4 +1,4 @@
-/* The graph as text and as Graphviz DOT. */
+/* The graph as text and as Graphviz DOT, and a value named in messages. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,6 +7,19 @@
 #include "core/text.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
+
+bool ir_value_valid(const loom_graph_t *g, int32_t v) {
+  return v >= 0 && v < g->n_values;
+}
+
+const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
+                         size_t size) {
+  if (!ir_value_valid(g, v)) snprintf(buf, size, "%%%d (no such value)", v);
+  else if (g->values[v].name)
+    snprintf(buf, size, "%%%d '%s'", v, g->values[v].name);
+  else snprintf(buf, size, "%%%d", v);
+  return buf;
+}
 
 static void put_value(core_text_t *t, const loom_graph_t *g, int32_t v) {
   core_text_put(t, "%%%d", v);

@@ -1,6 +1,7 @@
 /* Attribute schemas: the attrs column of the op table parsed once into
  * specs (ir.h), which the attribute check, the default readers of shape
- * rules, kernels and passes, and the public introspection share. */
+ * rules, kernels and passes, and the public introspection share, and the
+ * check of a node's attributes against its op's schema. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/status.h"
 #include "ir/ir.h"
 
 static ir_schema_t schemas[IR_OP_COUNT];
@@ -157,4 +159,43 @@ void ir_op_ints(ir_op_t op, const ir_attrs_t *a, const char *name, int count,
   const ir_attr_spec_t *s = ir_op_attr_spec(op, name);
   bool fits = s && s->has_default && s->n_ints == count;
   for (int i = 0; i < count; i++) out[i] = fits ? s->ints[i] : 0;
+}
+
+/* Checks attribute s of op against its spec (NULL: not in the schema). */
+static loom_status_t check_one(ir_op_t op, const ir_attr_t *s, const ir_attr_spec_t *spec) {
+  const char *name = ir_ops[op].name, *schema = ir_ops[op].attrs;
+  /* Every op takes an origin (src/ir/origin.c) beside its own. */
+  ir_attr_kind_t want = spec ? ir_attr_storage(spec->kind) : IR_ATTR_INT;
+  static const char *const storage[] = {"int", "float", "ints"};
+  if (!spec && strcmp(s->name, IR_ORIGIN_ATTR))
+    return loom_fail(LOOM_ERR_INVALID, "%s: unknown attribute '%s' (takes: %s)", name,
+                     s->name, schema[0] ? schema : "none");
+  if (s->kind != want)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' must be %s, not %s", name,
+                     s->name, spec ? ir_attr_kind_name(spec->kind) : "int", storage[s->kind]);
+  if (s->kind == IR_ATTR_INTS && s->n < 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is a null or "
+                     "negative-length list", name, s->name);
+  if (s->kind == IR_ATTR_INTS && s->n > IR_MAX_ATTR_INTS)
+    return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' has %d entries (at most %d)",
+                     name, s->name, s->n, IR_MAX_ATTR_INTS);
+  if (spec && spec->kind == LOOM_ATTR_DTYPE && (uint64_t)s->ints[0] >= LOOM_DTYPE_COUNT)
+    return loom_fail(LOOM_ERR_DTYPE, "%s: attribute '%s' is %lld, not a dtype", name,
+                     s->name, (long long)s->ints[0]);
+  return LOOM_OK;
+}
+
+loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a) {
+  const ir_schema_t *schema = ir_op_schema(op);
+  if (schema->error[0])
+    return loom_fail(LOOM_ERR_INVALID, "%s: the op table's attribute schema is malformed: %s",
+                     ir_ops[op].name, schema->error);
+  int n = a ? a->n : 0;
+  for (int i = 0; i < n; i++)
+    LOOM_TRY(check_one(op, &a->a[i], ir_op_attr_spec(op, a->a[i].name)));
+  for (int i = 0; i < schema->n; i++)
+    if (!schema->a[i].optional && !ir_attrs_find(a, schema->a[i].name))
+      return loom_fail(LOOM_ERR_INVALID, "%s: attribute '%s' is required",
+                       ir_ops[op].name, schema->a[i].name);
+  return LOOM_OK;
 }

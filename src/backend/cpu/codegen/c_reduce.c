@@ -1,5 +1,4 @@
-/* The folds (sum, mean, prod, max, min) as C text, and reduction groups:
- * reductions over the trailing (inner) dims of one space [outer...,
+/* Reduction groups: reductions over the trailing (inner) dims of one space [outer...,
  * inner...] with their elementwise prologue and epilogue (a fold that
  * keeps the last dim is c_columns.c's). One loop runs over the outer index (split over the pool);
  * per row, the nodes run in graph order: each reduction is an inner loop
@@ -12,40 +11,6 @@
 
 #include "backend/cpu/codegen/cg.h"
 #include "core/alloc.h"
-
-static const cg_fold_t folds[] = {
-    {IR_OP_SUM, "double", "0", "$a += $v", "($T)$a",
-     "uint64_t", "0", "$a += (uint64_t)$v", "($T)(int64_t)$a"},
-    {IR_OP_MEAN, "double", "0", "$a += $v", "($T)($a / $n)", NULL, NULL, NULL, NULL},
-    {IR_OP_PROD, "double", "1", "$a *= $v", "($T)$a",
-     "uint64_t", "1", "$a *= (uint64_t)$v", "($T)(int64_t)$a"},
-    /* NaN propagates: once the accumulator is NaN no comparison replaces it. */
-    {IR_OP_MAX, "$T", "-INFINITY", "$a = ($v > $a || $v != $v) ? $v : $a", "$a",
-     "int64_t", "INT64_MIN", "$a = $v > $a ? $v : $a", "($T)$a"},
-    {IR_OP_MIN, "$T", "INFINITY", "$a = ($v < $a || $v != $v) ? $v : $a", "$a",
-     "int64_t", "INT64_MAX", "$a = $v < $a ? $v : $a", "($T)$a"},
-};
-
-const cg_fold_t *cg_fold_of(ir_op_t op) {
-  for (size_t i = 0; i < sizeof folds / sizeof *folds; i++)
-    if (folds[i].op == op) return &folds[i];
-  return NULL;
-}
-
-void cg_fold_text(cg_buf_t *b, const char *t, const char *acc, const char *v,
-                      const char *n, const char *type) {
-  for (const char *p = t; *p; p++) {
-    if (*p != '$') {
-      cg_printf(b, "%c", *p);
-      continue;
-    }
-    char k = *++p;
-    if (k == 'a') cg_printf(b, "%s", acc);
-    else if (k == 'v') cg_printf(b, "%s", v);
-    else if (k == 'n') cg_printf(b, "%s", n);
-    else if (k == 'T') cg_printf(b, "%s", type);
-  }
-}
 
 /* ---- The group's values ----------------------------------------------------- */
 

@@ -148,12 +148,3 @@ bool cg_supports(const loom_graph_t *g, int64_t node) {
   support_fn f = rule_of(n->op);
   return f && f(g, n);
 }
-
-const fuse_caps_t cg_fuse_caps = {
-    .supports = cg_supports,
-    .matmul_reads_view = cg_matmul_reads_view,
-    .matmul_writes_view = cg_matmul_writes_view,
-    .index_prologue_ok = cg_index_prologue_ok,
-    .index_prologue_reads = cg_index_prologue_reads,
-    .index_src_fits = cg_index_src_fits,
-};

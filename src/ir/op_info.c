@@ -1,11 +1,10 @@
-/* The op table as the public API shows it (loom/op_table.h). */
+/* The op table as the public API shows it (loom/op_table.h): ops by name
+ * and their attributes with kinds and defaults. */
 #include <string.h>
 
-#include "backend/cpu/codegen/codegen.h"
 #include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
-#include "kernels/ref.h"
 
 int loom_op_count(void) { return IR_OP_COUNT; }
 
@@ -20,40 +19,10 @@ loom_status_t loom_op_find(const char *name, int *op) {
   return loom_fail(LOOM_ERR_INVALID, "no op is called '%s' (loom ops lists them)", name);
 }
 
-static loom_status_t check_op(const char *fn, int i) {
+loom_status_t ir_op_check(const char *fn, int i) {
   if (i >= 0 && i < IR_OP_COUNT) return LOOM_OK;
   return loom_fail(LOOM_ERR_INVALID, "%s: op index %d is outside 0..%d", fn, i,
                    IR_OP_COUNT - 1);
-}
-
-/* The table's flags as the public API names them. */
-static uint32_t public_flags(const ir_op_info_t *info) {
-  return (info->has_grad ? LOOM_OP_DIFFERENTIABLE : 0) |
-         (info->flags & F_RANDOM ? LOOM_OP_RANDOM : 0) |
-         (info->flags & F_SIDE_EFFECT ? LOOM_OP_SIDE_EFFECT : 0) |
-         (info->flags & F_DATA_SHAPE ? LOOM_OP_DATA_SHAPE : 0) |
-         (info->flags & F_SUBGRAPH ? LOOM_OP_SUBGRAPH : 0);
-}
-
-loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
-  LOOM_TRY(check_op(__func__, i));
-  const ir_op_info_t *info = &ir_ops[i];
-  loom_op_info_t o = {.size = sizeof o,
-                      .name = info->name,
-                      .fusion_class = ir_fusion_class_name(info->fusion_class),
-                      .doc = info->doc,
-                      .has_reference = ref_kernels[i] != NULL,
-                      .has_gradient = info->has_grad,
-                      .not_differentiable = info->not_differentiable,
-                      .has_codegen = cg_op_generated((ir_op_t)i),
-                      .data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0,
-                      .in_min = info->in_min,
-                      .in_max = info->in_max,
-                      .n_out = info->n_out,
-                      .dtypes = info->dtypes,
-                      .flags = public_flags(info),
-                      .n_attrs = ir_op_schema((ir_op_t)i)->n};
-  return core_sized_write(__func__, "loom_op_info_t", out, &o, sizeof o);
 }
 
 int loom_op_attr_count(int op) {
@@ -61,7 +30,7 @@ int loom_op_attr_count(int op) {
 }
 
 loom_status_t loom_op_get_attr(int op, int k, loom_attr_info_t *out) {
-  LOOM_TRY(check_op(__func__, op));
+  LOOM_TRY(ir_op_check(__func__, op));
   const ir_schema_t *s = ir_op_schema((ir_op_t)op);
   if (k < 0 || k >= s->n)
     return loom_fail(LOOM_ERR_INVALID, "%s: %s has %d attributes, not one numbered %d",

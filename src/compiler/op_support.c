@@ -1,0 +1,38 @@
+/* loom_op_get_info: an op's row of the table with what the layers below
+ * provide for it (a reference kernel, code from the CPU back end). */
+#include "backend/cpu/codegen/codegen.h"
+#include "core/sized.h"
+#include "core/status.h"
+#include "ir/ir.h"
+#include "kernels/ref.h"
+
+/* The table's flags as the public API names them. */
+static uint32_t public_flags(const ir_op_info_t *info) {
+  return (info->has_grad ? LOOM_OP_DIFFERENTIABLE : 0) |
+         (info->flags & F_RANDOM ? LOOM_OP_RANDOM : 0) |
+         (info->flags & F_SIDE_EFFECT ? LOOM_OP_SIDE_EFFECT : 0) |
+         (info->flags & F_DATA_SHAPE ? LOOM_OP_DATA_SHAPE : 0) |
+         (info->flags & F_SUBGRAPH ? LOOM_OP_SUBGRAPH : 0);
+}
+
+loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
+  LOOM_TRY(ir_op_check(__func__, i));
+  const ir_op_info_t *info = &ir_ops[i];
+  loom_op_info_t o = {.size = sizeof o,
+                      .name = info->name,
+                      .fusion_class = ir_fusion_class_name(info->fusion_class),
+                      .doc = info->doc,
+                      .has_reference = ref_kernels[i] != NULL,
+                      .has_gradient = info->has_grad,
+                      .not_differentiable = info->not_differentiable,
+                      .has_codegen = cg_op_generated((ir_op_t)i),
+                      .data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0,
+                      .in_min = info->in_min,
+                      .in_max = info->in_max,
+                      .n_out = info->n_out,
+                      .dtypes = info->dtypes,
+                      .flags = public_flags(info),
+                      .n_attrs = ir_op_schema((ir_op_t)i)->n};
+  return core_sized_write(__func__, "loom_op_info_t", out, &o, sizeof o);
+}
+
