@@ -6,13 +6,17 @@ Two graphs are read:
   calls     which object file uses a global symbol that another defines
             (nm over the objects of a build; skipped without one)
 
-and three rules are held:
+and four rules are held:
   1. No include points up: a file includes headers of its own layer or of
      a lower one (include/loom, the public API, any layer may include).
   2. No call points up, except the edges listed in ALLOWED_UP (code that
      recurses through a higher layer, with the reason).
   3. No loop among source files in the call graph, except loops whose every
      edge is listed in ALLOWED_LOOPS (again recursion, with the reason).
+  4. The backend seam: the neutral layers above the back ends (NEUTRAL)
+     reach them only through src/backend/backend.h and the registry: they
+     include no header of a back end's folder and call no function defined
+     there (a back end is a table of functions, called through it).
 
 Usage: scripts/check_layers.py [BUILD_DIR]   (exit status 1 on a violation)
 """
@@ -38,6 +42,21 @@ LAYERS = [
     ("src/compiler",),
     ("src/trace",),
 ]
+
+# Layers above the back ends that must not know which back end runs: they
+# may include src/backend/backend.h, and call the registry (registry.c,
+# the one table that names the back ends), nothing else of src/backend.
+NEUTRAL = ("src/compiler", "src/runtime", "src/trace")
+BACKEND_FOLDERS = ("src/backend/cpu", "src/backend/ref")
+
+
+def neutral(path):
+    return any(path == f or path.startswith(f + "/") for f in NEUTRAL)
+
+
+def in_backend(path):
+    return any(path.startswith(f + "/") for f in BACKEND_FOLDERS)
+
 
 # Tables of rules built from the op table: they name every op's rule, and
 # the rules are reached through them, so what a table names is not what
@@ -108,6 +127,9 @@ def check_includes(errors):
             if there[0] > here[0] or (there[0] == here[0] and there[1] != here[1]):
                 errors.append(f"{path}: includes {target}, a file of a higher or peer layer "
                               f"({there[1]} from {here[1]})")
+            elif neutral(path) and in_backend(target):
+                errors.append(f"{path}: includes {target}, a back end's own header (the "
+                              "neutral layers see back ends only through src/backend/backend.h)")
 
 
 def objects(build):
@@ -163,6 +185,9 @@ def check_calls(edges, errors):
             if lb[0] > la[0] or (lb[0] == la[0] and lb[1] != la[1]):
                 errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), a file of a "
                               f"higher or peer layer")
+            elif neutral(a) and in_backend(b):
+                errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), a back end's "
+                              "own function (call it through its be_backend_t)")
 
 
 def loops(edges):

@@ -1,6 +1,6 @@
 /* loom_op_get_info: an op's row of the table with what the layers below
- * provide for it (a reference kernel, code from the CPU back end). */
-#include "backend/cpu/codegen/codegen.h"
+ * provide for it (a reference kernel, code from the default back end). */
+#include "backend/backend.h"
 #include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
@@ -18,6 +18,7 @@ static uint32_t public_flags(const ir_op_info_t *info) {
 loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
   LOOM_TRY(ir_op_check(__func__, i));
   const ir_op_info_t *info = &ir_ops[i];
+  const be_backend_t *target = be_find(NULL);
   loom_op_info_t o = {.size = sizeof o,
                       .name = info->name,
                       .fusion_class = ir_fusion_class_name(info->fusion_class),
@@ -25,7 +26,7 @@ loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
                       .has_reference = ref_kernels[i] != NULL,
                       .has_gradient = info->has_grad,
                       .not_differentiable = info->not_differentiable,
-                      .has_codegen = cg_op_generated((ir_op_t)i),
+                      .has_codegen = target && target->generates((ir_op_t)i),
                       .data_dependent_shape = (info->flags & F_DATA_SHAPE) != 0,
                       .in_min = info->in_min,
                       .in_max = info->in_max,
