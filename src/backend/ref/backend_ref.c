@@ -155,8 +155,12 @@ static loom_status_t ref_resize(be_program_t *p, const int64_t *syms) {
       int32_t v = i < n->n_in ? n->in[i] : n->out[i - n->n_in];
       int64_t shape[LOOM_MAX_RANK];
       const ir_type_t *ty = &p->graph->values[v].type;
-      for (int d = 0; d < ty->rank; d++)
+      for (int d = 0; d < ty->rank; d++) {
         LOOM_TRY(ir_dim_eval(p->graph, ty->dims[d], syms, &shape[d]));
+        if (shape[d] < 0)
+          return loom_fail(LOOM_ERR_BINDING, "the inputs' sizes give value %%%d dim %d a "
+                           "negative size", (int)v, d);
+      }
       tensor_view_init(t, t->dtype, t->rank, shape, t->data);
     }
   }
