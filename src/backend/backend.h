@@ -137,8 +137,15 @@ typedef struct be_backend {
    * with the message the reference kernel would give. */
   loom_status_t (*launch)(be_program_t *p, int32_t group, void *const *slots,
                           const int64_t *syms, be_run_t *run);
-  /* Waits for the launches on run: after it, outputs may be read. */
+  /* Waits for the launches on run: after it, outputs may be read. NULL
+   * for a back end whose launches finish before they return (the CPU's):
+   * a run then pays no call for it. */
   loom_status_t (*sync)(be_program_t *p, be_run_t *run);
+  /* Whether stable storage in slot would serve the program (the CPU: a
+   * generated matmul reads it as its B operand). Asked once per input at
+   * compile time, so that runs whose stable storage would serve nothing
+   * skip stable() (a hint costs tens of ns a run). May be NULL. */
+  bool (*stable_use)(const be_program_t *p, int32_t slot);
   /* stable for the run about to start on run (slots: its slot table), or
    * NULL once it ended (forget what was lent to it). May be NULL. */
   loom_status_t (*stable)(be_program_t *p, be_run_t *run, void *const *slots,

@@ -511,6 +511,9 @@ static loom_status_t build_part(loom_executable_t *e, int k, const loom_compile_
   e->n_kernels += res.n_kernels;
   if (!p->program) return LOOM_OK;
   LOOM_TRY(p->backend->start(p->program, o->num_threads));
+  for (int i = 0; k == 0 && p->backend->stable_use && i < e->n_inputs; i++)
+    e->inputs[i].stable_use = e->inputs[i].slot >= 0 &&
+                              p->backend->stable_use(p->program, e->inputs[i].slot);
   return p->backend->run_new(p->program, &p->run);
 }
 

@@ -142,7 +142,8 @@ static rt_run_t own_run(loom_executable_t *e) {
 /* Waits for every part's launches on r. */
 static loom_status_t sync_parts(loom_executable_t *e, rt_run_t *r) {
   for (int k = 0; k < RT_PARTS; k++)
-    if (e->parts[k].run) LOOM_TRY(e->parts[k].backend->sync(e->parts[k].program, r->runs[k]));
+    if (e->parts[k].run && e->parts[k].backend->sync)
+      LOOM_TRY(e->parts[k].backend->sync(e->parts[k].program, r->runs[k]));
   return LOOM_OK;
 }
 
@@ -168,7 +169,7 @@ static loom_status_t lend_stable(loom_executable_t *e, rt_run_t *r, rt_stable_t 
   bool slot[e->n_slots + 1];
   memset(slot, 0, sizeof slot);
   for (int i = 0; i < e->n_inputs; i++)
-    if (stable_input[i] && e->inputs[i].slot >= 0) slot[e->inputs[i].slot] = true;
+    if (stable_input[i] && e->inputs[i].stable_use) slot[e->inputs[i].slot] = true;
   be_stable_t hint = {.cache = st->cache, .epoch = st->epoch, .slot = slot};
   return p->backend->stable(p->program, r->runs[0], r->slots, &hint);
 }
@@ -180,19 +181,29 @@ static loom_status_t run_steps(loom_executable_t *e, rt_run_t *r, bool own) {
   return sync_parts(e, r);
 }
 
-/* One run in r (NULL: the executable's own storage), with storage that
- * stays unchanged while st's epoch lasts marked in stable_input (NULL:
- * none). */
+/* One run in r (NULL: the executable's own storage). */
 static loom_status_t run_in(loom_executable_t *e, rt_run_t *r, int n_inputs,
                             loom_tensor_t *const *inputs, int n_outputs,
-                            loom_tensor_t *const *outputs, rt_stable_t *st,
-                            const bool *stable_input) {
+                            loom_tensor_t *const *outputs) {
   LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
   if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
   rt_run_t own = own_run(e);
   if (!r) r = &own;
   LOOM_TRY(bind_slots(e, r, inputs, outputs));
-  if (!stable_input) return run_steps(e, r, r == &own);
+  return run_steps(e, r, r == &own);
+}
+
+/* run_in with storage that stays unchanged while st's epoch lasts marked
+ * in stable_input, lent to the target for the run. Apart from run_in, so
+ * that plain runs pay nothing for it. */
+__attribute__((noinline)) static loom_status_t run_in_stable(
+    loom_executable_t *e, rt_run_t *r, int n_inputs, loom_tensor_t *const *inputs,
+    int n_outputs, loom_tensor_t *const *outputs, rt_stable_t *st, const bool *stable_input) {
+  LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
+  if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
+  rt_run_t own = own_run(e);
+  if (!r) r = &own;
+  LOOM_TRY(bind_slots(e, r, inputs, outputs));
   LOOM_TRY(lend_stable(e, r, st, stable_input));
   loom_status_t s = run_steps(e, r, r == &own);
   loom_status_t back = lend_stable(e, r, st, NULL);
@@ -203,11 +214,12 @@ loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
                                        loom_tensor_t *const *inputs, int n_outputs,
                                        loom_tensor_t *const *outputs, rt_stable_t *st,
                                        const bool *stable_input) {
+  if (!st || !stable_input) return loom_executable_run(e, n_inputs, inputs, n_outputs, outputs);
   LOOM_CHECK_ARG(e);
   rt_lane_t *lane;
   LOOM_TRY(rt_lanes_enter(e, &lane));
-  loom_status_t s = run_in(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs, n_outputs,
-                           outputs, st, st ? stable_input : NULL);
+  loom_status_t s = run_in_stable(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs,
+                                  n_outputs, outputs, st, stable_input);
   rt_lanes_leave(e, lane);
   return s;
 }
@@ -215,7 +227,13 @@ loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
 loom_status_t loom_executable_run(loom_executable_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs) {
-  return rt_executable_run_stable(e, n_inputs, inputs, n_outputs, outputs, NULL, NULL);
+  LOOM_CHECK_ARG(e);
+  rt_lane_t *lane;
+  LOOM_TRY(rt_lanes_enter(e, &lane));
+  loom_status_t s = run_in(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs, n_outputs,
+                           outputs);
+  rt_lanes_leave(e, lane);
+  return s;
 }
 
 void rt_stable_free(rt_stable_t *st) {

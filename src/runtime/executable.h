@@ -56,6 +56,8 @@ typedef struct guard {
   int64_t shape[LOOM_MAX_RANK];
   int32_t slot;
   void *staging; /* preallocated copy target for strided inputs */
+  bool stable_use; /* stable storage bound here would serve the target
+                      (be_backend_t.stable_use) */
 } guard_t;
 
 struct loom_executable {

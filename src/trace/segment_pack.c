@@ -37,7 +37,9 @@ loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
   bool stable[n_in];
   bool any = false;
   for (int j = 0; j < n_in; j++) {
-    stable[j] = ins[j] && ins[j]->data && tensor_is_contiguous(ins[j]) && param_storage(t, ins[j]);
+    /* Only where the target would use it (a hint costs tens of ns). */
+    stable[j] = j < x->n_inputs && x->inputs[j].stable_use && ins[j] && ins[j]->data &&
+                tensor_is_contiguous(ins[j]) && param_storage(t, ins[j]);
     any |= stable[j];
   }
   if (!any) return rt_entry_run(e, n_in, ins, n_out, outs);

@@ -270,13 +270,6 @@ static loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slo
   return LOOM_OK;
 }
 
-/* Calls return when their work is done: nothing waits. */
-static loom_status_t cpu_sync(be_program_t *p, be_run_t *r) {
-  (void)p;
-  (void)r;
-  return LOOM_OK;
-}
-
 /* ---- Memory: the host's ------------------------------------------------------ */
 
 static void *cpu_alloc(int64_t bytes) {
@@ -317,7 +310,8 @@ const be_backend_t be_cpu = {
     .run_new = cpu_run_new,
     .run_free = cpu_run_free,
     .launch = cpu_launch,
-    .sync = cpu_sync,
+    .sync = NULL, /* calls return when their work is done */
+    .stable_use = cpu_stable_use,
     .stable = cpu_stable,
     .cache_new = cpu_cache_new,
     .cache_free = cpu_cache_free,

@@ -76,7 +76,8 @@ void cpu_index_errors_free(loom_abi_t *abi);
  * writes) of p's generated contractions, read from req->slots. */
 loom_status_t cpu_prepack_frozen(be_program_t *p, const be_request_t *req);
 void cpu_prepack_free(be_program_t *p);
-/* be_backend_t.stable, cache_new, cache_free. */
+/* be_backend_t.stable_use, stable, cache_new, cache_free. */
+bool cpu_stable_use(const be_program_t *p, int32_t slot);
 loom_status_t cpu_stable(be_program_t *p, be_run_t *run, void *const *slots,
                          const be_stable_t *st);
 be_cache_t *cpu_cache_new(void);

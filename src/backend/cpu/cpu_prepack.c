@@ -181,15 +181,32 @@ static loom_status_t packed_of(be_cache_t *c, uint64_t epoch, const float *data,
   return LOOM_OK;
 }
 
+/* The B operand's value of generated matmul group gi, or -1. */
+static int32_t matmul_b(const be_program_t *p, int gi) {
+  const fuse_group_t *grp = &p->plan->groups[gi];
+  if (!p->kernel[gi].fn || grp->kind != FUSE_CONTRACTION || grp->anchor < 0) return -1;
+  const ir_node_t *n = &p->graph->nodes[grp->anchor];
+  return n->op == IR_OP_MATMUL ? n->in[1] : -1;
+}
+
+bool cpu_stable_use(const be_program_t *p, int32_t slot) {
+  if (p->packed_b || !p->module) return false;
+  for (int gi = 0; gi < p->plan->n_groups; gi++) {
+    int32_t b = matmul_b(p, gi);
+    if (b < 0 || p->slot_of_value[b] != slot) continue;
+    const ir_value_t *v = &p->graph->values[b];
+    if (v->kind == IR_VALUE_INPUT && v->type.rank == 2 && v->type.dtype == LOOM_F32) return true;
+  }
+  return false;
+}
+
 /* The B operand of generated matmul group gi when it is an f32 matrix
  * bound as an input that st marks stable: its slot, layout and shape. */
 static bool packable(const be_program_t *p, int gi, const be_stable_t *st, int32_t *slot,
                      int *tb, int64_t *shape) {
-  const fuse_group_t *grp = &p->plan->groups[gi];
-  if (!p->kernel[gi].fn || grp->kind != FUSE_CONTRACTION || grp->anchor < 0) return false;
-  const ir_node_t *n = &p->graph->nodes[grp->anchor];
-  if (n->op != IR_OP_MATMUL) return false;
-  int32_t b = n->in[1];
+  int32_t b = matmul_b(p, gi);
+  if (b < 0) return false;
+  const ir_node_t *n = &p->graph->nodes[p->plan->groups[gi].anchor];
   const ir_value_t *v = &p->graph->values[b];
   *slot = p->slot_of_value[b];
   if (v->kind != IR_VALUE_INPUT || *slot < 0 || !st->slot[*slot] || v->type.rank != 2 ||
