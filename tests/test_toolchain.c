@@ -1174,41 +1174,6 @@ static void test_parts_hanging_compiler_killed(void) {
   drop_cache();
 }
 
-/* GCC, and only GCC, compiles without vectorized epilogues (compiler.c):
- * a compiler whose --version names gcc gets the flag on every unit's
- * compile (not the link), one that names clang does not. */
-static void test_gcc_flag_by_identity(void) {
-  static const char *const versions[] = {"gcc (Fake 12.2.0) 12.2.0", "clang version 14.0.6"};
-  setenv("LOOM_CC_JOBS", "3", 1);
-  for (int k = 0; k < 2; k++) {
-    fresh_cache();
-    char body[400], script[400], name[32];
-    snprintf(body, sizeof body,
-             "#!/bin/sh\n[ \"$1\" = --version ] && echo '%s' && exit 0\nexec cc \"$@\"\n",
-             versions[k]);
-    snprintf(name, sizeof name, "named-cc-%d", k);
-    write_script(name, body, script, sizeof script);
-    setenv("LOOM_CC", script, 1);
-    int64_t at[PART_FUNCTIONS];
-    cpu_source_cuts_t cuts;
-    char *s = parted_source(-1, &cuts, at), log[8192];
-    cpu_module_t *m = NULL;
-    CHECK_OK(build_logged(s, &cuts, &m, log, sizeof log));
-    CHECK(count_of(log, "--param=vect-epilogues-nomask=0 -c -o unit") == (k == 0 ? 3 : 0));
-    CHECK(count_of(log, " -c -o unit") == 3);
-    CHECK(count_of(log, "-shared -o module.so unit0.o") == 1);
-    for (int i = 0; m && i < PART_FUNCTIONS; i++) {
-      int (*fn)(void) = (int (*)(void))cpu_module_symbol(m, part_symbols[i]);
-      CHECK(fn && fn() == 2 * i);
-    }
-    cpu_module_release(m);
-    free(s);
-    unsetenv("LOOM_CC");
-    drop_cache();
-  }
-  unsetenv("LOOM_CC_JOBS");
-}
-
 /* Cuts that do not fit the source are refused. */
 static void test_parts_bad_cuts(void) {
   fresh_cache();
@@ -1320,7 +1285,6 @@ int main(void) {
   TEST_RUN(test_parts_syntax_error);
   TEST_RUN(test_parts_hanging_compiler_killed);
   TEST_RUN(test_parts_bad_cuts);
-  TEST_RUN(test_gcc_flag_by_identity);
   TEST_RUN(test_two_processes);
   TEST_RUN(test_threads);
   TEST_RUN(test_different_sources_different_keys);

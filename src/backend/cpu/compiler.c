@@ -31,42 +31,21 @@ static const char *const flags[] = {"-O3", "-march=native", "-fno-math-errno",
                                     "-fPIC", "-shared", "-std=c11", "-w"};
 enum { N_FLAGS = sizeof flags / sizeof flags[0], MAX_WORDS = 32 };
 
-/* GCC's only (a compiler whose --version names gcc, not clang): no
- * vectorized epilogue loops. With them gcc -O3 compiles each fused
- * group's body once more, for the remainder of its vector loop, and its
- * RTL combiner takes time superlinear in a long body there: a 1,000-node
- * DAG's module (12 functions of up to 400 lines) took 4.2 s of CPU with
- * them and 2.0 s without. The remainder, only where a range is not a
- * multiple of the vector width, runs in the scalar loop instead. */
-static const char gcc_flag[] = "--param=vect-epilogues-nomask=0";
-
-static char flags_text[2][256];
+static char flags_text[256];
 static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
 
 /* Joined from the table, so that the cache key always names the flags
  * that are really passed. */
 static void join_flags(void) {
-  for (int gcc = 0; gcc < 2; gcc++) {
-    char *text = flags_text[gcc];
-    size_t used = 0;
-    for (int i = 0; i < N_FLAGS; i++)
-      used += (size_t)snprintf(text + used, sizeof flags_text[gcc] - used, "%s ", flags[i]);
-    if (gcc) used += (size_t)snprintf(text + used, sizeof flags_text[gcc] - used, "%s ", gcc_flag);
-    snprintf(text + used, sizeof flags_text[gcc] - used, "-lm");
-  }
+  size_t used = 0;
+  for (int i = 0; i < N_FLAGS; i++)
+    used += (size_t)snprintf(flags_text + used, sizeof flags_text - used, "%s ", flags[i]);
+  snprintf(flags_text + used, sizeof flags_text - used, "-lm");
 }
 
-/* Whether identity (cpu_cc_identity's) is GCC's: its version line names
- * gcc and not clang (which also answers to gcc's options). */
-static bool is_gcc(const char *identity) {
-  const char *version = strchr(identity, '\n');
-  return version && (strstr(version, "gcc") || strstr(version, "GCC")) &&
-         !strstr(version, "clang");
-}
-
-const char *cpu_cc_flags(const char *identity) {
+const char *cpu_cc_flags(void) {
   pthread_once(&flags_once, join_flags);
-  return flags_text[is_gcc(identity)];
+  return flags_text;
 }
 
 /* LOOM_CC split at spaces, into storage (which the words point into). */
@@ -372,15 +351,14 @@ typedef enum cc_step { CC_MODULE, CC_OBJECT, CC_LINK } cc_step_t;
 
 /* The command line of a run, in argv (of at least MAX_ARGS entries;
  * resolved and w hold the strings it points at). */
-enum { MAX_ARGS = MAX_WORDS + N_FLAGS + 9 + CPU_CC_MAX_INPUTS };
+enum { MAX_ARGS = MAX_WORDS + N_FLAGS + 8 + CPU_CC_MAX_INPUTS };
 static void command_line(char **argv, char *resolved, const cc_words_t *w, cc_step_t step,
-                         bool gcc, const char *const *inputs, int n_inputs, const char *out) {
+                         const char *const *inputs, int n_inputs, const char *out) {
   int n = 0;
   argv[n++] = resolved;
   for (int i = 1; i < w->n; i++) argv[n++] = w->word[i];
   for (int i = 0; i < N_FLAGS && step != CC_LINK; i++)
     if (step == CC_MODULE || strcmp(flags[i], "-shared")) argv[n++] = (char *)flags[i];
-  if (gcc && step != CC_LINK) argv[n++] = (char *)gcc_flag;
   if (step == CC_OBJECT) argv[n++] = "-c";
   if (step == CC_LINK) argv[n++] = "-shared";
   argv[n++] = "-o";
@@ -401,11 +379,8 @@ static loom_status_t run_cc(const char *cc, const char *work_dir, cc_step_t step
   LOOM_TRY(split_cc(cc, &w));
   if (!resolve_program(w.word[0], resolved))
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was not found", cc);
-  /* Known already: the cache key was made with it. */
-  char identity[PATH_MAX + 600];
-  LOOM_TRY(cpu_cc_identity(cc, identity, sizeof identity));
   char *argv[MAX_ARGS];
-  command_line(argv, resolved, &w, step, is_gcc(identity), inputs, n_inputs, out);
+  command_line(argv, resolved, &w, step, inputs, n_inputs, out);
   child_result_t *r = core_malloc(sizeof *r);
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   double start = now_ms();

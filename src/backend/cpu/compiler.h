@@ -1,8 +1,7 @@
 /* The system C compiler, run as a child process: its identity (for the
  * module cache's key) and the compile of one source file into a shared
- * object (or of several into objects and their link). `cc` is LOOM_CC's
- * value: a program name or path, optionally followed by arguments
- * separated by spaces ("ccache cc"). */
+ * object (or of several into objects and their link). `cc` is LOOM_CC's value: a program name or path, optionally
+ * followed by arguments separated by spaces ("ccache cc"). */
 #ifndef LOOM_BACKEND_CPU_COMPILER_H
 #define LOOM_BACKEND_CPU_COMPILER_H
 
@@ -10,9 +9,8 @@
 
 #include "loom/loom.h"
 
-/* The flags every module is compiled with by the compiler of identity
- * (cpu_cc_identity's: GCC gets one more), as one string. */
-const char *cpu_cc_flags(const char *identity);
+/* The flags every module is compiled with, as one string. */
+const char *cpu_cc_flags(void);
 
 /* Seconds a compile of source_bytes of C may run before it is killed:
  * LOOM_CC_TIMEOUT (default 120; 0: no limit) per 64 KiB of source, and

@@ -42,7 +42,7 @@ static void hash_part(core_sha256_t *h, const void *data, size_t size) {
 
 static void module_key(const char *source, size_t length, const char *identity,
                        char key[CORE_SHA256_HEX]) {
-  const char *flags = cpu_cc_flags(identity), *features = cpu_features();
+  const char *flags = cpu_cc_flags(), *features = cpu_features();
   core_sha256_t h;
   uint8_t digest[CORE_SHA256_BYTES];
   core_sha256_init(&h);
