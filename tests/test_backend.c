@@ -317,8 +317,45 @@ static void backend_memory_round_trips(void) {
   }
 }
 
+/* The public list of back ends and what each generates (loom ops prints
+ * it): the reference back end generates nothing; the CPU's answer is the
+ * default's, and for ops known by hand (add has a C expression,
+ * stop_gradient none). */
+static void each_backend_says_what_it_generates(void) {
+  int n = loom_target_count();
+  bool cpu = false, ref = false;
+  for (int t = 0; t < n; t++) {
+    cpu |= strcmp(loom_target_name(t), "cpu") == 0;
+    ref |= strcmp(loom_target_name(t), "ref") == 0;
+  }
+  CHECK(n >= 2 && cpu && ref);
+  CHECK(loom_target_name(-1) == NULL && loom_target_name(n) == NULL);
+  for (int op = 0; op < loom_op_count(); op++) {
+    int on_ref = -1, on_cpu = -1, on_default = -1;
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
+    CHECK_OK(loom_op_get_info(op, &info));
+    CHECK_OK(loom_op_generated(op, "ref", &on_ref));
+    CHECK_OK(loom_op_generated(op, "cpu", &on_cpu));
+    CHECK_OK(loom_op_generated(op, NULL, &on_default));
+    CHECK(on_ref == 0);
+    CHECK(on_cpu == on_default && on_cpu == (info.has_codegen ? 1 : 0));
+  }
+  int add, stop, gen = -1;
+  CHECK_OK(loom_op_find("add", &add));
+  CHECK_OK(loom_op_find("stop_gradient", &stop));
+  CHECK_OK(loom_op_generated(add, "cpu", &gen));
+  CHECK(gen == 1);
+  CHECK_OK(loom_op_generated(stop, "cpu", &gen));
+  CHECK(gen == 0);
+  CHECK(loom_op_generated(add, "tpu", &gen) == LOOM_ERR_INVALID);
+  CHECK(strstr(loom_last_error(), "'tpu'") && strstr(loom_last_error(), "cpu"));
+  CHECK(loom_op_generated(loom_op_count(), "cpu", &gen) == LOOM_ERR_INVALID);
+  CHECK(loom_op_generated(add, "cpu", NULL) == LOOM_ERR_INVALID);
+}
+
 int main(void) {
   TEST_RUN(every_backend_matches_the_interpreter);
+  TEST_RUN(each_backend_says_what_it_generates);
   TEST_RUN(default_target_is_cpu);
   TEST_RUN(ref_target_generates_nothing);
   TEST_RUN(unknown_target_fails_naming_the_registered);

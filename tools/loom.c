@@ -17,17 +17,25 @@ static void print_attrs(int op) {
   if (loom_op_attr_count(op) > 0) printf("}");
 }
 
+/* One column per back end: whether it generates code for the op ("yes")
+ * or runs the op's reference kernel there ("no"). */
 static int cmd_ops(void) {
-  printf("%-18s %-12s %-4s %-5s %-8s %s\n", "op", "class", "ref", "grad", "codegen",
-         "meaning {attributes}");
+  int n_targets = loom_target_count();
+  printf("%-18s %-12s %-4s %-5s ", "op", "class", "ref", "grad");
+  for (int t = 0; t < n_targets; t++) printf("%-5s ", loom_target_name(t));
+  printf("%s\n", "meaning {attributes}");
   for (int i = 0; i < loom_op_count(); i++) {
     loom_op_info_t info = LOOM_OP_INFO_INIT;
     if (loom_op_get_info(i, &info) != LOOM_OK) return 1;
-    printf("%-18s %-12s %-4s %-5s %-8s %s%s", info.name, info.fusion_class,
+    printf("%-18s %-12s %-4s %-5s ", info.name, info.fusion_class,
            info.has_reference ? "yes" : "no",
-           info.has_gradient ? "yes" : info.not_differentiable ? "n/a" : "no",
-           info.has_codegen ? "yes" : "no", info.doc,
-           info.data_dependent_shape ? " [data-dependent shape]" : "");
+           info.has_gradient ? "yes" : info.not_differentiable ? "n/a" : "no");
+    for (int t = 0; t < n_targets; t++) {
+      int gen = 0;
+      if (loom_op_generated(i, loom_target_name(t), &gen) != LOOM_OK) return 1;
+      printf("%-5s ", gen ? "yes" : "no");
+    }
+    printf("%s%s", info.doc, info.data_dependent_shape ? " [data-dependent shape]" : "");
     print_attrs(i);
     printf("\n");
   }

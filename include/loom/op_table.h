@@ -61,6 +61,17 @@ typedef struct loom_op_info {
 #define LOOM_OP_INFO_INIT {.size = sizeof(loom_op_info_t)}
 LOOM_API loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
 
+/* ---- Back ends ------------------------------------------------------------ */
+
+/* The back ends Loom compiles for (loom_compile_options_t.target): how
+ * many, and the name of the i-th ("cpu", "ref"; NULL when out of range). */
+LOOM_API int loom_target_count(void);
+LOOM_API const char *loom_target_name(int i);
+/* Whether back end `target` (NULL: the default, "cpu") generates code for
+ * op: *out 1, or 0 when op runs its reference kernel there. Fails on an op
+ * index out of range or a target no back end has (naming those there are). */
+LOOM_API loom_status_t loom_op_generated(int op, const char *target, int *out);
+
 /* ---- Attributes ----------------------------------------------------------- */
 
 typedef enum loom_attr_kind {

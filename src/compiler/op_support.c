@@ -37,3 +37,28 @@ loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {
   return core_sized_write(__func__, "loom_op_info_t", out, &o, sizeof o);
 }
 
+int loom_target_count(void) {
+  int n;
+  be_list(&n);
+  return n;
+}
+
+const char *loom_target_name(int i) {
+  int n;
+  const be_backend_t *const *all = be_list(&n);
+  return i >= 0 && i < n ? all[i]->name : NULL;
+}
+
+loom_status_t loom_op_generated(int op, const char *target, int *out) {
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(ir_op_check(__func__, op));
+  const be_backend_t *b = be_find(target);
+  if (!b) {
+    char names[256];
+    be_names(names, sizeof names);
+    return loom_fail(LOOM_ERR_INVALID, "%s: no back end is called '%s' (there are: %s)",
+                     __func__, target, names);
+  }
+  *out = b->generates((ir_op_t)op) ? 1 : 0;
+  return LOOM_OK;
+}
