@@ -447,13 +447,13 @@ static long long source_bytes(const loom_executable_t *e) {
 static int model_once(const char *name) {
   loom_graph_t *g = build_model_step(name);
   loom_executable_t *e;
-  loom_stats_t stats;
+  loom_stats_t stats = LOOM_STATS_INIT;
   double t0 = bench_now_ns(), c0 = cpu_ms();
   BENCH_TRY(loom_compile(g, NULL, &e));
   double ms = (bench_now_ns() - t0) / 1e6, cpu = cpu_ms() - c0;
-  loom_executable_info_t info;
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   BENCH_TRY(loom_executable_info(e, &info));
-  loom_stats_get(&stats);
+  BENCH_TRY(loom_stats_get(&stats));
   printf("%.3f %.3f %d %d %lld %lld %d\n", ms, cpu, info.n_groups, info.n_generated,
          source_bytes(e), (long long)stats.cc_invocations, info.n_kernels);
   loom_executable_destroy(e);
