@@ -98,6 +98,12 @@ def layer_of(path):
     return None
 
 
+def points_up(here, there):
+    """Whether a file of layer `here` using one of `there` breaks the rule:
+    a higher layer, or a peer folder of the same layer."""
+    return there[0] > here[0] or (there[0] == here[0] and there[1] != here[1])
+
+
 def sources():
     for base, _, names in os.walk(os.path.join(ROOT, "src")):
         for n in sorted(names):
@@ -124,7 +130,7 @@ def check_includes(errors):
             if there is None or not os.path.exists(os.path.join(ROOT, target)):
                 errors.append(f"{path}: includes \"{inc}\", which is not a file of src/")
                 continue
-            if there[0] > here[0] or (there[0] == here[0] and there[1] != here[1]):
+            if points_up(here, there):
                 errors.append(f"{path}: includes {target}, a file of a higher or peer layer "
                               f"({there[1]} from {here[1]})")
             elif neutral(path) and in_backend(target):
@@ -182,7 +188,7 @@ def check_calls(edges, errors):
             lb = layer_of(b)
             if la is None or lb is None or (a, b) in ALLOWED_UP:
                 continue
-            if lb[0] > la[0] or (lb[0] == la[0] and lb[1] != la[1]):
+            if points_up(la, lb):
                 errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), a file of a "
                               f"higher or peer layer")
             elif neutral(a) and in_backend(b):
