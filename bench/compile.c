@@ -8,7 +8,8 @@
  * each compiled with use_cc = 0 (Loom's own passes, fusion, schedule,
  * memory plan and code generation) and, for the smaller ones, with the C
  * compiler on a cold cache too. One line per compile (wall and CPU time,
- * time per node, peak memory), then per family the CPU time per node at
+ * time per node, peak memory, and a run's time afterwards: the reference
+ * kernels' without the C compiler, the generated code's with it), then per family the CPU time per node at
  * 10k and at 100k nodes and their ratio, which stays near 1 when compile
  * time grows linearly. LOOM_BENCH_LARGE_CC=1 also compiles the 100k chain with
  * the C compiler (minutes: the compiler takes about a millisecond a node).
@@ -315,9 +316,33 @@ static double cpu_ms(void) {
           kids.ru_stime.tv_usec) / 1e3;
 }
 
+typedef struct run_arg {
+  loom_executable_t *e;
+  loom_tensor_t *x, *y;
+} run_arg_t;
+
+static void run_once(void *arg) {
+  run_arg_t *r = arg;
+  BENCH_TRY(loom_executable_run(r->e, 1, &r->x, 1, &r->y));
+}
+
+/* Microseconds per run of e on x (4, 64); NaN for a graph with other
+ * inputs (the training step). */
+static double run_us(loom_executable_t *e, const family_t *f) {
+  if (!f->grow) return NAN;
+  run_arg_t r = {.e = e, .x = bench_input(2, (int64_t[]){4, 64})};
+  BENCH_TRY(loom_executable_new_output(e, 0, &r.y));
+  double ms = bench_time_ms(run_once, &r, 2, 5, 50);
+  loom_tensor_destroy(r.x);
+  loom_tensor_destroy(r.y);
+  return ms * 1e3;
+}
+
 /* The child: builds family `name` at `nodes`, compiles it (the C compiler
  * on when cc), and prints "wall_ms cpu_ms nodes_after_passes groups
- * generated peak_rss_kb". CPU time counts the C compiler's processes. */
+ * generated peak_rss_kb kernels run_us". CPU time counts the C compiler's
+ * processes; run_us is a run's time afterwards, so that the cost of a
+ * faster compile to the code shows beside it. */
 static int scale_once(const char *name, int nodes, int cc) {
   const family_t *f = NULL;
   for (size_t i = 0; i < sizeof families / sizeof *families; i++)
@@ -335,8 +360,9 @@ static int scale_once(const char *name, int nodes, int cc) {
   BENCH_TRY(loom_executable_info(e, &info));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%.3f %.3f %d %d %d %ld %d\n", ms, cpu, info.n_nodes, info.n_groups, info.n_generated,
-         ru.ru_maxrss, info.n_kernels);
+  double run = nodes <= 10000 ? run_us(e, f) : NAN;
+  printf("%.3f %.3f %d %d %d %ld %d %.3f\n", ms, cpu, info.n_nodes, info.n_groups,
+         info.n_generated, ru.ru_maxrss, info.n_kernels, run);
   loom_executable_destroy(e);
   loom_graph_destroy(g);
   return 0;
@@ -351,11 +377,12 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
   double ms = NAN, cpu = NAN;
   int after = 0, groups = 0, generated = 0, kernels = 0;
   long rss = 0;
+  double run = NAN;
   bool ok = new_cache_dir(dir);
   snprintf(args, sizeof args, "--scale %s %d %d", family, nodes, cc);
   if (ok && (!run_child(self, dir, args, line, sizeof line) ||
-             sscanf(line, "%lf %lf %d %d %d %ld %d", &ms, &cpu, &after, &groups, &generated,
-                    &rss, &kernels) != 7))
+             sscanf(line, "%lf %lf %d %d %d %ld %d %lf", &ms, &cpu, &after, &groups, &generated,
+                    &rss, &kernels, &run) != 8))
     ms = cpu = NAN;
   if (ok) remove_dir(dir);
   *us_per_node = cpu * 1e3 / nodes;
@@ -372,6 +399,7 @@ static void scale_line(const char *self, const char *family, int nodes, int cc,
   bench_json_num(&j, "groups", groups);
   bench_json_num(&j, "kernels", kernels);
   bench_json_num(&j, "peak_rss_mb", rss / 1024.0);
+  bench_json_num(&j, "run_us", run);
   bench_json_end(&j);
 }
 

@@ -134,7 +134,7 @@ static void *load_module(const cg_module_t *m) {
   char so_path[128], cmd[1024];
   int k = module_count++;
   snprintf(so_path, sizeof so_path, "/tmp/loom_cg_%d_%d.so", (int)getpid(), k);
-  snprintf(cmd, sizeof cmd, "cc -O2 -shared -fPIC -Wall -Werror -o %s", so_path);
+  snprintf(cmd, sizeof cmd, "cc -O2 -fopenmp-simd -shared -fPIC -Wall -Werror -o %s", so_path);
   int units = m->n_functions > 1 ? 2 : 1;
   bool ok = true;
   for (int u = 0; u < units && ok; u++) ok = write_unit(m, k, u, cmd, sizeof cmd);

@@ -26,8 +26,10 @@ extern char **environ;
 
 /* -fno-math-errno: generated code never reads errno, and without it the
  * compiler keeps sqrtf calls scalar (an AdamW epilogue would not
- * vectorize). Results are unchanged: only errno writes go. */
-static const char *const flags[] = {"-O3", "-march=native", "-fno-math-errno",
+ * vectorize). Results are unchanged: only errno writes go. -fopenmp-simd:
+ * the prelude's math functions are vector functions (c_expr.c); no OpenMP
+ * runtime is linked. */
+static const char *const flags[] = {"-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd",
                                     "-fPIC", "-shared", "-std=c11", "-w"};
 enum { N_FLAGS = sizeof flags / sizeof flags[0], MAX_WORDS = 32 };
 
