@@ -180,6 +180,9 @@ static void json_add(bench_json_t *j, const char *fmt, ...) {
 void bench_json_begin(bench_json_t *j, const char *bench) {
   j->len = 0;
   json_add(j, "{\"bench\":\"%s\"", bench);
+  /* Which kernels produced the figures: machines differ (AVX2, AVX-512). */
+  const char *isa = loom_target_isa(NULL);
+  json_add(j, ",\"isa\":\"%s\"", isa ? isa : "?");
 }
 
 void bench_json_str(bench_json_t *j, const char *key, const char *value) {

@@ -1,7 +1,12 @@
 /* bench fusion: a chain of 20 elementwise ops over 16M floats, compiled
  * (fused into one pass over memory), in the interpreter (one pass per op),
- * and a memcpy of the same bytes once: the bound a fused kernel nears. */
+ * and a memcpy of the same bytes once: the bound a fused kernel nears. At 1
+ * and 2 threads, each against a memcpy on as many threads (each copies its
+ * share), since two cores draw more bandwidth than one; vs_memcpy is the
+ * compiled time over the memcpy time. */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +41,7 @@ typedef struct run_ctx {
   loom_graph_t *g;
   loom_executable_t *e;
   loom_tensor_t *in, *out;
+  int threads;
 } run_ctx_t;
 
 static void run_compiled(void *arg) {
@@ -50,13 +56,36 @@ static void run_interp(void *arg) {
   loom_tensor_destroy(out);
 }
 
+typedef struct copy_part {
+  char *dst;
+  const char *src;
+  size_t bytes;
+} copy_part_t;
+
+static void *copy_part(void *arg) {
+  copy_part_t *p = arg;
+  memcpy(p->dst, p->src, p->bytes);
+  return NULL;
+}
+
+/* The copy split over c->threads threads (the caller one of them). */
 static void run_memcpy(void *arg) {
   run_ctx_t *c = arg;
-  memcpy(loom_tensor_data(c->out), loom_tensor_data(c->in), (size_t)N_ELEMS * 4);
+  size_t bytes = (size_t)N_ELEMS * 4, share = bytes / (size_t)c->threads;
+  copy_part_t parts[2];
+  pthread_t helper;
+  for (int t = 0; t < c->threads; t++)
+    parts[t] = (copy_part_t){(char *)loom_tensor_data(c->out) + share * (size_t)t,
+                             (const char *)loom_tensor_data(c->in) + share * (size_t)t,
+                             t + 1 == c->threads ? bytes - share * (size_t)t : share};
+  bool helped = c->threads > 1 && pthread_create(&helper, NULL, copy_part, &parts[1]) == 0;
+  copy_part(&parts[0]);
+  if (helped) pthread_join(helper, NULL);
+  else if (c->threads > 1) copy_part(&parts[1]);
 }
 
 static double compiled_ms(run_ctx_t *c) {
-  loom_compile_options_t o = bench_options(1, 0);
+  loom_compile_options_t o = bench_options(1, c->threads);
   if (loom_compile(c->g, &o, &c->e) != LOOM_OK) {
     fprintf(stderr, "bench fusion: compile failed: %s\n", loom_last_error());
     return NAN;
@@ -71,15 +100,24 @@ static double compiled_ms(run_ctx_t *c) {
 int main(void) {
   run_ctx_t c = {.g = build_chain()};
   c.in = bench_input(1, (int64_t[]){N_ELEMS});
-  bench_json_t j;
-  bench_json_begin(&j, "fusion");
-  bench_json_num(&j, "compiled_ms", compiled_ms(&c));
-  bench_json_num(&j, "interp_ms", bench_time_ms(run_interp, &c, 0, 1, 0));
-  /* Both buffers touched first: page faults are not the copy's cost. */
-  BENCH_TRY(loom_tensor_create(LOOM_F32, 1, (int64_t[]){N_ELEMS}, &c.out));
-  bench_json_num(&j, "memcpy_ms", bench_time_ms(run_memcpy, &c, 2, 10, 500));
-  bench_json_end(&j);
-  loom_tensor_destroy(c.out);
+  double interp = NAN;
+  for (c.threads = 1; c.threads <= 2; c.threads++) {
+    if (!bench_threads_wanted(c.threads)) continue;
+    double compiled = compiled_ms(&c);
+    if (c.threads == 1) interp = bench_time_ms(run_interp, &c, 0, 1, 0);
+    /* Both buffers touched first: page faults are not the copy's cost. */
+    BENCH_TRY(loom_tensor_create(LOOM_F32, 1, (int64_t[]){N_ELEMS}, &c.out));
+    double copy = bench_time_ms(run_memcpy, &c, 2, 10, 500);
+    loom_tensor_destroy(c.out);
+    bench_json_t j;
+    bench_json_begin(&j, "fusion");
+    bench_json_num(&j, "threads", c.threads);
+    bench_json_num(&j, "compiled_ms", compiled);
+    bench_json_num(&j, "interp_ms", c.threads == 1 ? interp : NAN);
+    bench_json_num(&j, "memcpy_ms", copy);
+    bench_json_num(&j, "vs_memcpy", compiled / copy);
+    bench_json_end(&j);
+  }
   loom_tensor_destroy(c.in);
   loom_graph_destroy(c.g);
   return 0;

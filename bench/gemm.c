@@ -204,10 +204,10 @@ static void bench_conv(void) {
       double t_loom = median_ms(run_conv_loom, &b), t_exp = median_ms(run_conv_explicit, &b);
       printf("{\"bench\":\"conv2d\",\"layer\":\"%lldx%lldx%lldx%lld o%lld k%lld s%lld\","
              "\"threads\":%d,\"implicit_ms\":%.3f,\"explicit_ms\":%.3f,"
-             "\"implicit_gflops\":%.1f}\n",
+             "\"implicit_gflops\":%.1f,\"isa\":\"%s\"}\n",
              (long long)l[0], (long long)l[1], (long long)l[2], (long long)l[3],
              (long long)l[4], (long long)l[5], (long long)l[6], threads, t_loom,
-             t_exp, gflop / t_loom * 1e3);
+             t_exp, gflop / t_loom * 1e3, kern_gemm_isa());
       fflush(stdout);
       free(x);
       free(w);
@@ -345,9 +345,10 @@ static void bench_step_shapes(void) {
       qsort(ratio, PAIRS, sizeof *ratio, cmp_double);
       printf("{\"bench\":\"gemm_step\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"trans_a\":%d,"
              "\"trans_b\":%d,\"threads\":%d,\"loom_gflops\":%.1f,\"openblas_gflops\":%.1f,"
-             "\"vs_openblas\":%.3f}\n",
+             "\"vs_openblas\":%.3f,\"isa\":\"%s\"}\n",
              (long long)m, (long long)n, (long long)k, ta, tb, threads,
-             flop / lt[PAIRS / 2] * 1e-9, flop / bt[PAIRS / 2] * 1e-9, ratio[PAIRS / 2]);
+             flop / lt[PAIRS / 2] * 1e-9, flop / bt[PAIRS / 2] * 1e-9, ratio[PAIRS / 2],
+             kern_gemm_isa());
       fflush(stdout);
       for (int q = 0; q < 4; q++) {
         free((void *)s.d[q].a);

@@ -67,6 +67,10 @@ LOOM_API loom_status_t loom_op_get_info(int i, loom_op_info_t *out);
  * many, and the name of the i-th ("cpu", "ref"; NULL when out of range). */
 LOOM_API int loom_target_count(void);
 LOOM_API const char *loom_target_name(int i);
+/* The instruction set back end `target` (NULL: "cpu") runs its kernels
+ * with on this machine: "avx512", "avx2" or "portable" for the CPU; NULL
+ * for a target with none to name or no such target. */
+LOOM_API const char *loom_target_isa(const char *target);
 /* Whether back end `target` (NULL: the default, "cpu") generates code for
  * op: *out 1, or 0 when op runs its reference kernel there. Fails on an op
  * index out of range or a target no back end has (naming those there are). */

@@ -165,6 +165,10 @@ typedef struct be_backend {
 
   /* Its toolchain's counters, added into out. May be NULL. */
   void (*stats)(be_stats_t *out);
+  /* The instruction set its kernels run with on this machine ("avx512",
+   * "avx2", "portable"), so that a figure can say what produced it. May
+   * be NULL (none to name). */
+  const char *(*isa)(void);
 } be_backend_t;
 
 /* ---- The registry (registry.c) ------------------------------------------ */

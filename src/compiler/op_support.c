@@ -49,6 +49,11 @@ const char *loom_target_name(int i) {
   return i >= 0 && i < n ? all[i]->name : NULL;
 }
 
+const char *loom_target_isa(const char *target) {
+  const be_backend_t *b = be_find(target);
+  return b && b->isa ? b->isa() : NULL;
+}
+
 loom_status_t loom_op_generated(int op, const char *target, int *out) {
   LOOM_CHECK_ARG(out);
   LOOM_TRY(ir_op_check(__func__, op));

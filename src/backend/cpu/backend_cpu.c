@@ -320,4 +320,5 @@ const be_backend_t be_cpu = {
     .to_host = cpu_copy,
     .from_host = cpu_copy,
     .stats = cpu_stats,
+    .isa = kern_gemm_isa,
 };
