@@ -11,9 +11,9 @@ static const cg_fold_t folds[] = {
     {IR_OP_PROD, "double", "1", "$a *= $v", "($T)$a",
      "uint64_t", "1", "$a *= (uint64_t)$v", "($T)(int64_t)$a"},
     /* NaN propagates: once the accumulator is NaN no comparison replaces it. */
-    {IR_OP_MAX, "$T", "-INFINITY", "$a = ($v > $a || $v != $v) ? $v : $a", "$a",
+    {IR_OP_MAX, "$T", "-INFINITY", "$a = LOOM_MAXIMUM($v, $a)", "$a",
      "int64_t", "INT64_MIN", "$a = $v > $a ? $v : $a", "($T)$a"},
-    {IR_OP_MIN, "$T", "INFINITY", "$a = ($v < $a || $v != $v) ? $v : $a", "$a",
+    {IR_OP_MIN, "$T", "INFINITY", "$a = LOOM_MINIMUM($v, $a)", "$a",
      "int64_t", "INT64_MAX", "$a = $v < $a ? $v : $a", "($T)$a"},
 };
 

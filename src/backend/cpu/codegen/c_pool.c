@@ -217,8 +217,7 @@ static void emit_fold(pool_emit_t *p, int level) {
   if (p->geo.avg)
     cg_line(p->c->out, level, "%s += v%d;\n", acc, (int)p->x);
   else
-    cg_line(p->c->out, level, "%s = (v%d > %s || v%d != v%d) ? v%d : %s;\n", acc,
-            (int)p->x, acc, (int)p->x, (int)p->x, (int)p->x, acc);
+    cg_line(p->c->out, level, "%s = LOOM_MAXIMUM(v%d, %s);\n", acc, (int)p->x, acc);
 }
 
 /* "const int64_t <var> = <out> * stride + <tap> * dilation - pad;"
