@@ -257,14 +257,25 @@ static const conv_case_t direct_cases[] = {
     {1, 3, 100, 100, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* too large */
 };
 
+/* Every instance of the direct kernel this CPU runs, against the reference. */
 static void direct_forward_configurations(void) {
-  for (int threads = 1; threads <= 3; threads++) {
-    core_pool_t *pool = NULL;
-    if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
-    for (size_t i = 0; i < sizeof direct_cases / sizeof *direct_cases; i++)
-      check_forward(&direct_cases[i], pool);
-    core_pool_destroy(pool);
+  static const char *const isas[] = {"avx512", "avx2"};
+  int tested = 0;
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_conv_direct_force_isa(isas[k])) continue;
+    CHECK(!strcmp(kern_conv_direct_isa(), isas[k]));
+    tested++;
+    for (int threads = 1; threads <= 3; threads++) {
+      core_pool_t *pool = NULL;
+      if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+      for (size_t i = 0; i < sizeof direct_cases / sizeof *direct_cases; i++)
+        check_forward(&direct_cases[i], pool);
+      core_pool_destroy(pool);
+    }
   }
+  CHECK(kern_conv_direct_force_isa(NULL));
+  CHECK(!kern_conv_direct_force_isa("no such isa"));
+  if (__builtin_cpu_supports("avx512f")) CHECK(tested == 2);
   /* The first case runs directly (on AVX2 CPUs), a strided one does not. */
   float x[28 * 28] = {0}, w[6 * 25] = {0}, y[6 * 28 * 28];
   loom_abi_conv2d_t d = {1, 1, 28, 28, 6, 5, 5, 28, 28, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1,

@@ -24,6 +24,11 @@ void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mod
  * having done nothing, when d is not such a layer or the CPU lacks AVX2;
  * kern_conv2d_f32 tries it first. */
 int kern_conv2d_direct_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+/* The instance of the direct kernel in use ("avx512", "avx2"; NULL: none
+ * the CPU runs), and for tests, forcing one: 0 when the CPU lacks it;
+ * NULL goes back to the best. */
+const char *kern_conv_direct_isa(void);
+int kern_conv_direct_force_isa(const char *name);
 
 /* conv2d 3x3 stride 1 by Winograd's F(m x m, 3x3), m = 2 or 4
  * (conv_winograd.c): GEMMs over transformed tiles, 1/2.25 (F(2x2)) or
