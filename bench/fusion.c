@@ -3,7 +3,7 @@
  * and a memcpy of the same bytes once: the bound a fused kernel nears. At 1
  * and 2 threads, each against a memcpy on as many threads (each copies its
  * share), since two cores draw more bandwidth than one; vs_memcpy is the
- * compiled time over the memcpy time. */
+ * median of the compiled time over the memcpy time in alternated rounds. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -84,18 +84,10 @@ static void run_memcpy(void *arg) {
   else if (c->threads > 1) copy_part(&parts[1]);
 }
 
-static double compiled_ms(run_ctx_t *c) {
-  loom_compile_options_t o = bench_options(1, c->threads);
-  if (loom_compile(c->g, &o, &c->e) != LOOM_OK) {
-    fprintf(stderr, "bench fusion: compile failed: %s\n", loom_last_error());
-    return NAN;
-  }
-  BENCH_TRY(loom_executable_new_output(c->e, 0, &c->out));
-  double ms = bench_time_ms(run_compiled, c, 2, 10, 500);
-  loom_tensor_destroy(c->out);
-  loom_executable_destroy(c->e);
-  return ms;
-}
+/* Rounds of compiled and memcpy timings, alternated: this machine's
+ * memory bandwidth drifts within seconds, so each ratio compares times
+ * taken moments apart, and the medians are reported. */
+enum { ROUNDS = 9 };
 
 int main(void) {
   run_ctx_t c = {.g = build_chain()};
@@ -103,19 +95,31 @@ int main(void) {
   double interp = NAN;
   for (c.threads = 1; c.threads <= 2; c.threads++) {
     if (!bench_threads_wanted(c.threads)) continue;
-    double compiled = compiled_ms(&c);
+    loom_compile_options_t o = bench_options(1, c.threads);
+    if (loom_compile(c.g, &o, &c.e) != LOOM_OK) {
+      fprintf(stderr, "bench fusion: compile failed: %s\n", loom_last_error());
+      return 1;
+    }
+    loom_tensor_t *out;
+    BENCH_TRY(loom_executable_new_output(c.e, 0, &out));
+    double compiled[ROUNDS], copy[ROUNDS], ratio[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+      /* Both buffers touched first: page faults are not the copy's cost. */
+      c.out = out;
+      compiled[r] = bench_time_ms(run_compiled, &c, r == 0 ? 2 : 0, 5, 50);
+      copy[r] = bench_time_ms(run_memcpy, &c, r == 0 ? 2 : 0, 5, 50);
+      ratio[r] = compiled[r] / copy[r];
+    }
     if (c.threads == 1) interp = bench_time_ms(run_interp, &c, 0, 1, 0);
-    /* Both buffers touched first: page faults are not the copy's cost. */
-    BENCH_TRY(loom_tensor_create(LOOM_F32, 1, (int64_t[]){N_ELEMS}, &c.out));
-    double copy = bench_time_ms(run_memcpy, &c, 2, 10, 500);
-    loom_tensor_destroy(c.out);
+    loom_tensor_destroy(out);
+    loom_executable_destroy(c.e);
     bench_json_t j;
     bench_json_begin(&j, "fusion");
     bench_json_num(&j, "threads", c.threads);
-    bench_json_num(&j, "compiled_ms", compiled);
+    bench_json_num(&j, "compiled_ms", bench_median(compiled, ROUNDS));
     bench_json_num(&j, "interp_ms", c.threads == 1 ? interp : NAN);
-    bench_json_num(&j, "memcpy_ms", copy);
-    bench_json_num(&j, "vs_memcpy", compiled / copy);
+    bench_json_num(&j, "memcpy_ms", bench_median(copy, ROUNDS));
+    bench_json_num(&j, "vs_memcpy", bench_median(ratio, ROUNDS));
     bench_json_end(&j);
   }
   loom_tensor_destroy(c.in);
