@@ -12,7 +12,7 @@
 #include "harness.h"
 #include "loom/ops.h"
 
-#define MAX_CASES 40
+#define MAX_CASES 64
 
 /* One pooling node and its input. */
 typedef struct pool_case {
@@ -122,6 +122,51 @@ static void random_windows(bool avg, int n, int threads) {
 }
 
 static void max_pool_windows(void) { random_windows(false, 30, 1); }
+
+/* max_pool2d_grad over random windows (pads, strides, dilation) in one
+ * module, against the reference: inputs drawn from five values so that
+ * windows tie often, with NaNs among them, and a layer large enough to be
+ * split over two threads. Ties go to the first input in window order, NaN
+ * to the last NaN; an input that several overlapping windows pick sums
+ * their gradients in f32, as PyTorch's kernel does, where the reference
+ * sums in double and rounds once: within a rounding per window, while a
+ * wrong pick would be off by a whole gradient. */
+static void max_pool_grad_windows(void) {
+  enum { N = 24 };
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_tensor_t *in[2 * N + 2];
+  double tol[N + 1];
+  for (int i = 0; i <= N; i++) {
+    pool_case_t c = random_case(false);
+    if (i == N) /* ResNet's stem pooling, on planes split over threads */
+      c = (pool_case_t){.p = {.kernel = {3, 3}, .stride = {2, 2}, .pads = {1, 1, 1, 1},
+                              .dilation = {1, 1}},
+                        .shape = {2, 16, 32, 32}};
+    loom_value_t x, y, dy, dx;
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    CHECK_OK(loom_graph_input(g, name, LOOM_F32, 4, c.shape, &x));
+    CHECK_OK(loom_max_pool2d(g, x, &c.p, &y));
+    loom_dtype_t dt;
+    int rank;
+    loom_dim_t ys[4];
+    CHECK_OK(loom_value_type(g, y, &dt, &rank, ys));
+    snprintf(name, sizeof name, "dy%d", i);
+    CHECK_OK(loom_graph_input(g, name, LOOM_F32, 4, ys, &dy));
+    CHECK_OK(loom_max_pool2d_grad(g, x, dy, &c.p, &dx));
+    CHECK_OK(loom_graph_output(g, dx));
+    in[2 * i] = test_rand_tensor(LOOM_F32, 4, c.shape, -2, 2);
+    float *xv = loom_tensor_data(in[2 * i]);
+    for (int64_t k = 0; k < loom_tensor_numel(in[2 * i]); k++)
+      xv[k] = test_rand_int(0, 40) == 0 ? NAN : (float)test_rand_int(-2, 2);
+    in[2 * i + 1] = test_rand_tensor(LOOM_F32, 4, ys, -1, 1);
+    tol[i] = 1e-6;
+  }
+  check_graph(g, 2 * N + 2, in, tol, 0, 2);
+  for (int i = 0; i < 2 * N + 2; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
 static void avg_pool_windows(void) { random_windows(true, 30, 1); }
 
 /* Planes and rows large enough to be split over two threads. */
@@ -344,6 +389,7 @@ static void pool_noncontiguous_input(void) {
 int main(void) {
   test_seed(7);
   TEST_RUN(max_pool_windows);
+  TEST_RUN(max_pool_grad_windows);
   TEST_RUN(avg_pool_windows);
   TEST_RUN(pool_parallel);
   TEST_RUN(pool_wide_rows);

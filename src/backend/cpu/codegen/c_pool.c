@@ -411,22 +411,12 @@ static bool mpg_fits(mpg_emit_t *k) {
          geo->kernel[1] > 0;
 }
 
-static void mpg_body(mpg_emit_t *k) {
+/* The argmax of each output's window, one output at a time, then its
+ * gradient added at that input (the general form). */
+static void mpg_outputs(mpg_emit_t *k) {
   cg_buf_t *b = k->c->out;
   const pool_geom_t *g = &k->geo;
-  int x = (int)k->n->in[0], dy = (int)k->n->in[1], dx = (int)k->n->out[0];
-  const fuse_group_t *grp = &k->c->plan->groups[k->gi];
   int64_t h = g->in.dim[2], w = g->in.dim[3], oh = g->out.dim[2], ow = g->out.dim[3];
-  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
-  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
-  cg_declare_pointer(k->c, grp, 1, k->n->in[0], false);
-  cg_declare_pointer(k->c, grp, 1, k->n->in[1], false);
-  cg_declare_pointer(k->c, grp, 1, k->n->out[0], true);
-  cg_line(b, 1, "for (int64_t plane = begin; plane < end; plane++) {\n");
-  cg_line(b, 2, "const float *xp = p%d + plane * %lld, *gp = p%d + plane * %lld;\n", x,
-          (long long)(h * w), dy, (long long)(oh * ow));
-  cg_line(b, 2, "float *dp = p%d + plane * %lld;\n", dx, (long long)(h * w));
-  cg_line(b, 2, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0.0f;\n", (long long)(h * w));
   cg_line(b, 2, "for (int64_t oy = 0; oy < %lld; oy++)\n", (long long)oh);
   cg_line(b, 3, "for (int64_t ox = 0; ox < %lld; ox++) {\n", (long long)ow);
   cg_line(b, 4, "int64_t best = -1;\n");
@@ -446,6 +436,81 @@ static void mpg_body(mpg_emit_t *k) {
   cg_line(b, 4, "}\n");
   cg_line(b, 4, "if (best >= 0) dp[best] += gp[oy * %lld + ox];\n", (long long)ow);
   cg_line(b, 3, "}\n");
+}
+
+/* Output rows of at most this many columns take the row form. */
+enum { MPG_ROW_MAX = 4096 };
+
+/* Whether the row form fits: the row's arrays on the stack, input
+ * indices in int32. */
+static bool mpg_by_rows(const mpg_emit_t *k) {
+  const pool_geom_t *g = &k->geo;
+  return g->out.dim[3] <= MPG_ROW_MAX && g->in.dim[2] * g->in.dim[3] < INT32_MAX;
+}
+
+/* The row form: a row of outputs at a time, their windows' argmax found
+ * tap by tap across the row (loops over output columns that vectorize:
+ * each tap's column range inside the image is a constant, so no test
+ * per element), then each output's gradient added at its argmax in
+ * column order (windows overlap; the adds stay in the general form's
+ * order). Every output visits its taps in the general form's order, so
+ * ties and NaNs pick the same input. */
+static void mpg_rows(mpg_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  const pool_geom_t *g = &k->geo;
+  int64_t h = g->in.dim[2], w = g->in.dim[3], oh = g->out.dim[2], ow = g->out.dim[3];
+  int64_t sx = g->stride[1], dxl = g->dilation[1], px = g->pads[1];
+  cg_line(b, 2, "for (int64_t oy = 0; oy < %lld; oy++) {\n", (long long)oh);
+  cg_line(b, 3, "int32_t best[%lld];\n", (long long)ow);
+  cg_line(b, 3, "float max[%lld];\n", (long long)ow);
+  cg_line(b, 3, "for (int64_t ox = 0; ox < %lld; ox++) {\n", (long long)ow);
+  cg_line(b, 4, "best[ox] = -1;\n");
+  cg_line(b, 4, "max[ox] = -INFINITY;\n");
+  cg_line(b, 3, "}\n");
+  cg_line(b, 3, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (long long)g->kernel[0]);
+  emit_index(b, 4, "iy", "oy", "kh", g->stride[0], g->dilation[0], g->pads[0]);
+  cg_line(b, 4, "if (iy < 0 || iy >= %lld) continue;\n", (long long)h);
+  cg_line(b, 4, "const float *row = xp + iy * %lld;\n", (long long)w);
+  for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+    /* ix = ox * sx + off lies in [0, w) for ox in [lo, hi) */
+    int64_t off = kw * dxl - px;
+    int64_t lo = off >= 0 ? 0 : (-off + sx - 1) / sx;
+    int64_t hi = w - 1 - off < 0 ? 0 : (w - 1 - off) / sx + 1;
+    if (hi > ow) hi = ow;
+    if (lo >= hi) continue;
+    cg_line(b, 4, "for (int64_t ox = %lld; ox < %lld; ox++) {\n", (long long)lo, (long long)hi);
+    cg_line(b, 5, "const int32_t ix = (int32_t)(ox * %lld + %lld);\n", (long long)sx,
+            (long long)off);
+    cg_line(b, 5, "const float v = row[ix];\n");
+    cg_line(b, 5, "const int take = best[ox] < 0 || v != v || v > max[ox];\n");
+    cg_line(b, 5, "best[ox] = take ? (int32_t)(iy * %lld) + ix : best[ox];\n", (long long)w);
+    cg_line(b, 5, "max[ox] = take ? v : max[ox];\n");
+    cg_line(b, 4, "}\n");
+  }
+  cg_line(b, 3, "}\n");
+  cg_line(b, 3, "for (int64_t ox = 0; ox < %lld; ox++)\n", (long long)ow);
+  cg_line(b, 4, "if (best[ox] >= 0) dp[best[ox]] += gp[oy * %lld + ox];\n", (long long)ow);
+  cg_line(b, 2, "}\n");
+}
+
+static void mpg_body(mpg_emit_t *k) {
+  cg_buf_t *b = k->c->out;
+  const pool_geom_t *g = &k->geo;
+  int x = (int)k->n->in[0], dy = (int)k->n->in[1], dx = (int)k->n->out[0];
+  const fuse_group_t *grp = &k->c->plan->groups[k->gi];
+  int64_t h = g->in.dim[2], w = g->in.dim[3], oh = g->out.dim[2], ow = g->out.dim[3];
+  cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
+  cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
+  cg_declare_pointer(k->c, grp, 1, k->n->in[0], false);
+  cg_declare_pointer(k->c, grp, 1, k->n->in[1], false);
+  cg_declare_pointer(k->c, grp, 1, k->n->out[0], true);
+  cg_line(b, 1, "for (int64_t plane = begin; plane < end; plane++) {\n");
+  cg_line(b, 2, "const float *xp = p%d + plane * %lld, *gp = p%d + plane * %lld;\n", x,
+          (long long)(h * w), dy, (long long)(oh * ow));
+  cg_line(b, 2, "float *dp = p%d + plane * %lld;\n", dx, (long long)(h * w));
+  cg_line(b, 2, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0.0f;\n", (long long)(h * w));
+  if (mpg_by_rows(k)) mpg_rows(k);
+  else mpg_outputs(k);
   cg_line(b, 1, "}\n");
   cg_printf(b, "}\n\n");
 }
