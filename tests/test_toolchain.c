@@ -468,9 +468,9 @@ static void kill_pids(void) {
   for (int i = 0; i < n; i++) kill((pid_t)pids[i], SIGKILL);
 }
 
-/* A compiler that never finishes is killed at LOOM_CC_TIMEOUT with the
- * process it started, and the build fails naming the limit. */
-static void test_hanging_compiler_killed(void) {
+/* A fresh cache and LOOM_CC set to a compiler that starts a child (its
+ * pid appended to pids), then waits for it forever. */
+static void use_hanging_compiler(void) {
   fresh_cache();
   char script[400];
   write_script("hang-cc",
@@ -481,6 +481,12 @@ static void test_hanging_compiler_killed(void) {
                "wait\n",
                script, sizeof script);
   setenv("LOOM_CC", script, 1);
+}
+
+/* A compiler that never finishes is killed at LOOM_CC_TIMEOUT with the
+ * process it started, and the build fails naming the limit. */
+static void test_hanging_compiler_killed(void) {
+  use_hanging_compiler();
   /* Long enough for the script to start and write its child's pid on a
    * loaded machine. */
   setenv("LOOM_CC_TIMEOUT", "2", 1);
@@ -1143,16 +1149,7 @@ static void test_parts_syntax_error(void) {
 /* A compiler that hangs is killed in every unit, each at its own limit,
  * with the process it started. */
 static void test_parts_hanging_compiler_killed(void) {
-  fresh_cache();
-  char script[400];
-  write_script("hang-cc",
-               "#!/bin/sh\n"
-               "[ \"$1\" = --version ] && exec cc --version\n"
-               "sleep 600 &\n"
-               "echo $! >> @ROOT@/pids\n"
-               "wait\n",
-               script, sizeof script);
-  setenv("LOOM_CC", script, 1);
+  use_hanging_compiler();
   setenv("LOOM_CC_TIMEOUT", "2", 1);
   setenv("LOOM_CC_JOBS", "3", 1);
   int64_t at[PART_FUNCTIONS];
