@@ -104,6 +104,17 @@ def points_up(here, there):
     return there[0] > here[0] or (there[0] == here[0] and there[1] != here[1])
 
 
+def broken_rule(path, here, target, there):
+    """What is wrong with file `path` (layer `here`) using `target` (layer
+    `there`), or None: the same rule for an #include and a call."""
+    if points_up(here, there):
+        return f"a file of a higher or peer layer ({there[1]} from {here[1]})"
+    if neutral(path) and in_backend(target):
+        return ("a back end's own file (the neutral layers see back ends only through "
+                "src/backend/backend.h and its be_backend_t)")
+    return None
+
+
 def sources():
     for base, _, names in os.walk(os.path.join(ROOT, "src")):
         for n in sorted(names):
@@ -130,12 +141,9 @@ def check_includes(errors):
             if there is None or not os.path.exists(os.path.join(ROOT, target)):
                 errors.append(f"{path}: includes \"{inc}\", which is not a file of src/")
                 continue
-            if points_up(here, there):
-                errors.append(f"{path}: includes {target}, a file of a higher or peer layer "
-                              f"({there[1]} from {here[1]})")
-            elif neutral(path) and in_backend(target):
-                errors.append(f"{path}: includes {target}, a back end's own header (the "
-                              "neutral layers see back ends only through src/backend/backend.h)")
+            why = broken_rule(path, here, target, there)
+            if why:
+                errors.append(f"{path}: includes {target}, {why}")
 
 
 def objects(build):
@@ -188,12 +196,9 @@ def check_calls(edges, errors):
             lb = layer_of(b)
             if la is None or lb is None or (a, b) in ALLOWED_UP:
                 continue
-            if points_up(la, lb):
-                errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), a file of a "
-                              f"higher or peer layer")
-            elif neutral(a) and in_backend(b):
-                errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), a back end's "
-                              "own function (call it through its be_backend_t)")
+            why = broken_rule(a, la, b, lb)
+            if why:
+                errors.append(f"{a}: calls {b} ({', '.join(sorted(syms)[:4])}), {why}")
 
 
 def loops(edges):
