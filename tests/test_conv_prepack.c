@@ -75,17 +75,14 @@ static int count_wrong(const loom_abi_conv2d_t *d, const float *y) {
   return wrong;
 }
 
-/* Whether a default-mode call with d runs Winograd. */
-static int takes_winograd(const loom_abi_conv2d_t *d) {
-  int m = kern_conv2d_winograd_tile(d, KERN_CONV_DEFAULT);
-  return m && kern_conv2d_winograd_takes(d, m);
-}
-
-static void *pack(const conv_case_t *q, const float *w) {
+/* Weights w of q packed for the algorithm a default-mode layer runs on
+ * pool with packed weights. */
+static void *pack(const conv_case_t *q, const float *w, core_pool_t *pool) {
   loom_abi_conv2d_t d = geometry(q, NULL, w, NULL, NULL);
-  size_t bytes = kern_conv2d_packed_bytes(&d, KERN_CONV_DEFAULT);
+  kern_conv_algo_t algo = kern_conv2d_algo(&d, KERN_CONV_DEFAULT, KERN_CONV_FORWARD, 1, pool);
+  size_t bytes = kern_conv2d_packed_bytes(&d, algo);
   void *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  CHECK(kern_conv2d_pack_weight(&d, KERN_CONV_DEFAULT, buf));
+  CHECK(kern_conv2d_pack_weight(&d, algo, buf));
   return buf;
 }
 
@@ -97,16 +94,17 @@ static void check_packed(const conv_case_t *q, core_pool_t *pool) {
   loom_abi_conv2d_t d = geometry(q, x, w, bias, NULL);
   int64_t numel_y = q->n * q->o * d.ho * d.wo;
   float *y0 = rand_floats(numel_y), *y1 = rand_floats(numel_y);
-  void *packed = pack(q, w);
+  void *packed = pack(q, w, pool);
   d.y = y0;
   kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
-  int winograd_unpacked = takes_winograd(&d);
+  kern_conv_algo_t unpacked = kern_conv2d_algo(&d, KERN_CONV_DEFAULT, KERN_CONV_FORWARD, 0, pool);
   d.y = y1;
   d.weight_packed = packed;
   kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
-  /* Same bits when both runs take the same form: a layer with few tiles
-   * runs Winograd only with its weights transformed ahead. */
-  int differ = winograd_unpacked == takes_winograd(&d) &&
+  /* Same bits when both runs take the same algorithm (a layer with few
+   * tiles, say, may run Winograd only with its weights transformed
+   * ahead). */
+  int differ = unpacked == kern_conv2d_algo(&d, KERN_CONV_DEFAULT, KERN_CONV_FORWARD, 1, pool) &&
                memcmp(y0, y1, sizeof(float) * (size_t)numel_y) != 0;
   int wrong = count_wrong(&d, y1);
   if (differ || wrong)
@@ -171,7 +169,7 @@ static void panels_case(conv_case_t q) {
   d.y = y;
   for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
     if (!kern_gemm_force_isa(isas[i])) continue;
-    void *packed = pack(&q, wa);
+    void *packed = pack(&q, wa, NULL);
     d.weight = wb;
     d.weight_packed = packed;
     kern_conv2d_f32(&d, KERN_CONV_DEFAULT, NULL);

@@ -102,7 +102,6 @@ static void check_case(const wcase_t *q, int m, core_pool_t *pool, int ahead) {
     CHECK(kern_conv2d_winograd_pack_weight(&d, m, packed));
     d.weight_packed = packed;
   }
-  CHECK(kern_conv2d_winograd_takes(&d, m));
   CHECK(kern_conv2d_winograd_f32(&d, m, pool));
   int wrong = count_wrong(&d, count);
   if (wrong)
@@ -122,8 +121,8 @@ static void check_case(const wcase_t *q, int m, core_pool_t *pool, int ahead) {
   free(packed);
 }
 
-/* n c h w o pads (top left bottom right); the per-call form needs 128
- * tiles a call. */
+/* n c h w o pads (top left bottom right); the rules take the per-call
+ * form from 128 tiles a call (kern_conv2d_winograd_takes). */
 static const wcase_t per_call[] = {
     {1, 16, 32, 32, 16, {1, 1, 1, 1}},  /* 256 tiles, blocks of 64 */
     {2, 17, 15, 21, 19, {1, 1, 1, 1}},  /* odd outputs: partial tiles */
@@ -132,9 +131,9 @@ static const wcase_t per_call[] = {
     {1, 40, 60, 9, 24, {1, 1, 1, 1}},   /* narrow image: 5 tiles a row */
 };
 
-/* Packed ahead, fewer outputs: blocks of their own, or the phased form;
- * below 12x12 outputs, F(2x2). */
-static const wcase_t ahead_only[] = {
+/* Fewer outputs: blocks of their own, or the phased form; below 12x12
+ * outputs, F(2x2). The rules run them only packed ahead. */
+static const wcase_t few_tiles[] = {
     {1, 32, 14, 14, 32, {1, 1, 1, 1}}, /* 49 tiles */
     {1, 64, 7, 7, 40, {1, 1, 1, 1}},   /* 16 tiles: 7x7 outputs */
     {1, 16, 9, 11, 17, {1, 1, 1, 1}},  /* 30 tiles, odd sizes */
@@ -150,10 +149,11 @@ static void matches_definition(void) {
         check_case(&per_call[i], m, NULL, ahead);
         check_case(&per_call[i], m, pool, ahead);
       }
-    for (size_t i = 0; i < sizeof ahead_only / sizeof *ahead_only; i++) {
-      check_case(&ahead_only[i], m, NULL, 1);
-      check_case(&ahead_only[i], m, pool, 1);
-    }
+    for (size_t i = 0; i < sizeof few_tiles / sizeof *few_tiles; i++)
+      for (int ahead = 0; ahead < 2; ahead++) {
+        check_case(&few_tiles[i], m, NULL, ahead);
+        check_case(&few_tiles[i], m, pool, ahead);
+      }
   }
   core_pool_destroy(pool);
 }
@@ -168,16 +168,17 @@ static void declines_other_layers(void) {
   base.x = x;
   base.weight = w;
   base.y = y;
-  loom_abi_conv2d_t stride2 = base, grouped = base, few_tiles = base, narrow = base,
-                    wide = base;
+  loom_abi_conv2d_t stride2 = base, grouped = base, small = base, narrow = base, wide = base;
+  small.h = small.w = small.ho = small.wo = 12; /* 36 tiles, per call */
+  for (int m = 2; m <= 4; m += 2) /* the rules leave it to the implicit GEMM */
+    CHECK(!kern_conv2d_winograd_takes(&small, m));
   stride2.stride[0] = stride2.stride[1] = 2;
   stride2.ho = stride2.wo = 16;
   grouped.groups = 2;
-  few_tiles.h = few_tiles.w = few_tiles.ho = few_tiles.wo = 12; /* 36 tiles, per call */
   narrow.c = 8;
   wide.c = 1024; /* U of 1024 x 1024 channel pairs would be 150 MB */
   wide.o = 1024;
-  const loom_abi_conv2d_t *cases[] = {&stride2, &grouped, &few_tiles, &narrow, &wide};
+  const loom_abi_conv2d_t *cases[] = {&stride2, &grouped, &narrow, &wide};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     for (int m = 2; m <= 4; m += 2) {
       CHECK(!kern_conv2d_winograd_takes(cases[i], m));
@@ -265,8 +266,9 @@ static double max_error(const layer_t *l, const float *y) {
 /* The largest error of kern_conv2d_f32 under mode, its weights packed
  * ahead as a frozen executable's are. */
 static double conv_error(layer_t *l, kern_conv_mode_t mode) {
-  void *packed = aligned_alloc(64, (kern_conv2d_packed_bytes(&l->d, mode) + 63) / 64 * 64);
-  CHECK(kern_conv2d_pack_weight(&l->d, mode, packed));
+  kern_conv_algo_t algo = kern_conv2d_algo(&l->d, mode, KERN_CONV_FORWARD, 1, NULL);
+  void *packed = aligned_alloc(64, (kern_conv2d_packed_bytes(&l->d, algo) + 63) / 64 * 64);
+  CHECK(kern_conv2d_pack_weight(&l->d, algo, packed));
   l->d.weight_packed = packed;
   kern_conv2d_f32(&l->d, mode, NULL);
   l->d.weight_packed = NULL;
@@ -319,7 +321,7 @@ static void error_within_direct_sum(void) {
            (long long)q[1], (long long)q[2], (long long)q[2], (long long)q[3],
            (long long)q[0], direct, gemm, f2, f4, m, m, chosen);
     CHECK(m == 2);
-    CHECK(chosen == f2);
+    CHECK(chosen == f2 || chosen == gemm); /* as timed: either may be faster */
     CHECK(chosen <= direct && gemm <= direct);
     CHECK(f4 > direct);
     CHECK(kern_conv2d_winograd_tile(&l.d, KERN_CONV_PRECISE) == 0);
@@ -336,13 +338,13 @@ static int outside_torch_tolerance(const layer_t *l) {
   return outside;
 }
 
-/* On issue 15's layer the default mode meets torch.testing's f32
- * tolerance against double; F(4x4) does not. */
-static void default_within_torch_tolerance(void) {
+/* On issue 15's layer the default mode errs no more than a direct f32
+ * sum (PyTorch's conv2d); F(4x4) falls outside torch.testing's f32
+ * tolerance against double. */
+static void default_within_direct_error(void) {
   test_seed(43);
   layer_t l = layer_new(2, 16, 33, 32);
-  conv_error(&l, KERN_CONV_DEFAULT);
-  CHECK(outside_torch_tolerance(&l) == 0);
+  CHECK(conv_error(&l, KERN_CONV_DEFAULT) <= max_error(&l, l.direct));
   winograd_error(&l, 4); /* F(4x4), which issue 15 found outside */
   CHECK(outside_torch_tolerance(&l) > 0);
   layer_free(&l);
@@ -384,9 +386,12 @@ static void run_compiled(layer_t *l, const loom_compile_options_t *o) {
 
 /* The compile option precise (1, 0, -1) and LOOM_PRECISE (with 0) reach
  * the kernels: a compiled conv2d gives the bits of kern_conv2d_f32 under
- * the matching mode, and the three modes give three different results. */
+ * the matching mode, and the three modes give three different results
+ * (under the fixed rules: timed, the default may pick the implicit GEMM
+ * as precise does). */
 static void precise_option_chooses(void) {
   test_seed(47);
+  setenv("LOOM_CONV_CHOICE", "rules", 1);
   layer_t l = layer_new(2, 16, 33, 32);
   static const int values[] = {1, 0, -1};
   static const kern_conv_mode_t modes[] = {KERN_CONV_PRECISE, KERN_CONV_DEFAULT, KERN_CONV_FAST};
@@ -419,6 +424,7 @@ static void precise_option_chooses(void) {
   run_compiled(&l, &o);
   CHECK(memcmp(l.d.y, want[0], bytes) == 0);
   unsetenv("LOOM_PRECISE");
+  unsetenv("LOOM_CONV_CHOICE");
   for (int k = 0; k < 3; k++) free(want[k]);
   layer_free(&l);
 }
@@ -427,7 +433,7 @@ int main(void) {
   TEST_RUN(matches_definition);
   TEST_RUN(declines_other_layers);
   TEST_RUN(error_within_direct_sum);
-  TEST_RUN(default_within_torch_tolerance);
+  TEST_RUN(default_within_direct_error);
   TEST_RUN(precise_option_chooses);
   return test_summary();
 }

@@ -48,8 +48,8 @@ static loom_status_t prepack_matmul_b(be_program_t *p, const be_request_t *req,
 }
 
 /* The frozen f32 weight (o, c/groups, kh, kw) of conv2d n, packed once
- * into p->packed_w[slot] in the form the kernel takes for n's geometry
- * (its GEMM's A panels, or Winograd's transformed weights). */
+ * into p->packed_w[slot] in the form its algorithm takes (its GEMM's A
+ * panels, or Winograd's transformed weights). */
 static loom_status_t prepack_conv_weight(be_program_t *p, const be_request_t *req,
                                          const bool *assigned, const ir_node_t *n) {
   const loom_graph_t *g = req->graph;
@@ -68,9 +68,15 @@ static loom_status_t prepack_conv_weight(be_program_t *p, const be_request_t *re
   ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
   ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
   ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
-  void *buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d, p->conv_mode));
-  if (!buf || !kern_conv2d_pack_weight(&d, p->conv_mode, buf)) {
+  /* Packed for the algorithm the layer will run, timed now if need be. */
+  void *buf = NULL;
+  kern_conv_algo_t algo = kern_conv2d_algo_packing(&d, p->conv_mode, p->pool, &buf);
+  if (!buf && (buf = core_aligned_alloc(kern_conv2d_packed_bytes(&d, algo))) &&
+      !kern_conv2d_pack_weight(&d, algo, buf)) {
     core_free(buf);
+    buf = NULL;
+  }
+  if (!buf) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory packing a %lldx%lldx%lldx%lld conv2d weight",
                      (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
   }

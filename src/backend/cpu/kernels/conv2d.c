@@ -178,13 +178,18 @@ static void scatter_images(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
+int kern_conv2d_batched_suits(const loom_abi_conv2d_t *d) {
+  int64_t og = d->o / d->groups, cg = d->c / d->groups, positions = d->ho * d->wo;
+  return d->n >= 2 && positions > 0 && positions < BATCHED_MAX_POSITIONS &&
+         d->o * d->n * positions <= BATCHED_MAX_FLOATS &&
+         og * cg * d->kh * d->kw >= BATCHED_MIN_WEIGHTS;
+}
+
 /* Returns 0 (nothing done) when the batched form does not suit d. */
 static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, cols = d->n * positions;
-  if (d->n < 2 || positions == 0 || positions >= BATCHED_MAX_POSITIONS ||
-      d->o * cols > BATCHED_MAX_FLOATS || og * cg * d->kh * d->kw < BATCHED_MIN_WEIGHTS)
-    return 0;
+  if (!kern_conv2d_batched_suits(d)) return 0;
   kern_scratch_t scratch = kern_scratch_claim((size_t)(d->o * cols));
   if (!scratch.buf) return 0;
   float *out = scratch.buf;
@@ -202,10 +207,7 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   return 1;
 }
 
-void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
-  if (kern_conv2d_direct_f32(d, pool)) return;
-  int m = kern_conv2d_winograd_tile(d, mode);
-  if ((m && kern_conv2d_winograd_f32(d, m, pool)) || conv2d_batched(d, pool)) return;
+static void conv2d_implicit(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   gemm_problem_t p = {
@@ -220,17 +222,37 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_poo
   gemm_run(&p, pool);
 }
 
-/* Per group g, the implicit form's A is W[g * og : (g + 1) * og] as og x
- * cg*kh*kw; a layer the Winograd form takes packs its transformed
- * weights instead. */
-size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
-  int m = kern_conv2d_winograd_tile(d, mode);
+int kern_conv2d_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, core_pool_t *pool) {
+  switch (algo) {
+    case KERN_CONV_DIRECT: return kern_conv2d_direct_f32(d, pool);
+    case KERN_CONV_WINOGRAD2: return kern_conv2d_winograd_f32(d, 2, pool);
+    case KERN_CONV_WINOGRAD4: return kern_conv2d_winograd_f32(d, 4, pool);
+    case KERN_CONV_BATCHED: return conv2d_batched(d, pool);
+    case KERN_CONV_IMPLICIT: conv2d_implicit(d, pool); return 1;
+    default: return 0;
+  }
+}
+
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
+  kern_conv_algo_t algo =
+      kern_conv2d_algo(d, mode, KERN_CONV_FORWARD, d->weight_packed != NULL, pool);
+  if (!kern_conv2d_run(d, algo, pool)) conv2d_implicit(d, pool);
+}
+
+/* Per group g, the GEMM's A is W[g * og : (g + 1) * og] as og x
+ * cg*kh*kw; Winograd packs its transformed weights instead. */
+static int winograd_tile_of(kern_conv_algo_t algo) {
+  return algo == KERN_CONV_WINOGRAD2 ? 2 : algo == KERN_CONV_WINOGRAD4 ? 4 : 0;
+}
+
+size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_algo_t algo) {
+  int m = winograd_tile_of(algo);
   if (m) return kern_conv2d_winograd_packed_bytes(d, m);
   return gemm_packed_a_bytes(d->o / d->groups, d->c / d->groups * d->kh * d->kw, d->groups);
 }
 
-int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, void *dst) {
-  int m = kern_conv2d_winograd_tile(d, mode);
+int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, void *dst) {
+  int m = winograd_tile_of(algo);
   if (m) return kern_conv2d_winograd_pack_weight(d, m, dst);
   int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
   gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);

@@ -191,6 +191,11 @@ static void run_images(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
+int kern_conv2d_direct_suits(const loom_abi_conv2d_t *d) {
+  direct_t g = {.d = d};
+  return suits(d, &g);
+}
+
 int kern_conv2d_direct_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   direct_t g = {.d = d};
   if (!suits(d, &g)) return 0;

@@ -205,14 +205,7 @@ static void igrad_pointwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   gemm_run(&p, pool);
 }
 
-void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
-                                core_pool_t *pool) {
-  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0) return;
-  if (is_pointwise(d)) {
-    igrad_pointwise(d, pool);
-    return;
-  }
-  if (kern_conv2d_input_grad_winograd_f32(d, mode, pool)) return;
+static void igrad_gemm(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   igrad_t k = {.d = d, .dx = (float *)d->x, .og = d->o / d->groups,
                .cg = d->c / d->groups, .taps = d->kh * d->kw,
                .cols = d->n * d->ho * d->wo, .parts = 1};
@@ -229,4 +222,25 @@ void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mod
   kern_scratch_reserve(threads, (size_t)(k.block * k.taps * k.chunk));
   if (threads == 1 || tasks == 1) igrad_body(&k, 0, tasks);
   else core_pool_for(pool, tasks, 1, igrad_body, &k);
+}
+
+int kern_conv2d_input_grad_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo,
+                               core_pool_t *pool) {
+  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0) return 1;
+  switch (algo) {
+    case KERN_CONV_WINOGRAD2: return kern_conv2d_input_grad_winograd_f32(d, 2, pool);
+    case KERN_CONV_WINOGRAD4: return kern_conv2d_input_grad_winograd_f32(d, 4, pool);
+    case KERN_CONV_IMPLICIT:
+      if (is_pointwise(d)) igrad_pointwise(d, pool);
+      else igrad_gemm(d, pool);
+      return 1;
+    default: return 0;
+  }
+}
+
+void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
+                                core_pool_t *pool) {
+  kern_conv_algo_t algo = kern_conv2d_algo(d, mode, KERN_CONV_INPUT_GRAD, 0, pool);
+  if (!kern_conv2d_input_grad_run(d, algo, pool))
+    kern_conv2d_input_grad_run(d, KERN_CONV_IMPLICIT, pool);
 }

@@ -256,15 +256,19 @@ static int packed_for_winograd(const loom_abi_conv2d_t *d, int m) {
   return probe.a_packed != NULL;
 }
 
+/* Whether _f32 runs F(m x m) for d: weights packed transformed, or none. */
+static int runs(const loom_abi_conv2d_t *d, int m) {
+  return (m == 2 || m == 4) && kern_conv2d_winograd_suits(d) &&
+         (!d->weight_packed || packed_for_winograd(d, m));
+}
+
 int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d, int m) {
-  if ((m != 2 && m != 4) || !kern_conv2d_winograd_suits(d)) return 0;
   /* The implicit form's packed weights beat transforming them per call. */
-  return packed_for_winograd(d, m) ||
-         (!d->weight_packed && d->n * d->ho * d->wo >= PER_CALL_MIN_POSITIONS);
+  return runs(d, m) && (d->weight_packed || d->n * d->ho * d->wo >= PER_CALL_MIN_POSITIONS);
 }
 
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
-  if (!kern_conv2d_winograd_takes(d, m)) return 0;
+  if (!runs(d, m)) return 0;
   wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
   w.tiles = w.tx * ((d->ho + m - 1) / m);
   /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
@@ -304,21 +308,42 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
 /* dX of a 3x3 stride-1 conv2d with pads p is the stride-1 convolution of
  * dY, padded by 2 - p, with the filters flipped and their channels
  * swapped: W'[ci][oc][ky][kx] = W[oc][ci][2 - ky][2 - kx]. */
-int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
-                                        core_pool_t *pool) {
+static int igrad_shape(const loom_abi_conv2d_t *d) {
   if (d->kh != 3 || d->kw != 3 || d->stride[0] != 1 || d->stride[1] != 1 ||
       d->dilation[0] != 1 || d->dilation[1] != 1 || d->groups != 1)
     return 0;
   for (int i = 0; i < 4; i++)
     if (d->pads[i] > 2) return 0;
-  loom_abi_conv2d_t t = {.n = d->n, .c = d->o, .h = d->ho, .w = d->wo, .o = d->c, .kh = 3,
-                         .kw = 3, .ho = d->h, .wo = d->w, .stride = {1, 1},
-                         .pads = {2 - d->pads[0], 2 - d->pads[1], 2 - d->pads[2], 2 - d->pads[3]},
-                         .dilation = {1, 1}, .groups = 1, .x = d->y, .bias = d->bias,
-                         .y = (float *)d->x, .epilogue = d->epilogue,
-                         .epilogue_ctx = d->epilogue_ctx};
-  int m = kern_conv2d_winograd_tile(&t, mode);
-  if (!m || !kern_conv2d_winograd_takes(&t, m)) return 0;
+  return 1;
+}
+
+/* The forward layer that computes d's input gradient (its weights
+ * unset). */
+static loom_abi_conv2d_t transposed(const loom_abi_conv2d_t *d) {
+  return (loom_abi_conv2d_t){
+      .n = d->n, .c = d->o, .h = d->ho, .w = d->wo, .o = d->c, .kh = 3, .kw = 3,
+      .ho = d->h, .wo = d->w, .stride = {1, 1},
+      .pads = {2 - d->pads[0], 2 - d->pads[1], 2 - d->pads[2], 2 - d->pads[3]},
+      .dilation = {1, 1}, .groups = 1, .x = d->y, .bias = d->bias, .y = (float *)d->x,
+      .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
+}
+
+int kern_conv2d_input_grad_winograd_tile(const loom_abi_conv2d_t *d, kern_conv_mode_t mode) {
+  if (!igrad_shape(d)) return 0;
+  loom_abi_conv2d_t t = transposed(d);
+  return kern_conv2d_winograd_tile(&t, mode);
+}
+
+int kern_conv2d_input_grad_winograd_takes(const loom_abi_conv2d_t *d, int m) {
+  if (!igrad_shape(d)) return 0;
+  loom_abi_conv2d_t t = transposed(d);
+  return kern_conv2d_winograd_takes(&t, m);
+}
+
+int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
+  if (!igrad_shape(d)) return 0;
+  loom_abi_conv2d_t t = transposed(d);
+  if (!runs(&t, m)) return 0;
   kern_scratch_t s = kern_scratch_claim((size_t)(d->o * d->c * 9));
   if (!s.buf) return 0;
   float *flipped = s.buf;

@@ -27,16 +27,6 @@ typedef enum kern_conv_mode {
 } kern_conv_mode_t;
 
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool);
-/* conv2d's weight (o, c/groups, kh, kw) packed once for
- * loom_abi_conv2d_t.weight_packed, in the form kern_conv2d_f32 takes for
- * the geometry d and mode (d->weight is read; x, y and the rest unused):
- * the implicit GEMM's A panels, or Winograd's transformed weights (conv.h).
- * kern_conv2d_packed_bytes sizes the buffer (64-byte aligned), which
- * kern_conv2d_pack_weight fills (0: out of memory). A buffer packed for
- * another micro-kernel or shape is ignored by conv2d (it packs the
- * weights itself). */
-size_t kern_conv2d_packed_bytes(const loom_abi_conv2d_t *d, kern_conv_mode_t mode);
-int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, void *dst);
 /* dW = conv2d's weight gradient: x = the forward input, y = dY (read),
  * weight = dW (written, whole); the epilogue sees dW as o x cg*kh*kw. */
 void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
