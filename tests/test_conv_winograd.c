@@ -129,6 +129,7 @@ static const wcase_t per_call[] = {
     {1, 24, 30, 26, 33, {0, 0, 0, 0}},  /* no padding: 28 x 24 */
     {3, 16, 14, 14, 20, {2, 1, 0, 2}},  /* asymmetric pads, 3 images */
     {1, 40, 60, 9, 24, {1, 1, 1, 1}},   /* narrow image: 5 tiles a row */
+    {1, 16, 10, 140, 17, {1, 1, 1, 1}}, /* 70 (35) tiles a row: 16-wide vectors and a part */
 };
 
 /* Fewer outputs: blocks of their own, or the phased form; below 12x12
@@ -139,22 +140,35 @@ static const wcase_t few_tiles[] = {
     {1, 16, 9, 11, 17, {1, 1, 1, 1}},  /* 30 tiles, odd sizes */
 };
 
+/* Every instance of the transforms the CPU runs. */
+static const char *const isas[] = {"avx512", "avx2", "base"};
+
 static void matches_definition(void) {
   test_seed(31);
   core_pool_t *pool = NULL;
   CHECK_OK(core_pool_create(2, &pool));
-  for (int m = 2; m <= 4; m += 2) {
-    for (size_t i = 0; i < sizeof per_call / sizeof *per_call; i++)
-      for (int ahead = 0; ahead < 2; ahead++) {
-        check_case(&per_call[i], m, NULL, ahead);
-        check_case(&per_call[i], m, pool, ahead);
-      }
-    for (size_t i = 0; i < sizeof few_tiles / sizeof *few_tiles; i++)
-      for (int ahead = 0; ahead < 2; ahead++) {
-        check_case(&few_tiles[i], m, NULL, ahead);
-        check_case(&few_tiles[i], m, pool, ahead);
-      }
+  int ran = 0;
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_winograd_force_isa(isas[k])) continue;
+    CHECK(strcmp(kern_winograd_isa(), isas[k]) == 0);
+    printf("  transforms: %s\n", isas[k]);
+    ran++;
+    for (int m = 2; m <= 4; m += 2) {
+      for (size_t i = 0; i < sizeof per_call / sizeof *per_call; i++)
+        for (int ahead = 0; ahead < 2; ahead++) {
+          check_case(&per_call[i], m, NULL, ahead);
+          check_case(&per_call[i], m, pool, ahead);
+        }
+      for (size_t i = 0; i < sizeof few_tiles / sizeof *few_tiles; i++)
+        for (int ahead = 0; ahead < 2; ahead++) {
+          check_case(&few_tiles[i], m, NULL, ahead);
+          check_case(&few_tiles[i], m, pool, ahead);
+        }
+    }
   }
+  CHECK(ran >= 1 && kern_winograd_force_isa("base"));
+  CHECK(!kern_winograd_force_isa("no such isa"));
+  CHECK(kern_winograd_force_isa(NULL));
   core_pool_destroy(pool);
 }
 

@@ -117,6 +117,11 @@ int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d, int m);
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool);
 size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m);
 int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, int m, void *dst);
+/* The instance of Winograd's transforms in use ("avx512", "avx2",
+ * "base"), and for tests, forcing one: 0 when the CPU lacks it; NULL goes
+ * back to the widest. */
+const char *kern_winograd_isa(void);
+int kern_winograd_force_isa(const char *name);
 /* conv2d's input gradient (kern_conv2d_input_grad_f32's contract) by the
  * same form, for a 3x3 stride-1 layer with pads of at most 2: _tile is
  * the m the transposed convolution may run with under mode (0: none),

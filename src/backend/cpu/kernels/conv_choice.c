@@ -85,7 +85,7 @@ kern_conv_algo_t kern_conv2d_algo_by_rules(const loom_abi_conv2d_t *d, kern_conv
 typedef struct choice_key {
   int64_t geometry[19]; /* n c h w o kh kw ho wo, stride, pads, dilation, groups */
   int32_t pass, mode, packed, threads;
-  const char *isa, *direct_isa; /* the kernels' instances: tests switch them */
+  const char *isa, *direct_isa, *winograd_isa; /* the kernels' instances: tests switch them */
 } choice_key_t;
 
 typedef struct choice {
@@ -113,6 +113,7 @@ static choice_key_t key_of(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
   k.threads = core_pool_threads(pool);
   k.isa = kern_gemm_isa();
   k.direct_isa = kern_conv_direct_isa();
+  k.winograd_isa = kern_winograd_isa();
   return k;
 }
 

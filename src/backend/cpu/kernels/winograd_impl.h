@@ -37,7 +37,12 @@ typedef struct wino_transforms {
   void (*output)(const wino_block_t *b, int64_t o0, int64_t o1, const float *m);
 } wino_transforms_t;
 
-/* F(m x m, 3x3), m = 2 or 4, built for this CPU (AVX2 or the baseline). */
+/* F(m x m, 3x3), m = 2 or 4, the instance for this CPU (AVX-512, AVX2
+ * or the baseline; kern_winograd_force_isa in conv.h picks another). */
 const wino_transforms_t *wino_transforms(int m);
+
+/* The instances (winograd_transforms.c, winograd_avx512.c). */
+extern const wino_transforms_t wino_f2_avx512, wino_f4_avx512, wino_f2_avx2, wino_f4_avx2,
+    wino_f2_base, wino_f4_base;
 
 #endif
