@@ -194,7 +194,7 @@ static loom_status_t cpu_start(be_program_t *p, int threads) {
   LOOM_TRY(core_pool_create(threads, &p->pool));
   kern_gemm_reserve(core_pool_threads(p->pool));
   cpu_abi_init(p);
-  return LOOM_OK;
+  return cpu_split_start(p);
 }
 
 static int cpu_threads(const be_program_t *p) { return core_pool_threads(p->pool); }
@@ -217,6 +217,7 @@ static int64_t cpu_bytes(const be_program_t *p) {
 static void cpu_destroy(be_program_t *p) {
   if (!p) return;
   core_pool_destroy(p->pool);
+  cpu_split_free(p);
   cpu_module_release(p->module);
   cpu_prepack_free(p);
   core_free(p->source);
@@ -250,12 +251,11 @@ static void cpu_run_free(be_program_t *p, be_run_t *r) {
   core_free(r);
 }
 
-/* Index code: the call, then the record's flag. */
-static loom_status_t launch_checked(be_program_t *p, int32_t group, void *const *slots,
-                                    const int64_t *syms, be_run_t *r) {
+loom_status_t cpu_call(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
+                       be_run_t *r) {
   const cpu_kernel_t *k = &p->kernel[group];
   k->fn(slots, k->map, syms, &r->abi);
-  if (!atomic_load_explicit(r->index_error, memory_order_acquire)) return LOOM_OK;
+  if (!k->checks || !atomic_load_explicit(r->index_error, memory_order_acquire)) return LOOM_OK;
   return cpu_index_errors_take(p, group, &r->abi);
 }
 
@@ -264,8 +264,10 @@ static loom_status_t launch_checked(be_program_t *p, int32_t group, void *const 
  * bench/overhead.c). */
 static loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slots,
                                 const int64_t *syms, be_run_t *r) {
-  const cpu_kernel_t *k = &p->kernel[group];
-  if (k->checks) return launch_checked(p, group, slots, syms, r);
+  cpu_kernel_t *k = &p->kernel[group];
+  if (atomic_load_explicit(&k->split, memory_order_relaxed) != CPU_SPLIT_POOL)
+    return cpu_split_launch(p, group, slots, syms, r);
+  if (k->checks) return cpu_call(p, group, slots, syms, r);
   k->fn(slots, k->map, syms, &r->abi);
   return LOOM_OK;
 }

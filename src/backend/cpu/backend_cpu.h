@@ -6,7 +6,8 @@
  *   cpu_abi.c      the runtime side of the ABI (entries, conv modes)
  *   cpu_index_errors.c  index errors that generated code reports
  *   cpu_prepack.c  weights packed once: frozen ones at build, a caller's
- *                  stable ones per epoch (be_stable_t) */
+ *                  stable ones per epoch (be_stable_t)
+ *   cpu_split.c    which steps run on one thread rather than the pool */
 #ifndef LOOM_BACKEND_CPU_BACKEND_CPU_H
 #define LOOM_BACKEND_CPU_BACKEND_CPU_H
 
@@ -20,6 +21,10 @@
 
 extern const be_backend_t be_cpu;
 
+/* How a group runs: on the pool, on the calling thread alone, or either
+ * while its first launches are timed (cpu_split.c). */
+enum { CPU_SPLIT_POOL, CPU_SPLIT_ALONE, CPU_SPLIT_TIMING };
+
 /* A group's function and its slot map (abi.h), side by side: a launch
  * reads one entry. */
 typedef struct cpu_kernel {
@@ -27,7 +32,10 @@ typedef struct cpu_kernel {
   const int32_t *map;         /* in the program's maps */
   bool checks;                /* it indexes (F_INDEX), so may report an
                                  index error: read the record after it */
+  _Atomic uint8_t split;      /* CPU_SPLIT_* */
 } cpu_kernel_t;
+
+typedef struct cpu_split cpu_split_t;
 
 struct be_program {
   const loom_graph_t *graph;  /* the request's (index errors name nodes) */
@@ -44,6 +52,7 @@ struct be_program {
   loom_abi_t abi;             /* what every run starts from */
   void **packed_b;            /* frozen weights (cpu_prepack.c), or NULL */
   void **packed_w;
+  cpu_split_t *split;         /* timings of the groups' first launches, or NULL */
 };
 
 /* One run's ABI: packed weights lent for it, its own index-error record. */
@@ -54,6 +63,20 @@ struct be_run {
   int n_lent;
   int32_t lent[16];           /* entries of lent_b set for this run */
 };
+
+/* ---- backend_cpu.c and cpu_split.c -------------------------------------------- */
+
+/* Calls group's function with r's ABI, then reads the index-error record
+ * if it indexes. */
+loom_status_t cpu_call(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
+                       be_run_t *r);
+/* Sets every group to run on the pool, or with more than one thread, to
+ * be timed first. */
+loom_status_t cpu_split_start(be_program_t *p);
+void cpu_split_free(be_program_t *p);
+/* A launch of a group that runs alone or is being timed. */
+loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slots,
+                               const int64_t *syms, be_run_t *r);
 
 /* ---- cpu_abi.c -------------------------------------------------------------- */
 

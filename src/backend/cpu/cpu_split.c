@@ -1,0 +1,137 @@
+/* Which steps run on one thread. Splitting a step over the pool pays only
+ * where its work outweighs the wake-ups, the barrier and the traffic of a
+ * second core: a small GEMM whose epilogue is an optimizer update, say,
+ * runs slower on two threads than on one. What pays depends on the step's
+ * shapes and on the machine, so each step of a program with more than one
+ * thread is timed in its first runs: after one run to warm up, it runs
+ * alternately on the pool and on the calling thread alone (the ABI's pool
+ * NULL), SAMPLES times each, and from then on the faster way. The first
+ * runs compute the same values either way, up to the rounding of sums
+ * whose order the split changes. LOOM_LOG=steps names the steps that stay
+ * on one thread, with both timings. LOOM_SPLIT=pool keeps every step on
+ * the pool (the same bits in every run), LOOM_SPLIT=alone runs every
+ * step alone (for tests). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/backend_cpu.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+
+enum { SAMPLES = 3 };
+/* Alone only when clearly faster, and shorter than the pool's workers
+ * spin before they sleep: a longer step alone lets them fall asleep, and
+ * the next step on the pool pays their wake-up (the MLP's weight-gradient
+ * steps, 7-30% faster alone, made its training step 6-12% slower). */
+static const double MARGIN = 0.8;
+static const int64_t MOST_ALONE_NS = 15000;
+
+typedef struct split_timing {
+  int launches;    /* launches so far; the first warms up */
+  int64_t best[2]; /* fastest launch on the pool [0] and alone [1], ns */
+} split_timing_t;
+
+struct cpu_split {
+  pthread_mutex_t lock; /* runs in lanes may launch one group at once */
+  split_timing_t *timing; /* per group */
+};
+
+/* How every group starts, by LOOM_SPLIT. */
+static uint8_t first_split(const be_program_t *p) {
+  const char *v = getenv("LOOM_SPLIT");
+  if (core_pool_threads(p->pool) == 1 || (v && strcmp(v, "pool") == 0)) return CPU_SPLIT_POOL;
+  return v && strcmp(v, "alone") == 0 ? CPU_SPLIT_ALONE : CPU_SPLIT_TIMING;
+}
+
+loom_status_t cpu_split_start(be_program_t *p) {
+  int n = p->plan->n_groups;
+  uint8_t split = first_split(p);
+  for (int i = 0; i < n; i++) atomic_store_explicit(&p->kernel[i].split, split, memory_order_relaxed);
+  bool tune = split == CPU_SPLIT_TIMING;
+  if (!tune) return LOOM_OK;
+  p->split = core_calloc(1, sizeof *p->split);
+  if (p->split) p->split->timing = core_calloc((size_t)n + 1, sizeof *p->split->timing);
+  if (!p->split || !p->split->timing) {
+    cpu_split_free(p);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory starting a program's threads");
+  }
+  pthread_mutex_init(&p->split->lock, NULL);
+  return LOOM_OK;
+}
+
+void cpu_split_free(be_program_t *p) {
+  if (!p->split) return;
+  if (p->split->timing) pthread_mutex_destroy(&p->split->lock);
+  core_free(p->split->timing);
+  core_free(p->split);
+  p->split = NULL;
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The group on r's calling thread alone: r's ABI without the pool for the
+ * call (r is this run's own). */
+static loom_status_t call_alone(be_program_t *p, int32_t group, void *const *slots,
+                                const int64_t *syms, be_run_t *r) {
+  r->abi.pool = NULL;
+  r->abi.threads = 1;
+  loom_status_t s = cpu_call(p, group, slots, syms, r);
+  r->abi.pool = p->abi.pool;
+  r->abi.threads = p->abi.threads;
+  return s;
+}
+
+/* "g19 contraction [matmul mul ...]". */
+static void describe(const be_program_t *p, int32_t group, char *buf, size_t size) {
+  const fuse_group_t *grp = &p->plan->groups[group];
+  int n = snprintf(buf, size, "g%d %s [", group, fuse_kind_name(grp->kind));
+  for (int k = 0; k < grp->n_nodes && n > 0 && (size_t)n < size; k++)
+    n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
+                  ir_ops[p->graph->nodes[grp->nodes[k]].op].name);
+  if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
+}
+
+/* Keeps the faster way once both have SAMPLES timings. */
+static void decide(be_program_t *p, int32_t group, const split_timing_t *t) {
+  bool alone = t->best[1] > 0 && t->best[0] > 0 && t->best[1] < t->best[0] * MARGIN &&
+               t->best[1] <= MOST_ALONE_NS;
+  atomic_store_explicit(&p->kernel[group].split, alone ? CPU_SPLIT_ALONE : CPU_SPLIT_POOL,
+                        memory_order_relaxed);
+  if (!alone || !core_log_enabled(LOG_STEPS)) return;
+  char what[512];
+  describe(p, group, what, sizeof what);
+  core_log(LOG_STEPS, "%s runs on 1 thread: %.3f ms, against %.3f ms on %d", what,
+           (double)t->best[1] / 1e6, (double)t->best[0] / 1e6, p->abi.threads);
+}
+
+loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slots,
+                               const int64_t *syms, be_run_t *r) {
+  if (atomic_load_explicit(&p->kernel[group].split, memory_order_relaxed) == CPU_SPLIT_ALONE)
+    return call_alone(p, group, slots, syms, r);
+  cpu_split_t *sp = p->split;
+  pthread_mutex_lock(&sp->lock);
+  int n = sp->timing[group].launches++;
+  pthread_mutex_unlock(&sp->lock);
+  /* Launch 0 warms up on the pool; then the pool and alone take turns. */
+  bool alone = n > 0 && n <= 2 * SAMPLES && n % 2 == 0;
+  int64_t t0 = now_ns();
+  loom_status_t s = alone ? call_alone(p, group, slots, syms, r) : cpu_call(p, group, slots, syms, r);
+  int64_t ns = now_ns() - t0;
+  if (n == 0 || n > 2 * SAMPLES || s != LOOM_OK) return s;
+  pthread_mutex_lock(&sp->lock);
+  split_timing_t *t = &sp->timing[group];
+  if (t->best[alone] == 0 || ns < t->best[alone]) t->best[alone] = ns;
+  if (n == 2 * SAMPLES) decide(p, group, t);
+  pthread_mutex_unlock(&sp->lock);
+  return s;
+}

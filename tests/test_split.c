@@ -1,0 +1,128 @@
+/* Steps timed on the pool and alone in their first runs (cpu_split.c):
+ * every run of a two-thread executable, those that time its steps and
+ * those after, gives the reference interpreter's values, and an index
+ * error is reported by every run whose input holds one, whichever way its
+ * steps run: timed (the default), all on the pool or all alone
+ * (LOOM_SPLIT). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "loom/loom.h"
+#include "loom/ops.h"
+
+enum { RUNS = 12 };
+
+static loom_executable_t *compile_on(loom_graph_t *g, const char *target, int threads) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = threads;
+  o.target = target;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  return e;
+}
+
+/* y = relu(x @ w) (a step worth splitting), s = sum(y, 1) and t = s * s
+ * (steps too small to split). */
+static loom_graph_t *mixed_graph(void) {
+  int64_t sx[2] = {64, 256}, sw[2] = {256, 256};
+  loom_graph_t *g = NULL;
+  loom_value_t x, w, xw, y, s, t;
+  loom_tensor_t *tw = test_rand_tensor(LOOM_F32, 2, sw, -0.1, 0.1);
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, sx, &x));
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 2, sw, tw, &w));
+  CHECK_OK(loom_matmul(g, x, w, 0, 0, &xw));
+  CHECK_OK(loom_relu(g, xw, &y));
+  int64_t axis = 1;
+  CHECK_OK(loom_sum(g, y, 1, &axis, 0, &s));
+  CHECK_OK(loom_mul(g, s, s, &t));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, t));
+  loom_tensor_destroy(tw);
+  return g;
+}
+
+static void runs_match_the_interpreter(void) {
+  test_seed(11);
+  loom_graph_t *g = mixed_graph();
+  loom_executable_t *e = compile_on(g, NULL, 2), *ref = compile_on(g, "ref", 1);
+  int64_t sx[2] = {64, 256};
+  for (int run = 0; e && ref && run < RUNS; run++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, sx, -1, 1), *got[2], *want[2];
+    for (int k = 0; k < 2; k++) {
+      CHECK_OK(loom_executable_new_output(e, k, &got[k]));
+      CHECK_OK(loom_executable_new_output(ref, k, &want[k]));
+    }
+    CHECK_OK(loom_executable_run(e, 1, &x, 2, got));
+    CHECK_OK(loom_executable_run(ref, 1, &x, 2, want));
+    for (int k = 0; k < 2; k++) {
+      const float *a = loom_tensor_data(got[k]), *b = loom_tensor_data(want[k]);
+      int64_t n = k == 0 ? 64 * 256 : 64;
+      int wrong = 0;
+      for (int64_t i = 0; i < n; i++)
+        wrong += !(fabs(a[i] - b[i]) <= 1e-4 * (1 + fabs(b[i])));
+      if (wrong) test_fail(__FILE__, __LINE__, "run %d, output %d: %d wrong", run, k, wrong);
+      test_checks++;
+      loom_tensor_destroy(got[k]);
+      loom_tensor_destroy(want[k]);
+    }
+    loom_tensor_destroy(x);
+  }
+  loom_executable_destroy(e);
+  loom_executable_destroy(ref);
+  loom_graph_destroy(g);
+}
+
+/* out = gather(data, idx, 0): runs alternate good and out-of-range
+ * indices. */
+static void index_errors_in_every_run(void) {
+  int64_t sd[2] = {16, 8}, si[1] = {4};
+  loom_graph_t *g = NULL;
+  loom_value_t data, idx, out;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "data", LOOM_F32, 2, sd, &data));
+  CHECK_OK(loom_graph_input(g, "idx", LOOM_I64, 1, si, &idx));
+  CHECK_OK(loom_gather(g, data, idx, 0, &out));
+  CHECK_OK(loom_graph_output(g, out));
+  loom_executable_t *e = compile_on(g, NULL, 2);
+  loom_tensor_t *in[2] = {NULL, NULL}, *res = NULL;
+  CHECK_OK(loom_tensor_create(LOOM_F32, 2, sd, &in[0]));
+  CHECK_OK(loom_tensor_create(LOOM_I64, 1, si, &in[1]));
+  float *d = loom_tensor_data(in[0]);
+  for (int i = 0; i < 16 * 8; i++) d[i] = (float)i;
+  if (e) CHECK_OK(loom_executable_new_output(e, 0, &res));
+  for (int run = 0; e && run < 2 * RUNS; run++) {
+    int64_t *ix = loom_tensor_data(in[1]);
+    int bad = run % 2;
+    for (int i = 0; i < 4; i++) ix[i] = bad && i == 2 ? 16 : 15 - 3 * i;
+    loom_status_t s = loom_executable_run(e, 2, in, 1, &res);
+    if (bad) {
+      CHECK(s == LOOM_ERR_VALUE);
+      continue;
+    }
+    CHECK_OK(s);
+    const float *o = loom_tensor_data(res);
+    for (int i = 0; i < 4; i++) CHECK(o[i * 8 + 3] == (float)((15 - 3 * i) * 8 + 3));
+  }
+  loom_tensor_destroy(res);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+int main(void) {
+  static const char *const splits[] = {NULL, "pool", "alone"};
+  for (int i = 0; i < 3; i++) {
+    if (splits[i]) setenv("LOOM_SPLIT", splits[i], 1);
+    printf("LOOM_SPLIT=%s\n", splits[i] ? splits[i] : "(timed)");
+    TEST_RUN(runs_match_the_interpreter);
+    TEST_RUN(index_errors_in_every_run);
+  }
+  unsetenv("LOOM_SPLIT");
+  return test_summary();
+}
