@@ -1,4 +1,4 @@
-/* Steps timed on the pool and alone in their first runs (cpu_split.c):
+/* Steps timed on the pool and alone in their first runs (cpu_launch.c):
  * every run of a two-thread executable, those that time its steps and
  * those after, gives the reference interpreter's values, and an index
  * error is reported by every run whose input holds one, whichever way its

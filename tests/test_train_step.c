@@ -259,7 +259,7 @@ static loom_status_t lenet2(loom_graph_t *g, loom_value_t *logits) {
 
 /* Steps checked against the interpreter before the replays: the first 7
  * runs of a multi-threaded executable time each step on the pool and
- * alone (cpu_split.c), and a step's first run alone may grow the kernels'
+ * alone (cpu_launch.c), and a step's first run alone may grow the kernels'
  * scratch. */
 enum { FIRST_RUNS = 8 };
 

@@ -251,27 +251,6 @@ static void cpu_run_free(be_program_t *p, be_run_t *r) {
   core_free(r);
 }
 
-loom_status_t cpu_call(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
-                       be_run_t *r) {
-  const cpu_kernel_t *k = &p->kernel[group];
-  k->fn(slots, k->map, syms, &r->abi);
-  if (!k->checks || !atomic_load_explicit(r->index_error, memory_order_acquire)) return LOOM_OK;
-  return cpu_index_errors_take(p, group, &r->abi);
-}
-
-/* The replay's inner loop calls this once per step: one entry read and
- * the call, with nothing kept across it (~2 ns a step with the loop,
- * bench/overhead.c). */
-static loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slots,
-                                const int64_t *syms, be_run_t *r) {
-  cpu_kernel_t *k = &p->kernel[group];
-  if (atomic_load_explicit(&k->split, memory_order_relaxed) != CPU_SPLIT_POOL)
-    return cpu_split_launch(p, group, slots, syms, r);
-  if (k->checks) return cpu_call(p, group, slots, syms, r);
-  k->fn(slots, k->map, syms, &r->abi);
-  return LOOM_OK;
-}
-
 /* ---- Memory: the host's ------------------------------------------------------ */
 
 static void *cpu_alloc(int64_t bytes) {

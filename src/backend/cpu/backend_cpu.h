@@ -7,7 +7,8 @@
  *   cpu_index_errors.c  index errors that generated code reports
  *   cpu_prepack.c  weights packed once: frozen ones at build, a caller's
  *                  stable ones per epoch (be_stable_t)
- *   cpu_split.c    which steps run on one thread rather than the pool */
+ *   cpu_launch.c   a group's launch: on the pool or alone (timed in the
+ *                  first runs), index errors read after it */
 #ifndef LOOM_BACKEND_CPU_BACKEND_CPU_H
 #define LOOM_BACKEND_CPU_BACKEND_CPU_H
 
@@ -22,7 +23,7 @@
 extern const be_backend_t be_cpu;
 
 /* How a group runs: on the pool, on the calling thread alone, or either
- * while its first launches are timed (cpu_split.c). */
+ * while its first launches are timed (cpu_launch.c). */
 enum { CPU_SPLIT_POOL, CPU_SPLIT_ALONE, CPU_SPLIT_TIMING };
 
 /* A group's function and its slot map (abi.h), side by side: a launch
@@ -64,19 +65,15 @@ struct be_run {
   int32_t lent[16];           /* entries of lent_b set for this run */
 };
 
-/* ---- backend_cpu.c and cpu_split.c -------------------------------------------- */
+/* ---- cpu_launch.c ------------------------------------------------------------ */
 
-/* Calls group's function with r's ABI, then reads the index-error record
- * if it indexes. */
-loom_status_t cpu_call(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
-                       be_run_t *r);
+/* be_backend_t.launch. */
+loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
+                         be_run_t *r);
 /* Sets every group to run on the pool, or with more than one thread, to
- * be timed first. */
+ * be timed first (LOOM_SPLIT may say otherwise). */
 loom_status_t cpu_split_start(be_program_t *p);
 void cpu_split_free(be_program_t *p);
-/* A launch of a group that runs alone or is being timed. */
-loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slots,
-                               const int64_t *syms, be_run_t *r);
 
 /* ---- cpu_abi.c -------------------------------------------------------------- */
 

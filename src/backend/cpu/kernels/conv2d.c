@@ -233,12 +233,6 @@ int kern_conv2d_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, core_pool
   }
 }
 
-void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
-  kern_conv_algo_t algo =
-      kern_conv2d_algo(d, mode, KERN_CONV_FORWARD, d->weight_packed != NULL, pool);
-  if (!kern_conv2d_run(d, algo, pool)) conv2d_implicit(d, pool);
-}
-
 /* Per group g, the GEMM's A is W[g * og : (g + 1) * og] as og x
  * cg*kh*kw; Winograd packs its transformed weights instead. */
 static int winograd_tile_of(kern_conv_algo_t algo) {

@@ -1,6 +1,8 @@
-/* Which algorithm runs a conv2d layer, forward or input gradient. A
- * layer's candidates are the implicit GEMM, which takes every layer, and
- * those of the direct kernel, the batched GEMM and Winograd's F(2x2) and
+/* conv2d's entry points, forward and input gradient: the layer's
+ * algorithm chosen, then run.
+ *
+ * A layer's candidates are the implicit GEMM, which takes every layer,
+ * and those of the direct kernel, the batched GEMM and Winograd's F(2x2) and
  * F(4x4) that take it under the mode (Winograd only within its error
  * bound unless the mode is FAST). Which is fastest depends on the ISA,
  * the caches and the thread count, which fixed rules written on one
@@ -351,4 +353,19 @@ kern_conv_algo_t kern_conv2d_algo(const loom_abi_conv2d_t *d, kern_conv_mode_t m
 kern_conv_algo_t kern_conv2d_algo_packing(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
                                           core_pool_t *pool, void **packed) {
   return choose(d, mode, KERN_CONV_FORWARD, 1, pool, packed);
+}
+
+/* ---- Entry points ----------------------------------------------------------- */
+
+void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
+  kern_conv_algo_t algo =
+      kern_conv2d_algo(d, mode, KERN_CONV_FORWARD, d->weight_packed != NULL, pool);
+  if (!kern_conv2d_run(d, algo, pool)) kern_conv2d_run(d, KERN_CONV_IMPLICIT, pool);
+}
+
+void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
+                                core_pool_t *pool) {
+  kern_conv_algo_t algo = kern_conv2d_algo(d, mode, KERN_CONV_INPUT_GRAD, 0, pool);
+  if (!kern_conv2d_input_grad_run(d, algo, pool))
+    kern_conv2d_input_grad_run(d, KERN_CONV_IMPLICIT, pool);
 }

@@ -237,10 +237,3 @@ int kern_conv2d_input_grad_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo
     default: return 0;
   }
 }
-
-void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
-                                core_pool_t *pool) {
-  kern_conv_algo_t algo = kern_conv2d_algo(d, mode, KERN_CONV_INPUT_GRAD, 0, pool);
-  if (!kern_conv2d_input_grad_run(d, algo, pool))
-    kern_conv2d_input_grad_run(d, KERN_CONV_IMPLICIT, pool);
-}

@@ -1,4 +1,8 @@
-/* Which steps run on one thread. Splitting a step over the pool pays only
+/* Launches of a group: its function called with the run's ABI, on the
+ * pool or on the calling thread alone, and the index-error record read
+ * after it when it indexes.
+ *
+ * Which steps run on one thread: splitting a step over the pool pays only
  * where its work outweighs the wake-ups, the barrier and the traffic of a
  * second core: a small GEMM whose epilogue is an optimizer update, say,
  * runs slower on two threads than on one. What pays depends on the step's
@@ -79,13 +83,23 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Calls group's function with r's ABI, then reads the index-error record
+ * if it indexes. */
+static loom_status_t call(be_program_t *p, int32_t group, void *const *slots,
+                          const int64_t *syms, be_run_t *r) {
+  const cpu_kernel_t *k = &p->kernel[group];
+  k->fn(slots, k->map, syms, &r->abi);
+  if (!k->checks || !atomic_load_explicit(r->index_error, memory_order_acquire)) return LOOM_OK;
+  return cpu_index_errors_take(p, group, &r->abi);
+}
+
 /* The group on r's calling thread alone: r's ABI without the pool for the
  * call (r is this run's own). */
 static loom_status_t call_alone(be_program_t *p, int32_t group, void *const *slots,
                                 const int64_t *syms, be_run_t *r) {
   r->abi.pool = NULL;
   r->abi.threads = 1;
-  loom_status_t s = cpu_call(p, group, slots, syms, r);
+  loom_status_t s = call(p, group, slots, syms, r);
   r->abi.pool = p->abi.pool;
   r->abi.threads = p->abi.threads;
   return s;
@@ -114,8 +128,9 @@ static void decide(be_program_t *p, int32_t group, const split_timing_t *t) {
            (double)t->best[1] / 1e6, (double)t->best[0] / 1e6, p->abi.threads);
 }
 
-loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slots,
-                               const int64_t *syms, be_run_t *r) {
+/* A launch of a group that runs alone or is being timed. */
+static loom_status_t split_launch(be_program_t *p, int32_t group, void *const *slots,
+                                  const int64_t *syms, be_run_t *r) {
   if (atomic_load_explicit(&p->kernel[group].split, memory_order_relaxed) == CPU_SPLIT_ALONE)
     return call_alone(p, group, slots, syms, r);
   cpu_split_t *sp = p->split;
@@ -125,7 +140,7 @@ loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slot
   /* Launch 0 warms up on the pool; then the pool and alone take turns. */
   bool alone = n > 0 && n <= 2 * SAMPLES && n % 2 == 0;
   int64_t t0 = now_ns();
-  loom_status_t s = alone ? call_alone(p, group, slots, syms, r) : cpu_call(p, group, slots, syms, r);
+  loom_status_t s = alone ? call_alone(p, group, slots, syms, r) : call(p, group, slots, syms, r);
   int64_t ns = now_ns() - t0;
   if (n == 0 || n > 2 * SAMPLES || s != LOOM_OK) return s;
   pthread_mutex_lock(&sp->lock);
@@ -134,4 +149,17 @@ loom_status_t cpu_split_launch(be_program_t *p, int32_t group, void *const *slot
   if (n == 2 * SAMPLES) decide(p, group, t);
   pthread_mutex_unlock(&sp->lock);
   return s;
+}
+
+/* The replay's inner loop calls this once per step: one entry read and
+ * the call, with nothing kept across it (~2 ns a step with the loop,
+ * bench/overhead.c). */
+loom_status_t cpu_launch(be_program_t *p, int32_t group, void *const *slots, const int64_t *syms,
+                         be_run_t *r) {
+  cpu_kernel_t *k = &p->kernel[group];
+  if (atomic_load_explicit(&k->split, memory_order_relaxed) != CPU_SPLIT_POOL)
+    return split_launch(p, group, slots, syms, r);
+  if (k->checks) return call(p, group, slots, syms, r);
+  k->fn(slots, k->map, syms, &r->abi);
+  return LOOM_OK;
 }
