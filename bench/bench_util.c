@@ -38,6 +38,13 @@ double bench_median(double *samples, int n) {
   return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
+enum { SETTLE_MS = 100 };
+
+void bench_settle(void) {
+  struct timespec t = {0, SETTLE_MS * 1000000L};
+  nanosleep(&t, NULL);
+}
+
 double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,
                      double min_ms) {
   enum { MAX_REPS = 100000 };

@@ -16,6 +16,14 @@ double bench_now_ns(void);
 /* The median of n samples (reorders them); NaN if one is not finite. */
 double bench_median(double *samples, int n);
 
+/* Waits SETTLE_MS before a side's block of timed runs, so that threads
+ * the side before left spinning (ONNX Runtime's pool and OpenMP spin
+ * after their work) have stopped: on two cores, one spinning thread
+ * takes a core from the side timed next (ResNet-18 inference at 2
+ * threads: Loom 12.4-12.6 ms right after ONNX Runtime's block, 12.0
+ * after 100 ms idle; ONNX Runtime 9.9-10.0 either way). */
+void bench_settle(void);
+
 /* Milliseconds per call of fn(arg): warm-up calls first, then the median
  * of at least min_reps timed calls, repeated until min_ms have passed. */
 double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,

@@ -155,9 +155,13 @@ static void measure(const char *bench_dir, const char *dir, const bench_model_t 
   snprintf(script, sizeof script, "script %d", runs);
   snprintf(run, sizeof run, "run %d", runs);
   for (int r = 0; r < ROUNDS; r++) {
+    bench_settle();
     lm[r] = bench_time_ms(run_compiled, &c, 0, runs, 0);
+    bench_settle();
     em[r] = ask(&torch, &have_torch, eager);
+    bench_settle();
     sm[r] = ask(&torch, &have_torch, script);
+    bench_settle();
     om[r] = ask(&ort, &have_ort, run);
     re[r] = em[r] / lm[r];
     rs[r] = sm[r] / lm[r];

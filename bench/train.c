@@ -204,9 +204,11 @@ static void measure(const char *bench_dir, const char *model, loom_graph_t *g,
   loom_stats_get(&before);
   snprintf(request, sizeof request, "steps %d", steps);
   for (int i = 0; i < rounds; i++) {
+    bench_settle();
     lm[i] = bench_time_ms(run_step, &c, 0, steps, 0);
     pk[i] = bench_fma_peak(threads, PEAK_ITERS);
     tm[i] = NAN;
+    bench_settle();
     if (have_peer && (bench_peer_line(&peer, request, reply, sizeof reply) != 0 ||
                       sscanf(reply, "%lf", &tm[i]) != 1)) {
       fprintf(stderr, "bench train: %s: the peer stopped answering\n", model);
