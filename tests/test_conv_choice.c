@@ -3,7 +3,8 @@
  * input gradient, summed here in double; the choice is one of the
  * candidates, kept for the process (one answer for threads that ask at
  * once), the fixed rules' under LOOM_CONV_CHOICE=rules, logged with its
- * GFLOP/s under LOOM_LOG=steps, and the rules' when the timings find no
+ * GFLOP/s under LOOM_LOG=steps (for a frozen executable's packing, on
+ * its own pool's threads), and the rules' when the timings find no
  * memory. */
 #include <math.h>
 #include <pthread.h>
@@ -17,6 +18,8 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "harness.h"
+#include "loom/loom.h"
+#include "loom/ops.h"
 
 typedef struct layer {
   int64_t n, c, h, w, o, k, stride, pad, groups;
@@ -175,9 +178,9 @@ static void rules_when_asked(void) {
   unsetenv("LOOM_CONV_CHOICE");
 }
 
-/* Runs kern_conv2d_algo on d with stderr in a file; returns what was
- * written (to free). */
-static char *algo_capturing_stderr(const loom_abi_conv2d_t *d, kern_conv_algo_t *algo) {
+/* Runs fn(arg) with stderr in a file; returns what was written (to
+ * free). */
+static char *capturing_stderr(void (*fn)(void *), void *arg) {
   char path[] = "/tmp/loom_test_conv_choice_XXXXXX";
   int fd = mkstemp(path);
   CHECK(fd >= 0);
@@ -185,7 +188,7 @@ static char *algo_capturing_stderr(const loom_abi_conv2d_t *d, kern_conv_algo_t 
   fflush(stderr);
   int saved = dup(2);
   dup2(fd, 2);
-  *algo = kern_conv2d_algo(d, KERN_CONV_DEFAULT, KERN_CONV_FORWARD, 0, NULL);
+  fn(arg);
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
@@ -195,6 +198,24 @@ static char *algo_capturing_stderr(const loom_abi_conv2d_t *d, kern_conv_algo_t 
   CHECK(got >= 0);
   close(fd);
   unlink(path);
+  return text;
+}
+
+typedef struct ask_algo {
+  const loom_abi_conv2d_t *d;
+  kern_conv_algo_t algo;
+} ask_algo_t;
+
+static void ask_algo(void *arg) {
+  ask_algo_t *a = arg;
+  a->algo = kern_conv2d_algo(a->d, KERN_CONV_DEFAULT, KERN_CONV_FORWARD, 0, NULL);
+}
+
+/* kern_conv2d_algo on d with stderr in a file; returns what was written. */
+static char *algo_capturing_stderr(const loom_abi_conv2d_t *d, kern_conv_algo_t *algo) {
+  ask_algo_t a = {d, KERN_CONV_IMPLICIT};
+  char *text = capturing_stderr(ask_algo, &a);
+  *algo = a.algo;
   return text;
 }
 
@@ -221,6 +242,45 @@ static void choice_logged(void) {
   free(text);
   unsetenv("LOOM_LOG");
   core_log_reload();
+}
+
+/* A frozen executable on 2 threads packs its conv weights for the
+ * algorithm timed on its own pool (not on one thread before the pool
+ * exists). */
+static void compile_frozen(void *arg) {
+  loom_graph_t *g = arg;
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = 2;
+  o.freeze_params = 1;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  loom_executable_destroy(e);
+}
+
+static void frozen_weights_timed_on_the_pool(void) {
+  int64_t sx[4] = {2, 16, 26, 26}, sw[4] = {24, 16, 3, 3};
+  loom_graph_t *g = NULL;
+  loom_value_t x, w, y;
+  loom_tensor_t *tw = test_rand_tensor(LOOM_F32, 4, sw, -1, 1);
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, sx, &x));
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 4, sw, tw, &w));
+  loom_conv_params_t p = {.pads = {1, 1, 1, 1}};
+  CHECK_OK(loom_conv2d(g, x, w, 0, w, &p, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  setenv("LOOM_LOG", "steps", 1);
+  core_log_reload();
+  char *text = capturing_stderr(compile_frozen, g);
+  const char *want = "conv2d 2x16x26x26 -> 24, 3x3 stride 1 pads 1 groups 1, 2 threads: ";
+  if (!text || !strstr(text, want))
+    test_fail(__FILE__, __LINE__, "log %s lacks \"%s\"", text ? text : "(none)", want);
+  test_checks++;
+  free(text);
+  unsetenv("LOOM_LOG");
+  core_log_reload();
+  loom_tensor_destroy(tw);
+  loom_graph_destroy(g);
 }
 
 /* No memory for the timings' buffers: the rules choose, and nothing is
@@ -275,6 +335,7 @@ int main(void) {
   TEST_RUN(choice_is_a_candidate_and_kept);
   TEST_RUN(rules_when_asked);
   TEST_RUN(choice_logged);
+  TEST_RUN(frozen_weights_timed_on_the_pool);
   TEST_RUN(rules_without_memory);
   TEST_RUN(threads_agree);
   return test_summary();

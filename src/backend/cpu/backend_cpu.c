@@ -167,7 +167,12 @@ static loom_status_t build_program(be_program_t *p, const be_request_t *req, be_
     s = load_module(p, req, &cg, res);
   }
   if (s == LOOM_OK && p->module) s = bind_functions(p, req, &cg, res);
-  if (s == LOOM_OK && p->module && req->options->freeze_params) s = cpu_prepack_frozen(p, req);
+  /* The pool first: frozen conv weights are packed for the algorithm
+   * timed on the threads that will run it (conv_choice.c). */
+  if (s == LOOM_OK && p->module && req->options->freeze_params) {
+    s = core_pool_create(req->options->num_threads, &p->pool);
+    if (s == LOOM_OK) s = cpu_prepack_frozen(p, req);
+  }
   cg_module_free(&cg);
   return s;
 }
@@ -191,7 +196,7 @@ static loom_status_t cpu_build(const be_request_t *req, be_result_t *res, be_pro
 }
 
 static loom_status_t cpu_start(be_program_t *p, int threads) {
-  LOOM_TRY(core_pool_create(threads, &p->pool));
+  if (!p->pool) LOOM_TRY(core_pool_create(threads, &p->pool)); /* else made to prepack */
   kern_gemm_reserve(core_pool_threads(p->pool));
   cpu_abi_init(p);
   return cpu_split_start(p);
