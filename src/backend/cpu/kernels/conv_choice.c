@@ -85,7 +85,7 @@ kern_conv_algo_t kern_conv2d_algo_by_rules(const loom_abi_conv2d_t *d, kern_conv
  * call looks its layer up. */
 
 typedef struct choice_key {
-  int64_t geometry[19]; /* n c h w o kh kw ho wo, stride, pads, dilation, groups */
+  int64_t geometry[18]; /* n c h w o kh kw ho wo, stride, pads, dilation, groups */
   int32_t pass, mode, packed, threads;
   const char *isa, *direct_isa, *winograd_isa; /* the kernels' instances: tests switch them */
 } choice_key_t;
@@ -104,10 +104,10 @@ static choice_key_t key_of(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
                            kern_conv_pass_t pass, int packed, core_pool_t *pool) {
   choice_key_t k;
   memset(&k, 0, sizeof k); /* padding included: keys compare by bytes */
-  int64_t g[19] = {d->n,       d->c,       d->h,       d->w,          d->o,
-                   d->kh,      d->kw,      d->ho,      d->wo,         d->stride[0],
-                   d->stride[1], d->pads[0], d->pads[1], d->pads[2],  d->pads[3],
-                   d->dilation[0], d->dilation[1], d->groups, 0};
+  int64_t g[18] = {d->n,         d->c,          d->h,           d->w,       d->o,
+                   d->kh,        d->kw,         d->ho,          d->wo,      d->stride[0],
+                   d->stride[1], d->pads[0],    d->pads[1],     d->pads[2], d->pads[3],
+                   d->dilation[0], d->dilation[1], d->groups};
   memcpy(k.geometry, g, sizeof g);
   k.pass = pass;
   k.mode = mode;
