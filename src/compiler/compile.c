@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sized.h"
@@ -27,11 +27,7 @@ loom_status_t loom_compile_options_init_sized(loom_compile_options_t *o, size_t 
                          sizeof defaults);
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return (double)core_now_ns() / 1e6; }
 
 /* ---- Symbols ---------------------------------------------------------- */
 

@@ -3,8 +3,8 @@
  * each step; destroying the executable logs the steps by total time. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -31,12 +31,6 @@ double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t 
   return sum;
 }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 loom_status_t rt_profile_run(loom_executable_t *e, rt_step_fn run_step) {
   if (!e->profile) {
     e->profile = core_calloc(1, sizeof *e->profile);
@@ -51,9 +45,9 @@ loom_status_t rt_profile_run(loom_executable_t *e, rt_step_fn run_step) {
   }
   rt_profile_t *p = e->profile;
   for (int i = 0; i < e->n_steps; i++) {
-    int64_t t0 = now_ns();
+    int64_t t0 = core_now_ns();
     LOOM_TRY(run_step(e, &e->steps[i]));
-    int64_t t = now_ns() - t0;
+    int64_t t = core_now_ns() - t0;
     p->ns[i] += t;
     if (p->runs == 0 || t < p->min[i]) p->min[i] = t;
   }

@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sized.h"
@@ -25,11 +25,7 @@
 #define FIRST_BUCKETS 64
 #define FIRST_SITES 16
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return (double)core_now_ns() / 1e6; }
 
 /* ---- Keys ------------------------------------------------------------- */
 

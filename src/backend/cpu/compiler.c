@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -103,11 +104,7 @@ typedef struct child_result {
   bool timed_out; /* killed (with its process group) at the deadline */
 } child_result_t;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return (double)core_now_ns() / 1e9; }
 
 /* Reads what is there; false at end of file or on an error. */
 static bool read_some(int fd, child_result_t *r) {

@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cpu/backend_cpu.h"
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -75,12 +75,6 @@ void cpu_split_free(be_program_t *p) {
   core_free(p->split->timing);
   core_free(p->split);
   p->split = NULL;
-}
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Calls group's function with r's ABI, then reads the index-error record
@@ -139,9 +133,9 @@ static loom_status_t split_launch(be_program_t *p, int32_t group, void *const *s
   pthread_mutex_unlock(&sp->lock);
   /* Launch 0 warms up on the pool; then the pool and alone take turns. */
   bool alone = n > 0 && n <= 2 * SAMPLES && n % 2 == 0;
-  int64_t t0 = now_ns();
+  int64_t t0 = core_now_ns();
   loom_status_t s = alone ? call_alone(p, group, slots, syms, r) : call(p, group, slots, syms, r);
-  int64_t ns = now_ns() - t0;
+  int64_t ns = core_now_ns() - t0;
   if (n == 0 || n > 2 * SAMPLES || s != LOOM_OK) return s;
   pthread_mutex_lock(&sp->lock);
   split_timing_t *t = &sp->timing[group];

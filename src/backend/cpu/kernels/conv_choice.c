@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cpu/kernels/conv.h"
 #include "backend/cpu/kernels/gemm_impl.h"
+#include "core/clock.h"
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -176,12 +176,6 @@ static kern_conv_algo_t remember(const choice_key_t *k, kern_conv_algo_t algo) {
 
 /* ---- Timings ---------------------------------------------------------------- */
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The buffers a timing runs on: the caller's input and weights where it
  * has them, the rest of its own, and per candidate its packed weights. */
 typedef struct trial {
@@ -232,10 +226,10 @@ static int trial_init(trial_t *t, const loom_abi_conv2d_t *d, kern_conv_pass_t p
 /* One run of algo in ns; -1 when it did not run. */
 static int64_t time_once(trial_t *t, kern_conv_algo_t algo, core_pool_t *pool) {
   t->d.weight_packed = t->packed[algo];
-  int64_t t0 = now_ns();
+  int64_t t0 = core_now_ns();
   int done = t->pass == KERN_CONV_FORWARD ? kern_conv2d_run(&t->d, algo, pool)
                                           : kern_conv2d_input_grad_run(&t->d, algo, pool);
-  return done ? now_ns() - t0 : -1;
+  return done ? core_now_ns() - t0 : -1;
 }
 
 /* Rounds of timings after the first; one when a round takes this long. */
@@ -257,7 +251,7 @@ static kern_conv_algo_t time_candidates(trial_t *t, int packed, const kern_conv_
     }
     t->packed[cand[i]] = buf;
   }
-  int64_t first = now_ns();
+  int64_t first = core_now_ns();
   for (int round = 0; round <= ROUNDS; round++) {
     for (int i = 0; i < n; i++) {
       if (packed && cand[i] != KERN_CONV_DIRECT && !t->packed[cand[i]]) continue;
@@ -267,7 +261,7 @@ static kern_conv_algo_t time_candidates(trial_t *t, int packed, const kern_conv_
        * fallback. */
       if (ns >= 0 && (best[i] < 0 || round == 1 || ns < best[i])) best[i] = ns;
     }
-    if (round == 0 && now_ns() - first > LONG_ROUND_NS) round = ROUNDS - 1;
+    if (round == 0 && core_now_ns() - first > LONG_ROUND_NS) round = ROUNDS - 1;
   }
   int pick = -1;
   for (int i = 0; i < n; i++)
@@ -328,13 +322,13 @@ static kern_conv_algo_t choose(const loom_abi_conv2d_t *d, kern_conv_mode_t mode
   kern_conv_algo_t algo;
   if (lookup(&key, &algo)) return algo;
   trial_t t;
-  int64_t best[KERN_CONV_N_ALGOS], start = now_ns();
+  int64_t best[KERN_CONV_N_ALGOS], start = core_now_ns();
   if (!trial_init(&t, d, pass)) {
     trial_free(&t);
     return kern_conv2d_algo_by_rules(d, mode, pass, packed);
   }
   algo = time_candidates(&t, packed, cand, n, pool, best);
-  log_choice(d, pass, key.threads, cand, n, best, algo, now_ns() - start);
+  log_choice(d, pass, key.threads, cand, n, best, algo, core_now_ns() - start);
   algo = remember(&key, algo);
   /* Packed from the caller's weights: packing again would cost as much. */
   if (keep && d->weight && t.packed[algo]) {
