@@ -1065,6 +1065,17 @@ const char *fuse_kind_name(fuse_kind_t kind) {
   return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
+int fuse_group_name(const loom_graph_t *g, const fuse_plan_t *plan, int gi, const char *note,
+                    char *buf, size_t size) {
+  const fuse_group_t *grp = &plan->groups[gi];
+  int n = snprintf(buf, size, "g%d %s%s [", gi, fuse_kind_name(grp->kind), note);
+  for (int k = 0; k < grp->n_nodes && n >= 0 && (size_t)n < size; k++)
+    n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
+                  ir_ops[g->nodes[grp->nodes[k]].op].name);
+  if (n >= 0 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, "]");
+  return n;
+}
+
 void fuse_plan_free(fuse_plan_t *plan) {
   if (!plan) return;
   for (int i = 0; plan->groups && i < plan->n_groups; i++) {

@@ -135,6 +135,10 @@ loom_status_t fuse_plan_build(const loom_graph_t *g, const fuse_options_t *o,
                               const fuse_caps_t *caps, fuse_plan_t *out);
 void fuse_plan_free(fuse_plan_t *plan);
 const char *fuse_kind_name(fuse_kind_t kind);
+/* "g12 reduction [max sub exp sum div]" for group gi of plan, note (may
+ * be "") after its kind, into buf; its length as snprintf gives it. */
+int fuse_group_name(const loom_graph_t *g, const fuse_plan_t *plan, int gi, const char *note,
+                    char *buf, size_t size);
 /* One line per group ("g3 reduction [max, sub, exp, sum, div] in: %4
  * out: %9"; "g5 alias (view) [transpose] ..." for a strided view),
  * appended to a string the caller frees with core_free. */

@@ -72,12 +72,9 @@ static void describe(const loom_executable_t *e, const step_t *st, char *buf, si
     return;
   }
   const fuse_group_t *grp = &e->plan.groups[st->group];
-  int n = snprintf(buf, size, "g%d %s%s [", st->group, fuse_kind_name(grp->kind),
-                   rt_step_is_reference(e, st) ? " (reference)" : "");
-  for (int k = 0; k < grp->n_nodes && n > 0 && (size_t)n < size; k++)
-    n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
-                  ir_ops[e->graph->nodes[grp->nodes[k]].op].name);
-  if (n > 0 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, "] ");
+  int n = fuse_group_name(e->graph, &e->plan, st->group,
+                          rt_step_is_reference(e, st) ? " (reference)" : "", buf, size);
+  if (n > 0 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, " ");
   if (n > 0 && (size_t)n < size && grp->n_outputs > 0)
     ir_type_str(e->graph, &e->graph->values[grp->outputs[0]].type, buf + n, size - (size_t)n);
 }

@@ -25,7 +25,6 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "ir/ir.h"
 #include "passes/fuse.h"
 
 enum { SAMPLES = 3 };
@@ -99,16 +98,6 @@ static loom_status_t call_alone(be_program_t *p, int32_t group, void *const *slo
   return s;
 }
 
-/* "g19 contraction [matmul mul ...]". */
-static void describe(const be_program_t *p, int32_t group, char *buf, size_t size) {
-  const fuse_group_t *grp = &p->plan->groups[group];
-  int n = snprintf(buf, size, "g%d %s [", group, fuse_kind_name(grp->kind));
-  for (int k = 0; k < grp->n_nodes && n > 0 && (size_t)n < size; k++)
-    n += snprintf(buf + n, size - (size_t)n, "%s%s", k ? " " : "",
-                  ir_ops[p->graph->nodes[grp->nodes[k]].op].name);
-  if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
-}
-
 /* Keeps the faster way once both have SAMPLES timings. */
 static void decide(be_program_t *p, int32_t group, const split_timing_t *t) {
   bool alone = t->best[1] > 0 && t->best[0] > 0 && t->best[1] < t->best[0] * MARGIN &&
@@ -117,7 +106,7 @@ static void decide(be_program_t *p, int32_t group, const split_timing_t *t) {
                         memory_order_relaxed);
   if (!alone || !core_log_enabled(LOG_STEPS)) return;
   char what[512];
-  describe(p, group, what, sizeof what);
+  fuse_group_name(p->graph, p->plan, group, "", what, sizeof what);
   core_log(LOG_STEPS, "%s runs on 1 thread: %.3f ms, against %.3f ms on %d", what,
            (double)t->best[1] / 1e6, (double)t->best[0] / 1e6, p->abi.threads);
 }
