@@ -377,6 +377,61 @@ static void elementwise_nan(void) {
   loom_graph_destroy(g);
 }
 
+static loom_value_t scalar_constant(loom_graph_t *g, loom_dtype_t d, double x) {
+  loom_tensor_t *t = test_tensor(d, 0, NULL, &x);
+  loom_value_t v = {-1};
+  CHECK_OK(loom_graph_constant(g, t, &v));
+  loom_tensor_destroy(t);
+  return v;
+}
+
+/* maximum and minimum against a scalar constant take a shorter form (one
+ * test, constant first); clamp tests its bounds only. NaN, infinities and
+ * values equal to the constant still match the reference, on either side
+ * and for a NaN or infinite constant. */
+static void elementwise_nan_against_constants(void) {
+  static const loom_dtype_t dtypes[] = {LOOM_F32, LOOM_F64};
+  static const double consts[] = {0.5, -INFINITY, NAN};
+  for (int di = 0; di < COUNT(dtypes); di++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    int64_t s[1] = {8};
+    loom_value_t a = input(g, "a", dtypes[di], 1, s), y;
+    for (int ci = 0; ci < COUNT(consts); ci++) {
+      loom_value_t c = scalar_constant(g, dtypes[di], consts[ci]);
+      out(g, loom_maximum(g, a, c, &y), y);
+      out(g, loom_maximum(g, c, a, &y), y);
+      out(g, loom_minimum(g, a, c, &y), y);
+      out(g, loom_minimum(g, c, a, &y), y);
+    }
+    out(g, loom_clamp(g, a, -1, 0.5, &y), y);
+    out(g, loom_clamp(g, a, NAN, 0.5, &y), y);
+    double va[8] = {NAN, 0.5, -INFINITY, INFINITY, -1, 2, 0, -0.25};
+    loom_tensor_t *in[1] = {test_tensor(dtypes[di], 1, s, va)};
+    loom_tensor_t *want[14] = {0}, *got[14] = {0};
+    CHECK_OK(loom_interpret(g, 1, in, 14, want));
+    loom_executable_t *ex = NULL;
+    CHECK_OK(loom_compile(g, NULL, &ex));
+    for (int i = 0; ex && i < 14; i++) CHECK_OK(loom_executable_new_output(ex, i, &got[i]));
+    if (ex) {
+      CHECK_OK(loom_executable_run(ex, 1, in, 14, got));
+      loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+      CHECK_OK(loom_executable_info(ex, &info));
+      CHECK(info.n_generated >= 1 && info.n_reference == 0);
+    }
+    for (int i = 0; i < 14; i++) {
+      double w[8];
+      for (int j = 0; want[i] && got[i] && j < 8; j++) w[j] = test_get(want[i], j);
+      if (want[i] && got[i]) CHECK_TENSOR(got[i], w, 8, 0, 0);
+      loom_tensor_destroy(want[i]);
+      loom_tensor_destroy(got[i]);
+    }
+    loom_executable_destroy(ex);
+    loom_tensor_destroy(in[0]);
+    loom_graph_destroy(g);
+  }
+}
+
 /* Integer div and mod may divide by zero, which only the reference can
  * report, so the emitter leaves them to it. */
 static void supports(void) {
@@ -687,6 +742,7 @@ int main(void) {
   TEST_RUN(elementwise_ops_i64);
   TEST_RUN(elementwise_diamond_fused);
   TEST_RUN(elementwise_nan);
+  TEST_RUN(elementwise_nan_against_constants);
   TEST_RUN(reduction_ops_f32);
   TEST_RUN(reduction_ops_f64);
   TEST_RUN(reduction_ops_f16);

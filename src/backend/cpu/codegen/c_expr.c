@@ -185,6 +185,23 @@ static void cast_expr(cg_buf_t *b, loom_dtype_t from, loom_dtype_t to, int v) {
   else cg_printf(b, "loom_sat((double)v%d, -128.0, 127.0)", v);
 }
 
+/* maximum or minimum with a constant that is not NaN: one test, with the
+ * constant on the left so that a NaN on the right fails it and is taken.
+ * GCC makes that one vmaxps, against three instructions for the general
+ * form, which is what bounds a long fused chain. */
+static bool minmax_by_constant(cg_buf_t *b, const loom_graph_t *g, const ir_node_t *n) {
+  if (n->op != IR_OP_MAXIMUM && n->op != IR_OP_MINIMUM) return false;
+  double x;
+  int k = -1;
+  for (int i = 1; i >= 0 && k < 0; i--)
+    if (cg_scalar_constant(g, n->in[i], &x) && !isnan(x)) k = i;
+  if (k < 0) return false;
+  int cst = (int)n->in[k], other = (int)n->in[1 - k];
+  cg_printf(b, "(v%d %c v%d ? v%d : v%d)", cst, n->op == IR_OP_MAXIMUM ? '>' : '<', other,
+            cst, other);
+  return true;
+}
+
 void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
                   const ir_node_t *n) {
   loom_dtype_t to = g->values[n->out[0]].type.dtype;
@@ -202,7 +219,8 @@ void cg_node_stmt(cg_buf_t *b, int level, const loom_graph_t *g,
      * cast, as the reference's store does; a float result is its type. */
     bool cast = !dtype_is_float(d) || (d != to && !(single(d) && to == LOOM_F32));
     if (cast) cg_printf(b, "(%s)(", t);
-    expand(b, dtype_is_float(d) ? r->f : r->i, g, n);
+    if (!dtype_is_float(d) || !minmax_by_constant(b, g, n))
+      expand(b, dtype_is_float(d) ? r->f : r->i, g, n);
     if (cast) cg_printf(b, ")");
   }
   cg_printf(b, round ? ");\n" : ";\n");
@@ -240,13 +258,13 @@ void cg_expr_helpers(cg_buf_t *b) {
       "/* The same for either float type (the folds' accumulators). */\n"
       "#define LOOM_MAXIMUM(a, b) _Generic((a) + (b), double: loom_maximum, default: loom_maximumf)(a, b)\n"
       "#define LOOM_MINIMUM(a, b) _Generic((a) + (b), double: loom_minimum, default: loom_minimumf)(a, b)\n"
+      "/* Bounds are never NaN (NaN is no bound), so a NaN x fails both tests\n"
+      " * and passes through. */\n"
       "static inline float loom_clampf(float x, float lo, float hi) {\n"
-      "  if (x != x) return x;\n"
       "  float v = x < lo ? lo : x;\n"
       "  return v > hi ? hi : v;\n"
       "}\n"
       "static inline double loom_clamp(double x, double lo, double hi) {\n"
-      "  if (x != x) return x;\n"
       "  double v = x < lo ? lo : x;\n"
       "  return v > hi ? hi : v;\n"
       "}\n"
