@@ -72,6 +72,20 @@ int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, v
 /* Whether the batched GEMM (many small images) takes d's layer. */
 int kern_conv2d_batched_suits(const loom_abi_conv2d_t *d);
 
+/* ---- Taps of small outputs (conv_taps.c) ------------------------------------
+ * _build fills table (KERN_TAPS_MAX entries) with, per tap (ky, kx) and
+ * output position, the offset in an input channel plane of the pixel the
+ * tap reads there, or -1 in the padding: table[(ky * kw + kx) * ho * wo +
+ * pos]. Returns 0 (the table unset) for outputs wide enough that copying
+ * runs of a row is faster, or too many entries.
+ * _gather: out[c] = plane[offset[c]], 0 in the padding; _scatter_add:
+ * plane[offset[c]] += src[c] outside it. */
+enum { KERN_TAPS_MAX = 4096 };
+int kern_conv_taps_build(const loom_abi_conv2d_t *d, int32_t *table);
+void kern_conv_taps_gather(const int32_t *offset, const float *plane, int64_t len, float *out);
+void kern_conv_taps_scatter_add(const int32_t *offset, const float *src, int64_t len,
+                                float *plane);
+
 /* dX = conv2d's input gradient for dY, i.e. conv_transpose2d(dY, W): the
  * geometry is the forward conv2d's (n, c, h, w = dX; o, kh, kw = W; ho,
  * wo = dY). x = dX (written whole, cast from const), y = dY (read),

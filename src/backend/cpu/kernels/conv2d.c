@@ -56,13 +56,30 @@ static void gather_row(const float *row, const tap_cols_t *t, int64_t ox0, int64
   for (int64_t c = hi; c < len; c++) out[c] = 0.0f;
 }
 
+/* What the packers read: the layer, and its tap table when its outputs
+ * are small (kern_conv_taps_build), else NULL. */
+typedef struct conv_b {
+  const loom_abi_conv2d_t *d;
+  const int32_t *taps;
+} conv_b_t;
+
+static conv_b_t conv_b(const loom_abi_conv2d_t *d, int32_t *table) {
+  return (conv_b_t){d, kern_conv_taps_build(d, table) ? table : NULL};
+}
+
 /* Row r of the image's column matrix (tap (ci, ky, kx)) at columns [jc,
- * jc + len) (output positions (oy, ox)), a run of output row at a time. */
-static void gather_col_row(const loom_abi_conv2d_t *d, const float *img,
-                           int64_t r, int64_t jc, int64_t len, float *out) {
+ * jc + len) (output positions (oy, ox)): through the tap table, or a run
+ * of output row at a time. */
+static void gather_col_row(const conv_b_t *cb, const float *img, int64_t r, int64_t jc,
+                           int64_t len, float *out) {
+  const loom_abi_conv2d_t *d = cb->d;
   int64_t taps = d->kh * d->kw;
   int64_t ci = r / taps, ky = r % taps / d->kw, kx = r % d->kw;
   const float *plane = img + ci * d->h * d->w;
+  if (cb->taps) {
+    kern_conv_taps_gather(cb->taps + r % taps * d->ho * d->wo + jc, plane, len, out);
+    return;
+  }
   int64_t dy = ky * d->dilation[0] - d->pads[0];
   tap_cols_t t = tap_cols(d->w, d->stride[1], kx * d->dilation[1] - d->pads[1]);
   for (int64_t c = 0, oy = jc / d->wo, ox = jc % d->wo; c < len; oy++, ox = 0) {
@@ -102,13 +119,13 @@ static void deal_line(const float *line, int64_t len, int64_t kc, int64_t q, int
 static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
                         int64_t kc, int64_t jc, int64_t nc, int nr,
                         float *dst) {
-  const loom_abi_conv2d_t *d = p->b_ctx;
+  const conv_b_t *cb = p->b_ctx;
   const float *img = p->b + gemm_offset(p->sb, p->groups, item);
   _Alignas(64) float line[GATHER_MAX];
   for (int64_t j = 0; j < nc; j += GATHER_MAX) {
     int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX; /* a multiple of nr unless last */
     for (int64_t q = 0; q < kc; q++) {
-      gather_col_row(d, img, pc + q, jc + j, len, line);
+      gather_col_row(cb, img, pc + q, jc + j, len, line);
       deal_line(line, len, kc, q, nr, dst + j * kc);
     }
   }
@@ -119,7 +136,8 @@ static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
 static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc,
                                int64_t kc, int64_t jc, int64_t nc, int nr,
                                float *dst) {
-  const loom_abi_conv2d_t *d = p->b_ctx;
+  const conv_b_t *cb = p->b_ctx;
+  const loom_abi_conv2d_t *d = cb->d;
   int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
   const float *group = d->x + item * (d->c / d->groups) * d->h * d->w;
   _Alignas(64) float line[GATHER_MAX];
@@ -129,7 +147,7 @@ static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc
       for (int64_t c = 0; c < len;) {
         int64_t col = jc + j + c, img = col / positions, pos = col % positions;
         int64_t run = len - c < positions - pos ? len - c : positions - pos;
-        gather_col_row(d, group + img * image, pc + q, pos, run, line + c);
+        gather_col_row(cb, group + img * image, pc + q, pos, run, line + c);
         c += run;
       }
       deal_line(line, len, kc, q, nr, dst + j * kc);
@@ -194,10 +212,12 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   if (!scratch.buf) return 0;
   float *out = scratch.buf;
   int64_t taps = cg * d->kh * d->kw;
+  int32_t table[KERN_TAPS_MAX];
+  conv_b_t cb = conv_b(d, table);
   gemm_problem_t p = {
       .m = og, .n = cols, .k = taps, .batch = d->groups, .groups = d->groups,
       .a = d->weight, .lda = taps, .sa = {0, og * taps},
-      .pack_b = pack_b_conv_images, .b_ctx = d,
+      .pack_b = pack_b_conv_images, .b_ctx = &cb,
       .c = out, .ldc = cols, .sc = {0, og * cols}};
   gemm_use_packed_a(&p, d->weight_packed);
   gemm_run(&p, pool);
@@ -210,12 +230,14 @@ static int conv2d_batched(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 static void conv2d_implicit(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
+  int32_t table[KERN_TAPS_MAX];
+  conv_b_t cb = conv_b(d, table);
   gemm_problem_t p = {
       .m = og, .n = positions, .k = taps, .batch = d->n * d->groups,
       .groups = d->groups,
       .a = d->weight, .lda = taps, .sa = {0, og * taps},
       .b = d->x, .ldb = d->h * d->w, .sb = {d->c * d->h * d->w, cg * d->h * d->w},
-      .pack_b = is_pointwise(d) ? gemm_pack_b_matrix : pack_b_conv, .b_ctx = d,
+      .pack_b = is_pointwise(d) ? gemm_pack_b_matrix : pack_b_conv, .b_ctx = &cb,
       .c = d->y, .ldc = positions, .sc = {d->o * positions, og * positions},
       .bias = d->bias, .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
   gemm_use_packed_a(&p, d->weight_packed);
@@ -266,7 +288,8 @@ int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, v
 static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
                          int64_t kc, int64_t jc, int64_t nc, int nr,
                          float *dst) {
-  const loom_abi_conv2d_t *d = p->b_ctx;
+  const conv_b_t *cb = p->b_ctx;
+  const loom_abi_conv2d_t *d = cb->d;
   const float *base = p->b + gemm_offset(p->sb, p->groups, item);
   int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
   _Alignas(64) float line[GATHER_MAX];
@@ -279,7 +302,7 @@ static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
     if (len > positions - pos) len = positions - pos;
     if (len > GATHER_MAX) len = GATHER_MAX;
     for (int64_t j = 0; j < nc; j++) {
-      gather_col_row(d, base + img * image, jc + j, pos, len, line);
+      gather_col_row(cb, base + img * image, jc + j, pos, len, line);
       float *out = dst + (j / nr) * nr * kc + (q0 - pc) * nr + j % nr;
       for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
     }
@@ -289,7 +312,8 @@ static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
 
 
 /* The direct sum, for when the regrouped dY cannot be allocated. */
-static void wgrad_direct(const loom_abi_conv2d_t *d, float *dw) {
+static void wgrad_direct(const conv_b_t *cb, float *dw) {
+  const loom_abi_conv2d_t *d = cb->d;
   int64_t og = d->o / d->groups, cg = d->c / d->groups;
   int64_t positions = d->ho * d->wo, taps = cg * d->kh * d->kw;
   for (int64_t o = 0; o < d->o; o++) {
@@ -302,7 +326,7 @@ static void wgrad_direct(const loom_abi_conv2d_t *d, float *dw) {
         const float *dy = d->y + (n * d->o + o) * positions;
         for (int64_t q = 0; q < positions; q += 64) {
           int64_t len = positions - q < 64 ? positions - q : 64;
-          gather_col_row(d, img, r, q, len, line);
+          gather_col_row(cb, img, r, q, len, line);
           for (int64_t s = 0; s < len; s++) acc += (double)line[s] * dy[q + s];
         }
       }
@@ -317,11 +341,13 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
   int64_t k = d->n * positions;
   float *dw = (float *)d->weight; /* the output, by the ABI's contract */
   const float *dy = d->y;
+  int32_t table[KERN_TAPS_MAX];
+  conv_b_t cb = conv_b(d, table);
   kern_scratch_t scratch = {-1, NULL};
   if (d->n > 1) { /* one image's dY is already og x positions per group */
     scratch = kern_scratch_claim((size_t)(d->o * k));
     if (!scratch.buf) {
-      wgrad_direct(d, dw);
+      wgrad_direct(&cb, dw);
       return;
     }
     float *regrouped = scratch.buf;
@@ -335,7 +361,7 @@ void kern_conv2d_weight_grad_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) 
       .m = og, .n = taps, .k = k, .batch = d->groups, .groups = d->groups,
       .a = dy, .lda = k, .sa = {0, og * k},
       .b = d->x, .ldb = 0, .sb = {0, cg * d->h * d->w},
-      .pack_b = pack_b_wgrad, .b_ctx = d,
+      .pack_b = pack_b_wgrad, .b_ctx = &cb,
       .c = dw, .ldc = taps, .sc = {0, og * taps},
       .epilogue = d->epilogue, .epilogue_ctx = d->epilogue_ctx};
   gemm_run(&p, pool);

@@ -33,6 +33,7 @@ typedef struct igrad {
   int64_t cols;         /* n * ho * wo: the GEMM's columns */
   int64_t parts, block; /* channel blocks per group, channels per block */
   int64_t chunk;        /* columns per GEMM call */
+  const int32_t *tap_offset; /* small outputs' tap table (kern_conv_taps_build), or NULL */
 } igrad_t;
 
 /* What pack_b_dy reads: group g's channels of dY, columns from q0. */
@@ -94,6 +95,16 @@ static void col2im_row(const igrad_t *k, int64_t ch, int64_t i, int64_t j,
   const loom_abi_conv2d_t *d = k->d;
   int64_t positions = d->ho * d->wo, sx = d->stride[1];
   int64_t offy = i * d->dilation[0] - d->pads[0], offx = j * d->dilation[1] - d->pads[1];
+  if (k->tap_offset) {
+    const int32_t *offset = k->tap_offset + (i * d->kw + j) * positions;
+    for (int64_t q = q0; q < q0 + n;) {
+      int64_t img = q / positions, pos = q % positions, run = min64(q0 + n - q, positions - pos);
+      kern_conv_taps_scatter_add(offset + pos, src + (q - q0), run,
+                                 k->dx + (img * d->c + ch) * d->h * d->w);
+      q += run;
+    }
+    return;
+  }
   int64_t lo, hi;
   inside(offx, sx, d->w, d->wo, &lo, &hi);
   for (int64_t q = q0; q < q0 + n;) {
@@ -206,9 +217,11 @@ static void igrad_pointwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {
 }
 
 static void igrad_gemm(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  int32_t table[KERN_TAPS_MAX];
   igrad_t k = {.d = d, .dx = (float *)d->x, .og = d->o / d->groups,
                .cg = d->c / d->groups, .taps = d->kh * d->kw,
-               .cols = d->n * d->ho * d->wo, .parts = 1};
+               .cols = d->n * d->ho * d->wo, .parts = 1,
+               .tap_offset = kern_conv_taps_build(d, table) ? table : NULL};
   int threads = core_pool_threads(pool);
   /* Enough tasks for every thread: channel blocks when groups are few. */
   if (d->groups < threads) k.parts = min64(ceil_div(threads, d->groups), k.cg);
