@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/dtype.h"
+#include "core/isa.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "trace/trace_internal.h"
@@ -25,7 +26,7 @@ __attribute__((target("avx2"))) static void add_f32_avx2(float *restrict a,
 }
 
 static void add_f32(float *restrict a, const float *restrict b, int64_t n) {
-  if (__builtin_cpu_supports("avx2")) {
+  if (core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2")) {
     add_f32_avx2(a, b, n);
     return;
   }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/isa.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -43,6 +44,8 @@ static void join_flags(void) {
   size_t used = 0;
   for (int i = 0; i < N_FLAGS; i++)
     used += (size_t)snprintf(flags_text + used, sizeof flags_text - used, "%s ", flags[i]);
+  if (core_isa_cc_flag())
+    used += (size_t)snprintf(flags_text + used, sizeof flags_text - used, "%s ", core_isa_cc_flag());
   snprintf(flags_text + used, sizeof flags_text - used, "-lm");
 }
 
@@ -358,6 +361,7 @@ static void command_line(char **argv, char *resolved, const cc_words_t *w, cc_st
   for (int i = 1; i < w->n; i++) argv[n++] = w->word[i];
   for (int i = 0; i < N_FLAGS && step != CC_LINK; i++)
     if (step == CC_MODULE || strcmp(flags[i], "-shared")) argv[n++] = (char *)flags[i];
+  if (step != CC_LINK && core_isa_cc_flag()) argv[n++] = (char *)core_isa_cc_flag();
   if (step == CC_OBJECT) argv[n++] = "-c";
   if (step == CC_LINK) argv[n++] = "-shared";
   argv[n++] = "-o";

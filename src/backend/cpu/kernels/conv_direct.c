@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels/conv.h"
+#include "core/isa.h"
 
 enum {
   OB = 6,                     /* output channels per tile */
@@ -114,11 +115,13 @@ static void pad_image(const direct_t *g, const float *x, float *in) {
 #include "backend/cpu/kernels/conv_direct_tile.inc"
 
 static int avx512_supported(void) {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("fma");
 }
 
 static int avx2_supported(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");
 }
 
 /* By preference. */

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/kernels/gemm_impl.h"
+#include "core/isa.h"
 
 #define UK_TARGET __attribute__((target("avx2,fma")))
 #define UK_VEC __m256
@@ -188,7 +189,8 @@ UK_TARGET void gemm_pack_a12_avx2(const float *a, int64_t lda, int64_t kc, float
 }
 
 static int avx2_supported(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");
 }
 
 /* Blocks measured on a Zen 3 core (32 KiB L1d, 512 KiB L2): see

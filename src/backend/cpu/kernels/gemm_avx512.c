@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/kernels/gemm_impl.h"
+#include "core/isa.h"
 
 #define UK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define UK_VEC __m512
@@ -31,7 +32,7 @@
 static const gemm_ukernel_fn avx512_short_rows[] = UK_SHORT_TABLE;
 
 static int avx512_supported(void) {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 }
 

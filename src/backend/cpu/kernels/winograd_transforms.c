@@ -4,6 +4,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "core/isa.h"
+
 #define VL 8
 #define WT_TARGET
 #include "backend/cpu/kernels/winograd_transforms.inc"
@@ -15,10 +17,12 @@ WINO_INSTANCE(2, _base, )
 WINO_INSTANCE(4, _base, )
 
 static int avx512_supported(void) {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("fma");
 }
 static int avx2_supported(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");
 }
 static int base_supported(void) { return 1; }
 
