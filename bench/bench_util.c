@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/isa.h"
 #include "models.h"
 
 void bench_check(loom_status_t s, const char *what) {
@@ -190,6 +191,23 @@ void bench_json_begin(bench_json_t *j, const char *bench) {
   /* Which kernels produced the figures: machines differ (AVX2, AVX-512). */
   const char *isa = loom_target_isa(NULL);
   json_add(j, ",\"isa\":\"%s\"", isa ? isa : "?");
+  /* Under a cap, PyTorch and OpenBLAS are capped too; ONNX Runtime has
+   * no such setting and runs its widest. */
+  if (core_isa_cap_name()) json_add(j, ",\"peers_isa\":\"%s\"", core_isa_cap_name());
+}
+
+const char *bench_torch_env(void) {
+  static char env[512];
+  const char *cap = core_isa_cap_name();
+  snprintf(env, sizeof env,
+           "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+           "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=100000000000 "
+           "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp%s%s%s%s",
+           cap ? " ATEN_CPU_CAPABILITY=" : "", cap ? (strcmp(cap, "avx2") ? "default" : "avx2") : "",
+           cap ? (strcmp(cap, "avx2") ? " ONEDNN_MAX_CPU_ISA=SSE41" : " ONEDNN_MAX_CPU_ISA=AVX2") : "",
+           cap ? (strcmp(cap, "avx2") ? " OPENBLAS_CORETYPE=Nehalem" : " OPENBLAS_CORETYPE=Haswell")
+               : "");
+  return env;
 }
 
 void bench_json_str(bench_json_t *j, const char *key, const char *value) {

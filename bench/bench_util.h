@@ -35,6 +35,12 @@ typedef struct bench_json {
   size_t len;
 } bench_json_t;
 void bench_json_begin(bench_json_t *j, const char *bench);
+/* The environment a PyTorch peer runs in ("env ... "): at its best
+ * (../shared/PEERS.md: OpenBLAS's coretype variables unset, glibc's
+ * allocator kept from returning memory), and within LOOM_CPU_ISA's cap
+ * when one is set (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
+ * OPENBLAS_CORETYPE), so that both sides run the same vectors. */
+const char *bench_torch_env(void);
 void bench_json_str(bench_json_t *j, const char *key, const char *value);
 /* A number; NaN or an infinity prints null (a measurement that failed). */
 void bench_json_num(bench_json_t *j, const char *key, double value);

@@ -19,12 +19,6 @@
 
 enum { MAX_THREADS = 2 };
 
-/* The settings of the peer script: PyTorch at its best (../shared/PEERS.md). */
-#define TORCH_ENV                                                          \
-  "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "                          \
-  "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=100000000000 "   \
-  "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp"
-
 typedef struct workload {
   const char *name;
   dyn_run_fn run;
@@ -53,9 +47,9 @@ static peer_t torch_run(const char *bench_dir, const workload_t *w, int threads)
   }
   char cmd[1024];
   if (snprintf(cmd, sizeof cmd,
-               TORCH_ENV " /usr/bin/python3 '%s/peers/torch_dynamic.py' %s --threads %d "
+               "%s /usr/bin/python3 '%s/peers/torch_dynamic.py' %s --threads %d "
                "--steps %d --warmup %d",
-               bench_dir, w->name, threads, w->steps, w->warmup) >= (int)sizeof cmd)
+               bench_torch_env(), bench_dir, w->name, threads, w->steps, w->warmup) >= (int)sizeof cmd)
     return r;
   FILE *f = popen(cmd, "r");
   char line[256];

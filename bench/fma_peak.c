@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "core/isa.h"
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,7 +41,8 @@ typedef struct peak_arg {
 
 static void *peak_thread(void *arg) {
   peak_arg_t *pa = arg;
-  int wide = __builtin_cpu_supports("avx512f");
+  /* The vectors Loom itself runs (LOOM_CPU_ISA may cap them). */
+  int wide = core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f");
   /* The sink keeps the loop alive; flops are counted, not summed. */
   double r = wide ? fma_loop_avx512(pa->iters) : fma_loop_avx2(pa->iters);
   pa->flops = 12.0 * (wide ? 16 : 8) * 2 * (double)pa->iters + (r < -1e30 ? 1 : 0);

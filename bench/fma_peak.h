@@ -6,7 +6,7 @@
 
 /* GFLOP/s of `threads` threads (at most 8) each running `iters` steps of
  * independent FMA chains at once, with the widest vectors the CPU has
- * (1e6 steps: about 2 ms at 1 thread on AVX2). */
+ * and LOOM_CPU_ISA allow (1e6 steps: about 2 ms at 1 thread on AVX2). */
 double bench_fma_peak(int threads, long iters);
 
 #endif

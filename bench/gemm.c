@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/isa.h"
 #include "core/pool.h"
 #include "fma_peak.h"
 #include "backend/cpu/kernels/gemm.h"
@@ -257,7 +258,7 @@ static void bench_kernel(void) {
 
 /* ---- The Transformer step's GEMM shapes, against OpenBLAS -------------- */
 
-/* OpenBLAS as PyTorch is run beside Loom (bench/train.c's TORCH_ENV): the
+/* OpenBLAS as PyTorch is run beside Loom (bench_torch_env): the
  * OpenMP build, with cblas_sgemm's row-major interface. */
 #define OPENBLAS_PATH "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
 typedef void (*cblas_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
@@ -303,9 +304,12 @@ static void bench_step_shapes(void) {
   /* These machines set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) for older
    * OpenBLAS builds; read when the library loads, it would pin this one to
    * Haswell kernels (half its speed on AVX-512). The peer runs as PyTorch
-   * is run in bench/train.c: with both unset (../shared/PEERS.md). */
+   * is run in bench/train.c: with both unset (../shared/PEERS.md), or
+   * pinned to LOOM_CPU_ISA's cap when one is set, as Loom is. */
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv("OPENBLAS_L2_SIZE");
+  const char *cap = core_isa_cap_name();
+  if (cap) setenv("OPENBLAS_CORETYPE", strcmp(cap, "avx2") ? "Nehalem" : "Haswell", 1);
   void *h = dlopen(OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
   cblas_sgemm_fn sgemm = h ? (cblas_sgemm_fn)dlsym(h, "cblas_sgemm") : NULL;
   void (*set_threads)(int) = h ? (void (*)(int))dlsym(h, "openblas_set_num_threads") : NULL;

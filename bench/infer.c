@@ -20,12 +20,6 @@
 
 enum { MAX_THREADS = 2 };
 
-/* PyTorch at its best here (../shared/PEERS.md). */
-#define TORCH_ENV                                                          \
-  "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "                          \
-  "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=100000000000 "   \
-  "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp"
-
 typedef struct timings {
   double loom[MAX_THREADS + 1], eager[MAX_THREADS + 1], script[MAX_THREADS + 1],
       ort[MAX_THREADS + 1];
@@ -62,9 +56,9 @@ static int torch_installed(void) {
 static void torch_export(const char *bench_dir, const char *dir, const char *model) {
   char cmd[8192];
   format_cmd(cmd, sizeof cmd,
-             TORCH_ENV " /usr/bin/python3 '%s/peers/torch_infer.py' %s "
+             "%s /usr/bin/python3 '%s/peers/torch_infer.py' %s "
              "--export '%s/model.onnx' --logits '%s/logits.npy' 2>/dev/null",
-             bench_dir, model, dir, dir);
+             bench_torch_env(), bench_dir, model, dir, dir);
   if (!cmd[0] || system(cmd) != 0) fprintf(stderr, "bench infer: peer failed: %s\n", cmd);
 }
 
@@ -82,8 +76,8 @@ static int torch_serve(const char *bench_dir, const char *model, int threads,
                        bench_peer_t *p) {
   char cmd[8192];
   format_cmd(cmd, sizeof cmd,
-             TORCH_ENV " /usr/bin/python3 '%s/peers/torch_infer.py' %s --threads %d --serve",
-             bench_dir, model, threads);
+             "%s /usr/bin/python3 '%s/peers/torch_infer.py' %s --threads %d --serve",
+             bench_torch_env(), bench_dir, model, threads);
   return open_peer(cmd, p);
 }
 

@@ -24,12 +24,6 @@
 
 enum { MAX_THREADS = 2, MAX_PARAMS = MODEL_MAX_PARAMS, SLOW_MS = 1000 };
 
-/* The settings of the peer script: PyTorch at its best (../shared/PEERS.md). */
-#define TORCH_ENV                                                          \
-  "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "                          \
-  "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=100000000000 "   \
-  "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp"
-
 /* AdamW as torch.optim.AdamW's defaults, with lr 1e-3. */
 static const double LR = 1e-3, BETA1 = 0.9, BETA2 = 0.999, EPS = 1e-8, DECAY = 0.01;
 
@@ -167,8 +161,8 @@ static int torch_open(const char *bench_dir, const char *model, int threads,
     return 0;
   }
   if (snprintf(cmd, sizeof cmd,
-               TORCH_ENV " /usr/bin/python3 '%s/peers/torch_train.py' %s --threads %d --serve",
-               bench_dir, model, threads) >= (int)sizeof cmd)
+               "%s /usr/bin/python3 '%s/peers/torch_train.py' %s --threads %d --serve",
+               bench_torch_env(), bench_dir, model, threads) >= (int)sizeof cmd)
     return 0;
   if (bench_peer_open(cmd, peer) != 0 || bench_peer_line(peer, NULL, line, sizeof line) != 0 ||
       sscanf(line, "ready %lf", &r->loss0) != 1) {

@@ -29,6 +29,11 @@ int core_isa_allows(core_isa_t isa) {
   return isa <= cap;
 }
 
+const char *core_isa_cap_name(void) {
+  pthread_once(&cap_once, read_cap);
+  return cap == CORE_ISA_AVX2 ? "avx2" : cap == CORE_ISA_PORTABLE ? "portable" : NULL;
+}
+
 const char *core_isa_cc_flag(void) {
   pthread_once(&cap_once, read_cap);
   /* -mno-avx also turns off AVX2, FMA and AVX-512, which build on it. */

@@ -16,5 +16,7 @@ int core_isa_allows(core_isa_t isa);
 /* The C compiler flag that keeps generated code within the cap
  * ("-mno-avx512f", "-mno-avx"), or NULL when nothing is capped. */
 const char *core_isa_cc_flag(void);
+/* "avx2" or "portable" when LOOM_CPU_ISA caps the ISA, else NULL. */
+const char *core_isa_cap_name(void);
 
 #endif
