@@ -1,11 +1,22 @@
 /* bench overhead: the cost of one step of a replayed plan. A chain of 1000
  * tiny elementwise ops on 64 floats runs compiled without fusion (every
  * node a step: this measures dispatch), compiled with fusion, and in the
- * interpreter, at 1 and 2 threads. */
+ * interpreter, at 1 and 2 threads. At 2 threads, also the thread pool's
+ * own cost per parallel step: a loop of two chunks of 2 us of work each,
+ * back to back (the worker spinning, as between a replay's steps) and
+ * after 2 ms idle (the worker asleep): the median loop's time beyond 2 us
+ * (both chunks at once, the ideal), with the share of chunks the worker
+ * ran (a chunk it does not take, the caller runs after its own). */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "bench_util.h"
+#include "core/clock.h"
+#include "core/pool.h"
 #include "models.h"
 
 enum { N_OPS = 1000, N_ELEMS = 64 };
@@ -74,6 +85,67 @@ static double compiled_ns(run_ctx_t *c, int fusion, int threads) {
   return ms * 1e6 / loom_graph_num_nodes(c->g);
 }
 
+enum { CHUNK_NS = 2000 };
+
+typedef struct pool_probe {
+  _Atomic int64_t worker_chunks;
+  pthread_t caller;
+} pool_probe_t;
+
+static void probe_chunk(void *ctx, int64_t begin, int64_t end) {
+  pool_probe_t *p = ctx;
+  if (!pthread_equal(pthread_self(), p->caller))
+    atomic_fetch_add_explicit(&p->worker_chunks, end - begin, memory_order_relaxed);
+  for (int64_t i = begin; i < end; i++) {
+    int64_t t0 = core_now_ns();
+    while (core_now_ns() - t0 < CHUNK_NS) {
+    }
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Nanoseconds per core_pool_for over two chunks beyond one chunk's work:
+ * the median of `loops` calls, each after `idle_ms` of sleep (0: back to
+ * back); *shared: the share of chunks the worker ran. */
+static double pool_ns(core_pool_t *pool, int loops, int idle_ms, double *shared) {
+  enum { MOST = 20000 };
+  static double t[MOST];
+  pool_probe_t p = {.caller = pthread_self()};
+  struct timespec idle = {0, idle_ms * 1000000L};
+  if (loops > MOST) loops = MOST;
+  for (int i = 0; i < loops; i++) {
+    if (idle_ms) nanosleep(&idle, NULL);
+    int64_t t0 = core_now_ns();
+    core_pool_for(pool, 2, 1, probe_chunk, &p);
+    t[i] = (double)(core_now_ns() - t0);
+  }
+  *shared = (double)atomic_load(&p.worker_chunks) / (2.0 * loops);
+  qsort(t, (size_t)loops, sizeof *t, cmp_double);
+  return t[loops / 2] - CHUNK_NS;
+}
+
+static void pool_line(void) {
+  core_pool_t *pool;
+  BENCH_TRY(core_pool_create(2, &pool));
+  double shared_hot, shared_cold;
+  pool_ns(pool, 1000, 0, &shared_hot); /* warm-up */
+  double hot = pool_ns(pool, 20000, 0, &shared_hot);
+  double cold = pool_ns(pool, 200, 2, &shared_cold);
+  core_pool_destroy(pool);
+  bench_json_t j;
+  bench_json_begin(&j, "overhead_pool");
+  bench_json_num(&j, "threads", 2);
+  bench_json_num(&j, "overhead_ns", hot);
+  bench_json_num(&j, "worker_share", shared_hot);
+  bench_json_num(&j, "overhead_ns_after_idle", cold);
+  bench_json_num(&j, "worker_share_after_idle", shared_cold);
+  bench_json_end(&j);
+}
+
 int main(void) {
   run_ctx_t c = {.g = build_chain()};
   c.in = bench_input(1, (int64_t[]){N_ELEMS});
@@ -87,6 +159,7 @@ int main(void) {
     bench_json_num(&j, "interp_ns_per_node", interp);
     bench_json_end(&j);
   }
+  pool_line();
   loom_tensor_destroy(c.in);
   loom_graph_destroy(c.g);
   return 0;
