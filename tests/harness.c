@@ -58,6 +58,15 @@ void test_check_floats(const float *got, const float *want, int64_t n, double at
   }
 }
 
+loom_value_t test_constant(loom_graph_t *g, loom_dtype_t dtype, int rank, const int64_t *shape,
+                           const double *values) {
+  loom_tensor_t *t = test_tensor(dtype, rank, shape, values);
+  loom_value_t v = {-1};
+  CHECK_OK(loom_graph_constant(g, t, &v));
+  loom_tensor_destroy(t);
+  return v;
+}
+
 double test_get(const loom_tensor_t *t, int64_t i) {
   double v = NAN;
   if (loom_tensor_get_f64(t, i, &v) != LOOM_OK) return NAN;

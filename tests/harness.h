@@ -76,6 +76,9 @@ loom_tensor_t *test_tensor(loom_dtype_t dtype, int rank, const int64_t *shape,
                            const double *values);
 /* Element i of t as double. */
 double test_get(const loom_tensor_t *t, int64_t i);
+/* A constant of g holding values (test_tensor's; rank 0: one value). */
+loom_value_t test_constant(loom_graph_t *g, loom_dtype_t dtype, int rank, const int64_t *shape,
+                           const double *values);
 
 /* Runs a graph with one output through the interpreter; NULL on failure
  * (recorded as a test failure). Unless LOOM_TEST_COMPILE=0, the graph is

@@ -377,14 +377,6 @@ static void elementwise_nan(void) {
   loom_graph_destroy(g);
 }
 
-static loom_value_t scalar_constant(loom_graph_t *g, loom_dtype_t d, double x) {
-  loom_tensor_t *t = test_tensor(d, 0, NULL, &x);
-  loom_value_t v = {-1};
-  CHECK_OK(loom_graph_constant(g, t, &v));
-  loom_tensor_destroy(t);
-  return v;
-}
-
 /* maximum and minimum against a scalar constant take a shorter form (one
  * test, constant first); clamp tests its bounds only. NaN, infinities and
  * values equal to the constant still match the reference, on either side
@@ -398,7 +390,7 @@ static void elementwise_nan_against_constants(void) {
     int64_t s[1] = {8};
     loom_value_t a = input(g, "a", dtypes[di], 1, s), y;
     for (int ci = 0; ci < COUNT(consts); ci++) {
-      loom_value_t c = scalar_constant(g, dtypes[di], consts[ci]);
+      loom_value_t c = test_constant(g, dtypes[di], 0, NULL, &consts[ci]);
       out(g, loom_maximum(g, a, c, &y), y);
       out(g, loom_maximum(g, c, a, &y), y);
       out(g, loom_minimum(g, a, c, &y), y);

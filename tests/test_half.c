@@ -273,11 +273,7 @@ static void unary_ops(void) {
 /* ---- Fused chains ------------------------------------------------------------------- */
 
 static loom_value_t scalar(loom_graph_t *g, loom_dtype_t d, double v) {
-  loom_tensor_t *t = test_tensor(d, 0, NULL, &v);
-  loom_value_t c = {-1};
-  CHECK_OK(loom_graph_constant(g, t, &c));
-  loom_tensor_destroy(t);
-  return c;
+  return test_constant(g, d, 0, NULL, &v);
 }
 
 typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);

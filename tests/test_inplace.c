@@ -22,11 +22,7 @@ typedef struct fixture {
 } fixture_t;
 
 static loom_value_t scalar(loom_graph_t *g, double v) {
-  loom_tensor_t *t = test_tensor(LOOM_F32, 0, NULL, (double[]){v});
-  loom_value_t c;
-  CHECK_OK(loom_graph_constant(g, t, &c));
-  loom_tensor_destroy(t);
-  return c;
+  return test_constant(g, LOOM_F32, 0, NULL, &v);
 }
 
 static void fixture_init(fixture_t *f, int64_t rows, int64_t cols) {

@@ -70,16 +70,6 @@ static loom_value_t input(loom_graph_t *g, const char *name, loom_dtype_t dt,
   return v;
 }
 
-/* A constant holding values (rank 0 when rank is 0). */
-static loom_value_t constant(loom_graph_t *g, loom_dtype_t dt, int rank,
-                             const int64_t *shape, const double *values) {
-  loom_tensor_t *t = test_tensor(dt, rank, shape, values);
-  loom_value_t v = {-1};
-  CHECK_OK(loom_graph_constant(g, t, &v));
-  loom_tensor_destroy(t);
-  return v;
-}
-
 /* Runs pass on g into *out and checks that it agrees with g on in. */
 static loom_graph_t *run_pass(pass_fn pass, loom_graph_t *g, int n_in,
                               loom_tensor_t *const *in, double rtol) {
@@ -103,7 +93,7 @@ static void clone_keeps_interface(void) {
   loom_value_t w, c, t, out;
   loom_tensor_t *winit = test_tensor(LOOM_F32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
   CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 1, (int64_t[]){3}, winit, &w));
-  c = constant(g, LOOM_F32, 0, NULL, (double[]){0.5});
+  c = test_constant(g, LOOM_F32, 0, NULL, (double[]){0.5});
   CHECK_OK(loom_mul(g, x, w, &t));
   CHECK_OK(loom_add(g, t, y, &t));
   CHECK_OK(loom_mul(g, t, c, &out));
@@ -155,7 +145,7 @@ static void clone_shares_parameters(void) {
   CHECK_OK(loom_graph_create(&g));
   loom_value_t c, one, next;
   CHECK_OK(loom_graph_param(g, "count", LOOM_I64, 1, (int64_t[]){1}, NULL, &c));
-  one = constant(g, LOOM_I64, 1, (int64_t[]){1}, (double[]){1});
+  one = test_constant(g, LOOM_I64, 1, (int64_t[]){1}, (double[]){1});
   CHECK_OK(loom_add(g, c, one, &next));
   CHECK_OK(loom_assign(g, c, next));
   CHECK_OK(loom_graph_output(g, next));
@@ -203,16 +193,16 @@ static void fold_constant_subgraph(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
   loom_value_t x = input(g, "x", LOOM_F32, 1, (int64_t[]){3});
-  loom_value_t a = constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
-  loom_value_t b = constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){4, 5, 6});
+  loom_value_t a = test_constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+  loom_value_t b = test_constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){4, 5, 6});
   loom_value_t s, e, y, p, q, seed, off, r, big, bs;
   CHECK_OK(loom_add(g, a, b, &s));     /* folds */
   CHECK_OK(loom_exp(g, s, &e));        /* folds, through the first */
   CHECK_OK(loom_mul(g, x, e, &y));     /* reads an input: stays */
   CHECK_OK(loom_graph_param(g, "p", LOOM_F32, 1, (int64_t[]){3}, NULL, &p));
   CHECK_OK(loom_add(g, p, a, &q));     /* a parameter is not a constant */
-  seed = constant(g, LOOM_I64, 0, NULL, (double[]){7});
-  off = constant(g, LOOM_I64, 0, NULL, (double[]){0});
+  seed = test_constant(g, LOOM_I64, 0, NULL, (double[]){7});
+  off = test_constant(g, LOOM_I64, 0, NULL, (double[]){0});
   CHECK_OK(loom_random_uniform(g, seed, off, 1, (int64_t[]){3}, 0, 1, LOOM_F32, &r));
   CHECK_OK(loom_full(g, 2, (int64_t[]){300, 300}, 2.0, LOOM_F32, &big)); /* too big */
   CHECK_OK(loom_sum(g, big, 0, NULL, 0, &bs));
@@ -237,8 +227,8 @@ static void fold_constant_subgraph(void) {
 static void fold_keeps_failing_node(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
-  loom_value_t data = constant(g, LOOM_F32, 1, (int64_t[]){2}, (double[]){1, 2});
-  loom_value_t idx = constant(g, LOOM_I64, 1, (int64_t[]){1}, (double[]){5});
+  loom_value_t data = test_constant(g, LOOM_F32, 1, (int64_t[]){2}, (double[]){1, 2});
+  loom_value_t idx = test_constant(g, LOOM_I64, 1, (int64_t[]){1}, (double[]){5});
   loom_value_t y;
   CHECK_OK(loom_gather(g, data, idx, 0, &y));
   CHECK_OK(loom_graph_output(g, y));
@@ -265,8 +255,8 @@ static void cse_merges_equal_nodes(void) {
   CHECK_OK(loom_sum(g, m, 1, (int64_t[]){0}, 1, &s0));
   CHECK_OK(loom_sum(g, m, 1, (int64_t[]){1}, 1, &s1)); /* other attrs: stays */
   CHECK_OK(loom_add(g, s0, s1, &t));
-  c1 = constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){2, 3, 4});
-  c2 = constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){2, 3, 4});
+  c1 = test_constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){2, 3, 4});
+  c2 = test_constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){2, 3, 4});
   CHECK_OK(loom_mul(g, x, c1, &k1));
   CHECK_OK(loom_mul(g, x, c2, &k2)); /* equal constants: the same mul */
   CHECK_OK(loom_add(g, k1, k2, &u));
@@ -290,12 +280,12 @@ static void cse_side_effects_and_random(void) {
   loom_value_t p, q, one, v, seed, off, r1, r2, s;
   CHECK_OK(loom_graph_param(g, "p", LOOM_F32, 0, NULL, NULL, &p));
   CHECK_OK(loom_graph_param(g, "q", LOOM_F32, 0, NULL, NULL, &q));
-  one = constant(g, LOOM_F32, 0, NULL, (double[]){1});
+  one = test_constant(g, LOOM_F32, 0, NULL, (double[]){1});
   CHECK_OK(loom_add(g, p, one, &v));
   CHECK_OK(loom_assign(g, p, v));
   CHECK_OK(loom_assign(g, q, v));
-  seed = constant(g, LOOM_I64, 0, NULL, (double[]){1});
-  off = constant(g, LOOM_I64, 0, NULL, (double[]){2});
+  seed = test_constant(g, LOOM_I64, 0, NULL, (double[]){1});
+  off = test_constant(g, LOOM_I64, 0, NULL, (double[]){2});
   CHECK_OK(loom_random_uniform(g, seed, off, 1, (int64_t[]){4}, 0, 1, LOOM_F32, &r1));
   CHECK_OK(loom_random_uniform(g, seed, off, 1, (int64_t[]){4}, 0, 1, LOOM_F32, &r2));
   CHECK_OK(loom_sub(g, r1, r2, &s));
@@ -347,9 +337,9 @@ static void simplify_identities(void) {
   CHECK_OK(loom_graph_create(&g));
   int64_t shape[] = {2, 3};
   loom_value_t x = input(g, "x", LOOM_F32, 2, shape);
-  loom_value_t one = constant(g, LOOM_F32, 0, NULL, (double[]){1});
-  loom_value_t zeros = constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){0, 0, 0});
-  loom_value_t ones_big = constant(g, LOOM_F32, 3, (int64_t[]){2, 2, 3},
+  loom_value_t one = test_constant(g, LOOM_F32, 0, NULL, (double[]){1});
+  loom_value_t zeros = test_constant(g, LOOM_F32, 1, (int64_t[]){3}, (double[]){0, 0, 0});
+  loom_value_t ones_big = test_constant(g, LOOM_F32, 3, (int64_t[]){2, 2, 3},
                                    (double[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
   loom_value_t f0, a, b, c, d, e, f, h1, k, w;
   CHECK_OK(loom_full(g, 0, NULL, 0.0, LOOM_F32, &f0));
@@ -630,9 +620,9 @@ static void pipeline_end_to_end(void) {
   loom_value_t x = input(g, "x", LOOM_F32, 2, xs), w, b1, b2, b, h1, a, two, half, s, y, dead;
   loom_tensor_t *wi = test_rand_tensor(LOOM_F32, 2, ws, -1, 1);
   CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 2, ws, wi, &w));
-  b1 = constant(g, LOOM_F32, 1, (int64_t[]){6}, (double[]){1, 2, 3, 4, 5, 6});
-  two = constant(g, LOOM_F32, 0, NULL, (double[]){2});
-  half = constant(g, LOOM_F32, 0, NULL, (double[]){0.5});
+  b1 = test_constant(g, LOOM_F32, 1, (int64_t[]){6}, (double[]){1, 2, 3, 4, 5, 6});
+  two = test_constant(g, LOOM_F32, 0, NULL, (double[]){2});
+  half = test_constant(g, LOOM_F32, 0, NULL, (double[]){0.5});
   CHECK_OK(loom_mul(g, b1, two, &b2));
   CHECK_OK(loom_mul(g, b2, half, &b)); /* folds to b1 */
   CHECK_OK(loom_matmul(g, x, w, 0, 0, &h1));
