@@ -304,9 +304,10 @@ static __attribute__((noinline)) void tile_scratch(const gemm_isa_t *isa, int64_
 }
 
 /* One mr x nr tile; edge tiles run a kernel of their shape, else go
- * through a full-size scratch tile. A full-height tile a few columns
- * wider than half runs as the half-width kernel and a narrow one (a 7x7
- * layer's 49 positions end in 17 columns: 16 + 1 instead of 32). */
+ * through a full-size scratch tile. A full-height tile exactly half wide
+ * runs the half-width kernel in place, and one a few columns wider runs
+ * it and a narrow one (a 7x7 layer's 49 positions end in 17 columns: 16
+ * + 1 instead of 32). */
 static inline void tile(const gemm_isa_t *isa, int64_t kc, const float *ap, const float *bp,
                         float *c, int64_t ldc, int64_t rows, int64_t cols, int accumulate) {
   int half = isa->nr / 2;
@@ -315,6 +316,8 @@ static inline void tile(const gemm_isa_t *isa, int64_t kc, const float *ap, cons
     isa->kernel_rows[rows](kc, ap, bp, c, ldc, accumulate);
   else if (cols <= GEMM_NARROW && isa->kernel_narrow[cols])
     isa->kernel_narrow[cols](kc, ap, bp, c, ldc, accumulate, rows);
+  else if (rows == isa->mr && cols == half && isa->kernel_half)
+    isa->kernel_half(kc, ap, bp, c, ldc, accumulate);
   else if (rows == isa->mr && cols > half && cols - half <= GEMM_NARROW && isa->kernel_half &&
            isa->kernel_narrow[cols - half]) {
     isa->kernel_half(kc, ap, bp, c, ldc, accumulate);
