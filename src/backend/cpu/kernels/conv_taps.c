@@ -6,13 +6,18 @@
  * pixels, more than the copies; the table makes every element one load. */
 #include "backend/cpu/kernels/conv.h"
 
+#include <stdint.h>
+
 /* Rows this narrow or narrower gather through the table; wider ones copy
  * whole runs (conv2d.c's gather_row), which is faster from 16 on. */
 enum { TABLE_MAX_WO = 8 };
 
 int kern_conv_taps_build(const loom_abi_conv2d_t *d, int32_t *table) {
   int64_t positions = d->ho * d->wo;
-  if (d->wo > TABLE_MAX_WO || d->kh * d->kw * positions > KERN_TAPS_MAX) return 0;
+  /* Offsets are int32: a plane past 2^31 pixels gathers by rows. */
+  if (d->wo > TABLE_MAX_WO || d->kh * d->kw * positions > KERN_TAPS_MAX ||
+      d->h * d->w > INT32_MAX)
+    return 0;
   for (int64_t ky = 0; ky < d->kh; ky++)
     for (int64_t kx = 0; kx < d->kw; kx++) {
       int32_t *row = table + (ky * d->kw + kx) * positions;
