@@ -125,15 +125,15 @@ const char *cg_local_type(loom_dtype_t d);
 /* "const float v3 = p3[" ... "];" and "p3[" ... "] = v3;", with the
  * conversions half-precision dtypes need; the caller writes the offset. */
 void cg_load_begin(cg_buf_t *b, int level, const loom_graph_t *g, int32_t v);
+void cg_load_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
+void cg_store_begin(cg_buf_t *b, int level, int32_t v);
+void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
 /* Whether v is a one-element f32 or f64 constant, and its value: code may
  * rely on it, since a compiled graph's constants never change (cpu_prepack.c
  * packs them once too). The code still loads it: given the literal, GCC
  * folds the constant through a chain's tests and turns them into mask
  * merges, slower than the loads. */
 bool cg_scalar_constant(const loom_graph_t *g, int32_t v, double *x);
-void cg_load_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
-void cg_store_begin(cg_buf_t *b, int level, int32_t v);
-void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v);
 /* The number of v's slot in its group (the function reads it at
  * slots[number]; cg_locals_t), given at the first call, or -1 when v has
  * no slot. */
