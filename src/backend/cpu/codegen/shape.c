@@ -208,17 +208,6 @@ void cg_load_begin(cg_buf_t *b, int level, const loom_graph_t *g, int32_t v) {
   cg_printf(b, "p%d[", (int)v);
 }
 
-bool cg_scalar_constant(const loom_graph_t *g, int32_t v, double *x) {
-  const ir_value_t *val = &g->values[v];
-  loom_dtype_t d = val->type.dtype;
-  if (val->kind != IR_VALUE_CONST || !val->data || (d != LOOM_F32 && d != LOOM_F64) ||
-      loom_tensor_numel(val->data) != 1)
-    return false;
-  const void *p = loom_tensor_data(val->data);
-  *x = d == LOOM_F32 ? (double)*(const float *)p : *(const double *)p;
-  return true;
-}
-
 void cg_load_end(cg_buf_t *b, const loom_graph_t *g, int32_t v) {
   cg_printf(b, load_fn(g->values[v].type.dtype) ? "]);\n" : "];\n");
 }
@@ -231,6 +220,17 @@ void cg_store_end(cg_buf_t *b, const loom_graph_t *g, int32_t v) {
   const char *f = store_fn(g->values[v].type.dtype);
   if (f) cg_printf(b, "] = %s(v%d);\n", f, (int)v);
   else cg_printf(b, "] = v%d;\n", (int)v);
+}
+
+bool cg_scalar_constant(const loom_graph_t *g, int32_t v, double *x) {
+  const ir_value_t *val = &g->values[v];
+  loom_dtype_t d = val->type.dtype;
+  if (val->kind != IR_VALUE_CONST || !val->data || (d != LOOM_F32 && d != LOOM_F64) ||
+      loom_tensor_numel(val->data) != 1)
+    return false;
+  const void *p = loom_tensor_data(val->data);
+  *x = d == LOOM_F32 ? (double)*(const float *)p : *(const double *)p;
+  return true;
 }
 
 int32_t cg_slot(const cg_ctx_t *c, int32_t v) {
