@@ -1,6 +1,7 @@
 /* LOOM_CPU_ISA caps the instruction set (core/isa.h). The test suite runs
- * this program with the variable unset, at avx2 and at portable
- * (CMakeLists.txt): every kernel family names the instance the cap and
+ * this program with the variable unset, at avx2, at portable and at a
+ * value it does not know, which caps nothing (CMakeLists.txt): every
+ * kernel family names the instance the cap and
  * the CPU allow, no wider one can be forced, and a compiled graph (conv2d,
  * matmul, a fused elementwise chain, a reduction), whose generated code
  * is compiled within the cap, matches the reference interpreter. */
