@@ -58,45 +58,16 @@ static const gemm_ukernel_fn avx2_wide_short_rows[] = UK_SHORT_TABLE;
 #undef UK_ASTEP
 #undef UK_NV
 
-/* A last tile of NC <= 4 columns of the 6x16 shape: the panel's 6 rows
- * are the vector (6 of 8 lanes), one accumulator per column and chain;
- * CH chains over k cover the FMA latency, as the columns alone would not. */
-#define NARROW(NC, CH)                                                         \
-  UK_TARGET static void ukernel_avx2_6x##NC(int64_t kc, const float *restrict a,   \
-                                            const float *restrict b,           \
-                                            float *restrict c, int64_t ldc,    \
-                                            int accumulate, int64_t rows) {    \
-    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);      \
-    __m256 acc[CH][NC];                                                        \
-    for (int h = 0; h < CH; h++)                                               \
-      for (int j = 0; j < NC; j++) acc[h][j] = _mm256_setzero_ps();            \
-    int64_t p = 0;                                                             \
-    for (; p + CH <= kc; p += CH)                                              \
-      for (int h = 0; h < CH; h++) {                                           \
-        __m256 av = _mm256_maskload_ps(a + (p + h) * 6, six);                  \
-        for (int j = 0; j < NC; j++)                                           \
-          acc[h][j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + (p + h) * 16 + j), \
-                                      acc[h][j]);                              \
-      }                                                                        \
-    for (; p < kc; p++) {                                                      \
-      __m256 av = _mm256_maskload_ps(a + p * 6, six);                          \
-      for (int j = 0; j < NC; j++)                                             \
-        acc[0][j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + p * 16 + j), acc[0][j]); \
-    }                                                                          \
-    for (int j = 0; j < NC; j++) {                                             \
-      __m256 sum = acc[0][j];                                                  \
-      for (int h = 1; h < CH; h++) sum = _mm256_add_ps(sum, acc[h][j]);        \
-      float col[8];                                                            \
-      _mm256_storeu_ps(col, sum);                                              \
-      for (int64_t i = 0; i < rows; i++)                                       \
-        c[i * ldc + j] = accumulate ? c[i * ldc + j] + col[i] : col[i];        \
-    }                                                                          \
-  }
-NARROW(1, 4)
-NARROW(2, 4)
-NARROW(3, 2)
-NARROW(4, 2)
-#undef NARROW
+/* The 6x16 shape's last tiles of 1 to 4 columns: 6 of 8 lanes. */
+#define NARROW_NAME(nc) ukernel_avx2_6x##nc
+#define NARROW_MR 6
+#define NARROW_NR 16
+#define NARROW_LOAD_A(p) _mm256_maskload_ps((p), _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0))
+#include "backend/cpu/kernels/gemm_narrow.inc"
+#undef NARROW_NAME
+#undef NARROW_MR
+#undef NARROW_NR
+#undef NARROW_LOAD_A
 
 /* Eight rows of eight floats, transposed in registers: out[j] holds
  * element j of every row. */

@@ -31,46 +31,18 @@
 #include "backend/cpu/kernels/gemm_short_rows.inc"
 static const gemm_ukernel_fn avx512_short_rows[] = UK_SHORT_TABLE;
 
-/* A last tile of NC <= 4 columns: the panel's 12 rows are the vector (12
- * of 16 lanes), one accumulator per column and chain; CH chains over k
- * cover the FMA latency. B is read from 32-wide panels, so that a 17- to
- * 20-column tile (a 7x7 layer's 49 positions end in 17) runs as the
- * 16-wide half and this. */
-#define NARROW(NC, CH)                                                               \
-  UK_TARGET static void ukernel_avx512_12x##NC(int64_t kc, const float *restrict a,  \
-                                               const float *restrict b,             \
-                                               float *restrict c, int64_t ldc,      \
-                                               int accumulate, int64_t rows) {      \
-    const __mmask16 twelve = 0x0FFF;                                                 \
-    __m512 acc[CH][NC];                                                              \
-    for (int h = 0; h < CH; h++)                                                     \
-      for (int j = 0; j < NC; j++) acc[h][j] = _mm512_setzero_ps();                  \
-    int64_t p = 0;                                                                   \
-    for (; p + CH <= kc; p += CH)                                                    \
-      for (int h = 0; h < CH; h++) {                                                 \
-        __m512 av = _mm512_maskz_loadu_ps(twelve, a + (p + h) * 12);                 \
-        for (int j = 0; j < NC; j++)                                                 \
-          acc[h][j] = _mm512_fmadd_ps(av, _mm512_set1_ps(b[(p + h) * 32 + j]), acc[h][j]); \
-      }                                                                              \
-    for (; p < kc; p++) {                                                            \
-      __m512 av = _mm512_maskz_loadu_ps(twelve, a + p * 12);                         \
-      for (int j = 0; j < NC; j++)                                                   \
-        acc[0][j] = _mm512_fmadd_ps(av, _mm512_set1_ps(b[p * 32 + j]), acc[0][j]);   \
-    }                                                                                \
-    for (int j = 0; j < NC; j++) {                                                   \
-      __m512 sum = acc[0][j];                                                        \
-      for (int h = 1; h < CH; h++) sum = _mm512_add_ps(sum, acc[h][j]);              \
-      float col[16];                                                                 \
-      _mm512_storeu_ps(col, sum);                                                    \
-      for (int64_t i = 0; i < rows; i++)                                             \
-        c[i * ldc + j] = accumulate ? c[i * ldc + j] + col[i] : col[i];              \
-    }                                                                                \
-  }
-NARROW(1, 4)
-NARROW(2, 4)
-NARROW(3, 2)
-NARROW(4, 2)
-#undef NARROW
+/* The last tiles of 1 to 4 columns, 12 of 16 lanes; also a 17- to
+ * 20-column tile (a 7x7 layer's 49 positions end in 17) after the
+ * 16-wide half. */
+#define NARROW_NAME(nc) ukernel_avx512_12x##nc
+#define NARROW_MR 12
+#define NARROW_NR 32
+#define NARROW_LOAD_A(p) _mm512_maskz_loadu_ps(0x0FFF, (p))
+#include "backend/cpu/kernels/gemm_narrow.inc"
+#undef NARROW_NAME
+#undef NARROW_MR
+#undef NARROW_NR
+#undef NARROW_LOAD_A
 
 static int avx512_supported(void) {
   return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
