@@ -172,6 +172,37 @@ static void matches_definition(void) {
   core_pool_destroy(pool);
 }
 
+/* V is written in the GEMM's panels (nr tiles wide, k blocked by kc):
+ * under every GEMM micro-kernel the CPU runs (nr 32, 16, 8), with blocks
+ * whose tile rows start inside a panel, a last panel part-filled, and
+ * channels beyond one k block (300: two blocks of 150). */
+static const wcase_t panel_cases[] = {
+    {1, 16, 56, 56, 20, {1, 1, 1, 1}},  /* 28-tile rows, blocks of whole panels */
+    {2, 17, 15, 21, 19, {1, 1, 1, 1}},  /* 88 tiles an image: a last panel part-filled */
+    {1, 300, 9, 9, 24, {1, 1, 1, 1}},   /* two k blocks, 25 tiles */
+    {1, 300, 18, 14, 18, {0, 1, 0, 1}}, /* two k blocks, 56 tiles */
+};
+
+static void v_in_gemm_panels(void) {
+  test_seed(37);
+  static const char *const gemms[] = {"avx512", "avx2", "avx2_wide", "portable"};
+  core_pool_t *pool = NULL;
+  CHECK_OK(core_pool_create(2, &pool));
+  int ran = 0;
+  for (size_t g = 0; g < sizeof gemms / sizeof *gemms; g++) {
+    if (!kern_gemm_force_isa(gemms[g])) continue;
+    printf("  GEMM: %s\n", gemms[g]);
+    ran++;
+    for (int m = 2; m <= 4; m += 2)
+      for (size_t i = 0; i < sizeof panel_cases / sizeof *panel_cases; i++) {
+        check_case(&panel_cases[i], m, NULL, 1);
+        check_case(&panel_cases[i], m, pool, 0);
+      }
+  }
+  CHECK(ran >= 1 && kern_gemm_force_isa(NULL));
+  core_pool_destroy(pool);
+}
+
 /* Layers the form does not take: nothing is written and 0 comes back. */
 static void declines_other_layers(void) {
   test_seed(37);
@@ -445,6 +476,7 @@ static void precise_option_chooses(void) {
 
 int main(void) {
   TEST_RUN(matches_definition);
+  TEST_RUN(v_in_gemm_panels);
   TEST_RUN(declines_other_layers);
   TEST_RUN(error_within_direct_sum);
   TEST_RUN(default_within_direct_error);

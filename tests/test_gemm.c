@@ -241,6 +241,40 @@ static void gemm_packed_b_column_blocks(void) {
   free(packed);
 }
 
+/* gemm_pack_b_packed (a B written in the driver's panels, packed again
+ * for a task's other blocking) gives what gemm_pack_b_matrix packs from
+ * the plain matrix, for every micro-kernel's nr, blocks of k and columns
+ * that straddle the layout's, and a part-filled last panel. */
+static void gemm_repacks_packed_b(void) {
+  int64_t k = 300, n = 77;
+  float *b = random_floats(k * n);
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(isas[i])) continue;
+    gemm_b_layout_t l = gemm_b_layout(k, n);
+    float *laid = calloc((size_t)(k * l.npad), sizeof(float));
+    gemm_problem_t plain = {.n = n, .k = k, .batch = 1, .groups = 1, .b = b, .ldb = n};
+    for (int64_t pc = 0; pc < k; pc += l.kc)
+      gemm_pack_b_matrix(&plain, 0, pc, k - pc < l.kc ? k - pc : l.kc, 0, n, (int)l.nr,
+                         laid + pc * l.npad);
+    gemm_problem_t p = {.n = n, .k = k, .batch = 1, .groups = 1, .b = laid,
+                        .b_npad = l.npad, .b_kc = l.kc};
+    static const int64_t blocks[][4] = {{0, 64, 0, 77}, {40, 100, 13, 50}, {250, 50, 64, 13}};
+    for (int j = 0; j < 3; j++) {
+      int64_t pc = blocks[j][0], kc = blocks[j][1], jc = blocks[j][2], nc = blocks[j][3];
+      size_t size = (size_t)((nc + l.nr - 1) / l.nr * l.nr * kc);
+      float *want = malloc(size * sizeof(float)), *got = malloc(size * sizeof(float));
+      gemm_pack_b_matrix(&plain, 0, pc, kc, jc, nc, (int)l.nr, want);
+      gemm_pack_b_packed(&p, 0, pc, kc, jc, nc, (int)l.nr, got);
+      CHECK(memcmp(want, got, size * sizeof(float)) == 0);
+      free(want);
+      free(got);
+    }
+    free(laid);
+  }
+  CHECK(kern_gemm_force_isa(NULL));
+  free(b);
+}
+
 /* Items in two levels, as attention reads its heads in place: q and k
  * are (seq x d) blocks of one (batch, seq, 3 x heads x d) QKV array,
  * item (b, h) at b's rows and h's columns; scores = q k^T into a
@@ -476,6 +510,7 @@ int main(void) {
   TEST_RUN(gemm_edge_widths);
   TEST_RUN(gemm_edge_heights);
   TEST_RUN(gemm_packed_b_column_blocks);
+  TEST_RUN(gemm_repacks_packed_b);
   TEST_RUN(gemm_grouped_items);
   TEST_RUN(gemm_repeatable);
   TEST_RUN(conv2d_configurations);

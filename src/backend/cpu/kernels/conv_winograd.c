@@ -96,25 +96,29 @@ typedef struct wino {
   const void *u_packed;        /* gemm_pack_a_ahead of U: o x c, xi groups */
   int64_t tx;                  /* tiles across an image */
   int64_t tiles, blocks, span; /* per image; tiles a block (the last may have fewer) */
+  gemm_b_layout_t v;           /* V's panels, span columns */
   atomic_int failed;           /* a task found no scratch */
 } wino_t;
+
+static int64_t v_stride(const wino_t *w) { return w->d->c * w->v.npad + WINO_XI_SKEW; }
 
 static wino_block_t block_of(const wino_t *w, int64_t i) {
   int64_t t0 = i % w->blocks * w->span;
   int64_t t1 = t0 + w->span < w->tiles ? t0 + w->span : w->tiles;
-  return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, t1 - t0};
+  return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, t1 - t0, w->v.nr, w->v.kc,
+                        w->v.npad, v_stride(w)};
 }
 
 static int64_t wino_xi(const wino_t *w) { return positions_xi(w->tf->m); }
 
 /* Floats of a block's V and M, with the slack the transforms read past. */
 static size_t block_floats(const wino_t *w) {
-  return (size_t)(wino_xi(w) * (w->d->c + w->d->o) * w->span + 2 * WINO_SLACK);
+  return (size_t)(wino_xi(w) * (v_stride(w) + w->d->o * w->span) + 2 * WINO_SLACK);
 }
 
 /* M, after V (of block_floats' buffer v). */
 static float *block_m(const wino_t *w, float *v) {
-  return v + wino_xi(w) * w->d->c * w->span + WINO_SLACK;
+  return v + wino_xi(w) * v_stride(w) + WINO_SLACK;
 }
 
 /* The epilogue over block b's positions, output channels [o0, o1): whole
@@ -147,13 +151,14 @@ static void finish_block(const wino_t *w, const wino_block_t *b, int64_t o0, int
                 run0, run1 - run0);
 }
 
-/* The products of block b: M[xi] = U[xi] @ V[xi]. */
+/* The products of block b: M[xi] = U[xi] @ V[xi], V read as packed. */
 static void block_gemms(const wino_t *w, const wino_block_t *b, const float *v, float *m,
                         core_pool_t *pool) {
   const loom_abi_conv2d_t *d = w->d;
   gemm_problem_t p = {.m = d->o, .n = b->n, .k = d->c, .batch = wino_xi(w), .groups = wino_xi(w),
                       .lda = d->c, .sa = {0, d->o * d->c},
-                      .b = v, .ldb = b->n, .sb = {0, d->c * b->n}, .pack_b = gemm_pack_b_matrix,
+                      .b = v, .sb = {0, b->xi_stride}, .pack_b = gemm_pack_b_packed,
+                      .b_packed = v, .b_npad = b->npad, .b_kc = b->kc,
                       .c = m, .ldc = b->n, .sc = {0, d->o * b->n}};
   gemm_use_packed_a(&p, w->u_packed);
   gemm_run(&p, pool);
@@ -267,6 +272,41 @@ int kern_conv2d_winograd_takes(const loom_abi_conv2d_t *d, int m) {
   return runs(d, m) && (d->weight_packed || d->n * d->ho * d->wo >= PER_CALL_MIN_POSITIONS);
 }
 
+/* The busiest thread's work when n images of `tiles` go in blocks of span
+ * tiles, each block in turn to the thread free first (as the pool hands
+ * them out): per block, its tiles (the transforms) and its columns
+ * padded to nr (the GEMMs). */
+static int64_t plan_cost(int64_t n, int64_t tiles, int64_t span, int64_t nr, int threads) {
+  enum { MOST_THREADS = 64 };
+  int64_t load[MOST_THREADS] = {0}, worst = 0;
+  if (threads > MOST_THREADS) threads = MOST_THREADS;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t t0 = 0; t0 < tiles; t0 += span) {
+      int64_t cols = tiles - t0 < span ? tiles - t0 : span, free = 0;
+      for (int t = 1; t < threads; t++)
+        if (load[t] < load[free]) free = t;
+      load[free] += cols + (cols + nr - 1) / nr * nr;
+      worst = load[free] > worst ? load[free] : worst;
+    }
+  return worst;
+}
+
+/* span, or a multiple of nr no larger than `most` where that costs less:
+ * full panels leave the GEMMs no padded columns and the transforms none to
+ * zero (a 56x56 layer's 28-tile rows in blocks of 56 padded each to 64). */
+static int64_t panel_span(int64_t n, int64_t tiles, int64_t span, int64_t most, int64_t nr,
+                          int threads) {
+  int64_t best = span, cost = plan_cost(n, tiles, span, nr, threads);
+  for (int64_t s = nr; s <= most; s += nr) {
+    int64_t c = plan_cost(n, tiles, s, nr, threads);
+    if (c < cost || (c == cost && s % nr == 0 && best % nr != 0)) {
+      best = s;
+      cost = c;
+    }
+  }
+  return best;
+}
+
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
   if (!runs(d, m)) return 0;
   wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
@@ -291,7 +331,10 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
     if ((d->n * even) % threads == 0 && w.tiles / even >= most / 2) blocks = even;
   }
   w.span = (w.tiles + blocks - 1) / blocks;
+  int64_t nr = gemm_b_layout(d->c, w.span).nr;
+  if (!phased) w.span = panel_span(d->n, w.tiles, w.span, most, nr, threads);
   w.blocks = (w.tiles + w.span - 1) / w.span;
+  w.v = gemm_b_layout(d->c, w.span);
   kern_scratch_t u = {-1, NULL};
   w.u_packed = d->weight_packed;
   if (!packed_for_winograd(d, m)) {

@@ -394,7 +394,8 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
       /* Prepacked panels of block pc start at pc * npad, column jc's at
        * jc * kc within it (jc is a multiple of nr). */
       const float *bpanel = bk->bbuf;
-      if (p->b_packed && p->b_kc == bk->kc) bpanel = p->b_packed + pc * p->b_npad + jc * kc;
+      if (p->b_packed && p->b_kc == bk->kc)
+        bpanel = p->b_packed + gemm_offset(p->sb, p->groups, t) + pc * p->b_npad + jc * kc;
       else p->pack_b(p, t, pc, kc, jc, nc, isa->nr, bk->bbuf);
       /* Prepacked A panels: block pc at pc * mpad, row ic's at ic * kc
        * (ic is a multiple of mr). */
@@ -678,6 +679,27 @@ void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, i
       int64_t kc = k - pc < h->kc ? k - pc : h->kc;
       pack_a(&p, isa, a + g * stride, 0, m, pc, kc, data + (g * k + pc) * h->mpad);
     }
+}
+
+gemm_b_layout_t gemm_b_layout(int64_t k, int64_t n) {
+  const gemm_isa_t *isa = isa_current();
+  return (gemm_b_layout_t){isa->nr, balanced(k, isa->kc, 1), ceil_div(n, isa->nr) * isa->nr};
+}
+
+void gemm_pack_b_packed(const gemm_problem_t *p, int64_t item, int64_t pc, int64_t kc,
+                        int64_t jc, int64_t nc, int nr, float *dst) {
+  const float *b = p->b + gemm_offset(p->sb, p->groups, item);
+  for (int64_t j = 0; j < ceil_div(nc, nr) * nr; j++) {
+    int64_t col = jc + j;
+    float *out = dst + j / nr * nr * kc + j % nr;
+    for (int64_t q = 0; q < kc; q++) {
+      int64_t row = pc + q, block = row / p->b_kc * p->b_kc;
+      int64_t depth = p->k - block < p->b_kc ? p->k - block : p->b_kc;
+      out[q * nr] = j < nc ? b[block * p->b_npad + col / nr * nr * depth +
+                               (row - block) * nr + col % nr]
+                           : 0.0f;
+    }
+  }
 }
 
 void gemm_use_packed_a(gemm_problem_t *p, const void *packed) {

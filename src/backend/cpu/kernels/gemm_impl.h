@@ -98,7 +98,10 @@ struct gemm_problem {
   float *c;
   int64_t ldc;
   gemm_stride_t sc;
-  const float *b_packed; /* B's panels packed ahead (every item's), or NULL */
+  /* B's panels packed ahead, or NULL: item t's at b_packed + its sb
+   * offset (sb zero: one B for every item), each kc-deep block pc of k at
+   * pc * b_npad, the panel of column jc at jc * kc within it. */
+  const float *b_packed;
   int64_t b_npad, b_kc;  /* b_packed: columns padded to nr, k blocking */
   /* A's panels packed ahead (gemm_pack_a_ahead), one set per group (item t
    * reads set t % groups), or NULL: block pc of a set starts at pc * a_mpad,
@@ -117,6 +120,18 @@ struct gemm_problem {
 void gemm_pack_b_matrix(const gemm_problem_t *p, int64_t item, int64_t pc,
                         int64_t kc, int64_t jc, int64_t nc, int nr,
                         float *dst);
+
+/* How the driver blocks a B of k x n that its producer writes packed
+ * (Winograd's input transform): nr-wide panels, kc-deep blocks of k,
+ * columns padded to npad. Point b and b_packed at it and take
+ * gemm_pack_b_packed as pack_b, which serves the blockings that differ
+ * (a task without scratch packs in smaller blocks). */
+typedef struct gemm_b_layout {
+  int64_t nr, kc, npad;
+} gemm_b_layout_t;
+gemm_b_layout_t gemm_b_layout(int64_t k, int64_t n);
+void gemm_pack_b_packed(const gemm_problem_t *p, int64_t item, int64_t pc, int64_t kc,
+                        int64_t jc, int64_t nc, int nr, float *dst);
 
 /* A (m x k row-major, rows lda apart; `groups` matrices `stride` floats
  * apart) packed once into the panels the driver would pack, for

@@ -17,12 +17,21 @@ enum { WINO_MAX_W = 2048 };
  * last vectors (whose extra lanes are dropped): buffers carry this slack. */
 enum { WINO_SLACK = 16 };
 
-/* Tiles [t0, t1) of image img of a layer with tx tiles a row; V's and M's
- * rows are n = t1 - t0 long. */
+/* Tiles [t0, t1) of image img of a layer with tx tiles a row; M's rows
+ * are n = t1 - t0 long. V[xi] is the GEMM's B (channels x tiles) in the
+ * panels its driver packs (gemm_b_layout): nr tiles a panel, kc-deep
+ * blocks of channels, npad tiles a channel, so that the GEMMs read it as
+ * it is written. */
 typedef struct wino_block {
   const loom_abi_conv2d_t *d;
   int64_t tx, img, t0, t1, n;
+  int64_t nr, kc, npad, xi_stride; /* xi_stride: floats from V[xi] to V[xi + 1] */
 } wino_block_t;
+
+/* V[xi] is c * npad floats and these more: a power of two between the
+ * alpha^2 rows that one vector of tiles stores (16 KiB at 64 channels)
+ * maps them to one set of L1, which made the input transform 2x slower. */
+enum { WINO_XI_SKEW = 16 };
 
 typedef struct wino_transforms {
   int m, alpha;
@@ -30,7 +39,8 @@ typedef struct wino_transforms {
    * o1), from w (o, c, 3, 3); taps: scratch of 9 * c + WINO_SLACK floats. */
   void (*filters)(const float *w, int64_t o, int64_t c, int64_t o0, int64_t o1, float *taps,
                   float *u);
-  /* V[xi][ci][t - t0] = (B^T d B)[xi] for b's tiles, channels [c0, c1). */
+  /* V[xi] = (B^T d B)[xi] for b's tiles, channels [c0, c1), in b's
+   * panels; the columns padding the last panel are zeros. */
   void (*input)(const wino_block_t *b, int64_t c0, int64_t c1, float *v);
   /* Y over b's tiles = A^T M A + bias, output channels [o0, o1), from
    * M[xi][oc][t - t0]. */
