@@ -31,6 +31,7 @@ static const layer_t layers[] = {
     {3, 64, 4, 4, 40, 3, 1, 1, 1},    /* small images: batched */
     {2, 16, 20, 20, 24, 3, 1, 1, 1},  /* Winograd, per call */
     {1, 32, 14, 14, 32, 3, 1, 1, 1},  /* Winograd, 49 tiles */
+    {1, 3, 30, 30, 16, 7, 2, 3, 1},   /* a stem, stride 2: polyphase direct */
     {2, 12, 10, 9, 26, 3, 2, 1, 2},   /* groups, stride 2: implicit only */
 };
 
@@ -124,7 +125,8 @@ static void candidates_compute_the_definition(void) {
   /* The kinds of layer above list what they are there for. */
   kern_conv_algo_t cand[KERN_CONV_N_ALGOS];
   static const kern_conv_algo_t expected[] = {KERN_CONV_DIRECT, KERN_CONV_BATCHED,
-                                              KERN_CONV_WINOGRAD2, KERN_CONV_WINOGRAD2};
+                                              KERN_CONV_WINOGRAD2, KERN_CONV_WINOGRAD2,
+                                              KERN_CONV_POLYPHASE};
   for (size_t i = 0; i < sizeof expected / sizeof *expected; i++) {
     loom_abi_conv2d_t d = geometry(&layers[i]);
     int n = kern_conv2d_candidates(&d, KERN_CONV_FAST, KERN_CONV_FORWARD, cand), found = 0;

@@ -179,7 +179,15 @@ static double conv_ref(const loom_abi_conv2d_t *d, int64_t img, int64_t o, int64
   return s;
 }
 
-static void check_forward(const conv_case_t *q, core_pool_t *pool) {
+/* Runs d's layer with one algorithm; 0: it did not take the layer. */
+typedef int (*conv_runner_t)(const loom_abi_conv2d_t *d, core_pool_t *pool);
+
+static int run_chosen(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  kern_conv2d_f32(d, KERN_CONV_DEFAULT, pool);
+  return 1;
+}
+
+static void check_forward_by(const conv_case_t *q, core_pool_t *pool, conv_runner_t run) {
   int64_t ho = out_size(q->h, q->pt, q->pb, q->dy, q->kh, q->sy);
   int64_t wo = out_size(q->w, q->pl, q->pr, q->dx, q->kw, q->sx);
   int64_t positions = ho * wo, numel = q->n * q->o * positions;
@@ -194,7 +202,7 @@ static void check_forward(const conv_case_t *q, core_pool_t *pool) {
                          {q->sy, q->sx}, {q->pt, q->pl, q->pb, q->pr},
                          {q->dy, q->dx}, q->groups, x, w, bias, y,
                          q->epilogue ? count_epilogue : NULL, &k, NULL};
-  kern_conv2d_f32(&d, KERN_CONV_DEFAULT, pool);
+  CHECK(run(&d, pool));
   int wrong = 0, counts = 0;
   for (int64_t i = 0; i < numel; i++) {
     int64_t img = i / (q->o * positions), o = i / positions % q->o, p = i % positions;
@@ -218,6 +226,10 @@ static void check_forward(const conv_case_t *q, core_pool_t *pool) {
   free(bias);
   free(y);
   free(k.seen);
+}
+
+static void check_forward(const conv_case_t *q, core_pool_t *pool) {
+  check_forward_by(q, pool, run_chosen);
 }
 
 /* Batches of images with fewer than 128 output positions each and at
@@ -285,6 +297,51 @@ static void direct_forward_configurations(void) {
   d.stride[0] = d.stride[1] = 2;
   d.ho = d.wo = 14;
   CHECK(kern_conv2d_direct_f32(&d, NULL) == 0);
+}
+
+/* At most 8 input channels, one group, no dilation, strides 1 to 4: the
+ * polyphase kernel (ResNet's stem; output channels in blocks of 8 or 6
+ * with remainders; rows shorter than a vector; several tasks an image,
+ * whose last vectors stop at the task's rows; uneven pads and strides). */
+static const conv_case_t polyphase_cases[] = {
+    {1, 3, 30, 30, 64, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 1},   /* a stem */
+    {2, 3, 17, 23, 13, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 1},   /* 8 + 5 channels */
+    {1, 3, 40, 300, 10, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 1},  /* 7 tasks of 3 rows */
+    {1, 2, 20, 19, 10, 5, 4, 3, 3, 2, 1, 0, 3, 1, 1, 1, 0, 1},   /* stride 3, uneven pads */
+    {1, 3, 67, 67, 16, 11, 11, 4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1}, /* 11x11 stride 4 */
+    {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1},    /* stride 1 */
+    {1, 3, 10, 8, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* 5-wide planes */
+    {1, 4, 12, 40, 20, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* strides 2 and 1 */
+    {1, 8, 14, 14, 24, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 0},   /* 1x1 stride 2 */
+};
+
+static void polyphase_forward_configurations(void) {
+  static const char *const isas[] = {"avx512", "avx2"};
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_conv_direct_force_isa(isas[k])) continue;
+    for (int threads = 1; threads <= 3; threads++) {
+      core_pool_t *pool = NULL;
+      if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+      for (size_t i = 0; i < sizeof polyphase_cases / sizeof *polyphase_cases; i++)
+        check_forward_by(&polyphase_cases[i], pool, kern_conv2d_polyphase_f32);
+      core_pool_destroy(pool);
+    }
+  }
+  CHECK(kern_conv_direct_force_isa(NULL));
+  /* Layers it leaves to the others: 9 input channels, groups, dilation. */
+  float x[9 * 16 * 16] = {0}, w[8 * 9 * 9] = {0}, y[8 * 16 * 16];
+  loom_abi_conv2d_t d = {1, 9, 16, 16, 8, 3, 3, 8, 8, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1,
+                         x, w, NULL, y, NULL, NULL, NULL};
+  CHECK(!kern_conv2d_polyphase_suits(&d) && !kern_conv2d_polyphase_f32(&d, NULL));
+  d.c = 8;
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  CHECK(kern_conv2d_polyphase_suits(&d) == avx2);
+  d.groups = 2;
+  CHECK(!kern_conv2d_polyphase_suits(&d));
+  d.groups = 1;
+  d.dilation[0] = 2;
+  d.ho = 7;
+  CHECK(!kern_conv2d_polyphase_suits(&d));
 }
 
 /* ---- Compiled conv_transpose2d ------------------------------------------ */
@@ -447,6 +504,7 @@ int main(void) {
   TEST_RUN(input_grad_configurations);
   TEST_RUN(batched_forward_configurations);
   TEST_RUN(direct_forward_configurations);
+  TEST_RUN(polyphase_forward_configurations);
   TEST_RUN(compiled_transpose_with_epilogue);
   TEST_RUN(compiled_batch_norm);
   TEST_RUN(compiled_channel_reductions);

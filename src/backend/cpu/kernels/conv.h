@@ -19,6 +19,7 @@ typedef enum kern_conv_algo {
   KERN_CONV_IMPLICIT,  /* GEMM over an implicit im2col: always runs */
   KERN_CONV_BATCHED,   /* one GEMM over every image's positions */
   KERN_CONV_DIRECT,    /* the direct kernel, few output channels */
+  KERN_CONV_POLYPHASE, /* direct by phases, few input channels, any stride */
   KERN_CONV_WINOGRAD2, /* Winograd F(2x2, 3x3) */
   KERN_CONV_WINOGRAD4, /* Winograd F(4x4, 3x3) */
   KERN_CONV_N_ALGOS
@@ -61,8 +62,8 @@ int kern_conv2d_input_grad_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo
 /* conv2d's weight (o, c/groups, kh, kw) packed once for
  * loom_abi_conv2d_t.weight_packed, in the form algo takes (d->weight is
  * read; x, y and the rest unused): the GEMM's A panels, or Winograd's
- * transformed weights; the direct kernel takes the GEMM's form and
- * ignores it. kern_conv2d_packed_bytes sizes the buffer (64-byte
+ * transformed weights; the direct kernels take the GEMM's form and
+ * ignore it. kern_conv2d_packed_bytes sizes the buffer (64-byte
  * aligned), which kern_conv2d_pack_weight fills (0: out of memory). A
  * buffer packed for another algorithm, micro-kernel or shape is ignored
  * by conv2d (it packs the weights itself). */
@@ -105,6 +106,13 @@ int kern_conv2d_direct_suits(const loom_abi_conv2d_t *d);
  * NULL goes back to the best. */
 const char *kern_conv_direct_isa(void);
 int kern_conv_direct_force_isa(const char *name);
+
+/* conv2d computed directly for layers with few input channels (at most 8,
+ * one group, no dilation, strides up to 4; conv_polyphase.c), with the
+ * direct kernel's ISA. Returns 0, having done nothing, when d is not such
+ * a layer, the CPU lacks AVX2 or scratch memory ran out. */
+int kern_conv2d_polyphase_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+int kern_conv2d_polyphase_suits(const loom_abi_conv2d_t *d);
 
 /* conv2d 3x3 stride 1 by Winograd's F(m x m, 3x3), m = 2 or 4
  * (conv_winograd.c): GEMMs over transformed tiles, 1/2.25 (F(2x2)) or

@@ -2,8 +2,8 @@
  * algorithm chosen, then run.
  *
  * A layer's candidates are the implicit GEMM, which takes every layer,
- * and those of the direct kernel, the batched GEMM and Winograd's F(2x2) and
- * F(4x4) that take it under the mode (Winograd only within its error
+ * and those of the direct and polyphase direct kernels, the batched GEMM
+ * and Winograd's F(2x2) and F(4x4) that take it under the mode (Winograd only within its error
  * bound unless the mode is FAST). Which is fastest depends on the ISA,
  * the caches and the thread count, which fixed rules written on one
  * machine get wrong on another; so the first call with a new geometry
@@ -31,6 +31,7 @@ const char *kern_conv_algo_name(kern_conv_algo_t algo, kern_conv_pass_t pass) {
     case KERN_CONV_IMPLICIT: return pass == KERN_CONV_FORWARD ? "implicit GEMM" : "GEMM + col2im";
     case KERN_CONV_BATCHED: return "batched GEMM";
     case KERN_CONV_DIRECT: return "direct";
+    case KERN_CONV_POLYPHASE: return "polyphase direct";
     case KERN_CONV_WINOGRAD2: return "Winograd F(2x2)";
     case KERN_CONV_WINOGRAD4: return "Winograd F(4x4)";
     default: return "?";
@@ -60,6 +61,8 @@ int kern_conv2d_candidates(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
   int n = 0, tiles[2];
   out[n++] = KERN_CONV_IMPLICIT;
   if (pass == KERN_CONV_FORWARD && kern_conv2d_direct_suits(d)) out[n++] = KERN_CONV_DIRECT;
+  if (pass == KERN_CONV_FORWARD && kern_conv2d_polyphase_suits(d))
+    out[n++] = KERN_CONV_POLYPHASE;
   if (pass == KERN_CONV_FORWARD && kern_conv2d_batched_suits(d)) out[n++] = KERN_CONV_BATCHED;
   for (int i = 0, k = winograd_tiles(d, mode, pass, tiles); i < k; i++)
     out[n++] = winograd_algo(tiles[i]);
@@ -74,6 +77,9 @@ kern_conv_algo_t kern_conv2d_algo_by_rules(const loom_abi_conv2d_t *d, kern_conv
                                                              : KERN_CONV_IMPLICIT;
   }
   if (kern_conv2d_direct_suits(d)) return KERN_CONV_DIRECT;
+  /* A strided stem's GEMM spends a quarter of its time gathering B. */
+  if (kern_conv2d_polyphase_suits(d) && (d->stride[0] > 1 || d->stride[1] > 1))
+    return KERN_CONV_POLYPHASE;
   int m = kern_conv2d_winograd_tile(d, mode);
   /* Weights about to be packed are packed for the tile the rule picks. */
   if (m && (packed || kern_conv2d_winograd_takes(d, m))) return winograd_algo(m);
@@ -232,6 +238,11 @@ static int64_t time_once(trial_t *t, kern_conv_algo_t algo, core_pool_t *pool) {
   return done ? core_now_ns() - t0 : -1;
 }
 
+/* The direct kernels read the weights as they are. */
+static int ignores_packing(kern_conv_algo_t algo) {
+  return algo == KERN_CONV_DIRECT || algo == KERN_CONV_POLYPHASE;
+}
+
 /* Rounds of timings after the first; one when a round takes this long. */
 enum { ROUNDS = 3 };
 static const int64_t LONG_ROUND_NS = 100 * 1000 * 1000;
@@ -242,7 +253,7 @@ static kern_conv_algo_t time_candidates(trial_t *t, int packed, const kern_conv_
                                         int n, core_pool_t *pool, int64_t *best) {
   for (int i = 0; i < n; i++) {
     best[i] = -1;
-    if (!packed || cand[i] == KERN_CONV_DIRECT) continue;
+    if (!packed || ignores_packing(cand[i])) continue;
     size_t bytes = kern_conv2d_packed_bytes(&t->d, cand[i]);
     void *buf = core_aligned_alloc(bytes);
     if (buf && !kern_conv2d_pack_weight(&t->d, cand[i], buf)) {
@@ -254,7 +265,7 @@ static kern_conv_algo_t time_candidates(trial_t *t, int packed, const kern_conv_
   int64_t first = core_now_ns();
   for (int round = 0; round <= ROUNDS; round++) {
     for (int i = 0; i < n; i++) {
-      if (packed && cand[i] != KERN_CONV_DIRECT && !t->packed[cand[i]]) continue;
+      if (packed && !ignores_packing(cand[i]) && !t->packed[cand[i]]) continue;
       if (round > 0 && best[i] < 0) continue; /* did not run */
       int64_t ns = time_once(t, cand[i], pool);
       /* The first round warms caches and scratch; it counts only as a
