@@ -232,23 +232,70 @@ static void emit_index(cg_buf_t *b, int level, const char *var, const char *out,
   cg_printf(b, ";\n");
 }
 
-/* The taps of one block of output columns [c0, c0 + cn). */
+/* The columns where every tap kw lies inside the image: [lo, hi) of all
+ * kw at once (empty when some tap's range is). */
+static void interior_range(const pool_geom_t *g, int64_t *lo, int64_t *hi) {
+  *lo = 0;
+  *hi = g->out.dim[3];
+  for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+    int64_t a, z;
+    column_range(g, kw, &a, &z);
+    *lo = a > *lo ? a : *lo;
+    *hi = z < *hi ? z : *hi;
+  }
+  if (*hi < *lo) *hi = *lo;
+}
+
+/* Widest kernel whose row of taps the interior loop folds unrolled. */
+enum { UNROLLED_TAPS = 8 };
+
+/* One tap (kh, kw) folded at column ow, in a block of its own. */
+static void emit_tap(pool_emit_t *p, int level, int at, const char *kw) {
+  cg_buf_t *b = p->c->out;
+  const pool_geom_t *g = &p->geo;
+  cg_line(b, level, "{\n");
+  emit_index(b, level + 1, "i3", "ow", kw, g->stride[1], g->dilation[1], g->pads[1]);
+  cg_line(b, level + 1, "(void)i3;\n");
+  load_inputs(p, level + 1, true);
+  emit_nodes(p, level + 1, 0, at);
+  emit_fold(p, level + 1);
+  cg_line(b, level, "}\n");
+}
+
+/* The taps of one block of output columns [c0, c0 + cn), row of taps kh
+ * by row: the interior columns fold a row's taps in one pass, unrolled
+ * (the accumulator in a register, the strided loads vectorized), the
+ * columns near the edges tap by tap over each tap's own range. Each
+ * output still folds its taps in the reference's order. */
 static void emit_taps(pool_emit_t *p, int level, int at) {
   cg_buf_t *b = p->c->out;
   const pool_geom_t *g = &p->geo;
+  int64_t in_lo = 0, in_hi = 0;
+  if (g->kernel[1] <= UNROLLED_TAPS) interior_range(g, &in_lo, &in_hi);
+  cg_line(b, level, "const int64_t a = %lld > c0 ? %lld : c0;\n", (long long)in_lo,
+          (long long)in_lo);
+  cg_line(b, level, "const int64_t z = %lld < c0 + cn ? (%lld > a ? %lld : a) : c0 + cn;\n",
+          (long long)in_hi, (long long)in_hi, (long long)in_hi);
   cg_line(b, level, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (long long)g->kernel[0]);
   emit_index(b, level + 1, "i2", "oh", "kh", g->stride[0], g->dilation[0], g->pads[0]);
   cg_line(b, level + 1, "if (i2 < 0 || i2 >= %lld) continue;\n", (long long)g->in.dim[2]);
   if (g->avg && !g->include_pad) cg_line(b, level + 1, "rows++;\n");
+  if (in_hi > in_lo) {
+    cg_line(b, level + 1, "for (int64_t ow = a; ow < z; ow++) {\n");
+    for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+      char tap[24];
+      snprintf(tap, sizeof tap, "%lld", (long long)kw);
+      emit_tap(p, level + 2, at, tap);
+    }
+    cg_line(b, level + 1, "}\n");
+  }
   cg_line(b, level + 1, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (long long)g->kernel[1]);
-  cg_line(b, level + 2, "const int64_t a = lo[kw] > c0 ? lo[kw] : c0;\n");
-  cg_line(b, level + 2, "const int64_t z = hi[kw] < c0 + cn ? hi[kw] : c0 + cn;\n");
-  cg_line(b, level + 2, "for (int64_t ow = a; ow < z; ow++) {\n");
-  emit_index(b, level + 3, "i3", "ow", "kw", g->stride[1], g->dilation[1], g->pads[1]);
-  cg_line(b, level + 3, "(void)i3;\n");
-  load_inputs(p, level + 3, true);
-  emit_nodes(p, level + 3, 0, at);
-  emit_fold(p, level + 3);
+  cg_line(b, level + 2, "const int64_t lo_kw = lo[kw] > c0 ? lo[kw] : c0;\n");
+  cg_line(b, level + 2, "const int64_t hi_kw = hi[kw] < c0 + cn ? hi[kw] : c0 + cn;\n");
+  cg_line(b, level + 2, "for (int64_t ow = lo_kw; ow < hi_kw; ow++) {\n");
+  cg_line(b, level + 3, "if (ow == a && z > a) ow = z;\n");
+  cg_line(b, level + 3, "if (ow >= hi_kw) break;\n");
+  emit_tap(p, level + 3, at, "kw");
   cg_line(b, level + 2, "}\n");
   cg_line(b, level + 1, "}\n");
   cg_line(b, level, "}\n");
