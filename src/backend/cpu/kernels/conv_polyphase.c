@@ -13,10 +13,12 @@
  * direct kernel's idea, conv_direct.c, whose ISA this one follows). The
  * columns of each flattened row past wo are computed and dropped.
  *
- * A task computes a few output rows of one image (its tile in
- * conv_polyphase_tile.inc, per ISA), storing them with the bias, then
- * runs the epilogue on them while they are in cache. */
+ * A task splits the planes of a few output rows of one image, computes
+ * the rows (its tile in conv_polyphase_tile.inc, per ISA), storing them
+ * with the bias, then runs the epilogue on them while they are in
+ * cache. */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backend/cpu/kernels/conv.h"
@@ -26,9 +28,10 @@ enum {
   POLY_MAX_C = 8,          /* input channels taken: beyond, the GEMM's packing pays */
   POLY_MAX_STRIDE = 4,
   POLY_MAX_TAPS = 1024,    /* c * kh * kw */
-  POLY_SPAN = 512,         /* positions a task computes, about */
+  POLY_SPAN = 1024,        /* positions a task computes, about */
 };
-static const int64_t POLY_MAX_PLANES = (int64_t)1 << 28; /* floats: offsets are int32 */
+/* Floats of a task's planes: they stay in its core's caches. */
+static const int64_t POLY_MAX_PLANES = (int64_t)1 << 20;
 
 typedef struct poly poly_t;
 
@@ -36,22 +39,23 @@ typedef struct poly poly_t;
 typedef struct poly_isa {
   const char *name;
   int ob, xw;
-  void (*tile)(const poly_t *g, int64_t p0, int64_t o0, float *y, int64_t p_end);
+  void (*tile)(const poly_t *g, const float *in, int64_t p0, int64_t o0, float *y,
+               int64_t p_end);
 } poly_isa_t;
 
-/* One call's geometry, shared by its tasks. */
+/* One call's geometry, shared by its tasks. A task's planes hold the
+ * rows its output rows read, from its first (plane row oy0). */
 struct poly {
   const loom_abi_conv2d_t *d;
   const poly_isa_t *isa;
   int64_t sy, sx;       /* strides */
-  int64_t hq, wq;       /* a plane's rows and row length */
-  int64_t plane;        /* floats a plane, slack included */
+  int64_t wq;           /* a plane's row length */
+  int64_t planes, plane; /* planes (c * sy * sx); floats a plane, slack included */
   int64_t taps, opad;   /* c * kh * kw; output channels padded to ob */
   int64_t rows, chunks; /* output rows a task; tasks an image */
   int32_t *off;         /* per tap: its plane's offset + (ky / sy) * wq + kx / sx */
   float *wt;            /* weights [tap][opad], zeros past o */
-  float *in;            /* the image's planes */
-  int64_t img;
+  atomic_int failed;    /* a task found no scratch */
 };
 
 #define PT_CAT2(a, b) a##b
@@ -140,17 +144,17 @@ static int suits(const loom_abi_conv2d_t *d, poly_t *g) {
     return 0;
   g->sy = sy;
   g->sx = sx;
-  g->hq = (hp + sy - 1) / sy;
   g->wq = (wp + sx - 1) / sx;
   g->taps = d->c * d->kh * d->kw;
   g->opad = round_up(d->o, g->isa->ob);
   g->rows = POLY_SPAN / g->wq > 1 ? POLY_SPAN / g->wq : 1;
+  g->rows = g->rows < d->ho ? g->rows : d->ho;
   g->chunks = (d->ho + g->rows - 1) / g->rows;
-  /* The last tile reads up to ho * wq + xw - 1 + the farthest tap's
-   * (kh - 1) / sy rows and (kw - 1) / sx columns. */
-  int64_t reach = (d->ho + (d->kh - 1) / sy) * g->wq + (d->kw - 1) / sx + g->isa->xw;
-  g->plane = round_up(reach > g->hq * g->wq ? reach : g->hq * g->wq, 16);
-  return g->plane * d->c * sy * sx <= POLY_MAX_PLANES;
+  g->planes = d->c * sy * sx;
+  /* A task's last tile reads up to rows * wq + xw - 1 + the farthest
+   * tap's (kh - 1) / sy rows and (kw - 1) / sx columns. */
+  g->plane = round_up((g->rows + (d->kh - 1) / sy) * g->wq + (d->kw - 1) / sx + g->isa->xw, 16);
+  return g->plane * g->planes <= POLY_MAX_PLANES;
 }
 
 int kern_conv2d_polyphase_suits(const loom_abi_conv2d_t *d) {
@@ -166,22 +170,23 @@ static void gather(const float *row, int64_t s, int64_t x0, int64_t n, float *ds
   else for (int64_t j = 0; j < n; j++) dst[j] = row[j * s + x0];
 }
 
-/* Planes [begin, end) of image g->img, plane (c, py, px) at index (c * sy
- * + py) * sx + px: the padded image's pixels at rows py + s * i and
- * columns px + s * j, zeros in the padding and the slack. */
-static void split_planes(void *ctx, int64_t begin, int64_t end) {
-  const poly_t *g = ctx;
+/* The planes of image img's output rows from oy0 on, into in: plane (c,
+ * py, px) at index (c * sy + py) * sx + px holds the padded image's
+ * pixels at rows py + s * i and columns px + s * j, from plane row oy0
+ * on; zeros in the padding and the slack. */
+static void split_planes(const poly_t *g, int64_t img, int64_t oy0, float *in) {
   const loom_abi_conv2d_t *d = g->d;
-  for (int64_t q = begin; q < end; q++) {
+  int64_t rows = (g->plane - g->isa->xw) / g->wq; /* the whole rows a plane holds */
+  for (int64_t q = 0; q < g->planes; q++) {
     int64_t c = q / (g->sy * g->sx), py = q / g->sx % g->sy, px = q % g->sx;
     /* Columns [j0, j1) read inside the image, from column j0 * sx + px - pad. */
     int64_t lead = d->pads[1] - px, j0 = lead > 0 ? (lead + g->sx - 1) / g->sx : 0;
     int64_t j1 = (d->w - 1 + lead) / g->sx + 1;
     j1 = j1 > g->wq ? g->wq : j1 < j0 ? j0 : j1;
-    const float *src = d->x + (g->img * d->c + c) * d->h * d->w;
-    float *dst = g->in + q * g->plane;
-    for (int64_t i = 0; i < g->hq; i++, dst += g->wq) {
-      int64_t iy = i * g->sy + py - d->pads[0];
+    const float *src = d->x + (img * d->c + c) * d->h * d->w;
+    float *dst = in + q * g->plane;
+    for (int64_t i = 0; i < rows; i++, dst += g->wq) {
+      int64_t iy = (oy0 + i) * g->sy + py - d->pads[0];
       if (iy < 0 || iy >= d->h) {
         memset(dst, 0, (size_t)g->wq * sizeof(float));
         continue;
@@ -190,45 +195,53 @@ static void split_planes(void *ctx, int64_t begin, int64_t end) {
       gather(src + iy * d->w, g->sx, j0 * g->sx - lead, j1 - j0, dst + j0);
       memset(dst + j1, 0, (size_t)(g->wq - j1) * sizeof(float));
     }
-    memset(dst, 0, (size_t)(g->plane - g->hq * g->wq) * sizeof(float));
+    memset(dst, 0, (size_t)(g->plane - rows * g->wq) * sizeof(float));
   }
 }
 
-/* Output rows [oy0, oy1) of image g->img, all channels, with the bias;
- * then the epilogue on them while they are in cache. */
-static void run_rows(const poly_t *g, int64_t oy0, int64_t oy1) {
+/* Output rows [oy0, oy1) of image img, all channels, with the bias, from
+ * the task's own planes (built here: planes split by whole images
+ * across threads made each read half its rows from the other core's
+ * cache, and the stem scale 1.6x on two); then the epilogue on them
+ * while they are in cache. */
+static void run_rows(const poly_t *g, int64_t img, int64_t oy0, int64_t oy1, float *in) {
   const loom_abi_conv2d_t *d = g->d;
   const poly_isa_t *isa = g->isa;
-  int64_t p_end = oy1 * g->wq, positions = d->ho * d->wo;
-  float *y = d->y + g->img * d->o * positions;
-  /* A group's weights stay in L1 while the rows' planes stream from L2
-   * (all of ResNet's stem weights, 37 KB, and the planes a tile reads
-   * would not fit L1 together). */
+  int64_t p_end = (oy1 - oy0) * g->wq, positions = d->ho * d->wo;
+  float *y = d->y + img * d->o * positions + oy0 * d->wo;
+  split_planes(g, img, oy0, in);
+  /* A group's weights stay in L1 while the planes stream from L2 (all of
+   * ResNet's stem weights, 37 KB, and the planes a tile reads would not
+   * fit L1 together). */
   for (int64_t o0 = 0; o0 < g->opad; o0 += isa->ob)
-    for (int64_t p0 = oy0 * g->wq; p0 < p_end; p0 += isa->xw) isa->tile(g, p0, o0, y, p_end);
+    for (int64_t p0 = 0; p0 < p_end; p0 += isa->xw) isa->tile(g, in, p0, o0, y, p_end);
   if (d->epilogue)
-    d->epilogue(d->epilogue_ctx, g->img, y + oy0 * d->wo, positions, 0, d->o, oy0 * d->wo,
-                (oy1 - oy0) * d->wo);
+    d->epilogue(d->epilogue_ctx, img, y, positions, 0, d->o, oy0 * d->wo, (oy1 - oy0) * d->wo);
 }
 
+/* Tasks [begin, end): task i is rows chunk i % chunks of image i / chunks. */
 static void run_chunks(void *ctx, int64_t begin, int64_t end) {
-  const poly_t *g = ctx;
-  for (int64_t i = begin; i < end; i++) {
-    int64_t oy0 = i * g->rows, oy1 = oy0 + g->rows < g->d->ho ? oy0 + g->rows : g->d->ho;
-    run_rows(g, oy0, oy1);
+  poly_t *g = ctx;
+  kern_scratch_t s = kern_scratch_claim((size_t)(g->planes * g->plane));
+  if (!s.buf) {
+    atomic_store(&g->failed, 1);
+    return;
   }
+  for (int64_t i = begin; i < end; i++) {
+    int64_t oy0 = i % g->chunks * g->rows;
+    run_rows(g, i / g->chunks, oy0, oy0 + g->rows < g->d->ho ? oy0 + g->rows : g->d->ho, s.buf);
+  }
+  kern_scratch_release(s);
 }
 
 int kern_conv2d_polyphase_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   poly_t g = {.d = d};
   if (!suits(d, &g)) return 0;
-  int64_t planes = d->c * g.sy * g.sx;
   size_t off_floats = (size_t)(g.taps + 15) / 16 * 16;
-  kern_scratch_t s = kern_scratch_claim(off_floats + (size_t)(g.taps * g.opad + planes * g.plane));
+  kern_scratch_t s = kern_scratch_claim(off_floats + (size_t)(g.taps * g.opad));
   if (!s.buf) return 0;
   g.off = (int32_t *)s.buf;
   g.wt = s.buf + off_floats;
-  g.in = g.wt + g.taps * g.opad;
   for (int64_t c = 0, t = 0; c < d->c; c++)
     for (int64_t ky = 0; ky < d->kh; ky++)
       for (int64_t kx = 0; kx < d->kw; kx++, t++) {
@@ -237,10 +250,7 @@ int kern_conv2d_polyphase_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
         for (int64_t o = 0; o < g.opad; o++)
           g.wt[t * g.opad + o] = o < d->o ? d->weight[o * g.taps + t] : 0.0f;
       }
-  for (g.img = 0; g.img < d->n; g.img++) {
-    core_pool_for(pool, planes, 1, split_planes, &g);
-    core_pool_for(pool, g.chunks, 1, run_chunks, &g);
-  }
+  core_pool_for(pool, d->n * g.chunks, 1, run_chunks, &g);
   kern_scratch_release(s);
-  return 1;
+  return !atomic_load(&g.failed);
 }
