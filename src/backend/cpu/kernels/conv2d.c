@@ -131,6 +131,35 @@ static void pack_b_conv(const gemm_problem_t *p, int64_t item, int64_t pc,
   }
 }
 
+/* Row r of the column matrix of every image side by side (columns are
+ * image-major positions), at columns [col, col + len), images `image`
+ * floats apart from group: through the tap table inline where there is
+ * one (2x2 images are runs of four: a call each cost more than the
+ * loads), else image by image. */
+static void gather_images(const conv_b_t *cb, const float *group, int64_t image, int64_t r,
+                          int64_t col, int64_t len, float *out) {
+  const loom_abi_conv2d_t *d = cb->d;
+  int64_t positions = d->ho * d->wo, taps = d->kh * d->kw;
+  int64_t img = col / positions, pos = col % positions;
+  if (!cb->taps) {
+    for (int64_t c = 0; c < len; img++, pos = 0) {
+      int64_t run = len - c < positions - pos ? len - c : positions - pos;
+      gather_col_row(cb, group + img * image, r, pos, run, out + c);
+      c += run;
+    }
+    return;
+  }
+  const int32_t *offset = cb->taps + r % taps * positions;
+  const float *plane = group + r / taps * d->h * d->w + img * image;
+  for (int64_t c = 0; c < len; c++, pos++) {
+    if (pos == positions) {
+      pos = 0;
+      plane += image;
+    }
+    out[c] = offset[pos] >= 0 ? plane[offset[pos]] : 0.0f;
+  }
+}
+
 /* The batched form's B: the column matrix of every image side by side
  * (columns are image-major positions), for group `item`. */
 static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc,
@@ -138,23 +167,16 @@ static void pack_b_conv_images(const gemm_problem_t *p, int64_t item, int64_t pc
                                float *dst) {
   const conv_b_t *cb = p->b_ctx;
   const loom_abi_conv2d_t *d = cb->d;
-  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
   const float *group = d->x + item * (d->c / d->groups) * d->h * d->w;
   _Alignas(64) float line[GATHER_MAX];
   for (int64_t j = 0; j < nc; j += GATHER_MAX) {
     int64_t len = nc - j < GATHER_MAX ? nc - j : GATHER_MAX;
     for (int64_t q = 0; q < kc; q++) {
-      for (int64_t c = 0; c < len;) {
-        int64_t col = jc + j + c, img = col / positions, pos = col % positions;
-        int64_t run = len - c < positions - pos ? len - c : positions - pos;
-        gather_col_row(cb, group + img * image, pc + q, pos, run, line + c);
-        c += run;
-      }
+      gather_images(cb, group, d->c * d->h * d->w, pc + q, jc + j, len, line);
       deal_line(line, len, kc, q, nr, dst + j * kc);
     }
   }
 }
-
 
 static int is_pointwise(const loom_abi_conv2d_t *d) {
   return d->kh == 1 && d->kw == 1 && d->stride[0] == 1 && d->stride[1] == 1 &&
@@ -284,15 +306,17 @@ int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, v
  * is packed from the images like the forward's (a tap is one B column). */
 
 /* Packs rows [pc, pc+kc) (positions of all images) by columns [jc, jc+nc)
- * (taps) of X_col^T: each tap's run of positions is gathered into a line,
- * then dealt down its panel column. */
+ * (taps) of X_col^T: each tap's run of positions is gathered and dealt
+ * down its panel column; through the tap table inline where there is
+ * one (a 2x2 layer's runs are four positions: a call per tap and image
+ * cost more than the loads). */
 static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
                          int64_t kc, int64_t jc, int64_t nc, int nr,
                          float *dst) {
   const conv_b_t *cb = p->b_ctx;
   const loom_abi_conv2d_t *d = cb->d;
   const float *base = p->b + gemm_offset(p->sb, p->groups, item);
-  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w, taps = d->kh * d->kw;
   _Alignas(64) float line[GATHER_MAX];
   int64_t padded = (nc + nr - 1) / nr * nr;
   for (int64_t j = nc; j < padded; j++) /* the last panel's spare columns */
@@ -302,15 +326,24 @@ static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
     int64_t len = pc + kc - q0;
     if (len > positions - pos) len = positions - pos;
     if (len > GATHER_MAX) len = GATHER_MAX;
-    for (int64_t j = 0; j < nc; j++) {
-      gather_col_row(cb, base + img * image, jc + j, pos, len, line);
+    for (int64_t j = 0, ci = jc / taps, t = jc % taps; j < nc; j++) {
       float *out = dst + (j / nr) * nr * kc + (q0 - pc) * nr + j % nr;
-      for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
+      if (cb->taps) {
+        const int32_t *offset = cb->taps + t * positions + pos;
+        const float *plane = base + img * image + ci * d->h * d->w;
+        for (int64_t s = 0; s < len; s++) out[s * nr] = offset[s] >= 0 ? plane[offset[s]] : 0.0f;
+      } else {
+        gather_col_row(cb, base + img * image, jc + j, pos, len, line);
+        for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
+      }
+      if (++t == taps) {
+        t = 0;
+        ci++;
+      }
     }
     q0 += len;
   }
 }
-
 
 /* The direct sum, for when the regrouped dY cannot be allocated. */
 static void wgrad_direct(const conv_b_t *cb, float *dw) {
