@@ -110,7 +110,9 @@ int kern_conv_direct_force_isa(const char *name);
 /* conv2d computed directly for layers with few input channels (at most 8,
  * one group, no dilation, strides up to 4; conv_polyphase.c), with the
  * direct kernel's ISA. Returns 0, having done nothing, when d is not such
- * a layer, the CPU lacks AVX2 or scratch memory ran out. */
+ * a layer or the CPU lacks AVX2; 0 too when a task found no scratch
+ * memory, its rows then unwritten (conv2d runs the layer again by the
+ * implicit GEMM, as for Winograd). */
 int kern_conv2d_polyphase_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
 int kern_conv2d_polyphase_suits(const loom_abi_conv2d_t *d);
 

@@ -3,8 +3,8 @@
  *
  * A layer's candidates are the implicit GEMM, which takes every layer,
  * and those of the direct and polyphase direct kernels, the batched GEMM
- * and Winograd's F(2x2) and F(4x4) that take it under the mode (Winograd only within its error
- * bound unless the mode is FAST). Which is fastest depends on the ISA,
+ * and Winograd's F(2x2) and F(4x4) that take it under the mode (Winograd
+ * only within its error bound unless the mode is FAST). Which is fastest depends on the ISA,
  * the caches and the thread count, which fixed rules written on one
  * machine get wrong on another; so the first call with a new geometry
  * (or the packing of a frozen executable's weights) times each candidate

@@ -30,7 +30,7 @@ enum {
   POLY_MAX_TAPS = 1024,    /* c * kh * kw */
   POLY_SPAN = 1024,        /* positions a task computes, about */
 };
-/* Floats of a task's planes: they stay in its core's caches. */
+/* Most floats of a task's planes (4 MiB; their offsets are int32). */
 static const int64_t POLY_MAX_PLANES = (int64_t)1 << 20;
 
 typedef struct poly poly_t;
@@ -57,9 +57,6 @@ struct poly {
   float *wt;            /* weights [tap][opad], zeros past o */
   atomic_int failed;    /* a task found no scratch */
 };
-
-#define PT_CAT2(a, b) a##b
-#define PT_CAT(a, b) PT_CAT2(a, b)
 
 #define PT_TARGET __attribute__((target("avx512f,fma")))
 #define PT_VEC __m512

@@ -299,7 +299,7 @@ static int64_t panel_span(int64_t n, int64_t tiles, int64_t span, int64_t most, 
   int64_t best = span, cost = plan_cost(n, tiles, span, nr, threads);
   for (int64_t s = nr; s <= most; s += nr) {
     int64_t c = plan_cost(n, tiles, s, nr, threads);
-    if (c < cost || (c == cost && s % nr == 0 && best % nr != 0)) {
+    if (c < cost || (c == cost && best % nr != 0)) {
       best = s;
       cost = c;
     }

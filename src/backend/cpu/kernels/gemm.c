@@ -391,8 +391,9 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
     int64_t nc = n1 - jc < bk->nc ? n1 - jc : bk->nc;
     for (int64_t pc = k0; pc < k1; pc += bk->kc) {
       int64_t kc = k1 - pc < bk->kc ? k1 - pc : bk->kc;
-      /* Prepacked panels of block pc start at pc * npad, column jc's at
-       * jc * kc within it (jc is a multiple of nr). */
+      /* Prepacked panels (item t's at its sb offset) of block pc start at
+       * pc * npad, column jc's at jc * kc within it (jc is a multiple of
+       * nr). */
       const float *bpanel = bk->bbuf;
       if (p->b_packed && p->b_kc == bk->kc)
         bpanel = p->b_packed + gemm_offset(p->sb, p->groups, t) + pc * p->b_npad + jc * kc;
