@@ -247,6 +247,8 @@ int kern_conv2d_polyphase_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
         for (int64_t o = 0; o < g.opad; o++)
           g.wt[t * g.opad + o] = o < d->o ? d->weight[o * g.taps + t] : 0.0f;
       }
+  /* Whichever threads take tasks, a replay finds their planes grown. */
+  kern_scratch_reserve(core_pool_threads(pool), (size_t)(g.planes * g.plane));
   core_pool_for(pool, d->n * g.chunks, 1, run_chunks, &g);
   kern_scratch_release(s);
   return !atomic_load(&g.failed);

@@ -346,8 +346,13 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
     w.u_packed = u.buf;
   }
   int done = 1;
-  if (phased) done = run_phased(&w, pool);
-  else core_pool_for(pool, d->n * w.blocks, 1, wino_body, &w);
+  if (phased) {
+    done = run_phased(&w, pool);
+  } else {
+    /* Whichever threads take blocks, a replay finds their buffers grown. */
+    kern_scratch_reserve(threads, block_floats(&w));
+    core_pool_for(pool, d->n * w.blocks, 1, wino_body, &w);
+  }
   kern_scratch_release(u);
   return done && !atomic_load(&w.failed);
 }
