@@ -77,6 +77,7 @@ struct poly {
 #define PT_NV 3
 #define PT_NAME tile_avx512
 #include "backend/cpu/kernels/conv_polyphase_tile.inc"
+static const poly_isa_t isa_avx512 = {"avx512", PT_OB, PT_NV * PT_W, tile_avx512};
 #undef PT_TARGET
 #undef PT_VEC
 #undef PT_W
@@ -110,17 +111,15 @@ struct poly {
 #define PT_NV 2
 #define PT_NAME tile_avx2
 #include "backend/cpu/kernels/conv_polyphase_tile.inc"
+static const poly_isa_t isa_avx2 = {"avx2", PT_OB, PT_NV * PT_W, tile_avx2};
 
-static const poly_isa_t isas[] = {
-    {"avx512", 8, 48, tile_avx512},
-    {"avx2", 6, 16, tile_avx2},
-};
+static const poly_isa_t *const isas[] = {&isa_avx512, &isa_avx2};
 
 /* The instance of the direct kernel's ISA (kern_conv_direct_isa), or NULL. */
 static const poly_isa_t *isa_current(void) {
   const char *name = kern_conv_direct_isa();
   for (size_t i = 0; name && i < sizeof isas / sizeof *isas; i++)
-    if (strcmp(isas[i].name, name) == 0) return &isas[i];
+    if (strcmp(isas[i]->name, name) == 0) return isas[i];
   return NULL;
 }
 
