@@ -105,7 +105,8 @@ static void built_free(built_t *b) {
 
 static core_pool_t *pool;
 static int module_count;
-static const char *last_source;
+/* The module last run wrote blocks of lanes (c_elementwise.c). */
+static bool last_blocked;
 
 /* Writes unit u of module k: the prelude, then every function i with
  * i % 2 == u (source from its cut to the next); appends its path to cmd. */
@@ -159,7 +160,7 @@ static void run_plan(loom_graph_t *g, built_t *b, loom_tensor_t *const *in,
                      loom_tensor_t **out) {
   cg_module_t m;
   CHECK_OK(cg_emit_module(g, &b->plan, b->slot_of_value, NULL, &m));
-  last_source = NULL;
+  last_blocked = strstr(m.source + m.prelude, "LOOM_LANES(") != NULL;
   for (int gi = 0; gi < b->plan.n_groups; gi++) {
     test_checks++;
     if (!m.generated[gi]) test_fail(__FILE__, __LINE__, "group %d not generated", gi);
@@ -357,6 +358,40 @@ static void elementwise_diamond_fused(void) {
   check_one_group(g, FUSE_ELEMENTWISE, 3, in);
   for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
   loom_graph_destroy(g);
+}
+
+/* A long chain (cost 8 and more per element) runs in blocks of lanes
+ * (c_elementwise.c): a per-row value stays a scalar (and is an output
+ * smaller than the space), an input is read twice, a value is read by
+ * later statements and an output again; 200 columns leave a tail after
+ * the whole blocks, and so do the 1000 elements of a one-dim space. */
+static void elementwise_blocked_chain(void) {
+  for (int rank = 1; rank <= 2; rank++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    int64_t sx[2] = {3, 200}, sb[2] = {1, 200}, sc[2] = {3, 1};
+    if (rank == 1) sx[0] = sb[0] = 1000, sc[0] = 1;
+    loom_value_t x = input(g, "x", LOOM_F32, rank, sx), bb = input(g, "b", LOOM_F32, rank, sb),
+                 cc = input(g, "c", LOOM_F32, rank, sc), t, sg, u, v, w, q, y;
+    CHECK_OK(loom_add(g, x, bb, &t));
+    CHECK_OK(loom_sigmoid(g, cc, &sg));
+    CHECK_OK(loom_mul(g, t, sg, &u));
+    CHECK_OK(loom_tanh(g, u, &v));
+    CHECK_OK(loom_maximum(g, v, t, &w));
+    CHECK_OK(loom_mul(g, x, x, &q));
+    CHECK_OK(loom_add(g, w, q, &y));
+    CHECK_OK(loom_graph_output(g, y));
+    CHECK_OK(loom_graph_output(g, u));
+    CHECK_OK(loom_graph_output(g, sg));
+    test_seed(13);
+    loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, rank, sx, -2, 2),
+                            test_rand_tensor(LOOM_F32, rank, sb, -2, 2),
+                            test_rand_tensor(LOOM_F32, rank, sc, -2, 2)};
+    check_one_group(g, FUSE_ELEMENTWISE, 3, in);
+    CHECK(last_blocked);
+    for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
 }
 
 /* relu, maximum and minimum keep NaN, as the reference does. */
@@ -733,6 +768,7 @@ int main(void) {
   TEST_RUN(elementwise_ops_i8);
   TEST_RUN(elementwise_ops_i64);
   TEST_RUN(elementwise_diamond_fused);
+  TEST_RUN(elementwise_blocked_chain);
   TEST_RUN(elementwise_nan);
   TEST_RUN(elementwise_nan_against_constants);
   TEST_RUN(reduction_ops_f32);

@@ -4,7 +4,8 @@
  * kernel family names the instance the cap and
  * the CPU allow, no wider one can be forced, and a compiled graph (conv2d,
  * matmul, a fused elementwise chain, a reduction), whose generated code
- * is compiled within the cap, matches the reference interpreter. */
+ * is compiled within the cap, matches the reference interpreter, as does a
+ * long elementwise chain, whose blocks of lanes are sized per ISA. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,8 +113,51 @@ static void compiled_graph_matches_the_interpreter(void) {
   loom_graph_destroy(g);
 }
 
+/* tanh(x + b) * x, then exp and a maximum, over 4 x 300 and over 1000
+ * elements: enough work per element to run in blocks (c_elementwise.c),
+ * with a tail after the last whole block at every block size. */
+static void long_chain_matches_the_interpreter(void) {
+  for (int rank = 1; rank <= 2; rank++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    int64_t sx[2] = {4, 300}, sb[2] = {1, 300};
+    if (rank == 1) sx[0] = sb[0] = 1000;
+    loom_value_t x = input(g, "x", rank, sx), b = input(g, "b", rank, sb), t, u, v, e, y;
+    CHECK_OK(loom_add(g, x, b, &t));
+    CHECK_OK(loom_tanh(g, t, &u));
+    CHECK_OK(loom_mul(g, u, x, &v));
+    CHECK_OK(loom_exp(g, v, &e));
+    CHECK_OK(loom_maximum(g, e, t, &y));
+    CHECK_OK(loom_graph_output(g, y));
+    test_seed(17);
+    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, rank, sx, -2, 2),
+                            test_rand_tensor(LOOM_F32, rank, sb, -2, 2)};
+    loom_tensor_t *want = NULL, *got = NULL;
+    CHECK_OK(loom_interpret(g, 2, in, 1, &want));
+    loom_executable_t *ex = NULL;
+    CHECK_OK(loom_compile(g, NULL, &ex));
+    if (ex) {
+      CHECK_OK(loom_executable_new_output(ex, 0, &got));
+      CHECK_OK(loom_executable_run(ex, 2, in, 1, &got));
+    }
+    if (want && got) {
+      int64_t n = loom_tensor_numel(want);
+      double *w = malloc(sizeof(double) * (size_t)n);
+      for (int64_t i = 0; i < n; i++) w[i] = test_get(want, i);
+      CHECK_TENSOR(got, w, n, 1e-5, 1e-5);
+      free(w);
+    }
+    loom_tensor_destroy(want);
+    loom_tensor_destroy(got);
+    loom_executable_destroy(ex);
+    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+    loom_graph_destroy(g);
+  }
+}
+
 int main(void) {
   TEST_RUN(kernels_within_the_cap);
   TEST_RUN(compiled_graph_matches_the_interpreter);
+  TEST_RUN(long_chain_matches_the_interpreter);
   return test_summary();
 }
