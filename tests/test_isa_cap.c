@@ -68,6 +68,34 @@ static loom_value_t input(loom_graph_t *g, const char *name, int rank, const int
   return v;
 }
 
+/* g's one output, compiled (its generated code within the cap, no
+ * fallback) against the interpreter's; destroys g and the inputs. */
+static void check_compiled(loom_graph_t *g, int n_in, loom_tensor_t **in, double tol) {
+  loom_tensor_t *want = NULL, *got = NULL;
+  CHECK_OK(loom_interpret(g, n_in, in, 1, &want));
+  loom_executable_t *ex = NULL;
+  CHECK_OK(loom_compile(g, NULL, &ex));
+  if (ex) {
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+    CHECK_OK(loom_executable_info(ex, &info));
+    CHECK(!info.fallback);
+    CHECK_OK(loom_executable_new_output(ex, 0, &got));
+    CHECK_OK(loom_executable_run(ex, n_in, in, 1, &got));
+  }
+  if (want && got) {
+    int64_t n = loom_tensor_numel(want);
+    double *w = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) w[i] = test_get(want, i);
+    CHECK_TENSOR(got, w, n, tol, tol);
+    free(w);
+  }
+  loom_tensor_destroy(want);
+  loom_tensor_destroy(got);
+  loom_executable_destroy(ex);
+  for (int i = 0; i < n_in; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
 static void compiled_graph_matches_the_interpreter(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
@@ -88,29 +116,7 @@ static void compiled_graph_matches_the_interpreter(void) {
   loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, 4, sx, -1, 1),
                           test_rand_tensor(LOOM_F32, 4, sw, -0.3, 0.3),
                           test_rand_tensor(LOOM_F32, 2, sm, -0.3, 0.3)};
-  loom_tensor_t *want = NULL, *got = NULL;
-  CHECK_OK(loom_interpret(g, 3, in, 1, &want));
-  loom_executable_t *ex = NULL;
-  CHECK_OK(loom_compile(g, NULL, &ex));
-  if (ex) {
-    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
-    CHECK_OK(loom_executable_info(ex, &info));
-    CHECK(!info.fallback); /* the generated code compiled within the cap */
-    CHECK_OK(loom_executable_new_output(ex, 0, &got));
-    CHECK_OK(loom_executable_run(ex, 3, in, 1, &got));
-  }
-  if (want && got) {
-    int64_t n = loom_tensor_numel(want);
-    double *w_ = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) w_[i] = test_get(want, i);
-    CHECK_TENSOR(got, w_, n, 1e-4, 1e-4);
-    free(w_);
-  }
-  loom_tensor_destroy(want);
-  loom_tensor_destroy(got);
-  loom_executable_destroy(ex);
-  for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
-  loom_graph_destroy(g);
+  check_compiled(g, 3, in, 1e-4);
 }
 
 /* tanh(x + b) * x, then exp and a maximum, over 4 x 300 and over 1000
@@ -132,26 +138,7 @@ static void long_chain_matches_the_interpreter(void) {
     test_seed(17);
     loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, rank, sx, -2, 2),
                             test_rand_tensor(LOOM_F32, rank, sb, -2, 2)};
-    loom_tensor_t *want = NULL, *got = NULL;
-    CHECK_OK(loom_interpret(g, 2, in, 1, &want));
-    loom_executable_t *ex = NULL;
-    CHECK_OK(loom_compile(g, NULL, &ex));
-    if (ex) {
-      CHECK_OK(loom_executable_new_output(ex, 0, &got));
-      CHECK_OK(loom_executable_run(ex, 2, in, 1, &got));
-    }
-    if (want && got) {
-      int64_t n = loom_tensor_numel(want);
-      double *w = malloc(sizeof(double) * (size_t)n);
-      for (int64_t i = 0; i < n; i++) w[i] = test_get(want, i);
-      CHECK_TENSOR(got, w, n, 1e-5, 1e-5);
-      free(w);
-    }
-    loom_tensor_destroy(want);
-    loom_tensor_destroy(got);
-    loom_executable_destroy(ex);
-    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
-    loom_graph_destroy(g);
+    check_compiled(g, 2, in, 1e-5);
   }
 }
 
