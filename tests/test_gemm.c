@@ -493,12 +493,29 @@ static void check_wgrad(const conv_case_t *q, core_pool_t *pool) {
   free(dw);
 }
 
+/* B is packed in tiles of taps by positions (conv2d.c): 360 taps fill
+ * panels and part of one, 3 images of 100 positions cross the tiles and
+ * the k blocks mid-image. */
+static const conv_case_t wgrad_cases[] = {
+    {3, 40, 10, 10, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+    {2, 3, 20, 20, 16, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 0, 0}, /* a stem */
+};
+
+/* Every case at 1 and 3 threads, with every GEMM micro-kernel the CPU
+ * runs (their B panels are 16 or 32 wide, packed with or without vector
+ * transposes). */
 static void conv2d_weight_grad_configurations(void) {
   for (int threads = 1; threads <= 3; threads += 2) {
     core_pool_t *pool = NULL;
     if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
-    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
-      check_wgrad(&conv_cases[i], pool);
+    for (int i = 0; i < N_ISAS; i++) {
+      if (!kern_gemm_force_isa(isas[i])) continue;
+      for (size_t j = 0; j < sizeof conv_cases / sizeof *conv_cases; j++)
+        check_wgrad(&conv_cases[j], pool);
+      for (size_t j = 0; j < sizeof wgrad_cases / sizeof *wgrad_cases; j++)
+        check_wgrad(&wgrad_cases[j], pool);
+    }
+    CHECK(kern_gemm_force_isa(NULL));
     core_pool_destroy(pool);
   }
 }

@@ -305,43 +305,83 @@ int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, v
  * regrouped so that each group's rows run over every image's positions; B
  * is packed from the images like the forward's (a tap is one B column). */
 
-/* Packs rows [pc, pc+kc) (positions of all images) by columns [jc, jc+nc)
- * (taps) of X_col^T: each tap's run of positions is gathered and dealt
- * down its panel column; through the tap table inline where there is
- * one (a 2x2 layer's runs are four positions: a call per tap and image
- * cost more than the loads). */
-static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
-                         int64_t kc, int64_t jc, int64_t nc, int nr,
-                         float *dst) {
-  const conv_b_t *cb = p->b_ctx;
+/* out[0:len] = tap row r of X_col (one group's images side by side) at
+ * positions [q, q + len), which may run across images. */
+static void gather_positions(const conv_b_t *cb, const float *x, int64_t r, int64_t q,
+                             int64_t len, float *out) {
   const loom_abi_conv2d_t *d = cb->d;
-  const float *base = p->b + gemm_offset(p->sb, p->groups, item);
+  int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w;
+  while (len > 0) {
+    int64_t img = q / positions, pos = q % positions;
+    int64_t run = len < positions - pos ? len : positions - pos;
+    gather_col_row(cb, x + img * image, r, pos, run, out);
+    out += run;
+    q += run;
+    len -= run;
+  }
+}
+
+/* Positions per tile of the weight gradient's B: nr x this floats (16 KiB
+ * at nr = 32, the widest micro-kernel's) stay in L1 between their gather
+ * and their transpose. */
+enum { WGRAD_TILE_K = 128, WGRAD_MAX_NR = 32 };
+
+/* pack_b_wgrad of a layer with a tap table (outputs of at most 8 x 8):
+ * each tap's pixels are read through the table and dealt straight down
+ * its panel column, one pass (a tile and a transpose cost more than a run
+ * of 4 to 16 positions saves). */
+static void pack_b_wgrad_taps(const conv_b_t *cb, const float *x, int64_t pc, int64_t kc,
+                              int64_t jc, int64_t nc, int nr, float *dst) {
+  const loom_abi_conv2d_t *d = cb->d;
   int64_t positions = d->ho * d->wo, image = d->c * d->h * d->w, taps = d->kh * d->kw;
-  _Alignas(64) float line[GATHER_MAX];
   int64_t padded = (nc + nr - 1) / nr * nr;
   for (int64_t j = nc; j < padded; j++) /* the last panel's spare columns */
     for (int64_t q = 0; q < kc; q++) dst[(j / nr) * nr * kc + q * nr + j % nr] = 0.0f;
   for (int64_t q0 = pc; q0 < pc + kc;) {
     int64_t img = q0 / positions, pos = q0 % positions;
-    int64_t len = pc + kc - q0;
-    if (len > positions - pos) len = positions - pos;
-    if (len > GATHER_MAX) len = GATHER_MAX;
+    int64_t len = pc + kc - q0 < positions - pos ? pc + kc - q0 : positions - pos;
+    /* tap t of channel ci, stepped: two divisions per column cost as much
+     * as a 2x2 layer's four loads */
     for (int64_t j = 0, ci = jc / taps, t = jc % taps; j < nc; j++) {
       float *out = dst + (j / nr) * nr * kc + (q0 - pc) * nr + j % nr;
-      if (cb->taps) {
-        const int32_t *offset = cb->taps + t * positions + pos;
-        const float *plane = base + img * image + ci * d->h * d->w;
-        for (int64_t s = 0; s < len; s++) out[s * nr] = offset[s] >= 0 ? plane[offset[s]] : 0.0f;
-      } else {
-        gather_col_row(cb, base + img * image, jc + j, pos, len, line);
-        for (int64_t s = 0; s < len; s++) out[s * nr] = line[s];
-      }
+      const int32_t *offset = cb->taps + t * positions + pos;
+      const float *plane = x + img * image + ci * d->h * d->w;
+      for (int64_t s = 0; s < len; s++) out[s * nr] = offset[s] >= 0 ? plane[offset[s]] : 0.0f;
       if (++t == taps) {
         t = 0;
         ci++;
       }
     }
     q0 += len;
+  }
+}
+
+/* Packs rows [pc, pc+kc) (positions of all images) by columns [jc, jc+nc)
+ * (taps) of X_col^T. A tap's positions lie along a row of X_col, across
+ * the panel's rows: each panel's taps are gathered as rows of a tile, which
+ * the GEMM's packer of a transposed B turns into the panel with vector
+ * transposes (dealing each gathered row down its panel column, one float
+ * per store, was half of a 64-channel 16x16 layer's weight gradient). */
+static void pack_b_wgrad(const gemm_problem_t *p, int64_t item, int64_t pc,
+                         int64_t kc, int64_t jc, int64_t nc, int nr,
+                         float *dst) {
+  const conv_b_t *cb = p->b_ctx;
+  const float *x = p->b + gemm_offset(p->sb, p->groups, item);
+  if (cb->taps) {
+    pack_b_wgrad_taps(cb, x, pc, kc, jc, nc, nr, dst);
+    return;
+  }
+  _Alignas(64) float tile[WGRAD_MAX_NR * WGRAD_TILE_K];
+  gemm_problem_t t = {.b = tile, .ldb = WGRAD_TILE_K, .trans_b = 1, .groups = 1};
+  for (int64_t j0 = 0; j0 < nc; j0 += nr) {
+    int64_t cols = nc - j0 < nr ? nc - j0 : nr;
+    float *panel = dst + j0 * kc;
+    for (int64_t q0 = 0; q0 < kc; q0 += WGRAD_TILE_K) {
+      int64_t steps = kc - q0 < WGRAD_TILE_K ? kc - q0 : WGRAD_TILE_K;
+      for (int64_t c = 0; c < cols; c++)
+        gather_positions(cb, x, jc + j0 + c, pc + q0, steps, tile + c * WGRAD_TILE_K);
+      gemm_pack_b_matrix(&t, 0, 0, steps, 0, cols, nr, panel + q0 * nr);
+    }
   }
 }
 
