@@ -443,26 +443,38 @@ static void compiled_batch_norm(void) {
   }
 }
 
-/* sum(x * y) and mean(x) over every dim but the channel, with and
- * without keepdim, and x * y also exported over the full space. */
+/* sum(x * y), mean(x) and sum((x - c)^2) over every dim but the channel,
+ * with and without keepdim, and x * y also exported over the full space;
+ * 5x4 and 9x8 images: the inner dims that merge (x, a per-channel c) fold
+ * in lanes, a whole block and a tail of them; y's broadcast row keeps
+ * them apart. */
 static void compiled_channel_reductions(void) {
-  static const int64_t axes[3] = {0, 2, 3}, xs[4] = {3, 7, 5, 4};
-  for (int keep = 0; keep < 2; keep++) {
+  static const int64_t axes[3] = {0, 2, 3};
+  static const int64_t shapes[2][4] = {{3, 7, 5, 4}, {2, 3, 9, 8}};
+  for (int k = 0; k < 4; k++) {
+    const int64_t *xs = shapes[k / 2], ys[4] = {xs[0], xs[1], 1, xs[3]}, cs[4] = {1, xs[1], 1, 1};
+    int keep = k % 2;
     loom_graph_t *g;
-    loom_value_t x, y, p, s, m;
+    loom_value_t x, y, c, p, s, m, t, u, v;
     CHECK_OK(loom_graph_create(&g));
-    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){3, 7, 5, 4}, &x));
-    CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 4, (loom_dim_t[]){3, 7, 1, 4}, &y));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, xs, &x));
+    CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 4, ys, &y));
+    CHECK_OK(loom_graph_input(g, "c", LOOM_F32, 4, cs, &c));
     CHECK_OK(loom_mul(g, x, y, &p));
     CHECK_OK(loom_sum(g, p, 3, axes, keep, &s));
     CHECK_OK(loom_mean(g, x, 3, axes, keep, &m));
+    CHECK_OK(loom_sub(g, x, c, &t));
+    CHECK_OK(loom_mul(g, t, t, &u));
+    CHECK_OK(loom_sum(g, u, 3, axes, keep, &v));
     CHECK_OK(loom_graph_output(g, s));
     CHECK_OK(loom_graph_output(g, m));
     CHECK_OK(loom_graph_output(g, p));
-    loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, 4, xs, -1, 1),
-                            test_rand_tensor(LOOM_F32, 4, (int64_t[]){3, 7, 1, 4}, -1, 1)};
-    compare_compiled(g, 2, in, 3, true);
-    for (int i = 0; i < 2; i++) loom_tensor_destroy(in[i]);
+    CHECK_OK(loom_graph_output(g, v));
+    loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, 4, xs, -1, 1),
+                            test_rand_tensor(LOOM_F32, 4, ys, -1, 1),
+                            test_rand_tensor(LOOM_F32, 4, cs, -1, 1)};
+    compare_compiled(g, 3, in, 4, true);
+    for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
     loom_graph_destroy(g);
   }
 }

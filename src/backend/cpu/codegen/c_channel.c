@@ -3,6 +3,7 @@
  * gradient) and batch normalization itself. Both split the channels over
  * the pool. */
 #include <stdio.h>
+#include <string.h>
 
 #include "backend/cpu/codegen/cg.h"
 #include "core/alloc.h"
@@ -76,11 +77,48 @@ static bool channel_fits(channel_emit_t *k) {
   return true;
 }
 
-static void channel_body(channel_emit_t *k) {
+/* Lanes of the per-channel sum over the merged inner dims: a single double
+ * accumulator is a serial chain of adds (ResNet-18's 8x64x32x32 sums ran
+ * at 6 GB/s), independent lanes become vector code. */
+enum { CHANNEL_LANES = 16 };
+
+/* The body's loops: over dim 0, then over the inner dims, merged into one
+ * (dim 2 of a rank-3 view) when every access walks them as one, and then
+ * folded in CHANNEL_LANES lanes. stride: per input, then the outputs'
+ * dense layout, over that view. */
+typedef struct channel_view {
+  cg_shape_t space;
+  int64_t (*stride)[LOOM_MAX_RANK];
+  bool lanes;
+} channel_view_t;
+
+static void channel_element(channel_emit_t *k, const channel_view_t *v, int level,
+                            const char *acc) {
   cg_buf_t *b = k->c->out;
   const loom_graph_t *g = k->c->g;
-  int rank = k->space.rank;
+  int rank = v->space.rank, n_in = k->grp->n_inputs;
   int32_t in = k->anchor->in[0], out = k->anchor->out[0];
+  for (int i = 0; i < n_in; i++) {
+    cg_load_begin(b, level, g, k->grp->inputs[i]);
+    cg_offset(b, "i", 0, rank, v->stride[i]);
+    cg_load_end(b, g, k->grp->inputs[i]);
+  }
+  for (int i = 0; i + 1 < k->grp->n_nodes; i++)
+    cg_node_stmt(b, level, g, &g->nodes[k->grp->nodes[i]]);
+  for (int i = 0; i < k->grp->n_outputs; i++) {
+    int32_t o = k->grp->outputs[i];
+    if (o == out) continue;
+    cg_store_begin(b, level, o);
+    cg_offset(b, "i", 0, rank, v->stride[n_in]);
+    cg_store_end(b, g, o);
+  }
+  cg_line(b, level, "%s += (double)v%d;\n", acc, (int)in);
+}
+
+static void channel_body(channel_emit_t *k, const channel_view_t *v) {
+  cg_buf_t *b = k->c->out;
+  int rank = v->space.rank;
+  int32_t out = k->anchor->out[0];
   cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");
   for (int i = 0; i < k->grp->n_inputs; i++)
@@ -89,39 +127,69 @@ static void channel_body(channel_emit_t *k) {
     cg_declare_pointer(k->c, k->grp, 1, k->grp->outputs[i], true);
   cg_line(b, 1, "for (int64_t i1 = begin; i1 < end; i1++) {\n");
   cg_line(b, 2, "double acc = 0.0;\n");
-  int level = 2;
-  for (int d = 0; d < rank; d++) {
+  if (v->lanes) cg_line(b, 2, "double acc_l[%d] = {0};\n", CHANNEL_LANES);
+  int level = 2, last = v->lanes ? rank - 1 : rank;
+  for (int d = 0; d < last; d++) {
     if (d == 1) continue;
     cg_line(b, level++, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", d, d,
-            (long long)k->space.dim[d], d);
+            (long long)v->space.dim[d], d);
   }
-  for (int i = 0; i < k->grp->n_inputs; i++) {
-    cg_load_begin(b, level, g, k->grp->inputs[i]);
-    cg_offset(b, "i", 0, rank, k->stride[i]);
-    cg_load_end(b, g, k->grp->inputs[i]);
+  if (v->lanes) {
+    int d = rank - 1;
+    int64_t n = v->space.dim[d], blocks = n / CHANNEL_LANES * CHANNEL_LANES;
+    cg_line(b, level, "for (int64_t b%d = 0; b%d < %lld; b%d += %d) {\n", d, d,
+            (long long)blocks, d, CHANNEL_LANES);
+    cg_line(b, level + 1, "#pragma GCC unroll 1\n");
+    cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", CHANNEL_LANES);
+    cg_line(b, level + 2, "const int64_t i%d = b%d + l;\n", d, d);
+    channel_element(k, v, level + 2, "acc_l[l]");
+    cg_line(b, level + 1, "}\n");
+    cg_line(b, level, "}\n");
+    if (blocks < n) {
+      cg_line(b, level, "for (int64_t i%d = %lld; i%d < %lld; i%d++) {\n", d, (long long)blocks,
+              d, (long long)n, d);
+      channel_element(k, v, level + 1, "acc");
+      cg_line(b, level, "}\n");
+    }
+  } else {
+    channel_element(k, v, level, "acc");
   }
-  for (int i = 0; i + 1 < k->grp->n_nodes; i++)
-    cg_node_stmt(b, level, g, &g->nodes[k->grp->nodes[i]]);
-  int64_t dense[LOOM_MAX_RANK], step = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    dense[d] = step;
-    step *= k->space.dim[d];
-  }
-  for (int i = 0; i < k->grp->n_outputs; i++) {
-    int32_t v = k->grp->outputs[i];
-    if (v == out) continue;
-    cg_store_begin(b, level, v);
-    cg_offset(b, "i", 0, rank, dense);
-    cg_store_end(b, g, v);
-  }
-  cg_line(b, level, "acc += (double)v%d;\n", (int)in);
   while (--level > 2) cg_line(b, level, "}\n");
   cg_line(b, 2, "}\n");
+  if (v->lanes) cg_line(b, 2, "for (int l = 0; l < %d; l++) acc += acc_l[l];\n", CHANNEL_LANES);
   double count = (double)(cg_numel(&k->space) / k->space.dim[1]);
   if (k->anchor->op == IR_OP_MEAN) cg_line(b, 2, "acc /= %.17g;\n", count);
   cg_line(b, 2, "p%d[i1] = (float)acc;\n", (int)out);
   cg_line(b, 1, "}\n");
   cg_printf(b, "}\n\n");
+}
+
+/* The space as it is: the inputs' strides and the outputs' dense ones. */
+static void plain_view(const channel_emit_t *k, channel_view_t *v) {
+  int n = k->grp->n_inputs + 1;
+  v->space = k->space;
+  v->lanes = false;
+  for (int i = 0; i + 1 < n; i++) memcpy(v->stride[i], k->stride[i], sizeof v->stride[i]);
+  int64_t step = 1;
+  for (int d = k->space.rank - 1; d >= 0; d--) {
+    v->stride[n - 1][d] = step;
+    step *= k->space.dim[d];
+  }
+}
+
+/* The view of the space the body loops over (see channel_view_t). */
+static loom_status_t channel_view(const channel_emit_t *k, channel_view_t *v) {
+  int n = k->grp->n_inputs + 1;
+  v->stride = core_calloc((size_t)n, sizeof *v->stride);
+  if (!v->stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
+  plain_view(k, v);
+  if (cg_collapse(&v->space, 2, k->space.rank, n, v->stride) == 3) {
+    v->space.rank = 3;
+    v->lanes = v->space.dim[2] >= CHANNEL_LANES;
+  } else {
+    plain_view(k, v);
+  }
+  return LOOM_OK;
 }
 
 static void channel_entry(channel_emit_t *k) {
@@ -153,9 +221,16 @@ loom_status_t cg_emit_channel_reduction(cg_ctx_t *c, int gi, bool *ok) {
   if (!k.stride) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating code");
   *ok = channel_fits(&k);
   if (*ok) {
+    channel_view_t v;
+    loom_status_t st = channel_view(&k, &v);
+    if (st != LOOM_OK) {
+      core_free(k.stride);
+      return st;
+    }
     cg_group_comment(c, gi, "channel reduction", &k.space, "over all dims but 1");
-    channel_body(&k);
+    channel_body(&k, &v);
     channel_entry(&k);
+    core_free(v.stride);
   }
   core_free(k.stride);
   return LOOM_OK;
