@@ -268,6 +268,33 @@ static bool bn_fits(bn_emit_t *k) {
   return !k->training || k->batch * k->inner >= 2;
 }
 
+/* acc += term over every (n, i) of channel ch (xr: its row of image n),
+ * in CHANNEL_LANES lanes where the rows are long enough (see the
+ * per-channel reductions above). */
+static void bn_fold(bn_emit_t *k, const char *acc, const char *term) {
+  cg_buf_t *b = k->c->out;
+  int64_t blocks = k->inner >= CHANNEL_LANES ? k->inner / CHANNEL_LANES * CHANNEL_LANES : 0;
+  if (blocks) cg_line(b, 2, "double %s_l[%d] = {0};\n", acc, CHANNEL_LANES);
+  cg_line(b, 2, "for (int64_t n = 0; n < %lld; n++) {\n", (long long)k->batch);
+  cg_line(b, 3, "const float *xr = p%d + (n * %lld + ch) * %lld;\n", (int)k->n->in[0],
+          (long long)k->channels, (long long)k->inner);
+  if (blocks) {
+    cg_line(b, 3, "for (int64_t b0 = 0; b0 < %lld; b0 += %d) {\n", (long long)blocks,
+            CHANNEL_LANES);
+    cg_line(b, 4, "#pragma GCC unroll 1\n");
+    cg_line(b, 4, "for (int l = 0; l < %d; l++) {\n", CHANNEL_LANES);
+    cg_line(b, 5, "const int64_t i = b0 + l;\n");
+    cg_line(b, 5, "%s_l[l] += %s;\n", acc, term);
+    cg_line(b, 4, "}\n");
+    cg_line(b, 3, "}\n");
+  }
+  if (blocks < k->inner)
+    cg_line(b, 3, "for (int64_t i = %lld; i < %lld; i++) %s += %s;\n", (long long)blocks,
+            (long long)k->inner, acc, term);
+  cg_line(b, 2, "}\n");
+  if (blocks) cg_line(b, 2, "for (int l = 0; l < %d; l++) %s += %s_l[l];\n", CHANNEL_LANES, acc, acc);
+}
+
 /* "p<v>[at] = <expr>;" for an output that has storage. */
 static void bn_store(bn_emit_t *k, int level, int out, const char *at, const char *expr) {
   int32_t v = k->n->out[out];
@@ -289,16 +316,10 @@ static void bn_body(bn_emit_t *k) {
   cg_line(b, 1, "for (int64_t ch = begin; ch < end; ch++) {\n");
   cg_line(b, 2, "double mean = p%d[ch], var = p%d[ch];\n", (int)in[3], (int)in[4]);
   if (k->training) {
-    const char *loop = "for (int64_t n = 0; n < %lld; n++) {\n";
     cg_line(b, 2, "double sum = 0.0, sq = 0.0;\n");
     for (int pass = 0; pass < 2; pass++) {
-      cg_line(b, 2, loop, (long long)k->batch);
-      cg_line(b, 3, "const float *xr = p%d + (n * %lld + ch) * %lld;\n", (int)in[0],
-              (long long)k->channels, (long long)k->inner);
-      cg_line(b, 3, "for (int64_t i = 0; i < %lld; i++) ", (long long)k->inner);
-      if (pass == 0) cg_printf(b, "sum += (double)xr[i];\n");
-      else cg_printf(b, "sq += ((double)xr[i] - mean) * ((double)xr[i] - mean);\n");
-      cg_line(b, 2, "}\n");
+      bn_fold(k, pass == 0 ? "sum" : "sq",
+              pass == 0 ? "(double)xr[i]" : "((double)xr[i] - mean) * ((double)xr[i] - mean)");
       if (pass == 0) cg_line(b, 2, "mean = sum / %.17g;\n", count);
     }
     cg_line(b, 2, "var = sq / %.17g;\n", count);
