@@ -135,6 +135,7 @@ static const shape_t gemm_shapes[] = {
     {200, 97, 300, 2, 0, 0, 5, 0, 0, 1},   {64, 80, 196, 1, 0, 0, 0, 0, 0, 1},
     {20, 1000, 300, 1, 0, 0, 1, 0, 0, 1}, /* one row block: B in L2-sized column blocks */
     {300, 40, 1100, 1, 0, 0, 2, 0, 0, 1}, /* tall, few columns, long k: split by k */
+    {40, 150, 1100, 1, 0, 0, 0, 0, 0, 1}, /* wide but five column tiles, long k: split by k */
     {1000, 40, 300, 1, 0, 0, 24, 0, 0, 1}, /* rows 4 KiB apart: a transposed A by rows */
 };
 
@@ -495,10 +496,12 @@ static void check_wgrad(const conv_case_t *q, core_pool_t *pool) {
 
 /* B is packed in tiles of taps by positions (conv2d.c): 360 taps fill
  * panels and part of one, 3 images of 100 positions cross the tiles and
- * the k blocks mid-image. */
+ * the k blocks mid-image; a stem's 147 taps over 2048 positions split by
+ * k at 2 and 3 threads. */
 static const conv_case_t wgrad_cases[] = {
     {3, 40, 10, 10, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
     {2, 3, 20, 20, 16, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 0, 0}, /* a stem */
+    {8, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 0, 0}, /* a stem split by k */
 };
 
 /* Every case at 1 and 3 threads, with every GEMM micro-kernel the CPU

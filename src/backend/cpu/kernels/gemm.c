@@ -525,7 +525,7 @@ static int split_k_parts(const gemm_problem_t *p, const gemm_isa_t *isa, int thr
                          int64_t kc) {
   int64_t col_tiles = (p->n + isa->nr - 1) / isa->nr, blocks = (p->k + kc - 1) / kc;
   int parts = threads < MAX_SPLIT_K ? threads : MAX_SPLIT_K;
-  if (p->batch != 1 || p->n >= p->m || col_tiles >= 4 * threads || blocks < 2 * parts)
+  if (p->batch != 1 || col_tiles >= 4 * threads || blocks < 2 * parts)
     return 0;
   return parts;
 }
