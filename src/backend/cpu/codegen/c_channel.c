@@ -137,14 +137,13 @@ static void channel_body(channel_emit_t *k, const channel_view_t *v) {
   if (v->lanes) {
     int d = rank - 1;
     int64_t n = v->space.dim[d], blocks = n / CHANNEL_LANES * CHANNEL_LANES;
-    cg_line(b, level, "for (int64_t b%d = 0; b%d < %lld; b%d += %d) {\n", d, d,
-            (long long)blocks, d, CHANNEL_LANES);
-    cg_line(b, level + 1, "#pragma GCC unroll 1\n");
-    cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", CHANNEL_LANES);
-    cg_line(b, level + 2, "const int64_t i%d = b%d + l;\n", d, d);
+    char index[16], block[16], blocks_text[24];
+    snprintf(index, sizeof index, "i%d", d);
+    snprintf(block, sizeof block, "b%d", d);
+    snprintf(blocks_text, sizeof blocks_text, "%lld", (long long)blocks);
+    cg_open_lanes(b, level, index, block, blocks_text, CHANNEL_LANES);
     channel_element(k, v, level + 2, "acc_l[l]");
-    cg_line(b, level + 1, "}\n");
-    cg_line(b, level, "}\n");
+    cg_close_lanes(b, level);
     if (blocks < n) {
       cg_line(b, level, "for (int64_t i%d = %lld; i%d < %lld; i%d++) {\n", d, (long long)blocks,
               d, (long long)n, d);
@@ -279,14 +278,11 @@ static void bn_fold(bn_emit_t *k, const char *acc, const char *term) {
   cg_line(b, 3, "const float *xr = p%d + (n * %lld + ch) * %lld;\n", (int)k->n->in[0],
           (long long)k->channels, (long long)k->inner);
   if (blocks) {
-    cg_line(b, 3, "for (int64_t b0 = 0; b0 < %lld; b0 += %d) {\n", (long long)blocks,
-            CHANNEL_LANES);
-    cg_line(b, 4, "#pragma GCC unroll 1\n");
-    cg_line(b, 4, "for (int l = 0; l < %d; l++) {\n", CHANNEL_LANES);
-    cg_line(b, 5, "const int64_t i = b0 + l;\n");
+    char blocks_text[24];
+    snprintf(blocks_text, sizeof blocks_text, "%lld", (long long)blocks);
+    cg_open_lanes(b, 3, "i", "b0", blocks_text, CHANNEL_LANES);
     cg_line(b, 5, "%s_l[l] += %s;\n", acc, term);
-    cg_line(b, 4, "}\n");
-    cg_line(b, 3, "}\n");
+    cg_close_lanes(b, 3);
   }
   if (blocks < k->inner)
     cg_line(b, 3, "for (int64_t i = %lld; i < %lld; i++) %s += %s;\n", (long long)blocks,

@@ -401,15 +401,12 @@ static void fold_lanes(red_t *r, int level, const cg_fold_t *f, bool fl, int out
   cg_fold_text(b, fl ? f->f_type : f->i_type, acc, "", "", t);
   cg_printf(b, " acc%d_l[%d];\n", out, FOLD_LANES);
   cg_line(b, level, "for (int l = 0; l < %d; l++) %s = %s;\n", FOLD_LANES, lane, acc);
-  cg_line(b, level, "for (int64_t b%d = 0; b%d < %s; b%d += %d) {\n", d, d, blocks_text,
-          d, FOLD_LANES);
-  /* Unrolled first, the lane loop would be scalars GCC does not regroup. */
-  cg_line(b, level + 1, "#pragma GCC unroll 1\n");
-  cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", FOLD_LANES);
-  cg_line(b, level + 2, "const int64_t i%d = b%d + l;\n", d, d);
+  char index[16], block[16];
+  snprintf(index, sizeof index, "i%d", d);
+  snprintf(block, sizeof block, "b%d", d);
+  cg_open_lanes(b, level, index, block, blocks_text, FOLD_LANES);
   fold_loop(r, level + 2, f, fl, x, t, need, lane, false);
-  cg_line(b, level + 1, "}\n");
-  cg_line(b, level, "}\n");
+  cg_close_lanes(b, level);
   if (blocks < n || r->runtime) {
     cg_line(b, level, "for (int64_t i%d = %s; i%d < %s; i%d++) {\n", d, blocks_text, d,
             n_text, d);

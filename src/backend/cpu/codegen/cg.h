@@ -144,6 +144,14 @@ int32_t cg_slot(const cg_ctx_t *c, int32_t v);
  * which takes no restrict from pointers loaded out of slots[], would
  * otherwise need more runtime alias checks than it tries. */
 void cg_ivdep(const cg_ctx_t *c, int level);
+/* Opens a fold in `lanes` independent accumulators over [0, blocks) of
+ * one dim: `for (int64_t <block> = 0; <block> < <blocks>; <block> +=
+ * lanes)`, then the lane loop `l` (kept rolled, so that GCC vectorizes it)
+ * declaring `<index> = <block> + l`; the body goes at level + 2.
+ * cg_close_lanes closes both. */
+void cg_open_lanes(cg_buf_t *b, int level, const char *index, const char *block,
+                   const char *blocks, int lanes);
+void cg_close_lanes(cg_buf_t *b, int level);
 /* Starts a function of the module: prints its header (printf-style, up
  * to and including the opening brace) and opens a new scope for
  * cg_declare_pointer. */

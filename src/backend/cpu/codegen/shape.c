@@ -257,6 +257,21 @@ static bool slot_shared(const cg_ctx_t *c, const fuse_group_t *grp, int32_t v) {
 
 void cg_ivdep(const cg_ctx_t *c, int level) { cg_line(c->out, level, "#pragma GCC ivdep\n"); }
 
+void cg_open_lanes(cg_buf_t *b, int level, const char *index, const char *block,
+                   const char *blocks, int lanes) {
+  cg_line(b, level, "for (int64_t %s = 0; %s < %s; %s += %d) {\n", block, block, blocks, block,
+          lanes);
+  /* Unrolled first, the lane loop would be scalars GCC does not regroup. */
+  cg_line(b, level + 1, "#pragma GCC unroll 1\n");
+  cg_line(b, level + 1, "for (int l = 0; l < %d; l++) {\n", lanes);
+  cg_line(b, level + 2, "const int64_t %s = %s + l;\n", index, block);
+}
+
+void cg_close_lanes(cg_buf_t *b, int level) {
+  cg_line(b, level + 1, "}\n");
+  cg_line(b, level, "}\n");
+}
+
 void cg_function(cg_ctx_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
