@@ -130,6 +130,7 @@ static const wcase_t per_call[] = {
     {3, 16, 14, 14, 20, {2, 1, 0, 2}},  /* asymmetric pads, 3 images */
     {1, 40, 60, 9, 24, {1, 1, 1, 1}},   /* narrow image: 5 tiles a row */
     {1, 16, 10, 140, 17, {1, 1, 1, 1}}, /* 70 (35) tiles a row: 16-wide vectors and a part */
+    {1, 16, 12, 40, 16, {2, 18, 1, 2}}, /* a left pad wider than a vector of columns */
 };
 
 /* Fewer outputs: blocks of their own, or the phased form; below 12x12
