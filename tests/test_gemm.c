@@ -212,6 +212,36 @@ static void gemm_edge_heights(void) {
   kern_gemm_force_isa(NULL);
 }
 
+/* A transposed and read in place by the full tiles (products of at most
+ * one column panel a part): full and ragged row tiles, full and narrow
+ * columns (packed per panel), k of one step, odd, over two and three kc
+ * blocks (the later ones accumulate), padded rows, with and without an
+ * epilogue, split by rows and by columns over two threads, for every
+ * micro-kernel. */
+static void gemm_transposed_a_in_place(void) {
+  const gemm_isa_t *all[] = {&gemm_isa_portable, &gemm_isa_avx2, &gemm_isa_avx2_wide,
+                             &gemm_isa_avx512};
+  static const int64_t ks[] = {1, 7, 301, 600};
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(2, &pool));
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(all[i]->name)) continue;
+    int64_t mr = all[i]->mr, nr = all[i]->nr;
+    const int64_t ms[] = {3 * mr, 3 * mr + 5, mr};
+    const int64_t ns[] = {nr, nr - 3, 1, 2 * nr};
+    for (size_t q = 0; q < sizeof ks / sizeof *ks; q++)
+      for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
+          shape_t s = {ms[a], ns[b], ks[q], 1, 1, (int)(b & 1), (int64_t)(a + q) % 2 * 3,
+                       0, 0, (int)((a + b + q) % 2)};
+          check_gemm(&s, NULL);
+          check_gemm(&s, pool);
+        }
+  }
+  kern_gemm_force_isa(NULL);
+  core_pool_destroy(pool);
+}
+
 /* B packed ahead over several column blocks (one row block cuts n into
  * L2-sized blocks) and k blocks: the same bits as packing per call, and
  * the double loop's values. */
@@ -529,6 +559,7 @@ int main(void) {
   TEST_RUN(gemm_every_isa);
   TEST_RUN(gemm_edge_widths);
   TEST_RUN(gemm_edge_heights);
+  TEST_RUN(gemm_transposed_a_in_place);
   TEST_RUN(gemm_packed_b_column_blocks);
   TEST_RUN(gemm_repacks_packed_b);
   TEST_RUN(gemm_grouped_items);

@@ -169,6 +169,18 @@ pack_b_plain(const float *b, int64_t ldb, int64_t kc, int64_t panels, int nr, fl
 /* Floats in 4 KiB, the period of the L1's set index. */
 enum { ALIAS_FLOATS = 1024 };
 
+/* One mr-tall panel of a transposed A (rows <= mr of its columns, zeros
+ * below), from run: k step q's floats at run + q * lda. */
+static void pack_a_panel(const gemm_problem_t *p, const gemm_isa_t *isa, const float *run,
+                         int64_t rows, int64_t kc, float *dst) {
+  int mr = isa->mr;
+  if (rows == mr && mr == 6) pack_runs(run, p->lda, kc, 6, dst);
+  else if (rows == mr && mr == 12) pack_runs(run, p->lda, kc, 12, dst);
+  else
+    for (int64_t q = 0; q < kc; q++)
+      for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? run[q * p->lda + r] : 0.0f;
+}
+
 /* A[ic:ic+mc, pc:pc+kc] into mr-tall panels: panel q holds, for each of kc
  * steps, mr consecutive rows (zeros past mc). The rows of a panel are read
  * side by side, so that the stores are sequential and the loads form mr
@@ -196,11 +208,7 @@ static void pack_a(const gemm_problem_t *p, const gemm_isa_t *isa, const float *
         dst += (full - 1) * mr * kc;
         continue;
       }
-      if (rows == mr && mr == 6) pack_runs(run, p->lda, kc, 6, dst);
-      else if (rows == mr && mr == 12) pack_runs(run, p->lda, kc, 12, dst);
-      else
-        for (int64_t q = 0; q < kc; q++)
-          for (int r = 0; r < mr; r++) dst[q * mr + r] = r < rows ? run[q * p->lda + r] : 0.0f;
+      pack_a_panel(p, isa, run, rows, kc, dst);
       continue;
     }
     for (int r = 0; r < rows; r++) src[r] = a + (ic + i0 + r) * p->lda + pc;
@@ -345,10 +353,14 @@ typedef struct cblock {
   int accumulate, last;
 } cblock_t;
 
-/* C block (+)= packed A block @ packed B panel; with `last`, finished spans
- * of columns are handed to finish() while in cache. */
+/* C block (+)= A block @ packed B panel; with `last`, finished spans of
+ * columns are handed to finish() while in cache. The A block is packed
+ * (ablock), or, with adirect, read in place from a stored A^T at adirect
+ * (its k step p at adirect + p * lda): full tiles read it there, edge
+ * tiles pack their panel into ablock first. */
 static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
-                         const float *bpanel, float *c, const cblock_t *b) {
+                         const float *adirect, const float *bpanel, float *c,
+                         const cblock_t *b) {
   const gemm_isa_t *isa = bk->isa;
   int epilogue = b->last && (p->bias || p->epilogue);
   int64_t done = 0; /* columns finished so far */
@@ -357,14 +369,32 @@ static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const fl
     const float *bp = bpanel + jr * b->kc;
     for (int64_t ir = 0; ir < b->mc; ir += isa->mr) {
       int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
-      tile(isa, b->kc, ablock + ir * b->kc, bp, c + (b->ic + ir) * p->ldc + b->jc + jr,
-           p->ldc, rows, cols, b->accumulate);
+      float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
+      if (!adirect) {
+        tile(isa, b->kc, ablock + ir * b->kc, bp, ct, p->ldc, rows, cols, b->accumulate);
+      } else if (rows == isa->mr && cols == isa->nr) {
+        isa->kernel_strided_a(b->kc, adirect + ir, p->lda, bp, ct, p->ldc, b->accumulate);
+      } else {
+        pack_a_panel(p, isa, adirect + ir, rows, b->kc, bk->abuf);
+        tile(isa, b->kc, bk->abuf, bp, ct, p->ldc, rows, cols, b->accumulate);
+      }
     }
     if (epilogue && (jr + cols - done >= FINISH_COLS || jr + cols == b->nc)) {
       finish(p, b->t, c, b->ic, b->mc, b->jc + done, jr + cols - done);
       done = jr + cols;
     }
   }
+}
+
+/* Whether the A blocks of columns [n0, n1) are read in place rather than
+ * packed: a transposed A whose stored rows hold each panel's k steps as
+ * runs of mr floats, used by one column panel, so that packing would
+ * copy every float of A to read it once more (a ResNet-18 layer4 input
+ * gradient, W^T of 4608 x 512 against 32 positions: a third of its time
+ * packed W). */
+static int reads_a_in_place(const gemm_problem_t *p, const gemm_isa_t *isa, int64_t n0,
+                            int64_t n1) {
+  return p->trans_a && isa->kernel_strided_a && !p->a_packed && n1 - n0 <= 4 * isa->nr;
 }
 
 /* k = 0: the product is zeros. */
@@ -403,13 +433,14 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
       const float *aset = NULL;
       if (p->a_packed && p->a_kc == bk->kc)
         aset = p->a_packed + (t % p->groups) * p->a_set + pc * p->a_mpad;
+      int direct = !aset && reads_a_in_place(p, isa, jc, jc + nc);
       for (int64_t ic = m0; ic < m1; ic += bk->mc) {
         cblock_t b = {t, ic, m1 - ic < bk->mc ? m1 - ic : bk->mc, jc, nc, kc, pc > k0,
                       pc + kc >= p->k};
         const float *ablock = bk->abuf;
         if (aset) ablock = aset + ic * kc;
-        else pack_a(p, isa, a, ic, b.mc, pc, kc, bk->abuf);
-        macro_kernel(p, bk, ablock, bpanel, c, &b);
+        else if (!direct) pack_a(p, isa, a, ic, b.mc, pc, kc, bk->abuf);
+        macro_kernel(p, bk, ablock, direct ? a + pc * p->lda + ic : NULL, bpanel, c, &b);
       }
     }
   }

@@ -19,11 +19,13 @@
 #define UK_ADD(a, b) _mm256_add_ps((a), (b))
 
 #define UK_NAME ukernel_avx2_6x16
+#define UK_STRIDED_NAME ukernel_avx2_6x16_strided
 #define UK_HALF_NAME ukernel_avx2_6x8
 #define UK_MR 6
 #define UK_NV 2
 #include "backend/cpu/kernels/gemm_ukernel.inc"
 #undef UK_NAME
+#undef UK_STRIDED_NAME
 #undef UK_HALF_NAME
 #undef UK_MR
 #undef UK_NV
@@ -40,11 +42,13 @@ static const gemm_ukernel_fn avx2_short_rows[] = UK_SHORT_TABLE;
 #undef UK_NV
 
 #define UK_NAME ukernel_avx2_12x32
+#define UK_STRIDED_NAME ukernel_avx2_12x32_strided
 #define UK_HALF_NAME ukernel_avx2_12x16
 #define UK_MR 12
 #define UK_NV 4
 #include "backend/cpu/kernels/gemm_ukernel.inc"
 #undef UK_NAME
+#undef UK_STRIDED_NAME
 #undef UK_HALF_NAME
 #undef UK_MR
 
@@ -178,11 +182,13 @@ const gemm_isa_t gemm_isa_avx2 = {.name = "avx2", .supported = avx2_supported,
                                   .kernel_half = ukernel_avx2_6x8,
                                   .kernel_narrow = {NULL, ukernel_avx2_6x1, ukernel_avx2_6x2,
                                                     ukernel_avx2_6x3, ukernel_avx2_6x4},
-                                  .kernel_rows = avx2_short_rows};
+                                  .kernel_rows = avx2_short_rows,
+                                  .kernel_strided_a = ukernel_avx2_6x16_strided};
 const gemm_isa_t gemm_isa_avx2_wide = {.name = "avx2_wide", .supported = avx2_supported,
                                        .kernel = ukernel_avx2_12x32, .mr = 12, .nr = 32,
                                        .mc = 144, .kc = 256, .nc = 4096,
                                        .pack_bt = gemm_pack_bt32_avx2,
                                        .pack_a = gemm_pack_a12_avx2,
                                        .kernel_half = ukernel_avx2_12x16,
-                                       .kernel_rows = avx2_wide_short_rows};
+                                       .kernel_rows = avx2_wide_short_rows,
+                                       .kernel_strided_a = ukernel_avx2_12x32_strided};

@@ -18,11 +18,13 @@
 #define UK_ADD(a, b) _mm512_add_ps((a), (b))
 
 #define UK_NAME ukernel_avx512_12x32
+#define UK_STRIDED_NAME ukernel_avx512_12x32_strided
 #define UK_HALF_NAME ukernel_avx512_12x16
 #define UK_MR 12
 #define UK_NV 2
 #include "backend/cpu/kernels/gemm_ukernel.inc"
 #undef UK_NAME
+#undef UK_STRIDED_NAME
 #undef UK_HALF_NAME
 #undef UK_MR
 
@@ -59,4 +61,5 @@ const gemm_isa_t gemm_isa_avx512 = {.name = "avx512", .supported = avx512_suppor
                                     .kernel_half = ukernel_avx512_12x16,
                                     .kernel_narrow = {NULL, ukernel_avx512_12x1, ukernel_avx512_12x2,
                                                       ukernel_avx512_12x3, ukernel_avx512_12x4},
-                                    .kernel_rows = avx512_short_rows};
+                                    .kernel_rows = avx512_short_rows,
+                                    .kernel_strided_a = ukernel_avx512_12x32_strided};

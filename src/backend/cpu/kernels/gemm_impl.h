@@ -22,6 +22,11 @@ typedef void (*gemm_ukernel_fn)(int64_t kc, const float *a, const float *b,
 typedef void (*gemm_narrow_fn)(int64_t kc, const float *a, const float *b, float *c,
                                int64_t ldc, int accumulate, int64_t rows);
 
+/* The full tile with A's k step p at a + p * astep: a stored A^T read in
+ * place, mr floats of its row p, rows astep floats apart. */
+typedef void (*gemm_strided_fn)(int64_t kc, const float *a, int64_t astep, const float *b,
+                                float *c, int64_t ldc, int accumulate);
+
 enum { GEMM_NARROW = 4 };
 
 /* One micro-kernel and the cache blocking that suits it. */
@@ -52,6 +57,10 @@ typedef struct gemm_isa {
    * full-width tile from mr-tall panels, for a last row tile (NULL: the
    * full kernel into a scratch tile). */
   const gemm_ukernel_fn *kernel_rows;
+  /* Optional: the full tile reading a transposed A in place, for products
+   * whose few columns would use each packed A panel once (NULL: A is
+   * always packed). */
+  gemm_strided_fn kernel_strided_a;
 } gemm_isa_t;
 
 /* The AVX2 packers of 12-row A panels and 32-wide transposed B panels,
