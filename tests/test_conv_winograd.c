@@ -131,6 +131,8 @@ static const wcase_t per_call[] = {
     {1, 40, 60, 9, 24, {1, 1, 1, 1}},   /* narrow image: 5 tiles a row */
     {1, 16, 10, 140, 17, {1, 1, 1, 1}}, /* 70 (35) tiles a row: 16-wide vectors and a part */
     {1, 16, 12, 40, 16, {2, 18, 1, 2}}, /* a left pad wider than a vector of columns */
+    {4, 16, 8, 8, 20, {1, 1, 1, 1}},    /* 16 tiles an image: several images a block */
+    {5, 24, 9, 9, 17, {1, 1, 1, 1}},    /* 25 tiles, two images a block, the last one */
 };
 
 /* Fewer outputs: blocks of their own, or the phased form; below 12x12

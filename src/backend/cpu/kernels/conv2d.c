@@ -294,7 +294,7 @@ int kern_conv2d_pack_weight(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, v
   int m = winograd_tile_of(algo);
   if (m) return kern_conv2d_winograd_pack_weight(d, m, dst);
   int64_t og = d->o / d->groups, taps = d->c / d->groups * d->kh * d->kw;
-  gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst);
+  gemm_pack_a_ahead(d->weight, taps, og * taps, og, taps, d->groups, dst, NULL);
   return 1;
 }
 

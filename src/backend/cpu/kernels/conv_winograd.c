@@ -95,17 +95,35 @@ typedef struct wino {
   const wino_transforms_t *tf;
   const void *u_packed;        /* gemm_pack_a_ahead of U: o x c, xi groups */
   int64_t tx;                  /* tiles across an image */
-  int64_t tiles, blocks, span; /* per image; tiles a block (the last may have fewer) */
+  int64_t tiles, blocks, span; /* per image; columns a block (the last may have fewer) */
+  int64_t images;              /* > 1: a block holds all tiles of this many images */
   gemm_b_layout_t v;           /* V's panels, span columns */
   atomic_int failed;           /* a task found no scratch */
 } wino_t;
 
 static int64_t v_stride(const wino_t *w) { return w->d->c * w->v.npad + WINO_XI_SKEW; }
 
-static wino_block_t block_of(const wino_t *w, int64_t i) {
+/* Blocks in all: per image, or per group of images. */
+static int64_t block_count(const wino_t *w) {
+  return w->images > 1 ? (w->d->n + w->images - 1) / w->images : w->d->n * w->blocks;
+}
+
+/* Images (parts) in block i. */
+static int64_t block_parts(const wino_t *w, int64_t i) {
+  if (w->images == 1) return 1;
+  int64_t left = w->d->n - i * w->images;
+  return left < w->images ? left : w->images;
+}
+
+/* Part j of block i: a range of one image's tiles and its columns. */
+static wino_block_t block_of(const wino_t *w, int64_t i, int64_t j) {
+  if (w->images > 1)
+    return (wino_block_t){w->d, w->tx, i * w->images + j, 0, w->tiles, j * w->tiles,
+                          block_parts(w, i) * w->tiles, w->v.nr, w->v.kc, w->v.npad,
+                          v_stride(w)};
   int64_t t0 = i % w->blocks * w->span;
   int64_t t1 = t0 + w->span < w->tiles ? t0 + w->span : w->tiles;
-  return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, t1 - t0, w->v.nr, w->v.kc,
+  return (wino_block_t){w->d, w->tx, i / w->blocks, t0, t1, 0, t1 - t0, w->v.nr, w->v.kc,
                         w->v.npad, v_stride(w)};
 }
 
@@ -172,10 +190,17 @@ static void run_output(const wino_t *w, const wino_block_t *b, int64_t o0, int64
 
 /* One task computes a block whole. */
 static void run_block(const wino_t *w, int64_t i, float *v, float *m) {
-  wino_block_t b = block_of(w, i);
-  w->tf->input(&b, 0, w->d->c, v);
+  int64_t parts = block_parts(w, i);
+  for (int64_t j = 0; j < parts; j++) {
+    wino_block_t b = block_of(w, i, j);
+    w->tf->input(&b, 0, w->d->c, v);
+  }
+  wino_block_t b = block_of(w, i, 0);
   block_gemms(w, &b, v, m, NULL);
-  run_output(w, &b, 0, w->d->o, m);
+  for (int64_t j = 0; j < parts; j++) {
+    b = block_of(w, i, j);
+    run_output(w, &b, 0, w->d->o, m);
+  }
 }
 
 static void wino_body(void *ctx, int64_t begin, int64_t end) {
@@ -216,7 +241,7 @@ static int run_phased(const wino_t *w, core_pool_t *pool) {
   phased_t ph = {.w = w, .v = s.buf};
   ph.m = block_m(w, ph.v);
   for (int64_t i = 0; i < d->n * w->blocks; i++) {
-    ph.b = block_of(w, i);
+    ph.b = block_of(w, i, 0);
     core_pool_for(pool, d->c, 8, phased_input, &ph);
     block_gemms(w, &ph.b, ph.v, ph.m, pool);
     core_pool_for(pool, d->o, 8, phased_output, &ph);
@@ -227,17 +252,40 @@ static int run_phased(const wino_t *w, core_pool_t *pool) {
 
 /* ---- Weights ---------------------------------------------------------- */
 
-/* U for d, packed, into dst (kern_conv2d_winograd_packed_bytes); u: scratch
- * of the raw U and the filters' taps. */
-static void pack_u(const loom_abi_conv2d_t *d, int m, float *u, void *dst) {
-  const wino_transforms_t *tf = wino_transforms(m);
-  int64_t xi = positions_xi(tf->m);
-  tf->filters(d->weight, d->o, d->c, 0, d->o, u + xi * d->o * d->c, u);
-  gemm_pack_a_ahead(u, d->c, d->o * d->c, d->o, d->c, xi, dst);
+/* The filters of d transformed in `parts` ranges of output channels,
+ * each with taps of its own after U. */
+typedef struct filters_job {
+  const loom_abi_conv2d_t *d;
+  const wino_transforms_t *tf;
+  float *u;
+  int64_t parts;
+} filters_job_t;
+
+static int64_t taps_floats(const loom_abi_conv2d_t *d) { return 9 * d->c + WINO_SLACK; }
+
+static void filters_parts(void *ctx, int64_t i0, int64_t i1) {
+  const filters_job_t *j = ctx;
+  const loom_abi_conv2d_t *d = j->d;
+  float *taps = j->u + positions_xi(j->tf->m) * d->o * d->c;
+  for (int64_t i = i0; i < i1; i++)
+    j->tf->filters(d->weight, d->o, d->c, i * d->o / j->parts, (i + 1) * d->o / j->parts,
+                   taps + i * taps_floats(d), j->u);
 }
 
-static size_t u_floats(const loom_abi_conv2d_t *d, int m) {
-  return (size_t)((positions_xi(m) * d->o + 9) * d->c + 2 * WINO_SLACK);
+/* U for d, packed, into dst (kern_conv2d_winograd_packed_bytes), over the
+ * pool (a training step transforms its changing weights in every call);
+ * u: scratch of u_floats(d, m, threads), the raw U and the filters'
+ * taps. */
+static void pack_u(const loom_abi_conv2d_t *d, int m, float *u, void *dst, core_pool_t *pool) {
+  const wino_transforms_t *tf = wino_transforms(m);
+  filters_job_t j = {d, tf, u, core_pool_threads(pool)};
+  core_pool_for(pool, j.parts, 1, filters_parts, &j);
+  int64_t xi = positions_xi(tf->m);
+  gemm_pack_a_ahead(u, d->c, d->o * d->c, d->o, d->c, xi, dst, pool);
+}
+
+static size_t u_floats(const loom_abi_conv2d_t *d, int m, int threads) {
+  return (size_t)(positions_xi(m) * d->o * d->c + threads * taps_floats(d) + WINO_SLACK);
 }
 
 size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m) {
@@ -245,9 +293,9 @@ size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m) {
 }
 
 int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, int m, void *dst) {
-  float *u = malloc(u_floats(d, m) * sizeof(float));
+  float *u = malloc(u_floats(d, m, 1) * sizeof(float));
   if (!u) return 0;
-  pack_u(d, m, u, dst);
+  pack_u(d, m, u, dst, NULL);
   free(u);
   return 1;
 }
@@ -309,7 +357,7 @@ static int64_t panel_span(int64_t n, int64_t tiles, int64_t span, int64_t most, 
 
 int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
   if (!runs(d, m)) return 0;
-  wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m};
+  wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m, .images = 1};
   w.tiles = w.tx * ((d->ho + m - 1) / m);
   /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
    * channels: 2 x 256 or 2 x 288 KiB), at least two blocks a thread of
@@ -334,15 +382,28 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
   int64_t nr = gemm_b_layout(d->c, w.span).nr;
   if (!phased) w.span = panel_span(d->n, w.tiles, w.span, most, nr, threads);
   w.blocks = (w.tiles + w.span - 1) / w.span;
+  /* Images of at most half a block's tiles go several to a block, as many
+   * as fit while each thread still gets one: a block of one 8x8 image (16
+   * tiles of F(2x2)) read all of U for 16 GEMM columns, and two threads
+   * reading it from L3 ran 1.1x as fast as one. */
+  if (w.tiles * 2 <= most && d->n > 1) {
+    int64_t images = most / w.tiles < d->n ? most / w.tiles : d->n;
+    while (images > 1 && (d->n + images - 1) / images < threads) images--;
+    if (images > 1) {
+      w.images = images;
+      w.span = images * w.tiles;
+      phased = 0;
+    }
+  }
   w.v = gemm_b_layout(d->c, w.span);
   kern_scratch_t u = {-1, NULL};
   w.u_packed = d->weight_packed;
   if (!packed_for_winograd(d, m)) {
     /* U, after the packed panels, transformed and packed for this call. */
     size_t packed = (kern_conv2d_winograd_packed_bytes(d, m) + 63) / 64 * 64 / sizeof(float);
-    u = kern_scratch_claim(packed + u_floats(d, m));
+    u = kern_scratch_claim(packed + u_floats(d, m, threads));
     if (!u.buf) return 0;
-    pack_u(d, m, u.buf + packed, u.buf);
+    pack_u(d, m, u.buf + packed, u.buf, pool);
     w.u_packed = u.buf;
   }
   int done = 1;
@@ -351,7 +412,7 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
   } else {
     /* Whichever threads take blocks, a replay finds their buffers grown. */
     kern_scratch_reserve(threads, block_floats(&w));
-    core_pool_for(pool, d->n * w.blocks, 1, wino_body, &w);
+    core_pool_for(pool, block_count(&w), 1, wino_body, &w);
   }
   kern_scratch_release(u);
   return done && !atomic_load(&w.failed);

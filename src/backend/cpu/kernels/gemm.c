@@ -698,19 +698,34 @@ size_t gemm_packed_a_bytes(int64_t m, int64_t k, int64_t groups) {
   return PACKED_HEAD_BYTES + (size_t)(groups * k * mpad) * sizeof(float);
 }
 
+typedef struct pack_ahead {
+  const gemm_isa_t *isa;
+  const packed_a_head_t *h;
+  const float *a;
+  int64_t lda, stride;
+  float *data;
+} pack_ahead_t;
+
+static void pack_ahead_groups(void *ctx, int64_t g0, int64_t g1) {
+  const pack_ahead_t *j = ctx;
+  const packed_a_head_t *h = j->h;
+  gemm_problem_t p = {.m = h->m, .k = h->k, .lda = j->lda};
+  for (int64_t g = g0; g < g1; g++)
+    for (int64_t pc = 0; pc < h->k; pc += h->kc) {
+      int64_t kc = h->k - pc < h->kc ? h->k - pc : h->kc;
+      pack_a(&p, j->isa, j->a + g * j->stride, 0, h->m, pc, kc,
+             j->data + (g * h->k + pc) * h->mpad);
+    }
+}
+
 void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, int64_t k,
-                       int64_t groups, void *dst) {
+                       int64_t groups, void *dst, core_pool_t *pool) {
   const gemm_isa_t *isa = isa_current();
   packed_a_head_t *h = dst;
   *h = (packed_a_head_t){isa, m, k, groups, balanced(k, isa->kc, 1),
                          ceil_div(m, isa->mr) * isa->mr};
-  float *data = (float *)((char *)dst + PACKED_HEAD_BYTES);
-  gemm_problem_t p = {.m = m, .k = k, .lda = lda};
-  for (int64_t g = 0; g < groups; g++)
-    for (int64_t pc = 0; pc < k; pc += h->kc) {
-      int64_t kc = k - pc < h->kc ? k - pc : h->kc;
-      pack_a(&p, isa, a + g * stride, 0, m, pc, kc, data + (g * k + pc) * h->mpad);
-    }
+  pack_ahead_t j = {isa, h, a, lda, stride, (float *)((char *)dst + PACKED_HEAD_BYTES)};
+  core_pool_for(pool, groups, 1, pack_ahead_groups, &j);
 }
 
 gemm_b_layout_t gemm_b_layout(int64_t k, int64_t n) {

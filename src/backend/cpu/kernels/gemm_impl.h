@@ -149,7 +149,7 @@ void gemm_pack_b_packed(const gemm_problem_t *p, int64_t item, int64_t pc, int64
  * gemm_packed_a_bytes sizes the buffer (64-byte aligned). */
 size_t gemm_packed_a_bytes(int64_t m, int64_t k, int64_t groups);
 void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, int64_t k,
-                       int64_t groups, void *dst);
+                       int64_t groups, void *dst, core_pool_t *pool);
 
 /* Points p at the A panels of `packed` (gemm_pack_a_ahead) when they were
  * packed for p's shape and groups and the micro-kernel in use, and A is

@@ -17,14 +17,15 @@ enum { WINO_MAX_W = 2048 };
  * last vectors (whose extra lanes are dropped): buffers carry this slack. */
 enum { WINO_SLACK = 16 };
 
-/* Tiles [t0, t1) of image img of a layer with tx tiles a row; M's rows
- * are n = t1 - t0 long. V[xi] is the GEMM's B (channels x tiles) in the
- * panels its driver packs (gemm_b_layout): nr tiles a panel, kc-deep
- * blocks of channels, npad tiles a channel, so that the GEMMs read it as
- * it is written. */
+/* Tiles [t0, t1) of image img of a layer with tx tiles a row, in columns
+ * [col0, col0 + t1 - t0) of a block of n columns (a block may hold the
+ * tiles of several images, one such part each); M's rows are n long.
+ * V[xi] is the GEMM's B (channels x tiles) in the panels its driver packs
+ * (gemm_b_layout): nr tiles a panel, kc-deep blocks of channels, npad
+ * tiles a channel, so that the GEMMs read it as it is written. */
 typedef struct wino_block {
   const loom_abi_conv2d_t *d;
-  int64_t tx, img, t0, t1, n;
+  int64_t tx, img, t0, t1, col0, n;
   int64_t nr, kc, npad, xi_stride; /* xi_stride: floats from V[xi] to V[xi + 1] */
 } wino_block_t;
 
