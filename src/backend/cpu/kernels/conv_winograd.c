@@ -259,6 +259,7 @@ typedef struct filters_job {
   const wino_transforms_t *tf;
   float *u;
   int64_t parts;
+  int flipped; /* d's weights are those of the layer d is the input gradient of */
 } filters_job_t;
 
 static int64_t taps_floats(const loom_abi_conv2d_t *d) { return 9 * d->c + WINO_SLACK; }
@@ -269,16 +270,17 @@ static void filters_parts(void *ctx, int64_t i0, int64_t i1) {
   float *taps = j->u + positions_xi(j->tf->m) * d->o * d->c;
   for (int64_t i = i0; i < i1; i++)
     j->tf->filters(d->weight, d->o, d->c, i * d->o / j->parts, (i + 1) * d->o / j->parts,
-                   taps + i * taps_floats(d), j->u);
+                   j->flipped, taps + i * taps_floats(d), j->u);
 }
 
 /* U for d, packed, into dst (kern_conv2d_winograd_packed_bytes), over the
  * pool (a training step transforms its changing weights in every call);
  * u: scratch of u_floats(d, m, threads), the raw U and the filters'
  * taps. */
-static void pack_u(const loom_abi_conv2d_t *d, int m, float *u, void *dst, core_pool_t *pool) {
+static void pack_u(const loom_abi_conv2d_t *d, int m, int flipped, float *u, void *dst,
+                   core_pool_t *pool) {
   const wino_transforms_t *tf = wino_transforms(m);
-  filters_job_t j = {d, tf, u, core_pool_threads(pool)};
+  filters_job_t j = {d, tf, u, core_pool_threads(pool), flipped};
   core_pool_for(pool, j.parts, 1, filters_parts, &j);
   int64_t xi = positions_xi(tf->m);
   gemm_pack_a_ahead(u, d->c, d->o * d->c, d->o, d->c, xi, dst, pool);
@@ -295,7 +297,7 @@ size_t kern_conv2d_winograd_packed_bytes(const loom_abi_conv2d_t *d, int m) {
 int kern_conv2d_winograd_pack_weight(const loom_abi_conv2d_t *d, int m, void *dst) {
   float *u = malloc(u_floats(d, m, 1) * sizeof(float));
   if (!u) return 0;
-  pack_u(d, m, u, dst, NULL);
+  pack_u(d, m, 0, u, dst, NULL);
   free(u);
   return 1;
 }
@@ -355,7 +357,9 @@ static int64_t panel_span(int64_t n, int64_t tiles, int64_t span, int64_t most, 
   return best;
 }
 
-int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
+/* conv2d by F(m x m); flipped: d's weights are those of the layer whose
+ * input gradient d is (pack_u), never packed ahead. */
+static int run_winograd(const loom_abi_conv2d_t *d, int m, int flipped, core_pool_t *pool) {
   if (!runs(d, m)) return 0;
   wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m, .images = 1};
   w.tiles = w.tx * ((d->ho + m - 1) / m);
@@ -403,7 +407,7 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
     size_t packed = (kern_conv2d_winograd_packed_bytes(d, m) + 63) / 64 * 64 / sizeof(float);
     u = kern_scratch_claim(packed + u_floats(d, m, threads));
     if (!u.buf) return 0;
-    pack_u(d, m, u.buf + packed, u.buf, pool);
+    pack_u(d, m, flipped, u.buf + packed, u.buf, pool);
     w.u_packed = u.buf;
   }
   int done = 1;
@@ -416,6 +420,10 @@ int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *poo
   }
   kern_scratch_release(u);
   return done && !atomic_load(&w.failed);
+}
+
+int kern_conv2d_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
+  return run_winograd(d, m, 0, pool);
 }
 
 /* ---- conv2d's input gradient ---------------------------------------------- */
@@ -458,16 +466,6 @@ int kern_conv2d_input_grad_winograd_takes(const loom_abi_conv2d_t *d, int m) {
 int kern_conv2d_input_grad_winograd_f32(const loom_abi_conv2d_t *d, int m, core_pool_t *pool) {
   if (!igrad_shape(d)) return 0;
   loom_abi_conv2d_t t = transposed(d);
-  if (!runs(&t, m)) return 0;
-  kern_scratch_t s = kern_scratch_claim((size_t)(d->o * d->c * 9));
-  if (!s.buf) return 0;
-  float *flipped = s.buf;
-  for (int64_t oc = 0; oc < d->o; oc++)
-    for (int64_t ci = 0; ci < d->c; ci++)
-      for (int k = 0; k < 9; k++)
-        flipped[(ci * d->o + oc) * 9 + k] = d->weight[(oc * d->c + ci) * 9 + 8 - k];
-  t.weight = flipped;
-  int done = kern_conv2d_winograd_f32(&t, m, pool);
-  kern_scratch_release(s);
-  return done;
+  t.weight = d->weight; /* read flipped and transposed by the filter transform */
+  return run_winograd(&t, m, 1, pool);
 }

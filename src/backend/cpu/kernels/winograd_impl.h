@@ -37,9 +37,12 @@ enum { WINO_XI_SKEW = 16 };
 typedef struct wino_transforms {
   int m, alpha;
   /* U[xi][oc][ci] = (G g G^T)[xi] for the filters of output channels [o0,
-   * o1), from w (o, c, 3, 3); taps: scratch of 9 * c + WINO_SLACK floats. */
-  void (*filters)(const float *w, int64_t o, int64_t c, int64_t o0, int64_t o1, float *taps,
-                  float *u);
+   * o1), from w (o, c, 3, 3); flipped: from the weights (c, o, 3, 3) of
+   * the layer whose input gradient this convolution is, filter (oc, ci)
+   * being their (ci, oc) turned by 180 degrees. taps: scratch of 9 * c +
+   * WINO_SLACK floats. */
+  void (*filters)(const float *w, int64_t o, int64_t c, int64_t o0, int64_t o1, int flipped,
+                  float *taps, float *u);
   /* V[xi] = (B^T d B)[xi] for b's tiles, channels [c0, c1), in b's
    * panels; the columns padding the last panel are zeros. */
   void (*input)(const wino_block_t *b, int64_t c0, int64_t c1, float *v);
