@@ -23,22 +23,40 @@ enum { SPIN_ROUNDS = 20000 };
  * core to that thread. */
 enum { CALLER_SPIN_ROUNDS = 4000, CALLER_YIELDS = 200 };
 
-/* Chunks are claimed from one word, (chunks in the loop) << 32 | (next
- * chunk): a thread that claims chunk i of the current loop knows the loop
- * is still running (it cannot end before chunk i does), so it may read the
- * loop's fields after the claim, whatever loop it saw before. No thread
- * waits for another that has claimed nothing: a worker that wakes late
- * finds every chunk taken and goes back to waiting. */
+/* Most threads a pool has (more are not created). */
+enum { MAX_THREADS = 1024 };
+
+/* A loop's chunks are cut into one contiguous range per thread, each
+ * claimed from its own word, (range end) << 32 | (next chunk): a thread
+ * takes its own range first, in order, then what is left of the others'.
+ * Thread t thus takes the same part of every loop of the same size, so
+ * that a step finds in its own core's cache what the step before wrote
+ * there. Chunks claimed from one shared word went to whichever thread came
+ * first: ResNet-18's training step at 2 threads spent 51 us on a batch
+ * norm's 8 x 64 x 16 x 16 centring that took 17 us alone, 24-35 us with
+ * ranges; its inference ran 1-7% faster in alternated runs.
+ * A thread that claims chunk i of the current loop knows the loop is still
+ * running (it cannot end before chunk i does), so it may read the loop's
+ * fields after the claim, whatever loop it saw before. No thread waits for
+ * another that has claimed nothing: a worker that wakes late finds its
+ * range taken by the others and goes back to waiting. */
+typedef struct range_word {
+  _Atomic uint64_t word;
+  char pad[56]; /* one cache line each: threads claim side by side */
+} range_word_t;
+
 struct core_pool {
   int n_threads;
   pthread_t *workers;
-  /* The current loop: written by the caller before it publishes `claim`,
-   * read by a thread only after it has claimed one of the loop's chunks. */
+  /* The current loop: written by the caller before it publishes the
+   * ranges, read by a thread only after it has claimed one of the loop's
+   * chunks. */
   core_pool_fn fn;
   void *ctx;
   int64_t n, chunk;
   uint32_t chunks;
-  _Atomic uint64_t claim;
+  range_word_t *claim;            /* per thread's range */
+  _Atomic int next_id;            /* workers number themselves 1, 2, ... */
   _Atomic uint32_t done;          /* chunks finished; futex word of the caller */
   _Atomic int caller_sleeping;
   _Atomic uint32_t generation;    /* bumped per loop; futex word of workers */
@@ -55,13 +73,13 @@ static void futex_wake_all(_Atomic uint32_t *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Claims the next chunk of the current loop; false when none is left. */
-static bool claim_chunk(core_pool_t *p, int64_t *index) {
-  uint64_t w = atomic_load_explicit(&p->claim, memory_order_relaxed);
+/* Claims the next chunk of a range; false when none is left. */
+static bool claim_in(_Atomic uint64_t *range, int64_t *index) {
+  uint64_t w = atomic_load_explicit(range, memory_order_relaxed);
   for (;;) {
-    uint32_t next = (uint32_t)w, total = (uint32_t)(w >> 32);
-    if (next >= total) return false;
-    if (atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acquire,
+    uint32_t next = (uint32_t)w, end = (uint32_t)(w >> 32);
+    if (next >= end) return false;
+    if (atomic_compare_exchange_weak_explicit(range, &w, w + 1, memory_order_acquire,
                                               memory_order_relaxed)) {
       *index = next;
       return true;
@@ -69,10 +87,20 @@ static bool claim_chunk(core_pool_t *p, int64_t *index) {
   }
 }
 
+/* Claims a chunk for thread id: from its own range, else from the
+ * others' in turn; false when none is left. */
+static bool claim_chunk(core_pool_t *p, int id, int64_t *index) {
+  for (int k = 0; k < p->n_threads; k++) {
+    int r = id + k < p->n_threads ? id + k : id + k - p->n_threads;
+    if (claim_in(&p->claim[r].word, index)) return true;
+  }
+  return false;
+}
+
 /* Runs chunks of the current loop until none are left to claim. */
-static void work(core_pool_t *p) {
+static void work(core_pool_t *p, int id) {
   int64_t i;
-  while (claim_chunk(p, &i)) {
+  while (claim_chunk(p, id, &i)) {
     int64_t begin = i * p->chunk;
     int64_t end = begin + p->chunk < p->n ? begin + p->chunk : p->n;
     uint32_t total = p->chunks;
@@ -102,11 +130,12 @@ static uint32_t await_generation(core_pool_t *p, uint32_t seen) {
 
 static void *worker_main(void *arg) {
   core_pool_t *p = arg;
+  int id = atomic_fetch_add(&p->next_id, 1);
   uint32_t seen = 0;
   for (;;) {
     seen = await_generation(p, seen);
     if (atomic_load(&p->stop)) return NULL;
-    work(p);
+    work(p, id);
   }
 }
 
@@ -140,11 +169,16 @@ int core_default_threads(void) {
 loom_status_t core_pool_create(int n_threads, core_pool_t **out) {
   *out = NULL;
   if (n_threads <= 0) n_threads = core_default_threads();
+  if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
   core_pool_t *p = core_calloc(1, sizeof *p);
   if (!p) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a thread pool");
   p->n_threads = 1;
+  p->next_id = 1;
   p->workers = core_calloc((size_t)n_threads, sizeof *p->workers);
-  if (!p->workers) {
+  p->claim = core_calloc((size_t)n_threads, sizeof *p->claim);
+  if (!p->workers || !p->claim) {
+    core_free(p->workers);
+    core_free(p->claim);
     core_free(p);
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a thread pool");
   }
@@ -166,6 +200,7 @@ void core_pool_destroy(core_pool_t *p) {
   futex_wake_all(&p->generation);
   for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
   core_free(p->workers);
+  core_free(p->claim);
   core_free(p);
 }
 
@@ -200,10 +235,14 @@ void core_pool_for(core_pool_t *p, int64_t n, int64_t grain, core_pool_fn fn,
   p->chunk = chunk;
   p->chunks = (uint32_t)total;
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->claim, total << 32, memory_order_release);
+  for (int t = 0; t < threads; t++) {
+    uint64_t begin = total * (uint64_t)t / (uint64_t)threads;
+    uint64_t end = total * (uint64_t)(t + 1) / (uint64_t)threads;
+    atomic_store_explicit(&p->claim[t].word, end << 32 | begin, memory_order_release);
+  }
   atomic_fetch_add(&p->generation, 1);
   if (atomic_load(&p->sleepers) > 0) futex_wake_all(&p->generation);
-  work(p);
+  work(p, 0);
   await_done(p, (uint32_t)total);
   atomic_store_explicit(&p->busy, 0, memory_order_release);
 }
