@@ -145,7 +145,8 @@ void gemm_pack_b_packed(const gemm_problem_t *p, int64_t item, int64_t pc, int64
 /* A (m x k row-major, rows lda apart; `groups` matrices `stride` floats
  * apart) packed once into the panels the driver would pack, for
  * gemm_use_packed_a: a 64-byte head (micro-kernel, m, k, groups, kc),
- * then per group, per kc-deep block of k, mr-tall panels of every row.
+ * then per group, per kc-deep block of k, mr-tall panels of every row;
+ * the groups split over pool (NULL: the calling thread).
  * gemm_packed_a_bytes sizes the buffer (64-byte aligned). */
 size_t gemm_packed_a_bytes(int64_t m, int64_t k, int64_t groups);
 void gemm_pack_a_ahead(const float *a, int64_t lda, int64_t stride, int64_t m, int64_t k,
