@@ -195,10 +195,10 @@ static void run_block(const wino_t *w, int64_t i, float *v, float *m) {
     wino_block_t b = block_of(w, i, j);
     w->tf->input(&b, 0, w->d->c, v);
   }
-  wino_block_t b = block_of(w, i, 0);
-  block_gemms(w, &b, v, m, NULL);
+  wino_block_t whole = block_of(w, i, 0); /* the GEMMs see all parts' columns */
+  block_gemms(w, &whole, v, m, NULL);
   for (int64_t j = 0; j < parts; j++) {
-    b = block_of(w, i, j);
+    wino_block_t b = block_of(w, i, j);
     run_output(w, &b, 0, w->d->o, m);
   }
 }
