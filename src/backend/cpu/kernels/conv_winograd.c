@@ -357,6 +357,24 @@ static int64_t panel_span(int64_t n, int64_t tiles, int64_t span, int64_t most, 
   return best;
 }
 
+/* A block's V and M together within this many bytes, where they stay in
+ * L2 while U streams past: at two threads, 49 tiles of a 128-channel
+ * 28x28 layer (1 MiB) took 2.4 times as long per tile in the input
+ * transform as 28 tiles did; the layer ran 0.48-0.49 ms in blocks of 49,
+ * 0.44-0.45 in blocks of 25. */
+enum { BLOCK_BYTES = 512 * 1024 };
+
+/* Most tiles a block of `most` may hold within BLOCK_BYTES, but never
+ * fewer than one panel of the GEMM's columns (fewer would be padded to
+ * it). */
+static int64_t block_fit(const loom_abi_conv2d_t *d, int m, int64_t most) {
+  int64_t fit = BLOCK_BYTES / (positions_xi(m) * (d->c + d->o) * (int64_t)sizeof(float));
+  int64_t nr = gemm_b_layout(d->c, most).nr;
+  fit = fit / nr * nr;
+  if (fit < nr) fit = nr;
+  return fit < most ? fit : most;
+}
+
 /* conv2d by F(m x m); flipped: d's weights are those of the layer whose
  * input gradient d is (pack_u), never packed ahead. */
 static int run_winograd(const loom_abi_conv2d_t *d, int m, int flipped, core_pool_t *pool) {
@@ -364,27 +382,32 @@ static int run_winograd(const loom_abi_conv2d_t *d, int m, int flipped, core_poo
   wino_t w = {.d = d, .tf = wino_transforms(m), .tx = (d->wo + m - 1) / m, .images = 1};
   w.tiles = w.tx * ((d->ho + m - 1) / m);
   /* About 64 tiles of F(2x2) a block, 32 of F(4x4) (V and M of 64
-   * channels: 2 x 256 or 2 x 288 KiB), at least two blocks a thread of
-   * at least half that; else blocks of that size, each split over the
-   * pool. Blocks come in a multiple of the threads where that costs
+   * channels: 2 x 256 or 2 x 288 KiB), fewer where they would not fit
+   * (block_fit), at least two blocks a thread of at least half that;
+   * else blocks of `most`, each split over the pool (which splits V and
+   * M with it). Blocks come in a multiple of the threads where that costs
    * little: 13 blocks of a 56x56 image kept one of two threads idle for
    * a block's time; 14 do not. */
-  int64_t most = m == 2 ? 64 : 32;
+  int64_t most = m == 2 ? 64 : 32, fit = block_fit(d, m, most);
   int threads = core_pool_threads(pool);
-  int64_t blocks = (w.tiles + most - 1) / most;
+  int64_t blocks = (w.tiles + fit - 1) / fit;
   int phased = 0;
   if (threads > 1 && d->n * blocks < 2 * threads) {
     int64_t want = (2 * threads + d->n - 1) / d->n;
-    if (w.tiles / want >= most / 2) blocks = want;
-    else phased = 1;
+    if (w.tiles / want >= fit / 2) {
+      blocks = want;
+    } else {
+      phased = 1;
+      blocks = (w.tiles + most - 1) / most;
+    }
   } else if (threads > 1) {
     int64_t even = blocks;
     while ((d->n * even) % threads && even < blocks + threads) even++;
-    if ((d->n * even) % threads == 0 && w.tiles / even >= most / 2) blocks = even;
+    if ((d->n * even) % threads == 0 && w.tiles / even >= fit / 2) blocks = even;
   }
   w.span = (w.tiles + blocks - 1) / blocks;
   int64_t nr = gemm_b_layout(d->c, w.span).nr;
-  if (!phased) w.span = panel_span(d->n, w.tiles, w.span, most, nr, threads);
+  if (!phased) w.span = panel_span(d->n, w.tiles, w.span, fit, nr, threads);
   w.blocks = (w.tiles + w.span - 1) / w.span;
   /* Images of at most half a block's tiles go several to a block, as many
    * as fit while each thread still gets one: a block of one 8x8 image (16
