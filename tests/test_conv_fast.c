@@ -300,6 +300,68 @@ static void direct_forward_configurations(void) {
   CHECK(kern_conv2d_direct_f32(&d, NULL) == 0);
 }
 
+/* ---- Stride-2 gathers -------------------------------------------------- */
+
+/* Each instance against its definition, for lengths around its vector
+ * widths, reading from a buffer that ends at the last element it may
+ * read (so that a read past it is caught under AddressSanitizer) into one
+ * with a guard after the last element it may write. */
+static void stride2_gather_instances(void) {
+  static const char *const isas[] = {"avx512", "avx2"};
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_conv_direct_force_isa(isas[k])) continue;
+    kern_stride2_fn gather = kern_gather_stride2();
+    for (int64_t n = 1; n <= 70; n++) {
+      float *src = malloc((size_t)(2 * n - 1) * sizeof(float));
+      float *dst = malloc((size_t)(n + 1) * sizeof(float));
+      for (int64_t i = 0; i < 2 * n - 1; i++) src[i] = (float)i * 0.5f - 3.0f;
+      dst[n] = SENTINEL;
+      gather(src, n, dst);
+      int wrong = 0;
+      for (int64_t j = 0; j < n; j++) wrong += dst[j] != src[2 * j];
+      if (wrong || dst[n] != SENTINEL)
+        test_fail(__FILE__, __LINE__, "%s stride-2 gather of %lld: %d wrong, guard %s", isas[k],
+                  (long long)n, wrong, dst[n] == SENTINEL ? "kept" : "written");
+      test_checks++;
+      free(src);
+      free(dst);
+    }
+  }
+  CHECK(kern_conv_direct_force_isa(NULL));
+}
+
+static int run_implicit(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  return kern_conv2d_run(d, KERN_CONV_IMPLICIT, pool);
+}
+
+/* The implicit GEMM's stride-2 column matrices under each instance of
+ * the gather: output rows narrower and wider than a vector (1 to 40
+ * columns), rows cut between the GEMM's column blocks (a 60x60 output is
+ * 3600 positions), pads on either side or none, 1x1 and 3x3 taps. */
+static const conv_case_t strided_cases[] = {
+    {1, 8, 56, 56, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* ResNet's, 28 wide */
+    {2, 5, 33, 34, 7, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 1, 0, 1},    /* uneven pads */
+    {1, 4, 20, 80, 9, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 0},    /* 1x1, 40 wide */
+    {1, 3, 9, 2, 5, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 0},      /* one column */
+    {1, 2, 120, 120, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0},  /* rows across blocks */
+    {1, 6, 35, 35, 8, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1},    /* 5x5, 17 wide */
+};
+
+static void strided_forward_configurations(void) {
+  static const char *const isas[] = {"avx512", "avx2"};
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_conv_direct_force_isa(isas[k])) continue;
+    for (int threads = 1; threads <= 2; threads++) {
+      core_pool_t *pool = NULL;
+      if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+      for (size_t i = 0; i < sizeof strided_cases / sizeof *strided_cases; i++)
+        check_forward_by(&strided_cases[i], pool, run_implicit);
+      core_pool_destroy(pool);
+    }
+  }
+  CHECK(kern_conv_direct_force_isa(NULL));
+}
+
 /* At most 8 input channels, one group, no dilation, strides 1 to 4: the
  * polyphase kernel (ResNet's stem; output channels in blocks of 8 or 6
  * with remainders; rows shorter than a vector; several tasks an image,
@@ -518,6 +580,8 @@ int main(void) {
   TEST_RUN(batched_forward_configurations);
   TEST_RUN(direct_forward_configurations);
   TEST_RUN(polyphase_forward_configurations);
+  TEST_RUN(stride2_gather_instances);
+  TEST_RUN(strided_forward_configurations);
   TEST_RUN(compiled_transpose_with_epilogue);
   TEST_RUN(compiled_batch_norm);
   TEST_RUN(compiled_channel_reductions);

@@ -86,6 +86,11 @@ int kern_conv_taps_build(const loom_abi_conv2d_t *d, int32_t *table);
 void kern_conv_taps_gather(const int32_t *offset, const float *plane, int64_t len, float *out);
 void kern_conv_taps_scatter_add(const int32_t *offset, const float *src, int64_t len,
                                 float *plane);
+/* The gather of a stride-2 row (conv_taps.c): dst[j] = src[2 * j] for j
+ * < n (n >= 1), reading nothing past src[2 * n - 2]; the instance of the
+ * direct kernel's ISA (kern_conv_direct_isa), or a plain loop. */
+typedef void (*kern_stride2_fn)(const float *src, int64_t n, float *dst);
+kern_stride2_fn kern_gather_stride2(void);
 
 /* dX = conv2d's input gradient for dY, i.e. conv_transpose2d(dY, W): the
  * geometry is the forward conv2d's (n, c, h, w = dX; o, kh, kw = W; ho,

@@ -80,14 +80,38 @@ static void gather_col_row(const conv_b_t *cb, const float *img, int64_t r, int6
     kern_conv_taps_gather(cb->taps + r % taps * d->ho * d->wo + jc, plane, len, out);
     return;
   }
-  int64_t dy = ky * d->dilation[0] - d->pads[0];
+  int64_t dy = ky * d->dilation[0] - d->pads[0], wo = d->wo;
   tap_cols_t t = tap_cols(d->w, d->stride[1], kx * d->dilation[1] - d->pads[1]);
-  for (int64_t c = 0, oy = jc / d->wo, ox = jc % d->wo; c < len; oy++, ox = 0) {
-    int64_t run = len - c < d->wo - ox ? len - c : d->wo - ox;
+  int64_t c = 0, oy = jc / wo, ox = jc % wo;
+  if (ox) { /* the rest of a row begun in the previous block */
+    int64_t run = len < wo - ox ? len : wo - ox;
     int64_t iy = oy * d->stride[0] + dy;
-    const float *row = iy >= 0 && iy < d->h ? plane + iy * d->w : NULL;
-    gather_row(row, &t, ox, run, out + c);
-    c += run;
+    gather_row(iy >= 0 && iy < d->h ? plane + iy * d->w : NULL, &t, ox, run, out);
+    c = run;
+    oy++;
+  }
+  /* Whole rows, the bulk: the tap reads the same columns [lo, hi) of
+   * each, so the clamps of gather_row are done once. */
+  int64_t lo = t.first < wo ? t.first : wo, hi = t.last + 1 > wo ? wo : t.last + 1;
+  if (hi < lo) hi = lo;
+  kern_stride2_fn stride2 = t.sx == 2 && hi > lo ? kern_gather_stride2() : NULL;
+  for (; c + wo <= len; c += wo, oy++) {
+    int64_t iy = oy * d->stride[0] + dy;
+    float *o = out + c;
+    if (iy < 0 || iy >= d->h) {
+      memset(o, 0, (size_t)wo * sizeof(float));
+      continue;
+    }
+    const float *src = plane + iy * d->w + lo * t.sx + t.dx;
+    for (int64_t j = 0; j < lo; j++) o[j] = 0.0f;
+    if (t.sx == 1) memcpy(o + lo, src, (size_t)(hi - lo) * sizeof(float));
+    else if (stride2) stride2(src, hi - lo, o + lo);
+    else for (int64_t j = 0; j < hi - lo; j++) o[lo + j] = src[j * t.sx];
+    for (int64_t j = hi; j < wo; j++) o[j] = 0.0f;
+  }
+  if (c < len) { /* a row the next block finishes */
+    int64_t iy = oy * d->stride[0] + dy;
+    gather_row(iy >= 0 && iy < d->h ? plane + iy * d->w : NULL, &t, 0, len - c, out + c);
   }
 }
 
