@@ -3,7 +3,9 @@
  * input channel plane, or -1 in the padding. With outputs a few columns
  * wide (the 8x8, 4x4 and 2x2 layers of a small-image ResNet), gathering
  * by output rows costs divisions and a call per run of two to eight
- * pixels, more than the copies; the table makes every element one load. */
+ * pixels, more than the copies; the table makes every element one load.
+ * Wider outputs gather by rows, and at stride 2 through the instance of
+ * the gather below for the machine's ISA. */
 #include "backend/cpu/kernels/conv.h"
 
 #include <immintrin.h>

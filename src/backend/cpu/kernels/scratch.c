@@ -8,11 +8,11 @@
 enum { SLOTS = 48 };
 
 /* Buffers this large or larger take whole 2 MiB pages, asked of the
- * kernel as huge pages: on 4 KiB pages scattered in physical memory, one
- * of two threads' Winograd blocks (V and M, 270 KiB) ran 25% slower than
- * the other, whose pages happened to share fewer L2 sets; on one huge
- * page each, both ran at the one-thread rate (a 64 x 56 x 56 layer at two
- * threads: 0.52 -> 0.45 ms). */
+ * kernel as huge pages: on 4 KiB pages, one of two threads' Winograd
+ * blocks (V and M, 270 KiB) ran 25% slower than the other's in every run,
+ * always on the buffer allocated first; on one huge page each, both ran
+ * at the one-thread rate (a 64 x 56 x 56 layer at two threads: 0.52 ->
+ * 0.45 ms). */
 #define HUGE_MIN ((size_t)256 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
 
