@@ -293,7 +293,8 @@ static void direct_forward_configurations(void) {
   float x[28 * 28] = {0}, w[6 * 25] = {0}, y[6 * 28 * 28];
   loom_abi_conv2d_t d = {1, 1, 28, 28, 6, 5, 5, 28, 28, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1,
                          x, w, NULL, y, NULL, NULL, NULL};
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int avx2 = core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("fma");
   CHECK(kern_conv2d_direct_f32(&d, NULL) == avx2);
   d.stride[0] = d.stride[1] = 2;
   d.ho = d.wo = 14;
@@ -397,7 +398,8 @@ static void polyphase_forward_configurations(void) {
                          x, w, NULL, y, NULL, NULL, NULL};
   CHECK(!kern_conv2d_polyphase_suits(&d) && !kern_conv2d_polyphase_f32(&d, NULL));
   d.c = 8;
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int avx2 = core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("fma");
   CHECK(kern_conv2d_polyphase_suits(&d) == avx2);
   d.groups = 2;
   CHECK(!kern_conv2d_polyphase_suits(&d));
