@@ -348,19 +348,25 @@ static const conv_case_t strided_cases[] = {
     {1, 6, 35, 35, 8, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1},    /* 5x5, 17 wide */
 };
 
-static void strided_forward_configurations(void) {
+/* cases run by `run` under every instance of the direct kernels' ISA this
+ * CPU runs, on 1 to max_threads threads, against the reference. */
+static void check_per_isa(const conv_case_t *cases, size_t n, int max_threads,
+                          conv_runner_t run) {
   static const char *const isas[] = {"avx512", "avx2"};
   for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
     if (!kern_conv_direct_force_isa(isas[k])) continue;
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int threads = 1; threads <= max_threads; threads++) {
       core_pool_t *pool = NULL;
       if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
-      for (size_t i = 0; i < sizeof strided_cases / sizeof *strided_cases; i++)
-        check_forward_by(&strided_cases[i], pool, run_implicit);
+      for (size_t i = 0; i < n; i++) check_forward_by(&cases[i], pool, run);
       core_pool_destroy(pool);
     }
   }
   CHECK(kern_conv_direct_force_isa(NULL));
+}
+
+static void strided_forward_configurations(void) {
+  check_per_isa(strided_cases, sizeof strided_cases / sizeof *strided_cases, 2, run_implicit);
 }
 
 /* At most 8 input channels, one group, no dilation, strides 1 to 4: the
@@ -380,18 +386,8 @@ static const conv_case_t polyphase_cases[] = {
 };
 
 static void polyphase_forward_configurations(void) {
-  static const char *const isas[] = {"avx512", "avx2"};
-  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
-    if (!kern_conv_direct_force_isa(isas[k])) continue;
-    for (int threads = 1; threads <= 3; threads++) {
-      core_pool_t *pool = NULL;
-      if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
-      for (size_t i = 0; i < sizeof polyphase_cases / sizeof *polyphase_cases; i++)
-        check_forward_by(&polyphase_cases[i], pool, kern_conv2d_polyphase_f32);
-      core_pool_destroy(pool);
-    }
-  }
-  CHECK(kern_conv_direct_force_isa(NULL));
+  check_per_isa(polyphase_cases, sizeof polyphase_cases / sizeof *polyphase_cases, 3,
+                kern_conv2d_polyphase_f32);
   /* Layers it leaves to the others: 9 input channels, groups, dilation. */
   float x[9 * 16 * 16] = {0}, w[8 * 9 * 9] = {0}, y[8 * 16 * 16];
   loom_abi_conv2d_t d = {1, 9, 16, 16, 8, 3, 3, 8, 8, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1,
