@@ -56,15 +56,17 @@ static void gather_row(const float *row, const tap_cols_t *t, int64_t ox0, int64
   for (int64_t c = hi; c < len; c++) out[c] = 0.0f;
 }
 
-/* What the packers read: the layer, and its tap table when its outputs
- * are small (kern_conv_taps_build), else NULL. */
+/* What the packers read: the layer, its tap table when its outputs are
+ * small (kern_conv_taps_build), else NULL, and the stride-2 gather of
+ * the machine's ISA. */
 typedef struct conv_b {
   const loom_abi_conv2d_t *d;
   const int32_t *taps;
+  kern_stride2_fn stride2;
 } conv_b_t;
 
 static conv_b_t conv_b(const loom_abi_conv2d_t *d, int32_t *table) {
-  return (conv_b_t){d, kern_conv_taps_build(d, table) ? table : NULL};
+  return (conv_b_t){d, kern_conv_taps_build(d, table) ? table : NULL, kern_gather_stride2()};
 }
 
 /* Row r of the image's column matrix (tap (ci, ky, kx)) at columns [jc,
@@ -94,7 +96,6 @@ static void gather_col_row(const conv_b_t *cb, const float *img, int64_t r, int6
    * each, so the clamps of gather_row are done once. */
   int64_t lo = t.first < wo ? t.first : wo, hi = t.last + 1 > wo ? wo : t.last + 1;
   if (hi < lo) hi = lo;
-  kern_stride2_fn stride2 = t.sx == 2 && hi > lo ? kern_gather_stride2() : NULL;
   for (; c + wo <= len; c += wo, oy++) {
     int64_t iy = oy * d->stride[0] + dy;
     float *o = out + c;
@@ -105,7 +106,7 @@ static void gather_col_row(const conv_b_t *cb, const float *img, int64_t r, int6
     const float *src = plane + iy * d->w + lo * t.sx + t.dx;
     for (int64_t j = 0; j < lo; j++) o[j] = 0.0f;
     if (t.sx == 1) memcpy(o + lo, src, (size_t)(hi - lo) * sizeof(float));
-    else if (stride2) stride2(src, hi - lo, o + lo);
+    else if (t.sx == 2 && hi > lo) cb->stride2(src, hi - lo, o + lo);
     else for (int64_t j = 0; j < hi - lo; j++) o[lo + j] = src[j * t.sx];
     for (int64_t j = hi; j < wo; j++) o[j] = 0.0f;
   }
