@@ -1,12 +1,14 @@
 /* Helpers shared by the benchmark programs. */
 #include "bench_util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +46,12 @@ enum { SETTLE_MS = 100 };
 void bench_settle(void) {
   struct timespec t = {0, SETTLE_MS * 1000000L};
   nanosleep(&t, NULL);
+}
+
+void bench_lock_memory(const char *bench) {
+  if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+    fprintf(stderr, "bench %s: memory not locked (%s): timed runs after idle gaps may pay page faults\n",
+            bench, strerror(errno));
 }
 
 double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,

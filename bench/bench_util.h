@@ -24,6 +24,16 @@ double bench_median(double *samples, int n);
  * after 100 ms idle; ONNX Runtime 9.9-10.0 either way). */
 void bench_settle(void);
 
+/* Locks the process's memory, present and future, in RAM (mlockall):
+ * here, the pages of a process left idle for half a second while the
+ * other side's block ran were taken away and faulted back in its next
+ * block (ResNet-18's training step at 1 thread: 80-126 ms against 57-58
+ * without the idle gaps, 87K more page faults a run, PyTorch's 90-134
+ * ms likewise); locked, both sides run as they do uninterrupted (Loom
+ * 58.5-59.3 ms, PyTorch 89.6-90.4). The PyTorch peers lock theirs too
+ * (peers/models.py). Failing that, a note on stderr. */
+void bench_lock_memory(const char *bench);
+
 /* Milliseconds per call of fn(arg): warm-up calls first, then the median
  * of at least min_reps timed calls, repeated until min_ms have passed. */
 double bench_time_ms(void (*fn)(void *), void *arg, int warmup, int min_reps,

@@ -127,6 +127,7 @@ static void bench_workload(const char *bench_dir, const workload_t *w) {
 
 int main(int argc, char **argv) {
   const char *bench_dir = argc > 1 ? argv[1] : "bench";
+  bench_lock_memory("dynamic");
   for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
     if (bench_name_wanted(workloads[i].name, argc, argv)) bench_workload(bench_dir, &workloads[i]);
   return 0;

@@ -287,6 +287,7 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
 
 int main(int argc, char **argv) {
   const char *bench_dir = argc > 1 ? argv[1] : "bench";
+  bench_lock_memory("train");
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (bench_name_wanted(models[i].name, argc, argv)) bench_model(bench_dir, &models[i]);
   return 0;

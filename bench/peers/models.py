@@ -8,6 +8,19 @@ import torch
 from torch import nn
 
 
+def lock_memory():
+    """mlockall(MCL_CURRENT | MCL_FUTURE), as Loom's side of the bench does
+    (bench_lock_memory in bench/bench_util.h): the pages of a side left idle
+    while the other runs are otherwise taken away and faulted back in its
+    next timed block. Failing that, a note on stderr."""
+    import ctypes
+    import os
+    import sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mlockall(3) != 0:
+        print(f"peer: memory not locked ({os.strerror(ctypes.get_errno())})", file=sys.stderr)
+
+
 def fnv1a(name):
     h = 2166136261
     for b in name.encode():

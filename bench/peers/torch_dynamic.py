@@ -37,7 +37,7 @@ from torch import nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import init_values  # noqa: E402
+from models import init_values, lock_memory  # noqa: E402
 
 LR, BETAS, EPS, WD = 2e-3, (0.9, 0.999), 1e-8, 0.01
 
@@ -218,6 +218,7 @@ WORKLOADS = {"lstm": Lstm, "moe": Moe, "gnn": Gnn, "treelstm": Treelstm}
 
 
 def main():
+    lock_memory()
     ap = argparse.ArgumentParser()
     ap.add_argument("workload", choices=sorted(WORKLOADS))
     ap.add_argument("--threads", type=int, default=1)

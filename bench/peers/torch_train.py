@@ -54,6 +54,7 @@ def rss_bytes():
 
 
 def main():
+    models.lock_memory()
     ap = argparse.ArgumentParser()
     ap.add_argument("model", choices=sorted(MODELS))
     ap.add_argument("--threads", type=int, default=1)
