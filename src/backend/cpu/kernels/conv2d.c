@@ -93,7 +93,9 @@ static void gather_col_row(const conv_b_t *cb, const float *img, int64_t r, int6
     oy++;
   }
   /* Whole rows, the bulk: the tap reads the same columns [lo, hi) of
-   * each, so the clamps of gather_row are done once. */
+   * each, so the clamps of gather_row are done once. (One loop calling
+   * gather_row with the clamps hoisted ran the 3x3 stride-2 layers 1-2%
+   * slower than this copy of its body.) */
   int64_t lo = t.first < wo ? t.first : wo, hi = t.last + 1 > wo ? wo : t.last + 1;
   if (hi < lo) hi = lo;
   for (; c + wo <= len; c += wo, oy++) {
