@@ -30,7 +30,7 @@ void bench_settle(void);
  * block (ResNet-18's training step at 1 thread: 80-126 ms against 57-58
  * without the idle gaps, 87K more page faults a run, PyTorch's 90-134
  * ms likewise); locked, both sides run as they do uninterrupted (Loom
- * 58.5-59.3 ms, PyTorch 89.6-90.4). The PyTorch peers lock theirs too
+ * 58.2-59.7 ms, PyTorch 89.6-91.8, four runs). The PyTorch peers lock theirs too
  * (peers/models.py). Failing that, a note on stderr. */
 void bench_lock_memory(const char *bench);
 

@@ -1,7 +1,10 @@
 """PyTorch twins of Loom's example models (examples/models), loaded with the
 very same initial weights (model_init_value's hash), so that Loom's logits
 can be compared with PyTorch's as well as timed against them."""
+import ctypes
 import math
+import os
+import sys
 
 import numpy as np
 import torch
@@ -13,9 +16,6 @@ def lock_memory():
     (bench_lock_memory in bench/bench_util.h): the pages of a side left idle
     while the other runs are otherwise taken away and faulted back in its
     next timed block. Failing that, a note on stderr."""
-    import ctypes
-    import os
-    import sys
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mlockall(3) != 0:
         print(f"peer: memory not locked ({os.strerror(ctypes.get_errno())})", file=sys.stderr)
