@@ -3,7 +3,14 @@
  * and a memcpy of the same bytes once: the bound a fused kernel nears. At 1
  * and 2 threads, each against a memcpy on as many threads (each copies its
  * share), since two cores draw more bandwidth than one; vs_memcpy is the
- * median of the compiled time over the memcpy time in alternated rounds. */
+ * median of the compiled time over the memcpy time in alternated rounds.
+ *
+ * The chain's arithmetic is a bound of its own: 20 vector operations per
+ * vector of input can take longer than moving the vector's bytes (on
+ * AVX2, 8 floats a vector). compute_ms is the same compiled chain over a
+ * slice that stays in L2, at one thread, scaled to the whole input and
+ * divided by the threads; vs_bound is the compiled time over the larger
+ * of the two bounds. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -14,14 +21,15 @@
 
 enum { N_OPS = 20 };
 #define N_ELEMS ((int64_t)1 << 24)
+#define N_CACHED ((int64_t)1 << 15) /* 128 KiB in, 128 KiB out */
 
 /* x -> 20 cheap ops (add, mul, max with a constant, in turn). */
-static loom_graph_t *build_chain(void) {
+static loom_graph_t *build_chain(int64_t n) {
   loom_graph_t *g;
   loom_value_t h, c[3];
   static const float consts[3] = {0.5f, 0.999f, -0.25f};
   BENCH_TRY(loom_graph_create(&g));
-  BENCH_TRY(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){N_ELEMS}, &h));
+  BENCH_TRY(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){n}, &h));
   for (int k = 0; k < 3; k++) {
     loom_tensor_t *t;
     BENCH_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &consts[k], sizeof consts[k], &t));
@@ -84,15 +92,31 @@ static void run_memcpy(void *arg) {
   else if (c->threads > 1) copy_part(&parts[1]);
 }
 
+/* The chain's time over N_ELEMS floats when memory costs nothing: one
+ * thread over N_CACHED floats, scaled. */
+static double compute_bound_ms(void) {
+  run_ctx_t c = {.g = build_chain(N_CACHED), .threads = 1};
+  c.in = bench_input(1, (int64_t[]){N_CACHED});
+  loom_compile_options_t o = bench_options(1, 1);
+  BENCH_TRY(loom_compile(c.g, &o, &c.e));
+  BENCH_TRY(loom_executable_new_output(c.e, 0, &c.out));
+  double ms = bench_time_ms(run_compiled, &c, 20, 200, 100) * (double)(N_ELEMS / N_CACHED);
+  loom_tensor_destroy(c.out);
+  loom_tensor_destroy(c.in);
+  loom_executable_destroy(c.e);
+  loom_graph_destroy(c.g);
+  return ms;
+}
+
 /* Rounds of compiled and memcpy timings, alternated: this machine's
  * memory bandwidth drifts within seconds, so each ratio compares times
  * taken moments apart, and the medians are reported. */
 enum { ROUNDS = 9 };
 
 int main(void) {
-  run_ctx_t c = {.g = build_chain()};
+  run_ctx_t c = {.g = build_chain(N_ELEMS)};
   c.in = bench_input(1, (int64_t[]){N_ELEMS});
-  double interp = NAN;
+  double interp = NAN, compute = compute_bound_ms();
   for (c.threads = 1; c.threads <= 2; c.threads++) {
     if (!bench_threads_wanted(c.threads)) continue;
     loom_compile_options_t o = bench_options(1, c.threads);
@@ -120,6 +144,9 @@ int main(void) {
     bench_json_num(&j, "interp_ms", c.threads == 1 ? interp : NAN);
     bench_json_num(&j, "memcpy_ms", bench_median(copy, ROUNDS));
     bench_json_num(&j, "vs_memcpy", bench_median(ratio, ROUNDS));
+    double bound = fmax(bench_median(copy, ROUNDS), compute / c.threads);
+    bench_json_num(&j, "compute_ms", compute / c.threads);
+    bench_json_num(&j, "vs_bound", bench_median(compiled, ROUNDS) / bound);
     bench_json_end(&j);
   }
   loom_tensor_destroy(c.in);
