@@ -63,8 +63,8 @@ static peer_t torch_run(const char *bench_dir, const workload_t *w, int threads)
   return r;
 }
 
-static int loom_run(const workload_t *w, int threads, dyn_result_t *r) {
-  dyn_config_t c = {.threads = threads, .policy = w->policy, .compile = 1,
+static int loom_run(const workload_t *w, int threads, int compile, dyn_result_t *r) {
+  dyn_config_t c = {.threads = threads, .policy = w->policy, .compile = compile,
                     .form = w->form};
   if (w->run(&c, w->warmup, w->steps, r) == LOOM_OK) return 1;
   fprintf(stderr, "bench dynamic: %s (%d threads) failed: %s\n", w->name, threads,
@@ -98,6 +98,24 @@ static void print_line(const workload_t *w, int threads, int ok, const dyn_resul
   bench_json_end(&j);
 }
 
+/* The workload with nothing compiled (as with no C compiler): every
+ * segment runs in the fallback interpreter, on the CPU back end's eager
+ * kernels where it has them (src/backend/cpu/eager.c), at one thread,
+ * against the compiled run's best throughput. */
+static void print_fallback(const workload_t *w, const dyn_result_t *compiled) {
+  dyn_result_t f;
+  memset(&f, 0, sizeof f);
+  int ok = loom_run(w, 1, 0, &f);
+  bench_json_t j;
+  bench_json_begin(&j, "fallback");
+  bench_json_str(&j, "workload", w->name);
+  bench_json_num(&j, "threads", 1);
+  bench_json_num(&j, "fallback_items_per_s", ok ? f.items_per_s : NAN);
+  bench_json_num(&j, "compiled_items_per_s", compiled->items_per_s);
+  bench_json_num(&j, "vs_compiled", ok ? f.items_per_s / compiled->items_per_s : NAN);
+  bench_json_end(&j);
+}
+
 /* Each side runs REPEATS times, alternating, and keeps its best
  * throughput: on this shared VM one side's run of a few seconds could
  * land in a slow minute (single runs swung 1.6x-3.3x; with the best of 2,
@@ -111,17 +129,18 @@ static void bench_workload(const char *bench_dir, const workload_t *w) {
      * modules on disk). */
     dyn_result_t l, lr;
     memset(&l, 0, sizeof l);
-    int ok = loom_run(w, th, &l);
+    int ok = loom_run(w, th, 1, &l);
     peer_t t = torch_run(bench_dir, w, th);
     for (int rep = 1; rep < REPEATS && ok; rep++) {
       memset(&lr, 0, sizeof lr);
-      ok = loom_run(w, th, &lr);
+      ok = loom_run(w, th, 1, &lr);
       if (ok && lr.items_per_s > l.items_per_s) l.items_per_s = lr.items_per_s;
       peer_t tr = torch_run(bench_dir, w, th);
       if (tr.items_per_s > t.items_per_s || !isfinite(t.items_per_s)) t.items_per_s = tr.items_per_s;
     }
     compare_loss(w->name, ok ? l.first_loss : NAN, t.first_loss);
     print_line(w, th, ok, &l, &t);
+    if (th == 1 && ok) print_fallback(w, &l);
   }
 }
 

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "kernels/ref.h"
 #include "loom/loom.h"
 #include "passes/fuse.h"
 
@@ -162,6 +163,17 @@ typedef struct be_backend {
    * address inside one alloc'd buffer, or a slot's storage). */
   loom_status_t (*to_host)(void *host, const void *dev, int64_t bytes);
   loom_status_t (*from_host)(void *dev, const void *host, int64_t bytes);
+
+  /* ---- Eager ------------------------------------------------------------
+   * One node run on host tensors by a kernel that exists before any
+   * compile (a library GEMM, a vectorized loop): what the fallback
+   * interpreter runs where it can (rt_interpret), under a reference
+   * kernel's contract (kernels/ref.h). True when it ran the node, with
+   * *status its result; false when it has no kernel for the node's op,
+   * dtypes, shapes or attributes (the reference kernel runs instead).
+   * Results may differ from the reference kernel's by the rounding of
+   * f32 arithmetic, as compiled code's do. May be NULL. */
+  bool (*eager)(ref_call_t *c, loom_status_t *status);
 
   /* Its toolchain's counters, added into out. May be NULL. */
   void (*stats)(be_stats_t *out);

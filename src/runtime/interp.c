@@ -1,4 +1,6 @@
-/* The interpreter: runs a graph node by node with the reference kernels.
+/* The interpreter: runs a graph node by node with the reference kernels,
+ * or, as the fallback of traces and of executables without code
+ * (rt_interpret), with a back end's eager kernels where it has them.
  * It binds symbols from the inputs' shapes, allocates each node's outputs,
  * frees values after their last use, and commits assigns at the end. */
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include "core/tensor.h"
 #include "ir/ir.h"
 #include "kernels/ref.h"
+#include "runtime/interp.h"
 
 typedef struct interp {
   loom_graph_t *g;
@@ -16,6 +19,7 @@ typedef struct interp {
   bool *owned;          /* vals[i] belongs to the interpreter */
   int64_t *last_use;    /* index of the last node reading each value */
   int64_t *syms;        /* symbol values, -1 while unbound */
+  const be_backend_t *fast; /* whose eager kernels to try first, or NULL */
 } interp_t;
 
 /* Binds the plain symbols of type t (dims that are just "n") to the sizes
@@ -155,7 +159,7 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
   if (!data_shaped) s = alloc_outputs(it, n, outs);
   ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
                      .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
-  if (s == LOOM_OK) s = ref_kernels[n->op](&call);
+  if (s == LOOM_OK && !(it->fast && it->fast->eager(&call, &s))) s = ref_kernels[n->op](&call);
   if (s == LOOM_OK && data_shaped) s = bind_outputs(it, n, outs);
   if (s != LOOM_OK) {
     for (int k = 0; k < n->n_out; k++) loom_tensor_destroy(outs[k]);
@@ -256,6 +260,11 @@ static void interp_end(interp_t *it) {
 loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
                              loom_tensor_t *const *inputs, int n_outputs,
                              loom_tensor_t **outputs) {
+  return rt_interpret(g, n_inputs, inputs, n_outputs, outputs, NULL);
+}
+
+loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
+                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast) {
   LOOM_CHECK_ARG(g);
   if (n_outputs != g->n_outputs)
     return loom_fail(LOOM_ERR_BINDING, "the graph has %lld outputs, room for %d was given",
@@ -263,7 +272,7 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
   if (n_outputs > 0) LOOM_CHECK_ARG(outputs);
   for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
   LOOM_TRY(ir_verify(g));
-  interp_t it = {.g = g};
+  interp_t it = {.g = g, .fast = fast && fast->eager ? fast : NULL};
   loom_status_t s = interp_start(&it);
   if (s == LOOM_OK) s = bind_inputs(&it, n_inputs, inputs);
   if (s == LOOM_OK) s = run_all(&it, outputs);

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "trace/trace_internal.h"
+#include "runtime/interp.h"
 
 /* ---- Gradients ------------------------------------------------------------ */
 
@@ -167,7 +168,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
   int n_in = (int)bg->n_inputs;
   loom_status_t s = LOOM_OK;
   if (!e) {
-    s = loom_interpret(bg, n_in, ins, d->n_wrt, outs);
+    s = rt_interpret(bg, n_in, ins, d->n_wrt, outs, be_find(NULL));
   } else {
     for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
       const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;

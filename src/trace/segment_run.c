@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "trace/trace_internal.h"
+#include "runtime/interp.h"
 
 static void release_ctx(void *ctx) { seg_desc_release(ctx); }
 
@@ -371,7 +372,7 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w) {
   int n_out = (int)g->n_outputs;
   loom_tensor_t *ins[w->n_ins + 1], *outs[n_out + 1];
   for (int i = 0; i < w->n_ins; i++) ins[i] = t->vals[w->ins[i]].t;
-  s = loom_interpret(g, w->n_ins, ins, n_out, outs);
+  s = rt_interpret(g, w->n_ins, ins, n_out, outs, be_find(NULL));
   loom_graph_destroy(g);
   t->stats.interpreted++;
   t->run.prev_valid = false;

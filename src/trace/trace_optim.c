@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "trace/trace_internal.h"
 #include "train/optim.h"
+#include "runtime/interp.h"
 
 typedef struct tr_optim {
   loom_graph_t *g;
@@ -173,7 +174,7 @@ static loom_status_t optim_run(loom_trace_t *t, double lr) {
   }
   if (s == LOOM_OK)
     s = a->exe ? loom_executable_run(a->exe, n_in, ins, 0, NULL)
-               : loom_interpret(a->g, n_in, ins, 0, NULL);
+               : rt_interpret(a->g, n_in, ins, 0, NULL, be_find(NULL));
   loom_tensor_destroy(ins[0]);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/eager.h"
 #include "backend/cpu/codegen/codegen.h"
 #include "backend/cpu/kernels/gemm.h"
 #include "core/alloc.h"
@@ -305,6 +306,7 @@ const be_backend_t be_cpu = {
     .free = cpu_free,
     .to_host = cpu_copy,
     .from_host = cpu_copy,
+    .eager = cpu_eager,
     .stats = cpu_stats,
     .isa = kern_gemm_isa,
 };

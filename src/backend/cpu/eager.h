@@ -1,0 +1,13 @@
+/* The CPU back end's eager kernels (be_backend_t.eager). */
+#ifndef LOOM_BACKEND_CPU_EAGER_H
+#define LOOM_BACKEND_CPU_EAGER_H
+
+#include <stdbool.h>
+
+#include "kernels/ref.h"
+
+/* Runs c's node with a fast f32 kernel: true, *status its result; false
+ * when there is none for its op, dtypes or shapes. */
+bool cpu_eager(ref_call_t *c, loom_status_t *status);
+
+#endif

@@ -1,0 +1,16 @@
+/* The interpreter as the runtime's fallback. loom_interpret (the public
+ * form) runs the reference kernels only: it is the oracle that compiled
+ * code is tested against. rt_interpret runs a back end's eager kernels
+ * where it has them (be_backend_t.eager) and the reference kernels
+ * elsewhere: what a trace runs for a segment it does not compile, and an
+ * executable whose code was lost (no C compiler). */
+#ifndef LOOM_RUNTIME_INTERP_H
+#define LOOM_RUNTIME_INTERP_H
+
+#include "backend/backend.h"
+
+/* loom_interpret, with fast's eager kernels first (NULL: none). */
+loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
+                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast);
+
+#endif

@@ -1,0 +1,182 @@
+/* The CPU back end's eager kernels (src/backend/cpu/eager.c), which the
+ * fallback interpreter (rt_interpret) runs where nothing is compiled:
+ * every graph here runs through rt_interpret with the CPU back end and
+ * through loom_interpret (reference kernels only), and the two must agree:
+ * bit for bit for data movement, f32 add/sub/mul/div, the unary ops and
+ * i64 arithmetic; within f32 rounding for matmul (the GEMM accumulates in
+ * f32, the reference in double). Shapes cover every broadcast layout the
+ * kernels tell apart, the batch layouts of matmul, and empty tensors. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "harness.h"
+#include "runtime/interp.h"
+
+/* Runs g both ways on in and compares every output (rtol 0: bitwise,
+ * NaNs equal). */
+static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
+  int n_out = loom_graph_num_outputs(g);
+  loom_tensor_t *want[4] = {0}, *got[4] = {0};
+  CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
+  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, be_find("cpu")));
+  for (int k = 0; k < n_out; k++) {
+    if (!want[k] || !got[k]) continue;
+    CHECK(loom_tensor_dtype(got[k]) == loom_tensor_dtype(want[k]));
+    int64_t n = loom_tensor_numel(want[k]);
+    CHECK(loom_tensor_numel(got[k]) == n);
+    for (int64_t i = 0; i < n; i++) {
+      double a = test_get(got[k], i), b = test_get(want[k], i);
+      if (rtol == 0) CHECK(a == b || (isnan(a) && isnan(b)));
+      else CHECK_NEAR(a, b, 1e-5, rtol);
+    }
+    loom_tensor_destroy(want[k]);
+    loom_tensor_destroy(got[k]);
+  }
+}
+
+typedef loom_status_t (*binary_fn)(loom_graph_t *, loom_value_t, loom_value_t, loom_value_t *);
+typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);
+
+/* a (shape sa) op b (shape sb), broadcast as NumPy does. */
+static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa, int rb,
+                        const int64_t *sb) {
+  loom_graph_t *g;
+  loom_value_t a, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "a", dt, ra, sa, &a));
+  CHECK_OK(loom_graph_input(g, "b", dt, rb, sb, &b));
+  CHECK_OK(op(g, a, b, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_rand_tensor(dt, ra, sa, -3, 3), test_rand_tensor(dt, rb, sb, -3, 3)};
+  /* a NaN and an infinity where there is room, for max and min */
+  if (dt == LOOM_F32 && loom_tensor_numel(in[0]) > 2) {
+    ((float *)loom_tensor_data(in[0]))[1] = NAN;
+    ((float *)loom_tensor_data(in[0]))[2] = INFINITY;
+  }
+  agree(g, 2, in, 0);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_binary_broadcasts(void) {
+  static const struct {
+    int ra, rb;
+    int64_t sa[4], sb[4];
+  } shapes[] = {
+      {2, 2, {3, 5}, {3, 5}},          /* both step */
+      {2, 0, {3, 5}, {0}},             /* b one element */
+      {0, 2, {0}, {3, 5}},             /* a one element */
+      {3, 1, {2, 3, 5}, {5}},          /* b a row */
+      {3, 2, {2, 3, 1}, {3, 5}},       /* a a column, b a matrix */
+      {3, 3, {2, 1, 5}, {1, 4, 1}},    /* outer product */
+      {4, 4, {2, 1, 3, 4}, {1, 2, 3, 4}}, /* merged inner dims */
+      {2, 2, {0, 5}, {1, 5}},          /* empty */
+      {1, 1, {1}, {1}},                /* one element each */
+  };
+  binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_maximum, loom_minimum};
+  binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    for (size_t k = 0; k < sizeof f32_ops / sizeof *f32_ops; k++)
+      binary_case(f32_ops[k], LOOM_F32, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+    for (size_t k = 0; k < sizeof i64_ops / sizeof *i64_ops; k++)
+      binary_case(i64_ops[k], LOOM_I64, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+  }
+  /* Kernels it has no loop for (f64, a comparison) still run, by the
+   * reference kernel. */
+  binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
+  binary_case(loom_lt, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
+}
+
+static void test_unary(void) {
+  unary_fn ops[] = {loom_neg, loom_abs, loom_relu, loom_sqrt, loom_exp,
+                    loom_log, loom_tanh, loom_sigmoid, loom_identity};
+  for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+    loom_graph_t *g;
+    loom_value_t x, y;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (int64_t[]){7, 33}, &x));
+    CHECK_OK(ops[k](g, x, &y));
+    CHECK_OK(loom_graph_output(g, y));
+    loom_tensor_t *in = test_rand_tensor(LOOM_F32, 2, (int64_t[]){7, 33}, -20, 20);
+    float *p = loom_tensor_data(in);
+    p[0] = NAN;
+    p[1] = -INFINITY;
+    p[2] = 0.0f;
+    p[3] = -0.0f;
+    agree(g, 1, &in, 0);
+    loom_tensor_destroy(in);
+    loom_graph_destroy(g);
+  }
+}
+
+/* a (ra dims) @ b (rb dims), optionally transposed. */
+static void matmul_case(int ra, const int64_t *sa, int rb, const int64_t *sb, int ta, int tb) {
+  loom_graph_t *g;
+  loom_value_t a, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "a", LOOM_F32, ra, sa, &a));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F32, rb, sb, &b));
+  CHECK_OK(loom_matmul(g, a, b, ta, tb, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_rand_tensor(LOOM_F32, ra, sa, -1, 1),
+                          test_rand_tensor(LOOM_F32, rb, sb, -1, 1)};
+  agree(g, 2, in, 1e-5);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_matmul(void) {
+  matmul_case(2, (int64_t[]){5, 7}, 2, (int64_t[]){7, 9}, 0, 0);
+  matmul_case(2, (int64_t[]){7, 5}, 2, (int64_t[]){9, 7}, 1, 1);
+  matmul_case(3, (int64_t[]){4, 5, 70}, 2, (int64_t[]){70, 33}, 0, 0); /* b shared */
+  matmul_case(2, (int64_t[]){5, 7}, 3, (int64_t[]){3, 7, 6}, 0, 0);    /* a shared */
+  matmul_case(3, (int64_t[]){3, 5, 7}, 3, (int64_t[]){3, 6, 7}, 0, 1); /* batches line up */
+  /* batch dims that broadcast both ways: one GEMM per item */
+  matmul_case(4, (int64_t[]){2, 1, 5, 7}, 4, (int64_t[]){1, 3, 7, 4}, 0, 0);
+  matmul_case(3, (int64_t[]){1, 5, 7}, 4, (int64_t[]){2, 3, 7, 4}, 0, 0);
+  matmul_case(2, (int64_t[]){5, 0}, 2, (int64_t[]){0, 4}, 0, 0); /* k = 0: zeros */
+  matmul_case(2, (int64_t[]){0, 3}, 2, (int64_t[]){3, 4}, 0, 0);
+  matmul_case(1, (int64_t[]){7}, 2, (int64_t[]){7, 4}, 0, 0); /* a vector: the reference */
+}
+
+static void test_movement(void) {
+  loom_dtype_t dts[] = {LOOM_F32, LOOM_F64, LOOM_I32, LOOM_BOOL};
+  for (size_t k = 0; k < sizeof dts / sizeof *dts; k++) {
+    loom_dtype_t dt = dts[k];
+    loom_graph_t *g;
+    loom_value_t a, b, cat, parts[3], sl, sl2;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "a", dt, 3, (int64_t[]){2, 3, 4}, &a));
+    CHECK_OK(loom_graph_input(g, "b", dt, 3, (int64_t[]){2, 5, 4}, &b));
+    CHECK_OK(loom_concat(g, 2, (loom_value_t[]){a, b}, 1, &cat)); /* (2, 8, 4) */
+    CHECK_OK(loom_split(g, cat, 2, 3, (int64_t[]){1, 0, 3}, parts));
+    CHECK_OK(loom_slice(g, cat, 2, (int64_t[]){1, 1}, (int64_t[]){7, 3},
+                        (int64_t[]){1, 2}, NULL, &sl));
+    /* a step of 2: the reference kernel */
+    CHECK_OK(loom_slice(g, cat, 1, (int64_t[]){0}, (int64_t[]){8}, (int64_t[]){1},
+                        (int64_t[]){2}, &sl2));
+    CHECK_OK(loom_graph_output(g, cat));
+    CHECK_OK(loom_graph_output(g, parts[0]));
+    CHECK_OK(loom_graph_output(g, parts[2]));
+    CHECK_OK(loom_graph_output(g, sl));
+    loom_tensor_t *in[2] = {test_rand_tensor(dt, 3, (int64_t[]){2, 3, 4}, -9, 9),
+                            test_rand_tensor(dt, 3, (int64_t[]){2, 5, 4}, -9, 9)};
+    agree(g, 2, in, 0);
+    loom_tensor_destroy(in[0]);
+    loom_tensor_destroy(in[1]);
+    loom_graph_destroy(g);
+    (void)sl2;
+  }
+}
+
+int main(void) {
+  test_seed(17);
+  TEST_RUN(test_binary_broadcasts);
+  TEST_RUN(test_unary);
+  TEST_RUN(test_matmul);
+  TEST_RUN(test_movement);
+  return test_summary();
+}
