@@ -137,6 +137,8 @@ static void test_matmul(void) {
   /* batch dims that broadcast both ways: one GEMM per item */
   matmul_case(4, (int64_t[]){2, 1, 5, 7}, 4, (int64_t[]){1, 3, 7, 4}, 0, 0);
   matmul_case(3, (int64_t[]){1, 5, 7}, 4, (int64_t[]){2, 3, 7, 4}, 0, 0);
+  /* ranks differ, items line up: one call */
+  matmul_case(3, (int64_t[]){3, 5, 7}, 4, (int64_t[]){1, 3, 7, 4}, 0, 0);
   matmul_case(2, (int64_t[]){5, 0}, 2, (int64_t[]){0, 4}, 0, 0); /* k = 0: zeros */
   matmul_case(2, (int64_t[]){0, 3}, 2, (int64_t[]){3, 4}, 0, 0);
   matmul_case(1, (int64_t[]){7}, 2, (int64_t[]){7, 4}, 0, 0); /* a vector: the reference */

@@ -66,6 +66,11 @@ void ref_unravel(int rank, const int64_t *shape, int64_t i, int64_t *idx);
 void *ref_scratch(ref_call_t *c, size_t bytes);
 void ref_scratch_release(ref_call_t *c, void *p);
 
+/* A slice's window in its input: per input dim, the first index and the
+ * step, from the node's attributes; fails when the output's shape does
+ * not hold what they take. */
+loom_status_t ref_slice_window(const ref_call_t *c, int64_t *first, int64_t *step);
+
 /* The op's name, for messages. */
 static inline const char *ref_name(const ref_call_t *c) {
   return ir_ops[c->node->op].name;

@@ -192,10 +192,12 @@ static bool from_slice(const move_t *m, int k, int64_t *idx, int *src) {
   return true;
 }
 
-loom_status_t ref_slice(ref_call_t *c) {
+loom_status_t ref_slice_window(const ref_call_t *c, int64_t *first, int64_t *step) {
   const loom_tensor_t *x = c->in[0];
-  move_t m = {.c = c};
-  for (int d = 0; d < x->rank; d++) m.step[d] = 1;
+  for (int d = 0; d < x->rank; d++) {
+    first[d] = 0;
+    step[d] = 1;
+  }
   const int64_t *starts, *ends, *axes, *steps;
   int n = ir_attr_ints(c->attrs, "starts", &starts);
   ir_attr_ints(c->attrs, "ends", &ends);
@@ -205,13 +207,19 @@ loom_status_t ref_slice(ref_call_t *c) {
     int64_t axis = has_axes ? axes[i] : i;
     int d = (int)(axis < 0 ? axis + x->rank : axis);
     int64_t count;
-    m.step[d] = has_steps ? steps[i] : 1;
-    ir_slice_range(x->shape[d], starts[i], ends[i], m.step[d], &m.first[d], &count);
+    step[d] = has_steps ? steps[i] : 1;
+    ir_slice_range(x->shape[d], starts[i], ends[i], step[d], &first[d], &count);
     if (count != c->out[0]->shape[d])
       return loom_fail(LOOM_ERR_VALUE, "slice: axis %d takes %lld elements, "
                        "the output has %lld", d, (long long)count,
                        (long long)c->out[0]->shape[d]);
   }
+  return LOOM_OK;
+}
+
+loom_status_t ref_slice(ref_call_t *c) {
+  move_t m = {.c = c};
+  LOOM_TRY(ref_slice_window(c, m.first, m.step));
   return move_elements(&m, from_slice);
 }
 

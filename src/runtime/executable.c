@@ -9,8 +9,8 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "runtime/executable.h"
-#include "runtime/symbols.h"
 #include "runtime/interp.h"
+#include "runtime/symbols.h"
 
 static _Atomic int64_t compiles;
 

@@ -11,8 +11,8 @@
 #include "core/isa.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "trace/trace_internal.h"
 #include "runtime/interp.h"
+#include "trace/trace_internal.h"
 
 /* ---- Gradients ------------------------------------------------------------ */
 

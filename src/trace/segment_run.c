@@ -11,8 +11,8 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "trace/trace_internal.h"
 #include "runtime/interp.h"
+#include "trace/trace_internal.h"
 
 static void release_ctx(void *ctx) { seg_desc_release(ctx); }
 

@@ -14,9 +14,9 @@
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "runtime/interp.h"
 #include "trace/trace_internal.h"
 #include "train/optim.h"
-#include "runtime/interp.h"
 
 typedef struct tr_optim {
   loom_graph_t *g;

@@ -2,9 +2,11 @@
  * time on host tensors, for the fallback interpreter (rt_interpret) where
  * nothing is compiled. They exist before any compile, so a segment seen
  * for the first time, or with no C compiler on the machine, still runs
- * its matmuls on the library GEMM and its elementwise ops as plain f32
- * loops, not through the reference kernels' per-element dtype dispatch
- * in double. f32 only; every other case is the reference kernels'.
+ * its matmuls on the library GEMM, its elementwise arithmetic as plain
+ * loops and its concats, splits and slices as row copies, not through
+ * the reference kernels' per-element dtype dispatch in double: f32
+ * matmul, f32 and i64 arithmetic, common f32 unary ops, and data
+ * movement of any dtype. Every other case is the reference kernels'.
  *
  * Elementwise results equal the reference's: f32 add, sub, mul and div
  * are exact roundings of the double results the reference rounds, and
@@ -42,9 +44,10 @@ static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
   const float *pa = a->data, *pb = b->data;
   float *py = y->data;
   int64_t items_a = loom_tensor_numel(a) / mat_a, items_b = loom_tensor_numel(b) / mat_b;
-  /* Batches that line up (or one operand shared by every item): one call. */
-  if ((items_a == n_batch || items_a == 1) && (items_b == n_batch || items_b == 1) &&
-      (items_a == 1 || items_b == 1 || ra == rb)) {
+  /* An operand with as many items as the output lines up with it (its
+   * batch dims are the output's, less leading ones); one with a single
+   * item is shared. Then one call serves every item. */
+  if ((items_a == n_batch || items_a == 1) && (items_b == n_batch || items_b == 1)) {
     d.batch = n_batch;
     d.a = pa;
     d.b = pb;
@@ -297,28 +300,16 @@ static bool eager_join(ref_call_t *c, bool join, loom_status_t *status) {
 static bool eager_slice(ref_call_t *c, loom_status_t *status) {
   const loom_tensor_t *x = c->in[0];
   loom_tensor_t *y = c->out[0];
-  int64_t first[LOOM_MAX_RANK] = {0};
-  const int64_t *starts, *ends, *axes, *steps;
-  int n = ir_attr_ints(c->attrs, "starts", &starts);
-  ir_attr_ints(c->attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(c->attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(c->attrs, "steps", &steps) >= 0;
-  for (int i = 0; i < n; i++) {
-    int64_t axis = has_axes ? axes[i] : i, count;
-    int d = (int)(axis < 0 ? axis + x->rank : axis);
-    if (has_steps && steps[i] != 1) return false;
-    ir_slice_range(x->shape[d], starts[i], ends[i], 1, &first[d], &count);
-    if (count != y->shape[d]) return false; /* the reference says why */
-  }
-  *status = LOOM_OK;
+  int64_t first[LOOM_MAX_RANK], step[LOOM_MAX_RANK];
+  *status = ref_slice_window(c, first, step);
+  if (*status != LOOM_OK) return true;
+  for (int d = 0; d < x->rank; d++)
+    if (step[d] != 1) return false;
   int r = x->rank;
   if (loom_tensor_numel(y) == 0) return true;
   int64_t es = (int64_t)loom_dtype_size(x->dtype), len = y->shape[r - 1] * es;
   int64_t stride[LOOM_MAX_RANK], idx[LOOM_MAX_RANK] = {0}, rows = prod(0, r - 1, y->shape);
-  for (int d = r - 1, step = 1; d >= 0; d--) {
-    stride[d] = step;
-    step *= (int)x->shape[d];
-  }
+  for (int d = r - 1; d >= 0; d--) stride[d] = d == r - 1 ? 1 : stride[d + 1] * x->shape[d + 1];
   for (int64_t i = 0; i < rows; i++) {
     int64_t at = first[r - 1];
     for (int d = 0; d < r - 1; d++) at += (first[d] + idx[d]) * stride[d];
