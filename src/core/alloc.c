@@ -27,6 +27,8 @@ static int injected_failure(void) {
   return limit >= 0 && n > limit;
 }
 
+bool core_alloc_fault(void) { return injected_failure(); }
+
 void *core_malloc(size_t size) {
   if (injected_failure()) return NULL;
   return malloc(size ? size : 1);

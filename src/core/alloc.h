@@ -3,6 +3,7 @@
 #ifndef LOOM_CORE_ALLOC_H
 #define LOOM_CORE_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,9 @@ void *core_aligned_alloc(size_t size);
 /* Lets the next n allocations succeed and fails the ones after (n < 0:
  * never fail). Counts per process; for single-threaded tests. */
 void core_alloc_fail_after(int64_t n);
+/* Counts an allocation served without the heap (a block kept for
+ * reuse): true when fault injection says it must fail. */
+bool core_alloc_fault(void);
 /* Allocations made since the last core_alloc_fail_after call. */
 int64_t core_alloc_count(void);
 

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/storage.h"
 
 int64_t shape_numel(int rank, const int64_t *shape) {
   int64_t n = 1;
@@ -107,7 +108,7 @@ loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
   for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
   set_contiguous_strides(t);
   size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
-  t->data = core_calloc(1, bytes);
+  t->data = core_storage_alloc(bytes, true);
   if (!t->data) {
     core_free(t);
     char buf[160];
@@ -189,7 +190,7 @@ loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
 
 void loom_tensor_destroy(loom_tensor_t *t) {
   if (!t) return;
-  if (t->owns_data) core_free(t->data);
+  if (t->owns_data) core_storage_free(t->data);
   core_free(t);
 }
 

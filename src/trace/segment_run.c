@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "runtime/interp.h"
 #include "trace/trace_internal.h"
@@ -124,12 +125,12 @@ loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *sha
                                 loom_tensor_t **out) {
   LOOM_TRY(tensor_check_shape("segment output", dtype, rank, shape));
   size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
-  void *data = core_malloc(bytes ? bytes : 1);
+  void *data = core_storage_alloc(bytes, false);
   loom_status_t s = data ? loom_tensor_wrap(dtype, rank, shape, NULL, data, out)
                          : loom_fail(LOOM_ERR_NOMEM, "out of memory for a %s tensor of "
                                      "%zu bytes", loom_dtype_name(dtype), bytes);
   if (s != LOOM_OK) {
-    core_free(data);
+    core_storage_free(data);
     return s;
   }
   (*out)->owns_data = true;

@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "runtime/interp.h"
 #include "trace/trace_internal.h"
@@ -67,7 +68,7 @@ static bool optim_fits(const loom_trace_t *t, const tr_optim_t *a,
 /* The graph's parameter pv stores its values in p's storage (borrowed). */
 static void share_storage(loom_graph_t *g, loom_value_t pv, const loom_tensor_t *p) {
   loom_tensor_t *x = g->values[pv.id].data;
-  if (x->owns_data) core_free(x->data);
+  if (x->owns_data) core_storage_free(x->data);
   x->data = p->data;
   x->owns_data = false;
 }

@@ -1,0 +1,28 @@
+/* Tensor storage: the blocks that hold tensors' elements. Blocks of 64 KiB
+ * to 16 MiB that are freed are kept (32 of them, 64 MiB in all, the
+ * oldest making room) and handed out again for a request they hold with
+ * at most a quarter to spare, so that code that makes a
+ * fresh tensor per op (the fallback interpreter, a trace's segment
+ * outputs) does not return pages to the OS and fault them back in at
+ * every op. Thread-safe. Under AddressSanitizer nothing is kept, so that a
+ * use after free is still caught. */
+#ifndef LOOM_CORE_STORAGE_H
+#define LOOM_CORE_STORAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A block of at least bytes (16-byte aligned), zero-filled when zero is
+ * true; NULL when memory runs out (or fault injection says so). */
+void *core_storage_alloc(size_t bytes, bool zero);
+/* Frees a block of core_storage_alloc (NULL: nothing). */
+void core_storage_free(void *p);
+/* Frees the blocks kept for reuse. */
+void core_storage_trim(void);
+/* Blocks kept for reuse now, and their bytes in *bytes (may be NULL). */
+int core_storage_kept(size_t *bytes);
+/* Whether freed blocks are kept for reuse in this build (not under
+ * AddressSanitizer). */
+bool core_storage_reuses(void);
+
+#endif

@@ -1,0 +1,120 @@
+/* Tensor storage (src/core/storage.c): a freed large block is handed out
+ * again for a request it holds, zero-filled when asked, never for one it
+ * cannot hold or would hold with much to spare; small and huge blocks go
+ * straight back to the heap; the cache stays bounded; fault injection
+ * reaches cached blocks too; threads freeing and taking blocks at once
+ * never share one. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/storage.h"
+#include "harness.h"
+
+static void test_reuse(void) {
+  core_storage_trim();
+  size_t mib = (size_t)1 << 20;
+  unsigned char *a = core_storage_alloc(mib, false);
+  CHECK(a != NULL);
+  if (!a) return;
+  memset(a, 0xAB, mib);
+  core_storage_free(a);
+  unsigned char *b = core_storage_alloc(mib - 1000, true);
+  CHECK(b != NULL);
+  if (!b) return;
+  if (core_storage_reuses()) CHECK(b == a);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < mib - 1000; i++) nonzero += b[i] != 0;
+  CHECK(nonzero == 0);
+  core_storage_free(b);
+  /* too large for it, or a quarter of it would go unused: a new block */
+  unsigned char *c = core_storage_alloc(2 * mib, false);
+  unsigned char *d = core_storage_alloc(mib / 2, false);
+  CHECK(c != NULL && d != NULL);
+  if (core_storage_reuses()) CHECK(c != b && d != b);
+  core_storage_free(c);
+  core_storage_free(d);
+  core_storage_trim();
+}
+
+/* Blocks under 64 KiB and over 16 MiB are not kept; neither is more than
+ * the cache's bound (32 blocks, 64 MiB): the oldest make room. */
+static void test_bounds(void) {
+  core_storage_trim();
+  core_storage_free(core_storage_alloc(1000, true));
+  core_storage_free(core_storage_alloc(32u << 20, true));
+  CHECK(core_storage_kept(NULL) == 0);
+  enum { N = 100 };
+  void *blocks[N];
+  size_t bytes = 0;
+  for (int i = 0; i < N; i++) blocks[i] = core_storage_alloc((size_t)1 << 20, false);
+  for (int i = 0; i < N; i++) core_storage_free(blocks[i]);
+  CHECK(core_storage_kept(&bytes) == (core_storage_reuses() ? 32 : 0));
+  for (int i = 0; i < 8; i++) blocks[i] = core_storage_alloc((size_t)15 << 20, false);
+  for (int i = 0; i < 8; i++) core_storage_free(blocks[i]);
+  int n = core_storage_kept(&bytes);
+  CHECK(bytes <= (size_t)64 << 20);
+  if (core_storage_reuses()) CHECK(n >= 4 && bytes >= (size_t)60 << 20);
+  core_storage_trim();
+  CHECK(core_storage_kept(&bytes) == 0 && bytes == 0);
+}
+
+/* A cached block counts as an allocation for fault injection. */
+static void test_fault_injection(void) {
+  core_storage_trim();
+  core_storage_free(core_storage_alloc((size_t)1 << 20, false));
+  core_alloc_fail_after(0);
+  CHECK(core_storage_alloc((size_t)1 << 20, false) == NULL);
+  core_alloc_fail_after(-1);
+  void *p = core_storage_alloc((size_t)1 << 20, false);
+  CHECK(p != NULL);
+  core_storage_free(p);
+  core_storage_trim();
+}
+
+typedef struct hammer {
+  int id;
+  int bad;
+} hammer_t;
+
+/* Each thread fills its blocks with its id and checks them before
+ * freeing: a block handed to two threads at once would be overwritten. */
+static void *hammer_main(void *arg) {
+  hammer_t *h = arg;
+  for (int round = 0; round < 200; round++) {
+    size_t bytes = ((size_t)64 << 10) * (size_t)(1 + (round + h->id) % 7);
+    unsigned char *p = core_storage_alloc(bytes, round % 2 == 0);
+    if (!p) {
+      h->bad++;
+      continue;
+    }
+    memset(p, h->id, bytes);
+    for (size_t i = 0; i < bytes; i += 4096) h->bad += p[i] != (unsigned char)h->id;
+    core_storage_free(p);
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  enum { THREADS = 4 };
+  pthread_t t[THREADS];
+  hammer_t h[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    h[i] = (hammer_t){.id = i + 1};
+    CHECK(pthread_create(&t[i], NULL, hammer_main, &h[i]) == 0);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    CHECK(h[i].bad == 0);
+  }
+  core_storage_trim();
+}
+
+int main(void) {
+  TEST_RUN(test_reuse);
+  TEST_RUN(test_bounds);
+  TEST_RUN(test_fault_injection);
+  TEST_RUN(test_threads);
+  return test_summary();
+}
