@@ -507,6 +507,27 @@ static void test_auto(void) {
   loom_trace_destroy(t);
 }
 
+/* LOOM_DIM_AUTO by default (auto_after 0) turns symbolic the first time
+ * its size changes: one exact compile, one symbolic, then hits. */
+static void test_auto_default(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2];
+  memset(pol, 0, sizeof pol);
+  pol[1].kind = LOOM_DIM_AUTO;
+  for (int64_t n = 3; n <= 12; n++) {
+    int64_t shape[2] = {2, n};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+    trace_and_check(t, chain, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.misses == 2); /* size 3 exact, then symbolic */
+  CHECK(s.hits == 8);
+  CHECK(s.interpreted == 0);
+  loom_trace_destroy(t);
+}
+
 /* A shared cache: a second trace hits what the first compiled. */
 static void test_shared_cache(void) {
   loom_cache_t *c = NULL;
@@ -758,6 +779,30 @@ static void test_recompile_limit(void) {
   loom_trace_destroy(t);
 }
 
+/* LOOM_RECOMPILE_UNLIMITED: every size compiles, none is interpreted;
+ * below it the option is refused. */
+static void test_recompile_unlimited(void) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  o.recompile_limit = LOOM_RECOMPILE_UNLIMITED;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  for (int64_t n = 2; n <= 11; n++) {
+    int64_t shape[1] = {n};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -2, 2);
+    trace_and_check(t, chain, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 10);
+  CHECK(s.interpreted == 0);
+  loom_trace_destroy(t);
+  o.recompile_limit = -2;
+  CHECK_ERR(loom_trace_create(&o, &t), LOOM_ERR_INVALID, "recompile_limit");
+}
+
 static void test_errors(void) {
   loom_trace_t *t = new_trace(0);
   loom_value_t v = {12345};
@@ -799,6 +844,8 @@ int main(void) {
   TEST_RUN(test_threads);
   TEST_RUN(test_compile_failure);
   TEST_RUN(test_recompile_limit);
+  TEST_RUN(test_recompile_unlimited);
+  TEST_RUN(test_auto_default);
   TEST_RUN(test_errors);
   TEST_RUN(test_allocation_failures);
   return test_summary();

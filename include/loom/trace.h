@@ -44,7 +44,7 @@ typedef enum loom_dim_policy_kind {
   LOOM_DIM_EXACT,    /* one executable per size (the default) */
   LOOM_DIM_BUCKET,   /* padded up to a bucket; padding masked, outputs sliced */
   LOOM_DIM_SYMBOLIC, /* one executable for every size */
-  LOOM_DIM_AUTO,     /* exact, until auto_after distinct sizes: then symbolic */
+  LOOM_DIM_AUTO,     /* exact, until the size changes (auto_after): then symbolic */
 } loom_dim_policy_kind_t;
 
 #define LOOM_MAX_BUCKETS 16
@@ -60,7 +60,10 @@ typedef struct loom_dim_policy {
    * A size above the largest bucket is its own bucket. */
   int n_buckets;
   int64_t buckets[LOOM_MAX_BUCKETS];
-  int auto_after; /* LOOM_DIM_AUTO: 0 means 4 */
+  /* LOOM_DIM_AUTO: distinct sizes compiled exactly before the dim turns
+   * symbolic; 0 means 1: symbolic the first time the size changes (as
+   * PyTorch's automatic dynamic shapes). */
+  int auto_after;
   /* LOOM_DIM_BUCKET, optional profile (as TensorRT's min/opt/max): when
    * profile_max > 0, the first time a segment sees this input, every
    * bucket covering [profile_min, profile_max] is compiled ahead of time
@@ -107,12 +110,17 @@ LOOM_API loom_status_t loom_cache_get_stats(const loom_cache_t *c,
  * several threads at once give each thread a trace of its own; those may
  * share one loom_cache_t. loom_trace_destroy must not race with calls. */
 
+#define LOOM_RECOMPILE_UNLIMITED (-1)
+
 typedef struct loom_trace_options {
   size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
   int tiered;      /* 1: a miss interprets while a worker compiles */
   int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
-  int recompile_limit; /* per call site; past it, interpret and warn; 0: 8 */
+  /* Compiles per call site; past it, the site's new keys run in the
+   * fallback interpreter (eager kernels) after one warning. 0: 8;
+   * LOOM_RECOMPILE_UNLIMITED: no limit. */
+  int recompile_limit;
   /* A cache shared with other traces (borrowed), or NULL: the trace makes
    * its own with cache_bytes and spec_workers. */
   loom_cache_t *cache;

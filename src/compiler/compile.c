@@ -415,8 +415,9 @@ static void note_lost(loom_executable_t *e, loom_fallback_t f, const char *reaso
                          : "no compiled module";
   core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), reason ? reason : "");
   if (!atomic_exchange(&warned[f], true))
-    core_warn("%s: %s; running graphs with the reference kernels instead", what,
-              reason ? reason : "");
+    core_warn("%s: %s; running graphs in the fallback interpreter instead (eager kernels "
+              "where the back end has them, reference kernels elsewhere)",
+              what, reason ? reason : "");
 }
 
 static loom_status_t compile_plan(loom_executable_t *e, const loom_compile_options_t *o) {

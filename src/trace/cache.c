@@ -582,12 +582,16 @@ static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_buil
     site->warned = true;
     pthread_mutex_unlock(&c->lock);
     cache_builder_done(builder);
-    if (warn)
-      core_warn("call site %016llx passed its recompile limit of %d compiles; its segments "
-                "now run in the interpreter. Declare the dims that change LOOM_DIM_BUCKET or "
-                "LOOM_DIM_SYMBOLIC (or raise recompile_limit); LOOM_LOG=recompiles says "
-                "which dims changed",
+    if (warn) {
+      core_warn("call site %016llx passed its recompile limit of %d compiles; its new keys "
+                "now run in the fallback interpreter (eager kernels, nothing compiled). "
+                "Declare the dims that change LOOM_DIM_AUTO, LOOM_DIM_BUCKET or "
+                "LOOM_DIM_SYMBOLIC (or raise recompile_limit, LOOM_RECOMPILE_UNLIMITED for "
+                "none); LOOM_LOG=recompiles says which dims changed",
                 (unsigned long long)key->site, limit);
+      core_log(LOG_RECOMPILES, "site %016llx: past its recompile limit of %d: new keys run "
+               "in the fallback interpreter", (unsigned long long)key->site, limit);
+    }
     loom_fail(LOOM_ERR_UNSUPPORTED, "call site %016llx passed its recompile limit of %d",
               (unsigned long long)key->site, limit);
     *result = RT_OVER_LIMIT;

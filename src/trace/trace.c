@@ -57,7 +57,7 @@ static loom_status_t find_policy(loom_trace_t *t, const char *name,
   if (!q->name) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a policy");
   q->p = *p;
   q->p.name = q->name;
-  if (q->p.kind == LOOM_DIM_AUTO && q->p.auto_after == 0) q->p.auto_after = 4;
+  if (q->p.kind == LOOM_DIM_AUTO && q->p.auto_after == 0) q->p.auto_after = 1;
   *out = (int32_t)t->n_policies++;
   return LOOM_OK;
 }
@@ -225,17 +225,20 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   loom_trace_options_init(&opts);
   if (o) LOOM_TRY(core_sized_read(__func__, "loom_trace_options_t", &opts, o, sizeof opts));
   o = &opts;
-  if (o->recompile_limit < 0 || o->num_threads < 0 || o->cache_bytes < 0 ||
-      o->spec_workers < 0)
-    return loom_fail(LOOM_ERR_INVALID, "loom_trace_create: recompile_limit, "
-                     "num_threads, cache_bytes and spec_workers must not be "
-                     "negative");
+  if (o->recompile_limit < LOOM_RECOMPILE_UNLIMITED || o->num_threads < 0 ||
+      o->cache_bytes < 0 || o->spec_workers < 0)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_create: recompile_limit must be at "
+                     "least -1 (LOOM_RECOMPILE_UNLIMITED), and num_threads, cache_bytes "
+                     "and spec_workers must not be negative");
   LOOM_TRY(check_policy(&o->data_dims, 0));
   loom_trace_t *t = core_calloc(1, sizeof *t);
   if (!t) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
   t->opt = *o;
   t->opt.data_dims.name = NULL;
-  if (!t->opt.recompile_limit) t->opt.recompile_limit = 8;
+  /* the cache's limit: 0 is none */
+  t->opt.recompile_limit = o->recompile_limit == 0                          ? 8
+                           : o->recompile_limit == LOOM_RECOMPILE_UNLIMITED ? 0
+                                                                           : o->recompile_limit;
   t->run.prev_valid = true;
   loom_status_t s = loom_graph_create(&t->g);
   t->run.links = core_calloc(TR_LINKS, sizeof *t->run.links);
