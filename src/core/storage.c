@@ -82,6 +82,9 @@ void *core_storage_alloc(size_t bytes, bool zero) {
     }
   }
   if (capacity > SIZE_MAX - HEADER) return NULL;
+  /* An empty tensor's elements still point inside their block, so that
+   * leak checkers see the block as referenced. */
+  if (capacity == 0) capacity = 1;
   /* calloc: fresh pages of a large block come zeroed from the OS */
   char *block = zero ? core_calloc(1, HEADER + capacity) : core_malloc(HEADER + capacity);
   if (!block) return NULL;
