@@ -2,7 +2,8 @@
  * hash; hits, misses and statistics; cached executables against the
  * interpreter and hand-computed values; LRU eviction under a small budget
  * with entries in use kept until released; failed compiles cached as
- * failed; the recompile limit and its warning; the recompile reasons;
+ * failed; eager entries (graphs kept for the interpreter) beside compiled
+ * ones; the recompile limit and its warning; the recompile reasons;
  * speculative compiles by the workers; four threads sharing one cache;
  * the cost of a hit.
  *
@@ -31,6 +32,7 @@ typedef struct seg_ctx {
   int rank;
   int64_t dims[LOOM_MAX_RANK];
   bool fail;
+  bool nomem; /* fail as out of memory */
   _Atomic int *gate; /* not NULL: the build waits until *gate is set */
 } seg_ctx_t;
 
@@ -70,6 +72,7 @@ static loom_status_t build_segment(void *ctx, loom_graph_t **graph,
   while (s->gate && !atomic_load(s->gate)) nanosleep(&(struct timespec){0, 1000000}, NULL);
   int slot = atomic_fetch_add(&n_built, 1);
   if (slot < 64) build_order[slot] = s->rank ? s->dims[0] : 0;
+  if (s->nomem) return loom_fail(LOOM_ERR_NOMEM, "out of memory in the test's builder");
   if (s->fail) return s->rank == 2 ? LOOM_ERR_UNSUPPORTED : loom_fail(LOOM_ERR_UNSUPPORTED, "refused by the test");
   options->num_threads = 1;
   return build_graph(s, graph);
@@ -340,6 +343,71 @@ static int count_of(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, needle)); p++) n++;
   return n;
+}
+
+/* Eager entries: the graph built once and kept, beside the compiled
+ * entry of the same key, counted as neither hit nor compile; a failed
+ * build cached, out of memory not. */
+static void test_eager_entries(void) {
+  loom_cache_t *c;
+  CHECK_OK(loom_cache_create(0, 0, &c));
+  atomic_store(&builds, 0);
+  int64_t n = 6;
+  rt_key_input_t in;
+  rt_key_t k = key_for(&in, 4, 1, &n);
+  rt_entry_t *e = NULL, *e2 = NULL;
+  rt_builder_t b = builder_for(1, &n, false);
+  CHECK_OK(rt_cache_eager(c, &k, &b, &e));
+  CHECK(e && rt_entry_graph(e) && !rt_entry_executable(e) && atomic_load(&builds) == 1);
+  int frees_before = atomic_load(&frees);
+  b = builder_for(1, &n, false);
+  CHECK_OK(rt_cache_eager(c, &k, &b, &e2));
+  CHECK(e2 == e && atomic_load(&builds) == 1 && atomic_load(&frees) == frees_before + 1);
+  if (e) { /* the kept graph computes 2x + 1 */
+    float xs[6] = {0, 1, -2, 3.5f, -0.25f, 8};
+    loom_tensor_t *x = NULL, *y = NULL;
+    CHECK_OK(loom_tensor_from_data(LOOM_F32, 1, &n, xs, sizeof xs, &x));
+    CHECK_OK(loom_interpret(rt_entry_graph(e), 1, &x, 1, &y));
+    for (int i = 0; y && i < 6; i++) CHECK(((float *)loom_tensor_data(y))[i] == 2 * xs[i] + 1);
+    loom_tensor_destroy(x);
+    loom_tensor_destroy(y);
+  }
+  rt_entry_release(c, e);
+  rt_entry_release(c, e2);
+  /* Not a compiled entry: a lookup misses, a get compiles beside it. */
+  CHECK(rt_cache_lookup(c, &k) == NULL);
+  loom_cache_stats_t s = stats_of(c);
+  CHECK(s.entries == 1 && s.hits == 0 && s.misses == 0 && s.compiles == 0 && s.bytes > 0);
+  CHECK(get1(c, 4, 6, 0, &e) == RT_READY && e && rt_entry_executable(e));
+  rt_entry_release(c, e);
+  s = stats_of(c);
+  CHECK(s.entries == 2 && s.compiles == 1);
+  /* A failed build is cached with its error. */
+  int64_t m = 7;
+  rt_key_t km = key_for(&in, 4, 1, &m);
+  for (int i = 0; i < 2; i++) {
+    b = builder_for(1, &m, true);
+    CHECK(rt_cache_eager(c, &km, &b, &e) == LOOM_ERR_UNSUPPORTED && !e);
+    CHECK(strstr(loom_last_error(), "0000000000000004") &&
+          strstr(loom_last_error(), "refused by the test"));
+  }
+  CHECK(atomic_load(&builds) == 3);
+  /* Out of memory is not cached: the next request builds again. */
+  int64_t o = 8;
+  rt_key_t ko = key_for(&in, 4, 1, &o);
+  b = builder_for(1, &o, false);
+  ((seg_ctx_t *)b.ctx)->nomem = true;
+  CHECK(rt_cache_eager(c, &ko, &b, &e) == LOOM_ERR_NOMEM && !e);
+  b = builder_for(1, &o, false);
+  CHECK_OK(rt_cache_eager(c, &ko, &b, &e));
+  CHECK(e && rt_entry_graph(e) && atomic_load(&builds) == 5);
+  rt_entry_release(c, e);
+  /* Bad arguments. */
+  b = builder_for(1, &o, false);
+  CHECK(rt_cache_eager(NULL, &ko, &b, &e) == LOOM_ERR_INVALID);
+  b = builder_for(1, &o, false);
+  CHECK(rt_cache_eager(c, &ko, &b, NULL) == LOOM_ERR_INVALID);
+  loom_cache_destroy(c);
 }
 
 static void test_recompile_limit(void) {
@@ -737,6 +805,7 @@ int main(void) {
   TEST_RUN(test_hits_and_misses);
   TEST_RUN(test_lru_eviction);
   TEST_RUN(test_failed_compile);
+  TEST_RUN(test_eager_entries);
   TEST_RUN(test_recompile_limit);
   TEST_RUN(test_recompile_reasons);
   TEST_RUN(test_speculation);

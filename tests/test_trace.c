@@ -738,7 +738,8 @@ static void test_threads(void) {
 
 
 /* Fallback: without a C compiler every segment fails to compile and runs
- * in the interpreter, with the same results; the failure is cached. */
+ * in the interpreter, with the same results; the failure is cached, and
+ * so is the graph the interpreter runs (an eager entry beside it). */
 static void test_compile_failure(void) {
   setenv("LOOM_CC", "/nonexistent/loom-test-cc", 1);
   loom_trace_t *t = new_trace(1);
@@ -752,6 +753,11 @@ static void test_compile_failure(void) {
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.interpreted == 3);
   CHECK(s.cache.failed_compiles == 1);
+  CHECK(s.cache.entries == 2);
+  char *text = NULL;
+  CHECK_OK(loom_trace_explain(t, &text));
+  CHECK(text && strstr(text, "eager ") && strstr(text, "fallback interpreter"));
+  free(text);
   loom_trace_destroy(t);
   unsetenv("LOOM_CC");
 }
@@ -776,6 +782,7 @@ static void test_recompile_limit(void) {
   CHECK(s.cache.compiles == 2);
   CHECK(s.interpreted == 2);
   CHECK(s.recompiles == 3);
+  CHECK(s.cache.entries == 4); /* two compiled, two eager */
   loom_trace_destroy(t);
 }
 

@@ -73,14 +73,12 @@ static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
   return tensor_new(x->dtype, x->rank, x->shape, out);
 }
 
-/* The backward graph of r: a ready cache entry (*e, compiled under the
- * forward's key with another structure), else a graph built to be
- * interpreted (*own). */
-static loom_status_t backward_graph(loom_trace_t *t, tape_rec_t *r,
-                                    rt_entry_t **e, loom_graph_t **own) {
+/* The backward of r: a ready cache entry (compiled under the forward's
+ * key with another structure), else its eager entry (the graph, for the
+ * fallback interpreter). */
+static loom_status_t backward_entry(loom_trace_t *t, tape_rec_t *r, rt_entry_t **e) {
   rt_get_result_t res = RT_FAILED;
   *e = NULL;
-  *own = NULL;
   if (t->opt.compile) {
     *e = rt_cache_lookup(t->cache, &r->key);
     res = RT_READY;
@@ -94,7 +92,9 @@ static loom_status_t backward_graph(loom_trace_t *t, tape_rec_t *r,
   if (res == RT_READY && *e) return LOOM_OK;
   *e = NULL;
   t->stats.interpreted++;
-  return seg_desc_build(r->bwd, own, NULL);
+  r->bwd->refs++;
+  rt_builder_t b = {seg_desc_build, (void (*)(void *))seg_desc_release, r->bwd};
+  return rt_cache_eager(t->cache, &r->key, &b, e);
 }
 
 /* The shape of g's value v with r's symbol sizes (bucketed records). */
@@ -167,7 +167,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
   const seg_desc_t *d = r->bwd;
   int n_in = (int)bg->n_inputs;
   loom_status_t s = LOOM_OK;
-  if (!e) {
+  if (!rt_entry_executable(e)) {
     s = rt_interpret(bg, n_in, ins, d->n_wrt, outs, be_find(NULL));
   } else {
     for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
@@ -204,9 +204,8 @@ static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
                      "has updated since; call backward before the optimizer step");
   const seg_desc_t *d = r->bwd;
   rt_entry_t *e = NULL;
-  loom_graph_t *own = NULL;
-  LOOM_TRY(backward_graph(t, r, &e, &own));
-  loom_graph_t *bg = e ? rt_entry_graph(e) : own;
+  LOOM_TRY(backward_entry(t, r, &e));
+  loom_graph_t *bg = rt_entry_graph(e);
   int n_in = (int)bg->n_inputs;
   loom_tensor_t *ins[n_in + 1], *outs[d->n_wrt + 1];
   bool made[n_in + 1];
@@ -217,8 +216,7 @@ static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
   if (s == LOOM_OK) s = run_backward(t, r, e, bg, ins, outs);
   for (int i = 0; i < n_in; i++)
     if (made[i]) loom_tensor_destroy(ins[i]);
-  if (e) rt_entry_release(t->cache, e);
-  loom_graph_destroy(own);
+  rt_entry_release(t->cache, e);
   for (int i = 0; i < d->n_wrt; i++) {
     if (s == LOOM_OK) s = accumulate(t, r->in[d->wrt[i]], outs[i]);
     else loom_tensor_destroy(outs[i]);

@@ -47,7 +47,7 @@ static uint64_t combine(uint64_t h, uint64_t v) {
 void rt_key_finish(rt_key_t *key) {
   if (!key) return;
   uint64_t h = combine(combine(combine(0, key->structure), key->path), key->site);
-  h = combine(h, (uint64_t)key->n_inputs);
+  h = combine(h, (uint64_t)key->n_inputs | (uint64_t)key->eager << 32);
   for (int i = 0; i < key->n_inputs && key->inputs; i++) {
     const rt_key_input_t *in = &key->inputs[i];
     h = combine(h, (uint64_t)in->dtype | (uint64_t)in->rank << 8);
@@ -65,7 +65,7 @@ static bool input_equal(const rt_key_input_t *a, const rt_key_input_t *b) {
 
 static bool key_equal(const rt_key_t *a, const rt_key_t *b) {
   if (a->hash != b->hash || a->structure != b->structure || a->path != b->path ||
-      a->site != b->site || a->n_inputs != b->n_inputs)
+      a->site != b->site || a->eager != b->eager || a->n_inputs != b->n_inputs)
     return false;
   for (int i = 0; i < a->n_inputs; i++)
     if (!input_equal(&a->inputs[i], &b->inputs[i])) return false;
@@ -467,6 +467,7 @@ static void miss_reason(loom_cache_t *c, const cache_site_t *site, const rt_key_
   const rt_entry_t *best = NULL;
   int best_score = -1;
   for (const rt_entry_t *e = site ? site->entries : NULL; e; e = e->site_next) {
+    if (e->key.eager) continue; /* not a compile */
     int score = key_score(key, &e->key);
     if (score > best_score) best = e, best_score = score;
   }
@@ -688,6 +689,96 @@ loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
   return s;
 }
 
+/* ---- Eager entries ---------------------------------------------------- */
+
+/* Builds eager entry e's graph outside the lock, then publishes it (ready
+ * or failed) and wakes those waiting for it. Calls builder's free_ctx. */
+static void build_eager(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *builder) {
+  loom_graph_t *g = NULL;
+  loom_compile_options_t unused; /* the builder may set them; nothing compiles */
+  loom_compile_options_init(&unused);
+  loom_clear_error();
+  loom_status_t s = builder->build(builder->ctx, &g, &unused);
+  cache_builder_done(builder);
+  if (s == LOOM_OK && !g) s = loom_fail(LOOM_ERR_INVALID, "the segment's builder returned no graph");
+  char *error = NULL;
+  if (s != LOOM_OK) {
+    loom_graph_destroy(g);
+    g = NULL;
+    error = core_strdup(*loom_last_error() ? loom_last_error() : loom_status_name(s));
+  }
+  e->graph = g;
+  int64_t bytes = entry_bytes(e) + (error ? (int64_t)strlen(error) + 1 : 0);
+  pthread_mutex_lock(&c->lock);
+  e->error = error;
+  e->status = s;
+  e->bytes = bytes;
+  e->state = g ? ENTRY_READY : ENTRY_FAILED;
+  lru_push_front(c, e);
+  c->stats.entries++;
+  c->stats.bytes += bytes;
+  pthread_cond_broadcast(&c->ready);
+  rt_entry_t *victims = evict_over_budget(c);
+  pthread_mutex_unlock(&c->lock);
+  evicted_free(victims);
+}
+
+loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
+                             rt_entry_t **out) {
+  loom_status_t s = LOOM_OK;
+  if (out) *out = NULL;
+  if (!c || !key || !out || !builder || !builder->build)
+    s = loom_fail(LOOM_ERR_INVALID, "rt_cache_eager: null %s",
+                  !c ? "cache" : !key ? "key" : !out ? "out" : "builder");
+  if (s == LOOM_OK) s = key_check(key, "rt_cache_eager");
+  if (s != LOOM_OK) {
+    cache_builder_done(builder);
+    return s;
+  }
+  rt_key_t k = *key;
+  k.eager = true;
+  rt_key_finish(&k);
+  pthread_mutex_lock(&c->lock);
+  rt_entry_t *e = cache_find(c, &k);
+  bool build = !e;
+  if (e && e->state == ENTRY_FAILED && e->status == LOOM_ERR_NOMEM && e->refs == 0) {
+    /* out of memory was not the key's fault: build it again */
+    lru_unlink(c, e);
+    c->stats.entries--;
+    c->stats.bytes -= e->bytes;
+    core_free(e->error);
+    e->error = NULL;
+    e->state = ENTRY_PENDING;
+    build = true;
+  }
+  if (build && !e && !(e = cache_insert_pending(c, &k))) {
+    pthread_mutex_unlock(&c->lock);
+    cache_builder_done(builder);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for an eager entry of the executable "
+                     "cache (site %016llx)", (unsigned long long)key->site);
+  }
+  e->refs++;
+  pthread_mutex_unlock(&c->lock);
+  if (build) build_eager(c, e, builder);
+  else cache_builder_done(builder);
+  pthread_mutex_lock(&c->lock);
+  while (e->state == ENTRY_PENDING) pthread_cond_wait(&c->ready, &c->lock);
+  if (e->state == ENTRY_READY) {
+    lru_touch(c, e);
+    *out = e;
+    pthread_mutex_unlock(&c->lock);
+    return LOOM_OK;
+  }
+  char why[CACHE_REASON_LEN];
+  copy_error(e, why, sizeof why);
+  loom_status_t failed = e->status;
+  rt_entry_t *victims = --e->refs == 0 ? evict_over_budget(c) : NULL;
+  pthread_mutex_unlock(&c->lock);
+  evicted_free(victims);
+  return loom_fail(failed, "the segment of site %016llx could not be built: %s",
+                   (unsigned long long)key->site, why);
+}
+
 /* ---- Entries' accessors ------------------------------------------------ */
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e) { return e ? e->exe : NULL; }
@@ -812,8 +903,9 @@ loom_status_t loom_cache_get_stats(const loom_cache_t *c, loom_cache_stats_t *ou
 
 static void describe_entry(core_text_t *t, const rt_entry_t *e) {
   static const char *const states[] = {"pending", "ready", "failed"};
+  bool eager = e->key.eager && e->state == ENTRY_READY;
   core_text_put(t, "  %-7s site %016llx structure %016llx path %016llx (",
-                states[e->state], (unsigned long long)e->key.site,
+                eager ? "eager" : states[e->state], (unsigned long long)e->key.site,
                 (unsigned long long)e->key.structure, (unsigned long long)e->key.path);
   for (int i = 0; i < e->key.n_inputs; i++) {
     const rt_key_input_t *in = &e->inputs[i];
@@ -825,7 +917,9 @@ static void describe_entry(core_text_t *t, const rt_entry_t *e) {
     core_text_put(t, "]");
   }
   core_text_put(t, ")");
-  if (e->state != ENTRY_PENDING)
+  if (eager)
+    core_text_put(t, ": %lld bytes, a graph for the fallback interpreter", (long long)e->bytes);
+  else if (e->state != ENTRY_PENDING)
     core_text_put(t, ": %lld bytes, compiled in %.1f ms", (long long)e->bytes, e->compile_ms);
   if (e->refs) core_text_put(t, ", %d in use", e->refs);
   if (e->error) core_text_put(t, ": %s", e->error);

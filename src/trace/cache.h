@@ -34,6 +34,7 @@ typedef struct rt_key {
   uint64_t structure;
   uint64_t path;
   uint64_t site;
+  bool eager; /* an eager entry's key (rt_cache_eager sets it) */
   int n_inputs;
   const rt_key_input_t *inputs; /* copied by the cache on insert */
   uint64_t hash;                /* rt_key_finish fills it */
@@ -91,6 +92,20 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key,
  * or if the cache has no workers). */
 loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
                                  const rt_builder_t *builder);
+
+/* The eager entry of key: the builder's graph with no executable, for
+ * a segment that runs in the fallback interpreter (a trace that does not
+ * compile, a key whose compile failed or is still pending, a site past
+ * its recompile limit). Built once, on the calling thread (a second
+ * caller waits for it), then kept like a compiled entry: shared between
+ * traces, counted against the budget, evicted least recently used. Its
+ * key is key with `eager` set, so that it lives beside the compiled entry
+ * of the same key; it counts no hit, miss or compile, nor against the
+ * recompile limit. *out holds a reference (rt_entry_release). A build
+ * that fails is cached as failed and its error returned. Takes ctx as
+ * rt_cache_get does. */
+loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key,
+                             const rt_builder_t *builder, rt_entry_t **out);
 
 /* Waits until no worker has queued or running work (tests). */
 void rt_cache_drain(loom_cache_t *c);

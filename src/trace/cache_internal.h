@@ -31,6 +31,7 @@ struct rt_cache_entry {
   _Atomic int64_t arena_now;
   double compile_ms;
   char *error;              /* ENTRY_FAILED: why */
+  loom_status_t status;     /* ENTRY_FAILED: the build's status (eager entries) */
   cache_job_t *job;         /* queued and not started, else NULL */
   pthread_mutex_t run_lock; /* serializes runs of exe (one arena) */
   rt_entry_t *bucket_next;

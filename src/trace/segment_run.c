@@ -340,16 +340,21 @@ static loom_status_t finish_outputs(loom_trace_t *t, seg_work_t *w,
   return s;
 }
 
+/* Runs entry e for w: its executable, or an eager entry's graph in the
+ * fallback interpreter (the back end's eager kernels). Both bind the
+ * inputs padded to their buckets and slice the outputs back. */
 static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
                                const rt_key_t *key) {
   loom_graph_t *eg = rt_entry_graph(e);
+  bool eager = !rt_entry_executable(e);
   int n_in = (int)eg->n_inputs, n_out = (int)eg->n_outputs;
   loom_tensor_t *ins[n_in + 1], *outs[n_out + 1], *staged[n_in + 1];
   memset(outs, 0, sizeof outs);
   memset(staged, 0, sizeof staged);
   loom_status_t s = bind_inputs(t, w, ins, staged);
-  if (s == LOOM_OK) s = new_outputs(t, w, e, ins, outs, n_out);
-  if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
+  if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL));
+  if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
+  if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
   for (int i = 0; i < n_in; i++) loom_tensor_destroy(staged[i]);
   if (s != LOOM_OK) {
     for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);
@@ -358,27 +363,31 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   return finish_outputs(t, w, key, outs, n_out);
 }
 
-/* The segment through the interpreter, at exact sizes. */
-static loom_status_t interpret(loom_trace_t *t, seg_work_t *w) {
+/* The segment in the fallback interpreter, on its eager entry (its graph
+ * built once per key and kept by the cache, as a compiled one is), under
+ * the key it would compile under: a bucketed key runs padded, and its
+ * backward is keyed as a compiled forward's would be. When the padding
+ * cannot apply, at exact sizes. */
+static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   int part = w->train ? 1 : 0;
-  rt_key_t key; /* exact, as the backward the tape keeps */
-  LOOM_TRY(seg_input_types(t, w, true));
-  seg_make_key(t, w, part, &key);
+  rt_entry_t *e = NULL;
   seg_desc_t *d = NULL;
-  loom_graph_t *g = NULL;
   LOOM_TRY(seg_make_desc(t, w, part, &d));
-  loom_status_t s = seg_desc_build(d, &g, NULL);
-  seg_desc_release(d);
+  loom_status_t s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+  if (s != LOOM_OK && w->bucket) {
+    core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): exact sizes",
+             (unsigned long long)w->site, loom_last_error());
+    LOOM_TRY(seg_input_types(t, w, true));
+    seg_make_key(t, w, part, key);
+    LOOM_TRY(seg_make_desc(t, w, part, &d));
+    s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+  }
   if (s != LOOM_OK) return s;
-  int n_out = (int)g->n_outputs;
-  loom_tensor_t *ins[w->n_ins + 1], *outs[n_out + 1];
-  for (int i = 0; i < w->n_ins; i++) ins[i] = t->vals[w->ins[i]].t;
-  s = rt_interpret(g, w->n_ins, ins, n_out, outs, be_find(NULL));
-  loom_graph_destroy(g);
+  s = run_entry(t, w, e, key);
+  rt_entry_release(t->cache, e);
   t->stats.interpreted++;
   t->run.prev_valid = false;
-  if (s != LOOM_OK) return s;
-  return finish_outputs(t, w, &key, outs, n_out);
+  return s;
 }
 
 /* Counts a miss and whether its site compiled before. */
@@ -471,7 +480,7 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   LOOM_TRY(seg_input_types(t, w, false));
   seg_make_key(t, w, w->train ? 1 : 0, &key);
   t->stats.segments++;
-  if (!t->opt.compile) return interpret(t, w);
+  if (!t->opt.compile) return interpret(t, w, &key);
   rt_entry_t *e = follow(t, key.hash);
   if (e) { /* the link holds the reference */
     t->stats.stitched++;
@@ -492,7 +501,7 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
     res = RT_READY;
     if (!e) LOOM_TRY(miss(t, w, &key, &res, &e));
   }
-  if (res != RT_READY || !e) return interpret(t, w);
+  if (res != RT_READY || !e) return interpret(t, w, &key);
   loom_status_t s = run_entry(t, w, e, &key);
   link_to(t, e, key.hash);
   return s;
