@@ -2,7 +2,8 @@
 examples/dynamic/, with the same data, initial weights, model and AdamW.
 
   torch_dynamic.py WORKLOAD --threads N [--steps S] [--warmup W]
-  prints "ITEMS_PER_S FIRST_LOSS LAST_LOSS"
+  prints "ITEMS_PER_S FIRST_LOSS LAST_LOSS WALL_S" (items per second over
+  the steps after the warm-up; WALL_S: seconds of every step)
 
 Every number (data, sizes, weights) comes from models.init_values(name, i,
 bound) (model_init_value in C), so both sides see the same steps. A step k
@@ -231,7 +232,7 @@ def main():
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                             lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
     batches = [model.batch(k) for k in range(args.warmup + args.steps)]
-    losses, items, elapsed = [], 0, 0.0
+    losses, items, elapsed, wall = [], 0, 0.0, 0.0
     for k, (inputs, y, n) in enumerate(batches):
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(*inputs), y)
@@ -240,10 +241,11 @@ def main():
         opt.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
         losses.append(loss.item())
+        wall += dt
         if k >= args.warmup:
             elapsed += dt
             items += n
-    print(f"{items / elapsed:.6g} {losses[0]:.8g} {losses[-1]:.8g}")
+    print(f"{items / elapsed:.6g} {losses[0]:.8g} {losses[-1]:.8g} {wall:.6g}")
 
 
 if __name__ == "__main__":

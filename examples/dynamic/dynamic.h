@@ -52,6 +52,7 @@ typedef struct dyn_result {
   double items_per_s;     /* over the steps after warm-up */
   double first_loss, last_loss;
   double seconds;         /* of the timed steps */
+  double wall_s;          /* of every step, warm-up and compiles included */
   int64_t n_params;       /* floats copied into dyn_config_t.params */
   loom_trace_stats_t stats;
 } dyn_result_t;

@@ -72,6 +72,7 @@ loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
     if (c->losses) c->losses[k] = loss;
     if (k == 0) out->first_loss = loss;
     out->last_loss = loss;
+    out->wall_s += dt;
     if (k >= warmup) elapsed += dt, items += (double)n;
     if (c->every > 0 && c->log && (k % c->every == 0 || k == warmup + steps - 1))
       fprintf(c->log, "step %d loss %.6f\n", k, loss);
