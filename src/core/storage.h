@@ -1,7 +1,7 @@
 /* Tensor storage: the blocks that hold tensors' elements. Blocks of 64 KiB
- * to 16 MiB that are freed are kept (32 of them, 64 MiB in all, the
+ * to 16 MiB that are freed are kept (128 of them, 256 MiB in all, the
  * oldest making room) and handed out again for a request they hold with
- * at most a quarter to spare, so that code that makes a
+ * at most half to spare, so that code that makes a
  * fresh tensor per op (the fallback interpreter, a trace's segment
  * outputs) does not return pages to the OS and fault them back in at
  * every op. Thread-safe. Under AddressSanitizer nothing is kept, so that a
