@@ -168,9 +168,12 @@ typedef struct be_backend {
    * One node run on host tensors by a kernel that exists before any
    * compile (a library GEMM, a vectorized loop): what the fallback
    * interpreter runs where it can (rt_interpret), under a reference
-   * kernel's contract (kernels/ref.h). True when it ran the node, with
-   * *status its result; false when it has no kernel for the node's op,
-   * dtypes, shapes or attributes (the reference kernel runs instead).
+   * kernel's contract (kernels/ref.h), except that the outputs arrive
+   * with their elements unset: a kernel that takes the node writes every
+   * one. True when it ran the node, with *status its result; false when
+   * it has no kernel for the node's op, dtypes, shapes or attributes
+   * (the reference kernel runs instead, on zeroed outputs), having
+   * written nothing.
    * Results may differ from the reference kernel's by the rounding of
    * f32 arithmetic, as compiled code's do. May be NULL. */
   bool (*eager)(ref_call_t *c, loom_status_t *status);

@@ -98,8 +98,8 @@ void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
   t->data = data;
 }
 
-loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
-                         loom_tensor_t **out) {
+static loom_status_t new_tensor(loom_dtype_t dtype, int rank, const int64_t *shape,
+                               bool zero, loom_tensor_t **out) {
   LOOM_TRY(tensor_check_shape("tensor", dtype, rank, shape));
   loom_tensor_t *t = core_calloc(1, sizeof *t);
   if (!t) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a tensor");
@@ -108,7 +108,7 @@ loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
   for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
   set_contiguous_strides(t);
   size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
-  t->data = core_storage_alloc(bytes, true);
+  t->data = core_storage_alloc(bytes, zero);
   if (!t->data) {
     core_free(t);
     char buf[160];
@@ -119,6 +119,16 @@ loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
   t->owns_data = true;
   *out = t;
   return LOOM_OK;
+}
+
+loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
+                         loom_tensor_t **out) {
+  return new_tensor(dtype, rank, shape, true, out);
+}
+
+loom_status_t tensor_new_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out) {
+  return new_tensor(dtype, rank, shape, false, out);
 }
 
 loom_status_t loom_tensor_create(loom_dtype_t dtype, int rank,

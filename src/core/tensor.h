@@ -19,6 +19,10 @@ struct loom_tensor {
 /* A new zero-filled contiguous tensor (internal: no error clearing). */
 loom_status_t tensor_new(loom_dtype_t dtype, int rank, const int64_t *shape,
                          loom_tensor_t **out);
+/* tensor_new with the elements left unset, for a producer that writes
+ * every one. */
+loom_status_t tensor_new_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
+                                loom_tensor_t **out);
 /* Fills *t as a contiguous view of data (no allocation). */
 void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
                       const int64_t *shape, void *data);

@@ -105,7 +105,9 @@ static loom_status_t bind_inputs(interp_t *it, int n_inputs,
   return LOOM_OK;
 }
 
-/* Allocates the outputs of node n with their evaluated shapes. */
+/* Allocates the outputs of node n with their evaluated shapes: zeroed
+ * for the reference kernels, unset for a back end's eager kernels, which
+ * write every element (zeroed by zero_outputs when one declines). */
 static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
                                    loom_tensor_t **outs) {
   for (int k = 0; k < n->n_out; k++) {
@@ -123,9 +125,17 @@ static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
       }
     }
     LOOM_TRY(ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL));
-    LOOM_TRY(tensor_new(t->dtype, t->rank, shape, &outs[k]));
+    LOOM_TRY(it->fast ? tensor_new_uninit(t->dtype, t->rank, shape, &outs[k])
+                      : tensor_new(t->dtype, t->rank, shape, &outs[k]));
   }
   return LOOM_OK;
+}
+
+static void zero_outputs(const ir_node_t *n, loom_tensor_t **outs) {
+  for (int k = 0; k < n->n_out; k++)
+    if (outs[k] && outs[k]->data)
+      memset(outs[k]->data, 0,
+             (size_t)loom_tensor_numel(outs[k]) * loom_dtype_size(outs[k]->dtype));
 }
 
 /* After a data-dependent op: binds the fresh symbols in its output types
@@ -159,7 +169,11 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
   if (!data_shaped) s = alloc_outputs(it, n, outs);
   ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
                      .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
-  if (s == LOOM_OK && !(it->fast && it->fast->eager(&call, &s))) s = ref_kernels[n->op](&call);
+  bool taken = s == LOOM_OK && it->fast && it->fast->eager(&call, &s);
+  if (s == LOOM_OK && !taken) {
+    if (it->fast && !data_shaped) zero_outputs(n, outs);
+    s = ref_kernels[n->op](&call);
+  }
   if (s == LOOM_OK && data_shaped) s = bind_outputs(it, n, outs);
   if (s != LOOM_OK) {
     for (int k = 0; k < n->n_out; k++) loom_tensor_destroy(outs[k]);

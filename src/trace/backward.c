@@ -176,7 +176,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
       memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
       if (r->sizes) s = bucket_shape(r, bg, bg->outputs[i], shape);
       /* the run writes every element */
-      if (s == LOOM_OK) s = seg_tensor_uninit(x->dtype, x->rank, shape, &outs[i]);
+      if (s == LOOM_OK) s = tensor_new_uninit(x->dtype, x->rank, shape, &outs[i]);
     }
     if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, d->n_wrt, outs);
   }

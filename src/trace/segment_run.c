@@ -10,7 +10,6 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "core/storage.h"
 #include "core/tensor.h"
 #include "runtime/interp.h"
 #include "trace/trace_internal.h"
@@ -121,22 +120,6 @@ static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
   return LOOM_OK;
 }
 
-loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
-                                loom_tensor_t **out) {
-  LOOM_TRY(tensor_check_shape("segment output", dtype, rank, shape));
-  size_t bytes = (size_t)shape_numel(rank, shape) * loom_dtype_size(dtype);
-  void *data = core_storage_alloc(bytes, false);
-  loom_status_t s = data ? loom_tensor_wrap(dtype, rank, shape, NULL, data, out)
-                         : loom_fail(LOOM_ERR_NOMEM, "out of memory for a %s tensor of "
-                                     "%zu bytes", loom_dtype_name(dtype), bytes);
-  if (s != LOOM_OK) {
-    core_storage_free(data);
-    return s;
-  }
-  (*out)->owns_data = true;
-  return LOOM_OK;
-}
-
 /* The segment input whose value eg's output i is (a forward's saved
  * input: the backward reads a weight or a state as it came in), or -1. */
 static int output_input(const loom_graph_t *eg, int i) {
@@ -180,7 +163,7 @@ static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
     int64_t shape[LOOM_MAX_RANK];
     for (int a = 0; a < ty->rank; a++)
       LOOM_TRY(ir_dim_eval(eg, ty->dims[a], syms, &shape[a]));
-    LOOM_TRY(seg_tensor_uninit(ty->dtype, ty->rank, shape, &outs[i]));
+    LOOM_TRY(tensor_new_uninit(ty->dtype, ty->rank, shape, &outs[i]));
   }
   return LOOM_OK;
 }

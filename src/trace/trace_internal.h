@@ -403,10 +403,6 @@ loom_status_t seg_pad_copy(const loom_tensor_t *x, const int64_t *shape,
 /* The leading corner of shape out of padded p. */
 loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
                              const int64_t *shape, loom_tensor_t **out);
-/* A tensor whose elements are not initialized (outputs that a run
- * writes whole). */
-loom_status_t seg_tensor_uninit(loom_dtype_t dtype, int rank, const int64_t *shape,
-                                loom_tensor_t **out);
 void seg_links_clear(loom_trace_t *t);
 /* Releases the kept backward descriptions. */
 void seg_memo_clear(loom_trace_t *t);

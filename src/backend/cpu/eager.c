@@ -34,7 +34,11 @@ static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
   int64_t m = y->shape[y->rank - 2], n = y->shape[y->rank - 1];
   int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
   *status = LOOM_OK;
-  if (m == 0 || n == 0 || k == 0) return true; /* zeros, as allocated */
+  if (m == 0 || n == 0) return true;
+  if (k == 0) { /* a sum of nothing */
+    memset(y->data, 0, (size_t)loom_tensor_numel(y) * sizeof(float));
+    return true;
+  }
   int64_t n_batch = loom_tensor_numel(y) / (m * n);
   loom_abi_gemm_t d = {.m = m, .n = n, .k = k, .batch = 1,
                        .lda = a->shape[ra - 1], .trans_a = ta,
