@@ -647,7 +647,7 @@ static void op_facts(void) {
   CHECK(info_of("random_normal").flags == LOOM_OP_RANDOM);
   CHECK(info_of("nonzero").flags == LOOM_OP_DATA_SHAPE && info_of("nonzero").data_dependent_shape);
   CHECK(info_of("assign").flags == LOOM_OP_SIDE_EFFECT && info_of("assign").n_out == 0);
-  CHECK(info_of("loop").flags == (LOOM_OP_SUBGRAPH | LOOM_OP_DATA_SHAPE));
+  CHECK(info_of("loop").flags == (LOOM_OP_SUBGRAPH | LOOM_OP_DATA_SHAPE | LOOM_OP_DIFFERENTIABLE));
   CHECK(info_of("argmax").flags == 0 && info_of("argmax").not_differentiable);
   CHECK(info_of("neg").n_attrs == 0 && loom_op_attr_count(op_named("neg")) == 0);
 }

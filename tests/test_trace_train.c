@@ -1,6 +1,7 @@
 /* Training through traces: an RNN cell traced as one segment replayed 10
  * times per step, then backward: the gradients equal loom_grad on the
- * unrolled static graph (interpreted) and central differences; a host
+ * unrolled static graph (interpreted) and central differences; the same
+ * RNN as one in-graph loop (one segment, one backward segment); a host
  * callback's backward; compiled and interpreted traces agree; no backward
  * after the optimizer step (whose updates test_trace_optim.c checks). */
 #include <math.h>
@@ -168,6 +169,78 @@ static void check_rnn(int compile) {
   loom_trace_destroy(t);
   rnn_free(&r);
 }
+
+/* The same RNN as one in-graph loop over the stacked sequence: its
+ * gradient (the loop's rule) equals the unrolled graph's, and a step is
+ * one forward segment and one backward segment. */
+static loom_graph_t *rnn_loop_body(loom_dtype_t dt) {
+  loom_graph_t *b;
+  CHECK_OK(loom_graph_create(&b));
+  loom_value_t t, c, h, w, u, bias, xs, x, h1;
+  loom_dim_t hd[2] = {B, H}, wd[2] = {I, H}, ud[2] = {H, H}, bd[1] = {H}, xd[3] = {T, B, I};
+  CHECK_OK(loom_graph_input(b, "t", LOOM_I64, 0, NULL, &t));
+  CHECK_OK(loom_graph_input(b, "cond", LOOM_BOOL, 0, NULL, &c));
+  CHECK_OK(loom_graph_input(b, "h", dt, 2, hd, &h));
+  CHECK_OK(loom_graph_input(b, "w", dt, 2, wd, &w));
+  CHECK_OK(loom_graph_input(b, "u", dt, 2, ud, &u));
+  CHECK_OK(loom_graph_input(b, "b", dt, 1, bd, &bias));
+  CHECK_OK(loom_graph_input(b, "xs", dt, 3, xd, &xs));
+  CHECK_OK(loom_gather(b, xs, t, 0, &x));
+  CHECK_OK(cell(b, x, h, w, u, bias, &h1));
+  CHECK_OK(loom_graph_output(b, c));
+  CHECK_OK(loom_graph_output(b, h1));
+  return b;
+}
+
+static void check_rnn_loop(int compile) {
+  rnn_t r;
+  rnn_init(&r, LOOM_F64);
+  loom_tensor_t *want[3];
+  double want_loss = 0;
+  static_grads(&r, &want_loss, want);
+  int64_t xd[3] = {T, B, I};
+  loom_tensor_t *xs = NULL;
+  CHECK_OK(loom_tensor_create(LOOM_F64, 3, xd, &xs));
+  for (int k = 0; k < T; k++)
+    memcpy((double *)loom_tensor_data(xs) + k * B * I, loom_tensor_data(r.xs[k]),
+           sizeof(double) * B * I);
+  loom_trace_t *t = new_trace(compile);
+  loom_graph_t *g = loom_trace_graph(t);
+  for (int step = 0; step < 3; step++) {
+    loom_value_t inv[4], h0, trips, h, l;
+    CHECK_OK(loom_trace_param(t, r.w, &inv[0]));
+    CHECK_OK(loom_trace_param(t, r.u, &inv[1]));
+    CHECK_OK(loom_trace_param(t, r.b, &inv[2]));
+    CHECK_OK(loom_trace_input(t, xs, NULL, &inv[3]));
+    CHECK_OK(loom_full(g, 2, (loom_dim_t[]){B, H}, 0.0, LOOM_F64, &h0));
+    CHECK_OK(loom_full(g, 0, NULL, T, LOOM_I64, &trips));
+    CHECK_OK(loom_loop(g, trips, LOOM_NO_VALUE, rnn_loop_body(LOOM_F64), 1, &h0, 4, inv, 1, &h));
+    CHECK_OK(rnn_loss(g, h, &l));
+    double loss = 0;
+    CHECK_OK(loom_trace_scalar(t, l, &loss));
+    CHECK_NEAR(loss, want_loss, 1e-10, 1e-10);
+    CHECK_OK(loom_trace_backward(t, l));
+    loom_tensor_t *ps[3] = {r.w, r.u, r.b};
+    for (int i = 0; i < 3; i++) {
+      const loom_tensor_t *gr = NULL;
+      CHECK_OK(loom_trace_grad(t, ps[i], &gr));
+      if (gr) check_close(gr, want[i], 1e-9);
+    }
+    CHECK_OK(loom_trace_step_end(t));
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.segments == 3);
+  if (compile) CHECK(s.cache.compiles == 2 && s.interpreted == 0);
+  else CHECK(s.interpreted == 6); /* a forward and a backward a step */
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(want[i]);
+  loom_tensor_destroy(xs);
+  loom_trace_destroy(t);
+  rnn_free(&r);
+}
+
+static void test_rnn_loop_compiled(void) { check_rnn_loop(1); }
+static void test_rnn_loop_interpreted(void) { check_rnn_loop(0); }
 
 static void test_rnn_compiled(void) { check_rnn(1); }
 static void test_rnn_interpreted(void) { check_rnn(0); }
@@ -391,6 +464,8 @@ int main(void) {
   TEST_RUN(test_strided_saved_input);
   TEST_RUN(test_rnn_compiled);
   TEST_RUN(test_rnn_interpreted);
+  TEST_RUN(test_rnn_loop_compiled);
+  TEST_RUN(test_rnn_loop_interpreted);
   TEST_RUN(test_rnn_symbolic_batch);
   TEST_RUN(test_rnn_finite_differences);
   TEST_RUN(test_callback_backward);

@@ -373,6 +373,11 @@ loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
 /* The names of op's subgraph attributes into names[0..1]; their count
  * (0 for an op without subgraphs). */
 int ir_subgraph_attrs(ir_op_t op, const char **names);
+/* A hash of g's structure (src/ir/hash.c): its inputs' types, constants'
+ * values, nodes (op, operands, attributes; a subgraph by its own hash,
+ * not its index) and outputs; symbols by name. Graphs built alike hash
+ * alike. */
+uint64_t ir_graph_hash(const loom_graph_t *g);
 /* Number of outputs of an op whose n_out is -2, from its subgraphs
  * (0 when they are missing: the shape rule reports it). */
 int ir_control_n_out(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a);

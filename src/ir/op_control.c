@@ -217,14 +217,25 @@ loom_status_t ir_shape_if(ir_infer_t *c) {
 
 /* ---- loop ----------------------------------------------------------------- */
 
-/* The trip count when it is known now: a constant max_trip and no
- * condition. -1 when only a run can tell. */
+/* The trip count when it is known now: a max_trip that is a constant
+ * (or a rank-0 full, as a trace records one) and no condition. -1 when
+ * only a run can tell. */
 static loom_status_t static_trips(ir_infer_t *c, int64_t *trips) {
   *trips = -1;
   const ir_value_t *m = &c->g->values[c->in_ids[0]];
   bool use_cond = ir_attr_int(c->attrs, "use_cond", 1) != 0;
-  if (use_cond || m->kind != IR_VALUE_CONST) return LOOM_OK;
-  int64_t v = dtype_load_i64(m->data->dtype, m->data->data);
+  if (use_cond) return LOOM_OK;
+  int64_t v;
+  if (m->kind == IR_VALUE_CONST) {
+    v = dtype_load_i64(m->data->dtype, m->data->data);
+  } else if (m->kind == IR_VALUE_NODE && c->g->nodes[m->node].op == IR_OP_FULL &&
+             m->type.rank == 0) {
+    double f = ir_attr_float(&c->g->nodes[m->node].attrs, "value", 0);
+    if (!(f >= -9.2e18 && f <= 9.2e18)) return LOOM_OK; /* as a run would read it */
+    v = (int64_t)f;
+  } else {
+    return LOOM_OK;
+  }
   if (v == INT64_MAX)
     return loom_fail(LOOM_ERR_INVALID,
                      "loop: neither a trip count nor a condition: it would never end");

@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "ir/rewrite.h"
 #include "passes/pad.h"
 #include "passes/partition.h"
 #include "trace/trace_internal.h"
@@ -20,6 +21,8 @@ void seg_desc_release(seg_desc_t *d) {
   core_free(d->outputs);
   core_free(d->wrt);
   core_free(d->exprs);
+  for (int i = 0; i < d->n_subgraphs; i++) loom_graph_destroy(d->subgraphs[i]);
+  core_free(d->subgraphs);
   core_free(d);
 }
 
@@ -95,6 +98,12 @@ static loom_status_t build_plain(const seg_desc_t *d, loom_graph_t *g) {
     if (k < d->n_syms) snprintf(name, sizeof name, "s%d", k);
     else snprintf(name, sizeof name, "b%d", k - d->n_syms);
     LOOM_TRY(ir_dim_symbol(g, name, &syms[k]));
+  }
+  for (int i = 0; i < d->n_subgraphs; i++) { /* at the indices the nodes name */
+    loom_graph_t *sub;
+    int64_t index;
+    LOOM_TRY(ir_graph_clone(d->subgraphs[i], &sub));
+    LOOM_TRY(ir_graph_adopt(g, sub, &index));
   }
   int32_t input_ids[d->n_inputs > 0 ? d->n_inputs : 1];
   for (int i = 0; i < d->n_inputs; i++)

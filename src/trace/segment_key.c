@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "ir/rewrite.h"
 #include "trace/trace_internal.h"
 
 /* ---- Keys ------------------------------------------------------------------ */
@@ -102,6 +103,15 @@ static bool symbolic_attrs(const loom_trace_t *t, const seg_work_t *w) {
   return false;
 }
 
+/* Whether the cone holds a control op: its subgraphs are typed with the
+ * sizes of their step (their symbols are the trace's, not the segment's
+ * canonical ones), so the segment goes exact. */
+static bool has_control(const loom_trace_t *t, const seg_work_t *w) {
+  for (int c = 0; c < w->n_cone; c++)
+    if (ir_ops[t->g->nodes[w->cone[c]].op].flags & F_SUBGRAPH) return true;
+  return false;
+}
+
 /* Types of the inputs under the policies; exact for every dim when a
  * policy cannot apply to this segment (logged as a break reason). */
 loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
@@ -114,11 +124,12 @@ loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
   w->bucket = false;
   for (int i = 0; i < w->n_ins && ok; i++) ok = input_dims(t, w, i, exact);
   if (ok && w->n_syms > 0 && symbolic_attrs(t, w)) ok = false;
+  if (ok && (w->n_syms > 0 || w->bucket) && has_control(t, w)) ok = false;
   if (!ok) {
     core_log(LOG_BREAKS, "segment %016llx: a shape policy cannot apply (a "
-             "bucketed dim inside an expression, or an attribute over a "
-             "symbol no input dim carries): exact sizes",
-             (unsigned long long)w->site);
+             "bucketed dim inside an expression, an attribute over a "
+             "symbol no input dim carries, or a control op's subgraph): "
+             "exact sizes", (unsigned long long)w->site);
     w->n_syms = w->n_groups = 0;
     w->bucket = false;
     for (int i = 0; i < w->n_ins; i++) input_dims(t, w, i, true);
@@ -255,6 +266,26 @@ static loom_status_t encode_dim(const loom_trace_t *t, const seg_work_t *w,
   return LOOM_OK;
 }
 
+/* A copy of each subgraph of control node n in d, its attribute in
+ * attrs renumbered to the copy's index there. */
+static loom_status_t copy_subgraphs(const loom_trace_t *t, const ir_node_t *n, seg_desc_t *d,
+                                    ir_attrs_t *attrs) {
+  const char *names[2];
+  int k = ir_subgraph_attrs(n->op, names);
+  for (int i = 0; i < k; i++) {
+    const loom_graph_t *sub = ir_attrs_subgraph(t->g, &n->attrs, names[i]);
+    if (!sub) return loom_fail(LOOM_ERR_GRAPH, "trace: %s names no subgraph", names[i]);
+    loom_graph_t **grown = core_realloc(d->subgraphs, sizeof *grown * (size_t)(d->n_subgraphs + 1));
+    if (!grown) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
+    d->subgraphs = grown;
+    LOOM_TRY(ir_graph_clone(sub, &d->subgraphs[d->n_subgraphs]));
+    for (int a = 0; a < attrs->n; a++)
+      if (!strcmp(attrs->a[a].name, names[i])) attrs->a[a].ints[0] = d->n_subgraphs;
+    d->n_subgraphs++;
+  }
+  return LOOM_OK;
+}
+
 static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
                                const int64_t *sym_vals, int32_t node,
                                seg_desc_t *d, seg_node_t *out) {
@@ -262,6 +293,7 @@ static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
   out->op = n->op;
   out->n_in = n->n_in;
   out->attrs = n->attrs;
+  if (ir_ops[n->op].flags & F_SUBGRAPH) LOOM_TRY(copy_subgraphs(t, n, d, &out->attrs));
   out->in = core_malloc(sizeof *out->in * (size_t)(n->n_in + 1));
   if (!out->in) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
   for (int i = 0; i < n->n_in; i++) out->in[i] = seg_ref_of(t, w, n->in[i]);

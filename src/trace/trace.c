@@ -114,14 +114,21 @@ static uint64_t hash_attr_dim(const loom_trace_t *t, ir_dim_t d) {
   return tr_mix(0xa5, (uint64_t)(d - IR_DIM_SYM_BASE));
 }
 
-static uint64_t hash_attrs(const loom_trace_t *t, const ir_attrs_t *a,
-                           uint64_t h) {
+static uint64_t hash_attrs(const loom_trace_t *t, const ir_node_t *n, uint64_t h) {
+  const ir_attrs_t *a = &n->attrs;
+  const char *subs[2];
+  int n_subs = ir_subgraph_attrs(n->op, subs);
   for (int i = 0; i < a->n; i++) {
     const ir_attr_t *x = &a->a[i];
     uint64_t name = 0; /* the name's first 8 bytes tell an op's attributes apart */
     memcpy(&name, x->name, strnlen(x->name, sizeof name));
     h = tr_mix(h, name ^ ((uint64_t)x->kind << 56));
-    if (x->kind == IR_ATTR_FLOAT) {
+    bool sub = false;
+    for (int k = 0; k < n_subs; k++) sub |= !strcmp(x->name, subs[k]);
+    if (sub) { /* its structure: the index changes from step to step */
+      const loom_graph_t *g = ir_attrs_subgraph(t->g, a, x->name);
+      h = tr_mix(h, g ? ir_graph_hash(g) : 0);
+    } else if (x->kind == IR_ATTR_FLOAT) {
       uint64_t bits;
       memcpy(&bits, &x->f, sizeof bits);
       h = tr_mix(h, bits);
@@ -186,7 +193,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   const ir_node_t *n = &g->nodes[node];
   const ir_op_info_t *info = &ir_ops[n->op];
   uint64_t h = tr_mix(0x1f, (uint64_t)n->op);
-  if (n->attrs.n) h = hash_attrs(t, &n->attrs, h);
+  if (n->attrs.n) h = hash_attrs(t, n, h);
   bool grad = false;
   for (int i = 0; i < n->n_in; i++) {
     tr_value_t *v = &t->vals[n->in[i]];
@@ -205,12 +212,6 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
                      "traces update parameters with loom_trace_optimizer_step",
                      info->name);
-  /* A segment is copied node by node into a graph of its own, which has
-   * no subgraphs: host control flow is the tracer's way to branch. */
-  if (info->flags & F_SUBGRAPH)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s is not recorded in a "
-                     "trace; branch in C on loom_trace_cond (the decision "
-                     "joins the path signature)", info->name);
   if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
 }

@@ -199,6 +199,10 @@ typedef struct seg_desc {
   int *wrt;
   int part; /* 0: the plain graph; 1: forward; 2: backward */
   int num_threads;
+  /* Copies of the subgraphs of the control ops among nodes (their
+   * attributes name them by index here), adopted by each graph built. */
+  loom_graph_t **subgraphs;
+  int n_subgraphs;
 } seg_desc_t;
 
 /* ---- The tape -------------------------------------------------------------- */
