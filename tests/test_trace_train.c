@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "harness.h"
 #include "loom/trace.h"
+#include "trace/cache.h"
 
 enum { T = 10, B = 2, I = 3, H = 4 };
 
@@ -242,6 +243,47 @@ static void check_rnn_loop(int compile) {
 static void test_rnn_loop_compiled(void) { check_rnn_loop(1); }
 static void test_rnn_loop_interpreted(void) { check_rnn_loop(0); }
 
+/* A training forward's miss queues its backward for the cache's worker:
+ * drained before loom_trace_backward, the backward is a hit, compiled
+ * ahead (a speculative compile), with the same gradients. */
+static void test_backward_compiled_ahead(void) {
+  rnn_t r;
+  rnn_init(&r, LOOM_F64);
+  loom_tensor_t *want[3];
+  double want_loss = 0;
+  static_grads(&r, &want_loss, want);
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  double loss = 0;
+  loom_value_t l;
+  traced_forward(t, &r, &loss, &l);
+  rt_cache_drain(c); /* the backwards queued by the forward's misses */
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  int64_t misses = s.misses;
+  /* the backwards of the first cell (with h0), of the others, of the loss */
+  CHECK(s.misses == 3 && s.cache.spec_compiles == 3);
+  CHECK_OK(loom_trace_backward(t, l));
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.misses == misses && s.cache.compiles == 6); /* every backward a hit */
+  loom_tensor_t *ps[3] = {r.w, r.u, r.b};
+  for (int i = 0; i < 3; i++) {
+    const loom_tensor_t *gr = NULL;
+    CHECK_OK(loom_trace_grad(t, ps[i], &gr));
+    if (gr) check_close(gr, want[i], 1e-9);
+  }
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_destroy(t);
+  loom_cache_destroy(c);
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(want[i]);
+  rnn_free(&r);
+}
+
 static void test_rnn_compiled(void) { check_rnn(1); }
 static void test_rnn_interpreted(void) { check_rnn(0); }
 
@@ -465,6 +507,7 @@ int main(void) {
   TEST_RUN(test_rnn_compiled);
   TEST_RUN(test_rnn_interpreted);
   TEST_RUN(test_rnn_loop_compiled);
+  TEST_RUN(test_backward_compiled_ahead);
   TEST_RUN(test_rnn_loop_interpreted);
   TEST_RUN(test_rnn_symbolic_batch);
   TEST_RUN(test_rnn_finite_differences);

@@ -395,8 +395,9 @@ static void set_bucket(seg_work_t *w, int k, int64_t b) {
         w->in_types[i].dims[a].size = b;
 }
 
-/* The buckets to compile ahead for group k: the next one up and, the
- * first time, every bucket of a declared profile (profile_opt's first). */
+/* The buckets to compile ahead for group k: the next one up, the next
+ * one down and, the first time, every bucket of a declared profile
+ * (profile_opt's first). */
 static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
                      int64_t *planned) {
   const loom_dim_policy_t *p = tr_sym_policy(t, w->group_sym[k]);
@@ -405,6 +406,8 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
   /* past a list's largest bucket every size is its own: nothing to predict */
   if (!p->n_buckets || now < p->buckets[p->n_buckets - 1])
     planned[n++] = tr_bucket_of(p, now + 1);
+  int64_t down = tr_bucket_below(p, now); /* sizes that shrink (a tree's levels) */
+  if (down > 0) planned[n++] = down;
   if (p->profile_max <= 0 || q->profiled) return n;
   q->profiled = true;
   planned[n++] = tr_bucket_of(p, p->profile_opt > 0 ? p->profile_opt : p->profile_min);
@@ -417,6 +420,17 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
   return n;
 }
 
+/* A training forward's miss queues its backward for the workers, keyed
+ * as its tape record will key it, so that it compiles while the forward
+ * (and the rest of the step's forward) compiles and runs. */
+static void speculate_backward(loom_trace_t *t, seg_work_t *w, const rt_key_t *key) {
+  seg_desc_t *bwd = NULL;
+  if (backward_desc(t, w, key, &bwd) != LOOM_OK) return; /* made again at the tape */
+  rt_key_t bkey;
+  tape_backward_key(key, &bkey);
+  rt_cache_speculate(t->cache, &bkey, &(rt_builder_t){seg_desc_build, release_ctx, bwd});
+}
+
 /* Queues the buckets predicted after a bucketed miss. Each is keyed and
  * described as a cut at that bucket would (the work's types are moved to
  * it, then back, and the key of this cut is recomputed). */
@@ -424,7 +438,7 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
   int64_t base[32];
   seg_group_buckets(w, base);
   for (int k = 0; k < w->n_groups; k++) {
-    int64_t planned[LOOM_MAX_BUCKETS + 2];
+    int64_t planned[LOOM_MAX_BUCKETS + 3];
     int n = predicted(t, w, k, base[k], planned);
     for (int j = 0; j < n; j++) {
       if (planned[j] == base[k]) continue; /* compiled: this cut's own */
@@ -435,6 +449,7 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
       if (seg_make_desc(t, w, part, &d) != LOOM_OK) continue;
       rt_builder_t b = {seg_desc_build, release_ctx, d};
       rt_cache_speculate(t->cache, &key, &b);
+      if (w->train) speculate_backward(t, w, &key);
     }
     set_bucket(w, k, base[k]);
   }
@@ -446,12 +461,14 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
   LOOM_TRY(note_miss(t, w->site));
+  if (w->train) speculate_backward(t, w, key);
   seg_desc_t *d = NULL;
   LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
   rt_builder_t b = {seg_desc_build, release_ctx, d};
   loom_status_t s = rt_cache_get(t->cache, key, &b, !t->opt.tiered,
                                  t->opt.recompile_limit, res, e);
-  if (s == LOOM_OK && w->bucket && *res == RT_READY) speculate(t, w, w->train ? 1 : 0);
+  if (s == LOOM_OK && w->bucket && (*res == RT_READY || *res == RT_PENDING))
+    speculate(t, w, w->train ? 1 : 0);
   return s;
 }
 

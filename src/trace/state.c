@@ -128,6 +128,13 @@ tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket) {
   }
 }
 
+int64_t tr_bucket_below(const loom_dim_policy_t *p, int64_t b) {
+  if (p->n_buckets == 0) return b > 1 ? b / 2 : 0;
+  int64_t below = 0;
+  for (int i = 0; i < p->n_buckets && p->buckets[i] < b; i++) below = p->buckets[i];
+  return below;
+}
+
 int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size) {
   if (p->n_buckets == 0) {
     int64_t b = 1;

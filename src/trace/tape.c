@@ -51,6 +51,13 @@ static void free_record(loom_trace_t *t, tape_rec_t *r) {
   core_free(r->out);
 }
 
+void tape_backward_key(const rt_key_t *fwd, rt_key_t *out) {
+  *out = *fwd;
+  out->structure = tr_mix(fwd->structure, 0xbac4);
+  out->site = tr_mix(fwd->site, 0xbac4);
+  rt_key_finish(out);
+}
+
 loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
                                 const rt_key_t *key, int n_in,
                                 const int32_t *in, int n_out,
@@ -77,13 +84,8 @@ loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
     return s;
   }
   if (key->n_inputs) memcpy(kin, key->inputs, sizeof *kin * (size_t)key->n_inputs);
-  r->key = *key;
+  tape_backward_key(key, &r->key);
   r->key.inputs = kin;
-  r->key.structure = tr_mix(key->structure, 0xbac4);
-  /* a site of its own: the recompile limit counts forwards and backwards
-   * apart (a bucket compiles one of each) */
-  r->key.site = tr_mix(key->site, 0xbac4);
-  rt_key_finish(&r->key);
   r->bwd = bwd;
   bwd->refs++;
   r->n_saved = n_saved;

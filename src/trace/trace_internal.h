@@ -352,6 +352,9 @@ tr_mode_t tr_sym_mode(const loom_trace_t *t, int sym, int64_t *bucket);
 const loom_dim_policy_t *tr_sym_policy(const loom_trace_t *t, int sym);
 /* The bucket of size under p (its list's, or the next power of two). */
 int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size);
+/* The bucket just below bucket b (the one sizes below b's range fall in);
+ * 0: none. */
+int64_t tr_bucket_below(const loom_dim_policy_t *p, int64_t b);
 
 /* segment_graph.c */
 void seg_desc_release(seg_desc_t *d);
@@ -387,6 +390,10 @@ loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
 void seg_packs_free(loom_trace_t *t);
 
 /* tape.c */
+/* The key of the backward of the forward keyed fwd (its inputs shared):
+ * a structure and a site of its own, so that the recompile limit counts
+ * forwards and backwards apart (a bucket compiles one of each). */
+void tape_backward_key(const rt_key_t *fwd, rt_key_t *out);
 /* sizes: see tape_rec_t (copied; NULL unless bwd->bucket). */
 loom_status_t tape_push_segment(loom_trace_t *t, seg_desc_t *bwd,
                                 const rt_key_t *key, int n_in,
