@@ -4,8 +4,9 @@
  * with entries in use kept until released; failed compiles cached as
  * failed; eager entries (graphs kept for the interpreter) beside compiled
  * ones; the recompile limit and its warning; the recompile reasons;
- * speculative compiles by the workers; four threads sharing one cache;
- * the cost of a hit.
+ * speculative compiles by the workers; the keys listed with their
+ * entries' counts; four threads sharing one cache (and a fifth listing
+ * its keys meanwhile); the cost of a hit.
  *
  * Every segment here is y = x * 2 + 1 over an f32 input whose shape is
  * the key's, built by a builder whose context counts builds and frees. */
@@ -97,6 +98,7 @@ static rt_key_t key_for(rt_key_input_t *in, uint64_t site, int rank, const int64
   in->dtype = LOOM_F32;
   in->rank = rank;
   memcpy(in->dims, dims, sizeof(int64_t) * (size_t)rank);
+  memset(in->bucket, 0, (size_t)rank); /* exact sizes */
   rt_key_t k = {.structure = STRUCTURE, .path = 0, .site = site, .n_inputs = 1, .inputs = in};
   rt_key_finish(&k);
   return k;
@@ -678,6 +680,120 @@ static void test_symbolic_bytes(void) {
   loom_cache_destroy(c);
 }
 
+/* ---- The listing ---- */
+
+/* The key listed with site site and inputs' first dim kind `kind`, or
+ * -1; its info and input in *k and *in. */
+static int64_t listed(const loom_cache_keys_t *keys, int64_t n, uint64_t site,
+                      loom_key_dim_t kind, loom_cache_key_info_t *k,
+                      loom_cache_key_input_t *in) {
+  for (int64_t i = 0; i < n; i++) {
+    *k = (loom_cache_key_info_t)LOOM_CACHE_KEY_INFO_INIT;
+    *in = (loom_cache_key_input_t)LOOM_CACHE_KEY_INPUT_INIT;
+    CHECK_OK(loom_cache_keys_get(keys, i, k));
+    if (k->site != site || k->n_inputs != 1) continue;
+    CHECK_OK(loom_cache_keys_input(keys, i, 0, in));
+    if (in->kinds[in->rank - 1] == kind) return i;
+  }
+  return -1;
+}
+
+/* Hand-made keys listed: a dim marked as a bucket lists as one (and is
+ * another key than the same exact size), RT_DIM_ANY as any; hits count
+ * lookups that found the key ready and runs counted as stitched; misses
+ * count every lookup that did not; a failed key keeps its reason; a
+ * speculative one says so, with no miss; a held entry is in use. */
+static void test_key_listing(void) {
+  loom_cache_t *c;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  int64_t shape[2] = {3, 32};
+  rt_key_input_t bucketed = {.dtype = LOOM_F32, .rank = 2, .dims = {RT_DIM_ANY, 32},
+                             .bucket = {0, 1}};
+  rt_key_input_t exact = {.dtype = LOOM_F32, .rank = 2, .dims = {RT_DIM_ANY, 32}};
+  rt_key_t kb = {.structure = STRUCTURE, .site = 20, .n_inputs = 1, .inputs = &bucketed};
+  rt_key_t ke = {.structure = STRUCTURE, .site = 20, .n_inputs = 1, .inputs = &exact};
+  rt_key_finish(&kb);
+  rt_key_finish(&ke);
+  CHECK(kb.hash != ke.hash);
+  rt_get_result_t r;
+  rt_entry_t *e = NULL, *held = NULL;
+  rt_builder_t b = builder_for(2, shape, false);
+  CHECK_OK(rt_cache_get(c, &kb, &b, true, 0, &r, &e));
+  CHECK(r == RT_READY);
+  rt_entry_release(c, e);
+  CHECK((held = rt_cache_lookup(c, &kb)) != NULL);
+  b = builder_for(2, shape, false);
+  CHECK_OK(rt_cache_get(c, &kb, &b, true, 0, &r, &e));
+  CHECK(r == RT_READY);
+  rt_entry_release(c, e);
+  b = builder_for(2, shape, false);
+  CHECK_OK(rt_cache_get(c, &ke, &b, true, 0, &r, &e));
+  CHECK(r == RT_READY);
+  rt_entry_release(c, e);
+  /* A failing key, asked three times. */
+  int64_t nine = 9, big = 64;
+  rt_key_input_t in;
+  rt_key_t kf = key_for(&in, 21, 1, &nine);
+  for (int i = 0; i < 3; i++) {
+    b = builder_for(1, &nine, true);
+    CHECK_OK(rt_cache_get(c, &kf, &b, true, 0, &r, &e));
+    CHECK(r == RT_FAILED);
+  }
+  /* A speculative key, then one hit and two stitched runs. */
+  rt_key_input_t in2;
+  rt_key_t ks = key_for(&in2, 22, 1, &big);
+  b = builder_for(1, &big, false);
+  CHECK_OK(rt_cache_speculate(c, &ks, &b));
+  rt_cache_drain(c);
+  CHECK((e = rt_cache_lookup(c, &ks)) != NULL);
+  rt_entry_count_stitched(e);
+  rt_entry_count_stitched(e);
+  rt_entry_release(c, e);
+  /* A bucket mark on a symbolic dim is no key. */
+  rt_key_input_t wrong = {.dtype = LOOM_F32, .rank = 1, .dims = {RT_DIM_ANY}, .bucket = {1}};
+  rt_key_t kw = {.structure = STRUCTURE, .site = 23, .n_inputs = 1, .inputs = &wrong};
+  rt_key_finish(&kw);
+  b = builder_for(1, &nine, false);
+  CHECK_ERR(rt_cache_get(c, &kw, &b, true, 0, &r, &e), LOOM_ERR_INVALID, "bucket mark 1");
+
+  loom_cache_keys_t *keys = NULL;
+  int64_t n = 0;
+  CHECK_OK(loom_cache_list_keys(c, &keys, &n));
+  CHECK(n == 4);
+  loom_cache_key_info_t k;
+  loom_cache_key_input_t x;
+  CHECK(listed(keys, n, 20, LOOM_KEY_BUCKET, &k, &x) >= 0);
+  CHECK(k.hash == kb.hash && k.structure == STRUCTURE && k.path == 0);
+  CHECK(k.state == LOOM_KEY_READY && k.hits == 2 && k.stitched == 0 && k.misses == 1);
+  CHECK(k.in_use == 1 && !k.speculative && k.error == NULL && k.bytes > 0);
+  CHECK(x.dtype == LOOM_F32 && x.rank == 2 && x.kinds[0] == LOOM_KEY_ANY && x.dims[0] == -1 &&
+        x.dims[1] == 32);
+  CHECK(listed(keys, n, 20, LOOM_KEY_EXACT, &k, &x) >= 0);
+  CHECK(k.hash == ke.hash && k.hits == 0 && k.misses == 1 && k.in_use == 0);
+  CHECK(x.kinds[0] == LOOM_KEY_ANY && x.dims[1] == 32);
+  CHECK(listed(keys, n, 21, LOOM_KEY_EXACT, &k, &x) >= 0);
+  CHECK(k.state == LOOM_KEY_FAILED && k.hits == 0 && k.misses == 3);
+  CHECK(k.error && strstr(k.error, "refused by the test"));
+  CHECK(x.rank == 1 && x.dims[0] == 9);
+  CHECK(listed(keys, n, 22, LOOM_KEY_EXACT, &k, &x) >= 0);
+  CHECK(k.state == LOOM_KEY_READY && k.speculative && k.misses == 0);
+  CHECK(k.hits == 3 && k.stitched == 2);
+  CHECK(x.dims[0] == 64);
+  loom_cache_keys_destroy(keys);
+  /* The report's lines: one per key, the bucket and the symbolic dim as
+   * written in trace.h. */
+  core_text_t t = {0};
+  CHECK_OK(rt_cache_describe(c, &t));
+  CHECK(t.s && strstr(t.s, " ready ") && strstr(t.s, " f32[any,b32]\n") &&
+        strstr(t.s, " f32[any,32]\n") && strstr(t.s, " f32[64] (speculative)\n") &&
+        strstr(t.s, " failed ") && strstr(t.s, " f32[9]: refused by the test"));
+  free(t.s);
+  loom_cache_stats_t s = stats_of(c);
+  CHECK(s.hits == 3 && s.misses == 5);
+  rt_entry_release(c, held);
+  loom_cache_destroy(c);
+}
+
 /* ---- Four threads on one cache ---- */
 
 enum { THREADS = 4, ROUNDS = 150, KEYS = 6 };
@@ -719,9 +835,48 @@ static void *hammer_main(void *arg) {
   return NULL;
 }
 
+/* Lists the cache's keys until told to stop, while the hammers run:
+ * every copy must be whole (keys of the hammers' shape, in a state). */
+typedef struct lister {
+  loom_cache_t *c;
+  atomic_bool stop;
+  int lists, errors;
+} lister_t;
+
+static int list_errors(loom_cache_t *c) {
+  loom_cache_keys_t *keys = NULL;
+  int64_t n = 0;
+  int errors = loom_cache_list_keys(c, &keys, &n) != LOOM_OK || n > KEYS;
+  for (int64_t i = 0; i < n && !errors; i++) {
+    loom_cache_key_info_t k = LOOM_CACHE_KEY_INFO_INIT;
+    loom_cache_key_input_t in = LOOM_CACHE_KEY_INPUT_INIT;
+    errors += loom_cache_keys_get(keys, i, &k) != LOOM_OK ||
+              loom_cache_keys_input(keys, i, 0, &in) != LOOM_OK;
+    errors += k.site != 9 || k.n_inputs != 1 || k.hits < 0 || k.misses < 0 ||
+              k.state == LOOM_KEY_FAILED || in.rank != 1 || in.kinds[0] != LOOM_KEY_EXACT;
+    int known = 0;
+    for (int j = 0; j < KEYS; j++) known |= in.dims[0] == shared_sizes[j];
+    errors += !known;
+  }
+  loom_cache_keys_destroy(keys);
+  return errors;
+}
+
+static void *lister_main(void *arg) {
+  lister_t *l = arg;
+  while (!atomic_load(&l->stop)) {
+    l->errors += list_errors(l->c);
+    l->lists++;
+  }
+  return NULL;
+}
+
 static void test_threads(void) {
   loom_cache_t *c;
   CHECK_OK(loom_cache_create(0, 2, &c));
+  lister_t lister = {.c = c};
+  pthread_t lister_thread;
+  CHECK(pthread_create(&lister_thread, NULL, lister_main, &lister) == 0);
   atomic_store(&builds, 0);
   atomic_store(&frees, 0);
   hammer_t h[THREADS];
@@ -736,8 +891,11 @@ static void test_threads(void) {
     gets += h[i].gets, speculates += h[i].speculates;
     lookup_hits += h[i].lookup_hits, errors += h[i].errors;
   }
+  atomic_store(&lister.stop, true);
+  pthread_join(lister_thread, NULL);
   rt_cache_drain(c);
   CHECK(errors == 0);
+  CHECK(lister.errors == 0 && lister.lists > 0);
   /* Every key once more, then: each was compiled exactly once. */
   for (int i = 0; i < KEYS; i++) {
     rt_entry_t *e;
@@ -751,6 +909,17 @@ static void test_threads(void) {
   CHECK(s.hits + s.misses == gets + lookup_hits);
   CHECK(atomic_load(&frees) == gets + speculates);
   CHECK(s.spec_compiles <= KEYS && s.evictions == 0);
+  /* Each lookup counted on its key: the keys' counts add up. */
+  loom_cache_keys_t *keys = NULL;
+  int64_t n = 0, key_hits = 0, key_misses = 0;
+  CHECK_OK(loom_cache_list_keys(c, &keys, &n));
+  for (int64_t i = 0; i < n; i++) {
+    loom_cache_key_info_t k = LOOM_CACHE_KEY_INFO_INIT;
+    CHECK_OK(loom_cache_keys_get(keys, i, &k));
+    key_hits += k.hits, key_misses += k.misses;
+  }
+  loom_cache_keys_destroy(keys);
+  CHECK(n == KEYS && key_hits == s.hits && key_misses == s.misses);
   printf("  threads: %d gets, %d speculates, %d lookup hits; %lld hits, %lld misses, %lld "
          "compiles (%lld speculative)\n",
          gets, speculates, lookup_hits, (long long)s.hits, (long long)s.misses,
@@ -811,6 +980,7 @@ int main(void) {
   TEST_RUN(test_speculation);
   TEST_RUN(test_queue_order);
   TEST_RUN(test_symbolic_bytes);
+  TEST_RUN(test_key_listing);
   TEST_RUN(test_threads);
   TEST_RUN(test_hit_cost);
   return test_summary();

@@ -520,6 +520,8 @@ static void *intrude(void *arg) {
   int rank;
   loom_trace_stats_t stats = LOOM_TRACE_STATS_INIT;
   char *text = NULL;
+  loom_cache_keys_t *keys = NULL;
+  int64_t n_keys = 0;
   loom_tensor_t *c = NULL;
   loom_tensor_from_data(LOOM_F32, 0, NULL, &(float){3}, sizeof(float), &c);
   loom_status_t s[] = {
@@ -528,11 +530,13 @@ static void *intrude(void *arg) {
       loom_graph_output(g, r->x), loom_trace_read(r->t, r->x, &got),
       loom_trace_scalar(r->t, r->x, &d), loom_trace_sync(r->t), loom_trace_branch(r->t, 1),
       loom_trace_shape(r->t, r->x, &rank, shape), loom_trace_get_stats(r->t, &stats),
-      loom_trace_explain(r->t, &text), loom_trace_backward(r->t, r->x),
+      loom_trace_explain(r->t, &text), loom_trace_list_keys(r->t, &keys, &n_keys),
+      loom_trace_backward(r->t, r->x),
       loom_trace_step_end(r->t)};
   r->calls = (int)(sizeof s / sizeof s[0]);
   for (int i = 0; i < r->calls; i++) r->refusals += refused(s[i]);
   loom_free(text);
+  loom_cache_keys_destroy(keys);
   loom_tensor_destroy(c);
   return NULL;
 }

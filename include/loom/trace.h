@@ -99,6 +99,85 @@ typedef struct loom_cache_stats {
 LOOM_API loom_status_t loom_cache_get_stats(const loom_cache_t *c,
                                             loom_cache_stats_t *out);
 
+/* ---- The cache's keys ----------------------------------------------------
+ * A GraphKey, the key of one compiled segment, is (structure, inputs'
+ * dtypes and dims under the shape policies, path signature) plus the
+ * call site the segment comes from. loom_cache_list_keys copies every
+ * key the cache holds, with its entry's state and counters, into a list
+ * (one critical section: safe while other threads use the cache; the
+ * list does not change after). loom_trace_explain prints the same list,
+ * one line per key. An evicted entry is in no later list: its counters
+ * leave with it.
+ *
+ * What a key can and cannot tell: each dim is exact (one size), a bucket
+ * (sizes up to it are padded to it; a size above the largest bucket is
+ * its own bucket) or any (symbolic). LOOM_DIM_AUTO shows as exact until
+ * the dim turns symbolic, then as any. Which symbolic dims share one
+ * symbol, which inputs take gradients and whether a segment is a forward
+ * or a backward are in the structure hash only. */
+typedef struct loom_cache_keys loom_cache_keys_t;
+
+typedef enum loom_key_state {
+  LOOM_KEY_PENDING, /* a compile is queued or running */
+  LOOM_KEY_READY,   /* compiled: a hit replays it */
+  LOOM_KEY_FAILED,  /* could not be compiled: its segment runs in the interpreter */
+  LOOM_KEY_EAGER,   /* the graph the fallback interpreter runs, kept beside the
+                       compiled (or failed) entry of the same key */
+} loom_key_state_t;
+
+typedef enum loom_key_dim {
+  LOOM_KEY_EXACT,  /* compiled for this size alone */
+  LOOM_KEY_BUCKET, /* compiled for the bucket: the sizes up to it run padded */
+  LOOM_KEY_ANY,    /* symbolic: one executable for every size (size -1) */
+} loom_key_dim_t;
+
+/* One key and its entry (a versioned struct: loom.h). */
+typedef struct loom_cache_key_info {
+  size_t size;          /* sizeof(loom_cache_key_info_t): the caller sets it */
+  uint64_t hash;        /* the whole key's hash: what the cache's table indexes */
+  uint64_t structure;   /* ops and wiring, the inputs' symbolic and bucket
+                           pattern, sizes fixed in attributes, training part */
+  uint64_t path;        /* path signature: the host's decisions (loom_trace_cond,
+                           loom_trace_branch) since the previous cut; 0: none */
+  uint64_t site;        /* call site: the ops and wiring alone */
+  int n_inputs;         /* read each with loom_cache_keys_input */
+  loom_key_state_t state;
+  const char *error;    /* LOOM_KEY_FAILED: why (owned by the list), else NULL */
+  int64_t hits;         /* runs that reused it: lookups that found it ready,
+                           and runs a trace found by its hot path (stitched) */
+  int64_t stitched;     /* of hits, those found by a trace's hot path */
+  int64_t misses;       /* lookups that did not find it ready: the one that
+                           made it (0 if a worker made it ahead of need),
+                           then those that found it pending or failed */
+  int speculative;      /* 1: made ahead of need (the next bucket, a profile) */
+  int in_use;           /* references held now: runs, waiters, hot-path links */
+  double compile_ms;    /* building its graph and compiling it (0: pending) */
+  int64_t bytes;        /* counted against the budget (0: pending) */
+} loom_cache_key_info_t;
+#define LOOM_CACHE_KEY_INFO_INIT {.size = sizeof(loom_cache_key_info_t)}
+
+/* One input of a key (a versioned struct: loom.h). */
+typedef struct loom_cache_key_input {
+  size_t size;                         /* sizeof(loom_cache_key_input_t): the caller sets it */
+  loom_dtype_t dtype;
+  int rank;
+  loom_key_dim_t kinds[LOOM_MAX_RANK]; /* of dims [0, rank) */
+  int64_t dims[LOOM_MAX_RANK];         /* the size, the bucket, or -1 (any) */
+} loom_cache_key_input_t;
+#define LOOM_CACHE_KEY_INPUT_INIT {.size = sizeof(loom_cache_key_input_t)}
+
+/* The keys of c, the most recently used first, then those being
+ * compiled: *out (free it with loom_cache_keys_destroy) holds *n keys. */
+LOOM_API loom_status_t loom_cache_list_keys(const loom_cache_t *c, loom_cache_keys_t **out,
+                                            int64_t *n);
+/* Key i (0 <= i < n) of the list. */
+LOOM_API loom_status_t loom_cache_keys_get(const loom_cache_keys_t *keys, int64_t i,
+                                           loom_cache_key_info_t *out);
+/* Input `input` (0 <= input < n_inputs) of key i. */
+LOOM_API loom_status_t loom_cache_keys_input(const loom_cache_keys_t *keys, int64_t i,
+                                             int input, loom_cache_key_input_t *out);
+LOOM_API void loom_cache_keys_destroy(loom_cache_keys_t *keys);
+
 /* ---- Traces ---------------------------------------------------------------
  * Threads: a trace records one thread's program, one step at a time. A
  * step belongs to the thread that began it (its first call after
@@ -262,10 +341,18 @@ typedef struct loom_trace_stats {
 #define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
 LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,
                                             loom_trace_stats_t *out);
-/* A report: cache entries, graph breaks with their reasons, recompiles
+/* A report: graph breaks with their reasons, the cache's keys (one line
+ * each, from loom_trace_list_keys's list: site, structure, path, state,
+ * hits, stitched, misses, compile ms, bytes, inputs such as
+ * "f32[any,64] f32[b128]", and why a failed entry failed), recompiles
  * with the part of the key that differed. The caller frees it with
  * loom_free. */
 LOOM_API loom_status_t loom_trace_explain(const loom_trace_t *t, char **out);
+/* loom_cache_list_keys of the trace's cache (a shared cache lists the
+ * keys of every trace that uses it). Like every call on a trace, refused
+ * from another thread while a step is open: list the cache there. */
+LOOM_API loom_status_t loom_trace_list_keys(const loom_trace_t *t, loom_cache_keys_t **out,
+                                            int64_t *n);
 
 #ifdef __cplusplus
 }

@@ -50,7 +50,10 @@ void rt_key_finish(rt_key_t *key) {
   h = combine(h, (uint64_t)key->n_inputs | (uint64_t)key->eager << 32);
   for (int i = 0; i < key->n_inputs && key->inputs; i++) {
     const rt_key_input_t *in = &key->inputs[i];
-    h = combine(h, (uint64_t)in->dtype | (uint64_t)in->rank << 8);
+    uint64_t buckets = 0; /* 0 for exact and symbolic dims: their hash is unchanged */
+    for (int d = 0; d < in->rank && d < LOOM_MAX_RANK; d++)
+      buckets |= (uint64_t)(in->bucket[d] != 0) << d;
+    h = combine(h, (uint64_t)in->dtype | (uint64_t)in->rank << 8 | buckets << 16);
     for (int d = 0; d < in->rank && d < LOOM_MAX_RANK; d++) h = combine(h, (uint64_t)in->dims[d]);
   }
   key->hash = h;
@@ -59,7 +62,7 @@ void rt_key_finish(rt_key_t *key) {
 static bool input_equal(const rt_key_input_t *a, const rt_key_input_t *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (int d = 0; d < a->rank; d++)
-    if (a->dims[d] != b->dims[d]) return false;
+    if (a->dims[d] != b->dims[d] || a->bucket[d] != b->bucket[d]) return false;
   return true;
 }
 
@@ -82,6 +85,10 @@ static loom_status_t key_check(const rt_key_t *key, const char *fn) {
         in->dtype >= LOOM_DTYPE_COUNT)
       return loom_fail(LOOM_ERR_INVALID, "%s: key input %d has rank %d and dtype %d", fn, i,
                        in->rank, (int)in->dtype);
+    for (int d = 0; d < in->rank; d++)
+      if (in->bucket[d] > 1 || (in->bucket[d] && in->dims[d] == RT_DIM_ANY))
+        return loom_fail(LOOM_ERR_INVALID, "%s: key input %d dim %d: bucket mark %d on size %lld",
+                         fn, i, d, in->bucket[d], (long long)in->dims[d]);
   }
   return LOOM_OK;
 }
@@ -412,12 +419,6 @@ __attribute__((format(printf, 2, 3))) static void reason_put(reason_line_t *l, c
   if (l->len >= l->size) l->len = l->size - 1;
 }
 
-static const char *dim_text(int64_t d, char *buf, size_t size) {
-  if (d == RT_DIM_ANY) return "any";
-  snprintf(buf, size, "%lld", (long long)d);
-  return buf;
-}
-
 /* How close cached is to key: structure and path first, then how many
  * input dtypes, ranks and dims agree. */
 static int key_score(const rt_key_t *key, const rt_key_t *cached) {
@@ -450,10 +451,10 @@ static void key_diff(const rt_key_t *key, const rt_key_t *cached, reason_line_t 
       continue;
     }
     for (int d = 0; d < a->rank; d++) {
-      char x[24], y[24];
-      if (a->dims[d] != b->dims[d])
-        reason_put(l, "input %d dim %d: %s (cached: %s)", i, d, dim_text(a->dims[d], x, sizeof x),
-                   dim_text(b->dims[d], y, sizeof y));
+      char x[CACHE_DIM_TEXT], y[CACHE_DIM_TEXT];
+      if (a->dims[d] != b->dims[d] || a->bucket[d] != b->bucket[d])
+        reason_put(l, "input %d dim %d: %s (cached: %s)", i, d, cache_dim_text(a, d, x),
+                   cache_dim_text(b, d, y));
     }
   }
 }
@@ -486,6 +487,7 @@ static void miss_reason(loom_cache_t *c, const cache_site_t *site, const rt_key_
 /* Under the lock: a hit on ready entry e. Returns the hit count. */
 static int64_t take_hit(loom_cache_t *c, rt_entry_t *e) {
   e->refs++;
+  e->hits++;
   lru_touch(c, e);
   return ++c->stats.hits;
 }
@@ -607,6 +609,7 @@ static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_buil
     return LOOM_ERR_NOMEM;
   }
   site_get(c, key->site, false)->compiles++;
+  e->misses = 1;
   /* Without workers nobody else would compile it: this thread does. */
   bool here = wait || c->n_workers == 0 || !cache_job_push(c, e, builder, false);
   if (here) e->refs++;
@@ -648,6 +651,7 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key, const rt_builde
     return LOOM_OK;
   }
   c->stats.misses++;
+  if (e) e->misses++; /* the entry's own count, for the listing */
   if (e) return get_existing(c, e, builder, wait, result, out);
   s = get_new(c, key, builder, wait, recompile_limit, result, out);
   if (s == LOOM_ERR_NOMEM)
@@ -671,6 +675,7 @@ loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
   bool queued = false;
   if (c->n_workers > 0 && !c->stop && !cache_find(c, key)) {
     rt_entry_t *e = cache_insert_pending(c, key);
+    if (e) e->speculative = true;
     queued = e && cache_job_push(c, e, builder, true);
     if (e && !queued) {
       site_unlink(c, e);
@@ -785,6 +790,10 @@ loom_executable_t *rt_entry_executable(rt_entry_t *e) { return e ? e->exe : NULL
 
 loom_graph_t *rt_entry_graph(rt_entry_t *e) { return e ? e->graph : NULL; }
 
+void rt_entry_count_stitched(rt_entry_t *e) {
+  if (e) atomic_fetch_add_explicit(&e->stitched, 1, memory_order_relaxed);
+}
+
 loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
                            int n_outputs, loom_tensor_t *const *outputs) {
   LOOM_CHECK_ARG(e);
@@ -897,56 +906,4 @@ loom_status_t loom_cache_get_stats(const loom_cache_t *c, loom_cache_stats_t *ou
   LOOM_TRY(core_sized_write(__func__, "loom_cache_stats_t", out, &s, sizeof s));
   loom_clear_error();
   return LOOM_OK;
-}
-
-/* ---- Describe --------------------------------------------------------- */
-
-static void describe_entry(core_text_t *t, const rt_entry_t *e) {
-  static const char *const states[] = {"pending", "ready", "failed"};
-  bool eager = e->key.eager && e->state == ENTRY_READY;
-  core_text_put(t, "  %-7s site %016llx structure %016llx path %016llx (",
-                eager ? "eager" : states[e->state], (unsigned long long)e->key.site,
-                (unsigned long long)e->key.structure, (unsigned long long)e->key.path);
-  for (int i = 0; i < e->key.n_inputs; i++) {
-    const rt_key_input_t *in = &e->inputs[i];
-    core_text_put(t, "%s%s[", i ? ", " : "", loom_dtype_name(in->dtype));
-    for (int d = 0; d < in->rank; d++) {
-      char buf[24];
-      core_text_put(t, "%s%s", d ? ", " : "", dim_text(in->dims[d], buf, sizeof buf));
-    }
-    core_text_put(t, "]");
-  }
-  core_text_put(t, ")");
-  if (eager)
-    core_text_put(t, ": %lld bytes, a graph for the fallback interpreter", (long long)e->bytes);
-  else if (e->state != ENTRY_PENDING)
-    core_text_put(t, ": %lld bytes, compiled in %.1f ms", (long long)e->bytes, e->compile_ms);
-  if (e->refs) core_text_put(t, ", %d in use", e->refs);
-  if (e->error) core_text_put(t, ": %s", e->error);
-  core_text_put(t, "\n");
-}
-
-loom_status_t rt_cache_describe(const loom_cache_t *c, struct core_text *text) {
-  LOOM_CHECK_ARG(c);
-  LOOM_CHECK_ARG(text);
-  loom_cache_t *m = (loom_cache_t *)c;
-  pthread_mutex_lock(&m->lock);
-  const loom_cache_stats_t *s = &c->stats;
-  core_text_put(text,
-                "executable cache: %lld entries, %lld of %lld bytes; %lld hits, %lld misses, "
-                "%lld compiles (%lld speculative, %.1f ms), %lld failed, %lld evictions\n",
-                (long long)s->entries, (long long)s->bytes, (long long)c->budget,
-                (long long)s->hits, (long long)s->misses, (long long)s->compiles,
-                (long long)s->spec_compiles, s->compile_ms, (long long)s->failed_compiles,
-                (long long)s->evictions);
-  for (const rt_entry_t *e = c->lru_head; e; e = e->lru_next) describe_entry(text, e);
-  for (int64_t b = 0; b < c->n_buckets; b++)
-    for (const rt_entry_t *e = c->buckets[b]; e; e = e->bucket_next)
-      if (e->state == ENTRY_PENDING) describe_entry(text, e);
-  int64_t first = c->n_reasons > CACHE_REASONS ? c->n_reasons - CACHE_REASONS : 0;
-  if (c->n_reasons) core_text_put(text, "recent compile reasons (oldest first):\n");
-  for (int64_t i = first; i < c->n_reasons; i++)
-    core_text_put(text, "  %s\n", c->reasons[i % CACHE_REASONS]);
-  pthread_mutex_unlock(&m->lock);
-  return text->failed ? loom_fail(LOOM_ERR_NOMEM, "out of memory describing the cache") : LOOM_OK;
 }

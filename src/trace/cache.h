@@ -17,13 +17,16 @@
 #include "loom/trace.h"
 
 /* One input of a key: its dtype and dims as the shape policy sees them
- * (a symbolic dim is RT_DIM_ANY; a bucketed dim is its bucket). */
+ * (a symbolic dim is RT_DIM_ANY; a bucketed dim is its bucket, marked in
+ * bucket so that it is told from an exact size). Dims and marks past
+ * rank are ignored. */
 #define RT_DIM_ANY (-1)
 
 typedef struct rt_key_input {
   loom_dtype_t dtype;
   int rank;
   int64_t dims[LOOM_MAX_RANK];
+  uint8_t bucket[LOOM_MAX_RANK]; /* 1: dims[d] is a bucket (never RT_DIM_ANY) */
 } rt_key_input_t;
 
 /* GraphKey = (structure, input types under the policy, path signature).
@@ -111,6 +114,9 @@ loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key,
 void rt_cache_drain(loom_cache_t *c);
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e);
+/* Counts a run of e that a trace found without a lookup (its hot path):
+ * a hit of e's that the cache's lookups never saw. Lock-free. */
+void rt_entry_count_stitched(rt_entry_t *e);
 loom_graph_t *rt_entry_graph(rt_entry_t *e);
 void rt_entry_release(loom_cache_t *c, rt_entry_t *e);
 /* Runs e's executable as loom_executable_run does. A run binds the
@@ -131,7 +137,9 @@ loom_status_t rt_entry_run_stable(rt_entry_t *e, int n_inputs,
                                   loom_tensor_t *const *inputs, int n_outputs,
                                   loom_tensor_t *const *outputs, rt_stable_t *st,
                                   const bool *stable_input);
-/* Appends the cache's entries and recent recompile reasons to text. */
+/* Appends the cache's counters, its keys (one line each, from the
+ * listing loom_cache_list_keys gives: cache_keys.c) and its recent
+ * recompile reasons to text. */
 struct core_text;
 loom_status_t rt_cache_describe(const loom_cache_t *c, struct core_text *text);
 

@@ -32,6 +32,14 @@ struct rt_cache_entry {
   double compile_ms;
   char *error;              /* ENTRY_FAILED: why */
   loom_status_t status;     /* ENTRY_FAILED: the build's status (eager entries) */
+  /* For the listing (cache_keys.c): lookups that found it ready; runs a
+   * trace found without a lookup (rt_entry_count_stitched, lock-free);
+   * lookups that did not find it ready (the first made it); made by
+   * rt_cache_speculate. */
+  int64_t hits;
+  _Atomic int64_t stitched;
+  int64_t misses;
+  bool speculative;
   cache_job_t *job;         /* queued and not started, else NULL */
   pthread_mutex_t run_lock; /* serializes runs of exe (one arena) */
   rt_entry_t *bucket_next;
@@ -101,6 +109,13 @@ rt_entry_t *cache_find(loom_cache_t *c, const rt_key_t *key);
 rt_entry_t *cache_insert_pending(loom_cache_t *c, const rt_key_t *key);
 /* Calls the builder's free_ctx, if any. */
 void cache_builder_done(const rt_builder_t *builder);
+
+/* ---- cache_keys.c, for the reasons ---- */
+
+/* Dim d of in as the listing writes it: "any" (symbolic), "b128" (a
+ * bucket) or "64" (exact), in buf (CACHE_DIM_TEXT bytes); returns buf. */
+#define CACHE_DIM_TEXT 24
+const char *cache_dim_text(const rt_key_input_t *in, int d, char *buf);
 
 /* ---- spec_worker.c ---- */
 

@@ -195,6 +195,7 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
     k->rank = in->rank;
     for (int a = 0; a < in->rank; a++) {
       k->dims[a] = in->dims[a].mode == TR_SYMBOLIC ? RT_DIM_ANY : in->dims[a].size;
+      k->bucket[a] = in->dims[a].mode == TR_BUCKET; /* told from an exact size in listings */
       if (in->dims[a].mode != TR_EXACT)
         h = tr_mix(h, ((uint64_t)in->dims[a].mode << 40) | ((uint64_t)a << 32) |
                           ((uint64_t)i << 8) | (uint64_t)in->dims[a].sym);

@@ -485,6 +485,7 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   if (e) { /* the link holds the reference */
     t->stats.stitched++;
     t->stats.hits++;
+    rt_entry_count_stitched(e);
     t->run.prev = e;
     return run_entry(t, w, e, &key);
   }

@@ -639,3 +639,15 @@ loom_status_t loom_trace_explain(const loom_trace_t *t, char **out) {
   tr_give_back(t, taken);
   return s;
 }
+
+loom_status_t loom_trace_list_keys(const loom_trace_t *t, loom_cache_keys_t **out,
+                                   int64_t *n) {
+  if (out) *out = NULL;
+  if (n) *n = 0;
+  LOOM_CHECK_ARG(t);
+  bool taken;
+  LOOM_TRY(tr_claim_to_read(t, __func__, &taken));
+  loom_status_t s = loom_cache_list_keys(t->cache, out, n);
+  tr_give_back(t, taken);
+  return s;
+}
