@@ -112,6 +112,29 @@ static bool has_control(const loom_trace_t *t, const seg_work_t *w) {
   return false;
 }
 
+/* Bucketed dims that data decided (the counts of nonzero: an MoE's tokens
+ * per expert) all take the largest of their buckets, so that a segment
+ * is keyed by one bucket, not by a combination of them (eight experts'
+ * buckets multiplied the compiles). */
+static void join_data_buckets(const loom_trace_t *t, seg_work_t *w) {
+  int64_t top = 0;
+  int joined = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < w->n_ins; i++)
+      for (int a = 0; a < w->in_types[i].rank; a++) {
+        seg_dim_t *dm = &w->in_types[i].dims[a];
+        if (dm->mode != TR_BUCKET) continue;
+        int sym = w->group_sym[dm->sym];
+        if (!t->policies[t->sym_policy[sym]].data) continue;
+        if (pass == 0) {
+          joined++;
+          if (dm->size > top) top = dm->size;
+        } else if (joined > 1) {
+          dm->size = top;
+        }
+      }
+}
+
 /* Types of the inputs under the policies; exact for every dim when a
  * policy cannot apply to this segment (logged as a break reason). */
 loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
@@ -125,6 +148,7 @@ loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
   for (int i = 0; i < w->n_ins && ok; i++) ok = input_dims(t, w, i, exact);
   if (ok && w->n_syms > 0 && symbolic_attrs(t, w)) ok = false;
   if (ok && (w->n_syms > 0 || w->bucket) && has_control(t, w)) ok = false;
+  if (ok && w->bucket) join_data_buckets(t, w);
   if (!ok) {
     core_log(LOG_BREAKS, "segment %016llx: a shape policy cannot apply (a "
              "bucketed dim inside an expression, an attribute over a "

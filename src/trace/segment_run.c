@@ -387,12 +387,20 @@ static loom_status_t note_miss(loom_trace_t *t, uint64_t site) {
   return LOOM_OK;
 }
 
-/* Sets each bucketed dim of group k to bucket b. */
-static void set_bucket(seg_work_t *w, int k, int64_t b) {
+static bool data_group(const loom_trace_t *t, const seg_work_t *w, int k) {
+  return t->policies[t->sym_policy[w->group_sym[k]]].data;
+}
+
+/* Sets each bucketed dim of group k to bucket b (of every group data
+ * decided when k is one: they share their bucket, segment_key.c). */
+static void set_bucket(const loom_trace_t *t, seg_work_t *w, int k, int64_t b) {
+  bool data = data_group(t, w, k);
   for (int i = 0; i < w->n_ins; i++)
-    for (int a = 0; a < w->in_types[i].rank; a++)
-      if (w->in_types[i].dims[a].mode == TR_BUCKET && w->in_types[i].dims[a].sym == k)
-        w->in_types[i].dims[a].size = b;
+    for (int a = 0; a < w->in_types[i].rank; a++) {
+      seg_dim_t *dm = &w->in_types[i].dims[a];
+      if (dm->mode == TR_BUCKET && (dm->sym == k || (data && data_group(t, w, dm->sym))))
+        dm->size = b;
+    }
 }
 
 /* The buckets to compile ahead for group k: the next one up, the next
@@ -437,12 +445,15 @@ static void speculate_backward(loom_trace_t *t, seg_work_t *w, const rt_key_t *k
 static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
   int64_t base[32];
   seg_group_buckets(w, base);
+  bool data_done = false; /* the groups data decided move together */
   for (int k = 0; k < w->n_groups; k++) {
+    if (data_group(t, w, k) && data_done) continue;
+    data_done |= data_group(t, w, k);
     int64_t planned[LOOM_MAX_BUCKETS + 3];
     int n = predicted(t, w, k, base[k], planned);
     for (int j = 0; j < n; j++) {
       if (planned[j] == base[k]) continue; /* compiled: this cut's own */
-      set_bucket(w, k, planned[j]);
+      set_bucket(t, w, k, planned[j]);
       rt_key_t key;
       seg_make_key(t, w, part, &key);
       seg_desc_t *d = NULL;
@@ -451,7 +462,7 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
       rt_cache_speculate(t->cache, &key, &b);
       if (w->train) speculate_backward(t, w, &key);
     }
-    set_bucket(w, k, base[k]);
+    set_bucket(t, w, k, base[k]);
   }
   rt_key_t key;
   seg_make_key(t, w, part, &key);

@@ -165,6 +165,7 @@ static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
       int32_t policy = -1;
       if (t->opt.data_dims.kind != LOOM_DIM_EXACT)
         s = find_policy(t, e->name, &t->opt.data_dims, &policy);
+      if (policy >= 0) t->policies[policy].data = true;
       if (s == LOOM_OK) s = bind_symbol(t, ty->dims[d], outs[k]->shape[d],
                                         policy, ir_ops[n->op].name);
     }

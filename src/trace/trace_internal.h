@@ -67,6 +67,7 @@ typedef struct tr_policy {
   int n_seen;
   bool switched;    /* LOOM_DIM_AUTO: now symbolic */
   bool profiled;    /* the profile's buckets were queued */
+  bool data;        /* a size data decided (data_dims: nonzero's count) */
 } tr_policy_t;
 
 /* Per value of the trace graph. */
