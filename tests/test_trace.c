@@ -487,6 +487,26 @@ static void test_symbolic_attrs(void) {
   loom_trace_destroy(t);
 }
 
+/* A bucketed dim merged by a reshape (and a softmax over the merged
+ * axis): the padding cannot be masked, so the site keys that dim
+ * symbolic from then on: one executable for every size, not one per
+ * size, and the same results. */
+static void test_unpadded_bucket(void) {
+  loom_trace_t *t = new_trace(1);
+  loom_dim_policy_t pol[2] = {{.kind = LOOM_DIM_BUCKET, .name = "n"}, {.kind = LOOM_DIM_EXACT}};
+  for (int64_t n = 2; n <= 9; n++) {
+    int64_t shape[2] = {n, 4};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
+    trace_and_check(t, reshape_prog, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 1 && s.cache.failed_compiles == 1); /* the first bucket's */
+  CHECK(s.interpreted == 0 && s.misses == 2);
+  loom_trace_destroy(t);
+}
+
 /* LOOM_DIM_AUTO: exact for the first auto_after sizes, then one
  * symbolic executable for all the others. */
 static void test_auto(void) {
@@ -899,6 +919,7 @@ int main(void) {
   TEST_RUN(test_branches);
   TEST_RUN(test_policies);
   TEST_RUN(test_symbolic_attrs);
+  TEST_RUN(test_unpadded_bucket);
   TEST_RUN(test_auto);
   TEST_RUN(test_shared_cache);
   TEST_RUN(test_tiered);

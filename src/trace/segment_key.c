@@ -16,19 +16,26 @@
 
 /* The strongest mode among the symbols of d: symbolic over bucket over
  * exact. *plain: d is one symbol (its number in *sym). */
-static tr_mode_t dim_mode(const loom_trace_t *t, ir_dim_t d, bool *plain,
-                          int *sym) {
+/* Symbol sym's mode for w's segment (bucketed ones symbolic when the
+ * segment cannot be padded). */
+static tr_mode_t sym_mode(const loom_trace_t *t, const seg_work_t *w, int sym) {
+  tr_mode_t m = tr_sym_mode(t, sym, NULL);
+  return m == TR_BUCKET && w->no_buckets ? TR_SYMBOLIC : m;
+}
+
+static tr_mode_t dim_mode(const loom_trace_t *t, const seg_work_t *w, ir_dim_t d,
+                          bool *plain, int *sym) {
   const ir_expr_t *e = ir_dim_expr(t->g, d);
   *plain = false;
   if (!e || e->kind == IR_EXPR_CONST) return TR_EXACT;
   if (e->kind == IR_EXPR_SYM) {
     *plain = true;
     *sym = (int)e->c;
-    return tr_sym_mode(t, (int)e->c, NULL);
+    return sym_mode(t, w, (int)e->c);
   }
   bool p;
   int s;
-  tr_mode_t a = dim_mode(t, e->a, &p, &s), b = dim_mode(t, e->b, &p, &s);
+  tr_mode_t a = dim_mode(t, w, e->a, &p, &s), b = dim_mode(t, w, e->b, &p, &s);
   return a > b ? a : b;
 }
 
@@ -58,7 +65,7 @@ static bool input_dims(loom_trace_t *t, seg_work_t *w, int i, bool exact) {
     if (exact || !ir_dim_is_sym(ty->dims[a])) continue;
     bool plain;
     int sym = -1;
-    tr_mode_t m = dim_mode(t, ty->dims[a], &plain, &sym);
+    tr_mode_t m = dim_mode(t, w, ty->dims[a], &plain, &sym);
     if (m == TR_EXACT) continue;
     if (m == TR_BUCKET && !plain) return false;
     dm->mode = m;
@@ -84,7 +91,7 @@ static int canonical_of(const seg_work_t *w, ir_dim_t d) {
 static bool attr_dim_ok(const loom_trace_t *t, const seg_work_t *w, ir_dim_t d) {
   const ir_expr_t *e = ir_dim_expr(t->g, d);
   if (!e || e->kind == IR_EXPR_CONST || canonical_of(w, d) >= 0) return true;
-  if (e->kind == IR_EXPR_SYM) return tr_sym_mode(t, (int)e->c, NULL) != TR_SYMBOLIC;
+  if (e->kind == IR_EXPR_SYM) return sym_mode(t, w, (int)e->c) != TR_SYMBOLIC;
   return attr_dim_ok(t, w, e->a) && attr_dim_ok(t, w, e->b);
 }
 
@@ -137,7 +144,9 @@ static void join_data_buckets(const loom_trace_t *t, seg_work_t *w) {
 
 /* Types of the inputs under the policies; exact for every dim when a
  * policy cannot apply to this segment (logged as a break reason). */
-loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact) {
+loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, seg_types_t how) {
+  bool exact = how == SEG_EXACT;
+  w->no_buckets = how == SEG_NO_BUCKETS;
   if (w->n_ins > w->cap_types)
     LOOM_TRY(core_grow((void **)&w->in_types, &w->cap_types, w->n_ins, sizeof *w->in_types));
   if (w->n_ins > w->cap_key)
@@ -193,7 +202,7 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
         ir_dim_t d = a->a[i].ints[k];
         bool plain;
         int sym;
-        tr_mode_t m = ir_dim_is_sym(d) ? dim_mode(t, d, &plain, &sym) : TR_EXACT;
+        tr_mode_t m = ir_dim_is_sym(d) ? dim_mode(t, w, d, &plain, &sym) : TR_EXACT;
         if (m == TR_EXACT || (m == TR_SYMBOLIC && w->n_syms > 0)) continue;
         if (!have) {
           seg_group_buckets(w, buckets);
@@ -258,7 +267,7 @@ static bool carried(const loom_trace_t *t, const seg_work_t *w,
                     const seg_desc_t *d, ir_dim_t dim) {
   bool plain;
   int sym;
-  if (w->n_syms > 0 && dim_mode(t, dim, &plain, &sym) == TR_SYMBOLIC) return true;
+  if (w->n_syms > 0 && dim_mode(t, w, dim, &plain, &sym) == TR_SYMBOLIC) return true;
   return d->bucket && d->part && mentions_group(t, w, dim);
 }
 

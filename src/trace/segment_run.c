@@ -346,11 +346,33 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   return finish_outputs(t, w, key, outs, n_out);
 }
 
+static bool site_unpadded(const loom_trace_t *t, uint64_t site) {
+  for (int64_t i = 0; i < t->run.n_unpadded; i++)
+    if (t->run.unpadded[i] == site) return true;
+  return false;
+}
+
+/* The padding pass refused w's bucketed segment (a reshape merging the
+ * padded axis, ...): its bucketed dims are keyed symbolic from now on
+ * (at exact sizes if even that cannot apply), and *key is rekeyed. */
+static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
+  core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): its bucketed dims "
+           "symbolic", (unsigned long long)w->site, loom_last_error());
+  if (!site_unpadded(t, w->site)) {
+    LOOM_TRY(core_grow((void **)&t->run.unpadded, &t->run.cap_unpadded,
+                       t->run.n_unpadded + 1, sizeof *t->run.unpadded));
+    t->run.unpadded[t->run.n_unpadded++] = w->site;
+  }
+  LOOM_TRY(seg_input_types(t, w, SEG_NO_BUCKETS));
+  seg_make_key(t, w, w->train ? 1 : 0, key);
+  return LOOM_OK;
+}
+
 /* The segment in the fallback interpreter, on its eager entry (its graph
  * built once per key and kept by the cache, as a compiled one is), under
  * the key it would compile under: a bucketed key runs padded, and its
  * backward is keyed as a compiled forward's would be. When the padding
- * cannot apply, at exact sizes. */
+ * cannot apply, with the bucketed dims symbolic. */
 static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   int part = w->train ? 1 : 0;
   rt_entry_t *e = NULL;
@@ -358,9 +380,14 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   LOOM_TRY(seg_make_desc(t, w, part, &d));
   loom_status_t s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
   if (s != LOOM_OK && w->bucket) {
-    core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): exact sizes",
+    LOOM_TRY(unpadded(t, w, key));
+    LOOM_TRY(seg_make_desc(t, w, part, &d));
+    s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+  }
+  if (s != LOOM_OK && s != LOOM_ERR_NOMEM && w->n_syms > 0) { /* symbolic would not build */
+    core_log(LOG_BREAKS, "segment %016llx: its symbolic graph failed (%s): exact sizes",
              (unsigned long long)w->site, loom_last_error());
-    LOOM_TRY(seg_input_types(t, w, true));
+    LOOM_TRY(seg_input_types(t, w, SEG_EXACT));
     seg_make_key(t, w, part, key);
     LOOM_TRY(seg_make_desc(t, w, part, &d));
     s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
@@ -488,7 +515,7 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   rt_key_t key;
   w->path = t->path;
   t->path = 0;
-  LOOM_TRY(seg_input_types(t, w, false));
+  LOOM_TRY(seg_input_types(t, w, site_unpadded(t, w->site) ? SEG_NO_BUCKETS : SEG_POLICIES));
   seg_make_key(t, w, w->train ? 1 : 0, &key);
   t->stats.segments++;
   if (!t->opt.compile) return interpret(t, w, &key);
@@ -504,11 +531,8 @@ loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   rt_get_result_t res = RT_READY;
   if (e) t->stats.hits++;
   else LOOM_TRY(miss(t, w, &key, &res, &e));
-  if (res == RT_FAILED && w->bucket) { /* the padding pass said no: exact */
-    core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): exact "
-             "sizes", (unsigned long long)w->site, loom_last_error());
-    LOOM_TRY(seg_input_types(t, w, true));
-    seg_make_key(t, w, w->train ? 1 : 0, &key);
+  if (res == RT_FAILED && w->bucket) { /* the padding pass said no */
+    LOOM_TRY(unpadded(t, w, &key));
     e = rt_cache_lookup(t->cache, &key);
     res = RT_READY;
     if (!e) LOOM_TRY(miss(t, w, &key, &res, &e));

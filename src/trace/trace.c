@@ -308,6 +308,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->sym_policy);
   core_free(t->params);
   core_free(t->run.sites);
+  core_free(t->run.unpadded);
   core_free(t->breaks);
   core_free(t);
 }

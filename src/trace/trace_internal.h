@@ -139,6 +139,8 @@ typedef struct tr_runs {
   tr_memo_t memo[TR_MEMO]; /* backward descriptions */
   uint64_t *sites; /* sites that compiled before (recompile count) */
   int64_t n_sites, cap_sites;
+  uint64_t *unpadded; /* sites whose bucket padding failed: keyed symbolic */
+  int64_t n_unpadded, cap_unpadded;
 } tr_runs_t;
 
 /* ---- Segment descriptions ------------------------------------------------
@@ -299,6 +301,9 @@ struct loom_trace {
 /* Scratch of one cut, kept by the trace between cuts (marks are epochs,
  * so nothing is cleared per cut). */
 typedef struct seg_work {
+  /* seg_input_types: bucketed symbols keyed as symbolic (the padding
+   * could not apply to this segment) */
+  bool no_buckets;
   uint32_t epoch;
   uint32_t *node_mark; /* == epoch: the node is in the cone */
   int32_t *node_pos;   /* its position in the cone */
@@ -370,8 +375,11 @@ loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
                              loom_compile_options_t *options);
 
 /* segment_key.c */
-/* The inputs' types under the policies (exact: every dim a size). */
-loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, bool exact);
+/* How seg_input_types types the inputs: under the policies; with the
+ * bucketed dims symbolic instead (the padding could not apply); or every
+ * dim a size. */
+typedef enum seg_types { SEG_POLICIES, SEG_NO_BUCKETS, SEG_EXACT } seg_types_t;
+loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, seg_types_t how);
 /* The GraphKey of w's segment (part 0: plain, 1: forward); its inputs
  * point into w. */
 void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
