@@ -6,8 +6,13 @@
 
 #include "kernels/ref.h"
 
-/* Runs c's node with a fast f32 kernel: true, *status its result; false
- * when there is none for its op, dtypes or shapes. */
+/* Runs c's node with a fast kernel: true, *status its result; false when
+ * there is none for its op, dtypes or shapes. */
 bool cpu_eager(ref_call_t *c, loom_status_t *status);
+
+/* Each family's kernels, which cpu_eager calls; same contract. */
+
+/* eager_elementwise.c */
+bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status);
 
 #endif
