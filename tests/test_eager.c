@@ -13,13 +13,32 @@
 #include "harness.h"
 #include "runtime/interp.h"
 
+/* Nodes of each op that the eager kernels ran (rather than declined) in
+ * the last run through counting_cpu. */
+static int eager_ran[IR_OP_COUNT];
+
+static bool counting_eager(ref_call_t *c, loom_status_t *status) {
+  bool ran = be_find("cpu")->eager(c, status);
+  if (ran) eager_ran[c->node->op]++;
+  return ran;
+}
+
+/* The CPU back end with its eager kernels counted in eager_ran. */
+static const be_backend_t *counting_cpu(void) {
+  static be_backend_t b;
+  b = *be_find("cpu");
+  b.eager = counting_eager;
+  memset(eager_ran, 0, sizeof eager_ran);
+  return &b;
+}
+
 /* Runs g both ways on in and compares every output (rtol 0: bitwise,
  * NaNs equal). */
 static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
   int n_out = loom_graph_num_outputs(g);
   loom_tensor_t *want[4] = {0}, *got[4] = {0};
   CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
-  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, be_find("cpu")));
+  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, counting_cpu()));
   for (int k = 0; k < n_out; k++) {
     if (!want[k] || !got[k]) continue;
     CHECK(loom_tensor_dtype(got[k]) == loom_tensor_dtype(want[k]));
@@ -38,9 +57,16 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
 typedef loom_status_t (*binary_fn)(loom_graph_t *, loom_value_t, loom_value_t, loom_value_t *);
 typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);
 
-/* a (shape sa) op b (shape sb), broadcast as NumPy does. */
+/* Whether the eager kernels ran g's last node in the last agree(). */
+static bool ran_last(const loom_graph_t *g) {
+  return eager_ran[g->nodes[g->n_nodes - 1].op] > 0;
+}
+
+/* a (shape sa) op b (shape sb), broadcast as NumPy does; eager: whether
+ * the eager kernels run it. Integer-valued f32 inputs (ties) make
+ * comparisons meet equal pairs. */
 static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa, int rb,
-                        const int64_t *sb) {
+                        const int64_t *sb, bool ties, bool eager) {
   loom_graph_t *g;
   loom_value_t a, b, y;
   CHECK_OK(loom_graph_create(&g));
@@ -49,44 +75,125 @@ static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa
   CHECK_OK(op(g, a, b, &y));
   CHECK_OK(loom_graph_output(g, y));
   loom_tensor_t *in[2] = {test_rand_tensor(dt, ra, sa, -3, 3), test_rand_tensor(dt, rb, sb, -3, 3)};
-  /* a NaN and an infinity where there is room, for max and min */
-  if (dt == LOOM_F32 && loom_tensor_numel(in[0]) > 2) {
+  for (int k = 0; k < 2 && ties && dt == LOOM_F32; k++) {
+    float *p = loom_tensor_data(in[k]);
+    for (int64_t i = 0; i < loom_tensor_numel(in[k]); i++) p[i] = roundf(p[i]);
+  }
+  /* a NaN and infinities where there is room, for max, min and the
+   * comparisons */
+  if (dt == LOOM_F32 && loom_tensor_numel(in[0]) > 3) {
     ((float *)loom_tensor_data(in[0]))[1] = NAN;
     ((float *)loom_tensor_data(in[0]))[2] = INFINITY;
+    ((float *)loom_tensor_data(in[0]))[3] = -INFINITY;
   }
   agree(g, 2, in, 0);
+  CHECK(ran_last(g) == eager);
   loom_tensor_destroy(in[0]);
   loom_tensor_destroy(in[1]);
   loom_graph_destroy(g);
 }
 
+/* Every broadcast layout the elementwise kernels tell apart. */
+static const struct {
+  int ra, rb;
+  int64_t sa[4], sb[4];
+} broadcasts[] = {
+    {2, 2, {3, 5}, {3, 5}},          /* both step */
+    {2, 0, {3, 5}, {0}},             /* b one element */
+    {0, 2, {0}, {3, 5}},             /* a one element */
+    {3, 1, {2, 3, 5}, {5}},          /* b a row */
+    {3, 2, {2, 3, 1}, {3, 5}},       /* a a column, b a matrix */
+    {3, 3, {2, 1, 5}, {1, 4, 1}},    /* outer product */
+    {4, 4, {2, 1, 3, 4}, {1, 2, 3, 4}}, /* merged inner dims */
+    {2, 2, {0, 5}, {1, 5}},          /* empty */
+    {1, 1, {1}, {1}},                /* one element each */
+    {2, 2, {37, 1}, {1, 19}},        /* odd sizes */
+};
+enum { N_BROADCASTS = sizeof broadcasts / sizeof *broadcasts };
+
 static void test_binary_broadcasts(void) {
-  static const struct {
-    int ra, rb;
-    int64_t sa[4], sb[4];
-  } shapes[] = {
-      {2, 2, {3, 5}, {3, 5}},          /* both step */
-      {2, 0, {3, 5}, {0}},             /* b one element */
-      {0, 2, {0}, {3, 5}},             /* a one element */
-      {3, 1, {2, 3, 5}, {5}},          /* b a row */
-      {3, 2, {2, 3, 1}, {3, 5}},       /* a a column, b a matrix */
-      {3, 3, {2, 1, 5}, {1, 4, 1}},    /* outer product */
-      {4, 4, {2, 1, 3, 4}, {1, 2, 3, 4}}, /* merged inner dims */
-      {2, 2, {0, 5}, {1, 5}},          /* empty */
-      {1, 1, {1}, {1}},                /* one element each */
-  };
   binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_maximum, loom_minimum};
   binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul};
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+  for (size_t s = 0; s < N_BROADCASTS; s++) {
+    int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
+    const int64_t *sa = broadcasts[s].sa, *sb = broadcasts[s].sb;
     for (size_t k = 0; k < sizeof f32_ops / sizeof *f32_ops; k++)
-      binary_case(f32_ops[k], LOOM_F32, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+      binary_case(f32_ops[k], LOOM_F32, ra, sa, rb, sb, false, true);
     for (size_t k = 0; k < sizeof i64_ops / sizeof *i64_ops; k++)
-      binary_case(i64_ops[k], LOOM_I64, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+      binary_case(i64_ops[k], LOOM_I64, ra, sa, rb, sb, false, true);
   }
-  /* Kernels it has no loop for (f64, a comparison) still run, by the
+  /* Kernels it has no loop for (f64, i32, pow) still run, by the
    * reference kernel. */
-  binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
-  binary_case(loom_lt, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
+  binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+  binary_case(loom_add, LOOM_I32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+  binary_case(loom_pow, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+}
+
+/* Comparisons of f32 (NaN and infinities among them) and i64 give bool,
+ * in every broadcast layout; equal pairs occur. */
+static void test_compare(void) {
+  binary_fn ops[] = {loom_eq, loom_ne, loom_lt, loom_le, loom_gt, loom_ge};
+  for (size_t s = 0; s < N_BROADCASTS; s++)
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+      int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
+      const int64_t *sa = broadcasts[s].sa, *sb = broadcasts[s].sb;
+      binary_case(ops[k], LOOM_F32, ra, sa, rb, sb, true, true);
+      binary_case(ops[k], LOOM_I64, ra, sa, rb, sb, true, true);
+    }
+  /* other dtypes: the reference kernel */
+  binary_case(loom_lt, LOOM_I32, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+  binary_case(loom_eq, LOOM_BOOL, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+  binary_case(loom_gt, LOOM_F64, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+}
+
+/* where(cond, a, b) with cond of shape sc: sides of every element size,
+ * every broadcast of the three operands. */
+static void where_case(loom_dtype_t dt, int rc, const int64_t *sc, int ra, const int64_t *sa,
+                       int rb, const int64_t *sb) {
+  loom_graph_t *g;
+  loom_value_t c, a, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "c", LOOM_BOOL, rc, sc, &c));
+  CHECK_OK(loom_graph_input(g, "a", dt, ra, sa, &a));
+  CHECK_OK(loom_graph_input(g, "b", dt, rb, sb, &b));
+  CHECK_OK(loom_where(g, c, a, b, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[3] = {test_rand_tensor(LOOM_BOOL, rc, sc, 0, 1),
+                          test_rand_tensor(dt, ra, sa, -9, 9),
+                          test_rand_tensor(dt, rb, sb, -9, 9)};
+  agree(g, 3, in, 0);
+  CHECK(ran_last(g));
+  /* both values of a one-element condition: a copy of either side */
+  if (loom_tensor_numel(in[0]) == 1) {
+    uint8_t *p = loom_tensor_data(in[0]);
+    *p = !*p;
+    agree(g, 3, in, 0);
+  }
+  for (int k = 0; k < 3; k++) loom_tensor_destroy(in[k]);
+  loom_graph_destroy(g);
+}
+
+static void test_where(void) {
+  static const struct {
+    int rc, ra, rb;
+    int64_t sc[3], sa[3], sb[3];
+  } shapes[] = {
+      {0, 2, 2, {0}, {4, 7}, {4, 7}},             /* one condition (the optimizer's) */
+      {2, 2, 2, {1, 1}, {4, 7}, {1, 7}},          /* one condition, a side broadcast */
+      {0, 0, 2, {0}, {0}, {3, 5}},                /* one condition picking a scalar */
+      {2, 2, 2, {4, 7}, {4, 7}, {4, 7}},          /* all step */
+      {2, 2, 0, {37, 3}, {37, 3}, {0}},           /* b one element (relu's gradient) */
+      {2, 0, 2, {5, 3}, {0}, {5, 3}},             /* a one element */
+      {3, 3, 2, {2, 1, 5}, {1, 4, 1}, {4, 5}},    /* everything broadcasts */
+      {2, 1, 2, {3, 1}, {6}, {1, 6}},             /* condition a column */
+      {2, 2, 2, {0, 3}, {0, 3}, {1, 3}},          /* empty */
+      {1, 2, 2, {0}, {4, 0}, {1, 0}},             /* empty, condition too */
+  };
+  loom_dtype_t dts[] = {LOOM_F32, LOOM_I64, LOOM_BOOL, LOOM_F16, LOOM_I32, LOOM_F64};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t k = 0; k < sizeof dts / sizeof *dts; k++)
+      where_case(dts[k], shapes[s].rc, shapes[s].sc, shapes[s].ra, shapes[s].sa,
+                 shapes[s].rb, shapes[s].sb);
 }
 
 static void test_unary(void) {
@@ -177,6 +284,8 @@ static void test_movement(void) {
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
+  TEST_RUN(test_compare);
+  TEST_RUN(test_where);
   TEST_RUN(test_unary);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);

@@ -143,6 +143,7 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_CONCAT: return eager_join(c, true, status);
     case IR_OP_SPLIT: return eager_join(c, false, status);
     case IR_OP_SLICE: return c->in[0]->rank > 0 && eager_slice(c, status);
+    case IR_OP_WHERE: return cpu_eager_where(c, status);
     default: break;
   }
   return cpu_eager_elementwise(c, status);

@@ -14,5 +14,6 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status);
 
 /* eager_elementwise.c */
 bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status);
+bool cpu_eager_where(ref_call_t *c, loom_status_t *status);
 
 #endif
