@@ -54,6 +54,19 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
   }
 }
 
+/* Both runs of g on in fail, with one status and one message. */
+static void agree_fails(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
+  int n_out = loom_graph_num_outputs(g);
+  loom_tensor_t *out[4] = {0};
+  loom_status_t want = loom_interpret(g, n_in, in, n_out, out);
+  char message[512];
+  snprintf(message, sizeof message, "%s", loom_last_error());
+  loom_status_t got = rt_interpret(g, n_in, in, n_out, out, counting_cpu());
+  CHECK(want != LOOM_OK);
+  CHECK(got == want);
+  CHECK(strcmp(loom_last_error(), message) == 0);
+}
+
 typedef loom_status_t (*binary_fn)(loom_graph_t *, loom_value_t, loom_value_t, loom_value_t *);
 typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);
 
@@ -281,6 +294,185 @@ static void test_movement(void) {
   }
 }
 
+/* ---- Indexing ------------------------------------------------------------- */
+
+/* What a case expects of the eager kernels: to run the node, to leave it
+ * to the reference kernel, or (an index out of range) to leave it to the
+ * reference kernel, which fails. */
+typedef enum { RUNS, DECLINES, FAILS } expect_t;
+
+/* Runs g on in both ways and checks what expect says. */
+static void expect(loom_graph_t *g, int n_in, loom_tensor_t *const *in, expect_t e) {
+  if (e == FAILS) agree_fails(g, n_in, in);
+  else agree(g, n_in, in, 0);
+  CHECK(ran_last(g) == (e == RUNS));
+}
+
+/* Sets entry i of an index tensor to v. */
+static void set_index(loom_tensor_t *t, int64_t i, double v) {
+  loom_tensor_t *one = test_tensor(loom_tensor_dtype(t), 0, NULL, &v);
+  size_t es = loom_dtype_size(loom_tensor_dtype(t));
+  memcpy((char *)loom_tensor_data(t) + i * (int64_t)es, loom_tensor_data(one), es);
+  loom_tensor_destroy(one);
+}
+
+/* op (gather, index_select or embedding) of data (dtype dt, shape sd)
+ * at indices (dtype it, shape si) drawn from [lo, hi], along axis. */
+static void take_case(ir_op_t op, loom_dtype_t dt, int rd, const int64_t *sd, loom_dtype_t it,
+                      int ri, const int64_t *si, int64_t axis, int64_t lo, int64_t hi,
+                      expect_t e) {
+  loom_graph_t *g;
+  loom_value_t data, ind, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "data", dt, rd, sd, &data));
+  CHECK_OK(loom_graph_input(g, "ind", it, ri, si, &ind));
+  if (op == IR_OP_GATHER) CHECK_OK(loom_gather(g, data, ind, axis, &y));
+  else if (op == IR_OP_INDEX_SELECT) CHECK_OK(loom_index_select(g, data, ind, axis, &y));
+  else CHECK_OK(loom_embedding(g, data, ind, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_rand_tensor(dt, rd, sd, -9, 9),
+                          test_rand_tensor(it, ri, si, (double)lo, (double)hi)};
+  /* both ends of the range, where there is room */
+  int64_t n = loom_tensor_numel(in[1]);
+  if (n > 1) {
+    set_index(in[1], 0, (double)lo);
+    set_index(in[1], n - 1, (double)hi);
+  }
+  expect(g, 2, in, e);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_gather(void) {
+  const int64_t d3[3] = {4, 5, 6}, i2[2] = {3, 7};
+  /* every axis, negative ones too; negative indices count from the end */
+  for (int64_t axis = -3; axis < 3; axis++) {
+    int64_t size = d3[axis < 0 ? axis + 3 : axis];
+    take_case(IR_OP_GATHER, LOOM_F32, 3, d3, LOOM_I64, 2, i2, axis, -size, size - 1, RUNS);
+    take_case(IR_OP_GATHER, LOOM_F32, 3, d3, LOOM_I32, 2, i2, axis, -size, size - 1, RUNS);
+  }
+  /* rows of 1, 2, 4, 8 and 24 bytes: every element size, inner rows */
+  loom_dtype_t dts[] = {LOOM_BOOL, LOOM_F16, LOOM_F32, LOOM_I64, LOOM_F64, LOOM_I32};
+  for (size_t k = 0; k < sizeof dts / sizeof *dts; k++) {
+    take_case(IR_OP_GATHER, dts[k], 1, (int64_t[]){11}, LOOM_I64, 2, i2, 0, -11, 10, RUNS);
+    take_case(IR_OP_GATHER, dts[k], 2, (int64_t[]){7, 3}, LOOM_I64, 1, (int64_t[]){9}, 0, 0, 6,
+              RUNS);
+  }
+  /* a scalar index drops the axis; empty indices, empty data */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 0, NULL, 1, -3, 2, RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 1, (int64_t[]){0}, 0, 0, 4,
+            RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){0, 3}, LOOM_I64, 1, (int64_t[]){4}, 1, 0, 2,
+            RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 0}, LOOM_I64, 1, (int64_t[]){4}, 0, 0, 4,
+            RUNS);
+  /* i8 indices: the reference kernel */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I8, 1, (int64_t[]){4}, 0, 0, 4,
+            DECLINES);
+  /* out of range either way, and in an empty result: the reference's error */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 1, (int64_t[]){40}, 0, 0, 5,
+            FAILS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I32, 1, (int64_t[]){40}, 1, -4, 2,
+            FAILS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){0, 3}, LOOM_I64, 1, (int64_t[]){4}, 1, 3, 3,
+            FAILS);
+}
+
+static void test_index_select_embedding(void) {
+  const int64_t d2[2] = {7, 5}, i1[1] = {9};
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, 0, -7, 6, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, -1, -5, 4, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_I64, 2, d2, LOOM_I32, 1, i1, 1, 0, 4, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, 0, 0, 7, FAILS);
+  /* embedding: rows of the weight, no negative indices */
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 4}, LOOM_I64, 2, (int64_t[]){2, 3}, 0,
+            0, 9, RUNS);
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 1}, LOOM_I32, 1, (int64_t[]){13}, 0,
+            0, 9, RUNS);
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 4}, LOOM_I64, 1, (int64_t[]){13}, 0,
+            -1, 9, FAILS);
+}
+
+/* scatter_add(self, index, src) along axis: self (ss) f32 from
+ * [-100, 100], src (sx) of widely spread magnitudes, so that the order
+ * and the precision of the sums show in the result; index (si, dtype it)
+ * drawn from [lo, hi], or, rows, holding one value per row of the dims
+ * after axis (torch's index_add written as scatter_add). */
+static void scatter_case(loom_dtype_t dt, int rank, const int64_t *ss, const int64_t *si,
+                         const int64_t *sx, loom_dtype_t it, int64_t axis, int64_t lo,
+                         int64_t hi, bool rows, expect_t e) {
+  loom_graph_t *g;
+  loom_value_t self, index, src, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "self", dt, rank, ss, &self));
+  CHECK_OK(loom_graph_input(g, "index", it, rank, si, &index));
+  CHECK_OK(loom_graph_input(g, "src", dt, rank, sx, &src));
+  CHECK_OK(loom_scatter_add(g, self, index, src, axis, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[3] = {test_rand_tensor(dt, rank, ss, -100, 100),
+                          test_rand_tensor(it, rank, si, (double)lo, (double)hi),
+                          test_rand_tensor(dt, rank, sx, -1, 1)};
+  /* Every fifth entry +-2^60, so that where a sum cancels them depends
+   * on the order of the adds. */
+  if (dt == LOOM_F32) {
+    float *x = loom_tensor_data(in[2]);
+    for (int64_t i = 0; i < loom_tensor_numel(in[2]); i++)
+      x[i] = i % 5 ? ldexpf(x[i], (int)test_rand_int(-20, 20)) : ldexpf(i % 2 ? 1 : -1, 60);
+  }
+  int64_t a = axis < 0 ? axis + rank : axis, inner = 1, n = loom_tensor_numel(in[1]);
+  for (int d = (int)a + 1; d < rank; d++) inner *= si[d];
+  /* both ends of the range, in the first row and the last */
+  if (n > inner) {
+    set_index(in[1], 0, (double)lo);
+    set_index(in[1], n - inner, (double)hi);
+  }
+  for (int64_t p = 0; rows && p < n; p++) set_index(in[1], p, test_get(in[1], p - p % inner));
+  expect(g, 3, in, e);
+  for (int k = 0; k < 3; k++) loom_tensor_destroy(in[k]);
+  loom_graph_destroy(g);
+}
+
+static void test_scatter_add(void) {
+  const int64_t self2[2] = {6, 33}, big2[2] = {40, 33};
+  /* axis 0, many entries into few rows: whole rows (the GNN's) and not */
+  for (int rows = 0; rows < 2; rows++) {
+    scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, rows, RUNS);
+    scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I32, 0, 0, 5, rows, RUNS);
+    scatter_case(LOOM_F32, 2, (int64_t[]){2, 33}, big2, big2, LOOM_I64, -2, 0, 1, rows, RUNS);
+  }
+  /* the last axis (rows of one), a middle one, odd sizes */
+  scatter_case(LOOM_F32, 2, (int64_t[]){5, 3}, (int64_t[]){5, 17}, (int64_t[]){5, 17},
+               LOOM_I64, 1, 0, 2, false, RUNS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){5, 3}, (int64_t[]){5, 17}, (int64_t[]){5, 17},
+               LOOM_I64, -1, 0, 2, false, RUNS);
+  const int64_t s3[3] = {3, 4, 7}, i3[3] = {3, 9, 7};
+  scatter_case(LOOM_F32, 3, s3, i3, i3, LOOM_I64, 1, 0, 3, false, RUNS);
+  scatter_case(LOOM_F32, 3, s3, i3, i3, LOOM_I64, 1, 0, 3, true, RUNS);
+  /* gather's gradient: (1, n, inner), rows */
+  scatter_case(LOOM_F32, 3, (int64_t[]){1, 7, 64}, (int64_t[]){1, 50, 64},
+               (int64_t[]){1, 50, 64}, LOOM_I64, 1, 0, 6, true, RUNS);
+  /* empty: no entries, or nothing to add into */
+  scatter_case(LOOM_F32, 2, self2, (int64_t[]){0, 33}, (int64_t[]){0, 33}, LOOM_I64, 0, 0, 5,
+               false, RUNS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){6, 0}, (int64_t[]){9, 0}, (int64_t[]){9, 0}, LOOM_I64,
+               0, 0, 5, false, RUNS);
+  scatter_case(LOOM_F32, 1, (int64_t[]){6}, (int64_t[]){1}, (int64_t[]){1}, LOOM_I64, 0, 0, 5,
+               false, RUNS);
+  /* index smaller than src or self off the axis, other dtypes: the
+   * reference kernel */
+  scatter_case(LOOM_F32, 2, (int64_t[]){6, 5}, (int64_t[]){4, 3}, (int64_t[]){5, 4}, LOOM_I64,
+               0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_F64, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_I64, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I8, 0, 0, 5, false, DECLINES);
+  /* out of range (negative, or the size): the reference's error */
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I64, 0, -1, 5, false, FAILS);
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I32, 0, 0, 6, true, FAILS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){0, 3}, (int64_t[]){2, 3}, (int64_t[]){2, 3}, LOOM_I64,
+               0, 0, 0, false, FAILS);
+}
+
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
@@ -289,5 +481,8 @@ int main(void) {
   TEST_RUN(test_unary);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
+  TEST_RUN(test_gather);
+  TEST_RUN(test_index_select_embedding);
+  TEST_RUN(test_scatter_add);
   return test_summary();
 }

@@ -144,6 +144,10 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_SPLIT: return eager_join(c, false, status);
     case IR_OP_SLICE: return c->in[0]->rank > 0 && eager_slice(c, status);
     case IR_OP_WHERE: return cpu_eager_where(c, status);
+    case IR_OP_GATHER:
+    case IR_OP_INDEX_SELECT:
+    case IR_OP_EMBEDDING: return cpu_eager_take(c, status);
+    case IR_OP_SCATTER_ADD: return cpu_eager_scatter_add(c, status);
     default: break;
   }
   return cpu_eager_elementwise(c, status);
