@@ -32,8 +32,8 @@ static const be_backend_t *counting_cpu(void) {
   return &b;
 }
 
-/* Runs g both ways on in and compares every output (rtol 0: bitwise,
- * NaNs equal). */
+/* Runs g both ways on in and compares every output (rtol 0: bitwise, the
+ * sign of zero too; NaNs equal). */
 static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
   int n_out = loom_graph_num_outputs(g);
   loom_tensor_t *want[4] = {0}, *got[4] = {0};
@@ -46,7 +46,7 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
     CHECK(loom_tensor_numel(got[k]) == n);
     for (int64_t i = 0; i < n; i++) {
       double a = test_get(got[k], i), b = test_get(want[k], i);
-      if (rtol == 0) CHECK(a == b || (isnan(a) && isnan(b)));
+      if (rtol == 0) CHECK((a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b)));
       else CHECK_NEAR(a, b, 1e-5, rtol);
     }
     loom_tensor_destroy(want[k]);
@@ -473,6 +473,70 @@ static void test_scatter_add(void) {
                0, 0, 0, false, FAILS);
 }
 
+/* ---- Reductions ----------------------------------------------------------- */
+
+typedef loom_status_t (*reduce_fn)(loom_graph_t *, loom_value_t, int, const int64_t *, int,
+                                   loom_value_t *);
+
+/* op (sum or mean) of x (shape sx, dtype dt) over axes (n_axes < 0: all),
+ * x of widely spread magnitudes with +-2^60 among them, so that the
+ * order and the precision of the sums show in the result. */
+static void reduce_case(reduce_fn op, loom_dtype_t dt, int rank, const int64_t *sx, int n_axes,
+                        const int64_t *axes, int keepdim, expect_t e) {
+  loom_graph_t *g;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", dt, rank, sx, &x));
+  CHECK_OK(op(g, x, n_axes < 0 ? 0 : n_axes, n_axes < 0 ? NULL : axes, keepdim, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_rand_tensor(dt, rank, sx, -1, 1);
+  if (dt == LOOM_F32) {
+    float *p = loom_tensor_data(in);
+    for (int64_t i = 0; i < loom_tensor_numel(in); i++)
+      p[i] = i % 7 ? ldexpf(p[i], (int)test_rand_int(-20, 20)) : ldexpf(i % 2 ? 1 : -1, 60);
+  }
+  expect(g, 1, &in, e);
+  /* -0 everywhere: the sums start from +0, as the reference's */
+  if (dt == LOOM_F32) {
+    float *p = loom_tensor_data(in);
+    for (int64_t i = 0; i < loom_tensor_numel(in); i++) p[i] = -0.0f;
+    expect(g, 1, &in, e);
+  }
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void test_reduce(void) {
+  static const struct {
+    int n_axes;
+    int64_t axes[3];
+    expect_t e;
+  } cases[] = {
+      {1, {0}, RUNS}, {1, {1}, RUNS}, {1, {2}, RUNS}, {1, {-1}, RUNS},
+      {2, {0, 1}, RUNS}, {2, {1, -1}, RUNS}, {3, {0, 1, 2}, RUNS}, {-1, {0}, RUNS},
+      {2, {0, 2}, DECLINES}, /* not adjacent */
+  };
+  reduce_fn ops[] = {loom_sum, loom_mean};
+  const int64_t x3[3] = {4, 5, 300}; /* inner rows longer than a block */
+  for (size_t k = 0; k < 2; k++) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+      for (int keepdim = 0; keepdim < 2; keepdim++)
+        reduce_case(ops[k], LOOM_F32, 3, x3, cases[i].n_axes, cases[i].axes, keepdim,
+                    cases[i].e);
+    /* adjacent once dims of 1 are set aside */
+    reduce_case(ops[k], LOOM_F32, 3, (int64_t[]){3, 1, 5}, 2, (int64_t[]){0, 2}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 3, (int64_t[]){1, 7, 1}, 1, (int64_t[]){0}, 0, RUNS);
+    /* odd sizes; nothing to sum (0, or NaN for mean); no outputs; a scalar */
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){37, 19}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){0, 5}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){3, 0}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 0, NULL, -1, NULL, 0, RUNS);
+    /* other dtypes: the reference kernel */
+    reduce_case(ops[k], LOOM_F64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
+  }
+  reduce_case(loom_sum, LOOM_I64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
+}
+
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
@@ -484,5 +548,6 @@ int main(void) {
   TEST_RUN(test_gather);
   TEST_RUN(test_index_select_embedding);
   TEST_RUN(test_scatter_add);
+  TEST_RUN(test_reduce);
   return test_summary();
 }

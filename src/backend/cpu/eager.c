@@ -148,6 +148,8 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_INDEX_SELECT:
     case IR_OP_EMBEDDING: return cpu_eager_take(c, status);
     case IR_OP_SCATTER_ADD: return cpu_eager_scatter_add(c, status);
+    case IR_OP_SUM:
+    case IR_OP_MEAN: return cpu_eager_reduce(c, status);
     default: break;
   }
   return cpu_eager_elementwise(c, status);

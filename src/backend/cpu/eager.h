@@ -20,4 +20,7 @@ bool cpu_eager_where(ref_call_t *c, loom_status_t *status);
 bool cpu_eager_take(ref_call_t *c, loom_status_t *status);
 bool cpu_eager_scatter_add(ref_call_t *c, loom_status_t *status);
 
+/* eager_reduce.c: sum and mean */
+bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status);
+
 #endif
