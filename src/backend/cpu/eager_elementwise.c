@@ -85,9 +85,9 @@ static void ew_loop(const ew_shape_t *s, int64_t es_y, const int64_t *es, int n_
   }
 }
 
-/* A binary op's run (T operands, R results) in its three layouts (both
- * operands stepping, or one of them broadcast along the run), so that
- * each loop vectorizes. */
+/* A binary op's run (T operands, R results) in its layouts (both
+ * operands stepping, or one of them broadcast along the run), each a loop
+ * of its own, so that it vectorizes. */
 #define EW_BINARY(name, T, R, expr)                                                \
   static void name##_run(void *yv, const void *const *in, const int64_t *step,     \
                          int64_t n) {                                              \
@@ -104,12 +104,15 @@ static void ew_loop(const ew_shape_t *s, int64_t es_y, const int64_t *es, int n_
         T x = a[i];                                                                \
         y[i] = expr;                                                               \
       }                                                                            \
-    } else {                                                                       \
+    } else if (step[1]) {                                                          \
       T x = a[0];                                                                  \
       for (int64_t i = 0; i < n; i++) {                                            \
-        T z = step[1] ? b[i] : b[0];                                               \
+        T z = b[i];                                                                \
         y[i] = expr;                                                               \
       }                                                                            \
+    } else { /* one element each: an output of one */                              \
+      T x = a[0], z = b[0];                                                        \
+      for (int64_t i = 0; i < n; i++) y[i] = expr;                                 \
     }                                                                              \
   }
 
@@ -155,9 +158,14 @@ EW_COMPARE(int64_t, i64)
                          int64_t n) {                                              \
     float *restrict y = yv;                                                        \
     const float *restrict a = in[0];                                               \
-    for (int64_t i = 0; i < n; i++) {                                              \
-      float x = a[step[0] ? i : 0];                                                \
-      y[i] = expr;                                                                 \
+    if (step[0]) {                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                            \
+        float x = a[i];                                                            \
+        y[i] = expr;                                                               \
+      }                                                                            \
+    } else {                                                                       \
+      float x = a[0];                                                              \
+      for (int64_t i = 0; i < n; i++) y[i] = expr;                                 \
     }                                                                              \
   }
 
@@ -258,8 +266,9 @@ bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status) {
     }                                                                              \
     T *restrict y = yv;                                                            \
     const T *restrict a = in[1], *restrict b = in[2];                              \
+    int64_t sa = step[1], sb = step[2]; /* locals: the loops unswitch on them */   \
     for (int64_t i = 0; i < n; i++) {                                              \
-      T x = a[step[1] ? i : 0], z = b[step[2] ? i : 0];                            \
+      T x = a[sa ? i : 0], z = b[sb ? i : 0];                                      \
       y[i] = c[i] ? x : z;                                                         \
     }                                                                              \
   }
