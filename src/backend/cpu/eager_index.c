@@ -22,15 +22,19 @@ static inline int64_t index_at(const loom_tensor_t *t, int64_t i) {
   return t->dtype == LOOM_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
 }
 
-/* Whether every entry of ind lies in [lo, size). */
+/* Whether every entry of ind lies in [lo, size): v - lo below size - lo,
+ * unsigned, so that the loops have no branch and vectorize. */
 static bool in_range(const loom_tensor_t *ind, int64_t lo, int64_t size) {
   int64_t n = loom_tensor_numel(ind);
-  bool ok = true;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = index_at(ind, i);
-    ok &= (v >= lo) & (v < size); /* no branch: the loop vectorizes */
+  uint64_t span = (uint64_t)size - (uint64_t)lo, out = 0;
+  if (ind->dtype == LOOM_I64) {
+    const int64_t *v = ind->data;
+    for (int64_t i = 0; i < n; i++) out |= (uint64_t)v[i] - (uint64_t)lo >= span;
+  } else {
+    const int32_t *v = ind->data;
+    for (int64_t i = 0; i < n; i++) out |= (uint64_t)(int64_t)v[i] - (uint64_t)lo >= span;
   }
-  return ok;
+  return !out;
 }
 
 /* ---- gather, index_select, embedding --------------------------------------- */
@@ -81,9 +85,15 @@ bool cpu_eager_take(ref_call_t *c, loom_status_t *status) {
 
 /* Whether entries p .. p + n - 1 of ind all equal k. */
 static bool row_of(const loom_tensor_t *ind, int64_t p, int64_t n, int64_t k) {
-  bool same = true;
-  for (int64_t q = 0; q < n; q++) same &= index_at(ind, p + q) == k;
-  return same;
+  uint64_t differ = 0;
+  if (ind->dtype == LOOM_I64) {
+    const int64_t *v = (const int64_t *)ind->data + p;
+    for (int64_t q = 0; q < n; q++) differ |= (uint64_t)(v[q] ^ k);
+  } else {
+    const int32_t *v = (const int32_t *)ind->data + p;
+    for (int64_t q = 0; q < n; q++) differ |= (uint64_t)((int64_t)v[q] ^ k);
+  }
+  return !differ;
 }
 
 /* f32 with index and src of one shape, which is self's off the axis (the
