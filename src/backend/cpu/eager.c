@@ -2,19 +2,28 @@
  * time on host tensors, for the fallback interpreter (rt_interpret) where
  * nothing is compiled. They exist before any compile, so a segment seen
  * for the first time, or with no C compiler on the machine, still runs
- * its matmuls on the library GEMM, its elementwise arithmetic as plain
- * loops and its concats, splits and slices as row copies, not through
- * the reference kernels' per-element dtype dispatch in double: f32
- * matmul, f32 and i64 arithmetic, common f32 unary ops, and data
- * movement of any dtype. Every other case is the reference kernels'.
- * This file dispatches and holds matmul and data movement; the
- * elementwise kernels are in eager_elementwise.c.
+ * its matmuls on the library GEMM and the rest as plain loops and row
+ * copies, not through the reference kernels' per-element dtype dispatch
+ * in double. They cover:
+ *   - matmul of f32 (here);
+ *   - concat, split, and slice with steps of 1, of any dtype (here);
+ *   - f32 and i64 add, sub, mul; f32 div, maximum, minimum and the unary
+ *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
+ *     ne, lt, le, gt, ge of f32 or i64, giving bool; where, sides of any
+ *     dtype (eager_elementwise.c), all with NumPy broadcasting;
+ *   - gather, index_select and embedding of any dtype, scatter_add of f32
+ *     whose index and src have one shape, equal to self's off the axis;
+ *     i64 or i32 indices (eager_index.c);
+ *   - sum and mean of f32 over adjacent axes (eager_reduce.c).
+ * Every other op, dtype or layout is the reference kernels', and so is
+ * an index out of range, whose error the reference kernel gives.
  *
- * Elementwise results equal the reference's: f32 add, sub, mul and div
- * are exact roundings of the double results the reference rounds, and
- * the unary ops here are those whose f32 form rounds the same (neg, abs,
- * relu, sqrt) or compute in double as the reference does (exp, tanh,
- * sigmoid, log). matmul accumulates in f32, as compiled code does. */
+ * Results are the reference's bits except matmul's: f32 add, sub, mul
+ * and div are exact roundings of the double results the reference
+ * rounds, the unary ops here round the same or compute in double as the
+ * reference does, comparisons are exact, scatter_add, sum and mean add
+ * in double in the reference's order and round once. matmul accumulates
+ * in f32, as compiled code does. */
 #include <string.h>
 
 #include "backend/cpu/eager.h"

@@ -23,7 +23,7 @@ static inline int64_t index_at(const loom_tensor_t *t, int64_t i) {
 }
 
 /* Whether every entry of ind lies in [lo, size): v - lo below size - lo,
- * unsigned, so that the loops have no branch and vectorize. */
+ * unsigned, so that the loops have no branch. */
 static bool in_range(const loom_tensor_t *ind, int64_t lo, int64_t size) {
   int64_t n = loom_tensor_numel(ind);
   uint64_t span = (uint64_t)size - (uint64_t)lo, out = 0;
