@@ -1,11 +1,18 @@
-/* The CPU back end's eager kernels (src/backend/cpu/eager.c), which the
+/* The CPU back end's eager kernels (src/backend/cpu/eager*.c), which the
  * fallback interpreter (rt_interpret) runs where nothing is compiled:
  * every graph here runs through rt_interpret with the CPU back end and
  * through loom_interpret (reference kernels only), and the two must agree:
- * bit for bit for data movement, f32 add/sub/mul/div, the unary ops and
- * i64 arithmetic; within f32 rounding for matmul (the GEMM accumulates in
- * f32, the reference in double). Shapes cover every broadcast layout the
- * kernels tell apart, the batch layouts of matmul, and empty tensors. */
+ * bit for bit (the sign of zero too) for data movement, elementwise
+ * arithmetic, the unary ops, comparisons, where, gathers, scatter_add,
+ * sum and mean; within f32 rounding for matmul (the GEMM accumulates in
+ * f32, the reference in double). An index out of range must give the
+ * reference kernel's error. Each case also checks that the eager kernels
+ * ran its node (or left it to the reference kernel, where they have no
+ * kernel for it), so that a kernel that stops running shows. Shapes
+ * cover every broadcast layout the kernels tell apart, the batch layouts
+ * of matmul, negative axes, odd sizes and empty tensors; values include
+ * NaN, infinities, ties, and magnitudes spread so far that the order of
+ * a sum shows in its result. */
 #include <math.h>
 #include <string.h>
 
