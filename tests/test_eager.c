@@ -1,11 +1,18 @@
-/* The CPU back end's eager kernels (src/backend/cpu/eager.c), which the
+/* The CPU back end's eager kernels (src/backend/cpu/eager*.c), which the
  * fallback interpreter (rt_interpret) runs where nothing is compiled:
  * every graph here runs through rt_interpret with the CPU back end and
  * through loom_interpret (reference kernels only), and the two must agree:
- * bit for bit for data movement, f32 add/sub/mul/div, the unary ops and
- * i64 arithmetic; within f32 rounding for matmul (the GEMM accumulates in
- * f32, the reference in double). Shapes cover every broadcast layout the
- * kernels tell apart, the batch layouts of matmul, and empty tensors. */
+ * bit for bit (the sign of zero too) for data movement, elementwise
+ * arithmetic, the unary ops, comparisons, where, gathers, scatter_add,
+ * sum and mean; within f32 rounding for matmul (the GEMM accumulates in
+ * f32, the reference in double). An index out of range must give the
+ * reference kernel's error. Each case also checks that the eager kernels
+ * ran its node (or left it to the reference kernel, where they have no
+ * kernel for it), so that a kernel that stops running shows. Shapes
+ * cover every broadcast layout the kernels tell apart, the batch layouts
+ * of matmul, negative axes, odd sizes and empty tensors; values include
+ * NaN, infinities, ties, and magnitudes spread so far that the order of
+ * a sum shows in its result. */
 #include <math.h>
 #include <string.h>
 
@@ -13,13 +20,32 @@
 #include "harness.h"
 #include "runtime/interp.h"
 
-/* Runs g both ways on in and compares every output (rtol 0: bitwise,
- * NaNs equal). */
+/* Nodes of each op that the eager kernels ran (rather than declined) in
+ * the last run through counting_cpu. */
+static int eager_ran[IR_OP_COUNT];
+
+static bool counting_eager(ref_call_t *c, loom_status_t *status) {
+  bool ran = be_find("cpu")->eager(c, status);
+  if (ran) eager_ran[c->node->op]++;
+  return ran;
+}
+
+/* The CPU back end with its eager kernels counted in eager_ran. */
+static const be_backend_t *counting_cpu(void) {
+  static be_backend_t b;
+  b = *be_find("cpu");
+  b.eager = counting_eager;
+  memset(eager_ran, 0, sizeof eager_ran);
+  return &b;
+}
+
+/* Runs g both ways on in and compares every output (rtol 0: bitwise, the
+ * sign of zero too; NaNs equal). */
 static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
   int n_out = loom_graph_num_outputs(g);
   loom_tensor_t *want[4] = {0}, *got[4] = {0};
   CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
-  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, be_find("cpu")));
+  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, counting_cpu()));
   for (int k = 0; k < n_out; k++) {
     if (!want[k] || !got[k]) continue;
     CHECK(loom_tensor_dtype(got[k]) == loom_tensor_dtype(want[k]));
@@ -27,7 +53,7 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
     CHECK(loom_tensor_numel(got[k]) == n);
     for (int64_t i = 0; i < n; i++) {
       double a = test_get(got[k], i), b = test_get(want[k], i);
-      if (rtol == 0) CHECK(a == b || (isnan(a) && isnan(b)));
+      if (rtol == 0) CHECK((a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b)));
       else CHECK_NEAR(a, b, 1e-5, rtol);
     }
     loom_tensor_destroy(want[k]);
@@ -35,12 +61,32 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
   }
 }
 
+/* Both runs of g on in fail, with one status and one message. */
+static void agree_fails(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
+  int n_out = loom_graph_num_outputs(g);
+  loom_tensor_t *out[4] = {0};
+  loom_status_t want = loom_interpret(g, n_in, in, n_out, out);
+  char message[512];
+  snprintf(message, sizeof message, "%s", loom_last_error());
+  loom_status_t got = rt_interpret(g, n_in, in, n_out, out, counting_cpu());
+  CHECK(want != LOOM_OK);
+  CHECK(got == want);
+  CHECK(strcmp(loom_last_error(), message) == 0);
+}
+
 typedef loom_status_t (*binary_fn)(loom_graph_t *, loom_value_t, loom_value_t, loom_value_t *);
 typedef loom_status_t (*unary_fn)(loom_graph_t *, loom_value_t, loom_value_t *);
 
-/* a (shape sa) op b (shape sb), broadcast as NumPy does. */
+/* Whether the eager kernels ran g's last node in the last agree(). */
+static bool ran_last(const loom_graph_t *g) {
+  return eager_ran[g->nodes[g->n_nodes - 1].op] > 0;
+}
+
+/* a (shape sa) op b (shape sb), broadcast as NumPy does; eager: whether
+ * the eager kernels run it. Integer-valued f32 inputs (ties) make
+ * comparisons meet equal pairs. */
 static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa, int rb,
-                        const int64_t *sb) {
+                        const int64_t *sb, bool ties, bool eager) {
   loom_graph_t *g;
   loom_value_t a, b, y;
   CHECK_OK(loom_graph_create(&g));
@@ -49,44 +95,125 @@ static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa
   CHECK_OK(op(g, a, b, &y));
   CHECK_OK(loom_graph_output(g, y));
   loom_tensor_t *in[2] = {test_rand_tensor(dt, ra, sa, -3, 3), test_rand_tensor(dt, rb, sb, -3, 3)};
-  /* a NaN and an infinity where there is room, for max and min */
-  if (dt == LOOM_F32 && loom_tensor_numel(in[0]) > 2) {
+  for (int k = 0; k < 2 && ties && dt == LOOM_F32; k++) {
+    float *p = loom_tensor_data(in[k]);
+    for (int64_t i = 0; i < loom_tensor_numel(in[k]); i++) p[i] = roundf(p[i]);
+  }
+  /* a NaN and infinities where there is room, for max, min and the
+   * comparisons */
+  if (dt == LOOM_F32 && loom_tensor_numel(in[0]) > 3) {
     ((float *)loom_tensor_data(in[0]))[1] = NAN;
     ((float *)loom_tensor_data(in[0]))[2] = INFINITY;
+    ((float *)loom_tensor_data(in[0]))[3] = -INFINITY;
   }
   agree(g, 2, in, 0);
+  CHECK(ran_last(g) == eager);
   loom_tensor_destroy(in[0]);
   loom_tensor_destroy(in[1]);
   loom_graph_destroy(g);
 }
 
+/* Every broadcast layout the elementwise kernels tell apart. */
+static const struct {
+  int ra, rb;
+  int64_t sa[4], sb[4];
+} broadcasts[] = {
+    {2, 2, {3, 5}, {3, 5}},          /* both step */
+    {2, 0, {3, 5}, {0}},             /* b one element */
+    {0, 2, {0}, {3, 5}},             /* a one element */
+    {3, 1, {2, 3, 5}, {5}},          /* b a row */
+    {3, 2, {2, 3, 1}, {3, 5}},       /* a a column, b a matrix */
+    {3, 3, {2, 1, 5}, {1, 4, 1}},    /* outer product */
+    {4, 4, {2, 1, 3, 4}, {1, 2, 3, 4}}, /* merged inner dims */
+    {2, 2, {0, 5}, {1, 5}},          /* empty */
+    {1, 1, {1}, {1}},                /* one element each */
+    {2, 2, {37, 1}, {1, 19}},        /* odd sizes */
+};
+enum { N_BROADCASTS = sizeof broadcasts / sizeof *broadcasts };
+
 static void test_binary_broadcasts(void) {
-  static const struct {
-    int ra, rb;
-    int64_t sa[4], sb[4];
-  } shapes[] = {
-      {2, 2, {3, 5}, {3, 5}},          /* both step */
-      {2, 0, {3, 5}, {0}},             /* b one element */
-      {0, 2, {0}, {3, 5}},             /* a one element */
-      {3, 1, {2, 3, 5}, {5}},          /* b a row */
-      {3, 2, {2, 3, 1}, {3, 5}},       /* a a column, b a matrix */
-      {3, 3, {2, 1, 5}, {1, 4, 1}},    /* outer product */
-      {4, 4, {2, 1, 3, 4}, {1, 2, 3, 4}}, /* merged inner dims */
-      {2, 2, {0, 5}, {1, 5}},          /* empty */
-      {1, 1, {1}, {1}},                /* one element each */
-  };
   binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_maximum, loom_minimum};
   binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul};
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+  for (size_t s = 0; s < N_BROADCASTS; s++) {
+    int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
+    const int64_t *sa = broadcasts[s].sa, *sb = broadcasts[s].sb;
     for (size_t k = 0; k < sizeof f32_ops / sizeof *f32_ops; k++)
-      binary_case(f32_ops[k], LOOM_F32, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+      binary_case(f32_ops[k], LOOM_F32, ra, sa, rb, sb, false, true);
     for (size_t k = 0; k < sizeof i64_ops / sizeof *i64_ops; k++)
-      binary_case(i64_ops[k], LOOM_I64, shapes[s].ra, shapes[s].sa, shapes[s].rb, shapes[s].sb);
+      binary_case(i64_ops[k], LOOM_I64, ra, sa, rb, sb, false, true);
   }
-  /* Kernels it has no loop for (f64, a comparison) still run, by the
+  /* Kernels it has no loop for (f64, i32, pow) still run, by the
    * reference kernel. */
-  binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
-  binary_case(loom_lt, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4});
+  binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+  binary_case(loom_add, LOOM_I32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+  binary_case(loom_pow, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+}
+
+/* Comparisons of f32 (NaN and infinities among them) and i64 give bool,
+ * in every broadcast layout; equal pairs occur. */
+static void test_compare(void) {
+  binary_fn ops[] = {loom_eq, loom_ne, loom_lt, loom_le, loom_gt, loom_ge};
+  for (size_t s = 0; s < N_BROADCASTS; s++)
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+      int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
+      const int64_t *sa = broadcasts[s].sa, *sb = broadcasts[s].sb;
+      binary_case(ops[k], LOOM_F32, ra, sa, rb, sb, true, true);
+      binary_case(ops[k], LOOM_I64, ra, sa, rb, sb, true, true);
+    }
+  /* other dtypes: the reference kernel */
+  binary_case(loom_lt, LOOM_I32, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+  binary_case(loom_eq, LOOM_BOOL, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+  binary_case(loom_gt, LOOM_F64, 1, (int64_t[]){5}, 1, (int64_t[]){5}, true, false);
+}
+
+/* where(cond, a, b) with cond of shape sc: sides of every element size,
+ * every broadcast of the three operands. */
+static void where_case(loom_dtype_t dt, int rc, const int64_t *sc, int ra, const int64_t *sa,
+                       int rb, const int64_t *sb) {
+  loom_graph_t *g;
+  loom_value_t c, a, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "c", LOOM_BOOL, rc, sc, &c));
+  CHECK_OK(loom_graph_input(g, "a", dt, ra, sa, &a));
+  CHECK_OK(loom_graph_input(g, "b", dt, rb, sb, &b));
+  CHECK_OK(loom_where(g, c, a, b, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[3] = {test_rand_tensor(LOOM_BOOL, rc, sc, 0, 1),
+                          test_rand_tensor(dt, ra, sa, -9, 9),
+                          test_rand_tensor(dt, rb, sb, -9, 9)};
+  agree(g, 3, in, 0);
+  CHECK(ran_last(g));
+  /* both values of a one-element condition: a copy of either side */
+  if (loom_tensor_numel(in[0]) == 1) {
+    uint8_t *p = loom_tensor_data(in[0]);
+    *p = !*p;
+    agree(g, 3, in, 0);
+  }
+  for (int k = 0; k < 3; k++) loom_tensor_destroy(in[k]);
+  loom_graph_destroy(g);
+}
+
+static void test_where(void) {
+  static const struct {
+    int rc, ra, rb;
+    int64_t sc[3], sa[3], sb[3];
+  } shapes[] = {
+      {0, 2, 2, {0}, {4, 7}, {4, 7}},             /* one condition (the optimizer's) */
+      {2, 2, 2, {1, 1}, {4, 7}, {1, 7}},          /* one condition, a side broadcast */
+      {0, 0, 2, {0}, {0}, {3, 5}},                /* one condition picking a scalar */
+      {2, 2, 2, {4, 7}, {4, 7}, {4, 7}},          /* all step */
+      {2, 2, 0, {37, 3}, {37, 3}, {0}},           /* b one element (relu's gradient) */
+      {2, 0, 2, {5, 3}, {0}, {5, 3}},             /* a one element */
+      {3, 3, 2, {2, 1, 5}, {1, 4, 1}, {4, 5}},    /* everything broadcasts */
+      {2, 1, 2, {3, 1}, {6}, {1, 6}},             /* condition a column */
+      {2, 2, 2, {0, 3}, {0, 3}, {1, 3}},          /* empty */
+      {1, 2, 2, {0}, {4, 0}, {1, 0}},             /* empty, condition too */
+  };
+  loom_dtype_t dts[] = {LOOM_F32, LOOM_I64, LOOM_BOOL, LOOM_F16, LOOM_I32, LOOM_F64};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t k = 0; k < sizeof dts / sizeof *dts; k++)
+      where_case(dts[k], shapes[s].rc, shapes[s].sc, shapes[s].ra, shapes[s].sa,
+                 shapes[s].rb, shapes[s].sb);
 }
 
 static void test_unary(void) {
@@ -174,11 +301,260 @@ static void test_movement(void) {
   }
 }
 
+/* ---- Indexing ------------------------------------------------------------- */
+
+/* What a case expects of the eager kernels: to run the node, to leave it
+ * to the reference kernel, or (an index out of range) to leave it to the
+ * reference kernel, which fails. */
+typedef enum { RUNS, DECLINES, FAILS } expect_t;
+
+/* Runs g on in both ways and checks what expect says. */
+static void expect(loom_graph_t *g, int n_in, loom_tensor_t *const *in, expect_t e) {
+  if (e == FAILS) agree_fails(g, n_in, in);
+  else agree(g, n_in, in, 0);
+  CHECK(ran_last(g) == (e == RUNS));
+}
+
+/* Sets entry i of an index tensor to v. */
+static void set_index(loom_tensor_t *t, int64_t i, double v) {
+  loom_tensor_t *one = test_tensor(loom_tensor_dtype(t), 0, NULL, &v);
+  size_t es = loom_dtype_size(loom_tensor_dtype(t));
+  memcpy((char *)loom_tensor_data(t) + i * (int64_t)es, loom_tensor_data(one), es);
+  loom_tensor_destroy(one);
+}
+
+/* op (gather, index_select or embedding) of data (dtype dt, shape sd)
+ * at indices (dtype it, shape si) drawn from [lo, hi], along axis. */
+static void take_case(ir_op_t op, loom_dtype_t dt, int rd, const int64_t *sd, loom_dtype_t it,
+                      int ri, const int64_t *si, int64_t axis, int64_t lo, int64_t hi,
+                      expect_t e) {
+  loom_graph_t *g;
+  loom_value_t data, ind, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "data", dt, rd, sd, &data));
+  CHECK_OK(loom_graph_input(g, "ind", it, ri, si, &ind));
+  if (op == IR_OP_GATHER) CHECK_OK(loom_gather(g, data, ind, axis, &y));
+  else if (op == IR_OP_INDEX_SELECT) CHECK_OK(loom_index_select(g, data, ind, axis, &y));
+  else CHECK_OK(loom_embedding(g, data, ind, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_rand_tensor(dt, rd, sd, -9, 9),
+                          test_rand_tensor(it, ri, si, (double)lo, (double)hi)};
+  /* both ends of the range, where there is room */
+  int64_t n = loom_tensor_numel(in[1]);
+  if (n > 1) {
+    set_index(in[1], 0, (double)lo);
+    set_index(in[1], n - 1, (double)hi);
+  }
+  expect(g, 2, in, e);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_gather(void) {
+  const int64_t d3[3] = {4, 5, 6}, i2[2] = {3, 7};
+  /* every axis, negative ones too; negative indices count from the end */
+  for (int64_t axis = -3; axis < 3; axis++) {
+    int64_t size = d3[axis < 0 ? axis + 3 : axis];
+    take_case(IR_OP_GATHER, LOOM_F32, 3, d3, LOOM_I64, 2, i2, axis, -size, size - 1, RUNS);
+    take_case(IR_OP_GATHER, LOOM_F32, 3, d3, LOOM_I32, 2, i2, axis, -size, size - 1, RUNS);
+  }
+  /* rows of 1, 2, 4, 8 and 24 bytes: every element size, inner rows */
+  loom_dtype_t dts[] = {LOOM_BOOL, LOOM_F16, LOOM_F32, LOOM_I64, LOOM_F64, LOOM_I32};
+  for (size_t k = 0; k < sizeof dts / sizeof *dts; k++) {
+    take_case(IR_OP_GATHER, dts[k], 1, (int64_t[]){11}, LOOM_I64, 2, i2, 0, -11, 10, RUNS);
+    take_case(IR_OP_GATHER, dts[k], 2, (int64_t[]){7, 3}, LOOM_I64, 1, (int64_t[]){9}, 0, 0, 6,
+              RUNS);
+  }
+  /* a scalar index drops the axis; empty indices, empty data */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 0, NULL, 1, -3, 2, RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 1, (int64_t[]){0}, 0, 0, 4,
+            RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){0, 3}, LOOM_I64, 1, (int64_t[]){4}, 1, 0, 2,
+            RUNS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 0}, LOOM_I64, 1, (int64_t[]){4}, 0, 0, 4,
+            RUNS);
+  /* i8 indices: the reference kernel */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I8, 1, (int64_t[]){4}, 0, 0, 4,
+            DECLINES);
+  /* out of range either way, and in an empty result: the reference's error */
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I64, 1, (int64_t[]){40}, 0, 0, 5,
+            FAILS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){5, 3}, LOOM_I32, 1, (int64_t[]){40}, 1, -4, 2,
+            FAILS);
+  take_case(IR_OP_GATHER, LOOM_F32, 2, (int64_t[]){0, 3}, LOOM_I64, 1, (int64_t[]){4}, 1, 3, 3,
+            FAILS);
+}
+
+static void test_index_select_embedding(void) {
+  const int64_t d2[2] = {7, 5}, i1[1] = {9};
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, 0, -7, 6, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, -1, -5, 4, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_I64, 2, d2, LOOM_I32, 1, i1, 1, 0, 4, RUNS);
+  take_case(IR_OP_INDEX_SELECT, LOOM_F32, 2, d2, LOOM_I64, 1, i1, 0, 0, 7, FAILS);
+  /* embedding: rows of the weight, no negative indices */
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 4}, LOOM_I64, 2, (int64_t[]){2, 3}, 0,
+            0, 9, RUNS);
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 1}, LOOM_I32, 1, (int64_t[]){13}, 0,
+            0, 9, RUNS);
+  take_case(IR_OP_EMBEDDING, LOOM_F32, 2, (int64_t[]){10, 4}, LOOM_I64, 1, (int64_t[]){13}, 0,
+            -1, 9, FAILS);
+}
+
+/* scatter_add(self, index, src) along axis: self (ss) f32 from
+ * [-100, 100], src (sx) of widely spread magnitudes, so that the order
+ * and the precision of the sums show in the result; index (si, dtype it)
+ * drawn from [lo, hi], or, rows, holding one value per row of the dims
+ * after axis (torch's index_add written as scatter_add). */
+static void scatter_case(loom_dtype_t dt, int rank, const int64_t *ss, const int64_t *si,
+                         const int64_t *sx, loom_dtype_t it, int64_t axis, int64_t lo,
+                         int64_t hi, bool rows, expect_t e) {
+  loom_graph_t *g;
+  loom_value_t self, index, src, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "self", dt, rank, ss, &self));
+  CHECK_OK(loom_graph_input(g, "index", it, rank, si, &index));
+  CHECK_OK(loom_graph_input(g, "src", dt, rank, sx, &src));
+  CHECK_OK(loom_scatter_add(g, self, index, src, axis, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[3] = {test_rand_tensor(dt, rank, ss, -100, 100),
+                          test_rand_tensor(it, rank, si, (double)lo, (double)hi),
+                          test_rand_tensor(dt, rank, sx, -1, 1)};
+  /* Every fifth entry +-2^60, so that where a sum cancels them depends
+   * on the order of the adds. */
+  if (dt == LOOM_F32) {
+    float *x = loom_tensor_data(in[2]);
+    for (int64_t i = 0; i < loom_tensor_numel(in[2]); i++)
+      x[i] = i % 5 ? ldexpf(x[i], (int)test_rand_int(-20, 20)) : ldexpf(i % 2 ? 1 : -1, 60);
+  }
+  int64_t a = axis < 0 ? axis + rank : axis, inner = 1, n = loom_tensor_numel(in[1]);
+  for (int d = (int)a + 1; d < rank; d++) inner *= si[d];
+  /* both ends of the range, in the first row and the last */
+  if (n > inner) {
+    set_index(in[1], 0, (double)lo);
+    set_index(in[1], n - inner, (double)hi);
+  }
+  for (int64_t p = 0; rows && p < n; p++) set_index(in[1], p, test_get(in[1], p - p % inner));
+  expect(g, 3, in, e);
+  for (int k = 0; k < 3; k++) loom_tensor_destroy(in[k]);
+  loom_graph_destroy(g);
+}
+
+static void test_scatter_add(void) {
+  const int64_t self2[2] = {6, 33}, big2[2] = {40, 33};
+  /* axis 0, many entries into few rows: whole rows (the GNN's) and not */
+  for (int rows = 0; rows < 2; rows++) {
+    scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, rows, RUNS);
+    scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I32, 0, 0, 5, rows, RUNS);
+    scatter_case(LOOM_F32, 2, (int64_t[]){2, 33}, big2, big2, LOOM_I64, -2, 0, 1, rows, RUNS);
+  }
+  /* the last axis (rows of one), a middle one, odd sizes */
+  scatter_case(LOOM_F32, 2, (int64_t[]){5, 3}, (int64_t[]){5, 17}, (int64_t[]){5, 17},
+               LOOM_I64, 1, 0, 2, false, RUNS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){5, 3}, (int64_t[]){5, 17}, (int64_t[]){5, 17},
+               LOOM_I64, -1, 0, 2, false, RUNS);
+  const int64_t s3[3] = {3, 4, 7}, i3[3] = {3, 9, 7};
+  scatter_case(LOOM_F32, 3, s3, i3, i3, LOOM_I64, 1, 0, 3, false, RUNS);
+  scatter_case(LOOM_F32, 3, s3, i3, i3, LOOM_I64, 1, 0, 3, true, RUNS);
+  /* gather's gradient: (1, n, inner), rows */
+  scatter_case(LOOM_F32, 3, (int64_t[]){1, 7, 64}, (int64_t[]){1, 50, 64},
+               (int64_t[]){1, 50, 64}, LOOM_I64, 1, 0, 6, true, RUNS);
+  /* empty: no entries, or nothing to add into */
+  scatter_case(LOOM_F32, 2, self2, (int64_t[]){0, 33}, (int64_t[]){0, 33}, LOOM_I64, 0, 0, 5,
+               false, RUNS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){6, 0}, (int64_t[]){9, 0}, (int64_t[]){9, 0}, LOOM_I64,
+               0, 0, 5, false, RUNS);
+  scatter_case(LOOM_F32, 1, (int64_t[]){6}, (int64_t[]){1}, (int64_t[]){1}, LOOM_I64, 0, 0, 5,
+               false, RUNS);
+  /* index smaller than src or self off the axis, other dtypes: the
+   * reference kernel */
+  scatter_case(LOOM_F32, 2, (int64_t[]){6, 5}, (int64_t[]){4, 3}, (int64_t[]){5, 4}, LOOM_I64,
+               0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_F64, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_I64, 2, self2, big2, big2, LOOM_I64, 0, 0, 5, false, DECLINES);
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I8, 0, 0, 5, false, DECLINES);
+  /* out of range (negative, or the size): the reference's error */
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I64, 0, -1, 5, false, FAILS);
+  scatter_case(LOOM_F32, 2, self2, big2, big2, LOOM_I32, 0, 0, 6, true, FAILS);
+  scatter_case(LOOM_F32, 2, (int64_t[]){0, 3}, (int64_t[]){2, 3}, (int64_t[]){2, 3}, LOOM_I64,
+               0, 0, 0, false, FAILS);
+}
+
+/* ---- Reductions ----------------------------------------------------------- */
+
+typedef loom_status_t (*reduce_fn)(loom_graph_t *, loom_value_t, int, const int64_t *, int,
+                                   loom_value_t *);
+
+/* op (sum or mean) of x (shape sx, dtype dt) over axes (n_axes < 0: all),
+ * x of widely spread magnitudes with +-2^60 among them, so that the
+ * order and the precision of the sums show in the result. */
+static void reduce_case(reduce_fn op, loom_dtype_t dt, int rank, const int64_t *sx, int n_axes,
+                        const int64_t *axes, int keepdim, expect_t e) {
+  loom_graph_t *g;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", dt, rank, sx, &x));
+  CHECK_OK(op(g, x, n_axes < 0 ? 0 : n_axes, n_axes < 0 ? NULL : axes, keepdim, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_rand_tensor(dt, rank, sx, -1, 1);
+  if (dt == LOOM_F32) {
+    float *p = loom_tensor_data(in);
+    for (int64_t i = 0; i < loom_tensor_numel(in); i++)
+      p[i] = i % 7 ? ldexpf(p[i], (int)test_rand_int(-20, 20)) : ldexpf(i % 2 ? 1 : -1, 60);
+  }
+  expect(g, 1, &in, e);
+  /* -0 everywhere: the sums start from +0, as the reference's */
+  if (dt == LOOM_F32) {
+    float *p = loom_tensor_data(in);
+    for (int64_t i = 0; i < loom_tensor_numel(in); i++) p[i] = -0.0f;
+    expect(g, 1, &in, e);
+  }
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void test_reduce(void) {
+  static const struct {
+    int n_axes;
+    int64_t axes[3];
+    expect_t e;
+  } cases[] = {
+      {1, {0}, RUNS}, {1, {1}, RUNS}, {1, {2}, RUNS}, {1, {-1}, RUNS},
+      {2, {0, 1}, RUNS}, {2, {1, -1}, RUNS}, {3, {0, 1, 2}, RUNS}, {-1, {0}, RUNS},
+      {2, {0, 2}, DECLINES}, /* not adjacent */
+  };
+  reduce_fn ops[] = {loom_sum, loom_mean};
+  const int64_t x3[3] = {4, 5, 300}; /* inner rows longer than a block */
+  for (size_t k = 0; k < 2; k++) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+      for (int keepdim = 0; keepdim < 2; keepdim++)
+        reduce_case(ops[k], LOOM_F32, 3, x3, cases[i].n_axes, cases[i].axes, keepdim,
+                    cases[i].e);
+    /* adjacent once dims of 1 are set aside */
+    reduce_case(ops[k], LOOM_F32, 3, (int64_t[]){3, 1, 5}, 2, (int64_t[]){0, 2}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 3, (int64_t[]){1, 7, 1}, 1, (int64_t[]){0}, 0, RUNS);
+    /* odd sizes; nothing to sum (0, or NaN for mean); no outputs; a scalar */
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){37, 19}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){0, 5}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 2, (int64_t[]){3, 0}, 1, (int64_t[]){0}, 0, RUNS);
+    reduce_case(ops[k], LOOM_F32, 0, NULL, -1, NULL, 0, RUNS);
+    /* other dtypes: the reference kernel */
+    reduce_case(ops[k], LOOM_F64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
+  }
+  reduce_case(loom_sum, LOOM_I64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
+}
+
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
+  TEST_RUN(test_compare);
+  TEST_RUN(test_where);
   TEST_RUN(test_unary);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
+  TEST_RUN(test_gather);
+  TEST_RUN(test_index_select_embedding);
+  TEST_RUN(test_scatter_add);
+  TEST_RUN(test_reduce);
   return test_summary();
 }

@@ -92,6 +92,9 @@ void *core_storage_alloc(size_t bytes, bool zero) {
   char *block = zero ? core_calloc(1, HEADER + capacity) : core_malloc(HEADER + capacity);
   if (!block) return NULL;
   ((header_t *)block)->capacity = capacity;
+  /* Under the sanitizers an unset block reads as NaN (-1 as an integer),
+   * so that a producer that leaves an element unwritten shows. */
+  if (!STORAGE_KEEPS && !zero) memset(block + HEADER, 0xff, capacity);
   return block + HEADER;
 }
 

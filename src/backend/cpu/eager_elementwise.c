@@ -1,0 +1,315 @@
+/* The CPU back end's eager elementwise kernels (eager.h): plain loops
+ * over the output, each operand read at its broadcast stride. Results
+ * equal the reference's: f32 add, sub, mul and div are exact roundings
+ * of the double results the reference rounds, the unary ops here are
+ * those whose f32 form rounds the same (neg, abs, relu, sqrt) or compute
+ * in double as the reference does (exp, tanh, sigmoid, log), comparisons
+ * are exact, and where copies bits. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/eager.h"
+
+enum { EW_MAX_IN = 3 }; /* where's condition and its two sides */
+
+/* The output's dims with each operand's element stride along them (0
+ * where it broadcasts), adjacent dims merged where every operand steps
+ * through them as one. */
+typedef struct ew_shape {
+  int rank;
+  int64_t dims[LOOM_MAX_RANK];
+  int64_t stride[EW_MAX_IN][LOOM_MAX_RANK];
+} ew_shape_t;
+
+static void ew_shape(const loom_tensor_t *y, int n_in, const loom_tensor_t *const *in,
+                     ew_shape_t *s) {
+  int r = y->rank;
+  int64_t st[EW_MAX_IN][LOOM_MAX_RANK] = {{0}};
+  memset(s, 0, sizeof *s);
+  for (int k = 0; k < n_in; k++) {
+    int64_t step = 1;
+    for (int d = r - 1; d >= 0; d--) {
+      int da = d - (r - in[k]->rank);
+      int64_t size = da >= 0 ? in[k]->shape[da] : 1;
+      st[k][d] = size == 1 ? 0 : step;
+      step *= size;
+    }
+  }
+  s->rank = 0;
+  for (int d = 0; d < r; d++) {
+    if (y->shape[d] == 1) continue;
+    /* Merged into the dim before when, for every operand, that dim steps
+     * over this one whole (or neither moves). */
+    int q = s->rank - 1;
+    bool merge = q >= 0;
+    for (int k = 0; k < n_in && merge; k++)
+      merge = s->stride[k][q] == st[k][d] * y->shape[d];
+    if (merge) {
+      s->dims[q] *= y->shape[d];
+      for (int k = 0; k < n_in; k++) s->stride[k][q] = st[k][d];
+    } else {
+      s->dims[s->rank] = y->shape[d];
+      for (int k = 0; k < n_in; k++) s->stride[k][s->rank] = st[k][d];
+      s->rank++;
+    }
+  }
+  if (s->rank == 0) { /* a single element */
+    s->rank = 1;
+    s->dims[0] = 1;
+    for (int k = 0; k < n_in; k++) s->stride[k][0] = 0;
+  }
+}
+
+/* Runs an op over n elements: y[i] = op(in[0][i * step[0]], ...), steps
+ * 0 or 1. */
+typedef void (*ew_run_fn)(void *y, const void *const *in, const int64_t *step, int64_t n);
+
+/* Calls run over the innermost dim of s for every index of the others;
+ * y's elements are es_y bytes, operand k's es[k]. */
+static void ew_loop(const ew_shape_t *s, int64_t es_y, const int64_t *es, int n_in,
+                    void *y, const void *const *in, ew_run_fn run) {
+  int inner = s->rank - 1;
+  int64_t len = s->dims[inner], outer = 1, idx[LOOM_MAX_RANK] = {0};
+  int64_t step[EW_MAX_IN];
+  for (int d = 0; d < inner; d++) outer *= s->dims[d];
+  for (int k = 0; k < n_in; k++) step[k] = s->stride[k][inner];
+  for (int64_t o = 0; o < outer; o++) {
+    const void *at[EW_MAX_IN];
+    for (int k = 0; k < n_in; k++) {
+      int64_t off = 0;
+      for (int d = 0; d < inner; d++) off += idx[d] * s->stride[k][d];
+      at[k] = (const char *)in[k] + off * es[k];
+    }
+    run((char *)y + o * len * es_y, at, step, len);
+    for (int d = inner - 1; d >= 0 && ++idx[d] == s->dims[d]; d--) idx[d] = 0;
+  }
+}
+
+/* A binary op's run (T operands, R results) in its layouts (both
+ * operands stepping, or one of them broadcast along the run), each a loop
+ * of its own, so that it vectorizes. */
+#define EW_BINARY(name, T, R, expr)                                                \
+  static void name##_run(void *yv, const void *const *in, const int64_t *step,     \
+                         int64_t n) {                                              \
+    R *restrict y = yv;                                                            \
+    const T *restrict a = in[0], *restrict b = in[1];                              \
+    if (step[0] && step[1]) {                                                      \
+      for (int64_t i = 0; i < n; i++) {                                            \
+        T x = a[i], z = b[i];                                                      \
+        y[i] = expr;                                                               \
+      }                                                                            \
+    } else if (step[0]) {                                                          \
+      T z = b[0];                                                                  \
+      for (int64_t i = 0; i < n; i++) {                                            \
+        T x = a[i];                                                                \
+        y[i] = expr;                                                               \
+      }                                                                            \
+    } else if (step[1]) {                                                          \
+      T x = a[0];                                                                  \
+      for (int64_t i = 0; i < n; i++) {                                            \
+        T z = b[i];                                                                \
+        y[i] = expr;                                                               \
+      }                                                                            \
+    } else { /* one element each: an output of one */                              \
+      T x = a[0], z = b[0];                                                        \
+      for (int64_t i = 0; i < n; i++) y[i] = expr;                                 \
+    }                                                                              \
+  }
+
+EW_BINARY(add, float, float, x + z)
+EW_BINARY(sub, float, float, x - z)
+EW_BINARY(mul, float, float, x * z)
+EW_BINARY(div, float, float, x / z)
+/* NaN from either side, as the reference's maximum and minimum. */
+EW_BINARY(maximum, float, float, x != x || z != z ? x + z : (x > z ? x : z))
+EW_BINARY(minimum, float, float, x != x || z != z ? x + z : (x < z ? x : z))
+/* i64 wraps (computed unsigned), as the reference does. */
+EW_BINARY(add_i64, int64_t, int64_t, (int64_t)((uint64_t)x + (uint64_t)z))
+EW_BINARY(sub_i64, int64_t, int64_t, (int64_t)((uint64_t)x - (uint64_t)z))
+EW_BINARY(mul_i64, int64_t, int64_t, (int64_t)((uint64_t)x * (uint64_t)z))
+
+/* Comparisons give bool (one byte, 0 or 1). An f32 compares as the double
+ * the reference converts it to: exactly, NaN unordered. */
+#define EW_COMPARE(T, suffix)                           \
+  EW_BINARY(eq_##suffix, T, uint8_t, x == z)            \
+  EW_BINARY(ne_##suffix, T, uint8_t, x != z)            \
+  EW_BINARY(lt_##suffix, T, uint8_t, x < z)             \
+  EW_BINARY(le_##suffix, T, uint8_t, x <= z)            \
+  EW_BINARY(gt_##suffix, T, uint8_t, x > z)             \
+  EW_BINARY(ge_##suffix, T, uint8_t, x >= z)            \
+  static ew_run_fn ew_compare_##suffix(ir_op_t op) {    \
+    switch (op) {                                       \
+      case IR_OP_EQ: return eq_##suffix##_run;          \
+      case IR_OP_NE: return ne_##suffix##_run;          \
+      case IR_OP_LT: return lt_##suffix##_run;          \
+      case IR_OP_LE: return le_##suffix##_run;          \
+      case IR_OP_GT: return gt_##suffix##_run;          \
+      case IR_OP_GE: return ge_##suffix##_run;          \
+      default: return NULL;                             \
+    }                                                   \
+  }
+
+EW_COMPARE(float, f32)
+EW_COMPARE(int64_t, i64)
+
+/* A unary op's run (step 1: the input steps; 0: one element repeated). */
+#define EW_UNARY(name, expr)                                                       \
+  static void name##_run(void *yv, const void *const *in, const int64_t *step,     \
+                         int64_t n) {                                              \
+    float *restrict y = yv;                                                        \
+    const float *restrict a = in[0];                                               \
+    if (step[0]) {                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                            \
+        float x = a[i];                                                            \
+        y[i] = expr;                                                               \
+      }                                                                            \
+    } else {                                                                       \
+      float x = a[0];                                                              \
+      for (int64_t i = 0; i < n; i++) y[i] = expr;                                 \
+    }                                                                              \
+  }
+
+EW_UNARY(neg, -x)
+EW_UNARY(abs, fabsf(x))
+EW_UNARY(relu, x > 0 ? x : (x != x ? x : 0.0f))
+EW_UNARY(sqrt, sqrtf(x))
+EW_UNARY(identity, x)
+/* In double, rounded once, as the reference computes them. */
+EW_UNARY(exp, (float)exp((double)x))
+EW_UNARY(log, (float)log((double)x))
+EW_UNARY(tanh, (float)tanh((double)x))
+EW_UNARY(sigmoid, x >= 0 ? (float)(1.0 / (1.0 + exp(-(double)x)))
+                         : (float)(exp((double)x) / (1.0 + exp((double)x))))
+
+static ew_run_fn ew_kernel_f32(ir_op_t op) {
+  switch (op) {
+    case IR_OP_ADD: return add_run;
+    case IR_OP_SUB: return sub_run;
+    case IR_OP_MUL: return mul_run;
+    case IR_OP_DIV: return div_run;
+    case IR_OP_MAXIMUM: return maximum_run;
+    case IR_OP_MINIMUM: return minimum_run;
+    case IR_OP_NEG: return neg_run;
+    case IR_OP_ABS: return abs_run;
+    case IR_OP_RELU: return relu_run;
+    case IR_OP_SQRT: return sqrt_run;
+    case IR_OP_IDENTITY: return identity_run;
+    case IR_OP_EXP: return exp_run;
+    case IR_OP_LOG: return log_run;
+    case IR_OP_TANH: return tanh_run;
+    case IR_OP_SIGMOID: return sigmoid_run;
+    default: return NULL;
+  }
+}
+
+static ew_run_fn ew_kernel_i64(ir_op_t op) {
+  switch (op) {
+    case IR_OP_ADD: return add_i64_run;
+    case IR_OP_SUB: return sub_i64_run;
+    case IR_OP_MUL: return mul_i64_run;
+    default: return NULL;
+  }
+}
+
+/* The run of op for inputs of dtype in and an output of dtype out. */
+static ew_run_fn ew_kernel(ir_op_t op, loom_dtype_t in, loom_dtype_t out) {
+  if (out == LOOM_BOOL)
+    return in == LOOM_F32 ? ew_compare_f32(op) : in == LOOM_I64 ? ew_compare_i64(op) : NULL;
+  if (out != in) return NULL;
+  return in == LOOM_F32 ? ew_kernel_f32(op) : in == LOOM_I64 ? ew_kernel_i64(op) : NULL;
+}
+
+/* An elementwise op whose inputs are all f32, or all i64: arithmetic of
+ * that dtype, or a comparison giving bool. */
+bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status) {
+  loom_tensor_t *y = c->out[0];
+  if (c->n_out != 1 || c->n_in < 1 || c->n_in > 2) return false;
+  loom_dtype_t dt = c->in[0]->dtype;
+  for (int k = 1; k < c->n_in; k++)
+    if (c->in[k]->dtype != dt) return false;
+  ew_run_fn run = ew_kernel(c->node->op, dt, y->dtype);
+  if (!run) return false;
+  *status = LOOM_OK;
+  if (loom_tensor_numel(y) == 0) return true;
+  ew_shape_t s;
+  ew_shape(y, c->n_in, c->in, &s);
+  int64_t es[2] = {(int64_t)loom_dtype_size(dt), (int64_t)loom_dtype_size(dt)};
+  const void *in[2] = {c->in[0]->data, c->n_in > 1 ? c->in[1]->data : NULL};
+  ew_loop(&s, (int64_t)loom_dtype_size(y->dtype), es, c->n_in, y->data, in, run);
+  return true;
+}
+
+/* ---- where ---------------------------------------------------------------- */
+
+/* Copies (or, step 0, repeats) elements of T: bits, whatever the dtype. */
+#define EW_COPY(T)                                                                 \
+  static void copy_##T##_run(void *yv, const void *const *in, const int64_t *step,  \
+                             int64_t n) {                                          \
+    T *restrict y = yv;                                                            \
+    const T *restrict a = in[0];                                                   \
+    if (step[0]) memcpy(y, a, (size_t)n * sizeof(T));                              \
+    else                                                                           \
+      for (int64_t i = 0; i < n; i++) y[i] = a[0];                                 \
+  }
+
+/* where's run: in[0] the bool condition, in[1] and in[2] the sides. Where
+ * the condition is one element along the run it copies one side. */
+#define EW_WHERE(T)                                                                \
+  EW_COPY(T)                                                                       \
+  static void where_##T##_run(void *yv, const void *const *in, const int64_t *step, \
+                              int64_t n) {                                         \
+    const uint8_t *restrict c = in[0];                                             \
+    if (!step[0]) {                                                                \
+      int k = c[0] ? 1 : 2;                                                        \
+      copy_##T##_run(yv, &in[k], &step[k], n);                                     \
+      return;                                                                      \
+    }                                                                              \
+    T *restrict y = yv;                                                            \
+    const T *restrict a = in[1], *restrict b = in[2];                              \
+    int64_t sa = step[1], sb = step[2]; /* locals: the loops unswitch on them */   \
+    for (int64_t i = 0; i < n; i++) {                                              \
+      T x = a[sa ? i : 0], z = b[sb ? i : 0];                                      \
+      y[i] = c[i] ? x : z;                                                         \
+    }                                                                              \
+  }
+
+EW_WHERE(uint8_t)
+EW_WHERE(uint16_t)
+EW_WHERE(uint32_t)
+EW_WHERE(uint64_t)
+
+/* By element size in bytes. */
+static const struct {
+  ew_run_fn copy, where;
+} where_runs[9] = {
+    [1] = {copy_uint8_t_run, where_uint8_t_run},
+    [2] = {copy_uint16_t_run, where_uint16_t_run},
+    [4] = {copy_uint32_t_run, where_uint32_t_run},
+    [8] = {copy_uint64_t_run, where_uint64_t_run},
+};
+
+/* where(cond, a, b) for sides of any dtype: elements are copied as bits.
+ * A condition of one element copies the side it picks, broadcast. */
+bool cpu_eager_where(ref_call_t *c, loom_status_t *status) {
+  const loom_tensor_t *cond = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int64_t es = (int64_t)loom_dtype_size(y->dtype);
+  if (cond->dtype != LOOM_BOOL || es > 8 || !where_runs[es].copy ||
+      c->in[1]->dtype != y->dtype || c->in[2]->dtype != y->dtype)
+    return false;
+  *status = LOOM_OK;
+  if (loom_tensor_numel(y) == 0) return true;
+  ew_shape_t s;
+  if (loom_tensor_numel(cond) == 1) {
+    const loom_tensor_t *side = c->in[*(const uint8_t *)cond->data ? 1 : 2];
+    const void *from = side->data;
+    ew_shape(y, 1, &side, &s);
+    ew_loop(&s, es, &es, 1, y->data, &from, where_runs[es].copy);
+    return true;
+  }
+  ew_shape(y, 3, c->in, &s);
+  int64_t sizes[3] = {1, es, es};
+  const void *in[3] = {cond->data, c->in[1]->data, c->in[2]->data};
+  ew_loop(&s, es, sizes, 3, y->data, in, where_runs[es].where);
+  return true;
+}

@@ -1,0 +1,61 @@
+/* The CPU back end's eager reductions (eager.h): sum and mean of f32 over
+ * axes that are adjacent (size-1 dims aside). Viewed as (outer, n,
+ * inner) reduced to (outer, inner), each output adds its n elements in
+ * order into a double from 0 and rounds once (mean: divides by n first),
+ * as the reference does, so the bits are the same. */
+#include "backend/cpu/eager.h"
+
+/* Outputs summed at once: a block of inner's, their sums in registers
+ * or L1 while the n rows stream past. */
+enum { BLOCK = 256 };
+
+static int64_t prod(int from, int to, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = from; d < to; d++) n *= shape[d];
+  return n;
+}
+
+/* Reduces n rows of inner elements starting at x into y[0 .. inner). */
+static void reduce_rows(float *y, const float *x, int64_t n, int64_t inner, bool mean) {
+  double acc[BLOCK];
+  for (int64_t q0 = 0; q0 < inner; q0 += BLOCK) {
+    int64_t m = inner - q0 < BLOCK ? inner - q0 : BLOCK;
+    for (int64_t q = 0; q < m; q++) acc[q] = 0;
+    for (int64_t j = 0; j < n; j++) {
+      const float *row = x + j * inner + q0;
+      for (int64_t q = 0; q < m; q++) acc[q] += row[q];
+    }
+    for (int64_t q = 0; q < m; q++) y[q0 + q] = (float)(mean ? acc[q] / (double)n : acc[q]);
+  }
+}
+
+bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  if (x->dtype != LOOM_F32 || y->dtype != LOOM_F32) return false;
+  /* the axes (all when absent), as the reference reads them */
+  bool red[LOOM_MAX_RANK] = {false};
+  const int64_t *axes = NULL;
+  int n_axes = ir_attr_ints(c->attrs, "axes", &axes);
+  for (int d = 0; d < x->rank; d++) red[d] = n_axes < 0;
+  for (int i = 0; i < n_axes && x->rank > 0; i++)
+    red[axes[i] < 0 ? axes[i] + x->rank : axes[i]] = true;
+  int first = x->rank, last = -1;
+  for (int d = 0; d < x->rank; d++)
+    if (red[d] && x->shape[d] != 1) {
+      first = d < first ? d : first;
+      last = d;
+    }
+  for (int d = first + 1; d < last; d++)
+    if (!red[d] && x->shape[d] != 1) return false;
+  if (last < 0) first = last = x->rank; /* nothing of size above 1 reduced */
+  else last++;
+  int64_t outer = prod(0, first, x->shape), n = prod(first, last, x->shape);
+  int64_t inner = prod(last, x->rank, x->shape);
+  const float *from = x->data;
+  float *to = y->data;
+  for (int64_t o = 0; o < outer; o++)
+    reduce_rows(to + o * inner, from + o * n * inner, n, inner, c->node->op == IR_OP_MEAN);
+  *status = LOOM_OK;
+  return true;
+}
