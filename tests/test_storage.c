@@ -38,19 +38,19 @@ static void test_reuse(void) {
   core_storage_trim();
 }
 
-/* Blocks under 64 KiB and over 16 MiB are not kept; neither is more than
- * the cache's bound (128 blocks, 256 MiB): the oldest make room. */
+/* Blocks under 16 KiB and over 16 MiB are not kept; neither is more than
+ * the cache's bound (256 blocks, 256 MiB): the oldest make room. */
 static void test_bounds(void) {
   core_storage_trim();
   core_storage_free(core_storage_alloc(1000, true));
   core_storage_free(core_storage_alloc(32u << 20, true));
   CHECK(core_storage_kept(NULL) == 0);
-  enum { N = 200 };
+  enum { N = 300 };
   void *blocks[N];
   size_t bytes = 0;
   for (int i = 0; i < N; i++) blocks[i] = core_storage_alloc((size_t)1 << 20, false);
   for (int i = 0; i < N; i++) core_storage_free(blocks[i]);
-  CHECK(core_storage_kept(&bytes) == (core_storage_reuses() ? 128 : 0));
+  CHECK(core_storage_kept(&bytes) == (core_storage_reuses() ? 256 : 0));
   for (int i = 0; i < 20; i++) blocks[i] = core_storage_alloc((size_t)15 << 20, false);
   for (int i = 0; i < 20; i++) core_storage_free(blocks[i]);
   int n = core_storage_kept(&bytes);

@@ -22,8 +22,8 @@
 #define STORAGE_KEEPS 1
 #endif
 
-enum { HEADER = 16, SLOTS = 128 };
-static const size_t MIN_KEPT = (size_t)64 << 10, MAX_KEPT = (size_t)16 << 20;
+enum { HEADER = 16, SLOTS = 256 };
+static const size_t MIN_KEPT = (size_t)16 << 10, MAX_KEPT = (size_t)16 << 20;
 static const size_t MAX_HELD = (size_t)256 << 20;
 
 typedef struct header {

@@ -1,5 +1,5 @@
-/* Tensor storage: the blocks that hold tensors' elements. Blocks of 64 KiB
- * to 16 MiB that are freed are kept (128 of them, 256 MiB in all, the
+/* Tensor storage: the blocks that hold tensors' elements. Blocks of 16 KiB
+ * to 16 MiB that are freed are kept (256 of them, 256 MiB in all, the
  * oldest making room) and handed out again for a request they hold with
  * at most half to spare, so that code that makes a
  * fresh tensor per op (the fallback interpreter, a trace's segment
