@@ -487,6 +487,25 @@ static void test_symbolic_attrs(void) {
   loom_trace_destroy(t);
 }
 
+/* Exact sizes carried in attributes (a reshape to n*4 with n exact) are
+ * keyed, but they do not make a site of their own: past the recompile
+ * limit the site's new sizes run in the fallback, with the same results
+ * (before, each size was a new site, and 14 sizes compiled 14 times). */
+static void test_exact_attr_sizes_share_a_site(void) {
+  loom_trace_t *t = new_trace(1);
+  for (int64_t n = 2; n <= 15; n++) {
+    int64_t shape[2] = {n, 4};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
+    trace_and_check(t, reshape_prog, 1, &x, NULL, NULL);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 8); /* the default limit */
+  CHECK(s.interpreted == 6 && s.recompiles == 13);
+  loom_trace_destroy(t);
+}
+
 /* A bucketed dim merged by a reshape (and a softmax over the merged
  * axis): the padding cannot be masked, so the site keys that dim
  * symbolic from then on: one executable for every size, not one per
@@ -920,6 +939,7 @@ int main(void) {
   TEST_RUN(test_policies);
   TEST_RUN(test_symbolic_attrs);
   TEST_RUN(test_unpadded_bucket);
+  TEST_RUN(test_exact_attr_sizes_share_a_site);
   TEST_RUN(test_auto);
   TEST_RUN(test_shared_cache);
   TEST_RUN(test_tiered);

@@ -222,13 +222,14 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
   return LOOM_OK;
 }
 
-/* Inputs in first-use order, and the structure hash over the cone. */
+/* Inputs in first-use order, and the cone's hashes (w->site, w->sized). */
 static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
   const loom_graph_t *g = t->g;
-  uint64_t h = 0x51;
+  uint64_t h = 0x51, wiring = 0x57;
   for (int c = 0; c < w->n_cone; c++) {
     const ir_node_t *n = &g->nodes[w->cone[c]];
     h = tr_mix(h, t->node_hash[w->cone[c]]);
+    wiring = tr_mix(wiring, t->node_site[w->cone[c]]);
     for (int i = 0; i < n->n_in; i++) {
       int32_t v = n->in[i];
       if (t->vals[v].t && w->val_mark[v] != w->epoch) {
@@ -237,14 +238,15 @@ static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
         LOOM_TRY(push(&w->ins, &w->cap_ins, &w->n_ins, v));
       }
       seg_ref_t r = seg_ref_of(t, w, v);
-      h = tr_mix(h, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
+      wiring = tr_mix(wiring, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
     }
   }
   for (int k = 0; k < w->n_outs; k++) {
     seg_ref_t r = seg_ref_of(t, w, w->outs[k]);
-    h = tr_mix(h, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
+    wiring = tr_mix(wiring, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
   }
-  w->site = h;
+  w->site = wiring;
+  w->sized = tr_mix(h, wiring);
   return LOOM_OK;
 }
 

@@ -220,7 +220,7 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
 /* The key: structure (cone, symbolic pattern, training), inputs, path. */
 void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
                      rt_key_t *key) {
-  uint64_t h = tr_mix(w->site, (uint64_t)part);
+  uint64_t h = tr_mix(w->sized, (uint64_t)part);
   for (int i = 0; i < w->n_ins; i++) {
     const seg_input_t *in = &w->in_types[i];
     rt_key_input_t *k = &w->key_in[i];

@@ -69,6 +69,9 @@ loom_status_t tr_reserve_values(loom_trace_t *t) {
     int64_t cap = t->cap_nodes;
     LOOM_TRY(core_grow((void **)&t->node_ran, &cap, g->n_nodes,
                        sizeof *t->node_ran));
+    cap = t->cap_nodes;
+    LOOM_TRY(core_grow((void **)&t->node_site, &cap, g->n_nodes,
+                       sizeof *t->node_site));
     LOOM_TRY(core_grow((void **)&t->node_hash, &t->cap_nodes, g->n_nodes,
                        sizeof *t->node_hash));
   }

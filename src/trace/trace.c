@@ -114,24 +114,32 @@ static uint64_t hash_attr_dim(const loom_trace_t *t, ir_dim_t d) {
   return tr_mix(0xa5, (uint64_t)(d - IR_DIM_SYM_BASE));
 }
 
-static uint64_t hash_attrs(const loom_trace_t *t, const ir_node_t *n, uint64_t h) {
+/* Mixes n's attributes into *h and, but for their integers (sizes,
+ * axes: a reshape to n*64 with an exact n is one site for every n),
+ * into *site. */
+static void hash_attrs(const loom_trace_t *t, const ir_node_t *n, uint64_t *hp,
+                       uint64_t *site) {
   const ir_attrs_t *a = &n->attrs;
   const char *subs[2];
   int n_subs = ir_subgraph_attrs(n->op, subs);
+  uint64_t h = *hp;
   for (int i = 0; i < a->n; i++) {
     const ir_attr_t *x = &a->a[i];
     uint64_t name = 0; /* the name's first 8 bytes tell an op's attributes apart */
     memcpy(&name, x->name, strnlen(x->name, sizeof name));
     h = tr_mix(h, name ^ ((uint64_t)x->kind << 56));
+    *site = tr_mix(*site, name ^ ((uint64_t)x->kind << 56) ^ ((uint64_t)x->n << 48));
     bool sub = false;
     for (int k = 0; k < n_subs; k++) sub |= !strcmp(x->name, subs[k]);
     if (sub) { /* its structure: the index changes from step to step */
       const loom_graph_t *g = ir_attrs_subgraph(t->g, a, x->name);
       h = tr_mix(h, g ? ir_graph_hash(g) : 0);
+      *site = tr_mix(*site, g ? ir_graph_hash(g) : 0);
     } else if (x->kind == IR_ATTR_FLOAT) {
       uint64_t bits;
       memcpy(&bits, &x->f, sizeof bits);
       h = tr_mix(h, bits);
+      *site = tr_mix(*site, bits);
     } else if (x->kind == IR_ATTR_INT) {
       h = tr_mix(h, (uint64_t)x->ints[0]);
     } else {
@@ -139,7 +147,7 @@ static uint64_t hash_attrs(const loom_trace_t *t, const ir_node_t *n, uint64_t h
       for (int k = 0; k < x->n; k++) h = tr_mix(h, hash_attr_dim(t, x->ints[k]));
     }
   }
-  return h;
+  *hp = h;
 }
 
 /* A data-dependent op (nonzero): its inputs are made real, its reference
@@ -193,8 +201,8 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   LOOM_TRY(tr_reserve_values(t));
   const ir_node_t *n = &g->nodes[node];
   const ir_op_info_t *info = &ir_ops[n->op];
-  uint64_t h = tr_mix(0x1f, (uint64_t)n->op);
-  if (n->attrs.n) h = hash_attrs(t, n, h);
+  uint64_t h = tr_mix(0x1f, (uint64_t)n->op), site = h;
+  if (n->attrs.n) hash_attrs(t, n, &h, &site);
   bool grad = false;
   for (int i = 0; i < n->n_in; i++) {
     tr_value_t *v = &t->vals[n->in[i]];
@@ -204,9 +212,11 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   grad &= !info->not_differentiable;
   for (int k = 0; k < n->n_out; k++) {
     h = tr_mix(h, (uint64_t)g->values[n->out[k]].type.dtype);
+    site = tr_mix(site, (uint64_t)g->values[n->out[k]].type.dtype);
     t->vals[n->out[k]].grad = grad && dtype_is_float(g->values[n->out[k]].type.dtype);
   }
   t->node_hash[node] = h;
+  t->node_site[node] = site;
   t->node_ran[node] = 0;
   t->stats.recorded_ops++;
   if (info->flags & F_SIDE_EFFECT)
@@ -302,6 +312,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->policies);
   core_free(t->vals);
   core_free(t->node_hash);
+  core_free(t->node_site);
   core_free(t->node_ran);
   core_free(t->keep);
   core_free(t->sym_values);

@@ -256,6 +256,7 @@ struct loom_trace {
   tr_value_t *vals;
   int64_t cap_vals;
   uint64_t *node_hash; /* per node: op, attributes, output dtypes */
+  uint64_t *node_site; /* the same but for the attributes' integers */
   /* Per node: where it last ran (keep_key of its segment and position),
    * 0 if it has not run this step. */
   uint64_t *node_ran;
@@ -325,7 +326,9 @@ typedef struct seg_work {
   ir_dim_t sym_dim[32];  /* canonical symbol k: the input dim it stands for */
   int n_syms, n_groups;
   bool bucket, train;
-  uint64_t site, structure, path;
+  /* site: the cone's ops, wiring and attributes but their integers (the
+   * recompile limit's unit); sized: with them (the key's structure) */
+  uint64_t site, sized, structure, path;
   uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
 } seg_work_t;
 
