@@ -284,6 +284,58 @@ static void test_backward_compiled_ahead(void) {
   rnn_free(&r);
 }
 
+/* Past the recompile limit the backward is not compiled ahead either: a
+ * training segment over five exact sizes with a limit of 2 compiles two
+ * forwards and two backwards (the backwards compiled ahead count against
+ * their site's limit), and the gradients stay right:
+ * d sum(tanh(x w)) / d w = x^T (1 - tanh(x w)^2). */
+static void test_ahead_within_limit(void) {
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  o.recompile_limit = 2;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_tensor_t *w = test_rand_tensor(LOOM_F64, 2, (int64_t[]){3, 2}, -1, 1);
+  for (int64_t n = 2; n <= 6; n++) {
+    loom_tensor_t *x = test_rand_tensor(LOOM_F64, 2, (int64_t[]){n, 3}, -1, 1);
+    loom_value_t xv, wv, y, h, l;
+    CHECK_OK(loom_trace_input(t, x, NULL, &xv));
+    CHECK_OK(loom_trace_param(t, w, &wv));
+    CHECK_OK(loom_matmul(g, xv, wv, 0, 0, &y));
+    CHECK_OK(loom_tanh(g, y, &h));
+    CHECK_OK(loom_sum(g, h, 0, NULL, 0, &l));
+    double loss;
+    CHECK_OK(loom_trace_scalar(t, l, &loss));
+    rt_cache_drain(c);
+    CHECK_OK(loom_trace_backward(t, l));
+    const loom_tensor_t *gw = NULL;
+    CHECK_OK(loom_trace_grad(t, w, &gw));
+    for (int i = 0; gw && i < 3; i++)
+      for (int j = 0; j < 2; j++) {
+        double want = 0;
+        for (int64_t r = 0; r < n; r++) {
+          double z = 0;
+          for (int k = 0; k < 3; k++) z += test_get(x, r * 3 + k) * test_get(w, k * 2 + j);
+          want += test_get(x, r * 3 + i) * (1 - tanh(z) * tanh(z));
+        }
+        CHECK_NEAR(test_get(gw, i * 2 + j), want, 1e-12, 1e-10);
+      }
+    CHECK_OK(loom_trace_step_end(t));
+    loom_tensor_destroy(x);
+  }
+  rt_cache_drain(c);
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.cache.compiles == 4);
+  loom_trace_destroy(t);
+  loom_cache_destroy(c);
+  loom_tensor_destroy(w);
+}
+
 static void test_rnn_compiled(void) { check_rnn(1); }
 static void test_rnn_interpreted(void) { check_rnn(0); }
 
@@ -508,6 +560,7 @@ int main(void) {
   TEST_RUN(test_rnn_interpreted);
   TEST_RUN(test_rnn_loop_compiled);
   TEST_RUN(test_backward_compiled_ahead);
+  TEST_RUN(test_ahead_within_limit);
   TEST_RUN(test_rnn_loop_interpreted);
   TEST_RUN(test_rnn_symbolic_batch);
   TEST_RUN(test_rnn_finite_differences);

@@ -660,8 +660,8 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key, const rt_builde
   return s;
 }
 
-loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
-                                 const rt_builder_t *builder) {
+static loom_status_t speculate(loom_cache_t *c, const rt_key_t *key,
+                               const rt_builder_t *builder, bool counted) {
   loom_status_t s = LOOM_OK;
   if (!c || !key || !builder || !builder->build)
     s = loom_fail(LOOM_ERR_INVALID, "rt_cache_speculate: null %s",
@@ -677,6 +677,7 @@ loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
     rt_entry_t *e = cache_insert_pending(c, key);
     if (e) e->speculative = true;
     queued = e && cache_job_push(c, e, builder, true);
+    if (queued && counted) site_get(c, key->site, false)->compiles++;
     if (e && !queued) {
       site_unlink(c, e);
       table_remove(c, e);
@@ -692,6 +693,24 @@ loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
     core_log(LOG_CACHE, "queued a speculative compile for site %016llx",
              (unsigned long long)key->site);
   return s;
+}
+
+loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
+                                 const rt_builder_t *builder) {
+  return speculate(c, key, builder, false);
+}
+
+loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder) {
+  return speculate(c, key, builder, true);
+}
+
+bool rt_cache_site_full(loom_cache_t *c, uint64_t site, int recompile_limit) {
+  if (!c || recompile_limit <= 0) return false;
+  pthread_mutex_lock(&c->lock);
+  cache_site_t *s = site_get(c, site, false);
+  bool full = s && s->compiles >= recompile_limit;
+  pthread_mutex_unlock(&c->lock);
+  return full;
 }
 
 /* ---- Eager entries ---------------------------------------------------- */

@@ -96,6 +96,17 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key,
 loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
                                  const rt_builder_t *builder);
 
+/* rt_cache_speculate for a key that will be needed (a training forward's
+ * backward): the compile counts against its site's recompile limit, as
+ * the rt_cache_get it spares would have. */
+loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder);
+
+/* Whether site has compiled recompile_limit keys through rt_cache_get
+ * (0: no limit), so that its next new key will not compile: speculation
+ * on its behalf (its backward) would spend what the limit saves. */
+bool rt_cache_site_full(loom_cache_t *c, uint64_t site, int recompile_limit);
+/* (rt_cache_ahead's compiles count too.) */
+
 /* The eager entry of key: the builder's graph with no executable, for
  * a segment that runs in the fallback interpreter (a trace that does not
  * compile, a key whose compile failed or is still pending, a site past

@@ -457,13 +457,18 @@ static int predicted(loom_trace_t *t, const seg_work_t *w, int k, int64_t now,
 
 /* A training forward's miss queues its backward for the workers, keyed
  * as its tape record will key it, so that it compiles while the forward
- * (and the rest of the step's forward) compiles and runs. */
+ * (and the rest of the step's forward) compiles and runs; not once the
+ * forward's or the backward's site is past its recompile limit. */
 static void speculate_backward(loom_trace_t *t, seg_work_t *w, const rt_key_t *key) {
   seg_desc_t *bwd = NULL;
   if (backward_desc(t, w, key, &bwd) != LOOM_OK) return; /* made again at the tape */
   rt_key_t bkey;
   tape_backward_key(key, &bkey);
-  rt_cache_speculate(t->cache, &bkey, &(rt_builder_t){seg_desc_build, release_ctx, bwd});
+  if (rt_cache_site_full(t->cache, bkey.site, t->opt.recompile_limit)) {
+    seg_desc_release(bwd);
+    return;
+  }
+  rt_cache_ahead(t->cache, &bkey, &(rt_builder_t){seg_desc_build, release_ctx, bwd});
 }
 
 /* Queues the buckets predicted after a bucketed miss. Each is keyed and
@@ -499,7 +504,8 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
   LOOM_TRY(note_miss(t, w->site));
-  if (w->train) speculate_backward(t, w, key);
+  if (w->train && !rt_cache_site_full(t->cache, w->site, t->opt.recompile_limit))
+    speculate_backward(t, w, key);
   seg_desc_t *d = NULL;
   LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
   rt_builder_t b = {seg_desc_build, release_ctx, d};
