@@ -128,6 +128,16 @@ static void check_close(const loom_tensor_t *a, const loom_tensor_t *b, double t
     CHECK_NEAR(test_get(a, i), test_get(b, i), tol, tol);
 }
 
+/* The trace's gradients of r's parameters against want (w, u, b). */
+static void check_grads(loom_trace_t *t, const rnn_t *r, loom_tensor_t *const *want) {
+  const loom_tensor_t *ps[3] = {r->w, r->u, r->b};
+  for (int i = 0; i < 3; i++) {
+    const loom_tensor_t *gr = NULL;
+    CHECK_OK(loom_trace_grad(t, ps[i], &gr));
+    if (gr) check_close(gr, want[i], 1e-9);
+  }
+}
+
 static loom_trace_t *new_trace(int compile) {
   loom_trace_options_t o;
   loom_trace_options_init(&o);
@@ -149,12 +159,7 @@ static void check_rnn(int compile) {
     double loss = 0;
     traced_step(t, &r, &loss, 1);
     CHECK_NEAR(loss, want_loss, 1e-10, 1e-10);
-    loom_tensor_t *ps[3] = {r.w, r.u, r.b};
-    for (int i = 0; i < 3; i++) {
-      const loom_tensor_t *gr = NULL;
-      CHECK_OK(loom_trace_grad(t, ps[i], &gr));
-      if (gr) check_close(gr, want[i], 1e-9);
-    }
+    check_grads(t, &r, want);
     CHECK_OK(loom_trace_step_end(t));
   }
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
@@ -221,12 +226,7 @@ static void check_rnn_loop(int compile) {
     CHECK_OK(loom_trace_scalar(t, l, &loss));
     CHECK_NEAR(loss, want_loss, 1e-10, 1e-10);
     CHECK_OK(loom_trace_backward(t, l));
-    loom_tensor_t *ps[3] = {r.w, r.u, r.b};
-    for (int i = 0; i < 3; i++) {
-      const loom_tensor_t *gr = NULL;
-      CHECK_OK(loom_trace_grad(t, ps[i], &gr));
-      if (gr) check_close(gr, want[i], 1e-9);
-    }
+    check_grads(t, &r, want);
     CHECK_OK(loom_trace_step_end(t));
   }
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
@@ -271,12 +271,7 @@ static void test_backward_compiled_ahead(void) {
   CHECK_OK(loom_trace_backward(t, l));
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.misses == misses && s.cache.compiles == 6); /* every backward a hit */
-  loom_tensor_t *ps[3] = {r.w, r.u, r.b};
-  for (int i = 0; i < 3; i++) {
-    const loom_tensor_t *gr = NULL;
-    CHECK_OK(loom_trace_grad(t, ps[i], &gr));
-    if (gr) check_close(gr, want[i], 1e-9);
-  }
+  check_grads(t, &r, want);
   CHECK_OK(loom_trace_step_end(t));
   loom_trace_destroy(t);
   loom_cache_destroy(c);
