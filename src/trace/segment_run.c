@@ -373,24 +373,26 @@ static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
  * the key it would compile under: a bucketed key runs padded, and its
  * backward is keyed as a compiled forward's would be. When the padding
  * cannot apply, with the bucketed dims symbolic. */
-static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
-  int part = w->train ? 1 : 0;
-  rt_entry_t *e = NULL;
+static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
+                                 rt_entry_t **e) {
   seg_desc_t *d = NULL;
-  LOOM_TRY(seg_make_desc(t, w, part, &d));
-  loom_status_t s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+  LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
+  return rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, e);
+}
+
+static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
+  rt_entry_t *e = NULL;
+  loom_status_t s = eager_entry(t, w, key, &e);
   if (s != LOOM_OK && w->bucket) {
     LOOM_TRY(unpadded(t, w, key));
-    LOOM_TRY(seg_make_desc(t, w, part, &d));
-    s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+    s = eager_entry(t, w, key, &e);
   }
   if (s != LOOM_OK && s != LOOM_ERR_NOMEM && w->n_syms > 0) { /* symbolic would not build */
     core_log(LOG_BREAKS, "segment %016llx: its symbolic graph failed (%s): exact sizes",
              (unsigned long long)w->site, loom_last_error());
     LOOM_TRY(seg_input_types(t, w, SEG_EXACT));
-    seg_make_key(t, w, part, key);
-    LOOM_TRY(seg_make_desc(t, w, part, &d));
-    s = rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, &e);
+    seg_make_key(t, w, w->train ? 1 : 0, key);
+    s = eager_entry(t, w, key, &e);
   }
   if (s != LOOM_OK) return s;
   s = run_entry(t, w, e, key);
