@@ -38,12 +38,12 @@ static void test_reuse(void) {
   core_storage_trim();
 }
 
-/* Blocks under 16 KiB and over 16 MiB are not kept; neither is more than
- * the cache's bound (256 blocks, 256 MiB): the oldest make room. */
+/* Blocks under 4 KiB and over 64 MiB are not kept; neither is more than
+ * the cache's bound (256 MiB): the largest make room. */
 static void test_bounds(void) {
   core_storage_trim();
   core_storage_free(core_storage_alloc(1000, true));
-  core_storage_free(core_storage_alloc(32u << 20, true));
+  core_storage_free(core_storage_alloc(65u << 20, true));
   CHECK(core_storage_kept(NULL) == 0);
   enum { N = 300 };
   void *blocks[N];
@@ -51,6 +51,7 @@ static void test_bounds(void) {
   for (int i = 0; i < N; i++) blocks[i] = core_storage_alloc((size_t)1 << 20, false);
   for (int i = 0; i < N; i++) core_storage_free(blocks[i]);
   CHECK(core_storage_kept(&bytes) == (core_storage_reuses() ? 256 : 0));
+  /* 15 MiB blocks make room by taking out the largest kept first */
   for (int i = 0; i < 20; i++) blocks[i] = core_storage_alloc((size_t)15 << 20, false);
   for (int i = 0; i < 20; i++) core_storage_free(blocks[i]);
   int n = core_storage_kept(&bytes);
@@ -58,6 +59,14 @@ static void test_bounds(void) {
   if (core_storage_reuses()) CHECK(n >= 16 && bytes >= (size_t)240 << 20);
   core_storage_trim();
   CHECK(core_storage_kept(&bytes) == 0 && bytes == 0);
+  /* small blocks of one class are reused newest first */
+  void *a = core_storage_alloc(5000, false), *b = core_storage_alloc(5000, false);
+  core_storage_free(a);
+  core_storage_free(b);
+  void *c = core_storage_alloc(4800, false);
+  if (core_storage_reuses()) CHECK(c == b);
+  core_storage_free(c);
+  core_storage_trim();
 }
 
 /* A cached block counts as an allocation for fault injection. */

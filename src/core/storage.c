@@ -1,8 +1,11 @@
-/* Tensor storage with a small cache of large freed blocks (storage.h).
- * A block is a 16-byte header, holding its capacity, then the elements.
- * Capacities of sizes that may be kept are rounded up to eight steps per
- * power of two, so that a block serves the slightly larger tensors of a
- * later step too (a graph's size changes from step to step). */
+/* Tensor storage with a cache of freed blocks (storage.h). A block is a
+ * 16-byte header, holding its capacity (and, while kept, the next block
+ * of its class), then the elements. Capacities of the sizes that may be
+ * kept are rounded up to eight steps per power of two: a class each, so
+ * that a block serves the slightly larger tensors of a later step too (a
+ * graph's sizes change from step to step). A request takes the newest
+ * block of its class or of the seven above it (at most half of the block
+ * left unused). */
 #include "core/storage.h"
 
 #include <pthread.h>
@@ -22,59 +25,72 @@
 #define STORAGE_KEEPS 1
 #endif
 
-enum { HEADER = 16, SLOTS = 256 };
-static const size_t MIN_KEPT = (size_t)16 << 10, MAX_KEPT = (size_t)16 << 20;
+enum {
+  HEADER = 16,
+  MIN_SHIFT = 12, /* 4 KiB */
+  MAX_SHIFT = 26, /* 64 MiB */
+  STEPS = 8,      /* classes per power of two */
+  CLASSES = (MAX_SHIFT - MIN_SHIFT) * STEPS + 1,
+};
+static const size_t MIN_KEPT = (size_t)1 << MIN_SHIFT, MAX_KEPT = (size_t)1 << MAX_SHIFT;
 static const size_t MAX_HELD = (size_t)256 << 20;
 
 typedef struct header {
-  size_t capacity; /* bytes after the header */
-  size_t unused;   /* keeps the elements 16-byte aligned */
+  size_t capacity;     /* bytes after the header */
+  struct header *next; /* kept: the next block of its class */
 } header_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static void *kept[SLOTS]; /* oldest first */
+static header_t *kept[CLASSES]; /* newest first */
 static int n_kept;
 static size_t held;
 
 static header_t *header_of(void *p) { return (header_t *)((char *)p - HEADER); }
 
+static bool keepable(size_t capacity) {
+  return STORAGE_KEEPS && capacity >= MIN_KEPT && capacity <= MAX_KEPT;
+}
+
+static int log2_floor(size_t v) { return 63 - __builtin_clzll((unsigned long long)v); }
+
 /* The capacity a request of bytes gets. */
 static size_t capacity_for(size_t bytes) {
   if (bytes < MIN_KEPT || bytes > MAX_KEPT) return bytes;
-  size_t pow = MIN_KEPT;
-  while (pow * 2 <= bytes) pow *= 2;
-  size_t step = pow / 8;
+  size_t step = ((size_t)1 << log2_floor(bytes)) / STEPS;
   return (bytes + step - 1) / step * step;
 }
 
-/* The smallest kept block that holds bytes without wasting more than
- * half of it, taken out of the cache, or NULL. (A step's sizes change
- * by several times from step to step in the dynamic workloads: with a
- * quarter and 32 blocks, the GNN's fallback missed the cache and faulted
- * fresh pages in; with half and 128 blocks it ran 1.26x faster.) */
-static void *take(size_t bytes) {
+/* The class of a keepable capacity (a multiple of its step). */
+static int class_of(size_t capacity) {
+  int shift = log2_floor(capacity);
+  size_t step = ((size_t)1 << shift) / STEPS;
+  return (shift - MIN_SHIFT) * STEPS + (int)(capacity / step) - STEPS;
+}
+
+/* Under the lock: takes the newest block of class c, or NULL. */
+static header_t *pop(int c) {
+  header_t *h = kept[c];
+  if (!h) return NULL;
+  kept[c] = h->next;
+  n_kept--;
+  held -= h->capacity;
+  return h;
+}
+
+/* A kept block for a request of capacity, or NULL. */
+static void *take(size_t capacity) {
+  int c = class_of(capacity);
+  header_t *h = NULL;
   pthread_mutex_lock(&lock);
-  int best = -1;
-  for (int i = 0; i < n_kept; i++) {
-    size_t cap = header_of(kept[i])->capacity;
-    if (cap >= bytes && cap - bytes <= cap / 2 &&
-        (best < 0 || cap < header_of(kept[best])->capacity))
-      best = i;
-  }
-  void *p = best < 0 ? NULL : kept[best];
-  if (p) {
-    held -= header_of(p)->capacity;
-    memmove(&kept[best], &kept[best + 1], sizeof *kept * (size_t)(n_kept - best - 1));
-    n_kept--;
-  }
+  for (int k = c; !h && k < c + STEPS && k < CLASSES; k++) h = pop(k);
   pthread_mutex_unlock(&lock);
-  return p;
+  return h ? (char *)h + HEADER : NULL;
 }
 
 void *core_storage_alloc(size_t bytes, bool zero) {
   size_t capacity = capacity_for(bytes);
-  if (STORAGE_KEEPS && capacity >= MIN_KEPT && capacity <= MAX_KEPT) {
-    void *p = take(bytes);
+  if (keepable(capacity)) {
+    void *p = take(capacity);
     if (p) {
       if (core_alloc_fault()) {
         core_storage_free(p);
@@ -98,38 +114,48 @@ void *core_storage_alloc(size_t bytes, bool zero) {
   return block + HEADER;
 }
 
+/* Frees a chain of blocks linked by next. */
+static void free_chain(header_t *h) {
+  for (header_t *next; h; h = next) {
+    next = h->next;
+    core_free(h);
+  }
+}
+
 void core_storage_free(void *p) {
   if (!p) return;
   header_t *h = header_of(p);
-  size_t capacity = h->capacity;
-  if (!STORAGE_KEEPS || capacity < MIN_KEPT || capacity > MAX_KEPT) {
+  if (!keepable(h->capacity)) {
     core_free(h);
     return;
   }
-  void *evicted[SLOTS];
-  int n_evicted = 0;
+  header_t *evicted = NULL;
   pthread_mutex_lock(&lock);
-  /* The oldest make room; freed outside the lock. */
-  while (n_kept > 0 && (n_kept == SLOTS || held + capacity > MAX_HELD)) {
-    evicted[n_evicted++] = kept[0];
-    held -= header_of(kept[0])->capacity;
-    memmove(&kept[0], &kept[1], sizeof *kept * (size_t)(--n_kept));
-  }
-  kept[n_kept++] = p;
-  held += capacity;
+  /* The largest make room (the most bytes back for the fewest blocks);
+   * freed outside the lock. */
+  for (int c = CLASSES - 1; c >= 0 && held + h->capacity > MAX_HELD; c--)
+    for (header_t *x; held + h->capacity > MAX_HELD && (x = pop(c));) {
+      x->next = evicted;
+      evicted = x;
+    }
+  h->next = kept[class_of(h->capacity)];
+  kept[class_of(h->capacity)] = h;
+  n_kept++;
+  held += h->capacity;
   pthread_mutex_unlock(&lock);
-  for (int i = 0; i < n_evicted; i++) core_free(header_of(evicted[i]));
+  free_chain(evicted);
 }
 
 void core_storage_trim(void) {
+  header_t *all = NULL;
   pthread_mutex_lock(&lock);
-  int n = n_kept;
-  void *blocks[SLOTS];
-  memcpy(blocks, kept, sizeof *kept * (size_t)n);
-  n_kept = 0;
-  held = 0;
+  for (int c = 0; c < CLASSES; c++)
+    for (header_t *x; (x = pop(c));) {
+      x->next = all;
+      all = x;
+    }
   pthread_mutex_unlock(&lock);
-  for (int i = 0; i < n; i++) core_free(header_of(blocks[i]));
+  free_chain(all);
 }
 
 int core_storage_kept(size_t *bytes) {

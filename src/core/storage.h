@@ -1,11 +1,12 @@
-/* Tensor storage: the blocks that hold tensors' elements. Blocks of 16 KiB
- * to 16 MiB that are freed are kept (256 of them, 256 MiB in all, the
- * oldest making room) and handed out again for a request they hold with
- * at most half to spare, so that code that makes a
- * fresh tensor per op (the fallback interpreter, a trace's segment
- * outputs) does not return pages to the OS and fault them back in at
- * every op. Thread-safe. Under AddressSanitizer nothing is kept, so that a
- * use after free is still caught. */
+/* Tensor storage: the blocks that hold tensors' elements. Blocks of 4 KiB
+ * to 64 MiB that are freed are kept, by size class (eight per power of
+ * two), up to 256 MiB in all (the largest make room), and handed out
+ * again for a request they hold with at most half to spare, so that code
+ * that makes a fresh tensor per op or per segment (the fallback
+ * interpreter, a trace's segment outputs and saved values) does not
+ * return pages to the OS and fault them back in at every step.
+ * Thread-safe. Under AddressSanitizer nothing is kept, so that a use
+ * after free is still caught. */
 #ifndef LOOM_CORE_STORAGE_H
 #define LOOM_CORE_STORAGE_H
 
