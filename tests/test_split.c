@@ -3,12 +3,16 @@
  * those after, gives the reference interpreter's values, and an index
  * error is reported by every run whose input holds one, whichever way its
  * steps run: timed (the default), all on the pool or all alone
- * (LOOM_SPLIT). */
+ * (LOOM_SPLIT); a program whose steps are all tiny runs alone as a whole
+ * (LOOM_LOG=steps says so). */
+#include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "harness.h"
 #include "loom/loom.h"
 #include "loom/ops.h"
@@ -115,6 +119,59 @@ static void index_errors_in_every_run(void) {
   loom_graph_destroy(g);
 }
 
+/* y = relu(x * 2 + 1) and sum(y) over 256 floats: microseconds alone in
+ * all, so the whole program runs alone once timed. */
+static void tiny_program_runs_alone(void) {
+  int64_t sx[1] = {256};
+  loom_graph_t *g = NULL;
+  loom_value_t x, two, one, a, b, y, s;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, sx, &x));
+  CHECK_OK(loom_full(g, 0, NULL, 2, LOOM_F32, &two));
+  CHECK_OK(loom_full(g, 0, NULL, 1, LOOM_F32, &one));
+  CHECK_OK(loom_mul(g, x, two, &a));
+  CHECK_OK(loom_add(g, a, one, &b));
+  CHECK_OK(loom_relu(g, b, &y));
+  CHECK_OK(loom_sum(g, y, 0, NULL, 0, &s));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, s));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = 2;
+  o.fusion = 0; /* several steps */
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  char path[] = "/tmp/loom-test-split-XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  CHECK(fd >= 0 && saved >= 0);
+  fflush(stderr);
+  dup2(fd, 2);
+  close(fd);
+  setenv("LOOM_LOG", "steps", 1);
+  core_log_reload();
+  loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, sx, -1, 1), *out[2] = {NULL, NULL};
+  for (int k = 0; e && k < 2; k++) CHECK_OK(loom_executable_new_output(e, k, &out[k]));
+  for (int run = 0; e && run < RUNS; run++) CHECK_OK(loom_executable_run(e, 1, &xt, 2, out));
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  unsetenv("LOOM_LOG");
+  core_log_reload();
+  char text[8192] = "";
+  FILE *f = fopen(path, "r");
+  if (f) {
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+  }
+  unlink(path);
+  /* (one CPU: the pool has one thread and nothing is timed) */
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 1) CHECK(strstr(text, "steps runs on 1 thread") != NULL);
+  for (int k = 0; k < 2; k++) loom_tensor_destroy(out[k]);
+  loom_tensor_destroy(xt);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 int main(void) {
   static const char *const splits[] = {NULL, "pool", "alone"};
   for (int i = 0; i < 3; i++) {
@@ -123,6 +180,8 @@ int main(void) {
     TEST_RUN(runs_match_the_interpreter);
     TEST_RUN(index_errors_in_every_run);
   }
+  unsetenv("LOOM_SPLIT");
+  TEST_RUN(tiny_program_runs_alone);
   unsetenv("LOOM_SPLIT");
   return test_summary();
 }
