@@ -133,10 +133,11 @@ static void print_line(const workload_t *w, int threads, int policy, const char 
 /* The workload with nothing compiled (as with no C compiler): every
  * segment runs in the fallback interpreter, on the CPU back end's eager
  * kernels where it has them (src/backend/cpu/eager.c), at one thread,
- * symbolic, against the compiled run's throughput. */
+ * symbolic, its best of two runs against the compiled run's best. */
 static void print_fallback(const workload_t *w, const dyn_result_t *compiled) {
-  dyn_result_t f;
+  dyn_result_t f, again; /* the best of two, as the compiled run's */
   int ok = loom_run(w, 1, SYMBOLIC, 0, &f);
+  if (ok && loom_run(w, 1, SYMBOLIC, 0, &again) && again.items_per_s > f.items_per_s) f = again;
   bench_json_t j;
   bench_json_begin(&j, "fallback");
   bench_json_str(&j, "workload", w->name);
