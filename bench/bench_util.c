@@ -1,5 +1,8 @@
 /* Helpers shared by the benchmark programs. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "bench_util.h"
+
+#include <ftw.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -234,4 +237,22 @@ void bench_json_num(bench_json_t *j, const char *key, double value) {
 void bench_json_end(bench_json_t *j) {
   printf("%s}\n", j->text);
   fflush(stdout);
+}
+
+bool bench_temp_dir(const char *name, char *dir, size_t size) {
+  const char *tmp = getenv("TMPDIR");
+  int n = snprintf(dir, size, "%s/loom-bench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+  if (n > 0 && (size_t)n < size && mkdtemp(dir)) return true;
+  fprintf(stderr, "bench %s: cannot make a temporary directory (%s)\n", name, strerror(errno));
+  return false;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st, (void)type, (void)ftw;
+  return remove(path);
+}
+
+void bench_remove_dir(const char *dir) {
+  if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    fprintf(stderr, "bench: could not remove %s\n", dir);
 }

@@ -3,6 +3,8 @@
 #ifndef LOOM_BENCH_UTIL_H
 #define LOOM_BENCH_UTIL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loom/loom.h"
@@ -33,6 +35,12 @@ void bench_settle(void);
  * 58.2-59.7 ms, PyTorch 89.6-91.8, four runs). The PyTorch peers lock theirs too
  * (peers/models.py). Failing that, a note on stderr. */
 void bench_lock_memory(const char *bench);
+
+/* A new empty directory $TMPDIR/loom-bench-NAME-XXXXXX (/tmp without
+ * TMPDIR), its path in dir; false, with a note on stderr, on failure. */
+bool bench_temp_dir(const char *name, char *dir, size_t size);
+/* Removes dir and everything in it (a note on stderr on failure). */
+void bench_remove_dir(const char *dir);
 
 /* Milliseconds per call of fn(arg): warm-up calls first, then the median
  * of at least min_reps timed calls, repeated until min_ms have passed. */

@@ -54,18 +54,6 @@ static bool run_child(const char *self, const char *dir, const char *args, char 
   return ok;
 }
 
-static void remove_dir(const char *dir) {
-  char cmd[4096];
-  if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir) >= (int)sizeof cmd ||
-      system(cmd) != 0) fprintf(stderr, "bench compile: could not remove %s\n", dir);
-}
-
-/* A new empty cache directory in dir (PATH_MAX-sized); false on failure. */
-static bool new_cache_dir(char *dir) {
-  strcpy(dir, "/tmp/loom-bench-cache-XXXXXX");
-  return mkdtemp(dir) != NULL;
-}
-
 /* ---- The demo CNN, cold and warm ------------------------------------------- */
 
 /* The child: one compile, printed as "ms cc_invocations". */
@@ -99,10 +87,10 @@ static double child_compile(const char *self, const char *dir, long long *cc_run
 static int bench_cnn(const char *self) {
   double cold[COLD_RUNS], warm[WARM_RUNS];
   long long cc_runs = 0;
-  char dir[64];
+  char dir[256];
   for (int i = 0; i < COLD_RUNS; i++) {
-    if (i) remove_dir(dir);
-    if (!new_cache_dir(dir)) return perror("mkdtemp"), 1;
+    if (i) bench_remove_dir(dir);
+    if (!bench_temp_dir("cache", dir, sizeof dir)) return 1;
     cold[i] = child_compile(self, dir, &cc_runs);
   }
   for (int i = 0; i < WARM_RUNS; i++) {
@@ -112,7 +100,7 @@ static int bench_cnn(const char *self) {
       warm[i] = NAN;
     }
   }
-  remove_dir(dir);
+  bench_remove_dir(dir);
   bench_json_t j;
   bench_json_begin(&j, "compile");
   bench_json_num(&j, "cold_ms", bench_median(cold, COLD_RUNS));
@@ -373,18 +361,18 @@ static int scale_once(const char *name, int nodes, int cc) {
  * a shared machine's load disturbs less than wall time. */
 static void scale_line(const char *self, const char *family, int nodes, int cc,
                        double *us_per_node) {
-  char dir[64], args[128], line[256];
+  char dir[256], args[128], line[256];
   double ms = NAN, cpu = NAN;
   int after = 0, groups = 0, generated = 0, kernels = 0;
   long rss = 0;
   double run = NAN;
-  bool ok = new_cache_dir(dir);
+  bool ok = bench_temp_dir("cache", dir, sizeof dir);
   snprintf(args, sizeof args, "--scale %s %d %d", family, nodes, cc);
   if (ok && (!run_child(self, dir, args, line, sizeof line) ||
              sscanf(line, "%lf %lf %d %d %d %ld %d %lf", &ms, &cpu, &after, &groups, &generated,
                     &rss, &kernels, &run) != 8))
     ms = cpu = NAN;
-  if (ok) remove_dir(dir);
+  if (ok) bench_remove_dir(dir);
   *us_per_node = cpu * 1e3 / nodes;
   bench_json_t j;
   bench_json_begin(&j, "compile_scaling");
@@ -492,17 +480,17 @@ static int model_once(const char *name) {
 static int bench_models_cold(const char *self) {
   static const char *const names[] = {"transformer", "resnet18", "mlp"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-    char dir[64], args[128], line[256];
+    char dir[256], args[128], line[256];
     double ms = NAN, cpu = NAN;
     int groups = 0, generated = 0, kernels = 0;
     long long bytes = -1, cc_runs = 0;
-    bool ok = new_cache_dir(dir);
+    bool ok = bench_temp_dir("cache", dir, sizeof dir);
     snprintf(args, sizeof args, "--model %s", names[i]);
     if (ok && (!run_child(self, dir, args, line, sizeof line) ||
                sscanf(line, "%lf %lf %d %d %lld %lld %d", &ms, &cpu, &groups, &generated,
                       &bytes, &cc_runs, &kernels) != 7))
       ms = cpu = NAN;
-    if (ok) remove_dir(dir);
+    if (ok) bench_remove_dir(dir);
     bench_json_t j;
     bench_json_begin(&j, "compile_model");
     bench_json_str(&j, "model", names[i]);

@@ -13,8 +13,6 @@
  *   bench_dynamic BENCH_DIR [WORKLOAD...]
  * LOOM_BENCH_PEERS=0 skips PyTorch (null), LOOM_BENCH_THREADS=N measures
  * only N threads, LOOM_BENCH_POLICIES=symbolic,auto only those policies. */
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,21 +146,10 @@ static void print_fallback(const workload_t *w, const dyn_result_t *compiled) {
   bench_json_end(&j);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st, (void)type, (void)ftw;
-  return remove(path);
-}
-
 /* A fresh, empty module cache directory as LOOM_CACHE_DIR (dir gets its
  * path), so that the next run compiles every segment. */
 static int fresh_module_cache(char *dir, size_t size) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, size, "%s/loom-bench-dynamic-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(dir) || setenv("LOOM_CACHE_DIR", dir, 1) != 0) {
-    fprintf(stderr, "bench dynamic: cannot make a module cache directory under %s\n", dir);
-    return 0;
-  }
-  return 1;
+  return bench_temp_dir("dynamic", dir, size) && setenv("LOOM_CACHE_DIR", dir, 1) == 0;
 }
 
 static int policy_wanted(int p) {
@@ -188,7 +175,7 @@ static void bench_policy(const workload_t *w, int th, int p, const peer_t *t,
   if (ok && loom_run(w, th, p, 1, &again) && again.items_per_s > warm.items_per_s) warm = again;
   print_line(w, th, p, "warm", ok, &warm, t);
   if (ok && th == 1 && p == SYMBOLIC) *symbolic = warm;
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  bench_remove_dir(dir);
 }
 
 static void bench_workload(const char *bench_dir, const workload_t *w) {

@@ -225,9 +225,9 @@ static void bench_model(const char *bench_dir, const bench_model_t *m) {
         t.vs_ort[i] = NAN;
   loom_graph_t *g = bench_build_model(m);
   loom_tensor_t *in = bench_input(m->rank, m->shape), *logits = NULL;
-  char dir[] = "/tmp/loom-bench-infer-XXXXXX", cmd[64];
+  char dir[256];
   const char *peers = NULL;
-  if (bench_peers_wanted() && mkdtemp(dir)) {
+  if (bench_peers_wanted() && bench_temp_dir("infer", dir, sizeof dir)) {
     peers = dir;
     if (torch_installed()) torch_export(bench_dir, dir, m->name);
     else fprintf(stderr, "bench infer: PyTorch is not installed (bench/setup.sh): null\n");
@@ -236,8 +236,7 @@ static void bench_model(const char *bench_dir, const bench_model_t *m) {
     if (bench_threads_wanted(th)) measure(bench_dir, peers, m, g, in, th, &t, &logits);
   if (peers) {
     compare_logits(dir, m->name, logits);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "bench infer: could not remove %s\n", dir);
+    bench_remove_dir(dir);
   }
   print_lines(m->name, &t);
   loom_tensor_destroy(logits);

@@ -15,8 +15,6 @@
  * cache, in a tiered trace (the fallback runs it while a worker
  * compiles) and in a default one (the step waits for the compile),
  * against the compiled step once the executable is ready. */
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <math.h>
@@ -162,16 +160,11 @@ static double first_run_step(loom_trace_t *t, loom_tensor_t *xt, loom_tensor_t *
   return ms;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st, (void)type, (void)ftw;
-  return remove(path);
-}
-
 /* The first step's and the compiled steps' times, in a fresh trace over
  * an empty module cache; tiered or not. */
 static void first_run(int tiered, double *first_ms, double *compiled_ms) {
-  char dir[] = "/tmp/loom-bench-first-XXXXXX";
-  if (!mkdtemp(dir) || setenv("LOOM_CACHE_DIR", dir, 1) != 0) {
+  char dir[256];
+  if (!bench_temp_dir("first-run", dir, sizeof dir) || setenv("LOOM_CACHE_DIR", dir, 1) != 0) {
     *first_ms = *compiled_ms = NAN;
     return;
   }
@@ -200,7 +193,7 @@ static void first_run(int tiered, double *first_ms, double *compiled_ms) {
   loom_trace_destroy(t);
   loom_tensor_destroy(xt);
   loom_tensor_destroy(wt);
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  bench_remove_dir(dir);
 }
 
 static void print_first_run(void) {

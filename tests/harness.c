@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include "core/log.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
 
@@ -7,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int test_failures;
 int test_checks;
@@ -430,4 +432,47 @@ int test_files_with_prefix(const char *dir, const char *prefix, char *first, siz
     }
   if (d) closedir(d);
   return n;
+}
+
+static struct {
+  int fd, saved;
+  char path[64];
+  bool log;
+} capture = {-1, -1, "", false};
+
+void test_capture_begin(const char *loom_log) {
+  snprintf(capture.path, sizeof capture.path, "/tmp/loom-test-capture-XXXXXX");
+  capture.fd = mkstemp(capture.path);
+  CHECK(capture.fd >= 0);
+  fflush(stderr);
+  capture.saved = dup(2);
+  if (capture.fd >= 0) dup2(capture.fd, 2);
+  capture.log = loom_log != NULL;
+  if (capture.log) {
+    setenv("LOOM_LOG", loom_log, 1);
+    core_log_reload();
+  }
+}
+
+char *test_capture_end(void) {
+  enum { MAX = 1 << 16 };
+  fflush(stderr);
+  if (capture.saved >= 0) {
+    dup2(capture.saved, 2);
+    close(capture.saved);
+  }
+  if (capture.log) {
+    unsetenv("LOOM_LOG");
+    core_log_reload();
+  }
+  char *text = calloc(1, MAX);
+  if (capture.fd >= 0) {
+    lseek(capture.fd, 0, SEEK_SET);
+    ssize_t got = text ? read(capture.fd, text, MAX - 1) : -1;
+    if (text && got > 0) text[got] = '\0';
+    close(capture.fd);
+    unlink(capture.path);
+  }
+  capture.fd = capture.saved = -1;
+  return text;
 }

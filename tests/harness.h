@@ -103,6 +103,13 @@ void test_check_no_lost_code(const loom_executable_t *e);
  * that must leave no temporary behind is checked with it. */
 int test_files_with_prefix(const char *dir, const char *prefix, char *first, size_t size);
 
+/* What the library writes to stderr between test_capture_begin and
+ * test_capture_end (one capture at a time): stderr goes to a temporary
+ * file; loom_log, when not NULL, is LOOM_LOG meanwhile. end restores
+ * both and returns the text (free it; never NULL). */
+void test_capture_begin(const char *loom_log);
+char *test_capture_end(void);
+
 #define TEST_RUN(fn)                                                       \
   do {                                                                     \
     int before_ = test_failures;                                           \

@@ -314,33 +314,6 @@ static void test_failed_compile(void) {
   loom_cache_destroy(c);
 }
 
-/* Redirects stderr into a temporary file until capture_end. */
-static int capture_begin(char *path, size_t size) {
-  snprintf(path, size, "/tmp/loom-test-cache-XXXXXX");
-  int fd = mkstemp(path);
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
-  close(fd);
-  return saved;
-}
-
-/* Restores stderr; returns what was written (free it). */
-static char *capture_end(int saved, const char *path) {
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  FILE *f = fopen(path, "rb");
-  char *text = calloc(1, 1 << 16);
-  if (f) {
-    size_t got = fread(text, 1, (1 << 16) - 1, f);
-    text[got] = '\0';
-    fclose(f);
-  }
-  remove(path);
-  return text;
-}
-
 static int count_of(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, needle)); p++) n++;
@@ -415,8 +388,7 @@ static void test_eager_entries(void) {
 static void test_recompile_limit(void) {
   loom_cache_t *c;
   CHECK_OK(loom_cache_create(0, 0, &c));
-  char path[64];
-  int saved = capture_begin(path, sizeof path);
+  test_capture_begin(NULL);
   rt_get_result_t r[6];
   rt_entry_t *e;
   for (int i = 0; i < 5; i++) {
@@ -425,7 +397,7 @@ static void test_recompile_limit(void) {
   }
   r[5] = get1(c, 0xabc, 21, 3, &e); /* compiled before the limit: a hit */
   rt_entry_release(c, e);
-  char *err = capture_end(saved, path);
+  char *err = test_capture_end();
   CHECK(r[0] == RT_READY && r[1] == RT_READY && r[2] == RT_READY);
   CHECK(r[3] == RT_OVER_LIMIT && r[4] == RT_OVER_LIMIT && r[5] == RT_READY);
   CHECK(count_of(err, "recompile limit") == 1);
@@ -463,10 +435,7 @@ static rt_key_input_t input(loom_dtype_t dtype, int rank, int64_t d0, int64_t d1
 static void test_recompile_reasons(void) {
   loom_cache_t *c;
   CHECK_OK(loom_cache_create(0, 0, &c));
-  setenv("LOOM_LOG", "recompiles,cache", 1);
-  core_log_reload();
-  char path[64];
-  int saved = capture_begin(path, sizeof path);
+  test_capture_begin("recompiles,cache");
   rt_key_input_t a[3] = {input(LOOM_F32, 2, 4, 32, 0), input(LOOM_F32, 1, 8, 0, 0),
                          input(LOOM_F32, 1, 2, 0, 0)};
   miss(c, 5, 0, 3, a);
@@ -484,9 +453,7 @@ static void test_recompile_reasons(void) {
   miss(c, 6, 0, 1, &e2);
   miss(c, 6, 0, 1, &e3);
   miss(c, 6, 0, 2, a);
-  char *err = capture_end(saved, path);
-  unsetenv("LOOM_LOG");
-  core_log_reload();
+  char *err = test_capture_end();
   core_text_t t = {0};
   CHECK_OK(rt_cache_describe(c, &t));
   const char *want[] = {

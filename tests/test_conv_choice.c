@@ -183,24 +183,9 @@ static void rules_when_asked(void) {
 /* Runs fn(arg) with stderr in a file; returns what was written (to
  * free). */
 static char *capturing_stderr(void (*fn)(void *), void *arg) {
-  char path[] = "/tmp/loom_test_conv_choice_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  if (fd < 0) return NULL;
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
+  test_capture_begin(NULL);
   fn(arg);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  char *text = calloc(4096, 1);
-  lseek(fd, 0, SEEK_SET);
-  ssize_t got = read(fd, text, 4095);
-  CHECK(got >= 0);
-  close(fd);
-  unlink(path);
-  return text;
+  return test_capture_end();
 }
 
 typedef struct ask_algo {

@@ -202,33 +202,15 @@ static void subgraph_loss_is_reported(void) {
 
 /* LOOM_LOG=compile carries the compiler's message. */
 static void log_names_the_failure(void) {
-  char log_path[96];
-  snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
   loom_graph_t *g = small_graph();
   const char *cc = script("rejecting-cc3", "echo 'stand-in logged error' >&2\nexit 1");
-  fflush(stderr);
-  int saved = dup(2), fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  CHECK(saved >= 0 && fd >= 0);
-  dup2(fd, 2);
-  close(fd);
-  setenv("LOOM_LOG", "compile", 1);
-  core_log_reload();
+  test_capture_begin("compile");
   compiled_t r = compile_with(g, cc, 1);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  unsetenv("LOOM_LOG");
-  core_log_reload();
-  char text[8192] = "";
-  FILE *log = fopen(log_path, "r");
-  CHECK(log != NULL);
-  if (log) {
-    text[fread(text, 1, sizeof text - 1, log)] = '\0';
-    fclose(log);
-  }
+  char *text = test_capture_end();
   CHECK(strstr(text, "loom[compile]: the generated C did not compile") != NULL);
   CHECK(strstr(text, "[cc-failed]") != NULL);
   CHECK(strstr(text, "stand-in logged error") != NULL);
+  free(text);
   compiled_free(&r);
   loom_graph_destroy(g);
 }

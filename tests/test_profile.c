@@ -32,28 +32,12 @@ static void set_log(const char *spec) {
   core_log_reload();
 }
 
-/* Destroys e with stderr sent to a file; returns what was written. */
+/* Destroys e with stderr captured; returns what was written. */
 static char *destroy_capturing_stderr(loom_executable_t *e) {
-  char path[] = "/tmp/loom_test_profile_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  if (fd < 0) {
-    loom_executable_destroy(e);
-    return NULL;
-  }
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
+  test_capture_begin(NULL);
   loom_executable_destroy(e);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  char *text = calloc(1, 1 << 16);
-  lseek(fd, 0, SEEK_SET);
-  ssize_t n = read(fd, text, (1 << 16) - 1);
-  CHECK(n > 0);
-  close(fd);
-  unlink(path);
+  char *text = test_capture_end();
+  CHECK(text && text[0]);
   return text;
 }
 

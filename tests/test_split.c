@@ -5,14 +5,12 @@
  * steps run: timed (the default), all on the pool or all alone
  * (LOOM_SPLIT); a program whose steps are all tiny runs alone as a whole
  * (LOOM_LOG=steps says so). */
-#include <fcntl.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
 #include "harness.h"
 #include "loom/loom.h"
 #include "loom/ops.h"
@@ -141,31 +139,14 @@ static void tiny_program_runs_alone(void) {
   o.fusion = 0; /* several steps */
   loom_executable_t *e = NULL;
   CHECK_OK(loom_compile(g, &o, &e));
-  char path[] = "/tmp/loom-test-split-XXXXXX";
-  int fd = mkstemp(path), saved = dup(2);
-  CHECK(fd >= 0 && saved >= 0);
-  fflush(stderr);
-  dup2(fd, 2);
-  close(fd);
-  setenv("LOOM_LOG", "steps", 1);
-  core_log_reload();
+  test_capture_begin("steps");
   loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, sx, -1, 1), *out[2] = {NULL, NULL};
   for (int k = 0; e && k < 2; k++) CHECK_OK(loom_executable_new_output(e, k, &out[k]));
   for (int run = 0; e && run < RUNS; run++) CHECK_OK(loom_executable_run(e, 1, &xt, 2, out));
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  unsetenv("LOOM_LOG");
-  core_log_reload();
-  char text[8192] = "";
-  FILE *f = fopen(path, "r");
-  if (f) {
-    text[fread(text, 1, sizeof text - 1, f)] = '\0';
-    fclose(f);
-  }
-  unlink(path);
+  char *text = test_capture_end();
   /* (one CPU: the pool has one thread and nothing is timed) */
-  if (sysconf(_SC_NPROCESSORS_ONLN) > 1) CHECK(strstr(text, "steps runs on 1 thread") != NULL);
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 1) CHECK(text && strstr(text, "steps runs on 1 thread"));
+  free(text);
   for (int k = 0; k < 2; k++) loom_tensor_destroy(out[k]);
   loom_tensor_destroy(xt);
   loom_executable_destroy(e);

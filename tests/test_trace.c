@@ -74,6 +74,18 @@ static void trace_and_check(loom_trace_t *t, program_fn f, int n,
   CHECK_OK(loom_trace_step_end(t));
 }
 
+/* trace_and_check of f over x of shape (n) (cols 0) or (n, cols), for
+ * n from lo to hi, one step each. */
+static void trace_sizes(loom_trace_t *t, program_fn f, int64_t lo, int64_t hi, int64_t cols,
+                        const loom_dim_policy_t *pol) {
+  for (int64_t n = lo; n <= hi; n++) {
+    int64_t shape[2] = {n, cols};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, cols ? 2 : 1, shape, -2, 2);
+    trace_and_check(t, f, 1, &x, pol, NULL);
+    loom_tensor_destroy(x);
+  }
+}
+
 static loom_trace_t *new_trace(int compile) {
   loom_trace_options_t o;
   loom_trace_options_init(&o);
@@ -474,12 +486,7 @@ static loom_status_t reshape_prog(loom_graph_t *g, const loom_value_t *x,
 static void test_symbolic_attrs(void) {
   loom_trace_t *t = new_trace(1);
   loom_dim_policy_t pol[2] = {{.kind = LOOM_DIM_SYMBOLIC, .name = "n"}, {.kind = LOOM_DIM_EXACT}};
-  for (int64_t n = 2; n <= 9; n++) {
-    int64_t shape[2] = {n, 4};
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
-    trace_and_check(t, reshape_prog, 1, &x, pol, NULL);
-    loom_tensor_destroy(x);
-  }
+  trace_sizes(t, reshape_prog, 2, 9, 4, pol);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 1);
@@ -493,12 +500,7 @@ static void test_symbolic_attrs(void) {
  * (before, each size was a new site, and 14 sizes compiled 14 times). */
 static void test_exact_attr_sizes_share_a_site(void) {
   loom_trace_t *t = new_trace(1);
-  for (int64_t n = 2; n <= 15; n++) {
-    int64_t shape[2] = {n, 4};
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
-    trace_and_check(t, reshape_prog, 1, &x, NULL, NULL);
-    loom_tensor_destroy(x);
-  }
+  trace_sizes(t, reshape_prog, 2, 15, 4, NULL);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 8); /* the default limit */
@@ -513,12 +515,7 @@ static void test_exact_attr_sizes_share_a_site(void) {
 static void test_unpadded_bucket(void) {
   loom_trace_t *t = new_trace(1);
   loom_dim_policy_t pol[2] = {{.kind = LOOM_DIM_BUCKET, .name = "n"}, {.kind = LOOM_DIM_EXACT}};
-  for (int64_t n = 2; n <= 9; n++) {
-    int64_t shape[2] = {n, 4};
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -2, 2);
-    trace_and_check(t, reshape_prog, 1, &x, pol, NULL);
-    loom_tensor_destroy(x);
-  }
+  trace_sizes(t, reshape_prog, 2, 9, 4, pol);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 1 && s.cache.failed_compiles == 1); /* the first bucket's */
@@ -865,12 +862,7 @@ static void test_recompile_limit(void) {
   o.recompile_limit = 2;
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
-  for (int64_t n = 2; n <= 5; n++) {
-    int64_t shape[1] = {n};
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -2, 2);
-    trace_and_check(t, chain, 1, &x, NULL, NULL);
-    loom_tensor_destroy(x);
-  }
+  trace_sizes(t, chain, 2, 5, 0, NULL);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 2);
@@ -889,12 +881,7 @@ static void test_recompile_unlimited(void) {
   o.recompile_limit = LOOM_RECOMPILE_UNLIMITED;
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
-  for (int64_t n = 2; n <= 11; n++) {
-    int64_t shape[1] = {n};
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -2, 2);
-    trace_and_check(t, chain, 1, &x, NULL, NULL);
-    loom_tensor_destroy(x);
-  }
+  trace_sizes(t, chain, 2, 11, 0, NULL);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 10);
