@@ -31,6 +31,7 @@ static loom_trace_t *private_trace(void) {
   loom_trace_options_t o;
   loom_trace_options_init(&o);
   o.spec_workers = 0; /* no speculative entries: only the keys the steps need */
+  o.input_dims.kind = LOOM_DIM_EXACT; /* undeclared dims keyed by size */
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
   return t;

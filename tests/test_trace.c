@@ -86,6 +86,9 @@ static void trace_sizes(loom_trace_t *t, program_fn f, int64_t lo, int64_t hi, i
   }
 }
 
+/* Exact policies for every dim (NULL policies are automatic). */
+static const loom_dim_policy_t exact_dims[2] = {{.kind = LOOM_DIM_EXACT}, {.kind = LOOM_DIM_EXACT}};
+
 static loom_trace_t *new_trace(int compile) {
   loom_trace_options_t o;
   loom_trace_options_init(&o);
@@ -500,7 +503,7 @@ static void test_symbolic_attrs(void) {
  * (before, each size was a new site, and 14 sizes compiled 14 times). */
 static void test_exact_attr_sizes_share_a_site(void) {
   loom_trace_t *t = new_trace(1);
-  trace_sizes(t, reshape_prog, 2, 15, 4, NULL);
+  trace_sizes(t, reshape_prog, 2, 15, 4, exact_dims);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 8); /* the default limit */
@@ -746,6 +749,7 @@ static void *thread_body(void *arg) {
   loom_trace_options_init(&o);
   o.cache = arg;
   o.num_threads = 1;
+  o.input_dims.kind = LOOM_DIM_EXACT; /* every size its own key */
   loom_trace_t *t = NULL;
   if (loom_trace_create(&o, &t) != LOOM_OK) return (void *)1;
   int bad = 0;
@@ -862,7 +866,7 @@ static void test_recompile_limit(void) {
   o.recompile_limit = 2;
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
-  trace_sizes(t, chain, 2, 5, 0, NULL);
+  trace_sizes(t, chain, 2, 5, 0, exact_dims);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 2);
@@ -881,7 +885,7 @@ static void test_recompile_unlimited(void) {
   o.recompile_limit = LOOM_RECOMPILE_UNLIMITED;
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
-  trace_sizes(t, chain, 2, 11, 0, NULL);
+  trace_sizes(t, chain, 2, 11, 0, exact_dims);
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
   CHECK_OK(loom_trace_get_stats(t, &s));
   CHECK(s.cache.compiles == 10);

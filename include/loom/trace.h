@@ -41,10 +41,11 @@ typedef struct loom_trace loom_trace_t;
 /* ---- Shape policies ------------------------------------------------------
  * How a dim of an input enters the GraphKey. */
 typedef enum loom_dim_policy_kind {
-  LOOM_DIM_EXACT,    /* one executable per size (the default) */
+  LOOM_DIM_EXACT,    /* one executable per size */
   LOOM_DIM_BUCKET,   /* padded up to a bucket; padding masked, outputs sliced */
   LOOM_DIM_SYMBOLIC, /* one executable for every size */
-  LOOM_DIM_AUTO,     /* exact, until the size changes (auto_after): then symbolic */
+  LOOM_DIM_AUTO,     /* exact, until the size changes (auto_after): then
+                        symbolic (the default: loom_trace_options_t.input_dims) */
 } loom_dim_policy_kind_t;
 
 #define LOOM_MAX_BUCKETS 16
@@ -62,7 +63,14 @@ typedef struct loom_dim_policy {
   int64_t buckets[LOOM_MAX_BUCKETS];
   /* LOOM_DIM_AUTO: distinct sizes compiled exactly before the dim turns
    * symbolic; 0 means 1: symbolic the first time the size changes (as
-   * PyTorch's automatic dynamic shapes). */
+   * PyTorch's automatic dynamic shapes). Until then the dim is a constant
+   * of the trace graph, as an exact one. Once symbolic, sizes 0 and 1
+   * stay constants (broadcasting depends on them), and unnamed dims of
+   * one size in a step share one symbol (an op may then combine them);
+   * a named one takes its name's symbol. An op that needs the size of a
+   * symbolic dim (a reshape or slice to sizes the program computed, a
+   * symbolic dim meeting a constant) specializes it: the step's segments
+   * that use it are keyed on its size (LOOM_LOG=recompiles says so). */
   int auto_after;
   /* LOOM_DIM_BUCKET, optional profile (as TensorRT's min/opt/max): when
    * profile_max > 0, the first time a segment sees this input, every
@@ -208,6 +216,10 @@ typedef struct loom_trace_options {
   /* Policy of sizes that data decides (the count of nonzero, ...):
    * default exact. */
   loom_dim_policy_t data_dims;
+  /* Policy of the dims of inputs entered without policies: default
+   * LOOM_DIM_AUTO (exact until a size changes, then symbolic); its name
+   * must be NULL. */
+  loom_dim_policy_t input_dims;
 } loom_trace_options_t;
 
 /* Defaults: compile on, tiered off, own cache of 1 GiB, one worker; size
@@ -224,7 +236,10 @@ LOOM_API void loom_trace_destroy(loom_trace_t *t);
 LOOM_API loom_graph_t *loom_trace_graph(loom_trace_t *t);
 
 /* Enters x (borrowed, not copied: it must stay unchanged until the step
- * ends). policies: one per dim of x, or NULL for exact. */
+ * ends). policies: one per dim of x, or NULL: every dim under the
+ * options' input_dims (LOOM_DIM_AUTO unless set otherwise). An unnamed
+ * automatic dim keeps its state by position: dim d of the step's k-th
+ * input. */
 LOOM_API loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
                                         const loom_dim_policy_t *policies,
                                         loom_value_t *out);
@@ -337,6 +352,7 @@ typedef struct loom_trace_stats {
   int64_t recompiles;   /* misses on a call site seen before */
   int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
+  int64_t specialized;  /* symbolic dims that an op made exact for its step */
 } loom_trace_stats_t;
 #define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
 LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,

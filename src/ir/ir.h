@@ -285,9 +285,15 @@ loom_status_t ir_index_error(const ir_node_t *n, int64_t value, int64_t position
  * the change, which leaves the graph as it was (the tracer refuses a
  * thread other than the one recording the step). `what` names the call
  * (an op's name, "loom_graph_input", ...) for its message. */
+/* pin_dim (may be NULL) gives a symbolic dim's size now, in a graph
+ * whose symbols have sizes while it is built (a trace), and from then on
+ * treats the dim as that constant (the tracer keys its segments on it):
+ * shape inference asks for it where symbolic dims cannot be proven to
+ * agree (ir_specialize). false: the size is not known. */
 typedef struct ir_hook {
   loom_status_t (*node_added)(void *ctx, loom_graph_t *g, int32_t node);
   loom_status_t (*before_change)(void *ctx, loom_graph_t *g, const char *what);
+  bool (*pin_dim)(void *ctx, loom_graph_t *g, ir_dim_t d, int64_t *size);
   void *ctx;
 } ir_hook_t;
 
@@ -429,6 +435,12 @@ loom_status_t ir_build1(loom_graph_t *g, ir_op_t op, int n_in,
 /* ---- Shape-rule helpers (src/ir/shape.c) --------------------------------- */
 
 /* NumPy broadcasting of a and b into out; names op and inputs on failure. */
+/* Where *a and *b cannot be proven to agree and one is symbolic: replaces
+ * both by their sizes now when the graph's hook knows them (pin_dim),
+ * and returns true; the caller compares again. */
+bool ir_specialize(loom_graph_t *g, ir_dim_t *a, ir_dim_t *b);
+/* *d by its size now (pin_dim); false when the hook does not know it. */
+bool ir_pin_dim(loom_graph_t *g, ir_dim_t *d);
 loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
                            const ir_type_t *b, ir_type_t *out);
 /* Normalizes a possibly negative axis against rank; fails naming op. */

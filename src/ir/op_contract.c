@@ -64,6 +64,7 @@ loom_status_t ir_shape_matmul(ir_infer_t *c) {
   mm_view_t va, vb;
   mm_view(a, ta, false, &va);
   mm_view(b, tb, true, &vb);
+  if (va.cols != vb.rows) ir_specialize(c->g, &va.cols, &vb.rows);
   if (va.cols != vb.rows) {
     char ka[64], kb[64];
     return ir_shape_fail(c, "contracted dims differ: %s (a) and %s (b)",
@@ -201,7 +202,9 @@ loom_status_t ir_shape_conv2d(ir_infer_t *c) {
   const ir_type_t *x = c->in[0], *w = c->in[1];
   ir_dim_t channels;
   LOOM_TRY(ir_dim_mul(c->g, w->dims[1], p.groups, &channels));
-  if (channels != x->dims[1]) {
+  ir_dim_t x_channels = x->dims[1];
+  if (channels != x_channels) ir_specialize(c->g, &channels, &x_channels);
+  if (channels != x_channels) {
     char s[64], t[64];
     return ir_shape_fail(c, "x has %s channels but w expects %s (w dim 1 * groups %lld)",
                          ir_dim_str(c->g, x->dims[1], s, sizeof s),
@@ -236,7 +239,9 @@ loom_status_t ir_shape_conv_transpose2d(ir_infer_t *c) {
   LOOM_TRY(conv_ranks(c));
   LOOM_TRY(conv_attrs(c, &p));
   const ir_type_t *x = c->in[0], *w = c->in[1];
-  if (w->dims[0] != x->dims[1]) {
+  ir_dim_t w_in = w->dims[0], x_channels = x->dims[1];
+  if (w_in != x_channels) ir_specialize(c->g, &w_in, &x_channels);
+  if (w_in != x_channels) {
     char s[64], t[64];
     return ir_shape_fail(c, "x has %s channels but w dim 0 is %s",
                          ir_dim_str(c->g, x->dims[1], s, sizeof s),
@@ -308,7 +313,9 @@ loom_status_t loom_conv_transpose2d(loom_graph_t *g, loom_value_t x,
  * the groups divide. */
 static loom_status_t weight_grad_channels(ir_infer_t *c, int64_t groups) {
   const ir_type_t *x = c->in[0], *dy = c->in[1];
-  if (x->dims[0] != dy->dims[0])
+  ir_dim_t nx = x->dims[0], ndy = dy->dims[0];
+  if (nx != ndy) ir_specialize(c->g, &nx, &ndy);
+  if (nx != ndy)
     return ir_shape_fail(c, "x and dy must have the same batch size (dim 0)");
   LOOM_TRY(check_divisible(c, x->dims[1], "input channels (x dim 1)", groups));
   return check_divisible(c, dy->dims[1], "output channels (dy dim 1)", groups);

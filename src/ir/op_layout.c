@@ -127,6 +127,25 @@ static loom_status_t reshape_target(ir_infer_t *c, const int64_t **shape,
   return LOOM_OK;
 }
 
+/* In a trace (ir_pin_dim), the symbolic factors that did not cancel, by
+ * their sizes now: a reshape to sizes the program computed from a
+ * symbolic dim specializes it rather than failing. */
+static void pin_factors(ir_infer_t *c, factors_t *in, factors_t *want) {
+  factors_t *sides[2] = {in, want};
+  int64_t k[2];
+  for (int s = 0; s < 2; s++) {
+    k[s] = sides[s]->k;
+    for (int i = 0; i < sides[s]->n; i++) {
+      ir_dim_t d = sides[s]->f[i];
+      if (!ir_pin_dim(c->g, &d) || __builtin_mul_overflow(k[s], d, &k[s])) return;
+    }
+  }
+  for (int s = 0; s < 2; s++) {
+    sides[s]->k = k[s];
+    sides[s]->n = 0;
+  }
+}
+
 /* "6*n" into buf. */
 static const char *factors_str(const loom_graph_t *g, const factors_t *p,
                                char *buf, size_t size) {
@@ -189,6 +208,7 @@ loom_status_t ir_shape_reshape(ir_infer_t *c) {
                          "large or too complex to compare", text);
   factors_t in0 = in, want0 = want;
   cancel_common(&in, &want);
+  if (in.n + want.n > 0) pin_factors(c, &in, &want);
   c->out[0].dtype = x->dtype;
   c->out[0].rank = n;
   memcpy(c->out[0].dims, shape, sizeof(ir_dim_t) * (size_t)n);
@@ -247,7 +267,9 @@ loom_status_t ir_shape_expand(ir_infer_t *c) {
     return ir_shape_fail(c, "cannot broadcast to shape %s of lower rank", text);
   for (int i = 0; i < n; i++) {
     int j = i - (n - x->rank);
-    if (j >= 0 && x->dims[j] != shape[i] && x->dims[j] != 1)
+    ir_dim_t from = j >= 0 ? x->dims[j] : 1, to = shape[i];
+    if (from != to && from != 1) ir_specialize(c->g, &from, &to);
+    if (from != to && from != 1)
       return ir_shape_fail(c, "cannot broadcast dim %d (%s) to shape %s", j,
                            ir_dim_str(c->g, x->dims[j], dim, sizeof dim), text);
   }
@@ -372,8 +394,10 @@ static loom_status_t slice_dim(ir_infer_t *c, int axis, int64_t start,
                                int64_t end, int64_t step, ir_dim_t *dim) {
   if (step == 0)
     return loom_fail(LOOM_ERR_INVALID, "slice: step on axis %d is 0", axis);
+  if (ir_dim_is_sym(*dim) && whole_axis(start, end, step)) return LOOM_OK;
+  ir_dim_t one = 1;
+  if (ir_dim_is_sym(*dim)) ir_specialize(c->g, dim, &one);
   if (ir_dim_is_sym(*dim)) {
-    if (whole_axis(start, end, step)) return LOOM_OK;
     char d[64];
     return ir_shape_fail(c, "axis %d has symbolic size %s; only a whole-axis "
                          "slice (0:INT64_MAX:1 or -1:INT64_MIN:-1) keeps it",
@@ -416,10 +440,14 @@ static loom_status_t concat_operand(ir_infer_t *c, int i, int axis) {
   if (y->rank != x->rank)
     return ir_shape_fail(c, "input %d has rank %d and input 0 rank %d", i,
                          y->rank, x->rank);
-  for (int d = 0; d < x->rank; d++)
-    if (d != axis && y->dims[d] != x->dims[d])
+  for (int d = 0; d < x->rank; d++) {
+    ir_dim_t a = c->out[0].dims[d], b = y->dims[d];
+    if (d == axis || a == b) continue;
+    if (!ir_specialize(c->g, &a, &b) || a != b)
       return ir_shape_fail(c, "input %d differs from input 0 in dim %d, which "
                            "is not the concat axis %d", i, d, axis);
+    c->out[0].dims[d] = a;
+  }
   return LOOM_OK;
 }
 
@@ -450,7 +478,9 @@ loom_status_t ir_shape_split(ir_infer_t *c) {
       return loom_fail(LOOM_ERR_INVALID, "split: size %d (%lld) is negative "
                        "or too large", i, (long long)sizes[i]);
   char dim[64];
-  if (x->dims[axis] != total)
+  ir_dim_t size = x->dims[axis];
+  if (size != total) ir_specialize(c->g, &size, &total);
+  if (size != total)
     return ir_shape_fail(c, "sizes sum to %lld but axis %d has size %s",
                          (long long)total, axis,
                          ir_dim_str(c->g, x->dims[axis], dim, sizeof dim));

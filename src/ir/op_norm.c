@@ -113,10 +113,13 @@ static loom_status_t check_eps(ir_infer_t *c) {
 }
 
 /* True when t has exactly the dims x[axis..]. */
-static bool has_trailing_dims(const ir_type_t *t, const ir_type_t *x, int axis) {
+static bool has_trailing_dims(ir_infer_t *c, const ir_type_t *t, const ir_type_t *x,
+                              int axis) {
   if (t->rank != x->rank - axis) return false;
-  for (int i = 0; i < t->rank; i++)
-    if (t->dims[i] != x->dims[axis + i]) return false;
+  for (int i = 0; i < t->rank; i++) {
+    ir_dim_t a = t->dims[i], b = x->dims[axis + i];
+    if (a != b && (!ir_specialize(c->g, &a, &b) || a != b)) return false;
+  }
   return true;
 }
 
@@ -128,7 +131,7 @@ loom_status_t ir_shape_norm(ir_infer_t *c) {
   LOOM_TRY(check_eps(c));
   LOOM_TRY(same_dtypes(c));
   for (int i = 1; i < c->n_in; i++)
-    if (!has_trailing_dims(c->in[i], x, axis))
+    if (!has_trailing_dims(c, c->in[i], x, axis))
       return ir_shape_fail(c, "%s (input %d) must have the normalized dims of x (from axis %d)",
                            i == 1 ? "scale" : "bias", i, axis);
   c->out[0] = *x;

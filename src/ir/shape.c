@@ -25,6 +25,23 @@ loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...) {
                    msg, types);
 }
 
+bool ir_pin_dim(loom_graph_t *g, ir_dim_t *d) {
+  if (!ir_dim_is_sym(*d)) return true;
+  int64_t v;
+  if (!g->hook.pin_dim || !g->hook.pin_dim(g->hook.ctx, g, *d, &v)) return false;
+  *d = v;
+  return true;
+}
+
+bool ir_specialize(loom_graph_t *g, ir_dim_t *a, ir_dim_t *b) {
+  if (ir_dim_is_const(*a) && ir_dim_is_const(*b)) return false;
+  ir_dim_t pa = *a, pb = *b;
+  if (!ir_pin_dim(g, &pa) || !ir_pin_dim(g, &pb)) return false;
+  *a = pa;
+  *b = pb;
+  return true;
+}
+
 loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
                            const ir_type_t *b, ir_type_t *out) {
   int rank = a->rank > b->rank ? a->rank : b->rank;
@@ -33,6 +50,7 @@ loom_status_t ir_broadcast(ir_infer_t *c, const ir_type_t *a,
     int ia = i - (rank - a->rank), ib = i - (rank - b->rank);
     ir_dim_t da = ia >= 0 ? a->dims[ia] : 1;
     ir_dim_t db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) ir_specialize(c->g, &da, &db);
     if (da == db || db == 1) out->dims[i] = da;
     else if (da == 1) out->dims[i] = db;
     else {

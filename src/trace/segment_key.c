@@ -187,9 +187,18 @@ void seg_group_buckets(const seg_work_t *w, int64_t *out) {
         out[w->in_types[i].dims[a].sym] = w->in_types[i].dims[a].size;
 }
 
+/* Whether d mentions a symbol pinned after its node was recorded (the
+ * node's hash then holds its expression, not its size). */
+static bool mentions_pinned(const loom_trace_t *t, ir_dim_t d) {
+  const ir_expr_t *e = ir_dim_expr(t->g, d);
+  if (!e || e->kind == IR_EXPR_CONST) return false;
+  if (e->kind == IR_EXPR_SYM) return t->sym_policy[e->c] == TR_PINNED;
+  return mentions_pinned(t, e->a) || mentions_pinned(t, e->b);
+}
+
 /* The sizes that the segment's graph fixes in attributes over non-exact
- * symbols (bucketed ones, symbolic ones not carried as symbols), mixed
- * into h: the node hashes held only their expressions. */
+ * or pinned symbols (bucketed ones, symbolic ones not carried as
+ * symbols), mixed into h: the node hashes held only their expressions. */
 static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
                                uint64_t h) {
   if (t->n_policies == 0) return h; /* every symbol is exact: nothing to add */
@@ -203,7 +212,9 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
         bool plain;
         int sym;
         tr_mode_t m = ir_dim_is_sym(d) ? dim_mode(t, w, d, &plain, &sym) : TR_EXACT;
-        if (m == TR_EXACT || (m == TR_SYMBOLIC && w->n_syms > 0)) continue;
+        if ((m == TR_EXACT && !(ir_dim_is_sym(d) && mentions_pinned(t, d))) ||
+            (m == TR_SYMBOLIC && w->n_syms > 0))
+          continue;
         if (!have) {
           seg_group_buckets(w, buckets);
           attr_sym_values(t, w, buckets, vals);

@@ -16,7 +16,8 @@
 
 loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size) {
   loom_trace_options_t defaults = {.size = sizeof defaults, .compile = 1, .spec_workers = 1,
-                                   .data_dims.kind = LOOM_DIM_EXACT};
+                                   .data_dims.kind = LOOM_DIM_EXACT,
+                                   .input_dims.kind = LOOM_DIM_AUTO};
   return core_sized_init(__func__, "loom_trace_options_t", o, size, &defaults,
                          sizeof defaults);
 }
@@ -41,14 +42,9 @@ static loom_status_t check_policy(const loom_dim_policy_t *p, int dim) {
   return LOOM_OK;
 }
 
-/* The persistent state of the policy called name (made on first use). */
-static loom_status_t find_policy(loom_trace_t *t, const char *name,
-                                 const loom_dim_policy_t *p, int32_t *out) {
-  for (int64_t i = 0; i < t->n_policies; i++)
-    if (!strcmp(t->policies[i].name, name)) {
-      *out = (int32_t)i;
-      return LOOM_OK;
-    }
+/* A new policy state called name. */
+static loom_status_t add_policy(loom_trace_t *t, const char *name,
+                                const loom_dim_policy_t *p, int32_t *out) {
   LOOM_TRY(core_grow((void **)&t->policies, &t->cap_policies,
                      t->n_policies + 1, sizeof *t->policies));
   tr_policy_t *q = &t->policies[t->n_policies];
@@ -59,6 +55,37 @@ static loom_status_t find_policy(loom_trace_t *t, const char *name,
   q->p.name = q->name;
   if (q->p.kind == LOOM_DIM_AUTO && q->p.auto_after == 0) q->p.auto_after = 1;
   *out = (int32_t)t->n_policies++;
+  return LOOM_OK;
+}
+
+/* The persistent state of the policy called name (made on first use). */
+static loom_status_t find_policy(loom_trace_t *t, const char *name,
+                                 const loom_dim_policy_t *p, int32_t *out) {
+  for (int64_t i = 0; i < t->n_policies; i++)
+    if (!strcmp(t->policies[i].name, name)) {
+      *out = (int32_t)i;
+      return LOOM_OK;
+    }
+  return add_policy(t, name, p, out);
+}
+
+/* The state of unnamed automatic dim `dim` of the step's input number k,
+ * found by position (a name lookup per dim would cost programs that
+ * enter many inputs a step). */
+static loom_status_t slot_policy(loom_trace_t *t, int k, int dim,
+                                 const loom_dim_policy_t *p, int32_t *out) {
+  int64_t at = (int64_t)k * LOOM_MAX_RANK + dim, old = t->cap_slots;
+  if (at >= t->cap_slots) {
+    LOOM_TRY(core_grow((void **)&t->slots, &t->cap_slots, at + 1, sizeof *t->slots));
+    for (int64_t i = old; i < t->cap_slots; i++) t->slots[i] = -1;
+  }
+  if (t->slots[at] < 0) {
+    char name[48];
+    snprintf(name, sizeof name, "auto:in%d.%d", k, dim);
+    LOOM_TRY(add_policy(t, name, p, &t->slots[at]));
+    t->policies[t->slots[at]].unnamed = true;
+  }
+  *out = t->slots[at];
   return LOOM_OK;
 }
 
@@ -90,8 +117,37 @@ static loom_status_t bind_symbol(loom_trace_t *t, ir_dim_t d, int64_t size,
                      (long long)t->sym_values[s]);
   if (t->sym_values[s] < 0 && policy >= 0) auto_observe(&t->policies[policy], size);
   t->sym_values[s] = size;
-  if (t->sym_policy[s] < 0) t->sym_policy[s] = policy;
+  if (t->sym_policy[s] == -1) t->sym_policy[s] = policy;
   return LOOM_OK;
+}
+
+/* Makes the symbols of d exact for the rest of the step. */
+static void pin_symbols(loom_trace_t *t, ir_dim_t d) {
+  const ir_expr_t *e = ir_dim_expr(t->g, d);
+  if (!e || e->kind == IR_EXPR_CONST) return;
+  if (e->kind != IR_EXPR_SYM) {
+    pin_symbols(t, e->a);
+    pin_symbols(t, e->b);
+    return;
+  }
+  if (t->sym_policy[e->c] == TR_PINNED || t->sym_policy[e->c] == -1) return;
+  t->sym_policy[e->c] = TR_PINNED;
+  t->stats.specialized++;
+  core_log(LOG_RECOMPILES, "dim '%s' specialized to size %lld for this step: %s "
+           "needs its size (segments that use it are keyed on it)", e->name,
+           (long long)t->sym_values[e->c], t->adding ? t->adding : "an op");
+}
+
+/* The graph hook's pin_dim: d's size now, d exact from now on. */
+static bool pin_dim(void *ctx, loom_graph_t *g, ir_dim_t d, int64_t *size) {
+  loom_trace_t *t = ctx;
+  if (g != t->g || tr_reserve_values(t) != LOOM_OK ||
+      ir_dim_eval(g, d, t->sym_values, size) != LOOM_OK) {
+    loom_clear_error();
+    return false;
+  }
+  pin_symbols(t, d);
+  return true;
 }
 
 /* ---- The node hook ---------------------------------------------------------- */
@@ -193,7 +249,10 @@ static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
 /* The graph hook: builders recording into the trace's graph claim it. */
 static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
   (void)g;
-  return tr_claim(ctx, what);
+  loom_trace_t *t = ctx;
+  LOOM_TRY(tr_claim(t, what));
+  t->adding = what;
+  return LOOM_OK;
 }
 
 static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
@@ -243,6 +302,10 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
                      "least -1 (LOOM_RECOMPILE_UNLIMITED), and num_threads, cache_bytes "
                      "and spec_workers must not be negative");
   LOOM_TRY(check_policy(&o->data_dims, 0));
+  LOOM_TRY(check_policy(&o->input_dims, 0));
+  if (o->input_dims.name)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_create: input_dims.name must be "
+                     "NULL (it applies to every dim of its inputs)");
   loom_trace_t *t = core_calloc(1, sizeof *t);
   if (!t) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a trace");
   t->opt = *o;
@@ -268,6 +331,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   }
   t->g->hook.node_added = on_node_added;
   t->g->hook.before_change = before_change;
+  t->g->hook.pin_dim = pin_dim;
   t->g->hook.ctx = t;
   *out = t;
   loom_clear_error();
@@ -317,6 +381,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->keep);
   core_free(t->sym_values);
   core_free(t->sym_policy);
+  core_free(t->slots);
   core_free(t->params);
   core_free(t->run.sites);
   core_free(t->run.unpadded);
@@ -343,23 +408,48 @@ static loom_status_t enter(loom_trace_t *t, const char *name, loom_tensor_t *x,
   return LOOM_OK;
 }
 
-/* The dims of input number k of the step under its policies: constants,
- * or symbols bound to x's sizes. */
+/* The state of x's dim i under policy p (input number k of the step). */
+static loom_status_t dim_policy(loom_trace_t *t, int k, int i,
+                                const loom_dim_policy_t *p, int32_t *out) {
+  if (!p->name && p->kind == LOOM_DIM_AUTO) return slot_policy(t, k, i, p, out);
+  char fresh[48];
+  const char *name = p->name;
+  if (!name) {
+    snprintf(fresh, sizeof fresh, "in%d.%d", k, i);
+    name = fresh;
+  }
+  return find_policy(t, name, p, out);
+}
+
+/* The symbol of a dim of size `size` under policy q: the policy's name,
+ * or (unnamed automatic dims) one per size, so that dims of one size in
+ * a step are one symbol (duck sizing). NULL: the dim stays a constant
+ * (an automatic dim not switched yet, or of size 0 or 1). */
+static const char *dim_symbol(const tr_policy_t *q, int64_t size, char *buf,
+                              size_t cap) {
+  if (q->p.kind != LOOM_DIM_AUTO) return q->name;
+  if (!q->switched || size <= 1) return NULL;
+  if (!q->unnamed) return q->name;
+  snprintf(buf, cap, "~%lld", (long long)size);
+  return buf;
+}
+
+/* The dims of input number k of the step under its policies (NULL: the
+ * options' input_dims): constants, or symbols bound to x's sizes. */
 static loom_status_t input_dims(loom_trace_t *t, const loom_tensor_t *x,
                                 const loom_dim_policy_t *policies,
                                 loom_dim_t *dims) {
   for (int i = 0; i < x->rank; i++) {
     dims[i] = x->shape[i];
-    if (!policies || policies[i].kind == LOOM_DIM_EXACT) continue;
-    LOOM_TRY(check_policy(&policies[i], i));
-    char fresh[48];
-    const char *name = policies[i].name;
-    if (!name) {
-      snprintf(fresh, sizeof fresh, "in%d.%d", t->n_step_inputs, i);
-      name = fresh;
-    }
+    const loom_dim_policy_t *p = policies ? &policies[i] : &t->opt.input_dims;
+    if (p->kind == LOOM_DIM_EXACT) continue;
+    if (policies) LOOM_TRY(check_policy(p, i));
     int32_t policy = -1;
-    LOOM_TRY(find_policy(t, name, &policies[i], &policy));
+    LOOM_TRY(dim_policy(t, t->n_step_inputs, i, p, &policy));
+    auto_observe(&t->policies[policy], x->shape[i]);
+    char buf[32];
+    const char *name = dim_symbol(&t->policies[policy], x->shape[i], buf, sizeof buf);
+    if (!name) continue;
     LOOM_TRY(ir_dim_symbol(t->g, name, &dims[i]));
     char what[64];
     snprintf(what, sizeof what, "loom_trace_input: dim %d", i);

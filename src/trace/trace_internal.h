@@ -59,6 +59,8 @@ typedef enum tr_mode {
   TR_BUCKET,   /* its bucket */
 } tr_mode_t;
 
+#define TR_PINNED (-2) /* sym_policy of a symbol an op specialized */
+
 /* A policy's persistent state, found by the symbol's name. */
 typedef struct tr_policy {
   char *name;
@@ -68,6 +70,7 @@ typedef struct tr_policy {
   bool switched;    /* LOOM_DIM_AUTO: now symbolic */
   bool profiled;    /* the profile's buckets were queued */
   bool data;        /* a size data decided (data_dims: nonzero's count) */
+  bool unnamed;     /* an automatic dim known by position (trace.c's slots) */
 } tr_policy_t;
 
 /* Per value of the trace graph. */
@@ -268,13 +271,19 @@ struct loom_trace {
   int64_t region_start; /* first node recorded since the last cut */
 
   /* Per symbol of this step's trace graph (by symbol number): its size
-   * (-1 while unbound) and its policy (index into policies, -1: exact). */
+   * (-1 while unbound) and its policy (index into policies, -1: exact,
+   * TR_PINNED: exact for the rest of the step, an op needed its size). */
   int64_t *sym_values;
   int32_t *sym_policy;
   int64_t cap_syms;
   tr_policy_t *policies;
   int64_t n_policies, cap_policies;
   int n_step_inputs; /* inputs entered this step (names fresh symbols) */
+  /* The policy of unnamed automatic dim d of the step's k-th input, at
+   * k * LOOM_MAX_RANK + d (-1: none yet). */
+  int32_t *slots;
+  int64_t cap_slots;
+  const char *adding; /* the op being recorded (for messages) */
 
   tr_param_t *params;
   int64_t n_params, cap_params;

@@ -51,7 +51,11 @@ static loom_status_t check_pair(const char *fn, loom_graph_t *g,
                      "must have one float dtype", fn,
                      loom_dtype_name(ta->dtype), loom_dtype_name(tb->dtype));
   bool same = ta->rank == tb->rank;
-  for (int i = 0; same && i < ta->rank; i++) same = ta->dims[i] == tb->dims[i];
+  for (int i = 0; same && i < ta->rank; i++) {
+    ir_dim_t da = ta->dims[i], db = tb->dims[i];
+    if (da != db) ir_specialize(g, &da, &db);
+    same = da == db;
+  }
   if (!same) {
     char sa[96], sb[96];
     return loom_fail(LOOM_ERR_SHAPE, "%s: input %s and target %s must have the "
@@ -108,7 +112,9 @@ static loom_status_t check_ce(loom_graph_t *g, loom_value_t logits,
   if (ty->dtype != LOOM_I32 && ty->dtype != LOOM_I64)
     return loom_fail(LOOM_ERR_DTYPE, "%s: labels are %s; they must be i32 or "
                      "i64", fn, loom_dtype_name(ty->dtype));
-  if (tx->rank != 2 || ty->rank != 1 || tx->dims[0] != ty->dims[0])
+  ir_dim_t n_logits = tx->rank == 2 ? tx->dims[0] : 0, n_labels = ty->rank == 1 ? ty->dims[0] : 0;
+  if (n_logits != n_labels) ir_specialize(g, &n_logits, &n_labels);
+  if (tx->rank != 2 || ty->rank != 1 || n_logits != n_labels)
     return loom_fail(LOOM_ERR_SHAPE, "%s: logits (rank %d) must be (N, C) and "
                      "labels (rank %d) (N), with one N", fn, tx->rank,
                      ty->rank);
