@@ -99,6 +99,7 @@ static rt_key_t key_for(rt_key_input_t *in, uint64_t site, int rank, const int64
   in->rank = rank;
   memcpy(in->dims, dims, sizeof(int64_t) * (size_t)rank);
   memset(in->bucket, 0, (size_t)rank); /* exact sizes */
+  in->provisional = 0;
   rt_key_t k = {.structure = STRUCTURE, .path = 0, .site = site, .n_inputs = 1, .inputs = in};
   rt_key_finish(&k);
   return k;
@@ -410,6 +411,50 @@ static void test_recompile_limit(void) {
   rt_entry_release(c, e);
   loom_cache_stats_t s = stats_of(c);
   CHECK(s.compiles == 4 && s.misses == 6 && s.hits == 1);
+  loom_cache_destroy(c);
+}
+
+/* The budget counts structures and policies, not sizes: keys that differ
+ * only in the sizes of provisional dims (automatic ones not symbolic
+ * yet) count once, so a site at its limit still compiles them; the first
+ * symbolic key of a structure compiles past the limit, a second is
+ * refused. */
+static rt_get_result_t get_key(loom_cache_t *c, rt_key_t *k, int64_t n, int limit) {
+  rt_key_finish(k);
+  rt_builder_t b = builder_for(1, &n, false);
+  rt_get_result_t r = RT_FAILED;
+  rt_entry_t *e = NULL;
+  CHECK_OK(rt_cache_get(c, k, &b, true, limit, &r, &e));
+  rt_entry_release(c, e);
+  return r;
+}
+
+static void test_budget_identity(void) {
+  loom_cache_t *c;
+  CHECK_OK(loom_cache_create(0, 0, &c));
+  rt_entry_t *e;
+  test_capture_begin(NULL);
+  CHECK(get1(c, 0x123, 20, 2, &e) == RT_READY); /* counted: 1 of 2 */
+  rt_entry_release(c, e);
+  for (int64_t n = 30; n < 34; n++) { /* counted once: 2 of 2 */
+    rt_key_input_t in;
+    rt_key_t k = key_for(&in, 0x123, 1, &n);
+    in.provisional = 1 | 0x80; /* bits past the rank do not matter */
+    CHECK(get_key(c, &k, n, 2) == RT_READY);
+  }
+  CHECK(get1(c, 0x123, 21, 2, &e) == RT_OVER_LIMIT);
+  rt_entry_release(c, e);
+  int64_t any = RT_DIM_ANY;
+  for (uint64_t structure = STRUCTURE; structure <= STRUCTURE + 1; structure++) {
+    rt_key_input_t in;
+    rt_key_t k = key_for(&in, 0x123, 1, &any);
+    k.structure = structure;
+    CHECK(get_key(c, &k, 5, 2) == RT_READY); /* the structure's first symbolic key */
+    k.path = 7;
+    CHECK(get_key(c, &k, 5, 2) == RT_OVER_LIMIT);
+  }
+  free(test_capture_end());
+  CHECK(stats_of(c).compiles == 7);
   loom_cache_destroy(c);
 }
 
@@ -943,6 +988,7 @@ int main(void) {
   TEST_RUN(test_failed_compile);
   TEST_RUN(test_eager_entries);
   TEST_RUN(test_recompile_limit);
+  TEST_RUN(test_budget_identity);
   TEST_RUN(test_recompile_reasons);
   TEST_RUN(test_speculation);
   TEST_RUN(test_queue_order);

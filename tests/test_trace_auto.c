@@ -207,6 +207,7 @@ static void test_specialization(void) {
   flatten_sizes(0, 9, &s);
   char *log = test_capture_end();
   CHECK(s.specialized == 7); /* sizes 3 to 9 */
+  /* sizes 2, 3 and 4 up to the limit of 3; 5 to 9 in the fallback */
   CHECK(s.cache.compiles == 3 && s.interpreted == 5);
   CHECK(log && strstr(log, "symbolic from now on") && strstr(log, "specialized to size 3") &&
         strstr(log, "reshape"));

@@ -110,8 +110,11 @@ typedef struct dyn_model {
                            loom_value_t *loss);
 } dyn_model_t;
 
+/* The policy of a varying dim called name: LOOM_DIM_AUTO unnamed (the
+ * trace's default, as if the program declared nothing). */
 loom_dim_policy_t dyn_policy(loom_dim_policy_kind_t kind, const char *name);
-/* A trace with c's compile, tiered and threads; data_dims NULL: exact. */
+/* A trace with c's compile, tiered and threads; data_dims NULL: the
+ * trace's default (automatic); c's policy exact: every input dim exact. */
 loom_status_t dyn_trace_create(const dyn_config_t *c,
                                const loom_dim_policy_t *data_dims,
                                loom_trace_t **out);

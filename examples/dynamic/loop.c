@@ -15,7 +15,8 @@ static double now_s(void) {
 }
 
 loom_dim_policy_t dyn_policy(loom_dim_policy_kind_t kind, const char *name) {
-  loom_dim_policy_t p = {.kind = kind, .name = name};
+  /* auto: unnamed, as the trace treats a dim entered with no policy */
+  loom_dim_policy_t p = {.kind = kind, .name = kind == LOOM_DIM_AUTO ? NULL : name};
   return p;
 }
 
@@ -28,6 +29,7 @@ loom_status_t dyn_trace_create(const dyn_config_t *c,
   o.tiered = c->tiered;
   o.num_threads = c->threads;
   if (data_dims) o.data_dims = *data_dims;
+  if (c->policy == LOOM_DIM_EXACT) o.input_dims.kind = LOOM_DIM_EXACT; /* all of them */
   /* A site's forward and backward count against one limit: room for both
    * at each power-of-two bucket a workload's sizes reach (up to 2^11). */
   if (c->policy == LOOM_DIM_BUCKET) o.recompile_limit = 24;

@@ -62,7 +62,7 @@ static loom_status_t lstm_init(lstm_t *m, loom_dim_policy_kind_t policy) {
   DYN_TRY(loom_tensor_create(LOOM_F32, 2, s_state, &m->c0));
   for (int64_t i = 0; i < T_MAX; i++)
     DYN_TRY(loom_tensor_from_data(LOOM_I64, 1, one, &i, sizeof i, &m->idx[i]));
-  m->len = (loom_dim_policy_t){.kind = policy, .name = "T"};
+  m->len = dyn_policy(policy, "T");
   if (policy == LOOM_DIM_BUCKET) { /* 8, 16, ..., 256 */
     m->len.n_buckets = 6;
     for (int i = 0; i < 6; i++) m->len.buckets[i] = (int64_t)8 << i;

@@ -214,7 +214,7 @@ loom_status_t dyn_moe_run(const dyn_config_t *c, int warmup, int steps,
   /* the counts of tokens per expert are the sizes nonzero decides */
   loom_dim_policy_t counts = dyn_policy(c->policy, NULL);
   loom_status_t s = moe_init(&m);
-  if (s == LOOM_OK) s = dyn_trace_create(c, &counts, &t);
+  if (s == LOOM_OK) s = dyn_trace_create(c, c->policy == LOOM_DIM_AUTO ? NULL : &counts, &t);
   if (s == LOOM_OK) {
     dyn_model_t model = {&m, moe_batch, moe_forward};
     s = dyn_train(c, t, &model, warmup, steps, out);

@@ -59,6 +59,25 @@ void rt_key_finish(rt_key_t *key) {
   key->hash = h;
 }
 
+/* key's identity for the recompile budget: its hash but for the sizes of
+ * provisional dims. */
+static uint64_t budget_id(const rt_key_t *key) {
+  uint64_t h = combine(key->hash, 0xb0d9e7);
+  for (int i = 0; i < key->n_inputs; i++) {
+    const rt_key_input_t *in = &key->inputs[i];
+    if (in->rank <= 0 || !(in->provisional & ((1u << in->rank) - 1))) continue;
+    h = combine(combine(0, key->structure), key->path);
+    for (int j = 0; j < key->n_inputs; j++) {
+      in = &key->inputs[j];
+      h = combine(h, (uint64_t)in->dtype | (uint64_t)in->rank << 8);
+      for (int d = 0; d < in->rank; d++)
+        h = combine(h, in->provisional >> d & 1 ? 0xa070 : (uint64_t)in->dims[d]);
+    }
+    break;
+  }
+  return h;
+}
+
 static bool input_equal(const rt_key_input_t *a, const rt_key_input_t *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (int d = 0; d < a->rank; d++)
@@ -576,11 +595,48 @@ static loom_status_t get_existing(loom_cache_t *c, rt_entry_t *e, const rt_build
   return finish_wait(c, e, result, out);
 }
 
+static bool site_counted(const cache_site_t *site, uint64_t id) {
+  for (int i = 0; i < site->n_counted; i++)
+    if (site->counted[i] == id) return true;
+  return false;
+}
+
+/* Under the lock: counts key's compile against its site's budget, once
+ * per budget identity (only when there is a limit to count for). */
+static void site_count(loom_cache_t *c, const rt_key_t *key, int limit) {
+  cache_site_t *site = site_get(c, key->site, false);
+  uint64_t id = budget_id(key);
+  if (!site || limit <= 0 || site_counted(site, id)) return;
+  if (core_grow((void **)&site->counted, &site->cap_counted, site->n_counted + 1,
+                sizeof *site->counted) == LOOM_OK)
+    site->counted[site->n_counted++] = id;
+  site->compiles++;
+}
+
+static bool key_symbolic(const rt_key_t *key) {
+  for (int i = 0; i < key->n_inputs; i++)
+    for (int d = 0; d < key->inputs[i].rank; d++)
+      if (key->inputs[i].dims[d] == RT_DIM_ANY) return true;
+  return false;
+}
+
+/* Under the lock: whether the limit refuses key, new at site
+ * (rt_cache_site_full). */
+static bool over_limit(const cache_site_t *site, const rt_key_t *key, int limit) {
+  if (limit <= 0 || !site || site->compiles < limit) return false;
+  if (site_counted(site, budget_id(key))) return false; /* its sizes only: counted */
+  if (!key_symbolic(key)) return true;
+  for (const rt_entry_t *e = site->entries; e; e = e->site_next)
+    if (!e->key.eager && e->key.structure == key->structure && key_symbolic(&e->key))
+      return true;
+  return false;
+}
+
 /* Under the lock, which it releases: a miss on a key not in the cache. */
 static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
                              bool wait, int limit, rt_get_result_t *result, rt_entry_t **out) {
   cache_site_t *site = site_get(c, key->site, false);
-  if (limit > 0 && site && site->compiles >= limit) {
+  if (over_limit(site, key, limit)) {
     bool warn = !site->warned;
     site->warned = true;
     pthread_mutex_unlock(&c->lock);
@@ -608,7 +664,7 @@ static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_buil
     cache_builder_done(builder);
     return LOOM_ERR_NOMEM;
   }
-  site_get(c, key->site, false)->compiles++;
+  site_count(c, key, limit);
   e->misses = 1;
   /* Without workers nobody else would compile it: this thread does. */
   bool here = wait || c->n_workers == 0 || !cache_job_push(c, e, builder, false);
@@ -661,7 +717,7 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key, const rt_builde
 }
 
 static loom_status_t speculate(loom_cache_t *c, const rt_key_t *key,
-                               const rt_builder_t *builder, bool counted) {
+                               const rt_builder_t *builder, bool counted, int limit) {
   loom_status_t s = LOOM_OK;
   if (!c || !key || !builder || !builder->build)
     s = loom_fail(LOOM_ERR_INVALID, "rt_cache_speculate: null %s",
@@ -677,7 +733,7 @@ static loom_status_t speculate(loom_cache_t *c, const rt_key_t *key,
     rt_entry_t *e = cache_insert_pending(c, key);
     if (e) e->speculative = true;
     queued = e && cache_job_push(c, e, builder, true);
-    if (queued && counted) site_get(c, key->site, false)->compiles++;
+    if (queued && counted) site_count(c, key, limit);
     if (e && !queued) {
       site_unlink(c, e);
       table_remove(c, e);
@@ -697,18 +753,18 @@ static loom_status_t speculate(loom_cache_t *c, const rt_key_t *key,
 
 loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
                                  const rt_builder_t *builder) {
-  return speculate(c, key, builder, false);
+  return speculate(c, key, builder, false, 0);
 }
 
-loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder) {
-  return speculate(c, key, builder, true);
+loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
+                             int recompile_limit) {
+  return speculate(c, key, builder, true, recompile_limit);
 }
 
-bool rt_cache_site_full(loom_cache_t *c, uint64_t site, int recompile_limit) {
-  if (!c || recompile_limit <= 0) return false;
+bool rt_cache_site_full(loom_cache_t *c, const rt_key_t *key, int recompile_limit) {
+  if (!c || !key || recompile_limit <= 0) return false;
   pthread_mutex_lock(&c->lock);
-  cache_site_t *s = site_get(c, site, false);
-  bool full = s && s->compiles >= recompile_limit;
+  bool full = over_limit(site_get(c, key->site, false), key, recompile_limit);
   pthread_mutex_unlock(&c->lock);
   return full;
 }
@@ -906,6 +962,7 @@ void loom_cache_destroy(loom_cache_t *c) {
     }
   }
   core_free(c->buckets);
+  for (int64_t i = 0; i < c->cap_sites; i++) core_free(c->sites[i].counted);
   core_free(c->sites);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->ready);

@@ -27,6 +27,10 @@ typedef struct rt_key_input {
   int rank;
   int64_t dims[LOOM_MAX_RANK];
   uint8_t bucket[LOOM_MAX_RANK]; /* 1: dims[d] is a bucket (never RT_DIM_ANY) */
+  /* Bit d: dims[d] is exact only until it turns symbolic (an automatic
+   * dim): the recompile budget, which counts structures and policies,
+   * does not tell its sizes apart. Not part of the key's identity. */
+  uint8_t provisional;
 } rt_key_input_t;
 
 /* GraphKey = (structure, input types under the policy, path signature).
@@ -98,13 +102,20 @@ loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
 
 /* rt_cache_speculate for a key that will be needed (a training forward's
  * backward): the compile counts against its site's recompile limit, as
- * the rt_cache_get it spares would have. */
-loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder);
+ * the rt_cache_get it spares would have (recompile_limit 0: none). */
+loom_status_t rt_cache_ahead(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
+                             int recompile_limit);
 
-/* Whether site has compiled recompile_limit keys through rt_cache_get
- * (0: no limit), so that its next new key will not compile: speculation
- * on its behalf (its backward) would spend what the limit saves. */
-bool rt_cache_site_full(loom_cache_t *c, uint64_t site, int recompile_limit);
+/* Whether key's site has compiled recompile_limit keys through
+ * rt_cache_get (0: no limit), so that key, new, would not compile:
+ * speculation on its behalf (its backward) would spend what the limit
+ * saves. The budget counts structures and policies, not sizes: keys
+ * that differ only in the sizes of provisional dims count once, and
+ * the first symbolic key of each structure at a site compiles past the
+ * limit (a dim that turned symbolic after the site spent its budget on
+ * exact sizes would otherwise stay in the fallback for good, and it
+ * covers every size after). */
+bool rt_cache_site_full(loom_cache_t *c, const rt_key_t *key, int recompile_limit);
 /* (rt_cache_ahead's compiles count too.) */
 
 /* The eager entry of key: the builder's graph with no executable, for

@@ -51,7 +51,9 @@ struct rt_cache_entry {
  * recompile limit), whether its warning was printed, its entries. */
 typedef struct cache_site {
   uint64_t site;
-  int compiles;
+  int compiles;       /* distinct budget identities counted (cache.c) */
+  uint64_t *counted; /* those identities */
+  int64_t n_counted, cap_counted;
   bool warned;
   bool used; /* slot taken in the open-addressed table */
   rt_entry_t *entries;

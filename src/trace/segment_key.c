@@ -237,7 +237,10 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
     rt_key_input_t *k = &w->key_in[i];
     k->dtype = in->dtype;
     k->rank = in->rank;
+    k->provisional = 0;
     for (int a = 0; a < in->rank; a++) {
+      if (in->dims[a].mode == TR_EXACT)
+        k->provisional |= t->vals[w->ins[i]].provisional & (uint8_t)(1u << a);
       k->dims[a] = in->dims[a].mode == TR_SYMBOLIC ? RT_DIM_ANY : in->dims[a].size;
       k->bucket[a] = in->dims[a].mode == TR_BUCKET; /* told from an exact size in listings */
       if (in->dims[a].mode != TR_EXACT)

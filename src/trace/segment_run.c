@@ -466,11 +466,12 @@ static void speculate_backward(loom_trace_t *t, seg_work_t *w, const rt_key_t *k
   if (backward_desc(t, w, key, &bwd) != LOOM_OK) return; /* made again at the tape */
   rt_key_t bkey;
   tape_backward_key(key, &bkey);
-  if (rt_cache_site_full(t->cache, bkey.site, t->opt.recompile_limit)) {
+  if (rt_cache_site_full(t->cache, &bkey, t->opt.recompile_limit)) {
     seg_desc_release(bwd);
     return;
   }
-  rt_cache_ahead(t->cache, &bkey, &(rt_builder_t){seg_desc_build, release_ctx, bwd});
+  rt_cache_ahead(t->cache, &bkey, &(rt_builder_t){seg_desc_build, release_ctx, bwd},
+                 t->opt.recompile_limit);
 }
 
 /* Queues the buckets predicted after a bucketed miss. Each is keyed and
@@ -506,7 +507,7 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
   LOOM_TRY(note_miss(t, w->site));
-  if (w->train && !rt_cache_site_full(t->cache, w->site, t->opt.recompile_limit))
+  if (w->train && !rt_cache_site_full(t->cache, key, t->opt.recompile_limit))
     speculate_backward(t, w, key);
   seg_desc_t *d = NULL;
   LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));

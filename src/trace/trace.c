@@ -16,7 +16,7 @@
 
 loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size) {
   loom_trace_options_t defaults = {.size = sizeof defaults, .compile = 1, .spec_workers = 1,
-                                   .data_dims.kind = LOOM_DIM_EXACT,
+                                   .data_dims.kind = LOOM_DIM_AUTO,
                                    .input_dims.kind = LOOM_DIM_AUTO};
   return core_sized_init(__func__, "loom_trace_options_t", o, size, &defaults,
                          sizeof defaults);
@@ -133,9 +133,14 @@ static void pin_symbols(loom_trace_t *t, ir_dim_t d) {
   if (t->sym_policy[e->c] == TR_PINNED || t->sym_policy[e->c] == -1) return;
   t->sym_policy[e->c] = TR_PINNED;
   t->stats.specialized++;
+  const char *op = t->adding ? t->adding : "an op";
+  for (int i = 0; i < t->n_pins_logged; i++)
+    if (t->pins_logged[i] == op) return; /* said once per op */
+  if (t->n_pins_logged == 8) return;
+  t->pins_logged[t->n_pins_logged++] = op;
   core_log(LOG_RECOMPILES, "dim '%s' specialized to size %lld for this step: %s "
-           "needs its size (segments that use it are keyed on it)", e->name,
-           (long long)t->sym_values[e->c], t->adding ? t->adding : "an op");
+           "needs its size (segments that use it are keyed on it; said once "
+           "per op)", e->name, (long long)t->sym_values[e->c], op);
 }
 
 /* The graph hook's pin_dim: d's size now, d exact from now on. */
@@ -438,7 +443,8 @@ static const char *dim_symbol(const tr_policy_t *q, int64_t size, char *buf,
  * options' input_dims): constants, or symbols bound to x's sizes. */
 static loom_status_t input_dims(loom_trace_t *t, const loom_tensor_t *x,
                                 const loom_dim_policy_t *policies,
-                                loom_dim_t *dims) {
+                                loom_dim_t *dims, uint8_t *provisional) {
+  *provisional = 0;
   for (int i = 0; i < x->rank; i++) {
     dims[i] = x->shape[i];
     const loom_dim_policy_t *p = policies ? &policies[i] : &t->opt.input_dims;
@@ -448,7 +454,9 @@ static loom_status_t input_dims(loom_trace_t *t, const loom_tensor_t *x,
     LOOM_TRY(dim_policy(t, t->n_step_inputs, i, p, &policy));
     auto_observe(&t->policies[policy], x->shape[i]);
     char buf[32];
-    const char *name = dim_symbol(&t->policies[policy], x->shape[i], buf, sizeof buf);
+    const tr_policy_t *q = &t->policies[policy];
+    const char *name = dim_symbol(q, x->shape[i], buf, sizeof buf);
+    if (!name && !q->switched) *provisional |= (uint8_t)(1u << i);
     if (!name) continue;
     LOOM_TRY(ir_dim_symbol(t->g, name, &dims[i]));
     char what[64];
@@ -466,12 +474,14 @@ loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
   LOOM_CHECK_ARG(out);
   LOOM_TRY(tr_claim(t, __func__));
   loom_dim_t dims[LOOM_MAX_RANK];
-  LOOM_TRY(input_dims(t, x, policies, dims));
+  uint8_t provisional;
+  LOOM_TRY(input_dims(t, x, policies, dims, &provisional));
   t->n_step_inputs++;
   bool copy = !tensor_is_contiguous(x);
   loom_tensor_t *bound = x;
   if (copy) LOOM_TRY(tensor_contiguous_copy(x, &bound));
   LOOM_TRY(enter(t, NULL, bound, copy, dims, out)); /* unnamed: no strdup */
+  t->vals[out->id].provisional = provisional;
   loom_clear_error();
   return LOOM_OK;
 }

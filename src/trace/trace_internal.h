@@ -80,6 +80,7 @@ typedef struct tr_value {
   bool owned;       /* t belongs to the trace */
   bool grad;        /* depends on a parameter: gradients flow to it */
   int32_t uses;     /* nodes recorded that read it */
+  uint8_t provisional; /* an input's automatic dims not symbolic yet (bit per dim) */
 } tr_value_t;
 
 /* A parameter across steps (a borrowed user tensor). */
@@ -284,6 +285,8 @@ struct loom_trace {
   int32_t *slots;
   int64_t cap_slots;
   const char *adding; /* the op being recorded (for messages) */
+  const char *pins_logged[8]; /* ops whose specializations were logged */
+  int n_pins_logged;
 
   tr_param_t *params;
   int64_t n_params, cap_params;
