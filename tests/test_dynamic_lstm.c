@@ -124,9 +124,18 @@ static void test_compiles_bounded(void) {
   CHECK(r.stats.hits > 500); /* 589 cells */
 }
 
+/* Written without tuning (no policies declared, the trace's defaults):
+ * nothing runs in the fallback, and the compiles stay bounded. */
+static void test_untuned(void) {
+  dyn_result_t r = run(LOOM_DIM_AUTO, 1, 10, NULL);
+  CHECK(r.stats.interpreted == 0);
+  CHECK(r.stats.cache.compiles <= 12);
+}
+
 int main(void) {
   TEST_RUN(test_compiled_vs_interpreted);
   TEST_RUN(test_policies);
   TEST_RUN(test_compiles_bounded);
+  TEST_RUN(test_untuned);
   return test_summary();
 }

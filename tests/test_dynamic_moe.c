@@ -165,10 +165,19 @@ static void test_bucket(void) {
   free(params);
 }
 
+/* Written without tuning (no policies declared, the trace's defaults):
+ * nothing runs in the fallback, and the compiles stay bounded. */
+static void test_untuned(void) {
+  dyn_result_t r = run(LOOM_DIM_AUTO, 1, 10, NULL, NULL);
+  CHECK(r.stats.interpreted == 0);
+  CHECK(r.stats.cache.compiles <= 8);
+}
+
 int main(void) {
   TEST_RUN(test_interpreted);
   TEST_RUN(test_symbolic);
   TEST_RUN(test_bucket);
+  TEST_RUN(test_untuned);
   free(interp_params);
   return test_summary();
 }

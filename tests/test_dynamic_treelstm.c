@@ -171,11 +171,25 @@ static void test_bucket(void) {
   CHECK(r.stats.cache.compiles <= 2 * (1 + 5 + 8));
 }
 
+/* Written without tuning (no policies declared, the trace's defaults),
+ * in both forms: nothing runs in the fallback, and the compiles stay
+ * bounded (the level form's sites see each level's sizes exact until
+ * their inputs turn symbolic: outside the recompile budget). */
+static void test_untuned(void) {
+  dyn_result_t r = run(1, LOOM_DIM_AUTO, 1, 20, NULL, NULL);
+  CHECK(r.stats.interpreted == 0);
+  CHECK(r.stats.cache.compiles <= 26);
+  r = run(0, LOOM_DIM_AUTO, 1, 5, NULL, NULL);
+  CHECK(r.stats.interpreted == 0);
+  CHECK(r.stats.cache.compiles <= 6);
+}
+
 int main(void) {
   TEST_RUN(test_interpreted);
   TEST_RUN(test_level);
   TEST_RUN(test_node);
   TEST_RUN(test_bucket);
+  TEST_RUN(test_untuned);
   free(interp_params);
   return test_summary();
 }
