@@ -49,9 +49,11 @@ loom_status_t dyn_copy_params(const dyn_config_t *c, int n,
 void dyn_print_stats(FILE *f, const char *what, const dyn_result_t *r) {
   const loom_trace_stats_t *s = &r->stats;
   fprintf(f,
-          "%s: %.1f items/s; loss %.4f -> %.4f; segments %lld, hits %lld, "
-          "misses %lld, compiles %lld (%.0f ms), interpreted %lld, breaks %lld\n",
+          "%s: %.1f items/s; loss %.4f -> %.4f; segments %lld, hits %lld "
+          "(replayed %lld), misses %lld, compiles %lld (%.0f ms), interpreted %lld, "
+          "breaks %lld\n",
           what, r->items_per_s, r->first_loss, r->last_loss, (long long)s->segments,
-          (long long)s->hits, (long long)s->misses, (long long)s->cache.compiles,
-          s->cache.compile_ms, (long long)s->interpreted, (long long)s->breaks);
+          (long long)s->hits, (long long)s->replayed, (long long)s->misses,
+          (long long)s->cache.compiles, s->cache.compile_ms, (long long)s->interpreted,
+          (long long)s->breaks);
 }

@@ -354,6 +354,9 @@ typedef struct loom_trace_stats {
   int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
   int64_t specialized;  /* symbolic dims that an op made exact for its step */
+  int64_t replayed;     /* of stitched hits, those run through a stitched
+                           boundary: the region matched the one recorded
+                           after the same segment, so no cut analysis ran */
 } loom_trace_stats_t;
 #define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
 LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,

@@ -44,7 +44,7 @@ static loom_status_t grow_marks(void **p, int64_t cap, int64_t need, size_t elem
   return LOOM_OK;
 }
 
-static loom_status_t work_reserve(loom_trace_t *t, seg_work_t **out) {
+loom_status_t seg_work_reserve(loom_trace_t *t, seg_work_t **out) {
   if (!t->seg) {
     t->seg = core_calloc(1, sizeof(seg_work_t));
     if (!t->seg) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a cut");
@@ -197,6 +197,7 @@ static void keep_add(loom_trace_t *t, uint64_t k) {
   while (t->keep[j]) j = (j + 1) & (t->cap_keep - 1);
   t->keep[j] = k;
   t->n_keep++;
+  t->keep_gen++;
 }
 
 static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
@@ -307,20 +308,32 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
   return LOOM_OK;
 }
 
+void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
+  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
+  t->region_start = t->g->n_nodes;
+}
+
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
                       const tr_reason_t *reason) {
   if (t->in_cut)
     return loom_fail(LOOM_ERR_INVALID, "trace: a cut inside a cut");
   LOOM_TRY(tr_reserve_values(t));
   seg_work_t *w = NULL;
-  LOOM_TRY(work_reserve(t, &w));
+  LOOM_TRY(seg_work_reserve(t, &w));
+  bool done = false;
+  t->in_cut = true;
+  loom_status_t s = seg_replay(t, w, n, want, reason, &done);
+  t->in_cut = false;
+  if (s != LOOM_OK || done) return s;
+  LOOM_TRY(seg_work_reserve(t, &w));
+  tr_link_t *link = seg_hot_link(t);
   LOOM_TRY(collect_outputs(t, w, n, want));
   if (w->n_outs == 0) {
     t->region_start = t->g->n_nodes;
     return LOOM_OK;
   }
   t->in_cut = true;
-  loom_status_t s = collect_cone(t, w);
+  s = collect_cone(t, w);
   if (s == LOOM_OK) s = keep_values(t, w);
   if (s == LOOM_OK) s = collect_inputs(t, w);
   if (s == LOOM_OK) s = collect_wrt(t, w);
@@ -328,7 +341,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
   if (s != LOOM_OK) return s;
-  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
-  t->region_start = t->g->n_nodes;
+  if (link) seg_replay_record(t, w, link);
+  seg_cut_done(t, w);
   return s;
 }

@@ -30,6 +30,7 @@ static tr_link_t *link_slot(loom_trace_t *t, rt_entry_t *from) {
 void seg_links_clear(loom_trace_t *t) {
   for (int i = 0; i < TR_LINKS; i++) {
     if (t->run.links[i].to) rt_entry_release(t->cache, t->run.links[i].to);
+    core_free(t->run.links[i].replay);
     t->run.links[i] = (tr_link_t){0};
   }
   t->run.prev = NULL;
@@ -39,6 +40,10 @@ void seg_links_clear(loom_trace_t *t) {
 /* The step start links from this sentinel. */
 static rt_entry_t *from_key(loom_trace_t *t) {
   return t->run.prev ? t->run.prev : (rt_entry_t *)t->run.links;
+}
+
+tr_link_t *seg_hot_link(loom_trace_t *t) {
+  return t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
 }
 
 /* The predicted successor when its key hash matches. */
@@ -54,7 +59,9 @@ static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
   tr_link_t *l = t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
   if (l) {
     if (l->to) rt_entry_release(t->cache, l->to);
-    *l = (tr_link_t){.from = from_key(t), .to = e, .to_hash = hash};
+    tr_replay_t *r = l->from == from_key(t) && l->to == e ? l->replay : NULL;
+    if (!r) core_free(l->replay); /* stitched to another successor */
+    *l = (tr_link_t){.from = from_key(t), .to = e, .to_hash = hash, .replay = r};
   } else {
     rt_entry_release(t->cache, e);
   }
@@ -110,13 +117,16 @@ static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
   int64_t buckets[32];
   bool bucket_syms = w->bucket && w->train;
   if (bucket_syms) seg_group_buckets(w, buckets);
-  for (int k = 0; k < n; k++) {
-    syms[k] = -1;
-    if (k < w->n_syms)
-      LOOM_TRY(ir_dim_eval(t->g, w->sym_dim[k], t->sym_values, &syms[k]));
-    else if (bucket_syms && k < w->n_syms + w->n_groups)
-      syms[k] = buckets[k - w->n_syms];
-  }
+  for (int k = 0; k < n; k++)
+    syms[k] = bucket_syms && k >= w->n_syms && k < w->n_syms + w->n_groups
+                  ? buckets[k - w->n_syms] : -1;
+  /* a symbol's size is that of an input dim it stands for */
+  for (int i = 0; i < w->n_ins; i++)
+    for (int a = 0; a < w->in_types[i].rank; a++) {
+      const seg_dim_t *dm = &w->in_types[i].dims[a];
+      if (dm->mode == TR_SYMBOLIC && dm->sym < n && syms[dm->sym] < 0)
+        syms[dm->sym] = t->vals[w->ins[i]].t->shape[a];
+    }
   return LOOM_OK;
 }
 
@@ -252,6 +262,11 @@ static bool same_key(const rt_key_t *a, const rt_key_t *b) {
   return true;
 }
 
+bool seg_memo_has(const loom_trace_t *t, const rt_key_t *key) {
+  const tr_memo_t *m = &t->run.memo[key->hash & (TR_MEMO - 1)];
+  return m->bwd && same_key(&m->key, key);
+}
+
 void seg_memo_clear(loom_trace_t *t) {
   for (int i = 0; i < TR_MEMO; i++) {
     seg_desc_release(t->run.memo[i].bwd);
@@ -344,6 +359,16 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
     return s;
   }
   return finish_outputs(t, w, key, outs, n_out);
+}
+
+loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
+                             const rt_key_t *key) {
+  t->stats.segments++;
+  t->stats.stitched++;
+  t->stats.hits++;
+  rt_entry_count_stitched(l->to);
+  t->run.prev = l->to;
+  return run_entry(t, w, l->to, key);
 }
 
 static bool site_unpadded(const loom_trace_t *t, uint64_t site) {

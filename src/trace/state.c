@@ -33,6 +33,8 @@ static loom_status_t refuse(const char *fn) {
 
 loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
   uintptr_t me = this_thread(), user = 0;
+  /* Only this thread stores its own token: seeing it needs no exchange. */
+  if (atomic_load_explicit(&t->user, memory_order_relaxed) == me) return LOOM_OK;
   if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
                                               memory_order_relaxed) || user == me)
     return LOOM_OK;

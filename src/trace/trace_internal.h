@@ -110,10 +110,13 @@ typedef struct tr_break {
 } tr_break_t;
 
 /* A successor link of the hot path: after entry `from`, the cut whose key
- * hashed to to_hash ran entry `to` (whose reference the link holds). */
+ * hashed to to_hash ran entry `to` (whose reference the link holds);
+ * replay (owned, one allocation, may be NULL) stitches the two: what the
+ * cut found, so that the same region after `from` runs `to` at once. */
 typedef struct tr_link {
   rt_entry_t *from, *to;
   uint64_t to_hash;
+  struct tr_replay *replay;
 } tr_link_t;
 
 #define TR_LINKS 512 /* open addressing, power of two */
@@ -178,6 +181,25 @@ typedef struct seg_input {
   int rank;
   seg_dim_t dims[LOOM_MAX_RANK];
 } seg_input_t;
+
+/* A stitched boundary (segment_replay.c): the region a cut found after a
+ * link's `from`, node by node, and what it made of it, so that the same
+ * region runs the link's entry with one check per node and input instead
+ * of the cut's analysis. One allocation: the arrays follow the struct. */
+typedef struct tr_replay {
+  uint64_t hash, structure, site, sized, path, cone_hash; /* the key's and the cut's */
+  uint64_t keep_gen; /* the keep set it was made under (segment.c) */
+  int n_nodes, n_codes, n_ins, n_outs, n_wrt, n_syms;
+  bool train;
+  int64_t runs;           /* times it ran */
+  uint64_t *node_hash;    /* [n_nodes] */
+  int32_t *codes;         /* [n_codes]: per operand, node position << 8 | output
+                             index, or -1 - input position */
+  seg_ref_t *outs;        /* [n_outs]: (node position, output index) */
+  seg_input_t *in_types;  /* [n_ins] */
+  rt_key_input_t *key_in; /* [n_ins] */
+  int *wrt;               /* [n_wrt] */
+} tr_replay_t;
 
 typedef struct seg_desc {
   /* the tape, the kept backward descriptions and the cache's builders
@@ -268,6 +290,7 @@ struct loom_trace {
    * kept at once the next time (an open-addressing set, 0 = empty). */
   uint64_t *keep;
   int64_t cap_keep, n_keep;
+  uint64_t keep_gen; /* changes when keep learns: stitched paths made before go stale */
   int64_t cap_nodes;
   int64_t region_start; /* first node recorded since the last cut */
 
@@ -441,12 +464,35 @@ loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
 void seg_links_clear(loom_trace_t *t);
 /* Releases the kept backward descriptions. */
 void seg_memo_clear(loom_trace_t *t);
+/* The hot path's link from the last segment run (NULL: none to follow). */
+tr_link_t *seg_hot_link(loom_trace_t *t);
+/* Whether a training forward keyed key has its backward description kept. */
+bool seg_memo_has(const loom_trace_t *t, const rt_key_t *key);
+/* Runs the link's entry for w (keyed key) as a hot-path hit, and follows
+ * the link. */
+loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
+                             const rt_key_t *key);
+
+/* segment_replay.c: stitched paths. */
+/* Runs the region recorded since the last cut through the hot path's
+ * stitched boundary when it matches it (*done), with want[0..n)
+ * produced; nothing happens otherwise. */
+loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
+                         const tr_reason_t *reason, bool *done);
+/* After cut w ran the entry that `link` leads to: stitches the link with
+ * what w found, when the region can be replayed. */
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link);
 
 /* segment.c: runs a segment materializing want[0..n) and the pending
- * region's leaves; reason names the cut (NULL: the end of a step). */
+ * region's leaves; reason names the cut (NULL: the end of a step). A
+ * stitched boundary (segment_replay.c) is tried first. */
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
                       const tr_reason_t *reason);
 void seg_work_free(loom_trace_t *t);
+/* The cut's scratch, reset for a new cut. */
+loom_status_t seg_work_reserve(loom_trace_t *t, seg_work_t **out);
+/* Marks w's cone as run (for keep: segment.c) and opens the next region. */
+void seg_cut_done(loom_trace_t *t, seg_work_t *w);
 /* Counts a break at site and logs it the first time. */
 loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
                             const tr_reason_t *reason);

@@ -1,0 +1,261 @@
+/* Stitched paths: when a cut follows the hot path (the same entry after
+ * the same predecessor), the link remembers what the cut found: the
+ * region's nodes (their hashes), its wiring (each operand an earlier node
+ * of the region or an input, in first-use order), its outputs and its
+ * key. The next time the region after that predecessor matches node for
+ * node, it runs the link's entry at once, skipping the cut's analysis
+ * (outputs, cone, keep, inputs, key hashing); a region that differs
+ * anywhere takes the cut's way, with no wrong result, and restitches the
+ * link. Above segment_run.c (the hot path's links and the run), below
+ * segment.c (the cut). */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "trace/trace_internal.h"
+
+/* The code of operand v of a region node: node position << 8 | output
+ * index for a value of a node of the region, -1 - p for input p
+ * (materialized before the region: an input, a parameter, a constant,
+ * an earlier segment's output), numbered in first-use order through w's
+ * marks. INT32_MIN: neither (a value to recompute from before the
+ * region), or, but when recording (after the run, which made the
+ * region's outputs real), a value of the region already real. */
+static int32_t operand_code(loom_trace_t *t, seg_work_t *w, int32_t v, bool recording) {
+  tr_value_t *x = &t->vals[v];
+  const ir_value_t *iv = &t->g->values[v];
+  if (iv->kind == IR_VALUE_NODE && iv->node >= t->region_start) {
+    if ((x->t && !recording) || iv->index > 255) return INT32_MIN;
+    return (int32_t)((iv->node - t->region_start) << 8 | iv->index);
+  }
+  if (!x->t && iv->kind == IR_VALUE_CONST) x->t = iv->data;
+  if (!x->t) return INT32_MIN;
+  if (w->val_mark[v] != w->epoch) {
+    if (w->n_ins >= w->cap_ins &&
+        core_grow((void **)&w->ins, &w->cap_ins, w->n_ins + 1, sizeof *w->ins) != LOOM_OK)
+      return INT32_MIN;
+    w->val_mark[v] = w->epoch;
+    w->val_pos[v] = w->n_ins;
+    w->ins[w->n_ins++] = v;
+  }
+  return -1 - w->val_pos[v];
+}
+
+/* Whether the region matches r node for node and operand for operand;
+ * fills w->ins. */
+static bool region_matches(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r) {
+  const loom_graph_t *g = t->g;
+  if (g->n_nodes - t->region_start != r->n_nodes) return false;
+  int c = 0;
+  for (int k = 0; k < r->n_nodes; k++) {
+    int64_t j = t->region_start + k;
+    if (t->node_hash[j] != r->node_hash[k]) return false;
+    const ir_node_t *n = &g->nodes[j];
+    if (c + n->n_in > r->n_codes) return false;
+    for (int i = 0; i < n->n_in; i++)
+      if (operand_code(t, w, n->in[i], false) != r->codes[c++]) return false;
+  }
+  return c == r->n_codes && w->n_ins == r->n_ins;
+}
+
+/* Whether the inputs fit r's key: dtypes, ranks, exact sizes, and the
+ * dims of one symbol equal (and above 1: automatic dims key sizes 0
+ * and 1 apart). */
+static bool inputs_fit(const loom_trace_t *t, const seg_work_t *w, const tr_replay_t *r) {
+  int64_t sym_size[32];
+  for (int k = 0; k < r->n_syms; k++) sym_size[k] = -1;
+  for (int i = 0; i < r->n_ins; i++) {
+    const loom_tensor_t *x = t->vals[w->ins[i]].t;
+    const seg_input_t *in = &r->in_types[i];
+    if (x->dtype != in->dtype || x->rank != in->rank) return false;
+    for (int a = 0; a < in->rank; a++) {
+      const seg_dim_t *dm = &in->dims[a];
+      if (dm->mode == TR_EXACT && x->shape[a] != dm->size) return false;
+      if (dm->mode != TR_SYMBOLIC) continue;
+      if (x->shape[a] <= 1) return false;
+      if (sym_size[dm->sym] >= 0 && sym_size[dm->sym] != x->shape[a]) return false;
+      sym_size[dm->sym] = x->shape[a];
+    }
+  }
+  return true;
+}
+
+/* w's outputs from r (not real yet), with want among them or real. */
+static bool outputs_of(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r, int n,
+                       const int32_t *want) {
+  if (r->n_outs > w->cap_outs &&
+      core_grow((void **)&w->outs, &w->cap_outs, r->n_outs, sizeof *w->outs) != LOOM_OK)
+    return false;
+  for (int k = 0; k < r->n_outs; k++) {
+    int32_t v = t->g->nodes[t->region_start + r->outs[k].node].out[r->outs[k].index];
+    if (t->vals[v].t) return false;
+    w->outs[k] = v;
+  }
+  w->n_outs = r->n_outs;
+  for (int i = 0; i < n; i++) {
+    bool found = t->vals[want[i]].t != NULL;
+    for (int k = 0; k < r->n_outs && !found; k++) found = w->outs[k] == want[i];
+    if (!found) return false;
+  }
+  return true;
+}
+
+/* The rest of w as the cut made it: cone (the region), types, key. */
+static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r,
+                               rt_key_t *key) {
+  if (r->n_nodes > w->cap_cone)
+    LOOM_TRY(core_grow((void **)&w->cone, &w->cap_cone, r->n_nodes, sizeof *w->cone));
+  if (r->n_ins > w->cap_types)
+    LOOM_TRY(core_grow((void **)&w->in_types, &w->cap_types, r->n_ins, sizeof *w->in_types));
+  if (r->n_ins > w->cap_key)
+    LOOM_TRY(core_grow((void **)&w->key_in, &w->cap_key, r->n_ins, sizeof *w->key_in));
+  if (r->n_wrt > w->cap_wrt)
+    LOOM_TRY(core_grow((void **)&w->wrt, &w->cap_wrt, r->n_wrt, sizeof *w->wrt));
+  for (int k = 0; k < r->n_nodes; k++) w->cone[k] = (int32_t)(t->region_start + k);
+  w->n_cone = r->n_nodes;
+  if (r->n_ins) {
+    memcpy(w->in_types, r->in_types, sizeof *w->in_types * (size_t)r->n_ins);
+    memcpy(w->key_in, r->key_in, sizeof *w->key_in * (size_t)r->n_ins);
+  }
+  if (r->n_wrt) memcpy(w->wrt, r->wrt, sizeof *w->wrt * (size_t)r->n_wrt);
+  w->n_wrt = r->n_wrt;
+  w->n_syms = r->n_syms;
+  w->train = r->train;
+  w->site = r->site;
+  w->sized = r->sized;
+  w->structure = r->structure;
+  w->path = r->path;
+  w->cone_hash = r->cone_hash;
+  *key = (rt_key_t){.structure = r->structure, .path = r->path, .site = r->site,
+                    .n_inputs = r->n_ins, .inputs = w->key_in, .hash = r->hash};
+  return LOOM_OK;
+}
+
+loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
+                         const tr_reason_t *reason, bool *done) {
+  *done = false;
+  tr_link_t *l = t->opt.compile ? seg_hot_link(t) : NULL;
+  tr_replay_t *r = l && l->to ? l->replay : NULL;
+  if (!r || r->keep_gen != t->keep_gen || r->path != t->path || !region_matches(t, w, r) ||
+      !inputs_fit(t, w, r) || !outputs_of(t, w, r, n, want))
+    return LOOM_OK;
+  rt_key_t key;
+  LOOM_TRY(fill_work(t, w, r, &key));
+  if (w->train && !seg_memo_has(t, &key)) return LOOM_OK;
+  *done = true;
+  t->path = 0;
+  if (reason) LOOM_TRY(tr_note_break(t, r->site, reason));
+  LOOM_TRY(seg_run_linked(t, w, l, &key));
+  r->runs++;
+  t->stats.replayed++;
+  seg_cut_done(t, w);
+  return LOOM_OK;
+}
+
+/* Whether w's cone is the region, whole, with nothing in it a replay
+ * cannot repeat: buckets (padding), symbolic sizes inside attributes
+ * (evaluated into the key), more outputs than an operand code holds. */
+static bool replayable(const loom_trace_t *t, const seg_work_t *w) {
+  int64_t region = t->g->n_nodes - t->region_start;
+  if (w->bucket || w->n_cone != region || region == 0 || w->cone[0] != t->region_start ||
+      w->n_syms > 32)
+    return false;
+  for (int c = 0; c < w->n_cone; c++) {
+    const ir_node_t *n = &t->g->nodes[w->cone[c]];
+    for (int i = 0; i < n->attrs.n; i++)
+      for (int k = 0; n->attrs.a[i].kind == IR_ATTR_INTS && k < n->attrs.a[i].n; k++)
+        if (ir_dim_is_sym(n->attrs.a[i].ints[k])) return false;
+  }
+  return true;
+}
+
+/* One allocation for r and its arrays (each aligned for what follows). */
+static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs, int n_wrt) {
+  size_t at = sizeof(tr_replay_t), sizes[6] = {
+      sizeof(uint64_t) * (size_t)n_nodes,     sizeof(seg_input_t) * (size_t)n_ins,
+      sizeof(rt_key_input_t) * (size_t)n_ins, sizeof(seg_ref_t) * (size_t)n_outs,
+      sizeof(int32_t) * (size_t)n_codes,      sizeof(int) * (size_t)n_wrt};
+  size_t offs[6];
+  for (int i = 0; i < 6; i++) {
+    at = (at + 15) & ~(size_t)15;
+    offs[i] = at;
+    at += sizes[i];
+  }
+  char *p = core_calloc(1, at);
+  if (!p) return NULL;
+  tr_replay_t *r = (tr_replay_t *)p;
+  r->node_hash = (uint64_t *)(p + offs[0]);
+  r->in_types = (seg_input_t *)(p + offs[1]);
+  r->key_in = (rt_key_input_t *)(p + offs[2]);
+  r->outs = (seg_ref_t *)(p + offs[3]);
+  r->codes = (int32_t *)(p + offs[4]);
+  r->wrt = (int *)(p + offs[5]);
+  r->n_nodes = n_nodes;
+  r->n_codes = n_codes;
+  r->n_ins = n_ins;
+  r->n_outs = n_outs;
+  r->n_wrt = n_wrt;
+  return r;
+}
+
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link) {
+  if (!link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
+    return;
+  if (link->replay && link->replay->keep_gen == t->keep_gen &&
+      link->replay->hash == link->to_hash)
+    return; /* stitched already (the region differed in an operand this time) */
+  int n_codes = 0;
+  for (int c = 0; c < w->n_cone; c++) n_codes += t->g->nodes[w->cone[c]].n_in;
+  tr_replay_t *r = replay_new(w->n_cone, n_codes, w->n_ins, w->n_outs, w->n_wrt);
+  if (!r) return; /* not stitched: the cut's way goes on */
+  /* the wiring, coded as a replay will check it (its own input numbering,
+   * which must give w's inputs in w's order) */
+  if (w->epoch == UINT32_MAX) return; /* its marks wrap: the next cut clears them */
+  int32_t *ins = w->ins;
+  int n_ins = w->n_ins;
+  int64_t cap_ins = w->cap_ins;
+  w->ins = NULL;
+  w->n_ins = 0;
+  w->cap_ins = 0;
+  w->epoch++;
+  int c = 0;
+  bool ok = true;
+  for (int k = 0; k < r->n_nodes && ok; k++) {
+    const ir_node_t *n = &t->g->nodes[w->cone[k]];
+    r->node_hash[k] = t->node_hash[w->cone[k]];
+    for (int i = 0; i < n->n_in && ok; i++) {
+      r->codes[c] = operand_code(t, w, n->in[i], true);
+      ok = r->codes[c++] != INT32_MIN;
+    }
+  }
+  ok = ok && w->n_ins == n_ins && (n_ins == 0 || !memcmp(w->ins, ins, sizeof *ins * (size_t)n_ins));
+  core_free(w->ins);
+  w->ins = ins;
+  w->n_ins = n_ins;
+  w->cap_ins = cap_ins;
+  for (int k = 0; k < w->n_outs && ok; k++) {
+    const ir_value_t *iv = &t->g->values[w->outs[k]];
+    ok = iv->kind == IR_VALUE_NODE && iv->node >= t->region_start;
+    if (ok) r->outs[k] = (seg_ref_t){(int32_t)(iv->node - t->region_start), iv->index};
+  }
+  if (!ok) {
+    core_free(r);
+    return;
+  }
+  if (n_ins) {
+    memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)n_ins);
+    memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)n_ins);
+  }
+  if (w->n_wrt) memcpy(r->wrt, w->wrt, sizeof *r->wrt * (size_t)w->n_wrt);
+  r->hash = link->to_hash;
+  r->structure = w->structure;
+  r->site = w->site;
+  r->sized = w->sized;
+  r->path = w->path;
+  r->cone_hash = w->cone_hash;
+  r->keep_gen = t->keep_gen;
+  r->n_syms = w->n_syms;
+  r->train = w->train;
+  core_free(link->replay);
+  link->replay = r;
+}
