@@ -311,6 +311,7 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
   for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
   t->region_start = t->g->n_nodes;
+  t->run.last_site = w->site;
 }
 
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
@@ -327,6 +328,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s != LOOM_OK || done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);
+  uint64_t from_site = t->run.last_site;
   LOOM_TRY(collect_outputs(t, w, n, want));
   if (w->n_outs == 0) {
     t->region_start = t->g->n_nodes;
@@ -341,7 +343,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
   if (s != LOOM_OK) return s;
-  if (link) seg_replay_record(t, w, link);
+  if (link) seg_replay_record(t, w, link, from_site);
   seg_cut_done(t, w);
   return s;
 }

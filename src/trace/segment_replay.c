@@ -8,6 +8,7 @@
  * anywhere takes the cut's way, with no wrong result, and restitches the
  * link. Above segment_run.c (the hot path's links and the run), below
  * segment.c (the cut). */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -134,7 +135,7 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
                          const tr_reason_t *reason, bool *done) {
   *done = false;
-  tr_link_t *l = t->opt.compile ? seg_hot_link(t) : NULL;
+  tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
   tr_replay_t *r = l && l->to ? l->replay : NULL;
   if (!r || r->keep_gen != t->keep_gen || r->path != t->path || !region_matches(t, w, r) ||
       !inputs_fit(t, w, r) || !outputs_of(t, w, r, n, want))
@@ -198,8 +199,8 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs, 
   return r;
 }
 
-void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link) {
-  if (!link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site) {
+  if (!t->stitch || !link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
     return;
   if (link->replay && link->replay->keep_gen == t->keep_gen &&
       link->replay->hash == link->to_hash)
@@ -254,8 +255,26 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link) {
   r->path = w->path;
   r->cone_hash = w->cone_hash;
   r->keep_gen = t->keep_gen;
+  r->from_site = from_site;
   r->n_syms = w->n_syms;
   r->train = w->train;
   core_free(link->replay);
   link->replay = r;
+}
+
+void seg_replay_describe(const loom_trace_t *t, core_text_t *text) {
+  int64_t n = 0, runs = 0;
+  for (int i = 0; i < TR_LINKS; i++)
+    if (t->run.links[i].replay) n++, runs += t->run.links[i].replay->runs;
+  core_text_put(text, "stitched boundaries: %lld (%lld replays)%s\n", (long long)n,
+                (long long)runs, t->stitch ? "" : ", off (LOOM_STITCH=0)");
+  for (int i = 0; i < TR_LINKS; i++) {
+    const tr_replay_t *r = t->run.links[i].replay;
+    if (!r) continue;
+    char from[40] = "step start";
+    if (r->from_site) snprintf(from, sizeof from, "site %016llx", (unsigned long long)r->from_site);
+    core_text_put(text, "  %s -> site %016llx: %d nodes, %d inputs, %d outputs, ran %lld times\n",
+                  from, (unsigned long long)r->site, r->n_nodes, r->n_ins, r->n_outs,
+                  (long long)r->runs);
+  }
 }

@@ -4,6 +4,7 @@
  * it into segments (segment.c). The top layer: it calls the others
  * (trace_internal.h lists them), and none of them calls it. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -320,6 +321,8 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
                            : o->recompile_limit == LOOM_RECOMPILE_UNLIMITED ? 0
                                                                            : o->recompile_limit;
   t->run.prev_valid = true;
+  const char *stitch = getenv("LOOM_STITCH");
+  t->stitch = !stitch || strcmp(stitch, "0") != 0;
   loom_status_t s = loom_graph_create(&t->g);
   t->run.links = core_calloc(TR_LINKS, sizeof *t->run.links);
   if (s == LOOM_OK && !t->run.links)
@@ -363,6 +366,7 @@ static void release_step(loom_trace_t *t) {
   t->path = 0;
   t->run.prev = NULL;
   t->run.prev_valid = true;
+  t->run.last_site = 0;
 }
 
 void loom_trace_destroy(loom_trace_t *t) {
@@ -734,6 +738,7 @@ static loom_status_t explain(const loom_trace_t *t, char **out) {
     core_text_put(&text, "  site %016llx: %s (x%lld)\n",
                   (unsigned long long)t->breaks[i].site, t->breaks[i].reason,
                   (long long)t->breaks[i].count);
+  seg_replay_describe(t, &text);
   loom_status_t st = rt_cache_describe(t->cache, &text);
   if (st != LOOM_OK) {
     core_free(text.s);

@@ -142,6 +142,7 @@ typedef struct tr_packs {
 typedef struct tr_runs {
   tr_link_t *links; /* TR_LINKS slots */
   rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
+  uint64_t last_site; /* the site of the last segment run this step (0: none) */
   bool prev_valid;  /* prev may be followed (a step start counts) */
   tr_memo_t memo[TR_MEMO]; /* backward descriptions */
   uint64_t *sites; /* sites that compiled before (recompile count) */
@@ -188,6 +189,7 @@ typedef struct seg_input {
  * of the cut's analysis. One allocation: the arrays follow the struct. */
 typedef struct tr_replay {
   uint64_t hash, structure, site, sized, path, cone_hash; /* the key's and the cut's */
+  uint64_t from_site; /* the site of the segment before (0: the step start) */
   uint64_t keep_gen; /* the keep set it was made under (segment.c) */
   int n_nodes, n_codes, n_ins, n_outs, n_wrt, n_syms;
   bool train;
@@ -316,6 +318,7 @@ struct loom_trace {
 
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */
+  bool stitch;   /* stitched boundaries replay (LOOM_STITCH=0: off) */
 
   tr_runs_t run;    /* segment_run.c's */
   tr_packs_t packs; /* segment_pack.c's */
@@ -480,8 +483,11 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
                          const tr_reason_t *reason, bool *done);
 /* After cut w ran the entry that `link` leads to: stitches the link with
- * what w found, when the region can be replayed. */
-void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link);
+ * what w found, when the region can be replayed (from_site: the site of
+ * the segment before, for the report). */
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site);
+/* Appends the stitched boundaries, one line each, to text. */
+void seg_replay_describe(const loom_trace_t *t, core_text_t *text);
 
 /* segment.c: runs a segment materializing want[0..n) and the pending
  * region's leaves; reason names the cut (NULL: the end of a step). A
