@@ -101,25 +101,18 @@ static bool outputs_of(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r, int
   return true;
 }
 
-/* The rest of w as the cut made it: cone (the region), types, key. */
+/* The rest of w as the run reads it: cone (the region), the input types
+ * where symbols take their sizes from them, the key (its inputs r's: a
+ * hit describes nothing, and a training one finds its backward kept). */
 static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r,
                                rt_key_t *key) {
   if (r->n_nodes > w->cap_cone)
     LOOM_TRY(core_grow((void **)&w->cone, &w->cap_cone, r->n_nodes, sizeof *w->cone));
-  if (r->n_ins > w->cap_types)
+  if (r->n_syms > 0 && r->n_ins > w->cap_types)
     LOOM_TRY(core_grow((void **)&w->in_types, &w->cap_types, r->n_ins, sizeof *w->in_types));
-  if (r->n_ins > w->cap_key)
-    LOOM_TRY(core_grow((void **)&w->key_in, &w->cap_key, r->n_ins, sizeof *w->key_in));
-  if (r->n_wrt > w->cap_wrt)
-    LOOM_TRY(core_grow((void **)&w->wrt, &w->cap_wrt, r->n_wrt, sizeof *w->wrt));
   for (int k = 0; k < r->n_nodes; k++) w->cone[k] = (int32_t)(t->region_start + k);
   w->n_cone = r->n_nodes;
-  if (r->n_ins) {
-    memcpy(w->in_types, r->in_types, sizeof *w->in_types * (size_t)r->n_ins);
-    memcpy(w->key_in, r->key_in, sizeof *w->key_in * (size_t)r->n_ins);
-  }
-  if (r->n_wrt) memcpy(w->wrt, r->wrt, sizeof *w->wrt * (size_t)r->n_wrt);
-  w->n_wrt = r->n_wrt;
+  if (r->n_syms > 0) memcpy(w->in_types, r->in_types, sizeof *w->in_types * (size_t)r->n_ins);
   w->n_syms = r->n_syms;
   w->train = r->train;
   w->site = r->site;
@@ -128,7 +121,7 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
   w->path = r->path;
   w->cone_hash = r->cone_hash;
   *key = (rt_key_t){.structure = r->structure, .path = r->path, .site = r->site,
-                    .n_inputs = r->n_ins, .inputs = w->key_in, .hash = r->hash};
+                    .n_inputs = r->n_ins, .inputs = r->key_in, .hash = r->hash};
   return LOOM_OK;
 }
 
@@ -171,13 +164,13 @@ static bool replayable(const loom_trace_t *t, const seg_work_t *w) {
 }
 
 /* One allocation for r and its arrays (each aligned for what follows). */
-static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs, int n_wrt) {
-  size_t at = sizeof(tr_replay_t), sizes[6] = {
-      sizeof(uint64_t) * (size_t)n_nodes,     sizeof(seg_input_t) * (size_t)n_ins,
+static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs) {
+  size_t at = sizeof(tr_replay_t), sizes[5] = {
+      sizeof(uint64_t) * (size_t)n_nodes, sizeof(seg_input_t) * (size_t)n_ins,
       sizeof(rt_key_input_t) * (size_t)n_ins, sizeof(seg_ref_t) * (size_t)n_outs,
-      sizeof(int32_t) * (size_t)n_codes,      sizeof(int) * (size_t)n_wrt};
-  size_t offs[6];
-  for (int i = 0; i < 6; i++) {
+      sizeof(int32_t) * (size_t)n_codes};
+  size_t offs[5];
+  for (int i = 0; i < 5; i++) {
     at = (at + 15) & ~(size_t)15;
     offs[i] = at;
     at += sizes[i];
@@ -190,12 +183,10 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs, 
   r->key_in = (rt_key_input_t *)(p + offs[2]);
   r->outs = (seg_ref_t *)(p + offs[3]);
   r->codes = (int32_t *)(p + offs[4]);
-  r->wrt = (int *)(p + offs[5]);
   r->n_nodes = n_nodes;
   r->n_codes = n_codes;
   r->n_ins = n_ins;
   r->n_outs = n_outs;
-  r->n_wrt = n_wrt;
   return r;
 }
 
@@ -207,7 +198,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
     return; /* stitched already (the region differed in an operand this time) */
   int n_codes = 0;
   for (int c = 0; c < w->n_cone; c++) n_codes += t->g->nodes[w->cone[c]].n_in;
-  tr_replay_t *r = replay_new(w->n_cone, n_codes, w->n_ins, w->n_outs, w->n_wrt);
+  tr_replay_t *r = replay_new(w->n_cone, n_codes, w->n_ins, w->n_outs);
   if (!r) return; /* not stitched: the cut's way goes on */
   /* the wiring, coded as a replay will check it (its own input numbering,
    * which must give w's inputs in w's order) */
@@ -247,7 +238,6 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
     memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)n_ins);
     memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)n_ins);
   }
-  if (w->n_wrt) memcpy(r->wrt, w->wrt, sizeof *r->wrt * (size_t)w->n_wrt);
   r->hash = link->to_hash;
   r->structure = w->structure;
   r->site = w->site;

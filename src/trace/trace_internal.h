@@ -191,7 +191,7 @@ typedef struct tr_replay {
   uint64_t hash, structure, site, sized, path, cone_hash; /* the key's and the cut's */
   uint64_t from_site; /* the site of the segment before (0: the step start) */
   uint64_t keep_gen; /* the keep set it was made under (segment.c) */
-  int n_nodes, n_codes, n_ins, n_outs, n_wrt, n_syms;
+  int n_nodes, n_codes, n_ins, n_outs, n_syms;
   bool train;
   int64_t runs;           /* times it ran */
   uint64_t *node_hash;    /* [n_nodes] */
@@ -200,7 +200,6 @@ typedef struct tr_replay {
   seg_ref_t *outs;        /* [n_outs]: (node position, output index) */
   seg_input_t *in_types;  /* [n_ins] */
   rt_key_input_t *key_in; /* [n_ins] */
-  int *wrt;               /* [n_wrt] */
 } tr_replay_t;
 
 typedef struct seg_desc {

@@ -1,0 +1,236 @@
+/* Stitched paths (issue 18's path_replay line): the tracer's cost at a
+ * segment boundary, with stitched boundaries (a region that repeats after
+ * the same segment runs its entry at once) and without (LOOM_STITCH=0:
+ * the cut's analysis, the hot path's successor skipping the lookup).
+ * Two workloads, each cut once per cell as the dynamic examples cut:
+ *   lstm: an LSTM cell (batch 4, input 8, hidden 16) per time step, 32
+ *     steps, the cell state read after each;
+ *   treelstm: a binary TreeLSTM over a complete tree of 16 leaves, one
+ *     cell per node, leaves first, each node's state read.
+ * ns_per_segment_*: the time of the read that cuts (loom_trace_read),
+ * less the cell's executable run alone (compiled from the same builder,
+ * timed the same way): what the tracer adds per segment, recording
+ * excluded. The weights are inputs, not parameters: no tape records (a
+ * training segment adds one per run, the same stitched or not). Best of
+ * several repetitions (the machine is shared). */
+#include <stdlib.h>
+
+#include "bench_util.h"
+#include "loom/trace.h"
+
+enum { B = 4, D = 8, H = 16, STEPS = 32, LEAVES = 16, REPS = 7, ROUNDS = 200 };
+
+typedef struct cell_args {
+  loom_value_t x, h, c, w_ih, w_hh, b; /* lstm; treelstm: x = left h, h = right h,
+                                        c = left c, w_ih = right c, w_hh = U */
+} cell_args_t;
+
+/* The LSTM cell: gates = x w_ih + h w_hh + b; c' = f c + i u; h' = o tanh(c'). */
+static loom_status_t lstm_cell(loom_graph_t *g, const cell_args_t *a, loom_value_t *h,
+                               loom_value_t *c) {
+  loom_value_t xw, hw, s, gates, q[4], i, f, u, o, fc, iu, tc;
+  BENCH_TRY(loom_matmul(g, a->x, a->w_ih, 0, 0, &xw));
+  BENCH_TRY(loom_matmul(g, a->h, a->w_hh, 0, 0, &hw));
+  BENCH_TRY(loom_add(g, xw, hw, &s));
+  BENCH_TRY(loom_add(g, s, a->b, &gates));
+  const int64_t sizes[4] = {H, H, H, H};
+  BENCH_TRY(loom_split(g, gates, 1, 4, sizes, q));
+  BENCH_TRY(loom_sigmoid(g, q[0], &i));
+  BENCH_TRY(loom_sigmoid(g, q[1], &f));
+  BENCH_TRY(loom_tanh(g, q[2], &u));
+  BENCH_TRY(loom_sigmoid(g, q[3], &o));
+  BENCH_TRY(loom_mul(g, f, a->c, &fc));
+  BENCH_TRY(loom_mul(g, i, u, &iu));
+  BENCH_TRY(loom_add(g, fc, iu, c));
+  BENCH_TRY(loom_tanh(g, *c, &tc));
+  return loom_mul(g, o, tc, h);
+}
+
+/* The TreeLSTM cell of two children: gates = [hl hr] U + b;
+ * c = i u + fl cl + fr cr; h = o tanh(c). A leaf is the same cell over
+ * zero children states and its own input as hl. */
+static loom_status_t tree_cell(loom_graph_t *g, const cell_args_t *a, loom_value_t *h,
+                               loom_value_t *c) {
+  loom_value_t hh, gates0, gates, q[5], i, fl, fr, o, u, iu, flc, frc, s, tc;
+  loom_value_t pair[2] = {a->x, a->h};
+  BENCH_TRY(loom_concat(g, 2, pair, 1, &hh));
+  BENCH_TRY(loom_matmul(g, hh, a->w_hh, 0, 0, &gates0));
+  BENCH_TRY(loom_add(g, gates0, a->b, &gates));
+  const int64_t sizes[5] = {H, H, H, H, H};
+  BENCH_TRY(loom_split(g, gates, 1, 5, sizes, q));
+  BENCH_TRY(loom_sigmoid(g, q[0], &i));
+  BENCH_TRY(loom_sigmoid(g, q[1], &fl));
+  BENCH_TRY(loom_sigmoid(g, q[2], &fr));
+  BENCH_TRY(loom_sigmoid(g, q[3], &o));
+  BENCH_TRY(loom_tanh(g, q[4], &u));
+  BENCH_TRY(loom_mul(g, i, u, &iu));
+  BENCH_TRY(loom_mul(g, fl, a->c, &flc));
+  BENCH_TRY(loom_mul(g, fr, a->w_ih, &frc));
+  BENCH_TRY(loom_add(g, iu, flc, &s));
+  BENCH_TRY(loom_add(g, s, frc, c));
+  BENCH_TRY(loom_tanh(g, *c, &tc));
+  return loom_mul(g, o, tc, h);
+}
+
+typedef loom_status_t (*cell_fn)(loom_graph_t *, const cell_args_t *, loom_value_t *,
+                                 loom_value_t *);
+
+typedef struct workload {
+  const char *name;
+  cell_fn cell;
+  int64_t rows;                  /* batch rows of a state */
+  loom_tensor_t *w_ih, *w_hh, *b; /* lstm: (D, 4H), (H, 4H), (4H); tree: -, (2H, 5H), (5H) */
+  loom_tensor_t *xs[STEPS > LEAVES ? STEPS : LEAVES], *zero;
+} workload_t;
+
+static void workload_init(workload_t *wl, int tree) {
+  wl->name = tree ? "treelstm" : "lstm";
+  wl->cell = tree ? tree_cell : lstm_cell;
+  wl->rows = tree ? 1 : B;
+  int64_t gates = tree ? 5 * H : 4 * H;
+  int64_t s_ih[2] = {D, gates}, s_hh[2] = {tree ? 2 * H : H, gates};
+  int64_t s_x[2] = {wl->rows, tree ? H : D}, s_h[2] = {wl->rows, H};
+  wl->w_ih = bench_input(2, s_ih);
+  wl->w_hh = bench_input(2, s_hh);
+  wl->b = bench_input(1, &gates);
+  for (int k = 0; k < (tree ? LEAVES : STEPS); k++) wl->xs[k] = bench_input(2, s_x);
+  BENCH_TRY(loom_tensor_create(LOOM_F32, 2, s_h, &wl->zero));
+}
+
+static void workload_free(workload_t *wl) {
+  loom_tensor_destroy(wl->w_ih);
+  loom_tensor_destroy(wl->w_hh);
+  loom_tensor_destroy(wl->b);
+  for (int k = 0; k < STEPS; k++) loom_tensor_destroy(wl->xs[k]);
+  loom_tensor_destroy(wl->zero);
+}
+
+/* One step of the workload in t: the summed time of its cuts (ns) and
+ * their count. */
+static double step_cuts(loom_trace_t *t, const workload_t *wl, int *n_cuts) {
+  loom_graph_t *g = loom_trace_graph(t);
+  cell_args_t a;
+  loom_value_t zero, hs[2 * LEAVES], cs[2 * LEAVES];
+  BENCH_TRY(loom_trace_input(t, wl->w_hh, NULL, &a.w_hh));
+  BENCH_TRY(loom_trace_input(t, wl->b, NULL, &a.b));
+  BENCH_TRY(loom_trace_input(t, wl->zero, NULL, &zero));
+  int tree = wl->cell == tree_cell, n = tree ? 2 * LEAVES - 1 : STEPS;
+  if (!tree) BENCH_TRY(loom_trace_input(t, wl->w_ih, NULL, &a.w_ih));
+  double ns = 0;
+  for (int k = 0; k < n; k++) {
+    if (tree && k < LEAVES) { /* a leaf: its input beside a zero child */
+      BENCH_TRY(loom_trace_input(t, wl->xs[k], NULL, &a.x));
+      a.h = a.c = a.w_ih = zero;
+    } else if (tree) { /* node k's children: 2(k - LEAVES), 2(k - LEAVES) + 1 */
+      int l = 2 * (k - LEAVES), r = l + 1;
+      a.x = hs[l], a.h = hs[r], a.c = cs[l], a.w_ih = cs[r];
+    } else {
+      BENCH_TRY(loom_trace_input(t, wl->xs[k], NULL, &a.x));
+      a.h = k ? hs[k - 1] : zero;
+      a.c = k ? cs[k - 1] : zero;
+    }
+    BENCH_TRY(wl->cell(g, &a, &hs[k], &cs[k]));
+    const loom_tensor_t *real;
+    double t0 = bench_now_ns();
+    BENCH_TRY(loom_trace_read(t, cs[k], &real));
+    ns += bench_now_ns() - t0;
+  }
+  BENCH_TRY(loom_trace_step_end(t));
+  *n_cuts = n;
+  return ns;
+}
+
+/* Nanoseconds per cut, best of REPS rounds; *replayed: the share of
+ * segments run through a stitched boundary. */
+static double cut_ns(const workload_t *wl, int stitch, double *replayed) {
+  if (stitch) unsetenv("LOOM_STITCH");
+  else setenv("LOOM_STITCH", "0", 1);
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  o.num_threads = 1;
+  loom_trace_t *t;
+  BENCH_TRY(loom_trace_create(&o, &t));
+  unsetenv("LOOM_STITCH");
+  int n = 0;
+  for (int i = 0; i < 5; i++) step_cuts(t, wl, &n); /* compile, warm */
+  double best = 1e30;
+  for (int rep = 0; rep < REPS; rep++) {
+    double ns = 0;
+    for (int i = 0; i < ROUNDS; i++) ns += step_cuts(t, wl, &n);
+    if (ns / (ROUNDS * n) < best) best = ns / (ROUNDS * n);
+  }
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  BENCH_TRY(loom_trace_get_stats(t, &s));
+  *replayed = s.segments ? (double)s.replayed / (double)s.segments : 0;
+  loom_trace_destroy(t);
+  return best;
+}
+
+/* The cell's executable run alone (an inner cell for the tree). */
+static double exec_ns(const workload_t *wl) {
+  loom_graph_t *g;
+  BENCH_TRY(loom_graph_create(&g));
+  int tree = wl->cell == tree_cell;
+  int64_t s_x[2] = {wl->rows, tree ? H : D}, s_h[2] = {wl->rows, H};
+  cell_args_t a;
+  loom_tensor_t *ins[6] = {tree ? wl->zero : wl->xs[0], wl->zero, wl->zero,
+                           tree ? wl->zero : wl->w_ih, wl->w_hh, wl->b};
+  BENCH_TRY(loom_graph_input(g, "x", LOOM_F32, 2, s_x, &a.x));
+  BENCH_TRY(loom_graph_input(g, "h", LOOM_F32, 2, s_h, &a.h));
+  BENCH_TRY(loom_graph_input(g, "c", LOOM_F32, 2, s_h, &a.c));
+  int64_t s_ih[2] = {loom_tensor_dim(ins[3], 0), loom_tensor_dim(ins[3], 1)};
+  int64_t s_hh[2] = {loom_tensor_dim(wl->w_hh, 0), loom_tensor_dim(wl->w_hh, 1)};
+  int64_t s_b = loom_tensor_dim(wl->b, 0);
+  BENCH_TRY(loom_graph_input(g, "w_ih", LOOM_F32, 2, s_ih, &a.w_ih));
+  BENCH_TRY(loom_graph_input(g, "w_hh", LOOM_F32, 2, s_hh, &a.w_hh));
+  BENCH_TRY(loom_graph_input(g, "b", LOOM_F32, 1, &s_b, &a.b));
+  loom_value_t h, c;
+  BENCH_TRY(wl->cell(g, &a, &h, &c));
+  BENCH_TRY(loom_graph_output(g, c));
+  BENCH_TRY(loom_graph_output(g, h));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = 1;
+  loom_executable_t *e;
+  BENCH_TRY(loom_compile(g, &o, &e));
+  loom_tensor_t *outs[2];
+  BENCH_TRY(loom_executable_new_output(e, 0, &outs[0]));
+  BENCH_TRY(loom_executable_new_output(e, 1, &outs[1]));
+  double best = 1e30;
+  for (int rep = 0; rep < REPS; rep++) {
+    const int n = 20000;
+    double t0 = bench_now_ns();
+    for (int i = 0; i < n; i++) BENCH_TRY(loom_executable_run(e, 6, ins, 2, outs));
+    double ns = (bench_now_ns() - t0) / n;
+    if (ns < best) best = ns;
+  }
+  loom_tensor_destroy(outs[0]);
+  loom_tensor_destroy(outs[1]);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  return best;
+}
+
+int main(void) {
+  for (int tree = 0; tree < 2; tree++) {
+    workload_t wl = {0};
+    workload_init(&wl, tree);
+    double replayed, none;
+    double run = exec_ns(&wl);
+    double stitched = cut_ns(&wl, 1, &replayed), unstitched = cut_ns(&wl, 0, &none);
+    bench_json_t j;
+    bench_json_begin(&j, "path_replay");
+    bench_json_str(&j, "workload", wl.name);
+    bench_json_num(&j, "ns_per_segment_stitched", stitched - run);
+    bench_json_num(&j, "ns_per_segment_unstitched", unstitched - run);
+    bench_json_num(&j, "ns_cut_stitched", stitched);
+    bench_json_num(&j, "ns_cut_unstitched", unstitched);
+    bench_json_num(&j, "ns_exec_run", run);
+    bench_json_num(&j, "replayed_fraction", replayed);
+    bench_json_num(&j, "target_ns", 100);
+    bench_json_end(&j);
+    workload_free(&wl);
+  }
+  return 0;
+}
