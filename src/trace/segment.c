@@ -328,6 +328,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s != LOOM_OK || done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);
+  rt_entry_t *predicted = link ? link->to : NULL;
   uint64_t from_site = t->run.last_site;
   LOOM_TRY(collect_outputs(t, w, n, want));
   if (w->n_outs == 0) {
@@ -343,7 +344,9 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
   if (s != LOOM_OK) return s;
-  if (link) seg_replay_record(t, w, link, from_site);
+  /* stitched once the successor repeats: a link that changes at every cut
+   * (segments that alternate) would allocate a stitch per cut */
+  if (link && predicted && predicted == t->run.prev) seg_replay_record(t, w, link, from_site);
   seg_cut_done(t, w);
   return s;
 }

@@ -481,9 +481,9 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
  * produced; nothing happens otherwise. */
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
                          const tr_reason_t *reason, bool *done);
-/* After cut w ran the entry that `link` leads to: stitches the link with
- * what w found, when the region can be replayed (from_site: the site of
- * the segment before, for the report). */
+/* After cut w ran the entry that `link` led to before the cut: stitches
+ * the link with what w found, when the region can be replayed
+ * (from_site: the site of the segment before, for the report). */
 void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site);
 /* Appends the stitched boundaries, one line each, to text. */
 void seg_replay_describe(const loom_trace_t *t, core_text_t *text);
