@@ -323,8 +323,10 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   LOOM_TRY(seg_work_reserve(t, &w));
   bool done = false;
   t->in_cut = true;
-  loom_status_t s = seg_replay(t, w, n, want, reason, &done);
+  loom_status_t s = seg_replay(t, w, n, want, &done);
   t->in_cut = false;
+  if (s == LOOM_OK && done && reason) s = tr_note_break(t, w->site, reason);
+  if (s == LOOM_OK && done) seg_cut_done(t, w);
   if (s != LOOM_OK || done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);

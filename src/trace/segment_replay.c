@@ -126,7 +126,7 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
 }
 
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
-                         const tr_reason_t *reason, bool *done) {
+                         bool *done) {
   *done = false;
   tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
   tr_replay_t *r = l && l->to ? l->replay : NULL;
@@ -138,11 +138,9 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
   if (w->train && !seg_memo_has(t, &key)) return LOOM_OK;
   *done = true;
   t->path = 0;
-  if (reason) LOOM_TRY(tr_note_break(t, r->site, reason));
   LOOM_TRY(seg_run_linked(t, w, l, &key));
   r->runs++;
   t->stats.replayed++;
-  seg_cut_done(t, w);
   return LOOM_OK;
 }
 

@@ -15,6 +15,8 @@
  *   segment_run.c    looking a segment up and running it (the hot path,
  *                    compiled, padded to a bucket, or interpreted),
  *                    speculation, the tape records of training segments;
+ *   segment_replay.c stitched boundaries: a region that repeats after the
+ *                    same segment runs the hot path's successor at once;
  *   segment.c        cuts: extracting a segment, kept values, graph breaks;
  *   backward.c       the backward pass over the tape, gradients;
  *   trace_optim.c    the optimizer step (loom/train.h's optimizers);
@@ -477,10 +479,11 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
 
 /* segment_replay.c: stitched paths. */
 /* Runs the region recorded since the last cut through the hot path's
- * stitched boundary when it matches it (*done), with want[0..n)
- * produced; nothing happens otherwise. */
+ * stitched boundary when it matches it (*done: w then describes the
+ * segment run, for the cut to finish), with want[0..n) produced;
+ * nothing happens otherwise. */
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
-                         const tr_reason_t *reason, bool *done);
+                         bool *done);
 /* After cut w ran the entry that `link` led to before the cut: stitches
  * the link with what w found, when the region can be replayed
  * (from_site: the site of the segment before, for the report). */
