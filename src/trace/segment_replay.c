@@ -26,8 +26,9 @@ static int32_t operand_code(loom_trace_t *t, seg_work_t *w, int32_t v, bool reco
   tr_value_t *x = &t->vals[v];
   const ir_value_t *iv = &t->g->values[v];
   if (iv->kind == IR_VALUE_NODE && iv->node >= t->region_start) {
-    if ((x->t && !recording) || iv->index > 255) return INT32_MIN;
-    return (int32_t)((iv->node - t->region_start) << 8 | iv->index);
+    int64_t pos = iv->node - t->region_start; /* a code holds 23 bits of it */
+    if ((x->t && !recording) || iv->index > 255 || pos >= (INT64_C(1) << 23)) return INT32_MIN;
+    return (int32_t)(pos << 8 | iv->index);
   }
   if (!x->t && iv->kind == IR_VALUE_CONST) x->t = iv->data;
   if (!x->t) return INT32_MIN;
