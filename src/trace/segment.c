@@ -312,6 +312,7 @@ void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
   for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
   t->region_start = t->g->n_nodes;
   t->run.last_site = w->site;
+  t->run.last_key = w->key_hash;
 }
 
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
@@ -331,7 +332,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);
   rt_entry_t *predicted = link ? link->to : NULL;
-  uint64_t from_site = t->run.last_site;
+  uint64_t from_site = t->run.last_site, from_key = t->run.last_key;
   LOOM_TRY(collect_outputs(t, w, n, want));
   if (w->n_outs == 0) {
     t->region_start = t->g->n_nodes;
@@ -348,7 +349,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s != LOOM_OK) return s;
   /* stitched once the successor repeats: a link that changes at every cut
    * (segments that alternate) would allocate a stitch per cut */
-  if (link && predicted && predicted == t->run.prev) seg_replay_record(t, w, link, from_site);
+  if (link && predicted && predicted == t->run.prev) seg_replay_record(t, w, link, from_site, from_key);
   seg_cut_done(t, w);
   return s;
 }

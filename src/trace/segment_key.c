@@ -254,6 +254,7 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
   *key = (rt_key_t){.structure = h, .path = w->path, .site = w->site,
                     .n_inputs = w->n_ins, .inputs = w->key_in};
   rt_key_finish(key);
+  w->key_hash = key->hash;
 }
 
 /* ---- Descriptions ------------------------------------------------------------- */

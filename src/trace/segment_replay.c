@@ -121,6 +121,7 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
   w->structure = r->structure;
   w->path = r->path;
   w->cone_hash = r->cone_hash;
+  w->key_hash = r->hash;
   *key = (rt_key_t){.structure = r->structure, .path = r->path, .site = r->site,
                     .n_inputs = r->n_ins, .inputs = r->key_in, .hash = r->hash};
   return LOOM_OK;
@@ -189,7 +190,8 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs) 
   return r;
 }
 
-void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site) {
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site,
+                       uint64_t from_key) {
   if (!t->stitch || !link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
     return;
   if (link->replay && link->replay->keep_gen == t->keep_gen &&
@@ -245,6 +247,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   r->cone_hash = w->cone_hash;
   r->keep_gen = t->keep_gen;
   r->from_site = from_site;
+  r->from_key = from_key;
   r->n_syms = w->n_syms;
   r->train = w->train;
   core_free(link->replay);
@@ -260,10 +263,13 @@ void seg_replay_describe(const loom_trace_t *t, core_text_t *text) {
   for (int i = 0; i < TR_LINKS; i++) {
     const tr_replay_t *r = t->run.links[i].replay;
     if (!r) continue;
-    char from[40] = "step start";
-    if (r->from_site) snprintf(from, sizeof from, "site %016llx", (unsigned long long)r->from_site);
-    core_text_put(text, "  %s -> site %016llx: %d nodes, %d inputs, %d outputs, ran %lld times\n",
-                  from, (unsigned long long)r->site, r->n_nodes, r->n_ins, r->n_outs,
+    char from[80] = "step start";
+    if (r->from_site)
+      snprintf(from, sizeof from, "site %016llx (key %016llx)",
+               (unsigned long long)r->from_site, (unsigned long long)r->from_key);
+    core_text_put(text, "  %s -> site %016llx (key %016llx): %d nodes, %d inputs, "
+                  "%d outputs, ran %lld times\n", from, (unsigned long long)r->site,
+                  (unsigned long long)r->hash, r->n_nodes, r->n_ins, r->n_outs,
                   (long long)r->runs);
   }
 }

@@ -366,7 +366,7 @@ static void release_step(loom_trace_t *t) {
   t->path = 0;
   t->run.prev = NULL;
   t->run.prev_valid = true;
-  t->run.last_site = 0;
+  t->run.last_site = t->run.last_key = 0;
 }
 
 void loom_trace_destroy(loom_trace_t *t) {

@@ -144,7 +144,7 @@ typedef struct tr_packs {
 typedef struct tr_runs {
   tr_link_t *links; /* TR_LINKS slots */
   rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
-  uint64_t last_site; /* the site of the last segment run this step (0: none) */
+  uint64_t last_site, last_key; /* of the last segment run this step: site, key hash (0: none) */
   bool prev_valid;  /* prev may be followed (a step start counts) */
   tr_memo_t memo[TR_MEMO]; /* backward descriptions */
   uint64_t *sites; /* sites that compiled before (recompile count) */
@@ -191,7 +191,7 @@ typedef struct seg_input {
  * of the cut's analysis. One allocation: the arrays follow the struct. */
 typedef struct tr_replay {
   uint64_t hash, structure, site, sized, path, cone_hash; /* the key's and the cut's */
-  uint64_t from_site; /* the site of the segment before (0: the step start) */
+  uint64_t from_site, from_key; /* the segment's before: site, key hash (0: the step start) */
   uint64_t keep_gen; /* the keep set it was made under (segment.c) */
   int n_nodes, n_codes, n_ins, n_outs, n_syms;
   bool train;
@@ -368,6 +368,7 @@ typedef struct seg_work {
   /* site: the cone's ops, wiring and attributes but their integers (the
    * recompile limit's unit); sized: with them (the key's structure) */
   uint64_t site, sized, structure, path;
+  uint64_t key_hash;  /* of the key made last (seg_make_key) */
   uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
 } seg_work_t;
 
@@ -486,8 +487,9 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
                          bool *done);
 /* After cut w ran the entry that `link` led to before the cut: stitches
  * the link with what w found, when the region can be replayed
- * (from_site: the site of the segment before, for the report). */
-void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site);
+ * (from_site, from_key: the segment before's, for the report). */
+void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site,
+                       uint64_t from_key);
 /* Appends the stitched boundaries, one line each, to text. */
 void seg_replay_describe(const loom_trace_t *t, core_text_t *text);
 
