@@ -204,7 +204,7 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
   const loom_graph_t *g = t->g;
   uint64_t h = 0x6b;
   for (int c = 0; c < w->n_cone; c++) h = tr_mix(h, t->node_hash[w->cone[c]]);
-  w->cone_hash = h;
+  w->id.cone_hash = h;
   for (int c = 0, n_cone = w->n_cone; c < n_cone; c++) {
     int32_t j = w->cone[c];
     const ir_node_t *n = &g->nodes[j];
@@ -223,7 +223,7 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
   return LOOM_OK;
 }
 
-/* Inputs in first-use order, and the cone's hashes (w->site, w->sized). */
+/* Inputs in first-use order, and the cone's hashes (w->id.site, w->id.sized). */
 static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
   const loom_graph_t *g = t->g;
   uint64_t h = 0x51, wiring = 0x57;
@@ -246,8 +246,8 @@ static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
     seg_ref_t r = seg_ref_of(t, w, w->outs[k]);
     wiring = tr_mix(wiring, ((uint64_t)(uint32_t)r.node << 32) | (uint32_t)r.index);
   }
-  w->site = wiring;
-  w->sized = tr_mix(h, wiring);
+  w->id.site = wiring;
+  w->id.sized = tr_mix(h, wiring);
   return LOOM_OK;
 }
 
@@ -309,10 +309,10 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 }
 
 void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
-  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->cone_hash, c);
+  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->id.cone_hash, c);
   t->region_start = t->g->n_nodes;
-  t->run.last_site = w->site;
-  t->run.last_key = w->key_hash;
+  t->run.last_site = w->id.site;
+  t->run.last_key = w->id.key_hash;
 }
 
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
@@ -326,7 +326,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   t->in_cut = true;
   loom_status_t s = seg_replay(t, w, n, want, &done);
   t->in_cut = false;
-  if (s == LOOM_OK && done && reason) s = tr_note_break(t, w->site, reason);
+  if (s == LOOM_OK && done && reason) s = tr_note_break(t, w->id.site, reason);
   if (s == LOOM_OK && done) seg_cut_done(t, w);
   if (s != LOOM_OK || done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
@@ -343,7 +343,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s == LOOM_OK) s = keep_values(t, w);
   if (s == LOOM_OK) s = collect_inputs(t, w);
   if (s == LOOM_OK) s = collect_wrt(t, w);
-  if (s == LOOM_OK && reason) s = tr_note_break(t, w->site, reason);
+  if (s == LOOM_OK && reason) s = tr_note_break(t, w->id.site, reason);
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
   if (s != LOOM_OK) return s;

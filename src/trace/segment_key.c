@@ -162,7 +162,7 @@ loom_status_t seg_input_types(loom_trace_t *t, seg_work_t *w, seg_types_t how) {
     core_log(LOG_BREAKS, "segment %016llx: a shape policy cannot apply (a "
              "bucketed dim inside an expression, an attribute over a "
              "symbol no input dim carries, or a control op's subgraph): "
-             "exact sizes", (unsigned long long)w->site);
+             "exact sizes", (unsigned long long)w->id.site);
     w->n_syms = w->n_groups = 0;
     w->bucket = false;
     for (int i = 0; i < w->n_ins; i++) input_dims(t, w, i, true);
@@ -231,7 +231,7 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
 /* The key: structure (cone, symbolic pattern, training), inputs, path. */
 void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
                      rt_key_t *key) {
-  uint64_t h = tr_mix(w->sized, (uint64_t)part);
+  uint64_t h = tr_mix(w->id.sized, (uint64_t)part);
   for (int i = 0; i < w->n_ins; i++) {
     const seg_input_t *in = &w->in_types[i];
     rt_key_input_t *k = &w->key_in[i];
@@ -250,11 +250,11 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
   }
   for (int i = 0; i < w->n_wrt; i++) h = tr_mix(h, 0x77 + (uint64_t)w->wrt[i]);
   h = mix_attr_sizes(t, w, h);
-  w->structure = h;
-  *key = (rt_key_t){.structure = h, .path = w->path, .site = w->site,
+  w->id.structure = h;
+  *key = (rt_key_t){.structure = h, .path = w->id.path, .site = w->id.site,
                     .n_inputs = w->n_ins, .inputs = w->key_in};
   rt_key_finish(key);
-  w->key_hash = key->hash;
+  w->id.key_hash = key->hash;
 }
 
 /* ---- Descriptions ------------------------------------------------------------- */

@@ -116,14 +116,9 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
   if (r->n_syms > 0) memcpy(w->in_types, r->in_types, sizeof *w->in_types * (size_t)r->n_ins);
   w->n_syms = r->n_syms;
   w->train = r->train;
-  w->site = r->site;
-  w->sized = r->sized;
-  w->structure = r->structure;
-  w->path = r->path;
-  w->cone_hash = r->cone_hash;
-  w->key_hash = r->hash;
-  *key = (rt_key_t){.structure = r->structure, .path = r->path, .site = r->site,
-                    .n_inputs = r->n_ins, .inputs = r->key_in, .hash = r->hash};
+  w->id = r->id;
+  *key = (rt_key_t){.structure = r->id.structure, .path = r->id.path, .site = r->id.site,
+                    .n_inputs = r->n_ins, .inputs = r->key_in, .hash = r->id.key_hash};
   return LOOM_OK;
 }
 
@@ -132,7 +127,7 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
   *done = false;
   tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
   tr_replay_t *r = l && l->to ? l->replay : NULL;
-  if (!r || r->keep_gen != t->keep_gen || r->path != t->path || !region_matches(t, w, r) ||
+  if (!r || r->keep_gen != t->keep_gen || r->id.path != t->path || !region_matches(t, w, r) ||
       !inputs_fit(t, w, r) || !outputs_of(t, w, r, n, want))
     return LOOM_OK;
   rt_key_t key;
@@ -195,7 +190,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   if (!t->stitch || !link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
     return;
   if (link->replay && link->replay->keep_gen == t->keep_gen &&
-      link->replay->hash == link->to_hash)
+      link->replay->id.key_hash == link->to_hash)
     return; /* stitched already (the region differed in an operand this time) */
   int n_codes = 0;
   for (int c = 0; c < w->n_cone; c++) n_codes += t->g->nodes[w->cone[c]].n_in;
@@ -239,12 +234,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
     memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)n_ins);
     memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)n_ins);
   }
-  r->hash = link->to_hash;
-  r->structure = w->structure;
-  r->site = w->site;
-  r->sized = w->sized;
-  r->path = w->path;
-  r->cone_hash = w->cone_hash;
+  r->id = w->id;
   r->keep_gen = t->keep_gen;
   r->from_site = from_site;
   r->from_key = from_key;
@@ -268,8 +258,8 @@ void seg_replay_describe(const loom_trace_t *t, core_text_t *text) {
       snprintf(from, sizeof from, "site %016llx (key %016llx)",
                (unsigned long long)r->from_site, (unsigned long long)r->from_key);
     core_text_put(text, "  %s -> site %016llx (key %016llx): %d nodes, %d inputs, "
-                  "%d outputs, ran %lld times\n", from, (unsigned long long)r->site,
-                  (unsigned long long)r->hash, r->n_nodes, r->n_ins, r->n_outs,
+                  "%d outputs, ran %lld times\n", from, (unsigned long long)r->id.site,
+                  (unsigned long long)r->id.key_hash, r->n_nodes, r->n_ins, r->n_outs,
                   (long long)r->runs);
   }
 }

@@ -382,11 +382,11 @@ static bool site_unpadded(const loom_trace_t *t, uint64_t site) {
  * (at exact sizes if even that cannot apply), and *key is rekeyed. */
 static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   core_log(LOG_BREAKS, "segment %016llx: bucket padding failed (%s): its bucketed dims "
-           "symbolic", (unsigned long long)w->site, loom_last_error());
-  if (!site_unpadded(t, w->site)) {
+           "symbolic", (unsigned long long)w->id.site, loom_last_error());
+  if (!site_unpadded(t, w->id.site)) {
     LOOM_TRY(core_grow((void **)&t->run.unpadded, &t->run.cap_unpadded,
                        t->run.n_unpadded + 1, sizeof *t->run.unpadded));
-    t->run.unpadded[t->run.n_unpadded++] = w->site;
+    t->run.unpadded[t->run.n_unpadded++] = w->id.site;
   }
   LOOM_TRY(seg_input_types(t, w, SEG_NO_BUCKETS));
   seg_make_key(t, w, w->train ? 1 : 0, key);
@@ -414,7 +414,7 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   }
   if (s != LOOM_OK && s != LOOM_ERR_NOMEM && w->n_syms > 0) { /* symbolic would not build */
     core_log(LOG_BREAKS, "segment %016llx: its symbolic graph failed (%s): exact sizes",
-             (unsigned long long)w->site, loom_last_error());
+             (unsigned long long)w->id.site, loom_last_error());
     LOOM_TRY(seg_input_types(t, w, SEG_EXACT));
     seg_make_key(t, w, w->train ? 1 : 0, key);
     s = eager_entry(t, w, key, &e);
@@ -531,7 +531,7 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 /* A miss: compile through the cache (or hear that it cannot). */
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
-  LOOM_TRY(note_miss(t, w->site));
+  LOOM_TRY(note_miss(t, w->id.site));
   if (w->train && !rt_cache_site_full(t->cache, key, t->opt.recompile_limit))
     speculate_backward(t, w, key);
   seg_desc_t *d = NULL;
@@ -547,9 +547,9 @@ static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
 /* Looks the segment up (hot path first) and runs it. */
 loom_status_t seg_run(loom_trace_t *t, seg_work_t *w) {
   rt_key_t key;
-  w->path = t->path;
+  w->id.path = t->path;
   t->path = 0;
-  LOOM_TRY(seg_input_types(t, w, site_unpadded(t, w->site) ? SEG_NO_BUCKETS : SEG_POLICIES));
+  LOOM_TRY(seg_input_types(t, w, site_unpadded(t, w->id.site) ? SEG_NO_BUCKETS : SEG_POLICIES));
   seg_make_key(t, w, w->train ? 1 : 0, &key);
   t->stats.segments++;
   if (!t->opt.compile) return interpret(t, w, &key);

@@ -185,12 +185,22 @@ typedef struct seg_input {
   seg_dim_t dims[LOOM_MAX_RANK];
 } seg_input_t;
 
+/* What a cut's hashing found out about its segment (a stitched boundary
+ * keeps a copy). site: the cone's ops, wiring and attributes but their
+ * integers (the recompile limit's unit); sized: with them (the key's
+ * structure). */
+typedef struct seg_ident {
+  uint64_t site, sized, structure, path;
+  uint64_t key_hash;  /* of the key made last (seg_make_key) */
+  uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
+} seg_ident_t;
+
 /* A stitched boundary (segment_replay.c): the region a cut found after a
  * link's `from`, node by node, and what it made of it, so that the same
  * region runs the link's entry with one check per node and input instead
  * of the cut's analysis. One allocation: the arrays follow the struct. */
 typedef struct tr_replay {
-  uint64_t hash, structure, site, sized, path, cone_hash; /* the key's and the cut's */
+  seg_ident_t id; /* the cut's (id.key_hash: the link's successor's key) */
   uint64_t from_site, from_key; /* the segment's before: site, key hash (0: the step start) */
   uint64_t keep_gen; /* the keep set it was made under (segment.c) */
   int n_nodes, n_codes, n_ins, n_outs, n_syms;
@@ -365,11 +375,7 @@ typedef struct seg_work {
   ir_dim_t sym_dim[32];  /* canonical symbol k: the input dim it stands for */
   int n_syms, n_groups;
   bool bucket, train;
-  /* site: the cone's ops, wiring and attributes but their integers (the
-   * recompile limit's unit); sized: with them (the key's structure) */
-  uint64_t site, sized, structure, path;
-  uint64_t key_hash;  /* of the key made last (seg_make_key) */
-  uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
+  seg_ident_t id;
 } seg_work_t;
 
 /* An operand's reference in w's segment: input position or (cone
