@@ -44,7 +44,8 @@ static loom_tensor_t *vec(int64_t n, double seed) {
 
 /* How iteration k of a step combines: 0 tanh(h * w - x), 1 sigmoid in
  * place of tanh (another op), 2 tanh(x - h * w) (the same ops and
- * inputs, wired otherwise). */
+ * inputs, wired otherwise), 3 -(-tanh(h * w - x)) (the region goes on
+ * past the stitched one's end), 4 h * w - x (it ends before). */
 typedef int (*variant_fn)(int step, int k);
 
 static int plain(int step, int k) {
@@ -57,6 +58,14 @@ static int plain(int step, int k) {
 static int deviating(int step, int k) {
   if (step % 3 == 2 && k == 5) return 1;
   if (step % 2 == 1 && k == 8) return 2;
+  return 0;
+}
+
+/* Regions longer and shorter than the stitched one, at other
+ * iterations of other steps. */
+static int lengths(int step, int k) {
+  if (step % 2 == 1 && k == 4) return 3;
+  if (step % 3 == 1 && k == 7) return 4;
   return 0;
 }
 
@@ -75,7 +84,12 @@ static void run_step(loom_trace_t *t, int step, variant_fn variant, loom_tensor_
     if (variant(step, k) == 2) CHECK_OK(loom_sub(g, x, m, &a));
     else CHECK_OK(loom_sub(g, m, x, &a));
     if (variant(step, k) == 1) CHECK_OK(loom_sigmoid(g, a, &next));
+    else if (variant(step, k) == 4) next = a;
     else CHECK_OK(loom_tanh(g, a, &next));
+    if (variant(step, k) == 3) {
+      CHECK_OK(loom_neg(g, next, &next));
+      CHECK_OK(loom_neg(g, next, &next));
+    }
     const loom_tensor_t *real = NULL;
     CHECK_OK(loom_trace_read(t, next, &real));
     if (real) CHECK_OK(loom_tensor_read(real, out + k * N, sizeof(float) * N));
@@ -95,7 +109,7 @@ static void want_step(int step, variant_fn variant, const float *w, loom_tensor_
     for (int i = 0; i < N; i++) {
       double a = h[i] * w[i] - x[i];
       if (variant(step, k) == 2) a = -a;
-      next[i] = variant(step, k) == 1 ? 1 / (1 + exp(-a)) : tanh(a);
+      next[i] = variant(step, k) == 1 ? 1 / (1 + exp(-a)) : variant(step, k) == 4 ? a : tanh(a);
     }
     memcpy(h, next, sizeof h);
     memcpy(out + k * N, next, sizeof next);
@@ -144,11 +158,52 @@ static void test_replay_matches(void) {
 /* Regions that differ from the stitched one (another op, another operand
  * with the same ops) take the cut's way: right results, fewer replays. */
 static void test_deviation(void) {
-  static float on[STEPS * T * N], off[STEPS * T * N];
-  loom_trace_stats_t s = run_all(1, deviating, on);
-  loom_trace_stats_t u = run_all(0, deviating, off);
-  CHECK(!memcmp(on, off, sizeof on));
-  CHECK(s.replayed > 0 && s.replayed < s.hits && u.replayed == 0);
+  variant_fn variants[] = {deviating, lengths};
+  for (int i = 0; i < 2; i++) {
+    static float on[STEPS * T * N], off[STEPS * T * N];
+    loom_trace_stats_t s = run_all(1, variants[i], on);
+    loom_trace_stats_t u = run_all(0, variants[i], off);
+    CHECK(!memcmp(on, off, sizeof on));
+    CHECK(s.replayed > 0 && s.replayed < s.hits && u.replayed == 0);
+  }
+}
+
+/* The step's tensors are kept for the next step's outputs of their byte
+ * size: outputs of the same bytes in another shape (4 x 6, then 6 x 4,
+ * then 24) take them and hold their own values, and every value read in
+ * a step stays as read until the step ends. */
+static void test_kept_tensors(void) {
+  loom_trace_t *t = make_trace(1);
+  const int64_t shapes[3][2] = {{4, 6}, {6, 4}, {24, 1}};
+  for (int step = 0; step < 9; step++) {
+    const int64_t *shape = shapes[step % 3];
+    int rank = step % 3 == 2 ? 1 : 2;
+    loom_tensor_t *x;
+    CHECK_OK(loom_tensor_create(LOOM_F32, rank, shape, &x));
+    float *px = x ? loom_tensor_data(x) : NULL;
+    for (int i = 0; px && i < 24; i++) px[i] = (float)(0.1 * i - step);
+    loom_graph_t *g = loom_trace_graph(t);
+    loom_value_t v;
+    CHECK_OK(loom_trace_input(t, x, NULL, &v));
+    const loom_tensor_t *reads[4] = {NULL};
+    for (int k = 0; k < 4; k++) {
+      CHECK_OK(loom_tanh(g, v, &v));
+      CHECK_OK(loom_trace_read(t, v, &reads[k]));
+      CHECK(reads[k] && loom_tensor_rank(reads[k]) == rank &&
+            loom_tensor_dim(reads[k], 0) == shape[0]);
+    }
+    for (int i = 0; px && i < 24; i++) {
+      double want = px[i];
+      for (int k = 0; k < 4; k++) {
+        want = tanh(want);
+        const float *p = reads[k] ? loom_tensor_data(reads[k]) : NULL;
+        if (p) CHECK_NEAR(p[i], want, 1e-6, 1e-6);
+      }
+    }
+    CHECK_OK(loom_trace_step_end(t));
+    loom_tensor_destroy(x);
+  }
+  loom_trace_destroy(t);
 }
 
 /* A size the stitched key did not cover (exact dims) takes the cut's way
@@ -226,6 +281,7 @@ int main(void) {
   TEST_RUN(test_replay_matches);
   TEST_RUN(test_deviation);
   TEST_RUN(test_new_size);
+  TEST_RUN(test_kept_tensors);
   TEST_RUN(test_training);
   return test_summary();
 }

@@ -15,49 +15,100 @@
 #include "core/status.h"
 #include "trace/trace_internal.h"
 
+/* Restarts the numbering of the region's inputs. */
+static void restart_inputs(tr_follow_t *f) {
+  f->n_ins = 0;
+  if (++f->epoch == 0) { /* wrapped: clear the marks once */
+    memset(f->mark, 0, sizeof *f->mark * (size_t)f->cap_vals);
+    f->epoch = 1;
+  }
+}
+
 /* The code of operand v of a region node: node position << 8 | output
  * index for a value of a node of the region, -1 - p for input p
  * (materialized before the region: an input, a parameter, a constant,
- * an earlier segment's output), numbered in first-use order through w's
+ * an earlier segment's output), numbered in first-use order through f's
  * marks. INT32_MIN: neither (a value to recompute from before the
- * region), or, but when recording (after the run, which made the
- * region's outputs real), a value of the region already real. */
-static int32_t operand_code(loom_trace_t *t, seg_work_t *w, int32_t v, bool recording) {
+ * region), or out of memory. */
+static int32_t operand_code(loom_trace_t *t, int32_t v) {
+  tr_follow_t *f = &t->follow;
   tr_value_t *x = &t->vals[v];
   const ir_value_t *iv = &t->g->values[v];
   if (iv->kind == IR_VALUE_NODE && iv->node >= t->region_start) {
     int64_t pos = iv->node - t->region_start; /* a code holds 23 bits of it */
-    if ((x->t && !recording) || iv->index > 255 || pos >= (INT64_C(1) << 23)) return INT32_MIN;
+    if (iv->index > 255 || pos >= (INT64_C(1) << 23)) return INT32_MIN;
     return (int32_t)(pos << 8 | iv->index);
   }
   if (!x->t && iv->kind == IR_VALUE_CONST) x->t = iv->data;
   if (!x->t) return INT32_MIN;
-  if (w->val_mark[v] != w->epoch) {
-    if (w->n_ins >= w->cap_ins &&
-        core_grow((void **)&w->ins, &w->cap_ins, w->n_ins + 1, sizeof *w->ins) != LOOM_OK)
+  if (v >= f->cap_vals) {
+    int64_t cap = f->cap_vals, c2 = cap;
+    if (core_grow((void **)&f->mark, &cap, v + 1, sizeof *f->mark) != LOOM_OK ||
+        core_grow((void **)&f->pos, &c2, cap, sizeof *f->pos) != LOOM_OK)
       return INT32_MIN;
-    w->val_mark[v] = w->epoch;
-    w->val_pos[v] = w->n_ins;
-    w->ins[w->n_ins++] = v;
+    memset(f->mark + f->cap_vals, 0, sizeof *f->mark * (size_t)(cap - f->cap_vals));
+    f->cap_vals = cap;
   }
-  return -1 - w->val_pos[v];
+  if (f->mark[v] != f->epoch) {
+    if (f->n_ins >= f->cap_ins &&
+        core_grow((void **)&f->ins, &f->cap_ins, f->n_ins + 1, sizeof *f->ins) != LOOM_OK)
+      return INT32_MIN;
+    f->mark[v] = f->epoch;
+    f->pos[v] = f->n_ins;
+    f->ins[f->n_ins++] = v;
+  }
+  return -1 - f->pos[v];
 }
 
-/* Whether the region matches r node for node and operand for operand;
- * fills w->ins. */
-static bool region_matches(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r) {
-  const loom_graph_t *g = t->g;
-  if (g->n_nodes - t->region_start != r->n_nodes) return false;
-  int c = 0;
-  for (int k = 0; k < r->n_nodes; k++) {
-    int64_t j = t->region_start + k;
-    if (t->node_hash[j] != r->node_hash[k]) return false;
-    const ir_node_t *n = &g->nodes[j];
-    if (c + n->n_in > r->n_codes) return false;
-    for (int i = 0; i < n->n_in; i++)
-      if (operand_code(t, w, n->in[i], false) != r->codes[c++]) return false;
+void seg_follow_node(loom_trace_t *t, int32_t node) {
+  tr_follow_t *f = &t->follow;
+  if (!f->armed || f->start != t->region_start) {
+    tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
+    f->r = l && l->to ? l->replay : NULL;
+    f->armed = true;
+    f->start = t->region_start;
+    f->k = f->c = 0;
+    restart_inputs(f);
   }
-  return c == r->n_codes && w->n_ins == r->n_ins;
+  const tr_replay_t *r = f->r;
+  if (!r) return;
+  const ir_node_t *n = &t->g->nodes[node];
+  int64_t k = node - t->region_start;
+  if (k != f->k || k >= r->n_nodes || t->node_hash[node] != r->node_hash[k] ||
+      f->c + n->n_in > r->n_codes) {
+    f->r = NULL;
+    return;
+  }
+  for (int i = 0; i < n->n_in; i++)
+    if (operand_code(t, n->in[i]) != r->codes[f->c++]) {
+      f->r = NULL;
+      return;
+    }
+  f->k++;
+}
+
+void seg_follow_free(loom_trace_t *t) {
+  tr_follow_t *f = &t->follow;
+  core_free(f->mark);
+  core_free(f->pos);
+  core_free(f->ins);
+  *f = (tr_follow_t){0};
+}
+
+/* Whether the region, as recorded, matched r to its end; copies its
+ * inputs to w->ins. */
+static bool region_matches(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r) {
+  const tr_follow_t *f = &t->follow;
+  if (!f->armed || f->start != t->region_start || f->r != r || f->k != r->n_nodes ||
+      t->g->n_nodes - t->region_start != r->n_nodes || f->c != r->n_codes ||
+      f->n_ins != r->n_ins)
+    return false;
+  if (f->n_ins > w->cap_ins &&
+      core_grow((void **)&w->ins, &w->cap_ins, f->n_ins, sizeof *w->ins) != LOOM_OK)
+    return false;
+  if (f->n_ins) memcpy(w->ins, f->ins, sizeof *w->ins * (size_t)f->n_ins);
+  w->n_ins = f->n_ins;
+  return true;
 }
 
 /* Whether the inputs fit r's key: dtypes, ranks, exact sizes, and the
@@ -198,29 +249,21 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   if (!r) return; /* not stitched: the cut's way goes on */
   /* the wiring, coded as a replay will check it (its own input numbering,
    * which must give w's inputs in w's order) */
-  if (w->epoch == UINT32_MAX) return; /* its marks wrap: the next cut clears them */
-  int32_t *ins = w->ins;
-  int n_ins = w->n_ins;
-  int64_t cap_ins = w->cap_ins;
-  w->ins = NULL;
-  w->n_ins = 0;
-  w->cap_ins = 0;
-  w->epoch++;
+  tr_follow_t *f = &t->follow;
+  f->armed = false; /* the numbering is taken: the next region looks up anew */
+  restart_inputs(f);
   int c = 0;
   bool ok = true;
   for (int k = 0; k < r->n_nodes && ok; k++) {
     const ir_node_t *n = &t->g->nodes[w->cone[k]];
     r->node_hash[k] = t->node_hash[w->cone[k]];
     for (int i = 0; i < n->n_in && ok; i++) {
-      r->codes[c] = operand_code(t, w, n->in[i], true);
+      r->codes[c] = operand_code(t, n->in[i]);
       ok = r->codes[c++] != INT32_MIN;
     }
   }
-  ok = ok && w->n_ins == n_ins && (n_ins == 0 || !memcmp(w->ins, ins, sizeof *ins * (size_t)n_ins));
-  core_free(w->ins);
-  w->ins = ins;
-  w->n_ins = n_ins;
-  w->cap_ins = cap_ins;
+  ok = ok && f->n_ins == w->n_ins &&
+       (w->n_ins == 0 || !memcmp(f->ins, w->ins, sizeof *w->ins * (size_t)w->n_ins));
   for (int k = 0; k < w->n_outs && ok; k++) {
     const ir_value_t *iv = &t->g->values[w->outs[k]];
     ok = iv->kind == IR_VALUE_NODE && iv->node >= t->region_start;
@@ -230,9 +273,9 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
     core_free(r);
     return;
   }
-  if (n_ins) {
-    memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)n_ins);
-    memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)n_ins);
+  if (w->n_ins) {
+    memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)w->n_ins);
+    memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)w->n_ins);
   }
   r->id = w->id;
   r->keep_gen = t->keep_gen;

@@ -114,6 +114,7 @@ loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
  * many the graph has. */
 static loom_status_t segment_syms(loom_trace_t *t, seg_work_t *w, int n,
                                   int64_t *syms) {
+  if (n == 0) return LOOM_OK;
   int64_t buckets[32];
   bool bucket_syms = w->bucket && w->train;
   if (bucket_syms) seg_group_buckets(w, buckets);
@@ -173,7 +174,7 @@ static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
     int64_t shape[LOOM_MAX_RANK];
     for (int a = 0; a < ty->rank; a++)
       LOOM_TRY(ir_dim_eval(eg, ty->dims[a], syms, &shape[a]));
-    LOOM_TRY(tensor_new_uninit(ty->dtype, ty->rank, shape, &outs[i]));
+    LOOM_TRY(tr_tensor_new(t, ty->dtype, ty->rank, shape, &outs[i]));
   }
   return LOOM_OK;
 }

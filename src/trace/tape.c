@@ -41,8 +41,7 @@ static loom_status_t new_record(loom_trace_t *t, tape_kind_t kind, int n_in,
 }
 
 static void free_record(loom_trace_t *t, tape_rec_t *r) {
-  (void)t;
-  for (int i = 0; i < r->n_saved; i++) loom_tensor_destroy(r->saved[i]);
+  for (int i = 0; i < r->n_saved; i++) tr_tensor_free(t, r->saved[i]);
   core_free(r->saved);
   core_free(r->sizes);
   core_free((void *)r->key.inputs);

@@ -284,6 +284,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   t->node_site[node] = site;
   t->node_ran[node] = 0;
   t->stats.recorded_ops++;
+  if (!t->in_cut) seg_follow_node(t, node);
   if (info->flags & F_SIDE_EFFECT)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
                      "traces update parameters with loom_trace_optimizer_step",
@@ -351,8 +352,8 @@ static void release_step(loom_trace_t *t) {
   tape_clear(t);
   t->packs.stable.epoch++; /* parameters may change before the next step */
   for (int64_t v = 0; v < t->cap_vals; v++) {
-    if (t->vals[v].owned) loom_tensor_destroy(t->vals[v].t);
-    loom_tensor_destroy(t->vals[v].padded);
+    if (t->vals[v].owned) tr_tensor_free(t, t->vals[v].t);
+    tr_tensor_free(t, t->vals[v].padded);
     memset(&t->vals[v], 0, sizeof t->vals[v]);
   }
   for (int64_t i = 0; i < t->cap_syms; i++) {
@@ -362,22 +363,26 @@ static void release_step(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_params; i++) t->params[i].value = -1;
   if (t->g) ir_graph_reset(t->g);
   t->region_start = 0;
+  t->follow.armed = false;
   t->n_step_inputs = 0;
   t->path = 0;
   t->run.prev = NULL;
   t->run.prev_valid = true;
   t->run.last_site = t->run.last_key = 0;
+  tr_recycle_step_end(t);
 }
 
 void loom_trace_destroy(loom_trace_t *t) {
   if (!t) return;
   release_step(t);
+  tr_recycle_free(t);
   tape_destroy(t);
   tr_optim_destroy(t);
   if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_packs_free(t);
   seg_work_free(t);
+  seg_follow_free(t);
   core_free(t->run.links);
   if (t->own_cache) loom_cache_destroy(t->cache);
   loom_graph_destroy(t->g);

@@ -5,6 +5,7 @@
  *                    claim), the per-value, per-node and per-symbol tables,
  *                    tensors, sizes, and the modes of symbols under their
  *                    shape policies;
+ *   recycle.c        the step's small tensors, kept for the next step's;
  *   segment_graph.c  building a segment's graph from its description (the
  *                    cache's builder; runs on workers too);
  *   segment_key.c    a segment's inputs' types under the policies, its
@@ -214,6 +215,24 @@ typedef struct tr_replay {
   rt_key_input_t *key_in; /* [n_ins] */
 } tr_replay_t;
 
+/* The region being recorded, checked against the stitched successor of
+ * the hot path node by node as it is recorded (segment_replay.c): at the
+ * cut, a region that matched to its end runs at once. Its inputs are
+ * numbered in first-use order, as a replay's codes number them. */
+typedef struct tr_follow {
+  bool armed;            /* r was looked up for the region from start */
+  int64_t start;         /* the region's first node */
+  const tr_replay_t *r;  /* NULL: none, or the region differs from it */
+  int32_t k, c;          /* nodes and operand codes matched */
+  uint32_t epoch;        /* mark[v] == epoch: pos[v] is v's input position */
+  uint32_t *mark;
+  int32_t *pos;
+  int64_t cap_vals;
+  int32_t *ins;          /* the inputs, in first-use order */
+  int32_t n_ins;
+  int64_t cap_ins;
+} tr_follow_t;
+
 typedef struct seg_desc {
   /* the tape, the kept backward descriptions and the cache's builders
    * (on workers too) share it */
@@ -281,6 +300,23 @@ typedef struct tr_tape {
   int64_t cap_grads;
 } tr_tape_t;
 
+/* ---- Tensors kept for the next step (recycle.c) ----------------------------- */
+
+#define TR_RECYCLE_BYTES 65536 /* the largest elements kept */
+#define TR_KEPT 64             /* sizes kept: open addressing, power of two */
+
+/* The tensors kept whose elements take `bytes`. */
+typedef struct tr_kept {
+  size_t bytes; /* 0: an empty slot */
+  loom_tensor_t **items;
+  int64_t n, cap;
+  int64_t made; /* tensors of this size the step made */
+} tr_kept_t;
+
+typedef struct tr_recycle {
+  tr_kept_t slots[TR_KEPT];
+} tr_recycle_t;
+
 /* ---- The trace ------------------------------------------------------------- */
 
 struct loom_trace {
@@ -332,6 +368,7 @@ struct loom_trace {
   bool stitch;   /* stitched boundaries replay (LOOM_STITCH=0: off) */
 
   tr_runs_t run;    /* segment_run.c's */
+  tr_follow_t follow; /* segment_replay.c's */
   tr_packs_t packs; /* segment_pack.c's */
 
   tr_break_t *breaks;
@@ -339,6 +376,7 @@ struct loom_trace {
   int64_t last_break; /* the break seen last (checked first) */
 
   tr_tape_t tape;   /* tape.c's and backward.c's */
+  tr_recycle_t recycle; /* recycle.c's */
 
   struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
   void *seg;              /* a cut's scratch (segment.c) */
@@ -410,6 +448,17 @@ int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size);
 /* The bucket just below bucket b (the one sizes below b's range fall in);
  * 0: none. */
 int64_t tr_bucket_below(const loom_dim_policy_t *p, int64_t b);
+
+/* recycle.c */
+/* A new tensor for a producer that writes every element: a kept one of
+ * its byte size, or a fresh one. */
+loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
+                            const int64_t *shape, loom_tensor_t **out);
+/* Frees x (a tensor the step owned), or keeps it for the next step. */
+void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x);
+/* After the step's tensors went back: frees the sizes it did not make. */
+void tr_recycle_step_end(loom_trace_t *t);
+void tr_recycle_free(loom_trace_t *t);
 
 /* segment_graph.c */
 void seg_desc_release(seg_desc_t *d);
@@ -496,6 +545,10 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
  * (from_site, from_key: the segment before's, for the report). */
 void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site,
                        uint64_t from_key);
+/* Checks node, just recorded, against the stitched successor of the hot
+ * path (t->follow), looked up at the region's first node. */
+void seg_follow_node(loom_trace_t *t, int32_t node);
+void seg_follow_free(loom_trace_t *t);
 /* Appends the stitched boundaries, one line each, to text. */
 void seg_replay_describe(const loom_trace_t *t, core_text_t *text);
 

@@ -1,0 +1,106 @@
+/* The step's small tensors, kept for the next step. A dynamic program
+ * makes the same segment outputs every step (an LSTM's cell states, a
+ * TreeLSTM's nodes), and the two allocations of each (the tensor and its
+ * elements) cost as much as the rest of a stitched boundary. So tensors
+ * the step owned whose elements take at most TR_RECYCLE_BYTES go back here
+ * when it ends, by their elements' size, and the next step's outputs of
+ * that size take them. A size the step did not make is freed at its end,
+ * and no size keeps more tensors than the step made of it: what is kept is
+ * at most one step's small tensors. Larger elements are kept by
+ * core/storage.c, the process's block cache. Under AddressSanitizer
+ * nothing is kept (as there), so that a use after the step shows. Calls no
+ * other file of the tracer. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/storage.h"
+#include "core/tensor.h"
+#include "trace/trace_internal.h"
+
+/* The elements' bytes of shape, or 0 where they are not kept (too many,
+ * a bad shape: tensor_new_uninit names the error). */
+static size_t kept_bytes(loom_dtype_t dtype, int rank, const int64_t *shape) {
+  if (rank < 0 || rank > LOOM_MAX_RANK || (rank && !shape)) return 0;
+  size_t n = loom_dtype_size(dtype);
+  for (int a = 0; a < rank && n; a++) {
+    if (shape[a] < 0 || shape[a] > TR_RECYCLE_BYTES) return 0;
+    n *= (size_t)shape[a];
+    if (n > TR_RECYCLE_BYTES) return 0;
+  }
+  return n;
+}
+
+/* The slot of size bytes, or the empty one where it goes (NULL: full). */
+static tr_kept_t *slot_of(tr_recycle_t *r, size_t bytes) {
+  size_t h = (bytes * 0x9e3779b97f4a7c15ULL) >> 58; /* 6 bits: TR_KEPT */
+  for (int probe = 0; probe < TR_KEPT; probe++) {
+    tr_kept_t *k = &r->slots[(h + (size_t)probe) & (TR_KEPT - 1)];
+    if (k->bytes == bytes || k->bytes == 0) return k;
+  }
+  return NULL;
+}
+
+loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
+                            const int64_t *shape, loom_tensor_t **out) {
+  size_t bytes = core_storage_reuses() ? kept_bytes(dtype, rank, shape) : 0;
+  tr_kept_t *k = bytes ? slot_of(&t->recycle, bytes) : NULL;
+  if (!k) return tensor_new_uninit(dtype, rank, shape, out);
+  k->bytes = bytes;
+  k->made++;
+  if (k->n == 0) return tensor_new_uninit(dtype, rank, shape, out);
+  if (core_alloc_fault()) /* a kept tensor stands for an allocation */
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a tensor");
+  loom_tensor_t *x = k->items[--k->n];
+  bool same = x->dtype == dtype && x->rank == rank;
+  for (int a = 0; a < rank && same; a++) same = x->shape[a] == shape[a];
+  if (!same) { /* else it is as it was */
+    tensor_view_init(x, dtype, rank, shape, x->data);
+    x->owns_data = true;
+  }
+  *out = x;
+  return LOOM_OK;
+}
+
+void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x) {
+  if (!x) return;
+  size_t bytes = x->owns_data && x->device == LOOM_DEVICE_CPU
+                     ? kept_bytes(x->dtype, x->rank, x->shape) : 0;
+  tr_kept_t *k = bytes ? slot_of(&t->recycle, bytes) : NULL;
+  if (!k || k->bytes != bytes || k->n >= k->made ||
+      (k->n == k->cap &&
+       core_grow((void **)&k->items, &k->cap, k->n + 1, sizeof *k->items) != LOOM_OK)) {
+    loom_clear_error();
+    loom_tensor_destroy(x);
+    return;
+  }
+  k->items[k->n++] = x;
+}
+
+/* Frees slot k's tensors and its list. */
+static void drop(tr_kept_t *k) {
+  for (int i = 0; i < k->n; i++) loom_tensor_destroy(k->items[i]);
+  core_free(k->items);
+  *k = (tr_kept_t){0};
+}
+
+void tr_recycle_step_end(loom_trace_t *t) {
+  tr_recycle_t *r = &t->recycle;
+  bool dropped = false;
+  for (int i = 0; i < TR_KEPT; i++) {
+    tr_kept_t *k = &r->slots[i];
+    if (k->bytes && k->made == 0) drop(k), dropped = true;
+    k->made = 0;
+  }
+  if (!dropped) return;
+  /* an emptied slot would end the probes of the sizes placed after it */
+  tr_kept_t live[TR_KEPT];
+  memcpy(live, r->slots, sizeof live);
+  memset(r->slots, 0, sizeof r->slots);
+  for (int i = 0; i < TR_KEPT; i++)
+    if (live[i].bytes) *slot_of(r, live[i].bytes) = live[i];
+}
+
+void tr_recycle_free(loom_trace_t *t) {
+  for (int i = 0; i < TR_KEPT; i++) drop(&t->recycle.slots[i]);
+}
