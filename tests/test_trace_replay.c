@@ -69,6 +69,13 @@ static int lengths(int step, int k) {
   return 0;
 }
 
+/* tanh for the first half of a step, sigmoid for the second: the path
+ * forks after the tanh segment (another tanh, or the first sigmoid). */
+static int halves(int step, int k) {
+  (void)step;
+  return k >= T / 2;
+}
+
 /* One step of the recurrence, each h read (a cut per iteration); out
  * gets h after every iteration. */
 static void run_step(loom_trace_t *t, int step, variant_fn variant, loom_tensor_t *w,
@@ -166,6 +173,29 @@ static void test_deviation(void) {
     CHECK(!memcmp(on, off, sizeof on));
     CHECK(s.replayed > 0 && s.replayed < s.hits && u.replayed == 0);
   }
+}
+
+/* A path that forks after a segment (a TreeLSTM's last leaf before its
+ * first inner node) keeps both ways stitched: once learned, every cut of
+ * a step replays, with the right results. */
+static void test_fork(void) {
+  loom_trace_t *t = make_trace(1);
+  loom_tensor_t *w = vec(N, 0.3), *h0 = vec(N, 1.1), *xs[T];
+  for (int k = 0; k < T; k++) xs[k] = vec(N, 2.0 + k);
+  int64_t before = 0;
+  for (int step = 0; step < 5; step++) {
+    if (step == 3) before = stats_of(t).replayed;
+    float out[T * N];
+    double want[T * N];
+    run_step(t, step, halves, w, xs, h0, out);
+    want_step(step, halves, loom_tensor_data(w), xs, loom_tensor_data(h0), want);
+    for (int i = 0; i < T * N; i++) CHECK_NEAR(out[i], want[i], 1e-5, 1e-5);
+  }
+  CHECK(stats_of(t).replayed - before == 2 * T);
+  for (int k = 0; k < T; k++) loom_tensor_destroy(xs[k]);
+  loom_tensor_destroy(w);
+  loom_tensor_destroy(h0);
+  loom_trace_destroy(t);
 }
 
 /* The step's tensors are kept for the next step's outputs of their byte
@@ -281,6 +311,7 @@ int main(void) {
   TEST_RUN(test_replay_matches);
   TEST_RUN(test_deviation);
   TEST_RUN(test_new_size);
+  TEST_RUN(test_fork);
   TEST_RUN(test_kept_tensors);
   TEST_RUN(test_training);
   return test_summary();

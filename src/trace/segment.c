@@ -331,7 +331,8 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s != LOOM_OK || done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);
-  rt_entry_t *predicted = link ? link->to : NULL;
+  rt_entry_t *predicted[TR_WAYS] = {NULL};
+  for (int i = 0; link && i < TR_WAYS; i++) predicted[i] = link->next[i].to;
   uint64_t from_site = t->run.last_site, from_key = t->run.last_key;
   LOOM_TRY(collect_outputs(t, w, n, want));
   if (w->n_outs == 0) {
@@ -349,7 +350,9 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s != LOOM_OK) return s;
   /* stitched once the successor repeats: a link that changes at every cut
    * (segments that alternate) would allocate a stitch per cut */
-  if (link && predicted && predicted == t->run.prev) seg_replay_record(t, w, link, from_site, from_key);
+  bool repeated = false;
+  for (int i = 0; i < TR_WAYS; i++) repeated |= predicted[i] && predicted[i] == t->run.prev;
+  if (repeated) seg_replay_record(t, w, link, from_site, from_key);
   seg_cut_done(t, w);
   return s;
 }

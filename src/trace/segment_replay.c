@@ -60,30 +60,40 @@ static int32_t operand_code(loom_trace_t *t, int32_t v) {
   return -1 - f->pos[v];
 }
 
+/* A region node's identity in a replay: its hash and operand count. */
+static uint64_t node_ident(const loom_trace_t *t, int64_t node) {
+  return tr_mix(t->node_hash[node], (uint64_t)t->g->nodes[node].n_in);
+}
+
 void seg_follow_node(loom_trace_t *t, int32_t node) {
   tr_follow_t *f = &t->follow;
   if (!f->armed || f->start != t->region_start) {
     tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
-    f->r = l && l->to ? l->replay : NULL;
+    for (int i = 0; i < TR_WAYS; i++) f->r[i] = l ? l->next[i].replay : NULL;
     f->armed = true;
     f->start = t->region_start;
     f->k = f->c = 0;
     restart_inputs(f);
   }
-  const tr_replay_t *r = f->r;
-  if (!r) return;
+  bool any = false;
+  for (int i = 0; i < TR_WAYS; i++) any |= f->r[i] != NULL;
+  if (!any) return;
   const ir_node_t *n = &t->g->nodes[node];
   int64_t k = node - t->region_start;
-  if (k != f->k || k >= r->n_nodes || t->node_hash[node] != r->node_hash[k] ||
-      f->c + n->n_in > r->n_codes) {
-    f->r = NULL;
-    return;
+  uint64_t ident = node_ident(t, node);
+  for (int i = 0; i < TR_WAYS; i++) {
+    const tr_replay_t *r = f->r[i];
+    if (r && (k != f->k || k >= r->n_nodes || ident != r->node_hash[k] ||
+              f->c + n->n_in > r->n_codes))
+      f->r[i] = NULL;
   }
-  for (int i = 0; i < n->n_in; i++)
-    if (operand_code(t, n->in[i]) != r->codes[f->c++]) {
-      f->r = NULL;
-      return;
-    }
+  /* operands in codes: one numbering of the region's inputs for all ways */
+  for (int j = 0; j < n->n_in; j++) {
+    int32_t code = operand_code(t, n->in[j]);
+    for (int i = 0; i < TR_WAYS; i++)
+      if (f->r[i] && code != f->r[i]->codes[f->c + j]) f->r[i] = NULL;
+  }
+  f->c += n->n_in;
   f->k++;
 }
 
@@ -95,11 +105,11 @@ void seg_follow_free(loom_trace_t *t) {
   *f = (tr_follow_t){0};
 }
 
-/* Whether the region, as recorded, matched r to its end; copies its
- * inputs to w->ins. */
-static bool region_matches(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r) {
+/* Whether the region, as recorded, matched r (way `way` of the hot
+ * link) to its end; copies its inputs to w->ins. */
+static bool region_matches(loom_trace_t *t, seg_work_t *w, int way, const tr_replay_t *r) {
   const tr_follow_t *f = &t->follow;
-  if (!f->armed || f->start != t->region_start || f->r != r || f->k != r->n_nodes ||
+  if (!f->armed || f->start != t->region_start || f->r[way] != r || f->k != r->n_nodes ||
       t->g->n_nodes - t->region_start != r->n_nodes || f->c != r->n_codes ||
       f->n_ins != r->n_ins)
     return false;
@@ -177,16 +187,22 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
                          bool *done) {
   *done = false;
   tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
-  tr_replay_t *r = l && l->to ? l->replay : NULL;
-  if (!r || r->keep_gen != t->keep_gen || r->id.path != t->path || !region_matches(t, w, r) ||
-      !inputs_fit(t, w, r) || !outputs_of(t, w, r, n, want))
-    return LOOM_OK;
+  tr_replay_t *r = NULL;
+  int way = 0;
+  for (; l && way < TR_WAYS && !r; way++) {
+    r = l->next[way].replay;
+    if (r && (r->keep_gen != t->keep_gen || r->id.path != t->path ||
+              !region_matches(t, w, way, r) || !inputs_fit(t, w, r) ||
+              !outputs_of(t, w, r, n, want)))
+      r = NULL;
+  }
+  if (!r) return LOOM_OK;
   rt_key_t key;
   LOOM_TRY(fill_work(t, w, r, &key));
   if (w->train && !seg_memo_has(t, &key)) return LOOM_OK;
   *done = true;
   t->path = 0;
-  LOOM_TRY(seg_run_linked(t, w, l, &key));
+  LOOM_TRY(seg_run_linked(t, w, l, way - 1, &key));
   r->runs++;
   t->stats.replayed++;
   return LOOM_OK;
@@ -238,10 +254,12 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs) 
 
 void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site,
                        uint64_t from_key) {
-  if (!t->stitch || !link->to || link->to != t->run.prev || !t->run.prev_valid || !replayable(t, w))
+  tr_succ_t *way = &link->next[0];
+  if (!t->stitch || !way->to || way->to != t->run.prev || !t->run.prev_valid ||
+      !replayable(t, w))
     return;
-  if (link->replay && link->replay->keep_gen == t->keep_gen &&
-      link->replay->id.key_hash == link->to_hash)
+  if (way->replay && way->replay->keep_gen == t->keep_gen &&
+      way->replay->id.key_hash == way->to_hash)
     return; /* stitched already (the region differed in an operand this time) */
   int n_codes = 0;
   for (int c = 0; c < w->n_cone; c++) n_codes += t->g->nodes[w->cone[c]].n_in;
@@ -256,7 +274,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   bool ok = true;
   for (int k = 0; k < r->n_nodes && ok; k++) {
     const ir_node_t *n = &t->g->nodes[w->cone[k]];
-    r->node_hash[k] = t->node_hash[w->cone[k]];
+    r->node_hash[k] = node_ident(t, w->cone[k]);
     for (int i = 0; i < n->n_in && ok; i++) {
       r->codes[c] = operand_code(t, n->in[i]);
       ok = r->codes[c++] != INT32_MIN;
@@ -283,18 +301,20 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   r->from_key = from_key;
   r->n_syms = w->n_syms;
   r->train = w->train;
-  core_free(link->replay);
-  link->replay = r;
+  core_free(way->replay);
+  way->replay = r;
 }
 
 void seg_replay_describe(const loom_trace_t *t, core_text_t *text) {
   int64_t n = 0, runs = 0;
-  for (int i = 0; i < TR_LINKS; i++)
-    if (t->run.links[i].replay) n++, runs += t->run.links[i].replay->runs;
+  for (int i = 0; i < TR_LINKS * TR_WAYS; i++) {
+    const tr_replay_t *r = t->run.links[i / TR_WAYS].next[i % TR_WAYS].replay;
+    if (r) n++, runs += r->runs;
+  }
   core_text_put(text, "stitched boundaries: %lld (%lld replays)%s\n", (long long)n,
                 (long long)runs, t->stitch ? "" : ", off (LOOM_STITCH=0)");
-  for (int i = 0; i < TR_LINKS; i++) {
-    const tr_replay_t *r = t->run.links[i].replay;
+  for (int i = 0; i < TR_LINKS * TR_WAYS; i++) {
+    const tr_replay_t *r = t->run.links[i / TR_WAYS].next[i % TR_WAYS].replay;
     if (!r) continue;
     char from[80] = "step start";
     if (r->from_site)

@@ -22,15 +22,28 @@ static tr_link_t *link_slot(loom_trace_t *t, rt_entry_t *from) {
   uint64_t h = tr_mix(0x99, (uint64_t)(uintptr_t)from);
   for (int probe = 0; probe < TR_LINKS; probe++) {
     tr_link_t *l = &t->run.links[(h + (uint64_t)probe) & (TR_LINKS - 1)];
-    if (!l->to || l->from == from) return l;
+    if (!l->next[0].to || l->from == from) return l;
   }
   return NULL;
 }
 
+/* Gives up successor s: its entry's reference and its replay. */
+static void succ_clear(loom_trace_t *t, tr_succ_t *s) {
+  if (s->to) rt_entry_release(t->cache, s->to);
+  core_free(s->replay);
+  *s = (tr_succ_t){0};
+}
+
+/* Makes way i of l its latest. */
+static void promote(tr_link_t *l, int i) {
+  tr_succ_t s = l->next[i];
+  for (; i > 0; i--) l->next[i] = l->next[i - 1];
+  l->next[0] = s;
+}
+
 void seg_links_clear(loom_trace_t *t) {
   for (int i = 0; i < TR_LINKS; i++) {
-    if (t->run.links[i].to) rt_entry_release(t->cache, t->run.links[i].to);
-    core_free(t->run.links[i].replay);
+    for (int k = 0; k < TR_WAYS; k++) succ_clear(t, &t->run.links[i].next[k]);
     t->run.links[i] = (tr_link_t){0};
   }
   t->run.prev = NULL;
@@ -46,24 +59,37 @@ tr_link_t *seg_hot_link(loom_trace_t *t) {
   return t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
 }
 
-/* The predicted successor when its key hash matches. */
+/* The predicted successor whose key hash matches, made the latest. */
 static rt_entry_t *follow(loom_trace_t *t, uint64_t hash) {
-  if (!t->run.prev_valid) return NULL;
-  tr_link_t *l = link_slot(t, from_key(t));
-  return l && l->to && l->to_hash == hash ? l->to : NULL;
+  tr_link_t *l = seg_hot_link(t);
+  for (int i = 0; l && i < TR_WAYS && l->next[i].to; i++)
+    if (l->next[i].to_hash == hash) {
+      promote(l, i);
+      return l->next[0].to;
+    }
+  return NULL;
 }
 
-/* Records prev -> e, then e as prev. The link takes over the reference
- * held on e, or it is given back where no link can be kept. */
+/* Records prev -> e as the link's latest way, then e as prev. The link
+ * takes over the reference held on e (its oldest way is given up to make
+ * room), or it is given back where no link can be kept or e is a way
+ * already. */
 static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
   tr_link_t *l = t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
-  if (l) {
-    if (l->to) rt_entry_release(t->cache, l->to);
-    tr_replay_t *r = l->from == from_key(t) && l->to == e ? l->replay : NULL;
-    if (!r) core_free(l->replay); /* stitched to another successor */
-    *l = (tr_link_t){.from = from_key(t), .to = e, .to_hash = hash, .replay = r};
-  } else {
+  int i = 0;
+  if (l && l->from != from_key(t))
+    for (int k = 0; k < TR_WAYS; k++) succ_clear(t, &l->next[k]);
+  while (l && i < TR_WAYS && l->next[i].to &&
+         !(l->next[i].to == e && l->next[i].to_hash == hash))
+    i++;
+  if (!l || (i < TR_WAYS && l->next[i].to)) {
     rt_entry_release(t->cache, e);
+    if (l) promote(l, i);
+  } else {
+    if (i == TR_WAYS) succ_clear(t, &l->next[--i]);
+    l->from = from_key(t);
+    l->next[i] = (tr_succ_t){.to = e, .to_hash = hash};
+    promote(l, i);
   }
   /* Only a key from here on: a link from a released entry still checks
    * its successor's key hash before it is followed. */
@@ -263,9 +289,16 @@ static bool same_key(const rt_key_t *a, const rt_key_t *b) {
   return true;
 }
 
+/* The kept description of key, or NULL. */
+static tr_memo_t *memo_find(const loom_trace_t *t, const rt_key_t *key) {
+  const tr_memo_t *set = &t->run.memo[(key->hash & (TR_MEMO_SETS - 1)) * TR_MEMO_WAYS];
+  for (int i = 0; i < TR_MEMO_WAYS; i++)
+    if (set[i].bwd && same_key(&set[i].key, key)) return (tr_memo_t *)&set[i];
+  return NULL;
+}
+
 bool seg_memo_has(const loom_trace_t *t, const rt_key_t *key) {
-  const tr_memo_t *m = &t->run.memo[key->hash & (TR_MEMO - 1)];
-  return m->bwd && same_key(&m->key, key);
+  return memo_find(t, key) != NULL;
 }
 
 void seg_memo_clear(loom_trace_t *t) {
@@ -283,13 +316,18 @@ void seg_memo_clear(loom_trace_t *t) {
  * the policies and the attribute sizes are all in it. */
 static loom_status_t backward_desc(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                                    seg_desc_t **out) {
-  tr_memo_t *m = &t->run.memo[key->hash & (TR_MEMO - 1)];
-  if (m->bwd && same_key(&m->key, key)) {
+  tr_memo_t *m = memo_find(t, key);
+  if (m) {
+    m->used = ++t->run.memo_clock;
     m->bwd->refs++;
     *out = m->bwd;
     return LOOM_OK;
   }
   LOOM_TRY(seg_make_desc(t, w, 2, out));
+  tr_memo_t *set = &t->run.memo[(key->hash & (TR_MEMO_SETS - 1)) * TR_MEMO_WAYS];
+  m = set;
+  for (int i = 1; i < TR_MEMO_WAYS; i++) /* an empty way, or the least recent */
+    if (m->bwd && (!set[i].bwd || set[i].used < m->used)) m = &set[i];
   rt_key_input_t *kin = core_malloc(sizeof *kin * (size_t)(key->n_inputs + 1));
   if (!kin) return LOOM_OK; /* not kept: made again next time */
   if (key->n_inputs) memcpy(kin, key->inputs, sizeof *kin * (size_t)key->n_inputs);
@@ -297,6 +335,7 @@ static loom_status_t backward_desc(loom_trace_t *t, seg_work_t *w, const rt_key_
   core_free((void *)m->key.inputs);
   m->key = *key;
   m->key.inputs = kin;
+  m->used = ++t->run.memo_clock;
   m->bwd = *out;
   (*out)->refs++;
   return LOOM_OK;
@@ -362,14 +401,16 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   return finish_outputs(t, w, key, outs, n_out);
 }
 
-loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
+loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l, int way,
                              const rt_key_t *key) {
   t->stats.segments++;
   t->stats.stitched++;
   t->stats.hits++;
-  rt_entry_count_stitched(l->to);
-  t->run.prev = l->to;
-  return run_entry(t, w, l->to, key);
+  promote(l, way);
+  rt_entry_t *e = l->next[0].to;
+  rt_entry_count_stitched(e);
+  t->run.prev = e;
+  return run_entry(t, w, e, key);
 }
 
 static bool site_unpadded(const loom_trace_t *t, uint64_t site) {

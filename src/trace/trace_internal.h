@@ -112,14 +112,24 @@ typedef struct tr_break {
   int64_t count;
 } tr_break_t;
 
-/* A successor link of the hot path: after entry `from`, the cut whose key
- * hashed to to_hash ran entry `to` (whose reference the link holds);
- * replay (owned, one allocation, may be NULL) stitches the two: what the
- * cut found, so that the same region after `from` runs `to` at once. */
-typedef struct tr_link {
-  rt_entry_t *from, *to;
+/* A successor on the hot path: the cut whose key hashed to to_hash ran
+ * entry `to` (whose reference it holds); replay (owned, one allocation,
+ * may be NULL) stitches the two: what the cut found, so that the same
+ * region runs `to` at once. */
+typedef struct tr_succ {
+  rt_entry_t *to; /* NULL: none */
   uint64_t to_hash;
   struct tr_replay *replay;
+} tr_succ_t;
+
+#define TR_WAYS 2 /* successors kept per entry */
+
+/* The successors of entry `from` on the hot path, the latest first: a path
+ * that forks after an entry (a TreeLSTM's last leaf before its first
+ * inner node, an RNN's last step before its head) keeps both ways. */
+typedef struct tr_link {
+  rt_entry_t *from;
+  tr_succ_t next[TR_WAYS];
 } tr_link_t;
 
 #define TR_LINKS 512 /* open addressing, power of two */
@@ -129,9 +139,15 @@ typedef struct tr_link {
 typedef struct tr_memo {
   rt_key_t key;
   struct seg_desc *bwd;
+  uint64_t used; /* tr_runs_t.memo_clock when last found or kept */
 } tr_memo_t;
 
-#define TR_MEMO 16 /* direct-mapped by key hash, power of two */
+/* Sets of TR_MEMO_WAYS by key hash (the least recently used replaced):
+ * the segments of one path (a TreeLSTM's leaves and inner nodes) must
+ * not evict each other's. */
+#define TR_MEMO_SETS 16 /* power of two */
+#define TR_MEMO_WAYS 4
+#define TR_MEMO (TR_MEMO_SETS * TR_MEMO_WAYS)
 
 /* The parameters' storage as stable storage for the back end
  * (segment_pack.c's): it may keep work derived from it (packed GEMM
@@ -148,6 +164,7 @@ typedef struct tr_runs {
   uint64_t last_site, last_key; /* of the last segment run this step: site, key hash (0: none) */
   bool prev_valid;  /* prev may be followed (a step start counts) */
   tr_memo_t memo[TR_MEMO]; /* backward descriptions */
+  uint64_t memo_clock;
   uint64_t *sites; /* sites that compiled before (recompile count) */
   int64_t n_sites, cap_sites;
   uint64_t *unpadded; /* sites whose bucket padding failed: keyed symbolic */
@@ -222,7 +239,9 @@ typedef struct tr_replay {
 typedef struct tr_follow {
   bool armed;            /* r was looked up for the region from start */
   int64_t start;         /* the region's first node */
-  const tr_replay_t *r;  /* NULL: none, or the region differs from it */
+  /* Per way of the hot link: its replay, NULL where there is none or the
+   * region differs from it. */
+  const tr_replay_t *r[TR_WAYS];
   int32_t k, c;          /* nodes and operand codes matched */
   uint32_t epoch;        /* mark[v] == epoch: pos[v] is v's input position */
   uint32_t *mark;
@@ -528,9 +547,9 @@ void seg_memo_clear(loom_trace_t *t);
 tr_link_t *seg_hot_link(loom_trace_t *t);
 /* Whether a training forward keyed key has its backward description kept. */
 bool seg_memo_has(const loom_trace_t *t, const rt_key_t *key);
-/* Runs the link's entry for w (keyed key) as a hot-path hit, and follows
- * the link. */
-loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
+/* Runs the entry of way `way` of link l for w (keyed key) as a hot-path
+ * hit, and follows it (it becomes the link's latest way). */
+loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l, int way,
                              const rt_key_t *key);
 
 /* segment_replay.c: stitched paths. */
@@ -540,9 +559,10 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l,
  * nothing happens otherwise. */
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
                          bool *done);
-/* After cut w ran the entry that `link` led to before the cut: stitches
- * the link with what w found, when the region can be replayed
- * (from_site, from_key: the segment before's, for the report). */
+/* After cut w ran the entry that a way of `link` led to before the cut
+ * (now its latest way): stitches that way with what w found, when the
+ * region can be replayed (from_site, from_key: the segment before's, for
+ * the report). */
 void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t from_site,
                        uint64_t from_key);
 /* Checks node, just recorded, against the stitched successor of the hot
