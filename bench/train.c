@@ -22,7 +22,9 @@
 #include "loom/train.h"
 #include "models.h"
 
-enum { MAX_THREADS = 2, MAX_PARAMS = MODEL_MAX_PARAMS, SLOW_MS = 1000 };
+/* SHORT_MS: a first step under it may be a program short enough to be
+ * timed whole (under 1 ms of steps alone, cpu_launch.c). */
+enum { MAX_THREADS = 2, MAX_PARAMS = MODEL_MAX_PARAMS, SLOW_MS = 1000, SHORT_MS = 20 };
 
 /* AdamW as torch.optim.AdamW's defaults, with lr 1e-3. */
 static const double LR = 1e-3, BETA1 = 0.9, BETA2 = 0.999, EPS = 1e-8, DECAY = 0.01;
@@ -141,8 +143,9 @@ static int loom_setup(loom_graph_t *g, const model_params_t *p, loom_tensor_t *c
   if (*first_ms > SLOW_MS)
     fprintf(stderr, "bench train: first step %.0f ms (%d generated, %d reference steps)\n",
             *first_ms, info.n_generated, info.n_reference);
-  else /* past the steps that time each step on the pool and alone (cpu_launch.c) */
-    for (int i = 0; i < 7; i++) run_step(c);
+  else /* past the steps that time each step on the pool and alone, and a
+        * short program whole (cpu_launch.c: 7 and 24 runs) */
+    for (int i = 0; i < (*first_ms < SHORT_MS ? 40 : 7); i++) run_step(c);
   if (info.interpreted) fprintf(stderr, "bench train: the step runs in the interpreter\n");
   /* Parameters, their moments m and v, the i64 step counter, other state. */
   r->peak = (double)(info.arena_bytes + 3 * p->param_bytes + (int64_t)sizeof(int64_t) +

@@ -1,6 +1,7 @@
 /* Steps timed on the pool and alone in their first runs (cpu_launch.c):
- * every run of a two-thread executable, those that time its steps and
- * those after, gives the reference interpreter's values, and an index
+ * every run of a two-thread executable, those that time its steps, those
+ * that time it whole with its steps' ways and all alone, and those after,
+ * gives the reference interpreter's values, and an index
  * error is reported by every run whose input holds one, whichever way its
  * steps run: timed (the default), all on the pool or all alone
  * (LOOM_SPLIT); a program whose steps are all tiny runs alone as a whole
@@ -15,7 +16,7 @@
 #include "loom/loom.h"
 #include "loom/ops.h"
 
-enum { RUNS = 12 };
+enum { RUNS = 12, INPUTS = 4, LONG_RUNS = 64 /* past the whole-program timing */ };
 
 static loom_executable_t *compile_on(loom_graph_t *g, const char *target, int threads) {
   loom_compile_options_t o;
@@ -27,10 +28,12 @@ static loom_executable_t *compile_on(loom_graph_t *g, const char *target, int th
   return e;
 }
 
-/* y = relu(x @ w) (a step worth splitting), s = sum(y, 1) and t = s * s
+/* y = relu(x @ w) (a step worth splitting: tens of microseconds, so
+ * that the program is timed whole too), s = sum(y, 1) and t = s * s
  * (steps too small to split). */
+enum { ROWS = 128, K = 512, COLS = 256 };
 static loom_graph_t *mixed_graph(void) {
-  int64_t sx[2] = {64, 256}, sw[2] = {256, 256};
+  int64_t sx[2] = {ROWS, K}, sw[2] = {K, COLS};
   loom_graph_t *g = NULL;
   loom_value_t x, w, xw, y, s, t;
   loom_tensor_t *tw = test_rand_tensor(LOOM_F32, 2, sw, -0.1, 0.1);
@@ -48,32 +51,38 @@ static loom_graph_t *mixed_graph(void) {
   return g;
 }
 
+/* Runs e LONG_RUNS times over INPUTS inputs in turn, each run against
+ * the interpreter's outputs for its input. */
 static void runs_match_the_interpreter(void) {
   test_seed(11);
   loom_graph_t *g = mixed_graph();
   loom_executable_t *e = compile_on(g, NULL, 2), *ref = compile_on(g, "ref", 1);
-  int64_t sx[2] = {64, 256};
-  for (int run = 0; e && ref && run < RUNS; run++) {
-    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, sx, -1, 1), *got[2], *want[2];
+  int64_t sx[2] = {ROWS, K};
+  loom_tensor_t *x[INPUTS], *want[INPUTS][2] = {{NULL}}, *got[2] = {NULL};
+  for (int i = 0; i < INPUTS; i++) {
+    x[i] = test_rand_tensor(LOOM_F32, 2, sx, -1, 1);
+    for (int k = 0; ref && k < 2; k++) CHECK_OK(loom_executable_new_output(ref, k, &want[i][k]));
+    if (ref) CHECK_OK(loom_executable_run(ref, 1, &x[i], 2, want[i]));
+  }
+  for (int k = 0; e && k < 2; k++) CHECK_OK(loom_executable_new_output(e, k, &got[k]));
+  for (int run = 0; e && ref && run < LONG_RUNS; run++) {
+    int i = run % INPUTS;
+    CHECK_OK(loom_executable_run(e, 1, &x[i], 2, got));
     for (int k = 0; k < 2; k++) {
-      CHECK_OK(loom_executable_new_output(e, k, &got[k]));
-      CHECK_OK(loom_executable_new_output(ref, k, &want[k]));
-    }
-    CHECK_OK(loom_executable_run(e, 1, &x, 2, got));
-    CHECK_OK(loom_executable_run(ref, 1, &x, 2, want));
-    for (int k = 0; k < 2; k++) {
-      const float *a = loom_tensor_data(got[k]), *b = loom_tensor_data(want[k]);
-      int64_t n = k == 0 ? 64 * 256 : 64;
+      const float *a = loom_tensor_data(got[k]), *b = loom_tensor_data(want[i][k]);
+      int64_t n = k == 0 ? ROWS * COLS : ROWS;
       int wrong = 0;
-      for (int64_t i = 0; i < n; i++)
-        wrong += !(fabs(a[i] - b[i]) <= 1e-4 * (1 + fabs(b[i])));
+      for (int64_t j = 0; j < n; j++)
+        wrong += !(fabs(a[j] - b[j]) <= 1e-4 * (1 + fabs(b[j])));
       if (wrong) test_fail(__FILE__, __LINE__, "run %d, output %d: %d wrong", run, k, wrong);
       test_checks++;
-      loom_tensor_destroy(got[k]);
-      loom_tensor_destroy(want[k]);
     }
-    loom_tensor_destroy(x);
   }
+  for (int i = 0; i < INPUTS; i++) {
+    loom_tensor_destroy(x[i]);
+    for (int k = 0; k < 2; k++) loom_tensor_destroy(want[i][k]);
+  }
+  for (int k = 0; k < 2; k++) loom_tensor_destroy(got[k]);
   loom_executable_destroy(e);
   loom_executable_destroy(ref);
   loom_graph_destroy(g);

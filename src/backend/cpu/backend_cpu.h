@@ -63,6 +63,10 @@ struct be_run {
   void **lent_b;              /* packed_b for a stable run (per slot pair) */
   int n_lent;
   int32_t lent[16];           /* entries of lent_b set for this run */
+  /* While the program is timed whole (cpu_launch.c): this run's start
+   * (0: none), its way and whether it counts. */
+  int64_t trial_t0;
+  bool trial_alone, trial_counts;
 };
 
 /* ---- cpu_launch.c ------------------------------------------------------------ */

@@ -14,7 +14,19 @@
  * whose order the split changes. LOOM_LOG=steps names the steps that stay
  * on one thread, with both timings. LOOM_SPLIT=pool keeps every step on
  * the pool (the same bits in every run), LOOM_SPLIT=alone runs every
- * step alone (for tests). */
+ * step alone (for tests).
+ *
+ * A short program is then timed whole: the per-step timing runs its pool
+ * samples close together, while in use a program's runs come between the
+ * host's other work (a trace's cuts and recording), the pool's workers
+ * fall asleep, and the first steps on the pool of each run pay their
+ * wake-up. So a program whose steps alone add up to under TRIAL_MOST_NS,
+ * with some step left on the pool, runs blocks of runs with the steps'
+ * choices and blocks with every step alone, alternately, and keeps every
+ * step alone where that is faster in every round (a block each way, by
+ * their fastest runs: a shared machine's slow minutes fall on both): an
+ * LSTM cell's backward at 2 threads ran 35 us with its steps' choices, 21
+ * alone. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +54,30 @@ static const int64_t MOST_ALONE_NS = 15000;
  * steps on the pool, and as fast as at 1 with every step alone. */
 static const int64_t MOST_ALONE_RUN_NS = 60000;
 
+/* Whole-program trials: TRIAL_ROUNDS rounds of a block of TRIAL_BLOCK
+ * runs each way, the first run of a block not counted (the workers'
+ * state is the other way's). */
+enum { TRIAL_BLOCK = 4, TRIAL_ROUNDS = 3, TRIAL_SAMPLES = TRIAL_ROUNDS * (TRIAL_BLOCK - 1) };
+static const int64_t TRIAL_MOST_NS = 1000000;
+static const double TRIAL_MARGIN = 0.9;
+
 typedef struct split_timing {
   int launches;    /* launches so far; the first warms up */
   int64_t best[2]; /* fastest launch on the pool [0] and alone [1], ns */
+  uint8_t choice;  /* CPU_SPLIT_POOL or _ALONE, once decided */
 } split_timing_t;
 
 struct cpu_split {
   pthread_mutex_t lock; /* runs in lanes may launch one group at once */
   split_timing_t *timing; /* per group */
   int decided;            /* groups timed to the end */
+  int launched;           /* groups with code (the others are not launched) */
+  bool any;               /* a group was launched */
+  int32_t first, last;    /* groups a run launches first and last */
+  _Atomic bool trial;     /* the program is being timed whole */
+  int runs;               /* trial runs so far */
+  int n[2];               /* trial runs counted: with the choices [0], alone [1] */
+  int64_t ns[2][TRIAL_SAMPLES];
 };
 
 /* How every group starts, by LOOM_SPLIT. */
@@ -73,6 +100,7 @@ loom_status_t cpu_split_start(be_program_t *p) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory starting a program's threads");
   }
   pthread_mutex_init(&p->split->lock, NULL);
+  for (int i = 0; i < n; i++) p->split->launched += p->kernel[i].fn != NULL;
   return LOOM_OK;
 }
 
@@ -106,31 +134,109 @@ static loom_status_t call_alone(be_program_t *p, int32_t group, void *const *slo
   return s;
 }
 
+/* Every group's way: alone, or each its choice. */
+static void set_splits(be_program_t *p, bool alone) {
+  for (int g = 0; g < p->plan->n_groups; g++)
+    atomic_store_explicit(&p->kernel[g].split,
+                          alone ? CPU_SPLIT_ALONE : p->split->timing[g].choice,
+                          memory_order_relaxed);
+}
+
 /* Under the lock, once every group is timed: a program whose steps
- * alone add up to less than MOST_ALONE_RUN_NS runs every step alone. */
+ * alone add up to less than MOST_ALONE_RUN_NS runs every step alone; one
+ * under TRIAL_MOST_NS with a step on the pool is timed whole. */
 static void decide_program(be_program_t *p) {
   int n = p->plan->n_groups;
   int64_t total = 0;
-  for (int g = 0; g < n; g++) total += p->split->timing[g].best[1];
-  if (total >= MOST_ALONE_RUN_NS) return;
-  for (int g = 0; g < n; g++)
-    atomic_store_explicit(&p->kernel[g].split, CPU_SPLIT_ALONE, memory_order_relaxed);
-  core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms alone in all", n,
-           (double)total / 1e6);
+  bool pool = false;
+  for (int g = 0; g < n; g++) {
+    total += p->split->timing[g].best[1];
+    pool |= p->split->timing[g].launches > 0 && p->split->timing[g].choice == CPU_SPLIT_POOL;
+  }
+  if (total < MOST_ALONE_RUN_NS) {
+    set_splits(p, true);
+    core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms alone in all", n,
+             (double)total / 1e6);
+  } else if (pool && total < TRIAL_MOST_NS) {
+    for (int g = 0; g < n; g++) /* every launch through split_launch */
+      atomic_store_explicit(&p->kernel[g].split, CPU_SPLIT_TIMING, memory_order_relaxed);
+    atomic_store_explicit(&p->split->trial, true, memory_order_release);
+  }
 }
 
 /* Keeps the faster way once both have SAMPLES timings. */
-static void decide(be_program_t *p, int32_t group, const split_timing_t *t) {
+static void decide(be_program_t *p, int32_t group, split_timing_t *t) {
   bool alone = t->best[1] > 0 && t->best[0] > 0 && t->best[1] < t->best[0] * MARGIN &&
                t->best[1] <= MOST_ALONE_NS;
-  atomic_store_explicit(&p->kernel[group].split, alone ? CPU_SPLIT_ALONE : CPU_SPLIT_POOL,
-                        memory_order_relaxed);
-  if (++p->split->decided == p->plan->n_groups) decide_program(p);
+  t->choice = alone ? CPU_SPLIT_ALONE : CPU_SPLIT_POOL;
+  atomic_store_explicit(&p->kernel[group].split, t->choice, memory_order_relaxed);
+  if (++p->split->decided == p->split->launched) decide_program(p);
   if (!alone || !core_log_enabled(LOG_STEPS)) return;
   char what[512];
   fuse_group_name(p->graph, p->plan, group, "", what, sizeof what);
   core_log(LOG_STEPS, "%s runs on 1 thread: %.3f ms, against %.3f ms on %d", what,
            (double)t->best[1] / 1e6, (double)t->best[0] / 1e6, p->abi.threads);
+}
+
+/* The fastest run way `alone` counted in round r. */
+static int64_t round_best(const cpu_split_t *sp, int alone, int r) {
+  int64_t best = INT64_MAX;
+  for (int i = r * (TRIAL_BLOCK - 1); i < (r + 1) * (TRIAL_BLOCK - 1); i++)
+    if (sp->ns[alone][i] < best) best = sp->ns[alone][i];
+  return best;
+}
+
+/* Under the lock, with both ways' runs counted (or too many runs that did
+ * not count): every step alone if that is clearly faster in every round,
+ * else each its choice. */
+static void decide_trial(be_program_t *p) {
+  cpu_split_t *sp = p->split;
+  bool all_alone = sp->n[0] == TRIAL_SAMPLES && sp->n[1] == TRIAL_SAMPLES;
+  int64_t choices = 0, alone = 0; /* the rounds' sums, for the log */
+  for (int r = 0; r < TRIAL_ROUNDS && all_alone; r++) {
+    int64_t c = round_best(sp, 0, r), a = round_best(sp, 1, r);
+    all_alone = a < c * TRIAL_MARGIN;
+    choices += c;
+    alone += a;
+  }
+  set_splits(p, all_alone);
+  atomic_store_explicit(&sp->trial, false, memory_order_release);
+  if (all_alone)
+    core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms a run alone, "
+             "against %.3f ms with its steps' ways on %d (runs timed whole)",
+             p->plan->n_groups, (double)alone / TRIAL_ROUNDS / 1e6,
+             (double)choices / TRIAL_ROUNDS / 1e6, p->abi.threads);
+}
+
+/* A launch while the program is timed whole: a run from its first group's
+ * launch to the end of its last group's, in the way of its block. */
+static loom_status_t trial_launch(be_program_t *p, int32_t group, void *const *slots,
+                                  const int64_t *syms, be_run_t *r) {
+  cpu_split_t *sp = p->split;
+  if (group == sp->first) {
+    pthread_mutex_lock(&sp->lock);
+    r->trial_alone = (sp->runs / TRIAL_BLOCK) % 2 == 1;
+    r->trial_counts = sp->runs % TRIAL_BLOCK != 0;
+    sp->runs++;
+    pthread_mutex_unlock(&sp->lock);
+    r->trial_t0 = core_now_ns();
+  }
+  bool alone = r->trial_alone || sp->timing[group].choice == CPU_SPLIT_ALONE;
+  loom_status_t s = alone ? call_alone(p, group, slots, syms, r) : call(p, group, slots, syms, r);
+  if (group != sp->last || !r->trial_t0) return s;
+  int64_t ns = core_now_ns() - r->trial_t0;
+  r->trial_t0 = 0;
+  pthread_mutex_lock(&sp->lock);
+  int *n = &sp->n[r->trial_alone];
+  if (atomic_load_explicit(&sp->trial, memory_order_relaxed) && r->trial_counts && s == LOOM_OK &&
+      *n < TRIAL_SAMPLES)
+    sp->ns[r->trial_alone][(*n)++] = ns;
+  if (atomic_load_explicit(&sp->trial, memory_order_relaxed) &&
+      ((sp->n[0] == TRIAL_SAMPLES && sp->n[1] == TRIAL_SAMPLES) ||
+       sp->runs > 8 * TRIAL_BLOCK * TRIAL_ROUNDS))
+    decide_trial(p);
+  pthread_mutex_unlock(&sp->lock);
+  return s;
 }
 
 /* A launch of a group that runs alone or is being timed. */
@@ -139,8 +245,15 @@ static loom_status_t split_launch(be_program_t *p, int32_t group, void *const *s
   if (atomic_load_explicit(&p->kernel[group].split, memory_order_relaxed) == CPU_SPLIT_ALONE)
     return call_alone(p, group, slots, syms, r);
   cpu_split_t *sp = p->split;
+  if (atomic_load_explicit(&sp->trial, memory_order_acquire))
+    return trial_launch(p, group, slots, syms, r);
   pthread_mutex_lock(&sp->lock);
   int n = sp->timing[group].launches++;
+  if (sp->decided == 0 && n == 0 && !sp->any) { /* a run's first launch */
+    sp->any = true;
+    sp->first = group;
+  }
+  if (group > sp->last) sp->last = group;
   pthread_mutex_unlock(&sp->lock);
   /* Launch 0 warms up on the pool; then the pool and alone take turns. */
   bool alone = n > 0 && n <= 2 * SAMPLES && n % 2 == 0;
