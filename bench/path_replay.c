@@ -16,9 +16,13 @@
  * recording excluded. Recording is timed too (ns_record_per_op_*, per
  * op recorded): a stitched region is checked node by node as it is
  * recorded. The weights are inputs, not parameters: no tape records (a
- * training segment adds one per run, the same stitched or not). Best of
- * several repetitions (the machine is shared). */
+ * training segment adds one per run, the same stitched or not). REPS
+ * rounds, each timing the run, the stitched cuts and the unstitched ones
+ * in turn (the machine is shared, and its speed changes from minute to
+ * minute): the segment figures are the medians of the rounds' own
+ * differences, the times the fastest rounds'. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_util.h"
 #include "loom/trace.h"
@@ -148,39 +152,45 @@ static double step_cuts(loom_trace_t *t, const workload_t *wl, int *n_cuts,
   return ns;
 }
 
-/* Nanoseconds per cut, best of REPS rounds; *replayed: the share of
- * segments run through a stitched boundary; *record: nanoseconds per op
- * recorded, in the same round. */
-static double cut_ns(const workload_t *wl, int stitch, double *replayed, double *record) {
+/* A trace timed at its cuts, stitched or not. */
+typedef struct cut_meter {
+  loom_trace_t *t;
+  int n;         /* cuts a step */
+  double ns;     /* the last round's nanoseconds per cut */
+  double record; /* and per op recorded */
+} cut_meter_t;
+
+static void cut_open(cut_meter_t *m, const workload_t *wl, int stitch) {
   if (stitch) unsetenv("LOOM_STITCH");
   else setenv("LOOM_STITCH", "0", 1);
   loom_trace_options_t o;
   loom_trace_options_init(&o);
   o.spec_workers = 0;
   o.num_threads = 1;
-  loom_trace_t *t;
-  BENCH_TRY(loom_trace_create(&o, &t));
+  BENCH_TRY(loom_trace_create(&o, &m->t));
   unsetenv("LOOM_STITCH");
-  int n = 0;
   double rec = 0;
-  for (int i = 0; i < 5; i++) step_cuts(t, wl, &n, &rec); /* compile, warm */
-  double best = 1e30;
+  for (int i = 0; i < 5; i++) step_cuts(m->t, wl, &m->n, &rec); /* compile, warm */
+}
+
+/* One round of ROUNDS steps. */
+static void cut_round(cut_meter_t *m, const workload_t *wl) {
   loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
-  for (int rep = 0; rep < REPS; rep++) {
-    BENCH_TRY(loom_trace_get_stats(t, &s));
-    int64_t ops = s.recorded_ops;
-    double ns = 0;
-    rec = 0;
-    for (int i = 0; i < ROUNDS; i++) ns += step_cuts(t, wl, &n, &rec);
-    BENCH_TRY(loom_trace_get_stats(t, &s));
-    if (ns / (ROUNDS * n) < best) {
-      best = ns / (ROUNDS * n);
-      *record = rec / (double)(s.recorded_ops - ops);
-    }
-  }
-  *replayed = s.segments ? (double)s.replayed / (double)s.segments : 0;
-  loom_trace_destroy(t);
-  return best;
+  BENCH_TRY(loom_trace_get_stats(m->t, &s));
+  int64_t ops = s.recorded_ops;
+  double ns = 0, rec = 0;
+  for (int i = 0; i < ROUNDS; i++) ns += step_cuts(m->t, wl, &m->n, &rec);
+  BENCH_TRY(loom_trace_get_stats(m->t, &s));
+  m->ns = ns / (ROUNDS * m->n);
+  m->record = rec / (double)(s.recorded_ops - ops);
+}
+
+/* The share of segments run through a stitched boundary; closes m. */
+static double cut_close(cut_meter_t *m) {
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  BENCH_TRY(loom_trace_get_stats(m->t, &s));
+  loom_trace_destroy(m->t);
+  return s.segments ? (double)s.replayed / (double)s.segments : 0;
 }
 
 /* Records the cell into g: its inputs, then its ops. */
@@ -196,79 +206,107 @@ static void record_cell(loom_graph_t *g, const workload_t *wl, const int64_t (*s
   BENCH_TRY(wl->cell(g, &a, h, c));
 }
 
-/* The cell's executable run alone (an inner cell for the tree), each run
- * after the cell is recorded into a scratch graph; *hot: runs back to
- * back. */
-static double exec_ns(const workload_t *wl, double *hot) {
+/* The cell's executable (an inner cell for the tree), timed alone. */
+typedef struct exec_meter {
   loom_graph_t *g;
-  BENCH_TRY(loom_graph_create(&g));
+  loom_executable_t *e;
+  loom_tensor_t *ins[6], *outs[2];
+  int64_t shapes[4][2], s_b;
+  double ns, hot; /* the last round's: each run after the cell is recorded
+                     into a scratch graph; runs back to back */
+} exec_meter_t;
+
+static void exec_open(exec_meter_t *m, const workload_t *wl) {
+  BENCH_TRY(loom_graph_create(&m->g));
   int tree = wl->cell == tree_cell;
   loom_tensor_t *ins[6] = {tree ? wl->zero : wl->xs[0], wl->zero, wl->zero,
                            tree ? wl->zero : wl->w_ih, wl->w_hh, wl->b};
+  memcpy(m->ins, ins, sizeof ins);
   const int64_t shapes[4][2] = {{wl->rows, tree ? H : D},
                                 {wl->rows, H},
                                 {loom_tensor_dim(ins[3], 0), loom_tensor_dim(ins[3], 1)},
                                 {loom_tensor_dim(wl->w_hh, 0), loom_tensor_dim(wl->w_hh, 1)}};
-  int64_t s_b = loom_tensor_dim(wl->b, 0);
+  memcpy(m->shapes, shapes, sizeof shapes);
+  m->s_b = loom_tensor_dim(wl->b, 0);
   loom_value_t h, c;
-  record_cell(g, wl, shapes, &s_b, &h, &c);
-  BENCH_TRY(loom_graph_output(g, c));
-  BENCH_TRY(loom_graph_output(g, h));
+  record_cell(m->g, wl, m->shapes, &m->s_b, &h, &c);
+  BENCH_TRY(loom_graph_output(m->g, c));
+  BENCH_TRY(loom_graph_output(m->g, h));
   loom_compile_options_t o;
   loom_compile_options_init(&o);
   o.num_threads = 1;
-  loom_executable_t *e;
-  BENCH_TRY(loom_compile(g, &o, &e));
-  loom_tensor_t *outs[2];
-  BENCH_TRY(loom_executable_new_output(e, 0, &outs[0]));
-  BENCH_TRY(loom_executable_new_output(e, 1, &outs[1]));
-  double best = 1e30;
-  *hot = 1e30;
-  for (int rep = 0; rep < REPS; rep++) {
-    const int n = 20000;
-    double t0 = bench_now_ns();
-    for (int i = 0; i < n; i++) BENCH_TRY(loom_executable_run(e, 6, ins, 2, outs));
-    double ns = (bench_now_ns() - t0) / n;
-    if (ns < *hot) *hot = ns;
-    ns = 0;
-    for (int i = 0; i < n / 4; i++) {
-      loom_graph_t *scratch;
-      BENCH_TRY(loom_graph_create(&scratch));
-      loom_value_t h2, c2;
-      record_cell(scratch, wl, shapes, &s_b, &h2, &c2);
-      t0 = bench_now_ns();
-      BENCH_TRY(loom_executable_run(e, 6, ins, 2, outs));
-      ns += bench_now_ns() - t0;
-      loom_graph_destroy(scratch);
-    }
-    if (ns / (n / 4) < best) best = ns / (n / 4);
+  BENCH_TRY(loom_compile(m->g, &o, &m->e));
+  BENCH_TRY(loom_executable_new_output(m->e, 0, &m->outs[0]));
+  BENCH_TRY(loom_executable_new_output(m->e, 1, &m->outs[1]));
+}
+
+static void exec_round(exec_meter_t *m, const workload_t *wl) {
+  const int n = 20000;
+  double t0 = bench_now_ns();
+  for (int i = 0; i < n; i++) BENCH_TRY(loom_executable_run(m->e, 6, m->ins, 2, m->outs));
+  m->hot = (bench_now_ns() - t0) / n;
+  double ns = 0;
+  for (int i = 0; i < n / 4; i++) {
+    loom_graph_t *scratch;
+    BENCH_TRY(loom_graph_create(&scratch));
+    loom_value_t h, c;
+    record_cell(scratch, wl, m->shapes, &m->s_b, &h, &c);
+    t0 = bench_now_ns();
+    BENCH_TRY(loom_executable_run(m->e, 6, m->ins, 2, m->outs));
+    ns += bench_now_ns() - t0;
+    loom_graph_destroy(scratch);
   }
-  loom_tensor_destroy(outs[0]);
-  loom_tensor_destroy(outs[1]);
-  loom_executable_destroy(e);
-  loom_graph_destroy(g);
-  return best;
+  m->ns = ns / (n / 4);
+}
+
+static void exec_close(exec_meter_t *m) {
+  loom_tensor_destroy(m->outs[0]);
+  loom_tensor_destroy(m->outs[1]);
+  loom_executable_destroy(m->e);
+  loom_graph_destroy(m->g);
+}
+
+static double least(const double *x, int n) {
+  double m = x[0];
+  for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
+  return m;
 }
 
 int main(void) {
   for (int tree = 0; tree < 2; tree++) {
     workload_t wl = {0};
     workload_init(&wl, tree);
-    double replayed, none, hot, rec_on, rec_off;
-    double run = exec_ns(&wl, &hot);
-    double stitched = cut_ns(&wl, 1, &replayed, &rec_on);
-    double unstitched = cut_ns(&wl, 0, &none, &rec_off);
+    exec_meter_t run;
+    cut_meter_t on, off;
+    exec_open(&run, &wl);
+    cut_open(&on, &wl, 1);
+    cut_open(&off, &wl, 0);
+    /* Rounds of the three in turn, each segment figure taken within its
+     * round: the machine's speed changes from minute to minute. */
+    double d_on[REPS], d_off[REPS], c_on[REPS], c_off[REPS], r_on[REPS], r_off[REPS];
+    double ex[REPS], hot[REPS];
+    for (int rep = 0; rep < REPS; rep++) {
+      exec_round(&run, &wl);
+      cut_round(&on, &wl);
+      cut_round(&off, &wl);
+      ex[rep] = run.ns, hot[rep] = run.hot;
+      c_on[rep] = on.ns, c_off[rep] = off.ns, r_on[rep] = on.record, r_off[rep] = off.record;
+      d_on[rep] = on.ns - run.ns, d_off[rep] = off.ns - run.ns;
+    }
+    double replayed = cut_close(&on);
+    cut_close(&off);
+    exec_close(&run);
     bench_json_t j;
     bench_json_begin(&j, "path_replay");
     bench_json_str(&j, "workload", wl.name);
-    bench_json_num(&j, "ns_per_segment_stitched", stitched - run);
-    bench_json_num(&j, "ns_per_segment_unstitched", unstitched - run);
-    bench_json_num(&j, "ns_cut_stitched", stitched);
-    bench_json_num(&j, "ns_cut_unstitched", unstitched);
-    bench_json_num(&j, "ns_exec_run", run);
-    bench_json_num(&j, "ns_exec_run_hot", hot);
-    bench_json_num(&j, "ns_record_per_op_stitched", rec_on);
-    bench_json_num(&j, "ns_record_per_op_unstitched", rec_off);
+    bench_json_num(&j, "ns_per_segment_stitched", bench_median(d_on, REPS));
+    bench_json_num(&j, "ns_per_segment_unstitched", bench_median(d_off, REPS));
+    bench_json_num(&j, "ns_cut_stitched", least(c_on, REPS));
+    bench_json_num(&j, "ns_cut_unstitched", least(c_off, REPS));
+    bench_json_num(&j, "ns_exec_run", least(ex, REPS));
+    bench_json_num(&j, "ns_exec_run_hot", least(hot, REPS));
+    bench_json_num(&j, "ns_record_per_op_stitched", bench_median(r_on, REPS));
+    bench_json_num(&j, "ns_record_per_op_unstitched", bench_median(r_off, REPS));
     bench_json_num(&j, "replayed_fraction", replayed);
     bench_json_num(&j, "target_ns", 100);
     bench_json_end(&j);
