@@ -137,7 +137,7 @@ static void measure(const char *bench_dir, const char *dir, const bench_model_t 
   }
   BENCH_TRY(loom_executable_new_output(c.e, 0, &c.out));
   /* Warm-up past the runs that time each step on the pool and alone
-   * (7, src/backend/cpu/cpu_launch.c) and a short program whole (24
+   * (7, src/backend/cpu/cpu_launch.c) and a short program whole (up to 18
    * more), then 3 to size the blocks. */
   for (int i = 0; i < 40; i++) run_compiled(&c);
   double t0 = bench_now_ns();

@@ -144,7 +144,7 @@ static int loom_setup(loom_graph_t *g, const model_params_t *p, loom_tensor_t *c
     fprintf(stderr, "bench train: first step %.0f ms (%d generated, %d reference steps)\n",
             *first_ms, info.n_generated, info.n_reference);
   else /* past the steps that time each step on the pool and alone, and a
-        * short program whole (cpu_launch.c: 7 and 24 runs) */
+        * short program whole (cpu_launch.c: 7 and up to 18 runs) */
     for (int i = 0; i < (*first_ms < SHORT_MS ? 40 : 7); i++) run_step(c);
   if (info.interpreted) fprintf(stderr, "bench train: the step runs in the interpreter\n");
   /* Parameters, their moments m and v, the i64 step counter, other state. */

@@ -24,9 +24,9 @@
  * with some step left on the pool, runs blocks of runs with the steps'
  * choices and blocks with every step alone, alternately, and keeps every
  * step alone where that is faster in every round (a block each way, by
- * their fastest runs: a shared machine's slow minutes fall on both): an
- * LSTM cell's backward at 2 threads ran 35 us with its steps' choices, 21
- * alone. */
+ * their fastest runs: a shared machine's slow minutes fall on both; two
+ * rounds where one way is clearly faster decide): an LSTM cell's backward
+ * at 2 threads ran 35 us with its steps' choices, 21 alone. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,9 +57,13 @@ static const int64_t MOST_ALONE_RUN_NS = 60000;
 /* Whole-program trials: TRIAL_ROUNDS rounds of a block of TRIAL_BLOCK
  * runs each way, the first run of a block not counted (the workers'
  * state is the other way's). */
-enum { TRIAL_BLOCK = 4, TRIAL_ROUNDS = 3, TRIAL_SAMPLES = TRIAL_ROUNDS * (TRIAL_BLOCK - 1) };
+enum { TRIAL_BLOCK = 3, TRIAL_ROUNDS = 3, TRIAL_SAMPLES = TRIAL_ROUNDS * (TRIAL_BLOCK - 1) };
 static const int64_t TRIAL_MOST_NS = 1000000;
 static const double TRIAL_MARGIN = 0.9;
+/* After TRIAL_EARLY rounds, a way this much faster in each ends the trial
+ * (a program run once a step spends fewer steps being timed). */
+enum { TRIAL_EARLY = 2 };
+static const double TRIAL_CLEAR = 0.7;
 
 typedef struct split_timing {
   int launches;    /* launches so far; the first warms up */
@@ -186,26 +190,35 @@ static int64_t round_best(const cpu_split_t *sp, int alone, int r) {
   return best;
 }
 
-/* Under the lock, with both ways' runs counted (or too many runs that did
- * not count): every step alone if that is clearly faster in every round,
- * else each its choice. */
-static void decide_trial(be_program_t *p) {
+/* Under the lock, after each run counted: once `rounds` rounds are
+ * counted, every step alone if that is faster by `margin` in each, else
+ * each its choice; false (nothing decided) before, or when after
+ * TRIAL_EARLY rounds neither way is clearly faster. Too many runs that
+ * did not count end the trial with the choices. */
+static bool decide_trial(be_program_t *p) {
   cpu_split_t *sp = p->split;
-  bool all_alone = sp->n[0] == TRIAL_SAMPLES && sp->n[1] == TRIAL_SAMPLES;
+  int rounds = (sp->n[0] < sp->n[1] ? sp->n[0] : sp->n[1]) / (TRIAL_BLOCK - 1);
+  bool given_up = sp->runs > 8 * TRIAL_BLOCK * TRIAL_ROUNDS;
+  if (rounds < TRIAL_EARLY && !given_up) return false;
+  bool all_alone = !given_up, all_choices = rounds < TRIAL_ROUNDS;
+  double margin = rounds < TRIAL_ROUNDS ? TRIAL_CLEAR : TRIAL_MARGIN;
   int64_t choices = 0, alone = 0; /* the rounds' sums, for the log */
-  for (int r = 0; r < TRIAL_ROUNDS && all_alone; r++) {
+  for (int r = 0; r < rounds && (all_alone || all_choices); r++) {
     int64_t c = round_best(sp, 0, r), a = round_best(sp, 1, r);
-    all_alone = a < c * TRIAL_MARGIN;
+    all_alone &= a < c * margin;
+    all_choices &= c < a * margin;
     choices += c;
     alone += a;
   }
+  if (!given_up && rounds < TRIAL_ROUNDS && !all_alone && !all_choices) return false;
   set_splits(p, all_alone);
   atomic_store_explicit(&sp->trial, false, memory_order_release);
   if (all_alone)
     core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms a run alone, "
              "against %.3f ms with its steps' ways on %d (runs timed whole)",
-             p->plan->n_groups, (double)alone / TRIAL_ROUNDS / 1e6,
-             (double)choices / TRIAL_ROUNDS / 1e6, p->abi.threads);
+             p->plan->n_groups, (double)alone / rounds / 1e6,
+             (double)choices / rounds / 1e6, p->abi.threads);
+  return true;
 }
 
 /* A launch while the program is timed whole: a run from its first group's
@@ -231,10 +244,7 @@ static loom_status_t trial_launch(be_program_t *p, int32_t group, void *const *s
   if (atomic_load_explicit(&sp->trial, memory_order_relaxed) && r->trial_counts && s == LOOM_OK &&
       *n < TRIAL_SAMPLES)
     sp->ns[r->trial_alone][(*n)++] = ns;
-  if (atomic_load_explicit(&sp->trial, memory_order_relaxed) &&
-      ((sp->n[0] == TRIAL_SAMPLES && sp->n[1] == TRIAL_SAMPLES) ||
-       sp->runs > 8 * TRIAL_BLOCK * TRIAL_ROUNDS))
-    decide_trial(p);
+  if (atomic_load_explicit(&sp->trial, memory_order_relaxed)) decide_trial(p);
   pthread_mutex_unlock(&sp->lock);
   return s;
 }
