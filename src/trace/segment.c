@@ -217,7 +217,9 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
           w->node_mark[iv->node] != w->epoch)
         continue;
       LOOM_TRY(add_output(t, w, n->in[i]));
-      if (t->node_ran[iv->node]) keep_add(t, t->node_ran[iv->node]);
+      uint64_t ran = t->node_ran[iv->node];
+      if (ran && (int64_t)(ran >> 32) <= t->n_ran_cones)
+        keep_add(t, keep_key(t->ran_cones[(ran >> 32) - 1], (int)(uint32_t)ran));
     }
   }
   return LOOM_OK;
@@ -309,7 +311,16 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 }
 
 void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
-  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = keep_key(w->id.cone_hash, c);
+  /* no room to remember the cut: its nodes are as if they had not run (a
+   * recomputed value is then not kept, nothing else changes) */
+  uint64_t cut = (uint64_t)t->n_ran_cones + 1;
+  if (t->n_ran_cones < t->cap_ran_cones ||
+      core_grow((void **)&t->ran_cones, &t->cap_ran_cones, t->n_ran_cones + 1,
+                sizeof *t->ran_cones) == LOOM_OK)
+    t->ran_cones[t->n_ran_cones++] = w->id.cone_hash;
+  else
+    cut = 0, loom_clear_error();
+  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = cut ? cut << 32 | (uint32_t)c : 0;
   t->region_start = t->g->n_nodes;
   t->run.last_site = w->id.site;
   t->run.last_key = w->id.key_hash;

@@ -388,12 +388,12 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   int n_in = (int)eg->n_inputs, n_out = (int)eg->n_outputs;
   loom_tensor_t *ins[n_in + 1], *outs[n_out + 1], *staged[n_in + 1];
   memset(outs, 0, sizeof outs);
-  memset(staged, 0, sizeof staged);
+  if (w->bucket) memset(staged, 0, sizeof staged); /* else none are made */
   loom_status_t s = bind_inputs(t, w, ins, staged);
   if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL));
   if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
   if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
-  for (int i = 0; i < n_in; i++) loom_tensor_destroy(staged[i]);
+  for (int i = 0; w->bucket && i < n_in; i++) loom_tensor_destroy(staged[i]);
   if (s != LOOM_OK) {
     for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);
     return s;

@@ -363,6 +363,7 @@ static void release_step(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_params; i++) t->params[i].value = -1;
   if (t->g) ir_graph_reset(t->g);
   t->region_start = 0;
+  t->n_ran_cones = 0;
   t->follow.armed = false;
   t->n_step_inputs = 0;
   t->path = 0;
@@ -392,6 +393,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->node_hash);
   core_free(t->node_site);
   core_free(t->node_ran);
+  core_free(t->ran_cones);
   core_free(t->keep);
   core_free(t->sym_values);
   core_free(t->sym_policy);

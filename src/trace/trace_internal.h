@@ -351,9 +351,13 @@ struct loom_trace {
   int64_t cap_vals;
   uint64_t *node_hash; /* per node: op, attributes, output dtypes */
   uint64_t *node_site; /* the same but for the attributes' integers */
-  /* Per node: where it last ran (keep_key of its segment and position),
-   * 0 if it has not run this step. */
+  /* Per node: where it last ran this step, (cut + 1) << 32 | position
+   * in its cone, with the cut's cone hash at ran_cones[cut]; 0 if it
+   * has not run this step (its keep key is made only where a later cut
+   * recomputes it, segment.c). */
   uint64_t *node_ran;
+  uint64_t *ran_cones;
+  int64_t n_ran_cones, cap_ran_cones;
   /* Segment positions whose outputs a later segment had to recompute:
    * kept at once the next time (an open-addressing set, 0 = empty). */
   uint64_t *keep;
