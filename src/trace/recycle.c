@@ -64,7 +64,8 @@ loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
 
 void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x) {
   if (!x) return;
-  size_t bytes = x->owns_data && x->device == LOOM_DEVICE_CPU
+  /* contiguous: a tensor taken again at its shape keeps its strides */
+  size_t bytes = x->owns_data && x->device == LOOM_DEVICE_CPU && tensor_is_contiguous(x)
                      ? kept_bytes(x->dtype, x->rank, x->shape) : 0;
   tr_kept_t *k = bytes ? slot_of(&t->recycle, bytes) : NULL;
   if (!k || k->bytes != bytes || k->n >= k->made ||

@@ -190,16 +190,16 @@ static int64_t round_best(const cpu_split_t *sp, int alone, int r) {
   return best;
 }
 
-/* Under the lock, after each run counted: once `rounds` rounds are
- * counted, every step alone if that is faster by `margin` in each, else
- * each its choice; false (nothing decided) before, or when after
- * TRIAL_EARLY rounds neither way is clearly faster. Too many runs that
- * did not count end the trial with the choices. */
-static bool decide_trial(be_program_t *p) {
+/* Under the lock, after each run counted: with TRIAL_ROUNDS rounds
+ * counted, every step alone if that was faster by TRIAL_MARGIN in each,
+ * else each its choice; after TRIAL_EARLY rounds, the way faster by
+ * TRIAL_CLEAR in each, if either was. Too many runs that did not count
+ * end the trial with the choices. */
+static void decide_trial(be_program_t *p) {
   cpu_split_t *sp = p->split;
   int rounds = (sp->n[0] < sp->n[1] ? sp->n[0] : sp->n[1]) / (TRIAL_BLOCK - 1);
   bool given_up = sp->runs > 8 * TRIAL_BLOCK * TRIAL_ROUNDS;
-  if (rounds < TRIAL_EARLY && !given_up) return false;
+  if (rounds < TRIAL_EARLY && !given_up) return;
   bool all_alone = !given_up, all_choices = rounds < TRIAL_ROUNDS;
   double margin = rounds < TRIAL_ROUNDS ? TRIAL_CLEAR : TRIAL_MARGIN;
   int64_t choices = 0, alone = 0; /* the rounds' sums, for the log */
@@ -210,7 +210,7 @@ static bool decide_trial(be_program_t *p) {
     choices += c;
     alone += a;
   }
-  if (!given_up && rounds < TRIAL_ROUNDS && !all_alone && !all_choices) return false;
+  if (!given_up && rounds < TRIAL_ROUNDS && !all_alone && !all_choices) return;
   set_splits(p, all_alone);
   atomic_store_explicit(&sp->trial, false, memory_order_release);
   if (all_alone)
@@ -218,7 +218,6 @@ static bool decide_trial(be_program_t *p) {
              "against %.3f ms with its steps' ways on %d (runs timed whole)",
              p->plan->n_groups, (double)alone / rounds / 1e6,
              (double)choices / rounds / 1e6, p->abi.threads);
-  return true;
 }
 
 /* A launch while the program is timed whole: a run from its first group's
