@@ -75,10 +75,8 @@ static rt_entry_t *follow(loom_trace_t *t, uint64_t hash) {
  * room), or it is given back where no link can be kept or e is a way
  * already. */
 static void link_to(loom_trace_t *t, rt_entry_t *e, uint64_t hash) {
-  tr_link_t *l = t->run.prev_valid ? link_slot(t, from_key(t)) : NULL;
+  tr_link_t *l = t->run.prev_valid ? link_slot(t, from_key(t)) : NULL; /* prev's, or empty */
   int i = 0;
-  if (l && l->from != from_key(t))
-    for (int k = 0; k < TR_WAYS; k++) succ_clear(t, &l->next[k]);
   while (l && i < TR_WAYS && l->next[i].to &&
          !(l->next[i].to == e && l->next[i].to_hash == hash))
     i++;
