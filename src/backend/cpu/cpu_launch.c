@@ -24,9 +24,10 @@
  * with some step left on the pool, runs blocks of runs with the steps'
  * choices and blocks with every step alone, alternately, and keeps every
  * step alone where that is faster in every round (a block each way, by
- * their fastest runs: a shared machine's slow minutes fall on both; two
- * rounds where one way is clearly faster decide): an LSTM cell's backward
- * at 2 threads ran 35 us with its steps' choices, 21 alone. */
+ * their fastest runs: a shared machine's slow minutes fall on both; a
+ * way clearly faster in the first rounds decides at once): an LSTM
+ * cell's backward at 2 threads ran 35 us with its steps' choices, 21
+ * alone. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +60,11 @@ static const int64_t MOST_ALONE_RUN_NS = 60000;
  * state is the other way's). */
 enum { TRIAL_BLOCK = 3, TRIAL_ROUNDS = 3, TRIAL_SAMPLES = TRIAL_ROUNDS * (TRIAL_BLOCK - 1) };
 static const int64_t TRIAL_MOST_NS = 1000000;
-static const double TRIAL_MARGIN = 0.9;
-/* After TRIAL_EARLY rounds, a way this much faster in each ends the trial
- * (a program run once a step spends fewer steps being timed). */
-enum { TRIAL_EARLY = 2 };
-static const double TRIAL_CLEAR = 0.7;
+/* After r + 1 rounds, a way faster by TRIAL_MARGIN[r] in each ends the
+ * trial (a program run once a step spends fewer steps being timed: the
+ * GNN's runs with their steps' choices took 2.5-4x as long as alone);
+ * after the last, all alone only if that was faster by the last margin. */
+static const double TRIAL_MARGIN[TRIAL_ROUNDS] = {0.5, 0.7, 0.9};
 
 typedef struct split_timing {
   int launches;    /* launches so far; the first warms up */
@@ -190,18 +191,17 @@ static int64_t round_best(const cpu_split_t *sp, int alone, int r) {
   return best;
 }
 
-/* Under the lock, after each run counted: with TRIAL_ROUNDS rounds
- * counted, every step alone if that was faster by TRIAL_MARGIN in each,
- * else each its choice; after TRIAL_EARLY rounds, the way faster by
- * TRIAL_CLEAR in each, if either was. Too many runs that did not count
- * end the trial with the choices. */
+/* Under the lock, after each run counted: once a round is counted, the
+ * way faster by its margin in every round so far, if either was; after
+ * the last round, every step alone if that was, else each its choice.
+ * Too many runs that did not count end the trial with the choices. */
 static void decide_trial(be_program_t *p) {
   cpu_split_t *sp = p->split;
   int rounds = (sp->n[0] < sp->n[1] ? sp->n[0] : sp->n[1]) / (TRIAL_BLOCK - 1);
   bool given_up = sp->runs > 8 * TRIAL_BLOCK * TRIAL_ROUNDS;
-  if (rounds < TRIAL_EARLY && !given_up) return;
-  bool all_alone = !given_up, all_choices = rounds < TRIAL_ROUNDS;
-  double margin = rounds < TRIAL_ROUNDS ? TRIAL_CLEAR : TRIAL_MARGIN;
+  if (rounds == 0 && !given_up) return;
+  bool all_alone = !given_up && rounds > 0, all_choices = rounds < TRIAL_ROUNDS;
+  double margin = rounds > 0 ? TRIAL_MARGIN[rounds - 1] : 1;
   int64_t choices = 0, alone = 0; /* the rounds' sums, for the log */
   for (int r = 0; r < rounds && (all_alone || all_choices); r++) {
     int64_t c = round_best(sp, 0, r), a = round_best(sp, 1, r);
