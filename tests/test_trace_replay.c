@@ -198,44 +198,6 @@ static void test_fork(void) {
   loom_trace_destroy(t);
 }
 
-/* The step's tensors are kept for the next step's outputs of their byte
- * size: outputs of the same bytes in another shape (4 x 6, then 6 x 4,
- * then 24) take them and hold their own values, and every value read in
- * a step stays as read until the step ends. */
-static void test_kept_tensors(void) {
-  loom_trace_t *t = make_trace(1);
-  const int64_t shapes[3][2] = {{4, 6}, {6, 4}, {24, 1}};
-  for (int step = 0; step < 9; step++) {
-    const int64_t *shape = shapes[step % 3];
-    int rank = step % 3 == 2 ? 1 : 2;
-    loom_tensor_t *x;
-    CHECK_OK(loom_tensor_create(LOOM_F32, rank, shape, &x));
-    float *px = x ? loom_tensor_data(x) : NULL;
-    for (int i = 0; px && i < 24; i++) px[i] = (float)(0.1 * i - step);
-    loom_graph_t *g = loom_trace_graph(t);
-    loom_value_t v;
-    CHECK_OK(loom_trace_input(t, x, NULL, &v));
-    const loom_tensor_t *reads[4] = {NULL};
-    for (int k = 0; k < 4; k++) {
-      CHECK_OK(loom_tanh(g, v, &v));
-      CHECK_OK(loom_trace_read(t, v, &reads[k]));
-      CHECK(reads[k] && loom_tensor_rank(reads[k]) == rank &&
-            loom_tensor_dim(reads[k], 0) == shape[0]);
-    }
-    for (int i = 0; px && i < 24; i++) {
-      double want = px[i];
-      for (int k = 0; k < 4; k++) {
-        want = tanh(want);
-        const float *p = reads[k] ? loom_tensor_data(reads[k]) : NULL;
-        if (p) CHECK_NEAR(p[i], want, 1e-6, 1e-6);
-      }
-    }
-    CHECK_OK(loom_trace_step_end(t));
-    loom_tensor_destroy(x);
-  }
-  loom_trace_destroy(t);
-}
-
 /* A size the stitched key did not cover (exact dims) takes the cut's way
  * and compiles, as it would without stitching. */
 static void test_new_size(void) {
@@ -312,7 +274,6 @@ int main(void) {
   TEST_RUN(test_deviation);
   TEST_RUN(test_new_size);
   TEST_RUN(test_fork);
-  TEST_RUN(test_kept_tensors);
   TEST_RUN(test_training);
   return test_summary();
 }
