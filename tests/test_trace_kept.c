@@ -11,13 +11,10 @@
 #include "loom/ops.h"
 #include "loom/trace.h"
 
+/* A trace with the default options, as a program would make it. */
 static loom_trace_t *make_trace(void) {
-  loom_trace_options_t o;
-  loom_trace_options_init(&o);
-  o.spec_workers = 0;
-  o.num_threads = 1;
   loom_trace_t *t = NULL;
-  CHECK_OK(loom_trace_create(&o, &t));
+  CHECK_OK(loom_trace_create(NULL, &t));
   return t;
 }
 

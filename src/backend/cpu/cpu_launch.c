@@ -258,7 +258,7 @@ static loom_status_t split_launch(be_program_t *p, int32_t group, void *const *s
     return trial_launch(p, group, slots, syms, r);
   pthread_mutex_lock(&sp->lock);
   int n = sp->timing[group].launches++;
-  if (sp->decided == 0 && n == 0 && !sp->any) { /* a run's first launch */
+  if (!sp->any) { /* the first launch: a run's first group */
     sp->any = true;
     sp->first = group;
   }
