@@ -1,7 +1,9 @@
-# Writes OUT, a C file defining `const char cg_abi_text[]` with the
-# contents of IN, so that generated modules carry the runtime's ABI.
+# Writes OUT, a C file defining `const char NAME[]` with the contents of
+# IN, so that generated modules carry a source file of the runtime as it
+# was built (the ABI, the float math).
 file(READ "${IN}" text)
 string(REPLACE "\\" "\\\\" text "${text}")
 string(REPLACE "\"" "\\\"" text "${text}")
 string(REPLACE "\n" "\\n\"\n\"" text "${text}")
-file(WRITE "${OUT}" "/* Generated from src/backend/cpu/abi.h by cmake/embed_text.cmake. */\nconst char cg_abi_text[] = \"${text}\";\n")
+file(RELATIVE_PATH from "${ROOT}" "${IN}")
+file(WRITE "${OUT}" "/* Generated from ${from} by cmake/embed_text.cmake. */\nconst char ${NAME}[] = \"${text}\";\n")

@@ -5,7 +5,9 @@
  * bit for bit (the sign of zero too) for data movement, elementwise
  * arithmetic, the unary ops, comparisons, where, gathers, scatter_add,
  * sum and mean; within f32 rounding for matmul (the GEMM accumulates in
- * f32, the reference in double). An index out of range must give the
+ * f32, the reference in double); within a few ulp for exp, tanh and
+ * sigmoid, which compute in float as compiled code does (each ISA's
+ * instance that the CPU runs is tested over float's range). An index out of range must give the
  * reference kernel's error. Each case also checks that the eager kernels
  * ran its node (or left it to the reference kernel, where they have no
  * kernel for it), so that a kernel that stops running shows. Shapes
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/eager.h"
 #include "harness.h"
 #include "runtime/interp.h"
 
@@ -39,9 +42,10 @@ static const be_backend_t *counting_cpu(void) {
   return &b;
 }
 
-/* Runs g both ways on in and compares every output (rtol 0: bitwise, the
- * sign of zero too; NaNs equal). */
-static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
+/* Runs g both ways on in and compares every output (atol and rtol 0:
+ * bitwise, the sign of zero too; NaNs equal). */
+static void agree_within(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double atol,
+                         double rtol) {
   int n_out = loom_graph_num_outputs(g);
   loom_tensor_t *want[4] = {0}, *got[4] = {0};
   CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
@@ -53,13 +57,25 @@ static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rt
     CHECK(loom_tensor_numel(got[k]) == n);
     for (int64_t i = 0; i < n; i++) {
       double a = test_get(got[k], i), b = test_get(want[k], i);
-      if (rtol == 0) CHECK((a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b)));
-      else CHECK_NEAR(a, b, 1e-5, rtol);
+      if (atol == 0 && rtol == 0)
+        CHECK((a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b)));
+      else CHECK_NEAR(a, b, atol, rtol);
     }
     loom_tensor_destroy(want[k]);
     loom_tensor_destroy(got[k]);
   }
 }
+
+/* Bitwise (rtol 0) or within rtol and 1e-5. */
+static void agree(loom_graph_t *g, int n_in, loom_tensor_t *const *in, double rtol) {
+  agree_within(g, n_in, in, rtol == 0 ? 0 : 1e-5, rtol);
+}
+
+/* The float math's bound against the reference's double results: 8 ulp
+ * (exp's is 2, tanh's 4e-7 relative, sigmoid's a division more), and a
+ * few subnormal steps where results underflow. */
+#define MATH_RTOL 1e-6
+#define MATH_ATOL 1e-44
 
 /* Both runs of g on in fail, with one status and one message. */
 static void agree_fails(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
@@ -232,10 +248,54 @@ static void test_unary(void) {
     p[1] = -INFINITY;
     p[2] = 0.0f;
     p[3] = -0.0f;
-    agree(g, 1, &in, 0);
+    p[4] = INFINITY;
+    p[5] = 1e-30f;
+    p[6] = -3e-4f;
+    /* exp, tanh and sigmoid compute in float as compiled code does */
+    bool math = ops[k] == loom_exp || ops[k] == loom_tanh || ops[k] == loom_sigmoid;
+    if (math) agree_within(g, 1, &in, MATH_ATOL, MATH_RTOL);
+    else agree(g, 1, &in, 0);
+    CHECK(ran_last(g));
     loom_tensor_destroy(in);
     loom_graph_destroy(g);
   }
+}
+
+/* Every instance of the float math that this CPU runs, over float's range
+ * (each function's clamps, underflow to subnormals and zero, overflow,
+ * tanh's small arguments), against libm in double; lengths that leave
+ * every vector tail. */
+static void test_math_instances(void) {
+  enum { N = 4099 };
+  static float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = -120.0f + 220.0f * (float)i / (N - 1);
+  for (int i = 0; i < 400; i++) x[i] = ldexpf(i % 2 ? 1.0f : -1.0f, -i / 4) * (1 + i % 7 / 8.0f);
+  x[400] = NAN;
+  x[401] = INFINITY;
+  x[402] = -INFINITY;
+  x[403] = 0.0f;
+  x[404] = -0.0f;
+  ir_op_t ops[] = {IR_OP_EXP, IR_OP_TANH, IR_OP_SIGMOID};
+  core_isa_t isas[] = {CORE_ISA_PORTABLE, CORE_ISA_AVX2, CORE_ISA_AVX512};
+  int ran = 0;
+  for (size_t o = 0; o < sizeof ops / sizeof *ops; o++)
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+      cpu_eager_math_fn f = cpu_eager_math_isa(ops[o], isas[k]);
+      if (!f) continue; /* not on this CPU */
+      ran++;
+      for (int n = 0; n <= 33; n += 11) f(y, x + 500, n); /* short runs, tails only */
+      f(y, x, N);
+      for (int i = 0; i < N; i++) {
+        double v = x[i];
+        double want = ops[o] == IR_OP_EXP ? exp(v)
+                      : ops[o] == IR_OP_TANH ? tanh(v)
+                      : v >= 0 ? 1 / (1 + exp(-v)) : exp(v) / (1 + exp(v));
+        CHECK_NEAR(y[i], (double)(float)want, MATH_ATOL, MATH_RTOL);
+        if (want == 0) CHECK(!signbit(y[i]) == !signbit(want));
+      }
+    }
+  CHECK(ran >= 3); /* the portable instances at least */
+  CHECK(cpu_eager_math(IR_OP_LOG) == NULL);
 }
 
 /* a (ra dims) @ b (rb dims), optionally transposed. */
@@ -550,6 +610,7 @@ int main(void) {
   TEST_RUN(test_compare);
   TEST_RUN(test_where);
   TEST_RUN(test_unary);
+  TEST_RUN(test_math_instances);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
   TEST_RUN(test_gather);

@@ -18,12 +18,15 @@
  * Every other op, dtype or layout is the reference kernels', and so is
  * an index out of range, whose error the reference kernel gives.
  *
- * Results are the reference's bits except matmul's: f32 add, sub, mul
- * and div are exact roundings of the double results the reference
- * rounds, the unary ops here round the same or compute in double as the
- * reference does, comparisons are exact, scatter_add, sum and mean add
- * in double in the reference's order and round once. matmul accumulates
- * in f32, as compiled code does. */
+ * Results are the reference's bits except matmul's and those of exp,
+ * tanh and sigmoid: f32 add, sub, mul and div are exact roundings of the
+ * double results the reference rounds, the other unary ops round the
+ * same or compute in double as the reference does, comparisons are
+ * exact, scatter_add, sum and mean add in double in the reference's
+ * order and round once. matmul accumulates in f32, and exp, tanh and
+ * sigmoid compute in float (float_math.h, within a few ulp), as compiled
+ * code does: libm's double functions were a quarter of an LSTM's time in
+ * the fallback. */
 #include <string.h>
 
 #include "backend/cpu/eager.h"

@@ -1,10 +1,11 @@
 /* The CPU back end's eager elementwise kernels (eager.h): plain loops
  * over the output, each operand read at its broadcast stride. Results
- * equal the reference's: f32 add, sub, mul and div are exact roundings
- * of the double results the reference rounds, the unary ops here are
- * those whose f32 form rounds the same (neg, abs, relu, sqrt) or compute
- * in double as the reference does (exp, tanh, sigmoid, log), comparisons
- * are exact, and where copies bits. */
+ * equal the reference's but for exp, tanh and sigmoid, which compute as
+ * compiled code does (eager_math.c): f32 add, sub, mul and div are exact
+ * roundings of the double results the reference rounds, the other unary
+ * ops are those whose f32 form rounds the same (neg, abs, relu, sqrt) or
+ * compute in double as the reference does (log), comparisons are exact,
+ * and where copies bits. */
 #include <math.h>
 #include <string.h>
 
@@ -174,12 +175,8 @@ EW_UNARY(abs, fabsf(x))
 EW_UNARY(relu, x > 0 ? x : (x != x ? x : 0.0f))
 EW_UNARY(sqrt, sqrtf(x))
 EW_UNARY(identity, x)
-/* In double, rounded once, as the reference computes them. */
-EW_UNARY(exp, (float)exp((double)x))
+/* In double, rounded once, as the reference computes it. */
 EW_UNARY(log, (float)log((double)x))
-EW_UNARY(tanh, (float)tanh((double)x))
-EW_UNARY(sigmoid, x >= 0 ? (float)(1.0 / (1.0 + exp(-(double)x)))
-                         : (float)(exp((double)x) / (1.0 + exp((double)x))))
 
 static ew_run_fn ew_kernel_f32(ir_op_t op) {
   switch (op) {
@@ -194,10 +191,7 @@ static ew_run_fn ew_kernel_f32(ir_op_t op) {
     case IR_OP_RELU: return relu_run;
     case IR_OP_SQRT: return sqrt_run;
     case IR_OP_IDENTITY: return identity_run;
-    case IR_OP_EXP: return exp_run;
     case IR_OP_LOG: return log_run;
-    case IR_OP_TANH: return tanh_run;
-    case IR_OP_SIGMOID: return sigmoid_run;
     default: return NULL;
   }
 }
@@ -227,6 +221,12 @@ bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status) {
   loom_dtype_t dt = c->in[0]->dtype;
   for (int k = 1; k < c->n_in; k++)
     if (c->in[k]->dtype != dt) return false;
+  cpu_eager_math_fn math = dt == LOOM_F32 && y->dtype == LOOM_F32 ? cpu_eager_math(c->node->op) : NULL;
+  if (math) {
+    math(y->data, c->in[0]->data, loom_tensor_numel(y));
+    *status = LOOM_OK;
+    return true;
+  }
   ew_run_fn run = ew_kernel(c->node->op, dt, y->dtype);
   if (!run) return false;
   *status = LOOM_OK;

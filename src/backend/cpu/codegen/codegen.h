@@ -87,7 +87,9 @@ loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int64_t *sym_values, cg_module_t *out);
 void cg_module_free(cg_module_t *m);
 
-/* The text of src/backend/cpu/abi.h, embedded at build time. */
+/* The texts of src/backend/cpu/abi.h and float_math.h, embedded at
+ * build time (cmake/embed_text.cmake). */
 extern const char cg_abi_text[];
+extern const char cg_float_math_text[];
 
 #endif
