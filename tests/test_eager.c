@@ -53,6 +53,9 @@ static void agree_within(loom_graph_t *g, int n_in, loom_tensor_t *const *in, do
   for (int k = 0; k < n_out; k++) {
     if (!want[k] || !got[k]) continue;
     CHECK(loom_tensor_dtype(got[k]) == loom_tensor_dtype(want[k]));
+    CHECK(loom_tensor_rank(got[k]) == loom_tensor_rank(want[k]));
+    for (int d = 0; d < loom_tensor_rank(want[k]); d++)
+      CHECK(loom_tensor_dim(got[k], d) == loom_tensor_dim(want[k], d));
     int64_t n = loom_tensor_numel(want[k]);
     CHECK(loom_tensor_numel(got[k]) == n);
     for (int64_t i = 0; i < n; i++) {
@@ -361,6 +364,60 @@ static void test_movement(void) {
   }
 }
 
+/* expand of any dtype: rank added, ones broadcast, a dim kept; and an
+ * expand of one element. */
+static void test_expand(void) {
+  loom_dtype_t dts[] = {LOOM_F32, LOOM_I64, LOOM_BOOL, LOOM_F16};
+  for (size_t k = 0; k < sizeof dts / sizeof *dts; k++) {
+    loom_graph_t *g;
+    loom_value_t a, one, ya, yone;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "a", dts[k], 2, (int64_t[]){3, 1}, &a));
+    CHECK_OK(loom_graph_input(g, "one", dts[k], 1, (int64_t[]){1}, &one));
+    CHECK_OK(loom_expand(g, a, 3, (loom_dim_t[]){2, 3, 5}, &ya));
+    CHECK_OK(loom_expand(g, one, 2, (loom_dim_t[]){4, 7}, &yone));
+    CHECK_OK(loom_graph_output(g, ya));
+    CHECK_OK(loom_graph_output(g, yone));
+    loom_tensor_t *in[2] = {test_rand_tensor(dts[k], 2, (int64_t[]){3, 1}, -9, 9),
+                            test_rand_tensor(dts[k], 1, (int64_t[]){1}, -9, 9)};
+    agree(g, 2, in, 0);
+    CHECK(eager_ran[IR_OP_EXPAND] == 2);
+    loom_tensor_destroy(in[0]);
+    loom_tensor_destroy(in[1]);
+    loom_graph_destroy(g);
+  }
+}
+
+/* A reshape (or squeeze, unsqueeze) takes over its input's tensor where
+ * the interpreter made it and reads it last there; elsewhere it copies:
+ * of a graph input (the caller's tensor keeps its shape), of a value read
+ * again later, and of a graph output. */
+static void test_reshape_takes_over(void) {
+  loom_graph_t *g;
+  loom_value_t x, t, r, u, rx, keep, rk, back, total, sq, unsq;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (int64_t[]){3, 4}, &x));
+  CHECK_OK(loom_mul(g, x, x, &t));
+  CHECK_OK(loom_reshape(g, t, 2, (loom_dim_t[]){6, 2}, &r)); /* t dies here */
+  CHECK_OK(loom_neg(g, r, &u));
+  CHECK_OK(loom_reshape(g, x, 1, (loom_dim_t[]){12}, &rx)); /* an input */
+  CHECK_OK(loom_abs(g, x, &keep));
+  CHECK_OK(loom_reshape(g, keep, 2, (loom_dim_t[]){2, 6}, &rk)); /* keep read again */
+  CHECK_OK(loom_reshape(g, rk, 2, (loom_dim_t[]){3, 4}, &back));
+  CHECK_OK(loom_add(g, back, keep, &total));
+  CHECK_OK(loom_unsqueeze(g, total, 1, (int64_t[]){0}, &unsq));
+  CHECK_OK(loom_squeeze(g, unsq, 1, (int64_t[]){0}, &sq));
+  CHECK_OK(loom_graph_output(g, u));
+  CHECK_OK(loom_graph_output(g, rx));
+  CHECK_OK(loom_graph_output(g, sq));
+  CHECK_OK(loom_graph_output(g, rk));
+  loom_tensor_t *in = test_rand_tensor(LOOM_F32, 2, (int64_t[]){3, 4}, -9, 9);
+  agree(g, 1, &in, 0);
+  CHECK(loom_tensor_rank(in) == 2 && loom_tensor_dim(in, 0) == 3 && loom_tensor_dim(in, 1) == 4);
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
 /* ---- Indexing ------------------------------------------------------------- */
 
 /* What a case expects of the eager kernels: to run the node, to leave it
@@ -613,6 +670,8 @@ int main(void) {
   TEST_RUN(test_math_instances);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
+  TEST_RUN(test_expand);
+  TEST_RUN(test_reshape_takes_over);
   TEST_RUN(test_gather);
   TEST_RUN(test_index_select_embedding);
   TEST_RUN(test_scatter_add);

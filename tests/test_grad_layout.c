@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ir/ir.h"
 #include "loom/ops.h"
 
 #define MAX_X 3
@@ -534,6 +535,57 @@ static void test_scatter_add(void) {
   loom_tensor_destroy(xs[1]);
 }
 
+/* scatter_add whose index repeats a column (p->index) along every dim
+ * but the axis: made by an add of zeros (op 0, the column first; 1,
+ * second) or an expand (op 2) to src's shape (p->a, rank p->n). */
+static loom_status_t b_scatter_column(loom_graph_t *g, const loom_value_t *x,
+                                      const params_t *p, loom_value_t *y) {
+  loom_value_t col, zeros, ind;
+  TRY(loom_graph_constant(g, p->index, &col));
+  loom_dim_t shape[LOOM_MAX_RANK];
+  for (int d = 0; d < p->n; d++) shape[d] = p->a[d];
+  if (p->op == 2) {
+    TRY(loom_expand(g, col, p->n, shape, &ind));
+  } else {
+    TRY(loom_full(g, p->n, shape, 0.0, loom_tensor_dtype(p->index), &zeros));
+    TRY(p->op == 0 ? loom_add(g, col, zeros, &ind) : loom_add(g, zeros, col, &ind));
+  }
+  return loom_scatter_add(g, x[0], ind, x[1], p->axis, y);
+}
+
+/* The repeated column's gradient is src's rows picked by index_select (no
+ * flat positions gathered): checked by finite differences, and that the
+ * gradient graph holds no gather. */
+static void test_scatter_add_column(void) {
+  test_seed(26);
+  for (int op = 0; op < 3; op++) {
+    params_t p = {.op = op, .axis = 0, .n = 2, .a = {5, 3}};
+    p.index = test_tensor(LOOM_I64, 2, (int64_t[]){5, 1}, (double[]){2, 0, 2, 3, 1});
+    loom_tensor_t *xs[2] = {rand_x(2, (int64_t[]){4, 3}), rand_x(2, (int64_t[]){5, 3})};
+    check_fd("scatter_add, a repeated column", 2, xs, b_scatter_column, &p);
+    loom_status_t s;
+    loom_graph_t *g = grad_graph(2, xs, b_scatter_column, &p, &s);
+    int gathers = 0, selects = 0;
+    for (int64_t i = 0; g && i < g->n_nodes; i++) {
+      gathers += g->nodes[i].op == IR_OP_GATHER;
+      selects += g->nodes[i].op == IR_OP_INDEX_SELECT;
+    }
+    CHECK(gathers == 0 && selects == 1);
+    loom_graph_destroy(g);
+    loom_tensor_destroy(p.index);
+    loom_tensor_destroy(xs[0]);
+    loom_tensor_destroy(xs[1]);
+  }
+  /* the middle axis of rank 3 */
+  params_t p = {.op = 2, .axis = -2, .n = 3, .a = {2, 4, 3}};
+  p.index = test_tensor(LOOM_I32, 3, (int64_t[]){1, 4, 1}, (double[]){1, 1, 0, 2});
+  loom_tensor_t *xs[2] = {rand_x(3, (int64_t[]){2, 3, 3}), rand_x(3, (int64_t[]){2, 4, 3})};
+  check_fd("scatter_add, a repeated column on axis 1", 2, xs, b_scatter_column, &p);
+  loom_tensor_destroy(p.index);
+  loom_tensor_destroy(xs[0]);
+  loom_tensor_destroy(xs[1]);
+}
+
 /* ---- Dtypes, strided inputs, errors ----------------------------------------- */
 
 /* The rules build graphs in the input's dtype: the gradient in each float
@@ -767,6 +819,7 @@ int main(void) {
   TEST_RUN(test_pad_crop);
   TEST_RUN(test_gather_family);
   TEST_RUN(test_scatter_add);
+  TEST_RUN(test_scatter_add_column);
   TEST_RUN(test_float_dtypes);
   TEST_RUN(test_strided_input);
   TEST_RUN(test_symbolic_errors);

@@ -98,6 +98,12 @@ void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
   t->data = data;
 }
 
+void tensor_reshape_in_place(loom_tensor_t *t, int rank, const int64_t *shape) {
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+  set_contiguous_strides(t);
+}
+
 static loom_status_t new_tensor(loom_dtype_t dtype, int rank, const int64_t *shape,
                                bool zero, loom_tensor_t **out) {
   LOOM_TRY(tensor_check_shape("tensor", dtype, rank, shape));

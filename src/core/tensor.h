@@ -26,6 +26,9 @@ loom_status_t tensor_new_uninit(loom_dtype_t dtype, int rank, const int64_t *sha
 /* Fills *t as a contiguous view of data (no allocation). */
 void tensor_view_init(loom_tensor_t *t, loom_dtype_t dtype, int rank,
                       const int64_t *shape, void *data);
+/* Gives a contiguous tensor a new shape of as many elements (its data
+ * unchanged): the tensor of a reshape that takes over its input. */
+void tensor_reshape_in_place(loom_tensor_t *t, int rank, const int64_t *shape);
 /* Checks a dtype, rank and shape given by a caller; names `what`. */
 loom_status_t tensor_check_shape(const char *what, loom_dtype_t dtype,
                                  int rank, const int64_t *shape);

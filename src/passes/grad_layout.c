@@ -418,15 +418,73 @@ static loom_status_t flat_positions(grad_ctx_t *c, int32_t index, int axis,
   return grad_scalar(c, 0, dt, out);
 }
 
+/* Whether value v is zeros by construction: a full of 0, or a constant
+ * whose bytes are all 0. */
+static bool made_zeros(const loom_graph_t *g, int32_t v) {
+  const ir_value_t *val = &g->values[v];
+  if (val->kind == IR_VALUE_NODE) {
+    const ir_node_t *n = &g->nodes[val->node];
+    return n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 0) == 0;
+  }
+  if (val->kind != IR_VALUE_CONST || !val->data) return false;
+  const unsigned char *b = loom_tensor_data(val->data);
+  size_t bytes = (size_t)loom_tensor_numel(val->data) * loom_dtype_size(val->type.dtype);
+  for (size_t i = 0; i < bytes; i++)
+    if (b[i]) return false;
+  return true;
+}
+
+/* The column that index repeats along every dim but axis, where the
+ * graph makes index so (an expand, or an add of zeros, of a value of
+ * index's rank and dtype whose dims are 1 off axis and index's on it):
+ * its id, else -1. A graph neural network's edge index spread over the
+ * features is one. */
+static int32_t repeated_column(const grad_ctx_t *c, int32_t index, int axis) {
+  const loom_graph_t *g = c->g;
+  if (g->values[index].kind != IR_VALUE_NODE) return -1;
+  const ir_node_t *n = &g->nodes[g->values[index].node];
+  int32_t col = -1;
+  if (n->op == IR_OP_EXPAND) col = n->in[0];
+  else if (n->op == IR_OP_ADD && made_zeros(g, n->in[1])) col = n->in[0];
+  else if (n->op == IR_OP_ADD && made_zeros(g, n->in[0])) col = n->in[1];
+  if (col < 0) return -1;
+  const ir_type_t *ct = &g->values[col].type, *it = &g->values[index].type;
+  if (ct->rank != it->rank || ct->dtype != it->dtype) return -1;
+  for (int d = 0; d < ct->rank; d++)
+    if (ct->dims[d] != (d == axis ? it->dims[d] : 1)) return -1;
+  return col;
+}
+
+/* Whether a and b have the same dims, but for dim skip (-1: none). */
+static bool same_dims(const ir_type_t *a, const ir_type_t *b, int skip) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (d != skip && a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
 /* out = self + src scattered: self's gradient passes through; src's is
  * dout read back at the same places (torch.gather), zero where index is
- * smaller than src. */
+ * smaller than src. Where index repeats a column along every dim but
+ * axis and has src's shape and self's off axis, that is dout's rows at
+ * the column's entries (index_select): no (index-sized) flat positions
+ * to compute and gather by. */
 loom_status_t grad_scatter_add(grad_ctx_t *c) {
   ir_type_t self_ = input_type(c, 0), index_ = input_type(c, 1);
   ir_type_t src_ = input_type(c, 2);
   const ir_type_t *self = &self_, *index = &index_, *src = &src_;
   int axis = norm_axis(ir_attr_int(&c->node.attrs, "axis", 0), self->rank);
   c->din[0] = c->dout[0];
+  int32_t col = repeated_column(c, c->node.in[1], axis);
+  if (col >= 0 && same_dims(index, src, -1) && same_dims(index, self, axis)) {
+    int32_t entries;
+    ir_dim_t n = index->dims[axis];
+    LOOM_TRY(reshape_to(c, col, 1, &n, &entries));
+    ir_attrs_t a = {0};
+    ir_attrs_int(&a, "axis", axis);
+    int32_t in[2] = {c->dout[0], entries};
+    return grad_op(c, IR_OP_INDEX_SELECT, 2, in, &a, &c->din[2]);
+  }
   int32_t pos, flat, taken, g;
   LOOM_TRY(flat_positions(c, c->node.in[1], axis, self, &pos));
   ir_dim_t all = -1;

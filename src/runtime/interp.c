@@ -108,23 +108,27 @@ static loom_status_t bind_inputs(interp_t *it, int n_inputs,
 /* Allocates the outputs of node n with their evaluated shapes: zeroed
  * for the reference kernels, unset for a back end's eager kernels, which
  * write every element (zeroed by zero_outputs when one declines). */
+/* The shape of output k of n for the bound symbols. */
+static loom_status_t output_shape(interp_t *it, const ir_node_t *n, int k, int64_t *shape) {
+  const ir_type_t *t = &it->g->values[n->out[k]].type;
+  for (int d = 0; d < t->rank; d++) {
+    LOOM_TRY(ir_dim_eval(it->g, t->dims[d], it->syms, &shape[d]));
+    if (shape[d] < 0) {
+      char dim[64];
+      return loom_fail(LOOM_ERR_SHAPE, "%s: output %d dim %d (%s) is %lld for these inputs",
+                       ir_ops[n->op].name, k, d,
+                       ir_dim_str(it->g, t->dims[d], dim, sizeof dim), (long long)shape[d]);
+    }
+  }
+  return ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL);
+}
+
 static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
                                    loom_tensor_t **outs) {
   for (int k = 0; k < n->n_out; k++) {
     const ir_type_t *t = &it->g->values[n->out[k]].type;
     int64_t shape[LOOM_MAX_RANK];
-    for (int d = 0; d < t->rank; d++) {
-      LOOM_TRY(ir_dim_eval(it->g, t->dims[d], it->syms, &shape[d]));
-      if (shape[d] < 0) {
-        char dim[64];
-        return loom_fail(LOOM_ERR_SHAPE,
-                         "%s: output %d dim %d (%s) is %lld for these inputs",
-                         ir_ops[n->op].name, k, d,
-                         ir_dim_str(it->g, t->dims[d], dim, sizeof dim),
-                         (long long)shape[d]);
-      }
-    }
-    LOOM_TRY(ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL));
+    LOOM_TRY(output_shape(it, n, k, shape));
     LOOM_TRY(it->fast ? tensor_new_uninit(t->dtype, t->rank, shape, &outs[k])
                       : tensor_new(t->dtype, t->rank, shape, &outs[k]));
   }
@@ -155,8 +159,32 @@ static bool is_assign(const ir_node_t *n) {
   return ir_ops[n->op].flags & F_SIDE_EFFECT;
 }
 
+/* An op whose output is its input's elements in order (reshape,
+ * squeeze, unsqueeze, identity) takes over its input's tensor where the
+ * input is the interpreter's, contiguous, and read last here: no copy
+ * (the fast interpreter only: the reference one runs every kernel). */
+static bool take_over_input(interp_t *it, int64_t index, const ir_node_t *n) {
+  if (!it->fast || !(ir_ops[n->op].flags & F_ALIAS) || n->n_in != 1 || n->n_out != 1)
+    return false;
+  int32_t v = n->in[0], y = n->out[0];
+  loom_tensor_t *x = it->vals[v];
+  int64_t shape[LOOM_MAX_RANK];
+  const ir_type_t *t = &it->g->values[y].type;
+  if (!it->owned[v] || it->last_use[v] != index || !x || t->dtype != x->dtype ||
+      !tensor_is_contiguous(x) || output_shape(it, n, 0, shape) != LOOM_OK ||
+      shape_numel(t->rank, shape) != loom_tensor_numel(x))
+    return false; /* the kernel runs, and reports what is wrong */
+  tensor_reshape_in_place(x, t->rank, shape);
+  it->vals[y] = x;
+  it->owned[y] = true;
+  it->vals[v] = NULL;
+  it->owned[v] = false;
+  return true;
+}
+
 static loom_status_t run_node(interp_t *it, int64_t index) {
   const ir_node_t *n = &it->g->nodes[index];
+  if (take_over_input(it, index, n)) return LOOM_OK;
   const loom_tensor_t *ins[n->n_in > 0 ? n->n_in : 1];
   loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
   memset(outs, 0, sizeof outs);

@@ -7,6 +7,7 @@
  * in double. They cover:
  *   - matmul of f32 (here);
  *   - concat, split, and slice with steps of 1, of any dtype (here);
+ *   - expand, of any dtype (eager_elementwise.c);
  *   - f32 and i64 add, sub, mul; f32 div, maximum, minimum and the unary
  *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
  *     ne, lt, le, gt, ge of f32 or i64, giving bool; where, sides of any
@@ -160,6 +161,7 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_SPLIT: return eager_join(c, false, status);
     case IR_OP_SLICE: return c->in[0]->rank > 0 && eager_slice(c, status);
     case IR_OP_WHERE: return cpu_eager_where(c, status);
+    case IR_OP_EXPAND: return cpu_eager_expand(c, status);
     case IR_OP_GATHER:
     case IR_OP_INDEX_SELECT:
     case IR_OP_EMBEDDING: return cpu_eager_take(c, status);
