@@ -12,9 +12,9 @@
  * And a first_run line (issue 18's first-run target: a segment never seen
  * runs its first time within 5 ms plus 3x its compiled time, up to 100
  * nodes): a step of a 100-node segment never seen, with an empty module
- * cache, in a tiered trace (the fallback runs it while a worker
- * compiles) and in a default one (the step waits for the compile),
- * against the compiled step once the executable is ready. */
+ * cache, in a tiered trace (the default: the fallback runs it while a
+ * worker compiles) and in an untiered one (the step waits for the
+ * compile), against the compiled step once the executable is ready. */
 #include <stdlib.h>
 #include <unistd.h>
 #include <math.h>

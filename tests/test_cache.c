@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cache_dir.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/text.h"
@@ -980,8 +981,40 @@ static void test_hit_cost(void) {
   loom_cache_destroy(c);
 }
 
+/* A key compiled by an earlier cache over the same cache directory (an
+ * earlier run) is waited for in a tiered lookup, not left pending; a
+ * failed compile is not taken for one. */
+static void test_journal(void) {
+  rt_key_input_t in;
+  int64_t n = 77, bad = 78;
+  for (int round = 0; round < 2; round++) {
+    loom_cache_t *c = NULL;
+    CHECK_OK(loom_cache_create(0, 1, &c));
+    rt_key_t k = key_for(&in, 12, 1, &n);
+    rt_builder_t b = builder_for(1, &n, false);
+    rt_entry_t *e = NULL;
+    rt_get_result_t r = RT_FAILED;
+    CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
+    CHECK(r == (round == 0 ? RT_PENDING : RT_READY));
+    if (e) rt_entry_release(c, e);
+    /* a compile that fails is never noted: pending in both rounds */
+    k = key_for(&in, 12, 1, &bad);
+    b = builder_for(1, &bad, true);
+    e = NULL;
+    CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
+    CHECK(r == RT_PENDING && !e);
+    rt_cache_drain(c);
+    loom_cache_destroy(c);
+  }
+}
+
 int main(void) {
   test_seed(5);
+  /* a cache directory of its own: the journal of compiled keys
+   * (cache_journal.c) must start empty for the tiered tests */
+  char dir[] = "/tmp/loom-test-cache-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  setenv("LOOM_CACHE_DIR", dir, 1);
   TEST_RUN(test_key_hash);
   TEST_RUN(test_hits_and_misses);
   TEST_RUN(test_lru_eviction);
@@ -996,5 +1029,7 @@ int main(void) {
   TEST_RUN(test_key_listing);
   TEST_RUN(test_threads);
   TEST_RUN(test_hit_cost);
+  TEST_RUN(test_journal);
+  core_remove_tree(dir);
   return test_summary();
 }

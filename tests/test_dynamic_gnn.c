@@ -92,7 +92,7 @@ static double reference_loss(void) {
 /* steps steps (no warm-up) under policy; the final parameters into params. */
 static dyn_result_t run(loom_dim_policy_kind_t policy, int compile, int steps,
                         float *params) {
-  dyn_config_t c = {.threads = 1, .policy = policy, .compile = compile,
+  dyn_config_t c = {.threads = 1, .policy = policy, .compile = compile, .wait_compiles = 1,
                     .params = params, .params_cap = params ? N_PARAMS : 0};
   dyn_result_t r;
   memset(&r, 0, sizeof r);

@@ -101,7 +101,7 @@ static double reference_loss(void) {
  * into losses and params (either may be NULL). */
 static dyn_result_t run(int form, loom_dim_policy_kind_t policy, int compile,
                         int steps, double *losses, float *params) {
-  dyn_config_t c = {.threads = 1, .policy = policy, .compile = compile,
+  dyn_config_t c = {.threads = 1, .policy = policy, .compile = compile, .wait_compiles = 1,
                     .form = form, .losses = losses, .params = params,
                     .params_cap = params ? N_PARAMS : 0};
   dyn_result_t r;

@@ -749,6 +749,7 @@ static void *thread_body(void *arg) {
   loom_trace_options_init(&o);
   o.cache = arg;
   o.num_threads = 1;
+  o.tiered = 0;                       /* counts below: every miss compiles */
   o.input_dims.kind = LOOM_DIM_EXACT; /* every size its own key */
   loom_trace_t *t = NULL;
   if (loom_trace_create(&o, &t) != LOOM_OK) return (void *)1;

@@ -35,7 +35,9 @@ typedef struct dyn_config {
   int threads;                   /* 0: LOOM_NUM_THREADS */
   loom_dim_policy_kind_t policy; /* of the workload's varying dims */
   int compile;                   /* 0: every segment interpreted */
-  int tiered;
+  /* 1: a miss compiles before the segment runs (the trace's tiered off),
+   * so that runs are alike; 0: the trace's default (tiered) */
+  int wait_compiles;
   int form; /* treelstm: 0 one segment per node type, 1 level batching */
   int every; /* print the loss every `every` steps to log (0: never) */
   FILE *log;
@@ -113,7 +115,7 @@ typedef struct dyn_model {
 /* The policy of a varying dim called name: LOOM_DIM_AUTO unnamed (the
  * trace's default, as if the program declared nothing). */
 loom_dim_policy_t dyn_policy(loom_dim_policy_kind_t kind, const char *name);
-/* A trace with c's compile, tiered and threads; data_dims NULL: the
+/* A trace with c's compile, wait_compiles and threads; data_dims NULL: the
  * trace's default (automatic); c's policy exact: every input dim exact. */
 loom_status_t dyn_trace_create(const dyn_config_t *c,
                                const loom_dim_policy_t *data_dims,

@@ -26,7 +26,7 @@ loom_status_t dyn_trace_create(const dyn_config_t *c,
   loom_trace_options_t o;
   loom_trace_options_init(&o);
   o.compile = c->compile;
-  o.tiered = c->tiered;
+  if (c->wait_compiles) o.tiered = 0;
   o.num_threads = c->threads;
   if (data_dims) o.data_dims = *data_dims;
   if (c->policy == LOOM_DIM_EXACT) o.input_dims.kind = LOOM_DIM_EXACT; /* all of them */

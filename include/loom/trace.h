@@ -14,10 +14,13 @@
  *   - a host callback (a user's C op) runs on real tensors.
  * Each segment is looked up in the trace's cache under its GraphKey =
  * (structure hash, input shapes and dtypes under the shape policy, path
- * signature): a hit replays a compiled executable, a miss compiles one
- * (or interprets while a background worker compiles, when tiered). A
- * segment that cannot be compiled runs in the interpreter, with the same
- * results. Values recorded before a cut stay usable after it.
+ * signature): a hit replays a compiled executable; a miss (tiered, the
+ * default) runs the segment in the fallback interpreter while a
+ * background worker compiles it, and waits only for a key compiled in an
+ * earlier run, whose module is on disk (untiered, a miss compiles first).
+ * A segment that cannot be compiled runs in the interpreter, with the
+ * same results (within the float rounding that compiled code differs by).
+ * Values recorded before a cut stay usable after it.
  *
  * A step (one iteration of the user's loop) ends with loom_trace_step_end,
  * which releases the step's values; the cache lives on.
@@ -202,7 +205,10 @@ LOOM_API void loom_cache_keys_destroy(loom_cache_keys_t *keys);
 typedef struct loom_trace_options {
   size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
-  int tiered;      /* 1: a miss interprets while a worker compiles */
+  /* 1 (default): a miss interprets while a worker compiles, but waits for
+   * a key compiled before (its module on disk); 0: a miss compiles before
+   * it runs, so that runs alike compute alike */
+  int tiered;
   int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
   /* Compiles per call site; past it, the site's new keys run in the
    * fallback interpreter (eager kernels) after one warning. 0: 8;
@@ -222,7 +228,7 @@ typedef struct loom_trace_options {
   loom_dim_policy_t input_dims;
 } loom_trace_options_t;
 
-/* Defaults: compile on, tiered off, own cache of 1 GiB, one worker,
+/* Defaults: compile on, tiered on, own cache of 1 GiB, one worker,
  * automatic dynamic shapes (input_dims, data_dims); size
  * is the caller's sizeof(loom_trace_options_t) (C calls the macro). */
 LOOM_API loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size);

@@ -290,6 +290,7 @@ rt_entry_t *cache_insert_pending(loom_cache_t *c, const rt_key_t *key) {
   e->key = *key;
   e->key.inputs = e->inputs = inputs;
   e->state = ENTRY_PENDING;
+  e->built_before = !key->eager && cache_journal_has(key->hash);
   pthread_mutex_init(&e->run_lock, NULL);
   rt_entry_t **head = bucket_of(c, key->hash);
   e->bucket_next = *head;
@@ -393,7 +394,7 @@ void cache_compile_entry(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *bui
    * rt_cache_describe reads error and bytes: they are set under the lock. */
   int64_t bytes = entry_bytes(e) + (error ? (int64_t)strlen(error) + 1 : 0);
   int64_t arena = e->exe ? e->exe->arena_bytes : 0;
-  uint64_t site = e->key.site;
+  uint64_t site = e->key.site, key_hash = e->key.hash;
   atomic_store_explicit(&e->arena_now, arena, memory_order_relaxed);
   pthread_mutex_lock(&c->lock);
   e->error = error;
@@ -403,6 +404,7 @@ void cache_compile_entry(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *bui
   rt_entry_t *victims = evict_over_budget(c);
   pthread_mutex_unlock(&c->lock);
   /* e may be gone now (evicted by another thread): log from copies. */
+  if (s == LOOM_OK) cache_journal_note(key_hash);
   if (s == LOOM_OK)
     core_log(LOG_CACHE, "compiled%s the entry of site %016llx in %.1f ms (%lld bytes)",
              speculative ? " speculatively" : "", (unsigned long long)site, ms,
@@ -569,6 +571,7 @@ static loom_status_t finish_wait(loom_cache_t *c, rt_entry_t *e, rt_get_result_t
  * (pending or failed). The builder is not needed: its ctx is freed. */
 static loom_status_t get_existing(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *builder,
                                   bool wait, rt_get_result_t *result, rt_entry_t **out) {
+  wait = wait || e->built_before; /* as get_new */
   if (e->state == ENTRY_FAILED || !wait) {
     char why[CACHE_REASON_LEN] = "";
     if (e->state == ENTRY_PENDING) cache_job_promote(c, e);
@@ -666,6 +669,9 @@ static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_buil
   }
   site_count(c, key, limit);
   e->misses = 1;
+  /* A key compiled before has its module on disk: waiting is quicker
+   * than interpreting until a worker is done. */
+  wait = wait || e->built_before;
   /* Without workers nobody else would compile it: this thread does. */
   bool here = wait || c->n_workers == 0 || !cache_job_push(c, e, builder, false);
   if (here) e->refs++;

@@ -40,6 +40,9 @@ struct rt_cache_entry {
   _Atomic int64_t stitched;
   int64_t misses;
   bool speculative;
+  /* compiled before, by this process or an earlier one (cache_journal.c):
+   * a tiered lookup waits for it */
+  bool built_before;
   cache_job_t *job;         /* queued and not started, else NULL */
   pthread_mutex_t run_lock; /* serializes runs of exe (one arena) */
   rt_entry_t *bucket_next;
@@ -136,5 +139,10 @@ cache_job_t *cache_job_push(loom_cache_t *c, rt_entry_t *e,
 cache_job_t *cache_job_take(loom_cache_t *c, rt_entry_t *e);
 /* Under the lock: moves e's queued job to the front (needed now). */
 void cache_job_promote(loom_cache_t *c, rt_entry_t *e);
+
+/* cache_journal.c: whether a key (its hash) was compiled before, in
+ * this process or an earlier one; noting one that compiled. */
+bool cache_journal_has(uint64_t key_hash);
+void cache_journal_note(uint64_t key_hash);
 
 #endif

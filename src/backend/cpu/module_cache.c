@@ -2,9 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,86 +24,6 @@ enum {
   SEAL_LEN = KEY_LINE + DIGEST_LINE,
 };
 _Static_assert((int)SEAL_LEN == (int)CPU_CACHE_SEAL_BYTES, "the seal's length in module_cache.h");
-
-/* ---- the directory ---- */
-
-static bool usable_dir(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0;
-}
-
-/* mkdir -p, creating missing components with mode 0700. */
-static bool make_dirs(const char *path) {
-  if (usable_dir(path)) return true;
-  char partial[PATH_MAX];
-  size_t len = strlen(path);
-  if (len == 0 || len >= sizeof partial) return false;
-  memcpy(partial, path, len + 1);
-  for (char *p = partial + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(partial, 0700) != 0 && errno != EEXIST) return false;
-    *p = '/';
-  }
-  if (mkdir(partial, 0700) != 0 && errno != EEXIST) return false;
-  return usable_dir(partial);
-}
-
-/* The configured directory, or false when no variable names one. */
-static bool configured_dir(char *out, size_t cap) {
-  const char *dir = getenv("LOOM_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  int n;
-  if (dir && *dir)
-    n = snprintf(out, cap, "%s", dir);
-  else if (xdg && *xdg)
-    n = snprintf(out, cap, "%s/loom", xdg);
-  else if (home && *home)
-    n = snprintf(out, cap, "%s/.cache/loom", home);
-  else
-    return false;
-  return n > 0 && (size_t)n < cap;
-}
-
-static char fallback[PATH_MAX];
-static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
-
-static void remove_fallback(void) { cpu_cache_remove_tree(fallback); }
-
-static void make_fallback(void) {
-  const char *tmp = getenv("TMPDIR");
-  if (!tmp || !*tmp) tmp = "/tmp";
-  int n = snprintf(fallback, sizeof fallback, "%s/loom-cache-%ld-XXXXXX", tmp, (long)getpid());
-  if (n <= 0 || (size_t)n >= sizeof fallback || !mkdtemp(fallback)) {
-    fallback[0] = '\0';
-    return;
-  }
-  atexit(remove_fallback);
-}
-
-static loom_status_t use_fallback(const char *wanted, char *out, size_t cap) {
-  static atomic_bool warned;
-  pthread_once(&fallback_once, make_fallback);
-  if (!fallback[0])
-    return loom_fail(LOOM_ERR_IO, "module cache: cannot create '%s' nor a temporary directory",
-                     wanted);
-  if (!atomic_exchange(&warned, true))
-    core_warn("cannot use the module cache directory '%s'; compiled modules go to '%s' for "
-              "this process only (set LOOM_CACHE_DIR)",
-              wanted, fallback);
-  snprintf(out, cap, "%s", fallback);
-  return LOOM_OK;
-}
-
-loom_status_t cpu_cache_dir(char *out, size_t cap) {
-  char wanted[PATH_MAX], absolute[PATH_MAX];
-  if (!configured_dir(wanted, sizeof wanted))
-    return use_fallback("(none: LOOM_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)", out, cap);
-  if (!make_dirs(wanted) || !realpath(wanted, absolute) || strlen(absolute) >= cap)
-    return use_fallback(wanted, out, cap);
-  memcpy(out, absolute, strlen(absolute) + 1);
-  return LOOM_OK;
-}
 
 /* ---- entries ---- */
 
@@ -228,14 +145,3 @@ loom_status_t cpu_cache_scratch(const char *dir, char *out, size_t cap) {
   return LOOM_OK;
 }
 
-static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  (void)type;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-void cpu_cache_remove_tree(const char *path) {
-  if (path && path[0]) nftw(path, remove_one, 8, FTW_DEPTH | FTW_PHYS);
-}

@@ -29,11 +29,6 @@
 
 #include "loom/loom.h"
 
-/* The cache directory, absolute, created (mode 0700) if missing:
- * LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else $HOME/.cache/loom, read
- * anew on each call. When it cannot be created or written, a private
- * directory for this process (removed at exit), with one warning. */
-loom_status_t cpu_cache_dir(char *out, size_t cap);
 
 typedef enum cpu_entry_state {
   CPU_ENTRY_MISSING, /* no file */
@@ -73,10 +68,9 @@ void cpu_cache_touch(int fd);
 loom_status_t cpu_cache_publish(const char *from, const char *to, const char *dir);
 
 /* A new private scratch directory inside dir for one build, named
- * tmp-PID-N-XXXXXX after the process and a counter;
- * cpu_cache_remove_tree removes it. */
+ * tmp-PID-N-XXXXXX after the process and a counter; core_remove_tree
+ * removes it. */
 loom_status_t cpu_cache_scratch(const char *dir, char *out, size_t cap);
-void cpu_cache_remove_tree(const char *path);
 
 /* What a name in the cache directory is. */
 typedef enum cpu_cache_name {

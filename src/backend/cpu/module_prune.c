@@ -16,6 +16,7 @@
 
 #include "backend/cpu/module_cache.h"
 #include "core/alloc.h"
+#include "core/cache_dir.h"
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -175,7 +176,7 @@ static loom_status_t scan_dir(const char *dir, DIR *d, scan_t *s, cpu_prune_stat
     } else if (kind == CPU_NAME_SCRATCH && scratch_stale(dirfd(d), de->d_name, pid)) {
       char path[PATH_MAX];
       if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
-      cpu_cache_remove_tree(path);
+      core_remove_tree(path);
       st->removed_scratch++;
     }
   }

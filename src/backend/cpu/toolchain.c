@@ -19,6 +19,7 @@
 #include "backend/cpu/module_cache.h"
 #include "backend/cpu/parts.h"
 #include "core/alloc.h"
+#include "core/cache_dir.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/status.h"
@@ -159,7 +160,7 @@ static loom_status_t build_entry(const char *dir, const char *key, const char *c
   LOOM_TRY(cpu_cache_scratch(dir, scratch, sizeof scratch));
   loom_status_t status =
       build_in(scratch, dir, key, cc, source, length, cuts, entry, want, handle, stage);
-  cpu_cache_remove_tree(scratch);
+  core_remove_tree(scratch);
   return status;
 }
 
@@ -292,7 +293,7 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
   const char *cc = getenv("LOOM_CC");
   if (!cc || !*cc) cc = "cc";
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
-  LOOM_TRY(cpu_cache_dir(dir, sizeof dir));
+  LOOM_TRY(core_cache_dir(dir, sizeof dir));
   maybe_prune(dir, 0);
   *stage = CPU_BUILD_NO_CC;
   LOOM_TRY(cpu_cc_identity(cc, identity, sizeof identity));
