@@ -2,8 +2,11 @@
  * traces, against their PyTorch eager twins (bench/peers/torch_dynamic.py)
  * run in the same run on the same data and initial weights, at 1 and 2
  * threads, under every shape policy (exact, bucket, symbolic, auto), each
- * with an empty module cache (cold: every segment compiles) and then
- * with the modules that run left on disk (warm). Each run is RUN_STEPS
+ * with an empty module cache (cold: every segment compiles, while the
+ * trace runs it in the fallback: traces are tiered by default) and then
+ * with every segment's module on disk (warm: an untimed run with tiered
+ * off compiles what the cold run's 100 steps left compiling, so that
+ * the warm lines give the steady state of a long run). Each run is RUN_STEPS
  * steps; a line gives the steady-state throughput (items per second over
  * the steps after the warm-up), the wall time of every step (compiles
  * included) on both sides, and the cache's compiles, hits and misses.
@@ -85,10 +88,10 @@ static peer_t torch_best(const char *bench_dir, const workload_t *w, int threads
   return a;
 }
 
-static int loom_run(const workload_t *w, int threads, int policy, int compile,
+static int loom_run(const workload_t *w, int threads, int policy, int compile, int wait,
                     dyn_result_t *r) {
   dyn_config_t c = {.threads = threads, .policy = policies[policy], .compile = compile,
-                    .form = w->form};
+                    .wait_compiles = wait, .form = w->form};
   memset(r, 0, sizeof *r);
   if (w->run(&c, w->warmup, RUN_STEPS - w->warmup, r) == LOOM_OK) return 1;
   fprintf(stderr, "bench dynamic: %s (%s, %d threads) failed: %s\n", w->name,
@@ -134,8 +137,8 @@ static void print_line(const workload_t *w, int threads, int policy, const char 
  * symbolic, its best of two runs against the compiled run's best. */
 static void print_fallback(const workload_t *w, const dyn_result_t *compiled) {
   dyn_result_t f, again; /* the best of two, as the compiled run's */
-  int ok = loom_run(w, 1, SYMBOLIC, 0, &f);
-  if (ok && loom_run(w, 1, SYMBOLIC, 0, &again) && again.items_per_s > f.items_per_s) f = again;
+  int ok = loom_run(w, 1, SYMBOLIC, 0, 0, &f);
+  if (ok && loom_run(w, 1, SYMBOLIC, 0, 0, &again) && again.items_per_s > f.items_per_s) f = again;
   bench_json_t j;
   bench_json_begin(&j, "fallback");
   bench_json_str(&j, "workload", w->name);
@@ -167,12 +170,12 @@ static void bench_policy(const workload_t *w, int th, int p, const peer_t *t,
                          dyn_result_t *symbolic) {
   char dir[256];
   if (!fresh_module_cache(dir, sizeof dir)) return;
-  dyn_result_t cold, warm, again;
-  int ok = loom_run(w, th, p, 1, &cold);
+  dyn_result_t cold, fill, warm, again;
+  int ok = loom_run(w, th, p, 1, 0, &cold);
   if (th == 1 && p == SYMBOLIC) compare_loss(w->name, ok ? cold.first_loss : NAN, t->first_loss);
   print_line(w, th, p, "cold", ok, &cold, t);
-  ok = loom_run(w, th, p, 1, &warm);
-  if (ok && loom_run(w, th, p, 1, &again) && again.items_per_s > warm.items_per_s) warm = again;
+  ok = loom_run(w, th, p, 1, 1, &fill) && loom_run(w, th, p, 1, 0, &warm);
+  if (ok && loom_run(w, th, p, 1, 0, &again) && again.items_per_s > warm.items_per_s) warm = again;
   print_line(w, th, p, "warm", ok, &warm, t);
   if (ok && th == 1 && p == SYMBOLIC) *symbolic = warm;
   bench_remove_dir(dir);

@@ -105,9 +105,6 @@ static loom_status_t bind_inputs(interp_t *it, int n_inputs,
   return LOOM_OK;
 }
 
-/* Allocates the outputs of node n with their evaluated shapes: zeroed
- * for the reference kernels, unset for a back end's eager kernels, which
- * write every element (zeroed by zero_outputs when one declines). */
 /* The shape of output k of n for the bound symbols. */
 static loom_status_t output_shape(interp_t *it, const ir_node_t *n, int k, int64_t *shape) {
   const ir_type_t *t = &it->g->values[n->out[k]].type;
@@ -123,6 +120,9 @@ static loom_status_t output_shape(interp_t *it, const ir_node_t *n, int k, int64
   return ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL);
 }
 
+/* Allocates the outputs of node n with their evaluated shapes: zeroed
+ * for the reference kernels, unset for a back end's eager kernels, which
+ * write every element (zeroed by zero_outputs when one declines). */
 static loom_status_t alloc_outputs(interp_t *it, const ir_node_t *n,
                                    loom_tensor_t **outs) {
   for (int k = 0; k < n->n_out; k++) {
