@@ -597,6 +597,63 @@ static void test_scatter_add(void) {
                0, 0, 0, false, FAILS);
 }
 
+/* scatter_add whose index is a column (col, (E, 1), entries in [0, N))
+ * spread over d features: by an add of zeros (make 0) or an expand (1);
+ * an entry `bad` planted where the case FAILS.
+ * The fallback interpreter gives the eager kernel a view of the column
+ * (no (E, d) index written): taken over where the column dies there
+ * (computed: col + 0 by a mul with ones, read once), borrowed where it
+ * lives on (a graph output; `keep`) or is the run's input (`input`).
+ * Where the index is also a graph output no view is made. Results, and
+ * an out-of-range entry's error, are the reference's. */
+static void column_case(int make, bool input, bool keep, bool index_out, int64_t bad,
+                        expect_t e) {
+  enum { E = 37, N = 6, D = 33 };
+  loom_graph_t *g;
+  loom_value_t col_in, src, ones, col, zeros, zf, self, idx, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "col", LOOM_I64, 2, (int64_t[]){E, 1}, &col_in));
+  CHECK_OK(loom_graph_input(g, "src", LOOM_F32, 2, (int64_t[]){E, D}, &src));
+  if (input) {
+    col = col_in;
+  } else {
+    CHECK_OK(loom_full(g, 2, (loom_dim_t[]){1, 1}, 1.0, LOOM_I64, &ones));
+    CHECK_OK(loom_mul(g, col_in, ones, &col));
+  }
+  if (make == 0) {
+    CHECK_OK(loom_full(g, 2, (loom_dim_t[]){1, D}, 0.0, LOOM_I64, &zeros));
+    CHECK_OK(loom_add(g, col, zeros, &idx));
+  } else {
+    CHECK_OK(loom_expand(g, col, 2, (loom_dim_t[]){E, D}, &idx));
+  }
+  CHECK_OK(loom_full(g, 2, (loom_dim_t[]){N, D}, 0.0, LOOM_F32, &zf));
+  CHECK_OK(loom_neg(g, zf, &self));
+  CHECK_OK(loom_scatter_add(g, self, idx, src, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  if (keep) CHECK_OK(loom_graph_output(g, col));
+  if (index_out) CHECK_OK(loom_graph_output(g, idx));
+  loom_tensor_t *in[2] = {test_rand_tensor(LOOM_I64, 2, (int64_t[]){E, 1}, 0, N - 1),
+                          test_rand_tensor(LOOM_F32, 2, (int64_t[]){E, D}, -3, 3)};
+  if (e == FAILS) ((int64_t *)loom_tensor_data(in[0]))[E - 3] = bad;
+  expect(g, 2, in, e);
+  /* a view runs no kernel for the expand or the add */
+  if (e == RUNS) CHECK(eager_ran[make == 0 ? IR_OP_ADD : IR_OP_EXPAND] == (index_out ? 1 : 0));
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_scatter_add_column(void) {
+  for (int make = 0; make < 2; make++) {
+    column_case(make, false, false, false, 0, RUNS); /* taken over */
+    column_case(make, false, true, false, 0, RUNS);  /* borrowed, lives on */
+    column_case(make, true, false, false, 0, RUNS);  /* borrowed, an input */
+    column_case(make, false, false, true, 0, RUNS);  /* the index an output too */
+    column_case(make, true, false, false, 6, FAILS); /* out of range */
+    column_case(make, false, false, false, -1, FAILS);
+  }
+}
+
 /* ---- Reductions ----------------------------------------------------------- */
 
 typedef loom_status_t (*reduce_fn)(loom_graph_t *, loom_value_t, int, const int64_t *, int,
@@ -675,6 +732,7 @@ int main(void) {
   TEST_RUN(test_gather);
   TEST_RUN(test_index_select_embedding);
   TEST_RUN(test_scatter_add);
+  TEST_RUN(test_scatter_add_column);
   TEST_RUN(test_reduce);
   return test_summary();
 }

@@ -217,3 +217,16 @@ loom_status_t loom_dropout(loom_graph_t *g, loom_value_t x, loom_value_t seed,
   return LOOM_OK;
 }
 
+bool ir_value_made_zeros(const loom_graph_t *g, int32_t v) {
+  const ir_value_t *val = &g->values[v];
+  if (val->kind == IR_VALUE_NODE) {
+    const ir_node_t *n = &g->nodes[val->node];
+    return n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 0) == 0;
+  }
+  if (val->kind != IR_VALUE_CONST || !val->data) return false;
+  const unsigned char *b = loom_tensor_data(val->data);
+  size_t bytes = (size_t)loom_tensor_numel(val->data) * loom_dtype_size(val->type.dtype);
+  for (size_t i = 0; i < bytes; i++)
+    if (b[i]) return false;
+  return true;
+}

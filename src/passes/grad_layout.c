@@ -418,22 +418,6 @@ static loom_status_t flat_positions(grad_ctx_t *c, int32_t index, int axis,
   return grad_scalar(c, 0, dt, out);
 }
 
-/* Whether value v is zeros by construction: a full of 0, or a constant
- * whose bytes are all 0. */
-static bool made_zeros(const loom_graph_t *g, int32_t v) {
-  const ir_value_t *val = &g->values[v];
-  if (val->kind == IR_VALUE_NODE) {
-    const ir_node_t *n = &g->nodes[val->node];
-    return n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 0) == 0;
-  }
-  if (val->kind != IR_VALUE_CONST || !val->data) return false;
-  const unsigned char *b = loom_tensor_data(val->data);
-  size_t bytes = (size_t)loom_tensor_numel(val->data) * loom_dtype_size(val->type.dtype);
-  for (size_t i = 0; i < bytes; i++)
-    if (b[i]) return false;
-  return true;
-}
-
 /* The column that index repeats along every dim but axis, where the
  * graph makes index so (an expand, or an add of zeros, of a value of
  * index's rank and dtype whose dims are 1 off axis and index's on it):
@@ -445,8 +429,8 @@ static int32_t repeated_column(const grad_ctx_t *c, int32_t index, int axis) {
   const ir_node_t *n = &g->nodes[g->values[index].node];
   int32_t col = -1;
   if (n->op == IR_OP_EXPAND) col = n->in[0];
-  else if (n->op == IR_OP_ADD && made_zeros(g, n->in[1])) col = n->in[0];
-  else if (n->op == IR_OP_ADD && made_zeros(g, n->in[0])) col = n->in[1];
+  else if (n->op == IR_OP_ADD && ir_value_made_zeros(g, n->in[1])) col = n->in[0];
+  else if (n->op == IR_OP_ADD && ir_value_made_zeros(g, n->in[0])) col = n->in[1];
   if (col < 0) return -1;
   const ir_type_t *ct = &g->values[col].type, *it = &g->values[index].type;
   if (ct->rank != it->rank || ct->dtype != it->dtype) return -1;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -18,6 +19,7 @@ typedef struct interp {
   loom_tensor_t **vals; /* tensor of each value, once computed */
   bool *owned;          /* vals[i] belongs to the interpreter */
   int64_t *last_use;    /* index of the last node reading each value */
+  bool *index_only;     /* read only as a scatter_add's index (index_view) */
   int64_t *syms;        /* symbol values, -1 while unbound */
   const be_backend_t *fast; /* whose eager kernels to try first, or NULL */
 } interp_t;
@@ -182,9 +184,59 @@ static bool take_over_input(interp_t *it, int64_t index, const ir_node_t *n) {
   return true;
 }
 
+/* An expand, or an integer add of zeros, whose output is read only as a
+ * scatter_add's index: its input (contiguous) seen through the output's
+ * shape with stride 0 along the broadcast dims, not copied (the eager
+ * scatter_add reads an index that repeats a column along every dim but
+ * the axis, a graph network's edge index spread over the features, a row
+ * at a time). The view takes over an input that dies here, borrows one
+ * that lives as long as the view (the run's inputs, parameters and
+ * constants, or a value read as late), and is not made of any other. The
+ * interpreter never writes a tensor it has handed to a later node, so a
+ * borrowed view reads what its input holds. */
+static bool index_view(interp_t *it, int64_t index, const ir_node_t *n) {
+  const loom_graph_t *g = it->g;
+  if (!it->fast || n->n_out != 1 || !it->index_only[n->out[0]]) return false;
+  const ir_type_t *t = &g->values[n->out[0]].type;
+  int32_t v = -1;
+  if (n->op == IR_OP_EXPAND) v = n->in[0];
+  else if (n->op != IR_OP_ADD || !dtype_is_int(t->dtype)) return false;
+  else if (ir_value_made_zeros(g, n->in[1])) v = n->in[0];
+  else if (ir_value_made_zeros(g, n->in[0])) v = n->in[1];
+  loom_tensor_t *x = v >= 0 ? it->vals[v] : NULL;
+  int64_t shape[LOOM_MAX_RANK], strides[LOOM_MAX_RANK];
+  /* taken over where it dies here, borrowed where it lives as long */
+  bool take = v >= 0 && it->owned[v] && it->last_use[v] == index;
+  if (!x || x->dtype != t->dtype || x->rank > t->rank || !tensor_is_contiguous(x) ||
+      (it->owned[v] && !take && it->last_use[v] < it->last_use[n->out[0]]) ||
+      output_shape(it, n, 0, shape) != LOOM_OK)
+    return false;
+  int64_t step = 1;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    int dx = d - (t->rank - x->rank);
+    int64_t size = dx >= 0 ? x->shape[dx] : 1;
+    if (size != 1 && size != shape[d]) return false; /* the kernel reports it */
+    strides[d] = size == 1 ? 0 : step;
+    step *= size;
+  }
+  loom_tensor_t *y = x;
+  if (take) {
+    y->rank = t->rank;
+    memcpy(y->shape, shape, sizeof(int64_t) * (size_t)t->rank);
+    memcpy(y->strides, strides, sizeof(int64_t) * (size_t)t->rank);
+    it->vals[v] = NULL;
+    it->owned[v] = false;
+  } else if (loom_tensor_wrap(t->dtype, t->rank, shape, strides, x->data, &y) != LOOM_OK) {
+    return false;
+  }
+  it->vals[n->out[0]] = y;
+  it->owned[n->out[0]] = true;
+  return true;
+}
+
 static loom_status_t run_node(interp_t *it, int64_t index) {
   const ir_node_t *n = &it->g->nodes[index];
-  if (take_over_input(it, index, n)) return LOOM_OK;
+  if (take_over_input(it, index, n) || index_view(it, index, n)) return LOOM_OK;
   const loom_tensor_t *ins[n->n_in > 0 ? n->n_in : 1];
   loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
   memset(outs, 0, sizeof outs);
@@ -198,10 +250,16 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
   ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
                      .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
   bool taken = s == LOOM_OK && it->fast && it->fast->eager(&call, &s);
+  loom_tensor_t *dense = NULL; /* an index view, for a reference kernel */
+  if (s == LOOM_OK && !taken && n->op == IR_OP_SCATTER_ADD && !tensor_is_contiguous(ins[1])) {
+    s = tensor_contiguous_copy(ins[1], &dense);
+    ins[1] = dense;
+  }
   if (s == LOOM_OK && !taken) {
     if (it->fast && !data_shaped) zero_outputs(n, outs);
     s = ref_kernels[n->op](&call);
   }
+  loom_tensor_destroy(dense);
   if (s == LOOM_OK && data_shaped) s = bind_outputs(it, n, outs);
   if (s != LOOM_OK) {
     for (int k = 0; k < n->n_out; k++) loom_tensor_destroy(outs[k]);
@@ -215,17 +273,26 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
 }
 
 /* last_use[v]: the last node reading v, counting assigns (which run after
- * every other node) as reading at the end; graph outputs live longest. */
+ * every other node) as reading at the end; graph outputs live longest.
+ * index_only[v]: v is read, and only as a scatter_add's index. */
 static void compute_last_use(interp_t *it) {
   loom_graph_t *g = it->g;
-  for (int64_t v = 0; v < g->n_values; v++) it->last_use[v] = -1;
+  for (int64_t v = 0; v < g->n_values; v++) {
+    it->last_use[v] = -1;
+    it->index_only[v] = true;
+  }
   for (int64_t i = 0; i < g->n_nodes; i++)
     for (int k = 0; k < g->nodes[i].n_in; k++) {
       int32_t v = g->nodes[i].in[k];
       int64_t at = is_assign(&g->nodes[i]) ? g->n_nodes : i;
       if (at > it->last_use[v]) it->last_use[v] = at;
+      it->index_only[v] &= g->nodes[i].op == IR_OP_SCATTER_ADD && k == 1;
     }
-  for (int64_t i = 0; i < g->n_outputs; i++) it->last_use[g->outputs[i]] = INT64_MAX;
+  for (int64_t i = 0; i < g->n_outputs; i++) {
+    it->last_use[g->outputs[i]] = INT64_MAX;
+    it->index_only[g->outputs[i]] = false;
+  }
+  for (int64_t v = 0; v < g->n_values; v++) it->index_only[v] &= it->last_use[v] >= 0;
 }
 
 /* Hands each graph output to the caller: the tensor itself when the
@@ -283,8 +350,9 @@ static loom_status_t interp_start(interp_t *it) {
   it->vals = core_calloc((size_t)nv, sizeof *it->vals);
   it->owned = core_calloc((size_t)nv, sizeof *it->owned);
   it->last_use = core_calloc((size_t)nv, sizeof *it->last_use);
+  it->index_only = core_calloc((size_t)nv, sizeof *it->index_only);
   it->syms = core_malloc(sizeof *it->syms * (size_t)(g->n_symbols + 1));
-  if (!it->vals || !it->owned || !it->last_use || !it->syms)
+  if (!it->vals || !it->owned || !it->last_use || !it->index_only || !it->syms)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory starting the interpreter");
   for (int i = 0; i < g->n_symbols; i++) it->syms[i] = -1;
   return LOOM_OK;
@@ -296,6 +364,7 @@ static void interp_end(interp_t *it) {
   core_free(it->vals);
   core_free(it->owned);
   core_free(it->last_use);
+  core_free(it->index_only);
   core_free(it->syms);
 }
 
