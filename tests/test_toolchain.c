@@ -12,7 +12,6 @@
  * test has its own cache directory under a fresh temporary one. */
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +28,7 @@
 #include "backend/cpu/parts.h"
 #include "backend/cpu/toolchain.h"
 #include "core/alloc.h"
+#include "core/cache_dir.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "harness.h"
@@ -42,14 +42,6 @@ static loom_status_t build(const char *source, cpu_module_t **m) {
   return cpu_module_build(source, (int64_t)strlen(source), answer_symbol, 1, m);
 }
 
-static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  (void)type;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 /* A new temporary directory, made the cache directory (LOOM_CACHE_DIR). */
 static void fresh_cache(void) {
   snprintf(root, sizeof root, "/tmp/loom-test-toolchain-XXXXXX");
@@ -60,7 +52,7 @@ static void fresh_cache(void) {
   unsetenv("LOOM_CC");
 }
 
-static void drop_cache(void) { nftw(root, remove_one, 8, FTW_DEPTH | FTW_PHYS); }
+static void drop_cache(void) { core_remove_tree(root); }
 
 static cpu_toolchain_stats_t stats(void) {
   cpu_toolchain_stats_t s;
