@@ -394,9 +394,11 @@ loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i);
  * flagged F_DATA_SHAPE, except a loop whose scan outputs have a constant
  * length (a constant trip count and no condition). */
 bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n);
-/* Whether value v is zeros by construction: a full of 0, or a constant
- * whose bytes are all 0 (src/ir/op_generate.c). */
-bool ir_value_made_zeros(const loom_graph_t *g, int32_t v);
+/* The value that node n only broadcasts, its elements unchanged: an
+ * expand's input, or the other operand of an integer add of zeros (a
+ * full of 0, or a constant whose bytes are all 0); -1 for any other node
+ * (src/ir/op_generate.c). */
+int32_t ir_broadcast_source(const loom_graph_t *g, const ir_node_t *n);
 
 /* ---- Cost (src/ir/op_contract.c) ------------------------------------------ */
 

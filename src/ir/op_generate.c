@@ -217,7 +217,8 @@ loom_status_t loom_dropout(loom_graph_t *g, loom_value_t x, loom_value_t seed,
   return LOOM_OK;
 }
 
-bool ir_value_made_zeros(const loom_graph_t *g, int32_t v) {
+/* Whether value v is zeros by construction. */
+static bool made_zeros(const loom_graph_t *g, int32_t v) {
   const ir_value_t *val = &g->values[v];
   if (val->kind == IR_VALUE_NODE) {
     const ir_node_t *n = &g->nodes[val->node];
@@ -229,4 +230,12 @@ bool ir_value_made_zeros(const loom_graph_t *g, int32_t v) {
   for (size_t i = 0; i < bytes; i++)
     if (b[i]) return false;
   return true;
+}
+
+int32_t ir_broadcast_source(const loom_graph_t *g, const ir_node_t *n) {
+  if (n->op == IR_OP_EXPAND) return n->in[0];
+  /* x + 0.0 is not x for x = -0.0: integers only */
+  if (n->op != IR_OP_ADD || !dtype_is_int(g->values[n->out[0]].type.dtype)) return -1;
+  if (made_zeros(g, n->in[1])) return n->in[0];
+  return made_zeros(g, n->in[0]) ? n->in[1] : -1;
 }

@@ -426,11 +426,7 @@ static loom_status_t flat_positions(grad_ctx_t *c, int32_t index, int axis,
 static int32_t repeated_column(const grad_ctx_t *c, int32_t index, int axis) {
   const loom_graph_t *g = c->g;
   if (g->values[index].kind != IR_VALUE_NODE) return -1;
-  const ir_node_t *n = &g->nodes[g->values[index].node];
-  int32_t col = -1;
-  if (n->op == IR_OP_EXPAND) col = n->in[0];
-  else if (n->op == IR_OP_ADD && ir_value_made_zeros(g, n->in[1])) col = n->in[0];
-  else if (n->op == IR_OP_ADD && ir_value_made_zeros(g, n->in[0])) col = n->in[1];
+  int32_t col = ir_broadcast_source(g, &g->nodes[g->values[index].node]);
   if (col < 0) return -1;
   const ir_type_t *ct = &g->values[col].type, *it = &g->values[index].type;
   if (ct->rank != it->rank || ct->dtype != it->dtype) return -1;

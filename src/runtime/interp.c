@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -198,11 +197,7 @@ static bool index_view(interp_t *it, int64_t index, const ir_node_t *n) {
   const loom_graph_t *g = it->g;
   if (!it->fast || n->n_out != 1 || !it->index_only[n->out[0]]) return false;
   const ir_type_t *t = &g->values[n->out[0]].type;
-  int32_t v = -1;
-  if (n->op == IR_OP_EXPAND) v = n->in[0];
-  else if (n->op != IR_OP_ADD || !dtype_is_int(t->dtype)) return false;
-  else if (ir_value_made_zeros(g, n->in[1])) v = n->in[0];
-  else if (ir_value_made_zeros(g, n->in[0])) v = n->in[1];
+  int32_t v = ir_broadcast_source(g, n);
   loom_tensor_t *x = v >= 0 ? it->vals[v] : NULL;
   int64_t shape[LOOM_MAX_RANK], strides[LOOM_MAX_RANK];
   /* taken over where it dies here, borrowed where it lives as long */
