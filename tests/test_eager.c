@@ -16,6 +16,7 @@
  * NaN, infinities, ties, and magnitudes spread so far that the order of
  * a sum shows in its result. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -718,6 +719,112 @@ static void test_reduce(void) {
   reduce_case(loom_sum, LOOM_I64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
 }
 
+/* ---- Elementwise runs in blocks --------------------------------------------- */
+
+/* Parameter p's elements, copied. */
+static float *param_copy(loom_graph_t *g, loom_value_t p, int64_t n) {
+  loom_tensor_t *t;
+  CHECK_OK(loom_graph_param_tensor(g, p, &t));
+  float *c = malloc(sizeof *c * (size_t)n);
+  memcpy(c, loom_tensor_data(t), sizeof *c * (size_t)n);
+  return c;
+}
+
+static void param_set(loom_graph_t *g, loom_value_t p, const float *v, int64_t n) {
+  loom_tensor_t *t;
+  CHECK_OK(loom_graph_param_tensor(g, p, &t));
+  memcpy(loom_tensor_data(t), v, sizeof *v * (size_t)n);
+}
+
+/* A run of elementwise nodes over rows x 300 elements (several blocks of
+ * the fast interpreter's, the last one short, or one when small): scalar
+ * nodes among them, nodes the eager kernels decline (pow, a cast to
+ * f64: the reference kernel's, on the block), values read after the run
+ * (outputs, and a sum, which ends it), a bool value, and three
+ * parameters: one assigned a value that its producer computes from it
+ * (written in place), one assigned a value read again, one read after
+ * its value is made (neither in place). Both interpreters must give the
+ * same bits, parameters included; each block runs through the nodes. */
+static void block_case(int64_t rows, bool take) {
+  const int64_t shape[2] = {rows, 300}, n = rows * 300;
+  loom_graph_t *g;
+  loom_value_t a, b, s, flag, p, q, r, c, sc, t[16];
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "a", LOOM_F32, 2, shape, &a));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 2, shape, &b));
+  CHECK_OK(loom_graph_input(g, "s", LOOM_F32, 0, NULL, &s));
+  CHECK_OK(loom_graph_input(g, "flag", LOOM_BOOL, 0, NULL, &flag));
+  loom_tensor_t *init = test_rand_tensor(LOOM_F32, 2, shape, -3, 3);
+  CHECK_OK(loom_graph_param(g, "p", LOOM_F32, 2, shape, init, &p));
+  CHECK_OK(loom_graph_param(g, "q", LOOM_F32, 2, shape, init, &q));
+  CHECK_OK(loom_graph_param(g, "r", LOOM_F32, 2, shape, init, &r));
+  CHECK_OK(loom_mul(g, a, b, &t[0]));
+  CHECK_OK(loom_full(g, 0, NULL, 2.0, LOOM_F32, &c)); /* scalar nodes inside */
+  CHECK_OK(loom_mul(g, s, c, &sc));
+  CHECK_OK(loom_add(g, t[0], sc, &t[1]));
+  CHECK_OK(loom_div(g, t[1], c, &t[2]));              /* an output */
+  CHECK_OK(loom_abs(g, t[2], &t[3]));
+  CHECK_OK(loom_sqrt(g, t[3], &t[4]));
+  CHECK_OK(loom_where(g, flag, t[4], a, &t[5]));
+  CHECK_OK(loom_pow(g, t[5], c, &t[6]));              /* the reference's kernel */
+  CHECK_OK(loom_maximum(g, t[6], b, &t[7]));
+  CHECK_OK(loom_gt(g, t[7], a, &t[8]));               /* bool, an output */
+  CHECK_OK(loom_where(g, t[8], t[7], p, &t[9]));
+  CHECK_OK(loom_assign(g, p, t[9]));                  /* read p later: not in place */
+  CHECK_OK(loom_assign(g, q, t[6]));                  /* read again: not in place */
+  CHECK_OK(loom_add(g, p, a, &t[10]));
+  CHECK_OK(loom_mul(g, r, t[10], &t[11]));
+  CHECK_OK(loom_where(g, flag, t[11], r, &t[12]));
+  CHECK_OK(loom_assign(g, r, t[12]));                 /* in place, from r itself */
+  CHECK_OK(loom_cast(g, t[7], LOOM_F64, &t[13]));
+  CHECK_OK(loom_sum(g, t[13], 0, NULL, 0, &t[14]));   /* reads t[13] after the run */
+  CHECK_OK(loom_graph_output(g, t[2]));
+  CHECK_OK(loom_graph_output(g, t[8]));
+  CHECK_OK(loom_graph_output(g, t[14]));
+  loom_tensor_t *in[4] = {test_rand_tensor(LOOM_F32, 2, shape, -3, 3),
+                          test_rand_tensor(LOOM_F32, 2, shape, -3, 3),
+                          test_tensor(LOOM_F32, 0, NULL, (double[]){0.75}),
+                          test_tensor(LOOM_BOOL, 0, NULL, (double[]){take})};
+  loom_value_t params[3] = {p, q, r};
+  float *start = param_copy(g, p, n), *want[3];
+  loom_tensor_t *out_want[3], *out_got[3];
+  CHECK_OK(loom_interpret(g, 4, in, 3, out_want));
+  for (int k = 0; k < 3; k++) {
+    want[k] = param_copy(g, params[k], n);
+    param_set(g, params[k], start, n);
+  }
+  CHECK_OK(rt_interpret(g, 4, in, 3, out_got, counting_cpu()));
+  int64_t blocks = (n + 4095) / 4096;
+  CHECK(eager_ran[IR_OP_DIV] == (n > 4096 ? blocks : 1)); /* each block through the node */
+  CHECK(eager_ran[IR_OP_MUL] == (n > 4096 ? 2 * blocks : 2) + 1); /* and s * 2 once */
+  for (int k = 0; k < 3; k++) {
+    int64_t m = loom_tensor_numel(out_want[k]);
+    CHECK(loom_tensor_numel(out_got[k]) == m && loom_tensor_dtype(out_got[k]) == loom_tensor_dtype(out_want[k]));
+    for (int64_t i = 0; i < m; i++) {
+      double x = test_get(out_got[k], i), y = test_get(out_want[k], i);
+      CHECK((x == y && signbit(x) == signbit(y)) || (isnan(x) && isnan(y)));
+    }
+    float *got = param_copy(g, params[k], n);
+    CHECK(!memcmp(got, want[k], sizeof *got * (size_t)n));
+    free(got);
+    free(want[k]);
+    loom_tensor_destroy(out_want[k]);
+    loom_tensor_destroy(out_got[k]);
+  }
+  free(start);
+  for (int k = 0; k < 4; k++) loom_tensor_destroy(in[k]);
+  loom_tensor_destroy(init);
+  loom_graph_destroy(g);
+}
+
+static void test_block_runs(void) {
+  for (int take = 0; take < 2; take++) {
+    block_case(37, take); /* 11100 elements: blocks of 4096, 4096, 2908 */
+    block_case(13, take); /* 3900: one block, node by node */
+    block_case(82, take); /* 24600: a short last block of 24 */
+  }
+}
+
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
@@ -734,5 +841,6 @@ int main(void) {
   TEST_RUN(test_scatter_add);
   TEST_RUN(test_scatter_add_column);
   TEST_RUN(test_reduce);
+  TEST_RUN(test_block_runs);
   return test_summary();
 }

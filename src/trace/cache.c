@@ -787,6 +787,7 @@ static void build_eager(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *buil
   loom_status_t s = builder->build(builder->ctx, &g, &unused);
   cache_builder_done(builder);
   if (s == LOOM_OK && !g) s = loom_fail(LOOM_ERR_INVALID, "the segment's builder returned no graph");
+  if (s == LOOM_OK) s = ir_verify(g); /* once: rt_interpret runs it unchecked */
   char *error = NULL;
   if (s != LOOM_OK) {
     loom_graph_destroy(g);
