@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "harness.h"
+#include "trace/trace_internal.h"
 #include "loom/trace.h"
 #include "loom/train.h"
 
@@ -406,6 +407,37 @@ static void test_adamw_wrapper(void) {
   loom_tensor_destroy(b);
 }
 
+/* A tiered trace (the default: a cache with a worker) runs its first
+ * optimizer steps in the fallback while the step compiles beside it, then
+ * the compiled step, with the state (moments, the step counter) carried
+ * over: the parameters follow the compiled graph's step by step
+ * throughout. The swap waits here for the compile, so that it falls
+ * between steps 1 and 2 every run. */
+static void test_tiered_swap(void) {
+  loom_optimizer_t os[N_CONFIGS];
+  configs(os);
+  for (int c = 1; c < N_CONFIGS; c += 3) { /* momentum SGD, AdamW */
+    model_t m;
+    static_step_t s = {0};
+    model_init(&m, LOOM_F64);
+    static_build(&s, &m, &os[c]);
+    loom_trace_options_t o;
+    loom_trace_options_init(&o);
+    loom_trace_t *t = NULL;
+    CHECK_OK(loom_trace_create(&o, &t));
+    for (int k = 0; k < STEPS && s.e; k++) {
+      traced_step(t, &m, k, &os[c]);
+      CHECK(tr_optim_compiled(t, k == 1) == (k >= 2));
+      static_run(&s, &m, k);
+      check_same_params(&m, &s, 1e-10);
+    }
+    loom_trace_destroy(t);
+    loom_executable_destroy(s.e);
+    loom_graph_destroy(s.g);
+    model_free(&m);
+  }
+}
+
 /* ---- Errors ------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -450,6 +482,7 @@ int main(void) {
   TEST_RUN(test_first_steps_by_hand);
   TEST_RUN(test_skips_and_state_against_reference);
   TEST_RUN(test_adamw_wrapper);
+  TEST_RUN(test_tiered_swap);
   TEST_RUN(test_errors);
   return test_summary();
 }

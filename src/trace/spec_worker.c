@@ -5,6 +5,7 @@
  * for a job still queued takes it out and compiles it itself. */
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/priority.h"
 #include "core/status.h"
 #include "trace/cache_internal.h"
 
@@ -73,6 +74,7 @@ void cache_job_promote(loom_cache_t *c, rt_entry_t *e) {
 
 static void *worker_main(void *arg) {
   loom_cache_t *c = arg;
+  core_thread_background(); /* its compiles: callers interpret meanwhile */
   pthread_mutex_lock(&c->lock);
   for (;;) {
     while (!c->queue_head && !c->stop) pthread_cond_wait(&c->work, &c->lock);
@@ -129,6 +131,8 @@ void cache_workers_stop(loom_cache_t *c) {
   c->workers = NULL;
   c->n_workers = 0;
 }
+
+bool rt_cache_has_workers(const loom_cache_t *c) { return c && c->n_workers > 0; }
 
 void rt_cache_drain(loom_cache_t *c) {
   if (!c) return;

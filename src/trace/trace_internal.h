@@ -594,6 +594,9 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 
 /* trace_optim.c */
 void tr_optim_destroy(loom_trace_t *t);
+/* Whether t's optimizer step runs compiled code, after waiting for its
+ * background compile when wait (tests); false before the first step. */
+bool tr_optim_compiled(loom_trace_t *t, bool wait);
 
 /* trace.c: the public API only. */
 

@@ -6,12 +6,20 @@
  * them in place, without copies in and out), its state (momentum buffers,
  * moments, step counters) in parameters of its own, which persist across
  * steps. Inputs: lr, then per parameter its gradient and whether it takes
- * the step. It calls only state.c of the tracer (the claim). */
+ * the step. A tiered trace runs the step in the fallback interpreter
+ * (eager kernels) while a copy of it compiles on a thread of its own,
+ * and swaps the copy in, with the state carried over, at the first step
+ * after the compile ends: a cold run's first step does not wait for the
+ * C compiler. It calls only state.c of the tracer (the claim). */
 #include <float.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
+#include "core/priority.h"
 #include "core/status.h"
 #include "core/storage.h"
 #include "core/tensor.h"
@@ -26,16 +34,41 @@ typedef struct tr_optim {
   int n;                  /* the trace's parameters when built */
   loom_value_t *params;   /* the graph's, per trace parameter */
   loom_tensor_t *take[2]; /* bool scalars false and true, bound per parameter */
+  /* Tiered: the same step compiling on `thread` into next->exe, its
+   * status in next->compiled once next->ready. */
+  struct tr_optim *next;
+  pthread_t thread;
+  bool joined;
+  atomic_bool ready;
+  int num_threads;        /* of the compile */
+  loom_status_t compiled;
+  char *why; /* the compile's error, when it failed */
 } tr_optim_t;
+
+/* Waits for a's background compile, if one is running. */
+static void optim_join(tr_optim_t *a) {
+  if (!a->next || a->joined) return;
+  pthread_join(a->thread, NULL);
+  a->joined = true;
+}
 
 static void optim_free(tr_optim_t *a) {
   if (!a) return;
+  optim_join(a);
+  optim_free(a->next);
+  core_free(a->why);
   loom_executable_destroy(a->exe);
   loom_graph_destroy(a->g);
   core_free(a->params);
   loom_tensor_destroy(a->take[0]);
   loom_tensor_destroy(a->take[1]);
   core_free(a);
+}
+
+bool tr_optim_compiled(loom_trace_t *t, bool wait) {
+  tr_optim_t *a = t->optim;
+  if (a && wait) optim_join(a);
+  return a && a->exe;
 }
 
 void tr_optim_destroy(loom_trace_t *t) {
@@ -133,10 +166,9 @@ static loom_status_t flags(tr_optim_t *a) {
   return LOOM_OK;
 }
 
-/* A new step for the trace's parameters and hyper, with the state of the
- * one it replaces. */
-static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
-                                 const char *fn) {
+/* A step for the trace's parameters and hyper, not compiled. */
+static loom_status_t optim_new(loom_trace_t *t, const loom_optimizer_t *hyper, const char *fn,
+                               tr_optim_t **out) {
   tr_optim_t *a = core_calloc(1, sizeof *a);
   if (!a) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
   a->n = (int)t->n_params;
@@ -145,8 +177,50 @@ static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
   loom_status_t s = a->params ? loom_graph_create(&a->g)
                               : loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
   if (s == LOOM_OK) s = optim_graph(t, a, fn);
+  if (s == LOOM_OK) s = ir_verify(a->g); /* once: the fallback runs it unchecked */
   if (s == LOOM_OK) s = flags(a);
-  if (s == LOOM_OK) s = optim_compile(t, a);
+  if (s != LOOM_OK) optim_free(a);
+  else *out = a;
+  return s;
+}
+
+/* The background compile: reads only b's graph (its structure; the
+ * parameters' values, which the running step updates, are not read). */
+static void *compile_main(void *arg) {
+  tr_optim_t *b = arg;
+  core_thread_background();
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = b->num_threads;
+  b->compiled = loom_compile(b->g, &o, &b->exe);
+  if (b->compiled != LOOM_OK) b->why = core_strdup(loom_last_error());
+  atomic_store_explicit(&b->ready, true, memory_order_release);
+  return NULL;
+}
+
+/* Starts compiling a copy of a beside the trace (a tiered trace whose
+ * cache has workers), or compiles a now. */
+static loom_status_t optim_start(loom_trace_t *t, tr_optim_t *a, const char *fn) {
+  if (!t->opt.compile) return LOOM_OK;
+  if (!t->opt.tiered || !rt_cache_has_workers(t->cache)) return optim_compile(t, a);
+  tr_optim_t *b;
+  LOOM_TRY(optim_new(t, &a->hyper, fn, &b));
+  b->num_threads = t->opt.num_threads;
+  if (pthread_create(&a->thread, NULL, compile_main, b) != 0) {
+    optim_free(b);
+    return optim_compile(t, a);
+  }
+  a->next = b;
+  return LOOM_OK;
+}
+
+/* A new step for the trace's parameters and hyper, with the state of the
+ * one it replaces. */
+static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
+                                 const char *fn) {
+  tr_optim_t *a;
+  LOOM_TRY(optim_new(t, hyper, fn, &a));
+  loom_status_t s = optim_start(t, a, fn);
   if (s != LOOM_OK) {
     optim_free(a);
     return s;
@@ -155,6 +229,25 @@ static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
   optim_free(t->optim);
   t->optim = a;
   return LOOM_OK;
+}
+
+/* The compiled copy in place of the interpreted step, once its compile
+ * ended: with the state so far. A failed compile leaves the step in the
+ * fallback, as a segment's does (LOOM_LOG=compile says why). */
+static void optim_swap(loom_trace_t *t) {
+  tr_optim_t *a = t->optim, *b = a->next;
+  if (!b || !atomic_load_explicit(&b->ready, memory_order_acquire)) return;
+  optim_join(a);
+  a->next = NULL;
+  if (b->compiled != LOOM_OK || !b->exe) {
+    core_log(LOG_COMPILE, "the optimizer step stays in the fallback: %s",
+             b->why ? b->why : "no executable");
+    optim_free(b);
+    return;
+  }
+  carry_state(b, a);
+  optim_free(a);
+  t->optim = b;
 }
 
 /* Runs the step: lr, and per parameter its gradient (zeros when none
@@ -189,6 +282,7 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
   if (!(lr >= 0 && lr <= DBL_MAX))
     return loom_fail(LOOM_ERR_INVALID, "%s: lr %g must be finite and >= 0", fn, lr);
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
+  optim_swap(t);
   loom_status_t s = optim_run(t, lr);
   /* the parameters changed (in part, if the run failed) */
   t->tape.stale = t->tape.n;
