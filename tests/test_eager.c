@@ -719,6 +719,42 @@ static void test_reduce(void) {
   reduce_case(loom_sum, LOOM_I64, 2, (int64_t[]){4, 5}, 1, (int64_t[]){0}, 0, DECLINES);
 }
 
+/* pad with a constant runs eager for any dtype (zero and nonzero fills,
+ * -0.0 and NaN fills bit for bit, pads of 0 on some sides, ranks 1-4, an
+ * empty input); a crop and the reflect and edge modes are the reference
+ * kernel's. */
+static void pad_case(loom_dtype_t dt, int rank, const int64_t *shape, const int64_t *pads,
+                     loom_pad_mode_t mode, double value, expect_t e) {
+  loom_graph_t *g;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", dt, rank, shape, &x));
+  CHECK_OK(loom_pad(g, x, pads, mode, value, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_rand_tensor(dt, rank, shape, -9, 9);
+  expect(g, 1, &in, e);
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void test_pad(void) {
+  const loom_dtype_t dts[3] = {LOOM_F32, LOOM_I64, LOOM_BOOL};
+  for (int k = 0; k < 3; k++) {
+    pad_case(dts[k], 1, (int64_t[]){5}, (int64_t[]){2, 3}, LOOM_PAD_CONSTANT, 0, RUNS);
+    pad_case(dts[k], 2, (int64_t[]){3, 4}, (int64_t[]){1, 0, 2, 5}, LOOM_PAD_CONSTANT, 1, RUNS);
+  }
+  pad_case(LOOM_F32, 3, (int64_t[]){2, 3, 4}, (int64_t[]){0, 1, 2, 1, 0, 3}, LOOM_PAD_CONSTANT,
+           -0.0, RUNS);
+  pad_case(LOOM_F32, 4, (int64_t[]){2, 1, 3, 2}, (int64_t[]){1, 0, 0, 1, 0, 2, 1, 0},
+           LOOM_PAD_CONSTANT, NAN, RUNS);
+  pad_case(LOOM_F32, 2, (int64_t[]){3, 0}, (int64_t[]){1, 1, 1, 1}, LOOM_PAD_CONSTANT, 2.5, RUNS);
+  pad_case(LOOM_F64, 2, (int64_t[]){4, 3}, (int64_t[]){0, 0, 0, 0}, LOOM_PAD_CONSTANT, 7, RUNS);
+  pad_case(LOOM_F32, 2, (int64_t[]){4, 5}, (int64_t[]){-1, 2, 0, 1}, LOOM_PAD_CONSTANT, 0,
+           DECLINES);
+  pad_case(LOOM_F32, 2, (int64_t[]){4, 5}, (int64_t[]){1, 2, 1, 2}, LOOM_PAD_REFLECT, 0, DECLINES);
+  pad_case(LOOM_F32, 2, (int64_t[]){4, 5}, (int64_t[]){1, 2, 1, 2}, LOOM_PAD_EDGE, 0, DECLINES);
+}
+
 /* ---- Elementwise runs in blocks --------------------------------------------- */
 
 /* Parameter p's elements, copied. */
@@ -841,6 +877,7 @@ int main(void) {
   TEST_RUN(test_scatter_add);
   TEST_RUN(test_scatter_add_column);
   TEST_RUN(test_reduce);
+  TEST_RUN(test_pad);
   TEST_RUN(test_block_runs);
   return test_summary();
 }

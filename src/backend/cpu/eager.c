@@ -6,7 +6,8 @@
  * copies, not through the reference kernels' per-element dtype dispatch
  * in double. They cover:
  *   - matmul of f32 (here);
- *   - concat, split, and slice with steps of 1, of any dtype (here);
+ *   - concat, split, slice with steps of 1, and pad with a constant
+ *     (no crop), of any dtype (here);
  *   - expand, of any dtype (eager_elementwise.c);
  *   - f32 and i64 add, sub, mul; f32 div, maximum, minimum and the unary
  *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
@@ -149,6 +150,41 @@ static bool eager_slice(ref_call_t *c, loom_status_t *status) {
   return true;
 }
 
+/* pad, constant mode, pads of 0 and up (a crop is the reference's): the
+ * output filled with the value, stored as the reference stores it, then
+ * the input's rows copied into its interior. */
+static bool eager_pad(ref_call_t *c, loom_status_t *status) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int r = x->rank;
+  size_t es = loom_dtype_size(x->dtype);
+  const int64_t *pads = NULL;
+  if (r == 0 || es > 8 || y->dtype != x->dtype || y->rank != r ||
+      ir_op_int(c->node->op, c->attrs, "mode") != LOOM_PAD_CONSTANT ||
+      ir_attr_ints(c->attrs, "pads", &pads) != 2 * r)
+    return false;
+  for (int d = 0; d < r; d++)
+    if (pads[d] < 0 || pads[d + r] < 0 || y->shape[d] != x->shape[d] + pads[d] + pads[d + r])
+      return false;
+  unsigned char fill[8] = {0}, zero[8] = {0};
+  dtype_store_f64(y->dtype, fill, ir_op_float(c->node->op, c->attrs, "value"));
+  int64_t n = loom_tensor_numel(y);
+  if (!memcmp(fill, zero, es)) memset(y->data, 0, (size_t)n * es);
+  else
+    for (int64_t i = 0; i < n; i++) memcpy((char *)y->data + (size_t)i * es, fill, es);
+  int64_t len = x->shape[r - 1] * (int64_t)es, rows = prod(0, r - 1, x->shape);
+  int64_t stride[LOOM_MAX_RANK], idx[LOOM_MAX_RANK] = {0};
+  for (int d = r - 1; d >= 0; d--) stride[d] = d == r - 1 ? 1 : stride[d + 1] * y->shape[d + 1];
+  for (int64_t i = 0; len > 0 && i < rows; i++) {
+    int64_t at = pads[r - 1];
+    for (int d = 0; d < r - 1; d++) at += (pads[d] + idx[d]) * stride[d];
+    memcpy((char *)y->data + at * (int64_t)es, (const char *)x->data + i * len, (size_t)len);
+    for (int d = r - 2; d >= 0 && ++idx[d] == x->shape[d]; d--) idx[d] = 0;
+  }
+  *status = LOOM_OK;
+  return true;
+}
+
 bool cpu_eager(ref_call_t *c, loom_status_t *status) {
   ir_op_t op = c->node->op;
   /* assigns write state, data-shaped ops make their own outputs */
@@ -160,6 +196,7 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_CONCAT: return eager_join(c, true, status);
     case IR_OP_SPLIT: return eager_join(c, false, status);
     case IR_OP_SLICE: return c->in[0]->rank > 0 && eager_slice(c, status);
+    case IR_OP_PAD: return eager_pad(c, status);
     case IR_OP_WHERE: return cpu_eager_where(c, status);
     case IR_OP_EXPAND: return cpu_eager_expand(c, status);
     case IR_OP_GATHER:
