@@ -79,7 +79,7 @@ static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
 static loom_status_t backward_entry(loom_trace_t *t, tape_rec_t *r, rt_entry_t **e) {
   rt_get_result_t res = RT_FAILED;
   *e = NULL;
-  if (t->opt.compile) {
+  if (t->opt.compile && !r->eager_only) {
     *e = rt_cache_lookup(t->cache, &r->key);
     res = RT_READY;
     if (!*e) {

@@ -352,11 +352,12 @@ static loom_status_t push_tape(loom_trace_t *t, seg_work_t *w, const rt_key_t *k
     for (int k = 0; k < w->n_groups; k++)
       sizes[w->n_syms + w->n_groups + k] = t->sym_values[w->group_sym[k]];
   }
-  if (s == LOOM_OK)
+  if (s == LOOM_OK) {
     s = tape_push_segment(t, bwd, key, w->n_ins, w->ins, w->n_outs, w->outs,
                           n_total - w->n_outs, outs + w->n_outs,
                           w->bucket ? sizes : NULL);
-  else
+    if (s == LOOM_OK) t->tape.recs[t->tape.n - 1].eager_only = w->stand_in;
+  } else
     for (int i = w->n_outs; i < n_total; i++) loom_tensor_destroy(outs[i]);
   seg_desc_release(bwd);
   return s;
@@ -435,9 +436,11 @@ static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
 
 /* The segment in the fallback interpreter, on its eager entry (its graph
  * built once per key and kept by the cache, as a compiled one is), under
- * the key it would compile under: a bucketed key runs padded, and its
- * backward is keyed as a compiled forward's would be. When the padding
- * cannot apply, with the bucketed dims symbolic. */
+ * the key it would compile under, so that its backward is keyed as a
+ * compiled forward's would be. A bucketed segment runs at its real sizes
+ * instead, its bucketed dims symbolic: the fallback's kernels take any
+ * size, and padding and masking only cost there (the GNN's masked edge
+ * index, materialized and scattered a value at a time, tripled a step). */
 static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                                  rt_entry_t **e) {
   seg_desc_t *d = NULL;
@@ -447,11 +450,12 @@ static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t 
 
 static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   rt_entry_t *e = NULL;
-  loom_status_t s = eager_entry(t, w, key, &e);
-  if (s != LOOM_OK && w->bucket) {
-    LOOM_TRY(unpadded(t, w, key));
-    s = eager_entry(t, w, key, &e);
+  if (w->bucket) {
+    LOOM_TRY(seg_input_types(t, w, SEG_NO_BUCKETS));
+    seg_make_key(t, w, w->train ? 1 : 0, key);
+    w->stand_in = true;
   }
+  loom_status_t s = eager_entry(t, w, key, &e);
   if (s != LOOM_OK && s != LOOM_ERR_NOMEM && w->n_syms > 0) { /* symbolic would not build */
     core_log(LOG_BREAKS, "segment %016llx: its symbolic graph failed (%s): exact sizes",
              (unsigned long long)w->id.site, loom_last_error());

@@ -303,6 +303,10 @@ typedef struct tape_rec {
    * then b0.. at their buckets: bwd->n_syms + bwd->n_groups) and each
    * group's real size after them; NULL otherwise. */
   int64_t *sizes;
+  /* The forward stood in for a bucketed key in the fallback, at its real
+   * sizes: its backward runs there too, never compiling a key the policy
+   * did not ask for. */
+  bool eager_only;
   /* TAPE_CALLBACK: the op (copied: the caller's may be on its stack) */
   loom_host_op_t op;
 } tape_rec_t;
@@ -413,8 +417,11 @@ struct loom_trace {
  * so nothing is cleared per cut). */
 typedef struct seg_work {
   /* seg_input_types: bucketed symbols keyed as symbolic (the padding
-   * could not apply to this segment) */
+   * could not apply to this segment, or it runs in the fallback) */
   bool no_buckets;
+  /* A bucketed segment run in the fallback, unpadded: its tape record's
+   * backward does not compile (segment_run.c's interpret) */
+  bool stand_in;
   uint32_t epoch;
   uint32_t *node_mark; /* == epoch: the node is in the cone */
   int32_t *node_pos;   /* its position in the cone */
