@@ -152,7 +152,8 @@ static const struct {
 enum { N_BROADCASTS = sizeof broadcasts / sizeof *broadcasts };
 
 static void test_binary_broadcasts(void) {
-  binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_maximum, loom_minimum};
+  binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_mod, loom_maximum,
+                         loom_minimum};
   binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul};
   for (size_t s = 0; s < N_BROADCASTS; s++) {
     int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
@@ -167,6 +168,41 @@ static void test_binary_broadcasts(void) {
   binary_case(loom_add, LOOM_F64, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
   binary_case(loom_add, LOOM_I32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
   binary_case(loom_pow, LOOM_F32, 2, (int64_t[]){3, 4}, 1, (int64_t[]){4}, false, false);
+}
+
+/* i64 mod (Python's: the divisor's sign) over the broadcast layouts, with
+ * divisors of either sign, INT64_MIN by -1; a divisor of 0 anywhere
+ * leaves the node to the reference kernel, which fails. */
+static void mod_case(int ra, const int64_t *sa, int rb, const int64_t *sb, bool zero) {
+  loom_graph_t *g;
+  loom_value_t a, b, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "a", LOOM_I64, ra, sa, &a));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_I64, rb, sb, &b));
+  CHECK_OK(loom_mod(g, a, b, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[2] = {test_rand_tensor(LOOM_I64, ra, sa, -50, 50),
+                          test_rand_tensor(LOOM_I64, rb, sb, -7, 7)};
+  int64_t *pa = loom_tensor_data(in[0]), *pb = loom_tensor_data(in[1]);
+  int64_t nb = loom_tensor_numel(in[1]);
+  for (int64_t i = 0; i < nb; i++) pb[i] = pb[i] ? pb[i] : -1;
+  if (loom_tensor_numel(in[0]) > 0) pa[0] = INT64_MIN;
+  if (zero && nb > 0) pb[nb - 1] = 0;
+  if (zero) agree_fails(g, 2, in);
+  else agree(g, 2, in, 0);
+  CHECK(ran_last(g) == !zero);
+  loom_tensor_destroy(in[0]);
+  loom_tensor_destroy(in[1]);
+  loom_graph_destroy(g);
+}
+
+static void test_mod(void) {
+  for (size_t s = 0; s < N_BROADCASTS; s++) {
+    mod_case(broadcasts[s].ra, broadcasts[s].sa, broadcasts[s].rb, broadcasts[s].sb, false);
+    bool empty = (broadcasts[s].ra && !broadcasts[s].sa[0]) || (broadcasts[s].rb && !broadcasts[s].sb[0]);
+    if (!empty) /* an empty output divides nothing */
+      mod_case(broadcasts[s].ra, broadcasts[s].sa, broadcasts[s].rb, broadcasts[s].sb, true);
+  }
 }
 
 /* Comparisons of f32 (NaN and infinities among them) and i64 give bool,
@@ -864,6 +900,7 @@ static void test_block_runs(void) {
 int main(void) {
   test_seed(17);
   TEST_RUN(test_binary_broadcasts);
+  TEST_RUN(test_mod);
   TEST_RUN(test_compare);
   TEST_RUN(test_where);
   TEST_RUN(test_unary);

@@ -9,7 +9,8 @@
  *   - concat, split, slice with steps of 1, and pad with a constant
  *     (no crop), of any dtype (here);
  *   - expand, of any dtype (eager_elementwise.c);
- *   - f32 and i64 add, sub, mul; f32 div, maximum, minimum and the unary
+ *   - f32 and i64 add, sub, mul and mod (Python's; an i64 divisor of 0
+ *     is the reference's, which fails); f32 div, maximum, minimum and the unary
  *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
  *     ne, lt, le, gt, ge of f32 or i64, giving bool; where, sides of any
  *     dtype (eager_elementwise.c), all with NumPy broadcasting;
@@ -21,7 +22,7 @@
  * an index out of range, whose error the reference kernel gives.
  *
  * Results are the reference's bits except matmul's and those of exp,
- * tanh and sigmoid: f32 add, sub, mul and div are exact roundings of the
+ * tanh and sigmoid: f32 add, sub, mul, div and mod are exact roundings of the
  * double results the reference rounds, the other unary ops round the
  * same or compute in double as the reference does, comparisons are
  * exact, scatter_add, sum and mean add in double in the reference's

@@ -124,10 +124,24 @@ EW_BINARY(div, float, float, x / z)
 /* NaN from either side, as the reference's maximum and minimum. */
 EW_BINARY(maximum, float, float, x != x || z != z ? x + z : (x > z ? x : z))
 EW_BINARY(minimum, float, float, x != x || z != z ? x + z : (x < z ? x : z))
+/* Python's %: the result takes the divisor's sign; f32 in double, rounded
+ * once, as the reference computes it. An i64 divisor of 0 never reaches
+ * here (cpu_eager_elementwise leaves it to the reference, which fails). */
+static inline double mod_f64(double a, double b) {
+  double r = fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+static inline int64_t mod_i64(int64_t a, int64_t b) {
+  if (b == -1) return 0; /* INT64_MIN % -1 traps */
+  int64_t r = a % b;
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+EW_BINARY(mod, float, float, (float)mod_f64(x, z))
 /* i64 wraps (computed unsigned), as the reference does. */
 EW_BINARY(add_i64, int64_t, int64_t, (int64_t)((uint64_t)x + (uint64_t)z))
 EW_BINARY(sub_i64, int64_t, int64_t, (int64_t)((uint64_t)x - (uint64_t)z))
 EW_BINARY(mul_i64, int64_t, int64_t, (int64_t)((uint64_t)x * (uint64_t)z))
+EW_BINARY(mod_i64, int64_t, int64_t, mod_i64(x, z))
 
 /* Comparisons give bool (one byte, 0 or 1). An f32 compares as the double
  * the reference converts it to: exactly, NaN unordered. */
@@ -184,6 +198,7 @@ static ew_run_fn ew_kernel_f32(ir_op_t op) {
     case IR_OP_SUB: return sub_run;
     case IR_OP_MUL: return mul_run;
     case IR_OP_DIV: return div_run;
+    case IR_OP_MOD: return mod_run;
     case IR_OP_MAXIMUM: return maximum_run;
     case IR_OP_MINIMUM: return minimum_run;
     case IR_OP_NEG: return neg_run;
@@ -201,8 +216,17 @@ static ew_run_fn ew_kernel_i64(ir_op_t op) {
     case IR_OP_ADD: return add_i64_run;
     case IR_OP_SUB: return sub_i64_run;
     case IR_OP_MUL: return mul_i64_run;
+    case IR_OP_MOD: return mod_i64_run;
     default: return NULL;
   }
+}
+
+/* Whether an i64 tensor holds a 0 (a divisor the reference must report). */
+static bool has_zero(const loom_tensor_t *t) {
+  const int64_t *v = t->data;
+  bool zero = false;
+  for (int64_t i = 0, n = loom_tensor_numel(t); i < n; i++) zero |= v[i] == 0;
+  return zero;
 }
 
 /* The run of op for inputs of dtype in and an output of dtype out. */
@@ -228,7 +252,7 @@ bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status) {
     return true;
   }
   ew_run_fn run = ew_kernel(c->node->op, dt, y->dtype);
-  if (!run) return false;
+  if (!run || (c->node->op == IR_OP_MOD && dt == LOOM_I64 && has_zero(c->in[1]))) return false;
   *status = LOOM_OK;
   if (loom_tensor_numel(y) == 0) return true;
   ew_shape_t s;
