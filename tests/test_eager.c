@@ -791,6 +791,45 @@ static void test_pad(void) {
   pad_case(LOOM_F32, 2, (int64_t[]){4, 5}, (int64_t[]){1, 2, 1, 2}, LOOM_PAD_EDGE, 0, DECLINES);
 }
 
+/* softmax and log_softmax of f32 along each axis (negative ones too),
+ * bit for bit: lines with NaN, +inf, a line of -inf (NaN out), values
+ * far apart; f64 is the reference kernel's. */
+static void softmax_case(bool log_form, loom_dtype_t dt, int rank, const int64_t *shape,
+                         int64_t axis, bool eager) {
+  loom_graph_t *g;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", dt, rank, shape, &x));
+  CHECK_OK(log_form ? loom_log_softmax(g, x, axis, &y) : loom_softmax(g, x, axis, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_rand_tensor(dt, rank, shape, -30, 30);
+  int64_t n = loom_tensor_numel(in);
+  if (dt == LOOM_F32 && n >= 12) {
+    float *p = loom_tensor_data(in);
+    p[1] = NAN;
+    p[5] = INFINITY;
+    p[7] = 80.0f;
+  }
+  if (dt == LOOM_F32 && rank == 2 && shape[1] >= 2 && shape[0] >= 3 && axis == 1)
+    for (int64_t j = 0; j < shape[1]; j++) ((float *)loom_tensor_data(in))[2 * shape[1] + j] = -INFINITY;
+  agree(g, 1, &in, 0);
+  CHECK(ran_last(g) == eager);
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void test_softmax(void) {
+  for (int lf = 0; lf < 2; lf++) {
+    softmax_case(lf, LOOM_F32, 2, (int64_t[]){5, 7}, 1, true);
+    softmax_case(lf, LOOM_F32, 2, (int64_t[]){5, 7}, 0, true);
+    softmax_case(lf, LOOM_F32, 3, (int64_t[]){3, 4, 6}, -2, true);
+    softmax_case(lf, LOOM_F32, 3, (int64_t[]){3, 4, 6}, -1, true);
+    softmax_case(lf, LOOM_F32, 1, (int64_t[]){9}, 0, true);
+    softmax_case(lf, LOOM_F32, 2, (int64_t[]){0, 4}, 1, true);
+    softmax_case(lf, LOOM_F64, 2, (int64_t[]){5, 7}, 1, false);
+  }
+}
+
 /* ---- Elementwise runs in blocks --------------------------------------------- */
 
 /* Parameter p's elements, copied. */
@@ -915,6 +954,7 @@ int main(void) {
   TEST_RUN(test_scatter_add_column);
   TEST_RUN(test_reduce);
   TEST_RUN(test_pad);
+  TEST_RUN(test_softmax);
   TEST_RUN(test_block_runs);
   return test_summary();
 }

@@ -17,7 +17,8 @@
  *   - gather, index_select and embedding of any dtype, scatter_add of f32
  *     whose index and src have one shape, equal to self's off the axis;
  *     i64 or i32 indices (eager_index.c);
- *   - sum and mean of f32 over adjacent axes (eager_reduce.c).
+ *   - sum and mean of f32 over adjacent axes, softmax and log_softmax of
+ *     f32 (eager_reduce.c).
  * Every other op, dtype or layout is the reference kernels', and so is
  * an index out of range, whose error the reference kernel gives.
  *
@@ -26,7 +27,8 @@
  * double results the reference rounds, the other unary ops round the
  * same or compute in double as the reference does, comparisons are
  * exact, scatter_add, sum and mean add in double in the reference's
- * order and round once. matmul accumulates in f32, and exp, tanh and
+ * order and round once, softmax and log_softmax compute each line in
+ * double as it does. matmul accumulates in f32, and exp, tanh and
  * sigmoid compute in float (float_math.h, within a few ulp), as compiled
  * code does: libm's double functions were a quarter of an LSTM's time in
  * the fallback. */
@@ -206,6 +208,8 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_SCATTER_ADD: return cpu_eager_scatter_add(c, status);
     case IR_OP_SUM:
     case IR_OP_MEAN: return cpu_eager_reduce(c, status);
+    case IR_OP_SOFTMAX:
+    case IR_OP_LOG_SOFTMAX: return cpu_eager_softmax(c, status);
     default: break;
   }
   return cpu_eager_elementwise(c, status);

@@ -32,7 +32,8 @@ typedef void (*cpu_eager_math_fn)(float *y, const float *a, int64_t n);
 cpu_eager_math_fn cpu_eager_math(ir_op_t op);
 cpu_eager_math_fn cpu_eager_math_isa(ir_op_t op, core_isa_t isa);
 
-/* eager_reduce.c: sum and mean */
+/* eager_reduce.c: sum and mean; softmax and log_softmax */
 bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status);
+bool cpu_eager_softmax(ref_call_t *c, loom_status_t *status);
 
 #endif

@@ -2,8 +2,14 @@
  * axes that are adjacent (size-1 dims aside). Viewed as (outer, n,
  * inner) reduced to (outer, inner), each output adds its n elements in
  * order into a double from 0 and rounds once (mean: divides by n first),
- * as the reference does, so the bits are the same. */
+ * as the reference does, so the bits are the same. Softmax and
+ * log_softmax of f32 along an axis compute each line in double as the
+ * reference does (its maximum, the sum of e^(x - max) in order, then
+ * each element), e^x once per element and the log once per line. */
+#include <math.h>
+
 #include "backend/cpu/eager.h"
+#include "core/alloc.h"
 
 /* Outputs summed at once: a block of inner's, their sums in registers
  * or L1 while the n rows stream past. */
@@ -56,6 +62,40 @@ bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status) {
   float *to = y->data;
   for (int64_t o = 0; o < outer; o++)
     reduce_rows(to + o * inner, from + o * n * inner, n, inner, c->node->op == IR_OP_MEAN);
+  *status = LOOM_OK;
+  return true;
+}
+
+/* softmax (log_form: log_softmax) of the line of n elements at x, `step`
+ * apart; e holds n doubles. */
+static void softmax_line(float *y, const float *x, int64_t n, int64_t step, bool log_form,
+                         double *e) {
+  double max = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < n; j++) max = fmax(max, (double)x[j * step]);
+  for (int64_t j = 0; j < n; j++) sum += e[j] = exp((double)x[j * step] - max);
+  if (log_form) {
+    double log_sum = log(sum);
+    for (int64_t j = 0; j < n; j++) y[j * step] = (float)(((double)x[j * step] - max) - log_sum);
+  } else {
+    for (int64_t j = 0; j < n; j++) y[j * step] = (float)(e[j] / sum);
+  }
+}
+
+bool cpu_eager_softmax(ref_call_t *c, loom_status_t *status) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  if (x->dtype != LOOM_F32 || y->dtype != LOOM_F32 || x->rank == 0) return false;
+  int64_t axis = ir_op_int(c->node->op, c->attrs, "axis");
+  if (axis < 0) axis += x->rank;
+  int64_t outer = prod(0, (int)axis, x->shape), n = x->shape[axis];
+  int64_t inner = prod((int)axis + 1, x->rank, x->shape);
+  double *e = core_malloc(sizeof *e * (size_t)(n ? n : 1));
+  if (!e) return false; /* the reference's, which needs no scratch */
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++)
+      softmax_line((float *)y->data + o * n * inner + i, (const float *)x->data + o * n * inner + i,
+                   n, inner, c->node->op == IR_OP_LOG_SOFTMAX, e);
+  core_free(e);
   *status = LOOM_OK;
   return true;
 }
