@@ -16,21 +16,33 @@
  * NaN, infinities, ties, and magnitudes spread so far that the order of
  * a sum shows in its result. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/eager.h"
+#include "core/pool.h"
 #include "harness.h"
 #include "runtime/interp.h"
 
+/* The threads rt_interpret lends its eager kernels and block runs in
+ * the cases that set it (NULL: the calling thread). */
+static core_pool_t *pool;
+
 /* Nodes of each op that the eager kernels ran (rather than declined) in
  * the last run through counting_cpu. */
-static int eager_ran[IR_OP_COUNT];
+static _Atomic int eager_ran[IR_OP_COUNT]; /* block runs count from the pool's threads */
+
+/* Eager calls made on a thread other than main's (a pool's). */
+static pthread_t main_thread;
+static _Atomic int off_main;
 
 static bool counting_eager(ref_call_t *c, loom_status_t *status) {
   bool ran = be_find("cpu")->eager(c, status);
   if (ran) eager_ran[c->node->op]++;
+  if (!pthread_equal(pthread_self(), main_thread)) off_main++;
   return ran;
 }
 
@@ -39,7 +51,7 @@ static const be_backend_t *counting_cpu(void) {
   static be_backend_t b;
   b = *be_find("cpu");
   b.eager = counting_eager;
-  memset(eager_ran, 0, sizeof eager_ran);
+  for (int op = 0; op < IR_OP_COUNT; op++) atomic_store(&eager_ran[op], 0);
   return &b;
 }
 
@@ -50,7 +62,7 @@ static void agree_within(loom_graph_t *g, int n_in, loom_tensor_t *const *in, do
   int n_out = loom_graph_num_outputs(g);
   loom_tensor_t *want[4] = {0}, *got[4] = {0};
   CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
-  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, counting_cpu()));
+  CHECK_OK(rt_interpret(g, n_in, in, n_out, got, counting_cpu(), pool));
   for (int k = 0; k < n_out; k++) {
     if (!want[k] || !got[k]) continue;
     CHECK(loom_tensor_dtype(got[k]) == loom_tensor_dtype(want[k]));
@@ -88,7 +100,7 @@ static void agree_fails(loom_graph_t *g, int n_in, loom_tensor_t *const *in) {
   loom_status_t want = loom_interpret(g, n_in, in, n_out, out);
   char message[512];
   snprintf(message, sizeof message, "%s", loom_last_error());
-  loom_status_t got = rt_interpret(g, n_in, in, n_out, out, counting_cpu());
+  loom_status_t got = rt_interpret(g, n_in, in, n_out, out, counting_cpu(), pool);
   CHECK(want != LOOM_OK);
   CHECK(got == want);
   CHECK(strcmp(loom_last_error(), message) == 0);
@@ -904,7 +916,7 @@ static void block_case(int64_t rows, bool take) {
     want[k] = param_copy(g, params[k], n);
     param_set(g, params[k], start, n);
   }
-  CHECK_OK(rt_interpret(g, 4, in, 3, out_got, counting_cpu()));
+  CHECK_OK(rt_interpret(g, 4, in, 3, out_got, counting_cpu(), pool));
   int64_t blocks = (n + 4095) / 4096;
   CHECK(eager_ran[IR_OP_DIV] == (n > 4096 ? blocks : 1)); /* each block through the node */
   CHECK(eager_ran[IR_OP_MUL] == (n > 4096 ? 2 * blocks : 2) + 1); /* and s * 2 once */
@@ -936,8 +948,28 @@ static void test_block_runs(void) {
   }
 }
 
+/* With threads lent (2 and 3: blocks split unevenly), the block runs and
+ * matmuls give the same results as on one thread; a run of 15 blocks is
+ * split (some blocks run on the pool's threads), short ones are not. */
+static void test_pooled(void) {
+  for (int threads = 2; threads <= 3; threads++) {
+    CHECK_OK(core_pool_create(threads, &pool));
+    test_block_runs();
+    CHECK(off_main == 0);
+    block_case(200, true); /* 60000 elements */
+    CHECK(off_main > 0);
+    test_matmul();
+    matmul_case(2, (int64_t[]){300, 256}, 2, (int64_t[]){256, 300}, 0, 0); /* split */
+    matmul_case(3, (int64_t[]){4, 130, 96}, 3, (int64_t[]){4, 130, 70}, 1, 0);
+    off_main = 0;
+    core_pool_destroy(pool);
+    pool = NULL;
+  }
+}
+
 int main(void) {
   test_seed(17);
+  main_thread = pthread_self();
   TEST_RUN(test_binary_broadcasts);
   TEST_RUN(test_mod);
   TEST_RUN(test_compare);
@@ -956,5 +988,6 @@ int main(void) {
   TEST_RUN(test_pad);
   TEST_RUN(test_softmax);
   TEST_RUN(test_block_runs);
+  TEST_RUN(test_pooled);
   return test_summary();
 }

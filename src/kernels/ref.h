@@ -29,6 +29,10 @@ typedef struct ref_call {
   int n_out;
   loom_tensor_t **out;
   ref_scratch_t *scratch; /* NULL: kernels allocate scratch per call */
+  /* Threads a back end's eager kernel may split its work over (the
+   * fallback interpreter's); NULL: the calling thread alone. The
+   * reference kernels run on the calling thread. */
+  struct core_pool *pool;
 } ref_call_t;
 
 typedef loom_status_t (*ref_kernel_fn)(ref_call_t *c);

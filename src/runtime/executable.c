@@ -113,7 +113,8 @@ static loom_status_t run_interpreted(loom_executable_t *e, int n_inputs,
                                      loom_tensor_t *const *outputs) {
   loom_tensor_t *tmp[e->n_outputs > 0 ? e->n_outputs : 1];
   LOOM_TRY(ir_verify(e->source)); /* the caller's graph, changed since? */
-  LOOM_TRY(rt_interpret(e->source, n_inputs, inputs, e->n_outputs, tmp, e->parts[0].backend));
+  LOOM_TRY(rt_interpret(e->source, n_inputs, inputs, e->n_outputs, tmp, e->parts[0].backend,
+                        NULL));
   loom_status_t s = LOOM_OK;
   for (int i = 0; i < e->n_outputs; i++) {
     size_t bytes = (size_t)loom_tensor_numel(tmp[i]) * loom_dtype_size(tmp[i]->dtype);

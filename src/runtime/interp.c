@@ -3,11 +3,13 @@
  * (rt_interpret), with a back end's eager kernels where it has them.
  * It binds symbols from the inputs' shapes, allocates each node's outputs,
  * frees values after their last use, and commits assigns at the end. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/dtype.h"
+#include "core/pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -24,6 +26,7 @@ typedef struct interp {
   bool *index_only;     /* read only as a scatter_add's index (index_view) */
   int64_t *syms;        /* symbol values, -1 while unbound */
   const be_backend_t *fast; /* whose eager kernels to try first, or NULL */
+  core_pool_t *pool;        /* lent to the eager kernels and block runs, or NULL */
   /* Block runs (run_blocks): per value, the run that makes it (id, or
    * -id for a scalar node inside it) and its buffer slot (SLOT_WHOLE,
    * SLOT_PARAM). */
@@ -251,8 +254,8 @@ static loom_status_t run_node(interp_t *it, int64_t index) {
   loom_status_t s = LOOM_OK;
   bool data_shaped = ir_node_data_shaped(it->g, n);
   if (!data_shaped) s = alloc_outputs(it, n, outs);
-  ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
-                     .n_in = n->n_in, .in = ins, .n_out = n->n_out, .out = outs};
+  ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+                     .in = ins, .n_out = n->n_out, .out = outs, .pool = it->pool};
   bool taken = s == LOOM_OK && it->fast && it->fast->eager(&call, &s);
   loom_tensor_t *dense = NULL; /* an index view, for a reference kernel */
   if (s == LOOM_OK && !taken && n->op == IR_OP_SCATTER_ADD && !tensor_is_contiguous(ins[1])) {
@@ -293,6 +296,8 @@ enum {
   RUN_SLOTS = 16,  /* block buffers; values past them are written whole */
   SLOT_WHOLE = -1, /* a value written whole, read after the run */
   SLOT_PARAM = -2, /* written into the parameter its assign commits it to */
+  RUN_SPLIT = 4,   /* blocks per thread before a run is split over the pool
+                      (waking it costs more than a few blocks) */
 };
 
 typedef struct block_run {
@@ -473,8 +478,35 @@ static loom_status_t run_block(interp_t *it, const block_run_t *r, char *bufs, i
   return LOOM_OK;
 }
 
-/* Runs r: its scalar nodes, then its blocks, the values it writes whole
- * allocated first; then frees what its nodes read last. */
+/* Blocks [begin, end) of r on one thread, with buffers of its own; the
+ * first failure's status and message go to *status and why. */
+typedef struct block_job {
+  interp_t *it;
+  const block_run_t *r;
+  _Atomic int status;
+  char why[256];
+} block_job_t;
+
+static void run_block_range(void *ctx, int64_t begin, int64_t end) {
+  block_job_t *j = ctx;
+  const block_run_t *r = j->r;
+  /* one buffer per slot, and a spare */
+  char *bufs = core_malloc((size_t)(r->n_slots + 1) * BLOCK * sizeof(int64_t));
+  loom_status_t s = bufs ? LOOM_OK
+                         : loom_fail(LOOM_ERR_NOMEM, "out of memory for the interpreter's blocks");
+  for (int64_t b = begin; b < end && s == LOOM_OK && atomic_load(&j->status) == LOOM_OK; b++) {
+    int64_t at = b * BLOCK;
+    s = run_block(j->it, r, bufs, at, r->numel - at < BLOCK ? r->numel - at : BLOCK);
+  }
+  core_free(bufs);
+  int ok = LOOM_OK;
+  if (s != LOOM_OK && atomic_compare_exchange_strong(&j->status, &ok, (int)s))
+    snprintf(j->why, sizeof j->why, "%s", loom_last_error());
+}
+
+/* Runs r: its scalar nodes, then its blocks (split over the pool), the
+ * values it writes whole allocated first; then frees what its nodes read
+ * last. */
 static loom_status_t run_blocks(interp_t *it, int64_t first, block_run_t *r) {
   const loom_graph_t *g = it->g;
   for (int64_t i = first; i < r->end; i++)
@@ -488,13 +520,14 @@ static loom_status_t run_blocks(interp_t *it, int64_t first, block_run_t *r) {
                                &it->vals[n->out[0]]));
     it->owned[n->out[0]] = true;
   }
-  char *bufs = core_malloc((size_t)(r->n_slots + 1) * BLOCK * sizeof(int64_t)); /* + spare */
-  if (!bufs) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the interpreter's blocks");
-  loom_status_t s = LOOM_OK;
-  for (int64_t at = 0; at < r->numel && s == LOOM_OK; at += BLOCK)
-    s = run_block(it, r, bufs, at, r->numel - at < BLOCK ? r->numel - at : BLOCK);
-  core_free(bufs);
-  LOOM_TRY(s);
+  block_job_t job = {.it = it, .r = r, .status = LOOM_OK};
+  int64_t blocks = (r->numel + BLOCK - 1) / BLOCK;
+  int threads = it->pool ? core_pool_threads(it->pool) : 1;
+  if (threads > 1 && blocks >= RUN_SPLIT * threads)
+    core_pool_for(it->pool, blocks, (blocks + threads - 1) / threads, run_block_range, &job);
+  else
+    run_block_range(&job, 0, blocks);
+  if (job.status != LOOM_OK) return loom_fail((loom_status_t)job.status, "%s", job.why);
   for (int64_t i = first; i < r->end; i++)
     for (int k = 0; !is_assign(&g->nodes[i]) && k < g->nodes[i].n_in; k++)
       if (it->last_use[g->nodes[i].in[k]] == i) release(it, g->nodes[i].in[k]);
@@ -624,18 +657,19 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
                              loom_tensor_t **outputs) {
   LOOM_CHECK_ARG(g);
   LOOM_TRY(ir_verify(g));
-  return rt_interpret(g, n_inputs, inputs, n_outputs, outputs, NULL);
+  return rt_interpret(g, n_inputs, inputs, n_outputs, outputs, NULL, NULL);
 }
 
 loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
-                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast) {
+                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast,
+                           core_pool_t *pool) {
   LOOM_CHECK_ARG(g);
   if (n_outputs != g->n_outputs)
     return loom_fail(LOOM_ERR_BINDING, "the graph has %lld outputs, room for %d was given",
                      (long long)g->n_outputs, n_outputs);
   if (n_outputs > 0) LOOM_CHECK_ARG(outputs);
   for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
-  interp_t it = {.g = g, .fast = fast && fast->eager ? fast : NULL};
+  interp_t it = {.g = g, .fast = fast && fast->eager ? fast : NULL, .pool = pool};
   loom_status_t s = interp_start(&it);
   if (s == LOOM_OK) s = bind_inputs(&it, n_inputs, inputs);
   if (s == LOOM_OK) s = run_all(&it, outputs);

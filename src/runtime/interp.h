@@ -11,8 +11,10 @@
 
 /* loom_interpret, with fast's eager kernels first (NULL: none), on a
  * graph that passed ir_verify: the runtime's callers run graphs they
- * verified once when they built them, not at every run. */
+ * verified once when they built them, not at every run. pool (NULL: none)
+ * lends the eager kernels and the elementwise runs its threads. */
 loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
-                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast);
+                           int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast,
+                           struct core_pool *pool);
 
 #endif

@@ -168,7 +168,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
   int n_in = (int)bg->n_inputs;
   loom_status_t s = LOOM_OK;
   if (!rt_entry_executable(e)) {
-    s = rt_interpret(bg, n_in, ins, d->n_wrt, outs, be_find(NULL));
+    s = rt_interpret(bg, n_in, ins, d->n_wrt, outs, be_find(NULL), tr_fallback_pool(t));
   } else {
     for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
       const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;

@@ -389,7 +389,8 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   memset(outs, 0, sizeof outs);
   if (w->bucket) memset(staged, 0, sizeof staged); /* else none are made */
   loom_status_t s = bind_inputs(t, w, ins, staged);
-  if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL));
+  if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL),
+                                             tr_fallback_pool(t));
   if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
   if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
   for (int i = 0; w->bucket && i < n_in; i++) loom_tensor_destroy(staged[i]);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/pool.h"
 #include "core/status.h"
 #include "trace/trace_internal.h"
 
@@ -149,4 +150,16 @@ int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size) {
   for (int i = 0; i < p->n_buckets; i++)
     if (p->buckets[i] >= size) return p->buckets[i];
   return size;
+}
+
+core_pool_t *tr_fallback_pool(loom_trace_t *t) {
+  if (!t->fallback_pool_made) {
+    t->fallback_pool_made = true;
+    int threads = t->opt.num_threads > 0 ? t->opt.num_threads : core_default_threads();
+    if (threads > 1 && core_pool_create(threads, &t->fallback_pool) != LOOM_OK) {
+      t->fallback_pool = NULL;
+      loom_clear_error();
+    }
+  }
+  return t->fallback_pool;
 }

@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "core/sized.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -379,6 +380,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   tr_recycle_free(t);
   tape_destroy(t);
   tr_optim_destroy(t);
+  core_pool_destroy(t->fallback_pool);
   if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_packs_free(t);

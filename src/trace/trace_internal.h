@@ -406,6 +406,10 @@ struct loom_trace {
   tr_recycle_t recycle; /* recycle.c's */
 
   struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
+  /* The fallback interpreter's threads (tr_fallback_pool), made when
+   * first needed with the trace's num_threads; NULL with one thread. */
+  struct core_pool *fallback_pool;
+  bool fallback_pool_made;
   void *seg;              /* a cut's scratch (segment.c) */
 
   loom_trace_stats_t stats;
@@ -478,6 +482,10 @@ int64_t tr_bucket_of(const loom_dim_policy_t *p, int64_t size);
 /* The bucket just below bucket b (the one sizes below b's range fall in);
  * 0: none. */
 int64_t tr_bucket_below(const loom_dim_policy_t *p, int64_t b);
+/* The threads the fallback interpreter lends its eager kernels: made at
+ * the first call with the trace's num_threads (NULL with one thread, or
+ * when they cannot start: the fallback then runs on the calling thread). */
+struct core_pool *tr_fallback_pool(loom_trace_t *t);
 
 /* recycle.c */
 /* A new tensor for a producer that writes every element: a kept one of

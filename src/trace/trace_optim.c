@@ -268,7 +268,7 @@ static loom_status_t optim_run(loom_trace_t *t, double lr) {
   }
   if (s == LOOM_OK)
     s = a->exe ? loom_executable_run(a->exe, n_in, ins, 0, NULL)
-               : rt_interpret(a->g, n_in, ins, 0, NULL, be_find(NULL));
+               : rt_interpret(a->g, n_in, ins, 0, NULL, be_find(NULL), tr_fallback_pool(t));
   loom_tensor_destroy(ins[0]);
   return s;
 }

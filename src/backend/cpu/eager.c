@@ -39,6 +39,8 @@
 
 /* ---- matmul -------------------------------------------------------------- */
 
+enum { EAGER_SPLIT_MACS = 1 << 24 };
+
 /* Operands of rank 2 and more, f32; batch dims broadcast (NumPy). */
 static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
   const loom_tensor_t *a = c->in[0], *b = c->in[1];
@@ -58,6 +60,11 @@ static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
     return true;
   }
   int64_t n_batch = loom_tensor_numel(y) / (m * n);
+  /* the fallback's threads for a product long enough to repay waking
+   * them (about 0.3 ms on one core); the small ones of a recurrent cell
+   * ran slower split */
+  core_pool_t *pool = (double)n_batch * (double)m * (double)n * (double)k >= EAGER_SPLIT_MACS
+                          ? c->pool : NULL;
   loom_abi_gemm_t d = {.m = m, .n = n, .k = k, .batch = 1,
                        .lda = a->shape[ra - 1], .trans_a = ta,
                        .ldb = b->shape[rb - 1], .trans_b = tb, .ldc = n};
@@ -77,7 +84,7 @@ static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
     d.stride_a = items_a == 1 ? 0 : mat_a;
     d.stride_b = items_b == 1 ? 0 : mat_b;
     d.stride_c = m * n;
-    kern_gemm_f32(&d, NULL);
+    kern_gemm_f32(&d, pool);
     return true;
   }
   int64_t idx[LOOM_MAX_RANK];
@@ -86,7 +93,7 @@ static bool eager_matmul(ref_call_t *c, loom_status_t *status) {
     d.a = pa + ref_broadcast_index(ra - 2, a->shape, batch_rank, idx) * mat_a;
     d.b = pb + ref_broadcast_index(rb - 2, b->shape, batch_rank, idx) * mat_b;
     d.c = py + i * m * n;
-    kern_gemm_f32(&d, NULL);
+    kern_gemm_f32(&d, pool);
   }
   return true;
 }
