@@ -438,6 +438,48 @@ static void test_tiered_swap(void) {
   }
 }
 
+/* A trace that interprets builds each training segment's forward and
+ * backward from one partition: the forward's eager entry keeps the
+ * backward half (two segments: two halves), the backward's eager entry
+ * takes it; the parameters still follow the compiled graph. */
+static int halves_kept(const loom_trace_t *t) {
+  int n = 0;
+  for (int i = 0; i < TR_HALVES; i++) n += t->run.half[i] != NULL;
+  return n;
+}
+
+static void test_fallback_halves(void) {
+  loom_optimizer_t os[N_CONFIGS];
+  configs(os);
+  model_t m;
+  static_step_t s = {0};
+  model_init(&m, LOOM_F64);
+  static_build(&s, &m, &os[4]);
+  loom_trace_t *t = new_trace(0);
+  loom_graph_t *g = loom_trace_graph(t);
+  for (int k = 0; k < 3 && s.e; k++) {
+    loom_value_t p[3], x, h, l;
+    for (int i = 0; i < 3; i++) CHECK_OK(loom_trace_param(t, m.p[i], &p[i]));
+    CHECK_OK(loom_trace_input(t, m.xs[k], NULL, &x));
+    CHECK_OK(layer1(g, x, p, &h));
+    CHECK_OK(loom_trace_sync(t));
+    CHECK_OK(layer2_loss(g, h, p, LOOM_F64, &l));
+    double loss;
+    CHECK_OK(loom_trace_scalar(t, l, &loss));
+    CHECK(halves_kept(t) == (k == 0 ? 2 : 0)); /* later steps find the entries built */
+    CHECK_OK(loom_trace_backward(t, l));
+    CHECK(halves_kept(t) == 0);
+    CHECK_OK(loom_trace_optimizer_step(t, &os[4], lr_at(k)));
+    CHECK_OK(loom_trace_step_end(t));
+    static_run(&s, &m, k);
+    check_same_params(&m, &s, 1e-10);
+  }
+  loom_trace_destroy(t);
+  loom_executable_destroy(s.e);
+  loom_graph_destroy(s.g);
+  model_free(&m);
+}
+
 /* ---- Errors ------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -483,6 +525,7 @@ int main(void) {
   TEST_RUN(test_skips_and_state_against_reference);
   TEST_RUN(test_adamw_wrapper);
   TEST_RUN(test_tiered_swap);
+  TEST_RUN(test_fallback_halves);
   TEST_RUN(test_errors);
   return test_summary();
 }

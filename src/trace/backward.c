@@ -92,9 +92,7 @@ static loom_status_t backward_entry(loom_trace_t *t, tape_rec_t *r, rt_entry_t *
   if (res == RT_READY && *e) return LOOM_OK;
   *e = NULL;
   t->stats.interpreted++;
-  r->bwd->refs++;
-  rt_builder_t b = {seg_desc_build, (void (*)(void *))seg_desc_release, r->bwd};
-  return rt_cache_eager(t->cache, &r->key, &b, e);
+  return seg_backward_eager(t, &r->key, r->bwd, e);
 }
 
 /* The shape of g's value v with r's symbol sizes (bucketed records). */

@@ -204,7 +204,7 @@ static loom_status_t pad_backward(const seg_desc_t *d, loom_graph_t **g) {
  * bucketed, both halves are masked whichever is kept: a backward that
  * cannot be masked fails the forward's build, so the segment runs exact
  * before any invocation of it reaches the tape. */
-static loom_status_t split_graph(const seg_desc_t *d, loom_graph_t **g) {
+static loom_status_t split_graph(const seg_desc_t *d, loom_graph_t **g, loom_graph_t **other) {
   partition_t p;
   memset(&p, 0, sizeof p);
   LOOM_TRY(pass_partition(*g, d->n_wrt, d->wrt, &p));
@@ -218,6 +218,10 @@ static loom_status_t split_graph(const seg_desc_t *d, loom_graph_t **g) {
   loom_graph_t *keep = d->part == 1 ? p.forward : p.backward;
   if (d->part == 1) p.forward = NULL;
   else p.backward = NULL;
+  if (other) { /* the caller keeps the other half */
+    *other = d->part == 1 ? p.backward : p.forward;
+    p.forward = p.backward = NULL;
+  }
   partition_free(&p);
   loom_graph_destroy(*g);
   *g = keep;
@@ -229,19 +233,30 @@ static const char *const bucket_names[32] = {
     "b11", "b12", "b13", "b14", "b15", "b16", "b17", "b18", "b19", "b20", "b21",
     "b22", "b23", "b24", "b25", "b26", "b27", "b28", "b29", "b30", "b31"};
 
-loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
-                             loom_compile_options_t *options) {
-  const seg_desc_t *d = ctx;
+static loom_status_t build(const seg_desc_t *d, loom_graph_t **graph, loom_graph_t **other) {
   loom_graph_t *g = NULL;
   LOOM_TRY(loom_graph_create(&g));
   loom_status_t s = build_plain(d, g);
   if (s == LOOM_OK && d->bucket && !d->part) s = pad_graph(d, &g);
-  if (s == LOOM_OK && d->part) s = split_graph(d, &g);
+  if (s == LOOM_OK && d->part) s = split_graph(d, &g, other);
   if (s != LOOM_OK) {
     loom_graph_destroy(g);
     return s;
   }
   *graph = g;
+  return LOOM_OK;
+}
+
+loom_status_t seg_desc_build_both(const seg_desc_t *d, loom_graph_t **graph,
+                                  loom_graph_t **other) {
+  *other = NULL;
+  return build(d, graph, other);
+}
+
+loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
+                             loom_compile_options_t *options) {
+  const seg_desc_t *d = ctx;
+  LOOM_TRY(build(d, graph, NULL));
   if (options) {
     loom_compile_options_init(options);
     options->num_threads = d->num_threads;

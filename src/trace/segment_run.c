@@ -435,6 +435,69 @@ static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   return LOOM_OK;
 }
 
+/* ---- Training halves for the fallback ---------------------------------------
+ * A training segment's partition makes its forward and its backward at
+ * once: building the forward's eager entry keeps the backward half for
+ * the backward's eager entry (tr_runs_t.half), so that a segment at new
+ * sizes every step (an exact policy) is partitioned once a step, not
+ * twice. */
+
+typedef struct half_build {
+  loom_trace_t *t;
+  seg_desc_t *d;
+  uint64_t key; /* the backward's (tape_backward_key) */
+} half_build_t;
+
+void seg_halves_clear(loom_trace_t *t) {
+  for (int i = 0; i < TR_HALVES; i++) {
+    loom_graph_destroy(t->run.half[i]);
+    t->run.half[i] = NULL;
+  }
+}
+
+static loom_status_t build_keeping_half(void *ctx, loom_graph_t **graph,
+                                        loom_compile_options_t *options) {
+  (void)options; /* an eager entry compiles nothing */
+  half_build_t *hb = ctx;
+  tr_runs_t *run = &hb->t->run;
+  loom_graph_t *other = NULL;
+  LOOM_TRY(seg_desc_build_both(hb->d, graph, &other));
+  if (!other) return LOOM_OK;
+  int i = run->next_half;
+  run->next_half = (i + 1) % TR_HALVES;
+  loom_graph_destroy(run->half[i]);
+  run->half[i] = other;
+  run->half_key[i] = hb->key;
+  return LOOM_OK;
+}
+
+static void half_done(void *ctx) { seg_desc_release(((half_build_t *)ctx)->d); }
+
+/* The kept half for backward key `key`, taken (NULL: none). */
+static loom_graph_t *take_half(loom_trace_t *t, uint64_t key) {
+  for (int i = 0; i < TR_HALVES; i++)
+    if (t->run.half[i] && t->run.half_key[i] == key) {
+      loom_graph_t *g = t->run.half[i];
+      t->run.half[i] = NULL;
+      return g;
+    }
+  return NULL;
+}
+
+static loom_status_t build_backward(void *ctx, loom_graph_t **graph,
+                                    loom_compile_options_t *options) {
+  half_build_t *hb = ctx;
+  *graph = take_half(hb->t, hb->key);
+  return *graph ? LOOM_OK : seg_desc_build(hb->d, graph, options);
+}
+
+loom_status_t seg_backward_eager(loom_trace_t *t, const rt_key_t *key, seg_desc_t *bwd,
+                                 rt_entry_t **e) {
+  bwd->refs++;
+  half_build_t hb = {t, bwd, key->hash};
+  return rt_cache_eager(t->cache, key, &(rt_builder_t){build_backward, half_done, &hb}, e);
+}
+
 /* The segment in the fallback interpreter, on its eager entry (its graph
  * built once per key and kept by the cache, as a compiled one is), under
  * the key it would compile under, so that its backward is keyed as a
@@ -446,7 +509,12 @@ static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t 
                                  rt_entry_t **e) {
   seg_desc_t *d = NULL;
   LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
-  return rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, e);
+  if (!w->train)
+    return rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, e);
+  rt_key_t bwd;
+  tape_backward_key(key, &bwd);
+  half_build_t hb = {t, d, bwd.hash};
+  return rt_cache_eager(t->cache, key, &(rt_builder_t){build_keeping_half, half_done, &hb}, e);
 }
 
 static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {

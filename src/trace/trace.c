@@ -383,6 +383,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_pool_destroy(t->fallback_pool);
   if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
+  seg_halves_clear(t);
   seg_packs_free(t);
   seg_work_free(t);
   seg_follow_free(t);

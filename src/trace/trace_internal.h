@@ -158,6 +158,8 @@ typedef struct tr_packs {
 } tr_packs_t;
 
 /* What the run keeps across cuts and steps (segment_run.c's). */
+enum { TR_HALVES = 8 };
+
 typedef struct tr_runs {
   tr_link_t *links; /* TR_LINKS slots */
   rt_entry_t *prev; /* entry of the last compiled segment; NULL: none */
@@ -169,6 +171,13 @@ typedef struct tr_runs {
   int64_t n_sites, cap_sites;
   uint64_t *unpadded; /* sites whose bucket padding failed: keyed symbolic */
   int64_t n_unpadded, cap_unpadded;
+  /* The backward halves that the last forward eager entries' partitions
+   * made too, each for the backward eager entry of key half_key[i] (a
+   * forward at new exact sizes every step would otherwise be partitioned
+   * twice); a ring, the oldest replaced. */
+  loom_graph_t *half[TR_HALVES];
+  uint64_t half_key[TR_HALVES];
+  int next_half;
 } tr_runs_t;
 
 /* ---- Segment descriptions ------------------------------------------------
@@ -509,6 +518,10 @@ int seg_groups_present(const seg_desc_t *d, const loom_graph_t *g, int n_in,
  * its compile options; the rt_builder_t callback. */
 loom_status_t seg_desc_build(void *ctx, loom_graph_t **graph,
                              loom_compile_options_t *options);
+/* seg_desc_build of a training half for the fallback, with the other
+ * half that the partition made in *other (NULL for a plain graph). */
+loom_status_t seg_desc_build_both(const seg_desc_t *d, loom_graph_t **graph,
+                                  loom_graph_t **other);
 
 /* segment_key.c */
 /* How seg_input_types types the inputs: under the policies; with the
@@ -562,6 +575,12 @@ loom_status_t seg_slice_copy(const loom_tensor_t *p, int rank,
 void seg_links_clear(loom_trace_t *t);
 /* Releases the kept backward descriptions. */
 void seg_memo_clear(loom_trace_t *t);
+/* Frees the kept backward halves (tr_runs_t.half). */
+void seg_halves_clear(loom_trace_t *t);
+/* The backward eager entry of tape record r: its graph from the kept
+ * halves when its forward's partition made it, else built (backward.c). */
+loom_status_t seg_backward_eager(loom_trace_t *t, const rt_key_t *key, seg_desc_t *bwd,
+                                 rt_entry_t **e);
 /* The hot path's link from the last segment run (NULL: none to follow). */
 tr_link_t *seg_hot_link(loom_trace_t *t);
 /* Whether a training forward keyed key has its backward description kept. */
