@@ -206,10 +206,14 @@ typedef struct loom_trace_options {
   size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
   /* 1 (default): a miss interprets while a worker compiles, but waits for
-   * a key compiled before (its module on disk); 0: a miss compiles before
-   * it runs, so that runs alike compute alike */
+   * a key compiled before (its module on disk), and the optimizer step
+   * runs interpreted until its own compile, beside the trace, is done;
+   * background compiles run at a lower CPU priority (nice +10, Linux).
+   * 0: a miss compiles before it runs, so that runs alike compute alike */
   int tiered;
-  int num_threads; /* threads of compiled segments (0: LOOM_NUM_THREADS) */
+  /* threads of compiled segments, and of the fallback's larger kernels
+   * (0: LOOM_NUM_THREADS) */
+  int num_threads;
   /* Compiles per call site; past it, the site's new keys run in the
    * fallback interpreter (eager kernels) after one warning. 0: 8;
    * LOOM_RECOMPILE_UNLIMITED: no limit. */

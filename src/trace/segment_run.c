@@ -445,7 +445,7 @@ static loom_status_t unpadded(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
 typedef struct half_build {
   loom_trace_t *t;
   seg_desc_t *d;
-  uint64_t key; /* the backward's (tape_backward_key) */
+  uint64_t key, structure; /* the backward's (tape_backward_key) */
 } half_build_t;
 
 void seg_halves_clear(loom_trace_t *t) {
@@ -468,15 +468,17 @@ static loom_status_t build_keeping_half(void *ctx, loom_graph_t **graph,
   loom_graph_destroy(run->half[i]);
   run->half[i] = other;
   run->half_key[i] = hb->key;
+  run->half_structure[i] = hb->structure;
   return LOOM_OK;
 }
 
 static void half_done(void *ctx) { seg_desc_release(((half_build_t *)ctx)->d); }
 
-/* The kept half for backward key `key`, taken (NULL: none). */
-static loom_graph_t *take_half(loom_trace_t *t, uint64_t key) {
+/* The kept half for the backward key of hash `key` and `structure`,
+ * taken (NULL: none). */
+static loom_graph_t *take_half(loom_trace_t *t, uint64_t key, uint64_t structure) {
   for (int i = 0; i < TR_HALVES; i++)
-    if (t->run.half[i] && t->run.half_key[i] == key) {
+    if (t->run.half[i] && t->run.half_key[i] == key && t->run.half_structure[i] == structure) {
       loom_graph_t *g = t->run.half[i];
       t->run.half[i] = NULL;
       return g;
@@ -487,14 +489,14 @@ static loom_graph_t *take_half(loom_trace_t *t, uint64_t key) {
 static loom_status_t build_backward(void *ctx, loom_graph_t **graph,
                                     loom_compile_options_t *options) {
   half_build_t *hb = ctx;
-  *graph = take_half(hb->t, hb->key);
+  *graph = take_half(hb->t, hb->key, hb->structure);
   return *graph ? LOOM_OK : seg_desc_build(hb->d, graph, options);
 }
 
 loom_status_t seg_backward_eager(loom_trace_t *t, const rt_key_t *key, seg_desc_t *bwd,
                                  rt_entry_t **e) {
   bwd->refs++;
-  half_build_t hb = {t, bwd, key->hash};
+  half_build_t hb = {t, bwd, key->hash, key->structure};
   return rt_cache_eager(t->cache, key, &(rt_builder_t){build_backward, half_done, &hb}, e);
 }
 
@@ -513,7 +515,7 @@ static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t 
     return rt_cache_eager(t->cache, key, &(rt_builder_t){seg_desc_build, release_ctx, d}, e);
   rt_key_t bwd;
   tape_backward_key(key, &bwd);
-  half_build_t hb = {t, d, bwd.hash};
+  half_build_t hb = {t, d, bwd.hash, bwd.structure};
   return rt_cache_eager(t->cache, key, &(rt_builder_t){build_keeping_half, half_done, &hb}, e);
 }
 

@@ -172,11 +172,12 @@ typedef struct tr_runs {
   uint64_t *unpadded; /* sites whose bucket padding failed: keyed symbolic */
   int64_t n_unpadded, cap_unpadded;
   /* The backward halves that the last forward eager entries' partitions
-   * made too, each for the backward eager entry of key half_key[i] (a
+   * made too, each for the backward eager entry of the key whose hash
+   * and structure are half_key[i] and half_structure[i] (a
    * forward at new exact sizes every step would otherwise be partitioned
    * twice); a ring, the oldest replaced. */
   loom_graph_t *half[TR_HALVES];
-  uint64_t half_key[TR_HALVES];
+  uint64_t half_key[TR_HALVES], half_structure[TR_HALVES];
   int next_half;
 } tr_runs_t;
 
