@@ -117,8 +117,8 @@ static bool ran_last(const loom_graph_t *g) {
 /* a (shape sa) op b (shape sb), broadcast as NumPy does; eager: whether
  * the eager kernels run it. Integer-valued f32 inputs (ties) make
  * comparisons meet equal pairs. */
-static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa, int rb,
-                        const int64_t *sb, bool ties, bool eager) {
+static loom_graph_t *binary_graph(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa,
+                                  int rb, const int64_t *sb) {
   loom_graph_t *g;
   loom_value_t a, b, y;
   CHECK_OK(loom_graph_create(&g));
@@ -126,6 +126,12 @@ static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa
   CHECK_OK(loom_graph_input(g, "b", dt, rb, sb, &b));
   CHECK_OK(op(g, a, b, &y));
   CHECK_OK(loom_graph_output(g, y));
+  return g;
+}
+
+static void binary_case(binary_fn op, loom_dtype_t dt, int ra, const int64_t *sa, int rb,
+                        const int64_t *sb, bool ties, bool eager) {
+  loom_graph_t *g = binary_graph(op, dt, ra, sa, rb, sb);
   loom_tensor_t *in[2] = {test_rand_tensor(dt, ra, sa, -3, 3), test_rand_tensor(dt, rb, sb, -3, 3)};
   for (int k = 0; k < 2 && ties && dt == LOOM_F32; k++) {
     float *p = loom_tensor_data(in[k]);
@@ -186,13 +192,7 @@ static void test_binary_broadcasts(void) {
  * divisors of either sign, INT64_MIN by -1; a divisor of 0 anywhere
  * leaves the node to the reference kernel, which fails. */
 static void mod_case(int ra, const int64_t *sa, int rb, const int64_t *sb, bool zero) {
-  loom_graph_t *g;
-  loom_value_t a, b, y;
-  CHECK_OK(loom_graph_create(&g));
-  CHECK_OK(loom_graph_input(g, "a", LOOM_I64, ra, sa, &a));
-  CHECK_OK(loom_graph_input(g, "b", LOOM_I64, rb, sb, &b));
-  CHECK_OK(loom_mod(g, a, b, &y));
-  CHECK_OK(loom_graph_output(g, y));
+  loom_graph_t *g = binary_graph(loom_mod, LOOM_I64, ra, sa, rb, sb);
   loom_tensor_t *in[2] = {test_rand_tensor(LOOM_I64, ra, sa, -50, 50),
                           test_rand_tensor(LOOM_I64, rb, sb, -7, 7)};
   int64_t *pa = loom_tensor_data(in[0]), *pb = loom_tensor_data(in[1]);

@@ -163,6 +163,14 @@ static void static_run(static_step_t *s, model_t *m, int k) {
   loom_tensor_destroy(loss);
 }
 
+/* Frees a trace and the graph step and model it was checked against. */
+static void finish(loom_trace_t *t, static_step_t *s, model_t *m) {
+  loom_trace_destroy(t);
+  loom_executable_destroy(s->e);
+  loom_graph_destroy(s->g);
+  model_free(m);
+}
+
 static void check_same_params(const model_t *m, const static_step_t *s, double tol) {
   for (int i = 0; i < 3; i++) {
     loom_tensor_t *want = NULL;
@@ -190,10 +198,7 @@ static void check_against_graph(const loom_optimizer_t *o, loom_dtype_t dt,
   }
   CHECK(loom_stats_get(&last) == LOOM_OK);
   CHECK(last.compiles == first.compiles);
-  loom_trace_destroy(t);
-  loom_executable_destroy(s.e);
-  loom_graph_destroy(s.g);
-  model_free(&m);
+  finish(t, &s, &m);
 }
 
 static void test_matches_compiled_graph(void) {
@@ -431,10 +436,7 @@ static void test_tiered_swap(void) {
       static_run(&s, &m, k);
       check_same_params(&m, &s, 1e-10);
     }
-    loom_trace_destroy(t);
-    loom_executable_destroy(s.e);
-    loom_graph_destroy(s.g);
-    model_free(&m);
+    finish(t, &s, &m);
   }
 }
 
@@ -474,10 +476,7 @@ static void test_fallback_halves(void) {
     static_run(&s, &m, k);
     check_same_params(&m, &s, 1e-10);
   }
-  loom_trace_destroy(t);
-  loom_executable_destroy(s.e);
-  loom_graph_destroy(s.g);
-  model_free(&m);
+  finish(t, &s, &m);
 }
 
 /* ---- Errors ------------------------------------------------------------------- */
