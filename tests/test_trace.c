@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/cache_dir.h"
 #include "core/status.h"
 #include "harness.h"
 #include "loom/trace.h"
@@ -618,6 +619,47 @@ static void test_tiered(void) {
   loom_cache_destroy(c);
 }
 
+/* Tiered, a new key at a site whose key changed before runs in the
+ * fallback the first time it is seen and compiles the second time (an
+ * exact size that never comes back costs no compile); the first key of a
+ * site compiles at once. A module cache of its own: a key compiled
+ * before (its journal) would be waited for instead. */
+static void test_second_sighting(void) {
+  char dir[] = "/tmp/loom-test-sighting-XXXXXX", *was = getenv("LOOM_CACHE_DIR");
+  was = was ? strdup(was) : NULL;
+  CHECK(mkdtemp(dir) != NULL);
+  setenv("LOOM_CACHE_DIR", dir, 1);
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  o.input_dims.kind = LOOM_DIM_EXACT;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  const int64_t rows[] = {3, 5, 5, 5, 9};
+  const int64_t compiles[] = {1, 1, 2, 2, 2}; /* after each run, the worker done */
+  for (int i = 0; i < 5; i++) {
+    int64_t shape[2] = {rows[i], 7};
+    loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+    trace_and_check(t, chain, 1, &x, NULL, NULL);
+    rt_cache_drain(c);
+    loom_trace_stats_t st = LOOM_TRACE_STATS_INIT;
+    CHECK_OK(loom_trace_get_stats(t, &st));
+    CHECK(st.cache.compiles == compiles[i]);
+    loom_tensor_destroy(x);
+  }
+  loom_trace_stats_t st = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &st));
+  CHECK(st.hits >= 1); /* the fourth 5-row run */
+  loom_trace_destroy(t);
+  loom_cache_destroy(c);
+  if (was) setenv("LOOM_CACHE_DIR", was, 1);
+  else unsetenv("LOOM_CACHE_DIR");
+  free(was);
+  core_remove_tree(dir);
+}
+
 /* Speculation: after a bucketed miss the next buckets up and down are
  * compiled by a worker, so the first size in either hits; a declared
  * profile compiles every bucket of its range ahead of time. */
@@ -935,6 +977,7 @@ int main(void) {
   TEST_RUN(test_auto);
   TEST_RUN(test_shared_cache);
   TEST_RUN(test_tiered);
+  TEST_RUN(test_second_sighting);
   TEST_RUN(test_speculation);
   TEST_RUN(test_threads);
   TEST_RUN(test_compile_failure);

@@ -866,6 +866,13 @@ loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key, const rt_buil
                    (unsigned long long)key->site, why);
 }
 
+bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key) {
+  pthread_mutex_lock(&c->lock);
+  bool has = cache_find(c, key) != NULL;
+  pthread_mutex_unlock(&c->lock);
+  return has || cache_journal_has(key->hash);
+}
+
 /* ---- Entries' accessors ------------------------------------------------ */
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e) { return e ? e->exe : NULL; }

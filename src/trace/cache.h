@@ -132,6 +132,11 @@ bool rt_cache_site_full(loom_cache_t *c, const rt_key_t *key, int recompile_limi
 loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key,
                              const rt_builder_t *builder, rt_entry_t **out);
 
+/* Whether key has an entry in c (ready, pending or failed), or was
+ * compiled before by this process or an earlier one (its module may be
+ * on disk): a lookup of it would not start a compile from nothing. */
+bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key);
+
 /* Whether c has workers, so that work a caller does not wait for can
  * run beside it (without them, rt_cache_get compiles on the caller). */
 bool rt_cache_has_workers(const loom_cache_t *c);

@@ -543,13 +543,19 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
 }
 
 /* Counts a miss and whether its site compiled before. */
+/* Whether site missed before (its key changed since it compiled). */
+static bool site_missed(const loom_trace_t *t, uint64_t site) {
+  for (int64_t i = 0; i < t->run.n_sites; i++)
+    if (t->run.sites[i] == site) return true;
+  return false;
+}
+
 static loom_status_t note_miss(loom_trace_t *t, uint64_t site) {
   t->stats.misses++;
-  for (int64_t i = 0; i < t->run.n_sites; i++)
-    if (t->run.sites[i] == site) {
-      t->stats.recompiles++;
-      return LOOM_OK;
-    }
+  if (site_missed(t, site)) {
+    t->stats.recompiles++;
+    return LOOM_OK;
+  }
   LOOM_TRY(core_grow((void **)&t->run.sites, &t->run.cap_sites, t->run.n_sites + 1,
                      sizeof *t->run.sites));
   t->run.sites[t->run.n_sites++] = site;
@@ -644,9 +650,33 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 }
 
 /* A miss: compile through the cache (or hear that it cannot). */
+/* Tiered: whether a new key at a site that missed before (its sizes
+ * change) is seen now for the first time, and so runs in the fallback
+ * without a compile; the second sighting compiles it. A key seen once, an
+ * exact size that never comes back, would cost a compile that no run
+ * uses (the GNN at exact sizes queued 16 a run beside its fallback). The
+ * first key of a site, and keys the cache has or compiled before, go to
+ * the cache at once. */
+static bool first_sighting(loom_trace_t *t, const rt_key_t *key) {
+  tr_runs_t *run = &t->run;
+  for (int i = 0; i < TR_SEEN; i++)
+    if (run->seen[i] == key->hash) return false;
+  if (rt_cache_has_key(t->cache, key)) return false;
+  run->seen[run->next_seen] = key->hash;
+  run->next_seen = (run->next_seen + 1) % TR_SEEN;
+  return true;
+}
+
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
+  bool again = site_missed(t, w->id.site);
   LOOM_TRY(note_miss(t, w->id.site));
+  if (t->opt.tiered && again && first_sighting(t, key)) {
+    *res = RT_PENDING; /* the fallback runs it, its backward too */
+    *e = NULL;
+    w->stand_in = true;
+    return LOOM_OK;
+  }
   if (w->train && !rt_cache_site_full(t->cache, key, t->opt.recompile_limit))
     speculate_backward(t, w, key);
   seg_desc_t *d = NULL;

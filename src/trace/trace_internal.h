@@ -158,7 +158,7 @@ typedef struct tr_packs {
 } tr_packs_t;
 
 /* What the run keeps across cuts and steps (segment_run.c's). */
-enum { TR_HALVES = 8 };
+enum { TR_HALVES = 8, TR_SEEN = 256 };
 
 typedef struct tr_runs {
   tr_link_t *links; /* TR_LINKS slots */
@@ -176,6 +176,10 @@ typedef struct tr_runs {
    * and structure are half_key[i] and half_structure[i] (a
    * forward at new exact sizes every step would otherwise be partitioned
    * twice); a ring, the oldest replaced. */
+  /* Tiered: keys of sites that missed before, seen once and not compiled
+   * (segment_run.c's second_sighting), a ring. */
+  uint64_t seen[TR_SEEN];
+  int next_seen;
   loom_graph_t *half[TR_HALVES];
   uint64_t half_key[TR_HALVES], half_structure[TR_HALVES];
   int next_half;
