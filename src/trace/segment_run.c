@@ -650,9 +650,9 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
 }
 
 /* A miss: compile through the cache (or hear that it cannot). */
-/* Tiered: whether a new key at a site that missed before (its sizes
- * change) is seen now for the first time, and so runs in the fallback
- * without a compile; the second sighting compiles it. A key seen once, an
+/* Tiered, with workers: whether a new key at a site that missed before
+ * (its sizes change) is seen now for the first time, and so runs in the
+ * fallback without a compile; the second sighting compiles it. A key seen once, an
  * exact size that never comes back, would cost a compile that no run
  * uses (the GNN at exact sizes queued 16 a run beside its fallback). The
  * first key of a site, and keys the cache has or compiled before, go to
@@ -671,7 +671,7 @@ static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
   bool again = site_missed(t, w->id.site);
   LOOM_TRY(note_miss(t, w->id.site));
-  if (t->opt.tiered && again && first_sighting(t, key)) {
+  if (t->opt.tiered && again && rt_cache_has_workers(t->cache) && first_sighting(t, key)) {
     *res = RT_PENDING; /* the fallback runs it, its backward too */
     *e = NULL;
     w->stand_in = true;
