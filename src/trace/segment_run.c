@@ -664,6 +664,9 @@ static bool first_sighting(loom_trace_t *t, const rt_key_t *key) {
   if (rt_cache_has_key(t->cache, key)) return false;
   run->seen[run->next_seen] = key->hash;
   run->next_seen = (run->next_seen + 1) % TR_SEEN;
+  core_log(LOG_CACHE, "miss at site %016llx: key %016llx seen for the first time runs in "
+           "the fallback; it compiles if it comes back", (unsigned long long)key->site,
+           (unsigned long long)key->hash);
   return true;
 }
 
