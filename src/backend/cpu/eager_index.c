@@ -99,7 +99,7 @@ static bool row_of(const loom_tensor_t *ind, int64_t p, int64_t n, int64_t k) {
 
 /* The column that a strided index repeats along every dim but axis (the
  * fallback interpreter's view of an expanded index, index_view in
- * runtime/interp.c): its entries, n of them `step` elements apart, and
+ * runtime/interp_node.c): its entries, n of them `step` elements apart, and
  * true; false for any other layout. */
 static bool index_column(const loom_tensor_t *index, int axis, int64_t *step) {
   for (int d = 0; d < index->rank; d++)
