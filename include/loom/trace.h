@@ -367,6 +367,10 @@ typedef struct loom_trace_stats {
   int64_t replayed;     /* of stitched hits, those run through a stitched
                            boundary: the region matched the one recorded
                            after the same segment, so no cut analysis ran */
+  /* Weight gradients of backward segments returned as the operands of
+   * their products (a time step's x^T dY) and summed over the step in
+   * one product each: the parts, and the products that summed them. */
+  int64_t deferred_grads, deferred_products;
 } loom_trace_stats_t;
 #define LOOM_TRACE_STATS_INIT {.size = sizeof(loom_trace_stats_t)}
 LOOM_API loom_status_t loom_trace_get_stats(const loom_trace_t *t,

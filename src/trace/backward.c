@@ -61,9 +61,18 @@ static loom_status_t accumulate(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
   return LOOM_OK;
 }
 
+/* Adds v's deferred parts (grad_defer.c) to grads[v]. */
+static loom_status_t settle(loom_trace_t *t, int32_t v) {
+  loom_tensor_t *g = NULL;
+  LOOM_TRY(grad_defer_take(t, v, &g));
+  return g ? accumulate(t, v, g) : LOOM_OK;
+}
+
 /* grads[v], or a new zero tensor of v's type. */
 static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
                                    loom_tensor_t **out, bool *made) {
+  *made = false;
+  LOOM_TRY(settle(t, v));
   *made = !t->tape.grads[v];
   if (!*made) {
     *out = t->tape.grads[v];
@@ -157,29 +166,98 @@ static loom_status_t backward_inputs(loom_trace_t *t, tape_rec_t *r,
   return LOOM_OK;
 }
 
+/* The shape of bg's output i, its symbols bound by the inputs ins. */
+static loom_status_t output_shape(const loom_graph_t *bg, loom_tensor_t *const *ins,
+                                  int i, int64_t *shape) {
+  int n = ir_num_symbols(bg);
+  int64_t syms[n + 1];
+  for (int k = 0; k < n; k++) syms[k] = -1;
+  for (int j = 0; j < (int)bg->n_inputs; j++) {
+    const ir_type_t *ty = &bg->values[bg->inputs[j]].type;
+    for (int a = 0; a < ty->rank; a++) {
+      if (!ir_dim_is_sym(ty->dims[a])) continue;
+      const ir_expr_t *x = &bg->exprs[ty->dims[a] - IR_DIM_SYM_BASE];
+      if (x->kind == IR_EXPR_SYM && x->c < n) syms[x->c] = ins[j]->shape[a];
+    }
+  }
+  const ir_type_t *ty = &bg->values[bg->outputs[i]].type;
+  for (int a = 0; a < ty->rank; a++) LOOM_TRY(ir_dim_eval(bg, ty->dims[a], syms, &shape[a]));
+  return LOOM_OK;
+}
+
+/* The output tensors of a compiled backward: the wrt inputs' gradients
+ * (at their buckets when bucketed) and, where deferred, views of the
+ * rows their products' operands take in the value's stacks. */
+static loom_status_t compiled_outputs(loom_trace_t *t, tape_rec_t *r, loom_graph_t *bg,
+                                      loom_tensor_t **ins, loom_tensor_t **outs) {
+  const seg_desc_t *d = r->bwd;
+  uint64_t defer = seg_defer_mask(d);
+  for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
+    const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
+    int64_t shape[LOOM_MAX_RANK], b_shape[LOOM_MAX_RANK];
+    if (defer >> i & 1) {
+      LOOM_TRY(output_shape(bg, ins, i, shape));
+      LOOM_TRY(output_shape(bg, ins, extra, b_shape));
+      LOOM_TRY(grad_defer_reserve(t, r->in[d->wrt[i]], x->dtype, shape[0], shape[1],
+                                  b_shape[1], &outs[i], &outs[extra++]));
+      continue;
+    }
+    memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
+    if (r->sizes) LOOM_TRY(bucket_shape(r, bg, bg->outputs[i], shape));
+    /* the run writes every element */
+    LOOM_TRY(tensor_new_uninit(x->dtype, x->rank, shape, &outs[i]));
+  }
+  return LOOM_OK;
+}
+
 /* Runs the backward into outs (the wrt inputs' gradients, sliced back
- * to their real shapes when bucketed). */
+ * to their real shapes when bucketed, or where deferred the operands of
+ * their products, the first in the gradient's place and the second after
+ * the gradients). */
 static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
                                   loom_graph_t *bg, loom_tensor_t **ins,
                                   loom_tensor_t **outs) {
   const seg_desc_t *d = r->bwd;
-  int n_in = (int)bg->n_inputs;
+  int n_in = (int)bg->n_inputs, n_out = (int)bg->n_outputs;
   loom_status_t s = LOOM_OK;
   if (!rt_entry_executable(e)) {
-    s = rt_interpret(bg, n_in, ins, d->n_wrt, outs, be_find(NULL), tr_fallback_pool(t));
+    s = rt_interpret(bg, n_in, ins, n_out, outs, be_find(NULL), tr_fallback_pool(t));
   } else {
-    for (int i = 0; i < d->n_wrt && s == LOOM_OK; i++) {
-      const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
-      int64_t shape[LOOM_MAX_RANK];
-      memcpy(shape, x->shape, sizeof *shape * (size_t)x->rank);
-      if (r->sizes) s = bucket_shape(r, bg, bg->outputs[i], shape);
-      /* the run writes every element */
-      if (s == LOOM_OK) s = tensor_new_uninit(x->dtype, x->rank, shape, &outs[i]);
-    }
-    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, d->n_wrt, outs);
+    s = compiled_outputs(t, r, bg, ins, outs);
+    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
   }
   for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
     s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);
+  return s;
+}
+
+/* Takes outs, the backward's (run_backward), into the gradients: each
+ * wrt input's added to its accumulator, or its deferred part counted in
+ * (compiled: the rows the run wrote, given back if it failed) or copied
+ * into the value's stacks (interpreted). */
+static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool compiled,
+                                  loom_tensor_t **outs, loom_status_t s) {
+  const seg_desc_t *d = r->bwd;
+  uint64_t defer = seg_defer_mask(d);
+  for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
+    int32_t v = r->in[d->wrt[i]];
+    loom_tensor_t *b = defer >> i & 1 ? outs[extra++] : NULL;
+    bool due = false;
+    if (b && compiled) {
+      loom_tensor_destroy(outs[i]);
+      loom_tensor_destroy(b);
+      loom_status_t c = grad_defer_commit(t, v, s == LOOM_OK, &due);
+      if (s == LOOM_OK) s = c;
+    } else if (s != LOOM_OK) {
+      loom_tensor_destroy(outs[i]);
+      loom_tensor_destroy(b);
+    } else if (b) {
+      s = grad_defer_push(t, v, outs[i], b, &due);
+    } else {
+      s = accumulate(t, v, outs[i]);
+    }
+    if (s == LOOM_OK && due) s = settle(t, v);
+  }
   return s;
 }
 
@@ -200,12 +278,11 @@ static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_backward: a segment of this step "
                      "read parameters that the optimizer step (loom_trace_optimizer_step) "
                      "has updated since; call backward before the optimizer step");
-  const seg_desc_t *d = r->bwd;
   rt_entry_t *e = NULL;
   LOOM_TRY(backward_entry(t, r, &e));
   loom_graph_t *bg = rt_entry_graph(e);
-  int n_in = (int)bg->n_inputs;
-  loom_tensor_t *ins[n_in + 1], *outs[d->n_wrt + 1];
+  int n_in = (int)bg->n_inputs, n_out = (int)bg->n_outputs;
+  loom_tensor_t *ins[n_in + 1], *outs[n_out + 1];
   bool made[n_in + 1];
   memset(ins, 0, sizeof ins);
   memset(made, 0, sizeof made);
@@ -214,12 +291,9 @@ static loom_status_t backward_segment(loom_trace_t *t, int64_t i) {
   if (s == LOOM_OK) s = run_backward(t, r, e, bg, ins, outs);
   for (int i = 0; i < n_in; i++)
     if (made[i]) loom_tensor_destroy(ins[i]);
+  bool compiled = rt_entry_executable(e) != NULL;
   rt_entry_release(t->cache, e);
-  for (int i = 0; i < d->n_wrt; i++) {
-    if (s == LOOM_OK) s = accumulate(t, r->in[d->wrt[i]], outs[i]);
-    else loom_tensor_destroy(outs[i]);
-  }
-  return s;
+  return take_outputs(t, r, compiled, outs, s);
 }
 
 static loom_status_t backward_callback(loom_trace_t *t, tape_rec_t *r) {
@@ -263,6 +337,9 @@ static loom_status_t backward_callback(loom_trace_t *t, tape_rec_t *r) {
  * and frees the others. */
 static loom_status_t collect_grads(loom_trace_t *t) {
   loom_status_t s = LOOM_OK;
+  for (int64_t i = 0; i < t->n_params && s == LOOM_OK; i++)
+    if (t->params[i].value >= 0) s = settle(t, t->params[i].value);
+  grad_defer_clear(t);
   for (int64_t i = 0; i < t->n_params; i++) {
     int32_t v = t->params[i].value;
     if (v < 0 || !t->tape.grads[v]) continue;
@@ -309,7 +386,8 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
   for (int64_t i = t->tape.n - 1; i >= 0 && s == LOOM_OK; i--) {
     tape_rec_t *r = &t->tape.recs[i];
     bool reached = false; /* skip records no gradient reaches */
-    for (int k = 0; k < r->n_out; k++) reached |= t->tape.grads[r->out[k]] != NULL;
+    for (int k = 0; k < r->n_out; k++)
+      reached |= t->tape.grads[r->out[k]] != NULL || grad_defer_pending(t, r->out[k]);
     if (!reached) continue;
     s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
   }

@@ -211,6 +211,7 @@ static loom_status_t split_graph(const seg_desc_t *d, loom_graph_t **g, loom_gra
   loom_status_t s = LOOM_OK;
   if (d->bucket) s = pad_graph(d, &p.forward);
   if (d->bucket && s == LOOM_OK) s = pad_backward(d, &p.backward);
+  if (s == LOOM_OK) s = seg_defer_graph(d, &p.backward);
   if (s != LOOM_OK) {
     partition_free(&p);
     return s;

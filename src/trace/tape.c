@@ -120,4 +120,5 @@ void tape_destroy(loom_trace_t *t) {
   for (int64_t v = 0; v < t->tape.cap_grads; v++) loom_tensor_destroy(t->tape.grads[v]);
   core_free(t->tape.grads);
   t->tape.grads = NULL;
+  grad_defer_free(t);
 }

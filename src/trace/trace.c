@@ -743,6 +743,9 @@ static loom_status_t explain(const loom_trace_t *t, char **out) {
                 (long long)s->misses, (long long)s->recompiles,
                 (long long)s->interpreted, (long long)s->eager_ops,
                 (long long)s->callbacks);
+  if (s->deferred_grads)
+    core_text_put(&text, "weight gradients: %lld parts deferred, summed in %lld products\n",
+                  (long long)s->deferred_grads, (long long)s->deferred_products);
   core_text_put(&text, "graph breaks: %lld\n", (long long)s->breaks);
   for (int64_t i = 0; i < t->n_breaks; i++)
     core_text_put(&text, "  site %016llx: %s (x%lld)\n",

@@ -6,6 +6,9 @@
  *                    tensors, sizes, and the modes of symbols under their
  *                    shape policies;
  *   recycle.c        the step's small tensors, kept for the next step's;
+ *   grad_defer.c     weight gradients deferred to the end of the backward
+ *                    walk: the backward graphs that return a product's
+ *                    operands, and one product over all their rows;
  *   segment_graph.c  building a segment's graph from its description (the
  *                    cache's builder; runs on workers too);
  *   segment_key.c    a segment's inputs' types under the policies, its
@@ -335,7 +338,24 @@ typedef struct tr_tape {
   int64_t stale;
   loom_tensor_t **grads; /* per value, during one backward walk */
   int64_t cap_grads;
+  /* Deferred weight gradients of the walk (grad_defer.c), a list a value
+   * (n 0: free for another). */
+  struct tr_deferred *defer;
+  int n_defer;
+  int64_t cap_defer;
 } tr_tape_t;
+
+/* The operands of a value's deferred gradient a^T b, its parts stacked
+ * by rows: a (rows, m), b (rows, n), in cap_a and cap_b bytes (kept for
+ * the next value; free when no rows are pending or reserved). */
+typedef struct tr_deferred {
+  int32_t v;
+  loom_dtype_t dtype;
+  int64_t m, n, rows;
+  int64_t reserved; /* rows reserved for a run, not committed yet */
+  void *a, *b;
+  size_t cap_a, cap_b;
+} tr_deferred_t;
 
 /* ---- Tensors kept for the next step (recycle.c) ----------------------------- */
 
@@ -511,6 +531,32 @@ void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x);
 /* After the step's tensors went back: frees the sizes it did not make. */
 void tr_recycle_step_end(loom_trace_t *t);
 void tr_recycle_free(loom_trace_t *t);
+
+/* grad_defer.c */
+/* Bit i: the backward graph of d returns wrt input i's gradient as the
+ * two operands of its product A^T B (A in output i, B appended after the
+ * n_wrt outputs, in the order of i). Depends on d alone. */
+uint64_t seg_defer_mask(const seg_desc_t *d);
+/* Rewrites the backward half *g of d (outputs: one gradient per wrt
+ * input) to return the operands of the gradients seg_defer_mask defers. */
+loom_status_t seg_defer_graph(const seg_desc_t *d, loom_graph_t **g);
+/* Views *a (k, m) and *b (k, n) of the next rows of value v's stacks,
+ * for a run to write a part of v's gradient a^T b in (the caller
+ * destroys them). grad_defer_commit then counts the rows in (commit) or
+ * gives them back (the run failed); *due: enough rows are pending to
+ * take the product now. */
+loom_status_t grad_defer_reserve(loom_trace_t *t, int32_t v, loom_dtype_t dtype, int64_t k,
+                                 int64_t m, int64_t n, loom_tensor_t **a, loom_tensor_t **b);
+loom_status_t grad_defer_commit(loom_trace_t *t, int32_t v, bool commit, bool *due);
+/* Reserves, copies and commits a (k, m) and b (k, n), consumed. */
+loom_status_t grad_defer_push(loom_trace_t *t, int32_t v, loom_tensor_t *a,
+                              loom_tensor_t *b, bool *due);
+bool grad_defer_pending(loom_trace_t *t, int32_t v);
+/* The sum of v's pending parts, one product (NULL: none pending). */
+loom_status_t grad_defer_take(loom_trace_t *t, int32_t v, loom_tensor_t **out);
+/* Drops every pending part (the walk's end); _free also the lists. */
+void grad_defer_clear(loom_trace_t *t);
+void grad_defer_free(loom_trace_t *t);
 
 /* segment_graph.c */
 void seg_desc_release(seg_desc_t *d);

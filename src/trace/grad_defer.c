@@ -1,0 +1,310 @@
+/* Weight gradients deferred to the end of the backward walk. A cell that
+ * a trace runs once per time step multiplies a weight by a few rows (an
+ * LSTM's batch of 16): its weight gradient, A^T B over those rows, is a
+ * product with K = 16, whose C tile is loaded and stored for every 16
+ * multiply-adds, and summing it into the accumulator is another pass over
+ * the whole weight, once per time step. So a training segment's backward
+ * graph returns the product's two operands instead of the product
+ * (seg_defer_graph), the walk keeps them per value (grad_defer_push), and
+ * one product over all the rows they gathered, K = 16 T, is taken when
+ * the gradient is needed, the rows reach GRAD_DEFER_ROWS, or the walk
+ * ends (grad_defer_take): as a whole-sequence RNN layer computes its
+ * weight gradients.
+ *
+ * Which gradients are deferred is a function of the description alone
+ * (seg_defer_mask), so that every graph built for a key, on any thread,
+ * and the walk that runs it agree on the outputs' layout. */
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/alloc.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "loom/ops.h"
+#include "passes/passes.h"
+#include "runtime/interp.h"
+#include "trace/trace_internal.h"
+
+/* Rows gathered before a product is taken: enough that the GEMM runs at
+ * its large-K speed, bounding what is held at GRAD_DEFER_ROWS * (M + N)
+ * elements a value. */
+#define GRAD_DEFER_ROWS 512
+
+/* ---- Which gradients, and the graphs that defer them ------------------- */
+
+/* Uses of input j among d's nodes and outputs; *user: the last node
+ * using it, *pos: at which operand. */
+static int input_uses(const seg_desc_t *d, int j, int *user, int *pos) {
+  int n = 0;
+  for (int c = 0; c < d->n_nodes; c++)
+    for (int i = 0; i < d->nodes[c].n_in; i++)
+      if (d->nodes[c].in[i].node < 0 && d->nodes[c].in[i].index == j) n++, *user = c, *pos = i;
+  for (int k = 0; k < d->n_outputs; k++)
+    n += d->outputs[k].node < 0 && d->outputs[k].index == j;
+  return n;
+}
+
+uint64_t seg_defer_mask(const seg_desc_t *d) {
+  uint64_t mask = 0;
+  /* padded segments' backwards mask their inputs: left as they are */
+  for (int i = 0; d->part && !d->bucket && i < d->n_wrt && i < 64; i++) {
+    int j = d->wrt[i], user = -1, pos = -1;
+    const seg_input_t *in = &d->inputs[j];
+    if (in->rank != 2 || (in->dtype != LOOM_F32 && in->dtype != LOOM_F64) ||
+        input_uses(d, j, &user, &pos) != 1 || pos != 1)
+      continue;
+    /* x @ W or x @ W^T with x not transposed: the gradient rule gives
+     * W's as one product over x's rows, x^T dY or dY^T x (grad_nn.c) */
+    const seg_node_t *n = &d->nodes[user];
+    if (n->op == IR_OP_MATMUL && n->n_in == 2 && !ir_attr_int(&n->attrs, "trans_a", 0))
+      mask |= UINT64_C(1) << i;
+  }
+  return mask;
+}
+
+/* How many times value v is read in g (operands and outputs). */
+static int value_reads(const loom_graph_t *g, int32_t v) {
+  int n = 0;
+  for (int64_t k = 0; k < g->n_nodes; k++)
+    for (int i = 0; i < g->nodes[k].n_in; i++) n += g->nodes[k].in[i] == v;
+  for (int64_t k = 0; k < g->n_outputs; k++) n += g->outputs[k] == v;
+  return n;
+}
+
+/* A zero (1, size) matrix of g's, for a gradient that is zero (no
+ * gradient reaches the product). */
+static loom_status_t zero_row(loom_graph_t *g, loom_dtype_t dtype, ir_dim_t size,
+                              int32_t *out) {
+  ir_attrs_t a = {0};
+  ir_dim_t shape[2] = {1, size};
+  ir_attrs_ints(&a, "shape", 2, shape);
+  ir_attrs_float(&a, "value", 0.0);
+  ir_attrs_int(&a, "dtype", dtype);
+  return ir_add_node(g, IR_OP_FULL, 0, NULL, &a, out, 1);
+}
+
+/* Output i of g, the product A^T B, becomes A, and B is appended. */
+static loom_status_t defer_output(loom_graph_t *g, int i, int32_t *extra) {
+  int32_t v = g->outputs[i];
+  const ir_value_t *x = &g->values[v];
+  const ir_node_t *n = x->kind == IR_VALUE_NODE ? &g->nodes[x->node] : NULL;
+  if (n && n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 1.0) == 0.0) {
+    ir_type_t ty = x->type;
+    LOOM_TRY(zero_row(g, ty.dtype, ty.dims[0], &g->outputs[i]));
+    return zero_row(g, ty.dtype, ty.dims[1], extra);
+  }
+  if (!n || n->op != IR_OP_MATMUL || ir_attr_int(&n->attrs, "trans_a", 0) != 1 ||
+      ir_attr_int(&n->attrs, "trans_b", 0) != 0 || value_reads(g, v) != 1 ||
+      g->values[n->in[0]].type.rank != 2 || g->values[n->in[1]].type.rank != 2)
+    return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: the gradient of "
+                     "output %d is not the product its description defers", i);
+  g->outputs[i] = n->in[0];
+  *extra = n->in[1];
+  return LOOM_OK;
+}
+
+loom_status_t seg_defer_graph(const seg_desc_t *d, loom_graph_t **g) {
+  uint64_t mask = seg_defer_mask(d);
+  if (!mask) return LOOM_OK;
+  if ((*g)->n_outputs != d->n_wrt)
+    return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: %lld outputs, %d "
+                     "expected", (long long)(*g)->n_outputs, d->n_wrt);
+  int32_t extra[64];
+  int n = 0;
+  for (int i = 0; i < d->n_wrt; i++)
+    if (mask >> i & 1) LOOM_TRY(defer_output(*g, i, &extra[n++]));
+  for (int k = 0; k < n; k++) LOOM_TRY(loom_graph_output(*g, (loom_value_t){extra[k]}));
+  loom_graph_t *out = NULL;
+  LOOM_TRY(pass_dce(*g, &out)); /* the products */
+  loom_graph_destroy(*g);
+  *g = out;
+  return LOOM_OK;
+}
+
+/* ---- The walk's pending operands ---------------------------------------
+ * Per value, its parts' operands stacked by rows, a (rows, m) and b
+ * (rows, n): the compiled backward writes its parts there (a run's
+ * outputs are views of the next rows), the interpreter's are copied. */
+
+static bool in_use(const tr_deferred_t *p) { return p->rows > 0 || p->reserved > 0; }
+
+static tr_deferred_t *find(loom_trace_t *t, int32_t v) {
+  for (int i = 0; i < t->tape.n_defer; i++)
+    if (t->tape.defer[i].v == v && in_use(&t->tape.defer[i])) return &t->tape.defer[i];
+  return NULL;
+}
+
+bool grad_defer_pending(loom_trace_t *t, int32_t v) {
+  tr_deferred_t *p = find(t, v);
+  return p && p->rows > 0;
+}
+
+/* Grows stack *x (*cap bytes, used bytes kept) to hold need bytes. */
+static loom_status_t grow(void **x, size_t *cap, size_t used, size_t need) {
+  if (need <= *cap) return LOOM_OK;
+  size_t c = need > 2 * *cap ? need : 2 * *cap;
+  void *y = core_malloc(c);
+  if (!y) return loom_fail(LOOM_ERR_NOMEM, "out of memory for deferred gradients");
+  if (used) memcpy(y, *x, used);
+  core_free(*x);
+  *x = y;
+  *cap = c;
+  return LOOM_OK;
+}
+
+/* v's stacks (new ones: another value's emptied, or made), of dtype with
+ * m and n columns, with room for k more rows. */
+static loom_status_t stacks_for(loom_trace_t *t, int32_t v, loom_dtype_t dtype, int64_t k,
+                                int64_t m, int64_t n, tr_deferred_t **out) {
+  tr_deferred_t *p = find(t, v);
+  for (int i = 0; !p && i < t->tape.n_defer; i++)
+    if (!in_use(&t->tape.defer[i])) p = &t->tape.defer[i];
+  if (!p) {
+    LOOM_TRY(core_grow((void **)&t->tape.defer, &t->tape.cap_defer, t->tape.n_defer + 1,
+                       sizeof *t->tape.defer));
+    p = &t->tape.defer[t->tape.n_defer++];
+    *p = (tr_deferred_t){0};
+  }
+  if (!in_use(p)) {
+    p->v = v;
+    p->dtype = dtype;
+    p->m = m;
+    p->n = n;
+  } else if (p->dtype != dtype || p->m != m || p->n != n) {
+    return loom_fail(LOOM_ERR_SHAPE, "internal: trace backward: the deferred parts of "
+                     "%%%d change shape", v);
+  }
+  if (p->reserved)
+    return loom_fail(LOOM_ERR_INVALID, "internal: trace backward: rows of %%%d reserved "
+                     "twice", v);
+  size_t es = loom_dtype_size(dtype);
+  LOOM_TRY(grow(&p->a, &p->cap_a, (size_t)(p->rows * m) * es, (size_t)((p->rows + k) * m) * es));
+  LOOM_TRY(grow(&p->b, &p->cap_b, (size_t)(p->rows * n) * es, (size_t)((p->rows + k) * n) * es));
+  *out = p;
+  return LOOM_OK;
+}
+
+/* Views of rows [from, from + k) of p's stacks. */
+static loom_status_t views(const tr_deferred_t *p, int64_t from, int64_t k,
+                           loom_tensor_t **a, loom_tensor_t **b) {
+  size_t es = loom_dtype_size(p->dtype);
+  *a = *b = NULL;
+  LOOM_TRY(loom_tensor_wrap(p->dtype, 2, (int64_t[]){k, p->m}, NULL,
+                            (char *)p->a + (size_t)(from * p->m) * es, a));
+  return loom_tensor_wrap(p->dtype, 2, (int64_t[]){k, p->n}, NULL,
+                          (char *)p->b + (size_t)(from * p->n) * es, b);
+}
+
+loom_status_t grad_defer_reserve(loom_trace_t *t, int32_t v, loom_dtype_t dtype, int64_t k,
+                                 int64_t m, int64_t n, loom_tensor_t **a, loom_tensor_t **b) {
+  tr_deferred_t *p = NULL;
+  *a = *b = NULL;
+  LOOM_TRY(stacks_for(t, v, dtype, k, m, n, &p));
+  loom_status_t s = views(p, p->rows, k, a, b);
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(*a);
+    *a = NULL;
+    return s;
+  }
+  p->reserved = k;
+  return LOOM_OK;
+}
+
+loom_status_t grad_defer_commit(loom_trace_t *t, int32_t v, bool commit, bool *due) {
+  tr_deferred_t *p = find(t, v);
+  *due = false;
+  if (!p || !p->reserved)
+    return loom_fail(LOOM_ERR_INVALID, "internal: trace backward: %%%d has no rows "
+                     "reserved", v);
+  if (commit) {
+    p->rows += p->reserved;
+    t->stats.deferred_grads++;
+    *due = p->rows >= GRAD_DEFER_ROWS;
+  }
+  p->reserved = 0;
+  if (!in_use(p)) p->v = -1;
+  return LOOM_OK;
+}
+
+loom_status_t grad_defer_push(loom_trace_t *t, int32_t v, loom_tensor_t *a, loom_tensor_t *b,
+                              bool *due) {
+  loom_tensor_t *va = NULL, *vb = NULL;
+  loom_status_t s = a->rank == 2 && b->rank == 2 && a->shape[0] == b->shape[0] &&
+                    a->dtype == b->dtype && tensor_is_contiguous(a) && tensor_is_contiguous(b)
+                        ? LOOM_OK
+                        : loom_fail(LOOM_ERR_SHAPE, "internal: trace backward: deferred "
+                                    "operands of %%%d do not match", v);
+  if (s == LOOM_OK)
+    s = grad_defer_reserve(t, v, a->dtype, a->shape[0], a->shape[1], b->shape[1], &va, &vb);
+  if (s == LOOM_OK) {
+    memcpy(va->data, a->data, (size_t)loom_tensor_numel(a) * loom_dtype_size(a->dtype));
+    memcpy(vb->data, b->data, (size_t)loom_tensor_numel(b) * loom_dtype_size(b->dtype));
+    s = grad_defer_commit(t, v, true, due);
+  }
+  loom_tensor_destroy(va);
+  loom_tensor_destroy(vb);
+  loom_tensor_destroy(a);
+  loom_tensor_destroy(b);
+  return s;
+}
+
+/* a^T b on the back end's eager GEMM (with the fallback's threads). */
+static loom_status_t product(loom_trace_t *t, loom_tensor_t *a, loom_tensor_t *b,
+                             loom_tensor_t **out) {
+  loom_graph_t *g = NULL;
+  loom_value_t in[2], y;
+  LOOM_TRY(loom_graph_create(&g));
+  loom_status_t s = ir_graph_input(g, "a", a->dtype, 2, a->shape, &in[0]);
+  if (s == LOOM_OK) s = ir_graph_input(g, "b", b->dtype, 2, b->shape, &in[1]);
+  if (s == LOOM_OK) s = loom_matmul(g, in[0], in[1], 1, 0, &y);
+  if (s == LOOM_OK) s = loom_graph_output(g, y);
+  if (s == LOOM_OK) s = ir_verify(g);
+  loom_tensor_t *ins[2] = {a, b};
+  *out = NULL;
+  if (s == LOOM_OK) s = rt_interpret(g, 2, ins, 1, out, be_find(NULL), tr_fallback_pool(t));
+  loom_graph_destroy(g);
+  return s;
+}
+
+/* Empties p; stacks grown past what GRAD_DEFER_ROWS rows need (for one
+ * part of many rows) are not kept for the next value. */
+static void empty(tr_deferred_t *p) {
+  size_t keep = (size_t)(2 * GRAD_DEFER_ROWS * (p->m + p->n)) * loom_dtype_size(p->dtype);
+  if (p->cap_a + p->cap_b > keep) {
+    core_free(p->a);
+    core_free(p->b);
+    p->a = p->b = NULL;
+    p->cap_a = p->cap_b = 0;
+  }
+  p->rows = p->reserved = 0;
+  p->v = -1;
+}
+
+loom_status_t grad_defer_take(loom_trace_t *t, int32_t v, loom_tensor_t **out) {
+  *out = NULL;
+  tr_deferred_t *p = find(t, v);
+  if (!p) return LOOM_OK;
+  loom_tensor_t *a = NULL, *b = NULL;
+  loom_status_t s = views(p, 0, p->rows, &a, &b);
+  if (s == LOOM_OK) s = product(t, a, b, out);
+  loom_tensor_destroy(a);
+  loom_tensor_destroy(b);
+  empty(p);
+  t->stats.deferred_products += s == LOOM_OK;
+  return s;
+}
+
+void grad_defer_clear(loom_trace_t *t) {
+  for (int i = 0; i < t->tape.n_defer; i++) empty(&t->tape.defer[i]);
+}
+
+void grad_defer_free(loom_trace_t *t) {
+  for (int i = 0; i < t->tape.n_defer; i++) {
+    core_free(t->tape.defer[i].a);
+    core_free(t->tape.defer[i].b);
+  }
+  core_free(t->tape.defer);
+  t->tape.defer = NULL;
+  t->tape.n_defer = 0;
+  t->tape.cap_defer = 0;
+}
