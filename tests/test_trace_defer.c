@@ -10,7 +10,9 @@
  *     backward segment reads, so its parts are summed before it runs);
  *   a weight whose product reaches no gradient (x V feeds only an argmax
  *     that is read): its gradient is zero;
- * and the statistics count the parts and the products. */
+ * and the statistics count the parts and the products. With two threads
+ * the products are taken on a thread of their own (ThreadSanitizer runs
+ * this test). */
 #include <math.h>
 #include <string.h>
 
@@ -84,7 +86,7 @@ static void static_grads(const model_t *m, loom_tensor_t **grads) {
   loom_graph_destroy(g);
 }
 
-static void check(loom_dtype_t dt, int compile) {
+static void check(loom_dtype_t dt, int compile, int threads) {
   model_t m;
   model_init(&m, dt);
   loom_tensor_t *want[3];
@@ -93,6 +95,7 @@ static void check(loom_dtype_t dt, int compile) {
   loom_trace_options_init(&o);
   o.compile = compile;
   o.spec_workers = 0;
+  o.num_threads = threads;
   loom_trace_t *t = NULL;
   CHECK_OK(loom_trace_create(&o, &t));
   double tol = dt == LOOM_F64 ? 1e-10 : 2e-4;
@@ -132,13 +135,17 @@ static void check(loom_dtype_t dt, int compile) {
   model_free(&m);
 }
 
-static void test_f64_compiled(void) { check(LOOM_F64, 1); }
-static void test_f64_interpreted(void) { check(LOOM_F64, 0); }
-static void test_f32_compiled(void) { check(LOOM_F32, 1); }
+/* Two threads: the products are taken on the trace's thread for them
+ * while the walk goes on; one: on the walk's. */
+static void test_f64_compiled(void) { check(LOOM_F64, 1, 2); }
+static void test_f64_interpreted(void) { check(LOOM_F64, 0, 2); }
+static void test_f64_one_thread(void) { check(LOOM_F64, 1, 1); }
+static void test_f32_compiled(void) { check(LOOM_F32, 1, 2); }
 
 int main(void) {
   TEST_RUN(test_f64_compiled);
   TEST_RUN(test_f64_interpreted);
+  TEST_RUN(test_f64_one_thread);
   TEST_RUN(test_f32_compiled);
   return test_summary();
 }

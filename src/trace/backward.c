@@ -63,9 +63,12 @@ static loom_status_t accumulate(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
 
 /* Adds v's deferred parts (grad_defer.c) to grads[v]. */
 static loom_status_t settle(loom_trace_t *t, int32_t v) {
-  loom_tensor_t *g = NULL;
-  LOOM_TRY(grad_defer_take(t, v, &g));
-  return g ? accumulate(t, v, g) : LOOM_OK;
+  for (;;) {
+    loom_tensor_t *g = NULL;
+    LOOM_TRY(grad_defer_take(t, v, &g));
+    if (!g) return LOOM_OK;
+    LOOM_TRY(accumulate(t, v, g));
+  }
 }
 
 /* grads[v], or a new zero tensor of v's type. */
@@ -256,7 +259,7 @@ static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool com
     } else {
       s = accumulate(t, v, outs[i]);
     }
-    if (s == LOOM_OK && due) s = settle(t, v);
+    if (s == LOOM_OK && due && !grad_defer_submit(t, v)) s = settle(t, v);
   }
   return s;
 }

@@ -14,10 +14,13 @@
  * Which gradients are deferred is a function of the description alone
  * (seg_defer_mask), so that every graph built for a key, on any thread,
  * and the walk that runs it agree on the outputs' layout. */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "core/alloc.h"
+#include "core/pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "loom/ops.h"
@@ -134,9 +137,12 @@ static tr_deferred_t *find(loom_trace_t *t, int32_t v) {
   return NULL;
 }
 
+static bool handed_over(tr_defer_worker_t *w, int32_t v);
+static void take_spare(tr_defer_worker_t *w, tr_deferred_t *p);
+
 bool grad_defer_pending(loom_trace_t *t, int32_t v) {
   tr_deferred_t *p = find(t, v);
-  return p && p->rows > 0;
+  return (p && p->rows > 0) || handed_over(t->tape.worker, v);
 }
 
 /* Grows stack *x (*cap bytes, used bytes kept) to hold need bytes. */
@@ -166,6 +172,7 @@ static loom_status_t stacks_for(loom_trace_t *t, int32_t v, loom_dtype_t dtype, 
     *p = (tr_deferred_t){0};
   }
   if (!in_use(p)) {
+    take_spare(t->tape.worker, p);
     p->v = v;
     p->dtype = dtype;
     p->m = m;
@@ -248,8 +255,9 @@ loom_status_t grad_defer_push(loom_trace_t *t, int32_t v, loom_tensor_t *a, loom
   return s;
 }
 
-/* a^T b on the back end's eager GEMM (with the fallback's threads). */
-static loom_status_t product(loom_trace_t *t, loom_tensor_t *a, loom_tensor_t *b,
+/* a^T b on the back end's eager GEMM (pool: threads to lend it, or
+ * NULL). */
+static loom_status_t product(core_pool_t *pool, loom_tensor_t *a, loom_tensor_t *b,
                              loom_tensor_t **out) {
   loom_graph_t *g = NULL;
   loom_value_t in[2], y;
@@ -261,8 +269,19 @@ static loom_status_t product(loom_trace_t *t, loom_tensor_t *a, loom_tensor_t *b
   if (s == LOOM_OK) s = ir_verify(g);
   loom_tensor_t *ins[2] = {a, b};
   *out = NULL;
-  if (s == LOOM_OK) s = rt_interpret(g, 2, ins, 1, out, be_find(NULL), tr_fallback_pool(t));
+  if (s == LOOM_OK) s = rt_interpret(g, 2, ins, 1, out, be_find(NULL), pool);
   loom_graph_destroy(g);
+  return s;
+}
+
+/* The product of all of p's rows. */
+static loom_status_t stacked_product(core_pool_t *pool, const tr_deferred_t *p,
+                                     loom_tensor_t **out) {
+  loom_tensor_t *a = NULL, *b = NULL;
+  loom_status_t s = views(p, 0, p->rows, &a, &b);
+  if (s == LOOM_OK) s = product(pool, a, b, out);
+  loom_tensor_destroy(a);
+  loom_tensor_destroy(b);
   return s;
 }
 
@@ -280,15 +299,168 @@ static void empty(tr_deferred_t *p) {
   p->v = -1;
 }
 
+/* ---- Products on a thread of their own ----------------------------------
+ * With two threads or more, a value's rows that reach GRAD_DEFER_ROWS are
+ * handed to a thread that takes their product while the walk goes on
+ * (the products of an LSTM's weights beside the time steps' backward
+ * segments), and the walk sums the results in the order they were handed
+ * over, so the gradients do not depend on timing. */
+
+enum { SPARES = 4 }; /* stacks kept for reuse, so that new ones fault no pages in */
+
+typedef struct defer_job {
+  struct defer_job *next;
+  tr_deferred_t rows; /* the stacks handed over, the job's until done */
+  loom_tensor_t *out;
+  loom_status_t status;
+  char error[256];
+  bool started, done;
+} defer_job_t;
+
+struct tr_defer_worker {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake, done;
+  defer_job_t *head, *tail; /* in the order handed over */
+  tr_deferred_t spares[SPARES]; /* stacks the jobs are done with (cap 0: none) */
+  bool stop;
+};
+
+static void *worker_main(void *arg) {
+  tr_defer_worker_t *w = arg;
+  pthread_mutex_lock(&w->lock);
+  for (;;) {
+    defer_job_t *j = w->head;
+    while (j && j->started) j = j->next;
+    if (!j) {
+      if (w->stop) break;
+      pthread_cond_wait(&w->wake, &w->lock);
+      continue;
+    }
+    j->started = true;
+    pthread_mutex_unlock(&w->lock);
+    loom_tensor_t *out = NULL;
+    loom_status_t s = stacked_product(NULL, &j->rows, &out);
+    if (s != LOOM_OK) snprintf(j->error, sizeof j->error, "%s", loom_last_error());
+    pthread_mutex_lock(&w->lock);
+    j->out = out;
+    j->status = s;
+    j->done = true;
+    int k = 0; /* the stacks go to the spares (or are freed) */
+    while (k < SPARES && w->spares[k].cap_a + w->spares[k].cap_b > 0) k++;
+    if (k < SPARES) {
+      w->spares[k] = j->rows;
+    } else {
+      core_free(j->rows.a);
+      core_free(j->rows.b);
+    }
+    j->rows.a = j->rows.b = NULL;
+    pthread_cond_broadcast(&w->done);
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+/* The trace's worker, started at the first call with two threads or more
+ * (NULL: one thread, or it could not start). */
+static tr_defer_worker_t *worker(loom_trace_t *t) {
+  if (t->tape.worker || t->tape.worker_failed) return t->tape.worker;
+  int threads = t->opt.num_threads > 0 ? t->opt.num_threads : core_default_threads();
+  t->tape.worker_failed = true;
+  if (threads < 2) return NULL;
+  tr_defer_worker_t *w = core_calloc(1, sizeof *w);
+  if (!w) return NULL;
+  pthread_mutex_init(&w->lock, NULL);
+  pthread_cond_init(&w->wake, NULL);
+  pthread_cond_init(&w->done, NULL);
+  if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->done);
+    core_free(w);
+    return NULL;
+  }
+  t->tape.worker_failed = false;
+  t->tape.worker = w;
+  return w;
+}
+
+/* Gives p, emptied for another value, a spare's stacks if it has none. */
+static void take_spare(tr_defer_worker_t *w, tr_deferred_t *p) {
+  if (!w || p->cap_a + p->cap_b > 0) return;
+  pthread_mutex_lock(&w->lock);
+  for (int k = 0; k < SPARES; k++)
+    if (w->spares[k].cap_a + w->spares[k].cap_b > 0) {
+      p->a = w->spares[k].a, p->cap_a = w->spares[k].cap_a;
+      p->b = w->spares[k].b, p->cap_b = w->spares[k].cap_b;
+      w->spares[k] = (tr_deferred_t){0};
+      break;
+    }
+  pthread_mutex_unlock(&w->lock);
+}
+
+bool grad_defer_submit(loom_trace_t *t, int32_t v) {
+  tr_deferred_t *p = find(t, v);
+  tr_defer_worker_t *w = p && p->rows && !p->reserved ? worker(t) : NULL;
+  defer_job_t *j = w ? core_calloc(1, sizeof *j) : NULL;
+  if (!j) {
+    loom_clear_error();
+    return false;
+  }
+  j->rows = *p;
+  p->a = p->b = NULL;
+  p->cap_a = p->cap_b = 0;
+  empty(p);
+  take_spare(w, p);
+  pthread_mutex_lock(&w->lock);
+  if (w->tail) w->tail->next = j;
+  else w->head = j;
+  w->tail = j;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  return true;
+}
+
+/* Whether w holds a job of v's. */
+static bool handed_over(tr_defer_worker_t *w, int32_t v) {
+  if (!w) return false;
+  pthread_mutex_lock(&w->lock);
+  defer_job_t *j = w->head;
+  while (j && j->rows.v != v) j = j->next;
+  pthread_mutex_unlock(&w->lock);
+  return j != NULL;
+}
+
+/* Unlinks and returns v's first job, waited for (NULL: none). */
+static defer_job_t *finished_job(tr_defer_worker_t *w, int32_t v) {
+  if (!w) return NULL;
+  pthread_mutex_lock(&w->lock);
+  defer_job_t *prev = NULL, *j = w->head;
+  while (j && j->rows.v != v) prev = j, j = j->next;
+  while (j && !j->done) pthread_cond_wait(&w->done, &w->lock);
+  if (j) {
+    if (prev) prev->next = j->next;
+    else w->head = j->next;
+    if (w->tail == j) w->tail = prev;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return j;
+}
+
 loom_status_t grad_defer_take(loom_trace_t *t, int32_t v, loom_tensor_t **out) {
   *out = NULL;
+  defer_job_t *j = finished_job(t->tape.worker, v);
+  if (j) {
+    loom_status_t s = j->status;
+    *out = j->out;
+    if (s != LOOM_OK) loom_fail(s, "%s", j->error);
+    else t->stats.deferred_products++;
+    core_free(j);
+    return s;
+  }
   tr_deferred_t *p = find(t, v);
   if (!p) return LOOM_OK;
-  loom_tensor_t *a = NULL, *b = NULL;
-  loom_status_t s = views(p, 0, p->rows, &a, &b);
-  if (s == LOOM_OK) s = product(t, a, b, out);
-  loom_tensor_destroy(a);
-  loom_tensor_destroy(b);
+  loom_status_t s = stacked_product(tr_fallback_pool(t), p, out);
   empty(p);
   t->stats.deferred_products += s == LOOM_OK;
   return s;
@@ -296,9 +468,24 @@ loom_status_t grad_defer_take(loom_trace_t *t, int32_t v, loom_tensor_t **out) {
 
 void grad_defer_clear(loom_trace_t *t) {
   for (int i = 0; i < t->tape.n_defer; i++) empty(&t->tape.defer[i]);
+  tr_defer_worker_t *w = t->tape.worker;
+  if (!w) return;
+  pthread_mutex_lock(&w->lock);
+  for (defer_job_t *j = w->head; j; j = j->next)
+    while (!j->done) pthread_cond_wait(&w->done, &w->lock);
+  defer_job_t *j = w->head;
+  w->head = w->tail = NULL;
+  pthread_mutex_unlock(&w->lock);
+  while (j) {
+    defer_job_t *next = j->next;
+    loom_tensor_destroy(j->out);
+    core_free(j);
+    j = next;
+  }
 }
 
 void grad_defer_free(loom_trace_t *t) {
+  grad_defer_clear(t);
   for (int i = 0; i < t->tape.n_defer; i++) {
     core_free(t->tape.defer[i].a);
     core_free(t->tape.defer[i].b);
@@ -307,4 +494,21 @@ void grad_defer_free(loom_trace_t *t) {
   t->tape.defer = NULL;
   t->tape.n_defer = 0;
   t->tape.cap_defer = 0;
+  tr_defer_worker_t *w = t->tape.worker;
+  if (!w) return;
+  pthread_mutex_lock(&w->lock);
+  w->stop = true;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  pthread_join(w->thread, NULL);
+  for (int k = 0; k < SPARES; k++) {
+    core_free(w->spares[k].a);
+    core_free(w->spares[k].b);
+  }
+  pthread_mutex_destroy(&w->lock);
+  pthread_cond_destroy(&w->wake);
+  pthread_cond_destroy(&w->done);
+  core_free(w);
+  t->tape.worker = NULL;
+  t->tape.worker_failed = false;
 }

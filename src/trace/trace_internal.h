@@ -343,7 +343,13 @@ typedef struct tr_tape {
   struct tr_deferred *defer;
   int n_defer;
   int64_t cap_defer;
+  /* The thread that takes their products with two threads or more
+   * (grad_defer.c), started at the first; failed: it could not be. */
+  struct tr_defer_worker *worker;
+  bool worker_failed;
 } tr_tape_t;
+
+typedef struct tr_defer_worker tr_defer_worker_t;
 
 /* The operands of a value's deferred gradient a^T b, its parts stacked
  * by rows: a (rows, m), b (rows, n), in cap_a and cap_b bytes (kept for
@@ -552,9 +558,15 @@ loom_status_t grad_defer_commit(loom_trace_t *t, int32_t v, bool commit, bool *d
 loom_status_t grad_defer_push(loom_trace_t *t, int32_t v, loom_tensor_t *a,
                               loom_tensor_t *b, bool *due);
 bool grad_defer_pending(loom_trace_t *t, int32_t v);
-/* The sum of v's pending parts, one product (NULL: none pending). */
+/* Hands v's pending rows to the thread that takes products, if the trace
+ * has one (false: it has not; grad_defer_take them). */
+bool grad_defer_submit(loom_trace_t *t, int32_t v);
+/* A product of v's parts: the first of those handed over (waited for),
+ * else of the pending rows; NULL when none are left. Calls until NULL sum
+ * them in the order they were made. */
 loom_status_t grad_defer_take(loom_trace_t *t, int32_t v, loom_tensor_t **out);
-/* Drops every pending part (the walk's end); _free also the lists. */
+/* Drops every pending part and product (the walk's end); _free also the
+ * lists and ends the thread. */
 void grad_defer_clear(loom_trace_t *t);
 void grad_defer_free(loom_trace_t *t);
 
