@@ -51,9 +51,10 @@ void dyn_print_stats(FILE *f, const char *what, const dyn_result_t *r) {
   fprintf(f,
           "%s: %.1f items/s; loss %.4f -> %.4f; segments %lld, hits %lld "
           "(replayed %lld), misses %lld, compiles %lld (%.0f ms), interpreted %lld, "
-          "breaks %lld\n",
+          "breaks %lld, weight-gradient parts deferred %lld (in %lld products)\n",
           what, r->items_per_s, r->first_loss, r->last_loss, (long long)s->segments,
           (long long)s->hits, (long long)s->replayed, (long long)s->misses,
           (long long)s->cache.compiles, s->cache.compile_ms, (long long)s->interpreted,
-          (long long)s->breaks);
+          (long long)s->breaks, (long long)s->deferred_grads,
+          (long long)s->deferred_products);
 }

@@ -194,7 +194,7 @@ static loom_status_t output_shape(const loom_graph_t *bg, loom_tensor_t *const *
 static loom_status_t compiled_outputs(loom_trace_t *t, tape_rec_t *r, loom_graph_t *bg,
                                       loom_tensor_t **ins, loom_tensor_t **outs) {
   const seg_desc_t *d = r->bwd;
-  uint64_t defer = seg_defer_mask(d);
+  uint64_t defer = d->defer;
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
     int64_t shape[LOOM_MAX_RANK], b_shape[LOOM_MAX_RANK];
@@ -241,7 +241,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
 static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool compiled,
                                   loom_tensor_t **outs, loom_status_t s) {
   const seg_desc_t *d = r->bwd;
-  uint64_t defer = seg_defer_mask(d);
+  uint64_t defer = d->defer;
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     int32_t v = r->in[d->wrt[i]];
     loom_tensor_t *b = defer >> i & 1 ? outs[extra++] : NULL;

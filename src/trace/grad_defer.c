@@ -11,9 +11,10 @@
  * ends (grad_defer_take): as a whole-sequence RNN layer computes its
  * weight gradients.
  *
- * Which gradients are deferred is a function of the description alone
- * (seg_defer_mask), so that every graph built for a key, on any thread,
- * and the walk that runs it agree on the outputs' layout. */
+ * Which gradients are deferred is decided at the cut (segment_key.c: a
+ * weight used once, by x @ W or x @ W^T with few rows of x) and is part
+ * of the key and the description, so that every graph built for a key,
+ * on any thread, and the walk that runs it agree on the outputs. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,36 +35,6 @@
 #define GRAD_DEFER_ROWS 512
 
 /* ---- Which gradients, and the graphs that defer them ------------------- */
-
-/* Uses of input j among d's nodes and outputs; *user: the last node
- * using it, *pos: at which operand. */
-static int input_uses(const seg_desc_t *d, int j, int *user, int *pos) {
-  int n = 0;
-  for (int c = 0; c < d->n_nodes; c++)
-    for (int i = 0; i < d->nodes[c].n_in; i++)
-      if (d->nodes[c].in[i].node < 0 && d->nodes[c].in[i].index == j) n++, *user = c, *pos = i;
-  for (int k = 0; k < d->n_outputs; k++)
-    n += d->outputs[k].node < 0 && d->outputs[k].index == j;
-  return n;
-}
-
-uint64_t seg_defer_mask(const seg_desc_t *d) {
-  uint64_t mask = 0;
-  /* padded segments' backwards mask their inputs: left as they are */
-  for (int i = 0; d->part && !d->bucket && i < d->n_wrt && i < 64; i++) {
-    int j = d->wrt[i], user = -1, pos = -1;
-    const seg_input_t *in = &d->inputs[j];
-    if (in->rank != 2 || (in->dtype != LOOM_F32 && in->dtype != LOOM_F64) ||
-        input_uses(d, j, &user, &pos) != 1 || pos != 1)
-      continue;
-    /* x @ W or x @ W^T with x not transposed: the gradient rule gives
-     * W's as one product over x's rows, x^T dY or dY^T x (grad_nn.c) */
-    const seg_node_t *n = &d->nodes[user];
-    if (n->op == IR_OP_MATMUL && n->n_in == 2 && !ir_attr_int(&n->attrs, "trans_a", 0))
-      mask |= UINT64_C(1) << i;
-  }
-  return mask;
-}
 
 /* How many times value v is read in g (operands and outputs). */
 static int value_reads(const loom_graph_t *g, int32_t v) {
@@ -107,7 +78,7 @@ static loom_status_t defer_output(loom_graph_t *g, int i, int32_t *extra) {
 }
 
 loom_status_t seg_defer_graph(const seg_desc_t *d, loom_graph_t **g) {
-  uint64_t mask = seg_defer_mask(d);
+  uint64_t mask = d->part ? d->defer : 0;
   if (!mask) return LOOM_OK;
   if ((*g)->n_outputs != d->n_wrt)
     return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: %lld outputs, %d "

@@ -228,6 +228,41 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
   return h;
 }
 
+/* The wrt inputs whose gradients the backward returns as their products'
+ * operands (grad_defer.c): a float matrix used once in the cone, as the
+ * second operand of a matmul whose first is a matrix not transposed, of
+ * at most DEFER_ROWS rows known at the cut. Those are a cell's weights,
+ * summed over the time steps (16 rows a step for the LSTM, a tree
+ * level's nodes for the TreeLSTM); a weight multiplied once a step by
+ * many rows (the MoE's router over 256 tokens, a layer over a graph's
+ * nodes) keeps its product in its backward, where deferring it would
+ * only add a copy of its operands. */
+enum { DEFER_ROWS = 128 };
+
+static uint64_t defer_mask(const loom_trace_t *t, const seg_work_t *w) {
+  uint64_t mask = 0;
+  for (int i = 0; !w->bucket && i < w->n_wrt && i < 64; i++) {
+    int32_t v = w->ins[w->wrt[i]];
+    const ir_type_t *ty = &t->g->values[v].type;
+    if (ty->rank != 2 || (ty->dtype != LOOM_F32 && ty->dtype != LOOM_F64)) continue;
+    int uses = 0, pos = -1;
+    int32_t user = -1;
+    for (int c = 0; c < w->n_cone; c++) {
+      const ir_node_t *n = &t->g->nodes[w->cone[c]];
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] == v) uses++, user = w->cone[c], pos = k;
+    }
+    for (int k = 0; k < w->n_outs; k++) uses += w->outs[k] == v;
+    if (uses != 1 || pos != 1) continue;
+    const ir_node_t *n = &t->g->nodes[user];
+    const ir_type_t *a = &t->g->values[n->in[0]].type;
+    if (n->op == IR_OP_MATMUL && !ir_attr_int(&n->attrs, "trans_a", 0) && a->rank == 2 &&
+        !ir_dim_is_sym(a->dims[0]) && a->dims[0] <= DEFER_ROWS)
+      mask |= UINT64_C(1) << i;
+  }
+  return mask;
+}
+
 /* The key: structure (cone, symbolic pattern, training), inputs, path. */
 void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
                      rt_key_t *key) {
@@ -249,6 +284,8 @@ void seg_make_key(const loom_trace_t *t, seg_work_t *w, int part,
     }
   }
   for (int i = 0; i < w->n_wrt; i++) h = tr_mix(h, 0x77 + (uint64_t)w->wrt[i]);
+  w->id.defer = part ? defer_mask(t, w) : 0;
+  if (w->id.defer) h = tr_mix(h, 0xdefe4 ^ w->id.defer);
   h = mix_attr_sizes(t, w, h);
   w->id.structure = h;
   *key = (rt_key_t){.structure = h, .path = w->id.path, .site = w->id.site,
@@ -392,6 +429,7 @@ loom_status_t seg_make_desc(loom_trace_t *t, seg_work_t *w, int part,
   }
   for (int k = 0; k < w->n_outs; k++) d->outputs[k] = seg_ref_of(t, w, w->outs[k]);
   d->n_wrt = part ? w->n_wrt : 0;
+  d->defer = part ? w->id.defer : 0;
   if (w->n_wrt) memcpy(d->wrt, w->wrt, sizeof *d->wrt * (size_t)w->n_wrt);
   if (s != LOOM_OK) {
     seg_desc_release(d);

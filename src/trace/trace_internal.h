@@ -228,6 +228,9 @@ typedef struct seg_ident {
   uint64_t site, sized, structure, path;
   uint64_t key_hash;  /* of the key made last (seg_make_key) */
   uint64_t cone_hash; /* the cone's nodes in order (keep positions) */
+  /* Training: bit i, the backward returns wrt input i's gradient as its
+   * product's operands (grad_defer.c); in the structure hash. */
+  uint64_t defer;
 } seg_ident_t;
 
 /* A stitched boundary (segment_replay.c): the region a cut found after a
@@ -291,9 +294,11 @@ typedef struct seg_desc {
   bool bucket;
   int n_groups;
   int64_t group_bucket[32];
-  /* Training: the forward of pass_partition, or its backward. */
+  /* Training: the forward of pass_partition, or its backward; defer: the
+   * cut's seg_ident_t.defer. */
   int n_wrt;
   int *wrt;
+  uint64_t defer;
   int part; /* 0: the plain graph; 1: forward; 2: backward */
   int num_threads;
   /* Copies of the subgraphs of the control ops among nodes (their
@@ -539,12 +544,10 @@ void tr_recycle_step_end(loom_trace_t *t);
 void tr_recycle_free(loom_trace_t *t);
 
 /* grad_defer.c */
-/* Bit i: the backward graph of d returns wrt input i's gradient as the
- * two operands of its product A^T B (A in output i, B appended after the
- * n_wrt outputs, in the order of i). Depends on d alone. */
-uint64_t seg_defer_mask(const seg_desc_t *d);
 /* Rewrites the backward half *g of d (outputs: one gradient per wrt
- * input) to return the operands of the gradients seg_defer_mask defers. */
+ * input) to return, for each wrt input i in d->defer, the two operands of
+ * its gradient's product A^T B: A in output i, B after the n_wrt
+ * outputs, in the order of i. */
 loom_status_t seg_defer_graph(const seg_desc_t *d, loom_graph_t **g);
 /* Views *a (k, m) and *b (k, n) of the next rows of value v's stacks,
  * for a run to write a part of v's gradient a^T b in (the caller
