@@ -10,12 +10,15 @@
  *     backward segment reads, so its parts are summed before it runs);
  *   a weight whose product reaches no gradient (x V feeds only an argmax
  *     that is read): its gradient is zero;
- * and the statistics count the parts and the products. With two threads
+ * and the statistics count the parts and the products; every allocation
+ * failing in turn gives LOOM_ERR_NOMEM or a result. With two threads
  * the products are taken on a thread of their own (ThreadSanitizer runs
  * this test). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "harness.h"
 #include "loom/trace.h"
 
@@ -142,10 +145,71 @@ static void test_f64_interpreted(void) { check(LOOM_F64, 0, 2); }
 static void test_f64_one_thread(void) { check(LOOM_F64, 1, 1); }
 static void test_f32_compiled(void) { check(LOOM_F32, 1, 2); }
 
+/* One step of an RNN of `cells` cells over rows-row inputs (weights
+ * w (I, H), u (H, H)) and its backward in a fresh interpreted trace of
+ * two threads; the status of the first call that failed. */
+static loom_status_t small_step(loom_tensor_t *w, loom_tensor_t *u, loom_tensor_t *x, int cells) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.compile = 0;
+  o.num_threads = 2;
+  loom_trace_t *t = NULL;
+  loom_status_t s = loom_trace_create(&o, &t);
+  if (s != LOOM_OK) return s;
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t wv, uv, xv, h, l;
+  s = loom_trace_param(t, w, &wv);
+  if (s == LOOM_OK) s = loom_trace_param(t, u, &uv);
+  if (s == LOOM_OK) s = loom_trace_input(t, x, NULL, &xv);
+  if (s == LOOM_OK) s = loom_tanh(g, xv, &h);
+  for (int k = 0; k < cells && s == LOOM_OK; k++) {
+    loom_value_t xw, hu, z;
+    s = loom_matmul(g, xv, wv, 0, 0, &xw);
+    if (s == LOOM_OK) s = loom_matmul(g, h, uv, 0, 0, &hu);
+    if (s == LOOM_OK) s = loom_add(g, xw, hu, &z);
+    if (s == LOOM_OK) s = loom_tanh(g, z, &h);
+    if (s == LOOM_OK) s = loom_trace_sync(t);
+  }
+  if (s == LOOM_OK) s = loom_sum(g, h, 0, NULL, 0, &l);
+  if (s == LOOM_OK) s = loom_trace_backward(t, l);
+  const loom_tensor_t *gw = NULL;
+  if (s == LOOM_OK) s = loom_trace_grad(t, w, &gw);
+  loom_status_t e = loom_trace_step_end(t);
+  if (s == LOOM_OK) s = e;
+  loom_trace_destroy(t);
+  return s;
+}
+
+/* Every allocation of a step whose deferred rows reach the thread that
+ * takes products (20 cells of 32 rows), failed in turn: each run fails
+ * with LOOM_ERR_NOMEM or succeeds, never otherwise. */
+static void test_allocation_failures(void) {
+  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5);
+  loom_tensor_t *u = test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5);
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){32, H}, -1, 1);
+  loom_status_t s = LOOM_ERR_NOMEM;
+  int n = 0, wrong = 0;
+  for (; n < 20000 && s != LOOM_OK; n++) {
+    core_alloc_fail_after(n);
+    s = small_step(w, u, x, 20);
+    core_alloc_fail_after(-1);
+    if (s != LOOM_OK && s != LOOM_ERR_NOMEM) {
+      if (!wrong) printf("allocation %d: %s: %s\n", n, loom_status_name(s), loom_last_error());
+      wrong++;
+    }
+  }
+  CHECK(s == LOOM_OK && n > 10);
+  CHECK(wrong == 0);
+  loom_tensor_destroy(w);
+  loom_tensor_destroy(u);
+  loom_tensor_destroy(x);
+}
+
 int main(void) {
   TEST_RUN(test_f64_compiled);
   TEST_RUN(test_f64_interpreted);
   TEST_RUN(test_f64_one_thread);
   TEST_RUN(test_f32_compiled);
+  TEST_RUN(test_allocation_failures);
   return test_summary();
 }
