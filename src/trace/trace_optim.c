@@ -281,8 +281,11 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
                      "(loom_trace_param)", fn);
   if (!(lr >= 0 && lr <= DBL_MAX))
     return loom_fail(LOOM_ERR_INVALID, "%s: lr %g must be finite and >= 0", fn, lr);
+  /* a compile started by this step is swapped in at a later one (one
+   * that ended at once, its module found in this process, would else
+   * race this step) */
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
-  optim_swap(t);
+  else optim_swap(t);
   loom_status_t s = optim_run(t, lr);
   /* the parameters changed (in part, if the run failed) */
   t->tape.stale = t->tape.n;
