@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include "core/alloc.h"
 #include "core/log.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -475,4 +476,21 @@ char *test_capture_end(void) {
   }
   capture.fd = capture.saved = -1;
   return text;
+}
+
+void test_each_allocation_failing(loom_status_t (*run)(void *ctx), void *ctx, int least,
+                                  int most) {
+  loom_status_t s = LOOM_ERR_NOMEM;
+  int n = 0, wrong = 0;
+  for (; n < most && s != LOOM_OK; n++) {
+    core_alloc_fail_after(n);
+    s = run(ctx);
+    core_alloc_fail_after(-1);
+    if (s != LOOM_OK && s != LOOM_ERR_NOMEM) {
+      if (!wrong) printf("allocation %d: %s: %s\n", n, loom_status_name(s), loom_last_error());
+      wrong++;
+    }
+  }
+  CHECK(s == LOOM_OK && n > least);
+  CHECK(wrong == 0);
 }

@@ -103,6 +103,13 @@ void test_check_no_lost_code(const loom_executable_t *e);
  * that must leave no temporary behind is checked with it. */
 int test_files_with_prefix(const char *dir, const char *prefix, char *first, size_t size);
 
+/* Runs run(ctx) with allocation n failing, for n = 0, 1, ... until a run
+ * succeeds (at most `most` runs): each failing run must fail with
+ * LOOM_ERR_NOMEM, and more than `least` runs must fail before one
+ * succeeds (so that the runs reach the code under test). */
+void test_each_allocation_failing(loom_status_t (*run)(void *ctx), void *ctx, int least,
+                                  int most);
+
 /* What the library writes to stderr between test_capture_begin and
  * test_capture_end (one capture at a time): stderr goes to a temporary
  * file; loom_log, when not NULL, is LOOM_LOG meanwhile. end restores

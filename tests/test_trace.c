@@ -734,25 +734,22 @@ static loom_status_t scenario(loom_tensor_t *xt, loom_tensor_t *wt) {
   return s;
 }
 
+typedef struct scenario_args {
+  loom_tensor_t *x, *w;
+} scenario_args_t;
+
+static loom_status_t run_scenario(void *ctx) {
+  scenario_args_t *a = ctx;
+  return scenario(a->x, a->w);
+}
+
 static void test_allocation_failures(void) {
   int64_t shape[1] = {5};
-  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
-  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
-  loom_status_t s = LOOM_ERR_NOMEM;
-  int n = 0, wrong = 0;
-  for (; n < 5000 && s != LOOM_OK; n++) {
-    core_alloc_fail_after(n);
-    s = scenario(x, w);
-    core_alloc_fail_after(-1);
-    if (s != LOOM_OK && s != LOOM_ERR_NOMEM) {
-      if (!wrong) printf("allocation %d: %s: %s\n", n, loom_status_name(s), loom_last_error());
-      wrong++;
-    }
-  }
-  CHECK(s == LOOM_OK && n > 10);
-  CHECK(wrong == 0);
-  loom_tensor_destroy(x);
-  loom_tensor_destroy(w);
+  scenario_args_t a = {test_rand_tensor(LOOM_F32, 1, shape, -1, 1),
+                       test_rand_tensor(LOOM_F32, 1, shape, -1, 1)};
+  test_each_allocation_failing(run_scenario, &a, 10, 5000);
+  loom_tensor_destroy(a.x);
+  loom_tensor_destroy(a.w);
 }
 
 

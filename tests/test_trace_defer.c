@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/alloc.h"
 #include "harness.h"
 #include "loom/trace.h"
 
@@ -180,29 +179,26 @@ static loom_status_t small_step(loom_tensor_t *w, loom_tensor_t *u, loom_tensor_
   return s;
 }
 
+typedef struct small_args {
+  loom_tensor_t *w, *u, *x;
+} small_args_t;
+
+static loom_status_t run_small(void *ctx) {
+  small_args_t *a = ctx;
+  return small_step(a->w, a->u, a->x, 20);
+}
+
 /* Every allocation of a step whose deferred rows reach the thread that
  * takes products (20 cells of 32 rows), failed in turn: each run fails
  * with LOOM_ERR_NOMEM or succeeds, never otherwise. */
 static void test_allocation_failures(void) {
-  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5);
-  loom_tensor_t *u = test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5);
-  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, (int64_t[]){32, H}, -1, 1);
-  loom_status_t s = LOOM_ERR_NOMEM;
-  int n = 0, wrong = 0;
-  for (; n < 20000 && s != LOOM_OK; n++) {
-    core_alloc_fail_after(n);
-    s = small_step(w, u, x, 20);
-    core_alloc_fail_after(-1);
-    if (s != LOOM_OK && s != LOOM_ERR_NOMEM) {
-      if (!wrong) printf("allocation %d: %s: %s\n", n, loom_status_name(s), loom_last_error());
-      wrong++;
-    }
-  }
-  CHECK(s == LOOM_OK && n > 10);
-  CHECK(wrong == 0);
-  loom_tensor_destroy(w);
-  loom_tensor_destroy(u);
-  loom_tensor_destroy(x);
+  small_args_t a = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5),
+                    test_rand_tensor(LOOM_F32, 2, (int64_t[]){H, H}, -0.5, 0.5),
+                    test_rand_tensor(LOOM_F32, 2, (int64_t[]){32, H}, -1, 1)};
+  test_each_allocation_failing(run_small, &a, 10, 20000);
+  loom_tensor_destroy(a.w);
+  loom_tensor_destroy(a.u);
+  loom_tensor_destroy(a.x);
 }
 
 int main(void) {
