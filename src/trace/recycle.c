@@ -41,24 +41,46 @@ static tr_kept_t *slot_of(tr_recycle_t *r, size_t bytes) {
   return NULL;
 }
 
-loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
-                            const int64_t *shape, loom_tensor_t **out) {
-  size_t bytes = core_storage_reuses() ? kept_bytes(dtype, rank, shape) : 0;
+/* A kept tensor of `bytes` elements' bytes (counted as made), or NULL
+ * with *fresh: make one (none kept, or a size not kept). */
+static loom_status_t take(loom_trace_t *t, size_t bytes, tr_kept_item_t *it, bool *fresh) {
   tr_kept_t *k = bytes ? slot_of(&t->recycle, bytes) : NULL;
-  if (!k) return tensor_new_uninit(dtype, rank, shape, out);
+  *fresh = true;
+  if (!k) return LOOM_OK;
   k->bytes = bytes;
   k->made++;
-  if (k->n == 0) return tensor_new_uninit(dtype, rank, shape, out);
+  if (k->n == 0) return LOOM_OK;
   if (core_alloc_fault()) /* a kept tensor stands for an allocation */
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a tensor");
-  loom_tensor_t *x = k->items[--k->n];
-  bool same = x->dtype == dtype && x->rank == rank;
-  for (int a = 0; a < rank && same; a++) same = x->shape[a] == shape[a];
-  if (!same) { /* else it is as it was */
-    tensor_view_init(x, dtype, rank, shape, x->data);
-    x->owns_data = true;
-  }
-  *out = x;
+  *it = k->items[--k->n];
+  *fresh = false;
+  return LOOM_OK;
+}
+
+/* The kept tensors' headers are rewritten whole: reading one first would
+ * wait on memory the step has not touched since the last. */
+loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
+                            const int64_t *shape, loom_tensor_t **out) {
+  tr_kept_item_t it;
+  bool fresh;
+  LOOM_TRY(take(t, core_storage_reuses() ? kept_bytes(dtype, rank, shape) : 0, &it, &fresh));
+  if (fresh) return tensor_new_uninit(dtype, rank, shape, out);
+  tensor_view_init(it.x, dtype, rank, shape, it.data);
+  it.x->owns_data = true;
+  *out = it.x;
+  return LOOM_OK;
+}
+
+loom_status_t tr_tensor_like(loom_trace_t *t, const loom_tensor_t *model, loom_tensor_t **out) {
+  tr_kept_item_t it;
+  bool fresh;
+  size_t bytes = core_storage_reuses() ? kept_bytes(model->dtype, model->rank, model->shape) : 0;
+  LOOM_TRY(take(t, bytes, &it, &fresh));
+  if (fresh) return tensor_new_uninit(model->dtype, model->rank, model->shape, out);
+  *it.x = *model;
+  it.x->data = it.data;
+  it.x->owns_data = true;
+  *out = it.x;
   return LOOM_OK;
 }
 
@@ -75,12 +97,12 @@ void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x) {
     loom_tensor_destroy(x);
     return;
   }
-  k->items[k->n++] = x;
+  k->items[k->n++] = (tr_kept_item_t){x, x->data};
 }
 
 /* Frees slot k's tensors and its list. */
 static void drop(tr_kept_t *k) {
-  for (int i = 0; i < k->n; i++) loom_tensor_destroy(k->items[i]);
+  for (int i = 0; i < k->n; i++) loom_tensor_destroy(k->items[i].x);
   core_free(k->items);
   *k = (tr_kept_t){0};
 }

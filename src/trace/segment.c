@@ -71,6 +71,8 @@ loom_status_t seg_work_reserve(loom_trace_t *t, seg_work_t **out) {
   w->n_cone = w->n_ins = w->n_outs = w->n_wrt = 0;
   w->n_syms = w->n_groups = 0;
   w->bucket = w->train = w->stand_in = false;
+  w->exec_outs = NULL;
+  w->n_exec_outs = 0;
   *out = w;
   return LOOM_OK;
 }

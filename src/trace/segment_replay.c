@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "trace/trace_internal.h"
 
 /* Restarts the numbering of the region's inputs. */
@@ -178,6 +179,8 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
   w->n_syms = r->n_syms;
   w->train = r->train;
   w->id = r->id;
+  w->exec_outs = r->n_exec_outs ? r->exec_outs : NULL;
+  w->n_exec_outs = r->n_exec_outs;
   *key = (rt_key_t){.structure = r->id.structure, .path = r->id.path, .site = r->id.site,
                     .n_inputs = r->n_ins, .inputs = r->key_in, .hash = r->id.key_hash};
   return LOOM_OK;
@@ -225,14 +228,29 @@ static bool replayable(const loom_trace_t *t, const seg_work_t *w) {
   return true;
 }
 
+/* The graph of entry e when w's run of it makes outputs of exact types,
+ * which a replay can keep (an executable's, not for training, every dim
+ * a size), or NULL. */
+static const loom_graph_t *exact_outputs(const seg_work_t *w, rt_entry_t *e) {
+  if (w->train || w->bucket || w->n_syms || !e || !rt_entry_executable(e)) return NULL;
+  const loom_graph_t *eg = rt_entry_graph(e);
+  for (int64_t i = 0; i < eg->n_outputs; i++) {
+    const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
+    for (int a = 0; a < ty->rank; a++)
+      if (ir_dim_is_sym(ty->dims[a])) return NULL;
+  }
+  return eg;
+}
+
 /* One allocation for r and its arrays (each aligned for what follows). */
-static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs) {
-  size_t at = sizeof(tr_replay_t), sizes[5] = {
+static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs,
+                               int n_exec_outs) {
+  size_t at = sizeof(tr_replay_t), sizes[6] = {
       sizeof(uint64_t) * (size_t)n_nodes, sizeof(seg_input_t) * (size_t)n_ins,
       sizeof(rt_key_input_t) * (size_t)n_ins, sizeof(seg_ref_t) * (size_t)n_outs,
-      sizeof(int32_t) * (size_t)n_codes};
-  size_t offs[5];
-  for (int i = 0; i < 5; i++) {
+      sizeof(loom_tensor_t) * (size_t)n_exec_outs, sizeof(int32_t) * (size_t)n_codes};
+  size_t offs[6];
+  for (int i = 0; i < 6; i++) {
     at = (at + 15) & ~(size_t)15;
     offs[i] = at;
     at += sizes[i];
@@ -244,7 +262,9 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs) 
   r->in_types = (seg_input_t *)(p + offs[1]);
   r->key_in = (rt_key_input_t *)(p + offs[2]);
   r->outs = (seg_ref_t *)(p + offs[3]);
-  r->codes = (int32_t *)(p + offs[4]);
+  r->exec_outs = (loom_tensor_t *)(p + offs[4]);
+  r->codes = (int32_t *)(p + offs[5]);
+  r->n_exec_outs = n_exec_outs;
   r->n_nodes = n_nodes;
   r->n_codes = n_codes;
   r->n_ins = n_ins;
@@ -263,7 +283,9 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
     return; /* stitched already (the region differed in an operand this time) */
   int n_codes = 0;
   for (int c = 0; c < w->n_cone; c++) n_codes += t->g->nodes[w->cone[c]].n_in;
-  tr_replay_t *r = replay_new(w->n_cone, n_codes, w->n_ins, w->n_outs);
+  const loom_graph_t *eg = exact_outputs(w, way->to);
+  tr_replay_t *r = replay_new(w->n_cone, n_codes, w->n_ins, w->n_outs,
+                              eg ? (int)eg->n_outputs : 0);
   if (!r) return; /* not stitched: the cut's way goes on */
   /* the wiring, coded as a replay will check it (its own input numbering,
    * which must give w's inputs in w's order) */
@@ -294,6 +316,10 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   if (w->n_ins) {
     memcpy(r->in_types, w->in_types, sizeof *r->in_types * (size_t)w->n_ins);
     memcpy(r->key_in, w->key_in, sizeof *r->key_in * (size_t)w->n_ins);
+  }
+  for (int i = 0; i < r->n_exec_outs; i++) {
+    const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
+    tensor_view_init(&r->exec_outs[i], ty->dtype, ty->rank, ty->dims, NULL);
   }
   r->id = w->id;
   r->keep_gen = t->keep_gen;

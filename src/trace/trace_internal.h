@@ -250,6 +250,12 @@ typedef struct tr_replay {
   seg_ref_t *outs;        /* [n_outs]: (node position, output index) */
   seg_input_t *in_types;  /* [n_ins] */
   rt_key_input_t *key_in; /* [n_ins] */
+  /* The executable's outputs at exact sizes, as tensor headers (no
+   * elements), so that a replay makes its output tensors as copies of
+   * them (0: a training segment, or sizes from symbols: evaluated at each
+   * run). */
+  int n_exec_outs;
+  loom_tensor_t *exec_outs; /* [n_exec_outs] */
 } tr_replay_t;
 
 /* The region being recorded, checked against the stitched successor of
@@ -374,9 +380,14 @@ typedef struct tr_deferred {
 #define TR_KEPT 64             /* sizes kept: open addressing, power of two */
 
 /* The tensors kept whose elements take `bytes`. */
+typedef struct tr_kept_item {
+  loom_tensor_t *x;
+  void *data; /* x's elements: a taken tensor is rewritten without reading it */
+} tr_kept_item_t;
+
 typedef struct tr_kept {
   size_t bytes; /* 0: an empty slot */
-  loom_tensor_t **items;
+  tr_kept_item_t *items;
   int64_t n, cap;
   int64_t made; /* tensors of this size the step made */
 } tr_kept_t;
@@ -493,6 +504,10 @@ typedef struct seg_work {
   int n_syms, n_groups;
   bool bucket, train;
   seg_ident_t id;
+  /* A stitched replay's executable outputs (tr_replay_t.exec_outs), or
+   * NULL: the run evaluates their types. */
+  const loom_tensor_t *exec_outs;
+  int n_exec_outs;
 } seg_work_t;
 
 /* An operand's reference in w's segment: input position or (cone
@@ -537,6 +552,9 @@ struct core_pool *tr_fallback_pool(loom_trace_t *t);
  * its byte size, or a fresh one. */
 loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
                             const int64_t *shape, loom_tensor_t **out);
+/* tr_tensor_new of model's dtype and shape (model: a contiguous header,
+ * whose data is not read), its header copied rather than computed. */
+loom_status_t tr_tensor_like(loom_trace_t *t, const loom_tensor_t *model, loom_tensor_t **out);
 /* Frees x (a tensor the step owned), or keeps it for the next step. */
 void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x);
 /* After the step's tensors went back: frees the sizes it did not make. */
