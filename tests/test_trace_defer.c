@@ -26,7 +26,7 @@ enum { N = 300, B = 2, I = 3, H = 4, C = 3 };
 typedef struct model {
   loom_dtype_t dt;
   loom_tensor_t *w, *u, *v; /* (I, H), (H, H), (I, C) */
-  loom_tensor_t *xs[N];     /* (B, I) */
+  loom_tensor_t *xs[N];     /* (I, B): transposed in the program */
 } model_t;
 
 static void model_init(model_t *m, loom_dtype_t dt) {
@@ -34,7 +34,7 @@ static void model_init(model_t *m, loom_dtype_t dt) {
   m->w = test_rand_tensor(dt, 2, (int64_t[]){I, H}, -0.5, 0.5);
   m->u = test_rand_tensor(dt, 2, (int64_t[]){H, H}, -0.5, 0.5);
   m->v = test_rand_tensor(dt, 2, (int64_t[]){I, C}, -1, 1);
-  for (int k = 0; k < N; k++) m->xs[k] = test_rand_tensor(dt, 2, (int64_t[]){B, I}, -1, 1);
+  for (int k = 0; k < N; k++) m->xs[k] = test_rand_tensor(dt, 2, (int64_t[]){I, B}, -1, 1);
 }
 
 static void model_free(model_t *m) {
@@ -44,8 +44,8 @@ static void model_free(model_t *m) {
   for (int k = 0; k < N; k++) loom_tensor_destroy(m->xs[k]);
 }
 
-/* The program, into g: W2 = 2 W; h = tanh(x_k W2 + h U) over the steps,
- * argmax(x_k V) beside each; loss = sum(h^2). With t, a trace: W2 is read
+/* The program, into g: W2 = 2 W; h = tanh(x_k^T W2 + h U) over the steps,
+ * argmax(x_k^T V) beside each; loss = sum(h^2). With t, a trace: W2 is read
  * (a segment of its own) and each step is synced (a segment per cell). */
 static void program(loom_trace_t *t, loom_graph_t *g, const loom_value_t *p,
                     const loom_value_t *x, loom_dtype_t dt, loom_value_t *loss) {
@@ -56,12 +56,15 @@ static void program(loom_trace_t *t, loom_graph_t *g, const loom_value_t *p,
   if (t) CHECK_OK(loom_trace_read(t, w2, &real));
   CHECK_OK(loom_full(g, 2, (int64_t[]){B, H}, 0.0, dt, &h));
   for (int k = 0; k < N; k++) {
-    loom_value_t xw, hu, s, xv, top;
-    CHECK_OK(loom_matmul(g, x[k], w2, 0, 0, &xw));
+    loom_value_t xt, xw, hu, s, xv, top;
+    /* x_k^T: the deferred product's second operand is then a transpose's
+     * output, recomputed or saved by the backward */
+    CHECK_OK(loom_transpose(g, x[k], (int64_t[]){1, 0}, &xt));
+    CHECK_OK(loom_matmul(g, xt, w2, 0, 0, &xw));
     CHECK_OK(loom_matmul(g, h, p[1], 0, 0, &hu));
     CHECK_OK(loom_add(g, xw, hu, &s));
     CHECK_OK(loom_tanh(g, s, &h));
-    CHECK_OK(loom_matmul(g, x[k], p[2], 0, 0, &xv));
+    CHECK_OK(loom_matmul(g, xt, p[2], 0, 0, &xv));
     CHECK_OK(loom_argmax(g, xv, 1, 1, 0, &top));
     if (t) CHECK_OK(loom_trace_read(t, top, &real));
     if (t) CHECK_OK(loom_trace_sync(t));
@@ -78,7 +81,7 @@ static void static_grads(const model_t *m, loom_tensor_t **grads) {
   CHECK_OK(loom_graph_input(g, "w", m->dt, 2, (int64_t[]){I, H}, &p[0]));
   CHECK_OK(loom_graph_input(g, "u", m->dt, 2, (int64_t[]){H, H}, &p[1]));
   CHECK_OK(loom_graph_input(g, "v", m->dt, 2, (int64_t[]){I, C}, &p[2]));
-  for (int k = 0; k < N; k++) CHECK_OK(loom_graph_input(g, NULL, m->dt, 2, (int64_t[]){B, I}, &x[k]));
+  for (int k = 0; k < N; k++) CHECK_OK(loom_graph_input(g, NULL, m->dt, 2, (int64_t[]){I, B}, &x[k]));
   program(NULL, g, p, x, m->dt, &loss);
   CHECK_OK(loom_grad(g, loss, 3, p, gr));
   for (int i = 0; i < 3; i++) CHECK_OK(loom_graph_output(g, gr[i]));

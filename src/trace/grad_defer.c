@@ -1,15 +1,16 @@
 /* Weight gradients deferred to the end of the backward walk. A cell that
  * a trace runs once per time step multiplies a weight by a few rows (an
  * LSTM's batch of 16): its weight gradient, A^T B over those rows, is a
- * product with K = 16, whose C tile is loaded and stored for every 16
- * multiply-adds, and summing it into the accumulator is another pass over
- * the whole weight, once per time step. So a training segment's backward
- * graph returns the product's two operands instead of the product
- * (seg_defer_graph), the walk keeps them per value (grad_defer_push), and
- * one product over all the rows they gathered, K = 16 T, is taken when
- * the gradient is needed, the rows reach GRAD_DEFER_ROWS, or the walk
- * ends (grad_defer_take): as a whole-sequence RNN layer computes its
- * weight gradients.
+ * product with K = 16 (below the GEMM's large-K speed: 81 against 96
+ * GFLOP/s on a Zen 5), and summing it into the accumulator is another
+ * pass over the whole weight, once per time step. So a training
+ * segment's backward graph returns the product's two operands instead of
+ * the product (seg_defer_graph), the walk stacks them per value
+ * (grad_defer_reserve, grad_defer_push), and one product over all the
+ * rows they gathered, K = 16 T, is taken when the gradient is needed,
+ * the rows reach GRAD_DEFER_ROWS, or the walk ends (grad_defer_take), as
+ * a whole-sequence RNN layer computes its weight gradients; with two
+ * threads or more, on a thread of its own while the walk goes on.
  *
  * Which gradients are deferred is decided at the cut (segment_key.c: a
  * weight used once, by x @ W or x @ W^T with few rows of x) and is part
@@ -204,20 +205,36 @@ loom_status_t grad_defer_commit(loom_trace_t *t, int32_t v, bool commit, bool *d
   return LOOM_OK;
 }
 
+/* x's elements, in row-major order, into dst (x contiguous or a view). */
+static loom_status_t copy_rows(const loom_tensor_t *x, void *dst) {
+  size_t bytes = (size_t)loom_tensor_numel(x) * loom_dtype_size(x->dtype);
+  if (tensor_is_contiguous(x)) {
+    memcpy(dst, x->data, bytes);
+    return LOOM_OK;
+  }
+  loom_tensor_t *c = NULL;
+  LOOM_TRY(tensor_contiguous_copy(x, &c));
+  memcpy(dst, c->data, bytes);
+  loom_tensor_destroy(c);
+  return LOOM_OK;
+}
+
 loom_status_t grad_defer_push(loom_trace_t *t, int32_t v, loom_tensor_t *a, loom_tensor_t *b,
                               bool *due) {
   loom_tensor_t *va = NULL, *vb = NULL;
   loom_status_t s = a->rank == 2 && b->rank == 2 && a->shape[0] == b->shape[0] &&
-                    a->dtype == b->dtype && tensor_is_contiguous(a) && tensor_is_contiguous(b)
+                    a->dtype == b->dtype
                         ? LOOM_OK
                         : loom_fail(LOOM_ERR_SHAPE, "internal: trace backward: deferred "
                                     "operands of %%%d do not match", v);
   if (s == LOOM_OK)
     s = grad_defer_reserve(t, v, a->dtype, a->shape[0], a->shape[1], b->shape[1], &va, &vb);
-  if (s == LOOM_OK) {
-    memcpy(va->data, a->data, (size_t)loom_tensor_numel(a) * loom_dtype_size(a->dtype));
-    memcpy(vb->data, b->data, (size_t)loom_tensor_numel(b) * loom_dtype_size(b->dtype));
-    s = grad_defer_commit(t, v, true, due);
+  if (s == LOOM_OK) s = copy_rows(a, va->data);
+  if (s == LOOM_OK) s = copy_rows(b, vb->data);
+  if (va) { /* reserved: counted in, or given back */
+    bool ok = s == LOOM_OK;
+    loom_status_t c = grad_defer_commit(t, v, ok, due);
+    if (s == LOOM_OK) s = c;
   }
   loom_tensor_destroy(va);
   loom_tensor_destroy(vb);
