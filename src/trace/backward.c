@@ -169,11 +169,10 @@ static loom_status_t backward_inputs(loom_trace_t *t, tape_rec_t *r,
   return LOOM_OK;
 }
 
-/* The shape of bg's output i, its symbols bound by the inputs ins. */
-static loom_status_t output_shape(const loom_graph_t *bg, loom_tensor_t *const *ins,
-                                  int i, int64_t *shape) {
-  int n = ir_num_symbols(bg);
-  int64_t syms[n + 1];
+/* bg's symbols (-1 where unbound), bound by the sizes of its inputs ins;
+ * n: bg's symbol count. */
+static void bind_symbols(const loom_graph_t *bg, loom_tensor_t *const *ins, int n,
+                         int64_t *syms) {
   for (int k = 0; k < n; k++) syms[k] = -1;
   for (int j = 0; j < (int)bg->n_inputs; j++) {
     const ir_type_t *ty = &bg->values[bg->inputs[j]].type;
@@ -183,6 +182,11 @@ static loom_status_t output_shape(const loom_graph_t *bg, loom_tensor_t *const *
       if (x->kind == IR_EXPR_SYM && x->c < n) syms[x->c] = ins[j]->shape[a];
     }
   }
+}
+
+/* The shape of bg's output i at symbol values syms. */
+static loom_status_t output_shape(const loom_graph_t *bg, const int64_t *syms, int i,
+                                  int64_t *shape) {
   const ir_type_t *ty = &bg->values[bg->outputs[i]].type;
   for (int a = 0; a < ty->rank; a++) LOOM_TRY(ir_dim_eval(bg, ty->dims[a], syms, &shape[a]));
   return LOOM_OK;
@@ -194,13 +198,15 @@ static loom_status_t output_shape(const loom_graph_t *bg, loom_tensor_t *const *
 static loom_status_t compiled_outputs(loom_trace_t *t, tape_rec_t *r, loom_graph_t *bg,
                                       loom_tensor_t **ins, loom_tensor_t **outs) {
   const seg_desc_t *d = r->bwd;
-  uint64_t defer = d->defer;
+  int n_syms = d->defer ? ir_num_symbols(bg) : 0;
+  int64_t syms[n_syms + 1];
+  if (d->defer) bind_symbols(bg, ins, n_syms, syms);
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
     int64_t shape[LOOM_MAX_RANK], b_shape[LOOM_MAX_RANK];
-    if (defer >> i & 1) {
-      LOOM_TRY(output_shape(bg, ins, i, shape));
-      LOOM_TRY(output_shape(bg, ins, extra, b_shape));
+    if (d->defer >> i & 1) {
+      LOOM_TRY(output_shape(bg, syms, i, shape));
+      LOOM_TRY(output_shape(bg, syms, extra, b_shape));
       LOOM_TRY(grad_defer_reserve(t, r->in[d->wrt[i]], x->dtype, shape[0], shape[1],
                                   b_shape[1], &outs[i], &outs[extra++]));
       continue;
@@ -241,16 +247,18 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
 static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool compiled,
                                   loom_tensor_t **outs, loom_status_t s) {
   const seg_desc_t *d = r->bwd;
-  uint64_t defer = d->defer;
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     int32_t v = r->in[d->wrt[i]];
-    loom_tensor_t *b = defer >> i & 1 ? outs[extra++] : NULL;
+    bool deferred = d->defer >> i & 1;
+    loom_tensor_t *b = deferred ? outs[extra++] : NULL;
     bool due = false;
-    if (b && compiled) {
+    if (deferred && compiled) { /* views of reserved rows, if reserving got that far */
+      /* a failed run gives its rows back; a reservation never made has
+       * nothing to give (and must not replace the run's error) */
+      loom_status_t c = b ? grad_defer_commit(t, v, s == LOOM_OK, &due) : LOOM_OK;
+      if (s == LOOM_OK) s = c;
       loom_tensor_destroy(outs[i]);
       loom_tensor_destroy(b);
-      loom_status_t c = grad_defer_commit(t, v, s == LOOM_OK, &due);
-      if (s == LOOM_OK) s = c;
     } else if (s != LOOM_OK) {
       loom_tensor_destroy(outs[i]);
       loom_tensor_destroy(b);
