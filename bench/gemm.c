@@ -9,8 +9,10 @@
  *                             an explicit im2col buffer + the same GEMM
  *        bench_gemm kernel    the micro-kernel alone, on packed panels that
  *                             stay in L1 and L2, beside the FMA peak
- *        bench_gemm step      the Transformer training step's GEMM shapes,
- *                             Loom beside OpenBLAS (PyTorch's BLAS here) */
+ *        bench_gemm step [m,n,k,trans_a,trans_b ...]
+ *                             the Transformer training step's GEMM shapes
+ *                             (or those given), Loom beside OpenBLAS
+ *                             (PyTorch's BLAS here) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,7 +302,7 @@ static double step_block(void (*fn)(const step_gemm_t *, int), const step_gemm_t
  * weight gradients dY^T @ X. Loom and OpenBLAS alternate blocks; each
  * side's figure is the median of its blocks, the ratio the median of the
  * pairs' ratios (OpenBLAS's time over Loom's: above 1, Loom is faster). */
-static void bench_step_shapes(void) {
+static void bench_step_shapes(int n_custom, const int64_t (*custom)[5]) {
   /* These machines set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) for older
    * OpenBLAS builds; read when the library loads, it would pin this one to
    * Haswell kernels (half its speed on AVX-512). The peer runs as PyTorch
@@ -323,14 +325,16 @@ static void bench_step_shapes(void) {
                                       {1024, 256, 1024, 0, 0}, {1024, 1024, 256, 0, 0},
                                       {256, 1024, 1024, 1, 0}, {1024, 256, 1024, 1, 0},
                                       {768, 256, 1024, 1, 0},  {256, 256, 1024, 1, 0}};
+  size_t n_shapes = n_custom ? (size_t)n_custom : sizeof shapes / sizeof *shapes;
+  const int64_t(*list)[5] = n_custom ? custom : shapes;
   enum { PAIRS = 9 };
   for (int threads = 1; threads <= 2; threads++) {
     step_gemm_t s = {.sgemm = sgemm};
     if (threads > 1 && core_pool_create(threads, &s.pool) != LOOM_OK) return;
     set_threads(threads);
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-      int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
-      int ta = (int)shapes[i][3], tb = (int)shapes[i][4];
+    for (size_t i = 0; i < n_shapes; i++) {
+      int64_t m = list[i][0], n = list[i][1], k = list[i][2];
+      int ta = (int)list[i][3], tb = (int)list[i][4];
       for (int q = 0; q < 4; q++)
         s.d[q] = (loom_abi_gemm_t){.m = m, .n = n, .k = k, .batch = 1,
                                    .a = random_rect(m * k), .lda = ta ? m : k, .trans_a = ta,
@@ -374,7 +378,19 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "step") == 0) {
-    bench_step_shapes();
+    int64_t custom[16][5];
+    int n_custom = 0;
+    for (int i = 2; i < argc && n_custom < 16; i++) {
+      long long v[5];
+      if (sscanf(argv[i], "%lld,%lld,%lld,%lld,%lld", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5 ||
+          v[0] < 1 || v[1] < 1 || v[2] < 1) {
+        fprintf(stderr, "bench_gemm: a shape is m,n,k,trans_a,trans_b: %s\n", argv[i]);
+        return 2;
+      }
+      for (int j = 0; j < 5; j++) custom[n_custom][j] = v[j];
+      n_custom++;
+    }
+    bench_step_shapes(n_custom, (const int64_t(*)[5])custom);
     return 0;
   }
   int64_t sizes[16] = {256, 512, 1024, 2048};

@@ -194,7 +194,8 @@ static void gemm_edge_widths(void) {
 
 /* A last row tile of every height 1..mr-1 (the short ones run a kernel
  * of their own), full and half width, k of one step, odd, and over two kc
- * blocks (the second accumulates), both transposes of A, for every
+ * blocks (the second accumulates), both transposes of A and of B (a plain
+ * B of so few rows is read in place, a transposed one packed), for every
  * micro-kernel. */
 static void gemm_edge_heights(void) {
   const gemm_isa_t *all[] = {&gemm_isa_portable, &gemm_isa_avx2, &gemm_isa_avx2_wide,
@@ -204,8 +205,9 @@ static void gemm_edge_heights(void) {
     if (!kern_gemm_force_isa(all[i]->name)) continue;
     for (int h = 1; h < all[i]->mr; h++)
       for (size_t q = 0; q < sizeof ks / sizeof *ks; q++)
-        for (int ta = 0; ta < 2; ta++) {
-          shape_t s = {2 * all[i]->mr + h, 2 * all[i]->nr + 3, ks[q], 1, ta, 0, 1, 0, 0, 1};
+        for (int t = 0; t < 4; t++) {
+          shape_t s = {2 * all[i]->mr + h, 2 * all[i]->nr + 3, ks[q], 1, t & 1, t >> 1, 1,
+                       0, 0, 1};
           check_gemm(&s, NULL);
         }
   }
@@ -234,6 +236,38 @@ static void gemm_transposed_a_in_place(void) {
         for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
           shape_t s = {ms[a], ns[b], ks[q], 1, 1, (int)(b & 1), (int64_t)(a + q) % 2 * 3,
                        0, 0, (int)((a + b + q) % 2)};
+          check_gemm(&s, NULL);
+          check_gemm(&s, pool);
+        }
+  }
+  kern_gemm_force_isa(NULL);
+  core_pool_destroy(pool);
+}
+
+/* A plain B read in place (products of at most b_in_place_rows rows),
+ * and packed one row past that: row counts that end in every kind of row
+ * tile, full column tiles and a last narrower one (packed per panel),
+ * k of one step, odd, over two kc blocks (the second accumulates), rows of
+ * B unaligned (padded leading dimensions), one B for a batch of A, with
+ * and without an epilogue, on one thread and split over two, for every
+ * micro-kernel. */
+static void gemm_plain_b_in_place(void) {
+  const gemm_isa_t *all[] = {&gemm_isa_portable, &gemm_isa_avx2, &gemm_isa_avx2_wide,
+                             &gemm_isa_avx512};
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(2, &pool));
+  for (int i = 0; i < N_ISAS; i++) {
+    if (!kern_gemm_force_isa(all[i]->name)) continue;
+    int64_t mr = all[i]->mr, nr = all[i]->nr, most = all[i]->b_in_place_rows;
+    const int64_t ms[] = {1, mr - 1, mr + 1, 2 * mr + 3, most, most + 1};
+    const int64_t ns[] = {nr, 3 * nr, 2 * nr + 5, nr - 3};
+    const int64_t ks[] = {1, 7, 301};
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+      for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+        for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {
+          if (ms[a] > 2 * mr + 3 && q != 1) continue; /* the long ones once */
+          int odd = (int)((a + b + q) % 2);
+          shape_t s = {ms[a], ns[b], ks[q], odd ? 3 : 1, 0, 0, odd * 3, 0, odd, !odd};
           check_gemm(&s, NULL);
           check_gemm(&s, pool);
         }
@@ -560,6 +594,7 @@ int main(void) {
   TEST_RUN(gemm_edge_widths);
   TEST_RUN(gemm_edge_heights);
   TEST_RUN(gemm_transposed_a_in_place);
+  TEST_RUN(gemm_plain_b_in_place);
   TEST_RUN(gemm_packed_b_column_blocks);
   TEST_RUN(gemm_repacks_packed_b);
   TEST_RUN(gemm_grouped_items);

@@ -349,25 +349,38 @@ enum { FINISH_COLS = 2048 };
  * mc) and columns [jc, jc + nc), over kc steps of k. accumulate: add to C;
  * last: the final kc block, after which C's spans are finished. */
 typedef struct cblock {
-  int64_t t, ic, mc, jc, nc, kc;
+  int64_t t, ic, mc, jc, nc, pc, kc;
   int accumulate, last;
 } cblock_t;
 
-/* C block (+)= A block @ packed B panel; with `last`, finished spans of
- * columns are handed to finish() while in cache. The A block is packed
- * (ablock), or, with adirect, read in place from a stored A^T at adirect
- * (its k step p at adirect + p * lda): full tiles read it there, edge
- * tiles pack their panel into ablock first. */
+/* C block (+)= A block @ B panel; with `last`, finished spans of columns
+ * are handed to finish() while in cache. The A block is packed (ablock),
+ * or, with adirect, read in place from a stored A^T at adirect (its k
+ * step p at adirect + p * lda): full tiles read it there, edge tiles pack
+ * their panel into ablock first. B is packed (bpanel), or, with bdirect,
+ * read in place from a plain B (its k step p at bdirect + p * ldb): full
+ * column tiles read it there, a last narrower one packs its panel into
+ * the B buffer first. */
 static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
-                         const float *adirect, const float *bpanel, float *c,
-                         const cblock_t *b) {
+                         const float *adirect, const float *bpanel, const float *bdirect,
+                         float *c, const cblock_t *b) {
   const gemm_isa_t *isa = bk->isa;
   int epilogue = b->last && (p->bias || p->epilogue);
   int64_t done = 0; /* columns finished so far */
   for (int64_t jr = 0; jr < b->nc; jr += isa->nr) {
     int64_t cols = b->nc - jr < isa->nr ? b->nc - jr : isa->nr;
     const float *bp = bpanel + jr * b->kc;
-    for (int64_t ir = 0; ir < b->mc; ir += isa->mr) {
+    if (bdirect && cols < isa->nr) {
+      p->pack_b(p, b->t, b->pc, b->kc, b->jc + jr, cols, isa->nr, bk->bbuf);
+      bp = bk->bbuf;
+    }
+    for (int64_t ir = 0; bdirect && cols == isa->nr && ir < b->mc; ir += isa->mr) {
+      int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
+      float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
+      isa->kernel_rows_b[rows](b->kc, ablock + ir * b->kc, bdirect + jr, p->ldb, ct, p->ldc,
+                               b->accumulate);
+    }
+    for (int64_t ir = 0; !(bdirect && cols == isa->nr) && ir < b->mc; ir += isa->mr) {
       int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
       float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
       if (!adirect) {
@@ -397,6 +410,15 @@ static int reads_a_in_place(const gemm_problem_t *p, const gemm_isa_t *isa, int6
   return p->trans_a && isa->kernel_strided_a && !p->a_packed && n1 - n0 <= 4 * isa->nr;
 }
 
+/* Whether a plain B is read in place rather than packed: for products of
+ * few rows (gemm_isa_t.b_in_place_rows), where packing copies every float
+ * of B to read it a few times (an RNN cell's batch of 16 rows against its
+ * weights spent a quarter of its time packing them). */
+static int reads_b_in_place(const gemm_problem_t *p, const gemm_isa_t *isa, int64_t rows) {
+  return !p->trans_b && p->pack_b == gemm_pack_b_matrix && isa->kernel_rows_b &&
+         rows <= isa->b_in_place_rows;
+}
+
 /* k = 0: the product is zeros. */
 static void zero_block(const gemm_problem_t *p, int64_t t, float *c,
                        int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -417,30 +439,34 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
     return;
   }
   const gemm_isa_t *isa = bk->isa;
+  int b_in_place = reads_b_in_place(p, isa, m1 - m0);
   for (int64_t jc = n0; jc < n1; jc += bk->nc) {
     int64_t nc = n1 - jc < bk->nc ? n1 - jc : bk->nc;
     for (int64_t pc = k0; pc < k1; pc += bk->kc) {
       int64_t kc = k1 - pc < bk->kc ? k1 - pc : bk->kc;
-      /* Prepacked panels (item t's at its sb offset) of block pc start at
-       * pc * npad, column jc's at jc * kc within it (jc is a multiple of
-       * nr). */
-      const float *bpanel = bk->bbuf;
-      if (p->b_packed && p->b_kc == bk->kc)
-        bpanel = p->b_packed + gemm_offset(p->sb, p->groups, t) + pc * p->b_npad + jc * kc;
-      else p->pack_b(p, t, pc, kc, jc, nc, isa->nr, bk->bbuf);
       /* Prepacked A panels: block pc at pc * mpad, row ic's at ic * kc
        * (ic is a multiple of mr). */
       const float *aset = NULL;
       if (p->a_packed && p->a_kc == bk->kc)
         aset = p->a_packed + (t % p->groups) * p->a_set + pc * p->a_mpad;
       int direct = !aset && reads_a_in_place(p, isa, jc, jc + nc);
+      /* Prepacked panels (item t's at its sb offset) of block pc start at
+       * pc * npad, column jc's at jc * kc within it (jc is a multiple of
+       * nr). A read in place takes the packed B kernels. */
+      const float *bpanel = bk->bbuf, *bdirect = NULL;
+      if (p->b_packed && p->b_kc == bk->kc)
+        bpanel = p->b_packed + gemm_offset(p->sb, p->groups, t) + pc * p->b_npad + jc * kc;
+      else if (b_in_place && !direct)
+        bdirect = p->b + gemm_offset(p->sb, p->groups, t) + pc * p->ldb + jc;
+      else p->pack_b(p, t, pc, kc, jc, nc, isa->nr, bk->bbuf);
       for (int64_t ic = m0; ic < m1; ic += bk->mc) {
-        cblock_t b = {t, ic, m1 - ic < bk->mc ? m1 - ic : bk->mc, jc, nc, kc, pc > k0,
+        cblock_t b = {t, ic, m1 - ic < bk->mc ? m1 - ic : bk->mc, jc, nc, pc, kc, pc > k0,
                       pc + kc >= p->k};
         const float *ablock = bk->abuf;
         if (aset) ablock = aset + ic * kc;
         else if (!direct) pack_a(p, isa, a, ic, b.mc, pc, kc, bk->abuf);
-        macro_kernel(p, bk, ablock, direct ? a + pc * p->lda + ic : NULL, bpanel, c, &b);
+        macro_kernel(p, bk, ablock, direct ? a + pc * p->lda + ic : NULL, bpanel, bdirect, c,
+                     &b);
       }
     }
   }

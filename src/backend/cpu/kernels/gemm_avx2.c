@@ -20,12 +20,14 @@
 
 #define UK_NAME ukernel_avx2_6x16
 #define UK_STRIDED_NAME ukernel_avx2_6x16_strided
+#define UK_STRIDED_B_NAME ukernel_avx2_6x16_b
 #define UK_HALF_NAME ukernel_avx2_6x8
 #define UK_MR 6
 #define UK_NV 2
 #include "backend/cpu/kernels/gemm_ukernel.inc"
 #undef UK_NAME
 #undef UK_STRIDED_NAME
+#undef UK_STRIDED_B_NAME
 #undef UK_HALF_NAME
 #undef UK_MR
 #undef UK_NV
@@ -34,31 +36,41 @@
 #define UK_NV 2
 #define UK_ASTEP 6
 #define UK_SHORT_NAME(r) ukernel_avx2_##r##x16
+#define UK_SHORT_B_NAME(r) ukernel_avx2_##r##x16_b
 #include "backend/cpu/kernels/gemm_short_rows.inc"
 static const gemm_ukernel_fn avx2_short_rows[] = UK_SHORT_TABLE;
+static const gemm_strided_b_fn avx2_rows_b[] = UK_SHORT_B_TABLE(ukernel_avx2_6x16_b);
 #undef UK_SHORT_TABLE
+#undef UK_SHORT_B_TABLE
 #undef UK_SHORT_NAME
+#undef UK_SHORT_B_NAME
 #undef UK_ASTEP
 #undef UK_NV
 
 #define UK_NAME ukernel_avx2_12x32
 #define UK_STRIDED_NAME ukernel_avx2_12x32_strided
+#define UK_STRIDED_B_NAME ukernel_avx2_12x32_b
 #define UK_HALF_NAME ukernel_avx2_12x16
 #define UK_MR 12
 #define UK_NV 4
 #include "backend/cpu/kernels/gemm_ukernel.inc"
 #undef UK_NAME
 #undef UK_STRIDED_NAME
+#undef UK_STRIDED_B_NAME
 #undef UK_HALF_NAME
 #undef UK_MR
 
 /* The AVX-512 tile's short rows, for tests. */
 #define UK_ASTEP 12
 #define UK_SHORT_NAME(r) ukernel_avx2_##r##x32
+#define UK_SHORT_B_NAME(r) ukernel_avx2_##r##x32_b
 #include "backend/cpu/kernels/gemm_short_rows.inc"
 static const gemm_ukernel_fn avx2_wide_short_rows[] = UK_SHORT_TABLE;
+static const gemm_strided_b_fn avx2_wide_rows_b[] = UK_SHORT_B_TABLE(ukernel_avx2_12x32_b);
 #undef UK_SHORT_TABLE
+#undef UK_SHORT_B_TABLE
 #undef UK_SHORT_NAME
+#undef UK_SHORT_B_NAME
 #undef UK_ASTEP
 #undef UK_NV
 
@@ -183,7 +195,11 @@ const gemm_isa_t gemm_isa_avx2 = {.name = "avx2", .supported = avx2_supported,
                                   .kernel_narrow = {NULL, ukernel_avx2_6x1, ukernel_avx2_6x2,
                                                     ukernel_avx2_6x3, ukernel_avx2_6x4},
                                   .kernel_rows = avx2_short_rows,
-                                  .kernel_strided_a = ukernel_avx2_6x16_strided};
+                                  .kernel_strided_a = ukernel_avx2_6x16_strided,
+                                  /* bench_gemm step m,512,k,0,0: 1.1-1.2x
+                                   * packed at 16-36 rows; at 48 rows with
+                                   * rows 4 KiB apart (n = 1024), 0.9x */
+                                  .kernel_rows_b = avx2_rows_b, .b_in_place_rows = 36};
 const gemm_isa_t gemm_isa_avx2_wide = {.name = "avx2_wide", .supported = avx2_supported,
                                        .kernel = ukernel_avx2_12x32, .mr = 12, .nr = 32,
                                        .mc = 144, .kc = 256, .nc = 4096,
@@ -191,4 +207,6 @@ const gemm_isa_t gemm_isa_avx2_wide = {.name = "avx2_wide", .supported = avx2_su
                                        .pack_a = gemm_pack_a12_avx2,
                                        .kernel_half = ukernel_avx2_12x16,
                                        .kernel_rows = avx2_wide_short_rows,
-                                       .kernel_strided_a = ukernel_avx2_12x32_strided};
+                                       .kernel_strided_a = ukernel_avx2_12x32_strided,
+                                       .kernel_rows_b = avx2_wide_rows_b,
+                                       .b_in_place_rows = 48};

@@ -27,6 +27,11 @@ typedef void (*gemm_narrow_fn)(int64_t kc, const float *a, const float *b, float
 typedef void (*gemm_strided_fn)(int64_t kc, const float *a, int64_t astep, const float *b,
                                 float *c, int64_t ldc, int accumulate);
 
+/* The tile reading B in place: k step p's nr floats at b + p * bstep, a
+ * plain B's row (any alignment); A packed as for gemm_ukernel_fn. */
+typedef void (*gemm_strided_b_fn)(int64_t kc, const float *a, const float *b, int64_t bstep,
+                                  float *c, int64_t ldc, int accumulate);
+
 enum { GEMM_NARROW = 4 };
 
 /* One micro-kernel and the cache blocking that suits it. */
@@ -61,6 +66,13 @@ typedef struct gemm_isa {
    * whose few columns would use each packed A panel once (NULL: A is
    * always packed). */
   gemm_strided_fn kernel_strided_a;
+  /* Optional: kernel_rows_b[r], 0 < r <= mr, computes r rows of a
+   * full-width tile reading B in place, for products of few rows, where
+   * packing B would copy each float of it to read it once or twice (an
+   * RNN cell's batch of 16 against its weights); NULL: B is always
+   * packed. */
+  const gemm_strided_b_fn *kernel_rows_b;
+  int b_in_place_rows; /* the most rows for which kernel_rows_b is used */
 } gemm_isa_t;
 
 /* The AVX2 packers of 12-row A panels and 32-wide transposed B panels,
