@@ -208,6 +208,13 @@ static void emit_block(const cg_ctx_t *c, const fuse_group_t *grp, const access_
     }
     bool kept = read_after(grp, g, j, out);
     if (kept) cg_line(b, level, "float v%d_b[LOOM_LANES(%d)];\n", (int)out, live);
+    /* A statement that calls a math function (cost 8: loom_expf,
+     * loom_tanhf...) stays a loop: unrolled whole (16 lanes on AVX2), its
+     * scalars are regrouped into vectors but its calls stay scalar (an
+     * LSTM cell's group, 12x the instructions). Plain arithmetic unrolls,
+     * which keeps a chain in registers (bench_fusion's chain ran 3.5x
+     * slower as loops through the arrays). */
+    if (cg_op_cost(nd->op) >= 8) cg_line(b, level, "#pragma GCC unroll 1\n");
     cg_line(b, level, "for (int l = 0; l < LOOM_LANES(%d); l++) {\n", live);
     if (index) cg_line(b, level + 1, "const int64_t i%d = b%d + l;\n", k, k);
     for (int i = 0; i < nd->n_in; i++) {
