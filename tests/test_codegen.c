@@ -107,6 +107,9 @@ static core_pool_t *pool;
 static int module_count;
 /* The module last run wrote blocks of lanes (c_elementwise.c). */
 static bool last_blocked;
+/* How many loops of that module are kept from unrolling (a lane loop
+ * that calls a math function: unrolled whole, its calls went scalar). */
+static int last_kept_loops;
 
 /* Writes unit u of module k: the prelude, then every function i with
  * i % 2 == u (source from its cut to the next); appends its path to cmd. */
@@ -161,6 +164,9 @@ static void run_plan(loom_graph_t *g, built_t *b, loom_tensor_t *const *in,
   cg_module_t m;
   CHECK_OK(cg_emit_module(g, &b->plan, b->slot_of_value, NULL, &m));
   last_blocked = strstr(m.source + m.prelude, "LOOM_LANES(") != NULL;
+  last_kept_loops = 0;
+  for (const char *at = m.source + m.prelude; (at = strstr(at, "#pragma GCC unroll 1")); at++)
+    last_kept_loops++;
   for (int gi = 0; gi < b->plan.n_groups; gi++) {
     test_checks++;
     if (!m.generated[gi]) test_fail(__FILE__, __LINE__, "group %d not generated", gi);
@@ -389,6 +395,7 @@ static void elementwise_blocked_chain(void) {
                             test_rand_tensor(LOOM_F32, rank, sc, -2, 2)};
     check_one_group(g, FUSE_ELEMENTWISE, 3, in);
     CHECK(last_blocked);
+    CHECK(last_kept_loops == 1); /* the tanh's; the sigmoid of c is a scalar */
     for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
     loom_graph_destroy(g);
   }
