@@ -108,12 +108,13 @@ LOOM_VECTOR_FN float loom_erfcf(float z) {
   return z >= 0 ? r : 2.0f - r;
 }
 
-/* The logistic function in its two stable forms, selected by x's sign:
- * e^-|x| is e^-x on one side and e^x on the other, so one exponential
- * serves both. */
+/* The logistic function in its two stable forms, 1 / (1 + e) and
+ * e / (1 + e), selected by x's sign: e^-|x| is e^-x on one side and e^x
+ * on the other, so one exponential serves both, and one division (the
+ * numerator selected first). */
 static inline float loom_sigmoidf(float x) {
   float e = loom_expf(-fabsf(x));
-  return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  return (x >= 0 ? 1.0f : e) / (1.0f + e);
 }
 
 #endif

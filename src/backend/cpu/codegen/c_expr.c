@@ -20,11 +20,13 @@ typedef struct expr_rule {
 } expr_rule_t;
 
 /* e^-|x| is e^-x on one side and e^x on the other, the very operands of
- * the two stable forms, so one exponential serves both (the selected
- * branch is computed as before, bit for bit). */
+ * the two stable forms 1 / (1 + e) and e / (1 + e), so one exponential
+ * serves both, and so does one division: the numerator is selected
+ * first (the same bits as selecting the quotient; if-converted, the two
+ * quotients were two divisions per element). */
 #define SIGMOID(x)                                                             \
-  "(" x " >= 0 ? ($T)1 / (($T)1 + loom_exp$f(-fabs$f(" x "))) : "             \
-  "loom_exp$f(-fabs$f(" x ")) / (($T)1 + loom_exp$f(-fabs$f(" x "))))"
+  "((" x " >= 0 ? ($T)1 : loom_exp$f(-fabs$f(" x "))) / "                      \
+  "(($T)1 + loom_exp$f(-fabs$f(" x "))))"
 #define WRAP(op) "(int64_t)((uint64_t)$0 " op " (uint64_t)$1)"
 
 static const expr_rule_t rules[IR_OP_COUNT] = {
@@ -380,13 +382,13 @@ void cg_expr_helpers(cg_buf_t *b) {
       "static inline float loom_gelu_tanhh(float x) {\n"
       "  float u = 1.59576912160573071f * (x + 0.044715f * x * x * x);\n"
       "  float e = loom_expf(-fabsf(u));\n"
-      "  return x * (u >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e));\n"
+      "  return x * ((u >= 0 ? 1.0f : e) / (1.0f + e));\n"
       "}\n"
       "static inline double loom_gelu(double x) { return 0.5 * x * erfc(x * -0.70710678118654752); }\n"
       "static inline double loom_gelu_tanh(double x) {\n"
       "  double u = 1.59576912160573071 * (x + 0.044715 * x * x * x);\n"
       "  double e = exp(-fabs(u));\n"
-      "  return x * (u >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e));\n"
+      "  return x * ((u >= 0 ? 1.0 : e) / (1.0 + e));\n"
       "}\n"
       "static inline int64_t loom_f2i64(double v) {\n"
       "  if (v != v) return 0;\n"
