@@ -293,6 +293,39 @@ static void verify_assigns(void) {
   loom_graph_destroy(g);
 }
 
+/* Many nodes (their id arrays over several blocks, one node's longer than
+ * a block), a reset, and the same again: every node reads the operands it
+ * was given and makes its own outputs, and a reset graph is a new one. */
+static void node_ids_across_resets(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  enum { N = 3000, WIDE = 700 };
+  static loom_value_t v[N + 1], pieces[WIDE];
+  for (int round = 0; round < 3; round++) {
+    loom_value_t x;
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (int64_t[]){4}, &x));
+    v[0] = x;
+    for (int i = 1; i <= N; i++) CHECK_OK(loom_add(g, v[i - 1], i % 3 ? x : v[i / 2], &v[i]));
+    for (int i = 0; i < WIDE; i++) pieces[i] = v[N - i];
+    loom_value_t cat;
+    CHECK_OK(loom_concat(g, WIDE, pieces, 0, &cat));
+    CHECK_OK(loom_graph_output(g, cat));
+    CHECK_OK(loom_graph_verify(g));
+    CHECK(g->n_nodes == N + 1);
+    for (int i = 1; i <= N; i++) {
+      const ir_node_t *n = &g->nodes[i - 1];
+      CHECK(n->n_in == 2 && n->in[0] == v[i - 1].id && n->in[1] == (i % 3 ? x : v[i / 2]).id);
+      CHECK(n->n_out == 1 && n->out[0] == v[i].id);
+    }
+    const ir_node_t *c = &g->nodes[N];
+    CHECK(c->n_in == WIDE && c->in[0] == v[N].id && c->in[WIDE - 1] == v[N - WIDE + 1].id);
+    CHECK(c->out[0] == cat.id);
+    ir_graph_reset(g);
+    CHECK(g->n_nodes == 0 && g->n_values == 0);
+  }
+  loom_graph_destroy(g);
+}
+
 int main(void) {
   TEST_RUN(dims_intern_and_simplify);
   TEST_RUN(dims_format);
@@ -303,5 +336,6 @@ int main(void) {
   TEST_RUN(verify_cycle);
   TEST_RUN(verify_dangling);
   TEST_RUN(verify_assigns);
+  TEST_RUN(node_ids_across_resets);
   return test_summary();
 }

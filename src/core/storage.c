@@ -13,17 +13,9 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/sanitize.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define STORAGE_KEEPS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STORAGE_KEEPS 0
-#endif
-#endif
-#ifndef STORAGE_KEEPS
-#define STORAGE_KEEPS 1
-#endif
+#define STORAGE_KEEPS (!CORE_ASAN)
 
 enum {
   HEADER = 16,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/sanitize.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
@@ -16,13 +17,84 @@ loom_status_t loom_graph_create(loom_graph_t **out) {
   return LOOM_OK;
 }
 
+/* ---- The nodes' id arrays ----------------------------------------------
+ * A node's in and out arrays are carved from blocks the graph keeps: two
+ * allocations a node, and two frees at each reset, were a fifth of what
+ * recording a node in a trace cost. A reset keeps one block of the
+ * step's total size, so that a trace refilled every step allocates none.
+ * Under AddressSanitizer every array is an allocation of its own. */
+
+typedef struct ir_id_block {
+  struct ir_id_block *next; /* older */
+  int64_t used, cap;        /* ids */
+  int32_t ids[];
+} ir_id_block_t;
+
+/* The first block's ids (a graph of a few nodes, as many are, keeps
+ * little); each next block doubles. */
+enum { ID_BLOCK_IDS = 64 };
+
+/* Room for n ids (at least one), or NULL. */
+static int32_t *ids_take(loom_graph_t *g, int n) {
+  int64_t need = n > 0 ? n : 1;
+  if (CORE_ASAN) return core_malloc(sizeof(int32_t) * (size_t)need);
+  ir_id_block_t *b = g->id_blocks;
+  if (!b || b->cap - b->used < need) {
+    int64_t cap = need > ID_BLOCK_IDS ? need : ID_BLOCK_IDS;
+    if (b && 2 * b->cap > cap) cap = 2 * b->cap;
+    ir_id_block_t *nb = core_malloc(sizeof *nb + sizeof(int32_t) * (size_t)cap);
+    if (!nb) return NULL;
+    *nb = (ir_id_block_t){.next = b, .cap = cap};
+    g->id_blocks = b = nb;
+  }
+  int32_t *p = b->ids + b->used;
+  b->used += need;
+  return p;
+}
+
+/* Gives back p, n ids that ids_take made last (for a node that was
+ * not added); one that is not at the end of the newest block stays
+ * carved until the reset. */
+static void ids_give_back(loom_graph_t *g, int32_t *p, int n) {
+  int64_t need = n > 0 ? n : 1;
+  ir_id_block_t *b = g->id_blocks;
+  if (CORE_ASAN) core_free(p);
+  else if (p && b && p == b->ids + b->used - need) b->used -= need;
+}
+
+static void ids_free_all(loom_graph_t *g) {
+  for (ir_id_block_t *b = g->id_blocks, *next; b; b = next) {
+    next = b->next;
+    core_free(b);
+  }
+  g->id_blocks = NULL;
+}
+
+/* Empties the blocks, keeping one as large as they were together (none
+ * if that allocation fails: the next node makes one). */
+static void ids_empty(loom_graph_t *g) {
+  ir_id_block_t *b = g->id_blocks;
+  if (!b) return;
+  if (!b->next) {
+    b->used = 0;
+    return;
+  }
+  int64_t total = 0;
+  for (; b; b = b->next) total += b->cap;
+  ids_free_all(g);
+  ir_id_block_t *nb = core_malloc(sizeof *nb + sizeof(int32_t) * (size_t)total);
+  if (nb) *nb = (ir_id_block_t){.cap = total};
+  else loom_clear_error();
+  g->id_blocks = nb;
+}
+
 /* Frees what values, nodes and expressions own, leaving the arrays. */
 static void release_contents(loom_graph_t *g) {
   for (int64_t i = 0; i < g->n_values; i++) {
     core_free(g->values[i].name);
     if (!g->values[i].borrowed) loom_tensor_destroy(g->values[i].data);
   }
-  for (int64_t i = 0; i < g->n_nodes; i++) {
+  for (int64_t i = 0; CORE_ASAN && i < g->n_nodes; i++) {
     core_free(g->nodes[i].in);
     core_free(g->nodes[i].out);
   }
@@ -35,6 +107,7 @@ static void release_contents(loom_graph_t *g) {
 
 void ir_graph_reset(loom_graph_t *g) {
   release_contents(g);
+  ids_empty(g);
   g->n_values = g->n_nodes = g->n_inputs = g->n_params = g->n_outputs = 0;
   g->n_exprs = 0;
   g->n_symbols = g->n_fresh = 0;
@@ -44,6 +117,7 @@ void ir_graph_reset(loom_graph_t *g) {
 
 /* Frees g and its arrays, after release_contents. */
 static void free_arrays(loom_graph_t *g) {
+  ids_free_all(g);
   core_free(g->values);
   core_free(g->nodes);
   core_free(g->inputs);
@@ -389,11 +463,11 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
   node.op = op, node.n_in = n_in, node.n_out = n_out;
   node.attrs.n = attrs ? attrs->n : 0;
   if (node.attrs.n) memcpy(node.attrs.a, attrs->a, sizeof *attrs->a * (size_t)attrs->n);
-  node.in = core_malloc(sizeof(int32_t) * (size_t)(n_in ? n_in : 1));
-  node.out = core_malloc(sizeof(int32_t) * (size_t)(n_out ? n_out : 1));
+  node.in = ids_take(g, n_in);
+  node.out = node.in ? ids_take(g, n_out) : NULL;
   if (!node.in || !node.out) {
-    core_free(node.in);
-    core_free(node.out);
+    ids_give_back(g, node.out, n_out);
+    ids_give_back(g, node.in, n_in);
     return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for a node", info->name);
   }
   if (n_in) memcpy(node.in, in, sizeof(int32_t) * (size_t)n_in);
@@ -405,8 +479,8 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
       /* Drop the outputs made so far (they own nothing): a value whose
        * node was never added would dangle. */
       g->n_values = n_values;
-      core_free(node.in);
-      core_free(node.out);
+      ids_give_back(g, node.out, n_out);
+      ids_give_back(g, node.in, n_in);
       return s;
     }
     g->values[node.out[i]].node = node_id;

@@ -317,6 +317,9 @@ struct loom_graph {
    * -1 for an empty slot; n_names_indexed leaves are in it (-1: stale). */
   int32_t *names;
   int64_t cap_names, n_names_indexed;
+  /* The nodes' in and out arrays, carved from blocks that a reset keeps
+   * (src/graph.c's ids_take). */
+  struct ir_id_block *id_blocks;
 };
 
 /* The hook's verdict on a change of g (OK without a hook). */
