@@ -84,7 +84,6 @@ static void ids_empty(loom_graph_t *g) {
   ids_free_all(g);
   ir_id_block_t *nb = core_malloc(sizeof *nb + sizeof(int32_t) * (size_t)total);
   if (nb) *nb = (ir_id_block_t){.cap = total};
-  else loom_clear_error();
   g->id_blocks = nb;
 }
 

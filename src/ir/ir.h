@@ -318,7 +318,7 @@ struct loom_graph {
   int32_t *names;
   int64_t cap_names, n_names_indexed;
   /* The nodes' in and out arrays, carved from blocks that a reset keeps
-   * (src/graph.c's ids_take). */
+   * (ids_take in src/ir/graph.c). */
   struct ir_id_block *id_blocks;
 };
 

@@ -353,14 +353,47 @@ typedef struct cblock {
   int accumulate, last;
 } cblock_t;
 
+/* The row tiles of column panel jr (cols wide) of block b, with B read in
+ * place at bdirect (its k step p at bdirect + p * ldb; A packed). */
+static void b_in_place_tiles(const gemm_problem_t *p, const blocking_t *bk,
+                             const float *ablock, const float *bdirect, float *c,
+                             const cblock_t *b, int64_t jr) {
+  const gemm_isa_t *isa = bk->isa;
+  for (int64_t ir = 0; ir < b->mc; ir += isa->mr) {
+    int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
+    float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
+    isa->kernel_rows_b[rows](b->kc, ablock + ir * b->kc, bdirect + jr, p->ldb, ct, p->ldc,
+                             b->accumulate);
+  }
+}
+
+/* The row tiles of column panel jr (cols wide) of block b, with B packed
+ * at bp: A packed (ablock), or, with adirect, read in place from a stored
+ * A^T (its k step p at adirect + p * lda) by the full tiles, edge tiles
+ * packing their panel first. */
+static void packed_b_tiles(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
+                           const float *adirect, const float *bp, float *c, const cblock_t *b,
+                           int64_t jr, int64_t cols) {
+  const gemm_isa_t *isa = bk->isa;
+  for (int64_t ir = 0; ir < b->mc; ir += isa->mr) {
+    int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
+    float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
+    if (!adirect) {
+      tile(isa, b->kc, ablock + ir * b->kc, bp, ct, p->ldc, rows, cols, b->accumulate);
+    } else if (rows == isa->mr && cols == isa->nr) {
+      isa->kernel_strided_a(b->kc, adirect + ir, p->lda, bp, ct, p->ldc, b->accumulate);
+    } else {
+      pack_a_panel(p, isa, adirect + ir, rows, b->kc, bk->abuf);
+      tile(isa, b->kc, bk->abuf, bp, ct, p->ldc, rows, cols, b->accumulate);
+    }
+  }
+}
+
 /* C block (+)= A block @ B panel; with `last`, finished spans of columns
- * are handed to finish() while in cache. The A block is packed (ablock),
- * or, with adirect, read in place from a stored A^T at adirect (its k
- * step p at adirect + p * lda): full tiles read it there, edge tiles pack
- * their panel into ablock first. B is packed (bpanel), or, with bdirect,
- * read in place from a plain B (its k step p at bdirect + p * ldb): full
- * column tiles read it there, a last narrower one packs its panel into
- * the B buffer first. */
+ * are handed to finish() while in cache. A as packed_b_tiles takes it. B
+ * is packed (bpanel), or, with bdirect, read in place from a plain B (its
+ * k step p at bdirect + p * ldb; A then packed): full column panels read
+ * it there, a last narrower one packs its panel into the B buffer. */
 static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const float *ablock,
                          const float *adirect, const float *bpanel, const float *bdirect,
                          float *c, const cblock_t *b) {
@@ -369,28 +402,13 @@ static void macro_kernel(const gemm_problem_t *p, const blocking_t *bk, const fl
   int64_t done = 0; /* columns finished so far */
   for (int64_t jr = 0; jr < b->nc; jr += isa->nr) {
     int64_t cols = b->nc - jr < isa->nr ? b->nc - jr : isa->nr;
-    const float *bp = bpanel + jr * b->kc;
-    if (bdirect && cols < isa->nr) {
+    if (bdirect && cols == isa->nr) {
+      b_in_place_tiles(p, bk, ablock, bdirect, c, b, jr);
+    } else if (bdirect) {
       p->pack_b(p, b->t, b->pc, b->kc, b->jc + jr, cols, isa->nr, bk->bbuf);
-      bp = bk->bbuf;
-    }
-    for (int64_t ir = 0; bdirect && cols == isa->nr && ir < b->mc; ir += isa->mr) {
-      int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
-      float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
-      isa->kernel_rows_b[rows](b->kc, ablock + ir * b->kc, bdirect + jr, p->ldb, ct, p->ldc,
-                               b->accumulate);
-    }
-    for (int64_t ir = 0; !(bdirect && cols == isa->nr) && ir < b->mc; ir += isa->mr) {
-      int64_t rows = b->mc - ir < isa->mr ? b->mc - ir : isa->mr;
-      float *ct = c + (b->ic + ir) * p->ldc + b->jc + jr;
-      if (!adirect) {
-        tile(isa, b->kc, ablock + ir * b->kc, bp, ct, p->ldc, rows, cols, b->accumulate);
-      } else if (rows == isa->mr && cols == isa->nr) {
-        isa->kernel_strided_a(b->kc, adirect + ir, p->lda, bp, ct, p->ldc, b->accumulate);
-      } else {
-        pack_a_panel(p, isa, adirect + ir, rows, b->kc, bk->abuf);
-        tile(isa, b->kc, bk->abuf, bp, ct, p->ldc, rows, cols, b->accumulate);
-      }
+      packed_b_tiles(p, bk, ablock, NULL, bk->bbuf, c, b, jr, cols);
+    } else {
+      packed_b_tiles(p, bk, ablock, adirect, bpanel + jr * b->kc, c, b, jr, cols);
     }
     if (epilogue && (jr + cols - done >= FINISH_COLS || jr + cols == b->nc)) {
       finish(p, b->t, c, b->ic, b->mc, b->jc + done, jr + cols - done);
@@ -452,7 +470,7 @@ static void gemm_block(const gemm_problem_t *p, const blocking_t *bk, int64_t t,
       int direct = !aset && reads_a_in_place(p, isa, jc, jc + nc);
       /* Prepacked panels (item t's at its sb offset) of block pc start at
        * pc * npad, column jc's at jc * kc within it (jc is a multiple of
-       * nr). A read in place takes the packed B kernels. */
+       * nr). Where A is read in place, B is packed. */
       const float *bpanel = bk->bbuf, *bdirect = NULL;
       if (p->b_packed && p->b_kc == bk->kc)
         bpanel = p->b_packed + gemm_offset(p->sb, p->groups, t) + pc * p->b_npad + jc * kc;
