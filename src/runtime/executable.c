@@ -199,33 +199,36 @@ static loom_status_t run_in(loom_executable_t *e, rt_run_t *r, int n_inputs,
   return run_steps(e, r, r == &own);
 }
 
-/* run_in with storage that stays unchanged while st's epoch lasts marked
- * in stable_input, lent to the target for the run. Apart from run_in, so
+/* run_in as b binds it: with storage that stays unchanged while b's
+ * epoch lasts lent to the target, and with the guard check left to a
+ * caller that has matched the bindings already. Apart from run_in, so
  * that plain runs pay nothing for it. */
-__attribute__((noinline)) static loom_status_t run_in_stable(
+__attribute__((noinline)) static loom_status_t run_in_bound(
     loom_executable_t *e, rt_run_t *r, int n_inputs, loom_tensor_t *const *inputs,
-    int n_outputs, loom_tensor_t *const *outputs, rt_stable_t *st, const bool *stable_input) {
-  LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
+    int n_outputs, loom_tensor_t *const *outputs, const rt_binding_t *b) {
+  bool matched = b->matched && !e->dyn && !e->interpreted && n_inputs == e->n_inputs &&
+                 n_outputs == e->n_outputs;
+  if (!matched) LOOM_TRY(check_bindings(e, n_inputs, inputs, n_outputs, outputs));
   if (e->interpreted) return run_interpreted(e, n_inputs, inputs, outputs);
   rt_run_t own = own_run(e);
   if (!r) r = &own;
   LOOM_TRY(bind_slots(e, r, inputs, outputs));
-  LOOM_TRY(lend_stable(e, r, st, stable_input));
+  rt_stable_t *st = b->stable_input ? b->stable : NULL;
+  if (st) LOOM_TRY(lend_stable(e, r, st, b->stable_input));
   loom_status_t s = run_steps(e, r, r == &own);
-  loom_status_t back = lend_stable(e, r, st, NULL);
+  loom_status_t back = st ? lend_stable(e, r, st, NULL) : LOOM_OK;
   return s != LOOM_OK ? s : back;
 }
 
-loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
-                                       loom_tensor_t *const *inputs, int n_outputs,
-                                       loom_tensor_t *const *outputs, rt_stable_t *st,
-                                       const bool *stable_input) {
-  if (!st || !stable_input) return loom_executable_run(e, n_inputs, inputs, n_outputs, outputs);
+loom_status_t rt_executable_run_bound(loom_executable_t *e, int n_inputs,
+                                      loom_tensor_t *const *inputs, int n_outputs,
+                                      loom_tensor_t *const *outputs, const rt_binding_t *b) {
+  if (!b) return loom_executable_run(e, n_inputs, inputs, n_outputs, outputs);
   LOOM_CHECK_ARG(e);
   rt_lane_t *lane;
   LOOM_TRY(rt_lanes_enter(e, &lane));
-  loom_status_t s = run_in_stable(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs,
-                                  n_outputs, outputs, st, stable_input);
+  loom_status_t s = run_in_bound(e, lane ? rt_lane_run(lane) : NULL, n_inputs, inputs,
+                                 n_outputs, outputs, b);
   rt_lanes_leave(e, lane);
   return s;
 }

@@ -159,13 +159,22 @@ typedef struct rt_stable {
   const be_backend_t *owner; /* the back end whose cache it is */
   uint64_t epoch;            /* bumped whenever stable storage may change */
 } rt_stable_t;
-/* executable.c: loom_executable_run, with inputs marked in stable_input
- * (per input) bound to storage unchanged while st's epoch lasts (st NULL:
- * none). */
-loom_status_t rt_executable_run_stable(loom_executable_t *e, int n_inputs,
-                                       loom_tensor_t *const *inputs, int n_outputs,
-                                       loom_tensor_t *const *outputs, rt_stable_t *st,
-                                       const bool *stable_input);
+/* How a caller of rt_executable_run_bound binds a run. */
+typedef struct rt_binding {
+  /* Inputs marked in stable_input (per input; NULL: none) are bound to
+   * storage unchanged while stable's epoch lasts. */
+  rt_stable_t *stable;
+  const bool *stable_input;
+  /* The caller has matched the inputs' dtypes, ranks and sizes against
+   * the guards and made the outputs contiguous at theirs (a stitched
+   * replay, whose key is the executable's): the guard is not checked
+   * again. Ignored where the guard binds runtime symbols. */
+  bool matched;
+} rt_binding_t;
+/* executable.c: loom_executable_run bound as b says (NULL: as plain). */
+loom_status_t rt_executable_run_bound(loom_executable_t *e, int n_inputs,
+                                      loom_tensor_t *const *inputs, int n_outputs,
+                                      loom_tensor_t *const *outputs, const rt_binding_t *b);
 void rt_stable_free(rt_stable_t *st);
 
 /* parts.c: whether step st runs on the reference back end (a "reference"

@@ -233,7 +233,7 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
     s = rt_interpret(bg, n_in, ins, n_out, outs, be_find(NULL), tr_fallback_pool(t));
   } else {
     s = compiled_outputs(t, r, bg, ins, outs);
-    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
+    if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs, false);
   }
   for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
     s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);

@@ -884,29 +884,14 @@ void rt_entry_count_stitched(rt_entry_t *e) {
 }
 
 loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
-                           int n_outputs, loom_tensor_t *const *outputs) {
+                           int n_outputs, loom_tensor_t *const *outputs,
+                           const rt_binding_t *b) {
   LOOM_CHECK_ARG(e);
   if (!e->exe)
     return loom_fail(LOOM_ERR_INVALID, "rt_entry_run: the entry of site %016llx has no executable",
                      (unsigned long long)e->key.site);
   pthread_mutex_lock(&e->run_lock);
-  loom_status_t s = loom_executable_run(e->exe, n_inputs, inputs, n_outputs, outputs);
-  if (e->exe->dyn)
-    atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
-  pthread_mutex_unlock(&e->run_lock);
-  return s;
-}
-
-loom_status_t rt_entry_run_stable(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
-                                  int n_outputs, loom_tensor_t *const *outputs,
-                                  rt_stable_t *st, const bool *stable_input) {
-  LOOM_CHECK_ARG(e);
-  if (!e->exe)
-    return loom_fail(LOOM_ERR_INVALID, "rt_entry_run_stable: the entry of site %016llx has "
-                     "no executable", (unsigned long long)e->key.site);
-  pthread_mutex_lock(&e->run_lock);
-  loom_status_t s = rt_executable_run_stable(e->exe, n_inputs, inputs, n_outputs, outputs, st,
-                                             stable_input);
+  loom_status_t s = rt_executable_run_bound(e->exe, n_inputs, inputs, n_outputs, outputs, b);
   if (e->exe->dyn)
     atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
   pthread_mutex_unlock(&e->run_lock);

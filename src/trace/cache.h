@@ -150,24 +150,17 @@ loom_executable_t *rt_entry_executable(rt_entry_t *e);
 void rt_entry_count_stitched(rt_entry_t *e);
 loom_graph_t *rt_entry_graph(rt_entry_t *e);
 void rt_entry_release(loom_cache_t *c, rt_entry_t *e);
-/* Runs e's executable as loom_executable_run does. A run binds the
- * executable's slots and uses its arena, so runs of one entry from
- * several threads take turns (a lock per entry, uncontended ~20 ns). An
- * arena that runs with new runtime sizes regrew is counted against the
- * budget when the entry is released. */
-loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs,
-                           loom_tensor_t *const *inputs, int n_outputs,
-                           loom_tensor_t *const *outputs);
-
-typedef struct rt_stable rt_stable_t; /* runtime/executable.h */
-/* rt_entry_run with the inputs marked in stable_input bound to storage
- * that stays unchanged while st's epoch lasts (a trace's weights), so
- * that the back end may keep work derived from it across runs
- * (rt_executable_run_stable). */
-loom_status_t rt_entry_run_stable(rt_entry_t *e, int n_inputs,
-                                  loom_tensor_t *const *inputs, int n_outputs,
-                                  loom_tensor_t *const *outputs, rt_stable_t *st,
-                                  const bool *stable_input);
+/* Runs e's executable as rt_executable_run_bound does (b NULL: as
+ * loom_executable_run; b binds a trace's weights as stable storage, or
+ * says the caller matched the bindings). A run binds the executable's
+ * slots and uses its arena, so runs of one entry from several threads
+ * take turns (a lock per entry, uncontended ~20 ns). An arena that runs
+ * with new runtime sizes regrew is counted against the budget when the
+ * entry is released. */
+typedef struct rt_binding rt_binding_t; /* runtime/executable.h */
+loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
+                           int n_outputs, loom_tensor_t *const *outputs,
+                           const rt_binding_t *b);
 /* Appends the cache's counters, its keys (one line each, from the
  * listing loom_cache_list_keys gives: cache_keys.c) and its recent
  * recompile reasons to text. */

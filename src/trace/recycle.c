@@ -71,13 +71,18 @@ loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
   return LOOM_OK;
 }
 
-loom_status_t tr_tensor_like(loom_trace_t *t, const loom_tensor_t *model, loom_tensor_t **out) {
+void tr_model_init(tr_model_t *m, loom_dtype_t dtype, int rank, const int64_t *shape) {
+  tensor_view_init(&m->header, dtype, rank, shape, NULL);
+  m->kept_bytes = core_storage_reuses() ? kept_bytes(dtype, rank, shape) : 0;
+}
+
+loom_status_t tr_tensor_like(loom_trace_t *t, const tr_model_t *m, loom_tensor_t **out) {
   tr_kept_item_t it;
   bool fresh;
-  size_t bytes = core_storage_reuses() ? kept_bytes(model->dtype, model->rank, model->shape) : 0;
-  LOOM_TRY(take(t, bytes, &it, &fresh));
-  if (fresh) return tensor_new_uninit(model->dtype, model->rank, model->shape, out);
-  *it.x = *model;
+  LOOM_TRY(take(t, m->kept_bytes, &it, &fresh));
+  if (fresh)
+    return tensor_new_uninit(m->header.dtype, m->header.rank, m->header.shape, out);
+  *it.x = m->header;
   it.x->data = it.data;
   it.x->owns_data = true;
   *out = it.x;

@@ -7,7 +7,7 @@
  * parameters, unchanged within the current epoch (a step, or the part of
  * one before loom_trace_optimizer_step), and the back end keeps what it
  * derives from them (the CPU's packed panels) for the epoch
- * (rt_executable_run_stable, be_stable_t). It calls no other file of the
+ * (rt_executable_run_bound, be_stable_t). It calls no other file of the
  * tracer: the run (segment_run.c) and the backward pass (backward.c) call
  * it. */
 #include <string.h>
@@ -28,10 +28,11 @@ static bool param_storage(const loom_trace_t *t, const loom_tensor_t *x) {
 
 loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
                             loom_tensor_t *const *ins, int n_out,
-                            loom_tensor_t *const *outs) {
+                            loom_tensor_t *const *outs, bool matched) {
+  rt_binding_t b = {.matched = matched};
   const loom_executable_t *x = rt_entry_executable(e);
   if (!x || x->interpreted || !x->graph || t->n_params == 0 || n_in <= 0)
-    return rt_entry_run(e, n_in, ins, n_out, outs);
+    return rt_entry_run(e, n_in, ins, n_out, outs, &b);
   /* Read in place: a strided input is copied for the run, and its copy
    * changes with every run. */
   bool stable[n_in];
@@ -42,6 +43,6 @@ loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
                 tensor_is_contiguous(ins[j]) && param_storage(t, ins[j]);
     any |= stable[j];
   }
-  if (!any) return rt_entry_run(e, n_in, ins, n_out, outs);
-  return rt_entry_run_stable(e, n_in, ins, n_out, outs, &t->packs.stable, stable);
+  if (any) b.stable = &t->packs.stable, b.stable_input = stable;
+  return rt_entry_run(e, n_in, ins, n_out, outs, &b);
 }

@@ -195,6 +195,7 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
   for (; l && way < TR_WAYS && !r; way++) {
     r = l->next[way].replay;
     if (r && (r->keep_gen != t->keep_gen || r->id.path != t->path ||
+              r->id.key_hash != l->next[way].to_hash ||
               !region_matches(t, w, way, r) || !inputs_fit(t, w, r) ||
               !outputs_of(t, w, r, n, want)))
       r = NULL;
@@ -248,7 +249,7 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs,
   size_t at = sizeof(tr_replay_t), sizes[6] = {
       sizeof(uint64_t) * (size_t)n_nodes, sizeof(seg_input_t) * (size_t)n_ins,
       sizeof(rt_key_input_t) * (size_t)n_ins, sizeof(seg_ref_t) * (size_t)n_outs,
-      sizeof(loom_tensor_t) * (size_t)n_exec_outs, sizeof(int32_t) * (size_t)n_codes};
+      sizeof(tr_model_t) * (size_t)n_exec_outs, sizeof(int32_t) * (size_t)n_codes};
   size_t offs[6];
   for (int i = 0; i < 6; i++) {
     at = (at + 15) & ~(size_t)15;
@@ -262,7 +263,7 @@ static tr_replay_t *replay_new(int n_nodes, int n_codes, int n_ins, int n_outs,
   r->in_types = (seg_input_t *)(p + offs[1]);
   r->key_in = (rt_key_input_t *)(p + offs[2]);
   r->outs = (seg_ref_t *)(p + offs[3]);
-  r->exec_outs = (loom_tensor_t *)(p + offs[4]);
+  r->exec_outs = (tr_model_t *)(p + offs[4]);
   r->codes = (int32_t *)(p + offs[5]);
   r->n_exec_outs = n_exec_outs;
   r->n_nodes = n_nodes;
@@ -319,7 +320,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   }
   for (int i = 0; i < r->n_exec_outs; i++) {
     const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
-    tensor_view_init(&r->exec_outs[i], ty->dtype, ty->rank, ty->dims, NULL);
+    tr_model_init(&r->exec_outs[i], ty->dtype, ty->rank, ty->dims);
   }
   r->id = w->id;
   r->keep_gen = t->keep_gen;

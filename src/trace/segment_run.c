@@ -396,7 +396,9 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL),
                                              tr_fallback_pool(t));
   if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
-  if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs);
+  /* a stitched replay's outputs are exact: it matched the inputs to its key */
+  bool matched = w->exec_outs && w->n_exec_outs == n_out && n_in == w->n_ins;
+  if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs, matched);
   for (int i = 0; w->bucket && i < n_in; i++) loom_tensor_destroy(staged[i]);
   if (s != LOOM_OK) {
     for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);

@@ -233,6 +233,13 @@ typedef struct seg_ident {
   uint64_t defer;
 } seg_ident_t;
 
+/* A tensor's model for tr_tensor_like: a contiguous header, whose data
+ * is not read, and the elements' bytes by which it is kept. */
+typedef struct tr_model {
+  loom_tensor_t header;
+  size_t kept_bytes; /* 0: never kept */
+} tr_model_t;
+
 /* A stitched boundary (segment_replay.c): the region a cut found after a
  * link's `from`, node by node, and what it made of it, so that the same
  * region runs the link's entry with one check per node and input instead
@@ -255,7 +262,7 @@ typedef struct tr_replay {
    * them (0: a training segment, or sizes from symbols: evaluated at each
    * run). */
   int n_exec_outs;
-  loom_tensor_t *exec_outs; /* [n_exec_outs] */
+  tr_model_t *exec_outs; /* [n_exec_outs] */
 } tr_replay_t;
 
 /* The region being recorded, checked against the stitched successor of
@@ -506,7 +513,7 @@ typedef struct seg_work {
   seg_ident_t id;
   /* A stitched replay's executable outputs (tr_replay_t.exec_outs), or
    * NULL: the run evaluates their types. */
-  const loom_tensor_t *exec_outs;
+  const tr_model_t *exec_outs;
   int n_exec_outs;
 } seg_work_t;
 
@@ -552,9 +559,10 @@ struct core_pool *tr_fallback_pool(loom_trace_t *t);
  * its byte size, or a fresh one. */
 loom_status_t tr_tensor_new(loom_trace_t *t, loom_dtype_t dtype, int rank,
                             const int64_t *shape, loom_tensor_t **out);
-/* tr_tensor_new of model's dtype and shape (model: a contiguous header,
- * whose data is not read), its header copied rather than computed. */
-loom_status_t tr_tensor_like(loom_trace_t *t, const loom_tensor_t *model, loom_tensor_t **out);
+void tr_model_init(tr_model_t *m, loom_dtype_t dtype, int rank, const int64_t *shape);
+/* tr_tensor_new of m's dtype and shape, its header copied and its size
+ * looked up rather than computed. */
+loom_status_t tr_tensor_like(loom_trace_t *t, const tr_model_t *m, loom_tensor_t **out);
 /* Frees x (a tensor the step owned), or keeps it for the next step. */
 void tr_tensor_free(loom_trace_t *t, loom_tensor_t *x);
 /* After the step's tensors went back: frees the sizes it did not make. */
@@ -625,10 +633,10 @@ void seg_group_buckets(const seg_work_t *w, int64_t *out);
 
 /* segment_pack.c: rt_entry_run, with the inputs bound to parameters'
  * storage marked stable for the epoch (the back end packs the GEMM
- * weights among them once per epoch). */
+ * weights among them once per epoch); matched: as rt_binding_t's. */
 loom_status_t seg_entry_run(loom_trace_t *t, rt_entry_t *e, int n_in,
                             loom_tensor_t *const *ins, int n_out,
-                            loom_tensor_t *const *outs);
+                            loom_tensor_t *const *outs, bool matched);
 void seg_packs_free(loom_trace_t *t);
 
 /* tape.c */
