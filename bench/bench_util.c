@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,6 +178,26 @@ int bench_name_wanted(const char *name, int argc, char **argv) {
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], name)) return 1;
   return 0;
+}
+
+const char *bench_suite_args(int argc, char **argv, const char *const *names, int n) {
+  const char *dir = argc > 1 ? argv[1] : "bench";
+  char peers[4096];
+  struct stat st;
+  snprintf(peers, sizeof peers, "%s/peers", dir);
+  bool ok = stat(peers, &st) == 0 && S_ISDIR(st.st_mode);
+  if (!ok) fprintf(stderr, "%s: '%s' is not the bench directory (it has no peers/)\n", argv[0], dir);
+  for (int i = 2; ok && i < argc; i++) {
+    bool known = false;
+    for (int k = 0; k < n && !known; k++) known = !strcmp(argv[i], names[k]);
+    if (!known) fprintf(stderr, "%s: no benchmark named '%s'\n", argv[0], argv[i]);
+    ok = known;
+  }
+  if (ok) return dir;
+  fprintf(stderr, "usage: %s BENCH_DIR [NAME...]; NAME one of:", argv[0]);
+  for (int k = 0; k < n; k++) fprintf(stderr, " %s", names[k]);
+  fprintf(stderr, "\n");
+  exit(2);
 }
 
 loom_compile_options_t bench_options(int fusion, int threads) {

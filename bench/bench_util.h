@@ -84,6 +84,11 @@ int bench_threads_wanted(int threads);
 /* Whether `name` is wanted by a command line `prog BENCH_DIR [NAME...]`:
  * named there, or no names given. */
 int bench_name_wanted(const char *name, int argc, char **argv);
+/* The arguments of a suite run as `prog BENCH_DIR [NAME...]`: BENCH_DIR
+ * (default "bench") must hold peers/ and each NAME be one of names[n];
+ * else prints what is wrong and the usage, and exits with status 2.
+ * Returns BENCH_DIR. */
+const char *bench_suite_args(int argc, char **argv, const char *const *names, int n);
 
 /* A peer process spoken to by lines: requests on its stdin, one reply
  * line each on its stdout (its stderr passes through). A shared machine's

@@ -193,7 +193,9 @@ static void bench_workload(const char *bench_dir, const workload_t *w) {
 }
 
 int main(int argc, char **argv) {
-  const char *bench_dir = argc > 1 ? argv[1] : "bench";
+  const char *names[sizeof workloads / sizeof workloads[0]];
+  for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) names[i] = workloads[i].name;
+  const char *bench_dir = bench_suite_args(argc, argv, names, (int)(sizeof workloads / sizeof workloads[0]));
   bench_lock_memory("dynamic");
   for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
     if (bench_name_wanted(workloads[i].name, argc, argv)) bench_workload(bench_dir, &workloads[i]);

@@ -246,7 +246,10 @@ static void bench_model(const char *bench_dir, const bench_model_t *m) {
 }
 
 int main(int argc, char **argv) {
-  const char *bench_dir = argc > 1 ? argv[1] : "bench";
+  const char *names[16] = {0};
+  int n = bench_n_models < 16 ? bench_n_models : 16;
+  for (int i = 0; i < n; i++) names[i] = bench_models[i].name;
+  const char *bench_dir = bench_suite_args(argc, argv, names, n);
   for (int i = 0; i < bench_n_models; i++)
     if (wanted(bench_models[i].name, argc, argv)) bench_model(bench_dir, &bench_models[i]);
   return 0;

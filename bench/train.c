@@ -289,7 +289,9 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
 }
 
 int main(int argc, char **argv) {
-  const char *bench_dir = argc > 1 ? argv[1] : "bench";
+  const char *names[sizeof models / sizeof models[0]];
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) names[i] = models[i].name;
+  const char *bench_dir = bench_suite_args(argc, argv, names, (int)(sizeof models / sizeof models[0]));
   bench_lock_memory("train");
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (bench_name_wanted(models[i].name, argc, argv)) bench_model(bench_dir, &models[i]);

@@ -890,10 +890,11 @@ loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *in
   if (!e->exe)
     return loom_fail(LOOM_ERR_INVALID, "rt_entry_run: the entry of site %016llx has no executable",
                      (unsigned long long)e->key.site);
+  if (!e->exe->dyn) /* overlapping runs take lanes of their own (runtime/lanes.c) */
+    return rt_executable_run_bound(e->exe, n_inputs, inputs, n_outputs, outputs, b);
   pthread_mutex_lock(&e->run_lock);
   loom_status_t s = rt_executable_run_bound(e->exe, n_inputs, inputs, n_outputs, outputs, b);
-  if (e->exe->dyn)
-    atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
+  atomic_store_explicit(&e->arena_now, e->exe->arena_bytes, memory_order_relaxed);
   pthread_mutex_unlock(&e->run_lock);
   return s;
 }

@@ -152,11 +152,11 @@ loom_graph_t *rt_entry_graph(rt_entry_t *e);
 void rt_entry_release(loom_cache_t *c, rt_entry_t *e);
 /* Runs e's executable as rt_executable_run_bound does (b NULL: as
  * loom_executable_run; b binds a trace's weights as stable storage, or
- * says the caller matched the bindings). A run binds the executable's
- * slots and uses its arena, so runs of one entry from several threads
- * take turns (a lock per entry, uncontended ~20 ns). An arena that runs
- * with new runtime sizes regrew is counted against the budget when the
- * entry is released. */
+ * says the caller matched the bindings). Runs of one entry from several
+ * threads overlap as the executable's runs do (runtime/lanes.c), but for
+ * an executable of runtime sizes, whose runs take turns under the
+ * entry's lock: an arena that its runs regrew is counted against the
+ * budget when the entry is released. */
 typedef struct rt_binding rt_binding_t; /* runtime/executable.h */
 loom_status_t rt_entry_run(rt_entry_t *e, int n_inputs, loom_tensor_t *const *inputs,
                            int n_outputs, loom_tensor_t *const *outputs,

@@ -44,7 +44,7 @@ struct rt_cache_entry {
    * a tiered lookup waits for it */
   bool built_before;
   cache_job_t *job;         /* queued and not started, else NULL */
-  pthread_mutex_t run_lock; /* serializes runs of exe (one arena) */
+  pthread_mutex_t run_lock; /* runs of an exe of runtime sizes take turns (arena_now) */
   rt_entry_t *bucket_next;
   rt_entry_t *lru_prev, *lru_next;   /* published entries, newest first */
   rt_entry_t *site_prev, *site_next; /* entries of one site, newest first */

@@ -70,7 +70,7 @@ loom_status_t seg_work_reserve(loom_trace_t *t, seg_work_t **out) {
   }
   w->n_cone = w->n_ins = w->n_outs = w->n_wrt = 0;
   w->n_syms = w->n_groups = 0;
-  w->bucket = w->train = w->stand_in = false;
+  w->bucket = w->train = w->stand_in = w->cone_is_region = false;
   w->exec_outs = NULL;
   w->n_exec_outs = 0;
   *out = w;
@@ -322,7 +322,13 @@ void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
     t->ran_cones[t->n_ran_cones++] = w->id.cone_hash;
   else
     cut = 0, loom_clear_error();
-  for (int c = 0; c < w->n_cone; c++) t->node_ran[w->cone[c]] = cut ? cut << 32 | (uint32_t)c : 0;
+  uint64_t *ran = w->cone_is_region ? t->node_ran + t->region_start : NULL;
+  /* cone node c: cut << 32 | c, or 0 where the cut is not remembered */
+  uint64_t at = cut << 32, step = cut ? 1 : 0;
+  if (ran)
+    for (int c = 0; c < w->n_cone; c++, at += step) ran[c] = at;
+  else
+    for (int c = 0; c < w->n_cone; c++, at += step) t->node_ran[w->cone[c]] = at;
   t->region_start = t->g->n_nodes;
   t->run.last_site = w->id.site;
   t->run.last_key = w->id.key_hash;

@@ -126,6 +126,16 @@ static bool region_matches(loom_trace_t *t, seg_work_t *w, int way, const tr_rep
  * dims of one symbol equal (and above 1: automatic dims key sizes 0
  * and 1 apart). */
 static bool inputs_fit(const loom_trace_t *t, const seg_work_t *w, const tr_replay_t *r) {
+  if (r->n_syms == 0) { /* every dim exact: the key's sizes */
+    for (int i = 0; i < r->n_ins; i++) {
+      const loom_tensor_t *x = t->vals[w->ins[i]].t;
+      const rt_key_input_t *k = &r->key_in[i];
+      if (x->dtype != k->dtype || x->rank != k->rank) return false;
+      for (int a = 0; a < k->rank; a++)
+        if (x->shape[a] != k->dims[a]) return false;
+    }
+    return true;
+  }
   int64_t sym_size[32];
   for (int k = 0; k < r->n_syms; k++) sym_size[k] = -1;
   for (int i = 0; i < r->n_ins; i++) {
@@ -169,11 +179,13 @@ static bool outputs_of(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r, int
  * hit describes nothing, and a training one finds its backward kept). */
 static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t *r,
                                rt_key_t *key) {
-  if (r->n_nodes > w->cap_cone)
+  /* a training replay keeps a backward, described from the cone */
+  w->cone_is_region = !r->train;
+  if (r->train && r->n_nodes > w->cap_cone)
     LOOM_TRY(core_grow((void **)&w->cone, &w->cap_cone, r->n_nodes, sizeof *w->cone));
   if (r->n_syms > 0 && r->n_ins > w->cap_types)
     LOOM_TRY(core_grow((void **)&w->in_types, &w->cap_types, r->n_ins, sizeof *w->in_types));
-  for (int k = 0; k < r->n_nodes; k++) w->cone[k] = (int32_t)(t->region_start + k);
+  for (int k = 0; r->train && k < r->n_nodes; k++) w->cone[k] = (int32_t)(t->region_start + k);
   w->n_cone = r->n_nodes;
   if (r->n_syms > 0) memcpy(w->in_types, r->in_types, sizeof *w->in_types * (size_t)r->n_ins);
   w->n_syms = r->n_syms;

@@ -187,10 +187,6 @@ static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *c
 static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
                                  loom_tensor_t *const *ins, loom_tensor_t **outs,
                                  int n_out) {
-  if (w->exec_outs && w->n_exec_outs == n_out) { /* a stitched replay's, exact */
-    for (int i = 0; i < n_out; i++) LOOM_TRY(tr_tensor_like(t, &w->exec_outs[i], &outs[i]));
-    return LOOM_OK;
-  }
   loom_graph_t *eg = rt_entry_graph(e);
   int64_t syms[ir_num_symbols(eg) + 1];
   LOOM_TRY(segment_syms(t, w, ir_num_symbols(eg), syms));
@@ -396,15 +392,36 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL),
                                              tr_fallback_pool(t));
   if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
-  /* a stitched replay's outputs are exact: it matched the inputs to its key */
-  bool matched = w->exec_outs && w->n_exec_outs == n_out && n_in == w->n_ins;
-  if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs, matched);
+  if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs, false);
   for (int i = 0; w->bucket && i < n_in; i++) loom_tensor_destroy(staged[i]);
   if (s != LOOM_OK) {
     for (int i = 0; i < n_out; i++) loom_tensor_destroy(outs[i]);
     return s;
   }
   return finish_outputs(t, w, key, outs, n_out);
+}
+
+/* Runs a stitched replay of exact outputs (w->exec_outs) on e's
+ * executable: the inputs bound as they are (exact sizes, no padding),
+ * the outputs made from their models, and the bindings, which the replay
+ * matched to its key, not checked again. */
+static loom_status_t run_exact_replay(loom_trace_t *t, seg_work_t *w, rt_entry_t *e) {
+  int n_in = w->n_ins, n_out = w->n_exec_outs;
+  loom_tensor_t *ins[n_in + 1], *outs[n_out + 1];
+  for (int i = 0; i < n_in; i++) ins[i] = t->vals[w->ins[i]].t;
+  for (int k = 0; k < n_out; k++) {
+    loom_status_t s = tr_tensor_like(t, &w->exec_outs[k], &outs[k]);
+    if (s != LOOM_OK) {
+      while (k--) loom_tensor_destroy(outs[k]);
+      return s;
+    }
+  }
+  loom_status_t s = seg_entry_run(t, e, n_in, ins, n_out, outs, true);
+  for (int k = 0; k < n_out; k++) {
+    if (s == LOOM_OK) s = store_output(t, w, k, outs[k]);
+    else loom_tensor_destroy(outs[k]);
+  }
+  return s;
 }
 
 loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l, int way,
@@ -416,6 +433,11 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l, int w
   rt_entry_t *e = l->next[0].to;
   rt_entry_count_stitched(e);
   t->run.prev = e;
+  const loom_graph_t *eg = rt_entry_graph(e);
+  if (w->exec_outs && !w->train && !w->bucket && rt_entry_executable(e) &&
+      eg->n_inputs == w->n_ins && eg->n_outputs == w->n_exec_outs &&
+      w->n_outs == w->n_exec_outs)
+    return run_exact_replay(t, w, e);
   return run_entry(t, w, e, key);
 }
 

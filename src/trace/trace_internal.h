@@ -500,6 +500,10 @@ typedef struct seg_work {
   int32_t *cone, *stack, *ins, *outs;
   int64_t cap_cone, cap_stack, cap_ins, cap_outs;
   int n_cone, n_ins, n_outs;
+  /* The cone is the region, nodes [region_start, region_start + n_cone)
+   * in order, and cone[] is not filled (a stitched replay that keeps no
+   * backward: nothing reads its cone but the end of the cut). */
+  bool cone_is_region;
   seg_input_t *in_types; /* per input: dims under the policies */
   rt_key_input_t *key_in;
   int64_t cap_types, cap_key;
