@@ -163,15 +163,18 @@ void ir_graph_recycle(loom_graph_t *g) {
   free_arrays(g);
 }
 
-void ir_graph_take_spare(loom_graph_t *g) {
-  if (g->nodes || g->values) return;
-  g->nodes = spare.nodes;
-  g->values = spare.values;
-  g->cap_nodes = spare.cap_nodes;
-  g->cap_values = spare.cap_values;
-  spare.nodes = NULL;
-  spare.values = NULL;
-  spare.cap_nodes = spare.cap_values = 0;
+loom_status_t ir_graph_take_spare(loom_graph_t *g, int64_t nodes, int64_t values) {
+  if (!g->nodes && !g->values) {
+    g->nodes = spare.nodes;
+    g->values = spare.values;
+    g->cap_nodes = spare.cap_nodes;
+    g->cap_values = spare.cap_values;
+    spare.nodes = NULL;
+    spare.values = NULL;
+    spare.cap_nodes = spare.cap_values = 0;
+  }
+  LOOM_TRY(core_grow((void **)&g->nodes, &g->cap_nodes, nodes, sizeof *g->nodes));
+  return core_grow((void **)&g->values, &g->cap_values, values, sizeof *g->values);
 }
 
 /* Appends a value; its id goes to *id. */

@@ -355,8 +355,11 @@ void ir_names_forget(loom_graph_t *g);
  * node) cost more than its pass, and memory that large is never reused
  * by malloc, which maps it anew each time. */
 void ir_graph_recycle(loom_graph_t *g);
-/* Gives g, a new empty graph, the arrays ir_graph_recycle kept. */
-void ir_graph_take_spare(loom_graph_t *g);
+/* Gives g, a new empty graph, the arrays ir_graph_recycle kept, with
+ * room for `nodes` nodes and `values` values at least (a rewrite of a
+ * graph that size: growing them by doubling copied the nodes over again
+ * at each step). */
+loom_status_t ir_graph_take_spare(loom_graph_t *g, int64_t nodes, int64_t values);
 /* Frees what ir_graph_recycle kept on this thread. */
 void ir_graph_free_spare(void);
 

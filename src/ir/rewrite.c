@@ -91,10 +91,10 @@ static loom_status_t begin(const loom_graph_t *src, ir_rewriter_t *rw,
   LOOM_CHECK_ARG(rw);
   *rw = (ir_rewriter_t){.src = src};
   LOOM_TRY(loom_graph_create(&rw->dst));
-  ir_graph_take_spare(rw->dst);
-  rw->map = core_malloc(sizeof *rw->map * (size_t)(src->n_values ? src->n_values : 1));
-  loom_status_t s = rw->map ? LOOM_OK
-                            : loom_fail(LOOM_ERR_NOMEM, "out of memory rewriting a graph");
+  loom_status_t s = ir_graph_take_spare(rw->dst, src->n_nodes, src->n_values);
+  rw->map = s == LOOM_OK ? core_malloc(sizeof *rw->map * (size_t)(src->n_values ? src->n_values : 1))
+                         : NULL;
+  if (s == LOOM_OK && !rw->map) s = loom_fail(LOOM_ERR_NOMEM, "out of memory rewriting a graph");
   for (int64_t v = 0; s == LOOM_OK && v < src->n_values; v++) rw->map[v] = -1;
   if (s == LOOM_OK) s = copy_symbols(src, rw->dst);
   if (s == LOOM_OK) s = copy_leaves(rw, inputs);

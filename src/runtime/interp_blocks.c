@@ -176,8 +176,10 @@ static void block_view(const interp_t *it, const block_run_t *r, int32_t v, char
 }
 
 /* Elements [at, at + len) through every node of r. A node that writes
- * the parameter it reads (where(take, new, p) into p) writes the spare
- * buffer, copied over after: kernels' outputs never alias their inputs. */
+ * the parameter it reads writes the spare buffer, copied over after:
+ * kernels' outputs never alias their inputs. A where of one condition
+ * (an optimizer's where(take, new, p) into p) copies the side it picks,
+ * or nothing where that side is the output already. */
 static loom_status_t run_block(interp_t *it, const block_run_t *r, char *bufs, int64_t at,
                                int64_t len) {
   for (int k = 0; k < r->n; k++) {
@@ -191,6 +193,15 @@ static loom_status_t run_block(interp_t *it, const block_run_t *r, char *bufs, i
     }
     block_view(it, r, n->out[0], bufs, at, len, &out);
     void *dest = out.data;
+    if (n->op == IR_OP_WHERE && views[0].rank == 0) { /* one condition: a side, as it is */
+      const loom_tensor_t *side = &views[*(const uint8_t *)views[0].data ? 1 : 2];
+      size_t es = loom_dtype_size(out.dtype);
+      if (side->rank == 0)
+        for (int64_t i = 0; i < len; i++) memcpy((char *)dest + i * (int64_t)es, side->data, es);
+      else if (side->data != dest)
+        memcpy(dest, side->data, (size_t)len * es);
+      continue;
+    }
     for (int j = 0; j < n->n_in; j++)
       if (views[j].data == dest) out.data = bufs + (size_t)r->n_slots * BLOCK * sizeof(int64_t);
     ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
