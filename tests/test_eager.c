@@ -350,6 +350,76 @@ static void test_math_instances(void) {
   CHECK(cpu_eager_math(IR_OP_LOG) == NULL);
 }
 
+/* What f32 op gives for x and z, computed in double (exact for these:
+ * double carries more than twice float's bits, so one rounding to float
+ * is the correctly rounded f32 result). */
+static float f32_op_want(ir_op_t op, float x, float z) {
+  double a = x, b = z;
+  switch (op) {
+    case IR_OP_ADD: return (float)(a + b);
+    case IR_OP_SUB: return (float)(a - b);
+    case IR_OP_MUL: return (float)(a * b);
+    case IR_OP_DIV: return (float)(a / b);
+    case IR_OP_MAXIMUM: return isnan(x) || isnan(z) ? NAN : x > z ? x : z;
+    case IR_OP_MINIMUM: return isnan(x) || isnan(z) ? NAN : x < z ? x : z;
+    case IR_OP_NEG: return (float)-a;
+    case IR_OP_ABS: return (float)fabs(a);
+    case IR_OP_RELU: return isnan(x) ? x : x > 0 ? x : 0.0f;
+    case IR_OP_SQRT: return (float)sqrt(a);
+    default: return x; /* identity */
+  }
+}
+
+static bool same_f32(float got, float want) {
+  return isnan(want) ? isnan(got) : !memcmp(&got, &want, sizeof got);
+}
+
+/* Every instance of the f32 arithmetic that this CPU runs, in each layout
+ * (both operands stepping, either one broadcast, both), over specials
+ * (NaN, infinities, signed zeros, subnormals, overflow) and lengths that
+ * leave every vector tail, against the op computed in double. */
+static void test_f32_instances(void) {
+  enum { N = 1031 };
+  static float a[N], b[N], y[N];
+  uint32_t r = 12345;
+  for (int i = 0; i < N; i++) {
+    r = r * 1664525u + 1013904223u;
+    a[i] = ldexpf((float)(r >> 8) / 16777216.0f - 0.5f, (int)(r % 61) - 30);
+    r = r * 1664525u + 1013904223u;
+    b[i] = ldexpf((float)(r >> 8) / 16777216.0f - 0.5f, (int)(r % 61) - 30);
+  }
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3e38f, -3e38f, 1.0f};
+  for (int i = 0; i < 10; i++)
+    for (int j = 0; j < 10; j++) a[100 + 10 * i + j] = specials[i], b[100 + 10 * i + j] = specials[j];
+  ir_op_t ops[] = {IR_OP_ADD,  IR_OP_SUB, IR_OP_MUL,  IR_OP_DIV,  IR_OP_MAXIMUM, IR_OP_MINIMUM,
+                   IR_OP_NEG,  IR_OP_ABS, IR_OP_RELU, IR_OP_SQRT, IR_OP_IDENTITY};
+  core_isa_t isas[] = {CORE_ISA_PORTABLE, CORE_ISA_AVX2, CORE_ISA_AVX512};
+  int ran = 0, bad = 0;
+  for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+    bool binary = ir_ops[ops[o]].in_max == 2;
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+      cpu_eager_run_fn f = cpu_eager_f32_run_isa(ops[o], isas[k]);
+      if (!f) continue; /* not on this CPU */
+      ran++;
+      for (int layout = 0; layout < (binary ? 4 : 2); layout++) {
+        int64_t step[2] = {layout & 1 ? 0 : 1, layout & 2 ? 0 : 1};
+        for (int n = 0; n <= N; n += n < 70 ? 1 : 319) {
+          int at = n % 7 * 13; /* broadcast elements from here and there */
+          const void *in[2] = {a + (step[0] ? 0 : at), b + (step[1] ? 0 : at)};
+          f(y, in, step, n);
+          for (int i = 0; i < n; i++) {
+            float x = step[0] ? a[i] : a[at], z = step[1] ? b[i] : b[at];
+            bad += !same_f32(y[i], f32_op_want(ops[o], x, z));
+          }
+        }
+      }
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(ran >= 11); /* the portable instances at least */
+  CHECK(cpu_eager_f32_run_isa(IR_OP_LOG, CORE_ISA_PORTABLE) == NULL);
+}
+
 /* a (ra dims) @ b (rb dims), optionally transposed. */
 static void matmul_case(int ra, const int64_t *sa, int rb, const int64_t *sb, int ta, int tb) {
   loom_graph_t *g;
@@ -979,6 +1049,7 @@ int main(void) {
   TEST_RUN(test_where);
   TEST_RUN(test_unary);
   TEST_RUN(test_math_instances);
+  TEST_RUN(test_f32_instances);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
   TEST_RUN(test_expand);

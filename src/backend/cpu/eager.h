@@ -31,6 +31,28 @@ bool cpu_eager_scatter_add(ref_call_t *c, loom_status_t *status);
 typedef void (*cpu_eager_math_fn)(float *y, const float *a, int64_t n);
 cpu_eager_math_fn cpu_eager_math(ir_op_t op);
 cpu_eager_math_fn cpu_eager_math_isa(ir_op_t op, core_isa_t isa);
+/* The widest ISA whose instances the eager kernels run: the CPU's,
+ * within LOOM_CPU_ISA; and whether the CPU runs isa's within it. */
+core_isa_t cpu_eager_isa(void);
+bool cpu_eager_runs(core_isa_t isa);
+
+/* The target attributes of the eager kernels' instances per ISA. GCC's
+ * generic tuning would vectorize an AVX-512 instance 256 bits wide;
+ * clang takes no such option in the attribute. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CPU_EAGER_AVX512 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
+#else
+#define CPU_EAGER_AVX512 __attribute__((target("avx512f,fma")))
+#endif
+#define CPU_EAGER_AVX2 __attribute__((target("avx2,fma")))
+
+/* eager_elementwise.c: an f32 op's loop over n elements, y[i] =
+ * op(in[0][i * step[0]], in[1][i * step[1]]) with steps 0 or 1 (y apart
+ * from the inputs), in isa's instance (for tests): NULL where the CPU
+ * lacks it or the op has none. Every instance gives the same bits. */
+typedef void (*cpu_eager_run_fn)(void *y, const void *const *in, const int64_t *step,
+                                 int64_t n);
+cpu_eager_run_fn cpu_eager_f32_run_isa(ir_op_t op, core_isa_t isa);
 
 /* eager_reduce.c: sum and mean; softmax and log_softmax */
 bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status);

@@ -62,8 +62,8 @@ static void ew_shape(const loom_tensor_t *y, int n_in, const loom_tensor_t *cons
 }
 
 /* Runs an op over n elements: y[i] = op(in[0][i * step[0]], ...), steps
- * 0 or 1. */
-typedef void (*ew_run_fn)(void *y, const void *const *in, const int64_t *step, int64_t n);
+ * 0 or 1 (eager.h). */
+typedef cpu_eager_run_fn ew_run_fn;
 
 /* Calls run over the innermost dim of s for every index of the others;
  * y's elements are es_y bytes, operand k's es[k]. */
@@ -88,10 +88,10 @@ static void ew_loop(const ew_shape_t *s, int64_t es_y, const int64_t *es, int n_
 
 /* A binary op's run (T operands, R results) in its layouts (both
  * operands stepping, or one of them broadcast along the run), each a loop
- * of its own, so that it vectorizes. */
-#define EW_BINARY(name, T, R, expr)                                                \
-  static void name##_run(void *yv, const void *const *in, const int64_t *step,     \
-                         int64_t n) {                                              \
+ * of its own, so that it vectorizes; target: the instance's ISA. */
+#define EW_BINARY_AT(target, name, T, R, expr)                                     \
+  target static void name##_run(void *yv, const void *const *in,                   \
+                                const int64_t *step, int64_t n) {                  \
     R *restrict y = yv;                                                            \
     const T *restrict a = in[0], *restrict b = in[1];                              \
     if (step[0] && step[1]) {                                                      \
@@ -117,13 +117,8 @@ static void ew_loop(const ew_shape_t *s, int64_t es_y, const int64_t *es, int n_
     }                                                                              \
   }
 
-EW_BINARY(add, float, float, x + z)
-EW_BINARY(sub, float, float, x - z)
-EW_BINARY(mul, float, float, x * z)
-EW_BINARY(div, float, float, x / z)
-/* NaN from either side, as the reference's maximum and minimum. */
-EW_BINARY(maximum, float, float, x != x || z != z ? x + z : (x > z ? x : z))
-EW_BINARY(minimum, float, float, x != x || z != z ? x + z : (x < z ? x : z))
+#define EW_BINARY(name, T, R, expr) EW_BINARY_AT(, name, T, R, expr)
+
 /* Python's %: the result takes the divisor's sign; f32 in double, rounded
  * once, as the reference computes it. An i64 divisor of 0 never reaches
  * here (cpu_eager_elementwise leaves it to the reference, which fails). */
@@ -168,9 +163,9 @@ EW_COMPARE(float, f32)
 EW_COMPARE(int64_t, i64)
 
 /* A unary op's run (step 1: the input steps; 0: one element repeated). */
-#define EW_UNARY(name, expr)                                                       \
-  static void name##_run(void *yv, const void *const *in, const int64_t *step,     \
-                         int64_t n) {                                              \
+#define EW_UNARY_AT(target, name, expr)                                            \
+  target static void name##_run(void *yv, const void *const *in,                   \
+                                const int64_t *step, int64_t n) {                  \
     float *restrict y = yv;                                                        \
     const float *restrict a = in[0];                                               \
     if (step[0]) {                                                                 \
@@ -184,30 +179,63 @@ EW_COMPARE(int64_t, i64)
     }                                                                              \
   }
 
-EW_UNARY(neg, -x)
-EW_UNARY(abs, fabsf(x))
-EW_UNARY(relu, x > 0 ? x : (x != x ? x : 0.0f))
-EW_UNARY(sqrt, sqrtf(x))
-EW_UNARY(identity, x)
-/* In double, rounded once, as the reference computes it. */
-EW_UNARY(log, (float)log((double)x))
+/* In double, rounded once, as the reference computes it: one instance
+ * (its calls are the time). */
+EW_UNARY_AT(, log, (float)log((double)x))
+
+/* The f32 ops whose loops vectorize, one template instanced per ISA as
+ * eager_math.c's are: each computes one IEEE operation per element (or
+ * selects), so every instance gives the same bits. NaN from either side
+ * in maximum and minimum, as the reference's. */
+#define EW_F32_RUNS(isa, target)                                                     \
+  EW_BINARY_AT(target, add_##isa, float, float, x + z)                              \
+  EW_BINARY_AT(target, sub_##isa, float, float, x - z)                              \
+  EW_BINARY_AT(target, mul_##isa, float, float, x * z)                              \
+  EW_BINARY_AT(target, div_##isa, float, float, x / z)                              \
+  EW_BINARY_AT(target, maximum_##isa, float, float,                                 \
+               (x != x) | (z != z) ? x + z : (x > z ? x : z))                         \
+  EW_BINARY_AT(target, minimum_##isa, float, float,                                 \
+               (x != x) | (z != z) ? x + z : (x < z ? x : z))                         \
+  EW_UNARY_AT(target, neg_##isa, -x)                                                \
+  EW_UNARY_AT(target, abs_##isa, fabsf(x))                                          \
+  EW_UNARY_AT(target, relu_##isa, x > 0 ? x : (x != x ? x : 0.0f))                  \
+  EW_UNARY_AT(target, sqrt_##isa, sqrtf(x))                                         \
+  EW_UNARY_AT(target, identity_##isa, x)                                            \
+  static ew_run_fn ew_f32_##isa(ir_op_t op) {                                       \
+    switch (op) {                                                                   \
+      case IR_OP_ADD: return add_##isa##_run;                                       \
+      case IR_OP_SUB: return sub_##isa##_run;                                       \
+      case IR_OP_MUL: return mul_##isa##_run;                                       \
+      case IR_OP_DIV: return div_##isa##_run;                                       \
+      case IR_OP_MAXIMUM: return maximum_##isa##_run;                               \
+      case IR_OP_MINIMUM: return minimum_##isa##_run;                               \
+      case IR_OP_NEG: return neg_##isa##_run;                                       \
+      case IR_OP_ABS: return abs_##isa##_run;                                       \
+      case IR_OP_RELU: return relu_##isa##_run;                                     \
+      case IR_OP_SQRT: return sqrt_##isa##_run;                                     \
+      case IR_OP_IDENTITY: return identity_##isa##_run;                             \
+      default: return NULL;                                                         \
+    }                                                                               \
+  }
+
+EW_F32_RUNS(avx512, CPU_EAGER_AVX512)
+EW_F32_RUNS(avx2, CPU_EAGER_AVX2)
+EW_F32_RUNS(portable, )
+
+cpu_eager_run_fn cpu_eager_f32_run_isa(ir_op_t op, core_isa_t isa) {
+  if (!cpu_eager_runs(isa)) return NULL;
+  switch (isa) {
+    case CORE_ISA_AVX512: return ew_f32_avx512(op);
+    case CORE_ISA_AVX2: return ew_f32_avx2(op);
+    default: return ew_f32_portable(op);
+  }
+}
 
 static ew_run_fn ew_kernel_f32(ir_op_t op) {
   switch (op) {
-    case IR_OP_ADD: return add_run;
-    case IR_OP_SUB: return sub_run;
-    case IR_OP_MUL: return mul_run;
-    case IR_OP_DIV: return div_run;
     case IR_OP_MOD: return mod_run;
-    case IR_OP_MAXIMUM: return maximum_run;
-    case IR_OP_MINIMUM: return minimum_run;
-    case IR_OP_NEG: return neg_run;
-    case IR_OP_ABS: return abs_run;
-    case IR_OP_RELU: return relu_run;
-    case IR_OP_SQRT: return sqrt_run;
-    case IR_OP_IDENTITY: return identity_run;
     case IR_OP_LOG: return log_run;
-    default: return NULL;
+    default: return cpu_eager_f32_run_isa(op, cpu_eager_isa());
   }
 }
 

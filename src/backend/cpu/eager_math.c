@@ -32,38 +32,35 @@
     }                                                                              \
   }
 
-/* GCC's generic tuning would vectorize the AVX-512 instance 256 bits wide;
- * clang takes no such option in the attribute. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define AVX512_TARGET __attribute__((target("avx512f,fma,prefer-vector-width=512")))
-#else
-#define AVX512_TARGET __attribute__((target("avx512f,fma")))
-#endif
-
-MATH_RUNS(avx512, AVX512_TARGET)
-MATH_RUNS(avx2, __attribute__((target("avx2,fma"))))
+MATH_RUNS(avx512, CPU_EAGER_AVX512)
+MATH_RUNS(avx2, CPU_EAGER_AVX2)
 MATH_RUNS(portable, )
 
-static bool runs_avx512(void) {
-  return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("fma");
+bool cpu_eager_runs(core_isa_t isa) {
+  switch (isa) {
+    case CORE_ISA_AVX512:
+      return core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("fma");
+    case CORE_ISA_AVX2:
+      return core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("fma");
+    default: return true;
+  }
 }
 
-static bool runs_avx2(void) {
-  return core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma");
-}
-
-cpu_eager_math_fn cpu_eager_math(ir_op_t op) {
-  if (runs_avx512()) return math_avx512(op);
-  if (runs_avx2()) return math_avx2(op);
-  return math_portable(op);
+core_isa_t cpu_eager_isa(void) {
+  return cpu_eager_runs(CORE_ISA_AVX512) ? CORE_ISA_AVX512
+         : cpu_eager_runs(CORE_ISA_AVX2) ? CORE_ISA_AVX2
+                                         : CORE_ISA_PORTABLE;
 }
 
 cpu_eager_math_fn cpu_eager_math_isa(ir_op_t op, core_isa_t isa) {
+  if (!cpu_eager_runs(isa)) return NULL;
   switch (isa) {
-    case CORE_ISA_AVX512: return runs_avx512() ? math_avx512(op) : NULL;
-    case CORE_ISA_AVX2: return runs_avx2() ? math_avx2(op) : NULL;
+    case CORE_ISA_AVX512: return math_avx512(op);
+    case CORE_ISA_AVX2: return math_avx2(op);
     default: return math_portable(op);
   }
 }
+
+cpu_eager_math_fn cpu_eager_math(ir_op_t op) { return cpu_eager_math_isa(op, cpu_eager_isa()); }
