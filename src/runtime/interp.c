@@ -34,10 +34,8 @@ static loom_status_t bind_inputs(interp_t *it, int n_inputs,
   }
   for (int64_t i = 0; i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];
-    char what[96];
-    snprintf(what, sizeof what, "input %lld ('%s')", (long long)i,
-             g->values[v].name ? g->values[v].name : "");
-    LOOM_TRY(interp_check_dims(it, what, &g->values[v].type, inputs[i]));
+    LOOM_TRY(interp_check_dims(it, &g->values[v].type, inputs[i], "input %lld ('%s')",
+                               (long long)i, g->values[v].name ? g->values[v].name : ""));
   }
   for (int64_t i = 0; i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];

@@ -41,9 +41,10 @@ static inline bool interp_is_assign(const ir_node_t *n) {
 /* Binds the plain symbols of type t (dims that are just "n") to the sizes
  * of x, where no earlier tensor bound them. */
 void interp_bind_symbols(interp_t *it, const ir_type_t *t, const loom_tensor_t *x);
-/* Checks x against type t once the symbols are bound (what names it). */
-loom_status_t interp_check_dims(interp_t *it, const char *what, const ir_type_t *t,
-                                const loom_tensor_t *x);
+/* Checks x against type t once the symbols are bound; the printf format
+ * what and its arguments name x in the error (formatted only then). */
+loom_status_t interp_check_dims(interp_t *it, const ir_type_t *t, const loom_tensor_t *x,
+                                const char *what, ...) __attribute__((format(printf, 4, 5)));
 void interp_release(interp_t *it, int32_t v);
 /* The shape of output k of n for the bound symbols. */
 loom_status_t interp_output_shape(interp_t *it, const ir_node_t *n, int k, int64_t *shape);

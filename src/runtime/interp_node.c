@@ -3,6 +3,7 @@
  * evaluated shapes, a back end's eager kernel offered first, the
  * reference kernel otherwise; an alias op taking over its dying input,
  * an index read only by scatter_add seen as a strided view. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,30 +27,31 @@ void interp_bind_symbols(interp_t *it, const ir_type_t *t,
 }
 
 /* Checks x against type t once the symbols are bound. */
-loom_status_t interp_check_dims(interp_t *it, const char *what,
-                                const ir_type_t *t, const loom_tensor_t *x) {
+loom_status_t interp_check_dims(interp_t *it, const ir_type_t *t, const loom_tensor_t *x,
+                                const char *what, ...) {
   loom_graph_t *g = it->g;
-  char want[160], got[160];
-  if (x->dtype != t->dtype || x->rank != t->rank)
-    return loom_fail(LOOM_ERR_BINDING, "%s expects %s, got %s %s", what,
-                     ir_type_str(g, t, want, sizeof want),
-                     loom_dtype_name(x->dtype),
-                     shape_str(x->rank, x->shape, got, sizeof got));
-  for (int i = 0; i < t->rank; i++) {
-    int64_t v = -1;
-    loom_status_t s = ir_dim_eval(g, t->dims[i], it->syms, &v);
-    if (s != LOOM_OK || v != x->shape[i]) {
-      char dim[64];
-      return loom_fail(LOOM_ERR_BINDING,
-                       "%s expects %s, got %s %s: dim %d (%s) is %lld there",
-                       what, ir_type_str(g, t, want, sizeof want),
-                       loom_dtype_name(x->dtype),
-                       shape_str(x->rank, x->shape, got, sizeof got), i,
-                       ir_dim_str(g, t->dims[i], dim, sizeof dim),
-                       s == LOOM_OK ? (long long)v : -1LL);
-    }
+  int bad = x->dtype != t->dtype || x->rank != t->rank ? -2 : -1; /* or the dim */
+  int64_t v = -1;
+  loom_status_t s = LOOM_OK;
+  for (int i = 0; bad == -1 && i < t->rank; i++) {
+    s = ir_dim_eval(g, t->dims[i], it->syms, &v);
+    if (s != LOOM_OK || v != x->shape[i]) bad = i;
   }
-  return LOOM_OK;
+  if (bad == -1) return LOOM_OK;
+  char name[96], want[160], got[160], dim[64];
+  va_list ap;
+  va_start(ap, what);
+  vsnprintf(name, sizeof name, what, ap);
+  va_end(ap);
+  ir_type_str(g, t, want, sizeof want);
+  shape_str(x->rank, x->shape, got, sizeof got);
+  if (bad == -2)
+    return loom_fail(LOOM_ERR_BINDING, "%s expects %s, got %s %s", name, want,
+                     loom_dtype_name(x->dtype), got);
+  return loom_fail(LOOM_ERR_BINDING, "%s expects %s, got %s %s: dim %d (%s) is %lld there",
+                   name, want, loom_dtype_name(x->dtype), got, bad,
+                   ir_dim_str(g, t->dims[bad], dim, sizeof dim),
+                   s == LOOM_OK ? (long long)v : -1LL);
 }
 
 void interp_release(interp_t *it, int32_t v) {
@@ -100,10 +102,9 @@ static void zero_outputs(const ir_node_t *n, loom_tensor_t **outs) {
 static loom_status_t bind_outputs(interp_t *it, const ir_node_t *n,
                                   loom_tensor_t **outs) {
   for (int k = 0; k < n->n_out; k++) {
-    char what[64];
-    snprintf(what, sizeof what, "%s output %d", ir_ops[n->op].name, k);
     interp_bind_symbols(it, &it->g->values[n->out[k]].type, outs[k]);
-    LOOM_TRY(interp_check_dims(it, what, &it->g->values[n->out[k]].type, outs[k]));
+    LOOM_TRY(interp_check_dims(it, &it->g->values[n->out[k]].type, outs[k], "%s output %d",
+                               ir_ops[n->op].name, k));
   }
   return LOOM_OK;
 }
