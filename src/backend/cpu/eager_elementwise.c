@@ -193,9 +193,9 @@ EW_UNARY_AT(, log, (float)log((double)x))
   EW_BINARY_AT(target, mul_##isa, float, float, x * z)                              \
   EW_BINARY_AT(target, div_##isa, float, float, x / z)                              \
   EW_BINARY_AT(target, maximum_##isa, float, float,                                 \
-               (x != x) | (z != z) ? x + z : (x > z ? x : z))                         \
+               ((x != x) | (z != z)) ? x + z : (x > z ? x : z))                         \
   EW_BINARY_AT(target, minimum_##isa, float, float,                                 \
-               (x != x) | (z != z) ? x + z : (x < z ? x : z))                         \
+               ((x != x) | (z != z)) ? x + z : (x < z ? x : z))                         \
   EW_UNARY_AT(target, neg_##isa, -x)                                                \
   EW_UNARY_AT(target, abs_##isa, fabsf(x))                                          \
   EW_UNARY_AT(target, relu_##isa, x > 0 ? x : (x != x ? x : 0.0f))                  \
