@@ -420,6 +420,45 @@ static void test_f32_instances(void) {
   CHECK(cpu_eager_f32_run_isa(IR_OP_LOG, CORE_ISA_PORTABLE) == NULL);
 }
 
+/* Every instance of scatter_add's double loops that this CPU runs, at
+ * every tail length, against the same conversions and adds done one
+ * element at a time here (NaN, infinities, subnormals, doubles that do
+ * not fit a float). */
+static void test_sum_rows_instances(void) {
+  enum { N = 203 };
+  static float f[N], got_f[N];
+  static double d[N], got_d[N];
+  for (int i = 0; i < N; i++) {
+    f[i] = ldexpf(1.0f + (float)(i % 13) / 16.0f, i % 50 - 25) * (i % 2 ? -1.0f : 1.0f);
+    d[i] = ldexp(1.0 + (double)(i % 11) / 1024.0 + 1e-12, i % 300 - 150);
+  }
+  f[7] = NAN, f[8] = INFINITY, f[9] = 1e-42f, d[10] = NAN, d[11] = 1e300, d[12] = -1e-300;
+  core_isa_t isas[] = {CORE_ISA_PORTABLE, CORE_ISA_AVX2, CORE_ISA_AVX512};
+  int ran = 0, bad = 0;
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    const cpu_eager_sum_rows_t *r = cpu_eager_sum_rows_isa(isas[k]);
+    if (!r) continue; /* not on this CPU */
+    ran++;
+    for (int n = 0; n <= N; n += n < 40 ? 1 : 41) {
+      r->widen(got_d, f, n);
+      for (int i = 0; i < n; i++) {
+        double want = f[i];
+        bad += isnan(want) ? !isnan(got_d[i]) : memcmp(&got_d[i], &want, sizeof want) != 0;
+      }
+      memcpy(got_d, d, sizeof d);
+      r->add(got_d, f, n);
+      for (int i = 0; i < N; i++) {
+        double want = i < n ? d[i] + (double)f[i] : d[i];
+        bad += isnan(want) ? !isnan(got_d[i]) : memcmp(&got_d[i], &want, sizeof want) != 0;
+      }
+      r->narrow(got_f, d, n);
+      for (int i = 0; i < n; i++) bad += !same_f32(got_f[i], (float)d[i]);
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(ran >= 1);
+}
+
 /* a (ra dims) @ b (rb dims), optionally transposed. */
 static void matmul_case(int ra, const int64_t *sa, int rb, const int64_t *sb, int ta, int tb) {
   loom_graph_t *g;
@@ -1050,6 +1089,7 @@ int main(void) {
   TEST_RUN(test_unary);
   TEST_RUN(test_math_instances);
   TEST_RUN(test_f32_instances);
+  TEST_RUN(test_sum_rows_instances);
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
   TEST_RUN(test_expand);

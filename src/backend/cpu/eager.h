@@ -22,6 +22,16 @@ bool cpu_eager_expand(ref_call_t *c, loom_status_t *status);
 /* eager_index.c: gather, index_select and embedding; scatter_add */
 bool cpu_eager_take(ref_call_t *c, loom_status_t *status);
 bool cpu_eager_scatter_add(ref_call_t *c, loom_status_t *status);
+/* scatter_add's loops over n elements in double (its sums are the
+ * reference's): widen copies f32 into double, add adds f32 into double,
+ * narrow rounds double to f32; in isa's instance (for tests), NULL where
+ * the CPU lacks it. Every instance gives the same bits. */
+typedef struct cpu_eager_sum_rows {
+  void (*widen)(double *d, const float *s, int64_t n);
+  void (*add)(double *d, const float *s, int64_t n);
+  void (*narrow)(float *d, const double *s, int64_t n);
+} cpu_eager_sum_rows_t;
+const cpu_eager_sum_rows_t *cpu_eager_sum_rows_isa(core_isa_t isa);
 
 /* eager_math.c: f32 exp, tanh and sigmoid over n contiguous elements
  * (y and a apart), as generated code computes them (float_math.h); the

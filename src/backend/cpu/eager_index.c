@@ -84,6 +84,36 @@ bool cpu_eager_take(ref_call_t *c, loom_status_t *status) {
 
 /* ---- scatter_add ------------------------------------------------------------ */
 
+/* scatter_add's row loops, one template instanced per ISA (each element
+ * one conversion or one double add: the same bits in every instance). */
+#define SUM_ROWS(isa, target)                                                          \
+  target static void widen_##isa(double *restrict d, const float *restrict s,         \
+                                 int64_t n) {                                         \
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];                                      \
+  }                                                                                   \
+  target static void add_##isa(double *restrict d, const float *restrict s,           \
+                               int64_t n) {                                           \
+    for (int64_t i = 0; i < n; i++) d[i] += (double)s[i];                             \
+  }                                                                                   \
+  target static void narrow_##isa(float *restrict d, const double *restrict s,        \
+                                  int64_t n) {                                        \
+    for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];                               \
+  }                                                                                   \
+  static const cpu_eager_sum_rows_t sum_rows_##isa = {widen_##isa, add_##isa, narrow_##isa};
+
+SUM_ROWS(avx512, CPU_EAGER_AVX512)
+SUM_ROWS(avx2, CPU_EAGER_AVX2)
+SUM_ROWS(portable, )
+
+const cpu_eager_sum_rows_t *cpu_eager_sum_rows_isa(core_isa_t isa) {
+  if (!cpu_eager_runs(isa)) return NULL;
+  switch (isa) {
+    case CORE_ISA_AVX512: return &sum_rows_avx512;
+    case CORE_ISA_AVX2: return &sum_rows_avx2;
+    default: return &sum_rows_portable;
+  }
+}
+
 /* Whether entries p .. p + n - 1 of ind all equal k. */
 static bool row_of(const loom_tensor_t *ind, int64_t p, int64_t n, int64_t k) {
   uint64_t differ = 0;
@@ -145,20 +175,21 @@ bool cpu_eager_scatter_add(ref_call_t *c, loom_status_t *status) {
   int64_t outer = prod(0, (int)axis, index->shape), n = index->shape[axis];
   int64_t inner = prod((int)axis + 1, index->rank, index->shape);
   const float *x = src->data;
-  for (int64_t i = 0; i < total; i++) sums[i] = ((const float *)self->data)[i];
+  const cpu_eager_sum_rows_t *rows = cpu_eager_sum_rows_isa(cpu_eager_isa());
+  rows->widen(sums, self->data, total);
   for (int64_t o = 0; o < outer; o++) {
     double *block = sums + o * size * inner;
     for (int64_t j = 0, p = o * n * inner; j < n; j++, p += inner) {
       int64_t k = inner == 0 ? 0 : column ? index_at(index, j * col) : index_at(index, p);
       if (column || row_of(index, p, inner, k)) {
-        for (int64_t q = 0; q < inner; q++) block[k * inner + q] += (double)x[p + q];
+        rows->add(block + k * inner, x + p, inner);
       } else {
         for (int64_t q = 0; q < inner; q++)
           block[index_at(index, p + q) * inner + q] += (double)x[p + q];
       }
     }
   }
-  for (int64_t i = 0; i < total; i++) ((float *)y->data)[i] = (float)sums[i];
+  rows->narrow(y->data, sums, total);
   core_storage_free(sums);
   *status = LOOM_OK;
   return true;
