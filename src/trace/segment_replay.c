@@ -122,33 +122,25 @@ static bool region_matches(loom_trace_t *t, seg_work_t *w, int way, const tr_rep
   return true;
 }
 
-/* Whether the inputs fit r's key: dtypes, ranks, exact sizes, and the
- * dims of one symbol equal (and above 1: automatic dims key sizes 0
- * and 1 apart). */
+/* Whether the inputs fit r's key: dtypes, ranks, exact sizes (the key's
+ * dims; a replay is never bucketed), and the dims of one symbol equal
+ * (and above 1: automatic dims key sizes 0 and 1 apart). */
 static bool inputs_fit(const loom_trace_t *t, const seg_work_t *w, const tr_replay_t *r) {
-  if (r->n_syms == 0) { /* every dim exact: the key's sizes */
-    for (int i = 0; i < r->n_ins; i++) {
-      const loom_tensor_t *x = t->vals[w->ins[i]].t;
-      const rt_key_input_t *k = &r->key_in[i];
-      if (x->dtype != k->dtype || x->rank != k->rank) return false;
-      for (int a = 0; a < k->rank; a++)
-        if (x->shape[a] != k->dims[a]) return false;
-    }
-    return true;
-  }
   int64_t sym_size[32];
   for (int k = 0; k < r->n_syms; k++) sym_size[k] = -1;
   for (int i = 0; i < r->n_ins; i++) {
     const loom_tensor_t *x = t->vals[w->ins[i]].t;
-    const seg_input_t *in = &r->in_types[i];
-    if (x->dtype != in->dtype || x->rank != in->rank) return false;
-    for (int a = 0; a < in->rank; a++) {
-      const seg_dim_t *dm = &in->dims[a];
-      if (dm->mode == TR_EXACT && x->shape[a] != dm->size) return false;
-      if (dm->mode != TR_SYMBOLIC) continue;
+    const rt_key_input_t *k = &r->key_in[i];
+    if (x->dtype != k->dtype || x->rank != k->rank) return false;
+    for (int a = 0; a < k->rank; a++) {
+      if (k->dims[a] != RT_DIM_ANY) {
+        if (x->shape[a] != k->dims[a]) return false;
+        continue;
+      }
+      int sym = r->in_types[i].dims[a].sym;
       if (x->shape[a] <= 1) return false;
-      if (sym_size[dm->sym] >= 0 && sym_size[dm->sym] != x->shape[a]) return false;
-      sym_size[dm->sym] = x->shape[a];
+      if (sym_size[sym] >= 0 && sym_size[sym] != x->shape[a]) return false;
+      sym_size[sym] = x->shape[a];
     }
   }
   return true;

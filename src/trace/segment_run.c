@@ -434,9 +434,9 @@ loom_status_t seg_run_linked(loom_trace_t *t, seg_work_t *w, tr_link_t *l, int w
   rt_entry_count_stitched(e);
   t->run.prev = e;
   const loom_graph_t *eg = rt_entry_graph(e);
-  if (w->exec_outs && !w->train && !w->bucket && rt_entry_executable(e) &&
-      eg->n_inputs == w->n_ins && eg->n_outputs == w->n_exec_outs &&
-      w->n_outs == w->n_exec_outs)
+  /* exec_outs: a replay neither training nor bucketed (exact_outputs) */
+  if (w->exec_outs && rt_entry_executable(e) && eg->n_inputs == w->n_ins &&
+      eg->n_outputs == w->n_outs && w->n_outs == w->n_exec_outs)
     return run_exact_replay(t, w, e);
   return run_entry(t, w, e, key);
 }
