@@ -4,10 +4,14 @@
 #   clang, libclang-rt-dev: the second compiler CI builds with, and its
 #   sanitizer and libFuzzer runtimes;
 #   python3-numpy: the conformance tests compare every op with NumPy;
-#   pkg-config: the install test builds a program with it.
+#   pkg-config: the install test builds a program with it;
+#   python3-dev, python3-pytest, python3-setuptools, python3-pip,
+#   python3-venv: the Python package (python/), its build, its tests and
+#   its install (scripts/install_python.sh).
 set -euo pipefail
 
-packages=(gcc make cmake clang libclang-rt-dev python3 python3-numpy pkg-config)
+packages=(gcc make cmake clang libclang-rt-dev python3 python3-numpy pkg-config
+          python3-dev python3-pytest python3-setuptools python3-pip python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

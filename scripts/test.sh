@@ -17,6 +17,16 @@ scripts/build.sh release
 python3 scripts/check_layers.py build
 (cd build && ctest --output-on-failure -j "$jobs")
 
+# The Python package as a user installs it (the README's line): pip into a
+# fresh virtual environment, then the Python tests against that install.
+echo "== Python package, installed =="
+pyenv_dir=$(mktemp -d)
+scripts/install_python.sh "$pyenv_dir/venv"
+(cd "$pyenv_dir" && venv/bin/python -c \
+  'import loom, sys; assert loom.__file__.startswith(sys.prefix), loom.__file__' &&
+  venv/bin/python -m pytest -q -p no:cacheprovider "$OLDPWD/tests/python")
+rm -rf "$pyenv_dir"
+
 # The second compiler: everything built by clang (warnings as errors), and
 # every test run in that build. The generated code is still compiled by
 # cc, so the modules the optimized pass cached serve this one (about a

@@ -1,0 +1,219 @@
+"""Loom: an AI compiler and runtime, from Python in PyTorch's idiom.
+
+Ops on loom tensors are recorded into a trace, not run one by one; a value
+is computed where Python needs it (.numpy(), .item(), print, bool), by
+segments that Loom compiles once per GraphKey and replays. See
+docs/python.md."""
+import contextlib
+
+import numpy as np
+
+from . import _C
+from ._dtype import DTYPES as _DTYPES, dtype
+from ._tensor import Tensor
+from . import functional
+from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's names)
+from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)
+from . import ops
+from . import optim
+from . import nn
+
+for _d in _DTYPES:
+    globals()[_d.name] = _d
+float = globals()["float32"]
+double = globals()["float64"]
+half = globals()["float16"]
+long = globals()["int64"]
+int = globals()["int32"]
+bool = globals()["bool"]
+del _d
+
+_PY_FLOAT = __builtins__["float"] if isinstance(__builtins__, dict) else __builtins__.float
+_PY_BOOL = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtins__.bool
+_PY_INT = __builtins__["int"] if isinstance(__builtins__, dict) else __builtins__.int
+
+
+def _default_dtype(a):
+    """PyTorch's choice for data given as Python values: floats as float32."""
+    if a.dtype == np.float64:
+        return float32
+    return None
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A new tensor holding a copy of data (nested lists, numbers, arrays)."""
+    if isinstance(data, Tensor):
+        a = np.array(data.detach())
+    else:
+        a = np.array(data)
+        if dtype is None and not isinstance(data, np.ndarray):
+            dtype = _default_dtype(a)
+    if dtype is not None:
+        from ._dtype import resolve
+        d = resolve(dtype)
+        if d._numpy is None:
+            t = _C.from_buffer(np.ascontiguousarray(a, dtype=np.float32), True).to(d)
+            t.requires_grad = requires_grad
+            return t
+        a = a.astype(d._numpy)
+    t = _C.from_buffer(np.ascontiguousarray(a), True)
+    t.requires_grad = requires_grad
+    return t
+
+
+def from_numpy(a):
+    """A tensor sharing a's memory (no copy), as torch.from_numpy."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(a).__name__})")
+    if a.dtype.byteorder not in ("=", "|", "<"):
+        raise TypeError("loom.from_numpy: big-endian arrays are not supported")
+    return _C.from_buffer(a, False)
+
+
+def as_tensor(data, dtype=None):
+    if isinstance(data, Tensor) and dtype is None:
+        return data
+    if isinstance(data, np.ndarray) and dtype is None:
+        return from_numpy(data)
+    return tensor(data, dtype)
+
+
+def _shape(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(_PY_INT(s) for s in size)
+
+
+def _filled(size, value, dtype, requires_grad):
+    from ._dtype import resolve
+    d = resolve(dtype) if dtype is not None else float32
+    t = _C.zeros(d._code, _shape(size))
+    if value != 0:
+        np.asarray(t)[...] = value
+    t.requires_grad = requires_grad
+    return t
+
+
+def zeros(*size, dtype=None, requires_grad=False):
+    return _filled(size, 0, dtype, requires_grad)
+
+
+def ones(*size, dtype=None, requires_grad=False):
+    return _filled(size, 1, dtype, requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad=False):
+    return _filled(tuple(size), fill_value, dtype, requires_grad)
+
+
+def zeros_like(x, dtype=None):
+    return zeros(x.shape, dtype=dtype or x.dtype)
+
+
+def ones_like(x, dtype=None):
+    return ones(x.shape, dtype=dtype or x.dtype)
+
+
+def full_like(x, fill_value, dtype=None):
+    return full(x.shape, fill_value, dtype=dtype or x.dtype)
+
+
+def arange(start, end=None, step=1, dtype=None):
+    if end is None:
+        start, end = 0, start
+    a = np.arange(start, end, step)
+    if dtype is None and a.dtype == np.float64:
+        dtype = float32
+    return tensor(a, dtype=dtype)
+
+
+def eye(n, m=None, dtype=None):
+    return tensor(np.eye(n, m), dtype=dtype or float32)
+
+
+# Random numbers: a NumPy generator that manual_seed resets.
+_generator = np.random.default_rng(0)
+
+
+def manual_seed(seed):
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def _generator_now():
+    return _generator
+
+
+def empty(*size, dtype=None, requires_grad=False):
+    return _filled(size, 0, dtype, requires_grad)
+
+
+def randn(*size, dtype=None, requires_grad=False, generator=None):
+    g = generator if generator is not None else _generator
+    return tensor(g.standard_normal(_shape(size)), dtype=dtype or float32,
+                  requires_grad=requires_grad)
+
+
+def rand(*size, dtype=None, requires_grad=False, generator=None):
+    g = generator if generator is not None else _generator
+    return tensor(g.random(_shape(size)), dtype=dtype or float32, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, generator=None):
+    if high is None:
+        low, high = 0, low
+    g = generator if generator is not None else _generator
+    return tensor(g.integers(low, high, size=tuple(size)), dtype=dtype or int64)
+
+
+def is_tensor(x):
+    return isinstance(x, Tensor)
+
+
+# ---- steps, gradients, threads ----
+
+def step():
+    """Ends the traced step: runs what is pending and makes every tensor
+    still alive real. An optimizer's step() ends the step by itself."""
+    _C.step()
+
+
+def set_num_threads(n):
+    _C.set_num_threads(n)
+
+
+is_grad_enabled = _C.is_grad_enabled
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Ops inside record no gradient, as torch.no_grad()."""
+
+    def __enter__(self):
+        _C._no_grad_enter()
+        return self
+
+    def __exit__(self, *exc):
+        _C._no_grad_exit()
+        return False
+
+
+_POLICIES = {"exact": 0, "bucket": 1, "symbolic": 2, "auto": 3}
+
+
+def dynamic(x, dim=0, policy="symbolic"):
+    """Marks dim of x with a shape policy (exact, bucket, symbolic, auto),
+    as torch._dynamo.mark_dynamic does; returns x."""
+    if policy not in _POLICIES:
+        raise ValueError(f"policy {policy!r}: one of {sorted(_POLICIES)}")
+    x._set_policy(dim, _POLICIES[policy])
+    return x
+
+
+def explain():
+    """The trace's report: graph breaks, the cache's keys, recompiles."""
+    return _C._explain()
+
+
+def stats():
+    """The trace's counters: segments, hits, misses, compiles, steps, ..."""
+    return _C._stats()

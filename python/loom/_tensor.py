@@ -1,0 +1,167 @@
+"""loom.Tensor: PyTorch's tensor idiom over Loom's lazy, traced values.
+
+A tensor is real (its data in memory, shared with NumPy without copies)
+or lazy (a value of the step being traced). Ops record; a value becomes
+real where Python needs it: .numpy(), .item(), float(), int(), bool(),
+print, .tolist(). Each of those cuts a segment that Loom looks up by
+GraphKey and replays (or compiles once)."""
+import numpy as np
+
+from . import _C
+from . import _dtype
+
+
+class Tensor(_C.TensorBase):
+    __slots__ = ()
+
+    # ---- what it is ----
+    @property
+    def dtype(self):
+        return _dtype.from_code(self._dtype)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    # ---- making it real ----
+    def numpy(self):
+        """The data as a NumPy array sharing this tensor's memory."""
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return np.asarray(self)
+
+    def tolist(self):
+        return np.asarray(self).tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point:
+            raise TypeError("only integer tensors can be converted to an index")
+        return int(self.item())
+
+    def __bool__(self):
+        return _C._cond(self)
+
+    def __repr__(self):
+        d = self.detach() if self.requires_grad else self
+        if d.dtype.name == "bfloat16":
+            d = d.float()
+        body = np.array2string(np.asarray(d), separator=", ", prefix="tensor(")
+        extra = ""
+        if self.dtype.name not in ("float32", "int64", "bool"):
+            extra += f", dtype={self.dtype!r}"
+        if self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    def __array__(self, dtype=None):
+        a = np.asarray(memoryview(self))
+        return a if dtype is None else a.astype(dtype)
+
+    # ---- autograd ----
+    def backward(self):
+        _C._backward(self)
+
+    def detach(self):
+        if not self.requires_grad:
+            return self
+        return _F.stop_gradient(self)
+
+    def requires_grad_(self, requires_grad=True):
+        self.requires_grad = requires_grad
+        return self
+
+    # ---- operators ----
+    def __add__(self, o): return _F.add(self, o)
+    def __radd__(self, o): return _F.add(o, self)
+    def __sub__(self, o): return _F.sub(self, o)
+    def __rsub__(self, o): return _F.sub(o, self)
+    def __mul__(self, o): return _F.mul(self, o)
+    def __rmul__(self, o): return _F.mul(o, self)
+    def __truediv__(self, o): return _F.div(self, o)
+    def __rtruediv__(self, o): return _F.div(o, self)
+    def __floordiv__(self, o): return _F.floor_divide(self, o)
+    def __mod__(self, o): return _F.remainder(self, o)
+    def __pow__(self, o): return _F.pow(self, o)
+    def __rpow__(self, o): return _F.pow(o, self)
+    def __matmul__(self, o): return _F.matmul(self, o)
+    def __rmatmul__(self, o): return _F.matmul(o, self)
+    def __neg__(self): return _F.neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return _F.abs(self)
+    def __invert__(self): return _F.logical_not(self)
+    def __and__(self, o): return _F.logical_and(self, o)
+    def __or__(self, o): return _F.logical_or(self, o)
+    def __xor__(self, o): return _F.logical_xor(self, o)
+    def __eq__(self, o): return _F.eq(self, o)
+    def __ne__(self, o): return _F.ne(self, o)
+    def __lt__(self, o): return _F.lt(self, o)
+    def __le__(self, o): return _F.le(self, o)
+    def __gt__(self, o): return _F.gt(self, o)
+    def __ge__(self, o): return _F.ge(self, o)
+    __hash__ = _C.TensorBase.__hash__
+
+    def __getitem__(self, index):
+        return _F._getitem(self, index)
+
+    # ---- methods that are functions of loom ----
+    def __getattr__(self, name):
+        fn = _F.METHODS.get(name)
+        if fn is None:
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+        return lambda *args, **kwargs: fn(self, *args, **kwargs)
+
+    def float(self): return _F.cast(self, _dtype._BY_NAME["float32"])
+    def double(self): return _F.cast(self, _dtype._BY_NAME["float64"])
+    def half(self): return _F.cast(self, _dtype._BY_NAME["float16"])
+    def long(self): return _F.cast(self, _dtype._BY_NAME["int64"])
+    def int(self): return _F.cast(self, _dtype._BY_NAME["int32"])
+    def bool(self): return _F.cast(self, _dtype._BY_NAME["bool"])
+
+    def to(self, dtype):
+        return _F.cast(self, _dtype.resolve(dtype))
+
+    def type(self, dtype):
+        return self.to(dtype)
+
+    def view(self, *shape):
+        return _F.reshape(self, *shape)
+
+    @property
+    def T(self):
+        return _F.permute(self, *reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return _F.transpose(self, -2, -1)
+
+
+_C._set_tensor_class(Tensor)
+
+from . import functional as _F  # noqa: E402  (functional builds on Tensor)

@@ -1,0 +1,519 @@
+"""Loom's ops in PyTorch's names and argument conventions.
+
+Every function here records ops of the op table (src/ir/ops.def) through
+loom._C.op; loom.ops holds the table's ops under their own names. Python
+numbers become tensors of the other operand's dtype; tensors of two dtypes
+are promoted as PyTorch promotes them (bool < ints < floats)."""
+import builtins
+import numbers
+
+import numpy as np
+
+from . import _C
+from . import _dtype
+from ._tensor import Tensor
+
+_F32 = _dtype._BY_NAME["float32"]
+_I64 = _dtype._BY_NAME["int64"]
+_BOOL = _dtype._BY_NAME["bool"]
+
+
+def _op(name, *inputs, **attrs):
+    return _C.op(name, inputs, attrs or None)
+
+
+# ---- Python numbers as tensors ----
+
+_scalars = {}
+
+
+def _scalar(value, dtype):
+    """A 0-d real tensor of value in dtype (kept: an immutable constant)."""
+    key = (value, type(value), dtype._code)
+    t = _scalars.get(key)
+    if t is None:
+        if dtype._numpy is None:  # bfloat16
+            return cast(_scalar(value, _F32), dtype)
+        t = _C.from_buffer(np.array(value, dtype=dtype._numpy), True)
+        if len(_scalars) < 4096:
+            _scalars[key] = t
+    return t
+
+
+def _number_dtype(value):
+    if isinstance(value, bool):
+        return _BOOL
+    if isinstance(value, numbers.Integral):
+        return _I64
+    if isinstance(value, numbers.Real):
+        return _F32
+    raise TypeError(f"expected a loom Tensor or a number, got {type(value).__name__}")
+
+
+def _category(d):
+    return 2 if d.is_floating_point else 0 if d is _BOOL else 1
+
+
+def _pair(a, b):
+    """a and b as tensors of one dtype. A Python number takes the tensor's
+    dtype unless it is of a higher category (bool < integer < float), as in
+    PyTorch: int32 + 1 is int32, int32 + 0.5 is float32."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.dtype is b.dtype:
+            return a, b
+        d = _dtype.promote(a.dtype, b.dtype)
+        return cast(a, d), cast(b, d)
+    if isinstance(a, Tensor):
+        t, number, flip = a, b, False
+    elif isinstance(b, Tensor):
+        t, number, flip = b, a, True
+    else:
+        raise TypeError("at least one operand must be a loom Tensor")
+    nd = _number_dtype(number)
+    d = nd if _category(nd) > _category(t.dtype) else t.dtype
+    pair = (cast(t, d), _scalar(number, d))
+    return pair[::-1] if flip else pair
+
+
+def _binary(name):
+    def fn(a, b):
+        a, b = _pair(a, b)
+        return _op(name, a, b)
+    fn.__name__ = name
+    return fn
+
+
+add = _binary("add")
+sub = _binary("sub")
+mul = _binary("mul")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+eq = _binary("eq")
+ne = _binary("ne")
+lt = _binary("lt")
+le = _binary("le")
+gt = _binary("gt")
+ge = _binary("ge")
+logical_and = _binary("and")
+logical_or = _binary("or")
+logical_xor = _binary("xor")
+remainder = _binary("mod")
+floor_divide = _binary("div")
+subtract, multiply = sub, mul
+
+
+def div(a, b):
+    """True division: integers are divided as floats, as in PyTorch."""
+    a, b = _pair(a, b)
+    if not a.dtype.is_floating_point:
+        a, b = cast(a, _F32), cast(b, _F32)
+    return _op("div", a, b)
+
+
+true_divide = divide = div
+
+
+def pow(a, b):
+    a, b = _pair(a, b)
+    return _op("pow", a, b)
+
+
+def cast(x, dtype):
+    dtype = _dtype.resolve(dtype)
+    if x.dtype is dtype:
+        return x
+    return _op("cast", x, dtype=dtype._code)
+
+
+def _unary(name):
+    def fn(x):
+        return _op(name, x)
+    fn.__name__ = name
+    return fn
+
+
+for _name in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
+              "sigmoid", "relu", "silu", "softplus", "sin", "cos", "erf", "floor", "ceil",
+              "round", "sign", "isnan", "stop_gradient"):
+    globals()[_name] = _unary(_name)
+negative = globals()["neg"]
+logical_not = _unary("not")
+
+
+def gelu(x, approximate="none"):
+    return _op("gelu_tanh" if approximate == "tanh" else "gelu", x)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    return _op("leaky_relu", x, alpha=float(negative_slope))
+
+
+def elu(x, alpha=1.0):
+    return _op("elu", x, alpha=float(alpha))
+
+
+def clamp(x, min=None, max=None):
+    attrs = {}
+    if min is not None:
+        attrs["min"] = float(min)
+    if max is not None:
+        attrs["max"] = float(max)
+    return _op("clamp", x, **attrs)
+
+
+clip = clamp
+
+
+def where(cond, a, b):
+    a, b = _pair(a, b)
+    if cond.dtype is not _BOOL:
+        cond = cast(cond, _BOOL)
+    return _op("where", cond, a, b)
+
+
+# ---- reductions ----
+
+def _axes(dim):
+    if dim is None:
+        return None
+    return list(dim) if isinstance(dim, (tuple, list)) else [dim]
+
+
+def _reduce(name, x, dim, keepdim):
+    axes = _axes(dim)
+    if axes is None:
+        return _op(name, x, keepdim=int(keepdim))
+    return _op(name, x, axes=axes, keepdim=int(keepdim))
+
+
+def sum(x, dim=None, keepdim=False):
+    return _reduce("sum", x, dim, keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return _reduce("mean", x, dim, keepdim)
+
+
+def prod(x, dim=None, keepdim=False):
+    return _reduce("prod", x, dim, keepdim)
+
+
+def logsumexp(x, dim, keepdim=False):
+    return _reduce("logsumexp", x, dim, keepdim)
+
+
+def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    c = correction if correction is not None else int(unbiased)
+    axes = _axes(dim)
+    attrs = {"correction": int(c), "keepdim": int(keepdim)}
+    if axes is not None:
+        attrs["axes"] = axes
+    return _op("variance", x, **attrs)
+
+
+def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    return sqrt(var(x, dim, unbiased, keepdim, correction))
+
+
+def _extreme(name, arg_name, x, dim, keepdim):
+    if dim is None:
+        return _reduce(name, x, None, False)
+    return (_reduce(name, x, dim, keepdim),
+            _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
+
+
+def max(x, dim=None, keepdim=False):
+    """max(x): the largest element; max(x, dim): (values, indices)."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
+    return _extreme("max", "argmax", x, dim, keepdim)
+
+
+def min(x, dim=None, keepdim=False):
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
+    return _extreme("min", "argmin", x, dim, keepdim)
+
+
+def amax(x, dim=None, keepdim=False):
+    return _reduce("max", x, dim, keepdim)
+
+
+def amin(x, dim=None, keepdim=False):
+    return _reduce("min", x, dim, keepdim)
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return _op("argmax", x)
+    return _op("argmax", x, axis=int(dim), keepdim=int(keepdim))
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return _op("argmin", x)
+    return _op("argmin", x, axis=int(dim), keepdim=int(keepdim))
+
+
+def cumsum(x, dim):
+    return _op("cumsum", x, axis=int(dim))
+
+
+def topk(x, k, dim=-1, largest=True):
+    return _op("topk", x, k=int(k), axis=int(dim), largest=int(largest))
+
+
+def softmax(x, dim=-1):
+    return _op("softmax", x, axis=int(dim))
+
+
+def log_softmax(x, dim=-1):
+    return _op("log_softmax", x, axis=int(dim))
+
+
+# ---- contractions ----
+
+def matmul(a, b):
+    a, b = _pair(a, b)
+    return _op("matmul", a, b)
+
+
+mm = bmm = matmul
+
+
+# ---- layout ----
+
+def _sizes(args):
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    return [int(s) for s in args]
+
+
+def reshape(x, *shape):
+    return _op("reshape", x, shape=_sizes(shape))
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    n = x.ndim
+    if n == 0:
+        return reshape(x, 1)
+    s, e = start_dim % n, end_dim % n
+    shape = list(x.shape[:s]) + [-1] + list(x.shape[e + 1:])
+    return reshape(x, shape)
+
+
+def permute(x, *dims):
+    return _op("transpose", x, perm=[d % x.ndim for d in _sizes(dims)])
+
+
+def transpose(x, dim0, dim1):
+    perm = list(range(x.ndim))
+    perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+    return _op("transpose", x, perm=perm)
+
+
+swapaxes = transpose
+
+
+def t(x):
+    return x if x.ndim < 2 else transpose(x, 0, 1)
+
+
+def unsqueeze(x, dim):
+    return _op("unsqueeze", x, axes=[dim % (x.ndim + 1)])
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        return _op("squeeze", x)
+    axes = [d % x.ndim for d in _axes(dim) if x.shape[d] == 1]
+    return _op("squeeze", x, axes=axes) if axes else x
+
+
+def expand(x, *sizes):
+    sizes = _sizes(sizes)
+    lead = len(sizes) - x.ndim
+    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
+    return _op("expand", x, shape=shape)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    d = tensors[0].dtype
+    for u in tensors[1:]:
+        d = _dtype.promote(d, u.dtype)
+    return _C.op("concat", tuple(cast(u, d) for u in tensors), {"axis": int(dim)})
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    dim = dim % (tensors[0].ndim + 1)
+    return cat([unsqueeze(u, dim) for u in tensors], dim)
+
+
+def split(x, split_size_or_sections, dim=0):
+    n = x.shape[dim]
+    if isinstance(split_size_or_sections, int):
+        s = split_size_or_sections
+        sizes = [s] * (n // s) + ([n % s] if n % s else [])
+    else:
+        sizes = list(split_size_or_sections)
+    out = _op("split", x, axis=int(dim), sizes=sizes)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def chunk(x, chunks, dim=0):
+    n = x.shape[dim]
+    return split(x, -(-n // chunks), dim)
+
+
+def flip(x, dims):
+    return _op("flip", x, axes=_axes(dims))
+
+
+def tile(x, dims):
+    dims = list(dims)
+    if len(dims) < x.ndim:
+        dims = [1] * (x.ndim - len(dims)) + dims
+    if len(dims) > x.ndim:
+        x = reshape(x, [1] * (len(dims) - x.ndim) + list(x.shape))
+    return _op("tile", x, repeats=dims)
+
+
+def repeat(x, *sizes):
+    return tile(x, _sizes(sizes))
+
+
+def index_select(x, dim, index):
+    return _op("index_select", x, index, axis=int(dim))
+
+
+def gather(x, dim, index):
+    """torch.gather: out[i][j] = x[index[i][j]][j] along dim (take_along_axis)."""
+    raise NotImplementedError("loom.gather (torch's element-wise gather) is not in the "
+                              "op table yet; index_select and x[index] are")
+
+
+def embedding(index, weight):
+    return _op("embedding", weight, index)
+
+
+def one_hot(x, num_classes):
+    return _op("one_hot", x, depth=int(num_classes))
+
+
+def pad(x, pad, mode="constant", value=0.0):
+    """F.pad: pad is (last dim begin, last dim end, previous dim begin, ...)."""
+    pad = list(pad)
+    n = x.ndim
+    begins, ends = [0] * n, [0] * n
+    for i in range(len(pad) // 2):
+        begins[n - 1 - i], ends[n - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    modes = {"constant": 0, "reflect": 1, "replicate": 2}
+    if mode not in modes:
+        raise ValueError(f"pad mode {mode!r}: one of {sorted(modes)}")
+    return _op("pad", x, pads=begins + ends, mode=modes[mode], value=float(value))
+
+
+def nonzero(x):
+    return _op("nonzero", x)
+
+
+def masked_fill(x, mask, value):
+    return where(mask, _scalar(value, x.dtype), x)
+
+
+# ---- indexing ----
+
+def _getitem(x, index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if used > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    expanded = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (x.ndim - used))
+        else:
+            expanded.append(i)
+    starts, ends, steps, axes = [], [], [], []
+    squeeze_axes, new_axes, tensor_index = [], [], None
+    axis, out_axis = 0, 0
+    for i in expanded:
+        if i is None:
+            new_axes.append(out_axis)
+            out_axis += 1
+            continue
+        if isinstance(i, Tensor):
+            if tensor_index is not None:
+                raise IndexError("loom: one tensor index per indexing expression")
+            tensor_index = (axis, out_axis, i)
+            axis += 1
+            out_axis += 1
+            continue
+        size = x.shape[axis]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            if (start, stop, step) != (0, size, 1):
+                starts.append(start), ends.append(stop), steps.append(step), axes.append(axis)
+            out_axis += 1
+        else:
+            k = int(i)
+            if not -size <= k < size:
+                raise IndexError(f"index {k} is out of bounds for dimension {axis} "
+                                 f"with size {size}")
+            k %= size
+            starts.append(k), ends.append(k + 1), steps.append(1), axes.append(axis)
+            squeeze_axes.append(axis)
+        axis += 1
+    y = x
+    if axes:
+        y = _op("slice", y, starts=starts, ends=ends, axes=axes, steps=steps)
+    if tensor_index is not None:
+        t_axis, _, idx = tensor_index
+        y = _tensor_index(y, t_axis, idx)
+    if squeeze_axes:
+        if tensor_index is not None and tensor_index[2].dtype is not _BOOL:
+            shift = tensor_index[2].ndim - 1
+            squeeze_axes = [a + shift if a > tensor_index[0] else a for a in squeeze_axes]
+        y = _op("squeeze", y, axes=squeeze_axes)
+    for a in new_axes:
+        y = unsqueeze(y, a)
+    return y
+
+
+def _tensor_index(x, axis, idx):
+    if idx.dtype is _BOOL:
+        if axis != 0 or idx.shape != x.shape[:idx.ndim]:
+            raise IndexError("loom: a boolean mask indexes the leading dims of the same shape")
+        flat = reshape(x, [-1] + list(x.shape[idx.ndim:]))
+        where_true = reshape(nonzero(reshape(idx, -1)), -1)
+        return _op("gather", flat, where_true, axis=0)
+    if idx.dtype.is_floating_point:
+        raise IndexError("tensors used as indices must be long, int or bool tensors")
+    return _op("gather", x, idx, axis=int(axis))
+
+
+# Functions reachable as tensor methods (x.sum(1), x.reshape(2, -1), ...).
+METHODS = {name: globals()[name] for name in (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+    "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "remainder",
+    "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+    "relu", "silu", "softplus", "sin", "cos", "erf", "floor", "ceil", "round", "sign",
+    "isnan", "clamp", "clip", "sum", "mean", "prod", "logsumexp", "var", "std", "max",
+    "min", "amax", "amin", "argmax", "argmin", "cumsum", "topk", "softmax", "log_softmax",
+    "matmul", "mm", "bmm", "reshape", "flatten", "permute", "transpose", "swapaxes", "t",
+    "unsqueeze", "squeeze", "expand", "split", "chunk", "flip", "tile", "repeat",
+    "index_select", "masked_fill", "nonzero", "gelu", "leaky_relu", "elu")}
+
+__all__ = sorted(n for n, v in globals().items()
+                 if not n.startswith("_") and callable(v) and n not in ("Tensor",)
+                 and getattr(v, "__module__", None) == __name__)

@@ -1,0 +1,255 @@
+"""nn.Module as PyTorch's: parameters, buffers and submodules registered
+by attribute, named_parameters, train/eval, state_dict with PyTorch's key
+names, and containers (Sequential, ModuleList, ModuleDict)."""
+from collections import OrderedDict
+
+import numpy as np
+
+from .._tensor import Tensor
+
+
+def Parameter(data, requires_grad=True):
+    """A tensor that a Module registers as a parameter (a leaf requiring
+    grad). Returns data itself, flagged."""
+    if not isinstance(data, Tensor):
+        raise TypeError("Parameter: a loom Tensor is needed")
+    data.requires_grad = requires_grad
+    return data
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        for d in (self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            self._parameters[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        for key in ("_parameters", "_buffers", "_modules"):
+            d = self.__dict__.get(key)
+            if d is not None and name in d:
+                return d[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name, tensor):
+        self._buffers[name] = tensor
+
+    def register_parameter(self, name, param):
+        if param is None:
+            self._parameters.pop(name, None)
+            object.__setattr__(self, name, None)
+        else:
+            self._parameters[name] = Parameter(param)
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- walking the tree ----
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        yield from ((n, m) for n, m in self._modules.items() if m is not None)
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def named_parameters(self, prefix="", recurse=True):
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for n, p in m._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    yield mp + ("." if mp else "") + n, p
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix=""):
+        for mp, m in self.named_modules(prefix):
+            for n, b in m._buffers.items():
+                if b is not None:
+                    yield mp + ("." if mp else "") + n, b
+
+    def buffers(self):
+        for _, b in self.named_buffers():
+            yield b
+
+    # ---- modes ----
+    def train(self, mode=True):
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            p.grad = None
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ---- state ----
+    def _named_tensors(self):
+        out = OrderedDict()
+        for mp, m in self.named_modules():
+            for n, t in list(m._parameters.items()) + list(m._buffers.items()):
+                if t is not None:
+                    out[mp + ("." if mp else "") + n] = t
+        return out
+
+    def state_dict(self):
+        return OrderedDict((k, t.detach()) for k, t in self._named_tensors().items())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies values (loom tensors, NumPy arrays, or anything np.asarray
+        takes: a PyTorch tensor's .numpy()) into this module's tensors."""
+        from .. import step
+        step()  # the values of a step in progress see the old weights
+        own = self._named_tensors()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: "
+                               f"missing keys {missing}, unexpected keys {unexpected}")
+        for k, t in own.items():
+            if k not in state_dict:
+                continue
+            v = np.asarray(state_dict[k])
+            if tuple(v.shape) != t.shape:
+                raise RuntimeError(f"size mismatch for {k}: copying a param with shape "
+                                   f"{tuple(v.shape)}, the shape in current model is {t.shape}")
+            np.asarray(t)[...] = v
+        return missing, unexpected
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for n, m in self._modules.items():
+            lines.append(f"  ({n}): " + repr(m).replace("\n", "\n  "))
+        return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+    def extra_repr(self):
+        return ""
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            for n, m in modules[0].items():
+                self.add_module(n, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m):
+        self.add_module(str(len(self._modules)), m)
+        return self
+
+    def extend(self, ms):
+        for m in ms:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        for n, m in (modules or {}).items():
+            self.add_module(n, m)
+
+    def __getitem__(self, k):
+        return self._modules[k]
+
+    def __setitem__(self, k, m):
+        self.add_module(k, m)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()

@@ -1,0 +1,188 @@
+/* loom._C.op: any op of the op table, recorded into the step, by name
+ * with named attributes, through loom_graph_add_op. The Python package
+ * builds its functions from this one entry and the table's rows
+ * (op_table), so that there is no second list of ops. */
+#include "pyloom.h"
+
+#include <string.h>
+
+enum { MAX_INPUTS = 64, MAX_OUTPUTS = 64, MAX_ATTRS = 16 };
+
+/* Storage for the ints lists of one call's attributes. */
+typedef struct attr_ints {
+  int64_t v[MAX_ATTRS][LOOM_MAX_ATTR_INTS];
+} attr_ints_t;
+
+static int attr_value(int op, const char *op_name, PyObject *key, PyObject *value,
+                      loom_attr_t *a, int64_t *ints) {
+  const char *name = PyUnicode_AsUTF8(key);
+  if (!name) return -1;
+  loom_attr_info_t info = LOOM_ATTR_INFO_INIT;
+  int n = loom_op_attr_count(op), k = 0;
+  for (; k < n; k++) {
+    if (loom_op_get_attr(op, k, &info) != LOOM_OK) {
+      py_fail(LOOM_ERR_INVALID);
+      return -1;
+    }
+    if (!strcmp(info.name, name)) break;
+  }
+  if (k == n) {
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", op_name, name);
+    return -1;
+  }
+  a->name = info.name; /* the table's string outlives the call */
+  a->kind = info.kind;
+  switch (info.kind) {
+    case LOOM_ATTR_INT:
+    case LOOM_ATTR_DTYPE:
+      a->i = PyLong_AsLongLong(value);
+      return a->i == -1 && PyErr_Occurred() ? -1 : 0;
+    case LOOM_ATTR_FLOAT:
+      a->f = PyFloat_AsDouble(value);
+      return a->f == -1.0 && PyErr_Occurred() ? -1 : 0;
+    case LOOM_ATTR_INTS: {
+      PyObject *fast = PySequence_Fast(value, "an ints attribute is a sequence of ints");
+      if (!fast) return -1;
+      Py_ssize_t m = PySequence_Fast_GET_SIZE(fast);
+      if (m > LOOM_MAX_ATTR_INTS) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: attribute %s takes at most %d ints (got %zd)",
+                     op_name, name, LOOM_MAX_ATTR_INTS, m);
+        return -1;
+      }
+      for (Py_ssize_t i = 0; i < m; i++) {
+        ints[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (ints[i] == -1 && PyErr_Occurred()) {
+          Py_DECREF(fast);
+          return -1;
+        }
+      }
+      Py_DECREF(fast);
+      a->n = (int)m;
+      a->ints = ints;
+      return 0;
+    }
+    default:
+      PyErr_Format(PyExc_TypeError, "%s: attribute %s (a subgraph) cannot be given from Python",
+                   op_name, name);
+      return -1;
+  }
+}
+
+/* The value of input i: under no_grad, a value that requires grad is cut
+ * from the gradient (stop_gradient), as PyTorch's no_grad records
+ * nothing. */
+static int input_value(loom_graph_t *g, PyObject *o, bool grad, loom_value_t *v,
+                       bool *requires_grad) {
+  if (!py_tensor_check(o)) {
+    PyErr_Format(PyExc_TypeError, "expected a loom Tensor, got %s", Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  py_tensor_t *t = (py_tensor_t *)o;
+  if (py_step_value(t, v) < 0) return -1;
+  if (!t->requires_grad) return 0;
+  if (grad) {
+    *requires_grad = true;
+    return 0;
+  }
+  loom_status_t s = loom_graph_add_op(g, "stop_gradient", 1, v, 0, NULL, 1, v, NULL);
+  return s == LOOM_OK ? 0 : (py_fail(s), -1);
+}
+
+/* op(name, inputs, attrs): the op's outputs, a Tensor or a tuple. */
+static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1]) ||
+      (args[2] != Py_None && !PyDict_Check(args[2]))) {
+    PyErr_SetString(PyExc_TypeError, "op(name, inputs: tuple, attrs: dict or None)");
+    return NULL;
+  }
+  const char *name = PyUnicode_AsUTF8(args[0]);
+  int op;
+  if (!name) return NULL;
+  if (loom_op_find(name, &op) != LOOM_OK) return py_fail(LOOM_ERR_INVALID);
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return NULL;
+  loom_graph_t *g = loom_trace_graph(tr);
+  Py_ssize_t n_in = PyTuple_GET_SIZE(args[1]);
+  if (n_in > MAX_INPUTS) {
+    PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", name, MAX_INPUTS);
+    return NULL;
+  }
+  loom_value_t in[MAX_INPUTS], out[MAX_OUTPUTS];
+  bool grad = py_step_grad_enabled(), requires_grad = false;
+  for (Py_ssize_t i = 0; i < n_in; i++)
+    if (input_value(g, PyTuple_GET_ITEM(args[1], i), grad, &in[i], &requires_grad) < 0)
+      return NULL;
+  loom_attr_t attrs[MAX_ATTRS];
+  static attr_ints_t ints; /* the GIL serializes calls */
+  int n_attrs = 0;
+  if (args[2] != Py_None) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args[2], &pos, &key, &value)) {
+      if (n_attrs == MAX_ATTRS) {
+        PyErr_Format(PyExc_ValueError, "%s: too many attributes", name);
+        return NULL;
+      }
+      if (attr_value(op, name, key, value, &attrs[n_attrs], ints.v[n_attrs]) < 0) return NULL;
+      n_attrs++;
+    }
+  }
+  loom_op_info_t info = LOOM_OP_INFO_INIT;
+  loom_status_t s = loom_op_get_info(op, &info);
+  int n_out = 0;
+  if (s == LOOM_OK)
+    s = loom_graph_add_op(g, name, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
+  if (s != LOOM_OK) return py_fail(s);
+  requires_grad = requires_grad && info.has_gradient && !info.not_differentiable;
+  if (n_out == 1) return py_step_lazy(out[0], requires_grad);
+  PyObject *result = PyTuple_New(n_out);
+  for (int i = 0; result && i < n_out; i++) {
+    PyObject *t = py_step_lazy(out[i], requires_grad);
+    if (!t) Py_CLEAR(result);
+    else PyTuple_SET_ITEM(result, i, t);
+  }
+  return result;
+}
+
+/* op_table(): each op as (name, fusion class, doc, in_min, in_max, n_out,
+ * differentiable, ((attr name, kind, optional, default text), ...)). */
+static PyObject *fn_op_table(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  int n = loom_op_count();
+  PyObject *list = PyList_New(n);
+  for (int i = 0; list && i < n; i++) {
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
+    if (loom_op_get_info(i, &info) != LOOM_OK) {
+      Py_DECREF(list);
+      return py_fail(LOOM_ERR_INVALID);
+    }
+    PyObject *attrs = PyTuple_New(info.n_attrs);
+    for (int k = 0; attrs && k < info.n_attrs; k++) {
+      loom_attr_info_t a = LOOM_ATTR_INFO_INIT;
+      loom_op_get_attr(i, k, &a);
+      PyObject *row = Py_BuildValue("(ssis)", a.name, loom_attr_kind_name(a.kind),
+                                    a.optional, a.default_text);
+      if (!row) Py_CLEAR(attrs);
+      else PyTuple_SET_ITEM(attrs, k, row);
+    }
+    PyObject *row = attrs ? Py_BuildValue("(sssiiiiN)", info.name, info.fusion_class,
+                                          info.doc, info.in_min, info.in_max, info.n_out,
+                                          info.has_gradient && !info.not_differentiable,
+                                          attrs)
+                          : NULL;
+    if (!row) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, row);
+  }
+  return list;
+}
+
+PyMethodDef py_op_methods[] = {
+    {"op", (PyCFunction)(void (*)(void))fn_op, METH_FASTCALL,
+     "op(name, inputs, attrs): records op `name` of the op table into the step"},
+    {"op_table", fn_op_table, METH_NOARGS, "the op table's rows"},
+    {NULL, NULL, 0, NULL}};

@@ -1,0 +1,82 @@
+/* The extension module loom._C: Loom's public C API seen from Python.
+ *
+ * A Tensor is real (it holds a loom_tensor_t) or lazy (a value of the
+ * step the process is tracing). Ops record into that step's trace; a
+ * value becomes real where Python needs its data, and every lazy tensor
+ * still alive when the step ends is made real then, so that a tensor
+ * outlives the step that made it. One trace serves the process: the GIL
+ * orders Python's calls, and the trace refuses a step that another OS
+ * thread began. This file is the binding's one shared header. */
+#ifndef PYLOOM_H
+#define PYLOOM_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdbool.h>
+
+#include "loom/loom.h"
+#include "loom/op_table.h"
+#include "loom/trace.h"
+#include "loom/train.h"
+
+typedef struct py_tensor {
+  PyObject_HEAD
+  loom_tensor_t *data;        /* real data (owned), or NULL while lazy */
+  Py_buffer view;             /* the buffer data wraps (view.obj NULL: none) */
+  uint64_t step;              /* the step `value` belongs to (0: none) */
+  loom_value_t value;
+  loom_dtype_t dtype;
+  int rank;
+  int64_t shape[LOOM_MAX_RANK];
+  bool requires_grad;
+  bool is_leaf;               /* made by the user, not by an op */
+  bool held;                  /* a parameter the trace keeps (step.c) */
+  PyObject *grad;             /* a Tensor, or NULL for None */
+  /* A dim policy per dim set by loom.dynamic (kind -1: the default). */
+  int policy[LOOM_MAX_RANK];
+  struct py_tensor *prev, *next; /* in the step's list of lazy tensors */
+  PyObject *weakrefs;
+} py_tensor_t;
+
+extern PyTypeObject py_tensor_type;
+
+/* ---- errors (module.c) ---- */
+/* Sets the Python exception of a failed call: its type from the status,
+ * its text loom_last_error()'s. Returns NULL for `return py_fail(s);`. */
+PyObject *py_fail(loom_status_t s);
+
+/* ---- tensors (tensor.c) ---- */
+/* A new real tensor that takes over data. */
+PyObject *py_tensor_wrap(loom_tensor_t *data);
+/* Makes t real (reads its value from the trace); 0, or -1 with an
+ * exception set. */
+int py_tensor_realize(py_tensor_t *t);
+bool py_tensor_check(PyObject *o);
+extern PyMethodDef py_tensor_functions[];
+
+/* ---- the step (step.c) ---- */
+/* The trace, created on first use; NULL with an exception set. */
+loom_trace_t *py_step_trace(void);
+uint64_t py_step_id(void);
+/* The value of t in this step: entered as an input or a parameter when
+ * it has none yet. */
+int py_step_value(py_tensor_t *t, loom_value_t *out);
+/* A new lazy tensor for value v of this step. */
+PyObject *py_step_lazy(loom_value_t v, bool requires_grad);
+/* Lazy tensors join and leave the step's list. */
+void py_step_link(py_tensor_t *t);
+void py_step_unlink(py_tensor_t *t);
+/* A linked tensor was made real. */
+void py_step_realized(py_tensor_t *t);
+/* Ends the step when nothing alive could still use its values. */
+int py_step_idle(void);
+bool py_step_grad_enabled(void);
+/* Ends the step if one is open: every lazy tensor alive made real first. */
+int py_step_end(void);
+/* The step's functions of the module (loom._C.step_end, ...). */
+extern PyMethodDef py_step_methods[];
+
+/* ---- ops (ops.c) ---- */
+extern PyMethodDef py_op_methods[];
+
+#endif

@@ -1,0 +1,364 @@
+/* The step: the process's one trace, the tensors it has entered (it
+ * borrows their data until the step ends), and the op results of the
+ * step. A step ends at loom.step() (an optimizer's step() calls it) or by
+ * itself once nothing could still use its values: no lazy tensor alive,
+ * no value alive that a backward could start from, no gradients waiting
+ * for an optimizer. Ending makes every result still alive real. */
+#include "pyloom.h"
+
+static struct {
+  loom_trace_t *trace;
+  int threads;       /* of the next trace made (0: LOOM_NUM_THREADS) */
+  uint64_t id;       /* the current step (from 1) */
+  bool open;         /* something entered or recorded since the last end */
+  py_tensor_t *results; /* the step's op results: lazy or made real */
+  Py_ssize_t lazy, grad_values; /* of those: lazy ones; ones requiring grad */
+  PyObject *entered; /* tensors entered: kept alive until the end */
+  /* Every parameter the trace has seen: it keeps them (and their
+   * optimizer state) for its life, so they live as long as it does. */
+  PyObject *params;
+  bool backward_ran; /* gradients wait for the optimizer */
+  int no_grad;       /* depth of loom.no_grad() */
+} st = {.id = 1};
+
+uint64_t py_step_id(void) { return st.id; }
+
+bool py_step_grad_enabled(void) { return st.no_grad == 0; }
+
+loom_trace_t *py_step_trace(void) {
+  if (st.trace) return st.trace;
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.num_threads = st.threads;
+  loom_status_t s = loom_trace_create(&o, &st.trace);
+  if (s != LOOM_OK) {
+    st.trace = NULL;
+    py_fail(s);
+    return NULL;
+  }
+  return st.trace;
+}
+
+void py_step_link(py_tensor_t *t) {
+  t->prev = NULL;
+  t->next = st.results;
+  if (st.results) st.results->prev = t;
+  st.results = t;
+  st.lazy += t->data == NULL;
+  st.grad_values += t->requires_grad;
+  st.open = true;
+}
+
+static bool linked(const py_tensor_t *t) { return t->prev || t->next || st.results == t; }
+
+void py_step_unlink(py_tensor_t *t) {
+  if (!linked(t) || t->step != st.id) return;
+  if (t->prev) t->prev->next = t->next;
+  else st.results = t->next;
+  if (t->next) t->next->prev = t->prev;
+  t->prev = t->next = NULL;
+  st.lazy -= t->data == NULL;
+  st.grad_values -= t->requires_grad;
+}
+
+/* A lazy tensor made real stays on the list (a backward may still start
+ * from it) but no longer counts as lazy. */
+void py_step_realized(py_tensor_t *t) {
+  if (linked(t) && t->step == st.id) st.lazy--;
+}
+
+static int enter(py_tensor_t *t, loom_value_t *out) {
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return -1;
+  if (!t->data) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "loom: a tensor of an ended step that was never made real");
+    return -1;
+  }
+  if (!st.entered && !(st.entered = PyList_New(0))) return -1;
+  loom_status_t s;
+  if (t->requires_grad && t->is_leaf) { /* under no_grad too: ops cut it (ops.c) */
+    s = loom_trace_param(tr, t->data, out);
+    if (s == LOOM_OK && !t->held) {
+      if (!st.params && !(st.params = PyList_New(0))) return -1;
+      if (PyList_Append(st.params, (PyObject *)t) < 0) return -1;
+      t->held = true;
+    }
+  } else {
+    loom_dim_policy_t pol[LOOM_MAX_RANK];
+    bool any = false;
+    for (int i = 0; i < t->rank; i++) {
+      pol[i] = (loom_dim_policy_t){.kind = t->policy[i] < 0 ? LOOM_DIM_AUTO
+                                                          : (loom_dim_policy_kind_t)t->policy[i]};
+      any |= t->policy[i] >= 0;
+    }
+    s = loom_trace_input(tr, t->data, any ? pol : NULL, out);
+  }
+  if (s != LOOM_OK) {
+    py_fail(s);
+    return -1;
+  }
+  if (PyList_Append(st.entered, (PyObject *)t) < 0) return -1;
+  t->step = st.id;
+  t->value = *out;
+  st.open = true;
+  return 0;
+}
+
+int py_step_value(py_tensor_t *t, loom_value_t *out) {
+  if (t->step == st.id) {
+    *out = t->value;
+    return 0;
+  }
+  return enter(t, out);
+}
+
+/* Ends the step. On a failure to make a result real the step still ends
+ * (the trace cannot go on from a failed run); the results left lazy are
+ * dead and say so when used. */
+int py_step_end(void) {
+  if (!st.open) return 0;
+  int rc = 0;
+  while (st.results) {
+    py_tensor_t *t = st.results;
+    if (!t->data && rc == 0 && py_tensor_realize(t) < 0) rc = -1;
+    py_step_unlink(t);
+  }
+  PyObject *err_type, *err_value, *err_tb;
+  PyErr_Fetch(&err_type, &err_value, &err_tb);
+  loom_status_t s = st.trace ? loom_trace_step_end(st.trace) : LOOM_OK;
+  st.id++;
+  st.open = false;
+  st.backward_ran = false;
+  st.lazy = st.grad_values = 0;
+  Py_CLEAR(st.entered);
+  if (err_type) {
+    PyErr_Restore(err_type, err_value, err_tb);
+    return -1;
+  }
+  if (s != LOOM_OK) {
+    py_fail(s);
+    return -1;
+  }
+  return rc;
+}
+
+/* Ends the step when nothing alive could still use it. */
+int py_step_idle(void) {
+  if (st.open && st.lazy == 0 && st.grad_values == 0 && !st.backward_ran) return py_step_end();
+  return 0;
+}
+
+/* ---- functions of the module ---- */
+
+static PyObject *fn_step(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (py_step_end() < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
+  (void)self;
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  if (n < 0 || n > 1024) {
+    PyErr_Format(PyExc_ValueError, "loom: threads must be in 0..1024 (got %ld)", n);
+    return NULL;
+  }
+  if (py_step_end() < 0) return NULL;
+  loom_trace_destroy(st.trace); /* the next step makes one with n threads */
+  st.trace = NULL;
+  Py_ssize_t n_params = st.params ? PyList_GET_SIZE(st.params) : 0;
+  for (Py_ssize_t i = 0; i < n_params; i++)
+    ((py_tensor_t *)PyList_GET_ITEM(st.params, i))->held = false;
+  Py_CLEAR(st.params);
+  st.threads = (int)n;
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_no_grad_enter(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  st.no_grad++;
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_no_grad_exit(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (st.no_grad > 0) st.no_grad--;
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_grad_enabled(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  return PyBool_FromLong(st.no_grad == 0);
+}
+
+/* backward(loss): back-propagates through the step, then adds each
+ * entered parameter's gradient to its .grad (as PyTorch accumulates). */
+static PyObject *fn_backward(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!py_tensor_check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "backward: a loom Tensor is needed");
+    return NULL;
+  }
+  py_tensor_t *loss = (py_tensor_t *)arg;
+  if (!loss->requires_grad) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "element 0 of tensors does not require grad and does not have a grad_fn");
+    return NULL;
+  }
+  if (loss->step != st.id || loss->is_leaf) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "loom: backward from a tensor of an ended step (call backward before "
+                    "loom.step() or an optimizer's step())");
+    return NULL;
+  }
+  loom_status_t s = loom_trace_backward(st.trace, loss->value);
+  if (s != LOOM_OK) return py_fail(s);
+  st.backward_ran = true;
+  Py_ssize_t n = st.entered ? PyList_GET_SIZE(st.entered) : 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(st.entered, i);
+    if (!p->requires_grad || !p->is_leaf) continue;
+    const loom_tensor_t *g;
+    loom_tensor_t *copy = NULL;
+    s = loom_trace_grad(st.trace, p->data, &g);
+    if (s == LOOM_OK) s = loom_tensor_create(p->dtype, p->rank, p->shape, &copy);
+    if (s == LOOM_OK)
+      s = loom_tensor_read(g, loom_tensor_data(copy),
+                           (size_t)loom_tensor_numel(copy) * loom_dtype_size(p->dtype));
+    if (s != LOOM_OK) {
+      loom_tensor_destroy(copy);
+      return py_fail(s);
+    }
+    PyObject *grad = py_tensor_wrap(copy);
+    if (!grad) return NULL;
+    /* A gradient already there (an earlier backward) is added to in
+     * Python, where the ops are. */
+    if (p->grad) {
+      PyObject *sum = PyNumber_Add(p->grad, grad);
+      Py_DECREF(grad);
+      if (!sum) return NULL;
+      grad = sum;
+    }
+    Py_XSETREF(p->grad, grad);
+  }
+  Py_RETURN_NONE;
+}
+
+/* optimizer_step(kind, lr, momentum, nesterov, beta1, beta2, eps,
+ * weight_decay): one step of the C optimizer over the step's parameters
+ * and gradients, then the step's end. */
+static PyObject *fn_optimizer_step(PyObject *self, PyObject *args) {
+  (void)self;
+  int kind, nesterov;
+  double lr, momentum, beta1, beta2, eps, wd;
+  if (!PyArg_ParseTuple(args, "iddpdddd", &kind, &lr, &momentum, &nesterov, &beta1, &beta2,
+                        &eps, &wd))
+    return NULL;
+  if (st.open && st.backward_ran) {
+    loom_optimizer_t o;
+    loom_status_t s = loom_optimizer_init(&o, (loom_optimizer_kind_t)kind);
+    if (s != LOOM_OK) return py_fail(s);
+    o.momentum = momentum;
+    o.nesterov = nesterov;
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.eps = eps;
+    o.weight_decay = wd;
+    s = loom_trace_optimizer_step(st.trace, &o, lr);
+    if (s != LOOM_OK) {
+      py_fail(s); /* the message, before the step's end replaces it */
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      py_step_end();
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
+      return NULL;
+    }
+  }
+  if (py_step_end() < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* cond(t): bool(t) of a one-element tensor. A lazy one is read through
+ * loom_trace_cond, so that the decision joins the path signature and each
+ * path compiles once. */
+static PyObject *fn_cond(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!py_tensor_check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "cond: a loom Tensor is needed");
+    return NULL;
+  }
+  py_tensor_t *t = (py_tensor_t *)arg;
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+  if (n != 1) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "Boolean value of Tensor with more than one value is ambiguous");
+    return NULL;
+  }
+  if (t->data) {
+    double v;
+    loom_status_t s = loom_tensor_get_f64(t->data, 0, &v);
+    return s == LOOM_OK ? PyBool_FromLong(v != 0) : py_fail(s);
+  }
+  int taken;
+  loom_status_t s = loom_trace_cond(st.trace, t->value, &taken);
+  return s == LOOM_OK ? PyBool_FromLong(taken) : py_fail(s);
+}
+
+/* The leaf tensors requiring grad that the step entered (its parameters). */
+static PyObject *fn_step_params(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  PyObject *list = PyList_New(0);
+  Py_ssize_t n = st.entered ? PyList_GET_SIZE(st.entered) : 0;
+  for (Py_ssize_t i = 0; list && i < n; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(st.entered, i);
+    if (p->requires_grad && p->is_leaf && PyList_Append(list, (PyObject *)p) < 0)
+      Py_CLEAR(list);
+  }
+  return list;
+}
+
+static PyObject *fn_explain(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return NULL;
+  char *text;
+  loom_status_t s = loom_trace_explain(tr, &text);
+  if (s != LOOM_OK) return py_fail(s);
+  PyObject *r = PyUnicode_FromString(text);
+  loom_free(text);
+  return r;
+}
+
+static PyObject *fn_stats(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return NULL;
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  s.cache.size = sizeof s.cache;
+  loom_status_t rc = loom_trace_get_stats(tr, &s);
+  if (rc != LOOM_OK) return py_fail(rc);
+  return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsL}", "recorded_ops", (long long)s.recorded_ops,
+                       "segments", (long long)s.segments, "hits", (long long)s.hits,
+                       "misses", (long long)s.misses, "interpreted", (long long)s.interpreted,
+                       "breaks", (long long)s.breaks, "recompiles", (long long)s.recompiles,
+                       "stitched", (long long)s.stitched, "compiles",
+                       (long long)s.cache.compiles, "steps", (long long)(st.id - 1));
+}
+
+PyMethodDef py_step_methods[] = {
+    {"step", fn_step, METH_NOARGS, "ends the step: runs what is pending"},
+    {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
+    {"_no_grad_enter", fn_no_grad_enter, METH_NOARGS, NULL},
+    {"_no_grad_exit", fn_no_grad_exit, METH_NOARGS, NULL},
+    {"is_grad_enabled", fn_grad_enabled, METH_NOARGS, "False inside loom.no_grad()"},
+    {"_backward", fn_backward, METH_O, "backward(loss)"},
+    {"_optimizer_step", fn_optimizer_step, METH_VARARGS, NULL},
+    {"_step_params", fn_step_params, METH_NOARGS, "the step's parameters"},
+    {"_cond", fn_cond, METH_O, "bool(t), joining the path signature"},
+    {"_explain", fn_explain, METH_NOARGS, "the trace's report"},
+    {"_stats", fn_stats, METH_NOARGS, "the trace's counters"},
+    {NULL, NULL, 0, NULL}};

@@ -1,0 +1,473 @@
+/* loom._C.Tensor: real data or a lazy value of the step, shared with
+ * NumPy through the buffer protocol both ways without copies. */
+#include "pyloom.h"
+
+#include <string.h>
+
+/* The buffer-protocol format of each dtype (bf16 has none). */
+static const char *dtype_format(loom_dtype_t d) {
+  switch (d) {
+    case LOOM_F32: return "f";
+    case LOOM_F64: return "d";
+    case LOOM_F16: return "e";
+    case LOOM_I8: return "b";
+    case LOOM_I32: return "i";
+    case LOOM_I64: return "q";
+    case LOOM_BOOL: return "?";
+    default: return NULL;
+  }
+}
+
+/* The dtype of a buffer format with its itemsize; -1 when none fits. */
+static int format_dtype(const char *f, Py_ssize_t itemsize) {
+  if (!f) f = "B";
+  if (*f == '<' || *f == '@' || *f == '=') f++;
+  if (f[0] == '\0' || f[1] != '\0') return -1;
+  switch (f[0]) {
+    case 'f': return itemsize == 4 ? LOOM_F32 : -1;
+    case 'd': return itemsize == 8 ? LOOM_F64 : -1;
+    case 'e': return itemsize == 2 ? LOOM_F16 : -1;
+    case 'b': return itemsize == 1 ? LOOM_I8 : -1;
+    case 'i': case 'l': case 'q':
+      return itemsize == 4 ? LOOM_I32 : itemsize == 8 ? LOOM_I64 : -1;
+    case '?': return itemsize == 1 ? LOOM_BOOL : -1;
+    default: return -1;
+  }
+}
+
+bool py_tensor_check(PyObject *o) { return PyObject_TypeCheck(o, &py_tensor_type); }
+
+/* The class C makes tensors of: loom.Tensor once the package has set it
+ * (a subclass that adds Python's operators), else the base. */
+static PyTypeObject *tensor_class = &py_tensor_type;
+
+static PyObject *set_tensor_class(PyObject *self, PyObject *cls) {
+  (void)self;
+  if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &py_tensor_type)) {
+    PyErr_SetString(PyExc_TypeError, "the tensor class must derive from TensorBase");
+    return NULL;
+  }
+  Py_INCREF(cls); /* kept for the life of the process */
+  tensor_class = (PyTypeObject *)cls;
+  Py_RETURN_NONE;
+}
+
+/* A zeroed tensor (tp_alloc zero-fills and tracks it). */
+static py_tensor_t *tensor_alloc(void) {
+  py_tensor_t *t = (py_tensor_t *)tensor_class->tp_alloc(tensor_class, 0);
+  if (!t) return NULL;
+  t->is_leaf = true;
+  for (int i = 0; i < LOOM_MAX_RANK; i++) t->policy[i] = -1;
+  return t;
+}
+
+static void take_shape(py_tensor_t *t) {
+  t->dtype = loom_tensor_dtype(t->data);
+  t->rank = loom_tensor_rank(t->data);
+  for (int i = 0; i < t->rank; i++) t->shape[i] = loom_tensor_dim(t->data, i);
+}
+
+PyObject *py_tensor_wrap(loom_tensor_t *data) {
+  py_tensor_t *t = tensor_alloc();
+  if (!t) {
+    loom_tensor_destroy(data);
+    return NULL;
+  }
+  t->data = data;
+  take_shape(t);
+  return (PyObject *)t;
+}
+
+/* A lazy tensor of value v, for step.c, which links it. */
+PyObject *py_step_lazy(loom_value_t v, bool requires_grad) {
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return NULL;
+  py_tensor_t *t = tensor_alloc();
+  if (!t) return NULL;
+  t->step = py_step_id();
+  t->value = v;
+  t->requires_grad = requires_grad;
+  t->is_leaf = !requires_grad;
+  loom_status_t s = loom_value_type(loom_trace_graph(tr), v, &t->dtype, &t->rank, NULL);
+  if (s == LOOM_OK) s = loom_trace_shape(tr, v, &t->rank, t->shape);
+  if (s != LOOM_OK) {
+    Py_DECREF(t);
+    return py_fail(s);
+  }
+  py_step_link(t);
+  return (PyObject *)t;
+}
+
+int py_tensor_realize(py_tensor_t *t) {
+  if (t->data) return 0;
+  if (t->step != py_step_id()) {
+    PyErr_SetString(PyExc_RuntimeError, "loom: a lazy tensor of an ended step (an internal error)");
+    return -1;
+  }
+  const loom_tensor_t *real;
+  loom_tensor_t *copy = NULL;
+  loom_status_t s = loom_trace_read(py_step_trace(), t->value, &real);
+  if (s == LOOM_OK) s = loom_tensor_create(t->dtype, t->rank, t->shape, &copy);
+  if (s == LOOM_OK)
+    s = loom_tensor_read(real, loom_tensor_data(copy),
+                         (size_t)loom_tensor_numel(copy) * loom_dtype_size(t->dtype));
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(copy);
+    py_fail(s);
+    return -1;
+  }
+  t->data = copy;
+  py_step_realized(t);
+  return 0;
+}
+
+/* ---- the type ---- */
+
+static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
+  Py_VISIT(t->grad);
+  Py_VISIT(t->view.obj);
+  return 0;
+}
+
+static int tensor_clear(py_tensor_t *t) {
+  Py_CLEAR(t->grad);
+  return 0;
+}
+
+static void tensor_dealloc(py_tensor_t *t) {
+  PyObject_GC_UnTrack(t);
+  if (t->weakrefs) PyObject_ClearWeakRefs((PyObject *)t);
+  py_step_unlink(t);
+  tensor_clear(t);
+  loom_tensor_destroy(t->data);
+  if (t->view.obj) PyBuffer_Release(&t->view);
+  Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* Exports the data: the wrapped buffer's own layout, or row-major. */
+static int tensor_getbuffer(py_tensor_t *t, Py_buffer *view, int flags) {
+  if (py_tensor_realize(t) < 0 || py_step_idle() < 0) return -1;
+  const char *format = dtype_format(t->dtype);
+  if (!format) {
+    PyErr_Format(PyExc_BufferError, "loom: %s has no NumPy dtype; convert it first (t.float())",
+                 loom_dtype_name(t->dtype));
+    return -1;
+  }
+  view->obj = Py_NewRef(t);
+  view->buf = loom_tensor_data(t->data);
+  view->itemsize = (Py_ssize_t)loom_dtype_size(t->dtype);
+  view->len = (Py_ssize_t)loom_tensor_numel(t->data) * view->itemsize;
+  view->readonly = 0;
+  view->ndim = t->rank;
+  view->format = (flags & PyBUF_FORMAT) ? (char *)format : NULL;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  /* Shape and strides live in a block of their own, freed at release. */
+  Py_ssize_t *dims = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(t->rank ? t->rank : 1));
+  if (!dims) {
+    Py_CLEAR(view->obj);
+    PyErr_NoMemory();
+    return -1;
+  }
+  view->internal = dims;
+  view->shape = dims;
+  view->strides = dims + t->rank;
+  Py_ssize_t stride = view->itemsize;
+  for (int i = t->rank - 1; i >= 0; i--) {
+    dims[i] = (Py_ssize_t)t->shape[i];
+    dims[t->rank + i] = t->view.obj ? t->view.strides[i] : stride;
+    stride *= dims[i];
+  }
+  bool contiguous = !t->view.obj || PyBuffer_IsContiguous(&t->view, 'C');
+  /* Row-major data is Fortran-ordered only when it has at most one dim
+   * larger than 1; a request for that is refused otherwise. */
+  int big = 0;
+  for (int i = 0; i < t->rank; i++) big += t->shape[i] > 1;
+  bool wants_c = (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS;
+  bool wants_f = (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS;
+  bool wants_any = (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS;
+  if (((wants_c || wants_any) && !contiguous) || (wants_f && (!contiguous || big > 1))) {
+    PyMem_Free(dims);
+    Py_CLEAR(view->obj);
+    PyErr_SetString(PyExc_BufferError, "loom: the tensor's layout is not the one asked for");
+    return -1;
+  }
+  if (!(flags & PyBUF_STRIDES)) view->strides = NULL;
+  if (!(flags & PyBUF_ND)) view->shape = NULL;
+  return 0;
+}
+
+static void tensor_releasebuffer(py_tensor_t *t, Py_buffer *view) {
+  (void)t;
+  PyMem_Free(view->internal);
+}
+
+static PyBufferProcs tensor_buffer = {(getbufferproc)tensor_getbuffer,
+                                      (releasebufferproc)tensor_releasebuffer};
+
+static PyObject *get_shape(py_tensor_t *t, void *closure) {
+  (void)closure;
+  PyObject *s = PyTuple_New(t->rank);
+  for (int i = 0; s && i < t->rank; i++)
+    PyTuple_SET_ITEM(s, i, PyLong_FromLongLong(t->shape[i]));
+  return s;
+}
+
+static PyObject *get_dtype(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyLong_FromLong(t->dtype);
+}
+
+static PyObject *get_lazy(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(t->data == NULL);
+}
+
+static PyObject *get_requires_grad(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(t->requires_grad);
+}
+
+static int set_requires_grad(py_tensor_t *t, PyObject *v, void *closure) {
+  (void)closure;
+  int on = v ? PyObject_IsTrue(v) : -1;
+  if (on < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "requires_grad cannot be deleted");
+    return -1;
+  }
+  if (!t->is_leaf) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "you can only change requires_grad flags of leaf variables");
+    return -1;
+  }
+  if (on && t->dtype != LOOM_F32 && t->dtype != LOOM_F64 && t->dtype != LOOM_F16 &&
+      t->dtype != LOOM_BF16) {
+    PyErr_Format(PyExc_RuntimeError, "only tensors of floating point dtype can require "
+                 "gradients (this one is %s)", loom_dtype_name(t->dtype));
+    return -1;
+  }
+  if (t->step == py_step_id() && (bool)on != t->requires_grad) {
+    PyErr_SetString(PyExc_RuntimeError, "loom: requires_grad of a tensor already used in "
+                    "this step cannot change until the step ends (loom.step())");
+    return -1;
+  }
+  t->requires_grad = on;
+  return 0;
+}
+
+static PyObject *get_is_leaf(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(t->is_leaf);
+}
+
+static PyObject *get_grad(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return Py_NewRef(t->grad ? t->grad : Py_None);
+}
+
+static int set_grad(py_tensor_t *t, PyObject *v, void *closure) {
+  (void)closure;
+  if (v && v != Py_None && !py_tensor_check(v)) {
+    PyErr_SetString(PyExc_TypeError, "assigned grad must be a loom Tensor or None");
+    return -1;
+  }
+  Py_XSETREF(t->grad, v && v != Py_None ? Py_NewRef(v) : NULL);
+  return 0;
+}
+
+static PyGetSetDef tensor_getset[] = {
+    {"shape", (getter)get_shape, NULL, "the sizes of the dims, a tuple", NULL},
+    {"_dtype", (getter)get_dtype, NULL, "the loom_dtype_t number", NULL},
+    {"_lazy", (getter)get_lazy, NULL, "True while the tensor is a value of the step", NULL},
+    {"requires_grad", (getter)get_requires_grad, (setter)set_requires_grad, NULL, NULL},
+    {"is_leaf", (getter)get_is_leaf, NULL, NULL, NULL},
+    {"grad", (getter)get_grad, (setter)set_grad, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyObject *tensor_realize_method(py_tensor_t *t, PyObject *unused) {
+  (void)unused;
+  if (py_tensor_realize(t) < 0 || py_step_idle() < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *item_of(py_tensor_t *t);
+
+/* The one element as a Python bool, int or float. */
+static PyObject *tensor_item(py_tensor_t *t, PyObject *unused) {
+  (void)unused;
+  PyObject *r = item_of(t);
+  if (r && py_step_idle() < 0) Py_CLEAR(r);
+  return r;
+}
+
+static PyObject *item_of(py_tensor_t *t) {
+  if (py_tensor_realize(t) < 0) return NULL;
+  if (loom_tensor_numel(t->data) != 1) {
+    PyErr_Format(PyExc_ValueError, "a Tensor with %lld elements cannot be converted to Scalar",
+                 (long long)loom_tensor_numel(t->data));
+    return NULL;
+  }
+  const void *p = loom_tensor_data(t->data);
+  switch (t->dtype) {
+    case LOOM_BOOL: return PyBool_FromLong(*(const unsigned char *)p != 0);
+    case LOOM_I8: return PyLong_FromLong(*(const signed char *)p);
+    case LOOM_I32: return PyLong_FromLong(*(const int32_t *)p);
+    case LOOM_I64: return PyLong_FromLongLong(*(const int64_t *)p);
+    default: {
+      double v;
+      loom_status_t s = loom_tensor_get_f64(t->data, 0, &v);
+      return s == LOOM_OK ? PyFloat_FromDouble(v) : py_fail(s);
+    }
+  }
+}
+
+/* loom.dynamic's record: dim `dim` enters traces under policy kind. */
+static PyObject *tensor_set_policy(py_tensor_t *t, PyObject *args) {
+  int dim, kind;
+  if (!PyArg_ParseTuple(args, "ii", &dim, &kind)) return NULL;
+  if (dim < 0) dim += t->rank;
+  if (dim < 0 || dim >= t->rank) {
+    PyErr_Format(PyExc_IndexError, "dim out of range for a tensor of %d dims", t->rank);
+    return NULL;
+  }
+  if (kind < -1 || kind > LOOM_DIM_AUTO) {
+    PyErr_SetString(PyExc_ValueError, "unknown shape policy");
+    return NULL;
+  }
+  t->policy[dim] = kind;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef tensor_methods[] = {
+    {"_realize", (PyCFunction)tensor_realize_method, METH_NOARGS, "make the data real"},
+    {"item", (PyCFunction)tensor_item, METH_NOARGS, "the one element as a Python number"},
+    {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind"},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject py_tensor_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loom._C.TensorBase",
+    .tp_basicsize = sizeof(py_tensor_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Loom's tensor: real data or a lazy value of the traced step",
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_traverse = (traverseproc)tensor_traverse,
+    .tp_clear = (inquiry)tensor_clear,
+    .tp_as_buffer = &tensor_buffer,
+    .tp_getset = tensor_getset,
+    .tp_methods = tensor_methods,
+    .tp_weaklistoffset = offsetof(py_tensor_t, weakrefs),
+};
+
+/* ---- functions of the module ---- */
+
+static int shape_arg(PyObject *seq, int *rank, int64_t *shape) {
+  PyObject *fast = PySequence_Fast(seq, "a shape is a sequence of ints");
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  if (n > LOOM_MAX_RANK) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "loom: at most %d dims (got %zd)", LOOM_MAX_RANK, n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    if (v < 0) {
+      Py_DECREF(fast);
+      PyErr_Format(PyExc_ValueError, "loom: negative dimension %lld", v);
+      return -1;
+    }
+    shape[i] = v;
+  }
+  *rank = (int)n;
+  Py_DECREF(fast);
+  return 0;
+}
+
+/* zeros(dtype, shape): a new zero-filled tensor. */
+static PyObject *fn_zeros(PyObject *self, PyObject *args) {
+  (void)self;
+  int dtype, rank;
+  PyObject *shape_obj;
+  int64_t shape[LOOM_MAX_RANK];
+  if (!PyArg_ParseTuple(args, "iO", &dtype, &shape_obj)) return NULL;
+  if (shape_arg(shape_obj, &rank, shape) < 0) return NULL;
+  loom_tensor_t *t;
+  loom_status_t s = loom_tensor_create((loom_dtype_t)dtype, rank, shape, &t);
+  return s == LOOM_OK ? py_tensor_wrap(t) : py_fail(s);
+}
+
+/* Element strides of a buffer, when its byte strides allow them. */
+static bool element_strides(const Py_buffer *v, int64_t *out) {
+  for (int i = 0; i < v->ndim; i++) {
+    Py_ssize_t s = v->strides[i];
+    if (v->shape[i] <= 1) s = 0;
+    if (s < 0 || s % v->itemsize) return false;
+    out[i] = s / v->itemsize;
+  }
+  return true;
+}
+
+/* from_buffer(obj, copy): a tensor over obj's memory (a NumPy array, any
+ * buffer), or over a copy of it when copy is true, the buffer is read-only
+ * or its strides are not whole elements. */
+static PyObject *fn_from_buffer(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *obj;
+  int copy;
+  if (!PyArg_ParseTuple(args, "Op", &obj, &copy)) return NULL;
+  Py_buffer v;
+  if (PyObject_GetBuffer(obj, &v, PyBUF_RECORDS) < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
+    PyErr_Clear();
+    if (PyObject_GetBuffer(obj, &v, PyBUF_RECORDS_RO) < 0) return NULL;
+    copy = 1;
+  }
+  int dtype = format_dtype(v.format, v.itemsize);
+  int64_t shape[LOOM_MAX_RANK], strides[LOOM_MAX_RANK];
+  PyObject *result = NULL;
+  loom_tensor_t *t = NULL;
+  loom_status_t s = LOOM_OK;
+  if (dtype < 0) {
+    PyErr_Format(PyExc_TypeError, "loom: no dtype holds buffer format '%s' (itemsize %zd)",
+                 v.format ? v.format : "B", v.itemsize);
+    goto done;
+  }
+  if (v.ndim > LOOM_MAX_RANK) {
+    PyErr_Format(PyExc_ValueError, "loom: at most %d dims (got %d)", LOOM_MAX_RANK, v.ndim);
+    goto done;
+  }
+  for (int i = 0; i < v.ndim; i++) shape[i] = v.shape[i];
+  if (!copy && element_strides(&v, strides)) {
+    s = loom_tensor_wrap((loom_dtype_t)dtype, v.ndim, shape, strides, v.buf, &t);
+    if (s != LOOM_OK) goto done;
+    py_tensor_t *pt = (py_tensor_t *)py_tensor_wrap(t);
+    if (pt) {
+      pt->view = v; /* released with the tensor */
+      v.obj = NULL;
+    }
+    result = (PyObject *)pt;
+    goto done;
+  }
+  s = loom_tensor_create((loom_dtype_t)dtype, v.ndim, shape, &t);
+  if (s != LOOM_OK) goto done;
+  if (PyBuffer_ToContiguous(loom_tensor_data(t), &v, v.len, 'C') < 0) {
+    loom_tensor_destroy(t);
+    goto done;
+  }
+  result = py_tensor_wrap(t);
+done:
+  if (v.obj) PyBuffer_Release(&v);
+  if (s != LOOM_OK) return py_fail(s);
+  return result;
+}
+
+PyMethodDef py_tensor_functions[] = {
+    {"zeros", fn_zeros, METH_VARARGS, "zeros(dtype, shape): a zero-filled tensor"},
+    {"from_buffer", fn_from_buffer, METH_VARARGS,
+     "from_buffer(obj, copy): a tensor over obj's buffer, or a copy of it"},
+    {"_set_tensor_class", set_tensor_class, METH_O, "the class C makes tensors of"},
+    {NULL, NULL, 0, NULL}};

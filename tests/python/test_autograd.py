@@ -1,0 +1,82 @@
+"""Gradients through the Python API against torch.autograd."""
+import numpy as np
+import pytest
+
+import loom
+
+torch = pytest.importorskip("torch")
+
+rng = np.random.default_rng(11)
+
+
+def pair(*shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    return (loom.tensor(a, requires_grad=True),
+            torch.tensor(a, requires_grad=True))
+
+
+def close(mine, theirs, rtol=1e-4, atol=1e-5):
+    np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def test_mlp_gradients_against_torch():
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    (w1, tw1), (b1, tb1), (w2, tw2) = pair(5, 7), pair(7), pair(7, 3)
+    loss = ((loom.from_numpy(x) @ w1 + b1).tanh() @ w2).softmax(-1).log().mean()
+    tloss = ((torch.from_numpy(x) @ tw1 + tb1).tanh() @ tw2).softmax(-1).log().mean()
+    loss.backward()
+    tloss.backward()
+    close(loss.detach(), tloss)
+    for mine, theirs in [(w1, tw1), (b1, tb1), (w2, tw2)]:
+        close(mine.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x: (x.exp() * x.sigmoid()).sum(),
+    lambda m, x: (x.relu() + x.abs() * 0.5 - x.clamp(-0.3, 0.3)).mean(),
+    lambda m, x: m.logsumexp(x.reshape(3, 4), 1).sum(),
+    lambda m, x: (x.reshape(3, 4).transpose(0, 1)[1:] ** 2).sum(),
+    lambda m, x: m.cat([x, x * x], 0).max(),
+    lambda m, x: (x[:, None] * x[None, :]).sum(),
+    lambda m, x: m.where(x > 0, x, x * 0.1).sum(),
+])
+def test_elementwise_and_layout_gradients(fn):
+    x, tx = pair(12)
+    fn(loom, x).backward()
+    fn(torch, tx).backward()
+    close(x.grad, tx.grad)
+
+
+def test_gradients_accumulate_until_zeroed():
+    w, tw = pair(4)
+    for _ in range(2):
+        (w * w).sum().backward()
+        loom.step()
+        (tw * tw).sum().backward()
+    close(w.grad, tw.grad)
+    w.grad = None
+    (w * 3).sum().backward()
+    assert w.grad.tolist() == [3.0] * 4
+
+
+def test_no_grad_and_detach_cut_the_gradient():
+    w, _ = pair(3)
+    with loom.no_grad():
+        assert not loom.is_grad_enabled()
+        y = w * 2
+    assert loom.is_grad_enabled() and not y.requires_grad
+    z = (w * w.detach()).sum()
+    z.backward()
+    np.testing.assert_allclose(w.grad.numpy(), w.detach().numpy(), rtol=1e-6)
+
+
+def test_backward_errors():
+    x = loom.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        x.sum().backward()
+    with pytest.raises(RuntimeError, match="leaf"):
+        (loom.ones(2, requires_grad=True) * 2).requires_grad = False
+    with pytest.raises(RuntimeError, match="floating point"):
+        loom.tensor([1, 2]).requires_grad = True
+    with pytest.raises(RuntimeError, match="grad"):
+        loom.ones(2, requires_grad=True).numpy()

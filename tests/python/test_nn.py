@@ -1,0 +1,114 @@
+"""loom.nn against torch.nn: a PyTorch state_dict loads and gives the same
+outputs and gradients; the losses match PyTorch's."""
+import numpy as np
+import pytest
+
+import loom
+import loom.nn as nn
+import loom.nn.functional as F
+
+torch = pytest.importorskip("torch")
+
+
+class LoomNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh())
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.norm(self.body(x)))
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(),
+                                        torch.nn.Linear(16, 16), torch.nn.Tanh())
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.norm(self.body(x)))
+
+
+def test_a_pytorch_state_dict_loads_and_matches():
+    torch.manual_seed(0)
+    theirs, mine = TorchNet(), LoomNet()
+    assert [k for k, _ in mine.named_parameters()] == [k for k, _ in theirs.named_parameters()]
+    mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    y = np.array([0, 3, 1, 1, 2])
+    out, tout = mine(loom.from_numpy(x)), theirs(torch.from_numpy(x))
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    F.cross_entropy(out, loom.from_numpy(y)).backward()
+    torch.nn.functional.cross_entropy(tout, torch.from_numpy(y)).backward()
+    for (name, p), (_, tp) in zip(mine.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-3, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_load_state_dict_checks_keys_and_shapes():
+    m = nn.Linear(3, 2)
+    with pytest.raises(RuntimeError, match="missing keys"):
+        m.load_state_dict({"weight": np.zeros((2, 3), np.float32)})
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        m.load_state_dict({"weight": np.zeros((3, 2), np.float32), "bias": np.zeros(2)})
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"ignore_index": 2}, {"label_smoothing": 0.1},
+                                    {"reduction": "sum"}, {"reduction": "none"}])
+def test_cross_entropy_against_torch(kwargs):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    y = rng.integers(0, 5, 7)
+    mine = F.cross_entropy(loom.from_numpy(x), loom.from_numpy(y), **kwargs)
+    theirs = torch.nn.functional.cross_entropy(torch.from_numpy(x), torch.from_numpy(y),
+                                               **kwargs)
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_other_losses_against_torch():
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((4, 3)).astype(np.float32) * 5 for _ in range(2))
+    t = (rng.random((4, 3)) > 0.5).astype(np.float32)
+    la, lb, lt = loom.from_numpy(a), loom.from_numpy(b), loom.from_numpy(t)
+    ta, tb, tt = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(t)
+    tf = torch.nn.functional
+    np.testing.assert_allclose(F.mse_loss(la, lb).item(), tf.mse_loss(ta, tb).item(), rtol=1e-5)
+    np.testing.assert_allclose(F.l1_loss(la, lb).item(), tf.l1_loss(ta, tb).item(), rtol=1e-5)
+    np.testing.assert_allclose(F.binary_cross_entropy_with_logits(la, lt).item(),
+                               tf.binary_cross_entropy_with_logits(ta, tt).item(), rtol=1e-5)
+
+
+def test_module_tree_and_modes():
+    net = LoomNet()
+    assert len(list(net.parameters())) == 8
+    assert [n for n, _ in net.named_children()] == ["body", "norm", "head"]
+    net.eval()
+    assert not any(m.training for m in net.modules())
+    assert "Linear(in_features=6, out_features=16, bias=True)" in repr(net)
+    d = nn.Dropout(0.5)
+    x = loom.ones(1000)
+    assert d.eval()(x) is x
+    kept = d.train()(x).numpy()
+    assert set(np.unique(kept)) <= {0.0, 2.0} and 300 < (kept > 0).sum() < 700
+
+
+def test_training_with_modules_learns_and_compiles_once():
+    loom.manual_seed(4)
+    rng = np.random.default_rng(4)
+    x = loom.from_numpy(rng.standard_normal((64, 6)).astype(np.float32))
+    y = loom.from_numpy((rng.standard_normal(64) > 0).astype(np.int64))
+    net = LoomNet()
+    opt = loom.optim.AdamW(net.parameters(), lr=1e-2)
+    first = None
+    for i in range(60):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else float(loss)
+    assert float(loss) < 0.5 * first

@@ -1,0 +1,173 @@
+"""Ops through the Python API against NumPy and PyTorch (forward), with
+broadcasting, odd sizes, views, zero-size dims and NaN/Inf."""
+import numpy as np
+import pytest
+
+import loom
+
+torch = pytest.importorskip("torch")
+
+rng = np.random.default_rng(7)
+
+
+def both(*shapes, dtype=np.float32, low=-2.0, high=2.0):
+    arrays = [rng.uniform(low, high, s).astype(dtype) for s in shapes]
+    return [loom.from_numpy(a) for a in arrays], [torch.from_numpy(a.copy()) for a in arrays]
+
+
+def close(mine, theirs, rtol=1e-5, atol=1e-6):
+    theirs = theirs.numpy() if hasattr(theirs, "numpy") else np.asarray(theirs)
+    np.testing.assert_allclose(mine.numpy(), theirs, rtol=rtol, atol=atol)
+
+
+UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "sin", "cos", "erf", "floor",
+         "ceil", "sign", "silu", "softplus"]
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (0, 4), ()])
+def test_unary_against_torch(name, shape):
+    (x,), (tx,) = both(shape)
+    close(getattr(loom, name)(x), getattr(torch, name)(tx) if hasattr(torch, name)
+          else getattr(torch.nn.functional, name)(tx))
+
+
+@pytest.mark.parametrize("name", ["log", "sqrt", "rsqrt", "reciprocal", "log1p"])
+def test_unary_of_positive_values(name):
+    (x,), (tx,) = both((4, 9), low=0.1, high=3.0)
+    close(getattr(loom, name)(x), getattr(torch, name)(tx))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)),
+                                    ((5,), ()), ((0, 3), (1, 3))])
+def test_binary_broadcasting_against_torch(op, shapes):
+    low = 0.5 if op == "pow" else -2.0
+    (a, b), (ta, tb) = both(*shapes, low=low)
+    close(getattr(loom, op)(a, b), getattr(torch, op)(ta, tb), rtol=1e-5)
+
+
+def test_operators_with_python_numbers_follow_torch_promotion():
+    (x,), (tx,) = both((3, 4))
+    close(2 * x - 1 / (x * x + 1) + x ** 2, 2 * tx - 1 / (tx * tx + 1) + tx ** 2)
+    i = loom.tensor([1, 2, 3], dtype=loom.int32)
+    assert (i + 1).dtype is loom.int32
+    assert (i * 0.5).dtype is loom.float32 and (i * 0.5).tolist() == [0.5, 1.0, 1.5]
+    assert (i / 2).tolist() == [0.5, 1.0, 1.5]  # true division
+    assert (i // 2).tolist() == [0, 1, 1]
+    assert (loom.tensor([-7, 7]) % 3).tolist() == [2, 1]
+    f64 = loom.tensor([1.0], dtype=loom.float64)
+    assert (f64 + loom.tensor([1.0])).dtype is loom.float64
+
+
+def test_comparisons_and_where():
+    (a, b), (ta, tb) = both((4, 5), (4, 5))
+    for name in ["eq", "ne", "lt", "le", "gt", "ge"]:
+        np.testing.assert_array_equal(getattr(loom, name)(a, b).numpy(),
+                                      getattr(torch, name)(ta, tb).numpy())
+    close(loom.where(a > b, a, b * 2), torch.where(ta > tb, ta, tb * 2))
+    np.testing.assert_array_equal(((a > 0) & (b > 0)).numpy(), ((ta > 0) & (tb > 0)).numpy())
+
+
+def test_nan_and_inf_propagate_as_in_torch():
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0], dtype=np.float32)
+    x, tx = loom.from_numpy(v), torch.from_numpy(v)
+    for name in ["exp", "tanh", "relu", "abs", "sigmoid"]:
+        close(getattr(loom, name)(x), getattr(torch, name)(tx))
+    close(loom.maximum(x, loom.zeros(5)), torch.maximum(tx, torch.zeros(5)))
+    np.testing.assert_array_equal(loom.isnan(x).numpy(), torch.isnan(tx).numpy())
+
+
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), ((0, 2), False),
+                                         (-1, True)])
+def test_reductions_against_torch(dim, keepdim):
+    (x,), (tx,) = both((3, 4, 5))
+    for name in ["sum", "mean", "amax", "amin", "prod"]:
+        mine = getattr(loom, name)(x, dim=dim, keepdim=keepdim)
+        if dim is None:
+            theirs = getattr(torch, name)(tx) if name not in ("amax", "amin") else \
+                getattr(torch, name)(tx, dim=(0, 1, 2))
+        elif name == "prod" and isinstance(dim, tuple):  # torch.prod takes one dim
+            theirs = np.prod(tx.numpy(), axis=dim, keepdims=keepdim)
+        else:
+            theirs = getattr(torch, name)(tx, dim=dim, keepdim=keepdim)
+        close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_max_with_dim_gives_values_and_indices():
+    (x,), (tx,) = both((4, 6))
+    v, i = x.max(1)
+    tv, ti = tx.max(1)
+    close(v, tv)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    close(x.max(), tx.max())
+    np.testing.assert_array_equal(x.argmin(0).numpy(), tx.argmin(0).numpy())
+
+
+def test_softmax_var_std_logsumexp_cumsum():
+    (x,), (tx,) = both((3, 7))
+    close(loom.softmax(x, 1), torch.softmax(tx, 1))
+    close(loom.log_softmax(x, 0), torch.log_softmax(tx, 0))
+    close(x.var(1), tx.var(1), rtol=1e-4)
+    close(x.std(0, unbiased=False), tx.std(0, unbiased=False), rtol=1e-4)
+    close(loom.logsumexp(x, 1), torch.logsumexp(tx, 1))
+    close(x.cumsum(1), tx.cumsum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_shapes_against_torch():
+    for sa, sb in [((3, 4), (4, 5)), ((2, 3, 4), (4, 6)), ((2, 3, 4), (2, 4, 2)),
+                   ((5,), (5, 3)), ((1, 7), (7, 1))]:
+        (a, b), (ta, tb) = both(sa, sb)
+        close(a @ b, ta @ tb, rtol=1e-5, atol=1e-5)
+
+
+def test_layout_ops_against_torch():
+    (x,), (tx,) = both((2, 3, 4))
+    close(x.reshape(4, -1), tx.reshape(4, -1))
+    close(x.permute(2, 0, 1), tx.permute(2, 0, 1))
+    close(x.transpose(0, 2), tx.transpose(0, 2))
+    close(x.unsqueeze(1).squeeze(1), tx)
+    close(x.flatten(1), tx.flatten(1))
+    close(x[:, :1].expand(2, 5, 4), tx[:, :1].expand(2, 5, 4))
+    close(loom.cat([x, x * 2], 1), torch.cat([tx, tx * 2], 1))
+    close(loom.stack([x, x], -1), torch.stack([tx, tx], -1))
+    for mine, theirs in zip(x.split(2, 2), tx.split(2, 2)):
+        close(mine, theirs)
+    for mine, theirs in zip(x.chunk(2, 1), tx.chunk(2, 1)):
+        close(mine, theirs)
+    close(x.flip(0), tx.flip(0))
+    close(x.repeat(1, 2, 1), tx.repeat(1, 2, 1))
+    close(x.T, tx.permute(2, 1, 0))
+    close(loom.pad(x, (1, 2)), torch.nn.functional.pad(tx, (1, 2)))
+    close(x.clamp(-0.5, 0.5), tx.clamp(-0.5, 0.5))
+
+
+def test_index_select_embedding_one_hot():
+    (w,), (tw,) = both((10, 4))
+    idx = np.array([[1, 9], [0, 0]])
+    close(loom.embedding(loom.from_numpy(idx), w),
+          torch.nn.functional.embedding(torch.from_numpy(idx), tw))
+    close(w.index_select(0, loom.tensor([3, 1])), tw.index_select(0, torch.tensor([3, 1])))
+    np.testing.assert_array_equal(loom.one_hot(loom.tensor([0, 2]), 3).numpy(),
+                                  torch.nn.functional.one_hot(torch.tensor([0, 2]), 3).numpy())
+
+
+def test_casts():
+    x = loom.tensor([1.7, -1.7, 0.0])
+    assert x.long().tolist() == [1, -1, 0]
+    assert x.bool().tolist() == [True, True, False]
+    assert x.to(loom.float64).dtype is loom.float64
+    h = x.half()
+    assert h.dtype is loom.float16 and h.numpy().dtype == np.float16
+    b = x.to(loom.bfloat16)
+    with pytest.raises(BufferError, match="NumPy"):
+        b.numpy()
+    assert b.float().tolist() == pytest.approx([1.703125, -1.703125, 0.0])
+
+
+def test_the_op_table_is_the_raw_namespace():
+    assert "matmul" in loom.ops.TABLE and len(loom.ops.TABLE) > 90
+    a = loom.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert loom.ops.matmul(a, a, trans_b=1).tolist() == [[5.0, 11.0], [11.0, 25.0]]
+    assert loom.ops.sum(a, axes=[1], keepdim=1).tolist() == [[3.0], [7.0]]
+    assert "sum over axes" in loom.ops.sum.__doc__

@@ -1,0 +1,166 @@
+"""Tensors: creation, dtypes, NumPy sharing, laziness, indexing, errors."""
+import gc
+import os
+
+import numpy as np
+import pytest
+
+import loom
+
+
+def test_tensor_from_lists_takes_pytorch_default_dtypes():
+    assert loom.tensor([1.5, 2]).dtype is loom.float32
+    assert loom.tensor([1, 2]).dtype is loom.int64
+    assert loom.tensor([True]).dtype is loom.bool
+    assert loom.tensor(np.zeros(2)).dtype is loom.float64  # arrays keep theirs
+    t = loom.tensor([[1, 2, 3], [4, 5, 6]], dtype=loom.float64)
+    assert t.shape == (2, 3) and t.ndim == 2 and t.numel() == 6 and t.size(1) == 3
+    assert t.tolist() == [[1, 2, 3], [4, 5, 6]]
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float64, np.float16, np.int8, np.int32,
+                                      np.int64, np.bool_])
+def test_from_numpy_shares_memory_both_ways(np_dtype):
+    a = (np.arange(12) % 3).astype(np_dtype).reshape(3, 4)
+    t = loom.from_numpy(a)
+    assert t.dtype.name == np.dtype(np_dtype).name.replace("bool", "bool")
+    b = t.numpy()
+    assert np.shares_memory(a, b)
+    a[1, 2] = 1
+    assert b[1, 2] == 1
+    np.testing.assert_array_equal(b, a)
+
+
+def test_from_numpy_of_a_strided_view_wraps_it():
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = a[::2, 1::2]
+    t = loom.from_numpy(v)
+    np.testing.assert_array_equal((t + 0).numpy(), v)
+    np.testing.assert_array_equal(t.numpy(), v)
+
+
+def test_unsupported_numpy_dtypes_are_type_errors():
+    with pytest.raises(TypeError, match="uint8|dtype"):
+        loom.from_numpy(np.zeros(3, dtype=np.uint8))
+    with pytest.raises(TypeError):
+        loom.from_numpy([1, 2])
+
+
+def test_ops_are_lazy_until_python_needs_a_value():
+    a = loom.tensor([1.0, 2.0, 3.0])
+    b = a * 2 + 1
+    assert b._lazy
+    assert b.tolist() == [3.0, 5.0, 7.0]
+    assert not b._lazy
+    c = (b - 1).sum()
+    assert c.item() == 12.0 and float(c) == 12.0 and int(c) == 12
+
+
+def test_a_lazy_tensor_outlives_its_step():
+    a = loom.tensor([1.0, -2.0])
+    kept = a.abs() * 3
+    loom.step()  # the step ends: kept is made real
+    assert not kept._lazy
+    assert kept.tolist() == [3.0, 6.0]
+    assert (kept + 1).tolist() == [4.0, 7.0]  # entered again in a new step
+
+
+def test_bool_of_a_tensor_branches():
+    x = loom.tensor([1.0, 2.0])
+    took = []
+    for v in (1.0, -1.0, 2.0):
+        s = (x * v).sum()
+        took.append("pos" if s > 0 else "neg")
+    assert took == ["pos", "neg", "pos"]
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(x > 0)
+
+
+@pytest.mark.parametrize("index", [
+    1, -1, (slice(None), 2), (Ellipsis, 1), (slice(1, None), slice(None, None, 2)),
+    (None, 0), (0, None, slice(1, 3)), (slice(None), None), (Ellipsis, None),
+    (slice(-3, -1), 1, 2), (2, 1, 0),
+])
+def test_basic_indexing_matches_numpy(index):
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    np.testing.assert_array_equal(loom.from_numpy(a)[index].numpy(), a[index])
+
+
+def test_integer_array_and_mask_indexing_match_numpy():
+    a = np.arange(20, dtype=np.float32).reshape(5, 4)
+    t = loom.from_numpy(a)
+    idx = np.array([4, 0, 2, 2])
+    np.testing.assert_array_equal(t[loom.from_numpy(idx)].numpy(), a[idx])
+    np.testing.assert_array_equal(t[:, loom.tensor([3, 1])].numpy(), a[:, [3, 1]])
+    mask = a > 7
+    np.testing.assert_array_equal(t[loom.from_numpy(mask)].numpy(), a[mask])
+
+
+def test_bad_indices_raise_index_errors():
+    t = loom.zeros(2, 3)
+    with pytest.raises(IndexError):
+        t[2]
+    with pytest.raises(IndexError):
+        t[0, 0, 0]
+    with pytest.raises(IndexError):
+        t[loom.tensor([0.5])]
+
+
+def test_shape_errors_are_value_errors_naming_the_op():
+    with pytest.raises(ValueError, match="matmul"):
+        loom.zeros(2, 3) @ loom.zeros(2, 3)
+    with pytest.raises(ValueError):
+        loom.zeros(2, 3) + loom.zeros(4)
+    with pytest.raises(TypeError):
+        loom.zeros(2) + "a"
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        loom.ops.sum(loom.zeros(2), axis=0)
+    # the step goes on after an error
+    assert (loom.ones(2) + 1).tolist() == [2.0, 2.0]
+
+
+def test_creation_functions():
+    assert loom.zeros(2, 3).tolist() == [[0.0] * 3] * 2
+    assert loom.ones((2,), dtype=loom.int32).tolist() == [1, 1]
+    assert loom.full((2, 2), 7.0).tolist() == [[7.0, 7.0], [7.0, 7.0]]
+    assert loom.arange(5).tolist() == [0, 1, 2, 3, 4]
+    assert loom.arange(0, 1, 0.25).dtype is loom.float32
+    loom.manual_seed(3)
+    a = loom.randn(4, 4).numpy()
+    loom.manual_seed(3)
+    np.testing.assert_array_equal(loom.randn(4, 4).numpy(), a)
+    assert abs(float(loom.randn(10000).mean())) < 0.05
+
+
+def test_repr_prints_the_data():
+    assert repr(loom.tensor([1.0, 2.0])) == "tensor([1., 2.])"
+    assert "dtype=loom.int32" in repr(loom.tensor([1], dtype=loom.int32))
+    assert "requires_grad=True" in repr(loom.ones(1, requires_grad=True))
+
+
+@pytest.mark.skipif(os.environ.get("LOOM_SANITIZED") == "1",
+                    reason="AddressSanitizer keeps freed memory in quarantine")
+def test_many_steps_keep_memory_flat():
+    def rss_kb():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4
+
+    x = loom.randn(64, 64)
+    w = loom.randn(64, 64, requires_grad=True)
+    opt = loom.optim.SGD([w], lr=1e-4)
+
+    def step():
+        opt.zero_grad()
+        loss = ((x @ w).tanh() ** 2).mean()
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    for _ in range(300):
+        step()
+    gc.collect()
+    before = rss_kb()
+    for _ in range(3000):
+        step()
+    gc.collect()
+    assert rss_kb() - before < 8 * 1024, "resident memory grew over 3000 steps"
