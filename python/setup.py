@@ -6,7 +6,7 @@ import glob
 import os
 import subprocess
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -21,7 +21,7 @@ setup(
     name="loom",
     version="0.1.0",
     description="Loom: an AI compiler and runtime, from Python in PyTorch's idiom",
-    packages=["loom"],
+    packages=find_packages(include=["loom", "loom.*"]),
     python_requires=">=3.9",
     install_requires=["numpy"],
     ext_modules=[Extension(

@@ -705,6 +705,9 @@ static void bad_calls(void) {
   CHECK_OK(add_arg(g, F34, 0, &x));
   int op;
   CHECK_ERR(loom_op_find("nope", &op), LOOM_ERR_INVALID, "no op is called 'nope'");
+  CHECK_ERR(loom_op_find("", &op), LOOM_ERR_INVALID, "no op is called ''");
+  CHECK_ERR(loom_op_find("mu", &op), LOOM_ERR_INVALID, "'mu'"); /* a prefix of mul */
+  CHECK_ERR(loom_op_find("mull", &op), LOOM_ERR_INVALID, "'mull'");
   CHECK_ERR(loom_graph_add_op(g, "nope", 1, &x, 0, NULL, 1, y, NULL), LOOM_ERR_INVALID, "nope");
   loom_attr_t a = loom_attr_float("alpha", 0.1);
   CHECK_ERR(loom_graph_add_op(g, "neg", 1, &x, 1, &a, 1, y, NULL), LOOM_ERR_INVALID,

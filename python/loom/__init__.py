@@ -17,6 +17,7 @@ from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow bu
 from . import ops
 from . import optim
 from . import nn
+from .serialization import save, load
 
 for _d in _DTYPES:
     globals()[_d.name] = _d
@@ -68,6 +69,12 @@ def from_numpy(a):
     if a.dtype.byteorder not in ("=", "|", "<"):
         raise TypeError("loom.from_numpy: big-endian arrays are not supported")
     return _C.from_buffer(a, False)
+
+
+def from_dlpack(obj):
+    """A tensor over the memory of obj (a PyTorch tensor, a NumPy array, any
+    object with __dlpack__), without a copy, as torch.from_dlpack."""
+    return _C.from_dlpack(obj)
 
 
 def as_tensor(data, dtype=None):

@@ -13,6 +13,7 @@ from . import _dtype
 
 class Tensor(_C.TensorBase):
     __slots__ = ()
+    __array_priority__ = 1000  # NumPy operands defer to the tensor's operators
 
     # ---- what it is ----
     @property
@@ -98,44 +99,22 @@ class Tensor(_C.TensorBase):
         return self
 
     # ---- operators ----
-    def __add__(self, o): return _F.add(self, o)
-    def __radd__(self, o): return _F.add(o, self)
-    def __sub__(self, o): return _F.sub(self, o)
-    def __rsub__(self, o): return _F.sub(o, self)
-    def __mul__(self, o): return _F.mul(self, o)
-    def __rmul__(self, o): return _F.mul(o, self)
-    def __truediv__(self, o): return _F.div(self, o)
-    def __rtruediv__(self, o): return _F.div(o, self)
+    # +, -, *, /, @, unary - and the comparisons, either way round, are the
+    # C type's own (two tensors of one dtype record at once;
+    # loom.functional takes the rest).
     def __floordiv__(self, o): return _F.floor_divide(self, o)
     def __mod__(self, o): return _F.remainder(self, o)
     def __pow__(self, o): return _F.pow(self, o)
     def __rpow__(self, o): return _F.pow(o, self)
-    def __matmul__(self, o): return _F.matmul(self, o)
-    def __rmatmul__(self, o): return _F.matmul(o, self)
-    def __neg__(self): return _F.neg(self)
     def __pos__(self): return self
     def __abs__(self): return _F.abs(self)
     def __invert__(self): return _F.logical_not(self)
     def __and__(self, o): return _F.logical_and(self, o)
     def __or__(self, o): return _F.logical_or(self, o)
     def __xor__(self, o): return _F.logical_xor(self, o)
-    def __eq__(self, o): return _F.eq(self, o)
-    def __ne__(self, o): return _F.ne(self, o)
-    def __lt__(self, o): return _F.lt(self, o)
-    def __le__(self, o): return _F.le(self, o)
-    def __gt__(self, o): return _F.gt(self, o)
-    def __ge__(self, o): return _F.ge(self, o)
-    __hash__ = _C.TensorBase.__hash__
 
     def __getitem__(self, index):
         return _F._getitem(self, index)
-
-    # ---- methods that are functions of loom ----
-    def __getattr__(self, name):
-        fn = _F.METHODS.get(name)
-        if fn is None:
-            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
-        return lambda *args, **kwargs: fn(self, *args, **kwargs)
 
     def float(self): return _F.cast(self, _dtype._BY_NAME["float32"])
     def double(self): return _F.cast(self, _dtype._BY_NAME["float64"])
@@ -165,3 +144,10 @@ class Tensor(_C.TensorBase):
 _C._set_tensor_class(Tensor)
 
 from . import functional as _F  # noqa: E402  (functional builds on Tensor)
+
+# The functions of loom that are also methods (x.sum(1), x.reshape(2, -1)).
+for _name, _fn in _F.METHODS.items():
+    if _name not in Tensor.__dict__:
+        setattr(Tensor, _name, _fn)
+del _name, _fn
+_C._set_operator_fallbacks(_F)

@@ -126,8 +126,10 @@ def cast(x, dtype):
 
 
 def _unary(name):
+    op = _C.op
+
     def fn(x):
-        return _op(name, x)
+        return op(name, (x,), None)
     fn.__name__ = name
     return fn
 

@@ -89,6 +89,63 @@ static int input_value(loom_graph_t *g, PyObject *o, bool grad, loom_value_t *v,
   return s == LOOM_OK ? 0 : (py_fail(s), -1);
 }
 
+/* Whether a gradient flows through op, asked of the table once per op. */
+static bool differentiable(int op) {
+  static signed char known[1024]; /* 0 unknown, 1 yes, -1 no */
+  if (op < 0 || op >= 1024) return false;
+  if (!known[op]) {
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
+    known[op] = loom_op_get_info(op, &info) == LOOM_OK && info.has_gradient &&
+                        !info.not_differentiable ? 1 : -1;
+  }
+  return known[op] > 0;
+}
+
+/* Records op `name` (number op) on inputs in[0..n_in-1] with attributes
+ * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
+static PyObject *record(const char *name, int op, PyObject *const *inputs, Py_ssize_t n_in,
+                        PyObject *attr_dict) {
+  loom_trace_t *tr = py_step_trace();
+  if (!tr) return NULL;
+  loom_graph_t *g = loom_trace_graph(tr);
+  if (n_in > MAX_INPUTS) {
+    PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", name, MAX_INPUTS);
+    return NULL;
+  }
+  loom_value_t in[MAX_INPUTS], out[MAX_OUTPUTS];
+  bool grad = py_step_grad_enabled(), requires_grad = false;
+  for (Py_ssize_t i = 0; i < n_in; i++)
+    if (input_value(g, inputs[i], grad, &in[i], &requires_grad) < 0) return NULL;
+  loom_attr_t attrs[MAX_ATTRS];
+  static attr_ints_t ints; /* the GIL serializes calls */
+  int n_attrs = 0;
+  if (attr_dict) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attr_dict, &pos, &key, &value)) {
+      if (n_attrs == MAX_ATTRS) {
+        PyErr_Format(PyExc_ValueError, "%s: too many attributes", name);
+        return NULL;
+      }
+      if (attr_value(op, name, key, value, &attrs[n_attrs], ints.v[n_attrs]) < 0) return NULL;
+      n_attrs++;
+    }
+  }
+  int n_out = 0;
+  loom_status_t s =
+      loom_graph_add_op(g, name, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
+  if (s != LOOM_OK) return py_fail(s);
+  requires_grad = requires_grad && differentiable(op);
+  if (n_out == 1) return py_step_lazy(out[0], requires_grad);
+  PyObject *result = PyTuple_New(n_out);
+  for (int i = 0; result && i < n_out; i++) {
+    PyObject *t = py_step_lazy(out[i], requires_grad);
+    if (!t) Py_CLEAR(result);
+    else PyTuple_SET_ITEM(result, i, t);
+  }
+  return result;
+}
+
 /* op(name, inputs, attrs): the op's outputs, a Tensor or a tuple. */
 static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
@@ -101,49 +158,78 @@ static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
   int op;
   if (!name) return NULL;
   if (loom_op_find(name, &op) != LOOM_OK) return py_fail(LOOM_ERR_INVALID);
-  loom_trace_t *tr = py_step_trace();
-  if (!tr) return NULL;
-  loom_graph_t *g = loom_trace_graph(tr);
-  Py_ssize_t n_in = PyTuple_GET_SIZE(args[1]);
-  if (n_in > MAX_INPUTS) {
-    PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", name, MAX_INPUTS);
-    return NULL;
-  }
-  loom_value_t in[MAX_INPUTS], out[MAX_OUTPUTS];
-  bool grad = py_step_grad_enabled(), requires_grad = false;
-  for (Py_ssize_t i = 0; i < n_in; i++)
-    if (input_value(g, PyTuple_GET_ITEM(args[1], i), grad, &in[i], &requires_grad) < 0)
-      return NULL;
-  loom_attr_t attrs[MAX_ATTRS];
-  static attr_ints_t ints; /* the GIL serializes calls */
-  int n_attrs = 0;
-  if (args[2] != Py_None) {
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(args[2], &pos, &key, &value)) {
-      if (n_attrs == MAX_ATTRS) {
-        PyErr_Format(PyExc_ValueError, "%s: too many attributes", name);
-        return NULL;
-      }
-      if (attr_value(op, name, key, value, &attrs[n_attrs], ints.v[n_attrs]) < 0) return NULL;
-      n_attrs++;
+  return record(name, op, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]),
+                args[2] == Py_None ? NULL : args[2]);
+}
+
+/* ---- Python's operators on tensors ----
+ * Two tensors of one dtype record their op at once; anything else (a
+ * Python number, two dtypes to promote, integer true division) goes to the
+ * package's function of the same meaning (loom.functional), which
+ * _set_operator_fallbacks hands over. */
+
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MATMUL, OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE,
+       OP_NEG, N_OPERATORS };
+static const char *const operator_ops[N_OPERATORS] = {"add", "sub", "mul", "div", "matmul",
+                                                      "eq", "ne", "lt", "le", "gt", "ge",
+                                                      "neg"};
+static const char *const operator_fallbacks[N_OPERATORS] = {
+    "add", "sub", "mul", "div", "matmul", "eq", "ne", "lt", "le", "gt", "ge", "neg"};
+static PyObject *fallbacks[N_OPERATORS];
+static int operator_op[N_OPERATORS];
+
+static bool is_float(loom_dtype_t d) {
+  return d == LOOM_F32 || d == LOOM_F64 || d == LOOM_F16 || d == LOOM_BF16;
+}
+
+static PyObject *binary(int which, PyObject *a, PyObject *b) {
+  if (py_tensor_check(a) && py_tensor_check(b)) {
+    loom_dtype_t da = ((py_tensor_t *)a)->dtype, db = ((py_tensor_t *)b)->dtype;
+    if (da == db && (which != OP_DIV || is_float(da))) {
+      PyObject *in[2] = {a, b};
+      return record(operator_ops[which], operator_op[which], in, 2, NULL);
     }
   }
-  loom_op_info_t info = LOOM_OP_INFO_INIT;
-  loom_status_t s = loom_op_get_info(op, &info);
-  int n_out = 0;
-  if (s == LOOM_OK)
-    s = loom_graph_add_op(g, name, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
-  if (s != LOOM_OK) return py_fail(s);
-  requires_grad = requires_grad && info.has_gradient && !info.not_differentiable;
-  if (n_out == 1) return py_step_lazy(out[0], requires_grad);
-  PyObject *result = PyTuple_New(n_out);
-  for (int i = 0; result && i < n_out; i++) {
-    PyObject *t = py_step_lazy(out[i], requires_grad);
-    if (!t) Py_CLEAR(result);
-    else PyTuple_SET_ITEM(result, i, t);
+  if (!fallbacks[which]) Py_RETURN_NOTIMPLEMENTED;
+  return PyObject_CallFunctionObjArgs(fallbacks[which], a, b, NULL);
+}
+
+static PyObject *nb_add(PyObject *a, PyObject *b) { return binary(OP_ADD, a, b); }
+static PyObject *nb_sub(PyObject *a, PyObject *b) { return binary(OP_SUB, a, b); }
+static PyObject *nb_mul(PyObject *a, PyObject *b) { return binary(OP_MUL, a, b); }
+static PyObject *nb_div(PyObject *a, PyObject *b) { return binary(OP_DIV, a, b); }
+static PyObject *nb_matmul(PyObject *a, PyObject *b) { return binary(OP_MATMUL, a, b); }
+static PyObject *nb_neg(PyObject *a) {
+  return record("neg", operator_op[OP_NEG], &a, 1, NULL);
+}
+
+static PyObject *richcompare(PyObject *a, PyObject *b, int how) {
+  static const int which[] = {[Py_LT] = OP_LT, [Py_LE] = OP_LE, [Py_EQ] = OP_EQ,
+                              [Py_NE] = OP_NE, [Py_GT] = OP_GT, [Py_GE] = OP_GE};
+  return binary(which[how], a, b);
+}
+
+PyNumberMethods py_tensor_number = {
+    .nb_add = nb_add,
+    .nb_subtract = nb_sub,
+    .nb_multiply = nb_mul,
+    .nb_true_divide = nb_div,
+    .nb_matrix_multiply = nb_matmul,
+    .nb_negative = nb_neg,
+};
+richcmpfunc py_tensor_richcompare = richcompare;
+
+/* _set_operator_fallbacks(module): the functions of loom.functional that
+ * the operators call for what they do not record themselves. */
+static PyObject *fn_set_operator_fallbacks(PyObject *self, PyObject *module) {
+  (void)self;
+  for (int i = 0; i < N_OPERATORS; i++) {
+    if (loom_op_find(operator_ops[i], &operator_op[i]) != LOOM_OK) return py_fail(LOOM_ERR_INVALID);
+    PyObject *f = PyObject_GetAttrString(module, operator_fallbacks[i]);
+    if (!f) return NULL;
+    Py_XSETREF(fallbacks[i], f);
   }
-  return result;
+  Py_RETURN_NONE;
 }
 
 /* op_table(): each op as (name, fusion class, doc, in_min, in_max, n_out,
@@ -185,4 +271,6 @@ PyMethodDef py_op_methods[] = {
     {"op", (PyCFunction)(void (*)(void))fn_op, METH_FASTCALL,
      "op(name, inputs, attrs): records op `name` of the op table into the step"},
     {"op_table", fn_op_table, METH_NOARGS, "the op table's rows"},
+    {"_set_operator_fallbacks", fn_set_operator_fallbacks, METH_O,
+     "the functions the operators call for mixed operands"},
     {NULL, NULL, 0, NULL}};

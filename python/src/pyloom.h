@@ -23,6 +23,8 @@ typedef struct py_tensor {
   PyObject_HEAD
   loom_tensor_t *data;        /* real data (owned), or NULL while lazy */
   Py_buffer view;             /* the buffer data wraps (view.obj NULL: none) */
+  bool wrapped;               /* data is another's memory, laid out by strides */
+  int64_t strides[LOOM_MAX_RANK]; /* in elements, when wrapped */
   uint64_t step;              /* the step `value` belongs to (0: none) */
   loom_value_t value;
   loom_dtype_t dtype;
@@ -76,7 +78,15 @@ int py_step_end(void);
 /* The step's functions of the module (loom._C.step_end, ...). */
 extern PyMethodDef py_step_methods[];
 
+/* ---- DLPack (dlpack.c) ---- */
+PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *py_tensor_dlpack_device(PyObject *self, PyObject *unused);
+extern PyMethodDef py_dlpack_functions[];
+
 /* ---- ops (ops.c) ---- */
 extern PyMethodDef py_op_methods[];
+/* The operators of the tensor type (+, -, *, /, @, unary -, comparisons). */
+extern PyNumberMethods py_tensor_number;
+extern richcmpfunc py_tensor_richcompare;
 
 #endif

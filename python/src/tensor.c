@@ -173,12 +173,13 @@ static int tensor_getbuffer(py_tensor_t *t, Py_buffer *view, int flags) {
   view->shape = dims;
   view->strides = dims + t->rank;
   Py_ssize_t stride = view->itemsize;
+  bool contiguous = true;
   for (int i = t->rank - 1; i >= 0; i--) {
     dims[i] = (Py_ssize_t)t->shape[i];
-    dims[t->rank + i] = t->view.obj ? t->view.strides[i] : stride;
+    dims[t->rank + i] = t->wrapped ? (Py_ssize_t)t->strides[i] * view->itemsize : stride;
+    contiguous &= dims[i] <= 1 || dims[t->rank + i] == stride;
     stride *= dims[i];
   }
-  bool contiguous = !t->view.obj || PyBuffer_IsContiguous(&t->view, 'C');
   /* Row-major data is Fortran-ordered only when it has at most one dim
    * larger than 1; a request for that is refused otherwise. */
   int big = 0;
@@ -342,7 +343,12 @@ static PyMethodDef tensor_methods[] = {
     {"_realize", (PyCFunction)tensor_realize_method, METH_NOARGS, "make the data real"},
     {"item", (PyCFunction)tensor_item, METH_NOARGS, "the one element as a Python number"},
     {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))py_tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "a DLPack capsule over the tensor's memory"},
+    {"__dlpack_device__", py_tensor_dlpack_device, METH_NOARGS, "(1, 0): the CPU"},
     {NULL, NULL, 0, NULL}};
+
+static Py_hash_t tensor_hash(PyObject *self) { return _Py_HashPointer(self); }
 
 PyTypeObject py_tensor_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loom._C.TensorBase",
@@ -353,7 +359,9 @@ PyTypeObject py_tensor_type = {
     .tp_traverse = (traverseproc)tensor_traverse,
     .tp_clear = (inquiry)tensor_clear,
     .tp_as_buffer = &tensor_buffer,
+    .tp_as_number = &py_tensor_number,
     .tp_getset = tensor_getset,
+    .tp_hash = tensor_hash, /* by identity, as PyTorch's: == records an op */
     .tp_methods = tensor_methods,
     .tp_weaklistoffset = offsetof(py_tensor_t, weakrefs),
 };
@@ -447,6 +455,8 @@ static PyObject *fn_from_buffer(PyObject *self, PyObject *args) {
     py_tensor_t *pt = (py_tensor_t *)py_tensor_wrap(t);
     if (pt) {
       pt->view = v; /* released with the tensor */
+      pt->wrapped = true;
+      memcpy(pt->strides, strides, sizeof strides);
       v.obj = NULL;
     }
     result = (PyObject *)pt;
@@ -465,7 +475,59 @@ done:
   return result;
 }
 
+/* to_bytes(t): the elements, row-major, as bytes (any dtype, bf16 too). */
+static PyObject *fn_to_bytes(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!py_tensor_check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "to_bytes: a loom Tensor is needed");
+    return NULL;
+  }
+  py_tensor_t *t = (py_tensor_t *)arg;
+  if (py_tensor_realize(t) < 0) return NULL;
+  Py_ssize_t n = (Py_ssize_t)loom_tensor_numel(t->data) * (Py_ssize_t)loom_dtype_size(t->dtype);
+  PyObject *b = PyBytes_FromStringAndSize(NULL, n);
+  if (!b) return NULL;
+  loom_status_t s = loom_tensor_read(t->data, PyBytes_AS_STRING(b), (size_t)n);
+  if (s != LOOM_OK) {
+    Py_DECREF(b);
+    return py_fail(s);
+  }
+  return b;
+}
+
+/* from_bytes(dtype, shape, data): a new tensor holding a copy of data,
+ * which must hold exactly the elements. */
+static PyObject *fn_from_bytes(PyObject *self, PyObject *args) {
+  (void)self;
+  int dtype, rank;
+  PyObject *shape_obj;
+  Py_buffer data;
+  int64_t shape[LOOM_MAX_RANK];
+  if (!PyArg_ParseTuple(args, "iOy*", &dtype, &shape_obj, &data)) return NULL;
+  PyObject *r = NULL;
+  if (shape_arg(shape_obj, &rank, shape) == 0) {
+    loom_tensor_t *t;
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= shape[i];
+    size_t want = (size_t)n * loom_dtype_size((loom_dtype_t)dtype);
+    if (dtype < 0 || dtype >= LOOM_DTYPE_COUNT) {
+      PyErr_Format(PyExc_ValueError, "loom: no dtype numbered %d", dtype);
+    } else if ((size_t)data.len != want) {
+      PyErr_Format(PyExc_ValueError, "loom: %zd bytes for %lld elements of %s (%zu bytes)",
+                   data.len, (long long)n, loom_dtype_name((loom_dtype_t)dtype), want);
+    } else {
+      loom_status_t s = loom_tensor_from_data((loom_dtype_t)dtype, rank, shape, data.buf,
+                                              want, &t);
+      r = s == LOOM_OK ? py_tensor_wrap(t) : py_fail(s);
+    }
+  }
+  PyBuffer_Release(&data);
+  return r;
+}
+
 PyMethodDef py_tensor_functions[] = {
+    {"to_bytes", fn_to_bytes, METH_O, "to_bytes(t): the elements as bytes"},
+    {"from_bytes", fn_from_bytes, METH_VARARGS, "from_bytes(dtype, shape, data)"},
     {"zeros", fn_zeros, METH_VARARGS, "zeros(dtype, shape): a zero-filled tensor"},
     {"from_buffer", fn_from_buffer, METH_VARARGS,
      "from_buffer(obj, copy): a tensor over obj's buffer, or a copy of it"},

@@ -1,5 +1,6 @@
 /* The op table as the public API shows it (loom/op_table.h): ops by name
  * and their attributes with kinds and defaults. */
+#include <pthread.h>
 #include <string.h>
 
 #include "core/sized.h"
@@ -8,12 +9,36 @@
 
 int loom_op_count(void) { return IR_OP_COUNT; }
 
+/* Names to ops: an open-addressed table built once, so that a binding or
+ * an importer that builds every node by name pays one hash and about one
+ * compare per node, not a scan of the table. */
+enum { NAME_SLOTS = 512 }; /* a power of two, well above the op count */
+_Static_assert(IR_OP_COUNT < NAME_SLOTS / 2, "op names: grow NAME_SLOTS");
+static int16_t name_slot[NAME_SLOTS]; /* op + 1; 0: empty */
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
+}
+
+static void index_names(void) {
+  for (int i = 0; i < IR_OP_COUNT; i++) {
+    uint32_t k = name_hash(ir_ops[i].name) & (NAME_SLOTS - 1);
+    while (name_slot[k]) k = (k + 1) & (NAME_SLOTS - 1);
+    name_slot[k] = (int16_t)(i + 1);
+  }
+}
+
 loom_status_t loom_op_find(const char *name, int *op) {
   LOOM_CHECK_ARG(name);
   LOOM_CHECK_ARG(op);
-  for (int i = 0; i < IR_OP_COUNT; i++)
-    if (!strcmp(ir_ops[i].name, name)) {
-      *op = i;
+  pthread_once(&names_once, index_names);
+  for (uint32_t k = name_hash(name) & (NAME_SLOTS - 1); name_slot[k];
+       k = (k + 1) & (NAME_SLOTS - 1))
+    if (!strcmp(ir_ops[name_slot[k] - 1].name, name)) {
+      *op = name_slot[k] - 1;
       return LOOM_OK;
     }
   return loom_fail(LOOM_ERR_INVALID, "no op is called '%s' (loom ops lists them)", name);

@@ -112,3 +112,49 @@ def test_training_with_modules_learns_and_compiles_once():
         opt.step()
         first = first if first is not None else float(loss)
     assert float(loss) < 0.5 * first
+
+
+def test_save_and_load_round_trip_every_dtype(tmp_path):
+    tensors = {"w": loom.randn(3, 4), "b": loom.tensor([1, 2], dtype=loom.int8),
+               "h": loom.tensor([0.5]).half(), "bf": loom.tensor([1.5, -2]).to(loom.bfloat16),
+               "m": loom.tensor([True, False]), "s": loom.tensor(7), "e": loom.zeros(0, 3)}
+    path = tmp_path / "m.safetensors"
+    loom.save(tensors, str(path))
+    back = loom.load(str(path))
+    assert list(back) == list(tensors)
+    for k, t in tensors.items():
+        assert back[k].dtype is t.dtype and back[k].shape == t.shape
+        assert loom._C.to_bytes(back[k]) == loom._C.to_bytes(t)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".loom-save")]
+
+
+def test_a_saved_model_loads_into_a_new_one(tmp_path):
+    a, b = LoomNet(), LoomNet()
+    loom.save(a.state_dict(), str(tmp_path / "net.safetensors"))
+    b.load_state_dict(loom.load(str(tmp_path / "net.safetensors")))
+    x = loom.randn(3, 6)
+    with loom.no_grad():
+        np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+
+
+def test_malformed_files_are_refused(tmp_path):
+    import struct
+    good = tmp_path / "g.safetensors"
+    loom.save({"w": loom.ones(4)}, str(good))
+    raw = good.read_bytes()
+    cases = {
+        "short": b"\x01\x02",
+        "huge_header": struct.pack("<Q", 1 << 40) + b"{}",
+        "not_json": struct.pack("<Q", 4) + b"{{{{",
+        "truncated": raw[:-3],
+        "bad_dtype": raw.replace(b'"F32"', b'"X32"'),
+    }
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(ValueError):
+            loom.load(str(p))
+    with pytest.raises(OSError):
+        loom.load(str(tmp_path / "missing"))
+    with pytest.raises(TypeError):
+        loom.save({"w": np.zeros(3)}, str(tmp_path / "x"))

@@ -171,3 +171,14 @@ def test_the_op_table_is_the_raw_namespace():
     assert loom.ops.matmul(a, a, trans_b=1).tolist() == [[5.0, 11.0], [11.0, 25.0]]
     assert loom.ops.sum(a, axes=[1], keepdim=1).tolist() == [[3.0], [7.0]]
     assert "sum over axes" in loom.ops.sum.__doc__
+
+
+def test_operators_either_way_round():
+    t = loom.tensor([1.0, 2.0])
+    assert (2 + t).tolist() == [3.0, 4.0] and (2 - t).tolist() == [1.0, 0.0]
+    assert (2 * t).tolist() == [2.0, 4.0] and (1 / t).tolist() == [1.0, 0.5]
+    assert (1.0 < t).tolist() == [False, True] and (t == 1.0).tolist() == [True, False]
+    assert (-t).tolist() == [-1.0, -2.0] and (2 ** t).tolist() == [2.0, 4.0]
+    r = np.float32(2) * t
+    assert isinstance(r, loom.Tensor) and r.tolist() == [2.0, 4.0]
+    assert {t: 1}[t] == 1  # hashed by identity, as PyTorch's

@@ -164,3 +164,36 @@ def test_many_steps_keep_memory_flat():
         step()
     gc.collect()
     assert rss_kb() - before < 8 * 1024, "resident memory grew over 3000 steps"
+
+
+def test_dlpack_exchange_with_torch_shares_memory():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    mine = loom.from_dlpack(t)
+    t[0, 0] = 100.0
+    assert mine.numpy()[0, 0] == 100.0
+    view = t[:, 1::2]
+    np.testing.assert_array_equal(loom.from_dlpack(view).numpy(), view.numpy())
+    np.testing.assert_array_equal((loom.from_dlpack(view) * 2).numpy(), view.numpy() * 2)
+    a = loom.ones(2, 3)
+    theirs = torch.from_dlpack(a)
+    theirs[1, 2] = 5.0
+    assert a.numpy()[1, 2] == 5.0
+    for d in (loom.float64, loom.float16, loom.bfloat16, loom.int8, loom.int32, loom.int64):
+        x = loom.tensor([1, 2, 3]).to(d)
+        assert str(torch.from_dlpack(x).dtype) == "torch." + d.name
+        assert loom.from_dlpack(torch.from_dlpack(x)).dtype is d
+    np.testing.assert_array_equal(np.from_dlpack(loom.arange(4)), np.arange(4))
+    del t, theirs  # the lenders outlive no borrower: no crash at collection
+
+
+def test_dlpack_refuses_what_it_cannot_hold():
+    class NotCpu:
+        def __dlpack__(self, stream=None):
+            return np.arange(3).__dlpack__()
+
+    with pytest.raises(AttributeError):
+        loom.from_dlpack(object())
+    with pytest.raises(ValueError, match="stream"):
+        loom.ones(2).__dlpack__(stream=1)
+    assert loom.from_dlpack(NotCpu()).tolist() == [0, 1, 2]
