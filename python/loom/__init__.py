@@ -53,11 +53,11 @@ def tensor(data, dtype=None, requires_grad=False):
         from ._dtype import resolve
         d = resolve(dtype)
         if d._numpy is None:
-            t = _C.from_buffer(np.ascontiguousarray(a, dtype=np.float32), True).to(d)
+            t = _C.from_buffer(a.astype(np.float32), True).to(d)
             t.requires_grad = requires_grad
             return t
         a = a.astype(d._numpy)
-    t = _C.from_buffer(np.ascontiguousarray(a), True)
+    t = _C.from_buffer(a, True)  # copied row-major (ascontiguousarray makes 0-d 1-d)
     t.requires_grad = requires_grad
     return t
 

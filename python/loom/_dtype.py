@@ -55,6 +55,8 @@ def resolve(d):
     """A dtype from a loom.dtype, a NumPy dtype or a Python type."""
     if isinstance(d, dtype):
         return d
+    if isinstance(d, str) and d in _BY_NAME:
+        return _BY_NAME[d]
     if d is float:
         return _BY_NAME["float32"]
     if d is int:

@@ -150,9 +150,11 @@ loom_status_t ir_shape_batch_norm(ir_infer_t *c) {
     return loom_fail(LOOM_ERR_INVALID, "batch_norm: training must be 0 or 1, got %lld",
                      (long long)training);
   LOOM_TRY(same_dtypes(c));
-  for (int i = 1; i < 5; i++)
-    if (c->in[i]->rank != 1 || c->in[i]->dims[0] != x->dims[1])
+  for (int i = 1; i < 5; i++) {
+    ir_dim_t a = c->in[i]->dims[0], b = x->dims[1];
+    if (c->in[i]->rank != 1 || (a != b && (!ir_specialize(c->g, &a, &b) || a != b)))
       return ir_shape_fail(c, "%s (input %d) must be (C), C being dim 1 of x", names[i], i);
+  }
   c->out[0] = *x;
   c->out[1] = *c->in[3];
   c->out[2] = *c->in[4];

@@ -405,13 +405,12 @@ static loom_status_t running_stats(grad_ctx_t *c, norm_t *k, int rank, double ep
 
 /* Training mode normalizes with the batch's statistics over every dim but
  * the channel: layer_norm's gradient over those dims. The updated running
- * statistics feed assign, never a loss, so no gradient may flow from
- * them. */
+ * statistics (outputs 1 and 2) are state, not part of the function: as in
+ * PyTorch, which updates them outside autograd, no gradient flows from
+ * them (a traced segment that keeps them as outputs receives gradients
+ * for them, and drops them here). */
 loom_status_t grad_batch_norm(grad_ctx_t *c) {
-  if (c->dout[1] >= 0 || c->dout[2] >= 0)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "batch_norm gradient: the loss depends "
-                     "on the updated running statistics (outputs 1 and 2), "
-                     "which have no gradient");
+  if (c->dout[0] < 0) return LOOM_OK; /* only the statistics had gradients */
   int32_t dy = c->dout[0], scale_c, g, prod;
   int rank = type_of(c, c->node.in[0]).rank;
   double eps = ir_op_float(c->node.op, &c->node.attrs, "eps");

@@ -197,3 +197,9 @@ def test_dlpack_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match="stream"):
         loom.ones(2).__dlpack__(stream=1)
     assert loom.from_dlpack(NotCpu()).tolist() == [0, 1, 2]
+
+
+def test_zero_dim_tensors():
+    s = loom.tensor(3.5)
+    assert s.shape == () and s.ndim == 0 and s.item() == 3.5
+    assert loom.tensor(2).shape == () and (s * loom.tensor(2.0)).item() == 7.0

@@ -1,4 +1,5 @@
 """torch.nn.functional's names over Loom's ops."""
+from .. import _C
 from .. import functional as _F
 from .._tensor import Tensor
 from ..functional import (relu, gelu, silu, leaky_relu, elu, softplus, softmax,  # noqa: F401
@@ -81,3 +82,105 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 __all__ = [n for n, v in list(globals().items())
            if not n.startswith("_") and callable(v) and v is not Tensor]
+
+
+# ---- convolutions, pooling, normalization, attention ----
+
+def _pair_of(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _conv_pads(padding, kernel, dilation, stride):
+    if padding == "valid":
+        return [0, 0, 0, 0]
+    if padding == "same":
+        if any(s != 1 for s in stride):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        total = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return [total[0] // 2, total[1] // 2, total[0] - total[0] // 2, total[1] - total[1] // 2]
+    ph, pw = _pair_of(padding)
+    return [ph, pw, ph, pw]
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    stride, dilation = _pair_of(stride), _pair_of(dilation)
+    pads = _conv_pads(padding, weight.shape[2:], dilation, stride)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return _C.op("conv2d", inputs, {"stride": list(stride), "pads": pads,
+                                       "dilation": list(dilation), "groups": int(groups)})
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    ph, pw = _pair_of(padding)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return _C.op("conv_transpose2d", inputs, {
+        "stride": list(_pair_of(stride)), "pads": [ph, pw, ph, pw],
+        "dilation": list(_pair_of(dilation)), "groups": int(groups),
+        "output_padding": list(_pair_of(output_padding))})
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    ph, pw = _pair_of(padding)
+    attrs = {"kernel": list(_pair_of(kernel_size)), "pads": [ph, pw, ph, pw],
+             "dilation": list(_pair_of(dilation))}
+    if stride is not None:
+        attrs["stride"] = list(_pair_of(stride))
+    return _C.op("max_pool2d", (x,), attrs)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    ph, pw = _pair_of(padding)
+    attrs = {"kernel": list(_pair_of(kernel_size)), "pads": [ph, pw, ph, pw],
+             "count_include_pad": int(count_include_pad)}
+    if stride is not None:
+        attrs["stride"] = list(_pair_of(stride))
+    return _C.op("avg_pool2d", (x,), attrs)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    oh, ow = _pair_of(output_size)
+    h, w = x.shape[-2:]
+    if (oh, ow) == (1, 1):
+        return _C.op("global_avg_pool", (x,), None)
+    if h % oh or w % ow:
+        raise NotImplementedError("loom adaptive_avg_pool2d: output sizes that divide the "
+                                  "input's")
+    return avg_pool2d(x, (h // oh, w // ow))
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Returns y; in training, also updates running_mean and running_var
+    through the caller (BatchNorm2d), which receives them from
+    _batch_norm."""
+    return _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)[0]
+
+
+def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    from .. import ones, zeros
+    c = x.shape[1]
+    weight = weight if weight is not None else ones(c)
+    bias = bias if bias is not None else zeros(c)
+    return _C.op("batch_norm", (x, weight, bias, running_mean, running_var),
+                    {"eps": float(eps), "momentum": float(momentum),
+                     "training": int(bool(training))})
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v over the last two dims."""
+    import math
+    d = q.shape[-1]
+    scores = _C.op("matmul", (q, k), {"trans_b": 1}) * (scale or 1.0 / math.sqrt(d))
+    if is_causal:
+        from .. import tensor
+        import numpy as np
+        lq, lk = q.shape[-2], k.shape[-2]
+        mask = tensor(np.triu(np.full((lq, lk), -np.inf, np.float32), 1))
+        scores = scores + mask
+    if attn_mask is not None:
+        if attn_mask.dtype.name == "bool":
+            scores = _F.where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return softmax(scores, -1) @ v

@@ -102,3 +102,231 @@ class MSELoss(Module):
 
     def forward(self, input, target):
         return F.mse_loss(input, target, self.reduction)
+
+
+def _uniform_params(module, fan_in, *names_shapes):
+    from .. import empty
+    bound = 1 / math.sqrt(fan_in) if fan_in else 0
+    for name, shape in names_shapes:
+        t = Parameter(empty(*shape))
+        init.uniform_(t, -bound, bound)
+        setattr(module, name, t)
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True):
+        super().__init__()
+        kh, kw = F._pair_of(kernel_size)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (kh, kw)
+        fan_in = in_channels // groups * kh * kw
+        _uniform_params(self, fan_in, ("weight", (out_channels, in_channels // groups, kh, kw)))
+        if bias:
+            _uniform_params(self, fan_in, ("bias", (out_channels,)))
+        else:
+            self.bias = None
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
+               f"stride={self.stride}"
+
+
+class ConvTranspose2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1):
+        super().__init__()
+        kh, kw = F._pair_of(kernel_size)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.groups, self.dilation = groups, dilation
+        fan_in = out_channels // groups * kh * kw  # PyTorch's: weight dim 1 is fan in
+        _uniform_params(self, fan_in, ("weight", (in_channels, out_channels // groups, kh, kw)))
+        if bias:
+            _uniform_params(self, fan_in, ("bias", (out_channels,)))
+        else:
+            self.bias = None
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.groups, self.dilation)
+
+
+class BatchNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        from .. import ones, zeros, tensor
+        self.eps, self.momentum = eps, momentum
+        self.weight = Parameter(ones(num_features))
+        self.bias = Parameter(zeros(num_features))
+        self.register_buffer("running_mean", zeros(num_features))
+        self.register_buffer("running_var", ones(num_features))
+        self.register_buffer("num_batches_tracked", tensor(0))
+
+    def forward(self, x):
+        y, mean, var = F._batch_norm(x, self.running_mean, self.running_var, self.weight,
+                                     self.bias, self.training, self.momentum, self.eps)
+        if self.training:
+            self.running_mean, self.running_var = mean.detach(), var.detach()
+            self.num_batches_tracked = self.num_batches_tracked + 1
+        return y
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        super().__init__()
+        self.args = (kernel_size, stride, padding, dilation)
+
+    def forward(self, x):
+        return F.max_pool2d(x, *self.args)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True):
+        super().__init__()
+        self.args = (kernel_size, stride, padding, count_include_pad)
+
+    def forward(self, x):
+        return F.avg_pool2d(x, *self.args)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention's parameters (in_proj_weight, in_proj_bias,
+    out_proj) and call: (out, None); need_weights is not supported."""
+
+    def __init__(self, embed_dim, num_heads, bias=True, batch_first=False):
+        super().__init__()
+        from .. import zeros
+        if embed_dim % num_heads:
+            raise ValueError("embed_dim must be divisible by num_heads")
+        self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
+        self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim))
+        init.xavier_uniform_(self.in_proj_weight)
+        self.in_proj_bias = Parameter(zeros(3 * embed_dim)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, attn_mask=None, need_weights=False, is_causal=False):
+        if need_weights:
+            raise NotImplementedError("loom MultiheadAttention: need_weights=True")
+        if not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        e, h = self.embed_dim, self.num_heads
+        w = self.in_proj_weight
+        b = self.in_proj_bias
+        ws = w.split(e, 0)
+        bs = b.split(e, 0) if b is not None else (None, None, None)
+        q, k, v = (F.linear(t, wi, bi) for t, wi, bi in zip((query, key, value), ws, bs))
+        n, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+        q = q.reshape(n, lq, h, e // h).transpose(1, 2)
+        k = k.reshape(n, lk, h, e // h).transpose(1, 2)
+        v = v.reshape(n, lk, h, e // h).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal)
+        out = self.out_proj(out.transpose(1, 2).reshape(n, lq, e))
+        return (out if self.batch_first else out.transpose(0, 1)), None
+
+
+class LSTMCell(Module):
+    def __init__(self, input_size, hidden_size, bias=True):
+        super().__init__()
+        self.hidden_size = hidden_size
+        h = hidden_size
+        _uniform_params(self, h, ("weight_ih", (4 * h, input_size)), ("weight_hh", (4 * h, h)))
+        if bias:
+            _uniform_params(self, h, ("bias_ih", (4 * h,)), ("bias_hh", (4 * h,)))
+        else:
+            self.bias_ih = self.bias_hh = None
+
+    def forward(self, x, state=None):
+        if state is None:
+            from .. import zeros
+            z = zeros(x.shape[0], self.hidden_size, dtype=x.dtype)
+            state = (z, z)
+        h, c = state
+        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh,
+                                                                     self.bias_hh)
+        i, f, g, o = gates.chunk(4, 1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        return o.sigmoid() * c.tanh(), c
+
+
+class GRUCell(Module):
+    def __init__(self, input_size, hidden_size, bias=True):
+        super().__init__()
+        self.hidden_size = hidden_size
+        h = hidden_size
+        _uniform_params(self, h, ("weight_ih", (3 * h, input_size)), ("weight_hh", (3 * h, h)))
+        if bias:
+            _uniform_params(self, h, ("bias_ih", (3 * h,)), ("bias_hh", (3 * h,)))
+        else:
+            self.bias_ih = self.bias_hh = None
+
+    def forward(self, x, h=None):
+        if h is None:
+            from .. import zeros
+            h = zeros(x.shape[0], self.hidden_size, dtype=x.dtype)
+        xr, xz, xn = F.linear(x, self.weight_ih, self.bias_ih).chunk(3, 1)
+        hr, hz, hn = F.linear(h, self.weight_hh, self.bias_hh).chunk(3, 1)
+        r = (xr + hr).sigmoid()
+        z = (xz + hz).sigmoid()
+        n = (xn + r * hn).tanh()
+        return (1 - z) * n + z * h
+
+
+class LSTM(Module):
+    """torch.nn.LSTM (unidirectional): parameters weight_ih_l{k}, ...; the
+    time loop runs in Python and is traced one step per iteration."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
+        super().__init__()
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.batch_first, self.bias = batch_first, bias
+        h = hidden_size
+        for k in range(num_layers):
+            i = input_size if k == 0 else h
+            _uniform_params(self, h, (f"weight_ih_l{k}", (4 * h, i)),
+                            (f"weight_hh_l{k}", (4 * h, h)))
+            if bias:
+                _uniform_params(self, h, (f"bias_ih_l{k}", (4 * h,)),
+                                (f"bias_hh_l{k}", (4 * h,)))
+
+    def forward(self, x, state=None):
+        from .. import stack, zeros
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        steps, n = x.shape[0], x.shape[1]
+        if state is None:
+            z = zeros(self.num_layers, n, self.hidden_size, dtype=x.dtype)
+            state = (z, z)
+        hs = [state[0][k] for k in range(self.num_layers)]
+        cs = [state[1][k] for k in range(self.num_layers)]
+        outs = []
+        for t in range(steps):
+            inp = x[t]
+            for k in range(self.num_layers):
+                g = F.linear(inp, getattr(self, f"weight_ih_l{k}"),
+                             getattr(self, f"bias_ih_l{k}") if self.bias else None)
+                g = g + F.linear(hs[k], getattr(self, f"weight_hh_l{k}"),
+                                 getattr(self, f"bias_hh_l{k}") if self.bias else None)
+                i, f, gg, o = g.chunk(4, 1)
+                cs[k] = f.sigmoid() * cs[k] + i.sigmoid() * gg.tanh()
+                hs[k] = o.sigmoid() * cs[k].tanh()
+                inp = hs[k]
+            outs.append(inp)
+        out = stack(outs, 0)
+        if self.batch_first:
+            out = out.transpose(0, 1)
+        return out, (stack(hs, 0), stack(cs, 0))

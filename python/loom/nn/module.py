@@ -27,6 +27,9 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign before Module.__init__() call")
+        if name in self._buffers and (value is None or isinstance(value, Tensor)):
+            self._buffers[name] = value  # a buffer stays one (BatchNorm's statistics)
+            return
         for d in (self._parameters, self._buffers, self._modules):
             d.pop(name, None)
         if isinstance(value, Module):
@@ -127,6 +130,28 @@ class Module:
         for p in self.parameters():
             p.requires_grad = requires_grad
         return self
+
+    def to(self, dtype):
+        """Converts the floating-point parameters and buffers to dtype. They
+        become new tensors: make the optimizer after converting."""
+        from .. import _dtype
+        d = _dtype.resolve(dtype)
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for n, t in list(store.items()):
+                    if t is not None and t.dtype.is_floating_point and t.dtype is not d:
+                        new = t.detach().to(d)
+                        new._realize()
+                        if t.requires_grad:
+                            new.requires_grad = True
+                        store[n] = new
+        return self
+
+    def float(self):
+        return self.to("float32")
+
+    def double(self):
+        return self.to("float64")
 
     def apply(self, fn):
         for m in self.children():
