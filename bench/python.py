@@ -4,11 +4,20 @@
   python_overhead: 200 small elementwise ops on a (16,) tensor, written as
     plain Python, the result read at the end (Loom records them lazily and
     replays the segment, compiled once); ns per op, each side's best round.
+  python_dynamic: the four dynamic models of examples/python/dynamic.py
+    (one script, run by Loom and by PyTorch eager), items per second over
+    the same steps: Loom cold (an empty module cache; the wall time
+    includes every compile, which runs in the background while the eager
+    fallback runs) and warm (the modules on disk from a run before).
+    LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
 """
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -78,5 +87,53 @@ def overhead():
          compiles=loom.stats()["compiles"])
 
 
+STEPS = {"lstm": 12, "treelstm": 40, "moe": 30, "gnn": 30}
+
+
+def run_loom(fn, steps, seed):
+    t0 = time.perf_counter()
+    _, items = fn(loom, steps, seed)
+    return items / (time.perf_counter() - t0)
+
+
+def dynamic():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "examples", "python"))
+    import dynamic as models
+    wanted = os.environ.get("LOOM_BENCH_WORKLOADS", "lstm,treelstm,moe,gnn").split(",")
+    threads = [int(t) for t in os.environ.get("LOOM_BENCH_THREADS", "1,2").split(",")]
+    for name in wanted:
+        fn, steps = models.WORKLOADS[name], STEPS[name]
+        for th in threads:
+            theirs = float("nan")
+            if torch:
+                torch.set_num_threads(th)
+                fn(torch, 2, 1)  # warm
+                t0 = time.perf_counter()
+                _, items = fn(torch, steps, 2)
+                theirs = items / (time.perf_counter() - t0)
+            cache = tempfile.mkdtemp(prefix="loom-bench-python-")
+            os.environ["LOOM_CACHE_DIR"] = cache
+            try:
+                loom.set_num_threads(th)
+                loom.set_compile_mode("tiered")
+                cold = run_loom(fn, steps, 2)
+                cold_compiles = loom.stats()["compiles"]
+                loom.set_compile_mode("wait")  # every key of the workload to disk
+                fn(loom, steps, 2)
+                loom.set_compile_mode("tiered")
+                warm = run_loom(fn, steps, 2)
+                warm_compiles = loom.stats()["compiles"]
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+            for label, mine, compiles in (("cold", cold, cold_compiles),
+                                          ("warm", warm, warm_compiles)):
+                line(bench="python_dynamic", workload=name, threads=th, cache=label,
+                     steps=steps, loom_items_per_s=round(mine, 1),
+                     torch_eager_items_per_s=round(theirs, 1),
+                     vs_torch_eager=round(mine / theirs, 3), compiles=compiles)
+
+
 if __name__ == "__main__":
     overhead()
+    dynamic()

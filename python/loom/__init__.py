@@ -185,8 +185,32 @@ def step():
     _C.step()
 
 
+def sync():
+    """Runs everything recorded so far: a segment boundary (torch_xla's
+    mark_step). A loop whose body repeats (an RNN's time step) and calls it
+    once per iteration compiles one segment for the body and replays it,
+    instead of one segment for the whole unrolled loop."""
+    _C.sync()
+
+
 def set_num_threads(n):
+    """Threads of the steps that follow (0: LOOM_NUM_THREADS or every CPU).
+    Starts a new trace: its cache and the optimizers' state start afresh."""
     _C.set_num_threads(n)
+
+
+_COMPILE_MODES = {"tiered": 0, "wait": 1, "interpret": 2}
+
+
+def set_compile_mode(mode):
+    """How a step runs a segment seen for the first time: "tiered" (the
+    default: the eager fallback runs it while a background worker compiles
+    it), "wait" (it is compiled first, so that every run is compiled code),
+    "interpret" (nothing is compiled). Starts a new trace, as
+    set_num_threads."""
+    if mode not in _COMPILE_MODES:
+        raise ValueError(f"compile mode {mode!r}: one of {sorted(_COMPILE_MODES)}")
+    _C._set_compile_mode(_COMPILE_MODES[mode])
 
 
 is_grad_enabled = _C.is_grad_enabled

@@ -399,6 +399,28 @@ def gather(x, dim, index):
                               "op table yet; index_select and x[index] are")
 
 
+def scatter_add(x, dim, index, src):
+    """torch.scatter_add: x with src[i][j] added at x[index[i][j]][j] (dim 0)."""
+    return _op("scatter_add", x, index, src, axis=int(dim))
+
+
+def index_add(x, dim, index, src):
+    """torch.index_add: x with row i of src added at row index[i] along dim."""
+    shape = list(src.shape)
+    view = [1] * len(shape)
+    view[dim] = shape[dim]
+    full = expand(reshape(index, view), *shape)
+    return scatter_add(x, dim, full, src)
+
+
+def any(x, dim=None, keepdim=False):
+    return gt(sum(cast(x, _I64), dim, keepdim), 0)
+
+
+def all(x, dim=None, keepdim=False):
+    return logical_not(any(logical_not(x), dim, keepdim))
+
+
 def embedding(index, weight):
     return _op("embedding", weight, index)
 
@@ -514,7 +536,8 @@ METHODS = {name: globals()[name] for name in (
     "min", "amax", "amin", "argmax", "argmin", "cumsum", "topk", "softmax", "log_softmax",
     "matmul", "mm", "bmm", "reshape", "flatten", "permute", "transpose", "swapaxes", "t",
     "unsqueeze", "squeeze", "expand", "split", "chunk", "flip", "tile", "repeat",
-    "index_select", "masked_fill", "nonzero", "gelu", "leaky_relu", "elu")}
+    "index_select", "masked_fill", "nonzero", "gelu", "leaky_relu", "elu", "scatter_add",
+    "index_add", "any", "all")}
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

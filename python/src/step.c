@@ -9,6 +9,7 @@
 static struct {
   loom_trace_t *trace;
   int threads;       /* of the next trace made (0: LOOM_NUM_THREADS) */
+  int compile_mode;  /* of the next trace: 0 tiered, 1 wait for compiles, 2 interpret */
   uint64_t id;       /* the current step (from 1) */
   bool open;         /* something entered or recorded since the last end */
   py_tensor_t *results; /* the step's op results: lazy or made real */
@@ -30,6 +31,8 @@ loom_trace_t *py_step_trace(void) {
   loom_trace_options_t o;
   loom_trace_options_init(&o);
   o.num_threads = st.threads;
+  o.tiered = st.compile_mode == 0;
+  o.compile = st.compile_mode != 2;
   loom_status_t s = loom_trace_create(&o, &st.trace);
   if (s != LOOM_OK) {
     st.trace = NULL;
@@ -157,6 +160,29 @@ static PyObject *fn_step(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* sync(): runs everything recorded so far (a segment boundary); the
+ * tensors stay lazy values of the step. */
+static PyObject *fn_sync(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (!st.open) Py_RETURN_NONE;
+  loom_status_t s = loom_trace_sync(st.trace);
+  if (s != LOOM_OK) return py_fail(s);
+  Py_RETURN_NONE;
+}
+
+/* Ends the step and drops the trace, so that the next step makes one
+ * with the new settings (its cache and optimizer state start afresh). */
+static int renew_trace(void) {
+  if (py_step_end() < 0) return -1;
+  loom_trace_destroy(st.trace);
+  st.trace = NULL;
+  Py_ssize_t n_params = st.params ? PyList_GET_SIZE(st.params) : 0;
+  for (Py_ssize_t i = 0; i < n_params; i++)
+    ((py_tensor_t *)PyList_GET_ITEM(st.params, i))->held = false;
+  Py_CLEAR(st.params);
+  return 0;
+}
+
 static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
   (void)self;
   long n = PyLong_AsLong(arg);
@@ -165,14 +191,22 @@ static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
     PyErr_Format(PyExc_ValueError, "loom: threads must be in 0..1024 (got %ld)", n);
     return NULL;
   }
-  if (py_step_end() < 0) return NULL;
-  loom_trace_destroy(st.trace); /* the next step makes one with n threads */
-  st.trace = NULL;
-  Py_ssize_t n_params = st.params ? PyList_GET_SIZE(st.params) : 0;
-  for (Py_ssize_t i = 0; i < n_params; i++)
-    ((py_tensor_t *)PyList_GET_ITEM(st.params, i))->held = false;
-  Py_CLEAR(st.params);
+  if (renew_trace() < 0) return NULL;
   st.threads = (int)n;
+  Py_RETURN_NONE;
+}
+
+/* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
+static PyObject *fn_set_compile_mode(PyObject *self, PyObject *arg) {
+  (void)self;
+  long mode = PyLong_AsLong(arg);
+  if (mode == -1 && PyErr_Occurred()) return NULL;
+  if (mode < 0 || mode > 2) {
+    PyErr_SetString(PyExc_ValueError, "loom: compile mode 0, 1 or 2");
+    return NULL;
+  }
+  if (renew_trace() < 0) return NULL;
+  st.compile_mode = (int)mode;
   Py_RETURN_NONE;
 }
 
@@ -352,6 +386,8 @@ static PyObject *fn_stats(PyObject *self, PyObject *unused) {
 PyMethodDef py_step_methods[] = {
     {"step", fn_step, METH_NOARGS, "ends the step: runs what is pending"},
     {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
+    {"sync", fn_sync, METH_NOARGS, "runs what is recorded: a segment boundary"},
+    {"_set_compile_mode", fn_set_compile_mode, METH_O, "0 tiered, 1 wait, 2 interpret"},
     {"_no_grad_enter", fn_no_grad_enter, METH_NOARGS, NULL},
     {"_no_grad_exit", fn_no_grad_exit, METH_NOARGS, NULL},
     {"is_grad_enabled", fn_grad_enabled, METH_NOARGS, "False inside loom.no_grad()"},

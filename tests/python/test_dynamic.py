@@ -1,0 +1,74 @@
+"""The dynamic models of examples/python/dynamic.py through Loom: they run
+and learn, compiled runs agree with the eager fallback's, data-dependent
+routing and recursion work, and the ops they use match PyTorch."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import loom
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+import dynamic  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def compile_mode():
+    yield loom.set_compile_mode
+    loom.set_compile_mode("tiered")
+
+
+@pytest.mark.parametrize("name,steps", [("lstm", 2), ("treelstm", 4), ("moe", 3), ("gnn", 3)])
+def test_compiled_runs_match_the_eager_fallback(name, steps, compile_mode):
+    compile_mode("interpret")
+    eager, items = dynamic.WORKLOADS[name](loom, steps, 3)
+    compile_mode("wait")
+    compiled, items2 = dynamic.WORKLOADS[name](loom, steps, 3)
+    assert items == items2 > 0
+    np.testing.assert_allclose(compiled, eager, rtol=2e-4)
+    assert all(np.isfinite(eager))
+
+
+def test_moe_and_gnn_learn():
+    moe, _ = dynamic.moe(loom, 25, 0)
+    assert np.mean(moe[-5:]) < 0.6 * np.mean(moe[:5])
+    gnn, _ = dynamic.gnn(loom, 40, 0)
+    assert np.mean(gnn[-5:]) < np.mean(gnn[:5])
+
+
+def test_the_same_script_runs_on_torch():
+    for name in dynamic.WORKLOADS:
+        losses, items = dynamic.WORKLOADS[name](torch, 1, 0)
+        assert items > 0 and np.isfinite(losses[0])
+
+
+def test_scatter_index_add_any_all_against_torch():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    src = rng.standard_normal((4, 3)).astype(np.float32)
+    idx = np.array([4, 0, 4, 2])
+    mine = loom.from_numpy(x).index_add(0, loom.from_numpy(idx), loom.from_numpy(src))
+    theirs = torch.from_numpy(x).index_add(0, torch.from_numpy(idx), torch.from_numpy(src))
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+    b = rng.random((3, 4)) > 0.5
+    for dim in (None, 0, 1):
+        tb = torch.from_numpy(b)
+        np.testing.assert_array_equal(
+            loom.from_numpy(b).any(dim).numpy(),
+            (tb.any() if dim is None else tb.any(dim)).numpy())
+        np.testing.assert_array_equal(
+            loom.from_numpy(b).all(dim).numpy(),
+            (tb.all() if dim is None else tb.all(dim)).numpy())
+
+
+def test_sync_keeps_values_lazy_and_right():
+    x = loom.tensor([1.0, 2.0])
+    y = x * 3
+    loom.sync()
+    z = y + 1
+    assert z.tolist() == [4.0, 7.0]
+    with pytest.raises(ValueError, match="compile mode"):
+        loom.set_compile_mode("fast")
