@@ -406,11 +406,27 @@ def scatter_add(x, dim, index, src):
 
 def index_add(x, dim, index, src):
     """torch.index_add: x with row i of src added at row index[i] along dim."""
-    shape = list(src.shape)
-    view = [1] * len(shape)
-    view[dim] = shape[dim]
-    full = expand(reshape(index, view), *shape)
+    dim %= src.ndim
+    # index broadcast to src's shape without naming the size along dim
+    # (which may be symbolic: a reshape to it would pin it)
+    full = cast(index, _I64)
+    for i in range(src.ndim):
+        if i != dim:
+            full = unsqueeze(full, i)
+    others = [1 if i == dim else s for i, s in enumerate(src.shape)]
+    full = add(full, _zeros_i64(tuple(others)))
     return scatter_add(x, dim, full, src)
+
+
+_zero_blocks = {}
+
+
+def _zeros_i64(shape):
+    z = _zero_blocks.get(shape)
+    if z is None:
+        z = _C.zeros(_I64._code, shape)
+        _zero_blocks[shape] = z
+    return z
 
 
 def any(x, dim=None, keepdim=False):
