@@ -10,6 +10,12 @@
     includes every compile, which runs in the background while the eager
     fallback runs) and warm (the modules on disk from a run before).
     LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
+  python_train: the training step (forward, cross-entropy, backward,
+    AdamW) of the MLP and ResNet-18 of bench/run train, written with
+    loom.nn (examples/python/static_models.py) and driven from Python, against the
+    same step driven from C (build/bench_train, LOOM_BENCH_PEERS=0) and
+    PyTorch eager with the same initial weights; median ms per step.
+    LOOM_BENCH_MODELS=mlp picks some.
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
 """
@@ -134,6 +140,86 @@ def dynamic():
                      vs_torch_eager=round(mine / theirs, 3), compiles=compiles)
 
 
+def median_step_ms(step, warm, reps):
+    for _ in range(warm):
+        step()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
+
+
+def c_step_ms(model, threads):
+    build = os.environ.get("LOOM_BUILD_DIR") or os.path.join(HERE, "..", "build")
+    env = dict(os.environ, LOOM_BENCH_PEERS="0", LOOM_BENCH_THREADS=str(threads))
+    import subprocess
+    out = subprocess.run([os.path.join(build, "bench_train"), "bench", model], env=env,
+                         capture_output=True, text=True, check=False).stdout
+    for row in out.splitlines():
+        d = json.loads(row)
+        if d.get("model") == model and d.get("threads") == threads:
+            return d.get("loom_ms") or float("nan")
+    return float("nan")
+
+
+def train():
+    sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
+    import static_models as loom_models
+    peers = None
+    if torch:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("peer_models",
+                                                      os.path.join(HERE, "peers", "models.py"))
+        peers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peers)
+    wanted = os.environ.get("LOOM_BENCH_MODELS", "mlp,resnet18").split(",")
+    threads = [int(t) for t in os.environ.get("LOOM_BENCH_THREADS", "1,2").split(",")]
+    reps = {"mlp": 30, "resnet18": 6}
+    for name in wanted:
+        make, shape, classes = loom_models.MODELS[name]
+        n = int(np.prod(shape))
+        x_np = (peers.init_values("input", n, 1.0) if peers else
+                np.random.default_rng(0).uniform(-1, 1, n).astype(np.float32)).reshape(shape)
+        y_np = (np.arange(shape[0]) * 7 % classes).astype(np.int64)
+        for th in threads:
+            theirs, state = float("nan"), None
+            if torch:
+                torch.set_num_threads(th)
+                tm = peers.load_loom_init(make(torch)).train()
+                state = {k: v.detach().numpy().copy() for k, v in tm.state_dict().items()}
+                topt = torch.optim.AdamW(tm.parameters(), lr=1e-3, weight_decay=0.01)
+                tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+                def tstep():
+                    topt.zero_grad()
+                    torch.nn.functional.cross_entropy(tm(tx), ty).backward()
+                    topt.step()
+                theirs = median_step_ms(tstep, 3, reps[name])
+            loom.set_num_threads(th)
+            loom.set_compile_mode("wait")  # compiled from the first step on
+            lm = make(loom).train()
+            if state:
+                lm.load_state_dict(state)
+            lopt = loom.optim.AdamW(lm.parameters(), lr=1e-3, weight_decay=0.01)
+            lx, ly = loom.from_numpy(x_np), loom.from_numpy(y_np)
+
+            def lstep():
+                lopt.zero_grad()
+                loom.nn.functional.cross_entropy(lm(lx), ly).backward()
+                lopt.step()
+            mine = median_step_ms(lstep, 3, reps[name])
+            loom.set_compile_mode("tiered")
+            c = c_step_ms(name, th)
+            line(bench="python_train", model=name, threads=th, loom_ms=round(mine, 3),
+                 c_ms=round(c, 3), torch_eager_ms=round(theirs, 3),
+                 vs_torch_eager=round(theirs / mine, 3), python_over_c=round(mine / c, 3))
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 if __name__ == "__main__":
     overhead()
     dynamic()
+    train()
