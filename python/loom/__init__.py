@@ -240,9 +240,64 @@ def dynamic(x, dim=0, policy="symbolic"):
     return x
 
 
-def explain():
-    """The trace's report: graph breaks, the cache's keys, recompiles."""
-    return _C._explain()
+class Explanation:
+    """What loom.explain(fn, *args) found: the graph breaks with their
+    reasons and source lines, the counters of the run, the trace's report."""
+
+    def __init__(self, breaks, counters, report, result):
+        self.breaks = breaks      # [(reason, "file:line"), ...] in order
+        self.counters = counters  # segments, hits, misses, compiles, ... of the run
+        self.report = report      # loom_trace_explain's text
+        self.result = result      # what fn returned
+
+    def __str__(self):
+        lines = [f"graph breaks: {len(self.breaks)}"]
+        seen = {}
+        for b in self.breaks:
+            seen[b] = seen.get(b, 0) + 1
+        for (reason, where), n in seen.items():
+            lines.append(f"  {where}: {reason}" + (f" (x{n})" if n > 1 else ""))
+        lines.append("this run: " + ", ".join(f"{k} {v}" for k, v in self.counters.items()))
+        lines.append(self.report.rstrip())
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+_PACKAGE_DIR = __import__("os").path.dirname(__file__)
+
+
+def explain(fn=None, *args, **kwargs):
+    """loom.explain(fn, *args): runs fn(*args, **kwargs) once, then ends the
+    step, and returns an Explanation: each graph break (a value read, a
+    branch on a tensor, a data-dependent shape, backward, loom.sync) with
+    the file:line of the user's code that caused it, the run's counters
+    (segments, hits, misses, compiles, recompiles), and the trace's report
+    (its keys, recompiles with what differed), as torch._dynamo.explain.
+    loom.explain() alone returns that report for everything so far."""
+    if fn is None:
+        return _C._explain()
+    import sys
+    breaks = []
+
+    def hook(reason):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            frame = frame.f_back
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+        breaks.append((reason, where))
+
+    before = _C._stats()
+    _C._set_break_hook(hook)
+    try:
+        result = fn(*args, **kwargs)
+        step()
+    finally:
+        _C._set_break_hook(None)
+    after = _C._stats()
+    counters = {k: after[k] - before[k] for k in ("segments", "hits", "misses", "compiles",
+                                                   "recompiles", "recorded_ops")}
+    return Explanation(breaks, counters, _C._explain(), result)
 
 
 def stats():

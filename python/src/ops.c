@@ -146,6 +146,17 @@ static PyObject *record(const char *name, int op, PyObject *const *inputs, Py_ss
   return result;
 }
 
+/* Whether op's output shape depends on its input data (nonzero). */
+static bool data_shaped(int op) {
+  static signed char known[1024];
+  if (op < 0 || op >= 1024) return false;
+  if (!known[op]) {
+    loom_op_info_t info = LOOM_OP_INFO_INIT;
+    known[op] = loom_op_get_info(op, &info) == LOOM_OK && info.data_dependent_shape ? 1 : -1;
+  }
+  return known[op] > 0;
+}
+
 /* op(name, inputs, attrs): the op's outputs, a Tensor or a tuple. */
 static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
@@ -158,6 +169,8 @@ static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
   int op;
   if (!name) return NULL;
   if (loom_op_find(name, &op) != LOOM_OK) return py_fail(LOOM_ERR_INVALID);
+  if (data_shaped(op) && py_step_break("an output shape that depends on data") < 0)
+    return NULL;
   return record(name, op, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]),
                 args[2] == Py_None ? NULL : args[2]);
 }

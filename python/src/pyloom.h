@@ -73,6 +73,9 @@ void py_step_realized(py_tensor_t *t);
 /* Ends the step when nothing alive could still use its values. */
 int py_step_idle(void);
 bool py_step_grad_enabled(void);
+/* Tells loom.explain's callback, when one is set, of a graph break and its
+ * reason; -1 when the callback raised. */
+int py_step_break(const char *reason);
 /* Ends the step if one is open: every lazy tensor alive made real first. */
 int py_step_end(void);
 /* The step's functions of the module (loom._C.step_end, ...). */

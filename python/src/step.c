@@ -24,6 +24,23 @@ static struct {
 
 uint64_t py_step_id(void) { return st.id; }
 
+/* loom.explain's callback, called with the reason of each graph break the
+ * program causes (NULL: none, and no cost). */
+static PyObject *break_hook;
+
+int py_step_break(const char *reason) {
+  if (!break_hook) return 0;
+  PyObject *r = PyObject_CallFunction(break_hook, "s", reason);
+  Py_XDECREF(r);
+  return r ? 0 : -1;
+}
+
+static PyObject *fn_set_break_hook(PyObject *self, PyObject *hook) {
+  (void)self;
+  Py_XSETREF(break_hook, hook == Py_None ? NULL : Py_NewRef(hook));
+  Py_RETURN_NONE;
+}
+
 bool py_step_grad_enabled(void) { return st.no_grad == 0; }
 
 loom_trace_t *py_step_trace(void) {
@@ -165,6 +182,7 @@ static PyObject *fn_step(PyObject *self, PyObject *unused) {
 static PyObject *fn_sync(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
   if (!st.open) Py_RETURN_NONE;
+  if (py_step_break("loom.sync()") < 0) return NULL;
   loom_status_t s = loom_trace_sync(st.trace);
   if (s != LOOM_OK) return py_fail(s);
   Py_RETURN_NONE;
@@ -247,6 +265,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
                     "loom.step() or an optimizer's step())");
     return NULL;
   }
+  if (py_step_break("backward()") < 0) return NULL;
   loom_status_t s = loom_trace_backward(st.trace, loss->value);
   if (s != LOOM_OK) return py_fail(s);
   st.backward_ran = true;
@@ -337,6 +356,8 @@ static PyObject *fn_cond(PyObject *self, PyObject *arg) {
     loom_status_t s = loom_tensor_get_f64(t->data, 0, &v);
     return s == LOOM_OK ? PyBool_FromLong(v != 0) : py_fail(s);
   }
+  if (py_step_break("bool() of a tensor: the branch joins the path signature") < 0)
+    return NULL;
   int taken;
   loom_status_t s = loom_trace_cond(st.trace, t->value, &taken);
   return s == LOOM_OK ? PyBool_FromLong(taken) : py_fail(s);
@@ -396,5 +417,6 @@ PyMethodDef py_step_methods[] = {
     {"_step_params", fn_step_params, METH_NOARGS, "the step's parameters"},
     {"_cond", fn_cond, METH_O, "bool(t), joining the path signature"},
     {"_explain", fn_explain, METH_NOARGS, "the trace's report"},
+    {"_set_break_hook", fn_set_break_hook, METH_O, "loom.explain's callback, or None"},
     {"_stats", fn_stats, METH_NOARGS, "the trace's counters"},
     {NULL, NULL, 0, NULL}};

@@ -121,6 +121,11 @@ int py_tensor_realize(py_tensor_t *t) {
   return 0;
 }
 
+/* A read of a lazy tensor from Python: a graph break loom.explain lists. */
+static int read_break(py_tensor_t *t, const char *reason) {
+  return t->data ? 0 : py_step_break(reason);
+}
+
 /* ---- the type ---- */
 
 static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
@@ -146,7 +151,9 @@ static void tensor_dealloc(py_tensor_t *t) {
 
 /* Exports the data: the wrapped buffer's own layout, or row-major. */
 static int tensor_getbuffer(py_tensor_t *t, Py_buffer *view, int flags) {
-  if (py_tensor_realize(t) < 0 || py_step_idle() < 0) return -1;
+  if (read_break(t, "the data read (.numpy(), .tolist(), print)") < 0 ||
+      py_tensor_realize(t) < 0 || py_step_idle() < 0)
+    return -1;
   const char *format = dtype_format(t->dtype);
   if (!format) {
     PyErr_Format(PyExc_BufferError, "loom: %s has no NumPy dtype; convert it first (t.float())",
@@ -287,7 +294,8 @@ static PyGetSetDef tensor_getset[] = {
 
 static PyObject *tensor_realize_method(py_tensor_t *t, PyObject *unused) {
   (void)unused;
-  if (py_tensor_realize(t) < 0 || py_step_idle() < 0) return NULL;
+  if (read_break(t, "a value read") < 0 || py_tensor_realize(t) < 0 || py_step_idle() < 0)
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -302,7 +310,7 @@ static PyObject *tensor_item(py_tensor_t *t, PyObject *unused) {
 }
 
 static PyObject *item_of(py_tensor_t *t) {
-  if (py_tensor_realize(t) < 0) return NULL;
+  if (read_break(t, ".item() (or float(), int())") < 0 || py_tensor_realize(t) < 0) return NULL;
   if (loom_tensor_numel(t->data) != 1) {
     PyErr_Format(PyExc_ValueError, "a Tensor with %lld elements cannot be converted to Scalar",
                  (long long)loom_tensor_numel(t->data));

@@ -203,3 +203,28 @@ def test_zero_dim_tensors():
     s = loom.tensor(3.5)
     assert s.shape == () and s.ndim == 0 and s.item() == 3.5
     assert loom.tensor(2).shape == () and (s * loom.tensor(2.0)).item() == 7.0
+
+
+def test_explain_names_each_break_and_its_line():
+    import inspect
+
+    def program(x):
+        y = (x * 2).sum()
+        if y > 0:  # the branch
+            z = x.exp()
+        else:
+            z = -x
+        rows = loom.nonzero(z > 1)  # data-dependent shape
+        return z.numpy(), rows.shape  # the read
+
+    e = loom.explain(program, loom.tensor([1.0, -2.0, 3.0]))
+    first = inspect.getsourcelines(program)[1]
+    where = [(reason.split(":")[0].split(" (")[0], int(at.rsplit(":", 1)[1]))
+             for reason, at in e.breaks]
+    assert where == [("bool() of a tensor", first + 2),
+                     ("an output shape that depends on data", first + 6),
+                     ("the data read", first + 7)]
+    assert all(at.startswith(__file__) for _, at in e.breaks)
+    assert e.counters["segments"] == 3
+    assert "graph breaks: 3" in str(e) and "loom_trace_cond" in str(e)
+    np.testing.assert_allclose(e.result[0], np.exp([1.0, -2.0, 3.0]), rtol=1e-6)
