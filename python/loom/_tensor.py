@@ -94,6 +94,15 @@ class Tensor(_C.TensorBase):
             return self
         return _F.stop_gradient(self)
 
+    def clone(self):
+        return _F._op("identity", self)
+
+    def __deepcopy__(self, memo):
+        copy = _C.from_bytes(self._dtype, self.shape, _C.to_bytes(self))
+        copy.requires_grad = self.requires_grad and self.is_leaf
+        memo[id(self)] = copy
+        return copy
+
     def requires_grad_(self, requires_grad=True):
         self.requires_grad = requires_grad
         return self

@@ -158,3 +158,14 @@ def test_malformed_files_are_refused(tmp_path):
         loom.load(str(tmp_path / "missing"))
     with pytest.raises(TypeError):
         loom.save({"w": np.zeros(3)}, str(tmp_path / "x"))
+
+
+def test_a_submodule_assigned_over_none_is_registered():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.extra = None
+            self.extra = nn.Linear(2, 2)
+
+    b = Block()
+    assert isinstance(b.extra, nn.Linear) and len(list(b.parameters())) == 2

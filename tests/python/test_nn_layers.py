@@ -87,3 +87,23 @@ def test_module_to_float64():
     m = nn.Linear(3, 2).to(loom.float64)
     assert m.weight.dtype is loom.float64 and m.weight.requires_grad
     assert m(loom.ones(1, 3, dtype=loom.float64)).dtype is loom.float64
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder(norm_first):
+    def make(m):
+        layer = m.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                          norm_first=norm_first)
+        return m.TransformerEncoder(layer, 2)
+    twin(make, (2, 5, 16), rtol=2e-4, atol=2e-5)
+
+
+def test_deepcopy_and_clone():
+    import copy
+    m = nn.Linear(3, 2)
+    c = copy.deepcopy(m)
+    assert c.weight is not m.weight and c.weight.requires_grad
+    np.testing.assert_array_equal(c.weight.detach().numpy(), m.weight.detach().numpy())
+    x = loom.ones(2, requires_grad=True)
+    (x.clone() * 3).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]

@@ -3,5 +3,6 @@ from . import functional, init  # noqa: F401
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d,  # noqa: F401
                      ConvTranspose2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GELU,
                      GRUCell, Identity, LayerNorm, Linear, LSTM, LSTMCell, MaxPool2d, MSELoss,
-                     MultiheadAttention, ReLU, Sigmoid, SiLU, Tanh)
+                     MultiheadAttention, ReLU, Sigmoid, SiLU, Tanh, TransformerEncoder,
+                     TransformerEncoderLayer)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401

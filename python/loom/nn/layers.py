@@ -4,7 +4,7 @@ import math
 from .. import functional as _F
 from . import functional as F
 from . import init
-from .module import Module, Parameter
+from .module import Module, ModuleList, Parameter
 
 
 class Linear(Module):
@@ -330,3 +330,50 @@ class LSTM(Module):
         if self.batch_first:
             out = out.transpose(0, 1)
         return out, (stack(hs, 0), stack(cs, 0))
+
+
+class TransformerEncoderLayer(Module):
+    """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward
+    block, each with a residual and LayerNorm (after, or before with
+    norm_first), PyTorch's parameter names."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        acts = {"relu": _F.relu, "gelu": _F.gelu}
+        self.activation = acts[activation] if isinstance(activation, str) else activation
+
+    def _sa(self, x, mask):
+        return self.dropout1(self.self_attn(x, x, x, attn_mask=mask)[0])
+
+    def _ff(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, src, src_mask=None):
+        x = src
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), src_mask)
+            return x + self._ff(self.norm2(x))
+        x = self.norm1(x + self._sa(x, src_mask))
+        return self.norm2(x + self._ff(x))
+
+
+class TransformerEncoder(Module):
+    def __init__(self, encoder_layer, num_layers, norm=None):
+        super().__init__()
+        import copy
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.norm = norm
+
+    def forward(self, src, mask=None):
+        for layer in self.layers:
+            src = layer(src, mask)
+        return self.norm(src) if self.norm is not None else src

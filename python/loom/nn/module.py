@@ -10,10 +10,20 @@ from .._tensor import Tensor
 
 def Parameter(data, requires_grad=True):
     """A tensor that a Module registers as a parameter (a leaf requiring
-    grad). Returns data itself, flagged."""
+    grad): data itself, flagged, when it is a real leaf; else (the result
+    of ops) a new leaf holding its values."""
     if not isinstance(data, Tensor):
         raise TypeError("Parameter: a loom Tensor is needed")
-    data.requires_grad = requires_grad
+    if data._lazy or not data.is_leaf:
+        from .. import _C
+        data = _C.from_bytes(data._dtype, data.shape, _C.to_bytes(data.detach()))
+    if data.requires_grad != requires_grad:
+        try:
+            data.requires_grad = requires_grad
+        except RuntimeError:  # used in the step in progress: end it first
+            from .. import step
+            step()
+            data.requires_grad = requires_grad
     return data
 
 
@@ -33,8 +43,10 @@ class Module:
         for d in (self._parameters, self._buffers, self._modules):
             d.pop(name, None)
         if isinstance(value, Module):
+            self.__dict__.pop(name, None)  # self.x = None before: x is a module now
             self._modules[name] = value
         elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            self.__dict__.pop(name, None)
             self._parameters[name] = value
         else:
             object.__setattr__(self, name, value)
