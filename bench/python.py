@@ -11,10 +11,11 @@
     fallback runs) and warm (the modules on disk from a run before).
     LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
   python_train: the training step (forward, cross-entropy, backward,
-    AdamW) of the MLP and ResNet-18 of bench/run train, written with
-    loom.nn (examples/python/static_models.py) and driven from Python, against the
-    same step driven from C (build/bench_train, LOOM_BENCH_PEERS=0) and
-    PyTorch eager with the same initial weights; median ms per step.
+    AdamW) of the MLP, ResNet-18, Transformer and ViT of bench/run train,
+    written with loom.nn (examples/python/static_models.py) and driven
+    from Python, against the same step driven from C (build/bench_train,
+    LOOM_BENCH_PEERS=0: its one compiled executable per step) and PyTorch
+    eager with the same initial weights; median ms per step.
     LOOM_BENCH_MODELS=mlp picks some.
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
@@ -174,9 +175,9 @@ def train():
                                                       os.path.join(HERE, "peers", "models.py"))
         peers = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(peers)
-    wanted = os.environ.get("LOOM_BENCH_MODELS", "mlp,resnet18").split(",")
+    wanted = os.environ.get("LOOM_BENCH_MODELS", "mlp,resnet18,transformer,vit").split(",")
     threads = [int(t) for t in os.environ.get("LOOM_BENCH_THREADS", "1,2").split(",")]
-    reps = {"mlp": 30, "resnet18": 6}
+    reps = {"mlp": 30, "resnet18": 6, "transformer": 6, "vit": 8}
     for name in wanted:
         make, shape, classes = loom_models.MODELS[name]
         n = int(np.prod(shape))
