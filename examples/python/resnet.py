@@ -30,7 +30,7 @@ def main():
         opt = loom.optim.AdamW(model.parameters(), lr=1e-3)
     else:
         model = static_models.resnet18(loom, classes=classes)
-        opt = loom.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4)
+        opt = loom.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     model.train()
     start = time.perf_counter()
     for step in range(args.steps):

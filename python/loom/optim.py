@@ -1,41 +1,78 @@
-"""Optimizers as torch.optim's: SGD, Adam, AdamW. step() runs Loom's
-optimizer (loom_trace_optimizer_step: the update of every parameter as one
-executable, compiled once and replayed) over the step's gradients, then
-ends the traced step. The learning rate is an input of that executable:
-a schedule that changes it recompiles nothing."""
+"""Optimizers as torch.optim's: SGD, Adam, AdamW, with param groups.
+
+step() applies each parameter's .grad, then ends the traced step. When
+every .grad is exactly the gradient this step's backward gave (the common
+loop: zero_grad, backward, step), the update runs as Loom's optimizer
+step (loom_trace_optimizer_step: every parameter's update in one
+executable, compiled once and replayed; the learning rate is an input of
+it, so a schedule recompiles nothing). When a .grad was changed
+(clip_grad_norm_, gradients accumulated over several steps, a second
+optimizer over other parameters of the step, several param groups), the
+same update runs as traced ops on the .grad values, with its state kept
+here. The two keep separate state: a program that switches between them
+mid-training restarts the moments."""
+import math
+
 from . import _C
 
 _SGD, _ADAM, _ADAMW = 0, 1, 2
 
 
 class Optimizer:
+    _kind = None
+
     def __init__(self, params, defaults):
-        self.param_groups = [{"params": list(params), **defaults}]
-        if not self.param_groups[0]["params"]:
+        params = list(params)
+        if not params:
             raise ValueError("optimizer got an empty parameter list")
-        for p in self.param_groups[0]["params"]:
-            if not p.requires_grad or not p.is_leaf:
-                raise ValueError("can't optimize a tensor that is not a leaf requiring grad")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for g in groups:
+            group = {**defaults, **g, "params": list(g["params"])}
+            for p in group["params"]:
+                if not p.requires_grad or not p.is_leaf:
+                    raise ValueError("can't optimize a tensor that is not a leaf requiring grad")
+            self.param_groups.append(group)
+        self.defaults = defaults
+        self.state = {}  # id(p) -> state of the update in Python
 
     def zero_grad(self, set_to_none=True):
         for group in self.param_groups:
             for p in group["params"]:
                 p.grad = None if set_to_none else (p.grad * 0 if p.grad is not None else None)
 
-    def _run(self, kind, momentum=0.0, nesterov=False, betas=(0.9, 0.999), eps=1e-8):
-        group = self.param_groups[0]
-        mine = {id(p) for p in group["params"]}
-        for p in _C._step_params():
-            if id(p) not in mine:
-                raise NotImplementedError(
-                    "loom.optim: the step used a parameter this optimizer does not hold; "
-                    "one optimizer updates every parameter of a step")
-        _C._optimizer_step(kind, float(group["lr"]), float(momentum), bool(nesterov),
-                           float(betas[0]), float(betas[1]), float(eps),
-                           float(group["weight_decay"]))
+    def step(self):
+        params = [p for g in self.param_groups for p in g["params"]]
+        mine = {id(p) for p in params}
+        if (len(self.param_groups) == 1 and _C._trace_grads_current(params)
+                and all(id(p) in mine for p in _C._step_params())):
+            g = self.param_groups[0]
+            _C._optimizer_step(self._kind, float(g["lr"]), float(g.get("momentum", 0.0)),
+                               bool(g.get("nesterov", False)),
+                               float(g.get("betas", (0.9, 0.999))[0]),
+                               float(g.get("betas", (0.9, 0.999))[1]),
+                               float(g.get("eps", 1e-8)), float(g["weight_decay"]))
+            return
+        self._step_from_grads()
+
+    def _step_from_grads(self):
+        """The update as traced ops on .grad; the step then ends and the new
+        values are written into the parameters."""
+        from . import no_grad, step
+        updates = []
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        updates.append((p, self._update(p, p.grad, group)))
+        step()  # makes the new values and the state real
+        for p, new in updates:
+            _C._copy_into(p, new)
 
 
 class SGD(Optimizer):
+    _kind = _SGD
+
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False):
         if dampening != 0.0:
@@ -45,9 +82,15 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                       nesterov=nesterov))
 
-    def step(self):
-        g = self.param_groups[0]
-        self._run(_SGD, momentum=g["momentum"], nesterov=g["nesterov"])
+    def _update(self, p, g, group):
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        if group["momentum"]:
+            s = self.state.setdefault(id(p), {})
+            buf = s["momentum_buffer"] = (g if "momentum_buffer" not in s
+                                          else group["momentum"] * s["momentum_buffer"] + g)
+            g = g + group["momentum"] * buf if group["nesterov"] else buf
+        return p - group["lr"] * g
 
 
 class Adam(Optimizer):
@@ -57,9 +100,23 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
 
-    def step(self):
-        g = self.param_groups[0]
-        self._run(self._kind, betas=g["betas"], eps=g["eps"])
+    def _update(self, p, g, group):
+        from . import zeros_like
+        b1, b2 = group["betas"]
+        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        s = self.state.setdefault(id(p), {"step": 0})
+        if self._kind == _ADAMW:
+            p = p * (1 - lr * wd)
+        elif wd:
+            g = g + wd * p
+        if "exp_avg" not in s:
+            s["exp_avg"], s["exp_avg_sq"] = zeros_like(g), zeros_like(g)
+        s["step"] += 1
+        s["exp_avg"] = b1 * s["exp_avg"] + (1 - b1) * g
+        s["exp_avg_sq"] = b2 * s["exp_avg_sq"] + (1 - b2) * g * g
+        t = s["step"]
+        denom = (s["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + eps
+        return p - (lr / (1 - b1 ** t)) * s["exp_avg"] / denom
 
 
 class AdamW(Adam):

@@ -34,6 +34,9 @@ typedef struct py_tensor {
   bool is_leaf;               /* made by the user, not by an op */
   bool held;                  /* a parameter the trace keeps (step.c) */
   PyObject *grad;             /* a Tensor, or NULL for None */
+  PyObject *trace_grad;       /* the grad backward made in step
+                                 trace_grad_step (compared with grad) */
+  uint64_t trace_grad_step;
   /* A dim policy per dim set by loom.dynamic (kind -1: the default). */
   int policy[LOOM_MAX_RANK];
   struct py_tensor *prev, *next; /* in the step's list of lazy tensors */

@@ -288,6 +288,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     if (!grad) return NULL;
     /* A gradient already there (an earlier backward) is added to in
      * Python, where the ops are. */
+    bool fresh = !p->grad;
     if (p->grad) {
       PyObject *sum = PyNumber_Add(p->grad, grad);
       Py_DECREF(grad);
@@ -295,6 +296,10 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
       grad = sum;
     }
     Py_XSETREF(p->grad, grad);
+    /* The optimizer may apply the trace's own gradient only while .grad is
+     * that very gradient: not accumulated over steps, not replaced. */
+    Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(grad) : NULL);
+    p->trace_grad_step = st.id;
   }
   Py_RETURN_NONE;
 }
@@ -363,6 +368,25 @@ static PyObject *fn_cond(PyObject *self, PyObject *arg) {
   return s == LOOM_OK ? PyBool_FromLong(taken) : py_fail(s);
 }
 
+/* _trace_grads_current(params): whether each parameter with a .grad holds
+ * exactly the gradient this step's backward gave it, so that the trace's
+ * optimizer step applies what .grad says. */
+static PyObject *fn_trace_grads_current(PyObject *self, PyObject *params) {
+  (void)self;
+  PyObject *fast = PySequence_Fast(params, "a sequence of tensors");
+  if (!fast) return NULL;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); i++) {
+    PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+    if (!py_tensor_check(o)) continue;
+    py_tensor_t *p = (py_tensor_t *)o;
+    if (p->grad && (p->grad != p->trace_grad || p->trace_grad_step != st.id || !st.backward_ran))
+      ok = false;
+  }
+  Py_DECREF(fast);
+  return PyBool_FromLong(ok);
+}
+
 /* The leaf tensors requiring grad that the step entered (its parameters). */
 static PyObject *fn_step_params(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
@@ -415,6 +439,8 @@ PyMethodDef py_step_methods[] = {
     {"_backward", fn_backward, METH_O, "backward(loss)"},
     {"_optimizer_step", fn_optimizer_step, METH_VARARGS, NULL},
     {"_step_params", fn_step_params, METH_NOARGS, "the step's parameters"},
+    {"_trace_grads_current", fn_trace_grads_current, METH_O,
+     "whether .grad of each is this step's own gradient"},
     {"_cond", fn_cond, METH_O, "bool(t), joining the path signature"},
     {"_explain", fn_explain, METH_NOARGS, "the trace's report"},
     {"_set_break_hook", fn_set_break_hook, METH_O, "loom.explain's callback, or None"},

@@ -130,12 +130,14 @@ static int read_break(py_tensor_t *t, const char *reason) {
 
 static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
   Py_VISIT(t->grad);
+  Py_VISIT(t->trace_grad);
   Py_VISIT(t->view.obj);
   return 0;
 }
 
 static int tensor_clear(py_tensor_t *t) {
   Py_CLEAR(t->grad);
+  Py_CLEAR(t->trace_grad);
   return 0;
 }
 
@@ -403,6 +405,29 @@ static int shape_arg(PyObject *seq, int *rank, int64_t *shape) {
   return 0;
 }
 
+/* _copy_into(dst, src): src's elements written into dst's memory (one
+ * dtype and shape; dst real): an optimizer's update of a parameter. */
+static PyObject *fn_copy_into(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a, *b;
+  if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
+  py_tensor_t *dst = (py_tensor_t *)a, *src = (py_tensor_t *)b;
+  if (!dst->data || dst->dtype != src->dtype || dst->rank != src->rank ||
+      memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank)) {
+    PyErr_SetString(PyExc_ValueError, "_copy_into: a real tensor of the same dtype and shape");
+    return NULL;
+  }
+  if (py_tensor_realize(src) < 0) return NULL;
+  size_t n = (size_t)loom_tensor_numel(src->data) * loom_dtype_size(src->dtype);
+  void *tmp = PyMem_RawMalloc(n ? n : 1);
+  if (!tmp) return PyErr_NoMemory();
+  loom_status_t s = loom_tensor_read(src->data, tmp, n);
+  if (s == LOOM_OK) s = loom_tensor_write(dst->data, tmp, n);
+  PyMem_RawFree(tmp);
+  if (s != LOOM_OK) return py_fail(s);
+  Py_RETURN_NONE;
+}
+
 /* zeros(dtype, shape): a new zero-filled tensor. */
 static PyObject *fn_zeros(PyObject *self, PyObject *args) {
   (void)self;
@@ -537,6 +562,7 @@ PyMethodDef py_tensor_functions[] = {
     {"to_bytes", fn_to_bytes, METH_O, "to_bytes(t): the elements as bytes"},
     {"from_bytes", fn_from_bytes, METH_VARARGS, "from_bytes(dtype, shape, data)"},
     {"zeros", fn_zeros, METH_VARARGS, "zeros(dtype, shape): a zero-filled tensor"},
+    {"_copy_into", fn_copy_into, METH_VARARGS, "_copy_into(dst, src)"},
     {"from_buffer", fn_from_buffer, METH_VARARGS,
      "from_buffer(obj, copy): a tensor over obj's buffer, or a copy of it"},
     {"_set_tensor_class", set_tensor_class, METH_O, "the class C makes tensors of"},

@@ -1,5 +1,5 @@
 """loom.nn: modules and losses in torch.nn's names."""
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d,  # noqa: F401
                      ConvTranspose2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GELU,
                      GRUCell, Identity, LayerNorm, Linear, LSTM, LSTMCell, MaxPool2d, MSELoss,
