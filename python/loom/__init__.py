@@ -4,6 +4,7 @@ Ops on loom tensors are recorded into a trace, not run one by one; a value
 is computed where Python needs it (.numpy(), .item(), print, bool), by
 segments that Loom compiles once per GraphKey and replays. See
 docs/python.md."""
+import builtins as _builtins
 import contextlib
 
 import numpy as np
@@ -214,6 +215,38 @@ def set_compile_mode(mode):
 
 
 is_grad_enabled = _C.is_grad_enabled
+
+
+def grad(fn, argnums=0):
+    """The functional form: grad(fn)(*args) is the gradient of fn's scalar
+    result with respect to args[argnums] (an int or a tuple of ints), as
+    torch.func.grad; fn's parameters keep their .grad untouched."""
+    many = isinstance(argnums, tuple)
+    nums = argnums if many else (argnums,)
+
+    def wrapped(*args):
+        args = list(args)
+        leaves = []
+        for k in nums:
+            x = args[k]
+            leaf = _C.from_bytes(x._dtype, x.shape, _C.to_bytes(x.detach()))
+            leaf.requires_grad = True
+            args[k] = leaf
+            leaves.append(leaf)
+        step()  # the leaves enter a step of their own
+        kept = {}
+        out = fn(*args)
+        for p in _C._step_params():
+            if not _builtins.any(p is leaf for leaf in leaves):
+                kept[id(p)] = (p, p.grad)
+                p.grad = None
+        out.backward()
+        grads = tuple(leaf.grad for leaf in leaves)
+        for p, g in kept.values():
+            p.grad = g
+        step()
+        return grads if many else grads[0]
+    return wrapped
 
 
 class no_grad(contextlib.ContextDecorator):

@@ -125,6 +125,24 @@ class Tensor(_C.TensorBase):
     def __getitem__(self, index):
         return _F._getitem(self, index)
 
+    def __setitem__(self, index, value):
+        """Assignment into a real tensor's memory (NumPy's rules). A lazy
+        value (the result of ops in the step in progress) or a tensor that
+        requires grad has no memory to assign into: build the new value
+        with ops instead (loom.where, loom.cat, ...)."""
+        if self._lazy or self.requires_grad:
+            raise RuntimeError("loom: assignment into a " +
+                               ("lazy value of the step" if self._lazy else
+                                "tensor that requires grad") +
+                               " is not supported; compute the new tensor with ops "
+                               "(loom.where, loom.cat) instead")
+        if isinstance(index, Tensor):
+            index = np.asarray(index)
+        elif isinstance(index, tuple):
+            index = tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+        _C.step()  # values of the step in progress read the old data
+        np.asarray(self)[index] = np.asarray(value) if isinstance(value, Tensor) else value
+
     def float(self): return _F.cast(self, _dtype._BY_NAME["float32"])
     def double(self): return _F.cast(self, _dtype._BY_NAME["float64"])
     def half(self): return _F.cast(self, _dtype._BY_NAME["float16"])

@@ -80,3 +80,46 @@ def test_backward_errors():
         loom.tensor([1, 2]).requires_grad = True
     with pytest.raises(RuntimeError, match="grad"):
         loom.ones(2, requires_grad=True).numpy()
+
+
+def test_functional_grad_against_torch():
+    x = rng.standard_normal(5).astype(np.float32)
+    w = rng.standard_normal(5).astype(np.float32)
+
+    def f(lib):
+        return lambda a, b: (a.tanh() * b).sum() + (a * a).sum()
+
+    mine = loom.grad(f(loom), argnums=(0, 1))(loom.tensor(x), loom.tensor(w))
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    f(torch)(tx, tw).backward()
+    np.testing.assert_allclose(mine[0].numpy(), tx.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(mine[1].numpy(), tw.grad.numpy(), rtol=1e-5)
+    p = loom.ones(5, requires_grad=True)
+    g = loom.grad(lambda a: (a * p).sum())(loom.tensor(x))
+    assert g.tolist() == [1.0] * 5 and p.grad is None
+
+
+def test_a_numpy_round_trip_inside_a_computation():
+    w, tw = pair(4)
+    h = (w * 2).tanh()
+    host = np.sort(h.detach().numpy())[::-1].copy()  # arbitrary Python on the values
+    loss = (h * loom.from_numpy(host)).sum()
+    loss.backward()
+    th = (tw * 2).tanh()
+    (th * torch.from_numpy(np.sort(th.detach().numpy())[::-1].copy())).sum().backward()
+    close(w.grad, tw.grad)
+
+
+def test_each_branch_compiles_once():
+    loom.set_compile_mode("wait")
+    try:
+        x = loom.tensor([1.0, 2.0, 3.0])
+        before = loom.stats()["compiles"]
+        for i in range(20):
+            s = (x * (1 if i % 2 else -1)).sum()
+            y = x.exp() if s > 0 else x.neg()
+            y.numpy()
+        # the condition's segment (one per sign of the factor), each branch's
+        assert loom.stats()["compiles"] - before <= 4
+    finally:
+        loom.set_compile_mode("tiered")

@@ -232,3 +232,19 @@ def test_explain_names_each_break_and_its_line():
     assert e.counters["segments"] == 3
     assert "graph breaks: 3" in str(e) and "loom_trace_cond" in str(e)
     np.testing.assert_allclose(e.result[0], np.exp([1.0, -2.0, 3.0]), rtol=1e-6)
+
+
+def test_slice_assignment_into_real_tensors():
+    a = loom.zeros(3, 4)
+    a[1] = 5.0
+    a[:, 2] = loom.tensor([1.0, 2.0, 3.0])
+    a[loom.tensor([0, 2]), 0] = -1.0
+    expect = np.zeros((3, 4), np.float32)
+    expect[1] = 5
+    expect[:, 2] = [1, 2, 3]
+    expect[[0, 2], 0] = -1
+    np.testing.assert_array_equal(a.numpy(), expect)
+    with pytest.raises(RuntimeError, match="lazy"):
+        (a + 1)[0] = 2.0
+    with pytest.raises(RuntimeError, match="requires grad"):
+        loom.ones(2, requires_grad=True)[0] = 2.0
