@@ -15,7 +15,9 @@
     written with loom.nn (examples/python/static_models.py) and driven
     from Python, against the same step driven from C (build/bench_train,
     LOOM_BENCH_PEERS=0: its one compiled executable per step) and PyTorch
-    eager with the same initial weights; median ms per step.
+    eager with the same initial weights; median ms per step. loom_ms: the
+    step under loom.compile (one executable); loom_traced_ms: the plain
+    loop, traced (segments: forward and loss, backward, the update).
     LOOM_BENCH_MODELS=mlp picks some.
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
@@ -208,14 +210,21 @@ def train():
 
             def lstep():
                 lopt.zero_grad()
-                loom.nn.functional.cross_entropy(lm(lx), ly).backward()
+                loss = loom.nn.functional.cross_entropy(lm(lx), ly)
+                loss.backward()
                 lopt.step()
+                return loss
             mine = median_step_ms(lstep, 3, reps[name])
+            compiled = loom.compile(lstep)
+            mine_compiled = median_step_ms(lambda: compiled(), 3, reps[name])
             loom.set_compile_mode("tiered")
             c = c_step_ms(name, th)
-            line(bench="python_train", model=name, threads=th, loom_ms=round(mine, 3),
+            line(bench="python_train", model=name, threads=th,
+                 loom_ms=round(mine_compiled, 3), loom_traced_ms=round(mine, 3),
                  c_ms=round(c, 3), torch_eager_ms=round(theirs, 3),
-                 vs_torch_eager=round(theirs / mine, 3), python_over_c=round(mine / c, 3))
+                 vs_torch_eager=round(theirs / mine_compiled, 3),
+                 python_over_c=round(mine_compiled / c, 3),
+                 traced_over_c=round(mine / c, 3))
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -91,6 +91,52 @@ static void compiled_equals_interpreted(loom_compile_options_t *o) {
 
 static void defaults(void) { compiled_equals_interpreted(NULL); }
 
+/* A borrowed parameter is the caller's memory: the interpreter's and the
+ * executable's assigns land in it, and the caller's own writes between
+ * runs are what the next run reads. */
+static void borrowed_parameter(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t shape[1] = {3};
+  loom_tensor_t *mine = test_tensor(LOOM_F32, 1, shape, (double[]){1, 2, 3});
+  loom_value_t p, x, sum, out;
+  CHECK_OK(loom_graph_param_borrow(g, "w", mine, &p));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){3}, &x));
+  CHECK_OK(loom_add(g, p, x, &sum));
+  CHECK_OK(loom_assign(g, p, sum));
+  CHECK_OK(loom_mul(g, p, x, &out)); /* reads the value from before the run */
+  CHECK_OK(loom_graph_output(g, out));
+  loom_tensor_t *xt = test_tensor(LOOM_F32, 1, shape, (double[]){1, 1, 2});
+  loom_tensor_t *y = NULL;
+  CHECK_OK(loom_interpret(g, 1, &xt, 1, &y));
+  CHECK_NEAR(test_get(mine, 2), 5, 0, 0);
+  CHECK_NEAR(test_get(y, 2), 6, 0, 0);
+  loom_tensor_destroy(y);
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  ((float *)loom_tensor_data(mine))[0] = 10; /* the caller's write */
+  run_exe(e, 1, &xt, 1, &y);
+  CHECK_NEAR(test_get(mine, 0), 11, 0, 0);
+  CHECK_NEAR(test_get(y, 0), 10, 0, 0);
+  CHECK_NEAR(test_get(mine, 2), 7, 0, 0);
+  loom_executable_destroy(e);
+  loom_tensor_destroy(y);
+  /* Storage that is not contiguous is refused, naming the parameter. */
+  loom_tensor_t *strided;
+  float data[6] = {0};
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 1, shape, (int64_t[]){2}, data, &strided));
+  loom_value_t q;
+  CHECK_ERR(loom_graph_param_borrow(g, "v", strided, &q), LOOM_ERR_INVALID,
+            "parameter 'v': borrowed storage must be contiguous");
+  CHECK_ERR(loom_graph_param_borrow(g, "w2", NULL, &q), LOOM_ERR_INVALID, "storage");
+  loom_tensor_destroy(strided);
+  loom_graph_destroy(g);
+  /* The graph is gone; the caller's tensor is still whole. */
+  CHECK_NEAR(test_get(mine, 1), 4, 0, 0);
+  loom_tensor_destroy(mine);
+  loom_tensor_destroy(xt);
+}
+
 /* A chain longer than a group takes (FUSE_MAX_NODES), with a softmax every
  * 50 nodes (folds in the chain's groups), compiles into several generated
  * groups that give the interpreter's results. */
@@ -340,6 +386,7 @@ int main(void) {
   char dir[] = "/tmp/loom_compile_XXXXXX";
   if (mkdtemp(dir)) setenv("LOOM_CACHE_DIR", dir, 1);
   TEST_RUN(defaults);
+  TEST_RUN(borrowed_parameter);
   TEST_RUN(long_chain_compiles_in_pieces);
   TEST_RUN(fusion_off);
   TEST_RUN(passes_off);

@@ -194,6 +194,13 @@ LOOM_API loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
                                         loom_dtype_t dtype, int rank,
                                         const int64_t *shape, const loom_tensor_t *init,
                                         loom_value_t *out);
+/* A parameter whose storage is the caller's tensor, borrowed (not
+ * copied): runs read it and assigns write it in place, so the caller sees
+ * every update. storage must be contiguous and outlive g and every
+ * executable compiled from g. Otherwise as loom_graph_param (name, dtype
+ * and shape from storage). */
+LOOM_API loom_status_t loom_graph_param_borrow(loom_graph_t *g, const char *name,
+                                               loom_tensor_t *storage, loom_value_t *out);
 /* A constant holding a copy of t. */
 LOOM_API loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
                                            loom_value_t *out);

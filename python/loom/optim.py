@@ -42,6 +42,15 @@ class Optimizer:
                 p.grad = None if set_to_none else (p.grad * 0 if p.grad is not None else None)
 
     def step(self):
+        if _C._capturing():  # inside loom.compile: the update joins the graph
+            if len(self.param_groups) != 1:
+                raise NotImplementedError("loom.compile: an optimizer with one param group")
+            g = self.param_groups[0]
+            b1, b2 = g.get("betas", (0.9, 0.999))
+            _C._capture_optimizer(self._kind, float(g.get("momentum", 0.0)),
+                                  bool(g.get("nesterov", False)), float(b1), float(b2),
+                                  float(g.get("eps", 1e-8)), float(g["weight_decay"]), self)
+            return
         params = [p for g in self.param_groups for p in g["params"]]
         mine = {id(p) for p in params}
         if (len(self.param_groups) == 1 and _C._trace_grads_current(params)

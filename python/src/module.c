@@ -44,13 +44,14 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__C(void) {
   py_tensor_type.tp_richcompare = py_tensor_richcompare;
-  if (PyType_Ready(&py_tensor_type) < 0) return NULL;
+  if (PyType_Ready(&py_tensor_type) < 0 || PyType_Ready(&py_captured_type) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   if (PyModule_AddFunctions(m, py_tensor_functions) < 0 ||
       PyModule_AddFunctions(m, py_step_methods) < 0 ||
       PyModule_AddFunctions(m, py_op_methods) < 0 ||
       PyModule_AddFunctions(m, py_dlpack_functions) < 0 ||
+      PyModule_AddFunctions(m, py_capture_functions) < 0 ||
       PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&py_tensor_type) < 0 ||
       PyModule_AddIntConstant(m, "MAX_RANK", LOOM_MAX_RANK) < 0) {
     Py_DECREF(m);

@@ -105,9 +105,8 @@ static bool differentiable(int op) {
  * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
 static PyObject *record(const char *name, int op, PyObject *const *inputs, Py_ssize_t n_in,
                         PyObject *attr_dict) {
-  loom_trace_t *tr = py_step_trace();
-  if (!tr) return NULL;
-  loom_graph_t *g = loom_trace_graph(tr);
+  loom_graph_t *g = py_step_graph();
+  if (!g) return NULL;
   if (n_in > MAX_INPUTS) {
     PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", name, MAX_INPUTS);
     return NULL;

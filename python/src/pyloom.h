@@ -33,6 +33,7 @@ typedef struct py_tensor {
   bool requires_grad;
   bool is_leaf;               /* made by the user, not by an op */
   bool held;                  /* a parameter the trace keeps (step.c) */
+  bool is_state;              /* a module's buffer: loom.compile borrows it */
   PyObject *grad;             /* a Tensor, or NULL for None */
   PyObject *trace_grad;       /* the grad backward made in step
                                  trace_grad_step (compared with grad) */
@@ -75,6 +76,15 @@ void py_step_unlink(py_tensor_t *t);
 void py_step_realized(py_tensor_t *t);
 /* Ends the step when nothing alive could still use its values. */
 int py_step_idle(void);
+/* The graph ops record into: the capture's, else the trace's. */
+loom_graph_t *py_step_graph(void);
+/* Drops the step's results without reading them (a capture's values,
+ * which never run) and moves to the next step number. */
+void py_step_forget(void);
+/* Results of the step alive besides the tensors of tuple `outputs` and
+ * the .grad of the tensors of list `params`. */
+Py_ssize_t py_step_results_besides(PyObject *outputs, PyObject *params);
+int py_step_threads(void);
 bool py_step_grad_enabled(void);
 /* Tells loom.explain's callback, when one is set, of a graph break and its
  * reason; -1 when the callback raised. */
@@ -83,6 +93,19 @@ int py_step_break(const char *reason);
 int py_step_end(void);
 /* The step's functions of the module (loom._C.step_end, ...). */
 extern PyMethodDef py_step_methods[];
+
+/* ---- loom.compile (capture.c) ---- */
+bool py_capture_active(void);
+loom_graph_t *py_capture_graph(void);
+/* Enters real tensor t into the captured graph (a borrowed parameter or an
+ * input); 0 or -1 with an exception. */
+int py_capture_enter(py_tensor_t *t, loom_value_t *out);
+/* Sets the exception of a read inside a captured function; -1. */
+int py_capture_refuse_read(void);
+PyObject *py_capture_backward(py_tensor_t *loss);
+PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer);
+extern PyMethodDef py_capture_functions[];
+extern PyTypeObject py_captured_type;
 
 /* ---- DLPack (dlpack.c) ---- */
 PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);

@@ -59,6 +59,14 @@ loom_trace_t *py_step_trace(void) {
   return st.trace;
 }
 
+loom_graph_t *py_step_graph(void) {
+  if (py_capture_active()) return py_capture_graph();
+  loom_trace_t *tr = py_step_trace();
+  return tr ? loom_trace_graph(tr) : NULL;
+}
+
+int py_step_threads(void) { return st.threads; }
+
 void py_step_link(py_tensor_t *t) {
   t->prev = NULL;
   t->next = st.results;
@@ -88,6 +96,7 @@ void py_step_realized(py_tensor_t *t) {
 }
 
 static int enter(py_tensor_t *t, loom_value_t *out) {
+  if (py_capture_active()) return py_capture_enter(t, out);
   loom_trace_t *tr = py_step_trace();
   if (!tr) return -1;
   if (!t->data) {
@@ -163,8 +172,34 @@ int py_step_end(void) {
   return rc;
 }
 
+void py_step_forget(void) {
+  while (st.results) {
+    py_tensor_t *t = st.results;
+    py_step_unlink(t);
+  }
+  st.id++;
+  st.open = false;
+  st.backward_ran = false;
+  st.lazy = st.grad_values = 0;
+  Py_CLEAR(st.entered);
+}
+
+Py_ssize_t py_step_results_besides(PyObject *outputs, PyObject *params) {
+  Py_ssize_t n = 0;
+  for (py_tensor_t *t = st.results; t; t = t->next) {
+    bool known = false;
+    for (Py_ssize_t i = 0; !known && i < PyTuple_GET_SIZE(outputs); i++)
+      known = PyTuple_GET_ITEM(outputs, i) == (PyObject *)t;
+    for (Py_ssize_t i = 0; !known && i < PyList_GET_SIZE(params); i++)
+      known = ((py_tensor_t *)PyList_GET_ITEM(params, i))->grad == (PyObject *)t;
+    n += !known && t->step == st.id;
+  }
+  return n;
+}
+
 /* Ends the step when nothing alive could still use it. */
 int py_step_idle(void) {
+  if (py_capture_active()) return 0;
   if (st.open && st.lazy == 0 && st.grad_values == 0 && !st.backward_ran) return py_step_end();
   return 0;
 }
@@ -181,7 +216,7 @@ static PyObject *fn_step(PyObject *self, PyObject *unused) {
  * tensors stay lazy values of the step. */
 static PyObject *fn_sync(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
-  if (!st.open) Py_RETURN_NONE;
+  if (!st.open || py_capture_active()) Py_RETURN_NONE; /* captured: one graph anyway */
   if (py_step_break("loom.sync()") < 0) return NULL;
   loom_status_t s = loom_trace_sync(st.trace);
   if (s != LOOM_OK) return py_fail(s);
@@ -259,6 +294,8 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
                     "element 0 of tensors does not require grad and does not have a grad_fn");
     return NULL;
   }
+  if (py_capture_active() && loss->step == st.id && !loss->is_leaf)
+    return py_capture_backward(loss);
   if (loss->step != st.id || loss->is_leaf) {
     PyErr_SetString(PyExc_RuntimeError,
                     "loom: backward from a tensor of an ended step (call backward before "
@@ -361,6 +398,7 @@ static PyObject *fn_cond(PyObject *self, PyObject *arg) {
     loom_status_t s = loom_tensor_get_f64(t->data, 0, &v);
     return s == LOOM_OK ? PyBool_FromLong(v != 0) : py_fail(s);
   }
+  if (py_capture_active()) return py_capture_refuse_read(), NULL;
   if (py_step_break("bool() of a tensor: the branch joins the path signature") < 0)
     return NULL;
   int taken;

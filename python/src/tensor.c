@@ -80,16 +80,21 @@ PyObject *py_tensor_wrap(loom_tensor_t *data) {
 
 /* A lazy tensor of value v, for step.c, which links it. */
 PyObject *py_step_lazy(loom_value_t v, bool requires_grad) {
-  loom_trace_t *tr = py_step_trace();
-  if (!tr) return NULL;
+  loom_graph_t *g = py_step_graph();
+  if (!g) return NULL;
   py_tensor_t *t = tensor_alloc();
   if (!t) return NULL;
   t->step = py_step_id();
   t->value = v;
   t->requires_grad = requires_grad;
   t->is_leaf = !requires_grad;
-  loom_status_t s = loom_value_type(loom_trace_graph(tr), v, &t->dtype, &t->rank, NULL);
-  if (s == LOOM_OK) s = loom_trace_shape(tr, v, &t->rank, t->shape);
+  loom_status_t s;
+  if (py_capture_active()) { /* a captured graph's dims are the arguments' sizes */
+    s = loom_value_type(g, v, &t->dtype, &t->rank, t->shape);
+  } else {
+    s = loom_value_type(g, v, &t->dtype, &t->rank, NULL);
+    if (s == LOOM_OK) s = loom_trace_shape(py_step_trace(), v, &t->rank, t->shape);
+  }
   if (s != LOOM_OK) {
     Py_DECREF(t);
     return py_fail(s);
@@ -100,6 +105,7 @@ PyObject *py_step_lazy(loom_value_t v, bool requires_grad) {
 
 int py_tensor_realize(py_tensor_t *t) {
   if (t->data) return 0;
+  if (py_capture_active()) return py_capture_refuse_read();
   if (t->step != py_step_id()) {
     PyErr_SetString(PyExc_RuntimeError, "loom: a lazy tensor of an ended step (an internal error)");
     return -1;
@@ -349,7 +355,14 @@ static PyObject *tensor_set_policy(py_tensor_t *t, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *tensor_set_state(py_tensor_t *t, PyObject *unused) {
+  (void)unused;
+  t->is_state = true;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef tensor_methods[] = {
+    {"_set_state", (PyCFunction)tensor_set_state, METH_NOARGS, "marks a module's buffer"},
     {"_realize", (PyCFunction)tensor_realize_method, METH_NOARGS, "make the data real"},
     {"item", (PyCFunction)tensor_item, METH_NOARGS, "the one element as a Python number"},
     {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind"},

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/sanitize.h"
 #include "core/status.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
 
@@ -324,6 +325,22 @@ loom_status_t loom_graph_param(loom_graph_t *g, const char *name,
   LOOM_TRY(push_id(&g->params, &g->n_params, &g->cap_params, id));
   ir_names_add(g, id);
   out->id = id;
+  return LOOM_OK;
+}
+
+loom_status_t loom_graph_param_borrow(loom_graph_t *g, const char *name,
+                                     loom_tensor_t *storage, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(storage);
+  LOOM_CHECK_ARG(out);
+  if (!tensor_is_contiguous(storage))
+    return loom_fail(LOOM_ERR_INVALID, "parameter '%s': borrowed storage must be "
+                     "contiguous (row-major, no broadcast dims)", name ? name : "");
+  LOOM_TRY(loom_graph_param(g, name, storage->dtype, storage->rank, storage->shape, NULL, out));
+  loom_tensor_t *x = g->values[out->id].data;
+  if (x->owns_data) core_storage_free(x->data);
+  x->data = storage->data;
+  x->owns_data = false;
   return LOOM_OK;
 }
 

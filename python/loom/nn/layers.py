@@ -170,8 +170,14 @@ class BatchNorm2d(Module):
         y, mean, var = F._batch_norm(x, self.running_mean, self.running_var, self.weight,
                                      self.bias, self.training, self.momentum, self.eps)
         if self.training:
-            self.running_mean, self.running_var = mean.detach(), var.detach()
-            self.num_batches_tracked = self.num_batches_tracked + 1
+            from .. import _C
+            new = (mean.detach(), var.detach(), self.num_batches_tracked + 1)
+            if _C._capturing():  # loom.compile: the buffers update in place
+                for buf, value in zip((self.running_mean, self.running_var,
+                                       self.num_batches_tracked), new):
+                    _C._assign(buf, value)
+            else:
+                self.running_mean, self.running_var, self.num_batches_tracked = new
         return y
 
 

@@ -39,6 +39,8 @@ class Module:
             raise AttributeError("cannot assign before Module.__init__() call")
         if name in self._buffers and (value is None or isinstance(value, Tensor)):
             self._buffers[name] = value  # a buffer stays one (BatchNorm's statistics)
+            if value is not None:
+                value._set_state()
             return
         for d in (self._parameters, self._buffers, self._modules):
             d.pop(name, None)
@@ -66,6 +68,8 @@ class Module:
         object.__delattr__(self, name)
 
     def register_buffer(self, name, tensor):
+        if tensor is not None:
+            tensor._set_state()  # loom.compile updates it in place
         self._buffers[name] = tensor
 
     def register_parameter(self, name, param):

@@ -1,0 +1,457 @@
+/* loom.compile: a whole Python function captured into one graph and
+ * compiled into one executable (a training step: forward, backward and
+ * the optimizer's update), then replayed on every call with the same
+ * argument shapes. While a function is captured, ops record into a plain
+ * graph instead of the trace: the arguments become its inputs; tensors
+ * from outside (weights, buffers, constants) become parameters whose
+ * storage the graph borrows (loom_graph_param_borrow, those that require
+ * grad) or further inputs bound to the same tensors at every run;
+ * backward() appends loom_grad's gradients and an optimizer's step()
+ * appends its update (loom_optimizer_apply), its learning rate an input.
+ * A read of a value inside the function (.numpy(), .item(), bool) has
+ * nothing to read yet, and is refused. */
+#include "pyloom.h"
+
+#include <string.h>
+
+typedef struct captured {
+  PyObject_HEAD
+  loom_graph_t *g;
+  loom_executable_t *e;
+  PyObject *inputs;      /* per graph input, the tensor bound to it (args first); None: lr */
+  int n_args;
+  int lr_input;          /* -1: none */
+  PyObject *optimizer;   /* whose param_groups[0]["lr"] feeds lr_input, or NULL */
+  PyObject *params;      /* the tensors whose storage g borrows */
+  int n_outputs;         /* the function's own outputs; the new .grad follow */
+  PyObject *grad_params; /* the parameters those gradients belong to */
+} captured_t;
+
+static struct {
+  bool active;
+  loom_graph_t *g;
+  PyObject *inputs, *params, *grad_params, *optimizer, *state;
+  int n_args, lr_input;
+} cap;
+
+bool py_capture_active(void) { return cap.active; }
+loom_graph_t *py_capture_graph(void) { return cap.g; }
+
+static void reset(void) {
+  loom_graph_destroy(cap.g);
+  Py_CLEAR(cap.inputs);
+  Py_CLEAR(cap.params);
+  Py_CLEAR(cap.grad_params);
+  Py_CLEAR(cap.optimizer);
+  Py_CLEAR(cap.state);
+  memset(&cap, 0, sizeof cap);
+}
+
+static int bind(py_tensor_t *t, loom_value_t v) {
+  t->step = py_step_id();
+  t->value = v;
+  return 0;
+}
+
+static int add_input(py_tensor_t *t, PyObject *bound, loom_value_t *out);
+
+static int add_input(py_tensor_t *t, PyObject *bound, loom_value_t *out) {
+  loom_status_t s = loom_graph_input(cap.g, NULL, t->dtype, t->rank, t->shape, out);
+  if (s != LOOM_OK) {
+    py_fail(s);
+    return -1;
+  }
+  return PyList_Append(cap.inputs, bound);
+}
+
+int py_capture_enter(py_tensor_t *t, loom_value_t *out) {
+  if (!t->data) {
+    PyErr_SetString(PyExc_RuntimeError, "loom.compile: a tensor of an ended step was used");
+    return -1;
+  }
+  if ((t->requires_grad && t->is_leaf) || t->is_state) {
+    loom_status_t s = loom_graph_param_borrow(cap.g, NULL, t->data, out);
+    if (s != LOOM_OK) {
+      py_fail(s);
+      return -1;
+    }
+    if (PyList_Append(t->is_state && !t->requires_grad ? cap.state : cap.params,
+                      (PyObject *)t) < 0)
+      return -1;
+  } else if (add_input(t, (PyObject *)t, out) < 0) {
+    return -1;
+  }
+  return bind(t, *out);
+}
+
+int py_capture_refuse_read(void) {
+  PyErr_SetString(PyExc_RuntimeError,
+                  "loom.compile: the function reads a value it computed (.numpy(), "
+                  ".item(), float(), bool(), print); a compiled function runs as one "
+                  "executable with no reads inside it: return the value instead, or "
+                  "call the function without loom.compile");
+  return -1;
+}
+
+/* backward(loss) while capturing: loom_grad over the parameters so far,
+ * each gradient added to the parameter's .grad (PyTorch's accumulation). */
+PyObject *py_capture_backward(py_tensor_t *loss) {
+  Py_ssize_t n = PyList_GET_SIZE(cap.params);
+  loom_value_t *wrt = PyMem_Calloc((size_t)n + 1, sizeof *wrt);
+  loom_value_t *grads = PyMem_Calloc((size_t)n + 1, sizeof *grads);
+  PyObject *r = NULL;
+  if (!wrt || !grads) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) wrt[i] = ((py_tensor_t *)PyList_GET_ITEM(cap.params, i))->value;
+  loom_status_t s = loom_grad(cap.g, loss->value, (int)n, wrt, grads);
+  if (s != LOOM_OK) {
+    py_fail(s);
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    PyObject *g = py_step_lazy(grads[i], false);
+    if (!g) goto done;
+    if (p->grad) {
+      PyObject *sum = PyNumber_Add(p->grad, g);
+      Py_DECREF(g);
+      if (!sum) goto done;
+      g = sum;
+    }
+    Py_XSETREF(p->grad, g);
+  }
+  r = Py_NewRef(Py_None);
+done:
+  PyMem_Free(wrt);
+  PyMem_Free(grads);
+  return r;
+}
+
+/* An optimizer's step while capturing: its update of every parameter with
+ * a .grad, appended to the graph; the learning rate an input. */
+PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer) {
+  if (cap.lr_input >= 0) {
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "loom.compile: one optimizer step per compiled function");
+    return NULL;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(cap.params), k = 0;
+  loom_value_t *params = PyMem_Calloc((size_t)n + 1, sizeof *params);
+  loom_value_t *grads = PyMem_Calloc((size_t)n + 1, sizeof *grads);
+  PyObject *r = NULL;
+  if (!params || !grads) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    if (!p->grad) continue;
+    params[k] = p->value;
+    if (py_step_value((py_tensor_t *)p->grad, &grads[k]) < 0) goto done;
+    k++;
+  }
+  loom_value_t lr;
+  loom_status_t s = loom_graph_input(cap.g, "lr", LOOM_F64, 0, NULL, &lr);
+  if (s == LOOM_OK) {
+    cap.lr_input = (int)PyList_GET_SIZE(cap.inputs);
+    if (PyList_Append(cap.inputs, Py_None) < 0) goto done;
+    s = loom_optimizer_apply(cap.g, o, (int)k, params, grads, lr);
+  }
+  if (s != LOOM_OK) {
+    py_fail(s);
+    goto done;
+  }
+  Py_XSETREF(cap.optimizer, Py_NewRef(optimizer));
+  r = Py_NewRef(Py_None);
+done:
+  PyMem_Free(params);
+  PyMem_Free(grads);
+  return r;
+}
+
+/* ---- functions of the module ---- */
+
+static PyObject *fn_capture_begin(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (cap.active) {
+    PyErr_SetString(PyExc_RuntimeError, "loom.compile: a compiled function called itself");
+    return NULL;
+  }
+  if (py_step_end() < 0) return NULL;
+  loom_status_t s = loom_graph_create(&cap.g);
+  if (s != LOOM_OK) return py_fail(s);
+  cap.inputs = PyList_New(0);
+  cap.params = PyList_New(0);
+  cap.grad_params = PyList_New(0);
+  cap.state = PyList_New(0);
+  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state) {
+    reset();
+    return NULL;
+  }
+  cap.lr_input = -1;
+  cap.active = true;
+  Py_RETURN_NONE;
+}
+
+/* _capture_arg(t): the function's next tensor argument, its next input. */
+static PyObject *fn_capture_arg(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!cap.active || !py_tensor_check(arg)) {
+    PyErr_SetString(PyExc_RuntimeError, "_capture_arg: a tensor, while capturing");
+    return NULL;
+  }
+  py_tensor_t *t = (py_tensor_t *)arg;
+  if (!t->data) {
+    PyErr_SetString(PyExc_RuntimeError, "loom.compile: an argument has no data");
+    return NULL;
+  }
+  loom_value_t v;
+  if (add_input(t, (PyObject *)t, &v) < 0) return NULL;
+  bind(t, v);
+  cap.n_args++;
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_capture_abort(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (cap.active) {
+    cap.active = false;
+    py_step_forget();
+    reset();
+  }
+  Py_RETURN_NONE;
+}
+
+extern PyTypeObject py_captured_type;
+
+/* _capture_end(outputs): the captured function compiled: a Captured. */
+static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
+  (void)self;
+  if (!cap.active || !PyTuple_Check(outputs)) {
+    PyErr_SetString(PyExc_RuntimeError, "_capture_end: a tuple, while capturing");
+    return NULL;
+  }
+  Py_ssize_t n_out = PyTuple_GET_SIZE(outputs);
+  loom_status_t s = LOOM_OK;
+  for (Py_ssize_t i = 0; s == LOOM_OK && i < n_out; i++) {
+    PyObject *o = PyTuple_GET_ITEM(outputs, i);
+    loom_value_t v;
+    if (!py_tensor_check(o)) {
+      PyErr_SetString(PyExc_TypeError, "loom.compile: the function returns tensors only "
+                      "(one, a tuple of them, or None)");
+      return NULL;
+    }
+    if (py_step_value((py_tensor_t *)o, &v) < 0) return NULL;
+    s = loom_graph_output(cap.g, v);
+  }
+  /* The parameters' new gradients: outputs, set as .grad after each run. */
+  Py_ssize_t n_params = PyList_GET_SIZE(cap.params);
+  for (Py_ssize_t i = 0; s == LOOM_OK && i < n_params; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    if (!p->grad || ((py_tensor_t *)p->grad)->step != py_step_id()) continue;
+    s = loom_graph_output(cap.g, ((py_tensor_t *)p->grad)->value);
+    if (s == LOOM_OK && PyList_Append(cap.grad_params, (PyObject *)p) < 0) return NULL;
+  }
+  if (s != LOOM_OK) return py_fail(s);
+  Py_ssize_t kept = py_step_results_besides(outputs, cap.grad_params);
+  if (kept > 0) {
+    PyErr_Format(PyExc_NotImplementedError,
+                 "loom.compile: the function keeps %zd tensor%s computed inside it beyond "
+                 "the call (in an attribute, a list, a closure: BatchNorm's running "
+                 "statistics in training, for one); return them, or call the function "
+                 "without loom.compile", kept, kept == 1 ? "" : "s");
+    return NULL;
+  }
+  captured_t *c = PyObject_New(captured_t, &py_captured_type);
+  if (!c) return NULL;
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = py_step_threads();
+  c->e = NULL;
+  s = loom_compile(cap.g, &o, &c->e);
+  c->g = cap.g;
+  cap.g = NULL;
+  c->inputs = cap.inputs;
+  if (PyList_SetSlice(cap.params, PyList_GET_SIZE(cap.params), PyList_GET_SIZE(cap.params),
+                      cap.state) < 0) { /* the borrowed buffers live as long */
+    loom_executable_destroy(c->e);
+    c->e = NULL;
+    s = LOOM_ERR_NOMEM;
+  }
+  c->params = cap.params;
+  c->grad_params = cap.grad_params;
+  c->optimizer = cap.optimizer;
+  c->n_args = cap.n_args;
+  c->lr_input = cap.lr_input;
+  c->n_outputs = (int)n_out;
+  cap.inputs = cap.params = cap.grad_params = cap.optimizer = NULL;
+  cap.active = false;
+  py_step_forget();
+  reset();
+  if (s != LOOM_OK) {
+    Py_DECREF(c);
+    return py_fail(s);
+  }
+  return (PyObject *)c;
+}
+
+/* ---- Captured ---- */
+
+static void captured_dealloc(captured_t *c) {
+  loom_executable_destroy(c->e);
+  loom_graph_destroy(c->g);
+  Py_XDECREF(c->inputs);
+  Py_XDECREF(c->params);
+  Py_XDECREF(c->grad_params);
+  Py_XDECREF(c->optimizer);
+  PyObject_Free(c);
+}
+
+/* run(args): one run on these arguments (of the captured shapes): the
+ * function's outputs, a tuple; the parameters' .grad set. */
+static PyObject *captured_run(captured_t *c, PyObject *args) {
+  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != c->n_args) {
+    PyErr_Format(PyExc_TypeError, "run: a tuple of the %d tensor arguments", c->n_args);
+    return NULL;
+  }
+  if (py_step_end() < 0) return NULL; /* the trace's values read the old weights */
+  Py_ssize_t n_in = PyList_GET_SIZE(c->inputs);
+  int n_out = loom_graph_num_outputs(c->g);
+  loom_tensor_t **ins = PyMem_Calloc((size_t)n_in + 1, sizeof *ins);
+  loom_tensor_t **outs = PyMem_Calloc((size_t)n_out + 1, sizeof *outs);
+  loom_tensor_t *lr = NULL;
+  PyObject *result = NULL;
+  loom_status_t s = LOOM_OK;
+  if (!ins || !outs) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_in; i++) {
+    PyObject *o = i < c->n_args ? PyTuple_GET_ITEM(args, i) : PyList_GET_ITEM(c->inputs, i);
+    if (i == c->lr_input) {
+      PyObject *groups = PyObject_GetAttrString(c->optimizer, "param_groups");
+      PyObject *g0 = groups ? PySequence_GetItem(groups, 0) : NULL;
+      PyObject *lr_obj = g0 ? PyObject_GetItem(g0, PyUnicode_FromString("lr")) : NULL;
+      Py_XDECREF(groups);
+      Py_XDECREF(g0);
+      double v = lr_obj ? PyFloat_AsDouble(lr_obj) : -1.0;
+      Py_XDECREF(lr_obj);
+      if (PyErr_Occurred()) goto done;
+      s = loom_tensor_from_data(LOOM_F64, 0, NULL, &v, sizeof v, &lr);
+      if (s != LOOM_OK) goto done;
+      ins[i] = lr;
+      continue;
+    }
+    if (!py_tensor_check(o) || py_tensor_realize((py_tensor_t *)o) < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run: tensors only");
+      goto done;
+    }
+    ins[i] = ((py_tensor_t *)o)->data;
+  }
+  for (int i = 0; s == LOOM_OK && i < n_out; i++) s = loom_executable_new_output(c->e, i, &outs[i]);
+  if (s == LOOM_OK) s = loom_executable_run(c->e, (int)n_in, ins, n_out, outs);
+  if (s != LOOM_OK) goto done;
+  result = PyTuple_New(c->n_outputs);
+  for (int i = 0; result && i < n_out; i++) {
+    PyObject *t = py_tensor_wrap(outs[i]);
+    outs[i] = NULL;
+    if (!t) {
+      Py_CLEAR(result);
+      break;
+    }
+    if (i < c->n_outputs) {
+      PyTuple_SET_ITEM(result, i, t);
+    } else {
+      py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(c->grad_params, i - c->n_outputs);
+      Py_XSETREF(p->grad, t);
+    }
+  }
+done:
+  if (s != LOOM_OK) py_fail(s);
+  for (int i = 0; outs && i < n_out; i++) loom_tensor_destroy(outs[i]);
+  loom_tensor_destroy(lr);
+  PyMem_Free(ins);
+  PyMem_Free(outs);
+  return result;
+}
+
+static PyObject *captured_explain(captured_t *c, PyObject *unused) {
+  (void)unused;
+  char *text;
+  loom_status_t s = loom_executable_explain(c->e, &text);
+  if (s != LOOM_OK) return py_fail(s);
+  PyObject *r = PyUnicode_FromString(text);
+  loom_free(text);
+  return r;
+}
+
+static PyMethodDef captured_methods[] = {
+    {"run", (PyCFunction)captured_run, METH_O, "one run on these tensor arguments"},
+    {"explain", (PyCFunction)captured_explain, METH_NOARGS, "the executable's report"},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject py_captured_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loom._C.Captured",
+    .tp_basicsize = sizeof(captured_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a function compiled by loom.compile: one executable",
+    .tp_dealloc = (destructor)captured_dealloc,
+    .tp_methods = captured_methods,
+};
+
+/* _capture_optimizer(kind, momentum, nesterov, beta1, beta2, eps,
+ * weight_decay, optimizer): an optimizer's step() while capturing. */
+static PyObject *fn_capture_optimizer(PyObject *self, PyObject *args) {
+  (void)self;
+  int kind, nesterov;
+  double momentum, beta1, beta2, eps, wd;
+  PyObject *optimizer;
+  if (!PyArg_ParseTuple(args, "idpddddO", &kind, &momentum, &nesterov, &beta1, &beta2, &eps,
+                        &wd, &optimizer))
+    return NULL;
+  loom_optimizer_t o;
+  loom_status_t s = loom_optimizer_init(&o, (loom_optimizer_kind_t)kind);
+  if (s != LOOM_OK) return py_fail(s);
+  o.momentum = momentum;
+  o.nesterov = nesterov;
+  o.beta1 = beta1;
+  o.beta2 = beta2;
+  o.eps = eps;
+  o.weight_decay = wd;
+  return py_capture_optimizer(&o, optimizer);
+}
+
+/* _assign(buffer, value): while capturing, the buffer (a module's state,
+ * borrowed by the graph) holds value after each run (loom_assign). */
+static PyObject *fn_assign(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a, *b;
+  if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
+  py_tensor_t *buf = (py_tensor_t *)a;
+  loom_value_t pv, v;
+  if (!cap.active || !buf->is_state) {
+    PyErr_SetString(PyExc_RuntimeError, "_assign: a module's buffer, while capturing");
+    return NULL;
+  }
+  if (py_step_value(buf, &pv) < 0 || py_step_value((py_tensor_t *)b, &v) < 0) return NULL;
+  loom_status_t s = loom_assign(cap.g, pv, v);
+  if (s != LOOM_OK) return py_fail(s);
+  Py_RETURN_NONE;
+}
+
+static PyObject *fn_capturing(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  return PyBool_FromLong(cap.active);
+}
+
+PyMethodDef py_capture_functions[] = {
+    {"_capture_optimizer", fn_capture_optimizer, METH_VARARGS, NULL},
+    {"_capturing", fn_capturing, METH_NOARGS, "True while loom.compile captures"},
+    {"_assign", fn_assign, METH_VARARGS, "a buffer's new value, while capturing"},
+    {"_capture_begin", fn_capture_begin, METH_NOARGS, NULL},
+    {"_capture_arg", fn_capture_arg, METH_O, NULL},
+    {"_capture_end", fn_capture_end, METH_O, NULL},
+    {"_capture_abort", fn_capture_abort, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};

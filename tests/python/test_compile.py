@@ -1,0 +1,122 @@
+"""loom.compile: a function, a whole training step included, captured into
+one executable and replayed; the same results as the uncompiled program
+and PyTorch."""
+import numpy as np
+import pytest
+
+import loom
+import loom.nn as nn
+import loom.nn.functional as F
+
+torch = pytest.importorskip("torch")
+
+
+def mlp(lib):
+    torch.manual_seed(0)
+    t = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    if lib is torch:
+        return t
+    m = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    m.load_state_dict({k: v.detach().numpy() for k, v in t.state_dict().items()})
+    return m
+
+
+def data(step):
+    rng = np.random.default_rng(step)
+    return (rng.standard_normal((8, 6)).astype(np.float32), rng.integers(0, 3, 8))
+
+
+def run(lib, compiled, steps=6, make_opt=None):
+    model = mlp(lib)
+    opt = (make_opt or (lambda lib, p: lib.optim.AdamW(p, lr=1e-2)))(lib, model.parameters())
+    fnl = lib.nn.functional
+
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = fnl.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = loom.compile(train_step) if compiled else train_step
+    losses = []
+    for k in range(steps):
+        opt.param_groups[0]["lr"] = 1e-2 / (k + 1)  # a schedule: no recompile
+        x, y = data(k)
+        losses.append(float(step(lib.from_numpy(x), lib.from_numpy(y))))
+    params = [p.detach().numpy().copy() for p in model.parameters()]
+    grads = [p.grad.numpy().copy() for p in model.parameters()]
+    return losses, params, grads, step
+
+
+@pytest.mark.parametrize("make_opt", [
+    None,
+    lambda lib, p: lib.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    lambda lib, p: lib.optim.Adam(p, lr=1e-2, weight_decay=0.01),
+])
+def test_a_compiled_training_step_matches_torch_and_the_trace(make_opt):
+    compiled = run(loom, True, make_opt=make_opt)
+    traced = run(loom, False, make_opt=make_opt)
+    theirs = run(torch, False, make_opt=make_opt)
+    for mine in (compiled, traced):
+        np.testing.assert_allclose(mine[0], theirs[0], rtol=1e-5)
+        for a, b in zip(mine[1] + mine[2], theirs[1] + theirs[2]):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert len(compiled[3].entries) == 1  # six calls, one capture, one executable
+
+
+def test_new_shapes_compile_once_more():
+    f = loom.compile(lambda a, b: (a @ b).relu().sum(1))
+    for n in (3, 5, 3, 5):
+        a, b = np.ones((n, 4), np.float32), np.arange(8, dtype=np.float32).reshape(4, 2)
+        np.testing.assert_allclose(f(loom.from_numpy(a), loom.from_numpy(b)).numpy(),
+                                   np.maximum(a @ b, 0).sum(1))
+    assert len(f.entries) == 2
+    assert "steps" in f.explain() or f.explain()
+
+
+def test_what_a_compiled_function_cannot_do():
+    x = loom.tensor([1.0, -2.0])
+
+    @loom.compile
+    def reads(a):
+        return a * float(a.sum())
+
+    with pytest.raises(RuntimeError, match="reads a value"):
+        reads(x)
+
+    @loom.compile
+    def branches(a):
+        return a if a.sum() > 0 else -a
+
+    with pytest.raises(RuntimeError, match="reads a value"):
+        branches(x)
+    kept = []
+
+    @loom.compile
+    def keeps(a):
+        kept.append(a * 2)
+        return a + 1
+
+    with pytest.raises(NotImplementedError, match="keeps 1 tensor"):
+        keeps(x)
+    with pytest.raises(TypeError, match="tensors only"):
+        loom.compile(lambda a: 3)(x)
+    # tracing goes on after each refusal
+    assert (x * 2).tolist() == [2.0, -4.0]
+
+
+def test_batch_norm_buffers_update_in_place_under_compile():
+    x = np.random.default_rng(1).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    ours, eager = nn.BatchNorm2d(3), nn.BatchNorm2d(3)
+    torch_bn = torch.nn.BatchNorm2d(3)
+    f = loom.compile(lambda a: ours(a))
+    for _ in range(3):
+        y = f(loom.from_numpy(x))
+        eager(loom.from_numpy(x))
+        ty = torch_bn(torch.from_numpy(x))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        want = getattr(torch_bn, name).numpy()
+        np.testing.assert_allclose(getattr(ours, name).numpy(), want, rtol=1e-5, err_msg=name)
+        np.testing.assert_allclose(getattr(eager, name).numpy(), want, rtol=1e-5, err_msg=name)
