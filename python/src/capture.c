@@ -350,11 +350,33 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
     }
     ins[i] = ((py_tensor_t *)o)->data;
   }
-  for (int i = 0; s == LOOM_OK && i < n_out; i++) s = loom_executable_new_output(c->e, i, &outs[i]);
+  /* A .grad that nothing but its parameter holds, of the right type, takes
+   * the new gradient in place: no new buffer to fill with zeros per run. */
+  bool *reused = PyMem_Calloc((size_t)n_out + 1, sizeof *reused);
+  if (!reused) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (int i = 0; s == LOOM_OK && i < n_out; i++) {
+    if (i >= c->n_outputs) {
+      py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(c->grad_params, i - c->n_outputs);
+      py_tensor_t *g = (py_tensor_t *)p->grad;
+      if (g && Py_REFCNT(g) == 1 && g->data && !g->wrapped && g->dtype == p->dtype &&
+          g->rank == p->rank && !memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
+        outs[i] = g->data;
+        reused[i] = true;
+        continue;
+      }
+    }
+    s = loom_executable_new_output(c->e, i, &outs[i]);
+  }
   if (s == LOOM_OK) s = loom_executable_run(c->e, (int)n_in, ins, n_out, outs);
-  if (s != LOOM_OK) goto done;
-  result = PyTuple_New(c->n_outputs);
+  if (s == LOOM_OK) result = PyTuple_New(c->n_outputs);
   for (int i = 0; result && i < n_out; i++) {
+    if (reused[i]) {
+      outs[i] = NULL; /* the .grad's own */
+      continue;
+    }
     PyObject *t = py_tensor_wrap(outs[i]);
     outs[i] = NULL;
     if (!t) {
@@ -368,6 +390,9 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
       Py_XSETREF(p->grad, t);
     }
   }
+  for (int i = 0; i < n_out; i++)
+    if (reused[i]) outs[i] = NULL;
+  PyMem_Free(reused);
 done:
   if (s != LOOM_OK) py_fail(s);
   for (int i = 0; outs && i < n_out; i++) loom_tensor_destroy(outs[i]);

@@ -120,3 +120,23 @@ def test_batch_norm_buffers_update_in_place_under_compile():
         want = getattr(torch_bn, name).numpy()
         np.testing.assert_allclose(getattr(ours, name).numpy(), want, rtol=1e-5, err_msg=name)
         np.testing.assert_allclose(getattr(eager, name).numpy(), want, rtol=1e-5, err_msg=name)
+
+
+def test_a_gradient_held_elsewhere_is_not_overwritten():
+    w = loom.ones(3, requires_grad=True)
+    opt = loom.optim.SGD([w], lr=0.1)
+
+    @loom.compile
+    def step(x):
+        opt.zero_grad()
+        (w * x).sum().backward()
+        opt.step()
+
+    step(loom.tensor([1.0, 2.0, 3.0]))
+    held = w.grad  # the user keeps the first step's gradient
+    step(loom.tensor([5.0, 5.0, 5.0]))
+    assert held.tolist() == [1.0, 2.0, 3.0] and w.grad.tolist() == [5.0, 5.0, 5.0]
+    step(loom.tensor([7.0, 7.0, 7.0]))  # .grad alone holds it now: updated in place
+    assert w.grad.tolist() == [7.0, 7.0, 7.0]
+    np.testing.assert_allclose(w.detach().numpy(), 1 - 0.1 * np.array([13.0, 14.0, 15.0]),
+                               rtol=1e-6)
