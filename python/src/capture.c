@@ -437,14 +437,8 @@ static PyObject *fn_capture_optimizer(PyObject *self, PyObject *args) {
                         &wd, &optimizer))
     return NULL;
   loom_optimizer_t o;
-  loom_status_t s = loom_optimizer_init(&o, (loom_optimizer_kind_t)kind);
+  loom_status_t s = py_optimizer(kind, momentum, nesterov, beta1, beta2, eps, wd, &o);
   if (s != LOOM_OK) return py_fail(s);
-  o.momentum = momentum;
-  o.nesterov = nesterov;
-  o.beta1 = beta1;
-  o.beta2 = beta2;
-  o.eps = eps;
-  o.weight_decay = wd;
   return py_capture_optimizer(&o, optimizer);
 }
 

@@ -91,6 +91,11 @@ bool py_step_grad_enabled(void);
 int py_step_break(const char *reason);
 /* Ends the step if one is open: every lazy tensor alive made real first. */
 int py_step_end(void);
+/* An optimizer of kind with these hyperparameters (torch.optim's
+ * meanings), for the trace's step or a captured one. */
+loom_status_t py_optimizer(int kind, double momentum, int nesterov, double beta1,
+                           double beta2, double eps, double weight_decay,
+                           loom_optimizer_t *o);
 /* The step's functions of the module (loom._C.step_end, ...). */
 extern PyMethodDef py_step_methods[];
 

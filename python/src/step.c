@@ -341,6 +341,19 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+loom_status_t py_optimizer(int kind, double momentum, int nesterov, double beta1,
+                           double beta2, double eps, double weight_decay,
+                           loom_optimizer_t *o) {
+  loom_status_t s = loom_optimizer_init(o, (loom_optimizer_kind_t)kind);
+  o->momentum = momentum;
+  o->nesterov = nesterov;
+  o->beta1 = beta1;
+  o->beta2 = beta2;
+  o->eps = eps;
+  o->weight_decay = weight_decay;
+  return s;
+}
+
 /* optimizer_step(kind, lr, momentum, nesterov, beta1, beta2, eps,
  * weight_decay): one step of the C optimizer over the step's parameters
  * and gradients, then the step's end. */
@@ -353,14 +366,8 @@ static PyObject *fn_optimizer_step(PyObject *self, PyObject *args) {
     return NULL;
   if (st.open && st.backward_ran) {
     loom_optimizer_t o;
-    loom_status_t s = loom_optimizer_init(&o, (loom_optimizer_kind_t)kind);
+    loom_status_t s = py_optimizer(kind, momentum, nesterov, beta1, beta2, eps, wd, &o);
     if (s != LOOM_OK) return py_fail(s);
-    o.momentum = momentum;
-    o.nesterov = nesterov;
-    o.beta1 = beta1;
-    o.beta2 = beta2;
-    o.eps = eps;
-    o.weight_decay = wd;
     s = loom_trace_optimizer_step(st.trace, &o, lr);
     if (s != LOOM_OK) {
       py_fail(s); /* the message, before the step's end replaces it */

@@ -218,7 +218,20 @@ class Module:
         return ""
 
 
-class Sequential(Module):
+class _Sequence(Module):
+    """Submodules in order: indexing, len and iteration."""
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class Sequential(_Sequence):
     def __init__(self, *modules):
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], OrderedDict):
@@ -233,17 +246,8 @@ class Sequential(Module):
             x = m(x)
         return x
 
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-
-class ModuleList(Module):
+class ModuleList(_Sequence):
     def __init__(self, modules=()):
         super().__init__()
         for m in modules:
@@ -257,15 +261,6 @@ class ModuleList(Module):
         for m in ms:
             self.append(m)
         return self
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
 
 
 class ModuleDict(Module):
