@@ -140,3 +140,26 @@ def test_a_gradient_held_elsewhere_is_not_overwritten():
     assert w.grad.tolist() == [7.0, 7.0, 7.0]
     np.testing.assert_allclose(w.detach().numpy(), 1 - 0.1 * np.array([13.0, 14.0, 15.0]),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy,most", [("symbolic", 1), ("bucket", 6), ("exact", 6)])
+def test_shape_policies_bound_compiles(policy, most):
+    """Six lengths 5..60 through one program: symbolic compiles one
+    executable for all, bucket one per power-of-two bucket seen (8, 16, 32
+    and 64 hold them) and the speculative compiles of the next bucket up,
+    exact one per length."""
+    loom.set_compile_mode("wait")
+    try:
+        w = loom.randn(4, 4)
+        before = loom.stats()["compiles"]
+        for n in (5, 7, 12, 20, 33, 60):
+            x = loom.dynamic(loom.randn(n, 4), 0, policy)
+            y = (x @ w).tanh().sum(1)
+            np.testing.assert_allclose(y.numpy(), np.tanh(x.numpy() @ w.numpy()).sum(1),
+                                       rtol=1e-5, atol=1e-6)
+        compiles = loom.stats()["compiles"] - before
+        assert compiles <= most, compiles
+        if policy == "exact":
+            assert compiles >= 5  # the policy is what bounds the others
+    finally:
+        loom.set_compile_mode("tiered")
