@@ -6,7 +6,7 @@
     replays the segment, compiled once); ns per op, each side's best round.
   python_dynamic: the four dynamic models of examples/python/dynamic.py
     (one script, run by Loom and by PyTorch eager), items per second over
-    the same steps: Loom cold (an empty module cache; the wall time
+    the same steps (their batches drawn before the clock starts): Loom cold (an empty module cache; the wall time
     includes every compile, which runs in the background while the eager
     fallback runs) and warm (the modules on disk from a run before).
     LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
@@ -100,9 +100,8 @@ STEPS = {"lstm": 12, "treelstm": 40, "moe": 30, "gnn": 30}
 
 
 def run_loom(fn, steps, seed):
-    t0 = time.perf_counter()
-    _, items = fn(loom, steps, seed)
-    return items / (time.perf_counter() - t0)
+    _, items, seconds = fn(loom, steps, seed)
+    return items / seconds
 
 
 def dynamic():
@@ -118,9 +117,8 @@ def dynamic():
             if torch:
                 torch.set_num_threads(th)
                 fn(torch, 2, 1)  # warm
-                t0 = time.perf_counter()
-                _, items = fn(torch, steps, 2)
-                theirs = items / (time.perf_counter() - t0)
+                _, items, seconds = fn(torch, steps, 2)
+                theirs = items / seconds
             cache = tempfile.mkdtemp(prefix="loom-bench-python-")
             os.environ["LOOM_CACHE_DIR"] = cache
             try:

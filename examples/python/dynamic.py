@@ -16,6 +16,9 @@ module). Each step's shapes or control flow change with its data:
 Loom's one hint: loom.sync() at the end of a repeated body (a time step,
 a tree node), a segment boundary, so that the body compiles once and
 replays instead of the whole unrolled program compiling per shape.
+Each workload returns (losses, items, seconds): its batches are drawn with
+NumPy before the clock starts (as bench/run dynamic's C workloads and their
+PyTorch twins draw theirs), and seconds covers the training steps.
 bench/python.py times these against PyTorch (python_dynamic lines)."""
 import argparse
 import time
@@ -25,6 +28,18 @@ import numpy as np
 
 def _sync(lib):
     return getattr(lib, "sync", lambda: None)
+
+
+def _train(rng, steps, make_batch, train_step):
+    """The batches drawn first, then the timed steps: (losses, items, s)."""
+    batches = [make_batch(rng) for _ in range(steps)]
+    losses, items = [], 0
+    t0 = time.perf_counter()
+    for b in batches:
+        loss, n = train_step(b)
+        losses.append(float(loss))
+        items += n
+    return losses, items, time.perf_counter() - t0
 
 
 # ---- LSTM over variable-length sequences ----
@@ -37,22 +52,25 @@ def lstm(lib, steps, seed=0):
     cell, head = nn.LSTMCell(D, H), nn.Linear(H, C)
     opt = lib.optim.Adam(list(cell.parameters()) + list(head.parameters()), lr=1e-3)
     sync = _sync(lib)
-    losses, items = [], 0
-    for _ in range(steps):
+
+    def batch(rng):
         T = int(rng.integers(5, 201))
         x = rng.standard_normal((T, B, D)).astype(np.float32)
-        y = np.argmax(x[:, :, :C].sum(0), 1)
+        return x, np.argmax(x[:, :, :C].sum(0), 1)
+
+    def step(b):
+        x, y = b
         h = c = lib.zeros(B, H)
-        for t in range(T):
+        for t in range(x.shape[0]):
             h, c = cell(lib.from_numpy(x[t]), (h, c))
             sync()
         loss = F.cross_entropy(head(h), lib.from_numpy(y))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
-        items += T * B
-    return losses, items
+        return loss, x.shape[0] * B
+
+    return _train(rng, steps, batch, step)
 
 
 # ---- TreeLSTM recursing over random trees ----
@@ -92,19 +110,21 @@ def treelstm(lib, steps, seed=0):
         sync()
         return h, c
 
-    losses, items = [], 0
-    for _ in range(steps):
+    def batch(rng):
         n = int(rng.integers(8, 25))
-        tree = random_tree(rng, n, V)
-        label = lib.tensor([n % C])
+        return random_tree(rng, n, V), n
+
+    def step(b):
+        tree, n = b
         h, _ = encode(tree)
-        loss = F.cross_entropy(head(h), label)
+        loss = F.cross_entropy(head(h), labels[n % C])
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
-        items += 2 * n - 1
-    return losses, items
+        return loss, 2 * n - 1
+
+    labels = [lib.tensor([k]) for k in range(C)]
+    return _train(rng, steps, batch, step)
 
 
 # ---- mixture of experts with top-2 routing ----
@@ -121,10 +141,13 @@ def moe(lib, steps, seed=0):
     params = [p for m in (gate, experts, head) for p in m.parameters()]
     opt = lib.optim.Adam(params, lr=1e-3)
     centers = rng.standard_normal((C, D)).astype(np.float32)
-    losses, items = [], 0
-    for _ in range(steps):
+
+    def batch(rng):
         y = rng.integers(0, C, N)
-        x = lib.from_numpy(centers[y] + rng.standard_normal((N, D)).astype(np.float32))
+        return centers[y] + rng.standard_normal((N, D)).astype(np.float32), y
+
+    def step(b):
+        x, y = lib.from_numpy(b[0]), lib.from_numpy(b[1])
         weights, chosen = gate(x).softmax(1).topk(2, 1)
         out = lib.zeros(N, D)
         for e in range(E):
@@ -134,13 +157,13 @@ def moe(lib, steps, seed=0):
                 continue
             w = (weights * hit.float()).sum(1)[rows]
             out = out.index_add(0, rows, experts[e](x[rows]) * w[:, None])
-        loss = F.cross_entropy(head(out + x), lib.from_numpy(y))
+        loss = F.cross_entropy(head(out + x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
-        items += N
-    return losses, items
+        return loss, N
+
+    return _train(rng, steps, batch, step)
 
 
 # ---- graph convolution over random graphs ----
@@ -157,31 +180,31 @@ def gnn(lib, steps, seed=0):
         msg = h[src] * norm
         return lib.zeros(h.shape[0], h.shape[1]).index_add(0, dst, msg)
 
-    losses, items = [], 0
-    for _ in range(steps):
+    def batch(rng):
         n = int(rng.integers(200, 401))
         m = n * int(rng.integers(4, 9))
-        src_np = rng.integers(0, n, m)
-        dst_np = rng.integers(0, n, m)
+        src = rng.integers(0, n, m)
+        dst = rng.integers(0, n, m)
         feats = rng.standard_normal((n, D)).astype(np.float32)
-        deg = np.bincount(dst_np, minlength=n).astype(np.float32) + 1
+        deg = np.bincount(dst, minlength=n).astype(np.float32) + 1
         # a node's class: the largest of its first C features summed over
         # itself and its in-neighbours
         agg = feats[:, :C].copy()
-        np.add.at(agg, dst_np, feats[src_np, :C])
-        y = agg.argmax(1)
-        src, dst = lib.from_numpy(src_np), lib.from_numpy(dst_np)
-        norm = lib.from_numpy((1.0 / deg[dst_np]).astype(np.float32)[:, None])
-        h = lib.from_numpy(feats)
-        h = propagate(l1(h), src, dst, norm).relu()
+        np.add.at(agg, dst, feats[src, :C])
+        norm = (1.0 / deg[dst]).astype(np.float32)[:, None]
+        return feats, src, dst, norm, agg.argmax(1).astype(np.int64)
+
+    def step(b):
+        feats, src, dst, norm, y = (lib.from_numpy(a) for a in b)
+        h = propagate(l1(feats), src, dst, norm).relu()
         h = propagate(l2(h), src, dst, norm)
-        loss = F.cross_entropy(h, lib.from_numpy(y.astype(np.int64)))
+        loss = F.cross_entropy(h, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
-        items += n
-    return losses, items
+        return loss, b[0].shape[0]
+
+    return _train(rng, steps, batch, step)
 
 
 WORKLOADS = {"lstm": lstm, "treelstm": treelstm, "moe": moe, "gnn": gnn}
@@ -196,9 +219,7 @@ def main():
     lib = __import__(args.lib)
     if args.lib == "torch":
         lib.set_num_threads(1)
-    t0 = time.perf_counter()
-    losses, items = WORKLOADS[args.workload](lib, args.steps)
-    dt = time.perf_counter() - t0
+    losses, items, dt = WORKLOADS[args.workload](lib, args.steps)
     print(f"{args.workload} ({args.lib}): loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
           f"{items / dt:.0f} items/s over {args.steps} steps")
     if args.lib == "loom":
