@@ -17,8 +17,11 @@ from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's na
 from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)
 from . import ops
 from . import optim
+from ._compile import compile, Compiled  # noqa: F401
 from . import nn
 from .serialization import save, load
+
+GraphBreak = _C.GraphBreak
 
 for _d in _DTYPES:
     globals()[_d.name] = _d
@@ -247,70 +250,6 @@ def grad(fn, argnums=0):
         step()
         return grads if many else grads[0]
     return wrapped
-
-
-class compile:
-    """loom.compile(fn), also a decorator: fn captured whole into one graph
-    and compiled into one executable on the first call with given argument
-    shapes, dtypes (and non-tensor argument values), then replayed on every
-    call that matches them; another set compiles once more. A training
-    step (zero_grad, forward, loss.backward(), optimizer.step()) becomes
-    one executable: forward, backward and the update together, the
-    parameters updated in place, .grad set after each call, the learning
-    rate read from the optimizer at each call. Inside fn nothing may be
-    read (.numpy(), .item(), bool(): refused), nothing computed may be kept
-    beyond the call but what fn returns (a tensor, a tuple of tensors, or
-    None), and Python values fn reads other than its arguments are fixed
-    at capture. The optimizer's state of a compiled step is the
-    executable's own (separate from uncompiled steps')."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.entries = {}
-        self.__doc__ = getattr(fn, "__doc__", None)
-        self.__name__ = getattr(fn, "__name__", "compiled")
-
-    @staticmethod
-    def _key(args):
-        return tuple((tuple(a.shape), a._dtype) if isinstance(a, Tensor) else ("value", a)
-                     for a in args)
-
-    def __call__(self, *args):
-        key = self._key(args)
-        entry = self.entries.get(key)
-        if entry is None:
-            entry = self.entries[key] = self._capture(args)
-        captured, shape = entry
-        outs = captured.run(tuple(a for a in args if isinstance(a, Tensor)))
-        if shape == "none":
-            return None
-        return outs[0] if shape == "one" else tuple(outs)
-
-    def _capture(self, args):
-        _C._capture_begin()
-        try:
-            for a in args:
-                if isinstance(a, Tensor):
-                    _C._capture_arg(a)
-            out = self.fn(*args)
-            if out is None:
-                outs, shape = (), "none"
-            elif isinstance(out, Tensor):
-                outs, shape = (out,), "one"
-            elif isinstance(out, (tuple, list)):
-                outs, shape = tuple(out), "many"
-            else:
-                raise TypeError("loom.compile: the function returns tensors only "
-                                "(one, a tuple of them, or None)")
-            del out
-            return _C._capture_end(outs), shape
-        except BaseException:
-            _C._capture_abort()
-            raise
-
-    def explain(self):
-        """The report of each compiled executable (loom_executable_explain)."""
-        return "\n".join(c.explain() for c, _ in self.entries.values())
 
 
 class no_grad(contextlib.ContextDecorator):

@@ -98,8 +98,14 @@ logical_and = _binary("and")
 logical_or = _binary("or")
 logical_xor = _binary("xor")
 remainder = _binary("mod")
-floor_divide = _binary("div")
 subtract, multiply = sub, mul
+
+
+def floor_divide(a, b):
+    """a / b rounded toward -inf (the op's div floors integers only)."""
+    a, b = _pair(a, b)
+    q = _op("div", a, b)
+    return floor(q) if a.dtype.is_floating_point else q
 
 
 def div(a, b):
@@ -430,7 +436,8 @@ def _zeros_i64(shape):
 
 
 def any(x, dim=None, keepdim=False):
-    return gt(sum(cast(x, _I64), dim, keepdim), 0)
+    nonzero_ = x if x.dtype is _BOOL else ne(x, 0)  # a cast would truncate 0.5 to 0
+    return gt(sum(cast(nonzero_, _I64), dim, keepdim), 0)
 
 
 def all(x, dim=None, keepdim=False):

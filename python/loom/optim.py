@@ -13,7 +13,7 @@ here. The two keep separate state: a program that switches between them
 mid-training restarts the moments."""
 import math
 
-from . import _C
+from . import _C, _compile
 
 _SGD, _ADAM, _ADAMW = 0, 1, 2
 
@@ -36,6 +36,11 @@ class Optimizer:
         self.defaults = defaults
         self.state = {}  # id(p) -> state of the update in Python
 
+    def _hyperparameters(self):
+        """What a compiled step fixes at capture: all but the learning rate."""
+        return tuple((k, v) for g in self.param_groups for k, v in sorted(g.items())
+                     if k not in ("lr", "params"))
+
     def zero_grad(self, set_to_none=True):
         for group in self.param_groups:
             for p in group["params"]:
@@ -44,7 +49,9 @@ class Optimizer:
     def step(self):
         if _C._capturing():  # inside loom.compile: the update joins the graph
             if len(self.param_groups) != 1:
-                raise NotImplementedError("loom.compile: an optimizer with one param group")
+                raise _C.GraphBreak("loom.compile: an optimizer of several param groups")
+            _compile.guard((id(self), "hyper"), f"{type(self).__name__} hyperparameters",
+                           self._hyperparameters)
             g = self.param_groups[0]
             b1, b2 = g.get("betas", (0.9, 0.999))
             _C._capture_optimizer(self._kind, float(g.get("momentum", 0.0)),

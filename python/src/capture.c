@@ -9,7 +9,9 @@
  * backward() appends loom_grad's gradients and an optimizer's step()
  * appends its update (loom_optimizer_apply), its learning rate an input.
  * A read of a value inside the function (.numpy(), .item(), bool) has
- * nothing to read yet, and is refused. */
+ * nothing to read yet: it raises GraphBreak, and loom.compile runs the
+ * function through the trace instead, with each parameter's .grad as it
+ * was before the capture. */
 #include "pyloom.h"
 
 #include <string.h>
@@ -31,6 +33,7 @@ static struct {
   bool active;
   loom_graph_t *g;
   PyObject *inputs, *params, *grad_params, *optimizer, *state;
+  PyObject *saved_grads; /* [(parameter, its .grad before backward)], for an abort */
   int n_args, lr_input;
 } cap;
 
@@ -44,6 +47,7 @@ static void reset(void) {
   Py_CLEAR(cap.grad_params);
   Py_CLEAR(cap.optimizer);
   Py_CLEAR(cap.state);
+  Py_CLEAR(cap.saved_grads);
   memset(&cap, 0, sizeof cap);
 }
 
@@ -85,12 +89,21 @@ int py_capture_enter(py_tensor_t *t, loom_value_t *out) {
 }
 
 int py_capture_refuse_read(void) {
-  PyErr_SetString(PyExc_RuntimeError,
+  PyErr_SetString(py_graph_break,
                   "loom.compile: the function reads a value it computed (.numpy(), "
-                  ".item(), float(), bool(), print); a compiled function runs as one "
-                  "executable with no reads inside it: return the value instead, or "
-                  "call the function without loom.compile");
+                  ".item(), float(), bool(), print); one executable has no reads "
+                  "inside it");
   return -1;
+}
+
+/* Keeps p's .grad as it was before the capture's first backward. */
+static int save_grad(py_tensor_t *p) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cap.saved_grads); i++)
+    if (PyTuple_GET_ITEM(PyList_GET_ITEM(cap.saved_grads, i), 0) == (PyObject *)p) return 0;
+  PyObject *row = PyTuple_Pack(2, (PyObject *)p, p->grad ? p->grad : Py_None);
+  int r = row ? PyList_Append(cap.saved_grads, row) : -1;
+  Py_XDECREF(row);
+  return r;
 }
 
 /* backward(loss) while capturing: loom_grad over the parameters so far,
@@ -112,6 +125,7 @@ PyObject *py_capture_backward(py_tensor_t *loss) {
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    if (save_grad(p) < 0) goto done;
     PyObject *g = py_step_lazy(grads[i], false);
     if (!g) goto done;
     if (p->grad) {
@@ -133,8 +147,7 @@ done:
  * a .grad, appended to the graph; the learning rate an input. */
 PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer) {
   if (cap.lr_input >= 0) {
-    PyErr_SetString(PyExc_NotImplementedError,
-                    "loom.compile: one optimizer step per compiled function");
+    PyErr_SetString(py_graph_break, "loom.compile: one optimizer step per compiled function");
     return NULL;
   }
   Py_ssize_t n = PyList_GET_SIZE(cap.params), k = 0;
@@ -186,7 +199,8 @@ static PyObject *fn_capture_begin(PyObject *self, PyObject *unused) {
   cap.params = PyList_New(0);
   cap.grad_params = PyList_New(0);
   cap.state = PyList_New(0);
-  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state) {
+  cap.saved_grads = PyList_New(0);
+  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state || !cap.saved_grads) {
     reset();
     return NULL;
   }
@@ -217,6 +231,12 @@ static PyObject *fn_capture_arg(PyObject *self, PyObject *arg) {
 static PyObject *fn_capture_abort(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
   if (cap.active) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cap.saved_grads); i++) {
+      PyObject *row = PyList_GET_ITEM(cap.saved_grads, i);
+      py_tensor_t *p = (py_tensor_t *)PyTuple_GET_ITEM(row, 0);
+      PyObject *g = PyTuple_GET_ITEM(row, 1);
+      Py_XSETREF(p->grad, g == Py_None ? NULL : Py_NewRef(g));
+    }
     cap.active = false;
     py_step_forget();
     reset();
@@ -257,11 +277,10 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
   if (s != LOOM_OK) return py_fail(s);
   Py_ssize_t kept = py_step_results_besides(outputs, cap.grad_params);
   if (kept > 0) {
-    PyErr_Format(PyExc_NotImplementedError,
+    PyErr_Format(py_graph_break,
                  "loom.compile: the function keeps %zd tensor%s computed inside it beyond "
-                 "the call (in an attribute, a list, a closure: BatchNorm's running "
-                 "statistics in training, for one); return them, or call the function "
-                 "without loom.compile", kept, kept == 1 ? "" : "s");
+                 "the call (in an attribute, a list, a closure); one executable's values "
+                 "end with its run", kept, kept == 1 ? "" : "s");
     return NULL;
   }
   captured_t *c = PyObject_New(captured_t, &py_captured_type);

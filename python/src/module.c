@@ -42,9 +42,19 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "loom._C", "Loom's C API for the loom package", -1, module_methods,
     NULL, NULL, NULL, NULL};
 
+PyObject *py_graph_break;
+
 PyMODINIT_FUNC PyInit__C(void) {
   py_tensor_type.tp_richcompare = py_tensor_richcompare;
   if (PyType_Ready(&py_tensor_type) < 0 || PyType_Ready(&py_captured_type) < 0) return NULL;
+  if (!py_graph_break &&
+      !(py_graph_break = PyErr_NewExceptionWithDoc(
+            "loom.GraphBreak",
+            "what stops loom.compile's capture of a function (a read of a computed value, "
+            "a tensor kept beyond the call) but not the program: the function runs through "
+            "the trace instead",
+            PyExc_RuntimeError, NULL)))
+    return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   if (PyModule_AddFunctions(m, py_tensor_functions) < 0 ||
@@ -53,6 +63,7 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddFunctions(m, py_dlpack_functions) < 0 ||
       PyModule_AddFunctions(m, py_capture_functions) < 0 ||
       PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&py_tensor_type) < 0 ||
+      PyModule_AddObjectRef(m, "GraphBreak", py_graph_break) < 0 ||
       PyModule_AddIntConstant(m, "MAX_RANK", LOOM_MAX_RANK) < 0) {
     Py_DECREF(m);
     return NULL;

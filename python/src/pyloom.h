@@ -105,8 +105,12 @@ loom_graph_t *py_capture_graph(void);
 /* Enters real tensor t into the captured graph (a borrowed parameter or an
  * input); 0 or -1 with an exception. */
 int py_capture_enter(py_tensor_t *t, loom_value_t *out);
-/* Sets the exception of a read inside a captured function; -1. */
+/* Sets the exception of a read inside a captured function (GraphBreak:
+ * loom.compile then runs the function through the trace); -1. */
 int py_capture_refuse_read(void);
+/* loom.GraphBreak, a RuntimeError: what stops a capture but not the
+ * program. */
+extern PyObject *py_graph_break;
 PyObject *py_capture_backward(py_tensor_t *loss);
 PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer);
 extern PyMethodDef py_capture_functions[];

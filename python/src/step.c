@@ -101,7 +101,8 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
   if (!tr) return -1;
   if (!t->data) {
     PyErr_SetString(PyExc_RuntimeError,
-                    "loom: a tensor of an ended step that was never made real");
+                    "loom: a tensor computed inside a function that loom.compile captured, "
+                    "kept beyond the capture: it has no value (return it instead)");
     return -1;
   }
   if (!st.entered && !(st.entered = PyList_New(0))) return -1;

@@ -107,7 +107,10 @@ int py_tensor_realize(py_tensor_t *t) {
   if (t->data) return 0;
   if (py_capture_active()) return py_capture_refuse_read();
   if (t->step != py_step_id()) {
-    PyErr_SetString(PyExc_RuntimeError, "loom: a lazy tensor of an ended step (an internal error)");
+    /* Only a capture's steps end with their lazy tensors unmade. */
+    PyErr_SetString(PyExc_RuntimeError,
+                    "loom: a tensor computed inside a function that loom.compile captured, "
+                    "kept beyond the capture: it has no value (return it instead)");
     return -1;
   }
   const loom_tensor_t *real;

@@ -75,35 +75,106 @@ def test_new_shapes_compile_once_more():
     assert "steps" in f.explain() or f.explain()
 
 
-def test_what_a_compiled_function_cannot_do():
-    x = loom.tensor([1.0, -2.0])
+def test_graph_breaks_run_through_the_trace():
+    """What cannot be one executable runs uncompiled, with the same results,
+    and explain() names the line; fullgraph=True refuses it instead."""
+    x, y = loom.tensor([1.0, -2.0]), loom.tensor([3.0, 4.0])
 
-    @loom.compile
     def reads(a):
-        return a * float(a.sum())
+        return a * float(a.sum())  # the read
 
-    with pytest.raises(RuntimeError, match="reads a value"):
-        reads(x)
-
-    @loom.compile
     def branches(a):
-        return a if a.sum() > 0 else -a
+        return a * 2 if a.sum() > 0 else -a
 
-    with pytest.raises(RuntimeError, match="reads a value"):
-        branches(x)
     kept = []
 
-    @loom.compile
     def keeps(a):
         kept.append(a * 2)
         return a + 1
 
-    with pytest.raises(NotImplementedError, match="keeps 1 tensor"):
-        keeps(x)
-    with pytest.raises(TypeError, match="tensors only"):
-        loom.compile(lambda a: 3)(x)
-    # tracing goes on after each refusal
-    assert (x * 2).tolist() == [2.0, -4.0]
+    for fn, want in [(reads, lambda a: a * a.sum()), (branches, lambda a: a * 2 if a.sum() > 0
+                                                       else -a),
+                     (keeps, lambda a: a + 1)]:
+        f = loom.compile(fn)
+        for a in (x, y, x):
+            np.testing.assert_allclose(f(a).numpy(), want(a.numpy()))
+        assert len(f.entries) == 1 and f.entries[next(iter(f.entries))][0].graph_break
+        assert "graph break at " + __file__ in f.explain()
+        with pytest.raises(loom.GraphBreak):
+            loom.compile(fn, fullgraph=True)(x)
+    f = loom.compile(reads)
+    f(x)  # the break names the line of the read
+    assert f"{__file__}:{reads.__code__.co_firstlineno + 1}" in f.explain()
+    assert "reads a value" in f.explain()
+    # kept: each capture's value (none: the capture stopped), each run's
+    assert [k.tolist() for k in kept[1:4]] == [[2.0, -4.0], [6.0, 8.0], [2.0, -4.0]]
+    with pytest.raises(RuntimeError, match="kept beyond the capture"):
+        kept[0].tolist()
+    with pytest.raises(RuntimeError, match="kept beyond the capture"):
+        kept[0] + 1
+    assert loom.compile(lambda a: 3)(x) == 3
+    with pytest.raises(RuntimeError, match="reads a value"):  # GraphBreak is a RuntimeError
+        loom.compile(reads, fullgraph=True)(x)
+    assert (x * 2).tolist() == [2.0, -4.0]  # tracing goes on after each
+
+
+def test_a_break_after_backward_leaves_the_gradients_as_they_were():
+    """The capture ran backward before the read: its gradients are dropped,
+    and the run through the trace accumulates onto the earlier .grad."""
+    w = loom.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (w * 1.0).sum().backward()  # .grad = [1, 1, 1], kept across calls
+    loom.step()
+
+    @loom.compile
+    def f(a):
+        loss = (w * a).sum()
+        loss.backward()
+        return a * float(loss)  # a read after backward: a graph break
+
+    out = f(loom.tensor([2.0, 2.0, 2.0]))
+    assert out.tolist() == [24.0, 24.0, 24.0]
+    assert w.grad.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_guards_on_the_training_flag_and_the_optimizer():
+    """A module switched between train() and eval(), or an optimizer's
+    hyperparameter changed, captures once more: a compiled step never
+    replays what the Python values no longer say."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 64), nn.Dropout(0.5))
+    f = loom.compile(lambda a: model(a))
+    x = loom.ones(3, 4)
+    want = (x.numpy() @ model[0].weight.detach().numpy().T + model[0].bias.detach().numpy())
+    model.eval()
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    model.train()
+    dropped = f(x).numpy()
+    assert (dropped == 0).mean() > 0.3  # dropout applied in training
+    kept = dropped != 0
+    np.testing.assert_allclose(dropped[kept], (2 * want)[kept], rtol=1e-6)
+    model.eval()
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    assert sum(len(v) for v in f.entries.values()) == 2
+    assert "Dropout.training == False" in f.explain()
+    with loom.no_grad():  # grad mode is part of the key
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    assert len(f.entries) == 2
+
+    w = loom.tensor([1.0, 2.0], requires_grad=True)
+    opt = loom.optim.SGD([w], lr=0.5)
+
+    @loom.compile
+    def step(a):
+        opt.zero_grad()
+        (w * a).sum().backward()
+        opt.step()
+
+    step(loom.tensor([1.0, 1.0]))
+    assert w.detach().tolist() == [0.5, 1.5]
+    opt.param_groups[0]["weight_decay"] = 1.0  # w - lr * (g + wd * w)
+    step(loom.tensor([1.0, 1.0]))
+    assert w.detach().tolist() == [-0.25, 0.25]
+    assert sum(len(v) for v in step.entries.values()) == 2
 
 
 def test_batch_norm_buffers_update_in_place_under_compile():

@@ -75,8 +75,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     axis = x.ndim - len(tuple(normalized_shape))
     if weight is None or bias is None:
         from .. import ones, zeros
-        weight = weight if weight is not None else ones(*normalized_shape)
-        bias = bias if bias is not None else zeros(*normalized_shape)
+        weight = weight if weight is not None else ones(*normalized_shape, dtype=x.dtype)
+        bias = bias if bias is not None else zeros(*normalized_shape, dtype=x.dtype)
     return _F._op("layer_norm", x, weight, bias, axis=axis, eps=float(eps))
 
 
@@ -160,8 +160,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     from .. import ones, zeros
     c = x.shape[1]
-    weight = weight if weight is not None else ones(c)
-    bias = bias if bias is not None else zeros(c)
+    weight = weight if weight is not None else ones(c, dtype=x.dtype)
+    bias = bias if bias is not None else zeros(c, dtype=x.dtype)
     return _C.op("batch_norm", (x, weight, bias, running_mean, running_var),
                     {"eps": float(eps), "momentum": float(momentum),
                      "training": int(bool(training))})

@@ -5,6 +5,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import _compile
 from .._tensor import Tensor
 
 
@@ -86,6 +87,9 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
+        if _compile.guards is not None:  # loom.compile: the capture depends on the mode
+            _compile.guard((id(self), "training"), f"{type(self).__name__}.training",
+                           lambda: self.training)
         return self.forward(*args, **kwargs)
 
     # ---- walking the tree ----

@@ -1,0 +1,163 @@
+"""loom.compile: a whole function captured into one graph, compiled into
+one executable per argument signature and guard set, replayed on every
+call that matches; a function that cannot be one executable runs through
+the trace instead (a graph break, as torch.compile's)."""
+import os
+import sys
+
+from . import _C
+from ._tensor import Tensor
+
+# While a function is captured: [(what, read, value)], the Python values it
+# depended on besides its arguments (a module's training flag, an
+# optimizer's hyperparameters); each call checks them again.
+guards = None
+_PACKAGE_DIR = os.path.dirname(__file__)
+
+
+def guard(key, what, read):
+    """Notes, while capturing, that the captured graph depends on read()
+    (what names it in explain(); key tells one guard from another)."""
+    if guards is not None and not any(k == key for k, _, _, _ in guards):
+        guards.append((key, what, read, read()))
+
+
+def _user_line(tb, fn):
+    """file:line of the user's code where the capture stopped: the last
+    frame of the traceback outside the package, else fn's definition."""
+    where = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(_PACKAGE_DIR):
+            where = f"{code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if where is None:
+        code = getattr(fn, "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+    return where
+
+
+class _Entry:
+    """One capture: its guards, and its executable or the graph break
+    that sends its calls through the trace."""
+
+    def __init__(self, guards, captured=None, shape=None, graph_break=None):
+        self.guards = guards
+        self.captured, self.shape = captured, shape
+        self.graph_break = graph_break  # (reason, "file:line") or None
+
+    def holds(self):
+        return all(read() == value for _, _, read, value in self.guards)
+
+
+class Compiled:
+    """A function under loom.compile (see compile)."""
+
+    def __init__(self, fn, fullgraph=False):
+        self.fn = fn
+        self.fullgraph = fullgraph
+        self.entries = {}  # (argument signature) -> [_Entry]
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__name__ = getattr(fn, "__name__", "compiled")
+        self.__wrapped__ = fn
+
+    @staticmethod
+    def _key(args):
+        return (_C.is_grad_enabled(),) + tuple(
+            (tuple(a.shape), a._dtype) if isinstance(a, Tensor) else ("value", a) for a in args)
+
+    def __call__(self, *args):
+        key = self._key(args)
+        entries = self.entries.setdefault(key, [])
+        entry = next((e for e in entries if e.holds()), None)
+        if entry is None:
+            entry = self._capture(args)
+            entries.append(entry)
+            if entry.graph_break is not None:
+                if "breaks" in os.environ.get("LOOM_LOG", "").split(","):
+                    reason, where = entry.graph_break
+                    print(f"loom: graph break in {self.__name__} at {where}: {reason}; "
+                          "it runs through the trace", file=sys.stderr)
+        if entry.graph_break is not None:
+            return self.fn(*args)
+        outs = entry.captured.run(tuple(a for a in args if isinstance(a, Tensor)))
+        if entry.shape == "none":
+            return None
+        return outs[0] if entry.shape == "one" else tuple(outs)
+
+    def _capture(self, args):
+        global guards
+        if guards is not None:
+            raise RuntimeError("loom.compile: a compiled function called another while "
+                               "being captured")
+        guards = []
+        _C._capture_begin()
+        try:
+            for a in args:
+                if isinstance(a, Tensor):
+                    _C._capture_arg(a)
+            out = self.fn(*args)
+            if out is None:
+                outs, shape = (), "none"
+            elif isinstance(out, Tensor):
+                outs, shape = (out,), "one"
+            elif isinstance(out, (tuple, list)) and all(isinstance(o, Tensor) for o in out):
+                outs, shape = tuple(out), "many"
+            else:
+                raise _C.GraphBreak("loom.compile: the function returns something other "
+                                    "than tensors (one, a tuple of them, or None)")
+            del out
+            captured = _C._capture_end(outs)
+            return _Entry(guards, captured, shape)
+        except _C.GraphBreak as e:
+            _C._capture_abort()
+            if self.fullgraph:
+                raise
+            return _Entry(guards, graph_break=(str(e), _user_line(e.__traceback__, self.fn)))
+        except BaseException:
+            _C._capture_abort()
+            raise
+        finally:
+            guards = None
+
+    def explain(self):
+        """The report of each capture: its executable's (loom_executable_explain),
+        or the graph break that runs it through the trace."""
+        lines = []
+        for entries in self.entries.values():
+            for e in entries:
+                if e.graph_break is not None:
+                    reason, where = e.graph_break
+                    lines.append(f"graph break at {where}: {reason}; runs through the trace")
+                else:
+                    lines.append(e.captured.explain())
+                if e.guards:
+                    lines.append("guards: " + ", ".join(f"{w} == {v!r}" for _, w, _, v in e.guards))
+        return "\n".join(lines)
+
+
+def compile(fn=None, *, fullgraph=False):
+    """loom.compile(fn), also a decorator (@loom.compile or
+    @loom.compile(fullgraph=True)): fn captured whole into one graph and
+    compiled into one executable on the first call with given argument
+    shapes, dtypes, non-tensor argument values and grad mode, then
+    replayed on every call that matches them and whose guards hold (the
+    training flag of each module it called, its optimizer's
+    hyperparameters); another set captures once more. A training step
+    (zero_grad, forward, loss.backward(), optimizer.step()) becomes one
+    executable: forward, backward and the update together, the parameters
+    updated in place, .grad set after each call, the learning rate read
+    from the optimizer at each call. A function that reads a value it
+    computed (.numpy(), .item(), bool(): a branch on a tensor), keeps a
+    computed tensor beyond the call, or returns other than tensors is a
+    graph break: its calls with that signature run through the trace
+    (segments compiled per path and cached by GraphKey) with the same
+    results, and explain() names the line; with fullgraph=True the break
+    raises loom.GraphBreak instead. At a graph break the function's
+    Python code has run once in the capture, then runs again. Python
+    values fn reads besides its arguments and the guards above are fixed
+    at capture. The optimizer's state of a compiled step is the
+    executable's own (separate from uncompiled steps')."""
+    if fn is None:
+        return lambda f: Compiled(f, fullgraph)
+    return Compiled(fn, fullgraph)
