@@ -935,6 +935,36 @@ static void test_recompile_unlimited(void) {
   CHECK_ERR(loom_trace_create(&o, &t), LOOM_ERR_INVALID, "recompile_limit");
 }
 
+/* A read that fails (an index out of range) leaves the step usable: a
+ * value that does not depend on the failure reads, one that does fails
+ * again with the same error. */
+static void test_failed_read_keeps_the_step(void) {
+  loom_trace_t *t = new_trace(0);
+  loom_graph_t *g = loom_trace_graph(t);
+  int64_t shape[1] = {4}, ishape[1] = {2};
+  loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+  int64_t bad_index[2] = {1, 9};
+  loom_tensor_t *it = NULL;
+  CHECK_OK(loom_tensor_from_data(LOOM_I64, 1, ishape, bad_index, sizeof bad_index, &it));
+  loom_value_t x, idx, picked, sq, doubled;
+  CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+  CHECK_OK(loom_trace_input(t, it, NULL, &idx));
+  CHECK_OK(loom_gather(g, x, idx, 0, &picked));
+  CHECK_OK(loom_mul(g, picked, picked, &sq));
+  loom_value_t two;
+  CHECK_OK(scalar(g, 2, &two));
+  CHECK_OK(loom_mul(g, x, two, &doubled));
+  const loom_tensor_t *out;
+  CHECK_ERR(loom_trace_read(t, sq, &out), LOOM_ERR_VALUE, "out of range");
+  CHECK_OK(loom_trace_read(t, doubled, &out));
+  for (int i = 0; i < 4; i++) CHECK_NEAR(test_get(out, i), 2 * test_get(xt, i), 1e-6, 0);
+  CHECK_ERR(loom_trace_read(t, picked, &out), LOOM_ERR_VALUE, "out of range");
+  CHECK_OK(loom_trace_step_end(t));
+  loom_tensor_destroy(xt);
+  loom_tensor_destroy(it);
+  loom_trace_destroy(t);
+}
+
 static void test_errors(void) {
   loom_trace_t *t = new_trace(0);
   loom_value_t v = {12345};
@@ -982,6 +1012,7 @@ int main(void) {
   TEST_RUN(test_recompile_unlimited);
   TEST_RUN(test_auto_default);
   TEST_RUN(test_errors);
+  TEST_RUN(test_failed_read_keeps_the_step);
   TEST_RUN(test_allocation_failures);
   return test_summary();
 }

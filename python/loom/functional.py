@@ -400,9 +400,27 @@ def index_select(x, dim, index):
 
 
 def gather(x, dim, index):
-    """torch.gather: out[i][j] = x[index[i][j]][j] along dim (take_along_axis)."""
-    raise NotImplementedError("loom.gather (torch's element-wise gather) is not in the "
-                              "op table yet; index_select and x[index] are")
+    """torch.gather: out[i][j] = x[i][index[i][j]] for dim 1 (NumPy's
+    take_along_axis): the op table's gather over x flattened, at the flat
+    offsets of index's positions. index has x's rank and no dim larger
+    than x's but dim; an index outside [0, x.shape[dim]) fails the read."""
+    if not isinstance(index, Tensor) or index.dtype.is_floating_point:
+        raise TypeError("gather: index must be an integer tensor")
+    if index.ndim != x.ndim or x.ndim == 0:
+        raise ValueError(f"gather: index has {index.ndim} dims, x has {x.ndim} (one or more)")
+    dim %= x.ndim
+    if builtins.any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise ValueError(f"gather: index of shape {tuple(index.shape)} is larger than x of "
+                         f"shape {tuple(x.shape)} outside dim {dim}")
+    strides = np.cumprod((1,) + tuple(x.shape[:0:-1]))[::-1]
+    others = builtins.sum((c * strides[d] for d, c in enumerate(np.indices(index.shape))
+                           if d != dim), np.zeros(index.shape, np.int64))
+    i = cast(index, _I64)
+    flat = i * builtins.int(strides[dim]) + _C.from_buffer(
+        np.ascontiguousarray(others, np.int64), True)
+    outside = logical_or(lt(i, 0), ge(i, x.shape[dim]))
+    flat = where(outside, x.numel(), flat)  # out of range for the flat gather too
+    return _op("gather", reshape(x, -1), flat, axis=0)
 
 
 def scatter_add(x, dim, index, src):

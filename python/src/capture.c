@@ -469,8 +469,13 @@ static PyObject *fn_assign(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
   py_tensor_t *buf = (py_tensor_t *)a;
   loom_value_t pv, v;
-  if (!cap.active || !buf->is_state) {
-    PyErr_SetString(PyExc_RuntimeError, "_assign: a module's buffer, while capturing");
+  if (!cap.active) {
+    PyErr_SetString(PyExc_RuntimeError, "_assign: while capturing");
+    return NULL;
+  }
+  if (!buf->is_state) { /* its storage is an input, not borrowed: nothing to write */
+    PyErr_SetString(py_graph_break, "loom.compile: the function updates in place a tensor "
+                    "that is not a module's buffer");
     return NULL;
   }
   if (py_step_value(buf, &pv) < 0 || py_step_value((py_tensor_t *)b, &v) < 0) return NULL;

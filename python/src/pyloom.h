@@ -35,6 +35,8 @@ typedef struct py_tensor {
   bool held;                  /* a parameter the trace keeps (step.c) */
   bool is_state;              /* a module's buffer: loom.compile borrows it */
   PyObject *grad;             /* a Tensor, or NULL for None */
+  PyObject *error;            /* the exception its read failed with, raised
+                                 again at every read; or NULL */
   PyObject *trace_grad;       /* the grad backward made in step
                                  trace_grad_step (compared with grad) */
   uint64_t trace_grad_step;

@@ -148,14 +148,18 @@ int py_step_value(py_tensor_t *t, loom_value_t *out) {
  * dead and say so when used. */
 int py_step_end(void) {
   if (!st.open) return 0;
-  int rc = 0;
+  /* Every live value is made; one that fails keeps its error for its
+   * reads, and the first new failure is this call's. */
+  PyObject *err_type = NULL, *err_value = NULL, *err_tb = NULL;
   while (st.results) {
     py_tensor_t *t = st.results;
-    if (!t->data && rc == 0 && py_tensor_realize(t) < 0) rc = -1;
+    bool failed_before = t->error != NULL;
+    if (!t->data && !failed_before && py_tensor_realize(t) < 0) {
+      if (!err_type) PyErr_Fetch(&err_type, &err_value, &err_tb);
+      else PyErr_Clear();
+    }
     py_step_unlink(t);
   }
-  PyObject *err_type, *err_value, *err_tb;
-  PyErr_Fetch(&err_type, &err_value, &err_tb);
   loom_status_t s = st.trace ? loom_trace_step_end(st.trace) : LOOM_OK;
   st.id++;
   st.open = false;
@@ -170,7 +174,7 @@ int py_step_end(void) {
     py_fail(s);
     return -1;
   }
-  return rc;
+  return 0;
 }
 
 void py_step_forget(void) {

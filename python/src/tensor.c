@@ -103,8 +103,23 @@ PyObject *py_step_lazy(loom_value_t v, bool requires_grad) {
   return (PyObject *)t;
 }
 
+/* The exception just set, kept as t's: a value whose segment failed
+ * fails every read the same way (and the step goes on without it). */
+static int keep_error(py_tensor_t *t) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value) Py_XSETREF(t->error, Py_NewRef(value));
+  PyErr_Restore(type, value, tb);
+  return -1;
+}
+
 int py_tensor_realize(py_tensor_t *t) {
   if (t->data) return 0;
+  if (t->error) {
+    PyErr_SetObject((PyObject *)Py_TYPE(t->error), t->error);
+    return -1;
+  }
   if (py_capture_active()) return py_capture_refuse_read();
   if (t->step != py_step_id()) {
     /* Only a capture's steps end with their lazy tensors unmade. */
@@ -123,7 +138,7 @@ int py_tensor_realize(py_tensor_t *t) {
   if (s != LOOM_OK) {
     loom_tensor_destroy(copy);
     py_fail(s);
-    return -1;
+    return keep_error(t);
   }
   t->data = copy;
   py_step_realized(t);
@@ -140,6 +155,7 @@ static int read_break(py_tensor_t *t, const char *reason) {
 static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
   Py_VISIT(t->grad);
   Py_VISIT(t->trace_grad);
+  Py_VISIT(t->error);
   Py_VISIT(t->view.obj);
   return 0;
 }
@@ -147,6 +163,7 @@ static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
 static int tensor_clear(py_tensor_t *t) {
   Py_CLEAR(t->grad);
   Py_CLEAR(t->trace_grad);
+  Py_CLEAR(t->error);
   return 0;
 }
 

@@ -334,6 +334,15 @@ void seg_cut_done(loom_trace_t *t, seg_work_t *w) {
   t->run.last_key = w->id.key_hash;
 }
 
+/* A cut that failed (an index out of range, a failing callback) leaves
+ * its values unmade, and its region closed: later cuts make only what
+ * they read, so a value that does not depend on the failure reads, and
+ * one that does fails again with the same error, as eager ops would. */
+static loom_status_t cut_failed(loom_trace_t *t, loom_status_t s) {
+  t->region_start = t->g->n_nodes;
+  return s;
+}
+
 loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
                       const tr_reason_t *reason) {
   if (t->in_cut)
@@ -347,7 +356,8 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   t->in_cut = false;
   if (s == LOOM_OK && done && reason) s = tr_note_break(t, w->id.site, reason);
   if (s == LOOM_OK && done) seg_cut_done(t, w);
-  if (s != LOOM_OK || done) return s;
+  if (s != LOOM_OK) return cut_failed(t, s);
+  if (done) return s;
   LOOM_TRY(seg_work_reserve(t, &w));
   tr_link_t *link = seg_hot_link(t);
   rt_entry_t *predicted[TR_WAYS] = {NULL};
@@ -366,7 +376,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
   if (s == LOOM_OK && reason) s = tr_note_break(t, w->id.site, reason);
   if (s == LOOM_OK) s = seg_run(t, w);
   t->in_cut = false;
-  if (s != LOOM_OK) return s;
+  if (s != LOOM_OK) return cut_failed(t, s);
   /* stitched once the successor repeats: a link that changes at every cut
    * (segments that alternate) would allocate a stitch per cut */
   bool repeated = false;

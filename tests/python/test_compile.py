@@ -234,3 +234,29 @@ def test_shape_policies_bound_compiles(policy, most):
             assert compiles >= 5  # the policy is what bounds the others
     finally:
         loom.set_compile_mode("tiered")
+
+
+def test_functional_batch_norm_updates_its_statistics_compiled_or_not():
+    """F.batch_norm in training writes running_mean/var in place: a module's
+    buffers inside the executable, plain tensors through a graph break."""
+    x = np.random.default_rng(2).standard_normal((4, 3, 2, 2))
+    trm, trv = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    for _ in range(2):
+        ty = torch.nn.functional.batch_norm(torch.from_numpy(x), trm, trv, training=True)
+    rm, rv = loom.zeros(3, dtype=loom.float64), loom.ones(3, dtype=loom.float64)
+    f = loom.compile(lambda a: F.batch_norm(a, rm, rv, training=True))
+    for _ in range(2):
+        y = f(loom.from_numpy(x))
+    assert next(iter(f.entries.values()))[0].graph_break
+    np.testing.assert_allclose(y.numpy(), ty.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(rm.numpy(), trm.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(rv.numpy(), trv.numpy(), rtol=1e-10)
+    m = nn.Module()
+    m.register_buffer("mean", loom.zeros(3, dtype=loom.float64))
+    m.register_buffer("var", loom.ones(3, dtype=loom.float64))
+    g = loom.compile(lambda a: F.batch_norm(a, m.mean, m.var, training=True))
+    for _ in range(2):
+        g(loom.from_numpy(x))
+    assert not next(iter(g.entries.values()))[0].graph_break
+    np.testing.assert_allclose(m.mean.numpy(), trm.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(m.var.numpy(), trv.numpy(), rtol=1e-10)

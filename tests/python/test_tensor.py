@@ -106,6 +106,24 @@ def test_bad_indices_raise_index_errors():
         t[loom.tensor([0.5])]
 
 
+def test_an_index_out_of_range_fails_its_read_and_nothing_else():
+    """The error surfaces where the value is read (the ops are lazy); a
+    value that does not depend on it still reads in the same step, and
+    reading the failed value again fails again, as eager ops would."""
+    x = loom.tensor([1.0, 2.0, 3.0])
+    bad = x[loom.tensor([0, 7])] * 2
+    fine = x * 10
+    with pytest.raises(ValueError, match="out of range"):
+        bad.tolist()
+    assert fine.tolist() == [10.0, 20.0, 30.0]
+    with pytest.raises(ValueError, match="out of range"):
+        bad.numpy()
+    assert (x + 1).tolist() == [2.0, 3.0, 4.0]
+    loom.step()  # the failed value keeps its error; the step ends cleanly
+    with pytest.raises(ValueError, match="out of range"):
+        bad.tolist()
+
+
 def test_shape_errors_are_value_errors_naming_the_op():
     with pytest.raises(ValueError, match="matmul"):
         loom.zeros(2, 3) @ loom.zeros(2, 3)

@@ -151,15 +151,30 @@ def adaptive_avg_pool2d(x, output_size):
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
-    """Returns y; in training, also updates running_mean and running_var
-    through the caller (BatchNorm2d), which receives them from
-    _batch_norm."""
-    return _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)[0]
+    """Returns y; in training, running_mean and running_var (when given)
+    take their new values in place, as PyTorch's: the statistics are read
+    here (a graph break), or, inside loom.compile, assigned at each run
+    when they are a module's buffers."""
+    y, mean, var = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+                               eps)
+    if training:
+        for buf, new in ((running_mean, mean), (running_var, var)):
+            if buf is None:
+                continue
+            if _C._capturing():
+                _C._assign(buf, new.detach())
+            else:
+                _C._copy_into(buf, new.detach())
+    return y
 
 
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     from .. import ones, zeros
     c = x.shape[1]
+    if running_mean is None or running_var is None:
+        if not training:
+            raise ValueError("batch_norm: running_mean and running_var are needed in eval")
+        running_mean, running_var = zeros(c, dtype=x.dtype), ones(c, dtype=x.dtype)
     weight = weight if weight is not None else ones(c, dtype=x.dtype)
     bias = bias if bias is not None else zeros(c, dtype=x.dtype)
     return _C.op("batch_norm", (x, weight, bias, running_mean, running_var),
