@@ -265,7 +265,11 @@ LOOM_API loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
 LOOM_API loom_status_t loom_trace_shape(const loom_trace_t *t, loom_value_t v,
                                         int *rank, int64_t *shape);
 
-/* Makes v real: *out is a tensor owned by the trace until the step ends. */
+/* Makes v real: *out is a tensor owned by the trace until the step ends.
+ * A read whose segment fails (an index out of range, a failing callback)
+ * returns that error and leaves the step usable: later reads of values
+ * that do not depend on the failure succeed, and those that do fail the
+ * same way. */
 LOOM_API loom_status_t loom_trace_read(loom_trace_t *t, loom_value_t v,
                                        const loom_tensor_t **out);
 /* Makes v (one element) real and returns it as a double: a value for the
