@@ -16,7 +16,8 @@ module). Each step's shapes or control flow change with its data:
 Loom's one hint: loom.sync() at the end of a repeated body (a time step,
 a tree node), a segment boundary, so that the body compiles once and
 replays instead of the whole unrolled program compiling per shape.
-Each workload returns (losses, items, seconds): its batches are drawn with
+Each workload, called as workload(lib, steps, seed, init), returns
+(losses, items, seconds): its batches are drawn with
 NumPy before the clock starts (as bench/run dynamic's C workloads and their
 PyTorch twins draw theirs), and seconds covers the training steps.
 bench/python.py times these against PyTorch (python_dynamic lines)."""
@@ -24,6 +25,11 @@ import argparse
 import time
 
 import numpy as np
+
+
+def _keep(modules):
+    """The modules' initial weights as made (init=: another set, for tests
+    that start Loom and PyTorch from the same weights)."""
 
 
 def _sync(lib):
@@ -44,12 +50,13 @@ def _train(rng, steps, make_batch, train_step):
 
 # ---- LSTM over variable-length sequences ----
 
-def lstm(lib, steps, seed=0):
+def lstm(lib, steps, seed=0, init=None):
     nn, F = lib.nn, lib.nn.functional
     B, D, H, C = 16, 32, 128, 4
     rng = np.random.default_rng(seed)
     lib.manual_seed(seed)
     cell, head = nn.LSTMCell(D, H), nn.Linear(H, C)
+    (init or _keep)([cell, head])
     opt = lib.optim.Adam(list(cell.parameters()) + list(head.parameters()), lr=1e-3)
     sync = _sync(lib)
 
@@ -84,7 +91,7 @@ def random_tree(rng, n_leaves, vocab):
     return nodes[0]
 
 
-def treelstm(lib, steps, seed=0):
+def treelstm(lib, steps, seed=0, init=None):
     nn, F = lib.nn, lib.nn.functional
     V, D, H, C = 100, 32, 64, 3
     rng = np.random.default_rng(seed)
@@ -93,6 +100,7 @@ def treelstm(lib, steps, seed=0):
     leaf = nn.Linear(D, 3 * H)        # i, o, u of a leaf
     node = nn.Linear(2 * H, 5 * H)    # i, o, u, f_left, f_right of a node
     head = nn.Linear(H, C)
+    (init or _keep)([embed, leaf, node, head])
     params = [p for m in (embed, leaf, node, head) for p in m.parameters()]
     opt = lib.optim.Adam(params, lr=1e-3)
     sync = _sync(lib)
@@ -129,7 +137,7 @@ def treelstm(lib, steps, seed=0):
 
 # ---- mixture of experts with top-2 routing ----
 
-def moe(lib, steps, seed=0):
+def moe(lib, steps, seed=0, init=None):
     nn, F = lib.nn, lib.nn.functional
     N, D, H, E, C = 256, 64, 128, 4, 8
     rng = np.random.default_rng(seed)
@@ -138,6 +146,7 @@ def moe(lib, steps, seed=0):
     experts = nn.ModuleList([nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, D))
                              for _ in range(E)])
     head = nn.Linear(D, C)
+    (init or _keep)([gate, experts, head])
     params = [p for m in (gate, experts, head) for p in m.parameters()]
     opt = lib.optim.Adam(params, lr=1e-3)
     centers = rng.standard_normal((C, D)).astype(np.float32)
@@ -168,12 +177,13 @@ def moe(lib, steps, seed=0):
 
 # ---- graph convolution over random graphs ----
 
-def gnn(lib, steps, seed=0):
+def gnn(lib, steps, seed=0, init=None):
     nn, F = lib.nn, lib.nn.functional
     D, H, C = 16, 64, 4
     rng = np.random.default_rng(seed)
     lib.manual_seed(seed)
     l1, l2 = nn.Linear(D, H), nn.Linear(H, C)
+    (init or _keep)([l1, l2])
     opt = lib.optim.Adam(list(l1.parameters()) + list(l2.parameters()), lr=1e-2)
 
     def propagate(h, src, dst, norm):

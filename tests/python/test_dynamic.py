@@ -32,6 +32,26 @@ def test_compiled_runs_match_the_eager_fallback(name, steps, compile_mode):
     assert all(np.isfinite(eager))
 
 
+@pytest.mark.parametrize("name,steps", [("lstm", 3), ("treelstm", 4), ("moe", 3), ("gnn", 3)])
+def test_losses_match_pytorch_from_the_same_weights(name, steps):
+    """The same script run by PyTorch and by Loom, Loom's modules loaded
+    with PyTorch's initial weights: the same data, so the same losses over
+    the first steps (forward, backward and Adam each step)."""
+    weights = []
+
+    def take(modules):
+        weights.extend({k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+                       for m in modules)
+
+    def give(modules):
+        for m, w in zip(modules, weights):
+            m.load_state_dict(w)
+
+    theirs = dynamic.WORKLOADS[name](torch, steps, 5, init=take)[0]
+    mine = dynamic.WORKLOADS[name](loom, steps, 5, init=give)[0]
+    np.testing.assert_allclose(mine, theirs, rtol=2e-4)
+
+
 def test_moe_and_gnn_learn():
     moe = dynamic.moe(loom, 25, 0)[0]
     assert np.mean(moe[-5:]) < 0.6 * np.mean(moe[:5])
