@@ -126,15 +126,23 @@ class Tensor(_C.TensorBase):
         return _F._getitem(self, index)
 
     def __setitem__(self, index, value):
-        """Assignment into a real tensor's memory (NumPy's rules). A lazy
-        value (the result of ops in the step in progress) or a tensor that
-        requires grad has no memory to assign into: build the new value
-        with ops instead (loom.where, loom.cat, ...)."""
-        if self._lazy or self.requires_grad:
-            raise RuntimeError("loom: assignment into a " +
-                               ("lazy value of the step" if self._lazy else
-                                "tensor that requires grad") +
-                               " is not supported; compute the new tensor with ops "
+        """x[index] = value. Into a real tensor, its memory (NumPy's rules;
+        arrays sharing it see the change). Into a lazy value (the result of
+        ops in the step in progress), functionally: x becomes a new value
+        equal to the old one but at index, and gradients flow through it.
+        Slices of a lazy value are new values, not views of its memory:
+        assigning into one does not change the tensor it was sliced from.
+        A leaf that requires grad is refused, as in PyTorch."""
+        if self.requires_grad and self.is_leaf:
+            raise RuntimeError("loom: a leaf tensor that requires grad cannot be assigned "
+                               "into (use loom.no_grad() and assign to its data, or compute "
+                               "a new tensor)")
+        if self._lazy:
+            _C._rebind(self, _F._index_put(self, index, value))
+            return
+        if self.requires_grad:
+            raise RuntimeError("loom: assignment into a computed tensor that requires grad "
+                               "and has been read; compute the new tensor with ops "
                                "(loom.where, loom.cat) instead")
         if isinstance(index, Tensor):
             index = np.asarray(index)

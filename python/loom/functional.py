@@ -423,6 +423,43 @@ def gather(x, dim, index):
     return _op("gather", reshape(x, -1), flat, axis=0)
 
 
+def _index_put(x, index, value):
+    """x with x[index] = value, as a new value: assignment into a lazy
+    tensor made functional (positions found with NumPy from x's shape,
+    the values spread by a gather, chosen by where), so that gradients
+    flow to x's other elements and to value. Tensors in index are read."""
+    if isinstance(index, Tensor):
+        index = np.asarray(index)
+    elif isinstance(index, tuple):
+        index = tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+    n = x.numel()
+    try:
+        pos = np.asarray(np.arange(n, dtype=np.int64).reshape(tuple(x.shape))[index])
+    except IndexError as e:
+        raise IndexError(f"loom: assignment at {index!r}: {e}") from None
+    if pos.size == 0:
+        return x
+    if not isinstance(value, Tensor):
+        value = _scalar(value, x.dtype)
+    value = cast(value, x.dtype)
+    while value.ndim > pos.ndim and value.shape[0] == 1:  # as PyTorch: leading 1s go
+        value = reshape(value, *value.shape[1:])
+    try:
+        np.broadcast_to(np.empty(tuple(value.shape), np.int8), pos.shape)
+    except ValueError:
+        raise ValueError(f"loom: a value of shape {tuple(value.shape)} cannot be assigned "
+                         f"to {pos.shape} elements") from None
+    if tuple(value.shape) != pos.shape:
+        value = expand(value, *pos.shape)
+    flat = pos.reshape(-1)
+    inv = np.zeros(n, np.int64)
+    inv[flat] = np.arange(flat.size)  # a repeated position takes its last value, as NumPy
+    chosen = np.zeros(n, np.bool_)
+    chosen[flat] = True
+    spread = _op("gather", reshape(value, -1), _C.from_buffer(inv, True), axis=0)
+    return where(reshape(_C.from_buffer(chosen, True), *x.shape), reshape(spread, *x.shape), x)
+
+
 def scatter_add(x, dim, index, src):
     """torch.scatter_add: x with src[i][j] added at x[index[i][j]][j] (dim 0)."""
     return _op("scatter_add", x, index, src, axis=int(dim))

@@ -461,6 +461,29 @@ static PyObject *fn_copy_into(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* _rebind(dst, src): lazy dst becomes src's value (assignment into a
+ * lazy tensor, made functional: the Python object now names the new
+ * value). */
+static PyObject *fn_rebind(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a, *b;
+  if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
+  py_tensor_t *dst = (py_tensor_t *)a, *src = (py_tensor_t *)b;
+  if (dst->data || src->data || dst->step != py_step_id() || src->step != py_step_id() ||
+      dst->dtype != src->dtype || dst->rank != src->rank ||
+      memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank)) {
+    PyErr_SetString(PyExc_ValueError, "_rebind: two lazy tensors of the step, of one type");
+    return NULL;
+  }
+  py_step_unlink(dst);
+  dst->value = src->value;
+  dst->requires_grad = src->requires_grad;
+  dst->is_leaf = src->is_leaf;
+  Py_CLEAR(dst->error);
+  py_step_link(dst);
+  Py_RETURN_NONE;
+}
+
 /* zeros(dtype, shape): a new zero-filled tensor. */
 static PyObject *fn_zeros(PyObject *self, PyObject *args) {
   (void)self;
@@ -596,6 +619,7 @@ PyMethodDef py_tensor_functions[] = {
     {"from_bytes", fn_from_bytes, METH_VARARGS, "from_bytes(dtype, shape, data)"},
     {"zeros", fn_zeros, METH_VARARGS, "zeros(dtype, shape): a zero-filled tensor"},
     {"_copy_into", fn_copy_into, METH_VARARGS, "_copy_into(dst, src)"},
+    {"_rebind", fn_rebind, METH_VARARGS, "_rebind(dst, src): lazy dst takes src's value"},
     {"from_buffer", fn_from_buffer, METH_VARARGS,
      "from_buffer(obj, copy): a tensor over obj's buffer, or a copy of it"},
     {"_set_tensor_class", set_tensor_class, METH_O, "the class C makes tensors of"},
