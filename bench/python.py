@@ -37,6 +37,10 @@ def _peer_environment():
     by running this script again under it, before torch loads."""
     if os.environ.get("LOOM_BENCH_PEER_ENV") == "1":
         return
+    if not os.path.exists("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"):
+        print("bench/python.py: OpenMP OpenBLAS is missing (bench/setup.sh installs it): "
+              "PyTorch runs on the reference BLAS here, 20-40x below its best",
+              file=sys.stderr)
     env = dict(os.environ, LOOM_BENCH_PEER_ENV="1", MALLOC_MMAP_THRESHOLD_="33554432",
                MALLOC_TRIM_THRESHOLD_="100000000000",
                LD_LIBRARY_PATH="/usr/lib/x86_64-linux-gnu/openblas-openmp")
