@@ -17,6 +17,7 @@ from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's na
 from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)
 from . import ops
 from . import optim
+from . import _compile
 from ._compile import compile, Compiled  # noqa: F401
 from . import nn
 from .serialization import save, load
@@ -300,9 +301,6 @@ class Explanation:
     __repr__ = __str__
 
 
-_PACKAGE_DIR = __import__("os").path.dirname(__file__)
-
-
 def explain(fn=None, *args, **kwargs):
     """loom.explain(fn, *args): runs fn(*args, **kwargs) once, then ends the
     step, and returns an Explanation: each graph break (a value read, a
@@ -318,7 +316,7 @@ def explain(fn=None, *args, **kwargs):
 
     def hook(reason):
         frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        while frame is not None and _compile.in_package(frame.f_code):
             frame = frame.f_back
         where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
         breaks.append((reason, where))

@@ -8,11 +8,16 @@ import sys
 from . import _C
 from ._tensor import Tensor
 
-# While a function is captured: [(what, read, value)], the Python values it
-# depended on besides its arguments (a module's training flag, an
-# optimizer's hyperparameters); each call checks them again.
+# While a function is captured: [(key, what, read, value)], the Python
+# values it depended on besides its arguments (a module's training flag,
+# an optimizer's hyperparameters); each call checks them again.
 guards = None
 _PACKAGE_DIR = os.path.dirname(__file__)
+
+
+def in_package(code):
+    """Whether code is the package's own (not the user's)."""
+    return code.co_filename.startswith(_PACKAGE_DIR)
 
 
 def guard(key, what, read):
@@ -28,7 +33,7 @@ def _user_line(tb, fn):
     where = None
     while tb is not None:
         code = tb.tb_frame.f_code
-        if not code.co_filename.startswith(_PACKAGE_DIR):
+        if not in_package(code):
             where = f"{code.co_filename}:{tb.tb_lineno}"
         tb = tb.tb_next
     if where is None:
@@ -73,11 +78,11 @@ class Compiled:
         if entry is None:
             entry = self._capture(args)
             entries.append(entry)
-            if entry.graph_break is not None:
-                if "breaks" in os.environ.get("LOOM_LOG", "").split(","):
-                    reason, where = entry.graph_break
-                    print(f"loom: graph break in {self.__name__} at {where}: {reason}; "
-                          "it runs through the trace", file=sys.stderr)
+            if (entry.graph_break is not None and
+                    "breaks" in os.environ.get("LOOM_LOG", "").split(",")):
+                reason, where = entry.graph_break
+                print(f"loom: graph break in {self.__name__} at {where}: {reason}; "
+                      "it runs through the trace", file=sys.stderr)
         if entry.graph_break is not None:
             return self.fn(*args)
         outs = entry.captured.run(tuple(a for a in args if isinstance(a, Tensor)))
