@@ -4,6 +4,7 @@
 
 #include "demo.h"
 #include "explain_trace.h"
+#include "onnx_cli.h"
 #include "loom/loom.h"
 
 /* The op's attributes as the op table writes them: "axis:int=-1 ...". */
@@ -42,6 +43,27 @@ static int cmd_ops(void) {
   return 0;
 }
 
+/* The ONNX ops the importer has, and why not for the others. */
+static int cmd_onnx_ops(void) {
+  static const char *const names[] = {
+#define OX_RULE(name, fn) #name,
+#define OX_UNARY(name, builder) #name,
+#define OX_BINARY(name, builder) #name,
+#define OX_NOT(name, reason) #name,
+#include "frontend/onnx/onnx_ops.def"
+#undef OX_RULE
+#undef OX_UNARY
+#undef OX_BINARY
+#undef OX_NOT
+  };
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    const char *reason;
+    int ok = loom_onnx_op_supported(names[i], &reason);
+    printf("%-26s %s\n", names[i], ok ? "imported" : reason);
+  }
+  return 0;
+}
+
 /* The public API as JSON (loom_api_describe), for bindings. */
 static int cmd_api(void) {
   char *json = NULL;
@@ -60,6 +82,12 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
   if (argc == 3 && !strcmp(argv[1], "explain") && !strcmp(argv[2], "trace"))
     return loom_explain_trace_main();
+  if (argc >= 3 && strstr(argv[2], ".onnx")) {
+    if (!strcmp(argv[1], "run")) return loom_onnx_run_main(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "bench")) return loom_onnx_bench_main(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "explain")) return loom_onnx_explain_main(argc - 2, argv + 2);
+  }
+  if (argc == 2 && !strcmp(argv[1], "onnx-ops")) return cmd_onnx_ops();
   if ((argc == 2 || argc == 3) && !strcmp(argv[1], "explain"))
     return loom_explain_main(argc == 3 ? argv[2] : NULL);
   fprintf(stderr,
@@ -73,6 +101,17 @@ int main(int argc, char **argv) {
           "         fusion groups, steps, memory plan, generated C\n"
           "  explain trace\n"
           "         run a small traced program and show its graph breaks,\n"
-          "         recompiles and cache\n");
+          "         recompiles and cache\n"
+          "  run MODEL.onnx [--input NAME=FILE.npy ...] [--dim NAME=SIZE ...]\n"
+          "      [--threads N] [--output-dir DIR]\n"
+          "         run an ONNX model (random inputs where none are given) and\n"
+          "         write each output as DIR/NAME.npy\n"
+          "  bench MODEL.onnx [--runs N] [--threads N] [--dim NAME=SIZE ...]\n"
+          "         load, compile and time it: latency percentiles, throughput,\n"
+          "         compile time and memory, as JSON\n"
+          "  explain MODEL.onnx [--dim NAME=SIZE ...]\n"
+          "         the imported graph, fusion groups and memory plan\n"
+          "  onnx-ops\n"
+          "         the ONNX ops the importer has, and why not the others\n");
   return 2;
 }

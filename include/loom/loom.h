@@ -206,6 +206,22 @@ LOOM_API loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t 
                                            loom_value_t *out);
 /* Marks v as the graph's next output. */
 LOOM_API loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v);
+/* The same, calling the output name (NULL or "": unnamed). */
+LOOM_API loom_status_t loom_graph_output_named(loom_graph_t *g, const char *name,
+                                               loom_value_t v);
+/* The name of input i or output i ("" when it has none), or NULL when i
+ * is out of range. The string is the graph's, valid while it lives. */
+LOOM_API const char *loom_graph_input_name(const loom_graph_t *g, int i);
+LOOM_API const char *loom_graph_output_name(const loom_graph_t *g, int i);
+/* The graph's parameters in the order they were made: their count, the
+ * value of parameter i, and its name ("" when it has none; NULL when i
+ * is out of range). */
+LOOM_API int loom_graph_num_params(const loom_graph_t *g);
+LOOM_API loom_status_t loom_graph_param_value(const loom_graph_t *g, int i, loom_value_t *out);
+LOOM_API const char *loom_graph_param_name(const loom_graph_t *g, int i);
+/* The value of input i or output i (for loom_value_type). */
+LOOM_API loom_status_t loom_graph_input_value(const loom_graph_t *g, int i, loom_value_t *out);
+LOOM_API loom_status_t loom_graph_output_value(const loom_graph_t *g, int i, loom_value_t *out);
 /* Writes value into parameter param when the graph runs. Reads of the
  * parameter during a run see its value from before the run; assigns take
  * effect when the run ends. */
@@ -445,5 +461,6 @@ LOOM_API loom_status_t loom_api_describe(char **out);
 #include "loom/ops.h"
 #include "loom/train.h"
 #include "loom/checkpoint.h"
+#include "loom/onnx.h"
 
 #endif

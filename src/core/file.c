@@ -182,3 +182,44 @@ int core_file_clean_stale(const char *path) {
   core_free(dir);
   return removed;
 }
+
+loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return loom_fail(LOOM_ERR_IO, "%s: not a regular file", path);
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
+    close(fd);
+    return loom_fail(LOOM_ERR_IO, "%s: %lld bytes, over the limit of %zu", path,
+                     (long long)st.st_size, max_bytes);
+  }
+  size_t n = (size_t)st.st_size;
+  char *buf = core_malloc(n + 1);
+  if (!buf) {
+    close(fd);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+  }
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = r < 0 ? errno : 0;
+      close(fd);
+      core_free(buf);
+      return loom_fail(LOOM_ERR_IO, "%s: read failed after %zu of %zu bytes%s%s", path, got, n,
+                       e ? ": " : "", e ? strerror(e) : "");
+    }
+    got += (size_t)r;
+  }
+  close(fd);
+  buf[n] = 0;
+  *data = buf;
+  *size = n;
+  return LOOM_OK;
+}

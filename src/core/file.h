@@ -17,6 +17,11 @@ loom_status_t core_write_all(int fd, const char *path, const void *buf, size_t n
  * first). */
 loom_status_t core_write_tensor(int fd, const char *path, const loom_tensor_t *t);
 
+/* The whole regular file at path in a new buffer (*data, freed with
+ * core_free; one byte past *size is 0), or an error naming path. Files
+ * over max_bytes fail with LOOM_ERR_IO. */
+loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, size_t *size);
+
 /* Makes the entries of directory dir (a rename into it) durable. Best
  * effort: a directory that cannot be opened for reading is left as is. */
 void core_sync_dir(const char *dir);

@@ -99,6 +99,8 @@ static void release_contents(loom_graph_t *g) {
     core_free(g->nodes[i].out);
   }
   for (int64_t i = 0; i < g->n_exprs; i++) core_free(g->exprs[i].name);
+  for (int64_t i = 0; i < g->n_output_names; i++) core_free(g->output_names[i]);
+  g->n_output_names = 0;
   for (int64_t i = 0; i < g->n_subgraphs; i++) {
     g->subgraphs[i]->owner = NULL; /* let go, so that destroy frees it */
     loom_graph_destroy(g->subgraphs[i]);
@@ -123,6 +125,7 @@ static void free_arrays(loom_graph_t *g) {
   core_free(g->inputs);
   core_free(g->params);
   core_free(g->outputs);
+  core_free(g->output_names);
   core_free(g->exprs);
   core_free(g->subgraphs);
   core_free(g->names);
@@ -371,6 +374,76 @@ loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v) {
   if (!ir_value_valid(g, v.id))
     return loom_fail(LOOM_ERR_INVALID, "loom_graph_output: %%%d is not a value of the graph", v.id);
   return push_id(&g->outputs, &g->n_outputs, &g->cap_outputs, v.id);
+}
+
+loom_status_t loom_graph_output_named(loom_graph_t *g, const char *name, loom_value_t v) {
+  LOOM_CHECK_ARG(g);
+  if (!name || !*name) return loom_graph_output(g, v);
+  int64_t i = g->n_outputs;
+  char **names = core_realloc(g->output_names, sizeof *names * (size_t)(i + 1));
+  if (!names) return loom_fail(LOOM_ERR_NOMEM, "loom_graph_output_named: out of memory");
+  g->output_names = names;
+  for (int64_t k = g->n_output_names; k <= i; k++) names[k] = NULL;
+  if (g->n_output_names < i + 1) g->n_output_names = i + 1;
+  char *copy = core_strdup(name);
+  if (!copy) return loom_fail(LOOM_ERR_NOMEM, "loom_graph_output_named: out of memory");
+  loom_status_t st = loom_graph_output(g, v);
+  if (st != LOOM_OK) {
+    core_free(copy);
+    return st;
+  }
+  core_free(names[i]);
+  names[i] = copy;
+  return LOOM_OK;
+}
+
+const char *loom_graph_input_name(const loom_graph_t *g, int i) {
+  if (!g || i < 0 || i >= g->n_inputs) return NULL;
+  const char *name = g->values[g->inputs[i]].name;
+  return name ? name : "";
+}
+
+loom_status_t loom_graph_input_value(const loom_graph_t *g, int i, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  if (i < 0 || i >= g->n_inputs)
+    return loom_fail(LOOM_ERR_INVALID, "loom_graph_input_value: no input %d (the graph has %lld)",
+                     i, (long long)g->n_inputs);
+  out->id = g->inputs[i];
+  return LOOM_OK;
+}
+
+int loom_graph_num_params(const loom_graph_t *g) { return g ? (int)g->n_params : 0; }
+
+loom_status_t loom_graph_param_value(const loom_graph_t *g, int i, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  if (i < 0 || i >= g->n_params)
+    return loom_fail(LOOM_ERR_INVALID, "loom_graph_param_value: no parameter %d (the graph has %lld)",
+                     i, (long long)g->n_params);
+  out->id = g->params[i];
+  return LOOM_OK;
+}
+
+const char *loom_graph_param_name(const loom_graph_t *g, int i) {
+  if (!g || i < 0 || i >= g->n_params) return NULL;
+  const char *name = g->values[g->params[i]].name;
+  return name ? name : "";
+}
+
+loom_status_t loom_graph_output_value(const loom_graph_t *g, int i, loom_value_t *out) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(out);
+  if (i < 0 || i >= g->n_outputs)
+    return loom_fail(LOOM_ERR_INVALID, "loom_graph_output_value: no output %d (the graph has %lld)",
+                     i, (long long)g->n_outputs);
+  out->id = g->outputs[i];
+  return LOOM_OK;
+}
+
+const char *loom_graph_output_name(const loom_graph_t *g, int i) {
+  if (!g || i < 0 || i >= g->n_outputs) return NULL;
+  return i < g->n_output_names && g->output_names[i] ? g->output_names[i] : "";
 }
 
 loom_status_t loom_graph_param_tensor(loom_graph_t *g, loom_value_t param,

@@ -304,6 +304,10 @@ struct loom_graph {
   int64_t n_nodes, cap_nodes;
   int32_t *inputs, *params, *outputs;
   int64_t n_inputs, cap_inputs, n_params, cap_params, n_outputs, cap_outputs;
+  /* Names of outputs given by loom_graph_output_named (NULL: unnamed),
+   * n_output_names of them: one per output named or added after one. */
+  char **output_names;
+  int64_t n_output_names;
   ir_expr_t *exprs;
   int64_t n_exprs, cap_exprs;
   int n_symbols;

@@ -1,0 +1,75 @@
+/* Loom: ONNX models in.
+ *
+ * loom_onnx_load reads an ONNX model (IR version 3 and up, the default
+ * domain) into a new graph: the model's inputs become
+ * the graph's inputs in their order and with their names (inputs that an
+ * initializer gives a default are constants, not inputs), its outputs the
+ * graph's outputs with their names, its initializers constants (or
+ * parameters, see below), and each node the Loom ops that compute it.
+ * Dims named in the model (dim_param) become symbols of that name;
+ * unnamed dynamic dims get fresh symbols ("unk_0", ...). Integer types
+ * Loom does not have widen: uint8, int16 and uint16 to i32, uint32 and
+ * uint64 to i64 (arithmetic that would wrap in the narrow type does not).
+ * Models of opsets before 7 import too (their broadcast attributes and
+ * older attribute forms are read). Values computed
+ * from constants only (shape arithmetic, weight transposes) are folded to
+ * constants at load time. The graph is an ordinary Loom graph: compile it,
+ * interpret it, differentiate it. `loom onnx-ops` lists the ONNX ops the
+ * importer has and, for the others, why not. */
+#ifndef LOOM_ONNX_H
+#define LOOM_ONNX_H
+
+#include "loom/loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_onnx_options {
+  size_t size; /* sizeof(loom_onnx_options_t): init sets it */
+  /* 1: the float initializers become parameters named as in the model,
+   * which loom_grad and the optimizers can train (integer initializers,
+   * shapes and indices, stay constants); 0: constants (inference). */
+  int trainable;
+  /* Where external data files are looked up: NULL is the model file's
+   * folder for loom_onnx_load and the working folder for _memory. */
+  const char *base_dir;
+  /* Inputs of the model fixed to values: each becomes a constant, so that
+   * shapes, axes or sizes the model reads from it at run time (Reshape's
+   * shape, Slice's starts, TopK's K, ...) are known when it loads and the
+   * graph is specialized to them. The graph then has the model's other
+   * inputs only. Names that no input of the model has fail with
+   * LOOM_ERR_INVALID. */
+  int n_fixed;
+  const char *const *fixed_names;
+  const loom_tensor_t *const *fixed_values;
+} loom_onnx_options_t;
+
+LOOM_API loom_status_t loom_onnx_options_init_sized(loom_onnx_options_t *o, size_t size);
+#define loom_onnx_options_init(o) loom_onnx_options_init_sized((o), sizeof *(o))
+
+/* A new graph from the model at path (options NULL: defaults). A malformed,
+ * truncated or unsupported model fails with LOOM_ERR_FORMAT or
+ * LOOM_ERR_UNSUPPORTED, naming the node (its name, or its op and position)
+ * and what is wrong. */
+LOOM_API loom_status_t loom_onnx_load(const char *path, const loom_onnx_options_t *o,
+                                      loom_graph_t **out);
+/* The same from the model's bytes in memory. */
+LOOM_API loom_status_t loom_onnx_load_memory(const void *data, size_t size,
+                                             const loom_onnx_options_t *o,
+                                             loom_graph_t **out);
+/* A tensor from a serialized ONNX TensorProto (the input_0.pb files of
+ * ONNX's test data). Integer types Loom does not have are widened: uint8,
+ * int16 and uint16 to i32, uint32 and uint64 to i64 (see loom_onnx_load). */
+LOOM_API loom_status_t loom_onnx_load_tensor(const char *path, loom_tensor_t **out);
+
+/* Whether the importer has the ONNX op `op_type` (default domain): 1 with
+ * *reason NULL, or 0 with *reason saying why not (a string with the
+ * library's lifetime). */
+LOOM_API int loom_onnx_op_supported(const char *op_type, const char **reason);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

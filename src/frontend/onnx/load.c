@@ -1,0 +1,394 @@
+/* Reading an ONNX model into a Loom graph: the model and its opsets, the
+ * graph's initializers, inputs and outputs, a scope of names, and each
+ * node through its rule, folded to constants when its inputs all are. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/file.h"
+#include "core/status.h"
+#include "frontend/onnx/onnx_import.h"
+
+/* Models over 2 GiB keep their weights in external data files (protobuf's
+ * own limit). */
+#define OX_MAX_FILE ((size_t)2 << 30)
+
+/* ---- Scopes: ONNX names to values ------------------------------------------ */
+
+typedef struct ox_scope {
+  char **names;
+  loom_value_t *values;
+  int64_t n, cap; /* cap: a power of two, slots of the open hash */
+} ox_scope_t;
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int64_t scope_slot(const ox_scope_t *sc, const char *name) {
+  if (!sc->cap) return -1;
+  for (uint64_t i = hash_name(name) & (uint64_t)(sc->cap - 1);; i = (i + 1) & (uint64_t)(sc->cap - 1))
+    if (!sc->names[i] || !strcmp(sc->names[i], name)) return (int64_t)i;
+}
+
+static int scope_get(const ox_scope_t *sc, const char *name, loom_value_t *out) {
+  int64_t i = scope_slot(sc, name);
+  if (i < 0 || !sc->names[i]) return 0;
+  *out = sc->values[i];
+  return 1;
+}
+
+static loom_status_t scope_grow(ox_scope_t *sc) {
+  ox_scope_t bigger = {.cap = sc->cap ? sc->cap * 2 : 64};
+  bigger.names = core_calloc((size_t)bigger.cap, sizeof *bigger.names);
+  bigger.values = core_calloc((size_t)bigger.cap, sizeof *bigger.values);
+  if (!bigger.names || !bigger.values) {
+    core_free(bigger.names);
+    core_free(bigger.values);
+    return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  }
+  for (int64_t i = 0; i < sc->cap; i++) {
+    if (!sc->names[i]) continue;
+    int64_t j = scope_slot(&bigger, sc->names[i]);
+    bigger.names[j] = sc->names[i];
+    bigger.values[j] = sc->values[i];
+  }
+  bigger.n = sc->n;
+  core_free(sc->names);
+  core_free(sc->values);
+  *sc = bigger;
+  return LOOM_OK;
+}
+
+/* Binds name to v; a later binding of one name replaces the earlier. */
+static loom_status_t scope_set(ox_scope_t *sc, const char *name, loom_value_t v) {
+  if ((sc->n + 1) * 2 > sc->cap) LOOM_TRY(scope_grow(sc));
+  int64_t i = scope_slot(sc, name);
+  if (!sc->names[i]) {
+    sc->names[i] = core_strdup(name);
+    if (!sc->names[i]) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+    sc->n++;
+  }
+  sc->values[i] = v;
+  return LOOM_OK;
+}
+
+static void scope_free(ox_scope_t *sc) {
+  for (int64_t i = 0; i < sc->cap; i++) core_free(sc->names[i]);
+  core_free(sc->names);
+  core_free(sc->values);
+}
+
+/* ---- The import ---------------------------------------------------------------- */
+
+typedef struct ox_import {
+  loom_graph_t *g;
+  int64_t opset;
+  int trainable;
+  const char *base_dir;
+  int n_unnamed; /* fresh symbols for unnamed dynamic dims */
+  const loom_onnx_options_t *options;
+  int *fixed_used; /* per fixed input: whether the model has it */
+} ox_import_t;
+
+static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onnx__TensorProto *t) {
+  if (!t->name || !*t->name)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: an initializer has no name");
+  loom_tensor_t *host = NULL;
+  loom_status_t st = ox_tensor_from_proto(t, imp->base_dir, &host);
+  if (st != LOOM_OK)
+    return loom_fail(st, "ONNX initializer '%s': %s", t->name, loom_last_error());
+  loom_value_t v;
+  loom_dtype_t dt = loom_tensor_dtype(host);
+  if (imp->trainable && (dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16)) {
+    int rank = loom_tensor_rank(host);
+    int64_t shape[LOOM_MAX_RANK];
+    for (int d = 0; d < rank; d++) shape[d] = loom_tensor_dim(host, d);
+    st = loom_graph_param(imp->g, t->name, dt, rank, shape, host, &v);
+  } else {
+    st = loom_graph_constant(imp->g, host, &v);
+  }
+  loom_tensor_destroy(host);
+  LOOM_TRY(st);
+  return scope_set(sc, t->name, v);
+}
+
+static int is_initializer(const Onnx__GraphProto *gp, const char *name) {
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    if (gp->initializer[i]->name && !strcmp(gp->initializer[i]->name, name)) return 1;
+  return 0;
+}
+
+static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__ValueInfoProto *vi) {
+  const char *name = vi->name ? vi->name : "";
+  const loom_onnx_options_t *o = imp->options;
+  for (int k = 0; k < o->n_fixed; k++) {
+    if (!o->fixed_names[k] || strcmp(o->fixed_names[k], name)) continue;
+    if (!o->fixed_values || !o->fixed_values[k])
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: fixed input '%s' has no value", name);
+    imp->fixed_used[k] = 1;
+    loom_value_t v;
+    LOOM_TRY(loom_graph_constant(imp->g, o->fixed_values[k], &v));
+    return scope_set(sc, name, v);
+  }
+  const Onnx__TypeProto *tp = vi->type;
+  if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+    return loom_fail(LOOM_ERR_UNSUPPORTED,
+                     "ONNX input '%s': only tensor inputs are supported (not sequences, maps, "
+                     "optionals or sparse tensors)", name);
+  const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+  loom_dtype_t dt;
+  if (!tt->has_elem_type || !ox_dtype_from_onnx(tt->elem_type, &dt))
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': element type %s is not supported",
+                     name, ox_onnx_type_name(tt->has_elem_type ? tt->elem_type : 0));
+  if (!tt->shape)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': no shape (its rank is unknown)", name);
+  if (tt->shape->n_dim > LOOM_MAX_RANK)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': rank %zu is over Loom's %d", name,
+                     tt->shape->n_dim, LOOM_MAX_RANK);
+  loom_dim_t dims[LOOM_MAX_RANK];
+  for (size_t d = 0; d < tt->shape->n_dim; d++) {
+    const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+    if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+      if (dim->dim_value < 0 || dim->dim_value > ((int64_t)1 << 40))
+        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %zu is %lld", name, d,
+                         (long long)dim->dim_value);
+      dims[d] = dim->dim_value;
+    } else {
+      char fresh[32];
+      const char *sym = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                                dim->dim_param && *dim->dim_param
+                            ? dim->dim_param
+                            : (snprintf(fresh, sizeof fresh, "unk_%d", imp->n_unnamed++), fresh);
+      LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
+    }
+  }
+  loom_value_t v;
+  LOOM_TRY(loom_graph_input(imp->g, name, dt, (int)tt->shape->n_dim, dims, &v));
+  return scope_set(sc, name, v);
+}
+
+/* Runs the node's rule on constants in a graph of its own and adds its
+ * outputs to the model's graph as constants: shape arithmetic and weight
+ * transforms cost nothing when the model runs. */
+static loom_status_t fold_node(ox_node_t *n, ox_rule_fn rule) {
+  loom_graph_t *model = n->g, *scratch = NULL;
+  loom_value_t *model_in = n->in;
+  loom_value_t *in = core_calloc((size_t)n->n_in + 1, sizeof *in);
+  loom_tensor_t **results = core_calloc((size_t)n->n_out + 1, sizeof *results);
+  loom_status_t st = in && results ? loom_graph_create(&scratch)
+                                   : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  for (int i = 0; st == LOOM_OK && i < n->n_in; i++) {
+    in[i] = model_in[i];
+    if (in[i].id >= 0) st = loom_graph_constant(scratch, ox_const(n, model_in[i]), &in[i]);
+  }
+  if (st == LOOM_OK) {
+    n->g = scratch;
+    n->in = in;
+    st = rule(n);
+    n->g = model;
+    n->in = model_in;
+  }
+  int n_res = 0;
+  for (int k = 0; st == LOOM_OK && k < n->n_out; k++)
+    if (n->out[k].id >= 0) {
+      st = loom_graph_output(scratch, n->out[k]);
+      n_res++;
+    }
+  if (st == LOOM_OK) st = loom_interpret(scratch, 0, NULL, n_res, results);
+  for (int k = 0, r = 0; st == LOOM_OK && k < n->n_out; k++)
+    if (n->out[k].id >= 0) st = loom_graph_constant(model, results[r++], &n->out[k]);
+  for (int r = 0; r < n_res; r++) loom_tensor_destroy(results[r]);
+  core_free(results);
+  core_free(in);
+  loom_graph_destroy(scratch);
+  return st;
+}
+
+static int foldable(const ox_node_t *n) {
+  int any = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    if (n->in[i].id < 0) continue;
+    if (!ox_const(n, n->in[i])) return 0;
+    any = 1;
+  }
+  return any || n->n_in == 0;
+}
+
+static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__NodeProto *np,
+                                 int index) {
+  ox_node_t n = {.g = imp->g, .proto = np, .index = index, .opset = imp->opset,
+                 .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc};
+  if (!np->op_type || !*np->op_type)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX node %d has no op_type", index);
+  if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx"))
+    return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "domain '%s' is not supported (only the default "
+                   "domain, ai.onnx)", np->domain);
+  const ox_op_t *op = ox_op_find(np->op_type);
+  if (!op) return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "not an ONNX op Loom knows");
+  if (!op->rule) return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "not supported: %s", op->reason);
+  n.in = core_calloc((size_t)n.n_in + 1, sizeof *n.in);
+  n.out = core_calloc((size_t)n.n_out + 1, sizeof *n.out);
+  loom_status_t st = n.in && n.out ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  for (int i = 0; st == LOOM_OK && i < n.n_in; i++) {
+    n.in[i].id = -1;
+    const char *name = np->input[i];
+    if (name && *name && !scope_get(sc, name, &n.in[i]))
+      st = ox_fail(&n, LOOM_ERR_FORMAT, "input %d '%s' is not computed before the node "
+                   "(a cycle, nodes out of order, or a missing value)", i, name);
+  }
+  for (int k = 0; st == LOOM_OK && k < n.n_out; k++) n.out[k].id = -1;
+  if (st == LOOM_OK) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
+  for (int k = 0; st == LOOM_OK && k < n.n_out; k++) {
+    const char *name = np->output[k];
+    if (!name || !*name) continue;
+    if (n.out[k].id < 0)
+      st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "output %d '%s' is not supported", k, name);
+    else
+      st = scope_set(sc, name, n.out[k]);
+  }
+  core_free(n.in);
+  core_free(n.out);
+  return st;
+}
+
+static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) {
+  ox_scope_t sc = {0};
+  loom_status_t st = LOOM_OK;
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_initializer; i++)
+    st = add_initializer(imp, &sc, gp->initializer[i]);
+  if (st == LOOM_OK && gp->n_sparse_initializer)
+    st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: sparse initializers are not supported");
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_input; i++) {
+    const Onnx__ValueInfoProto *vi = gp->input[i];
+    if (vi->name && is_initializer(gp, vi->name)) continue; /* a default */
+    st = add_input(imp, &sc, vi);
+  }
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_node; i++)
+    st = import_node(imp, &sc, gp->node[i], (int)i);
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_output; i++) {
+    const char *name = gp->output[i]->name ? gp->output[i]->name : "";
+    loom_value_t v;
+    if (!scope_get(&sc, name, &v))
+      st = loom_fail(LOOM_ERR_FORMAT, "ONNX model: output '%s' is computed by no node", name);
+    else
+      st = loom_graph_output_named(imp->g, name, v);
+  }
+  scope_free(&sc);
+  return st;
+}
+
+static loom_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
+  if (!m->has_ir_version || m->ir_version < 3)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: IR version %lld is not supported "
+                     "(3 and up are)", (long long)m->ir_version);
+  if (!m->graph) return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no graph");
+  *opset = -1;
+  for (size_t i = 0; i < m->n_opset_import; i++) {
+    const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+    if (!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) *opset = o->version;
+  }
+  if (*opset < 0)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no opset of the default domain is imported");
+  if (*opset < 1)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: opset %lld", (long long)*opset);
+  return LOOM_OK;
+}
+
+static loom_status_t load_model(const void *data, size_t size, const loom_onnx_options_t *o,
+                                const char *base_dir, loom_graph_t **out) {
+  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
+  if (!m)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: not a valid ModelProto (%zu bytes: truncated, "
+                     "corrupt, or not an ONNX file)", size);
+  ox_import_t imp = {.trainable = o->trainable, .options = o,
+                     .base_dir = o->base_dir ? o->base_dir : base_dir};
+  imp.fixed_used = core_calloc((size_t)(o->n_fixed > 0 ? o->n_fixed : 0) + 1, sizeof(int));
+  loom_status_t st = imp.fixed_used ? check_model(m, &imp.opset)
+                                    : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  if (st == LOOM_OK) st = loom_graph_create(&imp.g);
+  if (st == LOOM_OK) st = import_graph(&imp, m->graph);
+  for (int k = 0; st == LOOM_OK && k < o->n_fixed; k++)
+    if (!imp.fixed_used[k])
+      st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
+                     o->fixed_names[k] ? o->fixed_names[k] : "(null)");
+  core_free(imp.fixed_used);
+  if (st == LOOM_OK) st = loom_graph_verify(imp.g);
+  onnx__model_proto__free_unpacked(m, NULL);
+  if (st != LOOM_OK) {
+    loom_graph_destroy(imp.g);
+    return st;
+  }
+  *out = imp.g;
+  return LOOM_OK;
+}
+
+static loom_status_t options_check(const loom_onnx_options_t *o, const char *fn) {
+  if (o && (o->size < sizeof(size_t) || o->size > LOOM_MAX_STRUCT_SIZE))
+    return loom_fail(LOOM_ERR_INVALID, "%s: options.size is %zu (set it with "
+                     "loom_onnx_options_init)", fn, o->size);
+  return LOOM_OK;
+}
+
+static loom_status_t fixed_check(const loom_onnx_options_t *o, const char *fn) {
+  if (o->n_fixed < 0 || (o->n_fixed > 0 && (!o->fixed_names || !o->fixed_values)))
+    return loom_fail(LOOM_ERR_INVALID, "%s: n_fixed is %d with fixed_names or fixed_values "
+                     "null", fn, o->n_fixed);
+  return LOOM_OK;
+}
+
+loom_status_t loom_onnx_options_init_sized(loom_onnx_options_t *o, size_t size) {
+  LOOM_CHECK_ARG(o);
+  if (size < sizeof(size_t) || size > LOOM_MAX_STRUCT_SIZE)
+    return loom_fail(LOOM_ERR_INVALID, "loom_onnx_options_init: size %zu", size);
+  loom_onnx_options_t d = {.size = size < sizeof d ? size : sizeof d};
+  memcpy(o, &d, d.size);
+  return LOOM_OK;
+}
+
+/* Reads the options the caller's struct has; the rest keep defaults. */
+static loom_onnx_options_t options_of(const loom_onnx_options_t *o) {
+  loom_onnx_options_t d = {.size = sizeof d};
+  if (o) memcpy(&d, o, o->size < sizeof d ? o->size : sizeof d);
+  return d;
+}
+
+loom_status_t loom_onnx_load_memory(const void *data, size_t size, const loom_onnx_options_t *o,
+                                    loom_graph_t **out) {
+  LOOM_CHECK_ARG(data);
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_TRY(options_check(o, "loom_onnx_load_memory"));
+  loom_onnx_options_t opts = options_of(o);
+  LOOM_TRY(fixed_check(&opts, "loom_onnx_load_memory"));
+  LOOM_TRY(load_model(data, size, &opts, ".", out));
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+loom_status_t loom_onnx_load(const char *path, const loom_onnx_options_t *o, loom_graph_t **out) {
+  LOOM_CHECK_ARG(path);
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_TRY(options_check(o, "loom_onnx_load"));
+  loom_onnx_options_t opts = options_of(o);
+  LOOM_TRY(fixed_check(&opts, "loom_onnx_load"));
+  void *data = NULL;
+  size_t size = 0;
+  LOOM_TRY(core_read_file(path, OX_MAX_FILE, &data, &size));
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else snprintf(dir, sizeof dir, ".");
+  loom_status_t st = load_model(data, size, &opts, dir, out);
+  core_free(data);
+  if (st != LOOM_OK) return loom_fail(st, "%s: %s", path, loom_last_error());
+  loom_clear_error();
+  return LOOM_OK;
+}

@@ -1,0 +1,165 @@
+/* What a rule reads from its node: attributes by name and kind, inputs'
+ * types, and the values of inputs that must be constants (shapes, axes,
+ * pads), each failure naming the node. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "frontend/onnx/onnx_import.h"
+#include "ir/ir.h"
+
+static const char *node_label(const Onnx__NodeProto *np, char *buf, size_t size) {
+  if (np->name && *np->name) snprintf(buf, size, "'%s' ", np->name);
+  else buf[0] = 0;
+  return buf;
+}
+
+loom_status_t ox_fail(const ox_node_t *n, loom_status_t status, const char *fmt, ...) {
+  char msg[768], label[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return loom_fail(status, "ONNX node %d %s(%s): %s", n->index,
+                   node_label(n->proto, label, sizeof label), n->proto->op_type, msg);
+}
+
+const Onnx__AttributeProto *ox_attr(const ox_node_t *n, const char *name) {
+  for (size_t i = 0; i < n->proto->n_attribute; i++) {
+    const Onnx__AttributeProto *a = n->proto->attribute[i];
+    if (a->name && !strcmp(a->name, name)) return a;
+  }
+  return NULL;
+}
+
+int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  return a && a->has_i ? a->i : a && a->has_f ? (int64_t)a->f : dflt;
+}
+
+double ox_float(const ox_node_t *n, const char *name, double dflt) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  return a && a->has_f ? a->f : a && a->has_i ? (double)a->i : dflt;
+}
+
+const int64_t *ox_ints(const ox_node_t *n, const char *name, int *count) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  *count = a ? (int)a->n_ints : 0;
+  return a && a->n_ints ? a->ints : NULL;
+}
+
+const float *ox_floats(const ox_node_t *n, const char *name, int *count) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  *count = a ? (int)a->n_floats : 0;
+  return a && a->n_floats ? a->floats : NULL;
+}
+
+const char *ox_string(const ox_node_t *n, const char *name, const char *dflt, char *buf,
+                      size_t size) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  if (!a || !a->has_s) return dflt;
+  size_t len = a->s.len < size - 1 ? a->s.len : size - 1;
+  memcpy(buf, a->s.data, len);
+  buf[len] = 0;
+  return buf;
+}
+
+int ox_string_is(const ox_node_t *n, const char *name, const char *dflt, const char *value) {
+  char buf[64];
+  return !strcmp(ox_string(n, name, dflt, buf, sizeof buf), value);
+}
+
+loom_status_t ox_need(const ox_node_t *n, int i) {
+  if (ox_has(n, i)) return LOOM_OK;
+  return ox_fail(n, LOOM_ERR_FORMAT, "input %d is missing", i);
+}
+
+loom_dtype_t ox_dtype(const ox_node_t *n, loom_value_t v) {
+  loom_dtype_t dt = LOOM_F32;
+  loom_value_type(n->g, v, &dt, NULL, NULL);
+  return dt;
+}
+
+int ox_rank(const ox_node_t *n, loom_value_t v) {
+  int rank = 0;
+  loom_value_type(n->g, v, NULL, &rank, NULL);
+  return rank;
+}
+
+loom_dim_t ox_dim(const ox_node_t *n, loom_value_t v, int d) {
+  loom_dim_t dims[LOOM_MAX_RANK] = {0};
+  loom_value_type(n->g, v, NULL, NULL, dims);
+  return d >= 0 && d < LOOM_MAX_RANK ? dims[d] : 0;
+}
+
+const loom_tensor_t *ox_const(const ox_node_t *n, loom_value_t v) {
+  if (v.id < 0 || v.id >= n->g->n_values) return NULL;
+  const ir_value_t *val = &n->g->values[v.id];
+  return val->kind == IR_VALUE_CONST ? val->data : NULL;
+}
+
+static loom_status_t const_input(const ox_node_t *n, int i, const char *what,
+                                 const loom_tensor_t **t, int cap) {
+  LOOM_TRY(ox_need(n, i));
+  *t = ox_const(n, n->in[i]);
+  if (!*t)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s (input %d) must be known when the model loads "
+                   "(a constant, or computed from constants and static shapes)", what, i);
+  if (loom_tensor_numel(*t) > cap)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has %lld entries (at most %d)", what,
+                   (long long)loom_tensor_numel(*t), cap);
+  return LOOM_OK;
+}
+
+loom_status_t ox_const_ints(const ox_node_t *n, int i, const char *what, int64_t *out, int cap,
+                            int *count) {
+  const loom_tensor_t *t;
+  LOOM_TRY(const_input(n, i, what, &t, cap));
+  loom_dtype_t dt = loom_tensor_dtype(t);
+  if (dt != LOOM_I64 && dt != LOOM_I32 && dt != LOOM_I8)
+    return ox_fail(n, LOOM_ERR_DTYPE, "%s must be integers, not %s", what, loom_dtype_name(dt));
+  *count = (int)loom_tensor_numel(t);
+  for (int k = 0; k < *count; k++) {
+    double v;
+    loom_tensor_get_f64(t, k, &v);
+    out[k] = dt == LOOM_I64 ? ((const int64_t *)loom_tensor_data(t))[k] : (int64_t)v;
+  }
+  return LOOM_OK;
+}
+
+loom_status_t ox_const_doubles(const ox_node_t *n, int i, const char *what, double *out, int cap,
+                               int *count) {
+  const loom_tensor_t *t;
+  LOOM_TRY(const_input(n, i, what, &t, cap));
+  *count = (int)loom_tensor_numel(t);
+  for (int k = 0; k < *count; k++) loom_tensor_get_f64(t, k, &out[k]);
+  return LOOM_OK;
+}
+
+loom_status_t ox_scalar(ox_node_t *n, loom_dtype_t dtype, double value, loom_value_t *out) {
+  return loom_full(n->g, 0, NULL, value, dtype, out);
+}
+
+loom_status_t ox_vector_i64(ox_node_t *n, int count, const int64_t *values, loom_value_t *out) {
+  loom_tensor_t *t = NULL;
+  int64_t shape[1] = {count};
+  LOOM_TRY(loom_tensor_from_data(LOOM_I64, 1, shape, values, sizeof *values * (size_t)count, &t));
+  loom_status_t st = loom_graph_constant(n->g, t, out);
+  loom_tensor_destroy(t);
+  return st;
+}
+
+loom_status_t ox_set(ox_node_t *n, int k, loom_value_t v) {
+  if (k < n->n_out) n->out[k] = v;
+  return LOOM_OK;
+}
+
+loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what, int64_t *out) {
+  if (a < -rank || a >= (rank ? rank : 1))
+    return ox_fail(n, LOOM_ERR_AXIS, "%s %lld is out of range for rank %d", what, (long long)a,
+                   rank);
+  *out = a < 0 ? a + rank : a;
+  return LOOM_OK;
+}

@@ -1,0 +1,472 @@
+/* Rules for ONNX's layout and indexing ops, with the inputs that moved
+ * from attributes to constant inputs between opsets (Squeeze, Unsqueeze,
+ * Split, Slice, Pad at 10-13). */
+#include <string.h>
+
+#include "frontend/onnx/onnx_import.h"
+
+#define MAXN 64 /* entries of a constant shape, axes or pads input */
+
+static loom_status_t dims_of(const ox_node_t *n, loom_value_t v, loom_dim_t *dims, int *rank) {
+  return loom_value_type(n->g, v, NULL, rank, dims);
+}
+
+/* The ints of attribute `name` (opsets before `since`) or of constant
+ * input i (from `since`); *count -1 when neither is given. */
+static loom_status_t ints_attr_or_input(const ox_node_t *n, int64_t since, const char *name,
+                                        int i, int64_t *out, int *count) {
+  *count = -1;
+  if (n->opset < since) {
+    int c;
+    const int64_t *v = ox_ints(n, name, &c);
+    if (!ox_attr(n, name)) return LOOM_OK;
+    if (c > MAXN) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has %d entries", name, c);
+    memcpy(out, v, sizeof *v * (size_t)c);
+    *count = c;
+    return LOOM_OK;
+  }
+  if (!ox_has(n, i)) return LOOM_OK;
+  return ox_const_ints(n, i, name, out, MAXN, count);
+}
+
+static int all_const(const loom_dim_t *dims, int rank) {
+  for (int d = 0; d < rank; d++)
+    if (dims[d] < 0) return 0;
+  return 1;
+}
+
+loom_status_t ox_reshape(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t shape[MAXN];
+  int count;
+  if (n->opset < 5) {
+    const int64_t *v = ox_ints(n, "shape", &count);
+    memcpy(shape, v, sizeof *v * (size_t)count);
+  } else {
+    LOOM_TRY(ox_const_ints(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
+  }
+  loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], in, &rank));
+  int allowzero = (int)ox_int(n, "allowzero", 0);
+  for (int d = 0; d < count; d++) {
+    if (shape[d] == 0 && !allowzero) {
+      if (d >= rank) return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is 0 past the input's rank", d);
+      out[d] = in[d];
+    } else if (shape[d] < -1) {
+      return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is %lld", d, (long long)shape[d]);
+    } else {
+      out[d] = shape[d];
+    }
+  }
+  return loom_reshape(n->g, n->in[0], count, out, &n->out[0]);
+}
+
+static loom_status_t dims_product(ox_node_t *n, const loom_dim_t *dims, int from, int to,
+                                  loom_dim_t *out) {
+  loom_dim_t p = 1;
+  for (int d = from; d < to; d++) LOOM_TRY(loom_dim_mul(n->g, p, dims[d], &p));
+  *out = p;
+  return LOOM_OK;
+}
+
+loom_status_t ox_flatten(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t dims[LOOM_MAX_RANK], out[2];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  int64_t axis = ox_int(n, "axis", 1);
+  if (axis < -rank || axis > rank)
+    return ox_fail(n, LOOM_ERR_AXIS, "axis %lld is out of range for rank %d", (long long)axis, rank);
+  if (axis < 0) axis += rank;
+  LOOM_TRY(dims_product(n, dims, 0, (int)axis, &out[0]));
+  LOOM_TRY(dims_product(n, dims, (int)axis, rank, &out[1]));
+  return loom_reshape(n->g, n->in[0], 2, out, &n->out[0]);
+}
+
+loom_status_t ox_squeeze(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t axes[MAXN];
+  int count;
+  LOOM_TRY(ints_attr_or_input(n, 13, "axes", 1, axes, &count));
+  return loom_squeeze(n->g, n->in[0], count < 0 ? 0 : count, axes, &n->out[0]);
+}
+
+loom_status_t ox_unsqueeze(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t axes[MAXN];
+  int count;
+  LOOM_TRY(ints_attr_or_input(n, 13, "axes", 1, axes, &count));
+  if (count < 0) return ox_fail(n, LOOM_ERR_FORMAT, "axes are missing");
+  return loom_unsqueeze(n->g, n->in[0], count, axes, &n->out[0]);
+}
+
+loom_status_t ox_transpose(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int count;
+  const int64_t *perm = ox_ints(n, "perm", &count);
+  if (perm && count != ox_rank(n, n->in[0]))
+    return ox_fail(n, LOOM_ERR_SHAPE, "perm has %d entries for rank %d", count,
+                   ox_rank(n, n->in[0]));
+  return loom_transpose(n->g, n->in[0], perm, &n->out[0]);
+}
+
+loom_status_t ox_concat(ox_node_t *n) {
+  for (int i = 0; i < n->n_in; i++) LOOM_TRY(ox_need(n, i));
+  if (!ox_attr(n, "axis") && n->opset >= 4)
+    return ox_fail(n, LOOM_ERR_FORMAT, "the axis attribute is missing");
+  return loom_concat(n->g, n->n_in, n->in, ox_int(n, "axis", 1), &n->out[0]);
+}
+
+loom_status_t ox_split(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  int64_t axis;
+  LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank, "axis", &axis));
+  int64_t sizes[MAXN];
+  int count;
+  LOOM_TRY(ints_attr_or_input(n, 13, "split", 1, sizes, &count));
+  if (count < 0) {
+    if (dims[axis] < 0)
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "an even split of a symbolic dim");
+    int parts = ox_attr(n, "num_outputs") ? (int)ox_int(n, "num_outputs", 1) : n->n_out;
+    if (parts < 1 || parts > MAXN) return ox_fail(n, LOOM_ERR_FORMAT, "%d outputs", parts);
+    int64_t each = (dims[axis] + parts - 1) / parts, left = dims[axis];
+    for (int k = 0; k < parts; k++) {
+      sizes[k] = left < each ? left : each;
+      left -= sizes[k];
+    }
+    count = parts;
+  }
+  if (count != n->n_out)
+    return ox_fail(n, LOOM_ERR_SHAPE, "%d sizes for %d outputs", count, n->n_out);
+  return loom_split(n->g, n->in[0], axis, count, sizes, n->out);
+}
+
+loom_status_t ox_slice(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t starts[MAXN], ends[MAXN], axes[MAXN], steps[MAXN];
+  int ns, ne, na = -1, nt = -1;
+  if (n->opset < 10) {
+    const int64_t *s = ox_ints(n, "starts", &ns), *e = ox_ints(n, "ends", &ne);
+    int c;
+    const int64_t *a = ox_ints(n, "axes", &c);
+    if (ns > MAXN || ne > MAXN || c > MAXN) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "too many axes");
+    memcpy(starts, s, sizeof *s * (size_t)ns);
+    memcpy(ends, e, sizeof *e * (size_t)ne);
+    if (a) memcpy(axes, a, sizeof *a * (size_t)(na = c));
+  } else {
+    LOOM_TRY(ox_const_ints(n, 1, "starts", starts, MAXN, &ns));
+    LOOM_TRY(ox_const_ints(n, 2, "ends", ends, MAXN, &ne));
+    if (ox_has(n, 3)) LOOM_TRY(ox_const_ints(n, 3, "axes", axes, MAXN, &na));
+    if (ox_has(n, 4)) LOOM_TRY(ox_const_ints(n, 4, "steps", steps, MAXN, &nt));
+  }
+  if (ne != ns || (na >= 0 && na != ns) || (nt >= 0 && nt != ns))
+    return ox_fail(n, LOOM_ERR_SHAPE, "starts, ends, axes and steps differ in length");
+  if (na < 0)
+    for (int k = 0; k < ns; k++) axes[k] = k;
+  return loom_slice(n->g, n->in[0], ns, starts, ends, axes, nt < 0 ? NULL : steps, &n->out[0]);
+}
+
+/* ONNX Expand broadcasts both ways: a 1 in the shape keeps the input's dim. */
+loom_status_t ox_expand(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t shape[MAXN];
+  int count;
+  LOOM_TRY(ox_const_ints(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
+  loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], in, &rank));
+  int r = count > rank ? count : rank;
+  for (int d = 0; d < r; d++) {
+    int di = d - (r - rank), ds = d - (r - count);
+    loom_dim_t a = di >= 0 ? in[di] : 1;
+    int64_t b = ds >= 0 ? shape[ds] : 1;
+    if (b != 1 && a != 1 && a != b)
+      return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d (%lld) does not broadcast with the input",
+                     ds, (long long)b);
+    out[d] = b == 1 ? a : b;
+  }
+  return loom_expand(n->g, n->in[0], r, out, &n->out[0]);
+}
+
+loom_status_t ox_tile(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int64_t reps[MAXN];
+  int count;
+  LOOM_TRY(ox_const_ints(n, 1, "repeats", reps, LOOM_MAX_RANK, &count));
+  if (count != ox_rank(n, n->in[0]))
+    return ox_fail(n, LOOM_ERR_SHAPE, "%d repeats for rank %d", count, ox_rank(n, n->in[0]));
+  return loom_tile(n->g, n->in[0], reps, &n->out[0]);
+}
+
+loom_status_t ox_pad(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  int rank = ox_rank(n, n->in[0]);
+  int64_t given[MAXN], axes[MAXN], pads[2 * LOOM_MAX_RANK] = {0};
+  int count, na = -1;
+  double value = 0;
+  char mode_buf[32];
+  const char *mode = ox_string(n, "mode", "constant", mode_buf, sizeof mode_buf);
+  if (n->opset < 11) {
+    const int64_t *p = ox_ints(n, n->opset < 2 ? "paddings" : "pads", &count);
+    if (count > MAXN) return ox_fail(n, LOOM_ERR_SHAPE, "%d pads", count);
+    memcpy(given, p, sizeof *p * (size_t)count);
+    value = ox_float(n, "value", 0.0);
+  } else {
+    LOOM_TRY(ox_const_ints(n, 1, "pads", given, MAXN, &count));
+    if (ox_has(n, 2)) {
+      int c;
+      LOOM_TRY(ox_const_doubles(n, 2, "constant_value", &value, 1, &c));
+    }
+    if (ox_has(n, 3)) LOOM_TRY(ox_const_ints(n, 3, "axes", axes, MAXN, &na));
+  }
+  if (na < 0) {
+    na = rank;
+    for (int k = 0; k < rank; k++) axes[k] = k;
+  }
+  if (count != 2 * na)
+    return ox_fail(n, LOOM_ERR_SHAPE, "%d pads for %d axes", count, na);
+  for (int k = 0; k < na; k++) {
+    int64_t a;
+    LOOM_TRY(ox_axis(n, axes[k], rank, "axis", &a));
+    pads[a] = given[k];
+    pads[rank + a] = given[na + k];
+  }
+  loom_pad_mode_t m;
+  if (!strcmp(mode, "constant")) m = LOOM_PAD_CONSTANT;
+  else if (!strcmp(mode, "reflect")) m = LOOM_PAD_REFLECT;
+  else if (!strcmp(mode, "edge")) m = LOOM_PAD_EDGE;
+  else return ox_fail(n, LOOM_ERR_UNSUPPORTED, "mode '%s' is not supported", mode);
+  return loom_pad(n->g, n->in[0], pads, m, value, &n->out[0]);
+}
+
+loom_status_t ox_shape(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  int64_t start = ox_int(n, "start", 0), end = ox_int(n, "end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = start < 0 ? 0 : start > rank ? rank : start;
+  end = end < 0 ? 0 : end > rank ? rank : end;
+  if (end < start) end = start;
+  if (!all_const(dims + start, (int)(end - start)))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the shape of a value with symbolic dims "
+                   "(give the dims sizes when loading)");
+  return ox_vector_i64(n, (int)(end - start), dims + start, &n->out[0]);
+}
+
+loom_status_t ox_size(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  if (!all_const(dims, rank))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the size of a value with symbolic dims");
+  int64_t size = 1;
+  for (int d = 0; d < rank; d++) size *= dims[d];
+  return ox_scalar(n, LOOM_I64, (double)size, &n->out[0]);
+}
+
+loom_status_t ox_constant_of_shape(ox_node_t *n) {
+  int64_t shape[MAXN];
+  int count;
+  LOOM_TRY(ox_const_ints(n, 0, "shape", shape, LOOM_MAX_RANK, &count));
+  loom_dtype_t dt = LOOM_F32;
+  double value = 0;
+  const Onnx__AttributeProto *a = ox_attr(n, "value");
+  if (a && a->t) {
+    loom_tensor_t *t = NULL;
+    loom_status_t st = ox_tensor_from_proto(a->t, NULL, &t);
+    if (st != LOOM_OK) return ox_fail(n, st, "value: %s", loom_last_error());
+    dt = loom_tensor_dtype(t);
+    st = loom_tensor_numel(t) == 1 ? loom_tensor_get_f64(t, 0, &value)
+                                   : ox_fail(n, LOOM_ERR_SHAPE, "value must hold one element");
+    loom_tensor_destroy(t);
+    LOOM_TRY(st);
+  }
+  return loom_full(n->g, count, shape, value, dt, &n->out[0]);
+}
+
+loom_status_t ox_range(ox_node_t *n) {
+  double v[3];
+  int c;
+  const char *names[3] = {"start", "limit", "delta"};
+  for (int i = 0; i < 3; i++) LOOM_TRY(ox_const_doubles(n, i, names[i], &v[i], 1, &c));
+  if (v[2] == 0) return ox_fail(n, LOOM_ERR_VALUE, "delta is 0");
+  return loom_arange(n->g, v[0], v[1], v[2], ox_dtype(n, n->in[0]), &n->out[0]);
+}
+
+loom_status_t ox_gather(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  LOOM_TRY(ox_need(n, 1));
+  return loom_gather(n->g, n->in[0], n->in[1], ox_int(n, "axis", 0), &n->out[0]);
+}
+
+/* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
+static loom_status_t iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out) {
+  loom_value_t a;
+  LOOM_TRY(loom_arange(n->g, 0, (double)size, 1, LOOM_I64, &a));
+  loom_dim_t shape[LOOM_MAX_RANK];
+  for (int k = 0; k < r; k++) shape[k] = k == d ? size : 1;
+  return loom_reshape(n->g, a, r, shape, out);
+}
+
+/* out[i] = data[i with axis replaced by index[i]]: one gather from the
+ * flattened data at positions computed from the index's coordinates. */
+loom_status_t ox_gather_elements(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  LOOM_TRY(ox_need(n, 1));
+  loom_graph_t *g = n->g;
+  loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK];
+  int rank, irank;
+  LOOM_TRY(dims_of(n, n->in[0], dd, &rank));
+  LOOM_TRY(dims_of(n, n->in[1], di, &irank));
+  if (irank != rank) return ox_fail(n, LOOM_ERR_SHAPE, "index rank %d, data rank %d", irank, rank);
+  if (!all_const(dd, rank) || !all_const(di, rank))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic dims");
+  int64_t axis;
+  LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank, "axis", &axis));
+  loom_value_t idx, zero, neg, size, wrapped, flat, stride_v, term;
+  LOOM_TRY(loom_cast(g, n->in[1], LOOM_I64, &idx));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, 0, &zero));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)dd[axis], &size));
+  LOOM_TRY(loom_lt(g, idx, zero, &neg));
+  LOOM_TRY(loom_add(g, idx, size, &wrapped));
+  LOOM_TRY(loom_where(g, neg, wrapped, idx, &idx));
+  int64_t stride = 1;
+  flat = zero;
+  for (int d = rank - 1; d >= 0; d--) {
+    loom_value_t coord = idx;
+    if (d != axis) LOOM_TRY(iota(n, di[d], d, rank, &coord));
+    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)stride, &stride_v));
+    LOOM_TRY(loom_mul(g, coord, stride_v, &term));
+    LOOM_TRY(loom_add(g, flat, term, &flat));
+    stride *= dd[d];
+  }
+  loom_dim_t all = -1;
+  loom_value_t data;
+  LOOM_TRY(loom_reshape(g, n->in[0], 1, &all, &data));
+  return loom_gather(g, data, flat, 0, &n->out[0]);
+}
+
+loom_status_t ox_trilu(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_graph_t *g = n->g;
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  if (rank < 2) return ox_fail(n, LOOM_ERR_SHAPE, "needs rank 2 or more, not %d", rank);
+  if (dims[rank - 2] < 0 || dims[rank - 1] < 0)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic matrix dims");
+  double k = 0;
+  int c;
+  if (ox_has(n, 1)) LOOM_TRY(ox_const_doubles(n, 1, "k", &k, 1, &c));
+  loom_value_t i, j, diff, kv, keep, zero;
+  LOOM_TRY(iota(n, dims[rank - 2], 0, 2, &i));
+  LOOM_TRY(iota(n, dims[rank - 1], 1, 2, &j));
+  LOOM_TRY(loom_sub(g, j, i, &diff));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, k, &kv));
+  LOOM_TRY(ox_int(n, "upper", 1) ? loom_ge(g, diff, kv, &keep) : loom_le(g, diff, kv, &keep));
+  LOOM_TRY(ox_scalar(n, ox_dtype(n, n->in[0]), 0, &zero));
+  return loom_where(g, keep, n->in[0], zero, &n->out[0]);
+}
+
+/* Out-of-range indices give rows of off_value, as ONNX says: a comparison
+ * with 0..depth-1, not Loom's one_hot (which rejects them). */
+loom_status_t ox_one_hot(ox_node_t *n) {
+  for (int i = 0; i < 3; i++) LOOM_TRY(ox_need(n, i));
+  loom_graph_t *g = n->g;
+  double depth_d;
+  int c;
+  LOOM_TRY(ox_const_doubles(n, 1, "depth", &depth_d, 1, &c));
+  int64_t depth = (int64_t)depth_d;
+  if (depth < 1) return ox_fail(n, LOOM_ERR_VALUE, "depth %lld", (long long)depth);
+  int rank = ox_rank(n, n->in[0]);
+  int64_t axis = ox_int(n, "axis", -1);
+  if (axis < -(rank + 1) || axis > rank)
+    return ox_fail(n, LOOM_ERR_AXIS, "axis %lld for rank %d", (long long)axis, rank + 1);
+  if (axis < 0) axis += rank + 1;
+  loom_value_t idx, zero, d, neg, wrapped, classes, hot, on, off;
+  LOOM_TRY(loom_cast(g, n->in[0], LOOM_I64, &idx));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, 0, &zero));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)depth, &d));
+  LOOM_TRY(loom_lt(g, idx, zero, &neg));
+  LOOM_TRY(loom_add(g, idx, d, &wrapped));
+  LOOM_TRY(loom_where(g, neg, wrapped, idx, &idx));
+  int64_t at = axis;
+  LOOM_TRY(loom_unsqueeze(g, idx, 1, &at, &idx));
+  LOOM_TRY(iota(n, depth, (int)axis, rank + 1, &classes));
+  LOOM_TRY(loom_eq(g, idx, classes, &hot));
+  int64_t first = 0, second = 1;
+  LOOM_TRY(loom_slice(g, n->in[2], 1, &first, &second, &first, NULL, &off));
+  int64_t third = 2;
+  LOOM_TRY(loom_slice(g, n->in[2], 1, &second, &third, &first, NULL, &on));
+  LOOM_TRY(loom_reshape(g, on, 0, NULL, &on));
+  LOOM_TRY(loom_reshape(g, off, 0, NULL, &off));
+  return loom_where(g, hot, on, off, &n->out[0]);
+}
+
+loom_status_t ox_nonzero(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_value_t rows;
+  LOOM_TRY(loom_nonzero(n->g, n->in[0], &rows));
+  return loom_transpose(n->g, rows, NULL, &n->out[0]);
+}
+
+/* (N, C, H, W) <-> (N, C/b^2, H*b, W*b) through a rank-6 transpose. */
+static loom_status_t block_move(ox_node_t *n, int to_space) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t d[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], d, &rank));
+  int64_t b = ox_int(n, "blocksize", 0);
+  if (rank != 4 || !all_const(d, 4) || b < 1)
+    return ox_fail(n, LOOM_ERR_SHAPE, "needs a static rank-4 input and blocksize >= 1");
+  loom_value_t t;
+  if (to_space) {
+    if (d[1] % (b * b)) return ox_fail(n, LOOM_ERR_SHAPE, "channels not divisible by blocksize^2");
+    int crd = ox_string_is(n, "mode", "DCR", "CRD");
+    int64_t c = d[1] / (b * b);
+    loom_dim_t s6[6] = {d[0], b, b, c, d[2], d[3]}, s6crd[6] = {d[0], c, b, b, d[2], d[3]};
+    int64_t perm[6] = {0, 3, 4, 1, 5, 2}, perm_crd[6] = {0, 1, 4, 2, 5, 3};
+    LOOM_TRY(loom_reshape(n->g, n->in[0], 6, crd ? s6crd : s6, &t));
+    LOOM_TRY(loom_transpose(n->g, t, crd ? perm_crd : perm, &t));
+    loom_dim_t s4[4] = {d[0], c, d[2] * b, d[3] * b};
+    return loom_reshape(n->g, t, 4, s4, &n->out[0]);
+  }
+  if (d[2] % b || d[3] % b) return ox_fail(n, LOOM_ERR_SHAPE, "H and W must divide by blocksize");
+  loom_dim_t s6[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b};
+  int64_t perm[6] = {0, 3, 5, 1, 2, 4};
+  LOOM_TRY(loom_reshape(n->g, n->in[0], 6, s6, &t));
+  LOOM_TRY(loom_transpose(n->g, t, perm, &t));
+  loom_dim_t s4[4] = {d[0], d[1] * b * b, d[2] / b, d[3] / b};
+  return loom_reshape(n->g, t, 4, s4, &n->out[0]);
+}
+
+loom_status_t ox_depth_to_space(ox_node_t *n) { return block_move(n, 1); }
+loom_status_t ox_space_to_depth(ox_node_t *n) { return block_move(n, 0); }
+
+loom_status_t ox_eye_like(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t d[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(dims_of(n, n->in[0], d, &rank));
+  if (rank != 2 || !all_const(d, 2))
+    return ox_fail(n, LOOM_ERR_SHAPE, "needs a static rank-2 input");
+  loom_dtype_t dt = ox_dtype(n, n->in[0]);
+  if (ox_attr(n, "dtype") && !ox_dtype_from_onnx((int32_t)ox_int(n, "dtype", 1), &dt))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dtype %s",
+                   ox_onnx_type_name((int32_t)ox_int(n, "dtype", 1)));
+  loom_value_t i, j, diff, kv, on;
+  LOOM_TRY(iota(n, d[0], 0, 2, &i));
+  LOOM_TRY(iota(n, d[1], 1, 2, &j));
+  LOOM_TRY(loom_sub(n->g, j, i, &diff));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)ox_int(n, "k", 0), &kv));
+  LOOM_TRY(loom_eq(n->g, diff, kv, &on));
+  return loom_cast(n->g, on, dt, &n->out[0]);
+}

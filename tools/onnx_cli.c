@@ -1,0 +1,332 @@
+/* `loom run`, `loom bench` and `loom explain` on an ONNX model: load it
+ * (loom_onnx_load), bind inputs (.npy files, or random values of the
+ * declared shapes, with --dim NAME=SIZE for symbolic dims), compile it
+ * once and run it. */
+#include "onnx_cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "loom/loom.h"
+
+#define MAX_ARGS 64
+
+typedef struct args {
+  const char *model, *output_dir;
+  const char *input_names[MAX_ARGS], *input_files[MAX_ARGS];
+  const char *dim_names[MAX_ARGS];
+  int64_t dim_values[MAX_ARGS];
+  int n_inputs, n_dims, threads, runs;
+} args_t;
+
+static int usage(const char *cmd) {
+  fprintf(stderr,
+          "usage: loom %s MODEL.onnx [--input NAME=FILE.npy ...] [--dim NAME=SIZE ...]\n"
+          "       [--threads N]%s\n",
+          cmd, !strcmp(cmd, "run") ? " [--output-dir DIR]" : !strcmp(cmd, "bench") ? " [--runs N]" : "");
+  return 2;
+}
+
+static int parse(int argc, char **argv, const char *cmd, args_t *a) {
+  memset(a, 0, sizeof *a);
+  a->output_dir = ".";
+  a->runs = 100;
+  for (int i = 0; i < argc; i++) {
+    const char *s = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(s, "--input") && v) {
+      const char *eq = strchr(v, '=');
+      if (!eq || a->n_inputs == MAX_ARGS) return usage(cmd);
+      a->input_names[a->n_inputs] = strndup(v, (size_t)(eq - v));
+      a->input_files[a->n_inputs++] = eq + 1;
+      i++;
+    } else if (!strcmp(s, "--dim") && v) {
+      const char *eq = strchr(v, '=');
+      char *end;
+      if (!eq || a->n_dims == MAX_ARGS) return usage(cmd);
+      a->dim_names[a->n_dims] = strndup(v, (size_t)(eq - v));
+      a->dim_values[a->n_dims] = strtoll(eq + 1, &end, 10);
+      if (*end || a->dim_values[a->n_dims] < 0) {
+        fprintf(stderr, "loom %s: --dim %s: the size must be a number >= 0\n", cmd, v);
+        return 2;
+      }
+      a->n_dims++;
+      i++;
+    } else if (!strcmp(s, "--output-dir") && v) {
+      a->output_dir = v;
+      i++;
+    } else if ((!strcmp(s, "--threads") || !strcmp(s, "--runs")) && v) {
+      int n = atoi(v);
+      if (n < 1) {
+        fprintf(stderr, "loom %s: %s must be at least 1\n", cmd, s);
+        return 2;
+      }
+      *(s[2] == 't' ? &a->threads : &a->runs) = n;
+      i++;
+    } else if (s[0] != '-' && !a->model) {
+      a->model = s;
+    } else {
+      return usage(cmd);
+    }
+  }
+  return a->model ? 0 : usage(cmd);
+}
+
+static int fail(const char *cmd, const char *what) {
+  fprintf(stderr, "loom %s: %s%s%s\n", cmd, what, *loom_last_error() ? ": " : "", loom_last_error());
+  return 1;
+}
+
+/* Uniform [-1, 1) floats, 0..9 integers, alternating bools: a fixed seed,
+ * so that runs compare. */
+static void fill_random(loom_tensor_t *t) {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  int64_t n = loom_tensor_numel(t);
+  void *d = loom_tensor_data(t);
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(s >> 11) / 9007199254740992.0;
+    switch (loom_tensor_dtype(t)) {
+      case LOOM_F32: ((float *)d)[i] = (float)(2 * u - 1); break;
+      case LOOM_F64: ((double *)d)[i] = 2 * u - 1; break;
+      case LOOM_I64: ((int64_t *)d)[i] = (int64_t)(u * 10); break;
+      case LOOM_I32: ((int32_t *)d)[i] = (int32_t)(u * 10); break;
+      case LOOM_I8: ((int8_t *)d)[i] = (int8_t)(u * 10); break;
+      case LOOM_BOOL: ((uint8_t *)d)[i] = (uint8_t)(i & 1); break;
+      default: break; /* f16, bf16: zeros */
+    }
+  }
+}
+
+/* The size of symbolic dim d from --dim, or -1 naming it. */
+static int64_t dim_size(const loom_graph_t *g, loom_dim_t d, const args_t *a, char *name,
+                        size_t size) {
+  if (d >= 0) return d;
+  loom_dim_format(g, d, name, size);
+  for (int k = 0; k < a->n_dims; k++)
+    if (!strcmp(a->dim_names[k], name)) return a->dim_values[k];
+  return -1;
+}
+
+typedef struct session {
+  loom_graph_t *g;
+  loom_executable_t *e;
+  loom_tensor_t *in[MAX_ARGS], *out[MAX_ARGS];
+  int n_in, n_out;
+  double load_ms, compile_ms;
+} session_t;
+
+static void session_free(session_t *s) {
+  for (int i = 0; i < MAX_ARGS; i++) {
+    loom_tensor_destroy(s->in[i]);
+    loom_tensor_destroy(s->out[i]);
+  }
+  loom_executable_destroy(s->e);
+  loom_graph_destroy(s->g);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
+  s->n_in = loom_graph_num_inputs(s->g);
+  if (s->n_in > MAX_ARGS) return fail(cmd, "too many inputs");
+  for (int k = 0; k < a->n_inputs; k++) {
+    int found = 0;
+    for (int i = 0; i < s->n_in; i++) found |= !strcmp(loom_graph_input_name(s->g, i), a->input_names[k]);
+    if (!found) {
+      fprintf(stderr, "loom %s: --input %s: the model has no input of that name\n", cmd,
+              a->input_names[k]);
+      return 1;
+    }
+  }
+  for (int i = 0; i < s->n_in; i++) {
+    const char *name = loom_graph_input_name(s->g, i);
+    for (int k = 0; k < a->n_inputs; k++) {
+      if (strcmp(a->input_names[k], name)) continue;
+      if (loom_tensor_load_npy(a->input_files[k], &s->in[i]) != LOOM_OK) return fail(cmd, "--input");
+    }
+    if (s->in[i]) continue;
+    loom_value_t v;
+    loom_dtype_t dt;
+    int rank;
+    loom_dim_t dims[LOOM_MAX_RANK];
+    int64_t shape[LOOM_MAX_RANK];
+    if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
+        loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
+      return fail(cmd, "input");
+    for (int d = 0; d < rank; d++) {
+      char sym[128];
+      shape[d] = dim_size(s->g, dims[d], a, sym, sizeof sym);
+      if (shape[d] < 0) {
+        fprintf(stderr, "loom %s: input '%s' has the symbolic dim '%s': give its size with "
+                "--dim %s=SIZE, or the input with --input %s=FILE.npy\n", cmd, name, sym, sym, name);
+        return 1;
+      }
+    }
+    if (loom_tensor_create(dt, rank, shape, &s->in[i]) != LOOM_OK) return fail(cmd, "input");
+    fill_random(s->in[i]);
+  }
+  return 0;
+}
+
+/* Loads, binds and compiles: the symbols' sizes come from the inputs. */
+static int session_open(const char *cmd, session_t *s, const args_t *a) {
+  memset(s, 0, sizeof *s);
+  double t0 = now_ms();
+  if (loom_onnx_load(a->model, NULL, &s->g) != LOOM_OK) return fail(cmd, "cannot load the model");
+  s->load_ms = now_ms() - t0;
+  if (bind_inputs(cmd, s, a)) return 1;
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.num_threads = a->threads;
+  o.dynamic_symbols = 1;
+  o.freeze_params = 1;
+  t0 = now_ms();
+  if (loom_compile(s->g, &o, &s->e) != LOOM_OK) return fail(cmd, "cannot compile the model");
+  s->compile_ms = now_ms() - t0;
+  s->n_out = loom_graph_num_outputs(s->g);
+  if (s->n_out > MAX_ARGS) return fail(cmd, "too many outputs");
+  for (int k = 0; k < s->n_out; k++)
+    if (loom_executable_new_output_for(s->e, s->n_in, s->in, k, &s->out[k]) != LOOM_OK)
+      return fail(cmd, "output");
+  return 0;
+}
+
+/* NAME with characters other than letters, digits, '.', '_' and '-' as '_'. */
+static void file_name(const char *name, int k, char *out, size_t size) {
+  if (!*name) {
+    snprintf(out, size, "output_%d", k);
+    return;
+  }
+  size_t i = 0;
+  for (; name[i] && i + 1 < size; i++) {
+    char c = name[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    out[i] = ok ? c : '_';
+  }
+  out[i] = 0;
+  if (!strcmp(out, ".") || !strcmp(out, "..")) out[0] = '_';
+}
+
+int loom_onnx_run_main(int argc, char **argv) {
+  args_t a;
+  int rc = parse(argc, argv, "run", &a);
+  if (rc) return rc;
+  session_t s;
+  rc = session_open("run", &s, &a);
+  if (!rc && loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK)
+    rc = fail("run", "the run failed");
+  if (!rc && mkdir(a.output_dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "loom run: cannot create %s: %s\n", a.output_dir, strerror(errno));
+    rc = 1;
+  }
+  for (int k = 0; !rc && k < s.n_out; k++) {
+    char name[256], path[4096];
+    file_name(loom_graph_output_name(s.g, k), k, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s.npy", a.output_dir, name);
+    if (loom_tensor_save_npy(s.out[k], path) != LOOM_OK) {
+      rc = fail("run", "cannot write an output");
+      break;
+    }
+    printf("%s: %s [", path, loom_dtype_name(loom_tensor_dtype(s.out[k])));
+    for (int d = 0; d < loom_tensor_rank(s.out[k]); d++)
+      printf("%s%lld", d ? ", " : "", (long long)loom_tensor_dim(s.out[k], d));
+    printf("]\n");
+  }
+  session_free(&s);
+  return rc;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+int loom_onnx_bench_main(int argc, char **argv) {
+  args_t a;
+  int rc = parse(argc, argv, "bench", &a);
+  if (rc) return rc;
+  session_t s;
+  rc = session_open("bench", &s, &a);
+  double *ms = calloc((size_t)a.runs, sizeof *ms);
+  double first = 0;
+  if (!rc) {
+    double t0 = now_ms();
+    if (loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK)
+      rc = fail("bench", "the run failed");
+    first = now_ms() - t0;
+  }
+  double total = 0;
+  for (int r = 0; !rc && r < a.runs; r++) {
+    double t0 = now_ms();
+    if (loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK) {
+      rc = fail("bench", "the run failed");
+      break;
+    }
+    ms[r] = now_ms() - t0;
+    total += ms[r];
+  }
+  if (!rc) {
+    qsort(ms, (size_t)a.runs, sizeof *ms, cmp_double);
+    loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+    loom_executable_info(s.e, &info);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    int at[3] = {50, 90, 99};
+    printf("{\"model\":\"%s\",\"threads\":%d,\"runs\":%d,\"load_ms\":%.3f,\"compile_ms\":%.3f,"
+           "\"first_run_ms\":%.3f", a.model, info.threads, a.runs, s.load_ms, s.compile_ms, first);
+    for (int k = 0; k < 3; k++)
+      printf(",\"p%d_ms\":%.4f", at[k], ms[(a.runs - 1) * at[k] / 100]);
+    printf(",\"runs_per_s\":%.2f,\"arena_bytes\":%lld,\"lower_bound_bytes\":%lld,"
+           "\"peak_rss_bytes\":%lld}\n", a.runs / (total / 1e3), (long long)info.arena_bytes,
+           (long long)info.lower_bound_bytes, (long long)ru.ru_maxrss * 1024);
+  }
+  free(ms);
+  session_free(&s);
+  return rc;
+}
+
+int loom_onnx_explain_main(int argc, char **argv) {
+  args_t a;
+  int rc = parse(argc, argv, "explain", &a);
+  if (rc) return rc;
+  session_t s;
+  rc = session_open("explain", &s, &a);
+  if (!rc) {
+    printf("model %s: %d inputs, %d outputs, %d nodes in Loom's IR\n", a.model, s.n_in, s.n_out,
+           loom_graph_num_nodes(s.g));
+    for (int i = 0; i < s.n_in; i++) {
+      loom_value_t v;
+      loom_dtype_t dt;
+      int rank;
+      loom_dim_t dims[LOOM_MAX_RANK];
+      loom_graph_input_value(s.g, i, &v);
+      loom_value_type(s.g, v, &dt, &rank, dims);
+      printf("  input %s: %s [", loom_graph_input_name(s.g, i), loom_dtype_name(dt));
+      for (int d = 0; d < rank; d++) {
+        char text[128];
+        loom_dim_format(s.g, dims[d], text, sizeof text);
+        printf("%s%s", d ? ", " : "", text);
+      }
+      printf("]\n");
+    }
+    for (int k = 0; k < s.n_out; k++) printf("  output %s\n", loom_graph_output_name(s.g, k));
+    char *text = NULL;
+    if (loom_executable_explain(s.e, &text) == LOOM_OK) {
+      fputs(text, stdout);
+      loom_free(text);
+    }
+  }
+  session_free(&s);
+  return rc;
+}
