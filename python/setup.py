@@ -29,7 +29,7 @@ setup(
         sources=sorted(glob.glob("src/*.c")),
         include_dirs=[os.path.join(ROOT, "include"), "src"],
         extra_objects=[LIB],
-        libraries=["m", "pthread", "dl"],
+        libraries=["m", "pthread", "dl", "protobuf-c"],
         extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden"],
     )],
 )
