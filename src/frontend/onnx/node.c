@@ -94,6 +94,18 @@ loom_dim_t ox_dim(const ox_node_t *n, loom_value_t v, int d) {
   return d >= 0 && d < LOOM_MAX_RANK ? dims[d] : 0;
 }
 
+loom_status_t ox_dims(const ox_node_t *n, loom_value_t v, loom_dim_t *dims, int *rank) {
+  return loom_value_type(n->g, v, NULL, rank, dims);
+}
+
+loom_status_t ox_like(ox_node_t *n, loom_value_t x, double value, loom_value_t *out) {
+  return ox_scalar(n, ox_dtype(n, x), value, out);
+}
+
+int ox_is_float(loom_dtype_t dt) {
+  return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
+}
+
 const loom_tensor_t *ox_const(const ox_node_t *n, loom_value_t v) {
   if (v.id < 0 || v.id >= n->g->n_values) return NULL;
   const ir_value_t *val = &n->g->values[v.id];

@@ -54,6 +54,11 @@ loom_dtype_t ox_dtype(const ox_node_t *n, loom_value_t v);
 int ox_rank(const ox_node_t *n, loom_value_t v);
 /* Dim d of v (constant, or a symbol's handle). */
 loom_dim_t ox_dim(const ox_node_t *n, loom_value_t v, int d);
+/* v's dims and rank. */
+loom_status_t ox_dims(const ox_node_t *n, loom_value_t v, loom_dim_t *dims, int *rank);
+/* A rank-0 constant of x's dtype holding value. */
+loom_status_t ox_like(ox_node_t *n, loom_value_t x, double value, loom_value_t *out);
+int ox_is_float(loom_dtype_t dt);
 /* v's value when it is a constant of n->g, else NULL. */
 const loom_tensor_t *ox_const(const ox_node_t *n, loom_value_t v);
 /* The elements of constant integer input i (at most cap) into out, their

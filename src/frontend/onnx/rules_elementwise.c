@@ -8,15 +8,6 @@
 
 #define IN0 LOOM_TRY(ox_need(n, 0)); loom_value_t x = n->in[0]; loom_graph_t *g = n->g
 
-static int is_float(loom_dtype_t dt) {
-  return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
-}
-
-/* A scalar constant of x's dtype. */
-static loom_status_t like(ox_node_t *n, loom_value_t x, double v, loom_value_t *out) {
-  return ox_scalar(n, ox_dtype(n, x), v, out);
-}
-
 loom_status_t ox_identity(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   n->out[0] = n->in[0];
@@ -37,7 +28,7 @@ loom_status_t ox_selu(ox_node_t *n) {
   IN0;
   loom_value_t e, gamma;
   LOOM_TRY(loom_elu(g, x, ox_float(n, "alpha", 1.67326319217681884765625), &e));
-  LOOM_TRY(like(n, x, ox_float(n, "gamma", 1.05070102214813232421875), &gamma));
+  LOOM_TRY(ox_like(n, x, ox_float(n, "gamma", 1.05070102214813232421875), &gamma));
   return loom_mul(g, e, gamma, &n->out[0]);
 }
 
@@ -45,7 +36,7 @@ loom_status_t ox_selu(ox_node_t *n) {
 loom_status_t ox_celu(ox_node_t *n) {
   IN0;
   loom_value_t alpha, scaled, e;
-  LOOM_TRY(like(n, x, ox_float(n, "alpha", 1.0), &alpha));
+  LOOM_TRY(ox_like(n, x, ox_float(n, "alpha", 1.0), &alpha));
   LOOM_TRY(loom_div(g, x, alpha, &scaled));
   LOOM_TRY(loom_elu(g, scaled, 1.0, &e));
   return loom_mul(g, e, alpha, &n->out[0]);
@@ -54,8 +45,8 @@ loom_status_t ox_celu(ox_node_t *n) {
 static loom_status_t hard_sigmoid(ox_node_t *n, loom_value_t x, double alpha, double beta,
                                   loom_value_t *out) {
   loom_value_t a, b, ax, axb;
-  LOOM_TRY(like(n, x, alpha, &a));
-  LOOM_TRY(like(n, x, beta, &b));
+  LOOM_TRY(ox_like(n, x, alpha, &a));
+  LOOM_TRY(ox_like(n, x, beta, &b));
   LOOM_TRY(loom_mul(n->g, x, a, &ax));
   LOOM_TRY(loom_add(n->g, ax, b, &axb));
   return loom_clamp(n->g, axb, 0.0, 1.0, out);
@@ -78,7 +69,7 @@ loom_status_t ox_softsign(ox_node_t *n) {
   IN0;
   loom_value_t a, one, d;
   LOOM_TRY(loom_abs(g, x, &a));
-  LOOM_TRY(like(n, x, 1.0, &one));
+  LOOM_TRY(ox_like(n, x, 1.0, &one));
   LOOM_TRY(loom_add(g, a, one, &d));
   return loom_div(g, x, d, &n->out[0]);
 }
@@ -86,8 +77,8 @@ loom_status_t ox_softsign(ox_node_t *n) {
 loom_status_t ox_thresholded_relu(ox_node_t *n) {
   IN0;
   loom_value_t alpha, zero, above;
-  LOOM_TRY(like(n, x, ox_float(n, "alpha", 1.0), &alpha));
-  LOOM_TRY(like(n, x, 0.0, &zero));
+  LOOM_TRY(ox_like(n, x, ox_float(n, "alpha", 1.0), &alpha));
+  LOOM_TRY(ox_like(n, x, 0.0, &zero));
   LOOM_TRY(loom_gt(g, x, alpha, &above));
   return loom_where(g, above, x, zero, &n->out[0]);
 }
@@ -97,10 +88,10 @@ loom_status_t ox_shrink(ox_node_t *n) {
   IN0;
   double lambd = ox_float(n, "lambd", 0.5), bias = ox_float(n, "bias", 0.0);
   loom_value_t lo, hi, b, zero, below, above, plus, minus, mid;
-  LOOM_TRY(like(n, x, -lambd, &lo));
-  LOOM_TRY(like(n, x, lambd, &hi));
-  LOOM_TRY(like(n, x, bias, &b));
-  LOOM_TRY(like(n, x, 0.0, &zero));
+  LOOM_TRY(ox_like(n, x, -lambd, &lo));
+  LOOM_TRY(ox_like(n, x, lambd, &hi));
+  LOOM_TRY(ox_like(n, x, bias, &b));
+  LOOM_TRY(ox_like(n, x, 0.0, &zero));
   LOOM_TRY(loom_lt(g, x, lo, &below));
   LOOM_TRY(loom_gt(g, x, hi, &above));
   LOOM_TRY(loom_add(g, x, b, &plus));
@@ -113,8 +104,8 @@ loom_status_t ox_is_inf(ox_node_t *n) {
   IN0;
   int neg = (int)ox_int(n, "detect_negative", 1), pos = (int)ox_int(n, "detect_positive", 1);
   loom_value_t pinf, ninf, p, q;
-  LOOM_TRY(like(n, x, INFINITY, &pinf));
-  LOOM_TRY(like(n, x, -INFINITY, &ninf));
+  LOOM_TRY(ox_like(n, x, INFINITY, &pinf));
+  LOOM_TRY(ox_like(n, x, -INFINITY, &ninf));
   LOOM_TRY(loom_eq(g, x, pinf, &p));
   LOOM_TRY(loom_eq(g, x, ninf, &q));
   if (pos && neg) return loom_or(g, p, q, &n->out[0]);
@@ -152,7 +143,7 @@ loom_status_t ox_prelu(ox_node_t *n) {
     for (int k = 0; k < r - 2; k++) axes[k] = k + 1;
     LOOM_TRY(loom_unsqueeze(g, slope, r - 2, axes, &slope));
   }
-  LOOM_TRY(like(n, x, 0.0, &zero));
+  LOOM_TRY(ox_like(n, x, 0.0, &zero));
   LOOM_TRY(loom_lt(g, x, zero, &neg));
   LOOM_TRY(loom_mul(g, x, slope, &scaled));
   return loom_where(g, neg, scaled, x, &n->out[0]);
@@ -166,7 +157,7 @@ static loom_status_t trunc_div(ox_node_t *n, loom_value_t a, loom_value_t b, loo
   loom_value_t q, r, zero, rnz, an, bn, differ, fix, fixc;
   LOOM_TRY(loom_div(g, a, b, &q));
   LOOM_TRY(loom_mod(g, a, b, &r));
-  LOOM_TRY(like(n, a, 0.0, &zero));
+  LOOM_TRY(ox_like(n, a, 0.0, &zero));
   LOOM_TRY(loom_ne(g, r, zero, &rnz));
   LOOM_TRY(loom_lt(g, a, zero, &an));
   LOOM_TRY(loom_lt(g, b, zero, &bn));
@@ -179,7 +170,7 @@ static loom_status_t trunc_div(ox_node_t *n, loom_value_t a, loom_value_t b, loo
 loom_status_t ox_div(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   LOOM_TRY(ox_need(n, 1));
-  if (is_float(ox_dtype(n, n->in[0]))) return loom_div(n->g, n->in[0], n->in[1], &n->out[0]);
+  if (ox_is_float(ox_dtype(n, n->in[0]))) return loom_div(n->g, n->in[0], n->in[1], &n->out[0]);
   return trunc_div(n, n->in[0], n->in[1], &n->out[0]);
 }
 
@@ -200,12 +191,12 @@ loom_status_t ox_mod(ox_node_t *n) {
   loom_graph_t *g = n->g;
   loom_value_t a = n->in[0], b = n->in[1];
   if (!ox_int(n, "fmod", 0)) {
-    if (is_float(ox_dtype(n, a)))
+    if (ox_is_float(ox_dtype(n, a)))
       return ox_fail(n, LOOM_ERR_INVALID, "fmod must be 1 for floating-point inputs");
     return loom_mod(g, a, b, &n->out[0]);
   }
   loom_value_t q, t, bt;
-  if (is_float(ox_dtype(n, a))) {
+  if (ox_is_float(ox_dtype(n, a))) {
     loom_value_t s, m, f;
     LOOM_TRY(loom_div(g, a, b, &q));
     LOOM_TRY(loom_sign(g, q, &s));
@@ -241,7 +232,7 @@ loom_status_t ox_sum(ox_node_t *n) { return fold_inputs(n, loom_add, &n->out[0])
 loom_status_t ox_mean(ox_node_t *n) {
   loom_value_t s, count;
   LOOM_TRY(fold_inputs(n, loom_add, &s));
-  LOOM_TRY(like(n, s, (double)n->n_in, &count));
+  LOOM_TRY(ox_like(n, s, (double)n->n_in, &count));
   return loom_div(n->g, s, count, &n->out[0]);
 }
 

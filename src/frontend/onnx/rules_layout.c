@@ -7,10 +7,6 @@
 
 #define MAXN 64 /* entries of a constant shape, axes or pads input */
 
-static loom_status_t dims_of(const ox_node_t *n, loom_value_t v, loom_dim_t *dims, int *rank) {
-  return loom_value_type(n->g, v, NULL, rank, dims);
-}
-
 /* The ints of attribute `name` (opsets before `since`) or of constant
  * input i (from `since`); *count -1 when neither is given. */
 static loom_status_t ints_attr_or_input(const ox_node_t *n, int64_t since, const char *name,
@@ -47,7 +43,7 @@ loom_status_t ox_reshape(ox_node_t *n) {
   }
   loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], in, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], in, &rank));
   int allowzero = (int)ox_int(n, "allowzero", 0);
   for (int d = 0; d < count; d++) {
     if (shape[d] == 0 && !allowzero) {
@@ -74,7 +70,7 @@ loom_status_t ox_flatten(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t dims[LOOM_MAX_RANK], out[2];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   int64_t axis = ox_int(n, "axis", 1);
   if (axis < -rank || axis > rank)
     return ox_fail(n, LOOM_ERR_AXIS, "axis %lld is out of range for rank %d", (long long)axis, rank);
@@ -122,7 +118,7 @@ loom_status_t ox_split(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   int64_t axis;
   LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank, "axis", &axis));
   int64_t sizes[MAXN];
@@ -178,7 +174,7 @@ loom_status_t ox_expand(ox_node_t *n) {
   LOOM_TRY(ox_const_ints(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
   loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], in, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], in, &rank));
   int r = count > rank ? count : rank;
   for (int d = 0; d < r; d++) {
     int di = d - (r - rank), ds = d - (r - count);
@@ -247,7 +243,7 @@ loom_status_t ox_shape(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   int64_t start = ox_int(n, "start", 0), end = ox_int(n, "end", rank);
   if (start < 0) start += rank;
   if (end < 0) end += rank;
@@ -264,7 +260,7 @@ loom_status_t ox_size(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   if (!all_const(dims, rank))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the size of a value with symbolic dims");
   int64_t size = 1;
@@ -324,8 +320,8 @@ loom_status_t ox_gather_elements(ox_node_t *n) {
   loom_graph_t *g = n->g;
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK];
   int rank, irank;
-  LOOM_TRY(dims_of(n, n->in[0], dd, &rank));
-  LOOM_TRY(dims_of(n, n->in[1], di, &irank));
+  LOOM_TRY(ox_dims(n, n->in[0], dd, &rank));
+  LOOM_TRY(ox_dims(n, n->in[1], di, &irank));
   if (irank != rank) return ox_fail(n, LOOM_ERR_SHAPE, "index rank %d, data rank %d", irank, rank);
   if (!all_const(dd, rank) || !all_const(di, rank))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic dims");
@@ -359,7 +355,7 @@ loom_status_t ox_trilu(ox_node_t *n) {
   loom_graph_t *g = n->g;
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   if (rank < 2) return ox_fail(n, LOOM_ERR_SHAPE, "needs rank 2 or more, not %d", rank);
   if (dims[rank - 2] < 0 || dims[rank - 1] < 0)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic matrix dims");
@@ -423,7 +419,7 @@ static loom_status_t block_move(ox_node_t *n, int to_space) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t d[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], d, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], d, &rank));
   int64_t b = ox_int(n, "blocksize", 0);
   if (rank != 4 || !all_const(d, 4) || b < 1)
     return ox_fail(n, LOOM_ERR_SHAPE, "needs a static rank-4 input and blocksize >= 1");
@@ -455,7 +451,7 @@ loom_status_t ox_eye_like(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t d[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], d, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], d, &rank));
   if (rank != 2 || !all_const(d, 2))
     return ox_fail(n, LOOM_ERR_SHAPE, "needs a static rank-2 input");
   loom_dtype_t dt = ox_dtype(n, n->in[0]);

@@ -7,14 +7,6 @@
 
 #include "frontend/onnx/onnx_import.h"
 
-static loom_status_t dims_of(const ox_node_t *n, loom_value_t v, loom_dim_t *dims, int *rank) {
-  return loom_value_type(n->g, v, NULL, rank, dims);
-}
-
-static loom_status_t like(ox_node_t *n, loom_value_t x, double v, loom_value_t *out) {
-  return ox_scalar(n, ox_dtype(n, x), v, out);
-}
-
 loom_status_t ox_matmul(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   LOOM_TRY(ox_need(n, 1));
@@ -30,13 +22,13 @@ loom_status_t ox_gemm(ox_node_t *n) {
   LOOM_TRY(loom_matmul(g, n->in[0], n->in[1], (int)ox_int(n, "transA", 0),
                        (int)ox_int(n, "transB", 0), &y));
   if (alpha != 1.0) {
-    LOOM_TRY(like(n, y, alpha, &s));
+    LOOM_TRY(ox_like(n, y, alpha, &s));
     LOOM_TRY(loom_mul(g, y, s, &y));
   }
   if (ox_has(n, 2) && beta != 0.0) {
     loom_value_t c = n->in[2];
     if (beta != 1.0) {
-      LOOM_TRY(like(n, c, beta, &s));
+      LOOM_TRY(ox_like(n, c, beta, &s));
       LOOM_TRY(loom_mul(g, c, s, &c));
     }
     LOOM_TRY(loom_add(g, y, c, &y));
@@ -128,8 +120,8 @@ static loom_status_t conv_common(ox_node_t *n, int transpose) {
   loom_graph_t *g = n->g;
   loom_dim_t xd[LOOM_MAX_RANK], wd[LOOM_MAX_RANK];
   int rank, wrank;
-  LOOM_TRY(dims_of(n, n->in[0], xd, &rank));
-  LOOM_TRY(dims_of(n, n->in[1], wd, &wrank));
+  LOOM_TRY(ox_dims(n, n->in[0], xd, &rank));
+  LOOM_TRY(ox_dims(n, n->in[1], wd, &wrank));
   if (wrank != rank) return ox_fail(n, LOOM_ERR_SHAPE, "weight rank %d, input rank %d", wrank, rank);
   for (int d = 2; d < rank; d++)
     if (wd[d] < 0) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic kernel size");
@@ -198,7 +190,7 @@ static loom_status_t wide_pads_pool(ox_node_t *n, loom_value_t x, const loom_poo
   if (p->count_include_pad) return LOOM_OK;
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, x, dims, &rank));
+  LOOM_TRY(ox_dims(n, x, dims, &rank));
   loom_value_t ones, mask, share;
   LOOM_TRY(loom_full(g, rank, dims, 1.0, ox_dtype(n, x), &ones));
   LOOM_TRY(loom_pad(g, ones, pads, LOOM_PAD_CONSTANT, 0.0, &mask));
@@ -212,7 +204,7 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the Indices output is not supported");
   loom_dim_t xd[LOOM_MAX_RANK];
   int rank, c;
-  LOOM_TRY(dims_of(n, n->in[0], xd, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], xd, &rank));
   const int64_t *ks = ox_ints(n, "kernel_shape", &c);
   if (!ks || c != rank - 2)
     return ox_fail(n, LOOM_ERR_SHAPE, "kernel_shape has %d entries for rank %d", c, rank);
@@ -243,7 +235,7 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
   loom_value_t x, y;
   LOOM_TRY(as_4d(n, &w, n->in[0], &x));
   loom_dtype_t dt = ox_dtype(n, x);
-  int is_int = !(dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16);
+  int is_int = !ox_is_float(dt);
   if (is_int) LOOM_TRY(loom_cast(n->g, x, LOOM_F64, &x)); /* exact for any i32 */
   int wide = 0;
   for (int i = 0; i < 4; i++) wide |= p.pads[i] > p.kernel[i % 2] / 2;
@@ -284,7 +276,7 @@ static loom_status_t normalize(ox_node_t *n, loom_value_t x, loom_value_t mean, 
   loom_graph_t *g = n->g;
   int r = ox_rank(n, x);
   loom_value_t e, ve, inv, c, y, s, b;
-  LOOM_TRY(like(n, var, eps, &e));
+  LOOM_TRY(ox_like(n, var, eps, &e));
   LOOM_TRY(loom_add(g, var, e, &ve));
   LOOM_TRY(loom_rsqrt(g, ve, &inv));
   LOOM_TRY(loom_sub(g, x, mean, &c));
@@ -318,8 +310,8 @@ loom_status_t ox_batch_norm(ox_node_t *n) {
   LOOM_TRY(per_channel(n, mean, r, &mk));
   LOOM_TRY(per_channel(n, var, r, &vk));
   LOOM_TRY(normalize(n, n->in[0], mk, vk, eps, &n->out[0]));
-  LOOM_TRY(like(n, mean, momentum, &m));
-  LOOM_TRY(like(n, mean, 1 - momentum, &one_m));
+  LOOM_TRY(ox_like(n, mean, momentum, &m));
+  LOOM_TRY(ox_like(n, mean, 1 - momentum, &one_m));
   LOOM_TRY(loom_mul(g, n->in[3], m, &a));
   LOOM_TRY(loom_mul(g, mean, one_m, &b));
   loom_value_t run_mean, run_var;
@@ -357,7 +349,7 @@ loom_status_t ox_layer_norm(ox_node_t *n) {
   loom_value_t mean, var, e, ve, inv, c, y;
   LOOM_TRY(loom_mean(g, n->in[0], r - (int)axis, axes, 1, &mean));
   LOOM_TRY(loom_variance(g, n->in[0], r - (int)axis, axes, 1, 0, &var));
-  LOOM_TRY(like(n, var, eps, &e));
+  LOOM_TRY(ox_like(n, var, eps, &e));
   LOOM_TRY(loom_add(g, var, e, &ve));
   LOOM_TRY(loom_rsqrt(g, ve, &inv));
   LOOM_TRY(loom_sub(g, n->in[0], mean, &c));
@@ -378,7 +370,7 @@ static loom_status_t along_axis(ox_node_t *n,
   LOOM_TRY(ox_need(n, 0));
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, n->in[0], dims, &rank));
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   if (n->opset >= 13) {
     int64_t axis;
     LOOM_TRY(ox_axis(n, ox_int(n, "axis", -1), rank, "axis", &axis));
@@ -405,7 +397,7 @@ static loom_status_t log_softmax_fn(ox_node_t *n, loom_value_t x, int64_t axis, 
 static loom_status_t hardmax_fn(ox_node_t *n, loom_value_t x, int64_t axis, loom_value_t *out) {
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(dims_of(n, x, dims, &rank));
+  LOOM_TRY(ox_dims(n, x, dims, &rank));
   if (dims[axis] < 0) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic axis");
   loom_value_t am, pos, hot;
   LOOM_TRY(loom_argmax(n->g, x, 1, axis, 1, &am));

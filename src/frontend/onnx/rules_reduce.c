@@ -6,10 +6,6 @@
 
 typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_LOG_SUM, R_LSE, R_SUM_SQ } reduce_t;
 
-static int is_float(loom_dtype_t dt) {
-  return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
-}
-
 static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
   LOOM_TRY(ox_need(n, 0));
   loom_graph_t *g = n->g;
@@ -37,7 +33,7 @@ static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
     case R_MIN: LOOM_TRY(loom_min(g, x, count, ax, keep, &y)); break;
     case R_PROD: LOOM_TRY(loom_prod(g, x, count, ax, keep, &y)); break;
     case R_MEAN:
-      if (!is_float(dt)) LOOM_TRY(loom_cast(g, x, LOOM_F64, &x));
+      if (!ox_is_float(dt)) LOOM_TRY(loom_cast(g, x, LOOM_F64, &x));
       LOOM_TRY(loom_mean(g, x, count, ax, keep, &y));
       break;
     case R_L1:
@@ -46,7 +42,7 @@ static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
       break;
     case R_L2:
     case R_SUM_SQ:
-      if (kind == R_L2 && !is_float(dt)) LOOM_TRY(loom_cast(g, x, LOOM_F64, &x));
+      if (kind == R_L2 && !ox_is_float(dt)) LOOM_TRY(loom_cast(g, x, LOOM_F64, &x));
       LOOM_TRY(loom_mul(g, x, x, &x));
       LOOM_TRY(loom_sum(g, x, count, ax, keep, &y));
       if (kind == R_L2) LOOM_TRY(loom_sqrt(g, y, &y));
