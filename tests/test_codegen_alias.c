@@ -50,6 +50,7 @@ enum {
   P1244, /* a pool's x and dy at once */
   Q314,  /* f32 (3, 1, 4), for squeeze */
   E14,   /* f32 (1, 4), for expand */
+  U34,   /* f32 (3, 4) in (-1, 1): asin, acos, atanh */
   ARG_COUNT
 };
 
@@ -62,6 +63,7 @@ static const arg_t args[ARG_COUNT] = {
     [SB] = {LOOM_BOOL, 0, {0}, 1, 1},            [T] = {LOOM_I64, 0, {0}, 3, 3},
     [W2233] = {LOOM_F32, 4, {2, 2, 3, 3}, -1, 1}, [P1244] = {LOOM_F32, 4, {1, 2, 4, 4}, -2, 2},
     [Q314] = {LOOM_F32, 3, {3, 1, 4}, -2, 2},     [E14] = {LOOM_F32, 2, {1, 4}, -2, 2},
+    [U34] = {LOOM_F32, 2, {3, 4}, -0.9, 0.9},
 };
 
 /* The data of arg a: the same numbers every time, so that constants made
@@ -112,7 +114,9 @@ static const recipe_t recipes[] = {
     UNARY("reciprocal"), UNARY("tanh"), UNARY("sigmoid"), UNARY("relu"),
     {"leaky_relu", "alpha=0.1", 1, {F34}, NULL}, {"elu", "alpha=0.5", 1, {F34}, NULL},
     UNARY("gelu"), UNARY("gelu_tanh"), UNARY("silu"), UNARY("softplus"), UNARY("sin"),
-    UNARY("cos"), UNARY("erf"), UNARY("floor"), UNARY("ceil"), UNARY("round"), UNARY("sign"),
+    UNARY("cos"), UNARY("tan"), UNARY("atan"), UNARY("sinh"), UNARY("cosh"), UNARY("asinh"),
+    UNARY("acosh"), {"asin", "", 1, {U34}, NULL}, {"acos", "", 1, {U34}, NULL},
+    {"atanh", "", 1, {U34}, NULL}, UNARY("erf"), UNARY("floor"), UNARY("ceil"), UNARY("round"), UNARY("sign"),
     UNARY("not"), UNARY("isnan"), UNARY("identity"), UNARY("stop_gradient"),
     {"cast", "dtype=1", 1, {F34}, NULL}, {"clamp", "min=0.7 max=1.5", 1, {F34}, NULL},
     BINARY("add"), BINARY("sub"), BINARY("mul"), BINARY("div"), BINARY("pow"),

@@ -93,6 +93,8 @@ typedef struct recipe {
 B_UNARY(neg) B_UNARY(abs) B_UNARY(exp) B_UNARY(log) B_UNARY(log1p) B_UNARY(sqrt) B_UNARY(rsqrt)
 B_UNARY(reciprocal) B_UNARY(tanh) B_UNARY(sigmoid) B_UNARY(relu) B_UNARY(gelu)
 B_UNARY(gelu_tanh) B_UNARY(silu) B_UNARY(softplus) B_UNARY(sin) B_UNARY(cos) B_UNARY(erf)
+B_UNARY(tan) B_UNARY(asin) B_UNARY(acos) B_UNARY(atan) B_UNARY(sinh) B_UNARY(cosh)
+B_UNARY(asinh) B_UNARY(acosh) B_UNARY(atanh)
 B_UNARY(floor) B_UNARY(ceil) B_UNARY(round) B_UNARY(sign) B_UNARY(not) B_UNARY(isnan)
 B_UNARY(identity) B_UNARY(stop_gradient) B_UNARY(global_avg_pool) B_UNARY(nonzero)
 B(leaky_relu, loom_leaky_relu(g, in[0], 0.2, out))
@@ -241,7 +243,8 @@ static loom_status_t b_loop(loom_graph_t *g, const loom_value_t *in, loom_graph_
 static const recipe_t recipes[] = {
     UN(neg), UN(abs), UN(exp), UN(log), UN(log1p), UN(sqrt), UN(rsqrt), UN(reciprocal), UN(tanh),
     UN(sigmoid), UN(relu), R1(leaky_relu, "alpha=0.2", F34), R1(elu, "alpha=0.5", F34),
-    UN(gelu), UN(gelu_tanh), UN(silu), UN(softplus), UN(sin), UN(cos), UN(erf), UN(floor),
+    UN(gelu), UN(gelu_tanh), UN(silu), UN(softplus), UN(sin), UN(cos), UN(tan), UN(asin), UN(acos), UN(atan), UN(sinh),
+    UN(cosh), UN(asinh), UN(acosh), UN(atanh), UN(erf), UN(floor),
     UN(ceil), UN(round), UN(sign), UN(not), UN(isnan), UN(identity), UN(stop_gradient),
     R1(cast, "dtype=f64", F34), R1(clamp, "min=0.7 max=1.5", F34),
     BIN(add), BIN(sub), BIN(mul), BIN(div), BIN(pow), BIN(maximum), BIN(minimum), BIN(mod),

@@ -35,6 +35,15 @@ LOOM_API loom_status_t loom_silu(loom_graph_t *g, loom_value_t x, loom_value_t *
 LOOM_API loom_status_t loom_softplus(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_sin(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_cos(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_tan(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_asin(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_acos(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_atan(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_sinh(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_cosh(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_asinh(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_acosh(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_atanh(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_erf(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_floor(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_ceil(loom_graph_t *g, loom_value_t x, loom_value_t *out);

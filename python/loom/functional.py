@@ -141,8 +141,9 @@ def _unary(name):
 
 
 for _name in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
-              "sigmoid", "relu", "silu", "softplus", "sin", "cos", "erf", "floor", "ceil",
-              "round", "sign", "isnan", "stop_gradient"):
+              "sigmoid", "relu", "silu", "softplus", "sin", "cos", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
+              "isnan", "stop_gradient"):
     globals()[_name] = _unary(_name)
 negative = globals()["neg"]
 logical_not = _unary("not")
@@ -609,7 +610,8 @@ METHODS = {name: globals()[name] for name in (
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
     "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "remainder",
     "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
-    "relu", "silu", "softplus", "sin", "cos", "erf", "floor", "ceil", "round", "sign",
+    "relu", "silu", "softplus", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
     "isnan", "clamp", "clip", "sum", "mean", "prod", "logsumexp", "var", "std", "max",
     "min", "amax", "amin", "argmax", "argmin", "cumsum", "topk", "softmax", "log_softmax",
     "matmul", "mm", "bmm", "reshape", "flatten", "permute", "transpose", "swapaxes", "t",

@@ -226,6 +226,62 @@ loom_status_t grad_cos(grad_ctx_t *c) {
   return chain(c, t);
 }
 
+/* d tan(x) = 1 + tan^2(x) = 1 + y^2. */
+loom_status_t grad_tan(grad_ctx_t *c) {
+  int32_t t;
+  TRY(op2(c, IR_OP_MUL, y_(c), y_(c), &t));
+  TRY(op2s(c, IR_OP_ADD, t, 1.0, &t));
+  return chain(c, t);
+}
+
+/* g / sqrt(sign * (x^2 - 1)) with sign -1 for asin and acos (1 - x^2),
+ * +1 for acosh (x^2 - 1), then negated for acos. */
+static loom_status_t inverse_sqrt_rule(grad_ctx_t *c, double sign, bool negate) {
+  int32_t t;
+  TRY(op2(c, IR_OP_MUL, in_(c, 0), in_(c, 0), &t));
+  TRY(op2s(c, IR_OP_SUB, t, 1.0, &t));
+  if (sign < 0) TRY(grad_unary(c, IR_OP_NEG, t, &t));
+  TRY(grad_unary(c, IR_OP_RSQRT, t, &t));
+  if (negate) TRY(grad_unary(c, IR_OP_NEG, t, &t));
+  return chain(c, t);
+}
+
+loom_status_t grad_asin(grad_ctx_t *c) { return inverse_sqrt_rule(c, -1, false); }
+loom_status_t grad_acos(grad_ctx_t *c) { return inverse_sqrt_rule(c, -1, true); }
+loom_status_t grad_acosh(grad_ctx_t *c) { return inverse_sqrt_rule(c, 1, false); }
+
+/* d asinh(x) = 1 / sqrt(x^2 + 1). */
+loom_status_t grad_asinh(grad_ctx_t *c) {
+  int32_t t;
+  TRY(op2(c, IR_OP_MUL, in_(c, 0), in_(c, 0), &t));
+  TRY(op2s(c, IR_OP_ADD, t, 1.0, &t));
+  TRY(grad_unary(c, IR_OP_RSQRT, t, &t));
+  return chain(c, t);
+}
+
+/* d atan(x) = 1 / (1 + x^2); d atanh(x) = 1 / (1 - x^2). */
+static loom_status_t inverse_square_rule(grad_ctx_t *c, double sign) {
+  int32_t t;
+  TRY(op2(c, IR_OP_MUL, in_(c, 0), in_(c, 0), &t));
+  TRY(ops2(c, sign > 0 ? IR_OP_ADD : IR_OP_SUB, 1.0, t, &t));
+  return op2(c, IR_OP_DIV, g_(c), t, &c->din[0]);
+}
+
+loom_status_t grad_atan(grad_ctx_t *c) { return inverse_square_rule(c, 1); }
+loom_status_t grad_atanh(grad_ctx_t *c) { return inverse_square_rule(c, -1); }
+
+loom_status_t grad_sinh(grad_ctx_t *c) {
+  int32_t t;
+  TRY(grad_unary(c, IR_OP_COSH, in_(c, 0), &t));
+  return chain(c, t);
+}
+
+loom_status_t grad_cosh(grad_ctx_t *c) {
+  int32_t t;
+  TRY(grad_unary(c, IR_OP_SINH, in_(c, 0), &t));
+  return chain(c, t);
+}
+
 /* d erf(x) = 2/sqrt(pi) e^(-x^2). */
 loom_status_t grad_erf(grad_ctx_t *c) {
   int32_t x = in_(c, 0), t;
