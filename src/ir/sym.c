@@ -123,6 +123,16 @@ static void split_offset(const loom_graph_t *g, ir_dim_t d, ir_dim_t *x,
   }
 }
 
+/* Operands are constants or handles of g's expressions: a number in the
+ * handles' range that names none (a huge negative pad or offset from a
+ * model file) fails here instead of being read as an expression. */
+static loom_status_t check_operands(const loom_graph_t *g, ir_dim_t a, ir_dim_t b) {
+  if ((ir_dim_is_const(a) || ir_dim_expr(g, a)) && (ir_dim_is_const(b) || ir_dim_expr(g, b)))
+    return LOOM_OK;
+  return loom_fail(LOOM_ERR_SHAPE, "a dim or offset of %lld is out of the range of sizes",
+                   (long long)(ir_dim_is_const(a) || ir_dim_expr(g, a) ? b : a));
+}
+
 /* Binary expression with constants stored as constant operands. */
 static loom_status_t make(loom_graph_t *g, ir_expr_kind_t kind, ir_dim_t a,
                           ir_dim_t b, ir_dim_t *out) {
@@ -132,6 +142,7 @@ static loom_status_t make(loom_graph_t *g, ir_expr_kind_t kind, ir_dim_t a,
 
 loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                          ir_dim_t *out) {
+  LOOM_TRY(check_operands(g, a, b));
   if (ir_dim_is_const(a) && ir_dim_is_const(b)) return const_add(a, b, out);
   if (ir_dim_is_const(a)) { /* constants go right */
     ir_dim_t t = a;
@@ -159,6 +170,7 @@ loom_status_t ir_dim_add(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
 
 loom_status_t ir_dim_mul(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                          ir_dim_t *out) {
+  LOOM_TRY(check_operands(g, a, b));
   if (ir_dim_is_const(a) && ir_dim_is_const(b)) return const_mul(a, b, out);
   if (ir_dim_is_const(a)) {
     ir_dim_t t = a;
@@ -195,6 +207,7 @@ static int64_t floordiv(int64_t a, int64_t b) {
 loom_status_t ir_dim_floordiv(loom_graph_t *g, ir_dim_t a, ir_dim_t b,
                               ir_dim_t *out) {
   if (b == 0) return loom_fail(LOOM_ERR_SHAPE, "a dim divided by zero");
+  LOOM_TRY(check_operands(g, a, b));
   if (ir_dim_is_const(a) && ir_dim_is_const(b)) {
     if (b == -1) return const_mul(a, -1, out);
     *out = floordiv(a, b);

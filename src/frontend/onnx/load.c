@@ -288,6 +288,8 @@ static loom_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: IR version %lld is not supported "
                      "(3 and up are)", (long long)m->ir_version);
   if (!m->graph) return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no graph");
+  if (m->graph->n_output == 0)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: the graph has no outputs");
   *opset = -1;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
