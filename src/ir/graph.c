@@ -347,25 +347,34 @@ loom_status_t loom_graph_param_borrow(loom_graph_t *g, const char *name,
   return LOOM_OK;
 }
 
+loom_status_t ir_graph_constant_adopt(loom_graph_t *g, loom_tensor_t *t, loom_value_t *out) {
+  loom_status_t s = ir_before_change(g, "loom_graph_constant");
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(t);
+    return s;
+  }
+  ir_type_t type = {.dtype = t->dtype, .rank = t->rank};
+  for (int i = 0; i < t->rank; i++) type.dims[i] = t->shape[i];
+  int32_t id = -1;
+  s = new_value(g, IR_VALUE_CONST, &type, NULL, &id);
+  if (s != LOOM_OK) {
+    loom_tensor_destroy(t);
+    return s;
+  }
+  g->values[id].data = t;
+  out->id = id;
+  return LOOM_OK;
+}
+
 loom_status_t loom_graph_constant(loom_graph_t *g, const loom_tensor_t *t,
                                   loom_value_t *out) {
   LOOM_CHECK_ARG(g);
   LOOM_TRY(ir_before_change(g, "loom_graph_constant"));
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(out);
-  ir_type_t type = {.dtype = t->dtype, .rank = t->rank};
-  for (int i = 0; i < t->rank; i++) type.dims[i] = t->shape[i];
   loom_tensor_t *copy;
   LOOM_TRY(tensor_contiguous_copy(t, &copy));
-  int32_t id = -1;
-  loom_status_t s = new_value(g, IR_VALUE_CONST, &type, NULL, &id);
-  if (s != LOOM_OK) {
-    loom_tensor_destroy(copy);
-    return s;
-  }
-  g->values[id].data = copy;
-  out->id = id;
-  return LOOM_OK;
+  return ir_graph_constant_adopt(g, copy, out);
 }
 
 loom_status_t loom_graph_output(loom_graph_t *g, loom_value_t v) {

@@ -335,6 +335,10 @@ static inline loom_status_t ir_before_change(loom_graph_t *g, const char *what) 
  * trace refilled every step does not allocate again. The hook stays. */
 void ir_graph_reset(loom_graph_t *g);
 
+/* loom_graph_constant taking t itself, which must be contiguous and own
+ * its storage (a front end's freshly decoded weights: no second copy);
+ * t is the graph's from then on, or destroyed on failure. */
+loom_status_t ir_graph_constant_adopt(loom_graph_t *g, loom_tensor_t *t, loom_value_t *out);
 /* loom_graph_input without the check that its name is unique, for graphs
  * Loom builds itself (a trace, a pass's graph), where names only label
  * values in messages and may repeat. */

@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "core/status.h"
 #include "frontend/onnx/onnx_import.h"
+#include "ir/ir.h"
 
 /* Models over 2 GiB keep their weights in external data files (protobuf's
  * own limit). */
@@ -110,10 +111,10 @@ static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onn
     int64_t shape[LOOM_MAX_RANK];
     for (int d = 0; d < rank; d++) shape[d] = loom_tensor_dim(host, d);
     st = loom_graph_param(imp->g, t->name, dt, rank, shape, host, &v);
+    loom_tensor_destroy(host);
   } else {
-    st = loom_graph_constant(imp->g, host, &v);
+    st = ir_graph_constant_adopt(imp->g, host, &v);
   }
-  loom_tensor_destroy(host);
   LOOM_TRY(st);
   return scope_set(sc, t->name, v);
 }
@@ -302,9 +303,13 @@ static loom_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
   return LOOM_OK;
 }
 
-static loom_status_t load_model(const void *data, size_t size, const loom_onnx_options_t *o,
-                                const char *base_dir, loom_graph_t **out) {
+/* to_free (the file's bytes, or NULL) is freed as soon as they are unpacked:
+ * a large model's weights are then held once less while it imports. */
+static loom_status_t load_model(const void *data, size_t size, void *to_free,
+                                const loom_onnx_options_t *o, const char *base_dir,
+                                loom_graph_t **out) {
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
+  core_free(to_free);
   if (!m)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX model: not a valid ModelProto (%zu bytes: truncated, "
                      "corrupt, or not an ONNX file)", size);
@@ -368,7 +373,7 @@ loom_status_t loom_onnx_load_memory(const void *data, size_t size, const loom_on
   LOOM_TRY(options_check(o, "loom_onnx_load_memory"));
   loom_onnx_options_t opts = options_of(o);
   LOOM_TRY(fixed_check(&opts, "loom_onnx_load_memory"));
-  LOOM_TRY(load_model(data, size, &opts, ".", out));
+  LOOM_TRY(load_model(data, size, NULL, &opts, ".", out));
   loom_clear_error();
   return LOOM_OK;
 }
@@ -388,8 +393,7 @@ loom_status_t loom_onnx_load(const char *path, const loom_onnx_options_t *o, loo
   char *slash = strrchr(dir, '/');
   if (slash) *slash = 0;
   else snprintf(dir, sizeof dir, ".");
-  loom_status_t st = load_model(data, size, &opts, dir, out);
-  core_free(data);
+  loom_status_t st = load_model(data, size, data, &opts, dir, out);
   if (st != LOOM_OK) return loom_fail(st, "%s: %s", path, loom_last_error());
   loom_clear_error();
   return LOOM_OK;

@@ -162,7 +162,10 @@ loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *p, const char *base_
     if (raw_size != want)
       st = loom_fail(LOOM_ERR_FORMAT, "%zu bytes of data for %lld elements of %s (%zu bytes)",
                      raw_size, (long long)count, ox_onnx_type_name(t), want);
-    for (int64_t i = 0; st == LOOM_OK && i < count; i++) put_raw(loom_tensor_data(x), i, raw, t);
+    if (st == LOOM_OK && t != OX_BOOL && onnx_size(t) == loom_dtype_size(dt))
+      memcpy(loom_tensor_data(x), raw, want); /* the same bytes: no widening */
+    else
+      for (int64_t i = 0; st == LOOM_OK && i < count; i++) put_raw(loom_tensor_data(x), i, raw, t);
   } else if (st == LOOM_OK) {
     st = put_typed(loom_tensor_data(x), count, p, t);
   }
