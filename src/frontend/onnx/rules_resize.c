@@ -1,0 +1,469 @@
+/* Rules for ONNX's resampling ops. Resize and Upsample read sizes known
+ * when the model loads, so each resized axis's source indices and weights
+ * are worked out here, once, and the op becomes per-axis gathers at
+ * constant indices summed with constant weights (1 tap for nearest, 2 for
+ * linear, 4 for cubic): exact, differentiable through the gathers, and
+ * fusable. Coordinates follow ONNX's reference (onnx/backend/test/case/
+ * node/resize.py), which made the conformance data. GridSample and
+ * RoiAlign sample where run-time values say: their indices and weights are
+ * computed in the graph. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx/onnx_import.h"
+
+/* ---- Resize's plan: sizes, scales and modes ------------------------------- */
+
+typedef enum { RS_NEAREST, RS_LINEAR, RS_CUBIC } rs_mode_t;
+typedef enum {
+  CT_HALF_PIXEL, CT_HALF_PIXEL_SYMMETRIC, CT_PYTORCH_HALF_PIXEL, CT_ALIGN_CORNERS,
+  CT_ASYMMETRIC, CT_TF_HALF_PIXEL_FOR_NN, CT_TF_CROP_AND_RESIZE
+} rs_coord_t;
+/* NM_LEGACY: Resize 10 and Upsample, which name no rounding; ONNX Runtime
+ * floors when enlarging and rounds up when shrinking. */
+typedef enum { NM_ROUND_PREFER_FLOOR, NM_ROUND_PREFER_CEIL, NM_FLOOR, NM_CEIL, NM_LEGACY } rs_nearest_t;
+
+static const char *const mode_names[] = {"nearest", "linear", "cubic"};
+static const char *const coord_names[] = {"half_pixel", "half_pixel_symmetric",
+                                          "pytorch_half_pixel", "align_corners", "asymmetric",
+                                          "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+static const char *const nearest_names[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                            "ceil"};
+
+typedef struct resize_plan {
+  rs_mode_t mode;
+  rs_coord_t coord;
+  rs_nearest_t nearest;
+  double cubic_a, extrapolation;
+  int exclude_outside;
+  int rank;
+  int64_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  double scale[LOOM_MAX_RANK];
+  double length[LOOM_MAX_RANK]; /* the output length the coordinate formulas use: the
+                                   reference's scale * in, unrounded */
+  double roi[2 * LOOM_MAX_RANK]; /* starts, then ends (tf_crop_and_resize) */
+} resize_plan_t;
+
+/* The index of string attribute name's value among names; fails naming it. */
+static loom_status_t pick_name(ox_node_t *n, const char *name, const char *dflt,
+                               const char *const *names, int count, int *out) {
+  char buf[64];
+  const char *s = ox_string(n, name, dflt, buf, sizeof buf);
+  for (int k = 0; k < count; k++)
+    if (!strcmp(s, names[k])) {
+      *out = k;
+      return LOOM_OK;
+    }
+  return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s '%s' is not supported", name, s);
+}
+
+/* Resize 11 and up: the attributes that choose how to sample. */
+static loom_status_t read_modes(ox_node_t *n, resize_plan_t *p) {
+  int mode = 0, coord = 0, nearest = 0;
+  LOOM_TRY(pick_name(n, "mode", "nearest", mode_names, 3, &mode));
+  LOOM_TRY(pick_name(n, "coordinate_transformation_mode", "half_pixel", coord_names, 7, &coord));
+  LOOM_TRY(pick_name(n, "nearest_mode", "round_prefer_floor", nearest_names, 4, &nearest));
+  if (coord == CT_TF_HALF_PIXEL_FOR_NN && n->opset >= 13)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "tf_half_pixel_for_nn was removed in opset 13");
+  if (coord == CT_HALF_PIXEL_SYMMETRIC && n->opset < 19)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "half_pixel_symmetric needs opset 19");
+  if (ox_int(n, "antialias", 0))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "antialias is not imported yet");
+  p->mode = (rs_mode_t)mode;
+  p->coord = (rs_coord_t)coord;
+  p->nearest = (rs_nearest_t)nearest;
+  p->cubic_a = ox_float(n, "cubic_coeff_a", -0.75);
+  p->exclude_outside = (int)ox_int(n, "exclude_outside", 0);
+  p->extrapolation = ox_float(n, "extrapolation_value", 0.0);
+  return LOOM_OK;
+}
+
+/* Resize 10 and Upsample: nearest or linear, on asymmetric coordinates. */
+static loom_status_t read_legacy_mode(ox_node_t *n, resize_plan_t *p) {
+  char buf[32];
+  const char *mode = ox_string(n, "mode", "nearest", buf, sizeof buf);
+  if (!strcmp(mode, "nearest")) p->mode = RS_NEAREST;
+  else if (!strcmp(mode, "linear") || !strcmp(mode, "bilinear")) p->mode = RS_LINEAR;
+  else return ox_fail(n, LOOM_ERR_UNSUPPORTED, "mode '%s' is not supported", mode);
+  p->coord = CT_ASYMMETRIC;
+  p->nearest = NM_LEGACY;
+  p->cubic_a = -0.75;
+  return LOOM_OK;
+}
+
+/* x's static dims into the plan, every axis unresized to begin with. */
+static loom_status_t plan_input(ox_node_t *n, loom_value_t x, resize_plan_t *p) {
+  loom_dim_t dims[LOOM_MAX_RANK];
+  LOOM_TRY(ox_dims(n, x, dims, &p->rank));
+  if (p->rank < 1) return ox_fail(n, LOOM_ERR_SHAPE, "the input is a scalar");
+  for (int d = 0; d < p->rank; d++) {
+    if (dims[d] <= 0)
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d is %s (a static, non-empty shape "
+                     "is needed)", d, dims[d] < 0 ? "symbolic" : "0");
+    p->in[d] = p->out[d] = dims[d];
+    p->scale[d] = 1.0;
+    p->length[d] = (double)dims[d];
+    p->roi[d] = 0.0;
+    p->roi[p->rank + d] = 1.0;
+  }
+  return LOOM_OK;
+}
+
+/* The axes scales, sizes and roi list: attribute axes (opset 18), else all. */
+static loom_status_t read_axes(ox_node_t *n, const resize_plan_t *p, int64_t *axes, int *count) {
+  int c;
+  const int64_t *given = n->opset >= 18 ? ox_ints(n, "axes", &c) : NULL;
+  *count = given ? c : p->rank;
+  for (int k = 0; k < *count; k++) {
+    if (!given) axes[k] = k;
+    else LOOM_TRY(ox_axis(n, given[k], p->rank, "axis", &axes[k]));
+  }
+  return LOOM_OK;
+}
+
+static loom_status_t apply_scales(ox_node_t *n, resize_plan_t *p, const double *s, int count,
+                                  const int64_t *axes, int n_axes) {
+  if (count != n_axes)
+    return ox_fail(n, LOOM_ERR_SHAPE, "%d scales for %d axes", count, n_axes);
+  for (int k = 0; k < count; k++) {
+    int d = (int)axes[k];
+    if (!(s[k] > 0) || !isfinite(s[k]))
+      return ox_fail(n, LOOM_ERR_INVALID, "scale %g of axis %d is not positive", s[k], d);
+    p->scale[d] = s[k];
+    p->length[d] = s[k] * (double)p->in[d];
+    if (p->length[d] > 1e9) return ox_fail(n, LOOM_ERR_SHAPE, "scale %g is too large", s[k]);
+    p->out[d] = (int64_t)floor(p->length[d]);
+  }
+  return LOOM_OK;
+}
+
+/* keep_aspect_ratio_policy (opset 18) scales every listed axis alike: by
+ * the smallest (not_larger) or largest (not_smaller) ratio of sizes. */
+static loom_status_t apply_sizes(ox_node_t *n, resize_plan_t *p, const int64_t *sz, int count,
+                                 const int64_t *axes, int n_axes) {
+  if (count != n_axes) return ox_fail(n, LOOM_ERR_SHAPE, "%d sizes for %d axes", count, n_axes);
+  char buf[32];
+  const char *policy = n->opset >= 18 ? ox_string(n, "keep_aspect_ratio_policy", "stretch", buf,
+                                                  sizeof buf) : "stretch";
+  int stretch = !strcmp(policy, "stretch"), larger = !strcmp(policy, "not_smaller");
+  if (!stretch && !larger && strcmp(policy, "not_larger"))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s'", policy);
+  double keep = larger ? 0.0 : INFINITY;
+  for (int k = 0; k < count; k++) {
+    if (sz[k] < 1 || sz[k] > 1000000000)
+      return ox_fail(n, LOOM_ERR_INVALID, "size %lld of axis %lld", (long long)sz[k],
+                     (long long)axes[k]);
+    double r = (double)sz[k] / (double)p->in[axes[k]];
+    keep = larger ? fmax(keep, r) : fmin(keep, r);
+  }
+  for (int k = 0; k < count; k++) {
+    int d = (int)axes[k];
+    p->scale[d] = stretch ? (double)sz[k] / (double)p->in[d] : keep;
+    p->length[d] = stretch ? (double)sz[k] : keep * (double)p->in[d];
+    p->out[d] = stretch ? sz[k] : (int64_t)floor(p->length[d] + 0.5);
+  }
+  return LOOM_OK;
+}
+
+/* An optional constant input with at least one entry (opset 11 passes an
+ * empty tensor for the one of scales and sizes it does not use). */
+static int given(const ox_node_t *n, int i) {
+  if (!ox_has(n, i)) return 0;
+  const loom_tensor_t *t = ox_const(n, n->in[i]);
+  return !t || loom_tensor_numel(t) > 0;
+}
+
+/* The output shape from input scales_at or sizes_at (-1: none), and roi. */
+static loom_status_t read_shape(ox_node_t *n, resize_plan_t *p, int scales_at, int sizes_at,
+                                int roi_at) {
+  int64_t axes[LOOM_MAX_RANK], sizes[LOOM_MAX_RANK];
+  double vals[2 * LOOM_MAX_RANK];
+  int n_axes, count;
+  LOOM_TRY(read_axes(n, p, axes, &n_axes));
+  int has_scales = given(n, scales_at), has_sizes = sizes_at >= 0 && given(n, sizes_at);
+  if (has_scales == has_sizes)
+    return ox_fail(n, LOOM_ERR_INVALID, "%s", has_scales ? "both scales and sizes are given"
+                                                         : "neither scales nor sizes is given");
+  if (has_scales) {
+    LOOM_TRY(ox_const_doubles(n, scales_at, "scales", vals, LOOM_MAX_RANK, &count));
+    LOOM_TRY(apply_scales(n, p, vals, count, axes, n_axes));
+  } else {
+    LOOM_TRY(ox_const_ints(n, sizes_at, "sizes", sizes, LOOM_MAX_RANK, &count));
+    LOOM_TRY(apply_sizes(n, p, sizes, count, axes, n_axes));
+  }
+  if (p->coord != CT_TF_CROP_AND_RESIZE) return LOOM_OK;
+  LOOM_TRY(ox_const_doubles(n, roi_at, "roi", vals, 2 * LOOM_MAX_RANK, &count));
+  if (count != 2 * n_axes)
+    return ox_fail(n, LOOM_ERR_SHAPE, "roi has %d entries for %d axes", count, n_axes);
+  for (int k = 0; k < n_axes; k++) {
+    p->roi[axes[k]] = vals[k];
+    p->roi[p->rank + axes[k]] = vals[n_axes + k];
+  }
+  return LOOM_OK;
+}
+
+/* ---- Resize's taps: per axis, where each output reads and how much ------- */
+
+typedef struct axis_taps {
+  int n;                  /* taps per output position: 1, 2 or 4 */
+  int64_t *index;         /* n rows of out: the source index of each tap */
+  double *weight;         /* n rows of out */
+  unsigned char *outside; /* out: reads extrapolation_value (tf_crop_and_resize) */
+  int any_outside;
+} axis_taps_t;
+
+/* Where output position i of axis d reads the input; *outside when
+ * tf_crop_and_resize puts it off the input. The reference tests "output
+ * length 1" on the unrounded length, and pytorch_half_pixel reads -0.5
+ * there. */
+static double source_coord(const resize_plan_t *p, int d, int64_t i, int *outside) {
+  double in = (double)p->in[d], s = p->scale[d], len = p->length[d], x = (double)i;
+  *outside = 0;
+  switch (p->coord) {
+  case CT_HALF_PIXEL: return (x + 0.5) / s - 0.5;
+  case CT_HALF_PIXEL_SYMMETRIC: {
+    double adjust = (double)p->out[d] / len, offset = in / 2 * (1 - adjust);
+    return offset + (x + 0.5) / s - 0.5;
+  }
+  case CT_PYTORCH_HALF_PIXEL: return len == 1 ? -0.5 : (x + 0.5) / s - 0.5;
+  case CT_ALIGN_CORNERS: return len == 1 ? 0.0 : x * (in - 1) / (len - 1);
+  case CT_ASYMMETRIC: return x / s;
+  case CT_TF_HALF_PIXEL_FOR_NN: return (x + 0.5) / s;
+  case CT_TF_CROP_AND_RESIZE: {
+    double a = p->roi[d], b = p->roi[p->rank + d];
+    double c = len == 1 ? (b - a) * (in - 1) / 2 : x * (b - a) * (in - 1) / (len - 1);
+    c += a * (in - 1);
+    *outside = !(c >= 0 && c <= in - 1);
+    return *outside ? 0.0 : c;
+  }
+  }
+  return 0.0;
+}
+
+static void cubic_coeffs(double r, double a, double *c) {
+  double u = 1 - r;
+  c[0] = ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a;
+  c[1] = ((a + 2) * r - (a + 3)) * r * r + 1;
+  c[2] = ((a + 2) * u - (a + 3)) * u * u + 1;
+  c[3] = ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a;
+}
+
+/* Which of the two neighbours (0: left, 1: right) nearest reads, ratio
+ * being x's distance from the left one. */
+static int nearest_pick(rs_nearest_t mode, double ratio, int exact) {
+  if (exact) return 1;
+  switch (mode) {
+  case NM_ROUND_PREFER_FLOOR: return ratio > 0.5;
+  case NM_ROUND_PREFER_CEIL: return ratio >= 0.5;
+  case NM_FLOOR: return 0;
+  default: return 1;
+  }
+}
+
+/* Taps of one output position at source coordinate x. The reference reads
+ * the n nearest entries of the input padded by its edges (n/2 each side),
+ * preferring the left one, with ratio in (0, 1]: the window starts at
+ * ceil(x) - n/2 and stays inside the padded input. */
+static void position_taps(const resize_plan_t *p, int d, double x, int64_t *idx, double *w) {
+  int64_t in = p->in[d];
+  int n = p->mode == RS_CUBIC ? 4 : 2, half = n / 2;
+  double left = ceil(x) - 1, ratio = x - left;
+  double first = fmin(fmax(left - (half - 1), (double)-half), (double)(in + half - n));
+  double c[4] = {1 - ratio, ratio, 0, 0};
+  if (p->mode == RS_CUBIC) cubic_coeffs(ratio, p->cubic_a, c);
+  if (p->mode == RS_NEAREST) {
+    int k = nearest_pick(p->nearest, ratio, ratio == 1.0);
+    c[0] = !k;
+    c[1] = k;
+  }
+  double sum = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t at = (int64_t)first + k;
+    if (p->exclude_outside && p->mode != RS_NEAREST && (at < 0 || at >= in)) c[k] = 0;
+    sum += c[k];
+    idx[k] = at < 0 ? 0 : at >= in ? in - 1 : at;
+  }
+  for (int k = 0; k < n; k++) w[k] = p->exclude_outside && sum != 0 ? c[k] / sum : c[k];
+}
+
+static void free_taps(axis_taps_t *t) {
+  free(t->index);
+  free(t->weight);
+  free(t->outside);
+}
+
+static loom_status_t axis_taps(const resize_plan_t *p, int d, axis_taps_t *t) {
+  int64_t out = p->out[d];
+  t->n = p->mode == RS_CUBIC ? 4 : p->mode == RS_LINEAR ? 2 : 1;
+  t->any_outside = 0;
+  t->index = malloc(sizeof *t->index * (size_t)(t->n * out));
+  t->weight = malloc(sizeof *t->weight * (size_t)(t->n * out));
+  t->outside = malloc((size_t)out);
+  if (!t->index || !t->weight || !t->outside) {
+    free_taps(t);
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for Resize's tables");
+  }
+  for (int64_t i = 0; i < out; i++) {
+    int outside;
+    double x = source_coord(p, d, i, &outside), w[4];
+    int64_t idx[4];
+    t->outside[i] = (unsigned char)outside;
+    t->any_outside |= outside;
+    if (p->nearest == NM_LEGACY && p->mode == RS_NEAREST) {
+      double at = p->scale[d] < 1 ? ceil(x) : floor(x);
+      idx[0] = at < 0 ? 0 : at >= (double)p->in[d] ? p->in[d] - 1 : (int64_t)at;
+      w[0] = 1;
+    } else if (p->mode == RS_NEAREST) {
+      position_taps(p, d, x, idx, w);
+      idx[0] = w[1] != 0 ? idx[1] : idx[0];
+      w[0] = 1;
+    } else {
+      position_taps(p, d, x, idx, w);
+    }
+    for (int k = 0; k < t->n; k++) {
+      t->index[k * out + i] = idx[k];
+      t->weight[k * out + i] = w[k];
+    }
+  }
+  return LOOM_OK;
+}
+
+/* Whether axis d's taps give back the input unchanged. */
+static int taps_identity(const resize_plan_t *p, int d, const axis_taps_t *t) {
+  int64_t out = p->out[d];
+  if (out != p->in[d] || t->any_outside) return 0;
+  for (int64_t i = 0; i < out; i++) {
+    double own = 0;
+    for (int k = 0; k < t->n; k++) {
+      double w = t->weight[k * out + i];
+      if (t->index[k * out + i] == i) own += w;
+      else if (w != 0) return 0;
+    }
+    if (own != 1) return 0;
+  }
+  return 1;
+}
+
+/* ---- Resize's graph: gathers and weighted sums ------------------------------ */
+
+/* A constant of dtype shaped 1 everywhere but axis d, holding count values
+ * (bool for LOOM_BOOL, from nonzero). */
+static loom_status_t along_axis(ox_node_t *n, loom_dtype_t dtype, int rank, int d, int64_t count,
+                                const double *values, const unsigned char *flags,
+                                loom_value_t *out) {
+  int64_t shape[LOOM_MAX_RANK];
+  for (int k = 0; k < rank; k++) shape[k] = k == d ? count : 1;
+  loom_dtype_t held = dtype == LOOM_F64 || dtype == LOOM_BOOL ? dtype : LOOM_F32;
+  size_t size = loom_dtype_size(held) * (size_t)count;
+  void *buf = malloc(size ? size : 1);
+  if (!buf) return loom_fail(LOOM_ERR_NOMEM, "out of memory for Resize's tables");
+  for (int64_t i = 0; i < count; i++) {
+    if (held == LOOM_BOOL) ((unsigned char *)buf)[i] = flags[i] != 0;
+    else if (held == LOOM_F64) ((double *)buf)[i] = values[i];
+    else ((float *)buf)[i] = (float)values[i];
+  }
+  loom_tensor_t *t = NULL;
+  loom_status_t st = loom_tensor_from_data(held, rank, shape, buf, size, &t);
+  free(buf);
+  if (st == LOOM_OK) st = loom_graph_constant(n->g, t, out);
+  loom_tensor_destroy(t);
+  if (st == LOOM_OK && held != dtype) st = loom_cast(n->g, *out, dtype, out);
+  return st;
+}
+
+static int all_equal(const double *w, int64_t count, double v) {
+  for (int64_t i = 0; i < count; i++)
+    if (w[i] != v) return 0;
+  return 1;
+}
+
+/* x resampled along axis d: the sum over taps of x gathered at the tap's
+ * indices times its weights, extrapolation_value where the crop is off the
+ * input. */
+static loom_status_t resize_axis(ox_node_t *n, const resize_plan_t *p, int d,
+                                 const axis_taps_t *t, loom_value_t x, loom_value_t *out) {
+  loom_graph_t *g = n->g;
+  loom_dtype_t dt = ox_dtype(n, x);
+  int64_t len = p->out[d];
+  loom_value_t y = {.id = -1};
+  for (int k = 0; k < t->n; k++) {
+    const double *w = t->weight + k * len;
+    if (all_equal(w, len, 0.0)) continue;
+    loom_value_t idx, v, wv;
+    LOOM_TRY(ox_vector_i64(n, (int)len, t->index + k * len, &idx));
+    LOOM_TRY(loom_gather(g, x, idx, d, &v));
+    if (!all_equal(w, len, 1.0)) {
+      LOOM_TRY(along_axis(n, dt, p->rank, d, len, w, NULL, &wv));
+      LOOM_TRY(loom_mul(g, v, wv, &v));
+    }
+    if (y.id < 0) y = v;
+    else LOOM_TRY(loom_add(g, y, v, &y));
+  }
+  if (y.id < 0) return ox_fail(n, LOOM_ERR_INVALID, "every weight of axis %d is 0", d);
+  if (t->any_outside) {
+    loom_value_t mask, fill;
+    LOOM_TRY(along_axis(n, LOOM_BOOL, p->rank, d, len, NULL, t->outside, &mask));
+    LOOM_TRY(ox_like(n, y, p->extrapolation, &fill));
+    LOOM_TRY(loom_where(g, mask, fill, y, &y));
+  }
+  *out = y;
+  return LOOM_OK;
+}
+
+/* Axis by axis, the last first (the reference's order of summing). Integer
+ * inputs interpolate in f64 and truncate back, as the reference's astype. */
+static loom_status_t resize_run(ox_node_t *n, const resize_plan_t *p, loom_value_t x) {
+  loom_dtype_t dt = ox_dtype(n, x);
+  int cast = !ox_is_float(dt) && p->mode != RS_NEAREST;
+  if (cast) LOOM_TRY(loom_cast(n->g, x, LOOM_F64, &x));
+  for (int d = p->rank - 1; d >= 0; d--) {
+    axis_taps_t t;
+    LOOM_TRY(axis_taps(p, d, &t));
+    loom_status_t st = taps_identity(p, d, &t) ? LOOM_OK : resize_axis(n, p, d, &t, x, &x);
+    free_taps(&t);
+    LOOM_TRY(st);
+  }
+  if (cast) LOOM_TRY(loom_cast(n->g, x, dt, &x));
+  if (x.id == n->in[0].id) LOOM_TRY(loom_identity(n->g, x, &x));
+  return ox_set(n, 0, x);
+}
+
+loom_status_t ox_resize(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  resize_plan_t p;
+  memset(&p, 0, sizeof p);
+  LOOM_TRY(plan_input(n, n->in[0], &p));
+  if (n->opset < 11) {
+    LOOM_TRY(read_legacy_mode(n, &p));
+    LOOM_TRY(ox_need(n, 1));
+    LOOM_TRY(read_shape(n, &p, 1, -1, -1));
+  } else {
+    LOOM_TRY(read_modes(n, &p));
+    LOOM_TRY(read_shape(n, &p, 2, 3, 1));
+  }
+  return resize_run(n, &p, n->in[0]);
+}
+
+/* Upsample: attribute scales before opset 9, input 1 from it. */
+loom_status_t ox_upsample(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  resize_plan_t p;
+  memset(&p, 0, sizeof p);
+  LOOM_TRY(plan_input(n, n->in[0], &p));
+  LOOM_TRY(read_legacy_mode(n, &p));
+  if (n->opset >= 9) {
+    LOOM_TRY(ox_need(n, 1));
+    LOOM_TRY(read_shape(n, &p, 1, -1, -1));
+  } else {
+    int count;
+    const float *s = ox_floats(n, "scales", &count);
+    if (!s) return ox_fail(n, LOOM_ERR_FORMAT, "attribute scales is missing");
+    double scales[LOOM_MAX_RANK];
+    int64_t axes[LOOM_MAX_RANK];
+    for (int k = 0; k < count && k < LOOM_MAX_RANK; k++) scales[k] = s[k];
+    for (int k = 0; k < p.rank; k++) axes[k] = k;
+    LOOM_TRY(apply_scales(n, &p, scales, count, axes, p.rank));
+  }
+  return resize_run(n, &p, n->in[0]);
+}
