@@ -467,3 +467,242 @@ loom_status_t ox_upsample(ox_node_t *n) {
   }
   return resize_run(n, &p, n->in[0]);
 }
+
+/* ---- GridSample: taps at run-time places, as PyTorch's grid_sample ----------- */
+
+typedef enum { GP_ZEROS, GP_BORDER, GP_REFLECTION } grid_padding_t;
+
+/* One sampling: X as a table of rows (N*H*W, C) that taps gather from. */
+typedef struct grid_ctx {
+  ox_node_t *n;
+  loom_dtype_t ct;      /* the dtype coordinates and sums are computed in */
+  int64_t h, w;
+  loom_dim_t grid[3];   /* N, Ho, Wo */
+  int align;
+  grid_padding_t padding;
+  loom_value_t table;   /* (N*H*W, C) */
+  loom_value_t base;    /* i64 (N, 1, 1): the first row of each batch entry */
+  loom_value_t sum;     /* (N, Ho, Wo, C); id -1 before the first tap */
+} grid_ctx_t;
+
+static loom_status_t gs_const(grid_ctx_t *c, double v, loom_value_t *out) {
+  return ox_scalar(c->n, c->ct, v, out);
+}
+
+/* x * a + b */
+static loom_status_t gs_affine(grid_ctx_t *c, loom_value_t x, double a, double b,
+                               loom_value_t *out) {
+  loom_value_t s;
+  LOOM_TRY(gs_const(c, a, &s));
+  LOOM_TRY(loom_mul(c->n->g, x, s, out));
+  if (b == 0) return LOOM_OK;
+  LOOM_TRY(gs_const(c, b, &s));
+  return loom_add(c->n->g, *out, s, out);
+}
+
+/* x reflected into [lo, hi] (PyTorch's reflect_coordinates, taking the
+ * doubled bounds): |x - lo| folded by the span, mirrored on odd folds. */
+static loom_status_t gs_reflect(grid_ctx_t *c, loom_value_t x, double lo, double hi,
+                                loom_value_t *out) {
+  loom_graph_t *g = c->n->g;
+  double span = hi - lo;
+  if (span <= 0) return gs_affine(c, x, 0.0, 0.0, out);
+  loom_value_t a, folds, half, odd, extra, up, down, s;
+  LOOM_TRY(gs_affine(c, x, 1.0, -lo, &a));
+  LOOM_TRY(loom_abs(g, a, &a));
+  LOOM_TRY(gs_affine(c, a, 1.0 / span, 0.0, &folds));
+  LOOM_TRY(loom_floor(g, folds, &folds));
+  LOOM_TRY(gs_affine(c, folds, -span, 0.0, &extra));
+  LOOM_TRY(loom_add(g, a, extra, &extra));
+  LOOM_TRY(gs_affine(c, folds, 0.5, 0.0, &half));
+  LOOM_TRY(loom_floor(g, half, &half));
+  LOOM_TRY(gs_affine(c, half, -2.0, 0.0, &half));
+  LOOM_TRY(loom_add(g, folds, half, &odd)); /* folds mod 2 */
+  LOOM_TRY(gs_const(c, 0.5, &s));
+  LOOM_TRY(loom_gt(g, odd, s, &odd));
+  LOOM_TRY(gs_affine(c, extra, 1.0, lo, &up));
+  LOOM_TRY(gs_affine(c, extra, -1.0, hi, &down));
+  return loom_where(g, odd, down, up, out);
+}
+
+/* A coordinate on an axis of size `size` moved inside by padding_mode
+ * (zeros leaves it, and taps off the input read 0). */
+static loom_status_t gs_pad(grid_ctx_t *c, loom_value_t x, int64_t size, loom_value_t *out) {
+  double hi = (double)(size - 1);
+  if (c->padding == GP_ZEROS) {
+    *out = x;
+    return LOOM_OK;
+  }
+  if (c->padding == GP_REFLECTION) {
+    if (c->align) LOOM_TRY(gs_reflect(c, x, 0.0, hi, &x));
+    else LOOM_TRY(gs_reflect(c, x, -0.5, hi + 0.5, &x));
+  }
+  return loom_clamp(c->n->g, x, 0.0, hi, out);
+}
+
+/* Adds X at integer coordinates (xc, yc) times weight w to the sum; 0 where
+ * they are off the input. */
+static loom_status_t gs_tap(grid_ctx_t *c, loom_value_t xc, loom_value_t yc, loom_value_t w) {
+  loom_graph_t *g = c->n->g;
+  loom_value_t xk, yk, okx, oky, ok, idx, v, zero;
+  LOOM_TRY(loom_clamp(g, xc, 0.0, (double)(c->w - 1), &xk));
+  LOOM_TRY(loom_clamp(g, yc, 0.0, (double)(c->h - 1), &yk));
+  LOOM_TRY(loom_eq(g, xk, xc, &okx));
+  LOOM_TRY(loom_eq(g, yk, yc, &oky));
+  LOOM_TRY(loom_and(g, okx, oky, &ok));
+  LOOM_TRY(gs_const(c, 0.0, &zero));
+  LOOM_TRY(loom_where(g, ok, w, zero, &w));
+  LOOM_TRY(gs_affine(c, yk, (double)c->w, 0.0, &idx));
+  LOOM_TRY(loom_add(g, idx, xk, &idx));
+  LOOM_TRY(loom_cast(g, idx, LOOM_I64, &idx));
+  LOOM_TRY(loom_add(g, idx, c->base, &idx));
+  LOOM_TRY(loom_gather(g, c->table, idx, 0, &v));
+  int64_t last = 3;
+  LOOM_TRY(loom_unsqueeze(g, w, 1, &last, &w));
+  LOOM_TRY(loom_mul(g, v, w, &v));
+  if (c->sum.id < 0) c->sum = v;
+  else LOOM_TRY(loom_add(g, c->sum, v, &c->sum));
+  return LOOM_OK;
+}
+
+static loom_status_t gs_nearest(grid_ctx_t *c, loom_value_t ix, loom_value_t iy) {
+  loom_value_t one;
+  LOOM_TRY(gs_pad(c, ix, c->w, &ix));
+  LOOM_TRY(gs_pad(c, iy, c->h, &iy));
+  LOOM_TRY(loom_round(c->n->g, ix, &ix));
+  LOOM_TRY(loom_round(c->n->g, iy, &iy));
+  LOOM_TRY(loom_full(c->n->g, 3, c->grid, 1.0, c->ct, &one));
+  return gs_tap(c, ix, iy, one);
+}
+
+/* floor(x), and the weights of its 2 (linear) or 4 (cubic, from floor - 1)
+ * neighbours. */
+static loom_status_t gs_weights(grid_ctx_t *c, loom_value_t x, int cubic, loom_value_t *base,
+                                loom_value_t *w) {
+  loom_graph_t *g = c->n->g;
+  loom_value_t t, u;
+  LOOM_TRY(loom_floor(g, x, base));
+  LOOM_TRY(loom_sub(g, x, *base, &t));
+  if (!cubic) {
+    w[1] = t;
+    return gs_affine(c, t, -1.0, 1.0, &w[0]);
+  }
+  /* PyTorch's cubic convolution with A = -0.75, for distances 1+t, t,
+   * 1-t, 2-t. */
+  const double a = -0.75;
+  LOOM_TRY(gs_affine(c, t, -1.0, 1.0, &u));
+  loom_value_t d[4];
+  LOOM_TRY(gs_affine(c, t, 1.0, 1.0, &d[0]));
+  d[1] = t;
+  d[2] = u;
+  LOOM_TRY(gs_affine(c, u, 1.0, 1.0, &d[3]));
+  for (int k = 0; k < 4; k++) {
+    loom_value_t p;
+    int far = k == 0 || k == 3;
+    /* near: ((a+2)d - (a+3)) d^2 + 1; far: ((a d - 5a) d + 8a) d - 4a */
+    LOOM_TRY(gs_affine(c, d[k], far ? a : a + 2, far ? -5 * a : -(a + 3), &p));
+    LOOM_TRY(loom_mul(g, p, d[k], &p));
+    if (far) LOOM_TRY(gs_affine(c, p, 1.0, 8 * a, &p));
+    LOOM_TRY(loom_mul(g, p, d[k], &p));
+    LOOM_TRY(gs_affine(c, p, 1.0, far ? -4 * a : 1.0, &w[k]));
+  }
+  return LOOM_OK;
+}
+
+/* Bilinear taps the 2x2 neighbours of the padded coordinate; bicubic the
+ * 4x4 around the raw one, each tap's coordinate padded on its own. */
+static loom_status_t gs_interpolate(grid_ctx_t *c, loom_value_t ix, loom_value_t iy, int cubic) {
+  loom_value_t x0, y0, wx[4], wy[4];
+  if (!cubic) {
+    LOOM_TRY(gs_pad(c, ix, c->w, &ix));
+    LOOM_TRY(gs_pad(c, iy, c->h, &iy));
+  }
+  LOOM_TRY(gs_weights(c, ix, cubic, &x0, wx));
+  LOOM_TRY(gs_weights(c, iy, cubic, &y0, wy));
+  int taps = cubic ? 4 : 2, from = cubic ? -1 : 0;
+  for (int j = 0; j < taps; j++) {
+    loom_value_t yc;
+    LOOM_TRY(gs_affine(c, y0, 1.0, from + j, &yc));
+    if (cubic) LOOM_TRY(gs_pad(c, yc, c->h, &yc));
+    for (int i = 0; i < taps; i++) {
+      loom_value_t xc, w;
+      LOOM_TRY(gs_affine(c, x0, 1.0, from + i, &xc));
+      if (cubic) LOOM_TRY(gs_pad(c, xc, c->w, &xc));
+      LOOM_TRY(loom_mul(c->n->g, wx[i], wy[j], &w));
+      LOOM_TRY(gs_tap(c, xc, yc, w));
+    }
+  }
+  return LOOM_OK;
+}
+
+/* Grid coordinate k (0: x, 1: y) in pixels: -1 and 1 are the corner
+ * pixels' centres (align_corners) or their outer edges. */
+static loom_status_t gs_unnormalize(grid_ctx_t *c, loom_value_t grid, int k, int64_t size,
+                                    loom_value_t *out) {
+  loom_value_t at;
+  LOOM_TRY(ox_scalar(c->n, LOOM_I64, k, &at));
+  LOOM_TRY(loom_gather(c->n->g, grid, at, 3, out));
+  double s = (double)size, half = (s - 1) / 2;
+  return gs_affine(c, *out, c->align ? half : s / 2, half, out);
+}
+
+static const char *const gs_mode_names[] = {"nearest", "bilinear", "bicubic", "linear", "cubic"};
+static const char *const gs_padding_names[] = {"zeros", "border", "reflection"};
+
+/* X (N, C, H, W) as rows (N*H*W, C), and each batch entry's first row. */
+static loom_status_t gs_table(grid_ctx_t *c, loom_value_t x, const loom_dim_t *xd) {
+  loom_graph_t *g = c->n->g;
+  int64_t perm[4] = {0, 2, 3, 1}, hw = xd[2] * xd[3];
+  loom_dim_t rows[2] = {xd[0] * hw, xd[1]}, bshape[3] = {xd[0], 1, 1};
+  LOOM_TRY(loom_cast(g, x, c->ct, &x));
+  LOOM_TRY(loom_transpose(g, x, perm, &x));
+  LOOM_TRY(loom_reshape(g, x, 2, rows, &c->table));
+  LOOM_TRY(loom_arange(g, 0.0, (double)rows[0], (double)hw, LOOM_I64, &c->base));
+  return loom_reshape(g, c->base, 3, bshape, &c->base);
+}
+
+static loom_status_t gs_check(ox_node_t *n, const loom_dim_t *xd, int xr, const loom_dim_t *gd,
+                              int gr) {
+  if (xr != 4 || gr != 4)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input rank %d, grid rank %d (2-D sampling: "
+                   "ranks 4 and 4 are imported)", xr, gr);
+  for (int d = 0; d < 4; d++)
+    if (xd[d] < 0 || gd[d] < 0)
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic dim (static shapes are needed)");
+  if (gd[3] != 2 || gd[0] != xd[0])
+    return ox_fail(n, LOOM_ERR_SHAPE, "grid (%lld, %lld, %lld, %lld) for %lld inputs: it must "
+                   "be (N, H_out, W_out, 2)", (long long)gd[0], (long long)gd[1],
+                   (long long)gd[2], (long long)gd[3], (long long)xd[0]);
+  if (xd[2] < 1 || xd[3] < 1) return ox_fail(n, LOOM_ERR_SHAPE, "an empty input image");
+  if (!ox_is_float(ox_dtype(n, n->in[0])) || !ox_is_float(ox_dtype(n, n->in[1])))
+    return ox_fail(n, LOOM_ERR_DTYPE, "input and grid must be floating point");
+  return LOOM_OK;
+}
+
+loom_status_t ox_grid_sample(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  LOOM_TRY(ox_need(n, 1));
+  loom_graph_t *g = n->g;
+  loom_dim_t xd[LOOM_MAX_RANK], gd[LOOM_MAX_RANK];
+  int xr, gr, mode = 0, padding = 0;
+  LOOM_TRY(ox_dims(n, n->in[0], xd, &xr));
+  LOOM_TRY(ox_dims(n, n->in[1], gd, &gr));
+  LOOM_TRY(gs_check(n, xd, xr, gd, gr));
+  LOOM_TRY(pick_name(n, "mode", n->opset >= 20 ? "linear" : "bilinear", gs_mode_names, 5, &mode));
+  LOOM_TRY(pick_name(n, "padding_mode", "zeros", gs_padding_names, 3, &padding));
+  loom_dtype_t dt = ox_dtype(n, n->in[0]);
+  grid_ctx_t c = {.n = n, .ct = dt == LOOM_F64 ? LOOM_F64 : LOOM_F32, .h = xd[2], .w = xd[3],
+                  .grid = {gd[0], gd[1], gd[2]}, .align = (int)ox_int(n, "align_corners", 0),
+                  .padding = (grid_padding_t)padding, .sum = {.id = -1}};
+  loom_value_t grid, ix, iy, y;
+  LOOM_TRY(gs_table(&c, n->in[0], xd));
+  LOOM_TRY(loom_cast(g, n->in[1], c.ct, &grid));
+  LOOM_TRY(gs_unnormalize(&c, grid, 0, c.w, &ix));
+  LOOM_TRY(gs_unnormalize(&c, grid, 1, c.h, &iy));
+  if (mode == 0) LOOM_TRY(gs_nearest(&c, ix, iy));
+  else LOOM_TRY(gs_interpolate(&c, ix, iy, mode == 2 || mode == 4));
+  int64_t perm[4] = {0, 3, 1, 2};
+  LOOM_TRY(loom_transpose(g, c.sum, perm, &y));
+  LOOM_TRY(loom_cast(g, y, dt, &y));
+  return ox_set(n, 0, y);
+}
