@@ -540,6 +540,20 @@ static loom_status_t gs_pad(grid_ctx_t *c, loom_value_t x, int64_t size, loom_va
   return loom_clamp(c->n->g, x, 0.0, hi, out);
 }
 
+/* The row of (y, x) (whole numbers, inside the image) in a table of
+ * (N*H*W, C) rows, base being the batch entry's first row; in i64, exact
+ * for any image size. */
+static loom_status_t pixel_index(ox_node_t *n, loom_value_t base, loom_value_t y, loom_value_t x,
+                                 int64_t w, loom_value_t *out) {
+  loom_value_t wv;
+  LOOM_TRY(loom_cast(n->g, y, LOOM_I64, &y));
+  LOOM_TRY(loom_cast(n->g, x, LOOM_I64, &x));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)w, &wv));
+  LOOM_TRY(loom_mul(n->g, y, wv, &y));
+  LOOM_TRY(loom_add(n->g, y, x, out));
+  return loom_add(n->g, *out, base, out);
+}
+
 /* Adds X at integer coordinates (xc, yc) times weight w to the sum; 0 where
  * they are off the input. */
 static loom_status_t gs_tap(grid_ctx_t *c, loom_value_t xc, loom_value_t yc, loom_value_t w) {
@@ -552,10 +566,7 @@ static loom_status_t gs_tap(grid_ctx_t *c, loom_value_t xc, loom_value_t yc, loo
   LOOM_TRY(loom_and(g, okx, oky, &ok));
   LOOM_TRY(gs_const(c, 0.0, &zero));
   LOOM_TRY(loom_where(g, ok, w, zero, &w));
-  LOOM_TRY(gs_affine(c, yk, (double)c->w, 0.0, &idx));
-  LOOM_TRY(loom_add(g, idx, xk, &idx));
-  LOOM_TRY(loom_cast(g, idx, LOOM_I64, &idx));
-  LOOM_TRY(loom_add(g, idx, c->base, &idx));
+  LOOM_TRY(pixel_index(c->n, c->base, yk, xk, c->w, &idx));
   LOOM_TRY(loom_gather(g, c->table, idx, 0, &v));
   int64_t last = 3;
   LOOM_TRY(loom_unsqueeze(g, w, 1, &last, &w));
@@ -649,14 +660,23 @@ static loom_status_t gs_unnormalize(grid_ctx_t *c, loom_value_t grid, int k, int
 static const char *const gs_mode_names[] = {"nearest", "bilinear", "bicubic", "linear", "cubic"};
 static const char *const gs_padding_names[] = {"zeros", "border", "reflection"};
 
-/* X (N, C, H, W) as rows (N*H*W, C), and each batch entry's first row. */
+/* X (N, C, H, W) in dtype ct as rows of channels (N*H*W, C): a pixel's
+ * channels are one gather. */
+static loom_status_t pixel_table(ox_node_t *n, loom_value_t x, loom_dtype_t ct,
+                                 const loom_dim_t *xd, loom_value_t *out) {
+  int64_t perm[4] = {0, 2, 3, 1};
+  loom_dim_t rows[2] = {xd[0] * xd[2] * xd[3], xd[1]};
+  LOOM_TRY(loom_cast(n->g, x, ct, &x));
+  LOOM_TRY(loom_transpose(n->g, x, perm, &x));
+  return loom_reshape(n->g, x, 2, rows, out);
+}
+
+/* The pixel table, and each batch entry's first row. */
 static loom_status_t gs_table(grid_ctx_t *c, loom_value_t x, const loom_dim_t *xd) {
   loom_graph_t *g = c->n->g;
-  int64_t perm[4] = {0, 2, 3, 1}, hw = xd[2] * xd[3];
+  int64_t hw = xd[2] * xd[3];
   loom_dim_t rows[2] = {xd[0] * hw, xd[1]}, bshape[3] = {xd[0], 1, 1};
-  LOOM_TRY(loom_cast(g, x, c->ct, &x));
-  LOOM_TRY(loom_transpose(g, x, perm, &x));
-  LOOM_TRY(loom_reshape(g, x, 2, rows, &c->table));
+  LOOM_TRY(pixel_table(c->n, x, c->ct, xd, &c->table));
   LOOM_TRY(loom_arange(g, 0.0, (double)rows[0], (double)hw, LOOM_I64, &c->base));
   return loom_reshape(g, c->base, 3, bshape, &c->base);
 }
@@ -705,4 +725,164 @@ loom_status_t ox_grid_sample(ox_node_t *n) {
   LOOM_TRY(loom_transpose(g, c.sum, perm, &y));
   LOOM_TRY(loom_cast(g, y, dt, &y));
   return ox_set(n, 0, y);
+}
+
+/* ---- RoiAlign: bilinear samples averaged (or maxed) over each box's bins ---- */
+
+/* The boxes of one RoiAlign, read as ONNX Runtime reads them. */
+typedef struct roi_ctx {
+  ox_node_t *n;
+  loom_dtype_t ct;
+  loom_value_t rois;    /* (R, 4) in ct: x1, y1, x2, y2 */
+  double scale, offset; /* spatial_scale; 0.5 for half_pixel */
+  int legacy;           /* output_half_pixel: boxes at least a pixel wide */
+  int64_t sampling;     /* samples per bin along each axis */
+} roi_ctx_t;
+
+/* Column col of the boxes, scaled to pixels: (R, 1). */
+static loom_status_t ra_edge(roi_ctx_t *c, int col, loom_value_t *out) {
+  loom_value_t at, s;
+  int64_t axis = 1;
+  LOOM_TRY(ox_scalar(c->n, LOOM_I64, col, &at));
+  LOOM_TRY(loom_gather(c->n->g, c->rois, at, 1, out));
+  LOOM_TRY(ox_scalar(c->n, c->ct, c->scale, &s));
+  LOOM_TRY(loom_mul(c->n->g, *out, s, out));
+  LOOM_TRY(ox_scalar(c->n, c->ct, c->offset, &s));
+  LOOM_TRY(loom_sub(c->n->g, *out, s, out));
+  return loom_unsqueeze(c->n->g, *out, 1, &axis, out);
+}
+
+/* One axis of every box's samples (col 0: x, 1: y): the two pixels each of
+ * the pooled * sampling samples reads, lo and hi (R, pooled * sampling),
+ * and their weights, 0 for a sample more than a pixel off the image. */
+static loom_status_t ra_axis(roi_ctx_t *c, int col, int64_t pooled, int64_t size,
+                             loom_value_t *lohi, loom_value_t *w) {
+  loom_graph_t *g = c->n->g;
+  int64_t count = pooled * c->sampling;
+  loom_value_t start, end, len, s, offs, pos, ok, okhi, t, zero;
+  LOOM_TRY(ra_edge(c, col, &start));
+  LOOM_TRY(ra_edge(c, col + 2, &end));
+  LOOM_TRY(loom_sub(g, end, start, &len));
+  if (c->legacy) {
+    LOOM_TRY(ox_scalar(c->n, c->ct, 1.0, &s));
+    LOOM_TRY(loom_maximum(g, len, s, &len));
+  }
+  LOOM_TRY(ox_scalar(c->n, c->ct, (double)pooled, &s));
+  LOOM_TRY(loom_div(g, len, s, &len)); /* a bin's size */
+  double *at = malloc(sizeof *at * (size_t)count);
+  if (!at) return loom_fail(LOOM_ERR_NOMEM, "out of memory for RoiAlign's offsets");
+  for (int64_t k = 0; k < count; k++)
+    at[k] = (double)(k / c->sampling) + ((double)(k % c->sampling) + 0.5) / (double)c->sampling;
+  loom_status_t st = along_axis(c->n, c->ct, 2, 1, count, at, NULL, &offs);
+  free(at);
+  LOOM_TRY(st);
+  LOOM_TRY(loom_mul(g, len, offs, &pos));
+  LOOM_TRY(loom_add(g, start, pos, &pos));
+  LOOM_TRY(ox_scalar(c->n, c->ct, -1.0, &s));
+  LOOM_TRY(loom_ge(g, pos, s, &ok));
+  LOOM_TRY(ox_scalar(c->n, c->ct, (double)size, &s));
+  LOOM_TRY(loom_le(g, pos, s, &okhi));
+  LOOM_TRY(loom_and(g, ok, okhi, &ok));
+  LOOM_TRY(loom_clamp(g, pos, 0.0, (double)(size - 1), &pos));
+  LOOM_TRY(loom_floor(g, pos, &lohi[0]));
+  LOOM_TRY(ox_scalar(c->n, c->ct, 1.0, &s));
+  LOOM_TRY(loom_add(g, lohi[0], s, &lohi[1]));
+  LOOM_TRY(loom_clamp(g, lohi[1], 0.0, (double)(size - 1), &lohi[1]));
+  LOOM_TRY(loom_sub(g, pos, lohi[0], &t));
+  LOOM_TRY(ox_scalar(c->n, c->ct, 0.0, &zero));
+  LOOM_TRY(loom_where(g, ok, t, zero, &w[1]));
+  LOOM_TRY(loom_sub(g, s, t, &t));
+  return loom_where(g, ok, t, zero, &w[0]);
+}
+
+static loom_status_t ra_check(ox_node_t *n, const loom_dim_t *xd, int xr, const loom_dim_t *rd,
+                              int rr, const loom_dim_t *bd, int br) {
+  if (xr != 4) return ox_fail(n, LOOM_ERR_SHAPE, "input rank %d (N, C, H, W is needed)", xr);
+  if (rr != 2 || br != 1)
+    return ox_fail(n, LOOM_ERR_SHAPE, "rois rank %d, batch_indices rank %d (2 and 1)", rr, br);
+  for (int d = 0; d < 4; d++)
+    if (xd[d] < 0 || (d < 2 && rd[d] < 0) || (d < 1 && bd[d] < 0))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic dim (static shapes are needed)");
+  if (rd[1] != 4 || bd[0] != rd[0])
+    return ox_fail(n, LOOM_ERR_SHAPE, "rois (%lld, %lld) with %lld batch_indices: (R, 4) and R "
+                   "are needed", (long long)rd[0], (long long)rd[1], (long long)bd[0]);
+  if (xd[2] < 1 || xd[3] < 1) return ox_fail(n, LOOM_ERR_SHAPE, "an empty input image");
+  if (!ox_is_float(ox_dtype(n, n->in[0])) || !ox_is_float(ox_dtype(n, n->in[1])))
+    return ox_fail(n, LOOM_ERR_DTYPE, "input and rois must be floating point");
+  return LOOM_OK;
+}
+
+/* Sampling ratio 0 picks each box's samples from its size, known only when
+ * the graph runs, and is not imported. */
+static loom_status_t ra_read(ox_node_t *n, roi_ctx_t *c, int64_t *ph, int64_t *pw, int *max) {
+  static const char *const modes[] = {"avg", "max"};
+  static const char *const coords[] = {"half_pixel", "output_half_pixel"};
+  int coord = 1;
+  LOOM_TRY(pick_name(n, "mode", "avg", modes, 2, max));
+  if (n->opset >= 16)
+    LOOM_TRY(pick_name(n, "coordinate_transformation_mode", "half_pixel", coords, 2, &coord));
+  *ph = ox_int(n, "output_height", 1);
+  *pw = ox_int(n, "output_width", 1);
+  c->sampling = ox_int(n, "sampling_ratio", 0);
+  c->scale = ox_float(n, "spatial_scale", 1.0);
+  c->offset = coord == 0 ? 0.5 : 0.0;
+  c->legacy = coord == 1;
+  if (*ph < 1 || *pw < 1 || *ph > 65536 || *pw > 65536)
+    return ox_fail(n, LOOM_ERR_INVALID, "output size %lld x %lld", (long long)*ph,
+                   (long long)*pw);
+  if (c->sampling < 1 || c->sampling > 1024)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "sampling_ratio %lld (adaptive sampling, 0, "
+                   "is not imported; 1 to 1024 are)", (long long)c->sampling);
+  return LOOM_OK;
+}
+
+loom_status_t ox_roi_align(ox_node_t *n) {
+  for (int i = 0; i < 3; i++) LOOM_TRY(ox_need(n, i));
+  loom_graph_t *g = n->g;
+  loom_dim_t xd[LOOM_MAX_RANK], rd[LOOM_MAX_RANK], bd[LOOM_MAX_RANK];
+  int xr, rr, br, max = 0;
+  LOOM_TRY(ox_dims(n, n->in[0], xd, &xr));
+  LOOM_TRY(ox_dims(n, n->in[1], rd, &rr));
+  LOOM_TRY(ox_dims(n, n->in[2], bd, &br));
+  LOOM_TRY(ra_check(n, xd, xr, rd, rr, bd, br));
+  loom_dtype_t dt = ox_dtype(n, n->in[0]);
+  roi_ctx_t c = {.n = n, .ct = dt == LOOM_F64 ? LOOM_F64 : LOOM_F32};
+  int64_t ph, pw;
+  LOOM_TRY(ra_read(n, &c, &ph, &pw, &max));
+  loom_value_t table, base, s, y[2], wy[2], x[2], wx[2], acc = {.id = -1};
+  LOOM_TRY(pixel_table(n, n->in[0], c.ct, xd, &table));
+  LOOM_TRY(loom_cast(g, n->in[1], c.ct, &c.rois));
+  LOOM_TRY(ra_axis(&c, 1, ph, xd[2], y, wy));
+  LOOM_TRY(ra_axis(&c, 0, pw, xd[3], x, wx));
+  loom_dim_t bshape[3] = {rd[0], 1, 1};
+  LOOM_TRY(loom_cast(g, n->in[2], LOOM_I64, &base));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)(xd[2] * xd[3]), &s));
+  LOOM_TRY(loom_mul(g, base, s, &base));
+  LOOM_TRY(loom_reshape(g, base, 3, bshape, &base));
+  int64_t ax2 = 2, ax1 = 1, ax3 = 3;
+  for (int k = 0; k < 2; k++) {
+    LOOM_TRY(loom_unsqueeze(g, y[k], 1, &ax2, &y[k]));
+    LOOM_TRY(loom_unsqueeze(g, wy[k], 1, &ax2, &wy[k]));
+    LOOM_TRY(loom_unsqueeze(g, x[k], 1, &ax1, &x[k]));
+    LOOM_TRY(loom_unsqueeze(g, wx[k], 1, &ax1, &wx[k]));
+  }
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++) {
+      loom_value_t idx, v, w;
+      LOOM_TRY(pixel_index(n, base, y[a], x[b], xd[3], &idx));
+      LOOM_TRY(loom_gather(g, table, idx, 0, &v));
+      LOOM_TRY(loom_mul(g, wy[a], wx[b], &w));
+      LOOM_TRY(loom_unsqueeze(g, w, 1, &ax3, &w));
+      LOOM_TRY(loom_mul(g, v, w, &v));
+      if (acc.id < 0) acc = v;
+      else LOOM_TRY((max ? loom_maximum : loom_add)(g, acc, v, &acc));
+    }
+  /* (R, PH*S, PW*S, C) -> (R, PH, S, PW, S, C), pooled over the S axes */
+  loom_dim_t bins[6] = {rd[0], ph, c.sampling, pw, c.sampling, xd[1]};
+  int64_t samples[2] = {2, 4}, perm[4] = {0, 3, 1, 2};
+  LOOM_TRY(loom_reshape(g, acc, 6, bins, &acc));
+  LOOM_TRY((max ? loom_max : loom_mean)(g, acc, 2, samples, 0, &acc));
+  LOOM_TRY(loom_transpose(g, acc, perm, &acc));
+  LOOM_TRY(loom_cast(g, acc, dt, &acc));
+  return ox_set(n, 0, acc);
 }
