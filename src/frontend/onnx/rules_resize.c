@@ -193,6 +193,8 @@ static loom_status_t read_shape(ox_node_t *n, resize_plan_t *p, int scales_at, i
     LOOM_TRY(apply_sizes(n, p, sizes, count, axes, n_axes));
   }
   if (p->coord != CT_TF_CROP_AND_RESIZE) return LOOM_OK;
+  if (!ox_has(n, roi_at))
+    return ox_fail(n, LOOM_ERR_INVALID, "tf_crop_and_resize needs roi (input %d)", roi_at);
   LOOM_TRY(ox_const_doubles(n, roi_at, "roi", vals, 2 * LOOM_MAX_RANK, &count));
   if (count != 2 * n_axes)
     return ox_fail(n, LOOM_ERR_SHAPE, "roi has %d entries for %d axes", count, n_axes);
@@ -831,8 +833,8 @@ static loom_status_t ra_read(ox_node_t *n, roi_ctx_t *c, int64_t *ph, int64_t *p
     return ox_fail(n, LOOM_ERR_INVALID, "output size %lld x %lld", (long long)*ph,
                    (long long)*pw);
   if (c->sampling < 1 || c->sampling > 1024)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "sampling_ratio %lld (adaptive sampling, 0, "
-                   "is not imported; 1 to 1024 are)", (long long)c->sampling);
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "sampling_ratio %lld: adaptive sampling (0) is "
+                   "not imported; 1 to 1024 are", (long long)c->sampling);
   return LOOM_OK;
 }
 
