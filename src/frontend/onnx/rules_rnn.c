@@ -292,18 +292,40 @@ static loom_status_t read_node(rnn_t *r) {
 
 /* ---- One direction's weights --------------------------------------------------- */
 
-/* Entry d of v along axis 0, that axis dropped. */
-static loom_status_t take(ox_node_t *n, loom_value_t v, int d, loom_value_t *out) {
-  int64_t start = d, end = d + 1, axis = 0;
-  LOOM_TRY(loom_slice(n->g, v, 1, &start, &end, &axis, NULL, out));
-  return loom_squeeze(n->g, *out, 1, &axis, out);
+/* Rows [from, to) of v along axis 0, that axis dropped when drop. A
+ * constant's rows are a constant of their own, so that compiled matmuls
+ * find their weights frozen and pack them once, not at every step. */
+static loom_status_t slice_rows(ox_node_t *n, loom_value_t v, int64_t from, int64_t to, int drop,
+                                loom_value_t *out) {
+  const loom_tensor_t *t = ox_const(n, v);
+  int64_t axis = 0;
+  if (!t) {
+    LOOM_TRY(loom_slice(n->g, v, 1, &from, &to, &axis, NULL, out));
+    return drop ? loom_squeeze(n->g, *out, 1, &axis, out) : LOOM_OK;
+  }
+  loom_dtype_t dt = loom_tensor_dtype(t);
+  int rank = loom_tensor_rank(t);
+  int64_t shape[LOOM_MAX_RANK], row = (int64_t)loom_dtype_size(dt);
+  for (int d = 1; d < rank; d++) row *= shape[d] = loom_tensor_dim(t, d);
+  shape[0] = to - from;
+  const char *data = loom_tensor_data(t);
+  loom_tensor_t *part = NULL;
+  LOOM_TRY(loom_tensor_from_data(dt, rank - drop, shape + drop, data + from * row,
+                                 (size_t)(row * (to - from)), &part));
+  loom_status_t st = loom_graph_constant(n->g, part, out);
+  loom_tensor_destroy(part);
+  return st;
 }
 
-/* The rows [from, to) of a 1-D or 2-D v. */
+/* Entry d of v along axis 0, that axis dropped. */
+static loom_status_t take(ox_node_t *n, loom_value_t v, int d, loom_value_t *out) {
+  return slice_rows(n, v, d, d + 1, 1, out);
+}
+
+/* The rows [from, to) of v. */
 static loom_status_t rows(ox_node_t *n, loom_value_t v, int64_t from, int64_t to,
                           loom_value_t *out) {
-  int64_t axis = 0;
-  return loom_slice(n->g, v, 1, &from, &to, &axis, NULL, out);
+  return slice_rows(n, v, from, to, 0, out);
 }
 
 /* The initial state of direction d, (B, H); zeros when input i is absent. */
@@ -364,7 +386,7 @@ static loom_status_t read_weights(const rnn_t *r, int d, dir_t *w) {
   return loom_full(n->g, 2, dims, 0.0, r->dtype, &w->zero);
 }
 
-/* X·Wᵀ + bias for every step at once, split into T values (B, G*H). */
+/* X·Wᵀ + bias for every step at once, as T values (B, G*H). */
 static loom_status_t project_input(const rnn_t *r, const dir_t *w, loom_value_t *xw) {
   ox_node_t *n = r->n;
   loom_graph_t *g = n->g;
@@ -375,15 +397,11 @@ static loom_status_t project_input(const rnn_t *r, const dir_t *w, loom_value_t 
   LOOM_TRY(loom_matmul(g, x2, w->w, 0, 1, &p));
   if (w->xbias.id >= 0) LOOM_TRY(loom_add(g, p, w->xbias, &p));
   LOOM_TRY(loom_reshape(g, p, 3, steps, &p));
-  if (r->steps == 1) return loom_reshape(g, p, 2, steps + 1, &xw[0]);
-  int64_t *ones = core_calloc((size_t)r->steps, sizeof *ones);
-  if (!ones) return ox_fail(n, LOOM_ERR_NOMEM, "out of memory");
-  for (int64_t t = 0; t < r->steps; t++) ones[t] = 1;
-  loom_status_t st = loom_split(g, p, 0, (int)r->steps, ones, xw);
-  core_free(ones);
-  for (int64_t t = 0; st == LOOM_OK && t < r->steps; t++)
-    st = loom_reshape(g, xw[t], 2, steps + 1, &xw[t]);
-  return st;
+  for (int64_t t = 0; t < r->steps; t++) {
+    LOOM_TRY(rows(n, p, t, t + 1, &xw[t]));
+    LOOM_TRY(loom_reshape(g, xw[t], 2, steps + 1, &xw[t]));
+  }
+  return LOOM_OK;
 }
 
 /* ---- One step of each cell -------------------------------------------------------- */
