@@ -74,7 +74,8 @@ typedef struct dir {
   loom_value_t rbias_h;  /* GRU with linear_before_reset: Rbh, or -1 */
   loom_value_t peep[3];  /* LSTM: P split into i, o, f, or -1 */
   loom_value_t h, c;     /* the state, (B, H) */
-  loom_value_t zero;     /* (B, H) zeros, for Y past a sequence's end */
+  loom_value_t zero;     /* (B, H) zeros, for Y past a sequence's end (with
+                            sequence_lens), or -1 */
 } dir_t;
 
 static const loom_value_t none = {.id = -1};
@@ -167,6 +168,8 @@ static loom_status_t gate(const rnn_t *r, const act_t *a, loom_value_t x, loom_v
 
 /* ---- Reading the node ----------------------------------------------------------- */
 
+/* Input i has rank `rank` and dims `want` (a negative entry, or a symbolic
+ * dim of the input, matches any), and X's dtype unless it is sequence_lens. */
 static loom_status_t check_dims(const rnn_t *r, int i, const char *what, int rank,
                                 const loom_dim_t *want) {
   ox_node_t *n = r->n;
@@ -178,7 +181,7 @@ static loom_status_t check_dims(const rnn_t *r, int i, const char *what, int ran
     if (want[k] != d[k] && want[k] >= 0 && d[k] >= 0)
       return ox_fail(n, LOOM_ERR_SHAPE, "%s has dim %d of size %lld, not %lld", what, k,
                      (long long)d[k], (long long)want[k]);
-  if (ox_dtype(n, n->in[i]) != r->dtype && i != 4)
+  if (i != 4 && ox_dtype(n, n->in[i]) != r->dtype)
     return ox_fail(n, LOOM_ERR_DTYPE, "%s is %s and X is %s", what,
                    loom_dtype_name(ox_dtype(n, n->in[i])), loom_dtype_name(r->dtype));
   return LOOM_OK;
@@ -382,6 +385,8 @@ static loom_status_t read_weights(const rnn_t *r, int d, dir_t *w) {
   LOOM_TRY(initial(r, 5, d, &w->h));
   w->c = none;
   if (r->kind == CELL_LSTM) LOOM_TRY(initial(r, 6, d, &w->c));
+  w->zero = none;
+  if (r->lens.id < 0) return LOOM_OK;
   loom_dim_t dims[2] = {r->batch, r->hidden};
   return loom_full(n->g, 2, dims, 0.0, r->dtype, &w->zero);
 }
