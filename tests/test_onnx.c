@@ -264,9 +264,14 @@ static void bad_models_fail_clearly(void) {
   CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, NULL, &g), LOOM_ERR_UNSUPPORTED,
             "node 1 'act' (Frobnicate)");
   free(m.bytes);
-  m = build("LSTM", 0);
+  m = build("StringNormalizer", 0);
   CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, NULL, &g), LOOM_ERR_UNSUPPORTED,
             "not supported");
+  free(m.bytes);
+  /* A recurrent layer reading one input of its three. */
+  m = build("LSTM", 0);
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, NULL, &g), LOOM_ERR_FORMAT,
+            "node 1 'act' (LSTM): input 1 is missing");
   free(m.bytes);
   m = build("Relu", 1);
   CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, NULL, &g), LOOM_ERR_FORMAT,
