@@ -89,7 +89,7 @@ static loom_status_t nll(ox_node_t *n, loom_value_t input, loom_value_t target,
   int r = ox_rank(n, input);
   int64_t axis = 1, all[LOOM_MAX_RANK];
   for (int d = 0; d < r; d++) all[d] = d;
-  loom_value_t hot, zero, one, picked, w, loss, total, count;
+  loom_value_t hot, zero, picked, w, target_w, loss, total, count;
   LOOM_TRY(class_mask(n, target, c, r, &hot));
   LOOM_TRY(ox_like(n, input, 0.0, &zero));
   LOOM_TRY(loom_where(g, hot, input, zero, &picked));
@@ -114,8 +114,8 @@ static loom_status_t nll(ox_node_t *n, loom_value_t input, loom_value_t target,
     *out = total;
     return LOOM_OK;
   }
-  LOOM_TRY(loom_where(g, hot, w, zero, &one));
-  LOOM_TRY(loom_sum(g, one, r, all, 0, &count));
+  LOOM_TRY(loom_where(g, hot, w, zero, &target_w));
+  LOOM_TRY(loom_sum(g, target_w, r, all, 0, &count));
   return loom_div(g, total, count, out);
 }
 
