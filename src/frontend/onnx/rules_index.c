@@ -152,7 +152,7 @@ static loom_status_t axis_back(ox_node_t *n, loom_value_t r, loom_value_t data,
 
 /* mul, max, min: mask[u.., j] = (index[u..] == j) for each position j along
  * the axis; the updates where it holds (else data, or 1 for mul) reduce
- * over the updates' axis. */
+ * over the updates' axis, and that combines with data. */
 static loom_status_t scatter_dense(ox_node_t *n, loom_value_t data, loom_value_t idx,
                                    loom_value_t upd, int axis, reduction_t red,
                                    loom_value_t *out) {
@@ -183,6 +183,7 @@ static loom_status_t scatter_dense(ox_node_t *n, loom_value_t data, loom_value_t
     LOOM_TRY(loom_mul(g, r, base, &r));
   } else {
     LOOM_TRY((red == RED_MAX ? loom_max : loom_min)(g, cand, 1, &ax, 0, &r));
+    LOOM_TRY((red == RED_MAX ? loom_maximum : loom_minimum)(g, r, base, &r));
   }
   return axis_back(n, r, data, du, perm, rank, axis, out);
 }
