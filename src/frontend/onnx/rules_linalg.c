@@ -290,3 +290,77 @@ loom_status_t ox_einsum(ox_node_t *n) {
   for (int d = 0; d < rank; d++) perm[d] = strchr(t[0].labels, output[d]) - t[0].labels;
   return loom_transpose(n->g, t[0].v, rank ? perm : NULL, &n->out[0]);
 }
+
+/* ---- Det ---------------------------------------------------------------------- */
+
+/* Matrices larger than this are refused: the elimination is unrolled. */
+#define MAX_DET 64
+
+static loom_status_t cut(ox_node_t *n, loom_value_t x, int64_t axis, int64_t from, int64_t to,
+                         loom_value_t *out) {
+  return loom_slice(n->g, x, 1, &from, &to, &axis, NULL, out);
+}
+
+/* One step of Gaussian elimination with partial pivoting on a (.., m, m):
+ * det times the pivot (negated when rows swap), and a becomes the (m-1)
+ * square left below and right of the pivot. The pivot row is picked by
+ * a comparison with argmax's index, so every batch pivots on its own. */
+static loom_status_t eliminate(ox_node_t *n, loom_value_t *a, int64_t m, int rank,
+                               loom_value_t *det) {
+  loom_graph_t *g = n->g;
+  loom_value_t col, p, rows, pick, zero, prow, pivot, neg, swapped;
+  LOOM_TRY(cut(n, *a, -1, 0, 1, &col));
+  LOOM_TRY(loom_abs(g, col, &col));
+  LOOM_TRY(loom_argmax(g, col, 1, -2, 1, &p));
+  LOOM_TRY(ox_iota(n, m, rank - 2, rank, &rows));
+  LOOM_TRY(loom_eq(g, rows, p, &pick));
+  LOOM_TRY(ox_like(n, *a, 0, &zero));
+  LOOM_TRY(loom_where(g, pick, *a, zero, &prow));
+  int64_t row_axis = -2;
+  LOOM_TRY(loom_sum(g, prow, 1, &row_axis, 1, &prow));
+  LOOM_TRY(cut(n, prow, -1, 0, 1, &pivot));
+  LOOM_TRY(loom_mul(g, *det, pivot, det));
+  LOOM_TRY(loom_neg(g, *det, &neg));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, 0, &swapped));
+  LOOM_TRY(loom_ne(g, p, swapped, &swapped));
+  LOOM_TRY(loom_where(g, swapped, neg, *det, det));
+  if (m == 1) return LOOM_OK;
+  /* The other rows, row 0 taking the pivot row's place, less their
+   * multiple of the pivot row. A zero pivot (a singular matrix) divides
+   * by 1: its column is all zeros, and det is 0 already. */
+  loom_value_t first, rest, moved, one, safe, factor, sub;
+  LOOM_TRY(cut(n, *a, -2, 0, 1, &first));
+  LOOM_TRY(cut(n, *a, -2, 1, m, &rest));
+  LOOM_TRY(cut(n, pick, -2, 1, m, &moved));
+  LOOM_TRY(loom_where(g, moved, first, rest, &rest));
+  LOOM_TRY(ox_like(n, *a, 1, &one));
+  LOOM_TRY(loom_eq(g, pivot, zero, &safe));
+  LOOM_TRY(loom_where(g, safe, one, pivot, &safe));
+  LOOM_TRY(cut(n, rest, -1, 0, 1, &factor));
+  LOOM_TRY(loom_div(g, factor, safe, &factor));
+  LOOM_TRY(loom_mul(g, factor, prow, &sub));
+  LOOM_TRY(loom_sub(g, rest, sub, &rest));
+  return cut(n, rest, -1, 1, m, a);
+}
+
+loom_status_t ox_det(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int rank;
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
+  if (rank < 2 || dims[rank - 1] != dims[rank - 2] || dims[rank - 1] < 0)
+    return ox_fail(n, LOOM_ERR_SHAPE, "needs square matrices of a static size in the last two "
+                   "dims (rank %d)", rank);
+  if (!ox_is_float(ox_dtype(n, n->in[0])))
+    return ox_fail(n, LOOM_ERR_DTYPE, "%s input (float types only)",
+                   loom_dtype_name(ox_dtype(n, n->in[0])));
+  int64_t size = dims[rank - 1];
+  if (size > MAX_DET)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%lld x %lld matrices (at most %d x %d)",
+                   (long long)size, (long long)size, MAX_DET, MAX_DET);
+  loom_value_t a = n->in[0], det;
+  if (size == 0) return loom_full(n->g, rank - 2, dims, 1, ox_dtype(n, a), &n->out[0]);
+  LOOM_TRY(ox_like(n, a, 1, &det));
+  for (int64_t m = size; m >= 1; m--) LOOM_TRY(eliminate(n, &a, m, rank, &det));
+  return loom_reshape(n->g, det, rank - 2, dims, &n->out[0]);
+}
