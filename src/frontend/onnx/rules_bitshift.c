@@ -93,9 +93,12 @@ static loom_status_t width_of(ox_node_t *n, int *bits) {
   if (!t) t = ox_declared_type(n, n->proto->output[0]);
   loom_dtype_t dt = ox_dtype(n, n->in[0]);
   *bits = t == OX_UINT8 ? 8 : t == OX_UINT16 ? 16 : t == OX_UINT32 ? 32 : t == OX_UINT64 ? 64 : 0;
+  if (!*bits && t)
+    return ox_fail(n, LOOM_ERR_DTYPE, "input 0 is %s (unsigned integers only)",
+                   ox_onnx_type_name(t));
   if (!*bits)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the model declares no unsigned type for input 0 "
-                   "(a %s: which width it had is lost; declare it in value_info)",
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the model declares no type for input 0 (a %s in "
+                   "Loom, which does not tell the unsigned width: declare it in value_info)",
                    loom_dtype_name(dt));
   if (dt != (*bits <= 16 ? LOOM_I32 : LOOM_I64))
     return ox_fail(n, LOOM_ERR_DTYPE, "input 0 is %s for a declared %d-bit unsigned type",
