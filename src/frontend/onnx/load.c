@@ -221,9 +221,9 @@ static int foldable(const ox_node_t *n) {
   return any || n->n_in == 0;
 }
 
-static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__NodeProto *np,
-                                 int index) {
-  ox_node_t n = {.g = imp->g, .proto = np, .index = index, .opset = imp->opset,
+static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__GraphProto *gp,
+                                 const Onnx__NodeProto *np, int index) {
+  ox_node_t n = {.g = imp->g, .proto = np, .graph = gp, .index = index, .opset = imp->opset,
                  .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc};
   if (!np->op_type || !*np->op_type)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX node %d has no op_type", index);
@@ -271,7 +271,7 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     st = add_input(imp, &sc, vi);
   }
   for (size_t i = 0; st == LOOM_OK && i < gp->n_node; i++)
-    st = import_node(imp, &sc, gp->node[i], (int)i);
+    st = import_node(imp, &sc, gp, gp->node[i], (int)i);
   for (size_t i = 0; st == LOOM_OK && i < gp->n_output; i++) {
     const char *name = gp->output[i]->name ? gp->output[i]->name : "";
     loom_value_t v;

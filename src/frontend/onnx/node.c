@@ -175,3 +175,33 @@ loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what,
   *out = a < 0 ? a + rank : a;
   return LOOM_OK;
 }
+
+loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out) {
+  loom_value_t a;
+  LOOM_TRY(loom_arange(n->g, 0, (double)size, 1, LOOM_I64, &a));
+  loom_dim_t shape[LOOM_MAX_RANK];
+  for (int k = 0; k < r; k++) shape[k] = k == d ? size : 1;
+  return loom_reshape(n->g, a, r, shape, out);
+}
+
+static int32_t info_type(Onnx__ValueInfoProto *const *vis, size_t count, const char *name) {
+  for (size_t i = 0; i < count; i++) {
+    const Onnx__TypeProto *tp = vis[i]->type;
+    if (vis[i]->name && !strcmp(vis[i]->name, name) && tp &&
+        tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type)
+      return tp->tensor_type->elem_type;
+  }
+  return 0;
+}
+
+int32_t ox_declared_type(const ox_node_t *n, const char *name) {
+  const Onnx__GraphProto *gp = n->graph;
+  if (!gp || !name || !*name) return 0;
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    if (gp->initializer[i]->name && !strcmp(gp->initializer[i]->name, name))
+      return gp->initializer[i]->data_type;
+  int32_t t = info_type(gp->input, gp->n_input, name);
+  if (!t) t = info_type(gp->output, gp->n_output, name);
+  if (!t) t = info_type(gp->value_info, gp->n_value_info, name);
+  return t;
+}

@@ -16,6 +16,7 @@ typedef struct ox_node {
   loom_graph_t *g; /* where its ops go: the model's graph, or a scratch
                       graph when its inputs are all constants (folding) */
   const Onnx__NodeProto *proto;
+  const Onnx__GraphProto *graph; /* the graph it is in: declared value types */
   int index;       /* position in its graph, for messages */
   int64_t opset;   /* the model's default-domain opset */
   int n_in, n_out;
@@ -78,7 +79,14 @@ loom_status_t ox_set(ox_node_t *n, int k, loom_value_t v);
  * `what` when out of range. */
 loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what, int64_t *out);
 
+/* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
+loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out);
+
 /* ---- Types ---------------------------------------------------------------- */
+/* The ONNX element type the node's graph declares for value `name` (an
+ * input, output, value_info or initializer); 0 when it declares none. Loom
+ * widens narrow unsigned types: this tells uint8 from uint16. */
+int32_t ox_declared_type(const ox_node_t *n, const char *name);
 /* The Loom dtype an ONNX TensorProto data type imports as (narrow unsigned
  * and 16-bit integers widen); 0 when Loom has none (string, complex). */
 int ox_dtype_from_onnx(int32_t onnx_type, loom_dtype_t *out);
