@@ -42,7 +42,8 @@ static loom_status_t dim_across(loom_graph_t *to, const loom_graph_t *from, loom
 }
 
 /* An input of body typed as v of n->g, less axis `drop` (-1: none; a
- * scan input's slice drops its scan axis). */
+ * scan input's slice drops its scan axis). name: the ONNX name (inputs
+ * of a Loom graph have unique names, as ONNX's do), or NULL. */
 static loom_status_t input_like(ox_node_t *n, loom_graph_t *body, const char *name,
                                 loom_value_t v, int drop, loom_value_t *out) {
   loom_dtype_t dt;
@@ -51,7 +52,7 @@ static loom_status_t input_like(ox_node_t *n, loom_graph_t *body, const char *na
   LOOM_TRY(loom_value_type(n->g, v, &dt, &rank, dims));
   for (int d = 0; d < rank; d++)
     if (d != drop) LOOM_TRY(dim_across(body, n->g, dims[d], &mine[r++]));
-  return loom_graph_input(body, name && *name ? name : "in", dt, r, mine, out);
+  return loom_graph_input(body, name, dt, r, mine, out);
 }
 
 /* v of graph g as a rank-0 value: a cond or trip count of shape (1) is
@@ -201,8 +202,10 @@ static int cond_idle(ox_node_t *n, loom_value_t cond, const body_t *b, loom_valu
 /* The body's inputs: iteration, cond, then one per carried value. */
 static loom_status_t loop_formals(ox_node_t *n, const Onnx__GraphProto *gp, int n_carried,
                                   body_t *b, loom_value_t *formal) {
-  LOOM_TRY(loom_graph_input(b->g, "iteration", LOOM_I64, 0, NULL, &formal[0]));
-  LOOM_TRY(loom_graph_input(b->g, "cond", LOOM_BOOL, 0, NULL, &formal[1]));
+  const char *names[2] = {NULL, NULL};
+  for (size_t i = 0; i < 2 && i < gp->n_input; i++) names[i] = gp->input[i]->name;
+  LOOM_TRY(loom_graph_input(b->g, names[0], LOOM_I64, 0, NULL, &formal[0]));
+  LOOM_TRY(loom_graph_input(b->g, names[1], LOOM_BOOL, 0, NULL, &formal[1]));
   for (int i = 0; i < n_carried; i++) {
     const char *name = (size_t)(2 + i) < gp->n_input ? gp->input[2 + i]->name : NULL;
     LOOM_TRY(input_like(n, b->g, name, n->in[2 + i], -1, &formal[2 + i]));
@@ -372,6 +375,9 @@ static loom_status_t scan_spec(ox_node_t *n, const Onnx__GraphProto *gp, int fir
     return ox_fail(n, LOOM_ERR_FORMAT, "num_scan_inputs %lld with %d inputs, %d outputs and a "
                    "body of %zu outputs", (long long)m, n->n_in, n->n_out, gp->n_output);
   s->m = (int)m;
+  if ((int)gp->n_input != s->n_state + s->m)
+    return ox_fail(n, LOOM_ERR_FORMAT, "the body takes %zu inputs, not %d (%d states, %d scan "
+                   "inputs)", gp->n_input, s->n_state + s->m, s->n_state, s->m);
   for (int i = first; i < n->n_in; i++) LOOM_TRY(ox_need(n, i));
   if (first) { /* opset 8: one direction per input; axes and outputs plain */
     memset(s->in_axes, 0, sizeof s->in_axes);
@@ -410,8 +416,8 @@ static loom_status_t scan_formals(ox_node_t *n, const Onnx__GraphProto *gp,
                                   const scan_spec_t *s, const loom_value_t *init,
                                   const loom_value_t *xs, const int64_t *axes, int64_t len,
                                   body_t *b, loom_value_t *loop_in, loom_value_t *formal) {
-  LOOM_TRY(loom_graph_input(b->g, "iteration", LOOM_I64, 0, NULL, &loop_in[0]));
-  LOOM_TRY(loom_graph_input(b->g, "cond", LOOM_BOOL, 0, NULL, &loop_in[1]));
+  LOOM_TRY(loom_graph_input(b->g, NULL, LOOM_I64, 0, NULL, &loop_in[0]));
+  LOOM_TRY(loom_graph_input(b->g, NULL, LOOM_BOOL, 0, NULL, &loop_in[1]));
   for (int i = 0; i < s->n_state; i++)
     LOOM_TRY(input_like(n, b->g, gp->input[i]->name, init[i], -1, &formal[i]));
   loom_value_t back = LOOM_NO_VALUE, last;
