@@ -103,7 +103,10 @@ typedef struct ox_import {
   int n_unnamed; /* fresh symbols for unnamed dynamic dims */
   const loom_onnx_options_t *options;
   int *fixed_used; /* per fixed input: whether the model has it */
+  struct ox_seqs *seqs; /* the sequence values made so far (rules_sequence.c) */
 } ox_import_t;
+
+struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
 
 static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onnx__TensorProto *t) {
   if (!t->name || !*t->name)
@@ -226,10 +229,16 @@ static int has_subgraph(const Onnx__NodeProto *np) {
   return 0;
 }
 
+/* Whether node np makes a sequence value (a list the import holds). */
+static int makes_sequence(const Onnx__NodeProto *np) {
+  return !strncmp(np->op_type, "Sequence", 8) || !strcmp(np->op_type, "SplitToSequence");
+}
+
 /* A node with a subgraph is never folded: its bodies read outer values
- * of the model's graph, which a scratch graph does not have. */
+ * of the model's graph, which a scratch graph does not have; nor is one
+ * that makes a sequence, which is no value of a graph. */
 static int foldable(const ox_node_t *n) {
-  if (has_subgraph(n->proto)) return 0;
+  if (has_subgraph(n->proto) || makes_sequence(n->proto)) return 0;
   int any = 0;
   for (int i = 0; i < n->n_in; i++) {
     if (n->in[i].id < 0) continue;
@@ -298,6 +307,9 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     loom_value_t v;
     if (!scope_get(&sc, name, &v))
       st = loom_fail(LOOM_ERR_FORMAT, "ONNX model: output '%s' is computed by no node", name);
+    else if (ox_is_seq(v))
+      st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' is a sequence (Loom's "
+                     "graph outputs are tensors)", name);
     else
       st = loom_graph_output_named(imp->g, name, v);
   }
@@ -456,6 +468,7 @@ static loom_status_t load_model(const void *data, size_t size, const loom_onnx_o
       st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
                      o->fixed_names[k] ? o->fixed_names[k] : "(null)");
   core_free(imp.fixed_used);
+  ox_seqs_free(imp.seqs);
   if (st == LOOM_OK) st = loom_graph_verify(imp.g);
   onnx__model_proto__free_unpacked(m, NULL);
   if (st != LOOM_OK) {

@@ -109,6 +109,18 @@ loom_status_t ox_subgraph_import(ox_node_t *n, const Onnx__GraphProto *gp, loom_
                                  const ox_captures_t *c, const loom_value_t *inner, int n_out,
                                  loom_value_t *out);
 
+/* ---- Sequences (rules_sequence.c) ------------------------------------------ */
+/* An ONNX sequence lives only while the model loads, as a list of Loom
+ * values the import holds (its elements' count and order must be known
+ * then); its loom_value_t numbers it from OX_SEQ_BASE, an id no Loom
+ * graph has, so that a tensor op given one fails. */
+#define OX_SEQ_BASE (1 << 30)
+static inline int ox_is_seq(loom_value_t v) { return v.id >= OX_SEQ_BASE; }
+struct ox_seqs;
+/* Where n's import keeps its sequences (load.c). */
+struct ox_seqs **ox_seq_store(ox_node_t *n);
+void ox_seqs_free(struct ox_seqs *s);
+
 /* ---- Rules (onnx_ops.def) ------------------------------------------------- */
 typedef struct ox_op {
   const char *name;

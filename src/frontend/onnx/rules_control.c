@@ -41,6 +41,13 @@ static loom_status_t dim_across(loom_graph_t *to, const loom_graph_t *from, loom
   return ir_dim_floordiv(to, a, b, out);
 }
 
+/* Sequences live only while the model loads: a Loom body, run later,
+ * cannot take or return one (a loop short enough to unroll can). */
+static loom_status_t seq_fail(const ox_node_t *n, const char *name) {
+  return ox_fail(n, LOOM_ERR_UNSUPPORTED, "'%s' is a sequence; sequences cannot cross into or "
+                 "out of a loop or branch that runs as Loom control flow", name ? name : "");
+}
+
 /* An input of body typed as v of n->g, less axis `drop` (-1: none; a
  * scan input's slice drops its scan axis). name: the ONNX name (inputs
  * of a Loom graph have unique names, as ONNX's do), or NULL. */
@@ -49,6 +56,7 @@ static loom_status_t input_like(ox_node_t *n, loom_graph_t *body, const char *na
   loom_dtype_t dt;
   int rank, r = 0;
   loom_dim_t dims[LOOM_MAX_RANK], mine[LOOM_MAX_RANK];
+  if (ox_is_seq(v)) return seq_fail(n, name);
   LOOM_TRY(loom_value_type(n->g, v, &dt, &rank, dims));
   for (int d = 0; d < rank; d++)
     if (d != drop) LOOM_TRY(dim_across(body, n->g, dims[d], &mine[r++]));
@@ -130,8 +138,12 @@ static loom_status_t body_import(ox_node_t *n, const Onnx__GraphProto *gp,
   return ox_subgraph_import(n, gp, b->g, n_formal, formal, c, b->inner, n_out, b->out);
 }
 
-static loom_status_t body_outputs(body_t *b, int count, const loom_value_t *v) {
-  for (int k = 0; k < count; k++) LOOM_TRY(loom_graph_output(b->g, v[k]));
+static loom_status_t body_outputs(const ox_node_t *n, body_t *b, int count,
+                                  const loom_value_t *v) {
+  for (int k = 0; k < count; k++) {
+    if (ox_is_seq(v[k])) return seq_fail(n, NULL);
+    LOOM_TRY(loom_graph_output(b->g, v[k]));
+  }
   return LOOM_OK;
 }
 
@@ -158,7 +170,7 @@ static loom_status_t if_op(ox_node_t *n, const Onnx__GraphProto *const *br) {
   for (int k = 0; st == LOOM_OK && k < 2; k++) {
     st = body_new(&c, n->n_out, &b[k]);
     if (st == LOOM_OK) st = body_import(n, br[k], &c, 0, NULL, n->n_out, &b[k]);
-    if (st == LOOM_OK) st = body_outputs(&b[k], n->n_out, b[k].out);
+    if (st == LOOM_OK) st = body_outputs(n, &b[k], n->n_out, b[k].out);
   }
   if (st == LOOM_OK) {
     loom_graph_t *then_g = b[0].g, *else_g = b[1].g;
@@ -222,7 +234,7 @@ static loom_status_t loop_build(ox_node_t *n, const Onnx__GraphProto *gp, body_t
   if (ox_has(n, 1)) LOOM_TRY(as_scalar(n, n->g, n->in[1], "cond", &cond));
   LOOM_TRY(as_scalar(n, b->g, b->out[0], "the body's cond output", &b->out[0]));
   if (cond.id >= 0 && cond_idle(n, cond, b, formal[1])) cond = LOOM_NO_VALUE;
-  LOOM_TRY(body_outputs(b, (int)gp->n_output, b->out));
+  LOOM_TRY(body_outputs(n, b, (int)gp->n_output, b->out));
   loom_graph_t *body = b->g;
   b->g = NULL;
   loom_status_t st = loom_loop(n->g, max_trip, cond, body, n_carried, &n->in[2], b->n_pass,
@@ -462,7 +474,7 @@ static loom_status_t scan_loop(ox_node_t *n, const Onnx__GraphProto *gp, const s
   LOOM_TRY(scan_formals(n, gp, s, init, xs, axes, len, b, loop_in, formal));
   LOOM_TRY(body_import(n, gp, c, s->n_state + s->m, formal, n_body, b));
   LOOM_TRY(loom_graph_output(b->g, loop_in[1]));
-  LOOM_TRY(body_outputs(b, n_body, b->out));
+  LOOM_TRY(body_outputs(n, b, n_body, b->out));
   loom_value_t *all = core_calloc((size_t)(s->m + b->n_pass) + 1, sizeof *all);
   if (!all) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
   memcpy(all, xs, sizeof *xs * (size_t)s->m);
