@@ -117,7 +117,8 @@ static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onn
     return loom_fail(st, "ONNX initializer '%s': %s", t->name, loom_last_error());
   loom_value_t v;
   loom_dtype_t dt = loom_tensor_dtype(host);
-  if (imp->trainable && sc->g == imp->g && (dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16)) {
+  /* Parameters belong to the model's graph: a body's initializers are constants. */
+  if (imp->trainable && sc->g == imp->g && ox_is_float(dt)) {
     int rank = loom_tensor_rank(host);
     int64_t shape[LOOM_MAX_RANK];
     for (int d = 0; d < rank; d++) shape[d] = loom_tensor_dim(host, d);
@@ -234,6 +235,13 @@ static int makes_sequence(const Onnx__NodeProto *np) {
   return !strncmp(np->op_type, "Sequence", 8) || !strcmp(np->op_type, "SplitToSequence");
 }
 
+/* Whether node np may read a sequence: the sequence ops, Identity, and
+ * the ops with bodies (an inlined or unrolled body may read one). */
+static int takes_sequence(const Onnx__NodeProto *np) {
+  return strstr(np->op_type, "Sequence") || !strcmp(np->op_type, "Identity") ||
+         has_subgraph(np);
+}
+
 /* A node with a subgraph is never folded: its bodies read outer values
  * of the model's graph, which a scratch graph does not have; nor is one
  * that makes a sequence, which is no value of a graph. */
@@ -269,6 +277,9 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__N
     if (name && *name && !scope_get(sc, name, &n.in[i]))
       st = ox_fail(&n, LOOM_ERR_FORMAT, "input %d '%s' is not computed before the node "
                    "(a cycle, nodes out of order, or a missing value)", i, name);
+    else if (ox_is_seq(n.in[i]) && !takes_sequence(np))
+      st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "input %d '%s' is a sequence; the op takes "
+                   "tensors", i, name);
   }
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) n.out[k].id = -1;
   if (st == LOOM_OK) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
@@ -285,8 +296,10 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__N
   return st;
 }
 
-static loom_status_t add_initializers(ox_import_t *imp, ox_scope_t *sc, const Onnx__GraphProto *gp) {
-  for (size_t i = 0; i < gp->n_initializer; i++) LOOM_TRY(add_initializer(imp, sc, gp->initializer[i]));
+static loom_status_t add_initializers(ox_import_t *imp, ox_scope_t *sc,
+                                      const Onnx__GraphProto *gp) {
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    LOOM_TRY(add_initializer(imp, sc, gp->initializer[i]));
   if (gp->n_sparse_initializer)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: sparse initializers are not supported");
   return LOOM_OK;

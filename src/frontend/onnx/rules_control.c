@@ -489,7 +489,8 @@ static loom_status_t scan_loop(ox_node_t *n, const Onnx__GraphProto *gp, const s
     loom_graph_destroy(body);
   core_free(all);
   if (st != LOOM_OK) return ox_fail(n, st, "%s", loom_last_error());
-  for (int j = 0; j < s->k; j++) LOOM_TRY(scan_place(n, s, j, res[s->n_state + j], &res[s->n_state + j]));
+  for (int j = 0; j < s->k; j++)
+    LOOM_TRY(scan_place(n, s, j, res[s->n_state + j], &res[s->n_state + j]));
   return LOOM_OK;
 }
 
