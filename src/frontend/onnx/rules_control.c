@@ -5,7 +5,7 @@
  * invariants), or, when it is a small constant, a constant of the body,
  * so that shape arithmetic in the body still folds when the model loads.
  * An If whose condition is known when the model loads imports only the
- * taken branch, inline. */
+ * taken branch, inline; a short Loop of known length is unrolled. */
 #include <string.h>
 
 #include "core/alloc.h"
