@@ -1,6 +1,9 @@
 /* Reading an ONNX model into a Loom graph: the model and its opsets, the
- * graph's initializers, inputs and outputs, a scope of names, and each
- * node through its rule, folded to constants when its inputs all are. */
+ * graph's initializers, inputs and outputs, scopes of names, and each
+ * node through its rule, folded to constants when its inputs all are.
+ * Subgraphs (If, Loop, Scan bodies) import here too, for the rules of
+ * rules_control.c: a body into a Loom graph of its own, whose outer
+ * values come in as inputs, or a taken branch inline. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +23,9 @@
 /* ---- Scopes: ONNX names to values ------------------------------------------ */
 
 typedef struct ox_scope {
+  loom_graph_t *g;         /* the graph its values belong to */
+  struct ox_scope *parent; /* names it does not bind: an enclosing scope of
+                              the same graph (an inlined branch), or NULL */
   char **names;
   loom_value_t *values;
   int64_t n, cap; /* cap: a power of two, slots of the open hash */
@@ -38,14 +44,17 @@ static int64_t scope_slot(const ox_scope_t *sc, const char *name) {
 }
 
 static int scope_get(const ox_scope_t *sc, const char *name, loom_value_t *out) {
-  int64_t i = scope_slot(sc, name);
-  if (i < 0 || !sc->names[i]) return 0;
-  *out = sc->values[i];
-  return 1;
+  for (; sc; sc = sc->parent) {
+    int64_t i = scope_slot(sc, name);
+    if (i < 0 || !sc->names[i]) continue;
+    *out = sc->values[i];
+    return 1;
+  }
+  return 0;
 }
 
 static loom_status_t scope_grow(ox_scope_t *sc) {
-  ox_scope_t bigger = {.cap = sc->cap ? sc->cap * 2 : 64};
+  ox_scope_t bigger = {.g = sc->g, .parent = sc->parent, .cap = sc->cap ? sc->cap * 2 : 64};
   bigger.names = core_calloc((size_t)bigger.cap, sizeof *bigger.names);
   bigger.values = core_calloc((size_t)bigger.cap, sizeof *bigger.values);
   if (!bigger.names || !bigger.values) {
@@ -95,7 +104,10 @@ typedef struct ox_import {
   int n_unnamed; /* fresh symbols for unnamed dynamic dims */
   const loom_onnx_options_t *options;
   int *fixed_used; /* per fixed input: whether the model has it */
+  struct ox_seqs *seqs; /* the sequence values made so far (rules_sequence.c) */
 } ox_import_t;
+
+struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
 
 static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onnx__TensorProto *t) {
   if (!t->name || !*t->name)
@@ -106,14 +118,15 @@ static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onn
     return loom_fail(st, "ONNX initializer '%s': %s", t->name, loom_last_error());
   loom_value_t v;
   loom_dtype_t dt = loom_tensor_dtype(host);
-  if (imp->trainable && (dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16)) {
+  /* Parameters belong to the model's graph: a body's initializers are constants. */
+  if (imp->trainable && sc->g == imp->g && ox_is_float(dt)) {
     int rank = loom_tensor_rank(host);
     int64_t shape[LOOM_MAX_RANK];
     for (int d = 0; d < rank; d++) shape[d] = loom_tensor_dim(host, d);
-    st = loom_graph_param(imp->g, t->name, dt, rank, shape, host, &v);
+    st = loom_graph_param(sc->g, t->name, dt, rank, shape, host, &v);
     loom_tensor_destroy(host);
   } else {
-    st = ir_graph_constant_adopt(imp->g, host, &v);
+    st = ir_graph_constant_adopt(sc->g, host, &v);
   }
   LOOM_TRY(st);
   return scope_set(sc, t->name, v);
@@ -211,7 +224,30 @@ static loom_status_t fold_node(ox_node_t *n, ox_rule_fn rule) {
   return st;
 }
 
+/* Whether node np has a subgraph attribute (If, Loop, Scan). */
+static int has_subgraph(const Onnx__NodeProto *np) {
+  for (size_t i = 0; i < np->n_attribute; i++)
+    if (np->attribute[i]->g || np->attribute[i]->n_graphs) return 1;
+  return 0;
+}
+
+/* Whether node np makes a sequence value (a list the import holds). */
+static int makes_sequence(const Onnx__NodeProto *np) {
+  return !strncmp(np->op_type, "Sequence", 8) || !strcmp(np->op_type, "SplitToSequence");
+}
+
+/* Whether node np may read a sequence: the sequence ops, Identity, and
+ * the ops with bodies (an inlined or unrolled body may read one). */
+static int takes_sequence(const Onnx__NodeProto *np) {
+  return strstr(np->op_type, "Sequence") || !strcmp(np->op_type, "Identity") ||
+         has_subgraph(np);
+}
+
+/* A node with a subgraph is never folded: its bodies read outer values
+ * of the model's graph, which a scratch graph does not have; nor is one
+ * that makes a sequence, which is no value of a graph. */
 static int foldable(const ox_node_t *n) {
+  if (has_subgraph(n->proto) || makes_sequence(n->proto)) return 0;
   int any = 0;
   for (int i = 0; i < n->n_in; i++) {
     if (n->in[i].id < 0) continue;
@@ -223,7 +259,7 @@ static int foldable(const ox_node_t *n) {
 
 static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__GraphProto *gp,
                                  const Onnx__NodeProto *np, int index) {
-  ox_node_t n = {.g = imp->g, .proto = np, .graph = gp, .index = index, .opset = imp->opset,
+  ox_node_t n = {.g = sc->g, .proto = np, .graph = gp, .index = index, .opset = imp->opset,
                  .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc};
   if (!np->op_type || !*np->op_type)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX node %d has no op_type", index);
@@ -242,6 +278,9 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
     if (name && *name && !scope_get(sc, name, &n.in[i]))
       st = ox_fail(&n, LOOM_ERR_FORMAT, "input %d '%s' is not computed before the node "
                    "(a cycle, nodes out of order, or a missing value)", i, name);
+    else if (ox_is_seq(n.in[i]) && !takes_sequence(np))
+      st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "input %d '%s' is a sequence; the op takes "
+                   "tensors", i, name);
   }
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) n.out[k].id = -1;
   if (st == LOOM_OK) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
@@ -258,13 +297,18 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
   return st;
 }
 
+static loom_status_t add_initializers(ox_import_t *imp, ox_scope_t *sc,
+                                      const Onnx__GraphProto *gp) {
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    LOOM_TRY(add_initializer(imp, sc, gp->initializer[i]));
+  if (gp->n_sparse_initializer)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: sparse initializers are not supported");
+  return LOOM_OK;
+}
+
 static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) {
-  ox_scope_t sc = {0};
-  loom_status_t st = LOOM_OK;
-  for (size_t i = 0; st == LOOM_OK && i < gp->n_initializer; i++)
-    st = add_initializer(imp, &sc, gp->initializer[i]);
-  if (st == LOOM_OK && gp->n_sparse_initializer)
-    st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: sparse initializers are not supported");
+  ox_scope_t sc = {.g = imp->g};
+  loom_status_t st = add_initializers(imp, &sc, gp);
   for (size_t i = 0; st == LOOM_OK && i < gp->n_input; i++) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
     if (vi->name && is_initializer(gp, vi->name)) continue; /* a default */
@@ -277,8 +321,127 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     loom_value_t v;
     if (!scope_get(&sc, name, &v))
       st = loom_fail(LOOM_ERR_FORMAT, "ONNX model: output '%s' is computed by no node", name);
+    else if (ox_is_seq(v))
+      st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' is a sequence (Loom's "
+                     "graph outputs are tensors)", name);
     else
       st = loom_graph_output_named(imp->g, name, v);
+  }
+  scope_free(&sc);
+  return st;
+}
+
+/* ---- Subgraphs ------------------------------------------------------------------ */
+
+/* Notes that a subgraph reads name: a capture unless a graph between it
+ * and the captures' root defines it (def, chained) or it is listed. */
+static loom_status_t note_use(ox_scope_t *def, ox_scope_t *listed, ox_captures_t *c,
+                              const char *name) {
+  loom_value_t v = {-1};
+  if (!name || !*name || scope_get(def, name, &v) || scope_get(listed, name, &v)) return LOOM_OK;
+  LOOM_TRY(scope_set(listed, name, v));
+  char **names = core_realloc(c->names, sizeof *names * (size_t)(c->n + 1));
+  if (!names) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  c->names = names;
+  c->names[c->n] = core_strdup(name);
+  if (!c->names[c->n]) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  c->n++;
+  return LOOM_OK;
+}
+
+static loom_status_t collect_free(const Onnx__GraphProto *gp, ox_scope_t *outer_def,
+                                  ox_scope_t *listed, ox_captures_t *c);
+
+static loom_status_t collect_node_free(const Onnx__NodeProto *np, ox_scope_t *def,
+                                       ox_scope_t *listed, ox_captures_t *c) {
+  for (size_t i = 0; i < np->n_input; i++) LOOM_TRY(note_use(def, listed, c, np->input[i]));
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    const Onnx__AttributeProto *at = np->attribute[a];
+    if (at->g) LOOM_TRY(collect_free(at->g, def, listed, c));
+    for (size_t k = 0; k < at->n_graphs; k++) LOOM_TRY(collect_free(at->graphs[k], def, listed, c));
+  }
+  return LOOM_OK;
+}
+
+/* The names gp (and the subgraphs in it) read without defining them. */
+static loom_status_t collect_free(const Onnx__GraphProto *gp, ox_scope_t *outer_def,
+                                  ox_scope_t *listed, ox_captures_t *c) {
+  ox_scope_t def = {.parent = outer_def};
+  loom_value_t none = {-1};
+  loom_status_t st = LOOM_OK;
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_input; i++)
+    if (gp->input[i]->name) st = scope_set(&def, gp->input[i]->name, none);
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_initializer; i++)
+    if (gp->initializer[i]->name) st = scope_set(&def, gp->initializer[i]->name, none);
+  for (size_t i = 0; i < gp->n_node; i++)
+    for (size_t k = 0; st == LOOM_OK && k < gp->node[i]->n_output; k++)
+      if (*gp->node[i]->output[k]) st = scope_set(&def, gp->node[i]->output[k], none);
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_node; i++)
+    st = collect_node_free(gp->node[i], &def, listed, c);
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_output; i++)
+    st = note_use(&def, listed, c, gp->output[i]->name);
+  scope_free(&def);
+  return st;
+}
+
+void ox_captures_free(ox_captures_t *c) {
+  for (int i = 0; i < c->n; i++) core_free(c->names[i]);
+  core_free(c->names);
+  core_free(c->values);
+  *c = (ox_captures_t){0};
+}
+
+loom_status_t ox_captures_find(ox_node_t *n, int n_graphs, const Onnx__GraphProto *const *gps,
+                               ox_captures_t *out) {
+  *out = (ox_captures_t){0};
+  ox_scope_t listed = {0};
+  loom_status_t st = LOOM_OK;
+  for (int i = 0; st == LOOM_OK && i < n_graphs; i++) st = collect_free(gps[i], NULL, &listed, out);
+  scope_free(&listed);
+  if (st == LOOM_OK) {
+    out->values = core_calloc((size_t)out->n + 1, sizeof *out->values);
+    if (!out->values) st = loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  }
+  for (int i = 0; st == LOOM_OK && i < out->n; i++)
+    if (!scope_get(n->scope, out->names[i], &out->values[i]))
+      st = ox_fail(n, LOOM_ERR_FORMAT, "a subgraph reads '%s', which no enclosing graph "
+                   "computes before the node", out->names[i]);
+  if (st != LOOM_OK) ox_captures_free(out);
+  return st;
+}
+
+static loom_status_t bind_subgraph(ox_scope_t *sc, const Onnx__GraphProto *gp, int n_formal,
+                                   const loom_value_t *formal, const ox_captures_t *c,
+                                   const loom_value_t *inner) {
+  for (int i = 0; c && i < c->n; i++) LOOM_TRY(scope_set(sc, c->names[i], inner[i]));
+  for (int i = 0; i < n_formal; i++)
+    if (gp->input[i]->name && *gp->input[i]->name)
+      LOOM_TRY(scope_set(sc, gp->input[i]->name, formal[i]));
+  return LOOM_OK;
+}
+
+loom_status_t ox_subgraph_import(ox_node_t *n, const Onnx__GraphProto *gp, loom_graph_t *g,
+                                 int n_formal, const loom_value_t *formal,
+                                 const ox_captures_t *c, const loom_value_t *inner, int n_out,
+                                 loom_value_t *out) {
+  if ((int)gp->n_input != n_formal)
+    return ox_fail(n, LOOM_ERR_FORMAT, "subgraph '%s' takes %zu inputs, the op gives it %d",
+                   gp->name ? gp->name : "", gp->n_input, n_formal);
+  if ((int)gp->n_output != n_out)
+    return ox_fail(n, LOOM_ERR_FORMAT, "subgraph '%s' returns %zu outputs, the op needs %d",
+                   gp->name ? gp->name : "", gp->n_output, n_out);
+  ox_scope_t sc = {.g = g, .parent = g == n->g ? n->scope : NULL};
+  loom_status_t st = bind_subgraph(&sc, gp, n_formal, formal, c, inner);
+  if (st == LOOM_OK) st = add_initializers(n->imp, &sc, gp);
+  for (size_t i = 0; st == LOOM_OK && i < gp->n_node; i++)
+    st = import_node(n->imp, &sc, gp, gp->node[i], (int)i);
+  if (st != LOOM_OK)
+    st = ox_fail(n, st, "subgraph '%s': %s", gp->name ? gp->name : "", loom_last_error());
+  for (int k = 0; st == LOOM_OK && k < n_out; k++) {
+    const char *name = gp->output[k]->name ? gp->output[k]->name : "";
+    if (!scope_get(&sc, name, &out[k]))
+      st = ox_fail(n, LOOM_ERR_FORMAT, "subgraph '%s': output '%s' is computed by no node",
+                   gp->name ? gp->name : "", name);
   }
   scope_free(&sc);
   return st;
@@ -325,6 +488,7 @@ static loom_status_t load_model(const void *data, size_t size, void *to_free,
       st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
                      o->fixed_names[k] ? o->fixed_names[k] : "(null)");
   core_free(imp.fixed_used);
+  ox_seqs_free(imp.seqs);
   if (st == LOOM_OK) st = loom_graph_verify(imp.g);
   onnx__model_proto__free_unpacked(m, NULL);
   if (st != LOOM_OK) {

@@ -95,6 +95,40 @@ const char *ox_onnx_type_name(int32_t onnx_type);
 loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *t, const char *base_dir,
                                    loom_tensor_t **out);
 
+/* ---- Subgraphs (load.c; If, Loop and Scan bodies) -------------------------- */
+/* The outer values that subgraphs read by name: ONNX bodies may read any
+ * value of an enclosing graph, Loom's take them as inputs. */
+typedef struct ox_captures {
+  int n;
+  char **names;
+  loom_value_t *values; /* values of n->g, in the order of names */
+} ox_captures_t;
+/* The names the n_graphs subgraphs (and those nested in them) read
+ * without defining, once each, resolved in n's scope. */
+loom_status_t ox_captures_find(ox_node_t *n, int n_graphs, const Onnx__GraphProto *const *gps,
+                               ox_captures_t *out);
+void ox_captures_free(ox_captures_t *c);
+/* Imports subgraph gp's nodes into g: its inputs read formal[0..n_formal),
+ * the names of c (NULL: none) inner[0..c->n) (values of g), and out[k]
+ * receives its output k. g == n->g imports it inline (a taken branch):
+ * names it does not bind then resolve in n's scope. */
+loom_status_t ox_subgraph_import(ox_node_t *n, const Onnx__GraphProto *gp, loom_graph_t *g,
+                                 int n_formal, const loom_value_t *formal,
+                                 const ox_captures_t *c, const loom_value_t *inner, int n_out,
+                                 loom_value_t *out);
+
+/* ---- Sequences (rules_sequence.c) ------------------------------------------ */
+/* An ONNX sequence lives only while the model loads, as a list of Loom
+ * values the import holds (its elements' count and order must be known
+ * then); its loom_value_t numbers it from OX_SEQ_BASE, an id no Loom
+ * graph has, so that a tensor op given one fails. */
+#define OX_SEQ_BASE (1 << 30)
+static inline int ox_is_seq(loom_value_t v) { return v.id >= OX_SEQ_BASE; }
+struct ox_seqs;
+/* Where n's import keeps its sequences (load.c). */
+struct ox_seqs **ox_seq_store(ox_node_t *n);
+void ox_seqs_free(struct ox_seqs *s);
+
 /* ---- Rules (onnx_ops.def) ------------------------------------------------- */
 typedef struct ox_op {
   const char *name;

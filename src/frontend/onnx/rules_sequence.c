@@ -1,0 +1,222 @@
+/* Rules for ONNX's sequence ops. A sequence exists only while the model
+ * loads: a list of Loom values the import holds, made and read by these
+ * rules, so that a model that builds a list of tensors and takes them
+ * apart again (positions known when it loads) imports as plain tensor
+ * ops. Sequences are never changed: Insert and Erase make new lists. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "frontend/onnx/onnx_import.h"
+
+typedef struct ox_seq {
+  int n;
+  loom_value_t *items;
+  loom_dtype_t dtype; /* its elements' (SequenceEmpty's dtype when it has none) */
+} ox_seq_t;
+
+struct ox_seqs {
+  int n, cap;
+  ox_seq_t *list;
+};
+
+void ox_seqs_free(struct ox_seqs *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) core_free(s->list[i].items);
+  core_free(s->list);
+  core_free(s);
+}
+
+/* A new sequence of the count items, named by *out. */
+static loom_status_t seq_make(ox_node_t *n, int count, const loom_value_t *items,
+                              loom_dtype_t dtype, loom_value_t *out) {
+  struct ox_seqs **store = ox_seq_store(n);
+  if (!*store && !(*store = core_calloc(1, sizeof **store)))
+    return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  struct ox_seqs *s = *store;
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    ox_seq_t *list = core_realloc(s->list, sizeof *list * (size_t)cap);
+    if (!list) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+    s->list = list;
+    s->cap = cap;
+  }
+  ox_seq_t *q = &s->list[s->n];
+  q->items = core_calloc((size_t)count + 1, sizeof *q->items);
+  if (!q->items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  if (count) memcpy(q->items, items, sizeof *items * (size_t)count);
+  q->n = count;
+  q->dtype = count ? ox_dtype(n, items[0]) : dtype;
+  out->id = OX_SEQ_BASE + s->n++;
+  return LOOM_OK;
+}
+
+/* The sequence input i names; fails unless it is one. */
+static loom_status_t seq_input(ox_node_t *n, int i, const ox_seq_t **out) {
+  LOOM_TRY(ox_need(n, i));
+  struct ox_seqs *s = *ox_seq_store(n);
+  int k = n->in[i].id - OX_SEQ_BASE;
+  if (!ox_is_seq(n->in[i]) || !s || k >= s->n)
+    return ox_fail(n, LOOM_ERR_FORMAT, "input %d is not a sequence", i);
+  *out = &s->list[k];
+  return LOOM_OK;
+}
+
+/* Fails unless v can join sequence q (one dtype for all its elements). */
+static loom_status_t seq_check_item(ox_node_t *n, const ox_seq_t *q, loom_value_t v) {
+  if (ox_is_seq(v)) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a sequence of sequences");
+  if (q && q->n && ox_dtype(n, v) != q->dtype)
+    return ox_fail(n, LOOM_ERR_DTYPE, "a %s tensor in a sequence of %s",
+                   loom_dtype_name(ox_dtype(n, v)), loom_dtype_name(q->dtype));
+  return LOOM_OK;
+}
+
+/* Constant position input i into [0, len - 1 + end], counted from the
+ * back when negative; dflt when absent. end: 1 where a position may
+ * point past the last element (Insert). */
+static loom_status_t seq_position(ox_node_t *n, int i, int len, int end, int dflt, int *out) {
+  *out = dflt;
+  if (!ox_has(n, i)) return LOOM_OK;
+  int64_t p;
+  int count;
+  LOOM_TRY(ox_const_ints(n, i, "position", &p, 1, &count));
+  if (count != 1) return ox_fail(n, LOOM_ERR_SHAPE, "position has %d values", count);
+  if (p < -len || p > len - 1 + end)
+    return ox_fail(n, LOOM_ERR_FORMAT, "position %lld is out of range for a sequence of %d",
+                   (long long)p, len);
+  *out = (int)(p < 0 ? p + len : p);
+  return LOOM_OK;
+}
+
+loom_status_t ox_sequence_empty(ox_node_t *n) {
+  loom_dtype_t dt = LOOM_F32;
+  if (ox_attr(n, "dtype") && !ox_dtype_from_onnx((int32_t)ox_int(n, "dtype", 1), &dt))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dtype %s",
+                   ox_onnx_type_name((int32_t)ox_int(n, "dtype", 1)));
+  return seq_make(n, 0, NULL, dt, &n->out[0]);
+}
+
+loom_status_t ox_sequence_construct(ox_node_t *n) {
+  for (int i = 0; i < n->n_in; i++) LOOM_TRY(ox_need(n, i));
+  for (int i = 0; i < n->n_in; i++) LOOM_TRY(seq_check_item(n, NULL, n->in[i]));
+  for (int i = 1; i < n->n_in; i++)
+    if (ox_dtype(n, n->in[i]) != ox_dtype(n, n->in[0]))
+      return ox_fail(n, LOOM_ERR_DTYPE, "input %d is %s, input 0 %s", i,
+                     loom_dtype_name(ox_dtype(n, n->in[i])),
+                     loom_dtype_name(ox_dtype(n, n->in[0])));
+  return seq_make(n, n->n_in, n->in, LOOM_F32, &n->out[0]);
+}
+
+loom_status_t ox_sequence_insert(ox_node_t *n) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  LOOM_TRY(ox_need(n, 1));
+  LOOM_TRY(seq_check_item(n, q, n->in[1]));
+  int at;
+  LOOM_TRY(seq_position(n, 2, q->n, 1, q->n, &at));
+  loom_value_t *items = core_calloc((size_t)q->n + 2, sizeof *items);
+  if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  memcpy(items, q->items, sizeof *items * (size_t)at);
+  items[at] = n->in[1];
+  memcpy(items + at + 1, q->items + at, sizeof *items * (size_t)(q->n - at));
+  loom_status_t st = seq_make(n, q->n + 1, items, q->dtype, &n->out[0]);
+  core_free(items);
+  return st;
+}
+
+loom_status_t ox_sequence_erase(ox_node_t *n) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  if (!q->n) return ox_fail(n, LOOM_ERR_FORMAT, "the sequence is empty");
+  int at;
+  LOOM_TRY(seq_position(n, 1, q->n, 0, q->n - 1, &at));
+  loom_value_t *items = core_calloc((size_t)q->n, sizeof *items);
+  if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  memcpy(items, q->items, sizeof *items * (size_t)at);
+  memcpy(items + at, q->items + at + 1, sizeof *items * (size_t)(q->n - at - 1));
+  loom_status_t st = seq_make(n, q->n - 1, items, q->dtype, &n->out[0]);
+  core_free(items);
+  return st;
+}
+
+loom_status_t ox_sequence_at(ox_node_t *n) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  LOOM_TRY(ox_need(n, 1));
+  if (!q->n) return ox_fail(n, LOOM_ERR_FORMAT, "the sequence is empty");
+  int at;
+  LOOM_TRY(seq_position(n, 1, q->n, 0, 0, &at));
+  n->out[0] = q->items[at];
+  return LOOM_OK;
+}
+
+loom_status_t ox_sequence_length(ox_node_t *n) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  int64_t len = q->n;
+  loom_tensor_t *t = NULL;
+  LOOM_TRY(loom_tensor_from_data(LOOM_I64, 0, NULL, &len, sizeof len, &t));
+  loom_status_t st = loom_graph_constant(n->g, t, &n->out[0]);
+  loom_tensor_destroy(t);
+  return st;
+}
+
+/* The sizes SplitToSequence cuts a dim of size dim into: split's entries,
+ * or chunks of split's one value (the last smaller), or ones. */
+static loom_status_t split_sizes(ox_node_t *n, loom_dim_t dim, int64_t *sizes, int cap,
+                                 int *count) {
+  int64_t chunk = 1;
+  if (ox_has(n, 1)) {
+    LOOM_TRY(ox_const_ints(n, 1, "split", sizes, cap, count));
+    if (ox_rank(n, n->in[1]) == 1) return LOOM_OK;
+    chunk = sizes[0];
+  }
+  if (dim < 0)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "splitting a dim whose size is known only when the "
+                   "model runs into chunks");
+  if (chunk < 1) return ox_fail(n, LOOM_ERR_SHAPE, "split is %lld", (long long)chunk);
+  *count = (int)((dim + chunk - 1) / chunk);
+  if (*count > cap) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%d parts (at most %d)", *count, cap);
+  for (int k = 0; k < *count; k++) sizes[k] = k < *count - 1 ? chunk : dim - chunk * k;
+  return LOOM_OK;
+}
+
+loom_status_t ox_split_to_sequence(ox_node_t *n) {
+  enum { CAP = 4096 };
+  LOOM_TRY(ox_need(n, 0));
+  int rank = ox_rank(n, n->in[0]), count = 0;
+  int64_t axis;
+  LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank, "axis", &axis));
+  int64_t *sizes = core_calloc(CAP, sizeof *sizes);
+  loom_value_t *parts = core_calloc(CAP, sizeof *parts);
+  loom_status_t st = sizes && parts ? split_sizes(n, ox_dim(n, n->in[0], (int)axis), sizes, CAP,
+                                                  &count)
+                                    : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  if (st == LOOM_OK) st = loom_split(n->g, n->in[0], axis, count, sizes, parts);
+  /* keepdims 0 drops the axis, only where split is not given. */
+  int drop = !ox_has(n, 1) && !ox_int(n, "keepdims", 1);
+  for (int k = 0; st == LOOM_OK && drop && k < count; k++)
+    st = loom_squeeze(n->g, parts[k], 1, &axis, &parts[k]);
+  if (st == LOOM_OK) st = seq_make(n, count, parts, ox_dtype(n, n->in[0]), &n->out[0]);
+  core_free(sizes);
+  core_free(parts);
+  return st;
+}
+
+loom_status_t ox_concat_from_sequence(ox_node_t *n) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  if (!q->n) return ox_fail(n, LOOM_ERR_SHAPE, "the sequence is empty");
+  if (!ox_attr(n, "axis")) return ox_fail(n, LOOM_ERR_FORMAT, "attribute axis is missing");
+  int stack = ox_int(n, "new_axis", 0) != 0, rank = ox_rank(n, q->items[0]);
+  int64_t axis;
+  LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank + stack, "axis", &axis));
+  if (!stack) return loom_concat(n->g, q->n, q->items, axis, &n->out[0]);
+  loom_value_t *items = core_calloc((size_t)q->n, sizeof *items);
+  if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  loom_status_t st = LOOM_OK;
+  for (int k = 0; st == LOOM_OK && k < q->n; k++)
+    st = loom_unsqueeze(n->g, q->items[k], 1, &axis, &items[k]);
+  if (st == LOOM_OK) st = loom_concat(n->g, q->n, items, axis, &n->out[0]);
+  core_free(items);
+  return st;
+}
