@@ -33,6 +33,7 @@ static const layer_t layers[] = {
     {1, 32, 14, 14, 32, 3, 1, 1, 1},  /* Winograd, 49 tiles */
     {1, 3, 30, 30, 16, 7, 2, 3, 1},   /* a stem, stride 2: polyphase direct */
     {2, 12, 10, 9, 26, 3, 2, 1, 2},   /* groups, stride 2: implicit only */
+    {2, 16, 11, 11, 16, 3, 2, 1, 16}, /* depthwise, stride 2 */
 };
 
 static loom_abi_conv2d_t geometry(const layer_t *q) {

@@ -301,6 +301,47 @@ static void direct_forward_configurations(void) {
   CHECK(kern_conv2d_direct_f32(&d, NULL) == 0);
 }
 
+/* Depthwise layers (groups = c = o): MobileNet's 3x3 at strides 1 and 2,
+ * uneven pads, a 5x5 window, dilation, stride 3, a single row, and no
+ * bias or epilogue. */
+static const conv_case_t depthwise_cases[] = {
+    {2, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 1},  /* MobileNet, stride 1 */
+    {1, 24, 15, 13, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 1},  /* stride 2, odd sizes */
+    {3, 5, 9, 11, 5, 3, 3, 1, 2, 0, 1, 2, 0, 1, 1, 5, 0, 1},      /* uneven pads and strides */
+    {2, 7, 12, 12, 7, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 7, 1, 0},     /* 5x5 */
+    {1, 6, 13, 13, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 6, 1, 1},     /* dilation 2 */
+    {1, 4, 10, 17, 4, 3, 2, 3, 3, 1, 0, 1, 1, 1, 1, 4, 0, 0},     /* stride 3 */
+    {2, 3, 1, 40, 3, 1, 3, 1, 1, 0, 1, 0, 1, 1, 1, 3, 1, 1},      /* one row */
+};
+
+static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {
+  return kern_conv2d_run(d, KERN_CONV_DEPTHWISE, pool);
+}
+
+/* Every instance of the depthwise kernel this CPU runs, against the
+ * reference, on 1 to 3 threads; it takes depthwise layers only. */
+static void depthwise_forward_configurations(void) {
+  static const char *const isas[] = {"avx512", "avx2"};
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    if (!kern_conv_direct_force_isa(isas[k])) continue;
+    for (int threads = 1; threads <= 3; threads++) {
+      core_pool_t *pool = NULL;
+      if (threads > 1) CHECK_OK(core_pool_create(threads, &pool));
+      for (size_t i = 0; i < sizeof depthwise_cases / sizeof *depthwise_cases; i++)
+        check_forward_by(&depthwise_cases[i], pool, run_depthwise);
+      core_pool_destroy(pool);
+    }
+  }
+  CHECK(kern_conv_direct_force_isa(NULL));
+  loom_abi_conv2d_t d = {1, 8, 6, 6, 8, 3, 3, 6, 6, {1, 1}, {1, 1, 1, 1}, {1, 1}, 8,
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  int avx2 = core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("fma");
+  CHECK(kern_conv2d_depthwise_suits(&d) == avx2);
+  d.groups = 4; /* two channels a group: not depthwise */
+  CHECK(!kern_conv2d_depthwise_suits(&d));
+}
+
 /* ---- Stride-2 gathers -------------------------------------------------- */
 
 /* Each instance against its definition, for lengths around its vector
@@ -577,6 +618,7 @@ int main(void) {
   TEST_RUN(input_grad_configurations);
   TEST_RUN(batched_forward_configurations);
   TEST_RUN(direct_forward_configurations);
+  TEST_RUN(depthwise_forward_configurations);
   TEST_RUN(polyphase_forward_configurations);
   TEST_RUN(stride2_gather_instances);
   TEST_RUN(strided_forward_configurations);

@@ -22,6 +22,7 @@ typedef enum kern_conv_algo {
   KERN_CONV_POLYPHASE, /* direct by phases, few input channels, any stride */
   KERN_CONV_WINOGRAD2, /* Winograd F(2x2, 3x3) */
   KERN_CONV_WINOGRAD4, /* Winograd F(4x4, 3x3) */
+  KERN_CONV_DEPTHWISE, /* direct, one channel per group */
   KERN_CONV_N_ALGOS
 } kern_conv_algo_t;
 
@@ -111,6 +112,14 @@ int kern_conv2d_direct_suits(const loom_abi_conv2d_t *d);
  * NULL goes back to the best. */
 const char *kern_conv_direct_isa(void);
 int kern_conv_direct_force_isa(const char *name);
+
+/* conv2d computed directly for depthwise layers (groups = c = o; any
+ * stride, dilation and kernel up to 64 taps; conv_depthwise.c), with the
+ * direct kernel's ISA. Returns 0, having done nothing, when d is not such
+ * a layer or the CPU lacks AVX2; 0 too when a task found no scratch
+ * memory (conv2d then runs the layer by the implicit GEMM). */
+int kern_conv2d_depthwise_f32(const loom_abi_conv2d_t *d, core_pool_t *pool);
+int kern_conv2d_depthwise_suits(const loom_abi_conv2d_t *d);
 
 /* conv2d computed directly for layers with few input channels (at most 8,
  * one group, no dilation, strides up to 4; conv_polyphase.c), with the

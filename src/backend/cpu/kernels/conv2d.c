@@ -297,6 +297,7 @@ int kern_conv2d_run(const loom_abi_conv2d_t *d, kern_conv_algo_t algo, core_pool
   switch (algo) {
     case KERN_CONV_DIRECT: return kern_conv2d_direct_f32(d, pool);
     case KERN_CONV_POLYPHASE: return kern_conv2d_polyphase_f32(d, pool);
+    case KERN_CONV_DEPTHWISE: return kern_conv2d_depthwise_f32(d, pool);
     case KERN_CONV_WINOGRAD2: return kern_conv2d_winograd_f32(d, 2, pool);
     case KERN_CONV_WINOGRAD4: return kern_conv2d_winograd_f32(d, 4, pool);
     case KERN_CONV_BATCHED: return conv2d_batched(d, pool);

@@ -2,7 +2,7 @@
  * algorithm chosen, then run.
  *
  * A layer's candidates are the implicit GEMM, which takes every layer,
- * and those of the direct and polyphase direct kernels, the batched GEMM
+ * and those of the direct, polyphase direct and depthwise kernels, the batched GEMM
  * and Winograd's F(2x2) and F(4x4) that take it under the mode (Winograd
  * only within its error bound unless the mode is FAST). Which is fastest depends on the ISA,
  * the caches and the thread count, which fixed rules written on one
@@ -34,6 +34,7 @@ const char *kern_conv_algo_name(kern_conv_algo_t algo, kern_conv_pass_t pass) {
     case KERN_CONV_POLYPHASE: return "polyphase direct";
     case KERN_CONV_WINOGRAD2: return "Winograd F(2x2)";
     case KERN_CONV_WINOGRAD4: return "Winograd F(4x4)";
+    case KERN_CONV_DEPTHWISE: return "depthwise direct";
     default: return "?";
   }
 }
@@ -64,6 +65,7 @@ int kern_conv2d_candidates(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
   if (pass == KERN_CONV_FORWARD && kern_conv2d_polyphase_suits(d))
     out[n++] = KERN_CONV_POLYPHASE;
   if (pass == KERN_CONV_FORWARD && kern_conv2d_batched_suits(d)) out[n++] = KERN_CONV_BATCHED;
+  if (pass == KERN_CONV_FORWARD && kern_conv2d_depthwise_suits(d)) out[n++] = KERN_CONV_DEPTHWISE;
   for (int i = 0, k = winograd_tiles(d, mode, pass, tiles); i < k; i++)
     out[n++] = winograd_algo(tiles[i]);
   return n;
@@ -77,6 +79,7 @@ kern_conv_algo_t kern_conv2d_algo_by_rules(const loom_abi_conv2d_t *d, kern_conv
                                                              : KERN_CONV_IMPLICIT;
   }
   if (kern_conv2d_direct_suits(d)) return KERN_CONV_DIRECT;
+  if (kern_conv2d_depthwise_suits(d)) return KERN_CONV_DEPTHWISE;
   /* A strided stem's GEMM spends a quarter of its time gathering B. */
   if (kern_conv2d_polyphase_suits(d) && (d->stride[0] > 1 || d->stride[1] > 1))
     return KERN_CONV_POLYPHASE;
@@ -240,7 +243,7 @@ static int64_t time_once(trial_t *t, kern_conv_algo_t algo, core_pool_t *pool) {
 
 /* The direct kernels read the weights as they are. */
 static int ignores_packing(kern_conv_algo_t algo) {
-  return algo == KERN_CONV_DIRECT || algo == KERN_CONV_POLYPHASE;
+  return algo == KERN_CONV_DIRECT || algo == KERN_CONV_POLYPHASE || algo == KERN_CONV_DEPTHWISE;
 }
 
 /* Rounds of timings after the first; one when a round takes this long. */
