@@ -495,7 +495,8 @@ static loom_status_t check_model(const Onnx__ModelProto *m, ox_import_t *imp) {
     if (!opset) continue;
     if (o->version < 1)
       return loom_fail(LOOM_ERR_FORMAT, "ONNX model: opset %lld of domain %s",
-                       (long long)o->version, *o->domain ? o->domain : "ai.onnx");
+                       (long long)o->version,
+                       is_default_domain(o->domain) ? "ai.onnx" : o->domain);
     *opset = o->version;
   }
   if (m->n_opset_import == 0)
