@@ -63,7 +63,8 @@ LOOM_API loom_status_t loom_onnx_load_memory(const void *data, size_t size,
  * int16 and uint16 to i32, uint32 and uint64 to i64 (see loom_onnx_load). */
 LOOM_API loom_status_t loom_onnx_load_tensor(const char *path, loom_tensor_t **out);
 
-/* Whether the importer has the ONNX op `op_type` (default domain): 1 with
+/* Whether the importer has the ONNX op `op_type` (of the default domain or
+ * ai.onnx.preview.training, whose names do not clash): 1 with
  * *reason NULL, or 0 with *reason saying why not (a string with the
  * library's lifetime). */
 LOOM_API int loom_onnx_op_supported(const char *op_type, const char **reason);

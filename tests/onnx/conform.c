@@ -76,7 +76,8 @@ static void skip_reason(const Onnx__ModelProto *m, char *why, size_t size) {
   for (size_t i = 0; g && i < g->n_node; i++) {
     const char *reason;
     const char *dom = g->node[i]->domain;
-    if (dom && *dom && strcmp(dom, "ai.onnx")) {
+    /* The importer reads the default domain and the training ops'. */
+    if (dom && *dom && strcmp(dom, "ai.onnx") && strcmp(dom, "ai.onnx.preview.training")) {
       snprintf(why, size, "op %s of domain %s", g->node[i]->op_type, dom);
       return;
     }

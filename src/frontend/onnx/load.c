@@ -98,7 +98,8 @@ static void scope_free(ox_scope_t *sc) {
 
 typedef struct ox_import {
   loom_graph_t *g;
-  int64_t opset;
+  int64_t opset;          /* of the default domain; 0: the model imports none */
+  int64_t training_opset; /* of ai.onnx.preview.training; 0: none */
   int trainable;
   const char *base_dir;
   int n_unnamed; /* fresh symbols for unnamed dynamic dims */
@@ -108,6 +109,10 @@ typedef struct ox_import {
 } ox_import_t;
 
 struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
+
+#define TRAINING_DOMAIN "ai.onnx.preview.training"
+
+static int is_default_domain(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
 
 static loom_status_t add_initializer(ox_import_t *imp, ox_scope_t *sc, const Onnx__TensorProto *t) {
   if (!t->name || !*t->name)
@@ -244,10 +249,12 @@ static int takes_sequence(const Onnx__NodeProto *np) {
 }
 
 /* A node with a subgraph is never folded: its bodies read outer values
- * of the model's graph, which a scratch graph does not have; nor is one
- * that makes a sequence, which is no value of a graph. */
+ * of the model's graph, which a scratch graph does not have; nor is
+ * Gradient, which reads its y by name from that graph; nor one that makes
+ * a sequence, which is no value of a graph. */
 static int foldable(const ox_node_t *n) {
-  if (has_subgraph(n->proto) || makes_sequence(n->proto)) return 0;
+  if (has_subgraph(n->proto) || makes_sequence(n->proto) || !strcmp(n->proto->op_type, "Gradient"))
+    return 0;
   int any = 0;
   for (int i = 0; i < n->n_in; i++) {
     if (n->in[i].id < 0) continue;
@@ -257,18 +264,42 @@ static int foldable(const ox_node_t *n) {
   return any || n->n_in == 0;
 }
 
+loom_status_t ox_lookup(const ox_node_t *n, const char *name, loom_value_t *out) {
+  if (name && *name && scope_get(n->scope, name, out) && !ox_is_seq(*out)) return LOOM_OK;
+  return ox_fail(n, LOOM_ERR_FORMAT, "'%s' is no tensor computed before the node",
+                 name ? name : "");
+}
+
+/* The node's op, of a domain the importer reads and the model imports an
+ * opset of; n->opset is set to that opset. */
+static loom_status_t node_op(const ox_import_t *imp, ox_node_t *n, const ox_op_t **op) {
+  const char *dom = n->proto->domain;
+  int dflt = is_default_domain(dom);
+  if (!dflt && strcmp(dom, TRAINING_DOMAIN))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "domain '%s' is not supported (only the default "
+                   "domain, ai.onnx, and " TRAINING_DOMAIN ")", dom);
+  *op = ox_op_find(n->proto->op_type);
+  if (!*op) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "not an ONNX op Loom knows");
+  if (dflt != !*(*op)->domain)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s is an op of domain %s, not of %s",
+                   n->proto->op_type, *(*op)->domain ? (*op)->domain : "ai.onnx",
+                   dflt ? "ai.onnx" : dom);
+  if (!(*op)->rule) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "not supported: %s", (*op)->reason);
+  n->opset = dflt ? imp->opset : imp->training_opset;
+  if (n->opset < 1)
+    return ox_fail(n, LOOM_ERR_FORMAT, "the model imports no opset of domain %s",
+                   dflt ? "ai.onnx" : dom);
+  return LOOM_OK;
+}
+
 static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__GraphProto *gp,
                                  const Onnx__NodeProto *np, int index) {
-  ox_node_t n = {.g = sc->g, .proto = np, .graph = gp, .index = index, .opset = imp->opset,
+  ox_node_t n = {.g = sc->g, .proto = np, .graph = gp, .index = index,
                  .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc};
   if (!np->op_type || !*np->op_type)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX node %d has no op_type", index);
-  if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx"))
-    return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "domain '%s' is not supported (only the default "
-                   "domain, ai.onnx)", np->domain);
-  const ox_op_t *op = ox_op_find(np->op_type);
-  if (!op) return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "not an ONNX op Loom knows");
-  if (!op->rule) return ox_fail(&n, LOOM_ERR_UNSUPPORTED, "not supported: %s", op->reason);
+  const ox_op_t *op = NULL;
+  LOOM_TRY(node_op(imp, &n, &op));
   n.in = core_calloc((size_t)n.n_in + 1, sizeof *n.in);
   n.out = core_calloc((size_t)n.n_out + 1, sizeof *n.out);
   loom_status_t st = n.in && n.out ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
@@ -447,22 +478,29 @@ loom_status_t ox_subgraph_import(ox_node_t *n, const Onnx__GraphProto *gp, loom_
   return st;
 }
 
-static loom_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
+static loom_status_t check_model(const Onnx__ModelProto *m, ox_import_t *imp) {
   if (!m->has_ir_version || m->ir_version < 3)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: IR version %lld is not supported "
                      "(3 and up are)", (long long)m->ir_version);
   if (!m->graph) return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no graph");
   if (m->graph->n_output == 0)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX model: the graph has no outputs");
-  *opset = -1;
+  /* A model of training ops alone may import no default-domain opset: a
+   * node of a domain the model imports none of fails (node_op). */
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
-    if (!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) *opset = o->version;
+    int64_t *opset = is_default_domain(o->domain) ? &imp->opset
+                     : !strcmp(o->domain, TRAINING_DOMAIN) ? &imp->training_opset
+                                                          : NULL;
+    if (!opset) continue;
+    if (o->version < 1)
+      return loom_fail(LOOM_ERR_FORMAT, "ONNX model: opset %lld of domain %s",
+                       (long long)o->version,
+                       is_default_domain(o->domain) ? "ai.onnx" : o->domain);
+    *opset = o->version;
   }
-  if (*opset < 0)
-    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no opset of the default domain is imported");
-  if (*opset < 1)
-    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: opset %lld", (long long)*opset);
+  if (m->n_opset_import == 0)
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: no opset is imported");
   return LOOM_OK;
 }
 
@@ -479,7 +517,7 @@ static loom_status_t load_model(const void *data, size_t size, void *to_free,
   ox_import_t imp = {.trainable = o->trainable, .options = o,
                      .base_dir = o->base_dir ? o->base_dir : base_dir};
   imp.fixed_used = core_calloc((size_t)(o->n_fixed > 0 ? o->n_fixed : 0) + 1, sizeof(int));
-  loom_status_t st = imp.fixed_used ? check_model(m, &imp.opset)
+  loom_status_t st = imp.fixed_used ? check_model(m, &imp)
                                     : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
   if (st == LOOM_OK) st = loom_graph_create(&imp.g);
   if (st == LOOM_OK) st = import_graph(&imp, m->graph);

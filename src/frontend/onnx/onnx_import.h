@@ -18,7 +18,7 @@ typedef struct ox_node {
   const Onnx__NodeProto *proto;
   const Onnx__GraphProto *graph; /* the graph it is in: declared value types */
   int index;       /* position in its graph, for messages */
-  int64_t opset;   /* the model's default-domain opset */
+  int64_t opset;   /* the opset the model imports for the node's domain */
   int n_in, n_out;
   loom_value_t *in;
   loom_value_t *out; /* set by the rule; outputs it leaves at -1 are an error
@@ -95,6 +95,10 @@ const char *ox_onnx_type_name(int32_t onnx_type);
 loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *t, const char *base_dir,
                                    loom_tensor_t **out);
 
+/* The tensor named `name` in n's scope (load.c); fails naming it when none
+ * is computed before the node. */
+loom_status_t ox_lookup(const ox_node_t *n, const char *name, loom_value_t *out);
+
 /* ---- Subgraphs (load.c; If, Loop and Scan bodies) -------------------------- */
 /* The outer values that subgraphs read by name: ONNX bodies may read any
  * value of an enclosing graph, Loom's take them as inputs. */
@@ -134,17 +138,21 @@ typedef struct ox_op {
   const char *name;
   ox_rule_fn rule;     /* NULL: not supported */
   const char *reason;  /* why not, for rule NULL */
+  const char *domain;  /* "" for the default domain (ai.onnx) */
 } ox_op_t;
+/* The op named op_type, of whichever domain (names are unique). */
 const ox_op_t *ox_op_find(const char *op_type);
 extern const ox_op_t ox_ops[];
 extern const int ox_n_ops;
 
 #define OX_RULE(name, fn) loom_status_t fn(ox_node_t *n);
+#define OX_RULE_DOMAIN(name, fn, domain) loom_status_t fn(ox_node_t *n);
 #define OX_UNARY(name, builder)
 #define OX_BINARY(name, builder)
 #define OX_NOT(name, reason)
 #include "frontend/onnx/onnx_ops.def"
 #undef OX_RULE
+#undef OX_RULE_DOMAIN
 #undef OX_UNARY
 #undef OX_BINARY
 #undef OX_NOT

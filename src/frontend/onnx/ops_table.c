@@ -33,6 +33,7 @@ static loom_status_t binary(ox_node_t *n, loom_status_t (*fn)(loom_graph_t *, lo
 }
 
 #define OX_RULE(name, fn)
+#define OX_RULE_DOMAIN(name, fn, domain)
 #define OX_NOT(name, reason)
 #define OX_UNARY(name, builder) \
   static loom_status_t ox_unary_##name(ox_node_t *n) { return unary(n, builder); }
@@ -40,17 +41,20 @@ static loom_status_t binary(ox_node_t *n, loom_status_t (*fn)(loom_graph_t *, lo
   static loom_status_t ox_binary_##name(ox_node_t *n) { return binary(n, builder); }
 #include "frontend/onnx/onnx_ops.def"
 #undef OX_RULE
+#undef OX_RULE_DOMAIN
 #undef OX_NOT
 #undef OX_UNARY
 #undef OX_BINARY
 
 const ox_op_t ox_ops[] = {
-#define OX_RULE(name, fn) {#name, fn, NULL},
-#define OX_NOT(name, reason) {#name, NULL, reason},
-#define OX_UNARY(name, builder) {#name, ox_unary_##name, NULL},
-#define OX_BINARY(name, builder) {#name, ox_binary_##name, NULL},
+#define OX_RULE(name, fn) {#name, fn, NULL, ""},
+#define OX_RULE_DOMAIN(name, fn, domain) {#name, fn, NULL, domain},
+#define OX_NOT(name, reason) {#name, NULL, reason, ""},
+#define OX_UNARY(name, builder) {#name, ox_unary_##name, NULL, ""},
+#define OX_BINARY(name, builder) {#name, ox_binary_##name, NULL, ""},
 #include "frontend/onnx/onnx_ops.def"
 #undef OX_RULE
+#undef OX_RULE_DOMAIN
 #undef OX_NOT
 #undef OX_UNARY
 #undef OX_BINARY
