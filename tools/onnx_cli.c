@@ -300,10 +300,17 @@ int loom_onnx_explain_main(int argc, char **argv) {
   args_t a;
   int rc = parse(argc, argv, "explain", &a);
   if (rc) return rc;
+  /* The model as it is first: a model that does not load still shows its
+   * ops and every one the importer lacks. */
+  char *about = NULL;
+  if (loom_onnx_describe(a.model, &about) == LOOM_OK) {
+    fputs(about, stdout);
+    loom_free(about);
+  }
   session_t s;
   rc = session_open("explain", &s, &a);
   if (!rc) {
-    printf("model %s: %d inputs, %d outputs, %d nodes in Loom's IR\n", a.model, s.n_in, s.n_out,
+    printf("imported: %d inputs, %d outputs, %d nodes in Loom's IR\n", s.n_in, s.n_out,
            loom_graph_num_nodes(s.g));
     for (int i = 0; i < s.n_in; i++) {
       loom_value_t v;

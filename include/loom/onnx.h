@@ -58,6 +58,12 @@ LOOM_API loom_status_t loom_onnx_load(const char *path, const loom_onnx_options_
 LOOM_API loom_status_t loom_onnx_load_memory(const void *data, size_t size,
                                              const loom_onnx_options_t *o,
                                              loom_graph_t **out);
+/* What the model at path holds, read without importing it: its producer,
+ * the opsets it imports, its inputs with their dims (symbolic ones by
+ * name), the ops of its graph and subgraphs with their counts, and every
+ * op the importer lacks with the reason. Lines of text in a string the
+ * caller frees with loom_free. */
+LOOM_API loom_status_t loom_onnx_describe(const char *path, char **text);
 /* A tensor from a serialized ONNX TensorProto (the input_0.pb files of
  * ONNX's test data). Integer types Loom does not have are widened: uint8,
  * int16 and uint16 to i32, uint32 and uint64 to i64 (see loom_onnx_load). */

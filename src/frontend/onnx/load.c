@@ -18,7 +18,6 @@
 
 /* Models over 2 GiB keep their weights in external data files (protobuf's
  * own limit). */
-#define OX_MAX_FILE ((size_t)2 << 30)
 
 /* ---- Scopes: ONNX names to values ------------------------------------------ */
 

@@ -142,6 +142,11 @@ typedef struct ox_op {
 } ox_op_t;
 /* The op named op_type, of whichever domain (names are unique). */
 const ox_op_t *ox_op_find(const char *op_type);
+/* Whether the importer has op_type of domain ("ai.onnx" for the default
+ * one); *reason says why not. */
+int ox_op_supported_in(const char *domain, const char *op_type, const char **reason);
+/* The largest model file read (protobuf's own limit). */
+#define OX_MAX_FILE ((size_t)2 << 30)
 extern const ox_op_t ox_ops[];
 extern const int ox_n_ops;
 

@@ -67,6 +67,19 @@ const ox_op_t *ox_op_find(const char *op_type) {
   return NULL;
 }
 
+int ox_op_supported_in(const char *domain, const char *op_type, const char **reason) {
+  const ox_op_t *op = ox_op_find(op_type);
+  const char *want = op && *op->domain ? op->domain : "ai.onnx";
+  if (!op || strcmp(domain, want) != 0) {
+    *reason = strcmp(domain, "ai.onnx") && strcmp(domain, "ai.onnx.preview.training")
+                  ? "an op of a domain Loom does not import"
+                  : "not an ONNX op Loom knows";
+    return 0;
+  }
+  *reason = op->rule ? NULL : op->reason;
+  return op->rule != NULL;
+}
+
 int loom_onnx_op_supported(const char *op_type, const char **reason) {
   const ox_op_t *op = op_type ? ox_op_find(op_type) : NULL;
   if (reason) *reason = !op ? "not an ONNX op Loom knows" : op->rule ? NULL : op->reason;

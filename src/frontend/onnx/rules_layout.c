@@ -150,9 +150,9 @@ loom_status_t ox_slice(ox_node_t *n) {
     int c;
     const int64_t *a = ox_ints(n, "axes", &c);
     if (ns > MAXN || ne > MAXN || c > MAXN) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "too many axes");
-    memcpy(starts, s, sizeof *s * (size_t)ns);
-    memcpy(ends, e, sizeof *e * (size_t)ne);
-    if (a) memcpy(axes, a, sizeof *a * (size_t)(na = c));
+    if (ns > 0) memcpy(starts, s, sizeof *s * (size_t)ns);
+    if (ne > 0) memcpy(ends, e, sizeof *e * (size_t)ne);
+    if (a && c > 0) memcpy(axes, a, sizeof *a * (size_t)(na = c));
   } else {
     LOOM_TRY(ox_const_ints(n, 1, "starts", starts, MAXN, &ns));
     LOOM_TRY(ox_const_ints(n, 2, "ends", ends, MAXN, &ne));
