@@ -67,6 +67,7 @@ typedef struct slices {
   int64_t count, len;
   loom_value_t src; /* what Y gathers slices from, along axis */
   int64_t axis;
+  int unsigned64;   /* ONNX uint64: s holds the bits as i64 */
 } slices_t;
 
 /* X as rows of slices along axis (absent: its elements). */
@@ -88,7 +89,7 @@ static loom_status_t unique_slices(ox_node_t *n, slices_t *sl) {
     sl->count = dx[sl->axis];
     sl->len = sl->count ? total / sl->count : 0;
   }
-  if (sl->count * sl->count * (sl->len ? sl->len : 1) > MAX_DENSE)
+  if ((double)sl->count * (double)sl->count * (double)(sl->len ? sl->len : 1) > MAX_DENSE)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%lld slices of %lld elements: too many to compare "
                    "pairwise", (long long)sl->count, (long long)sl->len);
   int64_t perm[LOOM_MAX_RANK];
@@ -98,7 +99,21 @@ static loom_status_t unique_slices(ox_node_t *n, slices_t *sl) {
   sl->s = n->in[0];
   if (rank > 1) LOOM_TRY(loom_transpose(n->g, sl->s, perm, &sl->s));
   shape[0] = sl->count, shape[1] = sl->len;
-  return loom_reshape(n->g, sl->s, 2, shape, &sl->s);
+  LOOM_TRY(loom_reshape(n->g, sl->s, 2, shape, &sl->s));
+  sl->unsigned64 = n->proto->n_input > 0 && ox_declared_type(n, n->proto->input[0]) == 13;
+  if (ox_dtype(n, sl->s) == LOOM_BOOL) return loom_cast(n->g, sl->s, LOOM_I32, &sl->s);
+  return LOOM_OK;
+}
+
+/* a < b for ONNX's uint64, which Loom holds as the i64 of the same bits:
+ * the signed order, reversed where exactly one of them is past 2^63. */
+static loom_status_t less_u64(ox_node_t *n, loom_value_t a, loom_value_t b, loom_value_t *out) {
+  loom_value_t na, nb;
+  LOOM_TRY(binary_k(n, loom_lt, a, LOOM_I64, 0, &na));
+  LOOM_TRY(binary_k(n, loom_lt, b, LOOM_I64, 0, &nb));
+  LOOM_TRY(loom_xor(n->g, na, nb, &na));
+  LOOM_TRY(loom_lt(n->g, a, b, out));
+  return loom_xor(n->g, *out, na, out);
 }
 
 /* eq[i][j]: slices i and j are equal; less[i][j]: slice i comes before
@@ -115,7 +130,7 @@ static loom_status_t compare_slices(ox_node_t *n, const slices_t *sl, loom_value
   LOOM_TRY(loom_cumsum(n->g, ne, 2, 1, 0, &before));
   LOOM_TRY(binary_k(n, loom_eq, before, LOOM_I64, 0, &before));
   LOOM_TRY(loom_and(n->g, before, ne, &first));
-  LOOM_TRY(loom_lt(n->g, a, b, &lt));
+  LOOM_TRY(sl->unsigned64 ? less_u64(n, a, b, &lt) : loom_lt(n->g, a, b, &lt));
   LOOM_TRY(loom_and(n->g, first, lt, &lt));
   return any(n, lt, 2, less);
 }
@@ -150,10 +165,19 @@ static loom_status_t unique_rank(ox_node_t *n, const slices_t *sl, loom_value_t 
   return count(n, prior, 1, rank);
 }
 
+/* No slices: Y is X (flattened when axis is absent), the rest empty. */
+static loom_status_t unique_empty(ox_node_t *n, const slices_t *sl) {
+  int64_t unused = 0;
+  n->out[0] = sl->src;
+  for (int k = 1; k < 4 && k < n->n_out; k++) LOOM_TRY(ox_vector_i64(n, 0, &unused, &n->out[k]));
+  return LOOM_OK;
+}
+
 loom_status_t ox_unique(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   slices_t sl;
   LOOM_TRY(unique_slices(n, &sl));
+  if (sl.count == 0) return unique_empty(n, &sl);
   loom_value_t rank, is_first, eq, kk, rank_row, first_row, at, cols, indices, counts;
   LOOM_TRY(unique_rank(n, &sl, &rank, &is_first, &eq));
   /* at[k][i]: slice i is the first of the k-th distinct slice */
@@ -198,8 +222,8 @@ static loom_status_t scalar_input(ox_node_t *n, int i, loom_dtype_t dt, double d
   return loom_cast(n->g, *out, dt, out);
 }
 
-/* Each class's boxes by descending score (ties: lower index first). */
-static loom_status_t nms_sort(ox_node_t *n, nms_t *s) {
+/* The boxes' and scores' dims and dtype. */
+static loom_status_t nms_check(ox_node_t *n, nms_t *s) {
   loom_dim_t db[LOOM_MAX_RANK], ds[LOOM_MAX_RANK];
   int rb, rs;
   LOOM_TRY(static_dims(n, n->in[0], "boxes", db, &rb));
@@ -215,6 +239,11 @@ static loom_status_t nms_sort(ox_node_t *n, nms_t *s) {
       s->batches * s->classes * s->boxes * s->boxes > MAX_DENSE)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%lld boxes: too many (at most %d, and pairwise "
                    "IoUs of at most 2^28 per graph)", (long long)s->boxes, MAX_BOXES);
+  return LOOM_OK;
+}
+
+/* Each class's boxes by descending score (ties: lower index first). */
+static loom_status_t nms_sort(ox_node_t *n, nms_t *s) {
   loom_value_t values, thr, base, rows;
   LOOM_TRY(loom_topk(n->g, n->in[1], s->boxes, 2, 1, &values, &s->order));
   if (ox_has(n, 4)) {
@@ -233,8 +262,8 @@ static loom_status_t nms_sort(ox_node_t *n, nms_t *s) {
   return loom_gather(n->g, s->sorted, rows, 0, &s->sorted);
 }
 
-/* One axis of the sorted boxes (columns a and b: corners, or centre and
- * size): its low and high ends, (B, C, N, 1). */
+/* One axis of the sorted boxes (columns a and a + 2: corners, or centre
+ * and size): its low and high ends, (B, C, N, 1). */
 static loom_status_t box_extent(ox_node_t *n, const nms_t *s, loom_value_t *cols, int a,
                                 loom_value_t *lo, loom_value_t *hi) {
   if (!ox_int(n, "center_point_box", 0)) {
@@ -336,6 +365,11 @@ loom_status_t ox_non_max_suppression(ox_node_t *n) {
   if (cpb != 0 && cpb != 1)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "center_point_box %lld (0 or 1)", (long long)cpb);
   nms_t s;
+  LOOM_TRY(nms_check(n, &s));
+  if (s.batches * s.classes * s.boxes == 0) {
+    loom_dim_t none[2] = {0, 3};
+    return loom_full(n->g, 2, none, 0, LOOM_I64, &n->out[0]);
+  }
   LOOM_TRY(nms_sort(n, &s));
   loom_value_t over, keep, limit, taken, triples;
   LOOM_TRY(nms_overlap(n, &s, &over));
