@@ -99,8 +99,8 @@ static loom_status_t operand(ox_node_t *n, int i, ox_shape_val_t *out) {
   loom_dtype_t dt = t ? loom_tensor_dtype(t) : LOOM_F32;
   if (!t || (dt != LOOM_I64 && dt != LOOM_I32) || loom_tensor_rank(t) > 1)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input %d is not a constant integer scalar or "
-                   "vector, and another input holds dims computed from symbolic dims (Loom "
-                   "computes those only while the model loads)", i);
+                   "vector, and another input holds dims computed from symbolic dims, which "
+                   "Loom has only while the model loads (as sizes, never as a tensor)", i);
   int64_t vals[OX_SHAPE_MAX];
   int count;
   LOOM_TRY(ox_const_ints(n, i, "a shape operand", vals, OX_SHAPE_MAX, &count));
@@ -312,9 +312,16 @@ static loom_status_t sv_equal(ox_node_t *n) {
 
 /* Where with a condition known when the model loads picks entries. */
 static loom_status_t sv_where(ox_node_t *n, ox_shape_val_t *y) {
-  int64_t cond[OX_SHAPE_MAX];
-  int nc;
-  LOOM_TRY(ox_const_ints(n, 0, "condition", cond, OX_SHAPE_MAX, &nc));
+  LOOM_TRY(ox_need(n, 0));
+  const loom_tensor_t *ct = ox_const(n, n->in[0]);
+  if (!ct)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "choosing between dims computed from symbolic dims "
+                   "needs a condition known when the model loads");
+  int nc = (int)loom_tensor_numel(ct);
+  if (nc > OX_SHAPE_MAX || loom_tensor_rank(ct) > 1)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a condition of %d entries over dims", nc);
+  double cond[OX_SHAPE_MAX];
+  for (int k = 0; k < nc; k++) LOOM_TRY(loom_tensor_get_f64(ct, k, &cond[k]));
   ox_shape_val_t a, b, ab = {0};
   LOOM_TRY(operand(n, 1, &a));
   LOOM_TRY(operand(n, 2, &b));
