@@ -17,6 +17,7 @@
 typedef struct ox_shape_val {
   int n, rank;        /* rank 0 (one entry, a scalar) or 1 */
   loom_dtype_t dtype; /* LOOM_I64 or LOOM_I32 */
+  const loom_graph_t *g; /* the graph whose dims they are */
   loom_dim_t dims[OX_SHAPE_MAX];
 } ox_shape_val_t;
 
@@ -54,6 +55,7 @@ static loom_status_t store(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *
     s->cap = cap;
   }
   s->list[s->n] = *v;
+  s->list[s->n].g = n->g;
   out->id = OX_SHAPE_BASE + s->n++;
   return LOOM_OK;
 }
@@ -63,11 +65,13 @@ static loom_status_t emit(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *o
   if (!all_const(v)) return store(n, v, out);
   loom_tensor_t *t = NULL;
   int64_t shape[1] = {v->n};
-  LOOM_TRY(loom_tensor_from_data(LOOM_I64, v->rank, shape, v->dims,
-                                 sizeof *v->dims * (size_t)v->n, &t));
+  int32_t narrow[OX_SHAPE_MAX];
+  for (int k = 0; k < v->n; k++) narrow[k] = (int32_t)v->dims[k];
+  int wide = v->dtype == LOOM_I64;
+  LOOM_TRY(loom_tensor_from_data(v->dtype, v->rank, shape, wide ? (void *)v->dims : narrow,
+                                 (wide ? sizeof *v->dims : sizeof *narrow) * (size_t)v->n, &t));
   loom_status_t st = loom_graph_constant(n->g, t, out);
   loom_tensor_destroy(t);
-  if (st == LOOM_OK && v->dtype != LOOM_I64) st = loom_cast(n->g, *out, v->dtype, out);
   return st;
 }
 
@@ -81,10 +85,12 @@ loom_status_t ox_shape_make(ox_node_t *n, int count, const loom_dim_t *dims, int
   return emit(n, &v, out);
 }
 
+/* Shape value v, when it is one of n's graph (a body imported into a
+ * graph of its own does not share the enclosing graph's dims). */
 static const ox_shape_val_t *stored(const ox_node_t *n, loom_value_t v) {
   struct ox_shapes *s = *ox_shape_store((ox_node_t *)n);
   int k = v.id - OX_SHAPE_BASE;
-  return ox_is_shape(v) && s && k < s->n ? &s->list[k] : NULL;
+  return ox_is_shape(v) && s && k < s->n && s->list[k].g == n->g ? &s->list[k] : NULL;
 }
 
 /* Input i as a shape value: a stored one, or a small integer constant. */
@@ -133,6 +139,7 @@ static loom_status_t sv_gather(ox_node_t *n, const ox_shape_val_t *x, ox_shape_v
   LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), x->rank, "axis", &axis));
   LOOM_TRY(ox_const_ints(n, 1, "indices", idx, OX_SHAPE_MAX, &count));
   int irank = ox_rank(n, n->in[1]);
+  if (x->rank != 1) return ox_fail(n, LOOM_ERR_SHAPE, "gathering from a scalar");
   if (irank > 1) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "rank-%d indices into dims", irank);
   *y = (ox_shape_val_t){.n = count, .rank = irank, .dtype = x->dtype};
   for (int k = 0; k < count; k++) {
@@ -410,7 +417,9 @@ loom_status_t ox_shape_node(ox_node_t *n, int *done) {
     if (ox_has(n, i) && ox_is_shape(n->in[i])) first = i;
   if (first < 0 || all_consumed(n)) return LOOM_OK; /* the rule reads them (ox_shape_dims) */
   const ox_shape_val_t *x = stored(n, n->in[first]);
-  if (!x) return ox_fail(n, LOOM_ERR_FORMAT, "input %d is no shape value of the import", first);
+  if (!x)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input %d holds dims computed from symbolic dims of "
+                   "an enclosing graph (a Loop or Scan body takes no such value)", first);
   LOOM_TRY(shape_op(n, n->proto->op_type, first, done));
   if (*done) return LOOM_OK;
   char text[64] = "";
