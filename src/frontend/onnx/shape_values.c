@@ -344,7 +344,7 @@ static loom_status_t sv_where(ox_node_t *n, ox_shape_val_t *y) {
   return LOOM_OK;
 }
 
-/* The product of x's entries (Size of a stored shape value: its count). */
+/* Shape (as_shape 1) or Size of a shape value: its count of entries. */
 static loom_status_t sv_count(ox_node_t *n, const ox_shape_val_t *x, int as_shape) {
   ox_shape_val_t y = {.n = as_shape ? x->rank : 1, .rank = as_shape, .dtype = LOOM_I64};
   y.dims[0] = x->n;
@@ -376,12 +376,11 @@ static loom_status_t unary(ox_node_t *n, const char *op, const ox_shape_val_t *x
   *y = *x;
   if (!strcmp(op, "Identity")) return LOOM_OK;
   if (!strcmp(op, "Gather")) return sv_gather(n, x, y);
-  else if (!strcmp(op, "Slice")) return sv_slice(n, x, y);
-  else if (!strcmp(op, "Unsqueeze")) return sv_rerank(n, x, 1, y);
-  else if (!strcmp(op, "Squeeze")) return sv_rerank(n, x, 0, y);
-  else if (!strcmp(op, "Reshape")) return sv_reshape(n, x, y);
-  else if (!strcmp(op, "Cast")) return sv_cast(n, x, y);
-  return LOOM_OK;
+  if (!strcmp(op, "Slice")) return sv_slice(n, x, y);
+  if (!strcmp(op, "Unsqueeze")) return sv_rerank(n, x, 1, y);
+  if (!strcmp(op, "Squeeze")) return sv_rerank(n, x, 0, y);
+  if (!strcmp(op, "Reshape")) return sv_reshape(n, x, y);
+  return sv_cast(n, x, y);
 }
 
 /* Runs op on shape values; *done 0 when op is none of the shape ops. */
@@ -393,7 +392,8 @@ static loom_status_t shape_op(ox_node_t *n, const char *op, int first, int *done
     return sv_count(n, stored(n, n->in[0]), op[1] == 'h');
   if (first == 0 && unary_op(op)) st = unary(n, op, stored(n, n->in[0]), &y);
   else if (!strcmp(op, "Concat")) st = sv_concat(n, &y);
-  else if (strlen(op) == 3 && strstr("Add Sub Mul Div", op)) st = sv_arith(n, op[0], &y);
+  else if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div"))
+    st = sv_arith(n, op[0], &y);
   else if ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n->n_in == 2)
     st = sv_arith(n, op[1] == 'a' ? 'x' : 'n', &y);
   else if (!strcmp(op, "Equal")) return sv_equal(n);
