@@ -2,7 +2,8 @@
  * protobuf-c (Gemm then Relu, a symbolic batch dim), loaded from memory,
  * run and checked against values computed by hand; names of inputs and
  * outputs; fixed inputs; fine-tuning the imported weights until the loss
- * falls; and bad models (truncated, corrupt bytes, an unknown op, a cycle,
+ * falls; a model that computes its shapes from symbolic dims, compiled
+ * once for two sizes; and bad models (truncated, corrupt bytes, an unknown op, a cycle,
  * a missing value) failing with messages that name what is wrong. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,10 +286,60 @@ static void bad_models_fail_clearly(void) {
   CHECK(!loom_onnx_op_supported("NoSuchOp", &reason) && reason != NULL);
 }
 
+/* tests/onnx/models/shape_chain.onnx (tests/onnx/make_models.py): x of
+ * shape (batch, seq, 64) through the shape computations PyTorch exports;
+ * its dims stay symbolic, so one executable compiled with dynamic symbols
+ * serves two sizes. y = (x's 16-vectors times W) * 0.5 + position. */
+static void shape_chain_expected(const float *x, int b, int t, double *y) {
+  for (int i = 0; i < b * t * 4; i++)
+    for (int j = 0; j < 16; j++) {
+      double s = 0;
+      for (int k = 0; k < 16; k++) s += (double)x[i * 16 + k] * (((k * 3 + j * 5) % 7 - 3) / 8.0);
+      y[i * 16 + j] = s * 0.5 + (double)((i / 4) % t);
+    }
+}
+
+static void symbolic_shape_chain(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s", __FILE__);
+  char *slash = strrchr(path, '/');
+  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
+           "onnx/models/shape_chain.onnx");
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  loom_compile_options_t co;
+  loom_compile_options_init(&co);
+  co.dynamic_symbols = 1;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &co, &e));
+  int sizes[2][2] = {{2, 3}, {3, 5}};
+  for (int s = 0; s < 2; s++) {
+    int b = sizes[s][0], t = sizes[s][1], count = b * t * 64;
+    float *xs = malloc(sizeof *xs * (size_t)count);
+    double *want = malloc(sizeof *want * (size_t)count);
+    for (int i = 0; i < count; i++) xs[i] = (float)((i * 7 + s) % 11) / 4.0f - 1.0f;
+    int64_t shape[3] = {b, t, 64};
+    loom_tensor_t *x = NULL, *y = NULL;
+    CHECK_OK(loom_tensor_from_data(LOOM_F32, 3, shape, xs, sizeof *xs * (size_t)count, &x));
+    CHECK_OK(loom_executable_new_output_for(e, 1, &x, 0, &y));
+    CHECK_OK(loom_executable_run(e, 1, &x, 1, &y));
+    CHECK(loom_tensor_rank(y) == 3 && loom_tensor_dim(y, 0) == b && loom_tensor_dim(y, 1) == t);
+    shape_chain_expected(xs, b, t, want);
+    CHECK_TENSOR(y, want, count, 1e-5, 1e-5);
+    loom_tensor_destroy(x);
+    loom_tensor_destroy(y);
+    free(xs);
+    free(want);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 int main(void) {
   TEST_RUN(loads_runs_and_names);
   TEST_RUN(fixed_inputs_become_constants);
   TEST_RUN(fine_tunes_imported_weights);
   TEST_RUN(bad_models_fail_clearly);
+  TEST_RUN(symbolic_shape_chain);
   return test_summary();
 }

@@ -105,9 +105,11 @@ typedef struct ox_import {
   const loom_onnx_options_t *options;
   int *fixed_used; /* per fixed input: whether the model has it */
   struct ox_seqs *seqs; /* the sequence values made so far (rules_sequence.c) */
+  struct ox_shapes *shapes; /* the shape values made so far (shape_values.c) */
 } ox_import_t;
 
 struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
+struct ox_shapes **ox_shape_store(ox_node_t *n) { return &n->imp->shapes; }
 
 #define TRAINING_DOMAIN "ai.onnx.preview.training"
 
@@ -313,7 +315,9 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
                    "tensors", i, name);
   }
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) n.out[k].id = -1;
-  if (st == LOOM_OK) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
+  int done = 0; /* by ox_shape_node, on shape values */
+  if (st == LOOM_OK) st = ox_shape_node(&n, &done);
+  if (st == LOOM_OK && !done) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) {
     const char *name = np->output[k];
     if (!name || !*name) continue;
@@ -354,6 +358,9 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     else if (ox_is_seq(v))
       st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' is a sequence (Loom's "
                      "graph outputs are tensors)", name);
+    else if (ox_is_shape(v))
+      st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' holds dims computed from "
+                     "symbolic dims (Loom computes those only while the model loads)", name);
     else
       st = loom_graph_output_named(imp->g, name, v);
   }
@@ -526,6 +533,7 @@ static loom_status_t load_model(const void *data, size_t size, void *to_free,
                      o->fixed_names[k] ? o->fixed_names[k] : "(null)");
   core_free(imp.fixed_used);
   ox_seqs_free(imp.seqs);
+  ox_shapes_free(imp.shapes);
   if (st == LOOM_OK) st = loom_graph_verify(imp.g);
   onnx__model_proto__free_unpacked(m, NULL);
   if (st != LOOM_OK) {

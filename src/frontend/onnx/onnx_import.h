@@ -133,6 +133,34 @@ struct ox_seqs;
 struct ox_seqs **ox_seq_store(ox_node_t *n);
 void ox_seqs_free(struct ox_seqs *s);
 
+/* ---- Shape values (shape_values.c) ----------------------------------------- */
+/* An integer tensor of dims computed from symbolic dims (Shape of an
+ * input with a symbolic batch dim, then Gather, Concat, ...) lives only
+ * while the model loads, as a list of Loom dims; its loom_value_t numbers
+ * it from OX_SHAPE_BASE (below OX_SEQ_BASE), an id no Loom graph has.
+ * One whose entries are all constants is an ordinary constant instead. */
+#define OX_SHAPE_BASE (1 << 29)
+#define OX_SHAPE_MAX 16 /* entries of one */
+static inline int ox_is_shape(loom_value_t v) { return v.id >= OX_SHAPE_BASE && v.id < OX_SEQ_BASE; }
+/* Whether d is a symbolic dim (an expression's handle), not a constant. */
+int ox_is_dim_sym(loom_dim_t d);
+struct ox_shapes;
+/* Where n's import keeps its shape values (load.c). */
+struct ox_shapes **ox_shape_store(ox_node_t *n);
+void ox_shapes_free(struct ox_shapes *s);
+/* Output *out holding the count dims (rank 0: one dim, as a scalar), an
+ * ordinary i64 constant when all are constants. */
+loom_status_t ox_shape_make(ox_node_t *n, int count, const loom_dim_t *dims, int rank,
+                            loom_value_t *out);
+/* The dims input i holds: a shape value's entries (maybe symbolic) or a
+ * constant's (as ox_const_ints). */
+loom_status_t ox_shape_dims(const ox_node_t *n, int i, const char *what, loom_dim_t *out, int cap,
+                            int *count);
+/* Imports n when an input is a shape value that its rule does not read
+ * (shape arithmetic: Gather, Concat, Add, ...), *done then 1; fails
+ * naming n when n cannot take it. */
+loom_status_t ox_shape_node(ox_node_t *n, int *done);
+
 /* ---- Rules (onnx_ops.def) ------------------------------------------------- */
 typedef struct ox_op {
   const char *name;

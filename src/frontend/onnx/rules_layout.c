@@ -33,13 +33,14 @@ static int all_const(const loom_dim_t *dims, int rank) {
 
 loom_status_t ox_reshape(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
-  int64_t shape[MAXN];
+  loom_dim_t shape[MAXN]; /* entries may be symbolic (a shape value) */
   int count;
   if (n->opset < 5) {
     const int64_t *v = ox_ints(n, "shape", &count);
+    if (count > LOOM_MAX_RANK) return ox_fail(n, LOOM_ERR_SHAPE, "shape has %d entries", count);
     memcpy(shape, v, sizeof *v * (size_t)count);
   } else {
-    LOOM_TRY(ox_const_ints(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
+    LOOM_TRY(ox_shape_dims(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
   }
   loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
   int rank;
@@ -49,7 +50,7 @@ loom_status_t ox_reshape(ox_node_t *n) {
     if (shape[d] == 0 && !allowzero) {
       if (d >= rank) return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is 0 past the input's rank", d);
       out[d] = in[d];
-    } else if (shape[d] < -1) {
+    } else if (shape[d] < -1 && !ox_is_dim_sym(shape[d])) {
       return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is %lld", d, (long long)shape[d]);
     } else {
       out[d] = shape[d];
@@ -141,6 +142,29 @@ loom_status_t ox_split(ox_node_t *n) {
   return loom_split(n->g, n->in[0], axis, count, sizes, n->out);
 }
 
+/* Bounds computed from symbolic dims (shape values): an end that is the
+ * axis's own size, stepping forward, takes the axis to its end. */
+static loom_status_t slice_symbolic_bounds(ox_node_t *n, int count, const int64_t *starts,
+                                           int64_t *ends, const int64_t *axes,
+                                           const int64_t *steps) {
+  int sym_starts = ox_has(n, 1) && ox_is_shape(n->in[1]);
+  int sym_ends = ox_has(n, 2) && ox_is_shape(n->in[2]);
+  int rank = ox_rank(n, n->in[0]);
+  for (int k = 0; k < count; k++) {
+    if (sym_starts && ox_is_dim_sym(starts[k]))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d is a symbolic dim (Loom slices symbolic "
+                     "axes whole)", k);
+    if (!sym_ends || !ox_is_dim_sym(ends[k])) continue;
+    int64_t a;
+    LOOM_TRY(ox_axis(n, axes[k], rank, "axis", &a));
+    if (ends[k] != ox_dim(n, n->in[0], (int)a) || (steps && steps[k] < 0))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "end %d is a symbolic dim other than the size of "
+                     "axis %lld (Loom slices symbolic axes whole)", k, (long long)a);
+    ends[k] = INT64_MAX;
+  }
+  return LOOM_OK;
+}
+
 loom_status_t ox_slice(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   int64_t starts[MAXN], ends[MAXN], axes[MAXN], steps[MAXN];
@@ -154,8 +178,8 @@ loom_status_t ox_slice(ox_node_t *n) {
     if (ne > 0) memcpy(ends, e, sizeof *e * (size_t)ne);
     if (a && c > 0) memcpy(axes, a, sizeof *a * (size_t)(na = c));
   } else {
-    LOOM_TRY(ox_const_ints(n, 1, "starts", starts, MAXN, &ns));
-    LOOM_TRY(ox_const_ints(n, 2, "ends", ends, MAXN, &ne));
+    LOOM_TRY(ox_shape_dims(n, 1, "starts", starts, MAXN, &ns));
+    LOOM_TRY(ox_shape_dims(n, 2, "ends", ends, MAXN, &ne));
     if (ox_has(n, 3)) LOOM_TRY(ox_const_ints(n, 3, "axes", axes, MAXN, &na));
     if (ox_has(n, 4)) LOOM_TRY(ox_const_ints(n, 4, "steps", steps, MAXN, &nt));
   }
@@ -163,27 +187,30 @@ loom_status_t ox_slice(ox_node_t *n) {
     return ox_fail(n, LOOM_ERR_SHAPE, "starts, ends, axes and steps differ in length");
   if (na < 0)
     for (int k = 0; k < ns; k++) axes[k] = k;
+  LOOM_TRY(slice_symbolic_bounds(n, ns, starts, ends, axes, nt < 0 ? NULL : steps));
   return loom_slice(n->g, n->in[0], ns, starts, ends, axes, nt < 0 ? NULL : steps, &n->out[0]);
 }
 
 /* ONNX Expand broadcasts both ways: a 1 in the shape keeps the input's dim. */
 loom_status_t ox_expand(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
-  int64_t shape[MAXN];
+  loom_dim_t shape[MAXN];
   int count;
-  LOOM_TRY(ox_const_ints(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
+  LOOM_TRY(ox_shape_dims(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
   loom_dim_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
   int rank;
   LOOM_TRY(ox_dims(n, n->in[0], in, &rank));
   int r = count > rank ? count : rank;
   for (int d = 0; d < r; d++) {
     int di = d - (r - rank), ds = d - (r - count);
-    loom_dim_t a = di >= 0 ? in[di] : 1;
-    int64_t b = ds >= 0 ? shape[ds] : 1;
-    if (b != 1 && a != 1 && a != b)
+    loom_dim_t a = di >= 0 ? in[di] : 1, b = ds >= 0 ? shape[ds] : 1;
+    int sa = ox_is_dim_sym(a), sb = ox_is_dim_sym(b);
+    if (b != 1 && a != 1 && a != b && !sa && !sb)
       return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d (%lld) does not broadcast with the input",
                      ds, (long long)b);
-    out[d] = b == 1 ? a : b;
+    /* A symbolic entry against a constant dim other than 1 can only be
+     * that dim or 1: the input's dim stays. */
+    out[d] = b == 1 || (sb && !sa && a != 1) ? a : b;
   }
   return loom_expand(n->g, n->in[0], r, out, &n->out[0]);
 }
@@ -250,10 +277,7 @@ loom_status_t ox_shape(ox_node_t *n) {
   start = start < 0 ? 0 : start > rank ? rank : start;
   end = end < 0 ? 0 : end > rank ? rank : end;
   if (end < start) end = start;
-  if (!all_const(dims + start, (int)(end - start)))
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the shape of a value with symbolic dims "
-                   "(give the dims sizes when loading)");
-  return ox_vector_i64(n, (int)(end - start), dims + start, &n->out[0]);
+  return ox_shape_make(n, (int)(end - start), dims + start, 1, &n->out[0]);
 }
 
 loom_status_t ox_size(ox_node_t *n) {
@@ -261,17 +285,18 @@ loom_status_t ox_size(ox_node_t *n) {
   loom_dim_t dims[LOOM_MAX_RANK];
   int rank;
   LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
-  if (!all_const(dims, rank))
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the size of a value with symbolic dims");
-  int64_t size = 1;
-  for (int d = 0; d < rank; d++) size *= dims[d];
-  return ox_scalar(n, LOOM_I64, (double)size, &n->out[0]);
+  loom_dim_t size = 1;
+  for (int d = 0; d < rank; d++) LOOM_TRY(loom_dim_mul(n->g, size, dims[d], &size));
+  return ox_shape_make(n, 1, &size, 0, &n->out[0]);
 }
 
 loom_status_t ox_constant_of_shape(ox_node_t *n) {
-  int64_t shape[MAXN];
+  loom_dim_t shape[MAXN];
   int count;
-  LOOM_TRY(ox_const_ints(n, 0, "shape", shape, LOOM_MAX_RANK, &count));
+  LOOM_TRY(ox_shape_dims(n, 0, "shape", shape, LOOM_MAX_RANK, &count));
+  for (int d = 0; d < count; d++)
+    if (shape[d] < 0 && !ox_is_dim_sym(shape[d]))
+      return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is %lld", d, (long long)shape[d]);
   loom_dtype_t dt = LOOM_F32;
   double value = 0;
   const Onnx__AttributeProto *a = ox_attr(n, "value");
@@ -288,7 +313,37 @@ loom_status_t ox_constant_of_shape(ox_node_t *n) {
   return loom_full(n->g, count, shape, value, dt, &n->out[0]);
 }
 
+/* Range to a symbolic limit: start + delta * (0, 1, ...), the positions
+ * counted by a cumulative sum of ones, as many as the limit gives. */
+static loom_status_t range_symbolic(ox_node_t *n) {
+  double start, delta;
+  loom_dim_t limit, count;
+  int c;
+  if (ox_is_shape(n->in[0]) || ox_is_shape(n->in[2]))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start and delta computed from symbolic dims "
+                   "(only limit may be)");
+  LOOM_TRY(ox_const_doubles(n, 0, "start", &start, 1, &c));
+  LOOM_TRY(ox_const_doubles(n, 2, "delta", &delta, 1, &c));
+  LOOM_TRY(ox_shape_dims(n, 1, "limit", &limit, 1, &c));
+  if (c != 1 || delta < 1 || delta != (int64_t)delta || start != (int64_t)start)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic limit needs integer start and a "
+                   "positive integer delta");
+  loom_dtype_t dt = ox_dtype(n, n->in[0]);
+  loom_value_t ones, pos, d, s;
+  LOOM_TRY(loom_dim_add(n->g, limit, (int64_t)(delta - 1 - start), &count));
+  LOOM_TRY(loom_dim_floordiv(n->g, count, (int64_t)delta, &count));
+  LOOM_TRY(loom_full(n->g, 1, &count, 1, dt, &ones));
+  LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
+  LOOM_TRY(ox_scalar(n, dt, delta, &d));
+  LOOM_TRY(ox_scalar(n, dt, start, &s));
+  LOOM_TRY(loom_mul(n->g, pos, d, &pos));
+  return loom_add(n->g, pos, s, &n->out[0]);
+}
+
 loom_status_t ox_range(ox_node_t *n) {
+  if (ox_has(n, 0) && ox_has(n, 1) && ox_has(n, 2) &&
+      (ox_is_shape(n->in[0]) || ox_is_shape(n->in[1]) || ox_is_shape(n->in[2])))
+    return range_symbolic(n);
   double v[3];
   int c;
   const char *names[3] = {"start", "limit", "delta"};

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Writes the small ONNX models that tests/test_onnx.c loads, into
+tests/onnx/models/. Run with a Python that has the onnx package
+(Debian's python3-onnx: /usr/bin/python3 tests/onnx/make_models.py).
+
+shape_chain.onnx: x (batch, seq, 64) through the shape computations
+PyTorch exports (Shape, Gather, Unsqueeze, Concat, Reshape, arithmetic on
+dims, ConstantOfShape, Expand, Range), so that its dims stay symbolic:
+  z = x viewed as (batch, seq, 4, 16), each 16-vector times W (16, 16),
+      through a transpose to (batch, 4, seq, 16) and back
+  y = z * 0.5 + position along seq
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+
+def w_values():
+    i, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    return (((i * 3 + j * 5) % 7 - 3) / 8.0).astype(np.float32)
+
+
+def const(name, values):
+    """An int64 Constant node (a scalar, or a vector for a list)."""
+    return helper.make_node("Constant", [], [name], name=name,
+                            value=helper.make_tensor(name + "_v", TensorProto.INT64,
+                                                     np.shape(values), np.ravel(values).tolist()))
+
+
+def shape_chain():
+    n = helper.make_node
+    nodes = [
+        const("zero", 0), const("one", 1), const("axes0", [0]), const("sixty_four", 64),
+        const("sixteen", 16), const("heads_dim", [4, 16]), const("sixteen_v", [16]),
+        const("one_v", [1]), const("axes02", [0, 2]),
+        n("Shape", ["x"], ["shape"]),
+        n("Gather", ["shape", "zero"], ["b"], axis=0),
+        n("Gather", ["shape", "one"], ["t"], axis=0),
+        n("Unsqueeze", ["b", "axes0"], ["b1"]),
+        n("Unsqueeze", ["t", "axes0"], ["t1"]),
+        n("Concat", ["b1", "t1", "heads_dim"], ["shape4"], axis=0),
+        n("Reshape", ["x", "shape4"], ["h"]),
+        n("Transpose", ["h"], ["ht"], perm=[0, 2, 1, 3]),
+        n("MatMul", ["ht", "W"], ["m"]),
+        n("Transpose", ["m"], ["mt"], perm=[0, 2, 1, 3]),
+        # (batch, seq * 64 / 16, 16), then back through Shape of x.
+        n("Mul", ["t", "sixty_four"], ["t64"]),
+        n("Div", ["t64", "sixteen"], ["t4"]),
+        n("Unsqueeze", ["t4", "axes0"], ["t41"]),
+        n("Concat", ["b1", "t41", "sixteen_v"], ["shape3"], axis=0),
+        n("Reshape", ["mt", "shape3"], ["r3"]),
+        n("Shape", ["x"], ["shape_again"]),
+        n("Reshape", ["r3", "shape_again"], ["z"]),
+        # A mask of 0.5 of shape (batch, seq, 1), expanded to x's shape.
+        n("Concat", ["b1", "t1", "one_v"], ["mask_shape"], axis=0),
+        n("ConstantOfShape", ["mask_shape"], ["mask"],
+          value=helper.make_tensor("half", TensorProto.FLOAT, [1], [0.5])),
+        n("Expand", ["mask", "shape_again"], ["mask_x"]),
+        n("Mul", ["z", "mask_x"], ["zm"]),
+        # Positions 0..seq-1, as (1, seq, 1).
+        n("Range", ["zero", "t", "one"], ["pos"]),
+        n("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+        n("Unsqueeze", ["posf", "axes02"], ["pos3"]),
+        n("Add", ["zm", "pos3"], ["y"]),
+    ]
+    w = helper.make_tensor("W", TensorProto.FLOAT, [16, 16], w_values().ravel().tolist())
+    graph = helper.make_graph(
+        nodes, "shape_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="loom tests/onnx/make_models.py")
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+if __name__ == "__main__":
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+    os.makedirs(out, exist_ok=True)
+    onnx.save(shape_chain(), os.path.join(out, "shape_chain.onnx"))
