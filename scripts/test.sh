@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, then builds and runs the whole test suite three times: optimized
 # (with the NumPy conformance run), built by clang, then under
-# AddressSanitizer and UndefinedBehaviorSanitizer; then the tests of code
-# shared between threads once more under ThreadSanitizer.
+# AddressSanitizer and UndefinedBehaviorSanitizer; the fuzz harnesses under
+# libFuzzer; then the tests of code shared between threads once more under
+# ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -34,6 +35,15 @@ rm -rf "$pyenv_dir"
 echo "== clang build =="
 scripts/build.sh clang
 (cd build-clang && ctest --output-on-failure -j "$jobs")
+
+# The fuzz harnesses (tests/fuzz/) under libFuzzer's coverage guidance,
+# with ASan and UBSan, LOOM_FUZZ_SECONDS each (the other builds run them
+# with the plain driver).
+fuzzers=()
+for f in tests/fuzz/fuzz_*.c; do fuzzers+=("$(basename "$f" .c)"); done
+echo "== libFuzzer build (${fuzzers[*]}) =="
+scripts/build.sh fuzz "${fuzzers[@]}"
+(cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -R "^fuzz_")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
 scripts/build.sh asan

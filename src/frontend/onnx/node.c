@@ -176,6 +176,16 @@ loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what,
   return LOOM_OK;
 }
 
+loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *what,
+                             loom_dim_t *dims, int *rank) {
+  LOOM_TRY(ox_dims(n, v, dims, rank));
+  for (int d = 0; d < *rank; d++)
+    if (dims[d] < 0)
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has symbolic dims (give them sizes when "
+                     "loading)", what);
+  return LOOM_OK;
+}
+
 loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out) {
   loom_value_t a;
   LOOM_TRY(loom_arange(n->g, 0, (double)size, 1, LOOM_I64, &a));

@@ -8,6 +8,8 @@
 
 #include <onnx.pb-c.h>
 
+#include <string.h>
+
 #include "core/status.h"
 #include "loom/loom.h"
 
@@ -81,6 +83,9 @@ loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what,
 
 /* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
 loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out);
+/* ox_dims, failing (naming `what`) when a dim is symbolic. */
+loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *what,
+                             loom_dim_t *dims, int *rank);
 
 /* ---- Types ---------------------------------------------------------------- */
 /* The ONNX element type the node's graph declares for value `name` (an
@@ -160,6 +165,12 @@ loom_status_t ox_shape_dims(const ox_node_t *n, int i, const char *what, loom_di
  * (shape arithmetic: Gather, Concat, Add, ...), *done then 1; fails
  * naming n when n cannot take it. */
 loom_status_t ox_shape_node(ox_node_t *n, int *done);
+
+/* memcpy for counts that may be 0 with a NULL source (an attribute the
+ * node does not have), which memcpy itself must not be given. */
+static inline void ox_copy(void *dst, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+}
 
 /* ---- Rules (onnx_ops.def) ------------------------------------------------- */
 typedef struct ox_op {

@@ -299,9 +299,9 @@ static loom_status_t unroll_step(ox_node_t *n, const Onnx__GraphProto *gp, int64
   loom_value_t *formal = buf, *outs = buf + n_carried + 2;
   LOOM_TRY(constant_scalar(n->g, LOOM_I64, i, &formal[0]));
   LOOM_TRY(constant_scalar(n->g, LOOM_BOOL, 1, &formal[1]));
-  memcpy(formal + 2, carried, sizeof *carried * (size_t)n_carried);
+  ox_copy(formal + 2, carried, sizeof *carried * (size_t)n_carried);
   LOOM_TRY(ox_subgraph_import(n, gp, n->g, n_carried + 2, formal, NULL, NULL, n_res + 1, outs));
-  memcpy(carried, outs + 1, sizeof *carried * (size_t)n_carried);
+  ox_copy(carried, outs + 1, sizeof *carried * (size_t)n_carried);
   for (int j = 0; j < n_res - n_carried; j++)
     LOOM_TRY(loom_unsqueeze(n->g, outs[1 + n_carried + j], 1, (int64_t[]){0},
                             &scans[j * trips + i]));
@@ -317,7 +317,7 @@ static loom_status_t loop_unroll(ox_node_t *n, const Onnx__GraphProto *gp, int64
   loom_value_t *buf = core_calloc((size_t)(n_carried + n_res) + 3, sizeof *buf);
   loom_status_t st = carried && scans && buf
                          ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  if (st == LOOM_OK) memcpy(carried, n->in + 2, sizeof *carried * (size_t)n_carried);
+  if (st == LOOM_OK) ox_copy(carried, n->in + 2, sizeof *carried * (size_t)n_carried);
   for (int64_t i = 0; st == LOOM_OK && i < trips; i++)
     st = unroll_step(n, gp, i, trips, n_carried, carried, scans, buf);
   for (int j = 0; st == LOOM_OK && j < n_scan; j++)
@@ -477,8 +477,8 @@ static loom_status_t scan_loop(ox_node_t *n, const Onnx__GraphProto *gp, const s
   LOOM_TRY(body_outputs(n, b, n_body, b->out));
   loom_value_t *all = core_calloc((size_t)(s->m + b->n_pass) + 1, sizeof *all);
   if (!all) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  memcpy(all, xs, sizeof *xs * (size_t)s->m);
-  memcpy(all + s->m, b->pass, sizeof *all * (size_t)b->n_pass);
+  ox_copy(all, xs, sizeof *xs * (size_t)s->m);
+  ox_copy(all + s->m, b->pass, sizeof *all * (size_t)b->n_pass);
   loom_graph_t *body = b->g;
   b->g = NULL;
   loom_status_t st = loom_full(n->g, 0, NULL, (double)len, LOOM_I64, &trips);

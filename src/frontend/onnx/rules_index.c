@@ -19,16 +19,6 @@
 
 typedef enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } reduction_t;
 
-static loom_status_t static_dims(const ox_node_t *n, loom_value_t v, const char *what,
-                                 loom_dim_t *dims, int *rank) {
-  LOOM_TRY(ox_dims(n, v, dims, rank));
-  for (int d = 0; d < *rank; d++)
-    if (dims[d] < 0)
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has symbolic dims (give them sizes when "
-                     "loading)", what);
-  return LOOM_OK;
-}
-
 static int64_t product(const loom_dim_t *dims, int from, int to) {
   int64_t p = 1;
   for (int d = from; d < to; d++) p *= dims[d];
@@ -215,9 +205,9 @@ loom_status_t ox_scatter_elements(ox_node_t *n) {
   for (int i = 0; i < 3; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK], du[LOOM_MAX_RANK];
   int rank, irank, urank;
-  LOOM_TRY(static_dims(n, n->in[0], "data", dd, &rank));
-  LOOM_TRY(static_dims(n, n->in[1], "indices", di, &irank));
-  LOOM_TRY(static_dims(n, n->in[2], "updates", du, &urank));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &rank));
+  LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &irank));
+  LOOM_TRY(ox_static_dims(n, n->in[2], "updates", du, &urank));
   if (rank < 1 || irank != rank || urank != rank)
     return ox_fail(n, LOOM_ERR_SHAPE, "data, indices and updates have ranks %d, %d, %d (one "
                    "rank, at least 1)", rank, irank, urank);
@@ -245,9 +235,9 @@ loom_status_t ox_scatter_nd(ox_node_t *n) {
   for (int i = 0; i < 3; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK], du[LOOM_MAX_RANK];
   int r, q, ur;
-  LOOM_TRY(static_dims(n, n->in[0], "data", dd, &r));
-  LOOM_TRY(static_dims(n, n->in[1], "indices", di, &q));
-  LOOM_TRY(static_dims(n, n->in[2], "updates", du, &ur));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &r));
+  LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &q));
+  LOOM_TRY(ox_static_dims(n, n->in[2], "updates", du, &ur));
   int k = q ? (int)di[q - 1] : 0;
   if (q < 1 || k < 1 || k > r || ur != q - 1 + r - k)
     return ox_fail(n, LOOM_ERR_SHAPE, "indices' last dim (%d) must be 1..data's rank (%d), and "
@@ -262,7 +252,7 @@ loom_status_t ox_scatter_nd(ox_node_t *n) {
   LOOM_TRY(flat_rows(n, n->in[1], dd, k, &rows));
   loom_dim_t shape[LOOM_MAX_RANK];
   int rest = r - k;
-  memcpy(shape + 1, dd + k, sizeof *dd * (size_t)rest);
+  ox_copy(shape + 1, dd + k, sizeof *dd * (size_t)rest);
   shape[0] = product(dd, 0, k);
   LOOM_TRY(loom_reshape(n->g, n->in[0], rest + 1, shape, &data));
   shape[0] = product(di, 0, q - 1);
@@ -282,8 +272,8 @@ loom_status_t ox_gather_nd(ox_node_t *n) {
   for (int i = 0; i < 2; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK];
   int r, q;
-  LOOM_TRY(static_dims(n, n->in[0], "data", dd, &r));
-  LOOM_TRY(static_dims(n, n->in[1], "indices", di, &q));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &r));
+  LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &q));
   int64_t b = ox_int(n, "batch_dims", 0);
   int k = q ? (int)di[q - 1] : 0;
   if (b < 0 || b >= q || b >= r || k < 1 || b + k > r)
@@ -307,7 +297,7 @@ loom_status_t ox_gather_nd(ox_node_t *n) {
   loom_dim_t shape[LOOM_MAX_RANK];
   int rest = r - (int)b - k;
   shape[0] = stride;
-  memcpy(shape + 1, dd + b + k, sizeof *dd * (size_t)rest);
+  ox_copy(shape + 1, dd + b + k, sizeof *dd * (size_t)rest);
   LOOM_TRY(loom_reshape(n->g, n->in[0], rest + 1, shape, &data));
   return loom_gather(n->g, data, rows, 0, &n->out[0]);
 }
@@ -341,7 +331,7 @@ loom_status_t ox_reverse_sequence(ox_node_t *n) {
   loom_graph_t *g = n->g;
   loom_dim_t dd[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(static_dims(n, n->in[0], "input", dd, &rank));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "input", dd, &rank));
   int64_t bax = ox_int(n, "batch_axis", 1), tax = ox_int(n, "time_axis", 0);
   if (rank < 2 || bax < 0 || bax > 1 || tax < 0 || tax > 1 || bax == tax)
     return ox_fail(n, LOOM_ERR_SHAPE, "batch_axis %lld and time_axis %lld must be 0 and 1 in "
@@ -398,7 +388,7 @@ loom_status_t ox_compress(ox_node_t *n) {
   for (int i = 0; i < 2; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK];
   int rank;
-  LOOM_TRY(static_dims(n, n->in[0], "input", dd, &rank));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "input", dd, &rank));
   if (ox_rank(n, n->in[1]) != 1)
     return ox_fail(n, LOOM_ERR_SHAPE, "condition has rank %d, not 1", ox_rank(n, n->in[1]));
   loom_value_t data = n->in[0], keep;
@@ -422,8 +412,8 @@ loom_status_t ox_max_unpool(ox_node_t *n) {
   for (int i = 0; i < 2; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dx[LOOM_MAX_RANK], di[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
   int rank, irank, nk, ns, np;
-  LOOM_TRY(static_dims(n, n->in[0], "X", dx, &rank));
-  LOOM_TRY(static_dims(n, n->in[1], "I", di, &irank));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "X", dx, &rank));
+  LOOM_TRY(ox_static_dims(n, n->in[1], "I", di, &irank));
   const int64_t *kernel = ox_ints(n, "kernel_shape", &nk);
   const int64_t *strides = ox_ints(n, "strides", &ns), *pads = ox_ints(n, "pads", &np);
   int sp = rank - 2;

@@ -17,7 +17,7 @@ static loom_status_t ints_attr_or_input(const ox_node_t *n, int64_t since, const
     const int64_t *v = ox_ints(n, name, &c);
     if (!ox_attr(n, name)) return LOOM_OK;
     if (c > MAXN) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has %d entries", name, c);
-    memcpy(out, v, sizeof *v * (size_t)c);
+    ox_copy(out, v, sizeof *v * (size_t)c);
     *count = c;
     return LOOM_OK;
   }
@@ -38,7 +38,7 @@ loom_status_t ox_reshape(ox_node_t *n) {
   if (n->opset < 5) {
     const int64_t *v = ox_ints(n, "shape", &count);
     if (count > LOOM_MAX_RANK) return ox_fail(n, LOOM_ERR_SHAPE, "shape has %d entries", count);
-    memcpy(shape, v, sizeof *v * (size_t)count);
+    ox_copy(shape, v, sizeof *v * (size_t)count);
   } else {
     LOOM_TRY(ox_shape_dims(n, 1, "shape", shape, LOOM_MAX_RANK, &count));
   }
@@ -174,9 +174,9 @@ loom_status_t ox_slice(ox_node_t *n) {
     int c;
     const int64_t *a = ox_ints(n, "axes", &c);
     if (ns > MAXN || ne > MAXN || c > MAXN) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "too many axes");
-    if (ns > 0) memcpy(starts, s, sizeof *s * (size_t)ns);
-    if (ne > 0) memcpy(ends, e, sizeof *e * (size_t)ne);
-    if (a && c > 0) memcpy(axes, a, sizeof *a * (size_t)(na = c));
+    if (ns > 0) ox_copy(starts, s, sizeof *s * (size_t)ns);
+    if (ne > 0) ox_copy(ends, e, sizeof *e * (size_t)ne);
+    if (a && c > 0) ox_copy(axes, a, sizeof *a * (size_t)(na = c));
   } else {
     LOOM_TRY(ox_shape_dims(n, 1, "starts", starts, MAXN, &ns));
     LOOM_TRY(ox_shape_dims(n, 2, "ends", ends, MAXN, &ne));
@@ -236,7 +236,7 @@ loom_status_t ox_pad(ox_node_t *n) {
   if (n->opset < 11) {
     const int64_t *p = ox_ints(n, n->opset < 2 ? "paddings" : "pads", &count);
     if (count > MAXN) return ox_fail(n, LOOM_ERR_SHAPE, "%d pads", count);
-    memcpy(given, p, sizeof *p * (size_t)count);
+    ox_copy(given, p, sizeof *p * (size_t)count);
     value = ox_float(n, "value", 0.0);
   } else {
     LOOM_TRY(ox_const_ints(n, 1, "pads", given, MAXN, &count));
@@ -358,15 +358,6 @@ loom_status_t ox_gather(ox_node_t *n) {
   return loom_gather(n->g, n->in[0], n->in[1], ox_int(n, "axis", 0), &n->out[0]);
 }
 
-/* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
-static loom_status_t iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out) {
-  loom_value_t a;
-  LOOM_TRY(loom_arange(n->g, 0, (double)size, 1, LOOM_I64, &a));
-  loom_dim_t shape[LOOM_MAX_RANK];
-  for (int k = 0; k < r; k++) shape[k] = k == d ? size : 1;
-  return loom_reshape(n->g, a, r, shape, out);
-}
-
 /* out[i] = data[i with axis replaced by index[i]]: one gather from the
  * flattened data at positions computed from the index's coordinates. */
 loom_status_t ox_gather_elements(ox_node_t *n) {
@@ -393,7 +384,7 @@ loom_status_t ox_gather_elements(ox_node_t *n) {
   flat = zero;
   for (int d = rank - 1; d >= 0; d--) {
     loom_value_t coord = idx;
-    if (d != axis) LOOM_TRY(iota(n, di[d], d, rank, &coord));
+    if (d != axis) LOOM_TRY(ox_iota(n, di[d], d, rank, &coord));
     LOOM_TRY(ox_scalar(n, LOOM_I64, (double)stride, &stride_v));
     LOOM_TRY(loom_mul(g, coord, stride_v, &term));
     LOOM_TRY(loom_add(g, flat, term, &flat));
@@ -418,8 +409,8 @@ loom_status_t ox_trilu(ox_node_t *n) {
   int c;
   if (ox_has(n, 1)) LOOM_TRY(ox_const_doubles(n, 1, "k", &k, 1, &c));
   loom_value_t i, j, diff, kv, keep, zero;
-  LOOM_TRY(iota(n, dims[rank - 2], 0, 2, &i));
-  LOOM_TRY(iota(n, dims[rank - 1], 1, 2, &j));
+  LOOM_TRY(ox_iota(n, dims[rank - 2], 0, 2, &i));
+  LOOM_TRY(ox_iota(n, dims[rank - 1], 1, 2, &j));
   LOOM_TRY(loom_sub(g, j, i, &diff));
   LOOM_TRY(ox_scalar(n, LOOM_I64, k, &kv));
   LOOM_TRY(ox_int(n, "upper", 1) ? loom_ge(g, diff, kv, &keep) : loom_le(g, diff, kv, &keep));
@@ -451,7 +442,7 @@ loom_status_t ox_one_hot(ox_node_t *n) {
   LOOM_TRY(loom_where(g, neg, wrapped, idx, &idx));
   int64_t at = axis;
   LOOM_TRY(loom_unsqueeze(g, idx, 1, &at, &idx));
-  LOOM_TRY(iota(n, depth, (int)axis, rank + 1, &classes));
+  LOOM_TRY(ox_iota(n, depth, (int)axis, rank + 1, &classes));
   LOOM_TRY(loom_eq(g, idx, classes, &hot));
   int64_t first = 0, second = 1;
   LOOM_TRY(loom_slice(g, n->in[2], 1, &first, &second, &first, NULL, &off));
@@ -514,8 +505,8 @@ loom_status_t ox_eye_like(ox_node_t *n) {
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dtype %s",
                    ox_onnx_type_name((int32_t)ox_int(n, "dtype", 1)));
   loom_value_t i, j, diff, kv, on;
-  LOOM_TRY(iota(n, d[0], 0, 2, &i));
-  LOOM_TRY(iota(n, d[1], 1, 2, &j));
+  LOOM_TRY(ox_iota(n, d[0], 0, 2, &i));
+  LOOM_TRY(ox_iota(n, d[1], 1, 2, &j));
   LOOM_TRY(loom_sub(n->g, j, i, &diff));
   LOOM_TRY(ox_scalar(n, LOOM_I64, (double)ox_int(n, "k", 0), &kv));
   LOOM_TRY(loom_eq(n->g, diff, kv, &on));

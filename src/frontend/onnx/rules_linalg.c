@@ -91,7 +91,7 @@ static loom_status_t take_diagonal(ox_node_t *n, term_t *t, char c) {
   LOOM_TRY(loom_reshape(n->g, v, k + 1, shape, &v));
   LOOM_TRY(loom_arange(n->g, 0, (double)(size * size), (double)(size + 1), LOOM_I64, &at));
   LOOM_TRY(loom_gather(n->g, v, at, k, &t->v));
-  memcpy(t->labels, labels, sizeof labels);
+  ox_copy(t->labels, labels, sizeof labels);
   return LOOM_OK;
 }
 
@@ -184,7 +184,7 @@ static loom_status_t contract(ox_node_t *n, term_t *a, const term_t *b_in, const
   LOOM_TRY(group_dims(n, &b, gb, 3, &y));
   LOOM_TRY(loom_matmul(n->g, x, y, 0, 0, &z));
   LOOM_TRY(loom_reshape(n->g, z, rank, out_dims, &a->v));
-  memcpy(a->labels, labels, sizeof labels);
+  ox_copy(a->labels, labels, sizeof labels);
   return LOOM_OK;
 }
 

@@ -133,7 +133,7 @@ static loom_status_t conv_common(ox_node_t *n, int transpose) {
     p.stride[d] = w.stride[d];
     p.dilation[d] = w.dilation[d];
   }
-  memcpy(p.pads, w.pads, sizeof p.pads);
+  ox_copy(p.pads, w.pads, sizeof p.pads);
   if (transpose) {
     int c, off = 2 - w.spatial;
     const int64_t *op = ox_ints(n, "output_padding", &c);
@@ -231,7 +231,7 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
     p.stride[d] = w.stride[d];
     p.dilation[d] = w.dilation[d];
   }
-  memcpy(p.pads, w.pads, sizeof p.pads);
+  ox_copy(p.pads, w.pads, sizeof p.pads);
   loom_value_t x, y;
   LOOM_TRY(as_4d(n, &w, n->in[0], &x));
   loom_dtype_t dt = ox_dtype(n, x);

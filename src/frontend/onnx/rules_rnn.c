@@ -102,7 +102,7 @@ static loom_status_t read_acts(rnn_t *r) {
     }
     char name[64];
     size_t len = a->strings[k].len < sizeof name - 1 ? a->strings[k].len : sizeof name - 1;
-    memcpy(name, a->strings[k].data, len);
+    ox_copy(name, a->strings[k].data, len);
     name[len] = 0;
     size_t i = 0, count = sizeof act_names / sizeof act_names[0];
     while (i < count && strcasecmp(act_names[i].name, name)) i++;

@@ -19,16 +19,6 @@
 /* NonMaxSuppression unrolls one step per box: more boxes are refused. */
 #define MAX_BOXES 4096
 
-static loom_status_t static_dims(const ox_node_t *n, loom_value_t v, const char *what,
-                                 loom_dim_t *dims, int *rank) {
-  LOOM_TRY(ox_dims(n, v, dims, rank));
-  for (int d = 0; d < *rank; d++)
-    if (dims[d] < 0)
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has symbolic dims (give them sizes when "
-                     "loading)", what);
-  return LOOM_OK;
-}
-
 static loom_status_t binary_k(ox_node_t *n, loom_status_t (*op)(loom_graph_t *, loom_value_t,
                                                                  loom_value_t, loom_value_t *),
                               loom_value_t a, loom_dtype_t dt, double k, loom_value_t *out) {
@@ -74,7 +64,7 @@ typedef struct slices {
 static loom_status_t unique_slices(ox_node_t *n, slices_t *sl) {
   loom_dim_t dx[LOOM_MAX_RANK], shape[2];
   int rank;
-  LOOM_TRY(static_dims(n, n->in[0], "X", dx, &rank));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "X", dx, &rank));
   int64_t total = 1;
   for (int d = 0; d < rank; d++) total *= dx[d];
   sl->src = n->in[0];
@@ -226,8 +216,8 @@ static loom_status_t scalar_input(ox_node_t *n, int i, loom_dtype_t dt, double d
 static loom_status_t nms_check(ox_node_t *n, nms_t *s) {
   loom_dim_t db[LOOM_MAX_RANK], ds[LOOM_MAX_RANK];
   int rb, rs;
-  LOOM_TRY(static_dims(n, n->in[0], "boxes", db, &rb));
-  LOOM_TRY(static_dims(n, n->in[1], "scores", ds, &rs));
+  LOOM_TRY(ox_static_dims(n, n->in[0], "boxes", db, &rb));
+  LOOM_TRY(ox_static_dims(n, n->in[1], "scores", ds, &rs));
   if (rb != 3 || db[2] != 4 || rs != 3 || ds[0] != db[0] || ds[2] != db[1])
     return ox_fail(n, LOOM_ERR_SHAPE, "boxes must be (batches, boxes, 4) and scores "
                    "(batches, classes, boxes)");

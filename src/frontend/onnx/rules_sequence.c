@@ -43,7 +43,7 @@ static loom_status_t seq_make(ox_node_t *n, int count, const loom_value_t *items
   ox_seq_t *q = &s->list[s->n];
   q->items = core_calloc((size_t)count + 1, sizeof *q->items);
   if (!q->items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  if (count) memcpy(q->items, items, sizeof *items * (size_t)count);
+  if (count) ox_copy(q->items, items, sizeof *items * (size_t)count);
   q->n = count;
   q->dtype = count ? ox_dtype(n, items[0]) : dtype;
   out->id = OX_SEQ_BASE + s->n++;
@@ -115,9 +115,9 @@ loom_status_t ox_sequence_insert(ox_node_t *n) {
   LOOM_TRY(seq_position(n, 2, q->n, 1, q->n, &at));
   loom_value_t *items = core_calloc((size_t)q->n + 2, sizeof *items);
   if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  memcpy(items, q->items, sizeof *items * (size_t)at);
+  ox_copy(items, q->items, sizeof *items * (size_t)at);
   items[at] = n->in[1];
-  memcpy(items + at + 1, q->items + at, sizeof *items * (size_t)(q->n - at));
+  ox_copy(items + at + 1, q->items + at, sizeof *items * (size_t)(q->n - at));
   loom_status_t st = seq_make(n, q->n + 1, items, q->dtype, &n->out[0]);
   core_free(items);
   return st;
@@ -131,8 +131,8 @@ loom_status_t ox_sequence_erase(ox_node_t *n) {
   LOOM_TRY(seq_position(n, 1, q->n, 0, q->n - 1, &at));
   loom_value_t *items = core_calloc((size_t)q->n, sizeof *items);
   if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  memcpy(items, q->items, sizeof *items * (size_t)at);
-  memcpy(items + at, q->items + at + 1, sizeof *items * (size_t)(q->n - at - 1));
+  ox_copy(items, q->items, sizeof *items * (size_t)at);
+  ox_copy(items + at, q->items + at + 1, sizeof *items * (size_t)(q->n - at - 1));
   loom_status_t st = seq_make(n, q->n - 1, items, q->dtype, &n->out[0]);
   core_free(items);
   return st;

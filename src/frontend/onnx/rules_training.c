@@ -197,7 +197,7 @@ loom_status_t ox_adam(ox_node_t *n) {
 static const char *attr_string(const Onnx__AttributeProto *a, size_t k, char *buf, size_t size) {
   const ProtobufCBinaryData *s = a->n_strings > k ? &a->strings[k] : &a->s;
   size_t len = s->len < size - 1 ? s->len : size - 1;
-  memcpy(buf, s->data, len);
+  ox_copy(buf, s->data, len);
   buf[len] = 0;
   return buf;
 }

@@ -81,7 +81,7 @@ loom_status_t ox_shape_make(ox_node_t *n, int count, const loom_dim_t *dims, int
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a shape of %d dims computed from symbolic dims "
                    "(at most %d)", count, OX_SHAPE_MAX);
   ox_shape_val_t v = {.n = count, .rank = rank, .dtype = LOOM_I64};
-  memcpy(v.dims, dims, sizeof *dims * (size_t)count);
+  ox_copy(v.dims, dims, sizeof *dims * (size_t)count);
   return emit(n, &v, out);
 }
 
@@ -126,7 +126,7 @@ loom_status_t ox_shape_dims(const ox_node_t *n, int i, const char *what, loom_di
   if (!s) return ox_const_ints(n, i, what, out, cap, count);
   if (s->n > cap)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has %d entries (at most %d)", what, s->n, cap);
-  memcpy(out, s->dims, sizeof *out * (size_t)s->n);
+  ox_copy(out, s->dims, sizeof *out * (size_t)s->n);
   *count = s->n;
   return LOOM_OK;
 }
@@ -190,7 +190,7 @@ static loom_status_t sv_concat(ox_node_t *n, ox_shape_val_t *y) {
     if (y->n + x.n > OX_SHAPE_MAX)
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "over %d dims computed from symbolic dims",
                      OX_SHAPE_MAX);
-    memcpy(y->dims + y->n, x.dims, sizeof *x.dims * (size_t)x.n);
+    ox_copy(y->dims + y->n, x.dims, sizeof *x.dims * (size_t)x.n);
     y->n += x.n;
     y->dtype = x.dtype;
   }
