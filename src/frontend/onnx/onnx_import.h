@@ -172,6 +172,14 @@ static inline void ox_copy(void *dst, const void *src, size_t bytes) {
   if (bytes) memcpy(dst, src, bytes);
 }
 
+/* ---- Parts of rules in other files ------------------------------------------ */
+/* rules_conv3d.c: the rank-5 (3-D) Conv, ConvTranspose and pools, and
+ * MaxPool with its Indices output (any rank), for rules_nn.c's rules. */
+loom_status_t ox_conv3d(ox_node_t *n);
+loom_status_t ox_conv_transpose3d(ox_node_t *n);
+loom_status_t ox_pool3d(ox_node_t *n, int max);
+loom_status_t ox_max_pool_indices(ox_node_t *n);
+
 /* ---- Rules (onnx_ops.def) ------------------------------------------------- */
 typedef struct ox_op {
   const char *name;

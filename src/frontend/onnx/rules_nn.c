@@ -1,7 +1,7 @@
 /* Rules for ONNX's contractions, convolutions, pools and normalizations:
  * auto_pad and ceil_mode become explicit pads, 1-D convolutions and pools
  * run as 2-D ones of height 1, and the opset-13 change of Softmax's axis
- * is kept. */
+ * is kept. 3-D windows and MaxPool's Indices are rules_conv3d.c's. */
 #include <math.h>
 #include <string.h>
 
@@ -121,6 +121,7 @@ static loom_status_t conv_common(ox_node_t *n, int transpose) {
   loom_dim_t xd[LOOM_MAX_RANK], wd[LOOM_MAX_RANK];
   int rank, wrank;
   LOOM_TRY(ox_dims(n, n->in[0], xd, &rank));
+  if (rank == 5) return transpose ? ox_conv_transpose3d(n) : ox_conv3d(n);
   LOOM_TRY(ox_dims(n, n->in[1], wd, &wrank));
   if (wrank != rank) return ox_fail(n, LOOM_ERR_SHAPE, "weight rank %d, input rank %d", wrank, rank);
   for (int d = 2; d < rank; d++)
@@ -200,11 +201,12 @@ static loom_status_t wide_pads_pool(ox_node_t *n, loom_value_t x, const loom_poo
 
 static loom_status_t pool_common(ox_node_t *n, int max) {
   LOOM_TRY(ox_need(n, 0));
-  if (n->n_out > 1 && n->proto->output[1] && *n->proto->output[1])
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the Indices output is not supported");
+  if (max && n->n_out > 1 && n->proto->output[1] && *n->proto->output[1])
+    return ox_max_pool_indices(n);
   loom_dim_t xd[LOOM_MAX_RANK];
   int rank, c;
   LOOM_TRY(ox_dims(n, n->in[0], xd, &rank));
+  if (rank == 5) return ox_pool3d(n, max);
   const int64_t *ks = ox_ints(n, "kernel_shape", &c);
   if (!ks || c != rank - 2)
     return ox_fail(n, LOOM_ERR_SHAPE, "kernel_shape has %d entries for rank %d", c, rank);
