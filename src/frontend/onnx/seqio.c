@@ -43,7 +43,20 @@ static int find_name(int count, const char *const *names, const char *name) {
   return -1;
 }
 
-/* Dims of the graph input `name` of tensor type tt: elem_shapes' entry
+/* Fails unless the given shape fits the one the model declares (if
+ * any): its rank, and the sizes it fixes. */
+static loom_status_t shape_fits(const char *name, const Onnx__TypeProto__Tensor *tt,
+                                const loom_dim_t *dims, int rank) {
+  if (!tt->shape) return LOOM_OK;
+  int ok = (int)tt->shape->n_dim == rank;
+  for (int d = 0; ok && d < rank; d++)
+    ok = tt->shape->dim[d]->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+         tt->shape->dim[d]->dim_value == dims[d];
+  return ok ? LOOM_OK : loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the shape given for '%s' "
+                                  "does not fit the model's (rank %zu)", name, tt->shape->n_dim);
+}
+
+/* Dims of the graph input `name` of tensor type tt: the options' shape
  * for it, or what the model declares (dim names as symbols, unnamed
  * dims a symbol of the input's name). */
 static loom_status_t input_dims(loom_graph_t *g, const loom_onnx_options_t *o, const char *name,
@@ -52,19 +65,19 @@ static loom_status_t input_dims(loom_graph_t *g, const loom_onnx_options_t *o, c
   if (k >= 0) {
     *rank = o->elem_ranks[k];
     if (*rank < 0 || *rank > LOOM_MAX_RANK || (*rank && !o->elem_dims[k]))
-      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_shapes entry '%s' has rank %d",
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_names entry '%s' has rank %d",
                        name, *rank);
     for (int d = 0; d < *rank; d++) {
       if (o->elem_dims[k][d] < 0)
-        return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_shapes entry '%s' has dim %d "
+        return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_names entry '%s' has dim %d "
                          "of %lld", name, d, (long long)o->elem_dims[k][d]);
       dims[d] = o->elem_dims[k][d];
     }
-    return LOOM_OK;
+    return shape_fits(name, tt, dims, *rank);
   }
   if (!tt->shape)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': the model declares no shape for it "
-                     "(give one in the options' elem_shapes)", name);
+                     "(give one in the options' elem_names, elem_ranks and elem_dims)", name);
   if (tt->shape->n_dim > LOOM_MAX_RANK)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': rank %zu is over Loom's %d", name,
                      tt->shape->n_dim, LOOM_MAX_RANK);
@@ -73,6 +86,9 @@ static loom_status_t input_dims(loom_graph_t *g, const loom_onnx_options_t *o, c
     const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
     char fresh[320];
     if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+      if (dim->dim_value < 0 || dim->dim_value > ((int64_t)1 << 40))
+        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %d is %lld", name, d,
+                         (long long)dim->dim_value);
       dims[d] = dim->dim_value;
       continue;
     }
@@ -189,7 +205,7 @@ loom_status_t ox_seqio_check(const Onnx__GraphProto *gp, const loom_onnx_options
   }
   for (int k = 0; k < o->n_elem_shapes; k++)
     if (!o->elem_names[k] || !elem_listed(o, o->elem_names[k]))
-      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_shapes names '%s', no element "
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: elem_names names '%s', no element "
                        "of a sequence input the options give a length", 
                        o->elem_names[k] ? o->elem_names[k] : "(null)");
   return LOOM_OK;
