@@ -155,6 +155,9 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
     if (!o->fixed_values[k] && !ox_type_is_optional(vi->type))
       return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: fixed input '%s' has no value (only "
                        "an optional input may be fixed to none)", name);
+    if (vi->type && vi->type->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE)
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: input '%s' is a sequence, which "
+                       "cannot be fixed (its elements are inputs '%s.0', ...)", name, name);
     imp->fixed_used[k] = 1;
     if (!o->fixed_values[k]) return add_seq_input(imp, sc, vi, 1);
     loom_value_t v;
@@ -166,8 +169,8 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
     return add_seq_input(imp, sc, vi, 0);
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
     return loom_fail(LOOM_ERR_UNSUPPORTED,
-                     "ONNX input '%s': only tensor inputs are supported (not sequences, maps, "
-                     "optionals or sparse tensors)", name);
+                     "ONNX input '%s': only tensors, sequences and optionals are supported "
+                     "(not maps or sparse tensors)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   loom_dtype_t dt;
   if (!tt->has_elem_type || !ox_dtype_from_onnx(tt->elem_type, &dt))
