@@ -1,7 +1,9 @@
 /* `loom run`, `loom bench` and `loom explain` on an ONNX model: load it
  * (loom_onnx_load), bind inputs (.npy files, or random values of the
  * declared shapes, with --dim NAME=SIZE for symbolic dims), compile it
- * once and run it. */
+ * once and run it. A sequence input's length comes with --seq-len
+ * NAME=K (its elements are the inputs NAME.0 ..), an optional input is
+ * none with --none NAME. */
 #include "onnx_cli.h"
 
 #include <errno.h>
@@ -21,13 +23,15 @@ typedef struct args {
   const char *input_names[MAX_ARGS], *input_files[MAX_ARGS];
   const char *dim_names[MAX_ARGS];
   int64_t dim_values[MAX_ARGS];
-  int n_inputs, n_dims, threads, runs;
+  const char *seq_names[MAX_ARGS], *none_names[MAX_ARGS];
+  int seq_lengths[MAX_ARGS];
+  int n_inputs, n_dims, n_seqs, n_nones, threads, runs;
 } args_t;
 
 static int usage(const char *cmd) {
   fprintf(stderr,
           "usage: loom %s MODEL.onnx [--input NAME=FILE.npy ...] [--dim NAME=SIZE ...]\n"
-          "       [--threads N]%s\n",
+          "       [--seq-len NAME=K ...] [--none NAME ...] [--threads N]%s\n",
           cmd, !strcmp(cmd, "run") ? " [--output-dir DIR]" : !strcmp(cmd, "bench") ? " [--runs N]" : "");
   return 2;
 }
@@ -56,6 +60,22 @@ static int parse(int argc, char **argv, const char *cmd, args_t *a) {
         return 2;
       }
       a->n_dims++;
+      i++;
+    } else if (!strcmp(s, "--seq-len") && v) {
+      const char *eq = strchr(v, '=');
+      char *end;
+      if (!eq || a->n_seqs == MAX_ARGS) return usage(cmd);
+      a->seq_names[a->n_seqs] = strndup(v, (size_t)(eq - v));
+      long k = strtol(eq + 1, &end, 10);
+      if (*end || k < 0 || k > 4096) {
+        fprintf(stderr, "loom %s: --seq-len %s: the length must be a number 0 to 4096\n", cmd, v);
+        return 2;
+      }
+      a->seq_lengths[a->n_seqs++] = (int)k;
+      i++;
+    } else if (!strcmp(s, "--none") && v) {
+      if (a->n_nones == MAX_ARGS) return usage(cmd);
+      a->none_names[a->n_nones++] = v;
       i++;
     } else if (!strcmp(s, "--output-dir") && v) {
       a->output_dir = v;
@@ -178,11 +198,60 @@ static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
   return 0;
 }
 
+/* The load options: sequence lengths, their elements' shapes from the
+ * --input files given for them, optionals that are none. */
+typedef struct load_opts {
+  loom_onnx_options_t o;
+  const loom_tensor_t *nulls[MAX_ARGS];
+  const char *elem_names[MAX_ARGS];
+  int elem_ranks[MAX_ARGS];
+  int64_t shapes[MAX_ARGS][LOOM_MAX_RANK];
+  const int64_t *elem_dims[MAX_ARGS];
+} load_opts_t;
+
+/* Whether input name is an element "SEQ.i" of a --seq-len sequence. */
+static int is_element(const args_t *a, const char *name) {
+  const char *dot = strrchr(name, '.');
+  for (int k = 0; dot && k < a->n_seqs; k++)
+    if (strlen(a->seq_names[k]) == (size_t)(dot - name) &&
+        !strncmp(a->seq_names[k], name, (size_t)(dot - name)))
+      return 1;
+  return 0;
+}
+
+static int load_options(const char *cmd, const args_t *a, load_opts_t *l) {
+  memset(l, 0, sizeof *l);
+  loom_onnx_options_init(&l->o);
+  l->o.n_fixed = a->n_nones;
+  l->o.fixed_names = a->none_names;
+  l->o.fixed_values = l->nulls;
+  l->o.n_seqs = a->n_seqs;
+  l->o.seq_names = a->seq_names;
+  l->o.seq_lengths = a->seq_lengths;
+  for (int k = 0; k < a->n_inputs; k++) {
+    if (!is_element(a, a->input_names[k])) continue;
+    loom_tensor_t *t = NULL;
+    if (loom_tensor_load_npy(a->input_files[k], &t) != LOOM_OK) return fail(cmd, "--input");
+    int e = l->o.n_elem_shapes++;
+    l->elem_names[e] = a->input_names[k];
+    l->elem_ranks[e] = loom_tensor_rank(t);
+    for (int d = 0; d < l->elem_ranks[e]; d++) l->shapes[e][d] = loom_tensor_dim(t, d);
+    l->elem_dims[e] = l->shapes[e];
+    loom_tensor_destroy(t);
+  }
+  l->o.elem_names = l->elem_names;
+  l->o.elem_ranks = l->elem_ranks;
+  l->o.elem_dims = l->elem_dims;
+  return 0;
+}
+
 /* Loads, binds and compiles: the symbols' sizes come from the inputs. */
 static int session_open(const char *cmd, session_t *s, const args_t *a) {
   memset(s, 0, sizeof *s);
+  load_opts_t l;
+  if (load_options(cmd, a, &l)) return 1;
   double t0 = now_ms();
-  if (loom_onnx_load(a->model, NULL, &s->g) != LOOM_OK) return fail(cmd, "cannot load the model");
+  if (loom_onnx_load(a->model, &l.o, &s->g) != LOOM_OK) return fail(cmd, "cannot load the model");
   s->load_ms = now_ms() - t0;
   if (bind_inputs(cmd, s, a)) return 1;
   loom_compile_options_t o;

@@ -43,6 +43,30 @@ typedef struct loom_onnx_options {
   int n_fixed;
   const char *const *fixed_names;
   const loom_tensor_t *const *fixed_values;
+  /* ---- Sequence and optional values at the model's edges ----
+   * Loom's values are tensors, so a sequence input NAME of the model
+   * becomes the graph's tensor inputs "NAME.0" .. "NAME.(k-1)", its length
+   * k given here (a sequence input not listed fails with LOOM_ERR_INVALID).
+   * Each element has the model's declared element type (dims it names
+   * become symbols of that name, as a tensor input's do) unless
+   * elem_shapes gives its shape. A sequence output NAME of length k (known
+   * when the model loads) becomes the outputs "NAME.0" .. "NAME.(k-1)"
+   * (none for an empty one). An optional input is present unless fixed to
+   * NULL above (n_fixed entry with fixed_values[k] NULL: it is none); when
+   * present, it is an input like its element type's (a tensor NAME, or a
+   * sequence NAME.i). An optional output is its element's outputs when
+   * present, and no output at all when none (nor when it is an empty
+   * sequence: only the graph's output names tell). */
+  int n_seqs;
+  const char *const *seq_names;
+  const int *seq_lengths;
+  /* Shapes of sequence elements, by element input name ("NAME.i"): the
+   * model often declares none, or one dim name for elements of different
+   * sizes. elem_ranks[k] dims elem_dims[k][0..rank). */
+  int n_elem_shapes;
+  const char *const *elem_names;
+  const int *elem_ranks;
+  const int64_t *const *elem_dims;
 } loom_onnx_options_t;
 
 LOOM_API loom_status_t loom_onnx_options_init_sized(loom_onnx_options_t *o, size_t size);
@@ -68,6 +92,10 @@ LOOM_API loom_status_t loom_onnx_describe(const char *path, char **text);
  * ONNX's test data). Integer types Loom does not have are widened: uint8,
  * int16 and uint16 to i32, uint32 and uint64 to i64 (see loom_onnx_load). */
 LOOM_API loom_status_t loom_onnx_load_tensor(const char *path, loom_tensor_t **out);
+/* The same from a serialized TensorProto's bytes (a SequenceProto's or
+ * OptionalProto's elements; no external data). */
+LOOM_API loom_status_t loom_onnx_load_tensor_memory(const void *data, size_t size,
+                                                    loom_tensor_t **out);
 
 /* Whether the importer has the ONNX op `op_type` (of the default domain or
  * ai.onnx.preview.training, whose names do not clash): 1 with

@@ -144,23 +144,39 @@ static int is_initializer(const Onnx__GraphProto *gp, const char *name) {
   return 0;
 }
 
+/* A sequence or optional input (seqio.c); none: an optional fixed to none. */
+static loom_status_t add_seq_input(ox_import_t *imp, ox_scope_t *sc,
+                                   const Onnx__ValueInfoProto *vi, int none) {
+  ox_node_t n = {.g = imp->g, .imp = imp, .scope = sc, .opset = imp->opset};
+  loom_value_t v;
+  LOOM_TRY(ox_seqio_input(&n, imp->options, vi, none, &v));
+  return scope_set(sc, vi->name ? vi->name : "", v);
+}
+
 static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__ValueInfoProto *vi) {
   const char *name = vi->name ? vi->name : "";
   const loom_onnx_options_t *o = imp->options;
   for (int k = 0; k < o->n_fixed; k++) {
     if (!o->fixed_names[k] || strcmp(o->fixed_names[k], name)) continue;
-    if (!o->fixed_values || !o->fixed_values[k])
-      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: fixed input '%s' has no value", name);
+    if (!o->fixed_values[k] && !ox_type_is_optional(vi->type))
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: fixed input '%s' has no value (only "
+                       "an optional input may be fixed to none)", name);
+    if (vi->type && vi->type->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE)
+      return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: input '%s' is a sequence, which "
+                       "cannot be fixed (its elements are inputs '%s.0', ...)", name, name);
     imp->fixed_used[k] = 1;
+    if (!o->fixed_values[k]) return add_seq_input(imp, sc, vi, 1);
     loom_value_t v;
     LOOM_TRY(loom_graph_constant(imp->g, o->fixed_values[k], &v));
     return scope_set(sc, name, v);
   }
   const Onnx__TypeProto *tp = vi->type;
+  if (tp && (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE || ox_type_is_optional(tp)))
+    return add_seq_input(imp, sc, vi, 0);
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
     return loom_fail(LOOM_ERR_UNSUPPORTED,
-                     "ONNX input '%s': only tensor inputs are supported (not sequences, maps, "
-                     "optionals or sparse tensors)", name);
+                     "ONNX input '%s': only tensors, sequences and optionals are supported "
+                     "(not maps or sparse tensors)", name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   loom_dtype_t dt;
   if (!tt->has_elem_type || !ox_dtype_from_onnx(tt->elem_type, &dt))
@@ -237,16 +253,18 @@ static int has_subgraph(const Onnx__NodeProto *np) {
   return 0;
 }
 
-/* Whether node np makes a sequence value (a list the import holds). */
+/* Whether node np makes a sequence value or an optional (a list the
+ * import holds). */
 static int makes_sequence(const Onnx__NodeProto *np) {
-  return !strncmp(np->op_type, "Sequence", 8) || !strcmp(np->op_type, "SplitToSequence");
+  return !strncmp(np->op_type, "Sequence", 8) || !strcmp(np->op_type, "SplitToSequence") ||
+         !strcmp(np->op_type, "Optional") || !strcmp(np->op_type, "OptionalGetElement");
 }
 
-/* Whether node np may read a sequence: the sequence ops, Identity, and
- * the ops with bodies (an inlined or unrolled body may read one). */
+/* Whether node np may read a sequence or optional: their ops, Identity,
+ * and the ops with bodies (an inlined or unrolled body may read one). */
 static int takes_sequence(const Onnx__NodeProto *np) {
-  return strstr(np->op_type, "Sequence") || !strcmp(np->op_type, "Identity") ||
-         has_subgraph(np);
+  return strstr(np->op_type, "Sequence") || !strncmp(np->op_type, "Optional", 8) ||
+         !strcmp(np->op_type, "Identity") || has_subgraph(np);
 }
 
 /* A node with a subgraph is never folded: its bodies read outer values
@@ -311,8 +329,8 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
       st = ox_fail(&n, LOOM_ERR_FORMAT, "input %d '%s' is not computed before the node "
                    "(a cycle, nodes out of order, or a missing value)", i, name);
     else if (ox_is_seq(n.in[i]) && !takes_sequence(np))
-      st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "input %d '%s' is a sequence; the op takes "
-                   "tensors", i, name);
+      st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "input %d '%s' is a sequence or optional; the "
+                   "op takes tensors", i, name);
   }
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) n.out[k].id = -1;
   int done = 0; /* by ox_shape_node, on shape values */
@@ -342,7 +360,8 @@ static loom_status_t add_initializers(ox_import_t *imp, ox_scope_t *sc,
 
 static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) {
   ox_scope_t sc = {.g = imp->g};
-  loom_status_t st = add_initializers(imp, &sc, gp);
+  loom_status_t st = ox_seqio_check(gp, imp->options);
+  if (st == LOOM_OK) st = add_initializers(imp, &sc, gp);
   for (size_t i = 0; st == LOOM_OK && i < gp->n_input; i++) {
     const Onnx__ValueInfoProto *vi = gp->input[i];
     if (vi->name && is_initializer(gp, vi->name)) continue; /* a default */
@@ -355,10 +374,10 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     loom_value_t v;
     if (!scope_get(&sc, name, &v))
       st = loom_fail(LOOM_ERR_FORMAT, "ONNX model: output '%s' is computed by no node", name);
-    else if (ox_is_seq(v))
-      st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' is a sequence (Loom's "
-                     "graph outputs are tensors)", name);
-    else if (ox_is_shape(v))
+    else if (ox_is_seq(v)) {
+      ox_node_t n = {.g = imp->g, .imp = imp, .scope = &sc, .opset = imp->opset};
+      st = ox_seqio_output(&n, name, v);
+    } else if (ox_is_shape(v))
       st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' holds dims computed from "
                      "symbolic dims (Loom computes those only while the model loads)", name);
     else

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "loom/loom.h"
+#include "loom/onnx.h"
 
 /* A node being imported. in[i].id is -1 for an absent optional input. */
 typedef struct ox_node {
@@ -137,6 +138,27 @@ struct ox_seqs;
 /* Where n's import keeps its sequences (load.c). */
 struct ox_seqs **ox_seq_store(ox_node_t *n);
 void ox_seqs_free(struct ox_seqs *s);
+/* A new sequence of the count items (dtype: its elements' when it has
+ * none), or an optional that is none (a list entry too: like a sequence,
+ * it is no value of a graph). */
+loom_status_t ox_seq_new(ox_node_t *n, int count, const loom_value_t *items, loom_dtype_t dtype,
+                         loom_value_t *out);
+loom_status_t ox_seq_none(ox_node_t *n, loom_value_t *out);
+/* The items of sequence v (*none 1, count 0: an optional that is none);
+ * fails unless v is one of the import's lists. */
+loom_status_t ox_seq_items(ox_node_t *n, loom_value_t v, int *count, const loom_value_t **items,
+                           int *none);
+
+/* ---- Sequence and optional inputs and outputs of the model (seqio.c) ------- */
+int ox_type_is_optional(const Onnx__TypeProto *tp);
+/* Checks the options' sequence lengths and element shapes against gp. */
+loom_status_t ox_seqio_check(const Onnx__GraphProto *gp, const loom_onnx_options_t *o);
+/* Input vi, a sequence or optional (none: an optional fixed to none), as
+ * a value of n->g (a list of tensor inputs NAME.i, or a tensor input). */
+loom_status_t ox_seqio_input(ox_node_t *n, const loom_onnx_options_t *o,
+                             const Onnx__ValueInfoProto *vi, int none, loom_value_t *out);
+/* Output `name` holding list v: outputs NAME.i, none for a none. */
+loom_status_t ox_seqio_output(ox_node_t *n, const char *name, loom_value_t v);
 
 /* ---- Shape values (shape_values.c) ----------------------------------------- */
 /* An integer tensor of dims computed from symbolic dims (Shape of an

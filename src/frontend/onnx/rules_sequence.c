@@ -2,7 +2,10 @@
  * loads: a list of Loom values the import holds, made and read by these
  * rules, so that a model that builds a list of tensors and takes them
  * apart again (positions known when it loads) imports as plain tensor
- * ops. Sequences are never changed: Insert and Erase make new lists. */
+ * ops. Sequences are never changed: Insert and Erase make new lists.
+ * An ONNX optional is, while the model loads, either its value or none,
+ * an entry of these lists too; SequenceMap imports its body once per
+ * element. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -12,6 +15,7 @@ typedef struct ox_seq {
   int n;
   loom_value_t *items;
   loom_dtype_t dtype; /* its elements' (SequenceEmpty's dtype when it has none) */
+  int none;           /* 1: not a sequence but an optional that is none */
 } ox_seq_t;
 
 struct ox_seqs {
@@ -46,18 +50,45 @@ static loom_status_t seq_make(ox_node_t *n, int count, const loom_value_t *items
   if (count) ox_copy(q->items, items, sizeof *items * (size_t)count);
   q->n = count;
   q->dtype = count ? ox_dtype(n, items[0]) : dtype;
+  q->none = 0;
   out->id = OX_SEQ_BASE + s->n++;
+  return LOOM_OK;
+}
+
+loom_status_t ox_seq_new(ox_node_t *n, int count, const loom_value_t *items, loom_dtype_t dtype,
+                         loom_value_t *out) {
+  return seq_make(n, count, items, dtype, out);
+}
+
+loom_status_t ox_seq_none(ox_node_t *n, loom_value_t *out) {
+  LOOM_TRY(seq_make(n, 0, NULL, LOOM_F32, out));
+  (*ox_seq_store(n))->list[out->id - OX_SEQ_BASE].none = 1;
+  return LOOM_OK;
+}
+
+/* The list v numbers, or NULL. */
+static const ox_seq_t *seq_of(ox_node_t *n, loom_value_t v) {
+  struct ox_seqs *s = *ox_seq_store(n);
+  int k = v.id - OX_SEQ_BASE;
+  return ox_is_seq(v) && s && k < s->n ? &s->list[k] : NULL;
+}
+
+loom_status_t ox_seq_items(ox_node_t *n, loom_value_t v, int *count, const loom_value_t **items,
+                           int *none) {
+  const ox_seq_t *q = seq_of(n, v);
+  if (!q) return loom_fail(LOOM_ERR_FORMAT, "ONNX import: value %d is not a sequence", v.id);
+  *count = q->n;
+  *items = q->items;
+  *none = q->none;
   return LOOM_OK;
 }
 
 /* The sequence input i names; fails unless it is one. */
 static loom_status_t seq_input(ox_node_t *n, int i, const ox_seq_t **out) {
   LOOM_TRY(ox_need(n, i));
-  struct ox_seqs *s = *ox_seq_store(n);
-  int k = n->in[i].id - OX_SEQ_BASE;
-  if (!ox_is_seq(n->in[i]) || !s || k >= s->n)
-    return ox_fail(n, LOOM_ERR_FORMAT, "input %d is not a sequence", i);
-  *out = &s->list[k];
+  *out = seq_of(n, n->in[i]);
+  if (!*out) return ox_fail(n, LOOM_ERR_FORMAT, "input %d is not a sequence", i);
+  if ((*out)->none) return ox_fail(n, LOOM_ERR_FORMAT, "input %d is an optional that is none", i);
   return LOOM_OK;
 }
 
@@ -219,4 +250,112 @@ loom_status_t ox_concat_from_sequence(ox_node_t *n) {
   if (st == LOOM_OK) st = loom_concat(n->g, q->n, items, axis, &n->out[0]);
   core_free(items);
   return st;
+}
+
+/* ---- SequenceMap -------------------------------------------------------------- */
+
+/* The dtype body output k declares (f32 when it declares none): an
+ * empty result's. */
+static loom_dtype_t body_out_dtype(const Onnx__GraphProto *gp, int k) {
+  const Onnx__TypeProto *tp = gp->output[k]->type;
+  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE && tp->sequence_type)
+    tp = tp->sequence_type->elem_type;
+  loom_dtype_t dt = LOOM_F32;
+  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+      tp->tensor_type->has_elem_type && ox_dtype_from_onnx(tp->tensor_type->elem_type, &dt))
+    return dt;
+  return LOOM_F32;
+}
+
+/* The sequences' common length; each sequence input must have it. */
+static loom_status_t map_length(ox_node_t *n, int *len) {
+  const ox_seq_t *q = NULL;
+  LOOM_TRY(seq_input(n, 0, &q));
+  *len = q->n;
+  for (int i = 1; i < n->n_in; i++) {
+    LOOM_TRY(ox_need(n, i));
+    if (!ox_is_seq(n->in[i])) continue;
+    LOOM_TRY(seq_input(n, i, &q));
+    if (q->n != *len)
+      return ox_fail(n, LOOM_ERR_SHAPE, "input %d has %d elements, input 0 %d", i, q->n, *len);
+  }
+  return LOOM_OK;
+}
+
+/* Element e of the map: the body inline, each sequence input's element e
+ * (and each tensor input whole) its inputs; its outputs into res[k * len + e]. */
+static loom_status_t map_element(ox_node_t *n, const Onnx__GraphProto *gp, int e, int len,
+                                 loom_value_t *formal, loom_value_t *outs, loom_value_t *res) {
+  for (int i = 0; i < n->n_in; i++) {
+    /* Looked up anew: the body may add lists, which moves them. */
+    const ox_seq_t *q = seq_of(n, n->in[i]);
+    formal[i] = q ? q->items[e] : n->in[i];
+  }
+  LOOM_TRY(ox_subgraph_import(n, gp, n->g, n->n_in, formal, NULL, NULL, (int)gp->n_output, outs));
+  for (int k = 0; k < n->n_out; k++) {
+    if (ox_is_seq(outs[k]))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "body output %d is a sequence (a sequence of "
+                     "sequences)", k);
+    res[k * len + e] = outs[k];
+  }
+  return LOOM_OK;
+}
+
+loom_status_t ox_sequence_map(ox_node_t *n) {
+  const Onnx__AttributeProto *a = ox_attr(n, "body");
+  if (!a || !a->g) return ox_fail(n, LOOM_ERR_FORMAT, "graph attribute body is missing");
+  const Onnx__GraphProto *gp = a->g;
+  if (n->n_out > (int)gp->n_output)
+    return ox_fail(n, LOOM_ERR_FORMAT, "%d outputs with a body of %zu", n->n_out, gp->n_output);
+  int len = 0;
+  LOOM_TRY(map_length(n, &len));
+  loom_value_t *formal = core_calloc((size_t)n->n_in + 1, sizeof *formal);
+  loom_value_t *outs = core_calloc(gp->n_output + 1, sizeof *outs);
+  loom_value_t *res = core_calloc((size_t)(n->n_out * len) + 1, sizeof *res);
+  loom_status_t st = formal && outs && res
+                         ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  for (int e = 0; st == LOOM_OK && e < len; e++)
+    st = map_element(n, gp, e, len, formal, outs, res);
+  for (int k = 0; st == LOOM_OK && k < n->n_out; k++)
+    st = seq_make(n, len, res + k * len, body_out_dtype(gp, k), &n->out[k]);
+  core_free(formal);
+  core_free(outs);
+  core_free(res);
+  return st;
+}
+
+/* ---- Optionals: a value, or none -------------------------------------------------- */
+
+/* Whether input i holds a value: present, and not a none. */
+static int opt_has(ox_node_t *n, int i) {
+  if (!ox_has(n, i)) return 0;
+  const ox_seq_t *q = seq_of(n, n->in[i]);
+  return !q || !q->none;
+}
+
+loom_status_t ox_optional(ox_node_t *n) {
+  if (ox_has(n, 0)) {
+    n->out[0] = n->in[0];
+    return LOOM_OK;
+  }
+  if (!ox_attr(n, "type"))
+    return ox_fail(n, LOOM_ERR_FORMAT, "no input and no type attribute");
+  return ox_seq_none(n, &n->out[0]);
+}
+
+loom_status_t ox_optional_has_element(ox_node_t *n) {
+  if (n->opset < 18) LOOM_TRY(ox_need(n, 0));
+  uint8_t has = (uint8_t)opt_has(n, 0);
+  loom_tensor_t *t = NULL;
+  LOOM_TRY(loom_tensor_from_data(LOOM_BOOL, 0, NULL, &has, 1, &t));
+  loom_status_t st = loom_graph_constant(n->g, t, &n->out[0]);
+  loom_tensor_destroy(t);
+  return st;
+}
+
+loom_status_t ox_optional_get_element(ox_node_t *n) {
+  LOOM_TRY(ox_need(n, 0));
+  if (!opt_has(n, 0)) return ox_fail(n, LOOM_ERR_INVALID, "the optional input is none");
+  n->out[0] = n->in[0];
+  return LOOM_OK;
 }
