@@ -500,7 +500,11 @@ static loom_status_t check_pad_fits(ir_infer_t *c, int64_t mode, int d,
   ir_dim_t dim = c->in[0]->dims[d];
   int64_t most = begin > end ? begin : end;
   if (ir_dim_is_sym(dim)) return LOOM_OK;
-  if (dim + begin + end < 0)
+  int64_t size;
+  if (__builtin_add_overflow(dim, begin, &size) || __builtin_add_overflow(size, end, &size))
+    return ir_shape_fail(c, "pads (%lld, %lld) on dim %d overflow its size", (long long)begin,
+                         (long long)end, d);
+  if (size < 0)
     return ir_shape_fail(c, "pads (%lld, %lld) crop more than the %lld elements "
                          "of dim %d", (long long)begin, (long long)end, (long long)dim, d);
   if (most <= 0 || mode == LOOM_PAD_CONSTANT) return LOOM_OK;
