@@ -26,7 +26,19 @@ typedef struct args {
   const char *seq_names[MAX_ARGS], *none_names[MAX_ARGS];
   int seq_lengths[MAX_ARGS];
   int n_inputs, n_dims, n_seqs, n_nones, threads, runs;
+  char names[8192]; /* the names cut from NAME=VALUE arguments */
+  size_t used;
 } args_t;
+
+/* The first len characters of v, kept in a's buffer; NULL when full. */
+static const char *keep(args_t *a, const char *v, size_t len) {
+  if (a->used + len + 1 > sizeof a->names) return NULL;
+  char *name = a->names + a->used;
+  memcpy(name, v, len);
+  name[len] = 0;
+  a->used += len + 1;
+  return name;
+}
 
 static int usage(const char *cmd) {
   fprintf(stderr,
@@ -46,14 +58,14 @@ static int parse(int argc, char **argv, const char *cmd, args_t *a) {
     if (!strcmp(s, "--input") && v) {
       const char *eq = strchr(v, '=');
       if (!eq || a->n_inputs == MAX_ARGS) return usage(cmd);
-      a->input_names[a->n_inputs] = strndup(v, (size_t)(eq - v));
+      if (!(a->input_names[a->n_inputs] = keep(a, v, (size_t)(eq - v)))) return usage(cmd);
       a->input_files[a->n_inputs++] = eq + 1;
       i++;
     } else if (!strcmp(s, "--dim") && v) {
       const char *eq = strchr(v, '=');
       char *end;
       if (!eq || a->n_dims == MAX_ARGS) return usage(cmd);
-      a->dim_names[a->n_dims] = strndup(v, (size_t)(eq - v));
+      if (!(a->dim_names[a->n_dims] = keep(a, v, (size_t)(eq - v)))) return usage(cmd);
       a->dim_values[a->n_dims] = strtoll(eq + 1, &end, 10);
       if (*end || a->dim_values[a->n_dims] < 0) {
         fprintf(stderr, "loom %s: --dim %s: the size must be a number >= 0\n", cmd, v);
@@ -65,7 +77,7 @@ static int parse(int argc, char **argv, const char *cmd, args_t *a) {
       const char *eq = strchr(v, '=');
       char *end;
       if (!eq || a->n_seqs == MAX_ARGS) return usage(cmd);
-      a->seq_names[a->n_seqs] = strndup(v, (size_t)(eq - v));
+      if (!(a->seq_names[a->n_seqs] = keep(a, v, (size_t)(eq - v)))) return usage(cmd);
       long k = strtol(eq + 1, &end, 10);
       if (*end || k < 0 || k > 4096) {
         fprintf(stderr, "loom %s: --seq-len %s: the length must be a number 0 to 4096\n", cmd, v);

@@ -1,0 +1,84 @@
+"""`loom run`, `loom bench` and `loom explain` on ONNX models, as a user runs
+them: outputs written as NAME.npy and right, bench's JSON, explain's
+description, and clear errors for bad arguments and bad files.
+  cli_test.py LOOM_CLI SOURCE_DIR"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+loom, src = sys.argv[1], sys.argv[2]
+seeds = os.path.join(src, "tests", "fuzz", "corpus", "onnx")
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what)
+
+
+def run(*args):
+    p = subprocess.run([loom, *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+with tempfile.TemporaryDirectory() as d:
+    # add_mul.onnx: z = (x + y) * w, w as tests/fuzz/make_onnx_seeds.py made it.
+    w = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    y = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    np.save(os.path.join(d, "x.npy"), x)
+    np.save(os.path.join(d, "y.npy"), y)
+    model = os.path.join(seeds, "add_mul.onnx")
+    out = os.path.join(d, "out")
+    rc, so, se = run("run", model, "--input", "x=" + os.path.join(d, "x.npy"),
+                     "--input", "y=" + os.path.join(d, "y.npy"), "--output-dir", out)
+    check(rc == 0, "run add_mul: " + se)
+    z = np.load(os.path.join(out, "z.npy")) if rc == 0 else None
+    check(z is not None and np.allclose(z, (x + y) * w, rtol=1e-6, atol=1e-6),
+          f"add_mul output {z} != {(x + y) * w}")
+
+    # A symbolic dim given with --dim, inputs random.
+    rc, so, se = run("run", os.path.join(seeds, "matmul_layernorm.onnx"), "--dim", "B=3",
+                     "--output-dir", out)
+    check(rc == 0, "run with --dim: " + se)
+    if rc == 0:
+        check(np.load(os.path.join(out, "y.npy")).shape == (3, 3, 6), "--dim B=3 output shape")
+    rc, so, se = run("run", os.path.join(seeds, "matmul_layernorm.onnx"), "--output-dir", out)
+    check(rc != 0 and "B" in se, "a symbolic dim without --dim fails naming it: " + se)
+
+    rc, so, se = run("bench", model, "--runs", "5", "--threads", "1",
+                     "--input", "x=" + os.path.join(d, "x.npy"),
+                     "--input", "y=" + os.path.join(d, "y.npy"))
+    check(rc == 0, "bench: " + se)
+    if rc == 0:
+        line = json.loads(so.strip().splitlines()[-1])
+        for key in ("load_ms", "compile_ms", "first_run_ms", "p50_ms", "p90_ms", "p99_ms",
+                    "runs_per_s", "arena_bytes", "lower_bound_bytes", "peak_rss_bytes"):
+            check(key in line, "bench JSON has " + key)
+        check(line.get("p50_ms", -1) <= line.get("p99_ms", -2), "p50 <= p99")
+
+    rc, so, se = run("explain", os.path.join(seeds, "conv_pool_gemm.onnx"))
+    check(rc == 0, "explain: " + se)
+    for text in ("opsets: ai.onnx 17", "Conv 1", "every op is supported", "memory"):
+        check(text in so, "explain prints " + repr(text))
+
+    # Errors: a missing file, a truncated model, an unknown input name.
+    rc, so, se = run("run", os.path.join(d, "none.onnx"))
+    check(rc != 0 and "none.onnx" in se, "missing model: " + se)
+    data = open(os.path.join(seeds, "conv_pool_gemm.onnx"), "rb").read()
+    cut = os.path.join(d, "cut.onnx")
+    with open(cut, "wb") as f:
+        f.write(data[: len(data) // 2])
+    rc, so, se = run("run", cut)
+    check(rc != 0 and "ONNX" in se, "truncated model: " + se)
+    rc, so, se = run("run", model, "--input", "nosuch=" + os.path.join(d, "x.npy"))
+    check(rc != 0 and "nosuch" in se, "unknown input name: " + se)
+
+print("onnx cli:", "ok" if not failures else f"{failures} failed")
+sys.exit(1 if failures else 0)
