@@ -95,21 +95,7 @@ static void scope_free(ox_scope_t *sc) {
 
 /* ---- The import ---------------------------------------------------------------- */
 
-typedef struct ox_import {
-  loom_graph_t *g;
-  int64_t opset;          /* of the default domain; 0: the model imports none */
-  int64_t training_opset; /* of ai.onnx.preview.training; 0: none */
-  int trainable;
-  const char *base_dir;
-  int n_unnamed; /* fresh symbols for unnamed dynamic dims */
-  const loom_onnx_options_t *options;
-  int *fixed_used; /* per fixed input: whether the model has it */
-  struct ox_seqs *seqs; /* the sequence values made so far (rules_sequence.c) */
-  struct ox_shapes *shapes; /* the shape values made so far (shape_values.c) */
-} ox_import_t;
 
-struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
-struct ox_shapes **ox_shape_store(ox_node_t *n) { return &n->imp->shapes; }
 
 #define TRAINING_DOMAIN "ai.onnx.preview.training"
 

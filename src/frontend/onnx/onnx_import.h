@@ -127,17 +127,41 @@ loom_status_t ox_subgraph_import(ox_node_t *n, const Onnx__GraphProto *gp, loom_
                                  const ox_captures_t *c, const loom_value_t *inner, int n_out,
                                  loom_value_t *out);
 
-/* ---- Sequences (rules_sequence.c) ------------------------------------------ */
+/* ---- The import (load.c) ---------------------------------------------------- */
+struct ox_seqs;
+struct ox_shapes;
+typedef struct ox_import {
+  loom_graph_t *g;
+  int64_t opset;          /* of the default domain; 0: the model imports none */
+  int64_t training_opset; /* of ai.onnx.preview.training; 0: none */
+  int trainable;
+  const char *base_dir;
+  int n_unnamed; /* fresh symbols for unnamed dynamic dims */
+  const loom_onnx_options_t *options;
+  int *fixed_used; /* per fixed input: whether the model has it */
+  struct ox_seqs *seqs; /* the sequence values made so far (import_values.c) */
+  struct ox_shapes *shapes; /* the shape values made so far (shape_values.c) */
+} ox_import_t;
+/* Where the import keeps its sequences and shape values. */
+static inline struct ox_seqs **ox_seq_store(ox_node_t *n) { return &n->imp->seqs; }
+static inline struct ox_shapes **ox_shape_store(ox_node_t *n) { return &n->imp->shapes; }
+
+/* ---- Sequences (import_values.c; their ops in rules_sequence.c) ------------- */
 /* An ONNX sequence lives only while the model loads, as a list of Loom
  * values the import holds (its elements' count and order must be known
  * then); its loom_value_t numbers it from OX_SEQ_BASE, an id no Loom
  * graph has, so that a tensor op given one fails. */
 #define OX_SEQ_BASE (1 << 30)
 static inline int ox_is_seq(loom_value_t v) { return v.id >= OX_SEQ_BASE; }
-struct ox_seqs;
-/* Where n's import keeps its sequences (load.c). */
-struct ox_seqs **ox_seq_store(ox_node_t *n);
+typedef struct ox_seq {
+  int n;
+  loom_value_t *items;
+  loom_dtype_t dtype; /* its elements' (SequenceEmpty's dtype when it has none) */
+  int none;           /* 1: not a sequence but an optional that is none */
+} ox_seq_t;
 void ox_seqs_free(struct ox_seqs *s);
+/* The list v numbers, or NULL. */
+const ox_seq_t *ox_seq_get(ox_node_t *n, loom_value_t v);
 /* A new sequence of the count items (dtype: its elements' when it has
  * none), or an optional that is none (a list entry too: like a sequence,
  * it is no value of a graph). */
@@ -171,9 +195,6 @@ loom_status_t ox_seqio_output(ox_node_t *n, const char *name, loom_value_t v);
 static inline int ox_is_shape(loom_value_t v) { return v.id >= OX_SHAPE_BASE && v.id < OX_SEQ_BASE; }
 /* Whether d is a symbolic dim (an expression's handle), not a constant. */
 int ox_is_dim_sym(loom_dim_t d);
-struct ox_shapes;
-/* Where n's import keeps its shape values (load.c). */
-struct ox_shapes **ox_shape_store(ox_node_t *n);
 void ox_shapes_free(struct ox_shapes *s);
 /* Output *out holding the count dims (rank 0: one dim, as a scalar), an
  * ordinary i64 constant when all are constants. */

@@ -11,82 +11,10 @@
 #include "core/alloc.h"
 #include "frontend/onnx/onnx_import.h"
 
-typedef struct ox_seq {
-  int n;
-  loom_value_t *items;
-  loom_dtype_t dtype; /* its elements' (SequenceEmpty's dtype when it has none) */
-  int none;           /* 1: not a sequence but an optional that is none */
-} ox_seq_t;
-
-struct ox_seqs {
-  int n, cap;
-  ox_seq_t *list;
-};
-
-void ox_seqs_free(struct ox_seqs *s) {
-  if (!s) return;
-  for (int i = 0; i < s->n; i++) core_free(s->list[i].items);
-  core_free(s->list);
-  core_free(s);
-}
-
-/* A new sequence of the count items, named by *out. */
-static loom_status_t seq_make(ox_node_t *n, int count, const loom_value_t *items,
-                              loom_dtype_t dtype, loom_value_t *out) {
-  struct ox_seqs **store = ox_seq_store(n);
-  if (!*store && !(*store = core_calloc(1, sizeof **store)))
-    return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  struct ox_seqs *s = *store;
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 16;
-    ox_seq_t *list = core_realloc(s->list, sizeof *list * (size_t)cap);
-    if (!list) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-    s->list = list;
-    s->cap = cap;
-  }
-  ox_seq_t *q = &s->list[s->n];
-  q->items = core_calloc((size_t)count + 1, sizeof *q->items);
-  if (!q->items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  if (count) ox_copy(q->items, items, sizeof *items * (size_t)count);
-  q->n = count;
-  q->dtype = count ? ox_dtype(n, items[0]) : dtype;
-  q->none = 0;
-  out->id = OX_SEQ_BASE + s->n++;
-  return LOOM_OK;
-}
-
-loom_status_t ox_seq_new(ox_node_t *n, int count, const loom_value_t *items, loom_dtype_t dtype,
-                         loom_value_t *out) {
-  return seq_make(n, count, items, dtype, out);
-}
-
-loom_status_t ox_seq_none(ox_node_t *n, loom_value_t *out) {
-  LOOM_TRY(seq_make(n, 0, NULL, LOOM_F32, out));
-  (*ox_seq_store(n))->list[out->id - OX_SEQ_BASE].none = 1;
-  return LOOM_OK;
-}
-
-/* The list v numbers, or NULL. */
-static const ox_seq_t *seq_of(ox_node_t *n, loom_value_t v) {
-  struct ox_seqs *s = *ox_seq_store(n);
-  int k = v.id - OX_SEQ_BASE;
-  return ox_is_seq(v) && s && k < s->n ? &s->list[k] : NULL;
-}
-
-loom_status_t ox_seq_items(ox_node_t *n, loom_value_t v, int *count, const loom_value_t **items,
-                           int *none) {
-  const ox_seq_t *q = seq_of(n, v);
-  if (!q) return loom_fail(LOOM_ERR_FORMAT, "ONNX import: value %d is not a sequence", v.id);
-  *count = q->n;
-  *items = q->items;
-  *none = q->none;
-  return LOOM_OK;
-}
-
 /* The sequence input i names; fails unless it is one. */
 static loom_status_t seq_input(ox_node_t *n, int i, const ox_seq_t **out) {
   LOOM_TRY(ox_need(n, i));
-  *out = seq_of(n, n->in[i]);
+  *out = ox_seq_get(n, n->in[i]);
   if (!*out) return ox_fail(n, LOOM_ERR_FORMAT, "input %d is not a sequence", i);
   if ((*out)->none) return ox_fail(n, LOOM_ERR_FORMAT, "input %d is an optional that is none", i);
   return LOOM_OK;
@@ -123,7 +51,7 @@ loom_status_t ox_sequence_empty(ox_node_t *n) {
   if (ox_attr(n, "dtype") && !ox_dtype_from_onnx((int32_t)ox_int(n, "dtype", 1), &dt))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dtype %s",
                    ox_onnx_type_name((int32_t)ox_int(n, "dtype", 1)));
-  return seq_make(n, 0, NULL, dt, &n->out[0]);
+  return ox_seq_new(n, 0, NULL, dt, &n->out[0]);
 }
 
 loom_status_t ox_sequence_construct(ox_node_t *n) {
@@ -134,7 +62,7 @@ loom_status_t ox_sequence_construct(ox_node_t *n) {
       return ox_fail(n, LOOM_ERR_DTYPE, "input %d is %s, input 0 %s", i,
                      loom_dtype_name(ox_dtype(n, n->in[i])),
                      loom_dtype_name(ox_dtype(n, n->in[0])));
-  return seq_make(n, n->n_in, n->in, LOOM_F32, &n->out[0]);
+  return ox_seq_new(n, n->n_in, n->in, LOOM_F32, &n->out[0]);
 }
 
 loom_status_t ox_sequence_insert(ox_node_t *n) {
@@ -149,7 +77,7 @@ loom_status_t ox_sequence_insert(ox_node_t *n) {
   ox_copy(items, q->items, sizeof *items * (size_t)at);
   items[at] = n->in[1];
   ox_copy(items + at + 1, q->items + at, sizeof *items * (size_t)(q->n - at));
-  loom_status_t st = seq_make(n, q->n + 1, items, q->dtype, &n->out[0]);
+  loom_status_t st = ox_seq_new(n, q->n + 1, items, q->dtype, &n->out[0]);
   core_free(items);
   return st;
 }
@@ -164,7 +92,7 @@ loom_status_t ox_sequence_erase(ox_node_t *n) {
   if (!items) return loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
   ox_copy(items, q->items, sizeof *items * (size_t)at);
   ox_copy(items + at, q->items + at + 1, sizeof *items * (size_t)(q->n - at - 1));
-  loom_status_t st = seq_make(n, q->n - 1, items, q->dtype, &n->out[0]);
+  loom_status_t st = ox_seq_new(n, q->n - 1, items, q->dtype, &n->out[0]);
   core_free(items);
   return st;
 }
@@ -227,7 +155,7 @@ loom_status_t ox_split_to_sequence(ox_node_t *n) {
   int drop = !ox_has(n, 1) && !ox_int(n, "keepdims", 1);
   for (int k = 0; st == LOOM_OK && drop && k < count; k++)
     st = loom_squeeze(n->g, parts[k], 1, &axis, &parts[k]);
-  if (st == LOOM_OK) st = seq_make(n, count, parts, ox_dtype(n, n->in[0]), &n->out[0]);
+  if (st == LOOM_OK) st = ox_seq_new(n, count, parts, ox_dtype(n, n->in[0]), &n->out[0]);
   core_free(sizes);
   core_free(parts);
   return st;
@@ -288,7 +216,7 @@ static loom_status_t map_element(ox_node_t *n, const Onnx__GraphProto *gp, int e
                                  loom_value_t *formal, loom_value_t *outs, loom_value_t *res) {
   for (int i = 0; i < n->n_in; i++) {
     /* Looked up anew: the body may add lists, which moves them. */
-    const ox_seq_t *q = seq_of(n, n->in[i]);
+    const ox_seq_t *q = ox_seq_get(n, n->in[i]);
     formal[i] = q ? q->items[e] : n->in[i];
   }
   LOOM_TRY(ox_subgraph_import(n, gp, n->g, n->n_in, formal, NULL, NULL, (int)gp->n_output, outs));
@@ -317,7 +245,7 @@ loom_status_t ox_sequence_map(ox_node_t *n) {
   for (int e = 0; st == LOOM_OK && e < len; e++)
     st = map_element(n, gp, e, len, formal, outs, res);
   for (int k = 0; st == LOOM_OK && k < n->n_out; k++)
-    st = seq_make(n, len, res + k * len, body_out_dtype(gp, k), &n->out[k]);
+    st = ox_seq_new(n, len, res + k * len, body_out_dtype(gp, k), &n->out[k]);
   core_free(formal);
   core_free(outs);
   core_free(res);
@@ -329,7 +257,7 @@ loom_status_t ox_sequence_map(ox_node_t *n) {
 /* Whether input i holds a value: present, and not a none. */
 static int opt_has(ox_node_t *n, int i) {
   if (!ox_has(n, i)) return 0;
-  const ox_seq_t *q = seq_of(n, n->in[i]);
+  const ox_seq_t *q = ox_seq_get(n, n->in[i]);
   return !q || !q->none;
 }
 
