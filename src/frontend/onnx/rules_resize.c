@@ -13,6 +13,10 @@
 
 #include "frontend/onnx/onnx_import.h"
 
+/* The most elements a resized axis may have: its index and weight tables
+ * are built when the model loads (4 taps of 16 bytes an element). */
+#define RS_MAX_AXIS (1 << 22)
+
 /* ---- Resize's plan: sizes, scales and modes ------------------------------- */
 
 typedef enum { RS_NEAREST, RS_LINEAR, RS_CUBIC } rs_mode_t;
@@ -132,7 +136,9 @@ static loom_status_t apply_scales(ox_node_t *n, resize_plan_t *p, const double *
       return ox_fail(n, LOOM_ERR_INVALID, "scale %g of axis %d is not positive", s[k], d);
     p->scale[d] = s[k];
     p->length[d] = s[k] * (double)p->in[d];
-    if (p->length[d] > 1e9) return ox_fail(n, LOOM_ERR_SHAPE, "scale %g is too large", s[k]);
+    if (p->length[d] > RS_MAX_AXIS)
+      return ox_fail(n, LOOM_ERR_SHAPE, "scale %g is too large: axis %d would have %.0f "
+                     "elements (at most %d)", s[k], d, p->length[d], RS_MAX_AXIS);
     p->out[d] = (int64_t)floor(p->length[d]);
   }
   return LOOM_OK;
@@ -151,9 +157,9 @@ static loom_status_t apply_sizes(ox_node_t *n, resize_plan_t *p, const int64_t *
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s'", policy);
   double keep = larger ? 0.0 : INFINITY;
   for (int k = 0; k < count; k++) {
-    if (sz[k] < 1 || sz[k] > 1000000000)
-      return ox_fail(n, LOOM_ERR_INVALID, "size %lld of axis %lld", (long long)sz[k],
-                     (long long)axes[k]);
+    if (sz[k] < 1 || sz[k] > RS_MAX_AXIS)
+      return ox_fail(n, LOOM_ERR_INVALID, "size %lld of axis %lld (1 to %d)", (long long)sz[k],
+                     (long long)axes[k], RS_MAX_AXIS);
     double r = (double)sz[k] / (double)p->in[axes[k]];
     keep = larger ? fmax(keep, r) : fmin(keep, r);
   }
@@ -162,6 +168,9 @@ static loom_status_t apply_sizes(ox_node_t *n, resize_plan_t *p, const int64_t *
     p->scale[d] = stretch ? (double)sz[k] / (double)p->in[d] : keep;
     p->length[d] = stretch ? (double)sz[k] : keep * (double)p->in[d];
     p->out[d] = stretch ? sz[k] : (int64_t)floor(p->length[d] + 0.5);
+    if (p->out[d] > RS_MAX_AXIS)
+      return ox_fail(n, LOOM_ERR_SHAPE, "axis %d would have %lld elements (at most %d)", d,
+                     (long long)p->out[d], RS_MAX_AXIS);
   }
   return LOOM_OK;
 }
