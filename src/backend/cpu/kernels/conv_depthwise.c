@@ -28,6 +28,7 @@ typedef struct dw {
   int64_t wq;     /* a phase's length: ceil(wp / sx) */
   int64_t row;    /* floats per padded row: sx phases of wq */
   void (*rows)(const struct dw *g, const float *plane, const float *w, float bias, float *y);
+  kern_stride2_fn stride2; /* the even columns of a row, vectorized */
   atomic_int failed; /* a task found no scratch */
 } dw_t;
 
@@ -69,6 +70,7 @@ static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   const char *isa = kern_conv_direct_isa();
   if (!isa) return 0;
   g->rows = !strcmp(isa, "avx512") ? rows_avx512 : rows_avx2;
+  g->stride2 = kern_gather_stride2();
   g->hp = d->h + d->pads[0] + d->pads[2];
   g->wp = d->w + d->pads[1] + d->pads[3];
   g->wq = (g->wp + d->stride[1] - 1) / d->stride[1];
@@ -91,9 +93,13 @@ static void pad_plane(const dw_t *g, const float *x, float *plane) {
     }
     for (int64_t p = 0; p < sx; p++) {
       /* The first column of phase p inside the image, and its index q. */
-      int64_t q = left > p ? (left - p + sx - 1) / sx : 0;
+      int64_t q = left > p ? (left - p + sx - 1) / sx : 0, col = q * sx + p - left;
       float *dst = row + p * g->wq;
-      for (int64_t col = q * sx + p - left; col < d->w; col += sx, q++) dst[q] = src[col];
+      if (sx == 2 && col < d->w) {
+        g->stride2(src + col, (d->w - col + 1) / 2, dst + q);
+        continue;
+      }
+      for (; col < d->w; col += sx, q++) dst[q] = src[col];
     }
   }
 }
