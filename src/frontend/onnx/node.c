@@ -34,9 +34,15 @@ const Onnx__AttributeProto *ox_attr(const ox_node_t *n, const char *name) {
   return NULL;
 }
 
+int64_t ox_to_i64(double v) {
+  if (!(v > -9.2e18)) return INT64_MIN;
+  return v < 9.2e18 ? (int64_t)v : INT64_MAX;
+}
+
+/* A float given for an int attribute is truncated (ox_to_i64). */
 int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
-  return a && a->has_i ? a->i : a && a->has_f ? (int64_t)a->f : dflt;
+  return a && a->has_i ? a->i : a && a->has_f ? ox_to_i64(a->f) : dflt;
 }
 
 double ox_float(const ox_node_t *n, const char *name, double dflt) {
@@ -136,7 +142,7 @@ loom_status_t ox_const_ints(const ox_node_t *n, int i, const char *what, int64_t
   for (int k = 0; k < *count; k++) {
     double v;
     loom_tensor_get_f64(t, k, &v);
-    out[k] = dt == LOOM_I64 ? ((const int64_t *)loom_tensor_data(t))[k] : (int64_t)v;
+    out[k] = dt == LOOM_I64 ? ((const int64_t *)loom_tensor_data(t))[k] : ox_to_i64(v);
   }
   return LOOM_OK;
 }

@@ -83,6 +83,9 @@ loom_status_t ox_set(ox_node_t *n, int k, loom_value_t v);
 loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what, int64_t *out);
 
 /* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
+/* v truncated to an integer, clamped to int64's range (NaN: INT64_MIN), so
+ * that a corrupt model's float cannot make a cast undefined. */
+int64_t ox_to_i64(double v);
 loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out);
 /* ox_dims, failing (naming `what`) when a dim is symbolic. */
 loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *what,

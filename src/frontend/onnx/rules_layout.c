@@ -1,6 +1,7 @@
 /* Rules for ONNX's layout and indexing ops, with the inputs that moved
  * from attributes to constant inputs between opsets (Squeeze, Unsqueeze,
  * Split, Slice, Pad at 10-13). */
+#include <math.h>
 #include <string.h>
 
 #include "frontend/onnx/onnx_import.h"
@@ -325,7 +326,8 @@ static loom_status_t range_symbolic(ox_node_t *n) {
   LOOM_TRY(ox_const_doubles(n, 0, "start", &start, 1, &c));
   LOOM_TRY(ox_const_doubles(n, 2, "delta", &delta, 1, &c));
   LOOM_TRY(ox_shape_dims(n, 1, "limit", &limit, 1, &c));
-  if (c != 1 || delta < 1 || delta != (int64_t)delta || start != (int64_t)start)
+  if (c != 1 || !(delta >= 1 && delta < 1e15) || !(fabs(start) < 1e15) ||
+      delta != (int64_t)delta || start != (int64_t)start)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic limit needs integer start and a "
                    "positive integer delta");
   loom_dtype_t dt = ox_dtype(n, n->in[0]);

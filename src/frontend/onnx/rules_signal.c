@@ -70,7 +70,7 @@ static int64_t mel_edge(int64_t k, int64_t n_edges, double lo_hz, double hi_hz, 
   float step = (hi_mel - lo_mel) / (float)n_edges;
   double mel = (double)k * (double)step + (double)lo_mel;
   double hz = 700.0 * (pow(10.0, mel / 2595.0) - 1.0);
-  return (int64_t)floor((double)(dft + 1) * hz / (double)rate);
+  return ox_to_i64(floor((double)(dft + 1) * hz / (double)rate));
 }
 
 /* Weights (dft_length / 2 + 1, num_mel_bins) mapping a spectrogram's bins
@@ -82,7 +82,7 @@ loom_status_t ox_mel_weight_matrix(ox_node_t *n) {
   static const char *const what[5] = {"num_mel_bins", "dft_length", "sample_rate",
                                       "lower_edge_hertz", "upper_edge_hertz"};
   for (int i = 0; i < 5; i++) LOOM_TRY(ox_const_doubles(n, i, what[i], &v[i], 1, &c));
-  int64_t mels = (int64_t)v[0], dft = (int64_t)v[1], rate = (int64_t)v[2];
+  int64_t mels = ox_to_i64(v[0]), dft = ox_to_i64(v[1]), rate = ox_to_i64(v[2]);
   if (mels < 1 || dft < 1 || rate < 1 || mels > MAX_WINDOW || dft > MAX_WINDOW)
     return ox_fail(n, LOOM_ERR_VALUE, "num_mel_bins %lld, dft_length %lld and sample_rate %lld "
                    "must be positive (sizes up to %lld)", (long long)mels, (long long)dft,
