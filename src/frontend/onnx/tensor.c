@@ -66,17 +66,18 @@ static void put_raw(void *dst, int64_t i, const uint8_t *src, int32_t t) {
 }
 
 /* Element i from the typed repeated field that holds type t. */
-static loom_status_t put_typed(void *dst, int64_t count, const Onnx__TensorProto *p, int32_t t) {
-  size_t have;
+/* How many values the typed repeated field of type t holds. */
+static size_t typed_count(const Onnx__TensorProto *p, int32_t t) {
   switch (t) {
-    case OX_FLOAT: have = p->n_float_data; break;
-    case OX_DOUBLE: have = p->n_double_data; break;
-    case OX_INT64: have = p->n_int64_data; break;
-    case OX_UINT32: case OX_UINT64: have = p->n_uint64_data; break;
-    default: have = p->n_int32_data;
+    case OX_FLOAT: return p->n_float_data;
+    case OX_DOUBLE: return p->n_double_data;
+    case OX_INT64: return p->n_int64_data;
+    case OX_UINT32: case OX_UINT64: return p->n_uint64_data;
+    default: return p->n_int32_data;
   }
-  if ((int64_t)have != count)
-    return loom_fail(LOOM_ERR_FORMAT, "%zu values for %lld elements", have, (long long)count);
+}
+
+static void put_typed(void *dst, int64_t count, const Onnx__TensorProto *p, int32_t t) {
   for (int64_t i = 0; i < count; i++) {
     switch (t) {
       case OX_FLOAT: ((float *)dst)[i] = p->float_data[i]; break;
@@ -89,7 +90,6 @@ static loom_status_t put_typed(void *dst, int64_t count, const Onnx__TensorProto
       default: ((int32_t *)dst)[i] = p->int32_data[i]; /* int32, and the widened ones */
     }
   }
-  return LOOM_OK;
 }
 
 static const char *external_key(const Onnx__TensorProto *p, const char *key) {
@@ -145,30 +145,33 @@ loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *p, const char *base_
     count *= p->dims[d];
   }
   size_t want = (size_t)count * onnx_size(t);
-  loom_tensor_t *x = NULL;
-  LOOM_TRY(loom_tensor_create(dt, (int)p->n_dims, p->dims, &x));
-  loom_status_t st = LOOM_OK;
+  /* The data's length is checked before the tensor is allocated, so that
+   * a corrupt header cannot ask for memory its data does not fill. */
   const uint8_t *raw = NULL;
   size_t raw_size = 0;
   void *external = NULL;
   if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-    st = read_external(p, base_dir, want, &external, &raw_size);
+    LOOM_TRY(read_external(p, base_dir, want, &external, &raw_size));
     raw = external;
   } else if (p->has_raw_data) {
     raw = p->raw_data.data;
     raw_size = p->raw_data.len;
   }
-  if (st == LOOM_OK && raw) {
-    if (raw_size != want)
-      st = loom_fail(LOOM_ERR_FORMAT, "%zu bytes of data for %lld elements of %s (%zu bytes)",
-                     raw_size, (long long)count, ox_onnx_type_name(t), want);
-    if (st == LOOM_OK && t != OX_BOOL && onnx_size(t) == loom_dtype_size(dt))
-      memcpy(loom_tensor_data(x), raw, want); /* the same bytes: no widening */
-    else
-      for (int64_t i = 0; st == LOOM_OK && i < count; i++) put_raw(loom_tensor_data(x), i, raw, t);
-  } else if (st == LOOM_OK) {
-    st = put_typed(loom_tensor_data(x), count, p, t);
-  }
+  loom_status_t st = LOOM_OK;
+  if (raw && raw_size != want)
+    st = loom_fail(LOOM_ERR_FORMAT, "%zu bytes of data for %lld elements of %s (%zu bytes)",
+                   raw_size, (long long)count, ox_onnx_type_name(t), want);
+  else if (!raw && (int64_t)typed_count(p, t) != count)
+    st = loom_fail(LOOM_ERR_FORMAT, "%zu values for %lld elements", typed_count(p, t),
+                   (long long)count);
+  loom_tensor_t *x = NULL;
+  if (st == LOOM_OK) st = loom_tensor_create(dt, (int)p->n_dims, p->dims, &x);
+  if (st == LOOM_OK && raw && t != OX_BOOL && onnx_size(t) == loom_dtype_size(dt))
+    memcpy(loom_tensor_data(x), raw, want); /* the same bytes: no widening */
+  else if (st == LOOM_OK && raw)
+    for (int64_t i = 0; i < count; i++) put_raw(loom_tensor_data(x), i, raw, t);
+  else if (st == LOOM_OK)
+    put_typed(loom_tensor_data(x), count, p, t);
   core_free(external);
   if (st != LOOM_OK) {
     loom_tensor_destroy(x);
