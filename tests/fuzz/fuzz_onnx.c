@@ -1,10 +1,12 @@
 /* Fuzz target for the ONNX importer (loom_onnx_load_memory): any bytes
  * must import into a graph whose inputs and outputs are named and typed,
  * or fail with a status and a message naming what is wrong; never crash,
- * hang, leak or read out of bounds (run it under ASan and UBSan). The seeds
- * (tests/fuzz/corpus/onnx/, made by make_onnx_seeds.py) are small models
- * of the ops and forms the importer handles: initializers, Constant,
- * shape arithmetic that folds, symbolic dims, attributes, subgraphs. */
+ * hang, leak or read out of bounds (run it under ASan and UBSan). The
+ * corpus (tests/fuzz/corpus/onnx/) holds small models of the ops and forms
+ * the importer handles (initializers, Constant, shape arithmetic that
+ * folds, symbolic dims, attributes, subgraphs), named, from
+ * make_onnx_seeds.py, and the inputs libFuzzer grew from them that reach
+ * code the others do not (named by their hash; a set-cover merge). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
