@@ -151,6 +151,10 @@ typedef struct session {
   loom_tensor_t *in[MAX_ARGS], *out[MAX_ARGS];
   int n_in, n_out;
   double load_ms, compile_ms;
+  /* Why the model runs in the interpreter ("" when compiled): a graph
+   * whose output sizes depend on its data (NonZero, Unique, Compress...)
+   * does not compile, and runs all the same. */
+  char interpreted[512];
 } session_t;
 
 static void session_free(session_t *s) {
@@ -272,14 +276,30 @@ static int session_open(const char *cmd, session_t *s, const args_t *a) {
   o.dynamic_symbols = 1;
   o.freeze_params = 1;
   t0 = now_ms();
-  if (loom_compile(s->g, &o, &s->e) != LOOM_OK) return fail(cmd, "cannot compile the model");
+  loom_status_t st = loom_compile(s->g, &o, &s->e);
   s->compile_ms = now_ms() - t0;
   s->n_out = loom_graph_num_outputs(s->g);
   if (s->n_out > MAX_ARGS) return fail(cmd, "too many outputs");
+  if (st == LOOM_ERR_UNSUPPORTED) {
+    snprintf(s->interpreted, sizeof s->interpreted, "%s", loom_last_error());
+    fprintf(stderr, "loom %s: the interpreter runs this model (%s)\n", cmd, s->interpreted);
+    return 0;
+  }
+  if (st != LOOM_OK) return fail(cmd, "cannot compile the model");
   for (int k = 0; k < s->n_out; k++)
     if (loom_executable_new_output_for(s->e, s->n_in, s->in, k, &s->out[k]) != LOOM_OK)
       return fail(cmd, "output");
   return 0;
+}
+
+/* One run, compiled or interpreted, into s->out. */
+static loom_status_t session_run(session_t *s) {
+  if (s->e) return loom_executable_run(s->e, s->n_in, s->in, s->n_out, s->out);
+  for (int k = 0; k < s->n_out; k++) {
+    loom_tensor_destroy(s->out[k]);
+    s->out[k] = NULL;
+  }
+  return loom_interpret(s->g, s->n_in, s->in, s->n_out, s->out);
 }
 
 /* NAME with characters other than letters, digits, '.', '_' and '-' as '_'. */
@@ -305,7 +325,7 @@ int loom_onnx_run_main(int argc, char **argv) {
   if (rc) return rc;
   session_t s;
   rc = session_open("run", &s, &a);
-  if (!rc && loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK)
+  if (!rc && session_run(&s) != LOOM_OK)
     rc = fail("run", "the run failed");
   if (!rc && mkdir(a.output_dir, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "loom run: cannot create %s: %s\n", a.output_dir, strerror(errno));
@@ -343,14 +363,14 @@ int loom_onnx_bench_main(int argc, char **argv) {
   double first = 0;
   if (!rc) {
     double t0 = now_ms();
-    if (loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK)
+    if (session_run(&s) != LOOM_OK)
       rc = fail("bench", "the run failed");
     first = now_ms() - t0;
   }
   double total = 0;
   for (int r = 0; !rc && r < a.runs; r++) {
     double t0 = now_ms();
-    if (loom_executable_run(s.e, s.n_in, s.in, s.n_out, s.out) != LOOM_OK) {
+    if (session_run(&s) != LOOM_OK) {
       rc = fail("bench", "the run failed");
       break;
     }
@@ -360,12 +380,14 @@ int loom_onnx_bench_main(int argc, char **argv) {
   if (!rc) {
     qsort(ms, (size_t)a.runs, sizeof *ms, cmp_double);
     loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
-    loom_executable_info(s.e, &info);
+    if (s.e) loom_executable_info(s.e, &info);
+    else info.threads = 1;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int at[3] = {50, 90, 99};
-    printf("{\"model\":\"%s\",\"threads\":%d,\"runs\":%d,\"load_ms\":%.3f,\"compile_ms\":%.3f,"
-           "\"first_run_ms\":%.3f", a.model, info.threads, a.runs, s.load_ms, s.compile_ms, first);
+    printf("{\"model\":\"%s\",\"threads\":%d,\"compiled\":%s,\"runs\":%d,\"load_ms\":%.3f,"
+           "\"compile_ms\":%.3f,\"first_run_ms\":%.3f", a.model, info.threads,
+           s.e ? "true" : "false", a.runs, s.load_ms, s.compile_ms, first);
     for (int k = 0; k < 3; k++)
       printf(",\"p%d_ms\":%.4f", at[k], ms[(a.runs - 1) * at[k] / 100]);
     printf(",\"runs_per_s\":%.2f,\"arena_bytes\":%lld,\"lower_bound_bytes\":%lld,"
@@ -410,7 +432,8 @@ int loom_onnx_explain_main(int argc, char **argv) {
     }
     for (int k = 0; k < s.n_out; k++) printf("  output %s\n", loom_graph_output_name(s.g, k));
     char *text = NULL;
-    if (loom_executable_explain(s.e, &text) == LOOM_OK) {
+    if (!s.e) printf("run by the interpreter: %s\n", s.interpreted);
+    else if (loom_executable_explain(s.e, &text) == LOOM_OK) {
       fputs(text, stdout);
       loom_free(text);
     }

@@ -84,6 +84,8 @@ def main():
         [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", [2])])
     save("loop_sum", [n("Loop", ["trips", "", "a0"], ["y"], body=body)],
          [vi("x", [2]), vi("a0", [2])], [vi("y", [2])], [ints("trips", 3)])
+    save("nonzero", [n("NonZero", ["x"], ["i"]), n("Transpose", ["i"], ["y"])],
+         [vi("x", [3, 4])], [vi("y", None, TensorProto.INT64)])
     save("lstm",
          [n("LSTM", ["x", "w", "r", "b"], ["y", "h"], hidden_size=3)],
          [vi("x", [4, 1, 2])], [vi("y", [4, 1, 1, 3]), vi("h", [1, 1, 3])],

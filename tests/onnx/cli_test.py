@@ -68,6 +68,16 @@ with tempfile.TemporaryDirectory() as d:
     for text in ("opsets: ai.onnx 17", "Conv 1", "every op is supported", "memory"):
         check(text in so, "explain prints " + repr(text))
 
+    # Output sizes that depend on the data: the interpreter runs the model.
+    xz = np.array([[0, 1, 0, 2], [3, 0, 0, 0], [0, 0, 4, 5]], dtype=np.float32)
+    np.save(os.path.join(d, "xz.npy"), xz)
+    rc, so, se = run("run", os.path.join(seeds, "nonzero.onnx"), "--input",
+                     "x=" + os.path.join(d, "xz.npy"), "--output-dir", out)
+    check(rc == 0 and "interpreter" in se, "run NonZero: " + se)
+    if rc == 0:
+        check(np.array_equal(np.load(os.path.join(out, "y.npy")), np.transpose(np.nonzero(xz))),
+              "NonZero's output")
+
     # Errors: a missing file, a truncated model, an unknown input name.
     rc, so, se = run("run", os.path.join(d, "none.onnx"))
     check(rc != 0 and "none.onnx" in se, "missing model: " + se)
