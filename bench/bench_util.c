@@ -131,6 +131,26 @@ int bench_peer_close(bench_peer_t *p) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+double bench_peer_ask(bench_peer_t *p, int *open, const char *request, const char *bench) {
+  char reply[64];
+  double v = NAN;
+  if (!*open) return NAN;
+  if (bench_peer_line(p, request, reply, sizeof reply) != 0 || sscanf(reply, "%lf", &v) != 1) {
+    fprintf(stderr, "bench %s: a peer stopped answering \"%s\"\n", bench, request);
+    bench_peer_close(p);
+    *open = 0;
+    return NAN;
+  }
+  return v;
+}
+
+void bench_format_cmd(char *buf, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (vsnprintf(buf, size, fmt, ap) >= (int)size) buf[0] = 0;
+  va_end(ap);
+}
+
 loom_tensor_t *bench_input(int rank, const int64_t *shape) {
   loom_tensor_t *t;
   BENCH_TRY(loom_tensor_create(LOOM_F32, rank, shape, &t));

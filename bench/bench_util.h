@@ -105,6 +105,13 @@ int bench_peer_open(const char *cmd, bench_peer_t *p);
 int bench_peer_line(bench_peer_t *p, const char *request, char *reply, int cap);
 /* Closes its stdin and waits: the peer's exit status (-1: abnormal). */
 int bench_peer_close(bench_peer_t *p);
+/* The number the peer answers `request` with (its median ms of a block);
+ * NaN when *open is 0, or when it stops answering: then a note on stderr
+ * naming `bench`, the peer closed and *open 0. */
+double bench_peer_ask(bench_peer_t *p, int *open, const char *request, const char *bench);
+/* snprintf that leaves an empty command rather than a truncated one. */
+__attribute__((format(printf, 3, 4))) void bench_format_cmd(char *buf, size_t size,
+                                                            const char *fmt, ...);
 
 /* Compile options with fusion on or off and the given thread count. */
 loom_compile_options_t bench_options(int fusion, int threads);

@@ -10,7 +10,6 @@
  * LOOM_BENCH_PEERS=0 skips the peers (null), LOOM_BENCH_THREADS=N measures
  * only N threads: for profiling Loom alone. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,15 +38,6 @@ static void run_compiled(void *arg) {
   BENCH_TRY(loom_executable_run(c->e, 1, &c->in, 1, &c->out));
 }
 
-/* snprintf that leaves an empty command rather than a truncated one. */
-__attribute__((format(printf, 3, 4))) static void format_cmd(char *buf, size_t size,
-                                                             const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (vsnprintf(buf, size, fmt, ap) >= (int)size) buf[0] = 0;
-  va_end(ap);
-}
-
 static int torch_installed(void) {
   return system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") == 0;
 }
@@ -55,7 +45,7 @@ static int torch_installed(void) {
 /* PyTorch's ONNX export into dir and its logits (.npy). */
 static void torch_export(const char *bench_dir, const char *dir, const char *model) {
   char cmd[8192];
-  format_cmd(cmd, sizeof cmd,
+  bench_format_cmd(cmd, sizeof cmd,
              "%s /usr/bin/python3 '%s/peers/torch_infer.py' %s "
              "--export '%s/model.onnx' --logits '%s/logits.npy' 2>/dev/null",
              bench_torch_env(), bench_dir, model, dir, dir);
@@ -75,7 +65,7 @@ static int open_peer(const char *cmd, bench_peer_t *p) {
 static int torch_serve(const char *bench_dir, const char *model, int threads,
                        bench_peer_t *p) {
   char cmd[8192];
-  format_cmd(cmd, sizeof cmd,
+  bench_format_cmd(cmd, sizeof cmd,
              "%s /usr/bin/python3 '%s/peers/torch_infer.py' %s --threads %d --serve",
              bench_torch_env(), bench_dir, model, threads);
   return open_peer(cmd, p);
@@ -99,24 +89,9 @@ static int ort_serve(const char *bench_dir, const char *dir, const bench_model_t
   for (int d = 0; d < m->rank; d++)
     snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? "," : "",
              (long long)m->shape[d]);
-  format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s' %s %d --serve", bench_dir,
+  bench_format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s' %s %d --serve", bench_dir,
              path, dims, threads);
   return open_peer(cmd, p);
-}
-
-/* The peer's median ms of `request`'s runs; NaN (and the peer closed)
- * when it stops answering. */
-static double ask(bench_peer_t *p, int *open, const char *request) {
-  char reply[64];
-  double ms = NAN;
-  if (!*open) return NAN;
-  if (bench_peer_line(p, request, reply, sizeof reply) != 0 || sscanf(reply, "%lf", &ms) != 1) {
-    fprintf(stderr, "bench infer: a peer stopped answering \"%s\"\n", request);
-    bench_peer_close(p);
-    *open = 0;
-    return NAN;
-  }
-  return ms;
 }
 
 /* Loom's runs and each peer's alternate in blocks, ROUNDS of each, about
@@ -156,11 +131,11 @@ static void measure(const char *bench_dir, const char *dir, const bench_model_t 
     bench_settle();
     lm[r] = bench_time_ms(run_compiled, &c, 0, runs, 0);
     bench_settle();
-    em[r] = ask(&torch, &have_torch, eager);
+    em[r] = bench_peer_ask(&torch, &have_torch, eager, "infer");
     bench_settle();
-    sm[r] = ask(&torch, &have_torch, script);
+    sm[r] = bench_peer_ask(&torch, &have_torch, script, "infer");
     bench_settle();
-    om[r] = ask(&ort, &have_ort, run);
+    om[r] = bench_peer_ask(&ort, &have_ort, run, "infer");
     re[r] = em[r] / lm[r];
     rs[r] = sm[r] / lm[r];
     ro[r] = om[r] / lm[r];

@@ -17,7 +17,6 @@
  * stderr; LOOM_BENCH_PEERS=0 skips ONNX Runtime, LOOM_BENCH_THREADS=N
  * measures only N threads. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +48,6 @@ typedef struct result {
   side_t loom, ort;
   double vs_ort;
 } result_t;
-
-/* snprintf that leaves an empty command rather than a truncated one. */
-__attribute__((format(printf, 3, 4))) static void format_cmd(char *buf, size_t size,
-                                                             const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (vsnprintf(buf, size, fmt, ap) >= (int)size) buf[0] = 0;
-  va_end(ap);
-}
 
 /* ---- Loom's side --------------------------------------------------------- */
 
@@ -140,7 +130,7 @@ static int first_run_main(const char *dir, int threads) {
 static side_t loom_first_run(const char *dir, int threads) {
   side_t s = {NAN, NAN, NAN};
   char cmd[4400];
-  format_cmd(cmd, sizeof cmd, "/proc/%d/exe --first-run '%s' %d", (int)getpid(), dir, threads);
+  bench_format_cmd(cmd, sizeof cmd, "/proc/%d/exe --first-run '%s' %d", (int)getpid(), dir, threads);
   FILE *p = cmd[0] ? popen(cmd, "r") : NULL;
   if (!p) return s;
   if (fscanf(p, "%lf %lf", &s.first_ms, &s.peak_bytes) != 2) s.first_ms = s.peak_bytes = NAN;
@@ -181,7 +171,7 @@ static int ort_open(const char *bench_dir, const char *dir, const model_t *m, in
   for (int d = 0; d < m->rank; d++)
     snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? "," : "",
              (long long)m->shape[d]);
-  format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s/model.onnx' %s %d --serve",
+  bench_format_cmd(cmd, sizeof cmd, "node '%s/peers/ort_infer.js' '%s/model.onnx' %s %d --serve",
              bench_dir, dir, dims, threads);
   if (!cmd[0] || bench_peer_open(cmd, p) != 0) return 0;
   if (bench_peer_line(p, NULL, line, sizeof line) != 0 || strcmp(line, "ready") != 0 ||
@@ -192,18 +182,6 @@ static int ort_open(const char *bench_dir, const char *dir, const model_t *m, in
     return 0;
   }
   return 1;
-}
-
-static double ask(bench_peer_t *p, int *open, const char *request) {
-  char reply[64];
-  double ms = NAN;
-  if (!*open) return NAN;
-  if (bench_peer_line(p, request, reply, sizeof reply) != 0 || sscanf(reply, "%lf", &ms) != 1) {
-    fprintf(stderr, "bench onnx: ONNX Runtime stopped answering \"%s\"\n", request);
-    bench_peer_close(p);
-    *open = 0;
-  }
-  return ms;
 }
 
 /* ---- Both ---------------------------------------------------------------- */
@@ -232,7 +210,7 @@ static void measure(const char *bench_dir, const char *dir, const model_t *m,
     bench_settle();
     lms[k] = bench_time_ms(run_model, &lm, 0, runs, 0);
     bench_settle();
-    oms[k] = ask(&ort, &have_ort, run);
+    oms[k] = bench_peer_ask(&ort, &have_ort, run, "onnx");
     ratio[k] = oms[k] / lms[k];
   }
   bench_peer_close(&ort);
@@ -261,7 +239,7 @@ static void print_line(const char *name, int threads, const result_t *r) {
 /* PyTorch's export of m into dir; false, with a note, when it fails. */
 static bool export_model(const char *bench_dir, const char *dir, const model_t *m) {
   char cmd[8192];
-  format_cmd(cmd, sizeof cmd, "%s /usr/bin/python3 '%s/peers/onnx_export.py' %s '%s' 2>&1",
+  bench_format_cmd(cmd, sizeof cmd, "%s /usr/bin/python3 '%s/peers/onnx_export.py' %s '%s' 2>&1",
              bench_torch_env(), bench_dir, m->name, dir);
   FILE *p = cmd[0] ? popen(cmd, "r") : NULL;
   char out[4096] = "";

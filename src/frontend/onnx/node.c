@@ -192,6 +192,18 @@ loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *wha
   return LOOM_OK;
 }
 
+loom_status_t ox_window_attrs(const ox_node_t *n, int s, const int64_t **strides,
+                              const int64_t **dilations, const int64_t **pads) {
+  int c;
+  *strides = ox_ints(n, "strides", &c);
+  if (*strides && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d strides for %d dims", c, s);
+  *dilations = ox_ints(n, "dilations", &c);
+  if (*dilations && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d dilations for %d dims", c, s);
+  *pads = ox_ints(n, "pads", &c);
+  if (*pads && c != 2 * s) return ox_fail(n, LOOM_ERR_SHAPE, "%d pads for %d dims", c, s);
+  return LOOM_OK;
+}
+
 loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out) {
   loom_value_t a;
   LOOM_TRY(loom_arange(n->g, 0, (double)size, 1, LOOM_I64, &a));

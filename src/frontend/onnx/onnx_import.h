@@ -83,6 +83,10 @@ loom_status_t ox_set(ox_node_t *n, int k, loom_value_t v);
 loom_status_t ox_axis(const ox_node_t *n, int64_t a, int rank, const char *what, int64_t *out);
 
 /* i64 positions 0..size-1 along dim d of a rank-r value (size 1 elsewhere). */
+/* A window op's strides, dilations and pads attributes over s spatial
+ * dims (NULL when absent), failing when one has the wrong count. */
+loom_status_t ox_window_attrs(const ox_node_t *n, int s, const int64_t **strides,
+                              const int64_t **dilations, const int64_t **pads);
 /* v truncated to an integer, clamped to int64's range (NaN: INT64_MIN), so
  * that a corrupt model's float cannot make a cast undefined. */
 int64_t ox_to_i64(double v);

@@ -23,15 +23,11 @@ typedef struct win3 {
  * on the output) auto_pad; spatial dims must be known. */
 static loom_status_t read_win3(ox_node_t *n, const loom_dim_t *xd, int rank, const int64_t *k,
                                int transpose, win3_t *w) {
-  int s = w->spatial = rank - 2, c;
+  int s = w->spatial = rank - 2;
   if (s < 1 || s > 3)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%d spatial dims (1 to 3 are supported)", s);
-  const int64_t *strides = ox_ints(n, "strides", &c);
-  if (strides && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d strides for %d dims", c, s);
-  const int64_t *dil = ox_ints(n, "dilations", &c);
-  if (dil && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d dilations for %d dims", c, s);
-  const int64_t *pads = ox_ints(n, "pads", &c);
-  if (pads && c != 2 * s) return ox_fail(n, LOOM_ERR_SHAPE, "%d pads for %d dims", c, s);
+  const int64_t *strides, *dil, *pads;
+  LOOM_TRY(ox_window_attrs(n, s, &strides, &dil, &pads));
   int off = 3 - s;
   for (int d = 0; d < 3; d++) {
     int m = d - off; /* the model's spatial dim, or < 0 */

@@ -50,13 +50,9 @@ static loom_status_t read_window(ox_node_t *n, const loom_dim_t *xd, int rank, c
   w->spatial = rank - 2;
   if (w->spatial < 1 || w->spatial > 2)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%d spatial dims (1 and 2 are supported)", w->spatial);
-  int s = w->spatial, c;
-  const int64_t *strides = ox_ints(n, "strides", &c);
-  if (strides && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d strides for %d dims", c, s);
-  const int64_t *dil = ox_ints(n, "dilations", &c);
-  if (dil && c != s) return ox_fail(n, LOOM_ERR_SHAPE, "%d dilations for %d dims", c, s);
-  const int64_t *pads = ox_ints(n, "pads", &c);
-  if (pads && c != 2 * s) return ox_fail(n, LOOM_ERR_SHAPE, "%d pads for %d dims", c, s);
+  int s = w->spatial;
+  const int64_t *strides, *dil, *pads;
+  LOOM_TRY(ox_window_attrs(n, s, &strides, &dil, &pads));
   memset(w->pads, 0, sizeof w->pads);
   /* A 1-D window runs as 2-D with height 1: its dim is the second. */
   int off = 2 - s;
