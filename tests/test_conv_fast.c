@@ -303,7 +303,8 @@ static void direct_forward_configurations(void) {
 
 /* Depthwise layers (groups = c = o): MobileNet's 3x3 at strides 1 and 2,
  * uneven pads, a 5x5 window, dilation, stride 3, a single row, and no
- * bias or epilogue. */
+ * bias or epilogue; 7x7 planes (a vector spans rows), planes in several
+ * bands of rows, a 1x1 window. */
 static const conv_case_t depthwise_cases[] = {
     {2, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 1},  /* MobileNet, stride 1 */
     {1, 24, 15, 13, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 1},  /* stride 2, odd sizes */
@@ -312,6 +313,11 @@ static const conv_case_t depthwise_cases[] = {
     {1, 6, 13, 13, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 6, 1, 1},     /* dilation 2 */
     {1, 4, 10, 17, 4, 3, 2, 3, 3, 1, 0, 1, 1, 1, 1, 4, 0, 0},     /* stride 3 */
     {2, 3, 1, 40, 3, 1, 3, 1, 1, 0, 1, 0, 1, 1, 1, 3, 1, 1},      /* one row */
+    {1, 20, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 20, 1, 1},    /* 7x7 planes */
+    {1, 18, 14, 14, 18, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 18, 1, 1},  /* 14x14 to 7x7 */
+    {1, 3, 75, 70, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 1},     /* three bands */
+    {1, 2, 81, 90, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2, 0, 1},     /* bands, stride 2 */
+    {2, 5, 6, 9, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 5, 1, 0},       /* 1x1 */
 };
 
 static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {

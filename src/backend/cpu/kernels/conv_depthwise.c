@@ -2,14 +2,26 @@
  * inputs: MobileNet's 3x3 layers) computed directly. Posed as a GEMM per
  * group it is a 1 x (kh*kw) by (kh*kw) x positions product: the packing
  * of B replicates every pixel kh*kw times for one FMA each, and the
- * micro-kernel runs a single row. Here each channel's plane is copied once
- * into scratch, zero-padded and, for strides, split by phases: column j of
- * a padded row goes to phase j % sx at index j / sx, so that a tap reads
- * consecutive outputs' pixels from consecutive addresses. Every output row
- * is then kh*kw multiply-adds of contiguous runs held in registers
- * (conv_depthwise_rows.inc), built for AVX-512 and AVX2 and taken with the direct kernel's instance
- * (kern_conv_direct_isa). Tasks are (image, channel) planes; the bias is
- * the rows' start, the epilogue runs on each finished plane. */
+ * micro-kernel runs a single row.
+ *
+ * Here each channel's plane is copied once into scratch, zero-padded and
+ * split by phases of the strides: padded pixel (py, px) goes to sub-plane
+ * (py % sy, px % sx) at row py / sy, column px / sx, every sub-plane wq
+ * columns wide. Output (oy, ox) then reads tap (ky, kx) at a fixed offset
+ * from oy * wq + ox in one sub-plane, whatever the output: the outputs
+ * are computed as a "wide" plane of ho rows by wq columns, a flat run
+ * vectorized across row ends (wq - wo columns a row are wasted, not a
+ * vector's tail), and its first wo columns copied out. Small planes (7x7,
+ * 14x14) thus fill the vectors, and large ones go in bands of rows that
+ * stay in L1. The runs are kh*kw multiply-adds of eight independent
+ * accumulators. The 3x3 window at strides 1 and 2 on rows of a vector or
+ * more (MobileNet's large planes) goes by tiles of output rows instead,
+ * written straight to y, that load each input row once for every output
+ * row it serves: a third of the loads at stride 1. Both are in
+ * conv_depthwise_rows.inc, built for AVX-512 and AVX2 and taken with the
+ * direct kernel's instance (kern_conv_direct_isa). Tasks
+ * are (image, channel) planes; the bias is the sums' start, the epilogue
+ * runs on each finished plane. */
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -18,19 +30,57 @@
 #include "backend/cpu/kernels/scratch.h"
 
 enum {
-  DW_MAX_TAPS = 64,              /* kernels up to 8x8 */
-  DW_MAX_PLANE = (1 << 22),      /* floats of one padded plane */
+  DW_MAX_TAPS = 64,          /* kernels up to 8x8 */
+  DW_MAX_PLANE = (1 << 22),  /* floats of one padded plane */
+  DW_SLACK = 16,             /* floats read past a run's end: the widest vector */
+  DW_BAND = 2048,            /* wide outputs a band, about: 8 KB */
 };
 
 typedef struct dw {
   const loom_abi_conv2d_t *d;
-  int64_t hp, wp; /* the padded plane */
-  int64_t wq;     /* a phase's length: ceil(wp / sx) */
-  int64_t row;    /* floats per padded row: sx phases of wq */
-  void (*rows)(const struct dw *g, const float *plane, const float *w, float bias, float *y);
+  int64_t hq, wq; /* a sub-plane's rows and columns */
+  int64_t sub;    /* floats from one sub-plane to the next */
+  int64_t band;   /* output rows a band */
+  int64_t taps;
+  int64_t off[DW_MAX_TAPS]; /* where tap t reads, from the output's wide index */
+  void (*run)(const struct dw *g, const float *planes, const float *w, float bias, int64_t n,
+              float *wide);
+  /* The 3x3 window at stride 1 or 2 on rows of a vector or more, or NULL. */
+  void (*rows3)(const struct dw *g, const float *planes, const float *w, float bias, float *y);
   kern_stride2_fn stride2; /* the even columns of a row, vectorized */
-  atomic_int failed; /* a task found no scratch */
+  atomic_int failed;       /* a task found no scratch */
 } dw_t;
+
+#define DW_CAT_(a, b) a##b
+#define DW_CAT(a, b) DW_CAT_(a, b)
+
+/* Stores the first n of two vectors' lanes (0 < n <= two vectors). */
+__attribute__((target("avx512f"))) static inline void store_row_avx512(float *p, const __m512 *a,
+                                                                       int64_t n) {
+  if (n == 32) {
+    _mm512_storeu_ps(p, a[0]);
+    _mm512_storeu_ps(p + 16, a[1]);
+    return;
+  }
+  uint32_t lanes = n >= 32 ? 0xffffffffu : (1u << n) - 1;
+  _mm512_mask_storeu_ps(p, (__mmask16)lanes, a[0]);
+  _mm512_mask_storeu_ps(p + 16, (__mmask16)(lanes >> 16), a[1]);
+}
+
+static const int32_t dw_lanes[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, 0,  0,  0,  0,  0,  0,
+                                     0,  0,  0,  0,  0,  0,  0,  0,  0,  0};
+__attribute__((target("avx2"))) static inline void store_row_avx2(float *p, const __m256 *a,
+                                                                  int64_t n) {
+  if (n == 16) {
+    _mm256_storeu_ps(p, a[0]);
+    _mm256_storeu_ps(p + 8, a[1]);
+    return;
+  }
+  const int32_t *m = dw_lanes + 16 - n; /* n ones, then zeros */
+  _mm256_maskstore_ps(p, _mm256_loadu_si256((const __m256i *)m), a[0]);
+  _mm256_maskstore_ps(p + 8, _mm256_loadu_si256((const __m256i *)(m + 8)), a[1]);
+}
 
 #define DW_TARGET __attribute__((target("avx512f,fma")))
 #define DW_VEC __m512
@@ -39,7 +89,8 @@ typedef struct dw {
 #define DW_STOREU(p, v) _mm512_storeu_ps((p), (v))
 #define DW_SET1(x) _mm512_set1_ps(x)
 #define DW_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
-#define DW_NAME rows_avx512
+#define DW_STORE_ROW(p, a, n) store_row_avx512((p), (a), (n))
+#define DW_NAME run_avx512
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
 #undef DW_TARGET
 #undef DW_VEC
@@ -49,6 +100,7 @@ typedef struct dw {
 #undef DW_SET1
 #undef DW_FMA
 #undef DW_NAME
+#undef DW_STORE_ROW
 
 #define DW_TARGET __attribute__((target("avx2,fma")))
 #define DW_VEC __m256
@@ -57,35 +109,56 @@ typedef struct dw {
 #define DW_STOREU(p, v) _mm256_storeu_ps((p), (v))
 #define DW_SET1(x) _mm256_set1_ps(x)
 #define DW_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
-#define DW_NAME rows_avx2
+#define DW_STORE_ROW(p, a, n) store_row_avx2((p), (a), (n))
+#define DW_NAME run_avx2
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
-
-enum { DW_SLACK = 16 }; /* floats read past a plane's end: the widest DW_W */
 
 static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   if (d->groups != d->c || d->o != d->c || d->kh * d->kw > DW_MAX_TAPS || d->n < 1 ||
-      d->ho < 1 || d->wo < 1 || d->stride[0] < 1 || d->stride[1] < 1 || d->pads[0] < 0 ||
-      d->pads[1] < 0 || d->pads[2] < 0 || d->pads[3] < 0)
+      d->ho < 1 || d->wo < 1 || d->stride[0] < 1 || d->stride[1] < 1 || d->dilation[0] < 1 ||
+      d->dilation[1] < 1 || d->pads[0] < 0 || d->pads[1] < 0 || d->pads[2] < 0 || d->pads[3] < 0)
     return 0;
   const char *isa = kern_conv_direct_isa();
   if (!isa) return 0;
-  g->rows = !strcmp(isa, "avx512") ? rows_avx512 : rows_avx2;
+  int64_t sy = d->stride[0], sx = d->stride[1];
+  int avx512 = !strcmp(isa, "avx512");
+  g->run = avx512 ? run_avx512 : run_avx2;
+  g->rows3 = NULL;
+  if (d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1 && sy == sx &&
+      sy <= 2 && d->wo >= (avx512 ? 16 : 8))
+    g->rows3 = avx512 ? run_avx512_3x3 : run_avx2_3x3;
   g->stride2 = kern_gather_stride2();
-  g->hp = d->h + d->pads[0] + d->pads[2];
-  g->wp = d->w + d->pads[1] + d->pads[3];
-  g->wq = (g->wp + d->stride[1] - 1) / d->stride[1];
-  g->row = g->wq * d->stride[1];
-  return g->hp * g->row <= DW_MAX_PLANE;
+  g->hq = (d->h + d->pads[0] + d->pads[2] + sy - 1) / sy;
+  g->wq = (d->w + d->pads[1] + d->pads[3] + sx - 1) / sx;
+  if (g->hq > DW_MAX_PLANE / g->wq) return 0;
+  /* A run reads up to a row and two vectors past its sub-plane's last row. */
+  g->sub = (g->hq + 1) * g->wq + 2 * DW_SLACK;
+  if (sy * sx * g->sub > DW_MAX_PLANE) return 0;
+  g->band = DW_BAND / g->wq + 1;
+  g->taps = d->kh * d->kw;
+  for (int64_t ky = 0, t = 0; ky < d->kh; ky++)
+    for (int64_t kx = 0; kx < d->kw; kx++, t++) {
+      int64_t ay = ky * d->dilation[0], ax = kx * d->dilation[1];
+      g->off[t] = ((ay % sy) * sx + ax % sx) * g->sub + (ay / sy) * g->wq + ax / sx;
+    }
+  return 1;
 }
 
-/* Channel plane x (h, w) into the zero-padded, phase-split plane: phase
- * p of a row holds its padded columns p, p + sx, p + 2 sx, ... */
-static void pad_plane(const dw_t *g, const float *x, float *plane) {
+/* Floats of a task's scratch: the sub-planes, then one band's wide
+ * outputs (a vector of slack: runs end on whole vectors). */
+static size_t scratch_floats(const dw_t *g) {
   const loom_abi_conv2d_t *d = g->d;
-  int64_t sx = d->stride[1], left = d->pads[1];
-  memset(plane, 0, (size_t)(g->hp * g->row + DW_SLACK) * sizeof(float));
+  return (size_t)(d->stride[0] * d->stride[1] * g->sub + g->band * g->wq + DW_SLACK);
+}
+
+/* Channel plane x (h, w) into the sub-planes. Positions in the padding
+ * are never written: they stay as the task's first clearing left them. */
+static void split_plane(const dw_t *g, const float *x, float *planes) {
+  const loom_abi_conv2d_t *d = g->d;
+  int64_t sy = d->stride[0], sx = d->stride[1], top = d->pads[0], left = d->pads[1];
   for (int64_t iy = 0; iy < d->h; iy++) {
-    float *row = plane + (iy + d->pads[0]) * g->row;
+    int64_t py = iy + top;
+    float *row = planes + (py % sy) * sx * g->sub + (py / sy) * g->wq;
     const float *src = x + iy * d->w;
     if (sx == 1) {
       memcpy(row + left, src, (size_t)d->w * sizeof(float));
@@ -94,7 +167,7 @@ static void pad_plane(const dw_t *g, const float *x, float *plane) {
     for (int64_t p = 0; p < sx; p++) {
       /* The first column of phase p inside the image, and its index q. */
       int64_t q = left > p ? (left - p + sx - 1) / sx : 0, col = q * sx + p - left;
-      float *dst = row + p * g->wq;
+      float *dst = row + p * g->sub;
       if (sx == 2 && col < d->w) {
         g->stride2(src + col, (d->w - col + 1) / 2, dst + q);
         continue;
@@ -104,21 +177,41 @@ static void pad_plane(const dw_t *g, const float *x, float *plane) {
   }
 }
 
+/* One plane's outputs, a band of rows at a time: wide rows of wq, of
+ * which the first wo are the outputs. */
+static void plane_outputs(const dw_t *g, const float *planes, const float *w, float bias,
+                          float *wide, float *y) {
+  const loom_abi_conv2d_t *d = g->d;
+  if (g->rows3) {
+    g->rows3(g, planes, w, bias, y);
+    return;
+  }
+  for (int64_t oy = 0; oy < d->ho; oy += g->band) {
+    int64_t rows = d->ho - oy < g->band ? d->ho - oy : g->band;
+    g->run(g, planes + oy * g->wq, w, bias, rows * g->wq, wide);
+    for (int64_t r = 0; r < rows; r++)
+      memcpy(y + (oy + r) * d->wo, wide + r * g->wq, (size_t)d->wo * sizeof(float));
+  }
+}
+
 /* Planes [begin, end) of n * c, each an (image, channel). */
 static void run_planes(void *ctx, int64_t begin, int64_t end) {
   dw_t *g = ctx;
   const loom_abi_conv2d_t *d = g->d;
-  kern_scratch_t s = kern_scratch_claim((size_t)(g->hp * g->row + DW_SLACK));
+  size_t floats = scratch_floats(g);
+  kern_scratch_t s = kern_scratch_claim(floats);
   if (!s.buf) {
     atomic_store(&g->failed, 1);
     return;
   }
-  int64_t positions = d->ho * d->wo, taps = d->kh * d->kw;
+  memset(s.buf, 0, floats * sizeof(float));
+  float *planes = s.buf, *wide = s.buf + d->stride[0] * d->stride[1] * g->sub;
+  int64_t positions = d->ho * d->wo;
   for (int64_t i = begin; i < end; i++) {
     int64_t img = i / d->c, ch = i % d->c;
-    pad_plane(g, d->x + i * d->h * d->w, s.buf);
+    split_plane(g, d->x + i * d->h * d->w, planes);
     float *y = d->y + i * positions;
-    g->rows(g, s.buf, d->weight + ch * taps, d->bias ? d->bias[ch] : 0.0f, y);
+    plane_outputs(g, planes, d->weight + ch * g->taps, d->bias ? d->bias[ch] : 0.0f, wide, y);
     if (d->epilogue) d->epilogue(d->epilogue_ctx, img, y, positions, ch, 1, 0, positions);
   }
   kern_scratch_release(s);
@@ -133,7 +226,7 @@ int kern_conv2d_depthwise_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   dw_t g = {.d = d};
   if (!suits(d, &g)) return 0;
   atomic_init(&g.failed, 0);
-  kern_scratch_reserve(core_pool_threads(pool), (size_t)(g.hp * g.row + DW_SLACK));
+  kern_scratch_reserve(core_pool_threads(pool), scratch_floats(&g));
   /* A plane a task at least: the epilogue's rows are whole planes. */
   int64_t grain = 4096 / (d->ho * d->wo) + 1;
   core_pool_for(pool, d->n * d->c, grain, run_planes, &g);
