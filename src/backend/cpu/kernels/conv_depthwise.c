@@ -152,27 +152,24 @@ static size_t scratch_floats(const dw_t *g) {
 }
 
 /* Channel plane x (h, w) into the sub-planes. Positions in the padding
- * are never written: they stay as the task's first clearing left them. */
+ * are never written: they stay as the task's first clearing left them.
+ * Column phase p holds the image's columns from col0[p] on, every sx-th,
+ * at q0[p] on: found once per plane, not per row. */
 static void split_plane(const dw_t *g, const float *x, float *planes) {
   const loom_abi_conv2d_t *d = g->d;
   int64_t sy = d->stride[0], sx = d->stride[1], top = d->pads[0], left = d->pads[1];
-  for (int64_t iy = 0; iy < d->h; iy++) {
-    int64_t py = iy + top;
-    float *row = planes + (py % sy) * sx * g->sub + (py / sy) * g->wq;
-    const float *src = x + iy * d->w;
-    if (sx == 1) {
-      memcpy(row + left, src, (size_t)d->w * sizeof(float));
-      continue;
-    }
-    for (int64_t p = 0; p < sx; p++) {
-      /* The first column of phase p inside the image, and its index q. */
-      int64_t q = left > p ? (left - p + sx - 1) / sx : 0, col = q * sx + p - left;
-      float *dst = row + p * g->sub;
-      if (sx == 2 && col < d->w) {
-        g->stride2(src + col, (d->w - col + 1) / 2, dst + q);
-        continue;
-      }
-      for (; col < d->w; col += sx, q++) dst[q] = src[col];
+  for (int64_t p = 0; p < sx; p++) {
+    int64_t q0 = left > p ? (left - p + sx - 1) / sx : 0, col0 = q0 * sx + p - left;
+    if (col0 >= d->w) continue;
+    /* Padded row iy + top: row phase ry, row qy of it (no division a row). */
+    int64_t ry = top % sy, qy = top / sy;
+    for (int64_t iy = 0; iy < d->h; iy++, ry = ry + 1 == sy ? 0 : ry + 1, qy += ry == 0) {
+      float *dst = planes + (ry * sx + p) * g->sub + qy * g->wq + q0;
+      const float *src = x + iy * d->w + col0;
+      if (sx == 1) memcpy(dst, src, (size_t)d->w * sizeof(float));
+      else if (sx == 2) g->stride2(src, (d->w - col0 + 1) / 2, dst);
+      else
+        for (int64_t col = 0, q = 0; col0 + col < d->w; col += sx, q++) dst[q] = src[col];
     }
   }
 }
@@ -206,9 +203,8 @@ static void run_planes(void *ctx, int64_t begin, int64_t end) {
   }
   memset(s.buf, 0, floats * sizeof(float));
   float *planes = s.buf, *wide = s.buf + d->stride[0] * d->stride[1] * g->sub;
-  int64_t positions = d->ho * d->wo;
-  for (int64_t i = begin; i < end; i++) {
-    int64_t img = i / d->c, ch = i % d->c;
+  int64_t positions = d->ho * d->wo, img = begin / d->c, ch = begin % d->c;
+  for (int64_t i = begin; i < end; i++, ch = ch + 1 == d->c ? (img++, 0) : ch + 1) {
     split_plane(g, d->x + i * d->h * d->w, planes);
     float *y = d->y + i * positions;
     plane_outputs(g, planes, d->weight + ch * g->taps, d->bias ? d->bias[ch] : 0.0f, wide, y);
