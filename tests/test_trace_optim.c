@@ -482,6 +482,68 @@ static void test_fallback_halves(void) {
   finish(t, &s, &m);
 }
 
+/* ---- Forgetting parameters -----------------------------------------------------
+ * Adam over a and b (loss sum(a^2) + sum(b^2)); a is forgotten and
+ * entered again after b: b's second step must be Adam's second from its
+ * own state (b moved from index 1 to 0 of the optimizer step), and a's
+ * Adam's first (its state went when it was forgotten). */
+
+static void squares_step(loom_trace_t *t, loom_tensor_t *const *ps, int n,
+                         const loom_optimizer_t *o, double lr) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t total = {-1};
+  for (int i = 0; i < n; i++) {
+    loom_value_t v, sq, l;
+    CHECK_OK(loom_trace_param(t, ps[i], &v));
+    CHECK_OK(loom_mul(g, v, v, &sq));
+    CHECK_OK(loom_sum(g, sq, 0, NULL, 0, &l));
+    if (total.id < 0) total = l;
+    else CHECK_OK(loom_add(g, total, l, &total));
+  }
+  CHECK_OK(loom_trace_backward(t, total));
+  CHECK_OK(loom_trace_optimizer_step(t, o, lr));
+  CHECK_OK(loom_trace_step_end(t));
+}
+
+static void check_forget(int compile) {
+  enum { N = 5 };
+  int64_t n = N;
+  const double a0[N] = {3.0, -1.0, 0.5, 2.0, -0.75}, b0[N] = {1.5, -0.25, 0.75, -2.0, 0.125};
+  loom_tensor_t *a = test_tensor(LOOM_F64, 1, &n, a0), *b = test_tensor(LOOM_F64, 1, &n, b0);
+  loom_trace_t *t = new_trace(compile);
+  loom_optimizer_t o = optimizer(LOOM_OPTIMIZER_ADAM, 0, 0, 0);
+  double lr = 0.0625, a1[N];
+  loom_tensor_t *ab[2] = {a, b}, *ba[2] = {b, a};
+  squares_step(t, ab, 2, &o, lr);
+  for (int i = 0; i < N; i++) a1[i] = test_get(a, i);
+  CHECK_OK(loom_trace_param_forget(t, a));
+  CHECK_ERR(loom_trace_param_forget(t, a), LOOM_ERR_INVALID, "not a parameter");
+  squares_step(t, ba, 2, &o, lr);
+  for (int i = 0; i < N; i++) {
+    CHECK_NEAR(test_get(b, i), adam2(b0[i], lr), 1e-12, 1e-12);
+    CHECK_NEAR(test_get(a, i), adam1(a1[i], lr), 1e-12, 1e-12);
+  }
+  for (int i = 0; i < N; i++) a1[i] = test_get(a, i);
+  CHECK_OK(loom_trace_param_forget(t, a));
+  squares_step(t, &b, 1, &o, lr); /* b alone, a left as it was */
+  for (int i = 0; i < N; i++) CHECK(test_get(a, i) == a1[i]);
+  /* not while the step uses it */
+  loom_value_t v;
+  CHECK_OK(loom_trace_param(t, a, &v));
+  CHECK_ERR(loom_trace_param_forget(t, a), LOOM_ERR_INVALID, "current step");
+  CHECK_OK(loom_trace_step_end(t));
+  CHECK_ERR(loom_trace_param_forget(NULL, a), LOOM_ERR_INVALID, "null");
+  CHECK_ERR(loom_trace_param_forget(t, NULL), LOOM_ERR_INVALID, "null");
+  loom_trace_destroy(t);
+  loom_tensor_destroy(a);
+  loom_tensor_destroy(b);
+}
+
+static void test_forget(void) {
+  check_forget(1);
+  check_forget(0);
+}
+
 /* ---- Errors ------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -528,6 +590,7 @@ int main(void) {
   TEST_RUN(test_adamw_wrapper);
   TEST_RUN(test_tiered_swap);
   TEST_RUN(test_fallback_halves);
+  TEST_RUN(test_forget);
   TEST_RUN(test_errors);
   return test_summary();
 }

@@ -259,6 +259,13 @@ LOOM_API loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
  * parameter in every step. */
 LOOM_API loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
                                         loom_value_t *out);
+/* Ends the trace's borrowing of parameter p: it leaves the parameters,
+ * with its optimizer state (the next optimizer step is rebuilt for the
+ * others, their state kept), so that p may be freed. A front end calls it
+ * when its user drops a model: without it, every parameter ever entered
+ * stays in the optimizer step. Not for a parameter the current step has
+ * entered (LOOM_ERR_INVALID); LOOM_ERR_INVALID too when p is not one. */
+LOOM_API loom_status_t loom_trace_param_forget(loom_trace_t *t, const loom_tensor_t *p);
 
 /* v's shape in this step (symbolic dims evaluated); shape has room for
  * LOOM_MAX_RANK dims. Runs nothing. */

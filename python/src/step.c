@@ -15,8 +15,9 @@ static struct {
   py_tensor_t *results; /* the step's op results: lazy or made real */
   Py_ssize_t lazy, grad_values; /* of those: lazy ones; ones requiring grad */
   PyObject *entered; /* tensors entered: kept alive until the end */
-  /* Every parameter the trace has seen: it keeps them (and their
-   * optimizer state) for its life, so they live as long as it does. */
+  /* Every parameter the trace holds: it borrows their data (and keeps
+   * their optimizer state) until one is referenced by this list alone,
+   * when release_dropped hands it back (loom_trace_param_forget). */
   PyObject *params;
   bool backward_ran; /* gradients wait for the optimizer */
   int no_grad;       /* depth of loom.no_grad() */
@@ -146,6 +147,34 @@ int py_step_value(py_tensor_t *t, loom_value_t *out) {
 /* Ends the step. On a failure to make a result real the step still ends
  * (the trace cannot go on from a failed run); the results left lazy are
  * dead and say so when used. */
+/* Parameters the program no longer references (a model dropped, its
+ * optimizer with it) leave the trace, with their optimizer state, and are
+ * freed: else every model a process trains stays in the optimizer step
+ * of the next, and in memory. One the current step uses stays. */
+static int release_dropped(void) {
+  Py_ssize_t n = st.params ? PyList_GET_SIZE(st.params) : 0, kept = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *t = (py_tensor_t *)PyList_GET_ITEM(st.params, i);
+    if (Py_REFCNT(t) == 1 && st.trace && loom_trace_param_forget(st.trace, t->data) == LOOM_OK) {
+      t->held = false;
+      continue;
+    }
+    kept++;
+  }
+  if (kept == n) return 0;
+  PyObject *live = PyList_New(0);
+  if (!live) return -1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *t = (py_tensor_t *)PyList_GET_ITEM(st.params, i);
+    if (t->held && PyList_Append(live, (PyObject *)t) < 0) {
+      Py_DECREF(live);
+      return -1;
+    }
+  }
+  Py_SETREF(st.params, live);
+  return 0;
+}
+
 int py_step_end(void) {
   if (!st.open) return 0;
   /* Every live value is made; one that fails keeps its error for its
@@ -166,7 +195,9 @@ int py_step_end(void) {
   st.backward_ran = false;
   st.lazy = st.grad_values = 0;
   Py_CLEAR(st.entered);
+  int released = s == LOOM_OK ? release_dropped() : 0;
   if (err_type) {
+    if (released < 0) PyErr_Clear();
     PyErr_Restore(err_type, err_value, err_tb);
     return -1;
   }
@@ -174,7 +205,7 @@ int py_step_end(void) {
     py_fail(s);
     return -1;
   }
-  return 0;
+  return released;
 }
 
 void py_step_forget(void) {
@@ -370,6 +401,7 @@ static PyObject *fn_optimizer_step(PyObject *self, PyObject *args) {
                         &eps, &wd))
     return NULL;
   if (st.open && st.backward_ran) {
+    if (release_dropped() < 0) return NULL;
     loom_optimizer_t o;
     loom_status_t s = py_optimizer(kind, momentum, nesterov, beta1, beta2, eps, wd, &o);
     if (s != LOOM_OK) return py_fail(s);

@@ -500,6 +500,27 @@ loom_status_t loom_trace_input(loom_trace_t *t, loom_tensor_t *x,
   return LOOM_OK;
 }
 
+loom_status_t loom_trace_param_forget(loom_trace_t *t, const loom_tensor_t *p) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(p);
+  LOOM_TRY(tr_claim(t, __func__));
+  int64_t i = 0;
+  while (i < t->n_params && t->params[i].t != p) i++;
+  if (i == t->n_params)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_param_forget: the tensor is not a "
+                     "parameter of this trace");
+  if (t->params[i].value >= 0 || t->params[i].grad)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_param_forget: the current step uses "
+                     "the parameter (forget it between steps)");
+  tr_optim_forget(t, p);
+  memmove(&t->params[i], &t->params[i + 1], sizeof *t->params * (size_t)(t->n_params - i - 1));
+  t->n_params--;
+  /* Packed panels are kept by storage address: a new tensor may reuse it. */
+  t->packs.stable.epoch++;
+  loom_clear_error();
+  return LOOM_OK;
+}
+
 loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
                                loom_value_t *out) {
   LOOM_CHECK_ARG(t);

@@ -724,6 +724,8 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 
 /* trace_optim.c */
 void tr_optim_destroy(loom_trace_t *t);
+/* Parameter p leaves the parameters: its state is carried to no one. */
+void tr_optim_forget(loom_trace_t *t, const loom_tensor_t *p);
 /* Whether t's optimizer step runs compiled code, after waiting for its
  * background compile when wait (tests); false before the first step. */
 bool tr_optim_compiled(loom_trace_t *t, bool wait);

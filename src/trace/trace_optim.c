@@ -33,6 +33,9 @@ typedef struct tr_optim {
   loom_optimizer_t hyper;
   int n;                  /* the trace's parameters when built */
   loom_value_t *params;   /* the graph's, per trace parameter */
+  /* Per trace parameter, its storage (NULL once forgotten): the state of
+   * "p<i>" goes with the parameter, whatever index it has next time. */
+  const void **storage;
   loom_tensor_t *take[2]; /* bool scalars false and true, bound per parameter */
   /* Tiered: the same step compiling on `thread` into next->exe, its
    * status in next->compiled once next->ready. */
@@ -60,6 +63,7 @@ static void optim_free(tr_optim_t *a) {
   loom_executable_destroy(a->exe);
   loom_graph_destroy(a->g);
   core_free(a->params);
+  core_free(a->storage);
   loom_tensor_destroy(a->take[0]);
   loom_tensor_destroy(a->take[1]);
   core_free(a);
@@ -91,7 +95,7 @@ static bool optim_fits(const loom_trace_t *t, const tr_optim_t *a,
   for (int i = 0; i < a->n; i++) {
     const loom_tensor_t *p = t->params[i].t;
     const ir_value_t *v = &a->g->values[a->params[i].id];
-    if (v->type.dtype != p->dtype || v->type.rank != p->rank || v->data->data != p->data ||
+    if (v->type.dtype != p->dtype || v->type.rank != p->rank || a->storage[i] != p->data ||
         memcmp(v->type.dims, p->shape, sizeof *p->shape * (size_t)p->rank))
       return false;
   }
@@ -106,17 +110,45 @@ static void share_storage(loom_graph_t *g, loom_value_t pv, const loom_tensor_t 
   x->owns_data = false;
 }
 
-/* Copies the state of old into a's parameters of the same name, dtype
- * and size, so that a new parameter does not reset the others' state. */
+void tr_optim_forget(loom_trace_t *t, const loom_tensor_t *p) {
+  for (tr_optim_t *a = t->optim; a; a = a->next)
+    for (int i = 0; i < a->n; i++)
+      if (a->storage[i] == p->data) a->storage[i] = NULL;
+}
+
+/* The name in old of a's state value `name`: state is "p<i>.<what>" after
+ * parameter i, which may be old's parameter j (the same storage), or
+ * NULL; other names (a step counter for all) stay as they are. */
+static bool old_name(const tr_optim_t *a, const tr_optim_t *old, const char *name, char *out,
+                     size_t size) {
+  int i, at = 0;
+  if (sscanf(name, "p%d.%n", &i, &at) != 1 || at == 0 || i < 0 || i >= a->n) {
+    snprintf(out, size, "%s", name);
+    return true;
+  }
+  for (int j = 0; j < old->n; j++)
+    if (a->storage[i] && old->storage[j] == a->storage[i]) {
+      snprintf(out, size, "p%d.%s", j, name + at);
+      return true;
+    }
+  return false;
+}
+
+/* Copies the state of old into a's state of the same parameter (by
+ * storage), name, dtype and size, so that a new or forgotten parameter
+ * does not reset the others' state. */
 static void carry_state(tr_optim_t *a, const tr_optim_t *old) {
   if (!old) return;
   for (int64_t i = 0; i < a->g->n_params; i++) {
     ir_value_t *v = &a->g->values[a->g->params[i]];
+    char name[256];
+    /* the state: the parameters themselves are the user's storage */
+    if (!v->name || !v->data->owns_data || !old_name(a, old, v->name, name, sizeof name))
+      continue;
     for (int64_t j = 0; j < old->g->n_params; j++) {
       const ir_value_t *o = &old->g->values[old->g->params[j]];
-      /* the state: the parameters themselves are the user's storage */
-      if (v->name && o->name && !strcmp(v->name, o->name) && v->data->owns_data &&
-          o->data->owns_data && loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
+      if (o->name && !strcmp(name, o->name) && o->data->owns_data &&
+          loom_tensor_numel(v->data) == loom_tensor_numel(o->data) &&
           v->data->dtype == o->data->dtype)
         memcpy(v->data->data, o->data->data,
                (size_t)loom_tensor_numel(v->data) * loom_dtype_size(v->data->dtype));
@@ -174,8 +206,11 @@ static loom_status_t optim_new(loom_trace_t *t, const loom_optimizer_t *hyper, c
   a->n = (int)t->n_params;
   a->hyper = *hyper;
   a->params = core_malloc(sizeof *a->params * (size_t)(a->n + 1));
-  loom_status_t s = a->params ? loom_graph_create(&a->g)
-                              : loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
+  a->storage = core_malloc(sizeof *a->storage * (size_t)(a->n + 1));
+  loom_status_t s = a->params && a->storage
+                        ? loom_graph_create(&a->g)
+                        : loom_fail(LOOM_ERR_NOMEM, "out of memory for the optimizer step");
+  for (int i = 0; a->storage && i < a->n; i++) a->storage[i] = t->params[i].t->data;
   if (s == LOOM_OK) s = optim_graph(t, a, fn);
   if (s == LOOM_OK) s = ir_verify(a->g); /* once: the fallback runs it unchecked */
   if (s == LOOM_OK) s = flags(a);

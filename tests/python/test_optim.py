@@ -39,6 +39,30 @@ def test_optimizers_against_torch(make_opt):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
+def test_a_dropped_model_leaves_the_trace_and_the_next_trains_as_torch():
+    """A model dropped with its optimizer is freed (its parameters leave
+    the trace's optimizer step), and the next model's Adam steps match
+    torch's from a fresh state, also when the new model reuses the
+    dropped one's shapes."""
+    import gc
+    import weakref
+    make = lambda lib, p: lib.optim.Adam(p, lr=0.01)  # noqa: E731
+    w0 = loom.tensor(np.ones((6, 2), np.float32), requires_grad=True)
+    b0 = loom.tensor(np.zeros(2, np.float32), requires_grad=True)
+    opt0 = make(loom, [w0, b0])
+    for _ in range(3):
+        opt0.zero_grad()
+        ((loom.ones(5, 6) @ w0 + b0) ** 2).mean().backward()
+        opt0.step()
+    dropped = weakref.ref(w0)
+    del w0, b0, opt0
+    gc.collect()
+    for mine, theirs in zip(train(loom, make), train(torch, make)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+    gc.collect()
+    assert dropped() is None
+
+
 def test_a_learning_rate_schedule_recompiles_nothing():
     w = loom.ones(4, requires_grad=True)
     opt = loom.optim.SGD([w], lr=0.1)
