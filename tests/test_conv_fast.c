@@ -304,7 +304,7 @@ static void direct_forward_configurations(void) {
 /* Depthwise layers (groups = c = o): MobileNet's 3x3 at strides 1 and 2,
  * uneven pads, a 5x5 window, dilation, stride 3, a single row, and no
  * bias or epilogue; 7x7 planes (a vector spans rows), planes in several
- * bands of rows, a 1x1 window. */
+ * bands of rows, a 1x1 window, rows of a vector at most with uneven pads. */
 static const conv_case_t depthwise_cases[] = {
     {2, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 1},  /* MobileNet, stride 1 */
     {1, 24, 15, 13, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 1},  /* stride 2, odd sizes */
@@ -318,6 +318,8 @@ static const conv_case_t depthwise_cases[] = {
     {1, 3, 75, 70, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 1},     /* three bands */
     {1, 2, 81, 90, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2, 0, 1},     /* bands, stride 2 */
     {2, 5, 6, 9, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 5, 1, 0},       /* 1x1 */
+    {1, 5, 9, 11, 5, 3, 3, 1, 1, 0, 1, 2, 0, 1, 1, 5, 1, 1},      /* small, uneven pads */
+    {2, 4, 6, 7, 4, 3, 3, 1, 1, 2, 2, 0, 1, 1, 1, 4, 0, 1},       /* small, pads of 2 */
 };
 
 static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {

@@ -47,6 +47,9 @@ typedef struct dw {
               float *wide);
   /* The 3x3 window at stride 1 or 2 on rows of a vector or more, or NULL. */
   void (*rows3)(const struct dw *g, const float *planes, const float *w, float bias, float *y);
+  /* The 3x3 window at stride 1 on rows of a vector at most, read from the
+   * image itself, or NULL. */
+  void (*small)(const struct dw *g, const float *x, const float *w, float bias, float *y);
   kern_stride2_fn stride2; /* the even columns of a row, vectorized */
   atomic_int failed;       /* a task found no scratch */
 } dw_t;
@@ -82,6 +85,13 @@ __attribute__((target("avx2"))) static inline void store_row_avx2(float *p, cons
   _mm256_maskstore_ps(p + 8, _mm256_loadu_si256((const __m256i *)(m + 8)), a[1]);
 }
 
+/* Lanes [lo, hi) of eight set (all ones), as maskload takes them. */
+__attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int64_t hi) {
+  __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)lo - 1)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), idx));
+}
+
 #define DW_TARGET __attribute__((target("avx512f,fma")))
 #define DW_VEC __m512
 #define DW_W 16
@@ -90,6 +100,10 @@ __attribute__((target("avx2"))) static inline void store_row_avx2(float *p, cons
 #define DW_SET1(x) _mm512_set1_ps(x)
 #define DW_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define DW_STORE_ROW(p, a, n) store_row_avx512((p), (a), (n))
+#define DW_MASK __mmask16
+#define DW_LANES(lo, hi) ((__mmask16)(((1u << (hi)) - 1) & ~((1u << (lo)) - 1)))
+#define DW_LOAD_MASKED(p, m) _mm512_maskz_loadu_ps((m), (p))
+#define DW_STORE_N(p, v, n) _mm512_mask_storeu_ps((p), DW_LANES(0, (n)), (v))
 #define DW_NAME run_avx512
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
 #undef DW_TARGET
@@ -101,6 +115,10 @@ __attribute__((target("avx2"))) static inline void store_row_avx2(float *p, cons
 #undef DW_FMA
 #undef DW_NAME
 #undef DW_STORE_ROW
+#undef DW_MASK
+#undef DW_LANES
+#undef DW_LOAD_MASKED
+#undef DW_STORE_N
 
 #define DW_TARGET __attribute__((target("avx2,fma")))
 #define DW_VEC __m256
@@ -110,6 +128,10 @@ __attribute__((target("avx2"))) static inline void store_row_avx2(float *p, cons
 #define DW_SET1(x) _mm256_set1_ps(x)
 #define DW_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define DW_STORE_ROW(p, a, n) store_row_avx2((p), (a), (n))
+#define DW_MASK __m256i
+#define DW_LANES(lo, hi) lanes_avx2((lo), (hi))
+#define DW_LOAD_MASKED(p, m) _mm256_maskload_ps((p), (m))
+#define DW_STORE_N(p, v, n) _mm256_maskstore_ps((p), lanes_avx2(0, (n)), (v))
 #define DW_NAME run_avx2
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
 
@@ -127,6 +149,10 @@ static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   if (d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1 && sy == sx &&
       sy <= 2 && d->wo >= (avx512 ? 16 : 8))
     g->rows3 = avx512 ? run_avx512_3x3 : run_avx2_3x3;
+  g->small = NULL;
+  if (d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1 && sy == 1 &&
+      sx == 1 && d->wo <= (avx512 ? 16 : 8))
+    g->small = avx512 ? run_avx512_small : run_avx2_small;
   g->stride2 = kern_gather_stride2();
   g->hq = (d->h + d->pads[0] + d->pads[2] + sy - 1) / sy;
   g->wq = (d->w + d->pads[1] + d->pads[3] + sx - 1) / sx;
@@ -205,9 +231,14 @@ static void run_planes(void *ctx, int64_t begin, int64_t end) {
   float *planes = s.buf, *wide = s.buf + d->stride[0] * d->stride[1] * g->sub;
   int64_t positions = d->ho * d->wo, img = begin / d->c, ch = begin % d->c;
   for (int64_t i = begin; i < end; i++, ch = ch + 1 == d->c ? (img++, 0) : ch + 1) {
-    split_plane(g, d->x + i * d->h * d->w, planes);
-    float *y = d->y + i * positions;
-    plane_outputs(g, planes, d->weight + ch * g->taps, d->bias ? d->bias[ch] : 0.0f, wide, y);
+    const float *x = d->x + i * d->h * d->w, *w = d->weight + ch * g->taps;
+    float *y = d->y + i * positions, bias = d->bias ? d->bias[ch] : 0.0f;
+    if (g->small) {
+      g->small(g, x, w, bias, y);
+    } else {
+      split_plane(g, x, planes);
+      plane_outputs(g, planes, w, bias, wide, y);
+    }
     if (d->epilogue) d->epilogue(d->epilogue_ctx, img, y, positions, ch, 1, 0, positions);
   }
   kern_scratch_release(s);
