@@ -320,6 +320,8 @@ static const conv_case_t depthwise_cases[] = {
     {2, 5, 6, 9, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 5, 1, 0},       /* 1x1 */
     {1, 5, 9, 11, 5, 3, 3, 1, 1, 0, 1, 2, 0, 1, 1, 5, 1, 1},      /* small, uneven pads */
     {2, 4, 6, 7, 4, 3, 3, 1, 1, 2, 2, 0, 1, 1, 1, 4, 0, 1},       /* small, pads of 2 */
+    {1, 3, 10, 9, 3, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 3, 1, 1},      /* stride 2, pads after */
+    {1, 2, 5, 67, 2, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 2, 0, 0},      /* stride 2, 34 wide */
 };
 
 static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {

@@ -47,8 +47,8 @@ typedef struct dw {
               float *wide);
   /* The 3x3 window at stride 1 or 2 on rows of a vector or more, or NULL. */
   void (*rows3)(const struct dw *g, const float *planes, const float *w, float bias, float *y);
-  /* The 3x3 window at stride 1 on rows of a vector at most, read from the
-   * image itself, or NULL. */
+  /* Read from the image itself, or NULL: the 3x3 window at stride 1 on
+   * rows of a vector at most, and at stride 2 on AVX-512. */
   void (*small)(const struct dw *g, const float *x, const float *w, float bias, float *y);
   kern_stride2_fn stride2; /* the even columns of a row, vectorized */
   atomic_int failed;       /* a task found no scratch */
@@ -135,6 +135,64 @@ __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int
 #define DW_NAME run_avx2
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
 
+/* The 3x3 window at stride 2 on AVX-512, read straight from the image:
+ * output column x0 + l of a block of 16 reads input columns c + 2l + kx
+ * (c = 2 x0 - left pad): the even lanes of the 32 columns from c (kx 0),
+ * their odd lanes (kx 1), and the even lanes of the 32 from c + 2 (kx 2),
+ * each one two-source permute of two masked loads, so that no plane is
+ * split into phases first (a pass over the whole input, which made the
+ * stride-2 layers the slowest per FLOP). Lanes in the padding load zeros;
+ * input rows in it are skipped. Input row i of a tile serves output rows
+ * i / 2 (ky 0 or 1) and i / 2 - 1 (ky 2). */
+enum { S2_R = 4 };
+__attribute__((target("avx512f,fma"))) static void s2_avx512(const dw_t *g, const float *x,
+                                                             const float *w, float bias,
+                                                             float *y) {
+  const loom_abi_conv2d_t *d = g->d;
+  int64_t h = d->h, wi = d->w, ho = d->ho, wo = d->wo, pt = d->pads[0], pl = d->pads[1];
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  __m512 wv[3][3], b = _mm512_set1_ps(bias);
+  for (int ky = 0; ky < 3; ky++)
+    for (int kx = 0; kx < 3; kx++) wv[ky][kx] = _mm512_set1_ps(w[ky * 3 + kx]);
+  for (int64_t x0 = 0; x0 < wo; x0 += 16) {
+    int64_t n = wo - x0 < 16 ? wo - x0 : 16, c = 2 * x0 - pl;
+    /* loads at columns c, c + 16, c + 2, c + 18: lanes inside [0, wi) */
+    __mmask16 m[4];
+    const int64_t at[4] = {c, c + 16, c + 2, c + 18};
+    for (int k = 0; k < 4; k++) {
+      int64_t lo = at[k] < 0 ? -at[k] : 0, hi = wi - at[k] < 16 ? wi - at[k] : 16;
+      m[k] = hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    }
+    __mmask16 out = (__mmask16)((1u << n) - 1);
+    for (int64_t oy = 0; oy < ho; oy += S2_R) {
+      __m512 acc[S2_R];
+      _Pragma("GCC unroll 8") for (int r = 0; r < S2_R; r++) acc[r] = b;
+      _Pragma("GCC unroll 16") for (int i = 0; i < 2 * S2_R + 1; i++) {
+        int64_t iy = 2 * oy - pt + i;
+        if (iy < 0 || iy >= h) continue;
+        const float *row = x + iy * wi;
+        __m512 p = _mm512_maskz_loadu_ps(m[0], row + at[0]);
+        __m512 q = _mm512_maskz_loadu_ps(m[1], row + at[1]);
+        __m512 r2 = _mm512_maskz_loadu_ps(m[2], row + at[2]);
+        __m512 s2 = _mm512_maskz_loadu_ps(m[3], row + at[3]);
+        __m512 v0 = _mm512_permutex2var_ps(p, even, q), v1 = _mm512_permutex2var_ps(p, odd, q);
+        __m512 v2 = _mm512_permutex2var_ps(r2, even, s2);
+        _Pragma("GCC unroll 3") for (int ky = 0; ky < 3; ky++) {
+          if ((i - ky) % 2) continue;
+          int r = (i - ky) / 2;
+          if (r < 0 || r >= S2_R) continue;
+          acc[r] = _mm512_fmadd_ps(wv[ky][0], v0, acc[r]);
+          acc[r] = _mm512_fmadd_ps(wv[ky][1], v1, acc[r]);
+          acc[r] = _mm512_fmadd_ps(wv[ky][2], v2, acc[r]);
+        }
+      }
+      _Pragma("GCC unroll 8") for (int r = 0; r < S2_R; r++) if (oy + r < ho)
+        _mm512_mask_storeu_ps(y + (oy + r) * wo + x0, out, acc[r]);
+    }
+  }
+}
+
 static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   if (d->groups != d->c || d->o != d->c || d->kh * d->kw > DW_MAX_TAPS || d->n < 1 ||
       d->ho < 1 || d->wo < 1 || d->stride[0] < 1 || d->stride[1] < 1 || d->dilation[0] < 1 ||
@@ -150,9 +208,10 @@ static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
       sy <= 2 && d->wo >= (avx512 ? 16 : 8))
     g->rows3 = avx512 ? run_avx512_3x3 : run_avx2_3x3;
   g->small = NULL;
-  if (d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1 && sy == 1 &&
-      sx == 1 && d->wo <= (avx512 ? 16 : 8))
+  int three = d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1;
+  if (three && sy == 1 && sx == 1 && d->wo <= (avx512 ? 16 : 8))
     g->small = avx512 ? run_avx512_small : run_avx2_small;
+  if (three && sy == 2 && sx == 2 && avx512) g->small = s2_avx512;
   g->stride2 = kern_gather_stride2();
   g->hq = (d->h + d->pads[0] + d->pads[2] + sy - 1) / sy;
   g->wq = (d->w + d->pads[1] + d->pads[3] + sx - 1) / sx;
