@@ -25,7 +25,7 @@
  * are wasted, not a vector's tail), and its first wo columns copied out;
  * large planes go in bands of rows that stay in L1. The runs are kh*kw
  * multiply-adds of eight independent accumulators. The 3x3 window at
- * stride 2 on rows of a vector or more takes the row tiles of _3x3 over
+ * stride 2 on rows of a vector or more takes the row tiles of _s2 over
  * the sub-planes instead. All but s2_avx512 are in conv_depthwise_rows.inc,
  * built for AVX-512 and AVX2 and taken with the direct kernel's instance
  * (kern_conv_direct_isa). */
@@ -52,11 +52,13 @@ typedef struct dw {
   int64_t off[DW_MAX_TAPS]; /* where tap t reads, from the output's wide index */
   void (*run)(const struct dw *g, const float *planes, const float *w, float bias, int64_t n,
               float *wide);
-  /* The 3x3 window at stride 1 or 2 on rows of a vector or more, or NULL. */
-  void (*rows3)(const struct dw *g, const float *planes, const float *w, float bias, float *y);
+  /* The 3x3 window at stride 2 on rows of a vector or more, over the
+   * phase planes, or NULL. */
+  void (*rows_s2)(const struct dw *g, const float *planes, const float *w, float bias,
+                  float *y);
   /* Read from the image itself, or NULL: the 3x3 window at stride 1, and
    * at stride 2 on AVX-512. */
-  void (*small)(const struct dw *g, const float *x, const float *w, float bias, float *y);
+  void (*in_place)(const struct dw *g, const float *x, const float *w, float bias, float *y);
   kern_stride2_fn stride2; /* the even columns of a row, vectorized */
   atomic_int failed;       /* a task found no scratch */
 } dw_t;
@@ -213,14 +215,13 @@ static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   int64_t sy = d->stride[0], sx = d->stride[1];
   int avx512 = !strcmp(isa, "avx512");
   g->run = avx512 ? run_avx512 : run_avx2;
-  g->rows3 = NULL;
-  if (d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1 && sy == sx &&
-      sy <= 2 && d->wo >= (avx512 ? 16 : 8))
-    g->rows3 = avx512 ? run_avx512_3x3 : run_avx2_3x3;
-  g->small = NULL;
   int three = d->kh == 3 && d->kw == 3 && d->dilation[0] == 1 && d->dilation[1] == 1;
-  if (three && sy == 1 && sx == 1) g->small = avx512 ? run_avx512_direct : run_avx2_direct;
-  if (three && sy == 2 && sx == 2 && avx512) g->small = s2_avx512;
+  g->rows_s2 = NULL;
+  if (three && sy == 2 && sx == 2 && d->wo >= (avx512 ? 16 : 8))
+    g->rows_s2 = avx512 ? run_avx512_s2 : run_avx2_s2;
+  g->in_place = NULL;
+  if (three && sy == 1 && sx == 1) g->in_place = avx512 ? run_avx512_direct : run_avx2_direct;
+  if (three && sy == 2 && sx == 2 && avx512) g->in_place = s2_avx512;
   g->stride2 = kern_gather_stride2();
   g->hq = (d->h + d->pads[0] + d->pads[2] + sy - 1) / sy;
   g->wq = (d->w + d->pads[1] + d->pads[3] + sx - 1) / sx;
@@ -273,8 +274,8 @@ static void split_plane(const dw_t *g, const float *x, float *planes) {
 static void plane_outputs(const dw_t *g, const float *planes, const float *w, float bias,
                           float *wide, float *y) {
   const loom_abi_conv2d_t *d = g->d;
-  if (g->rows3) {
-    g->rows3(g, planes, w, bias, y);
+  if (g->rows_s2) {
+    g->rows_s2(g, planes, w, bias, y);
     return;
   }
   for (int64_t oy = 0; oy < d->ho; oy += g->band) {
@@ -286,13 +287,13 @@ static void plane_outputs(const dw_t *g, const float *planes, const float *w, fl
 }
 
 /* Planes [begin, end) of n * c, each an (image, channel): the image read
- * in place (g->small), or through the task's scratch. */
+ * in place (g->in_place), or through the task's scratch. */
 static void run_planes(void *ctx, int64_t begin, int64_t end) {
   dw_t *g = ctx;
   const loom_abi_conv2d_t *d = g->d;
   kern_scratch_t s = {.slot = -1, .buf = NULL};
   float *planes = NULL, *wide = NULL;
-  if (!g->small) {
+  if (!g->in_place) {
     size_t floats = scratch_floats(g);
     s = kern_scratch_claim(floats);
     if (!s.buf) {
@@ -306,8 +307,8 @@ static void run_planes(void *ctx, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i++, ch = ch + 1 == d->c ? (img++, 0) : ch + 1) {
     const float *x = d->x + i * d->h * d->w, *w = d->weight + ch * g->taps;
     float *y = d->y + i * positions, bias = d->bias ? d->bias[ch] : 0.0f;
-    if (g->small) {
-      g->small(g, x, w, bias, y);
+    if (g->in_place) {
+      g->in_place(g, x, w, bias, y);
     } else {
       split_plane(g, x, planes);
       plane_outputs(g, planes, w, bias, wide, y);
@@ -326,7 +327,7 @@ int kern_conv2d_depthwise_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   dw_t g = {.d = d};
   if (!suits(d, &g)) return 0;
   atomic_init(&g.failed, 0);
-  if (!g.small) kern_scratch_reserve(core_pool_threads(pool), scratch_floats(&g));
+  if (!g.in_place) kern_scratch_reserve(core_pool_threads(pool), scratch_floats(&g));
   /* A plane a task at least: the epilogue's rows are whole planes. */
   int64_t grain = 4096 / (d->ho * d->wo) + 1;
   core_pool_for(pool, d->n * d->c, grain, run_planes, &g);
