@@ -144,37 +144,24 @@ int py_step_value(py_tensor_t *t, loom_value_t *out) {
   return enter(t, out);
 }
 
-/* Ends the step. On a failure to make a result real the step still ends
- * (the trace cannot go on from a failed run); the results left lazy are
- * dead and say so when used. */
 /* Parameters the program no longer references (a model dropped, its
  * optimizer with it) leave the trace, with their optimizer state, and are
  * freed: else every model a process trains stays in the optimizer step
  * of the next, and in memory. One the current step uses stays. */
 static int release_dropped(void) {
-  Py_ssize_t n = st.params ? PyList_GET_SIZE(st.params) : 0, kept = 0;
-  for (Py_ssize_t i = 0; i < n; i++) {
+  for (Py_ssize_t i = st.params ? PyList_GET_SIZE(st.params) - 1 : -1; i >= 0; i--) {
     py_tensor_t *t = (py_tensor_t *)PyList_GET_ITEM(st.params, i);
-    if (Py_REFCNT(t) == 1 && st.trace && loom_trace_param_forget(st.trace, t->data) == LOOM_OK) {
-      t->held = false;
+    if (Py_REFCNT(t) != 1 || !st.trace || loom_trace_param_forget(st.trace, t->data) != LOOM_OK)
       continue;
-    }
-    kept++;
+    t->held = false;
+    if (PyList_SetSlice(st.params, i, i + 1, NULL) < 0) return -1; /* frees t */
   }
-  if (kept == n) return 0;
-  PyObject *live = PyList_New(0);
-  if (!live) return -1;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    py_tensor_t *t = (py_tensor_t *)PyList_GET_ITEM(st.params, i);
-    if (t->held && PyList_Append(live, (PyObject *)t) < 0) {
-      Py_DECREF(live);
-      return -1;
-    }
-  }
-  Py_SETREF(st.params, live);
   return 0;
 }
 
+/* Ends the step. On a failure to make a result real the step still ends
+ * (the trace cannot go on from a failed run); the results left lazy are
+ * dead and say so when used. */
 int py_step_end(void) {
   if (!st.open) return 0;
   /* Every live value is made; one that fails keeps its error for its

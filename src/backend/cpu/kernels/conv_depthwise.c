@@ -66,34 +66,6 @@ typedef struct dw {
 #define DW_CAT_(a, b) a##b
 #define DW_CAT(a, b) DW_CAT_(a, b)
 
-/* Stores the first n of two vectors' lanes (0 < n <= two vectors). */
-__attribute__((target("avx512f"))) static inline void store_row_avx512(float *p, const __m512 *a,
-                                                                       int64_t n) {
-  if (n == 32) {
-    _mm512_storeu_ps(p, a[0]);
-    _mm512_storeu_ps(p + 16, a[1]);
-    return;
-  }
-  uint32_t lanes = n >= 32 ? 0xffffffffu : (1u << n) - 1;
-  _mm512_mask_storeu_ps(p, (__mmask16)lanes, a[0]);
-  _mm512_mask_storeu_ps(p + 16, (__mmask16)(lanes >> 16), a[1]);
-}
-
-static const int32_t dw_lanes[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                     -1, -1, -1, -1, -1, 0,  0,  0,  0,  0,  0,
-                                     0,  0,  0,  0,  0,  0,  0,  0,  0,  0};
-__attribute__((target("avx2"))) static inline void store_row_avx2(float *p, const __m256 *a,
-                                                                  int64_t n) {
-  if (n == 16) {
-    _mm256_storeu_ps(p, a[0]);
-    _mm256_storeu_ps(p + 8, a[1]);
-    return;
-  }
-  const int32_t *m = dw_lanes + 16 - n; /* n ones, then zeros */
-  _mm256_maskstore_ps(p, _mm256_loadu_si256((const __m256i *)m), a[0]);
-  _mm256_maskstore_ps(p + 8, _mm256_loadu_si256((const __m256i *)(m + 8)), a[1]);
-}
-
 /* Lanes [lo, hi) of eight set (all ones), as maskload takes them. */
 __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int64_t hi) {
   __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -108,7 +80,6 @@ __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int
 #define DW_STOREU(p, v) _mm512_storeu_ps((p), (v))
 #define DW_SET1(x) _mm512_set1_ps(x)
 #define DW_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
-#define DW_STORE_ROW(p, a, n) store_row_avx512((p), (a), (n))
 #define DW_MASK __mmask16
 #define DW_LANES(lo, hi) ((__mmask16)(((1u << (hi)) - 1) & ~((1u << (lo)) - 1)))
 #define DW_LOAD_MASKED(p, m) _mm512_maskz_loadu_ps((m), (p))
@@ -125,7 +96,6 @@ __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int
 #undef DW_FMA
 #undef DW_NAME
 #undef DW_RD
-#undef DW_STORE_ROW
 #undef DW_MASK
 #undef DW_LANES
 #undef DW_LOAD_MASKED
@@ -138,7 +108,6 @@ __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int
 #define DW_STOREU(p, v) _mm256_storeu_ps((p), (v))
 #define DW_SET1(x) _mm256_set1_ps(x)
 #define DW_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
-#define DW_STORE_ROW(p, a, n) store_row_avx2((p), (a), (n))
 #define DW_MASK __m256i
 #define DW_LANES(lo, hi) lanes_avx2((lo), (hi))
 #define DW_LOAD_MASKED(p, m) _mm256_maskload_ps((p), (m))
