@@ -16,6 +16,10 @@ LIB = os.path.join(BUILD, "libloom_static.a")
 if not os.path.exists(LIB):
     subprocess.check_call([os.path.join(ROOT, "scripts", "build.sh"), "release", "loom_static"])
 
+# What the static library needs besides (MPI, when Loom was built with it).
+with open(os.path.join(BUILD, "static_link_libs.txt")) as f:
+    EXTRA_LIBS = [p for p in f.read().split(";") if p.strip()]
+
 os.chdir(HERE)  # setuptools wants sources relative to setup.py
 setup(
     name="loom",
@@ -28,7 +32,7 @@ setup(
         "loom._C",
         sources=sorted(glob.glob("src/*.c")),
         include_dirs=[os.path.join(ROOT, "include"), "src"],
-        extra_objects=[LIB],
+        extra_objects=[LIB] + EXTRA_LIBS,
         libraries=["m", "pthread", "dl", "protobuf-c"],
         extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden"],
     )],

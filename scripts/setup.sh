@@ -11,6 +11,8 @@
 #   libprotobuf-c-dev, protobuf-c-compiler, libonnx-dev: the ONNX importer
 #   (its protobuf code is generated at build time from Debian's onnx.proto);
 #   libonnx-testdata: the ONNX conformance cases the tests run;
+#   libopenmpi-dev, openmpi-bin: the collectives' transport (MPI) and
+#   mpirun, which the tests launch two ranks with;
 #   python3-torch: the reference the Python tests compare with (PyTorch's
 #   values and torch.autograd's gradients); if it cannot be installed,
 #   setup goes on and says so, and those tests are skipped.
@@ -18,7 +20,8 @@ set -euo pipefail
 
 packages=(gcc make cmake clang libclang-rt-dev python3 python3-numpy pkg-config
           python3-dev python3-pytest python3-setuptools python3-pip python3-venv
-          libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata)
+          libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata
+          libopenmpi-dev openmpi-bin)
 reference=(python3-torch)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()

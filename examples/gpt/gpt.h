@@ -30,6 +30,10 @@ typedef struct gpt_config {
   double dropout;   /* drop probability after embeddings, attention, MLP */
   loom_dtype_t dtype; /* F32 for training; F64 for gradient checks */
   uint64_t seed;    /* parameter initialization and dropout streams */
+  /* Data parallelism: NULL trains in one process; else each rank trains
+   * on its own batches, the gradients averaged across the ranks, every
+   * rank starting from rank 0's parameters. */
+  loom_comm_t *comm;
 } gpt_config_t;
 
 /* d 64, 2 layers, 4 heads, seq 32, batch 16, dropout 0.1, f32. */
@@ -134,5 +138,9 @@ int gpt_demo(int steps, int threads);
  * print_every steps, then sample n_sample characters. 0: success. */
 int gpt_run(const char *path, int steps, int print_every, int threads,
             int n_sample);
+/* gpt_run on every process of an MPI job (mpirun -np N): each rank its
+ * own batches, rank 0 printing and sampling. */
+int gpt_run_data_parallel(const char *path, int steps, int print_every, int threads,
+                          int n_sample);
 
 #endif

@@ -145,7 +145,8 @@ static loom_status_t train_loop(gpt_trainer_t *t, const gpt_text_t *text,
   int64_t n = c->batch * c->seq;
   int32_t *tokens = malloc((size_t)n * sizeof *tokens);
   int32_t *targets = malloc((size_t)n * sizeof *targets);
-  uint64_t rng = 42;
+  int rank = c->comm ? loom_comm_rank(c->comm) : 0;
+  uint64_t rng = 42 + 7919 * (uint64_t)rank; /* each rank its own batches */
   double start = now_s(), sum = 0;
   loom_status_t st = tokens && targets ? LOOM_OK : LOOM_ERR_NOMEM;
   for (int k = 0; k < steps && st == LOOM_OK; k++) {
@@ -153,7 +154,7 @@ static loom_status_t train_loop(gpt_trainer_t *t, const gpt_text_t *text,
     gpt_text_batch(text, c->batch, c->seq, &rng, tokens, targets);
     st = gpt_trainer_step(t, tokens, targets, gpt_lr_at(k, 3e-3f, 50), &loss);
     sum += loss;
-    if (st == LOOM_OK && ((k + 1) % print_every == 0 || k == 0)) {
+    if (st == LOOM_OK && rank == 0 && ((k + 1) % print_every == 0 || k == 0)) {
       int count = k == 0 ? 1 : ((k + 1) % print_every ? (k + 1) % print_every : print_every);
       printf("step %4d  loss %.4f  %.1f steps/s\n", k + 1, sum / count,
              (k + 1) / (now_s() - start));
@@ -166,8 +167,9 @@ static loom_status_t train_loop(gpt_trainer_t *t, const gpt_text_t *text,
   return st;
 }
 
-int gpt_run(const char *path, int steps, int print_every, int threads,
-            int n_sample) {
+static int run(const char *path, int steps, int print_every, int threads, int n_sample,
+               loom_comm_t *comm) {
+  int rank = comm ? loom_comm_rank(comm) : 0;
   gpt_text_t text;
   if (gpt_text_load(path, &text) != LOOM_OK) {
     fprintf(stderr, "gpt: cannot read the text file '%s' (name one on the command line)\n",
@@ -176,20 +178,41 @@ int gpt_run(const char *path, int steps, int print_every, int threads,
   }
   gpt_config_t c;
   gpt_config_default(&c, text.vocab);
-  printf("gpt: %s, %lld characters, vocab %d; d %lld, %lld layers, %lld heads, seq %lld, batch %lld\n",
-         path, (long long)text.n, text.vocab, (long long)c.d_model, (long long)c.n_layers,
-         (long long)c.n_heads, (long long)c.seq, (long long)c.batch);
+  c.comm = comm;
+  if (rank == 0) {
+    printf("gpt: %s, %lld characters, vocab %d; d %lld, %lld layers, %lld heads, seq %lld, batch %lld",
+           path, (long long)text.n, text.vocab, (long long)c.d_model, (long long)c.n_layers,
+           (long long)c.n_heads, (long long)c.seq, (long long)c.batch);
+    if (comm) printf(" per rank, %d ranks", loom_comm_size(comm));
+    printf("\n");
+  }
   gpt_trainer_t *t = NULL;
   double t0 = now_s();
   loom_status_t st = gpt_trainer_create(&c, 1, threads, &t);
-  if (st == LOOM_OK) printf("compiled the training step in %.1f s\n", now_s() - t0);
+  if (st == LOOM_OK && rank == 0) printf("compiled the training step in %.1f s\n", now_s() - t0);
   if (st == LOOM_OK) st = train_loop(t, &text, steps, print_every > 0 ? print_every : 10);
-  if (st == LOOM_OK && n_sample > 0) st = sample_text(t, &text, threads, n_sample);
+  if (st == LOOM_OK && n_sample > 0 && rank == 0) st = sample_text(t, &text, threads, n_sample);
   if (st != LOOM_OK)
-    fprintf(stderr, "gpt: %s: %s\n", loom_status_name(st), loom_last_error());
+    fprintf(stderr, "gpt: rank %d: %s: %s\n", rank, loom_status_name(st), loom_last_error());
   gpt_trainer_destroy(t);
   gpt_text_free(&text);
   return st == LOOM_OK ? 0 : 1;
+}
+
+int gpt_run(const char *path, int steps, int print_every, int threads, int n_sample) {
+  return run(path, steps, print_every, threads, n_sample, NULL);
+}
+
+int gpt_run_data_parallel(const char *path, int steps, int print_every, int threads,
+                          int n_sample) {
+  loom_comm_t *comm = NULL;
+  if (loom_comm_world(&comm) != LOOM_OK) {
+    fprintf(stderr, "gpt: --data-parallel: %s\n", loom_last_error());
+    return 1;
+  }
+  int rc = run(path, steps, print_every, threads, n_sample, comm);
+  loom_comm_destroy(comm);
+  return rc;
 }
 
 int gpt_demo(int steps, int threads) {

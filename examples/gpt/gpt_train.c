@@ -54,6 +54,7 @@ static loom_status_t build_step(gpt_trainer_t *t) {
   GPT_TRY(gpt_forward(g, c, c->batch, t->params, tokens, t->offset, 1, &logits));
   GPT_TRY(gpt_loss(g, c, c->batch, logits, targets, &loss));
   GPT_TRY(loom_grad(g, loss, t->n_params, t->params, grads));
+  if (c->comm) GPT_TRY(loom_data_parallel_grads(g, c->comm, t->n_params, grads, NULL, grads));
   GPT_TRY(loom_clip_grad_norm(g, t->n_params, grads, GPT_CLIP, clipped, NULL));
   if (c->dtype != LOOM_F32) GPT_TRY(loom_cast(g, lr, c->dtype, &lr));
   GPT_TRY(loom_adamw(g, t->n_params, t->params, clipped, lr, GPT_BETA1,
@@ -75,6 +76,7 @@ static loom_status_t create_io(gpt_trainer_t *t) {
 static loom_status_t trainer_init(gpt_trainer_t *t, int compile, int threads) {
   GPT_TRY(loom_graph_create(&t->g));
   GPT_TRY(build_step(t));
+  if (t->cfg.comm) GPT_TRY(loom_comm_broadcast_params(t->cfg.comm, t->g, 0));
   GPT_TRY(create_io(t));
   if (!compile) return LOOM_OK;
   loom_compile_options_t o;

@@ -1,13 +1,35 @@
-/* example_gpt [TEXT [STEPS [THREADS]]]: trains a character-level GPT on
- * TEXT (default /usr/share/common-licenses/GPL-3) for STEPS steps (300),
- * printing the loss and steps/second, then prints a short sample. */
+/* example_gpt [--data-parallel] [--steps N] [TEXT [STEPS [THREADS]]]:
+ * trains a character-level GPT on TEXT (default
+ * /usr/share/common-licenses/GPL-3) for STEPS steps (300), printing the
+ * loss and steps/second, then prints a short sample. With
+ * --data-parallel, run under `mpirun -np N`: every rank trains on its own
+ * batches and the gradients are averaged across the ranks. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpt.h"
 
 int main(int argc, char **argv) {
-  const char *path = argc > 1 ? argv[1] : "/usr/share/common-licenses/GPL-3";
-  int steps = argc > 2 ? atoi(argv[2]) : 300;
-  int threads = argc > 3 ? atoi(argv[3]) : 0;
-  return gpt_run(path, steps > 0 ? steps : 300, 25, threads, 200);
+  const char *pos[3] = {"/usr/share/common-licenses/GPL-3", NULL, NULL};
+  int n_pos = 0, data_parallel = 0, steps = 300;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--data-parallel")) {
+      data_parallel = 1;
+    } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = atoi(argv[++i]);
+    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+      fprintf(stderr, "example_gpt: unknown option %s\n"
+              "usage: example_gpt [--data-parallel] [--steps N] [TEXT [STEPS [THREADS]]]\n",
+              argv[i]);
+      return 2;
+    } else if (n_pos < 3) {
+      pos[n_pos++] = argv[i];
+    }
+  }
+  if (pos[1]) steps = atoi(pos[1]);
+  int threads = pos[2] ? atoi(pos[2]) : 0;
+  if (steps <= 0) steps = 300;
+  if (data_parallel) return gpt_run_data_parallel(pos[0], steps, 25, threads, 200);
+  return gpt_run(pos[0], steps, 25, threads, 200);
 }

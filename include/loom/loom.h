@@ -31,6 +31,7 @@ typedef enum loom_status {
   LOOM_ERR_FORMAT,      /* a malformed file */
   LOOM_ERR_VALUE,       /* bad data at run time: index out of range, x/0 */
   LOOM_ERR_UNSUPPORTED, /* a feature this build or op does not have */
+  LOOM_ERR_COMM,        /* a collective failed: another rank failed or did not arrive */
 } loom_status_t;
 
 /* The message of the last failed call on this thread ("" if none). */
@@ -462,5 +463,6 @@ LOOM_API loom_status_t loom_api_describe(char **out);
 #include "loom/train.h"
 #include "loom/checkpoint.h"
 #include "loom/onnx.h"
+#include "loom/comm.h"
 
 #endif

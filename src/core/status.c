@@ -49,6 +49,7 @@ const char *loom_status_name(loom_status_t status) {
       [LOOM_ERR_FORMAT] = "LOOM_ERR_FORMAT",
       [LOOM_ERR_VALUE] = "LOOM_ERR_VALUE",
       [LOOM_ERR_UNSUPPORTED] = "LOOM_ERR_UNSUPPORTED",
+      [LOOM_ERR_COMM] = "LOOM_ERR_COMM",
   };
   if ((unsigned)status >= sizeof names / sizeof names[0]) return "LOOM_ERR_?";
   return names[status];

@@ -41,6 +41,9 @@ enum {
   F_VIEW = 1u << 7,        /* output: its input through a strided view */
   F_ALIAS = 1u << 8,       /* output: its input's elements in order */
   F_INDEX = 1u << 9,       /* indexes its data with an integer input */
+  F_COLLECTIVE = 1u << 10, /* communicates with the other ranks: kept, never
+                            * merged or folded, and run in graph order with
+                            * respect to the other collectives */
 };
 
 

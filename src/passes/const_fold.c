@@ -30,7 +30,7 @@ static bool small_outputs(const loom_graph_t *g, const ir_node_t *n) {
 
 static bool foldable(const ir_rewriter_t *rw, const ir_node_t *n) {
   /* A subgraph may read parameters of its own, which folding would freeze. */
-  if (ir_ops[n->op].flags & (F_RANDOM | F_SIDE_EFFECT | F_DATA_SHAPE | F_SUBGRAPH))
+  if (ir_ops[n->op].flags & (F_RANDOM | F_SIDE_EFFECT | F_DATA_SHAPE | F_SUBGRAPH | F_COLLECTIVE))
     return false;
   for (int k = 0; k < n->n_in; k++) {
     int32_t d = ir_rewrite_lookup(rw, n->in[k]);

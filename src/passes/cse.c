@@ -106,7 +106,7 @@ static bool same_node(const loom_graph_t *g, int64_t id, const void *key) {
 
 static loom_status_t cse_node(ir_rewriter_t *rw, table_t *t, int64_t i) {
   const ir_node_t *n = &rw->src->nodes[i];
-  if (ir_ops[n->op].flags & F_SIDE_EFFECT) return ir_rewrite_copy(rw, i);
+  if (ir_ops[n->op].flags & (F_SIDE_EFFECT | F_COLLECTIVE)) return ir_rewrite_copy(rw, i);
   int32_t in[n->n_in > 0 ? n->n_in : 1];
   uint64_t h = mix((uint64_t)n->op, (uint64_t)n->n_in);
   for (int k = 0; k < n->n_in; k++) {

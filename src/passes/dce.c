@@ -8,7 +8,7 @@
 #include "passes/passes.h"
 
 static bool node_live(const ir_node_t *n, const uint8_t *live) {
-  if (ir_ops[n->op].flags & F_SIDE_EFFECT) return true;
+  if (ir_ops[n->op].flags & (F_SIDE_EFFECT | F_COLLECTIVE)) return true;
   for (int k = 0; k < n->n_out; k++)
     if (live[n->out[k]]) return true;
   return false;

@@ -142,7 +142,7 @@ static void mark_read(part_t *p) {
 static bool recomputable(const loom_graph_t *g, const ir_node_t *nd) {
   const ir_op_info_t *op = &ir_ops[nd->op];
   return op->fusion_class == IR_CLASS_EW && nd->n_out == 1 &&
-         !(op->flags & (F_RANDOM | F_SIDE_EFFECT)) && !ir_node_data_shaped(g, nd);
+         !(op->flags & (F_RANDOM | F_SIDE_EFFECT | F_COLLECTIVE)) && !ir_node_data_shaped(g, nd);
 }
 
 /* root[v] = v when v can only be had by saving it; r when v is an

@@ -209,8 +209,24 @@ static bool held(const sched_t *s, int group) {
   return false;
 }
 
+static bool has_collective(const sched_t *s, int i) {
+  const fuse_group_t *grp = &s->plan->groups[i];
+  for (int k = 0; k < grp->n_nodes; k++)
+    if (ir_ops[s->g->nodes[grp->nodes[k]].op].flags & F_COLLECTIVE) return true;
+  return false;
+}
+
+/* A group's producers: those of its inputs, and for a collective the
+ * collective before it in plan (graph) order, so that every rank issues
+ * its collectives in one order whatever the schedule. */
+static int32_t nth_producer(const sched_t *s, int i, int q, int32_t prev_collective) {
+  const fuse_group_t *grp = &s->plan->groups[i];
+  if (q < grp->n_inputs) return producer_group(s, grp->inputs[q]);
+  return prev_collective;
+}
+
 /* Successors are found from the reading side: group i lists itself under
- * each distinct producer of its inputs. Stored by producer, so built by
+ * each distinct producer (nth_producer). Stored by producer, so built by
  * hand rather than with build_list. */
 static loom_status_t build_succs(sched_t *s) {
   sched_lists_t *l = &s->succs;
@@ -221,15 +237,18 @@ static loom_status_t build_succs(sched_t *s) {
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
   }
   for (int pass = 0; pass < 2; pass++) {
+    int32_t prev_collective = -1;
     for (int i = 0; i < s->n; i++) {
       const fuse_group_t *grp = &s->plan->groups[i];
-      for (int q = 0; q < grp->n_inputs; q++) {
-        int32_t p = producer_group(s, grp->inputs[q]);
+      bool collective = has_collective(s, i);
+      for (int q = 0; q < grp->n_inputs + collective; q++) {
+        int32_t p = nth_producer(s, i, q, prev_collective);
         if (p < 0 || p == i || s->stamp[p] == i) continue;
         s->stamp[p] = i;
         if (pass == 0) l->start[p + 1]++, s->n_preds[i]++;
         else l->items[l->start[p] + fill[p]++] = i;
       }
+      if (collective) prev_collective = i;
     }
     for (int i = 0; i < s->n; i++) s->stamp[i] = -1;
     if (pass == 1) break;

@@ -74,7 +74,7 @@ static bool joins_blocks(interp_t *it, const block_run_t *r, const ir_node_t *n)
  * input (a node of r may still read it). */
 static bool runs_before(interp_t *it, const block_run_t *r, const ir_node_t *n) {
   const ir_op_info_t *info = &ir_ops[n->op];
-  if (info->flags & (F_SUBGRAPH | F_DATA_SHAPE | F_SIDE_EFFECT | F_RANDOM | F_ALIAS))
+  if (info->flags & (F_SUBGRAPH | F_DATA_SHAPE | F_SIDE_EFFECT | F_RANDOM | F_ALIAS | F_COLLECTIVE))
     return false;
   for (int k = 0; k < n->n_in; k++)
     if (it->run_of[n->in[k]] == r->id) return false;

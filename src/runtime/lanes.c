@@ -48,7 +48,7 @@ static bool runs_take_turns(const loom_executable_t *e) {
   if (e->dyn) return true;
   const loom_graph_t *g = e->source;
   for (int64_t i = 0; i < g->n_nodes; i++)
-    if (ir_ops[g->nodes[i].op].flags & (F_SIDE_EFFECT | F_SUBGRAPH)) return true;
+    if (ir_ops[g->nodes[i].op].flags & (F_SIDE_EFFECT | F_SUBGRAPH | F_COLLECTIVE)) return true;
   for (int i = 0; i < e->n_steps; i++)
     if (e->steps[i].kind == STEP_CONTROL) return true;
   return false;

@@ -290,6 +290,10 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
     return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
                      "traces update parameters with loom_trace_optimizer_step",
                      info->name);
+  if (info->flags & F_COLLECTIVE)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s communicates with other ranks, whose "
+                     "segments may differ; collectives run in built graphs (loom_compile)",
+                     info->name);
   if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
 }

@@ -1,0 +1,397 @@
+/* Communicators over MPI, and the engine thread that makes every MPI call
+ * after MPI_Init (comm.h says why). */
+#include "core/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+#define COMM_MAX 64 /* communicators alive at once */
+
+#ifndef LOOM_HAVE_MPI
+
+bool core_comm_available(void) { return false; }
+loom_comm_t *core_comm_get(int64_t id) {
+  (void)id;
+  return NULL;
+}
+static loom_status_t no_mpi(const char *fn) {
+  return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: this build of Loom has no MPI (scripts/setup.sh "
+                   "installs libopenmpi-dev; configure again to build with it)", fn);
+}
+int64_t core_comm_id(const loom_comm_t *c) {
+  (void)c;
+  return 0;
+}
+loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op) {
+  (void)c;
+  return no_mpi(op->what);
+}
+loom_status_t loom_comm_world(loom_comm_t **out) {
+  if (out) *out = NULL;
+  return no_mpi(__func__);
+}
+loom_status_t loom_comm_from_mpi(const void *mpi_comm, loom_comm_t **out) {
+  (void)mpi_comm;
+  if (out) *out = NULL;
+  return no_mpi(__func__);
+}
+void loom_comm_destroy(loom_comm_t *comm) { (void)comm; }
+int loom_comm_rank(const loom_comm_t *comm) {
+  (void)comm;
+  return -1;
+}
+int loom_comm_size(const loom_comm_t *comm) {
+  (void)comm;
+  return -1;
+}
+loom_status_t loom_comm_set_timeout(loom_comm_t *comm, double seconds) {
+  (void)comm, (void)seconds;
+  return no_mpi(__func__);
+}
+
+#else
+
+#include <errno.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+struct loom_comm {
+  int64_t id;
+  int rank, size;
+  MPI_Comm mpi;
+  double timeout_s;
+  uint64_t issued; /* collectives run so far, for messages */
+};
+
+/* A queued call; the engine sets done under the engine's lock. */
+typedef struct job {
+  enum { JOB_COLLECTIVE, JOB_DUP, JOB_FREE, JOB_STOP } kind;
+  loom_comm_t *comm;
+  core_comm_op_t op;
+  MPI_Comm dup_from;
+  int err;        /* MPI's error code */
+  bool done;
+  bool abandoned; /* the caller stopped waiting: the engine frees it */
+  struct job *next;
+} job_t;
+
+static struct engine {
+  pthread_mutex_t lock;
+  pthread_cond_t work, done;
+  pthread_t thread;
+  bool running;
+  job_t *head, *tail;
+  loom_comm_t *comms[COMM_MAX];
+  int alive;            /* communicators */
+  bool we_initialized;  /* MPI_Init was Loom's: finalize with the last */
+} eng = {.lock = PTHREAD_MUTEX_INITIALIZER,
+         .work = PTHREAD_COND_INITIALIZER,
+         .done = PTHREAD_COND_INITIALIZER};
+
+bool core_comm_available(void) { return true; }
+
+loom_comm_t *core_comm_get(int64_t id) {
+  pthread_mutex_lock(&eng.lock);
+  loom_comm_t *c = id >= 1 && id <= COMM_MAX ? eng.comms[id - 1] : NULL;
+  pthread_mutex_unlock(&eng.lock);
+  return c;
+}
+
+int64_t core_comm_id(const loom_comm_t *c) { return c ? c->id : 0; }
+
+/* ---- The engine ------------------------------------------------------------- */
+
+static MPI_Datatype mpi_type(loom_dtype_t dt, bool reduce) {
+  switch (dt) {
+    case LOOM_F32: return MPI_FLOAT;
+    case LOOM_F64: return MPI_DOUBLE;
+    case LOOM_I32: return MPI_INT32_T;
+    case LOOM_I64: return MPI_INT64_T;
+    case LOOM_I8: return MPI_INT8_T;
+    default: return reduce ? MPI_DATATYPE_NULL : MPI_BYTE;
+  }
+}
+
+static int run_collective(loom_comm_t *c, const core_comm_op_t *op) {
+  bool reduce = op->kind == COMM_ALL_REDUCE || op->kind == COMM_REDUCE_SCATTER;
+  MPI_Datatype t = mpi_type(op->dtype, reduce);
+  int count = (int)op->count;
+  if (t == MPI_BYTE) count *= (int)loom_dtype_size(op->dtype);
+  MPI_Op mop = op->reduce == LOOM_COMM_MAX ? MPI_MAX : MPI_SUM;
+  bool in_place = op->send == op->recv;
+  switch (op->kind) {
+    case COMM_ALL_REDUCE:
+      return MPI_Allreduce(in_place ? MPI_IN_PLACE : op->send, op->recv, count, t, mop, c->mpi);
+    case COMM_BROADCAST:
+      if (!in_place && c->rank == op->root)
+        memcpy(op->recv, op->send, (size_t)op->count * loom_dtype_size(op->dtype));
+      return MPI_Bcast(op->recv, count, t, op->root, c->mpi);
+    case COMM_ALL_GATHER:
+      return MPI_Allgather(op->send, count, t, op->recv, count, t, c->mpi);
+    case COMM_REDUCE_SCATTER:
+      return MPI_Reduce_scatter_block(op->send, op->recv, count, t, mop, c->mpi);
+  }
+  return MPI_ERR_OP;
+}
+
+static void run_job(job_t *j) {
+  switch (j->kind) {
+    case JOB_COLLECTIVE: j->err = run_collective(j->comm, &j->op); break;
+    case JOB_DUP: j->err = MPI_Comm_dup(j->dup_from, &j->comm->mpi); break;
+    case JOB_FREE: j->err = MPI_Comm_free(&j->comm->mpi); break;
+    case JOB_STOP: j->err = MPI_SUCCESS; break;
+  }
+}
+
+static void *engine_main(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&eng.lock);
+  for (;;) {
+    while (!eng.head) pthread_cond_wait(&eng.work, &eng.lock);
+    job_t *j = eng.head;
+    pthread_mutex_unlock(&eng.lock);
+    run_job(j);
+    pthread_mutex_lock(&eng.lock);
+    eng.head = j->next;
+    if (!eng.head) eng.tail = NULL;
+    bool stop = j->kind == JOB_STOP;
+    if (j->abandoned) core_free(j);
+    else j->done = true;
+    pthread_cond_broadcast(&eng.done);
+    if (stop) break;
+  }
+  pthread_mutex_unlock(&eng.lock);
+  return NULL;
+}
+
+
+/* Queues a copy of job and waits for it, up to the timeout: LOOM_OK when
+ * it ran (MPI's error code in *err), LOOM_ERR_COMM when the time ran out
+ * (the engine then frees the job when, if ever, MPI returns). */
+static loom_status_t submit(const job_t *job, double timeout_s, int *err) {
+  job_t *j = core_malloc(sizeof *j);
+  if (!j) return loom_fail(LOOM_ERR_NOMEM, "loom_comm: out of memory");
+  *j = *job;
+  j->done = j->abandoned = false;
+  j->next = NULL;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  double whole = (double)(time_t)timeout_s;
+  until.tv_sec += (time_t)whole;
+  until.tv_nsec += (long)((timeout_s - whole) * 1e9);
+  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&eng.lock);
+  if (eng.tail) eng.tail->next = j;
+  else eng.head = j;
+  eng.tail = j;
+  pthread_cond_signal(&eng.work);
+  int rc = 0;
+  while (!j->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&eng.done, &eng.lock, &until);
+  bool done = j->done;
+  if (done) *err = j->err;
+  else j->abandoned = true;
+  pthread_mutex_unlock(&eng.lock);
+  if (!done) return LOOM_ERR_COMM;
+  core_free(j);
+  return LOOM_OK;
+}
+
+static loom_status_t mpi_fail(const char *what, int err) {
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(err, text, &len);
+  return loom_fail(LOOM_ERR_COMM, "%s: MPI failed: %s", what, text);
+}
+
+/* Starts MPI (when the program has not) and the engine. Called with no
+ * communicator alive, from the thread that will finalize. */
+static loom_status_t engine_start(void) {
+  if (eng.running) return LOOM_OK;
+  int inited = 0, provided = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      return loom_fail(LOOM_ERR_COMM, "loom_comm_world: MPI_Init_thread failed");
+    eng.we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_SERIALIZED)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "loom_comm: MPI was initialized with thread level "
+                     "%d; Loom needs MPI_THREAD_SERIALIZED (MPI_Init_thread)", provided);
+  /* Errors come back as codes, so that a failure is a status. */
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (pthread_create(&eng.thread, NULL, engine_main, NULL) != 0)
+    return loom_fail(LOOM_ERR_NOMEM, "loom_comm: could not start the communication thread");
+  eng.running = true;
+  return LOOM_OK;
+}
+
+static void engine_stop(void) {
+  job_t stop = {.kind = JOB_STOP};
+  int err;
+  if (submit(&stop, 30.0, &err) != LOOM_OK) return; /* stuck in a collective: leave it */
+  pthread_join(eng.thread, NULL);
+  eng.running = false;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (eng.we_initialized && !finalized) MPI_Finalize();
+  eng.we_initialized = false;
+}
+
+/* ---- Communicators --------------------------------------------------------- */
+
+static loom_status_t comm_create(const char *fn, MPI_Comm from, loom_comm_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  loom_comm_t *c = core_calloc(1, sizeof *c);
+  if (!c) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
+  const char *env = getenv("LOOM_COMM_TIMEOUT");
+  c->timeout_s = env && atof(env) > 0 ? atof(env) : 300.0;
+  pthread_mutex_lock(&eng.lock);
+  int slot = -1;
+  for (int i = 0; i < COMM_MAX && slot < 0; i++)
+    if (!eng.comms[i]) slot = i;
+  if (slot >= 0) eng.comms[slot] = c, eng.alive++;
+  pthread_mutex_unlock(&eng.lock);
+  if (slot < 0) {
+    core_free(c);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: %d communicators are alive, the most at once", fn,
+                     COMM_MAX);
+  }
+  c->id = slot + 1;
+  static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&start_lock);
+  loom_status_t s = engine_start();
+  pthread_mutex_unlock(&start_lock);
+  job_t dup = {.kind = JOB_DUP, .comm = c, .dup_from = from};
+  int err = MPI_SUCCESS;
+  if (s == LOOM_OK) s = submit(&dup, c->timeout_s, &err);
+  if (s == LOOM_OK && err != MPI_SUCCESS) s = mpi_fail(fn, err);
+  if (s == LOOM_OK) {
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+    *out = c;
+    return LOOM_OK;
+  }
+  if (s == LOOM_ERR_COMM) { /* the engine may still write c->mpi: keep c */
+    pthread_mutex_lock(&eng.lock);
+    eng.comms[slot] = NULL, eng.alive--;
+    pthread_mutex_unlock(&eng.lock);
+    return loom_fail(s, "%s: MPI_Comm_dup did not complete within %g s", fn, c->timeout_s);
+  }
+  c->mpi = MPI_COMM_NULL;
+  loom_comm_destroy(c);
+  return s;
+}
+
+loom_status_t loom_comm_world(loom_comm_t **out) {
+  return comm_create(__func__, MPI_COMM_WORLD, out);
+}
+
+loom_status_t loom_comm_from_mpi(const void *mpi_comm, loom_comm_t **out) {
+  LOOM_CHECK_ARG(mpi_comm);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited)
+    return loom_fail(LOOM_ERR_INVALID, "%s: MPI is not initialized (MPI_Init_thread first, "
+                     "or loom_comm_world)", __func__);
+  return comm_create(__func__, *(const MPI_Comm *)mpi_comm, out);
+}
+
+void loom_comm_destroy(loom_comm_t *c) {
+  if (!c) return;
+  bool freed = c->mpi == MPI_COMM_NULL || !eng.running;
+  if (!freed) {
+    job_t j = {.kind = JOB_FREE, .comm = c};
+    int err;
+    freed = submit(&j, c->timeout_s, &err) == LOOM_OK;
+  }
+  pthread_mutex_lock(&eng.lock);
+  if (c->id >= 1 && eng.comms[c->id - 1] == c) eng.comms[c->id - 1] = NULL, eng.alive--;
+  bool last = eng.alive == 0;
+  pthread_mutex_unlock(&eng.lock);
+  if (last && eng.running && freed) engine_stop();
+  if (freed) core_free(c);
+}
+
+int loom_comm_rank(const loom_comm_t *c) { return c ? c->rank : -1; }
+int loom_comm_size(const loom_comm_t *c) { return c ? c->size : -1; }
+
+loom_status_t loom_comm_set_timeout(loom_comm_t *c, double seconds) {
+  LOOM_CHECK_ARG(c);
+  if (!(seconds > 0) || seconds > 1e7)
+    return loom_fail(LOOM_ERR_INVALID, "%s: timeout %g s is not in (0, 1e7]", __func__, seconds);
+  c->timeout_s = seconds;
+  return LOOM_OK;
+}
+
+/* ---- Collectives ------------------------------------------------------------- */
+
+static loom_status_t check_op(const loom_comm_t *c, const core_comm_op_t *op) {
+  bool reduce = op->kind == COMM_ALL_REDUCE || op->kind == COMM_REDUCE_SCATTER;
+  if (reduce && mpi_type(op->dtype, true) == MPI_DATATYPE_NULL)
+    return loom_fail(LOOM_ERR_DTYPE, "%s: cannot reduce %s across ranks (f32, f64, i8, i32, "
+                     "i64 reduce)", op->what, loom_dtype_name(op->dtype));
+  if (reduce && op->reduce == LOOM_COMM_MEAN && !dtype_is_float(op->dtype))
+    return loom_fail(LOOM_ERR_DTYPE, "%s: the mean over ranks needs a float dtype, not %s",
+                     op->what, loom_dtype_name(op->dtype));
+  int64_t elems = op->count * (mpi_type(op->dtype, reduce) == MPI_BYTE
+                                   ? (int64_t)loom_dtype_size(op->dtype) : 1);
+  if (op->count < 0 || elems > INT32_MAX)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: %lld elements a rank; one collective moves "
+                     "at most %d", op->what, (long long)op->count, INT32_MAX);
+  if (op->kind == COMM_BROADCAST && (op->root < 0 || op->root >= c->size))
+    return loom_fail(LOOM_ERR_INVALID, "%s: root %d is not a rank of %d", op->what, op->root,
+                     c->size);
+  return LOOM_OK;
+}
+
+static void divide(void *data, loom_dtype_t dt, int64_t n, int size) {
+  if (dt == LOOM_F32)
+    for (int64_t i = 0; i < n; i++) ((float *)data)[i] /= (float)size;
+  else if (dt == LOOM_F64)
+    for (int64_t i = 0; i < n; i++) ((double *)data)[i] /= (double)size;
+}
+
+loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op) {
+  if (!c) return loom_fail(LOOM_ERR_INVALID, "%s: the communicator is null or destroyed",
+                           op->what);
+  LOOM_TRY(check_op(c, op));
+  if (!eng.running)
+    return loom_fail(LOOM_ERR_COMM, "%s: MPI has been finalized", op->what);
+  job_t j = {.kind = JOB_COLLECTIVE, .comm = c, .op = *op};
+  uint64_t seq = ++c->issued;
+  int err = MPI_SUCCESS;
+  loom_status_t s = submit(&j, c->timeout_s, &err);
+  if (s == LOOM_ERR_COMM) {
+    /* MPI cannot cancel a collective, which still writes into the
+     * caller's buffers if it ever completes, and the ranks no longer agree
+     * on which collective is which: the job ends, as a GPU collective
+     * library's watchdog ends it, with the reason from this rank. */
+    fprintf(stderr, "loom: %s (collective #%llu of its communicator, %lld x %s) on rank %d of "
+            "%d: the other ranks did not complete it within %g s (one failed or exited, or "
+            "they ran other collectives; LOOM_COMM_TIMEOUT sets the limit): ending the job\n",
+            op->what, (unsigned long long)seq, (long long)op->count,
+            loom_dtype_name(op->dtype), c->rank, c->size, c->timeout_s);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    _exit(3); /* MPI_Abort does not return; if it did, nothing may go on */
+  }
+  LOOM_TRY(s);
+  if (err != MPI_SUCCESS) return mpi_fail(op->what, err);
+  bool reduce = op->kind == COMM_ALL_REDUCE || op->kind == COMM_REDUCE_SCATTER;
+  if (reduce && op->reduce == LOOM_COMM_MEAN) divide(op->recv, op->dtype, op->count, c->size);
+  return LOOM_OK;
+}
+
+#endif /* LOOM_HAVE_MPI */

@@ -1,0 +1,189 @@
+/* Data parallelism: gradients averaged across ranks in buckets, and the
+ * host-side collectives that start every rank from the same state
+ * (include/loom/comm.h). */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/comm.h"
+#include "core/dtype.h"
+#include "core/sized.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/ir.h"
+
+#define DEFAULT_BUCKET_BYTES (25ll << 20)
+
+loom_status_t loom_data_parallel_options_init_sized(loom_data_parallel_options_t *o,
+                                                    size_t size) {
+  LOOM_CHECK_ARG(o);
+  loom_data_parallel_options_t full = {.size = sizeof full,
+                                       .bucket_bytes = DEFAULT_BUCKET_BYTES};
+  return core_sized_init(__func__, "loom_data_parallel_options_t", o, size, &full,
+                         sizeof full);
+}
+
+/* ---- Buckets ------------------------------------------------------------------ */
+
+typedef struct grad_info {
+  loom_dtype_t dtype;
+  int rank;
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int64_t numel;
+} grad_info_t;
+
+static loom_status_t read_grad(loom_graph_t *g, int i, loom_value_t v, grad_info_t *info) {
+  LOOM_TRY(loom_value_type(g, v, &info->dtype, &info->rank, info->dims));
+  if (!dtype_is_float(info->dtype))
+    return loom_fail(LOOM_ERR_DTYPE, "loom_data_parallel_grads: grads[%d] is %s; gradients "
+                     "are float", i, loom_dtype_name(info->dtype));
+  info->numel = 1;
+  for (int d = 0; d < info->rank; d++) {
+    if (info->dims[d] < 0)
+      return loom_fail(LOOM_ERR_SHAPE, "loom_data_parallel_grads: grads[%d] has a symbolic "
+                       "dim %d; a parameter's gradient has constant dims", i, d);
+    info->numel *= info->dims[d];
+  }
+  return LOOM_OK;
+}
+
+/* grads[first .. last] (descending indices: the order backward makes
+ * them) as one flat all_reduce, split back into reduced[]. */
+static loom_status_t reduce_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
+                                   int n, const loom_value_t *grads, const grad_info_t *info,
+                                   loom_value_t *reduced) {
+  if (n == 1) {
+    int i = members[0];
+    return loom_all_reduce(g, comm, grads[i], LOOM_COMM_MEAN, &reduced[i]);
+  }
+  loom_value_t flat[n], sum;
+  for (int k = 0; k < n; k++) {
+    int i = members[k];
+    LOOM_TRY(loom_reshape(g, grads[i], 1, (loom_dim_t[]){info[i].numel}, &flat[k]));
+  }
+  LOOM_TRY(loom_concat(g, n, flat, 0, &sum));
+  LOOM_TRY(loom_all_reduce(g, comm, sum, LOOM_COMM_MEAN, &sum));
+  int64_t at = 0;
+  for (int k = 0; k < n; k++) {
+    int i = members[k];
+    int64_t start = at, end = at + info[i].numel, axis = 0, step = 1;
+    loom_value_t part;
+    LOOM_TRY(loom_slice(g, sum, 1, &start, &end, &axis, &step, &part));
+    LOOM_TRY(loom_reshape(g, part, info[i].rank, info[i].dims, &reduced[i]));
+    at = end;
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_data_parallel_grads(loom_graph_t *g, loom_comm_t *comm, int n,
+                                       const loom_value_t *grads,
+                                       const loom_data_parallel_options_t *o,
+                                       loom_value_t *reduced) {
+  LOOM_CHECK_ARG(g);
+  LOOM_CHECK_ARG(comm);
+  if (n < 0 || (n > 0 && (!grads || !reduced)))
+    return loom_fail(LOOM_ERR_INVALID, "%s: n = %d with grads %s and reduced %s", __func__, n,
+                     grads ? "set" : "null", reduced ? "set" : "null");
+  loom_data_parallel_options_t opts;
+  LOOM_TRY(loom_data_parallel_options_init(&opts));
+  if (o) LOOM_TRY(core_sized_read(__func__, "loom_data_parallel_options_t", &opts, o,
+                                  sizeof opts));
+  if (opts.bucket_bytes < 1)
+    return loom_fail(LOOM_ERR_INVALID, "%s: bucket_bytes = %lld is not positive", __func__,
+                     (long long)opts.bucket_bytes);
+  if (n == 0) return LOOM_OK;
+  grad_info_t *info = core_calloc((size_t)n, sizeof *info);
+  int *members = core_malloc((size_t)n * sizeof *members);
+  loom_value_t *in = core_malloc((size_t)n * sizeof *in); /* reduced may alias grads */
+  loom_status_t s = info && members && in ? LOOM_OK
+                                          : loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", __func__);
+  for (int i = 0; i < n && s == LOOM_OK; i++) {
+    in[i] = grads[i];
+    s = read_grad(g, i, grads[i], &info[i]);
+  }
+  /* Backward makes the last parameters' gradients first: buckets fill in
+   * that order, each of one dtype, closing past bucket_bytes. */
+  int count = 0;
+  int64_t bytes = 0;
+  for (int i = n - 1; i >= 0 && s == LOOM_OK; i--) {
+    int64_t b = info[i].numel * (int64_t)loom_dtype_size(info[i].dtype);
+    bool other_dtype = count > 0 && info[members[0]].dtype != info[i].dtype;
+    if (count > 0 && (other_dtype || bytes + b > opts.bucket_bytes)) {
+      s = reduce_bucket(g, comm, members, count, in, info, reduced);
+      count = 0, bytes = 0;
+      if (s != LOOM_OK) break;
+    }
+    members[count++] = i;
+    bytes += b;
+  }
+  if (s == LOOM_OK && count > 0) s = reduce_bucket(g, comm, members, count, in, info, reduced);
+  core_free(info);
+  core_free(members);
+  core_free(in);
+  return s;
+}
+
+/* ---- Host side ---------------------------------------------------------------- */
+
+static loom_status_t run_on_tensor(loom_comm_t *comm, loom_tensor_t *t, core_comm_kind_t kind,
+                                   loom_comm_reduce_t reduce, int root, const char *what) {
+  if (!comm || !t)
+    return loom_fail(LOOM_ERR_INVALID, "%s: the %s is null", what, comm ? "tensor" : "communicator");
+  if (!tensor_is_contiguous(t))
+    return loom_fail(LOOM_ERR_INVALID, "%s: the tensor is not contiguous", what);
+  core_comm_op_t op = {.kind = kind, .reduce = reduce, .root = root, .dtype = t->dtype,
+                       .count = loom_tensor_numel(t), .send = t->data, .recv = t->data,
+                       .what = what};
+  return core_comm_run(comm, &op);
+}
+
+loom_status_t loom_comm_broadcast_tensor(loom_comm_t *comm, loom_tensor_t *t, int root) {
+  return run_on_tensor(comm, t, COMM_BROADCAST, LOOM_COMM_SUM, root, __func__);
+}
+
+loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
+                                          loom_comm_reduce_t op) {
+  if ((unsigned)op > LOOM_COMM_MAX)
+    return loom_fail(LOOM_ERR_INVALID, "%s: reduce %d is not sum (0), mean (1) or max (2)",
+                     __func__, (int)op);
+  return run_on_tensor(comm, t, COMM_ALL_REDUCE, op, 0, __func__);
+}
+
+/* FNV-1a over the parameters' names, dtypes and shapes. */
+static uint64_t params_hash(const loom_graph_t *g) {
+  uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+  for (int i = 0; i < g->n_params; i++) {
+    const ir_value_t *v = &g->values[g->params[i]];
+    for (const char *p = v->name ? v->name : ""; *p; p++) MIX((unsigned char)*p);
+    MIX(v->type.dtype);
+    MIX(v->type.rank);
+    for (int d = 0; d < v->type.rank; d++) MIX(v->type.dims[d]);
+    MIX(v->data != NULL);
+  }
+#undef MIX
+  return h;
+}
+
+loom_status_t loom_comm_broadcast_params(loom_comm_t *comm, loom_graph_t *g, int root) {
+  LOOM_CHECK_ARG(comm);
+  LOOM_CHECK_ARG(g);
+  /* Every rank learns whether any rank's parameters differ from root's,
+   * before sending bytes that would not fit. */
+  int64_t mine = (int64_t)params_hash(g), theirs = mine, differs;
+  loom_tensor_t h, d;
+  tensor_view_init(&h, LOOM_I64, 0, NULL, &theirs);
+  LOOM_TRY(loom_comm_broadcast_tensor(comm, &h, root));
+  differs = theirs != mine;
+  tensor_view_init(&d, LOOM_I64, 0, NULL, &differs);
+  LOOM_TRY(loom_comm_all_reduce_tensor(comm, &d, LOOM_COMM_MAX));
+  if (differs)
+    return loom_fail(LOOM_ERR_INVALID, "%s: the ranks' graphs differ: rank %d's parameters "
+                     "(names, dtypes, shapes) %s rank %d's", __func__, loom_comm_rank(comm),
+                     theirs != mine ? "differ from" : "match, but another rank's differ from",
+                     root);
+  for (int i = 0; i < g->n_params; i++) {
+    loom_tensor_t *t = g->values[g->params[i]].data;
+    if (t) LOOM_TRY(loom_comm_broadcast_tensor(comm, t, root));
+  }
+  return LOOM_OK;
+}

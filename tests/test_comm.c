@@ -1,0 +1,396 @@
+/* Collectives and data parallelism across ranks. Runs as any number of
+ * ranks (the test command runs it alone and under `mpirun -np 2`): every
+ * expected value is computed here from the ranks' inputs, which are
+ * formulas of rank and index, so each rank knows what every other sent.
+ *
+ * The data-parallel case trains one MLP two ways in each rank: the ranks
+ * each on their share of a batch with gradients averaged by
+ * loom_data_parallel_grads, and one graph on the whole batch with no
+ * communicator; their parameters must agree after several steps. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static loom_comm_t *comm;
+static int rank, size;
+
+/* Rank r's element i. */
+static double x_of(int r, int64_t i) { return (double)((r + 1) * 10) + (double)i * 0.5 - 3.0; }
+
+static void set_elem(loom_tensor_t *t, int64_t i, double v) {
+  void *d = loom_tensor_data(t);
+  switch (loom_tensor_dtype(t)) {
+    case LOOM_F32: ((float *)d)[i] = (float)v; break;
+    case LOOM_F64: ((double *)d)[i] = v; break;
+    case LOOM_I32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case LOOM_I64: ((int64_t *)d)[i] = (int64_t)v; break;
+    default: test_fail(__FILE__, __LINE__, "set_elem: dtype %d", (int)loom_tensor_dtype(t));
+  }
+}
+
+/* Runs g (one input, one output) interpreted and compiled, with x filled
+ * by x_of(rank, .), into the two outputs. */
+static void run_both(loom_graph_t *g, loom_tensor_t *x, loom_tensor_t **interp,
+                     loom_tensor_t **compiled, int rank_out, const int64_t *shape_out,
+                     loom_dtype_t dt_out) {
+  CHECK_OK(loom_interpret(g, 1, &x, 1, interp));
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  loom_executable_t *exe = NULL;
+  CHECK_OK(loom_compile(g, &o, &exe));
+  CHECK_OK(loom_tensor_create(dt_out, rank_out, shape_out, compiled));
+  if (exe) CHECK_OK(loom_executable_run(exe, 1, &x, 1, compiled));
+  loom_executable_destroy(exe);
+}
+
+static loom_tensor_t *input_of(loom_graph_t *g, loom_dtype_t dt, int r, const int64_t *shape,
+                               loom_value_t *v) {
+  loom_tensor_t *t = NULL;
+  CHECK_OK(loom_graph_input(g, "x", dt, r, shape, v));
+  CHECK_OK(loom_tensor_create(dt, r, shape, &t));
+  for (int64_t i = 0; i < loom_tensor_numel(t); i++)
+    set_elem(t, i, x_of(rank, i));
+  return t;
+}
+
+static void check_values(loom_tensor_t *t, const double *want, int64_t n, const char *what) {
+  for (int64_t i = 0; i < n; i++) {
+    double got = 0;
+    CHECK_OK(loom_tensor_get_f64(t, i, &got));
+    if (got != want[i] && !(fabs(got - want[i]) <= 1e-5 * fabs(want[i]))) {
+      test_fail(__FILE__, __LINE__, "%s on rank %d: element %lld is %g, want %g", what, rank,
+                (long long)i, got, want[i]);
+      return;
+    }
+  }
+}
+
+static void all_reduce_case(loom_dtype_t dt, loom_comm_reduce_t op) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, y;
+  int64_t shape[2] = {3, 5};
+  loom_tensor_t *in = input_of(g, dt, 2, shape, &x);
+  CHECK_OK(loom_all_reduce(g, comm, x, op, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  double want[15];
+  for (int i = 0; i < 15; i++) {
+    double s = 0, m = -1e300;
+    for (int r = 0; r < size; r++) s += x_of(r, i), m = fmax(m, x_of(r, i));
+    want[i] = op == LOOM_COMM_SUM ? s : op == LOOM_COMM_MEAN ? s / size : m;
+    if (dt == LOOM_I32 || dt == LOOM_I64) {  /* the inputs were truncated */
+      s = 0, m = -1e300;
+      for (int r = 0; r < size; r++) s += (double)(int64_t)x_of(r, i), m = fmax(m, (double)(int64_t)x_of(r, i));
+      want[i] = op == LOOM_COMM_SUM ? s : m;
+    }
+  }
+  loom_tensor_t *a = NULL, *b = NULL;
+  run_both(g, in, &a, &b, 2, shape, dt);
+  check_values(a, want, 15, "all_reduce, interpreted");
+  check_values(b, want, 15, "all_reduce, compiled");
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void all_reduce(void) {
+  all_reduce_case(LOOM_F32, LOOM_COMM_SUM);
+  all_reduce_case(LOOM_F32, LOOM_COMM_MEAN);
+  all_reduce_case(LOOM_F32, LOOM_COMM_MAX);
+  all_reduce_case(LOOM_F64, LOOM_COMM_MEAN);
+  all_reduce_case(LOOM_I32, LOOM_COMM_SUM);
+  all_reduce_case(LOOM_I64, LOOM_COMM_MAX);
+}
+
+static void broadcast(void) {
+  int root = size - 1;
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, y;
+  int64_t shape[1] = {7};
+  loom_tensor_t *in = input_of(g, LOOM_F32, 1, shape, &x);
+  CHECK_OK(loom_broadcast(g, comm, x, root, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  double want[7];
+  for (int i = 0; i < 7; i++) want[i] = x_of(root, i);
+  loom_tensor_t *a = NULL, *b = NULL;
+  run_both(g, in, &a, &b, 1, shape, LOOM_F32);
+  check_values(a, want, 7, "broadcast, interpreted");
+  check_values(b, want, 7, "broadcast, compiled");
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void all_gather(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, y;
+  int64_t shape[2] = {2, 3}, out_shape[2] = {2 * size, 3};
+  loom_tensor_t *in = input_of(g, LOOM_F32, 2, shape, &x);
+  CHECK_OK(loom_all_gather(g, comm, x, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  int64_t ty[LOOM_MAX_RANK];
+  int ry;
+  CHECK_OK(loom_value_type(g, y, NULL, &ry, ty));
+  CHECK(ry == 2 && ty[0] == 2 * size && ty[1] == 3);
+  double *want = malloc(sizeof(double) * 6 * (size_t)size);
+  for (int r = 0; r < size; r++)
+    for (int i = 0; i < 6; i++) want[r * 6 + i] = x_of(r, i);
+  loom_tensor_t *a = NULL, *b = NULL;
+  run_both(g, in, &a, &b, 2, out_shape, LOOM_F32);
+  check_values(a, want, 6 * size, "all_gather, interpreted");
+  check_values(b, want, 6 * size, "all_gather, compiled");
+  free(want);
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void reduce_scatter_case(loom_comm_reduce_t op) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, y;
+  int64_t shape[2] = {2 * size, 3}, out_shape[2] = {2, 3};
+  loom_tensor_t *in = input_of(g, LOOM_F64, 2, shape, &x);
+  CHECK_OK(loom_reduce_scatter(g, comm, x, op, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  double want[6];
+  for (int i = 0; i < 6; i++) {
+    double s = 0;
+    for (int r = 0; r < size; r++) s += x_of(r, rank * 6 + i);
+    want[i] = op == LOOM_COMM_MEAN ? s / size : s;
+  }
+  loom_tensor_t *a = NULL, *b = NULL;
+  run_both(g, in, &a, &b, 2, out_shape, LOOM_F64);
+  check_values(a, want, 6, "reduce_scatter, interpreted");
+  check_values(b, want, 6, "reduce_scatter, compiled");
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void reduce_scatter(void) {
+  reduce_scatter_case(LOOM_COMM_SUM);
+  reduce_scatter_case(LOOM_COMM_MEAN);
+}
+
+/* loss = sum(w_r * collective(x)) on each rank, the total loss the sum
+ * over ranks; d total / d x_r by hand. */
+typedef enum { G_ALL_REDUCE, G_BROADCAST, G_ALL_GATHER, G_REDUCE_SCATTER } gcase_t;
+
+static double w_of(int r, int64_t i) { return (double)(r + 1) - 0.25 * (double)i; }
+
+static void gradient_case(gcase_t k) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t n = 2 * size, out_n = k == G_ALL_GATHER ? n * size : k == G_REDUCE_SCATTER ? 2 : n;
+  loom_value_t x, y, w, prod, loss, dx;
+  loom_tensor_t *in = input_of(g, LOOM_F32, 1, &n, &x);
+  loom_tensor_t *wt = NULL;
+  CHECK_OK(loom_tensor_create(LOOM_F32, 1, &out_n, &wt));
+  for (int64_t i = 0; i < out_n; i++) set_elem(wt, i, w_of(rank, i));
+  CHECK_OK(loom_graph_constant(g, wt, &w));
+  switch (k) {
+    case G_ALL_REDUCE: CHECK_OK(loom_all_reduce(g, comm, x, LOOM_COMM_SUM, &y)); break;
+    case G_BROADCAST: CHECK_OK(loom_broadcast(g, comm, x, 0, &y)); break;
+    case G_ALL_GATHER: CHECK_OK(loom_all_gather(g, comm, x, &y)); break;
+    case G_REDUCE_SCATTER: CHECK_OK(loom_reduce_scatter(g, comm, x, LOOM_COMM_MEAN, &y)); break;
+  }
+  CHECK_OK(loom_mul(g, y, w, &prod));
+  CHECK_OK(loom_sum(g, prod, 0, NULL, 0, &loss));
+  CHECK_OK(loom_grad(g, loss, 1, &x, &dx));
+  CHECK_OK(loom_graph_output(g, dx));
+  double want[64];
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0;
+    for (int r = 0; r < size; r++) {
+      if (k == G_ALL_REDUCE) s += w_of(r, i);
+      if (k == G_BROADCAST) s += rank == 0 ? w_of(r, i) : 0;
+      if (k == G_ALL_GATHER) s += w_of(r, rank * n + i);
+    }
+    /* reduce_scatter mean: element i of x lands in part i / 2 (of rank
+     * i / 2), at i % 2, scaled by 1 / size */
+    if (k == G_REDUCE_SCATTER) s = w_of((int)(i / 2), i % 2) / size;
+    want[i] = s;
+  }
+  loom_tensor_t *a = NULL, *b = NULL;
+  run_both(g, in, &a, &b, 1, &n, LOOM_F32);
+  static const char *names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
+  char what[64];
+  snprintf(what, sizeof what, "%s's gradient", names[k]);
+  check_values(a, want, n, what);
+  check_values(b, want, n, what);
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_tensor_destroy(wt);
+  loom_graph_destroy(g);
+}
+
+static void gradients(void) {
+  gradient_case(G_ALL_REDUCE);
+  gradient_case(G_BROADCAST);
+  gradient_case(G_ALL_GATHER);
+  gradient_case(G_REDUCE_SCATTER);
+}
+
+/* ---- Data parallelism --------------------------------------------------------- */
+
+enum { BATCH = 8, DIN = 6, HID = 16, DOUT = 3, STEPS = 5 };
+
+static double data_x(int64_t row, int64_t j) { return sin(0.7 * (double)row + 0.3 * (double)j); }
+static double data_y(int64_t row, int64_t j) { return cos(0.5 * (double)row - 0.2 * (double)j); }
+
+typedef struct mlp {
+  loom_graph_t *g;
+  loom_value_t params[4];
+  loom_executable_t *exe;
+  loom_tensor_t *x, *y, *loss;
+} mlp_t;
+
+/* An MLP trained with Adam on rows [first, first + rows) of the batch;
+ * with a communicator its gradients are averaged across ranks. */
+static void mlp_build(mlp_t *m, int64_t first, int64_t rows, loom_comm_t *c, int64_t bucket,
+                      uint64_t seed) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  m->g = g;
+  loom_value_t x, y, lr, h, o, loss, grads[4];
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){rows, DIN}, &x));
+  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){rows, DOUT}, &y));
+  const int64_t shapes[4][2] = {{DIN, HID}, {1, HID}, {HID, DOUT}, {1, DOUT}};
+  const char *names[4] = {"w1", "b1", "w2", "b2"};
+  for (int i = 0; i < 4; i++) {
+    loom_tensor_t *t;
+    CHECK_OK(loom_graph_param(g, names[i], LOOM_F32, 2, shapes[i], NULL, &m->params[i]));
+    CHECK_OK(loom_graph_param_tensor(g, m->params[i], &t));
+    CHECK_OK(loom_init_normal(t, seed + (uint64_t)i, 0.0, 0.4));
+  }
+  CHECK_OK(loom_matmul(g, x, m->params[0], 0, 0, &h));
+  CHECK_OK(loom_add(g, h, m->params[1], &h));
+  CHECK_OK(loom_tanh(g, h, &h));
+  CHECK_OK(loom_matmul(g, h, m->params[2], 0, 0, &o));
+  CHECK_OK(loom_add(g, o, m->params[3], &o));
+  CHECK_OK(loom_mse(g, o, y, LOOM_REDUCTION_MEAN, &loss));
+  CHECK_OK(loom_grad(g, loss, 4, m->params, grads));
+  if (c) {
+    loom_data_parallel_options_t dp;
+    CHECK_OK(loom_data_parallel_options_init(&dp));
+    dp.bucket_bytes = bucket;
+    CHECK_OK(loom_data_parallel_grads(g, c, 4, grads, &dp, grads));
+  }
+  CHECK_OK(loom_full(g, 0, NULL, 0.05, LOOM_F32, &lr));
+  CHECK_OK(loom_adam(g, 4, m->params, grads, lr, 0.9, 0.999, 1e-8, 0.0));
+  CHECK_OK(loom_graph_output(g, loss));
+  if (c) CHECK_OK(loom_comm_broadcast_params(c, g, 0));
+  loom_compile_options_t o2;
+  loom_compile_options_init(&o2);
+  CHECK_OK(loom_compile(g, &o2, &m->exe));
+  CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){rows, DIN}, &m->x));
+  CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){rows, DOUT}, &m->y));
+  CHECK_OK(loom_tensor_create(LOOM_F32, 0, NULL, &m->loss));
+  for (int64_t r = 0; r < rows; r++) {
+    for (int j = 0; j < DIN; j++) set_elem(m->x, r * DIN + j, data_x(first + r, j));
+    for (int j = 0; j < DOUT; j++) set_elem(m->y, r * DOUT + j, data_y(first + r, j));
+  }
+}
+
+static void mlp_free(mlp_t *m) {
+  loom_executable_destroy(m->exe);
+  loom_tensor_destroy(m->x), loom_tensor_destroy(m->y), loom_tensor_destroy(m->loss);
+  loom_graph_destroy(m->g);
+}
+
+static void data_parallel_case(int64_t bucket) {
+  int64_t rows = BATCH / size;
+  mlp_t dp = {0}, whole = {0};
+  /* Each rank's own initial weights: broadcast_params must replace them
+   * with rank 0's, which the whole-batch model starts from. */
+  mlp_build(&dp, rank * rows, rows, comm, bucket, 100 + 17 * (uint64_t)rank);
+  mlp_build(&whole, 0, BATCH, NULL, 0, 100);
+  for (int s = 0; s < STEPS; s++) {
+    loom_tensor_t *in_dp[2] = {dp.x, dp.y}, *in_whole[2] = {whole.x, whole.y};
+    CHECK_OK(loom_executable_run(dp.exe, 2, in_dp, 1, &dp.loss));
+    CHECK_OK(loom_executable_run(whole.exe, 2, in_whole, 1, &whole.loss));
+  }
+  for (int i = 0; i < 4; i++) {
+    loom_tensor_t *a, *b;
+    CHECK_OK(loom_graph_param_tensor(dp.g, dp.params[i], &a));
+    CHECK_OK(loom_graph_param_tensor(whole.g, whole.params[i], &b));
+    CHECK_FLOATS(loom_tensor_data(a), loom_tensor_data(b), loom_tensor_numel(a), 1e-5, 1e-4);
+  }
+  mlp_free(&dp);
+  mlp_free(&whole);
+}
+
+static void data_parallel_matches_one_process(void) {
+  if (BATCH % size) return;
+  data_parallel_case(25 << 20); /* one bucket */
+  data_parallel_case(200);      /* a bucket per gradient or two */
+}
+
+static void errors(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, b, i, y;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){3}, &x));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_BOOL, 1, (loom_dim_t[]){4}, &b));
+  CHECK_OK(loom_graph_input(g, "i", LOOM_I32, 1, (loom_dim_t[]){4}, &i));
+  CHECK_ERR(loom_all_reduce(g, NULL, x, LOOM_COMM_SUM, &y), LOOM_ERR_INVALID, "communicator");
+  CHECK_ERR(loom_all_reduce(g, comm, b, LOOM_COMM_SUM, &y), LOOM_ERR_DTYPE, "all_reduce");
+  CHECK_ERR(loom_all_reduce(g, comm, i, LOOM_COMM_MEAN, &y), LOOM_ERR_DTYPE, "mean");
+  CHECK_ERR(loom_all_reduce(g, comm, x, (loom_comm_reduce_t)7, &y), LOOM_ERR_SHAPE, "reduce");
+  CHECK_ERR(loom_broadcast(g, comm, x, size, &y), LOOM_ERR_SHAPE, "root");
+  if (size > 1)
+    CHECK_ERR(loom_reduce_scatter(g, comm, x, LOOM_COMM_SUM, &y), LOOM_ERR_SHAPE, "equal parts");
+  CHECK_ERR(loom_comm_set_timeout(comm, -1), LOOM_ERR_INVALID, "timeout");
+  CHECK_ERR(loom_comm_broadcast_tensor(comm, NULL, 0), LOOM_ERR_INVALID, "null");
+  /* graphs that differ between ranks are caught before any bytes move */
+  loom_value_t p;
+  CHECK_OK(loom_graph_param(g, rank == 0 ? "p" : "q", LOOM_F32, 1, (int64_t[]){2}, NULL, &p));
+  if (size > 1) CHECK_ERR(loom_comm_broadcast_params(comm, g, 0), LOOM_ERR_INVALID, "differ");
+  loom_graph_destroy(g);
+  CHECK(loom_comm_rank(NULL) == -1 && loom_comm_size(NULL) == -1);
+}
+
+/* Modes for the failure tests (CMakeLists.txt runs them under mpirun and
+ * reads the job's exit status and messages): rank 1 never reaches the
+ * collective rank 0 waits in, or dies by SIGKILL before it. Either way the
+ * job must end, with a message, well before the test's own timeout. */
+static int failure_mode(const char *mode) {
+  float v = 1.0f;
+  loom_tensor_t *t = NULL;
+  if (loom_tensor_create(LOOM_F32, 0, NULL, &t) != LOOM_OK) return 1;
+  loom_tensor_write(t, &v, sizeof v);
+  loom_comm_set_timeout(comm, 2.0);
+  if (rank == 1 && !strcmp(mode, "--killed-rank")) raise(SIGKILL);
+  if (rank == 1 && !strcmp(mode, "--late-rank")) sleep(60);
+  loom_status_t s = loom_comm_all_reduce_tensor(comm, t, LOOM_COMM_SUM);
+  fprintf(stderr, "test_comm %s: rank %d: the collective returned %s\n", mode, rank,
+          loom_status_name(s));
+  loom_tensor_destroy(t);
+  loom_comm_destroy(comm);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  loom_status_t s = loom_comm_world(&comm);
+  if (s == LOOM_ERR_UNSUPPORTED) {
+    printf("test_comm: skipped: %s\n", loom_last_error());
+    return 0;
+  }
+  if (s != LOOM_OK) {
+    fprintf(stderr, "test_comm: loom_comm_world: %s\n", loom_last_error());
+    return 1;
+  }
+  rank = loom_comm_rank(comm), size = loom_comm_size(comm);
+  if (argc > 1) return failure_mode(argv[1]);
+  CHECK_OK(loom_comm_set_timeout(comm, 120));
+  TEST_RUN(all_reduce);
+  TEST_RUN(broadcast);
+  TEST_RUN(all_gather);
+  TEST_RUN(reduce_scatter);
+  TEST_RUN(gradients);
+  TEST_RUN(data_parallel_matches_one_process);
+  TEST_RUN(errors);
+  loom_comm_destroy(comm);
+  return test_summary();
+}
