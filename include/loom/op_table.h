@@ -33,6 +33,7 @@ typedef enum loom_op_flag {
   LOOM_OP_SIDE_EFFECT = 1 << 2,    /* writes state (assign) */
   LOOM_OP_DATA_SHAPE = 1 << 3,     /* an output's shape depends on input data */
   LOOM_OP_SUBGRAPH = 1 << 4,       /* runs subgraphs given as graph attributes */
+  LOOM_OP_COLLECTIVE = 1 << 5,     /* communicates with other ranks (comm.h) */
 } loom_op_flag_t;
 
 /* What op i is (a versioned struct: loom.h). */

@@ -12,7 +12,8 @@ static uint32_t public_flags(const ir_op_info_t *info) {
          (info->flags & F_RANDOM ? LOOM_OP_RANDOM : 0) |
          (info->flags & F_SIDE_EFFECT ? LOOM_OP_SIDE_EFFECT : 0) |
          (info->flags & F_DATA_SHAPE ? LOOM_OP_DATA_SHAPE : 0) |
-         (info->flags & F_SUBGRAPH ? LOOM_OP_SUBGRAPH : 0);
+         (info->flags & F_SUBGRAPH ? LOOM_OP_SUBGRAPH : 0) |
+         (info->flags & F_COLLECTIVE ? LOOM_OP_COLLECTIVE : 0);
 }
 
 loom_status_t loom_op_get_info(int i, loom_op_info_t *out) {

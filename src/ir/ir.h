@@ -27,6 +27,9 @@ typedef enum ir_fusion_class {
 } ir_fusion_class_t;
 
 #define DT_BOOL DT_BIT(LOOM_BOOL)
+/* What MPI reduces (the collectives' sum, mean and max). */
+#define DT_COMM \
+  (DT_BIT(LOOM_F32) | DT_BIT(LOOM_F64) | DT_BIT(LOOM_I8) | DT_BIT(LOOM_I32) | DT_BIT(LOOM_I64))
 /* A condition: bool, or an integer read as "non-zero". */
 #define DT_COND (DT_BOOL | DT_INT)
 

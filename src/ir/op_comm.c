@@ -6,10 +6,6 @@
 #include "core/status.h"
 #include "ir/ir.h"
 
-/* Dtypes MPI reduces (core/comm.c). */
-#define DT_REDUCIBLE \
-  (DT_BIT(LOOM_F32) | DT_BIT(LOOM_F64) | DT_BIT(LOOM_I8) | DT_BIT(LOOM_I32) | DT_BIT(LOOM_I64))
-
 static loom_status_t check_common(ir_infer_t *c, bool reduces) {
   int64_t ranks = ir_attr_int(c->attrs, "ranks", 0);
   if (ranks < 1 || ranks > INT32_MAX)
@@ -18,7 +14,6 @@ static loom_status_t check_common(ir_infer_t *c, bool reduces) {
   int64_t r = ir_attr_int(c->attrs, "reduce", 0);
   if (r < LOOM_COMM_SUM || r > LOOM_COMM_MAX)
     return ir_shape_fail(c, "reduce = %lld is not sum (0), mean (1) or max (2)", (long long)r);
-  LOOM_TRY(ir_check_dtype(c, 0, DT_REDUCIBLE, "a dtype MPI reduces (f32, f64, i8, i32, i64)"));
   if (r == LOOM_COMM_MEAN) LOOM_TRY(ir_check_dtype(c, 0, DT_FLOAT, "a float (the mean)"));
   return LOOM_OK;
 }

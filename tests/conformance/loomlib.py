@@ -62,18 +62,23 @@ def builder_ctypes():
         "const loom_pool_params_t *": C.POINTER(PoolParams),
         "loom_value_t *": "out",
         "loom_graph_t *": C.c_void_p,  # a subgraph (if, loop)
+        "loom_comm_t *": C.c_void_p,   # a communicator (collectives)
+        "loom_comm_reduce_t": C.c_int,
     }
 
 
 def parse_builders():
     """{name: [ctype or "out", ...]} for every loom_<op>(loom_graph_t *g, ...)
-    of ops.h, from the declarations in the library's listing."""
+    of ops.h and comm.h (the collectives), from the declarations in the
+    library's listing."""
     ctypes_of = builder_ctypes()
     sigs = {}
     for f in API.listing["functions"]:
         m = re.match(r"loom_status_t loom_(\w+)\(loom_graph_t \*g, (.*)\);$", f["decl"])
-        if f["header"] != "ops.h" or not m:
+        if f["header"] not in ("ops.h", "comm.h") or not m:
             continue
+        if f["header"] == "comm.h" and "options" in m.group(2):
+            continue  # loom_data_parallel_grads: a transformation, not an op
         params = []
         for p in m.group(2).split(", "):
             ctype = re.sub(r"\s*\w+$", "", p).strip()

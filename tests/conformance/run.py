@@ -24,7 +24,8 @@ if __name__ == "__main__" and len(sys.argv) > 1:
     loomlib.load(sys.argv[1])
 
 import conform  # noqa: E402
-import ops_contract  # noqa: E402,F401  (the op modules register their cases)
+import ops_comm  # noqa: E402,F401  (the op modules register their cases)
+import ops_contract  # noqa: E402,F401
 import ops_control  # noqa: E402,F401
 import ops_elementwise  # noqa: E402,F401
 import ops_generate  # noqa: E402,F401
