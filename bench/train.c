@@ -21,55 +21,11 @@
 #include "fma_peak.h"
 #include "loom/train.h"
 #include "models.h"
+#include "train_step.h"
 
 /* SHORT_MS: a first step under it may be a program short enough to be
  * timed whole (under 1 ms of steps alone, cpu_launch.c). */
-enum { MAX_THREADS = 2, MAX_PARAMS = MODEL_MAX_PARAMS, SLOW_MS = 1000, SHORT_MS = 20 };
-
-/* AdamW as torch.optim.AdamW's defaults, with lr 1e-3. */
-static const double LR = 1e-3, BETA1 = 0.9, BETA2 = 0.999, EPS = 1e-8, DECAY = 0.01;
-
-typedef struct train_model {
-  const char *name;
-  int rank;
-  int64_t shape[4]; /* of x; shape[0] is the batch */
-  int64_t classes;
-} train_model_t;
-
-/* The configurations of issue 4 and ../shared/PEERS.md's training table. */
-static const train_model_t models[] = {
-    {"mlp", 2, {64, 784}, 10},
-    {"resnet18", 4, {8, 3, 64, 64}, 1000},
-    {"transformer", 3, {8, 128, 256}, 10},
-    {"vit", 4, {8, 3, 64, 64}, 10},
-};
-
-static loom_status_t build_forward(loom_graph_t *g, const train_model_t *m,
-                                   loom_value_t *logits) {
-  const int64_t *s = m->shape;
-  if (!strcmp(m->name, "mlp")) return model_mlp(g, s[0], logits);
-  if (!strcmp(m->name, "resnet18")) return model_resnet18(g, s[0], s[2], logits);
-  if (!strcmp(m->name, "transformer")) return model_transformer_encoder(g, s[0], s[1], logits);
-  return model_vit(g, s[0], s[2], 8, 192, 6, 3, m->classes, logits);
-}
-
-/* The whole step in one graph: inputs x, labels, lr; output the loss. */
-static loom_status_t build_step(loom_graph_t *g, const train_model_t *m,
-                                model_params_t *p) {
-  loom_value_t logits, labels, lr, loss, grads[MAX_PARAMS];
-  model_train_begin(p);
-  loom_status_t s = build_forward(g, m, &logits);
-  model_train_end();
-  if (s != LOOM_OK) return s;
-  if ((s = loom_graph_input(g, "labels", LOOM_I64, 1, (loom_dim_t[]){m->shape[0]}, &labels)) ||
-      (s = loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr)) ||
-      (s = loom_cross_entropy(g, logits, labels, LOOM_NO_IGNORE_INDEX, 0,
-                              LOOM_REDUCTION_MEAN, &loss)) ||
-      (s = loom_grad(g, loss, p->n, p->v, grads)) ||
-      (s = loom_adamw(g, p->n, p->v, grads, lr, BETA1, BETA2, EPS, DECAY)))
-    return s;
-  return loom_graph_output(g, loss);
-}
+enum { MAX_THREADS = 2, SLOW_MS = 1000, SHORT_MS = 20 };
 
 typedef struct step_ctx {
   loom_executable_t *e;
@@ -94,16 +50,6 @@ static double loss_value(const loom_tensor_t *t) {
 
 /* The inputs: x as bench_input (the peer draws the same values), labels
  * i * 7 mod classes, the learning rate. */
-static void make_inputs(const train_model_t *m, loom_tensor_t **in) {
-  int64_t batch = m->shape[0];
-  float lr = (float)LR;
-  in[0] = bench_input(m->rank, m->shape);
-  BENCH_TRY(loom_tensor_create(LOOM_I64, 1, &batch, &in[1]));
-  int64_t *labels = loom_tensor_data(in[1]);
-  for (int64_t i = 0; i < batch; i++) labels[i] = i * 7 % m->classes;
-  BENCH_TRY(loom_tensor_from_data(LOOM_F32, 0, NULL, &lr, sizeof lr, &in[2]));
-}
-
 typedef struct result {
   double ms, peak, loss0; /* loss0: the first step's loss */
   /* Loom only: the step's contraction flops, and the FMA peak (GFLOP/s)
@@ -268,9 +214,9 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
   model_params_t *p = calloc(1, sizeof *p);
   loom_tensor_t *in[3];
   loom_graph_t *g = NULL;
-  make_inputs(m, in);
+  train_make_inputs(m, in);
   BENCH_TRY(loom_graph_create(&g));
-  int built = p && build_step(g, m, p) == LOOM_OK;
+  int built = p && train_build_step(g, m, p, NULL) == LOOM_OK;
   if (!built)
     fprintf(stderr, "bench train: %s: the step does not build: %s\n", m->name,
             loom_last_error());
@@ -289,11 +235,11 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
 }
 
 int main(int argc, char **argv) {
-  const char *names[sizeof models / sizeof models[0]];
-  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) names[i] = models[i].name;
-  const char *bench_dir = bench_suite_args(argc, argv, names, (int)(sizeof models / sizeof models[0]));
+  const char *names[8] = {0};
+  for (int i = 0; i < train_n_models; i++) names[i] = train_models[i].name;
+  const char *bench_dir = bench_suite_args(argc, argv, names, train_n_models);
   bench_lock_memory("train");
-  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-    if (bench_name_wanted(models[i].name, argc, argv)) bench_model(bench_dir, &models[i]);
+  for (int i = 0; i < train_n_models; i++)
+    if (bench_name_wanted(train_models[i].name, argc, argv)) bench_model(bench_dir, &train_models[i]);
   return 0;
 }

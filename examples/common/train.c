@@ -166,6 +166,7 @@ loom_status_t ex_train_step(ex_model_t *m, loom_value_t logits, int64_t batch,
   EX_TRY(loom_graph_output(m->g, loss));
   EX_TRY(loom_graph_output(m->g, logits));
   EX_TRY(loom_grad(m->g, loss, m->n_params, m->params, grads));
+  if (m->comm) EX_TRY(loom_data_parallel_grads(m->g, m->comm, m->n_params, grads, NULL, grads));
   EX_TRY(loom_clip_grad_norm(m->g, m->n_params, grads, 1.0, clipped, NULL));
   EX_TRY(loom_adamw(m->g, m->n_params, m->params, clipped, lr, 0.9, 0.999,
                     1e-8, wd));
@@ -247,14 +248,17 @@ double ex_accuracy(const loom_tensor_t *logits, const int64_t *y) {
 /* ---- The command line and the loop ------------------------------------------ */
 
 int ex_parse_args(int argc, char **argv, ex_args_t *a) {
+  int data_parallel = 0;
   for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (v && !strcmp(argv[i], "--steps")) a->steps = atoi(v);
+    if (!strcmp(argv[i], "--data-parallel")) data_parallel = 1, i--;
+    else if (v && !strcmp(argv[i], "--steps")) a->steps = atoi(v);
     else if (v && !strcmp(argv[i], "--threads")) a->threads = atoi(v);
     else if (v && !strcmp(argv[i], "--every")) a->every = atoi(v);
     else if (v && !strcmp(argv[i], "--lr")) a->lr = atof(v);
     else {
-      fprintf(stderr, "usage: %s [--steps N] [--threads T] [--every K] [--lr X]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--steps N] [--threads T] [--every K] [--lr X] "
+              "[--data-parallel]\n", argv[0]);
       return 1;
     }
   }
@@ -262,8 +266,13 @@ int ex_parse_args(int argc, char **argv, ex_args_t *a) {
     fprintf(stderr, "%s: steps and every must be >= 1, threads >= 0, lr > 0\n", argv[0]);
     return 1;
   }
+  if (data_parallel && loom_comm_world(&a->comm) != LOOM_OK) {
+    fprintf(stderr, "%s: --data-parallel: %s\n", argv[0], loom_last_error());
+    return 1;
+  }
   return 0;
 }
+
 
 static double now_s(void) {
   struct timespec ts;
@@ -279,11 +288,14 @@ static float schedule(const ex_args_t *a, int step) {
 }
 
 typedef struct loop {
+  loom_comm_t *comm;
   loom_executable_t *e;
   loom_tensor_t *x, *y, *lr, *loss, *logits;
   double *xv;
   int64_t *yv;
 } loop_t;
+
+static int rank_of(const loop_t *l) { return l->comm ? loom_comm_rank(l->comm) : 0; }
 
 static void loop_free(loop_t *l) {
   loom_executable_destroy(l->e);
@@ -301,6 +313,8 @@ static loom_status_t loop_init(loop_t *l, ex_model_t *m, const ex_args_t *a,
   loom_compile_options_t o;
   loom_compile_options_init(&o);
   o.num_threads = a->threads;
+  l->comm = m->comm;
+  if (m->comm) EX_TRY(loom_comm_broadcast_params(m->comm, m->g, 0));
   EX_TRY(loom_compile(m->g, &o, &l->e));
   EX_TRY(loom_executable_new_output(l->e, 0, &l->loss));
   EX_TRY(loom_executable_new_output(l->e, 1, &l->logits));
@@ -318,7 +332,7 @@ static loom_status_t loop_init(loop_t *l, ex_model_t *m, const ex_args_t *a,
 
 static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
                               ex_data_fn data, void *ctx) {
-  ex_rng_t rng = {42};
+  ex_rng_t rng = {42 + 7919 * (uint64_t)rank_of(l)}; /* each rank its own batches */
   double t0 = now_s(), t_last = t0, loss_sum = 0, acc_sum = 0;
   for (int k = 0; k < a->steps; k++) {
     data(&rng, ctx, l->xv, l->yv);
@@ -332,7 +346,7 @@ static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
     loom_tensor_get_f64(l->loss, 0, &loss);
     loss_sum += loss;
     acc_sum += ex_accuracy(l->logits, l->yv); /* on a batch not yet trained on */
-    if ((k + 1) % a->every == 0 || k + 1 == a->steps) {
+    if (rank_of(l) == 0 && ((k + 1) % a->every == 0 || k + 1 == a->steps)) {
       int n = (k % a->every) + 1;
       double t = now_s();
       printf("step %5d  loss %.4f  accuracy %5.1f%%  lr %.2e  %.1f steps/s\n", k + 1,
@@ -342,7 +356,11 @@ static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
     }
   }
   double total = now_s() - t0;
-  printf("%d steps in %.2f s: %.1f steps/s\n", a->steps, total, a->steps / total);
+  int ranks = l->comm ? loom_comm_size(l->comm) : 1;
+  if (rank_of(l) == 0)
+    printf("%d steps in %.2f s: %.1f steps/s, %.0f items/s over %d rank%s\n", a->steps, total,
+           a->steps / total, a->steps * (double)loom_tensor_numel(l->y) * ranks / total, ranks,
+           ranks > 1 ? "s" : "");
   return LOOM_OK;
 }
 
@@ -352,14 +370,16 @@ int ex_train_main(ex_model_t *m, const ex_args_t *a, int64_t batch,
   loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
   loom_status_t s = loop_init(&l, m, a, batch);
   if (s == LOOM_OK) s = loom_executable_info(l.e, &info);
-  if (s == LOOM_OK) {
+  if (s == LOOM_OK && rank_of(&l) == 0) {
     printf("%d trainable tensors; compiled in %.0f ms: %d steps (%d generated, %d reference), "
            "arena %.1f MiB, %d threads\n",
            m->n_params, info.compile_ms, info.n_groups, info.n_generated, info.n_reference,
            (double)info.arena_bytes / (1 << 20), info.threads);
-    s = loop_run(&l, a, data, ctx);
   }
-  if (s != LOOM_OK) fprintf(stderr, "error: %s: %s\n", loom_status_name(s), loom_last_error());
+  if (s == LOOM_OK) s = loop_run(&l, a, data, ctx);
+  if (s != LOOM_OK)
+    fprintf(stderr, "error: rank %d: %s: %s\n", rank_of(&l), loom_status_name(s), loom_last_error());
   loop_free(&l);
+  loom_comm_destroy(a->comm);
   return s != LOOM_OK;
 }

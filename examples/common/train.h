@@ -32,6 +32,9 @@ typedef struct ex_model {
   loom_value_t offset; /* dropout's generator offset (i64 parameter) */
   int n_dropouts;      /* each dropout site draws from its own seed */
   loom_value_t x;      /* the input "x" */
+  /* Data parallelism (--data-parallel): the gradients averaged across the
+   * ranks of comm, which start from rank 0's parameters; NULL: alone. */
+  loom_comm_t *comm;
 } ex_model_t;
 
 typedef enum ex_init { EX_INIT_KAIMING, EX_INIT_ZEROS, EX_INIT_ONES, EX_INIT_SMALL } ex_init_t;
@@ -103,8 +106,12 @@ double ex_accuracy(const loom_tensor_t *logits, const int64_t *y);
 typedef struct ex_args {
   int steps, threads, every;
   double lr;
+  loom_comm_t *comm; /* --data-parallel: every process of the MPI job */
 } ex_args_t;
-/* --steps N --threads T --every K --lr X; 0 ok, 1 bad usage (printed). */
+/* --steps N --threads T --every K --lr X --data-parallel; 0 ok, 1 bad
+ * usage or no communicator (printed). With --data-parallel (under
+ * `mpirun -np N`) each rank trains on its own batches, rank 0 prints, and
+ * ex_train_main destroys a->comm. */
 int ex_parse_args(int argc, char **argv, ex_args_t *a);
 
 /* Compiles m's training step, trains it `steps` steps on batches from

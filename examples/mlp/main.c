@@ -1,7 +1,8 @@
 /* Trains an MLP classifier on Gaussian blobs (8 classes in 16 dims) with
  * one compiled training step replayed: loss, accuracy on each batch
  * before it is trained on, steps per second.
- *   example_mlp [--steps N] [--threads T] [--every K] [--lr X] */
+ *   example_mlp [--steps N] [--threads T] [--every K] [--lr X]
+ *     [--data-parallel] */
 #include <stdio.h>
 
 #include "vision.h"
@@ -21,6 +22,7 @@ int main(int argc, char **argv) {
   printf("MLP %ld-%ld-%ld-%ld on Gaussian blobs, batch %ld, AdamW\n", (long)cfg.in,
          (long)cfg.hidden, (long)cfg.hidden, (long)cfg.classes, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
+  m.comm = a.comm;
   if (s == LOOM_OK) s = ex_mlp(&m, &cfg, &logits);
   if (s == LOOM_OK) s = ex_train_step(&m, logits, cfg.batch, 1e-4);
   int rc = s == LOOM_OK ? ex_train_main(&m, &a, cfg.batch, data, NULL) : 1;

@@ -2,7 +2,8 @@
  * statistics updated by assigns, ReLU, residual blocks, global pooling,
  * linear head) to tell the orientation of noisy stripes (4 classes), with
  * one compiled training step replayed.
- *   example_resnet [--steps N] [--threads T] [--every K] [--lr X] */
+ *   example_resnet [--steps N] [--threads T] [--every K] [--lr X]
+ *     [--data-parallel] */
 #include <stdio.h>
 
 #include "vision.h"
@@ -22,6 +23,7 @@ int main(int argc, char **argv) {
   printf("ResNet (width %ld, 2 blocks) on %ldx%ld stripe orientations (%ld classes), batch %ld\n",
          (long)cfg.width, (long)cfg.size, (long)cfg.size, (long)cfg.classes, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
+  m.comm = a.comm;
   if (s == LOOM_OK) s = ex_resnet(&m, &cfg, &logits);
   if (s == LOOM_OK) s = ex_train_step(&m, logits, cfg.batch, 1e-4);
   int rc = s == LOOM_OK ? ex_train_main(&m, &a, cfg.batch, data, NULL) : 1;

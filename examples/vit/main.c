@@ -2,7 +2,8 @@
  * class token, position embeddings, pre-LN encoder blocks with multi-head
  * attention and GELU MLPs, dropout) to tell the orientation of noisy
  * stripes (4 classes), with one compiled training step replayed.
- *   example_vit [--steps N] [--threads T] [--every K] [--lr X] */
+ *   example_vit [--steps N] [--threads T] [--every K] [--lr X]
+ *     [--data-parallel] */
 #include <stdio.h>
 
 #include "vision.h"
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
          (long)cfg.dim, (long)cfg.heads, (long)cfg.depth, (long)cfg.patch, (long)cfg.size,
          (long)cfg.size, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
+  m.comm = a.comm;
   if (s == LOOM_OK) s = ex_vit(&m, &cfg, &logits);
   if (s == LOOM_OK) s = ex_train_step(&m, logits, cfg.batch, 0.05);
   int rc = s == LOOM_OK ? ex_train_main(&m, &a, cfg.batch, data, NULL) : 1;

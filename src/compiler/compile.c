@@ -187,6 +187,24 @@ static loom_status_t too_large(const loom_graph_t *g, int32_t v, int64_t bytes) 
                    (long long)bytes, (long long)MEM_PLAN_MAX_BYTES);
 }
 
+/* A step of an F_INPLACE op may write its output over its input where
+ * that input is read for the last time (the planner decides). */
+static void take_dying_inputs(loom_executable_t *e, mem_request_t *req,
+                              const int32_t *req_of_slot) {
+  const loom_graph_t *g = e->graph;
+  for (int k = 0; k < e->plan.n_groups; k++) {
+    const fuse_group_t *grp = &e->plan.groups[e->order[k]];
+    if (grp->kind != FUSE_REFERENCE || grp->n_inputs < 1) continue;
+    const ir_node_t *n = &g->nodes[grp->nodes[0]];
+    if (!(ir_ops[n->op].flags & F_INPLACE)) continue;
+    int32_t in = e->slot_of_value[n->in[0]], out = e->slot_of_value[n->out[0]];
+    int32_t ri = in >= 0 ? req_of_slot[in] : -1, ro = out >= 0 ? req_of_slot[out] : -1;
+    if (ri >= 0 && ro >= 0 && ri != ro && req[ri].last == k && req[ro].first == k &&
+        req[ri].bytes == req[ro].bytes)
+      req[ro].inplace_of = ri;
+  }
+}
+
 /* Arena slots for the remaining group outputs, then the memory plan. */
 static loom_status_t plan_arena(loom_executable_t *e) {
   loom_graph_t *g = e->graph;
@@ -235,6 +253,7 @@ static loom_status_t plan_arena(loom_executable_t *e) {
       if (r >= 0 && req[r].last < k) req[r].last = k;
     }
   }
+  if (s == LOOM_OK) take_dying_inputs(e, req, req_of_slot);
   if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
   if (s == LOOM_OK && e->mem.arena_bytes > 0) {
     e->arena_bytes = e->mem.arena_bytes;

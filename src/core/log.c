@@ -12,7 +12,7 @@ static const struct {
 } categories[] = {
     {"passes", LOG_PASSES}, {"fusion", LOG_FUSION},         {"compile", LOG_COMPILE},
     {"memory", LOG_MEMORY}, {"cache", LOG_CACHE},           {"recompiles", LOG_RECOMPILES},
-    {"breaks", LOG_BREAKS},         {"steps", LOG_STEPS},
+    {"breaks", LOG_BREAKS},         {"steps", LOG_STEPS},           {"comm", LOG_COMM},
 };
 enum { N_CATEGORIES = sizeof categories / sizeof categories[0] };
 

@@ -15,6 +15,7 @@ typedef enum core_log_category {
   LOG_RECOMPILES = 1 << 5,
   LOG_BREAKS = 1 << 6,
   LOG_STEPS = 1 << 7, /* per-step timings of executables */
+  LOG_COMM = 1 << 8,  /* each collective: its size and time */
 } core_log_category_t;
 
 /* Whether LOOM_LOG enables the category (read once per process). */

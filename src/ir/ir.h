@@ -47,6 +47,8 @@ enum {
   F_COLLECTIVE = 1u << 10, /* communicates with the other ranks: kept, never
                             * merged or folded, and run in graph order with
                             * respect to the other collectives */
+  F_INPLACE = 1u << 11,    /* its step may write its output over its input
+                            * 0's buffer when nothing reads that input after */
 };
 
 

@@ -210,9 +210,12 @@ static loom_status_t ref_launch(be_program_t *p, int32_t group, void *const *slo
     out[i].data = slots[k->out_slot[i]];
     out_p[i] = &out[i];
     /* Reference kernels expect zeroed outputs (some accumulate). An empty
-     * one may have no storage (a null slot): nothing to clear. */
+     * one may have no storage (a null slot): nothing to clear; one placed
+     * over its input (an F_INPLACE op, compile.c) keeps the input. */
     size_t bytes = (size_t)loom_tensor_numel(&out[i]) * loom_dtype_size(out[i].dtype);
-    if (bytes) memset(out[i].data, 0, bytes);
+    bool over_input = false;
+    for (int j = 0; j < n->n_in; j++) over_input |= in[j].data == out[i].data;
+    if (bytes && !over_input) memset(out[i].data, 0, bytes);
   }
   ref_call_t call = {.g = p->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
                      .in = in_p, .n_out = n->n_out, .out = out_p, .scratch = &r->scratch[group]};

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "backend/cpu/codegen/cg.h"
+#include "core/alloc.h"
 #include "core/dtype.h"
-
-#define MAX_MOVES 64
+#include "core/status.h"
 
 typedef struct move {
   cg_shape_t box;                       /* loop dims */
@@ -26,7 +26,7 @@ typedef struct layout {
   cg_shape_t x, y;
   int64_t xs[LOOM_MAX_RANK], ys[LOOM_MAX_RANK]; /* contiguous strides */
   int n_moves;
-  move_t moves[MAX_MOVES];
+  move_t *moves; /* a concat's: one per input; others' at most 2 */
   uint64_t fill;
 } layout_t;
 
@@ -126,7 +126,7 @@ static bool plan_concat(layout_t *l) {
   int r = l->y.rank;
   int64_t a = ir_attr_int(&l->n->attrs, "axis", 0), at = 0;
   int axis = (int)(a < 0 ? a + r : a);
-  if (l->n->n_in > MAX_MOVES || (axis == 0 && l->y.lead)) return false;
+  if (axis == 0 && l->y.lead) return false;
   for (int i = 0; i < l->n->n_in; i++) {
     move_t *m = &l->moves[l->n_moves++];
     *m = (move_t){.src = l->n->in[i]};
@@ -277,10 +277,15 @@ loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok) {
         cg_slot(c, n->out[0]) >= 0;
   for (int i = 0; i < n->n_in && *ok; i++) *ok = cg_slot(c, n->in[i]) >= 0;
   if (!*ok) return LOOM_OK;
+  l.moves = core_calloc((size_t)n->n_in + 2, sizeof *l.moves);
+  if (!l.moves) return loom_fail(LOOM_ERR_NOMEM, "out of memory generating a layout step");
   contiguous(&l.x, l.xs);
   contiguous(&l.y, l.ys);
   *ok = plan(&l);
-  if (!*ok) return LOOM_OK;
+  if (!*ok) {
+    core_free(l.moves);
+    return LOOM_OK;
+  }
   const char *t = elem_type(loom_dtype_size(c->g->values[n->out[0]].type.dtype));
   cg_group_comment(c, gi, "layout", &l.y, NULL);
   for (int k = 0; k < l.n_moves; k++) emit_move(&l, gi, k, t);
@@ -289,5 +294,6 @@ loom_status_t cg_emit_layout(cg_ctx_t *c, int gi, bool *ok) {
   cg_line(c->out, 1, "(void)rt;\n");
   for (int k = 0; k < l.n_moves; k++) emit_call(&l, gi, k);
   cg_printf(c->out, "}\n");
+  core_free(l.moves);
   return LOOM_OK;
 }
