@@ -97,6 +97,8 @@ struct recipe {
   build_fn build; /* NULL: ir_add_node with op and attrs */
 };
 
+static loom_comm_t *comm; /* the collectives' (main) */
+
 static loom_status_t build_if(loom_graph_t *g, const recipe_t *r, const int32_t *in,
                               int32_t *out, int *n_out);
 static loom_status_t build_loop(loom_graph_t *g, const recipe_t *r, const int32_t *in,
@@ -105,6 +107,8 @@ static loom_status_t build_assign(loom_graph_t *g, const recipe_t *r, const int3
                                   int32_t *out, int *n_out);
 static loom_status_t build_nonzero(loom_graph_t *g, const recipe_t *r, const int32_t *in,
                                    int32_t *out, int *n_out);
+static loom_status_t build_all_reduce_halves(loom_graph_t *g, const recipe_t *r,
+                                             const int32_t *in, int32_t *out, int *n_out);
 
 #define UNARY(name) {name, "", 1, {F34}, NULL}
 #define BINARY(name) {name, "", 2, {F34, F34}, NULL}
@@ -165,12 +169,13 @@ static const recipe_t recipes[] = {
     {"broadcast", "comm=1 ranks=1", 1, {F34}, NULL},
     {"all_gather", "comm=1 ranks=1", 1, {F34}, NULL},
     {"reduce_scatter", "comm=1 ranks=1", 1, {F34}, NULL},
+    {"all_reduce_start", "", 1, {F34}, build_all_reduce_halves},
+    {"all_reduce_wait", "", 1, {F34}, build_all_reduce_halves},
 };
-enum { N_RECIPES = sizeof recipes / sizeof *recipes, N_COLLECTIVES = 4 };
+enum { N_RECIPES = sizeof recipes / sizeof *recipes, N_COLLECTIVES = 6 };
 /* The recipes this build runs; the collectives run on a communicator of
  * this process alone (id 1). */
 static int n_recipes = N_RECIPES - N_COLLECTIVES;
-static loom_comm_t *comm;
 
 static int op_of(const char *name) {
   for (int i = 0; i < IR_OP_COUNT; i++)
@@ -299,6 +304,17 @@ static loom_status_t build_nonzero(loom_graph_t *g, const recipe_t *r, const int
   LOOM_TRY(loom_nonzero(g, (loom_value_t){in[0]}, &idx));
   LOOM_TRY(loom_sum(g, idx, 0, NULL, 0, &total));
   out[0] = total.id, *n_out = 1;
+  return LOOM_OK;
+}
+
+/* A start and its wait: only the wait may read the start's value. */
+static loom_status_t build_all_reduce_halves(loom_graph_t *g, const recipe_t *r,
+                                             const int32_t *in, int32_t *out, int *n_out) {
+  (void)r;
+  loom_value_t started, sum;
+  LOOM_TRY(loom_all_reduce_start(g, comm, (loom_value_t){in[0]}, LOOM_COMM_MEAN, &started));
+  LOOM_TRY(loom_all_reduce_wait(g, comm, started, &sum));
+  out[0] = sum.id, *n_out = 1;
   return LOOM_OK;
 }
 

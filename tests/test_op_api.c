@@ -106,6 +106,8 @@ B(all_reduce, loom_all_reduce(g, comm, in[0], LOOM_COMM_MEAN, out))
 B(broadcast, loom_broadcast(g, comm, in[0], 0, out))
 B(all_gather, loom_all_gather(g, comm, in[0], out))
 B(reduce_scatter, loom_reduce_scatter(g, comm, in[0], LOOM_COMM_SUM, out))
+B(all_reduce_start, loom_all_reduce_start(g, comm, in[0], LOOM_COMM_MEAN, out))
+B(all_reduce_wait, loom_all_reduce_wait(g, comm, in[0], out))
 B(elu, loom_elu(g, in[0], 0.5, out))
 B(cast, loom_cast(g, in[0], LOOM_F64, out))
 B(clamp, loom_clamp(g, in[0], 0.7, 1.5, out))
@@ -295,6 +297,7 @@ static const recipe_t recipes[] = {
     R2(assign, "", PARAM34, F34),
     R1(all_reduce, "comm=1 ranks=1 reduce=1", F34), R1(broadcast, "comm=1 ranks=1 root=0", F34),
     R1(all_gather, "comm=1 ranks=1", F34), R1(reduce_scatter, "comm=1 ranks=1 reduce=0", F34),
+    R1(all_reduce_start, "comm=1 ranks=1 reduce=1", F34), R1(all_reduce_wait, "comm=1 ranks=1", F34),
 };
 
 static const recipe_t *recipe_of(const char *op) {

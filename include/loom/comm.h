@@ -71,6 +71,16 @@ LOOM_API loom_status_t loom_comm_set_timeout(loom_comm_t *comm, double seconds);
 /* The elementwise reduction of every rank's x, on every rank. */
 LOOM_API loom_status_t loom_all_reduce(loom_graph_t *g, loom_comm_t *comm, loom_value_t x,
                                        loom_comm_reduce_t op, loom_value_t *out);
+/* all_reduce in two halves, so that the communication overlaps the work
+ * between them: the start returns at once (the scheduler runs it as soon
+ * as x is ready); only the wait may read its value, and gives the
+ * reduction (the scheduler runs it when nothing else is ready). No
+ * gradient flows through them (loom_data_parallel_grads uses them after
+ * loom_grad). */
+LOOM_API loom_status_t loom_all_reduce_start(loom_graph_t *g, loom_comm_t *comm, loom_value_t x,
+                                             loom_comm_reduce_t op, loom_value_t *out);
+LOOM_API loom_status_t loom_all_reduce_wait(loom_graph_t *g, loom_comm_t *comm,
+                                            loom_value_t started, loom_value_t *out);
 /* Rank root's x, on every rank. */
 LOOM_API loom_status_t loom_broadcast(loom_graph_t *g, loom_comm_t *comm, loom_value_t x,
                                       int root, loom_value_t *out);

@@ -33,6 +33,14 @@ loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op) {
   (void)c;
   return no_mpi(op->what);
 }
+loom_status_t core_comm_start(loom_comm_t *c, const core_comm_op_t *op) {
+  (void)c;
+  return no_mpi(op->what);
+}
+loom_status_t core_comm_finish(loom_comm_t *c, const void *recv, const char *what) {
+  (void)c, (void)recv;
+  return no_mpi(what);
+}
 loom_status_t loom_comm_world(loom_comm_t **out) {
   if (out) *out = NULL;
   return no_mpi(__func__);
@@ -71,7 +79,16 @@ struct loom_comm {
   MPI_Comm mpi;
   double timeout_s;
   uint64_t issued; /* collectives run so far, for messages */
+  struct pending *pending; /* started, not yet finished (core_comm_start) */
 };
+
+/* A collective started and not yet finished, found by its result buffer. */
+typedef struct pending {
+  struct job *job;
+  uint64_t seq;
+  int64_t started_ns; /* LOOM_LOG=comm */
+  struct pending *next;
+} pending_t;
 
 /* A queued call; the engine sets done under the engine's lock. */
 typedef struct job {
@@ -128,16 +145,10 @@ static int run_collective(loom_comm_t *c, const core_comm_op_t *op) {
   int count = (int)op->count;
   if (t == MPI_BYTE) count *= (int)loom_dtype_size(op->dtype);
   MPI_Op mop = op->reduce == LOOM_COMM_MAX ? MPI_MAX : MPI_SUM;
-  bool in_place = op->send == op->recv;
   switch (op->kind) {
-    case COMM_ALL_REDUCE:
-      /* in place: Open MPI's shared-memory all_reduce of MiBs ran 2-3x
-       * slower from a separate send buffer than after this copy */
-      if (!in_place) memcpy(op->recv, op->send, (size_t)op->count * loom_dtype_size(op->dtype));
+    case COMM_ALL_REDUCE: /* in place (core_comm_start) */
       return MPI_Allreduce(MPI_IN_PLACE, op->recv, count, t, mop, c->mpi);
-    case COMM_BROADCAST:
-      if (!in_place && c->rank == op->root)
-        memcpy(op->recv, op->send, (size_t)op->count * loom_dtype_size(op->dtype));
+    case COMM_BROADCAST: /* in place at the root (core_comm_start) */
       return MPI_Bcast(op->recv, count, t, op->root, c->mpi);
     case COMM_ALL_GATHER:
       return MPI_Allgather(op->send, count, t, op->recv, count, t, c->mpi);
@@ -178,15 +189,26 @@ static void *engine_main(void *unused) {
 }
 
 
-/* Queues a copy of job and waits for it, up to the timeout: LOOM_OK when
- * it ran (MPI's error code in *err), LOOM_ERR_COMM when the time ran out
- * (the engine then frees the job when, if ever, MPI returns). */
-static loom_status_t submit(const job_t *job, double timeout_s, int *err) {
+/* Queues a copy of job for the engine; NULL when memory runs out. */
+static job_t *enqueue(const job_t *job) {
   job_t *j = core_malloc(sizeof *j);
-  if (!j) return loom_fail(LOOM_ERR_NOMEM, "loom_comm: out of memory");
+  if (!j) return NULL;
   *j = *job;
   j->done = j->abandoned = false;
   j->next = NULL;
+  pthread_mutex_lock(&eng.lock);
+  if (eng.tail) eng.tail->next = j;
+  else eng.head = j;
+  eng.tail = j;
+  pthread_cond_signal(&eng.work);
+  pthread_mutex_unlock(&eng.lock);
+  return j;
+}
+
+/* Waits for a queued job up to the timeout: LOOM_OK when it ran (MPI's
+ * error code in *err; j freed), LOOM_ERR_COMM when the time ran out (the
+ * engine then frees j when, if ever, MPI returns). */
+static loom_status_t await(job_t *j, double timeout_s, int *err) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   double whole = (double)(time_t)timeout_s;
@@ -194,10 +216,6 @@ static loom_status_t submit(const job_t *job, double timeout_s, int *err) {
   until.tv_nsec += (long)((timeout_s - whole) * 1e9);
   if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
   pthread_mutex_lock(&eng.lock);
-  if (eng.tail) eng.tail->next = j;
-  else eng.head = j;
-  eng.tail = j;
-  pthread_cond_signal(&eng.work);
   int rc = 0;
   while (!j->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&eng.done, &eng.lock, &until);
   bool done = j->done;
@@ -207,6 +225,12 @@ static loom_status_t submit(const job_t *job, double timeout_s, int *err) {
   if (!done) return LOOM_ERR_COMM;
   core_free(j);
   return LOOM_OK;
+}
+
+static loom_status_t submit(const job_t *job, double timeout_s, int *err) {
+  job_t *j = enqueue(job);
+  if (!j) return loom_fail(LOOM_ERR_NOMEM, "loom_comm: out of memory");
+  return await(j, timeout_s, err);
 }
 
 static loom_status_t mpi_fail(const char *what, int err) {
@@ -313,8 +337,15 @@ loom_status_t loom_comm_from_mpi(const void *mpi_comm, loom_comm_t **out) {
   return comm_create(__func__, *(const MPI_Comm *)mpi_comm, out);
 }
 
+static loom_status_t finish(loom_comm_t *c, pending_t *p);
+
 void loom_comm_destroy(loom_comm_t *c) {
   if (!c) return;
+  while (c->pending) {
+    pending_t *p = c->pending;
+    c->pending = p->next;
+    finish(c, p);
+  }
   bool freed = c->mpi == MPI_COMM_NULL || !eng.running;
   if (!freed) {
     job_t j = {.kind = JOB_FREE, .comm = c};
@@ -368,45 +399,96 @@ static void divide(void *data, loom_dtype_t dt, int64_t n, int size) {
     for (int64_t i = 0; i < n; i++) ((double *)data)[i] /= (double)size;
 }
 
-loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op) {
+static const char *reduce_name(const core_comm_op_t *op) {
+  if (op->kind != COMM_ALL_REDUCE && op->kind != COMM_REDUCE_SCATTER) return "";
+  return op->reduce == LOOM_COMM_SUM ? ", sum" : op->reduce == LOOM_COMM_MEAN ? ", mean" : ", max";
+}
+
+/* MPI cannot cancel a collective, which still writes into the caller's
+ * buffers if it ever completes, and the ranks no longer agree on which
+ * collective is which: the job ends, as a GPU collective library's
+ * watchdog ends it, with the reason from this rank. */
+static void timed_out(const loom_comm_t *c, const core_comm_op_t *op, uint64_t seq) {
+  fprintf(stderr, "loom: %s (collective #%llu of its communicator, %lld x %s) on rank %d of "
+          "%d: the other ranks did not complete it within %g s (one failed or exited, or "
+          "they ran other collectives; LOOM_COMM_TIMEOUT sets the limit): ending the job\n",
+          op->what, (unsigned long long)seq, (long long)op->count, loom_dtype_name(op->dtype),
+          c->rank, c->size, c->timeout_s);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  _exit(3); /* MPI_Abort does not return; if it did, nothing may go on */
+}
+
+/* Waits for p (unlinked by the caller) and frees it. */
+static loom_status_t finish(loom_comm_t *c, pending_t *p) {
+  core_comm_op_t op = p->job->op;
+  int err = MPI_SUCCESS;
+  if (await(p->job, c->timeout_s, &err) != LOOM_OK) timed_out(c, &op, p->seq);
+  if (p->started_ns)
+    core_log(LOG_COMM, "rank %d: %s #%llu, %lld bytes (%lld x %s%s), %.3f ms from its start",
+             c->rank, op.what, (unsigned long long)p->seq,
+             (long long)(op.count * (int64_t)loom_dtype_size(op.dtype)), (long long)op.count,
+             loom_dtype_name(op.dtype), reduce_name(&op),
+             1e-6 * (double)(core_now_ns() - p->started_ns));
+  core_free(p);
+  if (err != MPI_SUCCESS) return mpi_fail(op.what, err);
+  bool reduce = op.kind == COMM_ALL_REDUCE || op.kind == COMM_REDUCE_SCATTER;
+  if (reduce && op.reduce == LOOM_COMM_MEAN) divide(op.recv, op.dtype, op.count, c->size);
+  return LOOM_OK;
+}
+
+/* The pending collective whose result is recv, unlinked; NULL if none. */
+static pending_t *take_pending(loom_comm_t *c, const void *recv) {
+  for (pending_t **at = &c->pending; *at; at = &(*at)->next)
+    if ((*at)->job->op.recv == recv) {
+      pending_t *p = *at;
+      *at = p->next;
+      return p;
+    }
+  return NULL;
+}
+
+loom_status_t core_comm_start(loom_comm_t *c, const core_comm_op_t *op) {
   if (!c) return loom_fail(LOOM_ERR_INVALID, "%s: the communicator is null or destroyed",
                            op->what);
   LOOM_TRY(check_op(c, op));
   if (!eng.running)
     return loom_fail(LOOM_ERR_COMM, "%s: MPI has been finalized", op->what);
-  job_t j = {.kind = JOB_COLLECTIVE, .comm = c, .op = *op};
-  uint64_t seq = ++c->issued;
-  int err = MPI_SUCCESS;
-  int64_t t0 = core_log_enabled(LOG_COMM) ? core_now_ns() : 0;
-  loom_status_t s = submit(&j, c->timeout_s, &err);
-  if (t0 > 0 && s == LOOM_OK)
-    core_log(LOG_COMM, "rank %d: %s #%llu, %lld bytes (%lld x %s%s), %.3f ms", c->rank,
-             op->what, (unsigned long long)seq,
-             (long long)(op->count * (int64_t)loom_dtype_size(op->dtype)),
-             (long long)op->count, loom_dtype_name(op->dtype),
-             op->kind == COMM_ALL_REDUCE || op->kind == COMM_REDUCE_SCATTER
-                 ? (op->reduce == LOOM_COMM_SUM ? ", sum" : op->reduce == LOOM_COMM_MEAN ? ", mean" : ", max")
-                 : "",
-             1e-6 * (double)(core_now_ns() - t0));
-  if (s == LOOM_ERR_COMM) {
-    /* MPI cannot cancel a collective, which still writes into the
-     * caller's buffers if it ever completes, and the ranks no longer agree
-     * on which collective is which: the job ends, as a GPU collective
-     * library's watchdog ends it, with the reason from this rank. */
-    fprintf(stderr, "loom: %s (collective #%llu of its communicator, %lld x %s) on rank %d of "
-            "%d: the other ranks did not complete it within %g s (one failed or exited, or "
-            "they ran other collectives; LOOM_COMM_TIMEOUT sets the limit): ending the job\n",
-            op->what, (unsigned long long)seq, (long long)op->count,
-            loom_dtype_name(op->dtype), c->rank, c->size, c->timeout_s);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    _exit(3); /* MPI_Abort does not return; if it did, nothing may go on */
+  /* A run that failed between a start and its finish left it pending. */
+  pending_t *old = take_pending(c, op->recv);
+  if (old) LOOM_TRY(finish(c, old));
+  /* All_reduce and broadcast run in place, their input copied now: the
+   * caller's send buffer is free once this returns. */
+  job_t job = {.kind = JOB_COLLECTIVE, .comm = c, .op = *op};
+  bool copies = op->kind == COMM_ALL_REDUCE || (op->kind == COMM_BROADCAST && c->rank == op->root);
+  if (copies && op->send != op->recv) {
+    memcpy(op->recv, op->send, (size_t)op->count * loom_dtype_size(op->dtype));
+    job.op.send = op->recv;
   }
-  LOOM_TRY(s);
-  if (err != MPI_SUCCESS) return mpi_fail(op->what, err);
-  bool reduce = op->kind == COMM_ALL_REDUCE || op->kind == COMM_REDUCE_SCATTER;
-  if (reduce && op->reduce == LOOM_COMM_MEAN) divide(op->recv, op->dtype, op->count, c->size);
+  pending_t *p = core_calloc(1, sizeof *p);
+  if (p) p->job = enqueue(&job);
+  if (!p || !p->job) {
+    core_free(p);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", op->what);
+  }
+  p->seq = ++c->issued;
+  p->started_ns = core_log_enabled(LOG_COMM) ? core_now_ns() : 0;
+  p->next = c->pending;
+  c->pending = p;
   return LOOM_OK;
+}
+
+loom_status_t core_comm_finish(loom_comm_t *c, const void *recv, const char *what) {
+  pending_t *p = c ? take_pending(c, recv) : NULL;
+  if (!p)
+    return loom_fail(LOOM_ERR_INVALID, "%s: no collective was started on this buffer (its "
+                     "input must come from the start, on the same communicator)", what);
+  return finish(c, p);
+}
+
+loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op) {
+  LOOM_TRY(core_comm_start(c, op));
+  return core_comm_finish(c, op->recv, op->what);
 }
 
 #endif /* LOOM_HAVE_MPI */

@@ -53,6 +53,14 @@ int64_t core_comm_id(const loom_comm_t *c);
  * timeout (then the job ends). Mean divides the sum by the size on the
  * calling thread. */
 loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op);
+/* The same in two halves: start queues the collective and returns; the
+ * caller leaves op->recv (and, but for all_reduce and broadcast, whose
+ * input start copies into op->recv, op->send) alone until core_comm_finish of
+ * op->recv waits for it (and divides a mean). A start on a buffer whose
+ * collective is still pending (a run that failed in between) finishes
+ * that one first; destroying the communicator finishes them all. */
+loom_status_t core_comm_start(loom_comm_t *c, const core_comm_op_t *op);
+loom_status_t core_comm_finish(loom_comm_t *c, const void *recv, const char *what);
 
 /* Whether Loom was built with MPI. */
 bool core_comm_available(void);

@@ -49,6 +49,8 @@ enum {
                             * respect to the other collectives */
   F_INPLACE = 1u << 11,    /* its step may write its output over its input
                             * 0's buffer when nothing reads that input after */
+  F_EARLY = 1u << 12,      /* scheduled as soon as it is ready (a start) */
+  F_LATE = 1u << 13,       /* scheduled when nothing else is ready (a wait) */
 };
 
 

@@ -18,9 +18,9 @@ static loom_status_t check_common(ir_infer_t *c, bool reduces) {
   return LOOM_OK;
 }
 
-/* all_reduce, broadcast: x's type. */
+/* all_reduce (and its start and wait), broadcast: x's type. */
 loom_status_t ir_shape_collective(ir_infer_t *c) {
-  bool reduces = c->op == IR_OP_ALL_REDUCE;
+  bool reduces = c->op == IR_OP_ALL_REDUCE || c->op == IR_OP_ALL_REDUCE_START;
   LOOM_TRY(check_common(c, reduces));
   if (c->op == IR_OP_BROADCAST) {
     int64_t root = ir_attr_int(c->attrs, "root", 0);
@@ -68,6 +68,16 @@ static loom_status_t build(loom_graph_t *g, ir_op_t op, loom_comm_t *comm, loom_
 loom_status_t loom_all_reduce(loom_graph_t *g, loom_comm_t *comm, loom_value_t x,
                               loom_comm_reduce_t op, loom_value_t *out) {
   return build(g, IR_OP_ALL_REDUCE, comm, x, "reduce", op, out);
+}
+
+loom_status_t loom_all_reduce_start(loom_graph_t *g, loom_comm_t *comm, loom_value_t x,
+                                    loom_comm_reduce_t op, loom_value_t *out) {
+  return build(g, IR_OP_ALL_REDUCE_START, comm, x, "reduce", op, out);
+}
+
+loom_status_t loom_all_reduce_wait(loom_graph_t *g, loom_comm_t *comm, loom_value_t started,
+                                   loom_value_t *out) {
+  return build(g, IR_OP_ALL_REDUCE_WAIT, comm, started, NULL, 0, out);
 }
 
 loom_status_t loom_broadcast(loom_graph_t *g, loom_comm_t *comm, loom_value_t x, int root,

@@ -46,24 +46,41 @@ static loom_status_t read_grad(loom_graph_t *g, int i, loom_value_t v, grad_info
   return LOOM_OK;
 }
 
-/* grads[first .. last] (descending indices: the order backward makes
- * them) as one flat all_reduce, split back into reduced[]. */
-static loom_status_t reduce_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
-                                   int n, const loom_value_t *grads, const grad_info_t *info,
+/* A bucket: its members (indices into grads, in the order backward makes
+ * them) and the value its all_reduce_start gives. */
+typedef struct bucket {
+  int first, n; /* members[first .. first + n) */
+  loom_value_t started;
+} bucket_t;
+
+/* The bucket's gradients flattened into one value and its all_reduce
+ * started (one gradient: started as it is). */
+static loom_status_t start_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
+                                  const loom_value_t *grads, const grad_info_t *info,
+                                  bucket_t *b) {
+  loom_value_t flat[b->n], sum = grads[members[0]];
+  if (b->n > 1) {
+    for (int k = 0; k < b->n; k++) {
+      int i = members[k];
+      LOOM_TRY(loom_reshape(g, grads[i], 1, (loom_dim_t[]){info[i].numel}, &flat[k]));
+    }
+    LOOM_TRY(loom_concat(g, b->n, flat, 0, &sum));
+  }
+  return loom_all_reduce_start(g, comm, sum, LOOM_COMM_MEAN, &b->started);
+}
+
+/* Waits for the bucket and gives each member its part. */
+static loom_status_t finish_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
+                                   const grad_info_t *info, const bucket_t *b,
                                    loom_value_t *reduced) {
-  if (n == 1) {
-    int i = members[0];
-    return loom_all_reduce(g, comm, grads[i], LOOM_COMM_MEAN, &reduced[i]);
+  loom_value_t sum;
+  LOOM_TRY(loom_all_reduce_wait(g, comm, b->started, &sum));
+  if (b->n == 1) {
+    reduced[members[0]] = sum;
+    return LOOM_OK;
   }
-  loom_value_t flat[n], sum;
-  for (int k = 0; k < n; k++) {
-    int i = members[k];
-    LOOM_TRY(loom_reshape(g, grads[i], 1, (loom_dim_t[]){info[i].numel}, &flat[k]));
-  }
-  LOOM_TRY(loom_concat(g, n, flat, 0, &sum));
-  LOOM_TRY(loom_all_reduce(g, comm, sum, LOOM_COMM_MEAN, &sum));
   int64_t at = 0;
-  for (int k = 0; k < n; k++) {
+  for (int k = 0; k < b->n; k++) {
     int i = members[k];
     int64_t start = at, end = at + info[i].numel, axis = 0, step = 1;
     loom_value_t part;
@@ -71,6 +88,38 @@ static loom_status_t reduce_bucket(loom_graph_t *g, loom_comm_t *comm, const int
     LOOM_TRY(loom_reshape(g, part, info[i].rank, info[i].dims, &reduced[i]));
     at = end;
   }
+  return LOOM_OK;
+}
+
+/* Backward makes the last parameters' gradients first: buckets fill in
+ * that order, each of one dtype, closing past bucket_bytes. Every start
+ * comes before every wait in the graph: collectives keep their graph
+ * order across ranks, and a wait between two starts would hold the
+ * second back. */
+static loom_status_t reduce_buckets(loom_graph_t *g, loom_comm_t *comm, int n,
+                                    const loom_value_t *grads, const grad_info_t *info,
+                                    int64_t bucket_bytes, int *members, bucket_t *buckets,
+                                    loom_value_t *reduced) {
+  int n_buckets = 0, count = 0;
+  int64_t bytes = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    int64_t b = info[i].numel * (int64_t)loom_dtype_size(info[i].dtype);
+    bucket_t *open = &buckets[n_buckets];
+    bool other_dtype = open->n > 0 && info[members[open->first]].dtype != info[i].dtype;
+    if (open->n > 0 && (other_dtype || bytes + b > bucket_bytes)) {
+      LOOM_TRY(start_bucket(g, comm, members + open->first, grads, info, open));
+      buckets[++n_buckets] = (bucket_t){.first = count};
+      open = &buckets[n_buckets];
+      bytes = 0;
+    }
+    members[count++] = i;
+    open->n++;
+    bytes += b;
+  }
+  LOOM_TRY(start_bucket(g, comm, members + buckets[n_buckets].first, grads, info,
+                        &buckets[n_buckets]));
+  for (int k = 0; k <= n_buckets; k++)
+    LOOM_TRY(finish_bucket(g, comm, members + buckets[k].first, info, &buckets[k], reduced));
   return LOOM_OK;
 }
 
@@ -93,31 +142,19 @@ loom_status_t loom_data_parallel_grads(loom_graph_t *g, loom_comm_t *comm, int n
   if (n == 0) return LOOM_OK;
   grad_info_t *info = core_calloc((size_t)n, sizeof *info);
   int *members = core_malloc((size_t)n * sizeof *members);
+  bucket_t *buckets = core_calloc((size_t)n, sizeof *buckets);
   loom_value_t *in = core_malloc((size_t)n * sizeof *in); /* reduced may alias grads */
-  loom_status_t s = info && members && in ? LOOM_OK
-                                          : loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", __func__);
+  loom_status_t s = info && members && buckets && in
+                        ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", __func__);
   for (int i = 0; i < n && s == LOOM_OK; i++) {
     in[i] = grads[i];
     s = read_grad(g, i, grads[i], &info[i]);
   }
-  /* Backward makes the last parameters' gradients first: buckets fill in
-   * that order, each of one dtype, closing past bucket_bytes. */
-  int count = 0;
-  int64_t bytes = 0;
-  for (int i = n - 1; i >= 0 && s == LOOM_OK; i--) {
-    int64_t b = info[i].numel * (int64_t)loom_dtype_size(info[i].dtype);
-    bool other_dtype = count > 0 && info[members[0]].dtype != info[i].dtype;
-    if (count > 0 && (other_dtype || bytes + b > opts.bucket_bytes)) {
-      s = reduce_bucket(g, comm, members, count, in, info, reduced);
-      count = 0, bytes = 0;
-      if (s != LOOM_OK) break;
-    }
-    members[count++] = i;
-    bytes += b;
-  }
-  if (s == LOOM_OK && count > 0) s = reduce_bucket(g, comm, members, count, in, info, reduced);
+  if (s == LOOM_OK)
+    s = reduce_buckets(g, comm, n, in, info, opts.bucket_bytes, members, buckets, reduced);
   core_free(info);
   core_free(members);
+  core_free(buckets);
   core_free(in);
   return s;
 }

@@ -61,3 +61,23 @@ def gen_all_gather(name, rng):
 def gen_reduce_scatter(name, rng):
     for dtype in REDUCIBLE:
         yield same(name, dtype, rand_shape(rng, lo_rank=1), rng, (0,))
+
+
+def halves(dtype, shape, rng, reduce):
+    x = random_values(rng, dtype, shape)
+
+    def build(G, v):
+        started = G.op("all_reduce_start", comm(G.L), v, reduce)
+        return G.op("all_reduce_wait", comm(G.L), started)
+    return Case("all_reduce_start/wait %s %s %d" % (dtype, shape, reduce),
+                [Arg(x, dtype, noncontig(rng))], build, want=[(x, dtype)])
+
+
+@op("all_reduce_start", "all_reduce_wait")
+def gen_all_reduce_halves(name, rng):
+    for dtype in REDUCIBLE:
+        for reduce in (0, 1, 2) if dtype[0] == "f" else (0, 2):
+            yield halves(dtype, rand_shape(rng), rng, reduce)
+    if name == "all_reduce_wait":
+        yield Case("a wait on a buffer no start began", [Arg(np.ones(3), "f32")],
+                   lambda G, v: G.op(name, comm(G.L), v), error="LOOM_ERR_INVALID")
