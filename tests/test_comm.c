@@ -321,6 +321,93 @@ static void data_parallel_case(int64_t bucket) {
   mlp_free(&whole);
 }
 
+/* A checkpoint written by rank 0 of a data-parallel run resumes in one
+ * process on the whole batch, and one written by a single process resumes
+ * on all the ranks: either way the next steps give the parameters the
+ * run that did not stop gives. */
+static void checkpoints_move_between_rank_counts(void) {
+  if (BATCH % size) return;
+  int64_t rows = BATCH / size;
+  char path[64] = "";
+  loom_tensor_t *name = NULL;
+  CHECK_OK(loom_tensor_create(LOOM_I8, 1, (int64_t[]){sizeof path}, &name));
+  if (rank == 0) {
+    char dir[] = "/tmp/loom_comm_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(loom_tensor_data(name), sizeof path, "%s/ckpt.safetensors", dir);
+  }
+  CHECK_OK(loom_comm_broadcast_tensor(comm, name, 0));
+  memcpy(path, loom_tensor_data(name), sizeof path);
+  path[sizeof path - 1] = '\0';
+  for (int way = 0; way < 2; way++) {
+    /* way 0: the ranks write, one process reads; way 1: the reverse */
+    mlp_t dp = {0}, whole = {0}, resumed = {0};
+    mlp_build(&dp, rank * rows, rows, comm, 200, 100);
+    mlp_build(&whole, 0, BATCH, NULL, 0, 100);
+    loom_tensor_t *in_dp[2] = {dp.x, dp.y}, *in_whole[2] = {whole.x, whole.y};
+    for (int s = 0; s < 3; s++) {
+      CHECK_OK(loom_executable_run(dp.exe, 2, in_dp, 1, &dp.loss));
+      CHECK_OK(loom_executable_run(whole.exe, 2, in_whole, 1, &whole.loss));
+    }
+    if (rank == 0) CHECK_OK(loom_checkpoint_save(way == 0 ? dp.g : whole.g, path));
+    CHECK_OK(loom_comm_all_reduce_tensor(comm, name, LOOM_COMM_MAX)); /* a barrier */
+    if (way == 0) mlp_build(&resumed, 0, BATCH, NULL, 0, 999);
+    else mlp_build(&resumed, rank * rows, rows, comm, 200, 999);
+    CHECK_OK(loom_checkpoint_load(resumed.g, path));
+    loom_tensor_t *in_r[2] = {resumed.x, resumed.y};
+    for (int s = 0; s < 2; s++) {
+      CHECK_OK(loom_executable_run(resumed.exe, 2, in_r, 1, &resumed.loss));
+      CHECK_OK(loom_executable_run(way == 0 ? dp.exe : whole.exe, 2, way == 0 ? in_dp : in_whole,
+                                   1, way == 0 ? &dp.loss : &whole.loss));
+    }
+    for (int i = 0; i < 4; i++) {
+      loom_tensor_t *a, *b;
+      CHECK_OK(loom_graph_param_tensor(resumed.g, resumed.params[i], &a));
+      CHECK_OK(loom_graph_param_tensor(way == 0 ? dp.g : whole.g,
+                                       way == 0 ? dp.params[i] : whole.params[i], &b));
+      CHECK_FLOATS(loom_tensor_data(a), loom_tensor_data(b), loom_tensor_numel(a), 1e-5, 1e-4);
+    }
+    CHECK_OK(loom_comm_all_reduce_tensor(comm, name, LOOM_COMM_MAX)); /* read before rewritten */
+    mlp_free(&dp), mlp_free(&whole), mlp_free(&resumed);
+  }
+  if (rank == 0) {
+    remove(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
+  }
+  loom_tensor_destroy(name);
+}
+
+/* The compiled data-parallel step starts every bucket's all_reduce before
+ * it waits on any, and starts one before the backward pass's last
+ * contraction: the exchange overlaps the rest of the backward pass. */
+static void buckets_overlap_the_backward_pass(void) {
+  mlp_t dp = {0};
+  mlp_build(&dp, 0, BATCH / size, comm, 200, 100);
+  char *text = NULL;
+  CHECK_OK(loom_executable_explain(dp.exe, &text));
+  const char *steps = text ? strstr(text, "== steps") : NULL;
+  CHECK(steps != NULL);
+  int last_start = -1, first_wait = -1, first_start = -1, last_contraction = -1, at = 0;
+  for (const char *line = steps; line && *line; at++) {
+    const char *end = strchr(line, '\n');
+    char one[256];
+    snprintf(one, sizeof one, "%.*s", end ? (int)(end - line) : (int)strlen(line), line);
+    if (at > 0 && !strncmp(one, "==", 2)) break;
+    if (strstr(one, "reference: all_reduce_start")) {
+      if (first_start < 0) first_start = at;
+      last_start = at;
+    }
+    if (strstr(one, "reference: all_reduce_wait") && first_wait < 0) first_wait = at;
+    if (strstr(one, " contraction: ")) last_contraction = at;
+    line = end ? end + 1 : NULL;
+  }
+  CHECK(first_start >= 0 && first_wait > last_start);
+  CHECK(first_start < last_contraction);
+  loom_free(text);
+  mlp_free(&dp);
+}
+
 static void data_parallel_matches_one_process(void) {
   if (BATCH % size) return;
   data_parallel_case(25 << 20); /* one bucket */
@@ -390,6 +477,8 @@ int main(int argc, char **argv) {
   TEST_RUN(reduce_scatter);
   TEST_RUN(gradients);
   TEST_RUN(data_parallel_matches_one_process);
+  TEST_RUN(checkpoints_move_between_rank_counts);
+  TEST_RUN(buckets_overlap_the_backward_pass);
   TEST_RUN(errors);
   loom_comm_destroy(comm);
   return test_summary();

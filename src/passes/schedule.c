@@ -33,15 +33,17 @@ typedef struct sched_rank {
   int64_t major, minor;
 } sched_rank_t;
 
-/* A ready group's rank when it was queued: groups that run as soon as
- * they are ready (F_EARLY: a collective's start) first and those that
- * wait for nothing else to be ready (F_LATE: its wait) last, then groups
- * not held first, then by rank, then in the plan's order. A group's rank only improves while
+/* A ready group's rank when it was queued: groups that wait for nothing
+ * else to be ready (F_LATE: a collective's wait) last; before the others,
+ * those that lead to the first pending F_EARLY group (a collective's
+ * start, so that its communication overlaps the work after it: `due`);
+ * then groups not held first, then by rank, then in the plan's order. A group's rank only improves while
  * it waits (its frees grow, a hold is lifted), and each change queues it
  * again, so the least entry whose version is the group's latest is the
  * best ready group, as a scan of them all would find. */
 typedef struct sched_entry {
-  int8_t when; /* -1: F_EARLY, 1: F_LATE, 0 */
+  bool late;   /* F_LATE */
+  int32_t due; /* the first F_EARLY group it leads to, in plan order */
   bool held;
   sched_rank_t rank;
   int32_t group, version;
@@ -79,7 +81,8 @@ typedef struct sched {
   int n_heap;
   int32_t *version;       /* per group: its latest entry in heap */
   bool *queued_held;      /* per group: held, as its latest entry says */
-  int8_t *when;           /* per group: sched_entry_t's when */
+  bool *late;             /* per group: sched_entry_t's late and due */
+  int32_t *due;
 } sched_t;
 
 typedef enum sched_priority {
@@ -290,7 +293,7 @@ static void sched_free(sched_t *s) {
                  s->step_of, s->ready, s->best, s->assigned_to, s->param_readers,
                  s->param_left, s->readers_of.start, s->readers_of.items,
                  s->writers_of.start, s->writers_of.items, s->heap, s->version,
-                 s->queued_held, s->when};
+                 s->queued_held, s->late, s->due};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) core_free(all[i]);
 }
 
@@ -363,6 +366,24 @@ static int add_outputs(sched_t *s, int group, int32_t *items) {
   return grp->n_outputs;
 }
 
+/* late and due per group: successors come after their producers in plan
+ * order, so one backward walk carries each start's index to everything
+ * it needs. */
+static void find_timing(sched_t *s) {
+  for (int i = 0; i < s->n; i++) {
+    const fuse_group_t *grp = &s->plan->groups[i];
+    s->due[i] = INT32_MAX;
+    for (int k = 0; k < grp->n_nodes; k++) {
+      uint32_t f = ir_ops[s->g->nodes[grp->nodes[k]].op].flags;
+      if (f & F_EARLY) s->due[i] = i;
+      if (f & F_LATE) s->late[i] = true;
+    }
+  }
+  for (int i = s->n - 1; i >= 0; i--)
+    for (int q = s->succs.start[i]; q < s->succs.start[i + 1]; q++)
+      if (s->due[s->succs.items[q]] < s->due[i]) s->due[i] = s->due[s->succs.items[q]];
+}
+
 static loom_status_t sched_init(sched_t *s) {
   LOOM_TRY(sched_alloc(s));
   find_storage(s);
@@ -383,17 +404,11 @@ static loom_status_t sched_init(sched_t *s) {
   s->heap = core_malloc(sizeof *s->heap * ((size_t)s->n * 2 + (size_t)s->reads.start[s->n] + 1));
   s->version = core_calloc((size_t)s->n + 1, sizeof *s->version);
   s->queued_held = core_calloc((size_t)s->n + 1, sizeof *s->queued_held);
-  s->when = core_calloc((size_t)s->n + 1, sizeof *s->when);
-  if (!s->heap || !s->version || !s->queued_held || !s->when)
+  s->late = core_calloc((size_t)s->n + 1, sizeof *s->late);
+  s->due = core_malloc(((size_t)s->n + 1) * sizeof *s->due);
+  if (!s->heap || !s->version || !s->queued_held || !s->late || !s->due)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a schedule");
-  for (int i = 0; i < s->n; i++) {
-    const fuse_group_t *grp = &s->plan->groups[i];
-    for (int k = 0; k < grp->n_nodes; k++) {
-      uint32_t f = ir_ops[s->g->nodes[grp->nodes[k]].op].flags;
-      if (f & F_EARLY) s->when[i] = -1;
-      if (f & F_LATE) s->when[i] = 1;
-    }
-  }
+  find_timing(s);
   return LOOM_OK;
 }
 
@@ -467,7 +482,8 @@ static sched_rank_t rank_of(const sched_t *s, int group, sched_priority_t p) {
 }
 
 static bool entry_before(const sched_entry_t *a, const sched_entry_t *b) {
-  if (a->when != b->when) return a->when < b->when;
+  if (a->late != b->late) return !a->late;
+  if (a->due != b->due) return a->due < b->due;
   if (a->held != b->held) return !a->held;
   if (a->rank.major != b->rank.major) return a->rank.major < b->rank.major;
   if (a->rank.minor != b->rank.minor) return a->rank.minor < b->rank.minor;
@@ -496,8 +512,8 @@ static sched_entry_t heap_pop(sched_t *s) {
 /* Queues group (ready) with its rank now. */
 static void enqueue(sched_t *s, int group, sched_priority_t p) {
   s->queued_held[group] = held(s, group);
-  heap_push(s, (sched_entry_t){s->when[group], s->queued_held[group], rank_of(s, group, p),
-                               group, ++s->version[group]});
+  heap_push(s, (sched_entry_t){s->late[group], s->due[group], s->queued_held[group],
+                               rank_of(s, group, p), group, ++s->version[group]});
 }
 
 static bool waits_ready(const sched_t *s, int group) {
