@@ -435,6 +435,14 @@ static void errors(void) {
   CHECK_OK(loom_graph_param(g, rank == 0 ? "p" : "q", LOOM_F32, 1, (int64_t[]){2}, NULL, &p));
   if (size > 1) CHECK_ERR(loom_comm_broadcast_params(comm, g, 0), LOOM_ERR_INVALID, "differ");
   loom_graph_destroy(g);
+  /* the same parameters, one op different: caught too */
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_param(g, "p", LOOM_F32, 1, (int64_t[]){2}, NULL, &p));
+  CHECK_OK((rank == 0 ? loom_add : loom_mul)(g, p, p, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  if (size > 1) CHECK_ERR(loom_comm_broadcast_params(comm, g, 0), LOOM_ERR_INVALID, "differ");
+  else CHECK_OK(loom_comm_broadcast_params(comm, g, 0));
+  loom_graph_destroy(g);
   CHECK(loom_comm_rank(NULL) == -1 && loom_comm_size(NULL) == -1);
 }
 

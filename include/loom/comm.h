@@ -104,9 +104,10 @@ LOOM_API loom_status_t loom_comm_broadcast_tensor(loom_comm_t *comm, loom_tensor
 LOOM_API loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
                                                    loom_comm_reduce_t op);
 /* Broadcasts every parameter of g (weights, optimizer moments, step
- * counters) from rank root, so that every rank starts identical. Fails,
- * naming the first difference, when the ranks' graphs do not hold the
- * same parameters (names, dtypes, shapes, in one order). */
+ * counters) from rank root, so that every rank starts identical. Fails on
+ * every rank when the ranks' graphs differ (a hash of the parameters'
+ * names, dtypes and shapes and of the nodes' ops, operands, attributes
+ * and types, exchanged first): one step, built alike on every rank. */
 LOOM_API loom_status_t loom_comm_broadcast_params(loom_comm_t *comm, loom_graph_t *g, int root);
 
 /* ---- Data parallelism -------------------------------------------------- */

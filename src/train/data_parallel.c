@@ -185,28 +185,52 @@ loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
   return run_on_tensor(comm, t, COMM_ALL_REDUCE, op, 0, __func__);
 }
 
-/* FNV-1a over the parameters' names, dtypes and shapes. */
-static uint64_t params_hash(const loom_graph_t *g) {
-  uint64_t h = 1469598103934665603ull;
-#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
-  for (int i = 0; i < g->n_params; i++) {
-    const ir_value_t *v = &g->values[g->params[i]];
-    for (const char *p = v->name ? v->name : ""; *p; p++) MIX((unsigned char)*p);
-    MIX(v->type.dtype);
-    MIX(v->type.rank);
-    for (int d = 0; d < v->type.rank; d++) MIX(v->type.dims[d]);
-    MIX(v->data != NULL);
-  }
-#undef MIX
+/* FNV-1a over what every rank's step must share: the parameters' names,
+ * dtypes and shapes, and the nodes (op, operands, attributes, output
+ * types), not constants' values (a broadcast's gradient keeps a
+ * rank's own 1 or 0). */
+#define MIX(h, x) ((h) = ((h) ^ (uint64_t)(x)) * 1099511628211ull)
+
+static uint64_t mix_type(uint64_t h, const ir_type_t *t) {
+  MIX(h, t->dtype);
+  MIX(h, t->rank);
+  for (int d = 0; d < t->rank; d++) MIX(h, t->dims[d]);
   return h;
 }
+
+static uint64_t step_hash(const loom_graph_t *g) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < g->n_params; i++) {
+    const ir_value_t *v = &g->values[g->params[i]];
+    for (const char *p = v->name ? v->name : ""; *p; p++) MIX(h, (unsigned char)*p);
+    h = mix_type(h, &v->type);
+    MIX(h, v->data != NULL);
+  }
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    MIX(h, n->op);
+    for (int k = 0; k < n->n_in; k++) MIX(h, n->in[k]);
+    for (int k = 0; k < n->n_out; k++) h = mix_type(h, &g->values[n->out[k]].type);
+    for (int a = 0; a < n->attrs.n; a++) {
+      const ir_attr_t *at = &n->attrs.a[a];
+      for (const char *p = at->name; *p; p++) MIX(h, (unsigned char)*p);
+      if (!strcmp(at->name, "comm")) continue; /* ids are each process's own */
+      for (int k = 0; k < (at->kind == IR_ATTR_INTS ? at->n : 1); k++) MIX(h, at->ints[k]);
+      uint64_t f;
+      memcpy(&f, &at->f, sizeof f);
+      MIX(h, f);
+    }
+  }
+  return h;
+}
+#undef MIX
 
 loom_status_t loom_comm_broadcast_params(loom_comm_t *comm, loom_graph_t *g, int root) {
   LOOM_CHECK_ARG(comm);
   LOOM_CHECK_ARG(g);
   /* Every rank learns whether any rank's parameters differ from root's,
    * before sending bytes that would not fit. */
-  int64_t mine = (int64_t)params_hash(g), theirs = mine, differs;
+  int64_t mine = (int64_t)step_hash(g), theirs = mine, differs;
   loom_tensor_t h, d;
   tensor_view_init(&h, LOOM_I64, 0, NULL, &theirs);
   LOOM_TRY(loom_comm_broadcast_tensor(comm, &h, root));
@@ -214,9 +238,10 @@ loom_status_t loom_comm_broadcast_params(loom_comm_t *comm, loom_graph_t *g, int
   tensor_view_init(&d, LOOM_I64, 0, NULL, &differs);
   LOOM_TRY(loom_comm_all_reduce_tensor(comm, &d, LOOM_COMM_MAX));
   if (differs)
-    return loom_fail(LOOM_ERR_INVALID, "%s: the ranks' graphs differ: rank %d's parameters "
-                     "(names, dtypes, shapes) %s rank %d's", __func__, loom_comm_rank(comm),
-                     theirs != mine ? "differ from" : "match, but another rank's differ from",
+    return loom_fail(LOOM_ERR_INVALID, "%s: the ranks' graphs differ: rank %d's (its "
+                     "parameters' names, dtypes and shapes, its ops, operands, attributes and "
+                     "types) %s rank %d's", __func__, loom_comm_rank(comm),
+                     theirs != mine ? "differs from" : "matches, but another rank's differs from",
                      root);
   for (int i = 0; i < g->n_params; i++) {
     loom_tensor_t *t = g->values[g->params[i]].data;
