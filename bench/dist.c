@@ -12,7 +12,10 @@
  *     compiled graph of the gradients as inputs, loom_data_parallel_grads,
  *     the averages as outputs) against one MPI_Allreduce of the same bytes
  *     in place, the engine's own speed; rank 0 prints {"bench":"allreduce",
- *     "model","bytes","loom_ms","mpi_ms","overhead"} (medians). */
+ *     "model","bytes","loom_ms","mpi_ms","overhead"} (medians).
+ *   bench_dist layout MODEL
+ *     {"bench":"grad_layout","model","grad_bytes":[...]}: each parameter's
+ *     gradient bytes in parameter order (bench/dist_sim.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +179,27 @@ static void allreduce(const train_model_t *m) {
 #endif
 }
 
+/* The gradients' bytes in parameter order, for bench/dist_sim.py. */
+static void layout(const train_model_t *m) {
+  model_params_t *p = calloc(1, sizeof *p);
+  loom_graph_t *g = NULL;
+  BENCH_TRY(loom_graph_create(&g));
+  BENCH_TRY(train_build_step(g, m, p, NULL));
+  printf("{\"bench\":\"grad_layout\",\"model\":\"%s\",\"grad_bytes\":[", m->name);
+  for (int i = 0; i < p->n; i++) {
+    loom_dtype_t dt;
+    int rank;
+    loom_dim_t dims[LOOM_MAX_RANK];
+    BENCH_TRY(loom_value_type(g, p->v[i], &dt, &rank, dims));
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= dims[d];
+    printf("%s%lld", i ? "," : "", (long long)(n * 4));
+  }
+  printf("]}\n");
+  loom_graph_destroy(g);
+  free(p);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 2 ? argv[1] : "", *name = argc > 2 ? argv[2] : "";
   const train_model_t *m = train_model_find(name);
@@ -185,10 +209,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else m = NULL;
   }
-  if (!m || threads < 1 || (strcmp(mode, "step") && strcmp(mode, "allreduce"))) {
-    fprintf(stderr, "usage: bench_dist step|allreduce mlp|resnet18|transformer|vit "
+  if (!m || threads < 1 ||
+      (strcmp(mode, "step") && strcmp(mode, "allreduce") && strcmp(mode, "layout"))) {
+    fprintf(stderr, "usage: bench_dist step|allreduce|layout mlp|resnet18|transformer|vit "
             "[--threads N] [--data-parallel]\n");
     return 2;
+  }
+  if (!strcmp(mode, "layout")) {
+    layout(m);
+    return 0;
   }
   bench_lock_memory("dist");
   if (dp && loom_comm_world(&comm) != LOOM_OK) {

@@ -10,6 +10,8 @@ gradients against one MPI_Allreduce of the same bytes. JSON lines:
    "single_rank_items_per_s","scaling_efficiency","two_thread_items_per_s",
    "torch_ddp_items_per_s","vs_torch_ddp"}
   {"bench":"allreduce","model","bytes","loom_ms","mpi_ms","overhead"}
+  {"bench":"dist_sim",...}: bench/dist_sim.py's model of the Transformer's
+  step at 8, 64 and 512 ranks, from its one-rank step measured here
 
 scaling_efficiency = loom_items_per_s / single_rank_items_per_s / 2.
 LOOM_BENCH_MODELS=mlp,vit picks some. A side that fails prints null, with
@@ -49,14 +51,20 @@ def items(line):
     return json.loads(line)["items_per_s"] if line else None
 
 
+def step_ms(line):
+    return json.loads(line)["step_ms"] if line else None
+
+
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 
 def main():
     dist = os.path.join(BUILD, "bench_dist")
+    one_rank_ms = {}
     for model in MODELS:
-        one = items(run([dist, "step", model, "--threads", "1"]))
+        line = run([dist, "step", model, "--threads", "1"])
+        one, one_rank_ms[model] = items(line), step_ms(line)
         two = items(run([dist, "step", model, "--threads", "2"]))
         mine = items(run(MPIRUN + [dist, "step", model, "--threads", "1", "--data-parallel"]))
         ddp = run([sys.executable, os.path.join(HERE, "peers", "torch_ddp.py"), model,
@@ -73,6 +81,10 @@ def main():
         line = run(MPIRUN + [dist, "allreduce", model])
         if line:
             print(line, flush=True)
+    if one_rank_ms.get("transformer"):
+        subprocess.run([sys.executable, os.path.join(HERE, "dist_sim.py"), "--model",
+                        "transformer", "--step-ms", str(one_rank_ms["transformer"])],
+                       env=dict(os.environ, LOOM_BUILD_DIR=BUILD), check=False)
 
 
 if __name__ == "__main__":
