@@ -423,13 +423,16 @@ static void timed_out(const loom_comm_t *c, const core_comm_op_t *op, uint64_t s
 static loom_status_t finish(loom_comm_t *c, pending_t *p) {
   core_comm_op_t op = p->job->op;
   int err = MPI_SUCCESS;
+  int64_t waiting_ns = p->started_ns ? core_now_ns() : 0;
   if (await(p->job, c->timeout_s, &err) != LOOM_OK) timed_out(c, &op, p->seq);
-  if (p->started_ns)
-    core_log(LOG_COMM, "rank %d: %s #%llu, %lld bytes (%lld x %s%s), %.3f ms from its start",
-             c->rank, op.what, (unsigned long long)p->seq,
+  if (p->started_ns) {
+    int64_t now = core_now_ns();
+    core_log(LOG_COMM, "rank %d: %s #%llu, %lld bytes (%lld x %s%s): %.3f ms from its start, "
+             "%.3f ms of them waiting", c->rank, op.what, (unsigned long long)p->seq,
              (long long)(op.count * (int64_t)loom_dtype_size(op.dtype)), (long long)op.count,
-             loom_dtype_name(op.dtype), reduce_name(&op),
-             1e-6 * (double)(core_now_ns() - p->started_ns));
+             loom_dtype_name(op.dtype), reduce_name(&op), 1e-6 * (double)(now - p->started_ns),
+             1e-6 * (double)(now - waiting_ns));
+  }
   core_free(p);
   if (err != MPI_SUCCESS) return mpi_fail(op.what, err);
   bool reduce = op.kind == COMM_ALL_REDUCE || op.kind == COMM_REDUCE_SCATTER;
