@@ -195,21 +195,18 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
   return scope_set(sc, name, v);
 }
 
-/* Whether the outputs n's rule made in scratch are small enough to fold
+/* Whether the values n's rule made in scratch are small enough to fold
  * into constants: a model's shape arithmetic and weight transforms are,
  * while ConstantOfShape or Expand to a huge shape would fill memory at load
- * for a value better computed when the model runs. */
+ * for a value better computed when the model runs. Every value counts,
+ * not only the outputs: a rule's nodes may pass through a large one. */
 enum { FOLD_MAX_ELEMENTS = 1 << 24 };
-static int small_results(const ox_node_t *n, const loom_graph_t *scratch) {
-  for (int k = 0; k < n->n_out; k++) {
-    if (n->out[k].id < 0) continue;
-    loom_dtype_t dt;
-    int rank;
-    loom_dim_t dims[LOOM_MAX_RANK];
-    if (loom_value_type(scratch, n->out[k], &dt, &rank, dims) != LOOM_OK) return 0;
+static int small_results(const loom_graph_t *scratch) {
+  for (int64_t v = 0; v < scratch->n_values; v++) {
+    const ir_type_t *t = &scratch->values[v].type;
     int64_t count = 1;
-    for (int d = 0; d < rank; d++)
-      if (dims[d] < 0 || __builtin_mul_overflow(count, dims[d], &count) ||
+    for (int d = 0; d < t->rank; d++)
+      if (t->dims[d] < 0 || __builtin_mul_overflow(count, t->dims[d], &count) ||
           count > FOLD_MAX_ELEMENTS)
         return 0;
   }
@@ -237,7 +234,7 @@ static loom_status_t fold_node(ox_node_t *n, ox_rule_fn rule) {
     n->g = model;
     n->in = model_in;
   }
-  if (st == LOOM_OK && !small_results(n, scratch)) {
+  if (st == LOOM_OK && !small_results(scratch)) {
     /* Too large to hold as a constant: computed when the model runs. */
     core_free(results);
     core_free(in);
