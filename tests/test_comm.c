@@ -68,6 +68,22 @@ static void check_values(loom_tensor_t *t, const double *want, int64_t n, const 
   }
 }
 
+/* g's output, run interpreted and compiled on in, against want; frees g
+ * and in. */
+static void check_both(loom_graph_t *g, loom_tensor_t *in, int rank_out,
+                       const int64_t *shape_out, loom_dtype_t dt, const double *want,
+                       int64_t n, const char *what) {
+  loom_tensor_t *a = NULL, *b = NULL;
+  char label[96];
+  run_both(g, in, &a, &b, rank_out, shape_out, dt);
+  snprintf(label, sizeof label, "%s, interpreted", what);
+  check_values(a, want, n, label);
+  snprintf(label, sizeof label, "%s, compiled", what);
+  check_values(b, want, n, label);
+  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
 static void all_reduce_case(loom_dtype_t dt, loom_comm_reduce_t op) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
@@ -87,12 +103,7 @@ static void all_reduce_case(loom_dtype_t dt, loom_comm_reduce_t op) {
       want[i] = op == LOOM_COMM_SUM ? s : m;
     }
   }
-  loom_tensor_t *a = NULL, *b = NULL;
-  run_both(g, in, &a, &b, 2, shape, dt);
-  check_values(a, want, 15, "all_reduce, interpreted");
-  check_values(b, want, 15, "all_reduce, compiled");
-  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
-  loom_graph_destroy(g);
+  check_both(g, in, 2, shape, dt, want, 15, "all_reduce");
 }
 
 static void all_reduce(void) {
@@ -115,12 +126,7 @@ static void broadcast(void) {
   CHECK_OK(loom_graph_output(g, y));
   double want[7];
   for (int i = 0; i < 7; i++) want[i] = x_of(root, i);
-  loom_tensor_t *a = NULL, *b = NULL;
-  run_both(g, in, &a, &b, 1, shape, LOOM_F32);
-  check_values(a, want, 7, "broadcast, interpreted");
-  check_values(b, want, 7, "broadcast, compiled");
-  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
-  loom_graph_destroy(g);
+  check_both(g, in, 1, shape, LOOM_F32, want, 7, "broadcast");
 }
 
 static void all_gather(void) {
@@ -138,13 +144,8 @@ static void all_gather(void) {
   double *want = malloc(sizeof(double) * 6 * (size_t)size);
   for (int r = 0; r < size; r++)
     for (int i = 0; i < 6; i++) want[r * 6 + i] = x_of(r, i);
-  loom_tensor_t *a = NULL, *b = NULL;
-  run_both(g, in, &a, &b, 2, out_shape, LOOM_F32);
-  check_values(a, want, 6 * size, "all_gather, interpreted");
-  check_values(b, want, 6 * size, "all_gather, compiled");
+  check_both(g, in, 2, out_shape, LOOM_F32, want, 6 * size, "all_gather");
   free(want);
-  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
-  loom_graph_destroy(g);
 }
 
 static void reduce_scatter_case(loom_comm_reduce_t op) {
@@ -161,12 +162,7 @@ static void reduce_scatter_case(loom_comm_reduce_t op) {
     for (int r = 0; r < size; r++) s += x_of(r, rank * 6 + i);
     want[i] = op == LOOM_COMM_MEAN ? s / size : s;
   }
-  loom_tensor_t *a = NULL, *b = NULL;
-  run_both(g, in, &a, &b, 2, out_shape, LOOM_F64);
-  check_values(a, want, 6, "reduce_scatter, interpreted");
-  check_values(b, want, 6, "reduce_scatter, compiled");
-  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
-  loom_graph_destroy(g);
+  check_both(g, in, 2, out_shape, LOOM_F64, want, 6, "reduce_scatter");
 }
 
 static void reduce_scatter(void) {
@@ -213,16 +209,11 @@ static void gradient_case(gcase_t k) {
     if (k == G_REDUCE_SCATTER) s = w_of((int)(i / 2), i % 2) / size;
     want[i] = s;
   }
-  loom_tensor_t *a = NULL, *b = NULL;
-  run_both(g, in, &a, &b, 1, &n, LOOM_F32);
   static const char *names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
   char what[64];
   snprintf(what, sizeof what, "%s's gradient", names[k]);
-  check_values(a, want, n, what);
-  check_values(b, want, n, what);
-  loom_tensor_destroy(a), loom_tensor_destroy(b), loom_tensor_destroy(in);
+  check_both(g, in, 1, &n, LOOM_F32, want, n, what);
   loom_tensor_destroy(wt);
-  loom_graph_destroy(g);
 }
 
 static void gradients(void) {
