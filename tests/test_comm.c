@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "loom/trace.h"
 
 static loom_comm_t *comm;
 static int rank, size;
@@ -405,6 +406,107 @@ static void data_parallel_matches_one_process(void) {
   data_parallel_case(200);      /* a bucket per gradient or two */
 }
 
+/* ---- Data parallelism through a trace ------------------------------------------ */
+
+enum { TBATCH = 4 }; /* rows a rank */
+
+/* Share r's rows: their sum's sign follows r's parity, so that even
+ * ranks take one branch of the model and odd ranks the other. */
+static double share_x(int r, int64_t row, int64_t j) {
+  return (r % 2 ? -1.0 : 1.0) * (0.3 + fabs(data_x(r * TBATCH + row, j)));
+}
+
+typedef struct tmodel {
+  loom_tensor_t *p[3]; /* W1 (DIN, HID), A and B (HID, DOUT) */
+} tmodel_t;
+
+static void tmodel_init(tmodel_t *m, uint64_t seed) {
+  const int64_t shapes[3][2] = {{DIN, HID}, {HID, DOUT}, {HID, DOUT}};
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(loom_tensor_create(LOOM_F32, 2, shapes[i], &m->p[i]));
+    CHECK_OK(loom_init_normal(m->p[i], seed + (uint64_t)i, 0.0, 0.4));
+  }
+}
+
+/* The loss of share r through the trace: tanh(x W1), then A or B by the
+ * sign of the share's sum (a branch the host takes), mean squared error. */
+static loom_value_t traced_loss(loom_trace_t *t, const tmodel_t *m, int r,
+                                loom_tensor_t **keep) {
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_tensor_t *x = NULL, *y = NULL;
+  CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){TBATCH, DIN}, &x));
+  CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){TBATCH, DOUT}, &y));
+  for (int64_t row = 0; row < TBATCH; row++) {
+    for (int j = 0; j < DIN; j++) set_elem(x, row * DIN + j, share_x(r, row, j));
+    for (int j = 0; j < DOUT; j++) set_elem(y, row * DOUT + j, data_y(r * TBATCH + row, j));
+  }
+  keep[0] = x, keep[1] = y;
+  loom_value_t xv, yv, w[3], h, s, zero, pos, o, loss;
+  CHECK_OK(loom_trace_input(t, x, NULL, &xv));
+  CHECK_OK(loom_trace_input(t, y, NULL, &yv));
+  for (int i = 0; i < 3; i++) CHECK_OK(loom_trace_param(t, m->p[i], &w[i]));
+  CHECK_OK(loom_matmul(g, xv, w[0], 0, 0, &h));
+  CHECK_OK(loom_tanh(g, h, &h));
+  CHECK_OK(loom_sum(g, xv, 0, NULL, 0, &s));
+  CHECK_OK(loom_full(g, 0, NULL, 0.0, LOOM_F32, &zero));
+  CHECK_OK(loom_gt(g, s, zero, &pos));
+  int taken = 0;
+  CHECK_OK(loom_trace_cond(t, pos, &taken));
+  CHECK_OK(loom_matmul(g, h, w[taken ? 1 : 2], 0, 0, &o));
+  CHECK_OK(loom_mse(g, o, yv, LOOM_REDUCTION_MEAN, &loss));
+  return loss;
+}
+
+static loom_trace_t *plain_trace(void) {
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.spec_workers = 0;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  return t;
+}
+
+/* Each rank traces its own share, its branch its own, with the gradients
+ * averaged in the optimizer step; one process traces every share's loss
+ * and averages the losses. Three Adam steps later the parameters agree,
+ * both branches' weights trained on every rank. */
+static void traced_data_parallel_matches_one_process(void) {
+  tmodel_t dp, one;
+  tmodel_init(&dp, 500 + 13 * (uint64_t)rank); /* rank 0's reach the others */
+  tmodel_init(&one, 500);
+  loom_trace_t *td = plain_trace(), *to = plain_trace();
+  CHECK_OK(loom_trace_data_parallel(td, comm));
+  for (int step = 0; step < 3; step++) {
+    loom_tensor_t *keep[2 * 64];
+    loom_value_t l = traced_loss(td, &dp, rank, keep);
+    CHECK_OK(loom_trace_backward(td, l));
+    CHECK_OK(loom_trace_adamw(td, 0.05, 0.9, 0.999, 1e-8, 0.0));
+    CHECK_OK(loom_trace_step_end(td));
+    loom_tensor_destroy(keep[0]), loom_tensor_destroy(keep[1]);
+    loom_graph_t *g = loom_trace_graph(to);
+    loom_value_t total = {-1};
+    for (int r = 0; r < size && r < 64; r++) {
+      loom_value_t lr = traced_loss(to, &one, r, keep + 2 * r);
+      if (total.id < 0) total = lr;
+      else CHECK_OK(loom_add(g, total, lr, &total));
+    }
+    loom_value_t scale;
+    CHECK_OK(loom_full(g, 0, NULL, 1.0 / size, LOOM_F32, &scale));
+    CHECK_OK(loom_mul(g, total, scale, &total));
+    CHECK_OK(loom_trace_backward(to, total));
+    CHECK_OK(loom_trace_adamw(to, 0.05, 0.9, 0.999, 1e-8, 0.0));
+    CHECK_OK(loom_trace_step_end(to));
+    for (int r = 0; r < size && r < 64; r++)
+      loom_tensor_destroy(keep[2 * r]), loom_tensor_destroy(keep[2 * r + 1]);
+  }
+  for (int i = 0; i < 3; i++)
+    CHECK_FLOATS(loom_tensor_data(dp.p[i]), loom_tensor_data(one.p[i]),
+                 loom_tensor_numel(one.p[i]), 1e-5, 1e-4);
+  loom_trace_destroy(td);
+  loom_trace_destroy(to);
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(dp.p[i]), loom_tensor_destroy(one.p[i]);
+}
+
 static void errors(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
@@ -478,6 +580,7 @@ int main(int argc, char **argv) {
   TEST_RUN(data_parallel_matches_one_process);
   TEST_RUN(checkpoints_move_between_rank_counts);
   TEST_RUN(buckets_overlap_the_backward_pass);
+  TEST_RUN(traced_data_parallel_matches_one_process);
   TEST_RUN(errors);
   loom_comm_destroy(comm);
   return test_summary();

@@ -354,6 +354,18 @@ LOOM_API loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1
                                         double beta2, double eps,
                                         double weight_decay);
 
+/* Data parallelism through the trace: from now on, every rank of comm
+ * (include/loom/comm.h) runs this program on its own share of the data,
+ * and each optimizer step first averages every parameter's gradient
+ * across the ranks (one all_reduce per ~25 MiB of gradients, in the order
+ * the parameters were entered), whatever segments and paths each rank
+ * traced; a parameter that got a gradient on any rank is updated on all.
+ * Parameters entered so far, and each one entered later, are broadcast
+ * from rank 0 when they are entered, so every rank starts identical:
+ * every rank must enter the same parameters in the same order (checked
+ * at each step). comm must outlive the trace's steps; NULL turns it off. */
+LOOM_API loom_status_t loom_trace_data_parallel(loom_trace_t *t, loom_comm_t *comm);
+
 /* Ends the step: runs what is pending, releases the step's values,
  * tensors and gradients. */
 LOOM_API loom_status_t loom_trace_step_end(loom_trace_t *t);

@@ -406,6 +406,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   core_free(t->sym_policy);
   core_free(t->slots);
   core_free(t->params);
+  core_free(t->dp_stage);
   core_free(t->run.sites);
   core_free(t->run.unpadded);
   core_free(t->breaks);
@@ -544,6 +545,8 @@ loom_status_t loom_trace_param(loom_trace_t *t, loom_tensor_t *p,
   if (i == t->n_params) {
     LOOM_TRY(core_grow((void **)&t->params, &t->cap_params, t->n_params + 1,
                        sizeof *t->params));
+    /* every rank starts from rank 0's values (loom_trace_data_parallel) */
+    if (t->comm) LOOM_TRY(loom_comm_broadcast_tensor(t->comm, p, 0));
     t->params[t->n_params++] = (tr_param_t){.t = p, .value = -1};
   }
   LOOM_TRY(enter(t, NULL, p, false, p->shape, out));

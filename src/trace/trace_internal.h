@@ -452,6 +452,11 @@ struct loom_trace {
 
   tr_param_t *params;
   int64_t n_params, cap_params;
+  /* Data parallelism (loom_trace_data_parallel): the ranks whose
+   * gradients each optimizer step averages, and its staging buffer. */
+  loom_comm_t *comm;
+  void *dp_stage;
+  int64_t dp_stage_bytes;
 
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */

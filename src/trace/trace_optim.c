@@ -308,6 +308,121 @@ static loom_status_t optim_run(loom_trace_t *t, double lr) {
   return s;
 }
 
+/* ---- Data parallelism ----------------------------------------------------------- */
+
+enum { DP_BUCKET_BYTES = 25 << 20 };
+
+/* Every rank holds the same parameters (their count, dtypes and shapes),
+ * and a parameter that got a gradient on any rank counts as having one. */
+static loom_status_t dp_agree(loom_trace_t *t, const char *fn) {
+  int64_t n = t->n_params, h = (int64_t)1469598103934665603ull;
+  for (int64_t i = 0; i < n; i++) {
+    const loom_tensor_t *p = t->params[i].t;
+    h = (h ^ (p->dtype + 31 * p->rank)) * 1099511628211ll;
+    for (int d = 0; d < p->rank; d++) h = (h ^ p->shape[d]) * 1099511628211ll;
+  }
+  int64_t count[2] = {n, -n};
+  loom_tensor_t c, v;
+  tensor_view_init(&c, LOOM_I64, 1, (int64_t[]){2}, count);
+  LOOM_TRY(loom_comm_all_reduce_tensor(t->comm, &c, LOOM_COMM_MAX));
+  if (count[0] != n || count[1] != -n)
+    return loom_fail(LOOM_ERR_INVALID, "%s: rank %d entered %lld parameters, another rank %lld "
+                     "(data parallelism needs the same parameters on every rank)", fn,
+                     loom_comm_rank(t->comm), (long long)n,
+                     (long long)(count[0] != n ? count[0] : -count[1]));
+  int64_t *flags = core_malloc(sizeof(int64_t) * (size_t)(n + 2));
+  if (!flags) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
+  flags[0] = h, flags[1] = -h;
+  for (int64_t i = 0; i < n; i++) flags[2 + i] = t->params[i].got_grad;
+  tensor_view_init(&v, LOOM_I64, 1, (int64_t[]){n + 2}, flags);
+  loom_status_t s = loom_comm_all_reduce_tensor(t->comm, &v, LOOM_COMM_MAX);
+  if (s == LOOM_OK && (flags[0] != h || flags[1] != -h))
+    s = loom_fail(LOOM_ERR_INVALID, "%s: the ranks' parameters differ in dtype or shape "
+                  "(data parallelism needs the same parameters on every rank)", fn);
+  for (int64_t i = 0; i < n && s == LOOM_OK; i++) t->params[i].got_grad = flags[2 + i] != 0;
+  core_free(flags);
+  return s;
+}
+
+/* Sums params [first, last) of dtype dt (gradients, zeros where none)
+ * across the ranks in one all_reduce of the staging buffer, and divides. */
+static loom_status_t dp_bucket(loom_trace_t *t, int64_t first, int64_t last, loom_dtype_t dt,
+                               int64_t bytes) {
+  if (bytes > t->dp_stage_bytes) {
+    void *stage = core_aligned_alloc((size_t)bytes);
+    if (!stage) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte gradient bucket",
+                                 (long long)bytes);
+    core_free(t->dp_stage);
+    t->dp_stage = stage, t->dp_stage_bytes = bytes;
+  }
+  char *at = t->dp_stage;
+  for (int64_t i = first; i < last; i++) {
+    tr_param_t *q = &t->params[i];
+    if (q->t->dtype != dt || !q->got_grad) continue;
+    size_t n = (size_t)loom_tensor_numel(q->t) * loom_dtype_size(dt);
+    if (q->grad && !tensor_is_contiguous(q->grad)) { /* the average goes back in place */
+      loom_tensor_t *copy;
+      LOOM_TRY(tensor_contiguous_copy(q->grad, &copy));
+      loom_tensor_destroy(q->grad);
+      q->grad = copy;
+    }
+    if (q->grad) memcpy(at, q->grad->data, n);
+    else memset(at, 0, n);
+    at += n;
+  }
+  int64_t count = (at - (char *)t->dp_stage) / (int64_t)loom_dtype_size(dt);
+  loom_tensor_t stage;
+  tensor_view_init(&stage, dt, 1, &count, t->dp_stage);
+  LOOM_TRY(loom_comm_all_reduce_tensor(t->comm, &stage, LOOM_COMM_MEAN));
+  at = t->dp_stage;
+  for (int64_t i = first; i < last; i++) {
+    tr_param_t *q = &t->params[i];
+    if (q->t->dtype != dt || !q->got_grad) continue;
+    if (!q->grad) LOOM_TRY(tensor_new(dt, q->t->rank, q->t->shape, &q->grad));
+    size_t n = (size_t)loom_tensor_numel(q->t) * loom_dtype_size(dt);
+    memcpy(q->grad->data, at, n);
+    at += n;
+  }
+  return LOOM_OK;
+}
+
+/* The gradients averaged across the ranks, in buckets of one dtype in
+ * the parameters' order, the same on every rank. */
+static loom_status_t dp_exchange(loom_trace_t *t, const char *fn) {
+  LOOM_TRY(dp_agree(t, fn));
+  for (int64_t i = 0; i < t->n_params; i++) {
+    loom_dtype_t dt = t->params[i].t->dtype;
+    if (t->params[i].got_grad && dt != LOOM_F32 && dt != LOOM_F64)
+      return loom_fail(LOOM_ERR_DTYPE, "%s: parameter %lld is %s; data parallelism averages "
+                       "f32 and f64 gradients", fn, (long long)i, loom_dtype_name(dt));
+  }
+  static const loom_dtype_t dtypes[] = {LOOM_F32, LOOM_F64};
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
+    int64_t first = 0, bytes = 0;
+    for (int64_t i = 0; i < t->n_params; i++) {
+      tr_param_t *q = &t->params[i];
+      if (q->t->dtype != dtypes[k] || !q->got_grad) continue;
+      int64_t b = loom_tensor_numel(q->t) * (int64_t)loom_dtype_size(dtypes[k]);
+      if (bytes > 0 && bytes + b > DP_BUCKET_BYTES) {
+        LOOM_TRY(dp_bucket(t, first, i, dtypes[k], bytes));
+        first = i, bytes = 0;
+      }
+      bytes += b;
+    }
+    if (bytes > 0) LOOM_TRY(dp_bucket(t, first, t->n_params, dtypes[k], bytes));
+  }
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_data_parallel(loom_trace_t *t, loom_comm_t *comm) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  t->comm = comm;
+  for (int64_t i = 0; comm && i < t->n_params; i++)
+    LOOM_TRY(loom_comm_broadcast_tensor(comm, t->params[i].t, 0));
+  return LOOM_OK;
+}
+
 static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
                                     double lr, const char *fn) {
   LOOM_TRY(tr_claim(t, fn));
@@ -319,6 +434,7 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
   /* a compile started by this step is swapped in at a later one (one
    * that ended at once, its module found in this process, would else
    * race this step) */
+  if (t->comm) LOOM_TRY(dp_exchange(t, fn));
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
   else optim_swap(t);
   loom_status_t s = optim_run(t, lr);

@@ -66,7 +66,17 @@ static loom_status_t start_bucket(loom_graph_t *g, loom_comm_t *comm, const int 
     }
     LOOM_TRY(loom_concat(g, b->n, flat, 0, &sum));
   }
-  return loom_all_reduce_start(g, comm, sum, LOOM_COMM_MEAN, &b->started);
+  return loom_all_reduce_start(g, comm, sum, LOOM_COMM_SUM, &b->started);
+}
+
+/* The sum over ranks of one gradient, over the number of ranks: an
+ * elementwise op that fuses into the optimizer's update, where a mean in
+ * the collective would be a pass of its own over the bucket. */
+static loom_status_t mean_of(loom_graph_t *g, loom_comm_t *comm, loom_dtype_t dt,
+                             loom_value_t sum, loom_value_t *out) {
+  loom_value_t scale;
+  LOOM_TRY(loom_full(g, 0, NULL, 1.0 / loom_comm_size(comm), dt, &scale));
+  return loom_mul(g, sum, scale, out);
 }
 
 /* Waits for the bucket and gives each member its part. */
@@ -75,17 +85,15 @@ static loom_status_t finish_bucket(loom_graph_t *g, loom_comm_t *comm, const int
                                    loom_value_t *reduced) {
   loom_value_t sum;
   LOOM_TRY(loom_all_reduce_wait(g, comm, b->started, &sum));
-  if (b->n == 1) {
-    reduced[members[0]] = sum;
-    return LOOM_OK;
-  }
+  if (b->n == 1) return mean_of(g, comm, info[members[0]].dtype, sum, &reduced[members[0]]);
   int64_t at = 0;
   for (int k = 0; k < b->n; k++) {
     int i = members[k];
     int64_t start = at, end = at + info[i].numel, axis = 0, step = 1;
     loom_value_t part;
     LOOM_TRY(loom_slice(g, sum, 1, &start, &end, &axis, &step, &part));
-    LOOM_TRY(loom_reshape(g, part, info[i].rank, info[i].dims, &reduced[i]));
+    LOOM_TRY(loom_reshape(g, part, info[i].rank, info[i].dims, &part));
+    LOOM_TRY(mean_of(g, comm, info[i].dtype, part, &reduced[i]));
     at = end;
   }
   return LOOM_OK;
