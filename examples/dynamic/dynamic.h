@@ -48,6 +48,10 @@ typedef struct dyn_config {
   float *params;
   int64_t params_cap;
   int first_batch; /* tests: step k draws batch first_batch + k (lstm, gnn) */
+  /* --data-parallel: every process of the MPI job; rank r of n draws
+   * batch k * n + r at step k, the gradients averaged across the ranks
+   * (loom_trace_data_parallel); rank 0 logs. NULL: one process. */
+  loom_comm_t *comm;
 } dyn_config_t;
 
 typedef struct dyn_result {

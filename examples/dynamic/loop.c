@@ -33,7 +33,13 @@ loom_status_t dyn_trace_create(const dyn_config_t *c,
   /* A site's forward and backward count against one limit: room for both
    * at each power-of-two bucket a workload's sizes reach (up to 2^11). */
   if (c->policy == LOOM_DIM_BUCKET) o.recompile_limit = 24;
-  return loom_trace_create(&o, out);
+  DYN_TRY(loom_trace_create(&o, out));
+  loom_status_t s = c->comm ? loom_trace_data_parallel(*out, c->comm) : LOOM_OK;
+  if (s != LOOM_OK) {
+    loom_trace_destroy(*out);
+    *out = NULL;
+  }
+  return s;
 }
 
 /* One step: the forward, then what every workload does with its loss. */
@@ -59,11 +65,13 @@ loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
                           "steps: need at least one step", warmup, steps);
   *out = (dyn_result_t){.stats = LOOM_TRACE_STATS_INIT};
   double elapsed = 0, items = 0;
+  int rank = c->comm ? loom_comm_rank(c->comm) : 0, ranks = c->comm ? loom_comm_size(c->comm) : 1;
   for (int k = 0; k < warmup + steps; k++) {
     int64_t n = 0;
-    DYN_TRY(m->batch(m->self, k, &n));
+    int batch = k * ranks + rank; /* each rank its own batches */
+    DYN_TRY(m->batch(m->self, batch, &n));
     double loss = 0, t0 = now_s();
-    loom_status_t s = train_step(t, m, k, &loss);
+    loom_status_t s = train_step(t, m, batch, &loss);
     double dt = now_s() - t0;
     if (s != LOOM_OK) { /* end the step (the trace stays usable), keep the error */
       char msg[512];
@@ -76,7 +84,7 @@ loom_status_t dyn_train(const dyn_config_t *c, loom_trace_t *t,
     out->last_loss = loss;
     out->wall_s += dt;
     if (k >= warmup) elapsed += dt, items += (double)n;
-    if (c->every > 0 && c->log && (k % c->every == 0 || k == warmup + steps - 1))
+    if (c->every > 0 && c->log && rank == 0 && (k % c->every == 0 || k == warmup + steps - 1))
       fprintf(c->log, "step %d loss %.6f\n", k, loss);
   }
   out->seconds = elapsed;
@@ -99,6 +107,10 @@ loom_status_t dyn_parse_args(int argc, char **argv, int with_form,
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--interpret")) {
       c->compile = 0;
+      continue;
+    }
+    if (!strcmp(a, "--data-parallel")) {
+      if (!c->comm) DYN_TRY(loom_comm_world(&c->comm));
       continue;
     }
     if (!v) return loom_set_error(LOOM_ERR_INVALID, "option '%s' needs a value", a);

@@ -1,5 +1,5 @@
 /* example_gnn [--steps N] [--threads T] [--policy exact|bucket|symbolic|auto]
- *             [--interpret] [--every K]
+ *             [--interpret] [--every K] [--data-parallel]
  * Trains the two-layer GCN (examples/dynamic/gnn.c) through a trace on a
  * new random graph every step (200 to 1000 nodes, five edges per node);
  * --policy (default symbolic) says how the node and edge counts enter the
@@ -11,7 +11,7 @@ int main(int argc, char **argv) {
   int steps = 60;
   if (dyn_parse_args(argc, argv, 0, &c, &steps) != LOOM_OK) {
     fprintf(stderr, "example_gnn: %s\nusage: example_gnn [--steps N] [--threads T] "
-            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K]\n",
+            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K] [--data-parallel]\n",
             loom_last_error());
     return 2;
   }
@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "example_gnn: %s\n", loom_last_error());
     return 1;
   }
-  dyn_print_stats(stdout, "gnn (nodes)", &r);
+  if (!c.comm || loom_comm_rank(c.comm) == 0) dyn_print_stats(stdout, "gnn (nodes)", &r);
+  loom_comm_destroy(c.comm);
   return 0;
 }

@@ -1,5 +1,5 @@
 /* example_lstm [--steps N] [--threads T] [--policy exact|bucket|symbolic|auto]
- *              [--interpret] [--every K]
+ *              [--interpret] [--every K] [--data-parallel]
  * Trains the LSTM (examples/dynamic/lstm.c) through a trace on batches of
  * sequences whose length T (5 to 200) changes every step; --policy
  * (default symbolic) says how T enters the cache's keys. Prints the loss
@@ -11,7 +11,7 @@ int main(int argc, char **argv) {
   int steps = 40;
   if (dyn_parse_args(argc, argv, 0, &c, &steps) != LOOM_OK) {
     fprintf(stderr, "example_lstm: %s\nusage: example_lstm [--steps N] [--threads T] "
-            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K]\n",
+            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K] [--data-parallel]\n",
             loom_last_error());
     return 2;
   }
@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "example_lstm: %s\n", loom_last_error());
     return 1;
   }
-  dyn_print_stats(stdout, "lstm (tokens)", &r);
+  if (!c.comm || loom_comm_rank(c.comm) == 0) dyn_print_stats(stdout, "lstm (tokens)", &r);
+  loom_comm_destroy(c.comm);
   return 0;
 }

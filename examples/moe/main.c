@@ -1,5 +1,5 @@
 /* example_moe [--steps N] [--threads T] [--policy exact|bucket|symbolic|auto]
- *             [--interpret] [--every K]
+ *             [--interpret] [--every K] [--data-parallel]
  * Trains the mixture of experts (examples/dynamic/moe.c) through a trace:
  * top-2 routing sends a different number of tokens to each expert every
  * step, and --policy (default symbolic) says how those counts enter the
@@ -11,7 +11,7 @@ int main(int argc, char **argv) {
   int steps = 60;
   if (dyn_parse_args(argc, argv, 0, &c, &steps) != LOOM_OK) {
     fprintf(stderr, "example_moe: %s\nusage: example_moe [--steps N] [--threads T] "
-            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K]\n",
+            "[--policy exact|bucket|symbolic|auto] [--interpret] [--every K] [--data-parallel]\n",
             loom_last_error());
     return 2;
   }
@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "example_moe: %s\n", loom_last_error());
     return 1;
   }
-  dyn_print_stats(stdout, "moe (tokens)", &r);
+  if (!c.comm || loom_comm_rank(c.comm) == 0) dyn_print_stats(stdout, "moe (tokens)", &r);
+  loom_comm_destroy(c.comm);
   return 0;
 }

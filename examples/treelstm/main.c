@@ -1,6 +1,6 @@
 /* example_treelstm [--steps N] [--threads T] [--form node|level]
  *                  [--policy exact|bucket|symbolic|auto] [--interpret]
- *                  [--every K]
+ *                  [--every K] [--data-parallel]
  * Trains the TreeLSTM (examples/dynamic/treelstm.c) on random binary
  * trees through a trace: --form node (default) walks each tree by
  * recursion with one segment per node, --form level batches all nodes of
@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
   if (dyn_parse_args(argc, argv, 1, &c, &steps) != LOOM_OK) {
     fprintf(stderr, "example_treelstm: %s\nusage: example_treelstm [--steps N] "
             "[--threads T] [--form node|level] [--policy exact|bucket|symbolic|auto] "
-            "[--interpret] [--every K]\n", loom_last_error());
+            "[--interpret] [--every K] [--data-parallel]\n", loom_last_error());
     return 2;
   }
   /* the first steps compile: time the rest */
@@ -25,6 +25,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "example_treelstm: %s\n", loom_last_error());
     return 1;
   }
-  dyn_print_stats(stdout, c.form ? "treelstm level (trees)" : "treelstm node (trees)", &r);
+  if (!c.comm || loom_comm_rank(c.comm) == 0)
+    dyn_print_stats(stdout, c.form ? "treelstm level (trees)" : "treelstm node (trees)", &r);
+  loom_comm_destroy(c.comm);
   return 0;
 }
