@@ -583,5 +583,9 @@ int main(int argc, char **argv) {
   TEST_RUN(traced_data_parallel_matches_one_process);
   TEST_RUN(errors);
   loom_comm_destroy(comm);
+  /* MPI is finalized with the last communicator, and starts once */
+  loom_comm_t *again = NULL;
+  CHECK_ERR(loom_comm_world(&again), LOOM_ERR_UNSUPPORTED, "finalized");
+  CHECK(again == NULL);
   return test_summary();
 }

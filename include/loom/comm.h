@@ -49,7 +49,9 @@ typedef enum loom_comm_reduce {
 } loom_comm_reduce_t;
 
 /* Every process of the job (MPI_COMM_WORLD), initializing MPI when the
- * program has not; the last communicator destroyed then finalizes it. */
+ * program has not; the last communicator destroyed then finalizes it, and
+ * MPI cannot start again in that process (a later call fails with
+ * LOOM_ERR_UNSUPPORTED). */
 LOOM_API loom_status_t loom_comm_world(loom_comm_t **out);
 /* A communicator over the processes of the caller's MPI communicator:
  * mpi_comm points at an MPI_Comm, which Loom duplicates (the caller's

@@ -244,7 +244,12 @@ static loom_status_t mpi_fail(const char *what, int err) {
  * communicator alive, from the thread that will finalize. */
 static loom_status_t engine_start(void) {
   if (eng.running) return LOOM_OK;
-  int inited = 0, provided = 0;
+  int inited = 0, provided = 0, finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "loom_comm: MPI was finalized (when the last "
+                     "communicator was destroyed), and a process starts MPI once: keep a "
+                     "communicator alive for as long as the program communicates");
   MPI_Initialized(&inited);
   if (!inited) {
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
