@@ -16,7 +16,6 @@
 
 #ifndef LOOM_HAVE_MPI
 
-bool core_comm_available(void) { return false; }
 loom_comm_t *core_comm_get(int64_t id) {
   (void)id;
   return NULL;
@@ -114,8 +113,6 @@ static struct engine {
 } eng = {.lock = PTHREAD_MUTEX_INITIALIZER,
          .work = PTHREAD_COND_INITIALIZER,
          .done = PTHREAD_COND_INITIALIZER};
-
-bool core_comm_available(void) { return true; }
 
 loom_comm_t *core_comm_get(int64_t id) {
   pthread_mutex_lock(&eng.lock);

@@ -62,7 +62,4 @@ loom_status_t core_comm_run(loom_comm_t *c, const core_comm_op_t *op);
 loom_status_t core_comm_start(loom_comm_t *c, const core_comm_op_t *op);
 loom_status_t core_comm_finish(loom_comm_t *c, const void *recv, const char *what);
 
-/* Whether Loom was built with MPI. */
-bool core_comm_available(void);
-
 #endif
