@@ -158,7 +158,13 @@ static int run_collective(loom_comm_t *c, const core_comm_op_t *op) {
 static void run_job(job_t *j) {
   switch (j->kind) {
     case JOB_COLLECTIVE: j->err = run_collective(j->comm, &j->op); break;
-    case JOB_DUP: j->err = MPI_Comm_dup(j->dup_from, &j->comm->mpi); break;
+    case JOB_DUP: /* and what the caller reads of the new communicator */
+      j->err = MPI_Comm_dup(j->dup_from, &j->comm->mpi);
+      if (j->err != MPI_SUCCESS) break;
+      MPI_Comm_set_errhandler(j->comm->mpi, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(j->comm->mpi, &j->comm->rank);
+      MPI_Comm_size(j->comm->mpi, &j->comm->size);
+      break;
     case JOB_FREE: j->err = MPI_Comm_free(&j->comm->mpi); break;
     case JOB_STOP: j->err = MPI_SUCCESS; break;
   }
@@ -258,8 +264,10 @@ static loom_status_t engine_start(void) {
   if (provided < MPI_THREAD_SERIALIZED)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "loom_comm: MPI was initialized with thread level "
                      "%d; Loom needs MPI_THREAD_SERIALIZED (MPI_Init_thread)", provided);
-  /* Errors come back as codes, so that a failure is a status. */
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  /* Errors come back as codes, so that a failure is a status (the
+   * communicators Loom duplicates get the same handler; a program's own
+   * MPI_COMM_WORLD keeps its). */
+  if (eng.we_initialized) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (pthread_create(&eng.thread, NULL, engine_main, NULL) != 0)
     return loom_fail(LOOM_ERR_NOMEM, "loom_comm: could not start the communication thread");
   eng.running = true;
@@ -308,9 +316,6 @@ static loom_status_t comm_create(const char *fn, MPI_Comm from, loom_comm_t **ou
   if (s == LOOM_OK) s = submit(&dup, c->timeout_s, &err);
   if (s == LOOM_OK && err != MPI_SUCCESS) s = mpi_fail(fn, err);
   if (s == LOOM_OK) {
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->size);
     *out = c;
     return LOOM_OK;
   }
