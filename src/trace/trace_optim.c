@@ -315,12 +315,14 @@ enum { DP_BUCKET_BYTES = 25 << 20 };
 /* Every rank holds the same parameters (their count, dtypes and shapes),
  * and a parameter that got a gradient on any rank counts as having one. */
 static loom_status_t dp_agree(loom_trace_t *t, const char *fn) {
-  int64_t n = t->n_params, h = (int64_t)1469598103934665603ull;
+  int64_t n = t->n_params;
+  uint64_t hu = 1469598103934665603ull; /* FNV-1a */
   for (int64_t i = 0; i < n; i++) {
     const loom_tensor_t *p = t->params[i].t;
-    h = (h ^ (p->dtype + 31 * p->rank)) * 1099511628211ll;
-    for (int d = 0; d < p->rank; d++) h = (h ^ p->shape[d]) * 1099511628211ll;
+    hu = (hu ^ (uint64_t)(p->dtype + 31 * p->rank)) * 1099511628211ull;
+    for (int d = 0; d < p->rank; d++) hu = (hu ^ (uint64_t)p->shape[d]) * 1099511628211ull;
   }
+  int64_t h = (int64_t)(hu >> 1); /* and -h fits */
   int64_t count[2] = {n, -n};
   loom_tensor_t c, v;
   tensor_view_init(&c, LOOM_I64, 1, (int64_t[]){2}, count);
