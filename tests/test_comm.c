@@ -240,8 +240,10 @@ typedef struct mlp {
 
 /* An MLP trained with Adam on rows [first, first + rows) of the batch;
  * with a communicator its gradients are averaged across ranks. */
+/* c null: one process, Adam; else the mean of the ranks' gradients
+ * through loom_data_parallel_step (ZeRO-1 when shard). */
 static void mlp_build(mlp_t *m, int64_t first, int64_t rows, loom_comm_t *c, int64_t bucket,
-                      uint64_t seed) {
+                      int shard, uint64_t seed) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
   m->g = g;
@@ -263,14 +265,18 @@ static void mlp_build(mlp_t *m, int64_t first, int64_t rows, loom_comm_t *c, int
   CHECK_OK(loom_add(g, o, m->params[3], &o));
   CHECK_OK(loom_mse(g, o, y, LOOM_REDUCTION_MEAN, &loss));
   CHECK_OK(loom_grad(g, loss, 4, m->params, grads));
+  CHECK_OK(loom_full(g, 0, NULL, 0.05, LOOM_F32, &lr));
   if (c) {
     loom_data_parallel_options_t dp;
+    loom_optimizer_t adam;
     CHECK_OK(loom_data_parallel_options_init(&dp));
+    CHECK_OK(loom_optimizer_init(&adam, LOOM_OPTIMIZER_ADAM));
     dp.bucket_bytes = bucket;
-    CHECK_OK(loom_data_parallel_grads(g, c, 4, grads, &dp, grads));
+    dp.shard_optimizer_state = shard;
+    CHECK_OK(loom_data_parallel_step(g, c, &adam, 4, m->params, grads, lr, &dp));
+  } else {
+    CHECK_OK(loom_adam(g, 4, m->params, grads, lr, 0.9, 0.999, 1e-8, 0.0));
   }
-  CHECK_OK(loom_full(g, 0, NULL, 0.05, LOOM_F32, &lr));
-  CHECK_OK(loom_adam(g, 4, m->params, grads, lr, 0.9, 0.999, 1e-8, 0.0));
   CHECK_OK(loom_graph_output(g, loss));
   if (c) CHECK_OK(loom_comm_broadcast_params(c, g, 0));
   loom_compile_options_t o2;
@@ -291,13 +297,13 @@ static void mlp_free(mlp_t *m) {
   loom_graph_destroy(m->g);
 }
 
-static void data_parallel_case(int64_t bucket) {
+static void data_parallel_case(int64_t bucket, int shard) {
   int64_t rows = BATCH / size;
   mlp_t dp = {0}, whole = {0};
   /* Each rank's own initial weights: broadcast_params must replace them
    * with rank 0's, which the whole-batch model starts from. */
-  mlp_build(&dp, rank * rows, rows, comm, bucket, 100 + 17 * (uint64_t)rank);
-  mlp_build(&whole, 0, BATCH, NULL, 0, 100);
+  mlp_build(&dp, rank * rows, rows, comm, bucket, shard, 100 + 17 * (uint64_t)rank);
+  mlp_build(&whole, 0, BATCH, NULL, 0, 0, 100);
   for (int s = 0; s < STEPS; s++) {
     loom_tensor_t *in_dp[2] = {dp.x, dp.y}, *in_whole[2] = {whole.x, whole.y};
     CHECK_OK(loom_executable_run(dp.exe, 2, in_dp, 1, &dp.loss));
@@ -313,13 +319,54 @@ static void data_parallel_case(int64_t bucket) {
   mlp_free(&whole);
 }
 
-/* A checkpoint written by rank 0 of a data-parallel run resumes in one
- * process on the whole batch, and one written by a single process resumes
- * on all the ranks: either way the next steps give the parameters the
- * run that did not stop gives. */
+/* A checkpoint moves between rank counts and between whole and split
+ * optimizer state: written by the ranks (rank 0's state; or the whole
+ * state gathered from ZeRO-1's parts) and read by one process on the
+ * whole batch, or the reverse; either way the next steps give the
+ * parameters the run that did not stop gives. */
+typedef struct ckpt_way {
+  int from_ranks, from_shard, to_ranks, to_shard;
+} ckpt_way_t;
+
+static void mlp_for(mlp_t *m, int ranks, int shard, uint64_t seed) {
+  int64_t rows = BATCH / size;
+  if (ranks) mlp_build(m, rank * rows, rows, comm, 200, shard, seed);
+  else mlp_build(m, 0, BATCH, NULL, 0, 0, seed);
+}
+
+static void mlp_steps(mlp_t *m, int steps) {
+  loom_tensor_t *in[2] = {m->x, m->y};
+  for (int s = 0; s < steps; s++) CHECK_OK(loom_executable_run(m->exe, 2, in, 1, &m->loss));
+}
+
+static void checkpoint_case(ckpt_way_t w, const char *path, loom_tensor_t *barrier) {
+  mlp_t from = {0}, to = {0};
+  mlp_for(&from, w.from_ranks, w.from_shard, 100);
+  mlp_steps(&from, 3);
+  if (w.from_shard) {
+    CHECK_ERR(loom_checkpoint_save(from.g, path), LOOM_ERR_INVALID, "loom_comm_checkpoint_save");
+    CHECK_OK(loom_comm_checkpoint_save(comm, from.g, path));
+  } else if (rank == 0) {
+    CHECK_OK(loom_checkpoint_save(from.g, path));
+  }
+  CHECK_OK(loom_comm_all_reduce_tensor(comm, barrier, LOOM_COMM_MAX));
+  mlp_for(&to, w.to_ranks, w.to_shard, 999);
+  if (w.to_shard) CHECK_OK(loom_comm_checkpoint_load(comm, to.g, path));
+  else CHECK_OK(loom_checkpoint_load(to.g, path));
+  mlp_steps(&from, 2);
+  mlp_steps(&to, 2);
+  for (int i = 0; i < 4; i++) {
+    loom_tensor_t *a, *b;
+    CHECK_OK(loom_graph_param_tensor(to.g, to.params[i], &a));
+    CHECK_OK(loom_graph_param_tensor(from.g, from.params[i], &b));
+    CHECK_FLOATS(loom_tensor_data(a), loom_tensor_data(b), loom_tensor_numel(a), 1e-5, 1e-4);
+  }
+  CHECK_OK(loom_comm_all_reduce_tensor(comm, barrier, LOOM_COMM_MAX)); /* read before rewritten */
+  mlp_free(&from), mlp_free(&to);
+}
+
 static void checkpoints_move_between_rank_counts(void) {
   if (BATCH % size) return;
-  int64_t rows = BATCH / size;
   char path[64] = "";
   loom_tensor_t *name = NULL;
   CHECK_OK(loom_tensor_create(LOOM_I8, 1, (int64_t[]){sizeof path}, &name));
@@ -331,37 +378,21 @@ static void checkpoints_move_between_rank_counts(void) {
   CHECK_OK(loom_comm_broadcast_tensor(comm, name, 0));
   memcpy(path, loom_tensor_data(name), sizeof path);
   path[sizeof path - 1] = '\0';
-  for (int way = 0; way < 2; way++) {
-    /* way 0: the ranks write, one process reads; way 1: the reverse */
-    mlp_t dp = {0}, whole = {0}, resumed = {0};
-    mlp_build(&dp, rank * rows, rows, comm, 200, 100);
-    mlp_build(&whole, 0, BATCH, NULL, 0, 100);
-    loom_tensor_t *in_dp[2] = {dp.x, dp.y}, *in_whole[2] = {whole.x, whole.y};
-    for (int s = 0; s < 3; s++) {
-      CHECK_OK(loom_executable_run(dp.exe, 2, in_dp, 1, &dp.loss));
-      CHECK_OK(loom_executable_run(whole.exe, 2, in_whole, 1, &whole.loss));
-    }
-    if (rank == 0) CHECK_OK(loom_checkpoint_save(way == 0 ? dp.g : whole.g, path));
-    CHECK_OK(loom_comm_all_reduce_tensor(comm, name, LOOM_COMM_MAX)); /* a barrier */
-    if (way == 0) mlp_build(&resumed, 0, BATCH, NULL, 0, 999);
-    else mlp_build(&resumed, rank * rows, rows, comm, 200, 999);
-    CHECK_OK(loom_checkpoint_load(resumed.g, path));
-    loom_tensor_t *in_r[2] = {resumed.x, resumed.y};
-    for (int s = 0; s < 2; s++) {
-      CHECK_OK(loom_executable_run(resumed.exe, 2, in_r, 1, &resumed.loss));
-      CHECK_OK(loom_executable_run(way == 0 ? dp.exe : whole.exe, 2, way == 0 ? in_dp : in_whole,
-                                   1, way == 0 ? &dp.loss : &whole.loss));
-    }
-    for (int i = 0; i < 4; i++) {
-      loom_tensor_t *a, *b;
-      CHECK_OK(loom_graph_param_tensor(resumed.g, resumed.params[i], &a));
-      CHECK_OK(loom_graph_param_tensor(way == 0 ? dp.g : whole.g,
-                                       way == 0 ? dp.params[i] : whole.params[i], &b));
-      CHECK_FLOATS(loom_tensor_data(a), loom_tensor_data(b), loom_tensor_numel(a), 1e-5, 1e-4);
-    }
-    CHECK_OK(loom_comm_all_reduce_tensor(comm, name, LOOM_COMM_MAX)); /* read before rewritten */
-    mlp_free(&dp), mlp_free(&whole), mlp_free(&resumed);
-  }
+  const ckpt_way_t ways[] = {
+      {1, 0, 0, 0}, /* the ranks write, one process reads */
+      {0, 0, 1, 0}, /* the reverse */
+      {1, 1, 0, 0}, /* ZeRO-1's parts gathered, read whole */
+      {0, 0, 1, 1}, /* whole state split into ZeRO-1's parts */
+      {1, 1, 1, 1},
+  };
+  for (size_t k = 0; k < sizeof ways / sizeof ways[0]; k++) checkpoint_case(ways[k], path, name);
+  /* A file no rank can read fails on every rank, and changes nothing. */
+  char missing[80];
+  snprintf(missing, sizeof missing, "%s.missing", path);
+  mlp_t m = {0};
+  mlp_for(&m, 1, 1, 100);
+  CHECK_ERR(loom_comm_checkpoint_load(comm, m.g, missing), LOOM_ERR_IO, "missing");
+  mlp_free(&m);
   if (rank == 0) {
     remove(path);
     *strrchr(path, '/') = '\0';
@@ -375,7 +406,7 @@ static void checkpoints_move_between_rank_counts(void) {
  * contraction: the exchange overlaps the rest of the backward pass. */
 static void buckets_overlap_the_backward_pass(void) {
   mlp_t dp = {0};
-  mlp_build(&dp, 0, BATCH / size, comm, 200, 100);
+  mlp_build(&dp, 0, BATCH / size, comm, 200, 0, 100);
   char *text = NULL;
   CHECK_OK(loom_executable_explain(dp.exe, &text));
   const char *steps = text ? strstr(text, "== steps") : NULL;
@@ -400,10 +431,55 @@ static void buckets_overlap_the_backward_pass(void) {
   mlp_free(&dp);
 }
 
+/* Elements of g's optimizer moments (parameters named "*.m", "*.v"). */
+static int64_t moment_elems(loom_graph_t *g) {
+  int64_t n = 0;
+  for (int i = 0; i < loom_graph_num_params(g); i++) {
+    const char *name = loom_graph_param_name(g, i);
+    size_t len = strlen(name);
+    if (len < 2 || name[len - 2] != '.' || (name[len - 1] != 'm' && name[len - 1] != 'v'))
+      continue;
+    loom_value_t v;
+    loom_tensor_t *t;
+    CHECK_OK(loom_graph_param_value(g, i, &v));
+    CHECK_OK(loom_graph_param_tensor(g, v, &t));
+    n += loom_tensor_numel(t);
+  }
+  return n;
+}
+
+/* ZeRO-1 against plain data parallelism: the same parameters, and each
+ * rank's moments are its 1 / size of every parameter (rounded up). */
+static void zero_splits_the_optimizer_state(void) {
+  if (BATCH % size) return;
+  mlp_t plain = {0}, zero = {0};
+  mlp_for(&plain, 1, 0, 100);
+  mlp_for(&zero, 1, 1, 100);
+  mlp_steps(&plain, STEPS);
+  mlp_steps(&zero, STEPS);
+  for (int i = 0; i < 4; i++) {
+    loom_tensor_t *a, *b;
+    CHECK_OK(loom_graph_param_tensor(zero.g, zero.params[i], &a));
+    CHECK_OK(loom_graph_param_tensor(plain.g, plain.params[i], &b));
+    CHECK_FLOATS(loom_tensor_data(a), loom_tensor_data(b), loom_tensor_numel(a), 1e-6, 1e-5);
+  }
+  const int64_t numels[4] = {DIN * HID, HID, HID * DOUT, DOUT};
+  int64_t whole = 0, part = 0;
+  for (int i = 0; i < 4; i++) {
+    whole += 2 * numels[i];
+    part += 2 * ((numels[i] + size - 1) / size);
+  }
+  CHECK(moment_elems(plain.g) == whole);
+  CHECK(moment_elems(zero.g) == part);
+  mlp_free(&plain), mlp_free(&zero);
+}
+
 static void data_parallel_matches_one_process(void) {
   if (BATCH % size) return;
-  data_parallel_case(25 << 20); /* one bucket */
-  data_parallel_case(200);      /* a bucket per gradient or two */
+  for (int shard = 0; shard < 2; shard++) {
+    data_parallel_case(25 << 20, shard); /* one bucket */
+    data_parallel_case(200, shard);      /* a bucket per gradient or two */
+  }
 }
 
 /* ---- Data parallelism through a trace ------------------------------------------ */
@@ -578,6 +654,7 @@ int main(int argc, char **argv) {
   TEST_RUN(reduce_scatter);
   TEST_RUN(gradients);
   TEST_RUN(data_parallel_matches_one_process);
+  TEST_RUN(zero_splits_the_optimizer_state);
   TEST_RUN(checkpoints_move_between_rank_counts);
   TEST_RUN(buckets_overlap_the_backward_pass);
   TEST_RUN(traced_data_parallel_matches_one_process);

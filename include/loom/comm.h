@@ -10,9 +10,10 @@
  *
  * Data parallelism: every rank holds the model and takes its share of the
  * batch; loom_data_parallel_grads() averages the gradients across ranks
- * (in buckets, one all_reduce each) before the optimizer uses them, and
- * loom_comm_broadcast_params() makes every rank start from rank 0's
- * parameters:
+ * (in buckets, one all_reduce each) before the optimizer uses them
+ * (loom_data_parallel_step() does both, and can split the optimizer's
+ * state across ranks: ZeRO stage 1), and loom_comm_broadcast_params()
+ * makes every rank start from rank 0's parameters:
  *
  *   loom_comm_t *comm;
  *   loom_comm_world(&comm);
@@ -35,6 +36,7 @@
 #define LOOM_COMM_H
 
 #include "loom/loom.h"
+#include "loom/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,7 +108,8 @@ LOOM_API loom_status_t loom_comm_broadcast_tensor(loom_comm_t *comm, loom_tensor
 LOOM_API loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
                                                    loom_comm_reduce_t op);
 /* Broadcasts every parameter of g (weights, optimizer moments, step
- * counters) from rank root, so that every rank starts identical. Fails on
+ * counters) from rank root, so that every rank starts identical (state
+ * split by ZeRO-1 stays each rank's own part). Fails on
  * every rank when the ranks' graphs differ (a hash of the parameters'
  * names, dtypes and shapes and of the nodes' ops, operands, attributes
  * and types, exchanged first): one step, built alike on every rank. */
@@ -120,6 +123,9 @@ typedef struct loom_data_parallel_options {
    * order the backward pass produces them (the last parameters' first),
    * and each bucket is averaged by one all_reduce. Default 25 MiB. */
   int64_t bucket_bytes;
+  /* 1: ZeRO stage 1 in loom_data_parallel_step (each rank keeps and
+   * updates 1 / ranks of the optimizer's state). Default 0. */
+  int shard_optimizer_state;
 } loom_data_parallel_options_t;
 
 LOOM_API loom_status_t loom_data_parallel_options_init_sized(loom_data_parallel_options_t *o,
@@ -132,6 +138,43 @@ LOOM_API loom_status_t loom_data_parallel_grads(loom_graph_t *g, loom_comm_t *co
                                                 const loom_value_t *grads,
                                                 const loom_data_parallel_options_t *o,
                                                 loom_value_t *reduced);
+
+/* The optimizer step of a data-parallel training step: params (n
+ * parameters) updated by opt from the mean over ranks of grads.
+ * Without o->shard_optimizer_state: loom_data_parallel_grads, then
+ * loom_optimizer_apply. With it, ZeRO stage 1: each bucket of gradients
+ * is reduce_scattered, so that rank r receives the mean of its r-th part
+ * of every parameter (each parameter flattened and split in `ranks`
+ * equal parts, the last padded with zeros); the rank updates that part
+ * with optimizer state of that part's size only (moments "<name>.m" and
+ * "<name>.v" of 1 / ranks of the parameter, a whole step counter), and
+ * the updated parts are all_gathered back into every rank's parameters.
+ * The same numbers as without (the mean and the update are elementwise);
+ * per-rank optimizer memory falls by the number of ranks. Such a graph's
+ * state saves and loads whole with loom_comm_checkpoint_save / _load
+ * (loom_checkpoint_save refuses it). */
+LOOM_API loom_status_t loom_data_parallel_step(loom_graph_t *g, loom_comm_t *comm,
+                                               const loom_optimizer_t *opt, int n,
+                                               const loom_value_t *params,
+                                               const loom_value_t *grads, loom_value_t lr,
+                                               const loom_data_parallel_options_t *o);
+
+/* ---- Checkpoints across ranks -------------------------------------------
+ * Called on every rank, with one graph (built alike) on each. The file is
+ * the one loom_checkpoint_save writes for a graph whose state is whole:
+ * parameters sharded by ZeRO-1 are gathered for the save and split again
+ * for the load, so a checkpoint moves between any numbers of ranks, with
+ * or without sharding, and to a single process's loom_checkpoint_load. */
+
+/* Rank 0 writes path (atomically, as loom_checkpoint_save); every rank
+ * returns its status. */
+LOOM_API loom_status_t loom_comm_checkpoint_save(loom_comm_t *comm, loom_graph_t *g,
+                                                 const char *path);
+/* Every rank reads path (on a file system every rank sees) with
+ * loom_checkpoint_load's strict checks, and takes its part; no rank's
+ * parameters change unless every rank read the file. */
+LOOM_API loom_status_t loom_comm_checkpoint_load(loom_comm_t *comm, loom_graph_t *g,
+                                                 const char *path);
 
 #ifdef __cplusplus
 }

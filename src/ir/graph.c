@@ -114,6 +114,7 @@ void ir_graph_reset(loom_graph_t *g) {
   g->n_exprs = 0;
   g->n_symbols = g->n_fresh = 0;
   g->n_subgraphs = 0;
+  g->n_shards = 0;
   ir_names_forget(g);
 }
 
@@ -129,6 +130,7 @@ static void free_arrays(loom_graph_t *g) {
   core_free(g->exprs);
   core_free(g->subgraphs);
   core_free(g->names);
+  core_free(g->shards);
   core_free(g);
 }
 

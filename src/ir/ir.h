@@ -334,6 +334,9 @@ struct loom_graph {
   /* The nodes' in and out arrays, carved from blocks that a reset keeps
    * (ids_take in src/ir/graph.c). */
   struct ir_id_block *id_blocks;
+  /* Parameters holding one rank's shard of a whole value (src/ir/shard.c). */
+  struct ir_shard *shards;
+  int64_t n_shards;
 };
 
 /* The hook's verdict on a change of g (OK without a hook). */
@@ -380,6 +383,25 @@ void ir_graph_recycle(loom_graph_t *g);
 loom_status_t ir_graph_take_spare(loom_graph_t *g, int64_t nodes, int64_t values);
 /* Frees what ir_graph_recycle kept on this thread. */
 void ir_graph_free_spare(void);
+
+/* ---- Shards (src/ir/shard.c) ----------------------------------------------
+ * A parameter that holds rank `rank`'s part of a whole value split over
+ * `ranks` ranks (ZeRO-1's optimizer state, src/train/zero.c): the whole
+ * flattened and padded with zeros to ranks * n elements, n the
+ * parameter's numel, rank r holds elements [r * n, (r + 1) * n).
+ * Checkpoints save and load the whole (src/train/checkpoint_comm.c); the
+ * parameters' broadcast leaves shards alone. */
+typedef struct ir_shard {
+  int32_t value; /* the parameter */
+  int ranks, rank;
+  ir_type_t whole;
+} ir_shard_t;
+
+/* Records parameter `value` as a shard of a value of type whole. */
+loom_status_t ir_shard_add(loom_graph_t *g, int32_t value, int ranks, int rank,
+                           const ir_type_t *whole);
+/* The record of parameter `value`, or NULL when it is no shard. */
+const ir_shard_t *ir_shard_of(const loom_graph_t *g, int32_t value);
 
 /* ---- Subgraphs (src/ir/op_control.c) ------------------------------------ */
 

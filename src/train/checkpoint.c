@@ -223,9 +223,20 @@ static loom_status_t save_sorted(ck_params_t *ps, const char *path) {
   return s;
 }
 
+/* A graph holding shards of its state (ZeRO-1) has no whole state to
+ * save or load alone. */
+static loom_status_t check_whole(const loom_graph_t *g, const char *fn) {
+  if (g->n_shards == 0) return LOOM_OK;
+  return loom_fail(LOOM_ERR_INVALID, "%s: the graph's optimizer state is split across ranks "
+                   "(loom_data_parallel_step with shard_optimizer_state); save and load it "
+                   "whole with loom_comm_checkpoint_save / loom_comm_checkpoint_load on "
+                   "every rank", fn);
+}
+
 loom_status_t loom_checkpoint_save(loom_graph_t *g, const char *path) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(path);
+  LOOM_TRY(check_whole(g, __func__));
   ck_params_t ps = {0};
   loom_status_t s = params_collect(g, path, &ps);
   if (s == LOOM_OK) s = save_sorted(&ps, path);
@@ -808,6 +819,7 @@ loom_status_t loom_checkpoint_load_ex(loom_graph_t *g, const char *path,
                                       const loom_checkpoint_options_t *o) {
   LOOM_CHECK_ARG(g);
   LOOM_CHECK_ARG(path);
+  LOOM_TRY(check_whole(g, "loom_checkpoint_load"));
   loom_checkpoint_options_t opts;
   loom_checkpoint_options_init(&opts);
   if (o) LOOM_TRY(core_sized_read(__func__, "loom_checkpoint_options_t", &opts, o,

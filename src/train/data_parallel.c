@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
+#include "train/data_parallel.h"
 
 #define DEFAULT_BUCKET_BYTES (25ll << 20)
 
@@ -24,40 +25,60 @@ loom_status_t loom_data_parallel_options_init_sized(loom_data_parallel_options_t
 
 /* ---- Buckets ------------------------------------------------------------------ */
 
-typedef struct grad_info {
-  loom_dtype_t dtype;
-  int rank;
-  loom_dim_t dims[LOOM_MAX_RANK];
-  int64_t numel;
-} grad_info_t;
-
-static loom_status_t read_grad(loom_graph_t *g, int i, loom_value_t v, grad_info_t *info) {
+loom_status_t dp_read_grad(loom_graph_t *g, const char *fn, int i, loom_value_t v,
+                           dp_grad_t *info) {
   LOOM_TRY(loom_value_type(g, v, &info->dtype, &info->rank, info->dims));
   if (!dtype_is_float(info->dtype))
-    return loom_fail(LOOM_ERR_DTYPE, "loom_data_parallel_grads: grads[%d] is %s; gradients "
-                     "are float", i, loom_dtype_name(info->dtype));
+    return loom_fail(LOOM_ERR_DTYPE, "%s: grads[%d] is %s; gradients are float", fn, i,
+                     loom_dtype_name(info->dtype));
   info->numel = 1;
   for (int d = 0; d < info->rank; d++) {
     if (info->dims[d] < 0)
-      return loom_fail(LOOM_ERR_SHAPE, "loom_data_parallel_grads: grads[%d] has a symbolic "
-                       "dim %d; a parameter's gradient has constant dims", i, d);
+      return loom_fail(LOOM_ERR_SHAPE, "%s: grads[%d] has a symbolic dim %d; a parameter's "
+                       "gradient has constant dims", fn, i, d);
     info->numel *= info->dims[d];
   }
   return LOOM_OK;
 }
 
-/* A bucket: its members (indices into grads, in the order backward makes
- * them) and the value its all_reduce_start gives. */
-typedef struct bucket {
-  int first, n; /* members[first .. first + n) */
-  loom_value_t started;
-} bucket_t;
+/* Backward makes the last parameters' gradients first: buckets fill in
+ * that order, each of one dtype, closing past bucket_bytes. */
+int dp_buckets(int n, const dp_grad_t *info, int64_t bucket_bytes, int *members,
+               dp_bucket_t *buckets) {
+  int n_buckets = 0, count = 0;
+  int64_t bytes = 0;
+  buckets[0] = (dp_bucket_t){0};
+  for (int i = n - 1; i >= 0; i--) {
+    int64_t b = info[i].numel * (int64_t)loom_dtype_size(info[i].dtype);
+    dp_bucket_t *open = &buckets[n_buckets];
+    bool other_dtype = open->n > 0 && info[members[open->first]].dtype != info[i].dtype;
+    if (open->n > 0 && (other_dtype || bytes + b > bucket_bytes)) {
+      buckets[++n_buckets] = (dp_bucket_t){.first = count};
+      open = &buckets[n_buckets];
+      bytes = 0;
+    }
+    members[count++] = i;
+    open->n++;
+    bytes += b;
+  }
+  return n > 0 ? n_buckets + 1 : 0;
+}
+
+loom_status_t dp_read_options(const char *fn, const loom_data_parallel_options_t *o,
+                              loom_data_parallel_options_t *opts) {
+  LOOM_TRY(loom_data_parallel_options_init(opts));
+  if (o) LOOM_TRY(core_sized_read(fn, "loom_data_parallel_options_t", opts, o, sizeof *opts));
+  if (opts->bucket_bytes < 1)
+    return loom_fail(LOOM_ERR_INVALID, "%s: bucket_bytes = %lld is not positive", fn,
+                     (long long)opts->bucket_bytes);
+  return LOOM_OK;
+}
 
 /* The bucket's gradients flattened into one value and its all_reduce
  * started (one gradient: started as it is). */
 static loom_status_t start_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
-                                  const loom_value_t *grads, const grad_info_t *info,
-                                  bucket_t *b) {
+                                  const loom_value_t *grads, const dp_grad_t *info,
+                                  dp_bucket_t *b) {
   loom_value_t flat[b->n], sum = grads[members[0]];
   if (b->n > 1) {
     for (int k = 0; k < b->n; k++) {
@@ -81,7 +102,7 @@ static loom_status_t mean_of(loom_graph_t *g, loom_comm_t *comm, loom_dtype_t dt
 
 /* Waits for the bucket and gives each member its part. */
 static loom_status_t finish_bucket(loom_graph_t *g, loom_comm_t *comm, const int *members,
-                                   const grad_info_t *info, const bucket_t *b,
+                                   const dp_grad_t *info, const dp_bucket_t *b,
                                    loom_value_t *reduced) {
   loom_value_t sum;
   LOOM_TRY(loom_all_reduce_wait(g, comm, b->started, &sum));
@@ -99,34 +120,17 @@ static loom_status_t finish_bucket(loom_graph_t *g, loom_comm_t *comm, const int
   return LOOM_OK;
 }
 
-/* Backward makes the last parameters' gradients first: buckets fill in
- * that order, each of one dtype, closing past bucket_bytes. Every start
- * comes before every wait in the graph: collectives keep their graph
- * order across ranks, and a wait between two starts would hold the
- * second back. */
+/* Every start comes before every wait in the graph: collectives keep
+ * their graph order across ranks, and a wait between two starts would
+ * hold the second back. */
 static loom_status_t reduce_buckets(loom_graph_t *g, loom_comm_t *comm, int n,
-                                    const loom_value_t *grads, const grad_info_t *info,
-                                    int64_t bucket_bytes, int *members, bucket_t *buckets,
+                                    const loom_value_t *grads, const dp_grad_t *info,
+                                    int64_t bucket_bytes, int *members, dp_bucket_t *buckets,
                                     loom_value_t *reduced) {
-  int n_buckets = 0, count = 0;
-  int64_t bytes = 0;
-  for (int i = n - 1; i >= 0; i--) {
-    int64_t b = info[i].numel * (int64_t)loom_dtype_size(info[i].dtype);
-    bucket_t *open = &buckets[n_buckets];
-    bool other_dtype = open->n > 0 && info[members[open->first]].dtype != info[i].dtype;
-    if (open->n > 0 && (other_dtype || bytes + b > bucket_bytes)) {
-      LOOM_TRY(start_bucket(g, comm, members + open->first, grads, info, open));
-      buckets[++n_buckets] = (bucket_t){.first = count};
-      open = &buckets[n_buckets];
-      bytes = 0;
-    }
-    members[count++] = i;
-    open->n++;
-    bytes += b;
-  }
-  LOOM_TRY(start_bucket(g, comm, members + buckets[n_buckets].first, grads, info,
-                        &buckets[n_buckets]));
-  for (int k = 0; k <= n_buckets; k++)
+  int n_buckets = dp_buckets(n, info, bucket_bytes, members, buckets);
+  for (int k = 0; k < n_buckets; k++)
+    LOOM_TRY(start_bucket(g, comm, members + buckets[k].first, grads, info, &buckets[k]));
+  for (int k = 0; k < n_buckets; k++)
     LOOM_TRY(finish_bucket(g, comm, members + buckets[k].first, info, &buckets[k], reduced));
   return LOOM_OK;
 }
@@ -141,22 +145,17 @@ loom_status_t loom_data_parallel_grads(loom_graph_t *g, loom_comm_t *comm, int n
     return loom_fail(LOOM_ERR_INVALID, "%s: n = %d with grads %s and reduced %s", __func__, n,
                      grads ? "set" : "null", reduced ? "set" : "null");
   loom_data_parallel_options_t opts;
-  LOOM_TRY(loom_data_parallel_options_init(&opts));
-  if (o) LOOM_TRY(core_sized_read(__func__, "loom_data_parallel_options_t", &opts, o,
-                                  sizeof opts));
-  if (opts.bucket_bytes < 1)
-    return loom_fail(LOOM_ERR_INVALID, "%s: bucket_bytes = %lld is not positive", __func__,
-                     (long long)opts.bucket_bytes);
+  LOOM_TRY(dp_read_options(__func__, o, &opts));
   if (n == 0) return LOOM_OK;
-  grad_info_t *info = core_calloc((size_t)n, sizeof *info);
+  dp_grad_t *info = core_calloc((size_t)n, sizeof *info);
   int *members = core_malloc((size_t)n * sizeof *members);
-  bucket_t *buckets = core_calloc((size_t)n, sizeof *buckets);
+  dp_bucket_t *buckets = core_calloc((size_t)n, sizeof *buckets);
   loom_value_t *in = core_malloc((size_t)n * sizeof *in); /* reduced may alias grads */
   loom_status_t s = info && members && buckets && in
                         ? LOOM_OK : loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", __func__);
   for (int i = 0; i < n && s == LOOM_OK; i++) {
     in[i] = grads[i];
-    s = read_grad(g, i, grads[i], &info[i]);
+    s = dp_read_grad(g, __func__, i, grads[i], &info[i]);
   }
   if (s == LOOM_OK)
     s = reduce_buckets(g, comm, n, in, info, opts.bucket_bytes, members, buckets, reduced);
@@ -253,7 +252,7 @@ loom_status_t loom_comm_broadcast_params(loom_comm_t *comm, loom_graph_t *g, int
                      root);
   for (int i = 0; i < g->n_params; i++) {
     loom_tensor_t *t = g->values[g->params[i]].data;
-    if (t) LOOM_TRY(loom_comm_broadcast_tensor(comm, t, root));
+    if (t && !ir_shard_of(g, g->params[i])) LOOM_TRY(loom_comm_broadcast_tensor(comm, t, root));
   }
   return LOOM_OK;
 }

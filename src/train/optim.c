@@ -18,15 +18,26 @@
 #include "train/optim.h"
 
 /* One optimizer call: the graph, its name for messages, the learning
- * rate converted once per parameter dtype, and whether the parameter being
- * updated takes this step (train_optimizer's take). */
+ * rate converted once per parameter dtype, whether the parameter being
+ * updated takes this step (train_optimizer's take), and for
+ * train_optimizer_shards the ranks the state is split over. */
 typedef struct opt {
   loom_graph_t *g;
   const char *fn;
   loom_value_t lr;
   loom_value_t lr_as[LOOM_DTYPE_COUNT]; /* id -1: not made yet */
   loom_value_t take; /* bool, rank 0; id -1: the update is unconditional */
+  int ranks, rank;   /* ranks 0: the state is whole */
 } opt_t;
+
+/* One parameter's update: the parameter (its name names the state), the
+ * value updated (the parameter itself, or this rank's shard of it) and
+ * its gradient, of the value's type. next null: the new value is
+ * assigned to the parameter; else it is given there. */
+typedef struct slot {
+  loom_value_t param, value, grad;
+  loom_value_t *next;
+} slot_t;
 
 static const ir_type_t *type_of(const loom_graph_t *g, loom_value_t v) {
   return &g->values[v.id].type;
@@ -99,9 +110,11 @@ static bool same_type(const ir_type_t *a, const ir_type_t *b) {
   return true;
 }
 
-static loom_status_t check_pair(const opt_t *o, int i, loom_value_t p,
+/* p a float parameter, grad of value's type (value: p, or its shard). */
+static loom_status_t check_pair(const opt_t *o, int i, loom_value_t p, loom_value_t value,
                                 loom_value_t grad) {
   LOOM_TRY(check_value(o, "params", i, p));
+  LOOM_TRY(check_value(o, "values", i, value));
   LOOM_TRY(check_value(o, "grads", i, grad));
   const ir_value_t *pv = &o->g->values[p.id];
   char pb[96], gb[96];
@@ -114,12 +127,13 @@ static loom_status_t check_pair(const opt_t *o, int i, loom_value_t p,
                      "update float parameters", o->fn, i,
                      ir_value_str(o->g, p.id, pb, sizeof pb),
                      loom_dtype_name(pv->type.dtype));
-  if (!same_type(&pv->type, type_of(o->g, grad))) {
-    ir_type_str(o->g, &pv->type, pb, sizeof pb);
+  const ir_type_t *vt = type_of(o->g, value);
+  if (vt->dtype != pv->type.dtype || !same_type(vt, type_of(o->g, grad))) {
+    ir_type_str(o->g, vt, pb, sizeof pb);
     ir_type_str(o->g, type_of(o->g, grad), gb, sizeof gb);
-    return loom_fail(LOOM_ERR_SHAPE, "%s: grads[%d] is %s but params[%d] is "
+    return loom_fail(LOOM_ERR_SHAPE, "%s: grads[%d] is %s but params[%d]%s is "
                      "%s; they must have one dtype and shape", o->fn, i, gb,
-                     i, pb);
+                     i, value.id == p.id ? "" : "'s shard", pb);
   }
   return LOOM_OK;
 }
@@ -146,9 +160,10 @@ static loom_status_t check_take(const opt_t *o, int i, loom_value_t take) {
   return LOOM_OK;
 }
 
+/* values: null (the parameters themselves), or their shards. */
 static loom_status_t opt_begin(opt_t *o, loom_graph_t *g, const char *fn,
                                int n, const loom_value_t *params,
-                               const loom_value_t *grads,
+                               const loom_value_t *values, const loom_value_t *grads,
                                const loom_value_t *take, loom_value_t lr) {
   *o = (opt_t){.g = g, .fn = fn, .lr = lr, .take = {-1}};
   for (int d = 0; d < LOOM_DTYPE_COUNT; d++) o->lr_as[d].id = -1;
@@ -157,7 +172,8 @@ static loom_status_t opt_begin(opt_t *o, loom_graph_t *g, const char *fn,
     return loom_fail(LOOM_ERR_INVALID, "%s: %d parameters with params or "
                      "grads null", fn, n);
   LOOM_TRY(check_lr(o));
-  for (int i = 0; i < n; i++) LOOM_TRY(check_pair(o, i, params[i], grads[i]));
+  for (int i = 0; i < n; i++)
+    LOOM_TRY(check_pair(o, i, params[i], values ? values[i] : params[i], grads[i]));
   for (int i = 0; take && i < n; i++) LOOM_TRY(check_take(o, i, take[i]));
   return LOOM_OK;
 }
@@ -189,17 +205,21 @@ static void state_name(const loom_graph_t *g, loom_value_t p,
   else snprintf(name, size, "param%d.%s", p.id, suffix);
 }
 
-/* A new zero parameter named after p (state_name), of p's shape, in p's
- * compute dtype. */
-static loom_status_t state_like(loom_graph_t *g, loom_value_t p,
-                                const char *suffix, loom_value_t *out) {
+/* A new zero parameter named after s's parameter (state_name), of the
+ * updated value's shape, in its compute dtype; when the state is split
+ * over ranks, recorded as the shard of a state of the parameter's shape. */
+static loom_status_t state_like(opt_t *o, const slot_t *s, const char *suffix,
+                                loom_value_t *out) {
   char name[256];
-  state_name(g, p, suffix, name, sizeof name);
+  state_name(o->g, s->param, suffix, name, sizeof name);
   int64_t shape[LOOM_MAX_RANK];
-  ir_type_t t = g->values[p.id].type; /* a copy: adding a value may move the array */
+  ir_type_t t = o->g->values[s->value.id].type; /* a copy: adding a value may move the array */
   for (int d = 0; d < t.rank; d++) shape[d] = t.dims[d];
-  return loom_graph_param(g, name, compute_dtype(t.dtype), t.rank, shape,
-                          NULL, out);
+  LOOM_TRY(loom_graph_param(o->g, name, compute_dtype(t.dtype), t.rank, shape, NULL, out));
+  if (o->ranks == 0) return LOOM_OK;
+  ir_type_t whole = o->g->values[s->param.id].type;
+  whole.dtype = compute_dtype(whole.dtype);
+  return ir_shard_add(o->g, out->id, o->ranks, o->rank, &whole);
 }
 
 /* target = value when the run ends; when the parameter being updated may
@@ -209,16 +229,18 @@ static loom_status_t commit(opt_t *o, loom_value_t target, loom_value_t value) {
   return loom_assign(o->g, target, value);
 }
 
-/* p_new = base - lr * dir (base, dir in the compute dtype), committed to
- * p in its own dtype. */
-static loom_status_t descend(opt_t *o, loom_value_t p, loom_value_t base,
+/* new = base - lr * dir (base, dir in the compute dtype), in the
+ * parameter's dtype: committed to it, or given to s->next. */
+static loom_status_t descend(opt_t *o, const slot_t *s, loom_value_t base,
                              loom_value_t dir) {
   loom_value_t lr, step, next;
   LOOM_TRY(lr_in(o, type_of(o->g, dir)->dtype, &lr));
   LOOM_TRY(loom_mul(o->g, dir, lr, &step));
   LOOM_TRY(loom_sub(o->g, base, step, &next));
-  LOOM_TRY(to(o->g, next, type_of(o->g, p)->dtype, &next));
-  return commit(o, p, next);
+  LOOM_TRY(to(o->g, next, type_of(o->g, s->param)->dtype, &next));
+  if (!s->next) return commit(o, s->param, next);
+  *s->next = next;
+  return LOOM_OK;
 }
 
 /* p and grad in p's compute dtype. */
@@ -249,19 +271,18 @@ static loom_status_t sgd_check(const char *fn, const loom_optimizer_t *h) {
   return LOOM_OK;
 }
 
-static loom_status_t sgd_one(opt_t *o, const loom_optimizer_t *h,
-                             loom_value_t p, loom_value_t grad) {
-  loom_value_t pc = p, d, dir;
+static loom_status_t sgd_one(opt_t *o, const loom_optimizer_t *h, const slot_t *s) {
+  loom_value_t pc = s->value, grad = s->grad, d, dir;
   LOOM_TRY(computed(o->g, &pc, &grad));
   LOOM_TRY(decayed(o->g, pc, grad, h->weight_decay, &d));
-  if (h->momentum == 0) return descend(o, p, pc, d);
+  if (h->momentum == 0) return descend(o, s, pc, d);
   loom_value_t buf, next;
-  LOOM_TRY(state_like(o->g, p, "momentum", &buf));
+  LOOM_TRY(state_like(o, s, "momentum", &buf));
   LOOM_TRY(mix(o->g, h->momentum, buf, 1.0, d, &next));
   LOOM_TRY(commit(o, buf, next));
   if (h->nesterov) LOOM_TRY(mix(o->g, 1.0, d, h->momentum, next, &dir));
   else dir = next;
-  return descend(o, p, pc, dir);
+  return descend(o, s, pc, dir);
 }
 
 /* ---- Adam and AdamW ------------------------------------------------------------ */
@@ -328,16 +349,15 @@ static loom_status_t shrink(opt_t *o, loom_value_t p, double wd,
   return loom_mul(o->g, p, keep, out);
 }
 
-static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h,
-                              loom_value_t t, loom_value_t p,
-                              loom_value_t grad) {
+static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h, loom_value_t t,
+                              const slot_t *s) {
   loom_graph_t *g = o->g;
   double wd = h->weight_decay;
-  loom_value_t pc = p, d, m, v, m2, d2, v2, dir, base;
+  loom_value_t pc = s->value, grad = s->grad, d, m, v, m2, d2, v2, dir, base;
   LOOM_TRY(computed(g, &pc, &grad));
   LOOM_TRY(decayed(g, pc, grad, decoupled(h) ? 0 : wd, &d));
-  LOOM_TRY(state_like(g, p, "m", &m));
-  LOOM_TRY(state_like(g, p, "v", &v));
+  LOOM_TRY(state_like(o, s, "m", &m));
+  LOOM_TRY(state_like(o, s, "v", &v));
   LOOM_TRY(mix(g, h->beta1, m, 1.0 - h->beta1, d, &m2));
   LOOM_TRY(loom_mul(g, d, d, &d2));
   LOOM_TRY(mix(g, h->beta2, v, 1.0 - h->beta2, d2, &v2));
@@ -345,7 +365,7 @@ static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h,
   LOOM_TRY(commit(o, v, v2));
   LOOM_TRY(adam_direction(g, h, t, m2, v2, &dir));
   LOOM_TRY(shrink(o, pc, decoupled(h) ? wd : 0, &base));
-  return descend(o, p, base, dir);
+  return descend(o, s, base, dir);
 }
 
 /* The step counter after this step: a new i64 parameter named name,
@@ -381,6 +401,27 @@ static loom_status_t hyper_check(const char *fn, const loom_optimizer_t *h) {
                    "LOOM_OPTIMIZER_SGD, _ADAM, _ADAMW", fn, (int)h->kind);
 }
 
+/* The updates, after opt_begin; values and next as in
+ * train_optimizer_shards (null: the parameters, assigned). */
+static loom_status_t updates(opt_t *o, const loom_optimizer_t *h, int n,
+                             const loom_value_t *params, const loom_value_t *values,
+                             const loom_value_t *grads, const loom_value_t *take,
+                             loom_value_t *next) {
+  LOOM_TRY(hyper_check(o->fn, h));
+  bool adam = h->kind != LOOM_OPTIMIZER_SGD;
+  loom_value_t t = {-1};
+  if (adam && !take) LOOM_TRY(adam_step(o, h, t, &t)); /* one, shared */
+  for (int i = 0; i < n; i++) {
+    slot_t s = {.param = params[i], .value = values ? values[i] : params[i],
+                .grad = grads[i], .next = next ? &next[i] : NULL};
+    if (take) o->take = take[i];
+    if (adam && take) LOOM_TRY(adam_step(o, h, params[i], &t));
+    if (adam) LOOM_TRY(adam_one(o, h, t, &s));
+    else LOOM_TRY(sgd_one(o, h, &s));
+  }
+  return LOOM_OK;
+}
+
 loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
                               const loom_optimizer_t *h, int n,
                               const loom_value_t *params,
@@ -388,18 +429,21 @@ loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
                               const loom_value_t *take, loom_value_t lr) {
   if (!h) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'o' is null", fn);
   opt_t o;
-  LOOM_TRY(opt_begin(&o, g, fn, n, params, grads, take, lr));
-  LOOM_TRY(hyper_check(fn, h));
-  bool adam = h->kind != LOOM_OPTIMIZER_SGD;
-  loom_value_t t = {-1};
-  if (adam && !take) LOOM_TRY(adam_step(&o, h, t, &t)); /* one, shared */
-  for (int i = 0; i < n; i++) {
-    if (take) o.take = take[i];
-    if (adam && take) LOOM_TRY(adam_step(&o, h, params[i], &t));
-    if (adam) LOOM_TRY(adam_one(&o, h, t, params[i], grads[i]));
-    else LOOM_TRY(sgd_one(&o, h, params[i], grads[i]));
-  }
-  return LOOM_OK;
+  LOOM_TRY(opt_begin(&o, g, fn, n, params, NULL, grads, take, lr));
+  return updates(&o, h, n, params, NULL, grads, take, NULL);
+}
+
+loom_status_t train_optimizer_shards(const char *fn, loom_graph_t *g,
+                                     const loom_optimizer_t *h, int ranks, int rank, int n,
+                                     const loom_value_t *params, const loom_value_t *shards,
+                                     const loom_value_t *grads, loom_value_t lr,
+                                     loom_value_t *next) {
+  if (!h) return loom_fail(LOOM_ERR_INVALID, "%s: argument 'o' is null", fn);
+  opt_t o;
+  LOOM_TRY(opt_begin(&o, g, fn, n, params, shards, grads, NULL, lr));
+  o.ranks = ranks;
+  o.rank = rank;
+  return updates(&o, h, n, params, shards, grads, NULL, next);
 }
 
 loom_status_t loom_optimizer_init_sized(loom_optimizer_t *o, loom_optimizer_kind_t kind,

@@ -19,6 +19,19 @@ loom_status_t train_optimizer(const char *fn, loom_graph_t *g,
                               const loom_value_t *grads,
                               const loom_value_t *take, loom_value_t lr);
 
+/* The updates of this rank's shards of the parameters (ZeRO-1,
+ * src/train/zero.c): shards[i] is this rank's part of params[i] (the
+ * parameter flattened and padded, ir.h's shards), grads[i] its gradient,
+ * of its type; next[i] receives the new part, and nothing is assigned to
+ * params[i]. The optimizer's state is made in the shards' shape and
+ * recorded as rank `rank` of `ranks`' shards of the whole state; the
+ * step counter is whole. */
+loom_status_t train_optimizer_shards(const char *fn, loom_graph_t *g,
+                                     const loom_optimizer_t *o, int ranks, int rank, int n,
+                                     const loom_value_t *params, const loom_value_t *shards,
+                                     const loom_value_t *grads, loom_value_t lr,
+                                     loom_value_t *next);
+
 /* Reads a caller's versioned loom_optimizer_t (loom.h) into out, the
  * fields it lacks left zero. Fails, naming fn, on an unset size. */
 loom_status_t train_optimizer_read(const char *fn, const loom_optimizer_t *in,
