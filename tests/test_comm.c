@@ -236,6 +236,7 @@ typedef struct mlp {
   loom_value_t params[4];
   loom_executable_t *exe;
   loom_tensor_t *x, *y, *loss;
+  double clip; /* > 0: the gradient clipped to this norm (set before mlp_build) */
 } mlp_t;
 
 /* An MLP trained with Adam on rows [first, first + rows) of the batch;
@@ -273,8 +274,10 @@ static void mlp_build(mlp_t *m, int64_t first, int64_t rows, loom_comm_t *c, int
     CHECK_OK(loom_optimizer_init(&adam, LOOM_OPTIMIZER_ADAM));
     dp.bucket_bytes = bucket;
     dp.shard_optimizer_state = shard;
+    dp.max_grad_norm = m->clip;
     CHECK_OK(loom_data_parallel_step(g, c, &adam, 4, m->params, grads, lr, &dp));
   } else {
+    if (m->clip > 0) CHECK_OK(loom_clip_grad_norm(g, 4, grads, m->clip, grads, NULL));
     CHECK_OK(loom_adam(g, 4, m->params, grads, lr, 0.9, 0.999, 1e-8, 0.0));
   }
   CHECK_OK(loom_graph_output(g, loss));
@@ -297,9 +300,9 @@ static void mlp_free(mlp_t *m) {
   loom_graph_destroy(m->g);
 }
 
-static void data_parallel_case(int64_t bucket, int shard) {
+static void data_parallel_case(int64_t bucket, int shard, double clip) {
   int64_t rows = BATCH / size;
-  mlp_t dp = {0}, whole = {0};
+  mlp_t dp = {.clip = clip}, whole = {.clip = clip};
   /* Each rank's own initial weights: broadcast_params must replace them
    * with rank 0's, which the whole-batch model starts from. */
   mlp_build(&dp, rank * rows, rows, comm, bucket, shard, 100 + 17 * (uint64_t)rank);
@@ -477,8 +480,9 @@ static void zero_splits_the_optimizer_state(void) {
 static void data_parallel_matches_one_process(void) {
   if (BATCH % size) return;
   for (int shard = 0; shard < 2; shard++) {
-    data_parallel_case(25 << 20, shard); /* one bucket */
-    data_parallel_case(200, shard);      /* a bucket per gradient or two */
+    data_parallel_case(25 << 20, shard, 0); /* one bucket */
+    data_parallel_case(200, shard, 0);      /* a bucket per gradient or two */
+    data_parallel_case(200, shard, 0.05);   /* clipped by the whole gradient's norm */
   }
 }
 
@@ -613,6 +617,34 @@ static void errors(void) {
   else CHECK_OK(loom_comm_broadcast_params(comm, g, 0));
   loom_graph_destroy(g);
   CHECK(loom_comm_rank(NULL) == -1 && loom_comm_size(NULL) == -1);
+  /* the optimizer step: bad arguments are named, with and without ZeRO-1 */
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t w, lr, gw, gx;
+  loom_optimizer_t sgd;
+  loom_data_parallel_options_t o;
+  CHECK_OK(loom_optimizer_init(&sgd, LOOM_OPTIMIZER_SGD));
+  CHECK_OK(loom_data_parallel_options_init(&o));
+  CHECK_OK(loom_graph_param(g, "w", LOOM_F32, 1, (int64_t[]){3}, NULL, &w));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, (loom_dim_t[]){3}, &x));
+  CHECK_OK(loom_graph_input(g, "gx", LOOM_F32, 1, (loom_dim_t[]){5}, &gx));
+  CHECK_OK(loom_graph_input(g, "i", LOOM_I32, 1, (loom_dim_t[]){3}, &i));
+  CHECK_OK(loom_full(g, 0, NULL, 0.1, LOOM_F32, &lr));
+  CHECK_OK(loom_mul(g, w, x, &gw));
+  CHECK_ERR(loom_data_parallel_step(g, comm, NULL, 1, &w, &gw, lr, &o), LOOM_ERR_INVALID, "opt");
+  CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 0, &w, &gw, lr, &o), LOOM_ERR_INVALID,
+            "n = 0");
+  CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &w, &i, lr, &o), LOOM_ERR_DTYPE, "float");
+  o.max_grad_norm = -1;
+  CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &w, &gw, lr, &o), LOOM_ERR_INVALID,
+            "max_grad_norm");
+  o.max_grad_norm = 0;
+  for (o.shard_optimizer_state = 0; o.shard_optimizer_state < 2; o.shard_optimizer_state++) {
+    CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &x, &gw, lr, &o), LOOM_ERR_INVALID,
+              "not a parameter");
+    CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &w, &gx, lr, &o), LOOM_ERR_SHAPE,
+              "grads[0]");
+  }
+  loom_graph_destroy(g);
 }
 
 /* Modes for the failure tests (CMakeLists.txt runs them under mpirun and

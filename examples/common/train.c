@@ -158,6 +158,20 @@ static loom_status_t advance_offset(ex_model_t *m) {
   return loom_assign(m->g, m->offset, next);
 }
 
+/* The gradients averaged across the ranks, clipped, and AdamW: its
+ * state whole on every rank, or split across them. */
+static loom_status_t data_parallel_update(ex_model_t *m, const loom_value_t *grads,
+                                          loom_value_t lr, double wd) {
+  loom_optimizer_t adamw;
+  loom_data_parallel_options_t o;
+  EX_TRY(loom_optimizer_init(&adamw, LOOM_OPTIMIZER_ADAMW));
+  adamw.weight_decay = wd;
+  EX_TRY(loom_data_parallel_options_init(&o));
+  o.shard_optimizer_state = m->shard_optimizer_state;
+  o.max_grad_norm = 1.0;
+  return loom_data_parallel_step(m->g, m->comm, &adamw, m->n_params, m->params, grads, lr, &o);
+}
+
 loom_status_t ex_train_step(ex_model_t *m, loom_value_t logits, int64_t batch,
                             double wd) {
   loom_value_t loss, lr, grads[EX_MAX_PARAMS], clipped[EX_MAX_PARAMS];
@@ -166,10 +180,12 @@ loom_status_t ex_train_step(ex_model_t *m, loom_value_t logits, int64_t batch,
   EX_TRY(loom_graph_output(m->g, loss));
   EX_TRY(loom_graph_output(m->g, logits));
   EX_TRY(loom_grad(m->g, loss, m->n_params, m->params, grads));
-  if (m->comm) EX_TRY(loom_data_parallel_grads(m->g, m->comm, m->n_params, grads, NULL, grads));
-  EX_TRY(loom_clip_grad_norm(m->g, m->n_params, grads, 1.0, clipped, NULL));
-  EX_TRY(loom_adamw(m->g, m->n_params, m->params, clipped, lr, 0.9, 0.999,
-                    1e-8, wd));
+  if (m->comm) {
+    EX_TRY(data_parallel_update(m, grads, lr, wd));
+  } else {
+    EX_TRY(loom_clip_grad_norm(m->g, m->n_params, grads, 1.0, clipped, NULL));
+    EX_TRY(loom_adamw(m->g, m->n_params, m->params, clipped, lr, 0.9, 0.999, 1e-8, wd));
+  }
   return advance_offset(m);
 }
 
@@ -252,13 +268,14 @@ int ex_parse_args(int argc, char **argv, ex_args_t *a) {
   for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(argv[i], "--data-parallel")) data_parallel = 1, i--;
+    else if (!strcmp(argv[i], "--zero")) data_parallel = a->zero = 1, i--;
     else if (v && !strcmp(argv[i], "--steps")) a->steps = atoi(v);
     else if (v && !strcmp(argv[i], "--threads")) a->threads = atoi(v);
     else if (v && !strcmp(argv[i], "--every")) a->every = atoi(v);
     else if (v && !strcmp(argv[i], "--lr")) a->lr = atof(v);
     else {
       fprintf(stderr, "usage: %s [--steps N] [--threads T] [--every K] [--lr X] "
-              "[--data-parallel]\n", argv[0]);
+              "[--data-parallel] [--zero]\n", argv[0]);
       return 1;
     }
   }

@@ -35,6 +35,7 @@ typedef struct ex_model {
   /* Data parallelism (--data-parallel): the gradients averaged across the
    * ranks of comm, which start from rank 0's parameters; NULL: alone. */
   loom_comm_t *comm;
+  int shard_optimizer_state; /* with comm: ZeRO-1, AdamW's state split across the ranks */
 } ex_model_t;
 
 typedef enum ex_init { EX_INIT_KAIMING, EX_INIT_ZEROS, EX_INIT_ONES, EX_INIT_SMALL } ex_init_t;
@@ -107,8 +108,9 @@ typedef struct ex_args {
   int steps, threads, every;
   double lr;
   loom_comm_t *comm; /* --data-parallel: every process of the MPI job */
+  int zero;          /* --zero: --data-parallel with AdamW's state split (ZeRO-1) */
 } ex_args_t;
-/* --steps N --threads T --every K --lr X --data-parallel; 0 ok, 1 bad
+/* --steps N --threads T --every K --lr X --data-parallel --zero; 0 ok, 1 bad
  * usage or no communicator (printed). With --data-parallel (under
  * `mpirun -np N`) each rank trains on its own batches, rank 0 prints, and
  * ex_train_main destroys a->comm. */

@@ -34,6 +34,7 @@ typedef struct gpt_config {
    * on its own batches, the gradients averaged across the ranks, every
    * rank starting from rank 0's parameters. */
   loom_comm_t *comm;
+  int shard_optimizer_state; /* with comm: ZeRO-1, each rank 1 / ranks of AdamW's state */
 } gpt_config_t;
 
 /* d 64, 2 layers, 4 heads, seq 32, batch 16, dropout 0.1, f32. */
@@ -139,8 +140,9 @@ int gpt_demo(int steps, int threads);
 int gpt_run(const char *path, int steps, int print_every, int threads,
             int n_sample);
 /* gpt_run on every process of an MPI job (mpirun -np N): each rank its
- * own batches, rank 0 printing and sampling. */
+ * own batches, rank 0 printing and sampling; zero: the optimizer's state
+ * split across the ranks (ZeRO-1). */
 int gpt_run_data_parallel(const char *path, int steps, int print_every, int threads,
-                          int n_sample);
+                          int n_sample, int zero);
 
 #endif

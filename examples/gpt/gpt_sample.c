@@ -168,7 +168,7 @@ static loom_status_t train_loop(gpt_trainer_t *t, const gpt_text_t *text,
 }
 
 static int run(const char *path, int steps, int print_every, int threads, int n_sample,
-               loom_comm_t *comm) {
+               loom_comm_t *comm, int zero) {
   int rank = comm ? loom_comm_rank(comm) : 0;
   gpt_text_t text;
   if (gpt_text_load(path, &text) != LOOM_OK) {
@@ -179,11 +179,13 @@ static int run(const char *path, int steps, int print_every, int threads, int n_
   gpt_config_t c;
   gpt_config_default(&c, text.vocab);
   c.comm = comm;
+  c.shard_optimizer_state = zero;
   if (rank == 0) {
     printf("gpt: %s, %lld characters, vocab %d; d %lld, %lld layers, %lld heads, seq %lld, batch %lld",
            path, (long long)text.n, text.vocab, (long long)c.d_model, (long long)c.n_layers,
            (long long)c.n_heads, (long long)c.seq, (long long)c.batch);
-    if (comm) printf(" per rank, %d ranks", loom_comm_size(comm));
+    if (comm) printf(" per rank, %d ranks%s", loom_comm_size(comm),
+                     zero ? ", AdamW's state split across them" : "");
     printf("\n");
   }
   gpt_trainer_t *t = NULL;
@@ -200,17 +202,17 @@ static int run(const char *path, int steps, int print_every, int threads, int n_
 }
 
 int gpt_run(const char *path, int steps, int print_every, int threads, int n_sample) {
-  return run(path, steps, print_every, threads, n_sample, NULL);
+  return run(path, steps, print_every, threads, n_sample, NULL, 0);
 }
 
 int gpt_run_data_parallel(const char *path, int steps, int print_every, int threads,
-                          int n_sample) {
+                          int n_sample, int zero) {
   loom_comm_t *comm = NULL;
   if (loom_comm_world(&comm) != LOOM_OK) {
     fprintf(stderr, "gpt: --data-parallel: %s\n", loom_last_error());
     return 1;
   }
-  int rc = run(path, steps, print_every, threads, n_sample, comm);
+  int rc = run(path, steps, print_every, threads, n_sample, comm, zero);
   loom_comm_destroy(comm);
   return rc;
 }

@@ -40,6 +40,22 @@ static loom_status_t add_params(gpt_trainer_t *t) {
                           &t->offset);
 }
 
+/* The gradients averaged across the ranks, clipped, and AdamW: the
+ * state whole on every rank, or split across them. */
+static loom_status_t data_parallel_update(gpt_trainer_t *t, const loom_value_t *grads,
+                                          loom_value_t lr) {
+  const gpt_config_t *c = &t->cfg;
+  loom_optimizer_t adamw;
+  loom_data_parallel_options_t o;
+  GPT_TRY(loom_optimizer_init(&adamw, LOOM_OPTIMIZER_ADAMW));
+  adamw.beta1 = GPT_BETA1, adamw.beta2 = GPT_BETA2, adamw.eps = GPT_EPS;
+  adamw.weight_decay = GPT_WEIGHT_DECAY;
+  GPT_TRY(loom_data_parallel_options_init(&o));
+  o.shard_optimizer_state = c->shard_optimizer_state;
+  o.max_grad_norm = GPT_CLIP;
+  return loom_data_parallel_step(t->g, c->comm, &adamw, t->n_params, t->params, grads, lr, &o);
+}
+
 /* forward, loss, gradients, clipping, AdamW, and offset += 1, so that the
  * next replay draws new dropout masks. */
 static loom_status_t build_step(gpt_trainer_t *t) {
@@ -54,11 +70,14 @@ static loom_status_t build_step(gpt_trainer_t *t) {
   GPT_TRY(gpt_forward(g, c, c->batch, t->params, tokens, t->offset, 1, &logits));
   GPT_TRY(gpt_loss(g, c, c->batch, logits, targets, &loss));
   GPT_TRY(loom_grad(g, loss, t->n_params, t->params, grads));
-  if (c->comm) GPT_TRY(loom_data_parallel_grads(g, c->comm, t->n_params, grads, NULL, grads));
-  GPT_TRY(loom_clip_grad_norm(g, t->n_params, grads, GPT_CLIP, clipped, NULL));
   if (c->dtype != LOOM_F32) GPT_TRY(loom_cast(g, lr, c->dtype, &lr));
-  GPT_TRY(loom_adamw(g, t->n_params, t->params, clipped, lr, GPT_BETA1,
-                     GPT_BETA2, GPT_EPS, GPT_WEIGHT_DECAY));
+  if (c->comm) {
+    GPT_TRY(data_parallel_update(t, grads, lr));
+  } else {
+    GPT_TRY(loom_clip_grad_norm(g, t->n_params, grads, GPT_CLIP, clipped, NULL));
+    GPT_TRY(loom_adamw(g, t->n_params, t->params, clipped, lr, GPT_BETA1,
+                       GPT_BETA2, GPT_EPS, GPT_WEIGHT_DECAY));
+  }
   GPT_TRY(loom_full(g, 0, NULL, 1, LOOM_I64, &one));
   GPT_TRY(loom_add(g, t->offset, one, &next));
   GPT_TRY(loom_assign(g, t->offset, next));

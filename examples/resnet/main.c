@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
          (long)cfg.width, (long)cfg.size, (long)cfg.size, (long)cfg.classes, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
   m.comm = a.comm;
+  m.shard_optimizer_state = a.zero;
   if (s == LOOM_OK) s = ex_resnet(&m, &cfg, &logits);
   if (s == LOOM_OK) s = ex_train_step(&m, logits, cfg.batch, 1e-4);
   int rc = s == LOOM_OK ? ex_train_main(&m, &a, cfg.batch, data, NULL) : 1;

@@ -126,6 +126,10 @@ typedef struct loom_data_parallel_options {
   /* 1: ZeRO stage 1 in loom_data_parallel_step (each rank keeps and
    * updates 1 / ranks of the optimizer's state). Default 0. */
   int shard_optimizer_state;
+  /* > 0: loom_data_parallel_step clips the mean gradient to this global
+   * L2 norm before the update, as loom_clip_grad_norm (with split state,
+   * the parts' sums of squares add up across ranks). Default 0: none. */
+  double max_grad_norm;
 } loom_data_parallel_options_t;
 
 LOOM_API loom_status_t loom_data_parallel_options_init_sized(loom_data_parallel_options_t *o,
@@ -142,6 +146,7 @@ LOOM_API loom_status_t loom_data_parallel_grads(loom_graph_t *g, loom_comm_t *co
 /* The optimizer step of a data-parallel training step: params (n
  * parameters) updated by opt from the mean over ranks of grads.
  * Without o->shard_optimizer_state: loom_data_parallel_grads, then
+ * loom_clip_grad_norm when o->max_grad_norm > 0, then
  * loom_optimizer_apply. With it, ZeRO stage 1: each bucket of gradients
  * is reduce_scattered, so that rank r receives the mean of its r-th part
  * of every parameter (each parameter flattened and split in `ranks`

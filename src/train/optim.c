@@ -14,6 +14,7 @@
 #include "core/sized.h"
 #include "core/status.h"
 #include "ir/ir.h"
+#include "loom/comm.h"
 #include "loom/train.h"
 #include "train/optim.h"
 
@@ -542,14 +543,14 @@ static loom_status_t sum_squares(loom_graph_t *g, int n,
   return LOOM_OK;
 }
 
-loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
-                                  const loom_value_t *grads, double max_norm,
-                                  loom_value_t *out_grads,
-                                  loom_value_t *total_norm) {
-  LOOM_TRY(check_grads(__func__, g, n, grads, out_grads, max_norm));
+loom_status_t train_clip_grad_norm(const char *fn, loom_graph_t *g, loom_comm_t *comm, int n,
+                                   const loom_value_t *grads, double max_norm,
+                                   loom_value_t *out_grads, loom_value_t *total_norm) {
+  LOOM_TRY(check_grads(fn, g, n, grads, out_grads, max_norm));
   loom_dtype_t dt = type_of(g, grads[0])->dtype;
   loom_value_t total, norm, tiny, denom, mx, ratio, one, coef;
   LOOM_TRY(sum_squares(g, n, grads, &total));
+  if (comm) LOOM_TRY(loom_all_reduce(g, comm, total, LOOM_COMM_SUM, &total));
   LOOM_TRY(loom_sqrt(g, total, &norm));
   /* PyTorch's 1e-6 keeps the ratio finite for an all-zero gradient. */
   LOOM_TRY(scalar(g, 1e-6, dt, &tiny));
@@ -566,4 +567,10 @@ loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n,
   }
   if (total_norm) *total_norm = norm;
   return LOOM_OK;
+}
+
+loom_status_t loom_clip_grad_norm(loom_graph_t *g, int n, const loom_value_t *grads,
+                                  double max_norm, loom_value_t *out_grads,
+                                  loom_value_t *total_norm) {
+  return train_clip_grad_norm(__func__, g, NULL, n, grads, max_norm, out_grads, total_norm);
 }

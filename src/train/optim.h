@@ -5,6 +5,7 @@
 #ifndef LOOM_TRAIN_OPTIM_H
 #define LOOM_TRAIN_OPTIM_H
 
+#include "loom/comm.h"
 #include "loom/train.h"
 
 /* loom_optimizer_apply, with take[i] (NULL: every parameter steps) a
@@ -31,6 +32,13 @@ loom_status_t train_optimizer_shards(const char *fn, loom_graph_t *g,
                                      const loom_value_t *params, const loom_value_t *shards,
                                      const loom_value_t *grads, loom_value_t lr,
                                      loom_value_t *next);
+
+/* loom_clip_grad_norm, naming fn in errors; with comm (else null) the
+ * gradients are each rank's parts of the whole, whose sums of squares
+ * add up across the ranks into the whole's norm. */
+loom_status_t train_clip_grad_norm(const char *fn, loom_graph_t *g, loom_comm_t *comm, int n,
+                                   const loom_value_t *grads, double max_norm,
+                                   loom_value_t *out_grads, loom_value_t *total_norm);
 
 /* Reads a caller's versioned loom_optimizer_t (loom.h) into out, the
  * fields it lacks left zero. Fails, naming fn, on an unset size. */

@@ -116,22 +116,49 @@ static loom_status_t gather_bucket(loom_graph_t *g, loom_comm_t *comm, const int
   return LOOM_OK;
 }
 
-/* Buckets scattered in the order backward makes them, every update,
- * then the buckets gathered: collectives keep their graph order on every
+/* params[i]: a parameter of grads[i]'s dtype and dims, checked before
+ * the parts are cut (the optimizer checks the parts only). */
+static loom_status_t check_params(loom_graph_t *g, int n, const loom_value_t *params,
+                                  const dp_grad_t *info) {
+  for (int i = 0; i < n; i++) {
+    if (!ir_value_valid(g, params[i].id) || g->values[params[i].id].kind != IR_VALUE_PARAM)
+      return loom_fail(LOOM_ERR_INVALID, "loom_data_parallel_step: params[%d] (value %d) is "
+                       "not a parameter of the graph (loom_graph_param)", i, params[i].id);
+    const ir_type_t *t = &g->values[params[i].id].type;
+    bool same = t->dtype == info[i].dtype && t->rank == info[i].rank;
+    for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == info[i].dims[d];
+    if (!same) {
+      char pb[96];
+      ir_type_str(g, t, pb, sizeof pb);
+      return loom_fail(LOOM_ERR_SHAPE, "loom_data_parallel_step: grads[%d] has %lld elements "
+                       "of %s but params[%d] is %s; they must have one dtype and shape", i,
+                       (long long)info[i].numel, loom_dtype_name(info[i].dtype), i, pb);
+    }
+  }
+  return LOOM_OK;
+}
+
+/* Buckets scattered in the order backward makes them, the parts
+ * clipped (an all_reduce of their sums of squares), every update, then
+ * the buckets gathered: collectives keep their graph order on every
  * rank. */
 static loom_status_t zero_step(loom_graph_t *g, loom_comm_t *comm, const loom_optimizer_t *opt,
                                int n, const loom_value_t *params, const loom_value_t *grads,
                                loom_value_t lr, const dp_grad_t *info, int64_t bucket_bytes,
-                               int *members, dp_bucket_t *buckets, part_t *parts,
+                               double max_grad_norm, int *members, dp_bucket_t *buckets, part_t *parts,
                                loom_value_t *vals) {
   int ranks = loom_comm_size(comm);
   loom_value_t *shard = vals, *grad = vals + n, *next = vals + 2 * n;
+  LOOM_TRY(check_params(g, n, params, info));
   for (int i = 0; i < n; i++)
     parts[i] = (part_t){.numel = info[i].numel, .size = (info[i].numel + ranks - 1) / ranks};
   int n_buckets = dp_buckets(n, info, bucket_bytes, members, buckets);
   for (int b = 0; b < n_buckets; b++)
     LOOM_TRY(scatter_bucket(g, comm, members + buckets[b].first, buckets[b].n, params, grads,
                             parts, shard, grad));
+  if (max_grad_norm > 0)
+    LOOM_TRY(train_clip_grad_norm("loom_data_parallel_step", g, comm, n, grad, max_grad_norm,
+                                  grad, NULL));
   LOOM_TRY(train_optimizer_shards("loom_data_parallel_step", g, opt, ranks,
                                   loom_comm_rank(comm), n, params, shard, grad, lr, next));
   for (int b = 0; b < n_buckets; b++)
@@ -140,12 +167,15 @@ static loom_status_t zero_step(loom_graph_t *g, loom_comm_t *comm, const loom_op
   return LOOM_OK;
 }
 
-/* Without sharding: the gradients' mean, then the optimizer. */
+/* Without sharding: the gradients' mean, clipped, then the optimizer. */
 static loom_status_t whole_step(loom_graph_t *g, loom_comm_t *comm,
                                 const loom_optimizer_t *opt, int n, const loom_value_t *params,
                                 const loom_value_t *grads, loom_value_t lr,
                                 const loom_data_parallel_options_t *opts, loom_value_t *mean) {
   LOOM_TRY(loom_data_parallel_grads(g, comm, n, grads, opts, mean));
+  if (opts->max_grad_norm > 0)
+    LOOM_TRY(train_clip_grad_norm("loom_data_parallel_step", g, NULL, n, mean,
+                                  opts->max_grad_norm, mean, NULL));
   return loom_optimizer_apply(g, opt, n, params, mean, lr);
 }
 
@@ -164,6 +194,9 @@ loom_status_t loom_data_parallel_step(loom_graph_t *g, loom_comm_t *comm,
   loom_optimizer_t full;
   LOOM_TRY(dp_read_options(__func__, o, &opts));
   LOOM_TRY(train_optimizer_read(__func__, opt, &full));
+  if (!(opts.max_grad_norm >= 0 && opts.max_grad_norm <= 1e300))
+    return loom_fail(LOOM_ERR_INVALID, "%s: max_grad_norm %g must be finite and >= 0 (0: no "
+                     "clipping)", __func__, opts.max_grad_norm);
   dp_grad_t *info = core_calloc((size_t)n, sizeof *info);
   int *members = core_malloc((size_t)n * sizeof *members);
   dp_bucket_t *buckets = core_calloc((size_t)n, sizeof *buckets);
@@ -176,8 +209,8 @@ loom_status_t loom_data_parallel_step(loom_graph_t *g, loom_comm_t *comm,
   if (s == LOOM_OK && !opts.shard_optimizer_state)
     s = whole_step(g, comm, &full, n, params, grads, lr, &opts, vals);
   else if (s == LOOM_OK)
-    s = zero_step(g, comm, &full, n, params, grads, lr, info, opts.bucket_bytes, members,
-                  buckets, parts, vals);
+    s = zero_step(g, comm, &full, n, params, grads, lr, info, opts.bucket_bytes,
+                  opts.max_grad_norm, members, buckets, parts, vals);
   core_free(info);
   core_free(members);
   core_free(buckets);
