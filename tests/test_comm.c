@@ -649,16 +649,24 @@ static void errors(void) {
 
 /* Modes for the failure tests (CMakeLists.txt runs them under mpirun and
  * reads the job's exit status and messages): rank 1 never reaches the
- * collective rank 0 waits in, or dies by SIGKILL before it. Either way the
- * job must end, with a message, well before the test's own timeout. */
+ * collective rank 0 waits in (sleeping, or blocked in a collective on
+ * another communicator that rank 0 never joins), or dies by SIGKILL
+ * before it. Either way the job must end, with a message, well before
+ * the test's own timeout. */
 static int failure_mode(const char *mode) {
   float v = 1.0f;
   loom_tensor_t *t = NULL;
+  loom_comm_t *other = NULL;
   if (loom_tensor_create(LOOM_F32, 0, NULL, &t) != LOOM_OK) return 1;
   loom_tensor_write(t, &v, sizeof v);
   loom_comm_set_timeout(comm, 2.0);
+  if (!strcmp(mode, "--blocked-rank") && loom_comm_world(&other) != LOOM_OK) return 1;
   if (rank == 1 && !strcmp(mode, "--killed-rank")) raise(SIGKILL);
   if (rank == 1 && !strcmp(mode, "--late-rank")) sleep(60);
+  if (rank == 1 && other) {
+    loom_comm_set_timeout(other, 20.0); /* rank 0's times out first */
+    loom_comm_all_reduce_tensor(other, t, LOOM_COMM_SUM);
+  }
   loom_status_t s = loom_comm_all_reduce_tensor(comm, t, LOOM_COMM_SUM);
   fprintf(stderr, "test_comm %s: rank %d: the collective returned %s\n", mode, rank,
           loom_status_name(s));

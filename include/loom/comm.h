@@ -58,7 +58,9 @@ LOOM_API loom_status_t loom_comm_world(loom_comm_t **out);
 /* A communicator over the processes of the caller's MPI communicator:
  * mpi_comm points at an MPI_Comm, which Loom duplicates (the caller's
  * stays free for its own messages). MPI must have been initialized with
- * at least MPI_THREAD_SERIALIZED. */
+ * at least MPI_THREAD_SERIALIZED; with MPI_THREAD_MULTIPLE (which
+ * loom_comm_world asks for) a timed-out collective also reports where
+ * every other rank is. */
 LOOM_API loom_status_t loom_comm_from_mpi(const void *mpi_comm, loom_comm_t **out);
 LOOM_API void loom_comm_destroy(loom_comm_t *comm);
 /* This process's rank (0 .. size - 1) and the number of ranks; -1 for a
@@ -66,7 +68,10 @@ LOOM_API void loom_comm_destroy(loom_comm_t *comm);
 LOOM_API int loom_comm_rank(const loom_comm_t *comm);
 LOOM_API int loom_comm_size(const loom_comm_t *comm);
 /* How long a collective waits for the other ranks before it ends the job
- * (default: LOOM_COMM_TIMEOUT seconds from the environment, else 300). */
+ * (default: LOOM_COMM_TIMEOUT seconds from the environment, else 300),
+ * printing the collective, this rank, and each other rank's answer to a
+ * roll call: in it, not there yet (and its last collective), in another,
+ * or no answer. */
 LOOM_API loom_status_t loom_comm_set_timeout(loom_comm_t *comm, double seconds);
 
 /* ---- Collective ops (graph builders) ----------------------------------

@@ -68,14 +68,25 @@ loom_status_t loom_comm_set_timeout(loom_comm_t *comm, double seconds) {
 #include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Where this rank is on a communicator, for another rank's roll call. */
+typedef struct roll_answer {
+  uint64_t entered, completed; /* the last collective the engine began, and ended */
+  int64_t count;               /* the one entered: its size, dtype and name */
+  int32_t dtype;
+  char what[48];
+} roll_answer_t;
 
 struct loom_comm {
   int64_t id;
   int rank, size;
   MPI_Comm mpi;
+  MPI_Comm roll;   /* the roll call's messages; MPI_COMM_NULL: none */
+  roll_answer_t at; /* under the engine's lock */
   double timeout_s;
   uint64_t issued; /* collectives run so far, for messages */
   struct pending *pending; /* started, not yet finished (core_comm_start) */
@@ -94,6 +105,7 @@ typedef struct job {
   enum { JOB_COLLECTIVE, JOB_DUP, JOB_FREE, JOB_STOP } kind;
   loom_comm_t *comm;
   core_comm_op_t op;
+  uint64_t seq; /* the collective's number on its communicator */
   MPI_Comm dup_from;
   int err;        /* MPI's error code */
   bool done;
@@ -110,9 +122,17 @@ static struct engine {
   loom_comm_t *comms[COMM_MAX];
   int alive;            /* communicators */
   bool we_initialized;  /* MPI_Init was Loom's: finalize with the last */
+  /* The roll call (MPI_THREAD_MULTIPLE only): a listener thread answers
+   * other ranks' questions while the engine is blocked in a collective;
+   * roll_lock keeps a roll communicator alive while it is used. */
+  bool multiple;
+  pthread_t listener;
+  atomic_bool listening;
+  pthread_mutex_t roll_lock;
 } eng = {.lock = PTHREAD_MUTEX_INITIALIZER,
          .work = PTHREAD_COND_INITIALIZER,
-         .done = PTHREAD_COND_INITIALIZER};
+         .done = PTHREAD_COND_INITIALIZER,
+         .roll_lock = PTHREAD_MUTEX_INITIALIZER};
 
 loom_comm_t *core_comm_get(int64_t id) {
   pthread_mutex_lock(&eng.lock);
@@ -155,18 +175,158 @@ static int run_collective(loom_comm_t *c, const core_comm_op_t *op) {
   return MPI_ERR_OP;
 }
 
+/* A collective, with the engine's place on its communicator kept for
+ * the roll call. */
+static int run_tracked(job_t *j) {
+  loom_comm_t *c = j->comm;
+  pthread_mutex_lock(&eng.lock);
+  c->at.entered = j->seq;
+  c->at.count = j->op.count;
+  c->at.dtype = (int32_t)j->op.dtype;
+  snprintf(c->at.what, sizeof c->at.what, "%s", j->op.what ? j->op.what : "?");
+  pthread_mutex_unlock(&eng.lock);
+  int err = run_collective(c, &j->op);
+  pthread_mutex_lock(&eng.lock);
+  c->at.completed = j->seq;
+  pthread_mutex_unlock(&eng.lock);
+  return err;
+}
+
+/* The new communicator, what the caller reads of it, and its roll
+ * call's twin. */
+static int dup_comm(job_t *j) {
+  loom_comm_t *c = j->comm;
+  int err = MPI_Comm_dup(j->dup_from, &c->mpi);
+  if (err != MPI_SUCCESS) return err;
+  MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->mpi, &c->rank);
+  MPI_Comm_size(c->mpi, &c->size);
+  MPI_Comm roll = MPI_COMM_NULL;
+  if (eng.multiple && MPI_Comm_dup(c->mpi, &roll) == MPI_SUCCESS)
+    MPI_Comm_set_errhandler(roll, MPI_ERRORS_RETURN);
+  pthread_mutex_lock(&eng.lock);
+  c->roll = roll;
+  pthread_mutex_unlock(&eng.lock);
+  return MPI_SUCCESS;
+}
+
+static int free_comm(job_t *j) {
+  loom_comm_t *c = j->comm;
+  pthread_mutex_lock(&eng.roll_lock);
+  pthread_mutex_lock(&eng.lock);
+  MPI_Comm roll = c->roll;
+  c->roll = MPI_COMM_NULL;
+  pthread_mutex_unlock(&eng.lock);
+  if (roll != MPI_COMM_NULL) MPI_Comm_free(&roll);
+  pthread_mutex_unlock(&eng.roll_lock);
+  return MPI_Comm_free(&c->mpi);
+}
+
 static void run_job(job_t *j) {
   switch (j->kind) {
-    case JOB_COLLECTIVE: j->err = run_collective(j->comm, &j->op); break;
-    case JOB_DUP: /* and what the caller reads of the new communicator */
-      j->err = MPI_Comm_dup(j->dup_from, &j->comm->mpi);
-      if (j->err != MPI_SUCCESS) break;
-      MPI_Comm_set_errhandler(j->comm->mpi, MPI_ERRORS_RETURN);
-      MPI_Comm_rank(j->comm->mpi, &j->comm->rank);
-      MPI_Comm_size(j->comm->mpi, &j->comm->size);
-      break;
-    case JOB_FREE: j->err = MPI_Comm_free(&j->comm->mpi); break;
+    case JOB_COLLECTIVE: j->err = run_tracked(j); break;
+    case JOB_DUP: j->err = dup_comm(j); break;
+    case JOB_FREE: j->err = free_comm(j); break;
     case JOB_STOP: j->err = MPI_SUCCESS; break;
+  }
+}
+
+/* ---- The roll call -----------------------------------------------------------
+ * A rank whose collective timed out asks every other rank of the
+ * communicator where it is (ROLL_ASK on the communicator's roll twin);
+ * each rank's listener answers (ROLL_ANSWER) from the engine's record,
+ * even while its engine is blocked in a collective of its own. */
+
+enum { ROLL_ASK = 1, ROLL_ANSWER = 2, ROLL_POLL_NS = 5000000, ROLL_WAIT_S = 3 };
+
+/* Answers every question waiting on c's roll communicator. */
+static void answer_asks(MPI_Comm roll, const loom_comm_t *c) {
+  int flag = 0;
+  MPI_Status st;
+  while (MPI_Iprobe(MPI_ANY_SOURCE, ROLL_ASK, roll, &flag, &st) == MPI_SUCCESS && flag) {
+    uint64_t asked;
+    MPI_Recv(&asked, 1, MPI_UINT64_T, st.MPI_SOURCE, ROLL_ASK, roll, MPI_STATUS_IGNORE);
+    pthread_mutex_lock(&eng.lock);
+    roll_answer_t a = c->at;
+    pthread_mutex_unlock(&eng.lock);
+    MPI_Send(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, ROLL_ANSWER, roll);
+  }
+}
+
+static void *listener_main(void *unused) {
+  (void)unused;
+  while (eng.listening) {
+    pthread_mutex_lock(&eng.roll_lock);
+    for (int i = 0; i < COMM_MAX; i++) {
+      pthread_mutex_lock(&eng.lock);
+      loom_comm_t *c = eng.comms[i];
+      MPI_Comm roll = c ? c->roll : MPI_COMM_NULL;
+      pthread_mutex_unlock(&eng.lock);
+      if (roll != MPI_COMM_NULL) answer_asks(roll, c);
+    }
+    pthread_mutex_unlock(&eng.roll_lock);
+    struct timespec pause = {0, ROLL_POLL_NS};
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+/* One rank's answer about collective seq, as a phrase. */
+static void describe(int q, const roll_answer_t *a, uint64_t seq, const core_comm_op_t *op,
+                     char *out, size_t size) {
+  bool same = a->count == op->count && a->dtype == (int32_t)op->dtype &&
+              !strcmp(a->what, op->what ? op->what : "?");
+  if (a->entered == seq && a->completed < seq && same)
+    snprintf(out, size, "rank %d is in it", q);
+  else if (a->entered == seq && a->completed < seq)
+    snprintf(out, size, "rank %d is in collective #%llu as another: %s, %lld x %s (the ranks "
+             "issued different collectives)", q, (unsigned long long)seq, a->what,
+             (long long)a->count, loom_dtype_name((loom_dtype_t)a->dtype));
+  else if (a->entered == 0)
+    snprintf(out, size, "rank %d has not reached it: it has run no collective on this "
+             "communicator", q);
+  else if (a->entered < seq)
+    snprintf(out, size, "rank %d has not reached it: its last is #%llu (%s, %s)", q,
+             (unsigned long long)a->entered, a->entered ? a->what : "none",
+             a->completed == a->entered ? "done" : "in progress");
+  else
+    snprintf(out, size, "rank %d is past it, at #%llu (%s): the ranks issued different "
+             "collectives", q, (unsigned long long)a->entered, a->what);
+}
+
+/* Asks every other rank of c where it is and prints the answers, waiting
+ * ROLL_WAIT_S at most (the caller's thread: MPI_THREAD_MULTIPLE). */
+static void roll_call(loom_comm_t *c, uint64_t seq, const core_comm_op_t *op) {
+  int n = c->size;
+  roll_answer_t *ans = core_calloc((size_t)n, sizeof *ans);
+  MPI_Request *req = core_calloc((size_t)n * 2, sizeof *req);
+  bool *got = core_calloc((size_t)n, sizeof *got);
+  if (!ans || !req || !got) return; /* about to end the job: nothing to free */
+  for (int q = 0; q < n; q++) {
+    got[q] = q == c->rank;
+    req[2 * q] = req[2 * q + 1] = MPI_REQUEST_NULL;
+    if (got[q]) continue;
+    MPI_Isend(&seq, 1, MPI_UINT64_T, q, ROLL_ASK, c->roll, &req[2 * q]);
+    MPI_Irecv(&ans[q], (int)sizeof ans[q], MPI_BYTE, q, ROLL_ANSWER, c->roll, &req[2 * q + 1]);
+  }
+  fprintf(stderr, "loom:   where the other ranks are (asked just now):\n");
+  int64_t until = core_now_ns() + (int64_t)ROLL_WAIT_S * 1000000000;
+  for (int left = n - 1; left > 0 && core_now_ns() < until;) {
+    for (int q = 0; q < n; q++) {
+      int done = 0;
+      if (!got[q] && MPI_Test(&req[2 * q + 1], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+        got[q] = true, left--;
+    }
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+  for (int q = 0; q < n; q++) {
+    char line[256];
+    if (q == c->rank) continue;
+    if (got[q]) describe(q, &ans[q], seq, op, line, sizeof line);
+    else snprintf(line, sizeof line, "rank %d did not answer within %d s (it exited, was "
+                  "stopped, or hangs outside Loom's communication)", q, ROLL_WAIT_S);
+    fprintf(stderr, "loom:     %s\n", line);
   }
 }
 
@@ -255,7 +415,7 @@ static loom_status_t engine_start(void) {
                      "communicator alive for as long as the program communicates");
   MPI_Initialized(&inited);
   if (!inited) {
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return loom_fail(LOOM_ERR_COMM, "loom_comm_world: MPI_Init_thread failed");
     eng.we_initialized = true;
   } else {
@@ -271,6 +431,10 @@ static loom_status_t engine_start(void) {
   if (pthread_create(&eng.thread, NULL, engine_main, NULL) != 0)
     return loom_fail(LOOM_ERR_NOMEM, "loom_comm: could not start the communication thread");
   eng.running = true;
+  eng.multiple = provided >= MPI_THREAD_MULTIPLE;
+  eng.listening = eng.multiple;
+  if (eng.listening && pthread_create(&eng.listener, NULL, listener_main, NULL) != 0)
+    eng.listening = eng.multiple = false; /* no roll call, as without MPI_THREAD_MULTIPLE */
   return LOOM_OK;
 }
 
@@ -279,6 +443,10 @@ static void engine_stop(void) {
   int err;
   if (submit(&stop, 30.0, &err) != LOOM_OK) return; /* stuck in a collective: leave it */
   pthread_join(eng.thread, NULL);
+  if (eng.listening) {
+    eng.listening = false;
+    pthread_join(eng.listener, NULL);
+  }
   eng.running = false;
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -293,6 +461,7 @@ static loom_status_t comm_create(const char *fn, MPI_Comm from, loom_comm_t **ou
   *out = NULL;
   loom_comm_t *c = core_calloc(1, sizeof *c);
   if (!c) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
+  c->mpi = c->roll = MPI_COMM_NULL;
   const char *env = getenv("LOOM_COMM_TIMEOUT");
   c->timeout_s = env && atof(env) > 0 ? atof(env) : 300.0;
   pthread_mutex_lock(&eng.lock);
@@ -415,12 +584,18 @@ static const char *reduce_name(const core_comm_op_t *op) {
  * buffers if it ever completes, and the ranks no longer agree on which
  * collective is which: the job ends, as a GPU collective library's
  * watchdog ends it, with the reason from this rank. */
-static void timed_out(const loom_comm_t *c, const core_comm_op_t *op, uint64_t seq) {
+static void timed_out(loom_comm_t *c, const core_comm_op_t *op, uint64_t seq) {
   fprintf(stderr, "loom: %s (collective #%llu of its communicator, %lld x %s) on rank %d of "
           "%d: the other ranks did not complete it within %g s (one failed or exited, or "
           "they ran other collectives; LOOM_COMM_TIMEOUT sets the limit): ending the job\n",
           op->what, (unsigned long long)seq, (long long)op->count, loom_dtype_name(op->dtype),
           c->rank, c->size, c->timeout_s);
+  pthread_mutex_lock(&eng.lock);
+  bool can_ask = c->roll != MPI_COMM_NULL;
+  pthread_mutex_unlock(&eng.lock);
+  if (can_ask) roll_call(c, seq, op);
+  else fprintf(stderr, "loom:   (no roll call of the other ranks: MPI runs without "
+               "MPI_THREAD_MULTIPLE)\n");
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 3);
   _exit(3); /* MPI_Abort does not return; if it did, nothing may go on */
@@ -469,7 +644,7 @@ loom_status_t core_comm_start(loom_comm_t *c, const core_comm_op_t *op) {
   if (old) LOOM_TRY(finish(c, old));
   /* All_reduce and broadcast run in place, their input copied now: the
    * caller's send buffer is free once this returns. */
-  job_t job = {.kind = JOB_COLLECTIVE, .comm = c, .op = *op};
+  job_t job = {.kind = JOB_COLLECTIVE, .comm = c, .op = *op, .seq = c->issued + 1};
   bool copies = op->kind == COMM_ALL_REDUCE || (op->kind == COMM_BROADCAST && c->rank == op->root);
   if (copies && op->send != op->recv) {
     memcpy(op->recv, op->send, (size_t)op->count * loom_dtype_size(op->dtype));

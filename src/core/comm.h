@@ -6,8 +6,10 @@
  * MPI_THREAD_SERIALIZED and a caller can stop waiting: a collective that
  * another rank never reaches (it failed, exited, or issued others) ends
  * the job after the communicator's timeout, with a message naming the
- * collective, instead of hanging (MPI cannot cancel a collective, which
- * would go on writing into the caller's buffers).
+ * collective and where the other ranks are (a roll call, under
+ * MPI_THREAD_MULTIPLE, answered by each rank's listener thread), instead
+ * of hanging (MPI cannot cancel a collective, which would go on writing
+ * into the caller's buffers).
  * Collectives are identified across ranks by their order on a
  * communicator: every rank must issue the same ones in the same order.
  *
