@@ -395,6 +395,9 @@ static void checkpoints_move_between_rank_counts(void) {
   mlp_t m = {0};
   mlp_for(&m, 1, 1, 100);
   CHECK_ERR(loom_comm_checkpoint_load(comm, m.g, missing), LOOM_ERR_IO, "missing");
+  /* A file rank 0 cannot write fails on every rank, naming it. */
+  CHECK_ERR(loom_comm_checkpoint_save(comm, m.g, "/nonexistent_loom_dir/ckpt.safetensors"),
+            LOOM_ERR_IO, "nonexistent_loom_dir");
   mlp_free(&m);
   if (rank == 0) {
     remove(path);
