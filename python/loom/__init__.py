@@ -20,6 +20,7 @@ from . import optim
 from . import _compile
 from ._compile import compile, Compiled  # noqa: F401
 from . import nn
+from . import distributed
 from .serialization import save, load
 
 GraphBreak = _C.GraphBreak

@@ -170,7 +170,9 @@ PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer) {
   if (s == LOOM_OK) {
     cap.lr_input = (int)PyList_GET_SIZE(cap.inputs);
     if (PyList_Append(cap.inputs, Py_None) < 0) goto done;
-    s = loom_optimizer_apply(cap.g, o, (int)k, params, grads, lr);
+    loom_comm_t *comm = py_dist_averaging();
+    if (comm) s = loom_data_parallel_step(cap.g, comm, o, (int)k, params, grads, lr, NULL);
+    else s = loom_optimizer_apply(cap.g, o, (int)k, params, grads, lr);
   }
   if (s != LOOM_OK) {
     py_fail(s);
@@ -289,7 +291,11 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
   loom_compile_options_init(&o);
   o.num_threads = py_step_threads();
   c->e = NULL;
-  s = loom_compile(cap.g, &o, &c->e);
+  /* A data-parallel step starts every rank from rank 0's parameters and
+   * optimizer state (borrowed: the Python tensors change too). */
+  s = cap.lr_input >= 0 && py_dist_averaging()
+          ? loom_comm_broadcast_params(py_dist_averaging(), cap.g, 0) : LOOM_OK;
+  if (s == LOOM_OK) s = loom_compile(cap.g, &o, &c->e);
   c->g = cap.g;
   cap.g = NULL;
   c->inputs = cap.inputs;

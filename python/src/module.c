@@ -62,6 +62,7 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddFunctions(m, py_op_methods) < 0 ||
       PyModule_AddFunctions(m, py_dlpack_functions) < 0 ||
       PyModule_AddFunctions(m, py_capture_functions) < 0 ||
+      PyModule_AddFunctions(m, py_dist_functions) < 0 ||
       PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&py_tensor_type) < 0 ||
       PyModule_AddObjectRef(m, "GraphBreak", py_graph_break) < 0 ||
       PyModule_AddIntConstant(m, "MAX_RANK", LOOM_MAX_RANK) < 0) {

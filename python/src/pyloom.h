@@ -118,6 +118,13 @@ PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer);
 extern PyMethodDef py_capture_functions[];
 extern PyTypeObject py_captured_type;
 
+/* ---- loom.distributed (distributed.c) ---- */
+#include "loom/comm.h"
+/* The communicator whose ranks the optimizer steps average gradients
+ * over (DistributedDataParallel), or NULL. */
+loom_comm_t *py_dist_averaging(void);
+extern PyMethodDef py_dist_functions[];
+
 /* ---- DLPack (dlpack.c) ---- */
 PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *py_tensor_dlpack_device(PyObject *self, PyObject *unused);

@@ -52,7 +52,9 @@ loom_trace_t *py_step_trace(void) {
   o.tiered = st.compile_mode == 0;
   o.compile = st.compile_mode != 2;
   loom_status_t s = loom_trace_create(&o, &st.trace);
+  if (s == LOOM_OK && py_dist_averaging()) s = loom_trace_data_parallel(st.trace, py_dist_averaging());
   if (s != LOOM_OK) {
+    loom_trace_destroy(st.trace);
     st.trace = NULL;
     py_fail(s);
     return NULL;
