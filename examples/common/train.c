@@ -273,9 +273,11 @@ int ex_parse_args(int argc, char **argv, ex_args_t *a) {
     else if (v && !strcmp(argv[i], "--threads")) a->threads = atoi(v);
     else if (v && !strcmp(argv[i], "--every")) a->every = atoi(v);
     else if (v && !strcmp(argv[i], "--lr")) a->lr = atof(v);
+    else if (v && !strcmp(argv[i], "--checkpoint")) a->checkpoint = v;
+    else if (v && !strcmp(argv[i], "--resume")) a->resume = v;
     else {
       fprintf(stderr, "usage: %s [--steps N] [--threads T] [--every K] [--lr X] "
-              "[--data-parallel] [--zero]\n", argv[0]);
+              "[--data-parallel] [--zero] [--checkpoint PATH] [--resume PATH]\n", argv[0]);
       return 1;
     }
   }
@@ -306,6 +308,7 @@ static float schedule(const ex_args_t *a, int step) {
 
 typedef struct loop {
   loom_comm_t *comm;
+  loom_graph_t *g;
   loom_executable_t *e;
   loom_tensor_t *x, *y, *lr, *loss, *logits;
   double *xv;
@@ -331,7 +334,10 @@ static loom_status_t loop_init(loop_t *l, ex_model_t *m, const ex_args_t *a,
   loom_compile_options_init(&o);
   o.num_threads = a->threads;
   l->comm = m->comm;
+  l->g = m->g;
   if (m->comm) EX_TRY(loom_comm_broadcast_params(m->comm, m->g, 0));
+  if (a->resume && m->comm) EX_TRY(loom_comm_checkpoint_load(m->comm, m->g, a->resume));
+  else if (a->resume) EX_TRY(loom_checkpoint_load(m->g, a->resume));
   EX_TRY(loom_compile(m->g, &o, &l->e));
   EX_TRY(loom_executable_new_output(l->e, 0, &l->loss));
   EX_TRY(loom_executable_new_output(l->e, 1, &l->logits));
@@ -345,6 +351,12 @@ static loom_status_t loop_init(loop_t *l, ex_model_t *m, const ex_args_t *a,
   l->xv = malloc((size_t)loom_tensor_numel(l->x) * sizeof *l->xv);
   l->yv = malloc((size_t)batch * sizeof *l->yv);
   return l->xv && l->yv ? LOOM_OK : LOOM_ERR_NOMEM;
+}
+
+/* Every rank calls it; rank 0 writes the whole state. */
+static loom_status_t save(const loop_t *l, const char *path) {
+  return l->comm ? loom_comm_checkpoint_save(l->comm, l->g, path)
+                 : loom_checkpoint_save(l->g, path);
 }
 
 static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
@@ -371,6 +383,8 @@ static loom_status_t loop_run(loop_t *l, const ex_args_t *a,
       fflush(stdout);
       t_last = t, loss_sum = 0, acc_sum = 0;
     }
+    if (a->checkpoint && ((k + 1) % a->every == 0 || k + 1 == a->steps))
+      EX_TRY(save(l, a->checkpoint));
   }
   double total = now_s() - t0;
   int ranks = l->comm ? loom_comm_size(l->comm) : 1;

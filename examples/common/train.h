@@ -109,11 +109,17 @@ typedef struct ex_args {
   double lr;
   loom_comm_t *comm; /* --data-parallel: every process of the MPI job */
   int zero;          /* --zero: --data-parallel with AdamW's state split (ZeRO-1) */
+  const char *checkpoint; /* --checkpoint PATH: saved at every report and at the end */
+  const char *resume;     /* --resume PATH: weights and optimizer state loaded first */
 } ex_args_t;
-/* --steps N --threads T --every K --lr X --data-parallel --zero; 0 ok, 1 bad
+/* --steps N --threads T --every K --lr X --data-parallel --zero
+ * --checkpoint PATH --resume PATH; 0 ok, 1 bad
  * usage or no communicator (printed). With --data-parallel (under
  * `mpirun -np N`) each rank trains on its own batches, rank 0 prints, and
- * ex_train_main destroys a->comm. */
+ * ex_train_main destroys a->comm. Checkpoints hold the whole state
+ * however many ranks wrote it (rank 0 writes; loom_comm_checkpoint_save),
+ * so a run resumes on any number of ranks; the learning-rate schedule
+ * starts again. */
 int ex_parse_args(int argc, char **argv, ex_args_t *a);
 
 /* Compiles m's training step, trains it `steps` steps on batches from
