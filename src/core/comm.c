@@ -287,7 +287,7 @@ static void describe(int q, const roll_answer_t *a, uint64_t seq, const core_com
              "communicator", q);
   else if (a->entered < seq)
     snprintf(out, size, "rank %d has not reached it: its last is #%llu (%s, %s)", q,
-             (unsigned long long)a->entered, a->entered ? a->what : "none",
+             (unsigned long long)a->entered, a->what,
              a->completed == a->entered ? "done" : "in progress");
   else
     snprintf(out, size, "rank %d is past it, at #%llu (%s): the ranks issued different "
@@ -428,13 +428,19 @@ static loom_status_t engine_start(void) {
    * communicators Loom duplicates get the same handler; a program's own
    * MPI_COMM_WORLD keeps its). */
   if (eng.we_initialized) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (pthread_create(&eng.thread, NULL, engine_main, NULL) != 0)
-    return loom_fail(LOOM_ERR_NOMEM, "loom_comm: could not start the communication thread");
-  eng.running = true;
+  /* Set before the engine starts: its first job makes a roll twin or not. */
   eng.multiple = provided >= MPI_THREAD_MULTIPLE;
   eng.listening = eng.multiple;
   if (eng.listening && pthread_create(&eng.listener, NULL, listener_main, NULL) != 0)
     eng.listening = eng.multiple = false; /* no roll call, as without MPI_THREAD_MULTIPLE */
+  if (pthread_create(&eng.thread, NULL, engine_main, NULL) != 0) {
+    if (eng.listening) {
+      eng.listening = false;
+      pthread_join(eng.listener, NULL);
+    }
+    return loom_fail(LOOM_ERR_NOMEM, "loom_comm: could not start the communication thread");
+  }
+  eng.running = true;
   return LOOM_OK;
 }
 
