@@ -1,12 +1,14 @@
 /* bench dist: the training step across ranks (issue 21), one program run
  * alone or under mpirun; bench/dist.py runs it every way and compares.
  *
- *   bench_dist step MODEL [--threads N] [--data-parallel]
+ *   bench_dist step MODEL [--threads N] [--data-parallel] [--zero]
  *     the step of bench/train.c (train_step.c), each rank on its own batch
  *     of the model's size, the gradients averaged across ranks with
  *     --data-parallel; rank 0 prints {"bench":"dist_step","model",
  *     "ranks","threads","step_ms","items_per_s"}: the median step over
- *     blocks of steps after warm-up, items = batch x ranks a step.
+ *     blocks of steps after warm-up, items = batch x ranks a step, and
+ *     "state_bytes": the bytes of AdamW's moments on this rank. --zero:
+ *     ZeRO-1, AdamW's state split across the ranks.
  *   bench_dist allreduce MODEL
  *     under mpirun: Loom's bucketed all_reduce of the model's gradients (a
  *     compiled graph of the gradients as inputs, loom_data_parallel_grads,
@@ -80,13 +82,29 @@ static double median_ms(run_t *r) {
 
 static int rank0(void) { return !comm || loom_comm_rank(comm) == 0; }
 
-static void step(const train_model_t *m, int threads) {
+/* Bytes of g's optimizer moments (parameters named "*.m", "*.v"). */
+static double moment_bytes(loom_graph_t *g) {
+  double bytes = 0;
+  for (int i = 0; i < loom_graph_num_params(g); i++) {
+    const char *name = loom_graph_param_name(g, i);
+    size_t n = strlen(name);
+    if (n < 2 || name[n - 2] != '.' || (name[n - 1] != 'm' && name[n - 1] != 'v')) continue;
+    loom_value_t v;
+    loom_tensor_t *t;
+    BENCH_TRY(loom_graph_param_value(g, i, &v));
+    BENCH_TRY(loom_graph_param_tensor(g, v, &t));
+    bytes += (double)loom_tensor_numel(t) * (double)loom_dtype_size(loom_tensor_dtype(t));
+  }
+  return bytes;
+}
+
+static void step(const train_model_t *m, int threads, int zero) {
   model_params_t *p = calloc(1, sizeof *p);
   loom_graph_t *g = NULL;
   loom_tensor_t *in[3], *loss = NULL;
   train_make_inputs(m, in);
   BENCH_TRY(loom_graph_create(&g));
-  BENCH_TRY(train_build_step(g, m, p, comm));
+  BENCH_TRY(train_build_step(g, m, p, comm, zero));
   if (comm) BENCH_TRY(loom_comm_broadcast_params(comm, g, 0));
   loom_compile_options_t o = bench_options(1, threads);
   run_t r = {.n_in = 3, .n_out = 1, .in = in, .out = &loss};
@@ -102,6 +120,7 @@ static void step(const train_model_t *m, int threads) {
     bench_json_num(&j, "threads", threads);
     bench_json_num(&j, "step_ms", ms);
     bench_json_num(&j, "items_per_s", (double)m->shape[0] * ranks / ms * 1e3);
+    bench_json_num(&j, "state_bytes", moment_bytes(g));
     bench_json_end(&j);
   }
   loom_tensor_destroy(loss);
@@ -134,7 +153,7 @@ static void allreduce(const train_model_t *m) {
   model_params_t *p = calloc(1, sizeof *p);
   loom_graph_t *model = NULL, *g = NULL;
   BENCH_TRY(loom_graph_create(&model));
-  BENCH_TRY(train_build_step(model, m, p, NULL));
+  BENCH_TRY(train_build_step(model, m, p, NULL, 0));
   BENCH_TRY(loom_graph_create(&g));
   loom_value_t *grads = calloc((size_t)p->n, sizeof *grads);
   loom_tensor_t **in = calloc((size_t)p->n, sizeof *in), **out = calloc((size_t)p->n, sizeof *out);
@@ -184,7 +203,7 @@ static void layout(const train_model_t *m) {
   model_params_t *p = calloc(1, sizeof *p);
   loom_graph_t *g = NULL;
   BENCH_TRY(loom_graph_create(&g));
-  BENCH_TRY(train_build_step(g, m, p, NULL));
+  BENCH_TRY(train_build_step(g, m, p, NULL, 0));
   printf("{\"bench\":\"grad_layout\",\"model\":\"%s\",\"grad_bytes\":[", m->name);
   for (int i = 0; i < p->n; i++) {
     loom_dtype_t dt;
@@ -203,16 +222,17 @@ static void layout(const train_model_t *m) {
 int main(int argc, char **argv) {
   const char *mode = argc > 2 ? argv[1] : "", *name = argc > 2 ? argv[2] : "";
   const train_model_t *m = train_model_find(name);
-  int threads = 1, dp = !strcmp(mode, "allreduce");
+  int threads = 1, dp = !strcmp(mode, "allreduce"), zero = 0;
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "--data-parallel")) dp = 1;
+    else if (!strcmp(argv[i], "--zero")) dp = zero = 1;
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else m = NULL;
   }
   if (!m || threads < 1 ||
       (strcmp(mode, "step") && strcmp(mode, "allreduce") && strcmp(mode, "layout"))) {
     fprintf(stderr, "usage: bench_dist step|allreduce|layout mlp|resnet18|transformer|vit "
-            "[--threads N] [--data-parallel]\n");
+            "[--threads N] [--data-parallel] [--zero]\n");
     return 2;
   }
   if (!strcmp(mode, "layout")) {
@@ -224,7 +244,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench dist: %s\n", loom_last_error());
     return 1;
   }
-  if (!strcmp(mode, "step")) step(m, threads);
+  if (!strcmp(mode, "step")) step(m, threads, zero);
   else allreduce(m);
   loom_comm_destroy(comm);
   return 0;

@@ -9,6 +9,11 @@ gradients against one MPI_Allreduce of the same bytes. JSON lines:
   {"bench":"dist","model","ranks":2,"threads_per_rank":1,"loom_items_per_s",
    "single_rank_items_per_s","scaling_efficiency","two_thread_items_per_s",
    "torch_ddp_items_per_s","vs_torch_ddp"}
+  {"bench":"dist_zero","model","ranks":2,"loom_items_per_s",
+   "data_parallel_items_per_s","vs_data_parallel","state_bytes_per_rank",
+   "data_parallel_state_bytes_per_rank","state_ratio"}: the same 2-rank step
+   with AdamW's state split across the ranks (ZeRO-1), against the plain
+   2-rank step measured just before; state bytes are AdamW's moments
   {"bench":"allreduce","model","bytes","loom_ms","mpi_ms","overhead"}
   {"bench":"dist_sim",...}: bench/dist_sim.py's model of the Transformer's
   step at 8, 64 and 512 ranks, from its one-rank step measured here
@@ -55,6 +60,10 @@ def step_ms(line):
     return json.loads(line)["step_ms"] if line else None
 
 
+def state(line):
+    return json.loads(line)["state_bytes"] if line else None
+
+
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
@@ -66,7 +75,9 @@ def main():
         line = run([dist, "step", model, "--threads", "1"])
         one, one_rank_ms[model] = items(line), step_ms(line)
         two = items(run([dist, "step", model, "--threads", "2"]))
-        mine = items(run(MPIRUN + [dist, "step", model, "--threads", "1", "--data-parallel"]))
+        plain = run(MPIRUN + [dist, "step", model, "--threads", "1", "--data-parallel"])
+        zero = run(MPIRUN + [dist, "step", model, "--threads", "1", "--zero"])
+        mine = items(plain)
         ddp = run([sys.executable, os.path.join(HERE, "peers", "torch_ddp.py"), model,
                    "--ranks", "2"], env=torch_env())
         theirs = float(ddp.split()[1]) if ddp else None
@@ -77,6 +88,11 @@ def main():
             "two_thread_items_per_s": two, "vs_two_threads": ratio(mine, two),
             "torch_ddp_items_per_s": round(theirs, 2) if theirs else None,
             "vs_torch_ddp": ratio(mine, theirs)}), flush=True)
+        print(json.dumps({
+            "bench": "dist_zero", "model": model, "ranks": 2, "loom_items_per_s": items(zero),
+            "data_parallel_items_per_s": mine, "vs_data_parallel": ratio(items(zero), mine),
+            "state_bytes_per_rank": state(zero), "data_parallel_state_bytes_per_rank": state(plain),
+            "state_ratio": ratio(state(zero), state(plain))}), flush=True)
     for model in MODELS:
         line = run(MPIRUN + [dist, "allreduce", model])
         if line:

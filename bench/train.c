@@ -216,7 +216,7 @@ static void bench_model(const char *bench_dir, const train_model_t *m) {
   loom_graph_t *g = NULL;
   train_make_inputs(m, in);
   BENCH_TRY(loom_graph_create(&g));
-  int built = p && train_build_step(g, m, p, NULL) == LOOM_OK;
+  int built = p && train_build_step(g, m, p, NULL, 0) == LOOM_OK;
   if (!built)
     fprintf(stderr, "bench train: %s: the step does not build: %s\n", m->name,
             loom_last_error());

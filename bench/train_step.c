@@ -32,8 +32,21 @@ static loom_status_t build_forward(loom_graph_t *g, const train_model_t *m,
   return model_vit(g, s[0], s[2], 8, 192, 6, 3, m->classes, logits);
 }
 
+/* AdamW's update of p, its state split across comm's ranks. */
+static loom_status_t zero_adamw(loom_graph_t *g, loom_comm_t *comm, model_params_t *p,
+                                const loom_value_t *grads, loom_value_t lr) {
+  loom_optimizer_t adamw;
+  loom_data_parallel_options_t o;
+  loom_status_t s = loom_optimizer_init(&adamw, LOOM_OPTIMIZER_ADAMW);
+  if (s == LOOM_OK) s = loom_data_parallel_options_init(&o);
+  if (s != LOOM_OK) return s;
+  adamw.beta1 = BETA1, adamw.beta2 = BETA2, adamw.eps = EPS, adamw.weight_decay = DECAY;
+  o.shard_optimizer_state = 1;
+  return loom_data_parallel_step(g, comm, &adamw, p->n, p->v, grads, lr, &o);
+}
+
 loom_status_t train_build_step(loom_graph_t *g, const train_model_t *m, model_params_t *p,
-                               loom_comm_t *comm) {
+                               loom_comm_t *comm, int zero) {
   loom_value_t logits, labels, lr, loss, grads[MODEL_MAX_PARAMS];
   model_train_begin(p);
   loom_status_t s = build_forward(g, m, &logits);
@@ -43,10 +56,12 @@ loom_status_t train_build_step(loom_graph_t *g, const train_model_t *m, model_pa
       (s = loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr)) ||
       (s = loom_cross_entropy(g, logits, labels, LOOM_NO_IGNORE_INDEX, 0,
                               LOOM_REDUCTION_MEAN, &loss)) ||
-      (s = loom_grad(g, loss, p->n, p->v, grads)) ||
-      (comm && (s = loom_data_parallel_grads(g, comm, p->n, grads, NULL, grads))) ||
-      (s = loom_adamw(g, p->n, p->v, grads, lr, BETA1, BETA2, EPS, DECAY)))
+      (s = loom_grad(g, loss, p->n, p->v, grads)))
     return s;
+  if (comm && zero) s = zero_adamw(g, comm, p, grads, lr);
+  else if ((!comm || (s = loom_data_parallel_grads(g, comm, p->n, grads, NULL, grads)) == LOOM_OK))
+    s = loom_adamw(g, p->n, p->v, grads, lr, BETA1, BETA2, EPS, DECAY);
+  if (s != LOOM_OK) return s;
   return loom_graph_output(g, loss);
 }
 

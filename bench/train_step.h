@@ -22,9 +22,11 @@ const train_model_t *train_model_find(const char *name);
 
 /* The whole step in one graph: inputs x, labels, lr; output the loss; the
  * trainable parameters into p. With comm, the gradients are averaged
- * across its ranks (loom_data_parallel_grads) before AdamW. */
+ * across its ranks (loom_data_parallel_grads) before AdamW; with zero as
+ * well, AdamW's state is split across them (loom_data_parallel_step,
+ * ZeRO-1). */
 loom_status_t train_build_step(loom_graph_t *g, const train_model_t *m, model_params_t *p,
-                               loom_comm_t *comm);
+                               loom_comm_t *comm, int zero);
 
 /* The step's inputs: x (bench_input), labels i * 7 % classes, lr. */
 void train_make_inputs(const train_model_t *m, loom_tensor_t **in);
