@@ -52,7 +52,7 @@ scripts/build.sh asan
 
 # Tests that share caches or traces between threads (add new ones here).
 tsan_tests=()
-for t in test_cache test_trace test_trace_optim test_trace_defer test_eager test_pool test_storage test_threads test_codegen_index test_conv_winograd test_conv_choice test_split; do [ -f "tests/$t.c" ] && tsan_tests+=("$t"); done
+for t in test_cache test_trace test_trace_optim test_trace_defer test_eager test_pool test_storage test_threads test_codegen_index test_conv_winograd test_conv_choice test_split test_comm; do [ -f "tests/$t.c" ] && tsan_tests+=("$t"); done
 echo "== ThreadSanitizer build (${tsan_tests[*]}) =="
 scripts/build.sh tsan "${tsan_tests[@]}"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../scripts/tsan.supp" \
