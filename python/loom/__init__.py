@@ -4,6 +4,7 @@ Ops on loom tensors are recorded into a trace, not run one by one; a value
 is computed where Python needs it (.numpy(), .item(), print, bool), by
 segments that Loom compiles once per GraphKey and replays. See
 docs/python.md."""
+import atexit as _atexit
 import builtins as _builtins
 import contextlib
 
@@ -24,6 +25,9 @@ from . import distributed
 from .serialization import save, load
 
 GraphBreak = _C.GraphBreak
+# At exit the compiles in flight finish, so that the next run of the
+# program finds them in the module cache.
+_atexit.register(_C._at_exit)
 
 for _d in _DTYPES:
     globals()[_d.name] = _d

@@ -275,6 +275,16 @@ static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
 }
 
 /* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
+/* _at_exit(): the step ends and the trace goes, so that the compiles it
+ * is running finish and reach the module cache on disk (a program that
+ * ends before its background compiles would else find none of them on
+ * its next run); queued ones are dropped. */
+static PyObject *fn_at_exit(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (st.trace && renew_trace() < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *fn_set_compile_mode(PyObject *self, PyObject *arg) {
   (void)self;
   long mode = PyLong_AsLong(arg);
@@ -504,6 +514,7 @@ PyMethodDef py_step_methods[] = {
     {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
     {"sync", fn_sync, METH_NOARGS, "runs what is recorded: a segment boundary"},
     {"_set_compile_mode", fn_set_compile_mode, METH_O, "0 tiered, 1 wait, 2 interpret"},
+    {"_at_exit", fn_at_exit, METH_NOARGS, "ends the step; the compiles running finish"},
     {"_no_grad_enter", fn_no_grad_enter, METH_NOARGS, NULL},
     {"_no_grad_exit", fn_no_grad_exit, METH_NOARGS, NULL},
     {"is_grad_enabled", fn_grad_enabled, METH_NOARGS, "False inside loom.no_grad()"},
