@@ -21,6 +21,8 @@ and loom.compile's captured training steps alike. See docs/distributed.md.
 from . import _C
 from .nn.module import Module
 
+_averaging = False  # DistributedDataParallel made: optimizer steps average gradients
+
 
 class ReduceOp:
     SUM = 0
@@ -39,7 +41,9 @@ def init_process_group(backend="mpi"):
 def destroy_process_group():
     """Ends the step in progress, then leaves the group (MPI is finalized
     with it when Loom initialized it, and cannot start again)."""
+    global _averaging
     _C._dist_destroy()
+    _averaging = False
 
 
 def is_initialized():
@@ -106,6 +110,29 @@ class DistributedDataParallel(Module):
         for b in module.buffers():
             broadcast(b, 0)
         _C._dist_average_gradients()
+        global _averaging
+        _averaging = True
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
+
+
+def _average_grads(params):
+    """Every rank's .grad of params replaced by the average over the ranks,
+    for an optimizer step that works from .grad (one the user changed, as
+    clip_grad_norm_ does, or several param groups): a parameter with no
+    .grad on a rank counts zeros there, and has a .grad on every rank if
+    any rank gave it one. The ranks pass the same parameters in the same
+    order (one model): one collective for which have a gradient, then one
+    a parameter."""
+    from . import tensor, zeros, int64
+    if not _averaging:
+        return
+    had = tensor([1 if p.grad is not None else 0 for p in params], dtype=int64)
+    all_reduce(had, ReduceOp.MAX)
+    for p, anywhere in zip(params, had.tolist()):
+        if not anywhere:
+            continue
+        g = p.grad if p.grad is not None else zeros(*p.shape, dtype=p.dtype)
+        all_reduce(g, ReduceOp.AVG)
+        p.grad = g

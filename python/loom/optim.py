@@ -73,8 +73,11 @@ class Optimizer:
 
     def _step_from_grads(self):
         """The update as traced ops on .grad; the step then ends and the new
-        values are written into the parameters."""
-        from . import no_grad, step
+        values are written into the parameters. Under
+        DistributedDataParallel the .grad are averaged across the ranks
+        first."""
+        from . import distributed, no_grad, step
+        distributed._average_grads([p for g in self.param_groups for p in g["params"]])
         updates = []
         with no_grad():
             for group in self.param_groups:

@@ -53,14 +53,18 @@ static PyObject *fn_rank_size(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(ii)", loom_comm_rank(world), loom_comm_size(world));
 }
 
-/* The real, contiguous loom tensor of a Python one, for a collective. */
+/* The real loom tensor of a Python one, for a collective that writes it
+ * in place: the step in progress ends first (as an assignment into a
+ * tensor's memory does), so that t is real and no value of the step
+ * still stands for what it held. */
 static loom_tensor_t *real_of(PyObject *o, const char *fn) {
   if (!py_tensor_check(o)) {
     PyErr_Format(PyExc_TypeError, "loom.distributed.%s: a loom Tensor is needed", fn);
     return NULL;
   }
+  if (py_capture_active()) return py_capture_refuse_read(), NULL; /* loom.compile: a read */
   py_tensor_t *t = (py_tensor_t *)o;
-  if (py_tensor_realize(t) < 0) return NULL;
+  if (py_step_end() < 0 || py_tensor_realize(t) < 0) return NULL;
   return t->data;
 }
 

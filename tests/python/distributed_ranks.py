@@ -74,9 +74,12 @@ def F_t(a, b):
     return torch.nn.functional.mse_loss(a, b)
 
 
-def train(compiled, rank, size):
+def train(compiled, rank, size, clip=False):
     """Traced, each rank on its own branch; or one captured executable a
-    rank (no branch: loom.compile(fullgraph=True) fails on a graph break)."""
+    rank (no branch: loom.compile(fullgraph=True) fails on a graph break).
+    clip: .grad clipped (by a norm it never reaches) before the step, which
+    then works from .grad, each parameter's gradient given by one rank's
+    branch only."""
     loom.manual_seed(100 + rank)  # each rank's own weights, which DDP replaces with rank 0's
     model = dist.DistributedDataParallel(Net(branch=not compiled))
     weights = [p.detach().numpy().copy() for p in model.parameters()]
@@ -90,6 +93,8 @@ def train(compiled, rank, size):
         opt.zero_grad()
         loss = F.mse_loss(model(xb), yb)
         loss.backward()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), 1e6)
         opt.step()
         return loss
 
@@ -120,6 +125,8 @@ def main():
         np.testing.assert_array_equal(theirs.numpy(), w)
     # the same with a captured step: the exchange inside the executable
     train(True, rank, size)
+    # the update from .grad (changed by the program): averaged there
+    train(False, rank, size, clip=True)
     t = loom.tensor([float(rank + 1), -float(rank)])
     dist.all_reduce(t)
     np.testing.assert_allclose(t.numpy(), [size * (size + 1) / 2, -size * (size - 1) / 2])
