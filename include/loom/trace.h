@@ -293,6 +293,11 @@ LOOM_API loom_status_t loom_trace_cond(loom_trace_t *t, loom_value_t v, int *tak
 LOOM_API loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);
 /* Runs everything recorded so far. */
 LOOM_API loom_status_t loom_trace_sync(loom_trace_t *t);
+/* Waits until every compile that t's cache has queued or running is done,
+ * its module in the module cache on disk: a program about to end calls
+ * it so that its next run finds them (loom_trace_destroy finishes the
+ * running ones only and drops the queued). */
+LOOM_API loom_status_t loom_trace_wait_compiles(loom_trace_t *t);
 
 /* ---- Host callbacks ------------------------------------------------------
  * A user's C op: forward fills outputs (allocated by the trace with the

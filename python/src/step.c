@@ -275,13 +275,17 @@ static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
 }
 
 /* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
-/* _at_exit(): the step ends and the trace goes, so that the compiles it
- * is running finish and reach the module cache on disk (a program that
- * ends before its background compiles would else find none of them on
- * its next run); queued ones are dropped. */
+/* _at_exit(): the step ends, the compiles it queued finish and reach the
+ * module cache on disk (a program that ends before its background
+ * compiles would else find none of them on its next run), and the trace
+ * goes. */
 static PyObject *fn_at_exit(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
-  if (st.trace && renew_trace() < 0) return NULL;
+  if (!st.trace) Py_RETURN_NONE;
+  if (py_step_end() < 0) return NULL;
+  loom_status_t s = loom_trace_wait_compiles(st.trace);
+  if (s != LOOM_OK) return py_fail(s);
+  if (renew_trace() < 0) return NULL;
   Py_RETURN_NONE;
 }
 

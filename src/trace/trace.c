@@ -647,6 +647,12 @@ loom_status_t loom_trace_sync(loom_trace_t *t) {
   return LOOM_OK;
 }
 
+loom_status_t loom_trace_wait_compiles(loom_trace_t *t) {
+  LOOM_CHECK_ARG(t);
+  rt_cache_drain(t->cache);
+  return LOOM_OK;
+}
+
 /* ---- Host callbacks ----------------------------------------------------------------- */
 
 static loom_status_t check_call(const loom_trace_t *t, const loom_host_op_t *op,
