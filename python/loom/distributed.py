@@ -82,12 +82,8 @@ def broadcast(tensor, src=0):
 
 def barrier():
     """Returns once every rank has called it."""
-    all_reduce(_scalar_one(), ReduceOp.SUM)
-
-
-def _scalar_one():
     from . import tensor
-    return tensor(1.0)
+    all_reduce(tensor(1.0), ReduceOp.SUM)
 
 
 class DistributedDataParallel(Module):

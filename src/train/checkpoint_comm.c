@@ -14,8 +14,8 @@
 
 static const char *name_of(const ir_value_t *v) { return v->name ? v->name : ""; }
 
-/* Shard s (storage t) gathered from every rank into a new parameter of
- * w, of the whole's type. */
+/* Shard sh (its storage t) gathered from every rank into a new parameter
+ * of w, of the whole's type. */
 static loom_status_t gathered(loom_comm_t *comm, const ir_shard_t *sh, const char *name,
                               loom_tensor_t *t, loom_graph_t *w) {
   loom_tensor_t *all = NULL, whole;
