@@ -1,9 +1,11 @@
 /* The module cache and the C compiler as loom_compile meets them: a
  * sealed entry of one graph placed under another graph's key, a FIFO at
  * an entry's path, a compiler that "succeeds" without making the kernels,
- * and one that hangs. Each is either rebuilt or falls back to the
- * reference kernels; every result is checked against the interpreter.
- * Each test has its own cache directory. */
+ * and one that hangs; the index (module_index.h), which loads a request's
+ * module without the code generator, and its entries damaged, swapped or
+ * left naming a pruned module. Each is either rebuilt or falls back to
+ * the reference kernels; every result is checked against the
+ * interpreter. Each test has its own cache directory. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -42,21 +44,25 @@ static void drop_cache(void) {
   nftw(root, remove_one, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-/* The cache's entries (*.so): how many, and the paths of the first
+/* The cache's files named *ext: how many, and the paths of the first
  * `cap` in paths (each of PATH_SIZE bytes). */
 enum { PATH_SIZE = 600 };
-static int entries(char (*paths)[PATH_SIZE], int cap) {
+static int files(const char *ext, char (*paths)[PATH_SIZE], int cap) {
   DIR *d = opendir(cache);
   int n = 0;
+  size_t e = strlen(ext);
   for (struct dirent *de; d && (de = readdir(d));) {
     size_t len = strlen(de->d_name);
-    if (len < 4 || strcmp(de->d_name + len - 3, ".so") != 0) continue;
+    if (len <= e || strcmp(de->d_name + len - e, ext) != 0) continue;
     if (n < cap) snprintf(paths[n], PATH_SIZE, "%s/%s", cache, de->d_name);
     n++;
   }
   if (d) closedir(d);
   return n;
 }
+
+/* The cache's modules (*.so). */
+static int entries(char (*paths)[PATH_SIZE], int cap) { return files(".so", paths, cap); }
 
 /* y = tanh(x) * 3 + 1 (which = 0) or sigmoid(x) * 3 - 2 (which = 1) over
  * 64 floats: one fused group each, with a function of the same name in
@@ -80,8 +86,9 @@ static loom_graph_t *chain(int which) {
 }
 
 /* Compiles chain(which), runs it, and checks it against the interpreter;
- * returns how many steps ran generated code (-1 if it did not compile). */
-static int compile_and_check(int which) {
+ * returns how many steps ran generated code (-1 if it did not compile),
+ * and, with explained, whether the executable's explain text holds it. */
+static int compile_and_explain(int which, const char *explained, bool *found) {
   loom_graph_t *g = chain(which);
   test_seed(3);
   loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, (int64_t[]){64}, -3, 3);
@@ -97,6 +104,10 @@ static int compile_and_check(int which) {
     for (int64_t i = 0; got && want && i < 64; i++)
       CHECK_NEAR(test_get(got, i), test_get(want, i), 1e-5, 1e-5);
     CHECK_OK(loom_executable_info(e, &info));
+    char *text = NULL;
+    if (explained) CHECK_OK(loom_executable_explain(e, &text));
+    if (explained) *found = text && strstr(text, explained);
+    loom_free(text);
   }
   loom_executable_destroy(e);
   loom_tensor_destroy(got);
@@ -105,6 +116,8 @@ static int compile_and_check(int which) {
   loom_graph_destroy(g);
   return info.n_generated;
 }
+
+static int compile_and_check(int which) { return compile_and_explain(which, NULL, NULL); }
 
 static loom_stats_t stats(void) {
   loom_stats_t s = LOOM_STATS_INIT;
@@ -227,10 +240,111 @@ static void hanging_compiler_falls_back(void) {
   drop_cache();
 }
 
+/* ---- The index ---- */
+
+static void append_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "a");
+  CHECK(f != NULL);
+  if (f) fputs(text, f);
+  if (f) fclose(f);
+}
+
+/* Whether compiling chain(which) now takes its module through the index:
+ * the source it shows is the one kept on disk (marked here), not one the
+ * code generator wrote. Checks the results as compile_and_check does,
+ * and that neither the compiler nor a rebuild ran. */
+static bool compiled_through_index(int which) {
+  char src[1][PATH_SIZE];
+  CHECK(files(".c", src, 1) == 1);
+  append_text(src[0], "/* kept on disk */\n");
+  loom_stats_t before = stats();
+  bool found = false;
+  CHECK(compile_and_explain(which, "/* kept on disk */", &found) > 0);
+  CHECK(stats().cc_invocations == before.cc_invocations);
+  CHECK(stats().disk_hits == before.disk_hits + 1);
+  return found;
+}
+
+/* A request compiled before loads its module through the index (the code
+ * generator does not run: the source shown is the file on disk), in this
+ * process and after the module's in-memory copies are gone. */
+static void index_skips_code_generation(void) {
+  fresh_cache();
+  CHECK(compile_and_check(0) > 0);
+  CHECK(files(".idx", NULL, 0) >= 1);
+  CHECK(compiled_through_index(0));
+  drop_cache();
+}
+
+static void flip_byte(const char *path, long at) {
+  FILE *f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (!f) return;
+  CHECK(fseek(f, at, SEEK_SET) == 0);
+  int c = fgetc(f);
+  CHECK(fseek(f, at, SEEK_SET) == 0);
+  fputc(c ^ 0x20, f);
+  fclose(f);
+}
+
+/* Damaged index entries (a flipped byte in each, or each replaced by the
+ * other graph's) are refused: the code generator runs, finds the module
+ * by its source and writes the entry anew, which the next compile uses. */
+static void damaged_index_refused(void) {
+  fresh_cache();
+  char idx[8][PATH_SIZE];
+  CHECK(compile_and_check(0) > 0);
+  int n = files(".idx", idx, 8);
+  CHECK(n >= 1 && n <= 8);
+  for (int i = 0; i < n && i < 8; i++) flip_byte(idx[i], 20);
+  loom_stats_t before = stats();
+  bool found = true;
+  CHECK(compile_and_explain(0, "loom_group_", &found) > 0);
+  CHECK(found); /* emitted: the source is the generator's */
+  CHECK(stats().cc_invocations == before.cc_invocations);
+  CHECK(compiled_through_index(0));
+  drop_cache();
+
+  fresh_cache();
+  CHECK(compile_and_check(0) > 0);
+  char a[8][PATH_SIZE], b[16][PATH_SIZE];
+  int n_a = files(".idx", a, 8);
+  CHECK(compile_and_check(1) > 0);
+  int n_b = files(".idx", b, 16);
+  CHECK(n_a >= 1 && n_b > n_a && n_b <= 16);
+  /* Graph 1's entries (those not graph 0's) overwritten by graph 0's. */
+  for (int i = 0; i < n_b && i < 16; i++) {
+    bool of_a = false;
+    for (int k = 0; k < n_a && k < 8; k++) of_a |= !strcmp(a[k], b[i]);
+    if (!of_a) copy_file(a[0], b[i]);
+  }
+  CHECK(compile_and_check(1) > 0); /* checked against graph 1's results */
+  drop_cache();
+}
+
+/* An index entry whose module was pruned: the module is built again from
+ * source, and the entry then loads it. */
+static void index_of_pruned_module(void) {
+  fresh_cache();
+  char so[1][PATH_SIZE], src[1][PATH_SIZE];
+  CHECK(compile_and_check(0) > 0);
+  CHECK(entries(so, 1) == 1 && files(".c", src, 1) == 1);
+  CHECK(unlink(so[0]) == 0 && unlink(src[0]) == 0);
+  loom_stats_t before = stats();
+  CHECK(compile_and_check(0) > 0);
+  CHECK(stats().cc_invocations == before.cc_invocations + 1);
+  CHECK(entries(NULL, 0) == 1);
+  CHECK(compiled_through_index(0));
+  drop_cache();
+}
+
 int main(void) {
   TEST_RUN(entry_of_another_key_rebuilt);
   TEST_RUN(fifo_at_entry_rebuilt);
   TEST_RUN(compiler_without_kernels_falls_back);
   TEST_RUN(hanging_compiler_falls_back);
+  TEST_RUN(index_skips_code_generation);
+  TEST_RUN(damaged_index_refused);
+  TEST_RUN(index_of_pruned_module);
   return test_summary();
 }

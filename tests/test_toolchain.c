@@ -869,6 +869,10 @@ static void test_cache_names(void) {
   CHECK(cpu_cache_classify(name, &pid) == CPU_NAME_OBJECT && pid == -1);
   snprintf(name, sizeof name, "%s.c", key);
   CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_SOURCE);
+  snprintf(name, sizeof name, "%s.idx", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_INDEX);
+  snprintf(name, sizeof name, "%s.idx.tmp.12.0", key);
+  CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_OTHER);
   snprintf(name, sizeof name, "%s.so.x", key);
   CHECK(cpu_cache_classify(name, NULL) == CPU_NAME_OTHER);
   snprintf(name, sizeof name, "%.63s.so", key);

@@ -415,9 +415,7 @@ static loom_status_t run_passes(loom_executable_t *e, const loom_compile_options
   if (s == LOOM_ERR_UNSUPPORTED) return LOOM_OK; /* no pipeline in this build */
   LOOM_TRY(s);
   e->graph = opt;
-  e->owns_graph = true;
-  /* Kept for loom_executable_explain; without it explain says less. */
-  if (loom_graph_print(opt, &e->passes_text) != LOOM_OK) e->passes_text = NULL;
+  e->owns_graph = true; /* explain prints it: nothing changes it after the passes */
   return LOOM_OK;
 }
 

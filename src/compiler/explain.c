@@ -56,7 +56,10 @@ static loom_status_t explain(const loom_executable_t *e, char **out) {
   core_text_t t = {0};
   if (e->interpreted) core_text_put(&t, "The graph runs in the interpreter (no compiled code).\n");
   put_fallback(&t, e);
-  if (e->passes_text) core_text_put(&t, "== IR after the passes ==\n%s", e->passes_text);
+  char *passes = NULL;
+  if (e->owns_graph && loom_graph_print(e->graph, &passes) == LOOM_OK)
+    core_text_put(&t, "== IR after the passes ==\n%s", passes);
+  core_free(passes);
   char *groups = NULL;
   if (!e->interpreted && fuse_plan_describe(e->graph, &e->plan, &groups) == LOOM_OK)
     core_text_put(&t, "== fusion groups (%d) ==\n%s", e->plan.n_groups, groups);

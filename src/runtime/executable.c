@@ -363,7 +363,6 @@ void loom_executable_destroy(loom_executable_t *e) {
   fuse_plan_free(&e->plan);
   rt_sym_free(e);
   core_free(e->syms);
-  core_free(e->passes_text);
   core_free(e->fallback_reason);
   if (e->owns_graph) loom_graph_destroy(e->graph);
   core_free(e);

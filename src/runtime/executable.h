@@ -85,7 +85,6 @@ struct loom_executable {
   int n_kernels;         /* distinct kernels the generated steps launch */
   rt_part_t parts[RT_PARTS]; /* [0]: the target's (its backend set from the
                             start of compilation); unused ones zero */
-  char *passes_text;     /* the IR after the passes, for explain */
   bool interpreted;      /* fallback: run the source graph in the interpreter */
   loom_fallback_t fallback; /* why generated code was lost (rt_fallback_note) */
   char *fallback_reason;    /* the compiler's message, or NULL (owned) */

@@ -1,6 +1,7 @@
 /* The CPU back end (backend_cpu.h): a plan's groups as C functions in one
  * module, compiled by the system compiler (or found in the module cache)
  * and called through the ABI on a thread pool. */
+#include <limits.h>
 #include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -10,7 +11,10 @@
 #include "backend/cpu/eager.h"
 #include "backend/cpu/codegen/codegen.h"
 #include "backend/cpu/kernels/gemm.h"
+#include "backend/cpu/module_index.h"
+#include "backend/cpu/toolchain.h"
 #include "core/alloc.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -26,29 +30,29 @@ static int64_t *codegen_syms(const be_request_t *req) {
   return v;
 }
 
-static loom_status_t emit(const be_request_t *req, const int32_t *slot_of_value,
-                          cg_module_t *cg) {
-  int64_t *syms = codegen_syms(req);
-  if (!syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  loom_status_t s = cg_emit_module(req->graph, req->plan, slot_of_value, syms, cg);
-  core_free(syms);
-  return s;
-}
-
 /* A trial: which groups the emitters take, every value in a slot of its
- * own (storage does not change what is generated). */
+ * own (storage does not change what is generated); from the module
+ * index when a trial of the same request ran before. */
 static loom_status_t trial(const be_request_t *req, be_result_t *res) {
   const loom_graph_t *g = req->graph;
+  int n_groups = req->plan->n_groups;
   int32_t *slot_of_value = core_malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
-  if (!slot_of_value) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
-  for (int64_t v = 0; v < g->n_values; v++) slot_of_value[v] = (int32_t)v;
-  cg_module_t cg;
-  loom_status_t s = emit(req, slot_of_value, &cg);
-  core_free(slot_of_value);
-  LOOM_TRY(s);
-  memcpy(res->generated, cg.generated, sizeof(bool) * (size_t)req->plan->n_groups);
+  int64_t *syms = codegen_syms(req);
+  loom_status_t s = slot_of_value && syms ? LOOM_OK
+                                          : loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t v = 0; s == LOOM_OK && v < g->n_values; v++) slot_of_value[v] = (int32_t)v;
+  char key[CORE_SHA256_HEX], module_key[CORE_SHA256_HEX];
+  bool keyed = s == LOOM_OK && cpu_index_key(g, req->plan, slot_of_value, syms, key);
+  cg_module_t cg = {0};
+  if (s == LOOM_OK && !(keyed && cpu_index_recall(key, n_groups, &cg, module_key))) {
+    s = cg_emit_module(g, req->plan, slot_of_value, syms, &cg);
+    if (s == LOOM_OK && keyed) cpu_index_keep(key, n_groups, &cg, "");
+  }
+  if (s == LOOM_OK) memcpy(res->generated, cg.generated, sizeof(bool) * (size_t)n_groups);
   cg_module_free(&cg);
-  return LOOM_OK;
+  core_free(slot_of_value);
+  core_free(syms);
+  return s;
 }
 
 /* The functions the module must define: loom_group_<i> for each wanted
@@ -158,15 +162,67 @@ static loom_status_t program_new(const be_request_t *req, be_program_t **out) {
   return LOOM_OK;
 }
 
+/* The source kept beside a module from the cache, for explain (NULL
+ * when it is gone: it is for readers only). */
+static char *kept_source(const cpu_module_t *m) {
+  char path[PATH_MAX];
+  const char *so = cpu_module_path(m);
+  size_t n = strlen(so);
+  if (n < 3 || n + 1 > sizeof path) return NULL;
+  snprintf(path, sizeof path, "%.*s.c", (int)(n - 3), so);
+  void *text = NULL;
+  size_t size;
+  if (core_read_file(path, (size_t)1 << 28, &text, &size) != LOOM_OK) loom_clear_error();
+  return text;
+}
+
+/* The module the index names for the request, loaded, with the
+ * emission's products in *cg; false (and nothing loaded) when the index
+ * or the cache lacks it. */
+static loom_status_t recall(be_program_t *p, const be_request_t *req, const char *key,
+                            cg_module_t *cg, bool *found) {
+  char module_key[CORE_SHA256_HEX];
+  *found = false;
+  if (!cpu_index_recall(key, req->plan->n_groups, cg, module_key)) return LOOM_OK;
+  char **names = NULL;
+  int n_names = 0;
+  loom_status_t s = module_key[0] ? group_symbols(req, cg, &names, &n_names) : LOOM_OK;
+  if (s == LOOM_OK && module_key[0])
+    s = cpu_module_load(module_key, (const char *const *)names, n_names, &p->module);
+  core_free(names);
+  *found = s == LOOM_OK && p->module;
+  if (*found) p->source = kept_source(p->module);
+  else cg_module_free(cg);
+  return s;
+}
+
+/* The module: the one the index names for this request when it is on
+ * disk, else emitted, built (or found by its source) and indexed. */
+static loom_status_t module_for(be_program_t *p, const be_request_t *req, cg_module_t *cg,
+                                be_result_t *res) {
+  int64_t *syms = codegen_syms(req);
+  if (!syms) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  char key[CORE_SHA256_HEX];
+  bool keyed = req->options->use_cc &&
+               cpu_index_key(req->graph, req->plan, req->slot_of_value, syms, key), found = false;
+  loom_status_t s = keyed ? recall(p, req, key, cg, &found) : LOOM_OK;
+  if (s == LOOM_OK && !found)
+    s = cg_emit_module(req->graph, req->plan, req->slot_of_value, syms, cg);
+  core_free(syms);
+  if (s != LOOM_OK || found) return s;
+  bool any = false;
+  for (int i = 0; i < req->plan->n_groups; i++) any |= cg->generated[i];
+  if (!any) return LOOM_OK;
+  p->source = core_strdup(cg->source);
+  s = load_module(p, req, cg, res);
+  if (s == LOOM_OK && p->module && keyed)
+    cpu_index_keep(key, req->plan->n_groups, cg, cpu_module_key(p->module));
+  return s;
+}
+
 static loom_status_t build_program(be_program_t *p, const be_request_t *req, be_result_t *res) {
   cg_module_t cg = {0};
-  loom_status_t s = emit(req, req->slot_of_value, &cg);
-  bool any = false;
-  for (int i = 0; s == LOOM_OK && i < req->plan->n_groups; i++) any |= cg.generated[i];
-  if (s == LOOM_OK && any) {
-    p->source = core_strdup(cg.source);
-    s = load_module(p, req, &cg, res);
-  }
+  loom_status_t s = module_for(p, req, &cg, res);
   if (s == LOOM_OK && p->module) s = bind_functions(p, req, &cg, res);
   /* The pool first: frozen conv weights are packed for the algorithm
    * timed on the threads that will run it (conv_choice.c). */

@@ -123,6 +123,20 @@ loom_status_t cpu_cache_seal(const char *path, const char *key) {
   return s;
 }
 
+bool cpu_cache_seal_of(const void *body, size_t size, const char *key,
+                       char seal[CPU_CACHE_SEAL_BYTES + 1]) {
+  if (!is_key(key)) return false;
+  char hex[CORE_SHA256_HEX];
+  core_sha256_t h;
+  core_sha256_init(&h);
+  core_sha256_update(&h, body, size);
+  snprintf(seal, CPU_CACHE_SEAL_BYTES + 1, "%s%s", KEY_PREFIX, key);
+  core_sha256_update(&h, seal, KEY_LINE);
+  digest_hex(&h, hex);
+  snprintf(seal + KEY_LINE, CPU_CACHE_SEAL_BYTES + 1 - KEY_LINE, "%s%s\n", DIGEST_PREFIX, hex);
+  return true;
+}
+
 void cpu_cache_touch(int fd) { (void)futimens(fd, NULL); }
 
 loom_status_t cpu_cache_publish(const char *from, const char *to, const char *dir) {

@@ -11,7 +11,8 @@
  * object with another build's checksum; the key inside it means an entry
  * copied or renamed under another key is refused, not run for another
  * graph. Beside it, <dir>/<key>.c keeps the source for people to read; it
- * is never loaded.
+ * is never loaded. <dir>/<key>.idx files are the index (module_index.h),
+ * sealed the same way and pruned as entries of their own.
  *
  * The cache is bounded by LOOM_CACHE_MAX_BYTES: cpu_cache_prune removes
  * the least recently used entries (by the object's mtime, which every
@@ -59,6 +60,11 @@ const char *cpu_cache_defect(int fd, const char *key);
 loom_status_t cpu_cache_seal(const char *path, const char *key);
 loom_status_t cpu_cache_seal_fd(int fd, const char *path, const char *key);
 
+/* The seal of a file whose bytes before it are body[0, size), for files
+ * written whole from memory; false when key is not a key. */
+bool cpu_cache_seal_of(const void *body, size_t size, const char *key,
+                       char seal[CPU_CACHE_SEAL_BYTES + 1]);
+
 /* Marks the entry open at fd as used now, for pruning (best effort: a
  * read-only cache stays as it is). */
 void cpu_cache_touch(int fd);
@@ -78,6 +84,7 @@ typedef enum cpu_cache_name {
   CPU_NAME_OBJECT,  /* <key>.so */
   CPU_NAME_SOURCE,  /* <key>.c */
   CPU_NAME_SCRATCH, /* tmp-PID-N-XXXXXX; *pid is PID */
+  CPU_NAME_INDEX,   /* <key>.idx (module_index.h) */
 } cpu_cache_name_t;
 cpu_cache_name_t cpu_cache_classify(const char *name, long *pid);
 

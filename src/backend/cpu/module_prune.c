@@ -57,6 +57,7 @@ cpu_cache_name_t cpu_cache_classify(const char *name, long *pid) {
   if (!name) kind = CPU_NAME_OTHER;
   else if (hex_stem(name, ".so")) kind = CPU_NAME_OBJECT;
   else if (hex_stem(name, ".c")) kind = CPU_NAME_SOURCE;
+  else if (hex_stem(name, ".idx")) kind = CPU_NAME_INDEX;
   else if (scratch_name(name, &owner)) kind = CPU_NAME_SCRATCH;
   if (pid) *pid = kind == CPU_NAME_SCRATCH ? owner : -1;
   return kind;
@@ -102,14 +103,15 @@ int64_t cpu_cache_budget(void) {
 /* One file of an entry, as the scan saw it. */
 typedef struct cache_file {
   char key[KEY_DIGITS + 1];
-  bool object; /* <key>.so, else <key>.c */
+  cpu_cache_name_t kind; /* CPU_NAME_OBJECT, _SOURCE or _INDEX */
   int64_t bytes;
   struct timespec mtime;
   ino_t ino;
 } cache_file_t;
 
 /* An entry: its files (objects first), their bytes, and when it was last
- * used (its object's mtime, else its source's). */
+ * used (its object's mtime, else its source's; an index entry is a file
+ * of its own key). */
 typedef struct cache_module {
   const char *key; /* its files' */
   int64_t first, n, bytes;
@@ -127,7 +129,7 @@ typedef struct scan {
 static int by_key(const void *a, const void *b) {
   const cache_file_t *x = a, *y = b;
   int c = strcmp(x->key, y->key);
-  return c ? c : (int)y->object - (int)x->object;
+  return c ? c : (int)(y->kind == CPU_NAME_OBJECT) - (int)(x->kind == CPU_NAME_OBJECT);
 }
 
 static int time_cmp(struct timespec a, struct timespec b) {
@@ -149,7 +151,11 @@ static bool scratch_stale(int dir_fd, const char *name, long pid) {
          core_owner_gone(pid, st.st_mtime);
 }
 
-static loom_status_t add_file(scan_t *s, int dir_fd, const char *name, bool object) {
+static const char *extension(cpu_cache_name_t kind) {
+  return kind == CPU_NAME_OBJECT ? ".so" : kind == CPU_NAME_SOURCE ? ".c" : ".idx";
+}
+
+static loom_status_t add_file(scan_t *s, int dir_fd, const char *name, cpu_cache_name_t kind) {
   struct stat st;
   if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
     return LOOM_OK;
@@ -157,7 +163,7 @@ static loom_status_t add_file(scan_t *s, int dir_fd, const char *name, bool obje
   cache_file_t *f = &s->files[s->n_files++];
   memcpy(f->key, name, KEY_DIGITS);
   f->key[KEY_DIGITS] = '\0';
-  f->object = object;
+  f->kind = kind;
   f->bytes = (int64_t)st.st_size;
   f->mtime = st.st_mtim;
   f->ino = st.st_ino;
@@ -171,8 +177,8 @@ static loom_status_t scan_dir(const char *dir, DIR *d, scan_t *s, cpu_prune_stat
   for (struct dirent *de; (de = readdir(d));) {
     long pid;
     cpu_cache_name_t kind = cpu_cache_classify(de->d_name, &pid);
-    if (kind == CPU_NAME_OBJECT || kind == CPU_NAME_SOURCE) {
-      LOOM_TRY(add_file(s, dirfd(d), de->d_name, kind == CPU_NAME_OBJECT));
+    if (kind == CPU_NAME_OBJECT || kind == CPU_NAME_SOURCE || kind == CPU_NAME_INDEX) {
+      LOOM_TRY(add_file(s, dirfd(d), de->d_name, kind));
     } else if (kind == CPU_NAME_SCRATCH && scratch_stale(dirfd(d), de->d_name, pid)) {
       char path[PATH_MAX];
       if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
@@ -208,9 +214,9 @@ static loom_status_t group_modules(scan_t *s) {
 static bool remove_module(int dir_fd, const scan_t *s, const cache_module_t *m) {
   for (int64_t i = m->first; i < m->first + m->n; i++) {
     const cache_file_t *f = &s->files[i];
-    char name[KEY_DIGITS + 4];
+    char name[KEY_DIGITS + 5];
     struct stat st;
-    snprintf(name, sizeof name, "%s%s", f->key, f->object ? ".so" : ".c");
+    snprintf(name, sizeof name, "%s%s", f->key, extension(f->kind));
     if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_ino != f->ino ||
         time_cmp(st.st_mtim, f->mtime) != 0 || unlinkat(dir_fd, name, 0) != 0)
       return false;

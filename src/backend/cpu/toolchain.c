@@ -28,6 +28,7 @@ struct cpu_module {
   void *handle;    /* from dlopen */
   char *path;      /* the cache entry it was loaded from */
   bool from_cache; /* loaded without running the compiler */
+  char key[CORE_SHA256_HEX];
 };
 
 static atomic_llong cc_invocations, disk_hits, disk_rebuilds;
@@ -41,16 +42,32 @@ static void hash_part(core_sha256_t *h, const void *data, size_t size) {
   core_sha256_update(h, data, size);
 }
 
+static const char *cc_name(void) {
+  const char *cc = getenv("LOOM_CC");
+  return cc && *cc ? cc : "cc";
+}
+
+static void hash_toolchain(core_sha256_t *h, const char *identity) {
+  const char *flags = cpu_cc_flags(), *features = cpu_features();
+  hash_part(h, identity, strlen(identity));
+  hash_part(h, flags, strlen(flags));
+  hash_part(h, features, strlen(features));
+}
+
+loom_status_t cpu_toolchain_hash(core_sha256_t *h) {
+  char identity[PATH_MAX + 600];
+  LOOM_TRY(cpu_cc_identity(cc_name(), identity, sizeof identity));
+  hash_toolchain(h, identity);
+  return LOOM_OK;
+}
+
 static void module_key(const char *source, size_t length, const char *identity,
                        char key[CORE_SHA256_HEX]) {
-  const char *flags = cpu_cc_flags(), *features = cpu_features();
   core_sha256_t h;
   uint8_t digest[CORE_SHA256_BYTES];
   core_sha256_init(&h);
   hash_part(&h, source, length);
-  hash_part(&h, identity, strlen(identity));
-  hash_part(&h, flags, strlen(flags));
-  hash_part(&h, features, strlen(features));
+  hash_toolchain(&h, identity);
   core_sha256_final(&h, digest);
   core_sha256_hex(digest, key);
 }
@@ -164,8 +181,8 @@ static loom_status_t build_entry(const char *dir, const char *key, const char *c
   return status;
 }
 
-static loom_status_t new_module(void *handle, const char *path, bool from_cache,
-                                cpu_module_t **out) {
+static loom_status_t new_module(void *handle, const char *path, const char *key,
+                                bool from_cache, cpu_module_t **out) {
   cpu_module_t *m = core_calloc(1, sizeof *m);
   char *copy = core_strdup(path);
   if (!m || !copy) {
@@ -175,6 +192,7 @@ static loom_status_t new_module(void *handle, const char *path, bool from_cache,
     return loom_fail(LOOM_ERR_NOMEM, "cpu_module_build: out of memory");
   }
   *m = (cpu_module_t){.handle = handle, .path = copy, .from_cache = from_cache};
+  snprintf(m->key, sizeof m->key, "%s", key);
   *out = m;
   return LOOM_OK;
 }
@@ -290,8 +308,7 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
   if (cuts && !cuts_fit(cuts, length))
     return loom_fail(LOOM_ERR_INVALID, "cpu_module_build: cuts outside the source or out of "
                      "order");
-  const char *cc = getenv("LOOM_CC");
-  if (!cc || !*cc) cc = "cc";
+  const char *cc = cc_name();
   char dir[PATH_MAX], identity[PATH_MAX + 600], key[CORE_SHA256_HEX], entry[PATH_MAX];
   LOOM_TRY(core_cache_dir(dir, sizeof dir));
   maybe_prune(dir, 0);
@@ -309,15 +326,37 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
     atomic_fetch_add(&disk_hits, 1);
     core_log(LOG_CACHE, "hit %.12s %s", key, entry);
     *stage = CPU_BUILD_DONE;
-    return new_module(handle, entry, true, out);
+    return new_module(handle, entry, key, true, out);
   }
   note_build(state, key, entry, why);
   LOOM_TRY(build_entry(dir, key, cc, source, (size_t)length, cuts, entry, &want, &handle,
                        stage));
   *stage = CPU_BUILD_DONE;
   maybe_prune(dir, entry_bytes(entry, (size_t)length));
-  return new_module(handle, entry, false, out);
+  return new_module(handle, entry, key, false, out);
 }
+
+loom_status_t cpu_module_load(const char *key, const char *const *symbols, int n_symbols,
+                              cpu_module_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  char dir[PATH_MAX], entry[PATH_MAX];
+  LOOM_TRY(core_cache_dir(dir, sizeof dir));
+  LOOM_TRY(file_path(entry, dir, key, ".so"));
+  symbol_list_t want = {symbols, n_symbols};
+  cpu_entry_state_t state;
+  const char *why;
+  void *handle = load_cached(entry, key, &want, &state, &why);
+  if (!handle) {
+    core_log(LOG_CACHE, "indexed module %.12s not loaded: %s", key, why);
+    return LOOM_OK;
+  }
+  atomic_fetch_add(&disk_hits, 1);
+  core_log(LOG_CACHE, "hit %.12s %s (indexed)", key, entry);
+  return new_module(handle, entry, key, true, out);
+}
+
+const char *cpu_module_key(const cpu_module_t *m) { return m ? m->key : ""; }
 
 void *cpu_module_symbol(const cpu_module_t *m, const char *name) {
   return m && name ? dlsym(m->handle, name) : NULL;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/sha256.h"
 #include "loom/loom.h"
 
 typedef struct cpu_module cpu_module_t;
@@ -58,6 +59,17 @@ loom_status_t cpu_module_build_staged(const char *source, int64_t length,
                                       const cpu_source_cuts_t *cuts,
                                       const char *const *symbols, int n_symbols,
                                       cpu_module_t **out, cpu_build_stage_t *stage);
+/* The cache's entry under key (a module key from cpu_module_key), loaded
+ * if it is there, sound and defines the symbols; else *out is NULL and
+ * the call still succeeds: the caller builds from source. */
+loom_status_t cpu_module_load(const char *key, const char *const *symbols, int n_symbols,
+                              cpu_module_t **out);
+/* The module's key in the cache (64 hex digits). */
+const char *cpu_module_key(const cpu_module_t *m);
+/* Feeds h the toolchain's identity, as module keys include it: the
+ * compiler's, the flags, the CPU's features. Fails as a build would when
+ * the compiler is missing. */
+loom_status_t cpu_toolchain_hash(core_sha256_t *h);
 void *cpu_module_symbol(const cpu_module_t *m, const char *name);
 /* Where the shared object lives (in the cache). */
 const char *cpu_module_path(const cpu_module_t *m);

@@ -21,6 +21,7 @@
 #ifndef LOOM_CODEGEN_CODEGEN_H
 #define LOOM_CODEGEN_CODEGEN_H
 
+#include "core/sha256.h"
 #include "ir/view.h"
 #include "passes/fuse.h"
 
@@ -86,6 +87,11 @@ loom_status_t cg_emit_module(const loom_graph_t *g, const fuse_plan_t *plan,
                              const int32_t *slot_of_value,
                              const int64_t *sym_values, cg_module_t *out);
 void cg_module_free(cg_module_t *m);
+
+/* Feeds h what cg_emit_module's result depends on (c_key.c): two calls
+ * that feed equal bytes emit equal modules, in the same build of Loom. */
+void cg_key_update(core_sha256_t *h, const loom_graph_t *g, const fuse_plan_t *plan,
+                   const int32_t *slot_of_value, const int64_t *sym_values);
 
 /* The texts of src/backend/cpu/abi.h and float_math.h, embedded at
  * build time (cmake/embed_text.cmake). */
