@@ -2,7 +2,8 @@
  *
  * First the demo CNN, cold (an empty disk cache: the C compiler runs) and
  * warm (a new process finds the module on disk and must not run the
- * compiler). Then how compile time scales with the graph (issue 15): long
+ * compiler), and warm with the module cache's index removed first (the
+ * code generator runs again to find the module by its source). Then how compile time scales with the graph (issue 15): long
  * chains, DAGs of 1,000 nodes whose values are shared many times over,
  * chains of reductions and of matmuls, and a deep MLP's training step,
  * each compiled with use_cc = 0 (Loom's own passes, fusion, schedule,
@@ -23,6 +24,7 @@
  *
  * Each compile runs in its own process, so that no in-memory state helps
  * the next one and each has its own peak memory. */
+#include <dirent.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -84,8 +86,21 @@ static double child_compile(const char *self, const char *dir, long long *cc_run
   return ms;
 }
 
+/* Removes the module cache's index entries (*.idx) from dir. */
+static void remove_index(const char *dir) {
+  DIR *d = opendir(dir);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    size_t n = strlen(de->d_name);
+    char path[512];
+    if (n > 4 && !strcmp(de->d_name + n - 4, ".idx") &&
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path)
+      unlink(path);
+  }
+  if (d) closedir(d);
+}
+
 static int bench_cnn(const char *self) {
-  double cold[COLD_RUNS], warm[WARM_RUNS];
+  double cold[COLD_RUNS], warm[WARM_RUNS], unindexed[WARM_RUNS];
   long long cc_runs = 0;
   char dir[256];
   for (int i = 0; i < COLD_RUNS; i++) {
@@ -100,11 +115,18 @@ static int bench_cnn(const char *self) {
       warm[i] = NAN;
     }
   }
+  for (int i = 0; i < WARM_RUNS; i++) {
+    remove_index(dir);
+    unindexed[i] = child_compile(self, dir, &cc_runs);
+  }
   bench_remove_dir(dir);
   bench_json_t j;
   bench_json_begin(&j, "compile");
   bench_json_num(&j, "cold_ms", bench_median(cold, COLD_RUNS));
   bench_json_num(&j, "warm_ms", bench_median(warm, WARM_RUNS));
+  bench_json_num(&j, "warm_without_index_ms", bench_median(unindexed, WARM_RUNS));
+  bench_json_num(&j, "index_speedup",
+                 bench_median(unindexed, WARM_RUNS) / bench_median(warm, WARM_RUNS));
   bench_json_end(&j);
   return 0;
 }

@@ -475,6 +475,51 @@ static void use_hanging_compiler(void) {
   setenv("LOOM_CC", script, 1);
 }
 
+/* The identity of compiler cc, computed in a new process (the parent's
+ * in-memory record of identities stays empty). */
+static void identity_in_child(const char *cc) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    char id[PATH_MAX + 600];
+    bool ok = cpu_cc_identity(cc, id, sizeof id) == LOOM_OK;
+    const char *version = ok ? strchr(id, '\n') : NULL; /* after the path */
+    _exit(version && version[1] ? 0 : 1);
+  }
+  int status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static int probes(void) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/probes", root);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  for (int c; f && (c = fgetc(f)) != EOF;) n += c == '\n';
+  if (f) fclose(f);
+  return n;
+}
+
+/* The version line is asked once, then read from the cache directory by
+ * later processes, until the compiler's file changes. */
+static void test_version_probe_kept(void) {
+  fresh_cache();
+  static const char body[] = "#!/bin/sh\n"
+                             "[ \"$1\" = --version ] && echo >> @ROOT@/probes\n"
+                             "exec cc \"$@\"\n";
+  char script[400];
+  write_script("counting-cc", body, script, sizeof script);
+  identity_in_child(script);
+  CHECK(probes() == 1);
+  identity_in_child(script);
+  CHECK(probes() == 1);
+  CHECK(unlink(script) == 0);
+  write_script("counting-cc", body, script, sizeof script); /* a new file */
+  identity_in_child(script);
+  CHECK(probes() == 2);
+  drop_cache();
+}
+
 /* A compiler that never finishes is killed at LOOM_CC_TIMEOUT with the
  * process it started, and the build fails naming the limit. */
 static void test_hanging_compiler_killed(void) {
@@ -1288,6 +1333,7 @@ int main(void) {
   TEST_RUN(test_timeout_scales_with_source);
   TEST_RUN(test_hanging_compiler_killed);
   TEST_RUN(test_hanging_version_probe);
+  TEST_RUN(test_version_probe_kept);
   TEST_RUN(test_compiler_child_holding_output);
   TEST_RUN(test_module_without_symbols_refused);
   TEST_RUN(test_cached_module_without_symbols_rebuilt);

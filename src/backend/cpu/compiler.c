@@ -17,11 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cache_dir.h"
 #include "core/clock.h"
+#include "core/file.h"
 #include "core/isa.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/sha256.h"
 #include "core/status.h"
 
 extern char **environ;
@@ -250,6 +253,72 @@ static void remember_identity(const char *cc, const char *identity) {
   pthread_mutex_unlock(&identities_lock);
 }
 
+/* ---- The version line, kept on disk ---- */
+
+/* Where the version line of the program at resolved is kept in the
+ * cache directory: a file named after the program's path and its file's
+ * identity (device, inode, size, times), which an upgrade changes. */
+static bool version_path(const char *resolved, char path[PATH_MAX]) {
+  struct stat st;
+  char dir[PATH_MAX], key[CORE_SHA256_HEX];
+  if (stat(resolved, &st) != 0 || core_cache_dir(dir, sizeof dir) != LOOM_OK) {
+    loom_clear_error();
+    return false;
+  }
+  char text[PATH_MAX + 160];
+  int n = snprintf(text, sizeof text, "%s\n%llu %llu %lld %lld.%09ld %lld.%09ld", resolved,
+                   (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                   (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                   (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+  if (n < 0 || n >= (int)sizeof text) return false;
+  core_sha256_hex_of(text, (size_t)n, key);
+  return snprintf(path, PATH_MAX, "%s/cc-%.32s.version", dir, key) < PATH_MAX;
+}
+
+static bool recall_version(const char *path, char *version, size_t cap) {
+  void *text = NULL;
+  size_t size = 0;
+  if (core_read_file(path, 4096, &text, &size) != LOOM_OK) {
+    loom_clear_error();
+    return false;
+  }
+  bool ok = size > 0 && ((char *)text)[size - 1] == '\n' && size <= cap;
+  if (ok) snprintf(version, cap, "%.*s", (int)(size - 1), (char *)text);
+  core_free(text);
+  return ok;
+}
+
+static loom_status_t fill_version(int fd, const char *tmp, void *ctx) {
+  const char *version = ctx;
+  LOOM_TRY(core_write_all(fd, tmp, version, strlen(version)));
+  return core_write_all(fd, tmp, "\n", 1);
+}
+
+/* The first line of `resolved --version`: from the cache directory when
+ * this file of the program answered before, else asked (and kept). A
+ * probe costs a process start, a few milliseconds, in every process. */
+static void version_of(const char *cc, const char *resolved, char *version, size_t cap) {
+  char path[PATH_MAX];
+  bool keep = version_path(resolved, path);
+  if (keep && recall_version(path, version, cap)) return;
+  char *argv[] = {(char *)resolved, "--version", NULL};
+  child_result_t *r = core_malloc(sizeof *r);
+  if (!r) return;
+  double limit = cpu_cc_timeout(0);
+  /* A compiler that cannot say its version still gets an identity (its
+   * path); if it is broken, the compile itself reports why. */
+  bool answered = run_child(argv, NULL, limit, r) == 0 && !r->timed_out;
+  if (answered) first_lines(r->output, 1, version, cap);
+  if (r->timed_out)
+    core_warn("C compiler '%s': '%s --version' did not answer within %g s (LOOM_CC_TIMEOUT) "
+              "and was killed; modules are cached under its path alone",
+              cc, resolved, limit);
+  core_free(r);
+  if (answered && keep && !strchr(version, '\n') &&
+      core_file_replace(path, fill_version, version) != LOOM_OK)
+    loom_clear_error(); /* best effort: the next process asks again */
+}
+
 static loom_status_t compute_identity(const char *cc, char *out, size_t cap) {
   cc_words_t w;
   char resolved[PATH_MAX];
@@ -257,20 +326,8 @@ static loom_status_t compute_identity(const char *cc, char *out, size_t cap) {
   if (!resolve_program(w.word[0], resolved))
     return loom_fail(LOOM_ERR_UNSUPPORTED,
                      "C compiler '%s' was not found (set LOOM_CC to a C compiler)", cc);
-  char *argv[] = {resolved, "--version", NULL};
-  child_result_t *r = core_malloc(sizeof *r);
-  if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   char version[512] = "";
-  /* A compiler that cannot say its version still gets an identity (its
-   * path); if it is broken, the compile itself reports why. */
-  double limit = cpu_cc_timeout(0);
-  if (run_child(argv, NULL, limit, r) == 0 && !r->timed_out)
-    first_lines(r->output, 1, version, sizeof version);
-  if (r->timed_out)
-    core_warn("C compiler '%s': '%s --version' did not answer within %g s (LOOM_CC_TIMEOUT) "
-              "and was killed; modules are cached under its path alone",
-              cc, resolved, limit);
-  core_free(r);
+  version_of(cc, resolved, version, sizeof version);
   int n = snprintf(out, cap, "%s", resolved);
   for (int i = 1; i < w.n && n >= 0 && (size_t)n < cap; i++)
     n += snprintf(out + n, cap - (size_t)n, " %s", w.word[i]);

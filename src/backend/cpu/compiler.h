@@ -18,7 +18,10 @@ const char *cpu_cc_flags(void);
 double cpu_cc_timeout(size_t source_bytes);
 
 /* The compiler's resolved path, its arguments and the first line of its
- * `--version` output, computed once per process per value of cc. Fails
+ * `--version` output, computed once per process per value of cc; the
+ * version line is kept in the cache directory (cc-<hash>.version, named
+ * after the program's path and its file's device, inode, size and times)
+ * so that later processes do not start the program to ask. Fails
  * with LOOM_ERR_UNSUPPORTED when the program is not found. A probe that
  * outlasts cpu_cc_timeout(0) is killed (with a warning): the identity is
  * then the path and arguments alone. */
