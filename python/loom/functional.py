@@ -480,15 +480,11 @@ def index_add(x, dim, index, src):
     return scatter_add(x, dim, full, src)
 
 
-_zero_blocks = {}
-
-
 def _zeros_i64(shape):
-    z = _zero_blocks.get(shape)
-    if z is None:
-        z = _C.zeros(_I64._code, shape)
-        _zero_blocks[shape] = z
-    return z
+    """Zeros recorded as an op (not a tensor fed in), so that the compiler
+    sees them: adding them is then a broadcast (an expand), which an index
+    op reads without the index stored."""
+    return _op("full", shape=tuple(shape), value=0.0, dtype=_I64._code)
 
 
 def any(x, dim=None, keepdim=False):
