@@ -3,6 +3,7 @@
  * and called through the ABI on a thread pool. */
 #include <limits.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -162,17 +163,26 @@ static loom_status_t program_new(const be_request_t *req, be_program_t **out) {
   return LOOM_OK;
 }
 
-/* The source kept beside a module from the cache, for explain (NULL
- * when it is gone: it is for readers only). */
-static char *kept_source(const cpu_module_t *m) {
-  char path[PATH_MAX];
+/* Where the source of a module from the cache is kept beside it (for
+ * readers only: it may be gone). */
+static bool kept_source_path(const cpu_module_t *m, char path[PATH_MAX]) {
   const char *so = cpu_module_path(m);
   size_t n = strlen(so);
-  if (n < 3 || n + 1 > sizeof path) return NULL;
-  snprintf(path, sizeof path, "%.*s.c", (int)(n - 3), so);
+  return n >= 3 && n + 1 <= PATH_MAX && snprintf(path, PATH_MAX, "%.*s.c", (int)(n - 3), so) > 0;
+}
+
+static int64_t kept_source_bytes(const cpu_module_t *m) {
+  char path[PATH_MAX];
+  struct stat st;
+  return kept_source_path(m, path) && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+static char *kept_source(const cpu_module_t *m) {
+  char path[PATH_MAX];
   void *text = NULL;
   size_t size;
-  if (core_read_file(path, (size_t)1 << 28, &text, &size) != LOOM_OK) loom_clear_error();
+  if (kept_source_path(m, path) && core_read_file(path, (size_t)1 << 28, &text, &size) != LOOM_OK)
+    loom_clear_error();
   return text;
 }
 
@@ -191,8 +201,12 @@ static loom_status_t recall(be_program_t *p, const be_request_t *req, const char
     s = cpu_module_load(module_key, (const char *const *)names, n_names, &p->module);
   core_free(names);
   *found = s == LOOM_OK && p->module;
-  if (*found) p->source = kept_source(p->module);
-  else cg_module_free(cg);
+  if (*found) {
+    p->source_kept = true;
+    p->source_bytes = kept_source_bytes(p->module);
+  } else {
+    cg_module_free(cg);
+  }
   return s;
 }
 
@@ -214,6 +228,7 @@ static loom_status_t module_for(be_program_t *p, const be_request_t *req, cg_mod
   for (int i = 0; i < req->plan->n_groups; i++) any |= cg->generated[i];
   if (!any) return LOOM_OK;
   p->source = core_strdup(cg->source);
+  p->source_bytes = cg->length;
   s = load_module(p, req, cg, res);
   if (s == LOOM_OK && p->module && keyed)
     cpu_index_keep(key, req->plan->n_groups, cg, cpu_module_key(p->module));
@@ -263,7 +278,13 @@ static int cpu_threads(const be_program_t *p) { return core_pool_threads(p->pool
 
 static const char *cpu_source(const be_program_t *p, const char **where) {
   *where = p->module ? cpu_module_path(p->module) : "not compiled";
-  return p->source;
+  char *text = atomic_load(&p->source), *none = NULL;
+  if (text || !p->source_kept) return text;
+  /* Explain may ask from several threads: the first text read is kept. */
+  text = kept_source(p->module);
+  be_program_t *q = (be_program_t *)p;
+  if (text && !atomic_compare_exchange_strong(&q->source, &none, text)) core_free(text);
+  return atomic_load(&p->source);
 }
 
 /* A loaded shared object maps at least its ELF headers, tables and a few
@@ -273,7 +294,7 @@ static const char *cpu_source(const be_program_t *p, const char **where) {
 
 static int64_t cpu_bytes(const be_program_t *p) {
   if (!p->module) return 0;
-  return MODULE_BASE_BYTES + (p->source ? (int64_t)strlen(p->source) : 0);
+  return MODULE_BASE_BYTES + p->source_bytes;
 }
 
 static void cpu_destroy(be_program_t *p) {

@@ -45,7 +45,11 @@ struct be_program {
   const int64_t *syms;        /* the request's: the caller's, kept current */
   int n_slots;
   cpu_module_t *module;       /* NULL: nothing generated, or lost */
-  char *source;               /* the generated C, for explain, or NULL */
+  /* The generated C, for explain, or NULL; when the module came through
+   * the index, read from beside it when first asked (source_kept). */
+  _Atomic(char *) source;
+  bool source_kept;
+  int64_t source_bytes;       /* its length, for the program's size */
   cpu_kernel_t *kernel;       /* per group */
   int32_t *maps;
   core_pool_t *pool;
