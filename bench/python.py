@@ -8,7 +8,10 @@
     (one script, run by Loom and by PyTorch eager), items per second over
     the same steps (their batches drawn before the clock starts): Loom cold (an empty module cache; the wall time
     includes every compile, which runs in the background while the eager
-    fallback runs) and warm (the modules on disk from a run before).
+    fallback runs), warm (the modules on disk from a run before: a new
+    trace loads them) and steady (the same steps again in that trace, its
+    modules loaded: a long run's rate; PyTorch is timed after two warm-up
+    steps).
     LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
   python_train: the training step (forward, cross-entropy, backward,
     AdamW) of the MLP, ResNet-18, Transformer and ViT of bench/run train,
@@ -160,10 +163,13 @@ def dynamic():
                 loom.set_compile_mode("tiered")
                 warm = run_loom(fn, steps, 2)
                 warm_compiles = loom.stats()["compiles"]
+                steady = run_loom(fn, steps, 2)  # the same trace, its modules loaded
+                steady_compiles = loom.stats()["compiles"] - warm_compiles
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             for label, mine, compiles in (("cold", cold, cold_compiles),
-                                          ("warm", warm, warm_compiles)):
+                                          ("warm", warm, warm_compiles),
+                                          ("steady", steady, steady_compiles)):
                 line(bench="python_dynamic", workload=name, threads=th, cache=label,
                      steps=steps, loom_items_per_s=round(mine, 1),
                      torch_eager_items_per_s=round(theirs, 1),
