@@ -19,6 +19,7 @@ typedef struct keybuf {
 } keybuf_t;
 
 static void put(keybuf_t *k, const void *p, size_t n) {
+  if (n == 0) return;
   if (k->n + n > sizeof k->b) {
     core_sha256_update(k->h, k->b, k->n);
     k->n = 0;
@@ -39,19 +40,22 @@ static void put_i32s(keybuf_t *k, const int32_t *v, int64_t n) {
 }
 
 static void put_type(keybuf_t *k, const ir_type_t *t) {
-  put_i64(k, (int64_t)t->dtype << 8 | t->rank);
+  put_i64(k, t->dtype);
+  put_i64(k, t->rank);
   put(k, t->dims, sizeof *t->dims * (size_t)t->rank);
 }
 
 static void put_value(keybuf_t *k, const ir_value_t *x) {
-  put_i64(k, (int64_t)x->kind << 48 ^ (int64_t)x->node << 16 ^ x->index);
+  int64_t w[3] = {x->kind, x->node, x->index};
+  put(k, w, sizeof w);
   put_type(k, &x->type);
   if (x->kind != IR_VALUE_CONST || !x->data || loom_tensor_numel(x->data) != 1) return;
   put(k, loom_tensor_data(x->data), loom_dtype_size(x->type.dtype));
 }
 
 static void put_node(keybuf_t *k, const loom_graph_t *g, const ir_node_t *n) {
-  put_i64(k, (int64_t)n->op << 32 ^ (int64_t)n->n_in << 16 ^ n->n_out);
+  int64_t w[3] = {n->op, n->n_in, n->n_out};
+  put(k, w, sizeof w);
   put(k, n->in, sizeof *n->in * (size_t)n->n_in);
   put(k, n->out, sizeof *n->out * (size_t)n->n_out);
   const char *subs[2];
@@ -61,7 +65,8 @@ static void put_node(keybuf_t *k, const loom_graph_t *g, const ir_node_t *n) {
     const ir_attr_t *a = &n->attrs.a[i];
     put(k, a->name, strnlen(a->name, IR_ATTR_NAME) + 1);
     int count = a->kind == IR_ATTR_INT ? 1 : a->kind == IR_ATTR_INTS ? a->n : 0;
-    put_i64(k, (int64_t)a->kind << 32 | (uint32_t)count);
+    put_i64(k, a->kind);
+    put_i64(k, count);
     if (a->kind == IR_ATTR_FLOAT) put(k, &a->f, sizeof a->f);
     put(k, a->ints, sizeof *a->ints * (size_t)count);
     for (int s = 0; s < n_subs; s++) {
@@ -75,7 +80,8 @@ static void put_node(keybuf_t *k, const loom_graph_t *g, const ir_node_t *n) {
 static void put_graph(keybuf_t *k, const loom_graph_t *g) {
   put_i64(k, g->n_values);
   for (int64_t v = 0; v < g->n_values; v++) put_value(k, &g->values[v]);
-  put_i64(k, g->n_exprs << 16 | g->n_symbols);
+  put_i64(k, g->n_exprs);
+  put_i64(k, g->n_symbols);
   for (int64_t i = 0; i < g->n_exprs; i++) {
     const ir_expr_t *e = &g->exprs[i];
     int64_t w[4] = {e->kind, e->c, e->a, e->b};
@@ -92,8 +98,8 @@ static void put_plan(keybuf_t *k, const fuse_plan_t *plan) {
   put_i64(k, plan->n_groups);
   for (int i = 0; i < plan->n_groups; i++) {
     const fuse_group_t *grp = &plan->groups[i];
-    put_i64(k, (int64_t)grp->kind << 32 ^ (int64_t)grp->anchor << 2 ^ grp->strided << 1 ^
-                   grp->into);
+    int64_t w[4] = {grp->kind, grp->anchor, grp->strided, grp->into};
+    put(k, w, sizeof w);
     put_i32s(k, grp->nodes, grp->n_nodes);
     put_i32s(k, grp->inputs, grp->n_inputs);
     put_i32s(k, grp->outputs, grp->n_outputs);
