@@ -45,7 +45,8 @@ static loom_status_t trial(const be_request_t *req, be_result_t *res) {
   char key[CORE_SHA256_HEX], module_key[CORE_SHA256_HEX];
   bool keyed = s == LOOM_OK && cpu_index_key(g, req->plan, slot_of_value, syms, key);
   cg_module_t cg = {0};
-  if (s == LOOM_OK && !(keyed && cpu_index_recall(key, n_groups, &cg, module_key))) {
+  if (s == LOOM_OK &&
+      !(keyed && cpu_index_recall(key, n_groups, (int)g->n_values, &cg, module_key))) {
     s = cg_emit_module(g, req->plan, slot_of_value, syms, &cg);
     if (s == LOOM_OK && keyed) cpu_index_keep(key, n_groups, &cg, "");
   }
@@ -193,7 +194,7 @@ static loom_status_t recall(be_program_t *p, const be_request_t *req, const char
                             cg_module_t *cg, bool *found) {
   char module_key[CORE_SHA256_HEX];
   *found = false;
-  if (!cpu_index_recall(key, req->plan->n_groups, cg, module_key)) return LOOM_OK;
+  if (!cpu_index_recall(key, req->plan->n_groups, req->n_slots, cg, module_key)) return LOOM_OK;
   char **names = NULL;
   int n_names = 0;
   loom_status_t s = module_key[0] ? group_symbols(req, cg, &names, &n_names) : LOOM_OK;

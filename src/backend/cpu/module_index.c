@@ -57,8 +57,8 @@ static bool entry_path(const char *key, char path[PATH_MAX]) {
 
 /* Whether the products describe n groups soundly: each generated group
  * runs its own function or an earlier generated group's, and the maps
- * are in order within n_maps. */
-static bool sound(const cg_module_t *m, int n, int32_t n_maps) {
+ * are in order within n_maps and name slots below n_slots. */
+static bool sound(const cg_module_t *m, int n, int32_t n_maps, int n_slots) {
   if (m->map_at[0] != 0 || m->map_at[n] != n_maps) return false;
   for (int i = 0; i < n; i++) {
     if (m->map_at[i + 1] < m->map_at[i]) return false;
@@ -67,11 +67,11 @@ static bool sound(const cg_module_t *m, int n, int32_t n_maps) {
     if (f < 0 || f > i || !m->generated[f]) return false;
   }
   for (int32_t k = 0; k < n_maps; k++)
-    if (m->maps[k] < 0) return false;
+    if (m->maps[k] < 0 || m->maps[k] >= n_slots) return false;
   return true;
 }
 
-static bool parse(const char *body, size_t size, int n_groups, cg_module_t *out,
+static bool parse(const char *body, size_t size, int n_groups, int n_slots, cg_module_t *out,
                   char module_key[CORE_SHA256_HEX]) {
   if (size < HEAD + 8 || memcmp(body, MAGIC, MAGIC_LEN)) return false;
   int32_t head[2];
@@ -104,10 +104,10 @@ static bool parse(const char *body, size_t size, int n_groups, cg_module_t *out,
   at += 4 * ((size_t)n + 1);
   memcpy(out->maps, at, 4 * (size_t)n_maps);
   for (int i = 0; i < n; i++) out->n_functions += out->generated[i] && out->function[i] == i;
-  return sound(out, n, n_maps);
+  return sound(out, n, n_maps, n_slots);
 }
 
-bool cpu_index_recall(const char *key, int n_groups, cg_module_t *out,
+bool cpu_index_recall(const char *key, int n_groups, int n_slots, cg_module_t *out,
                       char module_key[CORE_SHA256_HEX]) {
   *out = (cg_module_t){0};
   char path[PATH_MAX];
@@ -123,7 +123,7 @@ bool cpu_index_recall(const char *key, int n_groups, cg_module_t *out,
   size_t size = end > CPU_CACHE_SEAL_BYTES ? (size_t)(end - CPU_CACHE_SEAL_BYTES) : 0;
   char *body = size > 0 && size <= HEAD + 4 * (size_t)MAX_WORDS * 2 ? core_malloc(size) : NULL;
   bool ok = body && pread(fd, body, size, 0) == (ssize_t)size &&
-            parse(body, size, n_groups, out, module_key);
+            parse(body, size, n_groups, n_slots, out, module_key);
   if (ok) cpu_cache_touch(fd);
   close(fd);
   core_free(body);

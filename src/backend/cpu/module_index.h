@@ -27,10 +27,10 @@ bool cpu_index_key(const loom_graph_t *g, const fuse_plan_t *plan,
                    const int32_t *slot_of_value, const int64_t *sym_values,
                    char key[CORE_SHA256_HEX]);
 
-/* The products kept under key for a plan of n_groups groups, into *out
- * (no source: out->source is NULL), and the module's key ("" for none);
- * false when there is no sound entry. */
-bool cpu_index_recall(const char *key, int n_groups, cg_module_t *out,
+/* The products kept under key for a plan of n_groups groups over
+ * n_slots slots, into *out (no source: out->source is NULL), and the
+ * module's key ("" for none); false when there is no sound entry. */
+bool cpu_index_recall(const char *key, int n_groups, int n_slots, cg_module_t *out,
                       char module_key[CORE_SHA256_HEX]);
 
 /* Keeps cg's products and module_key ("" for none) under key. Best
