@@ -330,7 +330,7 @@ static loom_status_t append_case(loom_graph_t *dst, int k, const loom_graph_t *s
     const ir_node_t *n = &src->nodes[i];
     int32_t in[n->n_in > 0 ? n->n_in : 1], out[n->n_out > 0 ? n->n_out : 1];
     for (int j = 0; j < n->n_in; j++) in[j] = map[n->in[j]];
-    s = ir_add_node(dst, n->op, n->n_in, in, &n->attrs, out, n->n_out);
+    s = ir_add_node(dst, n->op, n->n_in, in, n->attrs, out, n->n_out);
     for (int j = 0; j < n->n_out && s == LOOM_OK; j++) map[n->out[j]] = out[j];
   }
   if (s == LOOM_OK) s = loom_graph_output(dst, (loom_value_t){map[src->outputs[0]]});

@@ -99,8 +99,8 @@ static void matmul_transposes_fold(void) {
   if (s) {
     CHECK(count_op(s, IR_OP_TRANSPOSE) == 0);
     const ir_node_t *m = first_node(s, IR_OP_MATMUL);
-    CHECK(m && ir_attr_int(&m->attrs, "trans_a", 0) == 1 &&
-          ir_attr_int(&m->attrs, "trans_b", 0) == 1);
+    CHECK(m && ir_attr_int(m->attrs, "trans_a", 0) == 1 &&
+          ir_attr_int(m->attrs, "trans_b", 0) == 1);
   }
   loom_tensor_t *in[2] = {test_tensor(LOOM_F32, 3, (int64_t[]){2, 3, 4}, av),
                           test_tensor(LOOM_F32, 3, (int64_t[]){2, 5, 3}, bv)};
@@ -149,7 +149,7 @@ static void matmul_transpose_kept_or_flipped(void) {
   s = simplified(g);
   if (s) {
     const ir_node_t *m = first_node(s, IR_OP_MATMUL);
-    CHECK(count_op(s, IR_OP_TRANSPOSE) == 0 && m && ir_attr_int(&m->attrs, "trans_b", 1) == 0);
+    CHECK(count_op(s, IR_OP_TRANSPOSE) == 0 && m && ir_attr_int(m->attrs, "trans_b", 1) == 0);
   }
   loom_tensor_t *in2[2] = {test_tensor(LOOM_F32, 2, (int64_t[]){2, 2}, av),
                            test_tensor(LOOM_F32, 2, (int64_t[]){2, 2}, av + 4)};

@@ -603,7 +603,7 @@ static void ownership(void) {
   CHECK_OK(loom_graph_output(g, y));
   CHECK_OK(loom_graph_verify(g));
   /* The verifier catches a node naming a subgraph that is not there. */
-  g->nodes[0].attrs.a[0].ints[0] = 7;
+  ((ir_attrs_t *)g->nodes[0].attrs)->a[0].ints[0] = 7; /* corrupted on purpose */
   CHECK_ERR(loom_graph_verify(g), LOOM_ERR_GRAPH, "then_graph names no subgraph");
   loom_graph_destroy(g);
 }

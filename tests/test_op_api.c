@@ -421,7 +421,7 @@ static bool attr_equal(const ir_attr_t *a, const ir_attr_t *b) {
 
 static bool node_equal(const loom_graph_t *ga, const ir_node_t *a, const loom_graph_t *gb,
                        const ir_node_t *b) {
-  if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out || a->attrs.n != b->attrs.n)
+  if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out || a->attrs->n != b->attrs->n)
     return false;
   for (int i = 0; i < a->n_in; i++)
     if (a->in[i] != b->in[i]) return false;
@@ -429,8 +429,8 @@ static bool node_equal(const loom_graph_t *ga, const ir_node_t *a, const loom_gr
     if (a->out[i] != b->out[i] ||
         !ir_type_equal(&ga->values[a->out[i]].type, &gb->values[b->out[i]].type))
       return false;
-  for (int k = 0; k < a->attrs.n; k++)
-    if (!attr_equal(&a->attrs.a[k], &b->attrs.a[k])) return false;
+  for (int k = 0; k < a->attrs->n; k++)
+    if (!attr_equal(&a->attrs->a[k], &b->attrs->a[k])) return false;
   return true;
 }
 

@@ -72,3 +72,8 @@ void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t d
   int got = ir_attr_ints(a, name, &v);
   for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
 }
+
+void ir_attrs_copy(ir_attrs_t *dst, const ir_attrs_t *src) {
+  dst->n = src ? src->n : 0;
+  if (dst->n) memcpy(dst->a, src->a, sizeof *src->a * (size_t)dst->n);
+}

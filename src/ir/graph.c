@@ -2,6 +2,7 @@
  * execution order, and outputs. Nodes are appended after their inputs
  * exist, so a graph built through this file is topologically ordered. */
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -63,6 +64,28 @@ static void ids_give_back(loom_graph_t *g, int32_t *p, int n) {
   else if (p && b && p == b->ids + b->used - need) b->used -= need;
 }
 
+/* A node's attributes: the count and n entries, carved from the id
+ * blocks at an 8-byte boundary (an entry holds int64s and a double). */
+static int attrs_ids(int n) {
+  size_t bytes = offsetof(ir_attrs_t, a) + sizeof(ir_attr_t) * (size_t)n;
+  return (int)((bytes + 7) / 8 * 2);
+}
+
+static ir_attrs_t *attrs_take(loom_graph_t *g, int n) {
+  int need = attrs_ids(n);
+  if (CORE_ASAN) return core_malloc(sizeof(int32_t) * (size_t)need);
+  ir_id_block_t *b = g->id_blocks;
+  if (b && b->used % 2) b->used++; /* an odd id left over stays unused */
+  int32_t *p = ids_take(g, need);
+  /* a block's ids start 8-byte aligned (its header is 24 bytes), and a
+   * new block starts at 0 */
+  return p ? (ir_attrs_t *)(void *)p : NULL;
+}
+
+static void attrs_give_back(loom_graph_t *g, ir_attrs_t *a, int n) {
+  ids_give_back(g, (int32_t *)(void *)a, attrs_ids(n));
+}
+
 static void ids_free_all(loom_graph_t *g) {
   for (ir_id_block_t *b = g->id_blocks, *next; b; b = next) {
     next = b->next;
@@ -97,6 +120,7 @@ static void release_contents(loom_graph_t *g) {
   for (int64_t i = 0; CORE_ASAN && i < g->n_nodes; i++) {
     core_free(g->nodes[i].in);
     core_free(g->nodes[i].out);
+    core_free((void *)g->nodes[i].attrs);
   }
   for (int64_t i = 0; i < g->n_exprs; i++) core_free(g->exprs[i].name);
   for (int64_t i = 0; i < g->n_output_names; i++) core_free(g->output_names[i]);
@@ -560,19 +584,22 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
 
   LOOM_TRY(core_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1,
                      sizeof *g->nodes));
-  /* Only the attributes in use are copied: a whole ir_attrs_t is 1.3 KB,
-   * and copying it was most of the cost of recording a node in a trace. */
-  ir_node_t node;
-  node.op = op, node.n_in = n_in, node.n_out = n_out;
-  node.attrs.n = attrs ? attrs->n : 0;
-  if (node.attrs.n) memcpy(node.attrs.a, attrs->a, sizeof *attrs->a * (size_t)attrs->n);
+  /* The node's attributes take the room of those in use alone: a whole
+   * ir_attrs_t is 1.3 KB, and nodes that held one cost most of a graph's
+   * memory and most of the time of copying it. */
+  int n_attrs = attrs ? attrs->n : 0;
+  ir_node_t node = {.op = op, .n_in = n_in, .n_out = n_out};
   node.in = ids_take(g, n_in);
   node.out = node.in ? ids_take(g, n_out) : NULL;
-  if (!node.in || !node.out) {
+  ir_attrs_t *own = node.out ? attrs_take(g, n_attrs) : NULL;
+  if (!own) {
     ids_give_back(g, node.out, n_out);
     ids_give_back(g, node.in, n_in);
     return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for a node", info->name);
   }
+  own->n = n_attrs;
+  if (n_attrs) memcpy(own->a, attrs->a, sizeof *attrs->a * (size_t)n_attrs);
+  node.attrs = own;
   if (n_in) memcpy(node.in, in, sizeof(int32_t) * (size_t)n_in);
   int32_t node_id = (int32_t)g->n_nodes;
   int64_t n_values = g->n_values;
@@ -582,6 +609,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
       /* Drop the outputs made so far (they own nothing): a value whose
        * node was never added would dangle. */
       g->n_values = n_values;
+      attrs_give_back(g, own, n_attrs);
       ids_give_back(g, node.out, n_out);
       ids_give_back(g, node.in, n_in);
       return s;
@@ -589,11 +617,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
     g->values[node.out[i]].node = node_id;
     g->values[node.out[i]].index = i;
   }
-  ir_node_t *slot = &g->nodes[g->n_nodes++];
-  slot->op = node.op, slot->n_in = n_in, slot->n_out = n_out;
-  slot->in = node.in, slot->out = node.out;
-  slot->attrs.n = node.attrs.n;
-  memcpy(slot->attrs.a, node.attrs.a, sizeof *node.attrs.a * (size_t)node.attrs.n);
+  g->nodes[g->n_nodes++] = node;
   if (out) memcpy(out, node.out, sizeof(int32_t) * (size_t)n_out);
   if (g->hook.node_added) return g->hook.node_added(g->hook.ctx, g, node_id);
   return LOOM_OK;

@@ -46,13 +46,13 @@ static uint64_t mix_node(uint64_t h, const loom_graph_t *g, const ir_node_t *n) 
   int n_subs = ir_subgraph_attrs(n->op, subs);
   h = mix(h, (uint64_t)n->op | (uint64_t)n->n_in << 16 | (uint64_t)n->n_out << 32);
   for (int i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)n->in[i]);
-  for (int i = 0; i < n->attrs.n; i++) {
-    const ir_attr_t *a = &n->attrs.a[i];
+  for (int i = 0; i < n->attrs->n; i++) {
+    const ir_attr_t *a = &n->attrs->a[i];
     h = mix_bytes(h, a->name, strnlen(a->name, IR_ATTR_NAME));
     bool sub = false;
     for (int k = 0; k < n_subs; k++) sub |= !strcmp(a->name, subs[k]);
     if (sub) {
-      const loom_graph_t *s = ir_attrs_subgraph(g, &n->attrs, a->name);
+      const loom_graph_t *s = ir_attrs_subgraph(g, n->attrs, a->name);
       h = mix(h, s ? ir_graph_hash(s) : 0);
     } else if (a->kind == IR_ATTR_FLOAT) {
       h = mix_bytes(h, &a->f, sizeof a->f);

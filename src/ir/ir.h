@@ -168,6 +168,11 @@ typedef struct ir_attrs {
   ir_attr_t a[IR_MAX_ATTRS];
 } ir_attrs_t;
 
+/* A node's attributes are stored with room for its n alone (a node's
+ * ir_attrs_t *attrs): only a[0, n) may be read, and never the whole
+ * struct; ir_attrs_copy makes a full one from it. */
+void ir_attrs_copy(ir_attrs_t *dst, const ir_attrs_t *src);
+
 /* Setters replace an attribute of the same name. They fail only when the
  * list is full or the name or list is too long, which is a programming
  * error; the op's schema check then reports it. */
@@ -256,7 +261,9 @@ typedef struct ir_node {
   int n_in, n_out;
   int32_t *in;  /* value ids */
   int32_t *out; /* value ids */
-  ir_attrs_t attrs;
+  /* Its attributes, in storage sized to them (a full ir_attrs_t is 1.3
+   * KB): read-only, and only a[0, attrs->n) is there. */
+  const ir_attrs_t *attrs;
 } ir_node_t;
 
 /* ---- Origins (src/ir/origin.c) --------------------------------------------

@@ -399,7 +399,7 @@ double ir_node_flops(const loom_graph_t *g, const ir_node_t *n, const int64_t *s
   int64_t elems, depth;
   switch (n->op) {
   case IR_OP_MATMUL: {
-    bool ta = a->rank >= 2 && ir_op_int(n->op, &n->attrs, "trans_a");
+    bool ta = a->rank >= 2 && ir_op_int(n->op, n->attrs, "trans_a");
     int kd = a->rank == 1 ? 0 : ta ? a->rank - 2 : a->rank - 1;
     elems = dims_product(g, syms, y, 0, y->rank);
     depth = dims_product(g, syms, a, kd, kd + 1);

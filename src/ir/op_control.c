@@ -80,7 +80,7 @@ loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i) {
 bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n) {
   if (!(ir_ops[n->op].flags & F_DATA_SHAPE)) return false;
   if (n->op != IR_OP_LOOP) return true;
-  int64_t carried = ir_attr_int(&n->attrs, "carried", 0);
+  int64_t carried = ir_attr_int(n->attrs, "carried", 0);
   for (int64_t k = carried; k < n->n_out; k++) {
     const ir_type_t *t = &g->values[n->out[k]].type;
     if (t->rank > 0 && !ir_dim_is_const(t->dims[0])) return true;
@@ -230,7 +230,7 @@ static loom_status_t static_trips(ir_infer_t *c, int64_t *trips) {
     v = dtype_load_i64(m->data->dtype, m->data->data);
   } else if (m->kind == IR_VALUE_NODE && c->g->nodes[m->node].op == IR_OP_FULL &&
              m->type.rank == 0) {
-    double f = ir_attr_float(&c->g->nodes[m->node].attrs, "value", 0);
+    double f = ir_attr_float(c->g->nodes[m->node].attrs, "value", 0);
     if (!(f >= -9.2e18 && f <= 9.2e18)) return LOOM_OK; /* as a run would read it */
     v = (int64_t)f;
   } else {

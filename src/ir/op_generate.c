@@ -222,7 +222,7 @@ static bool made_zeros(const loom_graph_t *g, int32_t v) {
   const ir_value_t *val = &g->values[v];
   if (val->kind == IR_VALUE_NODE) {
     const ir_node_t *n = &g->nodes[val->node];
-    return n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 0) == 0;
+    return n->op == IR_OP_FULL && ir_attr_float(n->attrs, "value", 0) == 0;
   }
   if (val->kind != IR_VALUE_CONST || !val->data) return false;
   const unsigned char *b = loom_tensor_data(val->data);

@@ -17,7 +17,7 @@ const ir_origin_info_t *ir_origin_info(int64_t origin) {
 }
 
 const ir_origin_info_t *ir_node_origin(const ir_node_t *n) {
-  return ir_origin_info(ir_attr_int(&n->attrs, IR_ORIGIN_ATTR, IR_ORIGIN_NONE));
+  return ir_origin_info(ir_attr_int(n->attrs, IR_ORIGIN_ATTR, IR_ORIGIN_NONE));
 }
 
 loom_status_t ir_index_error(const ir_node_t *n, int64_t value, int64_t position,

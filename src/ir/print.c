@@ -93,7 +93,7 @@ static void print_graph(core_text_t *t, const loom_graph_t *g, int indent) {
       put_value(t, g, n->in[k]);
     }
     core_text_put(t, ")");
-    put_attrs(t, g, &n->attrs);
+    put_attrs(t, g, n->attrs);
     core_text_put(t, "\n");
     print_subgraphs(t, g, n, indent);
   }
@@ -132,7 +132,7 @@ loom_status_t loom_graph_dot(const loom_graph_t *g, char **out) {
     const char *names[2];
     /* Subgraphs are named, not drawn: loom_graph_print shows them. */
     for (int k = 0, c = ir_subgraph_attrs(n->op, names); k < c; k++)
-      core_text_put(&t, "\\n%s #%lld", names[k], (long long)ir_attr_int(&n->attrs, names[k], -1));
+      core_text_put(&t, "\\n%s #%lld", names[k], (long long)ir_attr_int(n->attrs, names[k], -1));
     core_text_put(&t, "\"];\n");
     for (int k = 0; k < n->n_in; k++) {
       const ir_value_t *src = &g->values[n->in[k]];

@@ -132,7 +132,7 @@ loom_status_t ir_rewrite_copy(ir_rewriter_t *rw, int64_t node) {
     }
   }
   int32_t out[n->n_out > 0 ? n->n_out : 1];
-  LOOM_TRY(ir_rewrite_emit(rw, n->op, n->n_in, in, &n->attrs, out, n->n_out));
+  LOOM_TRY(ir_rewrite_emit(rw, n->op, n->n_in, in, n->attrs, out, n->n_out));
   for (int k = 0; k < n->n_out; k++) {
     /* A data-shaped output got a fresh symbol; keep src's, which is just
      * as unbound, so that the types downstream stay the same. */

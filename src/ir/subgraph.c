@@ -11,7 +11,7 @@ loom_graph_t *ir_attrs_subgraph(const loom_graph_t *g, const ir_attrs_t *a,
 
 loom_graph_t *ir_node_subgraph(const loom_graph_t *g, const ir_node_t *n,
                                const char *attr) {
-  return ir_attrs_subgraph(g, &n->attrs, attr);
+  return ir_attrs_subgraph(g, n->attrs, attr);
 }
 
 int ir_subgraph_attrs(ir_op_t op, const char **names) {

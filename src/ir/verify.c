@@ -77,7 +77,7 @@ static loom_status_t verify_node(const loom_graph_t *g, int64_t i) {
                        "recorded as its output", (long long)i, info->name, k, v);
   }
   if (info->flags & F_SUBGRAPH) LOOM_TRY(ir_verify_subgraphs(g, i));
-  return ir_attrs_check(n->op, &n->attrs);
+  return ir_attrs_check(n->op, n->attrs);
 }
 
 /* Every node-produced value points back at its producer. */

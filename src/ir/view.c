@@ -26,7 +26,7 @@ bool ir_view_op(const loom_graph_t *g, const ir_node_t *n) {
  * from x's view to y's; back, from y's to x's. */
 static void transpose(const ir_node_t *n, bool back, ir_view_t *v) {
   const int64_t *perm;
-  bool given = ir_attr_ints(&n->attrs, "perm", &perm) >= 0;
+  bool given = ir_attr_ints(n->attrs, "perm", &perm) >= 0;
   ir_view_t from = *v;
   for (int i = 0; i < from.rank; i++) {
     int64_t p = given ? (perm[i] < 0 ? perm[i] + from.rank : perm[i]) : from.rank - 1 - i;
@@ -47,10 +47,10 @@ static bool has_dims(const ir_view_t *v, const ir_type_t *t) {
 /* Forward steps only: a negative stride is no GEMM operand. */
 static bool slice(const ir_node_t *n, ir_view_t *v) {
   const int64_t *starts, *ends, *axes, *steps;
-  int count = ir_attr_ints(&n->attrs, "starts", &starts);
-  ir_attr_ints(&n->attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(&n->attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(&n->attrs, "steps", &steps) >= 0;
+  int count = ir_attr_ints(n->attrs, "starts", &starts);
+  ir_attr_ints(n->attrs, "ends", &ends);
+  bool has_axes = ir_attr_ints(n->attrs, "axes", &axes) >= 0;
+  bool has_steps = ir_attr_ints(n->attrs, "steps", &steps) >= 0;
   for (int i = 0; i < count; i++) {
     int64_t a = has_axes ? axes[i] : i, step = has_steps ? steps[i] : 1, first, taken;
     int d = (int)(a < 0 ? a + v->rank : a);

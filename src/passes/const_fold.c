@@ -57,7 +57,7 @@ static loom_status_t fold_node(ir_rewriter_t *rw, int64_t i, bool *done) {
   memset(outs, 0, sizeof outs);
   for (int k = 0; k < n->n_in; k++)
     ins[k] = rw->dst->values[ir_rewrite_lookup(rw, n->in[k])].data;
-  ref_call_t call = {.g = rw->src, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+  ref_call_t call = {.g = rw->src, .node = n, .attrs = n->attrs, .n_in = n->n_in,
                      .in = ins, .n_out = n->n_out, .out = outs};
   loom_status_t s = new_outputs(rw->src, n, outs);
   if (s == LOOM_OK && ref_kernels[n->op](&call) != LOOM_OK) {

@@ -101,7 +101,7 @@ static bool same_node(const loom_graph_t *g, int64_t id, const void *key) {
   const ir_node_t *n = &g->nodes[id];
   return n->op == k->op && n->n_in == k->n_in &&
          !memcmp(n->in, k->in, sizeof(int32_t) * (size_t)k->n_in) &&
-         attrs_equal(&n->attrs, k->attrs);
+         attrs_equal(n->attrs, k->attrs);
 }
 
 static loom_status_t cse_node(ir_rewriter_t *rw, table_t *t, int64_t i) {
@@ -113,8 +113,8 @@ static loom_status_t cse_node(ir_rewriter_t *rw, table_t *t, int64_t i) {
     in[k] = ir_rewrite_lookup(rw, n->in[k]);
     h = mix(h, (uint64_t)in[k]);
   }
-  h = hash_attrs(h, &n->attrs);
-  node_key_t key = {n->op, n->n_in, in, &n->attrs};
+  h = hash_attrs(h, n->attrs);
+  node_key_t key = {n->op, n->n_in, in, n->attrs};
   int64_t before = table_find_or_add(t, h, rw->dst, same_node, &key, rw->dst->n_nodes);
   if (before < 0) return ir_rewrite_copy(rw, i);
   for (int k = 0; k < n->n_out; k++) ir_rewrite_map(rw, n->out[k], rw->dst->nodes[before].out[k]);

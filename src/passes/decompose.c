@@ -86,7 +86,7 @@ static int32_t reduce(builder_t *b, ir_op_t op, int32_t x, const axes_t *ax,
 static axes_t node_axes(const ir_node_t *n, int rank) {
   axes_t ax = {.n = -1};
   const int64_t *v;
-  int count = ir_attr_ints(&n->attrs, "axes", &v);
+  int count = ir_attr_ints(n->attrs, "axes", &v);
   if (count < 0) return ax;
   ax.n = count;
   for (int i = 0; i < count; i++) ax.v[i] = v[i] < 0 ? v[i] + rank : v[i];
@@ -101,7 +101,7 @@ static axes_t trailing_axes(int from, int rank) {
 }
 
 static int node_axis(const ir_node_t *n, int rank) {
-  int64_t axis = ir_attr_int(&n->attrs, "axis", -1);
+  int64_t axis = ir_attr_int(n->attrs, "axis", -1);
   return (int)(axis < 0 ? axis + rank : axis);
 }
 
@@ -161,7 +161,7 @@ static int32_t norm(builder_t *b, bool centered) {
   axes_t ax = trailing_axes(node_axis(b->n, rank), rank);
   if (centered) x = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
   int32_t var = mean_of(b, op2(b, IR_OP_MUL, x, x), &ax, true);
-  double eps = ir_op_float(b->n->op, &b->n->attrs, "eps");
+  double eps = ir_op_float(b->n->op, b->n->attrs, "eps");
   int32_t inv = op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps)));
   int32_t y = op2(b, IR_OP_MUL, x, inv);
   if (b->n->n_in > 1) y = op2(b, IR_OP_MUL, y, in(b, 1));
@@ -185,10 +185,10 @@ static int32_t dec_silu(builder_t *b) {
  * c = bias - mean*k shaped (C, 1, ...) to broadcast over (N, C, ...).
  * The running statistics pass through unchanged. */
 static int32_t dec_batch_norm(builder_t *b) {
-  if (ir_attr_int(&b->n->attrs, "training", 0) != 0) return -1;
+  if (ir_attr_int(b->n->attrs, "training", 0) != 0) return -1;
   int rank = in_type(b, 0)->rank;
   int32_t x = in(b, 0), scale = in(b, 1), bias = in(b, 2), mean = in(b, 3), var = in(b, 4);
-  double eps = ir_op_float(b->n->op, &b->n->attrs, "eps");
+  double eps = ir_op_float(b->n->op, b->n->attrs, "eps");
   int32_t k = op2(b, IR_OP_MUL, scale,
                   op1(b, IR_OP_RSQRT, op2(b, IR_OP_ADD, var, scalar(b, eps))));
   int32_t c = op2(b, IR_OP_SUB, bias, op2(b, IR_OP_MUL, mean, k));
@@ -212,7 +212,7 @@ static int32_t dec_logsumexp(builder_t *b) {
   axes_t ax = node_axes(b->n, rank);
   if (has_empty_axis(in_type(b, 0), &ax)) return -1;
   int32_t x = in(b, 0);
-  bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
+  bool keepdim = ir_attr_int(b->n->attrs, "keepdim", 0) != 0;
   int32_t m = reduce(b, IR_OP_MAX, x, &ax, true);
   int32_t bad = op1(b, IR_OP_ISNAN, op2(b, IR_OP_SUB, m, m));
   m = emit(b, IR_OP_WHERE, 3, (int32_t[]){bad, scalar(b, 0.0), m}, NULL);
@@ -231,10 +231,10 @@ static int32_t dec_variance(builder_t *b) {
   const ir_type_t *t = in_type(b, 0);
   axes_t ax = node_axes(b->n, t->rank);
   int64_t count = reduced_count(t, &ax);
-  int64_t correction = ir_attr_int(&b->n->attrs, "correction", 0);
+  int64_t correction = ir_attr_int(b->n->attrs, "correction", 0);
   if (count <= correction || (correction != 0 && count < 0)) return -1;
   int32_t x = in(b, 0);
-  bool keepdim = ir_attr_int(&b->n->attrs, "keepdim", 0) != 0;
+  bool keepdim = ir_attr_int(b->n->attrs, "keepdim", 0) != 0;
   int32_t centered = op2(b, IR_OP_SUB, x, mean_of(b, x, &ax, true));
   int32_t var = mean_of(b, op2(b, IR_OP_MUL, centered, centered), &ax, keepdim);
   if (correction == 0) return var;
@@ -244,7 +244,7 @@ static int32_t dec_variance(builder_t *b) {
 static int32_t dec_mean(builder_t *b) {
   axes_t ax = node_axes(b->n, in_type(b, 0)->rank);
   if (reduced_count(in_type(b, 0), &ax) <= 0) return -1;
-  return mean_of(b, in(b, 0), &ax, ir_attr_int(&b->n->attrs, "keepdim", 0) != 0);
+  return mean_of(b, in(b, 0), &ax, ir_attr_int(b->n->attrs, "keepdim", 0) != 0);
 }
 
 /* The mean over the spatial dims, kept as size-1 dims: a reduction over

@@ -116,7 +116,7 @@ static int reduced_suffix(const fuser_t *f, int32_t n) {
   const ir_node_t *node = &f->g->nodes[n];
   int rank = type_of(f, node->in[0])->rank;
   const int64_t *axes = NULL;
-  int count = ir_attr_ints(&node->attrs, "axes", &axes);
+  int count = ir_attr_ints(node->attrs, "axes", &axes);
   /* A scalar accepts axis 0 or -1 and reduces nothing. */
   if (count < 0 || rank == 0) return rank;
   for (int i = 0; i < count; i++) {
@@ -647,8 +647,8 @@ static bool read_only_by_index(const fuser_t *f, int32_t a, int32_t b, int32_t n
 static int64_t window_overlap(const ir_node_t *pool) {
   const int64_t *kernel, *stride;
   int64_t reads = 1;
-  if (ir_attr_ints(&pool->attrs, "kernel", &kernel) != 2) return 1;
-  if (ir_attr_ints(&pool->attrs, "stride", &stride) != 2) stride = kernel;
+  if (ir_attr_ints(pool->attrs, "kernel", &kernel) != 2) return 1;
+  if (ir_attr_ints(pool->attrs, "stride", &stride) != 2) stride = kernel;
   for (int i = 0; i < 2; i++) reads *= (kernel[i] + stride[i] - 1) / stride[i];
   return reads;
 }

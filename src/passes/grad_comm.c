@@ -9,14 +9,14 @@
 static loom_status_t collective(grad_ctx_t *c, ir_op_t op, int64_t reduce, int32_t dy,
                                 int32_t *out) {
   ir_attrs_t a = {0};
-  ir_attrs_int(&a, "comm", ir_attr_int(&c->node.attrs, "comm", 0));
-  ir_attrs_int(&a, "ranks", ir_attr_int(&c->node.attrs, "ranks", 0));
+  ir_attrs_int(&a, "comm", ir_attr_int(c->node.attrs, "comm", 0));
+  ir_attrs_int(&a, "ranks", ir_attr_int(c->node.attrs, "ranks", 0));
   if (op != IR_OP_ALL_GATHER) ir_attrs_int(&a, "reduce", reduce);
   return grad_op(c, op, 1, &dy, &a, out);
 }
 
 static int64_t reduce_of(const grad_ctx_t *c) {
-  return ir_attr_int(&c->node.attrs, "reduce", LOOM_COMM_SUM);
+  return ir_attr_int(c->node.attrs, "reduce", LOOM_COMM_SUM);
 }
 
 static loom_status_t no_max(const grad_ctx_t *c) {
@@ -34,14 +34,14 @@ loom_status_t grad_all_reduce(grad_ctx_t *c) {
 /* Only root's x reaches the ranks: root gets the sum of their dy, the
  * others zero. */
 loom_status_t grad_broadcast(grad_ctx_t *c) {
-  int64_t id = ir_attr_int(&c->node.attrs, "comm", 0);
+  int64_t id = ir_attr_int(c->node.attrs, "comm", 0);
   loom_comm_t *comm = core_comm_get(id);
   if (!comm)
     return loom_fail(LOOM_ERR_INVALID, "broadcast's gradient: communicator %lld was destroyed",
                      (long long)id);
   int32_t sum, keep;
   LOOM_TRY(collective(c, IR_OP_ALL_REDUCE, LOOM_COMM_SUM, c->dout[0], &sum));
-  bool root = loom_comm_rank(comm) == ir_attr_int(&c->node.attrs, "root", 0);
+  bool root = loom_comm_rank(comm) == ir_attr_int(c->node.attrs, "root", 0);
   LOOM_TRY(grad_scalar(c, root ? 1.0 : 0.0, grad_type(c, sum)->dtype, &keep));
   return grad_binary(c, IR_OP_MUL, sum, keep, &c->din[0]);
 }
@@ -63,7 +63,7 @@ loom_status_t grad_reduce_scatter(grad_ctx_t *c) {
     return LOOM_OK;
   }
   int32_t scale;
-  double ranks = (double)ir_attr_int(&c->node.attrs, "ranks", 1);
+  double ranks = (double)ir_attr_int(c->node.attrs, "ranks", 1);
   LOOM_TRY(grad_scalar(c, 1.0 / ranks, grad_type(c, all)->dtype, &scale));
   return grad_binary(c, IR_OP_MUL, all, scale, &c->din[0]);
 }

@@ -301,7 +301,7 @@ static loom_status_t record(grad_ctx_t *c, const loop_parts_t *lp, loom_value_t 
     return s;
   }
   for (int v = 0; v < V; v++) inv[v].id = n->in[2 + C + v];
-  bool use_cond = ir_attr_int(&n->attrs, "use_cond", 1) != 0;
+  bool use_cond = ir_attr_int(n->attrs, "use_cond", 1) != 0;
   loom_value_t cond = use_cond ? (loom_value_t){n->in[1]} : LOOM_NO_VALUE;
   LOOM_TRY(loom_loop(c->g, (loom_value_t){n->in[0]}, cond, rb, C + 1, init, V, inv,
                      2 * C + S + 1, res));
@@ -313,7 +313,7 @@ static loom_status_t record(grad_ctx_t *c, const loop_parts_t *lp, loom_value_t 
 loom_status_t grad_loop(grad_ctx_t *c) {
   const ir_node_t *n = &c->node;
   loop_parts_t lp = {.body = ir_node_subgraph(c->g, n, "body"),
-                     .carried = (int)ir_attr_int(&n->attrs, "carried", 0)};
+                     .carried = (int)ir_attr_int(n->attrs, "carried", 0)};
   if (!lp.body) return loom_fail(LOOM_ERR_GRAPH, "loop: body names no subgraph");
   lp.invariants = n->n_in - 2 - lp.carried;
   lp.scans = n->n_out - lp.carried;

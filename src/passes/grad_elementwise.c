@@ -139,7 +139,7 @@ loom_status_t grad_relu(grad_ctx_t *c) {
 }
 
 loom_status_t grad_leaky_relu(grad_ctx_t *c) {
-  double alpha = ir_op_float(c->node.op, &c->node.attrs, "alpha");
+  double alpha = ir_op_float(c->node.op, c->node.attrs, "alpha");
   int32_t pos, neg;
   TRY(positive(c, in_(c, 0), &pos));
   TRY(op2s(c, IR_OP_MUL, g_(c), alpha, &neg));
@@ -148,7 +148,7 @@ loom_status_t grad_leaky_relu(grad_ctx_t *c) {
 
 /* For x <= 0, d alpha (e^x - 1) = alpha e^x = y + alpha. */
 loom_status_t grad_elu(grad_ctx_t *c) {
-  double alpha = ir_op_float(c->node.op, &c->node.attrs, "alpha");
+  double alpha = ir_op_float(c->node.op, c->node.attrs, "alpha");
   int32_t pos, neg;
   TRY(positive(c, in_(c, 0), &pos));
   TRY(op2s(c, IR_OP_ADD, y_(c), alpha, &neg));
@@ -310,8 +310,8 @@ loom_status_t grad_cast(grad_ctx_t *c) {
  * PyTorch's clamp (its hardtanh and relu6 exclude them instead); a NaN x
  * gets none. A NaN or infinite bound is no bound. */
 loom_status_t grad_clamp(grad_ctx_t *c) {
-  double lo = ir_op_float(c->node.op, &c->node.attrs, "min");
-  double hi = ir_op_float(c->node.op, &c->node.attrs, "max");
+  double lo = ir_op_float(c->node.op, c->node.attrs, "min");
+  double hi = ir_op_float(c->node.op, c->node.attrs, "max");
   int32_t x = in_(c, 0), inside = -1, t;
   if (isfinite(lo)) TRY(op2s(c, IR_OP_GE, x, lo, &inside));
   if (isfinite(hi)) {
@@ -425,7 +425,7 @@ loom_status_t grad_where(grad_ctx_t *c) {
 /* The same mask as the forward pass (output 1), scaled by 1/(1-p). */
 loom_status_t grad_dropout(grad_ctx_t *c) {
   if (c->dout[0] < 0) return LOOM_OK;
-  double p = ir_attr_float(&c->node.attrs, "p", 0.0);
+  double p = ir_attr_float(c->node.attrs, "p", 0.0);
   int32_t kept;
   TRY(op2s(c, IR_OP_DIV, g_(c), 1.0 - p, &kept));
   return choose(c, c->node.out[1], kept, -1, &c->din[0]);

@@ -98,7 +98,7 @@ loom_status_t grad_reshape(grad_ctx_t *c) {
 
 loom_status_t grad_transpose(grad_ctx_t *c) {
   const int64_t *perm;
-  int n = ir_attr_ints(&c->node.attrs, "perm", &perm);
+  int n = ir_attr_ints(c->node.attrs, "perm", &perm);
   ir_attrs_t a = {0};
   if (n >= 0) {
     int64_t inv[LOOM_MAX_RANK];
@@ -114,7 +114,7 @@ loom_status_t grad_expand(grad_ctx_t *c) {
 }
 
 loom_status_t grad_flip(grad_ctx_t *c) {
-  return grad_op(c, IR_OP_FLIP, 1, &c->dout[0], &c->node.attrs, &c->din[0]);
+  return grad_op(c, IR_OP_FLIP, 1, &c->dout[0], c->node.attrs, &c->din[0]);
 }
 
 /* Tiling repeats x whole, so along a tiled axis the output is (rep, dim)
@@ -122,7 +122,7 @@ loom_status_t grad_flip(grad_ctx_t *c) {
 loom_status_t grad_tile(grad_ctx_t *c) {
   ir_type_t x = input_type(c, 0);
   const int64_t *reps;
-  ir_attr_ints(&c->node.attrs, "repeats", &reps);
+  ir_attr_ints(c->node.attrs, "repeats", &reps);
   int32_t g = c->dout[0];
   for (int d = 0; d < x.rank; d++) {
     if (reps[d] == 1) continue;
@@ -194,10 +194,10 @@ static loom_status_t unslice_axis(grad_ctx_t *c, int32_t g, int axis,
 loom_status_t grad_slice(grad_ctx_t *c) {
   ir_type_t x = input_type(c, 0);
   const int64_t *starts, *ends, *axes, *steps;
-  int n = ir_attr_ints(&c->node.attrs, "starts", &starts);
-  ir_attr_ints(&c->node.attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(&c->node.attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(&c->node.attrs, "steps", &steps) >= 0;
+  int n = ir_attr_ints(c->node.attrs, "starts", &starts);
+  ir_attr_ints(c->node.attrs, "ends", &ends);
+  bool has_axes = ir_attr_ints(c->node.attrs, "axes", &axes) >= 0;
+  bool has_steps = ir_attr_ints(c->node.attrs, "steps", &steps) >= 0;
   int32_t g = c->dout[0];
   for (int i = 0; i < n; i++) {
     int axis = has_axes ? norm_axis(axes[i], x.rank) : i;
@@ -212,7 +212,7 @@ loom_status_t grad_slice(grad_ctx_t *c) {
 
 loom_status_t grad_concat(grad_ctx_t *c) {
   int rank = input_type(c, 0).rank;
-  int axis = norm_axis(ir_attr_int(&c->node.attrs, "axis", 0), rank);
+  int axis = norm_axis(ir_attr_int(c->node.attrs, "axis", 0), rank);
   if (c->node.n_in == 1) {
     c->din[0] = c->dout[0];
     return LOOM_OK;
@@ -240,7 +240,7 @@ loom_status_t grad_split(grad_ctx_t *c) {
     return LOOM_OK;
   }
   ir_attrs_t a = {0};
-  ir_attrs_int(&a, "axis", ir_attr_int(&c->node.attrs, "axis", 0));
+  ir_attrs_int(&a, "axis", ir_attr_int(c->node.attrs, "axis", 0));
   return grad_op(c, IR_OP_CONCAT, c->node.n_out, parts, &a, &c->din[0]);
 }
 
@@ -313,8 +313,8 @@ static loom_status_t unpad_axis(grad_ctx_t *c, int32_t g, int axis,
 loom_status_t grad_pad(grad_ctx_t *c) {
   ir_type_t x = input_type(c, 0);
   const int64_t *pads;
-  ir_attr_ints(&c->node.attrs, "pads", &pads);
-  int64_t mode = ir_attr_int(&c->node.attrs, "mode", LOOM_PAD_CONSTANT);
+  ir_attr_ints(c->node.attrs, "pads", &pads);
+  int64_t mode = ir_attr_int(c->node.attrs, "mode", LOOM_PAD_CONSTANT);
   int32_t g = c->dout[0];
   for (int d = 0; d < x.rank; d++)
     LOOM_TRY(unpad_axis(c, g, d, x.dims[d], pads[d], pads[d + x.rank], mode,
@@ -359,7 +359,7 @@ static loom_status_t wrap_indices(grad_ctx_t *c, int32_t ind, ir_dim_t size,
 loom_status_t grad_gather(grad_ctx_t *c) {
   ir_type_t data_ = input_type(c, 0), ind_ = input_type(c, 1);
   const ir_type_t *data = &data_, *ind = &ind_;
-  int axis = norm_axis(ir_attr_int(&c->node.attrs, "axis", 0), data->rank);
+  int axis = norm_axis(ir_attr_int(c->node.attrs, "axis", 0), data->rank);
   ir_dim_t p3[3], n3[3], one3[3] = {1, 0, 1};
   LOOM_TRY(dims_product(c, data->dims, 0, axis, &p3[0]));
   LOOM_TRY(dims_product(c, data->dims, axis + 1, data->rank, &p3[2]));
@@ -453,7 +453,7 @@ loom_status_t grad_scatter_add(grad_ctx_t *c) {
   ir_type_t self_ = input_type(c, 0), index_ = input_type(c, 1);
   ir_type_t src_ = input_type(c, 2);
   const ir_type_t *self = &self_, *index = &index_, *src = &src_;
-  int axis = norm_axis(ir_attr_int(&c->node.attrs, "axis", 0), self->rank);
+  int axis = norm_axis(ir_attr_int(c->node.attrs, "axis", 0), self->rank);
   c->din[0] = c->dout[0];
   int32_t col = repeated_column(c, c->node.in[1], axis);
   if (col >= 0 && same_dims(index, src, -1) && same_dims(index, self, axis)) {

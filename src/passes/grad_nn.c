@@ -83,8 +83,8 @@ static loom_status_t matmul_rows(grad_ctx_t *c, int32_t a, int32_t dy, bool tb,
 loom_status_t grad_matmul(grad_ctx_t *c) {
   int32_t a = c->node.in[0], b = c->node.in[1], dy = c->dout[0];
   ir_type_t a_type = type_of(c, a), b_type = type_of(c, b);
-  bool ta = ir_attr_int(&c->node.attrs, "trans_a", 0) != 0;
-  bool tb = ir_attr_int(&c->node.attrs, "trans_b", 0) != 0;
+  bool ta = ir_attr_int(c->node.attrs, "trans_a", 0) != 0;
+  bool tb = ir_attr_int(c->node.attrs, "trans_b", 0) != 0;
   int ry = type_of(c, dy).rank;
   bool a1 = a_type.rank == 1, b1 = b_type.rank == 1;
   int64_t axis0 = 0, axis1 = 1, y_axes[2] = {a1 ? ry - 1 : ry, ry + 1};
@@ -115,7 +115,7 @@ loom_status_t grad_matmul(grad_ctx_t *c) {
 static void node_ints(const grad_ctx_t *c, const char *name, int n,
                       int64_t dflt, int64_t *out) {
   const int64_t *v;
-  if (ir_attr_ints(&c->node.attrs, name, &v) == n)
+  if (ir_attr_ints(c->node.attrs, name, &v) == n)
     memcpy(out, v, sizeof(int64_t) * (size_t)n);
   else
     for (int i = 0; i < n; i++) out[i] = dflt;
@@ -130,7 +130,7 @@ static void conv_geometry(const grad_ctx_t *c, ir_attrs_t *attrs) {
   ir_attrs_ints(attrs, "pads", 4, v);
   node_ints(c, "dilation", 2, 1, v);
   ir_attrs_ints(attrs, "dilation", 2, v);
-  ir_attrs_int(attrs, "groups", ir_attr_int(&c->node.attrs, "groups", 1));
+  ir_attrs_int(attrs, "groups", ir_attr_int(c->node.attrs, "groups", 1));
 }
 
 /* The kernel size of weight w: the weight's gradient op needs it as an
@@ -248,7 +248,7 @@ loom_status_t grad_conv_transpose2d(grad_ctx_t *c) {
 /* max_pool2d_grad and avg_pool2d_grad take the pool's own attributes. */
 static loom_status_t pool_grad(grad_ctx_t *c, ir_op_t op) {
   int32_t in[2] = {c->node.in[0], c->dout[0]};
-  return grad_op(c, op, 2, in, &c->node.attrs, &c->din[0]);
+  return grad_op(c, op, 2, in, c->node.attrs, &c->din[0]);
 }
 
 loom_status_t grad_max_pool2d(grad_ctx_t *c) {
@@ -335,11 +335,11 @@ static loom_status_t norm_input_grad(grad_ctx_t *c, const norm_t *k, int32_t g,
 static loom_status_t grad_norm(grad_ctx_t *c, bool centered) {
   int32_t x = c->node.in[0], dy = c->dout[0], g = dy;
   ir_type_t xt = type_of(c, x);
-  int64_t axis = ir_attr_int(&c->node.attrs, "axis", -1);
+  int64_t axis = ir_attr_int(c->node.attrs, "axis", -1);
   if (axis < 0) axis += xt.rank;
   norm_t k = {.centered = centered};
   for (int64_t d = axis; d < xt.rank; d++) k.axes[k.n_axes++] = d;
-  LOOM_TRY(norm_stats(c, &k, x, ir_op_float(c->node.op, &c->node.attrs, "eps")));
+  LOOM_TRY(norm_stats(c, &k, x, ir_op_float(c->node.op, c->node.attrs, "eps")));
   if (c->node.n_in >= 2) {
     int32_t scale = c->node.in[1], dscale;
     ir_type_t st = type_of(c, scale);
@@ -413,8 +413,8 @@ loom_status_t grad_batch_norm(grad_ctx_t *c) {
   if (c->dout[0] < 0) return LOOM_OK; /* only the statistics had gradients */
   int32_t dy = c->dout[0], scale_c, g, prod;
   int rank = type_of(c, c->node.in[0]).rank;
-  double eps = ir_op_float(c->node.op, &c->node.attrs, "eps");
-  bool training = ir_attr_int(&c->node.attrs, "training", 0) != 0;
+  double eps = ir_op_float(c->node.op, c->node.attrs, "eps");
+  bool training = ir_attr_int(c->node.attrs, "training", 0) != 0;
   norm_t k = {.centered = true};
   k.axes[k.n_axes++] = 0;
   for (int d = 2; d < rank; d++) k.axes[k.n_axes++] = d;

@@ -11,7 +11,7 @@
 /* The reduced axes of the node (all when "axes" is absent). */
 static void reduced_axes(const grad_ctx_t *c, int rank, bool *red) {
   const int64_t *axes = NULL;
-  int n = ir_attr_ints(&c->node.attrs, "axes", &axes);
+  int n = ir_attr_ints(c->node.attrs, "axes", &axes);
   for (int d = 0; d < LOOM_MAX_RANK; d++) red[d] = n < 0 && d < rank;
   for (int i = 0; i < n; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
 }
@@ -57,7 +57,7 @@ static loom_status_t reduce_keep(grad_ctx_t *c, ir_op_t op, int32_t x,
                                  int32_t *out) {
   ir_attrs_t a = {0};
   const int64_t *axes;
-  int n = ir_attr_ints(&c->node.attrs, "axes", &axes);
+  int n = ir_attr_ints(c->node.attrs, "axes", &axes);
   if (n >= 0) ir_attrs_ints(&a, "axes", n, axes);
   ir_attrs_int(&a, "keepdim", 1);
   return grad_op(c, op, 1, &x, &a, out);
@@ -176,7 +176,7 @@ loom_status_t grad_variance(grad_ctx_t *c) {
   LOOM_TRY(reduce_keep(c, IR_OP_MEAN, x, &m));
   LOOM_TRY(grad_binary(c, IR_OP_SUB, x, m, &d));
   LOOM_TRY(reduced_count(c, &n));
-  LOOM_TRY(grad_scalar(c, (double)ir_attr_int(&c->node.attrs, "correction", 0),
+  LOOM_TRY(grad_scalar(c, (double)ir_attr_int(c->node.attrs, "correction", 0),
                        dt, &corr));
   LOOM_TRY(grad_binary(c, IR_OP_SUB, n, corr, &denom));
   LOOM_TRY(grad_scalar(c, 2, dt, &two));
@@ -189,7 +189,8 @@ loom_status_t grad_variance(grad_ctx_t *c) {
 
 /* The adjoint of a running sum is the running sum the other way. */
 loom_status_t grad_cumsum(grad_ctx_t *c) {
-  ir_attrs_t a = c->node.attrs;
+  ir_attrs_t a;
+  ir_attrs_copy(&a, c->node.attrs);
   ir_attrs_int(&a, "reverse", !ir_attr_int(&a, "reverse", 0));
   return grad_op(c, IR_OP_CUMSUM, 1, &c->dout[0], &a, &c->din[0]);
 }
@@ -201,7 +202,7 @@ loom_status_t grad_topk(grad_ctx_t *c) {
   LOOM_TRY(grad_scalar(c, 0, grad_type(c, c->node.in[0])->dtype, &zero));
   LOOM_TRY(expand_to_input(c, zero, &zeros));
   int rank = grad_type(c, c->node.in[0])->rank;
-  int64_t axis = ir_attr_int(&c->node.attrs, "axis", -1);
+  int64_t axis = ir_attr_int(c->node.attrs, "axis", -1);
   ir_attrs_t a = {0};
   ir_attrs_int(&a, "axis", axis < 0 ? axis + rank : axis);
   int32_t in[3] = {zeros, c->node.out[1], c->dout[0]};
@@ -212,7 +213,7 @@ loom_status_t grad_topk(grad_ctx_t *c) {
 
 /* The sum of v along the softmax axis, kept. */
 static loom_status_t sum_axis(grad_ctx_t *c, int32_t v, int32_t *out) {
-  int64_t axis = ir_attr_int(&c->node.attrs, "axis", -1);
+  int64_t axis = ir_attr_int(c->node.attrs, "axis", -1);
   ir_attrs_t a = {0};
   ir_attrs_ints(&a, "axes", 1, &axis);
   ir_attrs_int(&a, "keepdim", 1);

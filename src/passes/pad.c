@@ -60,7 +60,7 @@ static const ir_type_t *out_type(const pad_ctx_t *c, int k) {
   return &c->src->values[cur(c)->out[k]].type;
 }
 static int8_t *out_tags(pad_ctx_t *c, int k) { return c->tags[cur(c)->out[k]]; }
-static const ir_attrs_t *attrs(const pad_ctx_t *c) { return &cur(c)->attrs; }
+static const ir_attrs_t *attrs(const pad_ctx_t *c) { return cur(c)->attrs; }
 
 static bool any_tag(const int8_t *t, int rank) {
   for (int d = 0; d < rank; d++)

@@ -34,7 +34,7 @@ static bool uniform_value(const ir_rewriter_t *rw, int32_t d, double *out) {
   const ir_value_t *v = &rw->dst->values[d];
   const ir_node_t *p = producer(rw, d);
   if (p && p->op == IR_OP_FULL) {
-    *out = ir_op_float(p->op, &p->attrs, "value");
+    *out = ir_op_float(p->op, p->attrs, "value");
     return true;
   }
   if (v->kind != IR_VALUE_CONST) return false;
@@ -135,7 +135,7 @@ static loom_status_t rule_same_type(ir_rewriter_t *rw, const ir_node_t *n, bool 
 /* The permutation of a transpose node (reversal when it has none). */
 static void transpose_perm(const ir_node_t *t, int rank, int64_t *perm) {
   const int64_t *p;
-  int n = ir_attr_ints(&t->attrs, "perm", &p);
+  int n = ir_attr_ints(t->attrs, "perm", &p);
   for (int i = 0; i < rank; i++)
     perm[i] = n == rank ? (p[i] < 0 ? p[i] + rank : p[i]) : rank - 1 - i;
 }
@@ -194,8 +194,8 @@ static bool swaps_last_two(const ir_node_t *t, int rank) {
 static loom_status_t rule_matmul_transpose(ir_rewriter_t *rw, const ir_node_t *n,
                                            bool *done) {
   int32_t in[2] = {in_of(rw, n, 0), in_of(rw, n, 1)};
-  int64_t trans[2] = {ir_attr_int(&n->attrs, "trans_a", 0) != 0,
-                      ir_attr_int(&n->attrs, "trans_b", 0) != 0};
+  int64_t trans[2] = {ir_attr_int(n->attrs, "trans_a", 0) != 0,
+                      ir_attr_int(n->attrs, "trans_b", 0) != 0};
   bool changed = false;
   for (int k = 0; k < 2; k++) {
     const ir_node_t *p = producer(rw, in[k]);
@@ -222,7 +222,7 @@ static loom_status_t rule_reshape(ir_rewriter_t *rw, const ir_node_t *n, bool *d
     forward(rw, n, x, done);
     return LOOM_OK;
   }
-  return replace(rw, n, IR_OP_RESHAPE, 1, &x, &n->attrs, done);
+  return replace(rw, n, IR_OP_RESHAPE, 1, &x, n->attrs, done);
 }
 
 static bool same_dims(const ir_type_t *a, const ir_type_t *b) {
@@ -238,7 +238,7 @@ static loom_status_t rule_broadcast(ir_rewriter_t *rw, const ir_node_t *n, bool 
     const ir_node_t *p = producer(rw, in[k]);
     if (!p || p->op != IR_OP_EXPAND || !same_dims(dst_type(rw, in[1 - k]), t)) continue;
     in[k] = p->in[0];
-    LOOM_TRY(replace(rw, n, n->op, 2, in, &n->attrs, done));
+    LOOM_TRY(replace(rw, n, n->op, 2, in, n->attrs, done));
   }
   return LOOM_OK;
 }
@@ -248,8 +248,8 @@ static loom_status_t rule_broadcast(ir_rewriter_t *rw, const ir_node_t *n, bool 
  * reference kernel element by element. */
 static loom_status_t rule_split(ir_rewriter_t *rw, const ir_node_t *n, bool *done) {
   const int64_t *sizes;
-  int np = ir_attr_ints(&n->attrs, "sizes", &sizes);
-  int64_t axis = ir_attr_int(&n->attrs, "axis", 0), start = 0;
+  int np = ir_attr_ints(n->attrs, "sizes", &sizes);
+  int64_t axis = ir_attr_int(n->attrs, "axis", 0), start = 0;
   int32_t x = in_of(rw, n, 0), out[SPLIT_MAX_PIECES];
   if (np != n->n_out || np > SPLIT_MAX_PIECES) return LOOM_OK;
   for (int k = 0; k < np; k++) {

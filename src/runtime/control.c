@@ -119,9 +119,9 @@ static loom_status_t compile_subgraph(rt_control_t *c, loom_graph_t *sub, int fi
  * buffers, the rows of the scan outputs and the binding arrays. */
 static loom_status_t loop_buffers(rt_control_t *c) {
   const ir_node_t *n = c->node;
-  c->n_carried = (int)ir_attr_int(&n->attrs, "carried", 0);
+  c->n_carried = (int)ir_attr_int(n->attrs, "carried", 0);
   c->n_scan = n->n_out - c->n_carried;
-  c->use_cond = ir_attr_int(&n->attrs, "use_cond", 1) != 0;
+  c->use_cond = ir_attr_int(n->attrs, "use_cond", 1) != 0;
   LOOM_TRY(tensor_new(LOOM_I64, 0, NULL, &c->iter));
   LOOM_TRY(tensor_new(LOOM_BOOL, 0, NULL, &c->cond_in));
   LOOM_TRY(tensor_new(LOOM_BOOL, 0, NULL, &c->cond_out));

@@ -204,7 +204,7 @@ static loom_status_t run_block(interp_t *it, const block_run_t *r, char *bufs, i
     }
     for (int j = 0; j < n->n_in; j++)
       if (views[j].data == dest) out.data = bufs + (size_t)r->n_slots * BLOCK * sizeof(int64_t);
-    ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs,
+    ref_call_t call = {.g = it->g, .node = n, .attrs = n->attrs,
                        .n_in = n->n_in, .in = ins, .n_out = 1, .out = outs};
     loom_status_t s = LOOM_OK;
     if (!it->fast->eager(&call, &s)) {

@@ -191,7 +191,7 @@ loom_status_t interp_run_node(interp_t *it, int64_t index) {
   loom_status_t s = LOOM_OK;
   bool data_shaped = ir_node_data_shaped(it->g, n);
   if (!data_shaped) s = alloc_outputs(it, n, outs);
-  ref_call_t call = {.g = it->g, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+  ref_call_t call = {.g = it->g, .node = n, .attrs = n->attrs, .n_in = n->n_in,
                      .in = ins, .n_out = n->n_out, .out = outs, .pool = it->pool};
   bool taken = s == LOOM_OK && it->fast && it->fast->eager(&call, &s);
   loom_tensor_t *dense = NULL; /* an index view, for a reference kernel */

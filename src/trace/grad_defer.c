@@ -63,13 +63,13 @@ static loom_status_t defer_output(loom_graph_t *g, int i, int32_t *extra) {
   int32_t v = g->outputs[i];
   const ir_value_t *x = &g->values[v];
   const ir_node_t *n = x->kind == IR_VALUE_NODE ? &g->nodes[x->node] : NULL;
-  if (n && n->op == IR_OP_FULL && ir_attr_float(&n->attrs, "value", 1.0) == 0.0) {
+  if (n && n->op == IR_OP_FULL && ir_attr_float(n->attrs, "value", 1.0) == 0.0) {
     ir_type_t ty = x->type;
     LOOM_TRY(zero_row(g, ty.dtype, ty.dims[0], &g->outputs[i]));
     return zero_row(g, ty.dtype, ty.dims[1], extra);
   }
-  if (!n || n->op != IR_OP_MATMUL || ir_attr_int(&n->attrs, "trans_a", 0) != 1 ||
-      ir_attr_int(&n->attrs, "trans_b", 0) != 0 || value_reads(g, v) != 1 ||
+  if (!n || n->op != IR_OP_MATMUL || ir_attr_int(n->attrs, "trans_a", 0) != 1 ||
+      ir_attr_int(n->attrs, "trans_b", 0) != 0 || value_reads(g, v) != 1 ||
       g->values[n->in[0]].type.rank != 2 || g->values[n->in[1]].type.rank != 2)
     return loom_fail(LOOM_ERR_GRAPH, "internal: trace backward: the gradient of "
                      "output %d is not the product its description defers", i);

@@ -99,7 +99,7 @@ static bool attr_dim_ok(const loom_trace_t *t, const seg_work_t *w, ir_dim_t d) 
  * segment then goes exact). */
 static bool symbolic_attrs(const loom_trace_t *t, const seg_work_t *w) {
   for (int c = 0; c < w->n_cone; c++) {
-    const ir_attrs_t *a = &t->g->nodes[w->cone[c]].attrs;
+    const ir_attrs_t *a = t->g->nodes[w->cone[c]].attrs;
     for (int i = 0; i < a->n; i++) {
       if (a->a[i].kind != IR_ATTR_INTS) continue;
       for (int k = 0; k < a->a[i].n; k++)
@@ -205,7 +205,7 @@ static uint64_t mix_attr_sizes(const loom_trace_t *t, const seg_work_t *w,
   int64_t buckets[32], vals[ir_num_symbols(t->g) + 1];
   bool have = false;
   for (int c = 0; c < w->n_cone; c++) {
-    const ir_attrs_t *a = &t->g->nodes[w->cone[c]].attrs;
+    const ir_attrs_t *a = t->g->nodes[w->cone[c]].attrs;
     for (int i = 0; i < a->n; i++)
       for (int k = 0; a->a[i].kind == IR_ATTR_INTS && k < a->a[i].n; k++) {
         ir_dim_t d = a->a[i].ints[k];
@@ -256,7 +256,7 @@ static uint64_t defer_mask(const loom_trace_t *t, const seg_work_t *w) {
     if (uses != 1 || pos != 1) continue;
     const ir_node_t *n = &t->g->nodes[user];
     const ir_type_t *a = &t->g->values[n->in[0]].type;
-    if (n->op == IR_OP_MATMUL && !ir_attr_int(&n->attrs, "trans_a", 0) && a->rank == 2 &&
+    if (n->op == IR_OP_MATMUL && !ir_attr_int(n->attrs, "trans_a", 0) && a->rank == 2 &&
         !ir_dim_is_sym(a->dims[0]) && a->dims[0] <= DEFER_ROWS)
       mask |= UINT64_C(1) << i;
   }
@@ -359,7 +359,7 @@ static loom_status_t copy_subgraphs(const loom_trace_t *t, const ir_node_t *n, s
   const char *names[2];
   int k = ir_subgraph_attrs(n->op, names);
   for (int i = 0; i < k; i++) {
-    const loom_graph_t *sub = ir_attrs_subgraph(t->g, &n->attrs, names[i]);
+    const loom_graph_t *sub = ir_attrs_subgraph(t->g, n->attrs, names[i]);
     if (!sub) return loom_fail(LOOM_ERR_GRAPH, "trace: %s names no subgraph", names[i]);
     loom_graph_t **grown = core_realloc(d->subgraphs, sizeof *grown * (size_t)(d->n_subgraphs + 1));
     if (!grown) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
@@ -378,7 +378,7 @@ static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
   const ir_node_t *n = &t->g->nodes[node];
   out->op = n->op;
   out->n_in = n->n_in;
-  out->attrs = n->attrs;
+  ir_attrs_copy(&out->attrs, n->attrs);
   if (ir_ops[n->op].flags & F_SUBGRAPH) LOOM_TRY(copy_subgraphs(t, n, d, &out->attrs));
   out->in = core_malloc(sizeof *out->in * (size_t)(n->n_in + 1));
   if (!out->in) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");

@@ -226,9 +226,9 @@ static bool replayable(const loom_trace_t *t, const seg_work_t *w) {
     return false;
   for (int c = 0; c < w->n_cone; c++) {
     const ir_node_t *n = &t->g->nodes[w->cone[c]];
-    for (int i = 0; i < n->attrs.n; i++)
-      for (int k = 0; n->attrs.a[i].kind == IR_ATTR_INTS && k < n->attrs.a[i].n; k++)
-        if (ir_dim_is_sym(n->attrs.a[i].ints[k])) return false;
+    for (int i = 0; i < n->attrs->n; i++)
+      for (int k = 0; n->attrs->a[i].kind == IR_ATTR_INTS && k < n->attrs->a[i].n; k++)
+        if (ir_dim_is_sym(n->attrs->a[i].ints[k])) return false;
   }
   return true;
 }

@@ -182,7 +182,7 @@ static uint64_t hash_attr_dim(const loom_trace_t *t, ir_dim_t d) {
  * into *site. */
 static void hash_attrs(const loom_trace_t *t, const ir_node_t *n, uint64_t *hp,
                        uint64_t *site) {
-  const ir_attrs_t *a = &n->attrs;
+  const ir_attrs_t *a = n->attrs;
   const char *subs[2];
   int n_subs = ir_subgraph_attrs(n->op, subs);
   uint64_t h = *hp;
@@ -225,7 +225,7 @@ static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
   loom_tensor_t *outs[n->n_out > 0 ? n->n_out : 1];
   memset(outs, 0, sizeof outs);
   for (int i = 0; i < n->n_in; i++) ins[i] = tr_tensor(t, n->in[i]);
-  ref_call_t call = {.g = g, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+  ref_call_t call = {.g = g, .node = n, .attrs = n->attrs, .n_in = n->n_in,
                      .in = ins, .n_out = n->n_out, .out = outs};
   loom_status_t s = ref_kernels[n->op](&call);
   for (int k = 0; k < n->n_out && s == LOOM_OK; k++) {
@@ -268,7 +268,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   const ir_node_t *n = &g->nodes[node];
   const ir_op_info_t *info = &ir_ops[n->op];
   uint64_t h = tr_mix(0x1f, (uint64_t)n->op), site = h;
-  if (n->attrs.n) hash_attrs(t, n, &h, &site);
+  if (n->attrs->n) hash_attrs(t, n, &h, &site);
   bool grad = false;
   for (int i = 0; i < n->n_in; i++) {
     tr_value_t *v = &t->vals[n->in[i]];

@@ -218,8 +218,8 @@ static uint64_t step_hash(const loom_graph_t *g) {
     MIX(h, n->op);
     for (int k = 0; k < n->n_in; k++) MIX(h, n->in[k]);
     for (int k = 0; k < n->n_out; k++) h = mix_type(h, &g->values[n->out[k]].type);
-    for (int a = 0; a < n->attrs.n; a++) {
-      const ir_attr_t *at = &n->attrs.a[a];
+    for (int a = 0; a < n->attrs->n; a++) {
+      const ir_attr_t *at = &n->attrs->a[a];
       for (const char *p = at->name; *p; p++) MIX(h, (unsigned char)*p);
       if (!strcmp(at->name, "comm")) continue; /* ids are each process's own */
       for (int k = 0; k < (at->kind == IR_ATTR_INTS ? at->n : 1); k++) MIX(h, at->ints[k]);

@@ -36,7 +36,7 @@ static loom_status_t prepack_matmul_b(be_program_t *p, const be_request_t *req,
   if (g->values[b].type.rank != 2 || g->values[b].type.dtype != LOOM_F32 ||
       !is_frozen(g, assigned, b) || value_shape(req, b, shape) != LOOM_OK)
     return LOOM_OK;
-  int tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
+  int tb = ir_attr_int(n->attrs, "trans_b", 0) != 0;
   int64_t slot = req->slot_of_value[b], k = shape[tb], cols = shape[1 - tb];
   if (slot < 0 || p->packed_b[2 * slot + tb]) return LOOM_OK;
   void *buf = core_aligned_alloc(kern_gemm_packed_bytes(k, cols));
@@ -54,7 +54,7 @@ static loom_status_t prepack_conv_weight(be_program_t *p, const be_request_t *re
                                          const bool *assigned, const ir_node_t *n) {
   const loom_graph_t *g = req->graph;
   int32_t w = n->in[1];
-  int64_t s[4], sx[4], sy[4], groups = ir_attr_int(&n->attrs, "groups", 1);
+  int64_t s[4], sx[4], sy[4], groups = ir_attr_int(n->attrs, "groups", 1);
   if (g->values[w].type.rank != 4 || g->values[w].type.dtype != LOOM_F32 ||
       !is_frozen(g, assigned, w) || value_shape(req, w, s) != LOOM_OK ||
       value_shape(req, n->in[0], sx) != LOOM_OK || value_shape(req, n->out[0], sy) != LOOM_OK ||
@@ -65,9 +65,9 @@ static loom_status_t prepack_conv_weight(be_program_t *p, const be_request_t *re
   loom_abi_conv2d_t d = {.n = sx[0], .c = sx[1], .h = sx[2], .w = sx[3], .o = s[0],
                          .kh = s[2], .kw = s[3], .ho = sy[2], .wo = sy[3], .groups = groups,
                          .weight = req->slots[slot]};
-  ir_attr_ints_or(&n->attrs, "stride", 2, 1, d.stride);
-  ir_attr_ints_or(&n->attrs, "pads", 4, 0, d.pads);
-  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, d.dilation);
+  ir_attr_ints_or(n->attrs, "stride", 2, 1, d.stride);
+  ir_attr_ints_or(n->attrs, "pads", 4, 0, d.pads);
+  ir_attr_ints_or(n->attrs, "dilation", 2, 1, d.dilation);
   /* Packed for the algorithm the layer will run, timed now if need be. */
   void *buf = NULL;
   kern_conv_algo_t algo = kern_conv2d_algo_packing(&d, p->conv_mode, p->pool, &buf);
@@ -218,7 +218,7 @@ static bool packable(const be_program_t *p, int gi, const be_stable_t *st, int32
   if (v->kind != IR_VALUE_INPUT || *slot < 0 || !st->slot[*slot] || v->type.rank != 2 ||
       v->type.dtype != LOOM_F32)
     return false;
-  *tb = ir_attr_int(&n->attrs, "trans_b", 0) != 0;
+  *tb = ir_attr_int(n->attrs, "trans_b", 0) != 0;
   for (int d = 0; d < 2; d++)
     if (ir_dim_eval(p->graph, v->type.dims[d], p->syms, &shape[d]) != LOOM_OK) return false;
   return true;

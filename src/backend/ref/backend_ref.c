@@ -217,7 +217,7 @@ static loom_status_t ref_launch(be_program_t *p, int32_t group, void *const *slo
     for (int j = 0; j < n->n_in; j++) over_input |= in[j].data == out[i].data;
     if (bytes && !over_input) memset(out[i].data, 0, bytes);
   }
-  ref_call_t call = {.g = p->graph, .node = n, .attrs = &n->attrs, .n_in = n->n_in,
+  ref_call_t call = {.g = p->graph, .node = n, .attrs = n->attrs, .n_in = n->n_in,
                      .in = in_p, .n_out = n->n_out, .out = out_p, .scratch = &r->scratch[group]};
   return ref_kernels[n->op](&call);
 }

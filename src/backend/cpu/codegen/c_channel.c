@@ -32,7 +32,7 @@ static bool is_channel_reduction(const loom_graph_t *g, const ir_node_t *n) {
   if (n->op != IR_OP_SUM && n->op != IR_OP_MEAN) return false;
   int rank = g->values[n->in[0]].type.rank;
   const int64_t *axes;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  int na = ir_attr_ints(n->attrs, "axes", &axes);
   if (rank < 3 || na != rank - 1) return false;
   bool red[LOOM_MAX_RANK] = {false};
   for (int i = 0; i < na; i++) {
@@ -263,7 +263,7 @@ static bool bn_fits(bn_emit_t *k) {
   k->batch = x.dim[0];
   k->channels = x.dim[1];
   k->inner = cg_numel(&x) / (x.dim[0] * x.dim[1] > 0 ? x.dim[0] * x.dim[1] : 1);
-  k->training = ir_attr_int(&k->n->attrs, "training", 0) != 0;
+  k->training = ir_attr_int(k->n->attrs, "training", 0) != 0;
   return !k->training || k->batch * k->inner >= 2;
 }
 
@@ -301,8 +301,8 @@ static void bn_body(bn_emit_t *k) {
   cg_buf_t *b = k->c->out;
   const fuse_group_t *grp = &k->c->plan->groups[k->gi];
   const int32_t *in = k->n->in;
-  double eps = ir_op_float(k->n->op, &k->n->attrs, "eps");
-  double m = ir_op_float(k->n->op, &k->n->attrs, "momentum");
+  double eps = ir_op_float(k->n->op, k->n->attrs, "eps");
+  double m = ir_op_float(k->n->op, k->n->attrs, "momentum");
   double count = (double)(k->batch * k->inner);
   cg_function(k->c, "static void loom_g%d_body(void *ctx, int64_t begin, int64_t end) {\n", k->gi);
   cg_line(b, 1, "void *const *slots = (void *const *)ctx;\n");

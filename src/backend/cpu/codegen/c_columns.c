@@ -28,7 +28,7 @@ static bool cols_build(cg_ctx_t *c, const ir_node_t *n, cols_t *k) {
       (k->space.lead && n->op == IR_OP_MEAN) || out.lead || k->space.rank == 0)
     return false;
   const int64_t *axes;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes), rank = k->space.rank;
+  int na = ir_attr_ints(n->attrs, "axes", &axes), rank = k->space.rank;
   if (!dtype_is_float(c->g->values[n->in[0]].type.dtype) && !cg_fold_of(n->op)->i_type)
     return false;
   bool red[LOOM_MAX_RANK] = {false};
@@ -192,7 +192,7 @@ loom_status_t cg_emit_columns(cg_ctx_t *c, int gi, const ir_node_t *n, bool *ok)
 bool cg_keeps_last_dim(const cg_ctx_t *c, const ir_node_t *n) {
   const int64_t *axes;
   int rank = c->g->values[n->in[0]].type.rank;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  int na = ir_attr_ints(n->attrs, "axes", &axes);
   if (na < 0 || rank == 0) return false;
   for (int i = 0; i < na; i++)
     if (axes[i] == -1 || axes[i] == rank - 1) return false;

@@ -337,7 +337,7 @@ static bool fold_batch_rows(contract_t *k, const cg_shape_t *y) {
   const ir_node_t *n = k->anchor;
   cg_shape_t sa, sb;
   if (n->op != IR_OP_MATMUL || k->n_batch == 0 || y->lead ||
-      ir_attr_int(&n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
+      ir_attr_int(n->attrs, "trans_a", 0) || !cg_value_shape(k->c, n->in[0], &sa) ||
       !cg_value_shape(k->c, n->in[1], &sb) || sa.lead || sb.rank != 2 || sa.rank != y->rank ||
       !ir_view_is_plain(&k->view[0]) || !ir_view_is_plain(&k->view[1]) || k->grp->strided)
     return false;
@@ -370,7 +370,7 @@ static void emit_b_packed(const contract_t *k) {
       k->c->g->values[n->in[1]].type.rank != 2)
     return;
   cg_line(k->c->out, 1, "d.b_packed = rt->packed_b ? rt->packed_b[2 * map[%d] + %d] : NULL;\n",
-          (int)cg_slot(k->c, n->in[1]), (int)ir_attr_int(&n->attrs, "trans_b", 0));
+          (int)cg_slot(k->c, n->in[1]), (int)ir_attr_int(n->attrs, "trans_b", 0));
 }
 
 /* The folded GEMM: y's rows over all items, one call. */
@@ -380,7 +380,7 @@ static void emit_matmul_rows(contract_t *k, bool epi) {
   const ir_node_t *n = k->anchor;
   cg_shape_t sb;
   cg_value_shape(c, n->in[1], &sb);
-  int tb = (int)ir_attr_int(&n->attrs, "trans_b", 0);
+  int tb = (int)ir_attr_int(n->attrs, "trans_b", 0);
   int64_t m = k->space.dim[0], nn = k->space.dim[1], kk = sb.dim[tb ? 1 : 0];
   cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = 1,\n",
           (long long)m, (long long)nn, (long long)kk);
@@ -405,12 +405,12 @@ typedef struct gemm_call {
 static void matmul_operands(const contract_t *k, const cg_shape_t *y, const cg_shape_t *sa,
                             gemm_call_t *g) {
   const ir_node_t *n = k->anchor;
-  int nb = y->rank - 2, ta = (int)ir_attr_int(&n->attrs, "trans_a", 0);
+  int nb = y->rank - 2, ta = (int)ir_attr_int(n->attrs, "trans_a", 0);
   *g = (gemm_call_t){.kk = ta ? sa->dim[sa->rank - 2] : sa->dim[sa->rank - 1],
                      .off = {k->view[0].offset, k->view[1].offset,
                              k->grp->strided ? k->out.offset : 0}};
   view_matrix(&k->view[0], ta, &g->trans[0], &g->ld[0]);
-  view_matrix(&k->view[1], (int)ir_attr_int(&n->attrs, "trans_b", 0), &g->trans[1], &g->ld[1]);
+  view_matrix(&k->view[1], (int)ir_attr_int(n->attrs, "trans_b", 0), &g->trans[1], &g->ld[1]);
   operand_batch(k, 0, y, nb, g->st[0]);
   operand_batch(k, 1, y, nb, g->st[1]);
   int64_t step = y->dim[nb] * y->dim[nb + 1];
@@ -479,7 +479,7 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
   bool dynamic = y->lead || sa.lead;
   int rb = g.rb, lv = rb >= 2 && !dynamic ? 2 : 1, outer = rb - lv;
   if (dynamic) { /* runtime symbols: m, k or batch from syms[] */
-    emit_gemm_sizes(c, y, &sa, &g.batch, rb, ir_attr_int(&n->attrs, "trans_a", 0));
+    emit_gemm_sizes(c, y, &sa, &g.batch, rb, ir_attr_int(n->attrs, "trans_a", 0));
   } else {
     int64_t items = g.batch.dim[rb - 1] * (lv == 2 ? g.batch.dim[rb - 2] : 1);
     cg_line(b, 1, "loom_abi_gemm_t d = {.m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n",
@@ -522,9 +522,9 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
 static void emit_conv_geometry(cg_buf_t *b, const ir_node_t *n, const int64_t *in, int64_t o,
                                int64_t kh, int64_t kw, int64_t ho, int64_t wo) {
   int64_t stride[2], pads[4], dil[2];
-  ir_attr_ints_or(&n->attrs, "stride", 2, 1, stride);
-  ir_attr_ints_or(&n->attrs, "pads", 4, 0, pads);
-  ir_attr_ints_or(&n->attrs, "dilation", 2, 1, dil);
+  ir_attr_ints_or(n->attrs, "stride", 2, 1, stride);
+  ir_attr_ints_or(n->attrs, "pads", 4, 0, pads);
+  ir_attr_ints_or(n->attrs, "dilation", 2, 1, dil);
   cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
           (long long)in[0], (long long)in[1], (long long)in[2], (long long)in[3]);
   cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
@@ -533,7 +533,7 @@ static void emit_conv_geometry(cg_buf_t *b, const ir_node_t *n, const int64_t *i
           (long long)stride[0], (long long)stride[1], (long long)pads[0], (long long)pads[1],
           (long long)pads[2], (long long)pads[3]);
   cg_line(b, 1, "    .dilation = {%lld, %lld}, .groups = %lld,\n", (long long)dil[0],
-          (long long)dil[1], (long long)ir_attr_int(&n->attrs, "groups", 1));
+          (long long)dil[1], (long long)ir_attr_int(n->attrs, "groups", 1));
 }
 
 /* .x, .weight and .bias (n's third input, or NULL) from these slots. */

@@ -135,7 +135,7 @@ int64_t cg_group_cost(const loom_graph_t *g, const fuse_group_t *grp) {
 /* ---- Attributes as literals -------------------------------------------- */
 
 static double alpha(const ir_node_t *n) {
-  return ir_op_float(n->op, &n->attrs, "alpha");
+  return ir_op_float(n->op, n->attrs, "alpha");
 }
 
 /* An integer clamp bound, rounded inward and held to the dtype's range,
@@ -154,7 +154,7 @@ static int64_t int_bound(double b, bool lower, loom_dtype_t d) {
 
 static void clamp_bound(cg_buf_t *b, const ir_node_t *n, loom_dtype_t d,
                         bool lower) {
-  double v = ir_op_float(n->op, &n->attrs, lower ? "min" : "max");
+  double v = ir_op_float(n->op, n->attrs, lower ? "min" : "max");
   if (dtype_is_float(d)) {
     cg_double(b, isnan(v) ? (lower ? -INFINITY : INFINITY) : v);
     return;

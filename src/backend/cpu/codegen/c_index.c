@@ -259,7 +259,7 @@ static bool emit_take(index_fn_t *f) {
   const ir_node_t *n = f->n;
   const ir_type_t *data = type_of(c, n->in[0]), *ind = type_of(c, n->in[1]);
   int axis = n->op == IR_OP_EMBEDDING
-                 ? 0 : norm_axis(ir_attr_int(&n->attrs, "axis", 0), data->rank);
+                 ? 0 : norm_axis(ir_attr_int(n->attrs, "axis", 0), data->rank);
   const char *lo = n->op == IR_OP_EMBEDDING ? "0" : "-size"; /* negatives wrap */
   const char *t = uint_type(loom_dtype_size(data->dtype));
   int64_t inner = 1, v;
@@ -399,7 +399,7 @@ static bool emit_scatter(index_fn_t *f) {
   cg_ctx_t *c = f->c;
   const ir_node_t *n = f->n;
   const ir_type_t *self = type_of(c, n->in[0]), *ind = type_of(c, n->in[1]);
-  int axis = norm_axis(ir_attr_int(&n->attrs, "axis", 0), self->rank);
+  int axis = norm_axis(ir_attr_int(n->attrs, "axis", 0), self->rank);
   if (!scatter_shapes_fit(c, n, axis)) return false;
   const char *t = cg_ctype(self->dtype);
   span(f, "outer", self, 0, axis);
@@ -481,9 +481,9 @@ bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n) {
   const ir_type_t *data = &g->values[n->in[0]].type, *ind = &g->values[n->in[1]].type;
   int rank = data->rank;
   if (n->op == IR_OP_GATHER)
-    return ind->rank >= 2 && norm_axis(ir_attr_int(&n->attrs, "axis", 0), rank) == rank - 1;
+    return ind->rank >= 2 && norm_axis(ir_attr_int(n->attrs, "axis", 0), rank) == rank - 1;
   if (n->op != IR_OP_SCATTER_ADD || rank < 2 ||
-      norm_axis(ir_attr_int(&n->attrs, "axis", 0), rank) != rank - 2)
+      norm_axis(ir_attr_int(n->attrs, "axis", 0), rank) != rank - 2)
     return false;
   const ir_type_t *src = &g->values[n->in[2]].type;
   if (ind->rank != rank || src->rank != rank) return false;
@@ -501,8 +501,8 @@ bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
     return false;
   const ir_type_t *data = &g->values[take->in[0]].type, *self = &g->values[scatter->in[0]].type;
   return data->rank == 2 && self->rank == 2 && data->dtype == self->dtype &&
-         norm_axis(ir_attr_int(&take->attrs, "axis", 0), 2) == 0 &&
-         norm_axis(ir_attr_int(&scatter->attrs, "axis", 0), 2) == 0 &&
+         norm_axis(ir_attr_int(take->attrs, "axis", 0), 2) == 0 &&
+         norm_axis(ir_attr_int(scatter->attrs, "axis", 0), 2) == 0 &&
          cg_index_prologue_ok(g, scatter);
 }
 

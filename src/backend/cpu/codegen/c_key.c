@@ -60,9 +60,9 @@ static void put_node(keybuf_t *k, const loom_graph_t *g, const ir_node_t *n) {
   put(k, n->out, sizeof *n->out * (size_t)n->n_out);
   const char *subs[2];
   int n_subs = ir_subgraph_attrs(n->op, subs);
-  put_i64(k, n->attrs.n);
-  for (int i = 0; i < n->attrs.n; i++) {
-    const ir_attr_t *a = &n->attrs.a[i];
+  put_i64(k, n->attrs->n);
+  for (int i = 0; i < n->attrs->n; i++) {
+    const ir_attr_t *a = &n->attrs->a[i];
     put(k, a->name, strnlen(a->name, IR_ATTR_NAME) + 1);
     int count = a->kind == IR_ATTR_INT ? 1 : a->kind == IR_ATTR_INTS ? a->n : 0;
     put_i64(k, a->kind);
@@ -71,7 +71,7 @@ static void put_node(keybuf_t *k, const loom_graph_t *g, const ir_node_t *n) {
     put(k, a->ints, sizeof *a->ints * (size_t)count);
     for (int s = 0; s < n_subs; s++) {
       if (strcmp(a->name, subs[s])) continue;
-      const loom_graph_t *body = ir_attrs_subgraph(g, &n->attrs, a->name);
+      const loom_graph_t *body = ir_attrs_subgraph(g, n->attrs, a->name);
       put_i64(k, body ? (int64_t)ir_graph_hash(body) : 0);
     }
   }

@@ -61,7 +61,7 @@ static bool plan_reshape(layout_t *l) {
 static bool plan_transpose(layout_t *l) {
   move_t *m = whole(l);
   const int64_t *perm;
-  bool given = ir_attr_ints(&l->n->attrs, "perm", &perm) >= 0;
+  bool given = ir_attr_ints(l->n->attrs, "perm", &perm) >= 0;
   int r = l->x.rank;
   for (int i = 0; i < r; i++) {
     int64_t p = given ? (perm[i] < 0 ? perm[i] + r : perm[i]) : r - 1 - i;
@@ -80,10 +80,10 @@ static bool plan_slice(layout_t *l) {
   move_t *m = whole(l);
   memcpy(m->stride[1], l->xs, sizeof l->xs);
   const int64_t *starts, *ends, *axes, *steps;
-  int n = ir_attr_ints(&l->n->attrs, "starts", &starts);
-  ir_attr_ints(&l->n->attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(&l->n->attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(&l->n->attrs, "steps", &steps) >= 0;
+  int n = ir_attr_ints(l->n->attrs, "starts", &starts);
+  ir_attr_ints(l->n->attrs, "ends", &ends);
+  bool has_axes = ir_attr_ints(l->n->attrs, "axes", &axes) >= 0;
+  bool has_steps = ir_attr_ints(l->n->attrs, "steps", &steps) >= 0;
   for (int i = 0; i < n; i++) {
     int64_t a = has_axes ? axes[i] : i;
     int d = (int)(a < 0 ? a + l->x.rank : a);
@@ -101,7 +101,7 @@ static bool plan_flip(layout_t *l) {
   move_t *m = whole(l);
   memcpy(m->stride[1], l->xs, sizeof l->xs);
   const int64_t *axes;
-  int n = ir_attr_ints(&l->n->attrs, "axes", &axes);
+  int n = ir_attr_ints(l->n->attrs, "axes", &axes);
   bool flip[LOOM_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) flip[axes[i] < 0 ? axes[i] + l->x.rank : axes[i]] = true;
   if (flip[0] && l->x.lead) return false;
@@ -124,7 +124,7 @@ static bool plan_tile(layout_t *l) {
 
 static bool plan_concat(layout_t *l) {
   int r = l->y.rank;
-  int64_t a = ir_attr_int(&l->n->attrs, "axis", 0), at = 0;
+  int64_t a = ir_attr_int(l->n->attrs, "axis", 0), at = 0;
   int axis = (int)(a < 0 ? a + r : a);
   if (axis == 0 && l->y.lead) return false;
   for (int i = 0; i < l->n->n_in; i++) {
@@ -145,13 +145,13 @@ static bool plan_concat(layout_t *l) {
 static bool plan_pad(layout_t *l) {
   if (l->x.lead || l->y.lead) return false;
   const int64_t *pads;
-  ir_attr_ints(&l->n->attrs, "pads", &pads);
+  ir_attr_ints(l->n->attrs, "pads", &pads);
   bool border = false;
   for (int d = 0; d < 2 * l->x.rank; d++) border |= pads[d] > 0;
   if (border) {
     char bytes[8] = {0};
     dtype_store_f64(l->c->g->values[l->n->out[0]].type.dtype, bytes,
-                    ir_op_float(l->n->op, &l->n->attrs, "value"));
+                    ir_op_float(l->n->op, l->n->attrs, "value"));
     memcpy(&l->fill, bytes, sizeof bytes);
     whole(l)->src = -1;
   }

@@ -48,7 +48,7 @@ static bool is_pool_op(ir_op_t op) { return ir_op_has(op, F_WINDOW); }
 
 static void read_ints(const ir_node_t *n, const char *name, int count, int64_t *dst) {
   const int64_t *v;
-  if (ir_attr_ints(&n->attrs, name, &v) == count)
+  if (ir_attr_ints(n->attrs, name, &v) == count)
     for (int i = 0; i < count; i++) dst[i] = v[i];
 }
 
@@ -64,7 +64,7 @@ static bool read_geom(pool_emit_t *p) {
   read_ints(n, "pads", 4, g->pads);
   read_ints(n, "dilation", 2, g->dilation);
   g->avg = n->op == IR_OP_AVG_POOL2D;
-  g->include_pad = ir_attr_int(&n->attrs, "count_include_pad", 0) != 0;
+  g->include_pad = ir_attr_int(n->attrs, "count_include_pad", 0) != 0;
   return cg_value_shape(p->c, p->x, &g->in) && cg_value_shape(p->c, p->y, &g->out) &&
          g->in.rank == 4 && g->out.rank == 4 && g->stride[0] > 0 && g->stride[1] > 0;
 }

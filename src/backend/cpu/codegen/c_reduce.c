@@ -108,7 +108,7 @@ static bool value_strides(red_t *r, const cg_shape_t *full, int outer, int32_t v
  * a scalar's one axis (-1) keeps nothing. */
 static int outer_dims(const ir_node_t *n, int rank) {
   const int64_t *axes;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  int na = ir_attr_ints(n->attrs, "axes", &axes);
   return na < 0 || na > rank ? 0 : rank - na;
 }
 

@@ -23,7 +23,7 @@ static bool elementwise(const loom_graph_t *g, const ir_node_t *n) {
  * mode is generated (reflect and edge stay with the reference). */
 static bool layout(const loom_graph_t *g, const ir_node_t *n) {
   (void)g;
-  return n->op != IR_OP_PAD || ir_attr_int(&n->attrs, "mode", LOOM_PAD_CONSTANT) ==
+  return n->op != IR_OP_PAD || ir_attr_int(n->attrs, "mode", LOOM_PAD_CONSTANT) ==
                                    LOOM_PAD_CONSTANT;
 }
 
@@ -34,7 +34,7 @@ static bool reduction(const loom_graph_t *g, const ir_node_t *n) {
   if (cg_is_channel_reduction(g, n)) return in_dtype(g, n, 0) == LOOM_F32;
   int rank = in_rank(g, n, 0);
   const int64_t *axes;
-  int na = ir_attr_ints(&n->attrs, "axes", &axes);
+  int na = ir_attr_ints(n->attrs, "axes", &axes);
   /* All axes, or a scalar (whose one pseudo-axis is 0 or -1). */
   if (na < 0 || rank == 0) return true;
   bool red[LOOM_MAX_RANK] = {false};
