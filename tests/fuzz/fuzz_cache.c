@@ -1,11 +1,12 @@
 /* Fuzz harness for the module cache's reader (backend/cpu/module_cache.h):
- * the check of an entry's seal, the seal itself, and the names the pruner
- * reads in the cache directory. Built with tests/fuzz/driver.c (any
+ * the check of an entry's seal, the seal itself, the names the pruner
+ * reads in the cache directory, and the index's entries
+ * (backend/cpu/module_index.h). Built with tests/fuzz/driver.c (any
  * compiler) or with clang -fsanitize=fuzzer; seeds in
  * tests/fuzz/corpus/cache/.
  *
- * The first byte of an input picks what the rest is (its value mod 3, so
- * that the text seeds '0', '1' and '2' pick each):
+ * The first byte of an input picks what the rest is (its value mod 4, so
+ * that the text seeds '0' to '3' pick each):
  *   0: an entry's bytes, checked against KEY as the loader checks a file.
  *      One that passes must be exactly its body sealed for KEY anew, and
  *      must fail against any other key.
@@ -14,6 +15,11 @@
  *      pass, fail for another key, and fail once any one byte changes.
  *   2: a file name, classified as the pruner does; what it says must agree
  *      with the name's form.
+ *   3: an index entry's body for a plan of as many groups as the next
+ *      byte says, over as many slots as the one after: one that is read
+ *      must describe exactly that plan soundly (maps in order and within
+ *      the slots, each generated group's function generated and no later
+ *      than it).
  * A property that does not hold aborts, which the driver reports with the
  * input. */
 #include <ctype.h>
@@ -25,6 +31,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/module_cache.h"
+#include "backend/cpu/module_index.h"
 
 static const char KEY[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 static const char OTHER_KEY[] =
@@ -121,6 +128,9 @@ static void classify_name(const uint8_t *data, size_t n) {
   if (kind == CPU_NAME_SOURCE &&
       !(len == 66 && all_of(name, 64, "0123456789abcdef") && !strcmp(name + 64, ".c")))
     fail("not a source's name", name);
+  if (kind == CPU_NAME_INDEX &&
+      !(len == 68 && all_of(name, 64, "0123456789abcdef") && !strcmp(name + 64, ".idx")))
+    fail("not an index entry's name", name);
   if (kind == CPU_NAME_SCRATCH) {
     if (strncmp(name, "tmp-", 4) != 0 || !isdigit((unsigned char)name[4]) ||
         pid != strtol(name + 4, NULL, 10) || len < 4 + 1 + 1 + 1 + 1 + 6)
@@ -130,12 +140,34 @@ static void classify_name(const uint8_t *data, size_t n) {
   }
 }
 
+static void read_index(const uint8_t *data, size_t n) {
+  if (n < 2) return;
+  int groups = data[0], slots = data[1];
+  cg_module_t m;
+  char module_key[CORE_SHA256_HEX];
+  if (cpu_index_parse((const char *)data + 2, n - 2, groups, slots, &m, module_key)) {
+    if (m.map_at[0] != 0) fail("maps that do not start at 0", NULL);
+    for (int i = 0; i < groups; i++) {
+      if (m.map_at[i + 1] < m.map_at[i]) fail("maps out of order", NULL);
+      if (m.generated[i] && (m.function[i] < 0 || m.function[i] > i ||
+                             !m.generated[m.function[i]]))
+        fail("a function that is not an earlier generated group's", NULL);
+    }
+    for (int32_t k = 0; k < m.map_at[groups]; k++)
+      if (m.maps[k] < 0 || m.maps[k] >= slots) fail("a slot outside the table", NULL);
+    size_t len = strlen(module_key);
+    if (len != 0 && len != 64) fail("a module key of neither 0 nor 64 digits", module_key);
+  }
+  cg_module_free(&m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   if (n == 0) return 0;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
   case 0: check_entry(data + 1, n - 1); break;
   case 1: seal_and_damage(data + 1, n - 1); break;
-  default: classify_name(data + 1, n - 1); break;
+  case 2: classify_name(data + 1, n - 1); break;
+  default: read_index(data + 1, n - 1); break;
   }
   return 0;
 }

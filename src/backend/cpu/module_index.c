@@ -71,13 +71,15 @@ static bool sound(const cg_module_t *m, int n, int32_t n_maps, int n_slots) {
   return true;
 }
 
-static bool parse(const char *body, size_t size, int n_groups, int n_slots, cg_module_t *out,
-                  char module_key[CORE_SHA256_HEX]) {
+bool cpu_index_parse(const char *body, size_t size, int n_groups, int n_slots, cg_module_t *out,
+                     char module_key[CORE_SHA256_HEX]) {
+  *out = (cg_module_t){0};
+  module_key[0] = '\0';
   if (size < HEAD + 8 || memcmp(body, MAGIC, MAGIC_LEN)) return false;
   int32_t head[2];
   memcpy(head, body + HEAD, sizeof head);
   int32_t n = head[0], n_maps = head[1];
-  if (n != n_groups || n_maps < 0 || n_maps > MAX_WORDS) return false;
+  if (n < 0 || n != n_groups || n > MAX_WORDS || n_maps < 0 || n_maps > MAX_WORDS) return false;
   size_t words = 2 + 3 * (size_t)n + 1 + (size_t)n_maps;
   if (size != HEAD + 4 * words) return false;
   const char *key = body + MAGIC_LEN;
@@ -86,7 +88,6 @@ static bool parse(const char *body, size_t size, int n_groups, int n_slots, cg_m
     if (none ? key[i] != '-' : !strchr("0123456789abcdef", key[i]) || !key[i]) return false;
   memcpy(module_key, key, KEY_LEN);
   module_key[none ? 0 : KEY_LEN] = '\0';
-  *out = (cg_module_t){0};
   out->generated = core_calloc((size_t)n + 1, sizeof(bool));
   out->function = core_malloc(sizeof(int32_t) * ((size_t)n + 1));
   out->map_at = core_malloc(sizeof(int32_t) * ((size_t)n + 1));
@@ -123,7 +124,7 @@ bool cpu_index_recall(const char *key, int n_groups, int n_slots, cg_module_t *o
   size_t size = end > CPU_CACHE_SEAL_BYTES ? (size_t)(end - CPU_CACHE_SEAL_BYTES) : 0;
   char *body = size > 0 && size <= HEAD + 4 * (size_t)MAX_WORDS * 2 ? core_malloc(size) : NULL;
   bool ok = body && pread(fd, body, size, 0) == (ssize_t)size &&
-            parse(body, size, n_groups, n_slots, out, module_key);
+            cpu_index_parse(body, size, n_groups, n_slots, out, module_key);
   if (ok) cpu_cache_touch(fd);
   close(fd);
   core_free(body);

@@ -33,6 +33,14 @@ bool cpu_index_key(const loom_graph_t *g, const fuse_plan_t *plan,
 bool cpu_index_recall(const char *key, int n_groups, int n_slots, cg_module_t *out,
                       char module_key[CORE_SHA256_HEX]);
 
+/* An entry's body (the bytes before its seal) read into *out and
+ * module_key, as cpu_index_recall does after checking the seal; false
+ * when it does not describe n_groups groups over n_slots slots soundly.
+ * *out holds allocations either way: cg_module_free releases them. (The
+ * fuzz harness calls it on arbitrary bytes.) */
+bool cpu_index_parse(const char *body, size_t size, int n_groups, int n_slots, cg_module_t *out,
+                     char module_key[CORE_SHA256_HEX]);
+
 /* Keeps cg's products and module_key ("" for none) under key. Best
  * effort: a cache that cannot be written is logged (LOOM_LOG=cache) and
  * left as it was. */
