@@ -25,6 +25,7 @@
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
 """
+import gc
 import json
 import os
 import shutil
@@ -132,6 +133,11 @@ STEPS = {"lstm": 40, "treelstm": 100, "moe": 100, "gnn": 100}  # as bench/run dy
 
 
 def run_loom(fn, steps, seed):
+    # The run before's model is garbage, but a workload's recursive closure
+    # (the TreeLSTM's encode) keeps it in a reference cycle: until Python's
+    # collector frees it, its parameters stay in the trace's optimizer step
+    # (docs/python.md), which every new model then recompiles with them.
+    gc.collect()
     _, items, seconds = fn(loom, steps, seed)
     return items / seconds
 
