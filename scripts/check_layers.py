@@ -6,7 +6,7 @@ Two graphs are read:
   calls     which object file uses a global symbol that another defines
             (nm over the objects of a build; skipped without one)
 
-and four rules are held:
+and five rules are held:
   1. No include points up: a file includes headers of its own layer or of
      a lower one (include/loom, the public API, any layer may include).
   2. No call points up, except the edges listed in ALLOWED_UP (code that
@@ -17,6 +17,9 @@ and four rules are held:
      reach them only through src/backend/backend.h and the registry: they
      include no header of a back end's folder and call no function defined
      there (a back end is a table of functions, called through it).
+  5. Only src/core/env.c reads the process environment (getenv, environ):
+     a thread Loom starts reads the snapshot it was handed (core/env.h),
+     since setenv on the program's thread moves what getenv reads.
 
 Usage: scripts/check_layers.py [BUILD_DIR]   (exit status 1 on a violation)
 """
@@ -188,7 +191,20 @@ def call_graph(build):
             dst = defined_in.get(s)
             if dst and dst != src and src not in TABLES:
                 edges.setdefault(src, {}).setdefault(dst, []).append(s)
-    return edges
+    return edges, uses
+
+
+# Rule 5: the symbols that read the environment, and the one file that may.
+ENVIRONMENT = {"getenv", "secure_getenv", "environ", "__environ"}
+ENVIRONMENT_READER = "src/core/env.c"
+
+
+def check_environment(uses, errors):
+    for src, used in sorted(uses.items()):
+        bad = sorted(used & ENVIRONMENT)
+        if bad and src != ENVIRONMENT_READER:
+            errors.append(f"{src} reads the environment ({', '.join(bad)}): use core_getenv "
+                          "(core/env.h)")
 
 
 def check_calls(edges, errors):
@@ -263,19 +279,22 @@ def main():
     errors = []
     check_includes(errors)
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
-    edges = call_graph(build) if os.path.isdir(build) else None
-    if edges is None:
+    graph = call_graph(build) if os.path.isdir(build) else None
+    if graph is None:
         print(f"check_layers: no objects under {build}; checked includes only")
     else:
+        edges, uses = graph
         check_calls(edges, errors)
         check_loops(edges, errors)
+        check_environment(uses, errors)
     for e in errors:
         print("check_layers: " + e)
     if errors:
         print(f"check_layers: {len(errors)} violation(s); the layers are in "
               "docs/architecture.md")
         return 1
-    print("check_layers: includes and calls follow the layers, no loops")
+    print("check_layers: includes and calls follow the layers, no loops, "
+          "the environment read in one place")
     return 0
 
 

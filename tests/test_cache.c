@@ -4,9 +4,10 @@
  * with entries in use kept until released; failed compiles cached as
  * failed; eager entries (graphs kept for the interpreter) beside compiled
  * ones; the recompile limit and its warning; the recompile reasons;
- * speculative compiles by the workers; the keys listed with their
- * entries' counts; four threads sharing one cache (and a fifth listing
- * its keys meanwhile); the cost of a hit.
+ * speculative compiles by the workers, reading the environment of when
+ * they were queued; the keys listed with their entries' counts; four
+ * threads sharing one cache (and a fifth listing its keys meanwhile); the
+ * cost of a hit.
  *
  * Every segment here is y = x * 2 + 1 over an f32 input whose shape is
  * the key's, built by a builder whose context counts builds and frees. */
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/cache_dir.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/text.h"
@@ -37,7 +39,10 @@ typedef struct seg_ctx {
   bool fail;
   bool nomem; /* fail as out of memory */
   _Atomic int *gate; /* not NULL: the build waits until *gate is set */
+  const char *mark;  /* not NULL: the LOOM_TEST_MARK the build must read */
 } seg_ctx_t;
+
+static _Atomic int marks_wrong;
 
 /* The first dim of each build, in the order the builds ran. */
 static int64_t build_order[64];
@@ -73,6 +78,8 @@ static loom_status_t build_segment(void *ctx, loom_graph_t **graph,
   seg_ctx_t *s = ctx;
   atomic_fetch_add(&builds, 1);
   while (s->gate && !atomic_load(s->gate)) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  const char *mark = core_getenv("LOOM_TEST_MARK");
+  if (s->mark && (!mark || strcmp(mark, s->mark) != 0)) atomic_fetch_add(&marks_wrong, 1);
   int slot = atomic_fetch_add(&n_built, 1);
   if (slot < 64) build_order[slot] = s->rank ? s->dims[0] : 0;
   if (s->nomem) return loom_fail(LOOM_ERR_NOMEM, "out of memory in the test's builder");
@@ -576,6 +583,41 @@ static void test_speculation(void) {
   CHECK(atomic_load(&frees) == 20);
 }
 
+/* A background compile reads the environment as it was when it was
+ * queued, while the caller goes on changing it: each adds and removes a
+ * variable, and glibc's setenv then moves the array of variables, which
+ * the workers' compiles (the C compiler's process, the cache directory)
+ * would read freed (the sanitizer passes catch that). */
+static void test_environment_of_jobs(void) {
+  enum { JOBS = 6 };
+  loom_cache_t *c;
+  CHECK_OK(loom_cache_create(0, 2, &c));
+  atomic_store(&marks_wrong, 0);
+  rt_key_input_t in;
+  char mark[JOBS][16];
+  for (int i = 0; i < JOBS; i++) {
+    snprintf(mark[i], sizeof mark[i], "job%d", i);
+    setenv("LOOM_TEST_MARK", mark[i], 1);
+    int64_t n = 300 + i;
+    rt_key_t k = key_for(&in, 11, 1, &n);
+    rt_builder_t b = builder_for(1, &n, false);
+    ((seg_ctx_t *)b.ctx)->mark = mark[i];
+    CHECK_OK(rt_cache_speculate(c, &k, &b));
+  }
+  unsetenv("LOOM_TEST_MARK");
+  char name[40];
+  for (int i = 0; stats_of(c).entries < JOBS; i++) {
+    snprintf(name, sizeof name, "LOOM_TEST_FILLER_%d", i);
+    setenv(name, "x", 1);
+    unsetenv(name);
+  }
+  rt_cache_drain(c);
+  loom_cache_stats_t s = stats_of(c);
+  CHECK(s.compiles == JOBS && s.failed_compiles == 0);
+  CHECK(atomic_load(&marks_wrong) == 0);
+  loom_cache_destroy(c);
+}
+
 /* A caller that waits for a queued job compiles it itself; one that does
  * not wait moves it to the front of the queue. */
 static void test_queue_order(void) {
@@ -1028,6 +1070,7 @@ int main(void) {
   TEST_RUN(test_recompile_reasons);
   TEST_RUN(test_speculation);
   TEST_RUN(test_queue_order);
+  TEST_RUN(test_environment_of_jobs);
   TEST_RUN(test_symbolic_bytes);
   TEST_RUN(test_key_listing);
   TEST_RUN(test_threads);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -45,8 +46,8 @@ bool core_make_dirs(const char *path) {
 
 /* The configured directory, or false when no variable names one. */
 static bool configured_dir(char *out, size_t cap) {
-  const char *dir = getenv("LOOM_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
+  const char *dir = core_getenv("LOOM_CACHE_DIR"), *xdg = core_getenv("XDG_CACHE_HOME");
+  const char *home = core_getenv("HOME");
   int n;
   if (dir && *dir)
     n = snprintf(out, cap, "%s", dir);
@@ -65,7 +66,7 @@ static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
 static void remove_fallback(void) { core_remove_tree(fallback); }
 
 static void make_fallback(void) {
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = core_getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
   int n = snprintf(fallback, sizeof fallback, "%s/loom-cache-%ld-XXXXXX", tmp, (long)getpid());
   if (n <= 0 || (size_t)n >= sizeof fallback || !mkdtemp(fallback)) {

@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -468,7 +469,7 @@ static loom_status_t comm_create(const char *fn, MPI_Comm from, loom_comm_t **ou
   loom_comm_t *c = core_calloc(1, sizeof *c);
   if (!c) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
   c->mpi = c->roll = MPI_COMM_NULL;
-  const char *env = getenv("LOOM_COMM_TIMEOUT");
+  const char *env = core_getenv("LOOM_COMM_TIMEOUT");
   c->timeout_s = env && atof(env) > 0 ? atof(env) : 300.0;
   pthread_mutex_lock(&eng.lock);
   int slot = -1;

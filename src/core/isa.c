@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/log.h"
 
 static core_isa_t cap = CORE_ISA_AVX512;
@@ -14,7 +15,7 @@ static void read_cap(void) {
     const char *name;
     core_isa_t isa;
   } names[] = {{"avx512", CORE_ISA_AVX512}, {"avx2", CORE_ISA_AVX2}, {"portable", CORE_ISA_PORTABLE}};
-  const char *v = getenv("LOOM_CPU_ISA");
+  const char *v = core_getenv("LOOM_CPU_ISA");
   if (!v || !*v) return;
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     if (!strcmp(v, names[i].name)) {

@@ -1,4 +1,5 @@
 #include "core/log.h"
+#include "core/env.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,7 +34,7 @@ static int parse(const char *spec) {
   return mask;
 }
 
-void core_log_reload(void) { atomic_store(&enabled, parse(getenv("LOOM_LOG"))); }
+void core_log_reload(void) { atomic_store(&enabled, parse(core_getenv("LOOM_LOG"))); }
 
 bool core_log_enabled(core_log_category_t category) {
   int mask = atomic_load(&enabled);

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/status.h"
 
 /* How long a worker spins before it sleeps: long enough to catch the
@@ -160,7 +161,7 @@ static void await_done(core_pool_t *p, uint32_t total) {
 }
 
 int core_default_threads(void) {
-  const char *env = getenv("LOOM_NUM_THREADS");
+  const char *env = core_getenv("LOOM_NUM_THREADS");
   if (env && *env) {
     char *end;
     long n = strtol(env, &end, 10);

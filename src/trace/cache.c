@@ -591,7 +591,7 @@ static loom_status_t get_existing(loom_cache_t *c, rt_entry_t *e, const rt_build
   cache_builder_done(builder);
   if (job) {
     cache_compile_entry(c, e, &job->builder, false);
-    core_free(job);
+    cache_job_free(job);
   }
   pthread_mutex_lock(&c->lock);
   while (e->state == ENTRY_PENDING) pthread_cond_wait(&c->ready, &c->lock);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/env.h"
 #include "trace/cache.h"
 
 typedef enum entry_state {
@@ -66,6 +67,7 @@ struct cache_job {
   rt_entry_t *entry;
   rt_builder_t builder;
   bool speculative; /* from rt_cache_speculate (stats.spec_compiles) */
+  core_env_t *env;  /* the environment when queued, which its compile reads */
   cache_job_t *prev, *next;
 };
 
@@ -137,6 +139,7 @@ cache_job_t *cache_job_push(loom_cache_t *c, rt_entry_t *e,
 /* Under the lock: takes e's queued job out of the queue (a caller that
  * waits compiles it itself); returns it, for the caller to free. */
 cache_job_t *cache_job_take(loom_cache_t *c, rt_entry_t *e);
+void cache_job_free(cache_job_t *j);
 /* Under the lock: moves e's queued job to the front (needed now). */
 void cache_job_promote(loom_cache_t *c, rt_entry_t *e);
 

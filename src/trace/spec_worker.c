@@ -4,6 +4,7 @@
  * speculative ones (rt_cache_speculate) to the back. A caller that waits
  * for a job still queued takes it out and compiles it itself. */
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/priority.h"
 #include "core/status.h"
@@ -48,6 +49,7 @@ cache_job_t *cache_job_push(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *
   j->entry = e;
   j->builder = *builder;
   j->speculative = speculative;
+  j->env = core_env_hold();
   if (speculative) queue_push_back(c, j);
   else queue_push_front(c, j);
   e->job = j;
@@ -62,6 +64,12 @@ cache_job_t *cache_job_take(loom_cache_t *c, rt_entry_t *e) {
   e->job = NULL;
   note_idle(c);
   return j;
+}
+
+void cache_job_free(cache_job_t *j) {
+  if (!j) return;
+  core_env_release(j->env);
+  core_free(j);
 }
 
 void cache_job_promote(loom_cache_t *c, rt_entry_t *e) {
@@ -84,8 +92,11 @@ static void *worker_main(void *arg) {
     j->entry->job = NULL;
     c->running++;
     pthread_mutex_unlock(&c->lock);
+    core_env_enter(j->env);
+    j->env = NULL;
     c->run_job(c, j->entry, &j->builder, j->speculative);
-    core_free(j);
+    core_env_leave();
+    cache_job_free(j);
     pthread_mutex_lock(&c->lock);
     c->running--;
     note_idle(c);
@@ -124,7 +135,7 @@ void cache_workers_stop(loom_cache_t *c) {
     next = j->next;
     j->entry->job = NULL;
     c->drop_job(&j->builder);
-    core_free(j);
+    cache_job_free(j);
   }
   c->queue_head = c->queue_tail = NULL;
   core_free(c->workers);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/sized.h"
@@ -327,7 +328,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
                            : o->recompile_limit == LOOM_RECOMPILE_UNLIMITED ? 0
                                                                            : o->recompile_limit;
   t->run.prev_valid = true;
-  const char *stitch = getenv("LOOM_STITCH");
+  const char *stitch = core_getenv("LOOM_STITCH");
   t->stitch = !stitch || strcmp(stitch, "0") != 0;
   loom_status_t s = loom_graph_create(&t->g);
   t->run.links = core_calloc(TR_LINKS, sizeof *t->run.links);

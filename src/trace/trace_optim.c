@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/priority.h"
 #include "core/status.h"
@@ -44,6 +45,7 @@ typedef struct tr_optim {
   bool joined;
   atomic_bool ready;
   int num_threads;        /* of the compile */
+  core_env_t *env;        /* the environment it reads */
   loom_status_t compiled;
   char *why; /* the compile's error, when it failed */
 } tr_optim_t;
@@ -60,6 +62,7 @@ static void optim_free(tr_optim_t *a) {
   optim_join(a);
   optim_free(a->next);
   core_free(a->why);
+  core_env_release(a->env);
   loom_executable_destroy(a->exe);
   loom_graph_destroy(a->g);
   core_free(a->params);
@@ -224,11 +227,14 @@ static loom_status_t optim_new(loom_trace_t *t, const loom_optimizer_t *hyper, c
 static void *compile_main(void *arg) {
   tr_optim_t *b = arg;
   core_thread_background();
+  core_env_enter(b->env);
+  b->env = NULL;
   loom_compile_options_t o;
   loom_compile_options_init(&o);
   o.num_threads = b->num_threads;
   b->compiled = loom_compile(b->g, &o, &b->exe);
   if (b->compiled != LOOM_OK) b->why = core_strdup(loom_last_error());
+  core_env_leave();
   atomic_store_explicit(&b->ready, true, memory_order_release);
   return NULL;
 }
@@ -241,6 +247,7 @@ static loom_status_t optim_start(loom_trace_t *t, tr_optim_t *a, const char *fn)
   tr_optim_t *b;
   LOOM_TRY(optim_new(t, &a->hyper, fn, &b));
   b->num_threads = t->opt.num_threads;
+  b->env = core_env_hold();
   if (pthread_create(&a->thread, NULL, compile_main, b) != 0) {
     optim_free(b);
     return optim_compile(t, a);

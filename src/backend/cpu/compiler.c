@@ -19,6 +19,7 @@
 
 #include "core/cache_dir.h"
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/file.h"
 #include "core/isa.h"
 #include "core/alloc.h"
@@ -26,8 +27,6 @@
 #include "core/pool.h"
 #include "core/sha256.h"
 #include "core/status.h"
-
-extern char **environ;
 
 /* -fno-math-errno: generated code never reads errno, and without it the
  * compiler keeps sqrtf calls scalar (an AdamW epilogue would not
@@ -88,7 +87,7 @@ static bool is_executable_file(const char *path) {
 static bool resolve_program(const char *name, char resolved[PATH_MAX]) {
   if (strchr(name, '/'))
     return is_executable_file(name) && realpath(name, resolved) != NULL;
-  const char *path = getenv("PATH");
+  const char *path = core_getenv("PATH");
   if (!path) path = "/usr/local/bin:/usr/bin:/bin";
   while (*path) {
     size_t len = strcspn(path, ":");
@@ -192,7 +191,7 @@ static int run_child(char *const argv[], const char *work_dir, double timeout_s,
   posix_spawn_file_actions_adddup2(&actions, pipe_fd[1], 2);
   if (work_dir) posix_spawn_file_actions_addchdir_np(&actions, work_dir);
   pid_t pid;
-  int err = posix_spawn(&pid, argv[0], &actions, &attr, argv, environ);
+  int err = posix_spawn(&pid, argv[0], &actions, &attr, argv, core_env_vector());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(pipe_fd[1]);
@@ -354,7 +353,7 @@ loom_status_t cpu_cc_identity(const char *cc, char *out, size_t cap) {
 /* LOOM_CC_TIMEOUT's seconds (0: no limit), or the default. */
 static double timeout_unit(void) {
   static atomic_bool warned;
-  const char *text = getenv("LOOM_CC_TIMEOUT");
+  const char *text = core_getenv("LOOM_CC_TIMEOUT");
   if (!text || !*text) return DEFAULT_TIMEOUT_S;
   char *end;
   double t = strtod(text, &end);
@@ -475,7 +474,7 @@ loom_status_t cpu_cc_link(const char *cc, const char *work_dir, const char *cons
 
 int cpu_cc_jobs(void) {
   static atomic_bool warned;
-  const char *text = getenv("LOOM_CC_JOBS");
+  const char *text = core_getenv("LOOM_CC_JOBS");
   if (text && *text) {
     char *end;
     long n = strtol(text, &end, 10);

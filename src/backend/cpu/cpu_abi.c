@@ -6,6 +6,7 @@
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/kernels/gemm.h"
+#include "core/env.h"
 
 static void abi_parallel_for(void *pool, int64_t n, int64_t grain,
                              loom_abi_body_t body, void *ctx) {
@@ -48,7 +49,7 @@ static void abi_conv2d_input_grad_fast_f32(const loom_abi_conv2d_t *d, void *poo
  * only, -1 the fastest, 0 the default or LOOM_PRECISE's 1 or -1. */
 kern_conv_mode_t cpu_conv_mode(const loom_compile_options_t *o) {
   int precise = o->precise;
-  const char *env = getenv("LOOM_PRECISE");
+  const char *env = core_getenv("LOOM_PRECISE");
   if (precise == 0 && env) precise = strcmp(env, "1") == 0 ? 1 : strcmp(env, "-1") == 0 ? -1 : 0;
   return precise > 0 ? KERN_CONV_PRECISE : precise < 0 ? KERN_CONV_FAST : KERN_CONV_DEFAULT;
 }

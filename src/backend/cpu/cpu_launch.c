@@ -36,6 +36,7 @@
 #include "backend/cpu/backend_cpu.h"
 #include "core/clock.h"
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "passes/fuse.h"
@@ -87,7 +88,7 @@ struct cpu_split {
 
 /* How every group starts, by LOOM_SPLIT. */
 static uint8_t first_split(const be_program_t *p) {
-  const char *v = getenv("LOOM_SPLIT");
+  const char *v = core_getenv("LOOM_SPLIT");
   if (core_pool_threads(p->pool) == 1 || (v && strcmp(v, "pool") == 0)) return CPU_SPLIT_POOL;
   return v && strcmp(v, "alone") == 0 ? CPU_SPLIT_ALONE : CPU_SPLIT_TIMING;
 }

@@ -17,6 +17,7 @@
 #include "backend/cpu/module_cache.h"
 #include "core/alloc.h"
 #include "core/cache_dir.h"
+#include "core/env.h"
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -87,7 +88,7 @@ static int64_t parse_bytes(const char *text) {
 
 int64_t cpu_cache_budget(void) {
   static atomic_bool warned;
-  const char *text = getenv("LOOM_CACHE_MAX_BYTES");
+  const char *text = core_getenv("LOOM_CACHE_MAX_BYTES");
   if (!text || !*text) return CPU_CACHE_DEFAULT_BYTES;
   int64_t n = parse_bytes(text);
   if (n >= 0) return n;

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/compiler.h"
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/status.h"
 
 /* A unit of fewer bytes of functions than this costs more in the
@@ -53,14 +54,22 @@ typedef struct unit {
   double timeout_s;
   loom_status_t status;
   char error[1024]; /* the failure's message (the error is per thread) */
+  core_env_t *env; /* the environment of the thread that started it */
   pthread_t thread;
   bool started;
 } unit_t;
 
-static void *compile_unit(void *arg) {
-  unit_t *u = arg;
+static void compile_unit(unit_t *u) {
   u->status = cpu_cc_compile_object(u->cc, u->work_dir, u->src, u->obj, u->timeout_s);
   if (u->status != LOOM_OK) snprintf(u->error, sizeof u->error, "%s", loom_last_error());
+}
+
+static void *unit_thread(void *arg) {
+  unit_t *u = arg;
+  core_env_enter(u->env);
+  u->env = NULL;
+  compile_unit(u);
+  core_env_leave();
   return NULL;
 }
 
@@ -89,8 +98,11 @@ loom_status_t cpu_parts_write(const char *work_dir, const char *source, int64_t 
 /* Starts every unit's compile (one on this thread if a thread cannot be
  * had), waits for all, and returns the first unit's failure. */
 static loom_status_t compile_units(unit_t *units, int n) {
-  for (int i = 0; i < n; i++)
-    units[i].started = pthread_create(&units[i].thread, NULL, compile_unit, &units[i]) == 0;
+  for (int i = 0; i < n; i++) {
+    units[i].env = core_env_hold();
+    units[i].started = pthread_create(&units[i].thread, NULL, unit_thread, &units[i]) == 0;
+    if (!units[i].started) core_env_release(units[i].env);
+  }
   for (int i = 0; i < n; i++) {
     if (units[i].started) pthread_join(units[i].thread, NULL);
     else compile_unit(&units[i]);

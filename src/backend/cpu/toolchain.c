@@ -20,6 +20,7 @@
 #include "backend/cpu/parts.h"
 #include "core/alloc.h"
 #include "core/cache_dir.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/status.h"
@@ -43,7 +44,7 @@ static void hash_part(core_sha256_t *h, const void *data, size_t size) {
 }
 
 static const char *cc_name(void) {
-  const char *cc = getenv("LOOM_CC");
+  const char *cc = core_getenv("LOOM_CC");
   return cc && *cc ? cc : "cc";
 }
 

@@ -24,6 +24,7 @@
 #include "backend/cpu/kernels/gemm_impl.h"
 #include "core/clock.h"
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 
 const char *kern_conv_algo_name(kern_conv_algo_t algo, kern_conv_pass_t pass) {
@@ -316,7 +317,7 @@ static void log_choice(const loom_abi_conv2d_t *d, kern_conv_pass_t pass, int th
 }
 
 static int by_rules(void) {
-  const char *v = getenv("LOOM_CONV_CHOICE");
+  const char *v = core_getenv("LOOM_CONV_CHOICE");
   return v && strcmp(v, "rules") == 0;
 }
 
