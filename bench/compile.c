@@ -14,11 +14,13 @@
  * 10k and at 100k nodes and their ratio, which stays near 1 when compile
  * time grows linearly. LOOM_BENCH_LARGE_CC=1 also compiles the 100k chain with
  * the C compiler (minutes: the compiler takes about a millisecond a node).
- * Last, the training steps of the example Transformer and ResNet-18 (and
+ * Then the training steps of the example Transformer and ResNet-18 (and
  * the MLP), compiled on a cold cache: wall and CPU time and the size of
- * the generated C.
+ * the generated C. Last, SHA-256 (which keys every module and checks every
+ * file the cache loads) in MB/s by each compression this CPU runs,
+ * against the portable one.
  *
- *   bench_compile [cnn | scaling | models | cold]
+ *   bench_compile [cnn | scaling | models | hash | cold]
  *
  * (cold: only the lines that run the C compiler, scaling's and models'.)
  *
@@ -34,6 +36,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "core/sha256.h"
 #include "loom/ops.h"
 #include "loom/train.h"
 #include "models.h"
@@ -529,6 +532,42 @@ static int bench_models_cold(const char *self) {
   return 0;
 }
 
+/* ---- SHA-256 --------------------------------------------------------------------- */
+
+/* MB/s of blocks over 1 MB, the best of 7 rounds of 8 passes. */
+static double hash_rate(core_sha256_blocks_fn blocks, const uint8_t *data, size_t size) {
+  double best = INFINITY;
+  for (int round = 0; round < 7; round++) {
+    uint32_t state[8] = {0};
+    double t0 = bench_now_ns();
+    for (int pass = 0; pass < 8; pass++) blocks(state, data, size / 64);
+    double ns = (bench_now_ns() - t0) / 8;
+    if (ns < best && state[0] != 1) best = ns; /* the state is used */
+  }
+  return (double)size / best * 1e3;
+}
+
+static int bench_hash(void) {
+  enum { SIZE = 1 << 20 };
+  uint8_t *data = malloc(SIZE);
+  if (!data) return fprintf(stderr, "bench compile: out of memory\n"), 1;
+  for (size_t i = 0; i < SIZE; i++) data[i] = (uint8_t)(i * 2654435761u >> 13);
+  const core_sha256_impl_t *impls;
+  int n = core_sha256_impls(&impls);
+  double portable = hash_rate(impls[0].blocks, data, SIZE);
+  for (int k = 0; k < n; k++) {
+    double rate = k == 0 ? portable : hash_rate(impls[k].blocks, data, SIZE);
+    bench_json_t j;
+    bench_json_begin(&j, "compile_hash");
+    bench_json_str(&j, "sha256", impls[k].name);
+    bench_json_num(&j, "mb_per_s", rate);
+    bench_json_num(&j, "vs_portable", rate / portable);
+    bench_json_end(&j);
+  }
+  free(data);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--once")) return compile_once();
   if (argc == 5 && !strcmp(argv[1], "--scale"))
@@ -541,10 +580,11 @@ int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "";
   bool all = argc < 2, cold = !strcmp(what, "cold");
   bool cnn = all || !strcmp(what, "cnn"), scaling = all || cold || !strcmp(what, "scaling");
-  bool models = all || cold || !strcmp(what, "models");
-  if (!cnn && !scaling && !models)
-    return fprintf(stderr, "usage: %s [cnn | scaling | models | cold]\n", argv[0]), 2;
+  bool models = all || cold || !strcmp(what, "models"), hash = all || !strcmp(what, "hash");
+  if (!cnn && !scaling && !models && !hash)
+    return fprintf(stderr, "usage: %s [cnn | scaling | models | hash | cold]\n", argv[0]), 2;
   if (cnn && bench_cnn(self) != 0) return 1;
   if (scaling && bench_scaling(self, cold) != 0) return 1;
-  return models ? bench_models_cold(self) : 0;
+  if (models && bench_models_cold(self) != 0) return 1;
+  return hash ? bench_hash() : 0;
 }

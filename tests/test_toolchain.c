@@ -119,6 +119,36 @@ static void test_sha256_incremental(void) {
   CHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
 
+/* Every compression this CPU runs (the portable one, the SHA
+ * extensions') gives the portable one's state, from random states over
+ * random blocks, one block and many at a time. */
+static void test_sha256_instances(void) {
+  const core_sha256_impl_t *impls;
+  int n = core_sha256_impls(&impls);
+  CHECK(n >= 1 && !strcmp(impls[0].name, "portable"));
+  enum { BLOCKS = 37 };
+  static uint8_t data[64 * BLOCKS];
+  for (int round = 0; round < 20; round++) {
+    uint32_t start[8], want[8];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)test_rand_u64();
+    for (int i = 0; i < 8; i++) start[i] = (uint32_t)test_rand_u64();
+    memcpy(want, start, sizeof want);
+    impls[0].blocks(want, data, BLOCKS);
+    for (int k = 0; k < n; k++) {
+      uint32_t got[8], one[8];
+      memcpy(got, start, sizeof got);
+      memcpy(one, start, sizeof one);
+      impls[k].blocks(got, data, BLOCKS);
+      for (int b = 0; b < BLOCKS; b++) impls[k].blocks(one, data + 64 * b, 1);
+      if (memcmp(got, want, sizeof want) || memcmp(one, want, sizeof want))
+        test_fail(__FILE__, __LINE__, "sha256 blocks '%s' differ from the portable ones",
+                  impls[k].name);
+      test_checks++;
+    }
+  }
+  printf("sha256 instances: %d (%s)\n", n, impls[n - 1].name);
+}
+
 static void test_build_and_call(void) {
   fresh_cache();
   cpu_toolchain_stats_t before = stats();
@@ -1141,7 +1171,8 @@ static void test_parts_build_and_call(void) {
     CHECK(fn && fn() == 2 * i);
   }
   CHECK(count_of(log, " -c -o unit") == 3);
-  CHECK(count_of(log, "-shared -o module.so unit0.o unit1.o unit2.o -lm") == 1);
+  CHECK(count_of(log, "-shared -Wl,-z,noseparate-code -Wl,-z,norelro -o module.so unit0.o unit1.o "
+                         "unit2.o -lm") == 1);
   CHECK(stats().cc_invocations == before.cc_invocations + 1);
   CHECK(scratch_count() == 0);
   if (m) {
@@ -1307,6 +1338,7 @@ static void test_clang_compiles_generated_code(void) {
 int main(void) {
   TEST_RUN(test_sha256_vectors);
   TEST_RUN(test_sha256_incremental);
+  TEST_RUN(test_sha256_instances);
   TEST_RUN(test_bad_arguments);
   TEST_RUN(test_build_and_call);
   TEST_RUN(test_second_build_is_disk_hit);

@@ -27,4 +27,16 @@ void core_sha256_hex(const uint8_t digest[CORE_SHA256_BYTES],
 void core_sha256_hex_of(const void *data, size_t size,
                         char hex[CORE_SHA256_HEX]);
 
+/* The compression of n 64-byte blocks into state, one function per
+ * instruction set: "portable", and "sha" (the x86 SHA extensions) where
+ * the CPU has them; the hash uses the last this CPU runs, unless
+ * LOOM_CPU_ISA=portable. Listed for tests: every one must agree. */
+typedef void (*core_sha256_blocks_fn)(uint32_t state[8], const uint8_t *p, size_t n);
+typedef struct core_sha256_impl {
+  const char *name;
+  core_sha256_blocks_fn blocks;
+} core_sha256_impl_t;
+/* Those this CPU runs, portable first: their count. */
+int core_sha256_impls(const core_sha256_impl_t **out);
+
 #endif
