@@ -15,7 +15,8 @@ void *core_realloc(void *p, size_t size);
 void core_free(void *p);
 char *core_strdup(const char *s);
 
-/* Aligned to 64 bytes, released by core_free. */
+/* Aligned to 64 bytes (2 MiB blocks of at least 2 MiB, on transparent
+ * huge pages where the kernel grants them), released by core_free. */
 void *core_aligned_alloc(size_t size);
 
 /* Lets the next n allocations succeed and fails the ones after (n < 0:
