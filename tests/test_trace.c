@@ -4,11 +4,13 @@
  * host callbacks (and a failing one), branches on scalars (the path
  * signature), shape policies (exact, symbolic, bucket, auto) over many
  * sizes with bounded compiles, the hot path, and the counters. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/alloc.h"
 #include "core/cache_dir.h"
@@ -660,6 +662,51 @@ static void test_second_sighting(void) {
   core_remove_tree(dir);
 }
 
+/* A key missed again while its compile runs is a miss, not a recompile:
+ * the C compiler here (a script) sleeps first, so that the runs after
+ * the first find the compile still going. A cache directory of its own,
+ * so that no module or journal of another run is found. */
+static void test_pending_misses_are_no_recompiles(void) {
+  char dir[] = "/tmp/loom-test-pending-XXXXXX", *was = getenv("LOOM_CACHE_DIR");
+  was = was ? strdup(was) : NULL;
+  CHECK(mkdtemp(dir) != NULL);
+  setenv("LOOM_CACHE_DIR", dir, 1);
+  char cc[PATH_MAX];
+  snprintf(cc, sizeof cc, "%s/slow-cc", dir);
+  FILE *f = fopen(cc, "w");
+  CHECK(f != NULL);
+  if (f) fputs("#!/bin/sh\nsleep 1\nexec cc \"$@\"\n", f), fclose(f);
+  CHECK(chmod(cc, 0700) == 0);
+  setenv("LOOM_CC", cc, 1);
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  o.tiered = 1;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  int64_t shape[2] = {4, 6};
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
+  for (int i = 0; i < 4; i++) trace_and_check(t, chain, 1, &x, NULL, NULL);
+  loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.misses == 4 && s.interpreted == 4); /* the compile takes a second */
+  CHECK(s.recompiles == 0);
+  rt_cache_drain(c);
+  trace_and_check(t, chain, 1, &x, NULL, NULL);
+  CHECK_OK(loom_trace_get_stats(t, &s));
+  CHECK(s.hits == 1 && s.recompiles == 0 && s.cache.compiles == 1);
+  loom_tensor_destroy(x);
+  loom_trace_destroy(t);
+  loom_cache_destroy(c);
+  unsetenv("LOOM_CC");
+  if (was) setenv("LOOM_CACHE_DIR", was, 1);
+  else unsetenv("LOOM_CACHE_DIR");
+  free(was);
+  core_remove_tree(dir);
+}
+
 /* Speculation: after a bucketed miss the next buckets up and down are
  * compiled by a worker, so the first size in either hits; a declared
  * profile compiles every bucket of its range ahead of time. */
@@ -1004,6 +1051,7 @@ int main(void) {
   TEST_RUN(test_auto);
   TEST_RUN(test_shared_cache);
   TEST_RUN(test_tiered);
+  TEST_RUN(test_pending_misses_are_no_recompiles);
   TEST_RUN(test_second_sighting);
   TEST_RUN(test_speculation);
   TEST_RUN(test_threads);

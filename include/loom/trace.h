@@ -388,7 +388,9 @@ typedef struct loom_trace_stats {
   int64_t eager_ops;    /* data-dependent ops run eagerly */
   int64_t callbacks;    /* host callbacks run */
   int64_t breaks;       /* cuts other than at the end of a step */
-  int64_t recompiles;   /* misses on a call site seen before */
+  int64_t recompiles;   /* misses on a call site seen before, with a key new to
+                         * the trace (a key still compiling, missed again,
+                         * is a miss only) */
   int64_t stitched;     /* hits found by following the hot path */
   loom_cache_stats_t cache;
   int64_t specialized;  /* symbolic dims that an op made exact for its step */

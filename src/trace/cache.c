@@ -873,6 +873,14 @@ bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key) {
   return has || cache_journal_has(key->hash);
 }
 
+bool rt_cache_key_missed(loom_cache_t *c, const rt_key_t *key) {
+  pthread_mutex_lock(&c->lock);
+  rt_entry_t *e = cache_find(c, key);
+  bool missed = e && e->misses > 0;
+  pthread_mutex_unlock(&c->lock);
+  return missed;
+}
+
 /* ---- Entries' accessors ------------------------------------------------ */
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e) { return e ? e->exe : NULL; }

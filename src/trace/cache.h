@@ -136,6 +136,9 @@ loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key,
  * compiled before by this process or an earlier one (its module may be
  * on disk): a lookup of it would not start a compile from nothing. */
 bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key);
+/* Whether key has an entry in c that a lookup missed before (its compile
+ * had not ended, or it failed): a miss of it again is no new key. */
+bool rt_cache_key_missed(loom_cache_t *c, const rt_key_t *key);
 
 /* Whether c has workers, so that work a caller does not wait for can
  * run beside it (without them, rt_cache_get compiles on the caller). */

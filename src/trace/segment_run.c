@@ -570,7 +570,6 @@ static loom_status_t interpret(loom_trace_t *t, seg_work_t *w, rt_key_t *key) {
   return s;
 }
 
-/* Counts a miss and whether its site compiled before. */
 /* Whether site missed before (its key changed since it compiled). */
 static bool site_missed(const loom_trace_t *t, uint64_t site) {
   for (int64_t i = 0; i < t->run.n_sites; i++)
@@ -578,15 +577,26 @@ static bool site_missed(const loom_trace_t *t, uint64_t site) {
   return false;
 }
 
-static loom_status_t note_miss(loom_trace_t *t, uint64_t site) {
+/* Whether a lookup of key missed before: its first sighting ran in the
+ * fallback (first_sighting), or its entry was missed (still compiling). */
+static bool key_missed(const loom_trace_t *t, const rt_key_t *key) {
+  for (int i = 0; i < TR_SEEN; i++)
+    if (t->run.seen[i] == key->hash) return true;
+  return rt_cache_key_missed(t->cache, key);
+}
+
+/* Counts a miss, and a recompile when the site missed before with
+ * another key: a key whose compile has not ended yet, missed again, is
+ * a miss only. */
+static loom_status_t note_miss(loom_trace_t *t, const rt_key_t *key) {
   t->stats.misses++;
-  if (site_missed(t, site)) {
-    t->stats.recompiles++;
+  if (site_missed(t, key->site)) {
+    if (!key_missed(t, key)) t->stats.recompiles++;
     return LOOM_OK;
   }
   LOOM_TRY(core_grow((void **)&t->run.sites, &t->run.cap_sites, t->run.n_sites + 1,
                      sizeof *t->run.sites));
-  t->run.sites[t->run.n_sites++] = site;
+  t->run.sites[t->run.n_sites++] = key->site;
   return LOOM_OK;
 }
 
@@ -701,7 +711,7 @@ static bool first_sighting(loom_trace_t *t, const rt_key_t *key) {
 static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                           rt_get_result_t *res, rt_entry_t **e) {
   bool again = site_missed(t, w->id.site);
-  LOOM_TRY(note_miss(t, w->id.site));
+  LOOM_TRY(note_miss(t, key));
   if (t->opt.tiered && again && rt_cache_has_workers(t->cache) && first_sighting(t, key)) {
     *res = RT_PENDING; /* the fallback runs it, its backward too */
     *e = NULL;
