@@ -595,17 +595,46 @@ static void test_shared_cache(void) {
 }
 
 
+/* A tiered trace over a cache of its own with one compile worker. */
+static loom_trace_t *tiered_trace(loom_cache_t **c) {
+  CHECK_OK(loom_cache_create(0, 1, c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = *c;
+  o.tiered = 1;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  return t;
+}
+
+/* A module cache directory of one test's own, so that no module or
+ * journal of another run is found: made and set as LOOM_CACHE_DIR by
+ * private_cache_begin, removed and the variable restored by _end. */
+typedef struct private_cache {
+  char dir[64];
+  char *was;
+} private_cache_t;
+
+static void private_cache_begin(private_cache_t *p) {
+  const char *was = getenv("LOOM_CACHE_DIR");
+  p->was = was ? strdup(was) : NULL;
+  snprintf(p->dir, sizeof p->dir, "/tmp/loom-test-trace-XXXXXX");
+  CHECK(mkdtemp(p->dir) != NULL);
+  setenv("LOOM_CACHE_DIR", p->dir, 1);
+}
+
+static void private_cache_end(private_cache_t *p) {
+  if (p->was) setenv("LOOM_CACHE_DIR", p->was, 1);
+  else unsetenv("LOOM_CACHE_DIR");
+  free(p->was);
+  core_remove_tree(p->dir);
+}
+
 /* Tiered: a miss runs in the interpreter while a worker compiles; once
  * the compile is done, the same segment hits. Results never differ. */
 static void test_tiered(void) {
   loom_cache_t *c = NULL;
-  CHECK_OK(loom_cache_create(0, 1, &c));
-  loom_trace_options_t o;
-  loom_trace_options_init(&o);
-  o.cache = c;
-  o.tiered = 1;
-  loom_trace_t *t = NULL;
-  CHECK_OK(loom_trace_create(&o, &t));
+  loom_trace_t *t = tiered_trace(&c);
   int64_t shape[2] = {3, 7};
   loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
   trace_and_check(t, chain, 1, &x, NULL, NULL);
@@ -627,10 +656,8 @@ static void test_tiered(void) {
  * site compiles at once. A module cache of its own: a key compiled
  * before (its journal) would be waited for instead. */
 static void test_second_sighting(void) {
-  char dir[] = "/tmp/loom-test-sighting-XXXXXX", *was = getenv("LOOM_CACHE_DIR");
-  was = was ? strdup(was) : NULL;
-  CHECK(mkdtemp(dir) != NULL);
-  setenv("LOOM_CACHE_DIR", dir, 1);
+  private_cache_t dir;
+  private_cache_begin(&dir);
   loom_cache_t *c = NULL;
   CHECK_OK(loom_cache_create(0, 1, &c));
   loom_trace_options_t o;
@@ -656,10 +683,7 @@ static void test_second_sighting(void) {
   CHECK(st.hits >= 1); /* the fourth 5-row run */
   loom_trace_destroy(t);
   loom_cache_destroy(c);
-  if (was) setenv("LOOM_CACHE_DIR", was, 1);
-  else unsetenv("LOOM_CACHE_DIR");
-  free(was);
-  core_remove_tree(dir);
+  private_cache_end(&dir);
 }
 
 /* A key missed again while its compile runs is a miss, not a recompile:
@@ -667,25 +691,17 @@ static void test_second_sighting(void) {
  * the first find the compile still going. A cache directory of its own,
  * so that no module or journal of another run is found. */
 static void test_pending_misses_are_no_recompiles(void) {
-  char dir[] = "/tmp/loom-test-pending-XXXXXX", *was = getenv("LOOM_CACHE_DIR");
-  was = was ? strdup(was) : NULL;
-  CHECK(mkdtemp(dir) != NULL);
-  setenv("LOOM_CACHE_DIR", dir, 1);
+  private_cache_t dir;
+  private_cache_begin(&dir);
   char cc[PATH_MAX];
-  snprintf(cc, sizeof cc, "%s/slow-cc", dir);
+  snprintf(cc, sizeof cc, "%s/slow-cc", dir.dir);
   FILE *f = fopen(cc, "w");
   CHECK(f != NULL);
   if (f) fputs("#!/bin/sh\nsleep 1\nexec cc \"$@\"\n", f), fclose(f);
   CHECK(chmod(cc, 0700) == 0);
   setenv("LOOM_CC", cc, 1);
   loom_cache_t *c = NULL;
-  CHECK_OK(loom_cache_create(0, 1, &c));
-  loom_trace_options_t o;
-  loom_trace_options_init(&o);
-  o.cache = c;
-  o.tiered = 1;
-  loom_trace_t *t = NULL;
-  CHECK_OK(loom_trace_create(&o, &t));
+  loom_trace_t *t = tiered_trace(&c);
   int64_t shape[2] = {4, 6};
   loom_tensor_t *x = test_rand_tensor(LOOM_F32, 2, shape, -1, 1);
   for (int i = 0; i < 4; i++) trace_and_check(t, chain, 1, &x, NULL, NULL);
@@ -701,10 +717,7 @@ static void test_pending_misses_are_no_recompiles(void) {
   loom_trace_destroy(t);
   loom_cache_destroy(c);
   unsetenv("LOOM_CC");
-  if (was) setenv("LOOM_CACHE_DIR", was, 1);
-  else unsetenv("LOOM_CACHE_DIR");
-  free(was);
-  core_remove_tree(dir);
+  private_cache_end(&dir);
 }
 
 /* Speculation: after a bucketed miss the next buckets up and down are
