@@ -382,6 +382,120 @@ static void flops_counted(void) {
   loom_graph_destroy(g);
 }
 
+/* Layout ops that the memory plan does without copies (compiler/
+ * layout_place.h): a concat whose operands are written into its result by
+ * their producers, slices of a buffer read where they lie. Each graph
+ * against the interpreter, twice (the second run reads what the first
+ * left in the arena), with how many ops went in place: the count the
+ * compiler logs, so that a graph meant to keep its copies (an operand
+ * read after the concat, the same operand twice, a concat across rows, a
+ * slice with a step) shows it did. */
+static int run_layout_graph(loom_graph_t *g, int n_in, loom_tensor_t **in, int n_out) {
+  loom_tensor_t *want[8], *got[8];
+  CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
+  loom_compile_options_t o;
+  CHECK_OK(loom_compile_options_init(&o));
+  o.num_threads = 2;
+  loom_executable_t *e;
+  test_capture_begin("memory");
+  loom_status_t s = loom_compile(g, &o, &e);
+  char *log = test_capture_end();
+  CHECK_OK(s);
+  const char *at = strstr(log, "concats and slices in place");
+  int placed = 0;
+  if (at) {
+    while (at > log && at[-1] == ' ') at--;
+    while (at > log && at[-1] >= '0' && at[-1] <= '9') at--;
+    placed = atoi(at);
+  }
+  free(log);
+  for (int run = 0; run < 2; run++) {
+    run_exe(e, n_in, in, n_out, got);
+    for (int i = 0; i < n_out; i++) {
+      check_same(got[i], want[i]);
+      loom_tensor_destroy(got[i]);
+    }
+  }
+  for (int i = 0; i < n_out; i++) loom_tensor_destroy(want[i]);
+  loom_executable_destroy(e);
+  return placed;
+}
+
+/* A bucket as data parallelism makes one: three producers (elementwise,
+ * a matmul, a reduction) flattened into a concat, a pass over the bucket,
+ * then slices of it read by two consumers each. */
+static void layouts_in_place(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t x, w, y, a, c, r, fa, fc, cat, three, t, p0, p1, p2, q0, q1, o0, o1, o2;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 2, (loom_dim_t[]){3, 5}, &w));
+  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){4, 6}, &y));
+  CHECK_OK(loom_exp(g, x, &a));
+  CHECK_OK(loom_matmul(g, x, w, 0, 0, &c));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r));
+  CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
+  CHECK_OK(loom_reshape(g, c, 1, (loom_dim_t[]){40}, &fc));
+  CHECK_OK(loom_concat(g, 3, (loom_value_t[]){fa, r, fc}, 0, &cat));
+  three = test_constant(g, LOOM_F32, 0, NULL, (double[]){3});
+  CHECK_OK(loom_mul(g, cat, three, &t));
+  int64_t axis = 0, step = 1;
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){0}, (int64_t[]){24}, &axis, &step, &p0));
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){24}, (int64_t[]){28}, &axis, &step, &p1));
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){28}, (int64_t[]){68}, &axis, &step, &p2));
+  CHECK_OK(loom_reshape(g, p0, 2, (loom_dim_t[]){8, 3}, &q0));
+  CHECK_OK(loom_reshape(g, p2, 2, (loom_dim_t[]){8, 5}, &q1));
+  CHECK_OK(loom_sub(g, q0, x, &o0));
+  CHECK_OK(loom_mul(g, p1, three, &o1));
+  CHECK_OK(loom_matmul(g, x, q1, 1, 0, &o2)); /* (3, 5): reads the slice as a matrix */
+  CHECK_OK(loom_graph_output(g, o0));
+  CHECK_OK(loom_graph_output(g, o1));
+  CHECK_OK(loom_graph_output(g, o2));
+  test_seed(11);
+  loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, 2, (int64_t[]){8, 3}, -1, 1),
+                          test_rand_tensor(LOOM_F32, 2, (int64_t[]){3, 5}, -1, 1),
+                          test_rand_tensor(LOOM_F32, 2, (int64_t[]){4, 6}, -1, 1)};
+  /* The concat and two slices; the third is a view the matmul reads. */
+  CHECK(run_layout_graph(g, 3, in, 3) == 3);
+  loom_graph_destroy(g);
+
+  /* Concats that must copy: an operand read after the concat (through
+   * its result), the same operand twice, a concat across rows, graph
+   * inputs; a slice with a step. The one dense slice goes in place. */
+  CHECK_OK(loom_graph_create(&g));
+  loom_value_t twice, rows, cat2, s0, o3, o4, o5, half, two;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 2, (loom_dim_t[]){3, 5}, &w));
+  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){4, 6}, &y));
+  CHECK_OK(loom_exp(g, x, &a));
+  CHECK_OK(loom_matmul(g, x, w, 0, 0, &c));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r));
+  CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
+  CHECK_OK(loom_concat(g, 2, (loom_value_t[]){fa, r}, 0, &cat));
+  three = test_constant(g, LOOM_F32, 0, NULL, (double[]){3});
+  half = test_constant(g, LOOM_F32, 0, NULL, (double[]){0.5});
+  two = test_constant(g, LOOM_F32, 0, NULL, (double[]){2});
+  CHECK_OK(loom_mul(g, cat, three, &t));
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){0}, (int64_t[]){24}, &axis, &step, &p0));
+  CHECK_OK(loom_reshape(g, p0, 2, (loom_dim_t[]){8, 3}, &q0));
+  CHECK_OK(loom_add(g, q0, a, &o0)); /* a, read after the concat */
+  CHECK_OK(loom_concat(g, 2, (loom_value_t[]){r, r}, 0, &twice));
+  CHECK_OK(loom_mul(g, twice, half, &o1));
+  CHECK_OK(loom_concat(g, 2, (loom_value_t[]){a, c}, 1, &rows));
+  CHECK_OK(loom_mul(g, rows, two, &o2));
+  CHECK_OK(loom_concat(g, 2, (loom_value_t[]){x, x}, 0, &cat2));
+  CHECK_OK(loom_mul(g, cat2, two, &o3));
+  step = 2;
+  CHECK_OK(loom_slice(g, t, 1, (int64_t[]){1}, (int64_t[]){28}, &axis, &step, &s0));
+  CHECK_OK(loom_mul(g, s0, half, &o4));
+  CHECK_OK(loom_mul(g, c, half, &o5));
+  loom_value_t outs[6] = {o0, o1, o2, o3, o4, o5};
+  for (int i = 0; i < 6; i++) CHECK_OK(loom_graph_output(g, outs[i]));
+  CHECK(run_layout_graph(g, 3, in, 6) == 1);
+  loom_graph_destroy(g);
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
+}
+
 int main(void) {
   char dir[] = "/tmp/loom_compile_XXXXXX";
   if (mkdtemp(dir)) setenv("LOOM_CACHE_DIR", dir, 1);
@@ -397,5 +511,6 @@ int main(void) {
   TEST_RUN(guard_errors);
   TEST_RUN(data_dependent_falls_back);
   TEST_RUN(flops_counted);
+  TEST_RUN(layouts_in_place);
   return test_summary();
 }

@@ -17,6 +17,7 @@
 #include "kernels/ref.h"
 #include "passes/passes.h"
 #include "runtime/executable.h"
+#include "compiler/layout_place.h"
 #include "compiler/inplace.h"
 #include "runtime/symbols.h"
 
@@ -188,9 +189,11 @@ static loom_status_t too_large(const loom_graph_t *g, int32_t v, int64_t bytes) 
 }
 
 /* A step of an F_INPLACE op may write its output over its input where
- * that input is read for the last time (the planner decides). */
+ * that input is read for the last time (the planner decides), unless
+ * slices read the input in place (holds): the op would read them there as
+ * it writes over them. */
 static void take_dying_inputs(loom_executable_t *e, mem_request_t *req,
-                              const int32_t *req_of_slot) {
+                              const int32_t *req_of_slot, const uint8_t *holds) {
   const loom_graph_t *g = e->graph;
   for (int k = 0; k < e->plan.n_groups; k++) {
     const fuse_group_t *grp = &e->plan.groups[e->order[k]];
@@ -200,7 +203,7 @@ static void take_dying_inputs(loom_executable_t *e, mem_request_t *req,
     int32_t in = e->slot_of_value[n->in[0]], out = e->slot_of_value[n->out[0]];
     int32_t ri = in >= 0 ? req_of_slot[in] : -1, ro = out >= 0 ? req_of_slot[out] : -1;
     if (ri >= 0 && ro >= 0 && ri != ro && req[ri].last == k && req[ro].first == k &&
-        req[ri].bytes == req[ro].bytes)
+        req[ri].bytes == req[ro].bytes && !(holds[ri] & RT_HOLDS_VIEWS))
       req[ro].inplace_of = ri;
   }
 }
@@ -253,7 +256,13 @@ static loom_status_t plan_arena(loom_executable_t *e) {
       if (r >= 0 && req[r].last < k) req[r].last = k;
     }
   }
-  if (s == LOOM_OK) take_dying_inputs(e, req, req_of_slot);
+  rt_inside_t *inside = s == LOOM_OK ? core_malloc(sizeof *inside * (size_t)(e->n_slots + 1))
+                                     : NULL;
+  uint8_t *holds = s == LOOM_OK ? core_malloc((size_t)e->n_slots + 1) : NULL;
+  if (s == LOOM_OK && (!inside || !holds))
+    s = loom_fail(LOOM_ERR_NOMEM, "out of memory planning memory");
+  int placed = s == LOOM_OK ? rt_place_layouts(e, req, req_of_slot, inside, holds) : 0;
+  if (s == LOOM_OK) take_dying_inputs(e, req, req_of_slot, holds);
   if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
   if (s == LOOM_OK && e->mem.arena_bytes > 0) {
     e->arena_bytes = e->mem.arena_bytes;
@@ -262,10 +271,14 @@ static loom_status_t plan_arena(loom_executable_t *e) {
                                  (long long)e->arena_bytes);
   }
   if (s == LOOM_OK && e->arena) {
-    for (int slot = 0; slot < e->n_slots; slot++)
-      if (req_of_slot[slot] >= 0)
-        e->slots[slot] = (char *)e->arena + e->mem.offsets[req_of_slot[slot]];
+    for (int slot = 0; slot < e->n_slots; slot++) {
+      int32_t r = req_of_slot[slot] >= 0 ? req_of_slot[slot] : inside[slot].request;
+      if (r >= 0)
+        e->slots[slot] = (char *)e->arena + e->mem.offsets[r] +
+                         (req_of_slot[slot] >= 0 ? 0 : inside[slot].at);
+    }
   }
+  if (placed > 0) core_log(LOG_MEMORY, "%d concats and slices in place (no copies)", placed);
   if (s == LOOM_OK && e->dyn) { /* kept to replan when the sizes change */
     rt_sym_keep_requests(e, req, n_req, req_of_slot);
     req = NULL;
@@ -274,6 +287,8 @@ static loom_status_t plan_arena(loom_executable_t *e) {
   core_free(pos);
   core_free(req_of_slot);
   core_free(req);
+  core_free(inside);
+  core_free(holds);
   return s;
 }
 
@@ -284,8 +299,10 @@ static loom_status_t alloc_tables(loom_executable_t *e) {
   e->slots = core_calloc((size_t)max_slots, sizeof(void *));
   e->slot_bytes = core_calloc((size_t)max_slots, sizeof(int64_t));
   e->order = core_malloc(sizeof(int32_t) * (size_t)(e->plan.n_groups + 1));
+  e->in_place_groups = core_calloc((size_t)e->plan.n_groups + 1, sizeof(bool));
   e->output_slot = core_malloc(sizeof(int32_t) * (size_t)(g->n_outputs + 1));
-  if (!e->slot_of_value || !e->slots || !e->slot_bytes || !e->order || !e->output_slot)
+  if (!e->slot_of_value || !e->slots || !e->slot_bytes || !e->order || !e->in_place_groups ||
+      !e->output_slot)
     return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   for (int64_t v = 0; v < g->n_values; v++) e->slot_of_value[v] = -1;
   return LOOM_OK;
@@ -365,7 +382,7 @@ static loom_status_t add_steps(loom_executable_t *e, const int8_t *part,
       LOOM_TRY(add_output_copies(e, &n));
       copies_done = true;
     }
-    if (grp->kind == FUSE_ALIAS) continue;
+    if (grp->kind == FUSE_ALIAS || e->in_place_groups[gi]) continue;
     step_t *st = &e->steps[n];
     st->group = gi;
     if (rt_is_assign_group(e->graph, grp)) {
@@ -490,8 +507,9 @@ static bool reads_strided(const loom_executable_t *e, const fuse_group_t *grp) {
 static bool fused_groups_generated(const loom_executable_t *e, const bool *generated) {
   for (int i = 0; i < e->plan.n_groups; i++) {
     const fuse_group_t *grp = &e->plan.groups[i];
-    bool needs_code = (grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
-                      (grp->kind != FUSE_ALIAS && (grp->strided || reads_strided(e, grp)));
+    bool needs_code = !e->in_place_groups[i] &&
+                      ((grp->n_nodes > 1 && grp->kind != FUSE_REFERENCE) ||
+                       (grp->kind != FUSE_ALIAS && (grp->strided || reads_strided(e, grp))));
     if (needs_code && !generated[i]) return false;
   }
   return true;
@@ -503,7 +521,8 @@ static bool *wanted_groups(const loom_executable_t *e) {
   bool *want = core_calloc((size_t)e->plan.n_groups + 1, sizeof *want);
   for (int i = 0; want && i < e->plan.n_groups; i++) {
     const fuse_group_t *grp = &e->plan.groups[i];
-    want[i] = grp->kind != FUSE_ALIAS && !rt_is_assign_group(e->graph, grp) &&
+    want[i] = grp->kind != FUSE_ALIAS && !e->in_place_groups[i] &&
+              !rt_is_assign_group(e->graph, grp) &&
               !(ir_ops[e->graph->nodes[grp->nodes[0]].op].flags & F_SUBGRAPH);
   }
   return want;

@@ -360,6 +360,7 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_free(e->slot_bytes);
   core_free(e->slot_of_value);
   core_free(e->order);
+  core_free(e->in_place_groups);
   fuse_plan_free(&e->plan);
   rt_sym_free(e);
   core_free(e->syms);

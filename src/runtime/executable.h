@@ -69,6 +69,9 @@ struct loom_executable {
   rt_symbols_t *dyn;     /* runtime symbols; NULL when every size is fixed */
   fuse_plan_t plan;
   int32_t *order;        /* groups in schedule order */
+  bool *in_place_groups; /* per group: its result written in place by its
+                            operands' producers, so no step runs it
+                            (compiler/concat_place.h) */
   int32_t *slot_of_value;
   int n_slots;
   void **slots;
