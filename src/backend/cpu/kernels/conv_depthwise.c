@@ -42,6 +42,7 @@ enum {
   DW_MAX_PLANE = (1 << 22),  /* floats of one padded plane */
   DW_SLACK = 16,             /* floats read past a run's end: the widest vector */
   DW_BAND = 2048,            /* wide outputs a band, about: 8 KB */
+  BAND_CHUNKS = 8,           /* chunks a band of rows (row_bands) is cut into */
 };
 
 typedef struct dw {
@@ -326,10 +327,14 @@ int kern_conv2d_depthwise_f32(const loom_abi_conv2d_t *d, core_pool_t *pool) {
   atomic_init(&g.failed, 0);
   if (!g.in_place) kern_scratch_reserve(core_pool_threads(pool), scratch_floats(&g));
   g.bands = row_bands(&g, core_pool_threads(pool));
-  /* A plane a task at least; with bands, a band of every channel: the
-   * pool's ranges then give thread t band t (chunks cut across a band
-   * would hand part of one to the other thread). */
-  int64_t grain = g.bands > 1 ? d->c : 4096 / (d->ho * d->wo) + 1;
+  /* A plane a task at least; with bands, an eighth of a band's channels:
+   * the pool's ranges then give thread t band t, and a thread that comes
+   * late leaves chunks of its band for the others, where whole bands kept
+   * the early one waiting (MobileNetV2's 28x28 layers at 2 threads: 0.11
+   * ms on the mean with whole bands, 0.08 with eighths, 0.04 at the
+   * fastest either way). */
+  int64_t grain = g.bands > 1 ? (d->c + BAND_CHUNKS - 1) / BAND_CHUNKS
+                                : 4096 / (d->ho * d->wo) + 1;
   core_pool_for(pool, d->n * g.bands * d->c, grain, run_planes, &g);
   return !atomic_load(&g.failed);
 }
