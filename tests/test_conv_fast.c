@@ -304,7 +304,9 @@ static void direct_forward_configurations(void) {
 /* Depthwise layers (groups = c = o): MobileNet's 3x3 at strides 1 and 2,
  * uneven pads, a 5x5 window, dilation, stride 3, a single row, and no
  * bias or epilogue; 7x7 planes (a vector spans rows), planes in several
- * bands of rows, a 1x1 window, rows of a vector at most with uneven pads. */
+ * bands of rows, a 1x1 window, rows of a vector at most with uneven pads;
+ * the 5x5 window (EfficientNet's, MnasNet's) at strides 1 and 2 in the
+ * same ways. */
 static const conv_case_t depthwise_cases[] = {
     {2, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 1},  /* MobileNet, stride 1 */
     {1, 24, 15, 13, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 1},  /* stride 2, odd sizes */
@@ -322,6 +324,11 @@ static const conv_case_t depthwise_cases[] = {
     {2, 4, 6, 7, 4, 3, 3, 1, 1, 2, 2, 0, 1, 1, 1, 4, 0, 1},       /* small, pads of 2 */
     {1, 3, 10, 9, 3, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 3, 1, 1},      /* stride 2, pads after */
     {1, 2, 5, 67, 2, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 2, 0, 0},      /* stride 2, 34 wide */
+    {1, 6, 13, 11, 6, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 6, 1, 1},     /* 5x5, stride 1 */
+    {2, 4, 7, 7, 4, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 4, 0, 1},       /* 5x5 on 7x7 planes */
+    {1, 5, 33, 37, 5, 5, 5, 2, 2, 2, 1, 2, 2, 1, 1, 5, 1, 1},     /* 5x5, stride 2, wide */
+    {1, 3, 40, 21, 3, 5, 5, 1, 1, 1, 3, 0, 2, 1, 1, 3, 1, 1},     /* 5x5, uneven pads, bands */
+    {1, 2, 9, 41, 2, 5, 5, 2, 2, 0, 0, 3, 1, 1, 1, 2, 0, 1},      /* 5x5, stride 2, pads after */
 };
 
 static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {

@@ -42,6 +42,7 @@ enum {
   DW_MAX_PLANE = (1 << 22),  /* floats of one padded plane */
   DW_SLACK = 16,             /* floats read past a run's end: the widest vector */
   DW_BAND = 2048,            /* wide outputs a band, about: 8 KB */
+  DW_MAX_K = 5,              /* the widest window read in place */
   BAND_CHUNKS = 8,           /* chunks a band of rows (row_bands) is cut into */
 };
 
@@ -120,63 +121,78 @@ __attribute__((target("avx2"))) static inline __m256i lanes_avx2(int64_t lo, int
 #define DW_NAME run_avx2
 #include "backend/cpu/kernels/conv_depthwise_rows.inc"
 
-/* The 3x3 window at stride 2 on AVX-512, read straight from the image:
- * output column x0 + l of a block of 16 reads input columns c + 2l + kx
- * (c = 2 x0 - left pad): the even lanes of the 32 columns from c (kx 0),
- * their odd lanes (kx 1), and the even lanes of the 32 from c + 2 (kx 2),
- * each one two-source permute of two masked loads, so that no plane is
- * split into phases first (a pass over the whole input, which made the
- * stride-2 layers the slowest per FLOP). Lanes in the padding load zeros;
- * input rows in it are skipped. Input row i of a tile serves output rows
- * i / 2 (ky 0 or 1) and i / 2 - 1 (ky 2). */
+/* A K x K window (K = 3, 5) at stride 2 on AVX-512, read straight from
+ * the image: output column x0 + l of a block of 16 reads input columns
+ * c + 2l + kx (c = 2 x0 - left pad): for kx = 2j and 2j + 1, the even and
+ * the odd lanes of the 32 columns from c + 2j, each one two-source
+ * permute of two masked loads, so that no plane is split into phases
+ * first (a pass over the whole input, which made the stride-2 layers the
+ * slowest per FLOP). Lanes in the padding load zeros; input rows in it
+ * are skipped. Input row i of a tile serves output rows (i - ky) / 2 for
+ * the ky of i's parity. */
 enum { S2_R = 4 };
-__attribute__((target("avx512f,fma"))) static void s2_avx512(const dw_t *g, const float *x,
-                                                             const float *w, float bias,
-                                                             float *y, int64_t oy0,
-                                                             int64_t oy1) {
+__attribute__((target("avx512f,fma"))) static inline __attribute__((always_inline)) void
+s2_avx512_k(const dw_t *g, const float *x, const float *w, float bias, float *y, int64_t oy0,
+            int64_t oy1, const int K) {
   const loom_abi_conv2d_t *d = g->d;
   int64_t h = d->h, wi = d->w, wo = d->wo, pt = d->pads[0], pl = d->pads[1];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  __m512 wv[3][3], b = _mm512_set1_ps(bias);
-  for (int ky = 0; ky < 3; ky++)
-    for (int kx = 0; kx < 3; kx++) wv[ky][kx] = _mm512_set1_ps(w[ky * 3 + kx]);
+  const int pairs = (K + 1) / 2; /* column pairs: taps 2j and 2j + 1 */
+  __m512 wv[DW_MAX_K][DW_MAX_K], b = _mm512_set1_ps(bias);
+  for (int ky = 0; ky < K; ky++)
+    for (int kx = 0; kx < K; kx++) wv[ky][kx] = _mm512_set1_ps(w[ky * K + kx]);
   for (int64_t x0 = 0; x0 < wo; x0 += 16) {
     int64_t n = wo - x0 < 16 ? wo - x0 : 16, c = 2 * x0 - pl;
-    /* loads at columns c, c + 16, c + 2, c + 18: lanes inside [0, wi) */
-    __mmask16 m[4];
-    const int64_t at[4] = {c, c + 16, c + 2, c + 18};
-    for (int k = 0; k < 4; k++) {
-      int64_t lo = at[k] < 0 ? -at[k] : 0, hi = wi - at[k] < 16 ? wi - at[k] : 16;
-      m[k] = hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    /* pair j loads at columns c + 2j and c + 2j + 16: lanes inside [0, wi) */
+    __mmask16 m[DW_MAX_K + 1];
+    int64_t at[DW_MAX_K + 1];
+    for (int j = 0; j < 2 * pairs; j++) {
+      at[j] = c + 2 * (j / 2) + 16 * (j % 2);
+      int64_t lo = at[j] < 0 ? -at[j] : 0, hi = wi - at[j] < 16 ? wi - at[j] : 16;
+      m[j] = hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
     }
     __mmask16 out = (__mmask16)((1u << n) - 1);
     for (int64_t oy = oy0; oy < oy1; oy += S2_R) {
       __m512 acc[S2_R];
       _Pragma("GCC unroll 8") for (int r = 0; r < S2_R; r++) acc[r] = b;
-      _Pragma("GCC unroll 16") for (int i = 0; i < 2 * S2_R + 1; i++) {
+      _Pragma("GCC unroll 16") for (int i = 0; i < 2 * S2_R + K - 2; i++) {
         int64_t iy = 2 * oy - pt + i;
         if (iy < 0 || iy >= h) continue;
         const float *row = x + iy * wi;
-        __m512 p = _mm512_maskz_loadu_ps(m[0], row + at[0]);
-        __m512 q = _mm512_maskz_loadu_ps(m[1], row + at[1]);
-        __m512 r2 = _mm512_maskz_loadu_ps(m[2], row + at[2]);
-        __m512 s2 = _mm512_maskz_loadu_ps(m[3], row + at[3]);
-        __m512 v0 = _mm512_permutex2var_ps(p, even, q), v1 = _mm512_permutex2var_ps(p, odd, q);
-        __m512 v2 = _mm512_permutex2var_ps(r2, even, s2);
-        _Pragma("GCC unroll 3") for (int ky = 0; ky < 3; ky++) {
+        __m512 v[DW_MAX_K + 1];
+        _Pragma("GCC unroll 3") for (int j = 0; j < pairs; j++) {
+          __m512 p = _mm512_maskz_loadu_ps(m[2 * j], row + at[2 * j]);
+          __m512 q = _mm512_maskz_loadu_ps(m[2 * j + 1], row + at[2 * j + 1]);
+          v[2 * j] = _mm512_permutex2var_ps(p, even, q);
+          if (2 * j + 1 < K) v[2 * j + 1] = _mm512_permutex2var_ps(p, odd, q);
+        }
+        _Pragma("GCC unroll 5") for (int ky = 0; ky < K; ky++) {
           if ((i - ky) % 2) continue;
           int r = (i - ky) / 2;
           if (r < 0 || r >= S2_R) continue;
-          acc[r] = _mm512_fmadd_ps(wv[ky][0], v0, acc[r]);
-          acc[r] = _mm512_fmadd_ps(wv[ky][1], v1, acc[r]);
-          acc[r] = _mm512_fmadd_ps(wv[ky][2], v2, acc[r]);
+          _Pragma("GCC unroll 5") for (int kx = 0; kx < K; kx++)
+            acc[r] = _mm512_fmadd_ps(wv[ky][kx], v[kx], acc[r]);
         }
       }
       _Pragma("GCC unroll 8") for (int r = 0; r < S2_R; r++) if (oy + r < oy1)
         _mm512_mask_storeu_ps(y + (oy + r) * wo + x0, out, acc[r]);
     }
   }
+}
+
+__attribute__((target("avx512f,fma"))) static void s2_avx512_3(const dw_t *g, const float *x,
+                                                               const float *w, float bias,
+                                                               float *y, int64_t oy0,
+                                                               int64_t oy1) {
+  s2_avx512_k(g, x, w, bias, y, oy0, oy1, 3);
+}
+
+__attribute__((target("avx512f,fma"))) static void s2_avx512_5(const dw_t *g, const float *x,
+                                                               const float *w, float bias,
+                                                               float *y, int64_t oy0,
+                                                               int64_t oy1) {
+  s2_avx512_k(g, x, w, bias, y, oy0, oy1, 5);
 }
 
 static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
@@ -193,9 +209,12 @@ static int suits(const loom_abi_conv2d_t *d, dw_t *g) {
   g->rows_s2 = NULL;
   if (three && sy == 2 && sx == 2 && d->wo >= (avx512 ? 16 : 8))
     g->rows_s2 = avx512 ? run_avx512_s2 : run_avx2_s2;
+  int five = d->kh == 5 && d->kw == 5 && d->dilation[0] == 1 && d->dilation[1] == 1;
   g->in_place = NULL;
-  if (three && sy == 1 && sx == 1) g->in_place = avx512 ? run_avx512_direct : run_avx2_direct;
-  if (three && sy == 2 && sx == 2 && avx512) g->in_place = s2_avx512;
+  if (three && sy == 1 && sx == 1) g->in_place = avx512 ? run_avx512_direct3 : run_avx2_direct3;
+  if (five && sy == 1 && sx == 1) g->in_place = avx512 ? run_avx512_direct5 : run_avx2_direct5;
+  if (three && sy == 2 && sx == 2 && avx512) g->in_place = s2_avx512_3;
+  if (five && sy == 2 && sx == 2 && avx512) g->in_place = s2_avx512_5;
   g->stride2 = kern_gather_stride2();
   g->hq = (d->h + d->pads[0] + d->pads[2] + sy - 1) / sy;
   g->wq = (d->w + d->pads[1] + d->pads[3] + sx - 1) / sx;
