@@ -421,19 +421,28 @@ static int run_layout_graph(loom_graph_t *g, int n_in, loom_tensor_t **in, int n
   return placed;
 }
 
-/* A bucket as data parallelism makes one: three producers (elementwise,
- * a matmul, a reduction) flattened into a concat, a pass over the bucket,
- * then slices of it read by two consumers each. */
-static void layouts_in_place(void) {
+/* Inputs x (8, 3), w (3, 5), y (4, 6) and three producers: a = exp(x),
+ * c = x @ w, r = y summed over its rows. */
+static loom_graph_t *layout_producers(loom_value_t *x, loom_value_t *a, loom_value_t *c,
+                                      loom_value_t *r) {
   loom_graph_t *g;
+  loom_value_t w, y;
   CHECK_OK(loom_graph_create(&g));
-  loom_value_t x, w, y, a, c, r, fa, fc, cat, three, t, p0, p1, p2, q0, q1, o0, o1, o2;
-  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, x));
   CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 2, (loom_dim_t[]){3, 5}, &w));
   CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){4, 6}, &y));
-  CHECK_OK(loom_exp(g, x, &a));
-  CHECK_OK(loom_matmul(g, x, w, 0, 0, &c));
-  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r));
+  CHECK_OK(loom_exp(g, *x, a));
+  CHECK_OK(loom_matmul(g, *x, w, 0, 0, c));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, r));
+  return g;
+}
+
+/* A bucket as data parallelism makes one: the producers flattened into a
+ * concat, a pass over the bucket, then slices of it read by two
+ * consumers each. */
+static void layouts_in_place(void) {
+  loom_value_t x, a, c, r, fa, fc, cat, three, t, p0, p1, p2, q0, q1, o0, o1, o2;
+  loom_graph_t *g = layout_producers(&x, &a, &c, &r);
   CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
   CHECK_OK(loom_reshape(g, c, 1, (loom_dim_t[]){40}, &fc));
   CHECK_OK(loom_concat(g, 3, (loom_value_t[]){fa, r, fc}, 0, &cat));
@@ -462,14 +471,8 @@ static void layouts_in_place(void) {
   /* Concats that must copy: an operand read after the concat (through
    * its result), the same operand twice, a concat across rows, graph
    * inputs; a slice with a step. The one dense slice goes in place. */
-  CHECK_OK(loom_graph_create(&g));
   loom_value_t twice, rows, cat2, s0, o3, o4, o5, half, two;
-  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, &x));
-  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 2, (loom_dim_t[]){3, 5}, &w));
-  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){4, 6}, &y));
-  CHECK_OK(loom_exp(g, x, &a));
-  CHECK_OK(loom_matmul(g, x, w, 0, 0, &c));
-  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r));
+  g = layout_producers(&x, &a, &c, &r);
   CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
   CHECK_OK(loom_concat(g, 2, (loom_value_t[]){fa, r}, 0, &cat));
   three = test_constant(g, LOOM_F32, 0, NULL, (double[]){3});
