@@ -139,6 +139,32 @@ static const shape_t gemm_shapes[] = {
     {1000, 40, 300, 1, 0, 0, 24, 0, 0, 1}, /* rows 4 KiB apart: a transposed A by rows */
 };
 
+/* A too big for each column part to read (over 8 MB, more rows than
+ * columns, ten column tiles): split by k at two threads. Sampled entries
+ * against the double sum (every entry of a product this long would make
+ * the check the test's cost), the epilogue seen once an element. */
+static void gemm_big_a_splits_k(void) {
+  core_pool_t *pool;
+  CHECK_OK(core_pool_create(2, &pool));
+  int64_t m = 530, n = 300, k = 4000;
+  float *a = random_floats(m * k), *b = random_floats(k * n), *c = malloc(sizeof(float) * m * n);
+  counter_t cnt = {c, m, n, n, m * n, 1, calloc((size_t)(m * n), sizeof(int)), 0};
+  loom_abi_gemm_t d = {.m = m, .n = n, .k = k, .batch = 1, .a = a, .lda = k, .b = b, .ldb = n,
+                       .c = c, .ldc = n, .epilogue = count_epilogue, .epilogue_ctx = &cnt};
+  kern_gemm_f32(&d, pool);
+  int wrong = 0, counts = 0;
+  for (int64_t e = 0; e < m * n; e++) counts += cnt.seen[e] != 1;
+  test_seed(5);
+  for (int t = 0; t < 400; t++) {
+    int64_t i = test_rand_int(0, m - 1), j = test_rand_int(0, n - 1);
+    double abs_sum, want = 2 * ref_at(&d, 0, i, j, &abs_sum) + 1;
+    wrong += fabs(c[i * n + j] - want) > 1e-5 * (2 * abs_sum + 1);
+  }
+  CHECK(wrong == 0 && counts == 0 && !cnt.bad_address);
+  free(a), free(b), free(c), free(cnt.seen);
+  core_pool_destroy(pool);
+}
+
 /* Every shape with each transpose combination, on pools of 1-3 threads. */
 static void gemm_shapes_transposes_threads(void) {
   for (int threads = 1; threads <= 3; threads++) {
@@ -590,6 +616,7 @@ static void conv2d_weight_grad_configurations(void) {
 int main(void) {
   test_seed(7);
   TEST_RUN(gemm_shapes_transposes_threads);
+  TEST_RUN(gemm_big_a_splits_k);
   TEST_RUN(gemm_every_isa);
   TEST_RUN(gemm_edge_widths);
   TEST_RUN(gemm_edge_heights);

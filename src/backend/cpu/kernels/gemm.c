@@ -603,13 +603,19 @@ static float *split_claim(size_t floats) {
 static void split_release(void) { atomic_store_explicit(&split_busy, 0, memory_order_release); }
 
 /* Whether p splits by k over `threads`, and into how many parts: a single
- * item whose column tiles are too few to share (they split unevenly) and
- * whose k has at least two kc blocks a part. */
+ * item whose k has at least two kc blocks a part and whose column tiles
+ * are too few to share (they split unevenly), or whose A is too big for
+ * every column part to read: a tall A beyond SPLIT_K_A_BYTES comes from
+ * memory once a part, where split by k each part reads its own slice of
+ * it once. FCN-ResNet50's head (2048 -> 512, 3x3, at 16x16: A 37.7 MB,
+ * eight column parts) took 29.7 ms at 2 threads against 26.3 at one. */
+enum { SPLIT_K_A_BYTES = 8 << 20 };
 static int split_k_parts(const gemm_problem_t *p, const gemm_isa_t *isa, int threads,
                          int64_t kc) {
   int64_t col_tiles = (p->n + isa->nr - 1) / isa->nr, blocks = (p->k + kc - 1) / kc;
   int parts = threads < MAX_SPLIT_K ? threads : MAX_SPLIT_K;
-  if (p->batch != 1 || col_tiles >= 4 * threads || blocks < 2 * parts)
+  bool big_a = p->n < p->m && (double)p->m * (double)p->k * sizeof(float) > SPLIT_K_A_BYTES;
+  if (p->batch != 1 || (col_tiles >= 4 * threads && !big_a) || blocks < 2 * parts)
     return 0;
   return parts;
 }
