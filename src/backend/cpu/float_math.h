@@ -12,8 +12,9 @@
  * unconditional). Polynomials step by fmaf: one rounding a step, the
  * same result in every build and on every ISA, and on FMA hardware one
  * instruction where C's p * r + c (not contracted under -std=c11) is two
- * with twice the latency: e^x over an array went 0.37 -> 0.22 ns an
- * element at 16 lanes (AVX-512). */
+ * with twice the latency: e^x over an array of 1.2M floats went 0.37 ->
+ * 0.22 ns an element at 16 lanes (AVX-512, a driver over this function,
+ * best of 100). */
 #ifndef LOOM_BACKEND_CPU_FLOAT_MATH_H
 #define LOOM_BACKEND_CPU_FLOAT_MATH_H
 
