@@ -118,21 +118,13 @@ static const char *needs_interpreter(const loom_graph_t *g) {
 
 /* ---- Sizes, slots and the arena ---------------------------------------- */
 
-static loom_status_t value_shape(const loom_executable_t *e, int32_t v,
-                                 int64_t *shape) {
-  const ir_type_t *t = &e->graph->values[v].type;
-  for (int d = 0; d < t->rank; d++)
-    LOOM_TRY(ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]));
-  return LOOM_OK;
-}
-
 /* With runtime symbols the sizes here are nominal: one that overflows is
  * not the graph's fault, and each run checks its own sizes (symbols.c),
  * so it counts 0 bytes until then. */
 static loom_status_t value_bytes(const loom_executable_t *e, int32_t v,
                                  int64_t *bytes) {
   int64_t shape[LOOM_MAX_RANK];
-  LOOM_TRY(value_shape(e, v, shape));
+  LOOM_TRY(rt_value_shape(e, v, shape));
   loom_status_t s = ir_value_bytes(e->graph, "loom_compile", v, shape, bytes);
   if (s == LOOM_OK || !e->dyn) return s;
   loom_clear_error();
@@ -323,7 +315,7 @@ static loom_status_t build_guards(loom_executable_t *e) {
     int32_t v = is_in ? g->inputs[i] : g->outputs[i - e->n_inputs];
     gd->dtype = g->values[v].type.dtype;
     gd->rank = g->values[v].type.rank;
-    if (value_shape(e, v, gd->shape) != LOOM_OK)
+    if (rt_value_shape(e, v, gd->shape) != LOOM_OK)
       return loom_fail(LOOM_ERR_UNSUPPORTED,
                        "loom_compile: %s %d has a shape known only when the graph "
                        "runs; run it with loom_interpret", is_in ? "input" : "output",

@@ -8,13 +8,9 @@
 
 /* v's bytes under e's symbol values; false if unknown. */
 static bool value_bytes(const loom_executable_t *e, int32_t v, int64_t *shape, int64_t *bytes) {
-  const ir_type_t *t = &e->graph->values[v].type;
-  for (int d = 0; d < t->rank; d++)
-    if (ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]) != LOOM_OK) {
-      loom_clear_error();
-      return false;
-    }
-  if (ir_value_bytes(e->graph, "loom_compile", v, shape, bytes) == LOOM_OK) return true;
+  if (rt_value_shape(e, v, shape) == LOOM_OK &&
+      ir_value_bytes(e->graph, "loom_compile", v, shape, bytes) == LOOM_OK)
+    return true;
   loom_clear_error();
   return false;
 }

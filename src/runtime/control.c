@@ -31,18 +31,10 @@ struct rt_control {
 /* Placeholder data of the wrappers until a run points them at slots. */
 static char placeholder;
 
-static loom_status_t node_value_shape(const loom_executable_t *e, int32_t v,
-                                      int64_t *shape) {
-  const ir_type_t *t = &e->graph->values[v].type;
-  for (int d = 0; d < t->rank; d++)
-    LOOM_TRY(ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]));
-  return LOOM_OK;
-}
-
 /* A tensor of value v's type and shape over placeholder data. */
 static loom_status_t wrap_value(const loom_executable_t *e, int32_t v, loom_tensor_t **out) {
   int64_t shape[LOOM_MAX_RANK];
-  LOOM_TRY(node_value_shape(e, v, shape));
+  LOOM_TRY(rt_value_shape(e, v, shape));
   const ir_type_t *t = &e->graph->values[v].type;
   return loom_tensor_wrap(t->dtype, t->rank, shape, NULL, &placeholder, out);
 }
@@ -254,7 +246,7 @@ static loom_status_t resize(const loom_executable_t *e, rt_control_t *c) {
   for (int k = 0; k < n->n_in + n->n_out; k++) {
     loom_tensor_t *t = k < n->n_in ? c->in[k] : c->out[k - n->n_in];
     int64_t shape[LOOM_MAX_RANK];
-    LOOM_TRY(node_value_shape(e, k < n->n_in ? n->in[k] : n->out[k - n->n_in], shape));
+    LOOM_TRY(rt_value_shape(e, k < n->n_in ? n->in[k] : n->out[k - n->n_in], shape));
     tensor_view_init(t, t->dtype, t->rank, shape, t->data);
   }
   if (n->op != IR_OP_LOOP) return LOOM_OK;

@@ -368,3 +368,10 @@ void loom_executable_destroy(loom_executable_t *e) {
   if (e->owns_graph) loom_graph_destroy(e->graph);
   core_free(e);
 }
+
+loom_status_t rt_value_shape(const loom_executable_t *e, int32_t v, int64_t *shape) {
+  const ir_type_t *t = &e->graph->values[v].type;
+  for (int d = 0; d < t->rank; d++)
+    LOOM_TRY(ir_dim_eval(e->graph, t->dims[d], e->syms, &shape[d]));
+  return LOOM_OK;
+}

@@ -143,6 +143,9 @@ void rt_fallback_note(loom_executable_t *e, loom_fallback_t f, const char *reaso
  * with e's symbol values when all are bound; -1 when a size is unknown. */
 double rt_nodes_flops(const loom_executable_t *e, const int32_t *nodes, int64_t n);
 
+/* Value v's shape with e's symbol values (e->syms) put in. */
+loom_status_t rt_value_shape(const loom_executable_t *e, int32_t v, int64_t *shape);
+
 typedef struct rt_profile rt_profile_t;
 typedef loom_status_t (*rt_step_fn)(loom_executable_t *e, step_t *st);
 /* Runs every step through run_step, adding each one's time to e's
