@@ -196,6 +196,43 @@ static void test_read_midway(void) {
   }
 }
 
+/* A value read after the cut that computed it and dropped it (a training
+ * step's logits, read when the step ends, after the backward's cut made
+ * the loss): the first step recomputes it in a segment of its own; from
+ * the second, the earlier cut keeps it and the read runs nothing. */
+static void test_read_after_its_cut(void) {
+  for (int compile = 0; compile <= 1; compile++) {
+    loom_trace_t *t = new_trace(compile);
+    loom_graph_t *g = loom_trace_graph(t);
+    int64_t shape[1] = {5};
+    loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 1, shape, -1, 1);
+    for (int step = 0; step < 3; step++) {
+      loom_value_t x, a, three, b;
+      CHECK_OK(loom_trace_input(t, xt, NULL, &x));
+      CHECK_OK(loom_exp(g, x, &a));
+      CHECK_OK(scalar(g, 3, &three));
+      CHECK_OK(loom_mul(g, a, three, &b));
+      const loom_tensor_t *bt, *at;
+      CHECK_OK(loom_trace_read(t, b, &bt));
+      CHECK_OK(loom_trace_read(t, a, &at));
+      double want_a[5], want_b[5];
+      for (int i = 0; i < 5; i++) {
+        want_a[i] = exp(test_get(xt, i));
+        want_b[i] = 3 * want_a[i];
+      }
+      CHECK_TENSOR(bt, want_b, 5, 1e-5, 1e-5);
+      CHECK_TENSOR(at, want_a, 5, 1e-5, 1e-5);
+      CHECK_OK(loom_trace_step_end(t));
+    }
+    loom_trace_stats_t s = LOOM_TRACE_STATS_INIT;
+    CHECK_OK(loom_trace_get_stats(t, &s));
+    CHECK(s.segments == 4); /* 2, then 1 a step */
+    if (compile) CHECK(s.misses == 3 && s.hits == 1);
+    loom_tensor_destroy(xt);
+    loom_trace_destroy(t);
+  }
+}
+
 /* x -> (x > 0) -> nonzero -> cast * 2 + x's sum: nonzero runs eagerly
  * between two segments. */
 static loom_status_t nonzero_prog(loom_graph_t *g, const loom_value_t *x,
@@ -1052,6 +1089,7 @@ int main(void) {
   test_seed(5);
   TEST_RUN(test_chain);
   TEST_RUN(test_read_midway);
+  TEST_RUN(test_read_after_its_cut);
   TEST_RUN(test_break_in_a_loop);
   TEST_RUN(test_recurrent_state);
   TEST_RUN(test_nonzero);

@@ -202,11 +202,24 @@ static void keep_add(loom_trace_t *t, uint64_t k) {
   t->keep_gen++;
 }
 
+/* Learns to keep v where it last ran, if an earlier cut computed it. */
+static void learn_keep(loom_trace_t *t, int32_t v) {
+  const ir_value_t *iv = &t->g->values[v];
+  if (iv->kind != IR_VALUE_NODE || iv->node >= t->region_start) return;
+  uint64_t ran = t->node_ran[iv->node];
+  if (ran && (int64_t)(ran >> 32) <= t->n_ran_cones)
+    keep_add(t, keep_key(t->ran_cones[(ran >> 32) - 1], (int)(uint32_t)ran));
+}
+
 static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
   const loom_graph_t *g = t->g;
   uint64_t h = 0x6b;
   for (int c = 0; c < w->n_cone; c++) h = tr_mix(h, t->node_hash[w->cone[c]]);
   w->id.cone_hash = h;
+  /* a value asked for that an earlier cut computed and dropped (a
+   * training step's logits, read when the step ends after the backward
+   * cut made the loss): that cut keeps it next time */
+  for (int k = 0, n_asked = w->n_outs; k < n_asked; k++) learn_keep(t, w->outs[k]);
   for (int c = 0, n_cone = w->n_cone; c < n_cone; c++) {
     int32_t j = w->cone[c];
     const ir_node_t *n = &g->nodes[j];
@@ -219,9 +232,7 @@ static loom_status_t keep_values(loom_trace_t *t, seg_work_t *w) {
           w->node_mark[iv->node] != w->epoch)
         continue;
       LOOM_TRY(add_output(t, w, n->in[i]));
-      uint64_t ran = t->node_ran[iv->node];
-      if (ran && (int64_t)(ran >> 32) <= t->n_ran_cones)
-        keep_add(t, keep_key(t->ran_cones[(ran >> 32) - 1], (int)(uint32_t)ran));
+      learn_keep(t, n->in[i]);
     }
   }
   return LOOM_OK;
