@@ -36,9 +36,12 @@ static void set_symbols(int n, const char *a, int64_t va, const char *b, int64_t
   sym_names[1] = b, sym_values[1] = vb;
 }
 
+static bool fusion_off; /* compile one kernel per node */
+
 static loom_executable_t *compile(loom_graph_t *g, const run_t *r) {
   loom_compile_options_t o;
   loom_compile_options_init(&o);
+  o.fusion = !fusion_off;
   o.num_threads = r->threads;
   o.dynamic_symbols = r->dynamic;
   if (!r->dynamic) {
@@ -423,6 +426,94 @@ static void prologue_message_passing(void) {
   }
 }
 
+/* The fused graph gives the bits of the graph compiled one kernel per
+ * node (each product rounded as the mul's kernel rounds it, each sum in
+ * index order). */
+static void check_same_bits(loom_graph_t *g, const run_t *r, int n, loom_tensor_t *const *in) {
+  loom_tensor_t *got[2] = {NULL, NULL};
+  for (int fusion = 0; fusion <= 1; fusion++) {
+    fusion_off = !fusion;
+    loom_executable_t *ex = compile(g, r);
+    fusion_off = false;
+    loom_status_t s = LOOM_ERR_INVALID;
+    got[fusion] = ex ? run_compiled(ex, n, in, &s) : NULL;
+    CHECK_OK(s);
+    loom_executable_destroy(ex);
+  }
+  if (got[0] && got[1])
+    CHECK(!memcmp(loom_tensor_data(got[0]), loom_tensor_data(got[1]),
+                  (size_t)loom_tensor_numel(got[0]) * sizeof(float)));
+  destroy_all(2, got);
+}
+
+/* Weighted message passing, out[dst[e]] += h[src[e]] * w[e] (a GCN's
+ * normalized aggregation): the rows of h picked (a 1-D gather, as
+ * Python's h[src], or index_select) and scaled by a (e, 1) or (e, D)
+ * weight in the scatter's group, the (e, D) messages never stored; the
+ * mul's operands either way round. A mul of the rows by themselves is
+ * no scale and stays a group of its own. */
+static void prologue_scaled_messages(void) {
+  enum { N = 40, E = 600, D = 32 };
+  for (int variant = 0; variant < 4; variant++)
+    for (int r = 0; r < N_RUNS; r++) {
+      bool gather = variant == 0 || variant == 3, per_row = variant != 1,
+           swapped = variant == 2, square = variant == 3;
+      loom_graph_t *g;
+      CHECK_OK(loom_graph_create(&g));
+      loom_dim_t n, e;
+      CHECK_OK(loom_dim_symbol(g, "n", &n));
+      CHECK_OK(loom_dim_symbol(g, "e", &e));
+      loom_dim_t ds[2] = {n, D}, dd[1] = {e}, row[2] = {1, D}, dw[2] = {e, per_row ? 1 : D};
+      const int64_t axis1[1] = {1};
+      loom_value_t s = input(g, "s", LOOM_F32, 2, ds), h = input(g, "h", LOOM_F32, 2, ds),
+                   src = input(g, "src", LOOM_I64, 1, dd), dst = input(g, "dst", LOOM_I64, 1, dd),
+                   w = input(g, "w", LOOM_F32, 2, dw), zi, d1, ind, x, m, y;
+      CHECK_OK(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
+      CHECK_OK(loom_unsqueeze(g, dst, 1, axis1, &d1));
+      CHECK_OK(loom_add(g, d1, zi, &ind));
+      if (gather) CHECK_OK(loom_gather(g, h, src, 0, &x));
+      else CHECK_OK(loom_index_select(g, h, src, 0, &x));
+      if (square) CHECK_OK(loom_mul(g, x, x, &m));
+      else if (swapped) CHECK_OK(loom_mul(g, w, x, &m));
+      else CHECK_OK(loom_mul(g, x, w, &m));
+      CHECK_OK(loom_scatter_add(g, s, ind, m, 0, &y));
+      CHECK_OK(loom_graph_output(g, y));
+      CHECK(index_fused(g, ind));
+      CHECK(index_fused(g, m) == !square);
+      CHECK(index_fused(g, x) == !square);
+      int64_t ss[2] = {N, D}, sd[1] = {E}, sw[2] = {E, per_row ? 1 : D};
+      loom_tensor_t *in[5] = {test_rand_tensor(LOOM_F32, 2, ss, -1, 1),
+                              test_rand_tensor(LOOM_F32, 2, ss, -1, 1), NULL, NULL,
+                              test_rand_tensor(LOOM_F32, 2, sw, -1, 1)};
+      CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[2]));
+      CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[3]));
+      int64_t *sv = loom_tensor_data(in[2]), *dv = loom_tensor_data(in[3]);
+      const float *self = loom_tensor_data(in[0]), *hv = loom_tensor_data(in[1]),
+                  *wv = loom_tensor_data(in[4]);
+      static double want[N * D];
+      for (int a = 0; a < N * D; a++) want[a] = self[a];
+      for (int j = 0; j < E; j++) {
+        sv[j] = test_rand_int(-N, N - 1);
+        dv[j] = test_rand_int(0, N - 1);
+        int64_t from = sv[j] < 0 ? sv[j] + N : sv[j];
+        for (int c = 0; c < D; c++) {
+          double v = hv[from * D + c];
+          want[dv[j] * D + c] += square ? v * v : v * wv[per_row ? j : j * D + c];
+        }
+      }
+      set_symbols(2, "n", N, "e", E);
+      check_both(g, &RUNS[r], 5, in, want, N * D, 1e-5);
+      check_same_bits(g, &RUNS[r], 5, in);
+      sv[500] = N;
+      check_error(g, &RUNS[r], 5, in, gather ? "gather: index 40 (at position 500)"
+                                             : "index_select: index 40 (at position 500)",
+                  NULL, NULL, 0);
+      set_symbols(0, NULL, 0, NULL, 0);
+      destroy_all(5, in);
+      loom_graph_destroy(g);
+    }
+}
+
 /* The backward's gather of flat positions dst[:, None] * D + arange(D)
  * from a flat (n * D) gradient, and its scatter_add through an expand of
  * the edge list to (1, e, D): both indices computed in place. */
@@ -661,6 +752,7 @@ int main(void) {
   TEST_RUN(scatter_add_split_columns);
   TEST_RUN(prologue_scatter_broadcast_add);
   TEST_RUN(prologue_message_passing);
+  TEST_RUN(prologue_scaled_messages);
   TEST_RUN(prologue_gather_and_expand);
   TEST_RUN(column_sum_runtime_rows);
   TEST_RUN(one_hot_dtypes);

@@ -701,19 +701,57 @@ static int32_t index_taking_prologue(const fuser_t *f, int32_t b) {
   return prologue_ok(f, &f->g->nodes[last]) ? last : -1;
 }
 
-/* Whether group a, one index_select, may compute the src of scatter_add
- * node x of group b (caps->index_src_fits), read by nothing else. */
+/* Whether group a, one index_select (or gather by a 1-D index), may
+ * pick the rows of the src of scatter_add node x of group b, directly or
+ * through a mul of b that scales them (caps->index_src_fits), read by
+ * nothing else. */
 static bool take_fits(fuser_t *f, int32_t a, int32_t b, int32_t x) {
   int32_t t = f->groups[a].head;
   const ir_node_t *tn = &f->g->nodes[t];
+  int32_t src = producer(f, f->g->nodes[x].in[2]);
+  int32_t reader = src >= 0 && src != t && f->group[src] == b ? src : x;
   if (!f->supported[t] || !src_fits(f, &f->g->nodes[x], tn) ||
-      !read_only_by(f, a, x))
+      !read_only_by(f, a, reader))
     return false;
   for (int k = 0; k < tn->n_in; k++) {
     int32_t p = producer(f, tn->in[k]);
     if (p >= 0 && f->group[p] != b && depends_on(f, f->group[p], b)) return false;
   }
   return true;
+}
+
+/* Whether a, a group of one mul, scales the rows that another group of
+ * one take (index_select, 1-D gather) picks into the src of b's
+ * scatter_add x: out[dst[e]] += h[src[e]] * norm[e], a GCN's weighted
+ * message passing. Returns the take's group, which folds into b with a
+ * (take_fits holds for it once a is in b), or -1. */
+static int32_t scaled_take(fuser_t *f, int32_t a, int32_t b, int32_t x) {
+  const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
+  const ir_node_t *xn = &f->g->nodes[x];
+  if (wa->head != wa->tail || wa->size + wb->size + 1 > FUSE_MAX_NODES) return -1;
+  const ir_node_t *m = &f->g->nodes[wa->head];
+  if (m->op != IR_OP_MUL || m->out[0] != xn->in[2] || !f->supported[wa->head] ||
+      !read_only_by(f, a, x))
+    return -1;
+  for (int k = 0; k < 2; k++) {
+    int32_t t = producer(f, m->in[k]), w = producer(f, m->in[1 - k]);
+    if (t < 0) continue;
+    int32_t tg = f->group[t];
+    const ir_node_t *tn = &f->g->nodes[t];
+    if (tg == a || tg == b || !f->groups[tg].alive || f->groups[tg].head != f->groups[tg].tail ||
+        (tn->op != IR_OP_INDEX_SELECT && tn->op != IR_OP_GATHER) || !f->supported[t] ||
+        !src_fits(f, xn, tn) || !read_only_by(f, tg, wa->head))
+      continue;
+    if (w >= 0 && (f->group[w] == b || f->group[w] == tg || depends_on(f, f->group[w], b)))
+      continue;
+    bool free = true;
+    for (int i = 0; i < tn->n_in && free; i++) {
+      int32_t p = producer(f, tn->in[i]);
+      free = p < 0 || f->group[p] == b || !depends_on(f, f->group[p], b);
+    }
+    if (free) return tg;
+  }
+  return -1;
 }
 
 /* Whether group a (elementwise, or one expand) may fold into index group
@@ -726,8 +764,10 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
   if (has_output || x < 0 || !f->groups[b].alive) return false;
   const ir_node_t *xn = &f->g->nodes[x];
   const work_group_t *wa = &f->groups[a];
-  if (wa->head == wa->tail && f->g->nodes[wa->head].op == IR_OP_INDEX_SELECT)
+  ir_op_t op = f->g->nodes[wa->head].op;
+  if (wa->head == wa->tail && (op == IR_OP_INDEX_SELECT || op == IR_OP_GATHER))
     return take_fits(f, a, b, x);
+  if (xn->op == IR_OP_SCATTER_ADD && scaled_take(f, a, b, x) >= 0) return true;
   if (producer(f, xn->in[0]) >= 0 && f->group[producer(f, xn->in[0])] == a) return false;
   if (xn->n_in > 2 && producer(f, xn->in[2]) >= 0 && f->group[producer(f, xn->in[2])] == a)
     return false;
@@ -798,12 +838,18 @@ static bool fold_sweep(fuser_t *f) {
     const work_group_t *wa = &f->groups[a];
     ir_op_t op = f->g->nodes[wa->head].op;
     bool expand = wa->kind == FUSE_LAYOUT && wa->head == wa->tail &&
-                  (op == IR_OP_EXPAND || op == IR_OP_INDEX_SELECT); /* index prologues */
+                  (op == IR_OP_EXPAND || op == IR_OP_INDEX_SELECT ||
+                   op == IR_OP_GATHER); /* index prologues, takes */
     if (!wa->alive || (wa->kind != FUSE_ELEMENTWISE && !expand)) continue;
     bool has_output;
     int32_t b = sole_consumer(f, a, &has_output);
     if (b >= 0 && fold_fits(f, a, b, has_output)) {
+      /* a scale of a take's rows brings the take along */
+      int32_t x = f->groups[b].kind == FUSE_LAYOUT ? index_taking_prologue(f, b) : -1;
+      int32_t take = x >= 0 && f->g->nodes[x].op == IR_OP_SCATTER_ADD &&
+                     wa->kind == FUSE_ELEMENTWISE ? scaled_take(f, a, b, x) : -1;
       fold(f, a, b);
+      if (take >= 0) fold(f, take, b);
       folded = true;
     }
   }

@@ -16,6 +16,11 @@ static ir_type_t input_type(const grad_ctx_t *c, int i) {
 
 static loom_status_t reshape_to(grad_ctx_t *c, int32_t v, int rank,
                                 const ir_dim_t *dims, int32_t *out) {
+  const ir_type_t *t = grad_type(c, v);
+  if (t->rank == rank && !memcmp(t->dims, dims, sizeof *dims * (size_t)rank)) {
+    *out = v; /* already that shape: a reshape would only hide v's producer */
+    return LOOM_OK;
+  }
   ir_attrs_t a = {0};
   ir_attrs_ints(&a, "shape", rank, dims);
   return grad_op(c, IR_OP_RESHAPE, 1, &v, &a, out);
@@ -355,11 +360,14 @@ static loom_status_t wrap_indices(grad_ctx_t *c, int32_t ind, ir_dim_t size,
 /* out = data[pre, indices, post]: viewing data as (P, A, Q) and dout as
  * (P, N, Q) with N the number of indices, the gradient is dout added into
  * zeros at rows indices along the middle axis. Embedding is a gather on
- * axis 0 of its weight. */
+ * axis 0 of its weight; there P is 1 and dropped: (A, Q) and (N, Q),
+ * the rows form the compiler fuses with what computes dout (a GNN's
+ * scaled messages, c_index.c). */
 loom_status_t grad_gather(grad_ctx_t *c) {
   ir_type_t data_ = input_type(c, 0), ind_ = input_type(c, 1);
   const ir_type_t *data = &data_, *ind = &ind_;
   int axis = norm_axis(ir_attr_int(c->node.attrs, "axis", 0), data->rank);
+  int rank = axis == 0 ? 2 : 3, lead = 3 - rank; /* p3 and n3 from [lead] */
   ir_dim_t p3[3], n3[3], one3[3] = {1, 0, 1};
   LOOM_TRY(dims_product(c, data->dims, 0, axis, &p3[0]));
   LOOM_TRY(dims_product(c, data->dims, axis + 1, data->rank, &p3[2]));
@@ -368,16 +376,16 @@ loom_status_t grad_gather(grad_ctx_t *c) {
   n3[0] = p3[0], n3[1] = one3[1], n3[2] = p3[2];
   int32_t idx, wrapped, spread, src, zeros, sum;
   LOOM_TRY(wrap_indices(c, c->node.in[1], data->dims[axis], axis, &wrapped));
-  LOOM_TRY(reshape_to(c, wrapped, 3, one3, &idx));
+  LOOM_TRY(reshape_to(c, wrapped, rank, one3 + lead, &idx));
   ir_attrs_t e = {0};
-  ir_attrs_ints(&e, "shape", 3, n3);
+  ir_attrs_ints(&e, "shape", rank, n3 + lead);
   LOOM_TRY(grad_op(c, IR_OP_EXPAND, 1, &idx, &e, &spread));
-  LOOM_TRY(reshape_to(c, c->dout[0], 3, n3, &src));
-  ir_type_t z = {.dtype = data->dtype, .rank = 3};
-  memcpy(z.dims, p3, sizeof p3);
+  LOOM_TRY(reshape_to(c, c->dout[0], rank, n3 + lead, &src));
+  ir_type_t z = {.dtype = data->dtype, .rank = rank};
+  memcpy(z.dims, p3 + lead, sizeof *p3 * (size_t)rank);
   LOOM_TRY(zeros_of(c, z, &zeros));
   ir_attrs_t a = {0};
-  ir_attrs_int(&a, "axis", 1);
+  ir_attrs_int(&a, "axis", rank - 2);
   int32_t in[3] = {zeros, spread, src};
   LOOM_TRY(grad_op(c, IR_OP_SCATTER_ADD, 3, in, &a, &sum));
   return reshape_to(c, sum, data->rank, data->dims, &c->din[0]);

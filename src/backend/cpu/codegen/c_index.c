@@ -114,8 +114,11 @@ typedef struct index_fn {
   const ir_node_t *n;  /* the index node */
   bool prologue;       /* its index is computed by the group's other nodes */
   bool by_row;         /* ... from values that do not vary along a row */
-  const ir_node_t *take; /* scatter_add: the index_select computing its src
-                            in the group, or NULL */
+  const ir_node_t *take; /* scatter_add: the index_select (or 1-D gather)
+                            picking its src rows in the group, or NULL */
+  const ir_node_t *scale; /* ... and the mul scaling those rows into src,
+                             or NULL */
+  int32_t w;              /* the mul's other operand: (n, 1) or (n, inner) */
   int n_spans;
   span_t spans[MAX_SPANS];
 } index_fn_t;
@@ -303,12 +306,16 @@ static void scatter_body(const index_fn_t *f, const char *t, bool ints) {
   cg_buf_t *b = f->c->out;
   /* Integers wrap, as repeated adds in the dtype would. */
   char row[160], one[160];
+  /* a scaled row: src's element is rows * w, rounded as the mul's own
+   * kernel rounds it (modules compile without contraction, -std=c11) */
+  const char *val = !f->scale ? "srow[q]"
+                    : type_of(f->c, f->w)->dims[1] == 1 ? "srow[q] * swj" : "srow[q] * swr[q]";
   if (ints) {
     snprintf(row, sizeof row, "(%s)((uint64_t)to[k0 * inner + q] + (uint64_t)srow[q])", t);
     snprintf(one, sizeof one, "(%s)((uint64_t)to[k * inner + q] + (uint64_t)srow[q])", t);
   } else {
-    snprintf(row, sizeof row, "to[k0 * inner + q] + srow[q]");
-    snprintf(one, sizeof one, "to[k * inner + q] + srow[q]");
+    snprintf(row, sizeof row, "to[k0 * inner + q] + %s", val);
+    snprintf(one, sizeof one, "to[k * inner + q] + %s", val);
   }
   cg_line(b, 1, "const int64_t chunk = x->chunk, parts = (inner + chunk - 1) / chunk;\n");
   cg_line(b, 1, "for (int64_t u = begin; u < end; u++) {\n");
@@ -323,7 +330,11 @@ static void scatter_body(const index_fn_t *f, const char *t, bool ints) {
   if (f->take) /* rows checked by the group function first */
     cg_line(b, 3, "const %s *restrict srow = tdata + (tind[j] < 0 ? tind[j] + tsize : "
             "tind[j]) * inner;\n", t);
-  else
+  if (f->scale && type_of(f->c, f->w)->dims[1] == 1)
+    cg_line(b, 3, "const %s swj = sw[o * n + j];\n", t);
+  else if (f->scale)
+    cg_line(b, 3, "const %s *restrict swr = sw + base;\n", t);
+  if (!f->take)
     cg_line(b, 3, "const %s *restrict srow = src + base;\n", t);
   if (f->prologue && f->by_row) {
     /* One target row for the whole row of src (an index broadcast along
@@ -407,14 +418,16 @@ static bool emit_scatter(index_fn_t *f) {
   span(f, "inner", self, axis + 1, self->rank);
   span(f, "n", ind, axis, axis + 1);
   if (f->take) span(f, "tsize", type_of(c, f->take->in[0]), 0, 1);
-  cg_group_comment(c, f->gi, "index", NULL, f->take ? "src rows picked in place, columns "
-                                                      "split over threads"
-                                                    : "columns split over threads");
+  cg_group_comment(c, f->gi, "index", NULL,
+                   f->scale  ? "src rows picked and scaled in place, columns split over threads"
+                   : f->take ? "src rows picked in place, columns split over threads"
+                             : "columns split over threads");
   if (!body_begin(f)) return false;
   if (!f->prologue) pointer(f, "ind", cg_ctype(ind->dtype), n->in[1], false);
   if (f->take) {
     pointer(f, "tdata", t, f->take->in[0], false);
     pointer(f, "tind", cg_ctype(type_of(c, f->take->in[1])->dtype), f->take->in[1], false);
+    if (f->scale) pointer(f, "sw", t, f->w, false);
   } else {
     pointer(f, "src", t, n->in[2], false);
   }
@@ -493,12 +506,34 @@ bool cg_index_prologue_ok(const loom_graph_t *g, const ir_node_t *n) {
   return true;
 }
 
+/* The operand of mul node m other than the take's rows, when m scales
+ * them into a scatter's src: a float (n, 1) or (n, inner) matrix, the
+ * rows' own shape, read once per row or element; else -1. */
+static int32_t scale_operand(const loom_graph_t *g, const ir_node_t *m, int32_t rows) {
+  if (m->op != IR_OP_MUL || m->n_in != 2 || (m->in[0] == rows) == (m->in[1] == rows))
+    return -1;
+  int32_t w = m->in[0] == rows ? m->in[1] : m->in[0];
+  const ir_type_t *r = &g->values[rows].type, *t = &g->values[w].type,
+                  *out = &g->values[m->out[0]].type;
+  if (!dtype_is_float(r->dtype) || t->dtype != r->dtype || t->rank != 2 || r->rank != 2 ||
+      out->dims[0] != r->dims[0] || out->dims[1] != r->dims[1] || t->dims[0] != r->dims[0] ||
+      (t->dims[1] != 1 && t->dims[1] != r->dims[1]))
+    return -1;
+  return w;
+}
+
 bool cg_index_src_fits(const loom_graph_t *g, const ir_node_t *scatter,
                        const ir_node_t *take) {
-  if (scatter->op != IR_OP_SCATTER_ADD || take->op != IR_OP_INDEX_SELECT ||
-      scatter->in[2] != take->out[0] || scatter->in[0] == take->out[0] ||
-      scatter->in[1] == take->out[0])
+  int32_t rows = take->out[0];
+  bool one_d_gather = take->op == IR_OP_GATHER && g->values[take->in[1]].type.rank == 1;
+  if (scatter->op != IR_OP_SCATTER_ADD || (take->op != IR_OP_INDEX_SELECT && !one_d_gather) ||
+      scatter->in[0] == rows || scatter->in[1] == rows)
     return false;
+  if (scatter->in[2] != rows) { /* rows * w, the mul read by the scatter alone */
+    const ir_value_t *src = &g->values[scatter->in[2]];
+    if (src->kind != IR_VALUE_NODE || scale_operand(g, &g->nodes[src->node], rows) < 0)
+      return false;
+  }
   const ir_type_t *data = &g->values[take->in[0]].type, *self = &g->values[scatter->in[0]].type;
   return data->rank == 2 && self->rank == 2 && data->dtype == self->dtype &&
          norm_axis(ir_attr_int(take->attrs, "axis", 0), 2) == 0 &&
@@ -518,7 +553,7 @@ static bool loaded_before(const index_fn_t *f, const fuse_group_t *grp, int i, i
   int32_t u = g->nodes[grp->nodes[i]].in[k];
   for (int j = 0; j <= i; j++) {
     const ir_node_t *m = &g->nodes[grp->nodes[j]];
-    if (m == f->n || m == f->take) continue;
+    if (m == f->n || m == f->take || m == f->scale) continue;
     for (int q = 0; q < (j < i ? m->n_in : k); q++)
       if (m->in[q] == u) return true;
   }
@@ -542,7 +577,7 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
   f->by_row = true;
   for (int i = 0; i < grp->n_nodes; i++) {
     const ir_node_t *m = &g->nodes[grp->nodes[i]];
-    if (m == f->n || m == f->take) continue;
+    if (m == f->n || m == f->take || m == f->scale) continue;
     for (int k = 0; k < m->n_in; k++) {
       int32_t u = m->in[k];
       bool row, col;
@@ -574,6 +609,21 @@ static bool emit_prologue(index_fn_t *f, const fuse_group_t *grp) {
 
 bool cg_is_index_op(ir_op_t op) { return ir_op_has(op, F_INDEX); }
 
+/* The take (and the mul scaling its rows) that computes the scatter's
+ * src in the group, from src's producer p. */
+static void find_take(index_fn_t *f, const ir_node_t *p) {
+  const cg_ctx_t *c = f->c;
+  f->take = p;
+  if (p->op != IR_OP_MUL) return;
+  for (int k = 0; k < 2; k++) {
+    const ir_value_t *v = &c->g->values[p->in[k]];
+    if (v->kind != IR_VALUE_NODE || !cg_in_group(c, f->gi, p->in[k])) continue;
+    f->take = &c->g->nodes[v->node];
+    f->scale = p;
+    f->w = scale_operand(c->g, p, p->in[k]);
+  }
+}
+
 /* The index node is the group's last; nodes before it compute its index
  * (fuse.c folds them in when cg_index_prologue_ok holds). */
 loom_status_t cg_emit_index(cg_ctx_t *c, int gi, bool *ok) {
@@ -583,11 +633,12 @@ loom_status_t cg_emit_index(cg_ctx_t *c, int gi, bool *ok) {
   index_fn_t f = {.c = c, .gi = gi, .n = n,
                   .prologue = n->n_in > 1 && cg_in_group(c, gi, n->in[1])};
   if (n->op == IR_OP_SCATTER_ADD && cg_in_group(c, gi, n->in[2]))
-    f.take = &c->g->nodes[c->g->values[n->in[2]].node];
+    find_take(&f, &c->g->nodes[c->g->values[n->in[2]].node]);
   *ok = cg_supports(c->g, id) && n->n_out == 1 && cg_slot(c, n->out[0]) >= 0 &&
         (!f.prologue || cg_index_prologue_ok(c->g, n)) &&
         (!f.take || (cg_index_src_fits(c->g, n, f.take) &&
-                     cg_slot(c, f.take->in[0]) >= 0 && cg_slot(c, f.take->in[1]) >= 0));
+                     cg_slot(c, f.take->in[0]) >= 0 && cg_slot(c, f.take->in[1]) >= 0)) &&
+        (!f.scale || (f.w >= 0 && cg_slot(c, f.w) >= 0));
   for (int i = 0; i < n->n_in && *ok; i++)
     *ok = cg_slot(c, n->in[i]) >= 0 || (f.prologue && i == 1) || (f.take && i == 2);
   if (!*ok) return LOOM_OK;
