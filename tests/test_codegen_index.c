@@ -514,6 +514,50 @@ static void prologue_scaled_messages(void) {
     }
 }
 
+/* Rows that are also a graph output keep their buffer: neither they nor
+ * their scale fold into the scatter, and both outputs are right. */
+static void scaled_messages_kept_rows(void) {
+  enum { N = 6, E = 10, D = 4 };
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t ds[2] = {N, D}, dd[1] = {E}, dw[2] = {E, 1}, row[2] = {1, D};
+  const int64_t axis1[1] = {1};
+  loom_value_t s = input(g, "s", LOOM_F32, 2, ds), h = input(g, "h", LOOM_F32, 2, ds),
+               src = input(g, "src", LOOM_I64, 1, dd), dst = input(g, "dst", LOOM_I64, 1, dd),
+               w = input(g, "w", LOOM_F32, 2, dw), zi, d1, ind, x, m, y;
+  CHECK_OK(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
+  CHECK_OK(loom_unsqueeze(g, dst, 1, axis1, &d1));
+  CHECK_OK(loom_add(g, d1, zi, &ind));
+  CHECK_OK(loom_gather(g, h, src, 0, &x));
+  CHECK_OK(loom_mul(g, x, w, &m));
+  CHECK_OK(loom_scatter_add(g, s, ind, m, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, x));
+  CHECK(!index_fused(g, m));
+  CHECK(!index_fused(g, x));
+  int64_t ss[2] = {N, D}, sd[1] = {E}, sw[2] = {E, 1};
+  loom_tensor_t *in[5] = {test_rand_tensor(LOOM_F32, 2, ss, -1, 1),
+                          test_rand_tensor(LOOM_F32, 2, ss, -1, 1), NULL, NULL,
+                          test_rand_tensor(LOOM_F32, 2, sw, -1, 1)};
+  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[2]));
+  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[3]));
+  int64_t *sv = loom_tensor_data(in[2]), *dv = loom_tensor_data(in[3]);
+  for (int j = 0; j < E; j++) sv[j] = test_rand_int(0, N - 1), dv[j] = test_rand_int(0, N - 1);
+  loom_tensor_t *ref[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
+  CHECK_OK(loom_interpret(g, 5, in, 2, ref));
+  loom_executable_t *ex = compile(g, &RUNS[0]);
+  for (int k = 0; ex && k < 2; k++) CHECK_OK(loom_executable_new_output_for(ex, 5, in, k, &got[k]));
+  if (ex && got[0] && got[1]) CHECK_OK(loom_executable_run(ex, 5, in, 2, got));
+  for (int k = 0; k < 2 && ref[k] && got[k]; k++)
+    for (int64_t i = 0; i < loom_tensor_numel(ref[k]); i++)
+      CHECK_NEAR(test_get(got[k], i), test_get(ref[k], i), 1e-6, 1e-6);
+  loom_executable_destroy(ex);
+  destroy_all(2, ref);
+  destroy_all(2, got);
+  destroy_all(5, in);
+  loom_graph_destroy(g);
+}
+
 /* The backward's gather of flat positions dst[:, None] * D + arange(D)
  * from a flat (n * D) gradient, and its scatter_add through an expand of
  * the edge list to (1, e, D): both indices computed in place. */
@@ -753,6 +797,7 @@ int main(void) {
   TEST_RUN(prologue_scatter_broadcast_add);
   TEST_RUN(prologue_message_passing);
   TEST_RUN(prologue_scaled_messages);
+  TEST_RUN(scaled_messages_kept_rows);
   TEST_RUN(prologue_gather_and_expand);
   TEST_RUN(column_sum_runtime_rows);
   TEST_RUN(one_hot_dtypes);

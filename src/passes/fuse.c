@@ -740,7 +740,7 @@ static int32_t scaled_take(fuser_t *f, int32_t a, int32_t b, int32_t x) {
     const ir_node_t *tn = &f->g->nodes[t];
     if (tg == a || tg == b || !f->groups[tg].alive || f->groups[tg].head != f->groups[tg].tail ||
         (tn->op != IR_OP_INDEX_SELECT && tn->op != IR_OP_GATHER) || !f->supported[t] ||
-        !src_fits(f, xn, tn) || !read_only_by(f, tg, wa->head))
+        f->is_output[tn->out[0]] || !src_fits(f, xn, tn) || !read_only_by(f, tg, wa->head))
       continue;
     if (w >= 0 && (f->group[w] == b || f->group[w] == tg || depends_on(f, f->group[w], b)))
       continue;
