@@ -446,6 +446,54 @@ static void check_same_bits(loom_graph_t *g, const run_t *r, int n, loom_tensor_
   destroy_all(2, got);
 }
 
+/* The values of a weighted aggregation's graph. */
+typedef struct messages {
+  loom_value_t ind, x, m, y;
+} messages_t;
+
+enum { ROWS_TIMES_W, W_TIMES_ROWS, ROWS_SQUARED };
+
+/* y = scatter_add(s, dst[:, None] + zeros(1, d), m) over inputs s, h
+ * (n, d), src, dst (e) and w (e, w_cols), where x = h[src] (a 1-D gather
+ * or index_select) and m = x * w, w * x or x * x (form); y an output. */
+static messages_t scaled_messages(loom_graph_t *g, loom_dim_t n, loom_dim_t e, loom_dim_t d,
+                                  loom_dim_t w_cols, bool gather, int form) {
+  loom_dim_t ds[2] = {n, d}, dd[1] = {e}, row[2] = {1, d}, dw[2] = {e, w_cols};
+  const int64_t axis1[1] = {1};
+  loom_value_t s = input(g, "s", LOOM_F32, 2, ds), h = input(g, "h", LOOM_F32, 2, ds),
+               src = input(g, "src", LOOM_I64, 1, dd), dst = input(g, "dst", LOOM_I64, 1, dd),
+               w = input(g, "w", LOOM_F32, 2, dw), zi, d1;
+  messages_t v;
+  CHECK_OK(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
+  CHECK_OK(loom_unsqueeze(g, dst, 1, axis1, &d1));
+  CHECK_OK(loom_add(g, d1, zi, &v.ind));
+  if (gather) CHECK_OK(loom_gather(g, h, src, 0, &v.x));
+  else CHECK_OK(loom_index_select(g, h, src, 0, &v.x));
+  if (form == ROWS_SQUARED) CHECK_OK(loom_mul(g, v.x, v.x, &v.m));
+  else if (form == W_TIMES_ROWS) CHECK_OK(loom_mul(g, w, v.x, &v.m));
+  else CHECK_OK(loom_mul(g, v.x, w, &v.m));
+  CHECK_OK(loom_scatter_add(g, s, v.ind, v.m, 0, &v.y));
+  CHECK_OK(loom_graph_output(g, v.y));
+  return v;
+}
+
+/* Inputs for scaled_messages: s, h and w uniform in [-1, 1], src in
+ * [src_lo, n), dst in [0, n). */
+static void scaled_messages_inputs(int64_t n, int64_t e, int64_t d, int64_t w_cols,
+                                   int64_t src_lo, loom_tensor_t **in) {
+  int64_t ss[2] = {n, d}, sd[1] = {e}, sw[2] = {e, w_cols};
+  in[0] = test_rand_tensor(LOOM_F32, 2, ss, -1, 1);
+  in[1] = test_rand_tensor(LOOM_F32, 2, ss, -1, 1);
+  in[4] = test_rand_tensor(LOOM_F32, 2, sw, -1, 1);
+  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[2]));
+  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[3]));
+  int64_t *sv = loom_tensor_data(in[2]), *dv = loom_tensor_data(in[3]);
+  for (int64_t j = 0; j < e; j++) {
+    sv[j] = test_rand_int(src_lo, n - 1);
+    dv[j] = test_rand_int(0, n - 1);
+  }
+}
+
 /* Weighted message passing, out[dst[e]] += h[src[e]] * w[e] (a GCN's
  * normalized aggregation): the rows of h picked (a 1-D gather, as
  * Python's h[src], or index_select) and scaled by a (e, 1) or (e, D)
@@ -463,38 +511,19 @@ static void prologue_scaled_messages(void) {
       loom_dim_t n, e;
       CHECK_OK(loom_dim_symbol(g, "n", &n));
       CHECK_OK(loom_dim_symbol(g, "e", &e));
-      loom_dim_t ds[2] = {n, D}, dd[1] = {e}, row[2] = {1, D}, dw[2] = {e, per_row ? 1 : D};
-      const int64_t axis1[1] = {1};
-      loom_value_t s = input(g, "s", LOOM_F32, 2, ds), h = input(g, "h", LOOM_F32, 2, ds),
-                   src = input(g, "src", LOOM_I64, 1, dd), dst = input(g, "dst", LOOM_I64, 1, dd),
-                   w = input(g, "w", LOOM_F32, 2, dw), zi, d1, ind, x, m, y;
-      CHECK_OK(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
-      CHECK_OK(loom_unsqueeze(g, dst, 1, axis1, &d1));
-      CHECK_OK(loom_add(g, d1, zi, &ind));
-      if (gather) CHECK_OK(loom_gather(g, h, src, 0, &x));
-      else CHECK_OK(loom_index_select(g, h, src, 0, &x));
-      if (square) CHECK_OK(loom_mul(g, x, x, &m));
-      else if (swapped) CHECK_OK(loom_mul(g, w, x, &m));
-      else CHECK_OK(loom_mul(g, x, w, &m));
-      CHECK_OK(loom_scatter_add(g, s, ind, m, 0, &y));
-      CHECK_OK(loom_graph_output(g, y));
-      CHECK(index_fused(g, ind));
-      CHECK(index_fused(g, m) == !square);
-      CHECK(index_fused(g, x) == !square);
-      int64_t ss[2] = {N, D}, sd[1] = {E}, sw[2] = {E, per_row ? 1 : D};
-      loom_tensor_t *in[5] = {test_rand_tensor(LOOM_F32, 2, ss, -1, 1),
-                              test_rand_tensor(LOOM_F32, 2, ss, -1, 1), NULL, NULL,
-                              test_rand_tensor(LOOM_F32, 2, sw, -1, 1)};
-      CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[2]));
-      CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[3]));
+      messages_t v = scaled_messages(g, n, e, D, per_row ? 1 : D, gather,
+                                     square ? ROWS_SQUARED : swapped ? W_TIMES_ROWS : ROWS_TIMES_W);
+      CHECK(index_fused(g, v.ind));
+      CHECK(index_fused(g, v.m) == !square);
+      CHECK(index_fused(g, v.x) == !square);
+      loom_tensor_t *in[5];
+      scaled_messages_inputs(N, E, D, per_row ? 1 : D, -N, in);
       int64_t *sv = loom_tensor_data(in[2]), *dv = loom_tensor_data(in[3]);
       const float *self = loom_tensor_data(in[0]), *hv = loom_tensor_data(in[1]),
                   *wv = loom_tensor_data(in[4]);
       static double want[N * D];
       for (int a = 0; a < N * D; a++) want[a] = self[a];
       for (int j = 0; j < E; j++) {
-        sv[j] = test_rand_int(-N, N - 1);
-        dv[j] = test_rand_int(0, N - 1);
         int64_t from = sv[j] < 0 ? sv[j] + N : sv[j];
         for (int c = 0; c < D; c++) {
           double v = hv[from * D + c];
@@ -520,29 +549,12 @@ static void scaled_messages_kept_rows(void) {
   enum { N = 6, E = 10, D = 4 };
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
-  loom_dim_t ds[2] = {N, D}, dd[1] = {E}, dw[2] = {E, 1}, row[2] = {1, D};
-  const int64_t axis1[1] = {1};
-  loom_value_t s = input(g, "s", LOOM_F32, 2, ds), h = input(g, "h", LOOM_F32, 2, ds),
-               src = input(g, "src", LOOM_I64, 1, dd), dst = input(g, "dst", LOOM_I64, 1, dd),
-               w = input(g, "w", LOOM_F32, 2, dw), zi, d1, ind, x, m, y;
-  CHECK_OK(loom_full(g, 2, row, 0.0, LOOM_I64, &zi));
-  CHECK_OK(loom_unsqueeze(g, dst, 1, axis1, &d1));
-  CHECK_OK(loom_add(g, d1, zi, &ind));
-  CHECK_OK(loom_gather(g, h, src, 0, &x));
-  CHECK_OK(loom_mul(g, x, w, &m));
-  CHECK_OK(loom_scatter_add(g, s, ind, m, 0, &y));
-  CHECK_OK(loom_graph_output(g, y));
-  CHECK_OK(loom_graph_output(g, x));
-  CHECK(!index_fused(g, m));
-  CHECK(!index_fused(g, x));
-  int64_t ss[2] = {N, D}, sd[1] = {E}, sw[2] = {E, 1};
-  loom_tensor_t *in[5] = {test_rand_tensor(LOOM_F32, 2, ss, -1, 1),
-                          test_rand_tensor(LOOM_F32, 2, ss, -1, 1), NULL, NULL,
-                          test_rand_tensor(LOOM_F32, 2, sw, -1, 1)};
-  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[2]));
-  CHECK_OK(loom_tensor_create(LOOM_I64, 1, sd, &in[3]));
-  int64_t *sv = loom_tensor_data(in[2]), *dv = loom_tensor_data(in[3]);
-  for (int j = 0; j < E; j++) sv[j] = test_rand_int(0, N - 1), dv[j] = test_rand_int(0, N - 1);
+  messages_t v = scaled_messages(g, N, E, D, 1, true, ROWS_TIMES_W);
+  CHECK_OK(loom_graph_output(g, v.x));
+  CHECK(!index_fused(g, v.m));
+  CHECK(!index_fused(g, v.x));
+  loom_tensor_t *in[5];
+  scaled_messages_inputs(N, E, D, 1, 0, in);
   loom_tensor_t *ref[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
   CHECK_OK(loom_interpret(g, 5, in, 2, ref));
   loom_executable_t *ex = compile(g, &RUNS[0]);

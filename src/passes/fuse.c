@@ -721,17 +721,21 @@ static bool take_fits(fuser_t *f, int32_t a, int32_t b, int32_t x) {
 }
 
 /* Whether a, a group of one mul, scales the rows that another group of
- * one take (index_select, 1-D gather) picks into the src of b's
- * scatter_add x: out[dst[e]] += h[src[e]] * norm[e], a GCN's weighted
- * message passing. Returns the take's group, which folds into b with a
- * (take_fits holds for it once a is in b), or -1. */
-static int32_t scaled_take(fuser_t *f, int32_t a, int32_t b, int32_t x) {
+ * one take (index_select, 1-D gather) picks into the src of the
+ * scatter_add that ends layout group b: out[dst[e]] += h[src[e]] *
+ * norm[e], a GCN's weighted message passing. Returns the take's group,
+ * which folds into b with a (take_fits holds for it once a is in b), or
+ * -1. */
+static int32_t scaled_take(fuser_t *f, int32_t a, int32_t b, bool has_output) {
   const work_group_t *wa = &f->groups[a], *wb = &f->groups[b];
-  const ir_node_t *xn = &f->g->nodes[x];
-  if (wa->head != wa->tail || wa->size + wb->size + 1 > FUSE_MAX_NODES) return -1;
-  const ir_node_t *m = &f->g->nodes[wa->head];
-  if (m->op != IR_OP_MUL || m->out[0] != xn->in[2] || !f->supported[wa->head] ||
-      !read_only_by(f, a, x))
+  if (has_output || wa->kind != FUSE_ELEMENTWISE || wa->head != wa->tail ||
+      f->g->nodes[wa->head].op != IR_OP_MUL || wb->kind != FUSE_LAYOUT || !wb->alive ||
+      wa->size + wb->size + 1 > FUSE_MAX_NODES)
+    return -1;
+  int32_t x = index_taking_prologue(f, b);
+  const ir_node_t *m = &f->g->nodes[wa->head], *xn = x >= 0 ? &f->g->nodes[x] : NULL;
+  if (!xn || xn->op != IR_OP_SCATTER_ADD || m->out[0] != xn->in[2] ||
+      !f->supported[wa->head] || !read_only_by(f, a, x))
     return -1;
   for (int k = 0; k < 2; k++) {
     int32_t t = producer(f, m->in[k]), w = producer(f, m->in[1 - k]);
@@ -767,7 +771,6 @@ static bool index_prologue_fits(fuser_t *f, int32_t a, int32_t b, bool has_outpu
   ir_op_t op = f->g->nodes[wa->head].op;
   if (wa->head == wa->tail && (op == IR_OP_INDEX_SELECT || op == IR_OP_GATHER))
     return take_fits(f, a, b, x);
-  if (xn->op == IR_OP_SCATTER_ADD && scaled_take(f, a, b, x) >= 0) return true;
   if (producer(f, xn->in[0]) >= 0 && f->group[producer(f, xn->in[0])] == a) return false;
   if (xn->n_in > 2 && producer(f, xn->in[2]) >= 0 && f->group[producer(f, xn->in[2])] == a)
     return false;
@@ -843,15 +846,13 @@ static bool fold_sweep(fuser_t *f) {
     if (!wa->alive || (wa->kind != FUSE_ELEMENTWISE && !expand)) continue;
     bool has_output;
     int32_t b = sole_consumer(f, a, &has_output);
-    if (b >= 0 && fold_fits(f, a, b, has_output)) {
-      /* a scale of a take's rows brings the take along */
-      int32_t x = f->groups[b].kind == FUSE_LAYOUT ? index_taking_prologue(f, b) : -1;
-      int32_t take = x >= 0 && f->g->nodes[x].op == IR_OP_SCATTER_ADD &&
-                     wa->kind == FUSE_ELEMENTWISE ? scaled_take(f, a, b, x) : -1;
-      fold(f, a, b);
-      if (take >= 0) fold(f, take, b);
-      folded = true;
-    }
+    if (b < 0) continue;
+    /* a scale of a take's rows brings the take along */
+    int32_t take = scaled_take(f, a, b, has_output);
+    if (take < 0 && !fold_fits(f, a, b, has_output)) continue;
+    fold(f, a, b);
+    if (take >= 0) fold(f, take, b);
+    folded = true;
   }
   return folded;
 }
