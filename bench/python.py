@@ -18,10 +18,14 @@
     written with loom.nn (examples/python/static_models.py) and driven
     from Python, against the same step driven from C (build/bench_train,
     LOOM_BENCH_PEERS=0: its one compiled executable per step) and PyTorch
-    eager with the same initial weights; median ms per step. loom_ms: the
-    step under loom.compile (one executable); loom_traced_ms: the plain
-    loop, traced (segments: forward and loss, backward, the update).
+    eager with the same initial weights; median ms per step (at least a
+    second of steps). loom_ms: the step under loom.compile (one
+    executable), timed in three rounds that alternate with the C driver's,
+    python_over_c the median of the rounds' ratios; loom_traced_ms: the
+    plain loop, traced (segments: forward and loss, backward, the update).
     LOOM_BENCH_MODELS=mlp picks some.
+
+Arguments name the parts to run (overhead, dynamic, train); none runs all.
 
 Run by bench/run python, which points PYTHONPATH at the build's package.
 """
@@ -182,11 +186,13 @@ def dynamic():
                      vs_torch_eager=round(mine / theirs, 3), compiles=compiles)
 
 
-def median_step_ms(step, warm, reps):
+def median_step_ms(step, warm, reps, seconds=0.0):
+    """The median of at least reps steps and of as many as fit in seconds."""
     for _ in range(warm):
         step()
     times = []
-    for _ in range(reps):
+    t_end = time.perf_counter() + seconds
+    while len(times) < reps or time.perf_counter() < t_end:
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -238,7 +244,7 @@ def train():
                     topt.zero_grad()
                     torch.nn.functional.cross_entropy(tm(tx), ty).backward()
                     topt.step()
-                theirs = median_step_ms(tstep, 3, reps[name])
+                theirs = median_step_ms(tstep, 3, reps[name], 1.0)
             loom.set_num_threads(th)
             loom.set_compile_mode("wait")  # compiled from the first step on
             lm = make(loom).train()
@@ -253,22 +259,32 @@ def train():
                 loss.backward()
                 lopt.step()
                 return loss
-            mine = median_step_ms(lstep, 3, reps[name])
+            mine = median_step_ms(lstep, 3, reps[name], 1.0)
             compiled = loom.compile(lstep)
-            mine_compiled = median_step_ms(lambda: compiled(), 3, reps[name])
+            for _ in range(3):
+                compiled()
+            # The step from Python and from C alternate, ROUNDS of each: a
+            # minute in which the machine lost a core weighs on both sides.
+            py, cs = [], []
+            for _ in range(ROUNDS_TRAIN):
+                py.append(median_step_ms(lambda: compiled(), 0, reps[name], 1.0))
+                cs.append(c_step_ms(name, th))
             loom.set_compile_mode("tiered")
-            c = c_step_ms(name, th)
+            mine_compiled, c = float(np.median(py)), float(np.median(cs))
             line(bench="python_train", model=name, threads=th,
                  loom_ms=round(mine_compiled, 3), loom_traced_ms=round(mine, 3),
                  c_ms=round(c, 3), torch_eager_ms=round(theirs, 3),
                  vs_torch_eager=round(theirs / mine_compiled, 3),
-                 python_over_c=round(mine_compiled / c, 3),
+                 python_over_c=round(float(np.median(np.array(py) / np.array(cs))), 3),
                  traced_over_c=round(mine / c, 3))
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROUNDS_TRAIN = 3
 
 if __name__ == "__main__":
-    overhead()
-    dynamic()
-    train()
+    parts = {"overhead": overhead, "dynamic": dynamic, "train": train}
+    for part in sys.argv[1:] or parts:
+        if part not in parts:
+            sys.exit(f"bench/python.py: no part named {part!r} (overhead, dynamic, train)")
+        parts[part]()
