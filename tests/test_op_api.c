@@ -396,7 +396,8 @@ static loom_graph_t *by_builder(const recipe_t *r) {
   return g;
 }
 
-/* The same node through loom_graph_add_op, attributes in reverse order
+/* The same node through loom_graph_add_op (by its name; every other op
+ * by its number, loom_graph_add_op_index), attributes in reverse order
  * (the node's order must not depend on the caller's). */
 static loom_graph_t *by_name(const recipe_t *r, int op) {
   loom_value_t in[MAX_IN], out[MAX_OUT];
@@ -407,7 +408,10 @@ static loom_graph_t *by_name(const recipe_t *r, int op) {
   loom_attr_t reversed[IR_MAX_ATTRS];
   for (int k = 0; k < l.n; k++) reversed[k] = l.a[l.n - 1 - k];
   int n_out = -1;
-  CHECK_OK(loom_graph_add_op(g, r->op, r->n_in, in, l.n, reversed, MAX_OUT, out, &n_out));
+  if (op % 2)
+    CHECK_OK(loom_graph_add_op_index(g, op, r->n_in, in, l.n, reversed, MAX_OUT, out, &n_out));
+  else
+    CHECK_OK(loom_graph_add_op(g, r->op, r->n_in, in, l.n, reversed, MAX_OUT, out, &n_out));
   CHECK(n_out == (g->n_nodes ? g->nodes[g->n_nodes - 1].n_out : -1));
   return g;
 }
@@ -763,7 +767,14 @@ static void bad_calls(void) {
             "topk: makes 2 outputs, room for 1");
   CHECK_ERR(loom_graph_add_op(g, "exp", 1, &x, 0, NULL, 1, NULL, NULL), LOOM_ERR_INVALID,
             "room for 1 outputs at NULL");
-  CHECK_ERR(loom_graph_add_op(NULL, "exp", 1, &x, 0, NULL, 1, y, NULL), LOOM_ERR_INVALID, "g");
+  CHECK_ERR(loom_graph_add_op(NULL, "exp", 1, &x, 0, NULL, 1, y, NULL), LOOM_ERR_INVALID,
+            "the graph is null");
+  CHECK_ERR(loom_graph_add_op_index(g, -1, 1, &x, 0, NULL, 1, y, NULL), LOOM_ERR_INVALID,
+            "op index -1");
+  CHECK_ERR(loom_graph_add_op_index(g, loom_op_count(), 1, &x, 0, NULL, 1, y, NULL),
+            LOOM_ERR_INVALID, "loom_graph_add_op_index: op index");
+  CHECK_ERR(loom_graph_add_op_index(g, op_named("add"), 1, &x, 0, NULL, 1, y, NULL),
+            LOOM_ERR_INVALID, "add: takes");
   CHECK(loom_graph_num_nodes(g) == 0);
   int n_out = 0;
   CHECK_OK(loom_graph_add_op(g, "topk", 1, &x, 1, &a, 2, y, &n_out));

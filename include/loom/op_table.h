@@ -169,6 +169,12 @@ LOOM_API loom_status_t loom_graph_add_op(loom_graph_t *g, const char *op_name, i
                                          const loom_value_t *in, int n_attrs,
                                          const loom_attr_t *attrs, int out_cap,
                                          loom_value_t *out, int *n_out);
+/* The same, the op given by its number (loom_op_find): a binding that
+ * looks its ops up once records each node without a name lookup. */
+LOOM_API loom_status_t loom_graph_add_op_index(loom_graph_t *g, int op, int n_in,
+                                               const loom_value_t *in, int n_attrs,
+                                               const loom_attr_t *attrs, int out_cap,
+                                               loom_value_t *out, int *n_out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* loom._C.op: any op of the op table, recorded into the step, by name
- * with named attributes, through loom_graph_add_op. The Python package
+ * with named attributes, through loom_graph_add_op_index. The Python package
  * builds its functions from this one entry and the table's rows
  * (op_table), so that there is no second list of ops. */
 #include "pyloom.h"
@@ -13,7 +13,13 @@ typedef struct attr_ints {
   int64_t v[MAX_ATTRS][LOOM_MAX_ATTR_INTS];
 } attr_ints_t;
 
-static int attr_value(int op, const char *op_name, PyObject *key, PyObject *value,
+/* The op's name in the table, for messages. */
+static const char *op_name(int op) {
+  loom_op_info_t info = LOOM_OP_INFO_INIT;
+  return loom_op_get_info(op, &info) == LOOM_OK ? info.name : "op";
+}
+
+static int attr_value(int op, PyObject *key, PyObject *value,
                       loom_attr_t *a, int64_t *ints) {
   const char *name = PyUnicode_AsUTF8(key);
   if (!name) return -1;
@@ -27,7 +33,7 @@ static int attr_value(int op, const char *op_name, PyObject *key, PyObject *valu
     if (!strcmp(info.name, name)) break;
   }
   if (k == n) {
-    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", op_name, name);
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", op_name(op), name);
     return -1;
   }
   a->name = info.name; /* the table's string outlives the call */
@@ -47,7 +53,7 @@ static int attr_value(int op, const char *op_name, PyObject *key, PyObject *valu
       if (m > LOOM_MAX_ATTR_INTS) {
         Py_DECREF(fast);
         PyErr_Format(PyExc_ValueError, "%s: attribute %s takes at most %d ints (got %zd)",
-                     op_name, name, LOOM_MAX_ATTR_INTS, m);
+                     op_name(op), name, LOOM_MAX_ATTR_INTS, m);
         return -1;
       }
       for (Py_ssize_t i = 0; i < m; i++) {
@@ -64,7 +70,7 @@ static int attr_value(int op, const char *op_name, PyObject *key, PyObject *valu
     }
     default:
       PyErr_Format(PyExc_TypeError, "%s: attribute %s (a subgraph) cannot be given from Python",
-                   op_name, name);
+                   op_name(op), name);
       return -1;
   }
 }
@@ -101,14 +107,14 @@ static bool differentiable(int op) {
   return known[op] > 0;
 }
 
-/* Records op `name` (number op) on inputs in[0..n_in-1] with attributes
+/* Records op number op on inputs in[0..n_in-1] with attributes
  * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
-static PyObject *record(const char *name, int op, PyObject *const *inputs, Py_ssize_t n_in,
+static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
                         PyObject *attr_dict) {
   loom_graph_t *g = py_step_graph();
   if (!g) return NULL;
   if (n_in > MAX_INPUTS) {
-    PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", name, MAX_INPUTS);
+    PyErr_Format(PyExc_ValueError, "%s: at most %d inputs", op_name(op), MAX_INPUTS);
     return NULL;
   }
   loom_value_t in[MAX_INPUTS], out[MAX_OUTPUTS];
@@ -123,16 +129,16 @@ static PyObject *record(const char *name, int op, PyObject *const *inputs, Py_ss
     Py_ssize_t pos = 0;
     while (PyDict_Next(attr_dict, &pos, &key, &value)) {
       if (n_attrs == MAX_ATTRS) {
-        PyErr_Format(PyExc_ValueError, "%s: too many attributes", name);
+        PyErr_Format(PyExc_ValueError, "%s: too many attributes", op_name(op));
         return NULL;
       }
-      if (attr_value(op, name, key, value, &attrs[n_attrs], ints.v[n_attrs]) < 0) return NULL;
+      if (attr_value(op, key, value, &attrs[n_attrs], ints.v[n_attrs]) < 0) return NULL;
       n_attrs++;
     }
   }
   int n_out = 0;
   loom_status_t s =
-      loom_graph_add_op(g, name, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
+      loom_graph_add_op_index(g, op, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
   if (s != LOOM_OK) return py_fail(s);
   requires_grad = requires_grad && differentiable(op);
   if (n_out == 1) return py_step_lazy(out[0], requires_grad);
@@ -156,6 +162,31 @@ static bool data_shaped(int op) {
   return known[op] > 0;
 }
 
+/* The op called name, a str object: the names loom.functional passes are
+ * the same few interned constants call after call, so a small table keyed
+ * by the object (held, so that its address is not reused) skips the
+ * lookup by text. */
+static int op_of(PyObject *name, int *op) {
+  enum { SLOTS = 256 };
+  static PyObject *key[SLOTS];
+  static int value[SLOTS];
+  size_t k = ((uintptr_t)name >> 4) % SLOTS;
+  if (key[k] == name) {
+    *op = value[k];
+    return 0;
+  }
+  const char *text = PyUnicode_AsUTF8(name);
+  if (!text) return -1;
+  if (loom_op_find(text, op) != LOOM_OK) {
+    py_fail(LOOM_ERR_INVALID);
+    return -1;
+  }
+  Py_INCREF(name);
+  Py_XSETREF(key[k], name);
+  value[k] = *op;
+  return 0;
+}
+
 /* op(name, inputs, attrs): the op's outputs, a Tensor or a tuple. */
 static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
@@ -164,13 +195,11 @@ static PyObject *fn_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyErr_SetString(PyExc_TypeError, "op(name, inputs: tuple, attrs: dict or None)");
     return NULL;
   }
-  const char *name = PyUnicode_AsUTF8(args[0]);
   int op;
-  if (!name) return NULL;
-  if (loom_op_find(name, &op) != LOOM_OK) return py_fail(LOOM_ERR_INVALID);
+  if (op_of(args[0], &op) < 0) return NULL;
   if (data_shaped(op) && py_step_break("an output shape that depends on data") < 0)
     return NULL;
-  return record(name, op, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]),
+  return record(op, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]),
                 args[2] == Py_None ? NULL : args[2]);
 }
 
@@ -199,7 +228,7 @@ static PyObject *binary(int which, PyObject *a, PyObject *b) {
     loom_dtype_t da = ((py_tensor_t *)a)->dtype, db = ((py_tensor_t *)b)->dtype;
     if (da == db && (which != OP_DIV || is_float(da))) {
       PyObject *in[2] = {a, b};
-      return record(operator_ops[which], operator_op[which], in, 2, NULL);
+      return record(operator_op[which], in, 2, NULL);
     }
   }
   if (!fallbacks[which]) Py_RETURN_NOTIMPLEMENTED;
@@ -212,7 +241,7 @@ static PyObject *nb_mul(PyObject *a, PyObject *b) { return binary(OP_MUL, a, b);
 static PyObject *nb_div(PyObject *a, PyObject *b) { return binary(OP_DIV, a, b); }
 static PyObject *nb_matmul(PyObject *a, PyObject *b) { return binary(OP_MATMUL, a, b); }
 static PyObject *nb_neg(PyObject *a) {
-  return record("neg", operator_op[OP_NEG], &a, 1, NULL);
+  return record(operator_op[OP_NEG], &a, 1, NULL);
 }
 
 static PyObject *richcompare(PyObject *a, PyObject *b, int how) {

@@ -53,14 +53,13 @@ static loom_status_t check_attr(ir_op_t op, const loom_attr_t *attrs, int k) {
   return LOOM_OK;
 }
 
-static loom_status_t check_call(loom_graph_t *g, const char *op_name, int n_in,
-                                const loom_value_t *in, int n_attrs, const loom_attr_t *attrs,
-                                int out_cap, const loom_value_t *out, ir_op_t *op) {
-  LOOM_CHECK_ARG(g);
-  LOOM_CHECK_ARG(op_name);
-  int i;
-  LOOM_TRY(loom_op_find(op_name, &i));
+static loom_status_t check_call(loom_graph_t *g, int i, int n_in, const loom_value_t *in,
+                                int n_attrs, const loom_attr_t *attrs, int out_cap,
+                                const loom_value_t *out, ir_op_t *op) {
+  if (!g) return loom_fail(LOOM_ERR_INVALID, "loom_graph_add_op: the graph is null");
+  LOOM_TRY(ir_op_check("loom_graph_add_op_index", i));
   *op = (ir_op_t)i;
+  const char *op_name = ir_ops[i].name;
   if (n_in < 0 || n_in > MAX_COUNT || (n_in > 0 && !in))
     return loom_fail(LOOM_ERR_INVALID, "%s: %d inputs%s", op_name, n_in, in ? "" : " at NULL");
   if (n_attrs < 0 || n_attrs > IR_MAX_ATTRS || (n_attrs > 0 && !attrs))
@@ -123,11 +122,12 @@ static loom_status_t add_node(loom_graph_t *g, ir_op_t op, int n_in, const loom_
   return LOOM_OK;
 }
 
-loom_status_t loom_graph_add_op(loom_graph_t *g, const char *op_name, int n_in,
-                                const loom_value_t *in, int n_attrs, const loom_attr_t *attrs,
-                                int out_cap, loom_value_t *out, int *n_out) {
+loom_status_t loom_graph_add_op_index(loom_graph_t *g, int op_index, int n_in,
+                                      const loom_value_t *in, int n_attrs,
+                                      const loom_attr_t *attrs, int out_cap, loom_value_t *out,
+                                      int *n_out) {
   ir_op_t op = IR_OP_COUNT;
-  loom_status_t s = check_call(g, op_name, n_in, in, n_attrs, attrs, out_cap, out, &op);
+  loom_status_t s = check_call(g, op_index, n_in, in, n_attrs, attrs, out_cap, out, &op);
   if (s != LOOM_OK) {
     if (n_attrs > 0 && n_attrs <= IR_MAX_ATTRS) drop_graphs(g, n_attrs, attrs);
     return s;
@@ -140,5 +140,16 @@ loom_status_t loom_graph_add_op(loom_graph_t *g, const char *op_name, int n_in,
   /* Last first: only the last adoption can be taken back. */
   for (int64_t j = g->n_subgraphs - 1; s != LOOM_OK && j >= n_subgraphs; j--)
     ir_graph_drop_adopted(g, j, n_nodes);
+  return s;
+}
+
+loom_status_t loom_graph_add_op(loom_graph_t *g, const char *op_name, int n_in,
+                                const loom_value_t *in, int n_attrs, const loom_attr_t *attrs,
+                                int out_cap, loom_value_t *out, int *n_out) {
+  int op = -1;
+  loom_status_t s = loom_op_find(op_name, &op);
+  if (s == LOOM_OK)
+    return loom_graph_add_op_index(g, op, n_in, in, n_attrs, attrs, out_cap, out, n_out);
+  if (n_attrs > 0 && n_attrs <= IR_MAX_ATTRS) drop_graphs(g, n_attrs, attrs);
   return s;
 }
