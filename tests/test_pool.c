@@ -1,7 +1,8 @@
 /* The thread pool: every index runs exactly once, for any size, grain and
  * thread count, over many consecutive loops (as replays issue them), also
  * when several threads share the pool (overlapping runs of one
- * executable) and when a body starts a loop of its own. */
+ * executable) and when a body starts a loop of its own; shared pools are
+ * one per thread count, held and given back from several threads. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -185,6 +186,53 @@ static void threads_from_environment(void) {
   core_pool_destroy(pool);
 }
 
+/* Holders of one thread count share one pool, another count has its own,
+ * and a pool given back by its last holder is ended (the next acquire
+ * makes a working one). */
+static void shared_per_thread_count(void) {
+  core_pool_t *a, *b, *c;
+  CHECK_OK(core_pool_acquire(3, &a));
+  CHECK_OK(core_pool_acquire(3, &b));
+  CHECK_OK(core_pool_acquire(2, &c));
+  CHECK(a == b && a != c);
+  CHECK(core_pool_threads(a) == 3 && core_pool_threads(c) == 2);
+  core_pool_release(a);
+  check_loop(b, 1000, 7); /* still held by b */
+  core_pool_release(b);
+  core_pool_release(c);
+  core_pool_release(NULL);
+  CHECK_OK(core_pool_acquire(3, &a));
+  check_loop(a, 1000, 7);
+  core_pool_release(a);
+}
+
+/* Threads that acquire, run loops on and release the shared pool at once
+ * (executables made and destroyed on several threads). */
+static void *hold_and_run(void *arg) {
+  caller_t *c = arg;
+  for (int round = 0; round < 20; round++) {
+    core_pool_t *pool;
+    if (core_pool_acquire(2, &pool) != LOOM_OK) {
+      c->bad++;
+      continue;
+    }
+    c->pool = pool;
+    call_loops(c);
+    core_pool_release(pool);
+  }
+  return NULL;
+}
+
+static void shared_from_several_threads(void) {
+  caller_t c[3] = {0};
+  pthread_t th[3];
+  for (int t = 0; t < 3; t++) CHECK(pthread_create(&th[t], NULL, hold_and_run, &c[t]) == 0);
+  for (int t = 0; t < 3; t++) {
+    CHECK(pthread_join(th[t], NULL) == 0);
+    CHECK(c[t].bad == 0);
+  }
+}
+
 int main(void) {
   TEST_RUN(every_index_once);
   TEST_RUN(many_small_loops);
@@ -192,5 +240,7 @@ int main(void) {
   TEST_RUN(callers_on_several_threads);
   TEST_RUN(nested_loops);
   TEST_RUN(threads_from_environment);
+  TEST_RUN(shared_per_thread_count);
+  TEST_RUN(shared_from_several_threads);
   return test_summary();
 }

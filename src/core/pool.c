@@ -69,7 +69,16 @@ struct core_pool {
   _Atomic int sleepers;
   _Atomic int stop;
   _Atomic int busy;               /* a caller's loop is in progress */
+  /* A shared pool (core_pool_acquire): its holders, and the next shared
+   * pool; both under shared_lock. */
+  bool shared;
+  int holders;
+  struct core_pool *next;
 };
+
+/* The process's shared pools, one per thread count asked for. */
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static core_pool_t *shared_pools;
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
@@ -209,6 +218,46 @@ void core_pool_destroy(core_pool_t *p) {
   core_free(p->workers);
   core_free(p->claim);
   core_free(p);
+}
+
+loom_status_t core_pool_acquire(int n_threads, core_pool_t **out) {
+  *out = NULL;
+  if (n_threads <= 0) n_threads = core_default_threads();
+  pthread_mutex_lock(&shared_lock);
+  core_pool_t *p = shared_pools;
+  while (p && p->n_threads != n_threads) p = p->next;
+  loom_status_t s = LOOM_OK;
+  if (!p) {
+    s = core_pool_create(n_threads, &p);
+    /* A pool with fewer threads than asked (pthread_create failed) is
+     * kept by its holder alone: the next caller may get all it asks. */
+    if (s == LOOM_OK && p->n_threads == n_threads) {
+      p->shared = true;
+      p->next = shared_pools;
+      shared_pools = p;
+    }
+  }
+  if (p && p->shared) p->holders++;
+  pthread_mutex_unlock(&shared_lock);
+  *out = p;
+  return s;
+}
+
+void core_pool_release(core_pool_t *p) {
+  if (!p) return;
+  if (!p->shared) {
+    core_pool_destroy(p);
+    return;
+  }
+  pthread_mutex_lock(&shared_lock);
+  bool last = --p->holders == 0;
+  if (last) {
+    core_pool_t **at = &shared_pools;
+    while (*at != p) at = &(*at)->next;
+    *at = p->next;
+  }
+  pthread_mutex_unlock(&shared_lock);
+  if (last) core_pool_destroy(p);
 }
 
 int core_pool_threads(const core_pool_t *p) { return p ? p->n_threads : 1; }

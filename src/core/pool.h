@@ -1,6 +1,9 @@
 /* The runtime's thread pool: persistent workers that split index ranges.
- * One pool serves a whole executable, so that a replay pays no thread
- * start-up, and a caller that waits also works (no thread sits idle while
+ * Executables share one pool per thread count (core_pool_acquire), so
+ * that a replay pays no thread start-up, a process runs as many workers
+ * as its cores and not as many as it has executables, and the next
+ * executable's loop finds the workers still spinning from the last one's;
+ * a caller that waits also works (no thread sits idle while
  * the caller blocks). Workers spin briefly before sleeping, because the
  * steps of a replay arrive microseconds apart. A loop ends when its last
  * chunk does: the caller never waits for a worker that took no chunk (one
@@ -21,6 +24,12 @@ typedef void (*core_pool_fn)(void *ctx, int64_t begin, int64_t end);
  * workers). n_threads <= 0: LOOM_NUM_THREADS, else the number of CPUs. */
 loom_status_t core_pool_create(int n_threads, core_pool_t **out);
 void core_pool_destroy(core_pool_t *pool);
+/* The process's pool of n_threads threads (<= 0: the default), shared with
+ * every other holder of that count; core_pool_release gives it back, and
+ * the last holder's release ends its workers. A pool that got fewer
+ * threads than asked is the caller's own. */
+loom_status_t core_pool_acquire(int n_threads, core_pool_t **out);
+void core_pool_release(core_pool_t *pool);
 int core_pool_threads(const core_pool_t *pool);
 
 /* Calls fn over [0, n) in chunks of at least `grain` indices, spread over

@@ -156,7 +156,7 @@ core_pool_t *tr_fallback_pool(loom_trace_t *t) {
   if (!t->fallback_pool_made) {
     t->fallback_pool_made = true;
     int threads = t->opt.num_threads > 0 ? t->opt.num_threads : core_default_threads();
-    if (threads > 1 && core_pool_create(threads, &t->fallback_pool) != LOOM_OK) {
+    if (threads > 1 && core_pool_acquire(threads, &t->fallback_pool) != LOOM_OK) {
       t->fallback_pool = NULL;
       loom_clear_error();
     }

@@ -385,7 +385,7 @@ void loom_trace_destroy(loom_trace_t *t) {
   tr_recycle_free(t);
   tape_destroy(t);
   tr_optim_destroy(t);
-  core_pool_destroy(t->fallback_pool);
+  core_pool_release(t->fallback_pool);
   if (t->run.links && t->cache) seg_links_clear(t);
   seg_memo_clear(t);
   seg_halves_clear(t);

@@ -242,7 +242,7 @@ static loom_status_t build_program(be_program_t *p, const be_request_t *req, be_
   /* The pool first: frozen conv weights are packed for the algorithm
    * timed on the threads that will run it (conv_choice.c). */
   if (s == LOOM_OK && p->module && req->options->freeze_params) {
-    s = core_pool_create(req->options->num_threads, &p->pool);
+    s = core_pool_acquire(req->options->num_threads, &p->pool);
     if (s == LOOM_OK) s = cpu_prepack_frozen(p, req);
   }
   cg_module_free(&cg);
@@ -268,7 +268,7 @@ static loom_status_t cpu_build(const be_request_t *req, be_result_t *res, be_pro
 }
 
 static loom_status_t cpu_start(be_program_t *p, int threads) {
-  if (!p->pool) LOOM_TRY(core_pool_create(threads, &p->pool)); /* else made to prepack */
+  if (!p->pool) LOOM_TRY(core_pool_acquire(threads, &p->pool)); /* else made to prepack */
   kern_gemm_reserve(core_pool_threads(p->pool));
   cpu_abi_init(p);
   return cpu_split_start(p);
@@ -299,7 +299,7 @@ static int64_t cpu_bytes(const be_program_t *p) {
 
 static void cpu_destroy(be_program_t *p) {
   if (!p) return;
-  core_pool_destroy(p->pool);
+  core_pool_release(p->pool);
   cpu_split_free(p);
   cpu_module_release(p->module);
   cpu_prepack_free(p);
