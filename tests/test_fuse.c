@@ -518,6 +518,68 @@ static void layout_reference_and_assign_groups(void) {
   loom_graph_destroy(g);
 }
 
+/* An optimizer's update: m' = 0.9 m + g and v' = 0.8 v + g g, each
+ * assigned to its state, and p' = p - 0.1 m' / (v' + 1), assigned to p.
+ * The update joins one of its producers' groups; the other's value is
+ * read by its assign and by the update: the assign runs last from a
+ * buffer whichever group wrote it, so that group folds into the update's
+ * (one pass over the parameter, m' and v' written from it) instead of
+ * writing a value the update reads back. The states come out as computed
+ * here. */
+static void value_an_assign_stores_folds_into_its_reader(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t shape[] = {4, 8};
+  double g0[32], m0[32], v0[32], p0[32], want_m[32], want_v[32], want_p[32];
+  for (int i = 0; i < 32; i++) {
+    g0[i] = sin(0.3 * i), m0[i] = cos(0.7 * i), v0[i] = 0.02 * i, p0[i] = 0.05 * i - 0.5;
+    want_m[i] = 0.9 * m0[i] + g0[i];
+    want_v[i] = 0.8 * v0[i] + g0[i] * g0[i];
+    want_p[i] = p0[i] - 0.1 * want_m[i] / (want_v[i] + 1);
+  }
+  loom_tensor_t *mt = test_tensor(LOOM_F32, 2, shape, m0), *vt = test_tensor(LOOM_F32, 2, shape, v0);
+  loom_tensor_t *pt = test_tensor(LOOM_F32, 2, shape, p0), *gt = test_tensor(LOOM_F32, 2, shape, g0);
+  loom_value_t grad = input(g, 2, shape), m, v, p, t[8];
+  CHECK_OK(loom_graph_param_borrow(g, "m", mt, &m));
+  CHECK_OK(loom_graph_param_borrow(g, "v", vt, &v));
+  CHECK_OK(loom_graph_param_borrow(g, "p", pt, &p));
+  CHECK_OK(loom_mul(g, m, scalar(g, 0.9), &t[0]));
+  CHECK_OK(loom_add(g, t[0], grad, &t[1])); /* m' */
+  CHECK_OK(loom_assign(g, m, t[1]));
+  CHECK_OK(loom_mul(g, v, scalar(g, 0.8), &t[2]));
+  CHECK_OK(loom_mul(g, grad, grad, &t[3]));
+  CHECK_OK(loom_add(g, t[2], t[3], &t[4])); /* v' */
+  CHECK_OK(loom_assign(g, v, t[4]));
+  CHECK_OK(loom_add(g, t[4], scalar(g, 1.0), &t[5]));
+  CHECK_OK(loom_div(g, t[1], t[5], &t[6]));
+  CHECK_OK(loom_mul(g, t[6], scalar(g, 0.1), &t[7]));
+  loom_value_t p1;
+  CHECK_OK(loom_sub(g, p, t[7], &p1));
+  CHECK_OK(loom_assign(g, p, p1));
+  fuse_plan_t plan;
+  build_checked(g, &fusion_on, &plan);
+  int32_t gi = plan.group_of_node[producer_of(g, p1.id)];
+  const fuse_group_t *update = &plan.groups[gi];
+  for (int k = 0; k < 8; k++) CHECK(plan.group_of_node[producer_of(g, t[k].id)] == gi);
+  CHECK(update->kind == FUSE_ELEMENTWISE);
+  CHECK(has(update->outputs, update->n_outputs, t[1].id));
+  CHECK(has(update->outputs, update->n_outputs, t[4].id));
+  CHECK(has(update->outputs, update->n_outputs, p1.id));
+  fuse_plan_free(&plan);
+  loom_executable_t *e;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  CHECK_OK(loom_executable_run(e, 1, &gt, 0, NULL));
+  CHECK_TENSOR(mt, want_m, 32, 1e-6, 1e-6);
+  CHECK_TENSOR(vt, want_v, 32, 1e-6, 1e-6);
+  CHECK_TENSOR(pt, want_p, 32, 1e-6, 1e-6);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  loom_tensor_destroy(mt);
+  loom_tensor_destroy(vt);
+  loom_tensor_destroy(pt);
+  loom_tensor_destroy(gt);
+}
+
 /* ---- Strided views ------------------------------------------------------ */
 
 enum { VB = 2, VS = 5, VH = 2, VD = 4, VW = 3 * VH * VD };
@@ -1019,6 +1081,7 @@ int main(void) {
   TEST_RUN(graph_outputs_are_group_outputs);
   TEST_RUN(fusion_off_gives_one_group_per_node);
   TEST_RUN(layout_reference_and_assign_groups);
+  TEST_RUN(value_an_assign_stores_folds_into_its_reader);
   TEST_RUN(conv_epilogue_fuses_what_fits);
   TEST_RUN(reduction_prologue_and_keepdim);
   TEST_RUN(long_chain_is_split_in_bounded_groups);

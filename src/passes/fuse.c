@@ -594,7 +594,9 @@ static bool may_join(const fuser_t *f, int32_t n) {
 
 /* The one group other than a that reads a's values, or -1 (none, or
  * several). *has_output: a holds a value that needs a buffer whatever
- * the grouping (a graph output, or a value nobody reads). */
+ * the grouping (a graph output, a value nobody reads, or one an assign
+ * stores: assigns run last, from a buffer, whichever group made it, so
+ * an optimizer's new moment folds into the update that reads it). */
 static int32_t sole_consumer(const fuser_t *f, int32_t a, bool *has_output) {
   int32_t b = -1;
   *has_output = false;
@@ -606,6 +608,10 @@ static int32_t sole_consumer(const fuser_t *f, int32_t a, bool *has_output) {
       for (int32_t u = f->use_start[v]; u < f->use_start[v + 1]; u++) {
         int32_t c = f->group[f->uses[u]];
         if (c == a) continue;
+        if (f->groups[c].assign) {
+          *has_output = true;
+          continue;
+        }
         if (b >= 0 && c != b) return -1;
         b = c;
       }
