@@ -1,10 +1,10 @@
 /* The runtime's thread pool: persistent workers that split index ranges.
  * Executables share one pool per thread count (core_pool_acquire), so
- * that a replay pays no thread start-up, a process runs as many workers
- * as its cores and not as many as it has executables, and the next
+ * that a replay pays no thread start-up, a process runs the workers its
+ * thread counts ask for and not a set per executable, and the next
  * executable's loop finds the workers still spinning from the last one's;
- * a caller that waits also works (no thread sits idle while
- * the caller blocks). Workers spin briefly before sleeping, because the
+ * a caller that waits also works (no thread sits idle while the caller
+ * blocks). Workers spin briefly before sleeping, because the
  * steps of a replay arrive microseconds apart. A loop ends when its last
  * chunk does: the caller never waits for a worker that took no chunk (one
  * still waking up, or descheduled on a busy machine). */
