@@ -3,7 +3,7 @@
  * interpreter and hand-computed values; LRU eviction under a small budget
  * with entries in use kept until released; failed compiles cached as
  * failed; eager entries (graphs kept for the interpreter) beside compiled
- * ones; the recompile limit and its warning; the recompile reasons;
+ * ones; lookups that need no builder; the recompile limit and its warning; the recompile reasons;
  * speculative compiles by the workers, reading the environment of when
  * they were queued; the keys listed with their entries' counts; four
  * threads sharing one cache (and a fifth listing its keys meanwhile); the
@@ -392,6 +392,80 @@ static void test_eager_entries(void) {
   CHECK(rt_cache_eager(NULL, &ko, &b, &e) == LOOM_ERR_INVALID);
   b = builder_for(1, &o, false);
   CHECK(rt_cache_eager(c, &ko, &b, NULL) == LOOM_ERR_INVALID);
+  loom_cache_destroy(c);
+}
+
+/* rt_cache_get_held answers, with no builder, for a key the cache holds
+ * (ready, failed or pending) and for a new key its site's limit refuses,
+ * as rt_cache_get would; for a key that needs a build it does nothing
+ * and counts nothing. rt_cache_eager_held finds eager entries only. */
+static void test_held_lookups(void) {
+  loom_cache_t *c;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  atomic_store(&builds, 0);
+  rt_key_input_t in;
+  int64_t n = 6;
+  rt_key_t k = key_for(&in, 9, 1, &n);
+  rt_entry_t *e = NULL, *e2 = NULL;
+  rt_get_result_t r = RT_READY;
+  bool held = true;
+  CHECK_OK(rt_cache_get_held(c, &k, true, 0, &r, &e, &held));
+  CHECK(!held && !e && atomic_load(&builds) == 0);
+  loom_cache_stats_t s = stats_of(c);
+  CHECK(s.misses == 0 && s.hits == 0 && s.entries == 0);
+  CHECK(rt_cache_eager_held(c, &k) == NULL);
+  /* ready: a hit */
+  CHECK(get1(c, 9, 6, 2, &e) == RT_READY);
+  CHECK_OK(rt_cache_get_held(c, &k, true, 0, &r, &e2, &held));
+  CHECK(held && r == RT_READY && e2 == e && e2 && entry_errors(e2, 1, &n) == 0);
+  rt_entry_release(c, e);
+  rt_entry_release(c, e2);
+  s = stats_of(c);
+  CHECK(s.hits == 1 && s.misses == 1 && atomic_load(&builds) == 1);
+  CHECK(rt_cache_eager_held(c, &k) == NULL); /* a compiled entry is not an eager one */
+  /* failed: the failure and its reason, a miss counted, nothing built */
+  int64_t m = 7;
+  rt_key_t km = key_for(&in, 9, 1, &m);
+  rt_builder_t b = builder_for(1, &m, true);
+  CHECK_OK(rt_cache_get(c, &km, &b, true, 0, &r, &e));
+  CHECK(r == RT_FAILED);
+  loom_clear_error();
+  CHECK_OK(rt_cache_get_held(c, &km, true, 0, &r, &e, &held));
+  CHECK(held && r == RT_FAILED && !e && strstr(loom_last_error(), "refused by the test"));
+  CHECK(stats_of(c).misses == 3 && atomic_load(&builds) == 2);
+  /* pending: a worker's build waits on the gate */
+  _Atomic int gate = 0;
+  int64_t p = 8;
+  rt_key_t kp = key_for(&in, 9, 1, &p);
+  b = builder_for(1, &p, false);
+  ((seg_ctx_t *)b.ctx)->gate = &gate;
+  CHECK_OK(rt_cache_get(c, &kp, &b, false, 2, &r, &e));
+  CHECK(r == RT_PENDING && !e);
+  CHECK_OK(rt_cache_get_held(c, &kp, false, 0, &r, &e, &held));
+  CHECK(held && r == RT_PENDING && !e && stats_of(c).misses == 5);
+  atomic_store(&gate, 1);
+  rt_cache_drain(c);
+  CHECK_OK(rt_cache_get_held(c, &kp, false, 0, &r, &e, &held));
+  CHECK(held && r == RT_READY && e && entry_errors(e, 1, &p) == 0);
+  rt_entry_release(c, e);
+  /* a new key past its site's limit of 2 (6 and 8 counted): refused */
+  int64_t q = 10;
+  rt_key_t kq = key_for(&in, 9, 1, &q);
+  test_capture_begin(NULL);
+  CHECK_OK(rt_cache_get_held(c, &kq, true, 2, &r, &e, &held));
+  free(test_capture_end());
+  CHECK(held && r == RT_OVER_LIMIT && !e && strstr(loom_last_error(), "recompile limit of 2"));
+  CHECK(atomic_load(&builds) == 3 && !rt_cache_holds(c, &kq));
+  /* an eager entry */
+  b = builder_for(1, &q, false);
+  CHECK_OK(rt_cache_eager(c, &kq, &b, &e));
+  CHECK(e && (e2 = rt_cache_eager_held(c, &kq)) == e);
+  rt_entry_release(c, e);
+  rt_entry_release(c, e2);
+  /* bad arguments */
+  CHECK_ERR(rt_cache_get_held(c, &k, true, 0, &r, &e, NULL), LOOM_ERR_INVALID, "held");
+  CHECK_ERR(rt_cache_get_held(NULL, &k, true, 0, &r, &e, &held), LOOM_ERR_INVALID, "cache");
+  CHECK(rt_cache_eager_held(NULL, &k) == NULL);
   loom_cache_destroy(c);
 }
 
@@ -1065,6 +1139,7 @@ int main(void) {
   TEST_RUN(test_lru_eviction);
   TEST_RUN(test_failed_compile);
   TEST_RUN(test_eager_entries);
+  TEST_RUN(test_held_lookups);
   TEST_RUN(test_recompile_limit);
   TEST_RUN(test_budget_identity);
   TEST_RUN(test_recompile_reasons);

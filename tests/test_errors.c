@@ -49,6 +49,10 @@ static void null_tensor_calls(void) {
   CHECK(loom_tensor_rank(NULL) == -1 && loom_tensor_dim(NULL, 0) == -1);
   CHECK(loom_tensor_numel(NULL) == 0 && loom_tensor_data(NULL) == NULL);
   CHECK_ERR(loom_tensor_read(NULL, data, 8), LOOM_ERR_INVALID, "t");
+  t = (loom_tensor_t *)data; /* the copy's out is cleared first */
+  CHECK_ERR(loom_tensor_copy(NULL, &t), LOOM_ERR_INVALID, "t");
+  CHECK(t == NULL);
+  CHECK_ERR(loom_tensor_copy(NULL, NULL), LOOM_ERR_INVALID, "out");
   CHECK_ERR(loom_tensor_write(NULL, data, 8), LOOM_ERR_INVALID, "t");
   CHECK_ERR(loom_tensor_get_f64(NULL, 0, &x), LOOM_ERR_INVALID, "t");
   CHECK_OK(loom_tensor_create(LOOM_F32, 1, shape, &t));

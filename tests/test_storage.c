@@ -3,7 +3,7 @@
  * cannot hold or would hold with much to spare; small and huge blocks go
  * straight back to the heap; the cache stays bounded; fault injection
  * reaches cached blocks too; threads freeing and taking blocks at once
- * never share one. */
+ * never share one; copies into an unzeroed block write every element. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,6 +35,52 @@ static void test_reuse(void) {
   if (core_storage_reuses()) CHECK(c != b && d != b);
   core_storage_free(c);
   core_storage_free(d);
+  core_storage_trim();
+}
+
+/* loom_tensor_copy and loom_tensor_from_data fill a block they take
+ * unzeroed: a reused block that held other bytes shows through any
+ * element they missed. The copy of a strided view is its logical
+ * contents, row-major; a broadcast dim repeats. */
+static void test_copies_write_every_element(void) {
+  core_storage_trim();
+  enum { N = 2048 }; /* 8 KiB of f32: a kept block */
+  float *junk = core_storage_alloc(N * sizeof(float), false);
+  CHECK(junk != NULL);
+  if (!junk) return;
+  for (int i = 0; i < N; i++) junk[i] = 99.0f;
+  core_storage_free(junk);
+  static float src[N];
+  for (int i = 0; i < N; i++) src[i] = (float)i;
+  int64_t shape[] = {64, 32}, strides[] = {1, 64}; /* a transposed 32x64 */
+  loom_tensor_t *view = NULL, *copy = NULL;
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 2, shape, strides, src, &view));
+  CHECK_OK(loom_tensor_copy(view, &copy));
+  CHECK(copy && loom_tensor_rank(copy) == 2 && loom_tensor_dim(copy, 0) == 64 &&
+        loom_tensor_dim(copy, 1) == 32 && loom_tensor_data(copy) != (void *)src);
+  int wrong = 0;
+  const float *c = copy ? loom_tensor_data(copy) : NULL;
+  for (int i = 0; c && i < 64; i++)
+    for (int j = 0; j < 32; j++) wrong += c[i * 32 + j] != (float)(j * 64 + i);
+  CHECK(c && wrong == 0);
+  loom_tensor_destroy(copy);
+  loom_tensor_destroy(view);
+  int64_t rows[] = {3, 4}, bcast[] = {0, 1}; /* one row of 4, three times */
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 2, rows, bcast, src, &view));
+  CHECK_OK(loom_tensor_copy(view, &copy));
+  c = copy ? loom_tensor_data(copy) : NULL;
+  wrong = 0;
+  for (int i = 0; c && i < 12; i++) wrong += c[i] != (float)(i % 4);
+  CHECK(c && wrong == 0);
+  loom_tensor_destroy(copy);
+  loom_tensor_destroy(view);
+  loom_tensor_t *t = NULL;
+  CHECK_OK(loom_tensor_from_data(LOOM_F32, 1, (int64_t[]){N}, src, sizeof src, &t));
+  c = t ? loom_tensor_data(t) : NULL;
+  wrong = 0;
+  for (int i = 0; c && i < N; i++) wrong += c[i] != (float)i;
+  CHECK(c && wrong == 0);
+  loom_tensor_destroy(t);
   core_storage_trim();
 }
 
@@ -123,6 +169,7 @@ static void test_threads(void) {
 int main(void) {
   TEST_RUN(test_reuse);
   TEST_RUN(test_bounds);
+  TEST_RUN(test_copies_write_every_element);
   TEST_RUN(test_fault_injection);
   TEST_RUN(test_threads);
   return test_summary();

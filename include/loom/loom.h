@@ -117,6 +117,8 @@ LOOM_API loom_status_t loom_tensor_wrap(loom_dtype_t dtype, int rank,
 LOOM_API loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
                                              const int64_t *shape, const void *data,
                                              size_t bytes, loom_tensor_t **out);
+/* A new contiguous tensor holding t's elements (t may be strided). */
+LOOM_API loom_status_t loom_tensor_copy(const loom_tensor_t *t, loom_tensor_t **out);
 LOOM_API void loom_tensor_destroy(loom_tensor_t *t);
 
 LOOM_API loom_dtype_t loom_tensor_dtype(const loom_tensor_t *t);

@@ -352,14 +352,8 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     const loom_tensor_t *g;
     loom_tensor_t *copy = NULL;
     s = loom_trace_grad(st.trace, p->data, &g);
-    if (s == LOOM_OK) s = loom_tensor_create(p->dtype, p->rank, p->shape, &copy);
-    if (s == LOOM_OK)
-      s = loom_tensor_read(g, loom_tensor_data(copy),
-                           (size_t)loom_tensor_numel(copy) * loom_dtype_size(p->dtype));
-    if (s != LOOM_OK) {
-      loom_tensor_destroy(copy);
-      return py_fail(s);
-    }
+    if (s == LOOM_OK) s = loom_tensor_copy(g, &copy);
+    if (s != LOOM_OK) return py_fail(s);
     PyObject *grad = py_tensor_wrap(copy);
     if (!grad) return NULL;
     /* A gradient already there (an earlier backward) is added to in

@@ -194,7 +194,7 @@ loom_status_t loom_tensor_from_data(loom_dtype_t dtype, int rank,
   LOOM_CHECK_ARG(out);
   *out = NULL;
   loom_tensor_t *t;
-  LOOM_TRY(tensor_new(dtype, rank, shape, &t));
+  LOOM_TRY(tensor_new_uninit(dtype, rank, shape, &t)); /* every byte written, or t freed */
   loom_status_t s = loom_tensor_write(t, data, bytes);
   if (s != LOOM_OK) {
     loom_tensor_destroy(t);
@@ -317,11 +317,18 @@ loom_status_t loom_tensor_get_f64(const loom_tensor_t *t, int64_t i,
 loom_status_t tensor_contiguous_copy(const loom_tensor_t *t,
                                      loom_tensor_t **out) {
   loom_tensor_t *c;
-  LOOM_TRY(tensor_new(t->dtype, t->rank, t->shape, &c));
+  LOOM_TRY(tensor_new_uninit(t->dtype, t->rank, t->shape, &c)); /* every element copied */
   if (tensor_is_contiguous(t))
     memcpy(c->data, t->data,
            (size_t)loom_tensor_numel(t) * loom_dtype_size(t->dtype));
   else copy_elements(t, false, c->data, NULL);
   *out = c;
   return LOOM_OK;
+}
+
+loom_status_t loom_tensor_copy(const loom_tensor_t *t, loom_tensor_t **out) {
+  LOOM_CHECK_ARG(out);
+  *out = NULL;
+  LOOM_CHECK_ARG(t);
+  return tensor_contiguous_copy(t, out);
 }

@@ -636,29 +636,36 @@ static bool over_limit(const cache_site_t *site, const rt_key_t *key, int limit)
 }
 
 /* Under the lock, which it releases: a miss on a key not in the cache. */
-static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
-                             bool wait, int limit, rt_get_result_t *result, rt_entry_t **out) {
-  cache_site_t *site = site_get(c, key->site, false);
-  if (over_limit(site, key, limit)) {
-    bool warn = !site->warned;
-    site->warned = true;
-    pthread_mutex_unlock(&c->lock);
-    cache_builder_done(builder);
-    if (warn) {
-      core_warn("call site %016llx passed its recompile limit of %d compiles; its new keys "
-                "now run in the fallback interpreter (eager kernels, nothing compiled). "
-                "Declare the dims that change LOOM_DIM_AUTO, LOOM_DIM_BUCKET or "
-                "LOOM_DIM_SYMBOLIC (or raise recompile_limit, LOOM_RECOMPILE_UNLIMITED for "
-                "none); LOOM_LOG=recompiles says which dims changed",
-                (unsigned long long)key->site, limit);
-      core_log(LOG_RECOMPILES, "site %016llx: past its recompile limit of %d: new keys run "
-               "in the fallback interpreter", (unsigned long long)key->site, limit);
-    }
-    loom_fail(LOOM_ERR_UNSUPPORTED, "call site %016llx passed its recompile limit of %d",
+/* Under the lock, which it releases: a new key at a site past its
+ * limit runs in the fallback (one warning per site). */
+static loom_status_t refuse_over_limit(loom_cache_t *c, cache_site_t *site, const rt_key_t *key,
+                                       const rt_builder_t *builder, int limit,
+                                       rt_get_result_t *result) {
+  bool warn = !site->warned;
+  site->warned = true;
+  pthread_mutex_unlock(&c->lock);
+  cache_builder_done(builder);
+  if (warn) {
+    core_warn("call site %016llx passed its recompile limit of %d compiles; its new keys "
+              "now run in the fallback interpreter (eager kernels, nothing compiled). "
+              "Declare the dims that change LOOM_DIM_AUTO, LOOM_DIM_BUCKET or "
+              "LOOM_DIM_SYMBOLIC (or raise recompile_limit, LOOM_RECOMPILE_UNLIMITED for "
+              "none); LOOM_LOG=recompiles says which dims changed",
               (unsigned long long)key->site, limit);
-    *result = RT_OVER_LIMIT;
-    return LOOM_OK;
+    core_log(LOG_RECOMPILES, "site %016llx: past its recompile limit of %d: new keys run "
+             "in the fallback interpreter", (unsigned long long)key->site, limit);
   }
+  loom_fail(LOOM_ERR_UNSUPPORTED, "call site %016llx passed its recompile limit of %d",
+            (unsigned long long)key->site, limit);
+  *result = RT_OVER_LIMIT;
+  return LOOM_OK;
+}
+
+/* Under the lock, which it releases: a key the cache does not hold, its
+ * site within its limit, compiled with builder. */
+static loom_status_t get_new(loom_cache_t *c, cache_site_t *site, const rt_key_t *key,
+                             const rt_builder_t *builder, bool wait, int limit,
+                             rt_get_result_t *result, rt_entry_t **out) {
   char reason[CACHE_REASON_LEN];
   miss_reason(c, site, key, reason, sizeof reason);
   rt_entry_t *e = cache_insert_pending(c, key);
@@ -688,6 +695,41 @@ static loom_status_t get_new(loom_cache_t *c, const rt_key_t *key, const rt_buil
   return finish_wait(c, e, result, out);
 }
 
+/* rt_cache_get, and rt_cache_get_held when builder is NULL: then a key
+ * that would need it leaves *held false, nothing counted, the lock
+ * released. */
+static loom_status_t get(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
+                         bool wait, int limit, rt_get_result_t *result, rt_entry_t **out,
+                         bool *held) {
+  pthread_mutex_lock(&c->lock);
+  rt_entry_t *e = cache_find(c, key);
+  if (e && e->state == ENTRY_READY) {
+    int64_t hits = take_hit(c, e);
+    pthread_mutex_unlock(&c->lock);
+    cache_builder_done(builder);
+    log_hits(hits);
+    *out = e;
+    *result = RT_READY;
+    return LOOM_OK;
+  }
+  cache_site_t *site = e ? NULL : site_get(c, key->site, false);
+  bool refused = !e && over_limit(site, key, limit);
+  if (!builder && !e && !refused) {
+    pthread_mutex_unlock(&c->lock);
+    *held = false;
+    return LOOM_OK;
+  }
+  c->stats.misses++;
+  if (e) e->misses++; /* the entry's own count, for the listing */
+  if (e) return get_existing(c, e, builder, wait, result, out);
+  if (refused) return refuse_over_limit(c, site, key, builder, limit, result);
+  loom_status_t s = get_new(c, site, key, builder, wait, limit, result, out);
+  if (s == LOOM_ERR_NOMEM)
+    return loom_fail(s, "out of memory for an entry of the executable cache (site %016llx)",
+                     (unsigned long long)key->site);
+  return s;
+}
+
 loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
                            bool wait, int recompile_limit, rt_get_result_t *result,
                            rt_entry_t **out) {
@@ -701,25 +743,21 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key, const rt_builde
     cache_builder_done(builder);
     return s;
   }
-  pthread_mutex_lock(&c->lock);
-  rt_entry_t *e = cache_find(c, key);
-  if (e && e->state == ENTRY_READY) {
-    int64_t hits = take_hit(c, e);
-    pthread_mutex_unlock(&c->lock);
-    cache_builder_done(builder);
-    log_hits(hits);
-    *out = e;
-    *result = RT_READY;
-    return LOOM_OK;
-  }
-  c->stats.misses++;
-  if (e) e->misses++; /* the entry's own count, for the listing */
-  if (e) return get_existing(c, e, builder, wait, result, out);
-  s = get_new(c, key, builder, wait, recompile_limit, result, out);
-  if (s == LOOM_ERR_NOMEM)
-    return loom_fail(s, "out of memory for an entry of the executable cache (site %016llx)",
-                     (unsigned long long)key->site);
-  return s;
+  bool held = true;
+  return get(c, key, builder, wait, recompile_limit, result, out, &held);
+}
+
+loom_status_t rt_cache_get_held(loom_cache_t *c, const rt_key_t *key, bool wait,
+                                int recompile_limit, rt_get_result_t *result, rt_entry_t **out,
+                                bool *held) {
+  if (out) *out = NULL;
+  if (held) *held = false;
+  if (!c || !key || !result || !out || !held)
+    return loom_fail(LOOM_ERR_INVALID, "rt_cache_get_held: null %s",
+                     !c ? "cache" : !key ? "key" : !result ? "result" : !out ? "out" : "held");
+  LOOM_TRY(key_check(key, "rt_cache_get_held"));
+  *held = true;
+  return get(c, key, NULL, wait, recompile_limit, result, out, held);
 }
 
 static loom_status_t speculate(loom_cache_t *c, const rt_key_t *key,
@@ -810,6 +848,23 @@ static void build_eager(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *buil
   evicted_free(victims);
 }
 
+rt_entry_t *rt_cache_eager_held(loom_cache_t *c, const rt_key_t *key) {
+  if (!c || !key) return NULL;
+  rt_key_t k = *key;
+  k.eager = true;
+  rt_key_finish(&k);
+  pthread_mutex_lock(&c->lock);
+  rt_entry_t *e = cache_find(c, &k);
+  if (e && e->state == ENTRY_READY) {
+    e->refs++;
+    lru_touch(c, e);
+  } else {
+    e = NULL;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return e;
+}
+
 loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key, const rt_builder_t *builder,
                              rt_entry_t **out) {
   loom_status_t s = LOOM_OK;
@@ -866,11 +921,15 @@ loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key, const rt_buil
                    (unsigned long long)key->site, why);
 }
 
-bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key) {
+bool rt_cache_holds(loom_cache_t *c, const rt_key_t *key) {
   pthread_mutex_lock(&c->lock);
   bool has = cache_find(c, key) != NULL;
   pthread_mutex_unlock(&c->lock);
-  return has || cache_journal_has(key->hash);
+  return has;
+}
+
+bool rt_cache_has_key(loom_cache_t *c, const rt_key_t *key) {
+  return rt_cache_holds(c, key) || cache_journal_has(key->hash);
 }
 
 bool rt_cache_key_missed(loom_cache_t *c, const rt_key_t *key) {

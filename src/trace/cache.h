@@ -95,6 +95,15 @@ loom_status_t rt_cache_get(loom_cache_t *c, const rt_key_t *key,
                            int recompile_limit, rt_get_result_t *result,
                            rt_entry_t **out);
 
+/* rt_cache_get without a builder, for a caller whose builder costs (a
+ * segment's description copies its cone): for a key the cache holds, or
+ * a new one its site's limit refuses, the same as rt_cache_get, with
+ * *held true; for a key that would need the builder, *held false and
+ * nothing done or counted, so that rt_cache_get follows. */
+loom_status_t rt_cache_get_held(loom_cache_t *c, const rt_key_t *key, bool wait,
+                                int recompile_limit, rt_get_result_t *result, rt_entry_t **out,
+                                bool *held);
+
 /* Queues a speculative compile of key (nothing if present or pending,
  * or if the cache has no workers). */
 loom_status_t rt_cache_speculate(loom_cache_t *c, const rt_key_t *key,
@@ -131,6 +140,13 @@ bool rt_cache_site_full(loom_cache_t *c, const rt_key_t *key, int recompile_limi
  * rt_cache_get does. */
 loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key,
                              const rt_builder_t *builder, rt_entry_t **out);
+
+/* The ready eager entry of key, a reference held, or NULL (then
+ * rt_cache_eager builds it, or says why it failed). */
+rt_entry_t *rt_cache_eager_held(loom_cache_t *c, const rt_key_t *key);
+
+/* Whether key has an entry in c (ready, pending or failed). */
+bool rt_cache_holds(loom_cache_t *c, const rt_key_t *key);
 
 /* Whether key has an entry in c (ready, pending or failed), or was
  * compiled before by this process or an earlier one (its module may be

@@ -15,7 +15,10 @@
 
 void seg_desc_release(seg_desc_t *d) {
   if (!d || --d->refs > 0) return;
-  for (int i = 0; i < d->n_nodes; i++) core_free(d->nodes[i].in);
+  for (int i = 0; i < d->n_nodes; i++) {
+    core_free(d->nodes[i].in);
+    core_free(d->nodes[i].attrs);
+  }
   core_free(d->nodes);
   core_free(d->inputs);
   core_free(d->outputs);
@@ -51,8 +54,9 @@ static loom_status_t decode_dim(const seg_desc_t *d, loom_graph_t *g,
 static loom_status_t add_node(const seg_desc_t *d, loom_graph_t *g,
                               const ir_dim_t *syms, const seg_node_t *n,
                               const int32_t *in) {
-  if (!n->sym_attrs) return ir_add_node(g, n->op, n->n_in, in, &n->attrs, NULL, 0);
-  ir_attrs_t attrs = n->attrs;
+  if (!n->sym_attrs) return ir_add_node(g, n->op, n->n_in, in, n->attrs, NULL, 0);
+  ir_attrs_t attrs;
+  ir_attrs_copy(&attrs, n->attrs);
   for (int i = 0; i < attrs.n; i++)
     for (int k = 0; attrs.a[i].kind == IR_ATTR_INTS && k < attrs.a[i].n; k++)
       LOOM_TRY(decode_dim(d, g, syms, attrs.a[i].ints[k], &attrs.a[i].ints[k]));

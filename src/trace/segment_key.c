@@ -365,7 +365,7 @@ static loom_status_t copy_subgraphs(const loom_trace_t *t, const ir_node_t *n, s
     if (!grown) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
     d->subgraphs = grown;
     LOOM_TRY(ir_graph_clone(sub, &d->subgraphs[d->n_subgraphs]));
-    for (int a = 0; a < attrs->n; a++)
+    for (int a = 0; attrs && a < attrs->n; a++)
       if (!strcmp(attrs->a[a].name, names[i])) attrs->a[a].ints[0] = d->n_subgraphs;
     d->n_subgraphs++;
   }
@@ -378,13 +378,17 @@ static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
   const ir_node_t *n = &t->g->nodes[node];
   out->op = n->op;
   out->n_in = n->n_in;
-  ir_attrs_copy(&out->attrs, n->attrs);
-  if (ir_ops[n->op].flags & F_SUBGRAPH) LOOM_TRY(copy_subgraphs(t, n, d, &out->attrs));
+  int n_attrs = n->attrs ? n->attrs->n : 0;
   out->in = core_malloc(sizeof *out->in * (size_t)(n->n_in + 1));
-  if (!out->in) return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
+  if (n_attrs)
+    out->attrs = core_malloc(offsetof(ir_attrs_t, a) + sizeof(ir_attr_t) * (size_t)n_attrs);
+  if (!out->in || (n_attrs && !out->attrs))
+    return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
+  if (n_attrs) ir_attrs_copy(out->attrs, n->attrs);
+  if (ir_ops[n->op].flags & F_SUBGRAPH) LOOM_TRY(copy_subgraphs(t, n, d, out->attrs));
   for (int i = 0; i < n->n_in; i++) out->in[i] = seg_ref_of(t, w, n->in[i]);
-  for (int i = 0; i < out->attrs.n; i++) {
-    ir_attr_t *a = &out->attrs.a[i];
+  for (int i = 0; i < n_attrs; i++) {
+    ir_attr_t *a = &out->attrs->a[i];
     if (a->kind != IR_ATTR_INTS) continue;
     for (int k = 0; k < a->n; k++) {
       if (!ir_dim_is_sym(a->ints[k])) continue;

@@ -537,6 +537,7 @@ loom_status_t seg_backward_eager(loom_trace_t *t, const rt_key_t *key, seg_desc_
  * index, materialized and scattered a value at a time, tripled a step). */
 static loom_status_t eager_entry(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
                                  rt_entry_t **e) {
+  if ((*e = rt_cache_eager_held(t->cache, key))) return LOOM_OK; /* no description needed */
   seg_desc_t *d = NULL;
   LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
   if (!w->train)
@@ -675,10 +676,11 @@ static void speculate(loom_trace_t *t, seg_work_t *w, int part) {
       set_bucket(t, w, k, planned[j]);
       rt_key_t key;
       seg_make_key(t, w, part, &key);
-      seg_desc_t *d = NULL;
-      if (seg_make_desc(t, w, part, &d) != LOOM_OK) continue;
-      rt_builder_t b = {seg_desc_build, release_ctx, d};
-      rt_cache_speculate(t->cache, &key, &b);
+      if (!rt_cache_holds(t->cache, &key)) { /* a held key needs no description */
+        seg_desc_t *d = NULL;
+        if (seg_make_desc(t, w, part, &d) != LOOM_OK) continue;
+        rt_cache_speculate(t->cache, &key, &(rt_builder_t){seg_desc_build, release_ctx, d});
+      }
       if (w->train) speculate_backward(t, w, &key);
     }
     set_bucket(t, w, k, base[k]);
@@ -720,11 +722,17 @@ static loom_status_t miss(loom_trace_t *t, seg_work_t *w, const rt_key_t *key,
   }
   if (w->train && !rt_cache_site_full(t->cache, key, t->opt.recompile_limit))
     speculate_backward(t, w, key);
-  seg_desc_t *d = NULL;
-  LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
-  rt_builder_t b = {seg_desc_build, release_ctx, d};
-  loom_status_t s = rt_cache_get(t->cache, key, &b, !t->opt.tiered,
-                                 t->opt.recompile_limit, res, e);
+  /* A key pending or failed (a cold run's cuts until its compile is done)
+   * or refused needs no description. */
+  bool held = false;
+  loom_status_t s = rt_cache_get_held(t->cache, key, !t->opt.tiered, t->opt.recompile_limit,
+                                      res, e, &held);
+  if (s == LOOM_OK && !held) {
+    seg_desc_t *d = NULL;
+    LOOM_TRY(seg_make_desc(t, w, w->train ? 1 : 0, &d));
+    rt_builder_t b = {seg_desc_build, release_ctx, d};
+    s = rt_cache_get(t->cache, key, &b, !t->opt.tiered, t->opt.recompile_limit, res, e);
+  }
   if (s == LOOM_OK && w->bucket && (*res == RT_READY || *res == RT_PENDING))
     speculate(t, w, w->train ? 1 : 0);
   return s;

@@ -202,8 +202,10 @@ typedef struct seg_node {
   int n_in;
   seg_ref_t *in;
   /* Sizes in attributes: evaluated, except symbolic ones, which are
-   * handles into the description's exprs (sym_attrs says there are). */
-  ir_attrs_t attrs;
+   * handles into the description's exprs (sym_attrs says there are).
+   * With room for its n alone, as a graph's nodes hold theirs (a full
+   * ir_attrs_t is 1.3 KB): NULL when there are none. */
+  ir_attrs_t *attrs;
   bool sym_attrs;
 } seg_node_t;
 
