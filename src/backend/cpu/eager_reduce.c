@@ -21,17 +21,26 @@ static int64_t prod(int from, int to, const int64_t *shape) {
   return n;
 }
 
-/* Reduces n rows of inner elements starting at x into y[0 .. inner). */
-static void reduce_rows(float *y, const float *x, int64_t n, int64_t inner, bool mean) {
+/* Reduces n rows of inner elements starting at x into y[0 .. inner),
+ * a block of outputs at a time through the ISA's row loops (scatter_add's:
+ * each element one conversion or one double add, so the order and the
+ * bits are the loop's over j). */
+static void reduce_rows(float *y, const float *x, int64_t n, int64_t inner, bool mean,
+                        const cpu_eager_sum_rows_t *rows) {
+  if (inner == 1) { /* a line: its sum in a register */
+    double acc = 0;
+    for (int64_t j = 0; j < n; j++) acc += x[j];
+    y[0] = (float)(mean ? acc / (double)n : acc);
+    return;
+  }
   double acc[BLOCK];
   for (int64_t q0 = 0; q0 < inner; q0 += BLOCK) {
     int64_t m = inner - q0 < BLOCK ? inner - q0 : BLOCK;
-    for (int64_t q = 0; q < m; q++) acc[q] = 0;
-    for (int64_t j = 0; j < n; j++) {
-      const float *row = x + j * inner + q0;
-      for (int64_t q = 0; q < m; q++) acc[q] += row[q];
-    }
-    for (int64_t q = 0; q < m; q++) y[q0 + q] = (float)(mean ? acc[q] / (double)n : acc[q]);
+    for (int64_t q = 0; q < m; q++) acc[q] = 0; /* not the first row: 0 + -0 is +0 */
+    for (int64_t j = 0; j < n; j++) rows->add(acc, x + j * inner + q0, m);
+    if (mean)
+      for (int64_t q = 0; q < m; q++) acc[q] /= (double)n;
+    rows->narrow(y + q0, acc, m);
   }
 }
 
@@ -60,8 +69,9 @@ bool cpu_eager_reduce(ref_call_t *c, loom_status_t *status) {
   int64_t inner = prod(last, x->rank, x->shape);
   const float *from = x->data;
   float *to = y->data;
+  const cpu_eager_sum_rows_t *rows = cpu_eager_sum_rows_isa(cpu_eager_isa());
   for (int64_t o = 0; o < outer; o++)
-    reduce_rows(to + o * inner, from + o * n * inner, n, inner, c->node->op == IR_OP_MEAN);
+    reduce_rows(to + o * inner, from + o * n * inner, n, inner, c->node->op == IR_OP_MEAN, rows);
   *status = LOOM_OK;
   return true;
 }
