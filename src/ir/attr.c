@@ -1,5 +1,6 @@
 /* Node attributes: a small list of named ints, floats and int lists,
  * checked against the schema in the op's row of the op table. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +73,8 @@ void ir_attr_ints_or(const ir_attrs_t *a, const char *name, int count, int64_t d
   int got = ir_attr_ints(a, name, &v);
   for (int i = 0; i < count; i++) out[i] = got == count ? v[i] : dflt;
 }
+
+size_t ir_attrs_bytes(int n) { return offsetof(ir_attrs_t, a) + sizeof(ir_attr_t) * (size_t)n; }
 
 void ir_attrs_copy(ir_attrs_t *dst, const ir_attrs_t *src) {
   dst->n = src ? src->n : 0;

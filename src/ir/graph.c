@@ -67,8 +67,7 @@ static void ids_give_back(loom_graph_t *g, int32_t *p, int n) {
 /* A node's attributes: the count and n entries, carved from the id
  * blocks at an 8-byte boundary (an entry holds int64s and a double). */
 static int attrs_ids(int n) {
-  size_t bytes = offsetof(ir_attrs_t, a) + sizeof(ir_attr_t) * (size_t)n;
-  return (int)((bytes + 7) / 8 * 2);
+  return (int)((ir_attrs_bytes(n) + 7) / 8 * 2);
 }
 
 static ir_attrs_t *attrs_take(loom_graph_t *g, int n) {

@@ -172,6 +172,8 @@ typedef struct ir_attrs {
  * ir_attrs_t *attrs): only a[0, n) may be read, and never the whole
  * struct; ir_attrs_copy makes a full one from it. */
 void ir_attrs_copy(ir_attrs_t *dst, const ir_attrs_t *src);
+/* The bytes of attributes stored with room for n alone. */
+size_t ir_attrs_bytes(int n);
 
 /* Setters replace an attribute of the same name. They fail only when the
  * list is full or the name or list is too long, which is a programming

@@ -848,11 +848,17 @@ static void build_eager(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *buil
   evicted_free(victims);
 }
 
-rt_entry_t *rt_cache_eager_held(loom_cache_t *c, const rt_key_t *key) {
-  if (!c || !key) return NULL;
+/* The key of key's eager entry: key with `eager` set. */
+static rt_key_t eager_key(const rt_key_t *key) {
   rt_key_t k = *key;
   k.eager = true;
   rt_key_finish(&k);
+  return k;
+}
+
+rt_entry_t *rt_cache_eager_held(loom_cache_t *c, const rt_key_t *key) {
+  if (!c || !key) return NULL;
+  rt_key_t k = eager_key(key);
   pthread_mutex_lock(&c->lock);
   rt_entry_t *e = cache_find(c, &k);
   if (e && e->state == ENTRY_READY) {
@@ -877,9 +883,7 @@ loom_status_t rt_cache_eager(loom_cache_t *c, const rt_key_t *key, const rt_buil
     cache_builder_done(builder);
     return s;
   }
-  rt_key_t k = *key;
-  k.eager = true;
-  rt_key_finish(&k);
+  rt_key_t k = eager_key(key);
   pthread_mutex_lock(&c->lock);
   rt_entry_t *e = cache_find(c, &k);
   bool build = !e;

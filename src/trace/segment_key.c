@@ -381,7 +381,7 @@ static loom_status_t copy_node(const loom_trace_t *t, const seg_work_t *w,
   int n_attrs = n->attrs ? n->attrs->n : 0;
   out->in = core_malloc(sizeof *out->in * (size_t)(n->n_in + 1));
   if (n_attrs)
-    out->attrs = core_malloc(offsetof(ir_attrs_t, a) + sizeof(ir_attr_t) * (size_t)n_attrs);
+    out->attrs = core_malloc(ir_attrs_bytes(n_attrs));
   if (!out->in || (n_attrs && !out->attrs))
     return loom_fail(LOOM_ERR_NOMEM, "out of memory for a segment");
   if (n_attrs) ir_attrs_copy(out->attrs, n->attrs);
