@@ -35,11 +35,15 @@ static int format_dtype(const char *f, Py_ssize_t itemsize) {
   }
 }
 
-bool py_tensor_check(PyObject *o) { return PyObject_TypeCheck(o, &py_tensor_type); }
-
 /* The class C makes tensors of: loom.Tensor once the package has set it
  * (a subclass that adds Python's operators), else the base. */
 static PyTypeObject *tensor_class = &py_tensor_type;
+
+/* Nearly every tensor is of tensor_class: that test first, before the
+ * walk of a subclass's bases. */
+bool py_tensor_check(PyObject *o) {
+  return Py_IS_TYPE(o, tensor_class) || PyObject_TypeCheck(o, &py_tensor_type);
+}
 
 static PyObject *set_tensor_class(PyObject *self, PyObject *cls) {
   (void)self;

@@ -93,6 +93,7 @@ static loom_status_t convert_attr(loom_graph_t *g, ir_op_t op, const loom_attr_t
  * with its own. */
 static loom_status_t convert_attrs(loom_graph_t *g, ir_op_t op, int n, const loom_attr_t *attrs,
                                    ir_attrs_t *out) {
+  if (n == 0) return LOOM_OK;
   const ir_schema_t *schema = ir_op_schema(op);
   bool tried[IR_MAX_ATTRS] = {0};
   loom_status_t s = LOOM_OK;

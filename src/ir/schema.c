@@ -186,6 +186,7 @@ static loom_status_t check_one(ir_op_t op, const ir_attr_t *s, const ir_attr_spe
 }
 
 loom_status_t ir_attrs_check(ir_op_t op, const ir_attrs_t *a) {
+  if ((!a || !a->n) && !ir_ops[op].attrs[0]) return LOOM_OK; /* none taken, none given */
   const ir_schema_t *schema = ir_op_schema(op);
   if (schema->error[0])
     return loom_fail(LOOM_ERR_INVALID, "%s: the op table's attribute schema is malformed: %s",
