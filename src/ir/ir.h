@@ -481,7 +481,11 @@ typedef struct ir_infer {
 loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                           const int32_t *in, const ir_attrs_t *attrs,
                           int32_t *out, int out_cap);
-bool ir_value_valid(const loom_graph_t *g, int32_t v);
+/* Whether v names a value of g (inline: every node added asks it of
+ * each input). */
+static inline bool ir_value_valid(const loom_graph_t *g, int32_t v) {
+  return v >= 0 && v < g->n_values;
+}
 /* "value %3 ('x')" style name for messages. */
 const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
                          size_t size);

@@ -8,10 +8,6 @@
 #include "core/tensor.h"
 #include "ir/ir.h"
 
-bool ir_value_valid(const loom_graph_t *g, int32_t v) {
-  return v >= 0 && v < g->n_values;
-}
-
 const char *ir_value_str(const loom_graph_t *g, int32_t v, char *buf,
                          size_t size) {
   if (!ir_value_valid(g, v)) snprintf(buf, size, "%%%d (no such value)", v);
