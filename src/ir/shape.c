@@ -107,13 +107,8 @@ bool ir_type_size_ok(const ir_type_t *t, char *why, size_t size) {
 /* Whether t is the type of one of c's inputs, whose size was checked when
  * it was made (an elementwise op on operands of one shape). */
 static bool an_input_type(const ir_infer_t *c, const ir_type_t *t) {
-  for (int j = 0; j < c->n_in; j++) {
-    const ir_type_t *x = c->in[j];
-    if (x->dtype != t->dtype || x->rank != t->rank) continue;
-    int k = 0;
-    while (k < t->rank && x->dims[k] == t->dims[k]) k++;
-    if (k == t->rank) return true;
-  }
+  for (int j = 0; j < c->n_in; j++)
+    if (ir_type_equal(c->in[j], t)) return true;
   return false;
 }
 
