@@ -10,17 +10,19 @@
  *     "state_bytes": the bytes of AdamW's moments on this rank. --zero:
  *     ZeRO-1, AdamW's state split across the ranks.
  *   bench_dist allreduce MODEL
- *     under mpirun: Loom's bucketed all_reduce of the model's gradients (a
- *     compiled graph of the gradients as inputs, loom_data_parallel_grads,
- *     the averages as outputs) against one MPI_Allreduce of the same bytes
- *     in place, the engine's own speed; rank 0 prints {"bench":"allreduce",
- *     "model","bytes","loom_ms","mpi_ms","overhead"} (medians).
+ *     under mpirun: what Loom's bucketed all_reduce of the model's
+ *     gradients (loom_data_parallel_grads) adds to a step's tail, against
+ *     what one MPI_Allreduce of the same bytes, placed by hand in the same
+ *     tail, adds to it (allreduce() below); rank 0 prints
+ *     {"bench":"allreduce","model","bytes","loom_ms","mpi_ms","overhead",
+ *     "mpi_alone_ms"} (medians; the last: MPI_Allreduce back to back).
  *   bench_dist layout MODEL
  *     {"bench":"grad_layout","model","grad_bytes":[...]}: each parameter's
  *     gradient bytes in parameter order (bench/dist_sim.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench_util.h"
 #include "train_step.h"
@@ -131,72 +133,186 @@ static void step(const train_model_t *m, int threads, int zero) {
 }
 
 #ifdef LOOM_HAVE_MPI
-static double mpi_ms(int64_t count) {
-  float *buf = calloc((size_t)count, sizeof *buf);
-  double ms[ROUNDS];
-  for (int i = 0; i < WARMUP; i++)
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  for (int i = 0; i < ROUNDS; i++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double s = bench_now_ns();
-    for (int k = 0; k < REPS; k++)
-      MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    ms[i] = (bench_now_ns() - s) / 1e6 / REPS;
-  }
-  free(buf);
-  return bench_median(ms, ROUNDS);
-}
-#endif
+/* The tail of a training step over the model's gradient shapes, whole or
+ * in the two halves a hand-made exchange sits between:
+ *   TAIL_LOOM     each gradient made in the graph (x * 0.5, as backward
+ *                 makes it), averaged across ranks by
+ *                 loom_data_parallel_grads, the parameters updated by SGD;
+ *   TAIL_PRODUCE  the gradients made as outputs, each into its place in
+ *                 one buffer (the bucket);
+ *   TAIL_CONSUME  the gradients as inputs from there, over the number of
+ *                 ranks, the parameters updated by SGD. */
+typedef enum { TAIL_LOOM, TAIL_PRODUCE, TAIL_CONSUME } tail_part_t;
 
+typedef struct tail {
+  loom_graph_t *g; /* the executable's parameters */
+  run_t r;
+} tail_t;
+
+static void build_tail(const model_params_t *mp, loom_graph_t *model, tail_part_t part,
+                       loom_tensor_t **x, loom_tensor_t **in_bucket, tail_t *t) {
+  loom_graph_t *g = NULL;
+  BENCH_TRY(loom_graph_create(&g));
+  int n = mp->n;
+  loom_value_t *params = calloc((size_t)n, sizeof *params), *grads = calloc((size_t)n, sizeof *grads);
+  loom_value_t half, lr;
+  BENCH_TRY(loom_full(g, 0, NULL, 0.5, LOOM_F32, &half));
+  BENCH_TRY(loom_full(g, 0, NULL, 1e-3, LOOM_F32, &lr));
+  for (int i = 0; i < n; i++) {
+    loom_dtype_t dt;
+    int rank;
+    loom_dim_t dims[LOOM_MAX_RANK];
+    char name[32];
+    BENCH_TRY(loom_value_type(model, mp->v[i], &dt, &rank, dims));
+    snprintf(name, sizeof name, "p%d", i);
+    BENCH_TRY(loom_graph_param(g, name, dt, rank, dims, NULL, &params[i]));
+    loom_value_t xi;
+    BENCH_TRY(loom_graph_input(g, NULL, dt, rank, dims, &xi));
+    if (part == TAIL_CONSUME) {
+      loom_value_t scale;
+      BENCH_TRY(loom_full(g, 0, NULL, 1.0 / (comm ? loom_comm_size(comm) : 1), dt, &scale));
+      BENCH_TRY(loom_mul(g, xi, scale, &grads[i]));
+    } else {
+      BENCH_TRY(loom_mul(g, xi, half, &grads[i]));
+      if (part == TAIL_PRODUCE) BENCH_TRY(loom_graph_output(g, grads[i]));
+    }
+  }
+  if (part != TAIL_PRODUCE) {
+    if (part == TAIL_LOOM) BENCH_TRY(loom_data_parallel_grads(g, comm, n, grads, NULL, grads));
+    BENCH_TRY(loom_sgd(g, n, params, grads, lr, 0.0, 0, 0.0));
+  }
+  loom_compile_options_t o = bench_options(1, 1);
+  t->g = g;
+  t->r = part == TAIL_CONSUME ? (run_t){.n_in = n, .in = in_bucket}
+         : part == TAIL_PRODUCE ? (run_t){.n_in = n, .in = x, .n_out = n, .out = in_bucket}
+                                : (run_t){.n_in = n, .in = x};
+  BENCH_TRY(loom_compile(g, &o, &t->r.e));
+  free(params), free(grads);
+}
+
+typedef struct tails {
+  tail_t loom, produce, consume;
+  loom_tensor_t **parts; /* each gradient's place in buf */
+  float *buf;
+  size_t buf_bytes;
+  int64_t count;
+  bool mpi; /* the hand-made exchange runs MPI_Allreduce */
+} tails_t;
+
+static void loom_tail(void *arg) { run_once(&((tails_t *)arg)->loom.r); }
+
+static void split_tail(void *arg) {
+  tails_t *t = arg;
+  run_once(&t->produce.r);
+  if (t->mpi)
+    MPI_Allreduce(MPI_IN_PLACE, t->buf, (int)t->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  run_once(&t->consume.r);
+}
+
+static void mpi_only(void *arg) {
+  tails_t *t = arg;
+  MPI_Allreduce(MPI_IN_PLACE, t->buf, (int)t->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* MPI's buffer of count floats, zeroed, in huge pages where the system
+ * gives them (as Loom's arena): MPI's shared-memory transport pins the
+ * pages it copies between processes, per page. */
+static float *mpi_buffer(int64_t count, size_t *bytes) {
+  size_t huge = (size_t)2 << 20;
+  *bytes = ((size_t)count * sizeof(float) + huge - 1) / huge * huge;
+  void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    fprintf(stderr, "bench dist: out of memory for %zu bytes\n", *bytes);
+    exit(1);
+  }
+  madvise(p, *bytes, MADV_HUGEPAGE);
+  memset(p, 0, *bytes);
+  return p;
+}
+
+/* ms of one call of f, the ranks starting together (rank 0's clock). */
+static double once_ms(void (*f)(void *), void *arg) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double s = bench_now_ns();
+  f(arg);
+  return (bench_now_ns() - s) / 1e6;
+}
+
+enum { TAIL_ROUNDS = 201 };
+
+/* What each exchange adds to the same step tail: Loom's (the tail with
+ * loom_data_parallel_grads) and one MPI_Allreduce of all the bytes made
+ * by hand between the tail's halves, each less the halves run without an
+ * exchange. Every side makes the bucket and reads it back once, as a step
+ * does, so the differences hold the exchanges alone, in a step's
+ * surroundings (caches just filled, ranks arriving as a step leaves
+ * them). The sides run in turn, round after round, so that this
+ * machine's drift falls on all; figures are medians of the per-round
+ * differences. */
 static void allreduce(const train_model_t *m) {
-#ifdef LOOM_HAVE_MPI
   model_params_t *p = calloc(1, sizeof *p);
-  loom_graph_t *model = NULL, *g = NULL;
+  loom_graph_t *model = NULL;
   BENCH_TRY(loom_graph_create(&model));
   BENCH_TRY(train_build_step(model, m, p, NULL, 0));
-  BENCH_TRY(loom_graph_create(&g));
-  loom_value_t *grads = calloc((size_t)p->n, sizeof *grads);
-  loom_tensor_t **in = calloc((size_t)p->n, sizeof *in), **out = calloc((size_t)p->n, sizeof *out);
-  int64_t count = 0;
+  loom_tensor_t **x = calloc((size_t)p->n, sizeof *x);
+  tails_t t = {0};
   for (int i = 0; i < p->n; i++) {
     loom_dtype_t dt;
     int rank;
     loom_dim_t dims[LOOM_MAX_RANK];
     BENCH_TRY(loom_value_type(model, p->v[i], &dt, &rank, dims));
-    BENCH_TRY(loom_graph_input(g, NULL, dt, rank, dims, &grads[i]));
-    BENCH_TRY(loom_tensor_create(dt, rank, dims, &in[i]));
-    count += loom_tensor_numel(in[i]);
+    BENCH_TRY(loom_tensor_create(dt, rank, dims, &x[i]));
+    BENCH_TRY(loom_init_normal(x[i], (uint64_t)i, 0.0, 1.0));
+    t.count += loom_tensor_numel(x[i]);
   }
-  BENCH_TRY(loom_data_parallel_grads(g, comm, p->n, grads, NULL, grads));
-  for (int i = 0; i < p->n; i++) BENCH_TRY(loom_graph_output(g, grads[i]));
-  loom_compile_options_t o = bench_options(1, 1);
-  run_t r = {.n_in = p->n, .n_out = p->n, .in = in, .out = out};
-  BENCH_TRY(loom_compile(g, &o, &r.e));
-  for (int i = 0; i < p->n; i++) BENCH_TRY(loom_executable_new_output(r.e, i, &out[i]));
-  double loom = median_ms(&r);
-  /* the engine thread is idle between collectives: MPI is this thread's */
-  double mpi = mpi_ms(count);
+  t.buf = mpi_buffer(t.count, &t.buf_bytes);
+  t.parts = calloc((size_t)p->n, sizeof *t.parts);
+  for (int i = 0, at = 0; i < p->n; at += (int)loom_tensor_numel(x[i]), i++) {
+    int64_t dims[LOOM_MAX_RANK];
+    for (int d = 0; d < loom_tensor_rank(x[i]); d++) dims[d] = loom_tensor_dim(x[i], d);
+    BENCH_TRY(loom_tensor_wrap(LOOM_F32, loom_tensor_rank(x[i]), dims, NULL, t.buf + at,
+                               &t.parts[i]));
+  }
+  build_tail(p, model, TAIL_LOOM, x, NULL, &t.loom);
+  build_tail(p, model, TAIL_PRODUCE, x, t.parts, &t.produce);
+  build_tail(p, model, TAIL_CONSUME, x, t.parts, &t.consume);
+  t.mpi = true;
+  for (int i = 0; i < WARMUP; i++) loom_tail(&t), split_tail(&t);
+  double dp[TAIL_ROUNDS], mpi[TAIL_ROUNDS], alone[TAIL_ROUNDS];
+  for (int i = 0; i < TAIL_ROUNDS; i++) {
+    t.mpi = false;
+    double halves = once_ms(split_tail, &t);
+    dp[i] = once_ms(loom_tail, &t) - halves;
+    t.mpi = true;
+    mpi[i] = once_ms(split_tail, &t) - halves;
+    alone[i] = once_ms(mpi_only, &t);
+  }
+  double loom = bench_median(dp, TAIL_ROUNDS), mpi_ms = bench_median(mpi, TAIL_ROUNDS);
   if (rank0()) {
     bench_json_t j;
     bench_json_begin(&j, "allreduce");
     bench_json_str(&j, "model", m->name);
-    bench_json_num(&j, "bytes", (double)count * 4);
+    bench_json_num(&j, "bytes", (double)t.count * 4);
     bench_json_num(&j, "loom_ms", loom);
-    bench_json_num(&j, "mpi_ms", mpi);
-    bench_json_num(&j, "overhead", loom / mpi - 1);
+    bench_json_num(&j, "mpi_ms", mpi_ms);
+    bench_json_num(&j, "overhead", loom / mpi_ms - 1);
+    bench_json_num(&j, "mpi_alone_ms", bench_median(alone, TAIL_ROUNDS));
     bench_json_end(&j);
   }
-  for (int i = 0; i < p->n; i++) loom_tensor_destroy(in[i]), loom_tensor_destroy(out[i]);
-  loom_executable_destroy(r.e);
-  loom_graph_destroy(g);
+  tail_t *all[] = {&t.loom, &t.produce, &t.consume};
+  for (int k = 0; k < 3; k++) loom_executable_destroy(all[k]->r.e), loom_graph_destroy(all[k]->g);
+  for (int i = 0; i < p->n; i++) loom_tensor_destroy(x[i]), loom_tensor_destroy(t.parts[i]);
   loom_graph_destroy(model);
-  free(in), free(out), free(grads), free(p);
+  munmap(t.buf, t.buf_bytes);
+  free(x), free(t.parts), free(p);
+}
 #else
+static void allreduce(const train_model_t *m) {
   (void)m;
   fprintf(stderr, "bench dist: this build has no MPI\n");
   exit(1);
-#endif
 }
+#endif
 
 /* The gradients' bytes in parameter order, for bench/dist_sim.py. */
 static void layout(const train_model_t *m) {

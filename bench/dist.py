@@ -3,8 +3,9 @@ data-parallel on 2 ranks of 1 thread (mpirun, build/bench_dist) against
 the same step on 1 rank of 1 thread and of 2 threads, and against PyTorch
 DistributedDataParallel (gloo) on 2 processes of 1 thread with the same
 model and per-rank batch (bench/peers/torch_ddp.py), run one after the
-other in this run; then Loom's bucketed all_reduce of each model's
-gradients against one MPI_Allreduce of the same bytes. JSON lines:
+other in this run; then what Loom's bucketed all_reduce of each model's
+gradients adds to a step's tail against what one MPI_Allreduce of the
+same bytes adds to it (bench/dist.c, docs/distributed.md). JSON lines:
 
   {"bench":"dist","model","ranks":2,"threads_per_rank":1,"loom_items_per_s",
    "single_rank_items_per_s","scaling_efficiency","two_thread_items_per_s",
@@ -14,7 +15,7 @@ gradients against one MPI_Allreduce of the same bytes. JSON lines:
    "data_parallel_state_bytes_per_rank","state_ratio"}: the same 2-rank step
    with AdamW's state split across the ranks (ZeRO-1), against the plain
    2-rank step measured just before; state bytes are AdamW's moments
-  {"bench":"allreduce","model","bytes","loom_ms","mpi_ms","overhead"}
+  {"bench":"allreduce","model","bytes","loom_ms","mpi_ms","overhead","mpi_alone_ms"}
   {"bench":"dist_sim",...}: bench/dist_sim.py's model of the Transformer's
   step at 8, 64 and 512 ranks, from its one-rank step measured here
 
