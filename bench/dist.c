@@ -22,9 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "bench_util.h"
+#include "core/alloc.h"
 #include "train_step.h"
 
 #ifdef LOOM_HAVE_MPI
@@ -193,41 +193,24 @@ static void build_tail(const model_params_t *mp, loom_graph_t *model, tail_part_
 typedef struct tails {
   tail_t loom, produce, consume;
   loom_tensor_t **parts; /* each gradient's place in buf */
-  float *buf;
-  size_t buf_bytes;
+  float *buf; /* allocated as Loom's arena is: MPI's shared-memory
+                transport pins each page it copies, and huge pages are fewer */
   int64_t count;
   bool mpi; /* the hand-made exchange runs MPI_Allreduce */
 } tails_t;
 
 static void loom_tail(void *arg) { run_once(&((tails_t *)arg)->loom.r); }
 
-static void split_tail(void *arg) {
-  tails_t *t = arg;
-  run_once(&t->produce.r);
-  if (t->mpi)
-    MPI_Allreduce(MPI_IN_PLACE, t->buf, (int)t->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  run_once(&t->consume.r);
-}
-
 static void mpi_only(void *arg) {
   tails_t *t = arg;
   MPI_Allreduce(MPI_IN_PLACE, t->buf, (int)t->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
-/* MPI's buffer of count floats, zeroed, in huge pages where the system
- * gives them (as Loom's arena): MPI's shared-memory transport pins the
- * pages it copies between processes, per page. */
-static float *mpi_buffer(int64_t count, size_t *bytes) {
-  size_t huge = (size_t)2 << 20;
-  *bytes = ((size_t)count * sizeof(float) + huge - 1) / huge * huge;
-  void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    fprintf(stderr, "bench dist: out of memory for %zu bytes\n", *bytes);
-    exit(1);
-  }
-  madvise(p, *bytes, MADV_HUGEPAGE);
-  memset(p, 0, *bytes);
-  return p;
+static void split_tail(void *arg) {
+  tails_t *t = arg;
+  run_once(&t->produce.r);
+  if (t->mpi) mpi_only(t);
+  run_once(&t->consume.r);
 }
 
 /* ms of one call of f, the ranks starting together (rank 0's clock). */
@@ -265,9 +248,15 @@ static void allreduce(const train_model_t *m) {
     BENCH_TRY(loom_init_normal(x[i], (uint64_t)i, 0.0, 1.0));
     t.count += loom_tensor_numel(x[i]);
   }
-  t.buf = mpi_buffer(t.count, &t.buf_bytes);
+  t.buf = core_aligned_alloc((size_t)t.count * sizeof *t.buf);
+  if (!t.buf) {
+    fprintf(stderr, "bench dist: out of memory for the MPI buffer\n");
+    exit(1);
+  }
+  memset(t.buf, 0, (size_t)t.count * sizeof *t.buf);
   t.parts = calloc((size_t)p->n, sizeof *t.parts);
-  for (int i = 0, at = 0; i < p->n; at += (int)loom_tensor_numel(x[i]), i++) {
+  int64_t at = 0;
+  for (int i = 0; i < p->n; at += loom_tensor_numel(x[i]), i++) {
     int64_t dims[LOOM_MAX_RANK];
     for (int d = 0; d < loom_tensor_rank(x[i]); d++) dims[d] = loom_tensor_dim(x[i], d);
     BENCH_TRY(loom_tensor_wrap(LOOM_F32, loom_tensor_rank(x[i]), dims, NULL, t.buf + at,
@@ -303,7 +292,7 @@ static void allreduce(const train_model_t *m) {
   for (int k = 0; k < 3; k++) loom_executable_destroy(all[k]->r.e), loom_graph_destroy(all[k]->g);
   for (int i = 0; i < p->n; i++) loom_tensor_destroy(x[i]), loom_tensor_destroy(t.parts[i]);
   loom_graph_destroy(model);
-  munmap(t.buf, t.buf_bytes);
+  core_free(t.buf);
   free(x), free(t.parts), free(p);
 }
 #else
