@@ -327,7 +327,9 @@ LOOM_API loom_status_t loom_compile_options_init_sized(loom_compile_options_t *o
 #define loom_compile_options_init(o) loom_compile_options_init_sized((o), sizeof *(o))
 
 /* Compiles g (options NULL: defaults). g's parameters are shared with the
- * executable, whose runs update them; g must outlive the executable. If
+ * executable, whose runs update them: the executable keeps g alive, so
+ * loom_graph_destroy(g) may come before loom_executable_destroy (the
+ * graph is freed with the last executable compiled from it). If
  * the C compiler is missing or fails, the executable still works: it runs
  * the graph with the reference kernels instead (much slower), one warning
  * a process is printed, and loom_executable_info's fallback and

@@ -605,6 +605,7 @@ loom_status_t loom_compile(loom_graph_t *g, const loom_compile_options_t *option
   loom_executable_t *e = core_calloc(1, sizeof *e);
   if (!e) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   e->source = g;
+  ir_graph_hold(g); /* the parameters are shared: g lives while e does */
   loom_status_t s = resolve_symbols(e, &o);
   if (s == LOOM_OK) e->parts[0].backend = be_find(o.target);
   if (s == LOOM_OK && !e->parts[0].backend) s = unknown_target(o.target);

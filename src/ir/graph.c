@@ -1,6 +1,7 @@
 /* Graphs: values (inputs, parameters, constants, node outputs), nodes in
  * execution order, and outputs. Nodes are appended after their inputs
  * exist, so a graph built through this file is topologically ordered. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <string.h>
@@ -157,11 +158,29 @@ static void free_arrays(loom_graph_t *g) {
   core_free(g);
 }
 
+/* One reference less to g, freeing it after the last: holds counts those
+ * beyond the creator's, so the count falls below zero only once. */
+static void drop(loom_graph_t *g) {
+  if (atomic_fetch_sub_explicit(&g->holds, 1, memory_order_acq_rel) > 0) return;
+  release_contents(g);
+  free_arrays(g);
+}
+
+static loom_graph_t *root_of(loom_graph_t *g) {
+  while (g->owner) g = g->owner;
+  return g;
+}
+
+void ir_graph_hold(loom_graph_t *g) {
+  atomic_fetch_add_explicit(&root_of(g)->holds, 1, memory_order_relaxed);
+}
+
+void ir_graph_let_go(loom_graph_t *g) { drop(root_of(g)); }
+
 void loom_graph_destroy(loom_graph_t *g) {
   /* A subgraph goes with the graph that owns it. */
   if (!g || g->owner) return;
-  release_contents(g);
-  free_arrays(g);
+  drop(g);
 }
 
 /* The arrays ir_graph_recycle kept on this thread. */
@@ -181,6 +200,10 @@ void ir_graph_free_spare(void) {
 
 void ir_graph_recycle(loom_graph_t *g) {
   if (!g || g->owner) return;
+  if (atomic_load_explicit(&g->holds, memory_order_acquire) > 0) {
+    drop(g); /* an executable still reads it: its arrays stay */
+    return;
+  }
   release_contents(g);
   ir_graph_free_spare();
   spare.nodes = g->nodes;

@@ -346,7 +346,16 @@ struct loom_graph {
   /* Parameters holding one rank's shard of a whole value (src/ir/shard.c). */
   struct ir_shard *shards;
   int64_t n_shards;
+  /* Holders besides the creator (ir_graph_hold): executables compiled
+   * from it, which share its parameters; the graph is freed by whichever
+   * of loom_graph_destroy and the last let-go comes last. */
+  _Atomic int32_t holds;
 };
+
+/* Keeps g (the graph owning it, for a subgraph) alive until a matching
+ * ir_graph_let_go, whether or not loom_graph_destroy comes first. */
+void ir_graph_hold(loom_graph_t *g);
+void ir_graph_let_go(loom_graph_t *g);
 
 /* The hook's verdict on a change of g (OK without a hook). */
 static inline loom_status_t ir_before_change(loom_graph_t *g, const char *what) {

@@ -366,6 +366,7 @@ void loom_executable_destroy(loom_executable_t *e) {
   core_free(e->syms);
   core_free(e->fallback_reason);
   if (e->owns_graph) loom_graph_destroy(e->graph);
+  if (e->source) ir_graph_let_go(e->source);
   core_free(e);
 }
 

@@ -61,7 +61,7 @@ typedef struct guard {
 } guard_t;
 
 struct loom_executable {
-  loom_graph_t *source;  /* the user's graph */
+  loom_graph_t *source;  /* the user's graph, held (ir_graph_hold) */
   loom_graph_t *graph;   /* after the passes (owned), or source */
   bool owns_graph;
   int64_t *syms;         /* symbol values the code is specialized to, and
