@@ -303,7 +303,8 @@ static void direct_forward_configurations(void) {
 
 /* Depthwise layers (groups = c = o): MobileNet's 3x3 at strides 1 and 2,
  * uneven pads, a 5x5 window, dilation, stride 3, a single row, and no
- * bias or epilogue; 7x7 planes (a vector spans rows), planes in several
+ * bias or epilogue; 7x7 planes (a vector spans rows), planes taken flat
+ * (their padding above, below and across rows' ends), planes in several
  * bands of rows, a 1x1 window, rows of a vector at most with uneven pads;
  * the 5x5 window (EfficientNet's, MnasNet's) at strides 1 and 2 in the
  * same ways. */
@@ -329,6 +330,10 @@ static const conv_case_t depthwise_cases[] = {
     {1, 5, 33, 37, 5, 5, 5, 2, 2, 2, 1, 2, 2, 1, 1, 5, 1, 1},     /* 5x5, stride 2, wide */
     {1, 3, 40, 21, 3, 5, 5, 1, 1, 1, 3, 0, 2, 1, 1, 3, 1, 1},     /* 5x5, uneven pads, bands */
     {1, 2, 9, 41, 2, 5, 5, 2, 2, 0, 0, 3, 1, 1, 1, 2, 0, 1},      /* 5x5, stride 2, pads after */
+    {1, 5, 9, 8, 5, 3, 3, 1, 1, 2, 0, 0, 2, 1, 1, 5, 1, 1},       /* flat: pads above, right */
+    {1, 4, 5, 3, 4, 3, 3, 1, 1, 0, 2, 1, 0, 1, 1, 4, 0, 1},       /* flat: two pads left */
+    {2, 3, 32, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 1},      /* flat: the largest plane */
+    {1, 3, 33, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 0},      /* one row more: in rows */
 };
 
 static int run_depthwise(const loom_abi_conv2d_t *d, core_pool_t *pool) {
