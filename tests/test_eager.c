@@ -1079,6 +1079,57 @@ static void test_pooled(void) {
   }
 }
 
+/* cast between bool, i32, i64 and f32 (and f32 to itself) runs eagerly,
+ * byte for byte the reference's: NaN, infinities and values past int64's
+ * range (saturated), fractions both sides of zero (truncated), an int64
+ * that rounds differently through double on the way to f32 (2^62 + 2^38
+ * + 1: the reference rounds twice), and integers
+ * that wrap into i32; other pairs (f64 here) stay the reference's. */
+static void test_cast(void) {
+  const loom_dtype_t dts[] = {LOOM_BOOL, LOOM_I32, LOOM_I64, LOOM_F32, LOOM_F64};
+  const double floats[] = {0.0, -0.0, 1.5, -1.5, -0.7, 2.5e9, -3e19, 3e19, NAN, INFINITY,
+                           -INFINITY, 1e-40, 7, 16777217};
+  const int64_t ints[] = {0, 1, -1, 2, 255, -129, INT64_C(2147483648), INT64_C(-2147483649),
+                          (INT64_C(1) << 53) + 1, INT64_MAX, INT64_MIN, 16777217,
+                          (INT64_C(1) << 62) + (INT64_C(1) << 38) + 1, -5};
+  enum { N = 14 };
+  for (size_t a = 0; a < sizeof dts / sizeof *dts; a++)
+    for (size_t b = 0; b < sizeof dts / sizeof *dts; b++) {
+      loom_dtype_t from = dts[a], to = dts[b];
+      loom_graph_t *g;
+      loom_value_t x, y;
+      CHECK_OK(loom_graph_create(&g));
+      CHECK_OK(loom_graph_input(g, "x", from, 1, (loom_dim_t[]){N}, &x));
+      CHECK_OK(loom_cast(g, x, to, &y));
+      CHECK_OK(loom_graph_output(g, y));
+      loom_tensor_t *in;
+      CHECK_OK(loom_tensor_create(from, 1, (int64_t[]){N}, &in));
+      void *d = loom_tensor_data(in);
+      for (int i = 0; i < N; i++) {
+        switch (from) {
+          case LOOM_BOOL: ((uint8_t *)d)[i] = (uint8_t)(i % 3 == 1); break;
+          case LOOM_I32: ((int32_t *)d)[i] = (int32_t)ints[i]; break;
+          case LOOM_I64: ((int64_t *)d)[i] = ints[i]; break;
+          case LOOM_F32: ((float *)d)[i] = (float)floats[i]; break;
+          default: ((double *)d)[i] = floats[i]; break;
+        }
+      }
+      loom_tensor_t *want = NULL, *got = NULL;
+      CHECK_OK(loom_interpret(g, 1, &in, 1, &want));
+      CHECK_OK(rt_interpret(g, 1, &in, 1, &got, counting_cpu(), pool));
+      size_t bytes = (size_t)N * loom_dtype_size(to);
+      CHECK(want && got && memcmp(loom_tensor_data(want), loom_tensor_data(got), bytes) == 0);
+      bool fast = from != LOOM_F64 && to != LOOM_F64 && !(from == to && from != LOOM_F32) &&
+                  !(from == LOOM_BOOL && to == LOOM_I32) && !(from == LOOM_I32 && to == LOOM_BOOL) &&
+                  !(from == LOOM_F32 && to == LOOM_I32);
+      CHECK(ran_last(g) == fast);
+      loom_tensor_destroy(want);
+      loom_tensor_destroy(got);
+      loom_tensor_destroy(in);
+      loom_graph_destroy(g);
+    }
+}
+
 int main(void) {
   test_seed(17);
   main_thread = pthread_self();
@@ -1093,6 +1144,7 @@ int main(void) {
   TEST_RUN(test_matmul);
   TEST_RUN(test_movement);
   TEST_RUN(test_expand);
+  TEST_RUN(test_cast);
   TEST_RUN(test_reshape_takes_over);
   TEST_RUN(test_gather);
   TEST_RUN(test_index_select_embedding);

@@ -8,7 +8,8 @@
  *   - matmul of f32 (here);
  *   - concat, split, slice with steps of 1, and pad with a constant
  *     (no crop), of any dtype (here);
- *   - expand, of any dtype (eager_elementwise.c);
+ *   - expand, of any dtype, and cast between bool, i32, i64 and f32
+ *     (eager_elementwise.c);
  *   - f32 and i64 add, sub, mul and mod (Python's; an i64 divisor of 0
  *     is the reference's, which fails); f32 div, maximum, minimum and the unary
  *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
@@ -209,6 +210,7 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_PAD: return eager_pad(c, status);
     case IR_OP_WHERE: return cpu_eager_where(c, status);
     case IR_OP_EXPAND: return cpu_eager_expand(c, status);
+    case IR_OP_CAST: return cpu_eager_cast(c, status);
     case IR_OP_GATHER:
     case IR_OP_INDEX_SELECT:
     case IR_OP_EMBEDDING: return cpu_eager_take(c, status);

@@ -14,10 +14,11 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status);
 /* Each family's kernels, which cpu_eager calls; same contract. */
 
 /* eager_elementwise.c: arithmetic, unary ops, comparisons; where;
- * expand */
+ * expand; cast */
 bool cpu_eager_elementwise(ref_call_t *c, loom_status_t *status);
 bool cpu_eager_where(ref_call_t *c, loom_status_t *status);
 bool cpu_eager_expand(ref_call_t *c, loom_status_t *status);
+bool cpu_eager_cast(ref_call_t *c, loom_status_t *status);
 
 /* eager_index.c: gather, index_select and embedding; scatter_add */
 bool cpu_eager_take(ref_call_t *c, loom_status_t *status);

@@ -385,3 +385,44 @@ bool cpu_eager_expand(ref_call_t *c, loom_status_t *status) {
   ew_loop(&s, es, &es, 1, y->data, &from, where_runs[es].copy);
   return true;
 }
+
+/* cast: the common pairs of dtypes as typed loops, each conversion the
+ * reference's (integers through int64, floats through double into
+ * dtype_store_f64's saturating one); other pairs are the reference's. */
+static int64_t f64_to_i64(double v) {
+  if (isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
+#define CAST_LOOP(from_t, to_t, expr)           \
+  do {                                          \
+    const from_t *s = x->data;                  \
+    to_t *d = y->data;                          \
+    for (int64_t i = 0; i < n; i++) {           \
+      from_t v = s[i];                          \
+      d[i] = (expr);                            \
+    }                                           \
+  } while (0)
+
+bool cpu_eager_cast(ref_call_t *c, loom_status_t *status) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int64_t n = loom_tensor_numel(x);
+  loom_dtype_t from = x->dtype, to = y->dtype;
+  if (from == LOOM_BOOL && to == LOOM_F32) CAST_LOOP(uint8_t, float, v ? 1.0f : 0.0f);
+  else if (from == LOOM_I64 && to == LOOM_F32) CAST_LOOP(int64_t, float, (float)(double)v);
+  else if (from == LOOM_I32 && to == LOOM_F32) CAST_LOOP(int32_t, float, (float)v);
+  else if (from == LOOM_F32 && to == LOOM_I64) CAST_LOOP(float, int64_t, f64_to_i64(v));
+  else if (from == LOOM_F32 && to == LOOM_BOOL) CAST_LOOP(float, uint8_t, v != 0);
+  else if (from == LOOM_I64 && to == LOOM_BOOL) CAST_LOOP(int64_t, uint8_t, v != 0);
+  else if (from == LOOM_BOOL && to == LOOM_I64) CAST_LOOP(uint8_t, int64_t, v != 0);
+  else if (from == LOOM_I32 && to == LOOM_I64) CAST_LOOP(int32_t, int64_t, v);
+  else if (from == LOOM_I64 && to == LOOM_I32)
+    CAST_LOOP(int64_t, int32_t, (int32_t)(uint32_t)(uint64_t)v);
+  else if (from == to && from == LOOM_F32) CAST_LOOP(float, float, (float)(double)v);
+  else return false;
+  *status = LOOM_OK;
+  return true;
+}
