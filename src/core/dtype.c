@@ -145,12 +145,7 @@ void dtype_store_f64(loom_dtype_t d, void *p, double v) {
     case LOOM_I32:
       *(int32_t *)p = (int32_t)saturate(v, -2147483648.0, 2147483647.0);
       break;
-    case LOOM_I64:
-      if (isnan(v)) *(int64_t *)p = 0;
-      else if (v >= 9223372036854775807.0) *(int64_t *)p = INT64_MAX;
-      else if (v <= -9223372036854775808.0) *(int64_t *)p = INT64_MIN;
-      else *(int64_t *)p = (int64_t)v;
-      break;
+    case LOOM_I64: *(int64_t *)p = dtype_f64_to_i64(v); break;
     case LOOM_BOOL: *(uint8_t *)p = v != 0; break;
     default: break;
   }

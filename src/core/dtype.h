@@ -37,4 +37,13 @@ int64_t dtype_load_i64(loom_dtype_t d, const void *p);
 void dtype_store_f64(loom_dtype_t d, void *p, double v);
 void dtype_store_i64(loom_dtype_t d, void *p, int64_t v);
 
+/* v as int64 the way dtype_store_f64 stores it: truncated toward zero,
+ * saturated, NaN as 0. */
+static inline int64_t dtype_f64_to_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
 #endif

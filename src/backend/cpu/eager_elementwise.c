@@ -389,13 +389,6 @@ bool cpu_eager_expand(ref_call_t *c, loom_status_t *status) {
 /* cast: the common pairs of dtypes as typed loops, each conversion the
  * reference's (integers through int64, floats through double into
  * dtype_store_f64's saturating one); other pairs are the reference's. */
-static int64_t f64_to_i64(double v) {
-  if (isnan(v)) return 0;
-  if (v >= 9223372036854775807.0) return INT64_MAX;
-  if (v <= -9223372036854775808.0) return INT64_MIN;
-  return (int64_t)v;
-}
-
 #define CAST_LOOP(from_t, to_t, expr)           \
   do {                                          \
     const from_t *s = x->data;                  \
@@ -414,7 +407,7 @@ bool cpu_eager_cast(ref_call_t *c, loom_status_t *status) {
   if (from == LOOM_BOOL && to == LOOM_F32) CAST_LOOP(uint8_t, float, v ? 1.0f : 0.0f);
   else if (from == LOOM_I64 && to == LOOM_F32) CAST_LOOP(int64_t, float, (float)(double)v);
   else if (from == LOOM_I32 && to == LOOM_F32) CAST_LOOP(int32_t, float, (float)v);
-  else if (from == LOOM_F32 && to == LOOM_I64) CAST_LOOP(float, int64_t, f64_to_i64(v));
+  else if (from == LOOM_F32 && to == LOOM_I64) CAST_LOOP(float, int64_t, dtype_f64_to_i64(v));
   else if (from == LOOM_F32 && to == LOOM_BOOL) CAST_LOOP(float, uint8_t, v != 0);
   else if (from == LOOM_I64 && to == LOOM_BOOL) CAST_LOOP(int64_t, uint8_t, v != 0);
   else if (from == LOOM_BOOL && to == LOOM_I64) CAST_LOOP(uint8_t, int64_t, v != 0);

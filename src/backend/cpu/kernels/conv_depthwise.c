@@ -72,11 +72,10 @@ typedef struct dw {
   int64_t bands; /* of output rows a plane, each its own task (in place only) */
   /* Small planes taken flat (_flat in conv_depthwise_rows.inc), or NULL:
    * tap t of the 3x3 window reads at flat_off[t] from the output's
-   * position, in the lanes flat_bits[vector][t] sets; input planes are
-   * in_plane floats apart. */
+   * position, in the lanes flat_bits[vector][t] sets. */
   void (*flat)(const struct dw *g, const float *x, const float *w, const float *bias, float *y,
                int64_t n);
-  int64_t flat_off[9], in_plane;
+  int64_t flat_off[9];
   uint16_t flat_bits[DW_FLAT_CHUNKS][9];
   kern_stride2_fn stride2; /* the even columns of a row, vectorized */
   atomic_int failed;       /* a task found no scratch */
@@ -225,7 +224,6 @@ static void flat_setup(dw_t *g, int lanes) {
   const loom_abi_conv2d_t *d = g->d;
   int64_t hw = d->ho * d->wo, pt = d->pads[0], pl = d->pads[1];
   g->flat = lanes == 16 ? run_avx512_flat : run_avx2_flat;
-  g->in_plane = d->h * d->w;
   for (int t = 0; t < 9; t++) g->flat_off[t] = (t / 3 - pt) * d->w + t % 3 - pl;
   memset(g->flat_bits, 0, sizeof g->flat_bits);
   for (int64_t p = 0; p < hw; p++)
