@@ -1,9 +1,11 @@
 /* The interpreter and tensors: parameters and assigns, constants, outputs
- * that alias inputs, parameters or each other, symbolic sizes bound per
- * run, strided inputs, and the tensor accessors. */
+ * that alias inputs, parameters or each other, outputs the caller keeps
+ * as views of inputs (the fallback's saved inputs), symbolic sizes bound
+ * per run, strided inputs, and the tensor accessors. */
 #include <string.h>
 
 #include "harness.h"
+#include "runtime/interp.h"
 
 /* A counter: c' = c + 1; outputs the value read (c) and the new one. */
 static void counter_accumulates(void) {
@@ -95,6 +97,43 @@ static void outputs_alias(void) {
   for (int i = 0; i < 6; i++) loom_tensor_destroy(outs[i]);
   loom_tensor_destroy(in);
   loom_tensor_destroy(k);
+  loom_graph_destroy(g);
+}
+
+/* rt_interpret_keeping: an output kept by the caller as a view of the
+ * input it is stays that tensor, unwritten, beside the outputs the run
+ * hands out; a kept output that is not such a view fails the run, which
+ * then hands nothing out and leaves the kept tensor to its caller. */
+static void kept_outputs_stay(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  int64_t shape[] = {3};
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, shape, &x));
+  CHECK_OK(loom_add(g, x, x, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  CHECK_OK(loom_graph_output(g, x));
+  loom_tensor_t *in = test_tensor(LOOM_F32, 1, shape, (double[]){1, 2, 3});
+  loom_tensor_t *view, *other = test_tensor(LOOM_F32, 1, shape, (double[]){0, 0, 0});
+  CHECK_OK(loom_tensor_wrap(LOOM_F32, 1, shape, NULL, loom_tensor_data(in), &view));
+  bool kept[2] = {false, true};
+  loom_tensor_t *outs[2] = {(loom_tensor_t *)&kept, view}; /* outs[0] not kept: any value */
+  CHECK_OK(rt_interpret_keeping(g, 1, &in, 2, outs, kept, NULL, NULL));
+  double ys[] = {2, 4, 6}, xs[] = {1, 2, 3};
+  CHECK_TENSOR(outs[0], ys, 3, 0, 0);
+  CHECK(outs[1] == view && loom_tensor_data(view) == loom_tensor_data(in));
+  CHECK_TENSOR(view, xs, 3, 0, 0);
+  loom_tensor_destroy(outs[0]);
+  outs[0] = NULL;
+  outs[1] = other;
+  CHECK_ERR(rt_interpret_keeping(g, 1, &in, 2, outs, kept, NULL, NULL), LOOM_ERR_BINDING,
+            "output 1 was kept by the caller, but is not a view");
+  CHECK(outs[0] == NULL && outs[1] == other);
+  double zs[] = {0, 0, 0};
+  CHECK_TENSOR(other, zs, 3, 0, 0);
+  loom_tensor_destroy(other);
+  loom_tensor_destroy(view);
+  loom_tensor_destroy(in);
   loom_graph_destroy(g);
 }
 
@@ -233,6 +272,7 @@ int main(void) {
   TEST_RUN(counter_accumulates);
   TEST_RUN(assigns_swap_parameters);
   TEST_RUN(outputs_alias);
+  TEST_RUN(kept_outputs_stay);
   TEST_RUN(symbolic_sizes_per_run);
   TEST_RUN(strided_inputs);
   TEST_RUN(tensor_wrap_shares_memory);

@@ -472,14 +472,14 @@ static void test_callback_backward(void) {
 }
 
 /* A forward's saved inputs are kept as views of their storage (the
- * weights an RNN cell reads are not copied per cell): a backward after
- * the optimizer step changed them is refused, as PyTorch refuses a
- * backward through tensors modified in place; a backward before it, and
- * the next step, are unaffected. */
-static void test_backward_after_adamw(void) {
+ * weights an RNN cell reads are not copied per cell), compiled or
+ * interpreted: a backward after the optimizer step changed them is
+ * refused, as PyTorch refuses a backward through tensors modified in
+ * place; a backward before it, and the next step, are unaffected. */
+static void check_backward_after_adamw(int compile) {
   rnn_t r;
   rnn_init(&r, LOOM_F32);
-  loom_trace_t *t = new_trace(1);
+  loom_trace_t *t = new_trace(compile);
   double loss = 0;
   loom_value_t l;
   traced_forward(t, &r, &loss, &l);
@@ -492,6 +492,9 @@ static void test_backward_after_adamw(void) {
   loom_trace_destroy(t);
   rnn_free(&r);
 }
+
+static void test_backward_after_adamw(void) { check_backward_after_adamw(1); }
+static void test_backward_after_adamw_interpreted(void) { check_backward_after_adamw(0); }
 
 /* A strided (transposed) input that the backward needs (saved by the
  * forward, which may keep it as a view of what the trace binds): the
@@ -550,6 +553,7 @@ static void test_strided_saved_input(void) {
 int main(void) {
   test_seed(55);
   TEST_RUN(test_backward_after_adamw);
+  TEST_RUN(test_backward_after_adamw_interpreted);
   TEST_RUN(test_strided_saved_input);
   TEST_RUN(test_rnn_compiled);
   TEST_RUN(test_rnn_interpreted);

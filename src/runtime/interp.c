@@ -81,12 +81,27 @@ static void compute_last_use(interp_t *it) {
   for (int64_t v = 0; v < g->n_values; v++) it->index_only[v] &= it->last_use[v] >= 0;
 }
 
+/* Whether out, an output the caller set, views value v's own storage. */
+static bool views_value(const interp_t *it, int32_t v, const loom_tensor_t *out) {
+  const loom_tensor_t *x = it->vals[v];
+  return out->data == x->data && out->dtype == x->dtype && out->rank == x->rank &&
+         !memcmp(out->shape, x->shape, sizeof *x->shape * (size_t)x->rank) &&
+         tensor_is_contiguous(out) && tensor_is_contiguous(x);
+}
+
 /* Hands each graph output to the caller: the tensor itself when the
- * interpreter owns it and no other output shares it, else a copy. */
+ * interpreter owns it and no other output shares it, else a copy; an
+ * output the caller kept (a view of an input's storage) stays as it is. */
 static loom_status_t take_outputs(interp_t *it, loom_tensor_t **outputs) {
   loom_graph_t *g = it->g;
   for (int64_t i = 0; i < g->n_outputs; i++) {
     int32_t v = g->outputs[i];
+    if (outputs[i]) {
+      if (!views_value(it, v, outputs[i]))
+        return loom_fail(LOOM_ERR_BINDING, "output %lld was kept by the caller, but is not "
+                         "a view of the value's own storage", (long long)i);
+      continue;
+    }
     bool shared = false;
     for (int64_t j = i + 1; j < g->n_outputs; j++) shared |= g->outputs[j] == v;
     if (it->owned[v] && !shared) {
@@ -181,12 +196,19 @@ loom_status_t loom_interpret(loom_graph_t *g, int n_inputs,
 loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
                            int n_outputs, loom_tensor_t **outputs, const be_backend_t *fast,
                            core_pool_t *pool) {
+  return rt_interpret_keeping(g, n_inputs, inputs, n_outputs, outputs, NULL, fast, pool);
+}
+
+loom_status_t rt_interpret_keeping(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
+                                   int n_outputs, loom_tensor_t **outputs, const bool *kept,
+                                   const be_backend_t *fast, core_pool_t *pool) {
   LOOM_CHECK_ARG(g);
   if (n_outputs != g->n_outputs)
     return loom_fail(LOOM_ERR_BINDING, "the graph has %lld outputs, room for %d was given",
                      (long long)g->n_outputs, n_outputs);
   if (n_outputs > 0) LOOM_CHECK_ARG(outputs);
-  for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+  for (int i = 0; i < n_outputs; i++)
+    if (!kept || !kept[i] || !outputs[i]) outputs[i] = NULL;
   interp_t it = {.g = g, .fast = fast && fast->eager ? fast : NULL, .pool = pool};
   loom_status_t s = interp_start(&it);
   if (s == LOOM_OK) s = bind_inputs(&it, n_inputs, inputs);
@@ -194,6 +216,7 @@ loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *
   if (s != LOOM_OK)
     for (int i = 0; i < n_outputs; i++) {
       /* A failed run hands nothing out; take_outputs gave these up. */
+      if (kept && kept[i]) continue;
       loom_tensor_destroy(outputs[i]);
       outputs[i] = NULL;
     }

@@ -181,6 +181,20 @@ static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *c
   return loom_tensor_wrap(x->dtype, x->rank, x->shape, NULL, x->data, out);
 }
 
+/* The interpreter's saved outputs that are inputs of w, as views
+ * (saved_view), marked kept: the interpreter leaves them, where it would
+ * copy them. */
+static loom_status_t saved_views(loom_trace_t *t, seg_work_t *w, const loom_graph_t *eg,
+                                 loom_tensor_t *const *ins, loom_tensor_t **outs,
+                                 bool *kept) {
+  for (int i = 0; i < (int)eg->n_outputs; i++) {
+    int j = w->train && i >= w->n_outs ? output_input(eg, i) : -1;
+    if (j >= 0) LOOM_TRY(saved_view(t, w, ins, j, &outs[i]));
+    kept[i] = outs[i] != NULL;
+  }
+  return LOOM_OK;
+}
+
 /* Output tensors for the executable's outputs (the entry graph's types,
  * its symbols at their sizes). The executable writes every element, so
  * they are not zeroed. */
@@ -388,9 +402,12 @@ static loom_status_t run_entry(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   loom_tensor_t *ins[n_in + 1], *outs[n_out + 1], *staged[n_in + 1];
   memset(outs, 0, sizeof outs);
   if (w->bucket) memset(staged, 0, sizeof staged); /* else none are made */
+  bool kept[n_out + 1];
   loom_status_t s = bind_inputs(t, w, ins, staged);
-  if (s == LOOM_OK && eager) s = rt_interpret(eg, n_in, ins, n_out, outs, be_find(NULL),
-                                             tr_fallback_pool(t));
+  if (s == LOOM_OK && eager) s = saved_views(t, w, eg, ins, outs, kept);
+  if (s == LOOM_OK && eager)
+    s = rt_interpret_keeping(eg, n_in, ins, n_out, outs, kept, be_find(NULL),
+                             tr_fallback_pool(t));
   if (s == LOOM_OK && !eager) s = new_outputs(t, w, e, ins, outs, n_out);
   if (s == LOOM_OK && !eager) s = seg_entry_run(t, e, n_in, ins, n_out, outs, false);
   for (int i = 0; w->bucket && i < n_in; i++) loom_tensor_destroy(staged[i]);
