@@ -103,7 +103,8 @@ static void outputs_alias(void) {
 /* rt_interpret_keeping: an output kept by the caller as a view of the
  * input it is stays that tensor, unwritten, beside the outputs the run
  * hands out; a kept output that is not such a view fails the run, which
- * then hands nothing out and leaves the kept tensor to its caller. */
+ * then hands nothing out and leaves the kept tensor to its caller, and
+ * a kept output that is NULL is refused. */
 static void kept_outputs_stay(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
@@ -129,6 +130,9 @@ static void kept_outputs_stay(void) {
   CHECK_ERR(rt_interpret_keeping(g, 1, &in, 2, outs, kept, NULL, NULL), LOOM_ERR_BINDING,
             "output 1 was kept by the caller, but is not a view");
   CHECK(outs[0] == NULL && outs[1] == other);
+  outs[1] = NULL;
+  CHECK_ERR(rt_interpret_keeping(g, 1, &in, 2, outs, kept, NULL, NULL), LOOM_ERR_INVALID,
+            "output 1 is marked kept but is null");
   double zs[] = {0, 0, 0};
   CHECK_TENSOR(other, zs, 3, 0, 0);
   loom_tensor_destroy(other);

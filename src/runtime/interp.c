@@ -207,8 +207,11 @@ loom_status_t rt_interpret_keeping(loom_graph_t *g, int n_inputs, loom_tensor_t 
     return loom_fail(LOOM_ERR_BINDING, "the graph has %lld outputs, room for %d was given",
                      (long long)g->n_outputs, n_outputs);
   if (n_outputs > 0) LOOM_CHECK_ARG(outputs);
+  for (int i = 0; kept && i < n_outputs; i++)
+    if (kept[i] && !outputs[i])
+      return loom_fail(LOOM_ERR_INVALID, "output %d is marked kept but is null", i);
   for (int i = 0; i < n_outputs; i++)
-    if (!kept || !kept[i] || !outputs[i]) outputs[i] = NULL;
+    if (!kept || !kept[i]) outputs[i] = NULL;
   interp_t it = {.g = g, .fast = fast && fast->eager ? fast : NULL, .pool = pool};
   loom_status_t s = interp_start(&it);
   if (s == LOOM_OK) s = bind_inputs(&it, n_inputs, inputs);

@@ -20,7 +20,8 @@ loom_status_t rt_interpret(loom_graph_t *g, int n_inputs, loom_tensor_t *const *
 /* rt_interpret, where each output i with kept[i] set (kept NULL: none)
  * is the caller's tensor already: a view of the storage of the input
  * that output is (a saved input held without a copy), which the run
- * leaves as it is, and fails (LOOM_ERR_BINDING) if it is not. */
+ * leaves as it is, and fails (LOOM_ERR_BINDING) if it is not (a kept
+ * output that is NULL: LOOM_ERR_INVALID). */
 loom_status_t rt_interpret_keeping(loom_graph_t *g, int n_inputs, loom_tensor_t *const *inputs,
                                    int n_outputs, loom_tensor_t **outputs, const bool *kept,
                                    const be_backend_t *fast, struct core_pool *pool);

@@ -181,16 +181,16 @@ static loom_status_t saved_view(loom_trace_t *t, seg_work_t *w, loom_tensor_t *c
   return loom_tensor_wrap(x->dtype, x->rank, x->shape, NULL, x->data, out);
 }
 
-/* The interpreter's saved outputs that are inputs of w, as views
- * (saved_view), marked kept: the interpreter leaves them, where it would
- * copy them. */
+/* eg's saved outputs that are inputs of w, as views (saved_view); the
+ * others stay NULL. kept (NULL: not wanted) marks the views, which the
+ * interpreter then leaves where it would copy them. */
 static loom_status_t saved_views(loom_trace_t *t, seg_work_t *w, const loom_graph_t *eg,
                                  loom_tensor_t *const *ins, loom_tensor_t **outs,
                                  bool *kept) {
   for (int i = 0; i < (int)eg->n_outputs; i++) {
     int j = w->train && i >= w->n_outs ? output_input(eg, i) : -1;
     if (j >= 0) LOOM_TRY(saved_view(t, w, ins, j, &outs[i]));
-    kept[i] = outs[i] != NULL;
+    if (kept) kept[i] = outs[i] != NULL;
   }
   return LOOM_OK;
 }
@@ -204,9 +204,8 @@ static loom_status_t new_outputs(loom_trace_t *t, seg_work_t *w, rt_entry_t *e,
   loom_graph_t *eg = rt_entry_graph(e);
   int64_t syms[ir_num_symbols(eg) + 1];
   LOOM_TRY(segment_syms(t, w, ir_num_symbols(eg), syms));
+  LOOM_TRY(saved_views(t, w, eg, ins, outs, NULL));
   for (int i = 0; i < n_out; i++) {
-    int j = w->train && i >= w->n_outs ? output_input(eg, i) : -1;
-    if (j >= 0) LOOM_TRY(saved_view(t, w, ins, j, &outs[i]));
     if (outs[i]) continue;
     const ir_type_t *ty = &eg->values[eg->outputs[i]].type;
     int64_t shape[LOOM_MAX_RANK];
