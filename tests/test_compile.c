@@ -427,8 +427,8 @@ static void flops_counted(void) {
  * against the interpreter, twice (the second run reads what the first
  * left in the arena), with how many ops went in place: the count the
  * compiler logs, so that a graph meant to keep its copies (an operand
- * read after the concat, the same operand twice, a concat across rows, a
- * slice with a step) shows it did. */
+ * read after the concat, the same operand in two concats, a graph input
+ * twice, a concat across rows, a slice with a step) shows it did. */
 static int run_layout_graph(loom_graph_t *g, int n_in, loom_tensor_t **in, int n_out) {
   loom_tensor_t *want[8], *got[8];
   CHECK_OK(loom_interpret(g, n_in, in, n_out, want));
@@ -508,8 +508,9 @@ static void layouts_in_place(void) {
   loom_graph_destroy(g);
 
   /* Concats that must copy: an operand read after the concat (through
-   * its result), the same operand twice, a concat across rows, graph
-   * inputs; a slice with a step. The one dense slice goes in place. */
+   * its result), one value twice that another concat reads too, a concat
+   * across rows, graph inputs; a slice with a step. The one dense slice
+   * goes in place. */
   loom_value_t twice, rows, cat2, s0, o3, o4, o5, half, two;
   g = layout_producers(&x, &a, &c, &r);
   CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
@@ -534,6 +535,25 @@ static void layouts_in_place(void) {
   loom_value_t outs[6] = {o0, o1, o2, o3, o4, o5};
   for (int i = 0; i < 6; i++) CHECK_OK(loom_graph_output(g, outs[i]));
   CHECK(run_layout_graph(g, 3, in, 6) == 1);
+  loom_graph_destroy(g);
+
+  /* Two sums of one value, which CSE makes one (as it does the biases'
+   * gradients of two batch norms after one residual add in a bucket): the
+   * concat still goes in place, the repeat copied into its place
+   * (pass_concat_distinct). */
+  loom_value_t y, r2;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){8, 3}, &x));
+  CHECK_OK(loom_graph_input(g, "y", LOOM_F32, 2, (loom_dim_t[]){4, 6}, &y));
+  CHECK_OK(loom_exp(g, x, &a));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r));
+  CHECK_OK(loom_sum(g, y, 1, (int64_t[]){1}, 0, &r2));
+  CHECK_OK(loom_reshape(g, a, 1, (loom_dim_t[]){24}, &fa));
+  CHECK_OK(loom_concat(g, 3, (loom_value_t[]){r, fa, r2}, 0, &cat));
+  three = test_constant(g, LOOM_F32, 0, NULL, (double[]){3});
+  CHECK_OK(loom_mul(g, cat, three, &t));
+  CHECK_OK(loom_graph_output(g, t));
+  CHECK(run_layout_graph(g, 2, (loom_tensor_t *[]){in[0], in[2]}, 1) == 1);
   loom_graph_destroy(g);
   for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
 }

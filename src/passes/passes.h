@@ -19,6 +19,10 @@ loom_status_t pass_const_fold(const loom_graph_t *src, loom_graph_t **out);
 loom_status_t pass_cse(const loom_graph_t *src, loom_graph_t **out);
 /* Drops nodes whose outputs reach neither a graph output nor an assign. */
 loom_status_t pass_dce(const loom_graph_t *src, loom_graph_t **out);
+/* Gives a concat that reads one value more than once a copy of it for
+ * each repeat, so that the memory plan can place every operand inside
+ * the result (CSE makes such repeats). */
+loom_status_t pass_concat_distinct(const loom_graph_t *src, loom_graph_t **out);
 /* Algebraic identities: x*1, x+0, x-0, x-x (to zeros for integer dtypes
  * only: for floats, inf-inf is NaN), double transpose, reshape of
  * reshape, cast to the same dtype, expand or broadcast of a value already
@@ -38,7 +42,7 @@ typedef struct pass_options {
 void pass_options_init(pass_options_t *o);
 
 /* Runs the enabled passes in order: simplify, decompose, fold, simplify,
- * cse, dce. */
+ * cse, dce, concat_distinct (with cse). */
 loom_status_t pass_pipeline(const loom_graph_t *src, const pass_options_t *o,
                             loom_graph_t **out);
 

@@ -98,6 +98,8 @@ static const pass_step_t steps[] = {
     {"simplify", pass_simplify, offsetof(pass_options_t, simplify)},
     {"cse", pass_cse, offsetof(pass_options_t, cse)},
     {"dce", pass_dce, offsetof(pass_options_t, dce)},
+    /* after CSE, which makes the repeats */
+    {"concat_distinct", pass_concat_distinct, offsetof(pass_options_t, cse)},
 };
 
 loom_status_t pass_pipeline(const loom_graph_t *src, const pass_options_t *o,
