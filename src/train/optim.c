@@ -18,6 +18,13 @@
 #include "loom/train.h"
 #include "train/optim.h"
 
+/* A scalar constant of an optimizer call: v in dtype. */
+typedef struct opt_const {
+  double v;
+  loom_dtype_t dtype;
+  loom_value_t value;
+} opt_const_t;
+
 /* One optimizer call: the graph, its name for messages, the learning
  * rate converted once per parameter dtype, whether the parameter being
  * updated takes this step (train_optimizer's take), and for
@@ -29,6 +36,10 @@ typedef struct opt {
   loom_value_t lr_as[LOOM_DTYPE_COUNT]; /* id -1: not made yet */
   loom_value_t take; /* bool, rank 0; id -1: the update is unconditional */
   int ranks, rank;   /* ranks 0: the state is whole */
+  /* The scalar constants made so far (scalar): each is made once, not once
+   * per parameter, which the fallback interpreter would run every step. */
+  int n_consts;
+  opt_const_t consts[16];
 } opt_t;
 
 /* One parameter's update: the parameter (its name names the state), the
@@ -45,26 +56,38 @@ static const ir_type_t *type_of(const loom_graph_t *g, loom_value_t v) {
 }
 
 /* A rank-0 value of dtype holding v (broadcasts in binary ops). */
-static loom_status_t scalar(loom_graph_t *g, double v, loom_dtype_t dtype,
-                            loom_value_t *out) {
+static loom_status_t constant(loom_graph_t *g, double v, loom_dtype_t dtype,
+                              loom_value_t *out) {
   return loom_full(g, 0, NULL, v, dtype, out);
 }
 
+/* The call's constant v of dtype, made at its first use. */
+static loom_status_t scalar(opt_t *o, double v, loom_dtype_t dtype, loom_value_t *out) {
+  for (int i = 0; i < o->n_consts; i++)
+    if (o->consts[i].dtype == dtype && !memcmp(&o->consts[i].v, &v, sizeof v)) {
+      *out = o->consts[i].value;
+      return LOOM_OK;
+    }
+  LOOM_TRY(constant(o->g, v, dtype, out));
+  if (o->n_consts < (int)(sizeof o->consts / sizeof o->consts[0]))
+    o->consts[o->n_consts++] = (opt_const_t){v, dtype, *out};
+  return LOOM_OK;
+}
+
 /* x * k for a constant k. */
-static loom_status_t scale(loom_graph_t *g, loom_value_t x, double k,
-                           loom_value_t *out) {
+static loom_status_t scale(opt_t *o, loom_value_t x, double k, loom_value_t *out) {
   loom_value_t c;
-  LOOM_TRY(scalar(g, k, type_of(g, x)->dtype, &c));
-  return loom_mul(g, x, c, out);
+  LOOM_TRY(scalar(o, k, type_of(o->g, x)->dtype, &c));
+  return loom_mul(o->g, x, c, out);
 }
 
 /* a * x + b * y for constants a and b. */
-static loom_status_t mix(loom_graph_t *g, double a, loom_value_t x, double b,
-                         loom_value_t y, loom_value_t *out) {
+static loom_status_t mix(opt_t *o, double a, loom_value_t x, double b, loom_value_t y,
+                         loom_value_t *out) {
   loom_value_t ax, by;
-  LOOM_TRY(scale(g, x, a, &ax));
-  LOOM_TRY(scale(g, y, b, &by));
-  return loom_add(g, ax, by, out);
+  LOOM_TRY(scale(o, x, a, &ax));
+  LOOM_TRY(scale(o, y, b, &by));
+  return loom_add(o->g, ax, by, out);
 }
 
 /* The learning rate in dtype (a cast made once per dtype). */
@@ -253,13 +276,13 @@ static loom_status_t computed(loom_graph_t *g, loom_value_t *p,
 }
 
 /* grad + wd * p (L2 regularization folded into the gradient). */
-static loom_status_t decayed(loom_graph_t *g, loom_value_t p, loom_value_t grad,
+static loom_status_t decayed(opt_t *o, loom_value_t p, loom_value_t grad,
                              double wd, loom_value_t *out) {
   if (wd == 0) {
     *out = grad;
     return LOOM_OK;
   }
-  return mix(g, 1.0, grad, wd, p, out);
+  return mix(o, 1.0, grad, wd, p, out);
 }
 
 /* ---- SGD ---------------------------------------------------------------------- */
@@ -275,13 +298,13 @@ static loom_status_t sgd_check(const char *fn, const loom_optimizer_t *h) {
 static loom_status_t sgd_one(opt_t *o, const loom_optimizer_t *h, const slot_t *s) {
   loom_value_t pc = s->value, grad = s->grad, d, dir;
   LOOM_TRY(computed(o->g, &pc, &grad));
-  LOOM_TRY(decayed(o->g, pc, grad, h->weight_decay, &d));
+  LOOM_TRY(decayed(o, pc, grad, h->weight_decay, &d));
   if (h->momentum == 0) return descend(o, s, pc, d);
   loom_value_t buf, next;
   LOOM_TRY(state_like(o, s, "momentum", &buf));
-  LOOM_TRY(mix(o->g, h->momentum, buf, 1.0, d, &next));
+  LOOM_TRY(mix(o, h->momentum, buf, 1.0, d, &next));
   LOOM_TRY(commit(o, buf, next));
-  if (h->nesterov) LOOM_TRY(mix(o->g, 1.0, d, h->momentum, next, &dir));
+  if (h->nesterov) LOOM_TRY(mix(o, 1.0, d, h->momentum, next, &dir));
   else dir = next;
   return descend(o, s, pc, dir);
 }
@@ -300,13 +323,14 @@ static loom_status_t adam_check(const char *fn, const loom_optimizer_t *h) {
 }
 
 /* 1 - beta^t in dtype. */
-static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
+static loom_status_t correction(opt_t *o, double beta, loom_value_t t,
                                 loom_dtype_t dtype, loom_value_t *out) {
+  loom_graph_t *g = o->g;
   loom_value_t tf, b, bt, one;
   LOOM_TRY(loom_cast(g, t, dtype, &tf));
-  LOOM_TRY(scalar(g, beta, dtype, &b));
+  LOOM_TRY(scalar(o, beta, dtype, &b));
   LOOM_TRY(loom_pow(g, b, tf, &bt));
-  LOOM_TRY(scalar(g, 1.0, dtype, &one));
+  LOOM_TRY(scalar(o, 1.0, dtype, &one));
   return loom_sub(g, one, bt, out);
 }
 
@@ -317,19 +341,20 @@ static loom_status_t correction(loom_graph_t *g, double beta, loom_value_t t,
  * one division and one square root where the textbook order takes three
  * divisions (the update runs in a weight-gradient GEMM's epilogue, and
  * the divisions cost 15% of an AdamW pass over memory here). */
-static loom_status_t adam_direction(loom_graph_t *g, const loom_optimizer_t *h,
+static loom_status_t adam_direction(opt_t *o, const loom_optimizer_t *h,
                                     loom_value_t t, loom_value_t m,
                                     loom_value_t v, loom_value_t *out) {
+  loom_graph_t *g = o->g;
   loom_dtype_t dt = type_of(g, m)->dtype;
   loom_value_t bc1, bc2, inv1, inv2, mhat, root, scaled, eps_v, denom;
-  LOOM_TRY(correction(g, h->beta1, t, dt, &bc1));
-  LOOM_TRY(correction(g, h->beta2, t, dt, &bc2));
+  LOOM_TRY(correction(o, h->beta1, t, dt, &bc1));
+  LOOM_TRY(correction(o, h->beta2, t, dt, &bc2));
   LOOM_TRY(loom_reciprocal(g, bc1, &inv1));
   LOOM_TRY(loom_rsqrt(g, bc2, &inv2));
   LOOM_TRY(loom_mul(g, m, inv1, &mhat));
   LOOM_TRY(loom_sqrt(g, v, &root));
   LOOM_TRY(loom_mul(g, root, inv2, &scaled));
-  LOOM_TRY(scalar(g, h->eps, dt, &eps_v));
+  LOOM_TRY(scalar(o, h->eps, dt, &eps_v));
   LOOM_TRY(loom_add(g, scaled, eps_v, &denom));
   return loom_div(g, mhat, denom, out);
 }
@@ -344,8 +369,8 @@ static loom_status_t shrink(opt_t *o, loom_value_t p, double wd,
   loom_value_t lr, lrwd, one, keep;
   loom_dtype_t dt = type_of(o->g, p)->dtype;
   LOOM_TRY(lr_in(o, dt, &lr));
-  LOOM_TRY(scale(o->g, lr, wd, &lrwd));
-  LOOM_TRY(scalar(o->g, 1.0, dt, &one));
+  LOOM_TRY(scale(o, lr, wd, &lrwd));
+  LOOM_TRY(scalar(o, 1.0, dt, &one));
   LOOM_TRY(loom_sub(o->g, one, lrwd, &keep));
   return loom_mul(o->g, p, keep, out);
 }
@@ -356,15 +381,15 @@ static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h, loom_value_t 
   double wd = h->weight_decay;
   loom_value_t pc = s->value, grad = s->grad, d, m, v, m2, d2, v2, dir, base;
   LOOM_TRY(computed(g, &pc, &grad));
-  LOOM_TRY(decayed(g, pc, grad, decoupled(h) ? 0 : wd, &d));
+  LOOM_TRY(decayed(o, pc, grad, decoupled(h) ? 0 : wd, &d));
   LOOM_TRY(state_like(o, s, "m", &m));
   LOOM_TRY(state_like(o, s, "v", &v));
-  LOOM_TRY(mix(g, h->beta1, m, 1.0 - h->beta1, d, &m2));
+  LOOM_TRY(mix(o, h->beta1, m, 1.0 - h->beta1, d, &m2));
   LOOM_TRY(loom_mul(g, d, d, &d2));
-  LOOM_TRY(mix(g, h->beta2, v, 1.0 - h->beta2, d2, &v2));
+  LOOM_TRY(mix(o, h->beta2, v, 1.0 - h->beta2, d2, &v2));
   LOOM_TRY(commit(o, m, m2));
   LOOM_TRY(commit(o, v, v2));
-  LOOM_TRY(adam_direction(g, h, t, m2, v2, &dir));
+  LOOM_TRY(adam_direction(o, h, t, m2, v2, &dir));
   LOOM_TRY(shrink(o, pc, decoupled(h) ? wd : 0, &base));
   return descend(o, s, base, dir);
 }
@@ -374,7 +399,7 @@ static loom_status_t adam_one(opt_t *o, const loom_optimizer_t *h, loom_value_t 
 static loom_status_t step_counter(opt_t *o, const char *name, loom_value_t *t) {
   loom_value_t counter, one;
   LOOM_TRY(loom_graph_param(o->g, name, LOOM_I64, 0, NULL, NULL, &counter));
-  LOOM_TRY(scalar(o->g, 1.0, LOOM_I64, &one));
+  LOOM_TRY(scalar(o, 1.0, LOOM_I64, &one));
   LOOM_TRY(loom_add(o->g, counter, one, t));
   return commit(o, counter, *t);
 }
@@ -553,11 +578,11 @@ loom_status_t train_clip_grad_norm(const char *fn, loom_graph_t *g, loom_comm_t 
   if (comm) LOOM_TRY(loom_all_reduce(g, comm, total, LOOM_COMM_SUM, &total));
   LOOM_TRY(loom_sqrt(g, total, &norm));
   /* PyTorch's 1e-6 keeps the ratio finite for an all-zero gradient. */
-  LOOM_TRY(scalar(g, 1e-6, dt, &tiny));
+  LOOM_TRY(constant(g, 1e-6, dt, &tiny));
   LOOM_TRY(loom_add(g, norm, tiny, &denom));
-  LOOM_TRY(scalar(g, max_norm, dt, &mx));
+  LOOM_TRY(constant(g, max_norm, dt, &mx));
   LOOM_TRY(loom_div(g, mx, denom, &ratio));
-  LOOM_TRY(scalar(g, 1.0, dt, &one));
+  LOOM_TRY(constant(g, 1.0, dt, &one));
   LOOM_TRY(loom_minimum(g, ratio, one, &coef));
   for (int i = 0; i < n; i++) {
     loom_value_t c = coef;
