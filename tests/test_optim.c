@@ -3,8 +3,9 @@
  * plain doubles, through the interpreter and through one compiled
  * executable replayed for 100 steps without recompiling while the
  * learning rate changes; gradient clipping by global norm; the state's
- * names; the error paths. */
+ * names; the constants made once per call; the error paths. */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -305,6 +306,39 @@ static void test_adam_first_step_by_hand(void) {
   loom_graph_destroy(g);
 }
 
+/* The constants of an update (Adam's betas, their complements, eps, one)
+ * are made once per call, not once per parameter: the step's graph for
+ * four parameters has as many full nodes as for one (the fallback
+ * interpreter runs every node of it at every step). */
+static int adam_constants(int n) {
+  loom_graph_t *g;
+  loom_value_t w[N], grad[N], lr;
+  int64_t shape[1] = {3};
+  CHECK_OK(loom_graph_create(&g));
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "w%d", i);
+    CHECK_OK(loom_graph_param(g, name, LOOM_F32, 1, shape, NULL, &w[i]));
+    snprintf(name, sizeof name, "g%d", i);
+    CHECK_OK(loom_graph_input(g, name, LOOM_F32, 1, shape, &grad[i]));
+  }
+  CHECK_OK(loom_graph_input(g, "lr", LOOM_F32, 0, NULL, &lr));
+  CHECK_OK(loom_adamw(g, n, w, grad, lr, 0.9, 0.999, 1e-8, 0.01));
+  char *text = NULL;
+  CHECK_OK(loom_graph_print(g, &text));
+  int fulls = 0;
+  for (const char *at = text; at && (at = strstr(at, "= full(")); at++) fulls++;
+  loom_free(text);
+  loom_graph_destroy(g);
+  return fulls;
+}
+
+static void test_constants_once(void) {
+  int one = adam_constants(1);
+  CHECK(one > 0);
+  CHECK(adam_constants(N) == one);
+}
+
 /* A strided gradient (every other element of user memory) gives what a
  * contiguous one gives; the momentum buffer is named after the param. */
 static void test_sgd_strided_gradient(void) {
@@ -542,6 +576,7 @@ int main(void) {
   TEST_RUN(test_by_description);
   TEST_RUN(test_optimizer_init);
   TEST_RUN(test_adam_first_step_by_hand);
+  TEST_RUN(test_constants_once);
   TEST_RUN(test_sgd_strided_gradient);
   TEST_RUN(test_clip_grad_norm);
   TEST_RUN(test_training_step);
