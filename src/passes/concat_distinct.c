@@ -7,8 +7,6 @@
  * residual add (each the sum of the same incoming gradient), which CSE
  * merges into one value. With the copy, the concat moves nothing but the
  * repeat (a ResNet-18 bucket of 25 MB was copied whole every step). */
-#include <string.h>
-
 #include "core/status.h"
 #include "ir/rewrite.h"
 #include "passes/passes.h"
@@ -22,15 +20,15 @@ static bool repeats(const loom_graph_t *g, const ir_node_t *n, int k) {
   return false;
 }
 
+/* Concat n with each repeat read through a copy: stop_gradient, the
+ * identity as an op of its own (identity is an alias, which shares its
+ * input's buffer). */
 static loom_status_t copy_concat(ir_rewriter_t *rw, const ir_node_t *n) {
-  const loom_graph_t *g = rw->src;
   int32_t in[n->n_in], out;
   for (int k = 0; k < n->n_in; k++) {
     in[k] = ir_rewrite_lookup(rw, n->in[k]);
-    /* stop_gradient: the identity as an op of its own (identity itself
-     * is an alias, which shares its input's buffer) */
     int32_t copy;
-    if (repeats(g, n, k)) {
+    if (repeats(rw->src, n, k)) {
       LOOM_TRY(ir_rewrite_emit(rw, IR_OP_STOP_GRADIENT, 1, &in[k], NULL, &copy, 1));
       in[k] = copy;
     }
