@@ -160,7 +160,8 @@ bool rt_cache_key_missed(loom_cache_t *c, const rt_key_t *key);
  * run beside it (without them, rt_cache_get compiles on the caller). */
 bool rt_cache_has_workers(const loom_cache_t *c);
 
-/* Waits until no worker has queued or running work (tests). */
+/* Returns once no compile is queued or running: the caller compiles what
+ * is queued itself and waits for what the workers run. */
 void rt_cache_drain(loom_cache_t *c);
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e);

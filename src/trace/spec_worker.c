@@ -80,6 +80,24 @@ void cache_job_promote(loom_cache_t *c, rt_entry_t *e) {
   queue_push_front(c, j);
 }
 
+/* Under the lock, which it releases while the job runs: runs the job at
+ * the queue's head on the calling thread. */
+static void run_head(loom_cache_t *c) {
+  cache_job_t *j = c->queue_head;
+  queue_unlink(c, j);
+  j->entry->job = NULL;
+  c->running++;
+  pthread_mutex_unlock(&c->lock);
+  core_env_enter(j->env);
+  j->env = NULL;
+  c->run_job(c, j->entry, &j->builder, j->speculative);
+  core_env_leave();
+  cache_job_free(j);
+  pthread_mutex_lock(&c->lock);
+  c->running--;
+  note_idle(c);
+}
+
 static void *worker_main(void *arg) {
   loom_cache_t *c = arg;
   core_thread_background(); /* its compiles: callers interpret meanwhile */
@@ -87,19 +105,7 @@ static void *worker_main(void *arg) {
   for (;;) {
     while (!c->queue_head && !c->stop) pthread_cond_wait(&c->work, &c->lock);
     if (c->stop) break;
-    cache_job_t *j = c->queue_head;
-    queue_unlink(c, j);
-    j->entry->job = NULL;
-    c->running++;
-    pthread_mutex_unlock(&c->lock);
-    core_env_enter(j->env);
-    j->env = NULL;
-    c->run_job(c, j->entry, &j->builder, j->speculative);
-    core_env_leave();
-    cache_job_free(j);
-    pthread_mutex_lock(&c->lock);
-    c->running--;
-    note_idle(c);
+    run_head(c);
   }
   pthread_mutex_unlock(&c->lock);
   return NULL;
@@ -145,9 +151,13 @@ void cache_workers_stop(loom_cache_t *c) {
 
 bool rt_cache_has_workers(const loom_cache_t *c) { return c && c->n_workers > 0; }
 
+/* The caller compiles what is still queued itself, at its own priority
+ * and beside the workers, and waits only for the jobs they run. */
 void rt_cache_drain(loom_cache_t *c) {
   if (!c) return;
   pthread_mutex_lock(&c->lock);
-  while (c->queue_head || c->running > 0) pthread_cond_wait(&c->idle, &c->lock);
+  while (c->queue_head || c->running > 0)
+    if (c->queue_head) run_head(c);
+    else pthread_cond_wait(&c->idle, &c->lock);
   pthread_mutex_unlock(&c->lock);
 }
