@@ -692,22 +692,34 @@ static void test_environment_of_jobs(void) {
   loom_cache_destroy(c);
 }
 
+/* A cache with one worker, held at gate (closed) in the build of n at
+ * site. */
+static loom_cache_t *held_worker(uint64_t site, int64_t n, _Atomic int *gate) {
+  loom_cache_t *c;
+  if (loom_cache_create(0, 1, &c) != LOOM_OK) return NULL;
+  atomic_store(&builds, 0);
+  atomic_store(&n_built, 0);
+  atomic_store(gate, 0);
+  rt_key_input_t in;
+  rt_key_t k = key_for(&in, site, 1, &n);
+  rt_builder_t b = builder_for(1, &n, false);
+  ((seg_ctx_t *)b.ctx)->gate = gate;
+  CHECK_OK(rt_cache_speculate(c, &k, &b));
+  while (atomic_load(&builds) == 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  return c;
+}
+
 /* A caller that waits for a queued job compiles it itself; one that does
  * not wait moves it to the front of the queue. */
 static void test_queue_order(void) {
-  loom_cache_t *c;
-  CHECK_OK(loom_cache_create(0, 1, &c));
-  atomic_store(&builds, 0);
-  atomic_store(&n_built, 0);
   static _Atomic int gate;
-  atomic_store(&gate, 0);
+  loom_cache_t *c = held_worker(11, 40, &gate);
+  CHECK(c != NULL);
+  if (!c) return;
   rt_key_input_t in;
-  int64_t n = 40;
-  rt_key_t k = key_for(&in, 11, 1, &n);
-  rt_builder_t b = builder_for(1, &n, false);
-  ((seg_ctx_t *)b.ctx)->gate = &gate;
-  CHECK_OK(rt_cache_speculate(c, &k, &b));
-  while (atomic_load(&builds) == 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  rt_key_t k;
+  rt_builder_t b;
+  int64_t n;
   /* The worker is held in 40's build: 41, 42, 43 wait in the queue. */
   for (n = 41; n <= 43; n++) {
     k = key_for(&in, 11, 1, &n);
@@ -748,22 +760,14 @@ static void *drain_main(void *arg) {
 /* A drain compiles the queued jobs on its own thread: the worker is held
  * in another job's build, and the queued one is built all the same. */
 static void test_drain_compiles_queued(void) {
-  loom_cache_t *c;
-  CHECK_OK(loom_cache_create(0, 1, &c));
-  atomic_store(&builds, 0);
-  atomic_store(&n_built, 0);
   static _Atomic int gate;
-  atomic_store(&gate, 0);
+  loom_cache_t *c = held_worker(12, 50, &gate);
+  CHECK(c != NULL);
+  if (!c) return;
   rt_key_input_t in;
-  int64_t n = 50;
+  int64_t n = 51;
   rt_key_t k = key_for(&in, 12, 1, &n);
   rt_builder_t b = builder_for(1, &n, false);
-  ((seg_ctx_t *)b.ctx)->gate = &gate;
-  CHECK_OK(rt_cache_speculate(c, &k, &b));
-  while (atomic_load(&builds) == 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
-  n = 51;
-  k = key_for(&in, 12, 1, &n);
-  b = builder_for(1, &n, false);
   CHECK_OK(rt_cache_speculate(c, &k, &b));
   pthread_t drainer;
   CHECK(pthread_create(&drainer, NULL, drain_main, c) == 0);
