@@ -692,6 +692,16 @@ static void test_environment_of_jobs(void) {
   loom_cache_destroy(c);
 }
 
+/* Queues a speculative build of n at site, held at gate when one is
+ * given. */
+static loom_status_t speculate(loom_cache_t *c, uint64_t site, int64_t n, _Atomic int *gate) {
+  rt_key_input_t in;
+  rt_key_t k = key_for(&in, site, 1, &n);
+  rt_builder_t b = builder_for(1, &n, false);
+  ((seg_ctx_t *)b.ctx)->gate = gate;
+  return rt_cache_speculate(c, &k, &b);
+}
+
 /* A cache with one worker, held at gate (closed) in the build of n at
  * site. */
 static loom_cache_t *held_worker(uint64_t site, int64_t n, _Atomic int *gate) {
@@ -700,11 +710,7 @@ static loom_cache_t *held_worker(uint64_t site, int64_t n, _Atomic int *gate) {
   atomic_store(&builds, 0);
   atomic_store(&n_built, 0);
   atomic_store(gate, 0);
-  rt_key_input_t in;
-  rt_key_t k = key_for(&in, site, 1, &n);
-  rt_builder_t b = builder_for(1, &n, false);
-  ((seg_ctx_t *)b.ctx)->gate = gate;
-  CHECK_OK(rt_cache_speculate(c, &k, &b));
+  CHECK_OK(speculate(c, site, n, gate));
   while (atomic_load(&builds) == 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
   return c;
 }
@@ -716,22 +722,15 @@ static void test_queue_order(void) {
   loom_cache_t *c = held_worker(11, 40, &gate);
   CHECK(c != NULL);
   if (!c) return;
-  rt_key_input_t in;
-  rt_key_t k;
-  rt_builder_t b;
-  int64_t n;
   /* The worker is held in 40's build: 41, 42, 43 wait in the queue. */
-  for (n = 41; n <= 43; n++) {
-    k = key_for(&in, 11, 1, &n);
-    b = builder_for(1, &n, false);
-    CHECK_OK(rt_cache_speculate(c, &k, &b));
-  }
+  for (int64_t n = 41; n <= 43; n++) CHECK_OK(speculate(c, 11, n, NULL));
   rt_entry_t *e = NULL;
   CHECK(get1(c, 11, 42, 0, &e) == RT_READY); /* taken out of the queue */
   rt_entry_release(c, e);
-  n = 43;
-  k = key_for(&in, 11, 1, &n);
-  b = builder_for(1, &n, false);
+  rt_key_input_t in;
+  int64_t n = 43;
+  rt_key_t k = key_for(&in, 11, 1, &n);
+  rt_builder_t b = builder_for(1, &n, false);
   rt_get_result_t r;
   CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
   CHECK(r == RT_PENDING);
@@ -764,11 +763,7 @@ static void test_drain_compiles_queued(void) {
   loom_cache_t *c = held_worker(12, 50, &gate);
   CHECK(c != NULL);
   if (!c) return;
-  rt_key_input_t in;
-  int64_t n = 51;
-  rt_key_t k = key_for(&in, 12, 1, &n);
-  rt_builder_t b = builder_for(1, &n, false);
-  CHECK_OK(rt_cache_speculate(c, &k, &b));
+  CHECK_OK(speculate(c, 12, 51, NULL));
   pthread_t drainer;
   CHECK(pthread_create(&drainer, NULL, drain_main, c) == 0);
   /* up to a minute: the drainer's compile on a loaded machine */
