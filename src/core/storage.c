@@ -5,7 +5,10 @@
  * that a block serves the slightly larger tensors of a later step too (a
  * graph's sizes change from step to step). A request takes the newest
  * block of its class or of the seven above it (at most half of the block
- * left unused). */
+ * left unused). Blocks of the sizes kept are cut from huge-page regions
+ * (core/pages.c), their elements 64-byte aligned; one the cache has no
+ * room for gives its pages back and waits, cold, on a second list of its
+ * class, taken only when no block of the class holds pages. */
 #include "core/storage.h"
 
 #include <pthread.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/pages.h"
 #include "core/sanitize.h"
 
 #define STORAGE_KEEPS (!CORE_ASAN)
@@ -27,17 +31,24 @@ enum {
 static const size_t MIN_KEPT = (size_t)1 << MIN_SHIFT, MAX_KEPT = (size_t)1 << MAX_SHIFT;
 static const size_t MAX_HELD = (size_t)256 << 20;
 
+/* Where a block cut from a region starts before its header, so that its
+ * elements start on 64 bytes. */
+enum { PAGES_PAD = 64 - HEADER };
+
 typedef struct header {
-  size_t capacity;     /* bytes after the header */
+  size_t capacity;     /* bytes after the header; bit 0: cut from a region */
   struct header *next; /* kept: the next block of its class */
 } header_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static header_t *kept[CLASSES]; /* newest first */
+static header_t *cold[CLASSES]; /* region blocks whose pages went back */
 static int n_kept;
 static size_t held;
 
 static header_t *header_of(void *p) { return (header_t *)((char *)p - HEADER); }
+static size_t capacity_of(const header_t *h) { return h->capacity & ~(size_t)1; }
+static bool from_pages(const header_t *h) { return h->capacity & 1; }
 
 static bool keepable(size_t capacity) {
   return STORAGE_KEEPS && capacity >= MIN_KEPT && capacity <= MAX_KEPT;
@@ -45,9 +56,10 @@ static bool keepable(size_t capacity) {
 
 static int log2_floor(size_t v) { return 63 - __builtin_clzll((unsigned long long)v); }
 
-/* The capacity a request of bytes gets. */
+/* The capacity a request of bytes gets (even: bit 0 of a header's is
+ * a flag; bytes at most SIZE_MAX / 2). */
 static size_t capacity_for(size_t bytes) {
-  if (bytes < MIN_KEPT || bytes > MAX_KEPT) return bytes;
+  if (bytes < MIN_KEPT || bytes > MAX_KEPT) return bytes ? (bytes + 15) / 16 * 16 : 16;
   size_t step = ((size_t)1 << log2_floor(bytes)) / STEPS;
   return (bytes + step - 1) / step * step;
 }
@@ -65,7 +77,14 @@ static header_t *pop(int c) {
   if (!h) return NULL;
   kept[c] = h->next;
   n_kept--;
-  held -= h->capacity;
+  held -= capacity_of(h);
+  return h;
+}
+
+/* Under the lock: takes the newest cold block of class c, or NULL. */
+static header_t *pop_cold(int c) {
+  header_t *h = cold[c];
+  if (h) cold[c] = h->next;
   return h;
 }
 
@@ -75,29 +94,43 @@ static void *take(size_t capacity) {
   header_t *h = NULL;
   pthread_mutex_lock(&lock);
   for (int k = c; !h && k < c + STEPS && k < CLASSES; k++) h = pop(k);
+  for (int k = c; !h && k < c + STEPS && k < CLASSES; k++) h = pop_cold(k);
   pthread_mutex_unlock(&lock);
   return h ? (char *)h + HEADER : NULL;
 }
 
+/* A fresh block of capacity from a region (zero-filled), or NULL. */
+static void *from_region(size_t capacity) {
+  char *block = core_pages_take(PAGES_PAD + HEADER + capacity);
+  if (!block) return NULL;
+  block += PAGES_PAD;
+  ((header_t *)block)->capacity = capacity | 1;
+  return block + HEADER;
+}
+
 void *core_storage_alloc(size_t bytes, bool zero) {
+  if (bytes > SIZE_MAX / 2) return NULL;
   size_t capacity = capacity_for(bytes);
   if (keepable(capacity)) {
     void *p = take(capacity);
-    if (p) {
-      if (core_alloc_fault()) {
-        core_storage_free(p);
-        return NULL;
-      }
-      if (zero) memset(p, 0, bytes);
-      return p;
+    if (p && core_alloc_fault()) {
+      core_storage_free(p);
+      return NULL;
     }
+    if (p && zero) memset(p, 0, bytes);
+    if (!p && core_alloc_fault()) return NULL;
+    if (!p) p = from_region(capacity);
+    if (p) return p;
   }
-  if (capacity > SIZE_MAX - HEADER) return NULL;
-  /* An empty tensor's elements still point inside their block, so that
-   * leak checkers see the block as referenced. */
-  if (capacity == 0) capacity = 1;
-  /* calloc: fresh pages of a large block come zeroed from the OS */
-  char *block = zero ? core_calloc(1, HEADER + capacity) : core_malloc(HEADER + capacity);
+  /* An empty tensor's elements still point inside their block (of 16
+   * bytes), so that leak checkers see the block as referenced. */
+  char *block;
+  if (STORAGE_KEEPS && capacity > MAX_KEPT) { /* on huge pages too */
+    block = core_aligned_alloc(HEADER + capacity);
+    if (block && zero) memset(block + HEADER, 0, capacity);
+  } else { /* calloc: fresh pages of a large block come zeroed from the OS */
+    block = zero ? core_calloc(1, HEADER + capacity) : core_malloc(HEADER + capacity);
+  }
   if (!block) return NULL;
   ((header_t *)block)->capacity = capacity;
   /* Under the sanitizers an unset block reads as NaN (-1 as an integer),
@@ -106,36 +139,53 @@ void *core_storage_alloc(size_t bytes, bool zero) {
   return block + HEADER;
 }
 
-/* Frees a chain of blocks linked by next. */
-static void free_chain(header_t *h) {
+/* Lets go of a chain of blocks linked by next, outside the lock: a heap
+ * block is freed, a region block gives its pages back and waits cold. */
+static void let_go(header_t *h) {
+  header_t *chilled = NULL;
   for (header_t *next; h; h = next) {
     next = h->next;
-    core_free(h);
+    if (!from_pages(h)) {
+      core_free(h);
+      continue;
+    }
+    core_pages_release((char *)h + HEADER, capacity_of(h));
+    h->next = chilled;
+    chilled = h;
   }
+  if (!chilled) return;
+  pthread_mutex_lock(&lock);
+  for (header_t *next; chilled; chilled = next) {
+    next = chilled->next;
+    int c = class_of(capacity_of(chilled));
+    chilled->next = cold[c];
+    cold[c] = chilled;
+  }
+  pthread_mutex_unlock(&lock);
 }
 
 void core_storage_free(void *p) {
   if (!p) return;
   header_t *h = header_of(p);
-  if (!keepable(h->capacity)) {
+  size_t capacity = capacity_of(h);
+  if (!keepable(capacity)) {
     core_free(h);
     return;
   }
   header_t *evicted = NULL;
   pthread_mutex_lock(&lock);
-  /* The largest make room (the most bytes back for the fewest blocks);
-   * freed outside the lock. */
-  for (int c = CLASSES - 1; c >= 0 && held + h->capacity > MAX_HELD; c--)
-    for (header_t *x; held + h->capacity > MAX_HELD && (x = pop(c));) {
+  /* The largest make room (the most bytes back for the fewest blocks). */
+  for (int c = CLASSES - 1; c >= 0 && held + capacity > MAX_HELD; c--)
+    for (header_t *x; held + capacity > MAX_HELD && (x = pop(c));) {
       x->next = evicted;
       evicted = x;
     }
-  h->next = kept[class_of(h->capacity)];
-  kept[class_of(h->capacity)] = h;
+  h->next = kept[class_of(capacity)];
+  kept[class_of(capacity)] = h;
   n_kept++;
-  held += h->capacity;
+  held += capacity;
   pthread_mutex_unlock(&lock);
-  free_chain(evicted);
+  let_go(evicted);
 }
 
 void core_storage_trim(void) {
@@ -147,7 +197,7 @@ void core_storage_trim(void) {
       all = x;
     }
   pthread_mutex_unlock(&lock);
-  free_chain(all);
+  let_go(all);
 }
 
 int core_storage_kept(size_t *bytes) {
