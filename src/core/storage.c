@@ -112,25 +112,19 @@ void *core_storage_alloc(size_t bytes, bool zero) {
   if (bytes > SIZE_MAX / 2) return NULL;
   size_t capacity = capacity_for(bytes);
   if (keepable(capacity)) {
+    if (core_alloc_fault()) return NULL;
     void *p = take(capacity);
-    if (p && core_alloc_fault()) {
-      core_storage_free(p);
-      return NULL;
-    }
     if (p && zero) memset(p, 0, bytes);
-    if (!p && core_alloc_fault()) return NULL;
     if (!p) p = from_region(capacity);
-    if (p) return p;
+    if (p) return p; /* else the heap, where no region can be had */
   }
   /* An empty tensor's elements still point inside their block (of 16
    * bytes), so that leak checkers see the block as referenced. */
-  char *block;
-  if (STORAGE_KEEPS && capacity > MAX_KEPT) { /* on huge pages too */
-    block = core_aligned_alloc(HEADER + capacity);
-    if (block && zero) memset(block + HEADER, 0, capacity);
-  } else { /* calloc: fresh pages of a large block come zeroed from the OS */
-    block = zero ? core_calloc(1, HEADER + capacity) : core_malloc(HEADER + capacity);
-  }
+  /* calloc: the pages of a large block come zeroed from the OS when
+   * touched; a larger block than is kept, unzeroed, starts on huge pages */
+  char *block = zero                                 ? core_calloc(1, HEADER + capacity)
+                : STORAGE_KEEPS && capacity > MAX_KEPT ? core_aligned_alloc(HEADER + capacity)
+                                                       : core_malloc(HEADER + capacity);
   if (!block) return NULL;
   ((header_t *)block)->capacity = capacity;
   /* Under the sanitizers an unset block reads as NaN (-1 as an integer),
