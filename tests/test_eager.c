@@ -1052,7 +1052,8 @@ static void block_case(int64_t rows, bool take) {
 static void test_block_runs(void) {
   for (int take = 0; take < 2; take++) {
     block_case(37, take); /* 11100 elements: blocks of 4096, 4096, 2908 */
-    block_case(13, take); /* 3900: one block, node by node */
+    block_case(13, take); /* 3900: one block */
+    block_case(1, take);  /* 300: one block of its size */
     block_case(82, take); /* 24600: a short last block of 24 */
   }
 }

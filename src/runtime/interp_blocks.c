@@ -32,6 +32,7 @@ typedef struct block_run {
   int64_t id, end; /* end: one past its last node */
   int rank;
   int64_t shape[LOOM_MAX_RANK], numel;
+  int64_t block;   /* elements per block buffer: BLOCK, or numel if fewer */
   int n;           /* nodes computed in blocks, in order */
   int64_t nodes[RUN_MAX];
   int n_slots;
@@ -89,8 +90,9 @@ static bool runs_before(interp_t *it, const block_run_t *r, const ir_node_t *n) 
 }
 
 /* The run that starts at node `first`, if one does (two nodes or more in
- * blocks, over more than a block): its nodes, and the scalar nodes among
- * them marked to run first. */
+ * blocks, over more than one element): its nodes, and the scalar nodes
+ * among them marked to run first. A run of one block still gains: the
+ * values that die inside it take no tensors of their own. */
 static bool find_run(interp_t *it, int64_t first, block_run_t *r) {
   const loom_graph_t *g = it->g;
   const ir_node_t *n = &g->nodes[first];
@@ -99,7 +101,8 @@ static bool find_run(interp_t *it, int64_t first, block_run_t *r) {
   r->rank = g->values[n->out[0]].type.rank;
   if (interp_output_shape(it, n, 0, r->shape) != LOOM_OK) return false;
   r->numel = shape_numel(r->rank, r->shape);
-  if (r->numel <= BLOCK || !joins_blocks(it, r, n)) return false;
+  if (r->numel <= 1 || !joins_blocks(it, r, n)) return false;
+  r->block = r->numel < BLOCK ? r->numel : BLOCK;
   r->n = 0;
   for (int64_t i = first; i < g->n_nodes && r->n < RUN_MAX; i++) {
     n = &g->nodes[i];
@@ -165,7 +168,7 @@ static void block_view(const interp_t *it, const block_run_t *r, int32_t v, char
   loom_dtype_t dt = it->g->values[v].type.dtype;
   *view = (loom_tensor_t){.dtype = dt, .rank = 1, .shape = {len}, .strides = {1}};
   if (it->run_of[v] == r->id && it->slot[v] >= 0)
-    view->data = bufs + (size_t)it->slot[v] * BLOCK * sizeof(int64_t);
+    view->data = bufs + (size_t)(it->slot[v] * r->block) * sizeof(int64_t);
   else if (it->run_of[v] == r->id && it->slot[v] == SLOT_PARAM)
     view->data = (char *)it->vals[it->g->nodes[it->assigned_by[v]].in[0]]->data +
                  at * (int64_t)loom_dtype_size(dt);
@@ -203,7 +206,7 @@ static loom_status_t run_block(interp_t *it, const block_run_t *r, char *bufs, i
       continue;
     }
     for (int j = 0; j < n->n_in; j++)
-      if (views[j].data == dest) out.data = bufs + (size_t)r->n_slots * BLOCK * sizeof(int64_t);
+      if (views[j].data == dest) out.data = bufs + (size_t)(r->n_slots * r->block) * sizeof(int64_t);
     ref_call_t call = {.g = it->g, .node = n, .attrs = n->attrs,
                        .n_in = n->n_in, .in = ins, .n_out = 1, .out = outs};
     loom_status_t s = LOOM_OK;
@@ -230,7 +233,7 @@ static void run_block_range(void *ctx, int64_t begin, int64_t end) {
   block_job_t *j = ctx;
   const block_run_t *r = j->r;
   /* one buffer per slot, and a spare */
-  char *bufs = core_malloc((size_t)(r->n_slots + 1) * BLOCK * sizeof(int64_t));
+  char *bufs = core_malloc((size_t)((r->n_slots + 1) * r->block) * sizeof(int64_t));
   loom_status_t s = bufs ? LOOM_OK
                          : loom_fail(LOOM_ERR_NOMEM, "out of memory for the interpreter's blocks");
   for (int64_t b = begin; b < end && s == LOOM_OK && atomic_load(&j->status) == LOOM_OK; b++) {
