@@ -550,6 +550,54 @@ static void test_strided_saved_input(void) {
   loom_tensor_destroy(w);
 }
 
+/* Three backwards in one step over w = (1, 2, 3) and v: sum(10 w), then
+ * sum(w * w) (v not reached), then sum(v * w). loom_trace_grad sums
+ * them; loom_trace_grad_last gives each call's part alone (zeros where
+ * the call did not reach the parameter), by hand. */
+static void test_grad_last(void) {
+  int64_t n = 3;
+  loom_tensor_t *w = test_tensor(LOOM_F64, 1, &n, (double[]){1, 2, 3});
+  loom_tensor_t *v = test_tensor(LOOM_F64, 1, &n, (double[]){0.5, -1, 2});
+  loom_trace_t *t = new_trace(1);
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_value_t wv, vv, ten, a, b, l[3];
+  CHECK_OK(loom_trace_param(t, w, &wv));
+  CHECK_OK(loom_trace_param(t, v, &vv));
+  CHECK_OK(loom_full(g, 0, NULL, 10, LOOM_F64, &ten));
+  CHECK_OK(loom_mul(g, wv, ten, &a));
+  CHECK_OK(loom_sum(g, a, 0, NULL, 0, &l[0]));
+  CHECK_OK(loom_mul(g, wv, wv, &b));
+  CHECK_OK(loom_sum(g, b, 0, NULL, 0, &l[1]));
+  CHECK_OK(loom_mul(g, vv, wv, &a));
+  CHECK_OK(loom_sum(g, a, 0, NULL, 0, &l[2]));
+  const double want_w[3][3] = {{10, 10, 10}, {2, 4, 6}, {0.5, -1, 2}};
+  const double want_v[3][3] = {{0, 0, 0}, {0, 0, 0}, {1, 2, 3}};
+  double sum_w[3] = {0}, sum_v[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(loom_trace_backward(t, l[k]));
+    const loom_tensor_t *gw, *gv, *aw, *av;
+    CHECK_OK(loom_trace_grad_last(t, w, &gw));
+    CHECK_OK(loom_trace_grad_last(t, v, &gv));
+    CHECK_OK(loom_trace_grad(t, w, &aw));
+    CHECK_OK(loom_trace_grad(t, v, &av));
+    for (int i = 0; i < 3; i++) {
+      sum_w[i] += want_w[k][i];
+      sum_v[i] += want_v[k][i];
+      CHECK(test_get(gw, i) == want_w[k][i] && test_get(gv, i) == want_v[k][i]);
+      CHECK(test_get(aw, i) == sum_w[i] && test_get(av, i) == sum_v[i]);
+    }
+  }
+  const loom_tensor_t *gr;
+  CHECK(loom_trace_grad_last(t, NULL, &gr) == LOOM_ERR_INVALID);
+  loom_tensor_t *stranger = test_tensor(LOOM_F64, 1, &n, (double[]){0, 0, 0});
+  CHECK(loom_trace_grad_last(t, stranger, &gr) == LOOM_ERR_INVALID);
+  CHECK_OK(loom_trace_step_end(t));
+  loom_trace_destroy(t);
+  loom_tensor_destroy(stranger);
+  loom_tensor_destroy(w);
+  loom_tensor_destroy(v);
+}
+
 int main(void) {
   test_seed(55);
   TEST_RUN(test_backward_after_adamw);
@@ -564,5 +612,6 @@ int main(void) {
   TEST_RUN(test_rnn_symbolic_batch);
   TEST_RUN(test_rnn_finite_differences);
   TEST_RUN(test_callback_backward);
+  TEST_RUN(test_grad_last);
   return test_summary();
 }

@@ -338,6 +338,12 @@ LOOM_API loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
  * trace until the step ends; zeros if loss does not depend on p). */
 LOOM_API loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                                        const loom_tensor_t **out);
+/* The gradient of parameter p from the last loom_trace_backward alone
+ * (zeros if it did not reach p): what a front end whose gradients
+ * accumulate in its own tensors adds for that call. Owned by the trace
+ * until the next backward or the step's end. */
+LOOM_API loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
+                                            const loom_tensor_t **out);
 /* One step of the optimizer o describes (loom/train.h: the update rules
  * of loom_sgd, loom_adam and loom_adamw, whose builders make it) at
  * learning rate lr (finite, >= 0), over every parameter entered so far

@@ -351,14 +351,16 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     if (!p->requires_grad || !p->is_leaf) continue;
     const loom_tensor_t *g;
     loom_tensor_t *copy = NULL;
-    s = loom_trace_grad(st.trace, p->data, &g);
+    /* the trace sums a step's backwards; .grad takes each call's part */
+    s = loom_trace_grad_last(st.trace, p->data, &g);
     if (s == LOOM_OK) s = loom_tensor_copy(g, &copy);
     if (s != LOOM_OK) return py_fail(s);
     PyObject *grad = py_tensor_wrap(copy);
     if (!grad) return NULL;
     /* A gradient already there (an earlier backward) is added to in
-     * Python, where the ops are. */
-    bool fresh = !p->grad;
+     * Python, where the ops are. .grad is the trace's own sum only when
+     * it was empty before this step's first backward. */
+    bool fresh = !p->grad && p->trace_grad_step != st.id;
     if (p->grad) {
       PyObject *sum = PyNumber_Add(p->grad, grad);
       Py_DECREF(grad);

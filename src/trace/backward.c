@@ -34,8 +34,8 @@ static void add_f32(float *restrict a, const float *restrict b, int64_t n) {
   for (int64_t i = 0; i < n; i++) a[i] += b[i];
 }
 
-/* acc += g, elementwise; g is consumed. v names the value for messages. */
-static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
+/* acc += g, elementwise. v names the value for messages. */
+static loom_status_t add_to(loom_tensor_t *acc, const loom_tensor_t *g, int32_t v) {
   int64_t n = loom_tensor_numel(acc);
   loom_status_t s = LOOM_OK;
   if (loom_tensor_numel(g) != n || g->dtype != acc->dtype)
@@ -50,6 +50,12 @@ static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
       dtype_store_f64(acc->dtype, a, dtype_load_f64(acc->dtype, a) +
                       dtype_load_f64(g->dtype, (char *)g->data + i * es));
     }
+  return s;
+}
+
+/* acc += g; g is consumed. */
+static loom_status_t add_into(loom_tensor_t *acc, loom_tensor_t *g, int32_t v) {
+  loom_status_t s = add_to(acc, g, v);
   loom_tensor_destroy(g);
   return s;
 }
@@ -344,7 +350,8 @@ static loom_status_t backward_callback(loom_trace_t *t, tape_rec_t *r) {
   return s;
 }
 
-/* Hands the parameters' gradients of this walk to their accumulators,
+/* Hands the parameters' gradients of this walk to their accumulators
+ * (a parameter's part kept apart when its accumulator held one already),
  * and frees the others. */
 static loom_status_t collect_grads(loom_trace_t *t) {
   loom_status_t s = LOOM_OK;
@@ -352,14 +359,21 @@ static loom_status_t collect_grads(loom_trace_t *t) {
     if (t->params[i].value >= 0) s = settle(t, t->params[i].value);
   grad_defer_clear(t);
   for (int64_t i = 0; i < t->n_params; i++) {
-    int32_t v = t->params[i].value;
+    tr_param_t *q = &t->params[i];
+    int32_t v = q->value;
+    loom_tensor_destroy(q->last);
+    q->last = NULL;
+    q->last_reached = false;
     if (v < 0 || !t->tape.grads[v]) continue;
     loom_tensor_t *g = t->tape.grads[v];
     t->tape.grads[v] = NULL;
-    t->params[i].got_grad = true;
-    if (!t->params[i].grad) t->params[i].grad = g;
-    else if (s == LOOM_OK) s = add_into(t->params[i].grad, g, v);
-    else loom_tensor_destroy(g);
+    q->got_grad = q->last_reached = true;
+    if (!q->grad) {
+      q->grad = g;
+      continue;
+    }
+    if (s == LOOM_OK) s = add_to(q->grad, g, v);
+    q->last = g;
   }
   for (int64_t v = 0; v < t->tape.cap_grads; v++) {
     loom_tensor_destroy(t->tape.grads[v]);
@@ -422,5 +436,26 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
     return LOOM_OK;
   }
   return loom_fail(LOOM_ERR_INVALID, "loom_trace_grad: the tensor is not a "
+                   "parameter of this trace (enter it with loom_trace_param)");
+}
+
+loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
+                                   const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  LOOM_CHECK_ARG(p);
+  LOOM_CHECK_ARG(out);
+  for (int64_t i = 0; i < t->n_params; i++) {
+    tr_param_t *q = &t->params[i];
+    if (q->t != p) continue;
+    if (q->last_reached && !q->last) { /* the first part: all there is */
+      *out = q->grad;
+      return LOOM_OK;
+    }
+    if (!q->last) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->last));
+    *out = q->last;
+    return LOOM_OK;
+  }
+  return loom_fail(LOOM_ERR_INVALID, "loom_trace_grad_last: the tensor is not a "
                    "parameter of this trace (enter it with loom_trace_param)");
 }

@@ -108,8 +108,9 @@ void tape_clear(loom_trace_t *t) {
   t->tape.stale = 0;
   for (int64_t i = 0; i < t->n_params; i++) {
     loom_tensor_destroy(t->params[i].grad);
-    t->params[i].grad = NULL;
-    t->params[i].got_grad = false;
+    loom_tensor_destroy(t->params[i].last);
+    t->params[i].grad = t->params[i].last = NULL;
+    t->params[i].got_grad = t->params[i].last_reached = false;
   }
 }
 

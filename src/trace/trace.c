@@ -519,6 +519,7 @@ loom_status_t loom_trace_param_forget(loom_trace_t *t, const loom_tensor_t *p) {
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_param_forget: the current step uses "
                      "the parameter (forget it between steps)");
   tr_optim_forget(t, p);
+  loom_tensor_destroy(t->params[i].last);
   memmove(&t->params[i], &t->params[i + 1], sizeof *t->params * (size_t)(t->n_params - i - 1));
   t->n_params--;
   /* Packed panels are kept by storage address: a new tensor may reuse it. */

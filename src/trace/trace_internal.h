@@ -94,7 +94,9 @@ typedef struct tr_param {
   loom_tensor_t *t;
   int32_t value;        /* its value id this step, -1: not entered */
   loom_tensor_t *grad;  /* accumulated this step, or NULL */
+  loom_tensor_t *last;  /* the last backward's part when grad holds more, or NULL */
   bool got_grad;        /* a backward reached it this step */
+  bool last_reached;    /* the last backward reached it */
 } tr_param_t;
 
 /* Why a cut happens: fmt with one argument, str (when not NULL) or num,

@@ -59,6 +59,33 @@ def test_gradients_accumulate_until_zeroed():
     assert w.grad.tolist() == [3.0] * 4
 
 
+def test_backwards_within_one_step_accumulate_once_each():
+    """Two backwards in one step (two losses, no step between): .grad holds
+    each call's gradient once, also when cleared between them, and an
+    optimizer steps on the sum."""
+    (w, tw), (v, tv) = pair(3), pair(3)
+    for lib, a, b in ((loom, w, v), (torch, tw, tv)):
+        (a * 10).sum().backward()
+        ((a * a).sum() + (b * a).sum()).backward()
+    close(w.grad, tw.grad)
+    close(v.grad, tv.grad)
+    w.grad = tw.grad = None
+    for a, b in ((w, v), (tw, tv)):
+        (a * b).sum().backward()
+    close(w.grad, tw.grad)
+    close(v.grad, tv.grad)
+    loom.step()
+    mine, theirs = pair(3)
+    opts = loom.optim.SGD([mine], lr=0.1), torch.optim.SGD([theirs], lr=0.1)
+    for _ in range(3):
+        for p, opt in ((mine, opts[0]), (theirs, opts[1])):
+            opt.zero_grad()
+            (p * 10).sum().backward()
+            (p * p).sum().backward()
+            opt.step()
+    close(mine.detach(), theirs)
+
+
 def test_no_grad_and_detach_cut_the_gradient():
     w, _ = pair(3)
     with loom.no_grad():
