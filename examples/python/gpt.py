@@ -23,7 +23,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         y = self.ln1(x)
-        x = x + self.attn(y, y, y, is_causal=True)[0]
+        x = x + self.attn(y, y, y, need_weights=False, is_causal=True)[0]
         return x + self.mlp(self.ln2(x))
 
 

@@ -174,6 +174,9 @@ clip = clamp
 
 
 def where(cond, a, b):
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers
+        da, db = _number_dtype(a), _number_dtype(b)
+        a = _scalar(a, da if _category(da) >= _category(db) else db)
     a, b = _pair(a, b)
     if cond.dtype is not _BOOL:
         cond = cast(cond, _BOOL)

@@ -76,6 +76,84 @@ def test_multihead_attention():
     twin(make, (5, 3, 8))
 
 
+def _mha_pair(embed, heads, batch_first, dropout=0.0):
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(embed, heads, dropout, batch_first=batch_first)
+    mine = nn.MultiheadAttention(embed, heads, dropout, batch_first=batch_first)
+    mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    return mine, theirs
+
+
+@pytest.mark.parametrize("case", ["bool_mask", "float_mask", "padding", "both_3d",
+                                  "per_head", "unbatched", "seq_first"])
+def test_multihead_attention_masks_and_weights(case):
+    """PyTorch's conventions: a bool attn_mask / key_padding_mask marks what
+    may not be attended to, a float one is added; the weights come back
+    averaged over heads unless average_attn_weights=False; unbatched
+    (L, E) inputs; need_weights defaults to True."""
+    n, lq, e, h = 2, 4, 8, 2
+    mine, theirs = _mha_pair(e, h, batch_first=case != "seq_first")
+    shape = (lq, e) if case == "unbatched" else (lq, n, e) if case == "seq_first" else (n, lq, e)
+    x = rng.standard_normal(shape).astype(np.float32)
+    causal = np.triu(np.ones((lq, lq), bool), 1)
+    pad = np.zeros((n, lq), bool)
+    pad[1, -1] = True
+    kw = {"bool_mask": dict(attn_mask=causal),
+          "float_mask": dict(attn_mask=rng.standard_normal((lq, lq)).astype(np.float32)),
+          "padding": dict(key_padding_mask=pad),
+          "both_3d": dict(attn_mask=np.repeat(causal[None], n * h, 0), key_padding_mask=pad),
+          "per_head": dict(attn_mask=causal, average_attn_weights=False),
+          "unbatched": dict(attn_mask=causal),
+          "seq_first": dict(key_padding_mask=pad)}[case]
+
+    def args(lib, conv):
+        return {k: conv(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+    xm = loom.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    out, w = mine(xm, xm, xm, **args(loom, loom.tensor))
+    tout, tw = theirs(xt, xt, xt, **args(torch, torch.tensor))
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6)
+    g = rng.standard_normal(tout.shape).astype(np.float32)
+    (out * loom.tensor(g)).sum().backward()
+    (tout * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(xm.grad.numpy(), xt.grad.numpy(), rtol=1e-3, atol=1e-4)
+    assert mine(xm, xm, xm, need_weights=False)[1] is None
+    loom.step()
+
+
+def test_scaled_dot_product_attention_arguments_in_torch_order():
+    """(q, k, v, attn_mask, dropout_p, is_causal, scale), as PyTorch's
+    (whose math, softmax(q k^T * scale + mask) v with a bool mask marking
+    what may be attended to, is written out here in NumPy)."""
+    q, k, v = (rng.standard_normal((2, 3, 5, 4)).astype(np.float32) for _ in range(3))
+    allowed = np.tril(np.ones((5, 5), bool))
+    for args, keep, scale in (((None, 0.0, True), allowed, 0.5), ((allowed,), allowed, 0.5),
+                              ((None, 0.0, False, 0.3), np.ones((5, 5), bool), 0.3)):
+        mine = nn.functional.scaled_dot_product_attention(
+            *(loom.tensor(a) for a in (q, k, v)),
+            *(loom.tensor(a) if isinstance(a, np.ndarray) else a for a in args))
+        scores = np.where(keep, q @ k.swapaxes(-1, -2) * scale, -np.inf)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        want = p / p.sum(-1, keepdims=True) @ v
+        np.testing.assert_allclose(mine.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_transformer_encoder_masks():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    mine_layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    mine_layer.load_state_dict({k: v.numpy() for k, v in layer.state_dict().items()})
+    x = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    causal = np.triu(np.ones((4, 4), bool), 1)
+    pad = np.array([[False] * 4, [False, False, False, True]])
+    with loom.no_grad():
+        mine = mine_layer(loom.tensor(x), loom.tensor(causal), loom.tensor(pad))
+    with torch.no_grad():
+        theirs = layer(torch.tensor(x), torch.tensor(causal), torch.tensor(pad))
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_recurrent_cells_and_lstm():
     twin(lambda m: m.LSTMCell(4, 6), (3, 4), out_index=0)
     twin(lambda m: m.GRUCell(4, 6), (3, 4))

@@ -182,20 +182,34 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
                      "training": int(bool(training))})
 
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
-    """softmax(q k^T * scale + mask) v over the last two dims."""
+def _causal_mask(lq, lk):
+    from .. import tensor
+    import numpy as np
+    return tensor(np.triu(np.full((lq, lk), -np.inf, np.float32), 1))
+
+
+def _attention(q, k, v, mask, dropout_p, scale):
+    """softmax(q k^T * scale + mask) (dropped out at dropout_p) v, and the
+    weights. mask: additive (float) or None."""
     import math
-    d = q.shape[-1]
-    scores = _C.op("matmul", (q, k), {"trans_b": 1}) * (scale or 1.0 / math.sqrt(d))
-    if is_causal:
-        from .. import tensor
-        import numpy as np
-        lq, lk = q.shape[-2], k.shape[-2]
-        mask = tensor(np.triu(np.full((lq, lk), -np.inf, np.float32), 1))
+    scores = _C.op("matmul", (q, k), {"trans_b": 1}) * (scale or 1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
         scores = scores + mask
+    weights = softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return weights @ v, weights
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None):
+    """As PyTorch's: a bool attn_mask marks the keys each query may attend
+    to (True: attend), a float one is added to the scores."""
+    mask = None
+    if is_causal:
+        mask = _causal_mask(q.shape[-2], k.shape[-2])
     if attn_mask is not None:
         if attn_mask.dtype.name == "bool":
-            scores = _F.where(attn_mask, scores, float("-inf"))
-        else:
-            scores = scores + attn_mask
-    return softmax(scores, -1) @ v
+            attn_mask = _F.where(attn_mask, 0.0, float("-inf"))
+        mask = attn_mask if mask is None else mask + attn_mask
+    return _attention(q, k, v, mask, dropout_p, scale)[0]

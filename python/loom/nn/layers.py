@@ -209,40 +209,76 @@ class AdaptiveAvgPool2d(Module):
 
 
 class MultiheadAttention(Module):
-    """torch.nn.MultiheadAttention's parameters (in_proj_weight, in_proj_bias,
-    out_proj) and call: (out, None); need_weights is not supported."""
+    """torch.nn.MultiheadAttention: its parameters (in_proj_weight,
+    in_proj_bias, out_proj), arguments and masks (a bool attn_mask or
+    key_padding_mask marks what may NOT be attended to, a float one is
+    added), and its result (out, the attention weights averaged over the
+    heads, per head, or None when need_weights=False). Keys and values of
+    the query's width only (kdim, vdim), no add_bias_kv / add_zero_attn.
+    is_causal without attn_mask applies the causal mask."""
 
-    def __init__(self, embed_dim, num_heads, bias=True, batch_first=False):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
         super().__init__()
         from .. import zeros
         if embed_dim % num_heads:
             raise ValueError("embed_dim must be divisible by num_heads")
+        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or \
+                vdim not in (None, embed_dim):
+            raise NotImplementedError("loom MultiheadAttention: add_bias_kv, add_zero_attn "
+                                      "and kdim/vdim other than embed_dim")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
-        self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim))
+        self.dropout = dropout
+        self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim, dtype=dtype))
         init.xavier_uniform_(self.in_proj_weight)
-        self.in_proj_bias = Parameter(zeros(3 * embed_dim)) if bias else None
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        self.in_proj_bias = Parameter(zeros(3 * embed_dim, dtype=dtype)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
         if bias:
             init.zeros_(self.out_proj.bias)
 
-    def forward(self, query, key, value, attn_mask=None, need_weights=False, is_causal=False):
-        if need_weights:
-            raise NotImplementedError("loom MultiheadAttention: need_weights=True")
-        if not self.batch_first:
+    @staticmethod
+    def _additive(mask):
+        if mask is None or mask.dtype.name != "bool":
+            return mask
+        return _F.where(mask, float("-inf"), 0.0)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = query.ndim == 3
+        if not batched:
+            query, key, value = (t.unsqueeze(1) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if not self.batch_first or not batched:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         e, h = self.embed_dim, self.num_heads
-        w = self.in_proj_weight
-        b = self.in_proj_bias
-        ws = w.split(e, 0)
-        bs = b.split(e, 0) if b is not None else (None, None, None)
+        ws = self.in_proj_weight.split(e, 0)
+        bs = self.in_proj_bias.split(e, 0) if self.in_proj_bias is not None else (None,) * 3
         q, k, v = (F.linear(t, wi, bi) for t, wi, bi in zip((query, key, value), ws, bs))
         n, lq, lk = q.shape[0], q.shape[1], k.shape[1]
         q = q.reshape(n, lq, h, e // h).transpose(1, 2)
         k = k.reshape(n, lk, h, e // h).transpose(1, 2)
         v = v.reshape(n, lk, h, e // h).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal)
+        mask = self._additive(attn_mask)
+        if mask is not None and mask.ndim == 3:  # (n * heads, lq, lk)
+            mask = mask.reshape(n, h, lq, lk)
+        if mask is None and is_causal:
+            mask = F._causal_mask(lq, lk)
+        pad = self._additive(key_padding_mask)
+        if pad is not None:
+            pad = pad.reshape(n, 1, 1, lk)
+            mask = pad if mask is None else mask + pad
+        out, weights = F._attention(q, k, v, mask, self.dropout if self.training else 0.0, None)
         out = self.out_proj(out.transpose(1, 2).reshape(n, lq, e))
-        return (out if self.batch_first else out.transpose(0, 1)), None
+        if not self.batch_first or not batched:
+            out = out.transpose(0, 1)
+        if not batched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = weights.mean(1)
+        return out, (weights if batched else weights.squeeze(0))
 
 
 class LSTMCell(Module):
@@ -346,7 +382,8 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False):
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, batch_first=batch_first)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                            batch_first=batch_first)
         self.linear1 = Linear(d_model, dim_feedforward)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model)
@@ -357,18 +394,19 @@ class TransformerEncoderLayer(Module):
         acts = {"relu": _F.relu, "gelu": _F.gelu}
         self.activation = acts[activation] if isinstance(activation, str) else activation
 
-    def _sa(self, x, mask):
-        return self.dropout1(self.self_attn(x, x, x, attn_mask=mask)[0])
+    def _sa(self, x, mask, padding, is_causal):
+        return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
+                                            need_weights=False, is_causal=is_causal)[0])
 
     def _ff(self, x):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
-    def forward(self, src, src_mask=None):
-        x = src
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x, masks = src, (src_mask, src_key_padding_mask, is_causal)
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), src_mask)
+            x = x + self._sa(self.norm1(x), *masks)
             return x + self._ff(self.norm2(x))
-        x = self.norm1(x + self._sa(x, src_mask))
+        x = self.norm1(x + self._sa(x, *masks))
         return self.norm2(x + self._ff(x))
 
 
@@ -379,7 +417,7 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.norm = norm
 
-    def forward(self, src, mask=None):
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
         for layer in self.layers:
-            src = layer(src, mask)
+            src = layer(src, mask, src_key_padding_mask, bool(is_causal))
         return self.norm(src) if self.norm is not None else src
