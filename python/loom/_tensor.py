@@ -125,6 +125,53 @@ class Tensor(_C.TensorBase):
     def __getitem__(self, index):
         return _F._getitem(self, index)
 
+    # ---- in place (x += y, x.add_(y), ...): the tensor itself changes ----
+    def _inplace(self, result):
+        """self takes result's elements, as PyTorch's in-place ops: of
+        self's shape, and of its dtype (a result of a higher kind, float
+        into an integer tensor, is refused). A lazy tensor names the new
+        value; a real one has its memory written (so the tensors that share
+        it see the change): a parameter too, under loom.no_grad()."""
+        if result.shape != self.shape:
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
+                               f"broadcast shape {list(result.shape)}")
+        if result.dtype is not self.dtype:
+            if _F._category(result.dtype) > _F._category(self.dtype):
+                raise RuntimeError(f"result type {result.dtype.name} can't be cast to the "
+                                   f"desired output type {self.dtype.name}")
+            result = _F.cast(result, self.dtype)
+        if self._lazy and result._lazy:
+            _C._rebind(self, result)
+        else:
+            self[...] = result
+        return self
+
+    def __iadd__(self, o): return self._inplace(_F.add(self, o))
+    def __isub__(self, o): return self._inplace(_F.sub(self, o))
+    def __imul__(self, o): return self._inplace(_F.mul(self, o))
+    def __itruediv__(self, o): return self._inplace(_F.div(self, o))
+
+    def add_(self, o, alpha=1):
+        return self._inplace(_F.add(self, o if alpha == 1 else _F.mul(o, alpha)))
+
+    def sub_(self, o, alpha=1):
+        return self._inplace(_F.sub(self, o if alpha == 1 else _F.mul(o, alpha)))
+
+    def mul_(self, o): return self._inplace(_F.mul(self, o))
+    def div_(self, o): return self._inplace(_F.div(self, o))
+    def clamp_(self, min=None, max=None): return self._inplace(_F.clamp(self, min, max))
+    def fill_(self, value):
+        from . import full_like
+        return self._inplace(full_like(self, value))
+
+    def zero_(self): return self.fill_(0)
+
+    def copy_(self, src):
+        if not isinstance(src, Tensor):
+            from . import tensor
+            src = tensor(src, dtype=self.dtype)
+        return self._inplace(_F.cast(_F.expand(src, *self.shape), self.dtype))
+
     def __setitem__(self, index, value):
         """x[index] = value. Into a real tensor, its memory (NumPy's rules;
         arrays sharing it see the change). Into a lazy value (the result of
@@ -133,14 +180,13 @@ class Tensor(_C.TensorBase):
         Slices of a lazy value are new values, not views of its memory:
         assigning into one does not change the tensor it was sliced from.
         A leaf that requires grad is refused, as in PyTorch."""
-        if self.requires_grad and self.is_leaf:
+        if self.requires_grad and self.is_leaf and _C.is_grad_enabled():
             raise RuntimeError("loom: a leaf tensor that requires grad cannot be assigned "
-                               "into (use loom.no_grad() and assign to its data, or compute "
-                               "a new tensor)")
+                               "into (assign under loom.no_grad(), or compute a new tensor)")
         if self._lazy:
             _C._rebind(self, _F._index_put(self, index, value))
             return
-        if self.requires_grad:
+        if self.requires_grad and not self.is_leaf:
             raise RuntimeError("loom: assignment into a computed tensor that requires grad "
                                "and has been read; compute the new tensor with ops "
                                "(loom.where, loom.cat) instead")

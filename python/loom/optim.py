@@ -42,9 +42,11 @@ class Optimizer:
                      if k not in ("lr", "params"))
 
     def zero_grad(self, set_to_none=True):
+        from . import zeros_like
         for group in self.param_groups:
             for p in group["params"]:
-                p.grad = None if set_to_none else (p.grad * 0 if p.grad is not None else None)
+                if p.grad is not None:
+                    p.grad = None if set_to_none else zeros_like(p.grad)
 
     def step(self):
         if _C._capturing():  # inside loom.compile: the update joins the graph

@@ -150,3 +150,34 @@ def test_each_branch_compiles_once():
         assert loom.stats()["compiles"] - before <= 4
     finally:
         loom.set_compile_mode("tiered")
+
+
+def test_manual_update_in_place_under_no_grad():
+    """The hand-written SGD of PyTorch's tutorials: p -= lr * p.grad under
+    no_grad changes each parameter itself (the module's too), and
+    zero_grad(set_to_none=False) leaves zeros."""
+    results = []
+    for lib in (loom, torch):
+        lib.manual_seed(0)
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        orig = w
+        m = lib.nn.Linear(3, 2)
+        with lib.no_grad():
+            m.weight.copy_(lib.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)))
+            m.bias.zero_()
+        for _ in range(3):
+            ((w * w).sum() + m(lib.ones(4, 3)).pow(2).sum()).backward()
+            with lib.no_grad():
+                w -= 0.1 * w.grad
+                for p in m.parameters():
+                    p -= 0.01 * p.grad
+            w.grad = None
+            m.zero_grad(set_to_none=False)
+        assert w is orig and w.requires_grad
+        assert m.bias.grad.tolist() == [0.0, 0.0]
+        results.append([w.tolist(), m.weight.tolist(), m.bias.tolist()])
+    np.testing.assert_allclose(np.concatenate([np.ravel(r) for r in results[0]]),
+                               np.concatenate([np.ravel(r) for r in results[1]]), rtol=1e-5)
+    w = loom.tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        w += 1

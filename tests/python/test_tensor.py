@@ -316,3 +316,37 @@ def test_assignment_into_a_lazy_value_inside_compile_and_errors():
 def _set_first_row(x):
     x[0] = 7.0
     return x
+
+
+def test_in_place_ops_change_the_tensor():
+    """x += y, add_/sub_/mul_/div_/clamp_/fill_/zero_/copy_ as PyTorch's: the
+    same object changes, a real tensor's memory too (a view of it sees it),
+    a lazy one names the new value; a float result into an integer tensor
+    and a shape change are refused."""
+    import torch
+    for lib in (loom, torch):
+        x = lib.zeros(3)
+        y = x
+        x += 1
+        x.mul_(3)
+        x.add_(lib.ones(3), alpha=2)
+        x.sub_(lib.tensor([0.5, 1.0, 1.5]), alpha=2)
+        x.div_(2).clamp_(max=1.5)
+        assert y is x and x.tolist() == [1.5, 1.5, 1.0], lib
+    base = np.zeros(4, np.float32)
+    t = loom.from_numpy(base)
+    t.fill_(2.5)
+    assert base.tolist() == [2.5] * 4  # the shared memory changed
+    t.copy_([1, 2, 3, 4])
+    assert base.tolist() == [1, 2, 3, 4]
+    t.zero_()
+    assert base.tolist() == [0] * 4
+    lazy = loom.ones(2) * 2
+    lazy += lazy
+    assert lazy.tolist() == [4.0, 4.0]
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i = loom.arange(4)
+        i += 0.5
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        v = loom.zeros(3)
+        v += loom.ones(2, 3)

@@ -143,8 +143,10 @@ class Module:
         return self.train(False)
 
     def zero_grad(self, set_to_none=True):
+        from .. import zeros_like
         for p in self.parameters():
-            p.grad = None
+            if p.grad is not None:
+                p.grad = None if set_to_none else zeros_like(p.grad)
 
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
