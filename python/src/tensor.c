@@ -287,9 +287,14 @@ static int set_requires_grad(py_tensor_t *t, PyObject *v, void *closure) {
     return -1;
   }
   if (t->step == py_step_id() && (bool)on != t->requires_grad) {
-    PyErr_SetString(PyExc_RuntimeError, "loom: requires_grad of a tensor already used in "
-                    "this step cannot change until the step ends (loom.step())");
-    return -1;
+    /* The step so far was recorded with the old flag: it ends first, as
+     * a read ends it (its values become real). */
+    if (py_capture_active()) {
+      PyErr_SetString(PyExc_RuntimeError, "loom.compile: requires_grad of a tensor the "
+                      "function used cannot change inside it");
+      return -1;
+    }
+    if (py_step_end() < 0) return -1;
   }
   t->requires_grad = on;
   return 0;

@@ -169,3 +169,18 @@ def test_a_submodule_assigned_over_none_is_registered():
 
     b = Block()
     assert isinstance(b.extra, nn.Linear) and len(list(b.parameters())) == 2
+
+
+def test_freeze_and_convert_after_a_forward():
+    """requires_grad_(False) and to(float64) after the model has run in the
+    step (fine-tuning set-up after a look at the loss), as PyTorch allows;
+    a frozen layer then gets no gradient while the others train."""
+    m = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    x = loom.ones(5, 4)
+    before = m(x).sum().item()
+    m[0].requires_grad_(False)
+    m(x).sum().backward()
+    assert m[0].weight.grad is None and m[1].weight.grad is not None
+    assert m(x).sum().item() == pytest.approx(before, rel=1e-6)
+    m.to(loom.float64)
+    assert m[1].weight.dtype is loom.float64 and m(x.double()).dtype is loom.float64
