@@ -98,6 +98,41 @@ void py_step_realized(py_tensor_t *t) {
   if (linked(t) && t->step == st.id) st.lazy--;
 }
 
+/* The stack level of the innermost frame outside the loom package, for
+ * a warning that names the user's line. */
+static int user_stacklevel(void) {
+  static char pkg[4096];
+  if (!pkg[0]) {
+    PyObject *m = PyImport_ImportModule("loom"), *file = m ? PyObject_GetAttrString(m, "__file__") : NULL;
+    const char *f = file ? PyUnicode_AsUTF8(file) : NULL;
+    const char *slash = f ? strrchr(f, '/') : NULL;
+    if (slash && (size_t)(slash - f) < sizeof pkg - 1) memcpy(pkg, f, (size_t)(slash - f + 1));
+    Py_XDECREF(file);
+    Py_XDECREF(m);
+    PyErr_Clear();
+    if (!pkg[0]) return 1;
+  }
+  int level = 1;
+  PyFrameObject *f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f) {
+    PyCodeObject *code = PyFrame_GetCode(f);
+    PyObject *name = PyObject_GetAttrString((PyObject *)code, "co_filename");
+    const char *file = name ? PyUnicode_AsUTF8(name) : NULL;
+    bool ours = file && !strncmp(file, pkg, strlen(pkg));
+    Py_XDECREF(name);
+    Py_DECREF(code);
+    PyErr_Clear();
+    if (!ours) break;
+    PyFrameObject *back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+    level++;
+  }
+  Py_XDECREF(f);
+  return level;
+}
+
 static int enter(py_tensor_t *t, loom_value_t *out) {
   if (py_capture_active()) return py_capture_enter(t, out);
   loom_trace_t *tr = py_step_trace();
@@ -118,6 +153,16 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
       t->held = true;
     }
   } else {
+    /* A result of an ended step that required grad: its history ended
+     * with that step, so no gradient reaches what it was made from (a
+     * GAN's fake image used after the discriminator's optimizer step). */
+    if (t->requires_grad && !t->is_leaf && !st.no_grad &&
+        PyErr_WarnEx(PyExc_UserWarning,
+                     "loom: a tensor computed before the step ended (optimizer.step() or "
+                     "loom.step()) is used in a new step: gradients do not flow back through "
+                     "it into what it was computed from. Compute it again in this step, or "
+                     "detach() it.", user_stacklevel()) < 0)
+      return -1;
     loom_dim_policy_t pol[LOOM_MAX_RANK];
     bool any = false;
     for (int i = 0; i < t->rank; i++) {

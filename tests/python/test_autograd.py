@@ -181,3 +181,24 @@ def test_manual_update_in_place_under_no_grad():
     w = loom.tensor([1.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
         w += 1
+
+
+def test_tensor_of_an_ended_step_warns():
+    """A result that required grad, used after its step ended (a GAN's fake
+    batch after the discriminator's optimizer step): gradients cannot flow
+    back through it, and a warning naming the user's line says so; a
+    detached one is quiet."""
+    import warnings
+    g = loom.tensor([1.0, 2.0], requires_grad=True)
+    d = loom.tensor([0.5, 0.5], requires_grad=True)
+    fake = g * 3
+    (fake.detach() * d).sum().backward()
+    loom.step()
+    with pytest.warns(UserWarning, match="computed before the step ended") as seen:
+        (fake * d).sum().backward()
+    assert seen[0].filename == __file__
+    loom.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (fake.detach() * d).sum().backward()
+    loom.step()
