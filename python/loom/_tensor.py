@@ -92,6 +92,11 @@ class Tensor(_C.TensorBase):
     def detach(self):
         if not self.requires_grad:
             return self
+        if not self._lazy and not self.is_leaf:  # of an ended step: no warning for this use
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return _F.stop_gradient(self)
         return _F.stop_gradient(self)
 
     def clone(self):
