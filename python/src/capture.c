@@ -73,6 +73,16 @@ int py_capture_enter(py_tensor_t *t, loom_value_t *out) {
     PyErr_SetString(PyExc_RuntimeError, "loom.compile: a tensor of an ended step was used");
     return -1;
   }
+  /* The graph's reads of a parameter see it as it was before the run (its
+   * update lands when the run ends): a read after the optimizer's step
+   * would see the old value. */
+  for (Py_ssize_t i = 0; cap.lr_input >= 0 && i < PyList_GET_SIZE(cap.params); i++)
+    if (PyList_GET_ITEM(cap.params, i) == (PyObject *)t) {
+      PyErr_SetString(py_graph_break, "loom.compile: a parameter read after the "
+                      "optimizer's step inside the function (one executable's reads see "
+                      "it before its update)");
+      return -1;
+    }
   if ((t->requires_grad && t->is_leaf) || t->is_state) {
     loom_status_t s = loom_graph_param_borrow(cap.g, NULL, t->data, out);
     if (s != LOOM_OK) {
@@ -179,6 +189,10 @@ PyObject *py_capture_optimizer(const loom_optimizer_t *o, PyObject *optimizer) {
     goto done;
   }
   Py_XSETREF(cap.optimizer, Py_NewRef(optimizer));
+  for (Py_ssize_t i = 0; i < n; i++) { /* updated: a later read enters again, and breaks */
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    if (p->grad) p->step = 0;
+  }
   r = Py_NewRef(Py_None);
 done:
   PyMem_Free(params);

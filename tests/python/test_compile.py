@@ -136,6 +136,28 @@ def test_a_break_after_backward_leaves_the_gradients_as_they_were():
     assert w.grad.tolist() == [3.0, 3.0, 3.0]
 
 
+def test_a_parameter_read_after_the_optimizer_step_sees_its_update():
+    """Inside one executable a parameter's reads see it before the run's
+    update: a read after opt.step() breaks the graph, and the function
+    returns the updated value, as PyTorch's does, every call."""
+    results = []
+    for lib in (loom, torch):
+        w = lib.tensor([1.0, -2.0], requires_grad=True)
+        opt = lib.optim.SGD([w], lr=0.1)
+
+        def step(x):
+            opt.zero_grad()
+            (w * x).sum().backward()
+            opt.step()
+            return w * 1
+
+        f = loom.compile(step) if lib is loom else step
+        results.append([f(lib.tensor([1.0, 3.0])).tolist() for _ in range(3)])
+        if lib is loom:
+            assert "after the optimizer's step" in f.explain()
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+
+
 def test_guards_on_the_training_flag_and_the_optimizer():
     """A module switched between train() and eval(), or an optimizer's
     hyperparameter changed, captures once more: a compiled step never
