@@ -125,9 +125,22 @@ class Compiled:
         finally:
             guards = None
 
-    def explain(self):
-        """The report of each capture: its executable's (loom_executable_explain),
-        or the graph break that runs it through the trace."""
+    @staticmethod
+    def _without_code(report):
+        """report with each generated program's text left out (its file named)."""
+        kept, skipping = [], False
+        for line in report.splitlines():
+            if line.startswith("== "):
+                skipping = line.startswith("== generated C (")
+                kept.append(line + (" (f.explain(code=True) shows it)" if skipping else ""))
+            elif not skipping:
+                kept.append(line)
+        return "\n".join(kept)
+
+    def explain(self, code=False):
+        """The report of each capture: its executable's (loom_executable_explain;
+        the generated C only with code=True), or the graph break that runs
+        it through the trace."""
         lines = []
         for entries in self.entries.values():
             for e in entries:
@@ -135,7 +148,8 @@ class Compiled:
                     reason, where = e.graph_break
                     lines.append(f"graph break at {where}: {reason}; runs through the trace")
                 else:
-                    lines.append(e.captured.explain())
+                    report = e.captured.explain()
+                    lines.append(report if code else self._without_code(report))
                 if e.guards:
                     lines.append("guards: " + ", ".join(f"{w} == {v!r}" for _, w, _, v in e.guards))
         return "\n".join(lines)

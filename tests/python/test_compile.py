@@ -158,6 +158,20 @@ def test_a_parameter_read_after_the_optimizer_step_sees_its_update():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
 
 
+def test_explain_leaves_the_generated_code_out_unless_asked():
+    m = loom.nn.Linear(4, 2)
+
+    @loom.compile
+    def f(x):
+        return m(x).relu().sum()
+
+    f(loom.ones(3, 4))
+    short, full = f.explain(), f.explain(code=True)
+    assert "== fusion groups" in short and "== generated C (" in short
+    assert "loom_module_abi_version" not in short and "loom_module_abi_version" in full
+    assert len(short.splitlines()) < 40 < len(full.splitlines())
+
+
 def test_guards_on_the_training_flag_and_the_optimizer():
     """A module switched between train() and eval(), or an optimizer's
     hyperparameter changed, captures once more: a compiled step never
