@@ -16,6 +16,7 @@ from ._tensor import Tensor
 from . import functional
 from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's names)
 from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)
+from .functional import return_types  # noqa: F401
 from . import ops
 from . import optim
 from . import _compile
@@ -148,6 +149,11 @@ def eye(n, m=None, dtype=None):
     return tensor(np.eye(n, m), dtype=dtype or float32)
 
 
+def linspace(start, end, steps, dtype=None, requires_grad=False):
+    return tensor(np.linspace(start, end, steps), dtype=dtype or float32,
+                  requires_grad=requires_grad)
+
+
 # Random numbers: a NumPy generator that manual_seed resets.
 _generator = np.random.default_rng(0)
 
@@ -174,6 +180,14 @@ def randn(*size, dtype=None, requires_grad=False, generator=None):
 def rand(*size, dtype=None, requires_grad=False, generator=None):
     g = generator if generator is not None else _generator
     return tensor(g.random(_shape(size)), dtype=dtype or float32, requires_grad=requires_grad)
+
+
+def randn_like(x, dtype=None, requires_grad=False):
+    return randn(x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def rand_like(x, dtype=None, requires_grad=False):
+    return rand(x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, generator=None):
@@ -268,6 +282,60 @@ class no_grad(contextlib.ContextDecorator):
     def __exit__(self, *exc):
         _C._no_grad_exit()
         return False
+
+
+class inference_mode(contextlib.ContextDecorator):
+    """torch.inference_mode: no_grad's semantics (mode=False: no change)."""
+
+    def __init__(self, mode=True):
+        self.mode = mode
+
+    def __enter__(self):
+        if self.mode:
+            _C._no_grad_enter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.mode:
+            _C._no_grad_exit()
+        return False
+
+
+class set_grad_enabled:
+    """Turns gradients on or off at once, or for a with block, as PyTorch's."""
+
+    def __init__(self, mode=True):
+        self.lifted = 0  # no_grad levels lifted (no_grad nests: a count)
+        self.entered = not mode and _C.is_grad_enabled()
+        while mode and not _C.is_grad_enabled():
+            _C._no_grad_exit()
+            self.lifted += 1
+        if self.entered:
+            _C._no_grad_enter()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for _ in range(self.lifted):
+            _C._no_grad_enter()
+        if self.entered:
+            _C._no_grad_exit()
+        return False
+
+
+class enable_grad(contextlib.ContextDecorator):
+    """Gradients on inside, even within no_grad, as torch.enable_grad."""
+
+    def __init__(self):
+        self.active = []  # one per nested entry (a decorated function may recurse)
+
+    def __enter__(self):
+        self.active.append(set_grad_enabled(True))
+        return self
+
+    def __exit__(self, *exc):
+        return self.active.pop().__exit__(*exc)
 
 
 _POLICIES = {"exact": 0, "bucket": 1, "symbolic": 2, "auto": 3}

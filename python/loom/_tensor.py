@@ -44,6 +44,28 @@ class Tensor(_C.TensorBase):
     def is_floating_point(self):
         return self.dtype.is_floating_point
 
+    # ---- where it lives: host memory, the one device ----
+    device = "cpu"
+    is_cuda = False
+
+    def cpu(self):
+        return self
+
+    def cuda(self, device=None):
+        _check_device("cuda")
+
+    def is_contiguous(self):
+        """Lazy values are row-major; a real tensor over a NumPy view may
+        not be (from_numpy wraps strided memory)."""
+        return self._lazy or self.dtype._numpy is None or \
+            np.asarray(memoryview(self)).flags["C_CONTIGUOUS"]
+
+    def contiguous(self):
+        """self when row-major (every op reads strided memory as it is, so
+        contiguity matters only to code that reads the memory itself), else
+        a row-major copy."""
+        return self if self.is_contiguous() else _F._op("identity", self)
+
     # ---- making it real ----
     def numpy(self):
         """The data as a NumPy array sharing this tensor's memory."""
@@ -111,6 +133,48 @@ class Tensor(_C.TensorBase):
     def requires_grad_(self, requires_grad=True):
         self.requires_grad = requires_grad
         return self
+
+    @property
+    def data(self):
+        """A tensor over this one's memory that does not require grad, as
+        PyTorch's .data (p.data.mul_(0.5) changes p); of a lazy value (or a
+        bfloat16 one, which NumPy cannot hold), detach()."""
+        if not self.requires_grad or self._lazy or self.dtype._numpy is None:
+            return self.detach()
+        return _C.from_buffer(np.asarray(memoryview(self)), False)
+
+    @data.setter
+    def data(self, value):
+        """Writes value's elements into this real tensor's memory (of one
+        shape: unlike PyTorch, the tensor cannot change its shape)."""
+        if self._lazy:
+            raise RuntimeError("loom: .data of a lazy value cannot be assigned")
+        value = _F.cast(value.detach(), self.dtype)
+        if value.shape != self.shape:
+            raise ValueError(f"loom: .data of shape {list(self.shape)} cannot take a tensor "
+                             f"of shape {list(value.shape)}")
+        _C.step()  # values of the step in progress read the old data
+        _C._copy_into(self, value)
+
+    # ---- new tensors of this one's dtype ----
+    def new_zeros(self, *size, dtype=None, requires_grad=False):
+        from . import zeros
+        return zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, requires_grad=False):
+        from . import ones
+        return ones(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, requires_grad=False):
+        return self.new_zeros(*size, dtype=dtype, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, requires_grad=False):
+        from . import full
+        return full(size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, requires_grad=False):
+        from . import tensor
+        return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
     # ---- operators ----
     # +, -, *, /, @, unary - and the comparisons, either way round, are the
@@ -209,8 +273,12 @@ class Tensor(_C.TensorBase):
     def int(self): return _F.cast(self, _dtype._BY_NAME["int32"])
     def bool(self): return _F.cast(self, _dtype._BY_NAME["bool"])
 
-    def to(self, dtype):
-        return _F.cast(self, _dtype.resolve(dtype))
+    def to(self, *args, **kwargs):
+        """to(dtype), to(device), to(device, dtype), to(other), with device=
+        and dtype= keywords as PyTorch's; the only device is "cpu"."""
+        dtype, copy = _to_args(args, kwargs)
+        out = self if dtype is None else _F.cast(self, dtype)
+        return out.clone() if copy and out is self else out
 
     def type(self, dtype):
         return self.to(dtype)
@@ -225,6 +293,37 @@ class Tensor(_C.TensorBase):
     @property
     def mT(self):
         return _F.transpose(self, -2, -1)
+
+
+def _check_device(device):
+    """Refuses any device but the host's (a torch.device, a name, an index)."""
+    name = str(getattr(device, "type", device))
+    if name.split(":")[0] != "cpu":
+        raise RuntimeError(f"loom: device {str(device)!r} is not available: Loom's tensors "
+                           f"live in host memory (device 'cpu')")
+
+
+def _to_args(args, kwargs):
+    """The dtype (or None) and copy flag of Tensor.to / Module.to's
+    arguments, after checking the device they name."""
+    dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
+    kwargs.pop("non_blocking", None)
+    copy = kwargs.pop("copy", False)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, bool):  # non_blocking given by position
+            continue
+        elif isinstance(a, int) or type(a).__name__ == "device" or \
+                (isinstance(a, str) and a not in _dtype._BY_NAME):
+            device = a
+        else:
+            dtype = a
+    if device is not None:
+        _check_device(device)
+    return (None if dtype is None else _dtype.resolve(dtype)), copy
 
 
 _C._set_tensor_class(Tensor)

@@ -5,7 +5,11 @@ loom._C.op; loom.ops holds the table's ops under their own names. Python
 numbers become tensors of the other operand's dtype; tensors of two dtypes
 are promoted as PyTorch promotes them (bool < ints < floats)."""
 import builtins
+import collections
+import math
 import numbers
+import string
+import types
 
 import numpy as np
 
@@ -141,12 +145,62 @@ def _unary(name):
 
 
 for _name in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
-              "sigmoid", "relu", "silu", "softplus", "sin", "cos", "tan", "asin", "acos", "atan",
+              "sigmoid", "relu", "silu", "sin", "cos", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
               "isnan", "stop_gradient"):
     globals()[_name] = _unary(_name)
 negative = globals()["neg"]
 logical_not = _unary("not")
+_isnan_op = globals()["isnan"]
+
+
+def isnan(x):
+    """NaN test of any dtype (the op takes floats; an integer is never NaN)."""
+    return _isnan_op(x) if x.dtype.is_floating_point else ne(x, x)
+
+
+def isinf(x):
+    return eq(abs(x), math.inf) if x.dtype.is_floating_point else ne(x, x)
+
+
+def isfinite(x):
+    return lt(abs(x), math.inf) if x.dtype.is_floating_point else eq(x, x)
+
+
+# The largest finite value of each float dtype (bfloat16 has no NumPy dtype).
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+              "float32": float(np.finfo(np.float32).max),
+              "float64": float(np.finfo(np.float64).max)}
+
+
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    """NaN to nan, +-inf to posinf / neginf (the dtype's extremes when None)."""
+    if not x.dtype.is_floating_point:
+        return x
+    big = _FLOAT_MAX[x.dtype.name]
+    y = where(isnan(x), float(nan), x)
+    y = where(eq(x, math.inf), big if posinf is None else float(posinf), y)
+    return where(eq(x, -math.inf), -big if neginf is None else float(neginf), y)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b|, or equal (infinities of one sign too)."""
+    a, b = _pair(a, b)
+    close = logical_or(eq(a, b), le(abs(sub(a, b)), add(mul(abs(b), rtol), atol)))
+    return logical_or(close, logical_and(isnan(a), isnan(b))) if equal_nan else close
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether every element of a is close to b's (a Python bool: a read)."""
+    return builtins.bool(all(isclose(a, b, rtol, atol, equal_nan)))
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold
+    (F.softplus's arguments)."""
+    bx = x if beta == 1 else mul(x, beta)
+    soft = _op("softplus", bx)
+    return where(gt(bx, threshold), x, soft if beta == 1 else div(soft, beta))
 
 
 def gelu(x, approximate="none"):
@@ -171,6 +225,32 @@ def clamp(x, min=None, max=None):
 
 
 clip = clamp
+
+
+def clamp_min(x, min):
+    return clamp(x, min=min)
+
+
+def clamp_max(x, max):
+    return clamp(x, max=max)
+
+
+def _triangle(x, diagonal, upper):
+    """x with the elements off its lower (upper) triangle zeroed, over the
+    last two dims: a constant mask chosen by where, so gradients follow."""
+    if x.ndim < 2:
+        raise ValueError("tril/triu: a tensor of two or more dims")
+    ones = np.ones(tuple(x.shape[-2:]), np.bool_)
+    keep = np.triu(ones, diagonal) if upper else np.tril(ones, diagonal)
+    return where(_C.from_buffer(keep, True), x, _scalar(0, x.dtype))
+
+
+def tril(x, diagonal=0):
+    return _triangle(x, diagonal, False)
+
+
+def triu(x, diagonal=0):
+    return _triangle(x, diagonal, True)
 
 
 def where(cond, a, b):
@@ -227,11 +307,21 @@ def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
     return sqrt(var(x, dim, unbiased, keepdim, correction))
 
 
+def _results(*names):
+    return types.SimpleNamespace(**{n: collections.namedtuple(n, "values indices")
+                                    for n in names})
+
+
+# torch.return_types: results that unpack as (values, indices) and name
+# their parts (out.values, out.indices)
+return_types = _results("max", "min", "topk", "sort", "kthvalue")
+
+
 def _extreme(name, arg_name, x, dim, keepdim):
     if dim is None:
         return _reduce(name, x, None, False)
-    return (_reduce(name, x, dim, keepdim),
-            _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
+    return getattr(return_types, name)(_reduce(name, x, dim, keepdim),
+                                       _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
 
 
 def max(x, dim=None, keepdim=False):
@@ -271,8 +361,52 @@ def cumsum(x, dim):
     return _op("cumsum", x, axis=int(dim))
 
 
-def topk(x, k, dim=-1, largest=True):
-    return _op("topk", x, k=int(k), axis=int(dim), largest=int(largest))
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    return return_types.topk(*_op("topk", x, k=int(k), axis=int(dim), largest=int(largest)))
+
+
+def sort(x, dim=-1, descending=False, stable=False):
+    """(values, indices) along dim: a topk of every element. Ties may come
+    in another order than PyTorch's unless stable (not supported)."""
+    if stable:
+        raise NotImplementedError("loom sort: stable=True")
+    if x.ndim == 0:
+        return return_types.sort(x, _scalar(0, _I64))
+    v, i = _op("topk", x, k=x.shape[dim], axis=int(dim), largest=int(descending))
+    return return_types.sort(v, i)
+
+
+def argsort(x, dim=-1, descending=False, stable=False):
+    return sort(x, dim, descending, stable).indices
+
+
+def kthvalue(x, k, dim=-1, keepdim=False):
+    """The k-th smallest element along dim (k from 1) and its index."""
+    v, i = _op("topk", x, k=int(k), axis=int(dim), largest=0)
+    index = [slice(None)] * x.ndim
+    index[dim] = slice(k - 1, k) if keepdim else k - 1
+    return return_types.kthvalue(v[tuple(index)], i[tuple(index)])
+
+
+def norm(x, p="fro", dim=None, keepdim=False):
+    """torch.norm over dim (every element when None): p of 'fro' (2), 1,
+    inf, -inf, 0 or another number. The 2-norm of zeros has gradient 0,
+    as PyTorch's (a sqrt of 0 would give NaN)."""
+    if p in ("fro", 2):
+        s = sum(mul(x, x), dim, keepdim)
+        nonzero_ = gt(s, 0)
+        return where(nonzero_, sqrt(where(nonzero_, s, 1.0)), 0.0)
+    if p == 1:
+        return sum(abs(x), dim, keepdim)
+    if p == math.inf:
+        return amax(abs(x), dim, keepdim)
+    if p == -math.inf:
+        return amin(abs(x), dim, keepdim)
+    if p == 0:
+        return sum(cast(ne(x, 0), x.dtype), dim, keepdim)
+    if isinstance(p, str):
+        raise NotImplementedError(f"loom norm: p={p!r}")
+    return pow(sum(pow(abs(x), float(p)), dim, keepdim), 1.0 / p)
 
 
 def softmax(x, dim=-1):
@@ -291,6 +425,93 @@ def matmul(a, b):
 
 
 mm = bmm = matmul
+
+
+def einsum(equation, *operands):
+    """torch.einsum: '...' and repeated labels (diagonals) included. The
+    operands are contracted left to right, each pair as one batched matmul
+    after permutes and sums; labels no later operand or the output needs
+    are summed out first."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    terms, output = _einsum_parse(equation.replace(" ", ""), operands)
+    pairs = [_einsum_diagonal(x, s) for x, s in zip(operands, terms)]
+    x, s = pairs[0]
+    for k in range(1, len(pairs)):
+        later = set(output).union(*(t for _, t in pairs[k + 1:]))
+        x, s = _einsum_pair(x, s, *pairs[k], later)
+    x, s = _einsum_sum(x, s, set(output))
+    return x if s == output else permute(x, [s.index(c) for c in output])
+
+
+def _einsum_parse(equation, operands):
+    """The labels of each operand and of the output, '...' spelled out as
+    letters the equation does not use (right-aligned, as broadcasting)."""
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} terms in {equation!r}, {len(operands)} operands")
+    widths = [x.ndim - len(t) + 3 for t, x in zip(terms, operands) if "..." in t]
+    free = [c for c in string.ascii_letters if c not in equation][:builtins.max(widths, default=0)]
+    spelled = []
+    for t, x in zip(terms, operands):
+        if "..." in t:
+            t = t.replace("...", "".join(free[len(free) - (x.ndim - len(t) + 3):]))
+        if len(t) != x.ndim or not t.isalpha():
+            raise ValueError(f"einsum: term {t!r} for an operand of {x.ndim} dims")
+        spelled.append(t)
+    if arrow:
+        out = out.replace("...", "".join(free))
+    else:
+        once = [c for c in set("".join(spelled)) if "".join(spelled).count(c) == 1]
+        out = "".join(free) + "".join(sorted(c for c in once if c not in free))
+    if builtins.any(c not in "".join(spelled) for c in out) or len(set(out)) != len(out):
+        raise ValueError(f"einsum: output {out!r} of {equation!r}")
+    return spelled, out
+
+
+def _einsum_diagonal(x, s):
+    """x with each label once: a repeated label keeps the diagonal (x times
+    the identity over the two dims, summed over one)."""
+    while len(set(s)) < len(s):
+        c = next(c for c in s if s.count(c) > 1)
+        i, j = s.index(c), s.index(c, s.index(c) + 1)
+        shape = [1] * x.ndim
+        shape[i] = shape[j] = x.shape[i]
+        eye = np.eye(x.shape[i], dtype=np.float32).reshape(shape)
+        x, s = sum(mul(x, cast(_C.from_buffer(eye, True), x.dtype)), j), s[:j] + s[j + 1:]
+    return x, s
+
+
+def _einsum_sum(x, s, keep):
+    axes = [k for k, c in enumerate(s) if c not in keep]
+    if not axes:
+        return x, s
+    return sum(x, axes), "".join(c for c in s if c in keep)
+
+
+def _einsum_pair(x, s, y, t, later):
+    """x (labels s) and y (labels t) contracted: labels in both that later
+    needs are the batch of one matmul, the others in both its inner dim."""
+    x, s = _einsum_sum(x, s, set(t) | later)
+    y, t = _einsum_sum(y, t, set(s) | later)
+    size = {c: builtins.max(x.shape[s.index(c)] if c in s else 1,
+                            y.shape[t.index(c)] if c in t else 1) for c in s + t}
+    batch = [c for c in s if c in t and c in later]
+    inner = [c for c in s if c in t and c not in later]
+    left, right = [c for c in s if c not in t], [c for c in t if c not in s]
+
+    def arranged(v, labels, order):
+        v = permute(v, [labels.index(c) for c in order]) if len(order) > 1 else v
+        want = [size[c] for c in order]
+        return expand(v, *want) if list(v.shape) != want else v
+
+    def count(labels):
+        return builtins.int(np.prod([size[c] for c in labels]))
+    a = reshape(arranged(x, s, batch + left + inner), count(batch), count(left), count(inner))
+    b = reshape(arranged(y, t, batch + inner + right), count(batch), count(inner), count(right))
+    out = batch + left + right
+    return reshape(matmul(a, b), [size[c] for c in out]), "".join(out)
 
 
 # ---- layout ----
@@ -399,6 +620,11 @@ def repeat(x, *sizes):
     return tile(x, _sizes(sizes))
 
 
+def unbind(x, dim=0):
+    """The slices of x along dim, that dim removed."""
+    return tuple(squeeze(part, dim) for part in split(x, 1, dim))
+
+
 def index_select(x, dim, index):
     return _op("index_select", x, index, axis=int(dim))
 
@@ -499,7 +725,12 @@ def all(x, dim=None, keepdim=False):
     return logical_not(any(logical_not(x), dim, keepdim))
 
 
-def embedding(index, weight):
+def embedding(index, weight, padding_idx=None):
+    """weight's rows at index (F.embedding); the padding_idx row gets no
+    gradient (its value is looked up as it is)."""
+    if padding_idx is not None:
+        rows = np.arange(weight.shape[0]).reshape(-1, 1) != padding_idx % weight.shape[0]
+        weight = where(_C.from_buffer(rows, True), weight, stop_gradient(weight))
     return _op("embedding", weight, index)
 
 
@@ -616,7 +847,9 @@ METHODS = {name: globals()[name] for name in (
     "matmul", "mm", "bmm", "reshape", "flatten", "permute", "transpose", "swapaxes", "t",
     "unsqueeze", "squeeze", "expand", "split", "chunk", "flip", "tile", "repeat",
     "index_select", "masked_fill", "nonzero", "gelu", "leaky_relu", "elu", "scatter_add",
-    "index_add", "any", "all")}
+    "index_add", "any", "all", "gather", "sort", "argsort", "kthvalue", "norm", "unbind",
+    "clamp_min", "clamp_max", "tril", "triu", "isinf", "isfinite", "nan_to_num", "isclose",
+    "allclose")}
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

@@ -12,8 +12,13 @@ same update runs as traced ops on the .grad values, with its state kept
 here. The two keep separate state: a program that switches between them
 mid-training restarts the moments."""
 import math
+import sys
 
 from . import _C, _compile
+from . import lr_scheduler
+
+# loom.optim.lr_scheduler, as torch.optim.lr_scheduler (import ... from it too)
+sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler
 
 _SGD, _ADAM, _ADAMW = 0, 1, 2
 
@@ -37,9 +42,10 @@ class Optimizer:
         self.state = {}  # id(p) -> state of the update in Python
 
     def _hyperparameters(self):
-        """What a compiled step fixes at capture: all but the learning rate."""
+        """What a compiled step fixes at capture: all but the learning rate
+        (and a schedule's initial_lr)."""
         return tuple((k, v) for g in self.param_groups for k, v in sorted(g.items())
-                     if k not in ("lr", "params"))
+                     if k not in ("lr", "initial_lr", "params"))
 
     def zero_grad(self, set_to_none=True):
         from . import zeros_like

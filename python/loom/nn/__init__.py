@@ -1,8 +1,9 @@
 """loom.nn: modules and losses in torch.nn's names."""
 from . import functional, init, utils  # noqa: F401
-from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d,  # noqa: F401
-                     ConvTranspose2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GELU,
-                     GRUCell, Identity, LayerNorm, Linear, LSTM, LSTMCell, MaxPool2d, MSELoss,
-                     MultiheadAttention, ReLU, Sigmoid, SiLU, Tanh, TransformerEncoder,
+from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d,  # noqa: F401
+                     Conv2d, ConvTranspose2d, CrossEntropyLoss, Dropout, ELU, Embedding,
+                     Flatten, GELU, GRUCell, Hardtanh, Identity, LayerNorm, LeakyReLU, Linear,
+                     LogSoftmax, LSTM, LSTMCell, MaxPool2d, MSELoss, MultiheadAttention, ReLU,
+                     Sigmoid, SiLU, Softmax, Softplus, Tanh, TransformerEncoder,
                      TransformerEncoderLayer)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401

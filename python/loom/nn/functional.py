@@ -29,32 +29,104 @@ def l1_loss(input, target, reduction="mean"):
     return _reduce((input - target).abs(), reduction)
 
 
-def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """input (N, C) logits, target (N,) class indices, as PyTorch's: mean
-    over the targets that are not ignore_index, with label smoothing."""
+def _legacy_reduction(size_average, reduce, reduction):
+    """PyTorch's deprecated size_average and reduce, read as it reads them."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
+
+
+def _class_weights(weight, target, keep):
+    """Each target's class weight (1 without weight), 0 where ignored."""
+    w = keep.float()
+    return w if weight is None else w * _F.index_select(weight, 0, target)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """input (N, C) logits, target (N,) class indices, as PyTorch's: with
+    class weights, the mean is over the targets' weights (those not
+    ignore_index); label smoothing weighs each class's term by its weight."""
     if input.ndim != 2:
         raise ValueError("loom cross_entropy: input of shape (N, C)")
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     n_classes = input.shape[1]
     logp = log_softmax(input, 1)
     keep = target != ignore_index
     safe = _F.where(keep, target, 0)
-    picked = (logp * one_hot(safe, n_classes).float()).sum(1)
-    loss = -picked
+    w = _class_weights(weight, safe, keep)
+    loss = -(logp * one_hot(safe, n_classes).float()).sum(1) * w
     if label_smoothing:
-        loss = (1 - label_smoothing) * loss - label_smoothing * logp.mean(1)
-    loss = loss * keep.float()
+        every = logp if weight is None else logp * weight
+        smooth = -every.sum(1) * keep.float() / n_classes
+        loss = (1 - label_smoothing) * loss + label_smoothing * smooth
     if reduction == "mean":
-        return loss.sum() / keep.float().sum()
+        return loss.sum() / w.sum()
     return _reduce(loss, reduction)
 
 
-def nll_loss(input, target, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     keep = target != ignore_index
     safe = _F.where(keep, target, 0)
-    loss = -(input * one_hot(safe, input.shape[1]).float()).sum(1) * keep.float()
+    w = _class_weights(weight, safe, keep)
+    loss = -(input * one_hot(safe, input.shape[1]).float()).sum(1) * w
     if reduction == "mean":
-        return loss.sum() / keep.float().sum()
+        return loss.sum() / w.sum()
     return _reduce(loss, reduction)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """input probabilities; the logs are clamped at -100, as PyTorch's, so
+    that a probability of 0 or 1 gives a finite loss."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = -(target * _F.clamp(input.log(), min=-100)
+             + (1 - target) * _F.clamp((1 - input).log(), min=-100))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    d = (input - target).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(_F.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)."""
+    d = (input - target).abs()
+    return _reduce(_F.where(d <= delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """input log-probabilities; target probabilities (log ones with
+    log_target): target (log target - input), 0 where target is 0.
+    'batchmean' divides the sum by the batch size (the true KL divergence)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        positive = target > 0  # where target is 0: no loss, no gradient, as PyTorch's
+        safe = _F.where(positive, target, 1.0)
+        loss = _F.where(positive, target * (safe.log() - input), 0.0)
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """input / max(its p-norm along dim, eps)."""
+    return input / _F.clamp_min(_F.norm(input, p, dim, keepdim=True), eps)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0):
+    return _F.clamp(input, min_val, max_val)
 
 
 def binary_cross_entropy_with_logits(input, target, reduction="mean"):

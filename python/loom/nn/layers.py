@@ -28,14 +28,33 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim):
+    """torch.nn.Embedding: padding_idx's row starts at zero and gets no
+    gradient (max_norm and scale_grad_by_freq are not supported)."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 dtype=None):
         super().__init__()
         from .. import empty
-        self.weight = Parameter(empty(num_embeddings, embedding_dim))
+        if max_norm is not None or scale_grad_by_freq:
+            raise NotImplementedError("loom Embedding: max_norm and scale_grad_by_freq")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        if _weight is not None:
+            self.weight = Parameter(_weight)
+            return
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
         init.normal_(self.weight)
+        if padding_idx is not None:
+            import numpy as np
+            np.asarray(self.weight)[padding_idx] = 0
 
     def forward(self, index):
-        return F.embedding(index, self.weight)
+        return F.embedding(index, self.weight, self.padding_idx)
 
 
 class LayerNorm(Module):
@@ -67,12 +86,94 @@ def _activation(name, fn):
     return cls
 
 
-ReLU = _activation("ReLU", _F.relu)
+def _inplace_activation(name, fn):
+    """An activation whose torch.nn class takes inplace (ignored: Loom's
+    values are new values)."""
+    cls = _activation(name, fn)
+    cls.__init__ = lambda self, inplace=False: Module.__init__(self)
+    return cls
+
+
+ReLU = _inplace_activation("ReLU", _F.relu)
 Tanh = _activation("Tanh", _F.tanh)
 Sigmoid = _activation("Sigmoid", _F.sigmoid)
-SiLU = _activation("SiLU", _F.silu)
-GELU = _activation("GELU", _F.gelu)
-Identity = _activation("Identity", lambda x: x)
+SiLU = _inplace_activation("SiLU", _F.silu)
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):  # as PyTorch's: arguments are ignored
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return _F.gelu(x, self.approximate)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01, inplace=False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return _F.leaky_relu(x, self.negative_slope)
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return _F.elu(x, self.alpha)
+
+
+class Softplus(Module):
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return F.softplus(x, self.beta, self.threshold)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        super().__init__()
+        self.min_val, self.max_val = min_val, max_val
+
+    def forward(self, x):
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+
+def _softmax_dim(x, dim):
+    """PyTorch's dim when none is given (a legacy): 0 for 0, 1 and 3 dims."""
+    return dim if dim is not None else 0 if x.ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _F.softmax(x, _softmax_dim(x, self.dim))
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _F.log_softmax(x, _softmax_dim(x, self.dim))
 
 
 class Flatten(Module):
@@ -85,14 +186,17 @@ class Flatten(Module):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):
         super().__init__()
-        self.ignore_index, self.reduction = ignore_index, reduction
+        self.weight = weight
+        self.ignore_index = ignore_index
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
         self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, self.ignore_index, self.reduction,
-                               self.label_smoothing)
+        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
 class MSELoss(Module):
@@ -179,6 +283,19 @@ class BatchNorm2d(Module):
             else:
                 self.running_mean, self.running_var, self.num_batches_tracked = new
         return y
+
+
+class BatchNorm1d(BatchNorm2d):
+    """(N, C) or (N, C, L) inputs, normalized per channel by BatchNorm2d's
+    code over (N, C, L, 1)."""
+
+    def forward(self, x):
+        if x.ndim not in (2, 3):
+            raise ValueError(f"expected 2D or 3D input (got {x.ndim}D input)")
+        added = [3] if x.ndim == 3 else [2, 3]
+        y = super().forward(_F.unsqueeze(_F.unsqueeze(x, 2), 3) if x.ndim == 2
+                            else _F.unsqueeze(x, 3))
+        return _F.squeeze(y, added)
 
 
 class MaxPool2d(Module):

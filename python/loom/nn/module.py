@@ -153,11 +153,17 @@ class Module:
             p.requires_grad = requires_grad
         return self
 
-    def to(self, dtype):
-        """Converts the floating-point parameters and buffers to dtype. They
-        become new tensors: make the optimizer after converting."""
-        from .. import _dtype
-        d = _dtype.resolve(dtype)
+    def cpu(self):
+        return self
+
+    def to(self, *args, **kwargs):
+        """Converts the floating-point parameters and buffers to a dtype
+        (Tensor.to's arguments: a device, "cpu" only, changes nothing).
+        They become new tensors: make the optimizer after converting."""
+        from .._tensor import _to_args
+        d, _ = _to_args(args, kwargs)
+        if d is None:
+            return self
         for m in self.modules():
             for store in (m._parameters, m._buffers):
                 for n, t in list(store.items()):

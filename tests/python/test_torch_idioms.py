@@ -1,0 +1,435 @@
+"""PyTorch idioms that loom spells as PyTorch does (tensor methods, result
+tuples, creation and test functions, einsum, losses, modules, learning
+rate schedules), each against PyTorch on the same inputs: values, and
+gradients of a weighted sum of the result."""
+import math
+
+import numpy as np
+import pytest
+
+import loom
+import loom.nn as nn
+import loom.nn.functional as F
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+RNG = np.random.default_rng(7)
+
+
+def _data(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _close(mine, theirs, rtol=1e-5, atol=1e-6, msg=""):
+    mine = mine.detach().numpy() if isinstance(mine, loom.Tensor) else np.asarray(mine)
+    theirs = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs
+    np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=atol, err_msg=msg)
+
+
+def check(mine_fn, torch_fn, *arrays, grad=True, rtol=1e-5, atol=1e-6):
+    """mine_fn and torch_fn on the same arrays give the same value and, for
+    float inputs, the same gradients of the value weighted at random."""
+    grads = [grad and a.dtype.kind == "f" for a in arrays]
+    ours = [loom.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
+    theirs = [torch.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
+    out, tout = mine_fn(*ours), torch_fn(*theirs)
+    _close(out, tout, rtol, atol)
+    if not any(grads):
+        return
+    w = _data(*tout.shape)
+    (out * loom.tensor(w)).sum().backward()
+    (tout * torch.tensor(w)).sum().backward()
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if grads[i]:
+            _close(a.grad, b.grad, rtol, atol, msg=f"gradient of input {i}")
+
+
+# ---- tensor methods ----
+
+def test_device_methods_and_to():
+    x = loom.tensor(_data(2, 3))
+    assert x.cpu() is x and x.to("cpu") is x and x.to(device="cpu") is x
+    assert x.to(torch.device("cpu")) is x
+    assert x.to("cpu", loom.float64).dtype is loom.float64
+    assert x.to(device="cpu", dtype=loom.int32).dtype is loom.int32
+    assert x.to(loom.tensor([1])).dtype is loom.int64
+    with pytest.raises(RuntimeError, match="cuda"):
+        x.to("cuda")
+    with pytest.raises(RuntimeError, match="cuda"):
+        x.to(device=torch.device("cuda", 0))
+    m = nn.Linear(2, 2)
+    assert m.to("cpu") is m and m.to(torch.device("cpu")).weight.dtype is loom.float32
+
+
+def test_contiguous_copies_only_a_strided_view():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = loom.from_numpy(a)
+    assert x.is_contiguous() and x.contiguous() is x
+    t = loom.from_numpy(a.T)
+    assert not t.is_contiguous()
+    c = t.contiguous()
+    np.testing.assert_array_equal(c.numpy(), a.T)
+    assert c.numpy().flags["C_CONTIGUOUS"]
+
+
+def test_data_shares_memory_without_grad():
+    p = loom.tensor(_data(3), requires_grad=True)
+    before = p.detach().numpy().copy()
+    d = p.data
+    assert not d.requires_grad
+    d.mul_(2.0)  # PyTorch's p.data.mul_: p changes
+    np.testing.assert_allclose(p.detach().numpy(), 2 * before)
+    p.data = loom.zeros(3)
+    np.testing.assert_array_equal(p.detach().numpy(), np.zeros(3))
+    assert p.requires_grad and p.is_leaf
+
+
+def test_sort_argsort_kthvalue_match_torch():
+    a = _data(3, 5)
+    for dim, desc in ((-1, False), (0, True), (1, True)):
+        check(lambda x: x.sort(dim, desc).values, lambda x: x.sort(dim, desc).values, a)
+        check(lambda x: loom.sort(x, dim=dim, descending=desc)[1],
+              lambda x: torch.sort(x, dim=dim, descending=desc)[1], a, grad=False)
+        check(lambda x: x.argsort(dim, desc), lambda x: x.argsort(dim, desc), a, grad=False)
+    check(lambda x: loom.argsort(x), lambda x: torch.argsort(x), a, grad=False)
+    for keepdim in (False, True):
+        check(lambda x: x.kthvalue(2, 1, keepdim).values,
+              lambda x: x.kthvalue(2, 1, keepdim).values, a)
+        check(lambda x: loom.kthvalue(x, 3, 0, keepdim).indices,
+              lambda x: torch.kthvalue(x, 3, 0, keepdim).indices, a, grad=False)
+
+
+def test_results_name_values_and_indices():
+    a = _data(4, 6)
+    x, t = loom.tensor(a), torch.tensor(a)
+    for mine, theirs in ((x.max(1), t.max(1)), (loom.min(x, 0, True), torch.min(t, 0, True)),
+                         (x.topk(2), t.topk(2)), (x.sort(), t.sort()),
+                         (x.kthvalue(3), t.kthvalue(3))):
+        values, indices = mine
+        assert type(mine).__name__ == type(theirs).__name__
+        assert values is mine.values and indices is mine.indices and len(mine) == 2
+        _close(mine.values, theirs.values)
+        _close(mine.indices, theirs.indices)
+
+
+def test_gather_method_matches_torch():
+    a = _data(3, 4)
+    idx = RNG.integers(0, 4, (3, 2))
+    check(lambda x, i: x.gather(1, i), lambda x, i: x.gather(1, i), a, idx)
+
+
+@pytest.mark.parametrize("p", ["fro", 2, 1, 3, 0.5, math.inf, -math.inf])
+def test_norm_matches_torch(p):
+    a = _data(3, 4)
+    check(lambda x: x.norm(p), lambda x: x.norm(p), a, rtol=1e-4)
+    check(lambda x: loom.norm(x, p, dim=1, keepdim=True),
+          lambda x: torch.norm(x, p, dim=1, keepdim=True), a, rtol=1e-4)
+
+
+def test_norm_of_zeros_has_zero_gradient():
+    check(lambda x: x.norm(dim=1), lambda x: x.norm(dim=1), np.zeros((2, 3), np.float32))
+    check(lambda x: x.norm(0), lambda x: x.norm(0), np.array([0, 1.5, -2], np.float32),
+          grad=False)
+
+
+def test_new_tensors_take_the_dtype():
+    x = loom.tensor([1.0, 2.0], dtype=loom.float64)
+    assert x.new_zeros(2, 3).shape == (2, 3) and x.new_zeros((2,)).dtype is loom.float64
+    np.testing.assert_array_equal(x.new_ones(2).numpy(), np.ones(2))
+    np.testing.assert_array_equal(x.new_full((2, 2), 7).numpy(), np.full((2, 2), 7.0))
+    y = x.new_tensor([[1, 2]])
+    assert y.dtype is loom.float64 and y.tolist() == [[1.0, 2.0]]
+    assert x.new_zeros(1, dtype=loom.int32).dtype is loom.int32
+
+
+def test_unbind_clamp_min_max_tril_triu():
+    a = _data(3, 4)
+    for dim in (0, 1, -1):
+        mine = loom.tensor(a).unbind(dim)
+        theirs = torch.tensor(a).unbind(dim)
+        assert len(mine) == len(theirs)
+        for u, v in zip(mine, theirs):
+            _close(u, v)
+    check(lambda x: sum(x.unbind(1)[1:3]) * 2, lambda x: sum(x.unbind(1)[1:3]) * 2, a)
+    check(lambda x: x.clamp_min(0.1), lambda x: x.clamp_min(0.1), a)
+    check(lambda x: loom.clamp_max(x, -0.2), lambda x: torch.clamp_max(x, -0.2), a)
+    b = _data(2, 3, 4)
+    for k in (0, 1, -1, 3):
+        check(lambda x: loom.tril(x, k), lambda x: torch.tril(x, k), b)
+        check(lambda x: x.triu(diagonal=k), lambda x: x.triu(diagonal=k), b)
+    check(lambda x: loom.triu(x), lambda x: torch.triu(x), np.arange(9).reshape(3, 3))
+
+
+# ---- top-level functions ----
+
+def test_linspace_and_random_likes():
+    _close(loom.linspace(-1, 2, 7), torch.linspace(-1, 2, 7))
+    _close(loom.linspace(0, 1, 1), torch.linspace(0, 1, 1))
+    assert loom.linspace(0, 4, 5, dtype=loom.float64).dtype is loom.float64
+    x = loom.zeros(300, 4, dtype=loom.float64)
+    r, u = loom.randn_like(x), loom.rand_like(x)
+    assert r.shape == u.shape == (300, 4) and r.dtype is u.dtype is loom.float64
+    assert abs(float(r.mean())) < 0.2 and 0.9 < float(r.std()) < 1.1
+    assert 0 <= float(u.min()) and float(u.max()) < 1 and 0.45 < float(u.mean()) < 0.55
+
+
+def test_inf_nan_tests_and_nan_to_num():
+    a = np.array([1.0, -np.inf, np.inf, np.nan, 0.0, -2.5], np.float32)
+    for name in ("isinf", "isfinite", "isnan"):
+        check(getattr(loom, name), getattr(torch, name), a, grad=False)
+        check(getattr(loom, name), getattr(torch, name), np.array([1, -3]), grad=False)
+    check(loom.nan_to_num, torch.nan_to_num, a, grad=False)
+    check(lambda x: x.nan_to_num(nan=1.0, posinf=9.0), lambda x: x.nan_to_num(1.0, 9.0), a,
+          grad=False)
+    check(lambda x: loom.nan_to_num(x, neginf=-7.0).double(),
+          lambda x: torch.nan_to_num(x, neginf=-7.0).double(), a.astype(np.float64),
+          grad=False)
+    finite = np.array([1.0, -2.0, 3.0], np.float32)
+    check(lambda x: loom.nan_to_num(x * 2), lambda x: torch.nan_to_num(x * 2), finite)
+
+
+def test_allclose_and_isclose():
+    a = np.array([1.0, 2.0, np.inf, np.nan], np.float32)
+    for b in (a, a + 1e-6, a + 1e-3):
+        for equal_nan in (False, True):
+            args = dict(rtol=1e-5, atol=1e-8, equal_nan=equal_nan)
+            ta, tb = torch.tensor(a), torch.tensor(b)
+            assert loom.allclose(loom.tensor(a), loom.tensor(b), **args) == \
+                torch.allclose(ta, tb, **args)
+            _close(loom.isclose(loom.tensor(a), loom.tensor(b), **args),
+                   torch.isclose(ta, tb, **args))
+    assert loom.tensor([1.0, 2.0]).allclose(loom.tensor([1.0, 2.0 + 1e-7]))
+
+
+def test_grad_mode_contexts():
+    x = loom.tensor([1.0, 2.0], requires_grad=True)
+    with loom.no_grad():
+        assert not (x * 2).requires_grad
+        with loom.enable_grad():
+            assert loom.is_grad_enabled() and (x * 2).requires_grad
+        assert not loom.is_grad_enabled()
+    with loom.inference_mode():
+        assert not (x * 2).requires_grad
+    with loom.inference_mode(False):
+        assert (x * 2).requires_grad
+    with loom.set_grad_enabled(False):
+        assert not loom.is_grad_enabled()
+    assert loom.is_grad_enabled()
+
+    @loom.enable_grad()
+    def doubled(v, depth):
+        return doubled(v, depth - 1) if depth else v * 2
+
+    @loom.inference_mode()
+    def frozen(v):
+        return doubled(v, 2), (v * 2).requires_grad
+    with_grad, inside = frozen(x)
+    assert with_grad.requires_grad and not inside and loom.is_grad_enabled()
+    loom.set_grad_enabled(False)
+    assert not loom.is_grad_enabled()
+    loom.set_grad_enabled(True)
+    assert loom.is_grad_enabled()
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ii->i", [(4, 4)]),
+    ("ii", [(4, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("i,i->", [(5,), (5,)]),
+    ("ij,kj", [(3, 4), (5, 4)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]),
+    ("b...,b...->b", [(2, 3, 4), (2, 3, 4)]),
+    ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+    ("ijk,ik->j", [(2, 1, 3), (2, 3)]),
+    ("iij,j->i", [(3, 3, 2), (2,)]),
+])
+def test_einsum_matches_torch(equation, shapes):
+    arrays = [_data(*s) for s in shapes]
+    check(lambda *xs: loom.einsum(equation, *xs), lambda *xs: torch.einsum(equation, *xs),
+          *arrays, rtol=1e-4, atol=1e-5)
+    check(lambda *xs: loom.einsum(equation, list(xs)),
+          lambda *xs: torch.einsum(equation, list(xs)), *arrays, grad=False, rtol=1e-4,
+          atol=1e-5)
+
+
+def test_einsum_errors():
+    x = loom.zeros(2, 3)
+    with pytest.raises(ValueError):
+        loom.einsum("ijk->i", x)
+    with pytest.raises(ValueError):
+        loom.einsum("ij,jk->ik", x)
+    with pytest.raises(ValueError):
+        loom.einsum("ij->iz", x)
+
+
+# ---- loom.nn.functional ----
+
+@pytest.mark.parametrize("p,dim", [(2, 1), (1, 0), (3, -1)])
+def test_normalize(p, dim):
+    a = _data(3, 4)
+    check(lambda x: F.normalize(x, p, dim), lambda x: TF.normalize(x, p, dim), a, rtol=1e-4)
+    a[1] = 0
+    check(lambda x: F.normalize(x), lambda x: TF.normalize(x), a, rtol=1e-4)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_regression_and_probability_losses(reduction):
+    a, b = _data(4, 3), _data(4, 3)
+    for beta in (1.0, 0.5, 0.0):
+        check(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=beta),
+              lambda x, y: TF.smooth_l1_loss(x, y, reduction=reduction, beta=beta), a, b)
+    for delta in (1.0, 0.3):
+        check(lambda x, y: F.huber_loss(x, y, reduction, delta),
+              lambda x, y: TF.huber_loss(x, y, reduction, delta), a, b)
+    prob = 1 / (1 + np.exp(-a))
+    target = (RNG.random((4, 3)) > 0.5).astype(np.float32)
+    w = RNG.random(3).astype(np.float32)
+    check(lambda x, y: F.binary_cross_entropy(x, y, reduction=reduction),
+          lambda x, y: TF.binary_cross_entropy(x, y, reduction=reduction), prob, target,
+          rtol=1e-4)
+    check(lambda x, y: F.binary_cross_entropy(x, y, loom.tensor(w), reduction=reduction),
+          lambda x, y: TF.binary_cross_entropy(x, y, torch.tensor(w), reduction=reduction),
+          prob, RNG.random((4, 3)).astype(np.float32), rtol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")
+@pytest.mark.parametrize("reduction", ["batchmean", "mean", "sum", "none"])
+def test_kl_div(reduction):
+    logp = np.log(np.exp(_data(4, 5)) / np.exp(_data(4, 5)).sum(1, keepdims=True))
+    q = RNG.random((4, 5)).astype(np.float32) + 0.01
+    check(lambda x, t: F.kl_div(x, t, reduction=reduction),
+          lambda x, t: TF.kl_div(x, t, reduction=reduction), logp.astype(np.float32), q,
+          rtol=1e-4)
+    q[0, 1] = 0  # a target of 0 adds 0 (PyTorch 1.13's target gradient there is NaN)
+    check(lambda x: F.kl_div(x, loom.tensor(q), reduction=reduction),
+          lambda x: TF.kl_div(x, torch.tensor(q), reduction=reduction),
+          logp.astype(np.float32), rtol=1e-4)
+    check(lambda x, t: F.kl_div(x, t, reduction=reduction, log_target=True),
+          lambda x, t: TF.kl_div(x, t, reduction=reduction, log_target=True),
+          logp.astype(np.float32), np.log(q + 0.1), rtol=1e-4)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_with_class_weights(reduction, smoothing):
+    logits = _data(6, 4)
+    target = np.array([0, 3, 1, -100, 2, 3])
+    weight = (RNG.random(4) + 0.5).astype(np.float32)
+    check(lambda x, y: F.cross_entropy(x, y, loom.tensor(weight), ignore_index=-100,
+                                       reduction=reduction, label_smoothing=smoothing),
+          lambda x, y: TF.cross_entropy(x, y, torch.tensor(weight), ignore_index=-100,
+                                        reduction=reduction, label_smoothing=smoothing),
+          logits, target, rtol=1e-4)
+    check(lambda x, y: nn.CrossEntropyLoss(loom.tensor(weight), reduction=reduction,
+                                           label_smoothing=smoothing)(x, y),
+          lambda x, y: torch.nn.CrossEntropyLoss(torch.tensor(weight), reduction=reduction,
+                                                 label_smoothing=smoothing)(x, y),
+          logits, target, rtol=1e-4)
+    check(lambda x, y: F.nll_loss(x, y, loom.tensor(weight), reduction=reduction),
+          lambda x, y: TF.nll_loss(x, y, torch.tensor(weight), reduction=reduction),
+          logits, np.array([0, 3, 1, 1, 2, 3]), rtol=1e-4)
+
+
+# ---- loom.nn modules ----
+
+@pytest.mark.parametrize("make", [
+    lambda m: m.Softmax(dim=0), lambda m: m.Softmax(1), lambda m: m.LogSoftmax(dim=-1),
+    lambda m: m.LogSoftmax(), lambda m: m.LeakyReLU(0.2), lambda m: m.LeakyReLU(),
+    lambda m: m.ELU(), lambda m: m.ELU(alpha=0.5), lambda m: m.Softplus(),
+    lambda m: m.Softplus(beta=2.0, threshold=1.0), lambda m: m.Hardtanh(),
+    lambda m: m.Hardtanh(-0.5, 0.25), lambda m: m.GELU(), lambda m: m.GELU(approximate="tanh"),
+    lambda m: m.Identity(3, unused=True), lambda m: m.Flatten(), 
+    lambda m: (lambda x, f=m.SiLU(inplace=True): f(x * 1)),
+])
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice")
+def test_activation_modules(make):
+    a = _data(3, 4, 2) * 2
+    check(make(nn), make(torch.nn), a, rtol=1e-4, atol=1e-5)
+
+
+def test_embedding_padding_row_is_zero_and_gets_no_gradient():
+    emb = nn.Embedding(5, 3, padding_idx=-1)
+    assert emb.padding_idx == 4
+    np.testing.assert_array_equal(emb.weight.detach().numpy()[4], np.zeros(3))
+    theirs = torch.nn.Embedding(5, 3, padding_idx=4)
+    w = _data(5, 3)  # a nonzero padding row: looked up as it is, no gradient
+    emb.load_state_dict({"weight": w})
+    theirs.load_state_dict({"weight": torch.tensor(w)})
+    idx = np.array([[0, 4, 2], [4, 4, 1]])
+    out, tout = emb(loom.tensor(idx)), theirs(torch.tensor(idx))
+    _close(out, tout)
+    g = _data(2, 3, 3)
+    (out * loom.tensor(g)).sum().backward()
+    (tout * torch.tensor(g)).sum().backward()
+    _close(emb.weight.grad, theirs.weight.grad)
+    assert not emb.weight.grad.numpy()[4].any()
+
+
+@pytest.mark.parametrize("shape", [(8, 3), (4, 3, 5)])
+def test_batchnorm1d_matches_torch(shape):
+    mine, theirs = nn.BatchNorm1d(3, momentum=0.2), torch.nn.BatchNorm1d(3, momentum=0.2)
+    assert list(mine.state_dict()) == list(theirs.state_dict())
+    w, b = _data(3), _data(3)
+    mine.load_state_dict({**{k: v.numpy() for k, v in theirs.state_dict().items()},
+                          "weight": w, "bias": b})
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(w))
+        theirs.bias.copy_(torch.tensor(b))
+    a = _data(*shape) * 3 + 1
+    check(mine, theirs, a, rtol=1e-4, atol=1e-5)
+    for (k, v), (_, tv) in zip(mine.state_dict().items(), theirs.state_dict().items()):
+        _close(v, tv.numpy(), rtol=1e-4, atol=1e-5, msg=k)
+    for name in ("weight", "bias"):
+        _close(getattr(mine, name).grad, getattr(theirs, name).grad, rtol=1e-4, atol=1e-5)
+    mine.eval(), theirs.eval()
+    check(mine, theirs, a, grad=False, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError):
+        mine(loom.zeros(2, 3, 4, 5))
+
+
+# ---- learning rate schedules ----
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("StepLR", dict(step_size=3, gamma=0.5)),
+    ("MultiStepLR", dict(milestones=[2, 5, 5, 8], gamma=0.3)),
+    ("ExponentialLR", dict(gamma=0.9)),
+    ("CosineAnnealingLR", dict(T_max=4, eta_min=0.01)),
+    ("LambdaLR", dict(lr_lambda=lambda e: 1 / (1 + e))),
+    ("LinearLR", dict(start_factor=0.25, total_iters=4)),
+])
+def test_schedulers_follow_torch(name, kwargs):
+    p = loom.tensor([1.0, -2.0], requires_grad=True)
+    tp = torch.tensor([1.0, -2.0], requires_grad=True)
+    opt = loom.optim.SGD([{"params": [p]}], lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD([{"params": [tp]}], lr=0.1, momentum=0.9)
+    sched = getattr(loom.optim.lr_scheduler, name)(opt, **kwargs)
+    tsched = getattr(torch.optim.lr_scheduler, name)(topt, **kwargs)
+    for epoch in range(10):
+        assert sched.last_epoch == tsched.last_epoch == epoch
+        np.testing.assert_allclose(sched.get_last_lr(), tsched.get_last_lr(), rtol=1e-12)
+        (p * p).sum().backward()
+        (tp * tp).sum().backward()
+        opt.step(), topt.step()
+        opt.zero_grad(), topt.zero_grad()
+        sched.step(), tsched.step()
+    assert opt.param_groups[0]["lr"] == sched.get_last_lr()[0]
+    _close(p, tp, rtol=1e-5)  # the updates used the scheduled rates
+
+
+def test_scheduler_import_path_and_state():
+    from loom.optim.lr_scheduler import StepLR
+    opt = loom.optim.Adam([loom.zeros(2, requires_grad=True)], lr=1.0)
+    sched = StepLR(opt, 2)
+    sched.step(), sched.step()
+    state = sched.state_dict()
+    assert state["last_epoch"] == 2 and "optimizer" not in state
+    again = StepLR(opt, 2, last_epoch=1)
+    again.load_state_dict(state)
+    assert again.last_epoch == 2 and again.get_last_lr() == [0.1]
