@@ -9,6 +9,8 @@
  *     no gradient keeps its value and state, a parameter entered late
  *     leaves the others' state alone, and other hyperparameters keep it;
  *   - the learning rate changes per step without compiling again;
+ *   - the state after a step reads as worked by hand, and a state set
+ *     (into the same trace, or a new one) is the next step's start;
  *   - bad arguments fail with a message, and the trace stays usable. */
 #include <math.h>
 #include <string.h>
@@ -544,6 +546,119 @@ static void test_forget(void) {
   check_forget(0);
 }
 
+/* ---- State, read and set ------------------------------------------------------
+ * loss sum(p^2) again: the state after the first step is known by hand,
+ * and a state set is the one the next step starts from. */
+
+static const double state_p0[5] = {1.5, -0.25, 0.75, -2.0, 0.125};
+
+/* Each element of t near want(p0[i]). */
+static void check_state(const loom_tensor_t *t, double (*want)(double), double atol) {
+  CHECK(t != NULL);
+  for (int i = 0; t && i < 5; i++) CHECK_NEAR(test_get(t, i), want(state_p0[i]), atol, 1e-12);
+}
+
+static double twice(double x) { return 2 * x; }
+static double adam_m1(double x) { return 0.1 * 2 * x; }          /* (1 - beta1) g0 */
+static double adam_v1(double x) { return 0.001 * 4 * x * x; }    /* (1 - beta2) g0^2 */
+
+/* SGD's buffer after one step is the gradient 2 p0; set to zeros, the
+ * second step is plain SGD's (sgd2). */
+static void check_sgd_state(void) {
+  int64_t n = 5;
+  loom_tensor_t *p = test_tensor(LOOM_F64, 1, &n, state_p0), *zeros;
+  CHECK_OK(loom_tensor_create(LOOM_F64, 1, &n, &zeros));
+  loom_trace_t *t = new_trace(1);
+  loom_optimizer_t o = optimizer(LOOM_OPTIMIZER_SGD, 0.9, 0, 0);
+  square_step(t, p, &o, 0.125);
+  const loom_tensor_t *buf, *none;
+  CHECK_OK(loom_trace_optimizer_state(t, p, "momentum", &buf));
+  check_state(buf, twice, 1e-12);
+  CHECK_OK(loom_trace_optimizer_state(t, p, "m", &none));
+  CHECK(none == NULL);
+  CHECK_OK(loom_trace_optimizer_state_set(t, p, "momentum", zeros));
+  CHECK_OK(loom_trace_optimizer_state(t, p, "momentum", &buf));
+  CHECK(buf && test_get(buf, 0) == 0);
+  square_step(t, p, &o, 0.125);
+  for (int i = 0; i < 5; i++) CHECK_NEAR(test_get(p, i), sgd2(state_p0[i], 0.125), 1e-12, 1e-12);
+  loom_trace_destroy(t);
+  loom_tensor_destroy(zeros);
+  loom_tensor_destroy(p);
+}
+
+/* Adam's moments and count after one step; copied into a new trace with
+ * a copy of the parameter, its next step is the first trace's second
+ * (adam2). */
+static void check_adam_state(void) {
+  int64_t n = 5;
+  loom_tensor_t *p = test_tensor(LOOM_F64, 1, &n, state_p0);
+  loom_trace_t *t = new_trace(1), *fresh = new_trace(1);
+  loom_optimizer_t o = optimizer(LOOM_OPTIMIZER_ADAM, 0, 0, 0);
+  square_step(t, p, &o, 0.0625);
+  const loom_tensor_t *m, *v, *step;
+  CHECK_OK(loom_trace_optimizer_state(t, p, "m", &m));
+  CHECK_OK(loom_trace_optimizer_state(t, p, "v", &v));
+  CHECK_OK(loom_trace_optimizer_state(t, p, "step", &step));
+  check_state(m, adam_m1, 1e-12);
+  check_state(v, adam_v1, 1e-12);
+  CHECK(step && loom_tensor_dtype(step) == LOOM_I64 && test_get(step, 0) == 1);
+  loom_tensor_t *q;
+  CHECK_OK(loom_tensor_copy(p, &q));
+  loom_value_t qv;
+  CHECK_OK(loom_trace_param(fresh, q, &qv));
+  const loom_tensor_t *before;
+  CHECK_OK(loom_trace_optimizer_state(fresh, q, "m", &before));
+  CHECK(before == NULL); /* no step made it yet */
+  CHECK_OK(loom_trace_optimizer_state_set(fresh, q, "m", m));
+  CHECK_OK(loom_trace_optimizer_state_set(fresh, q, "v", v));
+  CHECK_OK(loom_trace_optimizer_state_set(fresh, q, "step", step));
+  square_step(fresh, q, &o, 0.0625);
+  for (int i = 0; i < 5; i++) CHECK_NEAR(test_get(q, i), adam2(state_p0[i], 0.0625), 1e-12, 1e-12);
+  CHECK_OK(loom_trace_optimizer_state(fresh, q, "step", &step));
+  CHECK(step && test_get(step, 0) == 2);
+  loom_trace_destroy(fresh);
+  loom_trace_destroy(t);
+  loom_tensor_destroy(q);
+  loom_tensor_destroy(p);
+}
+
+static void check_state_errors(void) {
+  int64_t n = 5, two = 2;
+  loom_tensor_t *p = test_tensor(LOOM_F64, 1, &n, state_p0), *other, *f32, *short_one;
+  CHECK_OK(loom_tensor_create(LOOM_F64, 1, &n, &other));
+  CHECK_OK(loom_tensor_create(LOOM_F32, 1, &n, &f32));
+  CHECK_OK(loom_tensor_create(LOOM_F64, 1, &two, &short_one));
+  loom_trace_t *t = new_trace(0);
+  loom_value_t v;
+  const loom_tensor_t *out;
+  CHECK_OK(loom_trace_param(t, p, &v));
+  CHECK_ERR(loom_trace_optimizer_state(t, p, "moment", &out), LOOM_ERR_INVALID, "moment");
+  CHECK_ERR(loom_trace_optimizer_state(t, other, "m", &out), LOOM_ERR_INVALID, "not a parameter");
+  CHECK_ERR(loom_trace_optimizer_state_set(t, p, "m", f32), LOOM_ERR_DTYPE, "f64");
+  CHECK_ERR(loom_trace_optimizer_state_set(t, p, "v", short_one), LOOM_ERR_SHAPE, "shape");
+  CHECK_ERR(loom_trace_optimizer_state_set(t, p, "step", other), LOOM_ERR_DTYPE, "i64");
+  CHECK_ERR(loom_trace_optimizer_state_set(NULL, p, "m", other), LOOM_ERR_INVALID, "null");
+  /* a state the optimizer does not keep is dropped at its step */
+  CHECK_OK(loom_trace_optimizer_state_set(t, p, "momentum", other));
+  CHECK_OK(loom_trace_step_end(t));
+  loom_optimizer_t o = optimizer(LOOM_OPTIMIZER_ADAM, 0, 0, 0);
+  square_step(t, p, &o, 0.0625);
+  CHECK_OK(loom_trace_optimizer_state(t, p, "momentum", &out));
+  CHECK(out == NULL);
+  for (int i = 0; i < 5; i++) CHECK_NEAR(test_get(p, i), adam1(state_p0[i], 0.0625), 1e-12, 1e-12);
+  loom_trace_destroy(t);
+  loom_tensor_destroy(short_one);
+  loom_tensor_destroy(f32);
+  loom_tensor_destroy(other);
+  loom_tensor_destroy(p);
+}
+
+static void test_state_read_and_set(void) {
+  check_sgd_state();
+  check_adam_state();
+  check_state_errors();
+}
+
 /* ---- Errors ------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -591,6 +706,7 @@ int main(void) {
   TEST_RUN(test_tiered_swap);
   TEST_RUN(test_fallback_halves);
   TEST_RUN(test_forget);
+  TEST_RUN(test_state_read_and_set);
   TEST_RUN(test_errors);
   return test_summary();
 }

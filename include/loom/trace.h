@@ -364,6 +364,27 @@ LOOM_API loom_status_t loom_trace_optimizer_step(loom_trace_t *t,
 LOOM_API loom_status_t loom_trace_adamw(loom_trace_t *t, double lr, double beta1,
                                         double beta2, double eps,
                                         double weight_decay);
+/* The state the optimizer step keeps for parameter p, by name: "momentum"
+ * (SGD's buffer), "m" and "v" (Adam's and AdamW's moments), of p's shape
+ * in its update dtype (f32 for f16 and bf16 parameters, else p's), and
+ * "step" (the count of Adam's and AdamW's steps p took, an i64 scalar).
+ * What a checkpoint of the optimizer reads. *out is the trace's tensor,
+ * valid until the next optimizer step or state set; NULL when the trace
+ * holds no such state for p (no optimizer step made it yet, or its
+ * optimizer keeps none of that name). p must be a parameter of the trace
+ * (loom_trace_param), else LOOM_ERR_INVALID, as an unknown name. */
+LOOM_API loom_status_t loom_trace_optimizer_state(loom_trace_t *t, const loom_tensor_t *p,
+                                                  const char *name,
+                                                  const loom_tensor_t **out);
+/* Sets parameter p's state `name` (as above) to a copy of value, of that
+ * state's dtype (else LOOM_ERR_DTYPE) and shape (else LOOM_ERR_SHAPE): the
+ * next optimizer step starts from it, whether or not a step has made that
+ * state yet (a checkpoint restored into a new trace), and drops it if its
+ * optimizer keeps no state of that name. Until then
+ * loom_trace_optimizer_state reads it. */
+LOOM_API loom_status_t loom_trace_optimizer_state_set(loom_trace_t *t, const loom_tensor_t *p,
+                                                      const char *name,
+                                                      const loom_tensor_t *value);
 
 /* Data parallelism through the trace: from now on, every rank of comm
  * (include/loom/comm.h) runs this program on its own share of the data,

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _C
 from . import _dtype
+from . import _format
 
 
 class Tensor(_C.TensorBase):
@@ -92,16 +93,11 @@ class Tensor(_C.TensorBase):
         return _C._cond(self)
 
     def __repr__(self):
+        """PyTorch's format: tensor([1.5000, 2.0000], requires_grad=True)."""
         d = self.detach() if self.requires_grad else self
         if d.dtype.name == "bfloat16":
             d = d.float()
-        body = np.array2string(np.asarray(d), separator=", ", prefix="tensor(")
-        extra = ""
-        if self.dtype.name not in ("float32", "int64", "bool"):
-            extra += f", dtype={self.dtype!r}"
-        if self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
+        return _format.tensor_repr(self, np.asarray(d))
 
     def __array__(self, dtype=None):
         a = np.asarray(memoryview(self))

@@ -10,7 +10,13 @@ it, so a schedule recompiles nothing). When a .grad was changed
 optimizer over other parameters of the step, several param groups), the
 same update runs as traced ops on the .grad values, with its state kept
 here. The two keep separate state: a program that switches between them
-mid-training restarts the moments."""
+mid-training restarts the moments.
+
+state_dict() and load_state_dict() speak torch.optim's form: {"state":
+{index: {"momentum_buffer"} or {"step", "exp_avg", "exp_avg_sq"}},
+"param_groups": [{..., "params": [indices]}]}, the parameters numbered
+in the groups' order. The state is read from where the last step kept
+it; a loaded one is where the next step starts, on either path."""
 import math
 import sys
 
@@ -40,6 +46,8 @@ class Optimizer:
             self.param_groups.append(group)
         self.defaults = defaults
         self.state = {}  # id(p) -> state of the update in Python
+        self._loaded = {}  # id(p) -> state loaded for the trace's next step
+        self._in_trace = False  # whether the last step ran in the trace
 
     def _hyperparameters(self):
         """What a compiled step fixes at capture: all but the learning rate
@@ -70,6 +78,8 @@ class Optimizer:
         mine = {id(p) for p in params}
         if (len(self.param_groups) == 1 and _C._trace_grads_current(params)
                 and all(id(p) in mine for p in _C._step_params())):
+            self._restore_in_trace(params)
+            self._in_trace = True
             g = self.param_groups[0]
             _C._optimizer_step(self._kind, float(g["lr"]), float(g.get("momentum", 0.0)),
                                bool(g.get("nesterov", False)),
@@ -77,7 +87,72 @@ class Optimizer:
                                float(g.get("betas", (0.9, 0.999))[1]),
                                float(g.get("eps", 1e-8)), float(g["weight_decay"]))
             return
+        self._loaded, self._in_trace = {}, False  # self.state holds what was loaded
         self._step_from_grads()
+
+    # ---- checkpoints, in torch.optim's form ----
+    def _params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def state_dict(self):
+        """The state by parameter index, and the groups with indices for
+        parameters. Values are copies, as loom tensors."""
+        state = {}
+        for i, p in enumerate(self._params()):
+            s = self._state_of(p)
+            if s:
+                state[i] = s
+        groups, first = [], 0
+        for g in self.param_groups:
+            n = len(g["params"])
+            groups.append({**{k: v for k, v in g.items() if k != "params"},
+                           "params": list(range(first, first + n))})
+            first += n
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Takes a state_dict() of an optimizer of this kind over
+        parameters of the same shapes, as torch.optim's (a PyTorch one
+        too): the groups' hyperparameters, and the state the next step
+        starts from."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(self.param_groups, groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match "
+                             "the size of optimizer's group")
+        self.param_groups = [{**{k: v for k, v in s.items() if k != "params"},
+                              "params": g["params"]} for g, s in zip(self.param_groups, groups)]
+        params = self._params()
+        self.state, self._loaded, self._in_trace = {}, {}, False
+        for i, saved in state_dict["state"].items():
+            p = params[int(i)]
+            s = {k: (int(float(v)) if k == "step" else _state_tensor(v, p.dtype))
+                 for k, v in saved.items() if v is not None}
+            self.state[id(p)] = s
+            self._loaded[id(p)] = {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
+                                   for k, v in s.items() if k in self._TRACE_NAMES}
+
+    def _restore_in_trace(self, params):
+        """The loaded state of the parameters this step updates (those with
+        a .grad, which the trace holds now) into the trace's optimizer
+        step; the others' waits for a step that updates them."""
+        for p in params:
+            if p.grad is not None and id(p) in self._loaded:
+                for name, value in self._loaded.pop(id(p)).items():
+                    _C._optimizer_state_set(p, name, value)
+
+    def _state_of(self, p):
+        """p's state in torch.optim's names, from where it is now."""
+        if id(p) in self._loaded or not self._in_trace:
+            s = self.state.get(id(p), {})
+        else:
+            s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}
+            if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
+                return {}  # no step made it (or p took none)
+        from . import float32, tensor
+        return {k: tensor(float(v), dtype=float32) if k == "step" else v.detach()
+                for k, v in s.items()}
 
     def _step_from_grads(self):
         """The update as traced ops on .grad; the step then ends and the new
@@ -97,8 +172,31 @@ class Optimizer:
             _C._copy_into(p, new)
 
 
+def _state_tensor(v, dtype):
+    """A saved state value (a loom or PyTorch tensor, an array) as a loom
+    tensor of the parameter's dtype."""
+    import copy
+    import numpy as np
+    from . import Tensor, tensor
+    if isinstance(v, Tensor):
+        return copy.deepcopy(v.detach().to(dtype))  # real, and not the caller's
+    if hasattr(v, "detach"):  # a PyTorch tensor
+        v = v.detach().cpu().numpy()
+    return tensor(np.asarray(v), dtype=dtype)
+
+
+def _trace_state(name, v, dtype):
+    """A state value in the dtype the trace's optimizer step keeps it: the
+    step count i64, the rest in the update's dtype (f32 for 16-bit)."""
+    from . import float32, int64, tensor
+    if name == "step":
+        return tensor(v, dtype=int64)
+    return v.to(float32) if dtype.name in ("float16", "bfloat16") else v
+
+
 class SGD(Optimizer):
     _kind = _SGD
+    _TRACE_NAMES = {"momentum_buffer": "momentum"}
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False):
@@ -122,6 +220,7 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     _kind = _ADAM
+    _TRACE_NAMES = {"step": "step", "exp_avg": "m", "exp_avg_sq": "v"}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,

@@ -464,6 +464,62 @@ static PyObject *fn_optimizer_step(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* The parameter p of _optimizer_state(_set)'s arguments: a tensor the
+ * trace holds, or NULL (and no error) when it holds none. */
+static py_tensor_t *held_param(PyObject *o) {
+  if (!py_tensor_check(o)) {
+    PyErr_SetString(PyExc_TypeError, "optimizer state: a loom Tensor is needed");
+    return NULL;
+  }
+  py_tensor_t *p = (py_tensor_t *)o;
+  return p->held && st.trace ? p : NULL;
+}
+
+/* _optimizer_state(p, name): a copy of the state the trace's optimizer
+ * step keeps for p under name ("momentum", "m", "v", "step"), or None. */
+static PyObject *fn_optimizer_state(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *o;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "Os", &o, &name)) return NULL;
+  py_tensor_t *p = held_param(o);
+  if (!p) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+  const loom_tensor_t *state;
+  loom_tensor_t *copy = NULL;
+  loom_status_t s = loom_trace_optimizer_state(st.trace, p->data, name, &state);
+  if (s == LOOM_OK && !state) Py_RETURN_NONE;
+  if (s == LOOM_OK) s = loom_tensor_copy(state, &copy);
+  return s == LOOM_OK ? py_tensor_wrap(copy) : py_fail(s);
+}
+
+/* _optimizer_state_set(p, name, value): the trace's next optimizer step
+ * starts p's state `name` from value (real, of the state's dtype). */
+static PyObject *fn_optimizer_state_set(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *o, *value;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "OsO", &o, &name, &value)) return NULL;
+  py_tensor_t *p = held_param(o);
+  if (!p) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_RuntimeError, "optimizer state: the tensor is not a parameter "
+                                          "of the trace yet");
+    return NULL;
+  }
+  if (!py_tensor_check(value)) {
+    PyErr_SetString(PyExc_TypeError, "optimizer state: a loom Tensor is needed");
+    return NULL;
+  }
+  py_tensor_t *v = (py_tensor_t *)value;
+  if (!v->data && py_tensor_realize(v) < 0) return NULL;
+  loom_status_t s = loom_trace_optimizer_state_set(st.trace, p->data, name, v->data);
+  if (s != LOOM_OK) return py_fail(s);
+  Py_RETURN_NONE;
+}
+
 /* cond(t): bool(t) of a one-element tensor. A lazy one is read through
  * loom_trace_cond, so that the decision joins the path signature and each
  * path compiles once. */
@@ -565,6 +621,9 @@ PyMethodDef py_step_methods[] = {
     {"is_grad_enabled", fn_grad_enabled, METH_NOARGS, "False inside loom.no_grad()"},
     {"_backward", fn_backward, METH_O, "backward(loss)"},
     {"_optimizer_step", fn_optimizer_step, METH_VARARGS, NULL},
+    {"_optimizer_state", fn_optimizer_state, METH_VARARGS, "the trace's optimizer state of p"},
+    {"_optimizer_state_set", fn_optimizer_state_set, METH_VARARGS,
+     "the state the trace's next optimizer step starts p from"},
     {"_step_params", fn_step_params, METH_NOARGS, "the step's parameters"},
     {"_trace_grads_current", fn_trace_grads_current, METH_O,
      "whether .grad of each is this step's own gradient"},

@@ -89,6 +89,10 @@ typedef struct tr_value {
   uint8_t provisional; /* an input's automatic dims not symbolic yet (bit per dim) */
 } tr_value_t;
 
+/* The optimizer state a parameter may have: "momentum", "m", "v", "step"
+ * (trace_optim.c). */
+enum { TR_OPTIM_STATES = 4 };
+
 /* A parameter across steps (a borrowed user tensor). */
 typedef struct tr_param {
   loom_tensor_t *t;
@@ -97,6 +101,9 @@ typedef struct tr_param {
   loom_tensor_t *last;  /* the last backward's part when grad holds more, or NULL */
   bool got_grad;        /* a backward reached it this step */
   bool last_reached;    /* the last backward reached it */
+  /* optimizer state set for the next optimizer step to start from
+   * (loom_trace_optimizer_state_set), per state name, or NULL */
+  loom_tensor_t *staged[TR_OPTIM_STATES];
 } tr_param_t;
 
 /* Why a cut happens: fmt with one argument, str (when not NULL) or num,
@@ -733,7 +740,8 @@ loom_status_t tr_note_break(loom_trace_t *t, uint64_t site,
 
 /* trace_optim.c */
 void tr_optim_destroy(loom_trace_t *t);
-/* Parameter p leaves the parameters: its state is carried to no one. */
+/* Parameter p leaves the parameters: its state is carried to no one, its
+ * staged state dropped. */
 void tr_optim_forget(loom_trace_t *t, const loom_tensor_t *p);
 /* Whether t's optimizer step runs compiled code, after waiting for its
  * background compile when wait (tests); false before the first step. */

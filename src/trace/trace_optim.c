@@ -78,9 +78,17 @@ bool tr_optim_compiled(loom_trace_t *t, bool wait) {
   return a && a->exe;
 }
 
+static void staged_free(tr_param_t *q) {
+  for (int k = 0; k < TR_OPTIM_STATES; k++) {
+    loom_tensor_destroy(q->staged[k]);
+    q->staged[k] = NULL;
+  }
+}
+
 void tr_optim_destroy(loom_trace_t *t) {
   optim_free(t->optim);
   t->optim = NULL;
+  for (int64_t i = 0; i < t->n_params; i++) staged_free(&t->params[i]);
 }
 
 /* Whether a and b make the same graph (the fields of their kind). */
@@ -114,6 +122,8 @@ static void share_storage(loom_graph_t *g, loom_value_t pv, const loom_tensor_t 
 }
 
 void tr_optim_forget(loom_trace_t *t, const loom_tensor_t *p) {
+  for (int64_t i = 0; i < t->n_params; i++)
+    if (t->params[i].t == p) staged_free(&t->params[i]);
   for (tr_optim_t *a = t->optim; a; a = a->next)
     for (int i = 0; i < a->n; i++)
       if (a->storage[i] == p->data) a->storage[i] = NULL;
@@ -432,6 +442,107 @@ loom_status_t loom_trace_data_parallel(loom_trace_t *t, loom_comm_t *comm) {
   return LOOM_OK;
 }
 
+/* ---- State, read and set ------------------------------------------------------
+ * What a checkpoint of the optimizer needs: each parameter's state by the
+ * name train/optim.c gives it after the step graph's parameter ("p<i>.m"). */
+
+static const char *const state_names[TR_OPTIM_STATES] = {"momentum", "m", "v", "step"};
+
+static int state_index(const char *name) {
+  for (int k = 0; name && k < TR_OPTIM_STATES; k++)
+    if (!strcmp(name, state_names[k])) return k;
+  return -1;
+}
+
+/* The trace's record of parameter p, and the index of state `name`, or a
+ * failure that names fn. */
+static loom_status_t state_of(loom_trace_t *t, const loom_tensor_t *p, const char *name,
+                              const char *fn, tr_param_t **q, int *k) {
+  *k = state_index(name);
+  if (*k < 0)
+    return loom_fail(LOOM_ERR_INVALID, "%s: no optimizer state is named \"%s\" (\"momentum\", "
+                     "\"m\", \"v\", \"step\")", fn, name ? name : "(null)");
+  for (int64_t i = 0; i < t->n_params; i++)
+    if (t->params[i].t == p) {
+      *q = &t->params[i];
+      return LOOM_OK;
+    }
+  return loom_fail(LOOM_ERR_INVALID, "%s: the tensor is not a parameter of this trace "
+                   "(enter it with loom_trace_param)", fn);
+}
+
+/* The tensor of state k of the parameter whose storage is data in a's
+ * graph, or NULL. */
+static loom_tensor_t *graph_state(const tr_optim_t *a, const void *data, int k) {
+  for (int i = 0; a && i < a->n; i++) {
+    if (a->storage[i] != data) continue;
+    char name[64];
+    snprintf(name, sizeof name, "p%d.%s", i, state_names[k]);
+    for (int64_t j = 0; j < a->g->n_params; j++) {
+      ir_value_t *v = &a->g->values[a->g->params[j]];
+      if (v->name && !strcmp(v->name, name)) return v->data;
+    }
+  }
+  return NULL;
+}
+
+loom_status_t loom_trace_optimizer_state(loom_trace_t *t, const loom_tensor_t *p,
+                                         const char *name, const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(p);
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
+  tr_param_t *q;
+  int k;
+  LOOM_TRY(state_of(t, p, name, __func__, &q, &k));
+  *out = q->staged[k] ? q->staged[k] : graph_state(t->optim, p->data, k);
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_optimizer_state_set(loom_trace_t *t, const loom_tensor_t *p,
+                                             const char *name, const loom_tensor_t *value) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(p);
+  LOOM_CHECK_ARG(value);
+  LOOM_TRY(tr_claim(t, __func__));
+  tr_param_t *q;
+  int k;
+  LOOM_TRY(state_of(t, p, name, __func__, &q, &k));
+  bool step = !strcmp(name, "step");
+  /* the update dtype: f16 and bf16 parameters keep f32 state (train/optim.c) */
+  loom_dtype_t dt = step ? LOOM_I64 : p->dtype == LOOM_F16 || p->dtype == LOOM_BF16 ? LOOM_F32
+                                                                                   : p->dtype;
+  if (value->dtype != dt)
+    return loom_fail(LOOM_ERR_DTYPE, "%s: state \"%s\" is %s (got %s)", __func__, name,
+                     loom_dtype_name(dt), loom_dtype_name(value->dtype));
+  if (step ? value->rank != 0
+           : value->rank != p->rank ||
+                 memcmp(value->shape, p->shape, sizeof *p->shape * (size_t)p->rank))
+    return loom_fail(LOOM_ERR_SHAPE, "%s: state \"%s\" has %s (got rank %d)", __func__, name,
+                     step ? "rank 0" : "the parameter's shape", value->rank);
+  loom_tensor_t *copy;
+  LOOM_TRY(tensor_contiguous_copy(value, &copy));
+  loom_tensor_destroy(q->staged[k]);
+  q->staged[k] = copy;
+  loom_clear_error();
+  return LOOM_OK;
+}
+
+/* The staged state into the step about to run (built for the trace's
+ * parameters); a state it does not keep is dropped. */
+static void staged_apply(loom_trace_t *t) {
+  for (int64_t i = 0; i < t->n_params; i++) {
+    tr_param_t *q = &t->params[i];
+    for (int k = 0; k < TR_OPTIM_STATES; k++) {
+      loom_tensor_t *into = q->staged[k] ? graph_state(t->optim, q->t->data, k) : NULL;
+      if (into)
+        memcpy(into->data, q->staged[k]->data,
+               (size_t)loom_tensor_numel(into) * loom_dtype_size(into->dtype));
+    }
+    staged_free(q);
+  }
+}
+
 static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
                                     double lr, const char *fn) {
   LOOM_TRY(tr_claim(t, fn));
@@ -446,6 +557,7 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
   if (t->comm) LOOM_TRY(dp_exchange(t, fn));
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
   else optim_swap(t);
+  staged_apply(t);
   loom_status_t s = optim_run(t, lr);
   /* the parameters changed (in part, if the run failed) */
   t->tape.stale = t->tape.n;

@@ -85,6 +85,25 @@ def test_data_shares_memory_without_grad():
     assert p.requires_grad and p.is_leaf
 
 
+@pytest.mark.parametrize("data,dtype", [
+    ([1.5, 2.0], "float32"), ([1.0, -2.0], "float32"), ([1, 2, 30], "int64"),
+    ([True, False], "bool"), ([[1.25, -2.0], [3.0, 4.5]], "float32"), ([[1, 2], [30, 4]], "int32"),
+    (3.25, "float32"), (7, "int64"), (True, "bool"), ([0.5, 2.0], "float64"),
+    ([1e-5, 3.0], "float32"), (np.arange(24).reshape(2, 3, 4) / 7, "float32"),
+    (np.arange(30) / 7, "float64"), (np.arange(2000).reshape(40, 50), "int64"), ([], "float32"),
+])
+def test_repr_matches_torch(data, dtype):
+    a = np.asarray(data)
+    mine = loom.tensor(a, dtype=getattr(loom, dtype))
+    theirs = torch.tensor(a, dtype=getattr(torch, dtype))
+    assert repr(mine) == repr(theirs).replace("torch.", "loom.")
+    assert str(mine) == str(theirs).replace("torch.", "loom.")
+    if dtype.startswith("float") and a.size:
+        grad = repr(loom.tensor(a, dtype=getattr(loom, dtype), requires_grad=True))
+        assert grad == repr(torch.tensor(a, dtype=getattr(torch, dtype),
+                                         requires_grad=True)).replace("torch.", "loom.")
+
+
 def test_sort_argsort_kthvalue_match_torch():
     a = _data(3, 5)
     for dim, desc in ((-1, False), (0, True), (1, True)):
@@ -337,6 +356,60 @@ def test_cross_entropy_with_class_weights(reduction, smoothing):
           logits, np.array([0, 3, 1, 1, 2, 3]), rtol=1e-4)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.3])
+@pytest.mark.parametrize("shape", [(5, 4), (3, 4, 2), (4,)])
+def test_cross_entropy_with_probability_targets(reduction, smoothing, shape):
+    logits = _data(*shape)
+    probs = RNG.random(shape).astype(np.float32)
+    probs /= probs.sum(axis=1 if len(shape) > 1 else 0, keepdims=True)
+    weight = (RNG.random(4) + 0.5).astype(np.float32)
+    for w in (None, weight):
+        mw, tw = (None, None) if w is None else (loom.tensor(w), torch.tensor(w))
+        check(lambda x, y: F.cross_entropy(x, y, mw, reduction=reduction,
+                                           label_smoothing=smoothing),
+              lambda x, y: TF.cross_entropy(x, y, tw, reduction=reduction,
+                                            label_smoothing=smoothing),
+              logits, probs, rtol=1e-4, atol=1e-5)
+        check(lambda x, y: nn.CrossEntropyLoss(mw, reduction=reduction,
+                                               label_smoothing=smoothing)(x, y),
+              lambda x, y: torch.nn.CrossEntropyLoss(tw, reduction=reduction,
+                                                     label_smoothing=smoothing)(x, y),
+              logits, probs, rtol=1e-4, atol=1e-5)
+
+
+def _loss_module_cases(reduction):
+    """(make(lib) -> the module of loom or torch, its input arrays)."""
+    a, b = _data(4, 3), _data(4, 3)
+    prob, soft = 1 / (1 + np.exp(-a)), RNG.random((4, 3)).astype(np.float32)
+    w, pw = (RNG.random(3) + 0.5).astype(np.float32), (RNG.random(3) * 3).astype(np.float32)
+    logp = a - np.log(np.exp(a).sum(1, keepdims=True))
+    labels = np.array([2, -100, 0, 1])
+    return [
+        (lambda lib: lib.nn.L1Loss(reduction=reduction), a, b),
+        (lambda lib: lib.nn.SmoothL1Loss(reduction=reduction, beta=0.5), a, b),
+        (lambda lib: lib.nn.HuberLoss(reduction=reduction, delta=0.3), a, b),
+        (lambda lib: lib.nn.BCELoss(reduction=reduction), prob, soft),
+        (lambda lib: lib.nn.BCELoss(lib.tensor(w), reduction=reduction), prob, soft),
+        (lambda lib: lib.nn.BCEWithLogitsLoss(reduction=reduction), a * 3, soft),
+        (lambda lib: lib.nn.BCEWithLogitsLoss(lib.tensor(w), reduction=reduction,
+                                              pos_weight=lib.tensor(pw)), a * 3, soft),
+        (lambda lib: lib.nn.NLLLoss(reduction=reduction), logp, labels),
+        (lambda lib: lib.nn.NLLLoss(lib.tensor(w), reduction=reduction), logp, labels),
+        (lambda lib: lib.nn.KLDivLoss(reduction=reduction), logp, soft + 0.01),
+        (lambda lib: lib.nn.KLDivLoss(reduction=reduction, log_target=True), logp, logp[::-1]),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("case", range(11))
+def test_loss_modules_match_torch(reduction, case):
+    make, *arrays = _loss_module_cases(reduction)[case]
+    check(make(loom), make(torch), *[np.ascontiguousarray(a) for a in arrays], rtol=1e-4,
+          atol=1e-5)
+
+
 # ---- loom.nn modules ----
 
 @pytest.mark.parametrize("make", [
@@ -433,3 +506,64 @@ def test_scheduler_import_path_and_state():
     again = StepLR(opt, 2, last_epoch=1)
     again.load_state_dict(state)
     assert again.last_epoch == 2 and again.get_last_lr() == [0.1]
+
+
+# ---- optimizer checkpoints ----
+
+def _mlp_loss(lib, params, x, y):
+    w1, b1, w2 = params
+    return ((lib.tanh(lib.tensor(x) @ w1 + b1) @ w2 - lib.tensor(y)) ** 2).mean()
+
+
+def _train(lib, params, opt, batches, clip):
+    """Steps of opt on batches; clip sends loom's update down the Python
+    path (a max_norm that leaves the gradients as they are)."""
+    for x, y in batches:
+        opt.zero_grad()
+        _mlp_loss(lib, params, x, y).backward()
+        if clip:
+            lib.nn.utils.clip_grad_norm_(params, 1e9)
+        opt.step()
+
+
+def _close_state(mine, theirs):
+    assert sorted(mine["state"]) == sorted(theirs["state"])
+    for i, s in theirs["state"].items():
+        assert sorted(mine["state"][i]) == sorted(s), i
+        for k, v in s.items():
+            _close(mine["state"][i][k], v.numpy(), rtol=1e-4, atol=1e-6, msg=f"{i} {k}")
+    for g, tg in zip(mine["param_groups"], theirs["param_groups"]):
+        assert g["params"] == tg["params"] and g["lr"] == tg["lr"]
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+    ("Adam", dict(lr=0.05, weight_decay=0.01)),
+    ("AdamW", dict(lr=0.05, betas=(0.8, 0.99))),
+])
+@pytest.mark.parametrize("clip", [False, True])
+def test_optimizer_state_dict_resumes_as_torch(name, kwargs, clip):
+    import copy
+    w = [_data(4, 5), _data(5), _data(5, 2)]
+    batches = [(_data(3, 4), _data(3, 2)) for _ in range(5)]
+    ps = [loom.tensor(a, requires_grad=True) for a in w]
+    tps = [torch.tensor(a, requires_grad=True) for a in w]
+    opt, topt = getattr(loom.optim, name)(ps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
+    _train(loom, ps, opt, batches[:3], clip)
+    _train(torch, tps, topt, batches[:3], clip)
+    saved, tsaved = copy.deepcopy(opt.state_dict()), copy.deepcopy(topt.state_dict())
+    _close_state(saved, tsaved)
+    at_save = [p.detach().numpy().copy() for p in ps]
+    _train(loom, ps, opt, batches[3:], clip)
+    _train(torch, tps, topt, batches[3:], clip)
+    _close_state(opt.state_dict(), topt.state_dict())
+    # a fresh optimizer over a model of the saved weights, from each one's state dict
+    for state in (saved, tsaved):
+        again = [loom.tensor(a, requires_grad=True) for a in at_save]
+        fresh = getattr(loom.optim, name)(again, lr=1.0)
+        fresh.load_state_dict(state)
+        assert fresh.param_groups[0]["lr"] == kwargs["lr"]
+        _train(loom, again, fresh, batches[3:], clip)
+        for p, first, tp in zip(again, ps, tps):
+            _close(p, first.detach().numpy(), rtol=1e-5, atol=1e-6)
+            _close(p, tp, rtol=1e-4, atol=1e-5)

@@ -48,10 +48,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """input (N, C) logits, target (N,) class indices, as PyTorch's: with
     class weights, the mean is over the targets' weights (those not
-    ignore_index); label smoothing weighs each class's term by its weight."""
+    ignore_index); label smoothing weighs each class's term by its weight.
+    A float target is class probabilities instead (below)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if target.dtype.is_floating_point:
+        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     if input.ndim != 2:
         raise ValueError("loom cross_entropy: input of shape (N, C)")
-    reduction = _legacy_reduction(size_average, reduce, reduction)
     n_classes = input.shape[1]
     logp = log_softmax(input, 1)
     keep = target != ignore_index
@@ -65,6 +68,24 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if reduction == "mean":
         return loss.sum() / w.sum()
     return _reduce(loss, reduction)
+
+
+def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
+    """target: class probabilities of input's shape ((C), (N, C) or (N, C,
+    d...), classes on dim 1 when batched), as PyTorch 1.13's:
+    loss = -sum_c weight_c y_c log_softmax(input)_c, y smoothed toward the
+    uniform distribution; the mean is over the items, not their weights."""
+    if target.shape != input.shape:
+        raise ValueError(f"loom cross_entropy: probability targets of the input's shape "
+                         f"{list(input.shape)} (got {list(target.shape)})")
+    dim = 1 if input.ndim > 1 else 0
+    n_classes = input.shape[dim]
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / n_classes
+    term = log_softmax(input, dim) * target
+    if weight is not None:
+        term = term * weight.reshape(n_classes, *[1] * (input.ndim - dim - 1))
+    return _reduce(-term.sum(dim), reduction)
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
@@ -129,10 +150,17 @@ def hardtanh(input, min_val=-1.0, max_val=1.0):
     return _F.clamp(input, min_val, max_val)
 
 
-def binary_cross_entropy_with_logits(input, target, reduction="mean"):
-    # max(x, 0) - x*y + log(1 + e^-|x|): stable for large |x|
-    loss = input.relu() - input * target + (-(input.abs())).exp().log1p()
-    return _reduce(loss, reduction)
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction="mean", pos_weight=None):
+    """-(pos_weight y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))) * weight,
+    as PyTorch's: pos_weight (one per class, the last dim) weighs the
+    positive term."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    # -log sigmoid(x) = log(1 + e^-|x|) + max(-x, 0): stable for large |x|
+    neg_log_sig = (-(input.abs())).exp().log1p() + (-input).relu()
+    scale = neg_log_sig if pos_weight is None else (1 + (pos_weight - 1) * target) * neg_log_sig
+    loss = (1 - target) * input + scale
+    return _reduce(loss if weight is None else loss * weight, reduction)
 
 
 def dropout(x, p=0.5, training=True):

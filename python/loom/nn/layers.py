@@ -185,29 +185,6 @@ class Flatten(Module):
         return _F.flatten(x, self.start_dim, self.end_dim)
 
 
-class CrossEntropyLoss(Module):
-    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                 reduction="mean", label_smoothing=0.0):
-        super().__init__()
-        self.weight = weight
-        self.ignore_index = ignore_index
-        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
-        self.label_smoothing = label_smoothing
-
-    def forward(self, input, target):
-        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
-                               reduction=self.reduction, label_smoothing=self.label_smoothing)
-
-
-class MSELoss(Module):
-    def __init__(self, reduction="mean"):
-        super().__init__()
-        self.reduction = reduction
-
-    def forward(self, input, target):
-        return F.mse_loss(input, target, self.reduction)
-
-
 def _uniform_params(module, fan_in, *names_shapes):
     from .. import empty
     bound = 1 / math.sqrt(fan_in) if fan_in else 0
