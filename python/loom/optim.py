@@ -17,8 +17,11 @@ state_dict() and load_state_dict() speak torch.optim's form: {"state":
 "param_groups": [{..., "params": [indices]}]}, the parameters numbered
 in the groups' order. The state is read from where the last step kept
 it; a loaded one is where the next step starts, on either path."""
+import copy
 import math
 import sys
+
+import numpy as np
 
 from . import _C, _compile
 from . import lr_scheduler
@@ -175,8 +178,6 @@ class Optimizer:
 def _state_tensor(v, dtype):
     """A saved state value (a loom or PyTorch tensor, an array) as a loom
     tensor of the parameter's dtype."""
-    import copy
-    import numpy as np
     from . import Tensor, tensor
     if isinstance(v, Tensor):
         return copy.deepcopy(v.detach().to(dtype))  # real, and not the caller's

@@ -422,18 +422,6 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
   return s;
 }
 
-/* The trace's record of parameter p, or a failure that names fn. */
-static loom_status_t find_param(loom_trace_t *t, const loom_tensor_t *p, const char *fn,
-                                tr_param_t **out) {
-  for (int64_t i = 0; i < t->n_params; i++)
-    if (t->params[i].t == p) {
-      *out = &t->params[i];
-      return LOOM_OK;
-    }
-  return loom_fail(LOOM_ERR_INVALID, "%s: the tensor is not a parameter of this trace "
-                   "(enter it with loom_trace_param)", fn);
-}
-
 loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                               const loom_tensor_t **out) {
   LOOM_CHECK_ARG(t);
@@ -441,7 +429,7 @@ loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(out);
   tr_param_t *q = NULL;
-  LOOM_TRY(find_param(t, p, __func__, &q));
+  LOOM_TRY(tr_find_param(t, p, __func__, &q));
   if (!q->grad) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->grad));
   *out = q->grad;
   return LOOM_OK;
@@ -454,7 +442,7 @@ loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(out);
   tr_param_t *q = NULL;
-  LOOM_TRY(find_param(t, p, __func__, &q));
+  LOOM_TRY(tr_find_param(t, p, __func__, &q));
   if (q->last_reached && !q->last) { /* the first part: all there is */
     *out = q->grad;
     return LOOM_OK;

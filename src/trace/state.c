@@ -163,3 +163,14 @@ core_pool_t *tr_fallback_pool(loom_trace_t *t) {
   }
   return t->fallback_pool;
 }
+
+loom_status_t tr_find_param(loom_trace_t *t, const loom_tensor_t *p, const char *fn,
+                            tr_param_t **out) {
+  for (int64_t i = 0; i < t->n_params; i++)
+    if (t->params[i].t == p) {
+      *out = &t->params[i];
+      return LOOM_OK;
+    }
+  return loom_fail(LOOM_ERR_INVALID, "%s: the tensor is not a parameter of this trace "
+                   "(enter it with loom_trace_param)", fn);
+}

@@ -556,6 +556,9 @@ loom_status_t tr_claim(loom_trace_t *t, const char *fn);
  * (*taken says so); tr_give_back(t, *taken) ends the read. */
 loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken);
 void tr_give_back(const loom_trace_t *t, bool taken);
+/* The trace's record of parameter p, or a failure that names fn. */
+loom_status_t tr_find_param(loom_trace_t *t, const loom_tensor_t *p, const char *fn,
+                            tr_param_t **out);
 /* Grows the per-value, per-node and per-symbol tables to the graph. */
 loom_status_t tr_reserve_values(loom_trace_t *t);
 loom_tensor_t *tr_tensor(const loom_trace_t *t, int32_t v);

@@ -454,21 +454,16 @@ static int state_index(const char *name) {
   return -1;
 }
 
-/* The trace's record of parameter p, and the index of state `name`, or a
- * failure that names fn. */
+/* For fn, with t taken: the trace's record of parameter p and the index
+ * of state `name`, or a failure naming which is wrong. */
 static loom_status_t state_of(loom_trace_t *t, const loom_tensor_t *p, const char *name,
                               const char *fn, tr_param_t **q, int *k) {
+  LOOM_TRY(tr_claim(t, fn));
   *k = state_index(name);
   if (*k < 0)
     return loom_fail(LOOM_ERR_INVALID, "%s: no optimizer state is named \"%s\" (\"momentum\", "
                      "\"m\", \"v\", \"step\")", fn, name ? name : "(null)");
-  for (int64_t i = 0; i < t->n_params; i++)
-    if (t->params[i].t == p) {
-      *q = &t->params[i];
-      return LOOM_OK;
-    }
-  return loom_fail(LOOM_ERR_INVALID, "%s: the tensor is not a parameter of this trace "
-                   "(enter it with loom_trace_param)", fn);
+  return tr_find_param(t, p, fn, q);
 }
 
 /* The tensor of state k of the parameter whose storage is data in a's
@@ -491,7 +486,6 @@ loom_status_t loom_trace_optimizer_state(loom_trace_t *t, const loom_tensor_t *p
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(out);
-  LOOM_TRY(tr_claim(t, __func__));
   tr_param_t *q;
   int k;
   LOOM_TRY(state_of(t, p, name, __func__, &q, &k));
@@ -504,7 +498,6 @@ loom_status_t loom_trace_optimizer_state_set(loom_trace_t *t, const loom_tensor_
   LOOM_CHECK_ARG(t);
   LOOM_CHECK_ARG(p);
   LOOM_CHECK_ARG(value);
-  LOOM_TRY(tr_claim(t, __func__));
   tr_param_t *q;
   int k;
   LOOM_TRY(state_of(t, p, name, __func__, &q, &k));
@@ -534,12 +527,14 @@ static void staged_apply(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_params; i++) {
     tr_param_t *q = &t->params[i];
     for (int k = 0; k < TR_OPTIM_STATES; k++) {
-      loom_tensor_t *into = q->staged[k] ? graph_state(t->optim, q->t->data, k) : NULL;
+      if (!q->staged[k]) continue;
+      loom_tensor_t *into = graph_state(t->optim, q->t->data, k);
       if (into)
         memcpy(into->data, q->staged[k]->data,
                (size_t)loom_tensor_numel(into) * loom_dtype_size(into->dtype));
+      loom_tensor_destroy(q->staged[k]);
+      q->staged[k] = NULL;
     }
-    staged_free(q);
   }
 }
 
