@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import loom
+from loom import _C
 
 
 def test_tensor_from_lists_takes_pytorch_default_dtypes():
@@ -164,6 +165,9 @@ def test_many_steps_keep_memory_flat():
             return int(f.read().split()[1]) * 4
 
     loom.set_compile_mode("wait")  # no compile lands during the measurement
+    # the compiles earlier tests queued finish first: their modules and the
+    # workers' buffers are not this loop's
+    _C._at_exit()
     x = loom.randn(64, 64)
     w = loom.randn(64, 64, requires_grad=True)
     opt = loom.optim.SGD([w], lr=1e-4)
@@ -175,15 +179,21 @@ def test_many_steps_keep_memory_flat():
         opt.step()
         return float(loss)
 
+    def growth_kb(steps):
+        gc.collect()
+        before = rss_kb()
+        for _ in range(steps):
+            step()
+        gc.collect()
+        return rss_kb() - before
+
     try:
         for _ in range(300):
             step()
-        gc.collect()
-        before = rss_kb()
-        for _ in range(10000):
-            step()
-        gc.collect()
-        assert rss_kb() - before < 8 * 1024, "resident memory grew over 10,000 steps"
+        # a leak grows both windows; a one-time event (the allocator taking
+        # a new arena) only one of them
+        grew = [growth_kb(10000), growth_kb(10000)]
+        assert min(grew) < 8 * 1024, f"resident memory grew over 10,000 steps: {grew} KiB"
     finally:
         loom.set_compile_mode("tiered")
 
