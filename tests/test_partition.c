@@ -624,6 +624,103 @@ static void test_symbolic_batch(void) {
   loom_graph_destroy(g);
 }
 
+/* y = sum(3 x) over a symbolic batch: the backward reads no forward
+ * value, but spreads dy over (n, 4); x is saved for its size alone, so
+ * the backward runs (interpreted and compiled) at each batch with
+ * gradient 3 everywhere. Before x was saved the run failed: symbol 'n'
+ * has no value. */
+static void test_symbol_saved_for_its_size(void) {
+  loom_graph_t *g;
+  loom_value_t x, three, t, y;
+  loom_dim_t n;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  loom_dim_t xs[2] = {n, 4};
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F64, 2, xs, &x));
+  CHECK_OK(loom_full(g, 0, NULL, 3.0, LOOM_F64, &three));
+  CHECK_OK(loom_mul(g, x, three, &t));
+  CHECK_OK(loom_sum(g, t, 0, NULL, 0, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  partition_t p;
+  int wrt[1] = {0};
+  CHECK_OK(pass_partition(g, 1, wrt, &p));
+  CHECK(p.n_saved == 1);
+  for (int64_t batch = 2; batch <= 5; batch += 3) {
+    int64_t shape[2] = {batch, 4};
+    loom_tensor_t *in = test_rand_tensor(LOOM_F64, 2, shape, -1, 1), *fw[2] = {0};
+    double one = 1.0;
+    loom_tensor_t *dy = test_tensor(LOOM_F64, 0, NULL, &one), *gi = NULL, *gc = NULL;
+    CHECK_OK(loom_interpret(p.forward, 1, &in, 2, fw));
+    loom_tensor_t *bin[2] = {fw[1], dy};
+    CHECK_OK(loom_interpret(p.backward, 2, bin, 1, &gi));
+    loom_compile_options_t o;
+    loom_compile_options_init(&o);
+    const char *names[1] = {"n"};
+    o.n_symbols = 1, o.symbol_names = names, o.symbol_values = &batch;
+    loom_executable_t *e = NULL;
+    CHECK_OK(loom_compile(p.backward, &o, &e));
+    if (e) CHECK_OK(loom_executable_new_output(e, 0, &gc));
+    if (e) CHECK_OK(loom_executable_run(e, 2, bin, 1, &gc));
+    loom_executable_destroy(e);
+    for (int64_t i = 0; gi && gc && i < batch * 4; i++) {
+      CHECK(test_get(gi, i) == 3.0);
+      CHECK(test_get(gc, i) == 3.0);
+    }
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(dy);
+    destroy_all(2, fw);
+    loom_tensor_destroy(gi);
+    loom_tensor_destroy(gc);
+  }
+  partition_free(&p);
+  loom_graph_destroy(g);
+}
+
+/* wrt past the inputs names an output: its whole gradient, the incoming
+ * dY plus its reads inside src. h = x * x, outputs h and z = sum(h * h):
+ * dL/dh = dh + 2 h dz. */
+static void test_output_gradient(void) {
+  test_seed(5);
+  loom_graph_t *g;
+  loom_value_t x, h, hh, z;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t xs[1] = {6};
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F64, 1, xs, &x));
+  CHECK_OK(loom_mul(g, x, x, &h));
+  CHECK_OK(loom_mul(g, h, h, &hh));
+  CHECK_OK(loom_sum(g, hh, 0, NULL, 0, &z));
+  CHECK_OK(loom_graph_output(g, h));
+  CHECK_OK(loom_graph_output(g, z));
+  partition_t p;
+  int wrt[2] = {0, 1 + 0}; /* x, then output 0 (h): n_inputs + 0 */
+  CHECK_OK(pass_partition(g, 2, wrt, &p));
+  int64_t n = 6;
+  loom_tensor_t *in = test_rand_tensor(LOOM_F64, 1, &n, -1, 1);
+  loom_tensor_t *dh = test_rand_tensor(LOOM_F64, 1, &n, -1, 1);
+  double two = 2.0;
+  loom_tensor_t *dz = test_tensor(LOOM_F64, 0, NULL, &two);
+  loom_tensor_t *fw[8] = {0}, *gr[2] = {0}, *bin[8];
+  CHECK_OK(loom_interpret(p.forward, 1, &in, 2 + p.n_saved, fw));
+  for (int k = 0; k < p.n_saved; k++) bin[k] = fw[2 + k];
+  bin[p.n_saved] = dh;
+  bin[p.n_saved + 1] = dz;
+  CHECK_OK(loom_interpret(p.backward, p.n_saved + 2, bin, 2, gr));
+  for (int64_t i = 0; gr[1] && i < n; i++) {
+    double xi = test_get(in, i), h_i = xi * xi, want_h = test_get(dh, i) + 2 * h_i * 2.0;
+    CHECK_NEAR(test_get(gr[1], i), want_h, 1e-12, 1e-12);
+    CHECK_NEAR(test_get(gr[0], i), want_h * 2 * xi, 1e-12, 1e-12);
+  }
+  partition_free(&p);
+  int bad[1] = {3};
+  CHECK_ERR(pass_partition(g, 1, bad, &p), LOOM_ERR_INVALID, "input or output index");
+  loom_tensor_destroy(in);
+  loom_tensor_destroy(dh);
+  loom_tensor_destroy(dz);
+  destroy_all(8, fw);
+  destroy_all(2, gr);
+  loom_graph_destroy(g);
+}
+
 /* The halves own their constants: they run after src is gone (the tracer
  * replaces a segment's graph by one of them). */
 static void test_outlives_src(void) {
@@ -702,6 +799,8 @@ static void test_fails_cleanly_at_every_allocation(void) {
 }
 
 int main(void) {
+  TEST_RUN(test_symbol_saved_for_its_size);
+  TEST_RUN(test_output_gradient);
   TEST_RUN(test_cases);
   TEST_RUN(test_rnn_two_invocations);
   TEST_RUN(test_recompute);

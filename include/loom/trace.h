@@ -344,6 +344,23 @@ LOOM_API loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
  * until the next backward or the step's end. */
 LOOM_API loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
                                             const loom_tensor_t **out);
+/* Keeps the gradient of v, a value of this step that gradients flow to
+ * (not a parameter: a parameter's is loom_trace_grad), from each later
+ * loom_trace_backward, as PyTorch's retain_grad: the whole gradient,
+ * through every read of v. v's segment then ends at v (a value still
+ * pending becomes an output of its cut), and stitched replays pause for
+ * the step. LOOM_ERR_INVALID when no gradient flows to v, and when v was
+ * already read inside the segment that computed it (a cut made it real,
+ * or ran it without keeping it, after those reads were recorded): that
+ * segment's backward does not return v's part; retain v before reading
+ * it. Retaining a parameter does nothing. */
+LOOM_API loom_status_t loom_trace_retain_grad(loom_trace_t *t, loom_value_t v);
+/* The gradient of v (retained) from the last loom_trace_backward; *out
+ * NULL where that backward did not reach v. Owned by the trace until the
+ * next backward or the step's end. LOOM_ERR_INVALID when v is not
+ * retained. */
+LOOM_API loom_status_t loom_trace_retained_grad(loom_trace_t *t, loom_value_t v,
+                                                const loom_tensor_t **out);
 /* One step of the optimizer o describes (loom/train.h: the update rules
  * of loom_sgd, loom_adam and loom_adamw, whose builders make it) at
  * learning rate lr (finite, >= 0), over every parameter entered so far

@@ -104,8 +104,29 @@ class Tensor(_C.TensorBase):
         return a if dtype is None else a.astype(dtype)
 
     # ---- autograd ----
-    def backward(self):
-        _C._backward(self)
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """PyTorch's backward: from a scalar, or with gradient (of self's
+        shape) from any tensor, as backward of sum(self * gradient). The
+        step keeps its graph until it ends, so retain_graph is always so."""
+        if create_graph:
+            raise NotImplementedError("backward(create_graph=True): gradients of "
+                                      "gradients are not traced")
+        if inputs is not None:
+            raise NotImplementedError("backward(inputs=...): every tensor requiring "
+                                      "grad gets its gradient")
+        if gradient is not None:
+            if not isinstance(gradient, Tensor):
+                from . import tensor
+                gradient = tensor(gradient, dtype=self.dtype)
+            if tuple(gradient.shape) != tuple(self.shape):
+                raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
+                                   f"{tuple(gradient.shape)} and output[0] has a shape of "
+                                   f"{tuple(self.shape)}.")
+            _C._backward(_F.sum(self * gradient.detach()))
+        elif self.ndim and self.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        else:
+            _C._backward(self if not self.ndim else _F.reshape(self, ()))
 
     def detach(self):
         if not self.requires_grad:

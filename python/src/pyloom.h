@@ -34,6 +34,7 @@ typedef struct py_tensor {
   bool is_leaf;               /* made by the user, not by an op */
   bool held;                  /* a parameter the trace keeps (step.c) */
   bool is_state;              /* a module's buffer: loom.compile borrows it */
+  bool retains_grad;          /* retain_grad(): backward fills .grad (step.c) */
   PyObject *grad;             /* a Tensor, or NULL for None */
   PyObject *error;            /* the exception its read failed with, raised
                                  again at every read; or NULL */
@@ -93,6 +94,9 @@ bool py_step_grad_enabled(void);
 int py_step_break(const char *reason);
 /* Ends the step if one is open: every lazy tensor alive made real first. */
 int py_step_end(void);
+/* t.retain_grad() for a non-leaf t that requires grad; -1 with an
+ * exception set. */
+int py_step_retain_grad(py_tensor_t *t);
 /* An optimizer of kind with these hyperparameters (torch.optim's
  * meanings), for the trace's step or a captured one. */
 loom_status_t py_optimizer(int kind, double momentum, int nesterov, double beta1,

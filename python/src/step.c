@@ -274,6 +274,56 @@ int py_step_idle(void) {
   return 0;
 }
 
+int py_step_retain_grad(py_tensor_t *t) {
+  if (py_capture_active()) {
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "retain_grad() inside a function loom.compile captures");
+    return -1;
+  }
+  /* A result of an ended step: no backward can reach it any more, and its
+   * .grad stays None, as PyTorch's of a tensor no backward reaches. */
+  if (t->step == st.id) {
+    loom_status_t s = loom_trace_retain_grad(st.trace, t->value);
+    if (s != LOOM_OK) {
+      PyErr_Format(PyExc_RuntimeError,
+                   "retain_grad(): the tensor was used before, in a part of the step that "
+                   "has run already (a read such as .item() or print ran it), whose backward "
+                   "does not give the tensor's gradient: call retain_grad() before using the "
+                   "tensor (%s)", loom_last_error());
+      return -1;
+    }
+  }
+  t->retains_grad = true;
+  return 0;
+}
+
+/* After a backward: each retained result's .grad gets that backward's
+ * gradient, added to what it held. */
+static int fill_retained(void) {
+  for (py_tensor_t *t = st.results; t; t = t->next) {
+    if (!t->retains_grad || t->step != st.id) continue;
+    const loom_tensor_t *g = NULL;
+    loom_tensor_t *copy = NULL;
+    loom_status_t s = loom_trace_retained_grad(st.trace, t->value, &g);
+    if (s == LOOM_OK && !g) continue;
+    if (s == LOOM_OK) s = loom_tensor_copy(g, &copy);
+    if (s != LOOM_OK) {
+      py_fail(s);
+      return -1;
+    }
+    PyObject *grad = py_tensor_wrap(copy);
+    if (!grad) return -1;
+    if (t->grad) {
+      PyObject *sum = PyNumber_Add(t->grad, grad);
+      Py_DECREF(grad);
+      if (!sum) return -1;
+      grad = sum;
+    }
+    Py_XSETREF(t->grad, grad);
+  }
+  return 0;
+}
+
 /* ---- functions of the module ---- */
 
 static PyObject *fn_step(PyObject *self, PyObject *unused) {
@@ -418,6 +468,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(grad) : NULL);
     p->trace_grad_step = st.id;
   }
+  if (fill_retained() < 0) return NULL;
   Py_RETURN_NONE;
 }
 

@@ -307,7 +307,32 @@ static PyObject *get_is_leaf(py_tensor_t *t, void *closure) {
 
 static PyObject *get_grad(py_tensor_t *t, void *closure) {
   (void)closure;
+  if (!t->grad && t->requires_grad && !t->is_leaf && !t->retains_grad &&
+      PyErr_WarnEx(PyExc_UserWarning,
+                   "The .grad attribute of a Tensor that is not a leaf Tensor is being "
+                   "accessed. Its .grad attribute won't be populated during backward(). "
+                   "If you indeed want the .grad field to be populated for a non-leaf "
+                   "Tensor, use .retain_grad() on the non-leaf Tensor.", 1) < 0)
+    return NULL;
   return Py_NewRef(t->grad ? t->grad : Py_None);
+}
+
+static PyObject *get_retains_grad(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(t->retains_grad);
+}
+
+/* PyTorch's retain_grad: a leaf's .grad is filled anyway. */
+static PyObject *tensor_retain_grad(py_tensor_t *t, PyObject *unused) {
+  (void)unused;
+  if (!t->requires_grad) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "can't retain_grad on Tensor that has requires_grad=False");
+    return NULL;
+  }
+  if (t->is_leaf || t->retains_grad) Py_RETURN_NONE;
+  if (py_step_retain_grad(t) < 0) return NULL;
+  Py_RETURN_NONE;
 }
 
 static int set_grad(py_tensor_t *t, PyObject *v, void *closure) {
@@ -327,6 +352,7 @@ static PyGetSetDef tensor_getset[] = {
     {"requires_grad", (getter)get_requires_grad, (setter)set_requires_grad, NULL, NULL},
     {"is_leaf", (getter)get_is_leaf, NULL, NULL, NULL},
     {"grad", (getter)get_grad, (setter)set_grad, NULL, NULL},
+    {"retains_grad", (getter)get_retains_grad, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyObject *tensor_realize_method(py_tensor_t *t, PyObject *unused) {
@@ -393,6 +419,8 @@ static PyObject *tensor_set_state(py_tensor_t *t, PyObject *unused) {
 static PyMethodDef tensor_methods[] = {
     {"_set_state", (PyCFunction)tensor_set_state, METH_NOARGS, "marks a module's buffer"},
     {"_realize", (PyCFunction)tensor_realize_method, METH_NOARGS, "make the data real"},
+    {"retain_grad", (PyCFunction)tensor_retain_grad, METH_NOARGS,
+     "backward() fills this non-leaf tensor's .grad too"},
     {"item", (PyCFunction)tensor_item, METH_NOARGS, "the one element as a Python number"},
     {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind"},
     {"__dlpack__", (PyCFunction)(void (*)(void))py_tensor_dlpack, METH_VARARGS | METH_KEYWORDS,

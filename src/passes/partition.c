@@ -14,6 +14,7 @@
 #include "passes/partition.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -52,14 +53,19 @@ static loom_status_t check_args(const loom_graph_t *src, int n_wrt,
     return loom_fail(LOOM_ERR_INVALID, "partition: %d wrt inputs%s", n_wrt,
                      n_wrt > 0 ? " given as a null list" : "");
   for (int i = 0; i < n_wrt; i++) {
-    if (wrt[i] < 0 || wrt[i] >= src->n_inputs)
+    if (wrt[i] < 0 || wrt[i] >= src->n_inputs + src->n_outputs)
       return loom_fail(LOOM_ERR_INVALID, "partition: wrt[%d] = %d is not an "
-                       "input index (the graph has %lld inputs)", i, wrt[i],
-                       (long long)src->n_inputs);
-    const ir_value_t *v = &src->values[src->inputs[wrt[i]]];
+                       "input or output index (the graph has %lld inputs, %lld "
+                       "outputs)", i, wrt[i], (long long)src->n_inputs,
+                       (long long)src->n_outputs);
+    bool in = wrt[i] < src->n_inputs;
+    const ir_value_t *v = &src->values[in ? src->inputs[wrt[i]]
+                                          : src->outputs[wrt[i] - src->n_inputs]];
     if (!dtype_is_float(v->type.dtype))
-      return loom_fail(LOOM_ERR_DTYPE, "partition: wrt[%d] is input %d ('%s') "
-                       "of dtype %s; gradients need a float input", i, wrt[i],
+      return loom_fail(LOOM_ERR_DTYPE, "partition: wrt[%d] is %s %lld ('%s') "
+                       "of dtype %s; gradients need a float value", i,
+                       in ? "input" : "output",
+                       (long long)(in ? wrt[i] : wrt[i] - src->n_inputs),
                        v->name ? v->name : "", loom_dtype_name(v->type.dtype));
   }
   for (int64_t i = 0; i < src->n_nodes; i++)
@@ -104,7 +110,9 @@ static loom_status_t differentiate(part_t *p, const int *wrt) {
                         : loom_fail(LOOM_ERR_NOMEM, "partition: out of memory");
   if (s == LOOM_OK) s = add_output_gradients(p, ys);
   if (s == LOOM_OK) {
-    for (int i = 0; i < p->n_wrt; i++) w[i].id = j->inputs[wrt[i]];
+    int64_t n_in = p->src->n_inputs;
+    for (int i = 0; i < p->n_wrt; i++)
+      w[i].id = wrt[i] < n_in ? j->inputs[wrt[i]] : j->outputs[wrt[i] - n_in];
     s = grad_vjp(j, p->n_dy, ys, p->dy, p->n_wrt, w, g);
     if (s != LOOM_OK) {
       char why[256];
@@ -208,6 +216,68 @@ static void mark_recompute(part_t *p, uint8_t *need) {
       any |= need[nd->out[k]] && !p->saved[nd->out[k]];
     p->redo[n] = any;
     for (int k = 0; any && k < nd->n_in; k++) need[nd->in[k]] = 1;
+  }
+}
+
+/* ---- Symbols the backward must be told ----------------------------------- */
+
+/* Sets uses[c] for every symbol in dim d (expressions walked). */
+static void symbols_of(const loom_graph_t *g, ir_dim_t d, uint8_t *uses) {
+  const ir_expr_t *e = ir_dim_is_const(d) ? NULL : ir_dim_expr(g, d);
+  if (!e || e->kind == IR_EXPR_CONST) return;
+  if (e->kind == IR_EXPR_SYM) {
+    uses[e->c] = 1;
+    return;
+  }
+  symbols_of(g, e->a, uses);
+  symbols_of(g, e->b, uses);
+}
+
+/* Sets bound[c] for the dims of v that are symbol c itself: a run binds
+ * those from its inputs' sizes. */
+static void symbols_bound_by(const loom_graph_t *g, int32_t v, uint8_t *bound) {
+  const ir_type_t *t = &g->values[v].type;
+  for (int a = 0; a < t->rank; a++) {
+    const ir_expr_t *e = ir_dim_is_const(t->dims[a]) ? NULL : ir_dim_expr(g, t->dims[a]);
+    if (e && e->kind == IR_EXPR_SYM) bound[e->c] = 1;
+  }
+}
+
+/* A symbolic size the backward needs (a sum's gradient spread back over
+ * a batch) may come from no saved value and no incoming gradient: x.sum()
+ * saves nothing. Then a forward value that has it as a dim is saved too,
+ * an input first (a view of memory the step has, not a copy). */
+static void save_symbol_carriers(part_t *p, const uint8_t *need, uint8_t *uses,
+                                 uint8_t *bound) {
+  const loom_graph_t *j = p->joint;
+  for (int64_t v = 0; v < j->n_values; v++) {
+    bool in_backward = v < p->n_fwd_values ? need[v] : p->live[v];
+    const ir_type_t *t = &j->values[v].type;
+    for (int a = 0; in_backward && a < t->rank; a++) symbols_of(j, t->dims[a], uses);
+  }
+  for (int64_t v = 0; v < p->n_fwd_values; v++)
+    if (p->saved[v]) symbols_bound_by(j, (int32_t)v, bound);
+  for (int k = 0; k < p->n_dy; k++) symbols_bound_by(j, p->dy[k], bound);
+  int n_syms = ir_num_symbols(j);
+  for (int c = 0; c < n_syms; c++) {
+    if (!uses[c] || bound[c]) continue;
+    int32_t carrier = -1;
+    for (int64_t i = 0; carrier < 0 && i < p->src->n_inputs; i++) {
+      uint8_t here[n_syms + 1];
+      memset(here, 0, sizeof here);
+      symbols_bound_by(j, j->inputs[i], here);
+      if (here[c]) carrier = j->inputs[i];
+    }
+    for (int64_t v = 0; carrier < 0 && v < p->n_fwd_values; v++) {
+      uint8_t here[n_syms + 1];
+      memset(here, 0, sizeof here);
+      symbols_bound_by(j, (int32_t)v, here);
+      if (here[c]) carrier = (int32_t)v;
+    }
+    if (carrier < 0) continue; /* the backward's run names the symbol */
+    p->saved[carrier] = 1;
+    p->n_saved++;
+    symbols_bound_by(j, carrier, bound);
   }
 }
 
@@ -327,17 +397,23 @@ static loom_status_t alloc_marks(part_t *p) {
 /* The saved set and the recomputed nodes, from the joint graph. */
 static loom_status_t plan(part_t *p) {
   size_t nv = (size_t)(p->n_fwd_values ? p->n_fwd_values : 1);
+  size_t n_syms = (size_t)ir_num_symbols(p->joint) + 1;
   uint8_t *need = core_calloc(nv, 1);
   double *group = core_calloc(nv, sizeof *group);
-  loom_status_t s = need && group ? LOOM_OK
-                                  : loom_fail(LOOM_ERR_NOMEM, "partition: out of memory");
+  uint8_t *uses = core_calloc(n_syms, 1), *bound = core_calloc(n_syms, 1);
+  loom_status_t s = need && group && uses && bound
+                        ? LOOM_OK
+                        : loom_fail(LOOM_ERR_NOMEM, "partition: out of memory");
   if (s == LOOM_OK) {
     mark_read(p);
     choose_saved(p, group);
     mark_recompute(p, need);
+    save_symbol_carriers(p, need, uses, bound);
   }
   core_free(need);
   core_free(group);
+  core_free(uses);
+  core_free(bound);
   return s;
 }
 

@@ -15,13 +15,15 @@ typedef struct partition {
   loom_graph_t *forward;
   /* Inputs: the n_saved saved values (in the forward's order), then one
    * gradient per float output of src (of that output's type), in order.
-   * Outputs: one gradient per wrt input, in the order of wrt. */
+   * Outputs: one gradient per wrt entry, in the order of wrt. */
   loom_graph_t *backward;
   int n_saved;
   int n_grad_inputs; /* float outputs of src */
 } partition_t;
 
-/* wrt: indices into src's inputs (float dtypes) to differentiate. src
+/* wrt: indices into src's inputs (float dtypes) to differentiate, or
+ * n_inputs + k for output k: its whole gradient, the incoming one plus
+ * what its reads inside src add (a retained gradient). src
  * has no assigns. Fails naming the op when a gradient must flow through
  * an op without a gradient rule. The backward reads src's parameters
  * and constants itself (they are not saved); both graphs own copies of

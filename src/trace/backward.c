@@ -77,6 +77,69 @@ static loom_status_t settle(loom_trace_t *t, int32_t v) {
   }
 }
 
+/* kept[v] = g (consumed): a retained value's gradient, made once a walk;
+ * none where v does not lead to the loss (g is zeros then). */
+static loom_status_t keep_grad(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
+  if (!t->tape.reach[v]) {
+    loom_tensor_destroy(g);
+    return LOOM_OK;
+  }
+  loom_tensor_destroy(t->tape.kept[v]);
+  t->tape.kept[v] = g;
+  return LOOM_OK;
+}
+
+/* tape.reach for loss: the step's nodes walked backwards (they are in
+ * topological order), host callbacks' outputs linked to their inputs by
+ * their records, until nothing changes. */
+static loom_status_t mark_reaching(loom_trace_t *t, int32_t loss) {
+  const loom_graph_t *g = t->g;
+  uint8_t *reach = core_calloc((size_t)g->n_values + 1, 1);
+  if (!reach) return loom_fail(LOOM_ERR_NOMEM, "out of memory for the backward's reach");
+  reach[loss] = 1;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int64_t i = g->n_nodes - 1; i >= 0; i--) {
+      const ir_node_t *n = &g->nodes[i];
+      bool any = false;
+      for (int k = 0; k < n->n_out; k++) any |= reach[n->out[k]];
+      for (int k = 0; any && k < n->n_in; k++) reach[n->in[k]] = 1;
+    }
+    for (int64_t i = 0; i < t->tape.n; i++) {
+      const tape_rec_t *r = &t->tape.recs[i];
+      bool any = false;
+      for (int k = 0; r->kind == TAPE_CALLBACK && k < r->n_out; k++) any |= reach[r->out[k]];
+      for (int k = 0; any && k < r->n_in; k++) {
+        changed |= !reach[r->in[k]];
+        reach[r->in[k]] = 1;
+      }
+    }
+  }
+  t->tape.reach = reach;
+  return LOOM_OK;
+}
+
+/* Before r's backward: the gradients of r's retained outputs that its
+ * backward does not return (retained after the cut that made them, with
+ * no reads inside that segment; or outputs of a host callback) are
+ * whole already, all their reads being later records'. */
+static loom_status_t keep_incoming(loom_trace_t *t, const tape_rec_t *r) {
+  for (int k = 0; k < r->n_out; k++) {
+    int32_t v = r->out[k];
+    if (!t->vals[v].retain) continue;
+    bool returned = false;
+    for (int i = 0; r->kind == TAPE_SEGMENT && i < r->bwd->n_wrt; i++)
+      returned |= r->bwd->wrt[i] == r->n_in + k;
+    if (returned) continue;
+    LOOM_TRY(settle(t, v));
+    if (!t->tape.grads[v]) continue;
+    loom_tensor_t *copy = NULL;
+    LOOM_TRY(loom_tensor_copy(t->tape.grads[v], &copy));
+    LOOM_TRY(keep_grad(t, v, copy));
+  }
+  return LOOM_OK;
+}
+
 /* grads[v], or a new zero tensor of v's type. */
 static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
                                    loom_tensor_t **out, bool *made) {
@@ -89,6 +152,13 @@ static loom_status_t grad_or_zeros(loom_trace_t *t, int32_t v,
   }
   const loom_tensor_t *x = t->vals[v].t;
   return tensor_new(x->dtype, x->rank, x->shape, out);
+}
+
+/* The value wrt entry i of r's backward is the gradient of: an input,
+ * or past them an output whose gradient is retained (collect_wrt). */
+static int32_t wrt_value(const tape_rec_t *r, int i) {
+  int k = r->bwd->wrt[i];
+  return k < r->n_in ? r->in[k] : r->out[k - r->n_in];
 }
 
 /* The backward of r: a ready cache entry (compiled under the forward's
@@ -208,12 +278,12 @@ static loom_status_t compiled_outputs(loom_trace_t *t, tape_rec_t *r, loom_graph
   int64_t syms[n_syms + 1];
   if (d->defer) bind_symbols(bg, ins, n_syms, syms);
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
-    const loom_tensor_t *x = t->vals[r->in[d->wrt[i]]].t;
+    const loom_tensor_t *x = t->vals[wrt_value(r, i)].t;
     int64_t shape[LOOM_MAX_RANK], b_shape[LOOM_MAX_RANK];
     if (d->defer >> i & 1) {
       LOOM_TRY(output_shape(bg, syms, i, shape));
       LOOM_TRY(output_shape(bg, syms, extra, b_shape));
-      LOOM_TRY(grad_defer_reserve(t, r->in[d->wrt[i]], x->dtype, shape[0], shape[1],
+      LOOM_TRY(grad_defer_reserve(t, wrt_value(r, i), x->dtype, shape[0], shape[1],
                                   b_shape[1], &outs[i], &outs[extra++]));
       continue;
     }
@@ -242,22 +312,27 @@ static loom_status_t run_backward(loom_trace_t *t, tape_rec_t *r, rt_entry_t *e,
     if (s == LOOM_OK) s = seg_entry_run(t, e, n_in, ins, n_out, outs, false);
   }
   for (int i = 0; i < d->n_wrt && s == LOOM_OK && r->sizes; i++)
-    s = reshape_copy(&outs[i], t->vals[r->in[d->wrt[i]]].t->shape, false);
+    s = reshape_copy(&outs[i], t->vals[wrt_value(r, i)].t->shape, false);
   return s;
 }
 
 /* Takes outs, the backward's (run_backward), into the gradients: each
  * wrt input's added to its accumulator, or its deferred part counted in
  * (compiled: the rows the run wrote, given back if it failed) or copied
- * into the value's stacks (interpreted). */
+ * into the value's stacks (interpreted); a retained output's kept. */
 static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool compiled,
                                   loom_tensor_t **outs, loom_status_t s) {
   const seg_desc_t *d = r->bwd;
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
-    int32_t v = r->in[d->wrt[i]];
+    int32_t v = wrt_value(r, i);
     bool deferred = d->defer >> i & 1;
     loom_tensor_t *b = deferred ? outs[extra++] : NULL;
     bool due = false;
+    if (d->wrt[i] >= r->n_in) { /* a retained output's whole gradient */
+      if (s == LOOM_OK) s = keep_grad(t, v, outs[i]);
+      else loom_tensor_destroy(outs[i]);
+      continue;
+    }
     if (deferred && compiled) { /* views of reserved rows, if reserving got that far */
       /* a failed run gives its rows back; a reservation never made has
        * nothing to give (and must not replace the run's error) */
@@ -403,21 +478,37 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
                        sizeof *t->tape.grads));
     memset(t->tape.grads + old, 0, sizeof *t->tape.grads * (size_t)(t->tape.cap_grads - old));
   }
+  if (t->g->n_values > t->tape.cap_kept) {
+    int64_t old = t->tape.cap_kept;
+    LOOM_TRY(core_grow((void **)&t->tape.kept, &t->tape.cap_kept, t->g->n_values,
+                       sizeof *t->tape.kept));
+    memset(t->tape.kept + old, 0, sizeof *t->tape.kept * (size_t)(t->tape.cap_kept - old));
+  }
+  tape_clear_kept(t); /* each walk's own */
+  if (t->retains) LOOM_TRY(mark_reaching(t, loss.id));
   loom_tensor_t *seed;
-  LOOM_TRY(tensor_new(ty->dtype, 0, NULL, &seed));
+  loom_status_t s = tensor_new(ty->dtype, 0, NULL, &seed);
+  if (s != LOOM_OK) {
+    core_free(t->tape.reach);
+    t->tape.reach = NULL;
+    return s;
+  }
   dtype_store_f64(ty->dtype, seed->data, 1.0);
   t->tape.grads[loss.id] = seed;
-  loom_status_t s = LOOM_OK;
   for (int64_t i = t->tape.n - 1; i >= 0 && s == LOOM_OK; i--) {
     tape_rec_t *r = &t->tape.recs[i];
     bool reached = false; /* skip records no gradient reaches */
     for (int k = 0; k < r->n_out; k++)
       reached |= t->tape.grads[r->out[k]] != NULL || grad_defer_pending(t, r->out[k]);
     if (!reached) continue;
-    s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
+    if (t->retains) s = keep_incoming(t, r);
+    if (s == LOOM_OK)
+      s = r->kind == TAPE_SEGMENT ? backward_segment(t, i) : backward_callback(t, r);
   }
   loom_status_t c = collect_grads(t);
   if (s == LOOM_OK) s = c;
+  core_free(t->tape.reach);
+  t->tape.reach = NULL;
   if (s == LOOM_OK) loom_clear_error();
   return s;
 }
@@ -449,5 +540,49 @@ loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
   }
   if (!q->last) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->last));
   *out = q->last;
+  return LOOM_OK;
+}
+
+/* Whether v is one of this step's parameters. */
+static bool is_param(const loom_trace_t *t, int32_t v) {
+  for (int64_t i = 0; i < t->n_params; i++)
+    if (t->params[i].value == v) return true;
+  return false;
+}
+
+loom_status_t loom_trace_retain_grad(loom_trace_t *t, loom_value_t v) {
+  LOOM_CHECK_ARG(t);
+  LOOM_TRY(tr_claim(t, __func__));
+  if (!ir_value_valid(t->g, v.id))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_retain_grad: %%%d is not a value "
+                     "of this step", v.id);
+  if (is_param(t, v.id)) return LOOM_OK;
+  tr_value_t *x = &t->vals[v.id];
+  if (!x->grad)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_retain_grad: no gradient flows to "
+                     "%%%d (it depends on no parameter, or is not a float value)", v.id);
+  if (x->retain) return LOOM_OK;
+  int32_t node = t->g->values[v.id].node;
+  bool ran = node >= 0 && t->node_ran[node] != 0;
+  if ((x->t && x->made_uses > 0) || (!x->t && ran))
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_retain_grad: %%%d was read inside the "
+                     "segment that computed it, before it was retained (the segment's "
+                     "backward does not return its gradient); retain it before reading it",
+                     v.id);
+  x->retain = true;
+  t->retains++;
+  return LOOM_OK;
+}
+
+loom_status_t loom_trace_retained_grad(loom_trace_t *t, loom_value_t v,
+                                       const loom_tensor_t **out) {
+  LOOM_CHECK_ARG(t);
+  LOOM_CHECK_ARG(out);
+  LOOM_TRY(tr_claim(t, __func__));
+  *out = NULL;
+  if (!ir_value_valid(t->g, v.id) || !t->vals[v.id].retain)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_retained_grad: %%%d is not a retained "
+                     "value of this step (loom_trace_retain_grad)", v.id);
+  if (v.id < t->tape.cap_kept) *out = t->tape.kept[v.id];
   return LOOM_OK;
 }

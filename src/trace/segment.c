@@ -108,8 +108,9 @@ static loom_status_t add_output(loom_trace_t *t, seg_work_t *w, int32_t v) {
   return push(&w->outs, &w->cap_outs, &w->n_outs, v);
 }
 
-/* The values to produce: those asked for, and the pending region's
- * leaves (no consumer yet: the likely future uses). */
+/* The values to produce: those asked for, the pending region's leaves
+ * (no consumer yet: the likely future uses), and the values whose
+ * gradients are retained. */
 static loom_status_t collect_outputs(loom_trace_t *t, seg_work_t *w, int n,
                                      const int32_t *want) {
   for (int i = 0; i < n; i++) LOOM_TRY(add_output(t, w, want[i]));
@@ -121,7 +122,8 @@ static loom_status_t collect_outputs(loom_trace_t *t, seg_work_t *w, int n,
         (ir_ops[node->op].flags & (F_SIDE_EFFECT | F_SUBGRAPH)))
       continue;
     for (int k = 0; k < node->n_out; k++)
-      if (t->vals[node->out[k]].uses == 0) LOOM_TRY(add_output(t, w, node->out[k]));
+      if (t->vals[node->out[k]].uses == 0 || t->vals[node->out[k]].retain)
+        LOOM_TRY(add_output(t, w, node->out[k]));
   }
   return LOOM_OK;
 }
@@ -266,15 +268,19 @@ static loom_status_t collect_inputs(loom_trace_t *t, seg_work_t *w) {
   return LOOM_OK;
 }
 
-/* Training: the inputs gradients flow to. */
+/* Training: the inputs gradients flow to, then (numbered n_ins + k) the
+ * outputs whose whole gradients are retained. */
 static loom_status_t collect_wrt(loom_trace_t *t, seg_work_t *w) {
   bool float_out = false;
   for (int k = 0; k < w->n_outs; k++) float_out |= t->vals[w->outs[k]].grad;
   if (!float_out) return LOOM_OK;
-  if (w->n_ins > w->cap_wrt)
-    LOOM_TRY(core_grow((void **)&w->wrt, &w->cap_wrt, w->n_ins, sizeof *w->wrt));
+  if (w->n_ins + w->n_outs > w->cap_wrt)
+    LOOM_TRY(core_grow((void **)&w->wrt, &w->cap_wrt, w->n_ins + w->n_outs, sizeof *w->wrt));
   for (int i = 0; i < w->n_ins; i++)
     if (t->vals[w->ins[i]].grad) w->wrt[w->n_wrt++] = i;
+  for (int k = 0; k < w->n_outs && w->n_wrt > 0; k++)
+    if (t->vals[w->outs[k]].retain && t->vals[w->outs[k]].grad)
+      w->wrt[w->n_wrt++] = w->n_ins + k;
   w->train = w->n_wrt > 0;
   return LOOM_OK;
 }
@@ -392,7 +398,7 @@ loom_status_t seg_cut(loom_trace_t *t, int n, const int32_t *want,
    * (segments that alternate) would allocate a stitch per cut */
   bool repeated = false;
   for (int i = 0; i < TR_WAYS; i++) repeated |= predicted[i] && predicted[i] == t->run.prev;
-  if (repeated) seg_replay_record(t, w, link, from_site, from_key);
+  if (repeated && !t->retains) seg_replay_record(t, w, link, from_site, from_key);
   seg_cut_done(t, w);
   return s;
 }

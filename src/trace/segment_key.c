@@ -242,6 +242,7 @@ enum { DEFER_ROWS = 128 };
 static uint64_t defer_mask(const loom_trace_t *t, const seg_work_t *w) {
   uint64_t mask = 0;
   for (int i = 0; !w->bucket && i < w->n_wrt && i < 64; i++) {
+    if (w->wrt[i] >= w->n_ins) break; /* retained outputs, after the inputs */
     int32_t v = w->ins[w->wrt[i]];
     const ir_type_t *ty = &t->g->values[v].type;
     if (ty->rank != 2 || (ty->dtype != LOOM_F32 && ty->dtype != LOOM_F64)) continue;

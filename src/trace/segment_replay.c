@@ -69,7 +69,7 @@ static uint64_t node_ident(const loom_trace_t *t, int64_t node) {
 void seg_follow_node(loom_trace_t *t, int32_t node) {
   tr_follow_t *f = &t->follow;
   if (!f->armed || f->start != t->region_start) {
-    tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
+    tr_link_t *l = t->opt.compile && t->stitch && !t->retains ? seg_hot_link(t) : NULL;
     for (int i = 0; i < TR_WAYS; i++) f->r[i] = l ? l->next[i].replay : NULL;
     f->armed = true;
     f->start = t->region_start;
@@ -193,7 +193,7 @@ static loom_status_t fill_work(loom_trace_t *t, seg_work_t *w, const tr_replay_t
 loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *want,
                          bool *done) {
   *done = false;
-  tr_link_t *l = t->opt.compile && t->stitch ? seg_hot_link(t) : NULL;
+  tr_link_t *l = t->opt.compile && t->stitch && !t->retains ? seg_hot_link(t) : NULL;
   tr_replay_t *r = NULL;
   int way = 0;
   for (; l && way < TR_WAYS && !r; way++) {

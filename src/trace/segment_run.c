@@ -281,6 +281,7 @@ static loom_status_t store_output(loom_trace_t *t, seg_work_t *w, int k,
   }
   t->vals[v].t = x;
   t->vals[v].owned = true;
+  t->vals[v].made_uses = t->vals[v].uses;
   return LOOM_OK;
 }
 

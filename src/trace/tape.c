@@ -102,7 +102,15 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
   return LOOM_OK;
 }
 
+void tape_clear_kept(loom_trace_t *t) {
+  for (int64_t v = 0; v < t->tape.cap_kept; v++) {
+    loom_tensor_destroy(t->tape.kept[v]);
+    t->tape.kept[v] = NULL;
+  }
+}
+
 void tape_clear(loom_trace_t *t) {
+  tape_clear_kept(t);
   for (int64_t i = 0; i < t->tape.n; i++) free_record(t, &t->tape.recs[i]);
   t->tape.n = 0;
   t->tape.stale = 0;
@@ -121,5 +129,7 @@ void tape_destroy(loom_trace_t *t) {
   for (int64_t v = 0; v < t->tape.cap_grads; v++) loom_tensor_destroy(t->tape.grads[v]);
   core_free(t->tape.grads);
   t->tape.grads = NULL;
+  core_free(t->tape.kept);
+  t->tape.kept = NULL;
   grad_defer_free(t);
 }

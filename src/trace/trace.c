@@ -369,6 +369,7 @@ static void release_step(loom_trace_t *t) {
   for (int64_t i = 0; i < t->n_params; i++) t->params[i].value = -1;
   if (t->g) ir_graph_reset(t->g);
   t->region_start = 0;
+  t->retains = 0;
   t->n_ran_cones = 0;
   t->follow.armed = false;
   t->n_step_inputs = 0;

@@ -86,7 +86,12 @@ typedef struct tr_value {
   bool owned;       /* t belongs to the trace */
   bool grad;        /* depends on a parameter: gradients flow to it */
   int32_t uses;     /* nodes recorded that read it */
+  int32_t made_uses; /* uses when a cut made it real: reads inside its own segment */
   uint8_t provisional; /* an input's automatic dims not symbolic yet (bit per dim) */
+  /* loom_trace_retain_grad: each backward keeps its gradient. Pending
+   * when marked: its cut outputs it, and the segment's backward returns
+   * its whole gradient (its reads inside the segment included). */
+  bool retain;
 } tr_value_t;
 
 /* The optimizer state a parameter may have: "momentum", "m", "v", "step"
@@ -367,6 +372,14 @@ typedef struct tr_tape {
   int64_t stale;
   loom_tensor_t **grads; /* per value, during one backward walk */
   int64_t cap_grads;
+  /* Per value retained (loom_trace_retain_grad): its gradient from the
+   * last backward walk, or NULL where that walk did not reach it. */
+  loom_tensor_t **kept;
+  int64_t cap_kept;
+  /* During a walk with retained values: per value, whether a path of
+   * nodes or host callbacks leads from it to the loss (the others get no
+   * gradient, as PyTorch's stays None). */
+  uint8_t *reach;
   /* Deferred weight gradients of the walk (grad_defer.c), a list a value
    * (n 0: free for another). */
   struct tr_deferred *defer;
@@ -427,6 +440,10 @@ struct loom_trace {
 
   tr_value_t *vals;
   int64_t cap_vals;
+  /* Values this step retains gradients of (loom_trace_retain_grad): no
+   * stitched replay runs or is made while there are any, since a replay
+   * repeats a cut's outputs and its backward's without them. */
+  int64_t retains;
   uint64_t *node_hash; /* per node: op, attributes, output dtypes */
   uint64_t *node_site; /* the same but for the attributes' integers */
   /* Per node: where it last ran this step, (cut + 1) << 32 | position
@@ -677,6 +694,8 @@ loom_status_t tape_push_callback(loom_trace_t *t, const loom_host_op_t *op,
                                  int n_in, const int32_t *in, int n_out,
                                  const int32_t *out);
 void tape_clear(loom_trace_t *t);
+/* Frees the retained gradients of the last backward walk. */
+void tape_clear_kept(loom_trace_t *t);
 void tape_destroy(loom_trace_t *t);
 
 /* segment_run.c: looks w's segment up (the hot path first) and runs it. */

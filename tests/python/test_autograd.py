@@ -202,3 +202,101 @@ def test_tensor_of_an_ended_step_warns():
         warnings.simplefilter("error")
         (fake.detach() * d).sum().backward()
     loom.step()
+
+
+def _retained(m, x, w, order):
+    """h = x @ w retained before its first use or after it (same segment),
+    b a retained result of a later op, the loss retained too."""
+    h = x @ w
+    if order == "before":
+        h.retain_grad()
+    a = h.relu()
+    if order == "after_use":
+        h.retain_grad()
+    b = (a * h).sum(1)
+    b.retain_grad()
+    loss = (b * b).mean() + h.sum()
+    loss.retain_grad()
+    loss.backward()
+    return h, b, loss
+
+
+@pytest.mark.parametrize("order", ["before", "after_use"])
+def test_retain_grad_against_torch(order):
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w, tw = pair(4, 3)
+    mine = _retained(loom, loom.from_numpy(x), w, order)
+    theirs = _retained(torch, torch.from_numpy(x), tw, order)
+    for m, t in zip(mine, theirs):
+        assert m.retains_grad and m.grad is not None
+        close(m.grad, t.grad)
+    close(w.grad, tw.grad)
+
+
+def test_retained_gradient_across_a_read_and_two_backwards():
+    """A read between the uses (a segment boundary) and a second backward,
+    whose gradient adds to .grad, as torch's with retain_graph."""
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w, tw = pair(4, 3)
+    out = []
+    for m, xx, ww in ((loom, loom.from_numpy(x), w), (torch, torch.from_numpy(x), tw)):
+        h = xx @ ww
+        h.retain_grad()
+        a = h * 2
+        float(a.sum())  # runs what is recorded so far
+        loss = (a * h.tanh()).sum()
+        loss.backward(retain_graph=True)
+        (h * 3).sum().backward()
+        out.append(h.grad)
+    close(*out)
+
+
+def test_retain_grad_cases_as_torch():
+    leaf = loom.tensor([1.0, 2.0], requires_grad=True)
+    leaf.retain_grad()  # a leaf's .grad is filled anyway
+    (leaf * leaf).sum().backward()
+    assert leaf.grad.tolist() == [2.0, 4.0]
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        loom.ones(2).retain_grad()
+    w, _ = pair(3)
+    h = w * 2
+    with pytest.warns(UserWarning, match="not a leaf"):
+        assert h.grad is None
+    h.retain_grad()
+    (w * w).sum().backward()  # does not reach h
+    assert h.grad is None
+    h2 = w * 3
+    float((h2 * h2).sum())  # h2 read and run inside that part of the step
+    with pytest.raises(RuntimeError, match="before using the tensor"):
+        h2.retain_grad()
+
+
+def test_backward_with_a_gradient_against_torch():
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    g = rng.standard_normal((5, 3)).astype(np.float32)
+    w, tw = pair(4, 3)
+    (loom.from_numpy(x) @ w).tanh().backward(loom.from_numpy(g))
+    (torch.from_numpy(x) @ tw).tanh().backward(torch.from_numpy(g))
+    close(w.grad, tw.grad)
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        (w * 2).backward()
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        (w * 2).backward(loom.ones(4))
+
+
+def test_backward_of_a_sum_over_a_batch_that_varies():
+    """(h * 3).sum() keeps no forward value, yet its backward spreads the
+    gradient over h's batch, a symbolic size once batches vary: that
+    segment saves h for its size (the backward once failed: symbol 's0'
+    has no value)."""
+    rng2 = np.random.default_rng(3)
+    w0 = rng2.standard_normal((4, 3)).astype(np.float32)
+    w, tw = loom.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    for n in (5, 6, 7, 9):
+        x = rng2.standard_normal((n, 4)).astype(np.float32)
+        for m, ww in ((loom, w), (torch, tw)):
+            h = m.from_numpy(x) @ ww
+            float(h.sum())
+            (h * 3).sum().backward()
+        close(w.grad, tw.grad)
+        loom.step()
