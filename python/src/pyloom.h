@@ -35,6 +35,8 @@ typedef struct py_tensor {
   bool held;                  /* a parameter the trace keeps (step.c) */
   bool is_state;              /* a module's buffer: loom.compile borrows it */
   bool retains_grad;          /* retain_grad(): backward fills .grad (step.c) */
+  bool step_input;            /* the step `step` borrows data as an input (step.c) */
+  Py_ssize_t exports;         /* buffers handed out and not released (NumPy views) */
   PyObject *grad;             /* a Tensor, or NULL for None */
   PyObject *error;            /* the exception its read failed with, raised
                                  again at every read; or NULL */
@@ -97,6 +99,11 @@ int py_step_end(void);
 /* t.retain_grad() for a non-leaf t that requires grad; -1 with an
  * exception set. */
 int py_step_retain_grad(py_tensor_t *t);
+/* Before t's memory is handed out writable (the buffer protocol): if the
+ * step borrows it as an input, t moves to a copy, so that what the step
+ * recorded reads the values it had (as eager ops would have); -1 with an
+ * exception set. */
+int py_step_before_export(py_tensor_t *t);
 /* An optimizer of kind with these hyperparameters (torch.optim's
  * meanings), for the trace's step or a captured one. */
 loom_status_t py_optimizer(int kind, double momentum, int nesterov, double beta1,

@@ -133,6 +133,51 @@ static int user_stacklevel(void) {
   return level;
 }
 
+/* The data a step reads for input t: t's own, or for memory that others
+ * may write (a NumPy array's, from_numpy; t's own while a NumPy view of
+ * it lives) a copy kept to the step's end:
+ * ops read their inputs when a segment runs, and a program that refills
+ * its batch array after recording ops on it must get what eager ops
+ * would have computed. NULL with an exception set. */
+static loom_tensor_t *input_data(py_tensor_t *t) {
+  if (!t->wrapped && t->exports == 0) return t->data;
+  loom_tensor_t *copy = NULL;
+  loom_status_t s = loom_tensor_copy(t->data, &copy);
+  if (s != LOOM_OK) {
+    py_fail(s);
+    return NULL;
+  }
+  PyObject *held = py_tensor_wrap(copy);
+  if (!held) return NULL;
+  int r = PyList_Append(st.entered, held);
+  Py_DECREF(held);
+  return r < 0 ? NULL : copy;
+}
+
+int py_step_before_export(py_tensor_t *t) {
+  if (!t->step_input || t->step != st.id || !t->data || t->wrapped || t->exports > 0)
+    return 0; /* the step reads a copy (input_data) */
+  /* The step keeps the old data alive in a tensor of its own. */
+  loom_tensor_t *copy = NULL;
+  loom_status_t s = loom_tensor_copy(t->data, &copy);
+  if (s != LOOM_OK) {
+    py_fail(s);
+    return -1;
+  }
+  PyObject *old = py_tensor_wrap(t->data);
+  if (!old || PyList_Append(st.entered, old) < 0) {
+    if (old) ((py_tensor_t *)old)->data = NULL; /* still t's: freed once */
+    Py_XDECREF(old);
+    loom_tensor_destroy(copy);
+    return -1;
+  }
+  Py_DECREF(old);
+  t->data = copy;
+  t->step_input = false;
+  t->step = 0; /* the next use enters the new data */
+  return 0;
+}
+
 static int enter(py_tensor_t *t, loom_value_t *out) {
   if (py_capture_active()) return py_capture_enter(t, out);
   loom_trace_t *tr = py_step_trace();
@@ -170,7 +215,10 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
                                                           : (loom_dim_policy_kind_t)t->policy[i]};
       any |= t->policy[i] >= 0;
     }
-    s = loom_trace_input(tr, t->data, any ? pol : NULL, out);
+    loom_tensor_t *data = input_data(t);
+    if (!data) return -1;
+    s = loom_trace_input(tr, data, any ? pol : NULL, out);
+    t->step_input = s == LOOM_OK;
   }
   if (s != LOOM_OK) {
     py_fail(s);
