@@ -9,8 +9,10 @@ it, so a schedule recompiles nothing). When a .grad was changed
 (clip_grad_norm_, gradients accumulated over several steps, a second
 optimizer over other parameters of the step, several param groups), the
 same update runs as traced ops on the .grad values, with its state kept
-here. The two keep separate state: a program that switches between them
-mid-training restarts the moments.
+here. A step on the other path than the last starts from the state the
+last left (read from the trace's step, or handed to it), so a program
+that switches mid-training (a gradient zeroed instead of set to None, a
+clipped step among plain ones) updates as one path would.
 
 state_dict() and load_state_dict() speak torch.optim's form: {"state":
 {index: {"momentum_buffer"} or {"step", "exp_avg", "exp_avg_sq"}},
@@ -81,6 +83,9 @@ class Optimizer:
         mine = {id(p) for p in params}
         if (len(self.param_groups) == 1 and _C._trace_grads_current(params)
                 and all(id(p) in mine for p in _C._step_params())):
+            if not self._in_trace:  # from the Python path: its state goes on
+                self._loaded.update({id(p): self._trace_state(p) for p in params
+                                     if self.state.get(id(p))})
             self._restore_in_trace(params)
             self._in_trace = True
             g = self.param_groups[0]
@@ -90,6 +95,10 @@ class Optimizer:
                                float(g.get("betas", (0.9, 0.999))[1]),
                                float(g.get("eps", 1e-8)), float(g["weight_decay"]))
             return
+        if self._in_trace:  # from the trace's step: its state goes on here
+            for p in params:
+                if id(p) not in self._loaded:
+                    self._pull_from_trace(p)
         self._loaded, self._in_trace = {}, False  # self.state holds what was loaded
         self._step_from_grads()
 
@@ -135,6 +144,20 @@ class Optimizer:
             self.state[id(p)] = s
             self._loaded[id(p)] = {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
                                    for k, v in s.items() if k in self._TRACE_NAMES}
+
+    def _trace_state(self, p):
+        """p's state here in the trace's names and dtypes."""
+        return {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
+                for k, v in self.state[id(p)].items() if k in self._TRACE_NAMES}
+
+    def _pull_from_trace(self, p):
+        """p's state from the trace's optimizer step into self.state (none
+        there: p took no step in it, and what is here stays)."""
+        s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}
+        if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
+            return
+        self.state[id(p)] = {k: int(v) if k == "step" else v.to(p.dtype)
+                             for k, v in s.items()}
 
     def _restore_in_trace(self, params):
         """The loaded state of the parameters this step updates (those with

@@ -196,3 +196,34 @@ def test_param_groups_and_two_optimizers():
         return [t.detach().numpy().copy() for t in (a, b, c)]
     for mine, theirs in zip(run(loom), run(torch)):
         np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def train_switching(lib, make_opt, steps=8):
+    """Steps that alternate between the trace's optimizer step (.grad as
+    backward left it) and the update on .grad (a gradient zeroed instead of
+    set to None, or clipped): the moments go on across the switches."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((16, 6)).astype(np.float32)
+    y = rng.standard_normal((16, 2)).astype(np.float32)
+    w = lib.tensor(rng.standard_normal((6, 2)).astype(np.float32), requires_grad=True)
+    b = lib.tensor(rng.standard_normal(2).astype(np.float32), requires_grad=True)
+    opt = make_opt(lib, [w, b])
+    X, Y = lib.tensor(x), lib.tensor(y)
+    for i in range(steps):
+        opt.zero_grad(set_to_none=i % 3 != 1)
+        ((X @ w + b - Y) ** 2).mean().backward()
+        if i % 4 == 2:
+            (torch.nn if lib is torch else lib.nn).utils.clip_grad_norm_([w, b], 0.5)
+        opt.step()
+    return w.detach().numpy().copy(), b.detach().numpy().copy()
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda lib, p: lib.optim.SGD(p, lr=0.05, momentum=0.9),
+    lambda lib, p: lib.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+    lambda lib, p: lib.optim.Adam(p, lr=0.01),
+    lambda lib, p: lib.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+])
+def test_switching_update_paths_keeps_the_state_as_torch(make_opt):
+    for mine, theirs in zip(train_switching(loom, make_opt), train_switching(torch, make_opt)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
