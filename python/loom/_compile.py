@@ -85,6 +85,9 @@ class Compiled:
                       "it runs through the trace", file=sys.stderr)
         if entry.graph_break is not None:
             return self.fn(*args)
+        opt = entry.captured.optimizer
+        if opt is not None:
+            opt._before_compiled_step(entry)
         outs = entry.captured.run(tuple(a for a in args if isinstance(a, Tensor)))
         if entry.shape == "none":
             return None

@@ -53,6 +53,9 @@ class Optimizer:
         self.state = {}  # id(p) -> state of the update in Python
         self._loaded = {}  # id(p) -> state loaded for the trace's next step
         self._in_trace = False  # whether the last step ran in the trace
+        # The loom.compile entry whose executable made the last step (its
+        # state is there; kept alive with this optimizer).
+        self._compiled_last = None
 
     def _hyperparameters(self):
         """What a compiled step fixes at capture: all but the learning rate
@@ -80,6 +83,7 @@ class Optimizer:
                                   float(g.get("eps", 1e-8)), float(g["weight_decay"]), self)
             return
         params = [p for g in self.param_groups for p in g["params"]]
+        self._leave_compiled(params)
         mine = {id(p) for p in params}
         if (len(self.param_groups) == 1 and _C._trace_grads_current(params)
                 and all(id(p) in mine for p in _C._step_params())):
@@ -98,7 +102,7 @@ class Optimizer:
         if self._in_trace:  # from the trace's step: its state goes on here
             for p in params:
                 if id(p) not in self._loaded:
-                    self._pull_from_trace(p)
+                    self._pull(p, _C._optimizer_state)
         self._loaded, self._in_trace = {}, False  # self.state holds what was loaded
         self._step_from_grads()
 
@@ -137,6 +141,7 @@ class Optimizer:
                               "params": g["params"]} for g, s in zip(self.param_groups, groups)]
         params = self._params()
         self.state, self._loaded, self._in_trace = {}, {}, False
+        self._compiled_last = None
         for i, saved in state_dict["state"].items():
             p = params[int(i)]
             s = {k: (int(float(v)) if k == "step" else _state_tensor(v, p.dtype))
@@ -150,14 +155,51 @@ class Optimizer:
         return {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
                 for k, v in self.state[id(p)].items() if k in self._TRACE_NAMES}
 
-    def _pull_from_trace(self, p):
-        """p's state from the trace's optimizer step into self.state (none
-        there: p took no step in it, and what is here stays)."""
-        s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}
+    def _pull(self, p, read):
+        """p's state from where a step kept it (read(p, name): the trace's
+        optimizer step, or a compiled step's executable) into self.state;
+        none there (p took no step in it): what is here stays."""
+        s = {k: read(p, name) for k, name in self._TRACE_NAMES.items()}
         if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
             return
         self.state[id(p)] = {k: int(v) if k == "step" else v.to(p.dtype)
                              for k, v in s.items()}
+
+    def _last_compiled(self):
+        return self._compiled_last
+
+    def _leave_compiled(self, params):
+        """After a compiled step, one on the trace's paths starts from its
+        executable's state."""
+        last = self._last_compiled()
+        if last is not None:
+            for p in params:
+                self._pull(p, last.captured.state)
+            self._loaded, self._in_trace = {}, False
+        self._compiled_last = None
+
+    def _before_compiled_step(self, entry):
+        """A step compiled by loom.compile keeps the state in its executable,
+        one per captured shape: an executable that did not make the last
+        step starts from the state that one left (another shape's
+        executable, the trace's step, a loaded state dict), so that a last
+        batch of another size goes on with the same moments."""
+        last = self._last_compiled()
+        if last is not entry:
+            params = self._params()
+            if last is not None:
+                for p in params:
+                    self._pull(p, last.captured.state)
+            elif self._in_trace:
+                for p in params:
+                    if id(p) not in self._loaded:
+                        self._pull(p, _C._optimizer_state)
+            for p in params:
+                if self.state.get(id(p)):
+                    for name, value in self._trace_state(p).items():
+                        entry.captured.set_state(p, name, value)
+        self._compiled_last = entry
+        self._loaded, self._in_trace = {}, False
 
     def _restore_in_trace(self, params):
         """The loaded state of the parameters this step updates (those with
@@ -170,7 +212,12 @@ class Optimizer:
 
     def _state_of(self, p):
         """p's state in torch.optim's names, from where it is now."""
-        if id(p) in self._loaded or not self._in_trace:
+        last = self._last_compiled()
+        if last is not None:
+            s = {k: last.captured.state(p, name) for k, name in self._TRACE_NAMES.items()}
+            if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
+                return {}
+        elif id(p) in self._loaded or not self._in_trace:
             s = self.state.get(id(p), {})
         else:
             s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}

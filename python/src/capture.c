@@ -299,8 +299,10 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
                  "end with its run", kept, kept == 1 ? "" : "s");
     return NULL;
   }
-  captured_t *c = PyObject_New(captured_t, &py_captured_type);
+  captured_t *c = PyObject_GC_New(captured_t, &py_captured_type);
   if (!c) return NULL;
+  c->inputs = c->params = c->grad_params = c->optimizer = NULL;
+  c->g = NULL;
   loom_compile_options_t o;
   loom_compile_options_init(&o);
   o.num_threads = py_step_threads();
@@ -333,19 +335,37 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
     Py_DECREF(c);
     return py_fail(s);
   }
+  PyObject_GC_Track(c);
   return (PyObject *)c;
 }
 
 /* ---- Captured ---- */
 
+/* Collected with its optimizer: the optimizer holds the entry whose
+ * executable made its last step (optim.py), which holds the optimizer. */
+static int captured_traverse(captured_t *c, visitproc visit, void *arg) {
+  Py_VISIT(c->inputs);
+  Py_VISIT(c->params);
+  Py_VISIT(c->grad_params);
+  Py_VISIT(c->optimizer);
+  return 0;
+}
+
+static int captured_clear(captured_t *c) {
+  Py_CLEAR(c->inputs);
+  Py_CLEAR(c->params);
+  Py_CLEAR(c->grad_params);
+  Py_CLEAR(c->optimizer);
+  return 0;
+}
+
 static void captured_dealloc(captured_t *c) {
+  PyObject_GC_UnTrack(c);
+  /* the executable and graph first: they borrow the parameters' memory */
   loom_executable_destroy(c->e);
   loom_graph_destroy(c->g);
-  Py_XDECREF(c->inputs);
-  Py_XDECREF(c->params);
-  Py_XDECREF(c->grad_params);
-  Py_XDECREF(c->optimizer);
-  PyObject_Free(c);
+  captured_clear(c);
+  PyObject_GC_Del(c);
 }
 
 /* run(args): one run on these arguments (of the captured shapes): the
@@ -451,18 +471,106 @@ static PyObject *captured_explain(captured_t *c, PyObject *unused) {
   return r;
 }
 
+/* The storage of optimizer state `name` of parameter p in c's graph, as
+ * loom_optimizer_apply names it ("param<id>.<name>" after the value id of
+ * the unnamed parameter that borrows p's memory; Adam's step count is the call's own,
+ * "adam.step" or "adamw.step"), or NULL when it has none. */
+static loom_tensor_t *state_storage(const captured_t *c, const py_tensor_t *p,
+                                    const char *name) {
+  int n = loom_graph_num_params(c->g);
+  int32_t id = -1;
+  loom_value_t v;
+  loom_tensor_t *t;
+  for (int i = 0; i < n && id < 0; i++)
+    if (loom_graph_param_value(c->g, i, &v) == LOOM_OK &&
+        loom_graph_param_tensor(c->g, v, &t) == LOOM_OK &&
+        loom_tensor_data(t) == loom_tensor_data(p->data))
+      id = v.id;
+  if (id < 0) return NULL;
+  char own[64];
+  snprintf(own, sizeof own, "param%d.%s", (int)id, name);
+  bool step = !strcmp(name, "step");
+  for (int i = 0; i < n; i++) {
+    const char *pn = loom_graph_param_name(c->g, i);
+    bool hit = pn && (!strcmp(pn, own) ||
+                      (step && (!strcmp(pn, "adam.step") || !strcmp(pn, "adamw.step"))));
+    if (hit && loom_graph_param_value(c->g, i, &v) == LOOM_OK &&
+        loom_graph_param_tensor(c->g, v, &t) == LOOM_OK)
+      return t;
+  }
+  return NULL;
+}
+
+/* state(p, name): a copy of p's optimizer state `name` ("momentum", "m",
+ * "v", "step") in this executable, or None. */
+static PyObject *captured_state(captured_t *c, PyObject *args) {
+  PyObject *p;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "O!s", &py_tensor_type, &p, &name)) return NULL;
+  const loom_tensor_t *t = state_storage(c, (py_tensor_t *)p, name);
+  if (!t) Py_RETURN_NONE;
+  loom_tensor_t *copy = NULL;
+  loom_status_t s = loom_tensor_copy(t, &copy);
+  return s == LOOM_OK ? py_tensor_wrap(copy) : py_fail(s);
+}
+
+/* set_state(p, name, value): p's optimizer state `name` in this executable
+ * takes value's elements (of the state's dtype and size); False when the
+ * executable has no such state. */
+static PyObject *captured_set_state(captured_t *c, PyObject *args) {
+  PyObject *p, *value;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "O!sO!", &py_tensor_type, &p, &name, &py_tensor_type, &value))
+    return NULL;
+  loom_tensor_t *t = state_storage(c, (py_tensor_t *)p, name);
+  if (!t) Py_RETURN_FALSE;
+  py_tensor_t *v = (py_tensor_t *)value;
+  if (!v->data && py_tensor_realize(v) < 0) return NULL;
+  int64_t n = loom_tensor_numel(t);
+  loom_dtype_t dt = loom_tensor_dtype(t);
+  if (loom_tensor_numel(v->data) != n || loom_tensor_dtype(v->data) != dt) {
+    PyErr_Format(PyExc_ValueError, "optimizer state '%s': %lld elements of %s, %lld of %s "
+                 "expected", name, (long long)loom_tensor_numel(v->data),
+                 loom_dtype_name(loom_tensor_dtype(v->data)), (long long)n,
+                 loom_dtype_name(dt));
+    return NULL;
+  }
+  loom_tensor_t *dense = NULL; /* v may be strided */
+  loom_status_t s = loom_tensor_copy(v->data, &dense);
+  if (s == LOOM_OK)
+    s = loom_tensor_write(t, loom_tensor_data(dense), (size_t)n * loom_dtype_size(dt));
+  loom_tensor_destroy(dense);
+  if (s != LOOM_OK) return py_fail(s);
+  Py_RETURN_TRUE;
+}
+
+static PyObject *captured_optimizer(captured_t *c, void *closure) {
+  (void)closure;
+  return Py_NewRef(c->optimizer ? c->optimizer : Py_None);
+}
+
+static PyGetSetDef captured_getset[] = {
+    {"optimizer", (getter)captured_optimizer, NULL, "the optimizer whose step it runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
 static PyMethodDef captured_methods[] = {
     {"run", (PyCFunction)captured_run, METH_O, "one run on these tensor arguments"},
     {"explain", (PyCFunction)captured_explain, METH_NOARGS, "the executable's report"},
+    {"state", (PyCFunction)captured_state, METH_VARARGS, "state(p, name): p's optimizer state"},
+    {"set_state", (PyCFunction)captured_set_state, METH_VARARGS,
+     "set_state(p, name, value): p's optimizer state starts from value"},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject py_captured_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loom._C.Captured",
     .tp_basicsize = sizeof(captured_t),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "a function compiled by loom.compile: one executable",
     .tp_dealloc = (destructor)captured_dealloc,
+    .tp_traverse = (traverseproc)captured_traverse,
+    .tp_clear = (inquiry)captured_clear,
     .tp_methods = captured_methods,
+    .tp_getset = captured_getset,
 };
 
 /* _capture_optimizer(kind, momentum, nesterov, beta1, beta2, eps,

@@ -296,3 +296,77 @@ def test_functional_batch_norm_updates_its_statistics_compiled_or_not():
     assert not next(iter(g.entries.values()))[0].graph_break
     np.testing.assert_allclose(m.mean.numpy(), trm.numpy(), rtol=1e-10)
     np.testing.assert_allclose(m.var.numpy(), trv.numpy(), rtol=1e-10)
+
+
+def _epochs(lib, make_opt, compiled, sizes=(4, 4, 2, 4, 4, 2), plain_at=()):
+    """Steps over batches of the given sizes (a last batch smaller, as an
+    epoch's), compiled or not; steps listed in plain_at run uncompiled."""
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((max(sizes), 6)).astype(np.float32)
+    Y = rng.standard_normal((max(sizes), 2)).astype(np.float32)
+    net = lib.nn.Linear(6, 2)
+    with lib.no_grad():
+        net.weight.copy_(lib.from_numpy(rng.standard_normal((2, 6)).astype(np.float32)))
+        net.bias.copy_(lib.from_numpy(rng.standard_normal(2).astype(np.float32)))
+    opt = make_opt(lib, net.parameters())
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = ((net(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    fast = loom.compile(step) if compiled else step
+    for i, n in enumerate(sizes):
+        x, y = lib.from_numpy(X[:n].copy()), lib.from_numpy(Y[:n].copy())
+        (step if i in plain_at else fast)(x, y)
+    return net, opt
+
+
+OPTIMIZERS = [
+    lambda lib, p: lib.optim.SGD(p, lr=0.05, momentum=0.9),
+    lambda lib, p: lib.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+    lambda lib, p: lib.optim.Adam(p, lr=0.01),
+    lambda lib, p: lib.optim.AdamW(p, lr=0.01),
+]
+
+
+@pytest.mark.parametrize("make_opt", OPTIMIZERS)
+@pytest.mark.parametrize("plain_at", [(), (1, 3)])
+def test_a_compiled_step_keeps_its_optimizer_state_across_batch_sizes(make_opt, plain_at):
+    """Each batch size is a capture of its own, its executable holding the
+    moments: one that did not make the last step starts from the state
+    that step left (an executable's, or the trace's for the steps run
+    plainly)."""
+    mine, opt = _epochs(loom, make_opt, True, plain_at=plain_at)
+    theirs, topt = _epochs(torch, make_opt, False)
+    for a, b in zip(mine.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+    ours, want = opt.state_dict()["state"], topt.state_dict()["state"]
+    assert sorted(ours) == sorted(want)
+    for i in want:
+        for k, v in want[i].items():
+            np.testing.assert_allclose(np.asarray(ours[i][k], np.float64),
+                                       np.asarray(v, np.float64), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make_opt", OPTIMIZERS)
+def test_a_loaded_state_dict_starts_the_compiled_step(make_opt):
+    mine, opt = _epochs(loom, make_opt, True, sizes=(4, 2))
+    theirs, topt = _epochs(torch, make_opt, False, sizes=(4, 2))
+    saved = topt.state_dict()  # PyTorch's, into Loom's optimizer
+    opt.load_state_dict(saved)
+    rng = np.random.default_rng(2)
+    x0 = rng.standard_normal((3, 6)).astype(np.float32)
+    y0 = rng.standard_normal((3, 2)).astype(np.float32)
+    for lib, net, o in ((loom, mine, opt), (torch, theirs, topt)):
+        def step(x, y):
+            o.zero_grad()
+            ((net(x) - y) ** 2).mean().backward()
+            o.step()
+        run = loom.compile(step) if lib is loom else step
+        for _ in range(2):
+            run(lib.from_numpy(x0.copy()), lib.from_numpy(y0.copy()))
+    for a, b in zip(mine.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
