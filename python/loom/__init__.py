@@ -56,9 +56,14 @@ def tensor(data, dtype=None, requires_grad=False):
     """A new tensor holding a copy of data (nested lists, numbers, arrays)."""
     if isinstance(data, Tensor):
         a = np.array(data.detach())
-    else:
+    elif isinstance(data, np.ndarray):
         a = np.array(data)
-        if dtype is None and not isinstance(data, np.ndarray):
+        if dtype is None:
+            from ._dtype import from_numpy_dtype
+            from_numpy_dtype(a.dtype)  # a TypeError naming the dtypes Loom has
+    else:
+        a = _python_data(data)
+        if dtype is None:
             dtype = _default_dtype(a)
     if dtype is not None:
         from ._dtype import resolve
@@ -73,12 +78,27 @@ def tensor(data, dtype=None, requires_grad=False):
     return t
 
 
+def _python_data(data):
+    """data (numbers, nested lists) as an array; an int beyond int64 is
+    refused as PyTorch refuses it (NumPy would make it uint64 or object)."""
+    try:
+        a = np.array(data)
+    except OverflowError:
+        a = None
+    if a is None or a.dtype.kind == "u" or (a.dtype == object and _builtins.any(
+            isinstance(v, _PY_INT) for v in a.reshape(-1))):
+        raise RuntimeError("Overflow when unpacking long")
+    return a
+
+
 def from_numpy(a):
     """A tensor sharing a's memory (no copy), as torch.from_numpy."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(a).__name__})")
     if a.dtype.byteorder not in ("=", "|", "<"):
         raise TypeError("loom.from_numpy: big-endian arrays are not supported")
+    from ._dtype import from_numpy_dtype
+    from_numpy_dtype(a.dtype)  # a TypeError naming the dtypes Loom has
     return _C.from_buffer(a, False)
 
 
@@ -121,6 +141,10 @@ def ones(*size, dtype=None, requires_grad=False):
 
 
 def full(size, fill_value, dtype=None, requires_grad=False):
+    """As torch.full: without dtype, a bool fill gives bool, an int int64,
+    a float float32."""
+    if dtype is None:
+        dtype = functional._number_dtype(fill_value)
     return _filled(tuple(size), fill_value, dtype, requires_grad)
 
 
@@ -139,6 +163,8 @@ def full_like(x, fill_value, dtype=None):
 def arange(start, end=None, step=1, dtype=None):
     if end is None:
         start, end = 0, start
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
     a = np.arange(start, end, step)
     if dtype is None and a.dtype == np.float64:
         dtype = float32

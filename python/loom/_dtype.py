@@ -47,7 +47,9 @@ def from_code(code):
 def from_numpy_dtype(np_dtype):
     d = _BY_NUMPY.get(np.dtype(np_dtype).newbyteorder("="))
     if d is None:
-        raise TypeError(f"loom has no dtype for NumPy's {np.dtype(np_dtype)}")
+        names = ", ".join(str(np.dtype(n)) for n in _BY_NUMPY)
+        raise TypeError(f"loom has no dtype for NumPy's {np.dtype(np_dtype)} "
+                        f"(NumPy dtypes Loom takes: {names})")
     return d
 
 

@@ -276,10 +276,7 @@ class Tensor(_C.TensorBase):
             raise RuntimeError("loom: assignment into a computed tensor that requires grad "
                                "and has been read; compute the new tensor with ops "
                                "(loom.where, loom.cat) instead")
-        if isinstance(index, Tensor):
-            index = np.asarray(index)
-        elif isinstance(index, tuple):
-            index = tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+        index = _F._numpy_index(index)
         _C.step()  # values of the step in progress read the old data
         np.asarray(self)[index] = np.asarray(value) if isinstance(value, Tensor) else value
 

@@ -26,6 +26,16 @@ def _op(name, *inputs, **attrs):
     return _C.op(name, inputs, attrs or None)
 
 
+def _dim(dim, ndim):
+    """dim in [0, ndim), from PyTorch's range [-ndim, ndim) (a 0-d tensor
+    takes dims -1 and 0), else IndexError in PyTorch's words."""
+    n = builtins.max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
 # ---- Python numbers as tensors ----
 
 _scalars = {}
@@ -124,8 +134,16 @@ true_divide = divide = div
 
 
 def pow(a, b):
+    # as PyTorch, only a Python exponent is checked (a tensor's would be read)
+    if isinstance(a, Tensor) and _is_int_number(b) and b < 0 and \
+            not a.dtype.is_floating_point:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
     a, b = _pair(a, b)
     return _op("pow", a, b)
+
+
+def _is_int_number(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, builtins.bool)
 
 
 def cast(x, dtype):
@@ -216,6 +234,10 @@ def elu(x, alpha=1.0):
 
 
 def clamp(x, min=None, max=None):
+    """min(max(x, min), max). Tensor bounds broadcast; the gradient goes to
+    x where it is inside the bounds and to the bound that clamps it."""
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        return _clamp_tensors(x, min, max)
     attrs = {}
     if min is not None:
         attrs["min"] = float(min)
@@ -225,6 +247,13 @@ def clamp(x, min=None, max=None):
 
 
 clip = clamp
+
+
+def _clamp_tensors(x, lo, hi):
+    # where, not maximum/minimum: those split the gradient at ties, and
+    # PyTorch's clamp gives it all to x there
+    y = x if lo is None else where(lt(x, lo), lo, x)
+    return y if hi is None else where(gt(y, hi), hi, y)
 
 
 def clamp_min(x, min):
@@ -253,7 +282,11 @@ def triu(x, diagonal=0):
     return _triangle(x, diagonal, True)
 
 
-def where(cond, a, b):
+def where(cond, a=None, b=None):
+    """where(cond, a, b): a where cond, else b; where(cond) alone: the
+    indices of cond's nonzero elements, one tensor per dim (a read)."""
+    if a is None and b is None:
+        return nonzero(cond, as_tuple=True)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers
         da, db = _number_dtype(a), _number_dtype(b)
         a = _scalar(a, da if _category(da) >= _category(db) else db)
@@ -278,16 +311,16 @@ def _reduce(name, x, dim, keepdim):
     return _op(name, x, axes=axes, keepdim=int(keepdim))
 
 
-def sum(x, dim=None, keepdim=False):
-    return _reduce("sum", x, dim, keepdim)
+def sum(x, dim=None, keepdim=False, dtype=None):
+    return _reduce("sum", x if dtype is None else cast(x, dtype), dim, keepdim)
 
 
-def mean(x, dim=None, keepdim=False):
-    return _reduce("mean", x, dim, keepdim)
+def mean(x, dim=None, keepdim=False, dtype=None):
+    return _reduce("mean", x if dtype is None else cast(x, dtype), dim, keepdim)
 
 
-def prod(x, dim=None, keepdim=False):
-    return _reduce("prod", x, dim, keepdim)
+def prod(x, dim=None, keepdim=False, dtype=None):
+    return _reduce("prod", x if dtype is None else cast(x, dtype), dim, keepdim)
 
 
 def logsumexp(x, dim, keepdim=False):
@@ -530,16 +563,19 @@ def flatten(x, start_dim=0, end_dim=-1):
     n = x.ndim
     if n == 0:
         return reshape(x, 1)
-    s, e = start_dim % n, end_dim % n
+    s, e = _dim(start_dim, n), _dim(end_dim, n)
     shape = list(x.shape[:s]) + [-1] + list(x.shape[e + 1:])
     return reshape(x, shape)
 
 
 def permute(x, *dims):
-    return _op("transpose", x, perm=[d % x.ndim for d in _sizes(dims)])
+    return _op("transpose", x, perm=[_dim(d, x.ndim) for d in _sizes(dims)])
 
 
 def transpose(x, dim0, dim1):
+    dim0, dim1 = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    if x.ndim == 0:
+        return x
     perm = list(range(x.ndim))
     perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
     return _op("transpose", x, perm=perm)
@@ -553,13 +589,13 @@ def t(x):
 
 
 def unsqueeze(x, dim):
-    return _op("unsqueeze", x, axes=[dim % (x.ndim + 1)])
+    return _op("unsqueeze", x, axes=[_dim(dim, x.ndim + 1)])
 
 
 def squeeze(x, dim=None):
     if dim is None:
         return _op("squeeze", x)
-    axes = [d % x.ndim for d in _axes(dim) if x.shape[d] == 1]
+    axes = [d for d in (_dim(d, x.ndim) for d in _axes(dim)) if x.ndim and x.shape[d] == 1]
     return _op("squeeze", x, axes=axes) if axes else x
 
 
@@ -572,6 +608,8 @@ def expand(x, *sizes):
 
 def cat(tensors, dim=0):
     tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     d = tensors[0].dtype
     for u in tensors[1:]:
         d = _dtype.promote(d, u.dtype)
@@ -583,11 +621,14 @@ concat = concatenate = cat
 
 def stack(tensors, dim=0):
     tensors = list(tensors)
-    dim = dim % (tensors[0].ndim + 1)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    dim = _dim(dim, tensors[0].ndim + 1)
     return cat([unsqueeze(u, dim) for u in tensors], dim)
 
 
 def split(x, split_size_or_sections, dim=0):
+    dim = _dim(dim, x.ndim)
     n = x.shape[dim]
     if isinstance(split_size_or_sections, int):
         s = split_size_or_sections
@@ -599,7 +640,7 @@ def split(x, split_size_or_sections, dim=0):
 
 
 def chunk(x, chunks, dim=0):
-    n = x.shape[dim]
+    n = x.shape[_dim(dim, x.ndim)]
     return split(x, -(-n // chunks), dim)
 
 
@@ -658,10 +699,7 @@ def _index_put(x, index, value):
     tensor made functional (positions found with NumPy from x's shape,
     the values spread by a gather, chosen by where), so that gradients
     flow to x's other elements and to value. Tensors in index are read."""
-    if isinstance(index, Tensor):
-        index = np.asarray(index)
-    elif isinstance(index, tuple):
-        index = tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+    index = _numpy_index(index)
     n = x.numel()
     try:
         pos = np.asarray(np.arange(n, dtype=np.int64).reshape(tuple(x.shape))[index])
@@ -751,22 +789,306 @@ def pad(x, pad, mode="constant", value=0.0):
     return _op("pad", x, pads=begins + ends, mode=modes[mode], value=float(value))
 
 
-def nonzero(x):
-    return _op("nonzero", x)
+def nonzero(x, as_tuple=False):
+    """The indices of x's nonzero elements, (count, ndim); as_tuple: one
+    1-d tensor per dim (a data-dependent shape: a read)."""
+    found = _op("nonzero", x)
+    if not as_tuple:
+        return found
+    if x.ndim == 0:
+        return (reshape(found, -1),)
+    return tuple(found[:, d] for d in range(x.ndim))
 
 
 def masked_fill(x, mask, value):
     return where(mask, _scalar(value, x.dtype), x)
 
 
+# ---- composites of the ops above (PyTorch's names) ----
+
+def expand_as(x, other):
+    return expand(x, *other.shape)
+
+
+def reshape_as(x, other):
+    return reshape(x, *other.shape)
+
+
+view_as = reshape_as
+
+
+def type_as(x, other):
+    return cast(x, other.dtype)
+
+
+def ravel(x):
+    return reshape(x, -1)
+
+
+def narrow(x, dim, start, length):
+    """x's elements [start, start + length) along dim (start may count
+    from the end)."""
+    dim = _dim(dim, x.ndim)
+    size, start, length = x.shape[dim], builtins.int(start), builtins.int(length)
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], "
+                         f"but got {start})")
+    start %= size if size else 1
+    if length < 0 or start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                           f"({size}).")
+    return _op("slice", x, starts=[start], ends=[start + length], axes=[dim], steps=[1])
+
+
+def unflatten(x, dim, sizes):
+    dim = _dim(dim, x.ndim)
+    return reshape(x, list(x.shape[:dim]) + list(sizes) + list(x.shape[dim + 1:]))
+
+
+def square(x):
+    return mul(x, x)
+
+
+def trunc(x):
+    """x rounded toward zero (floor above zero, ceil below); gradient 0."""
+    if not x.dtype.is_floating_point:
+        return x
+    return where(lt(x, 0), ceil(x), floor(x))
+
+
+fix = trunc
+
+
+def frac(x):
+    return sub(x, trunc(x))
+
+
+def logit(x, eps=None):
+    """log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given."""
+    if eps is not None:
+        x = clamp(x, eps, 1.0 - eps)
+    return log(div(x, sub(1.0, x)))
+
+
+def addcmul(x, tensor1, tensor2, value=1):
+    prod_ = mul(tensor1, tensor2)
+    return add(x, prod_ if value == 1 else mul(prod_, value))
+
+
+def addcdiv(x, tensor1, tensor2, value=1):
+    quot = div(tensor1, tensor2)
+    return add(x, quot if value == 1 else mul(quot, value))
+
+
+def lerp(start, end, weight):
+    """start + weight (end - start)."""
+    return add(start, mul(weight, sub(end, start)))
+
+
+def hypot(a, b):
+    return sqrt(add(mul(a, a), mul(b, b)))
+
+
+def atan2(y, x):
+    """The angle of (x, y), in (-pi, pi]: atan of the ratio of the smaller
+    coordinate to the larger (never a division by zero but at the origin),
+    turned into the right quadrant."""
+    y, x = _pair(y, x)
+    if not y.dtype.is_floating_point:
+        y, x = cast(y, _F32), cast(x, _F32)
+    x_wider = ge(abs(x), abs(y))
+    # each ratio's divisor is 1 where the other ratio is taken, so that
+    # its unused gradient is 0, not 0 * inf
+    safe_x = where(logical_and(x_wider, ne(x, 0)), x, 1.0)
+    safe_y = where(x_wider, 1.0, y)
+    pi, half_pi = _scalar(math.pi, y.dtype), _scalar(math.pi / 2, y.dtype)  # in y's precision
+    near_x = add(atan(div(y, safe_x)), where(lt(x, 0), where(lt(y, 0), neg(pi), pi), 0.0))
+    near_y = sub(where(lt(y, 0), neg(half_pi), half_pi), atan(div(x, safe_y)))
+    return where(x_wider, near_x, near_y)
+
+
+arctan2 = atan2
+
+
+def dot(a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{a.dtype.name} and {b.dtype.name}")
+    return cast(sum(mul(a, b)), a.dtype)
+
+
+def outer(a, b):
+    return mul(unsqueeze(a, 1), unsqueeze(b, 0))
+
+
+ger = outer
+
+
+def diag(x, diagonal=0):
+    """Of a 1-d x, the square matrix with x on the diagonal'th diagonal; of
+    a 2-d x, that diagonal of x as a 1-d tensor."""
+    k = builtins.int(diagonal)
+    if x.ndim == 1:
+        n = x.shape[0]
+        on = _C.from_buffer(np.eye(n, dtype=np.bool_), True)
+        square_ = where(on, unsqueeze(x, 1), _scalar(0, x.dtype))
+        return pad(square_, (k, 0, 0, k) if k >= 0 else (0, -k, -k, 0))
+    if x.ndim != 2:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
+    rows, cols = x.shape
+    first = np.arange(builtins.max(0, -k), rows)
+    first = first[first + k < cols]
+    if not first.size:
+        return narrow(reshape(x, -1), 0, 0, 0)
+    offsets = np.ascontiguousarray(first * cols + first + k, np.int64)
+    return _op("gather", reshape(x, -1), _C.from_buffer(offsets, True), axis=0)
+
+
+def roll(x, shifts, dims=None):
+    """x's elements shifted along dims (every element, flattened, when
+    dims is None), those past the end coming in at the start."""
+    if dims is None:
+        return reshape(roll(reshape(x, -1), shifts, 0), *x.shape)
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
+                           f"dims:{len(dims)}")
+    for shift, d in zip(shifts, dims):
+        d = _dim(d, x.ndim)
+        n = x.shape[d]
+        s = shift % n if n else 0
+        if s:
+            x = cat([narrow(x, d, n - s, s), narrow(x, d, 0, n - s)], d)
+    return x
+
+
+def fliplr(x):
+    if x.ndim < 2:
+        raise RuntimeError("Input must be >= 2-d.")
+    return flip(x, [1])
+
+
+def flipud(x):
+    if x.ndim < 1:
+        raise RuntimeError("Input must be >= 1-d.")
+    return flip(x, [0])
+
+
+def rot90(x, k=1, dims=(0, 1)):
+    """x turned k quarter turns from dims[0] toward dims[1] (PyTorch's
+    flips and transposes)."""
+    d0, d1 = (_dim(d, x.ndim) for d in dims)
+    if d0 == d1:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {d0} "
+                           f"and dim1 = {d1}")
+    k %= 4
+    if k == 1:
+        return transpose(flip(x, [d1]), d0, d1)
+    if k == 2:
+        return flip(x, [d0, d1])
+    if k == 3:
+        return transpose(flip(x, [d0]), d0, d1)
+    return x
+
+
+def meshgrid(*tensors, indexing="ij"):
+    """Grids of the 1-d tensors' values, one per tensor, of shape (len of
+    each); indexing="xy" swaps the first two dims (NumPy's default)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f'torch.meshgrid: indexing must be one of "xy" or "ij", '
+                         f'but received: {indexing}')
+    tensors = [reshape(t, -1) for t in tensors]
+    swap = indexing == "xy" and len(tensors) >= 2
+    if swap:
+        tensors[0], tensors[1] = tensors[1], tensors[0]
+    shape = [t.shape[0] for t in tensors]
+    grids = []
+    for i, t in enumerate(tensors):
+        line = [1] * len(shape)
+        line[i] = shape[i]
+        grids.append(expand(reshape(t, line), *shape))
+    if swap:
+        grids[0], grids[1] = grids[1], grids[0]
+    return tuple(grids)
+
+
+def cumprod(x, dim):
+    """Products of x's prefixes along dim: each prefix a prod over x with
+    the elements after it set to 1 (exact, zeros and signs too, with
+    prod's gradient; n^2 elements for a dim of n)."""
+    if x.ndim == 0:
+        return x
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim]
+    last = transpose(x, dim, -1) if dim != x.ndim - 1 else x
+    keep = _C.from_buffer(np.tril(np.ones((n, n), np.bool_)), True)
+    out = prod(where(keep, unsqueeze(last, -2), _scalar(1, x.dtype)), -1)
+    return transpose(out, dim, -1) if dim != x.ndim - 1 else out
+
+
 # ---- indexing ----
 
+_BAD_INDEX = ("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+              "Variables are valid indices (got {})")
+_BAD_INDEX_TENSOR = "tensors used as indices must be long, int or bool tensors"
+
+
+def _index_tuple(index):
+    """index as a tuple, as PyTorch reads it: a list that holds a sequence,
+    a slice, None, ... or a tensor is a tuple of indices (its
+    treatSequenceAsTuple, for lists shorter than 32); any other list is
+    one index tensor."""
+    if isinstance(index, list) and len(index) < 32 and builtins.any(
+            isinstance(i, (list, tuple, slice, Tensor, np.ndarray)) or i is None or
+            i is Ellipsis for i in index):
+        return tuple(index)
+    return index if isinstance(index, tuple) else (index,)
+
+
+def _index_item(i):
+    """One index as an int, a slice, None, Ellipsis or a tensor: lists and
+    arrays become tensors (bools a mask, ints int64); floats are refused,
+    as PyTorch refuses them."""
+    if i is None or i is Ellipsis or isinstance(i, slice):
+        return i
+    if isinstance(i, Tensor):
+        if i.dtype.is_floating_point:
+            raise IndexError(_BAD_INDEX_TENSOR)
+        return i
+    if isinstance(i, (list, tuple, np.ndarray)):
+        a = np.asarray(i)
+        if a.dtype != np.bool_ and a.size and a.dtype.kind not in "iu":
+            raise IndexError(_BAD_INDEX_TENSOR)
+        return _C.from_buffer(a if a.dtype == np.bool_ else a.astype(np.int64), True)
+    if isinstance(i, (builtins.bool, np.bool_)):
+        if i:
+            return None  # x[True] adds a dim, as x[None]
+        raise NotImplementedError("loom: indexing with False")
+    if isinstance(i, numbers.Integral):
+        return builtins.int(i)
+    raise IndexError(_BAD_INDEX.format(type(i).__name__))
+
+
+def _numpy_index(index):
+    """index for NumPy's indexing of x's memory (assignment), read as
+    PyTorch reads it (_index_tuple), its tensors as arrays."""
+    index = tuple(_index_item(i) for i in _index_tuple(index))
+    return tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+
+
 def _getitem(x, index):
-    if not isinstance(index, tuple):
-        index = (index,)
+    """x[index]: ints and slices by one slice op (ints then squeezed), None
+    by unsqueeze, and tensors (advanced indexing) last, on the dims they
+    index in that result: ints select first, as in PyTorch."""
+    index = [_index_item(i) for i in _index_tuple(index)]
     if builtins.sum(1 for i in index if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    used = builtins.sum(_dims_indexed(i) for i in index if i is not None and i is not Ellipsis)
     if used > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     expanded = []
@@ -776,63 +1098,114 @@ def _getitem(x, index):
         else:
             expanded.append(i)
     starts, ends, steps, axes = [], [], [], []
-    squeeze_axes, new_axes, tensor_index = [], [], None
+    squeeze_axes, new_axes, advanced = [], [], []
     axis, out_axis = 0, 0
     for i in expanded:
         if i is None:
             new_axes.append(out_axis)
             out_axis += 1
-            continue
-        if isinstance(i, Tensor):
-            if tensor_index is not None:
-                raise IndexError("loom: one tensor index per indexing expression")
-            tensor_index = (axis, out_axis, i)
-            axis += 1
-            out_axis += 1
-            continue
-        size = x.shape[axis]
-        if isinstance(i, slice):
+        elif isinstance(i, Tensor):
+            advanced.append((out_axis, i))
+            axis += _dims_indexed(i)
+            out_axis += _dims_indexed(i)
+        elif isinstance(i, slice):
+            size = x.shape[axis]
             start, stop, step = i.indices(size)
             if step <= 0:
                 raise ValueError("step must be greater than zero")
             if (start, stop, step) != (0, size, 1):
                 starts.append(start), ends.append(stop), steps.append(step), axes.append(axis)
+            axis += 1
             out_axis += 1
         else:
-            k = int(i)
-            if not -size <= k < size:
-                raise IndexError(f"index {k} is out of bounds for dimension {axis} "
+            size = x.shape[axis]
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for dimension {axis} "
                                  f"with size {size}")
-            k %= size
-            starts.append(k), ends.append(k + 1), steps.append(1), axes.append(axis)
-            squeeze_axes.append(axis)
-        axis += 1
+            starts.append(i % size), ends.append(i % size + 1), steps.append(1)
+            axes.append(axis), squeeze_axes.append(axis)
+            axis += 1
     y = x
     if axes:
         y = _op("slice", y, starts=starts, ends=ends, axes=axes, steps=steps)
-    if tensor_index is not None:
-        t_axis, _, idx = tensor_index
-        y = _tensor_index(y, t_axis, idx)
     if squeeze_axes:
-        if tensor_index is not None and tensor_index[2].dtype is not _BOOL:
-            shift = tensor_index[2].ndim - 1
-            squeeze_axes = [a + shift if a > tensor_index[0] else a for a in squeeze_axes]
         y = _op("squeeze", y, axes=squeeze_axes)
     for a in new_axes:
         y = unsqueeze(y, a)
-    return y
+    return _advanced_index(y, advanced) if advanced else y
 
 
-def _tensor_index(x, axis, idx):
-    if idx.dtype is _BOOL:
-        if axis != 0 or idx.shape != x.shape[:idx.ndim]:
-            raise IndexError("loom: a boolean mask indexes the leading dims of the same shape")
-        flat = reshape(x, [-1] + list(x.shape[idx.ndim:]))
-        where_true = reshape(nonzero(reshape(idx, -1)), -1)
-        return _op("gather", flat, where_true, axis=0)
-    if idx.dtype.is_floating_point:
-        raise IndexError("tensors used as indices must be long, int or bool tensors")
-    return _op("gather", x, idx, axis=int(axis))
+def _dims_indexed(i):
+    return i.ndim if isinstance(i, Tensor) and i.dtype is _BOOL else 1
+
+
+def _advanced_index(y, advanced):
+    """y indexed by tensors at some of its dims [(dim, tensor)], as NumPy's
+    advanced indexing: a mask stands for its nonzero positions; the index
+    tensors broadcast together, and their dims replace the indexed ones
+    where those are adjacent, else lead. One integer tensor is one gather;
+    several, a gather at flat offsets over the indexed dims moved first."""
+    if len(advanced) == 1:
+        d, idx = advanced[0]
+        if idx.dtype is not _BOOL:
+            return _op("gather", y, _checked_index(idx, y.shape[d], 0), axis=d)
+        if d == 0:
+            return _mask_index(y, idx)
+    dims, idxs = [], []
+    for d, idx in advanced:
+        if idx.dtype is _BOOL:
+            _check_mask(y, d, idx)
+            where_true = nonzero(idx)
+            for j in range(idx.ndim):
+                dims.append(d + j)
+                idxs.append(where_true[:, j])
+        else:
+            dims.append(d)
+            idxs.append(_checked_index(idx, y.shape[d], len(idxs)))
+    rest = [k for k in range(y.ndim) if k not in dims]
+    moved = permute(y, dims + rest) if dims + rest != list(range(y.ndim)) else y
+    flat_y = reshape(moved, [-1] + [y.shape[k] for k in rest])
+    flat, stride = None, 1
+    for d, idx in reversed(list(zip(dims, idxs))):
+        idx = cast(idx, _I64)
+        idx = where(lt(idx, 0), add(idx, y.shape[d]), idx)
+        term = idx if stride == 1 else mul(idx, stride)
+        flat = term if flat is None else add(term, flat)
+        stride *= y.shape[d]
+    out = _op("gather", flat_y, flat, axis=0)
+    first = dims[0]
+    if first == 0 or dims != list(range(first, first + len(dims))):
+        return out
+    lead = out.ndim - len(rest)  # the index's dims, before the rest of y's
+    return permute(out, list(range(lead, lead + first)) + list(range(lead)) +
+                   list(range(lead + first, out.ndim)))
+
+
+def _checked_index(idx, size, position):
+    """idx, after checking it on the host when it is real (a lazy index is
+    not read for it: the gather fails its run instead)."""
+    if not idx._lazy and idx.numel():
+        a = np.asarray(idx)
+        bad = a[(a < -size) | (a >= size)]
+        if bad.size:
+            raise IndexError(f"index {bad.flat[0]} is out of bounds for dimension "
+                             f"{position} with size {size}")
+    return idx
+
+
+def _check_mask(y, d, mask):
+    indexed = list(y.shape[d:d + mask.ndim])
+    if list(mask.shape) != indexed:
+        raise IndexError(f"The shape of the mask {list(mask.shape)} at index {d} does not "
+                         f"match the shape of the indexed tensor {indexed} at index {d}")
+
+
+def _mask_index(x, mask):
+    """x at the positions where mask (over x's leading dims) is true."""
+    _check_mask(x, 0, mask)
+    flat = reshape(x, [-1] + list(x.shape[mask.ndim:]))
+    where_true = reshape(nonzero(reshape(mask, -1)), -1)
+    return _op("gather", flat, where_true, axis=0)
 
 
 # Functions reachable as tensor methods (x.sum(1), x.reshape(2, -1), ...).
@@ -849,7 +1222,10 @@ METHODS = {name: globals()[name] for name in (
     "index_select", "masked_fill", "nonzero", "gelu", "leaky_relu", "elu", "scatter_add",
     "index_add", "any", "all", "gather", "sort", "argsort", "kthvalue", "norm", "unbind",
     "clamp_min", "clamp_max", "tril", "triu", "isinf", "isfinite", "nan_to_num", "isclose",
-    "allclose")}
+    "allclose", "expand_as", "view_as", "reshape_as", "type_as", "narrow", "ravel", "square",
+    "unflatten", "logit", "trunc", "fix", "frac", "addcmul", "addcdiv", "diag", "outer", "ger",
+    "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
+    "cumprod")}
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

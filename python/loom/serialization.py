@@ -57,6 +57,9 @@ def load(path):
     with open(path, "rb") as f:
         raw = f.read()
     where = f"loom.load: {path}"
+    if raw[:2] == b"PK" or raw[:1] == b"\x80":
+        raise ValueError(f"{where}: not a safetensors file (a zip archive or a pickle: "
+                         f"torch.save's format); loom.load reads safetensors files")
     if len(raw) < 8:
         raise ValueError(f"{where}: too short for a safetensors file")
     (n,) = struct.unpack("<Q", raw[:8])

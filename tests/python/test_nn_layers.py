@@ -185,3 +185,123 @@ def test_deepcopy_and_clone():
     x = loom.ones(2, requires_grad=True)
     (x.clone() * 3).sum().backward()
     assert x.grad.tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("kwargs", [dict(momentum=None), dict(affine=False),
+                                    dict(track_running_stats=False),
+                                    dict(momentum=None, affine=False)])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_batch_norm_options_match_torch(kwargs, dims):
+    """momentum=None (a cumulative average), affine=False (no weight and
+    bias) and track_running_stats=False (no buffers; batch statistics in
+    eval too): the same state_dict keys, outputs over three batches of
+    different statistics, the buffers after them, then eval."""
+    make = lambda m: getattr(m, f"BatchNorm{dims}d")(3, **kwargs)  # noqa: E731
+    shape = (4, 3, 5) if dims == 1 else (4, 3, 2, 2)
+    theirs, mine = make(torch.nn), make(nn)
+    assert list(mine.state_dict()) == list(theirs.state_dict())
+    for step in range(3):
+        x = rng.standard_normal(shape).astype(np.float32) * (step + 1) + step
+        np.testing.assert_allclose(mine(loom.tensor(x)).detach().numpy(),
+                                   theirs(torch.tensor(x)).detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_allclose(mine.state_dict()[name].numpy(), value.numpy(), rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+    mine.eval(), theirs.eval()
+    np.testing.assert_allclose(mine(loom.tensor(x)).detach().numpy(),
+                               theirs(torch.tensor(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    mine.train(), theirs.train()
+    layer_twin(make, shape)
+
+
+def layer_twin(make, shape):
+    """twin's check, with the input's gradient too (a layer may have no
+    parameters)."""
+    torch.manual_seed(0)
+    theirs, mine = make(torch.nn), make(nn)
+    assert list(mine.state_dict()) == list(theirs.state_dict())
+    mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    a = rng.standard_normal(shape).astype(np.float32)
+    x, tx = loom.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    out, tout = mine(x), theirs(tx)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    w = rng.standard_normal(tout.shape).astype(np.float32)
+    (out * loom.from_numpy(w)).sum().backward()
+    (tout * torch.from_numpy(w)).sum().backward()
+    pairs = [("input", x, tx)] + [(n, p, tp) for (n, p), (_, tp) in
+                                  zip(mine.named_parameters(), theirs.named_parameters())]
+    for name, p, tp in pairs:
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-3, atol=1e-4,
+                                   err_msg=name)
+    loom.step()
+
+
+def test_batch_norm_cumulative_average_under_compile():
+    x = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    ours, theirs = nn.BatchNorm2d(3, momentum=None), torch.nn.BatchNorm2d(3, momentum=None)
+    f = loom.compile(lambda a: ours(a))
+    for step in range(3):
+        f(loom.from_numpy(x * (step + 1)))
+        theirs(torch.from_numpy(x * (step + 1)))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_allclose(getattr(ours, name).numpy(),
+                                   getattr(theirs, name).numpy(), rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda m: m.PReLU(), (4, 3, 5)),
+    (lambda m: m.PReLU(3, init=0.1), (4, 3, 5)),
+    (lambda m: m.ReLU6(), (4, 10)),
+    (lambda m: m.Mish(), (4, 10)),
+    (lambda m: m.LogSigmoid(), (4, 10)),
+    (lambda m: m.GLU(1), (4, 6, 3)),
+    (lambda m: m.GroupNorm(2, 6), (4, 6, 3, 2)),
+    (lambda m: m.GroupNorm(3, 6, eps=1e-3, affine=False), (4, 6, 5)),
+    (lambda m: m.Conv1d(4, 6, 3), (2, 4, 9)),
+    (lambda m: m.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2, bias=False),
+     (2, 4, 11)),
+    (lambda m: m.Conv1d(4, 6, 5, padding="same"), (2, 4, 9)),
+    (lambda m: m.Sequential(m.Linear(6, 6), m.Unflatten(1, (2, 3))), (4, 6)),
+], ids=["prelu", "prelu-channels", "relu6", "mish", "logsigmoid", "glu", "groupnorm",
+        "groupnorm-no-affine", "conv1d", "conv1d-strided-groups", "conv1d-same", "unflatten"])
+def test_added_layers_match_torch(make, shape):
+    layer_twin(make, shape)
+
+
+@pytest.mark.parametrize("nonlinearity, param", [
+    ("linear", None), ("conv1d", None), ("sigmoid", None), ("tanh", None), ("relu", None),
+    ("leaky_relu", None), ("leaky_relu", 0.2), ("selu", None)])
+def test_calculate_gain_is_torch_s(nonlinearity, param):
+    assert nn.init.calculate_gain(nonlinearity, param) == \
+        torch.nn.init.calculate_gain(nonlinearity, param)
+
+
+@pytest.mark.parametrize("name, kwargs, std", [
+    ("xavier_normal_", dict(gain=2.0), 2.0 * (2.0 / 700) ** 0.5),
+    ("kaiming_normal_", dict(), (2.0 / 300) ** 0.5),
+    ("kaiming_normal_", dict(mode="fan_out", nonlinearity="relu"), (2.0 / 400) ** 0.5),
+    ("kaiming_uniform_", dict(nonlinearity="linear"), (1.0 / 300) ** 0.5),
+    # a and b are values, not multiples of std; N(0, 1) cut at +-2 has sd 0.8796
+    ("trunc_normal_", dict(std=0.02, a=-0.04, b=0.04), 0.02 * 0.8796),
+])
+def test_initializers_draw_torch_s_spread(name, kwargs, std):
+    """400 x 300 draws: mean and standard deviation within a few percent of
+    the formula's (for torch's own draws too)."""
+    for init, w in ((nn.init, loom.zeros(400, 300)), (torch.nn.init, torch.zeros(400, 300))):
+        a = getattr(init, name)(w, **kwargs).numpy()
+        assert abs(a.mean()) < 0.02 * std and abs(a.std() / std - 1) < 0.02, (init, a.std())
+
+
+def test_trunc_normal_stays_within_its_bounds():
+    w = nn.init.trunc_normal_(loom.zeros(200, 100), mean=1.0, std=2.0, a=-1.0, b=2.0)
+    a = w.numpy()
+    t = torch.nn.init.trunc_normal_(torch.zeros(200, 100), mean=1.0, std=2.0, a=-1.0, b=2.0)
+    assert a.min() >= -1.0 and a.max() <= 2.0
+    assert abs(a.mean() - t.mean().item()) < 0.03 and abs(a.std() - t.std().item()) < 0.03
+
+
+def test_fans_of_a_vector_are_refused_as_torch():
+    with pytest.raises(ValueError, match="fewer than 2 dimensions"):
+        nn.init.xavier_normal_(loom.zeros(5))

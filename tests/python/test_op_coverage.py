@@ -29,6 +29,8 @@ EXCUSED = {n: "tests/python/test_torch_idioms.py" for n in (
     "allclose", "argsort", "binary_cross_entropy", "clamp_max", "clamp_min", "einsum",
     "hardtanh", "huber_loss", "isclose", "isfinite", "isinf", "kl_div", "kthvalue",
     "nan_to_num", "norm", "normalize", "smooth_l1_loss", "sort", "tril", "triu", "unbind")}
+EXCUSED.update({"fix": "alias of trunc", "arctan2": "alias of atan2", "ger": "alias of outer",
+                "view_as": "alias of reshape_as"})
 
 
 # ---- inputs (float64 unless said: loom's kernels take it) ----
@@ -194,6 +196,20 @@ def check_batch_norm_running_stats(r):
         np.testing.assert_allclose(m.numpy(), t.numpy(), rtol=1e-9)
 
 
+def with_zeros(r, shape):
+    """Uniform values with some exact zeros (cumprod's prefixes through 0)."""
+    x = u(r, shape)
+    x.flat[::4] = 0.0
+    return x
+
+
+def atan2_inputs(r):
+    """Points of every quadrant and on the axes (x or y zero, not both)."""
+    y, x = u(r, (5, 7)), u(r, (5, 7))
+    y[0, :4], x[0, :4] = [1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 1.5, -1.5]
+    return [y, x]
+
+
 def conv_inputs(groups=1, transpose=False):
     def make(r):
         w = (6, 4 // groups, 3, 3) if not transpose else (4, 6 // groups, 3, 3)
@@ -294,6 +310,59 @@ CASES = [
     C("topk", X(7, 3), lambda m, x: m.f.topk(x.t(), 2, dim=0, largest=False),
       variant="smallest"),
 
+    # -- composites of the ops (PyTorch's names) --
+    C("clamp", lambda r: [u(r, (3, 4, 5)), u(r, (4, 1), -1, 0), u(r, (5,), 0, 1)],
+      variant="tensor-bounds"),
+    C("clamp", lambda r: [u(r, (3, 4, 5)), u(r, (5,))], lambda m, x, lo: m.f.clamp(x, min=lo),
+      variant="tensor-min"),
+    C("clamp", lambda r: [u(r, (3, 4, 5)), u(r, (4, 1))], lambda m, x, hi: m.f.clamp(x, max=hi),
+      variant="tensor-max"),
+    C("trunc", X(5, 7, fn=frac)), C("frac", X(5, 7, fn=frac)),
+    C("square", X(5, 7)),
+    C("square", lambda r: [ints(r, (5, 7), -4, 5)], variant="int", grad=False),
+    C("logit", X(5, 7, lo=0.05, hi=0.95)),
+    C("logit", X(5, 7, lo=0.01, hi=0.99), variant="eps", kw=dict(eps=0.1)),
+    C("addcmul", lambda r: [u(r, (3, 4)), u(r, (4,)), u(r, (3, 1))], kw=dict(value=0.5)),
+    C("addcdiv", lambda r: [u(r, (3, 4)), u(r, (4,)), away(r, (3, 1))], kw=dict(value=2)),
+    C("lerp", lambda r: [u(r, (3, 4)), u(r, (4,)), u(r, (3, 4), 0, 1)]),
+    C("lerp", lambda r: [u(r, (3, 4)), u(r, (4,))], lambda m, a, b: m.f.lerp(a, b, 0.3),
+      variant="number"),
+    C("hypot", lambda r: [away(r, (3, 1, 7)), u(r, (4, 1))]),
+    C("atan2", atan2_inputs),
+    C("dot", lambda r: [u(r, (7,)), u(r, (7,))]),
+    C("outer", lambda r: [u(r, (3,)), u(r, (4,))]),
+    C("diag", X(4)), C("diag", X(4), variant="above", kw=dict(diagonal=2)),
+    C("diag", X(3, 5), variant="matrix"),
+    C("diag", X(3, 5), variant="matrix-below", kw=dict(diagonal=-1)),
+    C("diag", X(3, 5), variant="matrix-above", kw=dict(diagonal=3)),
+    C("cumprod", X(3, 6, fn=with_zeros), kw=dict(dim=1)),
+    C("cumprod", X(4, 3, fn=with_zeros), variant="dim0", kw=dict(dim=0)),
+    C("roll", X(3, 4), kw=dict(shifts=(-1, 5), dims=(1, 0))),
+    C("roll", X(3, 4), variant="flat", kw=dict(shifts=3)),
+    C("fliplr", X(3, 4)), C("flipud", X(3, 4)),
+    C("rot90", X(2, 3, 4), kw=dict(k=1, dims=(1, 2))),
+    C("rot90", X(3, 4), variant="k3", kw=dict(k=-1)),
+    C("rot90", X(3, 4), variant="k2", kw=dict(k=2)),
+    C("meshgrid", lambda r: [u(r, (3,)), u(r, (4,)), u(r, (2,))], kw=dict(indexing="ij")),
+    C("meshgrid", lambda r: [u(r, (3,)), u(r, (4,))], variant="xy", kw=dict(indexing="xy")),
+    C("narrow", X(3, 5), kw=dict(dim=1, start=-4, length=2)),
+    C("ravel", X(3, 4, 5), lambda m, x: m.f.ravel(x.transpose(0, 2))),
+    C("unflatten", X(3, 12), lambda m, x: x.unflatten(1, (2, -1, 3))),
+    C("expand_as", lambda r: [u(r, (3, 1)), u(r, (2, 3, 4))], lambda m, x, y: x.expand_as(y),
+      grad=False),
+    C("reshape_as", lambda r: [u(r, (3, 4)), u(r, (2, 6))], lambda m, x, y: x.reshape_as(y),
+      grad=False),
+    C("type_as", lambda r: [u(r, (3, 4)), ints(r, (2,), 0, 3)], lambda m, x, y: x.type_as(y),
+      grad=False),
+    C("sum", X(3, 5), lambda m, x: m.f.sum(x, 1, dtype=m.lib.float32), variant="dtype"),
+    C("sum", lambda r: [ints(r, (3, 5), -4, 5).astype(np.int32)],
+      lambda m, x: x.sum(dtype=m.lib.float64), variant="int-dtype", grad=False),
+    C("mean", X(3, 5), lambda m, x: x.mean(0, dtype=m.lib.float32), variant="dtype"),
+    C("where", lambda r: [ints(r, (3, 4), -1, 2)], lambda m, c: m.f.where(c), variant="cond",
+      grad=False),
+    C("nonzero", lambda r: [ints(r, (3, 4), -1, 2)], variant="as-tuple",
+      kw=dict(as_tuple=True), grad=False),
+
     # -- contractions --
     C("matmul", lambda r: [u(r, (2, 1, 5, 7)), u(r, (3, 4, 7))],
       lambda m, a, b: m.f.matmul(a, b.transpose(-1, -2))),
@@ -381,6 +450,21 @@ CASES = [
       lambda m, x, w, b: m.F.layer_norm(x, (4, 5), w, b, eps=1e-3)),
     C("layer_norm", X(3, 7), variant="no-affine", kw=dict(normalized_shape=(7,))),
     C("dropout", check=check_dropout),
+    C("relu6", X(5, 7, lo=-3, hi=8)), C("mish", X(5, 7)),
+    C("logsigmoid", X(5, 7, lo=-30, hi=5), tol=(1e-8, 1e-10)),
+    C("glu", X(3, 6, 2), kw=dict(dim=1)),
+    C("prelu", lambda r: [u(r, (4, 3, 5)), u(r, (3,), 0, 0.5)]),
+    C("prelu", lambda r: [u(r, (4, 3)), u(r, (1,), 0, 0.5)], variant="one-weight"),
+    C("cosine_similarity", lambda r: [u(r, (4, 5, 3)), u(r, (1, 5, 3))]),
+    C("cosine_similarity", lambda r: [u(r, (4, 5)), u(r, (4, 5))], variant="dim-last",
+      kw=dict(dim=-1)),
+    C("group_norm", lambda r: [u(r, (2, 6, 3, 4)), u(r, (6,)), u(r, (6,))],
+      lambda m, x, w, b: m.F.group_norm(x, 3, w, b, eps=1e-3)),
+    C("group_norm", X(2, 4, 5), variant="no-affine", kw=dict(num_groups=2)),
+    C("conv1d", lambda r: [u(r, (2, 4, 11)), u(r, (6, 2, 3)), u(r, (6,))],
+      kw=dict(stride=2, padding=1, dilation=2, groups=2)),
+    C("conv1d", lambda r: [u(r, (2, 4, 9)), u(r, (5, 4, 3))], variant="same",
+      kw=dict(padding="same")),
     C("mse_loss", lambda r: [u(r, (3, 7)), u(r, (3, 7))]),
     C("mse_loss", lambda r: [u(r, (3, 7)), u(r, (3, 7))], variant="none",
       kw=dict(reduction="none")),

@@ -110,9 +110,11 @@ def test_bad_indices_raise_index_errors():
 def test_an_index_out_of_range_fails_its_read_and_nothing_else():
     """The error surfaces where the value is read (the ops are lazy); a
     value that does not depend on it still reads in the same step, and
-    reading the failed value again fails again, as eager ops would."""
+    reading the failed value again fails again, as eager ops would. The
+    index is lazy: a real one is checked at once (IndexError, as PyTorch's;
+    tests/python/test_indexing_and_errors.py)."""
     x = loom.tensor([1.0, 2.0, 3.0])
-    bad = x[loom.tensor([0, 7])] * 2
+    bad = x[loom.tensor([0, 7]) * 1] * 2
     fine = x * 10
     with pytest.raises(ValueError, match="out of range"):
         bad.tolist()

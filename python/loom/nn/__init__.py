@@ -1,11 +1,11 @@
 """loom.nn: modules and losses in torch.nn's names."""
 from . import functional, init, utils  # noqa: F401
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d,  # noqa: F401
-                     Conv2d, ConvTranspose2d, Dropout, ELU, Embedding,
-                     Flatten, GELU, GRUCell, Hardtanh, Identity, LayerNorm, LeakyReLU, Linear,
-                     LogSoftmax, LSTM, LSTMCell, MaxPool2d, MultiheadAttention, ReLU,
-                     Sigmoid, SiLU, Softmax, Softplus, Tanh, TransformerEncoder,
-                     TransformerEncoderLayer)
+                     Conv1d, Conv2d, ConvTranspose2d, Dropout, ELU, Embedding,
+                     Flatten, GELU, GLU, GroupNorm, GRUCell, Hardtanh, Identity, LayerNorm,
+                     LeakyReLU, Linear, LogSigmoid, LogSoftmax, LSTM, LSTMCell, MaxPool2d,
+                     Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
+                     Softplus, Tanh, TransformerEncoder, TransformerEncoderLayer, Unflatten)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401

@@ -38,6 +38,18 @@ def _legacy_reduction(size_average, reduce, reduction):
     return "sum" if size_average is False else "mean"
 
 
+def _check_targets(target, n_classes, ignore_index):
+    """IndexError for a class index outside [0, n_classes), as PyTorch's;
+    checked on the host when target is real (a lazy one is not read)."""
+    if target._lazy or not target.numel():
+        return
+    import numpy as np
+    t = np.asarray(target)
+    bad = t[(t != ignore_index) & ((t < 0) | (t >= n_classes))]
+    if bad.size:
+        raise IndexError(f"Target {bad.flat[0]} is out of bounds.")
+
+
 def _class_weights(weight, target, keep):
     """Each target's class weight (1 without weight), 0 where ignored."""
     w = keep.float()
@@ -56,6 +68,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if input.ndim != 2:
         raise ValueError("loom cross_entropy: input of shape (N, C)")
     n_classes = input.shape[1]
+    _check_targets(target, n_classes, ignore_index)
     logp = log_softmax(input, 1)
     keep = target != ignore_index
     safe = _F.where(keep, target, 0)
@@ -91,6 +104,7 @@ def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_targets(target, input.shape[1], ignore_index)
     keep = target != ignore_index
     safe = _F.where(keep, target, 0)
     w = _class_weights(weight, safe, keep)
@@ -148,6 +162,64 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
 
 def hardtanh(input, min_val=-1.0, max_val=1.0):
     return _F.clamp(input, min_val, max_val)
+
+
+def relu6(input, inplace=False):
+    return _F.clamp(input, 0.0, 6.0)
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)) = -softplus(-x), x itself far below zero."""
+    return -softplus(-input)
+
+
+def mish(input, inplace=False):
+    return input * tanh(softplus(input))
+
+
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the halves of input along dim."""
+    size = input.shape[_F._dim(dim, input.ndim)]
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size {size}")
+    a, b = _F.chunk(input, 2, dim)
+    return a * sigmoid(b)
+
+
+def prelu(input, weight):
+    """x where x > 0, else weight x; weight is one value or one per channel
+    (dim 1)."""
+    if weight.numel() > 1 and input.ndim > 1:
+        weight = weight.reshape(weight.shape[0], *[1] * (input.ndim - 2))
+    return _F.where(input > 0, input, weight * input)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 / |x1| * x2 / |x2|) along dim, each norm at least eps (as
+    PyTorch 1.13, which divides by the norms first)."""
+    n1 = _F.clamp_min(_F.norm(x1, 2, dim, keepdim=True), eps)
+    n2 = _F.clamp_min(_F.norm(x2, 2, dim, keepdim=True), eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """input (N, C, *) normalized over each group of C / num_groups
+    channels (and the rest of its dims), then scaled per channel."""
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    grouped = input.reshape(n, num_groups, -1)
+    mean = grouped.mean(2, keepdim=True)
+    var = _F.var(grouped, 2, unbiased=False, keepdim=True)
+    y = ((grouped - mean) * _F.rsqrt(var + eps)).reshape(*input.shape)
+    channel = [c] + [1] * (input.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(*channel)
+    if bias is not None:
+        y = y + bias.reshape(*channel)
+    return y
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
@@ -208,6 +280,16 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return _C.op("conv2d", inputs, {"stride": list(stride), "pads": pads,
                                        "dilation": list(dilation), "groups": int(groups)})
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """x (N, C, L), weight (out, C / groups, k): conv2d over a unit height."""
+    def width(v):
+        return v if isinstance(v, str) else (1, v if isinstance(v, int) else v[0])
+    pads = padding if isinstance(padding, str) else (0, width(padding)[1])
+    y = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, width(stride), pads,
+               width(dilation), groups)
+    return y.squeeze(2)
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,

@@ -98,6 +98,31 @@ ReLU = _inplace_activation("ReLU", _F.relu)
 Tanh = _activation("Tanh", _F.tanh)
 Sigmoid = _activation("Sigmoid", _F.sigmoid)
 SiLU = _inplace_activation("SiLU", _F.silu)
+ReLU6 = _inplace_activation("ReLU6", F.relu6)
+Mish = _inplace_activation("Mish", F.mish)
+LogSigmoid = _activation("LogSigmoid", F.logsigmoid)
+
+
+class GLU(Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.glu(x, self.dim)
+
+
+class PReLU(Module):
+    """x where x > 0, else weight x: one learned slope, or one per channel."""
+
+    def __init__(self, num_parameters=1, init=0.25, dtype=None):
+        super().__init__()
+        from .. import full
+        self.num_parameters = num_parameters
+        self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype))
+
+    def forward(self, x):
+        return F.prelu(x, self.weight)
 
 
 class Identity(Module):
@@ -176,6 +201,15 @@ class LogSoftmax(Module):
         return _F.log_softmax(x, _softmax_dim(x, self.dim))
 
 
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x):
+        return _F.unflatten(x, self.dim, self.unflattened_size)
+
+
 class Flatten(Module):
     def __init__(self, start_dim=1, end_dim=-1):
         super().__init__()
@@ -217,6 +251,34 @@ class Conv2d(Module):
                f"stride={self.stride}"
 
 
+class Conv1d(Module):
+    """torch.nn.Conv1d: weight (out, in / groups, k), bias (out,), run as a
+    convolution over a unit height (F.conv1d)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros"):
+        super().__init__()
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"loom Conv1d: padding_mode={padding_mode!r}")
+        k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (k,)
+        fan_in = in_channels // groups * k
+        _uniform_params(self, fan_in, ("weight", (out_channels, in_channels // groups, k)))
+        if bias:
+            _uniform_params(self, fan_in, ("bias", (out_channels,)))
+        else:
+            self.bias = None
+
+    def forward(self, x):
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
+               f"stride={self.stride}"
+
+
 class ConvTranspose2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, groups=1, bias=True, dilation=1):
@@ -237,29 +299,54 @@ class ConvTranspose2d(Module):
 
 
 class BatchNorm2d(Module):
-    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+    """torch.nn.BatchNorm2d: affine=False has no weight and bias;
+    track_running_stats=False keeps no statistics and normalizes by the
+    batch's in eval too; momentum=None makes the running statistics the
+    cumulative average over the batches seen (num_batches_tracked)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None):
         super().__init__()
         from .. import ones, zeros, tensor
-        self.eps, self.momentum = eps, momentum
-        self.weight = Parameter(ones(num_features))
-        self.bias = Parameter(zeros(num_features))
-        self.register_buffer("running_mean", zeros(num_features))
-        self.register_buffer("running_var", ones(num_features))
-        self.register_buffer("num_batches_tracked", tensor(0))
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(zeros(num_features, dtype=dtype)) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", tensor(0))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
 
     def forward(self, x):
+        if not self.track_running_stats:
+            return F._batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)[0]
+        # momentum None: the op's momentum 1 gives the batch's statistics,
+        # averaged here with weight 1/n (a tensor: no read of n)
+        momentum = 1.0 if self.momentum is None else self.momentum
         y, mean, var = F._batch_norm(x, self.running_mean, self.running_var, self.weight,
-                                     self.bias, self.training, self.momentum, self.eps)
+                                     self.bias, self.training, momentum, self.eps)
         if self.training:
-            from .. import _C
-            new = (mean.detach(), var.detach(), self.num_batches_tracked + 1)
-            if _C._capturing():  # loom.compile: the buffers update in place
-                for buf, value in zip((self.running_mean, self.running_var,
-                                       self.num_batches_tracked), new):
-                    _C._assign(buf, value)
-            else:
-                self.running_mean, self.running_var, self.num_batches_tracked = new
+            n = self.num_batches_tracked + 1
+            if self.momentum is None:
+                mean = self.running_mean + (mean - self.running_mean) / n
+                var = self.running_var + (var - self.running_var) / n
+            self._update_buffers(mean.detach(), var.detach(), n)
         return y
+
+    def _update_buffers(self, mean, var, n):
+        from .. import _C
+        if _C._capturing():  # loom.compile: the buffers update in place
+            for buf, value in zip((self.running_mean, self.running_var,
+                                   self.num_batches_tracked), (mean, var, n)):
+                _C._assign(buf, value)
+        else:
+            self.running_mean, self.running_var, self.num_batches_tracked = mean, var, n
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
+               f"affine={self.affine}, track_running_stats={self.track_running_stats}"
 
 
 class BatchNorm1d(BatchNorm2d):
@@ -273,6 +360,24 @@ class BatchNorm1d(BatchNorm2d):
         y = super().forward(_F.unsqueeze(_F.unsqueeze(x, 2), 3) if x.ndim == 2
                             else _F.unsqueeze(x, 3))
         return _F.squeeze(y, added)
+
+
+class GroupNorm(Module):
+    """torch.nn.GroupNorm: channels in num_groups groups, each normalized
+    over its channels and the other dims; weight and bias per channel."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None):
+        super().__init__()
+        from .. import ones, zeros
+        if num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.affine = affine
+        self.weight = Parameter(ones(num_channels, dtype=dtype)) if affine else None
+        self.bias = Parameter(zeros(num_channels, dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
 class MaxPool2d(Module):

@@ -1,0 +1,189 @@
+"""Indexing with lists and several index tensors, float indices refused,
+creation dtypes, and the exceptions PyTorch raises for bad arguments
+(type and message), against PyTorch."""
+import numpy as np
+import pytest
+
+import loom
+import loom.nn.functional as F
+
+torch = pytest.importorskip("torch")
+
+A = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+
+def raises_as_torch(mine, theirs):
+    """mine raises the exception type theirs raises, with torch's message."""
+    with pytest.raises(Exception) as t:
+        theirs()
+    with pytest.raises(type(t.value)) as m:
+        mine()
+    assert str(m.value) == str(t.value)
+
+
+# ---- indexing ----
+
+INDICES = [
+    lambda x: x[[0, 1]], lambda x: x[[1, 0], [2, 1]], lambda x: x[:, [0, 2]],
+    lambda x: x[[[0, 1], [1, 0]]], lambda x: x[0, :, [1, 2]], lambda x: x[[0, 1], 0, [1, 2]],
+    lambda x: x[:, [0, 1], [1, 2]], lambda x: x[[0, 1], :, [1, 2]], lambda x: x[[True, False]],
+    lambda x: x[:, [True, False, True]], lambda x: x[..., [-1, 0]], lambda x: x[[-1]],
+    lambda x: x[None, [1, 0], 1:], lambda x: x[[[0], [1]], :, [[1, 2]]], lambda x: x[x > 5],
+    lambda x: x[:, x[0] > 5], lambda x: x[True], lambda x: x[1, [0, 2], -1],
+    lambda x: x[np.array([1, 0])],
+]
+
+
+@pytest.mark.parametrize("k", range(len(INDICES)))
+def test_list_and_multi_tensor_indices_match_torch(k):
+    mine, theirs = INDICES[k](loom.tensor(A)), INDICES[k](torch.tensor(A))
+    assert tuple(mine.shape) == tuple(theirs.shape)
+    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_gradient_through_two_index_tensors():
+    w = rng_array((2, 3, 4))
+    x, tx = loom.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    c = rng_array((3, 3))
+    (x[[1, 0, 1], :, [2, 1, -2]] * loom.tensor(c)).sum().backward()
+    (tx[[1, 0, 1], :, [2, 1, -2]] * torch.tensor(c)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+def test_lazy_index_tensor_is_not_read():
+    x = loom.tensor(A)
+    i = loom.tensor([1, 0]) * 1  # lazy
+    assert i._lazy
+    y = x[:, i, [3, 0]]
+    assert i._lazy
+    np.testing.assert_array_equal(y.numpy(), A[:, [1, 0], [3, 0]])
+
+
+def rng_array(shape):
+    return np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("index", [1.7, [1.0], np.float32(0.0)])
+def test_float_index_is_refused(index):
+    with pytest.raises(IndexError, match="only integers|must be long"):
+        loom.tensor(A)[index]
+
+
+def test_float_tensor_index_is_refused():
+    with pytest.raises(IndexError, match="tensors used as indices must be long"):
+        loom.tensor(A)[loom.tensor([1.0])]
+
+
+def test_float_index_message_is_torch_s():
+    raises_as_torch(lambda: loom.tensor(A)[1.7], lambda: torch.tensor(A)[1.7])
+
+
+@pytest.mark.parametrize("index", [lambda: [0, 7], lambda: (slice(None), [0, 7]),
+                                   lambda: ([0, 1], [0, 9]), lambda: [0, -7]])
+def test_out_of_range_index_raises_index_error_as_torch(index):
+    raises_as_torch(lambda: loom.tensor(A[0])[index()], lambda: torch.tensor(A[0])[index()])
+
+
+def test_out_of_range_real_index_tensor_is_checked():
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 0 with size 2"):
+        loom.tensor(A)[loom.tensor([0, 5])]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_assignment_at_list_indices_matches_torch(lazy):
+    x, tx = loom.tensor(A), torch.tensor(A)
+    if lazy:
+        x = x * 1
+    for t in (x, tx):
+        t[[0, 1], [2, 0]] = 100.0
+        t[:, [0, 2]] = -1.0
+        t[[True, False]] = 5.0
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+
+
+# ---- dtypes and values ----
+
+@pytest.mark.parametrize("fill", [True, 3, 2.5])
+def test_full_infers_the_dtype_as_torch(fill):
+    mine, theirs = loom.full((2, 3), fill), torch.full((2, 3), fill)
+    assert mine.dtype.name == str(theirs.dtype).split(".")[1]
+    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
+def test_integers_to_negative_powers_are_refused(dtype):
+    a = np.array([2, 3]).astype(dtype)
+    raises_as_torch(lambda: loom.tensor(a) ** -1, lambda: torch.tensor(a) ** -1)
+    raises_as_torch(lambda: loom.tensor(a).pow(-2), lambda: torch.tensor(a).pow(-2))
+
+
+def test_floats_and_positive_integer_powers_still_work():
+    np.testing.assert_array_equal((loom.tensor([2, 3]) ** 2).numpy(), [4, 9])
+    np.testing.assert_allclose((loom.tensor([2.0, 4.0]) ** -1).numpy(), [0.5, 0.25])
+
+
+def test_clamp_with_tensor_bounds_matches_torch_with_gradients():
+    rng = np.random.default_rng(2)
+    a, lo, hi = rng.uniform(-2, 2, (3, 4)), rng.uniform(-1, 0, (4,)), rng.uniform(0, 1, (3, 1))
+    mine = [loom.tensor(v, requires_grad=True) for v in (a, lo, hi)]
+    theirs = [torch.tensor(v, requires_grad=True) for v in (a, lo, hi)]
+    for m, lib, xs in ((loom, loom, mine), (torch, torch, theirs)):
+        (m.clamp(xs[0], xs[1], xs[2]).sum() + xs[0].clamp(min=xs[1]).sum() * 2 +
+         xs[0].clamp(max=xs[2]).sum() * 3).backward()
+    for m, t in zip(mine, theirs):
+        np.testing.assert_allclose(m.grad.numpy(), t.grad.numpy())
+    np.testing.assert_allclose(loom.tensor(a).clamp(min=loom.tensor(lo)).numpy(),
+                               torch.tensor(a).clamp(min=torch.tensor(lo)).numpy())
+
+
+# ---- errors ----
+
+ERRORS = {
+    "cat-empty": (lambda m: m.cat([])),
+    "transpose": (lambda m: m.ones(2, 3).transpose(0, 3)),
+    "squeeze": (lambda m: m.ones(2, 3).squeeze(4)),
+    "split": (lambda m: m.ones(2, 3).split(5, dim=7)),
+    "permute": (lambda m: m.ones(2, 3).permute(0, 5)),
+    "unsqueeze": (lambda m: m.ones(2, 3).unsqueeze(-4)),
+    "unsqueeze-0d": (lambda m: m.ones(()).unsqueeze(2)),
+    "stack": (lambda m: m.stack([m.ones(2)], 3)),
+    "flatten": (lambda m: m.ones(2, 3).flatten(3)),
+    "arange-step-0": (lambda m: m.arange(0, 5, 0)),
+    "tensor-overflow": (lambda m: m.tensor([2 ** 63])),
+    "tensor-underflow": (lambda m: m.tensor([-2 ** 63 - 1])),
+    "cross-entropy-target": (lambda m: m.nn.functional.cross_entropy(m.ones(2, 3),
+                                                                     m.tensor([0, 7]))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_errors_match_torch(name):
+    raises_as_torch(lambda: ERRORS[name](loom), lambda: ERRORS[name](torch))
+
+
+def test_from_numpy_of_an_unsupported_dtype_names_it():
+    for make in (loom.from_numpy, loom.tensor):
+        with pytest.raises(TypeError, match="uint8.*float32, float64"):
+            make(np.zeros(3, np.uint8))
+
+
+def test_load_of_a_torch_save_file_says_it_is_not_safetensors(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        loom.load(str(path))
+
+
+def test_torch_reads_a_loom_tensor_through_numpy_and_dlpack():
+    """torch.tensor(t) itself cannot take a loom tensor: PyTorch 1.13 reads
+    objects other than its tensors and NumPy arrays as nested sequences of
+    Python numbers. These conversions work."""
+    t = loom.tensor([1.5, 2.5])
+    for theirs in (torch.tensor(np.asarray(t)), torch.as_tensor(t.numpy()),
+                   torch.from_dlpack(t), torch.tensor(t.tolist())):
+        np.testing.assert_array_equal(theirs.numpy(), [1.5, 2.5])
+
+
+def test_cross_entropy_ignore_index_is_not_out_of_range():
+    loss = F.cross_entropy(loom.ones(2, 3), loom.tensor([0, -100]))
+    assert np.isfinite(loss.item())
