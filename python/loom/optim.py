@@ -34,10 +34,23 @@ sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler
 _SGD, _ADAM, _ADAMW = 0, 1, 2
 
 
+def _check(defaults):
+    """torch.optim's checks of the hyperparameters, with its messages."""
+    checks = [("lr", "learning rate"), ("momentum", "momentum value"), ("eps", "epsilon value"),
+              ("weight_decay", "weight_decay value")]
+    for key, what in checks:
+        if key in defaults and not 0.0 <= defaults[key]:
+            raise ValueError(f"Invalid {what}: {defaults[key]}")
+    for i, b in enumerate(defaults.get("betas", ())):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+
+
 class Optimizer:
     _kind = None
 
     def __init__(self, params, defaults):
+        _check(defaults)
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")

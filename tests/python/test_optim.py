@@ -227,3 +227,18 @@ def train_switching(lib, make_opt, steps=8):
 def test_switching_update_paths_keeps_the_state_as_torch(make_opt):
     for mine, theirs in zip(train_switching(loom, make_opt), train_switching(torch, make_opt)):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda lib, p: lib.optim.SGD(p, lr=-1),
+    lambda lib, p: lib.optim.SGD(p, lr=0.1, momentum=-0.5),
+    lambda lib, p: lib.optim.Adam(p, lr=-1e-3),
+    lambda lib, p: lib.optim.Adam(p, betas=(0.9, 1.0)),
+    lambda lib, p: lib.optim.AdamW(p, eps=-1.0),
+    lambda lib, p: lib.optim.AdamW(p, weight_decay=-0.1),
+])
+def test_bad_hyperparameters_are_refused_as_torch(make):
+    with pytest.raises(ValueError) as theirs:
+        make(torch, [torch.zeros(2, requires_grad=True)])
+    with pytest.raises(ValueError, match=str(theirs.value).split(":")[0]):
+        make(loom, [loom.zeros(2, requires_grad=True)])
