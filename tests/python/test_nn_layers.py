@@ -305,3 +305,27 @@ def test_trunc_normal_stays_within_its_bounds():
 def test_fans_of_a_vector_are_refused_as_torch():
     with pytest.raises(ValueError, match="fewer than 2 dimensions"):
         nn.init.xavier_normal_(loom.zeros(5))
+
+
+def test_module_options_as_torch():
+    """LayerNorm without affine parameters, a buffer kept out of the state
+    dict, load_state_dict's named result, half()."""
+    x = np.random.default_rng(4).standard_normal((3, 5)).astype(np.float32)
+    ln, tln = loom.nn.LayerNorm(5, elementwise_affine=False), torch.nn.LayerNorm(
+        5, elementwise_affine=False)
+    np.testing.assert_allclose(ln(loom.from_numpy(x)).numpy(),
+                               tln(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert list(ln.state_dict()) == list(tln.state_dict()) == []
+    assert ln.weight is None and len(list(ln.parameters())) == 0
+
+    for lib in (loom, torch):
+        m = lib.nn.Linear(2, 2)
+        m.register_buffer("scratch", lib.zeros(3), persistent=False)
+        m.register_buffer("kept", lib.ones(1))
+        assert list(m.state_dict()) == ["weight", "bias", "kept"]
+        assert len(list(m.buffers())) == 2
+        result = m.load_state_dict({"weight": np.zeros((2, 2), np.float32) if lib is loom
+                                    else torch.zeros(2, 2)}, strict=False)
+        assert result.missing_keys == ["bias", "kept"] and result.unexpected_keys == []
+    half = loom.nn.Linear(2, 2).half()
+    assert half.weight.dtype == loom.float16 and half.bias.dtype == loom.float16

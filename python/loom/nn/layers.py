@@ -58,14 +58,19 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
         super().__init__()
         from .. import ones, zeros
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
-        self.weight = Parameter(ones(*self.normalized_shape))
-        self.bias = Parameter(zeros(*self.normalized_shape))
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(*self.normalized_shape))
+            self.bias = Parameter(zeros(*self.normalized_shape))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

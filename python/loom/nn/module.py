@@ -1,7 +1,7 @@
 """nn.Module as PyTorch's: parameters, buffers and submodules registered
 by attribute, named_parameters, train/eval, state_dict with PyTorch's key
 names, and containers (Sequential, ModuleList, ModuleDict)."""
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 
 import numpy as np
 
@@ -26,6 +26,9 @@ def Parameter(data, requires_grad=True):
             step()
             data.requires_grad = requires_grad
     return data
+
+
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 class Module:
@@ -68,10 +71,16 @@ class Module:
                 return
         object.__delattr__(self, name)
 
-    def register_buffer(self, name, tensor):
+    def register_buffer(self, name, tensor, persistent=True):
+        """A buffer: state that is not a parameter; persistent=False keeps
+        it out of state_dict(), as PyTorch's."""
         if tensor is not None:
             tensor._set_state()  # loom.compile updates it in place
         self._buffers[name] = tensor
+        if persistent:
+            self.__dict__.get("_non_persistent", set()).discard(name)
+        else:
+            self.__dict__.setdefault("_non_persistent", set()).add(name)
 
     def register_parameter(self, name, param):
         if param is None:
@@ -181,6 +190,12 @@ class Module:
     def double(self):
         return self.to("float64")
 
+    def half(self):
+        return self.to("float16")
+
+    def bfloat16(self):
+        return self.to("bfloat16")
+
     def apply(self, fn):
         for m in self.children():
             m.apply(fn)
@@ -189,10 +204,12 @@ class Module:
 
     # ---- state ----
     def _named_tensors(self):
+        """The parameters and persistent buffers, by state_dict key."""
         out = OrderedDict()
         for mp, m in self.named_modules():
+            skip = m.__dict__.get("_non_persistent", ())
             for n, t in list(m._parameters.items()) + list(m._buffers.items()):
-                if t is not None:
+                if t is not None and n not in skip:
                     out[mp + ("." if mp else "") + n] = t
         return out
 
@@ -218,7 +235,7 @@ class Module:
                 raise RuntimeError(f"size mismatch for {k}: copying a param with shape "
                                    f"{tuple(v.shape)}, the shape in current model is {t.shape}")
             np.asarray(t)[...] = v
-        return missing, unexpected
+        return _IncompatibleKeys(missing, unexpected)
 
     def __repr__(self):
         lines = [f"{type(self).__name__}({self.extra_repr()}"]
