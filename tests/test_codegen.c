@@ -296,14 +296,16 @@ static const unary_fn float_unary[] = {
     loom_softplus, loom_sin, loom_cos, loom_erf, loom_floor, loom_ceil, loom_round,
     loom_sign, loom_not, loom_isnan, loom_identity};
 static const unary_fn int_unary[] = {loom_neg, loom_abs, loom_relu, loom_sign,
-                                     loom_not, loom_identity};
+                                     loom_not, loom_identity, loom_bitwise_not};
 static const binary_fn float_binary[] = {
     loom_add, loom_sub, loom_mul, loom_div, loom_pow, loom_maximum, loom_minimum,
     loom_mod, loom_eq, loom_ne, loom_lt, loom_le, loom_gt, loom_ge,
     loom_and, loom_or, loom_xor};
 static const binary_fn int_binary[] = {
     loom_add, loom_sub, loom_mul, loom_pow, loom_maximum, loom_minimum, loom_eq,
-    loom_ne, loom_lt, loom_le, loom_gt, loom_ge, loom_and, loom_or, loom_xor};
+    loom_ne, loom_lt, loom_le, loom_gt, loom_ge, loom_and, loom_or, loom_xor,
+    loom_bitwise_and, loom_bitwise_or, loom_bitwise_xor, loom_bitshift_left,
+    loom_bitshift_right};
 
 /* Every op in dtype d, each its own group, with b broadcast along rows. */
 static void check_ops_in(loom_dtype_t d, double lo, double hi) {

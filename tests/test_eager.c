@@ -172,7 +172,8 @@ enum { N_BROADCASTS = sizeof broadcasts / sizeof *broadcasts };
 static void test_binary_broadcasts(void) {
   binary_fn f32_ops[] = {loom_add, loom_sub, loom_mul, loom_div, loom_mod, loom_maximum,
                          loom_minimum};
-  binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul};
+  binary_fn i64_ops[] = {loom_add, loom_sub, loom_mul, loom_bitwise_and, loom_bitwise_or,
+                         loom_bitwise_xor, loom_bitshift_left, loom_bitshift_right};
   for (size_t s = 0; s < N_BROADCASTS; s++) {
     int ra = broadcasts[s].ra, rb = broadcasts[s].rb;
     const int64_t *sa = broadcasts[s].sa, *sb = broadcasts[s].sb;
@@ -214,6 +215,27 @@ static void test_mod(void) {
     bool empty = (broadcasts[s].ra && !broadcasts[s].sa[0]) || (broadcasts[s].rb && !broadcasts[s].sb[0]);
     if (!empty) /* an empty output divides nothing */
       mod_case(broadcasts[s].ra, broadcasts[s].sa, broadcasts[s].rb, broadcasts[s].sb, true);
+  }
+}
+
+/* i64 shifts at the edges the C shift leaves undefined (amounts below 0,
+ * at 64 and past it) and at 63, of values with the sign bit set or not:
+ * the eager kernels give the reference's results. */
+static void test_shift_edges(void) {
+  int64_t sa[] = {6, 1}, sb[] = {1, 8};
+  int64_t av[] = {1, -1, INT64_MIN, INT64_MAX, -5, 12345};
+  int64_t bv[] = {-1, 0, 1, 63, 64, 65, INT64_MIN, INT64_MAX};
+  binary_fn ops[] = {loom_bitshift_left, loom_bitshift_right};
+  for (size_t k = 0; k < 2; k++) {
+    loom_graph_t *g = binary_graph(ops[k], LOOM_I64, 2, sa, 2, sb);
+    loom_tensor_t *in[2];
+    CHECK_OK(loom_tensor_from_data(LOOM_I64, 2, sa, av, sizeof av, &in[0]));
+    CHECK_OK(loom_tensor_from_data(LOOM_I64, 2, sb, bv, sizeof bv, &in[1]));
+    agree(g, 2, in, 0);
+    CHECK(ran_last(g));
+    loom_tensor_destroy(in[0]);
+    loom_tensor_destroy(in[1]);
+    loom_graph_destroy(g);
   }
 }
 
@@ -1136,6 +1158,7 @@ int main(void) {
   main_thread = pthread_self();
   TEST_RUN(test_binary_broadcasts);
   TEST_RUN(test_mod);
+  TEST_RUN(test_shift_edges);
   TEST_RUN(test_compare);
   TEST_RUN(test_where);
   TEST_RUN(test_unary);

@@ -22,12 +22,13 @@ static const unary_fn unary_builders[] = {
     loom_rsqrt, loom_reciprocal, loom_tanh, loom_sigmoid, loom_relu,
     loom_gelu, loom_gelu_tanh, loom_silu, loom_softplus, loom_sin,
     loom_cos,  loom_erf,   loom_floor,   loom_ceil,     loom_round,
-    loom_sign, loom_not,   loom_isnan,   loom_identity,
+    loom_sign, loom_not,   loom_isnan,   loom_identity, loom_bitwise_not,
 };
 static const binary_fn binary_builders[] = {
     loom_add, loom_sub, loom_mul, loom_div, loom_pow, loom_maximum,
     loom_minimum, loom_mod, loom_eq, loom_ne, loom_lt, loom_le,
     loom_gt, loom_ge, loom_and, loom_or, loom_xor,
+    loom_bitwise_and, loom_bitwise_or, loom_bitwise_xor, loom_bitshift_left, loom_bitshift_right,
 };
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

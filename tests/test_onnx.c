@@ -3,8 +3,9 @@
  * run and checked against values computed by hand; names of inputs and
  * outputs; fixed inputs; fine-tuning the imported weights until the loss
  * falls; a model that computes its shapes from symbolic dims, compiled
- * once for two sizes; and bad models (truncated, corrupt bytes, an unknown op, a cycle,
- * a missing value) failing with messages that name what is wrong. */
+ * once for two sizes; the bit ops on unsigned types; and bad models (truncated,
+ * corrupt bytes, an unknown op, a cycle, a missing value) failing with
+ * messages that name what is wrong. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,11 +336,69 @@ static void symbolic_shape_chain(void) {
   loom_graph_destroy(g);
 }
 
+/* tests/onnx/models/bitwise.onnx (tests/onnx/make_models.py): the bit
+ * ops of opset 18 on uint8 (held as i32) and a uint64 right shift (held as
+ * the i64 of its bits), interpreted and compiled, against values by hand.
+ * BitwiseNot and BitShift LEFT stay within 8 bits; the uint64 shift is
+ * logical, and 0 from 64 on (2^63 reads as a negative i64). */
+static void bitwise_unsigned(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s", __FILE__);
+  char *slash = strrchr(path, '/');
+  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
+           "onnx/models/bitwise.onnx");
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  if (!g) return;
+  int32_t a[4] = {0, 5, 201, 255}, b[4] = {255, 3, 100, 128}, sa[4] = {1, 4, 7, 8};
+  int64_t x[5] = {INT64_MIN + 16, -1, 1000, INT64_MIN + 16, -1};
+  int64_t s[5] = {4, 63, 1, 64, INT64_MIN};
+  int64_t n4[1] = {4}, n5[1] = {5};
+  loom_tensor_t *in[5] = {NULL};
+  CHECK_OK(loom_tensor_from_data(LOOM_I32, 1, n4, a, sizeof a, &in[0]));
+  CHECK_OK(loom_tensor_from_data(LOOM_I32, 1, n4, b, sizeof b, &in[1]));
+  CHECK_OK(loom_tensor_from_data(LOOM_I32, 1, n4, sa, sizeof sa, &in[2]));
+  CHECK_OK(loom_tensor_from_data(LOOM_I64, 1, n5, x, sizeof x, &in[3]));
+  CHECK_OK(loom_tensor_from_data(LOOM_I64, 1, n5, s, sizeof s, &in[4]));
+  static const int32_t want8[5][4] = {
+      {0, 1, 64, 128},     /* and */
+      {255, 7, 237, 255},  /* or */
+      {255, 6, 173, 127},  /* xor */
+      {255, 250, 54, 0},   /* not */
+      {0, 80, 128, 0},     /* shl: 201 << 7 keeps its low bit; 255 << 8 none */
+  };
+  /* (2^63 + 16) >> 4 = 2^59 + 1; (2^64 - 1) >> 63 = 1 */
+  static const int64_t want64[5] = {576460752303423489LL, 1, 500, 0, 0};
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, NULL, &e));
+  for (int way = 0; way < 2; way++) {
+    loom_tensor_t *out[6] = {NULL};
+    if (way == 0) CHECK_OK(loom_interpret(g, 5, in, 6, out));
+    else {
+      for (int k = 0; e && k < 6; k++) CHECK_OK(loom_executable_new_output_for(e, 5, in, k, &out[k]));
+      if (e) CHECK_OK(loom_executable_run(e, 5, in, 6, out));
+    }
+    for (int k = 0; k < 5 && out[k]; k++) {
+      CHECK(loom_tensor_dtype(out[k]) == LOOM_I32);
+      CHECK(memcmp(loom_tensor_data(out[k]), want8[k], sizeof want8[k]) == 0);
+    }
+    if (out[5]) {
+      CHECK(loom_tensor_dtype(out[5]) == LOOM_I64);
+      CHECK(memcmp(loom_tensor_data(out[5]), want64, sizeof want64) == 0);
+    }
+    for (int k = 0; k < 6; k++) loom_tensor_destroy(out[k]);
+  }
+  for (int k = 0; k < 5; k++) loom_tensor_destroy(in[k]);
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 int main(void) {
   TEST_RUN(loads_runs_and_names);
   TEST_RUN(fixed_inputs_become_constants);
   TEST_RUN(fine_tunes_imported_weights);
   TEST_RUN(bad_models_fail_clearly);
   TEST_RUN(symbolic_shape_chain);
+  TEST_RUN(bitwise_unsigned);
   return test_summary();
 }

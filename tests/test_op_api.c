@@ -96,7 +96,7 @@ B_UNARY(reciprocal) B_UNARY(tanh) B_UNARY(sigmoid) B_UNARY(relu) B_UNARY(gelu)
 B_UNARY(gelu_tanh) B_UNARY(silu) B_UNARY(softplus) B_UNARY(sin) B_UNARY(cos) B_UNARY(erf)
 B_UNARY(tan) B_UNARY(asin) B_UNARY(acos) B_UNARY(atan) B_UNARY(sinh) B_UNARY(cosh)
 B_UNARY(asinh) B_UNARY(acosh) B_UNARY(atanh)
-B_UNARY(floor) B_UNARY(ceil) B_UNARY(round) B_UNARY(sign) B_UNARY(not) B_UNARY(isnan)
+B_UNARY(floor) B_UNARY(ceil) B_UNARY(round) B_UNARY(sign) B_UNARY(not) B_UNARY(bitwise_not) B_UNARY(isnan)
 B_UNARY(identity) B_UNARY(stop_gradient) B_UNARY(global_avg_pool) B_UNARY(nonzero)
 B(leaky_relu, loom_leaky_relu(g, in[0], 0.2, out))
 /* The collectives' communicator: this process alone (id 1, one rank);
@@ -114,6 +114,8 @@ B(clamp, loom_clamp(g, in[0], 0.7, 1.5, out))
 B_BINARY(add) B_BINARY(sub) B_BINARY(mul) B_BINARY(div) B_BINARY(pow) B_BINARY(maximum)
 B_BINARY(minimum) B_BINARY(mod) B_BINARY(eq) B_BINARY(ne) B_BINARY(lt) B_BINARY(le)
 B_BINARY(gt) B_BINARY(ge) B_BINARY(and) B_BINARY(or) B_BINARY(xor)
+B_BINARY(bitwise_and) B_BINARY(bitwise_or) B_BINARY(bitwise_xor) B_BINARY(bitshift_left)
+B_BINARY(bitshift_right)
 B(where, loom_where(g, in[0], in[1], in[2], out))
 static const int64_t axis1[] = {1};
 B(sum, loom_sum(g, in[0], 1, axis1, 1, out))
@@ -255,11 +257,14 @@ static const recipe_t recipes[] = {
     UN(sigmoid), UN(relu), R1(leaky_relu, "alpha=0.2", F34), R1(elu, "alpha=0.5", F34),
     UN(gelu), UN(gelu_tanh), UN(silu), UN(softplus), UN(sin), UN(cos), UN(tan), UN(asin), UN(acos), UN(atan), UN(sinh),
     UN(cosh), UN(asinh), UN(acosh), UN(atanh), UN(erf), UN(floor),
-    UN(ceil), UN(round), UN(sign), UN(not), UN(isnan), UN(identity), UN(stop_gradient),
+    UN(ceil), UN(round), UN(sign), UN(not), R1(bitwise_not, "", I34), UN(isnan), UN(identity), UN(stop_gradient),
     R1(cast, "dtype=f64", F34), R1(clamp, "min=0.7 max=1.5", F34),
     BIN(add), BIN(sub), BIN(mul), BIN(div), BIN(pow), BIN(maximum), BIN(minimum), BIN(mod),
     BIN(eq), BIN(ne), BIN(lt), BIN(le), BIN(gt), BIN(ge), R2(and, "", B34, B34),
-    R2(or, "", B34, B34), R2(xor, "", B34, B34), R3(where, "", B34, F34, F34),
+    R2(or, "", B34, B34), R2(xor, "", B34, B34), R2(bitwise_and, "", I34, I34),
+    R2(bitwise_or, "", B34, B34), R2(bitwise_xor, "", I34, I34),
+    R2(bitshift_left, "", I34, I34), R2(bitshift_right, "", I34, I34),
+    R3(where, "", B34, F34, F34),
     R1(sum, "axes=1 keepdim=1", F34), R1(mean, "axes=1 keepdim=0", F34),
     R1(max, "axes=1 keepdim=0", F34), R1(min, "axes=1 keepdim=0", F34),
     R1(prod, "axes=1 keepdim=0", F34), R1(logsumexp, "axes=1 keepdim=0", F34),

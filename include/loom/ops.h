@@ -50,6 +50,8 @@ LOOM_API loom_status_t loom_ceil(loom_graph_t *g, loom_value_t x, loom_value_t *
 LOOM_API loom_status_t loom_round(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_sign(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_not(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+/* ~x on integers; on bool, logical not. Float dtypes are refused. */
+LOOM_API loom_status_t loom_bitwise_not(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_isnan(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_identity(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 /* x, through which no gradient flows. */
@@ -78,6 +80,18 @@ LOOM_API loom_status_t loom_ge(loom_graph_t *g, loom_value_t a, loom_value_t b, 
 LOOM_API loom_status_t loom_and(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
 LOOM_API loom_status_t loom_or(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
 LOOM_API loom_status_t loom_xor(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
+/* a & b, a | b, a ^ b bit by bit, on integers and bool (float dtypes are
+ * refused). */
+LOOM_API loom_status_t loom_bitwise_and(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
+LOOM_API loom_status_t loom_bitwise_or(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
+LOOM_API loom_status_t loom_bitwise_xor(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
+/* a << b and a >> b on integers, b of a's dtype. Left shifts wrap like the
+ * dtype; right shifts are arithmetic (they copy the sign bit). A negative
+ * b, or one of the dtype's bit width or more, gives 0 for a left shift and
+ * a's sign (0 or -1) for a right one, as PyTorch 2 defines them (C leaves
+ * such shifts undefined). */
+LOOM_API loom_status_t loom_bitshift_left(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
+LOOM_API loom_status_t loom_bitshift_right(loom_graph_t *g, loom_value_t a, loom_value_t b, loom_value_t *out);
 /* cond (bool) ? a : b, all three broadcast together. */
 LOOM_API loom_status_t loom_where(loom_graph_t *g, loom_value_t cond, loom_value_t a, loom_value_t b, loom_value_t *out);
 

@@ -203,10 +203,18 @@ class Tensor(_C.TensorBase):
     def __rpow__(self, o): return _F.pow(o, self)
     def __pos__(self): return self
     def __abs__(self): return _F.abs(self)
-    def __invert__(self): return _F.logical_not(self)
-    def __and__(self, o): return _F.logical_and(self, o)
-    def __or__(self, o): return _F.logical_or(self, o)
-    def __xor__(self, o): return _F.logical_xor(self, o)
+    # bitwise on integers, logical on bool (the same ops), as PyTorch's
+    def __invert__(self): return _F.bitwise_not(self)
+    def __and__(self, o): return _F.bitwise_and(self, o)
+    def __or__(self, o): return _F.bitwise_or(self, o)
+    def __xor__(self, o): return _F.bitwise_xor(self, o)
+    def __rand__(self, o): return _F.bitwise_and(o, self)
+    def __ror__(self, o): return _F.bitwise_or(o, self)
+    def __rxor__(self, o): return _F.bitwise_xor(o, self)
+    def __lshift__(self, o): return _F.bitwise_left_shift(self, o)
+    def __rshift__(self, o): return _F.bitwise_right_shift(self, o)
+    def __rlshift__(self, o): return _F.bitwise_left_shift(o, self)
+    def __rrshift__(self, o): return _F.bitwise_right_shift(o, self)
 
     def __getitem__(self, index):
         return _F._getitem(self, index)

@@ -108,6 +108,11 @@ lt = _binary("lt")
 le = _binary("le")
 gt = _binary("gt")
 ge = _binary("ge")
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+bitwise_xor = _binary("bitwise_xor")
+bitwise_left_shift = _binary("bitshift_left")
+bitwise_right_shift = _binary("bitshift_right")
 logical_and = _binary("and")
 logical_or = _binary("or")
 logical_xor = _binary("xor")
@@ -169,6 +174,7 @@ for _name in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal"
     globals()[_name] = _unary(_name)
 negative = globals()["neg"]
 logical_not = _unary("not")
+bitwise_not = _unary("bitwise_not")
 _isnan_op = globals()["isnan"]
 
 
@@ -1212,6 +1218,8 @@ def _mask_index(x, mask):
 METHODS = {name: globals()[name] for name in (
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
     "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "remainder",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+    "bitwise_right_shift",
     "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
     "relu", "silu", "softplus", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
     "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",

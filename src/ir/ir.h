@@ -30,6 +30,8 @@ typedef enum ir_fusion_class {
 /* What MPI reduces (the collectives' sum, mean and max). */
 #define DT_COMM \
   (DT_BIT(LOOM_F32) | DT_BIT(LOOM_F64) | DT_BIT(LOOM_I8) | DT_BIT(LOOM_I32) | DT_BIT(LOOM_I64))
+/* Integers and bool: what the bitwise ops take (bool as one bit). */
+#define DT_INTEGRAL (DT_INT | DT_BOOL)
 /* A condition: bool, or an integer read as "non-zero". */
 #define DT_COND (DT_BOOL | DT_INT)
 

@@ -92,6 +92,15 @@ UNARY(sign, x > 0 ? 1.0 : x < 0 ? -1.0 : x, x > 0 ? 1 : x < 0 ? -1 : 0)
 UNARY(not, x == 0, x == 0)
 UNARY_F(isnan, isnan(x) ? 1.0 : 0.0)
 
+/* ~x; a bool flips its one bit (stored, ~1 would read as true). */
+loom_status_t ref_bitwise_not(ref_call_t *c) {
+  const loom_tensor_t *x = c->in[0];
+  loom_tensor_t *y = c->out[0];
+  int64_t ones = x->dtype == LOOM_BOOL ? 1 : -1, n = loom_tensor_numel(x);
+  for (int64_t i = 0; i < n; i++) ref_seti(y, i, ref_geti(x, i) ^ ones);
+  return LOOM_OK;
+}
+
 /* min(max(x, lo), hi): when lo > hi every result is hi. A NaN bound is
  * no bound. */
 static double clamp_f(double x, const ir_attrs_t *a) {
@@ -209,6 +218,35 @@ BINARY(ge, a >= b, a >= b)
 BINARY(and, (a != 0) && (b != 0), (a != 0) && (b != 0))
 BINARY(or, (a != 0) || (b != 0), (a != 0) || (b != 0))
 BINARY(xor, (a != 0) != (b != 0), (a != 0) != (b != 0))
+
+/* An op on integers and bool only: the op table refuses float inputs. */
+#define BINARY_I(name, int_expr)                                         \
+  static int64_t name##_i(int64_t a, int64_t b, bool *err) {             \
+    (void)err;                                                           \
+    return int_expr;                                                     \
+  }                                                                      \
+  loom_status_t ref_##name(ref_call_t *c) {                              \
+    return run_binary(c, NULL, name##_i);                                \
+  }
+
+/* On the int64 every integer dtype loads as, sign extended, so that the
+ * store's wrap leaves the dtype's bits; bools load as 0 and 1 and stay so. */
+BINARY_I(bitwise_and, a & b)
+BINARY_I(bitwise_or, a | b)
+BINARY_I(bitwise_xor, a ^ b)
+
+/* Shifts in int64, wrapped to the dtype on store: an i8 or i32 shifted by
+ * its width or more keeps no bit of a (left) or only copies of its sign
+ * (right), as PyTorch gives; b < 0 or b >= 64, undefined in C, gives the
+ * same. Right shifts of negatives are arithmetic, as GCC and Clang do. */
+static int64_t shift_left(int64_t a, int64_t b) {
+  return b < 0 || b >= 64 ? 0 : (int64_t)((uint64_t)a << b);
+}
+static int64_t shift_right(int64_t a, int64_t b) {
+  return b < 0 || b >= 64 ? (a < 0 ? -1 : 0) : a >> b;
+}
+BINARY_I(bitshift_left, shift_left(a, b))
+BINARY_I(bitshift_right, shift_right(a, b))
 
 static double div_f(double a, double b) { return a / b; }
 static int64_t div_i(int64_t a, int64_t b, bool *err) {

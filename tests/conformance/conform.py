@@ -13,7 +13,7 @@ OPS_DEF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                        "src", "ir", "ops.def")
 DT_CLASSES = {"DT_FLOAT": FLOAT, "DT_INT": INT, "DT_NUMERIC": NUMERIC, "DT_ALL": ALL,
               "DT_COMM": ["f32", "f64", "i8", "i32", "i64"],
-              "DT_BOOL": ["bool"], "DT_COND": ["bool"] + INT}
+              "DT_BOOL": ["bool"], "DT_COND": ["bool"] + INT, "DT_INTEGRAL": INT + ["bool"]}
 
 
 def read_accepted(path=OPS_DEF):

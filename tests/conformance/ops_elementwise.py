@@ -286,6 +286,92 @@ def gen_binary(name, rng):
         yield reject_case(name, "bool", 2)
 
 
+# ---- bitwise ---------------------------------------------------------------
+
+INTEGRAL = INT + ["bool"]
+BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+           "bitwise_xor": np.bitwise_xor}
+
+
+def bit_values(rng, dtype, shape):
+    """Integers over much of the dtype's range (negatives among them), or
+    fair coins for bool."""
+    return random_values(rng, dtype, shape, ilo=-2**40, ihi=2**40)
+
+
+def shift_left(a, b):
+    """In int64 (to_storage wraps it to the dtype); a shift by b < 0 or
+    b >= 64 gives 0, as the op table says (PyTorch 2's)."""
+    out = np.left_shift(a, np.clip(b, 0, 63))
+    return np.where((b < 0) | (b >= 64), 0, out)
+
+
+def shift_right(a, b):
+    """Arithmetic; b < 0 or b >= 64 gives the sign (0 or -1)."""
+    out = np.right_shift(a, np.clip(b, 0, 63))
+    return np.where((b < 0) | (b >= 64), np.where(a < 0, -1, 0), out)
+
+
+SHIFTS = {"bitshift_left": shift_left, "bitshift_right": shift_right}
+WIDTH = {"i8": 8, "i32": 32, "i64": 64}
+
+
+def broadcast_shapes(rng):
+    sa = rand_shape(rng)
+    sb = broadcast_partner(rng, sa)
+    return (sb, sa) if rng.random() < 0.5 else (sa, sb)
+
+
+@op(*BITWISE)
+def gen_bitwise(name, rng):
+    ref = BITWISE[name]
+    for i in range(4 * len(INTEGRAL)):
+        dtype = INTEGRAL[i % len(INTEGRAL)]
+        sa, sb = broadcast_shapes(rng)
+        a, b = bit_values(rng, dtype, sa), bit_values(rng, dtype, sb)
+        yield Case("%s %s" % (name, dtype),
+                   [Arg(a, dtype, noncontig(rng)), Arg(b, dtype, noncontig(rng))],
+                   lambda G, x, y: G.op(name, x, y), want=[(ref(a, b), dtype)])
+    yield Case("%s (2,3),(4,)" % name,
+               [Arg(np.zeros((2, 3), dtype=np.int64), "i32"),
+                Arg(np.zeros(4, dtype=np.int64), "i32")],
+               lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_SHAPE")
+    yield Case("%s i32,i64" % name,
+               [Arg(np.zeros(2, dtype=np.int64), "i32"), Arg(np.zeros(2, dtype=np.int64), "i64")],
+               lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_DTYPE")
+
+
+@op("bitwise_not")
+def gen_bitwise_not(name, rng):
+    for i in range(4 * len(INTEGRAL)):
+        dtype = INTEGRAL[i % len(INTEGRAL)]
+        x = bit_values(rng, dtype, rand_shape(rng))
+        arg = stride0_arg(rng, x, dtype)
+        yield Case("%s %s" % (name, dtype), [arg], lambda G, v: G.op(name, v),
+                   want=[(np.invert(arg.values), dtype)])
+
+
+@op(*SHIFTS)
+def gen_shift(name, rng):
+    ref = SHIFTS[name]
+    for i in range(4 * len(INT)):
+        dtype = INT[i % len(INT)]
+        sa, sb = broadcast_shapes(rng)
+        a = bit_values(rng, dtype, sa)
+        # Amounts inside the width mostly; negative ones, the width and past it too.
+        w = WIDTH[dtype]
+        b = random_values(rng, dtype, sb, ilo=0, ihi=w - 1)
+        edges = random_values(rng, dtype, sb, ilo=-3, ihi=w + 70)
+        b = np.where(rng.random(sb) < 0.3, edges, b)
+        yield Case("%s %s" % (name, dtype),
+                   [Arg(a, dtype, noncontig(rng)), Arg(b, dtype, noncontig(rng))],
+                   lambda G, x, y: G.op(name, x, y), want=[(ref(a, b), dtype)])
+    yield Case("%s (2,3),(4,)" % name,
+               [Arg(np.zeros((2, 3), dtype=np.int64), "i32"),
+                Arg(np.zeros(4, dtype=np.int64), "i32")],
+               lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_SHAPE")
+
+
 @op("where")
 def gen_where(name, rng):
     for i in range(4 * len(ALL)):

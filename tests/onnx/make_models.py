@@ -9,6 +9,8 @@ dims, ConstantOfShape, Expand, Range), so that its dims stay symbolic:
   z = x viewed as (batch, seq, 4, 16), each 16-vector times W (16, 16),
       through a transpose to (batch, 4, seq, 16) and back
   y = z * 0.5 + position along seq
+bitwise.onnx: BitwiseAnd, Or, Xor, Not and BitShift LEFT on uint8 inputs
+a, b, sa (4); BitShift RIGHT on uint64 x, s (5).
 """
 import os
 
@@ -78,7 +80,27 @@ def shape_chain():
     return model
 
 
+def bitwise():
+    """The bit ops of opset 18 on unsigned types, which Loom holds widened
+    (uint8 as int32) or as the int64 of their bits (uint64)."""
+    n = helper.make_node
+    nodes = [
+        n("BitwiseAnd", ["a", "b"], ["and"]),
+        n("BitwiseOr", ["a", "b"], ["or"]),
+        n("BitwiseXor", ["a", "b"], ["xor"]),
+        n("BitwiseNot", ["a"], ["not"]),
+        n("BitShift", ["a", "sa"], ["shl"], direction="LEFT"),
+        n("BitShift", ["x", "s"], ["shr"], direction="RIGHT"),
+    ]
+    u8 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT8, [4])
+    u64 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT64, [5])
+    graph = helper.make_graph(nodes, "bitwise", [u8("a"), u8("b"), u8("sa"), u64("x"), u64("s")],
+                              [u8("and"), u8("or"), u8("xor"), u8("not"), u8("shl"), u64("shr")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 if __name__ == "__main__":
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     os.makedirs(out, exist_ok=True)
     onnx.save(shape_chain(), os.path.join(out, "shape_chain.onnx"))
+    onnx.save(bitwise(), os.path.join(out, "bitwise.onnx"))

@@ -182,3 +182,22 @@ def test_operators_either_way_round():
     r = np.float32(2) * t
     assert isinstance(r, loom.Tensor) and r.tolist() == [2.0, 4.0]
     assert {t: 1}[t] == 1  # hashed by identity, as PyTorch's
+
+
+def test_bitwise_operators_as_torch():
+    """& | ^ ~ << >> are bitwise on integers and logical on bool, numbers
+    on either side."""
+    a = np.array([6, 5, -3, 0, 127], np.int64)
+    b = np.array([3, 1, 7, -1, 2], np.int64)
+    for x, y in ((a, b), (a > 2, b > 0)):
+        mine, theirs = [], []
+        for m, out in ((loom, mine), (torch, theirs)):
+            p, q = m.from_numpy(x.copy()), m.from_numpy(y.copy())
+            out += [p & q, p | q, p ^ q, ~p, p & 1, 3 | p, True ^ q if x.dtype == bool else 5 ^ q]
+            if x.dtype != bool:
+                out += [p << 2, p >> 1, 1 << m.from_numpy(np.array([0, 3, 62], np.int64))]
+        for u, v in zip(mine, theirs):
+            assert u.dtype.name == str(v.dtype).replace("torch.", "")
+            assert u.tolist() == v.tolist()
+    with pytest.raises(ValueError, match="bitwise_and"):
+        loom.tensor([1.5]) & loom.tensor([2.5])

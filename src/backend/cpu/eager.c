@@ -11,7 +11,8 @@
  *   - expand, of any dtype, and cast between bool, i32, i64 and f32
  *     (eager_elementwise.c);
  *   - f32 and i64 add, sub, mul and mod (Python's; an i64 divisor of 0
- *     is the reference's, which fails); f32 div, maximum, minimum and the unary
+ *     is the reference's, which fails); i64 bitwise_and, bitwise_or,
+ *     bitwise_xor, bitshift_left and bitshift_right; f32 div, maximum, minimum and the unary
  *     ops neg, abs, relu, sqrt, exp, log, tanh, sigmoid, identity; eq,
  *     ne, lt, le, gt, ge of f32 or i64, giving bool; where, sides of any
  *     dtype (eager_elementwise.c), all with NumPy broadcasting;

@@ -5,7 +5,7 @@
  * roundings of the double results the reference rounds, the other unary
  * ops are those whose f32 form rounds the same (neg, abs, relu, sqrt) or
  * compute in double as the reference does (log), comparisons are exact,
- * and where copies bits. */
+ * i64 bitwise ops and shifts are the reference's, and where copies bits. */
 #include <math.h>
 #include <string.h>
 
@@ -137,6 +137,13 @@ EW_BINARY(add_i64, int64_t, int64_t, (int64_t)((uint64_t)x + (uint64_t)z))
 EW_BINARY(sub_i64, int64_t, int64_t, (int64_t)((uint64_t)x - (uint64_t)z))
 EW_BINARY(mul_i64, int64_t, int64_t, (int64_t)((uint64_t)x * (uint64_t)z))
 EW_BINARY(mod_i64, int64_t, int64_t, mod_i64(x, z))
+EW_BINARY(bitwise_and_i64, int64_t, int64_t, x & z)
+EW_BINARY(bitwise_or_i64, int64_t, int64_t, x | z)
+EW_BINARY(bitwise_xor_i64, int64_t, int64_t, x ^ z)
+/* Shifts by b < 0 or b >= 64 (undefined in C) shift every bit out, as the
+ * reference's; right shifts are arithmetic. */
+EW_BINARY(shl_i64, int64_t, int64_t, z < 0 || z >= 64 ? 0 : (int64_t)((uint64_t)x << z))
+EW_BINARY(shr_i64, int64_t, int64_t, z < 0 || z >= 64 ? (x < 0 ? -1 : 0) : x >> z)
 
 /* Comparisons give bool (one byte, 0 or 1). An f32 compares as the double
  * the reference converts it to: exactly, NaN unordered. */
@@ -245,6 +252,11 @@ static ew_run_fn ew_kernel_i64(ir_op_t op) {
     case IR_OP_SUB: return sub_i64_run;
     case IR_OP_MUL: return mul_i64_run;
     case IR_OP_MOD: return mod_i64_run;
+    case IR_OP_BITWISE_AND: return bitwise_and_i64_run;
+    case IR_OP_BITWISE_OR: return bitwise_or_i64_run;
+    case IR_OP_BITWISE_XOR: return bitwise_xor_i64_run;
+    case IR_OP_BITSHIFT_LEFT: return shl_i64_run;
+    case IR_OP_BITSHIFT_RIGHT: return shr_i64_run;
     default: return NULL;
   }
 }

@@ -5,7 +5,8 @@
  * name the inputs' locals $0 $1 $2; $T is the float type, $f the suffix
  * of its math functions ("f" for float), $p that of a helper with a form
  * of its own for half precision ("h"), $A, $L and $H the op's attributes
- * (alpha; clamp's bounds). */
+ * (alpha; clamp's bounds), $M the integer dtype's bits all set (1 for
+ * bool, whose one bit is its value; else -1). */
 #include <math.h>
 #include <string.h>
 
@@ -67,6 +68,7 @@ static const expr_rule_t rules[IR_OP_COUNT] = {
     [IR_OP_ROUND] = {"nearbyint$f($0)", NULL, 0},
     [IR_OP_SIGN] = {"($0 > 0 ? ($T)1 : $0 < 0 ? ($T)-1 : $0)", "($0 > 0 ? 1 : $0 < 0 ? -1 : 0)", 0},
     [IR_OP_NOT] = {"($0 == 0)", "($0 == 0)", 0},
+    [IR_OP_BITWISE_NOT] = {NULL, "($0 ^ $M)", 0},
     [IR_OP_ISNAN] = {"($0 != $0)", NULL, 0},
     [IR_OP_IDENTITY] = {"$0", "$0", 0},
     [IR_OP_CLAMP] = {"loom_clamp$f($0, $L, $H)", "loom_clampi($0, $L, $H)", 0},
@@ -90,6 +92,11 @@ static const expr_rule_t rules[IR_OP_COUNT] = {
     [IR_OP_AND] = {"($0 != 0 && $1 != 0)", "($0 != 0 && $1 != 0)", 0},
     [IR_OP_OR] = {"($0 != 0 || $1 != 0)", "($0 != 0 || $1 != 0)", 0},
     [IR_OP_XOR] = {"(($0 != 0) != ($1 != 0))", "(($0 != 0) != ($1 != 0))", 0},
+    [IR_OP_BITWISE_AND] = {NULL, "($0 & $1)", 0},
+    [IR_OP_BITWISE_OR] = {NULL, "($0 | $1)", 0},
+    [IR_OP_BITWISE_XOR] = {NULL, "($0 ^ $1)", 0},
+    [IR_OP_BITSHIFT_LEFT] = {NULL, "loom_shl($0, $1)", 0},
+    [IR_OP_BITSHIFT_RIGHT] = {NULL, "loom_shr($0, $1)", 0},
     [IR_OP_WHERE] = {"($0 ? $1 : $2)", "($0 ? $1 : $2)", 0},
 };
 
@@ -181,6 +188,7 @@ static void expand(cg_buf_t *b, const char *t, const loom_graph_t *g,
     else if (k == 'p') cg_printf(b, "%s", d == LOOM_F32 ? "f" : single(d) ? "h" : "");
     else if (k == 'A') cg_double(b, alpha(n));
     else if (k == 'L' || k == 'H') clamp_bound(b, n, d, k == 'L');
+    else if (k == 'M') cg_printf(b, "%s", d == LOOM_BOOL ? "1" : "-1");
   }
 }
 
@@ -318,6 +326,14 @@ void cg_expr_helpers(cg_buf_t *b) {
       "    base *= base;\n"
       "  }\n"
       "  return (int64_t)r;\n"
+      "}\n"
+      "/* Shifts in int64 (the store wraps them to the dtype); b < 0 and\n"
+      " * b >= 64, undefined in C, shift every bit out, as the reference. */\n"
+      "static inline int64_t loom_shl(int64_t a, int64_t b) {\n"
+      "  return b < 0 || b >= 64 ? 0 : (int64_t)((uint64_t)a << b);\n"
+      "}\n"
+      "static inline int64_t loom_shr(int64_t a, int64_t b) {\n"
+      "  return b < 0 || b >= 64 ? (a < 0 ? -1 : 0) : a >> b;\n"
       "}\n"
       "/* Truncates toward zero and saturates; NaN becomes 0. */\n"
       "static inline int64_t loom_sat(double v, double lo, double hi) {\n"
