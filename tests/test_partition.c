@@ -570,6 +570,20 @@ static void test_unreachable_zero(void) {
   loom_graph_destroy(src);
 }
 
+/* g compiled with its symbol n = batch, run on in into new outputs out. */
+static void run_compiled_at(loom_graph_t *g, int64_t batch, int n_in, loom_tensor_t **in,
+                            int n_out, loom_tensor_t **out) {
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  const char *names[1] = {"n"};
+  o.n_symbols = 1, o.symbol_names = names, o.symbol_values = &batch;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  for (int k = 0; e && k < n_out; k++) CHECK_OK(loom_executable_new_output(e, k, &out[k]));
+  if (e) CHECK_OK(loom_executable_run(e, n_in, in, n_out, out));
+  loom_executable_destroy(e);
+}
+
 /* A symbolic batch dim: one partition serves two batch sizes, and compiles
  * for a given size. */
 static void test_symbolic_batch(void) {
@@ -599,15 +613,7 @@ static void test_symbolic_batch(void) {
     for (int k = 0; k < p.n_saved; k++) bin[k] = fw[1 + k];
     bin[p.n_saved] = dy[0];
     CHECK_OK(loom_interpret(p.backward, p.n_saved + 1, bin, 3, gi));
-    loom_compile_options_t o;
-    loom_compile_options_init(&o);
-    const char *names[1] = {"n"};
-    o.n_symbols = 1, o.symbol_names = names, o.symbol_values = &batch;
-    loom_executable_t *e = NULL;
-    CHECK_OK(loom_compile(p.backward, &o, &e));
-    for (int k = 0; e && k < 3; k++) CHECK_OK(loom_executable_new_output(e, k, &gc[k]));
-    if (e) CHECK_OK(loom_executable_run(e, p.n_saved + 1, bin, 3, gc));
-    loom_executable_destroy(e);
+    run_compiled_at(p.backward, batch, p.n_saved + 1, bin, 3, gc);
     joint_gradients(&c, in, dy, want);
     for (int k = 0; k < 3; k++) {
       check_close("symbolic", k, gi[k], want[k], 1e-12);
@@ -653,15 +659,7 @@ static void test_symbol_saved_for_its_size(void) {
     CHECK_OK(loom_interpret(p.forward, 1, &in, 2, fw));
     loom_tensor_t *bin[2] = {fw[1], dy};
     CHECK_OK(loom_interpret(p.backward, 2, bin, 1, &gi));
-    loom_compile_options_t o;
-    loom_compile_options_init(&o);
-    const char *names[1] = {"n"};
-    o.n_symbols = 1, o.symbol_names = names, o.symbol_values = &batch;
-    loom_executable_t *e = NULL;
-    CHECK_OK(loom_compile(p.backward, &o, &e));
-    if (e) CHECK_OK(loom_executable_new_output(e, 0, &gc));
-    if (e) CHECK_OK(loom_executable_run(e, 2, bin, 1, &gc));
-    loom_executable_destroy(e);
+    run_compiled_at(p.backward, batch, 2, bin, 1, &gc);
     for (int64_t i = 0; gi && gc && i < batch * 4; i++) {
       CHECK(test_get(gi, i) == 3.0);
       CHECK(test_get(gc, i) == 3.0);

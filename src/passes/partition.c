@@ -14,7 +14,6 @@
 #include "passes/partition.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "core/alloc.h"
 #include "core/status.h"
@@ -258,26 +257,19 @@ static void save_symbol_carriers(part_t *p, const uint8_t *need, uint8_t *uses,
   for (int64_t v = 0; v < p->n_fwd_values; v++)
     if (p->saved[v]) symbols_bound_by(j, (int32_t)v, bound);
   for (int k = 0; k < p->n_dy; k++) symbols_bound_by(j, p->dy[k], bound);
-  int n_syms = ir_num_symbols(j);
-  for (int c = 0; c < n_syms; c++) {
-    if (!uses[c] || bound[c]) continue;
-    int32_t carrier = -1;
-    for (int64_t i = 0; carrier < 0 && i < p->src->n_inputs; i++) {
-      uint8_t here[n_syms + 1];
-      memset(here, 0, sizeof here);
-      symbols_bound_by(j, j->inputs[i], here);
-      if (here[c]) carrier = j->inputs[i];
+  /* the inputs, then every forward value: saved when it has a missing one */
+  for (int64_t i = 0; i < p->src->n_inputs + p->n_fwd_values; i++) {
+    int32_t v = i < p->src->n_inputs ? j->inputs[i] : (int32_t)(i - p->src->n_inputs);
+    const ir_type_t *t = &j->values[v].type;
+    bool carries = false;
+    for (int a = 0; a < t->rank; a++) {
+      const ir_expr_t *e = ir_dim_is_const(t->dims[a]) ? NULL : ir_dim_expr(j, t->dims[a]);
+      carries |= e && e->kind == IR_EXPR_SYM && uses[e->c] && !bound[e->c];
     }
-    for (int64_t v = 0; carrier < 0 && v < p->n_fwd_values; v++) {
-      uint8_t here[n_syms + 1];
-      memset(here, 0, sizeof here);
-      symbols_bound_by(j, (int32_t)v, here);
-      if (here[c]) carrier = (int32_t)v;
-    }
-    if (carrier < 0) continue; /* the backward's run names the symbol */
-    p->saved[carrier] = 1;
+    if (!carries || p->saved[v]) continue;
+    p->saved[v] = 1;
     p->n_saved++;
-    symbols_bound_by(j, carrier, bound);
+    symbols_bound_by(j, v, bound);
   }
 }
 

@@ -322,6 +322,14 @@ def broadcast_shapes(rng):
     return (sb, sa) if rng.random() < 0.5 else (sa, sb)
 
 
+def shape_mismatch(name):
+    """A binary integer op on shapes that do not broadcast."""
+    return Case("%s (2,3),(4,)" % name,
+                [Arg(np.zeros((2, 3), dtype=np.int64), "i32"),
+                 Arg(np.zeros(4, dtype=np.int64), "i32")],
+                lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_SHAPE")
+
+
 @op(*BITWISE)
 def gen_bitwise(name, rng):
     ref = BITWISE[name]
@@ -332,10 +340,7 @@ def gen_bitwise(name, rng):
         yield Case("%s %s" % (name, dtype),
                    [Arg(a, dtype, noncontig(rng)), Arg(b, dtype, noncontig(rng))],
                    lambda G, x, y: G.op(name, x, y), want=[(ref(a, b), dtype)])
-    yield Case("%s (2,3),(4,)" % name,
-               [Arg(np.zeros((2, 3), dtype=np.int64), "i32"),
-                Arg(np.zeros(4, dtype=np.int64), "i32")],
-               lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_SHAPE")
+    yield shape_mismatch(name)
     yield Case("%s i32,i64" % name,
                [Arg(np.zeros(2, dtype=np.int64), "i32"), Arg(np.zeros(2, dtype=np.int64), "i64")],
                lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_DTYPE")
@@ -366,10 +371,7 @@ def gen_shift(name, rng):
         yield Case("%s %s" % (name, dtype),
                    [Arg(a, dtype, noncontig(rng)), Arg(b, dtype, noncontig(rng))],
                    lambda G, x, y: G.op(name, x, y), want=[(ref(a, b), dtype)])
-    yield Case("%s (2,3),(4,)" % name,
-               [Arg(np.zeros((2, 3), dtype=np.int64), "i32"),
-                Arg(np.zeros(4, dtype=np.int64), "i32")],
-               lambda G, x, y: G.op(name, x, y), error="LOOM_ERR_SHAPE")
+    yield shape_mismatch(name)
 
 
 @op("where")
