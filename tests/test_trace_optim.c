@@ -9,12 +9,19 @@
  *     no gradient keeps its value and state, a parameter entered late
  *     leaves the others' state alone, and other hyperparameters keep it;
  *   - the learning rate changes per step without compiling again;
+ *   - a new model's step does not wait for the old step's compile;
  *   - the state after a step reads as worked by hand, and a state set
  *     (into the same trace, or a new one) is the next step's start;
  *   - bad arguments fail with a message, and the trace stays usable. */
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/cache_dir.h"
 #include "core/status.h"
 #include "harness.h"
 #include "trace/trace_internal.h"
@@ -445,6 +452,71 @@ static void test_tiered_swap(void) {
   }
 }
 
+/* A new model (its parameters in place of the old ones) while the old
+ * step still compiles: the new model's steps neither wait for that
+ * compile nor differ from the compiled graph's. The C compiler here (a
+ * script) holds every compile until the test opens its gate and leaves a
+ * mark when it gives up waiting (after 30 s): a step that waited for
+ * the old compile would return only after the mark. Its own cache
+ * directory and weight decay, so that no module of another run is found
+ * without the compiler. */
+static void test_replaced_step_does_not_wait(void) {
+  loom_optimizer_t os[N_CONFIGS];
+  configs(os);
+  loom_optimizer_t opt = os[4];
+  opt.weight_decay = 0.0625;
+  model_t old, m;
+  static_step_t s = {0};
+  model_init(&old, LOOM_F64);
+  model_init(&m, LOOM_F64);
+  static_build(&s, &m, &opt);
+  char dir[] = "/tmp/loom-test-optim-XXXXXX", cc[PATH_MAX], gate[PATH_MAX], late[PATH_MAX];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(cc, sizeof cc, "%s/held-cc", dir);
+  snprintf(gate, sizeof gate, "%s/gate", dir);
+  snprintf(late, sizeof late, "%s/late", dir);
+  FILE *f = fopen(cc, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fprintf(f, "#!/bin/sh\n[ \"$1\" = --version ] && exec cc \"$@\"\ni=0\n"
+               "while [ ! -e %s ]; do\n  i=$((i + 1))\n"
+               "  if [ $i -gt 300 ]; then touch %s; break; fi\n  sleep 0.1\ndone\n"
+               "exec cc \"$@\"\n", gate, late);
+    fclose(f);
+  }
+  CHECK(chmod(cc, 0700) == 0);
+  char *was = getenv("LOOM_CACHE_DIR") ? strdup(getenv("LOOM_CACHE_DIR")) : NULL;
+  setenv("LOOM_CACHE_DIR", dir, 1);
+  setenv("LOOM_CC", cc, 1);
+  loom_cache_t *c = NULL;
+  CHECK_OK(loom_cache_create(0, 1, &c));
+  loom_trace_options_t o;
+  loom_trace_options_init(&o);
+  o.cache = c;
+  o.tiered = 1;
+  loom_trace_t *t = NULL;
+  CHECK_OK(loom_trace_create(&o, &t));
+  traced_step(t, &old, 0, &opt); /* starts the step's compile, held */
+  for (int i = 0; i < 3; i++) CHECK_OK(loom_trace_param_forget(t, old.p[i]));
+  for (int k = 0; k < 2 && s.e; k++) {
+    traced_step(t, &m, k, &opt);
+    static_run(&s, &m, k);
+    check_same_params(&m, &s, 1e-10);
+  }
+  CHECK(access(late, F_OK) != 0);
+  f = fopen(gate, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  finish(t, &s, &m);
+  loom_cache_destroy(c);
+  model_free(&old);
+  unsetenv("LOOM_CC");
+  if (was) setenv("LOOM_CACHE_DIR", was, 1);
+  else unsetenv("LOOM_CACHE_DIR");
+  free(was);
+  core_remove_tree(dir);
+}
+
 /* A trace that interprets builds each training segment's forward and
  * backward from one partition: the forward's eager entry keeps the
  * backward half (two segments: two halves), the backward's eager entry
@@ -704,6 +776,7 @@ int main(void) {
   TEST_RUN(test_skips_and_state_against_reference);
   TEST_RUN(test_adamw_wrapper);
   TEST_RUN(test_tiered_swap);
+  TEST_RUN(test_replaced_step_does_not_wait);
   TEST_RUN(test_fallback_halves);
   TEST_RUN(test_forget);
   TEST_RUN(test_state_read_and_set);

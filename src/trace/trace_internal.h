@@ -502,6 +502,8 @@ struct loom_trace {
   tr_recycle_t recycle; /* recycle.c's */
 
   struct tr_optim *optim; /* the optimizer step (trace_optim.c) */
+  /* Steps replaced while their compile still ran, freed once it ends. */
+  struct tr_optim *retired;
   /* The fallback interpreter's threads (tr_fallback_pool), made when
    * first needed with the trace's num_threads; NULL with one thread. */
   struct core_pool *fallback_pool;

@@ -48,6 +48,7 @@ typedef struct tr_optim {
   core_env_t *env;        /* the environment it reads */
   loom_status_t compiled;
   char *why; /* the compile's error, when it failed */
+  struct tr_optim *retired; /* the next in the trace's list of retired steps */
 } tr_optim_t;
 
 /* Waits for a's background compile, if one is running. */
@@ -85,9 +86,35 @@ static void staged_free(tr_param_t *q) {
   }
 }
 
+/* A replaced step whose compile still runs waits in the trace's list
+ * until that compile ends, so that a new set of parameters (a new model)
+ * does not wait for the C compiler of the step it replaces. */
+static void optim_retire(loom_trace_t *t, tr_optim_t *a) {
+  if (a && a->next && !a->joined && !atomic_load_explicit(&a->next->ready, memory_order_acquire)) {
+    a->retired = t->retired;
+    t->retired = a;
+    return;
+  }
+  optim_free(a);
+}
+
+/* Frees the retired steps whose compile ended (all of them: wait). */
+static void optim_reap(loom_trace_t *t, bool wait) {
+  for (tr_optim_t **at = &t->retired; *at;) {
+    tr_optim_t *a = *at;
+    if (!wait && !atomic_load_explicit(&a->next->ready, memory_order_acquire)) {
+      at = &a->retired;
+      continue;
+    }
+    *at = a->retired;
+    optim_free(a);
+  }
+}
+
 void tr_optim_destroy(loom_trace_t *t) {
   optim_free(t->optim);
   t->optim = NULL;
+  optim_reap(t, true);
   for (int64_t i = 0; i < t->n_params; i++) staged_free(&t->params[i]);
 }
 
@@ -278,7 +305,7 @@ static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
     return s;
   }
   carry_state(a, t->optim);
-  optim_free(t->optim);
+  optim_retire(t, t->optim);
   t->optim = a;
   return LOOM_OK;
 }
@@ -550,6 +577,7 @@ static loom_status_t optimizer_step(loom_trace_t *t, const loom_optimizer_t *o,
    * that ended at once, its module found in this process, would else
    * race this step) */
   if (t->comm) LOOM_TRY(dp_exchange(t, fn));
+  optim_reap(t, false);
   if (!optim_fits(t, t->optim, o)) LOOM_TRY(optim_build(t, o, fn));
   else optim_swap(t);
   staged_apply(t);
