@@ -7,7 +7,9 @@
  * sum and mean; within f32 rounding for matmul (the GEMM accumulates in
  * f32, the reference in double); within a few ulp for exp, tanh and
  * sigmoid, which compute in float as compiled code does (each ISA's
- * instance that the CPU runs is tested over float's range). An index out of range must give the
+ * instance that the CPU runs is tested over float's range); within f32
+ * rounding for the convolutions (generated code's kernels), bit for bit
+ * for the pools. An index out of range must give the
  * reference kernel's error. Each case also checks that the eager kernels
  * ran its node (or left it to the reference kernel, where they have no
  * kernel for it), so that a kernel that stops running shows. Shapes
@@ -1084,6 +1086,82 @@ static void test_block_runs(void) {
  * matmuls give the same results as on one thread; a run of 15 blocks is
  * split (some blocks run on the pool's threads, in one of a few tries),
  * short ones are not. */
+/* ---- Convolutions and pools ---------------------------------------------- */
+
+typedef enum { CONV, CONV_T, CONV_WGRAD } conv_kind_t;
+
+/* One convolution node over random inputs (x, then w or dy, then a bias
+ * when has_bias), against the reference within f32 rounding. */
+static void conv_case(conv_kind_t kind, const int64_t *xs, const int64_t *ws, bool has_bias,
+                      const loom_conv_params_t *p) {
+  loom_graph_t *g;
+  loom_value_t x, w, b = {0}, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, xs, &x));
+  CHECK_OK(loom_graph_input(g, "w", LOOM_F32, 4, ws, &w));
+  int64_t nb = kind == CONV ? ws[0] : ws[1] * (p->groups ? p->groups : 1);
+  if (has_bias) CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 1, &nb, &b));
+  if (kind == CONV) CHECK_OK(loom_conv2d(g, x, w, has_bias, b, p, &y));
+  else if (kind == CONV_T) CHECK_OK(loom_conv_transpose2d(g, x, w, has_bias, b, p, &y));
+  else CHECK_OK(loom_conv2d_weight_grad(g, x, w, (int64_t[]){3, 3}, p, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in[3] = {test_rand_tensor(LOOM_F32, 4, xs, -1, 1),
+                          test_rand_tensor(LOOM_F32, 4, ws, -1, 1),
+                          has_bias ? test_rand_tensor(LOOM_F32, 1, &nb, -1, 1) : NULL};
+  agree_within(g, has_bias ? 3 : 2, in, 1e-4, 1e-4);
+  CHECK(ran_last(g));
+  for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
+static void test_conv(void) {
+  loom_conv_params_t plain = {0}, strided = {.stride = {2, 2}, .pads = {1, 0, 2, 1}},
+                     dilated = {.pads = {2, 2, 2, 2}, .dilation = {2, 2}},
+                     grouped = {.stride = {2, 1}, .pads = {1, 1, 1, 1}, .groups = 2};
+  conv_case(CONV, (int64_t[]){2, 3, 9, 11}, (int64_t[]){5, 3, 3, 3}, true, &plain);
+  conv_case(CONV, (int64_t[]){3, 4, 13, 8}, (int64_t[]){6, 4, 3, 3}, false, &strided);
+  conv_case(CONV, (int64_t[]){1, 3, 10, 10}, (int64_t[]){4, 3, 3, 3}, true, &dilated);
+  conv_case(CONV, (int64_t[]){2, 4, 7, 9}, (int64_t[]){6, 2, 3, 3}, true, &grouped);
+  conv_case(CONV, (int64_t[]){0, 3, 9, 11}, (int64_t[]){5, 3, 3, 3}, true, &plain); /* empty */
+  loom_conv_params_t up = {.stride = {2, 2}, .pads = {1, 1, 1, 1}, .output_padding = {1, 0}};
+  conv_case(CONV_T, (int64_t[]){2, 4, 5, 6}, (int64_t[]){4, 3, 3, 3}, true, &up);
+  loom_conv_params_t up_grouped = {.stride = {1, 2}, .groups = 2};
+  conv_case(CONV_T, (int64_t[]){1, 4, 5, 5}, (int64_t[]){4, 2, 3, 3}, false, &up_grouped);
+  /* dy (2, 5, 4, 5) of a stride-2 conv2d of x (2, 3, 9, 11) with pads 1 */
+  loom_conv_params_t wg = {.stride = {2, 2}, .pads = {1, 1, 1, 1}};
+  conv_case(CONV_WGRAD, (int64_t[]){2, 3, 9, 11}, (int64_t[]){2, 5, 5, 6}, false, &wg);
+}
+
+/* A pool over x (2, 3, 7, 9) holding a NaN, infinities and ties, bit for
+ * bit the reference's. */
+static void pool_case(bool max, const loom_pool_params_t *p) {
+  int64_t xs[4] = {2, 3, 7, 9};
+  loom_graph_t *g;
+  loom_value_t x, y;
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, xs, &x));
+  CHECK_OK(max ? loom_max_pool2d(g, x, p, &y) : loom_avg_pool2d(g, x, p, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_tensor_t *in = test_rand_tensor(LOOM_F32, 4, xs, -3, 3);
+  float *v = loom_tensor_data(in);
+  for (int64_t i = 0; i < loom_tensor_numel(in); i += 7) v[i] = roundf(v[i]);
+  v[10] = NAN, v[70] = INFINITY, v[100] = -INFINITY;
+  agree(g, 1, &in, 0);
+  CHECK(ran_last(g));
+  loom_tensor_destroy(in);
+  loom_graph_destroy(g);
+}
+
+static void test_pools(void) {
+  for (int max = 0; max < 2; max++) {
+    pool_case(max, &(loom_pool_params_t){.kernel = {2, 2}});
+    pool_case(max, &(loom_pool_params_t){.kernel = {3, 2}, .stride = {2, 3}, .pads = {1, 1, 1, 0}});
+    pool_case(max, &(loom_pool_params_t){.kernel = {3, 3}, .stride = {1, 1},
+                                         .pads = {1, 1, 1, 1}, .count_include_pad = 1});
+  }
+  pool_case(true, &(loom_pool_params_t){.kernel = {2, 3}, .stride = {1, 2}, .dilation = {2, 2}});
+}
+
 static void test_pooled(void) {
   for (int threads = 2; threads <= 3; threads++) {
     CHECK_OK(core_pool_create(threads, &pool));
@@ -1094,6 +1172,8 @@ static void test_pooled(void) {
     for (int i = 0; i < 50 && off_main == 0; i++) block_case(200, true);
     CHECK(off_main > 0);
     test_matmul();
+    test_conv();
+    test_pools();
     matmul_case(2, (int64_t[]){300, 256}, 2, (int64_t[]){256, 300}, 0, 0); /* split */
     matmul_case(3, (int64_t[]){4, 130, 96}, 3, (int64_t[]){4, 130, 70}, 1, 0);
     off_main = 0;
@@ -1166,6 +1246,8 @@ int main(void) {
   TEST_RUN(test_f32_instances);
   TEST_RUN(test_sum_rows_instances);
   TEST_RUN(test_matmul);
+  TEST_RUN(test_conv);
+  TEST_RUN(test_pools);
   TEST_RUN(test_movement);
   TEST_RUN(test_expand);
   TEST_RUN(test_cast);

@@ -78,6 +78,42 @@ static void run_sizes(const char *name, loom_graph_t *g, const loom_compile_opti
   loom_executable_destroy(e);
 }
 
+/* ---- A CNN with a symbolic batch ------------------------------------------
+ * Convolutions and pools over a runtime batch keep no generated code: the
+ * reference part runs them, through the CPU's eager kernels (conv2d on
+ * generated code's kernels), which must see each run's batch. */
+
+static int cnn_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 4, (int64_t[]){n, 3, 12, 10}, -1, 1);
+  return 1;
+}
+
+static void test_cnn_symbolic_batch(void) {
+  test_seed(9);
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, c1, r1, p1, c2, p2;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){n, 3, 12, 10}, &x));
+  loom_value_t w1 = param(g, "w1", 4, (int64_t[]){8, 3, 3, 3});
+  loom_value_t b1 = param(g, "b1", 1, (int64_t[]){8});
+  loom_value_t w2 = param(g, "w2", 4, (int64_t[]){6, 8, 3, 3});
+  loom_conv_params_t same = {.pads = {1, 1, 1, 1}}, down = {.stride = {2, 2}, .pads = {1, 1, 1, 1}};
+  CHECK_OK(loom_conv2d(g, x, w1, 1, b1, &same, &c1));
+  CHECK_OK(loom_relu(g, c1, &r1));
+  CHECK_OK(loom_max_pool2d(g, r1, &(loom_pool_params_t){.kernel = {2, 2}}, &p1));
+  CHECK_OK(loom_conv2d(g, p1, w2, 0, p1, &down, &c2));
+  CHECK_OK(loom_avg_pool2d(g, c2, &(loom_pool_params_t){.kernel = {2, 2}, .stride = {1, 1},
+                                                         .pads = {1, 1, 0, 0}}, &p2));
+  CHECK_OK(loom_graph_output(g, p2));
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+  run_sizes("cnn", g, &o, cnn_inputs, 1, &info);
+  CHECK(info.n_reference >= 4); /* the convolutions and the pools */
+  loom_graph_destroy(g);
+}
+
 /* ---- An MLP with a symbolic batch ---------------------------------------- */
 
 /* x (n, 16) -> relu(x @ w1 + b1) @ w2 + b2; y and the parameters out. */
@@ -651,6 +687,7 @@ static void test_given_values_stay_fixed(void) {
 int main(void) {
   TEST_RUN(test_mlp_symbolic_batch);
   TEST_RUN(test_mlp_reference_only);
+  TEST_RUN(test_cnn_symbolic_batch);
   TEST_RUN(test_mlp_gradients);
   TEST_RUN(test_rows_softmax_layer_norm);
   TEST_RUN(test_matmul_symbolic_m);

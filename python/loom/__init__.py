@@ -17,6 +17,7 @@ from . import functional
 from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's names)
 from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)
 from .functional import return_types  # noqa: F401
+from ._data_ops import *  # noqa: F401,F403  (unique, bincount, histc, ...)
 from . import ops
 from . import optim
 from . import _compile

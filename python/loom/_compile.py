@@ -67,16 +67,27 @@ class Compiled:
         self.__wrapped__ = fn
 
     @staticmethod
-    def _key(args):
-        return (_C.is_grad_enabled(),) + tuple(
-            (tuple(a.shape), a._dtype) if isinstance(a, Tensor) else ("value", a) for a in args)
+    def _key(args, kwargs):
+        """The signature: grad mode, each argument's shape and dtype (a
+        tensor) or value, keyword arguments by name."""
+        def sig(a):
+            return (tuple(a.shape), a._dtype) if isinstance(a, Tensor) else ("value", a)
+        return (_C.is_grad_enabled(),) + tuple(sig(a) for a in args) + \
+            tuple((k, sig(kwargs[k])) for k in sorted(kwargs))
 
-    def __call__(self, *args):
-        key = self._key(args)
+    @staticmethod
+    def _tensors(args, kwargs):
+        """The tensor arguments in the order the executable takes them:
+        positional ones, then keyword ones by name."""
+        values = list(args) + [kwargs[k] for k in sorted(kwargs)]
+        return tuple(a for a in values if isinstance(a, Tensor))
+
+    def __call__(self, *args, **kwargs):
+        key = self._key(args, kwargs)
         entries = self.entries.setdefault(key, [])
         entry = next((e for e in entries if e.holds()), None)
         if entry is None:
-            entry = self._capture(args)
+            entry = self._capture(args, kwargs)
             entries.append(entry)
             if (entry.graph_break is not None and
                     "breaks" in os.environ.get("LOOM_LOG", "").split(",")):
@@ -84,16 +95,16 @@ class Compiled:
                 print(f"loom: graph break in {self.__name__} at {where}: {reason}; "
                       "it runs through the trace", file=sys.stderr)
         if entry.graph_break is not None:
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
         opt = entry.captured.optimizer
         if opt is not None:
             opt._before_compiled_step(entry)
-        outs = entry.captured.run(tuple(a for a in args if isinstance(a, Tensor)))
+        outs = entry.captured.run(self._tensors(args, kwargs))
         if entry.shape == "none":
             return None
         return outs[0] if entry.shape == "one" else tuple(outs)
 
-    def _capture(self, args):
+    def _capture(self, args, kwargs):
         global guards
         if guards is not None:
             raise RuntimeError("loom.compile: a compiled function called another while "
@@ -101,10 +112,9 @@ class Compiled:
         guards = []
         _C._capture_begin()
         try:
-            for a in args:
-                if isinstance(a, Tensor):
-                    _C._capture_arg(a)
-            out = self.fn(*args)
+            for a in self._tensors(args, kwargs):
+                _C._capture_arg(a)
+            out = self.fn(*args, **kwargs)
             if out is None:
                 outs, shape = (), "none"
             elif isinstance(out, Tensor):
@@ -162,7 +172,8 @@ def compile(fn=None, *, fullgraph=False):
     """loom.compile(fn), also a decorator (@loom.compile or
     @loom.compile(fullgraph=True)): fn captured whole into one graph and
     compiled into one executable on the first call with given argument
-    shapes, dtypes, non-tensor argument values and grad mode, then
+    shapes, dtypes, non-tensor argument values and grad mode (keyword
+    arguments too, by name: step(x, y=y) as step(x, y)), then
     replayed on every call that matches them and whose guards hold (the
     training flag of each module it called, its optimizer's
     hyperparameters); another set captures once more. A training step

@@ -112,6 +112,8 @@ def tensor_repr(t, values):
         summarize = values.size > THRESHOLD
         fmt = _Formatter((_summarized(values) if summarize else values).reshape(-1), floating)
         body = _nested(values, len(_PREFIX), summarize, fmt)
-    if t.requires_grad:
+    if t.grad_fn is not None:  # a computed tensor: its backward, as PyTorch shows it
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
+    elif t.requires_grad:
         suffixes.append("requires_grad=True")
     return _with_suffixes(body, suffixes)

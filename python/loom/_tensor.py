@@ -5,6 +5,10 @@ or lazy (a value of the step being traced). Ops record; a value becomes
 real where Python needs it: .numpy(), .item(), float(), int(), bool(),
 print, .tolist(). Each of those cuts a segment that Loom looks up by
 GraphKey and replays (or compiles once)."""
+import itertools
+import weakref
+from collections import OrderedDict
+
 import numpy as np
 
 from . import _C
@@ -122,11 +126,46 @@ class Tensor(_C.TensorBase):
                 raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
                                    f"{tuple(gradient.shape)} and output[0] has a shape of "
                                    f"{tuple(self.shape)}.")
-            _C._backward(_F.sum(self * gradient.detach()))
+            _backward(_F.sum(self * gradient.detach()))
         elif self.ndim and self.numel() != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         else:
-            _C._backward(self if not self.ndim else _F.reshape(self, ()))
+            _backward(self if not self.ndim else _F.reshape(self, ()))
+
+    @property
+    def grad_fn(self):
+        """None for a leaf; for a computed tensor that requires grad, the
+        node of its backward (only its name(): the op is not known here)."""
+        return _GRAD_FN if self.requires_grad and not self.is_leaf else None
+
+    def register_hook(self, hook):
+        """hook(grad) runs when backward reaches this tensor, with its
+        gradient; a tensor it returns replaces the gradient: for a leaf,
+        what goes into .grad, for a computed tensor, what flows on to the
+        tensors it was computed from. Returns a handle whose remove()
+        takes the hook away, as PyTorch's."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
+        if _C._capturing():
+            raise _C.GraphBreak("loom.compile: Tensor.register_hook")
+        hooks = _hooks.get(id(self))
+        if hooks is None:
+            hooks = _hooks[id(self)] = _TensorHooks(self)
+        handle = RemovableHandle(hooks.fns)
+        hooks.fns[handle.id] = hook
+        return handle
+
+    def retain_grad(self):
+        hooks = _hooks.get(id(self))
+        if hooks is not None:
+            hooks.retain()
+        super().retain_grad()
+
+    @property
+    def retains_grad(self):
+        hooks = _hooks.get(id(self))
+        return _C.TensorBase.retains_grad.__get__(self) and not (hooks and hooks.hidden)
 
     def detach(self):
         if not self.requires_grad:
@@ -346,6 +385,139 @@ def _to_args(args, kwargs):
     if device is not None:
         _check_device(device)
     return (None if dtype is None else _dtype.resolve(dtype)), copy
+
+
+class RemovableHandle:
+    """What register_hook and the module hooks return: remove() takes the
+    hook away (also at the end of a with block), as torch's."""
+    _ids = itertools.count()
+
+    def __init__(self, hooks):
+        self.hooks, self.id = hooks, next(RemovableHandle._ids)
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class _GradFn:
+    """A computed tensor's grad_fn: torch's name() and repr, with a generic
+    name, as the binding does not expose which op made the tensor."""
+
+    def name(self):
+        return "LoomBackward0"
+
+    def __repr__(self):
+        return f"<{self.name()} object>"
+
+
+_GRAD_FN = _GradFn()
+
+
+class _TensorHooks:
+    """A tensor's hooks. A computed tensor's gradient is the trace's
+    retained one (loom_trace_retain_grad). Its .grad, as PyTorch's, is the
+    gradient as the hooks registered before retain_grad() left it
+    (retained_after: the last of those handles' ids); hidden: retained for
+    the hooks only, so .grad is emptied after each backward."""
+    _order = itertools.count()
+
+    def __init__(self, t):
+        key = id(t)
+        self.ref = weakref.ref(t, lambda _: _hooks.pop(key, None))
+        self.fns, self.seq = OrderedDict(), next(_TensorHooks._order)
+        self.hidden = not t.is_leaf and not t.retains_grad
+        self.retained_after = -1
+        if self.hidden:
+            try:
+                t.retain_grad()
+            except RuntimeError as e:
+                raise RuntimeError(str(e).replace("retain_grad()", "register_hook()")) from None
+
+    def retain(self):
+        """The user's retain_grad(): .grad keeps the gradient from now on."""
+        if self.hidden:
+            self.hidden = False
+            self.retained_after = max(self.fns, default=-1)
+
+    def run(self, grad):
+        """The gradient the hooks make of grad, and the one .grad keeps."""
+        kept = grad if self.retained_after < 0 else None
+        for hid, fn in list(self.fns.items()):
+            new = fn(grad)
+            if new is not None:
+                if tuple(new.shape) != tuple(grad.shape):
+                    raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed "
+                                       f"the size of value")
+                grad = new
+            if hid == self.retained_after:
+                kept = grad
+        return grad, (grad if kept is None else kept)
+
+
+_hooks = {}  # id(tensor) -> _TensorHooks, while the tensor lives
+
+
+def _backward(loss):
+    """backward from loss, with the tensor hooks: each computed tensor's
+    hooks (the last registered first: the reverse of the order the
+    forward made them) get its gradient; a replacement's difference is
+    back-propagated from that tensor (by linearity, the gradients further
+    on become those of the replaced gradient). Then each leaf's hooks
+    get its gradient of this backward, before it is added to .grad."""
+    hooked = [(h, h.ref()) for h in sorted(_hooks.values(), key=lambda h: h.seq)
+              if h.fns and h.ref() is not None]
+    if _C._capturing() and any(t.is_leaf or t._lazy for _, t in hooked):
+        raise _C.GraphBreak("loom.compile: backward through tensors with hooks")
+    if not hooked or _C._capturing():  # a capture reaches no hooked tensor
+        return _C._backward(loss)
+    before = [(h, t, t.grad) for h, t in hooked]
+    for _, t, _ in before:
+        t.grad = None  # the hooks get this backward's gradient alone
+    try:
+        kept = _run_hooks(loss, before)
+    except BaseException:
+        for _, t, old in before:  # a hook failed: .grad as it was
+            t.grad = old
+        raise
+    for h, t, old in before:
+        _set_grad(h, t, old, kept.get(id(t)))
+
+
+def _run_hooks(loss, before):
+    """The backward, then the computed tensors' hooks (each replacement's
+    difference back-propagated), then the leaves'; returns, by id, the
+    gradient of this backward each .grad takes."""
+    _C._backward(loss)
+    kept = {}
+    for h, t, _ in reversed(before):
+        if not t.is_leaf and t.grad is not None:
+            g = t.grad
+            new, kept[id(t)] = h.run(g)
+            if new is not g:
+                _C._backward(_F.sum(t * (new - g).detach()))
+    for h, t, _ in before:
+        if t.is_leaf and t.grad is not None:
+            kept[id(t)], _ = h.run(t.grad)
+    return kept
+
+
+def _set_grad(hooks, t, old, g):
+    """t's .grad after a backward that gave it g: added to what it held; a
+    computed tensor retained for the hooks only keeps none."""
+    if hooks.hidden:
+        t.grad = None
+    elif g is None:
+        t.grad = old
+    elif old is not None:
+        t.grad = old + g
+    elif g is not t.grad:  # else .grad stays the trace's own (the optimizer's fast path)
+        t.grad = g
 
 
 _C._set_tensor_class(Tensor)

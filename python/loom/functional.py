@@ -353,7 +353,7 @@ def _results(*names):
 
 # torch.return_types: results that unpack as (values, indices) and name
 # their parts (out.values, out.indices)
-return_types = _results("max", "min", "topk", "sort", "kthvalue")
+return_types = _results("max", "min", "topk", "sort", "kthvalue", "median")
 
 
 def _extreme(name, arg_name, x, dim, keepdim):
@@ -650,8 +650,10 @@ def chunk(x, chunks, dim=0):
     return split(x, -(-n // chunks), dim)
 
 
-def flip(x, dims):
-    return _op("flip", x, axes=_axes(dims))
+def flip(x, *args, dims=None):
+    """x reversed along dims: flip(x, (0, 1)), x.flip(0, 1), flip(x, dims=[0])."""
+    axes = [_dim(d, x.ndim) for d in _sizes(args if dims is None else (dims,))]
+    return _op("flip", x, axes=axes) if axes else x
 
 
 def tile(x, dims):
@@ -790,9 +792,27 @@ def pad(x, pad, mode="constant", value=0.0):
     for i in range(len(pad) // 2):
         begins[n - 1 - i], ends[n - 1 - i] = pad[2 * i], pad[2 * i + 1]
     modes = {"constant": 0, "reflect": 1, "replicate": 2}
+    if mode == "circular":
+        return _pad_circular(x, begins, ends)
     if mode not in modes:
-        raise ValueError(f"pad mode {mode!r}: one of {sorted(modes)}")
+        raise ValueError(f"pad mode {mode!r}: one of {sorted(modes) + ['circular']}")
     return _op("pad", x, pads=begins + ends, mode=modes[mode], value=float(value))
+
+
+def _pad_circular(x, begins, ends):
+    """x wrapped around on each padded dim (its end before its start, its
+    start after its end) by slices and a concat; negative pads crop."""
+    for d, (b, e) in enumerate(zip(begins, ends)):
+        n = x.shape[d]
+        if b > n or e > n:
+            raise ValueError(f"pad: circular pad ({b}, {e}) on dim {d} wraps around more "
+                             f"than once (size {n})")
+        if b < 0 or e < 0:
+            x = narrow(x, d, builtins.max(-b, 0), n - builtins.max(-b, 0) - builtins.max(-e, 0))
+            b, e, n = builtins.max(b, 0), builtins.max(e, 0), x.shape[d]
+        if b or e:
+            x = cat([narrow(x, d, n - b, b), x, narrow(x, d, 0, e)], d)
+    return x
 
 
 def nonzero(x, as_tuple=False):
@@ -1037,6 +1057,135 @@ def cumprod(x, dim):
     return transpose(out, dim, -1) if dim != x.ndim - 1 else out
 
 
+# ---- diagonals, selections, medians, distances ----
+
+def _const(a):
+    return _C.from_buffer(np.ascontiguousarray(a), True)
+
+
+def _diagonal_offsets(rows, cols, offset):
+    """Flat offsets (row * cols + col) of the offset'th diagonal."""
+    first = np.arange(builtins.max(0, -offset), rows)
+    first = first[first + offset < cols]
+    return (first * cols + first + offset).astype(np.int64)
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """The offset'th diagonal of the (dim1, dim2) planes of x, as the last
+    dim of the result (an index_select over each plane flattened)."""
+    if not isinstance(x, Tensor) or x.ndim < 2:
+        raise ValueError("diagonal: x must be a tensor of two or more dims")
+    d1, d2 = _dim(dim1, x.ndim), _dim(dim2, x.ndim)
+    if d1 == d2:
+        raise ValueError(f"diagonal: dim1 and dim2 must differ (both are {d1})")
+    rest = [d for d in range(x.ndim) if d not in (d1, d2)]
+    order = rest + [d1, d2]
+    moved = x if order == list(range(x.ndim)) else permute(x, order)
+    rows, cols = x.shape[d1], x.shape[d2]
+    flat = reshape(moved, [x.shape[d] for d in rest] + [rows * cols])
+    offsets = _diagonal_offsets(rows, cols, builtins.int(offset))
+    if not offsets.size:
+        return narrow(flat, -1, 0, 0)
+    return _op("index_select", flat, _const(offsets), axis=len(rest))
+
+
+def diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    """Matrices whose offset'th diagonal (over out dims dim1, dim2) holds
+    x's last dim, zeros elsewhere: a where over an identity mask, padded."""
+    if not isinstance(x, Tensor) or x.ndim < 1:
+        raise ValueError("diag_embed: x must be a tensor of one or more dims")
+    nd, n, k = x.ndim + 1, x.shape[-1], builtins.int(offset)
+    d1, d2 = _dim(dim1, nd), _dim(dim2, nd)
+    if d1 == d2:
+        raise ValueError(f"diag_embed: dim1 and dim2 must differ (both are {d1})")
+    square_ = where(_const(np.eye(n, dtype=np.bool_)), unsqueeze(x, -1), _scalar(0, x.dtype))
+    if k:
+        square_ = pad(square_, (k, 0, 0, k) if k > 0 else (0, -k, -k, 0))
+    perm, batch = [0] * nd, iter(range(nd - 2))
+    for d in range(nd):
+        perm[d] = nd - 2 if d == d1 else nd - 1 if d == d2 else next(batch)
+    return square_ if perm == list(range(nd)) else permute(square_, perm)
+
+
+def masked_select(x, mask):
+    """x's elements where the bool mask (broadcast with x) is true, 1-d;
+    its size depends on mask's values (a read)."""
+    if not isinstance(x, Tensor) or not isinstance(mask, Tensor):
+        raise TypeError("masked_select: x and mask must be tensors")
+    if mask.dtype is not _BOOL:
+        raise TypeError(f"masked_select: mask must be a bool tensor (got {mask.dtype.name})")
+    try:
+        shape = np.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+    except ValueError:
+        raise ValueError(f"masked_select: mask of shape {tuple(mask.shape)} does not "
+                         f"broadcast with x of shape {tuple(x.shape)}") from None
+    if tuple(x.shape) != shape:
+        x = expand(x, *shape)
+    if tuple(mask.shape) != shape:
+        mask = expand(mask, *shape)
+    where_true = reshape(nonzero(reshape(mask, -1)), -1)
+    return _op("gather", reshape(x, -1), where_true, axis=0)
+
+
+def median(x, dim=None, keepdim=False):
+    """The lower median (of n values, the ((n - 1) // 2 + 1)-th smallest),
+    as PyTorch's: of every element, or (values, indices) along dim."""
+    if dim is None:
+        flat = reshape(x, -1)
+        n = flat.shape[0]
+        if n == 0:
+            raise ValueError("median: x has no elements")
+        return kthvalue(flat, (n - 1) // 2 + 1, 0).values
+    if x.ndim == 0:
+        _dim(dim, 0)
+        return return_types.median(x, _scalar(0, _I64))
+    n = x.shape[_dim(dim, x.ndim)]
+    if n == 0:
+        raise ValueError(f"median: dim {dim} of x has no elements")
+    return return_types.median(*kthvalue(x, (n - 1) // 2 + 1, dim, keepdim))
+
+
+def cdist(x1, x2, p=2.0, compute_mode=None):
+    """The p-norm distance of each row of x1 (..., P, M) to each of x2
+    (..., R, M): (..., P, R), batch dims broadcast; computed from the
+    differences, so that equal rows are at distance 0 with gradient 0."""
+    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
+        raise TypeError("cdist: x1 and x2 must be tensors")
+    if not x1.dtype.is_floating_point or not x2.dtype.is_floating_point:
+        raise TypeError(f"cdist: floating point inputs only (got {x1.dtype.name} and "
+                        f"{x2.dtype.name})")
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise ValueError(f"cdist: inputs of two or more dims (got {x1.ndim} and {x2.ndim})")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise ValueError(f"cdist: x1 and x2 must have the same number of columns "
+                         f"(got {x1.shape[-1]} and {x2.shape[-1]})")
+    if not isinstance(p, numbers.Real) or p < 0:
+        raise ValueError(f"cdist: p must be a number of at least 0 (got {p!r})")
+    diff = sub(unsqueeze(x1, -2), unsqueeze(x2, -3))
+    return norm(diff, 2 if p == 2 else p, -1)
+
+
+def _triangle_indices(row, col, offset, dtype, upper):
+    for name, v in (("row", row), ("col", col), ("offset", offset)):
+        if not _is_int_number(v):
+            raise TypeError(f"{name} must be an int (got {type(v).__name__})")
+    if row < 0 or col < 0:
+        raise ValueError(f"row and col must be at least 0 (got {row}, {col})")
+    pick = np.triu_indices if upper else np.tril_indices
+    rows, cols = pick(row, offset, col)
+    out = _const(np.stack([rows, cols]).astype(np.int64).reshape(2, -1))
+    return out if dtype is None else cast(out, dtype)
+
+
+def triu_indices(row, col, offset=0, dtype=None):
+    """(2, N) indices of the upper triangle of a (row, col) matrix, row by row."""
+    return _triangle_indices(row, col, offset, dtype, True)
+
+
+def tril_indices(row, col, offset=0, dtype=None):
+    return _triangle_indices(row, col, offset, dtype, False)
+
+
 # ---- indexing ----
 
 _BAD_INDEX = ("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
@@ -1233,7 +1382,7 @@ METHODS = {name: globals()[name] for name in (
     "allclose", "expand_as", "view_as", "reshape_as", "type_as", "narrow", "ravel", "square",
     "unflatten", "logit", "trunc", "fix", "frac", "addcmul", "addcdiv", "diag", "outer", "ger",
     "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
-    "cumprod")}
+    "cumprod", "diagonal", "diag_embed", "masked_select", "median")}
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

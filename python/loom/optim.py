@@ -1,4 +1,5 @@
-"""Optimizers as torch.optim's: SGD, Adam, AdamW, with param groups.
+"""Optimizers as torch.optim's: SGD, Adam, AdamW, RMSprop, Adagrad, with
+param groups.
 
 step() applies each parameter's .grad, then ends the traced step. When
 every .grad is exactly the gradient this step's backward gave (the common
@@ -18,7 +19,11 @@ state_dict() and load_state_dict() speak torch.optim's form: {"state":
 {index: {"momentum_buffer"} or {"step", "exp_avg", "exp_avg_sq"}},
 "param_groups": [{..., "params": [indices]}]}, the parameters numbered
 in the groups' order. The state is read from where the last step kept
-it; a loaded one is where the next step starts, on either path."""
+it; a loaded one is where the next step starts, on either path.
+
+Variants the trace's optimizer step has no update for (SGD with
+dampening, Adam and AdamW with amsgrad, RMSprop, Adagrad) always update
+on the .grad values; under loom.compile their step is a graph break."""
 import copy
 import math
 import sys
@@ -37,7 +42,9 @@ _SGD, _ADAM, _ADAMW = 0, 1, 2
 def _check(defaults):
     """torch.optim's checks of the hyperparameters, with its messages."""
     checks = [("lr", "learning rate"), ("momentum", "momentum value"), ("eps", "epsilon value"),
-              ("weight_decay", "weight_decay value")]
+              ("weight_decay", "weight_decay value"), ("alpha", "alpha value"),
+              ("lr_decay", "lr_decay value"),
+              ("initial_accumulator_value", "initial_accumulator_value value")]
     for key, what in checks:
         if key in defaults and not 0.0 <= defaults[key]:
             raise ValueError(f"Invalid {what}: {defaults[key]}")
@@ -48,6 +55,7 @@ def _check(defaults):
 
 class Optimizer:
     _kind = None
+    _STEP_AS_TENSOR = True  # torch.optim keeps "step" as a tensor (RMSprop: an int)
 
     def __init__(self, params, defaults):
         _check(defaults)
@@ -83,7 +91,14 @@ class Optimizer:
                 if p.grad is not None:
                     p.grad = None if set_to_none else zeros_like(p.grad)
 
+    def _in_trace_supported(self):
+        """Whether the trace's optimizer step has this update."""
+        return self._kind is not None
+
     def step(self):
+        if _C._capturing() and not self._in_trace_supported():
+            raise _C.GraphBreak(f"loom.compile: {type(self).__name__} with these options "
+                                "updates on .grad, outside the captured graph")
         if _C._capturing():  # inside loom.compile: the update joins the graph
             if len(self.param_groups) != 1:
                 raise _C.GraphBreak("loom.compile: an optimizer of several param groups")
@@ -98,7 +113,8 @@ class Optimizer:
         params = [p for g in self.param_groups for p in g["params"]]
         self._leave_compiled(params)
         mine = {id(p) for p in params}
-        if (len(self.param_groups) == 1 and _C._trace_grads_current(params)
+        if (len(self.param_groups) == 1 and self._in_trace_supported()
+                and _C._trace_grads_current(params)
                 and all(id(p) in mine for p in _C._step_params())):
             if not self._in_trace:  # from the Python path: its state goes on
                 self._loaded.update({id(p): self._trace_state(p) for p in params
@@ -236,9 +252,11 @@ class Optimizer:
             s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}
             if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
                 return {}  # no step made it (or p took none)
+        return {k: self._step_value(v) if k == "step" else v.detach() for k, v in s.items()}
+
+    def _step_value(self, v):
         from . import float32, tensor
-        return {k: tensor(float(v), dtype=float32) if k == "step" else v.detach()
-                for k, v in s.items()}
+        return tensor(float(v), dtype=float32) if self._STEP_AS_TENSOR else int(v)
 
     def _step_from_grads(self):
         """The update as traced ops on .grad; the step then ends and the new
@@ -284,20 +302,25 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False):
-        if dampening != 0.0:
-            raise NotImplementedError("loom.optim.SGD: dampening other than 0")
-        if nesterov and momentum <= 0:
-            raise ValueError("Nesterov momentum requires a momentum")
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                      nesterov=nesterov))
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov))
+
+    def _in_trace_supported(self):
+        return all(not g.get("dampening") for g in self.param_groups)
 
     def _update(self, p, g, group):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         if group["momentum"]:
             s = self.state.setdefault(id(p), {})
-            buf = s["momentum_buffer"] = (g if "momentum_buffer" not in s
-                                          else group["momentum"] * s["momentum_buffer"] + g)
+            if "momentum_buffer" not in s:  # the first step takes g undamped, as torch
+                buf = g
+            else:
+                buf = group["momentum"] * s["momentum_buffer"] + \
+                    (1 - group.get("dampening", 0.0)) * g
+            s["momentum_buffer"] = buf
             g = g + group["momentum"] * buf if group["nesterov"] else buf
         return p - group["lr"] * g
 
@@ -306,12 +329,16 @@ class Adam(Optimizer):
     _kind = _ADAM
     _TRACE_NAMES = {"step": "step", "exp_avg": "m", "exp_avg_sq": "v"}
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay))
+                                      weight_decay=weight_decay, amsgrad=amsgrad))
+
+    def _in_trace_supported(self):
+        return all(not g.get("amsgrad") for g in self.param_groups)
 
     def _update(self, p, g, group):
-        from . import zeros_like
+        from . import maximum, zeros_like
         b1, b2 = group["betas"]
         lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
         s = self.state.setdefault(id(p), {"step": 0})
@@ -324,13 +351,84 @@ class Adam(Optimizer):
         s["step"] += 1
         s["exp_avg"] = b1 * s["exp_avg"] + (1 - b1) * g
         s["exp_avg_sq"] = b2 * s["exp_avg_sq"] + (1 - b2) * g * g
+        second = s["exp_avg_sq"]
+        if group.get("amsgrad"):  # the largest second moment so far
+            if "max_exp_avg_sq" not in s:
+                s["max_exp_avg_sq"] = zeros_like(g)
+            second = s["max_exp_avg_sq"] = maximum(s["max_exp_avg_sq"], second)
         t = s["step"]
-        denom = (s["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + eps
+        denom = (second / (1 - b2 ** t)).sqrt() + eps
         return p - (lr / (1 - b1 ** t)) * s["exp_avg"] / denom
 
 
 class AdamW(Adam):
     _kind = _ADAMW
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(params, lr, betas, eps, weight_decay)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+
+
+class RMSprop(Optimizer):
+    """torch.optim.RMSprop; updates on .grad (the trace's step has no RMSprop)."""
+    _TRACE_NAMES = {}
+    _STEP_AS_TENSOR = False
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                 centered=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
+                                      centered=centered, weight_decay=weight_decay))
+
+    def _update(self, p, g, group):
+        from . import zeros_like
+        alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        s = self.state.setdefault(id(p), {})
+        if not s:  # torch's keys, in its order
+            s["step"], s["square_avg"] = 0, zeros_like(g)
+            if momentum > 0:
+                s["momentum_buffer"] = zeros_like(g)
+            if group["centered"]:
+                s["grad_avg"] = zeros_like(g)
+        s["step"] += 1
+        s["square_avg"] = alpha * s["square_avg"] + (1 - alpha) * g * g
+        if group["centered"]:
+            s["grad_avg"] = alpha * s["grad_avg"] + (1 - alpha) * g
+            avg = (s["square_avg"] - s["grad_avg"] * s["grad_avg"]).sqrt() + eps
+        else:
+            avg = s["square_avg"].sqrt() + eps
+        if momentum > 0:
+            s["momentum_buffer"] = momentum * s["momentum_buffer"] + g / avg
+            return p - group["lr"] * s["momentum_buffer"]
+        return p - group["lr"] * g / avg
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad; updates on .grad (the trace's step has no Adagrad).
+    Its state exists from construction, as torch's."""
+    _TRACE_NAMES = {}
+
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0,
+                 initial_accumulator_value=0.0, eps=1e-10):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
+                                      weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value))
+        for group in self.param_groups:
+            for p in group["params"]:
+                self._fresh_state(p, group)
+
+    def _fresh_state(self, p, group):
+        from . import full
+        s = self.state[id(p)] = {"step": 0, "sum": full(
+            p.shape, group["initial_accumulator_value"], dtype=p.dtype)}
+        return s
+
+    def _update(self, p, g, group):
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        s = self.state.get(id(p)) or self._fresh_state(p, group)
+        s["step"] += 1
+        clr = group["lr"] / (1 + (s["step"] - 1) * group["lr_decay"])
+        s["sum"] = s["sum"] + g * g
+        return p - clr * g / (s["sum"].sqrt() + group["eps"])

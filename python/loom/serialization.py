@@ -2,11 +2,20 @@
 little-endian header size, a JSON header naming each tensor's dtype,
 shape and byte range, then the bytes. A file is written whole or not at
 all (a temporary file renamed over the path); a malformed one is refused
-with ValueError, never half read."""
+with ValueError, never half read.
+
+A dict of name -> Tensor (a state_dict) is saved as those tensors. Any
+other object of tensors and plain Python values (dicts, OrderedDicts,
+lists, tuples, numbers, strings, None: a checkpoint such as {"model":
+sd, "optim": opt.state_dict(), "epoch": 3}) is saved as its tensors,
+numbered, and its structure as JSON in the header's metadata under
+"loom.tree"; load gives the same structure back. Nothing is pickled, so
+loading runs no code."""
 import json
 import os
 import struct
 import tempfile
+from collections import OrderedDict
 
 from . import _C
 from ._dtype import _BY_NAME
@@ -16,12 +25,66 @@ _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF1
           "int64": "I64", "int32": "I32", "int8": "I8", "bool": "BOOL"}
 _DTYPES = {code: _BY_NAME[name] for name, code in _CODES.items()}
 _MAX_HEADER = 100 << 20
+_TREE = "loom.tree"
 
 
-def save(tensors, path, metadata=None):
-    """Saves a dict of name -> Tensor (a state_dict) to path."""
-    if not isinstance(tensors, dict):
-        raise TypeError("loom.save: a dict of name -> Tensor (a state_dict)")
+def save(obj, path, metadata=None):
+    """Saves obj to path: a dict of name -> Tensor (a state_dict) as a plain
+    safetensors file, any other nesting of tensors and plain Python values
+    with its structure (see the module's doc). metadata: str -> str pairs
+    kept in the header."""
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    if _is_flat(obj):
+        tensors = obj
+    else:
+        tensors = {}
+        meta[_TREE] = json.dumps(_encode(obj, tensors, {}), separators=(",", ":"))
+    _write(tensors, path, meta)
+
+
+def _is_flat(obj):
+    return isinstance(obj, dict) and bool(obj) and all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+
+
+def _encode(obj, tensors, seen):
+    """obj as JSON, its tensors put into tensors under numbers (a tensor met
+    twice is stored once, and loads as one tensor)."""
+    if isinstance(obj, Tensor):
+        if id(obj) not in seen:
+            seen[id(obj)] = str(len(tensors))
+            tensors[seen[id(obj)]] = obj
+        return {"T": seen[id(obj)], "g": bool(obj.requires_grad and obj.is_leaf)}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return {"L" if isinstance(obj, list) else "U": [_encode(v, tensors, seen) for v in obj]}
+    if isinstance(obj, dict):
+        items = [[_encode(k, tensors, seen), _encode(v, tensors, seen)] for k, v in obj.items()]
+        return {"O" if isinstance(obj, OrderedDict) else "D": items}
+    raise TypeError(f"loom.save: cannot save a {type(obj).__module__}.{type(obj).__name__}: "
+                    "only loom tensors, dicts, lists, tuples, numbers, strings and None")
+
+
+def _decode(node, tensors):
+    if not isinstance(node, dict):
+        return node
+    (kind, body), = ((k, v) for k, v in node.items() if k != "g")
+    if kind == "T":
+        t = tensors[body]
+        if node.get("g") and t.dtype.is_floating_point:
+            t.requires_grad = True
+        return t
+    if kind in ("L", "U"):
+        items = [_decode(v, tensors) for v in body]
+        return items if kind == "L" else tuple(items)
+    pairs = ((_decode(k, tensors), _decode(v, tensors)) for k, v in body)
+    return OrderedDict(pairs) if kind == "O" else dict(pairs)
+
+
+def _write(tensors, path, meta):
+    """The safetensors file of name -> Tensor and metadata, written to a
+    temporary file that is renamed over path."""
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
         if not isinstance(name, str) or not isinstance(t, Tensor):
@@ -31,8 +94,8 @@ def save(tensors, path, metadata=None):
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    if meta:
+        header["__metadata__"] = meta
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
     directory = os.path.dirname(os.path.abspath(path))
@@ -51,9 +114,13 @@ def save(tensors, path, metadata=None):
         raise
 
 
-def load(path):
-    """The dict of name -> Tensor saved at path (by loom.save or any writer
-    of safetensors)."""
+def load(path, map_location=None):
+    """What loom.save saved at path: the dict of name -> Tensor of a
+    safetensors file (by any writer), or the structure saved with it.
+    map_location: as torch.load's, "cpu" (the only device) or None."""
+    if map_location is not None:
+        from ._tensor import _check_device
+        _check_device(map_location)
     with open(path, "rb") as f:
         raw = f.read()
     where = f"loom.load: {path}"
@@ -96,4 +163,10 @@ def load(path):
     for (_, e0, a), (b1, _, b) in zip(ranges, ranges[1:]):
         if b1 < e0:
             raise ValueError(f"{where}: tensors {a!r} and {b!r} overlap")
+    meta = header.get("__metadata__")
+    if isinstance(meta, dict) and _TREE in meta:
+        try:
+            return _decode(json.loads(meta[_TREE]), out)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: the saved structure is malformed") from None
     return out

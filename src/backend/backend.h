@@ -59,6 +59,10 @@ typedef struct be_request {
   const bool *sym_runtime;      /* per symbol, or NULL */
   const loom_compile_options_t *options; /* use_cc, freeze_params, precise
                                            (NULL for a trial) */
+  /* The target's eager kernels (be_backend_t.eager), for the reference
+   * back end running the nodes the target did not build: tried before a
+   * node's reference kernel. NULL: none. */
+  bool (*eager)(ref_call_t *c, loom_status_t *status);
   /* Only say which groups would be built (fill generated), build
    * nothing: rt_sym_split_groups asks this before the memory plan. */
   bool trial;

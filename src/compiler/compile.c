@@ -525,10 +525,14 @@ static bool *wanted_groups(const loom_executable_t *e) {
 static loom_status_t build_part(loom_executable_t *e, int k, const loom_compile_options_t *o,
                                 const bool *want, bool *generated) {
   rt_part_t *p = &e->parts[k];
+  const be_backend_t *target = e->parts[0].backend;
   be_request_t req = {.graph = e->graph, .plan = &e->plan, .want = want,
                       .slot_of_value = e->slot_of_value, .n_slots = e->n_slots,
                       .slots = e->slots, .syms = e->syms, .sym_runtime = rt_sym_runtime(e),
                       .options = o};
+  /* The reference part runs on host memory: a host target's eager kernels
+   * serve it. */
+  if (k == 1 && target->device == p->backend->device) req.eager = target->eager;
   be_result_t res = {.generated = generated};
   LOOM_TRY(p->backend->build(&req, &res, &p->program));
   if (res.lost != LOOM_FALLBACK_NONE) note_lost(e, res.lost, res.lost_reason);

@@ -6,6 +6,7 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d,  # 
                      LeakyReLU, Linear, LogSigmoid, LogSoftmax, LSTM, LSTMCell, MaxPool2d,
                      Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
                      Softplus, Tanh, TransformerEncoder, TransformerEncoderLayer, Unflatten)
+from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa: F401
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401

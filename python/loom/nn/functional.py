@@ -1,4 +1,10 @@
 """torch.nn.functional's names over Loom's ops."""
+import math
+import numbers
+import types
+
+import numpy as np
+
 from .. import _C
 from .. import functional as _F
 from .._tensor import Tensor
@@ -270,6 +276,9 @@ def _conv_pads(padding, kernel, dilation, stride):
             raise ValueError("padding='same' is not supported for strided convolutions")
         total = [d * (k - 1) for d, k in zip(dilation, kernel)]
         return [total[0] // 2, total[1] // 2, total[0] - total[0] // 2, total[1] - total[1] // 2]
+    if isinstance(padding, str):
+        raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                         f"['valid', 'same']")
     ph, pw = _pair_of(padding)
     return [ph, pw, ph, pw]
 
@@ -302,22 +311,117 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         "output_padding": list(_pair_of(output_padding))})
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
-    ph, pw = _pair_of(padding)
-    attrs = {"kernel": list(_pair_of(kernel_size)), "pads": [ph, pw, ph, pw],
-             "dilation": list(_pair_of(dilation))}
-    if stride is not None:
-        attrs["stride"] = list(_pair_of(stride))
-    return _C.op("max_pool2d", (x,), attrs)
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """As PyTorch's, (N, C, H, W) or (C, H, W); ceil_mode pads the ends
+    with -inf so that the op's floor-mode windows cover PyTorch's;
+    return_indices also gives each maximum's flat index in its H x W plane."""
+    if x.ndim == 3:
+        out = max_pool2d(x.unsqueeze(0), kernel_size, stride, padding, dilation, ceil_mode,
+                         return_indices)
+        return tuple(o.squeeze(0) for o in out) if return_indices else out.squeeze(0)
+    g = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if any(g.extra):
+        x = _F.pad(x, (g.pad[1], g.pad[1] + g.extra[1], g.pad[0], g.pad[0] + g.extra[0]),
+                   value=float("-inf"))
+        pads = [0, 0, 0, 0]
+    else:
+        pads = list(g.pad) * 2
+    y = _C.op("max_pool2d", (x,), {"kernel": list(g.kernel), "stride": list(g.stride),
+                                   "pads": pads, "dilation": list(g.dilation)})
+    return (y, _max_pool_indices(x, g, pads)) if return_indices else y
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    ph, pw = _pair_of(padding)
-    attrs = {"kernel": list(_pair_of(kernel_size)), "pads": [ph, pw, ph, pw],
-             "count_include_pad": int(count_include_pad)}
-    if stride is not None:
-        attrs["stride"] = list(_pair_of(stride))
-    return _C.op("avg_pool2d", (x,), attrs)
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Kernel, stride, padding, dilation, input and output sizes of a 2-d
+    pooling (PyTorch's output size), and the end padding each spatial dim
+    needs beyond padding to give that size in floor mode."""
+    if x.ndim != 4:
+        raise ValueError(f"pool2d: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got "
+                         f"{x.ndim}-d")
+    k, d = _pair_of(kernel_size), _pair_of(dilation)
+    s = k if stride is None or (not isinstance(stride, int) and not stride) else _pair_of(stride)
+    p = _pair_of(padding)
+    if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
+        raise ValueError(f"pool2d: kernel_size {k}, stride {s} and dilation {d} must be "
+                         f"positive, padding {p} at least 0")
+    span = [di * (ki - 1) + 1 for ki, di in zip(k, d)]
+    if any(pi > sp // 2 for pi, sp in zip(p, span)):
+        raise ValueError(f"pool2d: padding {p} should be at most half of the kernel size "
+                         f"{k} (with dilation {d})")
+    size, out, extra = tuple(x.shape[2:]), [], []
+    for n, sp, si, pi in zip(size, span, s, p):
+        o = (n + 2 * pi - sp + (si - 1 if ceil_mode else 0)) // si + 1
+        if ceil_mode and (o - 1) * si >= n + pi:  # the last window starts in the padding
+            o -= 1
+        if o < 1:
+            raise ValueError(f"pool2d: input of spatial size {size} is too small for "
+                             f"kernel {k} (dilation {d}, padding {p})")
+        out.append(o)
+        extra.append(max(0, (o - 1) * si + sp - (n + 2 * pi)))
+    return types.SimpleNamespace(kernel=k, stride=s, pad=p, dilation=d, size=size, out=out,
+                           extra=extra)
+
+
+def _max_pool_indices(xp, g, pads):
+    """The flat (h * W + w) input index of each window's first maximum: an
+    argmax over the window's taps gathered from xp (x padded), mapped
+    through a table of each tap's input index."""
+    n, c = xp.shape[0], xp.shape[1]
+    hp, wp = xp.shape[2] + pads[0] + pads[2], xp.shape[3] + pads[1] + pads[3]
+    if any(pads):
+        xp = _F.pad(xp, (pads[1], pads[3], pads[0], pads[2]), value=float("-inf"))
+    (oh, ow), (sh, sw), (dh, dw), (kh, kw) = g.out, g.stride, g.dilation, g.kernel
+    rows = (np.arange(oh)[:, None, None, None] * sh + np.arange(kh)[None, None, :, None] * dh)
+    cols = (np.arange(ow)[None, :, None, None] * sw + np.arange(kw)[None, None, None, :] * dw)
+    taps = (rows * wp + cols).reshape(-1)
+    r, q = rows - g.pad[0], cols - g.pad[1]
+    source = np.broadcast_to(r * g.size[1] + q, (oh, ow, kh, kw)).reshape(-1)
+    patches = _F.index_select(_F.stop_gradient(xp).reshape(n, c, hp * wp), 2, _F._const(taps))
+    best = _F.argmax(patches.reshape(n, c, oh * ow, kh * kw), -1)
+    flat = best + _F._const(np.arange(oh * ow, dtype=np.int64) * (kh * kw))
+    return _F._op("gather", _F._const(source.astype(np.int64)), flat, axis=0).reshape(
+        n, c, oh, ow)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """As PyTorch's. With ceil_mode or divisor_override: the mean over the
+    whole kernel of x zero-padded, rescaled per output position to
+    PyTorch's divisor (windows past the padding count only what they
+    cover of it)."""
+    if x.ndim == 3:
+        return avg_pool2d(x.unsqueeze(0), kernel_size, stride, padding, ceil_mode,
+                          count_include_pad, divisor_override).squeeze(0)
+    g = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
+    attrs = {"kernel": list(g.kernel), "stride": list(g.stride)}
+    if not ceil_mode and divisor_override is None:
+        attrs.update(pads=list(g.pad) * 2, count_include_pad=int(count_include_pad))
+        return _C.op("avg_pool2d", (x,), attrs)
+    if divisor_override is not None and int(divisor_override) == 0:
+        raise ValueError("avg_pool2d: divisor_override must not be zero")
+    (ph, pw), (eh, ew) = g.pad, g.extra
+    padded = _F.pad(x, (pw, pw + ew, ph, ph + eh))
+    mean = _C.op("avg_pool2d", (padded,), dict(attrs, pads=[0, 0, 0, 0], count_include_pad=1))
+    scale = _avg_pool_scale(g, count_include_pad, divisor_override)
+    return mean * _F.cast(_F._const(scale), x.dtype)
+
+
+def _avg_pool_scale(g, count_include_pad, divisor_override):
+    """kh * kw / PyTorch's divisor, per output position (oh, ow)."""
+    counts = []
+    for n, o, k, s, p in zip(g.size, g.out, g.kernel, g.stride, g.pad):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        counts.append((end - start, np.minimum(end, n) - np.maximum(start, 0)))
+    (padded_h, valid_h), (padded_w, valid_w) = counts
+    if divisor_override is not None:
+        divisor = np.full((g.out[0], g.out[1]), float(divisor_override))
+    elif count_include_pad:
+        divisor = np.outer(padded_h, padded_w).astype(np.float64)
+    else:
+        divisor = np.outer(valid_h, valid_w).astype(np.float64)
+    return (g.kernel[0] * g.kernel[1] / divisor).astype(np.float32)
 
 
 def adaptive_avg_pool2d(x, output_size):
@@ -366,14 +470,12 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
 
 def _causal_mask(lq, lk):
     from .. import tensor
-    import numpy as np
     return tensor(np.triu(np.full((lq, lk), -np.inf, np.float32), 1))
 
 
 def _attention(q, k, v, mask, dropout_p, scale):
     """softmax(q k^T * scale + mask) (dropped out at dropout_p) v, and the
     weights. mask: additive (float) or None."""
-    import math
     scores = _C.op("matmul", (q, k), {"trans_b": 1}) * (scale or 1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         scores = scores + mask
@@ -395,3 +497,194 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
             attn_mask = _F.where(attn_mask, 0.0, float("-inf"))
         mask = attn_mask if mask is None else mask + attn_mask
     return _attention(q, k, v, mask, dropout_p, scale)[0]
+
+
+# ---- resampling ----
+
+_SPATIAL_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+_INTERP_MODES = ("nearest", "nearest-exact", "area") + tuple(_SPATIAL_DIMS)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """torch.nn.functional.interpolate of (N, C, *spatial) inputs, 1 to 3
+    spatial dims, one dim at a time: each output element a weighted sum of
+    taps read by index_select, at the source indices and weights PyTorch's
+    kernels compute (so gradients are index_select's: scattered back)."""
+    _check_interpolate(input, mode, align_corners, antialias)
+    sizes, scales = _interp_sizes(input, size, scale_factor, recompute_scale_factor)
+    y = input
+    for axis, (n_out, scale) in enumerate(zip(sizes, scales), 2):
+        taps = _interp_taps(mode, input.shape[axis], n_out, scale, bool(align_corners),
+                            input.dtype.name == "float64")
+        y = _resample(y, axis, taps)
+    return y
+
+
+def _check_interpolate(input, mode, align_corners, antialias):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"interpolate: input must be a loom Tensor, got "
+                        f"{type(input).__name__}")
+    if mode not in _INTERP_MODES:
+        raise ValueError(f"interpolate: mode {mode!r} is not one of {list(_INTERP_MODES)}")
+    if input.ndim not in (3, 4, 5):
+        raise ValueError(f"interpolate: expected a 3-d, 4-d or 5-d input (N, C, *spatial), "
+                         f"got {input.ndim}-d")
+    need = _SPATIAL_DIMS.get(mode)
+    if need is not None and input.ndim != need + 2:
+        raise ValueError(f"interpolate: got {input.ndim}D input, but {mode} mode needs "
+                         f"{need + 2}D input")
+    if align_corners is not None and need is None:
+        raise ValueError("align_corners option can only be set with the interpolating "
+                         "modes: linear | bilinear | bicubic | trilinear")
+    if antialias:
+        raise NotImplementedError("loom interpolate: antialias=True")
+    if mode not in ("nearest", "nearest-exact") and not input.dtype.is_floating_point:
+        raise TypeError(f"interpolate: mode {mode!r} needs a floating point input, got "
+                        f"{input.dtype.name}")
+
+
+def _per_dim(value, n, what):
+    """value as a list of n numbers (one number is repeated)."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n:
+        raise ValueError(f"interpolate: input has {n} spatial dims, but {what} has "
+                         f"{len(values)} entries: {value!r}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"interpolate: {what} must hold numbers, got {value!r}")
+    return values
+
+
+def _interp_sizes(input, size, scale_factor, recompute_scale_factor):
+    """Output sizes and the scale factors the kernels use (None: in / out),
+    as PyTorch 1.13: sizes floor(in * scale); recompute_scale_factor
+    drops the given scales for in / out."""
+    n = input.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        if recompute_scale_factor:
+            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+        sizes = [int(v) for v in _per_dim(size, n, "size")]
+        scales = [None] * n
+    else:
+        scales = [float(v) for v in _per_dim(scale_factor, n, "scale_factor")]
+        sizes = [math.floor(float(m) * s) for m, s in zip(input.shape[2:], scales)]
+        if recompute_scale_factor:
+            scales = [None] * n
+    if min(sizes) <= 0 or min(input.shape[2:]) <= 0:
+        raise ValueError(f"interpolate: input and output sizes should be greater than 0 "
+                         f"(input {list(input.shape[2:])}, output {sizes})")
+    return sizes, scales
+
+
+def _resample(x, axis, taps):
+    """sum over taps of x's entries at idx along axis times weight (None: 1)."""
+    n_in = x.shape[axis]
+    if len(taps) == 1 and taps[0][1] is None and np.array_equal(taps[0][0], np.arange(n_in)):
+        return x
+    out = None
+    for idx, w in taps:
+        part = _F._op("index_select", x, _F._const(idx.astype(np.int64)), axis=axis)
+        if w is not None:
+            w = w.reshape([-1] + [1] * (x.ndim - axis - 1))
+            part = part * _F.cast(_F._const(w), x.dtype)
+        out = part if out is None else out + part
+    return out
+
+
+def _interp_taps(mode, n_in, n_out, scale, align_corners, double):
+    """[(source indices, weights or None)] of one spatial dim: PyTorch's
+    index and weight arithmetic, in float32 unless the input is float64
+    (as its kernels compute for float inputs)."""
+    ft = np.float64 if double else np.float32
+    if mode in ("nearest", "nearest-exact"):
+        return [(_nearest_index(mode, n_in, n_out, scale), None)]
+    if mode == "area":
+        return _area_taps(n_in, n_out, ft)
+    d = np.arange(n_out).astype(ft)
+    if align_corners:
+        s = ft(n_in - 1) / ft(n_out - 1) if n_out > 1 else ft(0)
+        real = s * d
+    else:
+        s = ft(1.0 / scale) if scale is not None and scale > 0 else ft(n_in) / ft(n_out)
+        real = s * (d + ft(0.5)) - ft(0.5)
+    if mode == "bicubic":
+        return _cubic_taps(real, n_in, ft)
+    real = np.maximum(real, ft(0))
+    i0 = real.astype(np.int64)
+    l1 = (real - i0.astype(ft)).astype(ft)
+    i1 = i0 + (i0 < n_in - 1)
+    return _drop_zero_taps([(i0, (ft(1) - l1).astype(ft)), (i1, l1)])
+
+
+def _nearest_index(mode, n_in, n_out, scale):
+    """PyTorch's nearest_idx / nearest_exact_idx: float32 arithmetic, and
+    nearest's shortcuts for sizes kept and doubled."""
+    d = np.arange(n_out)
+    if mode == "nearest" and n_out == n_in:
+        return d
+    if mode == "nearest" and n_out == 2 * n_in:
+        return d >> 1
+    f32 = np.float32
+    s = f32(1.0 / scale) if scale is not None and scale > 0 else f32(n_in) / f32(n_out)
+    if mode == "nearest":
+        src = d.astype(f32) * s
+    else:
+        src = ((d + 0.5) * np.float64(s)).astype(f32)
+    return np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+
+
+def _cubic_taps(real, n_in, ft):
+    """Four taps around floor(real), indices clamped to the edge, weights
+    of the cubic convolution with A = -0.75 (PyTorch's)."""
+    a = ft(-0.75)
+    i = np.floor(real).astype(np.int64)
+    t = (real - i.astype(ft)).astype(ft)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    return _drop_zero_taps([(np.clip(i - 1 + j, 0, n_in - 1), w.astype(ft))
+                            for j, w in enumerate(weights)])
+
+
+def _area_taps(n_in, n_out, ft):
+    """Adaptive average pooling's windows [floor(i in / out), ceil((i + 1)
+    in / out)), as taps of weight 1 / window length (0 past its end)."""
+    i = np.arange(n_out)
+    start, end = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+    length = end - start
+    taps = []
+    for k in range(int(length.max())):
+        inside = start + k < end
+        taps.append((np.minimum(start + k, end - 1),
+                     np.where(inside, ft(1) / length.astype(ft), ft(0)).astype(ft)))
+    return taps
+
+
+def _drop_zero_taps(taps):
+    """taps less those of weight 0 everywhere; a lone tap of weight 1
+    everywhere needs no multiply."""
+    kept = [(i, w) for i, w in taps if np.any(w != 0)] or taps[:1]
+    if len(kept) == 1 and np.all(kept[0][1] == 1):
+        return [(kept[0][0], None)]
+    return kept
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """The deprecated name of interpolate."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Bilinear with align_corners=True, as PyTorch's."""
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -233,10 +233,37 @@ def _uniform_params(module, fan_in, *names_shapes):
         setattr(module, name, t)
 
 
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _check_conv_padding(padding, padding_mode, stride):
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {list(_PADDING_MODES)}, but got "
+                         f"padding_mode={padding_mode!r}")
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                             f"['valid', 'same']")
+        if padding == "same" and any(s != 1 for s in F._pair_of(stride)):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+
+
+def _mode_padded(x, pads, mode):
+    """x padded by F.pad's mode; pads (top, left, bottom, right) as the
+    conv op's (top and bottom ignored for a 3-d, 1-d convolution input)."""
+    top, left, bottom, right = pads
+    return _F.pad(x, (left, right) if x.ndim == 3 else (left, right, top, bottom), mode=mode)
+
+
 class Conv2d(Module):
+    """torch.nn.Conv2d; padding_mode other than 'zeros' pads the input by
+    F.pad's mode, then convolves it unpadded."""
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True):
+                 dilation=1, groups=1, bias=True, padding_mode="zeros"):
         super().__init__()
+        _check_conv_padding(padding, padding_mode, stride)
+        self.padding_mode = padding_mode
         kh, kw = F._pair_of(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (kh, kw)
@@ -248,6 +275,11 @@ class Conv2d(Module):
             self.bias = None
 
     def forward(self, x):
+        if self.padding_mode != "zeros":
+            pads = F._conv_pads(self.padding, self.kernel_size, F._pair_of(self.dilation),
+                                F._pair_of(self.stride))
+            return F.conv2d(_mode_padded(x, pads, self.padding_mode), self.weight, self.bias,
+                            self.stride, 0, self.dilation, self.groups)
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
@@ -263,8 +295,8 @@ class Conv1d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros"):
         super().__init__()
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"loom Conv1d: padding_mode={padding_mode!r}")
+        _check_conv_padding(padding, padding_mode, stride)
+        self.padding_mode = padding_mode
         k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (k,)
@@ -276,6 +308,15 @@ class Conv1d(Module):
             self.bias = None
 
     def forward(self, x):
+        if self.padding_mode != "zeros":
+            def first(v):
+                return v if isinstance(v, int) else v[0]
+            padding = self.padding if isinstance(self.padding, str) else first(self.padding)
+            pads = F._conv_pads((0, padding) if isinstance(padding, int) else padding,
+                                (1,) + self.kernel_size, (1, first(self.dilation)),
+                                (1, first(self.stride)))
+            return F.conv1d(_mode_padded(x, pads, self.padding_mode), self.weight, self.bias,
+                            self.stride, 0, self.dilation, self.groups)
         return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
@@ -386,21 +427,37 @@ class GroupNorm(Module):
 
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
         super().__init__()
-        self.args = (kernel_size, stride, padding, dilation)
+        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
+        self.stride = kernel_size if stride is None else stride
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, x):
-        return F.max_pool2d(x, *self.args)
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, " \
+               f"padding={self.padding}, dilation={self.dilation}, ceil_mode={self.ceil_mode}"
 
 
 class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
         super().__init__()
-        self.args = (kernel_size, stride, padding, count_include_pad)
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None else stride
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
 
     def forward(self, x):
-        return F.avg_pool2d(x, *self.args)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AdaptiveAvgPool2d(Module):
@@ -410,6 +467,37 @@ class AdaptiveAvgPool2d(Module):
 
     def forward(self, x):
         return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class Upsample(Module):
+    """torch.nn.Upsample: F.interpolate with the module's arguments."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x):
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else \
+            f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """Bilinear with align_corners=True, as PyTorch's."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
 class MultiheadAttention(Module):

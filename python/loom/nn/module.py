@@ -6,7 +6,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .. import _compile
-from .._tensor import Tensor
+from .._tensor import RemovableHandle, Tensor
 
 
 def Parameter(data, requires_grad=True):
@@ -99,7 +99,32 @@ class Module:
         if _compile.guards is not None:  # loom.compile: the capture depends on the mode
             _compile.guard((id(self), "training"), f"{type(self).__name__}.training",
                            lambda: self.training)
-        return self.forward(*args, **kwargs)
+        for hook in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
+            new = hook(self, args)
+            if new is not None:
+                args = new if isinstance(new, tuple) else (new,)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self.__dict__.get("_forward_hooks", {}).values()):
+            new = hook(self, args, out)
+            if new is not None:
+                out = new
+        return out
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, args) runs before forward; a value it returns (a
+        tuple, or one value) replaces the positional arguments."""
+        return self._add_hook("_forward_pre_hooks", hook)
+
+    def register_forward_hook(self, hook):
+        """hook(module, args, output) runs after forward; a value it
+        returns replaces the output."""
+        return self._add_hook("_forward_hooks", hook)
+
+    def _add_hook(self, kind, hook):
+        hooks = self.__dict__.setdefault(kind, OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
 
     # ---- walking the tree ----
     def named_modules(self, prefix=""):

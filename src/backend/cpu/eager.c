@@ -20,11 +20,14 @@
  *     whose index and src have one shape, equal to self's off the axis;
  *     i64 or i32 indices (eager_index.c);
  *   - sum and mean of f32 over adjacent axes, softmax and log_softmax of
- *     f32 (eager_reduce.c).
+ *     f32 (eager_reduce.c);
+ *   - conv2d, conv_transpose2d and conv2d_weight_grad of dense f32 NCHW
+ *     tensors, on generated code's kernels (eager_conv.c); max_pool2d and
+ *     avg_pool2d of dense f32 NCHW images (eager_pool.c).
  * Every other op, dtype or layout is the reference kernels', and so is
  * an index out of range, whose error the reference kernel gives.
  *
- * Results are the reference's bits except matmul's and those of exp,
+ * Results are the reference's bits except matmul's, the convolutions' and those of exp,
  * tanh and sigmoid: f32 add, sub, mul, div and mod are exact roundings of the
  * double results the reference rounds, the other unary ops round the
  * same or compute in double as the reference does, comparisons are
@@ -32,7 +35,7 @@
  * order and round once, softmax and log_softmax compute each line in
  * double as it does. matmul accumulates in f32, and exp, tanh and
  * sigmoid compute in float (float_math.h, within a few ulp), as compiled
- * code does: libm's double functions were a quarter of an LSTM's time in
+ * code does (the convolutions too): libm's double functions were a quarter of an LSTM's time in
  * the fallback. */
 #include <string.h>
 
@@ -220,6 +223,11 @@ bool cpu_eager(ref_call_t *c, loom_status_t *status) {
     case IR_OP_MEAN: return cpu_eager_reduce(c, status);
     case IR_OP_SOFTMAX:
     case IR_OP_LOG_SOFTMAX: return cpu_eager_softmax(c, status);
+    case IR_OP_CONV2D:
+    case IR_OP_CONV_TRANSPOSE2D:
+    case IR_OP_CONV2D_WEIGHT_GRAD: return cpu_eager_conv(c, status);
+    case IR_OP_MAX_POOL2D:
+    case IR_OP_AVG_POOL2D: return cpu_eager_pool(c, status);
     default: break;
   }
   return cpu_eager_elementwise(c, status);

@@ -34,6 +34,11 @@ typedef struct cpu_eager_sum_rows {
 } cpu_eager_sum_rows_t;
 const cpu_eager_sum_rows_t *cpu_eager_sum_rows_isa(core_isa_t isa);
 
+/* eager_conv.c: conv2d, conv_transpose2d and conv2d_weight_grad */
+bool cpu_eager_conv(ref_call_t *c, loom_status_t *status);
+/* eager_pool.c: max_pool2d and avg_pool2d */
+bool cpu_eager_pool(ref_call_t *c, loom_status_t *status);
+
 /* eager_math.c: f32 exp, tanh and sigmoid over n contiguous elements
  * (y and a apart), as generated code computes them (float_math.h); the
  * instance of the widest ISA the CPU runs and LOOM_CPU_ISA allows, or

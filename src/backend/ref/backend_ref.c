@@ -4,12 +4,15 @@
  * copies and points at the run's slots, so that overlapping runs share
  * nothing they write. It generates no code and fuses nothing: as a
  * target ("ref") every node is a group of its own; behind another target
- * it runs the single nodes that target did not build. Kernels expect
- * host memory: its device is the CPU. */
+ * it runs the single nodes that target did not build, through that
+ * target's eager kernels where they take the node (a vectorized conv2d
+ * over a batch known only at run time) and the reference kernel
+ * elsewhere. Kernels expect host memory: its device is the CPU. */
 #include <string.h>
 
 #include "backend/ref/backend_ref.h"
 #include "core/alloc.h"
+#include "core/pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/ref.h"
@@ -26,6 +29,8 @@ struct be_program {
   const bool *sym_runtime;   /* the request's: sizes change with runs */
   int n_groups;
   ref_kernel_t *kernel;      /* per group */
+  bool (*eager)(ref_call_t *c, loom_status_t *status); /* the request's */
+  core_pool_t *pool;         /* the eager kernels' threads, or NULL */
 };
 
 /* Per group, the scratch its kernel keeps between launches of one run. */
@@ -103,6 +108,7 @@ static void ref_destroy(be_program_t *p) {
   if (!p) return;
   for (int i = 0; p->kernel && i < p->n_groups; i++) free_kernel(&p->kernel[i]);
   core_free(p->kernel);
+  core_pool_release(p->pool);
   core_free(p);
 }
 
@@ -121,7 +127,7 @@ static loom_status_t ref_build(const be_request_t *req, be_result_t *res, be_pro
     return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
   }
   *p = (be_program_t){.graph = req->graph, .sym_runtime = req->sym_runtime,
-                      .n_groups = n_groups, .kernel = p->kernel};
+                      .n_groups = n_groups, .kernel = p->kernel, .eager = req->eager};
   loom_status_t s = LOOM_OK;
   for (int gi = 0; gi < n_groups && s == LOOM_OK; gi++)
     if (res->generated[gi]) s = build_kernel(p, req, req->plan->groups[gi].nodes[0], &p->kernel[gi]);
@@ -134,15 +140,15 @@ static loom_status_t ref_build(const be_request_t *req, be_result_t *res, be_pro
   return LOOM_OK;
 }
 
+/* Threads only for the eager kernels (the reference ones run on the
+ * calling thread). */
 static loom_status_t ref_start(be_program_t *p, int threads) {
-  (void)p;
-  (void)threads;
-  return LOOM_OK;
+  if (!p->eager || threads == 1) return LOOM_OK;
+  return core_pool_acquire(threads, &p->pool);
 }
 
 static int ref_threads(const be_program_t *p) {
-  (void)p;
-  return 1;
+  return p->pool ? core_pool_threads(p->pool) : 1;
 }
 
 /* The templates take the runtime symbols' new sizes. */
@@ -205,20 +211,28 @@ static loom_status_t ref_launch(be_program_t *p, int32_t group, void *const *slo
     in[i].data = slots[k->in_slot[i]];
     in_p[i] = &in[i];
   }
+  bool over_input[n->n_out + 1], any_over = false;
   for (int i = 0; i < n->n_out; i++) {
     out[i] = *k->out[i];
     out[i].data = slots[k->out_slot[i]];
     out_p[i] = &out[i];
-    /* Reference kernels expect zeroed outputs (some accumulate). An empty
-     * one may have no storage (a null slot): nothing to clear; one placed
-     * over its input (an F_INPLACE op, compile.c) keeps the input. */
-    size_t bytes = (size_t)loom_tensor_numel(&out[i]) * loom_dtype_size(out[i].dtype);
-    bool over_input = false;
-    for (int j = 0; j < n->n_in; j++) over_input |= in[j].data == out[i].data;
-    if (bytes && !over_input) memset(out[i].data, 0, bytes);
+    over_input[i] = false;
+    for (int j = 0; j < n->n_in; j++) over_input[i] |= in[j].data == out[i].data;
+    any_over |= over_input[i];
   }
   ref_call_t call = {.g = p->graph, .node = n, .attrs = n->attrs, .n_in = n->n_in,
-                     .in = in_p, .n_out = n->n_out, .out = out_p, .scratch = &r->scratch[group]};
+                     .in = in_p, .n_out = n->n_out, .out = out_p, .scratch = &r->scratch[group],
+                     .pool = p->pool};
+  /* Eager kernels write outputs apart from their inputs. */
+  loom_status_t s = LOOM_OK;
+  if (p->eager && !any_over && p->eager(&call, &s)) return s;
+  /* Reference kernels expect zeroed outputs (some accumulate). An empty
+   * one may have no storage (a null slot): nothing to clear; one placed
+   * over its input (an F_INPLACE op, compile.c) keeps the input. */
+  for (int i = 0; i < n->n_out; i++) {
+    size_t bytes = (size_t)loom_tensor_numel(&out[i]) * loom_dtype_size(out[i].dtype);
+    if (bytes && !over_input[i]) memset(out[i].data, 0, bytes);
+  }
   return ref_kernels[n->op](&call);
 }
 
