@@ -114,6 +114,90 @@ static void test_cnn_symbolic_batch(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- Slices of a symbolic axis --------------------------------------------
+ * x[:, 1:], x[:, :-1], x[:, ::2], x[:, -1:] and x[:, ::-1] (as exporters
+ * write it: end -INT64_MAX) of x (4, n) keep n symbolic (n - 1, n - 1,
+ * (n + 1) / 2, 1, n) and match the interpreter at every size; x[:, 2:5]
+ * takes 3 elements, so an axis shorter than 5 fails to bind, naming the
+ * slice, instead of reading past the axis. */
+
+static void slice_axis1(loom_graph_t *g, loom_value_t x, int64_t start, int64_t end,
+                        int64_t step) {
+  loom_value_t y;
+  CHECK_OK(loom_slice(g, x, 1, &start, &end, (int64_t[]){1}, &step, &y));
+  CHECK_OK(loom_graph_output(g, y));
+}
+
+static int slice_inputs(int64_t n, loom_tensor_t **in) {
+  in[0] = test_rand_tensor(LOOM_F32, 2, (int64_t[]){4, n}, -1, 1);
+  return 1;
+}
+
+/* relu(x[2:5]) of x (n, 6): generated code reads the slice as a view of
+ * x; a batch shorter than 5 fails to bind. */
+static void too_short_lead(void) {
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x, s, y;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){n, 6}, &x));
+  CHECK_OK(loom_slice(g, x, 1, (int64_t[]){2}, (int64_t[]){5}, (int64_t[]){0}, NULL, &s));
+  CHECK_OK(loom_relu(g, s, &y));
+  CHECK_OK(loom_graph_output(g, y));
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  for (int64_t len = 9; e && len >= 3; len -= 6) {
+    loom_tensor_t *in = test_rand_tensor(LOOM_F32, 2, (int64_t[]){len, 6}, -1, 1), *out = NULL;
+    CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){3, 6}, &out));
+    if (len == 9) check_run(g, e, 1, &in, 1);
+    else CHECK_ERR(loom_executable_run(e, 1, &in, 1, &out), LOOM_ERR_BINDING, "slice node");
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(out);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
+static void test_slices_of_a_symbolic_axis(void) {
+  test_seed(10);
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t n;
+  loom_value_t x;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){4, n}, &x));
+  slice_axis1(g, x, 1, INT64_MAX, 1);
+  slice_axis1(g, x, 0, -1, 1);
+  slice_axis1(g, x, 0, INT64_MAX, 2);
+  slice_axis1(g, x, -1, INT64_MAX, 1);
+  slice_axis1(g, x, -1, -INT64_MAX, -1);
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
+  run_sizes("slices", g, &o, slice_inputs, 5, &info);
+  loom_graph_destroy(g);
+
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){4, n}, &x));
+  slice_axis1(g, x, 2, 5, 1);
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  for (int64_t len = 8; e && len >= 4; len -= 4) {
+    loom_tensor_t *in, *out = NULL;
+    slice_inputs(len, &in);
+    CHECK_OK(loom_tensor_create(LOOM_F32, 2, (int64_t[]){4, 3}, &out));
+    if (len == 8) check_run(g, e, 1, &in, 1);
+    else CHECK_ERR(loom_executable_run(e, 1, &in, 1, &out), LOOM_ERR_BINDING, "slice node");
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(out);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+  too_short_lead();
+}
+
 /* ---- An MLP with a symbolic batch ---------------------------------------- */
 
 /* x (n, 16) -> relu(x @ w1 + b1) @ w2 + b2; y and the parameters out. */
@@ -688,6 +772,7 @@ int main(void) {
   TEST_RUN(test_mlp_symbolic_batch);
   TEST_RUN(test_mlp_reference_only);
   TEST_RUN(test_cnn_symbolic_batch);
+  TEST_RUN(test_slices_of_a_symbolic_axis);
   TEST_RUN(test_mlp_gradients);
   TEST_RUN(test_rows_softmax_layer_norm);
   TEST_RUN(test_matmul_symbolic_m);

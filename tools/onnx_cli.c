@@ -172,24 +172,92 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
-  s->n_in = loom_graph_num_inputs(s->g);
-  if (s->n_in > MAX_ARGS) return fail(cmd, "too many inputs");
+/* Every --input names one input of the model, once; every --dim one of
+ * its inputs' symbolic dims, once. */
+static int check_names(const char *cmd, const session_t *s, const args_t *a) {
   for (int k = 0; k < a->n_inputs; k++) {
     int found = 0;
     for (int i = 0; i < s->n_in; i++) found |= !strcmp(loom_graph_input_name(s->g, i), a->input_names[k]);
+    for (int j = 0; j < k; j++)
+      if (!strcmp(a->input_names[j], a->input_names[k])) {
+        fprintf(stderr, "loom %s: --input %s is given twice\n", cmd, a->input_names[k]);
+        return 1;
+      }
     if (!found) {
       fprintf(stderr, "loom %s: --input %s: the model has no input of that name\n", cmd,
               a->input_names[k]);
       return 1;
     }
   }
+  for (int k = 0; k < a->n_dims; k++) {
+    int found = 0;
+    for (int j = 0; j < k; j++)
+      if (!strcmp(a->dim_names[j], a->dim_names[k])) {
+        fprintf(stderr, "loom %s: --dim %s is given twice\n", cmd, a->dim_names[k]);
+        return 1;
+      }
+    for (int i = 0; i < s->n_in && !found; i++) {
+      loom_value_t v;
+      loom_dtype_t dt;
+      int rank = 0;
+      loom_dim_t dims[LOOM_MAX_RANK];
+      if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
+          loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
+        return fail(cmd, "input");
+      for (int d = 0; d < rank && !found; d++) {
+        char sym[128];
+        found = dims[d] < 0 && (loom_dim_format(s->g, dims[d], sym, sizeof sym), !strcmp(sym, a->dim_names[k]));
+      }
+    }
+    if (!found) {
+      fprintf(stderr, "loom %s: --dim %s: no input of the model has a symbolic dim of that "
+              "name\n", cmd, a->dim_names[k]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* An input file of another dtype or rank than the model's input, or
+ * whose size disagrees with a --dim given for its dim. */
+static int check_input(const char *cmd, const session_t *s, const args_t *a, int i) {
+  loom_value_t v;
+  loom_dtype_t dt;
+  int rank = 0;
+  loom_dim_t dims[LOOM_MAX_RANK];
+  if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
+      loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
+    return fail(cmd, "input");
+  const char *name = loom_graph_input_name(s->g, i);
+  if (loom_tensor_dtype(s->in[i]) != dt || loom_tensor_rank(s->in[i]) != rank) {
+    fprintf(stderr, "loom %s: input '%s' is %s of rank %d, but the model takes %s of rank %d\n",
+            cmd, name, loom_dtype_name(loom_tensor_dtype(s->in[i])), loom_tensor_rank(s->in[i]),
+            loom_dtype_name(dt), rank);
+    return 1;
+  }
+  for (int d = 0; d < rank && d < loom_tensor_rank(s->in[i]); d++) {
+    char sym[128];
+    int64_t want = dim_size(s->g, dims[d], a, sym, sizeof sym);
+    if (dims[d] < 0 && want >= 0 && want != loom_tensor_dim(s->in[i], d)) {
+      fprintf(stderr, "loom %s: input '%s' dim %d is %lld, but --dim %s=%lld\n", cmd, name, d, (long long)loom_tensor_dim(s->in[i], d), sym,
+              (long long)want);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
+  s->n_in = loom_graph_num_inputs(s->g);
+  if (s->n_in > MAX_ARGS) return fail(cmd, "too many inputs");
+  if (check_names(cmd, s, a)) return 1;
   for (int i = 0; i < s->n_in; i++) {
     const char *name = loom_graph_input_name(s->g, i);
     for (int k = 0; k < a->n_inputs; k++) {
       if (strcmp(a->input_names[k], name)) continue;
       if (loom_tensor_load_npy(a->input_files[k], &s->in[i]) != LOOM_OK) return fail(cmd, "--input");
     }
+    if (s->in[i] && check_input(cmd, s, a, i)) return 1;
     if (s->in[i]) continue;
     loom_value_t v;
     loom_dtype_t dt;
@@ -261,6 +329,19 @@ static int load_options(const char *cmd, const args_t *a, load_opts_t *l) {
   return 0;
 }
 
+/* The inputs do not fit the model: the error counts them in the model's
+ * order, which the message spells out. */
+static int fail_inputs(const char *cmd, const session_t *s) {
+  char names[512] = "";
+  size_t used = 0;
+  for (int i = 0; i < s->n_in && used < sizeof names; i++)
+    used += (size_t)snprintf(names + used, sizeof names - used, "%s%d '%s'", i ? ", " : "", i,
+                             loom_graph_input_name(s->g, i));
+  fprintf(stderr, "loom %s: the inputs do not fit the model (its inputs: %s): %s\n", cmd, names,
+          loom_last_error());
+  return 1;
+}
+
 /* Loads, binds and compiles: the symbols' sizes come from the inputs. */
 static int session_open(const char *cmd, session_t *s, const args_t *a) {
   memset(s, 0, sizeof *s);
@@ -288,7 +369,7 @@ static int session_open(const char *cmd, session_t *s, const args_t *a) {
   if (st != LOOM_OK) return fail(cmd, "cannot compile the model");
   for (int k = 0; k < s->n_out; k++)
     if (loom_executable_new_output_for(s->e, s->n_in, s->in, k, &s->out[k]) != LOOM_OK)
-      return fail(cmd, "output");
+      return fail_inputs(cmd, s);
   return 0;
 }
 

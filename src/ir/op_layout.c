@@ -384,24 +384,71 @@ void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
   *count = span <= 0 ? 0 : (int64_t)(((uint64_t)span - 1) / magnitude + 1);
 }
 
+/* A bound this far out stands for the axis's end (or for before its
+ * front) on any axis memory can hold: exporters write INT64_MAX,
+ * -INT64_MAX or INT64_MIN. */
+#define FAR_BOUND ((int64_t)1 << 62)
+
+static int64_t far_bound(int64_t v) {
+  return v >= FAR_BOUND ? INT64_MAX : v <= -FAR_BOUND ? INT64_MIN : v;
+}
+
 /* Whether a slice takes a whole axis whatever its size. */
 static bool whole_axis(int64_t start, int64_t end, int64_t step) {
   if (step == 1) return (start == 0 || start == INT64_MIN) && end == INT64_MAX;
   return step == -1 && (start == -1 || start == INT64_MAX) && end == INT64_MIN;
 }
 
+/* A bound of a forward slice as a position on an axis of any size: c
+ * from the front, or c (<= 0) from the end. */
+static void position(int64_t v, bool *from_end, int64_t *c) {
+  *from_end = v == INT64_MAX || (v < 0 && v != INT64_MIN);
+  *c = v == INT64_MAX || v == INT64_MIN ? 0 : v;
+}
+
+/* The count of a forward slice of an axis of symbolic size n: a constant
+ * when both bounds count from one side, n + c (over step) when the start
+ * counts from the front and the end from the end. Exact on axes long
+ * enough to hold the bounds; a run over a shorter one fails when it binds
+ * the symbols (runtime/symbols.c checks every slice). */
+static bool symbolic_count(ir_infer_t *c, ir_dim_t n, int64_t start, int64_t end,
+                           int64_t step, ir_dim_t *out, loom_status_t *s) {
+  bool from_end[2];
+  int64_t at[2];
+  position(start, &from_end[0], &at[0]);
+  position(end, &from_end[1], &at[1]);
+  *s = LOOM_OK;
+  if (step <= 0 || (from_end[0] && !from_end[1])) return false;
+  if (step > FAR_BOUND) step = FAR_BOUND; /* one element on any axis, as larger ones */
+  int64_t span = at[1] - at[0];
+  if (from_end[0] == from_end[1]) {
+    *out = span <= 0 ? 0 : (span - 1) / step + 1;
+    return true;
+  }
+  ir_dim_t x = n;
+  *s = ir_dim_add(c->g, n, span + step - 1, &x);
+  if (*s == LOOM_OK && step > 1) *s = ir_dim_floordiv(c->g, x, step, &x);
+  *out = x;
+  return true;
+}
+
 static loom_status_t slice_dim(ir_infer_t *c, int axis, int64_t start,
                                int64_t end, int64_t step, ir_dim_t *dim) {
   if (step == 0)
     return loom_fail(LOOM_ERR_INVALID, "slice: step on axis %d is 0", axis);
+  start = far_bound(start), end = far_bound(end);
   if (ir_dim_is_sym(*dim) && whole_axis(start, end, step)) return LOOM_OK;
   ir_dim_t one = 1;
   if (ir_dim_is_sym(*dim)) ir_specialize(c->g, dim, &one);
+  loom_status_t s;
+  if (ir_dim_is_sym(*dim) && symbolic_count(c, *dim, start, end, step, dim, &s)) return s;
   if (ir_dim_is_sym(*dim)) {
     char d[64];
-    return ir_shape_fail(c, "axis %d has symbolic size %s; only a whole-axis "
-                         "slice (0:INT64_MAX:1 or -1:INT64_MIN:-1) keeps it",
-                         axis, ir_dim_str(c->g, *dim, d, sizeof d));
+    return ir_shape_fail(c, "axis %d has symbolic size %s; a slice of it keeps it "
+                         "only with a positive step and bounds from the front, from "
+                         "the end, or the start from the front and the end from the "
+                         "end, or as the whole axis reversed", axis,
+                         ir_dim_str(c->g, *dim, d, sizeof d));
   }
   int64_t first;
   ir_slice_range(*dim, start, end, step, &first, dim);

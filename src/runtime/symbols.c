@@ -433,9 +433,46 @@ static loom_status_t check_value_sizes(const loom_executable_t *e) {
   return LOOM_OK;
 }
 
+/* A slice over a symbolic axis has a symbolic count that holds on axes
+ * long enough for its bounds (ir_shape_slice): a shorter one fails here,
+ * before code sized by that count reads past the axis. */
+static loom_status_t check_slices(const loom_executable_t *e) {
+  const loom_graph_t *g = e->graph;
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    if (n->op != IR_OP_SLICE) continue;
+    const ir_type_t *x = &g->values[n->in[0]].type, *y = &g->values[n->out[0]].type;
+    const int64_t *starts, *ends, *axes, *steps;
+    int k = ir_attr_ints(n->attrs, "starts", &starts);
+    ir_attr_ints(n->attrs, "ends", &ends);
+    bool has_axes = ir_attr_ints(n->attrs, "axes", &axes) >= 0;
+    bool has_steps = ir_attr_ints(n->attrs, "steps", &steps) >= 0;
+    for (int j = 0; j < k; j++) {
+      int d = (int)(has_axes ? (axes[j] < 0 ? axes[j] + x->rank : axes[j]) : j);
+      if (ir_dim_is_const(x->dims[d])) continue;
+      int64_t len, want, first, got;
+      LOOM_TRY(ir_dim_eval(g, x->dims[d], e->syms, &len));
+      LOOM_TRY(ir_dim_eval(g, y->dims[d], e->syms, &want));
+      ir_slice_range(len, starts[j], ends[j], has_steps ? steps[j] : 1, &first, &got);
+      if (got != want) {
+        char syms[256];
+        describe_symbols(e, syms, sizeof syms);
+        return loom_fail(LOOM_ERR_BINDING, "loom_executable_run: the symbols read from the "
+                         "inputs (%s) make slice node %lld's axis %d %lld long, too short "
+                         "for its bounds %lld:%lld (the compiled graph takes %lld elements "
+                         "there, the axis gives %lld)", syms, (long long)i, d, (long long)len,
+                         (long long)starts[j], (long long)ends[j], (long long)want,
+                         (long long)got);
+      }
+    }
+  }
+  return LOOM_OK;
+}
+
 static loom_status_t resize(loom_executable_t *e) {
   LOOM_TRY(resize_guards(e));
   if (e->interpreted || !e->dyn->slot_value) return LOOM_OK;
+  LOOM_TRY(check_slices(e));
   LOOM_TRY(check_value_sizes(e));
   LOOM_TRY(replan_memory(e));
   return resize_steps(e);

@@ -90,5 +90,29 @@ with tempfile.TemporaryDirectory() as d:
     rc, so, se = run("run", model, "--input", "nosuch=" + os.path.join(d, "x.npy"))
     check(rc != 0 and "nosuch" in se, "unknown input name: " + se)
 
+    # An empty file, an input of another dtype or rank, an input twice, a
+    # --dim no input has or one that contradicts an input file.
+    empty = os.path.join(d, "empty.onnx")
+    open(empty, "wb").close()
+    rc, so, se = run("run", empty)
+    check(rc != 0 and "empty" in se, "empty model: " + se)
+    np.save(os.path.join(d, "x64.npy"), x.astype(np.float64))
+    np.save(os.path.join(d, "x3.npy"), x[None])
+    y_arg = "y=" + os.path.join(d, "y.npy")
+    for bad, words in (("x64.npy", ("'x'", "f64", "f32")), ("x3.npy", ("'x'", "rank 3", "rank 2"))):
+        rc, so, se = run("run", model, "--input", "x=" + os.path.join(d, bad), "--input", y_arg,
+                         "--output-dir", out)
+        check(rc != 0 and all(w in se for w in words), f"input {bad}: " + se)
+    rc, so, se = run("run", model, "--input", "x=" + os.path.join(d, "x.npy"), "--input",
+                     "x=" + os.path.join(d, "x.npy"), "--input", y_arg, "--output-dir", out)
+    check(rc != 0 and "twice" in se, "an input given twice: " + se)
+    ln = os.path.join(seeds, "matmul_layernorm.onnx")
+    rc, so, se = run("run", ln, "--dim", "B=3", "--dim", "Q=2", "--output-dir", out)
+    check(rc != 0 and "Q" in se and "no input" in se, "an unknown --dim: " + se)
+    np.save(os.path.join(d, "b3.npy"), np.zeros((3, 3, 4), np.float32))
+    rc, so, se = run("run", ln, "--input", "x=" + os.path.join(d, "b3.npy"), "--dim", "B=4",
+                     "--output-dir", out)
+    check(rc != 0 and "B=4" in se and "is 3" in se, "a --dim against an input file: " + se)
+
 print("onnx cli:", "ok" if not failures else f"{failures} failed")
 sys.exit(1 if failures else 0)

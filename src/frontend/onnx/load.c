@@ -546,6 +546,10 @@ static loom_status_t check_model(const Onnx__ModelProto *m, ox_import_t *imp) {
 static loom_status_t load_model(const void *data, size_t size, void *to_free,
                                 const loom_onnx_options_t *o, const char *base_dir,
                                 loom_graph_t **out) {
+  if (size == 0) {
+    core_free(to_free);
+    return loom_fail(LOOM_ERR_FORMAT, "ONNX model: the file is empty (0 bytes)");
+  }
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
   core_free(to_free);
   if (!m)

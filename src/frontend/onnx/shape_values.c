@@ -244,9 +244,9 @@ static loom_status_t entry_op(ox_node_t *n, char op, loom_dim_t a, loom_dim_t b,
   int consts = ir_dim_is_const(a) && ir_dim_is_const(b);
   switch (op) {
     case 'A': return loom_dim_add(n->g, a, b, y);
-    case 'S':
-      LOOM_TRY(loom_dim_mul(n->g, b, -1, &b));
-      return loom_dim_add(n->g, a, b, y);
+    case 'S': /* a + b * -1: a negative constant is a dim only inside the IR */
+      LOOM_TRY(ir_dim_mul(n->g, b, -1, &b));
+      return ir_dim_add(n->g, a, b, y);
     case 'M': return loom_dim_mul(n->g, a, b, y);
     case 'D':
       /* ONNX truncates, floor division agrees on dims (never negative). */
