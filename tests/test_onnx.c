@@ -336,6 +336,51 @@ static void symbolic_shape_chain(void) {
   loom_graph_destroy(g);
 }
 
+/* tests/onnx/models/dynamic_batch.onnx (tests/onnx/make_models.py): a
+ * Resize by (1, 1, 2, 2), x[1:] and x[::-1] over a symbolic batch, one
+ * executable at batches 1, 2 and 5, against values by hand. */
+static void dynamic_batch_resize_and_slices(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s", __FILE__);
+  char *slash = strrchr(path, '/');
+  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
+           "onnx/models/dynamic_batch.onnx");
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  loom_compile_options_t co;
+  loom_compile_options_init(&co);
+  co.dynamic_symbols = 1;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &co, &e));
+  for (int b = 1; e && b <= 5; b += b < 2 ? 1 : 3) {
+    enum { ITEM = 2 * 3 * 4 };
+    int count = b * ITEM;
+    float xs[5 * ITEM];
+    double up[5 * 4 * ITEM], tail[5 * ITEM], back[5 * ITEM];
+    for (int i = 0; i < count; i++) xs[i] = (float)((i * 7) % 13) - 6.0f;
+    for (int i = 0; i < count * 4; i++) { /* (b, 2, 6, 8) from (b, 2, 3, 4) */
+      int col = i % 8, row = (i / 8) % 6, plane = i / 48;
+      up[i] = xs[plane * 12 + row / 2 * 4 + col / 2];
+    }
+    for (int i = 0; i < count - ITEM; i++) tail[i] = xs[ITEM + i];
+    for (int i = 0; i < count; i++) back[i] = xs[(b - 1 - i / ITEM) * ITEM + i % ITEM];
+    loom_tensor_t *x = NULL, *y[3] = {0};
+    CHECK_OK(loom_tensor_from_data(LOOM_F32, 4, (int64_t[]){b, 2, 3, 4}, xs,
+                                   sizeof *xs * (size_t)count, &x));
+    for (int k = 0; k < 3; k++) CHECK_OK(loom_executable_new_output_for(e, 1, &x, k, &y[k]));
+    CHECK_OK(loom_executable_run(e, 1, &x, 3, y));
+    CHECK(loom_tensor_dim(y[0], 0) == b && loom_tensor_dim(y[0], 3) == 8);
+    CHECK(loom_tensor_dim(y[1], 0) == b - 1 && loom_tensor_dim(y[2], 0) == b);
+    CHECK_TENSOR(y[0], up, count * 4, 0, 0);
+    if (b > 1) CHECK_TENSOR(y[1], tail, count - ITEM, 0, 0);
+    CHECK_TENSOR(y[2], back, count, 0, 0);
+    loom_tensor_destroy(x);
+    for (int k = 0; k < 3; k++) loom_tensor_destroy(y[k]);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 /* tests/onnx/models/bitwise.onnx (tests/onnx/make_models.py): the bit
  * ops of opset 18 on uint8 (held as i32) and a uint64 right shift (held as
  * the i64 of its bits), interpreted and compiled, against values by hand.
@@ -399,6 +444,7 @@ int main(void) {
   TEST_RUN(fine_tunes_imported_weights);
   TEST_RUN(bad_models_fail_clearly);
   TEST_RUN(symbolic_shape_chain);
+  TEST_RUN(dynamic_batch_resize_and_slices);
   TEST_RUN(bitwise_unsigned);
   return test_summary();
 }

@@ -11,6 +11,11 @@ dims, ConstantOfShape, Expand, Range), so that its dims stay symbolic:
   y = z * 0.5 + position along seq
 bitwise.onnx: BitwiseAnd, Or, Xor, Not and BitShift LEFT on uint8 inputs
 a, b, sa (4); BitShift RIGHT on uint64 x, s (5).
+dynamic_batch.onnx: x (batch, 2, 3, 4) with the batch symbolic, as
+PyTorch exports F.interpolate, x[1:] and x.flip(0):
+  up = Resize(x, scales (1, 1, 2, 2), nearest, asymmetric)
+  tail = Slice(x, 1:INT64_MAX on axis 0)
+  back = Slice(x, -1:-INT64_MAX:-1 on axis 0)
 """
 import os
 
@@ -99,8 +104,36 @@ def bitwise():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def dynamic_batch():
+    n = helper.make_node
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)], v)
+    big = 2**63 - 1
+    nodes = [
+        n("Resize", ["x", "", "scales"], ["up"], mode="nearest",
+          coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        n("Slice", ["x", "s1", "e1", "a0"], ["tail"]),
+        n("Slice", ["x", "s2", "e2", "a0", "st2"], ["back"]),
+    ]
+    inits = [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2]),
+             i64("s1", [1]), i64("e1", [big]), i64("a0", [0]),
+             i64("s2", [-1]), i64("e2", [-big]), i64("st2", [-1])]
+    graph = helper.make_graph(
+        nodes, "dynamic_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 3, 4])],
+        [helper.make_tensor_value_info("up", TensorProto.FLOAT, ["batch", 2, 6, 8]),
+         helper.make_tensor_value_info("tail", TensorProto.FLOAT, [None, 2, 3, 4]),
+         helper.make_tensor_value_info("back", TensorProto.FLOAT, ["batch", 2, 3, 4])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="loom tests/onnx/make_models.py")
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 if __name__ == "__main__":
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     os.makedirs(out, exist_ok=True)
     onnx.save(shape_chain(), os.path.join(out, "shape_chain.onnx"))
     onnx.save(bitwise(), os.path.join(out, "bitwise.onnx"))
+    onnx.save(dynamic_batch(), os.path.join(out, "dynamic_batch.onnx"))

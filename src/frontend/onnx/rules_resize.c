@@ -8,6 +8,7 @@
  * RoiAlign sample where run-time values say: their indices and weights are
  * computed in the graph. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,7 @@ typedef struct resize_plan {
   int exclude_outside;
   int rank;
   int64_t in[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  bool symbolic[LOOM_MAX_RANK]; /* a dim known only at run time: kept as it is */
   double scale[LOOM_MAX_RANK];
   double length[LOOM_MAX_RANK]; /* the output length the coordinate formulas use: the
                                    reference's scale * in, unrounded */
@@ -96,16 +98,18 @@ static loom_status_t read_legacy_mode(ox_node_t *n, resize_plan_t *p) {
   return LOOM_OK;
 }
 
-/* x's static dims into the plan, every axis unresized to begin with. */
+/* x's dims into the plan, every axis unresized to begin with; a symbolic
+ * one (a batch) stands as 1 until the scales show it is kept. */
 static loom_status_t plan_input(ox_node_t *n, loom_value_t x, resize_plan_t *p) {
   loom_dim_t dims[LOOM_MAX_RANK];
   LOOM_TRY(ox_dims(n, x, dims, &p->rank));
   if (p->rank < 1) return ox_fail(n, LOOM_ERR_SHAPE, "the input is a scalar");
   for (int d = 0; d < p->rank; d++) {
-    if (dims[d] <= 0)
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d is %s (a static, non-empty shape "
-                     "is needed)", d, dims[d] < 0 ? "symbolic" : "0");
-    p->in[d] = p->out[d] = dims[d];
+    if (dims[d] == 0)
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d is 0 (a non-empty shape is "
+                     "needed)", d);
+    p->symbolic[d] = dims[d] < 0;
+    p->in[d] = p->out[d] = p->symbolic[d] ? 1 : dims[d];
     p->scale[d] = 1.0;
     p->length[d] = (double)dims[d];
     p->roi[d] = 0.0;
@@ -201,6 +205,10 @@ static loom_status_t read_shape(ox_node_t *n, resize_plan_t *p, int scales_at, i
     LOOM_TRY(ox_const_ints(n, sizes_at, "sizes", sizes, LOOM_MAX_RANK, &count));
     LOOM_TRY(apply_sizes(n, p, sizes, count, axes, n_axes));
   }
+  for (int d = 0; d < p->rank; d++)
+    if (p->symbolic[d] && (has_sizes || p->scale[d] != 1.0))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d is symbolic: Loom resizes axes "
+                     "of static size (a symbolic one must keep scale 1)", d);
   if (p->coord != CT_TF_CROP_AND_RESIZE) return LOOM_OK;
   if (!ox_has(n, roi_at))
     return ox_fail(n, LOOM_ERR_INVALID, "tf_crop_and_resize needs roi (input %d)", roi_at);
@@ -429,6 +437,7 @@ static loom_status_t resize_run(ox_node_t *n, const resize_plan_t *p, loom_value
   int cast = !ox_is_float(dt) && p->mode != RS_NEAREST;
   if (cast) LOOM_TRY(loom_cast(n->g, x, LOOM_F64, &x));
   for (int d = p->rank - 1; d >= 0; d--) {
+    if (p->symbolic[d]) continue; /* scale 1: kept (read_shape) */
     axis_taps_t t;
     LOOM_TRY(axis_taps(p, d, &t));
     loom_status_t st = taps_identity(p, d, &t) ? LOOM_OK : resize_axis(n, p, d, &t, x, &x);
