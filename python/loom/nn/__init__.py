@@ -2,11 +2,13 @@
 from . import functional, init, utils  # noqa: F401
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d,  # noqa: F401
                      Conv1d, Conv2d, ConvTranspose2d, Dropout, ELU, Embedding,
-                     Flatten, GELU, GLU, GroupNorm, GRUCell, Hardtanh, Identity, LayerNorm,
-                     LeakyReLU, Linear, LogSigmoid, LogSoftmax, LSTM, LSTMCell, MaxPool2d,
+                     Flatten, GELU, GLU, GroupNorm, Hardtanh, Identity, LayerNorm,
+                     LeakyReLU, Linear, LogSigmoid, LogSoftmax, MaxPool2d,
                      Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
                      Softplus, Tanh, TransformerEncoder, TransformerEncoderLayer, Unflatten)
 from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa: F401
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
+from .recurrent import (GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase,  # noqa: F401
+                        RNNCell, RNNCellBase)
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401
