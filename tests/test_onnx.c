@@ -291,6 +291,18 @@ static void bad_models_fail_clearly(void) {
  * shape (batch, seq, 64) through the shape computations PyTorch exports;
  * its dims stay symbolic, so one executable compiled with dynamic symbols
  * serves two sizes. y = (x's 16-vectors times W) * 0.5 + position. */
+/* tests/onnx/models/name, loaded (tests/onnx/make_models.py writes them). */
+static loom_graph_t *load_model(const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s", __FILE__);
+  char *slash = strrchr(path, '/');
+  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
+           "onnx/models/%s", name);
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  return g;
+}
+
 static void shape_chain_expected(const float *x, int b, int t, double *y) {
   for (int i = 0; i < b * t * 4; i++)
     for (int j = 0; j < 16; j++) {
@@ -301,13 +313,7 @@ static void shape_chain_expected(const float *x, int b, int t, double *y) {
 }
 
 static void symbolic_shape_chain(void) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s", __FILE__);
-  char *slash = strrchr(path, '/');
-  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
-           "onnx/models/shape_chain.onnx");
-  loom_graph_t *g = NULL;
-  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  loom_graph_t *g = load_model("shape_chain.onnx");
   loom_compile_options_t co;
   loom_compile_options_init(&co);
   co.dynamic_symbols = 1;
@@ -340,13 +346,7 @@ static void symbolic_shape_chain(void) {
  * Resize by (1, 1, 2, 2), x[1:] and x[::-1] over a symbolic batch, one
  * executable at batches 1, 2 and 5, against values by hand. */
 static void dynamic_batch_resize_and_slices(void) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s", __FILE__);
-  char *slash = strrchr(path, '/');
-  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
-           "onnx/models/dynamic_batch.onnx");
-  loom_graph_t *g = NULL;
-  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  loom_graph_t *g = load_model("dynamic_batch.onnx");
   loom_compile_options_t co;
   loom_compile_options_init(&co);
   co.dynamic_symbols = 1;
@@ -387,13 +387,7 @@ static void dynamic_batch_resize_and_slices(void) {
  * BitwiseNot and BitShift LEFT stay within 8 bits; the uint64 shift is
  * logical, and 0 from 64 on (2^63 reads as a negative i64). */
 static void bitwise_unsigned(void) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s", __FILE__);
-  char *slash = strrchr(path, '/');
-  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
-           "onnx/models/bitwise.onnx");
-  loom_graph_t *g = NULL;
-  CHECK_OK(loom_onnx_load(path, NULL, &g));
+  loom_graph_t *g = load_model("bitwise.onnx");
   if (!g) return;
   int32_t a[4] = {0, 5, 201, 255}, b[4] = {255, 3, 100, 128}, sa[4] = {1, 4, 7, 8};
   int64_t x[5] = {INT64_MIN + 16, -1, 1000, INT64_MIN + 16, -1};

@@ -172,41 +172,62 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Every --input names one input of the model, once; every --dim one of
- * its inputs' symbolic dims, once. */
-static int check_names(const char *cmd, const session_t *s, const args_t *a) {
+/* Input i's declared dtype and dims. */
+typedef struct input_type {
+  loom_dtype_t dtype;
+  int rank;
+  loom_dim_t dims[LOOM_MAX_RANK];
+} input_type_t;
+
+static int input_type(const char *cmd, const session_t *s, int i, input_type_t *t) {
+  loom_value_t v;
+  if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
+      loom_value_type(s->g, v, &t->dtype, &t->rank, t->dims) != LOOM_OK)
+    return fail(cmd, "input");
+  return 0;
+}
+
+/* Whether name appears among the first n of names. */
+static int seen(const char *const *names, int n, const char *name) {
+  for (int j = 0; j < n; j++)
+    if (!strcmp(names[j], name)) return 1;
+  return 0;
+}
+
+/* Every --input names one input of the model, once. */
+static int check_input_names(const char *cmd, const session_t *s, const args_t *a) {
   for (int k = 0; k < a->n_inputs; k++) {
     int found = 0;
     for (int i = 0; i < s->n_in; i++) found |= !strcmp(loom_graph_input_name(s->g, i), a->input_names[k]);
-    for (int j = 0; j < k; j++)
-      if (!strcmp(a->input_names[j], a->input_names[k])) {
-        fprintf(stderr, "loom %s: --input %s is given twice\n", cmd, a->input_names[k]);
-        return 1;
-      }
+    if (seen(a->input_names, k, a->input_names[k])) {
+      fprintf(stderr, "loom %s: --input %s is given twice\n", cmd, a->input_names[k]);
+      return 1;
+    }
     if (!found) {
       fprintf(stderr, "loom %s: --input %s: the model has no input of that name\n", cmd,
               a->input_names[k]);
       return 1;
     }
   }
+  return 0;
+}
+
+/* Every --dim names a symbolic dim of the model's inputs, once. */
+static int check_dim_names(const char *cmd, const session_t *s, const args_t *a) {
   for (int k = 0; k < a->n_dims; k++) {
+    if (seen(a->dim_names, k, a->dim_names[k])) {
+      fprintf(stderr, "loom %s: --dim %s is given twice\n", cmd, a->dim_names[k]);
+      return 1;
+    }
     int found = 0;
-    for (int j = 0; j < k; j++)
-      if (!strcmp(a->dim_names[j], a->dim_names[k])) {
-        fprintf(stderr, "loom %s: --dim %s is given twice\n", cmd, a->dim_names[k]);
-        return 1;
-      }
     for (int i = 0; i < s->n_in && !found; i++) {
-      loom_value_t v;
-      loom_dtype_t dt;
-      int rank = 0;
-      loom_dim_t dims[LOOM_MAX_RANK];
-      if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
-          loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
-        return fail(cmd, "input");
-      for (int d = 0; d < rank && !found; d++) {
+      input_type_t t;
+      if (input_type(cmd, s, i, &t)) return 1;
+      for (int d = 0; d < t.rank && !found; d++) {
         char sym[128];
-        found = dims[d] < 0 && (loom_dim_format(s->g, dims[d], sym, sizeof sym), !strcmp(sym, a->dim_names[k]));
+        if (t.dims[d] >= 0) continue;
+        loom_dim_format(s->g, t.dims[d], sym, sizeof sym);
+        found = !strcmp(sym, a->dim_names[k]);
       }
     }
     if (!found) {
@@ -221,26 +242,21 @@ static int check_names(const char *cmd, const session_t *s, const args_t *a) {
 /* An input file of another dtype or rank than the model's input, or
  * whose size disagrees with a --dim given for its dim. */
 static int check_input(const char *cmd, const session_t *s, const args_t *a, int i) {
-  loom_value_t v;
-  loom_dtype_t dt;
-  int rank = 0;
-  loom_dim_t dims[LOOM_MAX_RANK];
-  if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
-      loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
-    return fail(cmd, "input");
+  input_type_t t;
+  if (input_type(cmd, s, i, &t)) return 1;
   const char *name = loom_graph_input_name(s->g, i);
-  if (loom_tensor_dtype(s->in[i]) != dt || loom_tensor_rank(s->in[i]) != rank) {
+  if (loom_tensor_dtype(s->in[i]) != t.dtype || loom_tensor_rank(s->in[i]) != t.rank) {
     fprintf(stderr, "loom %s: input '%s' is %s of rank %d, but the model takes %s of rank %d\n",
             cmd, name, loom_dtype_name(loom_tensor_dtype(s->in[i])), loom_tensor_rank(s->in[i]),
-            loom_dtype_name(dt), rank);
+            loom_dtype_name(t.dtype), t.rank);
     return 1;
   }
-  for (int d = 0; d < rank && d < loom_tensor_rank(s->in[i]); d++) {
+  for (int d = 0; d < t.rank; d++) {
     char sym[128];
-    int64_t want = dim_size(s->g, dims[d], a, sym, sizeof sym);
-    if (dims[d] < 0 && want >= 0 && want != loom_tensor_dim(s->in[i], d)) {
-      fprintf(stderr, "loom %s: input '%s' dim %d is %lld, but --dim %s=%lld\n", cmd, name, d, (long long)loom_tensor_dim(s->in[i], d), sym,
-              (long long)want);
+    int64_t want = dim_size(s->g, t.dims[d], a, sym, sizeof sym);
+    if (t.dims[d] < 0 && want >= 0 && want != loom_tensor_dim(s->in[i], d)) {
+      fprintf(stderr, "loom %s: input '%s' dim %d is %lld, but --dim %s=%lld\n", cmd, name, d,
+              (long long)loom_tensor_dim(s->in[i], d), sym, (long long)want);
       return 1;
     }
   }
@@ -250,7 +266,7 @@ static int check_input(const char *cmd, const session_t *s, const args_t *a, int
 static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
   s->n_in = loom_graph_num_inputs(s->g);
   if (s->n_in > MAX_ARGS) return fail(cmd, "too many inputs");
-  if (check_names(cmd, s, a)) return 1;
+  if (check_input_names(cmd, s, a) || check_dim_names(cmd, s, a)) return 1;
   for (int i = 0; i < s->n_in; i++) {
     const char *name = loom_graph_input_name(s->g, i);
     for (int k = 0; k < a->n_inputs; k++) {
@@ -259,24 +275,19 @@ static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
     }
     if (s->in[i] && check_input(cmd, s, a, i)) return 1;
     if (s->in[i]) continue;
-    loom_value_t v;
-    loom_dtype_t dt;
-    int rank;
-    loom_dim_t dims[LOOM_MAX_RANK];
+    input_type_t t;
     int64_t shape[LOOM_MAX_RANK];
-    if (loom_graph_input_value(s->g, i, &v) != LOOM_OK ||
-        loom_value_type(s->g, v, &dt, &rank, dims) != LOOM_OK)
-      return fail(cmd, "input");
-    for (int d = 0; d < rank; d++) {
+    if (input_type(cmd, s, i, &t)) return 1;
+    for (int d = 0; d < t.rank; d++) {
       char sym[128];
-      shape[d] = dim_size(s->g, dims[d], a, sym, sizeof sym);
+      shape[d] = dim_size(s->g, t.dims[d], a, sym, sizeof sym);
       if (shape[d] < 0) {
         fprintf(stderr, "loom %s: input '%s' has the symbolic dim '%s': give its size with "
                 "--dim %s=SIZE, or the input with --input %s=FILE.npy\n", cmd, name, sym, sym, name);
         return 1;
       }
     }
-    if (loom_tensor_create(dt, rank, shape, &s->in[i]) != LOOM_OK) return fail(cmd, "input");
+    if (loom_tensor_create(t.dtype, t.rank, shape, &s->in[i]) != LOOM_OK) return fail(cmd, "input");
     fill_random(s->in[i]);
   }
   return 0;

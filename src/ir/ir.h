@@ -528,6 +528,15 @@ loom_status_t ir_check_dtype(ir_infer_t *c, int i, uint32_t mask,
  * that the shape and the elements taken cannot disagree. */
 void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
                     int64_t *first, int64_t *count);
+/* A slice node's bounds (its attributes starts, ends, axes, steps): each
+ * one's axis (a negative one counted back from rank; not range-checked),
+ * start, end and step (1 when absent). Returns how many, at most
+ * IR_MAX_ATTR_INTS. */
+typedef struct ir_slice_bound {
+  int axis;
+  int64_t start, end, step;
+} ir_slice_bound_t;
+int ir_slice_bounds(const ir_attrs_t *a, int rank, ir_slice_bound_t *out);
 /* Fails with LOOM_ERR_SHAPE naming the op and the types of all inputs. */
 loom_status_t ir_shape_fail(ir_infer_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -384,6 +384,21 @@ void ir_slice_range(int64_t dim, int64_t start, int64_t end, int64_t step,
   *count = span <= 0 ? 0 : (int64_t)(((uint64_t)span - 1) / magnitude + 1);
 }
 
+int ir_slice_bounds(const ir_attrs_t *a, int rank, ir_slice_bound_t *out) {
+  const int64_t *starts, *ends, *axes, *steps;
+  int n = ir_attr_ints(a, "starts", &starts);
+  bool has_ends = ir_attr_ints(a, "ends", &ends) == n;
+  bool has_axes = ir_attr_ints(a, "axes", &axes) == n;
+  bool has_steps = ir_attr_ints(a, "steps", &steps) == n;
+  if (n < 0 || !has_ends) return 0;
+  for (int i = 0; i < n && i < IR_MAX_ATTR_INTS; i++) {
+    int64_t axis = has_axes ? axes[i] : i;
+    out[i] = (ir_slice_bound_t){.axis = (int)(axis < 0 ? axis + rank : axis), .start = starts[i],
+                                .end = ends[i], .step = has_steps ? steps[i] : 1};
+  }
+  return n < IR_MAX_ATTR_INTS ? n : IR_MAX_ATTR_INTS;
+}
+
 /* A bound this far out stands for the axis's end (or for before its
  * front) on any axis memory can hold: exporters write INT64_MAX,
  * -INT64_MAX or INT64_MIN. */

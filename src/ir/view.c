@@ -46,18 +46,15 @@ static bool has_dims(const ir_view_t *v, const ir_type_t *t) {
 
 /* Forward steps only: a negative stride is no GEMM operand. */
 static bool slice(const ir_node_t *n, ir_view_t *v) {
-  const int64_t *starts, *ends, *axes, *steps;
-  int count = ir_attr_ints(n->attrs, "starts", &starts);
-  ir_attr_ints(n->attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(n->attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(n->attrs, "steps", &steps) >= 0;
+  ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+  int count = ir_slice_bounds(n->attrs, v->rank, b);
   for (int i = 0; i < count; i++) {
-    int64_t a = has_axes ? axes[i] : i, step = has_steps ? steps[i] : 1, first, taken;
-    int d = (int)(a < 0 ? a + v->rank : a);
-    if (step <= 0 || d < 0 || d >= v->rank) return false;
-    ir_slice_range(v->dim[d], starts[i], ends[i], step, &first, &taken);
+    int d = b[i].axis;
+    int64_t first, taken;
+    if (b[i].step <= 0 || d < 0 || d >= v->rank) return false;
+    ir_slice_range(v->dim[d], b[i].start, b[i].end, b[i].step, &first, &taken);
     v->offset += first * v->stride[d];
-    v->stride[d] *= step;
+    v->stride[d] *= b[i].step;
     v->dim[d] = taken;
   }
   return true;

@@ -198,17 +198,13 @@ loom_status_t ref_slice_window(const ref_call_t *c, int64_t *first, int64_t *ste
     first[d] = 0;
     step[d] = 1;
   }
-  const int64_t *starts, *ends, *axes, *steps;
-  int n = ir_attr_ints(c->attrs, "starts", &starts);
-  ir_attr_ints(c->attrs, "ends", &ends);
-  bool has_axes = ir_attr_ints(c->attrs, "axes", &axes) >= 0;
-  bool has_steps = ir_attr_ints(c->attrs, "steps", &steps) >= 0;
+  ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+  int n = ir_slice_bounds(c->attrs, x->rank, b);
   for (int i = 0; i < n; i++) {
-    int64_t axis = has_axes ? axes[i] : i;
-    int d = (int)(axis < 0 ? axis + x->rank : axis);
+    int d = b[i].axis;
     int64_t count;
-    step[d] = has_steps ? steps[i] : 1;
-    ir_slice_range(x->shape[d], starts[i], ends[i], step[d], &first[d], &count);
+    step[d] = b[i].step;
+    ir_slice_range(x->shape[d], b[i].start, b[i].end, step[d], &first[d], &count);
     if (count != c->out[0]->shape[d])
       return loom_fail(LOOM_ERR_VALUE, "slice: axis %d takes %lld elements, "
                        "the output has %lld", d, (long long)count,

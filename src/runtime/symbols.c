@@ -442,18 +442,15 @@ static loom_status_t check_slices(const loom_executable_t *e) {
     const ir_node_t *n = &g->nodes[i];
     if (n->op != IR_OP_SLICE) continue;
     const ir_type_t *x = &g->values[n->in[0]].type, *y = &g->values[n->out[0]].type;
-    const int64_t *starts, *ends, *axes, *steps;
-    int k = ir_attr_ints(n->attrs, "starts", &starts);
-    ir_attr_ints(n->attrs, "ends", &ends);
-    bool has_axes = ir_attr_ints(n->attrs, "axes", &axes) >= 0;
-    bool has_steps = ir_attr_ints(n->attrs, "steps", &steps) >= 0;
+    ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+    int k = ir_slice_bounds(n->attrs, x->rank, b);
     for (int j = 0; j < k; j++) {
-      int d = (int)(has_axes ? (axes[j] < 0 ? axes[j] + x->rank : axes[j]) : j);
+      int d = b[j].axis;
       if (ir_dim_is_const(x->dims[d])) continue;
       int64_t len, want, first, got;
       LOOM_TRY(ir_dim_eval(g, x->dims[d], e->syms, &len));
       LOOM_TRY(ir_dim_eval(g, y->dims[d], e->syms, &want));
-      ir_slice_range(len, starts[j], ends[j], has_steps ? steps[j] : 1, &first, &got);
+      ir_slice_range(len, b[j].start, b[j].end, b[j].step, &first, &got);
       if (got != want) {
         char syms[256];
         describe_symbols(e, syms, sizeof syms);
@@ -461,7 +458,7 @@ static loom_status_t check_slices(const loom_executable_t *e) {
                          "inputs (%s) make slice node %lld's axis %d %lld long, too short "
                          "for its bounds %lld:%lld (the compiled graph takes %lld elements "
                          "there, the axis gives %lld)", syms, (long long)i, d, (long long)len,
-                         (long long)starts[j], (long long)ends[j], (long long)want,
+                         (long long)b[j].start, (long long)b[j].end, (long long)want,
                          (long long)got);
       }
     }
