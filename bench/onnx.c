@@ -37,6 +37,7 @@ static const model_t models[] = {
     {"resnet18", 4, {1, 3, 224, 224}}, {"mobilenet_v2", 4, {1, 3, 224, 224}},
     {"vit", 4, {8, 3, 64, 64}},         {"transformer", 3, {8, 128, 256}},
     {"mlp", 2, {64, 784}},              {"lstm", 3, {50, 8, 256}},
+    {"resnet18_dynamic", 4, {1, 3, 224, 224}},
 };
 enum { N_MODELS = sizeof models / sizeof models[0] };
 
@@ -69,16 +70,19 @@ static void close_model(loom_model_t *m) {
   *m = (loom_model_t){0};
 }
 
-/* Loads dir/model.onnx and compiles it for `threads`, with dir/x.npy as
- * the input; false, with a note, when a step fails. */
-static bool open_model(const char *dir, int threads, loom_model_t *m) {
+/* Loads dir/model.onnx and compiles it for `threads`, with in (dir/x.npy)
+ * as the input; false, with a note, when a step fails. A model exported
+ * with symbolic dims compiles once for every size (dynamic_symbols), as
+ * `loom run` does. */
+static bool open_model(const char *dir, int threads, loom_tensor_t *in, loom_model_t *m) {
   char path[4200];
-  *m = (loom_model_t){0};
+  *m = (loom_model_t){.in = in};
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   loom_compile_options_t o = bench_options(1, threads);
   o.freeze_params = 1; /* initializers are constants, as in ONNX Runtime */
+  o.dynamic_symbols = 1;
   if (loom_onnx_load(path, NULL, &m->g) != LOOM_OK || loom_compile(m->g, &o, &m->e) != LOOM_OK ||
-      loom_executable_new_output(m->e, 0, &m->out) != LOOM_OK) {
+      loom_executable_new_output_for(m->e, 1, &m->in, 0, &m->out) != LOOM_OK) {
     fprintf(stderr, "bench onnx: %s: %s\n", path, loom_last_error());
     close_model(m);
     return false;
@@ -116,8 +120,7 @@ static int first_run_main(const char *dir, int threads) {
   BENCH_TRY(loom_tensor_load_npy(path, &in));
   double base = reset_peak() ? status_bytes("VmRSS:") : NAN;
   double t0 = bench_now_ns();
-  if (!open_model(dir, threads, &m)) return 1;
-  m.in = in;
+  if (!open_model(dir, threads, in, &m)) return 1;
   run_model(&m);
   double first_ms = (bench_now_ns() - t0) / 1e6;
   for (int i = 0; i < AFTER_FIRST; i++) run_model(&m);
@@ -190,8 +193,7 @@ static void measure(const char *bench_dir, const char *dir, const model_t *m,
                     loom_tensor_t *in, int threads, result_t *r) {
   r->loom = loom_first_run(dir, threads);
   loom_model_t lm;
-  if (!open_model(dir, threads, &lm)) return;
-  lm.in = in;
+  if (!open_model(dir, threads, in, &lm)) return;
   /* Warm-up past the runs that time each step (src/backend/cpu/
    * cpu_launch.c), then 3 to size the blocks. */
   for (int i = 0; i < 40; i++) run_model(&lm);

@@ -79,9 +79,11 @@ static void run_sizes(const char *name, loom_graph_t *g, const loom_compile_opti
 }
 
 /* ---- A CNN with a symbolic batch ------------------------------------------
- * Convolutions and pools over a runtime batch keep no generated code: the
- * reference part runs them, through the CPU's eager kernels (conv2d on
- * generated code's kernels), which must see each run's batch. */
+ * conv2d -> relu -> max_pool2d -> strided conv2d -> avg_pool2d over a
+ * runtime batch, and the loss's gradients for both weights and the input
+ * (conv2d's weight gradient, conv_transpose2d): the convolutions are
+ * generated code that reads the batch at run time (their epilogues
+ * fused), the pools run the CPU's eager kernels behind reference steps. */
 
 static int cnn_inputs(int64_t n, loom_tensor_t **in) {
   in[0] = test_rand_tensor(LOOM_F32, 4, (int64_t[]){n, 3, 12, 10}, -1, 1);
@@ -93,7 +95,7 @@ static void test_cnn_symbolic_batch(void) {
   loom_graph_t *g;
   CHECK_OK(loom_graph_create(&g));
   loom_dim_t n;
-  loom_value_t x, c1, r1, p1, c2, p2;
+  loom_value_t x, c1, r1, p1, c2, p2, sq, loss, grads[3];
   CHECK_OK(loom_dim_symbol(g, "n", &n));
   CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){n, 3, 12, 10}, &x));
   loom_value_t w1 = param(g, "w1", 4, (int64_t[]){8, 3, 3, 3});
@@ -106,11 +108,17 @@ static void test_cnn_symbolic_batch(void) {
   CHECK_OK(loom_conv2d(g, p1, w2, 0, p1, &down, &c2));
   CHECK_OK(loom_avg_pool2d(g, c2, &(loom_pool_params_t){.kernel = {2, 2}, .stride = {1, 1},
                                                          .pads = {1, 1, 0, 0}}, &p2));
+  CHECK_OK(loom_mul(g, p2, p2, &sq));
+  CHECK_OK(loom_sum(g, sq, 0, NULL, 0, &loss));
+  CHECK_OK(loom_grad(g, loss, 3, (loom_value_t[]){w1, w2, x}, grads));
   CHECK_OK(loom_graph_output(g, p2));
+  for (int i = 0; i < 3; i++) CHECK_OK(loom_graph_output(g, grads[i]));
   loom_compile_options_t o = dynamic_options();
   loom_executable_info_t info = LOOM_EXECUTABLE_INFO_INIT;
-  run_sizes("cnn", g, &o, cnn_inputs, 1, &info);
-  CHECK(info.n_reference >= 4); /* the convolutions and the pools */
+  run_sizes("cnn and its gradients", g, &o, cnn_inputs, 4, &info);
+  CHECK(info.n_generated >= 5); /* two convolutions, two weight gradients, an input gradient */
+  CHECK(info.n_reference >= 2); /* the pools */
+  CHECK(!info.interpreted);
   loom_graph_destroy(g);
 }
 

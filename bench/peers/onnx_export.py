@@ -7,7 +7,9 @@ and PyTorch's output on it, for Loom and ONNX Runtime to run the same file.
 The models: ResNet-18 and MobileNetV2 (torchvision, 1x3x224x224), the ViT
 and the Transformer encoder of the training benchmark (bench/peers/
 torch_train.py, at its batch of 8), the MLP (64x784) and a 2-layer LSTM
-(sequence 50, batch 8, 256 features and hidden units, sequence first).
+(sequence 50, batch 8, 256 features and hidden units, sequence first);
+resnet18_dynamic is ResNet-18 exported with a symbolic batch (dynamic_axes,
+as most exported models have it), run at batch 1.
 Weights are PyTorch's initialization under a fixed seed; the input is
 models.init_values's, as the other benchmarks'."""
 import argparse
@@ -45,6 +47,7 @@ MODELS = {
     "transformer": (models.Encoder, (8, 128, 256)),
     "mlp": (models.MLP, (64, 784)),
     "lstm": (LSTM, (50, 8, 256)),
+    "resnet18_dynamic": (models.resnet18, (1, 3, 224, 224)),
 }
 
 
@@ -65,8 +68,9 @@ def main():
     x = torch.from_numpy(models.init_values("input", int(np.prod(shape)), 1.0)).view(shape)
     # Gradients stay on during the export so that nn.TransformerEncoder
     # takes its slow path, whose ops ONNX knows.
+    dynamic = {"x": {0: "batch"}, "y": {0: "batch"}} if args.model.endswith("_dynamic") else None
     torch.onnx.export(model, (x,), os.path.join(args.dir, "model.onnx"), opset_version=17,
-                      input_names=["x"], output_names=["y"])
+                      input_names=["x"], output_names=["y"], dynamic_axes=dynamic)
     with torch.no_grad():
         y = model(x)
     np.save(os.path.join(args.dir, "x.npy"), x.numpy().astype(np.float32))

@@ -256,7 +256,9 @@ static loom_status_t plan_arena(loom_executable_t *e) {
   int placed = s == LOOM_OK ? rt_place_layouts(e, req, req_of_slot, inside, holds) : 0;
   if (s == LOOM_OK) take_dying_inputs(e, req, req_of_slot, holds);
   if (s == LOOM_OK) s = mem_plan_build(req, n_req, &e->mem);
-  if (s == LOOM_OK && e->mem.arena_bytes > 0) {
+  /* Runtime sizes plan at nominal ones: the first run's sizes allocate
+   * the arena (runtime/symbols.c), not 64 images of a batch never run. */
+  if (s == LOOM_OK && e->mem.arena_bytes > 0 && !e->dyn) {
     e->arena_bytes = e->mem.arena_bytes;
     e->arena = rt_arena_alloc(e, e->arena_bytes);
     if (!e->arena) s = loom_fail(LOOM_ERR_NOMEM, "out of memory for a %lld-byte arena",

@@ -68,6 +68,10 @@ static loom_status_t prepack_conv_weight(be_program_t *p, const be_request_t *re
   ir_attr_ints_or(n->attrs, "stride", 2, 1, d.stride);
   ir_attr_ints_or(n->attrs, "pads", 4, 0, d.pads);
   ir_attr_ints_or(n->attrs, "dilation", 2, 1, d.dilation);
+  /* A batch known only at run time has a nominal size here: the choice is
+   * timed for one image (an inference's batch) instead, and another batch
+   * times its own at its first run. */
+  if (req->sym_runtime && !ir_dim_is_const(g->values[n->in[0]].type.dims[0])) d.n = 1;
   /* Packed for the algorithm the layer will run, timed now if need be. */
   void *buf = NULL;
   kern_conv_algo_t algo = kern_conv2d_algo_packing(&d, p->conv_mode, p->pool, &buf);

@@ -516,17 +516,21 @@ static void emit_matmul_call(contract_t *k, const cg_shape_t *y, bool epi) {
 }
 
 /* Opens the initializer of `d`, a loom_abi_conv2d_t, with the geometry of
- * the forward conv2d behind node n: its input image in[4] = (n, c, h, w),
- * o output channels of kh x kw windows over ho x wo positions, and n's
- * stride, pads, dilation and groups. The caller adds the pointers. */
-static void emit_conv_geometry(cg_buf_t *b, const ir_node_t *n, const int64_t *in, int64_t o,
-                               int64_t kh, int64_t kw, int64_t ho, int64_t wo) {
+ * the forward conv2d behind node n: its input image in = (n, c, h, w), the
+ * count n known only at run time where in has a lead, o output channels
+ * of kh x kw windows over ho x wo positions, and n's stride, pads,
+ * dilation and groups. The caller adds the pointers. */
+static void emit_conv_geometry(const cg_ctx_t *c, const ir_node_t *n, const cg_shape_t *in,
+                               int64_t o, int64_t kh, int64_t kw, int64_t ho, int64_t wo) {
+  cg_buf_t *b = c->out;
   int64_t stride[2], pads[4], dil[2];
   ir_attr_ints_or(n->attrs, "stride", 2, 1, stride);
   ir_attr_ints_or(n->attrs, "pads", 4, 0, pads);
   ir_attr_ints_or(n->attrs, "dilation", 2, 1, dil);
-  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = %lld, .c = %lld, .h = %lld, .w = %lld,\n",
-          (long long)in[0], (long long)in[1], (long long)in[2], (long long)in[3]);
+  cg_line(b, 1, "loom_abi_conv2d_t d = {.n = ");
+  cg_lead_extent(b, c->g, in);
+  cg_printf(b, ", .c = %lld, .h = %lld, .w = %lld,\n", (long long)in->dim[1],
+            (long long)in->dim[2], (long long)in->dim[3]);
   cg_line(b, 1, "    .o = %lld, .kh = %lld, .kw = %lld, .ho = %lld, .wo = %lld,\n",
           (long long)o, (long long)kh, (long long)kw, (long long)ho, (long long)wo);
   cg_line(b, 1, "    .stride = {%lld, %lld}, .pads = {%lld, %lld, %lld, %lld},\n",
@@ -551,7 +555,7 @@ static void emit_conv_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_shape_t x, w;
   cg_value_shape(c, n->in[0], &x);
   cg_value_shape(c, n->in[1], &w);
-  emit_conv_geometry(c->out, n, x.dim, w.dim[0], w.dim[2], w.dim[3], y->dim[2], y->dim[3]);
+  emit_conv_geometry(c, n, &x, w.dim[0], w.dim[2], w.dim[3], y->dim[2], y->dim[3]);
   emit_conv_inputs(c, n, n->in[0], n->in[1]);
   cg_line(c->out, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, k->c_value));
   epilogue_fields(c->out, k->gi, epi);
@@ -571,8 +575,7 @@ static void emit_wgrad_call(contract_t *k, const cg_shape_t *dw, bool epi) {
   cg_shape_t x, dy;
   cg_value_shape(c, n->in[0], &x);
   cg_value_shape(c, n->in[1], &dy);
-  emit_conv_geometry(c->out, n, x.dim, dw->dim[0], dw->dim[2], dw->dim[3], dy.dim[2],
-                     dy.dim[3]);
+  emit_conv_geometry(c, n, &x, dw->dim[0], dw->dim[2], dw->dim[3], dy.dim[2], dy.dim[3]);
   cg_line(c->out, 1, "    .x = (const float *)slots[%d], .weight = (const float *)slots[%d],\n",
           (int)cg_slot(c, n->in[0]), (int)cg_slot(c, k->c_value));
   cg_line(c->out, 1, "    .bias = NULL, .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[1]));
@@ -590,7 +593,7 @@ static void emit_convt_call(contract_t *k, const cg_shape_t *y, bool epi) {
   cg_shape_t x, w;
   cg_value_shape(c, n->in[0], &x);
   cg_value_shape(c, n->in[1], &w);
-  emit_conv_geometry(c->out, n, y->dim, x.dim[1], w.dim[2], w.dim[3], x.dim[2], x.dim[3]);
+  emit_conv_geometry(c, n, y, x.dim[1], w.dim[2], w.dim[3], x.dim[2], x.dim[3]);
   emit_conv_inputs(c, n, k->c_value, n->in[1]);
   cg_line(c->out, 1, "    .y = (float *)slots[%d], ", (int)cg_slot(c, n->in[0]));
   epilogue_fields(c->out, k->gi, epi);

@@ -52,17 +52,16 @@ static void emit_dead(cg_ctx_t *c, int gi) {
 }
 
 /* Over runtime sizes, the emitters handle elementwise groups, folds over
- * trailing axes, matmuls and simple layout moves (cg_shape_t.lead);
- * convolutions, pools and channel reductions keep their reference
- * kernels. */
+ * trailing axes, matmuls, convolutions over a runtime batch and simple
+ * layout moves (cg_shape_t.lead); pools and channel reductions keep their
+ * reference steps. */
 static bool handles_runtime_dims(const cg_ctx_t *c, int gi) {
   const fuse_group_t *grp = &c->plan->groups[gi];
   if (grp->kind != FUSE_REDUCTION && grp->kind != FUSE_CONTRACTION) return true;
   if (grp->anchor < 0) return false;
   const ir_node_t *anchor = &c->g->nodes[grp->anchor];
   if (grp->kind == FUSE_REDUCTION && cg_is_channel_reduction(c->g, anchor)) return false;
-  return anchor->op == IR_OP_MATMUL ||
-         (grp->kind == FUSE_REDUCTION && !ir_op_has(anchor->op, F_WINDOW));
+  return grp->kind == FUSE_CONTRACTION || !ir_op_has(anchor->op, F_WINDOW);
 }
 
 /* The start of group gi's function: its slots gathered from the step's
