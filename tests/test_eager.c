@@ -1160,6 +1160,10 @@ static void test_pools(void) {
                                          .pads = {1, 1, 1, 1}, .count_include_pad = 1});
   }
   pool_case(true, &(loom_pool_params_t){.kernel = {2, 3}, .stride = {1, 2}, .dilation = {2, 2}});
+  /* taps that fall on padding at both ends of a row, a stride past the kernel */
+  for (int max = 0; max < 2; max++)
+    pool_case(max, &(loom_pool_params_t){.kernel = {5, 4}, .stride = {4, 5},
+                                         .pads = {2, 2, 2, 2}});
 }
 
 static void test_pooled(void) {

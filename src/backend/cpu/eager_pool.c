@@ -3,9 +3,12 @@
  * average sums in double and rounds once, as the reference does) without
  * its per-element dtype dispatch, the planes spread over the pool. */
 #include <math.h>
+#include <stdatomic.h>
 
 #include "backend/cpu/eager.h"
+#include "core/alloc.h"
 #include "core/pool.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "ir/ir.h"
 
@@ -18,35 +21,65 @@ typedef struct pool_job {
   int64_t h, w, oh, ow;
   int64_t kernel[2], stride[2], pads[4], dilation[2];
   bool max, include_pad;
+  atomic_bool failed; /* an average's row buffers were not to be had */
 } pool_job_t;
 
-static float window(const pool_job_t *j, const float *x, int64_t oh, int64_t ow) {
-  double acc = j->max ? -INFINITY : 0;
-  int64_t count = 0;
+/* The outputs ow in [lo, hi) whose tap kw lies on the row (0 <= ow *
+ * stride - pad + kw * dilation < w): the rest read padding. */
+static void tap_span(const pool_job_t *j, int64_t kw, int64_t *lo, int64_t *hi) {
+  int64_t off = kw * j->dilation[1] - j->pads[1], s = j->stride[1];
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  *hi = j->w - off <= 0 ? 0 : (j->w - off - 1) / s + 1;
+  if (*hi > j->ow) *hi = j->ow;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* One output row, a tap at a time over the row's outputs (the taps in the
+ * reference's order, so that the same NaN wins and sums round alike):
+ * max in float (exact), sums in double. */
+static void pool_row(const pool_job_t *j, const float *x, int64_t oh, float *y, double *sum,
+                     int64_t *count) {
+  for (int64_t ow = 0; ow < j->ow; ow++) y[ow] = -INFINITY;
+  for (int64_t ow = 0; !j->max && ow < j->ow; ow++) sum[ow] = 0, count[ow] = 0;
   for (int64_t kh = 0; kh < j->kernel[0]; kh++) {
     int64_t ih = oh * j->stride[0] - j->pads[0] + kh * j->dilation[0];
     if (ih < 0 || ih >= j->h) continue;
+    const float *row = x + ih * j->w;
     for (int64_t kw = 0; kw < j->kernel[1]; kw++) {
-      int64_t iw = ow * j->stride[1] - j->pads[1] + kw * j->dilation[1];
-      if (iw < 0 || iw >= j->w) continue;
-      double v = x[ih * j->w + iw];
-      if (!j->max) acc += v;
-      else if (isnan(v) || v > acc) acc = v;
-      count++;
+      int64_t lo, hi, s = j->stride[1], off = kw * j->dilation[1] - j->pads[1];
+      tap_span(j, kw, &lo, &hi);
+      if (j->max) {
+        for (int64_t ow = lo; ow < hi; ow++) {
+          float v = row[ow * s + off];
+          y[ow] = v > y[ow] || v != v ? v : y[ow];
+        }
+      } else {
+        for (int64_t ow = lo; ow < hi; ow++) sum[ow] += row[ow * s + off];
+        for (int64_t ow = lo; ow < hi; ow++) count[ow]++;
+      }
     }
   }
-  if (j->max) return (float)acc;
-  return (float)(acc / (double)(j->include_pad ? j->kernel[0] * j->kernel[1] : count));
+  if (j->max) return;
+  for (int64_t ow = 0; ow < j->ow; ow++)
+    y[ow] = (float)(sum[ow] / (double)(j->include_pad ? j->kernel[0] * j->kernel[1] : count[ow]));
 }
 
+/* A max needs no buffers; an average's sums and counts are per row. */
 static void pool_planes(void *ctx, int64_t begin, int64_t end) {
-  const pool_job_t *j = ctx;
+  pool_job_t *j = ctx;
+  double *sum = j->max ? NULL : core_malloc(sizeof *sum * (size_t)(j->ow + 1));
+  int64_t *count = j->max ? NULL : core_malloc(sizeof *count * (size_t)(j->ow + 1));
+  if (!j->max && (!sum || !count)) {
+    atomic_store(&j->failed, true);
+    begin = end;
+  }
   for (int64_t plane = begin; plane < end; plane++) {
     const float *x = j->x + plane * j->h * j->w;
     float *y = j->y + plane * j->oh * j->ow;
-    for (int64_t oh = 0; oh < j->oh; oh++)
-      for (int64_t ow = 0; ow < j->ow; ow++) y[oh * j->ow + ow] = window(j, x, oh, ow);
+    for (int64_t oh = 0; oh < j->oh; oh++) pool_row(j, x, oh, y + oh * j->ow, sum, count);
   }
+  core_free(sum);
+  core_free(count);
 }
 
 static void read_ints(const ref_call_t *c, const char *name, int n, int64_t *dst) {
@@ -79,6 +112,9 @@ bool cpu_eager_pool(ref_call_t *c, loom_status_t *status) {
   if (c->pool && taps >= POOL_SPLIT_TAPS && planes > 1)
     core_pool_for(c->pool, planes, 1, pool_planes, &j);
   else pool_planes(&j, 0, planes);
-  *status = LOOM_OK;
+  *status = atomic_load(&j.failed) ? loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for a row "
+                                               "of %lld sums", ir_ops[c->node->op].name,
+                                               (long long)j.ow)
+                                   : LOOM_OK;
   return true;
 }
