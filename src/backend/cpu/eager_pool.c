@@ -1,7 +1,8 @@
 /* max_pool2d and avg_pool2d of dense f32 NCHW images: the reference's
  * windows and results (a maximum is exact, NaN winning as in PyTorch; an
  * average sums in double and rounds once, as the reference does) without
- * its per-element dtype dispatch, the planes spread over the pool. */
+ * its per-element dtype dispatch or bounds tests: each tap runs over the
+ * outputs of a row it lands inside, the planes spread over the pool. */
 #include <math.h>
 #include <stdatomic.h>
 
