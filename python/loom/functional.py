@@ -420,11 +420,10 @@ def argsort(x, dim=-1, descending=False, stable=False):
 
 
 def kthvalue(x, k, dim=-1, keepdim=False):
-    """The k-th smallest element along dim (k from 1) and its index."""
-    v, i = _op("topk", x, k=int(k), axis=int(dim), largest=0)
-    index = [slice(None)] * x.ndim
-    index[dim] = slice(k - 1, k) if keepdim else k - 1
-    return return_types.kthvalue(v[tuple(index)], i[tuple(index)])
+    """The k-th smallest element along dim (k from 1) and its index: the
+    one implementation, with its argument checks, is _data_ops's."""
+    from ._data_ops import kthvalue as checked  # _data_ops builds on this module
+    return checked(x, k, dim, keepdim)
 
 
 def norm(x, p="fro", dim=None, keepdim=False):

@@ -255,24 +255,38 @@ def _mode_padded(x, pads, mode):
     return _F.pad(x, (left, right) if x.ndim == 3 else (left, right, top, bottom), mode=mode)
 
 
-class Conv2d(Module):
+class _ConvNd(Module):
+    """What Conv1d and Conv2d share: the arguments kept as torch keeps them
+    and the parameters, weight (out, in / groups, *kernel) and bias (out,),
+    uniform in torch's bounds."""
+
+    def __init__(self, in_channels, out_channels, kernel, stride, padding, dilation, groups,
+                 bias, padding_mode):
+        super().__init__()
+        _check_conv_padding(padding, padding_mode, stride)
+        self.padding_mode = padding_mode
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel
+        fan_in = in_channels // groups * math.prod(kernel)
+        _uniform_params(self, fan_in, ("weight", (out_channels, in_channels // groups) + kernel))
+        if bias:
+            _uniform_params(self, fan_in, ("bias", (out_channels,)))
+        else:
+            self.bias = None
+
+    def extra_repr(self):
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
+               f"stride={self.stride}"
+
+
+class Conv2d(_ConvNd):
     """torch.nn.Conv2d; padding_mode other than 'zeros' pads the input by
     F.pad's mode, then convolves it unpadded."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros"):
-        super().__init__()
-        _check_conv_padding(padding, padding_mode, stride)
-        self.padding_mode = padding_mode
-        kh, kw = F._pair_of(kernel_size)
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (kh, kw)
-        fan_in = in_channels // groups * kh * kw
-        _uniform_params(self, fan_in, ("weight", (out_channels, in_channels // groups, kh, kw)))
-        if bias:
-            _uniform_params(self, fan_in, ("bias", (out_channels,)))
-        else:
-            self.bias = None
+        super().__init__(in_channels, out_channels, tuple(F._pair_of(kernel_size)), stride,
+                         padding, dilation, groups, bias, padding_mode)
 
     def forward(self, x):
         if self.padding_mode != "zeros":
@@ -283,29 +297,16 @@ class Conv2d(Module):
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
-    def extra_repr(self):
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
-               f"stride={self.stride}"
 
-
-class Conv1d(Module):
+class Conv1d(_ConvNd):
     """torch.nn.Conv1d: weight (out, in / groups, k), bias (out,), run as a
     convolution over a unit height (F.conv1d)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros"):
-        super().__init__()
-        _check_conv_padding(padding, padding_mode, stride)
-        self.padding_mode = padding_mode
         k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (k,)
-        fan_in = in_channels // groups * k
-        _uniform_params(self, fan_in, ("weight", (out_channels, in_channels // groups, k)))
-        if bias:
-            _uniform_params(self, fan_in, ("bias", (out_channels,)))
-        else:
-            self.bias = None
+        super().__init__(in_channels, out_channels, (k,), stride, padding, dilation, groups,
+                         bias, padding_mode)
 
     def forward(self, x):
         if self.padding_mode != "zeros":
@@ -319,10 +320,6 @@ class Conv1d(Module):
                             self.stride, 0, self.dilation, self.groups)
         return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
-
-    def extra_repr(self):
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
-               f"stride={self.stride}"
 
 
 class ConvTranspose2d(Module):
