@@ -31,6 +31,8 @@ struct rt_symbols {
   int32_t *slot_value;    /* per slot: a value it holds (sizes), or -1 */
   int64_t *staging_cap;   /* per input: bytes of its staging buffer */
   mem_replanner_t *replanner;
+  int n_slices;
+  int32_t *slices;        /* the slice nodes over a symbolic axis (check_slices) */
 };
 
 /* ---- Compile time ------------------------------------------------------ */
@@ -200,6 +202,26 @@ static loom_status_t map_slots(loom_executable_t *e) {
   return LOOM_OK;
 }
 
+/* The slice nodes that slice an axis of symbolic size, which each new
+ * binding checks (check_slices). */
+static loom_status_t list_slices(loom_executable_t *e) {
+  const loom_graph_t *g = e->graph;
+  rt_symbols_t *d = e->dyn;
+  d->slices = core_malloc(sizeof *d->slices * (size_t)(g->n_nodes + 1));
+  if (!d->slices) return loom_fail(LOOM_ERR_NOMEM, "out of memory compiling");
+  for (int64_t i = 0; i < g->n_nodes; i++) {
+    const ir_node_t *n = &g->nodes[i];
+    if (n->op != IR_OP_SLICE) continue;
+    const ir_type_t *x = &g->values[n->in[0]].type;
+    ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+    int k = ir_slice_bounds(n->attrs, x->rank, b);
+    bool symbolic = false;
+    for (int j = 0; j < k; j++) symbolic |= !ir_dim_is_const(x->dims[b[j].axis]);
+    if (symbolic) d->slices[d->n_slices++] = (int32_t)i;
+  }
+  return LOOM_OK;
+}
+
 loom_status_t rt_sym_finish(loom_executable_t *e) {
   rt_symbols_t *d = e->dyn;
   if (!d) return LOOM_OK;
@@ -212,6 +234,7 @@ loom_status_t rt_sym_finish(loom_executable_t *e) {
     d->staging_cap[i] = bytes ? bytes : 1;
   }
   if (e->interpreted || !e->slot_of_value) return LOOM_OK;
+  LOOM_TRY(list_slices(e));
   LOOM_TRY(map_slots(e));
   LOOM_TRY(new_planned(d));
   return mem_replanner_create(d->n_req, &d->replanner);
@@ -231,6 +254,7 @@ void rt_sym_free(loom_executable_t *e) {
   core_free(d->req_planned);
   core_free(d->slot_value);
   core_free(d->staging_cap);
+  core_free(d->slices);
   mem_replanner_destroy(d->replanner);
   core_free(d);
   e->dyn = NULL;
@@ -438,9 +462,9 @@ static loom_status_t check_value_sizes(const loom_executable_t *e) {
  * before code sized by that count reads past the axis. */
 static loom_status_t check_slices(const loom_executable_t *e) {
   const loom_graph_t *g = e->graph;
-  for (int64_t i = 0; i < g->n_nodes; i++) {
+  for (int s = 0; s < e->dyn->n_slices; s++) {
+    int64_t i = e->dyn->slices[s];
     const ir_node_t *n = &g->nodes[i];
-    if (n->op != IR_OP_SLICE) continue;
     const ir_type_t *x = &g->values[n->in[0]].type, *y = &g->values[n->out[0]].type;
     ir_slice_bound_t b[IR_MAX_ATTR_INTS];
     int k = ir_slice_bounds(n->attrs, x->rank, b);
