@@ -6,12 +6,14 @@
     replays the segment, compiled once); ns per op, each side's best round.
   python_dynamic: the four dynamic models of examples/python/dynamic.py
     (one script, run by Loom and by PyTorch eager), items per second over
-    the same steps (their batches drawn before the clock starts): Loom cold (an empty module cache; the wall time
-    includes every compile, which runs in the background while the eager
-    fallback runs), warm (the modules on disk from a run before: a new
-    trace loads them) and steady (the same steps again in that trace, its
-    modules loaded: a long run's rate; PyTorch is timed after two warm-up
-    steps).
+    the same steps (their batches drawn before the clock starts): Loom cold
+    (an empty module cache; the wall time includes every compile, which
+    runs in the background while the eager fallback runs), warm (the
+    modules on disk from a run before: a new trace loads them) and steady
+    (the same steps again in that trace, its modules loaded: a long run's
+    rate). Each window takes LOOM_BENCH_ROUNDS rounds (3) in which a
+    PyTorch run (after two warm-up steps) and Loom's alternate; a line
+    gives the medians of the rates and of the rounds' ratios.
     LOOM_BENCH_WORKLOADS=lstm,moe picks some; LOOM_BENCH_THREADS=1 one count.
   python_train: the training step (forward, cross-entropy, backward,
     AdamW) of the MLP, ResNet-18, Transformer and ViT of bench/run train,
@@ -134,6 +136,7 @@ def overhead():
 
 
 STEPS = {"lstm": 40, "treelstm": 100, "moe": 100, "gnn": 100}  # as bench/run dynamic: 100
+DYNAMIC_ROUNDS = int(os.environ.get("LOOM_BENCH_ROUNDS", "3"))
 
 
 def run_loom(fn, steps, seed):
@@ -146,6 +149,55 @@ def run_loom(fn, steps, seed):
     return items / seconds
 
 
+def run_torch(fn, steps):
+    if not torch:
+        return float("nan")
+    _, items, seconds = fn(torch, steps, 2)
+    return items / seconds
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def dynamic_rounds(fn, steps):
+    """{window: [(loom, torch) items/s a round]}: PyTorch's run and Loom's
+    alternate, so that a ratio compares runs seconds apart on a shared
+    machine whose speed drifts over a minute (either side's rate moved by
+    up to 40% between runs a minute apart). Each cold round starts from
+    an empty module cache and a new trace; warm rounds start a new trace
+    over the modules a compiled run put on disk, and steady runs the same
+    steps again in that trace."""
+    rounds = {"cold": [], "warm": [], "steady": []}
+    compiles = {}
+    cache = tempfile.mkdtemp(prefix="loom-bench-python-")
+    try:
+        for r in range(DYNAMIC_ROUNDS):
+            os.environ["LOOM_CACHE_DIR"] = os.path.join(cache, f"cold{r}")
+            # a new trace; the last one's compile still running ends first
+            loom.set_compile_mode("tiered")
+            theirs = run_torch(fn, steps)
+            rounds["cold"].append((run_loom(fn, steps, 2), theirs))
+            compiles["cold"] = loom.stats()["compiles"]
+        os.environ["LOOM_CACHE_DIR"] = os.path.join(cache, "warm")
+        loom.set_compile_mode("wait")  # every key of the workload to disk
+        fn(loom, steps, 2)
+        for r in range(DYNAMIC_ROUNDS):
+            loom.set_compile_mode("tiered")
+            theirs = run_torch(fn, steps)
+            rounds["warm"].append((run_loom(fn, steps, 2), theirs))
+            compiles["warm"] = loom.stats()["compiles"]
+            theirs = run_torch(fn, steps)
+            rounds["steady"].append((run_loom(fn, steps, 2), theirs))
+            compiles["steady"] = loom.stats()["compiles"] - compiles["warm"]
+        loom.set_compile_mode("tiered")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return rounds, compiles
+
+
 def dynamic():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                     "examples", "python"))
@@ -155,35 +207,18 @@ def dynamic():
     for name in wanted:
         fn, steps = models.WORKLOADS[name], STEPS[name]
         for th in threads:
-            theirs = float("nan")
             if torch:
                 torch.set_num_threads(th)
                 fn(torch, 2, 1)  # warm
-                _, items, seconds = fn(torch, steps, 2)
-                theirs = items / seconds
-            cache = tempfile.mkdtemp(prefix="loom-bench-python-")
-            os.environ["LOOM_CACHE_DIR"] = cache
-            try:
-                loom.set_num_threads(th)
-                loom.set_compile_mode("tiered")
-                cold = run_loom(fn, steps, 2)
-                cold_compiles = loom.stats()["compiles"]
-                loom.set_compile_mode("wait")  # every key of the workload to disk
-                fn(loom, steps, 2)
-                loom.set_compile_mode("tiered")
-                warm = run_loom(fn, steps, 2)
-                warm_compiles = loom.stats()["compiles"]
-                steady = run_loom(fn, steps, 2)  # the same trace, its modules loaded
-                steady_compiles = loom.stats()["compiles"] - warm_compiles
-            finally:
-                shutil.rmtree(cache, ignore_errors=True)
-            for label, mine, compiles in (("cold", cold, cold_compiles),
-                                          ("warm", warm, warm_compiles),
-                                          ("steady", steady, steady_compiles)):
+            loom.set_num_threads(th)
+            rounds, compiles = dynamic_rounds(fn, steps)
+            for label, pairs in rounds.items():
                 line(bench="python_dynamic", workload=name, threads=th, cache=label,
-                     steps=steps, loom_items_per_s=round(mine, 1),
-                     torch_eager_items_per_s=round(theirs, 1),
-                     vs_torch_eager=round(mine / theirs, 3), compiles=compiles)
+                     steps=steps, rounds=len(pairs),
+                     loom_items_per_s=round(median([m for m, _ in pairs]), 1),
+                     torch_eager_items_per_s=round(median([t for _, t in pairs]), 1),
+                     vs_torch_eager=round(median([m / t for m, t in pairs]), 3),
+                     compiles=compiles[label])
 
 
 def median_step_ms(step, warm, reps, seconds=0.0):

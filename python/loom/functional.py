@@ -1235,10 +1235,46 @@ def _numpy_index(index):
     return tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
 
 
+def _full_slice(i):
+    return type(i) is slice and i.start is None and i.stop is None and i.step is None
+
+
+def _common_index(x, index):
+    """x[index] for the forms a model's step uses most, or None: one integer
+    tensor (x[rows]), and full slices before one int or None (x[:, 0],
+    w[:, None]), with the general path's ops (so the same graphs and cache
+    keys) without its walk, which cost a dynamic model's step more than
+    its recording."""
+    if isinstance(index, Tensor):
+        d = index.dtype
+        if x.ndim and d is not _BOOL and not d.is_floating_point:
+            return _op("gather", x, _checked_index(index, x.shape[0], 0), axis=0)
+        return None
+    if type(index) is not tuple or not index or len(index) > x.ndim:
+        return None
+    axis, last = len(index) - 1, index[-1]
+    for i in index[:axis]:
+        if not _full_slice(i):
+            return None
+    if last is None:
+        return unsqueeze(x, axis)
+    if type(last) is not int:
+        return None
+    size = x.shape[axis]
+    if not -size <= last < size:
+        return None  # the general path's IndexError
+    at = last % size
+    y = _op("slice", x, starts=[at], ends=[at + 1], axes=[axis], steps=[1])
+    return _op("squeeze", y, axes=[axis])
+
+
 def _getitem(x, index):
     """x[index]: ints and slices by one slice op (ints then squeezed), None
     by unsqueeze, and tensors (advanced indexing) last, on the dims they
     index in that result: ints select first, as in PyTorch."""
+    common = _common_index(x, index)
+    if common is not None:
+        return common
     index = [_index_item(i) for i in _index_tuple(index)]
     if builtins.sum(1 for i in index if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")

@@ -41,6 +41,44 @@ def test_list_and_multi_tensor_indices_match_torch(k):
     np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
+# The forms _common_index takes without the general walk, with their
+# neighbours that it must hand on: bool and 0-d cases, too many indices,
+# ints out of range, a full slice with a step.
+COMMON = [
+    lambda x, t: x[t([1, 0, 1])], lambda x, t: x[t([-1])], lambda x, t: x[:, -1],
+    lambda x, t: x[:, 2], lambda x, t: x[:, :, 0], lambda x, t: x[0, :], lambda x, t: x[(1,)],
+    lambda x, t: x[:, None], lambda x, t: x[:, :, :, None], lambda x, t: x[None, :],
+    lambda x, t: x[:, ::2], lambda x, t: x[t([True, False])], lambda x, t: x[:, True],
+]
+
+
+@pytest.mark.parametrize("k", range(len(COMMON)))
+def test_common_index_forms_match_torch(k):
+    for lazy in (False, True):
+        def tensor(v):
+            i = loom.tensor(v)
+            return i * 1 if lazy and i.dtype != loom.bool else i
+        mine, theirs = COMMON[k](loom.tensor(A), tensor), COMMON[k](torch.tensor(A), torch.tensor)
+        assert tuple(mine.shape) == tuple(theirs.shape)
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("index", [lambda: (slice(None), 3), lambda: (slice(None), -4),
+                                   lambda: (slice(None),) * 3 + (0,),
+                                   lambda: (slice(None),) * 4 + (None,)])
+def test_common_index_forms_out_of_range_raise_as_torch(index):
+    raises_as_torch(lambda: loom.tensor(A)[index()], lambda: torch.tensor(A)[index()])
+
+
+def test_gradient_through_common_index_forms():
+    w = rng_array((4, 3))
+    x, tx = loom.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    for lib, v in ((loom, x), (torch, tx)):
+        rows = lib.tensor([3, 0, 3])
+        (v[rows][:, 1] * 2 + v[:, -1][:, None].sum()).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
 def test_gradient_through_two_index_tensors():
     w = rng_array((2, 3, 4))
     x, tx = loom.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
