@@ -12,6 +12,10 @@ from ._tensor import Tensor
 # values it depended on besides its arguments (a module's training flag,
 # an optimizer's hyperparameters); each call checks them again.
 guards = None
+# While a function is captured: {(id(module), name): (module, name, tensor)},
+# the buffers of the modules it called, whose storage its executable may
+# borrow (see _Entry.adopt_buffers).
+buffers = None
 _PACKAGE_DIR = os.path.dirname(__file__)
 
 
@@ -25,6 +29,14 @@ def guard(key, what, read):
     (what names it in explain(); key tells one guard from another)."""
     if guards is not None and not any(k == key for k, _, _, _ in guards):
         guards.append((key, what, read, read()))
+
+
+def note_buffers(module):
+    """Notes, while capturing, the buffers module holds now."""
+    if buffers is not None:
+        for name, t in module._buffers.items():
+            if t is not None:
+                buffers.setdefault((id(module), name), (module, name, t))
 
 
 def _user_line(tb, fn):
@@ -46,13 +58,32 @@ class _Entry:
     """One capture: its guards, and its executable or the graph break
     that sends its calls through the trace."""
 
-    def __init__(self, guards, captured=None, shape=None, graph_break=None):
+    def __init__(self, guards, captured=None, shape=None, graph_break=None, buffers=()):
         self.guards = guards
+        self.buffers = list(buffers)  # [(module, name, tensor at capture)]
         self.captured, self.shape = captured, shape
         self.graph_break = graph_break  # (reason, "file:line") or None
 
     def holds(self):
-        return all(read() == value for _, _, read, value in self.guards)
+        return all(read() == value for _, _, read, value in self.guards) and \
+            all(_same_type(m._buffers.get(n), t) for m, n, t in self.buffers)
+
+    def adopt_buffers(self):
+        """The executable borrowed the storage of the buffers its modules
+        held at capture, but a module run outside it (BatchNorm trained
+        through the trace) names new tensors: their values are written into
+        the borrowed ones, which the module takes back, so that the run
+        reads the current statistics and its updates are the module's."""
+        stale = [(m, n, t) for m, n, t in self.buffers if m._buffers.get(n) is not t]
+        if stale:
+            _C.step()  # the new values become real; the run ends the step anyway
+        for m, n, t in stale:
+            _C._copy_into(t, m._buffers[n].detach())
+            m._buffers[n] = t
+
+
+def _same_type(cur, t):
+    return cur is t or (cur is not None and cur.shape == t.shape and cur.dtype is t.dtype)
 
 
 class Compiled:
@@ -96,6 +127,7 @@ class Compiled:
                       "it runs through the trace", file=sys.stderr)
         if entry.graph_break is not None:
             return self.fn(*args, **kwargs)
+        entry.adopt_buffers()
         opt = entry.captured.optimizer
         if opt is not None:
             opt._before_compiled_step(entry)
@@ -105,11 +137,11 @@ class Compiled:
         return outs[0] if entry.shape == "one" else tuple(outs)
 
     def _capture(self, args, kwargs):
-        global guards
+        global guards, buffers
         if guards is not None:
             raise RuntimeError("loom.compile: a compiled function called another while "
                                "being captured")
-        guards = []
+        guards, buffers = [], {}
         _C._capture_begin()
         try:
             for a in self._tensors(args, kwargs):
@@ -126,7 +158,7 @@ class Compiled:
                                     "than tensors (one, a tuple of them, or None)")
             del out
             captured = _C._capture_end(outs)
-            return _Entry(guards, captured, shape)
+            return _Entry(guards, captured, shape, buffers=buffers.values())
         except _C.GraphBreak as e:
             _C._capture_abort()
             if self.fullgraph:
@@ -136,7 +168,7 @@ class Compiled:
             _C._capture_abort()
             raise
         finally:
-            guards = None
+            guards = buffers = None
 
     @staticmethod
     def _without_code(report):

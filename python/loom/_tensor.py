@@ -177,6 +177,15 @@ class Tensor(_C.TensorBase):
                 return _F.stop_gradient(self)
         return _F.stop_gradient(self)
 
+    def detach_(self):
+        """detach() in place: this tensor no longer requires grad."""
+        if self.requires_grad:
+            if self._lazy:
+                _C._rebind(self, self.detach())
+            else:
+                self.requires_grad = False
+        return self
+
     def clone(self):
         return _F._op("identity", self)
 
@@ -238,6 +247,8 @@ class Tensor(_C.TensorBase):
     # loom.functional takes the rest).
     def __floordiv__(self, o): return _F.floor_divide(self, o)
     def __mod__(self, o): return _F.remainder(self, o)
+    def __rfloordiv__(self, o): return _F.floor_divide(o, self)
+    def __rmod__(self, o): return _F.remainder(o, self)
     def __pow__(self, o): return _F.pow(self, o)
     def __rpow__(self, o): return _F.pow(o, self)
     def __pos__(self): return self
@@ -291,7 +302,11 @@ class Tensor(_C.TensorBase):
         return self._inplace(_F.sub(self, o if alpha == 1 else _F.mul(o, alpha)))
 
     def mul_(self, o): return self._inplace(_F.mul(self, o))
-    def div_(self, o): return self._inplace(_F.div(self, o))
+    def div_(self, o, rounding_mode=None): return self._inplace(_F.div(self, o, rounding_mode))
+    def masked_fill_(self, mask, value): return self._inplace(_F.masked_fill(self, mask, value))
+
+    def index_put_(self, indices, values, accumulate=False):
+        return self._inplace(_F.index_put(self, indices, values, accumulate))
     def clamp_(self, min=None, max=None): return self._inplace(_F.clamp(self, min, max))
     def fill_(self, value):
         from . import full_like

@@ -71,10 +71,15 @@ def _category(d):
 def _pair(a, b):
     """a and b as tensors of one dtype. A Python number takes the tensor's
     dtype unless it is of a higher category (bool < integer < float), as in
-    PyTorch: int32 + 1 is int32, int32 + 0.5 is float32."""
+    PyTorch: int32 + 1 is int32, int32 + 0.5 is float32. So does a 0-d
+    tensor beside a tensor of dims: float32 + a 0-d float64 is float32."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if a.dtype is b.dtype:
             return a, b
+        if (a.ndim == 0) != (b.ndim == 0):
+            zero, other = (a, b) if a.ndim == 0 else (b, a)
+            if _category(zero.dtype) <= _category(other.dtype):
+                return cast(a, other.dtype), cast(b, other.dtype)
         d = _dtype.promote(a.dtype, b.dtype)
         return cast(a, d), cast(b, d)
     if isinstance(a, Tensor):
@@ -89,19 +94,21 @@ def _pair(a, b):
     return pair[::-1] if flip else pair
 
 
-def _binary(name):
+def _binary(name, on_bool=None):
     def fn(a, b):
         a, b = _pair(a, b)
-        return _op(name, a, b)
+        # two bools: PyTorch's add and maximum are or, mul and minimum and
+        # (the ops take numbers only)
+        return _op(on_bool if on_bool and a.dtype is _BOOL else name, a, b)
     fn.__name__ = name
     return fn
 
 
-add = _binary("add")
+add = _binary("add", "or")
 sub = _binary("sub")
-mul = _binary("mul")
-maximum = _binary("maximum")
-minimum = _binary("minimum")
+mul = _binary("mul", "and")
+maximum = _binary("maximum", "or")
+minimum = _binary("minimum", "and")
 eq = _binary("eq")
 ne = _binary("ne")
 lt = _binary("lt")
@@ -127,12 +134,32 @@ def floor_divide(a, b):
     return floor(q) if a.dtype.is_floating_point else q
 
 
-def div(a, b):
-    """True division: integers are divided as floats, as in PyTorch."""
+def div(a, b, rounding_mode=None):
+    """True division: integers are divided as floats, as in PyTorch;
+    rounding_mode "floor" or "trunc" rounds the quotient (integers stay
+    integers)."""
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        a, b = _pair(a, b)
+        if a.dtype.is_floating_point:
+            return trunc(_op("div", a, b))
+        # the floored quotient, one more where a remainder of the other sign was left
+        return add(_op("div", a, b), cast(ne(fmod(a, b), remainder(a, b)), a.dtype))
+    if rounding_mode is not None:
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found '{rounding_mode}'")
     a, b = _pair(a, b)
     if not a.dtype.is_floating_point:
         a, b = cast(a, _F32), cast(b, _F32)
     return _op("div", a, b)
+
+
+def fmod(a, b):
+    """The remainder of a truncated division: of a's sign (remainder's is b's)."""
+    a, b = _pair(a, b)
+    r = remainder(a, b)
+    return where(logical_and(ne(r, 0), ne(lt(r, 0), lt(a, 0))), sub(r, b), r)
 
 
 true_divide = divide = div
@@ -244,6 +271,9 @@ def clamp(x, min=None, max=None):
     x where it is inside the bounds and to the bound that clamps it."""
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         return _clamp_tensors(x, min, max)
+    for bound in (min, max):  # int x, float bound: a float result, as PyTorch's
+        if bound is not None and _category(_number_dtype(bound)) > _category(x.dtype):
+            x = cast(x, _number_dtype(bound))
     attrs = {}
     if min is not None:
         attrs["min"] = float(min)
@@ -343,7 +373,10 @@ def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
 
 
 def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
-    return sqrt(var(x, dim, unbiased, keepdim, correction))
+    v = var(x, dim, unbiased, keepdim, correction)
+    # no spread: the gradient is 0, as PyTorch's (sqrt's at 0 would be 0 * inf)
+    zero = eq(v, 0)
+    return where(zero, 0.0, sqrt(where(zero, 1.0, v)))
 
 
 def _results(*names):
@@ -359,8 +392,16 @@ return_types = _results("max", "min", "topk", "sort", "kthvalue", "median")
 def _extreme(name, arg_name, x, dim, keepdim):
     if dim is None:
         return _reduce(name, x, None, False)
-    return getattr(return_types, name)(_reduce(name, x, dim, keepdim),
-                                       _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
+    if x.ndim == 0:
+        return getattr(return_types, name)(_reduce(name, x, dim, keepdim),
+                                           _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
+    # the values gathered at the indices: at ties the gradient goes to that
+    # one element, as PyTorch's (the reduction's would split it)
+    index = _op(arg_name, x, axis=int(dim), keepdim=1)
+    values = gather(x, dim, index)
+    if not keepdim:
+        values, index = squeeze(values, dim), squeeze(index, dim)
+    return getattr(return_types, name)(values, index)
 
 
 def max(x, dim=None, keepdim=False):
@@ -701,17 +742,38 @@ def gather(x, dim, index):
     return _op("gather", reshape(x, -1), flat, axis=0)
 
 
+def _index_positions(x, index):
+    """The flat positions of x[index] (NumPy's indexing of x's shape)."""
+    index = _numpy_index(index)
+    try:
+        return np.asarray(np.arange(x.numel(), dtype=np.int64).reshape(tuple(x.shape))[index])
+    except IndexError as e:
+        raise IndexError(f"loom: assignment at {index!r}: {e}") from None
+
+
+def index_put(x, indices, values, accumulate=False):
+    """torch.index_put: x with values at x[indices] (a tuple of index
+    tensors); accumulate adds them there instead, a repeated position
+    taking each of its values."""
+    if not accumulate:
+        return _index_put(x, tuple(indices), values)
+    pos = _index_positions(x, tuple(indices))
+    if pos.size == 0:
+        return x
+    values = values if isinstance(values, Tensor) else _scalar(values, x.dtype)
+    values = expand(cast(values, x.dtype), *pos.shape)
+    added = index_add(reshape(x, -1), 0, _C.from_buffer(pos.reshape(-1), True),
+                      reshape(values, -1))
+    return reshape(added, *x.shape)
+
+
 def _index_put(x, index, value):
     """x with x[index] = value, as a new value: assignment into a lazy
     tensor made functional (positions found with NumPy from x's shape,
     the values spread by a gather, chosen by where), so that gradients
     flow to x's other elements and to value. Tensors in index are read."""
-    index = _numpy_index(index)
     n = x.numel()
-    try:
-        pos = np.asarray(np.arange(n, dtype=np.int64).reshape(tuple(x.shape))[index])
-    except IndexError as e:
-        raise IndexError(f"loom: assignment at {index!r}: {e}") from None
+    pos = _index_positions(x, index)
     if pos.size == 0:
         return x
     if not isinstance(value, Tensor):
@@ -1134,7 +1196,11 @@ def median(x, dim=None, keepdim=False):
         n = flat.shape[0]
         if n == 0:
             raise ValueError("median: x has no elements")
-        return kthvalue(flat, (n - 1) // 2 + 1, 0).values
+        v = kthvalue(flat, (n - 1) // 2 + 1, 0).values.detach()
+        # the gradient shared by the elements equal to the median, as
+        # PyTorch's (the value stays v: the terms added are 0)
+        tie = eq(flat, v)
+        return add(v, div(sum(where(tie, sub(flat, v), 0.0)), sum(tie)))
     if x.ndim == 0:
         _dim(dim, 0)
         return return_types.median(x, _scalar(0, _I64))
@@ -1417,7 +1483,7 @@ METHODS = {name: globals()[name] for name in (
     "allclose", "expand_as", "view_as", "reshape_as", "type_as", "narrow", "ravel", "square",
     "unflatten", "logit", "trunc", "fix", "frac", "addcmul", "addcdiv", "diag", "outer", "ger",
     "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
-    "cumprod", "diagonal", "diag_embed", "masked_select", "median")}
+    "cumprod", "diagonal", "diag_embed", "masked_select", "median", "fmod", "index_put")}
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

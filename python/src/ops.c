@@ -107,6 +107,18 @@ static bool differentiable(int op) {
   return known[op] > 0;
 }
 
+/* Whether op rounds (floor, ceil, round, sign): its float output requires
+ * grad where its input does, as PyTorch's, its gradient zero (the op
+ * table's ZERO rule) rather than none. */
+static bool rounds(int op) {
+  static const char *const names[] = {"floor", "ceil", "round", "sign"};
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    int found = -1;
+    if (loom_op_find(names[k], &found) == LOOM_OK && op == found) return true;
+  }
+  return false;
+}
+
 /* Records op number op on inputs in[0..n_in-1] with attributes
  * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
 static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
@@ -140,7 +152,7 @@ static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
   loom_status_t s =
       loom_graph_add_op_index(g, op, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
   if (s != LOOM_OK) return py_fail(s);
-  requires_grad = requires_grad && differentiable(op);
+  requires_grad = requires_grad && (differentiable(op) || rounds(op));
   if (n_out == 1) return py_step_lazy(out[0], requires_grad);
   PyObject *result = PyTuple_New(n_out);
   for (int i = 0; result && i < n_out; i++) {
@@ -226,7 +238,9 @@ static bool is_float(loom_dtype_t d) {
 static PyObject *binary(int which, PyObject *a, PyObject *b) {
   if (py_tensor_check(a) && py_tensor_check(b)) {
     loom_dtype_t da = ((py_tensor_t *)a)->dtype, db = ((py_tensor_t *)b)->dtype;
-    if (da == db && (which != OP_DIV || is_float(da))) {
+    /* two bools add and multiply as or and and: the package's functions */
+    bool bool_arith = da == LOOM_BOOL && which <= OP_MATMUL;
+    if (da == db && !bool_arith && (which != OP_DIV || is_float(da))) {
       PyObject *in[2] = {a, b};
       return record(operator_op[which], in, 2, NULL);
     }

@@ -229,6 +229,47 @@ def test_batch_norm_buffers_update_in_place_under_compile():
         np.testing.assert_allclose(getattr(eager, name).numpy(), want, rtol=1e-5, err_msg=name)
 
 
+def test_a_compiled_evaluation_reads_statistics_trained_through_the_trace():
+    """BatchNorm trained outside loom.compile names new tensors for its
+    statistics; an evaluation compiled before reads their values (not
+    those of the tensors it borrowed at its capture), as PyTorch's."""
+    def go(lib, compiled):
+        torch.manual_seed(0)
+        tm = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        if lib is torch:
+            m = tm
+        else:
+            m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+            m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+        opt = lib.optim.SGD(m.parameters(), lr=0.1)
+
+        def evaluate(x):
+            with lib.no_grad():
+                return m(x)
+        evaluate = loom.compile(evaluate) if compiled else evaluate
+        x = lib.tensor(np.random.default_rng(3).standard_normal((6, 3)).astype(np.float32))
+        outs = []
+        for _ in range(3):
+            m.train()
+            opt.zero_grad()
+            (m(x) ** 2).mean().backward()
+            opt.step()
+            m.eval()
+            outs.append(evaluate(x).numpy().copy())
+        m.train()
+        m(x)  # the module trains on through the trace after the compiled calls
+        m.eval()
+        outs.append(evaluate(x).numpy().copy())
+        return outs, m[1].running_mean.numpy().copy()
+
+    theirs, their_mean = go(torch, False)
+    for compiled in (False, True):
+        ours, our_mean = go(loom, compiled)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(our_mean, their_mean, rtol=1e-5, atol=1e-6)
+
+
 def test_a_gradient_held_elsewhere_is_not_overwritten():
     w = loom.ones(3, requires_grad=True)
     opt = loom.optim.SGD([w], lr=0.1)

@@ -152,6 +152,144 @@ def test_norm_of_zeros_has_zero_gradient():
           grad=False)
 
 
+def test_gradients_at_ties_and_bounds_match_torch():
+    """max/min along a dim give a tie's gradient to the index they return,
+    median() shares it among the tied elements, hardtanh and relu6 pass
+    none at their bounds, std of equal values has gradient 0."""
+    ties = np.array([[1, 3, 3, 0], [2, 2, -1, 2], [5, 5, 5, 5]], np.float32)
+    for dim in (0, 1, -1):
+        for keepdim in (False, True):
+            check(lambda x: x.max(dim, keepdim).values, lambda x: x.max(dim, keepdim).values,
+                  ties)
+            check(lambda x: loom.min(x, dim, keepdim)[0], lambda x: torch.min(x, dim, keepdim)[0],
+                  ties)
+    check(lambda x: x.median().reshape(1), lambda x: x.median().reshape(1), ties)
+    check(lambda x: x.median(), lambda x: x.median(), np.array([4, 1, 2, 3], np.float32))
+    bounds = np.array([-2, -1, 0, 0.5, 1, 6, 7], np.float32)
+    check(lambda x: F.hardtanh(x), lambda x: TF.hardtanh(x), bounds)
+    check(lambda x: F.hardtanh(x, 0.0, 0.5), lambda x: TF.hardtanh(x, 0.0, 0.5), bounds)
+    check(lambda x: F.relu6(x), lambda x: TF.relu6(x), bounds)
+    check(lambda x: nn.ReLU6()(x), lambda x: torch.nn.ReLU6()(x), bounds)
+    same = np.array([[2, 2, 2], [1, 2, 4]], np.float32)
+    check(lambda x: x.std(1), lambda x: x.std(1), same)
+    check(lambda x: x.std(1, keepdim=True), lambda x: x.std(1, keepdim=True), same)
+    check(lambda x: x[0].std().reshape(1), lambda x: x[0].std().reshape(1), same)
+
+
+def test_promotion_of_0_d_tensors_and_clamp_bounds():
+    """A 0-d tensor takes a tensor of dims' dtype unless of a higher
+    category; a float bound makes clamp of integers a float, as PyTorch's."""
+    cases = [(np.array([1.5, 2], np.float32), np.array(3.25, np.float64)),
+             (np.array([1, 2], np.int32), np.array(3, np.int64)),
+             (np.array([1, 2], np.int64), np.array(0.5, np.float64)),
+             (np.array([True, False]), np.array(3, np.int64)),
+             (np.array(2.5, np.float64), np.array([1, 2], np.float16)),
+             (np.array(2.5, np.float64), np.array(1.5, np.float32))]
+    for a, b in cases:
+        for op in ("add", "mul", "maximum", "where"):
+            if op == "where":
+                mine = loom.where(loom.tensor([True, False]), loom.tensor(a), loom.tensor(b))
+                theirs = torch.where(torch.tensor([True, False]), torch.tensor(a),
+                                     torch.tensor(b))
+            else:
+                mine = getattr(loom, op)(loom.tensor(a), loom.tensor(b))
+                theirs = getattr(torch, op)(torch.tensor(a), torch.tensor(b))
+            assert str(mine.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1], (a, b, op)
+            _close(mine, theirs)
+    i = np.array([-3, 1, 2, 9])
+    for lo, hi in ((1.5, None), (None, 2.5), (0, 4), (-1.5, 4)):
+        mine, theirs = loom.tensor(i).clamp(lo, hi), torch.tensor(i).clamp(lo, hi)
+        assert str(mine.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1], (lo, hi)
+        _close(mine, theirs)
+
+
+def test_fmod_and_rounded_division_match_torch():
+    a = np.array([-7, -6, -1, 0, 1, 5, 7, 8])
+    b = np.array([2, -4, 3, -3, -2, 3, -2, 4])
+    for x, y in ((a, b), (a + 0.5, b.astype(np.float32)), (a.astype(np.int32), 3),
+                 (a.astype(np.float32) - 0.25, -2.5)):
+        mx, tx = loom.tensor(x), torch.tensor(x)
+        my = loom.tensor(y) if isinstance(y, np.ndarray) else y
+        ty = torch.tensor(y) if isinstance(y, np.ndarray) else y
+        pairs = [(loom.fmod(mx, my), torch.fmod(tx, ty)), (mx.fmod(my), tx.fmod(ty)),
+                 (loom.div(mx, my, rounding_mode="floor"), torch.div(tx, ty, rounding_mode="floor")),
+                 (mx.div(my, rounding_mode="trunc"), tx.div(ty, rounding_mode="trunc")),
+                 (mx.clone().div_(my, rounding_mode="trunc"),
+                  tx.clone().div_(ty, rounding_mode="trunc"))]
+        if isinstance(y, np.ndarray):  # a Python number on the left
+            pairs += [(7 // my, 7 // ty), (-7 % my, -7 % ty), (7.5 // my, 7.5 // ty)]
+        for mine, theirs in pairs:
+            assert str(mine.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+            _close(mine, theirs)
+    c = _data(2, 5)
+    check(lambda x, y: loom.fmod(x * 3, y), lambda x, y: torch.fmod(x * 3, y), c, _data(2, 5))
+
+
+def test_masked_fill_index_put_detach_in_place_as_torch():
+    def fn(lib):
+        def f(x, v):
+            y = x * 2
+            y.masked_fill_(y < 0, 0.5)
+            y.index_put_((lib.tensor([0, 2, 0]), lib.tensor([1, 1, 1])), v * v,
+                         accumulate=True)
+            y.index_put_((lib.tensor([1]),), lib.tensor(9.0))
+            z = (y * 3).detach_()
+            assert not z.requires_grad
+            return y + z
+        return f
+    check(fn(loom), fn(torch), _data(3, 4), _data(3))
+    mine, theirs = loom.zeros(5), torch.zeros(5)
+    for t, lib in ((mine, loom), (theirs, torch)):
+        t.index_put_((lib.tensor([0, 2, 0]),), lib.tensor([1.0, 2.0, 3.0]), accumulate=True)
+        t.masked_fill_(t == 2, -1.0)
+    _close(mine, theirs)
+    assert loom.index_put(loom.zeros(3), (loom.tensor([1]),), loom.tensor(4.0)).tolist() == \
+        [0.0, 4.0, 0.0]
+
+
+def test_clip_grad_value_as_torch():
+    a, g = _data(3, 4), _data(3, 4)
+    grads = []
+    for lib in (loom, torch):
+        p = lib.tensor(a, requires_grad=True)
+        (p * lib.tensor(g) * 3).sum().backward()
+        lib.nn.utils.clip_grad_value_([p], clip_value=1.5)
+        lib.nn.utils.clip_grad_value_(p, 2.0)
+        grads.append(p.grad)
+    _close(*grads)
+
+
+def test_bool_add_mul_maximum_as_logical():
+    """PyTorch adds bools as or, multiplies them as and, also with the
+    operators + and * on two bool tensors."""
+    b, c = np.array([True, False, True, False]), np.array([True, True, False, False])
+    for name in ("add", "mul", "maximum", "minimum"):
+        mine = getattr(loom, name)(loom.tensor(b), loom.tensor(c))
+        theirs = getattr(torch, name)(torch.tensor(b), torch.tensor(c))
+        assert mine.dtype is loom.bool and mine.tolist() == theirs.tolist(), name
+    assert (loom.tensor(b) + True).tolist() == (torch.tensor(b) + True).tolist()
+    assert (loom.tensor(b) * False).tolist() == (torch.tensor(b) * False).tolist()
+    assert (loom.tensor(b) + loom.tensor(c)).tolist() == (torch.tensor(b) + torch.tensor(c)).tolist()
+    assert (loom.tensor(b) * loom.tensor(c)).tolist() == (torch.tensor(b) * torch.tensor(c)).tolist()
+
+
+@pytest.mark.parametrize("name", ["sign", "floor", "ceil", "round", "trunc"])
+def test_rounding_ops_have_zero_gradients_as_torch(name):
+    """Their outputs require grad where the input does; the gradient
+    through them is zero (not None, not an error)."""
+    v = [-1.5, 0.0, 2.3, 0.5]
+    x, t = loom.tensor(v, requires_grad=True), torch.tensor(v, requires_grad=True)
+    y, ty = getattr(x, name)(), getattr(t, name)()
+    assert y.requires_grad == ty.requires_grad
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+    x.grad = t.grad = None
+    (getattr(x, name)() * x).sum().backward()
+    (getattr(t, name)() * t).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
 def test_new_tensors_take_the_dtype():
     x = loom.tensor([1.0, 2.0], dtype=loom.float64)
     assert x.new_zeros(2, 3).shape == (2, 3) and x.new_zeros((2,)).dtype is loom.float64

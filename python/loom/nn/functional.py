@@ -167,11 +167,15 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0):
-    return _F.clamp(input, min_val, max_val)
+    """clamp, but the gradient passes strictly inside the bounds, as
+    PyTorch's (clamp's passes at them too: relu6 at 0 would pass it)."""
+    y = _F.clamp(input, min_val, max_val)
+    inside = _F.logical_and(_F.gt(input, min_val), _F.lt(input, max_val))
+    return _F.where(inside, y, y.detach())
 
 
 def relu6(input, inplace=False):
-    return _F.clamp(input, 0.0, 6.0)
+    return hardtanh(input, 0.0, 6.0)
 
 
 def logsigmoid(input):

@@ -99,6 +99,7 @@ class Module:
         if _compile.guards is not None:  # loom.compile: the capture depends on the mode
             _compile.guard((id(self), "training"), f"{type(self).__name__}.training",
                            lambda: self.training)
+            _compile.note_buffers(self)
         for hook in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
             new = hook(self, args)
             if new is not None:

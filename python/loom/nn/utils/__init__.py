@@ -20,3 +20,14 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0):
         for p in params:
             p.grad = p.grad * coef
     return total
+
+
+def clip_grad_value_(parameters, clip_value):
+    """Clamps each .grad of parameters to [-clip_value, clip_value] in
+    place, as PyTorch's."""
+    from ... import no_grad
+    clip_value = float(clip_value)
+    with no_grad():
+        for p in ([parameters] if hasattr(parameters, "grad") else parameters):
+            if p.grad is not None:
+                p.grad = p.grad.clamp(-clip_value, clip_value)
