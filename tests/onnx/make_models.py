@@ -16,6 +16,13 @@ PyTorch exports F.interpolate, x[1:] and x.flip(0):
   up = Resize(x, scales (1, 1, 2, 2), nearest, asymmetric)
   tail = Slice(x, 1:INT64_MAX on axis 0)
   back = Slice(x, -1:-INT64_MAX:-1 on axis 0)
+symbolic_values.onnx: x (T, B, 4), both symbolic, against a constant table
+pe (10, 4), pe[i][j] = i / 2 - j, with T computed as PyTorch exports
+x.size(0) (Shape, Gather) and used as a tensor:
+  pos = x + pe[:T] (unsqueezed over B)        (PyTorch's positional encoding)
+  odd = pe[1:T + 1:2]
+  scaled = x * float(T)
+  last = x[T - 1]
 """
 import os
 
@@ -131,9 +138,45 @@ def dynamic_batch():
     return model
 
 
+def symbolic_values():
+    n = helper.make_node
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)], v)
+    i, j = np.meshgrid(np.arange(10), np.arange(4), indexing="ij")
+    pe = (i / 2 - j).astype(np.float32)
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Gather", ["shape", "zero"], ["t"], axis=0),
+        n("Unsqueeze", ["t", "a0"], ["tv"]),
+        n("Slice", ["pe", "s0", "tv", "a0"], ["head"]),
+        n("Unsqueeze", ["head", "a1"], ["head3"]),
+        n("Add", ["x", "head3"], ["pos"]),
+        n("Add", ["tv", "s1"], ["t1"]),
+        n("Slice", ["pe", "s1", "t1", "a0", "st2"], ["odd"]),
+        n("Cast", ["t"], ["tf"], to=TensorProto.FLOAT),
+        n("Mul", ["x", "tf"], ["scaled"]),
+        n("Sub", ["t", "one"], ["t_1"]),
+        n("Gather", ["x", "t_1"], ["last"], axis=0),
+    ]
+    inits = [helper.make_tensor("pe", TensorProto.FLOAT, [10, 4], pe.ravel().tolist()),
+             helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             i64("a0", [0]), i64("a1", [1]), i64("s0", [0]), i64("s1", [1]), i64("st2", [2])]
+    f = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+    graph = helper.make_graph(
+        nodes, "symbolic_values", [f("x", ["T", "B", 4])],
+        [f("pos", ["T", "B", 4]), f("odd", [None, 4]), f("scaled", ["T", "B", 4]),
+         f("last", ["B", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="loom tests/onnx/make_models.py")
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 if __name__ == "__main__":
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     os.makedirs(out, exist_ok=True)
     onnx.save(shape_chain(), os.path.join(out, "shape_chain.onnx"))
     onnx.save(bitwise(), os.path.join(out, "bitwise.onnx"))
     onnx.save(dynamic_batch(), os.path.join(out, "dynamic_batch.onnx"))
+    onnx.save(symbolic_values(), os.path.join(out, "symbolic_values.onnx"))

@@ -389,11 +389,11 @@ static loom_status_t import_graph(ox_import_t *imp, const Onnx__GraphProto *gp) 
     else if (ox_is_seq(v)) {
       ox_node_t n = {.g = imp->g, .imp = imp, .scope = &sc, .opset = imp->opset};
       st = ox_seqio_output(&n, name, v);
-    } else if (ox_is_shape(v))
-      st = loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX model: output '%s' holds dims computed from "
-                     "symbolic dims (Loom computes those only while the model loads)", name);
-    else
-      st = loom_graph_output_named(imp->g, name, v);
+    } else {
+      ox_node_t n = {.g = imp->g, .imp = imp, .scope = &sc, .opset = imp->opset};
+      if (ox_is_shape(v)) st = ox_shape_tensor(&n, v, &v);
+      if (st == LOOM_OK) st = loom_graph_output_named(imp->g, name, v);
+    }
   }
   scope_free(&sc);
   return st;

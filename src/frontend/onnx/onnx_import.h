@@ -90,7 +90,14 @@ loom_status_t ox_window_attrs(const ox_node_t *n, int s, const int64_t **strides
 /* v truncated to an integer, clamped to int64's range (NaN: INT64_MIN), so
  * that a corrupt model's float cannot make a cast undefined. */
 int64_t ox_to_i64(double v);
-loom_status_t ox_iota(ox_node_t *n, int64_t size, int d, int r, loom_value_t *out);
+/* An input of body typed as v of n->g, less axis `drop` (-1: none), its
+ * symbolic dims the body's symbols of the same names. name: NULL, or
+ * unique among body's inputs. */
+loom_status_t ox_input_like(ox_node_t *n, loom_graph_t *body, const char *name, loom_value_t v,
+                            int drop, loom_value_t *out);
+/* 0, 1, ..., size - 1 along axis d of a rank-r i64 (1 elsewhere); a
+ * symbolic size counts them when the graph runs. */
+loom_status_t ox_iota(ox_node_t *n, loom_dim_t size, int d, int r, loom_value_t *out);
 /* ox_dims, failing (naming `what`) when a dim is symbolic. */
 loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *what,
                              loom_dim_t *dims, int *rank);
@@ -212,9 +219,17 @@ loom_status_t ox_shape_make(ox_node_t *n, int count, const loom_dim_t *dims, int
 loom_status_t ox_shape_dims(const ox_node_t *n, int i, const char *what, loom_dim_t *out, int cap,
                             int *count);
 /* Imports n when an input is a shape value that its rule does not read
- * (shape arithmetic: Gather, Concat, Add, ...), *done then 1; fails
- * naming n when n cannot take it. */
+ * and n is shape arithmetic on dims (Gather, Concat, Add, ... over
+ * integer constants), *done then 1. For any other op, such inputs become
+ * tensors computed when the graph runs (n->in updated, *done 0), for
+ * n's own rule. */
 loom_status_t ox_shape_node(ox_node_t *n, int *done);
+/* Shape value v as a tensor of n's graph, computed when the graph runs
+ * (a model output that holds dims). */
+loom_status_t ox_shape_tensor(ox_node_t *n, loom_value_t v, loom_value_t *out);
+/* dims[0..count-1] as an i64 vector of n's graph, symbolic entries
+ * computed when the graph runs. */
+loom_status_t ox_dims_tensor(ox_node_t *n, int count, const loom_dim_t *dims, loom_value_t *out);
 
 /* memcpy for counts that may be 0 with a NULL source (an attribute the
  * node does not have), which memcpy itself must not be given. */

@@ -51,8 +51,8 @@ static loom_status_t seq_fail(const ox_node_t *n, const char *name) {
 /* An input of body typed as v of n->g, less axis `drop` (-1: none; a
  * scan input's slice drops its scan axis). name: the ONNX name (inputs
  * of a Loom graph have unique names, as ONNX's do), or NULL. */
-static loom_status_t input_like(ox_node_t *n, loom_graph_t *body, const char *name,
-                                loom_value_t v, int drop, loom_value_t *out) {
+loom_status_t ox_input_like(ox_node_t *n, loom_graph_t *body, const char *name,
+                            loom_value_t v, int drop, loom_value_t *out) {
   loom_dtype_t dt;
   int rank, r = 0;
   loom_dim_t dims[LOOM_MAX_RANK], mine[LOOM_MAX_RANK];
@@ -123,7 +123,7 @@ static loom_status_t captures_into(ox_node_t *n, const ox_captures_t *c, body_t 
       LOOM_TRY(loom_graph_constant(b->g, t, &b->inner[i]));
       continue;
     }
-    LOOM_TRY(input_like(n, b->g, c->names[i], c->values[i], -1, &b->inner[i]));
+    LOOM_TRY(ox_input_like(n, b->g, c->names[i], c->values[i], -1, &b->inner[i]));
     b->pass[b->n_pass++] = c->values[i];
   }
   return LOOM_OK;
@@ -220,7 +220,7 @@ static loom_status_t loop_formals(ox_node_t *n, const Onnx__GraphProto *gp, int 
   LOOM_TRY(loom_graph_input(b->g, names[1], LOOM_BOOL, 0, NULL, &formal[1]));
   for (int i = 0; i < n_carried; i++) {
     const char *name = (size_t)(2 + i) < gp->n_input ? gp->input[2 + i]->name : NULL;
-    LOOM_TRY(input_like(n, b->g, name, n->in[2 + i], -1, &formal[2 + i]));
+    LOOM_TRY(ox_input_like(n, b->g, name, n->in[2 + i], -1, &formal[2 + i]));
   }
   return LOOM_OK;
 }
@@ -431,11 +431,11 @@ static loom_status_t scan_formals(ox_node_t *n, const Onnx__GraphProto *gp,
   LOOM_TRY(loom_graph_input(b->g, NULL, LOOM_I64, 0, NULL, &loop_in[0]));
   LOOM_TRY(loom_graph_input(b->g, NULL, LOOM_BOOL, 0, NULL, &loop_in[1]));
   for (int i = 0; i < s->n_state; i++)
-    LOOM_TRY(input_like(n, b->g, gp->input[i]->name, init[i], -1, &formal[i]));
+    LOOM_TRY(ox_input_like(n, b->g, gp->input[i]->name, init[i], -1, &formal[i]));
   loom_value_t back = LOOM_NO_VALUE, last;
   for (int j = 0; j < s->m; j++) {
     loom_value_t whole, step = loop_in[0];
-    LOOM_TRY(input_like(n, b->g, gp->input[s->n_state + j]->name, xs[j], -1, &whole));
+    LOOM_TRY(ox_input_like(n, b->g, gp->input[s->n_state + j]->name, xs[j], -1, &whole));
     if (s->in_dirs[j] && back.id < 0) { /* reverse: step len-1-i */
       LOOM_TRY(loom_full(b->g, 0, NULL, (double)(len - 1), LOOM_I64, &last));
       LOOM_TRY(loom_sub(b->g, last, loop_in[0], &back));

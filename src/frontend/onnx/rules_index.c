@@ -49,20 +49,28 @@ static loom_status_t wrap_negative(ox_node_t *n, loom_value_t idx, loom_value_t 
   return loom_where(n->g, neg, wrapped, idx, out);
 }
 
+/* The product of dims[from..to-1], symbolic where one of them is. */
+static loom_status_t dim_product(ox_node_t *n, const loom_dim_t *dims, int from, int to,
+                                 loom_dim_t *out) {
+  loom_dim_t p = 1;
+  for (int d = from; d < to; d++) LOOM_TRY(loom_dim_mul(n->g, p, dims[d], &p));
+  *out = p;
+  return LOOM_OK;
+}
+
 /* The flat position, in the row-major block of dims[0..k-1], that each
  * k-vector of idx (last axis) names: an i64 of idx's shape less its last
- * dim. */
+ * dim. Symbolic dims give sizes and strides computed when the graph runs. */
 static loom_status_t flat_rows(ox_node_t *n, loom_value_t idx, const loom_dim_t *dims, int k,
                                loom_value_t *out) {
-  int64_t strides[LOOM_MAX_RANK], sizes[LOOM_MAX_RANK], stride = 1;
+  loom_dim_t strides[LOOM_MAX_RANK], stride = 1;
   for (int j = k - 1; j >= 0; j--) {
-    sizes[j] = dims[j];
     strides[j] = stride;
-    stride *= dims[j];
+    LOOM_TRY(loom_dim_mul(n->g, stride, dims[j], &stride));
   }
   loom_value_t size_v, stride_v, terms;
-  LOOM_TRY(ox_vector_i64(n, k, sizes, &size_v));
-  LOOM_TRY(ox_vector_i64(n, k, strides, &stride_v));
+  LOOM_TRY(ox_dims_tensor(n, k, dims, &size_v));
+  LOOM_TRY(ox_dims_tensor(n, k, strides, &stride_v));
   LOOM_TRY(wrap_negative(n, idx, size_v, &idx));
   LOOM_TRY(loom_mul(n->g, idx, stride_v, &terms));
   int64_t last = -1;
@@ -231,31 +239,43 @@ loom_status_t ox_scatter(ox_node_t *n) { return ox_scatter_elements(n); }
 
 /* data viewed as (rows of its first k dims) + the rest; each k-vector of
  * indices names a row, which its slice of updates is scattered into. */
+/* Symbolic dims (a sequence length) are taken where the updates replace
+ * or add; mul, max and min build a mask as large as data's dim. */
 loom_status_t ox_scatter_nd(ox_node_t *n) {
   for (int i = 0; i < 3; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK], du[LOOM_MAX_RANK];
   int r, q, ur;
-  LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &r));
-  LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &q));
-  LOOM_TRY(ox_static_dims(n, n->in[2], "updates", du, &ur));
+  reduction_t red = RED_NONE;
+  LOOM_TRY(reduction_of(n, &red));
+  if (red == RED_NONE || red == RED_ADD) {
+    LOOM_TRY(ox_dims(n, n->in[0], dd, &r));
+    LOOM_TRY(ox_dims(n, n->in[1], di, &q));
+    LOOM_TRY(ox_dims(n, n->in[2], du, &ur));
+  } else {
+    LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &r));
+    LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &q));
+    LOOM_TRY(ox_static_dims(n, n->in[2], "updates", du, &ur));
+  }
+  if (q >= 1 && ox_is_dim_sym(di[q - 1]))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "indices' last dim is symbolic");
   int k = q ? (int)di[q - 1] : 0;
   if (q < 1 || k < 1 || k > r || ur != q - 1 + r - k)
     return ox_fail(n, LOOM_ERR_SHAPE, "indices' last dim (%d) must be 1..data's rank (%d), and "
                    "updates' rank (%d) indices' rank - 1 + data's rank - that", k, r, ur);
-  for (int d = 0; d < ur; d++)
-    if (du[d] != (d < q - 1 ? di[d] : dd[d - (q - 1) + k]))
+  for (int d = 0; d < ur; d++) {
+    loom_dim_t want = d < q - 1 ? di[d] : dd[d - (q - 1) + k];
+    if (du[d] != want && !ox_is_dim_sym(du[d]) && !ox_is_dim_sym(want))
       return ox_fail(n, LOOM_ERR_SHAPE, "updates' dim %d is %lld, not indices.shape[:-1] + "
                      "data.shape[k:]", d, (long long)du[d]);
-  reduction_t red = RED_NONE;
-  LOOM_TRY(reduction_of(n, &red));
+  }
   loom_value_t rows, data, upd, idx;
   LOOM_TRY(flat_rows(n, n->in[1], dd, k, &rows));
   loom_dim_t shape[LOOM_MAX_RANK];
   int rest = r - k;
   ox_copy(shape + 1, dd + k, sizeof *dd * (size_t)rest);
-  shape[0] = product(dd, 0, k);
+  LOOM_TRY(dim_product(n, dd, 0, k, &shape[0]));
   LOOM_TRY(loom_reshape(n->g, n->in[0], rest + 1, shape, &data));
-  shape[0] = product(di, 0, q - 1);
+  LOOM_TRY(dim_product(n, di, 0, q - 1, &shape[0]));
   LOOM_TRY(loom_reshape(n->g, n->in[2], rest + 1, shape, &upd));
   loom_dim_t column[LOOM_MAX_RANK];
   for (int d = 0; d <= rest; d++) column[d] = d ? 1 : shape[0];

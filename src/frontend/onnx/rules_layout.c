@@ -143,27 +143,77 @@ loom_status_t ox_split(ox_node_t *n) {
   return loom_split(n->g, n->in[0], axis, count, sizes, n->out);
 }
 
+/* An axis whose slice ends at a symbolic dim other than its own size
+ * (PyTorch's pe[:x.size(0)]): taken by a gather of positions start,
+ * start + step, ... below end, after the slice of the other axes. */
+typedef struct sym_end {
+  int64_t axis, start, step;
+  loom_dim_t end;
+} sym_end_t;
+
 /* Bounds computed from symbolic dims (shape values): an end that is the
- * axis's own size, stepping forward, takes the axis to its end. */
-static loom_status_t slice_symbolic_bounds(ox_node_t *n, int count, const int64_t *starts,
-                                           int64_t *ends, const int64_t *axes,
-                                           const int64_t *steps) {
+ * axis's own size, stepping forward, takes the axis to its end; another
+ * symbolic end moves its axis from the slice's lists (*count shrinks) to
+ * sym[] (*n_sym of them). */
+static loom_status_t slice_symbolic_bounds(ox_node_t *n, int *count, int64_t *starts,
+                                           int64_t *ends, int64_t *axes, int64_t *steps,
+                                           sym_end_t *sym, int *n_sym) {
   int sym_starts = ox_has(n, 1) && ox_is_shape(n->in[1]);
   int sym_ends = ox_has(n, 2) && ox_is_shape(n->in[2]);
-  int rank = ox_rank(n, n->in[0]);
-  for (int k = 0; k < count; k++) {
+  int rank = ox_rank(n, n->in[0]), kept = 0;
+  *n_sym = 0;
+  for (int k = 0; k < *count; k++) {
     if (sym_starts && ox_is_dim_sym(starts[k]))
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d is a symbolic dim (Loom slices symbolic "
                      "axes whole)", k);
-    if (!sym_ends || !ox_is_dim_sym(ends[k])) continue;
-    int64_t a;
+    int64_t a, step = steps ? steps[k] : 1;
     LOOM_TRY(ox_axis(n, axes[k], rank, "axis", &a));
-    if (ends[k] != ox_dim(n, n->in[0], (int)a) || (steps && steps[k] < 0))
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "end %d is a symbolic dim other than the size of "
-                     "axis %lld (Loom slices symbolic axes whole)", k, (long long)a);
-    ends[k] = INT64_MAX;
+    loom_dim_t size = ox_dim(n, n->in[0], (int)a);
+    if (sym_ends && ox_is_dim_sym(ends[k]) && ends[k] == size && step > 0) {
+      ends[k] = INT64_MAX;
+    } else if (sym_ends && ox_is_dim_sym(ends[k])) {
+      int64_t start = starts[k];
+      if (step <= 0)
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "end %d is a symbolic dim and step %lld is not "
+                       "positive", k, (long long)step);
+      if (start < 0 && ox_is_dim_sym(size))
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d counts from the end of symbolic "
+                       "axis %lld and end %d is a symbolic dim", k, (long long)a, k);
+      if (start < 0) start = start + size < 0 ? 0 : start + size;
+      if (start > INT32_MAX)
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d (%lld) before a symbolic end", k,
+                       (long long)start);
+      sym[(*n_sym)++] = (sym_end_t){a, start, step, ends[k]};
+      continue;
+    }
+    starts[kept] = starts[k], ends[kept] = ends[k], axes[kept] = axes[k];
+    if (steps) steps[kept] = steps[k];
+    kept++;
   }
+  *count = kept;
   return LOOM_OK;
+}
+
+/* x's positions start, start + step, ... below end along an axis (end a
+ * symbolic dim, at most the axis's size when the graph runs: a larger
+ * one fails the gather's run). */
+static loom_status_t gather_to_end(ox_node_t *n, loom_value_t x, const sym_end_t *e,
+                                   loom_value_t *out) {
+  loom_dim_t count;
+  loom_value_t ones, pos, k;
+  LOOM_TRY(loom_dim_add(n->g, e->end, e->step - 1 - e->start, &count));
+  if (e->step > 1) LOOM_TRY(loom_dim_floordiv(n->g, count, e->step, &count));
+  LOOM_TRY(loom_full(n->g, 1, &count, 1, LOOM_I64, &ones));
+  LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
+  if (e->step > 1) {
+    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)e->step, &k));
+    LOOM_TRY(loom_mul(n->g, pos, k, &pos));
+  }
+  if (e->start) {
+    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)e->start, &k));
+    LOOM_TRY(loom_add(n->g, pos, k, &pos));
+  }
+  return loom_gather(n->g, x, pos, e->axis, out);
 }
 
 loom_status_t ox_slice(ox_node_t *n) {
@@ -188,8 +238,16 @@ loom_status_t ox_slice(ox_node_t *n) {
     return ox_fail(n, LOOM_ERR_SHAPE, "starts, ends, axes and steps differ in length");
   if (na < 0)
     for (int k = 0; k < ns; k++) axes[k] = k;
-  LOOM_TRY(slice_symbolic_bounds(n, ns, starts, ends, axes, nt < 0 ? NULL : steps));
-  return loom_slice(n->g, n->in[0], ns, starts, ends, axes, nt < 0 ? NULL : steps, &n->out[0]);
+  sym_end_t sym[MAXN];
+  int n_sym;
+  LOOM_TRY(slice_symbolic_bounds(n, &ns, starts, ends, axes, nt < 0 ? NULL : steps, sym,
+                                 &n_sym));
+  loom_value_t y = n->in[0];
+  if (ns > 0 || !n_sym)
+    LOOM_TRY(loom_slice(n->g, y, ns, starts, ends, axes, nt < 0 ? NULL : steps, &y));
+  for (int k = 0; k < n_sym; k++) LOOM_TRY(gather_to_end(n, y, &sym[k], &y));
+  n->out[0] = y;
+  return LOOM_OK;
 }
 
 /* ONNX Expand broadcasts both ways: a 1 in the shape keeps the input's dim. */
@@ -405,8 +463,6 @@ loom_status_t ox_trilu(ox_node_t *n) {
   int rank;
   LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
   if (rank < 2) return ox_fail(n, LOOM_ERR_SHAPE, "needs rank 2 or more, not %d", rank);
-  if (dims[rank - 2] < 0 || dims[rank - 1] < 0)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic matrix dims");
   double k = 0;
   int c;
   if (ox_has(n, 1)) LOOM_TRY(ox_const_doubles(n, 1, "k", &k, 1, &c));

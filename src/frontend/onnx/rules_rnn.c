@@ -2,7 +2,9 @@
  * sequence length known when the model loads: the input projection X·Wᵀ
  * of every step is one matmul, and each step adds one matmul of the
  * hidden state by the recurrence weights of all its gates (two for GRU
- * without linear_before_reset, whose candidate gate reads r ⊙ h). */
+ * without linear_before_reset, whose candidate gate reads r ⊙ h). A
+ * sequence length known only when the model runs (a symbolic dim) makes
+ * the step the body of a loop over it instead. */
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -56,7 +58,8 @@ typedef struct rnn {
   int dirs;           /* 1 or 2 */
   int reverse;        /* direction "reverse" (dirs 1) */
   int layout;         /* 0: X (T, B, I); 1: X (B, T, I) */
-  int64_t steps, hidden;
+  int64_t steps, hidden; /* steps -1: symbolic, t_dim */
+  loom_dim_t t_dim;
   loom_dim_t batch;
   int has_clip, linear_before_reset, input_forget;
   double clip;
@@ -209,10 +212,9 @@ static loom_status_t read_x(rnn_t *r, loom_dim_t *input_size) {
   if (!ox_is_float(r->dtype))
     return ox_fail(n, LOOM_ERR_DTYPE, "X is %s, not a float dtype", loom_dtype_name(r->dtype));
   loom_dim_t t = xd[r->layout], b = xd[1 - r->layout];
-  if (t < 0)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "the sequence length of X is symbolic: the layer is "
-                   "unrolled over time, so it must be known when the model loads");
-  if (t < 1 || t > RNN_MAX_STEPS)
+  r->t_dim = t;
+  if (ox_is_dim_sym(t)) t = -1;
+  else if (t < 1 || t > RNN_MAX_STEPS)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a sequence of %lld steps (1 to %d are supported)",
                    (long long)t, RNN_MAX_STEPS);
   r->steps = t;
@@ -243,7 +245,7 @@ static loom_status_t read_lens(rnn_t *r) {
     for (int64_t k = 0; k < loom_tensor_numel(t); k++) {
       double v;
       loom_tensor_get_f64(t, k, &v);
-      if (v < 0 || v > (double)r->steps)
+      if (v < 0 || (r->steps >= 0 && v > (double)r->steps))
         return ox_fail(n, LOOM_ERR_INVALID, "sequence_lens[%lld] is %g, outside 0..%lld",
                        (long long)k, v, (long long)r->steps);
       full &= v == (double)r->steps;
@@ -369,6 +371,7 @@ static loom_status_t read_bias(const rnn_t *r, int d, dir_t *w) {
 
 static loom_status_t read_weights(const rnn_t *r, int d, dir_t *w) {
   ox_node_t *n = r->n;
+  *w = (dir_t){.r_zr = none, .r_h = none, .xbias = none, .rbias_h = none};
   LOOM_TRY(take(n, n->in[1], d, &w->w));
   LOOM_TRY(take(n, n->in[2], d, &w->r));
   LOOM_TRY(read_bias(r, d, w));
@@ -391,17 +394,26 @@ static loom_status_t read_weights(const rnn_t *r, int d, dir_t *w) {
   return loom_full(n->g, 2, dims, 0.0, r->dtype, &w->zero);
 }
 
-/* X·Wᵀ + bias for every step at once, as T values (B, G*H). */
-static loom_status_t project_input(const rnn_t *r, const dir_t *w, loom_value_t *xw) {
+/* X·Wᵀ + bias for every step at once, (T, B, G*H). */
+static loom_status_t project_all(const rnn_t *r, const dir_t *w, loom_value_t *p) {
   ox_node_t *n = r->n;
   loom_graph_t *g = n->g;
   loom_dim_t flat[2] = {-1, ox_dim(n, r->x, 2)};
-  loom_dim_t steps[3] = {r->steps, r->batch, r->gates * r->hidden};
-  loom_value_t x2, p;
+  loom_dim_t steps[3] = {r->t_dim, r->batch, r->gates * r->hidden};
+  loom_value_t x2;
   LOOM_TRY(loom_reshape(g, r->x, 2, flat, &x2));
-  LOOM_TRY(loom_matmul(g, x2, w->w, 0, 1, &p));
-  if (w->xbias.id >= 0) LOOM_TRY(loom_add(g, p, w->xbias, &p));
-  LOOM_TRY(loom_reshape(g, p, 3, steps, &p));
+  LOOM_TRY(loom_matmul(g, x2, w->w, 0, 1, p));
+  if (w->xbias.id >= 0) LOOM_TRY(loom_add(g, *p, w->xbias, p));
+  return loom_reshape(g, *p, 3, steps, p);
+}
+
+/* The projection as T values (B, G*H). */
+static loom_status_t project_input(const rnn_t *r, const dir_t *w, loom_value_t *xw) {
+  ox_node_t *n = r->n;
+  loom_graph_t *g = n->g;
+  loom_dim_t steps[3] = {r->steps, r->batch, r->gates * r->hidden};
+  loom_value_t p;
+  LOOM_TRY(project_all(r, w, &p));
   for (int64_t t = 0; t < r->steps; t++) {
     LOOM_TRY(rows(n, p, t, t + 1, &xw[t]));
     LOOM_TRY(loom_reshape(g, xw[t], 2, steps + 1, &xw[t]));
@@ -490,19 +502,25 @@ static loom_status_t lstm_step(const rnn_t *r, const act_t *a, dir_t *w, loom_va
   return loom_mul(g, p[1], hc, &w->h);
 }
 
+static loom_status_t cell_step(const rnn_t *r, const act_t *a, dir_t *w, loom_value_t xw) {
+  if (r->kind == CELL_RNN) return rnn_step(r, a, w, xw);
+  if (r->kind == CELL_GRU) return gru_step(r, a, w, xw);
+  return lstm_step(r, a, w, xw);
+}
+
 /* ---- The unrolled sequence ---------------------------------------------------------- */
 
 /* Past its sequence's end a batch entry keeps its state and outputs zeros:
  * step t runs for the entries with t < sequence_lens (in either direction,
  * as a reversed sequence starts at its own last step). */
-static loom_status_t mask_step(const rnn_t *r, int64_t t, dir_t *w, loom_value_t h_prev,
-                               loom_value_t c_prev, loom_value_t *y) {
+static loom_status_t mask_step(const rnn_t *r, loom_value_t step, dir_t *w,
+                               loom_value_t h_prev, loom_value_t c_prev, loom_value_t *y) {
   *y = w->h;
   if (r->lens.id < 0) return LOOM_OK;
   loom_graph_t *g = r->n->g;
-  loom_value_t step, live;
+  loom_value_t live;
   loom_dim_t col[2] = {r->batch, 1};
-  LOOM_TRY(ox_scalar(r->n, ox_dtype(r->n, r->lens), (double)t, &step));
+  LOOM_TRY(loom_cast(g, step, ox_dtype(r->n, r->lens), &step));
   LOOM_TRY(loom_lt(g, step, r->lens, &live));
   LOOM_TRY(loom_reshape(g, live, 2, col, &live));
   LOOM_TRY(loom_where(g, live, w->h, w->zero, y));
@@ -520,11 +538,10 @@ static loom_status_t run_direction(const rnn_t *r, int d, dir_t *w, loom_value_t
   LOOM_TRY(project_input(r, w, xw));
   for (int64_t k = 0; k < r->steps; k++) {
     int64_t t = back ? r->steps - 1 - k : k;
-    loom_value_t h_prev = w->h, c_prev = w->c, y;
-    if (r->kind == CELL_RNN) LOOM_TRY(rnn_step(r, a, w, xw[t]));
-    else if (r->kind == CELL_GRU) LOOM_TRY(gru_step(r, a, w, xw[t]));
-    else LOOM_TRY(lstm_step(r, a, w, xw[t]));
-    LOOM_TRY(mask_step(r, t, w, h_prev, c_prev, &y));
+    loom_value_t h_prev = w->h, c_prev = w->c, y, step = none;
+    LOOM_TRY(cell_step(r, a, w, xw[t]));
+    if (r->lens.id >= 0) LOOM_TRY(ox_scalar(r->n, LOOM_I64, (double)t, &step));
+    LOOM_TRY(mask_step(r, step, w, h_prev, c_prev, &y));
     LOOM_TRY(loom_reshape(r->n->g, y, 4, one_step, &ys[t]));
   }
   return LOOM_OK;
@@ -579,11 +596,132 @@ static loom_status_t unroll(rnn_t *r) {
   return ox_set(n, 2, yc);
 }
 
+/* ---- A sequence of symbolic length: a loop over its steps --------------------- */
+
+/* The fields of w a step reads beside h and c (R, its GRU split, Rbh,
+ * peepholes): the body takes each present one as an input. */
+static int step_reads(dir_t *w, loom_value_t **out) {
+  loom_value_t *all[7] = {&w->r, &w->r_zr, &w->r_h, &w->rbias_h,
+                          &w->peep[0], &w->peep[1], &w->peep[2]};
+  int k = 0;
+  for (int i = 0; i < 7; i++)
+    if (all[i]->id >= 0) out[k++] = all[i];
+  return k;
+}
+
+enum { LOOP_INVARIANTS = 10 }; /* the projection, 7 reads, lens, the last step */
+
+/* The loop body of direction d over the projection p (T, B, G*H): inputs
+ * (step i, cond, h, [c], p, reads.., [lens], [T - 1]), outputs (cond,
+ * h, [c], y); inv receives the outer values of its invariants. */
+static loom_status_t step_body(const rnn_t *r, int d, dir_t *w, loom_value_t p,
+                               loom_value_t last, loom_graph_t *body, loom_value_t *inv,
+                               int *n_inv) {
+  ox_node_t *n = r->n, bn = *n;
+  bn.g = body;
+  rnn_t br = *r;
+  br.n = &bn;
+  dir_t bw = *w;
+  loom_value_t i, cond, whole, t, xw, y, *outer[7], *inner[7];
+  int lstm = r->kind == CELL_LSTM, reads = step_reads(w, outer), back = d == 1 || r->reverse;
+  step_reads(&bw, inner);
+  LOOM_TRY(loom_graph_input(body, NULL, LOOM_I64, 0, NULL, &i));
+  LOOM_TRY(loom_graph_input(body, NULL, LOOM_BOOL, 0, NULL, &cond));
+  LOOM_TRY(ox_input_like(n, body, NULL, w->h, -1, &bw.h));
+  if (lstm) LOOM_TRY(ox_input_like(n, body, NULL, w->c, -1, &bw.c));
+  *n_inv = 0;
+  LOOM_TRY(ox_input_like(n, body, NULL, p, -1, &whole));
+  inv[(*n_inv)++] = p;
+  for (int k = 0; k < reads; k++) {
+    LOOM_TRY(ox_input_like(n, body, NULL, *outer[k], -1, inner[k]));
+    inv[(*n_inv)++] = *outer[k];
+  }
+  if (r->lens.id >= 0) {
+    LOOM_TRY(ox_input_like(n, body, NULL, r->lens, -1, &br.lens));
+    inv[(*n_inv)++] = r->lens;
+  }
+  t = i;
+  if (back) { /* step T - 1 - i */
+    loom_value_t last_in;
+    LOOM_TRY(ox_input_like(n, body, NULL, last, -1, &last_in));
+    inv[(*n_inv)++] = last;
+    LOOM_TRY(loom_sub(body, last_in, i, &t));
+  }
+  if (r->lens.id >= 0) {
+    loom_dim_t hd[2];
+    int rank;
+    LOOM_TRY(ox_dims(&bn, bw.h, hd, &rank));
+    br.batch = hd[0];
+    LOOM_TRY(loom_full(body, 2, hd, 0.0, r->dtype, &bw.zero));
+  }
+  LOOM_TRY(loom_gather(body, whole, t, 0, &xw));
+  loom_value_t h_prev = bw.h, c_prev = bw.c;
+  LOOM_TRY(cell_step(&br, r->act[d], &bw, xw));
+  LOOM_TRY(mask_step(&br, t, &bw, h_prev, c_prev, &y));
+  LOOM_TRY(loom_graph_output(body, cond));
+  LOOM_TRY(loom_graph_output(body, bw.h));
+  if (lstm) LOOM_TRY(loom_graph_output(body, bw.c));
+  return loom_graph_output(body, y);
+}
+
+/* Direction d as a loop of T steps: w's state becomes the final one, *y
+ * the outputs (T, 1, B, H). */
+static loom_status_t loop_direction(const rnn_t *r, int d, dir_t *w, loom_value_t *y) {
+  ox_node_t *n = r->n;
+  loom_graph_t *g = n->g;
+  loom_value_t p, trips, last, one, inv[LOOP_INVARIANTS], res[3];
+  LOOM_TRY(project_all(r, w, &p));
+  LOOM_TRY(ox_dims_tensor(n, 1, &r->t_dim, &trips));
+  LOOM_TRY(loom_reshape(g, trips, 0, NULL, &trips));
+  LOOM_TRY(ox_scalar(n, LOOM_I64, 1, &one));
+  LOOM_TRY(loom_sub(g, trips, one, &last));
+  loom_graph_t *body = NULL;
+  int n_inv = 0, lstm = r->kind == CELL_LSTM;
+  LOOM_TRY(loom_graph_create(&body));
+  loom_status_t st = step_body(r, d, w, p, last, body, inv, &n_inv);
+  if (st != LOOM_OK) {
+    loom_graph_destroy(body);
+    return st;
+  }
+  loom_value_t init[2] = {w->h, w->c};
+  LOOM_TRY(loom_loop(g, trips, LOOM_NO_VALUE, body, 1 + lstm, init, n_inv, inv, 2 + lstm, res));
+  w->h = res[0];
+  if (lstm) w->c = res[1];
+  /* The loop's outputs are stacked along a dim of its own (its trip count
+   * is a value when the graph runs): a gather of 0..T-1 (reversed: T-1..0)
+   * puts them along T itself. */
+  loom_value_t ys = res[1 + lstm], pos;
+  LOOM_TRY(ox_iota(n, r->t_dim, 0, 1, &pos));
+  if (d == 1 || r->reverse) LOOM_TRY(loom_sub(g, last, pos, &pos));
+  LOOM_TRY(loom_gather(g, ys, pos, 0, &ys));
+  loom_dim_t dims[4] = {r->t_dim, 1, r->batch, r->hidden};
+  return loom_reshape(g, ys, 4, dims, y);
+}
+
+static loom_status_t over_loop(rnn_t *r) {
+  ox_node_t *n = r->n;
+  loom_value_t per_dir[2], h[2], c[2], y, yh, yc = none;
+  for (int d = 0; d < r->dirs; d++) {
+    dir_t w;
+    LOOM_TRY(read_weights(r, d, &w));
+    LOOM_TRY(loop_direction(r, d, &w, &per_dir[d]));
+    h[d] = w.h;
+    c[d] = w.c;
+  }
+  LOOM_TRY(loom_concat(n->g, r->dirs, per_dir, 1, &y));
+  if (r->layout) LOOM_TRY(loom_transpose(n->g, y, (int64_t[]){2, 0, 1, 3}, &y));
+  LOOM_TRY(stack_states(r, h, &yh));
+  if (r->kind == CELL_LSTM) LOOM_TRY(stack_states(r, c, &yc));
+  LOOM_TRY(ox_set(n, 0, y));
+  LOOM_TRY(ox_set(n, 1, yh));
+  return ox_set(n, 2, yc);
+}
+
 static loom_status_t recurrent(ox_node_t *n, cell_kind_t kind) {
   static const int gates[3] = {1, 3, 4}, acts[3] = {1, 2, 3};
   rnn_t r = {.n = n, .kind = kind, .gates = gates[kind], .acts = acts[kind]};
   LOOM_TRY(read_node(&r));
-  return unroll(&r);
+  return r.steps < 0 ? over_loop(&r) : unroll(&r);
 }
 
 loom_status_t ox_rnn(ox_node_t *n) { return recurrent(n, CELL_RNN); }

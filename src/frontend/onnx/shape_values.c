@@ -16,7 +16,9 @@
 
 typedef struct ox_shape_val {
   int n, rank;        /* rank 0 (one entry, a scalar) or 1 */
-  loom_dtype_t dtype; /* LOOM_I64 or LOOM_I32 */
+  /* LOOM_I64 or LOOM_I32; LOOM_F32 or LOOM_F64 after a Cast (integers
+   * still, as a float tensor holds them: PyTorch's arange(x.size(0)).float()) */
+  loom_dtype_t dtype;
   const loom_graph_t *g; /* the graph whose dims they are */
   loom_dim_t dims[OX_SHAPE_MAX];
 } ox_shape_val_t;
@@ -65,11 +67,20 @@ static loom_status_t emit(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *o
   if (!all_const(v)) return store(n, v, out);
   loom_tensor_t *t = NULL;
   int64_t shape[1] = {v->n};
-  int32_t narrow[OX_SHAPE_MAX];
-  for (int k = 0; k < v->n; k++) narrow[k] = (int32_t)v->dims[k];
+  union {
+    int32_t i32[OX_SHAPE_MAX];
+    float f32[OX_SHAPE_MAX];
+    double f64[OX_SHAPE_MAX];
+  } narrow;
+  for (int k = 0; k < v->n; k++) {
+    narrow.i32[k] = (int32_t)v->dims[k];
+    if (v->dtype == LOOM_F32) narrow.f32[k] = (float)v->dims[k];
+    if (v->dtype == LOOM_F64) narrow.f64[k] = (double)v->dims[k];
+  }
   int wide = v->dtype == LOOM_I64;
-  LOOM_TRY(loom_tensor_from_data(v->dtype, v->rank, shape, wide ? (void *)v->dims : narrow,
-                                 (wide ? sizeof *v->dims : sizeof *narrow) * (size_t)v->n, &t));
+  size_t bytes = (size_t)loom_dtype_size(v->dtype) * (size_t)v->n;
+  LOOM_TRY(loom_tensor_from_data(v->dtype, v->rank, shape, wide ? (void *)v->dims : &narrow,
+                                 bytes, &t));
   loom_status_t st = loom_graph_constant(n->g, t, out);
   loom_tensor_destroy(t);
   return st;
@@ -228,13 +239,23 @@ static loom_status_t sv_reshape(ox_node_t *n, const ox_shape_val_t *x, ox_shape_
   return LOOM_OK;
 }
 
+/* The dtype a Cast to ONNX type `to` keeps dims in, or -1: another type
+ * makes them a tensor (ox_shape_node). */
+static int cast_dtype(int64_t to) {
+  switch (to) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return LOOM_I64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return LOOM_I32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return LOOM_F32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return LOOM_F64;
+    default: return -1;
+  }
+}
+
 static loom_status_t sv_cast(ox_node_t *n, const ox_shape_val_t *x, ox_shape_val_t *y) {
-  int64_t to = ox_int(n, "to", 0);
-  if (to != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && to != ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "casting dims computed from symbolic dims to %s "
-                   "(only int64 and int32 stay dims)", ox_onnx_type_name((int32_t)to));
+  int dt = cast_dtype(ox_int(n, "to", 0));
+  if (dt < 0) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "casting dims to this type");
   *y = *x;
-  y->dtype = to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? LOOM_I64 : LOOM_I32;
+  y->dtype = (loom_dtype_t)dt;
   return LOOM_OK;
 }
 
@@ -410,22 +431,88 @@ static int all_consumed(const ox_node_t *n) {
   return 1;
 }
 
+/* Whether the shape ops can run n on dims: its other inputs are integer
+ * constants of rank <= 1 (Where's condition a bool one), a Cast is to a
+ * type dims stay in, and an op
+ * that computes (arithmetic, Equal, Where) has no dims held as floats,
+ * whose division is not the dims' floor division. */
+static int on_dims(const ox_node_t *n) {
+  const char *op = n->proto->op_type;
+  if (!strcmp(op, "Cast") && cast_dtype(ox_int(n, "to", 0)) < 0) return 0;
+  int moves = unary_op(op) || !strcmp(op, "Concat");
+  for (int i = 0; i < n->n_in; i++) {
+    if (!ox_has(n, i)) continue;
+    if (ox_is_shape(n->in[i])) {
+      loom_dtype_t dt = stored(n, n->in[i])->dtype;
+      if (!moves && (dt == LOOM_F32 || dt == LOOM_F64)) return 0;
+      continue;
+    }
+    const loom_tensor_t *t = ox_const(n, n->in[i]);
+    loom_dtype_t dt = t ? loom_tensor_dtype(t) : LOOM_F32;
+    int where_cond = i == 0 && !strcmp(op, "Where") && dt == LOOM_BOOL;
+    if (!t || (dt != LOOM_I64 && dt != LOOM_I32 && !where_cond) || loom_tensor_rank(t) > 1)
+      return 0;
+  }
+  return 1;
+}
+
+/* Symbolic dim d as an i64 scalar computed when the graph runs: the sum
+ * of d ones (a symbol has a value only then). */
+static loom_status_t dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
+  if (!ox_is_dim_sym(d)) return ox_scalar(n, LOOM_I64, (double)d, out);
+  loom_value_t ones;
+  LOOM_TRY(loom_full(n->g, 1, &d, 1, LOOM_I64, &ones));
+  return loom_sum(n->g, ones, 1, (int64_t[]){0}, 0, out);
+}
+
+/* Shape value v as a tensor of the graph, of its dtype and rank. */
+static loom_status_t materialize(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *out) {
+  loom_value_t parts[OX_SHAPE_MAX];
+  for (int k = 0; k < v->n; k++) {
+    LOOM_TRY(dim_tensor(n, v->dims[k], &parts[k]));
+    if (v->dtype != LOOM_I64) LOOM_TRY(loom_cast(n->g, parts[k], v->dtype, &parts[k]));
+    if (v->rank == 1) LOOM_TRY(loom_unsqueeze(n->g, parts[k], 1, (int64_t[]){0}, &parts[k]));
+  }
+  if (v->rank == 0) {
+    *out = parts[0];
+    return LOOM_OK;
+  }
+  return loom_concat(n->g, v->n, parts, 0, out);
+}
+
+loom_status_t ox_dims_tensor(ox_node_t *n, int count, const loom_dim_t *dims,
+                             loom_value_t *out) {
+  if (count > OX_SHAPE_MAX)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%d dims as a tensor (at most %d)", count,
+                   OX_SHAPE_MAX);
+  ox_shape_val_t v = {.n = count, .rank = 1, .dtype = LOOM_I64, .g = n->g};
+  ox_copy(v.dims, dims, sizeof *dims * (size_t)count);
+  return all_const(&v) ? ox_vector_i64(n, count, dims, out) : materialize(n, &v, out);
+}
+
+loom_status_t ox_shape_tensor(ox_node_t *n, loom_value_t v, loom_value_t *out) {
+  const ox_shape_val_t *s = stored(n, v);
+  if (!s) return loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: not a shape value of this graph");
+  return materialize(n, s, out);
+}
+
 loom_status_t ox_shape_node(ox_node_t *n, int *done) {
   *done = 0;
   int first = -1;
   for (int i = 0; i < n->n_in && first < 0; i++)
     if (ox_has(n, i) && ox_is_shape(n->in[i])) first = i;
   if (first < 0 || all_consumed(n)) return LOOM_OK; /* the rule reads them (ox_shape_dims) */
-  const ox_shape_val_t *x = stored(n, n->in[first]);
-  if (!x)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input %d holds dims computed from symbolic dims of "
-                   "an enclosing graph (a Loop or Scan body takes no such value)", first);
-  LOOM_TRY(shape_op(n, n->proto->op_type, first, done));
+  for (int i = first; i < n->n_in; i++)
+    if (ox_has(n, i) && ox_is_shape(n->in[i]) && !stored(n, n->in[i]))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input %d holds dims computed from symbolic dims "
+                     "of an enclosing graph (a Loop or Scan body takes no such value)", i);
+  if (on_dims(n)) LOOM_TRY(shape_op(n, n->proto->op_type, first, done));
   if (*done) return LOOM_OK;
-  char text[64] = "";
-  loom_dim_format(n->g, x->dims[0], text, sizeof text);
-  return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input %d holds dims computed from symbolic dims "
-                 "(%s%s); Loom computes those while the model loads, for shape arithmetic and "
-                 "the shape inputs of Reshape, Expand, ConstantOfShape and Slice; %s takes no "
-                 "such input", first, text, x->n > 1 ? ", ..." : "", n->proto->op_type);
+  /* Any other op reads them as tensors computed when the graph runs (a
+   * sequence length cast to float, an index one before it), and its own
+   * rule imports it. */
+  for (int i = first; i < n->n_in; i++)
+    if (ox_has(n, i) && ox_is_shape(n->in[i]) && !consumer(n, i))
+      LOOM_TRY(materialize(n, stored(n, n->in[i]), &n->in[i]));
+  return LOOM_OK;
 }
