@@ -383,11 +383,12 @@ static void dynamic_batch_resize_and_slices(void) {
 
 /* tests/onnx/models/symbolic_values.onnx (tests/onnx/make_models.py): a
  * symbolic T, computed as PyTorch exports x.size(0), used as a slice's end
- * (pe[:T], pe[1:T + 1:2]) and as a tensor (x * float(T), x[T - 1]), one
+ * (pe[:T], pe[1:T + 1:2]), as a tensor (x * float(T), x[T - 1]) and as
+ * a Range's start (x[arange(T - 1, -1, -1)]), one
  * executable (and the interpreter) at three (T, B) against values by
  * hand; a T past pe's 10 rows fails the run with an error. */
 static void symbolic_values_expected(const float *x, int t, int b, double *pos, double *odd,
-                                     double *scaled, double *last) {
+                                     double *scaled, double *last, double *back) {
   for (int i = 0; i < t * b * 4; i++) {
     int row = i / (b * 4), col = i % 4;
     pos[i] = (double)x[i] + row / 2.0 - col;
@@ -395,6 +396,7 @@ static void symbolic_values_expected(const float *x, int t, int b, double *pos, 
   }
   for (int i = 0; i < (t + 1) / 2 * 4; i++) odd[i] = (1 + 2 * (i / 4)) / 2.0 - i % 4;
   for (int i = 0; i < b * 4; i++) last[i] = x[(t - 1) * b * 4 + i];
+  for (int i = 0; i < t * b * 4; i++) back[i] = x[(t - 1 - i / (b * 4)) * b * 4 + i % (b * 4)];
 }
 
 static void symbolic_values(void) {
@@ -408,28 +410,28 @@ static void symbolic_values(void) {
   for (int s = 0; e && s < 4; s++) {
     int t = sizes[s][0], b = sizes[s][1], count = t * b * 4;
     float xs[11 * 3 * 4];
-    double pos[11 * 3 * 4], odd[6 * 4], scaled[11 * 3 * 4], last[3 * 4];
+    double pos[11 * 3 * 4], odd[6 * 4], scaled[11 * 3 * 4], last[3 * 4], back[11 * 3 * 4];
     for (int i = 0; i < count; i++) xs[i] = (float)((i * 5 + s) % 9) - 4.0f;
-    loom_tensor_t *x = NULL, *y[4] = {0};
+    loom_tensor_t *x = NULL, *y[5] = {0};
     CHECK_OK(loom_tensor_from_data(LOOM_F32, 3, (int64_t[]){t, b, 4}, xs,
                                    sizeof *xs * (size_t)count, &x));
     if (t > 10) { /* pe has 10 rows: pe[:11] is past them */
-      loom_status_t st = loom_interpret(g, 1, &x, 4, y);
+      loom_status_t st = loom_interpret(g, 1, &x, 5, y);
       CHECK(st != LOOM_OK && strstr(loom_last_error(), "gather"));
-      for (int k = 0; k < 4; k++) loom_tensor_destroy(y[k]), y[k] = NULL;
-      for (int k = 0; k < 4; k++) CHECK_OK(loom_executable_new_output_for(e, 1, &x, k, &y[k]));
-      CHECK(loom_executable_run(e, 1, &x, 4, y) != LOOM_OK);
-      for (int k = 0; k < 4; k++) loom_tensor_destroy(y[k]);
+      for (int k = 0; k < 5; k++) loom_tensor_destroy(y[k]), y[k] = NULL;
+      for (int k = 0; k < 5; k++) CHECK_OK(loom_executable_new_output_for(e, 1, &x, k, &y[k]));
+      CHECK(loom_executable_run(e, 1, &x, 5, y) != LOOM_OK);
+      for (int k = 0; k < 5; k++) loom_tensor_destroy(y[k]);
       loom_tensor_destroy(x);
       continue;
     }
-    symbolic_values_expected(xs, t, b, pos, odd, scaled, last);
+    symbolic_values_expected(xs, t, b, pos, odd, scaled, last, back);
     for (int way = 0; way < 2; way++) {
       if (way == 0) {
-        CHECK_OK(loom_interpret(g, 1, &x, 4, y));
+        CHECK_OK(loom_interpret(g, 1, &x, 5, y));
       } else {
-        for (int k = 0; k < 4; k++) CHECK_OK(loom_executable_new_output_for(e, 1, &x, k, &y[k]));
-        CHECK_OK(loom_executable_run(e, 1, &x, 4, y));
+        for (int k = 0; k < 5; k++) CHECK_OK(loom_executable_new_output_for(e, 1, &x, k, &y[k]));
+        CHECK_OK(loom_executable_run(e, 1, &x, 5, y));
       }
       CHECK(y[1] && loom_tensor_dim(y[1], 0) == (t + 1) / 2);
       CHECK(y[3] && loom_tensor_rank(y[3]) == 2 && loom_tensor_dim(y[3], 0) == b);
@@ -437,7 +439,8 @@ static void symbolic_values(void) {
       CHECK_TENSOR(y[1], odd, (t + 1) / 2 * 4, 0, 0);
       CHECK_TENSOR(y[2], scaled, count, 0, 0);
       CHECK_TENSOR(y[3], last, b * 4, 0, 0);
-      for (int k = 0; k < 4; k++) loom_tensor_destroy(y[k]), y[k] = NULL;
+      CHECK_TENSOR(y[4], back, count, 0, 0);
+      for (int k = 0; k < 5; k++) loom_tensor_destroy(y[k]), y[k] = NULL;
     }
     loom_tensor_destroy(x);
   }

@@ -23,6 +23,7 @@ x.size(0) (Shape, Gather) and used as a tensor:
   odd = pe[1:T + 1:2]
   scaled = x * float(T)
   last = x[T - 1]
+  back = x[arange(T - 1, -1, -1)]                (PyTorch's flip by indices)
 """
 import os
 
@@ -156,16 +157,19 @@ def symbolic_values():
         n("Mul", ["x", "tf"], ["scaled"]),
         n("Sub", ["t", "one"], ["t_1"]),
         n("Gather", ["x", "t_1"], ["last"], axis=0),
+        n("Range", ["t_1", "minus1", "minus1"], ["rev"]),
+        n("Gather", ["x", "rev"], ["back"], axis=0),
     ]
     inits = [helper.make_tensor("pe", TensorProto.FLOAT, [10, 4], pe.ravel().tolist()),
              helper.make_tensor("zero", TensorProto.INT64, [], [0]),
              helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("minus1", TensorProto.INT64, [], [-1]),
              i64("a0", [0]), i64("a1", [1]), i64("s0", [0]), i64("s1", [1]), i64("st2", [2])]
     f = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
     graph = helper.make_graph(
         nodes, "symbolic_values", [f("x", ["T", "B", 4])],
         [f("pos", ["T", "B", 4]), f("odd", [None, 4]), f("scaled", ["T", "B", 4]),
-         f("last", ["B", 4])], inits)
+         f("last", ["B", 4]), f("back", ["T", "B", 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
                               producer_name="loom tests/onnx/make_models.py")
     model.ir_version = 7

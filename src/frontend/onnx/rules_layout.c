@@ -372,31 +372,43 @@ loom_status_t ox_constant_of_shape(ox_node_t *n) {
   return loom_full(n->g, count, shape, value, dt, &n->out[0]);
 }
 
-/* Range to a symbolic limit: start + delta * (0, 1, ...), the positions
- * counted by a cumulative sum of ones, as many as the limit gives. */
+/* Range over symbolic dims: start + delta * (0, 1, ...), the positions
+ * counted by a cumulative sum of ones, as many as the bounds give: up to
+ * a symbolic limit from a constant start, or down from a symbolic start
+ * to a constant limit (PyTorch's arange(n - 1, -1, -1)). */
 static loom_status_t range_symbolic(ox_node_t *n) {
-  double start, delta;
-  loom_dim_t limit, count;
-  int c;
-  if (ox_is_shape(n->in[0]) || ox_is_shape(n->in[2]))
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start and delta computed from symbolic dims "
-                   "(only limit may be)");
-  LOOM_TRY(ox_const_doubles(n, 0, "start", &start, 1, &c));
+  double start = 0, limit = 0, delta;
+  loom_dim_t sym, count;
+  int c, up = !ox_is_shape(n->in[0]);
+  if (ox_is_shape(n->in[2]) || (ox_is_shape(n->in[0]) && ox_is_shape(n->in[1])))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic delta, or start and limit both "
+                   "symbolic");
   LOOM_TRY(ox_const_doubles(n, 2, "delta", &delta, 1, &c));
-  LOOM_TRY(ox_shape_dims(n, 1, "limit", &limit, 1, &c));
-  if (c != 1 || !(delta >= 1 && delta < 1e15) || !(fabs(start) < 1e15) ||
-      delta != (int64_t)delta || start != (int64_t)start)
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic limit needs integer start and a "
-                   "positive integer delta");
-  loom_dtype_t dt = ox_dtype(n, n->in[0]);
+  if (up) LOOM_TRY(ox_const_doubles(n, 0, "start", &start, 1, &c));
+  else LOOM_TRY(ox_const_doubles(n, 1, "limit", &limit, 1, &c));
+  LOOM_TRY(ox_shape_dims(n, up ? 1 : 0, up ? "limit" : "start", &sym, 1, &c));
+  double step = up ? delta : -delta, fixed = up ? start : limit;
+  if (c != 1 || !(step >= 1 && step < 1e15) || !(fabs(fixed) < 1e15) ||
+      step != (int64_t)step || fixed != (int64_t)fixed)
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic limit needs an integer start and a "
+                   "positive integer delta, a symbolic start an integer limit and a negative "
+                   "integer delta");
+  loom_dtype_t dt = ox_dtype(n, n->in[up ? 0 : 1]);
   loom_value_t ones, pos, d, s;
-  LOOM_TRY(loom_dim_add(n->g, limit, (int64_t)(delta - 1 - start), &count));
-  LOOM_TRY(loom_dim_floordiv(n->g, count, (int64_t)delta, &count));
+  /* ceil((sym - fixed) / step): up, (limit - start) / delta; down,
+   * (start - limit) / -delta */
+  LOOM_TRY(loom_dim_add(n->g, sym, (int64_t)(step - 1 - fixed), &count));
+  LOOM_TRY(loom_dim_floordiv(n->g, count, (int64_t)step, &count));
   LOOM_TRY(loom_full(n->g, 1, &count, 1, dt, &ones));
   LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
   LOOM_TRY(ox_scalar(n, dt, delta, &d));
-  LOOM_TRY(ox_scalar(n, dt, start, &s));
   LOOM_TRY(loom_mul(n->g, pos, d, &pos));
+  if (up) LOOM_TRY(ox_scalar(n, dt, start, &s));
+  else {
+    LOOM_TRY(ox_dims_tensor(n, 1, &sym, &s));
+    LOOM_TRY(loom_reshape(n->g, s, 0, NULL, &s));
+    if (dt != LOOM_I64) LOOM_TRY(loom_cast(n->g, s, dt, &s));
+  }
   return loom_add(n->g, pos, s, &n->out[0]);
 }
 
