@@ -215,6 +215,33 @@ static void load_numpy_layouts(void) {
                      half, 2, &t));
   CHECK(loom_tensor_dtype(t) == LOOM_F16 && test_get(t, 0) == 1.5);
   loom_tensor_destroy(t);
+  /* Integer types without a dtype of their own, widened: uint8, int16
+   * (sign-extended) and uint16 to i32, uint32 to i64, uint64 by its bits. */
+  unsigned char u8[3] = {0, 200, 255};
+  CHECK_OK(load_dict(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", u8, 3, &t));
+  double want_u8[] = {0, 200, 255};
+  CHECK(loom_tensor_dtype(t) == LOOM_I32 && loom_tensor_dim(t, 0) == 3);
+  CHECK_TENSOR(t, want_u8, 3, 0, 0);
+  loom_tensor_destroy(t);
+  unsigned char i16[4] = {0x00, 0x80, 0xff, 0x7f}; /* -32768, 32767 */
+  CHECK_OK(load_dict(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", i16, 4, &t));
+  double want_i16[] = {-32768, 32767};
+  CHECK(loom_tensor_dtype(t) == LOOM_I32);
+  CHECK_TENSOR(t, want_i16, 2, 0, 0);
+  loom_tensor_destroy(t);
+  CHECK_OK(load_dict(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", i16, 4, &t));
+  double want_u16[] = {32768, 32767};
+  CHECK(loom_tensor_dtype(t) == LOOM_I32);
+  CHECK_TENSOR(t, want_u16, 2, 0, 0);
+  loom_tensor_destroy(t);
+  unsigned char u32[4] = {0xff, 0xff, 0xff, 0xff};
+  CHECK_OK(load_dict(1, "{'descr': '<u4', 'fortran_order': False, 'shape': (1,), }", u32, 4, &t));
+  CHECK(loom_tensor_dtype(t) == LOOM_I64 && test_get(t, 0) == 4294967295.0);
+  loom_tensor_destroy(t);
+  unsigned char u64[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  CHECK_OK(load_dict(1, "{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }", u64, 8, &t));
+  CHECK(loom_tensor_dtype(t) == LOOM_I64 && test_get(t, 0) == -1.0);
+  loom_tensor_destroy(t);
 }
 
 /* Each malformed or unsupported header fails with its status and a word
@@ -227,7 +254,9 @@ static void malformed_headers(void) {
   } cases[] = {
       {"{'descr': '>f4', 'fortran_order': False, 'shape': (6,), }", LOOM_ERR_UNSUPPORTED, ">f4"},
       {"{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", LOOM_ERR_UNSUPPORTED, "<c8"},
-      {"{'descr': '<u2', 'fortran_order': False, 'shape': (12,), }", LOOM_ERR_UNSUPPORTED, "<u2"},
+      {"{'descr': '>u2', 'fortran_order': False, 'shape': (12,), }", LOOM_ERR_UNSUPPORTED, ">u2"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (25,), }", LOOM_ERR_FORMAT, "truncated data"},
+      {"{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }", LOOM_ERR_FORMAT, "extra bytes"},
       {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", LOOM_ERR_UNSUPPORTED, "fortran_order"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 6), }", LOOM_ERR_UNSUPPORTED, "dims"},
       {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }", LOOM_ERR_UNSUPPORTED, "structured"},

@@ -32,6 +32,19 @@ static const struct {
 };
 #define NPY_N_DESCRS (sizeof npy_descrs / sizeof npy_descrs[0])
 
+/* Integer types Loom has no dtype for, read widened as the ONNX importer
+ * holds them (an image of uint8 for a model's uint8 input): to i32, or to
+ * i64 (uint64 by its bits). */
+static const struct {
+  const char *descr;
+  int bytes, is_signed;
+  loom_dtype_t dtype;
+} npy_widened[] = {
+    {"|u1", 1, 0, LOOM_I32}, {"<u1", 1, 0, LOOM_I32}, {"<i2", 2, 1, LOOM_I32},
+    {"<u2", 2, 0, LOOM_I32}, {"<u4", 4, 0, LOOM_I64}, {"<u8", 8, 0, LOOM_I64},
+};
+#define NPY_N_WIDENED (sizeof npy_widened / sizeof npy_widened[0])
+
 static const char *descr_of(loom_dtype_t dtype) {
   for (size_t i = 0; i < NPY_N_DESCRS; i++)
     if (npy_descrs[i].dtype == dtype) return npy_descrs[i].descr;
@@ -181,15 +194,25 @@ static loom_status_t parse_header(npy_parse_t *ps) {
   return LOOM_OK;
 }
 
-static loom_status_t dtype_of_descr(const npy_parse_t *ps, loom_dtype_t *out) {
+/* The dtype of the file's elements; *widened the npy_widened entry that
+ * reads them, or -1 (stored as they are). */
+static loom_status_t dtype_of_descr(const npy_parse_t *ps, loom_dtype_t *out, int *widened) {
+  *widened = -1;
   for (size_t i = 0; i < NPY_N_DESCRS; i++)
     if (!strcmp(npy_descrs[i].descr, ps->descr)) {
       *out = npy_descrs[i].dtype;
       return LOOM_OK;
     }
+  for (size_t i = 0; i < NPY_N_WIDENED; i++)
+    if (!strcmp(npy_widened[i].descr, ps->descr)) {
+      *out = npy_widened[i].dtype;
+      *widened = (int)i;
+      return LOOM_OK;
+    }
   return loom_fail(LOOM_ERR_UNSUPPORTED,
                    "%s: .npy dtype '%s' is not supported (Loom reads '<f4', "
-                   "'<f8', '<f2', '|i1', '<i4', '<i8', '|b1', little-endian)",
+                   "'<f8', '<f2', '|i1', '<i4', '<i8', '|b1', and '|u1', '<i2', "
+                   "'<u2', '<u4', '<u8' widened to i32 or i64; little-endian)",
                    ps->path, ps->descr);
 }
 
@@ -269,15 +292,13 @@ static loom_status_t read_header(npy_file_t *nf, npy_parse_t *ps,
 /* Checks that the data after the header is exactly what the shape needs,
  * and that the shape has strides (its nonzero dims' bytes fit in int64,
  * also when a zero dim leaves it empty). */
-static loom_status_t check_data_size(const npy_file_t *nf, loom_dtype_t dtype,
-                                     int rank, const int64_t *shape,
-                                     int64_t have) {
+static loom_status_t check_data_size(const npy_file_t *nf, const char *descr, size_t es,
+                                     int rank, const int64_t *shape, int64_t have) {
   int64_t need = 0;
-  size_t es = loom_dtype_size(dtype);
   if (!shape_size(rank, shape, es, NULL, &need)) {
     char sh[160], why[160];
     return loom_fail(LOOM_ERR_FORMAT, "%s: shape %s of '%s': %s", nf->path,
-                     shape_str(rank, shape, sh, sizeof sh), descr_of(dtype),
+                     shape_str(rank, shape, sh, sizeof sh), descr,
                      shape_size_why(rank, shape, es, why, sizeof why));
   }
   if (need < have)
@@ -289,6 +310,21 @@ static loom_status_t check_data_size(const npy_file_t *nf, loom_dtype_t dtype,
                      "%s: truncated data: the shape needs %lld bytes, the file "
                      "has %lld", nf->path, (long long)need, (long long)have);
   return LOOM_OK;
+}
+
+/* t's n elements from the file's narrower ones at raw (npy_widened[w]),
+ * little-endian. */
+static void widen(loom_tensor_t *t, const unsigned char *raw, int w) {
+  int64_t n = loom_tensor_numel(t);
+  int bytes = npy_widened[w].bytes;
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t v = 0;
+    for (int b = bytes - 1; b >= 0; b--) v = v << 8 | raw[i * bytes + b];
+    if (npy_widened[w].is_signed && bytes < 8 && (v >> (8 * bytes - 1)) & 1)
+      v |= ~(uint64_t)0 << (8 * bytes); /* sign-extend */
+    if (t->dtype == LOOM_I32) ((int32_t *)t->data)[i] = (int32_t)(int64_t)v;
+    else ((int64_t *)t->data)[i] = (int64_t)v;
+  }
 }
 
 /* NumPy bools are bytes; anything nonzero reads as true. */
@@ -303,16 +339,22 @@ static loom_status_t load_open(npy_file_t *nf, loom_tensor_t **out) {
   int64_t data_start = 0;
   LOOM_TRY(read_header(nf, &ps, &data_start));
   loom_dtype_t dtype = LOOM_F32;
-  LOOM_TRY(dtype_of_descr(&ps, &dtype));
+  int widened;
+  LOOM_TRY(dtype_of_descr(&ps, &dtype, &widened));
   if (ps.fortran)
     return loom_fail(LOOM_ERR_UNSUPPORTED,
                      "%s: fortran_order True is not supported (save C order)",
                      nf->path);
-  LOOM_TRY(check_data_size(nf, dtype, ps.rank, ps.shape, nf->size - data_start));
+  size_t es = widened < 0 ? loom_dtype_size(dtype) : (size_t)npy_widened[widened].bytes;
+  LOOM_TRY(check_data_size(nf, ps.descr, es, ps.rank, ps.shape, nf->size - data_start));
   loom_tensor_t *t;
   LOOM_TRY(tensor_new(dtype, ps.rank, ps.shape, &t));
-  size_t bytes = (size_t)loom_tensor_numel(t) * loom_dtype_size(dtype);
-  loom_status_t s = read_exact(nf, t->data, bytes, "data");
+  size_t bytes = (size_t)loom_tensor_numel(t) * es;
+  unsigned char *raw = widened < 0 ? t->data : core_malloc(bytes ? bytes : 1);
+  loom_status_t s = raw ? read_exact(nf, raw, bytes, "data")
+                        : loom_fail(LOOM_ERR_NOMEM, "%s: out of memory for the data", nf->path);
+  if (s == LOOM_OK && widened >= 0) widen(t, raw, widened);
+  if (widened >= 0) core_free(raw);
   if (s != LOOM_OK) {
     loom_tensor_destroy(t);
     return s;
