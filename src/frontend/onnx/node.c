@@ -208,7 +208,7 @@ loom_status_t ox_iota(ox_node_t *n, loom_dim_t size, int d, int r, loom_value_t 
   loom_value_t a;
   loom_dim_t shape[LOOM_MAX_RANK];
   for (int k = 0; k < r; k++) shape[k] = k == d ? size : 1;
-  if (ox_is_dim_sym(size)) { /* counted by a running sum of ones when the graph runs */
+  if (ir_dim_is_sym(size)) { /* counted by a running sum of ones when the graph runs */
     LOOM_TRY(loom_full(n->g, r, shape, 1, LOOM_I64, &a));
     return loom_cumsum(n->g, a, d, 1, 0, out);
   }
