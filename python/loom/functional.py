@@ -446,10 +446,9 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
 
 
 def sort(x, dim=-1, descending=False, stable=False):
-    """(values, indices) along dim: a topk of every element. Ties may come
-    in another order than PyTorch's unless stable (not supported)."""
-    if stable:
-        raise NotImplementedError("loom sort: stable=True")
+    """(values, indices) along dim: a topk of every element, which keeps
+    equal elements in their order (stable, whatever `stable` says; NaN
+    sorts above every number, as PyTorch's)."""
     if x.ndim == 0:
         return return_types.sort(x, _scalar(0, _I64))
     v, i = _op("topk", x, k=x.shape[dim], axis=int(dim), largest=int(descending))

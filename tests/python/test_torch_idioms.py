@@ -705,3 +705,17 @@ def test_optimizer_state_dict_resumes_as_torch(name, kwargs, clip):
         for p, first, tp in zip(again, ps, tps):
             _close(p, first.detach().numpy(), rtol=1e-5, atol=1e-6)
             _close(p, tp, rtol=1e-4, atol=1e-5)
+
+
+def test_sort_is_stable_as_torch_s():
+    """Ties keep their order, in both directions, with NaN above numbers."""
+    a = np.random.default_rng(3).integers(0, 4, (3, 50)).astype(np.float32)
+    a[0, ::7] = np.nan
+    for desc in (False, True):
+        mine = loom.sort(loom.tensor(a), dim=1, descending=desc, stable=True)
+        theirs = torch.sort(torch.tensor(a), dim=1, descending=desc, stable=True)
+        np.testing.assert_array_equal(mine.indices.numpy(), theirs.indices.numpy())
+        np.testing.assert_array_equal(mine.values.numpy(), theirs.values.numpy())
+        np.testing.assert_array_equal(loom.argsort(loom.tensor(a), 1, desc, stable=True).numpy(),
+                                      torch.argsort(torch.tensor(a), dim=1, descending=desc,
+                                                    stable=True).numpy())
