@@ -7,7 +7,7 @@
 
 #include "harness.h"
 
-#define GC_MAX_INPUTS 32
+#define GC_MAX_INPUTS 64
 
 void grad_check_opts_init(grad_check_opts_t *o) {
   o->h = 1e-6;

@@ -114,7 +114,7 @@ static loom_status_t build_all_reduce_halves(loom_graph_t *g, const recipe_t *r,
 #define BINARY(name) {name, "", 2, {F34, F34}, NULL}
 
 static const recipe_t recipes[] = {
-    UNARY("neg"), UNARY("abs"), UNARY("exp"), UNARY("log"), UNARY("log1p"), UNARY("sqrt"), UNARY("rsqrt"),
+    UNARY("neg"), UNARY("abs"), UNARY("exp"), UNARY("log"), UNARY("log1p"), UNARY("expm1"), UNARY("sqrt"), UNARY("rsqrt"),
     UNARY("reciprocal"), UNARY("tanh"), UNARY("sigmoid"), UNARY("relu"),
     {"leaky_relu", "alpha=0.1", 1, {F34}, NULL}, {"elu", "alpha=0.5", 1, {F34}, NULL},
     UNARY("gelu"), UNARY("gelu_tanh"), UNARY("silu"), UNARY("softplus"), UNARY("sin"),

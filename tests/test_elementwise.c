@@ -150,6 +150,12 @@ static const unary_case_t unary_cases[] = {
     /* 2^-30 - 2^-61 + ...: 1 + x rounds to 1 in f32, so log(1 + x) would be 0. */
     {"log1p", loom_log1p, BIT(LOOM_F32) | BIT(LOOM_F64), false, 2, {9.313225746154785e-10, -0.75},
      {9.313225741817976e-10, -1.3862943611198906}},
+    /* e - 1, 1/e - 1, the limits at +-inf. */
+    {"expm1", loom_expm1, FLOATS, false, 6, {0, 1, -1, 0.5, -INFINITY, INFINITY},
+     {0, 1.718281828459045, -0.6321205588285577, 0.6487212707001282, -1, INFINITY}},
+    /* 2^-30 + 2^-61 + ...: e^x rounds to 1 in f32, so e^x - 1 would be 0. */
+    {"expm1", loom_expm1, BIT(LOOM_F32) | BIT(LOOM_F64), false, 2, {9.313225746154785e-10, -3},
+     {9.313225750491594e-10, -0.950212931632136}},
     {"sqrt", loom_sqrt, FLOATS, false, 5, {0, 0.25, 4, 2, -1},
      {0, 0.5, 2, 1.4142135623730951, NAN}},
     {"rsqrt", loom_rsqrt, FLOATS, false, 4, {0.25, 4, 2, 0},

@@ -91,7 +91,7 @@ typedef struct recipe {
 #define B_UNARY(name) B(name, loom_##name(g, in[0], out))
 #define B_BINARY(name) B(name, loom_##name(g, in[0], in[1], out))
 
-B_UNARY(neg) B_UNARY(abs) B_UNARY(exp) B_UNARY(log) B_UNARY(log1p) B_UNARY(sqrt) B_UNARY(rsqrt)
+B_UNARY(neg) B_UNARY(abs) B_UNARY(exp) B_UNARY(log) B_UNARY(log1p) B_UNARY(expm1) B_UNARY(sqrt) B_UNARY(rsqrt)
 B_UNARY(reciprocal) B_UNARY(tanh) B_UNARY(sigmoid) B_UNARY(relu) B_UNARY(gelu)
 B_UNARY(gelu_tanh) B_UNARY(silu) B_UNARY(softplus) B_UNARY(sin) B_UNARY(cos) B_UNARY(erf)
 B_UNARY(tan) B_UNARY(asin) B_UNARY(acos) B_UNARY(atan) B_UNARY(sinh) B_UNARY(cosh)
@@ -253,7 +253,7 @@ static loom_status_t b_loop(loom_graph_t *g, const loom_value_t *in, loom_graph_
 #define BIN(name) R2(name, "", F34, F34)
 
 static const recipe_t recipes[] = {
-    UN(neg), UN(abs), UN(exp), UN(log), UN(log1p), UN(sqrt), UN(rsqrt), UN(reciprocal), UN(tanh),
+    UN(neg), UN(abs), UN(exp), UN(log), UN(log1p), UN(expm1), UN(sqrt), UN(rsqrt), UN(reciprocal), UN(tanh),
     UN(sigmoid), UN(relu), R1(leaky_relu, "alpha=0.2", F34), R1(elu, "alpha=0.5", F34),
     UN(gelu), UN(gelu_tanh), UN(silu), UN(softplus), UN(sin), UN(cos), UN(tan), UN(asin), UN(acos), UN(atan), UN(sinh),
     UN(cosh), UN(asinh), UN(acosh), UN(atanh), UN(erf), UN(floor),

@@ -21,6 +21,7 @@ LOOM_API loom_status_t loom_exp(loom_graph_t *g, loom_value_t x, loom_value_t *o
 LOOM_API loom_status_t loom_log(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 /* log(1 + x), without the cancellation of log(1 + x) when |x| is small. */
 LOOM_API loom_status_t loom_log1p(loom_graph_t *g, loom_value_t x, loom_value_t *out);
+LOOM_API loom_status_t loom_expm1(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_sqrt(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_rsqrt(loom_graph_t *g, loom_value_t x, loom_value_t *out);
 LOOM_API loom_status_t loom_reciprocal(loom_graph_t *g, loom_value_t x, loom_value_t *out);

@@ -194,7 +194,7 @@ def _unary(name):
     return fn
 
 
-for _name in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
+for _name in ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
               "sigmoid", "relu", "silu", "sin", "cos", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
               "isnan", "stop_gradient"):
@@ -1469,7 +1469,7 @@ METHODS = {name: globals()[name] for name in (
     "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "remainder",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
     "bitwise_right_shift",
-    "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+    "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
     "relu", "silu", "softplus", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
     "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
     "isnan", "clamp", "clip", "sum", "mean", "prod", "logsumexp", "var", "std", "max",

@@ -93,6 +93,13 @@ loom_status_t grad_log1p(grad_ctx_t *c) {
   return op2(c, IR_OP_DIV, g_(c), t, &c->din[0]);
 }
 
+/* d (e^x - 1) = e^x = y + 1. */
+loom_status_t grad_expm1(grad_ctx_t *c) {
+  int32_t t;
+  TRY(op2s(c, IR_OP_ADD, y_(c), 1.0, &t));
+  return chain(c, t);
+}
+
 /* d sqrt(x) = 1 / (2 sqrt(x)). */
 loom_status_t grad_sqrt(grad_ctx_t *c) {
   int32_t t;

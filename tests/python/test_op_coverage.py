@@ -223,7 +223,7 @@ def conv_inputs(groups=1, transpose=False):
 CASES = [
     # -- elementwise, one input: (13, 6) viewed as a strided (6, 7) --
     unary("abs", away), unary("neg"), unary("negative"), unary("exp"),
-    unary("log", lo=0.2, hi=3.0), unary("log1p", lo=-0.6, hi=3.0),
+    unary("log", lo=0.2, hi=3.0), unary("log1p", lo=-0.6, hi=3.0), unary("expm1"),
     unary("sqrt", lo=0.2, hi=3.0), unary("rsqrt", lo=0.2, hi=3.0), unary("reciprocal", away),
     unary("sin"), unary("cos"), unary("tan", lo=-1.2, hi=1.2), unary("asin", lo=-0.9, hi=0.9),
     unary("acos", lo=-0.9, hi=0.9), unary("atan"), unary("sinh"), unary("cosh"), unary("asinh"),

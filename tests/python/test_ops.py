@@ -38,6 +38,20 @@ def test_unary_of_positive_values(name):
     close(getattr(loom, name)(x), getattr(torch, name)(tx))
 
 
+def test_expm1_and_log1p_are_exact_near_zero_as_torch():
+    """Where e^x rounds to 1 (log(1 + x) to 0) in f32, the ops keep x's
+    digits: PyTorch's values, and expm1's gradient e^x."""
+    v = np.array([1e-7, -3e-8, 2e-5, 0.0, 1.5, -4.0], np.float32)
+    for name in ("expm1", "log1p"):
+        x, t = loom.tensor(v, requires_grad=True), torch.tensor(v, requires_grad=True)
+        y, ty = getattr(loom, name)(x), getattr(torch, name)(t)
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-6, atol=0)
+        y.sum().backward()
+        ty.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+        assert getattr(x.detach(), name)().numpy()[0] != 0  # not exp(x) - 1
+
+
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
 @pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)),
                                     ((5,), ()), ((0, 3), (1, 3))])

@@ -36,6 +36,7 @@ static const expr_rule_t rules[IR_OP_COUNT] = {
     [IR_OP_EXP] = {"loom_exp$f($0)", NULL, 8},
     [IR_OP_LOG] = {"log$f($0)", NULL, 8},
     [IR_OP_LOG1P] = {"log1p$f($0)", NULL, 8},
+    [IR_OP_EXPM1] = {"expm1$f($0)", NULL, 8},
     [IR_OP_SQRT] = {"sqrt$f($0)", NULL, 3},
     [IR_OP_RSQRT] = {"($T)1 / sqrt$f($0)", NULL, 3},
     [IR_OP_RECIPROCAL] = {"($T)1 / $0", NULL, 3},
