@@ -458,8 +458,12 @@ int ir_control_n_out(const loom_graph_t *g, ir_op_t op, const ir_attrs_t *a);
 loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i);
 /* Whether node n's output shapes are known only when it runs: ops
  * flagged F_DATA_SHAPE, except a loop whose scan outputs have a constant
- * length (a constant trip count and no condition). */
+ * length (a constant trip count and no condition) or a dim's (a trip
+ * count that ir_counted_dim reads, and no condition). */
 bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n);
+/* The dim d when value v counts it as a rank-0 i64 sum of a full of d
+ * ones (a symbolic dim made a tensor: the ONNX importer's), else -1. */
+ir_dim_t ir_counted_dim(const loom_graph_t *g, int32_t v);
 /* The value that node n only broadcasts, its elements unchanged: an
  * expand's input, or the other operand of an integer add of zeros (a
  * full of 0, or a constant whose bytes are all 0); -1 for any other node

@@ -80,12 +80,26 @@ loom_status_t ir_verify_subgraphs(const loom_graph_t *g, int64_t i) {
 bool ir_node_data_shaped(const loom_graph_t *g, const ir_node_t *n) {
   if (!(ir_ops[n->op].flags & F_DATA_SHAPE)) return false;
   if (n->op != IR_OP_LOOP) return true;
+  if (ir_attr_int(n->attrs, "use_cond", 1) == 0 && ir_counted_dim(g, n->in[0]) != -1)
+    return false; /* its scan length is that dim */
   int64_t carried = ir_attr_int(n->attrs, "carried", 0);
   for (int64_t k = carried; k < n->n_out; k++) {
     const ir_type_t *t = &g->values[n->out[k]].type;
     if (t->rank > 0 && !ir_dim_is_const(t->dims[0])) return true;
   }
   return false;
+}
+
+ir_dim_t ir_counted_dim(const loom_graph_t *g, int32_t v) {
+  const ir_value_t *s = &g->values[v];
+  if (s->kind != IR_VALUE_NODE || s->type.rank != 0 || s->type.dtype != LOOM_I64) return -1;
+  const ir_node_t *sum = &g->nodes[s->node];
+  if (sum->op != IR_OP_SUM || sum->n_in != 1) return -1;
+  const ir_value_t *f = &g->values[sum->in[0]];
+  if (f->kind != IR_VALUE_NODE || f->type.rank != 1) return -1;
+  const ir_node_t *full = &g->nodes[f->node];
+  if (full->op != IR_OP_FULL || ir_attr_float(full->attrs, "value", 0) != 1.0) return -1;
+  return f->type.dims[0]; /* a sum of rank 0 takes every axis */
 }
 
 /* ---- Types across the boundary -------------------------------------------- */
@@ -290,7 +304,9 @@ loom_status_t ir_shape_loop(ir_infer_t *c) {
   int64_t trips;
   LOOM_TRY(static_trips(c, &trips));
   ir_dim_t len = trips;
-  if (trips < 0 && c->n_out > carried) LOOM_TRY(ir_dim_fresh_symbol(c->g, "trips", &len));
+  if (trips < 0 && ir_attr_int(c->attrs, "use_cond", 1) == 0)
+    len = ir_counted_dim(c->g, c->in_ids[0]);
+  if (len == -1 && c->n_out > carried) LOOM_TRY(ir_dim_fresh_symbol(c->g, "trips", &len));
   for (int k = 0; k < c->n_out; k++) {
     if (k < carried) {
       c->out[k] = *c->in[2 + k];

@@ -227,6 +227,9 @@ loom_status_t ox_shape_node(ox_node_t *n, int *done);
 /* Shape value v as a tensor of n's graph, computed when the graph runs
  * (a model output that holds dims). */
 loom_status_t ox_shape_tensor(ox_node_t *n, loom_value_t v, loom_value_t *out);
+/* Dim d as an i64 scalar of n's graph: a constant, or for a symbolic
+ * dim the value it takes when the graph runs. */
+loom_status_t ox_dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out);
 /* dims[0..count-1] as an i64 vector of n's graph, symbolic entries
  * computed when the graph runs. */
 loom_status_t ox_dims_tensor(ox_node_t *n, int count, const loom_dim_t *dims, loom_value_t *out);

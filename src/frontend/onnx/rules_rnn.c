@@ -671,8 +671,7 @@ static loom_status_t loop_direction(const rnn_t *r, int d, dir_t *w, loom_value_
   loom_graph_t *g = n->g;
   loom_value_t p, trips, last, one, inv[LOOP_INVARIANTS], res[3];
   LOOM_TRY(project_all(r, w, &p));
-  LOOM_TRY(ox_dims_tensor(n, 1, &r->t_dim, &trips));
-  LOOM_TRY(loom_reshape(g, trips, 0, NULL, &trips));
+  LOOM_TRY(ox_dim_tensor(n, r->t_dim, &trips));
   LOOM_TRY(ox_scalar(n, LOOM_I64, 1, &one));
   LOOM_TRY(loom_sub(g, trips, one, &last));
   loom_graph_t *body = NULL;

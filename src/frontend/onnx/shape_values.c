@@ -457,8 +457,9 @@ static int on_dims(const ox_node_t *n) {
 }
 
 /* Symbolic dim d as an i64 scalar computed when the graph runs: the sum
- * of d ones (a symbol has a value only then). */
-static loom_status_t dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
+ * of d ones (a symbol has a value only then; ir_counted_dim reads it
+ * back as d). */
+loom_status_t ox_dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
   if (!ox_is_dim_sym(d)) return ox_scalar(n, LOOM_I64, (double)d, out);
   loom_value_t ones;
   LOOM_TRY(loom_full(n->g, 1, &d, 1, LOOM_I64, &ones));
@@ -469,7 +470,7 @@ static loom_status_t dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
 static loom_status_t materialize(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *out) {
   loom_value_t parts[OX_SHAPE_MAX];
   for (int k = 0; k < v->n; k++) {
-    LOOM_TRY(dim_tensor(n, v->dims[k], &parts[k]));
+    LOOM_TRY(ox_dim_tensor(n, v->dims[k], &parts[k]));
     if (v->dtype != LOOM_I64) LOOM_TRY(loom_cast(n->g, parts[k], v->dtype, &parts[k]));
     if (v->rank == 1) LOOM_TRY(loom_unsqueeze(n->g, parts[k], 1, (int64_t[]){0}, &parts[k]));
   }
