@@ -501,6 +501,71 @@ static void runtime_symbols(void) {
   loom_graph_destroy(g);
 }
 
+/* A trip count that counts a symbolic dim (the sum of n ones, as the ONNX
+ * importer makes a sequence length a tensor): the scan output stacks
+ * along n itself, so the graph compiles with runtime symbols; each run
+ * takes n from the input (x + 1, x + 3, x + 6, ... over x's n rows). */
+static void loop_counted_dim(void) {
+  loom_graph_t *g = new_graph();
+  loom_dim_t n;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  loom_dim_t xd[2] = {n, 3};
+  loom_value_t x = input(g, "x", LOOM_F32, 2, xd), ones, trips, out[2], sum_x;
+  CHECK_OK(loom_full(g, 1, &n, 1, LOOM_I64, &ones));
+  CHECK_OK(loom_sum(g, ones, 1, (int64_t[]){0}, 0, &trips));
+  loom_graph_t *body = new_graph();
+  loom_value_t i = input(body, "i", LOOM_I64, 0, NULL), c = input(body, "cond", LOOM_BOOL, 0, NULL);
+  loom_dim_t bn;
+  CHECK_OK(loom_dim_symbol(body, "n", &bn));
+  loom_dim_t bxd[2] = {bn, 3}, rd[1] = {3};
+  loom_value_t acc = input(body, "acc", LOOM_F32, 1, rd), bx = input(body, "x", LOOM_F32, 2, bxd);
+  loom_value_t row, fi, next;
+  CHECK_OK(loom_gather(body, bx, i, 0, &row));
+  CHECK_OK(loom_cast(body, i, LOOM_F32, &fi));
+  CHECK_OK(loom_add(body, acc, fi, &next));
+  CHECK_OK(loom_add(body, next, row, &row));
+  CHECK_OK(loom_graph_output(body, c));
+  CHECK_OK(loom_graph_output(body, next));
+  CHECK_OK(loom_graph_output(body, row));
+  loom_value_t init;
+  CHECK_OK(loom_full(g, 1, (loom_dim_t[]){3}, 1, LOOM_F32, &init));
+  CHECK_OK(loom_loop(g, trips, LOOM_NO_VALUE, body, 1, &init, 1, &x, 2, out));
+  CHECK_OK(loom_add(g, out[1], x, &sum_x)); /* provably of x's shape */
+  CHECK_OK(loom_graph_output(g, sum_x));
+  loom_dim_t dims[2];
+  int rank;
+  CHECK_OK(loom_value_type(g, out[1], NULL, &rank, dims));
+  CHECK(rank == 2 && dims[0] == n && dims[1] == 3);
+  loom_compile_options_t o;
+  loom_compile_options_init(&o);
+  o.dynamic_symbols = 1;
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  for (int64_t m = 1; e && m <= 5; m += 2) {
+    double xs[15], want[15];
+    double acc_v = 1;
+    for (int r = 0; r < m; r++) {
+      acc_v += r;
+      for (int k = 0; k < 3; k++) {
+        xs[r * 3 + k] = r * 10 + k;
+        want[r * 3 + k] = acc_v + 2 * xs[r * 3 + k];
+      }
+    }
+    int64_t shape[2] = {m, 3};
+    loom_tensor_t *in = test_tensor(LOOM_F32, 2, shape, xs), *got = NULL, *ref = NULL;
+    CHECK_OK(loom_tensor_create(LOOM_F32, 2, shape, &got));
+    CHECK_OK(loom_executable_run(e, 1, &in, 1, &got));
+    CHECK_TENSOR(got, want, m * 3, 0, 0);
+    CHECK_OK(loom_interpret(g, 1, &in, 1, &ref));
+    CHECK_TENSOR(ref, want, m * 3, 0, 0);
+    loom_tensor_destroy(in);
+    loom_tensor_destroy(got);
+    loom_tensor_destroy(ref);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 /* ---- Errors and ownership ----------------------------------------------------- */
 
 static void if_shape_errors(void) {
@@ -956,6 +1021,7 @@ int main(void) {
   TEST_RUN(ownership);
   TEST_RUN(stateful_branch_rejected);
   TEST_RUN(runtime_symbols);
+  TEST_RUN(loop_counted_dim);
   TEST_RUN(if_gradient);
   TEST_RUN(loop_gradient_rnn);
   TEST_RUN(loop_gradient_while);
