@@ -174,13 +174,22 @@ loom_status_t ox_div(ox_node_t *n) {
   return trunc_div(n, n->in[0], n->in[1], &n->out[0]);
 }
 
+/* The result has the base's type; an integer base with a float exponent
+ * is raised in the exponent's type and the result truncated back, as
+ * ONNX Runtime computes it (4 ^ 0.5 is 2, not 4 ^ 0). */
 loom_status_t ox_pow(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   LOOM_TRY(ox_need(n, 1));
-  loom_value_t e = n->in[1];
-  loom_dtype_t dt = ox_dtype(n, n->in[0]);
-  if (ox_dtype(n, e) != dt) LOOM_TRY(loom_cast(n->g, e, dt, &e));
-  return loom_pow(n->g, n->in[0], e, &n->out[0]);
+  loom_value_t x = n->in[0], e = n->in[1];
+  loom_dtype_t dt = ox_dtype(n, x), et = ox_dtype(n, e);
+  if (!ox_is_float(dt) && ox_is_float(et)) {
+    loom_value_t y;
+    LOOM_TRY(loom_cast(n->g, x, et, &x));
+    LOOM_TRY(loom_pow(n->g, x, e, &y));
+    return loom_cast(n->g, y, dt, &n->out[0]);
+  }
+  if (et != dt) LOOM_TRY(loom_cast(n->g, e, dt, &e));
+  return loom_pow(n->g, x, e, &n->out[0]);
 }
 
 /* fmod 0: the sign of the divisor (Python's %, Loom's mod); fmod 1: the
@@ -291,7 +300,23 @@ loom_status_t ox_cast(ox_node_t *n) {
   if (!ox_dtype_from_onnx((int32_t)to, &dt))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "cast to %s: Loom has no such dtype",
                    ox_onnx_type_name((int32_t)to));
-  return loom_cast(g, x, dt, &n->out[0]);
+  /* A type held in a wider one (uint8, int16, uint16 in i32; uint32 in
+   * i64) keeps only its own bits, as a cast in C wraps: -2.5 to uint8 is
+   * 254, 40000 to int16 is -25536. */
+  int bits = 0, is_signed = 0;
+  if (to == ONNX__TENSOR_PROTO__DATA_TYPE__UINT8) bits = 8;
+  if (to == ONNX__TENSOR_PROTO__DATA_TYPE__UINT16) bits = 16;
+  if (to == ONNX__TENSOR_PROTO__DATA_TYPE__INT16) bits = 16, is_signed = 1;
+  if (to == ONNX__TENSOR_PROTO__DATA_TYPE__UINT32) bits = 32;
+  if (!bits || ox_dtype(n, x) == LOOM_BOOL) return loom_cast(g, x, dt, &n->out[0]);
+  loom_value_t y, mask, half;
+  LOOM_TRY(loom_cast(g, x, dt, &y));
+  LOOM_TRY(ox_scalar(n, dt, (double)((INT64_C(1) << bits) - 1), &mask));
+  if (!is_signed) return loom_bitwise_and(g, y, mask, &n->out[0]);
+  LOOM_TRY(ox_scalar(n, dt, (double)(INT64_C(1) << (bits - 1)), &half));
+  LOOM_TRY(loom_add(g, y, half, &y));
+  LOOM_TRY(loom_bitwise_and(g, y, mask, &y));
+  return loom_sub(g, y, half, &n->out[0]);
 }
 
 loom_status_t ox_cast_like(ox_node_t *n) {

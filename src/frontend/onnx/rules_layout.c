@@ -87,6 +87,19 @@ loom_status_t ox_squeeze(ox_node_t *n) {
   int64_t axes[MAXN];
   int count;
   LOOM_TRY(ints_attr_or_input(n, 13, "axes", 1, axes, &count));
+  if (count <= 0) { /* every dim of size 1: a symbolic one might be */
+    loom_dim_t dims[LOOM_MAX_RANK];
+    int rank;
+    LOOM_TRY(ox_dims(n, n->in[0], dims, &rank));
+    for (int d = 0; d < rank; d++)
+      if (ox_is_dim_sym(dims[d])) {
+        char name[64];
+        loom_dim_format(n->g, dims[d], name, sizeof name);
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "no axes, and dim %d is symbolic (%s): whether "
+                       "it goes is known only when the model runs (give axes, or the dim's "
+                       "size)", d, name);
+      }
+  }
   return loom_squeeze(n->g, n->in[0], count < 0 ? 0 : count, axes, &n->out[0]);
 }
 

@@ -77,9 +77,16 @@ static loom_status_t read_window(ox_node_t *n, const loom_dim_t *xd, int rank, c
   if (!strcmp(ap, "VALID")) memset(w->pads, 0, sizeof w->pads);
   else if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
     for (int d = 0; d < 2; d++) {
-      if (w->in[d] < 0) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "auto_pad on a symbolic dim");
-      int64_t out = (w->in[d] + w->stride[d] - 1) / w->stride[d];
-      int64_t total = (out - 1) * w->stride[d] + (w->kernel[d] - 1) * w->dilation[d] + 1 - w->in[d];
+      /* At stride 1 the padding is the window's extent less 1, whatever
+       * the size: a symbolic dim needs a stride of 1. */
+      int64_t total = (w->kernel[d] - 1) * w->dilation[d];
+      if (w->stride[d] > 1 && ox_is_dim_sym(w->in[d]))
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "auto_pad %s with stride %lld on a symbolic "
+                       "dim (the padding depends on its size)", ap, (long long)w->stride[d]);
+      if (w->stride[d] > 1) {
+        int64_t out = (w->in[d] + w->stride[d] - 1) / w->stride[d];
+        total = (out - 1) * w->stride[d] + total + 1 - w->in[d];
+      }
       if (total < 0) total = 0;
       int64_t small = total / 2;
       w->pads[d] = ap[5] == 'U' ? small : total - small;

@@ -202,11 +202,23 @@ static loom_status_t read_shape(ox_node_t *n, resize_plan_t *p, int scales_at, i
     LOOM_TRY(ox_const_doubles(n, scales_at, "scales", vals, LOOM_MAX_RANK, &count));
     LOOM_TRY(apply_scales(n, p, vals, count, axes, n_axes));
   } else {
-    LOOM_TRY(ox_const_ints(n, sizes_at, "sizes", sizes, LOOM_MAX_RANK, &count));
+    /* sizes computed from x's shape (PyTorch's interpolate(size=...) with
+     * a symbolic batch): a symbolic entry that is x's own dim keeps it */
+    loom_dim_t xd[LOOM_MAX_RANK];
+    int rank;
+    LOOM_TRY(ox_dims(n, n->in[0], xd, &rank));
+    LOOM_TRY(ox_shape_dims(n, sizes_at, "sizes", sizes, LOOM_MAX_RANK, &count));
+    for (int k = 0; k < count && k < n_axes; k++) {
+      if (!ox_is_dim_sym(sizes[k])) continue;
+      if (sizes[k] != xd[axes[k]])
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "size %d is a symbolic dim other than the "
+                       "input's dim %lld", k, (long long)axes[k]);
+      sizes[k] = p->in[axes[k]];
+    }
     LOOM_TRY(apply_sizes(n, p, sizes, count, axes, n_axes));
   }
   for (int d = 0; d < p->rank; d++)
-    if (p->symbolic[d] && (has_sizes || p->scale[d] != 1.0))
+    if (p->symbolic[d] && p->scale[d] != 1.0)
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d is symbolic: Loom resizes axes "
                      "of static size (a symbolic one must keep scale 1)", d);
   if (p->coord != CT_TF_CROP_AND_RESIZE) return LOOM_OK;
@@ -248,7 +260,9 @@ static double source_coord(const resize_plan_t *p, int d, int64_t i, int *outsid
   case CT_PYTORCH_HALF_PIXEL: return len == 1 ? -0.5 : (x + 0.5) / s - 0.5;
   case CT_ALIGN_CORNERS: return len == 1 ? 0.0 : x * (in - 1) / (len - 1);
   case CT_ASYMMETRIC: return x / s;
-  case CT_TF_HALF_PIXEL_FOR_NN: return (x + 0.5) / s;
+  /* An axis it keeps (scale 1: a batch, a channel) reads itself, as in
+   * ONNX Runtime and TensorFlow, not its neighbour x + 0.5 rounds to. */
+  case CT_TF_HALF_PIXEL_FOR_NN: return s == 1 && p->out[d] == p->in[d] ? x : (x + 0.5) / s;
   case CT_TF_CROP_AND_RESIZE: {
     double a = p->roi[d], b = p->roi[p->rank + d];
     double c = len == 1 ? (b - a) * (in - 1) / 2 : x * (b - a) * (in - 1) / (len - 1);

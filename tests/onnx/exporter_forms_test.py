@@ -1,0 +1,155 @@
+"""Forms other exporters than PyTorch's write (tf2onnx, Keras, skl2onnx),
+through `loom run` as a user runs it, against values computed here with
+NumPy or by hand:
+  - Pow of an integer base by a float exponent (raised in float, then
+    truncated: ONNX Runtime's result);
+  - Cast to the narrow integer types Loom holds widened (uint8, int16,
+    uint16 in i32; uint32 in i64), wrapping as a C cast does;
+  - Conv and MaxPool with auto_pad SAME at stride 1 over symbolic height
+    and width (Keras' Input(shape=(None, None, 3))), at two sizes;
+  - Resize with tf_half_pixel_for_nn, which keeps the axes it does not
+    resize (batch, channels) as they are;
+  - Resize whose sizes come from Shape(x) with a symbolic batch, against
+    the same model with a fixed batch;
+  - Squeeze without axes over a symbolic dim: refused at load, naming it.
+  exporter_forms_test.py LOOM_CLI"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+loom = sys.argv[1]
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "forms", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    return m
+
+
+def run(m, feeds):
+    """{output name: array} from `loom run`, or the error text."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(m, path)
+        args = [loom, "run", path, "--output-dir", os.path.join(d, "out")]
+        for name, a in feeds.items():
+            f = os.path.join(d, name + ".npy")
+            np.save(f, a)
+            args += ["--input", f"{name}={f}"]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        if p.returncode:
+            return p.stderr.strip()
+        return {o.name: np.load(os.path.join(d, "out", o.name + ".npy")) for o in m.graph.output}
+
+
+def f32(name, dims):
+    return helper.make_tensor_value_info(name, TP.FLOAT, dims)
+
+
+def expect(got, name, want, what, tol=0.0):
+    if isinstance(got, str):
+        check(False, f"{what}: {got}")
+        return
+    g = got[name]
+    ok = g.shape == want.shape and np.allclose(g, want, rtol=tol, atol=tol)
+    check(ok, f"{what}: got {g.shape} {g.ravel()[:12]}, want {want.shape} {want.ravel()[:12]}")
+
+
+# ---- Pow: int base, float exponent ----
+m = model([helper.make_node("Pow", ["x", "e"], ["y"])],
+          [helper.make_tensor_value_info("x", TP.INT64, [3]), f32("e", [3])],
+          [helper.make_tensor_value_info("y", TP.INT64, [3])], opset=15)
+expect(run(m, {"x": np.array([4, 9, 2], np.int64), "e": np.array([0.5, 0.5, 2.7], np.float32)}),
+       "y", np.array([2, 3, 6]), "int64 ^ float")
+
+# ---- Casts to narrow integer types ----
+v = np.array([-2.5, 255.9, 300.0, 40000.0, -1.0, 70000.0], np.float32)
+wrapped = {TP.UINT8: [254, 255, 44, 64, 255, 112], TP.INT16: [-2, 255, 300, -25536, -1, 4464],
+           TP.UINT16: [65534, 255, 300, 40000, 65535, 4464],
+           TP.UINT32: [4294967294, 255, 300, 40000, 4294967295, 70000]}
+for to, want in wrapped.items():
+    m = model([helper.make_node("Cast", ["x"], ["y"], to=to)], [f32("x", [6])],
+              [helper.make_tensor_value_info("y", to, [6])])
+    expect(run(m, {"x": v}), "y", np.array(want), f"cast to {TP.DataType.Name(to)}")
+
+# ---- SAME padding at stride 1 over symbolic H and W ----
+
+
+def box3(x):
+    """3x3 sums (ones kernel) and maxima with zero / -inf padding, NCHW."""
+    n, c, h, w = x.shape
+    z = np.zeros((n, c, h + 2, w + 2), np.float64)
+    z[:, :, 1:-1, 1:-1] = x
+    s = sum(z[:, :, i:i + h, j:j + w] for i in range(3) for j in range(3))
+    z[:] = -np.inf
+    z[:, :, 1:-1, 1:-1] = x
+    mx = np.max([z[:, :, i:i + h, j:j + w] for i in range(3) for j in range(3)], axis=0)
+    return s.sum(axis=1, keepdims=True), mx
+
+
+w = numpy_helper.from_array(np.ones((1, 2, 3, 3), np.float32), "w")
+m = model([helper.make_node("Conv", ["x", "w"], ["conv"], auto_pad="SAME_UPPER"),
+           helper.make_node("MaxPool", ["x"], ["pool"], kernel_shape=[3, 3], auto_pad="SAME_LOWER")],
+          [f32("x", ["N", 2, "H", "W"])], [f32("conv", None), f32("pool", None)], [w])
+rng = np.random.default_rng(4)
+for shape in ((1, 2, 5, 7), (2, 2, 4, 3)):
+    x = rng.standard_normal(shape).astype(np.float32)
+    got = run(m, {"x": x})
+    conv, pool = box3(x.astype(np.float64))
+    expect(got, "conv", conv.astype(np.float32), f"SAME conv on {shape}", 1e-5)
+    expect(got, "pool", pool.astype(np.float32), f"SAME max pool on {shape}", 0)
+
+# ---- Resize tf_half_pixel_for_nn keeps batch and channels ----
+sizes = numpy_helper.from_array(np.array([2, 3, 4, 3], np.int64), "sizes")
+m = model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="tf_half_pixel_for_nn",
+                            nearest_mode="round_prefer_ceil")],
+          [f32("x", [2, 3, 2, 3])], [f32("y", [2, 3, 4, 3])], [sizes], opset=11)
+x = np.arange(36, dtype=np.float32).reshape(2, 3, 2, 3)
+# rows (i + 0.5) / 2 = 0.25, 0.75, 1.25, 1.75 round to 0, 1, 1, 2 -> 1 (the last)
+expect(run(m, {"x": x}), "y", x[:, :, [0, 1, 1, 1], :], "tf_half_pixel_for_nn")
+
+# ---- Resize to sizes from Shape(x) over a symbolic batch ----
+
+
+def resize_by_shape(batch):
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]),
+             helper.make_node("Slice", ["sh", "s0", "s2"], ["nc"]),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                              coordinate_transformation_mode="half_pixel")]
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    return model(nodes, [f32("x", [batch, 3, 5, 7])], [f32("y", None)],
+                 [i64("s0", [0]), i64("s2", [2]), i64("hw", [9, 4])])
+
+
+x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+fixed = run(resize_by_shape(2), {"x": x})
+if isinstance(fixed, str):
+    check(False, f"resize by shape, fixed batch: {fixed}")
+else:
+    expect(run(resize_by_shape("N"), {"x": x}), "y", fixed["y"], "resize by shape, symbolic", 1e-6)
+
+# ---- Squeeze without axes over a symbolic dim ----
+m = model([helper.make_node("Squeeze", ["x"], ["y"])], [f32("x", ["N", 1, 3])], [f32("y", None)])
+got = run(m, {"x": np.zeros((1, 1, 3), np.float32)})
+check(isinstance(got, str) and "symbolic" in got and "axes" in got,
+      f"squeeze without axes over N: {got}")
+
+print(f"exporter_forms_test: {failures} failures")
+sys.exit(1 if failures else 0)
