@@ -11,7 +11,11 @@ NumPy or by hand:
     resize (batch, channels) as they are;
   - Resize whose sizes come from Shape(x) with a symbolic batch, against
     the same model with a fixed batch;
-  - Squeeze without axes over a symbolic dim: refused at load, naming it.
+  - two inputs whose batch dims tf2onnx names apart (unk__10, unk__11)
+    or skl2onnx leaves unnamed, joined by a Concat (one symbol per
+    position after the first try fails; sizes that differ fail the run);
+  - Squeeze without axes over a symbolic dim, and reduction axes given
+    in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
 import os
 import subprocess
@@ -145,11 +149,36 @@ if isinstance(fixed, str):
 else:
     expect(run(resize_by_shape("N"), {"x": x}), "y", fixed["y"], "resize by shape, symbolic", 1e-6)
 
+# ---- Inputs whose batches the exporter named apart, or not at all ----
+a = rng.standard_normal((4, 3)).astype(np.float32)
+b = rng.standard_normal((4, 2)).astype(np.float32)
+for da, db in ((["unk__10", 3], ["unk__11", 2]), ([None, 3], [None, 2])):
+    m = model([helper.make_node("Concat", ["a", "b"], ["y"], axis=1),
+               helper.make_node("ReduceSum", ["y", "one"], ["s"], keepdims=1),
+               helper.make_node("Add", ["a", "s"], ["z"])],
+              [f32("a", da), f32("b", db)], [f32("y", None), f32("z", None)],
+              [numpy_helper.from_array(np.array([1], np.int64), "one")])
+    got = run(m, {"a": a, "b": b})
+    y = np.concatenate([a, b], 1)
+    expect(got, "y", y, f"concat of inputs with batches {da[0]}, {db[0]}")
+    expect(got, "z", a + y.sum(1, keepdims=True), f"add over batches {da[0]}, {db[0]}", 1e-5)
+    got = run(m, {"a": a, "b": b[:3]})
+    check(isinstance(got, str) and "dim0" in got, f"batches 4 and 3: {got}")
+
 # ---- Squeeze without axes over a symbolic dim ----
 m = model([helper.make_node("Squeeze", ["x"], ["y"])], [f32("x", ["N", 1, 3])], [f32("y", None)])
 got = run(m, {"x": np.zeros((1, 1, 3), np.float32)})
 check(isinstance(got, str) and "symbolic" in got and "axes" in got,
       f"squeeze without axes over N: {got}")
+
+# ---- Reduction axes in the other opset's place: refused, not ignored ----
+one = numpy_helper.from_array(np.array([1], np.int64), "one")
+for op, opset, inputs, attrs, word in (("ReduceSum", 13, ["x"], {"axes": [1]}, "attribute"),
+                                       ("ReduceMean", 13, ["x", "one"], {}, "input")):
+    m = model([helper.make_node(op, inputs, ["y"], **attrs)], [f32("x", [2, 3])],
+              [f32("y", None)], [one] if len(inputs) > 1 else [], opset=opset)
+    got = run(m, {"x": np.ones((2, 3), np.float32)})
+    check(isinstance(got, str) and word in got, f"{op}-{opset} with axes as an {word}: {got}")
 
 print(f"exporter_forms_test: {failures} failures")
 sys.exit(1 if failures else 0)

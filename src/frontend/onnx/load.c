@@ -139,6 +139,15 @@ static loom_status_t add_seq_input(ox_import_t *imp, ox_scope_t *sc,
   return scope_set(sc, vi->name ? vi->name : "", v);
 }
 
+/* A dim name an exporter made up rather than the model's author chose
+ * (tf2onnx's "unk__12"). */
+static int anonymous_name(const char *s) {
+  if (strncmp(s, "unk__", 5) || !s[5]) return 0;
+  for (s += 5; *s; s++)
+    if (*s < '0' || *s > '9') return 0;
+  return 1;
+}
+
 static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__ValueInfoProto *vi) {
   const char *name = vi->name ? vi->name : "";
   const loom_onnx_options_t *o = imp->options;
@@ -186,7 +195,13 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
       const char *sym = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                                 dim->dim_param && *dim->dim_param
                             ? dim->dim_param
-                            : (snprintf(fresh, sizeof fresh, "unk_%d", imp->n_unnamed++), fresh);
+                            : NULL;
+      if (!sym || anonymous_name(sym)) {
+        imp->n_anonymous++;
+        if (imp->merge_anonymous) snprintf(fresh, sizeof fresh, "dim%zu", d);
+        else if (!sym) snprintf(fresh, sizeof fresh, "unk_%d", imp->n_unnamed++);
+        if (imp->merge_anonymous || !sym) sym = fresh;
+      }
       LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
     }
   }
@@ -543,6 +558,32 @@ static loom_status_t check_model(const Onnx__ModelProto *m, ox_import_t *imp) {
 
 /* to_free (the file's bytes, or NULL) is freed as soon as they are unpacked:
  * a large model's weights are then held once less while it imports. */
+/* One import of m into a new graph, imp->g (NULL when it fails). */
+static loom_status_t import_once(const Onnx__ModelProto *m, ox_import_t *imp) {
+  const loom_onnx_options_t *o = imp->options;
+  imp->fixed_used = core_calloc((size_t)(o->n_fixed > 0 ? o->n_fixed : 0) + 1, sizeof(int));
+  loom_status_t st = imp->fixed_used ? check_model(m, imp)
+                                     : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
+  if (st == LOOM_OK) st = loom_graph_create(&imp->g);
+  if (st == LOOM_OK) st = import_graph(imp, m->graph);
+  for (int k = 0; st == LOOM_OK && k < o->n_fixed; k++)
+    if (!imp->fixed_used[k])
+      st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
+                     o->fixed_names[k] ? o->fixed_names[k] : "(null)");
+  core_free(imp->fixed_used);
+  imp->fixed_used = NULL;
+  ox_seqs_free(imp->seqs);
+  ox_shapes_free(imp->shapes);
+  imp->seqs = NULL;
+  imp->shapes = NULL;
+  if (st == LOOM_OK) st = loom_graph_verify(imp->g);
+  if (st != LOOM_OK) {
+    loom_graph_destroy(imp->g);
+    imp->g = NULL;
+  }
+  return st;
+}
+
 static loom_status_t load_model(const void *data, size_t size, void *to_free,
                                 const loom_onnx_options_t *o, const char *base_dir,
                                 loom_graph_t **out) {
@@ -557,26 +598,24 @@ static loom_status_t load_model(const void *data, size_t size, void *to_free,
                      "corrupt, or not an ONNX file)", size);
   ox_import_t imp = {.trainable = o->trainable, .options = o,
                      .base_dir = o->base_dir ? o->base_dir : base_dir};
-  imp.fixed_used = core_calloc((size_t)(o->n_fixed > 0 ? o->n_fixed : 0) + 1, sizeof(int));
-  loom_status_t st = imp.fixed_used ? check_model(m, &imp)
-                                    : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
-  if (st == LOOM_OK) st = loom_graph_create(&imp.g);
-  if (st == LOOM_OK) st = import_graph(&imp, m->graph);
-  for (int k = 0; st == LOOM_OK && k < o->n_fixed; k++)
-    if (!imp.fixed_used[k])
-      st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
-                     o->fixed_names[k] ? o->fixed_names[k] : "(null)");
-  core_free(imp.fixed_used);
-  ox_seqs_free(imp.seqs);
-  ox_shapes_free(imp.shapes);
-  if (st == LOOM_OK) st = loom_graph_verify(imp.g);
-  onnx__model_proto__free_unpacked(m, NULL);
-  if (st != LOOM_OK) {
-    loom_graph_destroy(imp.g);
-    return st;
+  loom_status_t st = import_once(m, &imp);
+  if (st != LOOM_OK && st != LOOM_ERR_NOMEM && imp.n_anonymous > 1) {
+    /* Exporters name each input's batch apart (tf2onnx's unk__10 and
+     * unk__11) or not at all (skl2onnx), so two inputs' batches are
+     * different symbols and an op joining the inputs cannot prove them
+     * equal: a second try gives the anonymous dims at each position one
+     * symbol (dim0, dim1, ...); the first try's error stands if it fails
+     * too. A run whose sizes differ there fails binding them. */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", loom_last_error());
+    ox_import_t again = {.trainable = o->trainable, .options = o, .base_dir = imp.base_dir,
+                         .merge_anonymous = 1};
+    if (import_once(m, &again) == LOOM_OK) imp = again, st = LOOM_OK;
+    else loom_fail(st, "%s", first);
   }
-  *out = imp.g;
-  return LOOM_OK;
+  onnx__model_proto__free_unpacked(m, NULL);
+  if (st == LOOM_OK) *out = imp.g;
+  return st;
 }
 
 static loom_status_t options_check(const loom_onnx_options_t *o, const char *fn) {

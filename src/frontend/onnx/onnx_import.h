@@ -151,6 +151,9 @@ typedef struct ox_import {
   int trainable;
   const char *base_dir;
   int n_unnamed; /* fresh symbols for unnamed dynamic dims */
+  /* Anonymous input dims (unnamed, or tf2onnx's "unk__N") found, and
+   * whether they share one symbol per position (load.c's second try). */
+  int n_anonymous, merge_anonymous;
   const loom_onnx_options_t *options;
   int *fixed_used; /* per fixed input: whether the model has it */
   struct ox_seqs *seqs; /* the sequence values made so far (import_values.c) */

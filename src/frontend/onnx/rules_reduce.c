@@ -13,9 +13,16 @@ static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
   int count = 0;
   int64_t since = kind == R_SUM ? 13 : 18;
   if (n->opset < since) {
+    if (ox_has(n, 1))
+      return ox_fail(n, LOOM_ERR_FORMAT, "axes as an input at opset %lld (an attribute until "
+                     "opset %lld)", (long long)n->opset, (long long)since);
     const int64_t *a = ox_ints(n, "axes", &count);
     if (count > LOOM_MAX_RANK) return ox_fail(n, LOOM_ERR_SHAPE, "%d axes", count);
     for (int k = 0; k < count; k++) axes[k] = a[k];
+  } else if (ox_attr(n, "axes")) {
+    /* read as absent, it would reduce every axis */
+    return ox_fail(n, LOOM_ERR_FORMAT, "an axes attribute at opset %lld (an input from opset "
+                   "%lld)", (long long)n->opset, (long long)since);
   } else if (ox_has(n, 1)) {
     LOOM_TRY(ox_const_ints(n, 1, "axes", axes, LOOM_MAX_RANK, &count));
   }
