@@ -14,6 +14,8 @@ NumPy or by hand:
   - two inputs whose batch dims tf2onnx names apart (unk__10, unk__11)
     or skl2onnx leaves unnamed, joined by a Concat (one symbol per
     position after the first try fails; sizes that differ fail the run);
+  - DepthToSpace and SpaceToDepth over a symbolic batch, GatherElements
+    over symbolic dims, at two sizes;
   - Squeeze without axes over a symbolic dim, and reduction axes given
     in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
@@ -170,6 +172,39 @@ m = model([helper.make_node("Squeeze", ["x"], ["y"])], [f32("x", ["N", 1, 3])], 
 got = run(m, {"x": np.zeros((1, 1, 3), np.float32)})
 check(isinstance(got, str) and "symbolic" in got and "axes" in got,
       f"squeeze without axes over N: {got}")
+
+# ---- Block moves and GatherElements over symbolic dims ----
+
+
+def depth_to_space(x, b, crd):
+    n, c, h, w = x.shape
+    if crd:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    return t.reshape(n, c // (b * b), h * b, w * b)
+
+
+def space_to_depth(x, b):
+    n, c, h, w = x.shape
+    t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return t.reshape(n, c * b * b, h // b, w // b)
+
+
+m = model([helper.make_node("DepthToSpace", ["x"], ["dcr"], blocksize=2, mode="DCR"),
+           helper.make_node("DepthToSpace", ["x"], ["crd"], blocksize=2, mode="CRD"),
+           helper.make_node("SpaceToDepth", ["x"], ["s2d"], blocksize=2),
+           helper.make_node("GatherElements", ["x", "i"], ["ge"], axis=2)],
+          [f32("x", ["N", 8, 4, 6]), helper.make_tensor_value_info("i", TP.INT64, ["N", 8, "K", 6])],
+          [f32("dcr", None), f32("crd", None), f32("s2d", None), f32("ge", None)])
+for n_, k in ((1, 3), (3, 5)):
+    x = rng.standard_normal((n_, 8, 4, 6)).astype(np.float32)
+    i = rng.integers(-4, 4, (n_, 8, k, 6)).astype(np.int64)
+    got = run(m, {"x": x, "i": i})
+    expect(got, "dcr", depth_to_space(x, 2, False), f"DepthToSpace DCR, batch {n_}")
+    expect(got, "crd", depth_to_space(x, 2, True), f"DepthToSpace CRD, batch {n_}")
+    expect(got, "s2d", space_to_depth(x, 2), f"SpaceToDepth, batch {n_}")
+    expect(got, "ge", np.take_along_axis(x, i % 4, 2), f"GatherElements, ({n_}, 8, {k}, 6)")
 
 # ---- Reduction axes in the other opset's place: refused, not ignored ----
 one = numpy_helper.from_array(np.array([1], np.int64), "one")

@@ -444,7 +444,8 @@ loom_status_t ox_gather(ox_node_t *n) {
 }
 
 /* out[i] = data[i with axis replaced by index[i]]: one gather from the
- * flattened data at positions computed from the index's coordinates. */
+ * flattened data at positions computed from the index's coordinates
+ * (symbolic dims give strides and coordinates counted when it runs). */
 loom_status_t ox_gather_elements(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   LOOM_TRY(ox_need(n, 1));
@@ -454,26 +455,24 @@ loom_status_t ox_gather_elements(ox_node_t *n) {
   LOOM_TRY(ox_dims(n, n->in[0], dd, &rank));
   LOOM_TRY(ox_dims(n, n->in[1], di, &irank));
   if (irank != rank) return ox_fail(n, LOOM_ERR_SHAPE, "index rank %d, data rank %d", irank, rank);
-  if (!all_const(dd, rank) || !all_const(di, rank))
-    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "symbolic dims");
   int64_t axis;
   LOOM_TRY(ox_axis(n, ox_int(n, "axis", 0), rank, "axis", &axis));
   loom_value_t idx, zero, neg, size, wrapped, flat, stride_v, term;
   LOOM_TRY(loom_cast(g, n->in[1], LOOM_I64, &idx));
   LOOM_TRY(ox_scalar(n, LOOM_I64, 0, &zero));
-  LOOM_TRY(ox_scalar(n, LOOM_I64, (double)dd[axis], &size));
+  LOOM_TRY(ox_dim_tensor(n, dd[axis], &size));
   LOOM_TRY(loom_lt(g, idx, zero, &neg));
   LOOM_TRY(loom_add(g, idx, size, &wrapped));
   LOOM_TRY(loom_where(g, neg, wrapped, idx, &idx));
-  int64_t stride = 1;
+  loom_dim_t stride = 1;
   flat = zero;
   for (int d = rank - 1; d >= 0; d--) {
     loom_value_t coord = idx;
     if (d != axis) LOOM_TRY(ox_iota(n, di[d], d, rank, &coord));
-    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)stride, &stride_v));
+    LOOM_TRY(ox_dim_tensor(n, stride, &stride_v));
     LOOM_TRY(loom_mul(g, coord, stride_v, &term));
     LOOM_TRY(loom_add(g, flat, term, &flat));
-    stride *= dd[d];
+    LOOM_TRY(loom_dim_mul(g, stride, dd[d], &stride));
   }
   loom_dim_t all = -1;
   loom_value_t data;
@@ -550,8 +549,9 @@ static loom_status_t block_move(ox_node_t *n, int to_space) {
   int rank;
   LOOM_TRY(ox_dims(n, n->in[0], d, &rank));
   int64_t b = ox_int(n, "blocksize", 0);
-  if (rank != 4 || !all_const(d, 4) || b < 1)
-    return ox_fail(n, LOOM_ERR_SHAPE, "needs a static rank-4 input and blocksize >= 1");
+  if (rank != 4 || !all_const(d + 1, 3) || b < 1) /* a symbolic batch moves as it is */
+    return ox_fail(n, LOOM_ERR_SHAPE, "needs a rank-4 input of static channels, height and "
+                   "width, and blocksize >= 1");
   loom_value_t t;
   if (to_space) {
     if (d[1] % (b * b)) return ox_fail(n, LOOM_ERR_SHAPE, "channels not divisible by blocksize^2");
