@@ -566,6 +566,36 @@ static void loop_counted_dim(void) {
   loom_graph_destroy(g);
 }
 
+/* A loop of 0 trips whose scan output has a symbolic dim: the empty stack
+ * takes that dim from the loop's inputs, (0, n, 3). */
+static void loop_no_trips_symbolic_scan(void) {
+  loom_graph_t *g = new_graph(), *body = new_graph();
+  loom_dim_t n, bn;
+  CHECK_OK(loom_dim_symbol(g, "n", &n));
+  CHECK_OK(loom_dim_symbol(body, "n", &bn));
+  loom_dim_t xd[2] = {n, 3}, bxd[2] = {bn, 3};
+  loom_value_t trips = input(g, "trips", LOOM_I64, 0, NULL), x = input(g, "x", LOOM_F32, 2, xd);
+  input(body, "i", LOOM_I64, 0, NULL);
+  loom_value_t c = input(body, "cond", LOOM_BOOL, 0, NULL), bx = input(body, "x", LOOM_F32, 2, bxd);
+  loom_value_t twice, out;
+  CHECK_OK(loom_add(body, bx, bx, &twice));
+  CHECK_OK(loom_graph_output(body, c));
+  CHECK_OK(loom_graph_output(body, twice));
+  CHECK_OK(loom_loop(g, trips, LOOM_NO_VALUE, body, 0, NULL, 1, &x, 1, &out));
+  CHECK_OK(loom_graph_output(g, out));
+  for (int t = 0; t <= 2; t += 2) {
+    double xs[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    loom_tensor_t *in[2] = {scalar(LOOM_I64, t), test_tensor(LOOM_F32, 2, shape, xs)}, *res = NULL;
+    CHECK_OK(loom_interpret(g, 2, in, 1, &res));
+    CHECK(res && loom_tensor_rank(res) == 3 && loom_tensor_dim(res, 0) == t &&
+          loom_tensor_dim(res, 1) == 2 && loom_tensor_dim(res, 2) == 3);
+    loom_tensor_destroy(res);
+    destroy_all(in, 2);
+  }
+  loom_graph_destroy(g);
+}
+
 /* ---- Errors and ownership ----------------------------------------------------- */
 
 static void if_shape_errors(void) {
@@ -1022,6 +1052,7 @@ int main(void) {
   TEST_RUN(stateful_branch_rejected);
   TEST_RUN(runtime_symbols);
   TEST_RUN(loop_counted_dim);
+  TEST_RUN(loop_no_trips_symbolic_scan);
   TEST_RUN(if_gradient);
   TEST_RUN(loop_gradient_rnn);
   TEST_RUN(loop_gradient_while);

@@ -100,20 +100,48 @@ static loom_status_t loop_step(ref_call_t *c, loop_run_t *r, loom_graph_t *body,
   return s;
 }
 
+/* The shape of one iteration's scan output k when the body never ran: its
+ * type in the body, with the body's symbols bound from the shapes of the
+ * loop's carried and invariant inputs (an ONNX Loop of 0 trips over a
+ * symbolic batch). */
+static loom_status_t unrun_scan_dims(ref_call_t *c, const loop_run_t *r, int k,
+                                     int64_t *shape) {
+  const loom_graph_t *body = ir_node_subgraph(c->g, c->node, "body");
+  int n_syms = ir_num_symbols(body);
+  int64_t vals[n_syms > 0 ? n_syms : 1];
+  for (int i = 0; i < n_syms; i++) vals[i] = -1;
+  for (int i = 2; i < c->n_in && i < body->n_inputs; i++) {
+    const ir_type_t *bt = &body->values[body->inputs[i]].type;
+    for (int d = 0; c->in[i] && d < bt->rank; d++) {
+      const ir_expr_t *e = ir_dim_is_sym(bt->dims[d]) ? ir_dim_expr(body, bt->dims[d]) : NULL;
+      if (e && e->kind == IR_EXPR_SYM && vals[e->c] < 0) vals[e->c] = c->in[i]->shape[d];
+    }
+  }
+  const ir_type_t *ot = &body->values[body->outputs[1 + r->n_carried + k]].type;
+  for (int d = 0; d < ot->rank; d++) {
+    loom_status_t s = ir_dim_eval(body, ot->dims[d], vals, &shape[d]);
+    if (s != LOOM_OK)
+      return loom_fail(LOOM_ERR_SHAPE, "loop: scan output %d of a loop that ran no iteration: "
+                       "dim %d: %s", k, d + 1, loom_last_error());
+  }
+  return LOOM_OK;
+}
+
 /* Scan output k: the iterations' results stacked on a new leading axis. */
 static loom_status_t stack_scan(ref_call_t *c, loop_run_t *r, int k) {
   int64_t shape[LOOM_MAX_RANK];
   const ir_type_t *t = &c->g->values[c->node->out[r->n_carried + k]].type;
   const loom_tensor_t *given = c->out[r->n_carried + k];
   const loom_tensor_t *first = r->n_iters ? r->scans[k] : NULL;
-  shape[0] = r->n_iters;
+  bool unrun = false;
   for (int d = 1; d < t->rank; d++) {
     if (first) shape[d] = first->shape[d - 1];
     else if (given) shape[d] = given->shape[d];
     else if (ir_dim_is_const(t->dims[d])) shape[d] = t->dims[d];
-    else return loom_fail(LOOM_ERR_SHAPE, "loop: scan output %d of a loop that ran no "
-                          "iteration has a symbolic dim %d", k, d);
+    else unrun = true;
   }
+  if (unrun) LOOM_TRY(unrun_scan_dims(c, r, k, shape + 1));
+  shape[0] = r->n_iters;
   loom_tensor_t *stacked;
   LOOM_TRY(tensor_new(t->dtype, t->rank, shape, &stacked));
   int64_t numel = shape_numel(t->rank - 1, shape + 1);
