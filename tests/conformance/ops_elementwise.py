@@ -21,6 +21,7 @@ UNARY_FLOAT = {
     "exp": (np.exp, (-5, 5)),
     "log": (np.log, (0.01, 10)),
     "log1p": (np.log1p, (-0.99, 10)),
+    "expm1": (np.expm1, (-5, 5)),
     "sqrt": (np.sqrt, (0, 10)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), (0.01, 10)),
     "reciprocal": (lambda x: 1.0 / x, (-5, 5)),
