@@ -10,18 +10,10 @@ import tempfile
 
 import numpy as np
 
+from cli_harness import check, finish
+
 loom, src = sys.argv[1], sys.argv[2]
 seeds = os.path.join(src, "tests", "fuzz", "corpus", "onnx")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-
-
 def run(*args):
     p = subprocess.run([loom, *args], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
@@ -114,5 +106,4 @@ with tempfile.TemporaryDirectory() as d:
                      "--output-dir", out)
     check(rc != 0 and "B=4" in se and "is 3" in se, "a --dim against an input file: " + se)
 
-print("onnx cli:", "ok" if not failures else f"{failures} failed")
-sys.exit(1 if failures else 0)
+finish("onnx cli")

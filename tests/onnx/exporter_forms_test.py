@@ -19,25 +19,15 @@ NumPy or by hand:
   - Squeeze without axes over a symbolic dim, and reduction axes given
     in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
-import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
-import onnx
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
+from cli_harness import check, finish, run_model
+
 loom = sys.argv[1]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
 
 
 def model(nodes, inputs, outputs, inits=(), opset=13):
@@ -48,19 +38,7 @@ def model(nodes, inputs, outputs, inits=(), opset=13):
 
 
 def run(m, feeds):
-    """{output name: array} from `loom run`, or the error text."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "m.onnx")
-        onnx.save(m, path)
-        args = [loom, "run", path, "--output-dir", os.path.join(d, "out")]
-        for name, a in feeds.items():
-            f = os.path.join(d, name + ".npy")
-            np.save(f, a)
-            args += ["--input", f"{name}={f}"]
-        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
-        if p.returncode:
-            return p.stderr.strip()
-        return {o.name: np.load(os.path.join(d, "out", o.name + ".npy")) for o in m.graph.output}
+    return run_model(loom, m, feeds)
 
 
 def f32(name, dims):
@@ -215,5 +193,4 @@ for op, opset, inputs, attrs, word in (("ReduceSum", 13, ["x"], {"axes": [1]}, "
     got = run(m, {"x": np.ones((2, 3), np.float32)})
     check(isinstance(got, str) and word in got, f"{op}-{opset} with axes as an {word}: {got}")
 
-print(f"exporter_forms_test: {failures} failures")
-sys.exit(1 if failures else 0)
+finish("exporter_forms_test")

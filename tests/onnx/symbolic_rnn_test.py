@@ -12,38 +12,15 @@
   symbolic_rnn_test.py LOOM_CLI ONNX_TESTDATA"""
 import glob
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from cli_harness import check, finish, run_model
+
 loom, data = sys.argv[1], sys.argv[2]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-
-
-def run(model, inputs, d):
-    """model's outputs {name: array} from `loom run` on inputs {name: array}."""
-    path = os.path.join(d, "model.onnx")
-    onnx.save(model, path)
-    args = [loom, "run", path, "--output-dir", os.path.join(d, "out")]
-    for name, a in inputs.items():
-        f = os.path.join(d, name + ".npy")
-        np.save(f, a)
-        args += ["--input", f"{name}={f}"]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    if p.returncode:
-        return p.stderr.strip()
-    return {o.name: np.load(os.path.join(d, "out", o.name + ".npy")) for o in model.graph.output}
 
 
 def symbolic(model, layout):
@@ -102,9 +79,8 @@ for case in cases:
                 vis = model.graph.input if kind == "input" else model.graph.output
                 out[t.name or vis[k].name] = numpy_helper.to_array(t)
             return out
-        with tempfile.TemporaryDirectory() as d:
-            close(run(symbolic(model, layout), read("input"), d), read("output"),
-                  f"{os.path.basename(case)} with a symbolic sequence")
+        close(run_model(loom, symbolic(model, layout), read("input")), read("output"),
+              f"{os.path.basename(case)} with a symbolic sequence")
 
 
 # ---- Layers against their unrolled import ----
@@ -185,13 +161,10 @@ for op, attrs, extras in CONFIGS:
         fixed = model_of(node, inits, x_shape, feeds, outs)
         inputs = dict([("X", x)] + feeds)
         what = f"{op} {attrs} {extras} over {steps} steps"
-        with tempfile.TemporaryDirectory() as d:
-            want = run(fixed, inputs, d)
+        want = run_model(loom, fixed, inputs)
         if isinstance(want, str):
             check(False, f"{what}, fixed length: {want}")
             continue
-        with tempfile.TemporaryDirectory() as d:
-            close(run(symbolic(fixed, layout), inputs, d), want, what + ", symbolic")
+        close(run_model(loom, symbolic(fixed, layout), inputs), want, what + ", symbolic")
 
-print(f"symbolic_rnn_test: {failures} failures")
-sys.exit(1 if failures else 0)
+finish("symbolic_rnn_test")
