@@ -37,7 +37,7 @@ static const model_t models[] = {
     {"resnet18", 4, {1, 3, 224, 224}}, {"mobilenet_v2", 4, {1, 3, 224, 224}},
     {"vit", 4, {8, 3, 64, 64}},         {"transformer", 3, {8, 128, 256}},
     {"mlp", 2, {64, 784}},              {"lstm", 3, {50, 8, 256}},
-    {"resnet18_dynamic", 4, {1, 3, 224, 224}},
+    {"resnet18_dynamic", 4, {1, 3, 224, 224}}, {"lstm_dynamic", 3, {50, 8, 256}},
 };
 enum { N_MODELS = sizeof models / sizeof models[0] };
 

@@ -9,7 +9,9 @@ and the Transformer encoder of the training benchmark (bench/peers/
 torch_train.py, at its batch of 8), the MLP (64x784) and a 2-layer LSTM
 (sequence 50, batch 8, 256 features and hidden units, sequence first);
 resnet18_dynamic is ResNet-18 exported with a symbolic batch (dynamic_axes,
-as most exported models have it), run at batch 1.
+as most exported models have it), run at batch 1; lstm_dynamic the LSTM
+with symbolic sequence and batch (a loop over its steps in Loom), run at
+sequence 50, batch 8.
 Weights are PyTorch's initialization under a fixed seed; the input is
 models.init_values's, as the other benchmarks'."""
 import argparse
@@ -48,7 +50,10 @@ MODELS = {
     "mlp": (models.MLP, (64, 784)),
     "lstm": (LSTM, (50, 8, 256)),
     "resnet18_dynamic": (models.resnet18, (1, 3, 224, 224)),
+    "lstm_dynamic": (LSTM, (50, 8, 256)),
 }
+# The symbolic dims of the _dynamic models' input and output.
+DYNAMIC = {"resnet18_dynamic": {0: "batch"}, "lstm_dynamic": {0: "seq", 1: "batch"}}
 
 
 def main():
@@ -68,7 +73,8 @@ def main():
     x = torch.from_numpy(models.init_values("input", int(np.prod(shape)), 1.0)).view(shape)
     # Gradients stay on during the export so that nn.TransformerEncoder
     # takes its slow path, whose ops ONNX knows.
-    dynamic = {"x": {0: "batch"}, "y": {0: "batch"}} if args.model.endswith("_dynamic") else None
+    axes = DYNAMIC.get(args.model)
+    dynamic = {"x": axes, "y": axes} if axes else None
     torch.onnx.export(model, (x,), os.path.join(args.dir, "model.onnx"), opset_version=17,
                       input_names=["x"], output_names=["y"], dynamic_axes=dynamic)
     with torch.no_grad():

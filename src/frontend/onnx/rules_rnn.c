@@ -71,7 +71,9 @@ typedef struct rnn {
 
 /* One direction's weights and state. */
 typedef struct dir {
-  loom_value_t w, r;     /* (G*H, I), (G*H, H) */
+  loom_value_t w, r;     /* (G*H, I), (G*H, H); r_t: R and its split
+                            transposed, (H, G*H) */
+  int r_t;
   loom_value_t r_zr, r_h; /* GRU without linear_before_reset: R split */
   loom_value_t xbias;    /* (G*H) added to the input projection, or -1 */
   loom_value_t rbias_h;  /* GRU with linear_before_reset: Rbh, or -1 */
@@ -433,7 +435,7 @@ static loom_status_t split_gates(const rnn_t *r, loom_value_t v, int k, loom_val
 static loom_status_t rnn_step(const rnn_t *r, const act_t *a, dir_t *w, loom_value_t xw) {
   loom_graph_t *g = r->n->g;
   loom_value_t s;
-  LOOM_TRY(loom_matmul(g, w->h, w->r, 0, 1, &s));
+  LOOM_TRY(loom_matmul(g, w->h, w->r, 0, !w->r_t, &s));
   LOOM_TRY(loom_add(g, xw, s, &s));
   return gate(r, &a[0], s, &w->h);
 }
@@ -444,7 +446,7 @@ static loom_status_t gru_step(const rnn_t *r, const act_t *a, dir_t *w, loom_val
   loom_graph_t *g = r->n->g;
   loom_value_t x[3], s[3], zr, gz[2], cand, d;
   LOOM_TRY(split_gates(r, xw, 3, x));
-  LOOM_TRY(loom_matmul(g, w->h, r->linear_before_reset ? w->r : w->r_zr, 0, 1, &zr));
+  LOOM_TRY(loom_matmul(g, w->h, r->linear_before_reset ? w->r : w->r_zr, 0, !w->r_t, &zr));
   LOOM_TRY(split_gates(r, zr, r->linear_before_reset ? 3 : 2, s));
   for (int k = 0; k < 2; k++) {
     LOOM_TRY(loom_add(g, x[k], s[k], &gz[k]));
@@ -455,7 +457,7 @@ static loom_status_t gru_step(const rnn_t *r, const act_t *a, dir_t *w, loom_val
     LOOM_TRY(loom_mul(g, gz[1], s[2], &cand));
   } else {
     LOOM_TRY(loom_mul(g, gz[1], w->h, &cand));
-    LOOM_TRY(loom_matmul(g, cand, w->r_h, 0, 1, &cand));
+    LOOM_TRY(loom_matmul(g, cand, w->r_h, 0, !w->r_t, &cand));
   }
   LOOM_TRY(loom_add(g, x[2], cand, &cand));
   LOOM_TRY(gate(r, &a[1], cand, &cand));
@@ -478,7 +480,7 @@ static loom_status_t peephole(const rnn_t *r, const dir_t *w, int k, loom_value_
 static loom_status_t lstm_step(const rnn_t *r, const act_t *a, dir_t *w, loom_value_t xw) {
   loom_graph_t *g = r->n->g;
   loom_value_t s, p[4], fc, ic, hc;
-  LOOM_TRY(loom_matmul(g, w->h, w->r, 0, 1, &s));
+  LOOM_TRY(loom_matmul(g, w->h, w->r, 0, !w->r_t, &s));
   LOOM_TRY(loom_add(g, xw, s, &s));
   LOOM_TRY(split_gates(r, s, 4, p));
   LOOM_TRY(peephole(r, w, 0, w->c, &p[0]));
@@ -671,6 +673,14 @@ static loom_status_t loop_direction(const rnn_t *r, int d, dir_t *w, loom_value_
   loom_graph_t *g = n->g;
   loom_value_t p, trips, last, one, inv[LOOP_INVARIANTS], res[3];
   LOOM_TRY(project_all(r, w, &p));
+  /* The recurrence weights transposed once, outside the loop (folded
+   * where they are constants): each step's product of a few rows then
+   * reads them in place rather than packing R^T every step (half of a
+   * 2-layer LSTM's time). */
+  loom_value_t *rw[3] = {&w->r, &w->r_zr, &w->r_h};
+  for (int k = 0; k < 3; k++)
+    if (rw[k]->id >= 0) LOOM_TRY(loom_transpose(g, *rw[k], NULL, rw[k]));
+  w->r_t = 1;
   LOOM_TRY(ox_dim_tensor(n, r->t_dim, &trips));
   LOOM_TRY(ox_scalar(n, LOOM_I64, 1, &one));
   LOOM_TRY(loom_sub(g, trips, one, &last));
