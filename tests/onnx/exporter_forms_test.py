@@ -15,7 +15,8 @@ NumPy or by hand:
     or skl2onnx leaves unnamed, joined by a Concat (one symbol per
     position after the first try fails; sizes that differ fail the run);
   - DepthToSpace and SpaceToDepth over a symbolic batch, GatherElements
-    over symbolic dims, at two sizes;
+    and GatherND (tf.boolean_mask's NonZero, Transpose, GatherND) over
+    symbolic dims, at two sizes;
   - Squeeze without axes over a symbolic dim, and reduction axes given
     in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
@@ -183,6 +184,23 @@ for n_, k in ((1, 3), (3, 5)):
     expect(got, "crd", depth_to_space(x, 2, True), f"DepthToSpace CRD, batch {n_}")
     expect(got, "s2d", space_to_depth(x, 2), f"SpaceToDepth, batch {n_}")
     expect(got, "ge", np.take_along_axis(x, i % 4, 2), f"GatherElements, ({n_}, 8, {k}, 6)")
+
+# ---- tf.boolean_mask (NonZero, Transpose, GatherND) and GatherND over a
+# symbolic batch ----
+m = model([helper.make_node("NonZero", ["mask"], ["nz"]),
+           helper.make_node("Transpose", ["nz"], ["at"], perm=[1, 0]),
+           helper.make_node("GatherND", ["x", "at"], ["picked"]),
+           helper.make_node("GatherND", ["x", "j"], ["rows"], batch_dims=1)],
+          [f32("x", ["N", 4, 3]), helper.make_tensor_value_info("mask", TP.BOOL, ["N", 4]),
+           helper.make_tensor_value_info("j", TP.INT64, ["N", 2, 1])],
+          [f32("picked", None), f32("rows", None)])
+for n_ in (2, 5):
+    x = rng.standard_normal((n_, 4, 3)).astype(np.float32)
+    mask = rng.random((n_, 4)) < 0.5
+    j = rng.integers(-4, 4, (n_, 2, 1)).astype(np.int64)
+    got = run(m, {"x": x, "mask": mask, "j": j})
+    expect(got, "picked", x[mask], f"boolean mask over batch {n_}")
+    expect(got, "rows", np.stack([x[b][j[b, :, 0]] for b in range(n_)]), f"GatherND rows, {n_}")
 
 # ---- Reduction axes in the other opset's place: refused, not ignored ----
 one = numpy_helper.from_array(np.array([1], np.int64), "one")

@@ -292,27 +292,31 @@ loom_status_t ox_gather_nd(ox_node_t *n) {
   for (int i = 0; i < 2; i++) LOOM_TRY(ox_need(n, i));
   loom_dim_t dd[LOOM_MAX_RANK], di[LOOM_MAX_RANK];
   int r, q;
-  LOOM_TRY(ox_static_dims(n, n->in[0], "data", dd, &r));
-  LOOM_TRY(ox_static_dims(n, n->in[1], "indices", di, &q));
+  LOOM_TRY(ox_dims(n, n->in[0], dd, &r));
+  LOOM_TRY(ox_dims(n, n->in[1], di, &q));
   int64_t b = ox_int(n, "batch_dims", 0);
+  if (q >= 1 && ox_is_dim_sym(di[q - 1]))
+    return ox_fail(n, LOOM_ERR_UNSUPPORTED, "indices' last dim is symbolic");
   int k = q ? (int)di[q - 1] : 0;
   if (b < 0 || b >= q || b >= r || k < 1 || b + k > r)
     return ox_fail(n, LOOM_ERR_SHAPE, "batch_dims %lld and indices' last dim %d do not fit data "
                    "of rank %d and indices of rank %d", (long long)b, k, r, q);
   for (int d = 0; d < b; d++)
     if (dd[d] != di[d])
-      return ox_fail(n, LOOM_ERR_SHAPE, "batch dim %d is %lld in data, %lld in indices", d,
-                     (long long)dd[d], (long long)di[d]);
+      return ox_fail(n, LOOM_ERR_SHAPE, "batch dim %d differs between data and indices", d);
+  /* Symbolic dims (indices counted by NonZero: tf.boolean_mask) give
+   * strides and positions computed when the graph runs. */
   loom_value_t rows, data;
   LOOM_TRY(flat_rows(n, n->in[1], dd + b, k, &rows));
-  int64_t block = product(dd, (int)b, (int)b + k), stride = block;
+  loom_dim_t stride;
+  LOOM_TRY(dim_product(n, dd, (int)b, (int)b + k, &stride));
   for (int d = (int)b - 1; d >= 0; d--) {
     loom_value_t pos, step;
     LOOM_TRY(ox_iota(n, di[d], d, q - 1, &pos));
-    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)stride, &step));
+    LOOM_TRY(ox_dim_tensor(n, stride, &step));
     LOOM_TRY(loom_mul(n->g, pos, step, &pos));
     LOOM_TRY(loom_add(n->g, rows, pos, &rows));
-    stride *= dd[d];
+    LOOM_TRY(loom_dim_mul(n->g, stride, dd[d], &stride));
   }
   loom_dim_t shape[LOOM_MAX_RANK];
   int rest = r - (int)b - k;
