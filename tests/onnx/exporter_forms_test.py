@@ -17,6 +17,8 @@ NumPy or by hand:
   - DepthToSpace and SpaceToDepth over a symbolic batch, GatherElements
     and GatherND (tf.boolean_mask's NonZero, Transpose, GatherND) over
     symbolic dims, at two sizes;
+  - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
+    it is negative, pe[2:T];
   - Squeeze without axes over a symbolic dim, and reduction axes given
     in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
@@ -201,6 +203,30 @@ for n_ in (2, 5):
     got = run(m, {"x": x, "mask": mask, "j": j})
     expect(got, "picked", x[mask], f"boolean mask over batch {n_}")
     expect(got, "rows", np.stack([x[b][j[b, :, 0]] for b in range(n_)]), f"GatherND rows, {n_}")
+
+# ---- Sizes as data, PyTorch's exports over a symbolic T: arange(1, T + 1)
+# (RoBERTa's positions), x * (5 - T) (negative at T > 5), pe[2:T] ----
+i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+m = model([helper.make_node("Shape", ["x"], ["sh"]),
+           helper.make_node("Gather", ["sh", "one_s"], ["t"], axis=0),
+           helper.make_node("Add", ["t", "one_s"], ["t1"]),
+           helper.make_node("Range", ["one_s", "t1", "one_s"], ["pos"]),
+           helper.make_node("Cast", ["pos"], ["posf"], to=TP.FLOAT),
+           helper.make_node("Mul", ["x", "posf"], ["by_pos"]),
+           helper.make_node("Sub", ["five", "t"], ["left"]),
+           helper.make_node("Cast", ["left"], ["leftf"], to=TP.FLOAT),
+           helper.make_node("Mul", ["x", "leftf"], ["by_left"]),
+           helper.make_node("Unsqueeze", ["t", "zero_v"], ["tv"]),
+           helper.make_node("Slice", ["pe", "two_v", "tv", "zero_v"], ["pe_tail"])],
+          [f32("x", [1, "T"])], [f32("by_pos", None), f32("by_left", None), f32("pe_tail", None)],
+          [i64("one_s", 1), i64("five", 5), i64("zero_v", [0]), i64("two_v", [2]),
+           numpy_helper.from_array(np.arange(10, dtype=np.float32), "pe")])
+for t in (3, 7):
+    x = rng.standard_normal((1, t)).astype(np.float32)
+    got = run(m, {"x": x})
+    expect(got, "by_pos", x * np.arange(1, t + 1), f"x * arange(1, T + 1) at T = {t}", 1e-6)
+    expect(got, "by_left", x * (5 - t), f"x * (5 - T) at T = {t}", 1e-6)
+    expect(got, "pe_tail", np.arange(2, t, dtype=np.float32), f"pe[2:T] at T = {t}")
 
 # ---- Reduction axes in the other opset's place: refused, not ignored ----
 one = numpy_helper.from_array(np.array([1], np.int64), "one")

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "frontend/onnx/onnx_import.h"
+#include "ir/ir.h"
 
 #define MAXN 64 /* entries of a constant shape, axes or pads input */
 
@@ -177,8 +178,8 @@ static loom_status_t slice_symbolic_bounds(ox_node_t *n, int *count, int64_t *st
   *n_sym = 0;
   for (int k = 0; k < *count; k++) {
     if (sym_starts && ox_is_dim_sym(starts[k]))
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d is a symbolic dim (Loom slices symbolic "
-                     "axes whole)", k);
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start (entry %d) is a symbolic dim: Loom takes "
+                     "a slice's start only as a constant", k);
     int64_t a, step = steps ? steps[k] : 1;
     LOOM_TRY(ox_axis(n, axes[k], rank, "axis", &a));
     loom_dim_t size = ox_dim(n, n->in[0], (int)a);
@@ -214,8 +215,8 @@ static loom_status_t gather_to_end(ox_node_t *n, loom_value_t x, const sym_end_t
                                    loom_value_t *out) {
   loom_dim_t count;
   loom_value_t ones, pos, k;
-  LOOM_TRY(loom_dim_add(n->g, e->end, e->step - 1 - e->start, &count));
-  if (e->step > 1) LOOM_TRY(loom_dim_floordiv(n->g, count, e->step, &count));
+  LOOM_TRY(ir_dim_add(n->g, e->end, e->step - 1 - e->start, &count));
+  if (e->step > 1) LOOM_TRY(ir_dim_floordiv(n->g, count, e->step, &count));
   LOOM_TRY(loom_full(n->g, 1, &count, 1, LOOM_I64, &ones));
   LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
   if (e->step > 1) {
@@ -410,8 +411,8 @@ static loom_status_t range_symbolic(ox_node_t *n) {
   loom_value_t ones, pos, d, s;
   /* ceil((sym - fixed) / step): up, (limit - start) / delta; down,
    * (start - limit) / -delta */
-  LOOM_TRY(loom_dim_add(n->g, sym, (int64_t)(step - 1 - fixed), &count));
-  LOOM_TRY(loom_dim_floordiv(n->g, count, (int64_t)step, &count));
+  LOOM_TRY(ir_dim_add(n->g, sym, (int64_t)(step - 1 - fixed), &count));
+  LOOM_TRY(ir_dim_floordiv(n->g, count, (int64_t)step, &count));
   LOOM_TRY(loom_full(n->g, 1, &count, 1, dt, &ones));
   LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
   LOOM_TRY(ox_scalar(n, dt, delta, &d));

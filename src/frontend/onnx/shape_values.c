@@ -264,11 +264,11 @@ static loom_status_t sv_cast(ox_node_t *n, const ox_shape_val_t *x, ox_shape_val
 static loom_status_t entry_op(ox_node_t *n, char op, loom_dim_t a, loom_dim_t b, loom_dim_t *y) {
   int consts = ir_dim_is_const(a) && ir_dim_is_const(b);
   switch (op) {
-    case 'A': return loom_dim_add(n->g, a, b, y);
+    case 'A': return ir_dim_add(n->g, a, b, y); /* b may be a negative constant */
     case 'S': /* a + b * -1: a negative constant is a dim only inside the IR */
       LOOM_TRY(ir_dim_mul(n->g, b, -1, &b));
       return ir_dim_add(n->g, a, b, y);
-    case 'M': return loom_dim_mul(n->g, a, b, y);
+    case 'M': return ir_dim_mul(n->g, a, b, y);
     case 'D':
       /* ONNX truncates, floor division agrees on dims (never negative). */
       if (ir_dim_is_const(b) && b <= 0 && !consts)
@@ -433,12 +433,16 @@ static int all_consumed(const ox_node_t *n) {
 
 /* Whether the shape ops can run n on dims: its other inputs are integer
  * constants of rank <= 1 (Where's condition a bool one), a Cast is to a
- * type dims stay in, and an op
+ * type dims stay in, a Reshape keeps them a vector, and an op
  * that computes (arithmetic, Equal, Where) has no dims held as floats,
  * whose division is not the dims' floor division. */
 static int on_dims(const ox_node_t *n) {
   const char *op = n->proto->op_type;
   if (!strcmp(op, "Cast") && cast_dtype(ox_int(n, "to", 0)) < 0) return 0;
+  if (!strcmp(op, "Reshape") && ox_has(n, 1)) { /* dims stay a vector or a scalar */
+    const loom_tensor_t *shape = ox_const(n, n->in[1]);
+    if (shape && loom_tensor_numel(shape) > 1) return 0;
+  }
   int moves = unary_op(op) || !strcmp(op, "Concat");
   for (int i = 0; i < n->n_in; i++) {
     if (!ox_has(n, i)) continue;
@@ -466,11 +470,31 @@ loom_status_t ox_dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
   return loom_sum(n->g, ones, 1, (int64_t[]){0}, 0, out);
 }
 
+/* Entry d of a shape value as an i64 scalar, built as its expression is
+ * (symbols counted by ox_dim_tensor, constants, +, *, floor division),
+ * so that an entry whose value is negative (5 - T at T = 7) is one:
+ * counting it as a whole would ask for a negative number of ones. */
+static loom_status_t value_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
+  const ir_expr_t *e = ir_dim_is_sym(d) ? ir_dim_expr(n->g, d) : NULL;
+  if (!e) return ox_scalar(n, LOOM_I64, (double)d, out);
+  if (e->kind == IR_EXPR_CONST) return ox_scalar(n, LOOM_I64, (double)e->c, out);
+  if (e->kind == IR_EXPR_SYM) return ox_dim_tensor(n, d, out);
+  loom_value_t a, b, r;
+  LOOM_TRY(value_tensor(n, e->a, &a));
+  LOOM_TRY(value_tensor(n, e->b, &b));
+  if (e->kind == IR_EXPR_ADD) return loom_add(n->g, a, b, out);
+  if (e->kind == IR_EXPR_MUL) return loom_mul(n->g, a, b, out);
+  /* floor(a / b) = (a - a mod b) / b, the division exact (mod has b's sign) */
+  LOOM_TRY(loom_mod(n->g, a, b, &r));
+  LOOM_TRY(loom_sub(n->g, a, r, &a));
+  return loom_div(n->g, a, b, out);
+}
+
 /* Shape value v as a tensor of the graph, of its dtype and rank. */
 static loom_status_t materialize(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *out) {
   loom_value_t parts[OX_SHAPE_MAX];
   for (int k = 0; k < v->n; k++) {
-    LOOM_TRY(ox_dim_tensor(n, v->dims[k], &parts[k]));
+    LOOM_TRY(value_tensor(n, v->dims[k], &parts[k]));
     if (v->dtype != LOOM_I64) LOOM_TRY(loom_cast(n->g, parts[k], v->dtype, &parts[k]));
     if (v->rank == 1) LOOM_TRY(loom_unsqueeze(n->g, parts[k], 1, (int64_t[]){0}, &parts[k]));
   }
