@@ -16,7 +16,8 @@ echo "== optimized build =="
 scripts/build.sh release
 # The layers of src/ (docs/architecture.md): includes and calls point down.
 python3 scripts/check_layers.py build
-(cd build && ctest --output-on-failure -j "$jobs")
+# Its pytest run is the installed package's, next.
+(cd build && ctest --output-on-failure -j "$jobs" -E '^python$')
 
 # The Python package as a user installs it (the README's line): pip into a
 # fresh virtual environment, then the Python tests against that install.

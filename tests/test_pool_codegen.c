@@ -225,7 +225,7 @@ static void pool_dtypes(void) {
   double tol[12];
   for (int d = 0; d < 4; d++) {
     loom_value_t x, y[3];
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "x%d", d);
     CHECK_OK(loom_graph_input(g, name, dtypes[d], 4, shape, &x));
     CHECK_OK(loom_max_pool2d(g, x, &mp, &y[0]));

@@ -1080,6 +1080,9 @@ static void test_errors(void) {
   CHECK_ERR(loom_trace_input(t, y, &sym, &v), LOOM_ERR_SHAPE, "'n'");
   CHECK_ERR(loom_trace_backward(t, v), LOOM_ERR_SHAPE, "scalar");
   CHECK_OK(loom_trace_step_end(t));
+  CHECK_ERR(loom_trace_wait_compiles_for(t, NAN), LOOM_ERR_INVALID, "NaN");
+  CHECK_ERR(loom_trace_wait_compiles_for(NULL, 1), LOOM_ERR_INVALID, "null");
+  CHECK_OK(loom_trace_wait_compiles_for(t, 0));
   loom_tensor_destroy(x);
   loom_tensor_destroy(y);
   loom_trace_destroy(t);

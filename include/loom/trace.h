@@ -298,6 +298,11 @@ LOOM_API loom_status_t loom_trace_sync(loom_trace_t *t);
  * it so that its next run finds them (loom_trace_destroy finishes the
  * running ones only and drops the queued). */
 LOOM_API loom_status_t loom_trace_wait_compiles(loom_trace_t *t);
+/* The same for at most seconds (< 0: no bound), so that a program's exit
+ * does not wait on a long queue; a compile it started may run past them.
+ * What is left stays queued or running (loom_trace_destroy drops the
+ * queued). */
+LOOM_API loom_status_t loom_trace_wait_compiles_for(loom_trace_t *t, double seconds);
 
 /* ---- Host callbacks ------------------------------------------------------
  * A user's C op: forward fills outputs (allocated by the trace with the

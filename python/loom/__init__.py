@@ -27,9 +27,24 @@ from . import distributed
 from .serialization import save, load
 
 GraphBreak = _C.GraphBreak
-# At exit the compiles in flight finish, so that the next run of the
-# program finds them in the module cache.
-_atexit.register(_C._at_exit)
+# At exit the compiles queued or running finish, so that the next run of
+# the program finds them in the module cache: for at most
+# LOOM_EXIT_COMPILE_SECONDS (10 by default; negative: no bound).
+
+
+def _at_exit():
+    import os
+    try:
+        seconds = _builtins.float(os.environ.get("LOOM_EXIT_COMPILE_SECONDS", "10"))
+    except ValueError:
+        import warnings
+        warnings.warn("loom: LOOM_EXIT_COMPILE_SECONDS=%r is not a number of seconds; "
+                      "waiting at most 10" % os.environ["LOOM_EXIT_COMPILE_SECONDS"])
+        seconds = 10.0
+    _C._at_exit(seconds)
+
+
+_atexit.register(_at_exit)
 
 for _d in _DTYPES:
     globals()[_d.name] = _d

@@ -418,15 +418,18 @@ static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
 }
 
 /* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
-/* _at_exit(): the step ends, the compiles it queued finish and reach the
- * module cache on disk (a program that ends before its background
- * compiles would else find none of them on its next run), and the trace
- * goes. */
-static PyObject *fn_at_exit(PyObject *self, PyObject *unused) {
-  (void)self, (void)unused;
+/* _at_exit(seconds): the step ends, the compiles it queued finish and
+ * reach the module cache on disk for at most seconds (a program that ends
+ * before its background compiles would else find none of them on its next
+ * run; one that queued minutes of them should not wait for all), and the
+ * trace goes. */
+static PyObject *fn_at_exit(PyObject *self, PyObject *arg) {
+  (void)self;
+  double seconds = PyFloat_AsDouble(arg);
+  if (seconds == -1.0 && PyErr_Occurred()) return NULL;
   if (!st.trace) Py_RETURN_NONE;
   if (py_step_end() < 0) return NULL;
-  loom_status_t s = loom_trace_wait_compiles(st.trace);
+  loom_status_t s = loom_trace_wait_compiles_for(st.trace, seconds);
   if (s != LOOM_OK) return py_fail(s);
   if (renew_trace() < 0) return NULL;
   Py_RETURN_NONE;
@@ -714,7 +717,7 @@ PyMethodDef py_step_methods[] = {
     {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
     {"sync", fn_sync, METH_NOARGS, "runs what is recorded: a segment boundary"},
     {"_set_compile_mode", fn_set_compile_mode, METH_O, "0 tiered, 1 wait, 2 interpret"},
-    {"_at_exit", fn_at_exit, METH_NOARGS, "ends the step; the compiles running finish"},
+    {"_at_exit", fn_at_exit, METH_O, "ends the step; queued compiles finish for at most the seconds given"},
     {"_no_grad_enter", fn_no_grad_enter, METH_NOARGS, NULL},
     {"_no_grad_exit", fn_no_grad_exit, METH_NOARGS, NULL},
     {"is_grad_enabled", fn_grad_enabled, METH_NOARGS, "False inside loom.no_grad()"},

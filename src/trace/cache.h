@@ -163,6 +163,9 @@ bool rt_cache_has_workers(const loom_cache_t *c);
 /* Returns once no compile is queued or running: the caller compiles what
  * is queued itself and waits for what the workers run. */
 void rt_cache_drain(loom_cache_t *c);
+/* The same for at most seconds (< 0: no bound); a job the caller took
+ * may run past them. What is left goes on in the workers. */
+void rt_cache_drain_for(loom_cache_t *c, double seconds);
 
 loom_executable_t *rt_entry_executable(rt_entry_t *e);
 /* Counts a run of e that a trace found without a lookup (its hot path):

@@ -3,7 +3,10 @@
  * a caller needs now (rt_cache_get without wait) go to the front;
  * speculative ones (rt_cache_speculate) to the back. A caller that waits
  * for a job still queued takes it out and compiles it itself. */
+#include <time.h>
+
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/priority.h"
@@ -152,12 +155,30 @@ void cache_workers_stop(loom_cache_t *c) {
 bool rt_cache_has_workers(const loom_cache_t *c) { return c && c->n_workers > 0; }
 
 /* The caller compiles what is still queued itself, at its own priority
- * and beside the workers, and waits only for the jobs they run. */
-void rt_cache_drain(loom_cache_t *c) {
+ * and beside the workers, and waits only for the jobs they run; from
+ * the deadline on (seconds < 0: none) it starts no job and waits no
+ * more, leaving the rest to the workers. */
+void rt_cache_drain_for(loom_cache_t *c, double seconds) {
   if (!c) return;
+  int64_t deadline = seconds < 0 ? INT64_MAX : core_now_ns() + (int64_t)(seconds * 1e9);
   pthread_mutex_lock(&c->lock);
-  while (c->queue_head || c->running > 0)
-    if (c->queue_head) run_head(c);
-    else pthread_cond_wait(&c->idle, &c->lock);
+  while ((c->queue_head || c->running > 0) && core_now_ns() < deadline) {
+    if (c->queue_head) {
+      run_head(c);
+      continue;
+    }
+    if (deadline == INT64_MAX) {
+      pthread_cond_wait(&c->idle, &c->lock);
+      continue;
+    }
+    /* Timed waits in short slices: the condition reads the wall clock. */
+    struct timespec slice;
+    clock_gettime(CLOCK_REALTIME, &slice);
+    slice.tv_nsec += 50 * 1000 * 1000;
+    if (slice.tv_nsec >= 1000000000L) slice.tv_sec++, slice.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&c->idle, &c->lock, &slice);
+  }
   pthread_mutex_unlock(&c->lock);
 }
+
+void rt_cache_drain(loom_cache_t *c) { rt_cache_drain_for(c, -1); }

@@ -651,8 +651,14 @@ loom_status_t loom_trace_sync(loom_trace_t *t) {
 }
 
 loom_status_t loom_trace_wait_compiles(loom_trace_t *t) {
+  return loom_trace_wait_compiles_for(t, -1);
+}
+
+loom_status_t loom_trace_wait_compiles_for(loom_trace_t *t, double seconds) {
   LOOM_CHECK_ARG(t);
-  rt_cache_drain(t->cache);
+  if (seconds != seconds)
+    return loom_fail(LOOM_ERR_INVALID, "loom_trace_wait_compiles_for: seconds is NaN");
+  rt_cache_drain_for(t->cache, seconds);
   return LOOM_OK;
 }
 

@@ -124,7 +124,7 @@ static int close_enough(const loom_tensor_t *got, const loom_tensor_t *want, cha
       snprintf(a + strlen(a), sizeof a - strlen(a), "%lld,", (long long)loom_tensor_dim(got, d));
     for (int d = 0; d < loom_tensor_rank(want); d++)
       snprintf(b + strlen(b), sizeof b - strlen(b), "%lld,", (long long)loom_tensor_dim(want, d));
-    snprintf(why, size, "shape (%s), expected (%s)", a, b);
+    snprintf(why, size, "shape (%.100s), expected (%.100s)", a, b);
     return 0;
   }
   int exact = !(gd == LOOM_F32 || gd == LOOM_F64 || gd == LOOM_F16 || gd == LOOM_BF16);

@@ -169,7 +169,7 @@ def test_many_steps_keep_memory_flat():
     loom.set_compile_mode("wait")  # no compile lands during the measurement
     # the compiles earlier tests queued finish first: their modules and the
     # workers' buffers are not this loop's
-    _C._at_exit()
+    _C._at_exit(-1.0)
     x = loom.randn(64, 64)
     w = loom.randn(64, 64, requires_grad=True)
     opt = loom.optim.SGD([w], lr=1e-4)
