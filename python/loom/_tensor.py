@@ -168,8 +168,13 @@ class Tensor(_C.TensorBase):
         return _C.TensorBase.retains_grad.__get__(self) and not (hooks and hooks.hidden)
 
     def detach(self):
+        """A tensor that does not require grad: of a real tensor, one over
+        its memory (as PyTorch's, in-place updates of either show in the
+        other); of a lazy value, the same value cut from the graph."""
         if not self.requires_grad:
             return self
+        if not self._lazy and self.dtype._numpy is not None:
+            return self.data
         if not self._lazy and not self.is_leaf:  # of an ended step: no warning for this use
             import warnings
             with warnings.catch_warnings():

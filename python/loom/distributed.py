@@ -105,7 +105,7 @@ class DistributedDataParallel(Module):
             broadcast(p, 0)
         for b in module.buffers():
             broadcast(b, 0)
-        _C._dist_average_gradients()
+        _C._dist_average_gradients(list(module.parameters()))
         global _averaging
         _averaging = True
 

@@ -102,17 +102,50 @@ static PyObject *fn_broadcast(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* _dist_average_gradients(): from now on every optimizer step averages
- * the gradients across the ranks. */
-static PyObject *fn_average_gradients(PyObject *self, PyObject *unused) {
-  (void)self, (void)unused;
+/* The parameters of the models wrapped (DistributedDataParallel), in
+ * their modules' order: every trace enters them first, so that the ranks
+ * hold them in one order whatever path each rank's step takes first
+ * (the gradients are averaged in that order, and a parameter a rank's
+ * path does not reach still has its place there). */
+static PyObject *dp_params;
+
+int py_dist_enter_params(void) {
+  Py_ssize_t n = dp_params ? PyList_GET_SIZE(dp_params) : 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    loom_value_t v;
+    if (py_step_value((py_tensor_t *)PyList_GET_ITEM(dp_params, i), &v) < 0) return -1;
+  }
+  return 0;
+}
+
+/* _dist_average_gradients(params): from now on every optimizer step
+ * averages the gradients across the ranks, params entered first. */
+static PyObject *fn_average_gradients(PyObject *self, PyObject *params) {
+  (void)self;
   loom_comm_t *c = need_world("DistributedDataParallel");
   if (!c) return NULL;
+  PyObject *seq = PySequence_Fast(params, "_dist_average_gradients: a list of tensors");
+  if (!seq) return NULL;
+  if (!dp_params && !(dp_params = PyList_New(0))) {
+    Py_DECREF(seq);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+    PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+    if (!PyObject_TypeCheck(p, &py_tensor_type) || PyList_Append(dp_params, p) < 0) {
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "_dist_average_gradients: a list of tensors");
+      Py_DECREF(seq);
+      return NULL;
+    }
+  }
+  Py_DECREF(seq);
   averaging = true;
   loom_trace_t *tr = py_step_trace();
   if (!tr) return NULL;
   loom_status_t s = loom_trace_data_parallel(tr, c);
   if (s != LOOM_OK) return py_fail(s);
+  if (py_dist_enter_params() < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -122,5 +155,5 @@ PyMethodDef py_dist_functions[] = {
     {"_dist_rank_size", fn_rank_size, METH_NOARGS, "(rank, size), (-1, -1) when none"},
     {"_dist_all_reduce", fn_all_reduce, METH_VARARGS, NULL},
     {"_dist_broadcast", fn_broadcast, METH_VARARGS, NULL},
-    {"_dist_average_gradients", fn_average_gradients, METH_NOARGS, NULL},
+    {"_dist_average_gradients", fn_average_gradients, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

@@ -134,6 +134,9 @@ extern PyTypeObject py_captured_type;
 /* The communicator whose ranks the optimizer steps average gradients
  * over (DistributedDataParallel), or NULL. */
 loom_comm_t *py_dist_averaging(void);
+/* Enters the wrapped models' parameters into the step, in their order;
+ * 0, or -1 with an exception set. */
+int py_dist_enter_params(void);
 extern PyMethodDef py_dist_functions[];
 
 /* ---- DLPack (dlpack.c) ---- */

@@ -59,6 +59,7 @@ loom_trace_t *py_step_trace(void) {
     py_fail(s);
     return NULL;
   }
+  if (py_dist_averaging() && py_dist_enter_params() < 0) return NULL;
   return st.trace;
 }
 
