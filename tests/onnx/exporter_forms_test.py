@@ -9,6 +9,8 @@ NumPy or by hand:
     and width (Keras' Input(shape=(None, None, 3))), at two sizes;
   - Resize with tf_half_pixel_for_nn, which keeps the axes it does not
     resize (batch, channels) as they are;
+  - Resize by f32 scales as PyTorch exports interpolate(scale_factor),
+    against PyTorch's interpolate;
   - Resize whose sizes come from Shape(x) with a symbolic batch, against
     the same model with a fixed batch;
   - two inputs whose batch dims tf2onnx names apart (unk__10, unk__11)
@@ -110,6 +112,23 @@ m = model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="neare
 x = np.arange(36, dtype=np.float32).reshape(2, 3, 2, 3)
 # rows (i + 0.5) / 2 = 0.25, 0.75, 1.25, 1.75 round to 0, 1, 1, 2 -> 1 (the last)
 expect(run(m, {"x": x}), "y", x[:, :, [0, 1, 1, 1], :], "tf_half_pixel_for_nn")
+
+# ---- Resize by f32 scales, as PyTorch exports interpolate(scale_factor)
+# (opset 13+): sized and mapped in f32, as PyTorch computes them (5 * 1.4f
+# is 7 there, 6.9999999 in f64; 11 / 2.2f reads pixel 5, not 4) ----
+import torch  # noqa: E402  (the reference's values: scripts/setup.sh installs it)
+import torch.nn.functional as TF  # noqa: E402
+
+x = rng.standard_normal((1, 2, 5, 10)).astype(np.float32)
+for sf, mode, ct in ((1.4, "nearest", "asymmetric"), (2.2, "nearest", "asymmetric"),
+                     (0.6, "nearest", "asymmetric"), (1.4, "linear", "pytorch_half_pixel")):
+    scales = numpy_helper.from_array(np.array([1, 1, sf, sf], np.float32), "scales")
+    m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode,
+                                coordinate_transformation_mode=ct, nearest_mode="floor")],
+              [f32("x", [1, 2, 5, 10])], [f32("y", None)], [scales])
+    want = TF.interpolate(torch.from_numpy(x), scale_factor=sf,
+                          mode="nearest" if mode == "nearest" else "bilinear").numpy()
+    expect(run(m, {"x": x}), "y", want, f"resize {mode} by scale {sf}", 1e-5)
 
 # ---- Resize to sizes from Shape(x) over a symbolic batch ----
 

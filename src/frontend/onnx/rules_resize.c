@@ -143,7 +143,9 @@ static loom_status_t apply_scales(ox_node_t *n, resize_plan_t *p, const double *
     if (p->length[d] > RS_MAX_AXIS)
       return ox_fail(n, LOOM_ERR_SHAPE, "scale %g is too large: axis %d would have %.0f "
                      "elements (at most %d)", s[k], d, p->length[d], RS_MAX_AXIS);
-    p->out[d] = (int64_t)floor(p->length[d]);
+    /* The f32 product, as ONNX Runtime and PyTorch size it: 5 * 1.4f is
+     * 7 there, 6.9999999 in f64. */
+    p->out[d] = (int64_t)floorf((float)s[k] * (float)p->in[d]);
   }
   return LOOM_OK;
 }
@@ -169,7 +171,7 @@ static loom_status_t apply_sizes(ox_node_t *n, resize_plan_t *p, const int64_t *
   }
   for (int k = 0; k < count; k++) {
     int d = (int)axes[k];
-    p->scale[d] = stretch ? (double)sz[k] / (double)p->in[d] : keep;
+    p->scale[d] = stretch ? (double)((float)sz[k] / (float)p->in[d]) : keep;
     p->length[d] = stretch ? (double)sz[k] : keep * (double)p->in[d];
     p->out[d] = stretch ? sz[k] : (int64_t)floor(p->length[d] + 0.5);
     if (p->out[d] > RS_MAX_AXIS)
@@ -250,19 +252,22 @@ typedef struct axis_taps {
  * there. */
 static double source_coord(const resize_plan_t *p, int d, int64_t i, int *outside) {
   double in = (double)p->in[d], s = p->scale[d], len = p->length[d], x = (double)i;
+  /* The scale's own formulas in f32, as ONNX Runtime computes them: 11 /
+   * 2.2f is 5 there, 4.9999999 in f64, and nearest reads another pixel. */
+  float xf = (float)i, sf = (float)s;
   *outside = 0;
   switch (p->coord) {
-  case CT_HALF_PIXEL: return (x + 0.5) / s - 0.5;
+  case CT_HALF_PIXEL: return (xf + 0.5f) / sf - 0.5f;
   case CT_HALF_PIXEL_SYMMETRIC: {
     double adjust = (double)p->out[d] / len, offset = in / 2 * (1 - adjust);
     return offset + (x + 0.5) / s - 0.5;
   }
-  case CT_PYTORCH_HALF_PIXEL: return len == 1 ? -0.5 : (x + 0.5) / s - 0.5;
+  case CT_PYTORCH_HALF_PIXEL: return len == 1 ? -0.5 : (xf + 0.5f) / sf - 0.5f;
   case CT_ALIGN_CORNERS: return len == 1 ? 0.0 : x * (in - 1) / (len - 1);
-  case CT_ASYMMETRIC: return x / s;
+  case CT_ASYMMETRIC: return xf / sf;
   /* An axis it keeps (scale 1: a batch, a channel) reads itself, as in
    * ONNX Runtime and TensorFlow, not its neighbour x + 0.5 rounds to. */
-  case CT_TF_HALF_PIXEL_FOR_NN: return s == 1 && p->out[d] == p->in[d] ? x : (x + 0.5) / s;
+  case CT_TF_HALF_PIXEL_FOR_NN: return s == 1 && p->out[d] == p->in[d] ? x : (xf + 0.5f) / sf;
   case CT_TF_CROP_AND_RESIZE: {
     double a = p->roi[d], b = p->roi[p->rank + d];
     double c = len == 1 ? (b - a) * (in - 1) / 2 : x * (b - a) * (in - 1) / (len - 1);
