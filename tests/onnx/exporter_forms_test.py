@@ -21,6 +21,8 @@ NumPy or by hand:
     symbolic dims, at two sizes;
   - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
     it is negative, pe[2:T];
+  - a Loop whose body's condition is Cast of an outer True (PyTorch's
+    form), with a Slice by the iteration number;
   - Squeeze without axes over a symbolic dim, and reduction axes given
     in the other opset's place: refused at load, naming them.
   exporter_forms_test.py LOOM_CLI"""
@@ -246,6 +248,27 @@ for t in (3, 7):
     expect(got, "by_pos", x * np.arange(1, t + 1), f"x * arange(1, T + 1) at T = {t}", 1e-6)
     expect(got, "by_left", x * (5 - t), f"x * (5 - T) at T = {t}", 1e-6)
     expect(got, "pe_tail", np.arange(2, t, dtype=np.float32), f"pe[2:T] at T = {t}")
+
+# ---- A Loop whose body's condition is Cast(an outer True), as PyTorch
+# exports every loop (nn.EmbeddingBag): unrolled, so a Slice by the
+# iteration number has constant bounds ----
+two = numpy_helper.from_array(np.array(2, np.int64), "two")
+ax0 = numpy_helper.from_array(np.array([0], np.int64), "ax0")
+body = helper.make_graph(
+    [helper.make_node("Mul", ["i", "two"], ["s"]), helper.make_node("Add", ["s", "two"], ["e"]),
+     helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"]),
+     helper.make_node("Unsqueeze", ["e", "ax0"], ["e1"]),
+     helper.make_node("Slice", ["x", "s1", "e1", "ax0"], ["sl"]),
+     helper.make_node("ReduceSum", ["sl", "ax0"], ["y"], keepdims=0),
+     helper.make_node("Cast", ["yes"], ["go"], to=TP.BOOL)], "body",
+    [helper.make_tensor_value_info("i", TP.INT64, []), helper.make_tensor_value_info("c", TP.BOOL, [])],
+    [helper.make_tensor_value_info("go", TP.BOOL, []), f32("y", [3])])
+m = model([helper.make_node("Loop", ["trips", "yes"], ["out"], body=body)],
+          [f32("x", [6, 3])], [f32("out", None)],
+          [numpy_helper.from_array(np.array(3, np.int64), "trips"),
+           numpy_helper.from_array(np.array(True), "yes"), two, ax0])
+x = np.arange(18, dtype=np.float32).reshape(6, 3)
+expect(run(m, {"x": x}), "out", x.reshape(3, 2, 3).sum(1), "loop with an outer true condition")
 
 # ---- Reduction axes in the other opset's place: refused, not ignored ----
 one = numpy_helper.from_array(np.array([1], np.int64), "one")

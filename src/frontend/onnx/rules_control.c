@@ -250,15 +250,25 @@ static const Onnx__NodeProto *producer(const Onnx__GraphProto *gp, const char *n
   return NULL;
 }
 
-/* Whether the body's cond output is its cond input, passed on as it is
- * or through Identity nodes. */
-static int body_passes_cond(const Onnx__GraphProto *gp) {
+/* Whether the body's cond output is its cond input, or a true constant
+ * of the enclosing graph (PyTorch's exports: Cast of an outer True),
+ * passed on as it is or through Identity and Cast nodes. */
+static int body_passes_cond(ox_node_t *n, const Onnx__GraphProto *gp) {
   if (gp->n_input < 2 || gp->n_output < 1 || !gp->input[1]->name) return 0;
   const char *name = gp->output[0]->name;
   for (int hops = 0; name && hops < 64; hops++) {
     if (!strcmp(name, gp->input[1]->name)) return 1;
     const Onnx__NodeProto *np = producer(gp, name);
-    if (!np || strcmp(np->op_type, "Identity") || np->n_input < 1) return 0;
+    if (!np) { /* from outside the body: true for every trip if a true constant */
+      loom_value_t v;
+      const loom_tensor_t *c = ox_lookup(n, name, &v) == LOOM_OK ? ox_const(n, v) : NULL;
+      double go = 0;
+      loom_clear_error();
+      return c && loom_tensor_numel(c) == 1 && loom_tensor_get_f64(c, 0, &go) == LOOM_OK &&
+             go != 0;
+    }
+    if ((strcmp(np->op_type, "Identity") && strcmp(np->op_type, "Cast")) || np->n_input < 1)
+      return 0;
     name = np->input[0];
   }
   return 0;
@@ -272,7 +282,7 @@ static int64_t unroll_trips(ox_node_t *n, const Onnx__GraphProto *gp) {
   double trips = 0, go = 1;
   if (!m || loom_tensor_numel(m) != 1 || loom_tensor_get_f64(m, 0, &trips) != LOOM_OK)
     return 0;
-  if (ox_has(n, 1) && (!c || loom_tensor_numel(c) != 1 || !body_passes_cond(gp) ||
+  if (ox_has(n, 1) && (!c || loom_tensor_numel(c) != 1 || !body_passes_cond(n, gp) ||
                        loom_tensor_get_f64(c, 0, &go) != LOOM_OK || go == 0))
     return 0;
   return trips >= 1 && trips <= UNROLL_MAX ? (int64_t)trips : 0;
