@@ -197,6 +197,7 @@ class Tensor(_C.TensorBase):
     def __deepcopy__(self, memo):
         copy = _C.from_bytes(self._dtype, self.shape, _C.to_bytes(self))
         copy.requires_grad = self.requires_grad and self.is_leaf
+        copy.__class__ = type(self)  # a Parameter's copy is one, as PyTorch's
         memo[id(self)] = copy
         return copy
 

@@ -831,16 +831,38 @@ def all(x, dim=None, keepdim=False):
     return logical_not(any(logical_not(x), dim, keepdim))
 
 
-def embedding(index, weight, padding_idx=None):
+def embedding(index, weight, padding_idx=None, max_norm=None, norm_type=2.0):
     """weight's rows at index (F.embedding); the padding_idx row gets no
-    gradient (its value is looked up as it is)."""
+    gradient (its value is looked up as it is); max_norm first scales the
+    rows looked up in place, as PyTorch's."""
+    if max_norm is not None:
+        _embedding_renorm_(weight, index, max_norm, norm_type)
     if padding_idx is not None:
         rows = np.arange(weight.shape[0]).reshape(-1, 1) != padding_idx % weight.shape[0]
         weight = where(_C.from_buffer(rows, True), weight, stop_gradient(weight))
     return _op("embedding", weight, index)
 
 
-def one_hot(x, num_classes):
+def _embedding_renorm_(weight, index, max_norm, norm_type):
+    """PyTorch's embedding_renorm_: each row that index looks up, of a
+    norm above max_norm, scaled in place (no gradient) to max_norm. Reads
+    index and weight."""
+    rows = np.unique(np.asarray(index))
+    w = np.asarray(weight)
+    norms = np.linalg.norm(w[rows].astype(np.float64), ord=norm_type, axis=1)
+    big = norms > max_norm
+    if big.any():
+        _C.sync()  # what the step recorded so far reads the old rows
+        scale = max_norm / (norms[big] + 1e-7)
+        w[rows[big]] *= scale.astype(w.dtype)[:, None]
+
+
+def one_hot(x, num_classes=-1):
+    """num_classes -1: the largest class in x plus one (a read), as PyTorch's."""
+    if num_classes < 0:
+        if not x.numel():
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(amax(x)) + 1
     return _op("one_hot", x, depth=int(num_classes))
 
 

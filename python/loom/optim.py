@@ -21,12 +21,16 @@ state_dict() and load_state_dict() speak torch.optim's form: {"state":
 in the groups' order. The state is read from where the last step kept
 it; a loaded one is where the next step starts, on either path.
 
+optimizer.state maps each parameter to the same state, read the same way.
+
 Variants the trace's optimizer step has no update for (SGD with
-dampening, Adam and AdamW with amsgrad, RMSprop, Adagrad) always update
-on the .grad values; under loom.compile their step is a graph break."""
+dampening, Adam and AdamW with amsgrad, maximize=True, RMSprop, Adagrad)
+always update on the .grad values; under loom.compile their step is a
+graph break."""
 import copy
 import math
 import sys
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -62,21 +66,40 @@ class Optimizer:
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
-        groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.param_groups = []
-        for g in groups:
-            group = {**defaults, **g, "params": list(g["params"])}
-            for p in group["params"]:
-                if not p.requires_grad or not p.is_leaf:
-                    raise ValueError("can't optimize a tensor that is not a leaf requiring grad")
-            self.param_groups.append(group)
         self.defaults = defaults
-        self.state = {}  # id(p) -> state of the update in Python
+        self.param_groups = []
+        for g in params if isinstance(params[0], dict) else [{"params": params}]:
+            self.add_param_group(g)
+        self._state = {}  # id(p) -> state of the update in Python
         self._loaded = {}  # id(p) -> state loaded for the trace's next step
         self._in_trace = False  # whether the last step ran in the trace
         # The loom.compile entry whose executable made the last step (its
         # state is there; kept alive with this optimizer).
         self._compiled_last = None
+
+    def add_param_group(self, param_group):
+        """A group of parameters (and its hyperparameters, the defaults
+        otherwise), as torch.optim's: a parameter in one group only."""
+        from . import Tensor
+        params = param_group["params"]
+        if isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, "
+                            "but the ordering of tensors in sets will change between runs. "
+                            "Please use a list instead.")
+        params = [params] if isinstance(params, Tensor) else list(params)
+        for p in params:
+            if not p.requires_grad or not p.is_leaf:
+                raise ValueError("can't optimize a tensor that is not a leaf requiring grad")
+        others = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in others for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append({**self.defaults, **param_group, "params": params})
+
+    @property
+    def state(self):
+        """Each parameter's state in torch.optim's names and current values
+        (read from where the last step kept it), keyed by parameter."""
+        return _StateView(self)
 
     def _hyperparameters(self):
         """What a compiled step fixes at capture: all but the learning rate
@@ -93,9 +116,21 @@ class Optimizer:
 
     def _in_trace_supported(self):
         """Whether the trace's optimizer step has this update."""
-        return self._kind is not None
+        return self._kind is not None and not any(g.get("maximize") for g in self.param_groups)
 
-    def step(self):
+    def step(self, closure=None):
+        """One update; closure (which computes the loss and its gradients)
+        runs first with gradients on, and its loss is returned, as
+        torch.optim's."""
+        loss = None
+        if closure is not None:
+            from . import enable_grad
+            with enable_grad():
+                loss = closure()
+        self._step()
+        return loss
+
+    def _step(self):
         if _C._capturing() and not self._in_trace_supported():
             raise _C.GraphBreak(f"loom.compile: {type(self).__name__} with these options "
                                 "updates on .grad, outside the captured graph")
@@ -118,7 +153,7 @@ class Optimizer:
                 and all(id(p) in mine for p in _C._step_params())):
             if not self._in_trace:  # from the Python path: its state goes on
                 self._loaded.update({id(p): self._trace_state(p) for p in params
-                                     if self.state.get(id(p))})
+                                     if self._state.get(id(p))})
             self._restore_in_trace(params)
             self._in_trace = True
             g = self.param_groups[0]
@@ -132,7 +167,7 @@ class Optimizer:
             for p in params:
                 if id(p) not in self._loaded:
                     self._pull(p, _C._optimizer_state)
-        self._loaded, self._in_trace = {}, False  # self.state holds what was loaded
+        self._loaded, self._in_trace = {}, False  # self._state holds what was loaded
         self._step_from_grads()
 
     # ---- checkpoints, in torch.optim's form ----
@@ -169,29 +204,29 @@ class Optimizer:
         self.param_groups = [{**{k: v for k, v in s.items() if k != "params"},
                               "params": g["params"]} for g, s in zip(self.param_groups, groups)]
         params = self._params()
-        self.state, self._loaded, self._in_trace = {}, {}, False
+        self._state, self._loaded, self._in_trace = {}, {}, False
         self._compiled_last = None
         for i, saved in state_dict["state"].items():
             p = params[int(i)]
             s = {k: (int(float(v)) if k == "step" else _state_tensor(v, p.dtype))
                  for k, v in saved.items() if v is not None}
-            self.state[id(p)] = s
+            self._state[id(p)] = s
             self._loaded[id(p)] = {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
                                    for k, v in s.items() if k in self._TRACE_NAMES}
 
     def _trace_state(self, p):
         """p's state here in the trace's names and dtypes."""
         return {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
-                for k, v in self.state[id(p)].items() if k in self._TRACE_NAMES}
+                for k, v in self._state[id(p)].items() if k in self._TRACE_NAMES}
 
     def _pull(self, p, read):
         """p's state from where a step kept it (read(p, name): the trace's
-        optimizer step, or a compiled step's executable) into self.state;
+        optimizer step, or a compiled step's executable) into self._state;
         none there (p took no step in it): what is here stays."""
         s = {k: read(p, name) for k, name in self._TRACE_NAMES.items()}
         if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
             return
-        self.state[id(p)] = {k: int(v) if k == "step" else v.to(p.dtype)
+        self._state[id(p)] = {k: int(v) if k == "step" else v.to(p.dtype)
                              for k, v in s.items()}
 
     def _last_compiled(self):
@@ -224,7 +259,7 @@ class Optimizer:
                     if id(p) not in self._loaded:
                         self._pull(p, _C._optimizer_state)
             for p in params:
-                if self.state.get(id(p)):
+                if self._state.get(id(p)):
                     for name, value in self._trace_state(p).items():
                         entry.captured.set_state(p, name, value)
         self._compiled_last = entry
@@ -247,7 +282,7 @@ class Optimizer:
             if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
                 return {}
         elif id(p) in self._loaded or not self._in_trace:
-            s = self.state.get(id(p), {})
+            s = self._state.get(id(p), {})
         else:
             s = {k: _C._optimizer_state(p, name) for k, name in self._TRACE_NAMES.items()}
             if any(v is None for v in s.values()) or ("step" in s and int(s["step"]) == 0):
@@ -270,10 +305,37 @@ class Optimizer:
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
-                        updates.append((p, self._update(p, p.grad, group)))
+                        g = -p.grad if group.get("maximize") else p.grad
+                        updates.append((p, self._update(p, g, group)))
         step()  # makes the new values and the state real
         for p, new in updates:
             _C._copy_into(p, new)
+
+
+class _StateView(Mapping):
+    """optimizer.state: the parameters that have state, each mapped to it
+    as state_dict() gives it (a parameter without state: {}, as
+    torch.optim's defaultdict)."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def __getitem__(self, p):
+        if not any(p is q for q in self._optimizer._params()):
+            return {}
+        return self._optimizer._state_of(p)
+
+    def _keys(self):
+        return [p for p in self._optimizer._params() if self._optimizer._state_of(p)]
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self):
+        return len(self._keys())
+
+    def __contains__(self, p):
+        return bool(self._optimizer._state_of(p))
 
 
 def _state_tensor(v, dtype):
@@ -301,20 +363,22 @@ class SGD(Optimizer):
     _TRACE_NAMES = {"momentum_buffer": "momentum"}
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False):
+                 nesterov=False, *, maximize=False):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
 
     def _in_trace_supported(self):
-        return all(not g.get("dampening") for g in self.param_groups)
+        return super()._in_trace_supported() and \
+            all(not g.get("dampening") for g in self.param_groups)
 
     def _update(self, p, g, group):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         if group["momentum"]:
-            s = self.state.setdefault(id(p), {})
+            s = self._state.setdefault(id(p), {})
             if "momentum_buffer" not in s:  # the first step takes g undamped, as torch
                 buf = g
             else:
@@ -330,18 +394,20 @@ class Adam(Optimizer):
     _TRACE_NAMES = {"step": "step", "exp_avg": "m", "exp_avg_sq": "v"}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False):
+                 amsgrad=False, *, maximize=False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay, amsgrad=amsgrad))
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
 
     def _in_trace_supported(self):
-        return all(not g.get("amsgrad") for g in self.param_groups)
+        return super()._in_trace_supported() and \
+            all(not g.get("amsgrad") for g in self.param_groups)
 
     def _update(self, p, g, group):
         from . import maximum, zeros_like
         b1, b2 = group["betas"]
         lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-        s = self.state.setdefault(id(p), {"step": 0})
+        s = self._state.setdefault(id(p), {"step": 0})
         if self._kind == _ADAMW:
             p = p * (1 - lr * wd)
         elif wd:
@@ -365,8 +431,8 @@ class AdamW(Adam):
     _kind = _ADAMW
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+                 amsgrad=False, *, maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
 
 
 class RMSprop(Optimizer):
@@ -375,16 +441,17 @@ class RMSprop(Optimizer):
     _STEP_AS_TENSOR = False
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-                 centered=False):
+                 centered=False, *, maximize=False):
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
-                                      centered=centered, weight_decay=weight_decay))
+                                      centered=centered, weight_decay=weight_decay,
+                                      maximize=maximize))
 
     def _update(self, p, g, group):
         from . import zeros_like
         alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
-        s = self.state.setdefault(id(p), {})
+        s = self._state.setdefault(id(p), {})
         if not s:  # torch's keys, in its order
             s["step"], s["square_avg"] = 0, zeros_like(g)
             if momentum > 0:
@@ -410,24 +477,25 @@ class Adagrad(Optimizer):
     _TRACE_NAMES = {}
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0,
-                 initial_accumulator_value=0.0, eps=1e-10):
+                 initial_accumulator_value=0.0, eps=1e-10, *, maximize=False):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value))
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      maximize=maximize))
         for group in self.param_groups:
             for p in group["params"]:
                 self._fresh_state(p, group)
 
     def _fresh_state(self, p, group):
         from . import full
-        s = self.state[id(p)] = {"step": 0, "sum": full(
+        s = self._state[id(p)] = {"step": 0, "sum": full(
             p.shape, group["initial_accumulator_value"], dtype=p.dtype)}
         return s
 
     def _update(self, p, g, group):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
-        s = self.state.get(id(p)) or self._fresh_state(p, group)
+        s = self._state.get(id(p)) or self._fresh_state(p, group)
         s["step"] += 1
         clr = group["lr"] / (1 + (s["step"] - 1) * group["lr_decay"])
         s["sum"] = s["sum"] + g * g

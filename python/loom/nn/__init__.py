@@ -11,4 +11,5 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  #
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .recurrent import (GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase,  # noqa: F401
                         RNNCell, RNNCellBase)
-from .module import Module, ModuleDict, ModuleList, Parameter, Sequential  # noqa: F401
+from .module import (Module, ModuleDict, ModuleList, Parameter, ParameterDict,  # noqa: F401
+                     ParameterList, Sequential)

@@ -62,31 +62,60 @@ def _class_weights(weight, target, keep):
     return w if weight is None else w * _F.index_select(weight, 0, target)
 
 
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
-                  reduce=None, reduction="mean", label_smoothing=0.0):
-    """input (N, C) logits, target (N,) class indices, as PyTorch's: with
-    class weights, the mean is over the targets' weights (those not
-    ignore_index); label smoothing weighs each class's term by its weight.
-    A float target is class probabilities instead (below)."""
-    reduction = _legacy_reduction(size_average, reduce, reduction)
-    if target.dtype.is_floating_point:
-        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
-    if input.ndim != 2:
-        raise ValueError("loom cross_entropy: input of shape (N, C)")
-    n_classes = input.shape[1]
-    _check_targets(target, n_classes, ignore_index)
-    logp = log_softmax(input, 1)
+def _flat_classes(input, target):
+    """input (C), (N, C) or (N, C, d...) and target (), (N) or (N, d...)
+    as (M, C) and (M): the classes on dim 1 moved last, as PyTorch's."""
+    expected = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
+    if target.shape != expected:
+        raise ValueError(f"Expected target size {list(expected)}, got {list(target.shape)} "
+                         f"(input of size {list(input.shape)})")
+    if input.ndim == 2:
+        return input, target
+    if input.ndim > 2:
+        input = _F.permute(input, 0, *range(2, input.ndim), 1)
+    return input.reshape(-1, input.shape[-1]), target.reshape(-1)
+
+
+def _nll_terms(logp, target, weight, ignore_index):
+    """logp (M, C), target (M): each item's -weight * logp at its class,
+    and its weight (0 where ignored)."""
+    _check_targets(target, logp.shape[1], ignore_index)
     keep = target != ignore_index
     safe = _F.where(keep, target, 0)
     w = _class_weights(weight, safe, keep)
-    loss = -(logp * one_hot(safe, n_classes).float()).sum(1) * w
+    return -(logp * one_hot(safe, logp.shape[1]).float()).sum(1) * w, w, keep
+
+
+def _weighted_reduce(loss, w, reduction, shape):
+    """The mean over the items' weights, as PyTorch's: NaN when they sum
+    to 0 (every target ignored), with a gradient of 0, not NaN (the
+    division by the weights only where they are not 0); 'none' of the
+    target's shape."""
+    if reduction != "mean":
+        return _reduce(loss.reshape(shape), reduction)
+    total = w.sum()
+    empty = total == 0
+    return _F.where(empty, float("nan"), loss.sum() / _F.where(empty, 1.0, total))
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """input (N, C) logits, target (N,) class indices, as PyTorch's (or
+    (N, C, d...) and (N, d...), or (C) and ()): with class weights, the
+    mean is over the targets' weights (those not ignore_index); label
+    smoothing weighs each class's term by its weight. A float target is
+    class probabilities instead (below)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if target.dtype.is_floating_point:
+        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
+    x, t = _flat_classes(input, target)
+    logp = log_softmax(x, 1)
+    loss, w, keep = _nll_terms(logp, t, weight, ignore_index)
     if label_smoothing:
         every = logp if weight is None else logp * weight
-        smooth = -every.sum(1) * keep.float() / n_classes
+        smooth = -every.sum(1) * keep.float() / x.shape[1]
         loss = (1 - label_smoothing) * loss + label_smoothing * smooth
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    return _reduce(loss, reduction)
+    return _weighted_reduce(loss, w, reduction, target.shape)
 
 
 def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
@@ -109,15 +138,11 @@ def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
+    """input log-probabilities of cross_entropy's shapes (classes on dim 1)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
-    _check_targets(target, input.shape[1], ignore_index)
-    keep = target != ignore_index
-    safe = _F.where(keep, target, 0)
-    w = _class_weights(weight, safe, keep)
-    loss = -(input * one_hot(safe, input.shape[1]).float()).sum(1) * w
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    return _reduce(loss, reduction)
+    x, t = _flat_classes(input, target)
+    loss, w, _ = _nll_terms(x, t, weight, ignore_index)
+    return _weighted_reduce(loss, w, reduction, target.shape)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
@@ -245,9 +270,17 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
+def _check_dropout(p):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
 def dropout(x, p=0.5, training=True):
+    _check_dropout(p)
     if not training or p == 0.0:
         return x
+    if p == 1.0:  # every element dropped, as PyTorch's x * 0 (no 1 / (1 - p))
+        return x * 0.0
     from .. import rand
     keep = rand(*x.shape) >= p
     return _F.where(keep, x * (1.0 / (1.0 - p)), 0.0)
@@ -458,9 +491,19 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     return y
 
 
+def _check_batch_stats(x):
+    """PyTorch's ValueError, raised here rather than when the op runs:
+    statistics of one value per channel are not a batch's."""
+    if x.shape[0] * math.prod(x.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                         f"size {tuple(x.shape)}")
+
+
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     from .. import ones, zeros
     c = x.shape[1]
+    if training:
+        _check_batch_stats(x)
     if running_mean is None or running_var is None:
         if not training:
             raise ValueError("batch_norm: running_mean and running_var are needed in eval")

@@ -29,21 +29,22 @@ class Linear(Module):
 
 class Embedding(Module):
     """torch.nn.Embedding: padding_idx's row starts at zero and gets no
-    gradient (max_norm and scale_grad_by_freq are not supported)."""
+    gradient; max_norm renormalizes the rows looked up, in place
+    (scale_grad_by_freq is not supported)."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
                  dtype=None):
         super().__init__()
         from .. import empty
-        if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("loom Embedding: max_norm and scale_grad_by_freq")
+        if scale_grad_by_freq:
+            raise NotImplementedError("loom Embedding: scale_grad_by_freq")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError("Padding_idx must be within num_embeddings")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx = padding_idx
+        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
         if _weight is not None:
             self.weight = Parameter(_weight)
             return
@@ -54,7 +55,7 @@ class Embedding(Module):
             np.asarray(self.weight)[padding_idx] = 0
 
     def forward(self, index):
-        return F.embedding(index, self.weight, self.padding_idx)
+        return F.embedding(index, self.weight, self.padding_idx, self.max_norm, self.norm_type)
 
 
 class LayerNorm(Module):
@@ -79,6 +80,7 @@ class LayerNorm(Module):
 class Dropout(Module):
     def __init__(self, p=0.5):
         super().__init__()
+        F._check_dropout(p)
         self.p = p
 
     def forward(self, x):
@@ -399,6 +401,8 @@ class BatchNorm1d(BatchNorm2d):
     def forward(self, x):
         if x.ndim not in (2, 3):
             raise ValueError(f"expected 2D or 3D input (got {x.ndim}D input)")
+        if self.training or not self.track_running_stats:  # the error names x's own size
+            F._check_batch_stats(x)
         added = [3] if x.ndim == 3 else [2, 3]
         y = super().forward(_F.unsqueeze(_F.unsqueeze(x, 2), 3) if x.ndim == 2
                             else _F.unsqueeze(x, 3))
