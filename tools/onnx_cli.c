@@ -275,6 +275,13 @@ static int bind_inputs(const char *cmd, session_t *s, const args_t *a) {
     }
     if (s->in[i] && check_input(cmd, s, a, i)) return 1;
     if (s->in[i]) continue;
+    /* Random values stand for all the inputs or none: a random index
+     * beside real data fails far from its cause. */
+    if (a->n_inputs > 0 && !strcmp(cmd, "run")) {
+      fprintf(stderr, "loom run: input '%s' is not given (--input %s=FILE.npy); random values "
+              "are made only when no input is given\n", name, name);
+      return 1;
+    }
     input_type_t t;
     int64_t shape[LOOM_MAX_RANK];
     if (input_type(cmd, s, i, &t)) return 1;
@@ -411,6 +418,20 @@ static void file_name(const char *name, int k, char *out, size_t size) {
   if (!strcmp(out, ".") || !strcmp(out, "..")) out[0] = '_';
 }
 
+/* file_name of output k, made unlike those of outputs 0..k-1 (names[]) by
+ * a suffix _k, _k_k...: names that differ only in characters it replaces
+ * ("a::b", "a__b") would else write one file. */
+static void unique_file_name(const char *name, int k, char (*names)[256], char *out) {
+  file_name(name, k, out, 256);
+  for (int j = 0; j < k; j++) {
+    if (strcmp(out, names[j])) continue;
+    size_t len = strlen(out);
+    if (len > 200) len = 200;
+    snprintf(out + len, 256 - len, "_%d", k);
+    j = -1; /* again from the first */
+  }
+}
+
 int loom_onnx_run_main(int argc, char **argv) {
   args_t a;
   int rc = parse(argc, argv, "run", &a);
@@ -423,10 +444,12 @@ int loom_onnx_run_main(int argc, char **argv) {
     fprintf(stderr, "loom run: cannot create %s: %s\n", a.output_dir, strerror(errno));
     rc = 1;
   }
+  char (*names)[256] = rc ? NULL : calloc((size_t)s.n_out + 1, sizeof *names);
+  if (!rc && !names) rc = fail("run", "out of memory");
   for (int k = 0; !rc && k < s.n_out; k++) {
-    char name[256], path[4096];
-    file_name(loom_graph_output_name(s.g, k), k, name, sizeof name);
-    snprintf(path, sizeof path, "%s/%s.npy", a.output_dir, name);
+    char path[4096];
+    unique_file_name(loom_graph_output_name(s.g, k), k, names, names[k]);
+    snprintf(path, sizeof path, "%s/%s.npy", a.output_dir, names[k]);
     if (loom_tensor_save_npy(s.out[k], path) != LOOM_OK) {
       rc = fail("run", "cannot write an output");
       break;
@@ -436,6 +459,7 @@ int loom_onnx_run_main(int argc, char **argv) {
       printf("%s%lld", d ? ", " : "", (long long)loom_tensor_dim(s.out[k], d));
     printf("]\n");
   }
+  free(names);
   session_free(&s);
   return rc;
 }

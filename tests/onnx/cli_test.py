@@ -106,4 +106,30 @@ with tempfile.TemporaryDirectory() as d:
                      "--output-dir", out)
     check(rc != 0 and "B=4" in se and "is 3" in se, "a --dim against an input file: " + se)
 
+    # One input given and one not: no random stand-in beside real data.
+    rc, so, se = run("run", model, "--input", "x=" + os.path.join(d, "x.npy"),
+                     "--output-dir", out)
+    check(rc != 0 and "'y' is not given" in se, "an input left out: " + se)
+
+    # Outputs whose names differ only in characters a file name cannot
+    # hold ('a::b', 'a__b'): two files, the second with its index.
+    from onnx import TensorProto as TP, helper
+    vi = lambda n: helper.make_tensor_value_info(n, TP.FLOAT, [3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a::b"]),
+                           helper.make_node("Neg", ["x"], ["a__b"])], "names", [vi("x")],
+                          [vi("a::b"), vi("a__b")])
+    names = os.path.join(d, "names.onnx")
+    with open(names, "wb") as f:
+        f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    v = np.array([-1.0, 2.0, -3.0], np.float32)
+    np.save(os.path.join(d, "v.npy"), v)
+    o2 = os.path.join(d, "o2")
+    rc, so, se = run("run", names, "--input", "x=" + os.path.join(d, "v.npy"), "--output-dir", o2)
+    check(rc == 0 and sorted(os.listdir(o2)) == ["a__b.npy", "a__b_1.npy"],
+          f"colliding output names: {se} {os.listdir(o2) if rc == 0 else ''}")
+    if rc == 0:
+        check(np.array_equal(np.load(os.path.join(o2, "a__b.npy")), np.maximum(v, 0)) and
+              np.array_equal(np.load(os.path.join(o2, "a__b_1.npy")), -v),
+              "colliding output names keep both outputs")
+
 finish("onnx cli")
