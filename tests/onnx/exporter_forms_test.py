@@ -21,6 +21,7 @@ NumPy or by hand:
     symbolic dims, at two sizes;
   - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
     it is negative, pe[2:T];
+  - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
   - Squeeze without axes over a symbolic dim, and reduction axes given
@@ -269,6 +270,18 @@ m = model([helper.make_node("Loop", ["trips", "yes"], ["out"], body=body)],
            numpy_helper.from_array(np.array(True), "yes"), two, ax0])
 x = np.arange(18, dtype=np.float32).reshape(6, 3)
 expect(run(m, {"x": x}), "out", x.reshape(3, 2, 3).sum(1), "loop with an outer true condition")
+
+# ---- Pad's wrap mode (opset 19): the tensor as a torus, so pads past the
+# axis wrap again (ONNX Runtime's result; NumPy's pad(mode="wrap") agrees
+# only for pads within the axis) ----
+m = model([helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap")], [f32("x", [2, 4, 3])],
+          [f32("y", None)], [numpy_helper.from_array(np.array([0, 2, 5, 0, 1, 1], np.int64), "p")],
+          opset=19)
+x = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
+torus = x.take((np.arange(7) - 2) % 4, 1).take((np.arange(9) - 5) % 3, 2)
+expect(run(m, {"x": x}), "y", torus, "pad wrap")
+check(np.array_equal(np.pad(x, ((0, 0), (2, 1), (1, 1)), mode="wrap"),
+                     torus[:, :, 4:9]), "the torus is NumPy's wrap for pads within the axis")
 
 # ---- Reduction axes in the other opset's place: refused, not ignored ----
 one = numpy_helper.from_array(np.array([1], np.int64), "one")

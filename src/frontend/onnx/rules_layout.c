@@ -2,6 +2,7 @@
  * from attributes to constant inputs between opsets (Squeeze, Unsqueeze,
  * Split, Slice, Pad at 10-13). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/onnx/onnx_import.h"
@@ -298,6 +299,35 @@ loom_status_t ox_tile(ox_node_t *n) {
   return loom_tile(n->g, n->in[0], reps, &n->out[0]);
 }
 
+/* Pad's wrap mode (opset 19): along each padded axis of size d, output i
+ * reads input (i - before) mod d, a gather (pads beyond d wrap again,
+ * negative ones crop). */
+static loom_status_t pad_wrap(ox_node_t *n, int rank, const int64_t *pads) {
+  loom_dim_t dims[LOOM_MAX_RANK];
+  int r;
+  LOOM_TRY(ox_dims(n, n->in[0], dims, &r));
+  loom_value_t x = n->in[0];
+  for (int a = 0; a < rank; a++) {
+    int64_t before = pads[a], len = dims[a] + before + pads[rank + a];
+    if (!before && !pads[rank + a]) continue;
+    if (ox_is_dim_sym(dims[a]))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "mode 'wrap' over axis %d, a symbolic dim", a);
+    if (dims[a] < 1 || len < 0 || len > (int64_t)1 << 24)
+      return ox_fail(n, LOOM_ERR_SHAPE, "mode 'wrap': axis %d of %lld padded to %lld", a,
+                     (long long)dims[a], (long long)len);
+    int64_t *idx = malloc(sizeof *idx * (size_t)(len ? len : 1));
+    if (!idx) return ox_fail(n, LOOM_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < len; i++) idx[i] = ((i - before) % dims[a] + dims[a]) % dims[a];
+    loom_value_t iv;
+    loom_status_t st = ox_vector_i64(n, (int)len, idx, &iv);
+    free(idx);
+    LOOM_TRY(st);
+    LOOM_TRY(loom_gather(n->g, x, iv, a, &x));
+  }
+  n->out[0] = x;
+  return LOOM_OK;
+}
+
 loom_status_t ox_pad(ox_node_t *n) {
   LOOM_TRY(ox_need(n, 0));
   int rank = ox_rank(n, n->in[0]);
@@ -331,6 +361,7 @@ loom_status_t ox_pad(ox_node_t *n) {
     pads[a] = given[k];
     pads[rank + a] = given[na + k];
   }
+  if (!strcmp(mode, "wrap")) return pad_wrap(n, rank, pads);
   loom_pad_mode_t m;
   if (!strcmp(mode, "constant")) m = LOOM_PAD_CONSTANT;
   else if (!strcmp(mode, "reflect")) m = LOOM_PAD_REFLECT;
