@@ -13,6 +13,8 @@ NumPy or by hand:
     against PyTorch's interpolate;
   - Resize whose sizes come from Shape(x) with a symbolic batch, against
     the same model with a fixed batch;
+  - GridSample over a symbolic batch and grid, against the model with
+    fixed shapes;
   - two inputs whose batch dims tf2onnx names apart (unk__10, unk__11)
     or skl2onnx leaves unnamed, joined by a Concat (one symbol per
     position after the first try fails; sizes that differ fail the run);
@@ -153,6 +155,26 @@ if isinstance(fixed, str):
     check(False, f"resize by shape, fixed batch: {fixed}")
 else:
     expect(run(resize_by_shape("N"), {"x": x}), "y", fixed["y"], "resize by shape, symbolic", 1e-6)
+
+# ---- GridSample over a symbolic batch and grid (PyTorch's dynamic_axes
+# export of grid_sample), against the same model with fixed shapes ----
+
+
+def grid_sample(n, ho, wo, mode):
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode="border")
+    return model([node], [f32("x", [n, 3, 5, 6]), f32("g", [n, ho, wo, 2])], [f32("y", None)],
+                 opset=16)
+
+
+for batch, mode in ((2, "bilinear"), (3, "nearest")):
+    x = rng.standard_normal((batch, 3, 5, 6)).astype(np.float32)
+    gr = rng.uniform(-1.2, 1.2, (batch, 4, 7, 2)).astype(np.float32)
+    fixed = run(grid_sample(batch, 4, 7, mode), {"x": x, "g": gr})
+    if isinstance(fixed, str):
+        check(False, f"grid_sample {mode}, fixed shapes: {fixed}")
+    else:
+        expect(run(grid_sample("N", "Ho", "Wo", mode), {"x": x, "g": gr}), "y", fixed["y"],
+               f"grid_sample {mode} over a symbolic batch of {batch}", 1e-6)
 
 # ---- Inputs whose batches the exporter named apart, or not at all ----
 a = rng.standard_normal((4, 3)).astype(np.float32)

@@ -704,7 +704,8 @@ static const char *const gs_padding_names[] = {"zeros", "border", "reflection"};
 static loom_status_t pixel_table(ox_node_t *n, loom_value_t x, loom_dtype_t ct,
                                  const loom_dim_t *xd, loom_value_t *out) {
   int64_t perm[4] = {0, 2, 3, 1};
-  loom_dim_t rows[2] = {xd[0] * xd[2] * xd[3], xd[1]};
+  loom_dim_t rows[2] = {0, xd[1]};
+  LOOM_TRY(loom_dim_mul(n->g, xd[0], xd[2] * xd[3], &rows[0]));
   LOOM_TRY(loom_cast(n->g, x, ct, &x));
   LOOM_TRY(loom_transpose(n->g, x, perm, &x));
   return loom_reshape(n->g, x, 2, rows, out);
@@ -712,12 +713,11 @@ static loom_status_t pixel_table(ox_node_t *n, loom_value_t x, loom_dtype_t ct,
 
 /* The pixel table, and each batch entry's first row. */
 static loom_status_t gs_table(grid_ctx_t *c, loom_value_t x, const loom_dim_t *xd) {
-  loom_graph_t *g = c->n->g;
-  int64_t hw = xd[2] * xd[3];
-  loom_dim_t rows[2] = {xd[0] * hw, xd[1]}, bshape[3] = {xd[0], 1, 1};
+  loom_value_t hw;
   LOOM_TRY(pixel_table(c->n, x, c->ct, xd, &c->table));
-  LOOM_TRY(loom_arange(g, 0.0, (double)rows[0], (double)hw, LOOM_I64, &c->base));
-  return loom_reshape(g, c->base, 3, bshape, &c->base);
+  LOOM_TRY(ox_iota(c->n, xd[0], 0, 3, &c->base)); /* a symbolic batch counts at run time */
+  LOOM_TRY(ox_scalar(c->n, LOOM_I64, (double)(xd[2] * xd[3]), &hw));
+  return loom_mul(c->n->g, c->base, hw, &c->base);
 }
 
 static loom_status_t gs_check(ox_node_t *n, const loom_dim_t *xd, int xr, const loom_dim_t *gd,
@@ -725,9 +725,10 @@ static loom_status_t gs_check(ox_node_t *n, const loom_dim_t *xd, int xr, const 
   if (xr != 4 || gr != 4)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input rank %d, grid rank %d (2-D sampling: "
                    "ranks 4 and 4 are imported)", xr, gr);
-  for (int d = 0; d < 4; d++)
-    if (xd[d] < 0 || gd[d] < 0)
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "a symbolic dim (static shapes are needed)");
+  for (int d = 1; d < 4; d++) /* the batch and the grid's places may be symbolic */
+    if (ox_is_dim_sym(xd[d]) || (d == 3 && ox_is_dim_sym(gd[d])))
+      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "input dim %d or grid dim 3 is symbolic (the "
+                     "input's channels, height and width must be static)", d);
   if (gd[3] != 2 || gd[0] != xd[0])
     return ox_fail(n, LOOM_ERR_SHAPE, "grid (%lld, %lld, %lld, %lld) for %lld inputs: it must "
                    "be (N, H_out, W_out, 2)", (long long)gd[0], (long long)gd[1],
