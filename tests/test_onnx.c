@@ -187,6 +187,57 @@ static void fixed_inputs_become_constants(void) {
   free(m.bytes);
 }
 
+/* The input's input dim of the graph m loads with options o, or -1. */
+static loom_dim_t loaded_dim(const built_t *m, const loom_onnx_options_t *o, int d) {
+  loom_graph_t *g = NULL;
+  CHECK_OK(loom_onnx_load_memory(m->bytes, m->size, o, &g));
+  loom_value_t x;
+  loom_dtype_t dt;
+  int rank;
+  loom_dim_t dims[LOOM_MAX_RANK] = {-1};
+  CHECK_OK(loom_graph_input_value(g, 0, &x));
+  CHECK_OK(loom_value_type(g, x, &dt, &rank, dims));
+  loom_graph_destroy(g);
+  return dims[d];
+}
+
+/* Sizes for symbolic dims (ONNX Runtime's free dimension overrides), by
+ * the dim's name or by the input's: the batch is static, 4; names no
+ * input has, a rank or a static dim the model contradicts, fail. */
+static void symbolic_dims_given_sizes(void) {
+  built_t m = build("Relu", 0);
+  loom_onnx_options_t o;
+  loom_onnx_options_init(&o);
+  CHECK(loaded_dim(&m, &o, 0) < 0); /* symbolic as the model says */
+  const char *dim_names[1] = {"batch"};
+  int64_t sizes[1] = {4};
+  o.n_dims = 1, o.dim_names = dim_names, o.dim_sizes = sizes;
+  CHECK(loaded_dim(&m, &o, 0) == 4);
+  CHECK(loaded_dim(&m, &o, 1) == 3);
+  loom_graph_t *g = NULL;
+  dim_names[0] = "seq";
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_INVALID, "'seq'");
+  sizes[0] = -2;
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_INVALID, "dim_sizes[0]");
+  o.n_dims = 0;
+  const char *shape_names[1] = {"x"};
+  int ranks[1] = {2};
+  int64_t shape[2] = {5, 3};
+  const int64_t *shapes[1] = {shape};
+  o.n_shapes = 1, o.shape_names = shape_names, o.shape_ranks = ranks, o.shape_dims = shapes;
+  CHECK(loaded_dim(&m, &o, 0) == 5);
+  shape[1] = 4;
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_SHAPE, "dim 1 is 3");
+  ranks[0] = 1;
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_SHAPE, "rank 2");
+  ranks[0] = 2, shape[1] = 3, shape_names[0] = "z";
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_INVALID, "no input 'z'");
+  o.shape_dims = NULL;
+  CHECK_ERR(loom_onnx_load_memory(m.bytes, m.size, &o, &g), LOOM_ERR_INVALID, "n_shapes");
+  CHECK(g == NULL);
+  free(m.bytes);
+}
+
 /* trainable: W and B become parameters; SGD on the imported graph through
  * loom_grad and loom_sgd, compiled, lowers a squared error. */
 static void fine_tunes_imported_weights(void) {
@@ -502,6 +553,7 @@ static void bitwise_unsigned(void) {
 int main(void) {
   TEST_RUN(loads_runs_and_names);
   TEST_RUN(fixed_inputs_become_constants);
+  TEST_RUN(symbolic_dims_given_sizes);
   TEST_RUN(fine_tunes_imported_weights);
   TEST_RUN(bad_models_fail_clearly);
   TEST_RUN(symbolic_shape_chain);

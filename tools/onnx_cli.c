@@ -309,6 +309,13 @@ typedef struct load_opts {
   int elem_ranks[MAX_ARGS];
   int64_t shapes[MAX_ARGS][LOOM_MAX_RANK];
   const int64_t *elem_dims[MAX_ARGS];
+  /* The shapes of the tensor inputs given as files, for a load with
+   * fixed sizes (session_open) */
+  int n_given;
+  const char *given_names[MAX_ARGS];
+  int given_ranks[MAX_ARGS];
+  int64_t given_shapes[MAX_ARGS][LOOM_MAX_RANK];
+  const int64_t *given_dims[MAX_ARGS];
 } load_opts_t;
 
 /* Whether input name is an element "SEQ.i" of a --seq-len sequence. */
@@ -331,14 +338,18 @@ static int load_options(const char *cmd, const args_t *a, load_opts_t *l) {
   l->o.seq_names = a->seq_names;
   l->o.seq_lengths = a->seq_lengths;
   for (int k = 0; k < a->n_inputs; k++) {
-    if (!is_element(a, a->input_names[k])) continue;
     loom_tensor_t *t = NULL;
     if (loom_tensor_load_npy(a->input_files[k], &t) != LOOM_OK) return fail(cmd, "--input");
-    int e = l->o.n_elem_shapes++;
-    l->elem_names[e] = a->input_names[k];
-    l->elem_ranks[e] = loom_tensor_rank(t);
-    for (int d = 0; d < l->elem_ranks[e]; d++) l->shapes[e][d] = loom_tensor_dim(t, d);
-    l->elem_dims[e] = l->shapes[e];
+    int element = is_element(a, a->input_names[k]);
+    int e = element ? l->o.n_elem_shapes++ : l->n_given++;
+    const char **names = element ? l->elem_names : l->given_names;
+    int *ranks = element ? l->elem_ranks : l->given_ranks;
+    int64_t *shape = element ? l->shapes[e] : l->given_shapes[e];
+    names[e] = a->input_names[k];
+    ranks[e] = loom_tensor_rank(t);
+    for (int d = 0; d < ranks[e]; d++) shape[d] = loom_tensor_dim(t, d);
+    if (element) l->elem_dims[e] = shape;
+    else l->given_dims[e] = shape;
     loom_tensor_destroy(t);
   }
   l->o.elem_names = l->elem_names;
@@ -366,7 +377,25 @@ static int session_open(const char *cmd, session_t *s, const args_t *a) {
   load_opts_t l;
   if (load_options(cmd, a, &l)) return 1;
   double t0 = now_ms();
-  if (loom_onnx_load(a->model, &l.o, &s->g) != LOOM_OK) return fail(cmd, "cannot load the model");
+  loom_status_t ls = loom_onnx_load(a->model, &l.o, &s->g);
+  if (ls == LOOM_ERR_UNSUPPORTED && (a->n_dims || l.n_given)) {
+    /* An op Loom imports only over static dims: the model loads again
+     * with its symbolic dims fixed to the sizes given (--dim, the files),
+     * as ONNX Runtime's free dimension overrides; the first error stands
+     * if that fails too. */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", loom_last_error());
+    l.o.n_dims = a->n_dims, l.o.dim_names = a->dim_names, l.o.dim_sizes = a->dim_values;
+    l.o.n_shapes = l.n_given, l.o.shape_names = l.given_names;
+    l.o.shape_ranks = l.given_ranks, l.o.shape_dims = l.given_dims;
+    ls = loom_onnx_load(a->model, &l.o, &s->g);
+    if (ls == LOOM_OK)
+      fprintf(stderr, "loom %s: loaded with its symbolic dims fixed to the sizes given (with "
+              "them symbolic: %s)\n", cmd, first);
+    else
+      loom_set_error(LOOM_ERR_UNSUPPORTED, "%s", first);
+  }
+  if (ls != LOOM_OK) return fail(cmd, "cannot load the model");
   s->load_ms = now_ms() - t0;
   if (bind_inputs(cmd, s, a)) return 1;
   loom_compile_options_t o;

@@ -67,6 +67,21 @@ typedef struct loom_onnx_options {
   const char *const *elem_names;
   const int *elem_ranks;
   const int64_t *const *elem_dims;
+  /* Sizes for symbolic input dims, as ONNX Runtime's free dimension
+   * overrides: an input dim named dim_names[k] (its dim_param, or "unk_0",
+   * ... for an unnamed one) is dim_sizes[k]; and the dims of input
+   * shape_names[k] are shape_dims[k][0..shape_ranks[k]) (its static dims
+   * must agree). The graph is specialized to them, so that ops Loom
+   * imports only over static dims (ScatterElements' data, a Slice to a
+   * size computed from one) take the model. A name no input has fails
+   * with LOOM_ERR_INVALID. */
+  int n_dims;
+  const char *const *dim_names;
+  const int64_t *dim_sizes;
+  int n_shapes;
+  const char *const *shape_names;
+  const int *shape_ranks;
+  const int64_t *const *shape_dims;
 } loom_onnx_options_t;
 
 LOOM_API loom_status_t loom_onnx_options_init_sized(loom_onnx_options_t *o, size_t size);

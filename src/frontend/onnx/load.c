@@ -148,6 +148,34 @@ static int anonymous_name(const char *s) {
   return 1;
 }
 
+/* The size options.dim_names gives symbol sym, or -1. */
+static int64_t dim_override(ox_import_t *imp, const char *sym) {
+  const loom_onnx_options_t *o = imp->options;
+  for (int k = 0; k < o->n_dims; k++)
+    if (o->dim_names[k] && !strcmp(o->dim_names[k], sym)) {
+      imp->fixed_used[o->n_fixed + k] = 1;
+      return o->dim_sizes[k];
+    }
+  return -1;
+}
+
+/* *out = the shape options.shape_names gives input name, or NULL; fails
+ * when its rank is not the input's. */
+static loom_status_t given_shape(ox_import_t *imp, const char *name, int rank,
+                                 const int64_t **out) {
+  const loom_onnx_options_t *o = imp->options;
+  *out = NULL;
+  for (int k = 0; k < o->n_shapes; k++) {
+    if (!o->shape_names[k] || strcmp(o->shape_names[k], name)) continue;
+    imp->fixed_used[o->n_fixed + o->n_dims + k] = 1;
+    if (o->shape_ranks[k] != rank)
+      return loom_fail(LOOM_ERR_SHAPE, "loom_onnx_load: input '%s' has rank %d, "
+                       "options.shape_ranks gives %d", name, rank, o->shape_ranks[k]);
+    *out = o->shape_dims[k];
+  }
+  return LOOM_OK;
+}
+
 static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__ValueInfoProto *vi) {
   const char *name = vi->name ? vi->name : "";
   const loom_onnx_options_t *o = imp->options;
@@ -182,6 +210,8 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
   if (tt->shape->n_dim > LOOM_MAX_RANK)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "ONNX input '%s': rank %zu is over Loom's %d", name,
                      tt->shape->n_dim, LOOM_MAX_RANK);
+  const int64_t *given;
+  LOOM_TRY(given_shape(imp, name, (int)tt->shape->n_dim, &given));
   loom_dim_t dims[LOOM_MAX_RANK];
   for (size_t d = 0; d < tt->shape->n_dim; d++) {
     const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
@@ -190,6 +220,12 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
         return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %zu is %lld", name, d,
                          (long long)dim->dim_value);
       dims[d] = dim->dim_value;
+      if (given && given[d] != dims[d])
+        return loom_fail(LOOM_ERR_SHAPE, "loom_onnx_load: input '%s' dim %zu is %lld in the "
+                         "model, %lld in options.shape_dims", name, d,
+                         (long long)dims[d], (long long)given[d]);
+    } else if (given) {
+      dims[d] = given[d];
     } else {
       char fresh[32];
       const char *sym = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
@@ -202,7 +238,8 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
         else if (!sym) snprintf(fresh, sizeof fresh, "unk_%d", imp->n_unnamed++);
         if (imp->merge_anonymous || !sym) sym = fresh;
       }
-      LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
+      dims[d] = dim_override(imp, sym);
+      if (dims[d] < 0) LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
     }
   }
   loom_value_t v;
@@ -561,7 +598,7 @@ static loom_status_t check_model(const Onnx__ModelProto *m, ox_import_t *imp) {
 /* One import of m into a new graph, imp->g (NULL when it fails). */
 static loom_status_t import_once(const Onnx__ModelProto *m, ox_import_t *imp) {
   const loom_onnx_options_t *o = imp->options;
-  imp->fixed_used = core_calloc((size_t)(o->n_fixed > 0 ? o->n_fixed : 0) + 1, sizeof(int));
+  imp->fixed_used = core_calloc((size_t)(o->n_fixed + o->n_dims + o->n_shapes) + 1, sizeof(int));
   loom_status_t st = imp->fixed_used ? check_model(m, imp)
                                      : loom_fail(LOOM_ERR_NOMEM, "loom_onnx_load: out of memory");
   if (st == LOOM_OK) st = loom_graph_create(&imp->g);
@@ -570,6 +607,14 @@ static loom_status_t import_once(const Onnx__ModelProto *m, ox_import_t *imp) {
     if (!imp->fixed_used[k])
       st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' to fix",
                      o->fixed_names[k] ? o->fixed_names[k] : "(null)");
+  for (int k = 0; st == LOOM_OK && k < o->n_dims; k++)
+    if (!imp->fixed_used[o->n_fixed + k])
+      st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: no input has a symbolic dim named "
+                     "'%s' (options.dim_names)", o->dim_names[k] ? o->dim_names[k] : "(null)");
+  for (int k = 0; st == LOOM_OK && k < o->n_shapes; k++)
+    if (!imp->fixed_used[o->n_fixed + o->n_dims + k])
+      st = loom_fail(LOOM_ERR_INVALID, "loom_onnx_load: the model has no input '%s' "
+                     "(options.shape_names)", o->shape_names[k] ? o->shape_names[k] : "(null)");
   core_free(imp->fixed_used);
   imp->fixed_used = NULL;
   ox_seqs_free(imp->seqs);
@@ -629,6 +674,27 @@ static loom_status_t fixed_check(const loom_onnx_options_t *o, const char *fn) {
   if (o->n_fixed < 0 || (o->n_fixed > 0 && (!o->fixed_names || !o->fixed_values)))
     return loom_fail(LOOM_ERR_INVALID, "%s: n_fixed is %d with fixed_names or fixed_values "
                      "null", fn, o->n_fixed);
+  if (o->n_dims < 0 || (o->n_dims > 0 && (!o->dim_names || !o->dim_sizes)))
+    return loom_fail(LOOM_ERR_INVALID, "%s: n_dims is %d with dim_names or dim_sizes null", fn,
+                     o->n_dims);
+  for (int k = 0; k < o->n_dims; k++)
+    if (o->dim_sizes[k] < 0 || o->dim_sizes[k] > ((int64_t)1 << 40))
+      return loom_fail(LOOM_ERR_INVALID, "%s: dim_sizes[%d] is %lld", fn, k,
+                       (long long)o->dim_sizes[k]);
+  if (o->n_shapes < 0 ||
+      (o->n_shapes > 0 && (!o->shape_names || !o->shape_ranks || !o->shape_dims)))
+    return loom_fail(LOOM_ERR_INVALID, "%s: n_shapes is %d with shape_names, shape_ranks or "
+                     "shape_dims null", fn, o->n_shapes);
+  for (int k = 0; k < o->n_shapes; k++) {
+    if (o->shape_ranks[k] < 0 || o->shape_ranks[k] > LOOM_MAX_RANK ||
+        (o->shape_ranks[k] > 0 && !o->shape_dims[k]))
+      return loom_fail(LOOM_ERR_INVALID, "%s: shape_ranks[%d] is %d (or its dims null)", fn, k,
+                       o->shape_ranks[k]);
+    for (int d = 0; d < o->shape_ranks[k]; d++)
+      if (o->shape_dims[k][d] < 0 || o->shape_dims[k][d] > ((int64_t)1 << 40))
+        return loom_fail(LOOM_ERR_INVALID, "%s: shape_dims[%d][%d] is %lld", fn, k, d,
+                         (long long)o->shape_dims[k][d]);
+  }
   return LOOM_OK;
 }
 

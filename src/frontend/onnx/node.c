@@ -188,7 +188,8 @@ loom_status_t ox_static_dims(const ox_node_t *n, loom_value_t v, const char *wha
   for (int d = 0; d < *rank; d++)
     if (dims[d] < 0)
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s has symbolic dims (give them sizes when "
-                     "loading)", what);
+                     "loading: loom_onnx_options_t's dim_names or shape_names; `loom run` "
+                     "does with --dim or --input)", what);
   return LOOM_OK;
 }
 

@@ -155,7 +155,8 @@ typedef struct ox_import {
    * whether they share one symbol per position (load.c's second try). */
   int n_anonymous, merge_anonymous;
   const loom_onnx_options_t *options;
-  int *fixed_used; /* per fixed input: whether the model has it */
+  int *fixed_used; /* per fixed input, then per dim and shape override: whether
+                      the model has it */
   struct ox_seqs *seqs; /* the sequence values made so far (import_values.c) */
   struct ox_shapes *shapes; /* the shape values made so far (shape_values.c) */
 } ox_import_t;
