@@ -232,6 +232,13 @@ for n_, k in ((1, 3), (3, 5)):
     expect(got, "crd", depth_to_space(x, 2, True), f"DepthToSpace CRD, batch {n_}")
     expect(got, "s2d", space_to_depth(x, 2), f"SpaceToDepth, batch {n_}")
     expect(got, "ge", np.take_along_axis(x, i % 4, 2), f"GatherElements, ({n_}, 8, {k}, 6)")
+    # an index past its axis but inside the data (the next row's element,
+    # flattened) fails the run, as in ONNX Runtime, instead of reading it
+    for bad in (4, -5):
+        i[0, 0, 0, 0] = bad
+        got = run(m, {"x": x, "i": i})
+        check(isinstance(got, str) and "out of range" in got,
+              f"GatherElements index {bad} on an axis of 4: {got if isinstance(got, str) else 'ran'}")
 
 # ---- tf.boolean_mask (NonZero, Transpose, GatherND) and GatherND over a
 # symbolic batch ----

@@ -506,6 +506,14 @@ loom_status_t ox_gather_elements(ox_node_t *n) {
     LOOM_TRY(loom_add(g, flat, term, &flat));
     LOOM_TRY(loom_dim_mul(g, stride, dd[d], &stride));
   }
+  /* An index outside the axis would read another row's element of the
+   * flattened data: it goes past the end instead, so the gather fails. */
+  loom_value_t low, high, outside, past;
+  LOOM_TRY(loom_lt(g, idx, zero, &low));
+  LOOM_TRY(loom_ge(g, idx, size, &high));
+  LOOM_TRY(loom_or(g, low, high, &outside));
+  LOOM_TRY(ox_dim_tensor(n, stride, &past));
+  LOOM_TRY(loom_where(g, outside, past, flat, &flat));
   loom_dim_t all = -1;
   loom_value_t data;
   LOOM_TRY(loom_reshape(g, n->in[0], 1, &all, &data));
