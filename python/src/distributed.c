@@ -140,9 +140,9 @@ static PyObject *fn_average_gradients(PyObject *self, PyObject *params) {
     }
   }
   Py_DECREF(seq);
-  averaging = true;
-  loom_trace_t *tr = py_step_trace();
+  loom_trace_t *tr = py_step_trace(); /* made before averaging: turned on here once */
   if (!tr) return NULL;
+  averaging = true;
   loom_status_t s = loom_trace_data_parallel(tr, c);
   if (s != LOOM_OK) return py_fail(s);
   if (py_dist_enter_params() < 0) return NULL;
