@@ -279,9 +279,10 @@ class Tensor(_C.TensorBase):
     def _inplace(self, result):
         """self takes result's elements, as PyTorch's in-place ops: of
         self's shape, and of its dtype (a result of a higher kind, float
-        into an integer tensor, is refused). A lazy tensor names the new
-        value; a real one has its memory written (so the tensors that share
-        it see the change): a parameter too, under loom.no_grad()."""
+        into an integer tensor, is refused). The tensor names the new lazy
+        value when no other sees its memory; else its memory is written (so
+        the tensors that share it see the change): a parameter's too, under
+        loom.no_grad()."""
         if result.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
                                f"broadcast shape {list(result.shape)}")
@@ -290,9 +291,7 @@ class Tensor(_C.TensorBase):
                 raise RuntimeError(f"result type {result.dtype.name} can't be cast to the "
                                    f"desired output type {self.dtype.name}")
             result = _F.cast(result, self.dtype)
-        if self._lazy and result._lazy:
-            _C._rebind(self, result)
-        else:
+        if not (result._lazy and _C._take_value(self, result)):
             self[...] = result
         return self
 

@@ -89,6 +89,7 @@ int py_capture_enter(py_tensor_t *t, loom_value_t *out) {
       py_fail(s);
       return -1;
     }
+    t->borrowed = true;
     if (PyList_Append(t->is_state && !t->requires_grad ? cap.state : cap.params,
                       (PyObject *)t) < 0)
       return -1;

@@ -66,6 +66,7 @@ typedef struct export {
 
 static void export_delete(dl_managed_t *m) {
   PyGILState_STATE g = PyGILState_Ensure(); /* a consumer may free it off the GIL */
+  if (m->manager_ctx) ((py_tensor_t *)m->manager_ctx)->exports--;
   Py_XDECREF((PyObject *)m->manager_ctx);
   PyMem_RawFree(m);
   PyGILState_Release(g);
@@ -89,7 +90,9 @@ PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs) {
     return NULL;
   }
   py_tensor_t *t = (py_tensor_t *)self;
-  if (py_tensor_realize(t) < 0) return NULL;
+  /* The consumer may write the memory: the step in progress keeps the
+   * values it read, and the memory stays t's while the export lives. */
+  if (py_tensor_realize(t) < 0 || py_step_before_export(t) < 0) return NULL;
   export_t *e = PyMem_RawCalloc(1, sizeof *e);
   if (!e) return PyErr_NoMemory();
   dl_tensor_t *d = &e->managed.dl_tensor;
@@ -107,6 +110,7 @@ PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs) {
   }
   e->managed.manager_ctx = Py_NewRef(self);
   e->managed.deleter = export_delete;
+  t->exports++;
   PyObject *capsule = PyCapsule_New(&e->managed, "dltensor", capsule_delete);
   if (!capsule) export_delete(&e->managed);
   return capsule;

@@ -34,6 +34,7 @@ typedef struct py_tensor {
   bool is_leaf;               /* made by the user, not by an op */
   bool held;                  /* a parameter the trace keeps (step.c) */
   bool is_state;              /* a module's buffer: loom.compile borrows it */
+  bool borrowed;              /* an executable of loom.compile uses data in place */
   bool retains_grad;          /* retain_grad(): backward fills .grad (step.c) */
   bool step_input;            /* the step `step` borrows data as an input (step.c) */
   Py_ssize_t exports;         /* buffers handed out and not released (NumPy views) */
@@ -79,6 +80,10 @@ void py_step_link(py_tensor_t *t);
 void py_step_unlink(py_tensor_t *t);
 /* A linked tensor was made real. */
 void py_step_realized(py_tensor_t *t);
+/* dst takes lazy src's value in place: the object names the new value,
+ * and whoever holds it sees that. 1 when taken; 0 when dst cannot (of
+ * another type; memory others see; a parameter); -1 with an exception. */
+int py_step_take_value(py_tensor_t *dst, py_tensor_t *src);
 /* Ends the step when nothing alive could still use its values. */
 int py_step_idle(void);
 /* The graph ops record into: the capture's, else the trace's. */

@@ -99,6 +99,44 @@ void py_step_realized(py_tensor_t *t) {
   if (linked(t) && t->step == st.id) st.lazy--;
 }
 
+int py_step_take_value(py_tensor_t *dst, py_tensor_t *src) {
+  if (src->data || src->step != st.id || dst->dtype != src->dtype ||
+      dst->rank != src->rank ||
+      memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank))
+    return 0;
+  if (!dst->data && dst->step != st.id) return 0;
+  if (dst->data) {
+    /* Its memory goes: refused while anything else can see it. */
+    if (dst->wrapped || dst->exports > 0 || dst->borrowed || dst->held ||
+        (dst->requires_grad && dst->is_leaf) || py_capture_active())
+      return 0;
+    py_step_unlink(dst);
+    if (dst->step_input && dst->step == st.id) { /* the step reads it: kept to its end */
+      if (!st.entered && !(st.entered = PyList_New(0))) return -1;
+      PyObject *old = py_tensor_wrap(dst->data);
+      if (!old || PyList_Append(st.entered, old) < 0) {
+        if (old) ((py_tensor_t *)old)->data = NULL; /* still dst's */
+        Py_XDECREF(old);
+        return -1;
+      }
+      Py_DECREF(old);
+    } else {
+      loom_tensor_destroy(dst->data);
+    }
+    dst->data = NULL;
+    dst->step_input = false;
+  } else {
+    py_step_unlink(dst);
+  }
+  dst->step = st.id;
+  dst->value = src->value;
+  dst->requires_grad = src->requires_grad;
+  dst->is_leaf = src->is_leaf;
+  Py_CLEAR(dst->error);
+  py_step_link(dst);
+  return 1;
+}
+
 /* The stack level of the innermost frame outside the loom package, for
  * a warning that names the user's line. */
 static int user_stacklevel(void) {
@@ -346,6 +384,42 @@ int py_step_retain_grad(py_tensor_t *t) {
   return 0;
 }
 
+/* *slot += grad (grad taken), in place as PyTorch accumulates: whoever
+ * holds the old .grad (g = p.grad, a NumPy view of it) sees the sum. A
+ * real float .grad of its own memory is added to there, a lazy one takes
+ * the sum's value; any other (a NumPy array's memory, another dtype) is
+ * replaced by the sum. */
+static int accumulate_grad(PyObject **slot, PyObject *grad) {
+  py_tensor_t *old = (py_tensor_t *)*slot, *g = (py_tensor_t *)grad;
+  if (!old) {
+    *slot = grad;
+    return 0;
+  }
+  bool same = old->dtype == g->dtype && old->rank == g->rank &&
+              !memcmp(old->shape, g->shape, sizeof(int64_t) * (size_t)old->rank);
+  bool f32 = old->dtype == LOOM_F32, f64 = old->dtype == LOOM_F64;
+  if (same && old->data && !old->wrapped && g->data && (f32 || f64)) {
+    if (py_step_before_export(old) < 0) { /* the step reads the old values */
+      Py_DECREF(grad);
+      return -1;
+    }
+    int64_t n = loom_tensor_numel(old->data);
+    void *dst = loom_tensor_data(old->data), *src = loom_tensor_data(g->data);
+    for (int64_t i = 0; i < n; i++)
+      if (f32) ((float *)dst)[i] += ((const float *)src)[i];
+      else ((double *)dst)[i] += ((const double *)src)[i];
+    Py_DECREF(grad);
+    return 0;
+  }
+  PyObject *sum = PyNumber_Add(*slot, grad);
+  Py_DECREF(grad);
+  if (!sum) return -1;
+  int took = py_step_take_value(old, (py_tensor_t *)sum);
+  if (took == 1) Py_DECREF(sum);
+  else Py_SETREF(*slot, sum);
+  return took < 0 ? -1 : 0;
+}
+
 /* After a backward: each retained result's .grad gets that backward's
  * gradient, added to what it held. */
 static int fill_retained(void) {
@@ -362,7 +436,7 @@ static int fill_retained(void) {
     }
     PyObject *grad = py_tensor_wrap(copy);
     if (!grad) return -1;
-    if (t->grad) {
+    if (t->grad) { /* a new tensor, as PyTorch's retained .grad (not in place) */
       PyObject *sum = PyNumber_Add(t->grad, grad);
       Py_DECREF(grad);
       if (!sum) return -1;
@@ -503,21 +577,13 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     if (s == LOOM_OK) s = loom_tensor_copy(g, &copy);
     if (s != LOOM_OK) return py_fail(s);
     PyObject *grad = py_tensor_wrap(copy);
-    if (!grad) return NULL;
-    /* A gradient already there (an earlier backward) is added to in
-     * Python, where the ops are. .grad is the trace's own sum only when
-     * it was empty before this step's first backward. */
+    /* .grad is the trace's own sum only when it was empty before this
+     * step's first backward. */
     bool fresh = !p->grad && p->trace_grad_step != st.id;
-    if (p->grad) {
-      PyObject *sum = PyNumber_Add(p->grad, grad);
-      Py_DECREF(grad);
-      if (!sum) return NULL;
-      grad = sum;
-    }
-    Py_XSETREF(p->grad, grad);
+    if (!grad || accumulate_grad(&p->grad, grad) < 0) return NULL;
     /* The optimizer may apply the trace's own gradient only while .grad is
      * that very gradient: not accumulated over steps, not replaced. */
-    Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(grad) : NULL);
+    Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(p->grad) : NULL);
     p->trace_grad_step = st.id;
   }
   if (fill_retained() < 0) return NULL;

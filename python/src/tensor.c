@@ -506,20 +506,23 @@ static PyObject *fn_rebind(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *a, *b;
   if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
-  py_tensor_t *dst = (py_tensor_t *)a, *src = (py_tensor_t *)b;
-  if (dst->data || src->data || dst->step != py_step_id() || src->step != py_step_id() ||
-      dst->dtype != src->dtype || dst->rank != src->rank ||
-      memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank)) {
+  int took = ((py_tensor_t *)a)->data ? 0 : py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b);
+  if (took < 0) return NULL;
+  if (!took) {
     PyErr_SetString(PyExc_ValueError, "_rebind: two lazy tensors of the step, of one type");
     return NULL;
   }
-  py_step_unlink(dst);
-  dst->value = src->value;
-  dst->requires_grad = src->requires_grad;
-  dst->is_leaf = src->is_leaf;
-  Py_CLEAR(dst->error);
-  py_step_link(dst);
   Py_RETURN_NONE;
+}
+
+/* _take_value(dst, src): whether dst, real or lazy, took lazy src's value
+ * in place (false: its memory is seen by others, or the types differ). */
+static PyObject *fn_take_value(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a, *b;
+  if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
+  int took = py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b);
+  return took < 0 ? NULL : PyBool_FromLong(took);
 }
 
 /* zeros(dtype, shape): a new zero-filled tensor. */
@@ -658,6 +661,8 @@ PyMethodDef py_tensor_functions[] = {
     {"zeros", fn_zeros, METH_VARARGS, "zeros(dtype, shape): a zero-filled tensor"},
     {"_copy_into", fn_copy_into, METH_VARARGS, "_copy_into(dst, src)"},
     {"_rebind", fn_rebind, METH_VARARGS, "_rebind(dst, src): lazy dst takes src's value"},
+    {"_take_value", fn_take_value, METH_VARARGS,
+     "_take_value(dst, src): whether dst took lazy src's value in place"},
     {"from_buffer", fn_from_buffer, METH_VARARGS,
      "from_buffer(obj, copy): a tensor over obj's buffer, or a copy of it"},
     {"_set_tensor_class", set_tensor_class, METH_O, "the class C makes tensors of"},

@@ -571,3 +571,93 @@ def test_maximize_as_pytorch(name):
 def test_sequential_of_ordered_dict_slice_keeps_names():
     s = loom.nn.Sequential(OrderedDict([("a", loom.nn.ReLU()), ("b", loom.nn.Tanh())]))
     assert list(s[1:]._modules) == ["b"]
+
+
+# ---- gradients accumulate in place ----
+
+def _held_grad_program(lib, lazy_grad):
+    """A reference to w.grad taken after one backward, then more backwards
+    (and a zero_() through the reference): PyTorch adds into that tensor."""
+    w = lib.tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    x = lib.tensor(np.array([0.5, -1.0, 2.0], np.float32))
+    (w * x).sum().backward()
+    if lazy_grad:  # a .grad that is the value of ops of the step in progress
+        w.grad = w.grad * 2
+    g = w.grad
+    (w * w).sum().backward()
+    seen = [_np(g).copy(), g is w.grad]
+    g.zero_()
+    (w * x).sum().backward()
+    seen += [_np(g).copy(), _np(w.grad).copy()]
+    return seen
+
+
+@pytest.mark.parametrize("lazy_grad", [False, True])
+def test_held_grad_sees_later_backwards(lazy_grad):
+    mine, theirs = _held_grad_program(loom, lazy_grad), _held_grad_program(torch, lazy_grad)
+    assert mine[1] and theirs[1]
+    for a, b in zip(mine[::2] + mine[3:], theirs[::2] + theirs[3:]):
+        _close(a, b)
+
+
+def test_numpy_view_of_grad_sees_accumulation():
+    w = loom.tensor(np.array([1.0, -2.0], np.float64), requires_grad=True)
+    (w * 3).sum().backward()
+    view = w.grad.numpy()
+    (w * w).sum().backward()
+    np.testing.assert_allclose(view, [3 + 2 * 1.0, 3 + 2 * -2.0])
+
+
+def test_held_retained_grad_is_replaced_as_pytorch():
+    """A retained (non-leaf) .grad is replaced by the sum, not added to."""
+    seen = []
+    for lib in (loom, torch):
+        w = lib.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+        h = w * 3
+        h.retain_grad()
+        (h * h).sum().backward(retain_graph=True)
+        g = h.grad
+        (h * 2).sum().backward()
+        seen.append((_np(g).copy(), _np(h.grad).copy(), g is h.grad))
+    assert seen[0][2] == seen[1][2] == False  # noqa: E712
+    for a, b in zip(seen[0][:2], seen[1][:2]):
+        _close(a, b)
+
+
+def _held_running_stats(lib, steps=3):
+    """BatchNorm trained in a plain loop while the caller holds its buffers
+    (PyTorch updates them in place), read between steps."""
+    lib.manual_seed(0)
+    bn = lib.nn.BatchNorm1d(3)
+    held = (bn.running_mean, bn.running_var, bn.num_batches_tracked)
+    opt = lib.optim.SGD(bn.parameters(), lr=0.1)
+    seen = []
+    for i in range(steps):
+        x = lib.tensor(np.random.default_rng(i).standard_normal((8, 3)).astype(np.float32) + i)
+        opt.zero_grad()
+        (bn(x) ** 3).sum().backward()
+        opt.step()
+        seen.append([_np(t).copy() for t in held] + [all(
+            a is b for a, b in zip(held, (bn.running_mean, bn.running_var,
+                                         bn.num_batches_tracked)))])
+    return seen
+
+
+def test_held_batch_norm_statistics_see_training():
+    mine, theirs = _held_running_stats(loom), _held_running_stats(torch)
+    for m, t in zip(mine, theirs):
+        assert m[3] and t[3]
+        for a, b in zip(m[:3], t[:3]):
+            _close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_in_place_op_on_real_tensor_is_seen_through_every_reference():
+    x = loom.tensor(np.arange(3, dtype=np.float32))
+    alias = x
+    x += 1
+    x.mul_(2)
+    assert alias is x
+    np.testing.assert_allclose(alias.numpy(), [2, 4, 6])
+    view = x.numpy()  # the memory is shared now: written in place
+    x.add_(1)
+    np.testing.assert_allclose(view, [3, 5, 7])

@@ -475,9 +475,10 @@ def adaptive_avg_pool2d(x, output_size):
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
     """Returns y; in training, running_mean and running_var (when given)
-    take their new values in place, as PyTorch's: the statistics are read
-    here (a graph break), or, inside loom.compile, assigned at each run
-    when they are a module's buffers."""
+    take their new values in place, as PyTorch's: as lazy values of the
+    step when nothing else sees their memory, else read here (a graph
+    break); inside loom.compile, assigned at each run when they are a
+    module's buffers."""
     y, mean, var = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
                                eps)
     if training:
@@ -486,7 +487,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                 continue
             if _C._capturing():
                 _C._assign(buf, new.detach())
-            else:
+            elif not _C._take_value(buf, new.detach()):
                 _C._copy_into(buf, new.detach())
     return y
 

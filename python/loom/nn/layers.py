@@ -386,8 +386,11 @@ class BatchNorm2d(Module):
             for buf, value in zip((self.running_mean, self.running_var,
                                    self.num_batches_tracked), (mean, var, n)):
                 _C._assign(buf, value)
-        else:
-            self.running_mean, self.running_var, self.num_batches_tracked = mean, var, n
+        else:  # in place where no executable borrows them (held references see it)
+            for name, value in zip(("running_mean", "running_var", "num_batches_tracked"),
+                                   (mean, var, n)):
+                if not _C._take_value(self._buffers[name], value):
+                    setattr(self, name, value)
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
