@@ -22,7 +22,8 @@ NumPy or by hand:
     and GatherND (tf.boolean_mask's NonZero, Transpose, GatherND) over
     symbolic dims, at two sizes;
   - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
-    it is negative, pe[2:T];
+    it is negative, pe[2:T]; slices that start at a symbolic dim
+    (x[:, T-2:], pe[P:P+T], pe[T:9:2]);
   - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
@@ -280,6 +281,28 @@ for t in (3, 7):
     expect(got, "by_pos", x * np.arange(1, t + 1), f"x * arange(1, T + 1) at T = {t}", 1e-6)
     expect(got, "by_left", x * (5 - t), f"x * (5 - T) at T = {t}", 1e-6)
     expect(got, "pe_tail", np.arange(2, t, dtype=np.float32), f"pe[2:T] at T = {t}")
+
+# ---- Slices that start at a symbolic dim: x[:, T-2:], a cache's
+# pe[P:P+T] (GPT-2's causal mask under past keys), pe[T:9:2] ----
+m = model([helper.make_node("Shape", ["x"], ["sx"]),
+           helper.make_node("Shape", ["past"], ["sp"]),
+           helper.make_node("Gather", ["sx", "one_v"], ["tv"], axis=0),
+           helper.make_node("Gather", ["sp", "one_v"], ["pv"], axis=0),
+           helper.make_node("Sub", ["tv", "two_v"], ["t2"]),
+           helper.make_node("Slice", ["x", "t2", "big_v", "one_v"], ["x_tail"]),
+           helper.make_node("Add", ["pv", "tv"], ["pt"]),
+           helper.make_node("Slice", ["pe", "pv", "pt", "zero_v"], ["pe_past"]),
+           helper.make_node("Slice", ["pe", "tv", "nine_v", "zero_v", "two_v"], ["pe_step"])],
+          [f32("x", [1, "T", 2]), f32("past", [1, "P", 2])],
+          [f32("x_tail", None), f32("pe_past", None), f32("pe_step", None)],
+          [i64("one_v", [1]), i64("two_v", [2]), i64("zero_v", [0]), i64("nine_v", [9]),
+           i64("big_v", [2**63 - 1]), numpy_helper.from_array(np.arange(10, dtype=np.float32), "pe")])
+for t, p in ((3, 2), (5, 4)):
+    x = rng.standard_normal((1, t, 2)).astype(np.float32)
+    got = run(m, {"x": x, "past": np.zeros((1, p, 2), np.float32)})
+    expect(got, "x_tail", x[:, t - 2:], f"x[:, T-2:] at T = {t}")
+    expect(got, "pe_past", np.arange(p, p + t, dtype=np.float32), f"pe[P:P+T] at T, P = {t}, {p}")
+    expect(got, "pe_step", np.arange(t, 9, 2, dtype=np.float32), f"pe[T:9:2] at T = {t}")
 
 # ---- A Loop whose body's condition is Cast(an outer True), as PyTorch
 # exports every loop (nn.EmbeddingBag): unrolled, so a Slice by the

@@ -158,47 +158,51 @@ loom_status_t ox_split(ox_node_t *n) {
   return loom_split(n->g, n->in[0], axis, count, sizes, n->out);
 }
 
-/* An axis whose slice ends at a symbolic dim other than its own size
- * (PyTorch's pe[:x.size(0)]): taken by a gather of positions start,
- * start + step, ... below end, after the slice of the other axes. */
-typedef struct sym_end {
-  int64_t axis, start, step;
-  loom_dim_t end;
-} sym_end_t;
+/* An axis whose slice starts or ends at a symbolic dim (other than an end
+ * at its own size; PyTorch's pe[:x.size(0)], a cache's k[:, past:]):
+ * taken by a gather of positions start, start + step, ... below end,
+ * after the slice of the other axes. */
+typedef struct sym_slice {
+  int64_t axis, step;
+  loom_dim_t start, end;
+} sym_slice_t;
 
 /* Bounds computed from symbolic dims (shape values): an end that is the
  * axis's own size, stepping forward, takes the axis to its end; another
- * symbolic end moves its axis from the slice's lists (*count shrinks) to
- * sym[] (*n_sym of them). */
+ * symbolic bound moves its axis from the slice's lists (*count shrinks)
+ * to sym[] (*n_sym of them). A symbolic start is taken as it is: a
+ * position from the axis's start, not from its end. */
 static loom_status_t slice_symbolic_bounds(ox_node_t *n, int *count, int64_t *starts,
                                            int64_t *ends, int64_t *axes, int64_t *steps,
-                                           sym_end_t *sym, int *n_sym) {
+                                           sym_slice_t *sym, int *n_sym) {
   int sym_starts = ox_has(n, 1) && ox_is_shape(n->in[1]);
   int sym_ends = ox_has(n, 2) && ox_is_shape(n->in[2]);
   int rank = ox_rank(n, n->in[0]), kept = 0;
   *n_sym = 0;
   for (int k = 0; k < *count; k++) {
-    if (sym_starts && ox_is_dim_sym(starts[k]))
-      return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start (entry %d) is a symbolic dim: Loom takes "
-                     "a slice's start only as a constant", k);
     int64_t a, step = steps ? steps[k] : 1;
     LOOM_TRY(ox_axis(n, axes[k], rank, "axis", &a));
-    loom_dim_t size = ox_dim(n, n->in[0], (int)a);
-    if (sym_ends && ox_is_dim_sym(ends[k]) && ends[k] == size && step > 0) {
+    loom_dim_t size = ox_dim(n, n->in[0], (int)a), start = starts[k], end = ends[k];
+    int sym_start = sym_starts && ox_is_dim_sym(start), sym_end = sym_ends && ox_is_dim_sym(end);
+    if (sym_end && end == size && step > 0 && !sym_start) {
       ends[k] = INT64_MAX;
-    } else if (sym_ends && ox_is_dim_sym(ends[k])) {
-      int64_t start = starts[k];
+    } else if (sym_start || sym_end) {
       if (step <= 0)
-        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "end %d is a symbolic dim and step %lld is not "
-                       "positive", k, (long long)step);
-      if (start < 0 && ox_is_dim_sym(size))
+        return ox_fail(n, LOOM_ERR_UNSUPPORTED, "%s %d is a symbolic dim and step %lld is not "
+                       "positive", sym_start ? "start" : "end", k, (long long)step);
+      if (!sym_start && start < 0 && ox_is_dim_sym(size))
         return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d counts from the end of symbolic "
                        "axis %lld and end %d is a symbolic dim", k, (long long)a, k);
-      if (start < 0) start = start + size < 0 ? 0 : start + size;
-      if (start > INT32_MAX)
+      if (!sym_start && start < 0) start = start + size < 0 ? 0 : start + size;
+      if (!sym_start && start > INT32_MAX)
         return ox_fail(n, LOOM_ERR_UNSUPPORTED, "start %d (%lld) before a symbolic end", k,
                        (long long)start);
-      sym[(*n_sym)++] = (sym_end_t){a, start, step, ends[k]};
+      if (!sym_end) { /* a constant end: the axis's size, or a position in it */
+        if (end < 0 && !ox_is_dim_sym(size)) end = end + size < 0 ? 0 : end + size;
+        else if (end < 0) LOOM_TRY(ir_dim_add(n->g, size, end, &end));
+        else if (end > INT32_MAX || (!ox_is_dim_sym(size) && end > size)) end = size;
+      }
+      sym[(*n_sym)++] = (sym_slice_t){a, step, start, end};
       continue;
     }
     starts[kept] = starts[k], ends[kept] = ends[k], axes[kept] = axes[k];
@@ -209,23 +213,24 @@ static loom_status_t slice_symbolic_bounds(ox_node_t *n, int *count, int64_t *st
   return LOOM_OK;
 }
 
-/* x's positions start, start + step, ... below end along an axis (end a
- * symbolic dim, at most the axis's size when the graph runs: a larger
- * one fails the gather's run). */
-static loom_status_t gather_to_end(ox_node_t *n, loom_value_t x, const sym_end_t *e,
-                                   loom_value_t *out) {
-  loom_dim_t count;
-  loom_value_t ones, pos, k;
-  LOOM_TRY(ir_dim_add(n->g, e->end, e->step - 1 - e->start, &count));
+/* x's positions start, start + step, ... below end along an axis (at most
+ * the axis's size when the graph runs: a larger end fails the gather's
+ * run). */
+static loom_status_t gather_slice(ox_node_t *n, loom_value_t x, const sym_slice_t *e,
+                                  loom_value_t *out) {
+  loom_dim_t count, minus_start;
+  loom_value_t pos, k;
+  LOOM_TRY(ir_dim_mul(n->g, e->start, -1, &minus_start));
+  LOOM_TRY(ir_dim_add(n->g, e->end, e->step - 1, &count));
+  LOOM_TRY(ir_dim_add(n->g, count, minus_start, &count));
   if (e->step > 1) LOOM_TRY(ir_dim_floordiv(n->g, count, e->step, &count));
-  LOOM_TRY(loom_full(n->g, 1, &count, 1, LOOM_I64, &ones));
-  LOOM_TRY(loom_cumsum(n->g, ones, 0, 1, 0, &pos));
+  LOOM_TRY(ox_iota(n, count, 0, 1, &pos));
   if (e->step > 1) {
     LOOM_TRY(ox_scalar(n, LOOM_I64, (double)e->step, &k));
     LOOM_TRY(loom_mul(n->g, pos, k, &pos));
   }
   if (e->start) {
-    LOOM_TRY(ox_scalar(n, LOOM_I64, (double)e->start, &k));
+    LOOM_TRY(ox_dim_tensor(n, e->start, &k));
     LOOM_TRY(loom_add(n->g, pos, k, &pos));
   }
   return loom_gather(n->g, x, pos, e->axis, out);
@@ -253,14 +258,14 @@ loom_status_t ox_slice(ox_node_t *n) {
     return ox_fail(n, LOOM_ERR_SHAPE, "starts, ends, axes and steps differ in length");
   if (na < 0)
     for (int k = 0; k < ns; k++) axes[k] = k;
-  sym_end_t sym[MAXN];
+  sym_slice_t sym[MAXN];
   int n_sym;
   LOOM_TRY(slice_symbolic_bounds(n, &ns, starts, ends, axes, nt < 0 ? NULL : steps, sym,
                                  &n_sym));
   loom_value_t y = n->in[0];
   if (ns > 0 || !n_sym)
     LOOM_TRY(loom_slice(n->g, y, ns, starts, ends, axes, nt < 0 ? NULL : steps, &y));
-  for (int k = 0; k < n_sym; k++) LOOM_TRY(gather_to_end(n, y, &sym[k], &y));
+  for (int k = 0; k < n_sym; k++) LOOM_TRY(gather_slice(n, y, &sym[k], &y));
   n->out[0] = y;
   return LOOM_OK;
 }

@@ -460,28 +460,27 @@ static int on_dims(const ox_node_t *n) {
   return 1;
 }
 
-/* Symbolic dim d as an i64 scalar computed when the graph runs: the sum
- * of d ones (a symbol has a value only then; ir_counted_dim reads it
- * back as d). */
-loom_status_t ox_dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
-  if (!ox_is_dim_sym(d)) return ox_scalar(n, LOOM_I64, (double)d, out);
+/* A symbol as an i64 scalar computed when the graph runs: the sum of d
+ * ones (a symbol has a value only then; ir_counted_dim reads it back as
+ * d). */
+static loom_status_t symbol_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
   loom_value_t ones;
   LOOM_TRY(loom_full(n->g, 1, &d, 1, LOOM_I64, &ones));
   return loom_sum(n->g, ones, 1, (int64_t[]){0}, 0, out);
 }
 
-/* Entry d of a shape value as an i64 scalar, built as its expression is
- * (symbols counted by ox_dim_tensor, constants, +, *, floor division),
- * so that an entry whose value is negative (5 - T at T = 7) is one:
- * counting it as a whole would ask for a negative number of ones. */
-static loom_status_t value_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
+/* Dim d as an i64 scalar, built as its expression is (symbols counted by
+ * symbol_tensor, constants, +, *, floor division), so that a dim whose
+ * value is negative (5 - T at T = 7) is one: counting it as a whole would
+ * ask for a negative number of ones. */
+loom_status_t ox_dim_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out) {
   const ir_expr_t *e = ir_dim_is_sym(d) ? ir_dim_expr(n->g, d) : NULL;
   if (!e) return ox_scalar(n, LOOM_I64, (double)d, out);
   if (e->kind == IR_EXPR_CONST) return ox_scalar(n, LOOM_I64, (double)e->c, out);
-  if (e->kind == IR_EXPR_SYM) return ox_dim_tensor(n, d, out);
+  if (e->kind == IR_EXPR_SYM) return symbol_tensor(n, d, out);
   loom_value_t a, b, r;
-  LOOM_TRY(value_tensor(n, e->a, &a));
-  LOOM_TRY(value_tensor(n, e->b, &b));
+  LOOM_TRY(ox_dim_tensor(n, e->a, &a));
+  LOOM_TRY(ox_dim_tensor(n, e->b, &b));
   if (e->kind == IR_EXPR_ADD) return loom_add(n->g, a, b, out);
   if (e->kind == IR_EXPR_MUL) return loom_mul(n->g, a, b, out);
   /* floor(a / b) = (a - a mod b) / b, the division exact (mod has b's sign) */
@@ -494,7 +493,7 @@ static loom_status_t value_tensor(ox_node_t *n, loom_dim_t d, loom_value_t *out)
 static loom_status_t materialize(ox_node_t *n, const ox_shape_val_t *v, loom_value_t *out) {
   loom_value_t parts[OX_SHAPE_MAX];
   for (int k = 0; k < v->n; k++) {
-    LOOM_TRY(value_tensor(n, v->dims[k], &parts[k]));
+    LOOM_TRY(ox_dim_tensor(n, v->dims[k], &parts[k]));
     if (v->dtype != LOOM_I64) LOOM_TRY(loom_cast(n->g, parts[k], v->dtype, &parts[k]));
     if (v->rank == 1) LOOM_TRY(loom_unsqueeze(n->g, parts[k], 1, (int64_t[]){0}, &parts[k]));
   }
