@@ -152,6 +152,13 @@ loom_status_t ir_rewrite_constant(ir_rewriter_t *rw, loom_tensor_t *t,
   return s;
 }
 
+loom_status_t ir_rewrite_borrowed_constant(ir_rewriter_t *rw, loom_tensor_t *t,
+                                           int32_t *dst_value) {
+  ir_value_t like = {.kind = IR_VALUE_CONST, .type = {.dtype = t->dtype, .rank = t->rank}};
+  for (int i = 0; i < t->rank; i++) like.type.dims[i] = t->shape[i];
+  return add_leaf(rw->dst, &like, t, true, dst_value);
+}
+
 void ir_rewrite_map(ir_rewriter_t *rw, int32_t v, int32_t d) { rw->map[v] = d; }
 
 int32_t ir_rewrite_lookup(const ir_rewriter_t *rw, int32_t v) {

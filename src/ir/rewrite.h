@@ -42,6 +42,10 @@ loom_status_t ir_rewrite_emit(ir_rewriter_t *rw, ir_op_t op, int n_in,
 /* A new constant in dst holding t (dst takes ownership of t). */
 loom_status_t ir_rewrite_constant(ir_rewriter_t *rw, loom_tensor_t *t,
                                   int32_t *dst_value);
+/* A new constant in dst over t's data, which stays the caller's and must
+ * outlive dst. */
+loom_status_t ir_rewrite_borrowed_constant(ir_rewriter_t *rw, loom_tensor_t *t,
+                                           int32_t *dst_value);
 /* Records that src value v is dst value d from now on. */
 void ir_rewrite_map(ir_rewriter_t *rw, int32_t v, int32_t d);
 /* The dst value of src value v (-1 when unmapped). */

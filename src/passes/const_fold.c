@@ -11,18 +11,22 @@
 #include "kernels/ref.h"
 #include "passes/passes.h"
 
-/* The largest result folded, in elements. */
+/* The largest result folded, in elements; a transpose folds up to the
+ * larger limit, since it rearranges a constant the graph holds already
+ * (a recurrent weight that a loop's body reads each iteration). */
 #define FOLD_MAX_ELEMENTS (64 * 1024)
+#define FOLD_MAX_TRANSPOSED (16 * 1024 * 1024)
 
 /* Whether n's outputs have constant shapes within the size limit. */
 static bool small_outputs(const loom_graph_t *g, const ir_node_t *n) {
+  int64_t limit = n->op == IR_OP_TRANSPOSE ? FOLD_MAX_TRANSPOSED : FOLD_MAX_ELEMENTS;
   for (int k = 0; k < n->n_out; k++) {
     const ir_type_t *t = &g->values[n->out[k]].type;
     int64_t count = 1;
     for (int d = 0; d < t->rank; d++) {
       if (!ir_dim_is_const(t->dims[d])) return false;
       count *= t->dims[d];
-      if (count > FOLD_MAX_ELEMENTS) return false;
+      if (count > limit) return false;
     }
   }
   return true;

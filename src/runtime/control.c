@@ -11,11 +11,13 @@
 #include "core/alloc.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "ir/rewrite.h"
 #include "runtime/executable.h"
 
 struct rt_control {
   const ir_node_t *node;
   loom_executable_t *exe[2];  /* if: then, else; loop: body */
+  loom_graph_t *bound;        /* loop: the body compiled, its constants bound */
   loom_tensor_t **in, **out;  /* over the node's slots, pointed at each run */
   int32_t *in_slot, *out_slot;
   bool dynamic;               /* shapes follow runtime symbols */
@@ -107,6 +109,41 @@ static loom_status_t compile_subgraph(rt_control_t *c, loom_graph_t *sub, int fi
   return s;
 }
 
+/* The loop's body with each invariant input that is a constant of the
+ * outer graph read as that constant, so that the body's compile folds and
+ * packs what it computes from it (a recurrent weight's GEMM panels) once,
+ * not at every iteration. *out stays NULL when no invariant is one. */
+static loom_status_t bind_constants(const loom_executable_t *e, const rt_control_t *c,
+                                    const loom_graph_t *body, loom_graph_t **out) {
+  const ir_node_t *n = c->node;
+  int first = 2 + (int)ir_attr_int(n->attrs, "carried", 0);
+  bool any = false;
+  for (int j = first; j < n->n_in && j < body->n_inputs; j++)
+    any |= e->graph->values[n->in[j]].kind == IR_VALUE_CONST;
+  if (!any) return LOOM_OK;
+  ir_rewriter_t rw;
+  LOOM_TRY(ir_rewrite_begin(body, &rw));
+  loom_status_t s = LOOM_OK;
+  for (int j = first; s == LOOM_OK && j < n->n_in && j < body->n_inputs; j++) {
+    const ir_value_t *v = &e->graph->values[n->in[j]];
+    const ir_type_t *t = &body->values[body->inputs[j]].type;
+    if (v->kind != IR_VALUE_CONST || !v->data || v->data->dtype != t->dtype ||
+        v->data->rank != t->rank || !tensor_is_contiguous(v->data))
+      continue;
+    bool same = true;
+    for (int d = 0; d < t->rank; d++) same &= t->dims[d] == v->data->shape[d];
+    int32_t id;
+    if (same && (s = ir_rewrite_borrowed_constant(&rw, v->data, &id)) == LOOM_OK)
+      ir_rewrite_map(&rw, body->inputs[j], id);
+  }
+  for (int64_t i = 0; s == LOOM_OK && i < body->n_nodes; i++) s = ir_rewrite_copy(&rw, i);
+  if (s != LOOM_OK) {
+    ir_rewrite_abort(&rw);
+    return s;
+  }
+  return ir_rewrite_finish(&rw, out);
+}
+
 /* The loop's own tensors: the body's scalars, two sets of carried
  * buffers, the rows of the scan outputs and the binding arrays. */
 static loom_status_t loop_buffers(rt_control_t *c) {
@@ -152,7 +189,9 @@ static loom_status_t control_build(loom_executable_t *e, int32_t node,
       return loom_fail(LOOM_ERR_GRAPH, "compile: node %d (%s): %s names no subgraph", node,
                        ir_ops[c->node->op].name, names[k]);
     /* A branch takes the node's inputs after cond; a body all of them. */
-    loom_status_t s = compile_subgraph(c, sub, is_loop ? 0 : 1, o, &c->exe[k]);
+    loom_status_t s = is_loop ? bind_constants(e, c, sub, &c->bound) : LOOM_OK;
+    if (s == LOOM_OK)
+      s = compile_subgraph(c, c->bound ? c->bound : sub, is_loop ? 0 : 1, o, &c->exe[k]);
     if (s != LOOM_OK)
       return loom_fail(s, "compile: node %d (%s): %s: %s", node, ir_ops[c->node->op].name,
                        names[k], loom_last_error());
@@ -285,6 +324,7 @@ void rt_control_free(rt_control_t *c) {
   if (!c) return;
   const ir_node_t *n = c->node;
   for (int k = 0; k < 2; k++) loom_executable_destroy(c->exe[k]);
+  loom_graph_destroy(c->bound);
   destroy_all(c->in, n ? n->n_in : 0);
   destroy_all(c->out, n ? n->n_out : 0);
   core_free(c->in_slot);
