@@ -5,6 +5,7 @@
  * Results are checked against plain C and against a trace with stitching
  * off, bit for bit. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,15 +229,18 @@ static void test_new_size(void) {
 }
 
 /* Training through replayed segments: the gradients equal those of the
- * cut's way, bit for bit. */
-static void train(int stitch, float *grad) {
+ * cut's way, bit for bit. The first `frozen` steps enter w as an input
+ * (a frozen weight, no backward): the regions stitched then keep no
+ * backward, and must not replay once gradients flow to w. */
+static void train(int stitch, int frozen, float *grad) {
   loom_trace_t *t = make_trace(stitch);
   loom_tensor_t *w = vec(N, 0.3), *h0 = vec(N, 1.1), *xs[T];
   for (int k = 0; k < T; k++) xs[k] = vec(N, 2.0 + k);
   for (int step = 0; step < STEPS; step++) {
     loom_graph_t *g = loom_trace_graph(t);
     loom_value_t vw, h, loss;
-    CHECK_OK(loom_trace_param(t, w, &vw));
+    if (step < frozen) CHECK_OK(loom_trace_input(t, w, NULL, &vw));
+    else CHECK_OK(loom_trace_param(t, w, &vw));
     CHECK_OK(loom_trace_input(t, h0, NULL, &h));
     for (int k = 0; k < T; k++) {
       loom_value_t x, m, a;
@@ -249,6 +253,11 @@ static void train(int stitch, float *grad) {
     }
     const int64_t axis = 0;
     CHECK_OK(loom_sum(g, h, 1, &axis, 0, &loss));
+    if (step < frozen) {
+      memset(grad + step * N, 0, sizeof(float) * N);
+      CHECK_OK(loom_trace_step_end(t));
+      continue;
+    }
     CHECK_OK(loom_trace_backward(t, loss));
     const loom_tensor_t *gw = NULL;
     CHECK_OK(loom_trace_grad(t, w, &gw));
@@ -264,9 +273,21 @@ static void train(int stitch, float *grad) {
 
 static void test_training(void) {
   float on[STEPS * N], off[STEPS * N];
-  train(1, on);
-  train(0, off);
+  train(1, 0, on);
+  train(0, 0, off);
   CHECK(!memcmp(on, off, sizeof on));
+}
+
+/* A weight frozen for two steps, then trained: its gradient is the cut's
+ * way's, not the zeros of a region replayed without a backward. */
+static void test_unfrozen_weight(void) {
+  float on[STEPS * N], off[STEPS * N];
+  train(1, 2, on);
+  train(0, 2, off);
+  CHECK(!memcmp(on, off, sizeof on));
+  bool nonzero = false;
+  for (int i = 2 * N; i < STEPS * N; i++) nonzero |= off[i] != 0;
+  CHECK(nonzero);
 }
 
 int main(void) {
@@ -275,5 +296,6 @@ int main(void) {
   TEST_RUN(test_new_size);
   TEST_RUN(test_fork);
   TEST_RUN(test_training);
+  TEST_RUN(test_unfrozen_weight);
   return test_summary();
 }

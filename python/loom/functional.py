@@ -442,6 +442,12 @@ def cumsum(x, dim):
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
+    # checked on the tensor's size now: over a symbolic axis the graph can
+    # check it only when the segment runs
+    size = x.shape[int(dim)] if x.ndim else 1
+    if not 0 <= int(k) <= size:
+        raise RuntimeError(f"selected index k out of range: k {int(k)}, dim {int(dim)} of "
+                           f"size {size}")
     return return_types.topk(*_op("topk", x, k=int(k), axis=int(dim), largest=int(largest)))
 
 

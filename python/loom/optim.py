@@ -87,9 +87,12 @@ class Optimizer:
                             "but the ordering of tensors in sets will change between runs. "
                             "Please use a list instead.")
         params = [params] if isinstance(params, Tensor) else list(params)
-        for p in params:
-            if not p.requires_grad or not p.is_leaf:
-                raise ValueError("can't optimize a tensor that is not a leaf requiring grad")
+        for p in params:  # a frozen one (requires_grad=False) waits for a .grad
+            if not isinstance(p, Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params "
+                                f"is {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
         others = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in others for p in params):
             raise ValueError("some parameters appear in more than one parameter group")

@@ -78,6 +78,9 @@ PyObject *py_step_lazy(loom_value_t v, bool requires_grad);
 /* Lazy tensors join and leave the step's list. */
 void py_step_link(py_tensor_t *t);
 void py_step_unlink(py_tensor_t *t);
+/* A read of the step failed with this error (the step's end raises it
+ * again for no other value). */
+void py_step_read_failed(PyObject *error);
 /* A linked tensor was made real. */
 void py_step_realized(py_tensor_t *t);
 /* dst takes lazy src's value in place: the object names the new value,

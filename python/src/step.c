@@ -21,9 +21,34 @@ static struct {
   PyObject *params;
   bool backward_ran; /* gradients wait for the optimizer */
   int no_grad;       /* depth of loom.no_grad() */
+  PyObject *read_errors; /* texts of the errors reads raised in the step */
 } st = {.id = 1};
 
 uint64_t py_step_id(void) { return st.id; }
+
+void py_step_read_failed(PyObject *error) {
+  PyObject *text = PyObject_Str(error);
+  if (text && (st.read_errors || (st.read_errors = PySet_New(NULL))))
+    PySet_Add(st.read_errors, text);
+  Py_XDECREF(text);
+  PyErr_Clear();
+}
+
+/* Whether the error set now is one a read of the step raised already
+ * (another value of a failed segment), which the step's end does not
+ * raise again. */
+static bool seen_read_error(void) {
+  if (!st.read_errors) return false;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject *text = value ? PyObject_Str(value) : NULL;
+  int seen = text ? PySet_Contains(st.read_errors, text) : 0;
+  Py_XDECREF(text);
+  if (seen != 1) PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return seen == 1;
+}
 
 /* loom.explain's callback, called with the reason of each graph break the
  * program causes (NULL: none, and no cost). */
@@ -305,7 +330,7 @@ int py_step_end(void) {
     py_tensor_t *t = st.results;
     bool failed_before = t->error != NULL;
     if (!t->data && !failed_before && py_tensor_realize(t) < 0) {
-      if (!err_type) PyErr_Fetch(&err_type, &err_value, &err_tb);
+      if (!err_type && !seen_read_error()) PyErr_Fetch(&err_type, &err_value, &err_tb);
       else PyErr_Clear();
     }
     py_step_unlink(t);
@@ -316,6 +341,7 @@ int py_step_end(void) {
   st.backward_ran = false;
   st.lazy = st.grad_values = 0;
   Py_CLEAR(st.entered);
+  Py_CLEAR(st.read_errors);
   int released = s == LOOM_OK ? release_dropped() : 0;
   if (err_type) {
     if (released < 0) PyErr_Clear();
@@ -339,6 +365,7 @@ void py_step_forget(void) {
   st.backward_ran = false;
   st.lazy = st.grad_values = 0;
   Py_CLEAR(st.entered);
+  Py_CLEAR(st.read_errors);
 }
 
 Py_ssize_t py_step_results_besides(PyObject *outputs, PyObject *params) {

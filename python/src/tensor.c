@@ -113,7 +113,10 @@ static int keep_error(py_tensor_t *t) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
-  if (value) Py_XSETREF(t->error, Py_NewRef(value));
+  if (value) {
+    Py_XSETREF(t->error, Py_NewRef(value));
+    py_step_read_failed(value);
+  }
   PyErr_Restore(type, value, tb);
   return -1;
 }

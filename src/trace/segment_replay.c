@@ -122,6 +122,16 @@ static bool region_matches(loom_trace_t *t, seg_work_t *w, int way, const tr_rep
   return true;
 }
 
+/* Which of the inputs gradients flow to, hashed: a replay made where none
+ * did (an inference region) must not run where one does (a weight just
+ * unfrozen, whose segment keeps a backward), nor the other way. */
+static uint64_t input_grads(const loom_trace_t *t, const int32_t *ins, int n) {
+  uint64_t h = 0x9d;
+  for (int i = 0; i < n; i++)
+    if (t->vals[ins[i]].grad) h = tr_mix(h, (uint64_t)i + 1);
+  return h;
+}
+
 /* Whether the inputs fit r's key: dtypes, ranks, exact sizes (the key's
  * dims; a replay is never bucketed), and the dims of one symbol equal
  * (and above 1: automatic dims key sizes 0 and 1 apart). */
@@ -200,7 +210,8 @@ loom_status_t seg_replay(loom_trace_t *t, seg_work_t *w, int n, const int32_t *w
     r = l->next[way].replay;
     if (r && (r->keep_gen != t->keep_gen || r->id.path != t->path ||
               r->id.key_hash != l->next[way].to_hash ||
-              !region_matches(t, w, way, r) || !inputs_fit(t, w, r) ||
+              !region_matches(t, w, way, r) ||
+              input_grads(t, w->ins, w->n_ins) != r->grads || !inputs_fit(t, w, r) ||
               !outputs_of(t, w, r, n, want)))
       r = NULL;
   }
@@ -332,6 +343,7 @@ void seg_replay_record(loom_trace_t *t, seg_work_t *w, tr_link_t *link, uint64_t
   r->from_key = from_key;
   r->n_syms = w->n_syms;
   r->train = w->train;
+  r->grads = input_grads(t, w->ins, w->n_ins);
   core_free(way->replay);
   way->replay = r;
 }

@@ -266,6 +266,7 @@ typedef struct tr_replay {
   uint64_t keep_gen; /* the keep set it was made under (segment.c) */
   int n_nodes, n_codes, n_ins, n_outs, n_syms;
   bool train;
+  uint64_t grads;         /* which inputs gradients flow to (input_grads) */
   int64_t runs;           /* times it ran */
   uint64_t *node_hash;    /* [n_nodes] */
   int32_t *codes;         /* [n_codes]: per operand, node position << 8 | output

@@ -661,3 +661,82 @@ def test_in_place_op_on_real_tensor_is_seen_through_every_reference():
     view = x.numpy()  # the memory is shared now: written in place
     x.add_(1)
     np.testing.assert_allclose(view, [3, 5, 7])
+
+
+def _fine_tune(lib, name):
+    """Layer 0 frozen for three steps, then trained with the rest: the
+    optimizer was built over every parameter, as fine-tuning scripts do."""
+    lib.manual_seed(0)
+    m = lib.nn.Sequential(lib.nn.Linear(4, 5), lib.nn.Tanh(), lib.nn.Linear(5, 2))
+    m.load_state_dict({k: lib.tensor(v) for k, v in _FT_WEIGHTS.items()})
+    for p in m[0].parameters():
+        p.requires_grad = False
+    opt = (lib.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if name == "SGD"
+           else lib.optim.Adam(m.parameters(), lr=0.05))
+    x = lib.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    for i in range(6):
+        if i == 3:
+            for p in m[0].parameters():
+                p.requires_grad = True
+        opt.zero_grad()
+        (m(x) ** 2).sum().backward()
+        opt.step()
+    return {k: _np(v).copy() for k, v in m.state_dict().items()}
+
+
+_FT_WEIGHTS = {"0.weight": _data(5, 4), "0.bias": _data(5), "2.weight": _data(2, 5),
+               "2.bias": _data(2)}
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_optimizer_over_frozen_parameters_as_pytorch(name):
+    mine, theirs = _fine_tune(loom, name), _fine_tune(torch, name)
+    for k in theirs:
+        _close(mine[k], theirs[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_optimizer_refuses_non_leaf_and_non_tensor():
+    w = loom.tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="non-leaf"):
+        loom.optim.SGD([w * 2], lr=0.1)
+    with pytest.raises(TypeError, match="only optimize Tensors"):
+        loom.optim.SGD([1.0], lr=0.1)
+
+
+# ---- errors over dims that varied between calls (symbolic in the trace) ----
+
+def test_conv_on_input_smaller_than_kernel_raises_after_sizes_varied():
+    conv = loom.nn.Conv2d(3, 4, 3)
+    for size in (5, 6, 7):  # the trace makes height and width symbolic
+        conv(loom.ones(1, 3, size, size)).sum().item()
+    with pytest.raises(ValueError, match="too small for the kernel"):
+        conv(loom.ones(1, 3, 2, 2)).sum().item()
+    loom.step()  # the error is not raised again
+    assert conv(loom.ones(1, 3, 4, 4)).shape == (1, 4, 2, 2)
+    pool = loom.nn.MaxPool2d(3, stride=1)
+    for size in (5, 6, 7):
+        pool(loom.ones(1, 1, size, size)).sum().item()
+    with pytest.raises(ValueError, match="too small for"):
+        pool(loom.ones(1, 1, 1, 1)).sum().item()
+
+
+def test_topk_beyond_the_axis_raises_at_the_call_after_sizes_varied():
+    for n in (4, 5, 7):
+        loom.topk(loom.arange(n, dtype=loom.float32)[None], 2, dim=1).values.sum().item()
+    with pytest.raises(RuntimeError, match="k out of range"):
+        loom.topk(loom.arange(3, dtype=loom.float32)[None], 6, dim=1)
+    loom.step()
+
+
+def test_a_failed_read_is_not_raised_again_by_the_step_end():
+    """Other values of a segment whose read failed keep the error for
+    their own reads; the step's end does not raise it a second time."""
+    x = loom.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    idx = loom.tensor(np.array([[0, 5, 1]]))
+    g = loom.gather(x, 1, idx)
+    kept = g * 2
+    with pytest.raises(Exception) as first:
+        g.sum().item()
+    loom.step()  # ends without raising
+    with pytest.raises(type(first.value)):
+        kept.numpy()
