@@ -23,7 +23,8 @@ NumPy or by hand:
     symbolic dims, at two sizes;
   - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
     it is negative, pe[2:T]; slices that start at a symbolic dim
-    (x[:, T-2:], pe[P:P+T], pe[T:9:2]);
+    (x[:, T-2:], pe[P:P+T], pe[T:9:2]); max and average pools with
+    ceil_mode over a symbolic height and width;
   - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
@@ -303,6 +304,37 @@ for t, p in ((3, 2), (5, 4)):
     expect(got, "x_tail", x[:, t - 2:], f"x[:, T-2:] at T = {t}")
     expect(got, "pe_past", np.arange(p, p + t, dtype=np.float32), f"pe[P:P+T] at T, P = {t}, {p}")
     expect(got, "pe_step", np.arange(t, 9, 2, dtype=np.float32), f"pe[T:9:2] at T = {t}")
+
+# ---- Pools with ceil_mode over a symbolic height and width (GoogLeNet's
+# MaxPool(3, 2, ceil_mode=True) exported with dynamic sizes), against a
+# loop over the windows, each clipped to the padded input ----
+def pool_ceil(x, k, s, pad, fn):
+    n, c, h, w = x.shape
+    outs = []
+    for size in (h, w):
+        o = -(-(size + 2 * pad - k) // s) + 1
+        if (o - 1) * s >= size + pad:
+            o -= 1
+        outs.append(o)
+    y = np.zeros((n, c, *outs), np.float32)
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            r0, c0 = i * s - pad, j * s - pad
+            win = x[:, :, max(r0, 0):min(r0 + k, h), max(c0, 0):min(c0 + k, w)]
+            y[:, :, i, j] = fn(win, axis=(2, 3))
+    return y
+
+
+m = model([helper.make_node("MaxPool", ["x"], ["mx"], kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1], ceil_mode=1),
+           helper.make_node("AveragePool", ["x"], ["av"], kernel_shape=[2, 2], strides=[2, 2],
+                            ceil_mode=1)],
+          [f32("x", [1, 2, "H", "W"])], [f32("mx", None), f32("av", None)])
+for h, w in ((7, 8), (9, 6)):
+    x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+    got = run(m, {"x": x})
+    expect(got, "mx", pool_ceil(x, 3, 2, 1, np.max), f"max pool ceil_mode at {h}x{w}")
+    expect(got, "av", pool_ceil(x, 2, 2, 0, np.mean), f"average pool ceil_mode at {h}x{w}", 1e-6)
 
 # ---- A Loop whose body's condition is Cast(an outer True), as PyTorch
 # exports every loop (nn.EmbeddingBag): unrolled, so a Slice by the

@@ -217,12 +217,25 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
   LOOM_TRY(read_window(n, xd, rank, ks, &w));
   if (!max && (w.dilation[0] != 1 || w.dilation[1] != 1))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dilated average pooling");
+  int count_pad = (int)ox_int(n, "count_include_pad", 0);
   if (ox_int(n, "ceil_mode", 0)) {
     /* Extra end padding so that the last partial window counts, as long as
      * it starts inside the input or its begin padding. */
     for (int d = 0; d < 2; d++) {
-      if (w.in[d] < 0) return ox_fail(n, LOOM_ERR_UNSUPPORTED, "ceil_mode on a symbolic dim");
       int64_t span = (w.kernel[d] - 1) * w.dilation[d] + 1;
+      if (w.in[d] < 0) {
+        /* Over a symbolic size, stride - 1 more at the end gives the
+         * rounded-up count for every size, and no window reads past what
+         * the exact padding would hold; that last window always starts
+         * inside when end pad + stride <= span. An average counting pads
+         * would count the extra ones. */
+        if (w.pads[2 + d] + w.stride[d] > span || (!max && count_pad))
+          return ox_fail(n, LOOM_ERR_UNSUPPORTED, "ceil_mode on symbolic axis %d with %s", d,
+                         !max && count_pad ? "count_include_pad"
+                                           : "an end pad and stride that pass the window");
+        w.pads[2 + d] += w.stride[d] - 1;
+        continue;
+      }
       int64_t len = w.in[d] + w.pads[d] + w.pads[2 + d] - span;
       int64_t out = (len + w.stride[d] - 1) / w.stride[d] + 1;
       if ((out - 1) * w.stride[d] >= w.in[d] + w.pads[d]) out--;
@@ -230,7 +243,7 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
       if (need > 0) w.pads[2 + d] += need;
     }
   }
-  loom_pool_params_t p = {.count_include_pad = (int)ox_int(n, "count_include_pad", 0)};
+  loom_pool_params_t p = {.count_include_pad = count_pad};
   for (int d = 0; d < 2; d++) {
     p.kernel[d] = w.kernel[d];
     p.stride[d] = w.stride[d];
