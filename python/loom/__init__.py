@@ -213,13 +213,27 @@ def empty(*size, dtype=None, requires_grad=False):
     return _filled(size, 0, dtype, requires_grad)
 
 
+def _check_random_dtype(dtype, kernel):
+    """PyTorch's refusal of an integer or bool dtype for normal and uniform
+    draws (NumPy's floats would be cast to zeros); kernel names its kernel."""
+    if dtype is None:
+        return
+    from ._dtype import resolve
+    from ._data_ops import _TORCH_TYPE
+    d = resolve(dtype)
+    if not d.is_floating_point:
+        raise RuntimeError(f'"{kernel}" not implemented for \'{_TORCH_TYPE[d.name]}\'')
+
+
 def randn(*size, dtype=None, requires_grad=False, generator=None):
+    _check_random_dtype(dtype, "normal_kernel_cpu")
     g = generator if generator is not None else _generator
     return tensor(g.standard_normal(_shape(size)), dtype=dtype or float32,
                   requires_grad=requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad=False, generator=None):
+    _check_random_dtype(dtype, "check_uniform_bounds")
     g = generator if generator is not None else _generator
     return tensor(g.random(_shape(size)), dtype=dtype or float32, requires_grad=requires_grad)
 

@@ -269,6 +269,8 @@ def elu(x, alpha=1.0):
 def clamp(x, min=None, max=None):
     """min(max(x, min), max). Tensor bounds broadcast; the gradient goes to
     x where it is inside the bounds and to the bound that clamps it."""
+    if min is None and max is None:  # PyTorch's refusal: a clamp with no bound is a mistake
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         return _clamp_tensors(x, min, max)
     for bound in (min, max):  # int x, float bound: a float result, as PyTorch's
@@ -1003,21 +1005,35 @@ def hypot(a, b):
     return sqrt(add(mul(a, a), mul(b, b)))
 
 
+def _signbit(x):
+    """x < 0, or x a negative zero (1 / -0 is -inf): the sign atan2 reads."""
+    return logical_or(lt(x, 0), logical_and(eq(x, 0), lt(div(1.0, x), 0)))
+
+
 def atan2(y, x):
-    """The angle of (x, y), in (-pi, pi]: atan of the ratio of the smaller
+    """The angle of (x, y), in [-pi, pi]: atan of the ratio of the smaller
     coordinate to the larger (never a division by zero but at the origin),
-    turned into the right quadrant."""
+    turned into the right quadrant. Signed zeros and infinities as C's
+    atan2 (PyTorch's, NumPy's): atan2(-0., -1.) = -pi, atan2(0., -0.) = pi,
+    atan2(inf, -inf) = 3 pi / 4."""
     y, x = _pair(y, x)
     if not y.dtype.is_floating_point:
         y, x = cast(y, _F32), cast(x, _F32)
+    # both infinite: the angle of (sign x, sign y), not inf / inf
+    both_inf = logical_and(isinf(x), isinf(y))
+    x = where(both_inf, where(lt(x, 0), -1.0, 1.0), x)
+    y = where(both_inf, where(lt(y, 0), -1.0, 1.0), y)
     x_wider = ge(abs(x), abs(y))
     # each ratio's divisor is 1 where the other ratio is taken, so that
     # its unused gradient is 0, not 0 * inf
     safe_x = where(logical_and(x_wider, ne(x, 0)), x, 1.0)
     safe_y = where(x_wider, 1.0, y)
     pi, half_pi = _scalar(math.pi, y.dtype), _scalar(math.pi / 2, y.dtype)  # in y's precision
-    near_x = add(atan(div(y, safe_x)), where(lt(x, 0), where(lt(y, 0), neg(pi), pi), 0.0))
-    near_y = sub(where(lt(y, 0), neg(half_pi), half_pi), atan(div(x, safe_y)))
+    # y / safe_x keeps y's zero's sign; x's sign (a -0 too) picks the half plane
+    y_neg = _signbit(y)
+    ratio = atan(div(y, safe_x))  # where x >= 0 as it is, so -0 stays -0 (-0 + 0 is 0)
+    near_x = where(_signbit(x), add(ratio, where(y_neg, neg(pi), pi)), ratio)
+    near_y = sub(where(y_neg, neg(half_pi), half_pi), atan(div(x, safe_y)))
     return where(x_wider, near_x, near_y)
 
 

@@ -458,6 +458,8 @@ CASES = [
     C("avg_pool2d", X(2, 3, 8, 6), variant="default", kw=dict(kernel_size=2)),
     C("adaptive_avg_pool2d", X(2, 3, 6, 9), kw=dict(output_size=(2, 3))),
     C("adaptive_avg_pool2d", X(2, 3, 5, 7), variant="global", kw=dict(output_size=1)),
+    C("adaptive_avg_pool2d", X(2, 3, 5, 7), variant="any-size", kw=dict(output_size=(3, 9))),
+    C("adaptive_avg_pool1d", X(2, 3, 7), kw=dict(output_size=3)),
     C("batch_norm", lambda r: [u(r, (4, 3, 5, 5)), Const(u(r, (3,))), Const(u(r, (3,), 0.5, 2)),
                                u(r, (3,)), u(r, (3,))], kw=dict(training=True, momentum=0.2)),
     C("batch_norm", lambda r: [u(r, (4, 3, 5, 5)), Const(u(r, (3,))), Const(u(r, (3,), 0.5, 2)),

@@ -1,7 +1,8 @@
 """loom.nn: modules and losses in torch.nn's names."""
 from . import functional, init, utils  # noqa: F401
-from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d,  # noqa: F401
-                     Conv1d, Conv2d, ConvTranspose2d, Dropout, ELU, Embedding,
+from .layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool2d,  # noqa: F401
+                     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d, Dropout,
+                     ELU, Embedding,
                      Flatten, GELU, GLU, GroupNorm, Hardtanh, Identity, LayerNorm,
                      LeakyReLU, Linear, LogSigmoid, LogSoftmax, MaxPool2d,
                      Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,

@@ -320,7 +320,21 @@ def _conv_pads(padding, kernel, dilation, stride):
     return [ph, pw, ph, pw]
 
 
+def _unbatched(x, batched_rank, name):
+    """Whether x is an unbatched input (one rank below batched_rank), as
+    PyTorch's convolutions take it; ValueError for any other rank."""
+    if x.ndim not in (batched_rank - 1, batched_rank):
+        raise ValueError(f"Expected {batched_rank - 1}D (unbatched) or {batched_rank}D "
+                         f"(batched) input to {name}, but got input of size: "
+                         f"{list(x.shape)}")
+    return x.ndim == batched_rank - 1
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """x (N, C, H, W), or (C, H, W) unbatched (so is the result)."""
+    if _unbatched(x, 4, "conv2d"):
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation,
+                      groups).squeeze(0)
     stride, dilation = _pair_of(stride), _pair_of(dilation)
     pads = _conv_pads(padding, weight.shape[2:], dilation, stride)
     inputs = (x, weight) if bias is None else (x, weight, bias)
@@ -329,7 +343,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """x (N, C, L), weight (out, C / groups, k): conv2d over a unit height."""
+    """x (N, C, L) or unbatched (C, L), weight (out, C / groups, k): conv2d
+    over a unit height."""
+    if _unbatched(x, 3, "conv1d"):
+        return conv1d(x.unsqueeze(0), weight, bias, stride, padding, dilation,
+                      groups).squeeze(0)
     def width(v):
         return v if isinstance(v, str) else (1, v if isinstance(v, int) else v[0])
     pads = padding if isinstance(padding, str) else (0, width(padding)[1])
@@ -340,6 +358,10 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
+    """x (N, C, H, W), or (C, H, W) unbatched (so is the result)."""
+    if _unbatched(x, 4, "conv_transpose2d"):
+        return conv_transpose2d(x.unsqueeze(0), weight, bias, stride, padding, output_padding,
+                                groups, dilation).squeeze(0)
     ph, pw = _pair_of(padding)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return _C.op("conv_transpose2d", inputs, {
@@ -461,15 +483,64 @@ def _avg_pool_scale(g, count_include_pad, divisor_override):
     return (g.kernel[0] * g.kernel[1] / divisor).astype(np.float32)
 
 
+def _adaptive_sizes(output_size, size, name):
+    """output_size as one size per spatial dim of size; an int is repeated
+    and None keeps the input's size, as PyTorch's."""
+    sizes = [output_size] * len(size) if output_size is None or \
+        isinstance(output_size, numbers.Integral) else list(output_size)
+    if len(sizes) != len(size):
+        raise ValueError(f"{name}: output_size must be {len(size)}, got {output_size!r}")
+    return [n if o is None else int(o) for o, n in zip(sizes, size)]
+
+
+def _adaptive_pool_matrix(n_in, n_out, dtype, transposed=False):
+    """(n_out, n_in) (or its transpose), a constant of dtype: row i averages
+    PyTorch's adaptive window of output i, inputs floor(i n_in / n_out) ..
+    ceil((i + 1) n_in / n_out) - 1."""
+    i = np.arange(n_out)
+    start, end = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+    j = np.arange(n_in)
+    m = ((j >= start[:, None]) & (j < end[:, None])) / (end - start)[:, None]
+    m = m.T if transposed else m
+    return _F.cast(_F._const(m.astype(np.float64 if dtype.name == "float64" else np.float32)),
+                   dtype)
+
+
 def adaptive_avg_pool2d(x, output_size):
-    oh, ow = _pair_of(output_size)
+    """As PyTorch's, (N, C, H, W) or (C, H, W), any output size (None
+    entries keep the input's): sizes that divide the input's are an
+    avg_pool2d; others two matmuls with constant pooling matrices,
+    P_h x P_w^T, each row of P averaging one output cell's window."""
+    if x.ndim not in (3, 4):
+        raise ValueError(f"adaptive_avg_pool2d: expected a 3-d (C, H, W) or 4-d "
+                         f"(N, C, H, W) input, got {x.ndim}-d")
+    if x.ndim == 3:
+        return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0)
     h, w = x.shape[-2:]
+    oh, ow = _adaptive_sizes(output_size, (h, w), "adaptive_avg_pool2d")
+    if min(h, w) <= 0:
+        raise ValueError(f"adaptive_avg_pool2d(): Expected input to have non-zero size for "
+                         f"non-batch dimensions, but input has sizes {list(x.shape)}")
     if (oh, ow) == (1, 1):
         return _C.op("global_avg_pool", (x,), None)
-    if h % oh or w % ow:
-        raise NotImplementedError("loom adaptive_avg_pool2d: output sizes that divide the "
-                                  "input's")
-    return avg_pool2d(x, (h // oh, w // ow))
+    if oh > 0 and ow > 0 and not (h % oh or w % ow):
+        return avg_pool2d(x, (h // oh, w // ow))
+    y = x
+    if oh != h:
+        y = _adaptive_pool_matrix(h, oh, x.dtype) @ y
+    if ow != w:
+        y = y @ _adaptive_pool_matrix(w, ow, x.dtype, transposed=True)
+    return y
+
+
+def adaptive_avg_pool1d(x, output_size):
+    """As PyTorch's, (N, C, L) or (C, L): adaptive_avg_pool2d over a unit
+    height."""
+    if x.ndim not in (2, 3):
+        raise ValueError(f"adaptive_avg_pool1d: expected a 2-d (C, L) or 3-d (N, C, L) "
+                         f"input, got {x.ndim}-d")
+    (o,) = _adaptive_sizes(output_size, x.shape[-1:], "adaptive_avg_pool1d")
+    return adaptive_avg_pool2d(x.unsqueeze(-2), (1, o)).squeeze(-2)
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,

@@ -15,10 +15,14 @@ def _fill(t, values):
 
 
 def uniform_(t, a=0.0, b=1.0):
+    from .. import _check_random_dtype
+    _check_random_dtype(t.dtype, "check_uniform_bounds")
     return _fill(t, _gen().uniform(a, b, t.shape))
 
 
 def normal_(t, mean=0.0, std=1.0):
+    from .. import _check_random_dtype
+    _check_random_dtype(t.dtype, "normal_kernel_cpu")
     return _fill(t, _gen().normal(mean, std, t.shape))
 
 

@@ -257,6 +257,16 @@ def _mode_padded(x, pads, mode):
     return _F.pad(x, (left, right) if x.ndim == 3 else (left, right, top, bottom), mode=mode)
 
 
+def _check_groups(in_channels, out_channels, groups):
+    """PyTorch's checks at construction, not at the first forward."""
+    if groups <= 0:
+        raise ValueError("groups must be a positive integer")
+    if in_channels % groups != 0:
+        raise ValueError("in_channels must be divisible by groups")
+    if out_channels % groups != 0:
+        raise ValueError("out_channels must be divisible by groups")
+
+
 class _ConvNd(Module):
     """What Conv1d and Conv2d share: the arguments kept as torch keeps them
     and the parameters, weight (out, in / groups, *kernel) and bias (out,),
@@ -265,6 +275,7 @@ class _ConvNd(Module):
     def __init__(self, in_channels, out_channels, kernel, stride, padding, dilation, groups,
                  bias, padding_mode):
         super().__init__()
+        _check_groups(in_channels, out_channels, groups)
         _check_conv_padding(padding, padding_mode, stride)
         self.padding_mode = padding_mode
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -283,7 +294,8 @@ class _ConvNd(Module):
 
 class Conv2d(_ConvNd):
     """torch.nn.Conv2d; padding_mode other than 'zeros' pads the input by
-    F.pad's mode, then convolves it unpadded."""
+    F.pad's mode, then convolves it unpadded. An unbatched (C, H, W) input
+    gives an unbatched result."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros"):
@@ -291,6 +303,8 @@ class Conv2d(_ConvNd):
                          padding, dilation, groups, bias, padding_mode)
 
     def forward(self, x):
+        if F._unbatched(x, 4, "conv2d"):
+            return self.forward(x.unsqueeze(0)).squeeze(0)
         if self.padding_mode != "zeros":
             pads = F._conv_pads(self.padding, self.kernel_size, F._pair_of(self.dilation),
                                 F._pair_of(self.stride))
@@ -302,7 +316,7 @@ class Conv2d(_ConvNd):
 
 class Conv1d(_ConvNd):
     """torch.nn.Conv1d: weight (out, in / groups, k), bias (out,), run as a
-    convolution over a unit height (F.conv1d)."""
+    convolution over a unit height (F.conv1d); (C, L) inputs unbatched."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros"):
@@ -311,6 +325,8 @@ class Conv1d(_ConvNd):
                          bias, padding_mode)
 
     def forward(self, x):
+        if F._unbatched(x, 3, "conv1d"):
+            return self.forward(x.unsqueeze(0)).squeeze(0)
         if self.padding_mode != "zeros":
             def first(v):
                 return v if isinstance(v, int) else v[0]
@@ -328,6 +344,7 @@ class ConvTranspose2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, groups=1, bias=True, dilation=1):
         super().__init__()
+        _check_groups(in_channels, out_channels, groups)
         kh, kw = F._pair_of(kernel_size)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
@@ -364,7 +381,16 @@ class BatchNorm2d(Module):
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
+    def _check_input_dim(self, x):
+        if x.ndim != 4:
+            raise ValueError(f"expected 4D input (got {x.ndim}D input)")
+
     def forward(self, x):
+        self._check_input_dim(x)
+        return self._normalize(x)
+
+    def _normalize(self, x):
+        """x (N, C, H, W) normalized per channel, the statistics updated."""
         if not self.track_running_stats:
             return F._batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)[0]
         # momentum None: the op's momentum 1 gives the batch's statistics,
@@ -401,13 +427,16 @@ class BatchNorm1d(BatchNorm2d):
     """(N, C) or (N, C, L) inputs, normalized per channel by BatchNorm2d's
     code over (N, C, L, 1)."""
 
-    def forward(self, x):
+    def _check_input_dim(self, x):
         if x.ndim not in (2, 3):
             raise ValueError(f"expected 2D or 3D input (got {x.ndim}D input)")
+
+    def forward(self, x):
+        self._check_input_dim(x)
         if self.training or not self.track_running_stats:  # the error names x's own size
             F._check_batch_stats(x)
         added = [3] if x.ndim == 3 else [2, 3]
-        y = super().forward(_F.unsqueeze(_F.unsqueeze(x, 2), 3) if x.ndim == 2
+        y = self._normalize(_F.unsqueeze(_F.unsqueeze(x, 2), 3) if x.ndim == 2
                             else _F.unsqueeze(x, 3))
         return _F.squeeze(y, added)
 
@@ -465,12 +494,22 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
+    """Any output size; None keeps the input's (F.adaptive_avg_pool2d)."""
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
     def forward(self, x):
         return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    def forward(self, x):
+        return F.adaptive_avg_pool1d(x, self.output_size)
 
 
 class Upsample(Module):
