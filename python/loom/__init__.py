@@ -253,6 +253,12 @@ def randint(low, high=None, size=(), dtype=None, generator=None):
     return tensor(g.integers(low, high, size=tuple(size)), dtype=dtype or int64)
 
 
+def get_default_dtype():
+    """float32: the dtype of float data and of float ops on integers (Loom
+    has no set_default_dtype)."""
+    return float32
+
+
 def is_tensor(x):
     return isinstance(x, Tensor)
 

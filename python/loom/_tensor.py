@@ -16,6 +16,11 @@ from . import _dtype
 from . import _format
 
 
+_BOOL_CODE = _dtype._BY_NAME["bool"]._code
+_base_lt, _base_le = _C.TensorBase.__lt__, _C.TensorBase.__le__
+_base_gt, _base_ge = _C.TensorBase.__gt__, _C.TensorBase.__ge__
+
+
 class Tensor(_C.TensorBase):
     __slots__ = ()
     __array_priority__ = 1000  # NumPy operands defer to the tensor's operators
@@ -272,6 +277,13 @@ class Tensor(_C.TensorBase):
     def __rlshift__(self, o): return _F.bitwise_left_shift(o, self)
     def __rrshift__(self, o): return _F.bitwise_right_shift(o, self)
 
+    # the C type records <, <=, >, >= of two bools as they are, which the
+    # ops refuse: bools go to loom.functional, which orders them as 0 and 1
+    def __lt__(self, o): return _F.lt(self, o) if self._dtype == _BOOL_CODE else _base_lt(self, o)
+    def __le__(self, o): return _F.le(self, o) if self._dtype == _BOOL_CODE else _base_le(self, o)
+    def __gt__(self, o): return _F.gt(self, o) if self._dtype == _BOOL_CODE else _base_gt(self, o)
+    def __ge__(self, o): return _F.ge(self, o) if self._dtype == _BOOL_CODE else _base_ge(self, o)
+
     def __getitem__(self, index):
         return _F._getitem(self, index)
 
@@ -318,6 +330,57 @@ class Tensor(_C.TensorBase):
         return self._inplace(full_like(self, value))
 
     def zero_(self): return self.fill_(0)
+
+    def relu_(self): return self._inplace(_F.relu(self))
+    def abs_(self): return self._inplace(_F.abs(self))
+    def neg_(self): return self._inplace(_F.neg(self))
+    def sqrt_(self): return self._inplace(_F.sqrt(self))
+    def exp_(self): return self._inplace(_F.exp(self))
+    def sigmoid_(self): return self._inplace(_F.sigmoid(self))
+    def tanh_(self): return self._inplace(_F.tanh(self))
+    def floor_(self): return self._inplace(_F.floor(self))
+    def ceil_(self): return self._inplace(_F.ceil(self))
+    def round_(self, decimals=0): return self._inplace(_F.round(self, decimals))
+    def clamp_min_(self, min): return self._inplace(_F.clamp_min(self, min))
+    def clamp_max_(self, max): return self._inplace(_F.clamp_max(self, max))
+
+    def index_fill_(self, dim, index, value):
+        return self._inplace(_F.index_fill(self, dim, index, value))
+
+    def scatter_(self, dim, index, src=None, value=None, reduce=None):
+        return self._inplace(_F.scatter(self, dim, index, src, value, reduce))
+
+    # A tensor's shape is the C type's, fixed: an in-place layout change is
+    # done where it keeps the shape (a square transpose, a squeeze of no
+    # dim), else refused with the out-of-place spelling.
+    def _same_shape_(self, result, name):
+        if result.shape != self.shape:
+            raise NotImplementedError(f"loom: {name} changes the tensor's shape in place, "
+                                      f"which loom tensors cannot; use x = x.{name[:-1]}(...)")
+        return self._inplace(result)
+
+    def transpose_(self, dim0, dim1):
+        return self._same_shape_(_F.transpose(self, dim0, dim1), "transpose_")
+
+    def t_(self): return self._same_shape_(_F.t(self), "t_")
+    def squeeze_(self, dim=None): return self._same_shape_(_F.squeeze(self, dim), "squeeze_")
+    def unsqueeze_(self, dim): return self._same_shape_(_F.unsqueeze(self, dim), "unsqueeze_")
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        """Uniform [a, b) values in place, from loom's generator (or the
+        numpy.random.Generator given)."""
+        return self._random_fill(lambda g: g.uniform(a, b, self.shape), generator)
+
+    def normal_(self, mean=0.0, std=1.0, generator=None):
+        return self._random_fill(lambda g: g.normal(mean, std, self.shape), generator)
+
+    def _random_fill(self, draw, generator):
+        if not self.dtype.is_floating_point:
+            raise RuntimeError(f"loom: random fill of a {self.dtype.name} tensor (a float "
+                               f"dtype only)")
+        from . import _generator_now, tensor
+        values = draw(generator if generator is not None else _generator_now())
+        return self._inplace(_F._op("identity", tensor(np.asarray(values), dtype=self.dtype)))
 
     def copy_(self, src):
         if not isinstance(src, Tensor):

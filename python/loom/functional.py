@@ -20,6 +20,7 @@ from ._tensor import Tensor
 _F32 = _dtype._BY_NAME["float32"]
 _I64 = _dtype._BY_NAME["int64"]
 _BOOL = _dtype._BY_NAME["bool"]
+_I8 = _dtype._BY_NAME["int8"]
 
 
 def _op(name, *inputs, **attrs):
@@ -104,6 +105,18 @@ def _binary(name, on_bool=None):
     return fn
 
 
+def _ordering(name):
+    """<, <=, >, >=: bools compare as 0 and 1, as in PyTorch (the ops take
+    numbers only)."""
+    def fn(a, b):
+        a, b = _pair(a, b)
+        if a.dtype is _BOOL:
+            a, b = cast(a, _I8), cast(b, _I8)
+        return _op(name, a, b)
+    fn.__name__ = name
+    return fn
+
+
 add = _binary("add", "or")
 sub = _binary("sub")
 mul = _binary("mul", "and")
@@ -111,10 +124,10 @@ maximum = _binary("maximum", "or")
 minimum = _binary("minimum", "and")
 eq = _binary("eq")
 ne = _binary("ne")
-lt = _binary("lt")
-le = _binary("le")
-gt = _binary("gt")
-ge = _binary("ge")
+lt = _ordering("lt")
+le = _ordering("le")
+gt = _ordering("gt")
+ge = _ordering("ge")
 bitwise_and = _binary("bitwise_and")
 bitwise_or = _binary("bitwise_or")
 bitwise_xor = _binary("bitwise_xor")
@@ -194,11 +207,68 @@ def _unary(name):
     return fn
 
 
-for _name in ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh",
-              "sigmoid", "relu", "silu", "sin", "cos", "tan", "asin", "acos", "atan",
-              "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign",
-              "isnan", "stop_gradient"):
+_FLOAT_CODES = frozenset(d._code for d in _dtype.DTYPES if d.is_floating_point)
+
+
+def _float_unary(name):
+    """A float-only op that takes integers and bool as float32, PyTorch's
+    default dtype (torch.tensor([4, 9]).sqrt() is float32)."""
+    op = _C.op
+
+    def fn(x):
+        if getattr(x, "_dtype", None) not in _FLOAT_CODES and isinstance(x, Tensor):
+            x = cast(x, _F32)
+        return op(name, (x,), None)
+    fn.__name__ = name
+    return fn
+
+
+def _rounding_unary(name):
+    """floor, ceil: an integer tensor is already whole (returned as it is)."""
+    op = _C.op
+
+    def fn(x):
+        if isinstance(x, Tensor) and not x.dtype.is_floating_point and x.dtype is not _BOOL:
+            return x
+        return op(name, (x,), None)
+    fn.__name__ = name
+    return fn
+
+
+for _name in ("neg", "abs", "relu", "silu", "sign", "isnan", "stop_gradient"):
     globals()[_name] = _unary(_name)
+for _name in ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+              "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+              "atanh", "erf"):
+    globals()[_name] = _float_unary(_name)
+floor, ceil = _rounding_unary("floor"), _rounding_unary("ceil")
+_round_op = _rounding_unary("round")
+
+
+def round(x, decimals=0):
+    """Half to even; decimals rounds at 10^-decimals (as PyTorch: x scaled
+    by the power of ten, rounded, scaled back)."""
+    if not decimals or not x.dtype.is_floating_point:
+        return _round_op(x)
+    scale = 10.0 ** builtins.abs(builtins.int(decimals))
+    if decimals > 0:
+        return div(_round_op(mul(x, scale)), scale)
+    return mul(_round_op(div(x, scale)), scale)
+
+
+def log2(x):
+    return div(log(x), math.log(2.0))
+
+
+def log10(x):
+    return div(log(x), math.log(10.0))
+
+
+def exp2(x):
+    x = x if x.dtype.is_floating_point else cast(x, _F32)
+    return exp(mul(x, math.log(2.0)))
+
+
 negative = globals()["neg"]
 logical_not = _unary("not")
 bitwise_not = _unary("bitwise_not")
@@ -388,18 +458,30 @@ def _results(*names):
 
 # torch.return_types: results that unpack as (values, indices) and name
 # their parts (out.values, out.indices)
-return_types = _results("max", "min", "topk", "sort", "kthvalue", "median")
+return_types = _results("max", "min", "topk", "sort", "kthvalue", "median", "cummax", "cummin")
+
+
+def _ordered(x):
+    """x as the ordering ops take it: bools as int8 0 and 1 (the ops take
+    numbers only; PyTorch orders False below True)."""
+    return cast(x, _I8) if x.dtype is _BOOL else x
+
+
+def _reduce_ordered(name, x, dim, keepdim):
+    out = _reduce(name, _ordered(x), dim, keepdim)
+    return cast(out, _BOOL) if x.dtype is _BOOL else out
 
 
 def _extreme(name, arg_name, x, dim, keepdim):
     if dim is None:
-        return _reduce(name, x, None, False)
+        return _reduce_ordered(name, x, None, False)
     if x.ndim == 0:
-        return getattr(return_types, name)(_reduce(name, x, dim, keepdim),
-                                           _op(arg_name, x, axis=int(dim), keepdim=int(keepdim)))
+        return getattr(return_types, name)(
+            _reduce_ordered(name, x, dim, keepdim),
+            _op(arg_name, _ordered(x), axis=int(dim), keepdim=int(keepdim)))
     # the values gathered at the indices: at ties the gradient goes to that
     # one element, as PyTorch's (the reduction's would split it)
-    index = _op(arg_name, x, axis=int(dim), keepdim=1)
+    index = _op(arg_name, _ordered(x), axis=int(dim), keepdim=1)
     values = gather(x, dim, index)
     if not keepdim:
         values, index = squeeze(values, dim), squeeze(index, dim)
@@ -420,11 +502,11 @@ def min(x, dim=None, keepdim=False):
 
 
 def amax(x, dim=None, keepdim=False):
-    return _reduce("max", x, dim, keepdim)
+    return _reduce_ordered("max", x, dim, keepdim)
 
 
 def amin(x, dim=None, keepdim=False):
-    return _reduce("min", x, dim, keepdim)
+    return _reduce_ordered("min", x, dim, keepdim)
 
 
 def argmax(x, dim=None, keepdim=False):
@@ -459,8 +541,8 @@ def sort(x, dim=-1, descending=False, stable=False):
     sorts above every number, as PyTorch's)."""
     if x.ndim == 0:
         return return_types.sort(x, _scalar(0, _I64))
-    v, i = _op("topk", x, k=x.shape[dim], axis=int(dim), largest=int(descending))
-    return return_types.sort(v, i)
+    v, i = _op("topk", _ordered(x), k=x.shape[dim], axis=int(dim), largest=int(descending))
+    return return_types.sort(cast(v, x.dtype), i)
 
 
 def argsort(x, dim=-1, descending=False, stable=False):
@@ -1507,6 +1589,313 @@ def _mask_index(x, mask):
     return _op("gather", flat, where_true, axis=0)
 
 
+# ---- scatters, moves, cumulative extremes, splits (PyTorch's names) ----
+
+def _index_shaped(src, index):
+    """src cut to index's shape (torch.scatter reads src only there)."""
+    for d, n in enumerate(index.shape):
+        if src.shape[d] != n:
+            src = narrow(src, d, 0, n)
+    return src
+
+
+def scatter(x, dim, index, src=None, value=None, reduce=None):
+    """torch.scatter: x with src[i][j] (or value) written at x[index[i][j]][j]
+    (dim 0): a scatter_add of src into zeros, taken by where at the
+    positions index reaches (a scatter_add of ones), so that gradients go
+    to src at index and to x elsewhere. A position written twice takes the
+    sum (PyTorch leaves which one wins undefined)."""
+    if reduce is not None:
+        raise NotImplementedError("loom scatter: reduce= (use scatter_add)")
+    if src is None:
+        src = value
+    if src is None:
+        raise TypeError("scatter() missing 'src' or 'value'")
+    dim = _dim(dim, x.ndim)
+    if isinstance(src, Tensor):
+        src = cast(_index_shaped(src, index), x.dtype)
+    else:
+        src = expand(_scalar(src, x.dtype), *index.shape)
+    index = cast(index, _I64)
+    hit = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I8._code),
+              index, _op("full", shape=tuple(index.shape), value=1.0, dtype=_I8._code),
+              axis=dim)
+    base = x if x.dtype is not _BOOL else cast(x, _I8)
+    spread = _op("scatter_add", mul(base, 0), index, cast(src, base.dtype), axis=dim)
+    return where(ne(hit, 0), cast(spread, x.dtype), x)
+
+
+def index_fill(x, dim, index, value):
+    """x with value at the positions index names along dim (a mask made by
+    a scatter_add of ones, chosen by where)."""
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim] if x.ndim else 1
+    index = reshape(cast(index, _I64), -1)
+    index = where(lt(index, 0), add(index, n), index)
+    hit = _op("scatter_add", _op("full", shape=(n,), value=0.0, dtype=_I8._code), index,
+              _op("full", shape=tuple(index.shape), value=1.0, dtype=_I8._code), axis=0)
+    shape = [1] * x.ndim
+    if x.ndim:
+        shape[dim] = n
+    value = cast(value, x.dtype) if isinstance(value, Tensor) else _scalar(value, x.dtype)
+    return where(reshape(ne(hit, 0), *shape), value, x)
+
+
+def take_along_dim(x, indices, dim=None):
+    """x's elements at indices along dim (x and indices broadcast on the
+    other dims); without dim, of x flattened."""
+    if dim is None:
+        return gather(reshape(x, -1), 0, reshape(indices, -1))
+    dim = _dim(dim, x.ndim)
+    if indices.ndim != x.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {x.ndim} dimensions for input, and "
+                           f"{indices.ndim} dimensions for indices")
+    shape = [builtins.max(a, b) for a, b in zip(x.shape, indices.shape)]
+    xs, ins = list(shape), list(shape)
+    xs[dim], ins[dim] = x.shape[dim], indices.shape[dim]
+    x = x if list(x.shape) == xs else expand(x, *xs)
+    indices = indices if list(indices.shape) == ins else expand(indices, *ins)
+    return gather(x, dim, indices)
+
+
+def repeat_interleave(x, repeats=None, dim=None, output_size=None):
+    """Each element (or slice along dim) repeated: repeats an int, or a
+    tensor of one count per element (read: the result's size is its
+    sum). repeat_interleave(counts) alone: each index repeated by its count."""
+    if repeats is None:
+        counts = np.asarray(x).astype(np.int64).reshape(-1)
+        return _const(np.repeat(np.arange(counts.size, dtype=np.int64), counts))
+    if dim is None:
+        x, dim = reshape(x, -1), 0
+    dim = _dim(dim, x.ndim)
+    if isinstance(repeats, Tensor) and repeats.numel() == 1:
+        repeats = builtins.int(repeats.item())
+    if _is_int_number(repeats):
+        if repeats < 0:
+            raise RuntimeError("repeats can not be negative")
+        shape = list(x.shape)
+        y = unsqueeze(x, dim + 1)
+        y = expand(y, *shape[:dim + 1], repeats, *shape[dim + 1:])
+        return reshape(y, *shape[:dim], shape[dim] * repeats, *shape[dim + 1:])
+    counts = np.asarray(repeats).astype(np.int64).reshape(-1)
+    if counts.size != x.shape[dim]:
+        raise RuntimeError("repeats must have the same size as input along dim")
+    if (counts < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    taps = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+    return _op("index_select", x, _const(taps), axis=dim)
+
+
+def tensor_split(x, indices_or_sections, dim=0):
+    """x cut along dim into n near-equal parts (the first size % n one
+    longer), or at the given indices (parts may be empty)."""
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim]
+    spec = indices_or_sections
+    if isinstance(spec, Tensor):
+        spec = spec.item() if spec.ndim == 0 else spec.tolist()
+    if _is_int_number(spec):
+        if spec <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {spec}")
+        q, r = divmod(n, spec)
+        bounds = np.cumsum([0] + [q + 1] * r + [q] * (spec - r)).tolist()
+    else:
+        bounds = [0] + [builtins.min(builtins.max(i if i >= 0 else i + n, 0), n)
+                        for i in spec] + [n]
+    return tuple(narrow(x, dim, a, builtins.max(b - a, 0))
+                 for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def movedim(x, source, destination):
+    """x with dims source moved to destination, the others in their order."""
+    src = [_dim(d, x.ndim) for d in (source if isinstance(source, (list, tuple)) else [source])]
+    dst = [_dim(d, x.ndim) for d in
+           (destination if isinstance(destination, (list, tuple)) else [destination])]
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
+                           f"should contain the same number of dims as destination ({dst} dims)")
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise RuntimeError("movedim: repeated dim in source or destination")
+    perm = [None] * x.ndim
+    for s, d in zip(src, dst):
+        perm[d] = s
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    perm = [next(rest) if p is None else p for p in perm]
+    return x if perm == list(range(x.ndim)) else permute(x, perm)
+
+
+moveaxis = movedim
+
+
+def _prefix_taps(x, dim):
+    """x's dim moved last and each prefix laid out reversed: (..., n, n),
+    row j holding x[j], x[j-1], ..., x[0], then padding (the mask says
+    where); and the (n, n) offsets j - k of each tap."""
+    last = transpose(x, dim, -1) if dim != x.ndim - 1 else x
+    n = last.shape[-1]
+    j, k = np.indices((n, n))
+    valid = k <= j
+    taps = np.where(valid, j - k, 0).astype(np.int64)
+    rows = index_select(last, last.ndim - 1, _const(taps.reshape(-1)))
+    return last, reshape(rows, *last.shape[:-1], n, n), _const(valid), taps
+
+
+def _cumulative_extreme(name, x, dim):
+    """cummax / cummin: for each prefix its extreme and the index of its
+    last occurrence (PyTorch's choice at ties), the value gathered there so
+    that the gradient goes to that element."""
+    if x.ndim == 0:
+        return getattr(return_types, name)(x, _scalar(0, _I64))
+    dim = _dim(dim, x.ndim)
+    last, rows, valid, _ = _prefix_taps(_ordered(x), dim)
+    kind = x.dtype if x.dtype is not _BOOL else _I8
+    if kind.is_floating_point:
+        pad_value = -math.inf if name == "cummax" else math.inf
+    else:
+        info = np.iinfo(kind._numpy)
+        pad_value = builtins.int(info.min if name == "cummax" else info.max)
+    padded = where(valid, rows, _scalar(pad_value, kind))
+    # the first tap of the reversed prefix: the last occurrence in x
+    first = _op("argmax" if name == "cummax" else "argmin", padded, axis=-1, keepdim=0)
+    if kind.is_floating_point:  # a NaN wins, the last one seen, as PyTorch's
+        nans = logical_and(valid, isnan(rows))
+        first = where(any(nans, -1), argmax(cast(nans, _I8), -1), first)
+    index = sub(_const(np.arange(last.shape[-1], dtype=np.int64)), first)
+    xl = transpose(x, dim, -1) if dim != x.ndim - 1 else x
+    values = gather(xl, xl.ndim - 1, index)
+    if dim != x.ndim - 1:
+        values, index = transpose(values, dim, -1), transpose(index, dim, -1)
+    return getattr(return_types, name)(values, index)
+
+
+def cummax(x, dim):
+    """The running maximum along dim and its index (n^2 elements for a dim of n)."""
+    return _cumulative_extreme("cummax", x, dim)
+
+
+def cummin(x, dim):
+    return _cumulative_extreme("cummin", x, dim)
+
+
+def logcumsumexp(x, dim):
+    """log(cumsum(exp(x))) along dim, stable: each prefix a logsumexp over
+    x with the elements after it at -inf (n^2 elements for a dim of n)."""
+    if x.ndim == 0:
+        return x
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim]
+    last = transpose(x, dim, -1) if dim != x.ndim - 1 else x
+    keep = _const(np.tril(np.ones((n, n), np.bool_)))
+    out = logsumexp(where(keep, unsqueeze(last, -2), _scalar(-math.inf, x.dtype)), -1)
+    return transpose(out, dim, -1) if dim != x.ndim - 1 else out
+
+
+def msort(x):
+    """x sorted along its first dim."""
+    return sort(x, 0).values
+
+
+def trace(x):
+    """The sum of a matrix's main diagonal."""
+    if x.ndim != 2:
+        raise RuntimeError("trace: expected a matrix")
+    return sum(diagonal(x))
+
+
+def _var_args(dim, unbiased, correction):
+    if isinstance(dim, builtins.bool):  # var_mean(x, False): unbiased by position
+        return None, dim, correction
+    return dim, unbiased, correction
+
+
+def var_mean(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    """(var, mean) over dim, as torch.var_mean (unbiased or correction=)."""
+    dim, unbiased, correction = _var_args(dim, unbiased, correction)
+    return (var(x, dim, unbiased, keepdim, correction), mean(x, dim, keepdim))
+
+
+def std_mean(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    dim, unbiased, correction = _var_args(dim, unbiased, correction)
+    return (std(x, dim, unbiased, keepdim, correction), mean(x, dim, keepdim))
+
+
+def xlogy(x, y):
+    """x * log(y), 0 where x is 0 (unless y is NaN). There x's gradient is
+    log(y) where that is finite, else 0, and y's is 0, as PyTorch's: x
+    times a log taken without gradient, of 1 where y is not positive and
+    finite (so that no 0 * inf reaches the value or the gradients)."""
+    x, y = _pair(x, y)
+    if not x.dtype.is_floating_point:
+        x, y = cast(x, _F32), cast(y, _F32)
+    zero = logical_and(eq(x, 0), logical_not(isnan(y)))
+    finite = logical_and(gt(y, 0), lt(y, math.inf))
+    at_zero = mul(x, stop_gradient(log(where(finite, y, 1.0))))
+    return where(zero, at_zero, mul(x, log(where(zero, 1.0, y))))
+
+
+def _nan_ignoring(a, b, keep_a):
+    a, b = _pair(a, b)
+    return where(logical_or(keep_a(a, b), isnan(b)), a, b)
+
+
+def fmax(a, b):
+    """The larger of a and b, NaN only where both are (the gradient to a
+    at ties, as PyTorch's)."""
+    return _nan_ignoring(a, b, ge)
+
+
+def fmin(a, b):
+    return _nan_ignoring(a, b, le)
+
+
+def erfinv(x):
+    """The inverse of erf: Giles' polynomial start (single precision) and
+    two Newton steps on erf, computed without gradient; the gradient is
+    sqrt(pi)/2 e^(y^2), attached by a term that is 0 in value."""
+    x = x if x.dtype.is_floating_point else cast(x, _F32)
+    v = stop_gradient(x)
+    w = neg(log(mul(sub(1.0, v), add(1.0, v))))
+    small = lt(w, 5.0)
+    ws = sub(where(small, w, 5.0), 2.5)
+    wl = sub(sqrt(where(small, 5.0, w)), 3.0)
+    p_small, p_large = _scalar(2.81022636e-08, x.dtype), _scalar(-0.000200214257, x.dtype)
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+              -0.00417768164, 0.246640727, 1.50140941):
+        p_small = add(c, mul(p_small, ws))
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+              0.00943887047, 1.00167406, 2.83297682):
+        p_large = add(c, mul(p_large, wl))
+    y = mul(where(small, p_small, p_large), v)
+    inside = lt(abs(v), 1.0)
+    slope = 2.0 / math.sqrt(math.pi)
+    for _ in range(2):
+        step = div(sub(erf(y), v), mul(slope, exp(neg(mul(y, y)))))
+        y = where(inside, sub(y, step), y)
+    y = where(eq(abs(v), 1.0), mul(sign(v), math.inf), where(inside, y, math.nan))
+    grad = mul(math.sqrt(math.pi) / 2, exp(mul(y, y)))
+    return add(y, mul(sub(x, v), where(inside, grad, 0.0)))
+
+
+def _unfold(x, dimension, size, step):
+    """Tensor.unfold: the windows of size elements, step apart, along
+    dimension, as a new last dim (one index_select of every window's taps)."""
+    dim = _dim(dimension, x.ndim)
+    n = x.shape[dim] if x.ndim else 1
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {dim} is {n} but size is "
+                           f"{size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if x.ndim == 0:
+        return reshape(x, 1)
+    count = (n - size) // step + 1
+    taps = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    y = _op("index_select", x, _const(taps.astype(np.int64)), axis=dim)
+    y = reshape(y, *x.shape[:dim], count, size, *x.shape[dim + 1:])
+    return movedim(y, dim + 1, -1)
+
+
 # Functions reachable as tensor methods (x.sum(1), x.reshape(2, -1), ...).
 METHODS = {name: globals()[name] for name in (
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
@@ -1526,7 +1915,11 @@ METHODS = {name: globals()[name] for name in (
     "allclose", "expand_as", "view_as", "reshape_as", "type_as", "narrow", "ravel", "square",
     "unflatten", "logit", "trunc", "fix", "frac", "addcmul", "addcdiv", "diag", "outer", "ger",
     "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
-    "cumprod", "diagonal", "diag_embed", "masked_select", "median", "fmod", "index_put")}
+    "cumprod", "diagonal", "diag_embed", "masked_select", "median", "fmod", "index_put",
+    "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
+    "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
+    "fmax", "fmin", "erfinv", "index_fill")}
+METHODS["unfold"] = _unfold
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

@@ -8,8 +8,13 @@ from .layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool2d,  # noqa: F
                      Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
                      Softplus, Tanh, TransformerEncoder, TransformerEncoderLayer, Unflatten)
 from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa: F401
+from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid,  # noqa: F401
+                     Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
+                     Softsign, Tanhshrink)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
+from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401
+                     PoissonNLLLoss, TripletMarginLoss)
 from .recurrent import (GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase,  # noqa: F401
                         RNNCell, RNNCellBase)
 from .module import (Module, ModuleDict, ModuleList, Parameter, ParameterDict,  # noqa: F401

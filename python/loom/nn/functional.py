@@ -807,3 +807,200 @@ def upsample_nearest(input, size=None, scale_factor=None):
 def upsample_bilinear(input, size=None, scale_factor=None):
     """Bilinear with align_corners=True, as PyTorch's."""
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+# ---- more activations ----
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """max(0, x) + min(0, alpha (e^(x / alpha) - 1)): elu of x / alpha, scaled."""
+    return elu(input / alpha, 1.0) * alpha
+
+
+def hardsigmoid(input, inplace=False):
+    """relu6(x + 3) / 6 (the gradient 1/6 strictly inside (-3, 3))."""
+    return hardtanh(input + 3.0, 0.0, 6.0) / 6.0
+
+
+def hardswish(input, inplace=False):
+    return input * hardsigmoid(input)
+
+
+def softsign(input):
+    return input / (input.abs() + 1.0)
+
+
+def tanhshrink(input):
+    return input - tanh(input)
+
+
+def softmin(input, dim=None, dtype=None):
+    """softmax of -x (dim as softmax's legacy rule when None)."""
+    if dtype is not None:
+        input = _F.cast(input, dtype)
+    dim = dim if dim is not None else 0 if input.ndim in (0, 1, 3) else 1
+    return softmax(-input, dim)
+
+
+# ---- 1-d pooling (the 2-d pools over a unit height), adaptive max pooling ----
+
+def _one_d(v):
+    return (1, v if isinstance(v, int) else v[0])
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    """(N, C, L) or (C, L): avg_pool2d over (1, kernel_size)."""
+    y = avg_pool2d(input.unsqueeze(-2), _one_d(kernel_size),
+                   None if stride is None else _one_d(stride), (0, _one_d(padding)[1]),
+                   ceil_mode, count_include_pad)
+    return y.squeeze(-2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """(N, C, L) or (C, L): max_pool2d over (1, kernel_size); indices
+    along L."""
+    out = max_pool2d(input.unsqueeze(-2), _one_d(kernel_size),
+                     None if stride is None else _one_d(stride), (0, _one_d(padding)[1]),
+                     _one_d(dilation), ceil_mode, return_indices)
+    if return_indices:
+        return tuple(o.squeeze(-2) for o in out)
+    return out.squeeze(-2)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """As adaptive_avg_pool2d: output sizes that divide the input's (one
+    max_pool2d of the quotient as kernel and stride); None keeps a size."""
+    h, w = input.shape[-2:]
+    oh, ow = _pair_of(output_size)
+    oh, ow = h if oh is None else oh, w if ow is None else ow
+    if h % oh or w % ow:
+        raise NotImplementedError("loom adaptive_max_pool2d: output sizes that divide the "
+                                  "input's")
+    return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+
+
+# ---- pixel shuffles, bilinear ----
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r^2, H, W) -> (*, C, H r, W r): a reshape, permute, reshape."""
+    r = int(upscale_factor)
+    *batch, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    n = len(batch)
+    y = input.reshape(*batch, c // (r * r), r, r, h, w)
+    y = y.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return y.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H r, W r) -> (*, C r^2, H, W), pixel_shuffle's inverse."""
+    r = int(downscale_factor)
+    *batch, c, h, w = input.shape
+    if h % r or w % r:
+        raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by "
+                           f"downscale_factor, but got {h} x {w} and {r}")
+    n = len(batch)
+    y = input.reshape(*batch, c, h // r, r, w // r, r)
+    y = y.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return y.reshape(*batch, c * r * r, h // r, w // r)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y_k = x1^T W_k x2 + b_k, weight (out, in1, in2): one matmul of x1
+    by W's rows laid side by side, then a product with x2 summed."""
+    out, in1, in2 = weight.shape
+    flat_w = weight.permute(1, 0, 2).reshape(in1, out * in2)
+    t = _F.matmul(input1, flat_w).reshape(*input1.shape[:-1], out, in2)
+    y = (t * input2.unsqueeze(-2)).sum(-1)
+    return y if bias is None else y + bias
+
+
+# ---- more losses ----
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps along the last dim."""
+    return _F.norm(x1 - x2 + eps, p, -1, keepdim)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is
+    -1; cos over the last dim, each squared norm plus 1e-12 as PyTorch's."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    dim = input1.ndim - 1
+    dot = (input1 * input2).sum(dim)
+    sq1 = (input1 * input1).sum(dim) + 1e-12
+    sq2 = (input2 * input2).sum(dim) + 1e-12
+    cos = dot / _F.sqrt(sq1 * sq2)
+    loss = _F.where(target == 1, 1.0 - cos, 0.0) + \
+        _F.where(target == -1, _F.clamp_min(cos - margin, 0.0), 0.0)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """max(0, -target (x1 - x2) + margin)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    return _reduce(_F.clamp_min(-target * (input1 - input2) + margin, 0.0), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """max(0, margin + d(a, p) - d(a, n)), d the pairwise distance; swap
+    takes d(p, n) for d(a, n) where it is smaller."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = _F.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(_F.clamp_min(d_pos - d_neg + margin, 0.0), reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
+                     reduce=None, reduction="mean"):
+    """e^x - target x (log_input), else x - target log(x + eps); full adds
+    Stirling's term where target > 1."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_input:
+        loss = _F.exp(input) - target * input
+    else:
+        loss = input - target * _F.log(input + eps)
+    if full:
+        big = target > 1
+        t = _F.where(big, target, 1.0)  # a log of 1 where the term is 0
+        stirling = t * _F.log(t) - t + 0.5 * _F.log(2 * math.pi * t)
+        loss = loss + _F.where(big, stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """0.5 (log var + (x - target)^2 / var), var clamped to eps in value
+    only (the gradient passes as unclamped, as PyTorch's in-place clamp
+    under no_grad); full adds 0.5 log(2 pi)."""
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        elif not (tuple(input.shape[:-1]) == tuple(var.shape[:-1]) and var.shape[-1] == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if not var._lazy and (np.asarray(var.detach()) < 0).any():  # a lazy var is not read
+        raise ValueError("var has negative entry/entries")
+    var = var + (_F.clamp_min(var, eps) - var).detach()
+    loss = 0.5 * (_F.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
