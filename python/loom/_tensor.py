@@ -350,21 +350,24 @@ class Tensor(_C.TensorBase):
     def scatter_(self, dim, index, src=None, value=None, reduce=None):
         return self._inplace(_F.scatter(self, dim, index, src, value, reduce))
 
-    # A tensor's shape is the C type's, fixed: an in-place layout change is
-    # done where it keeps the shape (a square transpose, a squeeze of no
-    # dim), else refused with the out-of-place spelling.
-    def _same_shape_(self, result, name):
-        if result.shape != self.shape:
-            raise NotImplementedError(f"loom: {name} changes the tensor's shape in place, "
-                                      f"which loom tensors cannot; use x = x.{name[:-1]}(...)")
-        return self._inplace(result)
+    # In-place layout changes: the tensor takes the new shape with the new
+    # value, where nothing else sees its memory (no NumPy view of it, not
+    # a parameter); else refused with the out-of-place spelling.
+    def _layout_(self, result, name):
+        if result.shape == self.shape:
+            return self._inplace(result)
+        if not (result._lazy and _C._take_value(self, result, True)):
+            raise NotImplementedError(f"loom: {name} of a tensor whose memory is shared (a "
+                                      f"NumPy view, a parameter) cannot change its shape; "
+                                      f"use x = x.{name[:-1]}(...)")
+        return self
 
     def transpose_(self, dim0, dim1):
-        return self._same_shape_(_F.transpose(self, dim0, dim1), "transpose_")
+        return self._layout_(_F.transpose(self, dim0, dim1), "transpose_")
 
-    def t_(self): return self._same_shape_(_F.t(self), "t_")
-    def squeeze_(self, dim=None): return self._same_shape_(_F.squeeze(self, dim), "squeeze_")
-    def unsqueeze_(self, dim): return self._same_shape_(_F.unsqueeze(self, dim), "unsqueeze_")
+    def t_(self): return self._layout_(_F.t(self), "t_")
+    def squeeze_(self, dim=None): return self._layout_(_F.squeeze(self, dim), "squeeze_")
+    def unsqueeze_(self, dim): return self._layout_(_F.unsqueeze(self, dim), "unsqueeze_")
 
     def uniform_(self, a=0.0, b=1.0, generator=None):
         """Uniform [a, b) values in place, from loom's generator (or the

@@ -85,8 +85,9 @@ void py_step_read_failed(PyObject *error);
 void py_step_realized(py_tensor_t *t);
 /* dst takes lazy src's value in place: the object names the new value,
  * and whoever holds it sees that. 1 when taken; 0 when dst cannot (of
- * another type; memory others see; a parameter); -1 with an exception. */
-int py_step_take_value(py_tensor_t *dst, py_tensor_t *src);
+ * another dtype, or shape unless reshape; memory others see; a
+ * parameter); -1 with an exception. */
+int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape);
 /* Ends the step when nothing alive could still use its values. */
 int py_step_idle(void);
 /* The graph ops record into: the capture's, else the trace's. */

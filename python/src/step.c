@@ -124,10 +124,10 @@ void py_step_realized(py_tensor_t *t) {
   if (linked(t) && t->step == st.id) st.lazy--;
 }
 
-int py_step_take_value(py_tensor_t *dst, py_tensor_t *src) {
+int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape) {
   if (src->data || src->step != st.id || dst->dtype != src->dtype ||
-      dst->rank != src->rank ||
-      memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank))
+      (!reshape && (dst->rank != src->rank ||
+                    memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank))))
     return 0;
   if (!dst->data && dst->step != st.id) return 0;
   if (dst->data) {
@@ -152,6 +152,11 @@ int py_step_take_value(py_tensor_t *dst, py_tensor_t *src) {
     dst->step_input = false;
   } else {
     py_step_unlink(dst);
+  }
+  if (dst->rank != src->rank || memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->rank)) {
+    dst->rank = src->rank; /* an in-place layout change (unsqueeze_) */
+    memcpy(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->rank);
+    for (int d = 0; d < LOOM_MAX_RANK; d++) dst->policy[d] = -1;
   }
   dst->step = st.id;
   dst->value = src->value;
@@ -441,7 +446,7 @@ static int accumulate_grad(PyObject **slot, PyObject *grad) {
   PyObject *sum = PyNumber_Add(*slot, grad);
   Py_DECREF(grad);
   if (!sum) return -1;
-  int took = py_step_take_value(old, (py_tensor_t *)sum);
+  int took = py_step_take_value(old, (py_tensor_t *)sum, false);
   if (took == 1) Py_DECREF(sum);
   else Py_SETREF(*slot, sum);
   return took < 0 ? -1 : 0;

@@ -509,7 +509,8 @@ static PyObject *fn_rebind(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *a, *b;
   if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
-  int took = ((py_tensor_t *)a)->data ? 0 : py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b);
+  int took =
+      ((py_tensor_t *)a)->data ? 0 : py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b, false);
   if (took < 0) return NULL;
   if (!took) {
     PyErr_SetString(PyExc_ValueError, "_rebind: two lazy tensors of the step, of one type");
@@ -518,13 +519,16 @@ static PyObject *fn_rebind(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* _take_value(dst, src): whether dst, real or lazy, took lazy src's value
- * in place (false: its memory is seen by others, or the types differ). */
+/* _take_value(dst, src, reshape=False): whether dst, real or lazy, took
+ * lazy src's value in place, src's shape too when reshape (false: its
+ * memory is seen by others, or the types differ). */
 static PyObject *fn_take_value(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *a, *b;
-  if (!PyArg_ParseTuple(args, "O!O!", &py_tensor_type, &a, &py_tensor_type, &b)) return NULL;
-  int took = py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b);
+  int reshape = 0;
+  if (!PyArg_ParseTuple(args, "O!O!|p", &py_tensor_type, &a, &py_tensor_type, &b, &reshape))
+    return NULL;
+  int took = py_step_take_value((py_tensor_t *)a, (py_tensor_t *)b, reshape);
   return took < 0 ? NULL : PyBool_FromLong(took);
 }
 

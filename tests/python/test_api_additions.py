@@ -353,12 +353,23 @@ def test_layout_inplace_methods():
     _close(mine, theirs)
     mine.squeeze_(), theirs.squeeze_()  # no dim of size 1: the shape stays
     _close(mine, theirs)
+    # shape changes: every reference sees the new shape and values
+    x = rnd(2, 1, 3)
+    mine, theirs = loom.tensor(x), torch.tensor(x)
+    alias = mine
+    for m, t in ((mine.squeeze_(1), theirs.squeeze_(1)),
+                 (mine.unsqueeze_(0), theirs.unsqueeze_(0)),
+                 (mine.transpose_(0, 2), theirs.transpose_(0, 2)),
+                 (mine.squeeze_(), theirs.squeeze_())):
+        assert m is alias and tuple(m.shape) == tuple(t.shape)
+        _close(m, t)
+    lazy = loom.tensor(rnd(2, 3)) * 2
+    lazy.t_()
+    assert tuple(lazy.shape) == (3, 2)
+    shared = loom.zeros(2, 3)
+    view = shared.numpy()  # noqa: F841 -- its memory is seen by NumPy now
     with pytest.raises(NotImplementedError, match="unsqueeze"):
-        loom.zeros(2, 3).unsqueeze_(0)
-    with pytest.raises(NotImplementedError, match="transpose"):
-        loom.zeros(2, 3).transpose_(0, 1)
-    with pytest.raises(NotImplementedError, match="squeeze"):
-        loom.zeros(2, 1).squeeze_(1)
+        shared.unsqueeze_(0)
 
 
 def test_uniform_and_normal_fill_in_place():
