@@ -122,6 +122,52 @@ static void test_cnn_symbolic_batch(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- Windows larger than a symbolic input --------------------------------
+ * conv2d (kernel 3) and max_pool2d (kernel 3) over x (1, 2, h, h): at
+ * h = 6 both run; at h = 2 the output's height would be 0, which fails
+ * the run naming the op (compiled and interpreted), not an empty result. */
+
+static void test_window_larger_than_symbolic_input(void) {
+  test_seed(12);
+  for (int pool = 0; pool < 2; pool++) {
+    loom_graph_t *g;
+    CHECK_OK(loom_graph_create(&g));
+    loom_dim_t h;
+    loom_value_t x, y;
+    CHECK_OK(loom_dim_symbol(g, "h", &h));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 4, (loom_dim_t[]){1, 2, h, h}, &x));
+    if (pool) {
+      CHECK_OK(loom_max_pool2d(g, x, &(loom_pool_params_t){.kernel = {3, 3}, .stride = {1, 1}},
+                               &y));
+    } else {
+      loom_value_t w = param(g, "w", 4, (int64_t[]){4, 2, 3, 3});
+      CHECK_OK(loom_conv2d(g, x, w, 0, w, &(loom_conv_params_t){0}, &y));
+    }
+    CHECK_OK(loom_graph_output(g, y));
+    loom_compile_options_t o = dynamic_options();
+    loom_executable_t *e = NULL;
+    CHECK_OK(loom_compile(g, &o, &e));
+    for (int64_t size = 6; e && size >= 2; size -= 4) {
+      loom_tensor_t *in = test_rand_tensor(LOOM_F32, 4, (int64_t[]){1, 2, size, size}, -1, 1);
+      loom_tensor_t *out = NULL, *ref = NULL;
+      int64_t o_size = size - 2 > 0 ? size - 2 : 1;
+      CHECK_OK(loom_tensor_create(LOOM_F32, 4, (int64_t[]){1, pool ? 2 : 4, o_size, o_size},
+                                  &out));
+      if (size == 6) {
+        check_run(g, e, 1, &in, 1);
+      } else {
+        CHECK_ERR(loom_executable_run(e, 1, &in, 1, &out), LOOM_ERR_SHAPE, "too small");
+        CHECK_ERR(loom_interpret(g, 1, &in, 1, &ref), LOOM_ERR_SHAPE, "too small");
+      }
+      loom_tensor_destroy(in);
+      loom_tensor_destroy(out);
+      loom_tensor_destroy(ref);
+    }
+    loom_executable_destroy(e);
+    loom_graph_destroy(g);
+  }
+}
+
 /* ---- Slices of a symbolic axis --------------------------------------------
  * x[:, 1:], x[:, :-1], x[:, ::2], x[:, -1:] and x[:, ::-1] (as exporters
  * write it: end -INT64_MAX) of x (4, n) keep n symbolic (n - 1, n - 1,
@@ -781,6 +827,7 @@ int main(void) {
   TEST_RUN(test_mlp_reference_only);
   TEST_RUN(test_cnn_symbolic_batch);
   TEST_RUN(test_slices_of_a_symbolic_axis);
+  TEST_RUN(test_window_larger_than_symbolic_input);
   TEST_RUN(test_mlp_gradients);
   TEST_RUN(test_rows_softmax_layer_norm);
   TEST_RUN(test_matmul_symbolic_m);

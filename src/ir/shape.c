@@ -144,3 +144,17 @@ loom_status_t ir_value_bytes(const loom_graph_t *g, const char *what, int32_t v,
                    shape_str(t->rank, shape, sh, sizeof sh),
                    shape_size_why(t->rank, shape, es, why, sizeof why));
 }
+
+loom_status_t ir_check_window_output(const loom_graph_t *g, const char *what, int32_t v,
+                                     const int64_t *shape) {
+  const ir_value_t *val = &g->values[v];
+  if (val->kind != IR_VALUE_NODE || val->node < 0) return LOOM_OK;
+  const ir_node_t *n = &g->nodes[val->node];
+  if (!(ir_ops[n->op].flags & F_WINDOW) && n->op != IR_OP_CONV2D) return LOOM_OK;
+  for (int d = 2; d < val->type.rank; d++)
+    if (shape[d] <= 0)
+      return loom_fail(LOOM_ERR_SHAPE, "%s: %s: the input is too small for the kernel, "
+                       "padding and dilation: output dim %d would be %lld", what,
+                       ir_ops[n->op].name, d, (long long)shape[d]);
+  return LOOM_OK;
+}

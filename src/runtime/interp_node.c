@@ -72,6 +72,7 @@ loom_status_t interp_output_shape(interp_t *it, const ir_node_t *n, int k, int64
                        ir_dim_str(it->g, t->dims[d], dim, sizeof dim), (long long)shape[d]);
     }
   }
+  LOOM_TRY(ir_check_window_output(it->g, "loom_interpret", n->out[k], shape));
   return ir_value_bytes(it->g, "loom_interpret", n->out[k], shape, NULL);
 }
 

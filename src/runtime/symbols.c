@@ -435,23 +435,6 @@ static loom_status_t resize_steps(loom_executable_t *e) {
   return LOOM_OK;
 }
 
-/* A convolution's or pooling's output that the new sizes make empty
- * along a spatial axis: its input is smaller than the kernel, an error
- * (as PyTorch's) rather than an empty result. A constant size fails when
- * the graph is built; a symbolic one only a run can check. */
-static loom_status_t check_window(const loom_graph_t *g, int32_t v, const int64_t *shape) {
-  const ir_value_t *val = &g->values[v];
-  if (val->kind != IR_VALUE_NODE) return LOOM_OK;
-  const ir_node_t *n = &g->nodes[val->node];
-  if (!(ir_ops[n->op].flags & F_WINDOW) && n->op != IR_OP_CONV2D) return LOOM_OK;
-  for (int d = 2; d < val->type.rank; d++)
-    if (shape[d] <= 0)
-      return loom_fail(LOOM_ERR_SHAPE, "loom_executable_run: %s: the input is too small for "
-                       "the kernel, padding and dilation: output dim %d would be %lld",
-                       ir_ops[n->op].name, d, (long long)shape[d]);
-  return LOOM_OK;
-}
-
 /* Every value of the compiled graph fits at the new sizes, also those
  * inside fused groups that no buffer holds: generated loops count their
  * elements in int64. */
@@ -462,7 +445,7 @@ static loom_status_t check_value_sizes(const loom_executable_t *e) {
     if (kind == IR_VALUE_PARAM || kind == IR_VALUE_CONST) continue;
     int64_t shape[LOOM_MAX_RANK];
     LOOM_TRY(eval_shape(g, (int32_t)v, e->syms, shape));
-    LOOM_TRY(check_window(g, (int32_t)v, shape));
+    LOOM_TRY(ir_check_window_output(g, "loom_executable_run", (int32_t)v, shape));
     if (shape_size(g->values[v].type.rank, shape,
                    loom_dtype_size(g->values[v].type.dtype), NULL, NULL))
       continue;
