@@ -561,7 +561,7 @@ const char *ir_value_desc(const loom_graph_t *g, int32_t v, char *buf, size_t si
  * shape when shape_size refuses it. */
 loom_status_t ir_value_bytes(const loom_graph_t *g, const char *what, int32_t v,
                              const int64_t *shape, int64_t *bytes);
-/* Value v at shape, when a convolution or pooling makes it: LOOM_ERR_SHAPE
+/* Value v at shape, when a convolution makes it: LOOM_ERR_SHAPE
  * naming `what` when a spatial dim is empty, its input smaller than the
  * kernel (an error, as PyTorch's, not an empty result; a constant size
  * fails when the graph is built, a symbolic one only when it runs). */
