@@ -692,26 +692,20 @@ class Softmin(Module):
         return F.softmin(x, self.dim)
 
 
-class MaxPool1d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False):
-        super().__init__()
-        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
-        self.stride = kernel_size if stride is None else stride
-        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+class MaxPool1d(MaxPool2d):
+    """MaxPool2d's arguments over (N, C, L) or (C, L) (F.max_pool1d)."""
 
     def forward(self, x):
         return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode, self.return_indices)
 
 
-class AvgPool1d(Module):
+class AvgPool1d(AvgPool2d):
+    """AvgPool2d's arguments but divisor_override, over (N, C, L) or (C, L)."""
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True):
-        super().__init__()
-        self.kernel_size, self.padding = kernel_size, padding
-        self.stride = kernel_size if stride is None else stride
-        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
 
     def forward(self, x):
         return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,

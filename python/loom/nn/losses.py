@@ -95,24 +95,23 @@ class KLDivLoss(_Loss):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
-class CosineEmbeddingLoss(_Loss):
+class _PairMarginLoss(_Loss):
+    """A loss of (input1, input2, target) with a margin: _fn's."""
+
     def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
     def forward(self, input1, input2, target):
-        return F.cosine_embedding_loss(input1, input2, target, self.margin,
-                                       reduction=self.reduction)
+        return type(self)._fn(input1, input2, target, self.margin, reduction=self.reduction)
 
 
-class MarginRankingLoss(_Loss):
-    def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(size_average, reduce, reduction)
-        self.margin = margin
+class CosineEmbeddingLoss(_PairMarginLoss):
+    _fn = staticmethod(F.cosine_embedding_loss)
 
-    def forward(self, input1, input2, target):
-        return F.margin_ranking_loss(input1, input2, target, self.margin,
-                                     reduction=self.reduction)
+
+class MarginRankingLoss(_PairMarginLoss):
+    _fn = staticmethod(F.margin_ranking_loss)
 
 
 class TripletMarginLoss(_Loss):
