@@ -21,6 +21,7 @@ _F32 = _dtype._BY_NAME["float32"]
 _I64 = _dtype._BY_NAME["int64"]
 _BOOL = _dtype._BY_NAME["bool"]
 _I8 = _dtype._BY_NAME["int8"]
+_I32 = _dtype._BY_NAME["int32"]  # hit counts: an int8 one wraps to 0 at 256 repeats
 
 
 def _op(name, *inputs, **attrs):
@@ -1601,10 +1602,12 @@ def _index_shaped(src, index):
 
 def scatter(x, dim, index, src=None, value=None, reduce=None):
     """torch.scatter: x with src[i][j] (or value) written at x[index[i][j]][j]
-    (dim 0): a scatter_add of src into zeros, taken by where at the
-    positions index reaches (a scatter_add of ones), so that gradients go
-    to src at index and to x elsewhere. A position written twice takes the
-    sum (PyTorch leaves which one wins undefined)."""
+    (dim 0), where the positions index reaches (a scatter_add of ones) take
+    a scatter_add of src into zeros, so that gradients go to src at index
+    and to x elsewhere. A position written more than once takes the mean of
+    its writes (PyTorch leaves which one wins undefined; ONNX's import does
+    the same), so repeated writes of one value give that value, and a
+    scalar value is written as it is."""
     if reduce is not None:
         raise NotImplementedError("loom scatter: reduce= (use scatter_add)")
     if src is None:
@@ -1612,17 +1615,19 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     if src is None:
         raise TypeError("scatter() missing 'src' or 'value'")
     dim = _dim(dim, x.ndim)
-    if isinstance(src, Tensor):
-        src = cast(_index_shaped(src, index), x.dtype)
-    else:
-        src = expand(_scalar(src, x.dtype), *index.shape)
     index = cast(index, _I64)
-    hit = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I8._code),
-              index, _op("full", shape=tuple(index.shape), value=1.0, dtype=_I8._code),
-              axis=dim)
+    count = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I32._code),
+                index, _op("full", shape=tuple(index.shape), value=1.0, dtype=_I32._code),
+                axis=dim)
+    hit = ne(count, 0)
+    if not isinstance(src, Tensor):
+        return where(hit, _scalar(src, x.dtype), x)
+    src = cast(_index_shaped(src, index), x.dtype)
     base = x if x.dtype is not _BOOL else cast(x, _I8)
     spread = _op("scatter_add", mul(base, 0), index, cast(src, base.dtype), axis=dim)
-    return where(ne(hit, 0), cast(spread, x.dtype), x)
+    spread = div(spread, cast(maximum(count, 1), base.dtype),
+                 rounding_mode=None if base.dtype.is_floating_point else "floor")
+    return where(hit, cast(spread, x.dtype), x)
 
 
 def index_fill(x, dim, index, value):
@@ -1632,8 +1637,8 @@ def index_fill(x, dim, index, value):
     n = x.shape[dim] if x.ndim else 1
     index = reshape(cast(index, _I64), -1)
     index = where(lt(index, 0), add(index, n), index)
-    hit = _op("scatter_add", _op("full", shape=(n,), value=0.0, dtype=_I8._code), index,
-              _op("full", shape=tuple(index.shape), value=1.0, dtype=_I8._code), axis=0)
+    hit = _op("scatter_add", _op("full", shape=(n,), value=0.0, dtype=_I32._code), index,
+              _op("full", shape=tuple(index.shape), value=1.0, dtype=_I32._code), axis=0)
     shape = [1] * x.ndim
     if x.ndim:
         shape[dim] = n

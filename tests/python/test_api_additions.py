@@ -331,6 +331,19 @@ def test_inplace_methods_carry_gradients():
     _close(a.grad, b.grad)
 
 
+def test_scatter_and_index_fill_of_one_position_256_times():
+    # the positions written are counted: a count that wrapped at 256 would
+    # leave the position as it was
+    for lib in (loom, torch):
+        x = lib.zeros(2, 3).scatter(1, lib.zeros(2, 256, dtype=lib.int64), 2.5)
+        y = lib.zeros(4).index_fill(0, lib.ones(256, dtype=lib.int64), 7.0)
+        if lib is loom:
+            mx, my = x, y
+        else:
+            _close(mx, x)
+            _close(my, y)
+
+
 def test_index_fill_and_scatter_inplace():
     for lib in (loom, torch):
         x = lib.tensor(rnd(3, 5))
