@@ -524,7 +524,6 @@ static PyObject *fn_set_num_threads(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
-/* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
 /* _at_exit(seconds): the step ends, the compiles it queued finish and
  * reach the module cache on disk for at most seconds (a program that ends
  * before its background compiles would else find none of them on its next
@@ -542,6 +541,7 @@ static PyObject *fn_at_exit(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* _set_compile_mode(0 tiered | 1 wait | 2 interpret). */
 static PyObject *fn_set_compile_mode(PyObject *self, PyObject *arg) {
   (void)self;
   long mode = PyLong_AsLong(arg);

@@ -24,7 +24,9 @@ NumPy or by hand:
   - sizes as data over a symbolic T: arange(1, T + 1), x * (5 - T) where
     it is negative, pe[2:T]; slices that start at a symbolic dim
     (x[:, T-2:], pe[P:P+T], pe[T:9:2]); max and average pools with
-    ceil_mode over a symbolic height and width;
+    ceil_mode over a symbolic height and width; an average pool counting
+    its pads with ceil_mode, whose last window divides by its part inside
+    the padded input;
   - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
@@ -335,6 +337,34 @@ for h, w in ((7, 8), (9, 6)):
     got = run(m, {"x": x})
     expect(got, "mx", pool_ceil(x, 3, 2, 1, np.max), f"max pool ceil_mode at {h}x{w}")
     expect(got, "av", pool_ceil(x, 2, 2, 0, np.mean), f"average pool ceil_mode at {h}x{w}", 1e-6)
+
+
+# ---- AveragePool counting its pads with ceil_mode (nn.AvgPool2d(3, 2, 1,
+# ceil_mode=True)'s default): a window that ceil_mode lets run past the
+# padded input divides by its part inside the padded input, as PyTorch and
+# ONNX Runtime do, not by the kernel's size ----
+def avg_pool_counting_pads(x, k, s, pads):
+    top, left, bottom, right = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    outs = []
+    for size, end_pad in zip(xp.shape[2:], (bottom, right)):
+        o = -(-(size - k) // s) + 1  # ceil_mode; the last window starts before the end pad
+        outs.append(o - 1 if (o - 1) * s >= size - end_pad else o)
+    y = np.zeros(x.shape[:2] + tuple(outs), np.float32)
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            win = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+            y[:, :, i, j] = win.sum(axis=(2, 3)) / (win.shape[2] * win.shape[3])
+    return y
+
+
+for dims, pads in (((1, 2, 8, 8), [1, 1, 1, 1]), ((1, 1, 8, 9), [0, 1, 2, 0])):
+    m = model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                pads=pads, count_include_pad=1, ceil_mode=1)],
+              [f32("x", list(dims))], [f32("y", None)], opset=19)
+    x = rng.standard_normal(dims).astype(np.float32)
+    expect(run(m, {"x": x}), "y", avg_pool_counting_pads(x, 3, 2, pads),
+           f"average pool counting pads {pads} with ceil_mode over {dims[2]}x{dims[3]}", 1e-6)
 
 # ---- A Loop whose body's condition is Cast(an outer True), as PyTorch
 # exports every loop (nn.EmbeddingBag): unrolled, so a Slice by the

@@ -218,6 +218,8 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
   if (!max && (w.dilation[0] != 1 || w.dilation[1] != 1))
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "dilated average pooling");
   int count_pad = (int)ox_int(n, "count_include_pad", 0);
+  int64_t model_pads[4];
+  memcpy(model_pads, w.pads, sizeof model_pads);
   if (ox_int(n, "ceil_mode", 0)) {
     /* Extra end padding so that the last partial window counts, as long as
      * it starts inside the input or its begin padding. */
@@ -252,6 +254,17 @@ static loom_status_t pool_common(ox_node_t *n, int max) {
   ox_copy(p.pads, w.pads, sizeof p.pads);
   loom_value_t x, y;
   LOOM_TRY(as_4d(n, &w, n->in[0], &x));
+  if (!max && count_pad && memcmp(model_pads, w.pads, sizeof model_pads)) {
+    /* The windows ceil_mode adds end past the model's padding, and count
+     * only what lies inside it (ONNX Runtime and PyTorch divide the last
+     * window of a 3-wide pool at stride 2 over 8 + 2 pads by 6): the
+     * model's pads become zeros of the input, and the pool counts the
+     * padded input's elements, not ceil_mode's extra ones. */
+    int64_t pads[8] = {0, 0, model_pads[0], model_pads[1], 0, 0, model_pads[2], model_pads[3]};
+    LOOM_TRY(loom_pad(n->g, x, pads, LOOM_PAD_CONSTANT, 0.0, &x));
+    for (int i = 0; i < 4; i++) p.pads[i] = w.pads[i] - model_pads[i];
+    p.count_include_pad = 0;
+  }
   loom_dtype_t dt = ox_dtype(n, x);
   int is_int = !ox_is_float(dt);
   if (is_int) LOOM_TRY(loom_cast(n->g, x, LOOM_F64, &x)); /* exact for any i32 */
