@@ -155,6 +155,9 @@ typedef struct session {
    * whose output sizes depend on its data (NonZero, Unique, Compress...)
    * does not compile, and runs all the same. */
   char interpreted[512];
+  /* Loaded with its symbolic dims fixed to the sizes given: --dim named
+   * them then, and the graph has them no more. */
+  int dims_fixed;
 } session_t;
 
 static void session_free(session_t *s) {
@@ -212,6 +215,26 @@ static int check_input_names(const char *cmd, const session_t *s, const args_t *
   return 0;
 }
 
+/* Whether name is a symbolic dim of g's inputs. */
+static int is_input_symbol(const loom_graph_t *g, const char *name) {
+  for (int i = 0; i < loom_graph_num_inputs(g); i++) {
+    loom_value_t v;
+    loom_dtype_t dt;
+    int rank;
+    loom_dim_t dims[LOOM_MAX_RANK];
+    if (loom_graph_input_value(g, i, &v) != LOOM_OK ||
+        loom_value_type(g, v, &dt, &rank, dims) != LOOM_OK)
+      continue;
+    for (int d = 0; d < rank; d++) {
+      char sym[128];
+      if (dims[d] >= 0) continue;
+      loom_dim_format(g, dims[d], sym, sizeof sym);
+      if (!strcmp(sym, name)) return 1;
+    }
+  }
+  return 0;
+}
+
 /* Every --dim names a symbolic dim of the model's inputs, once. */
 static int check_dim_names(const char *cmd, const session_t *s, const args_t *a) {
   for (int k = 0; k < a->n_dims; k++) {
@@ -219,18 +242,7 @@ static int check_dim_names(const char *cmd, const session_t *s, const args_t *a)
       fprintf(stderr, "loom %s: --dim %s is given twice\n", cmd, a->dim_names[k]);
       return 1;
     }
-    int found = 0;
-    for (int i = 0; i < s->n_in && !found; i++) {
-      input_type_t t;
-      if (input_type(cmd, s, i, &t)) return 1;
-      for (int d = 0; d < t.rank && !found; d++) {
-        char sym[128];
-        if (t.dims[d] >= 0) continue;
-        loom_dim_format(s->g, t.dims[d], sym, sizeof sym);
-        found = !strcmp(sym, a->dim_names[k]);
-      }
-    }
-    if (!found) {
+    if (!s->dims_fixed && !is_input_symbol(s->g, a->dim_names[k])) {
       fprintf(stderr, "loom %s: --dim %s: no input of the model has a symbolic dim of that "
               "name\n", cmd, a->dim_names[k]);
       return 1;
@@ -378,22 +390,37 @@ static int session_open(const char *cmd, session_t *s, const args_t *a) {
   if (load_options(cmd, a, &l)) return 1;
   double t0 = now_ms();
   loom_status_t ls = loom_onnx_load(a->model, &l.o, &s->g);
-  if (ls == LOOM_ERR_UNSUPPORTED && (a->n_dims || l.n_given)) {
-    /* An op Loom imports only over static dims: the model loads again
-     * with its symbolic dims fixed to the sizes given (--dim, the files),
-     * as ONNX Runtime's free dimension overrides; the first error stands
-     * if that fails too. */
+  const char *unknown = NULL;
+  for (int k = 0; ls == LOOM_OK && k < a->n_dims && !unknown; k++)
+    if (!is_input_symbol(s->g, a->dim_names[k])) unknown = a->dim_names[k];
+  if (((ls == LOOM_ERR_UNSUPPORTED || ls == LOOM_ERR_SHAPE) && (a->n_dims || l.n_given)) ||
+      unknown) {
+    /* An op Loom imports only over static dims, or shapes it cannot prove
+     * to agree while a dim is symbolic (x[N, D] + bias[5], a Reshape to
+     * [B, T, 2, C/2]), or a --dim that names a dim the import merged
+     * (tf2onnx's unk__10, imported as dim0): the model loads again with
+     * its symbolic dims fixed to the sizes given (--dim, the files), as
+     * ONNX Runtime's free dimension overrides; the first error stands if
+     * that fails too. */
+    loom_status_t first_status = ls;
     char first[1024];
-    snprintf(first, sizeof first, "%s", loom_last_error());
+    snprintf(first, sizeof first, "%s", unknown ? "" : loom_last_error());
+    loom_graph_destroy(s->g);
+    s->g = NULL;
     l.o.n_dims = a->n_dims, l.o.dim_names = a->dim_names, l.o.dim_sizes = a->dim_values;
     l.o.n_shapes = l.n_given, l.o.shape_names = l.given_names;
     l.o.shape_ranks = l.given_ranks, l.o.shape_dims = l.given_dims;
     ls = loom_onnx_load(a->model, &l.o, &s->g);
-    if (ls == LOOM_OK)
+    s->dims_fixed = ls == LOOM_OK;
+    if (ls == LOOM_OK && !unknown)
       fprintf(stderr, "loom %s: loaded with its symbolic dims fixed to the sizes given (with "
               "them symbolic: %s)\n", cmd, first);
-    else
-      loom_set_error(LOOM_ERR_UNSUPPORTED, "%s", first);
+    else if (ls != LOOM_OK && !unknown) {
+      char second[1024];
+      snprintf(second, sizeof second, "%s", loom_last_error());
+      loom_set_error(first_status, "%s (and with the symbolic dims fixed to the sizes given: %s)",
+                     first, second);
+    }
   }
   if (ls != LOOM_OK) return fail(cmd, "cannot load the model");
   s->load_ms = now_ms() - t0;

@@ -19,9 +19,9 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run_model(loom, model, feeds):
+def run_model(loom, model, feeds, extra=()):
     """model's outputs {name: array} from `loom run` on feeds {name:
-    array}, or its error text when it fails."""
+    array} (and the arguments extra), or its error text when it fails."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
         onnx.save(model, path)
@@ -30,7 +30,7 @@ def run_model(loom, model, feeds):
             f = os.path.join(d, name + ".npy")
             np.save(f, a)
             args += ["--input", f"{name}={f}"]
-        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(args + list(extra), capture_output=True, text=True, timeout=300)
         if p.returncode:
             return p.stderr.strip()
         return {o.name: np.load(os.path.join(d, "out", o.name + ".npy"))

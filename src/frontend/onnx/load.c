@@ -148,11 +148,14 @@ static int anonymous_name(const char *s) {
   return 1;
 }
 
-/* The size options.dim_names gives symbol sym, or -1. */
-static int64_t dim_override(ox_import_t *imp, const char *sym) {
+/* The size options.dim_names gives symbol sym, or -1; also under the
+ * model's own name for it (alias: tf2onnx's unk__10, imported as dim0),
+ * or NULL. */
+static int64_t dim_override(ox_import_t *imp, const char *sym, const char *alias) {
   const loom_onnx_options_t *o = imp->options;
   for (int k = 0; k < o->n_dims; k++)
-    if (o->dim_names[k] && !strcmp(o->dim_names[k], sym)) {
+    if (o->dim_names[k] &&
+        (!strcmp(o->dim_names[k], sym) || (alias && !strcmp(o->dim_names[k], alias)))) {
       imp->fixed_used[o->n_fixed + k] = 1;
       return o->dim_sizes[k];
     }
@@ -224,22 +227,27 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
         return loom_fail(LOOM_ERR_SHAPE, "loom_onnx_load: input '%s' dim %zu is %lld in the "
                          "model, %lld in options.shape_dims", name, d,
                          (long long)dims[d], (long long)given[d]);
-    } else if (given) {
-      dims[d] = given[d];
     } else {
       char fresh[32];
       const char *sym = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                                 dim->dim_param && *dim->dim_param
                             ? dim->dim_param
-                            : NULL;
+                            : NULL, *own = sym;
       if (!sym || anonymous_name(sym)) {
         imp->n_anonymous++;
         if (imp->merge_anonymous) snprintf(fresh, sizeof fresh, "dim%zu", d);
         else if (!sym) snprintf(fresh, sizeof fresh, "unk_%d", imp->n_unnamed++);
         if (imp->merge_anonymous || !sym) sym = fresh;
       }
-      dims[d] = dim_override(imp, sym);
-      if (dims[d] < 0) LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
+      /* A size for the dim's name and the input's shape may both be
+       * given (`loom run --dim D=5 --input x=x.npy`): they must agree. */
+      dims[d] = dim_override(imp, sym, own != sym ? own : NULL);
+      if (given && dims[d] >= 0 && dims[d] != given[d])
+        return loom_fail(LOOM_ERR_SHAPE, "loom_onnx_load: input '%s' dim %zu ('%s') is %lld in "
+                         "options.shape_dims, %lld in options.dim_sizes", name, d, sym,
+                         (long long)given[d], (long long)dims[d]);
+      if (given) dims[d] = given[d];
+      else if (dims[d] < 0) LOOM_TRY(loom_dim_symbol(imp->g, sym, &dims[d]));
     }
   }
   loom_value_t v;
