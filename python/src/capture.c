@@ -280,6 +280,15 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
                       "(one, a tuple of them, or None)");
       return NULL;
     }
+    /* One executable runs forward only: outputs that gradients must flow
+     * back through (no backward inside the function, its result to be
+     * differentiated by the caller) need the trace's autograd. */
+    if (((py_tensor_t *)o)->requires_grad && PyList_GET_SIZE(cap.saved_grads) == 0) {
+      PyErr_SetString(py_graph_break, "loom.compile: an output requires grad and the function "
+                      "runs no backward: one executable's outputs carry no backward, the "
+                      "trace's differentiate");
+      return NULL;
+    }
     if (py_step_value((py_tensor_t *)o, &v) < 0) return NULL;
     s = loom_graph_output(cap.g, v);
   }

@@ -158,6 +158,31 @@ def test_a_parameter_read_after_the_optimizer_step_sees_its_update():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
 
 
+def test_a_compiled_forward_stays_differentiable():
+    """A compiled function whose output requires grad and which runs no
+    backward itself is differentiated by its caller, as torch.compile's:
+    its gradients reach the parameters (it runs through the trace), alone
+    or beside an uncompiled term."""
+    def go(lib, compile_fn):
+        torch.manual_seed(0)
+        tm = torch.nn.Linear(3, 2)
+        m = tm if lib is torch else loom.nn.Linear(3, 2)
+        if lib is loom:
+            m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+        fwd = compile_fn(lambda mod, x: mod(x) * mod(x))
+        x = lib.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+        y = fwd(m, x)
+        assert y.requires_grad
+        (y.sum() + (m.weight * 2).sum()).backward()
+        leaf = lib.tensor([1.0, 2.0], requires_grad=True)
+        compile_fn(lambda a: (a * a).sum())(leaf).backward()
+        return m.weight.grad.numpy(), m.bias.grad.numpy(), leaf.grad.numpy()
+
+    ours = go(loom, loom.compile)
+    for a, b in zip(ours, go(torch, lambda f: f)):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
 def test_explain_leaves_the_generated_code_out_unless_asked():
     m = loom.nn.Linear(4, 2)
 
@@ -165,7 +190,8 @@ def test_explain_leaves_the_generated_code_out_unless_asked():
     def f(x):
         return m(x).relu().sum()
 
-    f(loom.ones(3, 4))
+    with loom.no_grad():  # else its output requires grad: the trace runs it
+        f(loom.ones(3, 4))
     short, full = f.explain(), f.explain(code=True)
     assert "== fusion groups" in short and "== generated C (" in short
     assert "loom_module_abi_version" not in short and "loom_module_abi_version" in full
@@ -181,19 +207,20 @@ def test_guards_on_the_training_flag_and_the_optimizer():
     f = loom.compile(lambda a: model(a))
     x = loom.ones(3, 4)
     want = (x.numpy() @ model[0].weight.detach().numpy().T + model[0].bias.detach().numpy())
-    model.eval()
-    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
-    model.train()
-    dropped = f(x).numpy()
-    assert (dropped == 0).mean() > 0.3  # dropout applied in training
-    kept = dropped != 0
-    np.testing.assert_allclose(dropped[kept], (2 * want)[kept], rtol=1e-6)
-    model.eval()
-    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    with loom.no_grad():
+        model.eval()
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+        model.train()
+        dropped = f(x).numpy()
+        assert (dropped == 0).mean() > 0.3  # dropout applied in training
+        kept = dropped != 0
+        np.testing.assert_allclose(dropped[kept], (2 * want)[kept], rtol=1e-6)
+        model.eval()
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
     assert sum(len(v) for v in f.entries.values()) == 2
     assert "Dropout.training == False" in f.explain()
-    with loom.no_grad():  # grad mode is part of the key
-        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    # grad mode is part of the key; with it, the output requires grad
+    np.testing.assert_allclose(f(x).detach().numpy(), want, rtol=1e-6)
     assert len(f.entries) == 2
 
     w = loom.tensor([1.0, 2.0], requires_grad=True)
@@ -219,7 +246,8 @@ def test_batch_norm_buffers_update_in_place_under_compile():
     torch_bn = torch.nn.BatchNorm2d(3)
     f = loom.compile(lambda a: ours(a))
     for _ in range(3):
-        y = f(loom.from_numpy(x))
+        with loom.no_grad():  # one executable (with grad, its output would need the trace)
+            y = f(loom.from_numpy(x))
         eager(loom.from_numpy(x))
         ty = torch_bn(torch.from_numpy(x))
     np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-5)
