@@ -291,14 +291,17 @@ static int set_requires_grad(py_tensor_t *t, PyObject *v, void *closure) {
     return -1;
   }
   if (t->step == py_step_id() && (bool)on != t->requires_grad) {
-    /* The step so far was recorded with the old flag: it ends first, as
-     * a read ends it (its values become real). */
+    /* Turned on, the step so far was recorded without its gradient: it
+     * ends first, as a read ends it (its values become real), so that
+     * earlier uses stay constants. Turned off, the step goes on, as
+     * PyTorch's graph does: a backward skips the leaf (its flag is read
+     * then) and still reaches the others. */
     if (py_capture_active()) {
       PyErr_SetString(PyExc_RuntimeError, "loom.compile: requires_grad of a tensor the "
                       "function used cannot change inside it");
       return -1;
     }
-    if (py_step_end() < 0) return -1;
+    if (on && py_step_end() < 0) return -1;
   }
   t->requires_grad = on;
   return 0;

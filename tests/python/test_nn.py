@@ -171,6 +171,39 @@ def test_a_submodule_assigned_over_none_is_registered():
     assert isinstance(b.extra, nn.Linear) and len(list(b.parameters())) == 2
 
 
+def test_freeze_after_a_forward_keeps_the_others_gradients():
+    """requires_grad_(False) on a leaf the step already used: its backward
+    skips that leaf and still fills the others' .grad, and an optimizer
+    step updates those, as PyTorch's graph (recorded with the flag on)."""
+
+    def go(lib, nn):
+        lib.manual_seed(0)
+        a, b = nn.Linear(2, 3), nn.Linear(3, 1)
+        if lib is loom:
+            ta, tb = torch.nn.Linear(2, 3), torch.nn.Linear(3, 1)
+            a.load_state_dict({k: v.detach().numpy() for k, v in ta.state_dict().items()})
+            b.load_state_dict({k: v.detach().numpy() for k, v in tb.state_dict().items()})
+        opt = lib.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.1)
+        h = a(lib.tensor([[1.0, 2.0], [3.0, -1.0]]))
+        a.weight.requires_grad_(False)
+        q = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        w = lib.tensor([0.5, 1.0, 1.5], requires_grad=True)
+        y = (b(h).sum() + (q * w).sum())
+        q.requires_grad_(False)
+        y.backward()
+        grads = [a.bias.grad, b.weight.grad, w.grad]
+        assert a.weight.grad is None and q.grad is None
+        opt.step()
+        return [g.detach().numpy().copy() for g in grads] + \
+            [p.detach().numpy().copy() for p in (a.weight, a.bias, b.weight)]
+
+    torch.manual_seed(0)
+    theirs = go(torch, torch.nn)
+    torch.manual_seed(0)
+    for m, t in zip(go(loom, nn), theirs):
+        np.testing.assert_allclose(m, t, rtol=1e-5, atol=1e-6)
+
+
 def test_freeze_and_convert_after_a_forward():
     """requires_grad_(False) and to(float64) after the model has run in the
     step (fine-tuning set-up after a look at the loss), as PyTorch allows;
