@@ -1062,6 +1062,48 @@ static void test_failed_read_keeps_the_step(void) {
   loom_trace_destroy(t);
 }
 
+/* An op over a symbolic dim is checked at this step's size when it is
+ * recorded: a conv whose window is larger than the image, a reflect pad
+ * wider than its dim, fail at the call, naming the sizes, and leave
+ * nothing behind: the step's other values read, and a later step whose
+ * sizes fit runs the same ops. */
+static void test_sizes_checked_when_recorded(void) {
+  loom_trace_t *t = new_trace(0);
+  loom_graph_t *g = loom_trace_graph(t);
+  loom_dim_policy_t sym = {.kind = LOOM_DIM_SYMBOLIC, .name = "h"};
+  loom_tensor_t *w = test_rand_tensor(LOOM_F32, 4, (int64_t[]){2, 1, 3, 3}, -1, 1);
+  for (int64_t size = 6; size >= 2; size -= 4) {
+    loom_tensor_t *xt = test_rand_tensor(LOOM_F32, 4, (int64_t[]){1, 1, size, size}, -1, 1);
+    loom_value_t x, wv, y, p, two, doubled;
+    CHECK_OK(loom_trace_input(t, xt, (loom_dim_policy_t[]){{0}, {0}, sym, sym}, &x));
+    CHECK_OK(loom_graph_constant(g, w, &wv));
+    const int64_t pads[8] = {0, 0, 0, 3, 0, 0, 0, 3};
+    if (size == 2) {
+      CHECK_ERR(loom_conv2d(g, x, wv, 0, wv, &(loom_conv_params_t){0}, &y), LOOM_ERR_SHAPE,
+                "too small");
+      CHECK_ERR(loom_pad(g, x, pads, LOOM_PAD_REFLECT, 0, &p), LOOM_ERR_SHAPE, "size 2");
+    }
+    CHECK_OK(scalar(g, 2, &two));
+    CHECK_OK(loom_mul(g, x, two, &doubled));
+    const loom_tensor_t *out;
+    if (size == 6) {
+      CHECK_OK(loom_conv2d(g, x, wv, 0, wv, &(loom_conv_params_t){0}, &y));
+      CHECK_OK(loom_pad(g, x, pads, LOOM_PAD_REFLECT, 0, &p));
+      CHECK_OK(loom_trace_read(t, y, &out));
+      CHECK(loom_tensor_dim(out, 2) == size - 2);
+      CHECK_OK(loom_trace_read(t, p, &out));
+      CHECK(loom_tensor_dim(out, 3) == size + 6);
+    }
+    CHECK_OK(loom_trace_read(t, doubled, &out));
+    for (int i = 0; i < size * size; i++)
+      CHECK_NEAR(test_get(out, i), 2 * test_get(xt, i), 1e-6, 0);
+    CHECK_OK(loom_trace_step_end(t));
+    loom_tensor_destroy(xt);
+  }
+  loom_tensor_destroy(w);
+  loom_trace_destroy(t);
+}
+
 static void test_errors(void) {
   loom_trace_t *t = new_trace(0);
   loom_value_t v = {12345};
@@ -1115,6 +1157,7 @@ int main(void) {
   TEST_RUN(test_auto_default);
   TEST_RUN(test_errors);
   TEST_RUN(test_failed_read_keeps_the_step);
+  TEST_RUN(test_sizes_checked_when_recorded);
   TEST_RUN(test_allocation_failures);
   return test_summary();
 }

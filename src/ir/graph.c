@@ -555,6 +555,56 @@ static loom_status_t named_failure(const char *op, loom_status_t s) {
  * in arrays on the stack while a node is built. */
 #define MAX_NODE_INPUTS 4096
 
+/* c's rule again at the sizes its symbolic input dims have now (the
+ * graph's hook knows them while a trace records a step): a conv's window
+ * past this step's image, a reflect pad wider than its dim, fail here,
+ * naming the sizes, instead of at the run that would have read a value of
+ * the step. Ops whose output sizes come from their data are left out. */
+static loom_status_t check_sizes_now(const ir_infer_t *c) {
+  loom_graph_t *g = c->g;
+  if (!g->hook.size_now || (ir_ops[c->op].flags & (F_DATA_SHAPE | F_SUBGRAPH))) return LOOM_OK;
+  ir_type_t now[c->n_in > 0 ? c->n_in : 1];
+  const ir_type_t *in[c->n_in > 0 ? c->n_in : 1];
+  bool any = false;
+  for (int i = 0; i < c->n_in; i++) {
+    now[i] = *c->in[i];
+    in[i] = &now[i];
+    for (int d = 0; d < now[i].rank; d++) {
+      if (ir_dim_is_const(now[i].dims[d])) continue;
+      int64_t size;
+      if (!g->hook.size_now(g->hook.ctx, g, now[i].dims[d], &size) || size < 0) return LOOM_OK;
+      now[i].dims[d] = size;
+      any = true;
+    }
+  }
+  if (!any) return LOOM_OK;
+  /* sizes held in attributes (a reshape's target n*4) at their sizes now */
+  ir_attrs_t attrs = {0};
+  if (c->attrs) ir_attrs_copy(&attrs, c->attrs);
+  for (int a = 0; a < attrs.n; a++) {
+    int n = attrs.a[a].kind == IR_ATTR_INTS ? attrs.a[a].n : attrs.a[a].kind == IR_ATTR_INT;
+    for (int i = 0; i < n; i++) {
+      int64_t *v = &attrs.a[a].ints[i], size;
+      if (!ir_dim_is_sym(*v)) continue;
+      if (!g->hook.size_now(g->hook.ctx, g, *v, &size) || size < 0) return LOOM_OK;
+      *v = size;
+    }
+  }
+  ir_type_t outs[c->n_out > 0 ? c->n_out : 1];
+  memset(outs, 0, sizeof outs);
+  ir_infer_t k = *c;
+  k.in = in;
+  k.out = outs;
+  k.attrs = &attrs;
+  /* a check, not a specialization: no dim is pinned to its size */
+  bool (*pin)(void *, loom_graph_t *, ir_dim_t, int64_t *) = g->hook.pin_dim;
+  g->hook.pin_dim = NULL;
+  loom_status_t s = named_failure(ir_ops[c->op].name, ir_ops[c->op].shape(&k));
+  if (s == LOOM_OK) s = ir_check_output_sizes(&k);
+  g->hook.pin_dim = pin;
+  return s;
+}
+
 loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                           const int32_t *in, const ir_attrs_t *attrs,
                           int32_t *out, int out_cap) {
@@ -600,6 +650,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
                   .in = types, .in_ids = in, .n_out = n_out, .out = outs};
   LOOM_TRY(named_failure(info->name, info->shape(&c)));
   LOOM_TRY(ir_check_output_sizes(&c));
+  LOOM_TRY(check_sizes_now(&c));
   if (out && out_cap < n_out)
     return loom_fail(LOOM_ERR_INVALID, "%s: makes %d outputs, room for %d",
                      info->name, n_out, out_cap);

@@ -311,10 +311,15 @@ loom_status_t ir_index_error(const ir_node_t *n, int64_t value, int64_t position
  * treats the dim as that constant (the tracer keys its segments on it):
  * shape inference asks for it where symbolic dims cannot be proven to
  * agree (ir_specialize). false: the size is not known. */
+/* size_now (may be NULL) gives a symbolic dim's size now without pinning
+ * it: a node over symbolic dims is also checked by its op's rule at those
+ * sizes (a window larger than this step's input fails when it is added,
+ * not when the graph runs). false: the size is not known. */
 typedef struct ir_hook {
   loom_status_t (*node_added)(void *ctx, loom_graph_t *g, int32_t node);
   loom_status_t (*before_change)(void *ctx, loom_graph_t *g, const char *what);
   bool (*pin_dim)(void *ctx, loom_graph_t *g, ir_dim_t d, int64_t *size);
+  bool (*size_now)(void *ctx, const loom_graph_t *g, ir_dim_t d, int64_t *size);
   void *ctx;
 } ir_hook_t;
 

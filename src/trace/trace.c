@@ -158,6 +158,17 @@ static bool pin_dim(void *ctx, loom_graph_t *g, ir_dim_t d, int64_t *size) {
   return true;
 }
 
+static bool size_now(void *ctx, const loom_graph_t *g, ir_dim_t d, int64_t *size) {
+  const loom_trace_t *t = ctx;
+  /* a symbol made since the values were last reserved has none yet */
+  if (g != t->g || g->n_symbols > t->cap_syms ||
+      ir_dim_eval(g, d, t->sym_values, size) != LOOM_OK) {
+    loom_clear_error();
+    return false;
+  }
+  return true;
+}
+
 /* ---- The node hook ---------------------------------------------------------- */
 
 /* Whether every symbol of d is exact this step. */
@@ -347,6 +358,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   t->g->hook.node_added = on_node_added;
   t->g->hook.before_change = before_change;
   t->g->hook.pin_dim = pin_dim;
+  t->g->hook.size_now = size_now;
   t->g->hook.ctx = t;
   *out = t;
   loom_clear_error();

@@ -274,3 +274,21 @@ def test_atan2_gradient_and_compiled():
     mine = _np(fn(loom.tensor(y), loom.tensor(x)))
     np.testing.assert_array_equal(mine, np.arctan2(y, x))
     np.testing.assert_array_equal(np.signbit(mine), np.signbit(np.arctan2(y, x)))
+
+
+def test_a_window_past_a_symbolic_input_fails_at_the_call():
+    """Sizes that varied between calls make the dims symbolic; a conv
+    whose kernel is larger than this call's image, or a reflect pad wider
+    than its dim, still raises at the call (as PyTorch does), and the
+    next, unrelated read is not affected."""
+    conv = loom.nn.Conv2d(3, 4, 5)
+    for s in (8, 7):
+        assert conv(loom.ones(1, 3, s, s)).shape == (1, 4, s - 4, s - 4)
+    with pytest.raises(ValueError, match="too small"):
+        conv(loom.ones(1, 3, 3, 3))
+    assert (loom.tensor([1.0, 2.0]) + 1).tolist() == [2.0, 3.0]
+    for s in (8, 7):
+        assert LF.pad(loom.ones(1, 1, s), (3, 3), mode="reflect").shape == (1, 1, s + 6)
+    with pytest.raises(ValueError, match="reflect pad 3"):
+        LF.pad(loom.ones(1, 1, 2), (3, 3), mode="reflect")
+    assert (loom.tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
