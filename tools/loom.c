@@ -1,4 +1,5 @@
 /* The loom command line tool. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,14 +83,15 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "demo")) return loom_demo_main();
   if (argc == 3 && !strcmp(argv[1], "explain") && !strcmp(argv[2], "trace"))
     return loom_explain_trace_main();
-  if (argc >= 3 && strstr(argv[2], ".onnx")) {
-    if (!strcmp(argv[1], "run")) return loom_onnx_run_main(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "bench")) return loom_onnx_bench_main(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "explain")) return loom_onnx_explain_main(argc - 2, argv + 2);
-  }
+  /* run and bench take a model at any path (the loader says what is
+   * wrong with one that is not); explain takes a demo's name or one */
+  bool demo = argc == 2 || (argc == 3 && (!strcmp(argv[2], "mlp") || !strcmp(argv[2], "cnn")));
+  if (argc >= 3 && !strcmp(argv[1], "run")) return loom_onnx_run_main(argc - 2, argv + 2);
+  if (argc >= 3 && !strcmp(argv[1], "bench")) return loom_onnx_bench_main(argc - 2, argv + 2);
+  if (argc >= 3 && !strcmp(argv[1], "explain") && !demo)
+    return loom_onnx_explain_main(argc - 2, argv + 2);
   if (argc == 2 && !strcmp(argv[1], "onnx-ops")) return cmd_onnx_ops();
-  if ((argc == 2 || argc == 3) && !strcmp(argv[1], "explain"))
-    return loom_explain_main(argc == 3 ? argv[2] : NULL);
+  if (demo && !strcmp(argv[1], "explain")) return loom_explain_main(argc == 3 ? argv[2] : NULL);
   fprintf(stderr,
           "usage: loom <command>\n"
           "  ops    list the op table: class, which rules each op has, attributes\n"

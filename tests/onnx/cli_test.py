@@ -35,6 +35,20 @@ with tempfile.TemporaryDirectory() as d:
     check(z is not None and np.allclose(z, (x + y) * w, rtol=1e-6, atol=1e-6),
           f"add_mul output {z} != {(x + y) * w}")
 
+    # A model at a path of any name (a .pb file, as TensorFlow tools write
+    # them); a path that is no model says what is wrong with it.
+    import shutil
+    pb = os.path.join(d, "model.pb")
+    shutil.copy(model, pb)
+    rc, so, se = run("run", pb, "--input", "x=" + os.path.join(d, "x.npy"),
+                     "--input", "y=" + os.path.join(d, "y.npy"), "--output-dir", out)
+    check(rc == 0 and np.allclose(np.load(os.path.join(out, "z.npy")), (x + y) * w, rtol=1e-6),
+          "run model.pb: " + se)
+    for cmd in ("run", "bench", "explain"):
+        rc, so, se = run(cmd, os.path.join(d, "missing_model"))
+        check(rc == 1 and "missing_model" in se and "No such file" in se,
+              f"{cmd} of a missing path: {rc} {se}")
+
     # A symbolic dim given with --dim, inputs random.
     rc, so, se = run("run", os.path.join(seeds, "matmul_layernorm.onnx"), "--dim", "B=3",
                      "--output-dir", out)
