@@ -30,6 +30,7 @@ NumPy or by hand:
   - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
+  - a name two nodes define: refused at load;
   - Squeeze without axes over a symbolic dim (run with the dim fixed to
     the input's size), x[N, D] + bias[5] and the split into heads
     [B, T, 2, C/2] (the same; --dim and the files may both give sizes),
@@ -440,5 +441,12 @@ for op, opset, inputs, attrs, word in (("ReduceSum", 13, ["x"], {"axes": [1]}, "
               [f32("y", None)], [one] if len(inputs) > 1 else [], opset=opset)
     got = run(m, {"x": np.ones((2, 3), np.float32)})
     check(isinstance(got, str) and word in got, f"{op}-{opset} with axes as an {word}: {got}")
+
+# ---- A name given two values (two nodes write y): refused at load, as
+# ONNX Runtime refuses it, not the last definition silently taken ----
+m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+          [f32("x", [3])], [f32("y", None)])
+got = run(m, {"x": np.ones(3, np.float32)})
+check(isinstance(got, str) and "'y' is defined already" in got, f"duplicate definition: {got}")
 
 finish("exporter_forms_test")

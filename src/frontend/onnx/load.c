@@ -411,8 +411,13 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) {
     const char *name = np->output[k];
     if (!name || !*name) continue;
+    int64_t at = scope_slot(sc, name);
     if (n.out[k].id < 0)
       st = ox_fail(&n, LOOM_ERR_UNSUPPORTED, "output %d '%s' is not supported", k, name);
+    else if (at >= 0 && sc->names[at])
+      st = ox_fail(&n, LOOM_ERR_FORMAT, "output %d '%s' is defined already (by an input, an "
+                   "initializer or an earlier node of its graph): a name is given one value",
+                   k, name);
     else
       st = scope_set(sc, name, n.out[k]);
   }
