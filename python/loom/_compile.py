@@ -86,6 +86,45 @@ def _same_type(cur, t):
     return cur is t or (cur is not None and cur.shape == t.shape and cur.dtype is t.dtype)
 
 
+def _signature(a):
+    """What a capture depends on in argument a: a tensor's shape, dtype
+    and requires_grad; a list's, tuple's or dict's type and structure,
+    each element's signature inside; any other value its type and value,
+    since 2, 2.0 and True are equal in Python but not to an op (a float
+    by its bits: 0.0 and -0.0 differ, a NaN matches a NaN)."""
+    if isinstance(a, Tensor):
+        return ("tensor", tuple(a.shape), a._dtype, a.requires_grad)
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple(_signature(x) for x in a))
+    if isinstance(a, dict):
+        if any(isinstance(k, Tensor) for k in a):
+            raise TypeError("loom.compile: a dict argument keyed by tensors; key it by "
+                            "Python values")
+        return (type(a), tuple((_signature(k), _signature(v)) for k, v in a.items()))
+    if type(a) is float:
+        return (float, a.hex())
+    try:
+        hash(a)
+    except TypeError:
+        raise TypeError(f"loom.compile: an argument of type {type(a).__name__} cannot be "
+                        "told apart from another call's; pass tensors, Python numbers, "
+                        "strings, None, hashable objects, or lists, tuples and dicts "
+                        "of them") from None
+    return (type(a), a)
+
+
+def _collect_tensors(a, found):
+    """Appends the tensors in a to found, in _signature's order."""
+    if isinstance(a, Tensor):
+        found.append(a)
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            _collect_tensors(x, found)
+    elif isinstance(a, dict):
+        for v in a.values():
+            _collect_tensors(v, found)
+
+
 class Compiled:
     """A function under loom.compile (see compile)."""
 
@@ -99,19 +138,20 @@ class Compiled:
 
     @staticmethod
     def _key(args, kwargs):
-        """The signature: grad mode, each argument's shape and dtype (a
-        tensor) or value, keyword arguments by name."""
-        def sig(a):
-            return (tuple(a.shape), a._dtype) if isinstance(a, Tensor) else ("value", a)
-        return (_C.is_grad_enabled(),) + tuple(sig(a) for a in args) + \
-            tuple((k, sig(kwargs[k])) for k in sorted(kwargs))
+        """The signature: grad mode, then each argument's (_signature),
+        keyword arguments by name."""
+        return (_C.is_grad_enabled(),) + tuple(_signature(a) for a in args) + \
+            tuple((k, _signature(kwargs[k])) for k in sorted(kwargs))
 
     @staticmethod
     def _tensors(args, kwargs):
         """The tensor arguments in the order the executable takes them:
-        positional ones, then keyword ones by name."""
-        values = list(args) + [kwargs[k] for k in sorted(kwargs)]
-        return tuple(a for a in values if isinstance(a, Tensor))
+        positional ones, then keyword ones by name, each container's in
+        the order _signature walks it."""
+        found = []
+        for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+            _collect_tensors(a, found)
+        return tuple(found)
 
     def __call__(self, *args, **kwargs):
         key = self._key(args, kwargs)
@@ -204,8 +244,10 @@ def compile(fn=None, *, fullgraph=False):
     """loom.compile(fn), also a decorator (@loom.compile or
     @loom.compile(fullgraph=True)): fn captured whole into one graph and
     compiled into one executable on the first call with given argument
-    shapes, dtypes, non-tensor argument values and grad mode (keyword
-    arguments too, by name: step(x, y=y) as step(x, y)), then
+    shapes, dtypes, requires_grad, non-tensor argument values (by type
+    and value: 2, 2.0 and True apart) and grad mode (keyword arguments
+    too, by name: step(x, y=y) as step(x, y); lists, tuples and dicts by
+    structure, their tensors inputs as tensor arguments are), then
     replayed on every call that matches them and whose guards hold (the
     training flag of each module it called, its optimizer's
     hyperparameters); another set captures once more. A training step

@@ -439,3 +439,51 @@ def test_a_loaded_state_dict_starts_the_compiled_step(make_opt):
             run(lib.from_numpy(x0.copy()), lib.from_numpy(y0.copy()))
     for a, b in zip(mine.parameters(), theirs.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_python_values_key_by_type_and_value():
+    """2, 2.0 and True are equal in Python but give ops other dtypes: each
+    captures apart, and each call gives PyTorch's result."""
+    xi = np.array([1, 2, 3], np.int64)
+
+    def scale(lib):
+        return lambda x, s: x * s
+
+    def divide(lib):
+        return lambda x, s: x / s if isinstance(s, float) else x // s
+
+    def flag(lib):
+        return lambda x, f: x + 1 if f is True else x - 1
+
+    for make, values in [(scale, [2, 2.5, 2.0, True]), (divide, [2, 2.0]),
+                         (flag, [1, True])]:
+        f = loom.compile(make(loom))
+        for s in values:
+            mine, theirs = f(loom.tensor(xi), s), make(torch)(torch.tensor(xi), s)
+            assert str(mine.dtype).split(".")[1] == str(theirs.dtype).split(".")[1], (make, s)
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+        assert len(f.entries) == len(values)
+
+
+def test_lists_tuples_and_dicts_of_tensors_and_values_are_arguments():
+    """A container's tensors are inputs of the executable (new tensors of the
+    same shapes replay it), its Python values part of the key."""
+    def fn(x, ws, state, opts):
+        h, (c,) = state
+        y = x * ws[0] + ws[1] + h * c
+        return y * opts["scale"] if opts["on"] else y
+
+    f = loom.compile(fn)
+    rng = np.random.default_rng(0)
+    for k in range(4):
+        a, h, c = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+        ws, opts = [2.0, 3.0 + (k == 3)], {"scale": 0.5, "on": k != 2}
+        mine = f(loom.tensor(a), ws, (loom.tensor(h), [loom.tensor(c)]), opts)
+        theirs = fn(torch.tensor(a), ws, (torch.tensor(h), [torch.tensor(c)]), opts)
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+    assert len(f.entries) == 3  # calls 0 and 1 share one; 2 and 3 differ in values
+    g = loom.compile(lambda xs: xs[0] + xs[1])
+    with pytest.raises(TypeError, match="ndarray cannot be told apart"):
+        g(np.ones(2))
+    with pytest.raises(TypeError, match="keyed by tensors"):
+        g({loom.ones(1): 1})
