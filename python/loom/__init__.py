@@ -141,6 +141,10 @@ def _shape(size):
 def _filled(size, value, dtype, requires_grad):
     from ._dtype import resolve
     d = resolve(dtype) if dtype is not None else float32
+    if d._numpy is None:  # bfloat16, which NumPy lacks: filled as float32, then cast
+        t = _filled(size, value, float32, False).to(d)
+        t.requires_grad = requires_grad
+        return t
     t = _C.zeros(d._code, _shape(size))
     if value != 0:
         np.asarray(t)[...] = value

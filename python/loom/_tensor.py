@@ -232,6 +232,20 @@ class Tensor(_C.TensorBase):
         _C.step()  # values of the step in progress read the old data
         _C._copy_into(self, value)
 
+    def _write(self, values):
+        """Writes values (a number, or an array of this shape) into this real
+        tensor's memory; a bfloat16 one, which NumPy cannot hold, takes
+        them through a float32 copy."""
+        if self.dtype._numpy is not None:
+            np.asarray(self)[...] = values
+            return self
+        from . import tensor
+        src = tensor(np.broadcast_to(np.asarray(values, np.float32), self.shape))
+        value = _F.cast(src, self.dtype)
+        _C.step()  # values of the step in progress read the old data
+        _C._copy_into(self, value)
+        return self
+
     # ---- new tensors of this one's dtype ----
     def new_zeros(self, *size, dtype=None, requires_grad=False):
         from . import zeros

@@ -10,8 +10,7 @@ def _gen():
 
 
 def _fill(t, values):
-    np.asarray(t)[...] = values.astype(np.asarray(t).dtype)
-    return t
+    return t._write(values)
 
 
 def uniform_(t, a=0.0, b=1.0):
@@ -27,18 +26,15 @@ def normal_(t, mean=0.0, std=1.0):
 
 
 def zeros_(t):
-    np.asarray(t)[...] = 0
-    return t
+    return t._write(0)
 
 
 def ones_(t):
-    np.asarray(t)[...] = 1
-    return t
+    return t._write(1)
 
 
 def constant_(t, value):
-    np.asarray(t)[...] = value
-    return t
+    return t._write(value)
 
 
 def _fans(t):

