@@ -459,7 +459,8 @@ def _results(*names):
 
 # torch.return_types: results that unpack as (values, indices) and name
 # their parts (out.values, out.indices)
-return_types = _results("max", "min", "topk", "sort", "kthvalue", "median", "cummax", "cummin")
+return_types = _results("max", "min", "topk", "sort", "kthvalue", "median", "nanmedian",
+                        "cummax", "cummin")
 
 
 def _ordered(x):
@@ -1316,24 +1317,61 @@ def masked_select(x, mask):
 
 def median(x, dim=None, keepdim=False):
     """The lower median (of n values, the ((n - 1) // 2 + 1)-th smallest),
-    as PyTorch's: of every element, or (values, indices) along dim."""
+    as PyTorch's: of every element, or (values, indices) along dim; NaN
+    where any value is NaN (along dim, the first NaN and its index), and
+    an integer tensor's median of its dtype."""
+    return _median(x, dim, keepdim, "median", skip_nan=False)
+
+
+def nanmedian(x, dim=None, keepdim=False):
+    """median of the values that are not NaN (NaN where all are)."""
+    return _median(x, dim, keepdim, "nanmedian", skip_nan=True)
+
+
+def _median(x, dim, keepdim, name, skip_nan):
     if dim is None:
         flat = reshape(x, -1)
-        n = flat.shape[0]
-        if n == 0:
-            raise ValueError("median: x has no elements")
-        v = kthvalue(flat, (n - 1) // 2 + 1, 0).values.detach()
-        # the gradient shared by the elements equal to the median, as
-        # PyTorch's (the value stays v: the terms added are 0)
-        tie = eq(flat, v)
+        if flat.shape[0] == 0:
+            raise ValueError(f"{name}: x has no elements")
+        v = reshape(_median_along(flat, 0, skip_nan)[0].detach(), ())
+        if not x.dtype.is_floating_point:
+            return v
+        # the gradient shared by the elements equal to the median (NaN: the
+        # NaNs), as PyTorch's (the value stays v: the terms added are 0)
+        tie = logical_or(eq(flat, v), logical_and(isnan(flat), isnan(v)))
         return add(v, div(sum(where(tie, sub(flat, v), 0.0)), sum(tie)))
     if x.ndim == 0:
         _dim(dim, 0)
-        return return_types.median(x, _scalar(0, _I64))
-    n = x.shape[_dim(dim, x.ndim)]
-    if n == 0:
-        raise ValueError(f"median: dim {dim} of x has no elements")
-    return return_types.median(*kthvalue(x, (n - 1) // 2 + 1, dim, keepdim))
+        return getattr(return_types, name)(x, _scalar(0, _I64))
+    d = _dim(dim, x.ndim)
+    if x.shape[d] == 0:
+        raise ValueError(f"{name}: dim {dim} of x has no elements")
+    v, i = _median_along(x, d, skip_nan)
+    if not keepdim:
+        v, i = squeeze(v, d), squeeze(i, d)
+    return getattr(return_types, name)(v, i)
+
+
+def _median_along(x, d, skip_nan):
+    """(values, indices) of the lower median along dim d, kept as a dim of
+    one: the kthvalue, or the first NaN of a row that has one; without
+    NaNs (skip_nan), the middle one of the sorted values that are not NaN
+    (NaN sorts last). The values are gathered at the indices, so the
+    gradient goes to the element chosen, as PyTorch's."""
+    n = x.shape[d]
+    if not x.dtype.is_floating_point:
+        v, i = kthvalue(x, (n - 1) // 2 + 1, d, keepdim=True)
+        return v, i
+    nan_ = isnan(x)
+    if skip_nan:
+        count = sum(cast(logical_not(nan_), _I64), d, keepdim=True)
+        middle = clamp_min(floor_divide(sub(count, 1), 2), 0)
+        i = gather(stop_gradient(sort(x, d).indices), d, middle)
+    else:
+        i = kthvalue(x, (n - 1) // 2 + 1, d, keepdim=True).indices
+        first_nan = argmax(cast(nan_, _I8), d, keepdim=True)
+        i = where(any(nan_, d, keepdim=True), first_nan, i)
+    return gather(x, d, i), i
 
 
 def cdist(x1, x2, p=2.0, compute_mode=None):
@@ -1920,7 +1958,8 @@ METHODS = {name: globals()[name] for name in (
     "allclose", "expand_as", "view_as", "reshape_as", "type_as", "narrow", "ravel", "square",
     "unflatten", "logit", "trunc", "fix", "frac", "addcmul", "addcdiv", "diag", "outer", "ger",
     "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
-    "cumprod", "diagonal", "diag_embed", "masked_select", "median", "fmod", "index_put",
+    "cumprod", "diagonal", "diag_embed", "masked_select", "median", "nanmedian", "fmod",
+    "index_put",
     "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
     "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
     "fmax", "fmin", "erfinv", "index_fill")}

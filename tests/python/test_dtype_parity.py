@@ -61,3 +61,51 @@ def test_bfloat16_parameters_initialize_train_and_load():
     w = loom.ones(3, dtype=loom.bfloat16, requires_grad=True)
     (w * w).sum().backward()
     _same(w.grad, torch.full((3,), 2.0, dtype=torch.bfloat16))
+
+
+# ---- median: NaN, integer dtypes, nanmedian ----
+
+NAN = float("nan")
+ROWS = np.array([[1.0, NAN, 3.0, NAN, 0.5], [2.0, 2.0, -5.0, 1.0, 4.0],
+                 [NAN, 7.0, 6.0, 5.0, 8.0]], np.float32)
+
+
+def _grads(fn, x):
+    """fn's result (a tensor or its values) and the gradient of its sum,
+    for loom and torch on the same array."""
+    out = []
+    for lib in (loom, torch):
+        t = lib.tensor(x, requires_grad=True)
+        r = fn(lib, t)
+        v = r if isinstance(r, (loom.Tensor, torch.Tensor)) else r[0]
+        lib.where(lib.isnan(v), lib.zeros_like(v), v).sum().backward()
+        out.append((r, t.grad))
+    return out
+
+
+@pytest.mark.parametrize("name", ["median", "nanmedian"])
+def test_median_of_values_with_nan_matches_torch(name):
+    for x in (ROWS, ROWS[1:], ROWS[:, 1:], ROWS[1]):
+        (mine, mgrad), (theirs, tgrad) = _grads(lambda lib, t: getattr(lib, name)(t), x)
+        np.testing.assert_array_equal(mine.detach().numpy(), theirs.detach().numpy())
+        np.testing.assert_array_equal(mgrad.numpy(), tgrad.numpy())
+        for dim in (0, -1) if x.ndim == 2 else (0,):
+            for keepdim in (False, True):
+                (mine, mgrad), (theirs, tgrad) = _grads(
+                    lambda lib, t: getattr(t, name)(dim, keepdim), x)
+                np.testing.assert_array_equal(mine.values.detach().numpy(),
+                                              theirs.values.detach().numpy())
+                np.testing.assert_array_equal(mine.indices.numpy(), theirs.indices.numpy())
+                np.testing.assert_array_equal(mgrad.numpy(), tgrad.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8"])
+def test_median_of_integers_keeps_their_dtype(dtype):
+    x = np.array([[3, 1, 2, 9], [-4, 8, 8, 0]], dtype)
+    for name in ("median", "nanmedian"):
+        _same(getattr(loom, name)(loom.tensor(x)), getattr(torch, name)(torch.tensor(x)))
+        for dim in (0, 1):
+            mine, theirs = getattr(loom, name)(loom.tensor(x), dim), \
+                getattr(torch, name)(torch.tensor(x), dim)
+            _same(mine.values, theirs.values)
+            _same(mine.indices, theirs.indices)
