@@ -74,4 +74,6 @@ _RANK = {"bool": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16":
 
 
 def promote(a, b):
+    if {a.name, b.name} == {"float16", "bfloat16"}:
+        return _BY_NAME["float32"]  # neither holds the other's values (PyTorch's rule)
     return a if _RANK[a.name] >= _RANK[b.name] else b

@@ -1105,8 +1105,8 @@ def atan2(y, x):
         y, x = cast(y, _F32), cast(x, _F32)
     # both infinite: the angle of (sign x, sign y), not inf / inf
     both_inf = logical_and(isinf(x), isinf(y))
-    x = where(both_inf, where(lt(x, 0), -1.0, 1.0), x)
-    y = where(both_inf, where(lt(y, 0), -1.0, 1.0), y)
+    x = where(both_inf, sign(x), x)
+    y = where(both_inf, sign(y), y)
     x_wider = ge(abs(x), abs(y))
     # each ratio's divisor is 1 where the other ratio is taken, so that
     # its unused gradient is 0, not 0 * inf

@@ -109,3 +109,34 @@ def test_median_of_integers_keeps_their_dtype(dtype):
                 getattr(torch, name)(torch.tensor(x), dim)
             _same(mine.values, theirs.values)
             _same(mine.indices, theirs.indices)
+
+
+# ---- promotion ----
+
+HALF_VALUES = [1.0009765625, 3.140625, 1000.5, -0.0]  # exact in float16, not bfloat16
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "atan2"])
+def test_float16_with_bfloat16_is_float32(op):
+    ones = [1.0, 2.0, 1.0, 4.0]
+    mine = getattr(loom, op)(loom.tensor(HALF_VALUES, dtype=loom.float16),
+                             loom.tensor(ones, dtype=loom.bfloat16))
+    theirs = getattr(torch, op)(torch.tensor(HALF_VALUES, dtype=torch.float16).float()
+                                if op == "atan2" else  # torch 1.13 has no float16 atan2
+                                torch.tensor(HALF_VALUES, dtype=torch.float16),
+                                torch.tensor(ones, dtype=torch.bfloat16).float()
+                                if op == "atan2" else torch.tensor(ones, dtype=torch.bfloat16))
+    assert mine.dtype is loom.float32
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+    both = loom.cat([loom.ones(1, dtype=loom.float16), loom.ones(1, dtype=loom.bfloat16)])
+    assert both.dtype is loom.float32
+
+
+def test_atan2_keeps_bfloat16():
+    y = [1.0, -0.0, float("inf"), float("-inf"), 0.0, 2.0]
+    x = [1.0, -1.0, float("-inf"), float("-inf"), -0.0, -3.0]
+    for name in ("bfloat16", "float32", "float64"):
+        _same(loom.atan2(loom.tensor(y, dtype=getattr(loom, name)),
+                         loom.tensor(x, dtype=getattr(loom, name))),
+              torch.atan2(torch.tensor(y, dtype=getattr(torch, name)),
+                          torch.tensor(x, dtype=getattr(torch, name))))
