@@ -99,7 +99,16 @@ class Tensor(_C.TensorBase):
         return int(self.item())
 
     def __bool__(self):
+        if 0 in self.shape:
+            raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
         return _C._cond(self)
+
+    def __format__(self, spec):
+        """A 0-d tensor formats its value (f"{loss:.4f}"), as PyTorch's;
+        any other tensor takes only an empty spec."""
+        if self.ndim == 0 and type(self) is Tensor:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
 
     def __repr__(self):
         """PyTorch's format: tensor([1.5000, 2.0000], requires_grad=True)."""

@@ -90,6 +90,9 @@ def _pair(a, b):
         t, number, flip = b, a, True
     else:
         raise TypeError("at least one operand must be a loom Tensor")
+    if isinstance(number, np.ndarray):  # a tensor of its dtype, as PyTorch's operators take it
+        from . import tensor
+        return _pair(*((tensor(number), t) if flip else (t, tensor(number))))
     nd = _number_dtype(number)
     d = nd if _category(nd) > _category(t.dtype) else t.dtype
     pair = (cast(t, d), _scalar(number, d))

@@ -140,3 +140,36 @@ def test_atan2_keeps_bfloat16():
                          loom.tensor(x, dtype=getattr(loom, name))),
               torch.atan2(torch.tensor(y, dtype=getattr(torch, name)),
                           torch.tensor(x, dtype=getattr(torch, name))))
+
+
+# ---- format specs, bool of no values, NumPy operands ----
+
+def test_format_spec_of_a_zero_dim_tensor_formats_its_value():
+    for spec in (".4f", ">10.2f", "e", "", "g"):
+        assert format((loom.tensor([1.23456, 2.0]) * 2).mean(), spec) == \
+            format((torch.tensor([1.23456, 2.0]) * 2).mean(), spec)
+    assert f"{loom.tensor(3):d} {loom.tensor(True):d} {loom.tensor(7):>4}" == \
+        f"{torch.tensor(3):d} {torch.tensor(True):d} {torch.tensor(7):>4}"
+    assert f"{loom.tensor([1.5, 2.0])}" == "tensor([1.5000, 2.0000])"
+    for t in (loom.tensor([1.5]), nn.Parameter(loom.tensor(1.5))):
+        with pytest.raises(TypeError, match="unsupported format string"):
+            format(t, ".2f")
+
+
+def test_bool_of_no_values_says_so():
+    for lib in (loom, torch):
+        with pytest.raises(RuntimeError, match="Tensor with no values is ambiguous"):
+            bool(lib.ones(0))
+        with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+            bool(lib.ones(2))
+
+
+@pytest.mark.parametrize("array", [np.ones(2, np.float32), np.arange(1.0, 3.0),
+                                   np.array(2.5), np.full((3, 2), 0.5, np.float32)],
+                         ids=["float32", "float64", "0-d", "broadcast"])
+def test_operators_take_a_numpy_array_as_a_tensor(array):
+    x = np.array([1.0, 2.0], np.float32)
+    for op in (lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b,
+               lambda a, b: a / b, lambda a, b: a ** b, lambda a, b: a // b):
+        _same(op(loom.tensor(x), array), op(torch.tensor(x), array))
+    _same(loom.tensor(x) @ np.ones(2), torch.tensor(x) @ np.ones(2))
