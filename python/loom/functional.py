@@ -416,8 +416,21 @@ def _axes(dim):
     return list(dim) if isinstance(dim, (tuple, list)) else [dim]
 
 
-def _reduce(name, x, dim, keepdim):
+def _checked_axes(dim, ndim):
+    """_axes(dim), each in [0, ndim) (IndexError in PyTorch's words) and
+    named once."""
     axes = _axes(dim)
+    if axes is None:
+        return None
+    axes = [_dim(d, ndim) for d in axes]
+    if len(set(axes)) != len(axes):
+        twice = next(d for d in axes if axes.count(d) > 1)
+        raise RuntimeError(f"dim {twice} appears multiple times in the list of dims")
+    return axes
+
+
+def _reduce(name, x, dim, keepdim):
+    axes = _checked_axes(dim, x.ndim)
     if axes is None:
         return _op(name, x, keepdim=int(keepdim))
     return _op(name, x, axes=axes, keepdim=int(keepdim))
@@ -441,7 +454,7 @@ def logsumexp(x, dim, keepdim=False):
 
 def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
     c = correction if correction is not None else int(unbiased)
-    axes = _axes(dim)
+    axes = _checked_axes(dim, x.ndim)
     attrs = {"correction": int(c), "keepdim": int(keepdim)}
     if axes is not None:
         attrs["axes"] = axes
@@ -480,6 +493,7 @@ def _reduce_ordered(name, x, dim, keepdim):
 def _extreme(name, arg_name, x, dim, keepdim):
     if dim is None:
         return _reduce_ordered(name, x, None, False)
+    dim = _dim(dim, x.ndim)
     if x.ndim == 0:
         return getattr(return_types, name)(
             _reduce_ordered(name, x, dim, keepdim),
@@ -517,23 +531,24 @@ def amin(x, dim=None, keepdim=False):
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
         return _op("argmax", x)
-    return _op("argmax", x, axis=int(dim), keepdim=int(keepdim))
+    return _op("argmax", x, axis=_dim(dim, x.ndim), keepdim=int(keepdim))
 
 
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
         return _op("argmin", x)
-    return _op("argmin", x, axis=int(dim), keepdim=int(keepdim))
+    return _op("argmin", x, axis=_dim(dim, x.ndim), keepdim=int(keepdim))
 
 
 def cumsum(x, dim):
-    return _op("cumsum", x, axis=int(dim))
+    return _op("cumsum", x, axis=_dim(dim, x.ndim))
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
     # checked on the tensor's size now: over a symbolic axis the graph can
     # check it only when the segment runs
-    size = x.shape[int(dim)] if x.ndim else 1
+    dim = _dim(dim, x.ndim)
+    size = x.shape[dim] if x.ndim else 1
     if not 0 <= int(k) <= size:
         raise RuntimeError(f"selected index k out of range: k {int(k)}, dim {int(dim)} of "
                            f"size {size}")
@@ -544,6 +559,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     """(values, indices) along dim: a topk of every element, which keeps
     equal elements in their order (stable, whatever `stable` says; NaN
     sorts above every number, as PyTorch's)."""
+    dim = _dim(dim, x.ndim)
     if x.ndim == 0:
         return return_types.sort(x, _scalar(0, _I64))
     v, i = _op("topk", _ordered(x), k=x.shape[dim], axis=int(dim), largest=int(descending))
@@ -583,11 +599,11 @@ def norm(x, p="fro", dim=None, keepdim=False):
 
 
 def softmax(x, dim=-1):
-    return _op("softmax", x, axis=int(dim))
+    return _op("softmax", x, axis=_dim(dim, x.ndim))
 
 
 def log_softmax(x, dim=-1):
-    return _op("log_softmax", x, axis=int(dim))
+    return _op("log_softmax", x, axis=_dim(dim, x.ndim))
 
 
 # ---- contractions ----

@@ -173,3 +173,65 @@ def test_operators_take_a_numpy_array_as_a_tensor(array):
                lambda a, b: a / b, lambda a, b: a ** b, lambda a, b: a // b):
         _same(op(loom.tensor(x), array), op(torch.tensor(x), array))
     _same(loom.tensor(x) @ np.ones(2), torch.tensor(x) @ np.ones(2))
+
+
+# ---- errors: dims out of range, layer inputs ----
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax",
+                                  "argmin", "logsumexp", "var", "std", "any", "all", "cumsum",
+                                  "softmax", "log_softmax", "sort", "argsort", "var_mean"])
+def test_a_reduction_over_a_dim_out_of_range_raises_index_error(name):
+    for dim in (3, -3):
+        errors = []
+        for lib in (loom, torch):
+            with pytest.raises(IndexError) as e:
+                getattr(lib, name)(lib.ones(2, 3), dim)
+            errors.append(str(e.value))
+        assert errors[0] == errors[1]
+    with pytest.raises(IndexError, match=r"range of \[-2, 1\], but got 2"):
+        loom.topk(loom.ones(2, 3), 1, 2)
+    if name in ("sum", "mean", "amax"):
+        with pytest.raises(RuntimeError, match="dim 0 appears multiple times"):
+            getattr(loom, name)(loom.ones(2, 3), (0, -2))
+
+
+def _raises_as_torch(mine, theirs, mine_type=None):
+    """mine() raises theirs()'s message (its type, or mine_type where
+    PyTorch asserts), before any op is built."""
+    with pytest.raises(Exception) as t:
+        theirs()
+    with pytest.raises(mine_type or t.type) as m:
+        mine()
+    assert str(m.value) == str(t.value).replace("torch.Size([", "(").replace("])", ")")
+
+
+def test_layers_name_the_wrong_input():
+    x = np.ones((2, 4, 3), np.float32)
+    _raises_as_torch(lambda: nn.GroupNorm(2, 6)(loom.tensor(x)),
+                     lambda: torch.nn.GroupNorm(2, 6)(torch.tensor(x)))
+    _raises_as_torch(lambda: nn.GroupNorm(3, 6)(loom.tensor(x)),
+                     lambda: torch.nn.GroupNorm(3, 6)(torch.tensor(x)))
+    _raises_as_torch(lambda: nn.LSTM(4, 3)(loom.ones(0, 2, 4)),
+                     lambda: torch.nn.LSTM(4, 3)(torch.ones(0, 2, 4)))
+    _raises_as_torch(lambda: nn.GRU(4, 3, batch_first=True)(loom.ones(2, 0, 4)),
+                     lambda: torch.nn.GRU(4, 3, batch_first=True)(torch.ones(2, 0, 4)))
+    q = np.random.default_rng(0).standard_normal((3, 2, 8)).astype(np.float32)
+    torch.manual_seed(0)
+    for batch_first in (False, True):
+        mine, theirs = nn.MultiheadAttention(8, 2, batch_first=batch_first), \
+            torch.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+        for args, kwargs in [
+            ((q, q, q), {"key_padding_mask": np.zeros((3, 3), bool)}),
+            ((q, q, q), {"key_padding_mask": np.zeros((2, 3, 1), bool)}),
+            ((q, np.ones((4, 2, 8), np.float32), np.ones((5, 2, 8), np.float32)), {}),
+            ((q, q[0], q[0]), {}),
+            ((q, q, q), {"attn_mask": np.zeros((3, 2), bool)}),
+            ((q, q, q), {"attn_mask": np.zeros((2, 3, 3), bool)}),
+            ((q[..., :4], q[..., :4], q[..., :4]), {}),
+        ]:
+            _raises_as_torch(
+                lambda: mine(*map(loom.tensor, args),
+                             **{k: loom.tensor(v) for k, v in kwargs.items()}),
+                lambda: theirs(*map(torch.tensor, args),
+                               **{k: torch.tensor(v) for k, v in kwargs.items()}),
+                ValueError if "attn_mask" not in kwargs else None)

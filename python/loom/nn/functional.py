@@ -240,11 +240,19 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """input (N, C, *) normalized over each group of C / num_groups
     channels (and the rest of its dims), then scaled per channel."""
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
     n, c = input.shape[0], input.shape[1]
     if c % num_groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by "
                            f"num_groups, but got input of shape {list(input.shape)} and "
                            f"num_groups={num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (c,):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of "
+                               f"channels in input, but got {name} of shape "
+                               f"{list(t.shape)} and input of shape {list(input.shape)}")
     grouped = input.reshape(n, num_groups, -1)
     mean = grouped.mean(2, keepdim=True)
     var = _F.var(grouped, 2, unbiased=False, keepdim=True)

@@ -577,8 +577,46 @@ class MultiheadAttention(Module):
             return mask
         return _F.where(mask, float("-inf"), 0.0)
 
+    def _check_shapes(self, query, key, value, key_padding_mask, attn_mask):
+        """PyTorch's checks of the arguments, in its words (ValueError where
+        it asserts), before any op is built."""
+        if query.ndim not in (2, 3):
+            raise ValueError(f"query should be unbatched 2D or batched 3D tensor but received "
+                             f"{query.ndim}-D query tensor")
+        kind, want = ("batched (3-D)", 3) if query.ndim == 3 else ("unbatched (2-D)", 2)
+        if key.ndim != want or value.ndim != want:
+            raise ValueError(f"For {kind} `query`, expected `key` and `value` to be {want}-D "
+                             f"but found {key.ndim}-D and {value.ndim}-D tensors respectively")
+        if key_padding_mask is not None and key_padding_mask.ndim != want - 1:
+            raise ValueError(f"For {kind} `query`, expected `key_padding_mask` to be `None` "
+                             f"or {want - 1}-D but found {key_padding_mask.ndim}-D tensor "
+                             f"instead")
+        # shapes as PyTorch checks them: sequence first
+        q, k, v = ((t.shape[1], t.shape[0]) + tuple(t.shape[2:]) if want == 3 and
+                   self.batch_first else tuple(t.shape) for t in (query, key, value))
+        if q[-1] != self.embed_dim:
+            raise ValueError(f"was expecting embedding dimension of {self.embed_dim}, but got "
+                             f"{q[-1]}")
+        if k != v:
+            raise ValueError(f"key shape {k} does not match value shape {v}")
+        tgt, src, bsz = q[0], k[0], q[1] if want == 3 else 1
+        if key_padding_mask is not None:
+            padding = tuple(key_padding_mask.shape) if want == 3 else \
+                (1,) + tuple(key_padding_mask.shape)
+            if padding != (bsz, src):
+                raise ValueError(f"expecting key_padding_mask shape of {(bsz, src)}, but got "
+                                 f"{padding}")
+        if attn_mask is not None:
+            correct = {2: (tgt, src), 3: (bsz * self.num_heads, tgt, src)}.get(attn_mask.ndim)
+            if correct is None:
+                raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
+            if tuple(attn_mask.shape) != correct:
+                raise RuntimeError(f"The shape of the {attn_mask.ndim}D attn_mask is "
+                                   f"{tuple(attn_mask.shape)}, but should be {correct}.")
+
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        self._check_shapes(query, key, value, key_padding_mask, attn_mask)
         batched = query.ndim == 3
         if not batched:
             query, key, value = (t.unsqueeze(1) for t in (query, key, value))

@@ -288,6 +288,8 @@ class RNNBase(Module):
             x, states = input.unsqueeze(1), states and tuple(s.unsqueeze(1) for s in states)
         else:
             x = input.transpose(0, 1) if self.batch_first else input
+        if x.shape[0] == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         out, states = self._run(x, states, None)
         if not batched:
             return out.squeeze(1), self._join_states(tuple(s.squeeze(1) for s in states))
