@@ -205,7 +205,7 @@ class Tensor(_C.TensorBase):
                 self.requires_grad = False
         return self
 
-    def clone(self):
+    def clone(self, memory_format=None):
         return _F._op("identity", self)
 
     def __deepcopy__(self, memo):

@@ -540,7 +540,11 @@ def argmin(x, dim=None, keepdim=False):
     return _op("argmin", x, axis=_dim(dim, x.ndim), keepdim=int(keepdim))
 
 
-def cumsum(x, dim):
+def cumsum(x, dim, dtype=None):
+    """Sums of x's prefixes along dim (in dtype, x cast first)."""
+    if dtype is not None:
+        dtype = _dtype.resolve(dtype)
+        return cast(cumsum(cast(x, dtype), dim), dtype)  # the op sums integers as int64
     return _op("cumsum", x, axis=_dim(dim, x.ndim))
 
 
@@ -760,6 +764,68 @@ def expand(x, *sizes):
     lead = len(sizes) - x.ndim
     shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
     return _op("expand", x, shape=shape)
+
+
+def broadcast_to(x, size):
+    """x expanded to size, as torch.broadcast_to (expand's -1 too)."""
+    return expand(x, *size)
+
+
+def clone(x, memory_format=None):
+    """A copy of x (memory_format is accepted: tensors are row-major)."""
+    return _op("identity", x)
+
+
+def atleast_1d(*tensors):
+    return _atleast(tensors, lambda t: reshape(t, 1) if t.ndim == 0 else t)
+
+
+def atleast_2d(*tensors):
+    return _atleast(tensors, lambda t: reshape(t, 1, -1) if t.ndim < 2 else t)
+
+
+def atleast_3d(*tensors):
+    """0-d to (1, 1, 1), (n,) to (1, n, 1), (m, n) to (m, n, 1), as PyTorch's."""
+    def up(t):
+        if t.ndim == 0:
+            return reshape(t, 1, 1, 1)
+        if t.ndim == 1:
+            return reshape(t, 1, -1, 1)
+        return unsqueeze(t, -1) if t.ndim == 2 else t
+    return _atleast(tensors, up)
+
+
+def _atleast(tensors, up):
+    """torch.atleast_*d: one tensor gives one, several (or a sequence) a tuple."""
+    if len(tensors) == 1 and isinstance(tensors[0], Tensor):
+        return up(tensors[0])
+    if len(tensors) == 1:
+        tensors = tensors[0]
+    return tuple(up(t) for t in tensors)
+
+
+def hstack(tensors):
+    """cat along dim 1 (dim 0 for 1-d tensors), 0-d ones as 1-d."""
+    tensors = atleast_1d(list(tensors))
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """cat along dim 0, tensors of fewer than 2 dims as rows."""
+    return cat(atleast_2d(list(tensors)), 0)
+
+
+def dstack(tensors):
+    """cat along dim 2, tensors of fewer than 3 dims as atleast_3d makes them."""
+    return cat(atleast_3d(list(tensors)), 2)
+
+
+def column_stack(tensors):
+    """hstack with 0-d and 1-d tensors as columns."""
+    return hstack([reshape(t, -1, 1) if t.ndim < 2 else t for t in tensors])
+
+
+row_stack = vstack
 
 
 def cat(tensors, dim=0):
@@ -1159,6 +1225,51 @@ def outer(a, b):
 ger = outer
 
 
+def _added_product(x, product, beta, alpha):
+    """beta x + alpha product, as torch.addmm and its kin: with beta 0,
+    x is not read (its NaNs do not reach the result)."""
+    out = product if alpha == 1 else mul(product, alpha)
+    if beta == 0:  # x's gradient is zeros, as PyTorch's
+        return add(out, where(_scalar(False, _BOOL), x, _scalar(0, x.dtype)))
+    return add(x if beta == 1 else mul(x, beta), out)
+
+
+def _check_ranks(op, **tensors):
+    for name, (t, rank) in tensors.items():
+        if t.ndim != rank:
+            raise RuntimeError(f"{op}: {name} must be a {rank}-D tensor, got {t.ndim}-D")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta input + alpha (mat1 @ mat2)."""
+    _check_ranks("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
+    return _added_product(input, matmul(mat1, mat2), beta, alpha)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):
+    """beta input + alpha (mat @ vec)."""
+    _check_ranks("addmv", mat=(mat, 2), vec=(vec, 1))
+    return _added_product(input, matmul(mat, vec), beta, alpha)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """beta input + alpha outer(vec1, vec2)."""
+    _check_ranks("addr", vec1=(vec1, 1), vec2=(vec2, 1))
+    return _added_product(input, outer(vec1, vec2), beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """beta input + alpha (batch1 @ batch2), batch by batch."""
+    _check_ranks("baddbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    return _added_product(input, matmul(batch1, batch2), beta, alpha)
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """beta input + alpha (the sum over the batch of batch1 @ batch2)."""
+    _check_ranks("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    return _added_product(input, sum(matmul(batch1, batch2), 0), beta, alpha)
+
+
 def diag(x, diagonal=0):
     """Of a 1-d x, the square matrix with x on the diagonal'th diagonal; of
     a 2-d x, that diagonal of x as a 1-d tensor."""
@@ -1250,10 +1361,13 @@ def meshgrid(*tensors, indexing="ij"):
     return tuple(grids)
 
 
-def cumprod(x, dim):
-    """Products of x's prefixes along dim: each prefix a prod over x with
-    the elements after it set to 1 (exact, zeros and signs too, with
-    prod's gradient; n^2 elements for a dim of n)."""
+def cumprod(x, dim, dtype=None):
+    """Products of x's prefixes along dim (in dtype, x cast first): each
+    prefix a prod over x with the elements after it set to 1 (exact, zeros
+    and signs too, with prod's gradient; n^2 elements for a dim of n)."""
+    if dtype is not None:
+        dtype = _dtype.resolve(dtype)
+        return cast(cumprod(cast(x, dtype), dim), dtype)  # prod multiplies integers as int64
     if x.ndim == 0:
         return x
     dim = _dim(dim, x.ndim)
@@ -1664,15 +1778,16 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     and to x elsewhere. A position written more than once takes the mean of
     its writes (PyTorch leaves which one wins undefined; ONNX's import does
     the same), so repeated writes of one value give that value, and a
-    scalar value is written as it is."""
-    if reduce is not None:
-        raise NotImplementedError("loom scatter: reduce= (use scatter_add)")
+    scalar value is written as it is. reduce="add" or "multiply" adds
+    or multiplies each write into x instead."""
     if src is None:
         src = value
     if src is None:
         raise TypeError("scatter() missing 'src' or 'value'")
     dim = _dim(dim, x.ndim)
     index = cast(index, _I64)
+    if reduce is not None:
+        return _scatter_reduce(x, dim, index, src, reduce)
     count = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I32._code),
                 index, _op("full", shape=tuple(index.shape), value=1.0, dtype=_I32._code),
                 axis=dim)
@@ -1685,6 +1800,34 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     spread = div(spread, cast(maximum(count, 1), base.dtype),
                  rounding_mode=None if base.dtype.is_floating_point else "floor")
     return where(hit, cast(spread, x.dtype), x)
+
+
+def _scatter_reduce(x, dim, index, src, reduce):
+    """scatter with reduce: "add" a scatter_add into x; "multiply" x times,
+    at each position along dim, the product of the writes there (a prod
+    over a position x write comparison: its memory is x's size times
+    index's size along dim)."""
+    if reduce not in ("add", "multiply"):
+        raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce}")
+    base = x if x.dtype is not _BOOL else cast(x, _I8)
+    if isinstance(src, Tensor):
+        src = cast(_index_shaped(src, index), base.dtype)
+    else:
+        src = expand(_scalar(src, base.dtype), *index.shape)
+    if reduce == "add":
+        out = _op("scatter_add", base, index, src, axis=dim)
+        return cast(out, x.dtype) if x.dtype is _BOOL else out
+    # index and src to x's size in the other dims: -1 matches no position
+    # and 1 changes nothing
+    grow = [0 if d == dim else x.shape[d] - index.shape[d] for d in range(x.ndim)]
+    if builtins.any(grow):
+        widths = [w for g in reversed(grow) for w in (0, g)]
+        index, src = pad(index, widths, value=-1), pad(src, widths, value=1)
+    positions = _const(np.arange(x.shape[dim], dtype=np.int64).reshape(-1, 1))
+    hits = eq(unsqueeze(movedim(index, dim, -1), -2), positions)  # (..., n, m)
+    writes = where(hits, unsqueeze(movedim(src, dim, -1), -2), _scalar(1, base.dtype))
+    out = mul(base, movedim(prod(writes, -1), -1, dim))
+    return cast(out, x.dtype) if x.dtype is _BOOL else out
 
 
 def index_fill(x, dim, index, value):
@@ -1981,7 +2124,8 @@ METHODS = {name: globals()[name] for name in (
     "index_put",
     "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
     "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
-    "fmax", "fmin", "erfinv", "index_fill")}
+    "fmax", "fmin", "erfinv", "index_fill", "floor_divide", "broadcast_to", "addmm", "addmv",
+    "addr", "baddbmm", "addbmm")}
 METHODS["unfold"] = _unfold
 
 __all__ = sorted(n for n, v in globals().items()

@@ -565,3 +565,80 @@ def test_additions_compile_and_match():
         mine, theirs = compiled(loom.tensor(x)), step(torch, torch.tensor(x), tw)
         _close(mine, theirs, rtol=1e-5, atol=1e-5)
         _close(mw.grad, tw.grad, rtol=1e-4, atol=1e-5)
+
+
+# ---- more of PyTorch's API: stacking, fused products, conversions, dropout ----
+
+# 3-d operands of each stacking function: equal but along the dim it joins
+JOINED = {"hstack": [(2, 3, 1), (2, 1, 1)], "column_stack": [(2, 3, 1), (2, 1, 1)],
+          "vstack": [(2, 3, 1), (1, 3, 1)], "row_stack": [(2, 3, 1), (1, 3, 1)],
+          "dstack": [(2, 3, 1), (2, 3, 2)]}
+
+
+@pytest.mark.parametrize("name", sorted(JOINED))
+@pytest.mark.parametrize("shapes", [[(3,), (3,)], [(2, 3), (2, 3)], [(), ()], None], ids=str)
+def test_stacking(name, shapes):
+    arrays = [rnd(*s, seed=i) for i, s in enumerate(shapes or JOINED[name])]
+    check(lambda lib, *ts: getattr(lib, name)(list(ts)), *arrays)
+    check(lambda lib, *ts: getattr(lib, name)(ts), *arrays, grad=False)
+
+
+def test_atleast_and_broadcast_to_and_clone():
+    for name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+        for shape in [(), (3,), (2, 3), (2, 3, 4)]:
+            check(lambda lib, x: getattr(lib, name)(x), rnd(*shape))
+        check(lambda lib, x, y: getattr(lib, name)(x, y), rnd(3), rnd(), grad=False)
+        check(lambda lib, x, y: getattr(lib, name)([x, y]), rnd(3), rnd(2, 2), grad=False)
+    check(lambda lib, x: lib.broadcast_to(x, (2, 3)), rnd(3))
+    check(lambda lib, x: x.broadcast_to((4, -1, 3)), rnd(2, 1))
+    check(lambda lib, x: lib.clone(x) * 2, rnd(2, 3))
+    mine = loom.tensor([1.0, 2.0])
+    copy = loom.clone(mine)
+    copy.add_(1)
+    assert mine.tolist() == [1.0, 2.0] and copy.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1.5)])
+def test_fused_products(beta, alpha):
+    kw = {"beta": beta, "alpha": alpha}
+    nan_if_unread = np.full((3, 4), np.nan, np.float32) if beta == 0 else rnd(3, 4)
+    check(lambda lib, i, a, b: lib.addmm(i, a, b, **kw), nan_if_unread, rnd(3, 5, seed=1),
+          rnd(5, 4, seed=2), grad=beta != 0)
+    check(lambda lib, i, a, b: i.addmm(a, b, **kw), rnd(4), rnd(3, 5, seed=1), rnd(5, 4, seed=2))
+    check(lambda lib, i, a, v: lib.addmv(i, a, v, **kw), rnd(3), rnd(3, 5, seed=1), rnd(5, seed=2))
+    check(lambda lib, i, a, v: lib.addr(i, a, v, **kw), rnd(3, 4), rnd(3, seed=1), rnd(4, seed=2))
+    check(lambda lib, i, a, b: lib.baddbmm(i, a, b, **kw), rnd(2, 3, 4), rnd(2, 3, 5, seed=1),
+          rnd(2, 5, 4, seed=2))
+    check(lambda lib, i, a, b: lib.addbmm(i, a, b, **kw), rnd(3, 4), rnd(2, 3, 5, seed=1),
+          rnd(2, 5, 4, seed=2))
+    check(lambda lib, i, a, b: lib.addmm(i, a, b), np.arange(12).reshape(3, 4),
+          np.arange(15).reshape(3, 5), np.arange(20).reshape(5, 4))
+    with pytest.raises(RuntimeError, match="must be a 2-D tensor"):
+        loom.addmm(loom.ones(3), loom.ones(3), loom.ones(3, 3))
+
+
+def test_cumulative_ops_take_a_dtype_and_floor_divide_is_a_method():
+    ints = np.array([[1, -2, 3], [4, 5, -6]])
+    for name in ("cumsum", "cumprod"):
+        for dtype in ("float64", "float32", "int32"):
+            check(lambda lib, x: getattr(lib, name)(x, 1, dtype=getattr(lib, dtype)), ints)
+            check(lambda lib, x: getattr(x, name)(0, dtype=getattr(lib, dtype)), ints)
+        check(lambda lib, x: getattr(lib, name)(x, 1, dtype=lib.float64), rnd(2, 3))
+    check(lambda lib, x: x.floor_divide(2), ints)
+    check(lambda lib, x, y: x.floor_divide(y), rnd(2, 3), rnd(2, 3, seed=1) + 3, grad=False)
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_reduce(reduce, dim):
+    index = np.random.default_rng(3).integers(0, 3, (3, 2))  # repeats; smaller than x
+    check(lambda lib, x, s: x.scatter(dim, lib.tensor(index), s, reduce=reduce),
+          rnd(3, 4), rnd(3, 3, seed=1), grad=False)
+    check(lambda lib, x: lib.scatter(x, dim, lib.tensor(index), 1.5, reduce=reduce),
+          rnd(3, 4), grad=False)
+    check(lambda lib, x: x.scatter(dim, lib.tensor(index), lib.tensor(index - 1), reduce=reduce),
+          np.arange(12).reshape(3, 4) - 5, grad=False)
+    check(lambda lib, x: x.scatter_(dim, lib.tensor(index), 2.0, reduce=reduce), rnd(3, 4),
+          grad=False)
+    with pytest.raises(RuntimeError, match="either add or multiply"):
+        loom.zeros(3).scatter(0, loom.tensor([0]), 1.0, reduce="mean")
