@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _C
 from ._dtype import DTYPES as _DTYPES, dtype
-from ._tensor import Tensor
+from ._tensor import Size, Tensor
 from . import functional
 from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's names)
 from .functional import max, min, sum, pow, abs, round  # noqa: F401  (shadow builtins)

@@ -21,21 +21,44 @@ _base_lt, _base_le = _C.TensorBase.__lt__, _C.TensorBase.__le__
 _base_gt, _base_ge = _C.TensorBase.__gt__, _C.TensorBase.__ge__
 
 
+# PyTorch's tensor type names (torch.FloatTensor), by dtype
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half",
+               "bfloat16": "BFloat16", "int8": "Char", "int32": "Int", "int64": "Long",
+               "bool": "Bool"}
+_base_shape = _C.TensorBase.shape.__get__
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple of its dims' sizes, with torch.Size's
+    numel()."""
+    __slots__ = ()
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
 class Tensor(_C.TensorBase):
     __slots__ = ()
     __array_priority__ = 1000  # NumPy operands defer to the tensor's operators
 
     # ---- what it is ----
     @property
+    def shape(self):
+        return Size(_base_shape(self))
+
+    @property
     def dtype(self):
         return _dtype.from_code(self._dtype)
 
     @property
     def ndim(self):
-        return len(self.shape)
+        return len(_base_shape(self))
 
     def dim(self):
-        return len(self.shape)
+        return len(_base_shape(self))
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
@@ -214,6 +237,18 @@ class Tensor(_C.TensorBase):
         copy.__class__ = type(self)  # a Parameter's copy is one, as PyTorch's
         memo[id(self)] = copy
         return copy
+
+    def __reduce_ex__(self, protocol):
+        """pickle: the dtype, shape, bytes (a read) and requires_grad; a
+        computed tensor that requires grad is refused, as PyTorch's."""
+        if self.requires_grad and not self.is_leaf:
+            raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which "
+                               "requires_grad, since autograd does not support crossing "
+                               "process boundaries.  If you just want to transfer the data, "
+                               "call detach() on the tensor before serializing (e.g., "
+                               "putting it on the queue).")
+        return (_unpickle, (type(self), self._dtype, tuple(self.shape),
+                            _C.to_bytes(self.detach()), self.requires_grad))
 
     def requires_grad_(self, requires_grad=True):
         self.requires_grad = requires_grad
@@ -439,6 +474,8 @@ class Tensor(_C.TensorBase):
     def float(self): return _F.cast(self, _dtype._BY_NAME["float32"])
     def double(self): return _F.cast(self, _dtype._BY_NAME["float64"])
     def half(self): return _F.cast(self, _dtype._BY_NAME["float16"])
+    def bfloat16(self): return _F.cast(self, _dtype._BY_NAME["bfloat16"])
+    def char(self): return _F.cast(self, _dtype._BY_NAME["int8"])
     def long(self): return _F.cast(self, _dtype._BY_NAME["int64"])
     def int(self): return _F.cast(self, _dtype._BY_NAME["int32"])
     def bool(self): return _F.cast(self, _dtype._BY_NAME["bool"])
@@ -450,7 +487,18 @@ class Tensor(_C.TensorBase):
         out = self if dtype is None else _F.cast(self, dtype)
         return out.clone() if copy and out is self else out
 
-    def type(self, dtype):
+    def type(self, dtype=None):
+        """With no dtype, the tensor type's name as PyTorch spells it
+        ("loom.FloatTensor"); else self.to(dtype), dtype also such a name
+        (a "torch." one too)."""
+        if dtype is None:
+            return f"loom.{_TYPE_NAMES[self.dtype.name]}Tensor"
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            name = dtype.rsplit(".", 1)[-1][:-len("Tensor")]
+            found = [d for d, n in _TYPE_NAMES.items() if n == name]
+            if not found:
+                raise ValueError(f"invalid type: '{dtype}'")
+            dtype = found[0]
         return self.to(dtype)
 
     def view(self, *shape):
@@ -463,6 +511,13 @@ class Tensor(_C.TensorBase):
     @property
     def mT(self):
         return _F.transpose(self, -2, -1)
+
+
+def _unpickle(cls, dtype_code, shape, data, requires_grad):
+    t = _C.from_bytes(dtype_code, shape, data)
+    t.requires_grad = requires_grad
+    t.__class__ = cls
+    return t
 
 
 def _check_device(device):

@@ -642,3 +642,35 @@ def test_scatter_reduce(reduce, dim):
           grad=False)
     with pytest.raises(RuntimeError, match="either add or multiply"):
         loom.zeros(3).scatter(0, loom.tensor([0]), 1.0, reduce="mean")
+
+
+def test_conversions_type_and_size():
+    x = np.array([[1.5, -2.25, 3.0]], np.float32)
+    for name in ("bfloat16", "half", "float", "double", "int", "long", "bool", "char"):
+        mine, theirs = getattr(loom.tensor(x), name)(), getattr(torch.tensor(x), name)()
+        assert str(mine.dtype).split(".")[1] == str(theirs.dtype).split(".")[1], name
+        np.testing.assert_array_equal(mine.float().numpy(), theirs.float().numpy())
+        assert mine.type() == theirs.type().replace("torch.", "loom."), name
+    assert loom.tensor(x).type("torch.DoubleTensor").dtype is loom.float64
+    assert loom.tensor(x).type(loom.int32).dtype is loom.int32
+    with pytest.raises(ValueError, match="invalid type"):
+        loom.tensor(x).type("torch.QuantumTensor")
+    for shape in [(2, 3), (), (4, 0, 2)]:
+        assert loom.zeros(shape).shape.numel() == torch.zeros(shape).shape.numel()
+        assert loom.zeros(shape).size().numel() == loom.zeros(shape).numel()
+        assert isinstance(loom.zeros(shape).shape, loom.Size) and loom.zeros(shape).shape == shape
+
+
+def test_tensors_and_modules_pickle():
+    import pickle
+    x = loom.tensor([[1.5, -2.0], [3.0, 4.0]])
+    for t in (x, x.bfloat16(), loom.tensor(3), loom.ones(0, 2, dtype=loom.int32), x * 2):
+        back = pickle.loads(pickle.dumps(t))
+        assert back.dtype is t.dtype and back.shape == t.shape
+        np.testing.assert_array_equal(back.float().numpy(), t.float().numpy())
+    model = loom.nn.Sequential(loom.nn.Linear(2, 3), loom.nn.Tanh())
+    copy = pickle.loads(pickle.dumps(model))
+    assert isinstance(copy[0].weight, loom.nn.Parameter) and copy[0].weight.requires_grad
+    np.testing.assert_array_equal(copy(x).detach().numpy(), model(x).detach().numpy())
+    with pytest.raises(RuntimeError, match="non-leaf tensor which requires_grad"):
+        pickle.dumps(copy[0].weight * 2)
