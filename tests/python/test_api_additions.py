@@ -674,3 +674,72 @@ def test_tensors_and_modules_pickle():
     np.testing.assert_array_equal(copy(x).detach().numpy(), model(x).detach().numpy())
     with pytest.raises(RuntimeError, match="non-leaf tensor which requires_grad"):
         pickle.dumps(copy[0].weight * 2)
+
+
+def test_embedding_from_pretrained():
+    rows = rnd(5, 3)
+    for freeze in (True, False):
+        for padding_idx in (None, 1, -1):
+            mine = loom.nn.Embedding.from_pretrained(loom.tensor(rows), freeze, padding_idx)
+            theirs = torch.nn.Embedding.from_pretrained(torch.tensor(rows), freeze, padding_idx)
+            assert mine.weight.requires_grad is theirs.weight.requires_grad is (not freeze)
+            assert mine.padding_idx == theirs.padding_idx
+            index = [[0, 1, 4], [4, 4, 2]]
+            out, tout = mine(loom.tensor(index)), theirs(torch.tensor(index))
+            _close(out, tout)
+            if not freeze:
+                w = rnd(2, 3, 3, seed=4)
+                (out * loom.tensor(w)).sum().backward()
+                (tout * torch.tensor(w)).sum().backward()
+                _close(mine.weight.grad, theirs.weight.grad)
+    with pytest.raises(ValueError, match="2-dimensional"):
+        loom.nn.Embedding.from_pretrained(loom.ones(3))
+
+
+def _dropped_channels(y, x, p):
+    """Which (sample, channel) planes were dropped: each plane is all zeros
+    or x scaled by 1 / (1 - p) (the check of a random mask)."""
+    y = _np(y)
+    planes = y.reshape(y.shape[0], y.shape[1], -1) if y.ndim > 2 else y.reshape(1, y.shape[0], -1)
+    ref = (x.reshape(planes.shape)) / (1 - p)
+    dropped = np.all(planes == 0, axis=-1)
+    np.testing.assert_allclose(planes[~dropped], ref[~dropped], rtol=1e-6)
+    return dropped
+
+
+@pytest.mark.filterwarnings("ignore:dropout2d. Received a 3D input")
+@pytest.mark.parametrize("name,shape", [("Dropout1d", (4, 8, 5)), ("Dropout1d", (8, 5)),
+                                        ("Dropout2d", (4, 8, 3, 3)), ("Dropout2d", (4, 8, 5)),
+                                        ("Dropout3d", (2, 8, 2, 2, 2)), ("Dropout3d", (8, 2, 2, 2))])
+def test_channel_dropout(name, shape):
+    x = rnd(*shape, lo=0.5, hi=1.0)
+    mine, theirs = getattr(loom.nn, name)(0.5), getattr(torch.nn, name)(0.5)
+    loom.manual_seed(0)
+    dropped = _dropped_channels(mine(loom.tensor(x)), x, 0.5)
+    assert 0 < dropped.sum() < dropped.size  # some dropped, some kept
+    _dropped_channels(theirs(torch.tensor(x)), x, 0.5)  # the same check holds for torch's
+    mine.eval(), theirs.eval()
+    _close(mine(loom.tensor(x)), theirs(torch.tensor(x)))
+    f = getattr(LF, name.lower())
+    _close(f(loom.tensor(x), 1.0), getattr(TF, name.lower())(torch.tensor(x), 1.0))
+    _close(f(loom.tensor(x), 0.0), getattr(TF, name.lower())(torch.tensor(x), 0.0))
+    t = loom.tensor(x)
+    assert f(t, 0.5, inplace=True) is t
+    _dropped_channels(t, x, 0.5)
+    if name != "Dropout2d":
+        with pytest.raises(RuntimeError, match="Expected"):
+            f(loom.ones(3), 0.5)
+
+
+def test_dropout_in_place():
+    x = rnd(50, lo=0.5, hi=1.0)
+    t = loom.tensor(x)
+    assert LF.dropout(t, 0.25, inplace=True) is t
+    kept = _np(t) != 0
+    assert 0 < kept.sum() < kept.size
+    np.testing.assert_allclose(_np(t)[kept], x[kept] / 0.75, rtol=1e-6)
+    m = loom.nn.Dropout(0.25, inplace=True)
+    assert repr(m) == repr(torch.nn.Dropout(0.25, inplace=True))
+    u = loom.tensor(x)
+    assert m(u) is u
+    _close(LF.dropout(loom.tensor(x), 0.3, training=False, inplace=True), torch.tensor(x))

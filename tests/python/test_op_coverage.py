@@ -41,8 +41,8 @@ EXCUSED.update({n: "tests/python/test_api_additions.py" for n in (
     "poisson_nll_loss", "repeat_interleave", "scatter", "selu", "softmin", "softsign",
     "std_mean", "take_along_dim", "tanhshrink", "tensor_split", "trace", "triplet_margin_loss",
     "var_mean", "xlogy", "addbmm", "addmm", "addmv", "addr", "atleast_1d", "atleast_2d",
-    "atleast_3d", "baddbmm", "broadcast_to", "clone", "column_stack", "dstack", "hstack",
-    "row_stack", "vstack")})
+    "atleast_3d", "baddbmm", "broadcast_to", "clone", "column_stack", "dropout1d", "dropout2d",
+    "dropout3d", "dstack", "hstack", "row_stack", "vstack")})
 EXCUSED.update({"fix": "alias of trunc", "arctan2": "alias of atan2", "ger": "alias of outer",
                 "view_as": "alias of reshape_as"})
 

@@ -11,6 +11,7 @@ from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa:
 from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid,  # noqa: F401
                      Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
                      Softsign, Tanhshrink)
+from .layers import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401

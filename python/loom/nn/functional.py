@@ -283,15 +283,63 @@ def _check_dropout(p):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
-def dropout(x, p=0.5, training=True):
+def dropout(x, p=0.5, training=True, inplace=False):
     _check_dropout(p)
     if not training or p == 0.0:
         return x
     if p == 1.0:  # every element dropped, as PyTorch's x * 0 (no 1 / (1 - p))
-        return x * 0.0
+        return _result(x, x * 0.0, inplace)
     from .. import rand
     keep = rand(*x.shape) >= p
-    return _F.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    return _result(x, _F.where(keep, x * (1.0 / (1.0 - p)), 0.0), inplace)
+
+
+def _result(x, y, inplace):
+    """y, or x holding y's values when inplace (the in-place spelling)."""
+    return x._inplace(y) if inplace else y
+
+
+def _feature_dropout(x, p, training, inplace):
+    """Whole channels dropped: one draw per (sample, channel), the first two
+    dims of x, the kept ones scaled by 1 / (1 - p), as PyTorch's
+    feature_dropout."""
+    _check_dropout(p)
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return _result(x, x * 0.0, inplace)
+    from .. import rand
+    keep = rand(*x.shape[:2], *[1] * (x.ndim - 2)) >= p
+    return _result(x, x * (_F.cast(keep, x.dtype) * (1.0 / (1.0 - p))), inplace)
+
+
+def _channel_dropout(x, p, training, inplace, spatial):
+    """dropout1d/3d: (N, C, *spatial) or, unbatched, (C, *spatial)."""
+    name = f"dropout{spatial}d"
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise RuntimeError(f"{name}: Expected {spatial + 1}D or {spatial + 2}D input, but "
+                           f"received a {x.ndim}D input")
+    _check_dropout(p)
+    if x.ndim == spatial + 2 or not training or p == 0.0:
+        return _feature_dropout(x, p, training, inplace)
+    y = _F.squeeze(_feature_dropout(_F.unsqueeze(x, 0), p, training, False), 0)
+    return _result(x, y, inplace)
+
+
+def dropout1d(x, p=0.5, training=True, inplace=False):
+    """Channels of (N, C, L) or (C, L) dropped whole."""
+    return _channel_dropout(x, p, training, inplace, 1)
+
+
+def dropout2d(x, p=0.5, training=True, inplace=False):
+    """Channels dropped whole: the first two dims of x are (N, C), a 3-d
+    input too (PyTorch 1.13 reads it as (N, C, L), not unbatched)."""
+    return _feature_dropout(x, p, training, inplace)
+
+
+def dropout3d(x, p=0.5, training=True, inplace=False):
+    """Channels of (N, C, D, H, W) or (C, D, H, W) dropped whole."""
+    return _channel_dropout(x, p, training, inplace, 3)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -54,6 +54,19 @@ class Embedding(Module):
             import numpy as np
             np.asarray(self.weight)[padding_idx] = 0
 
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+        """An Embedding whose weight is embeddings' memory (its rows as they
+        are, padding_idx's too), trained unless freeze, as PyTorch's."""
+        if embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        module = cls(rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                     _weight=embeddings.detach())
+        module.weight.requires_grad = not freeze
+        return module
+
     def forward(self, index):
         return F.embedding(index, self.weight, self.padding_idx, self.max_norm, self.norm_type)
 
@@ -78,13 +91,33 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    _function = staticmethod(F.dropout)
+
+    def __init__(self, p=0.5, inplace=False):
         super().__init__()
         F._check_dropout(p)
-        self.p = p
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.training)
+        return self._function(x, self.p, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Channels dropped whole, as torch.nn.Dropout1d ((N, C, L) or (C, L))."""
+    _function = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    """Channels dropped whole, as torch.nn.Dropout2d ((N, C, H, W))."""
+    _function = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    """Channels dropped whole, as torch.nn.Dropout3d ((N, C, D, H, W) or (C, D, H, W))."""
+    _function = staticmethod(F.dropout3d)
 
 
 def _activation(name, fn):
