@@ -407,6 +407,84 @@ class OneCycleLR(LRScheduler):
             start = end
 
 
+class CyclicLR(LRScheduler):
+    """lr cycling between base_lr and max_lr, step_size_up batches up and
+    step_size_down down (mode "triangular", "triangular2": the height halved
+    each cycle, "exp_range": scaled by gamma ** iteration, or scale_fn over
+    scale_mode "cycle" or "iterations"); momentum (an optimizer's
+    "momentum") cycles the other way, as PyTorch 1.13's."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+        self.optimizer = optimizer
+        base_lrs = self._per_group("base_lr", base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = self._per_group("max_lr", max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma = mode, gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else \
+            "iterations" if mode == "exp_range" else "cycle"
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum with `cycle_momentum` "
+                                 "option enabled")
+            if last_epoch == -1:
+                for m, group in zip(self._per_group("base_momentum", base_momentum),
+                                    optimizer.param_groups):
+                    group["momentum"] = m
+            self.base_momentums = [g["momentum"] for g in optimizer.param_groups]
+            self.max_momentums = self._per_group("max_momentum", max_momentum)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _per_group(self, name, value):
+        n = len(self.optimizer.param_groups)
+        if not isinstance(value, (list, tuple)):
+            return [value] * n
+        if len(value) != n:
+            raise ValueError(f"expected {n} values for {name}, got {len(value)}")
+        return list(value)
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * scale_factor * scale
+               for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, low, top in zip(self.optimizer.param_groups, self.base_momentums,
+                                       self.max_momentums):
+                group["momentum"] = top - (top - low) * scale_factor * scale
+        return lrs
+
+    def state_dict(self):  # a function is not state
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("optimizer", "_scale_fn_custom")}
+
+
 def _total_steps(total_steps, epochs, steps_per_epoch):
     """OneCycleLR's length: total_steps, or epochs * steps_per_epoch."""
     if total_steps is None and epochs is None and steps_per_epoch is None:

@@ -743,3 +743,46 @@ def test_dropout_in_place():
     u = loom.tensor(x)
     assert m(u) is u
     _close(LF.dropout(loom.tensor(x), 0.3, training=False, inplace=True), torch.tensor(x))
+
+
+@pytest.mark.parametrize("mode", ["triangular", "triangular2", "exp_range"])
+def test_cyclic_lr_matches_torch(mode):
+    sequences = []
+    for lib in (loom, torch):
+        params = [lib.nn.Parameter(lib.ones(2)), lib.nn.Parameter(lib.ones(1))]
+        opt = lib.optim.SGD([{"params": params[:1]}, {"params": params[1:]}], lr=0.1,
+                            momentum=0.9)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, [0.01, 0.02], 0.1, step_size_up=3,
+                                                step_size_down=5, mode=mode, gamma=0.9)
+        seq = []
+        for _ in range(25):
+            seq.append([(g["lr"], g["momentum"]) for g in opt.param_groups])
+            opt.step()
+            sched.step()
+        seq.append(sched.get_last_lr())
+        sequences.append(seq)
+    np.testing.assert_allclose(np.array(sequences[0][:-1]), np.array(sequences[1][:-1]),
+                               rtol=1e-12)
+    np.testing.assert_allclose(sequences[0][-1], sequences[1][-1], rtol=1e-12)
+
+
+def test_cyclic_lr_scale_fn_and_refusals():
+    sequences = []
+    for lib in (loom, torch):
+        opt = lib.optim.Adam([lib.nn.Parameter(lib.ones(2))], lr=0.1)
+        with pytest.raises(ValueError, match="must support momentum"):
+            lib.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1)
+        with pytest.raises(ValueError, match="mode is invalid"):
+            lib.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, mode="sine", cycle_momentum=False)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=2,
+                                                scale_fn=lambda x: 1 / (1 + x),
+                                                scale_mode="iterations", cycle_momentum=False)
+        seq = []
+        for _ in range(10):
+            opt.step()
+            sched.step()
+            seq.append(opt.param_groups[0]["lr"])
+        sequences.append(seq)
+        if lib is loom:  # functions are not state
+            assert "_scale_fn_custom" not in sched.state_dict()
+    np.testing.assert_allclose(sequences[0], sequences[1], rtol=1e-12)
