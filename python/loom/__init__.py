@@ -7,6 +7,7 @@ docs/python.md."""
 import atexit as _atexit
 import builtins as _builtins
 import contextlib
+import math as _math
 
 import numpy as np
 
@@ -146,7 +147,7 @@ def _filled(size, value, dtype, requires_grad):
         t.requires_grad = requires_grad
         return t
     t = _C.zeros(d._code, _shape(size))
-    if value != 0:
+    if value != 0 or _math.copysign(1.0, value) < 0:  # -0.0 too
         np.asarray(t)[...] = value
     t.requires_grad = requires_grad
     return t

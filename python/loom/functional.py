@@ -46,6 +46,8 @@ _scalars = {}
 def _scalar(value, dtype):
     """A 0-d real tensor of value in dtype (kept: an immutable constant)."""
     key = (value, type(value), dtype._code)
+    if value == 0 and type(value) is builtins.float:  # 0.0 == -0.0, but 1 / x differs
+        key += (math.copysign(1.0, value),)
     t = _scalars.get(key)
     if t is None:
         if dtype._numpy is None:  # bfloat16

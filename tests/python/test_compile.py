@@ -455,8 +455,11 @@ def test_python_values_key_by_type_and_value():
     def flag(lib):
         return lambda x, f: x + 1 if f is True else x - 1
 
+    def signed_zero(lib):
+        return lambda x, s: 1.0 / (x * s)
+
     for make, values in [(scale, [2, 2.5, 2.0, True]), (divide, [2, 2.0]),
-                         (flag, [1, True])]:
+                         (flag, [1, True]), (signed_zero, [0.0, -0.0])]:
         f = loom.compile(make(loom))
         for s in values:
             mine, theirs = f(loom.tensor(xi), s), make(torch)(torch.tensor(xi), s)

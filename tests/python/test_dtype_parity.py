@@ -142,6 +142,14 @@ def test_atan2_keeps_bfloat16():
                           torch.tensor(x, dtype=getattr(torch, name))))
 
 
+def test_zero_and_negative_zero_are_different_constants():
+    x = [1.0, -2.0]
+    for s in (0.0, -0.0, 0.0, -0.0):
+        _same(1.0 / (loom.tensor(x) * s), 1.0 / (torch.tensor(x) * s))
+        _same(loom.tensor(x).mul(s).reciprocal(), torch.tensor(x).mul(s).reciprocal())
+        _same(1.0 / loom.full((2,), s), 1.0 / torch.full((2,), s))
+
+
 # ---- format specs, bool of no values, NumPy operands ----
 
 def test_format_spec_of_a_zero_dim_tensor_formats_its_value():
