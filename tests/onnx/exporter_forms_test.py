@@ -30,7 +30,8 @@ NumPy or by hand:
   - Pad's wrap mode, against NumPy's;
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
-  - a name two nodes define: refused at load;
+  - a name two nodes define: refused at load; an op builder's error
+    names the node;
   - Squeeze without axes over a symbolic dim (run with the dim fixed to
     the input's size), x[N, D] + bias[5] and the split into heads
     [B, T, 2, C/2] (the same; --dim and the files may both give sizes),
@@ -448,5 +449,14 @@ m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"]
           [f32("x", [3])], [f32("y", None)])
 got = run(m, {"x": np.ones(3, np.float32)})
 check(isinstance(got, str) and "'y' is defined already" in got, f"duplicate definition: {got}")
+
+# An op builder's error names the node it came from
+m = model([helper.make_node("Relu", ["x"], ["r"]),
+           helper.make_node("Add", ["r", "b"], ["y"], name="bias_add")],
+          [f32("x", [2, 3])], [f32("y", None)],
+          [numpy_helper.from_array(np.ones(4, np.float32), "b")])
+got = run(m, {"x": np.ones((2, 3), np.float32)})
+check(isinstance(got, str) and "ONNX node 1 'bias_add' (Add): add: cannot broadcast" in got,
+      f"a builder's error names its node: {got}")
 
 finish("exporter_forms_test")

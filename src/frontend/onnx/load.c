@@ -408,6 +408,12 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
   int done = 0; /* by ox_shape_node, on shape values */
   if (st == LOOM_OK) st = ox_shape_node(&n, &done);
   if (st == LOOM_OK && !done) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
+  if (st != LOOM_OK && st != LOOM_ERR_NOMEM && strncmp(loom_last_error(), "ONNX node ", 10)) {
+    /* an op builder's error ("add: cannot broadcast ..."): which node */
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", loom_last_error());
+    st = ox_fail(&n, st, "%s", msg);
+  }
   for (int k = 0; st == LOOM_OK && k < n.n_out; k++) {
     const char *name = np->output[k];
     if (!name || !*name) continue;
