@@ -488,6 +488,26 @@ static void unique_file_name(const char *name, int k, char (*names)[256], char *
   }
 }
 
+/* t as path (.npy); bfloat16, which NumPy has not, as float32 (exact). */
+static loom_status_t save_output(const loom_tensor_t *t, const char *path, int *widened) {
+  *widened = loom_tensor_dtype(t) == LOOM_BF16;
+  if (!*widened) return loom_tensor_save_npy(t, path);
+  int64_t shape[LOOM_MAX_RANK];
+  for (int d = 0; d < loom_tensor_rank(t); d++) shape[d] = loom_tensor_dim(t, d);
+  loom_tensor_t *f;
+  loom_status_t st = loom_tensor_create(LOOM_F32, loom_tensor_rank(t), shape, &f);
+  if (st != LOOM_OK) return st;
+  float *dst = loom_tensor_data(f);
+  for (int64_t i = 0; st == LOOM_OK && i < loom_tensor_numel(t); i++) {
+    double v;
+    st = loom_tensor_get_f64(t, i, &v);
+    dst[i] = (float)v;
+  }
+  if (st == LOOM_OK) st = loom_tensor_save_npy(f, path);
+  loom_tensor_destroy(f);
+  return st;
+}
+
 int loom_onnx_run_main(int argc, char **argv) {
   args_t a;
   int rc = parse(argc, argv, "run", &a);
@@ -506,10 +526,14 @@ int loom_onnx_run_main(int argc, char **argv) {
     char path[4096];
     unique_file_name(loom_graph_output_name(s.g, k), k, names, names[k]);
     snprintf(path, sizeof path, "%s/%s.npy", a.output_dir, names[k]);
-    if (loom_tensor_save_npy(s.out[k], path) != LOOM_OK) {
+    int widened;
+    if (save_output(s.out[k], path, &widened) != LOOM_OK) {
       rc = fail("run", "cannot write an output");
       break;
     }
+    if (widened)
+      fprintf(stderr, "loom run: %s is bfloat16, which NumPy has not: written as float32 "
+              "(the same values)\n", path);
     printf("%s: %s [", path, loom_dtype_name(loom_tensor_dtype(s.out[k])));
     for (int d = 0; d < loom_tensor_rank(s.out[k]); d++)
       printf("%s%lld", d ? ", " : "", (long long)loom_tensor_dim(s.out[k], d));

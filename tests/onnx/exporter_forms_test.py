@@ -31,7 +31,7 @@ NumPy or by hand:
   - a Loop whose body's condition is Cast of an outer True (PyTorch's
     form), with a Slice by the iteration number;
   - a name two nodes define: refused at load; an op builder's error
-    names the node;
+    names the node; a bfloat16 output is written as float32;
   - Squeeze without axes over a symbolic dim (run with the dim fixed to
     the input's size), x[N, D] + bias[5] and the split into heads
     [B, T, 2, C/2] (the same; --dim and the files may both give sizes),
@@ -449,6 +449,17 @@ m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"]
           [f32("x", [3])], [f32("y", None)])
 got = run(m, {"x": np.ones(3, np.float32)})
 check(isinstance(got, str) and "'y' is defined already" in got, f"duplicate definition: {got}")
+
+# A bfloat16 output (a mixed-precision export) is written as float32, the
+# same values: NumPy has no bfloat16
+x = np.array([1.0, 1.00390625, 1.01171875, 3.14159, -2.7e-5, 65504.5], np.float32)
+bits = x.view(np.uint32).astype(np.uint64)
+bf16 = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+m = model([helper.make_node("Cast", ["x"], ["y"], to=TP.BFLOAT16)], [f32("x", [6])],
+          [helper.make_tensor_value_info("y", TP.BFLOAT16, None)])
+got = run(m, {"x": x})
+check(isinstance(got, dict) and got["y"].dtype == np.float32 and np.array_equal(got["y"], bf16),
+      f"a bfloat16 output written as float32: {got}")
 
 # An op builder's error names the node it came from
 m = model([helper.make_node("Relu", ["x"], ["r"]),
