@@ -896,6 +896,19 @@ def index_select(x, dim, index):
     return _op("index_select", x, index, axis=int(dim))
 
 
+def _check_index(index, dim, size):
+    """A real index tensor checked now against a dim of size, naming the
+    index as PyTorch does; a lazy one fails the read instead (naming its
+    flat position)."""
+    if index._lazy or not index.numel():
+        return
+    a = np.asarray(memoryview(index))
+    bad = (a < 0) | (a >= size)
+    if bad.any():
+        raise RuntimeError(f"index {int(a[bad].flat[0])} is out of bounds for dimension "
+                           f"{dim} with size {size}")
+
+
 def gather(x, dim, index):
     """torch.gather: out[i][j] = x[i][index[i][j]] for dim 1 (NumPy's
     take_along_axis): the op table's gather over x flattened, at the flat
@@ -909,6 +922,7 @@ def gather(x, dim, index):
     if builtins.any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != dim):
         raise ValueError(f"gather: index of shape {tuple(index.shape)} is larger than x of "
                          f"shape {tuple(x.shape)} outside dim {dim}")
+    _check_index(index, dim, x.shape[dim])
     strides = np.cumprod((1,) + tuple(x.shape[:0:-1]))[::-1]
     others = builtins.sum((c * strides[d] for d, c in enumerate(np.indices(index.shape))
                            if d != dim), np.zeros(index.shape, np.int64))
@@ -1852,8 +1866,10 @@ def take_along_dim(x, indices, dim=None):
     """x's elements at indices along dim (x and indices broadcast on the
     other dims); without dim, of x flattened."""
     if dim is None:
+        _check_index(indices, 0, x.numel())
         return gather(reshape(x, -1), 0, reshape(indices, -1))
     dim = _dim(dim, x.ndim)
+    _check_index(indices, dim, x.shape[dim])
     if indices.ndim != x.ndim:
         raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
                            f"number of dimensions, but got {x.ndim} dimensions for input, and "

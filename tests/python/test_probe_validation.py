@@ -292,3 +292,21 @@ def test_a_window_past_a_symbolic_input_fails_at_the_call():
     with pytest.raises(ValueError, match="reflect pad 3"):
         LF.pad(loom.ones(1, 1, 2), (3, 3), mode="reflect")
     assert (loom.tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib, x: lib.gather(x, 1, lib.tensor([[7]])),
+    lambda lib, x: lib.gather(x, 0, lib.tensor([[9, 0]])),
+    lambda lib, x: lib.gather(x, 1, lib.tensor([[0, 1], [2, 10]])),
+    lambda lib, x: lib.take_along_dim(x, lib.tensor([[7]]), dim=1),
+    lambda lib, x: lib.take_along_dim(x, lib.tensor([25])),
+])
+def test_gather_index_out_of_range_names_it_as_pytorch(call):
+    """A real index out of range raises at the call, with the index, the
+    dim and its size in PyTorch's words (not a position of x flattened)."""
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch, torch.tensor(a))
+    with pytest.raises(RuntimeError) as ours:
+        call(loom, loom.tensor(a))
+    assert str(ours.value) == str(theirs.value)
