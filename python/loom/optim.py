@@ -114,8 +114,9 @@ class Optimizer:
         from . import zeros_like
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is not None:
-                    p.grad = None if set_to_none else zeros_like(p.grad)
+                # assigned even when None: a loom.compile capture notes that the
+                # function clears the .grad (its replays replace it, not add to it)
+                p.grad = None if set_to_none or p.grad is None else zeros_like(p.grad)
 
     def _in_trace_supported(self):
         """Whether the trace's optimizer step has this update."""

@@ -27,6 +27,10 @@ typedef struct captured {
   PyObject *params;      /* the tensors whose storage g borrows */
   int n_outputs;         /* the function's own outputs; the new .grad follow */
   PyObject *grad_params; /* the parameters those gradients belong to */
+  /* Those whose .grad the function did not set before its backward: their
+   * gradients add to the .grad a call finds (None: set), as PyTorch's
+   * backward accumulates; the others' .grad the run replaces. */
+  PyObject *accumulating;
 } captured_t;
 
 static struct {
@@ -34,11 +38,24 @@ static struct {
   loom_graph_t *g;
   PyObject *inputs, *params, *grad_params, *optimizer, *state;
   PyObject *saved_grads; /* [(parameter, its .grad before backward)], for an abort */
+  PyObject *grads_set;   /* the tensors whose .grad the function assigned */
+  PyObject *accumulating;
   int n_args, lr_input;
 } cap;
 
 bool py_capture_active(void) { return cap.active; }
 loom_graph_t *py_capture_graph(void) { return cap.g; }
+
+/* Whether list holds o itself (a tensor's == compares elements). */
+static bool holds(PyObject *list, PyObject *o) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+    if (PyList_GET_ITEM(list, i) == o) return true;
+  return false;
+}
+
+int py_capture_note_grad_set(py_tensor_t *t) {
+  return holds(cap.grads_set, (PyObject *)t) ? 0 : PyList_Append(cap.grads_set, (PyObject *)t);
+}
 
 static void reset(void) {
   loom_graph_destroy(cap.g);
@@ -48,6 +65,8 @@ static void reset(void) {
   Py_CLEAR(cap.optimizer);
   Py_CLEAR(cap.state);
   Py_CLEAR(cap.saved_grads);
+  Py_CLEAR(cap.grads_set);
+  Py_CLEAR(cap.accumulating);
   memset(&cap, 0, sizeof cap);
 }
 
@@ -128,7 +147,19 @@ PyObject *py_capture_backward(py_tensor_t *loss) {
     PyErr_NoMemory();
     goto done;
   }
-  for (Py_ssize_t i = 0; i < n; i++) wrt[i] = ((py_tensor_t *)PyList_GET_ITEM(cap.params, i))->value;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i), *g = (py_tensor_t *)p->grad;
+    /* A .grad from before the call (gradients accumulated over calls):
+     * one executable would add to the .grad its capture saw, at every
+     * run; the trace adds to the .grad of each call. */
+    if (g && (g->data || g->step != py_step_id())) {
+      PyErr_SetString(py_graph_break, "loom.compile: backward adds to a .grad from before the "
+                      "call (gradients accumulated over calls); one executable would add to "
+                      "the .grad its capture saw");
+      goto done;
+    }
+    wrt[i] = p->value;
+  }
   loom_status_t s = loom_grad(cap.g, loss->value, (int)n, wrt, grads);
   if (s != LOOM_OK) {
     py_fail(s);
@@ -217,7 +248,10 @@ static PyObject *fn_capture_begin(PyObject *self, PyObject *unused) {
   cap.grad_params = PyList_New(0);
   cap.state = PyList_New(0);
   cap.saved_grads = PyList_New(0);
-  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state || !cap.saved_grads) {
+  cap.grads_set = PyList_New(0);
+  cap.accumulating = PyList_New(0);
+  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state || !cap.saved_grads || !cap.grads_set ||
+      !cap.accumulating) {
     reset();
     return NULL;
   }
@@ -299,9 +333,24 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
     if (!p->grad || ((py_tensor_t *)p->grad)->step != py_step_id()) continue;
     s = loom_graph_output(cap.g, ((py_tensor_t *)p->grad)->value);
     if (s == LOOM_OK && PyList_Append(cap.grad_params, (PyObject *)p) < 0) return NULL;
+    if (s == LOOM_OK && !holds(cap.grads_set, (PyObject *)p) &&
+        PyList_Append(cap.accumulating, (PyObject *)p) < 0)
+      return NULL;
   }
   if (s != LOOM_OK) return py_fail(s);
+  if (cap.lr_input >= 0 && PyList_GET_SIZE(cap.accumulating) > 0) {
+    /* Its update would read the gradient of the call alone, where a .grad
+     * found at the call (no zero_grad inside) adds to it first. */
+    PyErr_SetString(py_graph_break, "loom.compile: the optimizer's step inside follows a "
+                    "backward into .grad the function did not clear (zero_grad outside it): "
+                    "gradients may add to a .grad from before the call");
+    return NULL;
+  }
   Py_ssize_t kept = py_step_results_besides(outputs, cap.grad_params);
+  /* the run that follows adds their gradients to the .grad found before
+   * the capture's backward, which was none */
+  for (Py_ssize_t i = 0; kept == 0 && i < PyList_GET_SIZE(cap.accumulating); i++)
+    Py_CLEAR(((py_tensor_t *)PyList_GET_ITEM(cap.accumulating, i))->grad);
   if (kept > 0) {
     PyErr_Format(py_graph_break,
                  "loom.compile: the function keeps %zd tensor%s computed inside it beyond "
@@ -311,7 +360,7 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
   }
   captured_t *c = PyObject_GC_New(captured_t, &py_captured_type);
   if (!c) return NULL;
-  c->inputs = c->params = c->grad_params = c->optimizer = NULL;
+  c->inputs = c->params = c->grad_params = c->optimizer = c->accumulating = NULL;
   c->g = NULL;
   loom_compile_options_t o;
   loom_compile_options_init(&o);
@@ -333,11 +382,12 @@ static PyObject *fn_capture_end(PyObject *self, PyObject *outputs) {
   }
   c->params = cap.params;
   c->grad_params = cap.grad_params;
+  c->accumulating = cap.accumulating;
   c->optimizer = cap.optimizer;
   c->n_args = cap.n_args;
   c->lr_input = cap.lr_input;
   c->n_outputs = (int)n_out;
-  cap.inputs = cap.params = cap.grad_params = cap.optimizer = NULL;
+  cap.inputs = cap.params = cap.grad_params = cap.optimizer = cap.accumulating = NULL;
   cap.active = false;
   py_step_forget();
   reset();
@@ -357,6 +407,7 @@ static int captured_traverse(captured_t *c, visitproc visit, void *arg) {
   Py_VISIT(c->inputs);
   Py_VISIT(c->params);
   Py_VISIT(c->grad_params);
+  Py_VISIT(c->accumulating);
   Py_VISIT(c->optimizer);
   return 0;
 }
@@ -365,6 +416,7 @@ static int captured_clear(captured_t *c) {
   Py_CLEAR(c->inputs);
   Py_CLEAR(c->params);
   Py_CLEAR(c->grad_params);
+  Py_CLEAR(c->accumulating);
   Py_CLEAR(c->optimizer);
   return 0;
 }
@@ -430,7 +482,8 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
     if (i >= c->n_outputs) {
       py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(c->grad_params, i - c->n_outputs);
       py_tensor_t *g = (py_tensor_t *)p->grad;
-      if (g && Py_REFCNT(g) == 1 && g->data && !g->wrapped && g->dtype == p->dtype &&
+      bool adds = holds(c->accumulating, (PyObject *)p);
+      if (!adds && g && Py_REFCNT(g) == 1 && g->data && !g->wrapped && g->dtype == p->dtype &&
           g->rank == p->rank && !memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
         outs[i] = g->data;
         reused[i] = true;
@@ -456,7 +509,12 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
       PyTuple_SET_ITEM(result, i, t);
     } else {
       py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(c->grad_params, i - c->n_outputs);
-      Py_XSETREF(p->grad, t);
+      if (!holds(c->accumulating, (PyObject *)p)) {
+        Py_XSETREF(p->grad, t);
+      } else if (py_step_accumulate_grad(&p->grad, t) < 0) {
+        Py_CLEAR(result);
+        break;
+      }
     }
   }
   for (int i = 0; i < n_out; i++)

@@ -88,6 +88,9 @@ void py_step_realized(py_tensor_t *t);
  * another dtype, or shape unless reshape; memory others see; a
  * parameter); -1 with an exception. */
 int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape);
+/* *slot += grad (grad taken), in place as PyTorch accumulates .grad; 0 or
+ * -1 with an exception. */
+int py_step_accumulate_grad(PyObject **slot, PyObject *grad);
 /* Ends the step when nothing alive could still use its values. */
 int py_step_idle(void);
 /* The graph ops record into: the capture's, else the trace's. */
@@ -124,6 +127,9 @@ extern PyMethodDef py_step_methods[];
 /* ---- loom.compile (capture.c) ---- */
 bool py_capture_active(void);
 loom_graph_t *py_capture_graph(void);
+/* Notes that the captured function assigned t's .grad (0, or -1 with an
+ * exception). */
+int py_capture_note_grad_set(py_tensor_t *t);
 /* Enters real tensor t into the captured graph (a borrowed parameter or an
  * input); 0 or -1 with an exception. */
 int py_capture_enter(py_tensor_t *t, loom_value_t *out);

@@ -421,7 +421,7 @@ int py_step_retain_grad(py_tensor_t *t) {
  * real float .grad of its own memory is added to there, a lazy one takes
  * the sum's value; any other (a NumPy array's memory, another dtype) is
  * replaced by the sum. */
-static int accumulate_grad(PyObject **slot, PyObject *grad) {
+int py_step_accumulate_grad(PyObject **slot, PyObject *grad) {
   py_tensor_t *old = (py_tensor_t *)*slot, *g = (py_tensor_t *)grad;
   if (!old) {
     *slot = grad;
@@ -612,7 +612,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     /* .grad is the trace's own sum only when it was empty before this
      * step's first backward. */
     bool fresh = !p->grad && p->trace_grad_step != st.id;
-    if (!grad || accumulate_grad(&p->grad, grad) < 0) return NULL;
+    if (!grad || py_step_accumulate_grad(&p->grad, grad) < 0) return NULL;
     /* The optimizer may apply the trace's own gradient only while .grad is
      * that very gradient: not accumulated over steps, not replaced. */
     Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(p->grad) : NULL);

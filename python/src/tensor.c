@@ -348,6 +348,7 @@ static int set_grad(py_tensor_t *t, PyObject *v, void *closure) {
     PyErr_SetString(PyExc_TypeError, "assigned grad must be a loom Tensor or None");
     return -1;
   }
+  if (py_capture_active() && py_capture_note_grad_set(t) < 0) return -1;
   Py_XSETREF(t->grad, v && v != Py_None ? Py_NewRef(v) : NULL);
   return 0;
 }

@@ -183,6 +183,52 @@ def test_a_compiled_forward_stays_differentiable():
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
+def test_gradients_accumulate_over_compiled_calls():
+    """A compiled function that runs backward adds to the .grad a call
+    finds, as backward does (gradient accumulation over calls); one that
+    clears .grad first (zero_grad inside) replaces it; and a step whose
+    update follows a backward into a .grad it did not clear runs through
+    the trace, its update reading the sum, as PyTorch's."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def go(lib, wrap):
+        m = (torch.nn if lib is torch else nn).Linear(4, 3)
+        m.load_state_dict({"weight": lib.tensor(w), "bias": lib.zeros(3)})
+        opt = lib.optim.SGD(m.parameters(), lr=0.1)
+
+        def accum(x, first, last):
+            if first:
+                opt.zero_grad()
+            loss = m(x).pow(2).mean()
+            loss.backward()
+            if last:
+                opt.step()
+            return loss.detach()
+
+        def backward_only(x):
+            m(x).pow(2).sum().backward()
+
+        f, b = wrap(accum), wrap(backward_only)
+        data = np.random.default_rng(1).standard_normal((8, 2, 4)).astype(np.float32)
+        seen = []
+        for it in range(6):  # zero_grad every 2nd call, step every 2nd
+            f(lib.tensor(data[it]), it % 2 == 0, it % 2 == 1)
+            seen.append(m.weight.grad.numpy().copy())
+        m.zero_grad()
+        b(lib.tensor(data[6]))
+        b(lib.tensor(data[7]))  # replayed: adds to the first call's .grad
+        seen.append(m.weight.grad.numpy().copy())
+        opt.zero_grad()
+        for it in range(3):  # zero_grad outside, the step inside
+            f(lib.tensor(data[it]), False, True)
+        seen.append(m.weight.detach().numpy().copy())
+        return seen
+
+    for a, b in zip(go(loom, loom.compile), go(torch, lambda fn: fn)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_explain_leaves_the_generated_code_out_unless_asked():
     m = loom.nn.Linear(4, 2)
 

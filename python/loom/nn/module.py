@@ -240,8 +240,9 @@ class Module:
     def zero_grad(self, set_to_none=True):
         from .. import zeros_like
         for p in self.parameters():
-            if p.grad is not None:
-                p.grad = None if set_to_none else zeros_like(p.grad)
+            # assigned even when None: a loom.compile capture notes that the
+            # function clears the .grad (its replays replace it, not add to it)
+            p.grad = None if set_to_none or p.grad is None else zeros_like(p.grad)
 
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
