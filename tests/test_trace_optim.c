@@ -590,6 +590,10 @@ static void check_forget(int compile) {
   loom_tensor_t *ab[2] = {a, b}, *ba[2] = {b, a};
   squares_step(t, ab, 2, &o, lr);
   for (int i = 0; i < N; i++) a1[i] = test_get(a, i);
+  /* a gradient asked for between steps (zeros) does not hold the parameter */
+  const loom_tensor_t *grad;
+  CHECK_OK(loom_trace_grad(t, a, &grad));
+  CHECK(test_get(grad, 0) == 0.0);
   CHECK_OK(loom_trace_param_forget(t, a));
   CHECK_ERR(loom_trace_param_forget(t, a), LOOM_ERR_INVALID, "not a parameter");
   squares_step(t, ba, 2, &o, lr);

@@ -528,10 +528,12 @@ loom_status_t loom_trace_param_forget(loom_trace_t *t, const loom_tensor_t *p) {
   if (i == t->n_params)
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_param_forget: the tensor is not a "
                      "parameter of this trace");
-  if (t->params[i].value >= 0 || t->params[i].grad)
+  /* a gradient asked for outside a step's use (zeros) does not hold it */
+  if (t->params[i].value >= 0)
     return loom_fail(LOOM_ERR_INVALID, "loom_trace_param_forget: the current step uses "
                      "the parameter (forget it between steps)");
   tr_optim_forget(t, p);
+  loom_tensor_destroy(t->params[i].grad);
   loom_tensor_destroy(t->params[i].last);
   memmove(&t->params[i], &t->params[i + 1], sizeof *t->params * (size_t)(t->n_params - i - 1));
   t->n_params--;
