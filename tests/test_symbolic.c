@@ -635,6 +635,14 @@ static void test_bad_bindings(void) {
   in[0] = x12b;
   in[1] = y4;
   CHECK_ERR(loom_executable_run(e, 3, in, 2, out), LOOM_ERR_BINDING, "input 0");
+  loom_tensor_t *o_bad = NULL;
+  CHECK_ERR(loom_executable_new_output_for(e, 3, in, 0, &o_bad), LOOM_ERR_BINDING,
+            "input 0 dim 1 is 9");
+  /* and another dtype */
+  loom_tensor_t *xi = test_rand_tensor(LOOM_I64, 2, (int64_t[]){12, 8}, -1, 1);
+  in[0] = xi;
+  CHECK_ERR(loom_executable_new_output_for(e, 3, in, 0, &o_bad), LOOM_ERR_BINDING, "i64");
+  loom_tensor_destroy(xi);
   /* An output whose size is not the one the inputs give. */
   loom_tensor_t *big = test_rand_tensor(LOOM_F32, 1, (int64_t[]){16}, -1, 1);
   loom_tensor_t *bad_out[2] = {big, out[1]};

@@ -284,6 +284,21 @@ loom_status_t loom_executable_new_output_for(const loom_executable_t *e, int n_i
   if (n_inputs != e->n_inputs || (n_inputs && !inputs))
     return loom_fail(LOOM_ERR_BINDING, "loom_executable_new_output_for: the executable takes "
                      "%d inputs, got %d", e->n_inputs, n_inputs);
+  /* inputs that could not bind fail here, as the run would */
+  for (int k = 0; k < n_inputs; k++) {
+    const loom_tensor_t *t = inputs[k];
+    const ir_type_t *ty = &e->source->values[e->source->inputs[k]].type;
+    if (!t) return loom_fail(LOOM_ERR_INVALID, "loom_executable_new_output_for: input %d is null", k);
+    if (t->dtype != ty->dtype || t->rank != ty->rank)
+      return loom_fail(LOOM_ERR_BINDING, "loom_executable_new_output_for: input %d: the "
+                       "executable takes %s of rank %d, got %s of rank %d", k,
+                       loom_dtype_name(ty->dtype), ty->rank, loom_dtype_name(t->dtype), t->rank);
+    for (int d = 0; d < t->rank; d++)
+      if (ir_dim_is_const(ty->dims[d]) && t->shape[d] != ty->dims[d])
+        return loom_fail(LOOM_ERR_BINDING, "loom_executable_new_output_for: input %d dim %d "
+                         "is %lld, the executable takes %lld", k, d, (long long)t->shape[d],
+                         (long long)ty->dims[d]);
+  }
   int64_t shape[LOOM_MAX_RANK];
   LOOM_TRY(rt_sym_output_shape(e, inputs, i, shape));
   return loom_tensor_create(e->outputs[i].dtype, e->outputs[i].rank, shape, out);
