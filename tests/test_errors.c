@@ -147,6 +147,9 @@ static void null_builder_calls(void) {
     CHECK_ERR(binary_builders[i](NULL, x, x, &y), LOOM_ERR_INVALID, "g");
     CHECK_ERR(binary_builders[i](g, x, x, NULL), LOOM_ERR_INVALID, "out");
   }
+  /* named as the call the user made, not an internal one */
+  CHECK_ERR(loom_relu(g, x, NULL), LOOM_ERR_INVALID, "relu: out is null");
+  CHECK_ERR(loom_relu(NULL, x, &y), LOOM_ERR_INVALID, "relu: the graph is null");
   CHECK_ERR(loom_leaky_relu(NULL, x, 0.1, &y), LOOM_ERR_INVALID, "g");
   CHECK_ERR(loom_leaky_relu(g, x, 0.1, NULL), LOOM_ERR_INVALID, "out");
   CHECK_ERR(loom_elu(NULL, x, 1, &y), LOOM_ERR_INVALID, "g");

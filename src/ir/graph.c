@@ -699,8 +699,10 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
 loom_status_t ir_build1(loom_graph_t *g, ir_op_t op, int n_in,
                         const loom_value_t *in, const ir_attrs_t *attrs,
                         loom_value_t *out) {
-  LOOM_CHECK_ARG(g);
-  LOOM_CHECK_ARG(out);
+  /* the op's name, as the public builder that called (loom_relu: "relu") */
+  const char *name = (unsigned)op < IR_OP_COUNT ? ir_ops[op].name : "ir_build1";
+  if (!g || !out)
+    return loom_fail(LOOM_ERR_INVALID, "%s: %s is null", name, !g ? "the graph" : "out");
   if ((unsigned)op < IR_OP_COUNT && (n_in < 0 || n_in > MAX_NODE_INPUTS))
     return loom_fail(LOOM_ERR_INVALID, "%s: %d inputs", ir_ops[op].name, n_in);
   if (n_in > 0 && !in)
