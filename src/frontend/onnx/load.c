@@ -220,7 +220,7 @@ static loom_status_t add_input(ox_import_t *imp, ox_scope_t *sc, const Onnx__Val
     const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
     if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (dim->dim_value < 0 || dim->dim_value > ((int64_t)1 << 40))
-        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %zu is %lld", name, d,
+        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %zu is %lld (dims run from 0 to 2^40)", name, d,
                          (long long)dim->dim_value);
       dims[d] = dim->dim_value;
       if (given && given[d] != dims[d])

@@ -87,7 +87,7 @@ static loom_status_t input_dims(loom_graph_t *g, const loom_onnx_options_t *o, c
     char fresh[320];
     if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (dim->dim_value < 0 || dim->dim_value > ((int64_t)1 << 40))
-        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %d is %lld", name, d,
+        return loom_fail(LOOM_ERR_FORMAT, "ONNX input '%s': dim %d is %lld (dims run from 0 to 2^40)", name, d,
                          (long long)dim->dim_value);
       dims[d] = dim->dim_value;
       continue;

@@ -141,7 +141,8 @@ loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *p, const char *base_
   int64_t count = 1;
   for (size_t d = 0; d < p->n_dims; d++) {
     if (p->dims[d] < 0 || (p->dims[d] && count > ((int64_t)1 << 40) / p->dims[d]))
-      return loom_fail(LOOM_ERR_FORMAT, "dim %zu is %lld", d, (long long)p->dims[d]);
+      return loom_fail(LOOM_ERR_FORMAT, "dim %zu is %lld: negative, or the tensor's elements "
+                       "pass 2^40", d, (long long)p->dims[d]);
     count *= p->dims[d];
   }
   size_t want = (size_t)count * onnx_size(t);
