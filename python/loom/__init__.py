@@ -408,12 +408,15 @@ class enable_grad(contextlib.ContextDecorator):
 _POLICIES = {"exact": 0, "bucket": 1, "symbolic": 2, "auto": 3}
 
 
-def dynamic(x, dim=0, policy="symbolic"):
+def dynamic(x, dim=0, policy="symbolic", name=None):
     """Marks dim of x with a shape policy (exact, bucket, symbolic, auto),
-    as torch._dynamo.mark_dynamic does; returns x."""
+    as torch._dynamo.mark_dynamic does; returns x. Dims given one name
+    (a batch's in the inputs and in the targets) are one symbol, so ops
+    that combine them need not fix their size; unnamed, each dim is its
+    own symbol."""
     if policy not in _POLICIES:
         raise ValueError(f"policy {policy!r}: one of {sorted(_POLICIES)}")
-    x._set_policy(dim, _POLICIES[policy])
+    x._set_policy(dim, _POLICIES[policy], name)
     return x
 
 

@@ -44,8 +44,11 @@ typedef struct py_tensor {
   PyObject *trace_grad;       /* the grad backward made in step
                                  trace_grad_step (compared with grad) */
   uint64_t trace_grad_step;
-  /* A dim policy per dim set by loom.dynamic (kind -1: the default). */
+  /* A dim policy per dim set by loom.dynamic (kind -1: the default), and
+   * the symbols' names it gave (NULL, or a list of str or None per dim):
+   * dims of one name are one symbol of the trace. */
   int policy[LOOM_MAX_RANK];
+  PyObject *policy_names;
   struct py_tensor *prev, *next; /* in the step's list of lazy tensors */
   PyObject *weakrefs;
 } py_tensor_t;

@@ -157,6 +157,7 @@ int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape) {
     dst->rank = src->rank; /* an in-place layout change (unsqueeze_) */
     memcpy(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->rank);
     for (int d = 0; d < LOOM_MAX_RANK; d++) dst->policy[d] = -1;
+    Py_CLEAR(dst->policy_names);
   }
   dst->step = st.id;
   dst->value = src->value;
@@ -282,6 +283,8 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
     for (int i = 0; i < t->rank; i++) {
       pol[i] = (loom_dim_policy_t){.kind = t->policy[i] < 0 ? LOOM_DIM_AUTO
                                                           : (loom_dim_policy_kind_t)t->policy[i]};
+      PyObject *name = t->policy_names ? PyList_GET_ITEM(t->policy_names, i) : Py_None;
+      if (name != Py_None && !(pol[i].name = PyUnicode_AsUTF8(name))) return -1;
       any |= t->policy[i] >= 0;
     }
     loom_tensor_t *data = input_data(t);

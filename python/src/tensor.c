@@ -164,6 +164,7 @@ static int tensor_traverse(py_tensor_t *t, visitproc visit, void *arg) {
   Py_VISIT(t->trace_grad);
   Py_VISIT(t->error);
   Py_VISIT(t->view.obj);
+  Py_VISIT(t->policy_names);
   return 0;
 }
 
@@ -171,6 +172,7 @@ static int tensor_clear(py_tensor_t *t) {
   Py_CLEAR(t->grad);
   Py_CLEAR(t->trace_grad);
   Py_CLEAR(t->error);
+  Py_CLEAR(t->policy_names);
   return 0;
 }
 
@@ -401,10 +403,16 @@ static PyObject *item_of(py_tensor_t *t) {
   }
 }
 
-/* loom.dynamic's record: dim `dim` enters traces under policy kind. */
+/* loom.dynamic's record: dim `dim` enters traces under policy kind, as
+ * the symbol `name` (None: its own). */
 static PyObject *tensor_set_policy(py_tensor_t *t, PyObject *args) {
   int dim, kind;
-  if (!PyArg_ParseTuple(args, "ii", &dim, &kind)) return NULL;
+  PyObject *name = Py_None;
+  if (!PyArg_ParseTuple(args, "ii|O", &dim, &kind, &name)) return NULL;
+  if (name != Py_None && !PyUnicode_Check(name)) {
+    PyErr_SetString(PyExc_TypeError, "dynamic: name must be a str or None");
+    return NULL;
+  }
   if (dim < 0) dim += t->rank;
   if (dim < 0 || dim >= t->rank) {
     PyErr_Format(PyExc_IndexError, "dim out of range for a tensor of %d dims", t->rank);
@@ -414,6 +422,12 @@ static PyObject *tensor_set_policy(py_tensor_t *t, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "unknown shape policy");
     return NULL;
   }
+  if (name != Py_None && !t->policy_names) {
+    t->policy_names = PyList_New(LOOM_MAX_RANK);
+    if (!t->policy_names) return NULL;
+    for (int d = 0; d < LOOM_MAX_RANK; d++) PyList_SET_ITEM(t->policy_names, d, Py_NewRef(Py_None));
+  }
+  if (t->policy_names && PyList_SetItem(t->policy_names, dim, Py_NewRef(name)) < 0) return NULL;
   t->policy[dim] = kind;
   Py_RETURN_NONE;
 }
@@ -430,7 +444,7 @@ static PyMethodDef tensor_methods[] = {
     {"retain_grad", (PyCFunction)tensor_retain_grad, METH_NOARGS,
      "backward() fills this non-leaf tensor's .grad too"},
     {"item", (PyCFunction)tensor_item, METH_NOARGS, "the one element as a Python number"},
-    {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind"},
+    {"_set_policy", (PyCFunction)tensor_set_policy, METH_VARARGS, "dim, policy kind[, name]"},
     {"__dlpack__", (PyCFunction)(void (*)(void))py_tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "a DLPack capsule over the tensor's memory"},
     {"__dlpack_device__", py_tensor_dlpack_device, METH_NOARGS, "(1, 0): the CPU"},

@@ -649,8 +649,10 @@ static loom_status_t refuse_over_limit(loom_cache_t *c, cache_site_t *site, cons
     core_warn("call site %016llx passed its recompile limit of %d compiles; its new keys "
               "now run in the fallback interpreter (eager kernels, nothing compiled). "
               "Declare the dims that change LOOM_DIM_AUTO, LOOM_DIM_BUCKET or "
-              "LOOM_DIM_SYMBOLIC (or raise recompile_limit, LOOM_RECOMPILE_UNLIMITED for "
-              "none); LOOM_LOG=recompiles says which dims changed",
+              "LOOM_DIM_SYMBOLIC, giving dims that must agree one name (an op that meets "
+              "two symbols fixes their sizes), or raise recompile_limit "
+              "(LOOM_RECOMPILE_UNLIMITED for none); LOOM_LOG=recompiles says which dims "
+              "changed",
               (unsigned long long)key->site, limit);
     core_log(LOG_RECOMPILES, "site %016llx: past its recompile limit of %d: new keys run "
              "in the fallback interpreter", (unsigned long long)key->site, limit);

@@ -387,6 +387,42 @@ def test_shape_policies_bound_compiles(policy, most):
         loom.set_compile_mode("tiered")
 
 
+def test_dims_named_alike_are_one_symbol():
+    """The batch dims of the inputs and the targets, marked symbolic under
+    one name, are one symbol: the loss that combines them keeps it
+    symbolic, so ten batch sizes compile a couple of executables, where
+    two unnamed symbols are fixed to each size (a compile per size)."""
+    loom.set_compile_mode("wait")
+    try:
+        rng = np.random.default_rng(3)
+        wn = rng.standard_normal((5, 7)).astype(np.float32)
+
+        def compiles(name):
+            loom.set_compile_mode("wait")  # a new trace: sites counted afresh
+            w = loom.tensor(wn, requires_grad=True)
+            before = loom.stats()["compiles"]
+            for b in (2, 4, 3, 5, 6, 7, 9, 11):
+                xn = rng.standard_normal((b, 5)).astype(np.float32)
+                yn = rng.integers(0, 7, b)
+                x = loom.dynamic(loom.tensor(xn), 0, "symbolic", name=name)
+                y = loom.dynamic(loom.tensor(yn), 0, "symbolic", name=name)
+                loss = loom.nn.functional.cross_entropy(x @ w, y)
+                loss.backward()
+                tw = torch.tensor(wn, requires_grad=True)
+                tl = torch.nn.functional.cross_entropy(torch.tensor(xn) @ tw, torch.tensor(yn))
+                tl.backward()
+                assert float(loss) == pytest.approx(float(tl), rel=1e-5)
+                np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+                w.grad = None
+                loom.step()
+            return loom.stats()["compiles"] - before
+
+        assert compiles(None) >= 6  # the name is what keeps the others down
+        assert compiles("batch") <= 3
+    finally:
+        loom.set_compile_mode("tiered")
+
+
 def test_functional_batch_norm_updates_its_statistics_compiled_or_not():
     """F.batch_norm in training writes running_mean/var in place: a module's
     buffers inside the executable, plain tensors through a graph break."""
