@@ -32,6 +32,15 @@ class LRScheduler:
     def _lrs(self):
         return [g["lr"] for g in self.optimizer.param_groups]
 
+    def _per_group(self, name, value):
+        """value for each param group: one for all, or a list of one each."""
+        n = len(self.optimizer.param_groups)
+        if not isinstance(value, (list, tuple)):
+            return [value] * n
+        if len(value) != n:
+            raise ValueError(f"expected {n} values for {name}, got {len(value)}")
+        return list(value)
+
     def step(self, epoch=None):
         """The next epoch's rates; at a given epoch (SequentialLR's restart),
         the closed form where there is one, as PyTorch's."""
@@ -350,14 +359,6 @@ class OneCycleLR(LRScheduler):
             self._init_momentum(max_momentum, base_momentum, last_epoch)
         super().__init__(optimizer, last_epoch)
 
-    def _per_group(self, name, value):
-        n = len(self.optimizer.param_groups)
-        if not isinstance(value, (list, tuple)):
-            return [value] * n
-        if len(value) != n:
-            raise ValueError(f"expected {n} values for {name}, got {len(value)}")
-        return value
-
     def _init_momentum(self, max_momentum, base_momentum, last_epoch):
         defaults = self.optimizer.defaults
         if "momentum" not in defaults and "betas" not in defaults:
@@ -446,14 +447,6 @@ class CyclicLR(LRScheduler):
             self.max_momentums = self._per_group("max_momentum", max_momentum)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
-
-    def _per_group(self, name, value):
-        n = len(self.optimizer.param_groups)
-        if not isinstance(value, (list, tuple)):
-            return [value] * n
-        if len(value) != n:
-            raise ValueError(f"expected {n} values for {name}, got {len(value)}")
-        return list(value)
 
     def scale_fn(self, x):
         if self._scale_fn_custom is not None:
