@@ -250,8 +250,8 @@ static PyObject *fn_capture_begin(PyObject *self, PyObject *unused) {
   cap.saved_grads = PyList_New(0);
   cap.grads_set = PyList_New(0);
   cap.accumulating = PyList_New(0);
-  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state || !cap.saved_grads || !cap.grads_set ||
-      !cap.accumulating) {
+  if (!cap.inputs || !cap.params || !cap.grad_params || !cap.state || !cap.saved_grads ||
+      !cap.grads_set || !cap.accumulating) {
     reset();
     return NULL;
   }

@@ -578,24 +578,26 @@ static loom_status_t check_sizes_now(const ir_infer_t *c) {
     }
   }
   if (!any) return LOOM_OK;
-  /* sizes held in attributes (a reshape's target n*4) at their sizes now */
-  ir_attrs_t attrs = {0};
-  if (c->attrs) ir_attrs_copy(&attrs, c->attrs);
-  for (int a = 0; a < attrs.n; a++) {
-    int n = attrs.a[a].kind == IR_ATTR_INTS ? attrs.a[a].n : attrs.a[a].kind == IR_ATTR_INT;
-    for (int i = 0; i < n; i++) {
-      int64_t *v = &attrs.a[a].ints[i], size;
-      if (!ir_dim_is_sym(*v)) continue;
-      if (!g->hook.size_now(g->hook.ctx, g, *v, &size) || size < 0) return LOOM_OK;
-      *v = size;
-    }
-  }
   ir_type_t outs[c->n_out > 0 ? c->n_out : 1];
   memset(outs, 0, sizeof outs);
   ir_infer_t k = *c;
   k.in = in;
   k.out = outs;
-  k.attrs = &attrs;
+  /* sizes held in attributes (a reshape's target n*4) at their sizes now;
+   * a copy only for a node that has them */
+  ir_attrs_t attrs;
+  for (int a = 0; c->attrs && a < c->attrs->n; a++) {
+    const ir_attr_t *at = &c->attrs->a[a];
+    int n = at->kind == IR_ATTR_INTS ? at->n : at->kind == IR_ATTR_INT;
+    for (int i = 0; i < n; i++) {
+      int64_t size;
+      if (!ir_dim_is_sym(at->ints[i])) continue;
+      if (!g->hook.size_now(g->hook.ctx, g, at->ints[i], &size) || size < 0) return LOOM_OK;
+      if (k.attrs != &attrs) ir_attrs_copy(&attrs, c->attrs);
+      k.attrs = &attrs;
+      attrs.a[a].ints[i] = size;
+    }
+  }
   /* a check, not a specialization: no dim is pinned to its size */
   bool (*pin)(void *, loom_graph_t *, ir_dim_t, int64_t *) = g->hook.pin_dim;
   g->hook.pin_dim = NULL;
