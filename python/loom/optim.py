@@ -30,6 +30,7 @@ graph break."""
 import copy
 import math
 import sys
+import weakref
 from collections.abc import Mapping
 
 import numpy as np
@@ -41,6 +42,10 @@ from . import lr_scheduler
 sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler
 
 _SGD, _ADAM, _ADAMW = 0, 1, 2
+
+# The optimizer whose step the trace's optimizer step made last (a weak
+# reference): that step keeps the state of one update rule at a time.
+_trace_owner = None
 
 
 def _check(defaults):
@@ -155,6 +160,7 @@ class Optimizer:
         if (len(self.param_groups) == 1 and self._in_trace_supported()
                 and _C._trace_grads_current(params)
                 and all(id(p) in mine for p in _C._step_params())):
+            self._own_trace_step()
             if not self._in_trace:  # from the Python path: its state goes on
                 self._loaded.update({id(p): self._trace_state(p) for p in params
                                      if self._state.get(id(p))})
@@ -167,12 +173,34 @@ class Optimizer:
                                float(g.get("betas", (0.9, 0.999))[1]),
                                float(g.get("eps", 1e-8)), float(g["weight_decay"]))
             return
-        if self._in_trace:  # from the trace's step: its state goes on here
-            for p in params:
+        self._leave_trace()
+        self._step_from_grads()
+
+    def _leave_trace(self):
+        """After steps in the trace, the state goes on here (read from the
+        trace's step; self._state holds what was loaded)."""
+        if self._in_trace:
+            for p in self._params():
                 if id(p) not in self._loaded:
                     self._pull(p, _C._optimizer_state)
-        self._loaded, self._in_trace = {}, False  # self._state holds what was loaded
-        self._step_from_grads()
+        self._loaded, self._in_trace = {}, False
+
+    def _trace_keeps(self):
+        """The names of the state the trace's step keeps for this update."""
+        return tuple(self._TRACE_NAMES.values())
+
+    def _own_trace_step(self):
+        """Another optimizer's step in the trace (over other parameters: a
+        second model's) rebuilds the trace's step for its own update rule,
+        which keeps only the state of that rule's names: an SGD step would
+        drop Adam's moments. The optimizer that stepped there last, when it
+        keeps other state, first takes its state out; its next step hands
+        it back (as from the Python path)."""
+        global _trace_owner
+        last = _trace_owner() if _trace_owner is not None else None
+        if last is not None and last is not self and last._trace_keeps() != self._trace_keeps():
+            last._leave_trace()
+        _trace_owner = weakref.ref(self)
 
     # ---- checkpoints, in torch.optim's form ----
     def _params(self):
@@ -377,6 +405,9 @@ class SGD(Optimizer):
     def _in_trace_supported(self):
         return super()._in_trace_supported() and \
             all(not g.get("dampening") for g in self.param_groups)
+
+    def _trace_keeps(self):
+        return super()._trace_keeps() if any(g["momentum"] for g in self.param_groups) else ()
 
     def _update(self, p, g, group):
         if group["weight_decay"]:
