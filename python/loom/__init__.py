@@ -230,17 +230,34 @@ def _check_random_dtype(dtype, kernel):
         raise RuntimeError(f'"{kernel}" not implemented for \'{_TORCH_TYPE[d.name]}\'')
 
 
+def _drawn(draw, dtype, generator, requires_grad=False):
+    """A tensor of draw(g)'s values from generator (None: loom's). Inside
+    loom.compile it is an input that each call draws anew, as the function
+    draws it per call (the values drawn here feed the first call)."""
+    g = generator if generator is not None else _generator
+    _compile.note_generator(g)
+    t = tensor(draw(g), dtype=dtype, requires_grad=requires_grad)
+    if _C._capturing() and not requires_grad:
+        first = [t]
+
+        def again():
+            return first.pop() if first else tensor(
+                draw(generator if generator is not None else _generator), dtype=dtype)
+        _C._capture_drawn(t, again)
+    return t
+
+
 def randn(*size, dtype=None, requires_grad=False, generator=None):
     _check_random_dtype(dtype, "normal_kernel_cpu")
-    g = generator if generator is not None else _generator
-    return tensor(g.standard_normal(_shape(size)), dtype=dtype or float32,
-                  requires_grad=requires_grad)
+    shape = _shape(size)
+    return _drawn(lambda g: g.standard_normal(shape), dtype or float32, generator,
+                  requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad=False, generator=None):
     _check_random_dtype(dtype, "check_uniform_bounds")
-    g = generator if generator is not None else _generator
-    return tensor(g.random(_shape(size)), dtype=dtype or float32, requires_grad=requires_grad)
+    shape = _shape(size)
+    return _drawn(lambda g: g.random(shape), dtype or float32, generator, requires_grad)
 
 
 def randn_like(x, dtype=None, requires_grad=False):
@@ -254,8 +271,8 @@ def rand_like(x, dtype=None, requires_grad=False):
 def randint(low, high=None, size=(), dtype=None, generator=None):
     if high is None:
         low, high = 0, low
-    g = generator if generator is not None else _generator
-    return tensor(g.integers(low, high, size=tuple(size)), dtype=dtype or int64)
+    shape = tuple(size)
+    return _drawn(lambda g: g.integers(low, high, size=shape), dtype or int64, generator)
 
 
 def get_default_dtype():

@@ -16,6 +16,11 @@ guards = None
 # the buffers of the modules it called, whose storage its executable may
 # borrow (see _Entry.adopt_buffers).
 buffers = None
+# While a function is captured: {id(g): (g, its state before the capture's
+# first draw)}, the random generators it drew from; a capture that ends in
+# a graph break rewinds them, so that the calls through the trace draw
+# what the plain function's calls would.
+drawn_from = None
 _PACKAGE_DIR = os.path.dirname(__file__)
 
 
@@ -29,6 +34,17 @@ def guard(key, what, read):
     (what names it in explain(); key tells one guard from another)."""
     if guards is not None and not any(k == key for k, _, _, _ in guards):
         guards.append((key, what, read, read()))
+
+
+def note_generator(g):
+    """Notes, while capturing, that the function draws from generator g."""
+    if drawn_from is not None and id(g) not in drawn_from:
+        drawn_from[id(g)] = (g, g.bit_generator.state)
+
+
+def _rewind_generators():
+    for g, state in drawn_from.values():
+        g.bit_generator.state = state
 
 
 def note_buffers(module):
@@ -177,11 +193,11 @@ class Compiled:
         return outs[0] if entry.shape == "one" else tuple(outs)
 
     def _capture(self, args, kwargs):
-        global guards, buffers
+        global guards, buffers, drawn_from
         if guards is not None:
             raise RuntimeError("loom.compile: a compiled function called another while "
                                "being captured")
-        guards, buffers = [], {}
+        guards, buffers, drawn_from = [], {}, {}
         _C._capture_begin()
         try:
             for a in self._tensors(args, kwargs):
@@ -201,14 +217,16 @@ class Compiled:
             return _Entry(guards, captured, shape, buffers=buffers.values())
         except _C.GraphBreak as e:
             _C._capture_abort()
+            _rewind_generators()
             if self.fullgraph:
                 raise
             return _Entry(guards, graph_break=(str(e), _user_line(e.__traceback__, self.fn)))
         except BaseException:
             _C._capture_abort()
+            _rewind_generators()
             raise
         finally:
-            guards = buffers = None
+            guards = buffers = drawn_from = None
 
     @staticmethod
     def _without_code(report):

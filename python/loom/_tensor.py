@@ -439,9 +439,9 @@ class Tensor(_C.TensorBase):
         if not self.dtype.is_floating_point:
             raise RuntimeError(f"loom: random fill of a {self.dtype.name} tensor (a float "
                                f"dtype only)")
-        from . import _generator_now, tensor
-        values = draw(generator if generator is not None else _generator_now())
-        return self._inplace(_F._op("identity", tensor(np.asarray(values), dtype=self.dtype)))
+        from . import _drawn
+        values = _drawn(lambda g: np.asarray(draw(g)), self.dtype, generator)
+        return self._inplace(_F._op("identity", values))
 
     def copy_(self, src):
         if not isinstance(src, Tensor):

@@ -6,6 +6,8 @@
  * from outside (weights, buffers, constants) become parameters whose
  * storage the graph borrows (loom_graph_param_borrow, those that require
  * grad) or further inputs bound to the same tensors at every run;
+ * random tensors drawn inside the function (rand, dropout's mask) are
+ * inputs drawn anew at every run, as the function draws them per call;
  * backward() appends loom_grad's gradients and an optimizer's step()
  * appends its update (loom_optimizer_apply), its learning rate an input.
  * A read of a value inside the function (.numpy(), .item(), bool) has
@@ -20,7 +22,9 @@ typedef struct captured {
   PyObject_HEAD
   loom_graph_t *g;
   loom_executable_t *e;
-  PyObject *inputs;      /* per graph input, the tensor bound to it (args first); None: lr */
+  /* Per graph input, the tensor bound to it (args first); None: lr; a
+   * callable: it draws the input's random values anew for every run. */
+  PyObject *inputs;
   int n_args;
   int lr_input;          /* -1: none */
   PyObject *optimizer;   /* whose param_groups[0]["lr"] feeds lr_input, or NULL */
@@ -430,6 +434,27 @@ static void captured_dealloc(captured_t *c) {
   PyObject_GC_Del(c);
 }
 
+/* Input i's values for a run, from draw(): a new tensor of the input's
+ * dtype and shape. */
+static PyObject *drawn(loom_graph_t *g, int i, PyObject *draw) {
+  PyObject *t = PyObject_CallNoArgs(draw);
+  loom_value_t v;
+  loom_dtype_t dtype;
+  int rank;
+  loom_dim_t dims[LOOM_MAX_RANK];
+  if (!t || loom_graph_input_value(g, i, &v) != LOOM_OK ||
+      loom_value_type(g, v, &dtype, &rank, dims) != LOOM_OK)
+    return t;
+  const py_tensor_t *x = (const py_tensor_t *)t;
+  if (!py_tensor_check(t) || x->dtype != dtype || x->rank != rank ||
+      memcmp(x->shape, dims, sizeof(int64_t) * (size_t)rank)) {
+    Py_DECREF(t);
+    PyErr_SetString(PyExc_RuntimeError, "run: a random input drawn in another shape or dtype");
+    return NULL;
+  }
+  return t;
+}
+
 /* run(args): one run on these arguments (of the captured shapes): the
  * function's outputs, a tuple; the parameters' .grad set. */
 static PyObject *captured_run(captured_t *c, PyObject *args) {
@@ -443,9 +468,9 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
   loom_tensor_t **ins = PyMem_Calloc((size_t)n_in + 1, sizeof *ins);
   loom_tensor_t **outs = PyMem_Calloc((size_t)n_out + 1, sizeof *outs);
   loom_tensor_t *lr = NULL;
-  PyObject *result = NULL;
+  PyObject *result = NULL, *keep = PyList_New(0);
   loom_status_t s = LOOM_OK;
-  if (!ins || !outs) {
+  if (!ins || !outs || !keep) {
     PyErr_NoMemory();
     goto done;
   }
@@ -464,6 +489,13 @@ static PyObject *captured_run(captured_t *c, PyObject *args) {
       if (s != LOOM_OK) goto done;
       ins[i] = lr;
       continue;
+    }
+    if (i >= c->n_args && PyCallable_Check(o)) {
+      if (!(o = drawn(c->g, (int)i, o)) || PyList_Append(keep, o) < 0) {
+        Py_XDECREF(o);
+        goto done;
+      }
+      Py_DECREF(o); /* keep holds it until the run ends */
     }
     if (!py_tensor_check(o) || py_tensor_realize((py_tensor_t *)o) < 0) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run: tensors only");
@@ -524,6 +556,7 @@ done:
   if (s != LOOM_OK) py_fail(s);
   for (int i = 0; outs && i < n_out; i++) loom_tensor_destroy(outs[i]);
   loom_tensor_destroy(lr);
+  Py_XDECREF(keep);
   PyMem_Free(ins);
   PyMem_Free(outs);
   return result;
@@ -680,6 +713,24 @@ static PyObject *fn_assign(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* _capture_drawn(t, draw): t, a tensor of random values drawn inside the
+ * captured function, is an input of the graph, bound at each run to
+ * draw()'s new values (t's own at the capture's first). */
+static PyObject *fn_capture_drawn(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a, *draw;
+  if (!PyArg_ParseTuple(args, "O!O", &py_tensor_type, &a, &draw)) return NULL;
+  py_tensor_t *t = (py_tensor_t *)a;
+  loom_value_t v;
+  if (!cap.active || !t->data || !PyCallable_Check(draw)) {
+    PyErr_SetString(PyExc_RuntimeError, "_capture_drawn: a real tensor and a callable, "
+                    "while capturing");
+    return NULL;
+  }
+  if (add_input(t, draw, &v) < 0 || bind(t, v) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *fn_capturing(PyObject *self, PyObject *unused) {
   (void)self, (void)unused;
   return PyBool_FromLong(cap.active);
@@ -688,6 +739,7 @@ static PyObject *fn_capturing(PyObject *self, PyObject *unused) {
 PyMethodDef py_capture_functions[] = {
     {"_capture_optimizer", fn_capture_optimizer, METH_VARARGS, NULL},
     {"_capturing", fn_capturing, METH_NOARGS, "True while loom.compile captures"},
+    {"_capture_drawn", fn_capture_drawn, METH_VARARGS, "a random tensor drawn per run"},
     {"_assign", fn_assign, METH_VARARGS, "a buffer's new value, while capturing"},
     {"_capture_begin", fn_capture_begin, METH_NOARGS, NULL},
     {"_capture_arg", fn_capture_arg, METH_O, NULL},
