@@ -450,10 +450,13 @@ class Tensor(_C.TensorBase):
         return self._inplace(_F.cast(_F.expand(src, *self.shape), self.dtype))
 
     def __setitem__(self, index, value):
-        """x[index] = value. Into a real tensor, its memory (NumPy's rules;
-        arrays sharing it see the change). Into a lazy value (the result of
-        ops in the step in progress), functionally: x becomes a new value
-        equal to the old one but at index, and gradients flow through it.
+        """x[index] = value. Into a lazy value (the result of ops in the
+        step in progress), functionally: x becomes a new value equal to the
+        old one but at index, and gradients flow through it. Into a real
+        tensor while gradients are tracked (the value requires grad, or the
+        step in progress holds values that do), the same, where nothing
+        else sees its memory; else into its memory (NumPy's rules; arrays
+        sharing it see the change), which ends the step in progress.
         Slices of a lazy value are new values, not views of its memory:
         assigning into one does not change the tensor it was sliced from.
         A leaf that requires grad is refused, as in PyTorch."""
@@ -467,6 +470,16 @@ class Tensor(_C.TensorBase):
             raise RuntimeError("loom: assignment into a computed tensor that requires grad "
                                "and has been read; compute the new tensor with ops "
                                "(loom.where, loom.cat) instead")
+        grad_value = isinstance(value, Tensor) and value.requires_grad
+        if _C.is_grad_enabled() and (grad_value or _C._step_tracks_grad()) and \
+                _C._take_value(self, _F._index_put(self, index, value)):
+            return
+        if grad_value and _C.is_grad_enabled() and not _C._capturing():
+            import warnings
+            warnings.warn("loom: assignment of a value that requires grad into a tensor "
+                          "whose memory others see (a NumPy array, a view) writes that "
+                          "memory: gradients do not flow back through the value",
+                          stacklevel=2)
         index = _F._numpy_index(index)
         _C.step()  # values of the step in progress read the old data
         np.asarray(self)[index] = np.asarray(value) if isinstance(value, Tensor) else value

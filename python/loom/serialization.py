@@ -101,6 +101,10 @@ def _write(tensors, path, meta):
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".loom-save-")
     try:
+        # the mode open() would give (mkstemp's is 0600), as torch.save's file has
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(head)))
             f.write(head)
@@ -163,6 +167,16 @@ def load(path, map_location=None):
     for (_, e0, a), (b1, _, b) in zip(ranges, ranges[1:]):
         if b1 < e0:
             raise ValueError(f"{where}: tensors {a!r} and {b!r} overlap")
+    # the format's data holds the tensors and nothing else (a file cut or
+    # written over elsewhere shows here)
+    covered = 0
+    for begin, end, _ in ranges:
+        if begin > covered:
+            break
+        covered = max(covered, end)
+    if covered != len(body):
+        raise ValueError(f"{where}: bytes {covered}..{len(body)} of the data are no "
+                         f"tensor's (the format has no gaps or trailing bytes)")
     meta = header.get("__metadata__")
     if isinstance(meta, dict) and _TREE in meta:
         try:

@@ -389,6 +389,13 @@ Py_ssize_t py_step_results_besides(PyObject *outputs, PyObject *params) {
   return n;
 }
 
+/* _step_tracks_grad(): whether the step in progress holds values that
+ * require grad (a backward may still start from them). */
+static PyObject *fn_step_tracks_grad(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  return PyBool_FromLong(st.open && st.grad_values > 0);
+}
+
 /* Ends the step when nothing alive could still use it. */
 int py_step_idle(void) {
   if (py_capture_active()) return 0;
@@ -816,6 +823,7 @@ static PyObject *fn_stats(PyObject *self, PyObject *unused) {
 
 PyMethodDef py_step_methods[] = {
     {"step", fn_step, METH_NOARGS, "ends the step: runs what is pending"},
+    {"_step_tracks_grad", fn_step_tracks_grad, METH_NOARGS, NULL},
     {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
     {"sync", fn_sync, METH_NOARGS, "runs what is recorded: a segment boundary"},
     {"_set_compile_mode", fn_set_compile_mode, METH_O, "0 tiered, 1 wait, 2 interpret"},

@@ -128,6 +128,19 @@ def test_save_and_load_round_trip_every_dtype(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".loom-save")]
 
 
+def test_a_saved_file_has_open_s_mode_and_trailing_bytes_are_refused(tmp_path):
+    import os
+    path = tmp_path / "m.safetensors"
+    loom.save({"w": loom.ones(3)}, str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    with open(path, "ab") as f:
+        f.write(b"\0" * 16)
+    with pytest.raises(ValueError, match="no tensor's"):
+        loom.load(str(path))
+
+
 def test_a_saved_model_loads_into_a_new_one(tmp_path):
     a, b = LoomNet(), LoomNet()
     loom.save(a.state_dict(), str(tmp_path / "net.safetensors"))

@@ -310,6 +310,26 @@ def test_assignment_into_lazy_values_matches_torch_with_gradients(index, value):
         np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
 
 
+def test_assignment_into_a_real_tensor_keeps_the_gradients_as_torch():
+    """Values that require grad assigned into a buffer made by zeros(),
+    and a plain assignment into one while the step holds a value that
+    requires grad: gradients flow as torch.autograd's."""
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in (loom, torch):
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        out = lib.zeros(3, 2)
+        out[0] = w * 2
+        out[1] = w * w
+        y = w * 3
+        scale = lib.zeros(2)
+        scale[0] = 5.0  # the step holds y, which requires grad
+        (out.sum() + w.sum() + (y * scale).sum()).backward()
+        results.append(w.grad.numpy().copy())
+    np.testing.assert_allclose(results[0], [20.0, 7.0])
+    np.testing.assert_allclose(results[0], results[1])
+
+
 def test_assignment_into_a_lazy_value_inside_compile_and_errors():
     f = loom.compile(lambda a: _set_first_row(a * 2))
     for k in range(2):
