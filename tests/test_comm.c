@@ -637,6 +637,10 @@ static void errors(void) {
   CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 0, &w, &gw, lr, &o), LOOM_ERR_INVALID,
             "n = 0");
   CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &w, &i, lr, &o), LOOM_ERR_DTYPE, "float");
+  loom_value_t half_grad;
+  CHECK_OK(loom_cast(g, gw, LOOM_BF16, &half_grad));
+  CHECK_ERR(loom_data_parallel_grads(g, comm, 1, &half_grad, NULL, &half_grad), LOOM_ERR_DTYPE,
+            "master copy in f32");
   o.max_grad_norm = -1;
   CHECK_ERR(loom_data_parallel_step(g, comm, &sgd, 1, &w, &gw, lr, &o), LOOM_ERR_INVALID,
             "max_grad_norm");
@@ -648,6 +652,44 @@ static void errors(void) {
               "grads[0]");
   }
   loom_graph_destroy(g);
+}
+
+/* Host collectives on tensors whose size or dtype differs between ranks
+ * fail on every rank before bytes move (a larger root's broadcast wrote
+ * past the others' buffers); a graph whose all_reduce_start lacks its
+ * wait, or whose start's value another op reads, is refused. */
+static void mismatched_sizes_and_unfinished_starts(void) {
+  loom_tensor_t *t = NULL, *u = NULL;
+  int64_t n = rank == 0 ? 4096 : 4;
+  CHECK_OK(loom_tensor_create(LOOM_F32, 1, &n, &t));
+  int64_t four = 4;
+  CHECK_OK(loom_tensor_create(rank == 0 ? LOOM_F32 : LOOM_I32, 1, &four, &u));
+  if (size > 1) {
+    CHECK_ERR(loom_comm_broadcast_tensor(comm, t, 0), LOOM_ERR_INVALID, "differs");
+    CHECK_ERR(loom_comm_all_reduce_tensor(comm, t, LOOM_COMM_SUM), LOOM_ERR_INVALID,
+              "differs");
+    CHECK_ERR(loom_comm_broadcast_tensor(comm, u, 0), LOOM_ERR_INVALID, "differs");
+  }
+  CHECK_OK(loom_comm_broadcast_tensor(comm, u, rank)); /* each its own root: size 1 */
+  loom_tensor_destroy(t);
+  loom_tensor_destroy(u);
+
+  for (int form = 0; form < 2; form++) {
+    loom_graph_t *g = NULL;
+    loom_value_t x, started, y;
+    CHECK_OK(loom_graph_create(&g));
+    CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 1, &four, &x));
+    CHECK_OK(loom_all_reduce_start(g, comm, x, LOOM_COMM_SUM, &started));
+    if (form == 0) CHECK_OK(loom_relu(g, started, &y));
+    else CHECK_OK(loom_relu(g, x, &y));
+    CHECK_OK(loom_graph_output(g, y));
+    CHECK_ERR(loom_graph_verify(g), LOOM_ERR_GRAPH, form == 0 ? "only its all_reduce_wait"
+                                                              : "0 all_reduce_waits");
+    loom_executable_t *e = NULL;
+    CHECK_ERR(loom_compile(g, NULL, &e), LOOM_ERR_GRAPH, "all_reduce");
+    CHECK(e == NULL);
+    loom_graph_destroy(g);
+  }
 }
 
 /* Modes for the failure tests (CMakeLists.txt runs them under mpirun and
@@ -702,6 +744,7 @@ int main(int argc, char **argv) {
   TEST_RUN(buckets_overlap_the_backward_pass);
   TEST_RUN(traced_data_parallel_matches_one_process);
   TEST_RUN(errors);
+  TEST_RUN(mismatched_sizes_and_unfinished_starts);
   loom_comm_destroy(comm);
   /* MPI is finalized with the last communicator, and starts once */
   loom_comm_t *again = NULL;

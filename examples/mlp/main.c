@@ -19,8 +19,9 @@ int main(int argc, char **argv) {
   ex_model_t m;
   loom_value_t logits;
   if (ex_parse_args(argc, argv, &a)) return 2;
-  printf("MLP %ld-%ld-%ld-%ld on Gaussian blobs, batch %ld, AdamW\n", (long)cfg.in,
-         (long)cfg.hidden, (long)cfg.hidden, (long)cfg.classes, (long)cfg.batch);
+  if (!a.comm || loom_comm_rank(a.comm) == 0) /* rank 0 prints */
+    printf("MLP %ld-%ld-%ld-%ld on Gaussian blobs, batch %ld, AdamW\n", (long)cfg.in,
+           (long)cfg.hidden, (long)cfg.hidden, (long)cfg.classes, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
   m.comm = a.comm;
   m.shard_optimizer_state = a.zero;

@@ -20,8 +20,9 @@ int main(int argc, char **argv) {
   ex_model_t m;
   loom_value_t logits;
   if (ex_parse_args(argc, argv, &a)) return 2;
-  printf("ResNet (width %ld, 2 blocks) on %ldx%ld stripe orientations (%ld classes), batch %ld\n",
-         (long)cfg.width, (long)cfg.size, (long)cfg.size, (long)cfg.classes, (long)cfg.batch);
+  if (!a.comm || loom_comm_rank(a.comm) == 0) /* rank 0 prints */
+    printf("ResNet (width %ld, 2 blocks) on %ldx%ld stripe orientations (%ld classes), batch %ld\n",
+           (long)cfg.width, (long)cfg.size, (long)cfg.size, (long)cfg.classes, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
   m.comm = a.comm;
   m.shard_optimizer_state = a.zero;

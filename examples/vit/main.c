@@ -22,9 +22,11 @@ int main(int argc, char **argv) {
   ex_model_t m;
   loom_value_t logits;
   if (ex_parse_args(argc, argv, &a)) return 2;
-  printf("ViT (dim %ld, %ld heads, depth %ld, patch %ld) on %ldx%ld stripe orientations, batch %ld\n",
-         (long)cfg.dim, (long)cfg.heads, (long)cfg.depth, (long)cfg.patch, (long)cfg.size,
-         (long)cfg.size, (long)cfg.batch);
+  if (!a.comm || loom_comm_rank(a.comm) == 0) /* rank 0 prints */
+    printf("ViT (dim %ld, %ld heads, depth %ld, patch %ld) on %ldx%ld stripe orientations, "
+           "batch %ld\n",
+           (long)cfg.dim, (long)cfg.heads, (long)cfg.depth, (long)cfg.patch, (long)cfg.size,
+           (long)cfg.size, (long)cfg.batch);
   loom_status_t s = ex_model_init(&m, LOOM_F32, 1);
   m.comm = a.comm;
   m.shard_optimizer_state = a.zero;

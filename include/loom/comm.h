@@ -106,10 +106,12 @@ LOOM_API loom_status_t loom_reduce_scatter(loom_graph_t *g, loom_comm_t *comm,
 /* ---- Host side --------------------------------------------------------- */
 
 /* Overwrites t on every rank with rank root's t (same dtype and shape on
- * every rank). */
+ * every rank: a rank whose t differs from root's in dtype or element
+ * count fails every rank with LOOM_ERR_INVALID before any byte moves). */
 LOOM_API loom_status_t loom_comm_broadcast_tensor(loom_comm_t *comm, loom_tensor_t *t,
                                                   int root);
-/* Reduces t in place across ranks. */
+/* Reduces t in place across ranks (every rank's t of one dtype and
+ * element count, else LOOM_ERR_INVALID on every rank, checked first). */
 LOOM_API loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
                                                    loom_comm_reduce_t op);
 /* Broadcasts every parameter of g (weights, optimizer moments, step

@@ -463,14 +463,25 @@ static void engine_stop(void) {
 
 /* ---- Communicators --------------------------------------------------------- */
 
+/* LOOM_COMM_TIMEOUT in seconds, as loom_comm_set_timeout takes it; 300
+ * when unset, or (with a warning) when it is not such a number. */
+static double env_timeout(void) {
+  const char *env = core_getenv("LOOM_COMM_TIMEOUT");
+  if (!env || !*env) return 300.0;
+  char *end;
+  double v = strtod(env, &end);
+  if (*end == '\0' && v > 0 && v <= 1e7) return v;
+  core_warn("LOOM_COMM_TIMEOUT=%s is not a number of seconds in (0, 1e7]; 300 s it is", env);
+  return 300.0;
+}
+
 static loom_status_t comm_create(const char *fn, MPI_Comm from, loom_comm_t **out) {
   LOOM_CHECK_ARG(out);
   *out = NULL;
   loom_comm_t *c = core_calloc(1, sizeof *c);
   if (!c) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
   c->mpi = c->roll = MPI_COMM_NULL;
-  const char *env = core_getenv("LOOM_COMM_TIMEOUT");
-  c->timeout_s = env && atof(env) > 0 ? atof(env) : 300.0;
+  c->timeout_s = env_timeout();
   pthread_mutex_lock(&eng.lock);
   int slot = -1;
   for (int i = 0; i < COMM_MAX && slot < 0; i++)

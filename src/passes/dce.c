@@ -1,5 +1,6 @@
 /* Dead code elimination: a node lives when one of its outputs reaches a
- * graph output, or when it has a side effect (an assign). Walking the
+ * graph output, or when it has a side effect (an assign, a collective and
+ * the wait that ends it). Walking the
  * nodes backwards finds them all in one pass, since every reader comes
  * after what it reads. */
 #include "core/alloc.h"
@@ -9,6 +10,8 @@
 
 static bool node_live(const ir_node_t *n, const uint8_t *live) {
   if (ir_ops[n->op].flags & (F_SIDE_EFFECT | F_COLLECTIVE)) return true;
+  /* a started collective always runs: its wait ends it, used or not */
+  if (n->op == IR_OP_ALL_REDUCE_WAIT) return true;
   for (int k = 0; k < n->n_out; k++)
     if (live[n->out[k]]) return true;
   return false;

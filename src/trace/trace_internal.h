@@ -486,6 +486,11 @@ struct loom_trace {
   loom_comm_t *comm;
   void *dp_stage;
   int64_t dp_stage_bytes;
+  /* Whether every rank's compiled optimizer step was ready at this step's
+   * agreement: the ranks swap it in at one step, so that their updates
+   * round alike (an interpreted update and a compiled one differ in the
+   * last bits, and the replicas would drift apart). */
+  bool dp_all_ready;
 
   uint64_t path; /* decisions since the last cut */
   bool in_cut;   /* a cut runs: the hook must not cut again */

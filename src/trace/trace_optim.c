@@ -26,6 +26,7 @@
 #include "core/tensor.h"
 #include "runtime/interp.h"
 #include "trace/trace_internal.h"
+#include "train/data_parallel.h"
 #include "train/optim.h"
 
 typedef struct tr_optim {
@@ -316,6 +317,7 @@ static loom_status_t optim_build(loom_trace_t *t, const loom_optimizer_t *hyper,
 static void optim_swap(loom_trace_t *t) {
   tr_optim_t *a = t->optim, *b = a->next;
   if (!b || !atomic_load_explicit(&b->ready, memory_order_acquire)) return;
+  if (t->comm && !t->dp_all_ready) return; /* the ranks swap at one step */
   optim_join(a);
   a->next = NULL;
   if (b->compiled != LOOM_OK || !b->exe) {
@@ -370,22 +372,25 @@ static loom_status_t dp_agree(loom_trace_t *t, const char *fn) {
   int64_t count[2] = {n, -n};
   loom_tensor_t c, v;
   tensor_view_init(&c, LOOM_I64, 1, (int64_t[]){2}, count);
-  LOOM_TRY(loom_comm_all_reduce_tensor(t->comm, &c, LOOM_COMM_MAX));
+  LOOM_TRY(dp_all_reduce_agreed(t->comm, &c, LOOM_COMM_MAX));
   if (count[0] != n || count[1] != -n)
     return loom_fail(LOOM_ERR_INVALID, "%s: rank %d entered %lld parameters, another rank %lld "
                      "(data parallelism needs the same parameters on every rank)", fn,
                      loom_comm_rank(t->comm), (long long)n,
                      (long long)(count[0] != n ? count[0] : -count[1]));
-  int64_t *flags = core_malloc(sizeof(int64_t) * (size_t)(n + 2));
+  int64_t *flags = core_malloc(sizeof(int64_t) * (size_t)(n + 3));
   if (!flags) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", fn);
   flags[0] = h, flags[1] = -h;
   for (int64_t i = 0; i < n; i++) flags[2 + i] = t->params[i].got_grad;
-  tensor_view_init(&v, LOOM_I64, 1, (int64_t[]){n + 2}, flags);
-  loom_status_t s = loom_comm_all_reduce_tensor(t->comm, &v, LOOM_COMM_MAX);
+  const tr_optim_t *a = t->optim;
+  flags[n + 2] = !(a && a->next && atomic_load_explicit(&a->next->ready, memory_order_acquire));
+  tensor_view_init(&v, LOOM_I64, 1, (int64_t[]){n + 3}, flags);
+  loom_status_t s = dp_all_reduce_agreed(t->comm, &v, LOOM_COMM_MAX);
   if (s == LOOM_OK && (flags[0] != h || flags[1] != -h))
     s = loom_fail(LOOM_ERR_INVALID, "%s: the ranks' parameters differ in dtype or shape "
                   "(data parallelism needs the same parameters on every rank)", fn);
   for (int64_t i = 0; i < n && s == LOOM_OK; i++) t->params[i].got_grad = flags[2 + i] != 0;
+  t->dp_all_ready = s == LOOM_OK && flags[n + 2] == 0;
   core_free(flags);
   return s;
 }
@@ -419,7 +424,7 @@ static loom_status_t dp_bucket(loom_trace_t *t, int64_t first, int64_t last, loo
   int64_t count = (at - (char *)t->dp_stage) / (int64_t)loom_dtype_size(dt);
   loom_tensor_t stage;
   tensor_view_init(&stage, dt, 1, &count, t->dp_stage);
-  LOOM_TRY(loom_comm_all_reduce_tensor(t->comm, &stage, LOOM_COMM_MEAN));
+  LOOM_TRY(dp_all_reduce_agreed(t->comm, &stage, LOOM_COMM_MEAN));
   at = t->dp_stage;
   for (int64_t i = first; i < last; i++) {
     tr_param_t *q = &t->params[i];

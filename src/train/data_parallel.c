@@ -31,6 +31,11 @@ loom_status_t dp_read_grad(loom_graph_t *g, const char *fn, int i, loom_value_t 
   if (!dtype_is_float(info->dtype))
     return loom_fail(LOOM_ERR_DTYPE, "%s: grads[%d] is %s; gradients are float", fn, i,
                      loom_dtype_name(info->dtype));
+  /* the collectives' kernels sum f32 and f64 (DT_COMM) */
+  if (info->dtype != LOOM_F32 && info->dtype != LOOM_F64)
+    return loom_fail(LOOM_ERR_DTYPE, "%s: grads[%d] is %s; data parallelism averages f32 and "
+                     "f64 gradients (keep a %s parameter's master copy in f32)", fn, i,
+                     loom_dtype_name(info->dtype), loom_dtype_name(info->dtype));
   info->numel = 1;
   for (int d = 0; d < info->rank; d++) {
     if (info->dims[d] < 0)
@@ -180,16 +185,51 @@ static loom_status_t run_on_tensor(loom_comm_t *comm, loom_tensor_t *t, core_com
   return core_comm_run(comm, &op);
 }
 
+/* Every rank learns whether any rank's t differs in dtype or element
+ * count (from root's, for a broadcast; root < 0: from any other's),
+ * before bytes move that would not fit the receiver's tensor. */
+static loom_status_t agree_on_size(loom_comm_t *comm, loom_tensor_t *t, int root,
+                                   const char *what) {
+  if (!comm || !t) return LOOM_OK; /* run_on_tensor names it */
+  int64_t mine[2] = {t->dtype, loom_tensor_numel(t)};
+  int64_t seen[4] = {mine[0], mine[1], -mine[0], -mine[1]}, n = root >= 0 ? 2 : 4;
+  loom_tensor_t v;
+  tensor_view_init(&v, LOOM_I64, 1, &n, seen);
+  LOOM_TRY(run_on_tensor(comm, &v, root >= 0 ? COMM_BROADCAST : COMM_ALL_REDUCE, LOOM_COMM_MAX,
+                         root >= 0 ? root : 0, what));
+  int64_t differs = seen[0] != mine[0] || seen[1] != mine[1], one = 1;
+  if (root < 0) differs |= seen[2] != -mine[0] || seen[3] != -mine[1];
+  int64_t flag = differs;
+  tensor_view_init(&v, LOOM_I64, 1, &one, &flag);
+  LOOM_TRY(run_on_tensor(comm, &v, COMM_ALL_REDUCE, LOOM_COMM_MAX, 0, what));
+  if (!flag) return LOOM_OK;
+  if (!differs)
+    return loom_fail(LOOM_ERR_INVALID, "%s: another rank's tensor differs in dtype or size "
+                     "from %s (rank %d's: %s, %lld elements)", what,
+                     root >= 0 ? "the root's" : "the others'", loom_comm_rank(comm),
+                     loom_dtype_name(t->dtype), (long long)mine[1]);
+  return loom_fail(LOOM_ERR_INVALID, "%s: rank %d's tensor (%s, %lld elements) differs from "
+                   "%s (every rank's must have one dtype and size)", what, loom_comm_rank(comm),
+                   loom_dtype_name(t->dtype), (long long)mine[1],
+                   root >= 0 ? "the root's" : "another rank's");
+}
+
 loom_status_t loom_comm_broadcast_tensor(loom_comm_t *comm, loom_tensor_t *t, int root) {
+  LOOM_TRY(agree_on_size(comm, t, root, __func__));
   return run_on_tensor(comm, t, COMM_BROADCAST, LOOM_COMM_SUM, root, __func__);
 }
 
 loom_status_t loom_comm_all_reduce_tensor(loom_comm_t *comm, loom_tensor_t *t,
                                           loom_comm_reduce_t op) {
+  LOOM_TRY(agree_on_size(comm, t, -1, __func__));
+  return dp_all_reduce_agreed(comm, t, op);
+}
+
+loom_status_t dp_all_reduce_agreed(loom_comm_t *comm, loom_tensor_t *t, loom_comm_reduce_t op) {
   if ((unsigned)op > LOOM_COMM_MAX)
-    return loom_fail(LOOM_ERR_INVALID, "%s: reduce %d is not sum (0), mean (1) or max (2)",
-                     __func__, (int)op);
-  return run_on_tensor(comm, t, COMM_ALL_REDUCE, op, 0, __func__);
+    return loom_fail(LOOM_ERR_INVALID, "loom_comm_all_reduce_tensor: reduce %d is not sum (0), "
+                     "mean (1) or max (2)", (int)op);
+  return run_on_tensor(comm, t, COMM_ALL_REDUCE, op, 0, "loom_comm_all_reduce_tensor");
 }
 
 /* FNV-1a over what every rank's step must share: the parameters' names,

@@ -33,4 +33,9 @@ int dp_buckets(int n, const dp_grad_t *info, int64_t bucket_bytes, int *members,
 loom_status_t dp_read_options(const char *fn, const loom_data_parallel_options_t *o,
                               loom_data_parallel_options_t *opts);
 
+/* loom_comm_all_reduce_tensor where every rank is known to hold the same
+ * dtype and size (a gradient bucket after the ranks agreed on their
+ * parameters): without the exchange that checks it. */
+loom_status_t dp_all_reduce_agreed(loom_comm_t *comm, loom_tensor_t *t, loom_comm_reduce_t op);
+
 #endif
