@@ -318,7 +318,31 @@ static void threads_agree(void) {
   for (int i = 0; i < THREADS; i++) CHECK(a[i].algo == kept);
 }
 
+/* A batch of 0 (an exported model run on no images) writes nothing and
+ * divides by nothing: every layer's forward and input gradient, by the
+ * choice and under each mode, on one thread and on a pool. */
+static void empty_batches_compute_nothing(void) {
+  core_pool_t *pool = NULL;
+  CHECK_OK(core_pool_create(2, &pool));
+  float one = 1.0f;
+  for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
+    loom_abi_conv2d_t d = geometry(&layers[i]);
+    d.n = 0;
+    float *w = random_floats(d.o * d.c / d.groups * d.kh * d.kw);
+    d.x = &one, d.weight = w, d.y = &one;
+    for (int p = 0; p < 2; p++) {
+      kern_conv2d_f32(&d, KERN_CONV_DEFAULT, p ? pool : NULL);
+      d.x = &one, d.y = &one;
+      kern_conv2d_input_grad_f32(&d, KERN_CONV_DEFAULT, p ? pool : NULL);
+    }
+    CHECK(one == 1.0f);
+    free(w);
+  }
+  core_pool_destroy(pool);
+}
+
 int main(void) {
+  TEST_RUN(empty_batches_compute_nothing);
   TEST_RUN(candidates_compute_the_definition);
   TEST_RUN(choice_is_a_candidate_and_kept);
   TEST_RUN(rules_when_asked);

@@ -366,7 +366,14 @@ kern_conv_algo_t kern_conv2d_algo_packing(const loom_abi_conv2d_t *d, kern_conv_
 
 /* ---- Entry points ----------------------------------------------------------- */
 
+/* Whether d's output has no elements (a batch of 0): nothing to write, and
+ * the algorithms' tile and block counts would divide by 0. */
+static bool empty_output(const loom_abi_conv2d_t *d) {
+  return d->n == 0 || d->o == 0 || d->ho == 0 || d->wo == 0;
+}
+
 void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_pool_t *pool) {
+  if (empty_output(d)) return;
   kern_conv_algo_t algo =
       kern_conv2d_algo(d, mode, KERN_CONV_FORWARD, d->weight_packed != NULL, pool);
   if (!kern_conv2d_run(d, algo, pool)) kern_conv2d_run(d, KERN_CONV_IMPLICIT, pool);
@@ -374,6 +381,7 @@ void kern_conv2d_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode, core_poo
 
 void kern_conv2d_input_grad_f32(const loom_abi_conv2d_t *d, kern_conv_mode_t mode,
                                 core_pool_t *pool) {
+  if (d->n == 0 || d->c == 0 || d->h == 0 || d->w == 0) return; /* no input to write */
   kern_conv_algo_t algo = kern_conv2d_algo(d, mode, KERN_CONV_INPUT_GRAD, 0, pool);
   if (!kern_conv2d_input_grad_run(d, algo, pool))
     kern_conv2d_input_grad_run(d, KERN_CONV_IMPLICIT, pool);
