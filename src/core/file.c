@@ -223,3 +223,48 @@ loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, si
   *size = n;
   return LOOM_OK;
 }
+
+loom_status_t core_read_file_range(const char *path, uint64_t offset, uint64_t length,
+                                   void **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return loom_fail(LOOM_ERR_IO, "%s: not a regular file", path);
+  }
+  uint64_t n = (uint64_t)st.st_size;
+  if (length == UINT64_MAX && offset <= n) length = n - offset;
+  if (offset > n || length > n - offset) {
+    close(fd);
+    return loom_fail(LOOM_ERR_FORMAT, "%s: bytes from %llu, %llu of them, are past its end (%llu)",
+                     path, (unsigned long long)offset, (unsigned long long)length,
+                     (unsigned long long)n);
+  }
+  char *buf = core_malloc((size_t)length + 1);
+  if (!buf) {
+    close(fd);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory reading %llu bytes", path,
+                     (unsigned long long)length);
+  }
+  uint64_t got = 0;
+  while (got < length) {
+    ssize_t r = pread(fd, buf + got, (size_t)(length - got), (off_t)(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = r < 0 ? errno : 0;
+      close(fd);
+      core_free(buf);
+      return loom_fail(LOOM_ERR_IO, "%s: read failed after %llu of %llu bytes%s%s", path,
+                       (unsigned long long)got, (unsigned long long)length, e ? ": " : "",
+                       e ? strerror(e) : "");
+    }
+    got += (uint64_t)r;
+  }
+  close(fd);
+  *data = buf;
+  *size = (size_t)length;
+  return LOOM_OK;
+}

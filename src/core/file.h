@@ -21,6 +21,11 @@ loom_status_t core_write_tensor(int fd, const char *path, const loom_tensor_t *t
  * core_free; one byte past *size is 0), or an error naming path. Files
  * over max_bytes fail with LOOM_ERR_IO. */
 loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, size_t *size);
+/* Bytes [offset, offset + length) of the regular file at path (length
+ * UINT64_MAX: to its end) into *data (core_free), their count in *size:
+ * LOOM_ERR_FORMAT when the range is not inside the file. */
+loom_status_t core_read_file_range(const char *path, uint64_t offset, uint64_t length,
+                                   void **data, size_t *size);
 
 /* Makes the entries of directory dir (a rename into it) durable. Best
  * effort: a directory that cannot be opened for reading is left as is. */

@@ -175,4 +175,41 @@ with tempfile.TemporaryDirectory() as d:
               np.array_equal(np.load(os.path.join(o2, "a__b_1.npy")), -v),
               "colliding output names keep both outputs")
 
+    # External data: read from the model's folder at its offset; a
+    # location that leaves the folder through a link, and an offset that
+    # is not a number, are refused.
+    ext = os.path.join(d, "ext")
+    os.mkdir(ext)
+    wv = np.arange(3, dtype=np.float32) + 0.5
+    outside = os.path.join(d, "outside.bin")
+    for path in (os.path.join(ext, "w.bin"), outside):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 8 + wv.tobytes())
+    os.symlink(outside, os.path.join(ext, "link.bin"))
+
+    def ext_model(name, location, offset):
+        w = TP(name="w", data_type=TP.FLOAT, dims=[3], data_location=TP.EXTERNAL)
+        for k, v in (("location", location), ("offset", offset), ("length", "12")):
+            e = w.external_data.add()
+            e.key, e.value = k, v
+        g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "ext", [vi("x")],
+                              [vi("y")], initializer=[w])
+        path = os.path.join(ext, name)
+        with open(path, "wb") as f:
+            f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+                    .SerializeToString())
+        return path
+
+    o4 = os.path.join(d, "o4")
+    rc, so, se = run("run", ext_model("good.onnx", "w.bin", "8"), "--input",
+                     "x=" + os.path.join(d, "v.npy"), "--output-dir", o4)
+    check(rc == 0 and np.array_equal(np.load(os.path.join(o4, "y.npy")), v + wv),
+          "external data at an offset: " + se)
+    rc, so, se = run("run", ext_model("link.onnx", "link.bin", "8"), "--input",
+                     "x=" + os.path.join(d, "v.npy"), "--output-dir", o4)
+    check(rc != 0 and "leaves the model's folder" in se, "external data through a link: " + se)
+    rc, so, se = run("run", ext_model("offset.onnx", "w.bin", "8abc"), "--input",
+                     "x=" + os.path.join(d, "v.npy"), "--output-dir", o4)
+    check(rc != 0 and "'8abc' is not a byte count" in se, "external data offset 8abc: " + se)
+
 finish("onnx cli")

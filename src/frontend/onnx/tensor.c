@@ -2,6 +2,7 @@
  * encodings (raw little-endian bytes, the typed repeated fields, external
  * files), and the checks that keep a corrupt model from reading past its
  * data. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,33 +100,45 @@ static const char *external_key(const Onnx__TensorProto *p, const char *key) {
   return NULL;
 }
 
-/* The bytes of an external tensor: file `location` under base_dir, from
- * `offset`, `length` bytes (the rest of the file when absent). */
+/* An external-data number (offset, length): decimal digits only. */
+static loom_status_t external_number(const Onnx__TensorProto *p, const char *key,
+                                     uint64_t dflt, uint64_t *out) {
+  const char *s = external_key(p, key);
+  *out = dflt;
+  if (!s) return LOOM_OK;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (!*s || *end || errno || s[0] == '-' || s[0] == '+' || s[0] == ' ')
+    return loom_fail(LOOM_ERR_FORMAT, "external data %s '%s' is not a byte count", key, s);
+  *out = v;
+  return LOOM_OK;
+}
+
+/* The bytes of an external tensor: file `location` under base_dir (and
+ * inside it once links are followed), from `offset`, `length` bytes (the
+ * rest of the file when absent). */
 static loom_status_t read_external(const Onnx__TensorProto *p, const char *base_dir, size_t want,
                                    void **data, size_t *size) {
   const char *loc = external_key(p, "location");
   if (!loc || !*loc) return loom_fail(LOOM_ERR_FORMAT, "external data without a location");
   if (loc[0] == '/' || strstr(loc, ".."))
     return loom_fail(LOOM_ERR_FORMAT, "external data location '%s' leaves the model's folder", loc);
-  const char *off_s = external_key(p, "offset"), *len_s = external_key(p, "length");
-  char *end;
-  long long off = off_s ? strtoll(off_s, &end, 10) : 0;
-  long long len = len_s ? strtoll(len_s, &end, 10) : (long long)want;
-  if (off < 0 || len < 0) return loom_fail(LOOM_ERR_FORMAT, "external data offset or length < 0");
-  char path[PATH_MAX];
+  uint64_t off, len;
+  LOOM_TRY(external_number(p, "offset", 0, &off));
+  LOOM_TRY(external_number(p, "length", (uint64_t)want, &len));
+  char path[PATH_MAX], real_dir[PATH_MAX], real[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s", base_dir ? base_dir : ".", loc);
-  void *whole = NULL;
-  size_t n = 0;
-  LOOM_TRY(core_read_file(path, (size_t)1 << 40, &whole, &n));
-  if ((unsigned long long)off + (unsigned long long)len > n) {
-    core_free(whole);
-    return loom_fail(LOOM_ERR_FORMAT, "external data %s: bytes %lld..%lld are past its end (%zu)",
-                     path, off, off + len, n);
-  }
-  memmove(whole, (char *)whole + off, (size_t)len);
-  *data = whole;
-  *size = (size_t)len;
-  return LOOM_OK;
+  if (!realpath(base_dir ? base_dir : ".", real_dir))
+    return loom_fail(LOOM_ERR_IO, "external data: the model's folder %s: %s",
+                     base_dir ? base_dir : ".", strerror(errno));
+  if (!realpath(path, real))
+    return loom_fail(LOOM_ERR_IO, "external data %s: %s", path, strerror(errno));
+  size_t n = strlen(real_dir);
+  if (strncmp(real, real_dir, n) || (real[n] != '/' && strcmp(real_dir, "/")))
+    return loom_fail(LOOM_ERR_FORMAT, "external data location '%s' leaves the model's folder "
+                     "(through a link, to %s)", loc, real);
+  return core_read_file_range(real, off, len, data, size);
 }
 
 loom_status_t ox_tensor_from_proto(const Onnx__TensorProto *p, const char *base_dir,
