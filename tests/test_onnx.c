@@ -291,7 +291,58 @@ static void fine_tunes_imported_weights(void) {
   free(m.bytes);
 }
 
+/* Appends varint v at out[*n]. */
+static void put_varint(uint8_t *out, size_t *n, uint64_t v) {
+  do {
+    out[(*n)++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+}
+
+/* A model of `depth` If nodes, each holding the next in its attribute g,
+ * written inside out into buf (room for 40 bytes a level); its size. */
+static size_t nested_ifs(uint8_t *buf, size_t cap, int depth) {
+  uint8_t *a = malloc(cap), *b = malloc(cap);
+  size_t n = 0;
+  for (int level = 0; level < depth; level++) {
+    size_t m = 0; /* attribute: name "g", type GRAPH (5), g = the graph so far */
+    a[m++] = 0x0a, a[m++] = 1, a[m++] = 'g';
+    put_varint(a, &m, 20 << 3);
+    a[m++] = 5, a[m++] = 6 << 3 | 2;
+    put_varint(a, &m, n);
+    memcpy(a + m, b, n), m += n;
+    size_t k = 0; /* node: op_type "If", attribute */
+    uint8_t *node = malloc(m + 16);
+    node[k++] = 4 << 3 | 2, node[k++] = 2, node[k++] = 'I', node[k++] = 'f', node[k++] = 5 << 3 | 2;
+    put_varint(node, &k, m);
+    memcpy(node + k, a, m), k += m;
+    n = 0; /* graph: node */
+    b[n++] = 1 << 3 | 2;
+    put_varint(b, &n, k);
+    memcpy(b + n, node, k), n += k;
+    free(node);
+  }
+  size_t m = 0; /* model: ir_version 8, graph, opset 13 */
+  buf[m++] = 1 << 3, buf[m++] = 8, buf[m++] = 7 << 3 | 2;
+  put_varint(buf, &m, n);
+  memcpy(buf + m, b, n), m += n;
+  buf[m++] = 8 << 3 | 2, buf[m++] = 2, buf[m++] = 2 << 3, buf[m++] = 13;
+  free(a);
+  free(b);
+  CHECK(m <= cap);
+  return m;
+}
+
 static void bad_models_fail_clearly(void) {
+  /* Subgraphs nested past what protobuf-c's recursive unpacking takes on
+   * a thread's stack: an error, not a stack overflow. */
+  size_t cap = 40 * 5000 + 64;
+  uint8_t *deep = malloc(cap);
+  loom_graph_t *dg = NULL;
+  CHECK_ERR(loom_onnx_load_memory(deep, nested_ifs(deep, cap, 5000), NULL, &dg), LOOM_ERR_FORMAT,
+            "nested more than");
+  free(deep);
+
   built_t m = build("Relu", 0);
   loom_graph_t *g = NULL;
   /* Every truncation: an error, never a crash (most are not a protobuf). */

@@ -156,8 +156,10 @@ loom_status_t loom_onnx_describe(const char *path, char **out) {
   void *data = NULL;
   size_t size = 0;
   LOOM_TRY(core_read_file(path, OX_MAX_FILE, &data, &size));
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
+  loom_status_t nested = ox_check_nesting(data, size);
+  Onnx__ModelProto *m = nested == LOOM_OK ? onnx__model_proto__unpack(NULL, size, data) : NULL;
   core_free(data);
+  if (nested != LOOM_OK) return nested;
   if (!m) return loom_fail(LOOM_ERR_FORMAT, "%s: not a valid ONNX model", path);
   text_t t = {0};
   describe(&t, m);

@@ -655,8 +655,10 @@ static loom_status_t load_model(const void *data, size_t size, void *to_free,
     core_free(to_free);
     return loom_fail(LOOM_ERR_FORMAT, "ONNX model: the file is empty (0 bytes)");
   }
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
+  loom_status_t nested = ox_check_nesting(data, size);
+  Onnx__ModelProto *m = nested == LOOM_OK ? onnx__model_proto__unpack(NULL, size, data) : NULL;
   core_free(to_free);
+  if (nested != LOOM_OK) return nested;
   if (!m)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX model: not a valid ModelProto (%zu bytes: truncated, "
                      "corrupt, or not an ONNX file)", size);
