@@ -398,6 +398,27 @@ static void save_replaces_whole_file(void) {
   loom_tensor_destroy(back);
 }
 
+/* A name as long as a file name may be (250 of NAME_MAX's 255 bytes)
+ * saves, through a temporary whose name stays within the limit, and no
+ * temporary is left. */
+static void save_at_the_longest_names(void) {
+  char name[251], p[512], first[512];
+  memset(name, 'y', 246);
+  memcpy(name + 246, ".npy", 5);
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  int64_t shape[] = {3};
+  double v[3] = {1, 2, 3};
+  loom_tensor_t *t, *back = NULL;
+  CHECK_OK(loom_tensor_from_data(LOOM_F64, 1, shape, v, sizeof v, &t));
+  CHECK_OK(loom_tensor_save_npy(t, p));
+  CHECK_OK(loom_tensor_load_npy(p, &back));
+  CHECK(back && same_tensor(t, back));
+  CHECK(test_files_with_prefix(dir, ".loom-", first, sizeof first) == 0);
+  remove(p);
+  loom_tensor_destroy(t);
+  loom_tensor_destroy(back);
+}
+
 /* A transposed view saves its logical contents, row-major. */
 static void save_non_contiguous(void) {
   int32_t data[6] = {0, 1, 2, 3, 4, 5}; /* a 2x3 matrix */
@@ -479,6 +500,7 @@ int main(void) {
   TEST_RUN(fuzz_truncations_and_flips);
   TEST_RUN(save_errors_leave_no_file);
   TEST_RUN(save_replaces_whole_file);
+  TEST_RUN(save_at_the_longest_names);
   TEST_RUN(save_non_contiguous);
   TEST_RUN(numpy_cross_check);
   remove_dir();

@@ -79,14 +79,36 @@ static loom_status_t write_tmp(const char *tmp, core_file_fill_t fill, void *ctx
   return s;
 }
 
+/* The start of the names of path's temporaries in its directory: its
+ * name + ".tmp.", or for a name too long to take the suffix within
+ * NAME_MAX, ".loom-" + a hash of it + ".tmp."; room for 64 bytes. */
+static void temp_prefix(const char *path, char *out, size_t size) {
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  if (strlen(base) + 40 <= NAME_MAX) {
+    snprintf(out, size, "%s.tmp.", base);
+    return;
+  }
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *c = base; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  snprintf(out, size, ".loom-%016llx.tmp.", (unsigned long long)h);
+}
+
 loom_status_t core_file_replace(const char *path, core_file_fill_t fill, void *ctx) {
   /* In path's directory, so that the rename is atomic; the counter keeps
    * two threads saving the same path apart. */
   static atomic_long counter;
-  size_t n = strlen(path) + 48;
-  char *tmp = core_malloc(n);
-  if (!tmp) return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", path);
-  snprintf(tmp, n, "%s.tmp.%ld.%ld", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+  size_t n = strlen(path) + 96;
+  char *tmp = core_malloc(n), *prefix = core_malloc(n);
+  if (!tmp || !prefix) {
+    core_free(tmp);
+    core_free(prefix);
+    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory", path);
+  }
+  temp_prefix(path, prefix, n);
+  const char *slash = strrchr(path, '/');
+  snprintf(tmp, n, "%.*s%s%ld.%ld", slash ? (int)(slash - path + 1) : 0, path, prefix,
+           (long)getpid(), atomic_fetch_add(&counter, 1));
+  core_free(prefix);
   core_file_clean_stale(path);
   loom_status_t s = write_tmp(tmp, fill, ctx);
   if (s == LOOM_OK && rename(tmp, path) != 0)
@@ -163,12 +185,11 @@ static long temp_owner(const char *name, const char *prefix) {
 
 int core_file_clean_stale(const char *path) {
   char *dir = dir_of(path);
-  const char *slash = strrchr(path, '/');
-  size_t n = strlen(path) + 8;
+  size_t n = strlen(path) + 96;
   char *prefix = core_malloc(n);
   DIR *d = dir && prefix ? opendir(dir) : NULL;
   int removed = 0;
-  if (d) snprintf(prefix, n, "%s.tmp.", slash ? slash + 1 : path);
+  if (d) temp_prefix(path, prefix, n);
   for (struct dirent *de; d && (de = readdir(d));) {
     long pid = temp_owner(de->d_name, prefix);
     struct stat st;
