@@ -7,6 +7,9 @@
 #include "onnx_cli.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +51,17 @@ static int usage(const char *cmd) {
   return 2;
 }
 
+/* text as a whole decimal number in [lo, hi]: false when it is not one
+ * (letters after it, out of range, too large to hold). */
+static bool count_in(const char *text, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (end == text || *end || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
 static int parse(int argc, char **argv, const char *cmd, args_t *a) {
   memset(a, 0, sizeof *a);
   a->output_dir = ".";
@@ -63,23 +77,22 @@ static int parse(int argc, char **argv, const char *cmd, args_t *a) {
       i++;
     } else if (!strcmp(s, "--dim") && v) {
       const char *eq = strchr(v, '=');
-      char *end;
       if (!eq || a->n_dims == MAX_ARGS) return usage(cmd);
       if (!(a->dim_names[a->n_dims] = keep(a, v, (size_t)(eq - v)))) return usage(cmd);
-      a->dim_values[a->n_dims] = strtoll(eq + 1, &end, 10);
-      if (*end || a->dim_values[a->n_dims] < 0) {
-        fprintf(stderr, "loom %s: --dim %s: the size must be a number >= 0\n", cmd, v);
+      long long size;
+      if (!count_in(eq + 1, 0, INT64_MAX, &size)) {
+        fprintf(stderr, "loom %s: --dim %s: the size must be a whole number >= 0\n", cmd, v);
         return 2;
       }
+      a->dim_values[a->n_dims] = size;
       a->n_dims++;
       i++;
     } else if (!strcmp(s, "--seq-len") && v) {
       const char *eq = strchr(v, '=');
-      char *end;
       if (!eq || a->n_seqs == MAX_ARGS) return usage(cmd);
       if (!(a->seq_names[a->n_seqs] = keep(a, v, (size_t)(eq - v)))) return usage(cmd);
-      long k = strtol(eq + 1, &end, 10);
-      if (*end || k < 0 || k > 4096) {
+      long long k;
+      if (!count_in(eq + 1, 0, 4096, &k)) {
         fprintf(stderr, "loom %s: --seq-len %s: the length must be a number 0 to 4096\n", cmd, v);
         return 2;
       }
@@ -89,16 +102,18 @@ static int parse(int argc, char **argv, const char *cmd, args_t *a) {
       if (a->n_nones == MAX_ARGS) return usage(cmd);
       a->none_names[a->n_nones++] = v;
       i++;
-    } else if (!strcmp(s, "--output-dir") && v) {
+    } else if (!strcmp(s, "--output-dir") && v && !strcmp(cmd, "run")) {
       a->output_dir = v;
       i++;
-    } else if ((!strcmp(s, "--threads") || !strcmp(s, "--runs")) && v) {
-      int n = atoi(v);
-      if (n < 1) {
-        fprintf(stderr, "loom %s: %s must be at least 1\n", cmd, s);
+    } else if ((!strcmp(s, "--threads") || (!strcmp(s, "--runs") && !strcmp(cmd, "bench"))) &&
+               v) {
+      long long n;
+      if (!count_in(v, 1, s[2] == 't' ? 1024 : INT_MAX, &n)) {
+        fprintf(stderr, "loom %s: %s %s: a whole number from 1 to %d\n", cmd, s, v,
+                s[2] == 't' ? 1024 : INT_MAX);
         return 2;
       }
-      *(s[2] == 't' ? &a->threads : &a->runs) = n;
+      *(s[2] == 't' ? &a->threads : &a->runs) = (int)n;
       i++;
     } else if (s[0] != '-' && !a->model) {
       a->model = s;

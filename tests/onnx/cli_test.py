@@ -212,4 +212,11 @@ with tempfile.TemporaryDirectory() as d:
                      "x=" + os.path.join(d, "v.npy"), "--output-dir", o4)
     check(rc != 0 and "'8abc' is not a byte count" in se, "external data offset 8abc: " + se)
 
+    # Numbers are whole numbers in range; a flag of another command is refused.
+    for flags in (["--threads", "2x"], ["--runs", "99999999999999999999"], ["--dim", "B=3x"],
+                  ["--output-dir", d]):
+        rc, so, se = run("bench", os.path.join(seeds, "matmul_layernorm.onnx"), "--dim", "B=2",
+                         *flags)
+        check(rc == 2 and ("whole number" in se or "usage" in se), f"bench {flags}: {rc} {se}")
+
 finish("onnx cli")
