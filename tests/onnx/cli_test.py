@@ -212,6 +212,25 @@ with tempfile.TemporaryDirectory() as d:
                      "x=" + os.path.join(d, "v.npy"), "--output-dir", o4)
     check(rc != 0 and "'8abc' is not a byte count" in se, "external data offset 8abc: " + se)
 
+    # x[:, :512] over a symbolic T run at T = 10: ONNX clamps the bound; the
+    # run is made again with the dims fixed to the input's sizes.
+    consts = [helper.make_tensor(n, TP.INT64, [1], [v]) for n, v in
+              (("s0", 0), ("e0", 512), ("a0", 1))]
+    g = helper.make_graph([helper.make_node("Slice", ["x", "s0", "e0", "a0"], ["y"])], "clamp",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, ["B", "T"])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, ["B", None])],
+                          initializer=consts)
+    clamp = os.path.join(d, "clamp.onnx")
+    with open(clamp, "wb") as f:
+        f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+                .SerializeToString())
+    xt = np.arange(20, dtype=np.float32).reshape(2, 10)
+    np.save(os.path.join(d, "xt.npy"), xt)
+    o5 = os.path.join(d, "o5")
+    rc, so, se = run("run", clamp, "--input", "x=" + os.path.join(d, "xt.npy"), "--output-dir", o5)
+    check(rc == 0 and np.array_equal(np.load(os.path.join(o5, "y.npy")), xt),
+          "a Slice bound past a symbolic dim's size: " + se)
+
     # Numbers are whole numbers in range; a flag of another command is refused.
     for flags in (["--threads", "2x"], ["--runs", "99999999999999999999"], ["--dim", "B=3x"],
                   ["--output-dir", d]):
