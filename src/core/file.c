@@ -204,66 +204,23 @@ int core_file_clean_stale(const char *path) {
   return removed;
 }
 
-loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, size_t *size) {
-  *data = NULL;
-  *size = 0;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+/* path opened for reading as a regular file (*fd), its size in *n. */
+static loom_status_t open_regular(const char *path, int *fd, uint64_t *n) {
+  *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (*fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
+  if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(*fd);
     return loom_fail(LOOM_ERR_IO, "%s: not a regular file", path);
   }
-  if ((uint64_t)st.st_size > max_bytes) {
-    close(fd);
-    return loom_fail(LOOM_ERR_IO, "%s: %lld bytes, over the limit of %zu", path,
-                     (long long)st.st_size, max_bytes);
-  }
-  size_t n = (size_t)st.st_size;
-  char *buf = core_malloc(n + 1);
-  if (!buf) {
-    close(fd);
-    return loom_fail(LOOM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
-  }
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      int e = r < 0 ? errno : 0;
-      close(fd);
-      core_free(buf);
-      return loom_fail(LOOM_ERR_IO, "%s: read failed after %zu of %zu bytes%s%s", path, got, n,
-                       e ? ": " : "", e ? strerror(e) : "");
-    }
-    got += (size_t)r;
-  }
-  close(fd);
-  buf[n] = 0;
-  *data = buf;
-  *size = n;
+  *n = (uint64_t)st.st_size;
   return LOOM_OK;
 }
 
-loom_status_t core_read_file_range(const char *path, uint64_t offset, uint64_t length,
-                                   void **data, size_t *size) {
-  *data = NULL;
-  *size = 0;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return loom_fail(LOOM_ERR_IO, "%s: not a regular file", path);
-  }
-  uint64_t n = (uint64_t)st.st_size;
-  if (length == UINT64_MAX && offset <= n) length = n - offset;
-  if (offset > n || length > n - offset) {
-    close(fd);
-    return loom_fail(LOOM_ERR_FORMAT, "%s: bytes from %llu, %llu of them, are past its end (%llu)",
-                     path, (unsigned long long)offset, (unsigned long long)length,
-                     (unsigned long long)n);
-  }
+/* Bytes [offset, offset + length) of fd (path's) into a new buffer, one
+ * byte past them 0; fd closed. */
+static loom_status_t read_range(int fd, const char *path, uint64_t offset, uint64_t length,
+                                void **data, size_t *size) {
   char *buf = core_malloc((size_t)length + 1);
   if (!buf) {
     close(fd);
@@ -285,7 +242,39 @@ loom_status_t core_read_file_range(const char *path, uint64_t offset, uint64_t l
     got += (uint64_t)r;
   }
   close(fd);
+  buf[length] = 0;
   *data = buf;
   *size = (size_t)length;
   return LOOM_OK;
+}
+
+loom_status_t core_read_file(const char *path, size_t max_bytes, void **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  int fd;
+  uint64_t n;
+  LOOM_TRY(open_regular(path, &fd, &n));
+  if (n > max_bytes) {
+    close(fd);
+    return loom_fail(LOOM_ERR_IO, "%s: %llu bytes, over the limit of %zu", path,
+                     (unsigned long long)n, max_bytes);
+  }
+  return read_range(fd, path, 0, n, data, size);
+}
+
+loom_status_t core_read_file_range(const char *path, uint64_t offset, uint64_t length,
+                                   void **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  int fd;
+  uint64_t n;
+  LOOM_TRY(open_regular(path, &fd, &n));
+  if (length == UINT64_MAX && offset <= n) length = n - offset;
+  if (offset > n || length > n - offset) {
+    close(fd);
+    return loom_fail(LOOM_ERR_FORMAT, "%s: bytes from %llu, %llu of them, are past its end (%llu)",
+                     path, (unsigned long long)offset, (unsigned long long)length,
+                     (unsigned long long)n);
+  }
+  return read_range(fd, path, offset, length, data, size);
 }
