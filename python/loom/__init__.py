@@ -234,16 +234,15 @@ def _drawn(draw, dtype, generator, requires_grad=False):
     """A tensor of draw(g)'s values from generator (None: loom's). Inside
     loom.compile it is an input that each call draws anew, as the function
     draws it per call (the values drawn here feed the first call)."""
-    g = generator if generator is not None else _generator
-    _compile.note_generator(g)
-    t = tensor(draw(g), dtype=dtype, requires_grad=requires_grad)
+    def source():  # loom's generator as it is at each draw (manual_seed replaces it)
+        return generator if generator is not None else _generator
+
+    _compile.note_generator(source())
+    t = tensor(draw(source()), dtype=dtype, requires_grad=requires_grad)
     if _C._capturing() and not requires_grad:
         first = [t]
-
-        def again():
-            return first.pop() if first else tensor(
-                draw(generator if generator is not None else _generator), dtype=dtype)
-        _C._capture_drawn(t, again)
+        _C._capture_drawn(t, lambda: first.pop() if first else
+                          tensor(draw(source()), dtype=dtype))
     return t
 
 

@@ -126,38 +126,39 @@ static loom_status_t verify_assigns(const loom_graph_t *g) {
 }
 
 /* Each all_reduce_start's value is read by one node, its all_reduce_wait
- * (a wait of a value no start made waits for nothing): a start whose value anything else reads
- * would be read before the reduction lands, and one without a wait would
- * leave the collective writing into memory after the run frees it. */
+ * (a wait of a value no start made waits for nothing): a start's value
+ * that anything else reads would be read before the reduction lands, and
+ * a start without a wait would leave the collective writing into memory
+ * after the run frees it. */
 static loom_status_t verify_collective_pairs(const loom_graph_t *g) {
-  int32_t *readers = NULL;
+  int32_t *waits = NULL; /* per start, the waits that read it */
   loom_status_t s = LOOM_OK;
   for (int64_t i = 0; i < g->n_nodes && s == LOOM_OK; i++) {
     const ir_node_t *n = &g->nodes[i];
-    for (int k = 0; k < n->n_in; k++) {
+    for (int k = 0; k < n->n_in && s == LOOM_OK; k++) {
       const ir_value_t *v = &g->values[n->in[k]];
-      bool started = v->kind == IR_VALUE_NODE && g->nodes[v->node].op == IR_OP_ALL_REDUCE_START;
-      if (!started) continue;
+      if (v->kind != IR_VALUE_NODE || g->nodes[v->node].op != IR_OP_ALL_REDUCE_START) continue;
       if (n->op != IR_OP_ALL_REDUCE_WAIT)
-        return loom_fail(LOOM_ERR_GRAPH, "node %lld (%s) reads %%%d, the value of an "
-                         "all_reduce_start (node %d): only its all_reduce_wait may",
-                         (long long)i, ir_ops[n->op].name, n->in[k], v->node);
-      if (!readers && !(readers = core_calloc((size_t)g->n_nodes, sizeof *readers)))
-        return loom_fail(LOOM_ERR_NOMEM, "out of memory verifying a graph");
-      readers[v->node]++;
+        s = loom_fail(LOOM_ERR_GRAPH, "node %lld (%s) reads %%%d, the value of an "
+                      "all_reduce_start (node %d): only its all_reduce_wait may",
+                      (long long)i, ir_ops[n->op].name, n->in[k], v->node);
+      else if (!waits && !(waits = core_calloc((size_t)g->n_nodes, sizeof *waits)))
+        s = loom_fail(LOOM_ERR_NOMEM, "out of memory verifying a graph");
+      else
+        waits[v->node]++;
     }
   }
   for (int64_t i = 0; i < g->n_nodes && s == LOOM_OK; i++)
-    if (g->nodes[i].op == IR_OP_ALL_REDUCE_START && (!readers || readers[i] != 1))
+    if (g->nodes[i].op == IR_OP_ALL_REDUCE_START && (!waits || waits[i] != 1))
       s = loom_fail(LOOM_ERR_GRAPH, "node %lld (all_reduce_start) has %d all_reduce_waits "
-                    "(one ends each start)", (long long)i, readers ? readers[i] : 0);
+                    "(one ends each start)", (long long)i, waits ? waits[i] : 0);
   for (int64_t i = 0; i < g->n_outputs && s == LOOM_OK; i++) {
     const ir_value_t *v = &g->values[g->outputs[i]];
     if (v->kind == IR_VALUE_NODE && g->nodes[v->node].op == IR_OP_ALL_REDUCE_START)
       s = loom_fail(LOOM_ERR_GRAPH, "output %lld is the value of an all_reduce_start (node "
                     "%d): only its all_reduce_wait may read it", (long long)i, v->node);
   }
-  core_free(readers);
+  core_free(waits);
   return s;
 }
 

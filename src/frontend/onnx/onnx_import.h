@@ -32,11 +32,11 @@ typedef struct ox_node {
 
 typedef loom_status_t (*ox_rule_fn)(ox_node_t *n);
 
-/* ---- Errors: "ONNX node 3 'conv1' (Conv): ..." ------------------------- */
 /* LOOM_ERR_FORMAT when the model's messages nest deeper than protobuf-c's
  * unpacking, which recurses per level, may safely go (nesting.c). */
 loom_status_t ox_check_nesting(const void *data, size_t size);
 
+/* ---- Errors: "ONNX node 3 'conv1' (Conv): ..." ------------------------- */
 loom_status_t ox_fail(const ox_node_t *n, loom_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
