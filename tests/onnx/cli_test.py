@@ -231,6 +231,54 @@ with tempfile.TemporaryDirectory() as d:
     check(rc == 0 and np.array_equal(np.load(os.path.join(o5, "y.npy")), xt),
           "a Slice bound past a symbolic dim's size: " + se)
 
+    # Attributes of the wrong type, group 0, more Split outputs than the
+    # axis has elements: errors naming the node and what is wrong, where
+    # the op would otherwise have run with a default.
+    def one_node(name, node, x_shape, opset=13, inits=()):
+        g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TP.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info(o, TP.FLOAT, None)
+                               for o in node.output], initializer=list(inits))
+        path = os.path.join(d, name + ".onnx")
+        with open(path, "wb") as f:
+            f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+                    .SerializeToString())
+        return path
+
+    wconv = helper.make_tensor("w", TP.FLOAT, [4, 1, 1, 1], [1.0, 2.0, 3.0, 4.0])
+    x4 = np.arange(8, dtype=np.float32).reshape(1, 4, 1, 2)
+    np.save(os.path.join(d, "x4.npy"), x4)
+    typed = [
+        ("conv_group_string", helper.make_node("Conv", ["x", "w"], ["y"], name="c", group="4"),
+         [1, 4, 1, 2], [wconv], ("'c' (Conv)", "attribute group is a STRING", "an INT")),
+        ("conv_group_zero", helper.make_node("Conv", ["x", "w"], ["y"], name="c", group=0),
+         [1, 4, 1, 2], [wconv], ("'c' (Conv)", "group is 0")),
+        ("leaky_alpha_int", helper.make_node("LeakyRelu", ["x"], ["y"], name="l", alpha=2),
+         [1, 4, 1, 2], [], ("'l' (LeakyRelu)", "attribute alpha is an INT", "a FLOAT")),
+        ("transpose_perm_floats", helper.make_node("Transpose", ["x"], ["y"], name="t",
+                                                   perm=[3.0, 2.0, 1.0, 0.0]),
+         [1, 4, 1, 2], [], ("'t' (Transpose)", "attribute perm is FLOATS", "INTS")),
+        ("split_too_many", helper.make_node("Split", ["x"], [f"y{k}" for k in range(6)],
+                                            name="s", axis=1),
+         [1, 4, 1, 2], [], ("'s' (Split)", "4 elements cannot be split into 6 parts")),
+    ]
+    for name, node, shape, inits, words in typed:
+        rc, so, se = run("run", one_node(name, node, shape, inits=inits), "--input",
+                         "x=" + os.path.join(d, "x4.npy"), "--output-dir", os.path.join(d, name))
+        check(rc == 1 and all(w in se for w in words), f"{name}: {rc} {se}")
+    # The same models with attributes as the op takes them run (and group 4
+    # is a depthwise 1x1 convolution: channel c times c + 1).
+    rc, so, se = run("run", one_node("conv_group_int", helper.make_node(
+        "Conv", ["x", "w"], ["y"], group=4), [1, 4, 1, 2], inits=[wconv]),
+        "--input", "x=" + os.path.join(d, "x4.npy"), "--output-dir", os.path.join(d, "cg"))
+    check(rc == 0 and np.array_equal(np.load(os.path.join(d, "cg", "y.npy")),
+                                      x4 * np.arange(1, 5, dtype=np.float32)[None, :, None, None]),
+          "Conv with group 4: " + se)
+    rc, so, se = run("run", one_node("leaky_alpha_float", helper.make_node(
+        "LeakyRelu", ["x"], ["y"], alpha=2.0), [1, 4, 1, 2]),
+        "--input", "x=" + os.path.join(d, "x4.npy"), "--output-dir", os.path.join(d, "la"))
+    check(rc == 0 and np.array_equal(np.load(os.path.join(d, "la", "y.npy")), x4),
+          "LeakyRelu with a float alpha: " + se)
+
     # Numbers are whole numbers in range; a flag of another command is refused.
     for flags in (["--threads", "2x"], ["--runs", "99999999999999999999"], ["--dim", "B=3x"],
                   ["--output-dir", d]):

@@ -385,8 +385,10 @@ static loom_status_t node_op(const ox_import_t *imp, ox_node_t *n, const ox_op_t
 
 static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__GraphProto *gp,
                                  const Onnx__NodeProto *np, int index) {
+  char attr_error[OX_ATTR_ERROR] = "";
   ox_node_t n = {.g = sc->g, .proto = np, .graph = gp, .index = index,
-                 .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc};
+                 .n_in = (int)np->n_input, .n_out = (int)np->n_output, .imp = imp, .scope = sc,
+                 .attr_error = attr_error};
   if (!np->op_type || !*np->op_type)
     return loom_fail(LOOM_ERR_FORMAT, "ONNX node %d has no op_type", index);
   const ox_op_t *op = NULL;
@@ -408,6 +410,8 @@ static loom_status_t import_node(ox_import_t *imp, ox_scope_t *sc, const Onnx__G
   int done = 0; /* by ox_shape_node, on shape values */
   if (st == LOOM_OK) st = ox_shape_node(&n, &done);
   if (st == LOOM_OK && !done) st = foldable(&n) ? fold_node(&n, op->rule) : op->rule(&n);
+  /* A rule that read a wrong-typed attribute went on with its default. */
+  if (attr_error[0] && st != LOOM_ERR_NOMEM) st = ox_fail(&n, LOOM_ERR_FORMAT, "%s", attr_error);
   if (st != LOOM_OK && st != LOOM_ERR_NOMEM && strncmp(loom_last_error(), "ONNX node ", 10)) {
     /* an op builder's error ("add: cannot broadcast ..."): which node */
     char msg[768];

@@ -39,33 +39,76 @@ int64_t ox_to_i64(double v) {
   return v < 9.2e18 ? (int64_t)v : INT64_MAX;
 }
 
-/* A float given for an int attribute is truncated (ox_to_i64). */
-int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt) {
+/* The attribute's type: as declared, or, where an old writer left it
+ * undefined, by the field that holds its value. */
+static int attr_type(const Onnx__AttributeProto *a) {
+  if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED) return (int)a->type;
+  if (a->has_f) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  if (a->has_i) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  if (a->has_s) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  if (a->t) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+  if (a->g) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+  if (a->n_floats) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+  if (a->n_ints) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  if (a->n_strings) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS;
+  if (a->n_tensors) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSORS;
+  if (a->n_graphs) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS;
+  return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
+}
+
+static const char *attr_type_name(int type) {
+  static const char *const names[] = {"no value", "a FLOAT", "an INT", "a STRING", "a TENSOR",
+                                      "a GRAPH", "FLOATS", "INTS", "STRINGS", "TENSORS",
+                                      "GRAPHS", "a SPARSE_TENSOR", "SPARSE_TENSORS",
+                                      "a TYPE_PROTO", "TYPE_PROTOS"};
+  return type >= 0 && type < (int)(sizeof names / sizeof *names) ? names[type] : "an unknown type";
+}
+
+const Onnx__AttributeProto *ox_attr_typed(const ox_node_t *n, const char *name, int type) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
-  return a && a->has_i ? a->i : a && a->has_f ? ox_to_i64(a->f) : dflt;
+  if (!a) return NULL;
+  int given = attr_type(a);
+  /* An empty list written without its type is any list's. */
+  int empty_list = given == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED &&
+                   type >= ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS &&
+                   type <= ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS;
+  if (given == type || empty_list) return a;
+  if (n->attr_error && !n->attr_error[0])
+    snprintf(n->attr_error, OX_ATTR_ERROR, "attribute %s is %s where the op takes %s", name,
+             attr_type_name(given), attr_type_name(type));
+  return NULL;
+}
+
+int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt) {
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  return a ? a->i : dflt;
 }
 
 double ox_float(const ox_node_t *n, const char *name, double dflt) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
-  return a && a->has_f ? a->f : a && a->has_i ? (double)a->i : dflt;
+  const Onnx__AttributeProto *a =
+      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  return a ? a->f : dflt;
 }
 
 const int64_t *ox_ints(const ox_node_t *n, const char *name, int *count) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
+  const Onnx__AttributeProto *a =
+      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   *count = a ? (int)a->n_ints : 0;
   return a && a->n_ints ? a->ints : NULL;
 }
 
 const float *ox_floats(const ox_node_t *n, const char *name, int *count) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
+  const Onnx__AttributeProto *a =
+      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
   *count = a ? (int)a->n_floats : 0;
   return a && a->n_floats ? a->floats : NULL;
 }
 
 const char *ox_string(const ox_node_t *n, const char *name, const char *dflt, char *buf,
                       size_t size) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
-  if (!a || !a->has_s) return dflt;
+  const Onnx__AttributeProto *a =
+      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  if (!a) return dflt;
   size_t len = a->s.len < size - 1 ? a->s.len : size - 1;
   memcpy(buf, a->s.data, len);
   buf[len] = 0;

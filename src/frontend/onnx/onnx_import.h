@@ -28,7 +28,13 @@ typedef struct ox_node {
                         if the model uses them */
   struct ox_import *imp; /* the import, for subgraph bodies */
   struct ox_scope *scope;
+  /* OX_ATTR_ERROR chars where the attribute readers note the first
+   * attribute of a type other than the op's (the import then fails with
+   * it), or NULL. */
+  char *attr_error;
 } ox_node_t;
+
+enum { OX_ATTR_ERROR = 256 };
 
 typedef loom_status_t (*ox_rule_fn)(ox_node_t *n);
 
@@ -42,6 +48,12 @@ loom_status_t ox_fail(const ox_node_t *n, loom_status_t status, const char *fmt,
 
 /* ---- Attributes ---------------------------------------------------------- */
 const Onnx__AttributeProto *ox_attr(const ox_node_t *n, const char *name);
+/* Attribute name if it is of type (an ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE),
+ * NULL when absent. One of another type reads as absent and is noted in
+ * n->attr_error: the readers below all go through it, so that a rule
+ * carries on with its default and the node then fails naming the
+ * attribute. */
+const Onnx__AttributeProto *ox_attr_typed(const ox_node_t *n, const char *name, int type);
 int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt);
 double ox_float(const ox_node_t *n, const char *name, double dflt);
 /* The ints of attribute name, their count in *count; NULL (count 0) when

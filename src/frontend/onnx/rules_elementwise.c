@@ -326,30 +326,46 @@ loom_status_t ox_cast_like(ox_node_t *n) {
 }
 
 loom_status_t ox_constant(ox_node_t *n) {
+  enum { VALUE, VALUE_FLOAT, VALUE_INT, VALUE_FLOATS, VALUE_INTS, FORMS };
+  static const struct {
+    const char *name;
+    int type;
+  } forms[FORMS] = {{"value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR},
+                    {"value_float", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT},
+                    {"value_int", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT},
+                    {"value_floats", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS},
+                    {"value_ints", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS}};
   const Onnx__AttributeProto *a = n->proto->n_attribute == 1 ? n->proto->attribute[0] : NULL;
   if (!a || !a->name) return ox_fail(n, LOOM_ERR_FORMAT, "needs exactly one value attribute");
-  loom_tensor_t *t = NULL;
-  loom_status_t st;
-  int64_t count;
-  if (a->t && !strcmp(a->name, "value")) {
-    st = ox_tensor_from_proto(a->t, NULL, &t);
-    if (st != LOOM_OK) return ox_fail(n, st, "%s", loom_last_error());
-  } else if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
-    float f = a->f;
-    int64_t i = a->i;
-    st = !strcmp(a->name, "value_float") ? loom_tensor_from_data(LOOM_F32, 0, NULL, &f, 4, &t)
-                                         : loom_tensor_from_data(LOOM_I64, 0, NULL, &i, 8, &t);
-    LOOM_TRY(st);
-  } else if (!strcmp(a->name, "value_floats")) {
-    count = (int64_t)a->n_floats;
-    LOOM_TRY(loom_tensor_from_data(LOOM_F32, 1, &count, a->floats, 4 * (size_t)count, &t));
-  } else if (!strcmp(a->name, "value_ints")) {
-    count = (int64_t)a->n_ints;
-    LOOM_TRY(loom_tensor_from_data(LOOM_I64, 1, &count, a->ints, 8 * (size_t)count, &t));
-  } else {
+  int form = 0;
+  while (form < FORMS && strcmp(a->name, forms[form].name)) form++;
+  if (form == FORMS)
     return ox_fail(n, LOOM_ERR_UNSUPPORTED, "attribute '%s' (strings and sparse tensors are not "
                    "supported)", a->name);
+  if (!ox_attr_typed(n, a->name, forms[form].type))
+    return ox_fail(n, LOOM_ERR_FORMAT, "attribute %s is of another type", a->name);
+  loom_tensor_t *t = NULL;
+  loom_status_t st = LOOM_OK;
+  int64_t count;
+  float f = a->f;
+  int64_t i = a->i;
+  switch (form) {
+  case VALUE:
+    if (!a->t) return ox_fail(n, LOOM_ERR_FORMAT, "attribute value holds no tensor");
+    st = ox_tensor_from_proto(a->t, NULL, &t);
+    if (st != LOOM_OK) return ox_fail(n, st, "%s", loom_last_error());
+    break;
+  case VALUE_FLOAT: st = loom_tensor_from_data(LOOM_F32, 0, NULL, &f, 4, &t); break;
+  case VALUE_INT: st = loom_tensor_from_data(LOOM_I64, 0, NULL, &i, 8, &t); break;
+  case VALUE_FLOATS:
+    count = (int64_t)a->n_floats;
+    st = loom_tensor_from_data(LOOM_F32, 1, &count, a->floats, 4 * (size_t)count, &t);
+    break;
+  default:
+    count = (int64_t)a->n_ints;
+    st = loom_tensor_from_data(LOOM_I64, 1, &count, a->ints, 8 * (size_t)count, &t);
   }
+  LOOM_TRY(st);
   st = loom_graph_constant(n->g, t, &n->out[0]);
   loom_tensor_destroy(t);
   return st;

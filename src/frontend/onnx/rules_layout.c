@@ -147,6 +147,9 @@ loom_status_t ox_split(ox_node_t *n) {
     int parts = ox_attr(n, "num_outputs") ? (int)ox_int(n, "num_outputs", 1) : n->n_out;
     if (parts < 1 || parts > MAXN) return ox_fail(n, LOOM_ERR_FORMAT, "%d outputs", parts);
     int64_t each = (dims[axis] + parts - 1) / parts, left = dims[axis];
+    if (each * (parts - 1) > dims[axis])
+      return ox_fail(n, LOOM_ERR_SHAPE, "%lld elements cannot be split into %d parts of %lld "
+                     "and a last one smaller", (long long)dims[axis], parts, (long long)each);
     for (int k = 0; k < parts; k++) {
       sizes[k] = left < each ? left : each;
       left -= sizes[k];
@@ -408,7 +411,7 @@ loom_status_t ox_constant_of_shape(ox_node_t *n) {
       return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is %lld", d, (long long)shape[d]);
   loom_dtype_t dt = LOOM_F32;
   double value = 0;
-  const Onnx__AttributeProto *a = ox_attr(n, "value");
+  const Onnx__AttributeProto *a = ox_attr_typed(n, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
   if (a && a->t) {
     loom_tensor_t *t = NULL;
     loom_status_t st = ox_tensor_from_proto(a->t, NULL, &t);

@@ -133,6 +133,10 @@ static loom_status_t conv_common(ox_node_t *n, int transpose) {
   int64_t k[2] = {wd[2], rank > 3 ? wd[3] : 1};
   LOOM_TRY(read_window(n, xd, rank, k, &w));
   loom_conv_params_t p = {.groups = ox_int(n, "group", 1)};
+  /* The C API reads a group of 0 as 1. */
+  if (p.groups < 1)
+    return ox_fail(n, LOOM_ERR_INVALID, "group is %lld (it must be at least 1)",
+                   (long long)p.groups);
   for (int d = 0; d < 2; d++) {
     p.stride[d] = w.stride[d];
     p.dilation[d] = w.dilation[d];
