@@ -726,8 +726,10 @@ def flatten(x, start_dim=0, end_dim=-1):
     if n == 0:
         return reshape(x, 1)
     s, e = _dim(start_dim, n), _dim(end_dim, n)
-    shape = list(x.shape[:s]) + [-1] + list(x.shape[e + 1:])
-    return reshape(x, shape)
+    if s == e:
+        return x
+    dims = _C._ir_dims(x)
+    return reshape(x, list(dims[:s]) + [-1] + list(dims[e + 1:]))
 
 
 def permute(x, *dims):
@@ -1143,7 +1145,8 @@ def narrow(x, dim, start, length):
 
 def unflatten(x, dim, sizes):
     dim = _dim(dim, x.ndim)
-    return reshape(x, list(x.shape[:dim]) + list(sizes) + list(x.shape[dim + 1:]))
+    dims = _C._ir_dims(x)
+    return reshape(x, list(dims[:dim]) + list(sizes) + list(dims[dim + 1:]))
 
 
 def square(x):

@@ -396,6 +396,35 @@ static PyObject *fn_step_tracks_grad(PyObject *self, PyObject *unused) {
   return PyBool_FromLong(st.open && st.grad_values > 0);
 }
 
+/* _ir_dims(t): t's dims as the step's graph holds them, symbolic ones as
+ * their handles, which a reshape's shape takes as they are: flatten and
+ * unflatten keep a symbolic batch symbolic, where t.shape's sizes would
+ * fix it. In a capture, whose dims are the arguments' sizes, t.shape. */
+static PyObject *fn_ir_dims(PyObject *self, PyObject *arg) {
+  (void)self;
+  if (!py_tensor_check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "_ir_dims: a tensor");
+    return NULL;
+  }
+  py_tensor_t *t = (py_tensor_t *)arg;
+  int64_t dims[LOOM_MAX_RANK];
+  int rank = t->rank;
+  memcpy(dims, t->shape, sizeof(int64_t) * (size_t)rank);
+  loom_value_t v;
+  if (!py_capture_active()) {
+    if (py_step_value(t, &v) < 0) return NULL;
+    loom_status_t s = loom_value_type(py_step_graph(), v, NULL, &rank, dims);
+    if (s != LOOM_OK) return py_fail(s);
+  }
+  PyObject *out = PyTuple_New(rank);
+  for (int i = 0; out && i < rank; i++) {
+    PyObject *d = PyLong_FromLongLong(dims[i]);
+    if (!d) Py_CLEAR(out);
+    else PyTuple_SET_ITEM(out, i, d);
+  }
+  return out;
+}
+
 /* Ends the step when nothing alive could still use it. */
 int py_step_idle(void) {
   if (py_capture_active()) return 0;
@@ -824,6 +853,7 @@ static PyObject *fn_stats(PyObject *self, PyObject *unused) {
 PyMethodDef py_step_methods[] = {
     {"step", fn_step, METH_NOARGS, "ends the step: runs what is pending"},
     {"_step_tracks_grad", fn_step_tracks_grad, METH_NOARGS, NULL},
+    {"_ir_dims", fn_ir_dims, METH_O, "t's dims in the step's graph, symbolic ones as handles"},
     {"set_num_threads", fn_set_num_threads, METH_O, "threads of the steps that follow"},
     {"sync", fn_sync, METH_NOARGS, "runs what is recorded: a segment boundary"},
     {"_set_compile_mode", fn_set_compile_mode, METH_O, "0 tiered, 1 wait, 2 interpret"},

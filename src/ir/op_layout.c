@@ -208,7 +208,13 @@ loom_status_t ir_shape_reshape(ir_infer_t *c) {
                          "large or too complex to compare", text);
   factors_t in0 = in, want0 = want;
   cancel_common(&in, &want);
-  if (in.n + want.n > 0) pin_factors(c, &in, &want);
+  /* A -1 takes the input's symbolic factors that the other dims leave
+   * (reshape(-1, C) of (B, T, C) is (B*T, C) for every B): sizes are
+   * needed only where a factor stays on the shape's side or the
+   * constants do not divide. */
+  bool general = infer < 0 ? in.n + want.n == 0
+                           : want.n == 0 && (want.k == 0 || in.k % want.k == 0);
+  if (!general) pin_factors(c, &in, &want);
   c->out[0].dtype = x->dtype;
   c->out[0].rank = n;
   memcpy(c->out[0].dims, shape, sizeof(ir_dim_t) * (size_t)n);

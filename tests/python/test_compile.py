@@ -387,6 +387,42 @@ def test_shape_policies_bound_compiles(policy, most):
         loom.set_compile_mode("tiered")
 
 
+@pytest.mark.parametrize("how", ["reshape", "flatten", "unflatten"])
+def test_reshapes_that_keep_a_symbolic_batch_compile_once(how):
+    """reshape(-1, C), flatten(1) and unflatten(1, ...) of a batch declared
+    symbolic keep it symbolic (as PyTorch's dynamic shapes do): one
+    executable for every batch size, with PyTorch's values and gradients.
+    Sizes taken from x.shape (view(x.shape[0], -1)) are Python ints and
+    fix it, as they would without SymInts."""
+    loom.set_compile_mode("wait")
+    try:
+        rng = np.random.default_rng(5)
+        wn = rng.standard_normal((8, 3)).astype(np.float32)
+        w = loom.tensor(wn, requires_grad=True)
+        step = {
+            "reshape": lambda x: x.reshape(-1, 8),
+            "flatten": lambda x: x.flatten(1).reshape(-1, 8),
+            "unflatten": lambda x: x.reshape(-1, 8).unflatten(1, (2, 4)).flatten(1),
+        }[how]
+        before = loom.stats()["compiles"]
+        for b in (2, 3, 5, 4, 7, 6):
+            xn = rng.standard_normal((b, 2, 8)).astype(np.float32)
+            x = loom.dynamic(loom.tensor(xn), 0)
+            loss = (step(x) @ w).tanh().sum()
+            loss.backward()
+            tw = torch.tensor(wn, requires_grad=True)
+            tl = (torch.tensor(xn).reshape(-1, 8) @ tw).tanh().sum()
+            tl.backward()
+            assert float(loss) == pytest.approx(float(tl), rel=1e-5)
+            np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+            w.grad = None
+            loom.step()
+        # forward and loss, backward: one executable each, whatever b
+        assert loom.stats()["compiles"] - before <= 2
+    finally:
+        loom.set_compile_mode("tiered")
+
+
 def test_dims_named_alike_are_one_symbol():
     """The batch dims of the inputs and the targets, marked symbolic under
     one name, are one symbol: the loss that combines them keeps it
