@@ -13,8 +13,9 @@ numbered, and its structure as JSON in the header's metadata under
 loading runs no code."""
 import json
 import os
+import itertools
+import stat
 import struct
-import tempfile
 from collections import OrderedDict
 
 from . import _C
@@ -82,6 +83,53 @@ def _decode(node, tensors):
     return OrderedDict(pairs) if kind == "O" else dict(pairs)
 
 
+# Temporaries are named _TEMP + "PID.N": a save that a kill -9 cut short
+# leaves one, which the next save into the directory removes once its
+# process is gone.
+_TEMP = ".loom-save-"
+_temps = itertools.count()
+
+
+def _owner_gone(pid, mtime):
+    """Whether process pid, which wrote a file last modified at mtime, has
+    ended: no such process, or one that started after the write (the PID
+    taken again)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass  # alive, another user's
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return started > mtime + 2  # btime counts whole seconds
+
+
+def _clean_stale(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        pid, dot, n = name[len(_TEMP):].partition(".")
+        if not name.startswith(_TEMP) or not dot or not pid.isdigit() or not n.isdigit():
+            continue
+        full = os.path.join(directory, name)
+        try:
+            st = os.lstat(full)
+            if (stat.S_ISREG(st.st_mode) and int(pid) != os.getpid()
+                    and _owner_gone(int(pid), st.st_mtime)):
+                os.unlink(full)
+        except OSError:
+            pass
+
+
 def _write(tensors, path, meta):
     """The safetensors file of name -> Tensor and metadata, written to a
     temporary file that is renamed over path."""
@@ -99,12 +147,11 @@ def _write(tensors, path, meta):
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".loom-save-")
+    _clean_stale(directory)
+    tmp = os.path.join(directory, f"{_TEMP}{os.getpid()}.{next(_temps)}")
+    # the mode open() gives, as torch.save's file has
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        # the mode open() would give (mkstemp's is 0600), as torch.save's file has
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(head)))
             f.write(head)

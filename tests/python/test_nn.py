@@ -141,6 +141,40 @@ def test_a_saved_file_has_open_s_mode_and_trailing_bytes_are_refused(tmp_path):
         loom.load(str(path))
 
 
+def test_a_save_killed_midway_leaves_the_old_file_and_its_temporary_is_removed(tmp_path):
+    """kill -9 while loom.save writes 200 MB: the file keeps its old
+    contents (the write goes to a temporary renamed over it), and the next
+    save into the directory removes the dead process's temporary."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    path = tmp_path / "m.safetensors"
+    loom.save({"w": loom.ones(3)}, str(path))
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, loom\n"
+        "big = {f't{i}': loom.randn(1000, 1000) for i in range(50)}\n"
+        "print('ready', flush=True)\n"
+        "while True: loom.save(big, sys.argv[1])\n"), str(path)],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        deadline = time.monotonic() + 60
+        while not [p for p in tmp_path.iterdir() if p.name.startswith(".loom-save-")]:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.001)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".loom-save-")]
+    back = loom.load(str(path))  # the old file, or a whole new one
+    assert list(back) in (["w"], [f"t{i}" for i in range(50)])
+    assert left  # killed inside a write, which takes far longer than the kill
+    loom.save({"v": loom.zeros(2)}, str(tmp_path / "other.safetensors"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".loom-save-")]
+
+
 def test_a_saved_model_loads_into_a_new_one(tmp_path):
     a, b = LoomNet(), LoomNet()
     loom.save(a.state_dict(), str(tmp_path / "net.safetensors"))
