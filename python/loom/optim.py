@@ -62,6 +62,21 @@ def _check(defaults):
             raise ValueError(f"Invalid beta parameter at index {i}: {b}")
 
 
+def _zero_grads(params, set_to_none):
+    """zero_grad of optimizers and modules: .grad None, or zeroed in place
+    (as torch's, so that a reference held to it reads zeros)."""
+    from . import no_grad
+    for p in params:
+        g = p.grad
+        if not set_to_none and g is not None:
+            with no_grad():
+                g.detach_()
+                g.zero_()
+        # assigned even when None: a loom.compile capture notes that the
+        # function clears the .grad (its replays replace it, not add to it)
+        p.grad = None if set_to_none else g
+
+
 class Optimizer:
     _kind = None
     _STEP_AS_TENSOR = True  # torch.optim keeps "step" as a tensor (RMSprop: an int)
@@ -116,12 +131,7 @@ class Optimizer:
                      if k not in ("lr", "initial_lr", "params"))
 
     def zero_grad(self, set_to_none=True):
-        from . import zeros_like
-        for group in self.param_groups:
-            for p in group["params"]:
-                # assigned even when None: a loom.compile capture notes that the
-                # function clears the .grad (its replays replace it, not add to it)
-                p.grad = None if set_to_none or p.grad is None else zeros_like(p.grad)
+        _zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def _in_trace_supported(self):
         """Whether the trace's optimizer step has this update."""

@@ -329,20 +329,28 @@ static int release_dropped(void) {
 /* Ends the step. On a failure to make a result real the step still ends
  * (the trace cannot go on from a failed run); the results left lazy are
  * dead and say so when used. */
-int py_step_end(void) {
-  if (!st.open) return 0;
-  /* Every live value is made; one that fails keeps its error for its
-   * reads, and the first new failure is this call's. */
-  PyObject *err_type = NULL, *err_value = NULL, *err_tb = NULL;
-  while (st.results) {
-    py_tensor_t *t = st.results;
+/* Makes every live result of the step real, unlinking each when unlink;
+ * one that fails keeps its error for its reads, and the first new failure
+ * is fetched into *type, *value, *tb. */
+static void realize_results(bool unlink, PyObject **type, PyObject **value, PyObject **tb) {
+  for (py_tensor_t *t = st.results, *next; t; t = next) {
     bool failed_before = t->error != NULL;
     if (!t->data && !failed_before && py_tensor_realize(t) < 0) {
-      if (!err_type && !seen_read_error()) PyErr_Fetch(&err_type, &err_value, &err_tb);
+      if (!*type && !seen_read_error()) PyErr_Fetch(type, value, tb);
       else PyErr_Clear();
     }
-    py_step_unlink(t);
+    next = t->next;
+    if (unlink) {
+      py_step_unlink(t);
+      next = st.results;
+    }
   }
+}
+
+int py_step_end(void) {
+  if (!st.open) return 0;
+  PyObject *err_type = NULL, *err_value = NULL, *err_tb = NULL;
+  realize_results(true, &err_type, &err_value, &err_tb);
   loom_status_t s = st.trace ? loom_trace_step_end(st.trace) : LOOM_OK;
   st.id++;
   st.open = false;
@@ -685,6 +693,18 @@ static PyObject *fn_optimizer_step(PyObject *self, PyObject *args) {
                         &eps, &wd))
     return NULL;
   if (st.open && st.backward_ran) {
+    /* The update writes the parameters in place: what the program still
+     * holds of this step is made from their values before it, as eager
+     * PyTorch made it (a value the trace had not yet computed would be
+     * computed from the updated ones). */
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    realize_results(false, &type, &value, &tb);
+    if (type) {
+      py_step_end();
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
+      return NULL;
+    }
     if (release_dropped() < 0) return NULL;
     loom_optimizer_t o;
     loom_status_t s = py_optimizer(kind, momentum, nesterov, beta1, beta2, eps, wd, &o);

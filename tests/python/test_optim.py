@@ -244,6 +244,56 @@ def test_bad_hyperparameters_are_refused_as_torch(make):
         make(loom, [loom.zeros(2, requires_grad=True)])
 
 
+@pytest.mark.parametrize("owner", ["optimizer", "module"])
+def test_zero_grad_keeping_tensors_zeroes_a_held_grad_in_place(owner):
+    """zero_grad(set_to_none=False) zeroes .grad in place, as torch's: a
+    reference held to it reads zeros, then the next backward's sum."""
+    seen = []
+    for lib in (loom, torch):
+        m = lib.nn.Linear(3, 1, bias=False)
+        with lib.no_grad():
+            m.weight.fill_(1.0)
+        opt = lib.optim.SGD(m.parameters(), lr=0.1)
+        m(lib.ones(2, 3)).sum().backward()
+        g = m.weight.grad
+        (opt if owner == "optimizer" else m).zero_grad(set_to_none=False)
+        zeroed = g.numpy().copy()
+        (m(lib.ones(2, 3)) * 5).sum().backward()
+        seen.append((zeroed, g.numpy().copy(), m.weight.grad is g))
+    (lz, lg, lsame), (tz, tg, tsame) = seen
+    np.testing.assert_array_equal(lz, tz)
+    np.testing.assert_array_equal(lg, tg)
+    assert lsame and tsame
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_values_of_a_step_read_after_its_update_are_from_before_it(kind):
+    """y and the logits, computed before opt.step() and read after it, hold
+    the values the forward computed (PyTorch's), in the first step too,
+    where the trace had computed only the loss the backward started from:
+    computed later they would read the updated weights."""
+    rng = np.random.default_rng(4)
+    wn = rng.standard_normal((3, 5)).astype(np.float32)
+    xs = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(3)]
+
+    def run(lib):
+        w = lib.tensor(wn.copy(), requires_grad=True)
+        opt = lib.optim.Adam([w], lr=0.1) if kind == "adam" else lib.optim.SGD([w], lr=0.1)
+        seen = []
+        for xn in xs:
+            opt.zero_grad()
+            logits = lib.tensor(xn) @ w.t()
+            y = logits.sum()
+            (y * y).backward()
+            opt.step()
+            seen.append((float(y), logits.detach().numpy().copy()))
+        return seen
+
+    for (ly, ll), (ty, tl) in zip(run(loom), run(torch)):
+        assert ly == pytest.approx(ty, rel=1e-5, abs=1e-5)
+        np.testing.assert_allclose(ll, tl, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kinds", [("adam", "sgd"), ("momentum", "sgd"), ("sgd", "momentum"),
                                    ("adam", "momentum")])
 def test_two_models_whose_optimizers_keep_different_state_as_torch(kinds):

@@ -238,11 +238,8 @@ class Module:
         return self.train(False)
 
     def zero_grad(self, set_to_none=True):
-        from .. import zeros_like
-        for p in self.parameters():
-            # assigned even when None: a loom.compile capture notes that the
-            # function clears the .grad (its replays replace it, not add to it)
-            p.grad = None if set_to_none or p.grad is None else zeros_like(p.grad)
+        from ..optim import _zero_grads
+        _zero_grads(self.parameters(), set_to_none)
 
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
