@@ -894,7 +894,21 @@ def unbind(x, dim=0):
     return tuple(squeeze(part, dim) for part in split(x, 1, dim))
 
 
+def _check_rows(index, size):
+    """A real index into size rows, for index_select and embedding:
+    IndexError in PyTorch's words where an entry is negative or past the
+    end (the op table's index_select would read a negative one from the
+    end); a lazy index fails its read when past the end."""
+    if isinstance(index, Tensor) and not index._lazy and index.numel() \
+            and not index.dtype.is_floating_point and index.dtype is not _BOOL:
+        a = np.asarray(memoryview(index))
+        if ((a < 0) | (a >= size)).any():
+            raise IndexError("index out of range in self")
+
+
 def index_select(x, dim, index):
+    if x.ndim:
+        _check_rows(index, x.shape[_dim(dim, x.ndim)])
     return _op("index_select", x, index, axis=int(dim))
 
 
@@ -1035,6 +1049,8 @@ def embedding(index, weight, padding_idx=None, max_norm=None, norm_type=2.0):
     if padding_idx is not None:
         rows = np.arange(weight.shape[0]).reshape(-1, 1) != padding_idx % weight.shape[0]
         weight = where(_C.from_buffer(rows, True), weight, stop_gradient(weight))
+    if weight.ndim:
+        _check_rows(index, weight.shape[0])
     return _op("embedding", weight, index)
 
 

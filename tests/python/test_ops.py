@@ -166,6 +166,18 @@ def test_index_select_embedding_one_hot():
                                   torch.nn.functional.one_hot(torch.tensor([0, 2]), 3).numpy())
 
 
+@pytest.mark.parametrize("bad", [-1, 10])
+def test_index_select_and_embedding_refuse_rows_outside_as_torch(bad):
+    """A negative index or one past the end is PyTorch's IndexError for
+    index_select and embedding (gather's negative one is its RuntimeError)."""
+    for lib in (loom, torch):
+        w = lib.ones(10, 4)
+        with pytest.raises(IndexError, match="index out of range in self"):
+            w.index_select(0, lib.tensor([1, bad]))
+        with pytest.raises(IndexError, match="index out of range in self"):
+            lib.nn.functional.embedding(lib.tensor([bad, 0]), w)
+
+
 def test_casts():
     x = loom.tensor([1.7, -1.7, 0.0])
     assert x.long().tolist() == [1, -1, 0]
