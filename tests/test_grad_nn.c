@@ -516,7 +516,19 @@ static void test_errors(void) {
   CHECK_ERR(loom_conv2d_weight_grad(g, x64, dy, k2, &cp, &y), LOOM_ERR_DTYPE, "cast");
   CHECK_ERR(loom_conv2d_weight_grad(g, xi, dy, k2, &cp, &y), LOOM_ERR_DTYPE, "i32");
   CHECK_ERR(loom_conv2d_weight_grad(g, x, dy, k0, &cp, &y), LOOM_ERR_INVALID, "kernel");
-  CHECK_ERR(loom_conv2d_weight_grad(g, x, dy, k4, &cp, &y), LOOM_ERR_SHAPE, "at most");
+  CHECK_ERR(loom_conv2d_weight_grad(g, x, dy, k4, &cp, &y), LOOM_ERR_SHAPE, "gives 2 positions");
+  /* Fewer positions than the convolution gives: only as many as an
+   * output_padding below the stride or the dilation removes. x (5) at
+   * kernel 2, stride 2: 2 positions, none fewer; at dilation 3 (span 4)
+   * with 2 rows of padding below (output_padding up to 2): 2, or 1
+   * (floor(2 / 2) fewer). */
+  int64_t d1[4] = {1, 2, 1, 2}, d0[4] = {1, 2, 0, 2};
+  loom_value_t dy1 = input(g, LOOM_F32, 4, d1), dy0 = input(g, LOOM_F32, 4, d0);
+  loom_conv_params_t s2 = {.stride = {2, 2}},
+                     s2d3 = {.stride = {2, 2}, .pads = {0, 0, 2, 0}, .dilation = {3, 1}};
+  CHECK_ERR(loom_conv2d_weight_grad(g, x, dy1, k2, &s2, &y), LOOM_ERR_SHAPE, "dy dim 2 is 1");
+  CHECK_OK(loom_conv2d_weight_grad(g, x, dy1, k2, &s2d3, &y));
+  CHECK_ERR(loom_conv2d_weight_grad(g, x, dy0, k2, &s2d3, &y), LOOM_ERR_SHAPE, "dy dim 2 is 0");
   CHECK_ERR(loom_conv2d_weight_grad(g, x, dy, k2, &g3, &y), LOOM_ERR_SHAPE, "groups");
   CHECK_ERR(loom_conv2d_weight_grad(g, x, x3, k2, &cp, &y), LOOM_ERR_SHAPE, "rank 4");
   CHECK_OK(loom_conv2d_weight_grad(g, x, dy, k2, &cp, &y));

@@ -321,21 +321,24 @@ static loom_status_t weight_grad_channels(ir_infer_t *c, int64_t groups) {
   return check_divisible(c, dy->dims[1], "output channels (dy dim 1)", groups);
 }
 
-/* dy's spatial dims are positions of the convolution's output: never more
- * than conv2d gives. Fewer are allowed because conv_transpose2d's weight
- * gradient (the roles swapped) meets a dy that output_padding made one
- * step shorter than this conv's output. */
+/* dy's spatial dims are the positions of the convolution's output, or as
+ * many fewer as conv_transpose2d's weight gradient (the roles swapped)
+ * meets: there x's extra output_padding rows, fewer than the stride or
+ * the dilation, may add floor(output_padding / stride) positions that its
+ * input (this dy) lacks. */
 static loom_status_t weight_grad_positions(ir_infer_t *c, const conv_attrs_t *p,
                                            const int64_t *kernel) {
   for (int i = 0; i < 2; i++) {
     ir_dim_t h = c->in[0]->dims[2 + i], o = c->in[1]->dims[2 + i];
     if (!ir_dim_is_const(h) || !ir_dim_is_const(o)) continue;
     int64_t span = p->dilation[i] * (kernel[i] - 1) + 1;
-    int64_t most = (h + p->pads[i] + p->pads[i + 2] - span) / p->stride[i] + 1;
-    if (h + p->pads[i] + p->pads[i + 2] < span || o > most)
-      return ir_shape_fail(c, "dy dim %d is %lld but this convolution of x gives "
-                           "at most %lld positions", 2 + i, (long long)o,
-                           (long long)(most < 0 ? 0 : most));
+    bool fits = h + p->pads[i] + p->pads[i + 2] >= span;
+    int64_t most = fits ? (h + p->pads[i] + p->pads[i + 2] - span) / p->stride[i] + 1 : 0;
+    int64_t widest = p->stride[i] > p->dilation[i] ? p->stride[i] : p->dilation[i];
+    int64_t fewest = most - (widest - 1) / p->stride[i];
+    if (!fits || o > most || o < fewest)
+      return ir_shape_fail(c, "dy dim %d is %lld but this convolution of x gives %lld "
+                           "positions", 2 + i, (long long)o, (long long)most);
   }
   return LOOM_OK;
 }
