@@ -3,6 +3,8 @@
  * inputs. Each graph runs at several sizes (growing and shrinking) and is
  * compared with the interpreter at each; the compile counter shows that
  * none of those runs compiled again. */
+#include <math.h>
+
 #include "core/alloc.h"
 #include "harness.h"
 #include "loom/ops.h"
@@ -559,6 +561,47 @@ static void test_symbolic_inner_dim_falls_back(void) {
   loom_graph_destroy(g);
 }
 
+/* ---- softmax, log_softmax and logsumexp over a symbolic axis --------------
+ * Their decompositions subtract the axis's maximum; a run that finds the
+ * axis empty gives empty results and logsumexp's -inf (PyTorch's), as the
+ * interpreter does, where the maximum alone would have failed. */
+
+static void test_softmax_over_an_axis_found_empty(void) {
+  test_seed(9);
+  loom_graph_t *g;
+  CHECK_OK(loom_graph_create(&g));
+  loom_dim_t m;
+  loom_value_t x, y[3];
+  CHECK_OK(loom_dim_symbol(g, "m", &m));
+  CHECK_OK(loom_graph_input(g, "x", LOOM_F32, 2, (loom_dim_t[]){2, m}, &x));
+  CHECK_OK(loom_softmax(g, x, -1, &y[0]));
+  CHECK_OK(loom_log_softmax(g, x, 1, &y[1]));
+  CHECK_OK(loom_logsumexp(g, x, 1, (int64_t[]){1}, 0, &y[2]));
+  for (int i = 0; i < 3; i++) CHECK_OK(loom_graph_output(g, y[i]));
+  loom_compile_options_t o = dynamic_options();
+  loom_executable_t *e = NULL;
+  CHECK_OK(loom_compile(g, &o, &e));
+  const int64_t widths[] = {3, 0, 5, 0, 1};
+  for (int k = 0; k < 5; k++) {
+    loom_tensor_t *in = test_rand_tensor(LOOM_F32, 2, (int64_t[]){2, widths[k]}, -3, 3);
+    if (widths[k]) {
+      check_run(g, e, 1, &in, 3);
+    } else {
+      loom_tensor_t *got[3] = {0};
+      for (int i = 0; i < 3; i++) CHECK_OK(loom_executable_new_output_for(e, 1, &in, i, &got[i]));
+      CHECK_OK(loom_executable_run(e, 1, &in, 3, got));
+      CHECK(loom_tensor_numel(got[0]) == 0 && loom_tensor_numel(got[1]) == 0);
+      CHECK(loom_tensor_numel(got[2]) == 2);
+      for (int64_t i = 0; i < loom_tensor_numel(got[2]); i++)
+        CHECK(isinf(test_get(got[2], i)) && test_get(got[2], i) < 0);
+      for (int i = 0; i < 3; i++) loom_tensor_destroy(got[i]);
+    }
+    loom_tensor_destroy(in);
+  }
+  loom_executable_destroy(e);
+  loom_graph_destroy(g);
+}
+
 /* ---- Dims n*4 and n+1 read through their expressions ----------------------
  * (the interpreter, the truth here, reads n from z's dim). */
 
@@ -844,6 +887,7 @@ int main(void) {
   TEST_RUN(test_layout_symbolic_lead);
   TEST_RUN(test_whole_symbolic_folds);
   TEST_RUN(test_symbolic_inner_dim_falls_back);
+  TEST_RUN(test_softmax_over_an_axis_found_empty);
   TEST_RUN(test_expression_dims);
   TEST_RUN(test_bad_bindings);
   TEST_RUN(test_replans_allocate_only_to_grow);

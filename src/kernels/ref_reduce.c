@@ -124,6 +124,7 @@ static double mean_f(const slice_t *s) {
 
 /* max and min propagate NaN, like torch. */
 static double extreme_f(const slice_t *s, bool want_max) {
+  if (s->p->n_red == 0) return want_max ? -INFINITY : INFINITY; /* max's empty_ok */
   double best = slice_get(s, 0);
   for (int64_t j = 1; j < s->p->n_red && !isnan(best); j++) {
     double v = slice_get(s, j);
@@ -133,6 +134,7 @@ static double extreme_f(const slice_t *s, bool want_max) {
 }
 
 static int64_t extreme_i(const slice_t *s, bool want_max) {
+  if (s->p->n_red == 0) return want_max ? INT64_MIN : INT64_MAX; /* max's empty_ok */
   int64_t best = slice_geti(s, 0);
   for (int64_t j = 1; j < s->p->n_red; j++) {
     int64_t v = slice_geti(s, j);
@@ -180,7 +182,7 @@ static loom_status_t run_reduce(ref_call_t *c, bool *red, const reducer_t *r,
   loom_tensor_t *y = c->out[0];
   reduce_plan_t p;
   plan_init(x, red, &p);
-  if (r->nonempty && p.n_red == 0)
+  if (r->nonempty && p.n_red == 0 && !ir_attr_int(c->attrs, "empty_ok", 0))
     return loom_fail(LOOM_ERR_VALUE, "%s: reduces zero elements, which have no %s",
                      ref_name(c), what);
   /* Folds compute in the output's domain: int64 for integer outputs

@@ -82,6 +82,17 @@ static int32_t reduce(builder_t *b, ir_op_t op, int32_t x, const axes_t *ax,
   return emit(b, op, 1, &x, &a);
 }
 
+/* The maximum over ax with keepdim, which softmax and logsumexp subtract:
+ * -inf over an axis that a run finds empty (empty_ok; nothing reads it
+ * then but an empty result or logsumexp's -inf), where max would fail. */
+static int32_t shift_max(builder_t *b, int32_t x, const axes_t *ax) {
+  ir_attrs_t a = {0};
+  if (ax->n >= 0) ir_attrs_ints(&a, "axes", ax->n, ax->v);
+  ir_attrs_int(&a, "keepdim", 1);
+  ir_attrs_int(&a, "empty_ok", 1);
+  return emit(b, IR_OP_MAX, 1, &x, &a);
+}
+
 /* The axes attribute of the node, normalized, or all of rank. */
 static axes_t node_axes(const ir_node_t *n, int rank) {
   axes_t ax = {.n = -1};
@@ -143,7 +154,7 @@ static int32_t softmax_like(builder_t *b, bool log_form) {
   axes_t ax = {.n = 1, .v = {node_axis(b->n, t->rank)}};
   if (has_empty_axis(t, &ax)) return -1;
   int32_t x = in(b, 0);
-  int32_t shifted = op2(b, IR_OP_SUB, x, reduce(b, IR_OP_MAX, x, &ax, true));
+  int32_t shifted = op2(b, IR_OP_SUB, x, shift_max(b, x, &ax));
   int32_t e = op1(b, IR_OP_EXP, shifted);
   int32_t sum = reduce(b, IR_OP_SUM, e, &ax, true);
   if (log_form) return op2(b, IR_OP_SUB, shifted, op1(b, IR_OP_LOG, sum));
@@ -213,7 +224,7 @@ static int32_t dec_logsumexp(builder_t *b) {
   if (has_empty_axis(in_type(b, 0), &ax)) return -1;
   int32_t x = in(b, 0);
   bool keepdim = ir_attr_int(b->n->attrs, "keepdim", 0) != 0;
-  int32_t m = reduce(b, IR_OP_MAX, x, &ax, true);
+  int32_t m = shift_max(b, x, &ax);
   int32_t bad = op1(b, IR_OP_ISNAN, op2(b, IR_OP_SUB, m, m));
   m = emit(b, IR_OP_WHERE, 3, (int32_t[]){bad, scalar(b, 0.0), m}, NULL);
   int32_t sum = reduce(b, IR_OP_SUM, op1(b, IR_OP_EXP, op2(b, IR_OP_SUB, x, m)), &ax, true);
