@@ -1121,7 +1121,17 @@ static void test_errors(void) {
   CHECK_OK(loom_trace_input(t, x, &sym, &v));
   CHECK_ERR(loom_trace_input(t, y, &sym, &v), LOOM_ERR_SHAPE, "'n'");
   CHECK_ERR(loom_trace_backward(t, v), LOOM_ERR_SHAPE, "scalar");
+  /* An op the trace refuses leaves nothing behind: the step then ends, and
+   * the next reads what it records. */
+  loom_value_t p, twice;
+  const loom_tensor_t *got;
+  CHECK_OK(loom_trace_param(t, x, &p));
+  CHECK_ERR(loom_assign(loom_trace_graph(t), p, v), LOOM_ERR_UNSUPPORTED, "persistent state");
   CHECK_OK(loom_trace_step_end(t));
+  CHECK_OK(loom_trace_input(t, x, NULL, &v));
+  CHECK_OK(loom_add(loom_trace_graph(t), v, v, &twice));
+  CHECK_OK(loom_trace_read(t, twice, &got));
+  CHECK_NEAR(test_get(got, 1), 2 * test_get(x, 1), 0, 0);
   CHECK_ERR(loom_trace_wait_compiles_for(t, NAN), LOOM_ERR_INVALID, "NaN");
   CHECK_ERR(loom_trace_wait_compiles_for(NULL, 1), LOOM_ERR_INVALID, "null");
   CHECK_OK(loom_trace_wait_compiles_for(t, 0));

@@ -614,6 +614,7 @@ loom_status_t ir_add_node(loom_graph_t *g, ir_op_t op, int n_in,
     return loom_fail(LOOM_ERR_INVALID, "unknown op %d", (int)op);
   const ir_op_info_t *info = &ir_ops[op];
   LOOM_TRY(ir_before_change(g, info->name));
+  if (g->hook.node_check) LOOM_TRY(g->hook.node_check(g->hook.ctx, g, op));
   if (n_in < info->in_min || (info->in_max >= 0 && n_in > info->in_max)) {
     if (info->in_max < 0)
       return loom_fail(LOOM_ERR_INVALID, "%s: takes at least %d inputs, got %d",

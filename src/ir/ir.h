@@ -315,7 +315,10 @@ loom_status_t ir_index_error(const ir_node_t *n, int64_t value, int64_t position
  * it: a node over symbolic dims is also checked by its op's rule at those
  * sizes (a window larger than this step's input fails when it is added,
  * not when the graph runs). false: the size is not known. */
+/* node_check (may be NULL) refuses an op before its node exists: a
+ * refusal from node_added leaves the node in the graph. */
 typedef struct ir_hook {
+  loom_status_t (*node_check)(void *ctx, const loom_graph_t *g, ir_op_t op);
   loom_status_t (*node_added)(void *ctx, loom_graph_t *g, int32_t node);
   loom_status_t (*before_change)(void *ctx, loom_graph_t *g, const char *what);
   bool (*pin_dim)(void *ctx, loom_graph_t *g, ir_dim_t d, int64_t *size);

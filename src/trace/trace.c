@@ -274,6 +274,22 @@ static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what)
   return LOOM_OK;
 }
 
+/* Ops a trace does not record, refused before their node exists (one
+ * left in the graph would run when the step ends). */
+static loom_status_t node_check(void *ctx, const loom_graph_t *g, ir_op_t op) {
+  (void)ctx, (void)g;
+  const ir_op_info_t *info = &ir_ops[op];
+  if (info->flags & F_SIDE_EFFECT)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
+                     "traces update parameters with loom_trace_optimizer_step",
+                     info->name);
+  if (info->flags & F_COLLECTIVE)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s communicates with other ranks, whose "
+                     "segments may differ; collectives run in built graphs (loom_compile)",
+                     info->name);
+  return LOOM_OK;
+}
+
 static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   loom_trace_t *t = ctx;
   LOOM_TRY(tr_reserve_values(t));
@@ -298,14 +314,6 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   t->node_ran[node] = 0;
   t->stats.recorded_ops++;
   if (!t->in_cut) seg_follow_node(t, node);
-  if (info->flags & F_SIDE_EFFECT)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s writes persistent state; "
-                     "traces update parameters with loom_trace_optimizer_step",
-                     info->name);
-  if (info->flags & F_COLLECTIVE)
-    return loom_fail(LOOM_ERR_UNSUPPORTED, "trace: %s communicates with other ranks, whose "
-                     "segments may differ; collectives run in built graphs (loom_compile)",
-                     info->name);
   if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
 }
@@ -355,6 +363,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
     loom_trace_destroy(t);
     return s;
   }
+  t->g->hook.node_check = node_check;
   t->g->hook.node_added = on_node_added;
   t->g->hook.before_change = before_change;
   t->g->hook.pin_dim = pin_dim;
