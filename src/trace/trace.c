@@ -265,6 +265,49 @@ static loom_status_t run_eager(loom_trace_t *t, int32_t node) {
   return s;
 }
 
+/* A slice of a value already real, along dim 0 alone, in a contiguous
+ * tensor and with no gradient to carry (x[t] of an RNN's input at step
+ * t): copied out now, a block of rows, so that the segment reading it
+ * takes it as an input. Recorded in the segment instead, its start
+ * would make each step's segment a graph of its own (a compile per t). */
+static bool slice_now_suits(const loom_trace_t *t, const ir_node_t *n) {
+  if (n->op != IR_OP_SLICE || t->in_cut || t->vals[n->in[0]].grad) return false;
+  const loom_tensor_t *x = tr_tensor(t, n->in[0]);
+  const ir_type_t *y = &t->g->values[n->out[0]].type;
+  if (!x || x->rank < 1 || !tensor_is_contiguous(x)) return false;
+  for (int d = 0; d < y->rank; d++)
+    if (!ir_dim_is_const(y->dims[d])) return false;
+  ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+  int k = ir_slice_bounds(n->attrs, x->rank, b);
+  for (int i = 0; i < k; i++) {
+    bool whole = b[i].step == 1 && b[i].start == 0 && b[i].end >= x->shape[b[i].axis];
+    if (b[i].axis != 0 && !whole) return false;
+    if (b[i].axis == 0 && b[i].step != 1) return false;
+  }
+  return true;
+}
+
+static loom_status_t slice_now(loom_trace_t *t, int32_t node) {
+  const ir_node_t *n = &t->g->nodes[node];
+  const loom_tensor_t *x = tr_tensor(t, n->in[0]);
+  ir_slice_bound_t b[IR_MAX_ATTR_INTS];
+  int k = ir_slice_bounds(n->attrs, x->rank, b);
+  int64_t first = 0, count = x->shape[0];
+  for (int i = 0; i < k; i++)
+    if (b[i].axis == 0) ir_slice_range(x->shape[0], b[i].start, b[i].end, 1, &first, &count);
+  int64_t shape[LOOM_MAX_RANK], row = (int64_t)loom_dtype_size(x->dtype);
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[0] = count;
+  for (int d = 1; d < x->rank; d++) row *= x->shape[d];
+  loom_tensor_t *y = NULL;
+  LOOM_TRY(tensor_new_uninit(x->dtype, x->rank, shape, &y));
+  if (count > 0) memcpy(y->data, (const char *)x->data + first * row, (size_t)(count * row));
+  t->vals[n->out[0]].t = y;
+  t->vals[n->out[0]].owned = true;
+  t->stats.eager_ops++;
+  return LOOM_OK;
+}
+
 /* The graph hook: builders recording into the trace's graph claim it. */
 static loom_status_t before_change(void *ctx, loom_graph_t *g, const char *what) {
   (void)g;
@@ -314,6 +357,7 @@ static loom_status_t on_node_added(void *ctx, loom_graph_t *g, int32_t node) {
   t->node_ran[node] = 0;
   t->stats.recorded_ops++;
   if (!t->in_cut) seg_follow_node(t, node);
+  if (slice_now_suits(t, n)) return slice_now(t, node);
   if (ir_node_data_shaped(g, n) && !t->in_cut) return run_eager(t, node);
   return LOOM_OK;
 }

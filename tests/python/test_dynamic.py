@@ -92,3 +92,46 @@ def test_sync_keeps_values_lazy_and_right():
     assert z.tolist() == [4.0, 7.0]
     with pytest.raises(ValueError, match="compile mode"):
         loom.set_compile_mode("fast")
+
+
+def test_a_cell_over_x_t_of_one_input_compiles_its_body_once():
+    """for t in range(L): h = cell(x[t], h); loom.sync(), L changing every
+    step: x[t] of the real input is taken out before the segment, so that
+    the body is one graph whatever t (it was a new key at every t, past
+    the recompile limit within a step), with PyTorch's losses and weights."""
+    loom.set_compile_mode("wait")
+    try:
+        rng = np.random.default_rng(7)
+        torch.manual_seed(0)
+        tc, tl = torch.nn.GRUCell(3, 6), torch.nn.Linear(6, 1)
+        lc, ll = loom.nn.GRUCell(3, 6), loom.nn.Linear(6, 1)
+        for t_mod, l_mod in ((tc, lc), (tl, ll)):
+            l_mod.load_state_dict({k: loom.tensor(v.detach().numpy())
+                                   for k, v in t_mod.state_dict().items()})
+        topt = torch.optim.Adam(list(tc.parameters()) + list(tl.parameters()), lr=0.01)
+        lopt = loom.optim.Adam(list(lc.parameters()) + list(ll.parameters()), lr=0.01)
+        before = loom.stats()
+        for _ in range(12):
+            n = int(rng.integers(1, 12))
+            xn = rng.standard_normal((n, 4, 3)).astype(np.float32)
+            yn = rng.standard_normal((4, 1)).astype(np.float32)
+            losses = []
+            for lib, cell, lin, opt in ((torch, tc, tl, topt), (loom, lc, ll, lopt)):
+                opt.zero_grad()
+                h, x = lib.zeros(4, 6), lib.tensor(xn)
+                for t in range(n):
+                    h = cell(x[t], h)
+                    if lib is loom:
+                        loom.sync()
+                loss = ((lin(h) - lib.tensor(yn)) ** 2).mean()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+            assert losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-6)
+        after = loom.stats()
+        assert after["recompiles"] - before["recompiles"] <= 2
+        assert after["interpreted"] == before["interpreted"]
+        np.testing.assert_allclose(lc.weight_hh.detach().numpy(), tc.weight_hh.detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    finally:
+        loom.set_compile_mode("tiered")
