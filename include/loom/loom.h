@@ -146,7 +146,8 @@ LOOM_API loom_status_t loom_tensor_get_f64(const loom_tensor_t *t, int64_t i,
  * reads uint8, int16 and uint16 widened to i32, uint32 to i64 and uint64
  * as the i64 of its bits, as the ONNX importer holds those types. */
 LOOM_API loom_status_t loom_tensor_load_npy(const char *path, loom_tensor_t **out);
-/* Writes atomically: a temporary file renamed over path. */
+/* Writes atomically: a temporary file (path.tmp.PID.N) renamed over path;
+ * that of a save killed midway is removed by the next save of path. */
 LOOM_API loom_status_t loom_tensor_save_npy(const loom_tensor_t *t, const char *path);
 
 /* ---- Dims -------------------------------------------------------------- */
