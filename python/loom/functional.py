@@ -615,6 +615,11 @@ def log_softmax(x, dim=-1):
 # ---- contractions ----
 
 def matmul(a, b):
+    """a @ b of one dtype: PyTorch's matmul does not promote (int64 @
+    float32 is its error), so neither does this."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype is not b.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{a.dtype.name} != {b.dtype.name}")
     a, b = _pair(a, b)
     return _op("matmul", a, b)
 

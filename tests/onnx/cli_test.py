@@ -257,14 +257,29 @@ with tempfile.TemporaryDirectory() as d:
         ("transpose_perm_floats", helper.make_node("Transpose", ["x"], ["y"], name="t",
                                                    perm=[3.0, 2.0, 1.0, 0.0]),
          [1, 4, 1, 2], [], ("'t' (Transpose)", "attribute perm is FLOATS", "INTS")),
+        ("split_unequal", helper.make_node("Split", ["x"], [f"y{k}" for k in range(3)],
+                                           name="s", axis=1),
+         [1, 4, 1, 2], [], ("'s' (Split)", "4 elements do not split into 3 equal parts")),
         ("split_too_many", helper.make_node("Split", ["x"], [f"y{k}" for k in range(6)],
-                                            name="s", axis=1),
+                                            name="s", axis=1, num_outputs=6),
          [1, 4, 1, 2], [], ("'s' (Split)", "4 elements cannot be split into 6 parts")),
     ]
     for name, node, shape, inits, words in typed:
-        rc, so, se = run("run", one_node(name, node, shape, inits=inits), "--input",
+        opset = 18 if name == "split_too_many" else 13
+        rc, so, se = run("run", one_node(name, node, shape, opset=opset, inits=inits), "--input",
                          "x=" + os.path.join(d, "x4.npy"), "--output-dir", os.path.join(d, name))
         check(rc == 1 and all(w in se for w in words), f"{name}: {rc} {se}")
+    # Pad's wrap with a negative pad crops first, then wraps what is left,
+    # as ONNX Runtime: [0 1 2 3] cropped by 2 at the end is [0 1]; one
+    # before it wraps from its end: [1 0 1].
+    pads = helper.make_tensor("p", TP.INT64, [4], [0, 1, 0, -2])
+    xw = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.save(os.path.join(d, "xw.npy"), xw)
+    rc, so, se = run("run", one_node("pad_wrap", helper.make_node(
+        "Pad", ["x", "p"], ["y"], mode="wrap"), [1, 4], opset=19, inits=[pads]),
+        "--input", "x=" + os.path.join(d, "xw.npy"), "--output-dir", os.path.join(d, "pw"))
+    check(rc == 0 and np.array_equal(np.load(os.path.join(d, "pw", "y.npy")), [[1.0, 0.0, 1.0]]),
+          "Pad wrap with a negative pad: " + se)
     # The same models with attributes as the op takes them run (and group 4
     # is a depthwise 1x1 convolution: channel c times c + 1).
     rc, so, se = run("run", one_node("conv_group_int", helper.make_node(

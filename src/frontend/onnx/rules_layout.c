@@ -144,8 +144,13 @@ loom_status_t ox_split(ox_node_t *n) {
   if (count < 0) {
     if (dims[axis] < 0)
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "an even split of a symbolic dim");
-    int parts = ox_attr(n, "num_outputs") ? (int)ox_int(n, "num_outputs", 1) : n->n_out;
+    bool counted = ox_attr(n, "num_outputs") != NULL;
+    int parts = counted ? (int)ox_int(n, "num_outputs", 1) : n->n_out;
     if (parts < 1 || parts > MAXN) return ox_fail(n, LOOM_ERR_FORMAT, "%d outputs", parts);
+    /* equal parts before opset 18's num_outputs, whose last may be smaller */
+    if (!counted && dims[axis] % parts != 0)
+      return ox_fail(n, LOOM_ERR_SHAPE, "%lld elements do not split into %d equal parts "
+                     "(give the sizes)", (long long)dims[axis], parts);
     int64_t each = (dims[axis] + parts - 1) / parts, left = dims[axis];
     if (each * (parts - 1) > dims[axis])
       return ox_fail(n, LOOM_ERR_SHAPE, "%lld elements cannot be split into %d parts of %lld "
@@ -307,25 +312,31 @@ loom_status_t ox_tile(ox_node_t *n) {
   return loom_tile(n->g, n->in[0], reps, &n->out[0]);
 }
 
-/* Pad's wrap mode (opset 19): along each padded axis of size d, output i
- * reads input (i - before) mod d, a gather (pads beyond d wrap again,
- * negative ones crop). */
+/* Pad's wrap mode (opset 19): along each padded axis, negative pads crop
+ * first (as ONNX Runtime does, and as the other modes here do); output i
+ * then reads the kept part, of size k, at (i - before) mod k: a gather
+ * (pads beyond k wrap again). */
 static loom_status_t pad_wrap(ox_node_t *n, int rank, const int64_t *pads) {
   loom_dim_t dims[LOOM_MAX_RANK];
   int r;
   LOOM_TRY(ox_dims(n, n->in[0], dims, &r));
   loom_value_t x = n->in[0];
   for (int a = 0; a < rank; a++) {
-    int64_t before = pads[a], len = dims[a] + before + pads[rank + a];
-    if (!before && !pads[rank + a]) continue;
+    int64_t before = pads[a], after = pads[rank + a];
+    if (!before && !after) continue;
     if (ox_is_dim_sym(dims[a]))
       return ox_fail(n, LOOM_ERR_UNSUPPORTED, "mode 'wrap' over axis %d, a symbolic dim", a);
-    if (dims[a] < 1 || len < 0 || len > (int64_t)1 << 24)
-      return ox_fail(n, LOOM_ERR_SHAPE, "mode 'wrap': axis %d of %lld padded to %lld", a,
-                     (long long)dims[a], (long long)len);
+    int64_t cut = before < 0 ? -before : 0, kept = dims[a] + (before < 0 ? before : 0) +
+                                                     (after < 0 ? after : 0);
+    int64_t grow_before = before > 0 ? before : 0, grow = grow_before + (after > 0 ? after : 0);
+    int64_t len = kept + grow;
+    if (kept < 0 || (kept == 0 && grow > 0) || len > (int64_t)1 << 24)
+      return ox_fail(n, LOOM_ERR_SHAPE, "mode 'wrap': axis %d of %lld padded by %lld and "
+                     "%lld", a, (long long)dims[a], (long long)before, (long long)after);
     int64_t *idx = malloc(sizeof *idx * (size_t)(len ? len : 1));
     if (!idx) return ox_fail(n, LOOM_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < len; i++) idx[i] = ((i - before) % dims[a] + dims[a]) % dims[a];
+    for (int64_t i = 0; i < len; i++)
+      idx[i] = cut + ((i - grow_before) % kept + kept) % kept;
     loom_value_t iv;
     loom_status_t st = ox_vector_i64(n, (int)len, idx, &iv);
     free(idx);
