@@ -178,6 +178,18 @@ def test_index_select_and_embedding_refuse_rows_outside_as_torch(bad):
             lib.nn.functional.embedding(lib.tensor([bad, 0]), w)
 
 
+def test_matmul_of_two_dtypes_is_an_error_as_torch():
+    """PyTorch's matmul does not promote: int64 @ float32 and float32 @
+    float64 are errors there, and here."""
+    for lib in (loom, torch):
+        a, b = lib.tensor([[1, 2]]), lib.ones(2, 1)
+        with pytest.raises(RuntimeError):
+            a @ b
+        with pytest.raises(RuntimeError):
+            b.t() @ b.double()
+    assert (loom.ones(1, 2) @ loom.ones(2, 1)).tolist() == [[2.0]]
+
+
 def test_casts():
     x = loom.tensor([1.7, -1.7, 0.0])
     assert x.long().tolist() == [1, -1, 0]
