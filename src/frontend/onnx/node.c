@@ -109,8 +109,9 @@ const char *ox_string(const ox_node_t *n, const char *name, const char *dflt, ch
   const Onnx__AttributeProto *a =
       ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
   if (!a) return dflt;
-  size_t len = a->s.len < size - 1 ? a->s.len : size - 1;
-  memcpy(buf, a->s.data, len);
+  /* a STRING declared without its bytes reads as "" */
+  size_t len = !a->s.data ? 0 : a->s.len < size - 1 ? a->s.len : size - 1;
+  if (len) memcpy(buf, a->s.data, len);
   buf[len] = 0;
   return buf;
 }
