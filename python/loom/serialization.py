@@ -11,9 +11,9 @@ sd, "optim": opt.state_dict(), "epoch": 3}) is saved as its tensors,
 numbered, and its structure as JSON in the header's metadata under
 "loom.tree"; load gives the same structure back. Nothing is pickled, so
 loading runs no code."""
+import itertools
 import json
 import os
-import itertools
 import stat
 import struct
 from collections import OrderedDict

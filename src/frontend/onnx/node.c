@@ -42,18 +42,18 @@ int64_t ox_to_i64(double v) {
 /* The attribute's type: as declared, or, where an old writer left it
  * undefined, by the field that holds its value. */
 static int attr_type(const Onnx__AttributeProto *a) {
-  if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED) return (int)a->type;
-  if (a->has_f) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-  if (a->has_i) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  if (a->has_s) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-  if (a->t) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
-  if (a->g) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
-  if (a->n_floats) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
-  if (a->n_ints) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-  if (a->n_strings) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS;
-  if (a->n_tensors) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSORS;
-  if (a->n_graphs) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS;
-  return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
+  if ((int)a->type != OX_ATTR_UNDEFINED) return (int)a->type;
+  if (a->has_f) return OX_ATTR_FLOAT;
+  if (a->has_i) return OX_ATTR_INT;
+  if (a->has_s) return OX_ATTR_STRING;
+  if (a->t) return OX_ATTR_TENSOR;
+  if (a->g) return OX_ATTR_GRAPH;
+  if (a->n_floats) return OX_ATTR_FLOATS;
+  if (a->n_ints) return OX_ATTR_INTS;
+  if (a->n_strings) return OX_ATTR_STRINGS;
+  if (a->n_tensors) return OX_ATTR_TENSORS;
+  if (a->n_graphs) return OX_ATTR_GRAPHS;
+  return OX_ATTR_UNDEFINED;
 }
 
 static const char *attr_type_name(int type) {
@@ -69,9 +69,7 @@ const Onnx__AttributeProto *ox_attr_typed(const ox_node_t *n, const char *name, 
   if (!a) return NULL;
   int given = attr_type(a);
   /* An empty list written without its type is any list's. */
-  int empty_list = given == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED &&
-                   type >= ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS &&
-                   type <= ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS;
+  int empty_list = given == OX_ATTR_UNDEFINED && type >= OX_ATTR_FLOATS && type <= OX_ATTR_GRAPHS;
   if (given == type || empty_list) return a;
   if (n->attr_error && !n->attr_error[0])
     snprintf(n->attr_error, OX_ATTR_ERROR, "attribute %s is %s where the op takes %s", name,
@@ -80,34 +78,30 @@ const Onnx__AttributeProto *ox_attr_typed(const ox_node_t *n, const char *name, 
 }
 
 int64_t ox_int(const ox_node_t *n, const char *name, int64_t dflt) {
-  const Onnx__AttributeProto *a = ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_INT);
   return a ? a->i : dflt;
 }
 
 double ox_float(const ox_node_t *n, const char *name, double dflt) {
-  const Onnx__AttributeProto *a =
-      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_FLOAT);
   return a ? a->f : dflt;
 }
 
 const int64_t *ox_ints(const ox_node_t *n, const char *name, int *count) {
-  const Onnx__AttributeProto *a =
-      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_INTS);
   *count = a ? (int)a->n_ints : 0;
   return a && a->n_ints ? a->ints : NULL;
 }
 
 const float *ox_floats(const ox_node_t *n, const char *name, int *count) {
-  const Onnx__AttributeProto *a =
-      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_FLOATS);
   *count = a ? (int)a->n_floats : 0;
   return a && a->n_floats ? a->floats : NULL;
 }
 
 const char *ox_string(const ox_node_t *n, const char *name, const char *dflt, char *buf,
                       size_t size) {
-  const Onnx__AttributeProto *a =
-      ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_STRING);
   if (!a) return dflt;
   /* a STRING declared without its bytes reads as "" */
   size_t len = !a->s.data ? 0 : a->s.len < size - 1 ? a->s.len : size - 1;

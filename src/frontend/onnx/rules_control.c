@@ -78,7 +78,7 @@ static loom_status_t as_scalar(const ox_node_t *n, loom_graph_t *g, loom_value_t
 
 static loom_status_t graph_attr(const ox_node_t *n, const char *name,
                                 const Onnx__GraphProto **out) {
-  const Onnx__AttributeProto *a = ox_attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, name, OX_ATTR_GRAPH);
   if (!a || !a->g) return ox_fail(n, LOOM_ERR_FORMAT, "graph attribute %s is missing", name);
   *out = a->g;
   return LOOM_OK;

@@ -330,11 +330,11 @@ loom_status_t ox_constant(ox_node_t *n) {
   static const struct {
     const char *name;
     int type;
-  } forms[FORMS] = {{"value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR},
-                    {"value_float", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT},
-                    {"value_int", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT},
-                    {"value_floats", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS},
-                    {"value_ints", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS}};
+  } forms[FORMS] = {{"value", OX_ATTR_TENSOR},
+                    {"value_float", OX_ATTR_FLOAT},
+                    {"value_int", OX_ATTR_INT},
+                    {"value_floats", OX_ATTR_FLOATS},
+                    {"value_ints", OX_ATTR_INTS}};
   const Onnx__AttributeProto *a = n->proto->n_attribute == 1 ? n->proto->attribute[0] : NULL;
   if (!a || !a->name) return ox_fail(n, LOOM_ERR_FORMAT, "needs exactly one value attribute");
   int form = 0;

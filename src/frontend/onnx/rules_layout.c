@@ -422,7 +422,7 @@ loom_status_t ox_constant_of_shape(ox_node_t *n) {
       return ox_fail(n, LOOM_ERR_SHAPE, "shape entry %d is %lld", d, (long long)shape[d]);
   loom_dtype_t dt = LOOM_F32;
   double value = 0;
-  const Onnx__AttributeProto *a = ox_attr_typed(n, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, "value", OX_ATTR_TENSOR);
   if (a && a->t) {
     loom_tensor_t *t = NULL;
     loom_status_t st = ox_tensor_from_proto(a->t, NULL, &t);

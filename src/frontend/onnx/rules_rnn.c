@@ -91,7 +91,7 @@ static loom_status_t read_acts(rnn_t *r) {
   ox_node_t *n = r->n;
   static const act_kind_t dflt[3][3] = {
       {ACT_TANH}, {ACT_SIGMOID, ACT_TANH}, {ACT_SIGMOID, ACT_TANH, ACT_TANH}};
-  const Onnx__AttributeProto *a = ox_attr_typed(n, "activations", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, "activations", OX_ATTR_STRINGS);
   int want = r->acts * r->dirs, na, nb;
   const float *alpha = ox_floats(n, "activation_alpha", &na);
   const float *beta = ox_floats(n, "activation_beta", &nb);
@@ -287,7 +287,7 @@ static loom_status_t read_node(rnn_t *r) {
   if (ox_has(n, 5)) LOOM_TRY(check_dims(r, 5, "initial_h", 3, sd));
   if (r->kind == CELL_LSTM && ox_has(n, 6)) LOOM_TRY(check_dims(r, 6, "initial_c", 3, sd));
   if (r->kind == CELL_LSTM && ox_has(n, 7)) LOOM_TRY(check_dims(r, 7, "P", 2, pd));
-  r->has_clip = ox_attr_typed(n, "clip", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) != NULL;
+  r->has_clip = ox_attr(n, "clip") != NULL;
   r->clip = ox_float(n, "clip", 0.0);
   if (r->has_clip && !(r->clip > 0.0))
     return ox_fail(n, LOOM_ERR_INVALID, "clip is %g (it must be positive)", r->clip);

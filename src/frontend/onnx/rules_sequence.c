@@ -230,7 +230,7 @@ static loom_status_t map_element(ox_node_t *n, const Onnx__GraphProto *gp, int e
 }
 
 loom_status_t ox_sequence_map(ox_node_t *n) {
-  const Onnx__AttributeProto *a = ox_attr_typed(n, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+  const Onnx__AttributeProto *a = ox_attr_typed(n, "body", OX_ATTR_GRAPH);
   if (!a || !a->g) return ox_fail(n, LOOM_ERR_FORMAT, "graph attribute body is missing");
   const Onnx__GraphProto *gp = a->g;
   if (n->n_out > (int)gp->n_output)

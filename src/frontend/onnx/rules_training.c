@@ -206,9 +206,9 @@ static const char *attr_string(const Onnx__AttributeProto *a, size_t k, char *bu
  * when it is not one (ONNX does not say; the sum's gradient is y's with
  * a seed of ones). The zs, inputs held fixed, change nothing here. */
 loom_status_t ox_gradient(ox_node_t *n) {
-  const Onnx__AttributeProto *xs = ox_attr_typed(n, "xs", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS),
-                             *ya = ox_attr_typed(n, "y", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING),
-                             *zs = ox_attr_typed(n, "zs", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+  const Onnx__AttributeProto *xs = ox_attr_typed(n, "xs", OX_ATTR_STRINGS),
+                             *ya = ox_attr_typed(n, "y", OX_ATTR_STRING),
+                             *zs = ox_attr_typed(n, "zs", OX_ATTR_STRINGS);
   if (!xs || !xs->n_strings || !ya || !ya->has_s)
     return ox_fail(n, LOOM_ERR_FORMAT, "attributes xs and y are required");
   int n_x = (int)xs->n_strings, n_z = zs ? (int)zs->n_strings : 0;
