@@ -280,6 +280,30 @@ with tempfile.TemporaryDirectory() as d:
         "--input", "x=" + os.path.join(d, "xw.npy"), "--output-dir", os.path.join(d, "pw"))
     check(rc == 0 and np.array_equal(np.load(os.path.join(d, "pw", "y.npy")), [[1.0, 0.0, 1.0]]),
           "Pad wrap with a negative pad: " + se)
+    # ReduceMax and ReduceMin over an axis of size 0: the dtype's lowest and
+    # highest values (ONNX's rule since 1.15; ONNX Runtime gives the same).
+    empty_cases = [("ReduceMax", TP.FLOAT, np.float32, -np.inf),
+                   ("ReduceMin", TP.FLOAT, np.float32, np.inf),
+                   ("ReduceMax", TP.INT32, np.int32, np.iinfo(np.int32).min),
+                   ("ReduceMin", TP.INT64, np.int64, np.iinfo(np.int64).max)]
+    for op, tp, npt, want in empty_cases:
+        for keep in (0, 1):
+            axes = helper.make_tensor("a", TP.INT64, [1], [1])
+            g = helper.make_graph(
+                [helper.make_node(op, ["x", "a"], ["y"], keepdims=keep)], "empty",
+                [helper.make_tensor_value_info("x", tp, [3, 0])],
+                [helper.make_tensor_value_info("y", tp, None)], initializer=[axes])
+            path = os.path.join(d, f"{op}_{npt.__name__}_{keep}.onnx")
+            with open(path, "wb") as f:
+                f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+                        .SerializeToString())
+            np.save(os.path.join(d, "xe.npy"), np.zeros((3, 0), npt))
+            out = os.path.join(d, f"e_{op}_{npt.__name__}_{keep}")
+            rc, so, se = run("run", path, "--input", "x=" + os.path.join(d, "xe.npy"),
+                             "--output-dir", out)
+            y = np.load(os.path.join(out, "y.npy")) if rc == 0 else None
+            check(rc == 0 and y.dtype == npt and y.shape == ((3, 1) if keep else (3,)) and
+                  np.all(y == want), f"{op} over an empty axis, {npt.__name__}: {y} {se}")
     # The same models with attributes as the op takes them run (and group 4
     # is a depthwise 1x1 convolution: channel c times c + 1).
     rc, so, se = run("run", one_node("conv_group_int", helper.make_node(

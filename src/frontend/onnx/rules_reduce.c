@@ -2,9 +2,41 @@
  * opset 13, the others from 18) from a constant input, keepdims,
  * noop_with_empty_axes, and results kept in the input's dtype where Loom
  * widens integers. */
+#include <math.h>
+#include <stdbool.h>
+
 #include "frontend/onnx/onnx_import.h"
 
 typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_LOG_SUM, R_LSE, R_SUM_SQ } reduce_t;
+
+/* ReduceMax/ReduceMin over an axis of size 0: the dtype's lowest (max)
+ * or highest (min) value, -inf and +inf for floats, as ONNX specifies
+ * (Loom's max and min refuse an empty axis); false and true for bool.
+ * *done is false when no reduced axis is known to be empty. */
+static loom_status_t empty_extreme(ox_node_t *n, bool max, int count, const int64_t *axes,
+                                   int keep, bool *done) {
+  *done = false;
+  loom_dim_t dims[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  int rank, n_out = 0;
+  loom_dtype_t dt;
+  LOOM_TRY(loom_value_type(n->g, n->in[0], &dt, &rank, dims));
+  bool red[LOOM_MAX_RANK] = {false}, empty = false;
+  for (int k = 0; k < count; k++) {
+    int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+    if (a < 0 || a >= rank) return LOOM_OK; /* the reduction itself names the bad axis */
+    red[a] = true;
+  }
+  for (int d = 0; d < rank; d++) {
+    if (!count) red[d] = true;
+    empty |= red[d] && dims[d] == 0;
+    if (!red[d]) out[n_out++] = dims[d];
+    else if (keep) out[n_out++] = 1;
+  }
+  if (!empty) return LOOM_OK;
+  double v = dt == LOOM_BOOL ? (max ? 0 : 1) : max ? -INFINITY : INFINITY; /* saturated */
+  *done = true;
+  return loom_full(n->g, n_out, out, v, dt, &n->out[0]);
+}
 
 static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
   LOOM_TRY(ox_need(n, 0));
@@ -31,6 +63,11 @@ static loom_status_t reduce(ox_node_t *n, reduce_t kind) {
   if (count == 0 && ox_int(n, "noop_with_empty_axes", 0)) {
     n->out[0] = x;
     return LOOM_OK;
+  }
+  if (kind == R_MAX || kind == R_MIN) {
+    bool done;
+    LOOM_TRY(empty_extreme(n, kind == R_MAX, count, axes, keep, &done));
+    if (done) return LOOM_OK;
   }
   loom_dtype_t dt = ox_dtype(n, x);
   int64_t *ax = count ? axes : NULL;
