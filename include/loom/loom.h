@@ -263,6 +263,11 @@ LOOM_API void loom_free(void *p);
  * op when a gradient must flow through an op without a gradient rule. */
 LOOM_API loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
                                  const loom_value_t *wrt, loom_value_t *grads);
+/* reached[i] = whether loss depends on wrt[i] through float values and
+ * differentiable ops, where loom_grad's gradient is more than its zeros
+ * (a front end leaves the others' .grad unset, as PyTorch leaves None). */
+LOOM_API loom_status_t loom_grad_reaches(const loom_graph_t *g, loom_value_t loss, int n,
+                                         const loom_value_t *wrt, int *reached);
 
 /* ---- Running ----------------------------------------------------------- */
 

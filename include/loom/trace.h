@@ -343,10 +343,12 @@ LOOM_API loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss);
  * trace until the step ends; zeros if loss does not depend on p). */
 LOOM_API loom_status_t loom_trace_grad(loom_trace_t *t, const loom_tensor_t *p,
                                        const loom_tensor_t **out);
-/* The gradient of parameter p from the last loom_trace_backward alone
- * (zeros if it did not reach p): what a front end whose gradients
- * accumulate in its own tensors adds for that call. Owned by the trace
- * until the next backward or the step's end. */
+/* The gradient of parameter p from the last loom_trace_backward alone:
+ * what a front end whose gradients accumulate in its own tensors adds
+ * for that call; *out NULL where that backward did not reach p (the loss
+ * does not depend on p through float values and differentiable ops, as
+ * PyTorch leaves such a .grad None). Owned by the trace until the next
+ * backward or the step's end. */
 LOOM_API loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
                                             const loom_tensor_t **out);
 /* Keeps the gradient of v, a value of this step that gradients flow to

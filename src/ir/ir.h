@@ -76,6 +76,14 @@ typedef struct ir_op_info {
 
 extern const ir_op_info_t ir_ops[IR_OP_COUNT];
 
+/* Whether op ends a gradient's path, so that what only reaches the loss
+ * through it gets no gradient at all (PyTorch's None): the ZERO ops, but
+ * for the roundings, whose gradient is zeros (PyTorch's floor, round). */
+static inline bool ir_op_blocks_gradient(ir_op_t op) {
+  return ir_ops[op].not_differentiable && op != IR_OP_FLOOR && op != IR_OP_CEIL &&
+         op != IR_OP_ROUND && op != IR_OP_SIGN;
+}
+
 /* Whether op's row has every one of flags (F_FOLD, F_VIEW, ...). */
 static inline bool ir_op_has(ir_op_t op, uint32_t flags) {
   return (ir_ops[op].flags & flags) == flags;

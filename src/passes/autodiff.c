@@ -139,30 +139,30 @@ static loom_status_t backprop_node(autodiff_t *ad, int64_t i) {
   return LOOM_OK;
 }
 
-static loom_status_t check_args(loom_graph_t *g, loom_value_t loss, int n,
-                                const loom_value_t *wrt, loom_value_t *grads) {
+static loom_status_t check_args(const char *fn, const loom_graph_t *g, loom_value_t loss,
+                                int n, const loom_value_t *wrt, const void *grads) {
   LOOM_CHECK_ARG(g);
   char buf[64];
   if (!ir_value_valid(g, loss.id))
-    return loom_fail(LOOM_ERR_INVALID, "loom_grad: the loss is not a value of "
-                     "this graph (id %d)", (int)loss.id);
+    return loom_fail(LOOM_ERR_INVALID, "%s: the loss is not a value of this graph (id %d)",
+                     fn, (int)loss.id);
   const ir_type_t *t = &g->values[loss.id].type;
   ir_value_str(g, loss.id, buf, sizeof buf);
   if (t->rank != 0)
-    return loom_fail(LOOM_ERR_SHAPE, "loom_grad: the loss (%s) must be a "
-                     "scalar (rank 0), not rank %d", buf, t->rank);
+    return loom_fail(LOOM_ERR_SHAPE, "%s: the loss (%s) must be a scalar (rank 0), not rank %d",
+                     fn, buf, t->rank);
   if (!dtype_is_float(t->dtype))
-    return loom_fail(LOOM_ERR_DTYPE, "loom_grad: the loss (%s) must have a "
-                     "float dtype, not %s", buf, loom_dtype_name(t->dtype));
-  if (n < 0) return loom_fail(LOOM_ERR_INVALID, "loom_grad: n is %d", n);
+    return loom_fail(LOOM_ERR_DTYPE, "%s: the loss (%s) must have a float dtype, not %s", fn,
+                     buf, loom_dtype_name(t->dtype));
+  if (n < 0) return loom_fail(LOOM_ERR_INVALID, "%s: n is %d", fn, n);
   if (n > 0) {
     LOOM_CHECK_ARG(wrt);
     LOOM_CHECK_ARG(grads);
   }
   for (int i = 0; i < n; i++)
     if (!ir_value_valid(g, wrt[i].id))
-      return loom_fail(LOOM_ERR_INVALID, "loom_grad: wrt[%d] is not a value "
-                       "of this graph (id %d)", i, (int)wrt[i].id);
+      return loom_fail(LOOM_ERR_INVALID, "%s: wrt[%d] is not a value of this graph (id %d)", fn,
+                       i, (int)wrt[i].id);
   return LOOM_OK;
 }
 
@@ -214,11 +214,29 @@ static loom_status_t vjp(loom_graph_t *g, int64_t n_nodes, int n_ys,
 
 loom_status_t loom_grad(loom_graph_t *g, loom_value_t loss, int n,
                         const loom_value_t *wrt, loom_value_t *grads) {
-  LOOM_TRY(check_args(g, loss, n, wrt, grads));
+  LOOM_TRY(check_args(__func__, g, loss, n, wrt, grads));
   int64_t n_nodes = g->n_nodes;
   int32_t seed;
   LOOM_TRY(fill_like(g, loss.id, 1.0, &seed));
   return vjp(g, n_nodes, 1, &loss.id, &seed, n, wrt, grads);
+}
+
+loom_status_t loom_grad_reaches(const loom_graph_t *g, loom_value_t loss, int n,
+                                const loom_value_t *wrt, int *reached) {
+  LOOM_TRY(check_args(__func__, g, loss, n, wrt, reached));
+  uint8_t *to = core_calloc((size_t)g->n_values + 1, 1);
+  if (!to) return loom_fail(LOOM_ERR_NOMEM, "loom_grad_reaches: out of memory");
+  to[loss.id] = 1;
+  for (int64_t i = g->n_nodes - 1; i >= 0; i--) { /* backwards: nodes are in order */
+    const ir_node_t *nd = &g->nodes[i];
+    if (ir_op_blocks_gradient(nd->op)) continue;
+    bool any = false;
+    for (int k = 0; k < nd->n_out; k++) any |= to[nd->out[k]] && carries_gradient(g, nd->out[k]);
+    for (int k = 0; any && k < nd->n_in; k++) to[nd->in[k]] = 1;
+  }
+  for (int i = 0; i < n; i++) reached[i] = to[wrt[i].id] && carries_gradient(g, wrt[i].id);
+  core_free(to);
+  return LOOM_OK;
 }
 
 loom_status_t grad_vjp(loom_graph_t *g, int n_ys, const int32_t *ys,

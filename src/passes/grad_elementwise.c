@@ -242,12 +242,17 @@ loom_status_t grad_tan(grad_ctx_t *c) {
 }
 
 /* g / sqrt(sign * (x^2 - 1)) with sign -1 for asin and acos (1 - x^2),
- * +1 for acosh (x^2 - 1), then negated for acos. */
+ * +1 for acosh (x^2 - 1), then negated for acos. 1 - x^2 is -x^2 + 1,
+ * +0 at x = +-1 (-(x^2 - 1) would be -0 there, its rsqrt -inf). */
 static loom_status_t inverse_sqrt_rule(grad_ctx_t *c, double sign, bool negate) {
   int32_t t;
   TRY(op2(c, IR_OP_MUL, in_(c, 0), in_(c, 0), &t));
-  TRY(op2s(c, IR_OP_SUB, t, 1.0, &t));
-  if (sign < 0) TRY(grad_unary(c, IR_OP_NEG, t, &t));
+  if (sign < 0) {
+    TRY(grad_unary(c, IR_OP_NEG, t, &t));
+    TRY(op2s(c, IR_OP_ADD, t, 1.0, &t));
+  } else {
+    TRY(op2s(c, IR_OP_SUB, t, 1.0, &t));
+  }
   TRY(grad_unary(c, IR_OP_RSQRT, t, &t));
   if (negate) TRY(grad_unary(c, IR_OP_NEG, t, &t));
   return chain(c, t);

@@ -91,7 +91,9 @@ static loom_status_t keep_grad(loom_trace_t *t, int32_t v, loom_tensor_t *g) {
 
 /* tape.reach for loss: the step's nodes walked backwards (they are in
  * topological order), host callbacks' outputs linked to their inputs by
- * their records, until nothing changes. */
+ * their records, until nothing changes. Gradients flow through float
+ * values and differentiable ops only (as PyTorch's graph: a parameter
+ * read through an argmax or an integer cast alone is not reached). */
 static loom_status_t mark_reaching(loom_trace_t *t, int32_t loss) {
   const loom_graph_t *g = t->g;
   uint8_t *reach = core_calloc((size_t)g->n_values + 1, 1);
@@ -101,8 +103,10 @@ static loom_status_t mark_reaching(loom_trace_t *t, int32_t loss) {
     changed = false;
     for (int64_t i = g->n_nodes - 1; i >= 0; i--) {
       const ir_node_t *n = &g->nodes[i];
+      if (ir_op_blocks_gradient(n->op)) continue;
       bool any = false;
-      for (int k = 0; k < n->n_out; k++) any |= reach[n->out[k]];
+      for (int k = 0; k < n->n_out; k++)
+        any |= reach[n->out[k]] && dtype_is_float(g->values[n->out[k]].type.dtype);
       for (int k = 0; any && k < n->n_in; k++) reach[n->in[k]] = 1;
     }
     for (int64_t i = 0; i < t->tape.n; i++) {
@@ -439,9 +443,14 @@ static loom_status_t collect_grads(loom_trace_t *t) {
     loom_tensor_destroy(q->last);
     q->last = NULL;
     q->last_reached = false;
-    if (v < 0 || !t->tape.grads[v]) continue;
+    /* A segment's backward gives every input of it a gradient, zeros
+     * where the loss does not depend on it: that is no gradient. One
+     * reached through roundings alone (floor, sign) has zeros. */
+    if (v < 0 || !t->tape.reach[v]) continue;
     loom_tensor_t *g = t->tape.grads[v];
     t->tape.grads[v] = NULL;
+    if (!g && s == LOOM_OK) s = tensor_new(q->t->dtype, q->t->rank, q->t->shape, &g);
+    if (!g) continue;
     q->got_grad = q->last_reached = true;
     if (!q->grad) {
       q->grad = g;
@@ -485,7 +494,7 @@ loom_status_t loom_trace_backward(loom_trace_t *t, loom_value_t loss) {
     memset(t->tape.kept + old, 0, sizeof *t->tape.kept * (size_t)(t->tape.cap_kept - old));
   }
   tape_clear_kept(t); /* each walk's own */
-  if (t->retains) LOOM_TRY(mark_reaching(t, loss.id));
+  LOOM_TRY(mark_reaching(t, loss.id));
   loom_tensor_t *seed;
   loom_status_t s = tensor_new(ty->dtype, 0, NULL, &seed);
   if (s != LOOM_OK) {
@@ -534,12 +543,11 @@ loom_status_t loom_trace_grad_last(loom_trace_t *t, const loom_tensor_t *p,
   LOOM_CHECK_ARG(out);
   tr_param_t *q = NULL;
   LOOM_TRY(tr_find_param(t, p, __func__, &q));
-  if (q->last_reached && !q->last) { /* the first part: all there is */
-    *out = q->grad;
+  if (!q->last_reached) {
+    *out = NULL;
     return LOOM_OK;
   }
-  if (!q->last) LOOM_TRY(tensor_new(p->dtype, p->rank, p->shape, &q->last));
-  *out = q->last;
+  *out = q->last ? q->last : q->grad; /* without a part before: all there is */
   return LOOM_OK;
 }
 
