@@ -7,12 +7,14 @@ docs/python.md."""
 import atexit as _atexit
 import builtins as _builtins
 import contextlib
+import functools
+import inspect
 import math as _math
 
 import numpy as np
 
 from . import _C
-from ._dtype import DTYPES as _DTYPES, dtype
+from ._dtype import DTYPES as _DTYPES, dtype, finfo, iinfo  # noqa: F401
 from ._tensor import Size, Tensor
 from . import functional
 from .functional import *  # noqa: F401,F403  (the functions, under PyTorch's names)
@@ -79,9 +81,12 @@ def tensor(data, dtype=None, requires_grad=False):
             from ._dtype import from_numpy_dtype
             from_numpy_dtype(a.dtype)  # a TypeError naming the dtypes Loom has
     else:
-        a = _python_data(data)
+        a = _python_data(data, dtype)
         if dtype is None:
             dtype = _default_dtype(a)
+        else:
+            from ._dtype import check_fits, resolve
+            check_fits(a, resolve(dtype), fill=False)
     if dtype is not None:
         from ._dtype import resolve
         d = resolve(dtype)
@@ -89,22 +94,31 @@ def tensor(data, dtype=None, requires_grad=False):
             t = _C.from_buffer(a.astype(np.float32), True).to(d)
             t.requires_grad = requires_grad
             return t
-        a = a.astype(d._numpy)
+        with np.errstate(over="ignore"):  # a float past float16's range is inf, as PyTorch's
+            a = a.astype(d._numpy)
     t = _C.from_buffer(a, True)  # copied row-major (ascontiguousarray makes 0-d 1-d)
     t.requires_grad = requires_grad
     return t
 
 
-def _python_data(data):
-    """data (numbers, nested lists) as an array; an int beyond int64 is
-    refused as PyTorch refuses it (NumPy would make it uint64 or object)."""
+def _python_data(data, dtype=None):
+    """data (numbers, nested lists) as an array. An int beyond int64 is
+    refused as PyTorch refuses it (NumPy would make it uint64 or object),
+    unless a float beside it or a float dtype makes the data floats."""
     try:
         a = np.array(data)
     except OverflowError:
         a = None
-    if a is None or a.dtype.kind == "u" or (a.dtype == object and _builtins.any(
-            isinstance(v, _PY_INT) for v in a.reshape(-1))):
-        raise RuntimeError("Overflow when unpacking long")
+    if a is None or a.dtype.kind == "u" or a.dtype == object:
+        from ._dtype import resolve
+        floats = dtype is not None and resolve(dtype).is_floating_point
+        if a is not None and a.dtype == object:
+            floats |= _builtins.any(isinstance(v, _PY_FLOAT) for v in a.reshape(-1))
+        if floats:
+            return np.array(data, dtype=np.float64)
+        if a is None or a.dtype.kind == "u" or _builtins.any(
+                isinstance(v, _PY_INT) for v in a.reshape(-1)):
+            raise RuntimeError("Overflow when unpacking long")
     return a
 
 
@@ -140,8 +154,9 @@ def _shape(size):
 
 
 def _filled(size, value, dtype, requires_grad):
-    from ._dtype import resolve
+    from ._dtype import check_fits, resolve
     d = resolve(dtype) if dtype is not None else float32
+    check_fits(value, d, fill=True)
     if d._numpy is None:  # bfloat16, which NumPy lacks: filled as float32, then cast
         t = _filled(size, value, float32, False).to(d)
         t.requires_grad = requires_grad
@@ -324,14 +339,28 @@ is_grad_enabled = _C.is_grad_enabled
 
 
 def grad(fn, argnums=0):
-    """The functional form: grad(fn)(*args) is the gradient of fn's scalar
-    result with respect to args[argnums] (an int or a tuple of ints), as
-    torch.func.grad; fn's parameters keep their .grad untouched."""
+    """The functional form: grad(fn)(*args, **kwargs) is the gradient of
+    fn's scalar result with respect to args[argnums] (an int or a tuple of
+    ints), as torch.func.grad: zeros for an argument the result does not
+    depend on; fn's parameters keep their .grad untouched. The call runs
+    in a step of its own: the step in progress ends first. Not nested
+    (a grad of a grad)."""
     many = isinstance(argnums, tuple)
     nums = argnums if many else (argnums,)
 
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
+        global _in_grad
+        if _in_grad:
+            raise NotImplementedError("loom.grad: a grad of a grad (higher-order "
+                                      "gradients) is not supported")
         args = list(args)
+        for k in nums:
+            if not isinstance(k, _PY_INT) or not -len(args) <= k < len(args):
+                raise RuntimeError(f"loom.grad: argnums {k} names no positional argument "
+                                   f"(the function got {len(args)})")
+            if not isinstance(args[k], Tensor) or not args[k].dtype.is_floating_point:
+                raise TypeError(f"loom.grad: argument {k} must be a float Tensor to take its "
+                                f"gradient (got {type(args[k]).__name__})")
         leaves = []
         for k in nums:
             x = args[k]
@@ -341,21 +370,59 @@ def grad(fn, argnums=0):
             leaves.append(leaf)
         step()  # the leaves enter a step of their own
         kept = {}
-        out = fn(*args)
-        for p in _C._step_params():
-            if not _builtins.any(p is leaf for leaf in leaves):
-                kept[id(p)] = (p, p.grad)
-                p.grad = None
-        out.backward()
-        grads = tuple(leaf.grad for leaf in leaves)
-        for p, g in kept.values():
-            p.grad = g
+        _in_grad = True
+        try:
+            out = fn(*args, **kwargs)
+            if not isinstance(out, Tensor) or out.numel() != 1:
+                raise RuntimeError("loom.grad: the function must return a tensor of one "
+                                   "element")
+            for p in _C._step_params():
+                if not _builtins.any(p is leaf for leaf in leaves):
+                    kept[id(p)] = (p, p.grad)
+                    p.grad = None
+            if out.requires_grad:
+                out.reshape(()).backward()
+        finally:
+            _in_grad = False
+            for p, g in kept.values():
+                p.grad = g
+        grads = tuple(leaf.grad if leaf.grad is not None else zeros_like(leaf)
+                      for leaf in leaves)
         step()
         return grads if many else grads[0]
     return wrapped
 
 
-class no_grad(contextlib.ContextDecorator):
+_in_grad = False
+
+
+class _GradMode(contextlib.ContextDecorator):
+    """A grad mode as a decorator too: around each call, and around each
+    resumption of a decorated generator function (PyTorch's rule: a
+    sampling loop written as a generator runs its body in the mode)."""
+
+    def __call__(self, func):
+        if not inspect.isgeneratorfunction(func):
+            return super().__call__(func)
+
+        @functools.wraps(func)
+        def generator(*args, **kwargs):
+            gen = func(*args, **kwargs)
+            try:
+                with self._recreate_cm():
+                    value = next(gen)
+                while True:
+                    sent = yield value
+                    with self._recreate_cm():
+                        value = gen.send(sent)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                gen.close()
+        return generator
+
+
+class no_grad(_GradMode):
     """Ops inside record no gradient, as torch.no_grad()."""
 
     def __enter__(self):
@@ -367,7 +434,7 @@ class no_grad(contextlib.ContextDecorator):
         return False
 
 
-class inference_mode(contextlib.ContextDecorator):
+class inference_mode(_GradMode):
     """torch.inference_mode: no_grad's semantics (mode=False: no change)."""
 
     def __init__(self, mode=True):
@@ -407,7 +474,7 @@ class set_grad_enabled:
         return False
 
 
-class enable_grad(contextlib.ContextDecorator):
+class enable_grad(_GradMode):
     """Gradients on inside, even within no_grad, as torch.enable_grad."""
 
     def __init__(self):

@@ -213,6 +213,9 @@ class Compiled:
                 raise _C.GraphBreak("loom.compile: the function returns something other "
                                     "than tensors (one, a tuple of them, or None)")
             del out
+            for t in _C._capture_reads():
+                guard((id(t), "requires_grad"), f"requires_grad of a {tuple(t.shape)} tensor",
+                      lambda t=t: t.requires_grad)
             captured = _C._capture_end(outs)
             return _Entry(guards, captured, shape, buffers=buffers.values())
         except _C.GraphBreak as e:

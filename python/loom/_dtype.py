@@ -59,8 +59,8 @@ def resolve(d):
         return d
     if isinstance(d, str) and d in _BY_NAME:
         return _BY_NAME[d]
-    if d is float:
-        return _BY_NAME["float32"]
+    if d is float:  # Python's float is a double (PyTorch's float64)
+        return _BY_NAME["float64"]
     if d is int:
         return _BY_NAME["int64"]
     if d is bool:
@@ -77,3 +77,72 @@ def promote(a, b):
     if {a.name, b.name} == {"float16", "bfloat16"}:
         return _BY_NAME["float32"]  # neither holds the other's values (PyTorch's rule)
     return a if _RANK[a.name] >= _RANK[b.name] else b
+
+
+_INT_RANGE = {"int8": (-2**7, 2**7 - 1), "int32": (-2**31, 2**31 - 1),
+              "int64": (-2**63, 2**63 - 1)}
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+              "float32": 3.4028234663852886e38}
+
+
+def check_fits(values, d, fill):
+    """PyTorch's check of Python numbers converted to d: an integer dtype
+    takes finite values whose whole part it holds (a list's values too);
+    a fill (full, fill_, masked_fill, x[i] = v) into a float dtype takes
+    what does not overflow it (inf itself does not)."""
+    a = np.asarray(values)
+    if d.name in _INT_RANGE:
+        lo, hi = _INT_RANGE[d.name]
+        if a.dtype == object:
+            fits = all(lo <= int(v) <= hi for v in a.reshape(-1))
+        elif a.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                top = (a <= hi) if float(hi) == hi else (a < float(hi))  # int64: 2**63 is out
+                fits = bool(np.all(np.isfinite(a) & (a >= lo) & top))
+        else:
+            fits = a.dtype.kind == "b" or bool(np.all((a >= lo) & (a <= hi)))
+    elif fill and d.name in _FLOAT_MAX and a.dtype.kind in "fiu":
+        with np.errstate(invalid="ignore"):
+            fits = not np.any(np.isfinite(a) & (np.abs(a.astype(np.float64)) > _FLOAT_MAX[d.name]))
+    else:
+        fits = True
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {d.name} without overflow")
+
+
+class finfo:
+    """The limits of a float dtype, as torch.finfo (bits, eps, max, min,
+    tiny, smallest_normal, resolution, dtype)."""
+
+    def __init__(self, d=None):
+        d = resolve(d) if d is not None else _BY_NAME["float32"]
+        if not d.is_floating_point:
+            raise TypeError(f"finfo: {d!r} is not a floating point dtype (iinfo takes integers)")
+        if d.name == "bfloat16":  # 8 exponent bits as float32's, 7 of mantissa
+            self.bits, self.eps, self.max = 16, 2.0**-7, float.fromhex("0x1.fep127")
+            self.tiny, self.resolution = 2.0**-126, 0.01
+        else:
+            f = np.finfo(d._numpy)
+            self.bits, self.eps, self.max = f.bits, float(f.eps), float(f.max)
+            self.tiny, self.resolution = float(f.tiny), 10.0 ** -f.precision
+        self.min, self.smallest_normal, self.dtype = -self.max, self.tiny, d.name
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+                f"eps={self.eps:g}, smallest_normal={self.tiny:g}, tiny={self.tiny:g}, "
+                f"dtype={self.dtype})")
+
+
+class iinfo:
+    """The limits of an integer dtype, as torch.iinfo (bits, min, max, dtype)."""
+
+    def __init__(self, d):
+        d = resolve(d)
+        if d.is_floating_point or d.name == "bool":
+            raise TypeError(f"iinfo: {d!r} is not an integer dtype (finfo takes floats)")
+        self.bits = 8 * d.itemsize
+        self.min, self.max = _INT_RANGE[d.name]
+        self.dtype = d.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"

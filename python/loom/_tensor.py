@@ -108,6 +108,8 @@ class Tensor(_C.TensorBase):
         return np.asarray(self)
 
     def tolist(self):
+        if self.dtype.name == "bfloat16":  # NumPy has no bfloat16; float32 holds each exactly
+            return np.asarray(_F.cast(self, _dtype._BY_NAME["float32"])).tolist()
         return np.asarray(self).tolist()
 
     def __float__(self):
@@ -369,6 +371,22 @@ class Tensor(_C.TensorBase):
     def __isub__(self, o): return self._inplace(_F.sub(self, o))
     def __imul__(self, o): return self._inplace(_F.mul(self, o))
     def __itruediv__(self, o): return self._inplace(_F.div(self, o))
+    def __ifloordiv__(self, o): return self._inplace(_F.floor_divide(self, o))
+    def __imod__(self, o): return self._inplace(_F.remainder(self, o))
+    def __ipow__(self, o): return self._inplace(_F.pow(self, o))
+    def __iand__(self, o): return self._inplace(_F.bitwise_and(self, o))
+    def __ior__(self, o): return self._inplace(_F.bitwise_or(self, o))
+    def __ixor__(self, o): return self._inplace(_F.bitwise_xor(self, o))
+    def __ilshift__(self, o): return self._inplace(_F.bitwise_left_shift(self, o))
+    def __irshift__(self, o): return self._inplace(_F.bitwise_right_shift(self, o))
+    def floor_divide_(self, o): return self._inplace(_F.floor_divide(self, o))
+    def remainder_(self, o): return self._inplace(_F.remainder(self, o))
+    def fmod_(self, o): return self._inplace(_F.fmod(self, o))
+    def pow_(self, o): return self._inplace(_F.pow(self, o))
+    def bitwise_and_(self, o): return self._inplace(_F.bitwise_and(self, o))
+    def bitwise_or_(self, o): return self._inplace(_F.bitwise_or(self, o))
+    def bitwise_xor_(self, o): return self._inplace(_F.bitwise_xor(self, o))
+    def bitwise_not_(self): return self._inplace(_F.bitwise_not(self))
 
     def add_(self, o, alpha=1):
         return self._inplace(_F.add(self, o if alpha == 1 else _F.mul(o, alpha)))
@@ -463,6 +481,8 @@ class Tensor(_C.TensorBase):
         if self.requires_grad and self.is_leaf and _C.is_grad_enabled():
             raise RuntimeError("loom: a leaf tensor that requires grad cannot be assigned "
                                "into (assign under loom.no_grad(), or compute a new tensor)")
+        if isinstance(value, (int, float)):
+            _dtype.check_fits(value, self.dtype, fill=True)
         if self._lazy:
             _C._rebind(self, _F._index_put(self, index, value))
             return

@@ -52,7 +52,8 @@ def _scalar(value, dtype):
     if t is None:
         if dtype._numpy is None:  # bfloat16
             return cast(_scalar(value, _F32), dtype)
-        t = _C.from_buffer(np.array(value, dtype=dtype._numpy), True)
+        with np.errstate(over="ignore"):  # an operand wraps or overflows as the dtype does
+            t = _C.from_buffer(np.array(value).astype(dtype._numpy), True)
         if len(_scalars) < 4096:
             _scalars[key] = t
     return t
@@ -124,7 +125,22 @@ def _ordering(name):
 
 
 add = _binary("add", "or")
-sub = _binary("sub")
+_sub = _binary("sub")
+
+
+def sub(a, b):
+    """a - b; bool operands (tensors, or True and False) are refused, as
+    PyTorch refuses them: an inverted mask is ~mask."""
+    def is_bool(v):
+        return v.dtype is _BOOL if isinstance(v, Tensor) else isinstance(v, builtins.bool)
+    if is_bool(a) or is_bool(b):
+        two = is_bool(a) and is_bool(b)
+        raise RuntimeError(
+            f"Subtraction, the `-` operator, with {'two bool tensors' if two else 'a bool tensor'} "
+            f"is not supported. " + ("Use the `^` or `logical_xor()` operator instead." if two else
+                                     "If you are trying to invert a mask, use the `~` or "
+                                     "`logical_not()` operator instead."))
+    return _sub(a, b)
 mul = _binary("mul", "and")
 maximum = _binary("maximum", "or")
 minimum = _binary("minimum", "and")
@@ -439,7 +455,10 @@ def _reduce(name, x, dim, keepdim):
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
-    return _reduce("sum", x if dtype is None else cast(x, dtype), dim, keepdim)
+    if dtype is None:
+        return _reduce("sum", x, dim, keepdim)
+    # the op sums integers as int64; the result is cast back, as it wraps in dtype
+    return cast(_reduce("sum", cast(x, dtype), dim, keepdim), dtype)
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
@@ -447,7 +466,9 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 
 
 def prod(x, dim=None, keepdim=False, dtype=None):
-    return _reduce("prod", x if dtype is None else cast(x, dtype), dim, keepdim)
+    if dtype is None:
+        return _reduce("prod", x, dim, keepdim)
+    return cast(_reduce("prod", cast(x, dtype), dim, keepdim), dtype)
 
 
 def logsumexp(x, dim, keepdim=False):
@@ -589,8 +610,8 @@ def norm(x, p="fro", dim=None, keepdim=False):
     as PyTorch's (a sqrt of 0 would give NaN)."""
     if p in ("fro", 2):
         s = sum(mul(x, x), dim, keepdim)
-        nonzero_ = gt(s, 0)
-        return where(nonzero_, sqrt(where(nonzero_, s, 1.0)), 0.0)
+        zero = eq(s, 0)  # not "s > 0": a NaN is no zero, and its norm is NaN
+        return where(zero, 0.0, sqrt(where(zero, 1.0, s)))
     if p == 1:
         return sum(abs(x), dim, keepdim)
     if p == math.inf:
@@ -604,11 +625,14 @@ def norm(x, p="fro", dim=None, keepdim=False):
     return pow(sum(pow(abs(x), float(p)), dim, keepdim), 1.0 / p)
 
 
-def softmax(x, dim=-1):
+def softmax(x, dim=-1, dtype=None):
+    """dtype: x cast to it first (a float16 model's softmax in float32)."""
+    x = x if dtype is None else cast(x, dtype)
     return _op("softmax", x, axis=_dim(dim, x.ndim))
 
 
-def log_softmax(x, dim=-1):
+def log_softmax(x, dim=-1, dtype=None):
+    x = x if dtype is None else cast(x, dtype)
     return _op("log_softmax", x, axis=_dim(dim, x.ndim))
 
 
@@ -1125,6 +1149,8 @@ def nonzero(x, as_tuple=False):
 
 
 def masked_fill(x, mask, value):
+    if not isinstance(value, Tensor):
+        _dtype.check_fits(value, x.dtype, fill=True)
     return where(mask, _scalar(value, x.dtype), x)
 
 
@@ -1824,8 +1850,10 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
         src = value
     if src is None:
         raise TypeError("scatter() missing 'src' or 'value'")
+    if not isinstance(index, Tensor) or index.dtype is not _I64:
+        got = index.dtype.name if isinstance(index, Tensor) else type(index).__name__
+        raise RuntimeError(f"scatter(): Expected dtype int64 for index (got {got})")
     dim = _dim(dim, x.ndim)
-    index = cast(index, _I64)
     if reduce is not None:
         return _scatter_reduce(x, dim, index, src, reduce)
     count = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I32._code),

@@ -146,8 +146,9 @@ PyObject *py_capture_backward(py_tensor_t *loss) {
   Py_ssize_t n = PyList_GET_SIZE(cap.params);
   loom_value_t *wrt = PyMem_Calloc((size_t)n + 1, sizeof *wrt);
   loom_value_t *grads = PyMem_Calloc((size_t)n + 1, sizeof *grads);
+  int *reached = PyMem_Calloc((size_t)n + 1, sizeof *reached);
   PyObject *r = NULL;
-  if (!wrt || !grads) {
+  if (!wrt || !grads || !reached) {
     PyErr_NoMemory();
     goto done;
   }
@@ -164,13 +165,15 @@ PyObject *py_capture_backward(py_tensor_t *loss) {
     }
     wrt[i] = p->value;
   }
-  loom_status_t s = loom_grad(cap.g, loss->value, (int)n, wrt, grads);
+  loom_status_t s = loom_grad_reaches(cap.g, loss->value, (int)n, wrt, reached);
+  if (s == LOOM_OK) s = loom_grad(cap.g, loss->value, (int)n, wrt, grads);
   if (s != LOOM_OK) {
     py_fail(s);
     goto done;
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     py_tensor_t *p = (py_tensor_t *)PyList_GET_ITEM(cap.params, i);
+    if (!reached[i]) continue; /* .grad stays None, as PyTorch leaves it */
     if (save_grad(p) < 0) goto done;
     PyObject *g = py_step_lazy(grads[i], false);
     if (!g) goto done;
@@ -186,6 +189,7 @@ PyObject *py_capture_backward(py_tensor_t *loss) {
 done:
   PyMem_Free(wrt);
   PyMem_Free(grads);
+  PyMem_Free(reached);
   return r;
 }
 
@@ -736,7 +740,27 @@ static PyObject *fn_capturing(PyObject *self, PyObject *unused) {
   return PyBool_FromLong(cap.active);
 }
 
+/* _capture_reads(): the tensors the function read besides its arguments
+ * (parameters, state, other tensors), whose requires_grad the capture
+ * depends on: a parameter frozen or unfrozen later needs another. */
+static PyObject *fn_capture_reads(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  if (!cap.active) {
+    PyErr_SetString(PyExc_RuntimeError, "_capture_reads: while capturing");
+    return NULL;
+  }
+  PyObject *reads = PySequence_List(cap.params);
+  for (Py_ssize_t i = 0; reads && i < PyList_GET_SIZE(cap.state); i++)
+    if (PyList_Append(reads, PyList_GET_ITEM(cap.state, i)) < 0) Py_CLEAR(reads);
+  for (Py_ssize_t i = cap.n_args; reads && i < PyList_GET_SIZE(cap.inputs); i++) {
+    PyObject *o = PyList_GET_ITEM(cap.inputs, i);
+    if (py_tensor_check(o) && PyList_Append(reads, o) < 0) Py_CLEAR(reads);
+  }
+  return reads;
+}
+
 PyMethodDef py_capture_functions[] = {
+    {"_capture_reads", fn_capture_reads, METH_NOARGS, NULL},
     {"_capture_optimizer", fn_capture_optimizer, METH_VARARGS, NULL},
     {"_capturing", fn_capturing, METH_NOARGS, "True while loom.compile captures"},
     {"_capture_drawn", fn_capture_drawn, METH_VARARGS, "a random tensor drawn per run"},

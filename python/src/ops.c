@@ -119,6 +119,14 @@ static bool rounds(int op) {
   return false;
 }
 
+/* Whether v holds floats: only those carry gradients (a cast to an
+ * integer, sort's indices do not, as in PyTorch). */
+static bool float_value(const loom_graph_t *g, loom_value_t v) {
+  loom_dtype_t dt;
+  if (loom_value_type(g, v, &dt, NULL, NULL) != LOOM_OK) return true;
+  return dt == LOOM_F32 || dt == LOOM_F64 || dt == LOOM_F16 || dt == LOOM_BF16;
+}
+
 /* Records op number op on inputs in[0..n_in-1] with attributes
  * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
 static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
@@ -153,10 +161,10 @@ static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
       loom_graph_add_op_index(g, op, (int)n_in, in, n_attrs, attrs, MAX_OUTPUTS, out, &n_out);
   if (s != LOOM_OK) return py_fail(s);
   requires_grad = requires_grad && (differentiable(op) || rounds(op));
-  if (n_out == 1) return py_step_lazy(out[0], requires_grad);
+  if (n_out == 1) return py_step_lazy(out[0], requires_grad && float_value(g, out[0]));
   PyObject *result = PyTuple_New(n_out);
   for (int i = 0; result && i < n_out; i++) {
-    PyObject *t = py_step_lazy(out[i], requires_grad);
+    PyObject *t = py_step_lazy(out[i], requires_grad && float_value(g, out[i]));
     if (!t) Py_CLEAR(result);
     else PyTuple_SET_ITEM(result, i, t);
   }

@@ -653,6 +653,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
     loom_tensor_t *copy = NULL;
     /* the trace sums a step's backwards; .grad takes each call's part */
     s = loom_trace_grad_last(st.trace, p->data, &g);
+    if (s == LOOM_OK && !g) continue; /* not reached: .grad stays as it is (None) */
     if (s == LOOM_OK) s = loom_tensor_copy(g, &copy);
     if (s != LOOM_OK) return py_fail(s);
     PyObject *grad = py_tensor_wrap(copy);

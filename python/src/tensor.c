@@ -350,6 +350,16 @@ static int set_grad(py_tensor_t *t, PyObject *v, void *closure) {
     PyErr_SetString(PyExc_TypeError, "assigned grad must be a loom Tensor or None");
     return -1;
   }
+  if (v && v != Py_None) { /* the optimizer reads it as the tensor's own gradient */
+    const py_tensor_t *g = (const py_tensor_t *)v;
+    bool same_size = g->rank == t->rank;
+    for (int d = 0; same_size && d < t->rank; d++) same_size = g->shape[d] == t->shape[d];
+    if (!same_size || g->dtype != t->dtype) {
+      PyErr_SetString(PyExc_RuntimeError, same_size ? "assigned grad has data of a different type"
+                                                    : "assigned grad has data of a different size");
+      return -1;
+    }
+  }
   if (py_capture_active() && py_capture_note_grad_set(t) < 0) return -1;
   Py_XSETREF(t->grad, v && v != Py_None ? Py_NewRef(v) : NULL);
   return 0;

@@ -300,3 +300,159 @@ def test_backward_of_a_sum_over_a_batch_that_varies():
             (h * 3).sum().backward()
         close(w.grad, tw.grad)
         loom.step()
+
+
+def _aux_model(lib):
+    """A head the loss reads and an auxiliary head it does not (the aux
+    head's output is computed in the step, then left unused)."""
+    lib.manual_seed(3)
+    w1 = lib.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
+    w2 = lib.tensor(np.linspace(1, 2, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
+    return w1, w2
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_parameter_the_loss_does_not_reach_keeps_no_grad_and_is_not_updated(compiled):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    result = {}
+    for lib in (torch, loom):
+        w1, w2 = _aux_model(lib)
+        opt = lib.optim.AdamW([w1, w2], lr=0.1, weight_decay=0.5)
+
+        def step(xb):
+            aux = (xb @ w2).relu()  # computed, never part of the loss
+            loss = ((xb @ w1) ** 2).sum() + 0 * aux.detach().sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        if compiled and lib is loom:
+            step = loom.compile(step)
+        for _ in range(2):
+            step(lib.tensor(x))
+        result[lib.__name__] = (w1.detach().numpy().copy(), w2.detach().numpy().copy(), w2.grad)
+    (a1, a2, ag), (b1, b2, bg) = result["loom"], result["torch"]
+    assert ag is None and bg is None
+    np.testing.assert_array_equal(a2, b2)
+    np.testing.assert_allclose(a1, b1, rtol=1e-5, atol=1e-6)
+
+
+def test_through_an_integer_cast_or_argmax_alone_a_parameter_is_not_reached():
+    w = loom.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    v = loom.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    loss = (v * w.long().float()).sum() + v[w.argmax()]
+    loss.backward()
+    assert w.grad is None
+    np.testing.assert_array_equal(v.grad.numpy(), [0, -1 + 0, 2 + 1])
+
+
+def test_a_compiled_step_follows_a_parameter_frozen_or_unfrozen_between_calls():
+    def run(lib, compiled):
+        w = lib.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        b = lib.tensor([0.5, -0.5], requires_grad=True)
+        opt = lib.optim.SGD([w, b], lr=0.1)
+
+        def step(x):
+            loss = ((x @ w + b) ** 2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        if compiled:
+            step = loom.compile(step)
+        x = lib.tensor([[1.0, -1.0]])
+        step(x)
+        w.requires_grad_(False)
+        step(x)
+        frozen = w.detach().numpy().copy()
+        step(x)
+        w.requires_grad_(True)
+        step(x)
+        return frozen, w.detach().numpy().copy(), b.detach().numpy().copy()
+    want = run(torch, False)
+    for got in (run(loom, False), run(loom, True)):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_nan_makes_the_two_norm_and_the_clipped_total_nan():
+    for lib in (loom, torch):
+        x = lib.tensor([[3.0, 4.0], [float("nan"), 1.0]])
+        assert np.isnan(float(x.norm())) and np.isnan(x.norm(dim=1).numpy()[1])
+        assert np.isnan(lib.nn.functional.normalize(x, dim=1).numpy()[1]).all()
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        (w * lib.tensor([float("nan"), 1.0])).sum().backward()
+        with pytest.raises(RuntimeError, match="non-finite"):
+            lib.nn.utils.clip_grad_norm_([w], 1.0, error_if_nonfinite=True)
+    assert float(loom.tensor([0.0, 0.0]).norm()) == 0.0
+
+
+def test_binary_cross_entropy_gradient_at_saturated_probabilities():
+    def grads(lib):
+        z = lib.tensor([20.0, -5.0, 0.3], requires_grad=True)
+        p = lib.tensor([1.0, 0.0, 0.3], requires_grad=True)
+        t = lib.tensor([1.0, 0.0, 0.0])
+        F = lib.nn.functional
+        loss = F.binary_cross_entropy(z.sigmoid(), t) + F.binary_cross_entropy(p, t)
+        loss.backward()
+        return float(loss), z.grad.numpy(), p.grad.numpy()
+    mine, theirs = grads(loom), grads(torch)
+    assert np.isfinite(mine[1]).all() and np.isfinite(mine[2]).all()
+    np.testing.assert_allclose(mine[0], theirs[0], rtol=1e-5)
+    np.testing.assert_allclose(mine[1], theirs[1], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(mine[2], theirs[2], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("fn", ["asin", "acos"])
+def test_asin_and_acos_gradients_at_the_ends_of_their_domain(fn):
+    def grad(lib):
+        x = lib.tensor([1.0, -1.0, 0.5], requires_grad=True)
+        getattr(x, fn)().sum().backward()
+        return x.grad.numpy()
+    np.testing.assert_allclose(grad(loom), grad(torch), rtol=1e-6)
+
+
+def test_an_assigned_grad_of_another_size_or_dtype_is_refused():
+    for lib in (loom, torch):
+        w = lib.zeros(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match="different size"):
+            w.grad = lib.zeros(4)
+        with pytest.raises(RuntimeError, match="different type"):
+            w.grad = lib.zeros(3, dtype=lib.float64)
+        w.grad = lib.ones(3)
+        assert w.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_functional_grad_as_functorch():
+    from functorch import grad as tgrad
+    x0 = [1.0, 2.0, 3.0]
+    cases = [
+        (lambda L: (lambda x, y: (x * 2).sum()), (0, 1), lambda L: (L.tensor(x0), L.tensor(x0)), {}),
+        (lambda L: (lambda x: L.tensor(3.0)), 0, lambda L: (L.tensor(x0),), {}),
+        (lambda L: (lambda x, s=1.0: (x * x * s).sum()), 0, lambda L: (L.tensor(x0),), {"s": 3.0}),
+    ]
+    for make_fn, argnums, make_args, kwargs in cases:
+        mine = loom.grad(make_fn(loom), argnums)(*make_args(loom), **kwargs)
+        theirs = tgrad(make_fn(torch), argnums)(*make_args(torch), **kwargs)
+        for a, b in zip(mine if isinstance(mine, tuple) else (mine,),
+                        theirs if isinstance(theirs, tuple) else (theirs,)):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(RuntimeError, match="argnums 2"):
+        loom.grad(lambda x, y: (x * y).sum(), argnums=2)(loom.ones(2), loom.ones(2))
+    with pytest.raises(TypeError, match="float Tensor"):
+        loom.grad(lambda x: x * x)(2.0)
+    with pytest.raises(NotImplementedError, match="grad of a grad"):
+        loom.grad(loom.grad(lambda x: x ** 3))(loom.tensor(2.0))
+
+
+def test_no_grad_on_a_generator_function_covers_its_body():
+    for lib in (loom, torch):
+        w = lib.ones(2, requires_grad=True)
+
+        @lib.no_grad()
+        def sample(n):
+            for _ in range(n):
+                yield lib.is_grad_enabled(), (w * 2).requires_grad
+
+        assert list(sample(2)) == [(False, False), (False, False)]
+        assert lib.is_grad_enabled()

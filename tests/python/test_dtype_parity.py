@@ -243,3 +243,135 @@ def test_layers_name_the_wrong_input():
                 lambda: theirs(*map(torch.tensor, args),
                                **{k: torch.tensor(v) for k, v in kwargs.items()}),
                 ValueError if "attn_mask" not in kwargs else None)
+
+
+@pytest.mark.parametrize("dt", ["int8", "int32", "bool"])
+def test_sum_and_prod_in_an_integer_dtype_give_that_dtype(dt):
+    # [100, 100, 7]: 207 and 70000 wrap in int8 (-49, 112), as PyTorch's
+    for op in ("sum", "prod"):
+        mine = getattr(loom.tensor([100, 100, 7]), op)(dtype=getattr(loom, dt))
+        theirs = getattr(torch.tensor([100, 100, 7]), op)(dtype=getattr(torch, dt))
+        _same(mine, theirs)
+
+
+@pytest.mark.parametrize("make", [
+    lambda L: L.tensor([300], dtype=L.int8),
+    lambda L: L.tensor([[1, 2], [3, -129]], dtype=L.int8),
+    lambda L: L.tensor([2**40], dtype=L.int32),
+    lambda L: L.tensor([1e10], dtype=L.int32),
+    lambda L: L.tensor([127.5], dtype=L.int8),
+    lambda L: L.tensor([float("nan")], dtype=L.int64),
+    lambda L: L.full((2,), 300, dtype=L.int8),
+    lambda L: L.zeros(2, dtype=L.int8).fill_(300),
+    lambda L: L.zeros(2, dtype=L.int8).new_full((2,), 300),
+    lambda L: L.zeros(2, dtype=L.int8).masked_fill(L.tensor([True, False]), 1000),
+    lambda L: L.full((2,), 1e9, dtype=L.float16),
+])
+def test_python_values_that_overflow_their_dtype_are_refused(make):
+    with pytest.raises(RuntimeError) as theirs:
+        make(torch)
+    with pytest.raises(RuntimeError, match="cannot be converted to type .* without overflow"):
+        make(loom)
+    assert "without overflow" in str(theirs.value)
+
+
+def test_values_that_fit_and_arithmetic_wrap_as_in_pytorch():
+    x = loom.zeros(2, dtype=loom.int8)
+    x[0] = 127
+    _same(x, torch.tensor([127, 0], dtype=torch.int8))
+    _same(loom.tensor([2.7, -128.0], dtype=loom.int8), torch.tensor([2.7, -128.0], dtype=torch.int8))
+    _same(loom.zeros(2, dtype=loom.int8) + 300, torch.zeros(2, dtype=torch.int8) + 300)
+    _same(loom.tensor([1e39], dtype=loom.float16), torch.tensor([1e39], dtype=torch.float16))
+    _same(loom.full((1,), float("-inf"), dtype=loom.float16),
+          torch.full((1,), float("-inf"), dtype=torch.float16))
+
+
+def test_large_python_ints_become_floats_beside_a_float_or_a_float_dtype():
+    for data, kw in (([2**63], {"dtype": "float32"}), ([2**70, 1.5], {}),
+                     (2**64, {"dtype": "float64"})):
+        mine = loom.tensor(data, **{k: getattr(loom, v) for k, v in kw.items()})
+        theirs = torch.tensor(data, **{k: getattr(torch, v) for k, v in kw.items()})
+        _same(mine, theirs)
+    with pytest.raises(RuntimeError, match="Overflow"):
+        loom.tensor([2**64])
+
+
+def test_python_float_as_a_dtype_is_float64():
+    assert loom.zeros(2, dtype=float).dtype is loom.float64
+    assert loom.ones(2).to(float).dtype is loom.float64
+    assert (loom.tensor([1 + 1e-12], dtype=float) - 1).item() == \
+        (torch.tensor([1 + 1e-12], dtype=float) - 1).item()
+
+
+def test_bfloat16_tolist():
+    assert loom.tensor([1.5, 2.5], dtype=loom.bfloat16).tolist() == \
+        torch.tensor([1.5, 2.5], dtype=torch.bfloat16).tolist()
+
+
+@pytest.mark.parametrize("op", ["//=", "%=", "**=", "&=", "|=", "^=", "<<=", ">>="])
+def test_augmented_assignments_change_the_tensor_itself(op):
+    def run(lib):
+        x = lib.tensor([4, 6, 8])
+        alias = x
+        exec(f"x {op} 2", {}, {"x": x})
+        return alias
+    _same(run(loom), run(torch))
+
+
+def test_integer_results_do_not_require_grad():
+    x = loom.tensor([1.7, -2.2, 3.1], requires_grad=True)
+    for y in (x.long(), x.int(), x.bool(), x.to(loom.int8), x > 1, x.sort().indices,
+              x.topk(2).indices, x.argsort()):
+        assert not y.requires_grad and y.grad_fn is None
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        (x.long().float() * 2).sum().backward()
+
+
+def _both_raise(fn, exc, words):
+    with pytest.raises(exc) as theirs:
+        fn(torch)
+    with pytest.raises(exc) as mine:
+        fn(loom)
+    for w in words:
+        assert w in str(theirs.value) and w in str(mine.value), (theirs.value, mine.value)
+
+
+def test_dtype_errors_as_pytorch():
+    _both_raise(lambda L: L.zeros(3).scatter(0, L.tensor([0.0, 1.0]), L.ones(2)),
+                RuntimeError, ["scatter", "Expected dtype int64 for index"])
+    _both_raise(lambda L: L.zeros(3).scatter(0, L.tensor([0, 1], dtype=L.int32), L.ones(2)),
+                RuntimeError, ["Expected dtype int64 for index"])
+    for fn in (lambda L: L.ones(2) - L.tensor([True, False]),
+               lambda L: 1 - L.tensor([True, False]),
+               lambda L: L.ones(2) - True):
+        _both_raise(fn, RuntimeError, ["Subtraction, the `-` operator, with a bool tensor"])
+    _both_raise(lambda L: L.tensor([True]) - L.tensor([False]), RuntimeError, ["two bool tensors"])
+    _both_raise(lambda L: L.nn.Linear(2, 2).to(L.int64), TypeError,
+                ["nn.Module.to only accepts floating point"])
+    with pytest.raises(RuntimeError, match="expected class indices"):
+        loom.nn.functional.nll_loss(loom.zeros(2, 3), loom.tensor([0.0, 1.0]))
+    _same(1 - loom.tensor([1, 0]), 1 - torch.tensor([1, 0]))
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "float64"])
+def test_finfo_as_pytorch(dt):
+    mine, theirs = loom.finfo(getattr(loom, dt)), torch.finfo(getattr(torch, dt))
+    for k in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution"):
+        assert getattr(mine, k) == getattr(theirs, k), k
+
+
+@pytest.mark.parametrize("dt", ["int8", "int32", "int64"])
+def test_iinfo_as_pytorch(dt):
+    mine, theirs = loom.iinfo(getattr(loom, dt)), torch.iinfo(getattr(torch, dt))
+    assert (mine.bits, mine.min, mine.max) == (theirs.bits, theirs.min, theirs.max)
+    with pytest.raises(TypeError):
+        loom.iinfo(loom.float32)
+
+
+def test_softmax_in_a_given_dtype():
+    x = np.array([[1.0, 2.0, 30.0]], np.float32)
+    for name in ("softmax", "log_softmax"):
+        mine = getattr(loom.tensor(x, dtype=loom.float16), name)(1, dtype=loom.float32)
+        theirs = getattr(torch.tensor(x, dtype=torch.float16), name)(1, dtype=torch.float32)
+        assert _name(mine.dtype) == _name(theirs.dtype) == "float32"
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)

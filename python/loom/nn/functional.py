@@ -140,6 +140,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
              reduction="mean"):
     """input log-probabilities of cross_entropy's shapes (classes on dim 1)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if target.dtype.is_floating_point or target.dtype.name == "bool":
+        raise RuntimeError(f"nll_loss: expected class indices (an integer target), found "
+                           f"{target.dtype.name}")
     x, t = _flat_classes(input, target)
     loss, w, _ = _nll_terms(x, t, weight, ignore_index)
     return _weighted_reduce(loss, w, reduction, target.shape)
@@ -148,10 +151,17 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """input probabilities; the logs are clamped at -100, as PyTorch's, so
-    that a probability of 0 or 1 gives a finite loss."""
+    that a probability of 0 or 1 gives a finite loss, and so is the
+    gradient: (p - y) / max(p (1 - p), 1e-12) for the input (the clamped
+    logs' own would be 0 * inf there), their difference for the target."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
-    loss = -(target * _F.clamp(input.log(), min=-100)
-             + (1 - target) * _F.clamp((1 - input).log(), min=-100))
+    log_p, log_q = _F.clamp(input.log(), min=-100), _F.clamp((1 - input).log(), min=-100)
+    value = -(target * log_p + (1 - target) * log_q)
+    d_input = (input - target) / _F.clamp(input * (1 - input), min=1e-12)
+    stop = _F.stop_gradient
+    # value, with the gradients above: each (x - stop(x)) is 0 and carries x's gradient
+    loss = stop(value) + (input - stop(input)) * stop(d_input) \
+        + (target - stop(target)) * stop(log_q - log_p)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 

@@ -257,6 +257,9 @@ class Module:
         d, _ = _to_args(args, kwargs)
         if d is None:
             return self
+        if not d.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got "
+                            f"desired dtype={d!r}")
         for m in self.modules():
             for store in (m._parameters, m._buffers):
                 for n, t in list(store.items()):
