@@ -344,6 +344,12 @@ static void test_zeros_and_stop_gradient(void) {
   CHECK_OK(loom_mul(g, x, sx, &y));
   CHECK_OK(loom_sum(g, y, 0, NULL, 0, &loss));
   loom_value_t wrt[5] = {x, z, k, p, loss};
+  /* x reaches the loss through the product, not through stop_gradient; z,
+   * k (an integer) and p do not reach it; the loss reaches itself */
+  int reached[5];
+  CHECK_OK(loom_grad_reaches(g, loss, 5, wrt, reached));
+  CHECK(reached[0] && !reached[1] && !reached[2] && !reached[3] && reached[4]);
+  CHECK(loom_grad_reaches(g, x, 1, wrt, reached) == LOOM_ERR_SHAPE); /* not a scalar */
   CHECK_OK(loom_grad(g, loss, 5, wrt, grads));
   for (int i = 0; i < 5; i++) CHECK_OK(loom_graph_output(g, grads[i]));
   for (int i = 0; i < 5; i++) {
@@ -370,6 +376,33 @@ static void test_zeros_and_stop_gradient(void) {
   CHECK_TENSOR(out[4], &one, 1, 0, 0);
   for (int i = 0; i < 5; i++) loom_tensor_destroy(out[i]);
   for (int i = 0; i < 3; i++) loom_tensor_destroy(in[i]);
+  loom_graph_destroy(g);
+}
+
+/* Reach as PyTorch's graph has it: a rounding passes (its gradient is
+ * zeros, not none), an argmax or an integer cast ends the path. */
+static void test_reaches_through_roundings_only(void) {
+  loom_graph_t *g;
+  loom_value_t a, b, c, fa, ib, fb, am, fam, s1, s2, t, s3, loss;
+  int64_t shape[1] = {3};
+  CHECK_OK(loom_graph_create(&g));
+  CHECK_OK(loom_graph_input(g, "a", LOOM_F32, 1, shape, &a));
+  CHECK_OK(loom_graph_input(g, "b", LOOM_F32, 1, shape, &b));
+  CHECK_OK(loom_graph_input(g, "c", LOOM_F32, 1, shape, &c));
+  CHECK_OK(loom_floor(g, a, &fa));
+  CHECK_OK(loom_cast(g, b, LOOM_I32, &ib));
+  CHECK_OK(loom_cast(g, ib, LOOM_F32, &fb));
+  CHECK_OK(loom_argmax(g, c, 0, 0, 0, &am));
+  CHECK_OK(loom_cast(g, am, LOOM_F32, &fam));
+  CHECK_OK(loom_sum(g, fa, 0, NULL, 0, &s1));
+  CHECK_OK(loom_sum(g, fb, 0, NULL, 0, &s2));
+  CHECK_OK(loom_add(g, s1, s2, &t));
+  CHECK_OK(loom_add(g, t, fam, &s3));
+  CHECK_OK(loom_mul(g, s3, s3, &loss));
+  loom_value_t wrt[3] = {a, b, c};
+  int reached[3];
+  CHECK_OK(loom_grad_reaches(g, loss, 3, wrt, reached));
+  CHECK(reached[0] && !reached[1] && !reached[2]);
   loom_graph_destroy(g);
 }
 
@@ -601,6 +634,7 @@ int main(void) {
   TEST_RUN(test_dropout);
   TEST_RUN(test_fan_out);
   TEST_RUN(test_zeros_and_stop_gradient);
+  TEST_RUN(test_reaches_through_roundings_only);
   TEST_RUN(test_wrt_node_value);
   TEST_RUN(test_symbolic_unbroadcast);
   TEST_RUN(test_strided_input);
