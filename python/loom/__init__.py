@@ -197,8 +197,17 @@ def full_like(x, fill_value, dtype=None):
 
 
 def arange(start, end=None, step=1, dtype=None):
+    """As torch.arange: an integer dtype takes start, end and step cut to
+    integers first (arange(0, 2.5, dtype=int64) is [0, 1])."""
     if end is None:
         start, end = 0, start
+    if dtype is not None:
+        from ._dtype import resolve
+        d = resolve(dtype)
+        if d.name == "bool":
+            raise RuntimeError('"arange_cpu" not implemented for \'Bool\'')
+        if not d.is_floating_point:
+            start, end, step = _PY_INT(start), _PY_INT(end), _PY_INT(step)
     if step == 0:
         raise RuntimeError("step must be nonzero")
     a = np.arange(start, end, step)

@@ -485,6 +485,8 @@ def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
 
 
 def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    if x.dtype.name in ("float16", "bfloat16"):  # computed in float32, as PyTorch's
+        return cast(std(cast(x, _F32), dim, unbiased, keepdim, correction), x.dtype)
     v = var(x, dim, unbiased, keepdim, correction)
     # no spread: the gradient is 0, as PyTorch's (sqrt's at 0 would be 0 * inf)
     zero = eq(v, 0)

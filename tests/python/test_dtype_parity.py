@@ -375,3 +375,16 @@ def test_softmax_in_a_given_dtype():
         theirs = getattr(torch.tensor(x, dtype=torch.float16), name)(1, dtype=torch.float32)
         assert _name(mine.dtype) == _name(theirs.dtype) == "float32"
         np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_arange_in_an_integer_dtype_cuts_its_bounds_first():
+    for args in ((0, 2.5), (0.5, 3.7), (-2.5, 2), (5,)):
+        _same(loom.arange(*args, dtype=loom.int64), torch.arange(*args, dtype=torch.int64))
+    _both_raise(lambda L: L.arange(0, 2, 0.5, dtype=L.int64), RuntimeError, ["step must be nonzero"])
+    _both_raise(lambda L: L.arange(3, dtype=L.bool), RuntimeError, ["Bool"])
+
+
+def test_half_precision_std_is_computed_in_float32():
+    x = [60000.0, -3.0, 7.0, 60000.0, 5.0, -1.0]
+    mine, theirs = loom.tensor(x, dtype=loom.float16).std(), torch.tensor(x, dtype=torch.float16).std()
+    assert mine.dtype is loom.float16 and float(mine) == float(theirs)
