@@ -125,11 +125,18 @@ loom_status_t grad_mean(grad_ctx_t *c) {
 }
 
 /* As torch.amax / amin: ties share the gradient evenly. */
+/* The extreme's gradient goes to its ties in equal shares; a NaN extreme
+ * is tied by the NaNs (PyTorch's rule: x == NaN holds nowhere, and the
+ * shares would be 0 / 0 everywhere). */
 loom_status_t grad_max(grad_ctx_t *c) {
-  int32_t x = c->node.in[0], y, hit, mask, ties, dy, share;
+  int32_t x = c->node.in[0], y, eq, nan_x, nan_y, both, hit, mask, ties, dy, share;
   loom_dtype_t dt = grad_type(c, x)->dtype;
   LOOM_TRY(out_kept(c, &y));
-  LOOM_TRY(grad_binary(c, IR_OP_EQ, x, y, &hit));
+  LOOM_TRY(grad_binary(c, IR_OP_EQ, x, y, &eq));
+  LOOM_TRY(grad_unary(c, IR_OP_ISNAN, x, &nan_x));
+  LOOM_TRY(grad_unary(c, IR_OP_ISNAN, y, &nan_y));
+  LOOM_TRY(grad_binary(c, IR_OP_AND, nan_x, nan_y, &both));
+  LOOM_TRY(grad_binary(c, IR_OP_OR, eq, both, &hit));
   LOOM_TRY(bool_to(c, hit, dt, &mask));
   LOOM_TRY(reduce_keep(c, IR_OP_SUM, mask, &ties));
   LOOM_TRY(dout_kept(c, &dy));

@@ -456,3 +456,14 @@ def test_no_grad_on_a_generator_function_covers_its_body():
 
         assert list(sample(2)) == [(False, False), (False, False)]
         assert lib.is_grad_enabled()
+
+
+def test_a_nan_extreme_sends_its_gradient_to_the_nans():
+    # (PyTorch's amax over a dim divides by the count of x == NaN, none: NaN)
+    for data, fn in (([1.0, float("nan"), float("nan")], "max"), ([1.0, float("nan"), 0.0], "min")):
+        def grad(lib):
+            x = lib.tensor(data, requires_grad=True)
+            y = getattr(x, fn)()
+            y.sum().backward()
+            return x.grad.numpy()
+        np.testing.assert_array_equal(grad(loom), grad(torch))
