@@ -22,6 +22,8 @@ buffers = None
 # what the plain function's calls would.
 drawn_from = None
 _PACKAGE_DIR = os.path.dirname(__file__)
+# Captures kept per argument signature (torch.compile's cache_size_limit).
+CAPTURE_LIMIT = 8
 
 
 def in_package(code):
@@ -173,6 +175,17 @@ class Compiled:
         key = self._key(args, kwargs)
         entries = self.entries.setdefault(key, [])
         entry = next((e for e in entries if e.holds()), None)
+        if entry is None and len(entries) >= CAPTURE_LIMIT:
+            # a guard that changes at every call (a momentum a schedule
+            # cycles) would capture, and keep, an executable per call
+            if len(entries) == CAPTURE_LIMIT:
+                entries.append(_Entry([], graph_break=("the capture limit", "")))
+                import warnings
+                warnings.warn(f"loom.compile: {self.__name__} was captured {CAPTURE_LIMIT} "
+                              "times for one argument signature, each with other guard "
+                              "values (see loom.explain); calls that match none run through "
+                              "the trace", stacklevel=2)
+            return self.fn(*args, **kwargs)
         if entry is None:
             entry = self._capture(args, kwargs)
             entries.append(entry)

@@ -176,6 +176,9 @@ class CosineAnnealingLR(LRScheduler):
         e, t, lo = self.last_epoch, self.T_max, self.eta_min
         if e == 0:
             return self._lrs()
+        if self._step_count == 1 and e > 0:  # made to resume at epoch e: the closed form
+            return [lo + (base - lo) * (1 + math.cos(math.pi * e / t)) / 2
+                    for base in self.base_lrs]
         if (e - 1 - t) % (2 * t) == 0:
             return [lr + (base - lo) * (1 - math.cos(math.pi / t)) / 2
                     for base, lr in zip(self.base_lrs, self._lrs())]

@@ -249,12 +249,27 @@ class Optimizer:
         self._state, self._loaded, self._in_trace = {}, {}, False
         self._compiled_last = None
         for i, saved in state_dict["state"].items():
+            if not 0 <= int(i) < len(params):
+                continue  # of no parameter of these groups (torch.optim ignores it too)
             p = params[int(i)]
             s = {k: (int(float(v)) if k == "step" else _state_tensor(v, p.dtype))
                  for k, v in saved.items() if v is not None}
+            missing = [k for k in self._TRACE_NAMES if k not in s]
+            if s and missing and "step" in s:
+                raise KeyError(f"loaded optimizer state of parameter {i} has no "
+                               f"{', '.join(repr(k) for k in missing)}")
             self._state[id(p)] = s
             self._loaded[id(p)] = {self._TRACE_NAMES[k]: _trace_state(k, v, p.dtype)
                                    for k, v in s.items() if k in self._TRACE_NAMES}
+        # A parameter the state dict gives no state starts afresh, as in a
+        # new optimizer: the trace's step and a compiled step may hold some.
+        for p in params:
+            fresh = {k: (0 if k == "step" else _state_tensor(np.zeros(tuple(p.shape)), p.dtype))
+                     for k in self._TRACE_NAMES}
+            loaded = self._loaded.setdefault(id(p), {})
+            for k, v in fresh.items():
+                if self._TRACE_NAMES[k] not in loaded:
+                    loaded[self._TRACE_NAMES[k]] = _trace_state(k, v, p.dtype)
 
     def _trace_state(self, p):
         """p's state here in the trace's names and dtypes."""

@@ -175,7 +175,9 @@ def load(path, map_location=None):
     with open(path, "rb") as f:
         raw = f.read()
     where = f"loom.load: {path}"
-    if raw[:2] == b"PK" or raw[:1] == b"\x80":
+    # a safetensors header's length is any 8 bytes (its first 0x80 at a
+    # length of 128 mod 256), its JSON starts at byte 8
+    if raw[8:9] != b"{" and (raw[:2] == b"PK" or raw[:1] == b"\x80"):
         raise ValueError(f"{where}: not a safetensors file (a zip archive or a pickle: "
                          f"torch.save's format); loom.load reads safetensors files")
     if len(raw) < 8:

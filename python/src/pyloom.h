@@ -44,6 +44,9 @@ typedef struct py_tensor {
   PyObject *trace_grad;       /* the grad backward made in step
                                  trace_grad_step (compared with grad) */
   uint64_t trace_grad_step;
+  uint64_t version;           /* bumped when its value may change: an in-place
+                                 op's new value, its memory handed out */
+  uint64_t trace_grad_version; /* trace_grad's version when backward made it */
   /* A dim policy per dim set by loom.dynamic (kind -1: the default), and
    * the symbols' names it gave (NULL, or a list of str or None per dim):
    * dims of one name are one symbol of the trace. */

@@ -159,6 +159,7 @@ int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape) {
     for (int d = 0; d < LOOM_MAX_RANK; d++) dst->policy[d] = -1;
     Py_CLEAR(dst->policy_names);
   }
+  dst->version++;
   dst->step = st.id;
   dst->value = src->value;
   dst->requires_grad = src->requires_grad;
@@ -225,6 +226,7 @@ static loom_tensor_t *input_data(py_tensor_t *t) {
 }
 
 int py_step_before_export(py_tensor_t *t) {
+  t->version++; /* the memory may be written through the export */
   if (!t->step_input || t->step != st.id || !t->data || t->wrapped || t->exports > 0)
     return 0; /* the step reads a copy (input_data) */
   /* The step keeps the old data alive in a tensor of its own. */
@@ -665,6 +667,7 @@ static PyObject *fn_backward(PyObject *self, PyObject *arg) {
      * that very gradient: not accumulated over steps, not replaced. */
     Py_XSETREF(p->trace_grad, fresh ? Py_NewRef(p->grad) : NULL);
     p->trace_grad_step = st.id;
+    p->trace_grad_version = ((py_tensor_t *)p->grad)->version;
   }
   if (fill_retained() < 0) return NULL;
   Py_RETURN_NONE;
@@ -812,8 +815,9 @@ static PyObject *fn_cond(PyObject *self, PyObject *arg) {
 }
 
 /* _trace_grads_current(params): whether each parameter with a .grad holds
- * exactly the gradient this step's backward gave it, so that the trace's
- * optimizer step applies what .grad says. */
+ * exactly the gradient this step's backward gave it, unchanged since (no
+ * in-place op, no NumPy view written), and each without one got none from
+ * it, so that the trace's optimizer step applies what .grad says. */
 static PyObject *fn_trace_grads_current(PyObject *self, PyObject *params) {
   (void)self;
   PyObject *fast = PySequence_Fast(params, "a sequence of tensors");
@@ -823,7 +827,10 @@ static PyObject *fn_trace_grads_current(PyObject *self, PyObject *params) {
     PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
     if (!py_tensor_check(o)) continue;
     py_tensor_t *p = (py_tensor_t *)o;
-    if (p->grad && (p->grad != p->trace_grad || p->trace_grad_step != st.id || !st.backward_ran))
+    bool given = st.backward_ran && p->trace_grad_step == st.id;
+    if (p->grad ? !given || p->grad != p->trace_grad ||
+                      ((py_tensor_t *)p->grad)->version != p->trace_grad_version
+                : given)
       ok = false;
   }
   Py_DECREF(fast);
