@@ -342,3 +342,99 @@ def test_adams_first_step_is_exact(beta2, compiled):
 
     (loom.compile(step) if compiled else step)()
     np.testing.assert_allclose(-w.detach().numpy(), 1.0, rtol=3e-7)
+
+
+def _two_params(lib):
+    a = lib.tensor([1.0, 2.0], requires_grad=True)
+    b = lib.tensor([3.0, 4.0], requires_grad=True)
+    return a, b
+
+
+@pytest.mark.parametrize("edit", ["none", "mul_", "iadd", "numpy"])
+def test_a_grad_set_to_none_or_edited_after_backward_is_what_the_step_applies(edit):
+    result = {}
+    for lib in (torch, loom):
+        a, b = _two_params(lib)
+        opt = lib.optim.SGD([a, b], lr=0.1, momentum=0.9)
+        for _ in range(2):
+            opt.zero_grad()
+            ((a * 2).sum() + (b * b).sum()).backward()
+            if edit == "none":
+                b.grad = None
+            elif edit == "mul_":
+                b.grad.mul_(2)
+            elif edit == "iadd":
+                b.grad += 1
+            else:
+                b.grad.numpy()[0] = 100.0
+            opt.step()
+        result[lib.__name__] = (a.detach().numpy().copy(), b.detach().numpy().copy())
+    for m, t in zip(result["loom"], result["torch"]):
+        np.testing.assert_allclose(m, t, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["SGD", "Adam"])
+def test_loading_an_empty_state_resets_the_optimizer(kind):
+    result = {}
+    for lib in (torch, loom):
+        a, b = _two_params(lib)
+        kw = {"lr": 0.1, "momentum": 0.9} if kind == "SGD" else {"lr": 0.1}
+        opt = getattr(lib.optim, kind)([a, b], **kw)
+        for _ in range(3):
+            opt.zero_grad()
+            ((a * a).sum() + (b * b).sum()).backward()
+            opt.step()
+        opt.load_state_dict(getattr(lib.optim, kind)([a, b], **kw).state_dict())
+        before = a.detach().numpy().copy()
+        opt.zero_grad()
+        ((a * a).sum() + (b * b).sum()).backward()
+        opt.step()
+        result[lib.__name__] = a.detach().numpy() - before
+    np.testing.assert_allclose(result["loom"], result["torch"], rtol=1e-5)
+
+
+def test_cosine_annealing_resumes_at_last_epoch():
+    lrs = {}
+    for lib in (torch, loom):
+        p = lib.tensor([1.0], requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.1)
+        s = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=17, eta_min=0.001)
+        for _ in range(37):
+            opt.step()
+            s.step()
+        s2 = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=17, eta_min=0.001, last_epoch=36)
+        seq = [opt.param_groups[0]["lr"]]
+        for _ in range(5):
+            opt.step()
+            s2.step()
+            seq.append(opt.param_groups[0]["lr"])
+        lrs[lib.__name__] = seq
+    np.testing.assert_allclose(lrs["loom"], lrs["torch"], rtol=1e-12)
+
+
+def test_save_and_load_whatever_the_header_length(tmp_path):
+    # a header of 128 + 256 k bytes starts its length with 0x80, pickle's mark
+    for n in range(1, 40):
+        path = tmp_path / f"h{n}.safetensors"
+        loom.save({"k" * n: loom.ones(2)}, str(path))
+        assert loom.load(str(path))["k" * n].tolist() == [1.0, 1.0]
+
+
+def test_a_guard_that_changes_every_call_stops_capturing():
+    w = loom.tensor([1.0, 2.0], requires_grad=True)
+    opt = loom.optim.SGD([w], lr=0.1, momentum=0.5)
+
+    @loom.compile
+    def step(x):
+        opt.zero_grad()
+        loss = (w * x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = loom.tensor([1.0, 1.0])
+    with pytest.warns(UserWarning, match="captured 8 times"):
+        for k in range(12):
+            opt.param_groups[0]["momentum"] = 0.5 + 0.01 * k
+            step(x)
+    assert len(next(iter(step.entries.values()))) == 9  # 8 captures and the trace
