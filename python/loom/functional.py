@@ -347,6 +347,8 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 
 def gelu(x, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
     return _op("gelu_tanh" if approximate == "tanh" else "gelu", x)
 
 

@@ -329,3 +329,77 @@ def test_module_options_as_torch():
         assert result.missing_keys == ["bias", "kept"] and result.unexpected_keys == []
     half = loom.nn.Linear(2, 2).half()
     assert half.weight.dtype == loom.float16 and half.bias.dtype == loom.float16
+
+
+def test_a_parameter_takes_only_a_parameter_and_keeps_its_place():
+    for lib in (loom, torch):
+        lin = lib.nn.Linear(3, 2)
+        with pytest.raises(TypeError, match="cannot assign .* as parameter 'weight'"):
+            lin.weight = lib.zeros(2, 3)
+        lin.weight = lib.nn.Parameter(lib.zeros(2, 3))
+        assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"]
+
+
+def test_loss_argument_checks_as_pytorch():
+    x, t = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32), [0, 1, 2]
+    p = np.full((3, 5), 0.2, np.float32)
+    cases = [
+        (lambda L: L.nn.functional.cross_entropy(L.tensor(x), L.tensor(t), label_smoothing=1.5),
+         RuntimeError),
+        (lambda L: L.nn.functional.cross_entropy(L.tensor(x), L.tensor(t), weight=L.ones(3)),
+         RuntimeError),
+        (lambda L: L.nn.functional.nll_loss(L.tensor(x), L.tensor(t), weight=L.ones(3)),
+         RuntimeError),
+        (lambda L: L.nn.functional.cross_entropy(L.tensor(x), L.tensor(p), ignore_index=1),
+         RuntimeError),
+        (lambda L: L.nn.functional.binary_cross_entropy_with_logits(L.tensor(p), L.tensor(p[:1])),
+         ValueError),
+        (lambda L: L.nn.functional.binary_cross_entropy(L.tensor(p), L.tensor(p[:1])), ValueError),
+        (lambda L: L.nn.functional.gelu(L.tensor(x), approximate="Tanh"), RuntimeError),
+    ]
+    for fn, exc in cases:
+        with pytest.raises(exc):
+            fn(torch)
+        with pytest.raises(exc):
+            fn(loom)
+    # a negative smoothing is not applied, by PyTorch 1.13
+    mine = loom.nn.functional.cross_entropy(loom.tensor(x), loom.tensor(t), label_smoothing=-0.2)
+    theirs = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(t),
+                                               label_smoothing=-0.2)
+    assert abs(float(mine) - float(theirs)) < 1e-5
+    mse = loom.nn.functional.mse_loss(loom.tensor(x), loom.tensor(p), size_average=False)
+    assert abs(float(mse) - float(((x - p) ** 2).sum())) < 1e-3
+
+
+def test_loss_weights_are_buffers_of_the_state_dict():
+    for lib in (loom, torch):
+        crit = lib.nn.CrossEntropyLoss(weight=lib.ones(4))
+        bce = lib.nn.BCEWithLogitsLoss(pos_weight=lib.ones(4))
+        assert list(crit.state_dict()) == ["weight"] and list(bce.state_dict()) == ["pos_weight"]
+
+
+@pytest.mark.parametrize("name", ["ReLU", "LeakyReLU", "ELU", "Hardtanh", "ReLU6", "SiLU",
+                                  "Hardswish"])
+def test_inplace_activations_write_their_input(name):
+    data = [-1.5, -0.5, 0.5, 2.0]
+    mine, theirs = loom.tensor(data), torch.tensor(data)
+    getattr(loom.nn, name)(inplace=True)(mine)
+    getattr(torch.nn, name)(inplace=True)(theirs)
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_conv_transpose_output_size_and_factory_arguments():
+    w = np.random.default_rng(1).standard_normal((2, 3, 3, 3)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    outs = []
+    for lib in (loom, torch):
+        m = lib.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, bias=False,
+                                   padding_mode="zeros", device="cpu", dtype=lib.float32)
+        m.load_state_dict({"weight": lib.tensor(w)})
+        outs.append(m(lib.tensor(x), output_size=[8, 8]).detach().numpy())
+        with pytest.raises(ValueError):
+            m(lib.tensor(x), output_size=[10, 10])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    assert outs[0].shape == (1, 3, 8, 8)
+    loom.nn.Conv2d(2, 3, 3, device="cpu", dtype=loom.float64)(loom.zeros(1, 2, 4, 4,
+                                                                         dtype=loom.float64))

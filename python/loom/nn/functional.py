@@ -8,7 +8,7 @@ import numpy as np
 from .. import _C
 from .. import functional as _F
 from .._tensor import Tensor
-from ..functional import (relu, gelu, silu, leaky_relu, elu, softplus, softmax,  # noqa: F401
+from ..functional import (gelu, softplus, softmax,  # noqa: F401
                           log_softmax, sigmoid, tanh, pad, embedding, one_hot)
 
 
@@ -27,11 +27,13 @@ def _reduce(loss, reduction):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def mse_loss(input, target, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     return _reduce((input - target) ** 2, reduction)
 
 
-def l1_loss(input, target, reduction="mean"):
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     return _reduce((input - target).abs(), reduction)
 
 
@@ -106,16 +108,29 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     smoothing weighs each class's term by its weight. A float target is
     class probabilities instead (below)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if label_smoothing > 1.0:  # PyTorch 1.13 checks the top only (a negative one applies)
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    _check_class_weight(input, weight)
     if target.dtype.is_floating_point:
+        if ignore_index != -100:
+            raise RuntimeError("ignore_index is not supported for floating point target")
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     x, t = _flat_classes(input, target)
     logp = log_softmax(x, 1)
     loss, w, keep = _nll_terms(logp, t, weight, ignore_index)
-    if label_smoothing:
+    if label_smoothing > 0:  # PyTorch 1.13 applies a positive one only
         every = logp if weight is None else logp * weight
         smooth = -every.sum(1) * keep.float() / x.shape[1]
         loss = (1 - label_smoothing) * loss + label_smoothing * smooth
     return _weighted_reduce(loss, w, reduction, target.shape)
+
+
+def _check_class_weight(input, weight):
+    classes = input.shape[1] if input.ndim > 1 else input.shape[0]
+    if weight is not None and tuple(weight.shape) != (classes,):
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes "
+                           f"or no classes but got weight tensor of shape: "
+                           f"{list(weight.shape)}")
 
 
 def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
@@ -128,7 +143,7 @@ def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
                          f"{list(input.shape)} (got {list(target.shape)})")
     dim = 1 if input.ndim > 1 else 0
     n_classes = input.shape[dim]
-    if label_smoothing:
+    if label_smoothing > 0:  # PyTorch 1.13 applies a positive one only
         target = target * (1 - label_smoothing) + label_smoothing / n_classes
     term = log_softmax(input, dim) * target
     if weight is not None:
@@ -143,9 +158,17 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if target.dtype.is_floating_point or target.dtype.name == "bool":
         raise RuntimeError(f"nll_loss: expected class indices (an integer target), found "
                            f"{target.dtype.name}")
+    _check_class_weight(input, weight)
     x, t = _flat_classes(input, target)
     loss, w, _ = _nll_terms(x, t, weight, ignore_index)
     return _weighted_reduce(loss, w, reduction, target.shape)
+
+
+def _same_size(input, target):
+    """The binary losses take a target of the input's size, as PyTorch's."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
+                         f"({list(input.shape)})")
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
@@ -155,6 +178,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     gradient: (p - y) / max(p (1 - p), 1e-12) for the input (the clamped
     logs' own would be 0 * inf there), their difference for the target."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _same_size(input, target)
     log_p, log_q = _F.clamp(input.log(), min=-100), _F.clamp((1 - input).log(), min=-100)
     value = -(target * log_p + (1 - target) * log_q)
     d_input = (input - target) / _F.clamp(input * (1 - input), min=1e-12)
@@ -201,16 +225,38 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return input / _F.clamp_min(_F.norm(input, p, dim, keepdim=True), eps)
 
 
-def hardtanh(input, min_val=-1.0, max_val=1.0):
+def _maybe_inplace(input, y, inplace):
+    """y, written into input itself when inplace (PyTorch's inplace=True:
+    the input tensor takes the result)."""
+    return input._inplace(y) if inplace else y
+
+
+def relu(input, inplace=False):
+    return _maybe_inplace(input, _F.relu(input), inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _maybe_inplace(input, _F.leaky_relu(input, negative_slope), inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _maybe_inplace(input, _F.elu(input, alpha), inplace)
+
+
+def silu(input, inplace=False):
+    return _maybe_inplace(input, _F.silu(input), inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """clamp, but the gradient passes strictly inside the bounds, as
     PyTorch's (clamp's passes at them too: relu6 at 0 would pass it)."""
     y = _F.clamp(input, min_val, max_val)
     inside = _F.logical_and(_F.gt(input, min_val), _F.lt(input, max_val))
-    return _F.where(inside, y, y.detach())
+    return _maybe_inplace(input, _F.where(inside, y, y.detach()), inplace)
 
 
 def relu6(input, inplace=False):
-    return hardtanh(input, 0.0, 6.0)
+    return hardtanh(input, 0.0, 6.0, inplace)
 
 
 def logsigmoid(input):
@@ -219,7 +265,7 @@ def logsigmoid(input):
 
 
 def mish(input, inplace=False):
-    return input * tanh(softplus(input))
+    return _maybe_inplace(input, input * tanh(softplus(input)), inplace)
 
 
 def glu(input, dim=-1):
@@ -281,6 +327,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     as PyTorch's: pos_weight (one per class, the last dim) weighs the
     positive term."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _same_size(input, target)
     # -log sigmoid(x) = log(1 + e^-|x|) + max(-x, 0): stable for large |x|
     neg_log_sig = (-(input.abs())).exp().log1p() + (-input).relu()
     scale = neg_log_sig if pos_weight is None else (1 + (pos_weight - 1) * target) * neg_log_sig
@@ -883,21 +930,21 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(input, inplace=False):
     """scale * elu(x, alpha) with the self-normalizing constants."""
-    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+    return _maybe_inplace(input, elu(input, _SELU_ALPHA) * _SELU_SCALE, inplace)
 
 
 def celu(input, alpha=1.0, inplace=False):
     """max(0, x) + min(0, alpha (e^(x / alpha) - 1)): elu of x / alpha, scaled."""
-    return elu(input / alpha, 1.0) * alpha
+    return _maybe_inplace(input, elu(input / alpha, 1.0) * alpha, inplace)
 
 
 def hardsigmoid(input, inplace=False):
     """relu6(x + 3) / 6 (the gradient 1/6 strictly inside (-3, 3))."""
-    return hardtanh(input + 3.0, 0.0, 6.0) / 6.0
+    return _maybe_inplace(input, hardtanh(input + 3.0, 0.0, 6.0) / 6.0, inplace)
 
 
 def hardswish(input, inplace=False):
-    return input * hardsigmoid(input)
+    return _maybe_inplace(input, input * hardsigmoid(input), inplace)
 
 
 def softsign(input):

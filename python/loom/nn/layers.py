@@ -7,9 +7,21 @@ from . import init
 from .module import Module, ModuleList, Parameter
 
 
+def _on_device(module, device, dtype):
+    """PyTorch's factory arguments of a layer: the host's device (cpu), and
+    the parameters' dtype."""
+    if device is not None:
+        from .._tensor import _check_device
+        _check_device(device)
+    if dtype is not None:
+        module.to(dtype)
+
+
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True, dtype=None):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
+        if device is not None:
+            _on_device(self, device, None)
         from .. import empty
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
@@ -127,10 +139,19 @@ def _activation(name, fn):
 
 
 def _inplace_activation(name, fn):
-    """An activation whose torch.nn class takes inplace (ignored: Loom's
-    values are new values)."""
+    """An activation whose torch.nn class takes inplace: the input tensor
+    then takes the result, as PyTorch's."""
     cls = _activation(name, fn)
-    cls.__init__ = lambda self, inplace=False: Module.__init__(self)
+
+    def __init__(self, inplace=False):
+        Module.__init__(self)
+        self.inplace = inplace
+
+    def forward(self, x):
+        y = fn(x)
+        return x._inplace(y) if self.inplace else y
+    cls.__init__, cls.forward = __init__, forward
+    cls.extra_repr = lambda self: "inplace=True" if self.inplace else ""
     return cls
 
 
@@ -185,19 +206,19 @@ class GELU(Module):
 class LeakyReLU(Module):
     def __init__(self, negative_slope=0.01, inplace=False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
-        return _F.leaky_relu(x, self.negative_slope)
+        return F.leaky_relu(x, self.negative_slope, self.inplace)
 
 
 class ELU(Module):
     def __init__(self, alpha=1.0, inplace=False):
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.inplace = alpha, inplace
 
     def forward(self, x):
-        return _F.elu(x, self.alpha)
+        return F.elu(x, self.alpha, self.inplace)
 
 
 class Softplus(Module):
@@ -212,10 +233,15 @@ class Softplus(Module):
 class Hardtanh(Module):
     def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
         super().__init__()
-        self.min_val, self.max_val = min_val, max_val
+        if max_val <= min_val:
+            raise ValueError(f"Hardtanh: max_val ({max_val}) must be above min_val ({min_val})")
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
     def forward(self, x):
-        return F.hardtanh(x, self.min_val, self.max_val)
+        return F.hardtanh(x, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}"
 
 
 def _softmax_dim(x, dim):
@@ -331,9 +357,11 @@ class Conv2d(_ConvNd):
     gives an unbatched result."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros"):
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
         super().__init__(in_channels, out_channels, tuple(F._pair_of(kernel_size)), stride,
                          padding, dilation, groups, bias, padding_mode)
+        _on_device(self, device, dtype)
 
     def forward(self, x):
         if F._unbatched(x, 4, "conv2d"):
@@ -352,10 +380,12 @@ class Conv1d(_ConvNd):
     convolution over a unit height (F.conv1d); (C, L) inputs unbatched."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros"):
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
         k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
         super().__init__(in_channels, out_channels, (k,), stride, padding, dilation, groups,
                          bias, padding_mode)
+        _on_device(self, device, dtype)
 
     def forward(self, x):
         if F._unbatched(x, 3, "conv1d"):
@@ -374,11 +404,18 @@ class Conv1d(_ConvNd):
 
 
 class ConvTranspose2d(Module):
+    """torch.nn.ConvTranspose2d; forward's output_size picks the
+    output_padding that gives it, as PyTorch's."""
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1):
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
         super().__init__()
+        if padding_mode != "zeros":
+            raise ValueError('Only "zeros" padding mode is supported for ConvTranspose2d')
         _check_groups(in_channels, out_channels, groups)
         kh, kw = F._pair_of(kernel_size)
+        self.kernel_size = (kh, kw)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
         fan_in = out_channels // groups * kh * kw  # PyTorch's: weight dim 1 is fan in
@@ -387,10 +424,28 @@ class ConvTranspose2d(Module):
             _uniform_params(self, fan_in, ("bias", (out_channels,)))
         else:
             self.bias = None
+        _on_device(self, device, dtype)
 
-    def forward(self, x):
+    def _output_padding(self, x, output_size):
+        if output_size is None:
+            return self.output_padding
+        size = list(output_size)[-2:]
+        pad, stride, dil = (F._pair_of(v) for v in (self.padding, self.stride, self.dilation))
+        out = []
+        for d in range(2):
+            least = (x.shape[-2 + d] - 1) * stride[d] - 2 * pad[d] + \
+                dil[d] * (self.kernel_size[d] - 1) + 1
+            if not least <= size[d] < least + stride[d]:
+                raise ValueError(f"requested an output size of {size}, but valid sizes range "
+                                 f"from {least} to {least + stride[d] - 1} (for an input of "
+                                 f"{list(x.shape[-2:])})")
+            out.append(size[d] - least)
+        return tuple(out)
+
+    def forward(self, x, output_size=None):
         return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-                                  self.output_padding, self.groups, self.dilation)
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)
 
 
 class BatchNorm2d(Module):
@@ -748,10 +803,10 @@ Tanhshrink = _activation("Tanhshrink", F.tanhshrink)
 class CELU(Module):
     def __init__(self, alpha=1.0, inplace=False):
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.inplace = alpha, inplace
 
     def forward(self, x):
-        return F.celu(x, self.alpha)
+        return F.celu(x, self.alpha, self.inplace)
 
 
 class Softmin(Module):

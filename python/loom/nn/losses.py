@@ -15,7 +15,7 @@ class CrossEntropyLoss(_Loss):
     def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
                  reduction="mean", label_smoothing=0.0):
         super().__init__(size_average, reduce, reduction)
-        self.weight = weight
+        self.register_buffer("weight", weight)  # in state_dict, as PyTorch's
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
@@ -28,7 +28,7 @@ class NLLLoss(_Loss):
     def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
                  reduction="mean"):
         super().__init__(size_average, reduce, reduction)
-        self.weight = weight
+        self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
@@ -49,7 +49,7 @@ class L1Loss(_Loss):
 class BCELoss(_Loss):
     def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
         super().__init__(size_average, reduce, reduction)
-        self.weight = weight
+        self.register_buffer("weight", weight)
 
     def forward(self, input, target):
         return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
@@ -59,8 +59,8 @@ class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean",
                  pos_weight=None):
         super().__init__(size_average, reduce, reduction)
-        self.weight = weight
-        self.pos_weight = pos_weight
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input, target):
         return F.binary_cross_entropy_with_logits(input, target, self.weight,

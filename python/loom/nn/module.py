@@ -67,13 +67,22 @@ class Module:
             if value is not None:
                 value._set_state()
             return
+        is_param = isinstance(value, Parameter) or (isinstance(value, Tensor) and
+                                                    value.requires_grad and value.is_leaf)
+        if name in self._parameters and not is_param and value is not None:
+            # it would leave parameters() and state_dict(), and the optimizer
+            raise TypeError(f"cannot assign '{type(value).__module__}.{type(value).__name__}' "
+                            f"as parameter '{name}' (loom.nn.Parameter or None expected)")
+        # a name that stays a parameter (or module) keeps its place in the order
+        keep = self._parameters if is_param else self._modules if isinstance(value, Module) \
+            else None
         for d in (self._parameters, self._buffers, self._modules):
-            d.pop(name, None)
+            if d is not keep:
+                d.pop(name, None)
         if isinstance(value, Module):
             self.__dict__.pop(name, None)  # self.x = None before: x is a module now
             self._modules[name] = value
-        elif isinstance(value, Parameter) or (isinstance(value, Tensor) and
-                                              value.requires_grad and value.is_leaf):
+        elif is_param:
             self.__dict__.pop(name, None)
             self._parameters[name] = _as_parameter(value)
         else:
