@@ -5,13 +5,17 @@ every step (an input of the compiled update), so a new rate recompiles
 nothing. The rules are PyTorch's chainable ones, step by step, so that the
 sequences match its own."""
 import math
+import warnings
 from bisect import bisect_right
 from collections import Counter
 
 
 class LRScheduler:
-    def __init__(self, optimizer, last_epoch=-1):
+    def __init__(self, optimizer, last_epoch=-1, verbose=False):
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
+        self.verbose = verbose
         for i, group in enumerate(optimizer.param_groups):
             if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
@@ -24,7 +28,7 @@ class LRScheduler:
 
     def _initial_step(self):
         self._step_count = 0
-        self.step()
+        self._step_at(None)
 
     def get_lr(self):
         raise NotImplementedError
@@ -41,19 +45,48 @@ class LRScheduler:
             raise ValueError(f"expected {n} values for {name}, got {len(value)}")
         return list(value)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "get_lr" in cls.__dict__:  # a read outside step() warns, as PyTorch's
+            inner = cls.__dict__["get_lr"]
+
+            def get_lr(self):
+                if not getattr(self, "_in_step", False):
+                    warnings.warn("To get the last learning rate computed by the scheduler, "
+                                  "use get_last_lr()", UserWarning, stacklevel=2)
+                return inner(self)
+            cls.get_lr = get_lr
+
     def step(self, epoch=None):
-        """The next epoch's rates; at a given epoch (SequentialLR's restart),
-        the closed form where there is one, as PyTorch's."""
+        """The next epoch's rates; at a given epoch (deprecated, as in
+        PyTorch), the closed form where there is one."""
+        if epoch is not None:
+            warnings.warn("The epoch argument of scheduler.step() is deprecated: call step() "
+                          "without it (with it, the closed form is used where there is one)",
+                          UserWarning, stacklevel=2)
+        if self._step_count == 1 and getattr(self.optimizer, "_step_count", 1) < 1:
+            warnings.warn("lr_scheduler.step() was called before optimizer.step(): since "
+                          "PyTorch 1.1 the optimizer steps first, else the schedule's first "
+                          "value is skipped", UserWarning, stacklevel=2)
+        self._step_at(epoch)
+
+    def _step_at(self, epoch):
         self._step_count += 1
-        if epoch is None:
-            self.last_epoch += 1
-            lrs = self.get_lr()
-        else:
-            self.last_epoch = epoch
-            lrs = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") \
-                else self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, lrs):
+        self._in_step = True
+        try:
+            if epoch is None:
+                self.last_epoch += 1
+                lrs = self.get_lr()
+            else:
+                self.last_epoch = epoch
+                lrs = self._get_closed_form_lr() if hasattr(self, "_get_closed_form_lr") \
+                    else self.get_lr()
+        finally:
+            self._in_step = False
+        for i, (group, lr) in enumerate(zip(self.optimizer.param_groups, lrs)):
             group["lr"] = lr
+            if self.verbose:
+                print(f"Adjusting learning rate of group {i} to {lr:.4e}.")
         self._last_lr = self._lrs()
 
     def get_last_lr(self):
@@ -72,13 +105,13 @@ _LRScheduler = LRScheduler
 class LambdaLR(LRScheduler):
     """lr = initial lr * lr_lambda(epoch) (one function, or one per group)."""
 
-    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1, verbose=False):
         n = len(optimizer.param_groups)
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) \
             else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"Expected {n} lr_lambdas, but got {len(self.lr_lambdas)}")
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         return [base * f(self.last_epoch) for base, f in zip(self.base_lrs, self.lr_lambdas)]
@@ -99,9 +132,9 @@ class MultiplicativeLR(LambdaLR):
 class StepLR(LRScheduler):
     """lr times gamma every step_size epochs."""
 
-    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1, verbose=False):
         self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
@@ -115,9 +148,9 @@ class StepLR(LRScheduler):
 class MultiStepLR(LRScheduler):
     """lr times gamma at each milestone (a repeated one: gamma to its count)."""
 
-    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1, verbose=False):
         self.milestones, self.gamma = Counter(milestones), gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         if self.last_epoch not in self.milestones:
@@ -132,11 +165,11 @@ class MultiStepLR(LRScheduler):
 class ConstantLR(LRScheduler):
     """lr times factor until epoch total_iters, then the initial lr."""
 
-    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1, verbose=False):
         if factor > 1.0 or factor < 0:
             raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
         self.factor, self.total_iters = factor, total_iters
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         if self.last_epoch == 0:
@@ -151,9 +184,9 @@ class ConstantLR(LRScheduler):
 
 
 class ExponentialLR(LRScheduler):
-    def __init__(self, optimizer, gamma, last_epoch=-1):
+    def __init__(self, optimizer, gamma, last_epoch=-1, verbose=False):
         self.gamma = gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         if self.last_epoch == 0:
@@ -168,9 +201,9 @@ class CosineAnnealingLR(LRScheduler):
     """lr from the initial one down to eta_min over T_max epochs along half
     a cosine (and back up after, as PyTorch's recurrence does)."""
 
-    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1, verbose=False):
         self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         e, t, lo = self.last_epoch, self.T_max, self.eta_min
@@ -196,12 +229,12 @@ class LinearLR(LRScheduler):
     total_iters epochs."""
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5,
-                 last_epoch=-1):
+                 last_epoch=-1, verbose=False):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
             raise ValueError("start_factor in (0, 1] and end_factor in [0, 1], as PyTorch's")
         self.start_factor, self.end_factor = start_factor, end_factor
         self.total_iters = total_iters
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         e, a, b, n = self.last_epoch, self.start_factor, self.end_factor, self.total_iters
@@ -214,6 +247,26 @@ class LinearLR(LRScheduler):
     def _get_closed_form_lr(self):
         a, b, n = self.start_factor, self.end_factor, self.total_iters
         return [base * (a + (b - a) * min(n, self.last_epoch) / n) for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """lr times (1 - epoch / total_iters) ** power, held after total_iters
+    epochs."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1, verbose=False):
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def get_lr(self):
+        e, n = self.last_epoch, self.total_iters
+        if e == 0 or e > n:
+            return self._lrs()
+        factor = ((1.0 - e / n) / (1.0 - (e - 1) / n)) ** self.power
+        return [lr * factor for lr in self._lrs()]
+
+    def _get_closed_form_lr(self):
+        left = 1.0 - min(self.total_iters, self.last_epoch) / self.total_iters
+        return [base * left ** self.power for base in self.base_lrs]
 
 
 class _Composite(LRScheduler):
@@ -242,7 +295,7 @@ class SequentialLR(_Composite):
     """schedulers one after another: the i-th from milestones[i-1] on,
     restarted there at its epoch 0."""
 
-    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1, verbose=False):
         self._check_optimizer(schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise ValueError(f"Sequential Schedulers expects number of schedulers provided to "
@@ -263,7 +316,7 @@ class SequentialLR(_Composite):
         i = bisect_right(self._milestones, self.last_epoch)
         scheduler = self._schedulers[i]
         if i > 0 and self._milestones[i - 1] == self.last_epoch:
-            scheduler.step(0)
+            scheduler._step_at(0)  # restarted at its epoch 0 (no deprecation warning)
         else:
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
@@ -289,14 +342,14 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     restart, T_i growing by T_mult (SGDR); step(epoch) takes fractional
     epochs, as PyTorch's."""
 
-    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0, last_epoch=-1):
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0, last_epoch=-1, verbose=False):
         if T_0 <= 0 or not isinstance(T_0, int):
             raise ValueError(f"Expected positive integer T_0, but got {T_0}")
         if T_mult < 1 or not isinstance(T_mult, int):
             raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
         self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
         self.T_cur = last_epoch
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def get_lr(self):
         lo = self.eta_min
@@ -304,6 +357,12 @@ class CosineAnnealingWarmRestarts(LRScheduler):
                 for base in self.base_lrs]
 
     def step(self, epoch=None):
+        """step(epoch) with a fractional epoch is this schedule's own use
+        (within an epoch's batches), not deprecated."""
+        self._step_at(epoch)
+
+    def _step_at(self, epoch):
+        self._step_count += 1
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:
@@ -314,8 +373,15 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         else:
             self._seek(epoch)
         self.last_epoch = math.floor(epoch)
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        self._in_step = True
+        try:
+            lrs = self.get_lr()
+        finally:
+            self._in_step = False
+        for i, (group, lr) in enumerate(zip(self.optimizer.param_groups, lrs)):
             group["lr"] = lr
+            if self.verbose:
+                print(f"Adjusting learning rate of group {i} to {lr:.4e}.")
         self._last_lr = self._lrs()
 
     def _seek(self, epoch):
@@ -341,7 +407,7 @@ class OneCycleLR(LRScheduler):
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
                  pct_start=0.3, anneal_strategy="cos", cycle_momentum=True,
                  base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
-                 final_div_factor=1e4, three_phase=False, last_epoch=-1):
+                 final_div_factor=1e4, three_phase=False, last_epoch=-1, verbose=False):
         self.optimizer = optimizer
         self.total_steps = _total_steps(total_steps, epochs, steps_per_epoch)
         self._schedule_phases = _one_cycle_phases(float(pct_start * self.total_steps),
@@ -360,7 +426,7 @@ class OneCycleLR(LRScheduler):
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
             self._init_momentum(max_momentum, base_momentum, last_epoch)
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
 
     def _init_momentum(self, max_momentum, base_momentum, last_epoch):
         defaults = self.optimizer.defaults
@@ -420,7 +486,8 @@ class CyclicLR(LRScheduler):
 
     def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
                  mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
-                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1,
+                 verbose=False):
         self.optimizer = optimizer
         base_lrs = self._per_group("base_lr", base_lr)
         if last_epoch == -1:
@@ -448,7 +515,7 @@ class CyclicLR(LRScheduler):
                     group["momentum"] = m
             self.base_momentums = [g["momentum"] for g in optimizer.param_groups]
             self.max_momentums = self._per_group("max_momentum", max_momentum)
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, verbose)
         self.base_lrs = base_lrs
 
     def scale_fn(self, x):

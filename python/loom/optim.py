@@ -83,6 +83,11 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         _check(defaults)
+        from . import Tensor
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            "Tensors or dicts, but got a loom Tensor")
+        self._step_count = 0  # schedulers check that the optimizer stepped first
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -147,6 +152,7 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         self._step()
+        self._step_count += 1
         return loss
 
     def _step(self):

@@ -438,3 +438,34 @@ def test_a_guard_that_changes_every_call_stops_capturing():
             opt.param_groups[0]["momentum"] = 0.5 + 0.01 * k
             step(x)
     assert len(next(iter(step.entries.values()))) == 9  # 8 captures and the trace
+
+
+def test_polynomial_lr_and_verbose_as_pytorch():
+    seqs = {}
+    for lib in (torch, loom):
+        p = lib.tensor([1.0], requires_grad=True)
+        opt = lib.optim.SGD([p], lr=0.1)
+        s = lib.optim.lr_scheduler.PolynomialLR(opt, total_iters=7, power=2.0, verbose=False)
+        seq = []
+        for _ in range(10):
+            opt.step()
+            s.step()
+            seq.append(opt.param_groups[0]["lr"])
+        seqs[lib.__name__] = seq
+    np.testing.assert_allclose(seqs["loom"], seqs["torch"], rtol=1e-12)
+
+
+def test_scheduler_warnings_and_type_checks():
+    p = loom.tensor([1.0], requires_grad=True)
+    opt = loom.optim.SGD([p], lr=0.1)
+    s = loom.optim.lr_scheduler.StepLR(opt, 2)
+    with pytest.warns(UserWarning, match="before optimizer.step"):
+        s.step()
+    with pytest.warns(UserWarning, match="epoch argument"):
+        s.step(3)
+    with pytest.warns(UserWarning, match="get_last_lr"):
+        s.get_lr()
+    with pytest.raises(TypeError, match="not an Optimizer"):
+        loom.optim.lr_scheduler.StepLR(object(), 2)
+    with pytest.raises(TypeError, match="iterable of Tensors"):
+        loom.optim.Adam(p)
