@@ -352,12 +352,29 @@ def gelu(x, approximate="none"):
     return _op("gelu_tanh" if approximate == "tanh" else "gelu", x)
 
 
-def leaky_relu(x, negative_slope=0.01):
-    return _op("leaky_relu", x, alpha=float(negative_slope))
+def _maybe_inplace(x, y, inplace):
+    """y, written into x itself when inplace (torch.nn.functional's
+    inplace=True: the input tensor takes the result)."""
+    return x._inplace(y) if inplace else y
 
 
-def elu(x, alpha=1.0):
-    return _op("elu", x, alpha=float(alpha))
+_relu_op, _silu_op = relu, silu  # noqa: F821  (made by the loop above)
+
+
+def relu(x, inplace=False):
+    return _maybe_inplace(x, _relu_op(x), inplace)
+
+
+def silu(x, inplace=False):
+    return _maybe_inplace(x, _silu_op(x), inplace)
+
+
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    return _maybe_inplace(x, _op("leaky_relu", x, alpha=float(negative_slope)), inplace)
+
+
+def elu(x, alpha=1.0, inplace=False):
+    return _maybe_inplace(x, _op("elu", x, alpha=float(alpha)), inplace)
 
 
 def clamp(x, min=None, max=None):

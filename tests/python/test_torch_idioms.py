@@ -638,6 +638,7 @@ def test_scheduler_import_path_and_state():
     from loom.optim.lr_scheduler import StepLR
     opt = loom.optim.Adam([loom.zeros(2, requires_grad=True)], lr=1.0)
     sched = StepLR(opt, 2)
+    opt.step()
     sched.step(), sched.step()
     state = sched.state_dict()
     assert state["last_epoch"] == 2 and "optimizer" not in state

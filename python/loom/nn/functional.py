@@ -8,8 +8,8 @@ import numpy as np
 from .. import _C
 from .. import functional as _F
 from .._tensor import Tensor
-from ..functional import (gelu, softplus, softmax,  # noqa: F401
-                          log_softmax, sigmoid, tanh, pad, embedding, one_hot)
+from ..functional import (relu, gelu, silu, leaky_relu, elu, softplus, softmax,  # noqa: F401
+                          log_softmax, sigmoid, tanh, pad, embedding, one_hot, _maybe_inplace)
 
 
 def linear(x, weight, bias=None):
@@ -223,28 +223,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 def normalize(input, p=2.0, dim=1, eps=1e-12):
     """input / max(its p-norm along dim, eps)."""
     return input / _F.clamp_min(_F.norm(input, p, dim, keepdim=True), eps)
-
-
-def _maybe_inplace(input, y, inplace):
-    """y, written into input itself when inplace (PyTorch's inplace=True:
-    the input tensor takes the result)."""
-    return input._inplace(y) if inplace else y
-
-
-def relu(input, inplace=False):
-    return _maybe_inplace(input, _F.relu(input), inplace)
-
-
-def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _maybe_inplace(input, _F.leaky_relu(input, negative_slope), inplace)
-
-
-def elu(input, alpha=1.0, inplace=False):
-    return _maybe_inplace(input, _F.elu(input, alpha), inplace)
-
-
-def silu(input, inplace=False):
-    return _maybe_inplace(input, _F.silu(input), inplace)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
