@@ -1,4 +1,6 @@
 """Loom's dtypes as Python objects, with their NumPy twins."""
+import math
+
 import numpy as np
 
 from . import _C
@@ -90,6 +92,9 @@ def check_fits(values, d, fill):
     takes finite values whose whole part it holds (a list's values too);
     a fill (full, fill_, masked_fill, x[i] = v) into a float dtype takes
     what does not overflow it (inf itself does not)."""
+    if isinstance(values, (bool, int, float)):  # a Python number: no NumPy (zeros() each step)
+        _check_number(values, d, fill)
+        return
     a = np.asarray(values)
     if d.name in _INT_RANGE:
         lo, hi = _INT_RANGE[d.name]
@@ -104,6 +109,19 @@ def check_fits(values, d, fill):
     elif fill and d.name in _FLOAT_MAX and a.dtype.kind in "fiu":
         with np.errstate(invalid="ignore"):
             fits = not np.any(np.isfinite(a) & (np.abs(a.astype(np.float64)) > _FLOAT_MAX[d.name]))
+    else:
+        fits = True
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {d.name} without overflow")
+
+
+def _check_number(v, d, fill):
+    inf_or_nan = isinstance(v, float) and not math.isfinite(v)
+    if d.name in _INT_RANGE:
+        lo, hi = _INT_RANGE[d.name]
+        fits = not inf_or_nan and lo <= v <= hi
+    elif fill and d.name in _FLOAT_MAX:
+        fits = inf_or_nan or abs(v) <= _FLOAT_MAX[d.name]
     else:
         fits = True
     if not fits:
