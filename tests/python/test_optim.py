@@ -393,6 +393,16 @@ def test_loading_an_empty_state_resets_the_optimizer(kind):
     np.testing.assert_allclose(result["loom"], result["torch"], rtol=1e-5)
 
 
+def _rates(opt, schedule, n):
+    """The learning rate after each of n steps of opt and its schedule."""
+    rates = []
+    for _ in range(n):
+        opt.step()
+        schedule.step()
+        rates.append(opt.param_groups[0]["lr"])
+    return rates
+
+
 def test_cosine_annealing_resumes_at_last_epoch():
     lrs = {}
     for lib in (torch, loom):
@@ -403,12 +413,7 @@ def test_cosine_annealing_resumes_at_last_epoch():
             opt.step()
             s.step()
         s2 = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=17, eta_min=0.001, last_epoch=36)
-        seq = [opt.param_groups[0]["lr"]]
-        for _ in range(5):
-            opt.step()
-            s2.step()
-            seq.append(opt.param_groups[0]["lr"])
-        lrs[lib.__name__] = seq
+        lrs[lib.__name__] = [opt.param_groups[0]["lr"]] + _rates(opt, s2, 5)
     np.testing.assert_allclose(lrs["loom"], lrs["torch"], rtol=1e-12)
 
 
@@ -446,12 +451,7 @@ def test_polynomial_lr_and_verbose_as_pytorch():
         p = lib.tensor([1.0], requires_grad=True)
         opt = lib.optim.SGD([p], lr=0.1)
         s = lib.optim.lr_scheduler.PolynomialLR(opt, total_iters=7, power=2.0, verbose=False)
-        seq = []
-        for _ in range(10):
-            opt.step()
-            s.step()
-            seq.append(opt.param_groups[0]["lr"])
-        seqs[lib.__name__] = seq
+        seqs[lib.__name__] = _rates(opt, s, 10)
     np.testing.assert_allclose(seqs["loom"], seqs["torch"], rtol=1e-12)
 
 
