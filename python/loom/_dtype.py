@@ -21,6 +21,10 @@ class dtype:
     def __repr__(self):
         return "loom." + self.name
 
+    @property
+    def is_signed(self):
+        return self.name != "bool"  # Loom has no unsigned integer dtype
+
     def __reduce__(self):
         return (_by_name, (self.name,))
 

@@ -77,6 +77,9 @@ class Tensor(_C.TensorBase):
     def is_floating_point(self):
         return self.dtype.is_floating_point
 
+    def element_size(self):
+        return self.dtype.itemsize
+
     # ---- where it lives: host memory, the one device ----
     device = "cpu"
     is_cuda = False

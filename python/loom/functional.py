@@ -73,6 +73,39 @@ def _category(d):
     return 2 if d.is_floating_point else 0 if d is _BOOL else 1
 
 
+def promote_types(type1, type2):
+    """The dtype two tensors of these dtypes compute in, as torch.promote_types."""
+    return _dtype.promote(_dtype.resolve(type1), _dtype.resolve(type2))
+
+
+def result_type(tensor1, tensor2):
+    """The dtype of a binary op on tensor1 and tensor2 (tensors or Python
+    numbers), as torch.result_type: _pair's rule."""
+    kinds = [isinstance(v, Tensor) for v in (tensor1, tensor2)]
+    if builtins.all(kinds):  # (this module's all and any are the reductions)
+        a, b = tensor1, tensor2
+        if (a.ndim == 0) != (b.ndim == 0):
+            zero, other = (a, b) if a.ndim == 0 else (b, a)
+            if _category(zero.dtype) <= _category(other.dtype):
+                return other.dtype
+        return _dtype.promote(a.dtype, b.dtype)
+    if not builtins.any(kinds):
+        return _dtype.promote(_number_dtype(tensor1), _number_dtype(tensor2))
+    t, number = (tensor1, tensor2) if kinds[0] else (tensor2, tensor1)
+    nd = _number_dtype(number)
+    return nd if _category(nd) > _category(t.dtype) else t.dtype
+
+
+def can_cast(from_, to):
+    """Whether a cast keeps the category (bool < integer < float), as
+    torch.can_cast: float to int and int to bool cannot."""
+    return _category(_dtype.resolve(from_)) <= _category(_dtype.resolve(to))
+
+
+def is_floating_point(x):
+    return x.dtype.is_floating_point
+
+
 def _pair(a, b):
     """a and b as tensors of one dtype. A Python number takes the tensor's
     dtype unless it is of a higher category (bool < integer < float), as in

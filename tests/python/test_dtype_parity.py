@@ -388,3 +388,22 @@ def test_half_precision_std_is_computed_in_float32():
     x = [60000.0, -3.0, 7.0, 60000.0, 5.0, -1.0]
     mine, theirs = loom.tensor(x, dtype=loom.float16).std(), torch.tensor(x, dtype=torch.float16).std()
     assert mine.dtype is loom.float16 and float(mine) == float(theirs)
+
+
+def test_dtype_utilities_as_pytorch():
+    names = ["bool", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    for a in names:
+        for b in names:
+            ta, tb, la, lb = getattr(torch, a), getattr(torch, b), getattr(loom, a), getattr(loom, b)
+            assert _name(loom.promote_types(la, lb)) == _name(torch.promote_types(ta, tb)), (a, b)
+            assert loom.can_cast(la, lb) == torch.can_cast(ta, tb), (a, b)
+        assert getattr(loom, a).is_signed == getattr(torch, a).is_signed
+        assert loom.zeros(2, dtype=getattr(loom, a)).element_size() == \
+            torch.zeros(2, dtype=getattr(torch, a)).element_size()
+        assert loom.is_floating_point(loom.zeros(1, dtype=getattr(loom, a))) == \
+            torch.is_floating_point(torch.zeros(1, dtype=getattr(torch, a)))
+    for x, y in ((lambda L: L.ones(2, dtype=L.int32), 2.5), (lambda L: L.ones(2, dtype=L.int32), 7),
+                 (lambda L: L.ones(2), lambda L: L.tensor(1.0, dtype=L.float64)),
+                 (lambda L: L.ones(2, dtype=L.int8), lambda L: L.ones(2, dtype=L.int32))):
+        args = [[v(L) if callable(v) else v for v in (x, y)] for L in (loom, torch)]
+        assert _name(loom.result_type(*args[0])) == _name(torch.result_type(*args[1]))
