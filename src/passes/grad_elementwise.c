@@ -139,10 +139,13 @@ loom_status_t grad_sigmoid(grad_ctx_t *c) {
 }
 
 /* Zero at x = 0, as PyTorch: relu'(0) = 0. */
+/* The gradient passes where x > 0, and at a NaN: only x <= 0 stops it
+ * (PyTorch's rule; relu(NaN) is NaN, and its gradient 1). */
 loom_status_t grad_relu(grad_ctx_t *c) {
-  int32_t pos;
-  TRY(positive(c, in_(c, 0), &pos));
-  return choose(c, pos, g_(c), -1, &c->din[0]);
+  int32_t zero, stop;
+  TRY(grad_scalar(c, 0.0, dt_(c), &zero));
+  TRY(op2(c, IR_OP_LE, in_(c, 0), zero, &stop));
+  return choose(c, stop, -1, g_(c), &c->din[0]);
 }
 
 loom_status_t grad_leaky_relu(grad_ctx_t *c) {

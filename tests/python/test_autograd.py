@@ -460,7 +460,8 @@ def test_no_grad_on_a_generator_function_covers_its_body():
 
 def test_a_nan_extreme_sends_its_gradient_to_the_nans():
     # (PyTorch's amax over a dim divides by the count of x == NaN, none: NaN)
-    for data, fn in (([1.0, float("nan"), float("nan")], "max"), ([1.0, float("nan"), 0.0], "min")):
+    for data, fn in (([1.0, float("nan"), float("nan")], "max"), ([1.0, float("nan"), 0.0], "min"),
+                     ([float("nan"), -1.0, 2.0], "relu")):
         def grad(lib):
             x = lib.tensor(data, requires_grad=True)
             y = getattr(x, fn)()
