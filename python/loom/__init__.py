@@ -205,7 +205,8 @@ def arange(start, end=None, step=1, dtype=None):
         from ._dtype import resolve
         d = resolve(dtype)
         if d.name == "bool":
-            raise RuntimeError('"arange_cpu" not implemented for \'Bool\'')
+            raise RuntimeError("arange: a Bool range is refused, as PyTorch refuses it "
+                               "(give an integer or float dtype)")
         if not d.is_floating_point:
             start, end, step = _PY_INT(start), _PY_INT(end), _PY_INT(step)
     if step == 0:
