@@ -1142,11 +1142,12 @@ static void test_hit_cost(void) {
 }
 
 /* A key compiled by an earlier cache over the same cache directory (an
- * earlier run) is waited for in a tiered lookup, not left pending; a
- * failed compile is not taken for one. */
+ * earlier run) loads on a free worker while the caller goes on, and on
+ * the caller when the worker is busy; a failed compile is not taken for
+ * one. */
 static void test_journal(void) {
-  rt_key_input_t in;
-  int64_t n = 77, bad = 78;
+  rt_key_input_t in, in2;
+  int64_t n = 77, m = 79, bad = 78, busy = 80;
   for (int round = 0; round < 2; round++) {
     loom_cache_t *c = NULL;
     CHECK_OK(loom_cache_create(0, 1, &c));
@@ -1154,6 +1155,26 @@ static void test_journal(void) {
     rt_builder_t b = builder_for(1, &n, false);
     rt_entry_t *e = NULL;
     rt_get_result_t r = RT_FAILED;
+    CHECK(rt_cache_has_key(c, &k) == (round == 1));
+    CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
+    CHECK(r == RT_PENDING && !e);
+    rt_cache_drain(c);
+    b = builder_for(1, &n, false);
+    CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
+    CHECK(r == RT_READY && e);
+    rt_entry_release(c, e);
+    /* the worker held by a compile that waits on a gate */
+    _Atomic int gate = 0;
+    int before = atomic_load(&builds);
+    rt_key_t kb = key_for(&in2, 13, 1, &busy);
+    b = builder_for(1, &busy, false);
+    ((seg_ctx_t *)b.ctx)->gate = &gate;
+    CHECK_OK(rt_cache_get(c, &kb, &b, false, 0, &r, &e));
+    CHECK(r == RT_PENDING && !e);
+    while (atomic_load(&builds) == before) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    k = key_for(&in, 12, 1, &m);
+    b = builder_for(1, &m, false);
+    e = NULL;
     CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
     CHECK(r == (round == 0 ? RT_PENDING : RT_READY));
     if (e) rt_entry_release(c, e);
@@ -1163,6 +1184,7 @@ static void test_journal(void) {
     e = NULL;
     CHECK_OK(rt_cache_get(c, &k, &b, false, 0, &r, &e));
     CHECK(r == RT_PENDING && !e);
+    atomic_store(&gate, 1);
     rt_cache_drain(c);
     loom_cache_destroy(c);
   }

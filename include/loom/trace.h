@@ -205,8 +205,9 @@ LOOM_API void loom_cache_keys_destroy(loom_cache_keys_t *keys);
 typedef struct loom_trace_options {
   size_t size;     /* sizeof(loom_trace_options_t): init sets it */
   int compile;     /* 1: compile segments; 0: interpret every segment */
-  /* 1 (default): a miss interprets while a worker compiles, but waits for
-   * a key compiled before (its module on disk), and the optimizer step
+  /* 1 (default): a miss interprets while a worker compiles (or loads a
+   * key compiled before from disk: the caller loads it when every worker
+   * is busy), and the optimizer step
    * runs interpreted until its own compile, beside the trace, is done;
    * background compiles run at a lower CPU priority (nice +10, Linux).
    * 0: a miss compiles before it runs, so that runs alike compute alike */

@@ -567,11 +567,18 @@ static loom_status_t finish_wait(loom_cache_t *c, rt_entry_t *e, rt_get_result_t
   return LOOM_OK;
 }
 
+/* Under the lock: whether every worker is running a job (or there are
+ * none), so that a job queued now would wait behind them. */
+static bool workers_busy(const loom_cache_t *c) {
+  return c->running >= c->n_workers;
+}
+
 /* Under the lock, which it releases: a miss on an entry that exists
  * (pending or failed). The builder is not needed: its ctx is freed. */
 static loom_status_t get_existing(loom_cache_t *c, rt_entry_t *e, const rt_builder_t *builder,
                                   bool wait, rt_get_result_t *result, rt_entry_t **out) {
-  wait = wait || e->built_before; /* as get_new */
+  /* as get_new: a load still queued behind busy workers is done here */
+  wait = wait || (e->built_before && e->job && workers_busy(c));
   if (e->state == ENTRY_FAILED || !wait) {
     char why[CACHE_REASON_LEN] = "";
     if (e->state == ENTRY_PENDING) cache_job_promote(c, e);
@@ -678,9 +685,12 @@ static loom_status_t get_new(loom_cache_t *c, cache_site_t *site, const rt_key_t
   }
   site_count(c, key, limit);
   e->misses = 1;
-  /* A key compiled before has its module on disk: waiting is quicker
-   * than interpreting until a worker is done. */
-  wait = wait || e->built_before;
+  /* A key compiled before has its module on disk and loads in about a
+   * millisecond: a free worker loads it while the caller interprets (a
+   * dynamic model's small segment runs in less time than its load takes);
+   * with every worker busy, perhaps compiling for seconds, the caller
+   * loads it itself. */
+  wait = wait || (e->built_before && workers_busy(c));
   /* Without workers nobody else would compile it: this thread does. */
   bool here = wait || c->n_workers == 0 || !cache_job_push(c, e, builder, false);
   if (here) e->refs++;

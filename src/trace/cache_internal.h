@@ -42,7 +42,7 @@ struct rt_cache_entry {
   int64_t misses;
   bool speculative;
   /* compiled before, by this process or an earlier one (cache_journal.c):
-   * a tiered lookup waits for it */
+   * a tiered lookup has a free worker load it, else loads it itself */
   bool built_before;
   cache_job_t *job;         /* queued and not started, else NULL */
   pthread_mutex_t run_lock; /* runs of an exe of runtime sizes take turns (arena_now) */
