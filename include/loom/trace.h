@@ -225,7 +225,7 @@ typedef struct loom_trace_options {
   int64_t cache_bytes;
   int spec_workers;
   /* Policy of sizes that data decides (the count of nonzero, ...):
-   * default LOOM_DIM_AUTO (keyed exact until a size changes). */
+   * default LOOM_DIM_SYMBOLIC (such a count is rarely the same twice). */
   loom_dim_policy_t data_dims;
   /* Policy of the dims of inputs entered without policies: default
    * LOOM_DIM_AUTO (exact until a size changes, then symbolic); its name
@@ -234,7 +234,8 @@ typedef struct loom_trace_options {
 } loom_trace_options_t;
 
 /* Defaults: compile on, tiered on, own cache of 1 GiB, one worker,
- * automatic dynamic shapes (input_dims, data_dims); size
+ * automatic dynamic shapes for inputs (input_dims), symbolic sizes that
+ * data decides (data_dims); size
  * is the caller's sizeof(loom_trace_options_t) (C calls the macro). */
 LOOM_API loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size);
 #define loom_trace_options_init(o) loom_trace_options_init_sized((o), sizeof *(o))

@@ -19,7 +19,7 @@
 
 loom_status_t loom_trace_options_init_sized(loom_trace_options_t *o, size_t size) {
   loom_trace_options_t defaults = {.size = sizeof defaults, .compile = 1, .tiered = 1,
-                                   .spec_workers = 1, .data_dims.kind = LOOM_DIM_AUTO,
+                                   .spec_workers = 1, .data_dims.kind = LOOM_DIM_SYMBOLIC,
                                    .input_dims.kind = LOOM_DIM_AUTO};
   return core_sized_init(__func__, "loom_trace_options_t", o, size, &defaults,
                          sizeof defaults);

@@ -94,6 +94,31 @@ def test_sync_keeps_values_lazy_and_right():
         loom.set_compile_mode("fast")
 
 
+def test_rows_that_nonzero_picks_are_symbolic_from_the_first_step():
+    """An MoE's routing: the rows nonzero picks differ in count every step.
+    Their size is symbolic from its first sighting (data_dims), so the
+    segments that read them compile once: no second compile keyed on the
+    first step's count, with PyTorch's values every step."""
+    loom.set_compile_mode("wait")
+    try:
+        rng = np.random.default_rng(3)
+        wn = rng.standard_normal((5, 3)).astype(np.float32)
+        before = loom.stats()
+        for _ in range(6):
+            xn = rng.standard_normal((32, 5)).astype(np.float32)
+            outs = []
+            for lib in (torch, loom):
+                x, w = lib.tensor(xn), lib.tensor(wn)
+                rows = lib.nonzero(x[:, 0] > 0)[:, 0]
+                outs.append(float(((x[rows] @ w).relu() * 2).sum()))
+            assert outs[1] == pytest.approx(outs[0], rel=1e-5, abs=1e-5)
+        after = loom.stats()
+        assert after["recompiles"] == before["recompiles"]
+        assert after["interpreted"] == before["interpreted"]
+    finally:
+        loom.set_compile_mode("tiered")
+
+
 def test_a_cell_over_x_t_of_one_input_compiles_its_body_once():
     """for t in range(L): h = cell(x[t], h); loom.sync(), L changing every
     step: x[t] of the real input is taken out before the segment, so that
