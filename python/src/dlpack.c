@@ -92,7 +92,7 @@ PyObject *py_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kwargs) {
   py_tensor_t *t = (py_tensor_t *)self;
   /* The consumer may write the memory: the step in progress keeps the
    * values it read, and the memory stays t's while the export lives. */
-  if (py_tensor_realize(t) < 0 || py_step_before_export(t) < 0) return NULL;
+  if (py_tensor_realize(t) < 0 || py_step_export(t) < 0) return NULL;
   export_t *e = PyMem_RawCalloc(1, sizeof *e);
   if (!e) return PyErr_NoMemory();
   dl_tensor_t *d = &e->managed.dl_tensor;

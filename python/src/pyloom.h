@@ -37,6 +37,8 @@ typedef struct py_tensor {
   bool borrowed;              /* an executable of loom.compile uses data in place */
   bool retains_grad;          /* retain_grad(): backward fills .grad (step.c) */
   bool step_input;            /* the step `step` borrows data as an input (step.c) */
+  loom_tensor_t *step_copy;   /* the copy of data that others may write which
+                                 step `step` reads (held by the step), or NULL */
   Py_ssize_t exports;         /* buffers handed out and not released (NumPy views) */
   PyObject *grad;             /* a Tensor, or NULL for None */
   PyObject *error;            /* the exception its read failed with, raised
@@ -122,6 +124,9 @@ int py_step_retain_grad(py_tensor_t *t);
  * recorded reads the values it had (as eager ops would have); -1 with an
  * exception set. */
 int py_step_before_export(py_tensor_t *t);
+/* py_step_before_export for a buffer or DLPack export, after which a
+ * value the step computed is read from the exported memory. */
+int py_step_export(py_tensor_t *t);
 /* An optimizer of kind with these hyperparameters (torch.optim's
  * meanings), for the trace's step or a captured one. */
 loom_status_t py_optimizer(int kind, double momentum, int nesterov, double beta1,

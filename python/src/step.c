@@ -150,6 +150,7 @@ int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape) {
     }
     dst->data = NULL;
     dst->step_input = false;
+    dst->step_copy = NULL;
   } else {
     py_step_unlink(dst);
   }
@@ -225,6 +226,19 @@ static loom_tensor_t *input_data(py_tensor_t *t) {
   return r < 0 ? NULL : copy;
 }
 
+int py_step_export(py_tensor_t *t) {
+  if (py_step_before_export(t) < 0) return -1;
+  /* A value this step computed: the next use reads the exported memory,
+   * which the consumer may write, not the trace's value (one that carries
+   * a gradient keeps its place in the step). */
+  if (t->step == st.id && !t->step_input && !t->requires_grad && t->data &&
+      !py_capture_active()) {
+    py_step_unlink(t);
+    t->step = 0;
+  }
+  return 0;
+}
+
 int py_step_before_export(py_tensor_t *t) {
   t->version++; /* the memory may be written through the export */
   if (!t->step_input || t->step != st.id || !t->data || t->wrapped || t->exports > 0)
@@ -293,6 +307,7 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
     if (!data) return -1;
     s = loom_trace_input(tr, data, any ? pol : NULL, out);
     t->step_input = s == LOOM_OK;
+    t->step_copy = data != t->data ? data : NULL;
   }
   if (s != LOOM_OK) {
     py_fail(s);
@@ -305,8 +320,32 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
   return 0;
 }
 
+/* Whether memory others may write (t's, read by the step through
+ * t->step_copy) was written since the step copied it. */
+static bool input_changed(const py_tensor_t *t) {
+  const char *now = loom_tensor_data(t->data), *then = loom_tensor_data(t->step_copy);
+  size_t item = loom_dtype_size(t->dtype);
+  int64_t n = loom_tensor_numel(t->step_copy), row = 1;
+  bool dense = true;
+  for (int d = t->rank - 1; d >= 0 && t->wrapped; d--) {
+    dense &= t->shape[d] == 1 || t->strides[d] == row;
+    row *= t->shape[d];
+  }
+  if (dense) return memcmp(now, then, (size_t)n * item) != 0;
+  int64_t at[LOOM_MAX_RANK] = {0};
+  for (int64_t k = 0; k < n; k++) {
+    int64_t off = 0;
+    for (int d = 0; d < t->rank; d++) off += at[d] * t->strides[d];
+    if (memcmp(now + off * (int64_t)item, then + k * (int64_t)item, item)) return true;
+    for (int d = t->rank - 1; d >= 0 && ++at[d] == t->shape[d]; d--) at[d] = 0;
+  }
+  return false;
+}
+
 int py_step_value(py_tensor_t *t, loom_value_t *out) {
-  if (t->step == st.id) {
+  /* An op reads the value its input has when it is recorded: a batch
+   * array refilled within the step enters again. */
+  if (t->step == st.id && !(t->step_input && t->step_copy && input_changed(t))) {
     *out = t->value;
     return 0;
   }

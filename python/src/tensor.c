@@ -189,7 +189,7 @@ static void tensor_dealloc(py_tensor_t *t) {
 /* Exports the data: the wrapped buffer's own layout, or row-major. */
 static int tensor_getbuffer(py_tensor_t *t, Py_buffer *view, int flags) {
   if (read_break(t, "the data read (.numpy(), .tolist(), print)") < 0 ||
-      py_tensor_realize(t) < 0 || py_step_idle() < 0 || py_step_before_export(t) < 0)
+      py_tensor_realize(t) < 0 || py_step_idle() < 0 || py_step_export(t) < 0)
     return -1;
   const char *format = dtype_format(t->dtype);
   if (!format) {

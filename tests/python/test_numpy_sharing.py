@@ -50,10 +50,42 @@ def uses_before_and_after_a_write(m):
     return y.tolist() + z.tolist()
 
 
+def reads_recorded_after_a_refill(m):
+    a = np.zeros(3, np.float32)
+    t = m.from_numpy(a)
+    y1 = t + 1
+    a[:] = 5
+    y2 = t + 1
+    return y1.tolist() + y2.tolist()
+
+
+def lazy_loop_over_one_wrapped_buffer(m):
+    """One tensor over a batch array refilled every iteration, the results
+    kept lazy (the step never ends); the array strided, as a column slice."""
+    base = np.zeros((4, 6), np.float32)
+    buf = base[:, ::2]
+    t = m.from_numpy(buf)
+    outs = []
+    for i in range(4):
+        buf[:] = i
+        buf[0, 1] = -i
+        outs.append((t * 2).sum())
+    return [float(o) for o in outs]
+
+
+def write_through_dlpack_of_a_computed_tensor(m):
+    t = m.tensor([1.0, 0.0, 3.0]) * 1
+    torch.from_dlpack(t)[0] = 5.0
+    return (t * 1).tolist() + t.double().tolist()
+
+
 @pytest.mark.parametrize("program", [write_after_from_numpy, write_through_numpy_after_use,
                                      write_through_an_earlier_view,
                                      eval_loop_refilling_one_buffer,
-                                     uses_before_and_after_a_write])
+                                     uses_before_and_after_a_write,
+                                     reads_recorded_after_a_refill,
+                                     lazy_loop_over_one_wrapped_buffer,
+                                     write_through_dlpack_of_a_computed_tensor])
 def test_writes_to_shared_memory_as_torch(program):
     assert program(loom) == program(torch)
 
