@@ -64,18 +64,27 @@ _PY_BOOL = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtin
 _PY_INT = __builtins__["int"] if isinstance(__builtins__, dict) else __builtins__.int
 
 
-def _default_dtype(a):
-    """PyTorch's choice for data given as Python values: floats as float32."""
-    if a.dtype == np.float64:
+def _default_dtype(a, data):
+    """PyTorch's choice for data given as Python values: floats as float32,
+    unless a NumPy float64 (a scalar or an array) is among them."""
+    if a.dtype == np.float64 and not _has_numpy_float64(data):
         return float32
     return None
+
+
+def _has_numpy_float64(data):
+    if isinstance(data, (np.ndarray, np.generic)):
+        return data.dtype == np.float64
+    if isinstance(data, (list, tuple)):
+        return _builtins.any(_has_numpy_float64(v) for v in data)
+    return False
 
 
 def tensor(data, dtype=None, requires_grad=False):
     """A new tensor holding a copy of data (nested lists, numbers, arrays)."""
     if isinstance(data, Tensor):
         a = np.array(data.detach())
-    elif isinstance(data, np.ndarray):
+    elif isinstance(data, (np.ndarray, np.generic)):
         a = np.array(data)
         if dtype is None:
             from ._dtype import from_numpy_dtype
@@ -83,7 +92,7 @@ def tensor(data, dtype=None, requires_grad=False):
     else:
         a = _python_data(data, dtype)
         if dtype is None:
-            dtype = _default_dtype(a)
+            dtype = _default_dtype(a, data)
         else:
             from ._dtype import check_fits, resolve
             check_fits(a, resolve(dtype), fill=False)
@@ -211,6 +220,8 @@ def arange(start, end=None, step=1, dtype=None):
             start, end, step = _PY_INT(start), _PY_INT(end), _PY_INT(step)
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
     a = np.arange(start, end, step)
     if dtype is None and a.dtype == np.float64:
         dtype = float32
@@ -293,6 +304,9 @@ def rand_like(x, dtype=None, requires_grad=False):
 
 
 def randint(low, high=None, size=(), dtype=None, generator=None):
+    """Integers in [low, high); randint(high, size) as PyTorch's."""
+    if isinstance(high, (tuple, list)) and size == ():
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
     shape = tuple(size)

@@ -74,6 +74,11 @@ class Tensor(_C.TensorBase):
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     def is_floating_point(self):
         return self.dtype.is_floating_point
 
@@ -503,9 +508,9 @@ class Tensor(_C.TensorBase):
                           "whose memory others see (a NumPy array, a view) writes that "
                           "memory: gradients do not flow back through the value",
                           stacklevel=2)
-        index = _F._numpy_index(index)
+        view, rest = _F._numpy_select(np.asarray(self), index)
         _C.step()  # values of the step in progress read the old data
-        np.asarray(self)[index] = np.asarray(value) if isinstance(value, Tensor) else value
+        view[rest] = np.asarray(value) if isinstance(value, Tensor) else value
 
     def float(self): return _F.cast(self, _dtype._BY_NAME["float32"])
     def double(self): return _F.cast(self, _dtype._BY_NAME["float64"])

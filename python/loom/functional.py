@@ -217,6 +217,10 @@ def div(a, b, rounding_mode=None):
     if rounding_mode is not None:
         raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
                          f"but found '{rounding_mode}'")
+    # a Python integer divides as the float it is, not wrapped to the
+    # tensor's integer dtype first
+    a = builtins.float(a) if isinstance(a, numbers.Integral) else a
+    b = builtins.float(b) if isinstance(b, numbers.Integral) else b
     a, b = _pair(a, b)
     if not a.dtype.is_floating_point:
         a, b = cast(a, _F32), cast(b, _F32)
@@ -224,10 +228,11 @@ def div(a, b, rounding_mode=None):
 
 
 def fmod(a, b):
-    """The remainder of a truncated division: of a's sign (remainder's is b's)."""
+    """The remainder of a truncated division, of a's sign (remainder's is
+    b's): |a| mod |b| with a's sign, so that no step adds b to a small
+    remainder (fmod(-1, 1e8) is -1, fmod(-1, inf) -1, as C's fmod)."""
     a, b = _pair(a, b)
-    r = remainder(a, b)
-    return where(logical_and(ne(r, 0), ne(lt(r, 0), lt(a, 0))), sub(r, b), r)
+    return mul(sign(a), remainder(abs(a), abs(b)))
 
 
 true_divide = divide = div
@@ -302,9 +307,12 @@ _round_op = _rounding_unary("round")
 
 def round(x, decimals=0):
     """Half to even; decimals rounds at 10^-decimals (as PyTorch: x scaled
-    by the power of ten, rounded, scaled back)."""
+    by the power of ten, rounded, scaled back; float16 and bfloat16 in
+    float32, where the scaled value does not overflow)."""
     if not decimals or not x.dtype.is_floating_point:
         return _round_op(x)
+    if x.dtype.name in ("float16", "bfloat16"):
+        return cast(round(cast(x, _F32), decimals), x.dtype)
     scale = 10.0 ** builtins.abs(builtins.int(decimals))
     if decimals > 0:
         return div(_round_op(mul(x, scale)), scale)
@@ -320,8 +328,12 @@ def log10(x):
 
 
 def exp2(x):
+    """2^x, as pow(2, x) (exp(x ln 2) would lose bits at large x), in
+    float32 for float16 and bfloat16."""
+    if x.dtype.name in ("float16", "bfloat16"):
+        return cast(exp2(cast(x, _F32)), x.dtype)
     x = x if x.dtype.is_floating_point else cast(x, _F32)
-    return exp(mul(x, math.log(2.0)))
+    return pow(_scalar(2.0, x.dtype), x)
 
 
 negative = globals()["neg"]
@@ -360,9 +372,14 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
 
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """|a - b| <= atol + rtol * |b|, or equal (infinities of one sign too)."""
+    """|a - b| <= atol + rtol * |b| where the difference is finite (an
+    infinity is close only to itself), or equal."""
     a, b = _pair(a, b)
-    close = logical_or(eq(a, b), le(abs(sub(a, b)), add(mul(abs(b), rtol), atol)))
+    if a.dtype == _BOOL and b.dtype == _BOOL:
+        return eq(a, b)
+    diff = sub(a, b)
+    near = logical_and(isfinite(diff), le(abs(diff), add(mul(abs(b), rtol), atol)))
+    close = logical_or(eq(a, b), near)
     return logical_or(close, logical_and(isnan(a), isnan(b))) if equal_nan else close
 
 
@@ -420,6 +437,8 @@ def clamp(x, min=None, max=None):
     for bound in (min, max):  # int x, float bound: a float result, as PyTorch's
         if bound is not None and _category(_number_dtype(bound)) > _category(x.dtype):
             x = cast(x, _number_dtype(bound))
+    for bound in (min, max):
+        _check_fill(bound, x)
     attrs = {}
     if min is not None:
         attrs["min"] = float(min)
@@ -464,6 +483,14 @@ def triu(x, diagonal=0):
     return _triangle(x, diagonal, True)
 
 
+def _check_fill(number, other):
+    """A Python number that takes other's dtype (where's operand, clamp's
+    bound) must fit it, as PyTorch checks."""
+    if isinstance(other, Tensor) and isinstance(number, (builtins.int, builtins.float)) \
+            and _category(_number_dtype(number)) <= _category(other.dtype):
+        _dtype.check_fits(number, other.dtype, fill=True)
+
+
 def where(cond, a=None, b=None):
     """where(cond, a, b): a where cond, else b; where(cond) alone: the
     indices of cond's nonzero elements, one tensor per dim (a read)."""
@@ -472,6 +499,8 @@ def where(cond, a=None, b=None):
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers
         da, db = _number_dtype(a), _number_dtype(b)
         a = _scalar(a, da if _category(da) >= _category(db) else db)
+    _check_fill(a, b)
+    _check_fill(b, a)
     a, b = _pair(a, b)
     if cond.dtype is not _BOOL:
         cond = cast(cond, _BOOL)
@@ -528,6 +557,7 @@ def logsumexp(x, dim, keepdim=False):
 
 
 def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    dim, unbiased, correction = _var_args(dim, unbiased, correction)
     c = correction if correction is not None else int(unbiased)
     axes = _checked_axes(dim, x.ndim)
     attrs = {"correction": int(c), "keepdim": int(keepdim)}
@@ -537,6 +567,7 @@ def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
 
 
 def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    dim, unbiased, correction = _var_args(dim, unbiased, correction)
     if x.dtype.name in ("float16", "bfloat16"):  # computed in float32, as PyTorch's
         return cast(std(cast(x, _F32), dim, unbiased, keepdim, correction), x.dtype)
     v = var(x, dim, unbiased, keepdim, correction)
@@ -702,7 +733,23 @@ def matmul(a, b):
     return _op("matmul", a, b)
 
 
-mm = bmm = matmul
+def mm(a, b):
+    """a @ b of two matrices (matmul's rules, without its broadcasting)."""
+    for name, x in (("self", a), ("mat2", b)):
+        if isinstance(x, Tensor) and x.ndim != 2:
+            raise RuntimeError(f"{name} must be a matrix")
+    return matmul(a, b)
+
+
+def bmm(a, b):
+    """Batched a @ b: two 3-D tensors of one batch size."""
+    for name, x in (("batch1", a), ("batch2", b)):
+        if isinstance(x, Tensor) and x.ndim != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{a.shape[0]}, {a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+    return matmul(a, b)
 
 
 def einsum(equation, *operands):
@@ -809,6 +856,8 @@ def flatten(x, start_dim=0, end_dim=-1):
     if n == 0:
         return reshape(x, 1)
     s, e = _dim(start_dim, n), _dim(end_dim, n)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     if s == e:
         return x
     dims = _C._ir_dims(x)
@@ -832,6 +881,8 @@ swapaxes = transpose
 
 
 def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     return x if x.ndim < 2 else transpose(x, 0, 1)
 
 
@@ -937,19 +988,38 @@ def stack(tensors, dim=0):
 
 
 def split(x, split_size_or_sections, dim=0):
+    """Pieces of split_size along dim (the last one shorter), or of the
+    given sizes; an empty dim is one empty piece, as in PyTorch."""
     dim = _dim(dim, x.ndim)
     n = x.shape[dim]
     if isinstance(split_size_or_sections, int):
         s = split_size_or_sections
-        sizes = [s] * (n // s) + ([n % s] if n % s else [])
+        if s < 0:
+            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={s}")
+        if s == 0 and n:
+            raise RuntimeError("split_size can only be 0 if dimension size is 0, but got "
+                               f"dimension size of {n}")
+        sizes = [s] * (n // s) + ([n % s] if n % s else []) if n else [0]
     else:
-        sizes = list(split_size_or_sections)
+        sizes = [int(s) for s in split_size_or_sections]
+        if builtins.sum(sizes) != n or builtins.any(s < 0 for s in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {dim}), but got "
+                               f"split_sizes={sizes}")
     out = _op("split", x, axis=int(dim), sizes=sizes)
     return out if isinstance(out, tuple) else (out,)
 
 
 def chunk(x, chunks, dim=0):
-    n = x.shape[_dim(dim, x.ndim)]
+    """At most chunks pieces of ceil(size / chunks) along dim (chunks
+    empty pieces of an empty dim, as in PyTorch)."""
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim]
+    if n == 0:
+        out = _op("split", x, axis=int(dim), sizes=[0] * chunks)
+        return out if isinstance(out, tuple) else (out,)
     return split(x, -(-n // chunks), dim)
 
 
@@ -969,11 +1039,17 @@ def tile(x, dims):
 
 
 def repeat(x, *sizes):
-    return tile(x, _sizes(sizes))
+    sizes = _sizes(sizes)
+    if len(sizes) < x.ndim:  # tile would read them as leading 1s
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than "
+                           "number of dimensions of tensor")
+    return tile(x, sizes)
 
 
 def unbind(x, dim=0):
     """The slices of x along dim, that dim removed."""
+    if x.shape[_dim(dim, x.ndim)] == 0:
+        return ()
     return tuple(squeeze(part, dim) for part in split(x, 1, dim))
 
 
@@ -1034,10 +1110,11 @@ def gather(x, dim, index):
 
 
 def _index_positions(x, index):
-    """The flat positions of x[index] (NumPy's indexing of x's shape)."""
-    index = _numpy_index(index)
+    """The flat positions of x[index] in x (as PyTorch reads index)."""
     try:
-        return np.asarray(np.arange(x.numel(), dtype=np.int64).reshape(tuple(x.shape))[index])
+        view, rest = _numpy_select(np.arange(x.numel(), dtype=np.int64).reshape(tuple(x.shape)),
+                                   index)
+        return np.asarray(view[rest])
     except IndexError as e:
         raise IndexError(f"loom: assignment at {index!r}: {e}") from None
 
@@ -1291,7 +1368,16 @@ def lerp(start, end, weight):
 
 
 def hypot(a, b):
-    return sqrt(add(mul(a, a), mul(b, b)))
+    """sqrt(a^2 + b^2) without overflow or underflow in the squares: the
+    larger magnitude times sqrt(1 + ratio^2); inf where either is inf."""
+    a, b = _pair(a, b)
+    if not a.dtype.is_floating_point:
+        raise RuntimeError(f"hypot takes float tensors, not {a.dtype.name} (cast them first)")
+    big, small = maximum(abs(a), abs(b)), minimum(abs(a), abs(b))
+    zero = eq(big, 0)
+    ratio = div(small, where(zero, 1.0, big))
+    r = mul(big, sqrt(add(mul(ratio, ratio), 1.0)))
+    return where(logical_or(isinf(a), isinf(b)), math.inf, where(zero, 0.0, r))
 
 
 def _signbit(x):
@@ -1716,6 +1802,28 @@ def _numpy_index(index):
     PyTorch reads it (_index_tuple), its tensors as arrays."""
     index = tuple(_index_item(i) for i in _index_tuple(index))
     return tuple(np.asarray(i) if isinstance(i, Tensor) else i for i in index)
+
+
+def _numpy_select(a, index):
+    """(view, rest): a[index] as PyTorch reads it is view[rest], view a
+    view of a. NumPy counts an int beside an index array as advanced, so
+    that x[0, :, idx] would put idx's dim first; PyTorch selects the ints
+    first (x[0][:, idx]), as _getitem does."""
+    index = _numpy_index(index)
+    ints = [k for k, i in enumerate(index) if type(i) is builtins.int]
+    if not ints or not builtins.any(isinstance(i, np.ndarray) for i in index):
+        return a, index
+    used = builtins.sum(i.ndim if isinstance(i, np.ndarray) and i.dtype == np.bool_ else 1
+                        for i in index if i is not None and i is not Ellipsis)
+    pre = []
+    for i in index:
+        if i is Ellipsis:
+            pre.extend([slice(None)] * (a.ndim - used))
+        elif isinstance(i, np.ndarray) and i.dtype == np.bool_:
+            pre.extend([slice(None)] * i.ndim)
+        elif i is not None:
+            pre.append(i if type(i) is builtins.int else slice(None))
+    return a[tuple(pre)], tuple(i for i in index if type(i) is not builtins.int)
 
 
 def _full_slice(i):

@@ -225,3 +225,61 @@ def test_torch_reads_a_loom_tensor_through_numpy_and_dlpack():
 def test_cross_entropy_ignore_index_is_not_out_of_range():
     loss = F.cross_entropy(loom.ones(2, 3), loom.tensor([0, -100]))
     assert np.isfinite(loss.item())
+
+
+# ---- assignment, splitting and arguments found by outside tests ----
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_assignment_with_an_int_before_an_index_tensor_is_not_transposed(lazy):
+    """x[0, :, idx] = v reads as PyTorch's x[0][:, idx] (the int selects
+    first), where NumPy would put idx's dim first: a square v landed
+    transposed, a (4, 2) one was refused."""
+    v = np.arange(16, dtype=np.float32).reshape(4, 4)
+    got = {}
+    for m in (loom, torch):
+        x = m.zeros(2, 4, 5)
+        if m is loom and lazy:
+            x = x * 1
+        x[0, :, m.tensor([0, 1, 2, 3])] = m.tensor(v)
+        x[1, ..., m.tensor([4, 1])] = m.ones(4, 2) * 3
+        x[1, m.tensor([True, False, True, False]), 2] = 7
+        got[m] = np.asarray(x.tolist())
+    np.testing.assert_array_equal(got[loom], got[torch])
+
+
+@pytest.mark.parametrize("case", ["zeros(0).chunk(2)", "zeros(0, 3).split(1)",
+                                  "zeros(3, 0).split(2, 1)", "zeros(0, 2).unbind(0)",
+                                  "zeros(2, 0).split(0, 1)", "zeros(5).chunk(3)",
+                                  "zeros(4).split([1, 3])"])
+def test_pieces_of_empty_and_uneven_dims_as_torch(case):
+    shapes = [[tuple(p.shape) for p in eval(f"m.{case}")] for m in (loom, torch)]
+    assert shapes[0] == shapes[1]
+
+
+@pytest.mark.parametrize("case", [
+    "m.zeros(2, 3).chunk(0)", "m.zeros(2, 3).split(0, 1)", "m.zeros(4).split(-1)",
+    "m.zeros(4).split([1, 1])", "m.zeros(2, 3, 4).t()", "m.zeros(2, 3, 4).flatten(2, 1)",
+    "m.zeros(2, 3).repeat(2)", "m.arange(5, 2)", "m.arange(0, 1, -1)",
+    "m.mm(m.zeros(3), m.zeros(3, 4))", "m.bmm(m.zeros(1, 2, 3), m.zeros(5, 3, 4))",
+    "m.bmm(m.zeros(2, 3), m.zeros(1, 3, 4))", "list(m.tensor(3.0))"])
+def test_bad_arguments_raise_as_torch(case):
+    raises_as_torch(lambda: eval(case, {"m": loom}), lambda: eval(case, {"m": torch}))
+
+
+@pytest.mark.parametrize("case", [
+    "m.where(m.tensor([1, 2], dtype=m.int8) > 1, m.tensor([1, 2], dtype=m.int8), 300)",
+    "m.where(m.tensor([1, 2], dtype=m.int8) > 1, 2 ** 40, m.tensor([1, 2], dtype=m.int8))",
+    "m.clamp(m.tensor([1, 2], dtype=m.int8), max=300)",
+    "m.clamp(m.tensor([1, 2], dtype=m.int8), min=-300)"])
+def test_numbers_past_the_dtype_of_where_and_clamp_raise(case):
+    for m in (loom, torch):
+        with pytest.raises(RuntimeError, match="without overflow"):
+            eval(case)
+
+
+def test_creation_forms_found_by_outside_tests():
+    assert tuple(loom.randint(10, (3, 2)).shape) == (3, 2)
+    assert loom.tensor(np.float64(1 / 3)).dtype is loom.float64
+    assert loom.tensor([1.0, np.float64(2)]).dtype is loom.float64
+    assert loom.tensor([1.0, 2.0]).dtype is loom.float32
+    assert loom.tensor(np.int32(3)).dtype is loom.int32

@@ -239,3 +239,36 @@ def test_bitwise_operators_as_torch():
             assert u.tolist() == v.tolist()
     with pytest.raises(ValueError, match="bitwise_and"):
         loom.tensor([1.5]) & loom.tensor([2.5])
+
+
+# ---- values outside tests found wrong ----
+
+def test_math_at_extremes_as_torch():
+    """isclose beside an infinity, fmod of a divisor far larger than the
+    dividend, hypot past float32's squares, exp2 and round(decimals) in
+    float16 and bfloat16, a Python int past an integer dtype in a true
+    division, and var's positional unbiased."""
+    inf = float("inf")
+    cases = [
+        lambda m: m.isclose(m.tensor([0.0, 1e30, inf, -inf, 5.0]),
+                            m.tensor([inf, inf, inf, inf, -inf])),
+        lambda m: m.fmod(m.tensor([-1.0, 0.5, -1.0, 7.5, -7.5]),
+                         m.tensor([1e8, -1e30, inf, 2.0, 2.0])),
+        lambda m: m.fmod(m.tensor([7, -7, 7, -7]), m.tensor([3, 3, -3, -3])),
+        lambda m: m.hypot(m.tensor([1e30, 1e-30, 2e19, inf, 3.0, 0.0]),
+                          m.tensor([1e30, 1e-30, 0.0, float("nan"), 4.0, 0.0])),
+        lambda m: m.exp2(m.tensor([10.0, 100.0, -3.0], dtype=m.bfloat16)).float(),
+        lambda m: m.exp2(m.tensor([10.0, 15.5, -3.0], dtype=m.float16)).float(),
+        lambda m: m.exp2(m.tensor([122.2, -100.7, 0.5])),
+        lambda m: m.round(m.tensor([1234.5, 60000.0, 1.2345], dtype=m.float16).float(), decimals=2),
+        lambda m: m.tensor([-3, 1, 5, 100], dtype=m.int8) / 1000,
+        lambda m: 2 ** 40 / m.tensor([-3, 1, 5, 100], dtype=m.int32),
+        lambda m: m.arange(12.0).reshape(3, 4).var(False),
+        lambda m: m.arange(12.0).reshape(3, 4).std(True),
+    ]
+    for case in cases:
+        np.testing.assert_allclose(np.asarray(case(loom).tolist(), dtype=np.float64),
+                                   np.asarray(case(torch).tolist(), dtype=np.float64),
+                                   rtol=1e-6, atol=0, equal_nan=True)
+    half = loom.round(loom.tensor([1234.5, 60000.0], dtype=loom.float16), decimals=2)
+    assert half.tolist() == [1234.0, 60000.0]  # in float32, rounded back: no inf
