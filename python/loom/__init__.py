@@ -188,6 +188,8 @@ def ones(*size, dtype=None, requires_grad=False):
 def full(size, fill_value, dtype=None, requires_grad=False):
     """As torch.full: without dtype, a bool fill gives bool, an int int64,
     a float float32."""
+    if isinstance(fill_value, Tensor):  # a one-element tensor: its number (a read)
+        fill_value = fill_value.item()
     if dtype is None:
         dtype = functional._number_dtype(fill_value)
     return _filled(tuple(size), fill_value, dtype, requires_grad)
@@ -195,6 +197,11 @@ def full(size, fill_value, dtype=None, requires_grad=False):
 
 def zeros_like(x, dtype=None):
     return zeros(x.shape, dtype=dtype or x.dtype)
+
+
+def empty_like(x, dtype=None, requires_grad=False):
+    """A tensor of x's shape (zeros: Loom has no uninitialized memory)."""
+    return empty(x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
 def ones_like(x, dtype=None):

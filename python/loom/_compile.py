@@ -76,11 +76,25 @@ class _Entry:
     """One capture: its guards, and its executable or the graph break
     that sends its calls through the trace."""
 
-    def __init__(self, guards, captured=None, shape=None, graph_break=None, buffers=()):
+    def __init__(self, guards, captured=None, shape=None, graph_break=None, buffers=(),
+                 aliases=()):
         self.guards = guards
         self.buffers = list(buffers)  # [(module, name, tensor at capture)]
         self.captured, self.shape = captured, shape
         self.graph_break = graph_break  # (reason, "file:line") or None
+        # per output: None, ("arg", j) for the tensor argument j itself, or
+        # ("out", k) for output k again: a call returns those objects, as
+        # the function itself does
+        self.aliases = tuple(aliases)
+
+    def results(self, outs, args):
+        if not any(self.aliases):
+            return outs
+        done = []
+        for i, alias in enumerate(self.aliases):
+            done.append(outs[i] if alias is None else
+                        args[alias[1]] if alias[0] == "arg" else done[alias[1]])
+        return done
 
     def holds(self):
         return all(read() == value for _, _, read, value in self.guards) and \
@@ -129,6 +143,15 @@ def _signature(a):
                         "strings, None, hashable objects, or lists, tuples and dicts "
                         "of them") from None
     return (type(a), a)
+
+
+def _alias(out, args, earlier):
+    """What output out is besides a new tensor (see _Entry.aliases)."""
+    for kind, among in (("arg", args), ("out", earlier)):
+        for j, t in enumerate(among):
+            if t is out:
+                return (kind, j)
+    return None
 
 
 def _collect_tensors(a, found):
@@ -200,7 +223,8 @@ class Compiled:
         opt = entry.captured.optimizer
         if opt is not None:
             opt._before_compiled_step(entry)
-        outs = entry.captured.run(self._tensors(args, kwargs))
+        tensors = self._tensors(args, kwargs)
+        outs = entry.results(entry.captured.run(tensors), tensors)
         if entry.shape == "none":
             return None
         return outs[0] if entry.shape == "one" else tuple(outs)
@@ -213,7 +237,8 @@ class Compiled:
         guards, buffers, drawn_from = [], {}, {}
         _C._capture_begin()
         try:
-            for a in self._tensors(args, kwargs):
+            tensors = self._tensors(args, kwargs)
+            for a in tensors:
                 _C._capture_arg(a)
             out = self.fn(*args, **kwargs)
             if out is None:
@@ -229,8 +254,9 @@ class Compiled:
             for t in _C._capture_reads():
                 guard((id(t), "requires_grad"), f"requires_grad of a {tuple(t.shape)} tensor",
                       lambda t=t: t.requires_grad)
+            aliases = [_alias(o, tensors, outs[:i]) for i, o in enumerate(outs)]
             captured = _C._capture_end(outs)
-            return _Entry(guards, captured, shape, buffers=buffers.values())
+            return _Entry(guards, captured, shape, buffers=buffers.values(), aliases=aliases)
         except _C.GraphBreak as e:
             _C._capture_abort()
             _rewind_generators()

@@ -5,6 +5,7 @@ or lazy (a value of the step being traced). Ops record; a value becomes
 real where Python needs it: .numpy(), .item(), float(), int(), bool(),
 print, .tolist(). Each of those cuts a segment that Loom looks up by
 GraphKey and replays (or compiles once)."""
+import builtins
 import itertools
 import weakref
 from collections import OrderedDict
@@ -371,9 +372,21 @@ class Tensor(_C.TensorBase):
                 raise RuntimeError(f"result type {result.dtype.name} can't be cast to the "
                                    f"desired output type {self.dtype.name}")
             result = _F.cast(result, self.dtype)
-        if not (result._lazy and _C._take_value(self, result)):
+        if result._lazy and _C._take_value(self, result):
+            return self
+        if self.dtype._numpy is not None:
             self[...] = result
+            return self
+        # bfloat16 memory others see: no NumPy view to write it through
+        self._check_assignable()
+        _C.step()  # values of the step in progress read the old data
+        _C._copy_into(self, result)
         return self
+
+    def _check_assignable(self):
+        if self.requires_grad and self.is_leaf and _C.is_grad_enabled():
+            raise RuntimeError("loom: a leaf tensor that requires grad cannot be assigned "
+                               "into (assign under loom.no_grad(), or compute a new tensor)")
 
     def __iadd__(self, o): return self._inplace(_F.add(self, o))
     def __isub__(self, o): return self._inplace(_F.sub(self, o))
@@ -431,6 +444,28 @@ class Tensor(_C.TensorBase):
     def index_fill_(self, dim, index, value):
         return self._inplace(_F.index_fill(self, dim, index, value))
 
+    def index_add_(self, dim, index, source, alpha=1):
+        src = source if alpha == 1 else _F.mul(source, alpha)
+        return self._inplace(_F.index_add(self, dim, index, src))
+
+    def index_copy_(self, dim, index, source):
+        return self._inplace(_F.index_copy(self, dim, index, source))
+
+    def scatter_add_(self, dim, index, src):
+        return self._inplace(_F.scatter_add(self, dim, index, src))
+
+    def lerp_(self, end, weight): return self._inplace(_F.lerp(self, end, weight))
+
+    def stride(self, dim=None):
+        """Row-major strides in elements: a Loom tensor's values are laid
+        out contiguously (is_contiguous() is True)."""
+        strides, step = [], 1
+        for size in reversed(self.shape):
+            strides.append(step)
+            step *= builtins.max(size, 1)
+        strides = tuple(reversed(strides))
+        return strides if dim is None else strides[_F._dim(dim, self.ndim)]
+
     def scatter_(self, dim, index, src=None, value=None, reduce=None):
         return self._inplace(_F.scatter(self, dim, index, src, value, reduce))
 
@@ -486,9 +521,7 @@ class Tensor(_C.TensorBase):
         Slices of a lazy value are new values, not views of its memory:
         assigning into one does not change the tensor it was sliced from.
         A leaf that requires grad is refused, as in PyTorch."""
-        if self.requires_grad and self.is_leaf and _C.is_grad_enabled():
-            raise RuntimeError("loom: a leaf tensor that requires grad cannot be assigned "
-                               "into (assign under loom.no_grad(), or compute a new tensor)")
+        self._check_assignable()
         if isinstance(value, (int, float)):
             _dtype.check_fits(value, self.dtype, fill=True)
         if self._lazy:

@@ -1142,18 +1142,18 @@ def _index_put(x, index, value):
     flow to x's other elements and to value. Tensors in index are read."""
     n = x.numel()
     pos = _index_positions(x, index)
-    if pos.size == 0:
-        return x
     if not isinstance(value, Tensor):
         value = _scalar(value, x.dtype)
     value = cast(value, x.dtype)
     while value.ndim > pos.ndim and value.shape[0] == 1:  # as PyTorch: leading 1s go
         value = reshape(value, *value.shape[1:])
-    try:
+    try:  # checked for an empty selection too, as PyTorch checks it
         np.broadcast_to(np.empty(tuple(value.shape), np.int8), pos.shape)
     except ValueError:
         raise ValueError(f"loom: a value of shape {tuple(value.shape)} cannot be assigned "
                          f"to {pos.shape} elements") from None
+    if pos.size == 0:
+        return x
     if tuple(value.shape) != pos.shape:
         value = expand(value, *pos.shape)
     flat = pos.reshape(-1)
@@ -1182,6 +1182,24 @@ def index_add(x, dim, index, src):
     others = [1 if i == dim else s for i, s in enumerate(src.shape)]
     full = add(full, _zeros_i64(tuple(others)))
     return scatter_add(x, dim, full, src)
+
+
+def index_copy(x, dim, index, src):
+    """torch.index_copy: x with row i of src at row index[i] along dim (a
+    repeated index takes its last row)."""
+    dim = _dim(dim, x.ndim)
+    return _index_put(x, (slice(None),) * dim + (index,), src)
+
+
+def take(x, index):
+    """x's elements at index, x read as one dim (negative from the end)."""
+    return reshape(reshape(x, -1)[index], *index.shape)
+
+
+def equal(a, b):
+    """Whether a and b have one shape and the same elements (a Python bool:
+    a read)."""
+    return tuple(a.shape) == tuple(b.shape) and builtins.bool(all(eq(a, b)))
 
 
 def _zeros_i64(shape):
@@ -1945,7 +1963,9 @@ def _advanced_index(y, advanced):
             idxs.append(_checked_index(idx, y.shape[d], len(idxs)))
     rest = [k for k in range(y.ndim) if k not in dims]
     moved = permute(y, dims + rest) if dims + rest != list(range(y.ndim)) else y
-    flat_y = reshape(moved, [-1] + [y.shape[k] for k in rest])
+    # -1 keeps a symbolic size; beside an empty dim it names no size
+    rows = -1 if builtins.all(y.shape[k] for k in rest) else math.prod(y.shape[d] for d in dims)
+    flat_y = reshape(moved, [rows] + [y.shape[k] for k in rest])
     flat, stride = None, 1
     for d, idx in reversed(list(zip(dims, idxs))):
         idx = cast(idx, _I64)
@@ -1984,7 +2004,10 @@ def _check_mask(y, d, mask):
 def _mask_index(x, mask):
     """x at the positions where mask (over x's leading dims) is true."""
     _check_mask(x, 0, mask)
-    flat = reshape(x, [-1] + list(x.shape[mask.ndim:]))
+    rest = list(x.shape[mask.ndim:])
+    # -1 keeps a symbolic size; beside an empty dim it names no size
+    rows = -1 if builtins.all(rest) else math.prod(x.shape[:mask.ndim])
+    flat = reshape(x, [rows] + rest)
     where_true = reshape(nonzero(reshape(mask, -1)), -1)
     return _op("gather", flat, where_true, axis=0)
 
@@ -2357,7 +2380,7 @@ METHODS = {name: globals()[name] for name in (
     "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
     "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
     "fmax", "fmin", "erfinv", "index_fill", "floor_divide", "broadcast_to", "addmm", "addmv",
-    "addr", "baddbmm", "addbmm")}
+    "addr", "baddbmm", "addbmm", "index_copy", "take", "equal")}
 METHODS["unfold"] = _unfold
 
 __all__ = sorted(n for n, v in globals().items()

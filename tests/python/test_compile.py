@@ -660,3 +660,19 @@ def test_dropout_in_a_compiled_training_step_draws_a_mask_per_call():
     masks = {tuple((step(x).numpy() == 0).ravel()) for _ in range(5)}
     assert len(masks) == 5
     assert len(step.explain().split("guards")) >= 1  # one executable, replayed
+
+
+def test_returned_arguments_and_repeated_outputs_are_the_same_tensors():
+    """A compiled function that returns an argument, or one tensor twice,
+    returns those objects, as the function itself does: an in-place change
+    of the result reaches the argument (it returned copies)."""
+    f = loom.compile(lambda x, y: (x, y * 2, x))
+    g = loom.compile(lambda x: (lambda y: (y, y))(x * 2))
+    for _ in range(3):  # the capture, then replays
+        x, y = loom.tensor([1.0, 2.0]), loom.tensor([3.0, 4.0])
+        a, b, c = f(x, y)
+        assert a is x and c is x and b.tolist() == [6.0, 8.0]
+        a.add_(100)
+        assert x.tolist() == [101.0, 102.0]
+        p, q = g(loom.tensor([1.0, 2.0]))
+        assert p is q and q.tolist() == [2.0, 4.0]

@@ -283,3 +283,42 @@ def test_creation_forms_found_by_outside_tests():
     assert loom.tensor([1.0, np.float64(2)]).dtype is loom.float64
     assert loom.tensor([1.0, 2.0]).dtype is loom.float32
     assert loom.tensor(np.int32(3)).dtype is loom.int32
+
+
+@pytest.mark.parametrize("index", [
+    lambda m: (m.tensor([True, False]), slice(1, 1)),
+    lambda m: (m.tensor([True, True]), slice(None), slice(4, None)),
+    lambda m: (slice(None), slice(1, 1), m.tensor([True, False, True, False])),
+    lambda m: (m.tensor([[1], [1]]), m.tensor([[2], [0]]), slice(1, 1))])
+def test_masks_and_index_tensors_beside_an_empty_slice(index):
+    shapes = [tuple(m.arange(24.0).reshape(2, 3, 4)[index(m)].shape) for m in (loom, torch)]
+    assert shapes[0] == shapes[1]
+
+
+@pytest.mark.parametrize("index, value", [("2:1", "ones(2, 1)"), ("x < 0", "ones(6)"),
+                                          ("[]", "ones(2, 1)")])
+def test_a_value_of_the_wrong_shape_is_refused_by_an_empty_selection(index, value):
+    for m in (loom, torch):
+        x = m.arange(24.0).reshape(4, 6) * 1
+        with pytest.raises((ValueError, RuntimeError)):
+            exec(f"x[{index}] = m.{value}")
+
+
+def test_in_place_ops_on_shared_bfloat16_memory():
+    """bfloat16 has no NumPy dtype to write shared memory through: a DLPack
+    import, an exported tensor and a parameter under no_grad still change
+    in place (others see it)."""
+    x = torch.tensor([1.0, 0.0, 3.0], dtype=torch.bfloat16)
+    t = loom.from_dlpack(x)
+    t.add_(1)
+    assert x.tolist() == [2.0, 1.0, 4.0] and t.float().tolist() == [2.0, 1.0, 4.0]
+    t2 = loom.tensor([1.0, 2.0]).bfloat16()
+    shared = torch.from_dlpack(t2)
+    t2.fill_(3)
+    assert shared.tolist() == [3.0, 3.0]
+    w = loom.nn.Parameter(loom.ones(3, dtype=loom.bfloat16))
+    with loom.no_grad():
+        w.sub_(0.5)
+    assert w.float().tolist() == [0.5, 0.5, 0.5]
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        w.sub_(0.5)

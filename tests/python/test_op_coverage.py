@@ -28,7 +28,8 @@ NN_NAMES = {n for n in dir(lF) if not n.startswith("_") and n != "Tensor"
 EXCUSED = {n: "tests/python/test_torch_idioms.py" for n in (
     "allclose", "argsort", "binary_cross_entropy", "clamp_max", "clamp_min", "einsum",
     "hardtanh", "huber_loss", "isclose", "isfinite", "isinf", "kl_div", "kthvalue",
-    "nan_to_num", "norm", "normalize", "smooth_l1_loss", "sort", "tril", "triu", "unbind")}
+    "nan_to_num", "norm", "normalize", "smooth_l1_loss", "sort", "tril", "triu", "unbind",
+    "equal")}
 EXCUSED.update({n: "tests/python/test_sampling_ops.py" for n in (
     "interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "diagonal",
     "diag_embed", "masked_select", "median", "cdist", "triu_indices", "tril_indices")})
@@ -442,6 +443,12 @@ CASES = [
       lambda m, x, i, s: m.f.index_add(x, 0, i, s)),
     C("index_add", lambda r: [u(r, (3, 5)), np.array([1, 1, 4]), u(r, (3, 3))],
       lambda m, x, i, s: m.f.index_add(x, 1, i, s), variant="dim1"),
+    C("index_copy", lambda r: [u(r, (5, 3)), np.array([4, 0, 2]), u(r, (3, 3))],
+      lambda m, x, i, s: m.f.index_copy(x, 0, i, s)),
+    C("index_copy", lambda r: [u(r, (3, 5)), np.array([1, 3]), u(r, (3, 2))],
+      lambda m, x, i, s: m.f.index_copy(x, 1, i, s), variant="dim1"),
+    C("take", lambda r: [u(r, (3, 4)), np.array([[0, 11], [-1, 5]])],
+      lambda m, x, i: m.f.take(x, i)),
     C("index_put", lambda r: [u(r, (5, 3)), np.array([4, 0, 4, 2]), u(r, (4, 3))],
       lambda m, x, i, v: m.f.index_put(x, (i,), v, accumulate=True)),
     C("index_put", lambda r: [u(r, (5, 3)), np.array([4, 0, 2]), np.array([1, 1, 0]),

@@ -720,3 +720,24 @@ def test_sort_is_stable_as_torch_s():
         np.testing.assert_array_equal(loom.argsort(loom.tensor(a), 1, desc, stable=True).numpy(),
                                       torch.argsort(torch.tensor(a), dim=1, descending=desc,
                                                     stable=True).numpy())
+
+
+def test_in_place_index_ops_take_equal_and_stride_as_torch():
+    """Tensor methods and functions PyTorch programs use that were missing."""
+    cases = [
+        lambda m: m.ones(3, 2).index_add_(0, m.tensor([0, 2, 0]), m.ones(3, 2), alpha=2),
+        lambda m: m.zeros(3, 2).index_copy_(0, m.tensor([2, 0]), m.arange(4.0).reshape(2, 2)),
+        lambda m: m.zeros(2, 4).index_copy(1, m.tensor([3, 1]), m.ones(2, 2)),
+        lambda m: m.zeros(2, 3).scatter_add_(1, m.tensor([[0, 0], [1, 1]]), m.ones(2, 2)),
+        lambda m: m.take(m.arange(6.0).reshape(2, 3), m.tensor([[0, 5], [-1, 2]])),
+        lambda m: m.ones(2).lerp_(m.zeros(2), 0.25),
+        lambda m: m.full((2,), m.tensor(2.5)),
+    ]
+    for case in cases:
+        assert case(loom).tolist() == case(torch).tolist()
+    for m in (loom, torch):
+        assert m.equal(m.ones(2), m.ones(2)) and not m.equal(m.ones(2), m.ones(3))
+        assert not m.ones(2).equal(m.tensor([1.0, 2.0]))
+        assert m.arange(24.0).reshape(2, 3, 4).stride() == (12, 4, 1)
+        assert m.arange(24.0).reshape(2, 3, 4).stride(-2) == 4
+        assert tuple(m.empty_like(m.zeros(2, 3)).shape) == (2, 3)
