@@ -297,6 +297,12 @@ def _rounding_unary(name):
 
 for _name in ("neg", "abs", "relu", "silu", "sign", "isnan", "stop_gradient"):
     globals()[_name] = _unary(_name)
+_sign_op = globals()["sign"]
+
+
+def sign(x):
+    """-1, 0 or 1 (a bool is its own sign, as in PyTorch)."""
+    return x if x.dtype is _BOOL else _sign_op(x)
 for _name in ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
               "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
               "atanh", "erf"):
@@ -432,8 +438,10 @@ def clamp(x, min=None, max=None):
     x where it is inside the bounds and to the bound that clamps it."""
     if min is None and max is None:  # PyTorch's refusal: a clamp with no bound is a mistake
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
-    if isinstance(min, Tensor) or isinstance(max, Tensor):
-        return _clamp_tensors(x, min, max)
+    nan_bound = builtins.any(isinstance(b, builtins.float) and math.isnan(b) for b in (min, max))
+    if isinstance(min, Tensor) or isinstance(max, Tensor) or nan_bound:
+        return _clamp_tensors(x, *(_scalar(b, x.dtype) if isinstance(b, builtins.float) else b
+                                   for b in (min, max)))
     for bound in (min, max):  # int x, float bound: a float result, as PyTorch's
         if bound is not None and _category(_number_dtype(bound)) > _category(x.dtype):
             x = cast(x, _number_dtype(bound))
@@ -452,9 +460,10 @@ clip = clamp
 
 def _clamp_tensors(x, lo, hi):
     # where, not maximum/minimum: those split the gradient at ties, and
-    # PyTorch's clamp gives it all to x there
-    y = x if lo is None else where(lt(x, lo), lo, x)
-    return y if hi is None else where(gt(y, hi), hi, y)
+    # PyTorch's clamp gives it all to x there; a NaN bound gives NaN, as
+    # PyTorch's
+    y = x if lo is None else where(logical_or(lt(x, lo), isnan(lo)), lo, x)
+    return y if hi is None else where(logical_or(gt(y, hi), isnan(hi)), hi, y)
 
 
 def clamp_min(x, min):
@@ -1346,6 +1355,8 @@ def unflatten(x, dim, sizes):
 
 
 def square(x):
+    if x.dtype is _BOOL:  # as PyTorch: bools square as integers
+        x = cast(x, _I64)
     return mul(x, x)
 
 
@@ -1360,6 +1371,8 @@ fix = trunc
 
 
 def frac(x):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"frac takes a float tensor, not {x.dtype.name}")
     return sub(x, trunc(x))
 
 
@@ -1381,7 +1394,13 @@ def addcdiv(x, tensor1, tensor2, value=1):
 
 
 def lerp(start, end, weight):
-    """start + weight (end - start)."""
+    """start + weight (end - start), of float tensors of one dtype."""
+    if not start.dtype.is_floating_point:
+        raise RuntimeError(f"lerp takes float tensors, not {start.dtype.name}")
+    for name, t in (("end", end), ("weight", weight)):
+        if isinstance(t, Tensor) and t.dtype is not start.dtype:
+            raise RuntimeError(f"lerp: {name} is {t.dtype.name} where start is "
+                               f"{start.dtype.name} (cast it first)")
     return add(start, mul(weight, sub(end, start)))
 
 
@@ -2208,6 +2227,8 @@ def _cumulative_extreme(name, x, dim):
     if x.ndim == 0:
         return getattr(return_types, name)(x, _scalar(0, _I64))
     dim = _dim(dim, x.ndim)
+    if x.numel() == 0:
+        return getattr(return_types, name)(x, _zeros_i64(tuple(x.shape)))
     last, rows, valid, _ = _prefix_taps(_ordered(x), dim)
     kind = x.dtype if x.dtype is not _BOOL else _I8
     if kind.is_floating_point:

@@ -272,3 +272,25 @@ def test_math_at_extremes_as_torch():
                                    rtol=1e-6, atol=0, equal_nan=True)
     half = loom.round(loom.tensor([1234.5, 60000.0], dtype=loom.float16), decimals=2)
     assert half.tolist() == [1234.0, 60000.0]  # in float32, rounded back: no inf
+
+
+def test_nan_bounds_empty_cumulative_extremes_and_bool_signs_as_torch():
+    nan = float("nan")
+    cases = [
+        lambda m: m.clamp(m.tensor([-3.0, 0.0, 3.0]), min=m.tensor([nan, -1.0, nan])),
+        lambda m: m.clamp(m.tensor([-3.0, 0.0, 3.0]), nan, 1.0),
+        lambda m: m.square(m.tensor([True, False, True])),
+        lambda m: m.sign(m.tensor([True, False, True])),
+        lambda m: m.cummax(m.zeros(0, 3), 0).values,
+        lambda m: m.cummin(m.zeros(0, 3), 0).indices,
+    ]
+    for case in cases:
+        mine, theirs = case(loom), case(torch)
+        assert mine.dtype.name == str(theirs.dtype).split(".")[1]
+        np.testing.assert_array_equal(np.asarray(mine.tolist()), np.asarray(theirs.tolist()))
+    for bad in ("m.lerp(m.ones(2), m.ones(2, dtype=m.float64), 0.5)",
+                "m.lerp(m.ones(2, dtype=m.int64), m.ones(2, dtype=m.int64), 0.5)",
+                "m.frac(m.ones(2, dtype=m.int64))"):
+        for m in (loom, torch):
+            with pytest.raises(RuntimeError):
+                eval(bad)
