@@ -277,6 +277,8 @@ static int enter(py_tensor_t *t, loom_value_t *out) {
   if (!st.entered && !(st.entered = PyList_New(0))) return -1;
   loom_status_t s;
   if (t->requires_grad && t->is_leaf) { /* under no_grad too: ops cut it (ops.c) */
+    t->step_input = false;
+    t->step_copy = NULL;
     s = loom_trace_param(tr, t->data, out);
     if (s == LOOM_OK && !t->held) {
       if (!st.params && !(st.params = PyList_New(0))) return -1;
@@ -326,6 +328,7 @@ static bool input_changed(const py_tensor_t *t) {
   const char *now = loom_tensor_data(t->data), *then = loom_tensor_data(t->step_copy);
   size_t item = loom_dtype_size(t->dtype);
   int64_t n = loom_tensor_numel(t->step_copy), row = 1;
+  if (n == 0) return false;
   bool dense = true;
   for (int d = t->rank - 1; d >= 0 && t->wrapped; d--) {
     dense &= t->shape[d] == 1 || t->strides[d] == row;

@@ -102,3 +102,17 @@ def test_gradients_of_an_input_refilled_in_place():
     a[:] = 0
     loss.backward()
     np.testing.assert_allclose(w.grad.numpy(), 2 * a0 * w0)
+
+
+def test_a_wrapped_input_that_becomes_a_parameter_reads_its_memory():
+    """A from_numpy tensor used as a step's input, then made to require
+    grad: later steps read it as a parameter (its memory, refilled too)."""
+    a = np.ones(3, np.float32)
+    x = loom.from_numpy(a)
+    assert float((x * 2).sum()) == 6.0
+    loom.step()
+    x.requires_grad_(True)
+    (x * 3).sum().backward()
+    a[:] = 2
+    (x * x).sum().backward()
+    assert x.grad.tolist() == [7.0, 7.0, 7.0]
