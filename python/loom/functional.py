@@ -28,6 +28,15 @@ def _op(name, *inputs, **attrs):
     return _C.op(name, inputs, attrs or None)
 
 
+def _on_scalar(fn, x, *tensors):
+    """fn over x (and tensors) made 1-d, reshaped back to 0-d: PyTorch's
+    dim-taking ops read a 0-d tensor as one element along dim 0 or -1."""
+    out = fn(reshape(x, 1), *(reshape(t, 1) if isinstance(t, Tensor) else t for t in tensors))
+    if isinstance(out, tuple):
+        return type(out)(*(reshape(o, ()) for o in out))
+    return reshape(out, ())
+
+
 def _dim(dim, ndim):
     """dim in [0, ndim), from PyTorch's range [-ndim, ndim) (a 0-d tensor
     takes dims -1 and 0), else IndexError in PyTorch's words."""
@@ -673,6 +682,8 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     if not 0 <= int(k) <= size:
         raise RuntimeError(f"selected index k out of range: k {int(k)}, dim {int(dim)} of "
                            f"size {size}")
+    if x.ndim == 0 and k == 1:
+        return _on_scalar(lambda y: topk(y, 1, 0, largest, sorted), x)
     return return_types.topk(*_op("topk", x, k=int(k), axis=int(dim), largest=int(largest)))
 
 
@@ -1035,7 +1046,7 @@ def chunk(x, chunks, dim=0):
 def flip(x, *args, dims=None):
     """x reversed along dims: flip(x, (0, 1)), x.flip(0, 1), flip(x, dims=[0])."""
     axes = [_dim(d, x.ndim) for d in _sizes(args if dims is None else (dims,))]
-    return _op("flip", x, axes=axes) if axes else x
+    return _op("flip", x, axes=axes) if axes and x.ndim else x
 
 
 def tile(x, dims):
@@ -1075,6 +1086,11 @@ def _check_rows(index, size):
 
 
 def index_select(x, dim, index):
+    if index.ndim == 0:
+        index = reshape(index, 1)
+    if x.ndim == 0:
+        _dim(dim, 0)
+        return _on_scalar(lambda y, i: index_select(y, 0, i), x, index)
     if x.ndim:
         _check_rows(index, x.shape[_dim(dim, x.ndim)])
     return _op("index_select", x, index, axis=int(dim))
@@ -1100,6 +1116,9 @@ def gather(x, dim, index):
     than x's but dim; an index outside [0, x.shape[dim]) fails the read."""
     if not isinstance(index, Tensor) or index.dtype.is_floating_point:
         raise TypeError("gather: index must be an integer tensor")
+    if x.ndim == 0 and index.ndim == 0:
+        _dim(dim, 0)
+        return _on_scalar(lambda y, i: gather(y, 0, i), x, index)
     if index.ndim != x.ndim or x.ndim == 0:
         raise ValueError(f"gather: index has {index.ndim} dims, x has {x.ndim} (one or more)")
     dim %= x.ndim
@@ -1301,8 +1320,8 @@ def nonzero(x, as_tuple=False):
     found = _op("nonzero", x)
     if not as_tuple:
         return found
-    if x.ndim == 0:
-        return (reshape(found, -1),)
+    if x.ndim == 0:  # as one element along a dim
+        return (nonzero(reshape(x, 1))[:, 0],)
     return tuple(found[:, d] for d in range(x.ndim))
 
 
@@ -2058,6 +2077,9 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
         got = index.dtype.name if isinstance(index, Tensor) else type(index).__name__
         raise RuntimeError(f"scatter(): Expected dtype int64 for index (got {got})")
     dim = _dim(dim, x.ndim)
+    if x.ndim == 0 and index.ndim == 0:
+        _dim(dim, 0)
+        return _on_scalar(lambda y, i, v: scatter(y, 0, i, v, reduce=reduce), x, index, src)
     if reduce is not None:
         return _scatter_reduce(x, dim, index, src, reduce)
     count = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I32._code),
@@ -2196,6 +2218,8 @@ def movedim(x, source, destination):
                            f"should contain the same number of dims as destination ({dst} dims)")
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise RuntimeError("movedim: repeated dim in source or destination")
+    if x.ndim == 0:
+        return x
     perm = [None] * x.ndim
     for s, d in zip(src, dst):
         perm[d] = s

@@ -322,3 +322,17 @@ def test_in_place_ops_on_shared_bfloat16_memory():
     assert w.float().tolist() == [0.5, 0.5, 0.5]
     with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
         w.sub_(0.5)
+
+
+@pytest.mark.parametrize("case", [
+    "x.gather(0, m.tensor(0))", "x.index_select(0, m.tensor([0]))", "x.index_select(-1, m.tensor(0))",
+    "x.scatter(0, m.tensor(0), 5.0)", "x.topk(1).values", "x.topk(1).indices", "x.flip(0)",
+    "x.movedim(0, 0)", "m.arange(3.0).index_select(0, m.tensor(1))",
+    "m.nonzero(m.tensor(3), as_tuple=True)[0]", "m.where(m.tensor(False))[0]"])
+def test_dim_taking_ops_read_a_0d_tensor_as_one_element(case):
+    got = []
+    for m in (loom, torch):
+        x = m.tensor(2.5)
+        r = eval(case)
+        got.append((tuple(r.shape), r.tolist()))
+    assert got[0] == got[1]
