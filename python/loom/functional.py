@@ -1026,6 +1026,10 @@ def split(x, split_size_or_sections, dim=0):
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
                                f"(input tensor's size at dimension {dim}), but got "
                                f"split_sizes={sizes}")
+    return _split_op(x, dim, sizes)
+
+
+def _split_op(x, dim, sizes):
     out = _op("split", x, axis=int(dim), sizes=sizes)
     return out if isinstance(out, tuple) else (out,)
 
@@ -1038,8 +1042,7 @@ def chunk(x, chunks, dim=0):
     dim = _dim(dim, x.ndim)
     n = x.shape[dim]
     if n == 0:
-        out = _op("split", x, axis=int(dim), sizes=[0] * chunks)
-        return out if isinstance(out, tuple) else (out,)
+        return _split_op(x, dim, [0] * chunks)
     return split(x, -(-n // chunks), dim)
 
 
@@ -1866,8 +1869,8 @@ def _numpy_select(a, index):
     that x[0, :, idx] would put idx's dim first; PyTorch selects the ints
     first (x[0][:, idx]), as _getitem does."""
     index = _numpy_index(index)
-    ints = [k for k, i in enumerate(index) if type(i) is builtins.int]
-    if not ints or not builtins.any(isinstance(i, np.ndarray) for i in index):
+    if not (builtins.any(type(i) is builtins.int for i in index) and
+            builtins.any(isinstance(i, np.ndarray) for i in index)):
         return a, index
     used = builtins.sum(i.ndim if isinstance(i, np.ndarray) and i.dtype == np.bool_ else 1
                         for i in index if i is not None and i is not Ellipsis)
@@ -2001,9 +2004,7 @@ def _advanced_index(y, advanced):
             idxs.append(_checked_index(idx, y.shape[d], len(idxs)))
     rest = [k for k in range(y.ndim) if k not in dims]
     moved = permute(y, dims + rest) if dims + rest != list(range(y.ndim)) else y
-    # -1 keeps a symbolic size; beside an empty dim it names no size
-    rows = -1 if builtins.all(y.shape[k] for k in rest) else math.prod(y.shape[d] for d in dims)
-    flat_y = reshape(moved, [rows] + [y.shape[k] for k in rest])
+    flat_y = reshape(moved, _rows_then([y.shape[d] for d in dims], [y.shape[k] for k in rest]))
     flat, stride = None, 1
     for d, idx in reversed(list(zip(dims, idxs))):
         idx = cast(idx, _I64)
@@ -2039,13 +2040,17 @@ def _check_mask(y, d, mask):
                          f"match the shape of the indexed tensor {indexed} at index {d}")
 
 
+def _rows_then(indexed, rest):
+    """The shape [rows] + rest that folds the indexed dims into one: -1
+    keeps a symbolic size, but beside an empty dim it names no size."""
+    rows = -1 if builtins.all(rest) else math.prod(indexed)
+    return [rows] + list(rest)
+
+
 def _mask_index(x, mask):
     """x at the positions where mask (over x's leading dims) is true."""
     _check_mask(x, 0, mask)
-    rest = list(x.shape[mask.ndim:])
-    # -1 keeps a symbolic size; beside an empty dim it names no size
-    rows = -1 if builtins.all(rest) else math.prod(x.shape[:mask.ndim])
-    flat = reshape(x, [rows] + rest)
+    flat = reshape(x, _rows_then(x.shape[:mask.ndim], x.shape[mask.ndim:]))
     where_true = reshape(nonzero(reshape(mask, -1)), -1)
     return _op("gather", flat, where_true, axis=0)
 
