@@ -429,7 +429,7 @@ static int session_open(const char *cmd, session_t *s, const args_t *a, bool fix
     l.o.shape_ranks = l.given_ranks, l.o.shape_dims = l.given_dims;
     ls = loom_onnx_load(a->model, &l.o, &s->g);
     s->dims_fixed = ls == LOOM_OK;
-    if (ls == LOOM_OK && !unknown)
+    if (ls == LOOM_OK && !unknown && first_status != LOOM_OK) /* else session_first says why */
       fprintf(stderr, "loom %s: loaded with its symbolic dims fixed to the sizes given (with "
               "them symbolic: %s)\n", cmd, first);
     else if (ls != LOOM_OK && !unknown) {

@@ -159,7 +159,7 @@ def as_tensor(data, dtype=None):
 def _shape(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    return tuple(_PY_INT(s) for s in size)
+    return tuple(functional._size(s) for s in size)
 
 
 def _filled(size, value, dtype, requires_grad):

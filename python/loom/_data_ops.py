@@ -469,7 +469,7 @@ def _dims(dim, ndim):
     None for every dim, refused as PyTorch refuses it."""
     if dim is None:
         return None
-    dims = [_F._dim(d, ndim) for d in _F._axes(dim)]
+    dims = [_F._dim(d, ndim) for d in _F._axes(dim) or []]
     for d in dims:
         if dims.count(d) > 1:
             raise RuntimeError(f"dim {d} appears multiple times in the list of dims")

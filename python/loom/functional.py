@@ -8,6 +8,7 @@ import builtins
 import collections
 import math
 import numbers
+import operator
 import string
 import types
 
@@ -205,10 +206,23 @@ subtract, multiply = sub, mul
 
 
 def floor_divide(a, b):
-    """a / b rounded toward -inf (the op's div floors integers only)."""
+    """a / b rounded toward -inf (the op's div floors integers only).
+    Floats as Python's // and PyTorch's: the quotient of a - fmod(a, b),
+    which is exact, rather than floor(a / b), whose rounded a / b can
+    reach the next integer (1. // 0.1 is 9, floor(1 / 0.1) 10) or
+    infinity (-5. // inf is -1, inf // 2 nan)."""
     a, b = _pair(a, b)
-    q = _op("div", a, b)
-    return floor(q) if a.dtype.is_floating_point else q
+    if not a.dtype.is_floating_point:
+        return _op("div", a, b)
+    mod = fmod(a, b)
+    q = _op("div", sub(a, mod), b)
+    # a remainder of the other sign than b: one less
+    q = sub(q, cast(logical_and(ne(mod, 0), ne(lt(b, 0), lt(mod, 0))), q.dtype))
+    down = floor(q)
+    down = add(down, cast(gt(sub(q, down), 0.5), q.dtype))
+    ratio = _op("div", a, b)
+    zero = where(_signbit(ratio), -0.0, 0.0)
+    return where(eq(b, 0), ratio, where(eq(q, 0), zero, down))
 
 
 def div(a, b, rounding_mode=None):
@@ -528,7 +542,8 @@ def where(cond, a=None, b=None):
 # ---- reductions ----
 
 def _axes(dim):
-    if dim is None:
+    """None: every axis; also for dim=() or [], as PyTorch's sum and mean."""
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         return None
     return list(dim) if isinstance(dim, (tuple, list)) else [dim]
 
@@ -861,10 +876,20 @@ def _einsum_pair(x, s, y, t, later):
 
 # ---- layout ----
 
-def _sizes(args):
+def _size(s, what="size"):
+    """s as a size or dim: an int or what has __index__ (a NumPy integer,
+    a one-element integer tensor), never a float, as PyTorch's."""
+    try:
+        return operator.index(s)
+    except TypeError:
+        raise TypeError(f"{what} must be a tuple of ints, but found element of type "
+                        f"{type(s).__name__}") from None
+
+
+def _sizes(args, what="size"):
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = args[0]
-    return [int(s) for s in args]
+    return [_size(s, what) for s in args]
 
 
 def reshape(x, *shape):
@@ -885,7 +910,12 @@ def flatten(x, start_dim=0, end_dim=-1):
 
 
 def permute(x, *dims):
-    return _op("transpose", x, perm=[_dim(d, x.ndim) for d in _sizes(dims)])
+    if not dims:
+        raise TypeError("permute() missing 1 required positional argument: 'dims'")
+    dims = _sizes(dims, "dims")
+    if len(dims) != x.ndim:
+        raise RuntimeError(f"permute: {len(dims)} dims given for a tensor of {x.ndim} dims")
+    return _op("transpose", x, perm=[_dim(d, x.ndim) for d in dims])
 
 
 def transpose(x, dim0, dim1):
@@ -913,7 +943,7 @@ def unsqueeze(x, dim):
 def squeeze(x, dim=None):
     if dim is None:
         return _op("squeeze", x)
-    axes = [d for d in (_dim(d, x.ndim) for d in _axes(dim)) if x.ndim and x.shape[d] == 1]
+    axes = [d for d in (_dim(d, x.ndim) for d in _axes(dim) or []) if x.ndim and x.shape[d] == 1]
     return _op("squeeze", x, axes=axes) if axes else x
 
 
@@ -993,7 +1023,12 @@ def cat(tensors, dim=0):
     d = tensors[0].dtype
     for u in tensors[1:]:
         d = _dtype.promote(d, u.dtype)
-    return _C.op("concat", tuple(cast(u, d) for u in tensors), {"axis": int(dim)})
+    # PyTorch's legacy rule: an empty 1-d tensor is skipped beside others
+    kept = [u for u in tensors if u.shape != (0,)] or tensors[:1]
+    if kept[0].ndim == 0:
+        raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+    dim = _dim(dim, kept[0].ndim)
+    return _C.op("concat", tuple(cast(u, d) for u in kept), {"axis": int(dim)})
 
 
 concat = concatenate = cat
@@ -1729,8 +1764,10 @@ def nanmedian(x, dim=None, keepdim=False):
 def _median(x, dim, keepdim, name, skip_nan):
     if dim is None:
         flat = reshape(x, -1)
-        if flat.shape[0] == 0:
-            raise ValueError(f"{name}: x has no elements")
+        if flat.shape[0] == 0:  # NaN, as PyTorch's (whose integer result is arbitrary)
+            if not x.dtype.is_floating_point:
+                raise ValueError(f"{name}: x has no elements")
+            return cast(_C.from_buffer(np.array(np.nan, np.float32), True), x.dtype)
         v = reshape(_median_along(flat, 0, skip_nan)[0].detach(), ())
         if not x.dtype.is_floating_point:
             return v

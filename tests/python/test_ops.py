@@ -294,3 +294,43 @@ def test_nan_bounds_empty_cumulative_extremes_and_bool_signs_as_torch():
         for m in (loom, torch):
             with pytest.raises(RuntimeError):
                 eval(bad)
+
+
+def test_float_floor_division_is_pythons_at_edges():
+    # the quotient of a - fmod(a, b): 1 // 0.1 is 9 (floor(1 / 0.1) is 10),
+    # -5 // inf is -1, inf // 2 is NaN, signed zeros as PyTorch's
+    vals = [5.0, -5.0, 0.0, -0.0, 1.0, 0.1, -0.1, 7.5, -7.5, 3.0, -3.0,
+            float("inf"), -float("inf"), float("nan")]
+    a = [x for x in vals for _ in vals]
+    b = [y for _ in vals for y in vals]
+    for dtype in ("float32", "float64", "float16"):
+        mine = (loom.tensor(a, dtype=getattr(loom, dtype)) //
+                loom.tensor(b, dtype=getattr(loom, dtype))).numpy().astype(np.float64)
+        theirs = torch.floor_divide(torch.tensor(a, dtype=getattr(torch, dtype)),
+                                    torch.tensor(b, dtype=getattr(torch, dtype))).double().numpy()
+        np.testing.assert_array_equal(mine, theirs)
+        signed = ~np.isnan(theirs)
+        np.testing.assert_array_equal(np.signbit(mine[signed]), np.signbit(theirs[signed]))
+    assert (loom.tensor([7, -7]) // loom.tensor([2, 2])).tolist() == [3, -4]
+    assert loom.div(loom.tensor([1.0]), 0.1, rounding_mode="floor").tolist() == [9.0]
+
+
+def test_empty_dims_sizes_and_concat_as_torch():
+    x = [[1.0, 2.0], [3.0, 5.0]]
+    for name in ("sum", "mean", "amax", "nansum", "count_nonzero", "var"):
+        for m in (loom, torch):
+            assert getattr(m, name)(m.tensor(x), dim=()).ndim == 0, (name, m)
+        assert getattr(loom, name)(loom.tensor(x), dim=()).item() == \
+            pytest.approx(getattr(torch, name)(torch.tensor(x), dim=()).item())
+    assert loom.ones(2, 1, 3).squeeze(()).shape == (2, 1, 3)
+    assert loom.tensor([]).median().isnan().item()
+    assert loom.cat([loom.ones(2, 2), loom.tensor([], dtype=loom.float64)]).dtype is loom.float64
+    assert loom.zeros(loom.tensor(2)).shape == (2,) and loom.zeros(np.int64(3)).shape == (3,)
+    for bad, error in (("m.zeros(2.0)", TypeError), ("m.ones(2, 3).reshape(3.0, 2)", TypeError),
+                       ("m.ones(2, 3).permute()", TypeError),
+                       ("m.ones(2, 3).permute(1)", RuntimeError),
+                       ("m.cat([m.ones(2), m.ones(2)], dim=3)", IndexError),
+                       ("m.cat([m.tensor(1.0), m.tensor(2.0)])", RuntimeError)):
+        for m in (loom, torch):
+            with pytest.raises(error):
+                eval(bad)
