@@ -65,10 +65,11 @@ _PY_INT = __builtins__["int"] if isinstance(__builtins__, dict) else __builtins_
 
 
 def _default_dtype(a, data):
-    """PyTorch's choice for data given as Python values: floats as float32,
-    unless a NumPy float64 (a scalar or an array) is among them."""
+    """PyTorch's choice for data given as Python values: floats as the
+    default dtype, unless a NumPy float64 (a scalar or an array) is among
+    them."""
     if a.dtype == np.float64 and not _has_numpy_float64(data):
-        return float32
+        return get_default_dtype()
     return None
 
 
@@ -164,7 +165,7 @@ def _shape(size):
 
 def _filled(size, value, dtype, requires_grad):
     from ._dtype import check_fits, resolve
-    d = resolve(dtype) if dtype is not None else float32
+    d = resolve(dtype) if dtype is not None else get_default_dtype()
     check_fits(value, d, fill=True)
     if d._numpy is None:  # bfloat16, which NumPy lacks: filled as float32, then cast
         t = _filled(size, value, float32, False).to(d)
@@ -187,7 +188,7 @@ def ones(*size, dtype=None, requires_grad=False):
 
 def full(size, fill_value, dtype=None, requires_grad=False):
     """As torch.full: without dtype, a bool fill gives bool, an int int64,
-    a float float32."""
+    a float the default dtype."""
     if isinstance(fill_value, Tensor):  # a one-element tensor: its number (a read)
         fill_value = fill_value.item()
     if dtype is None:
@@ -231,16 +232,16 @@ def arange(start, end=None, step=1, dtype=None):
         raise RuntimeError("upper bound and larger bound inconsistent with step sign")
     a = np.arange(start, end, step)
     if dtype is None and a.dtype == np.float64:
-        dtype = float32
+        dtype = get_default_dtype()
     return tensor(a, dtype=dtype)
 
 
 def eye(n, m=None, dtype=None):
-    return tensor(np.eye(n, m), dtype=dtype or float32)
+    return tensor(np.eye(n, m), dtype=dtype or get_default_dtype())
 
 
 def linspace(start, end, steps, dtype=None, requires_grad=False):
-    return tensor(np.linspace(start, end, steps), dtype=dtype or float32,
+    return tensor(np.linspace(start, end, steps), dtype=dtype or get_default_dtype(),
                   requires_grad=requires_grad)
 
 
@@ -292,14 +293,15 @@ def _drawn(draw, dtype, generator, requires_grad=False):
 def randn(*size, dtype=None, requires_grad=False, generator=None):
     _check_random_dtype(dtype, "normal_kernel_cpu")
     shape = _shape(size)
-    return _drawn(lambda g: g.standard_normal(shape), dtype or float32, generator,
+    return _drawn(lambda g: g.standard_normal(shape), dtype or get_default_dtype(), generator,
                   requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad=False, generator=None):
     _check_random_dtype(dtype, "check_uniform_bounds")
     shape = _shape(size)
-    return _drawn(lambda g: g.random(shape), dtype or float32, generator, requires_grad)
+    return _drawn(lambda g: g.random(shape), dtype or get_default_dtype(), generator,
+                  requires_grad)
 
 
 def randn_like(x, dtype=None, requires_grad=False):
@@ -321,9 +323,18 @@ def randint(low, high=None, size=(), dtype=None, generator=None):
 
 
 def get_default_dtype():
-    """float32: the dtype of float data and of float ops on integers (Loom
-    has no set_default_dtype)."""
-    return float32
+    """The dtype of float data given as Python numbers, of float creation
+    (zeros, randn, arange with float bounds...) and of float ops on
+    integers: float32 unless set_default_dtype changed it."""
+    from ._dtype import default_float
+    return default_float()
+
+
+def set_default_dtype(d):
+    """As torch.set_default_dtype: float64 makes new float tensors and
+    parameters double; only floating dtypes are taken."""
+    from ._dtype import set_default_float
+    set_default_float(d)
 
 
 def is_tensor(x):

@@ -46,6 +46,25 @@ def _by_name(name):
     return _BY_NAME[name]
 
 
+# The dtype of float data given as Python numbers, of float creation and of
+# float ops on integers: float32 unless set_default_dtype changed it.
+_default_float = _BY_NAME["float32"]
+
+
+def default_float():
+    return _default_float
+
+
+def set_default_float(d):
+    """As torch.set_default_dtype: a floating dtype, else TypeError."""
+    global _default_float
+    d = resolve(d)
+    if not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, "
+                        f"got {d}")
+    _default_float = d
+
+
 def from_code(code):
     return DTYPES[code]
 

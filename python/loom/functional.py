@@ -75,7 +75,7 @@ def _number_dtype(value):
     if isinstance(value, numbers.Integral):
         return _I64
     if isinstance(value, numbers.Real):
-        return _F32
+        return _dtype.default_float()
     raise TypeError(f"expected a loom Tensor or a number, got {type(value).__name__}")
 
 
@@ -246,7 +246,7 @@ def div(a, b, rounding_mode=None):
     b = builtins.float(b) if isinstance(b, numbers.Integral) else b
     a, b = _pair(a, b)
     if not a.dtype.is_floating_point:
-        a, b = cast(a, _F32), cast(b, _F32)
+        a, b = cast(a, _dtype.default_float()), cast(b, _dtype.default_float())
     return _op("div", a, b)
 
 
@@ -294,13 +294,14 @@ _FLOAT_CODES = frozenset(d._code for d in _dtype.DTYPES if d.is_floating_point)
 
 
 def _float_unary(name):
-    """A float-only op that takes integers and bool as float32, PyTorch's
-    default dtype (torch.tensor([4, 9]).sqrt() is float32)."""
+    """A float-only op that takes integers and bool as the default dtype
+    (float32 unless set_default_dtype: torch.tensor([4, 9]).sqrt() is
+    float32)."""
     op = _C.op
 
     def fn(x):
         if getattr(x, "_dtype", None) not in _FLOAT_CODES and isinstance(x, Tensor):
-            x = cast(x, _F32)
+            x = cast(x, _dtype.default_float())
         return op(name, (x,), None)
     fn.__name__ = name
     return fn
@@ -361,7 +362,7 @@ def exp2(x):
     float32 for float16 and bfloat16."""
     if x.dtype.name in ("float16", "bfloat16"):
         return cast(exp2(cast(x, _F32)), x.dtype)
-    x = x if x.dtype.is_floating_point else cast(x, _F32)
+    x = x if x.dtype.is_floating_point else cast(x, _dtype.default_float())
     return pow(_scalar(2.0, x.dtype), x)
 
 
@@ -1487,7 +1488,7 @@ def atan2(y, x):
     atan2(inf, -inf) = 3 pi / 4."""
     y, x = _pair(y, x)
     if not y.dtype.is_floating_point:
-        y, x = cast(y, _F32), cast(x, _F32)
+        y, x = cast(y, _dtype.default_float()), cast(x, _dtype.default_float())
     # both infinite: the angle of (sign x, sign y), not inf / inf
     both_inf = logical_and(isinf(x), isinf(y))
     x = where(both_inf, sign(x), x)
@@ -2374,7 +2375,7 @@ def xlogy(x, y):
     finite (so that no 0 * inf reaches the value or the gradients)."""
     x, y = _pair(x, y)
     if not x.dtype.is_floating_point:
-        x, y = cast(x, _F32), cast(y, _F32)
+        x, y = cast(x, _dtype.default_float()), cast(y, _dtype.default_float())
     zero = logical_and(eq(x, 0), logical_not(isnan(y)))
     finite = logical_and(gt(y, 0), lt(y, math.inf))
     at_zero = mul(x, stop_gradient(log(where(finite, y, 1.0))))
@@ -2400,7 +2401,7 @@ def erfinv(x):
     """The inverse of erf: Giles' polynomial start (single precision) and
     two Newton steps on erf, computed without gradient; the gradient is
     sqrt(pi)/2 e^(y^2), attached by a term that is 0 in value."""
-    x = x if x.dtype.is_floating_point else cast(x, _F32)
+    x = x if x.dtype.is_floating_point else cast(x, _dtype.default_float())
     v = stop_gradient(x)
     w = neg(log(mul(sub(1.0, v), add(1.0, v))))
     small = lt(w, 5.0)
@@ -2467,7 +2468,8 @@ METHODS = {name: globals()[name] for name in (
     "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
     "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
     "fmax", "fmin", "erfinv", "index_fill", "floor_divide", "broadcast_to", "addmm", "addmv",
-    "addr", "baddbmm", "addbmm", "index_copy", "take", "equal")}
+    "addr", "baddbmm", "addbmm", "index_copy", "take", "equal", "true_divide", "divide",
+    "subtract", "multiply")}
 METHODS["unfold"] = _unfold
 
 __all__ = sorted(n for n, v in globals().items()

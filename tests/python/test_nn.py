@@ -179,9 +179,13 @@ def test_a_saved_model_loads_into_a_new_one(tmp_path):
     a, b = LoomNet(), LoomNet()
     loom.save(a.state_dict(), str(tmp_path / "net.safetensors"))
     b.load_state_dict(loom.load(str(tmp_path / "net.safetensors")))
+    for (name, u), (_, v) in zip(a.state_dict().items(), b.state_dict().items()):
+        np.testing.assert_array_equal(u.numpy(), v.numpy(), err_msg=name)
     x = loom.randn(3, 6)
     with loom.no_grad():
-        np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+        # one run may be interpreted and the other compiled (tiered
+        # lookups), whose sums round in another order
+        np.testing.assert_allclose(a(x).numpy(), b(x).numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_malformed_files_are_refused(tmp_path):

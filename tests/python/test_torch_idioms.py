@@ -741,3 +741,36 @@ def test_in_place_index_ops_take_equal_and_stride_as_torch():
         assert m.arange(24.0).reshape(2, 3, 4).stride() == (12, 4, 1)
         assert m.arange(24.0).reshape(2, 3, 4).stride(-2) == 4
         assert tuple(m.empty_like(m.zeros(2, 3)).shape) == (2, 3)
+
+
+def test_set_default_dtype_float64_trains_in_double_as_torch():
+    x = np.random.default_rng(3).standard_normal((8, 3))
+    y = x @ np.array([[1.0], [-2.0], [0.5]]) + 0.1
+    results = {}
+    for m in (loom, torch):
+        m.set_default_dtype(m.float64)
+        try:
+            assert m.tensor([1.5]).dtype is m.float64 and m.zeros(2).dtype is m.float64
+            assert m.arange(0.0, 1.0, 0.5).dtype is m.float64
+            assert (m.tensor([1, 2]) / 2).dtype is m.float64
+            assert m.tensor([1, 2], dtype=m.float32).dtype is m.float32
+            m.manual_seed(0)
+            lin = m.nn.Linear(3, 1)
+            assert lin.weight.dtype is m.float64
+            with m.no_grad():
+                lin.weight.copy_(m.tensor([[0.3, 0.2, -0.1]]))
+                lin.bias.fill_(0.05)
+            opt = m.optim.SGD(lin.parameters(), lr=0.1)
+            for _ in range(5):
+                opt.zero_grad()
+                loss = ((lin(m.tensor(x)) - m.tensor(y)) ** 2).mean()
+                loss.backward()
+                opt.step()
+            results[m.__name__] = lin.weight.detach().numpy().copy()
+        finally:
+            m.set_default_dtype(m.float32)
+    assert results["loom"].dtype == np.float64
+    np.testing.assert_allclose(results["loom"], results["torch"], rtol=1e-12, atol=1e-14)
+    assert loom.get_default_dtype() is loom.float32 and loom.tensor([1.5]).dtype is loom.float32
+    with pytest.raises(TypeError):
+        loom.set_default_dtype(loom.int64)
