@@ -12,6 +12,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -591,6 +592,62 @@ static void trace_refuses_other_threads(void) {
   loom_trace_destroy(t);
 }
 
+/* A worker that begins a step, records y and ends (or, with release,
+ * gives the trace up and stays alive): the main thread goes on with that
+ * step and reads y, where the trace stayed the worker's for good. */
+typedef struct handoff {
+  loom_trace_t *t;
+  loom_tensor_t *x;
+  loom_value_t y;
+  bool release;
+  _Atomic int released;  /* the worker has recorded y and given the trace up */
+  pthread_mutex_t lock;  /* with release: held until the main thread has read */
+} handoff_t;
+
+static void *record_and_leave(void *arg) {
+  handoff_t *h = arg;
+  loom_value_t xv;
+  h->y.id = -1;
+  if (loom_trace_input(h->t, h->x, NULL, &xv) == LOOM_OK)
+    trace_program(loom_trace_graph(h->t), xv, &h->y);
+  if (h->release && loom_trace_release(h->t) == LOOM_OK) {
+    atomic_store(&h->released, 1);
+    pthread_mutex_lock(&h->lock); /* alive while the main thread reads */
+    pthread_mutex_unlock(&h->lock);
+  }
+  return NULL;
+}
+
+static void trace_handed_over(void) {
+  loom_trace_t *t;
+  CHECK_OK(loom_trace_create(NULL, &t));
+  test_seed(47);
+  loom_tensor_t *x = test_rand_tensor(LOOM_F32, 1, (int64_t[]){5}, -2, 2);
+  for (int release = 0; release < 2; release++) {
+    handoff_t h = {.t = t, .x = x, .release = release, .lock = PTHREAD_MUTEX_INITIALIZER};
+    pthread_mutex_lock(&h.lock);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, record_and_leave, &h) == 0);
+    const loom_tensor_t *got = NULL;
+    loom_status_t s = LOOM_ERR_INVALID;
+    if (release) { /* the worker lives on: its release alone hands the step over */
+      while (!atomic_load(&h.released)) sched_yield();
+      s = loom_trace_read(t, h.y, &got);
+    }
+    pthread_mutex_unlock(&h.lock);
+    CHECK(pthread_join(th, NULL) == 0);
+    if (!release) s = loom_trace_read(t, h.y, &got);
+    CHECK_OK(s);
+    CHECK(trace_result_right(x, got));
+    CHECK_OK(loom_trace_step_end(t));
+  }
+  CHECK(trace_step(t, x));
+  CHECK(loom_trace_release(NULL) == LOOM_ERR_INVALID);
+  CHECK_OK(loom_trace_release(t)); /* not held: nothing to give up */
+  loom_tensor_destroy(x);
+  loom_trace_destroy(t);
+}
+
 /* Two threads step one trace as fast as they can: each step is refused
  * (retried later) or runs whole and right. */
 typedef struct racer {
@@ -659,5 +716,6 @@ int main(void) {
   TEST_RUN(one_graph_many_threads);
   TEST_RUN(trace_refuses_other_threads);
   TEST_RUN(trace_two_threads_take_turns);
+  TEST_RUN(trace_handed_over);
   return test_summary();
 }

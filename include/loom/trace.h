@@ -196,9 +196,11 @@ LOOM_API void loom_cache_keys_destroy(loom_cache_keys_t *keys);
  * into loom_trace_graph included) until that thread's loom_trace_step_end.
  * Meanwhile a call from another thread, a builder's included, fails with
  * LOOM_ERR_INVALID ("in use by another thread") and changes nothing; after
- * the step ends, any thread may begin the next. Programs that trace on
- * several threads at once give each thread a trace of its own; those may
- * share one loom_cache_t. loom_trace_destroy must not race with calls. */
+ * the step ends, any thread may begin the next, and so may any thread
+ * once the step's thread has ended (it releases its traces as it exits)
+ * or called loom_trace_release. Programs that trace on several threads at
+ * once give each thread a trace of its own; those may share one
+ * loom_cache_t. loom_trace_destroy must not race with calls. */
 
 #define LOOM_RECOMPILE_UNLIMITED (-1)
 
@@ -427,6 +429,14 @@ LOOM_API loom_status_t loom_trace_data_parallel(loom_trace_t *t, loom_comm_t *co
 /* Ends the step: runs what is pending, releases the step's values,
  * tensors and gradients. */
 LOOM_API loom_status_t loom_trace_step_end(loom_trace_t *t);
+
+/* This thread gives t up without ending its step, which goes on in the
+ * next thread that calls: a worker that recorded a result, still lazy,
+ * and handed it to another thread. Nothing when this thread does not hold
+ * t. A thread that ends releases its traces as it exits; this is for a
+ * host that learns of the end first (Python's Thread.join returns before
+ * the thread has exited). */
+LOOM_API loom_status_t loom_trace_release(loom_trace_t *t);
 
 /* ---- Statistics ---------------------------------------------------------- */
 

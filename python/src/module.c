@@ -46,7 +46,9 @@ PyObject *py_graph_break;
 
 PyMODINIT_FUNC PyInit__C(void) {
   py_tensor_type.tp_richcompare = py_tensor_richcompare;
-  if (PyType_Ready(&py_tensor_type) < 0 || PyType_Ready(&py_captured_type) < 0) return NULL;
+  if (PyType_Ready(&py_tensor_type) < 0 || PyType_Ready(&py_captured_type) < 0 ||
+      py_step_init() < 0)
+    return NULL;
   if (!py_graph_break &&
       !(py_graph_break = PyErr_NewExceptionWithDoc(
             "loom.GraphBreak",

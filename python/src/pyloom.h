@@ -77,6 +77,9 @@ extern PyMethodDef py_tensor_functions[];
 /* ---- the step (step.c) ---- */
 /* The trace, created on first use; NULL with an exception set. */
 loom_trace_t *py_step_trace(void);
+/* At import: the main thread, and the type that releases the trace when
+ * another thread's state is cleared. */
+int py_step_init(void);
 uint64_t py_step_id(void);
 /* The value of t in this step: entered as an input or a parameter when
  * it has none yet. */

@@ -69,7 +69,45 @@ static PyObject *fn_set_break_hook(PyObject *self, PyObject *hook) {
 
 bool py_step_grad_enabled(void) { return st.no_grad == 0; }
 
+/* ---- A thread that ends with the step open --------------------------------
+ * A worker thread that recorded ops and handed its result over holds the
+ * trace (include/loom/trace.h) until it exits, and Thread.join returns
+ * before that, once the thread's state is cleared. So each other thread
+ * that records keeps in its thread-state dict an object whose deallocation,
+ * as that dict is cleared, releases the trace: the step goes on in the
+ * thread that joined it. */
+static _Thread_local bool release_armed;
+static unsigned long main_thread;
+
+static void release_dealloc(PyObject *self) {
+  if (st.trace) loom_trace_release(st.trace);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject release_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loom._C._TraceRelease",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_dealloc = release_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+int py_step_init(void) {
+  main_thread = PyThread_get_thread_ident();
+  return PyType_Ready(&release_type);
+}
+
+static void arm_release(void) {
+  release_armed = true;
+  PyObject *dict = PyThreadState_GetDict();
+  if (PyThread_get_thread_ident() == main_thread || !dict) return;
+  PyObject *o = PyObject_New(PyObject, &release_type);
+  if (!o || PyDict_SetItemString(dict, "loom._C.trace_release", o) < 0)
+    PyErr_Clear(); /* the thread keeps the trace until it exits, as in C */
+  Py_XDECREF(o);
+}
+
 loom_trace_t *py_step_trace(void) {
+  if (!release_armed) arm_release();
   if (st.trace) return st.trace;
   loom_trace_options_t o;
   loom_trace_options_init(&o);

@@ -2,6 +2,7 @@
  * is (the claim), the per-value, per-node and per-symbol tables, the
  * step's tensors, sizes and shape policies. The bottom layer: it calls
  * no other file of the tracer. */
+#include <pthread.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -16,13 +17,91 @@
  * after loom_trace_create or loom_trace_step_end, a builder recording into
  * the trace's graph included) until its loom_trace_step_end. Another
  * thread's call meanwhile is refused before it touches anything; between
- * steps any thread may take the trace over. The claim is an atomic
- * exchange, so one thread's step happens before the next one's. */
+ * steps, or once that thread has ended, any thread may take the trace
+ * over. The claim is an atomic exchange, so one thread's step happens
+ * before the next one's. */
 
 /* An address unique to the calling thread while it lives. */
 static uintptr_t this_thread(void) {
   static _Thread_local char token;
   return (uintptr_t)&token;
+}
+
+/* A thread that ends with a step open (a worker that recorded a result
+ * and handed it to another thread) would keep the trace from every other
+ * thread for good, until the process exits: when it ends, its claims are
+ * released (a thread-specific key's destructor), and the step goes on in
+ * whichever thread calls next, as a step that thread began. Only traces
+ * still alive are touched: the live list and its lock. */
+enum { CLAIMS_KEPT = 8 }; /* traces a thread releases when it ends */
+
+typedef struct claims {
+  loom_trace_t *trace[CLAIMS_KEPT];
+} claims_t;
+
+static _Thread_local claims_t claims;
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static bool exit_key_made;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_trace_t *live;
+
+static void release_claims(void *arg) {
+  claims_t *c = arg;
+  uintptr_t me = this_thread();
+  pthread_mutex_lock(&live_lock);
+  for (int i = 0; i < CLAIMS_KEPT; i++) {
+    for (loom_trace_t *t = live; c->trace[i] && t; t = t->next_live) {
+      uintptr_t mine = me;
+      if (t == c->trace[i])
+        atomic_compare_exchange_strong_explicit(&t->user, &mine, 0, memory_order_release,
+                                                memory_order_relaxed);
+    }
+    c->trace[i] = NULL;
+  }
+  pthread_mutex_unlock(&live_lock);
+}
+
+static void make_exit_key(void) { exit_key_made = pthread_key_create(&exit_key, release_claims) == 0; }
+
+/* t just claimed by this thread: released when the thread ends. */
+static void note_claim(loom_trace_t *t) {
+  int free_slot = -1;
+  for (int i = 0; i < CLAIMS_KEPT; i++) {
+    if (claims.trace[i] == t) return;
+    if (!claims.trace[i] && free_slot < 0) free_slot = i;
+  }
+  pthread_once(&exit_once, make_exit_key);
+  if (free_slot < 0 || !exit_key_made) return; /* that one stays claimed past the thread */
+  claims.trace[free_slot] = t;
+  if (!pthread_getspecific(exit_key)) pthread_setspecific(exit_key, &claims);
+}
+
+loom_status_t loom_trace_release(loom_trace_t *t) {
+  if (!t) return loom_fail(LOOM_ERR_INVALID, "loom_trace_release: the trace is NULL");
+  uintptr_t me = this_thread();
+  for (int i = 0; i < CLAIMS_KEPT; i++)
+    if (claims.trace[i] == t) claims.trace[i] = NULL;
+  atomic_compare_exchange_strong_explicit(&t->user, &me, 0, memory_order_release,
+                                          memory_order_relaxed);
+  return LOOM_OK;
+}
+
+void tr_live_add(loom_trace_t *t) {
+  pthread_mutex_lock(&live_lock);
+  t->next_live = live;
+  live = t;
+  pthread_mutex_unlock(&live_lock);
+}
+
+void tr_live_remove(loom_trace_t *t) {
+  pthread_mutex_lock(&live_lock);
+  for (loom_trace_t **p = &live; *p; p = &(*p)->next_live)
+    if (*p == t) {
+      *p = t->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
 }
 
 static loom_status_t refuse(const char *fn) {
@@ -37,9 +116,11 @@ loom_status_t tr_claim(loom_trace_t *t, const char *fn) {
   /* Only this thread stores its own token: seeing it needs no exchange. */
   if (atomic_load_explicit(&t->user, memory_order_relaxed) == me) return LOOM_OK;
   if (atomic_compare_exchange_strong_explicit(&t->user, &user, me, memory_order_acquire,
-                                              memory_order_relaxed) || user == me)
+                                              memory_order_relaxed)) {
+    note_claim(t);
     return LOOM_OK;
-  return refuse(fn);
+  }
+  return user == me ? LOOM_OK : refuse(fn);
 }
 
 /* For a call that only reads t: takes t unless this thread has it (*taken

@@ -413,6 +413,7 @@ loom_status_t loom_trace_create(const loom_trace_options_t *o,
   t->g->hook.pin_dim = pin_dim;
   t->g->hook.size_now = size_now;
   t->g->hook.ctx = t;
+  tr_live_add(t);
   *out = t;
   loom_clear_error();
   return LOOM_OK;
@@ -447,6 +448,7 @@ static void release_step(loom_trace_t *t) {
 
 void loom_trace_destroy(loom_trace_t *t) {
   if (!t) return;
+  tr_live_remove(t);
   release_step(t);
   tr_recycle_free(t);
   tape_destroy(t);

@@ -434,6 +434,7 @@ struct loom_trace {
   /* The thread recording this step (an address unique to it), 0 between
    * steps: other threads' calls are refused until the step ends. */
   _Atomic uintptr_t user;
+  struct loom_trace *next_live; /* the traces alive (state.c), under its lock */
   loom_trace_options_t opt;
   loom_graph_t *g;
   loom_cache_t *cache;
@@ -581,6 +582,10 @@ loom_status_t tr_claim(loom_trace_t *t, const char *fn);
  * (*taken says so); tr_give_back(t, *taken) ends the read. */
 loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *taken);
 void tr_give_back(const loom_trace_t *t, bool taken);
+/* t created and about to be freed: a thread that ends with t's step open
+ * releases t only while it lives. */
+void tr_live_add(loom_trace_t *t);
+void tr_live_remove(loom_trace_t *t);
 /* The trace's record of parameter p, or a failure that names fn. */
 loom_status_t tr_find_param(loom_trace_t *t, const loom_tensor_t *p, const char *fn,
                             tr_param_t **out);

@@ -740,3 +740,20 @@ def test_a_failed_read_is_not_raised_again_by_the_step_end():
     loom.step()  # ends without raising
     with pytest.raises(type(first.value)):
         kept.numpy()
+
+
+def test_a_result_a_finished_thread_recorded_is_read_by_the_thread_that_joined_it():
+    import threading
+    for _ in range(3):
+        loom.step()  # this thread's step ends: steps of two threads must not overlap
+        out = {}
+
+        def worker():
+            x = loom.tensor(np.arange(4, dtype=np.float32))
+            out["y"] = x * 2 + 1  # lazy: the worker's step is still open
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert out["y"].tolist() == [1.0, 3.0, 5.0, 7.0]
+        assert (loom.tensor([1.0, 2.0]) * 3).sum().item() == 9.0
