@@ -247,7 +247,7 @@ loom_status_t ir_shape_conv_transpose2d(ir_infer_t *c) {
                          ir_dim_str(c->g, x->dims[1], s, sizeof s),
                          ir_dim_str(c->g, w->dims[0], t, sizeof t));
   }
-  LOOM_TRY(check_divisible(c, x->dims[1], "input channels", p.groups));
+  LOOM_TRY(check_divisible(c, w_in, "input channels", p.groups));
   ir_type_t *y = &c->out[0];
   *y = (ir_type_t){.dtype = x->dtype, .rank = 4};
   y->dims[0] = x->dims[0];

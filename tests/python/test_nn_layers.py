@@ -19,8 +19,10 @@ def twin(make, *shapes, train=True, rtol=1e-4, atol=1e-5, out_index=None):
     mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
     mine.train(train), theirs.train(train)
     xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    out = mine(*[loom.from_numpy(x) for x in xs])
-    tout = theirs(*[torch.from_numpy(x) for x in xs])
+    ins = [loom.tensor(x, requires_grad=True) for x in xs]
+    tins = [torch.tensor(x, requires_grad=True) for x in xs]
+    out = mine(*ins)
+    tout = theirs(*tins)
     if out_index is not None:
         out, tout = out[out_index], tout[out_index]
     np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=rtol,
@@ -31,6 +33,9 @@ def twin(make, *shapes, train=True, rtol=1e-4, atol=1e-5, out_index=None):
     for (name, p), (_, tp) in zip(mine.named_parameters(), theirs.named_parameters()):
         np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-3, atol=1e-4,
                                    err_msg=name)
+    for i, (x, tx) in enumerate(zip(ins, tins)):
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-4,
+                                   err_msg=f"input {i}")
     loom.step()
     return mine, theirs
 
@@ -403,3 +408,66 @@ def test_conv_transpose_output_size_and_factory_arguments():
     assert outs[0].shape == (1, 3, 8, 8)
     loom.nn.Conv2d(2, 3, 3, device="cpu", dtype=loom.float64)(loom.zeros(1, 2, 4, 4,
                                                                          dtype=loom.float64))
+
+
+@pytest.mark.parametrize("make,shapes", [
+    (lambda m: m.ConstantPad1d((1, 2), 3.5), [(2, 3, 4)]),
+    (lambda m: m.ConstantPad3d((1, 0, 2, 1, 0, 1), 0.5), [(1, 2, 3, 4, 5)]),
+    (lambda m: m.ZeroPad2d((1, 2, 0, 1)), [(2, 3, 4, 5)]),
+    (lambda m: m.ReflectionPad1d(2), [(2, 3, 5)]),
+    (lambda m: m.ReflectionPad2d((1, 2, 2, 1)), [(2, 3, 4, 5)]),
+    (lambda m: m.ReplicationPad2d(2), [(2, 3, 4, 5)]),
+    (lambda m: m.ReplicationPad3d(1), [(1, 2, 3, 4, 5)]),
+    (lambda m: m.Threshold(0.1, 20.0), [(3, 4)]),
+    (lambda m: m.Hardshrink(0.6), [(3, 4)]),
+    (lambda m: m.Softshrink(0.3), [(3, 4)]),
+    (lambda m: m.Softmax2d(), [(2, 3, 4, 5)]),
+    (lambda m: m.CosineSimilarity(1), [(3, 4), (3, 4)]),
+    (lambda m: m.PairwiseDistance(), [(3, 4), (3, 4)]),
+    (lambda m: m.InstanceNorm1d(3), [(2, 3, 6)]),
+    (lambda m: m.InstanceNorm2d(3, affine=True), [(2, 3, 4, 5)]),
+    (lambda m: m.InstanceNorm2d(3), [(3, 4, 5)]),
+    (lambda m: m.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), [(2, 3, 7)]),
+    (lambda m: m.ConvTranspose1d(4, 6, 2, groups=2, dilation=2), [(2, 4, 5)]),
+])
+def test_padding_shrinks_instance_norm_and_conv_transpose1d(make, shapes):
+    twin(make, *shapes)
+
+
+def test_instance_norm_running_statistics_and_factory_arguments():
+    mine, theirs = twin(lambda m: m.InstanceNorm2d(3, affine=True, track_running_stats=True),
+                        (2, 3, 4, 5))
+    for name in ("running_mean", "running_var"):
+        np.testing.assert_allclose(getattr(mine, name).numpy(), getattr(theirs, name).numpy(),
+                                   rtol=1e-5, err_msg=name)
+    twin(lambda m: m.InstanceNorm2d(3, affine=True, track_running_stats=True), (2, 3, 4, 5),
+         train=False)
+    for make in (lambda m, **k: m.LayerNorm(3, **k), lambda m, **k: m.GroupNorm(1, 3, **k),
+                 lambda m, **k: m.Embedding(5, 3, **k), lambda m, **k: m.PReLU(**k),
+                 lambda m, **k: m.Bilinear(3, 3, 2, **k),
+                 lambda m, **k: m.MultiheadAttention(4, 2, **k),
+                 lambda m, **k: m.TransformerEncoderLayer(4, 2, 8, **k),
+                 lambda m, **k: m.InstanceNorm1d(3, affine=True, **k)):
+        layer = make(nn, device="cpu", dtype=loom.float64)
+        assert {p.dtype for p in layer.parameters()} == {loom.float64}
+        with pytest.raises(RuntimeError):
+            make(nn, device="cuda")
+
+
+def test_grouped_transpose_convolution_over_symbolic_channels():
+    # the channel dim symbolic: it takes the weight's 4, which groups divide
+    w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 4, 5, 5)).astype(np.float32)
+        mine = nn.functional.conv_transpose2d(
+            loom.dynamic(loom.dynamic(loom.from_numpy(x), 0), 1), loom.from_numpy(w), groups=2)
+        theirs = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w),
+                                                      groups=2)
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_functional_in_place_activations_write_their_input():
+    for m in (loom, torch):
+        x = m.tensor([-1.0, 0.5, 2.0])
+        assert m.nn.functional.relu_(x) is x and x.tolist() == [0.0, 0.5, 2.0]
+        assert m.nn.functional.threshold_(x, 1.0, -3.0) is x and x.tolist() == [-3.0, -3.0, 2.0]

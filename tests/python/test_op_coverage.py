@@ -45,6 +45,7 @@ EXCUSED.update({n: "tests/python/test_api_additions.py" for n in (
     "var_mean", "xlogy", "addbmm", "addmm", "addmv", "addr", "atleast_1d", "atleast_2d",
     "atleast_3d", "baddbmm", "broadcast_to", "clone", "column_stack", "dropout1d", "dropout2d",
     "dropout3d", "dstack", "hstack", "row_stack", "vstack")})
+EXCUSED.update({n: "tests/python/test_nn_layers.py" for n in ("relu_", "threshold_")})
 EXCUSED.update({"fix": "alias of trunc", "arctan2": "alias of atan2", "ger": "alias of outer",
                 "view_as": "alias of reshape_as"})
 
@@ -505,6 +506,13 @@ CASES = [
       kw=dict(stride=2, padding=1, dilation=2, groups=2)),
     C("conv1d", lambda r: [u(r, (2, 4, 9)), u(r, (5, 4, 3))], variant="same",
       kw=dict(padding="same")),
+    C("conv_transpose1d", lambda r: [u(r, (2, 4, 7)), u(r, (4, 3, 3)), u(r, (6,))],
+      kw=dict(stride=2, padding=1, output_padding=1, groups=2)),
+    C("instance_norm", lambda r: [u(r, (2, 3, 4, 5)), u(r, (3,)), u(r, (3,))],
+      lambda m, x, w, b: m.F.instance_norm(x, weight=w, bias=b, eps=1e-3)),
+    C("threshold", X(5, 7), kw=dict(threshold=0.3, value=-4.0)),
+    C("hardshrink", X(5, 7), kw=dict(lambd=0.7)),
+    C("softshrink", X(5, 7), kw=dict(lambd=0.7)),
     C("mse_loss", lambda r: [u(r, (3, 7)), u(r, (3, 7))]),
     C("mse_loss", lambda r: [u(r, (3, 7)), u(r, (3, 7))], variant="none",
       kw=dict(reduction="none")),

@@ -12,6 +12,12 @@ from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid, 
                      Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
                      Softsign, Tanhshrink)
 from .layers import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
+from .layers import (ConvTranspose1d, CosineSimilarity, Hardshrink,  # noqa: F401
+                     InstanceNorm1d, InstanceNorm2d, PairwiseDistance, Softmax2d, Softshrink,
+                     Threshold)
+from .padding import (ConstantPad1d, ConstantPad2d, ConstantPad3d,  # noqa: F401
+                      ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
+                      ReplicationPad3d, ZeroPad2d)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401

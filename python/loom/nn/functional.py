@@ -644,14 +644,20 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     y, mean, var = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
                                eps)
     if training:
-        for buf, new in ((running_mean, mean), (running_var, var)):
-            if buf is None:
-                continue
-            if _C._capturing():
-                _C._assign(buf, new.detach())
-            elif not _C._take_value(buf, new.detach()):
-                _C._copy_into(buf, new.detach())
+        _set_running(((running_mean, mean), (running_var, var)))
     return y
+
+
+def _set_running(pairs):
+    """Each (buffer, new value) of running statistics: the buffer takes the
+    value in place (see batch_norm)."""
+    for buf, new in pairs:
+        if buf is None:
+            continue
+        if _C._capturing():
+            _C._assign(buf, new.detach())
+        elif not _C._take_value(buf, new.detach()):
+            _C._copy_into(buf, new.detach())
 
 
 def _check_batch_stats(x):
@@ -931,6 +937,71 @@ def softsign(input):
 
 def tanhshrink(input):
     return input - tanh(input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """x where x > threshold, else value (its gradient 0 there)."""
+    return _maybe_inplace(input, _F.where(_F.gt(input, threshold), input, value), inplace)
+
+
+def hardshrink(input, lambd=0.5):
+    """x where |x| > lambd, else 0."""
+    return _F.where(_F.gt(_F.abs(input), lambd), input, 0.0)
+
+
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, else 0."""
+    return _F.where(_F.gt(input, lambd), input - lambd,
+                    _F.where(_F.lt(input, -lambd), input + lambd, 0.0))
+
+
+def relu_(input):
+    return relu(input, inplace=True)
+
+
+def threshold_(input, threshold_value, value):
+    return threshold(input, threshold_value, value, inplace=True)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """input (N, C, *) normalized per image and channel over the other
+    dims (group_norm with a group a channel); with use_input_stats=False
+    by running_mean and running_var instead, which otherwise (when given)
+    take the batch's statistics in place, as batch_norm's."""
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm: expected an input of 3 or more dims (N, C, ...), got "
+                         f"{input.ndim}")
+    c = input.shape[1]
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False needs running_mean and "
+                             "running_var")
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    if running_mean is not None and running_var is not None:
+        # PyTorch's: each image's statistics, averaged over the batch
+        flat = input.detach().reshape(input.shape[0], c, -1)
+        mean = flat.mean(2).mean(0)
+        var = flat.var(2, unbiased=flat.shape[2] > 1).mean(0)
+        _set_running(((running_mean, running_mean * (1 - momentum) + mean * momentum),
+                      (running_var, running_var * (1 - momentum) + var * momentum)))
+    return group_norm(input, c, weight, bias, eps)
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """x (N, C, L) or unbatched (C, L), weight (C, out / groups, k):
+    conv_transpose2d over a unit height."""
+    if _unbatched(x, 3, "conv_transpose1d"):
+        return conv_transpose1d(x.unsqueeze(0), weight, bias, stride, padding, output_padding,
+                                groups, dilation).squeeze(0)
+
+    def width(v, unit):
+        return (unit, v if isinstance(v, int) else v[0])
+    y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, width(stride, 1),
+                         width(padding, 0), width(output_padding, 0), groups,
+                         width(dilation, 1))
+    return y.squeeze(2)
 
 
 def softmin(input, dim=None, dtype=None):

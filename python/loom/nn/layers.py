@@ -46,9 +46,10 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 dtype=None):
+                 device=None, dtype=None):
         super().__init__()
         from .. import empty
+        _on_device(self, device, None)
         if scale_grad_by_freq:
             raise NotImplementedError("loom Embedding: scale_grad_by_freq")
         if padding_idx is not None:
@@ -84,16 +85,18 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None,
+                 dtype=None):
         super().__init__()
         from .. import ones, zeros
+        _on_device(self, device, None)
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(ones(*self.normalized_shape))
-            self.bias = Parameter(zeros(*self.normalized_shape))
+            self.weight = Parameter(ones(*self.normalized_shape, dtype=dtype))
+            self.bias = Parameter(zeros(*self.normalized_shape, dtype=dtype))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -176,9 +179,10 @@ class GLU(Module):
 class PReLU(Module):
     """x where x > 0, else weight x: one learned slope, or one per channel."""
 
-    def __init__(self, num_parameters=1, init=0.25, dtype=None):
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()
         from .. import full
+        _on_device(self, device, None)
         self.num_parameters = num_parameters
         self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype))
 
@@ -448,6 +452,37 @@ class ConvTranspose2d(Module):
                                   self.dilation)
 
 
+class ConvTranspose1d(ConvTranspose2d):
+    """torch.nn.ConvTranspose1d: ConvTranspose2d over a unit height, with
+    weight (in, out / groups, k)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
+        super().__init__(in_channels, out_channels, (1, k), stride, padding, output_padding,
+                         groups, bias, dilation, padding_mode, device, dtype)
+        self.kernel_size = (k,)
+        self.weight = Parameter(self.weight.detach().squeeze(2))
+
+    def _output_padding(self, x, output_size):
+        if output_size is None:
+            return self.output_padding
+        one = lambda v: v if isinstance(v, int) else v[0]  # noqa: E731
+        least = (x.shape[-1] - 1) * one(self.stride) - 2 * one(self.padding) + \
+            one(self.dilation) * (self.kernel_size[0] - 1) + 1
+        size = list(output_size)[-1]
+        if not least <= size < least + one(self.stride):
+            raise ValueError(f"requested an output size of {size}, but valid sizes range from "
+                             f"{least} to {least + one(self.stride) - 1}")
+        return size - least
+
+    def forward(self, x, output_size=None):
+        return F.conv_transpose1d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)
+
+
 class BatchNorm2d(Module):
     """torch.nn.BatchNorm2d: affine=False has no weight and bias;
     track_running_stats=False keeps no statistics and normalizes by the
@@ -533,9 +568,11 @@ class GroupNorm(Module):
     """torch.nn.GroupNorm: channels in num_groups groups, each normalized
     over its channels and the other dims; weight and bias per channel."""
 
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None,
+                 dtype=None):
         super().__init__()
         from .. import ones, zeros
+        _on_device(self, device, None)
         if num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
@@ -545,6 +582,51 @@ class GroupNorm(Module):
 
     def forward(self, x):
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class _InstanceNorm(Module):
+    """torch.nn.InstanceNorm1d/2d: each image's channel normalized over its
+    own positions; affine=True learns a weight and bias per channel;
+    track_running_stats keeps running statistics, which eval then uses."""
+    dims = 2
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, device=None, dtype=None):
+        super().__init__()
+        from .. import ones, zeros, tensor
+        _on_device(self, device, None)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(zeros(num_features, dtype=dtype)) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", tensor(0))
+        else:
+            self.running_mean = self.running_var = None
+
+    def forward(self, x):
+        if x.ndim == self.dims + 1:  # unbatched
+            return self.forward(x.unsqueeze(0)).squeeze(0)
+        if x.ndim != self.dims + 2:
+            raise ValueError(f"{type(self).__name__}: expected an input of {self.dims + 1} or "
+                             f"{self.dims + 2} dims, got {x.ndim}")
+        stats = self.training or not self.track_running_stats
+        return F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                               stats, self.momentum, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
+               f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    dims = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    dims = 2
 
 
 class MaxPool2d(Module):
@@ -641,9 +723,11 @@ class MultiheadAttention(Module):
     is_causal without attn_mask applies the causal mask."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
         super().__init__()
         from .. import zeros
+        _on_device(self, device, None)
         if embed_dim % num_heads:
             raise ValueError("embed_dim must be divisible by num_heads")
         if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or \
@@ -748,16 +832,18 @@ class TransformerEncoderLayer(Module):
     norm_first), PyTorch's parameter names."""
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False):
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, device=None,
+                 dtype=None):
         super().__init__()
+        _on_device(self, device, None)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
-                                            batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward)
+                                            batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, dtype=dtype)
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model)
+        self.linear2 = Linear(dim_feedforward, d_model, dtype=dtype)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         acts = {"relu": _F.relu, "gelu": _F.gelu}
         self.activation = acts[activation] if isinstance(activation, str) else activation
@@ -798,6 +884,56 @@ Hardswish = _inplace_activation("Hardswish", F.hardswish)
 Hardsigmoid = _inplace_activation("Hardsigmoid", F.hardsigmoid)
 Softsign = _activation("Softsign", F.softsign)
 Tanhshrink = _activation("Tanhshrink", F.tanhshrink)
+
+
+class Threshold(Module):
+    def __init__(self, threshold, value, inplace=False):
+        super().__init__()
+        self.threshold, self.value, self.inplace = threshold, value, inplace
+
+    def forward(self, x):
+        return F.threshold(x, self.threshold, self.value, self.inplace)
+
+
+class Hardshrink(Module):
+    def __init__(self, lambd=0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, x):
+        return F.hardshrink(x, self.lambd)
+
+
+class Softshrink(Hardshrink):
+    def forward(self, x):
+        return F.softshrink(x, self.lambd)
+
+
+class Softmax2d(Module):
+    """softmax over the channels of (N, C, H, W) or (C, H, W)."""
+
+    def forward(self, x):
+        if x.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected an input of 3 or 4 dims, got {x.ndim}")
+        return _F.softmax(x, -3)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    def __init__(self, p=2.0, eps=1e-6, keepdim=False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
 
 class CELU(Module):
@@ -869,9 +1005,11 @@ class Bilinear(Module):
     """y = x1^T W x2 + b, weight (out, in1, in2); initialized uniform in
     +-1/sqrt(in1), as torch's."""
 
-    def __init__(self, in1_features, in2_features, out_features, bias=True, dtype=None):
+    def __init__(self, in1_features, in2_features, out_features, bias=True, device=None,
+                 dtype=None):
         super().__init__()
         from .. import empty
+        _on_device(self, device, None)
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
         self.weight = Parameter(empty(out_features, in1_features, in2_features, dtype=dtype))
