@@ -471,3 +471,39 @@ def test_functional_in_place_activations_write_their_input():
         x = m.tensor([-1.0, 0.5, 2.0])
         assert m.nn.functional.relu_(x) is x and x.tolist() == [0.0, 0.5, 2.0]
         assert m.nn.functional.threshold_(x, 1.0, -3.0) is x and x.tolist() == [-3.0, -3.0, 2.0]
+
+
+@pytest.mark.parametrize("make,shapes", [
+    (lambda m: m.TransformerDecoderLayer(8, 2, 16, dropout=0.0), [(5, 2, 8), (6, 2, 8)]),
+    (lambda m: m.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                         norm_first=True, activation="gelu"),
+     [(2, 5, 8), (2, 6, 8)]),
+    (lambda m: m.TransformerDecoder(m.TransformerDecoderLayer(8, 2, 16, dropout=0.0), 2,
+                                    m.LayerNorm(8)), [(5, 2, 8), (6, 2, 8)]),
+    (lambda m: m.Transformer(8, 2, 2, 2, 16, dropout=0.0), [(6, 2, 8), (5, 2, 8)]),
+    (lambda m: m.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True, norm_first=True),
+     [(2, 6, 8), (2, 5, 8)]),
+])
+def test_transformer_decoder_and_whole_model(make, shapes):
+    twin(make, *shapes, rtol=1e-4, atol=1e-5)
+
+
+def test_transformer_masks_as_torch():
+    mask = {m: m.nn.Transformer.generate_square_subsequent_mask(5) for m in (loom, torch)}
+    np.testing.assert_array_equal(mask[loom].numpy(), mask[torch].numpy())
+    pad = np.array([[False] * 4 + [True] * 2, [False] * 6])
+    out = {}
+    for m in (torch, loom):
+        m.manual_seed(0)
+    theirs = torch.nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+    mine = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+    mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    src = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    tgt = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    for m, model in ((torch, theirs), (loom, mine)):
+        out[m] = model(m.tensor(src), m.tensor(tgt), tgt_mask=mask[m],
+                       src_key_padding_mask=m.tensor(pad),
+                       memory_key_padding_mask=m.tensor(pad)).detach().numpy()
+    np.testing.assert_allclose(out[loom], out[torch], rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError):
+        mine(loom.tensor(src), loom.tensor(tgt[:1]))

@@ -6,7 +6,7 @@ from .layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool2d,  # noqa: F
                      Flatten, GELU, GLU, GroupNorm, Hardtanh, Identity, LayerNorm,
                      LeakyReLU, Linear, LogSigmoid, LogSoftmax, MaxPool2d,
                      Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
-                     Softplus, Tanh, TransformerEncoder, TransformerEncoderLayer, Unflatten)
+                     Softplus, Tanh, Unflatten)
 from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa: F401
 from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid,  # noqa: F401
                      Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
@@ -15,6 +15,8 @@ from .layers import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .layers import (ConvTranspose1d, CosineSimilarity, Hardshrink,  # noqa: F401
                      InstanceNorm1d, InstanceNorm2d, PairwiseDistance, Softmax2d, Softshrink,
                      Threshold)
+from .transformer import (Transformer, TransformerDecoder,  # noqa: F401
+                          TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 from .padding import (ConstantPad1d, ConstantPad2d, ConstantPad3d,  # noqa: F401
                       ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
                       ReplicationPad3d, ZeroPad2d)

@@ -826,57 +826,6 @@ class MultiheadAttention(Module):
         return out, (weights if batched else weights.squeeze(0))
 
 
-class TransformerEncoderLayer(Module):
-    """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward
-    block, each with a residual and LayerNorm (after, or before with
-    norm_first), PyTorch's parameter names."""
-
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, device=None,
-                 dtype=None):
-        super().__init__()
-        _on_device(self, device, None)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
-                                            batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        acts = {"relu": _F.relu, "gelu": _F.gelu}
-        self.activation = acts[activation] if isinstance(activation, str) else activation
-
-    def _sa(self, x, mask, padding, is_causal):
-        return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
-                                            need_weights=False, is_causal=is_causal)[0])
-
-    def _ff(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
-
-    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        x, masks = src, (src_mask, src_key_padding_mask, is_causal)
-        if self.norm_first:
-            x = x + self._sa(self.norm1(x), *masks)
-            return x + self._ff(self.norm2(x))
-        x = self.norm1(x + self._sa(x, *masks))
-        return self.norm2(x + self._ff(x))
-
-
-class TransformerEncoder(Module):
-    def __init__(self, encoder_layer, num_layers, norm=None):
-        super().__init__()
-        import copy
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
-        self.norm = norm
-
-    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
-        for layer in self.layers:
-            src = layer(src, mask, src_key_padding_mask, bool(is_causal))
-        return self.norm(src) if self.norm is not None else src
-
-
 # ---- more activations, 1-d and adaptive max pooling, pixel shuffles, bilinear ----
 
 SELU = _inplace_activation("SELU", F.selu)
