@@ -507,3 +507,52 @@ def test_transformer_masks_as_torch():
     np.testing.assert_allclose(out[loom], out[torch], rtol=1e-4, atol=1e-5)
     with pytest.raises(RuntimeError):
         mine(loom.tensor(src), loom.tensor(tgt[:1]))
+
+
+@pytest.mark.parametrize("case", [
+    dict(input=[[1, 2, 3], [4, 5, 0]], mode="sum"),
+    dict(input=[[1, 2, 3], [4, 5, 0]], mode="max"),
+    dict(input=[1, 2, 4, 5, 4, 3, 2, 9], offsets=[0, 2, 2, 5], mode="mean"),
+    dict(input=[1, 2, 4, 5, 4, 3, 2, 9], offsets=[0, 2, 2, 5], mode="max"),
+    dict(input=[1, 2, 4, 5, 4, 3, 2, 9], offsets=[0, 2, 2, 5, 8], mode="sum",
+         include_last_offset=True),
+    dict(input=[1, 2, 4, 5, 4, 3, 2, 9], offsets=[0, 3], mode="sum", weighted=True),
+    dict(input=[1, 2, 4, 2, 2, 3, 2, 9], offsets=[0, 3, 6], mode="mean", padding_idx=2),
+    dict(input=[1, 2, 4, 2, 2, 3, 2, 9], offsets=[0, 3, 6], mode="max", padding_idx=2),
+])
+def test_embedding_bag_as_torch(case):
+    # empty bags give zeros; padding_idx's entries count for nothing
+    weight = rng.standard_normal((10, 4)).astype(np.float32)
+    got = {}
+    for m in (torch, loom):
+        w = m.tensor(weight, requires_grad=True)
+        kw = dict(mode=case["mode"], include_last_offset=case.get("include_last_offset", False),
+                  padding_idx=case.get("padding_idx"))
+        if "offsets" in case:
+            kw["offsets"] = m.tensor(case["offsets"])
+        if case.get("weighted"):
+            kw["per_sample_weights"] = m.tensor(np.linspace(0.5, 2, 8).astype(np.float32))
+        y = m.nn.functional.embedding_bag(m.tensor(case["input"]), w, **kw)
+        (y * m.tensor(np.arange(y.numel(), dtype=np.float32).reshape(tuple(y.shape)))).sum() \
+            .backward()
+        got[m] = (y.detach().numpy(), w.grad.numpy())
+    for mine, theirs in zip(got[loom], got[torch]):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_module_and_bad_arguments():
+    torch.manual_seed(0)
+    theirs = torch.nn.EmbeddingBag(10, 3, mode="max")
+    mine = nn.EmbeddingBag(10, 3, mode="max")
+    mine.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = [[1, 2], [3, 9]]
+    np.testing.assert_allclose(mine(loom.tensor(x)).detach().numpy(),
+                               theirs(torch.tensor(x)).detach().numpy())
+    for bad in ("F.embedding_bag(m.tensor([[1, 2]]), w, offsets=m.tensor([0]))",
+                "F.embedding_bag(m.tensor([1, 2]), w)",
+                "F.embedding_bag(m.tensor([1, 2]), w, m.tensor([0]), mode='mean', "
+                "per_sample_weights=m.ones(2))"):
+        for m in (loom, torch):
+            F, w = m.nn.functional, m.ones(10, 3)
+            with pytest.raises((ValueError, RuntimeError, NotImplementedError)):
+                eval(bad)

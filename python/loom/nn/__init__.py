@@ -12,7 +12,7 @@ from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid, 
                      Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
                      Softsign, Tanhshrink)
 from .layers import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
-from .layers import (ConvTranspose1d, CosineSimilarity, Hardshrink,  # noqa: F401
+from .layers import (ConvTranspose1d, CosineSimilarity, EmbeddingBag, Hardshrink,  # noqa: F401
                      InstanceNorm1d, InstanceNorm2d, PairwiseDistance, Softmax2d, Softshrink,
                      Threshold)
 from .transformer import (Transformer, TransformerDecoder,  # noqa: F401

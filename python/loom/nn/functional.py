@@ -988,6 +988,72 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return group_norm(input, c, weight, bias, eps)
 
 
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
+                  mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
+                  padding_idx=None):
+    """The sum, mean or max of each bag's embeddings: the rows of a 2-d
+    input, or the runs of a 1-d one that offsets start. The bags' layout is
+    read on the host (a graph break when input or offsets are computed):
+    they become a (bags, longest) index, padded; padding_idx's entries
+    count for nothing; an empty bag gives zeros, as PyTorch's."""
+    if scale_grad_by_freq:
+        raise NotImplementedError("loom embedding_bag: scale_grad_by_freq")
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"embedding_bag: mode {mode!r}: one of 'sum', 'mean', 'max'")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError("embedding_bag: per_sample_weights was not None. "
+                                  "per_sample_weights is only supported for mode='sum'")
+    index = np.asarray(input.detach() if isinstance(input, Tensor) else input)
+    if index.ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None")
+        starts = np.arange(0, index.size, max(index.shape[1], 1))[:index.shape[0]]
+        flat = index.reshape(-1)
+    elif index.ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        starts = np.asarray(offsets.detach() if isinstance(offsets, Tensor) else offsets)
+        if starts.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        if include_last_offset:
+            starts = starts[:-1]
+        if starts.size and (starts[0] != 0 or (np.diff(starts) < 0).any() or
+                            starts[-1] > index.size):
+            raise ValueError("embedding_bag: offsets must start at 0, not decrease, and stay "
+                             "within the input")
+        flat = index
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{index.ndim}")
+    bags = starts.size
+    ends = np.append(starts[1:], flat.size) if bags else starts
+    longest = int((ends - starts).max()) if bags else 0
+    at = starts[:, None] + np.arange(longest)[None, :]
+    inside = at < ends[:, None]
+    picks = np.where(inside, flat[np.minimum(at, max(flat.size - 1, 0))] if flat.size else 0, 0)
+    if padding_idx is not None:
+        padding_idx %= weight.shape[0]
+        inside &= picks != padding_idx
+    rows = embedding(_F._const(picks.astype(np.int64)), weight, None, max_norm, norm_type)
+    keep = _F.cast(_F._const(inside.astype(np.float32)), weight.dtype).unsqueeze(-1)
+    if mode == "max":
+        if not longest:
+            from .. import zeros
+            return zeros(bags, weight.shape[1], dtype=weight.dtype)
+        empty = _F._const(~inside.any(1)).unsqueeze(-1)
+        return _F.where(empty, 0.0, _F.where(keep.bool(), rows, -math.inf).amax(1))
+    w = keep
+    if per_sample_weights is not None:
+        psw_index = np.where(inside, np.minimum(at, max(flat.size - 1, 0)), 0)
+        w = w * _F.index_select(per_sample_weights.reshape(-1), 0,
+                                _F._const(psw_index.reshape(-1))).reshape(at.shape + (1,))
+    total = (rows * w).sum(1)
+    if mode == "sum":
+        return total
+    count = np.maximum(inside.sum(1, keepdims=True), 1).astype(np.float32)
+    return total / _F.cast(_F._const(count), weight.dtype)
+
+
 def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """x (N, C, L) or unbatched (C, L), weight (C, out / groups, k):

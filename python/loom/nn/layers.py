@@ -84,6 +84,39 @@ class Embedding(Module):
         return F.embedding(index, self.weight, self.padding_idx, self.max_norm, self.norm_type)
 
 
+class EmbeddingBag(Module):
+    """torch.nn.EmbeddingBag: the sum, mean or max of each bag's rows
+    (F.embedding_bag); weight drawn from N(0, 1), padding_idx's row zero."""
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+                 include_last_offset=False, padding_idx=None, device=None, dtype=None):
+        super().__init__()
+        from .. import empty
+        _on_device(self, device, None)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type, self.mode = max_norm, norm_type, mode
+        self.scale_grad_by_freq, self.include_last_offset = scale_grad_by_freq, include_last_offset
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError("padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is not None:
+            self.weight = Parameter(_weight)
+            return
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
+        init.normal_(self.weight)
+        if padding_idx is not None:
+            import numpy as np
+            np.asarray(self.weight)[padding_idx] = 0
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                               self.scale_grad_by_freq, self.mode, False, per_sample_weights,
+                               self.include_last_offset, self.padding_idx)
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None,
                  dtype=None):
