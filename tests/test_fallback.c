@@ -207,7 +207,7 @@ static void log_names_the_failure(void) {
   test_capture_begin("compile");
   compiled_t r = compile_with(g, cc, 1);
   char *text = test_capture_end();
-  CHECK(strstr(text, "loom[compile]: the generated C did not compile") != NULL);
+  CHECK(strstr(text, "loom[compile]: the C compiler failed on the generated code") != NULL);
   CHECK(strstr(text, "[cc-failed]") != NULL);
   CHECK(strstr(text, "stand-in logged error") != NULL);
   free(text);

@@ -93,7 +93,9 @@ typedef struct loom_cache loom_cache_t;
 /* budget_bytes 0: 1 GiB. spec_workers: background compile threads. */
 LOOM_API loom_status_t loom_cache_create(int64_t budget_bytes, int spec_workers,
                                          loom_cache_t **out);
-/* Waits for the workers; no trace may still use the cache. */
+/* Stops the workers: what is queued is dropped, and the compiles running
+ * are abandoned (their C compilers killed), not waited for; no trace may
+ * still use the cache. */
 LOOM_API void loom_cache_destroy(loom_cache_t *c);
 
 typedef struct loom_cache_stats {
@@ -299,13 +301,14 @@ LOOM_API loom_status_t loom_trace_branch(loom_trace_t *t, int64_t decision);
 LOOM_API loom_status_t loom_trace_sync(loom_trace_t *t);
 /* Waits until every compile that t's cache has queued or running is done,
  * its module in the module cache on disk: a program about to end calls
- * it so that its next run finds them (loom_trace_destroy finishes the
- * running ones only and drops the queued). */
+ * it so that its next run finds them (loom_trace_destroy, destroying its
+ * cache, drops the queued and abandons the running). */
 LOOM_API loom_status_t loom_trace_wait_compiles(loom_trace_t *t);
 /* The same for at most seconds (< 0: no bound), so that a program's exit
- * does not wait on a long queue; a compile it started may run past them.
- * What is left stays queued or running (loom_trace_destroy drops the
- * queued). */
+ * does not wait on a long queue; a compile this call itself runs on the
+ * calling thread is abandoned at the bound (its C compiler killed). What
+ * the workers run or have queued stays so (loom_trace_destroy abandons
+ * it). */
 LOOM_API loom_status_t loom_trace_wait_compiles_for(loom_trace_t *t, double seconds);
 
 /* ---- Host callbacks ------------------------------------------------------

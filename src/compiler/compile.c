@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/clock.h"
 #include "core/alloc.h"
+#include "core/cancel.h"
 #include "core/log.h"
 #include "core/sized.h"
 #include "core/status.h"
@@ -438,11 +439,13 @@ static void note_lost(loom_executable_t *e, loom_fallback_t f, const char *reaso
   rt_fallback_note(e, f, reason);
   if (f == LOOM_FALLBACK_DISABLED || f > LOOM_FALLBACK_NO_MODULE) return;
   const char *what = f == LOOM_FALLBACK_CC_FAILED
-                         ? "the generated C did not compile (a bug in Loom: "
-                           "loom_executable_explain shows the code)"
+                         ? "the C compiler failed on the generated code (with a compiler "
+                           "that works, a bug in Loom: loom_executable_explain shows the code)"
                          : "no compiled module";
   core_log(LOG_COMPILE, "%s [%s]: %s", what, loom_fallback_name(f), reason ? reason : "");
-  if (!atomic_exchange(&warned[f], true))
+  /* An abandoned compile (a cache destroyed, a bounded wait over) is no
+   * failure to warn of. */
+  if (!core_cancelled() && !atomic_exchange(&warned[f], true))
     core_warn("%s: %s; running graphs in the fallback interpreter instead (eager kernels "
               "where the back end has them, reference kernels elsewhere)",
               what, reason ? reason : "");

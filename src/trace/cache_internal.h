@@ -94,6 +94,9 @@ struct loom_cache {
   cache_job_t *queue_head, *queue_tail;
   int running;          /* jobs being compiled by workers */
   bool stop;
+  /* Set when the workers stop: the compiles they run are abandoned (their
+   * compilers killed) rather than waited for (core/cancel.h). */
+  _Atomic bool abandon;
   pthread_t *workers;
   int n_workers;
   cache_job_fn run_job;   /* what a worker does with a job (cache.c's) */

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/cancel.h"
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -104,6 +105,7 @@ static void run_head(loom_cache_t *c) {
 static void *worker_main(void *arg) {
   loom_cache_t *c = arg;
   core_thread_background(); /* its compiles: callers interpret meanwhile */
+  core_cancel_watch(&c->abandon);
   pthread_mutex_lock(&c->lock);
   for (;;) {
     while (!c->queue_head && !c->stop) pthread_cond_wait(&c->work, &c->lock);
@@ -135,6 +137,7 @@ loom_status_t cache_workers_start(loom_cache_t *c, int n, cache_job_fn run, cach
 void cache_workers_stop(loom_cache_t *c) {
   pthread_mutex_lock(&c->lock);
   c->stop = true;
+  atomic_store_explicit(&c->abandon, true, memory_order_release);
   pthread_cond_broadcast(&c->work);
   pthread_mutex_unlock(&c->lock);
   for (int i = 0; i < c->n_workers; i++) pthread_join(c->workers[i], NULL);
@@ -157,10 +160,12 @@ bool rt_cache_has_workers(const loom_cache_t *c) { return c && c->n_workers > 0;
 /* The caller compiles what is still queued itself, at its own priority
  * and beside the workers, and waits only for the jobs they run; from
  * the deadline on (seconds < 0: none) it starts no job and waits no
- * more, leaving the rest to the workers. */
+ * more, leaving the rest to the workers, and a compile of its own that
+ * is still running then is abandoned (core/cancel.h). */
 void rt_cache_drain_for(loom_cache_t *c, double seconds) {
   if (!c) return;
   int64_t deadline = seconds < 0 ? INT64_MAX : core_now_ns() + (int64_t)(seconds * 1e9);
+  core_cancel_deadline(deadline == INT64_MAX ? 0 : deadline);
   pthread_mutex_lock(&c->lock);
   while ((c->queue_head || c->running > 0) && core_now_ns() < deadline) {
     if (c->queue_head) {
@@ -179,6 +184,7 @@ void rt_cache_drain_for(loom_cache_t *c, double seconds) {
     pthread_cond_timedwait(&c->idle, &c->lock, &slice);
   }
   pthread_mutex_unlock(&c->lock);
+  core_cancel_deadline(0);
 }
 
 void rt_cache_drain(loom_cache_t *c) { rt_cache_drain_for(c, -1); }

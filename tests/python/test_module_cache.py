@@ -82,3 +82,27 @@ def test_an_exit_bounded_at_zero_seconds_leaves_queued_compiles_undone(tmp_path)
 def test_a_bad_exit_bound_warns_and_the_program_still_ends(tmp_path):
     log = run_many(tmp_path, "soon")
     assert "LOOM_EXIT_COMPILE_SECONDS='soon' is not a number" in log, log
+
+
+def test_a_compile_still_running_at_the_bound_is_abandoned(tmp_path):
+    # A compiler that takes a minute: at the bound the program ends, its
+    # compile (and the compiler) stopped, with no warning of a failure.
+    slow = tmp_path / "slowcc.sh"
+    slow.write_text('#!/bin/sh\ncase "$1" in --version) exec cc --version;; esac\n'
+                    'sleep 60\nexec cc "$@"\n')
+    slow.chmod(0o755)
+    env = dict(os.environ, LOOM_CACHE_DIR=str(tmp_path / "cache"), LOOM_CC=str(slow),
+               LOOM_EXIT_COMPILE_SECONDS="1")
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=50)  # the compile alone would take 60 s
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(slow).encode() in f.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    assert not left, left

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/cache_dir.h"
+#include "core/cancel.h"
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/file.h"
@@ -121,6 +122,7 @@ typedef struct child_result {
   size_t size;
   int wait_status;
   bool timed_out; /* killed (with its process group) at the deadline */
+  bool cancelled; /* killed because the calling thread's wait was cut short */
 } child_result_t;
 
 static double now_s(void) { return (double)core_now_ns() / 1e9; }
@@ -148,21 +150,25 @@ static int exited(pid_t pid, child_result_t *r, int flags) {
 }
 
 /* Collects the child's output until it exits, or kills its process group
- * at the deadline (timeout_s <= 0: none); returns 0 or an errno. The
+ * at the deadline (timeout_s <= 0: none) or once the calling thread's
+ * wait is cancelled (core/cancel.h); returns 0 or an errno. The
  * child's exit, not the end of its output, ends the wait: a process it
  * left behind may hold the pipe open for ever. Waits in slices that grow
  * from 1 ms to 100 ms, so that a quick child costs little and a slow one
  * few wakeups; the end of the output starts them again at 1 ms, as the
  * exit follows it closely. */
-static int wait_child(pid_t pid, int fd, double timeout_s, child_result_t *r) {
+static int wait_child(pid_t pid, int fd, double timeout_s, bool cancellable,
+                      child_result_t *r) {
   double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
   bool open = true;
   int state, slice_ms = 1;
   while ((state = exited(pid, r, WNOHANG)) == 0) {
     double left = deadline > 0 ? deadline - now_s() : 1e9;
-    if (left <= 0) {
+    bool cancelled = cancellable && core_cancelled();
+    if (left <= 0 || cancelled) {
       kill(-pid, SIGKILL);
-      r->timed_out = true;
+      r->timed_out = !cancelled;
+      r->cancelled = cancelled;
       state = exited(pid, r, 0);
       break;
     }
@@ -181,14 +187,20 @@ static int wait_child(pid_t pid, int fd, double timeout_s, child_result_t *r) {
 
 /* Runs argv[0] (an absolute path) in work_dir (NULL: this one) with its
  * output captured, in a process group of its own so that a timeout kills
- * whatever it started; returns 0 or the errno that kept it from
- * starting. */
+ * whatever it started; cancellable: stopped (or not started) once the
+ * calling thread's wait is cancelled (r->cancelled). Returns 0 or the
+ * errno that kept it from starting. */
 static int run_child(char *const argv[], const char *work_dir, double timeout_s,
-                     child_result_t *r) {
+                     bool cancellable, child_result_t *r) {
   int pipe_fd[2];
   r->size = 0;
   r->output[0] = '\0';
-  r->timed_out = false;
+  r->timed_out = r->cancelled = false;
+  r->wait_status = 0;
+  if (cancellable && core_cancelled()) {
+    r->cancelled = true;
+    return 0;
+  }
   /* Close-on-exec, so that children spawned by other threads do not
    * inherit the write end and hold the pipe open; non-blocking, so that
    * a read never outlasts the deadline. */
@@ -209,7 +221,7 @@ static int run_child(char *const argv[], const char *work_dir, double timeout_s,
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(pipe_fd[1]);
-  if (err == 0) err = wait_child(pid, pipe_fd[0], timeout_s, r);
+  if (err == 0) err = wait_child(pid, pipe_fd[0], timeout_s, cancellable, r);
   close(pipe_fd[0]);
   return err;
 }
@@ -320,7 +332,7 @@ static void version_of(const char *cc, const char *resolved, char *version, size
   double limit = cpu_cc_timeout(0);
   /* A compiler that cannot say its version still gets an identity (its
    * path); if it is broken, the compile itself reports why. */
-  bool answered = run_child(argv, NULL, limit, r) == 0 && !r->timed_out;
+  bool answered = run_child(argv, NULL, limit, false, r) == 0 && !r->timed_out;
   if (answered) first_lines(r->output, 1, version, cap);
   if (r->timed_out)
     core_warn("C compiler '%s': '%s --version' did not answer within %g s (LOOM_CC_TIMEOUT) "
@@ -399,6 +411,9 @@ static void join_words(char *const argv[], char *out, size_t cap) {
 static loom_status_t compile_failure(const char *cc, int err, const child_result_t *r,
                                      double timeout_s) {
   char lines[600];
+  if (r->cancelled)
+    return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was stopped: the compile was "
+                     "abandoned (its cache was destroyed, or a bounded wait ended)", cc);
   if (err != 0)
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' could not be run: %s", cc,
                      strerror(err));
@@ -409,6 +424,9 @@ static loom_status_t compile_failure(const char *cc, int err, const child_result
                      "processes it started (LOOM_CC_TIMEOUT sets the limit per 64 KiB of "
                      "source)%s%s",
                      cc, timeout_s, lines[0] ? ": " : "", lines);
+  if (strstr(r->output, "No space left on device"))
+    return loom_fail(LOOM_ERR_IO, "the module cache's disk is full: C compiler '%s': %s", cc,
+                     lines);
   if (WIFSIGNALED(r->wait_status))
     return loom_fail(LOOM_ERR_UNSUPPORTED, "C compiler '%s' was killed by signal %d: %s",
                      cc, WTERMSIG(r->wait_status), lines);
@@ -458,8 +476,8 @@ static loom_status_t run_cc(const char *cc, const char *work_dir, cc_step_t step
   child_result_t *r = core_malloc(sizeof *r);
   if (!r) return loom_fail(LOOM_ERR_NOMEM, "C compiler '%s': out of memory", cc);
   double start = now_ms();
-  int err = run_child(argv, work_dir, timeout_s, r);
-  bool ok = err == 0 && !r->timed_out && WIFEXITED(r->wait_status) &&
+  int err = run_child(argv, work_dir, timeout_s, true, r);
+  bool ok = err == 0 && !r->timed_out && !r->cancelled && WIFEXITED(r->wait_status) &&
             WEXITSTATUS(r->wait_status) == 0;
   if (core_log_enabled(LOG_COMPILE)) {
     char line[1500];

@@ -150,12 +150,12 @@ static loom_status_t build_in(const char *scratch, const char *dir, const char *
   int units = plan_units(length, cuts, start);
   if (units > 1) LOOM_TRY(cpu_parts_write(scratch, source, cuts->prelude, start, units));
   atomic_fetch_add(&cc_invocations, 1);
-  *stage = CPU_BUILD_CC_FAILED;
-  if (units > 1)
-    LOOM_TRY(cpu_parts_compile(cc, scratch, cuts->prelude, start, units, "module.so"));
-  else
-    LOOM_TRY(cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length)));
-  *stage = CPU_BUILD_NO_MODULE;
+  loom_status_t s =
+      units > 1 ? cpu_parts_compile(cc, scratch, cuts->prelude, start, units, "module.so")
+                : cpu_cc_compile(cc, scratch, "module.c", "module.so", cpu_cc_timeout(length));
+  /* A full disk is the cache's failure, not the compiler's. */
+  *stage = s == LOOM_OK || s == LOOM_ERR_IO ? CPU_BUILD_NO_MODULE : CPU_BUILD_CC_FAILED;
+  LOOM_TRY(s);
   LOOM_TRY(cpu_cache_seal(obj, key));
   *handle = load_checked(obj, want, cc);
   if (!*handle) return LOOM_ERR_UNSUPPORTED;
