@@ -39,6 +39,26 @@ class Linear(Module):
                f"bias={self.bias is not None}"
 
 
+def _table(module, num_embeddings, embedding_dim, padding_idx, weight, dtype):
+    """An Embedding's or EmbeddingBag's table: weight as given, or drawn
+    from N(0, 1) with padding_idx's row zero."""
+    from .. import empty
+    if padding_idx is not None:
+        if not -num_embeddings <= padding_idx < num_embeddings:
+            raise ValueError("Padding_idx must be within num_embeddings")
+        padding_idx %= num_embeddings
+    module.num_embeddings, module.embedding_dim = num_embeddings, embedding_dim
+    module.padding_idx = padding_idx
+    if weight is not None:
+        module.weight = Parameter(weight)
+        return
+    module.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
+    init.normal_(module.weight)
+    if padding_idx is not None:
+        import numpy as np
+        np.asarray(module.weight)[padding_idx] = 0
+
+
 class Embedding(Module):
     """torch.nn.Embedding: padding_idx's row starts at zero and gets no
     gradient; max_norm renormalizes the rows looked up, in place
@@ -48,24 +68,11 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
                  device=None, dtype=None):
         super().__init__()
-        from .. import empty
         _on_device(self, device, None)
         if scale_grad_by_freq:
             raise NotImplementedError("loom Embedding: scale_grad_by_freq")
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError("Padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
-        if _weight is not None:
-            self.weight = Parameter(_weight)
-            return
-        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
-        init.normal_(self.weight)
-        if padding_idx is not None:
-            import numpy as np
-            np.asarray(self.weight)[padding_idx] = 0
+        self.max_norm, self.norm_type = max_norm, norm_type
+        _table(self, num_embeddings, embedding_dim, padding_idx, _weight, dtype)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
@@ -92,24 +99,10 @@ class EmbeddingBag(Module):
                  scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
                  include_last_offset=False, padding_idx=None, device=None, dtype=None):
         super().__init__()
-        from .. import empty
         _on_device(self, device, None)
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type, self.mode = max_norm, norm_type, mode
         self.scale_grad_by_freq, self.include_last_offset = scale_grad_by_freq, include_last_offset
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError("padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
-        self.padding_idx = padding_idx
-        if _weight is not None:
-            self.weight = Parameter(_weight)
-            return
-        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
-        init.normal_(self.weight)
-        if padding_idx is not None:
-            import numpy as np
-            np.asarray(self.weight)[padding_idx] = 0
+        _table(self, num_embeddings, embedding_dim, padding_idx, _weight, dtype)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
@@ -516,6 +509,22 @@ class ConvTranspose1d(ConvTranspose2d):
                                   self.dilation)
 
 
+def _norm_state(module, num_features, eps, momentum, affine, track_running_stats, dtype):
+    """A batch or instance norm's settings, weight and bias (affine), and
+    running statistics (track_running_stats), in PyTorch's names."""
+    from .. import ones, zeros, tensor
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    module.weight = Parameter(ones(num_features, dtype=dtype)) if affine else None
+    module.bias = Parameter(zeros(num_features, dtype=dtype)) if affine else None
+    if track_running_stats:
+        module.register_buffer("running_mean", zeros(num_features, dtype=dtype))
+        module.register_buffer("running_var", ones(num_features, dtype=dtype))
+        module.register_buffer("num_batches_tracked", tensor(0))
+    else:
+        module.running_mean = module.running_var = module.num_batches_tracked = None
+
+
 class BatchNorm2d(Module):
     """torch.nn.BatchNorm2d: affine=False has no weight and bias;
     track_running_stats=False keeps no statistics and normalizes by the
@@ -525,17 +534,7 @@ class BatchNorm2d(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None):
         super().__init__()
-        from .. import ones, zeros, tensor
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = Parameter(ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(zeros(num_features, dtype=dtype)) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", tensor(0))
-        else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+        _norm_state(self, num_features, eps, momentum, affine, track_running_stats, dtype)
 
     def _check_input_dim(self, x):
         if x.ndim != 4:
@@ -626,18 +625,8 @@ class _InstanceNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
                  track_running_stats=False, device=None, dtype=None):
         super().__init__()
-        from .. import ones, zeros, tensor
         _on_device(self, device, None)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = Parameter(ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(zeros(num_features, dtype=dtype)) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", tensor(0))
-        else:
-            self.running_mean = self.running_var = None
+        _norm_state(self, num_features, eps, momentum, affine, track_running_stats, dtype)
 
     def forward(self, x):
         if x.ndim == self.dims + 1:  # unbatched

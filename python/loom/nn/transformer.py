@@ -16,6 +16,25 @@ def _activation(activation):
     return _ACTIVATIONS[activation] if isinstance(activation, str) else activation
 
 
+def _sublayers(layer, attentions, d_model, nhead, dim_feedforward, dropout, activation, eps,
+               batch_first, norm_first, dtype):
+    """What the encoder and decoder layers share, in PyTorch's names and
+    order: the attentions named, the feed-forward block, and a LayerNorm
+    and a Dropout for each sublayer (norm1, dropout1, ...)."""
+    for name in attentions:
+        setattr(layer, name, MultiheadAttention(d_model, nhead, dropout=dropout,
+                                                batch_first=batch_first, dtype=dtype))
+    layer.linear1 = Linear(d_model, dim_feedforward, dtype=dtype)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, dtype=dtype)
+    layer.norm_first = norm_first
+    for i in range(1, len(attentions) + 2):
+        setattr(layer, f"norm{i}", LayerNorm(d_model, eps=eps, dtype=dtype))
+    for i in range(1, len(attentions) + 2):
+        setattr(layer, f"dropout{i}", Dropout(dropout))
+    layer.activation = _activation(activation)
+
+
 class TransformerEncoderLayer(Module):
     """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward
     block, each with a residual and LayerNorm (after, or before with
@@ -26,16 +45,8 @@ class TransformerEncoderLayer(Module):
                  dtype=None):
         super().__init__()
         _on_device(self, device, None)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
-                                            batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.activation = _activation(activation)
+        _sublayers(self, ("self_attn",), d_model, nhead, dim_feedforward, dropout, activation,
+                   layer_norm_eps, batch_first, norm_first, dtype)
 
     def _sa(self, x, mask, padding, is_causal):
         return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
@@ -75,20 +86,8 @@ class TransformerDecoderLayer(Module):
                  dtype=None):
         super().__init__()
         _on_device(self, device, None)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
-                                            batch_first=batch_first, dtype=dtype)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
-                                                 batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _sublayers(self, ("self_attn", "multihead_attn"), d_model, nhead, dim_feedforward,
+                   dropout, activation, layer_norm_eps, batch_first, norm_first, dtype)
 
     def _sa(self, x, mask, padding, is_causal):
         return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
