@@ -40,6 +40,7 @@ typedef struct claims {
 } claims_t;
 
 static _Thread_local claims_t claims;
+static _Thread_local int oldest_claim; /* the slot a claim takes when all are used */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static bool exit_key_made;
@@ -72,7 +73,11 @@ static void note_claim(loom_trace_t *t) {
     if (!claims.trace[i] && free_slot < 0) free_slot = i;
   }
   pthread_once(&exit_once, make_exit_key);
-  if (free_slot < 0 || !exit_key_made) return; /* that one stays claimed past the thread */
+  if (!exit_key_made) return; /* the trace stays claimed past the thread */
+  if (free_slot < 0) { /* the oldest claim gives way (most are of traces long gone) */
+    free_slot = oldest_claim;
+    oldest_claim = (oldest_claim + 1) % CLAIMS_KEPT;
+  }
   claims.trace[free_slot] = t;
   if (!pthread_getspecific(exit_key)) pthread_setspecific(exit_key, &claims);
 }
