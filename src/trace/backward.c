@@ -284,7 +284,7 @@ static loom_status_t compiled_outputs(loom_trace_t *t, tape_rec_t *r, loom_graph
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     const loom_tensor_t *x = t->vals[wrt_value(r, i)].t;
     int64_t shape[LOOM_MAX_RANK], b_shape[LOOM_MAX_RANK];
-    if (d->defer >> i & 1) {
+    if (seg_deferred(d->defer, i)) {
       LOOM_TRY(output_shape(bg, syms, i, shape));
       LOOM_TRY(output_shape(bg, syms, extra, b_shape));
       LOOM_TRY(grad_defer_reserve(t, wrt_value(r, i), x->dtype, shape[0], shape[1],
@@ -329,7 +329,7 @@ static loom_status_t take_outputs(loom_trace_t *t, const tape_rec_t *r, bool com
   const seg_desc_t *d = r->bwd;
   for (int i = 0, extra = d->n_wrt; i < d->n_wrt; i++) {
     int32_t v = wrt_value(r, i);
-    bool deferred = d->defer >> i & 1;
+    bool deferred = seg_deferred(d->defer, i);
     loom_tensor_t *b = deferred ? outs[extra++] : NULL;
     bool due = false;
     if (d->wrt[i] >= r->n_in) { /* a retained output's whole gradient */

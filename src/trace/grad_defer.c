@@ -87,7 +87,7 @@ loom_status_t seg_defer_graph(const seg_desc_t *d, loom_graph_t **g) {
   int32_t extra[64];
   int n = 0;
   for (int i = 0; i < d->n_wrt; i++)
-    if (mask >> i & 1) LOOM_TRY(defer_output(*g, i, &extra[n++]));
+    if (seg_deferred(mask, i)) LOOM_TRY(defer_output(*g, i, &extra[n++]));
   for (int k = 0; k < n; k++) LOOM_TRY(loom_graph_output(*g, (loom_value_t){extra[k]}));
   loom_graph_t *out = NULL;
   LOOM_TRY(pass_dce(*g, &out)); /* the products */

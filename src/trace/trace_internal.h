@@ -337,6 +337,10 @@ typedef struct seg_desc {
   int n_subgraphs;
 } seg_desc_t;
 
+/* Whether wrt input i's gradient is deferred (bit i of mask; only the
+ * first 64 can be: a segment may have more wrt inputs). */
+static inline bool seg_deferred(uint64_t mask, int i) { return i < 64 && (mask >> i & 1); }
+
 /* ---- The tape -------------------------------------------------------------- */
 
 typedef enum tape_kind { TAPE_SEGMENT, TAPE_CALLBACK } tape_kind_t;

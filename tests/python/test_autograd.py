@@ -468,3 +468,24 @@ def test_a_nan_extreme_sends_its_gradient_to_the_nans():
             y.sum().backward()
             return x.grad.numpy()
         np.testing.assert_array_equal(grad(loom), grad(torch))
+
+
+def test_a_step_with_more_than_64_parameters_trains_as_torch():
+    # one backward segment with 71 gradients, the first a matmul's weight
+    # whose gradient is deferred: the 65th must not read that choice
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 8)).astype(np.float32)
+    biases = [rng.standard_normal(8).astype(np.float32) for _ in range(70)]
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    grads = []
+    for m in (torch, loom):
+        w = m.tensor(weight, requires_grad=True)
+        b = [m.tensor(v, requires_grad=True) for v in biases]
+        for _ in range(3):
+            y = m.tensor(x) @ w
+            for v in b:
+                y = y + v
+            (y * y).sum().backward()
+        grads.append([w.grad.numpy()] + [v.grad.numpy() for v in b])
+    for theirs, mine in zip(*grads):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-4)
