@@ -988,6 +988,38 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return group_norm(input, c, weight, bias, eps)
 
 
+def _bags(input, offsets, include_last_offset):
+    """embedding_bag's layout: (flat, spot, inside): the input's entries,
+    and, each (bags, longest), the flat position of each bag's k-th entry
+    (0 past its end) and whether there is one. Refused as PyTorch
+    refuses it."""
+    index = np.asarray(input.detach() if isinstance(input, Tensor) else input)
+    if index.ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None")
+        starts = np.arange(0, index.size, max(index.shape[1], 1))[:index.shape[0]]
+    elif index.ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        starts = np.asarray(offsets.detach() if isinstance(offsets, Tensor) else offsets)
+        if starts.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        if include_last_offset:
+            starts = starts[:-1]
+        if starts.size and (starts[0] != 0 or (np.diff(starts) < 0).any() or
+                            starts[-1] > index.size):
+            raise ValueError("embedding_bag: offsets must start at 0, not decrease, and stay "
+                             "within the input")
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{index.ndim}")
+    ends = np.append(starts[1:], index.size) if starts.size else starts
+    longest = int((ends - starts).max()) if starts.size else 0
+    at = starts[:, None] + np.arange(longest)[None, :]
+    inside = at < ends[:, None]
+    return index.reshape(-1), np.where(inside, np.minimum(at, max(index.size - 1, 0)), 0), inside
+
+
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
                   mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
                   padding_idx=None):
@@ -1003,34 +1035,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     if per_sample_weights is not None and mode != "sum":
         raise NotImplementedError("embedding_bag: per_sample_weights was not None. "
                                   "per_sample_weights is only supported for mode='sum'")
-    index = np.asarray(input.detach() if isinstance(input, Tensor) else input)
-    if index.ndim == 2:
-        if offsets is not None:
-            raise ValueError("if input is 2D, then offsets has to be None")
-        starts = np.arange(0, index.size, max(index.shape[1], 1))[:index.shape[0]]
-        flat = index.reshape(-1)
-    elif index.ndim == 1:
-        if offsets is None:
-            raise ValueError("offsets has to be a 1D Tensor but got None")
-        starts = np.asarray(offsets.detach() if isinstance(offsets, Tensor) else offsets)
-        if starts.ndim != 1:
-            raise ValueError("offsets has to be a 1D Tensor")
-        if include_last_offset:
-            starts = starts[:-1]
-        if starts.size and (starts[0] != 0 or (np.diff(starts) < 0).any() or
-                            starts[-1] > index.size):
-            raise ValueError("embedding_bag: offsets must start at 0, not decrease, and stay "
-                             "within the input")
-        flat = index
-    else:
-        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
-                         f"{index.ndim}")
-    bags = starts.size
-    ends = np.append(starts[1:], flat.size) if bags else starts
-    longest = int((ends - starts).max()) if bags else 0
-    at = starts[:, None] + np.arange(longest)[None, :]
-    inside = at < ends[:, None]
-    picks = np.where(inside, flat[np.minimum(at, max(flat.size - 1, 0))] if flat.size else 0, 0)
+    flat, spot, inside = _bags(input, offsets, include_last_offset)
+    picks = flat[spot] if flat.size else np.zeros(spot.shape, np.int64)
+    bags, longest = spot.shape
     if padding_idx is not None:
         padding_idx %= weight.shape[0]
         inside &= picks != padding_idx
@@ -1044,9 +1051,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         return _F.where(empty, 0.0, _F.where(keep.bool(), rows, -math.inf).amax(1))
     w = keep
     if per_sample_weights is not None:
-        psw_index = np.where(inside, np.minimum(at, max(flat.size - 1, 0)), 0)
         w = w * _F.index_select(per_sample_weights.reshape(-1), 0,
-                                _F._const(psw_index.reshape(-1))).reshape(at.shape + (1,))
+                                _F._const(spot.reshape(-1))).reshape(spot.shape + (1,))
     total = (rows * w).sum(1)
     if mode == "sum":
         return total
