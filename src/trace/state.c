@@ -134,6 +134,8 @@ loom_status_t tr_claim_to_read(const loom_trace_t *t, const char *fn, bool *take
   /* The claim word is the one field readers write: t is not const there. */
   loom_trace_t *w = (loom_trace_t *)t;
   uintptr_t me = this_thread(), user = 0;
+  *taken = false;
+  if (atomic_load_explicit(&w->user, memory_order_relaxed) == me) return LOOM_OK;
   *taken = atomic_compare_exchange_strong_explicit(&w->user, &user, me, memory_order_acquire,
                                                    memory_order_relaxed);
   return *taken || user == me ? LOOM_OK : refuse(fn);
