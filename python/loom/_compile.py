@@ -4,6 +4,7 @@ call that matches; a function that cannot be one executable runs through
 the trace instead (a graph break, as torch.compile's)."""
 import os
 import sys
+import threading
 
 from . import _C
 from ._tensor import Tensor
@@ -24,6 +25,13 @@ drawn_from = None
 _PACKAGE_DIR = os.path.dirname(__file__)
 # Captures kept per argument signature (torch.compile's cache_size_limit).
 CAPTURE_LIMIT = 8
+
+# Calls of compiled functions take turns across threads: a capture records
+# into the process's one trace and fills this module's guards, and a call
+# may add entries and move an entry's buffers and optimizer state (the
+# runs themselves hold the GIL). Re-entrant, so that a compiled function
+# called inside a capture reaches the capture's own check.
+_calls = threading.RLock()
 
 
 def in_package(code):
@@ -195,6 +203,10 @@ class Compiled:
         return tuple(found)
 
     def __call__(self, *args, **kwargs):
+        with _calls:
+            return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         key = self._key(args, kwargs)
         entries = self.entries.setdefault(key, [])
         entry = next((e for e in entries if e.holds()), None)

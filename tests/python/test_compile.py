@@ -676,3 +676,41 @@ def test_returned_arguments_and_repeated_outputs_are_the_same_tensors():
         assert x.tolist() == [101.0, 102.0]
         p, q = g(loom.tensor([1.0, 2.0]))
         assert p is q and q.tolist() == [2.0, 4.0]
+
+
+def test_one_compiled_function_called_from_four_threads_at_once():
+    # Calls take turns: the first ones capture (each thread may be the one),
+    # the rest replay; every result is its own input's, none an error.
+    import sys
+    import threading
+    w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    xs = [np.random.default_rng(k).standard_normal((4, 8)).astype(np.float32) for k in range(8)]
+    W = loom.tensor(w)
+
+    @loom.compile
+    def f(a):
+        return (a @ W).tanh() * 2 + 1
+
+    errors, wrong = [], []
+
+    def worker(k):
+        for i in range(20):
+            j = (k + i) % 8
+            try:
+                got = f(loom.tensor(xs[j])).numpy()
+                if not np.allclose(got, np.tanh(xs[j] @ w) * 2 + 1, atol=1e-5):
+                    wrong.append(j)
+            except Exception as e:  # noqa: BLE001 - collected, asserted empty
+                errors.append(repr(e))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the capture
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and wrong == []
