@@ -1238,3 +1238,6 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     if full:
         loss = loss + 0.5 * math.log(2 * math.pi)
     return _reduce(loss, reduction)
+
+
+from .volume import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d  # noqa: E402,F401
