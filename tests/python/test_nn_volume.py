@@ -107,3 +107,24 @@ def test_a_small_3d_cnn_trains_as_torch():
         loss.backward()
         opt.step()
         assert abs(float(loss) - float(tloss)) < 1e-4 * max(1.0, abs(float(tloss))), step
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(), dict(stride=2, padding=1), dict(stride=(2, 1, 3), padding=(1, 0, 1),
+                                            output_padding=(1, 0, 2)),
+    dict(stride=2, dilation=(2, 1, 2), output_padding=1, groups=2, bias=False),
+    dict(stride=3, padding=2, output_padding=(2, 1, 0))])
+def test_conv_transpose3d(kwargs):
+    twin(lambda m: m.ConvTranspose3d(4, 6, 3, **kwargs), (2, 4, 4, 5, 6))
+
+
+def test_conv_transpose3d_output_size_and_unbatched_input():
+    mine, theirs = twin(lambda m: m.ConvTranspose3d(3, 2, 3, stride=2), (3, 4, 5, 6))
+    x = rng.standard_normal((1, 3, 4, 5, 6)).astype(np.float32)
+    got = mine(loom.tensor(x), output_size=(10, 12, 13))
+    want = theirs(torch.tensor(x), output_size=(10, 12, 13))
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="valid sizes range"):
+        mine(loom.tensor(x), output_size=(12, 12, 13))

@@ -16,7 +16,7 @@ from .layers import (ConvTranspose1d, CosineSimilarity, EmbeddingBag, Hardshrink
                      InstanceNorm1d, InstanceNorm2d, PairwiseDistance, Softmax2d, Softshrink,
                      Threshold)
 from .layers3d import (AdaptiveAvgPool3d, AvgPool3d, BatchNorm3d, Conv3d,  # noqa: F401
-                       InstanceNorm3d, MaxPool3d)
+                       ConvTranspose3d, InstanceNorm3d, MaxPool3d)
 from .transformer import (Transformer, TransformerDecoder,  # noqa: F401
                           TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 from .padding import (ConstantPad1d, ConstantPad2d, ConstantPad3d,  # noqa: F401

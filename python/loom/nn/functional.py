@@ -1240,4 +1240,5 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _reduce(loss, reduction)
 
 
-from .volume import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d  # noqa: E402,F401
+from .volume import (adaptive_avg_pool3d, avg_pool3d, conv3d,  # noqa: E402,F401
+                     conv_transpose3d, max_pool3d)

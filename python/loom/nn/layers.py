@@ -315,6 +315,11 @@ class Flatten(Module):
         return _F.flatten(x, self.start_dim, self.end_dim)
 
 
+def _ntuple(v, n):
+    """An int repeated n times, or a sequence as a tuple."""
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
 def _uniform_params(module, fan_in, *names_shapes):
     from .. import empty
     bound = 1 / math.sqrt(fan_in) if fan_in else 0
@@ -436,6 +441,7 @@ class Conv1d(_ConvNd):
 class ConvTranspose2d(Module):
     """torch.nn.ConvTranspose2d; forward's output_size picks the
     output_padding that gives it, as PyTorch's."""
+    dims = 2
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
@@ -444,12 +450,12 @@ class ConvTranspose2d(Module):
         if padding_mode != "zeros":
             raise ValueError('Only "zeros" padding mode is supported for ConvTranspose2d')
         _check_groups(in_channels, out_channels, groups)
-        kh, kw = F._pair_of(kernel_size)
-        self.kernel_size = (kh, kw)
+        self.kernel_size = _ntuple(kernel_size, self.dims)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
-        fan_in = out_channels // groups * kh * kw  # PyTorch's: weight dim 1 is fan in
-        _uniform_params(self, fan_in, ("weight", (in_channels, out_channels // groups, kh, kw)))
+        fan_in = out_channels // groups * math.prod(self.kernel_size)  # PyTorch's: weight dim 1
+        _uniform_params(self, fan_in,
+                        ("weight", (in_channels, out_channels // groups) + self.kernel_size))
         if bias:
             _uniform_params(self, fan_in, ("bias", (out_channels,)))
         else:
@@ -459,16 +465,17 @@ class ConvTranspose2d(Module):
     def _output_padding(self, x, output_size):
         if output_size is None:
             return self.output_padding
-        size = list(output_size)[-2:]
-        pad, stride, dil = (F._pair_of(v) for v in (self.padding, self.stride, self.dilation))
+        n = self.dims
+        size = list(output_size)[-n:]
+        pad, stride, dil = (_ntuple(v, n) for v in (self.padding, self.stride, self.dilation))
         out = []
-        for d in range(2):
-            least = (x.shape[-2 + d] - 1) * stride[d] - 2 * pad[d] + \
+        for d in range(n):
+            least = (x.shape[-n + d] - 1) * stride[d] - 2 * pad[d] + \
                 dil[d] * (self.kernel_size[d] - 1) + 1
             if not least <= size[d] < least + stride[d]:
                 raise ValueError(f"requested an output size of {size}, but valid sizes range "
                                  f"from {least} to {least + stride[d] - 1} (for an input of "
-                                 f"{list(x.shape[-2:])})")
+                                 f"{list(x.shape[-n:])})")
             out.append(size[d] - least)
         return tuple(out)
 
@@ -481,27 +488,13 @@ class ConvTranspose2d(Module):
 class ConvTranspose1d(ConvTranspose2d):
     """torch.nn.ConvTranspose1d: ConvTranspose2d over a unit height, with
     weight (in, out / groups, k)."""
+    dims = 1
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
                  device=None, dtype=None):
-        k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
-        super().__init__(in_channels, out_channels, (1, k), stride, padding, output_padding,
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
                          groups, bias, dilation, padding_mode, device, dtype)
-        self.kernel_size = (k,)
-        self.weight = Parameter(self.weight.detach().squeeze(2))
-
-    def _output_padding(self, x, output_size):
-        if output_size is None:
-            return self.output_padding
-        one = lambda v: v if isinstance(v, int) else v[0]  # noqa: E731
-        least = (x.shape[-1] - 1) * one(self.stride) - 2 * one(self.padding) + \
-            one(self.dilation) * (self.kernel_size[0] - 1) + 1
-        size = list(output_size)[-1]
-        if not least <= size < least + one(self.stride):
-            raise ValueError(f"requested an output size of {size}, but valid sizes range from "
-                             f"{least} to {least + one(self.stride) - 1}")
-        return size - least
 
     def forward(self, x, output_size=None):
         return F.conv_transpose1d(x, self.weight, self.bias, self.stride, self.padding,

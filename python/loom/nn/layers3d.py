@@ -58,3 +58,14 @@ class BatchNorm3d(layers.BatchNorm2d):
 class InstanceNorm3d(layers._InstanceNorm):
     dims = 3
 
+
+
+class ConvTranspose3d(layers.ConvTranspose2d):
+    """torch.nn.ConvTranspose3d: weight (in, out / groups, kd, kh, kw);
+    forward's output_size picks the output_padding that gives it."""
+    dims = 3
+
+    def forward(self, x, output_size=None):
+        return F.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)

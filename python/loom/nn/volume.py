@@ -176,3 +176,55 @@ def adaptive_avg_pool3d(x, output_size):
             y = (F._adaptive_pool_matrix(depth, od, x.dtype) @ y.reshape(n, c, depth, h * w))
         y = F.adaptive_avg_pool2d(y.reshape(n, c * od, h, w), (oh, ow)).reshape(n, c, od, oh, ow)
     return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """x (N, C, D, H, W) or (C, D, H, W) unbatched, weight (C, O / groups,
+    kd, kh, kw): one conv_transpose2d over every input depth, the kd depth
+    taps' kernels side by side as output channels (group, tap, channel);
+    tap k's planes then land at depths i * stride + k * dilation (zeros
+    between them at strides above 1), summed, and the padding cut off."""
+    from .. import zeros
+    x, unbatched = _batched(x, "conv_transpose3d")
+    if weight.ndim != 5:
+        raise ValueError(f"conv_transpose3d: expected a 5-d weight (in, out / groups, kd, kh, "
+                         f"kw), got {list(weight.shape)}")
+    n, c, depth, h, w = x.shape
+    ci, og, kd, kh, kw = weight.shape
+    if groups < 1 or c != ci or c % groups:
+        raise ValueError(f"conv_transpose3d: given groups={groups}, weight of size "
+                         f"{list(weight.shape)} expects input[{n}, {ci}, ...] to have {ci} "
+                         f"channels (a multiple of groups), but got {c} channels instead")
+    (sd, sh, sw), (dd, dh, dw) = _triple(stride, "stride"), _triple(dilation, "dilation")
+    (pd, ph, pw), (od, oh, ow) = _triple(padding, "padding"), \
+        _triple(output_padding, "output_padding")
+    if any(o >= max(s, d) for o, s, d in zip((od, oh, ow), (sd, sh, sw), (dd, dh, dw))):
+        raise ValueError(f"conv_transpose3d: output_padding {(od, oh, ow)} must be smaller "
+                         f"than either stride {(sd, sh, sw)} or dilation {(dd, dh, dw)}")
+    full = (depth - 1) * sd + dd * (kd - 1) + 1
+    out = full - 2 * pd + od
+    if out < 1:
+        raise ValueError(f"conv_transpose3d: input of size {list(x.shape)} gives an output "
+                         f"depth of {out}")
+    planes = x.permute(0, 2, 1, 3, 4).reshape(n * depth, c, h, w)
+    kernels = weight.permute(0, 2, 1, 3, 4).reshape(ci, kd * og, kh, kw)
+    y = _F._op("conv_transpose2d", planes, kernels, stride=[sh, sw], pads=[ph, pw, ph, pw],
+               dilation=[dh, dw], groups=int(groups), output_padding=[oh, ow])
+    ho, wo = y.shape[2:]
+    y = y.reshape(n, depth, groups, kd, og, ho, wo)
+    spread = (depth - 1) * sd + 1
+    total = None
+    for k in range(kd):
+        tap = y[:, :, :, k].reshape(n, depth, groups * og, ho, wo)
+        if sd > 1:  # zeros between the input depths
+            gaps = zeros(n, depth, sd - 1, groups * og, ho, wo, dtype=tap.dtype)
+            tap = _F.cat([tap.unsqueeze(2), gaps], 2).reshape(n, depth * sd, groups * og, ho,
+                                                             wo)[:, :spread]
+        before = k * dd
+        tap = _F.pad(tap, (0, 0, 0, 0, 0, 0, before, full + od - spread - before))
+        total = tap if total is None else total + tap
+    y = total[:, pd:pd + out].permute(0, 2, 1, 3, 4)
+    if bias is not None:
+        y = y + bias.reshape(1, groups * og, 1, 1, 1)
+    return y.squeeze(0) if unbatched else y
