@@ -20,12 +20,18 @@ from .layers3d import (AdaptiveAvgPool3d, AvgPool3d, BatchNorm3d, Conv3d,  # noq
 from .transformer import (Transformer, TransformerDecoder,  # noqa: F401
                           TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 from .padding import (ConstantPad1d, ConstantPad2d, ConstantPad3d,  # noqa: F401
-                      ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
+                      ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
+                      ReplicationPad2d,
                       ReplicationPad3d, ZeroPad2d)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401
                      PoissonNLLLoss, TripletMarginLoss)
+from .losses import (HingeEmbeddingLoss, MultiLabelMarginLoss,  # noqa: F401
+                     MultiLabelSoftMarginLoss, MultiMarginLoss, SoftMarginLoss,
+                     TripletMarginWithDistanceLoss)
+from .patch_layers import (AdaptiveMaxPool1d, AdaptiveMaxPool3d, ChannelShuffle,  # noqa: F401
+                           Fold, LocalResponseNorm, LPPool1d, LPPool2d, Unfold)
 from .recurrent import (GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase,  # noqa: F401
                         RNNCell, RNNCellBase)
 from .module import (Module, ModuleDict, ModuleList, Parameter, ParameterDict,  # noqa: F401

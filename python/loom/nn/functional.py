@@ -1,4 +1,5 @@
 """torch.nn.functional's names over Loom's ops."""
+import functools
 import math
 import numbers
 import types
@@ -963,6 +964,26 @@ def threshold_(input, threshold_value, value):
     return threshold(input, threshold_value, value, inplace=True)
 
 
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, inplace=True)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, inplace=True)
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-5):
     """input (N, C, *) normalized per image and channel over the other
@@ -1242,3 +1263,14 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
 
 from .volume import (adaptive_avg_pool3d, avg_pool3d, conv3d,  # noqa: E402,F401
                      conv_transpose3d, max_pool3d)
+from .margin_losses import (hinge_embedding_loss, multi_margin_loss,  # noqa: E402,F401
+                            multilabel_margin_loss, multilabel_soft_margin_loss,
+                            soft_margin_loss, triplet_margin_with_distance_loss)
+from .patches import (adaptive_max_pool1d, adaptive_max_pool3d,  # noqa: E402,F401
+                      channel_shuffle, fold, local_response_norm, lp_pool1d, lp_pool2d, unfold)
+
+
+max_pool1d_with_indices = functools.partial(max_pool1d, return_indices=True)
+max_pool2d_with_indices = functools.partial(max_pool2d, return_indices=True)
+adaptive_max_pool1d_with_indices = functools.partial(adaptive_max_pool1d, return_indices=True)
+adaptive_max_pool2d_with_indices = functools.partial(adaptive_max_pool2d, return_indices=True)
