@@ -1274,3 +1274,4 @@ max_pool1d_with_indices = functools.partial(max_pool1d, return_indices=True)
 max_pool2d_with_indices = functools.partial(max_pool2d, return_indices=True)
 adaptive_max_pool1d_with_indices = functools.partial(adaptive_max_pool1d, return_indices=True)
 adaptive_max_pool2d_with_indices = functools.partial(adaptive_max_pool2d, return_indices=True)
+from .sampling import affine_grid, grid_sample  # noqa: E402,F401
