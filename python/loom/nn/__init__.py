@@ -27,7 +27,7 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  #
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401
                      PoissonNLLLoss, TripletMarginLoss)
-from .losses import (HingeEmbeddingLoss, MultiLabelMarginLoss,  # noqa: F401
+from .losses import (CTCLoss, HingeEmbeddingLoss, MultiLabelMarginLoss,  # noqa: F401
                      MultiLabelSoftMarginLoss, MultiMarginLoss, SoftMarginLoss,
                      TripletMarginWithDistanceLoss)
 from .patch_layers import (AdaptiveMaxPool1d, AdaptiveMaxPool3d, ChannelShuffle,  # noqa: F401

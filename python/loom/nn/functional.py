@@ -1275,3 +1275,4 @@ max_pool2d_with_indices = functools.partial(max_pool2d, return_indices=True)
 adaptive_max_pool1d_with_indices = functools.partial(adaptive_max_pool1d, return_indices=True)
 adaptive_max_pool2d_with_indices = functools.partial(adaptive_max_pool2d, return_indices=True)
 from .sampling import affine_grid, grid_sample  # noqa: E402,F401
+from .ctc import ctc_loss  # noqa: E402,F401
