@@ -7,7 +7,6 @@ gradient is autograd's through it."""
 import numpy as np
 
 from .. import functional as _F
-from . import functional as F
 
 # Log probability of an alignment prefix that cannot happen: finite, so
 # that no gradient through it is 0 * inf; a loss past _IMPOSSIBLE is inf.
