@@ -128,3 +128,16 @@ def test_loss_modules_and_single_samples():
     with pytest.raises(ValueError, match="margin to be greater than 0"):
         F.triplet_margin_with_distance_loss(loom.zeros(2, 3), loom.zeros(2, 3),
                                             loom.zeros(2, 3), margin=0.0)
+
+
+def test_pools_with_indices_give_values_and_indices():
+    x = rng.standard_normal((2, 3, 8, 6)).astype(np.float32)
+    for mine, theirs, args in (
+            (F.max_pool2d_with_indices, TF.max_pool2d_with_indices, (2,)),
+            (F.adaptive_max_pool2d_with_indices, TF.adaptive_max_pool2d_with_indices, (2,)),
+            (F.max_pool1d_with_indices, TF.max_pool1d_with_indices, (3,)),
+            (F.adaptive_max_pool1d_with_indices, TF.adaptive_max_pool1d_with_indices, (3,))):
+        a = x if "2d" in mine.func.__name__ else x.reshape(2, 3, 48)
+        (y, i), (ty, ti) = mine(loom.tensor(a), *args), theirs(torch.tensor(a), *args)
+        np.testing.assert_array_equal(y.numpy(), ty.numpy())
+        np.testing.assert_array_equal(i.numpy(), ti.numpy())
