@@ -141,3 +141,26 @@ def test_pools_with_indices_give_values_and_indices():
         (y, i), (ty, ti) = mine(loom.tensor(a), *args), theirs(torch.tensor(a), *args)
         np.testing.assert_array_equal(y.numpy(), ty.numpy())
         np.testing.assert_array_equal(i.numpy(), ti.numpy())
+
+
+@pytest.mark.parametrize("dims,kwargs", [(1, dict(kernel_size=2)), (2, dict(kernel_size=2)),
+                                         (2, dict(kernel_size=3, stride=2, padding=1)),
+                                         (3, dict(kernel_size=2))])
+def test_max_unpool_puts_each_maximum_back(dims, kwargs):
+    shape = (2, 3) + (8, 7, 6)[:dims]
+    x = rng.standard_normal(shape).astype(np.float32)
+    pool = getattr(TF, f"max_pool{dims}d")
+    y, idx = pool(torch.tensor(x), return_indices=True, **kwargs)
+    mine_in = loom.tensor(y.numpy(), requires_grad=True)
+    theirs_in = y.detach().requires_grad_(True)
+    unpool = f"MaxUnpool{dims}d"
+    out = getattr(nn, unpool)(**kwargs)(mine_in, loom.tensor(idx.numpy()), shape[2:])
+    tout = getattr(torch.nn, unpool)(**kwargs)(theirs_in, idx, shape[2:])
+    np.testing.assert_array_equal(out.detach().numpy(), tout.detach().numpy())
+    w = rng.standard_normal(shape).astype(np.float32)
+    (out * loom.tensor(w)).sum().backward()
+    (tout * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(mine_in.grad.numpy(), theirs_in.grad.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="invalid output_size"):
+        getattr(F, f"max_unpool{dims}d")(mine_in, loom.tensor(idx.numpy()), 2,
+                                         output_size=(1,) * dims)

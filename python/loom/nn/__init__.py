@@ -11,7 +11,8 @@ from .layers import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa:
 from .layers import (AdaptiveMaxPool2d, AvgPool1d, Bilinear, CELU, Hardsigmoid,  # noqa: F401
                      Hardswish, MaxPool1d, PixelShuffle, PixelUnshuffle, SELU, Softmin,
                      Softsign, Tanhshrink)
-from .layers import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
+from .layers import (AlphaDropout, Dropout1d, Dropout2d, Dropout3d,  # noqa: F401
+                     FeatureAlphaDropout, RReLU)
 from .layers import (ConvTranspose1d, CosineSimilarity, EmbeddingBag, Hardshrink,  # noqa: F401
                      InstanceNorm1d, InstanceNorm2d, PairwiseDistance, Softmax2d, Softshrink,
                      Threshold)
@@ -28,10 +29,11 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,  #
 from .losses import (CosineEmbeddingLoss, GaussianNLLLoss, MarginRankingLoss,  # noqa: F401
                      PoissonNLLLoss, TripletMarginLoss)
 from .losses import (CTCLoss, HingeEmbeddingLoss, MultiLabelMarginLoss,  # noqa: F401
-                     MultiLabelSoftMarginLoss, MultiMarginLoss, SoftMarginLoss,
+                     MultiLabelSoftMarginLoss, MultiMarginLoss, NLLLoss2d, SoftMarginLoss,
                      TripletMarginWithDistanceLoss)
 from .patch_layers import (AdaptiveMaxPool1d, AdaptiveMaxPool3d, ChannelShuffle,  # noqa: F401
-                           Fold, LocalResponseNorm, LPPool1d, LPPool2d, Unfold)
+                           Fold, LocalResponseNorm, LPPool1d, LPPool2d, MaxUnpool1d,
+                           MaxUnpool2d, MaxUnpool3d, Unfold)
 from .recurrent import (GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase,  # noqa: F401
                         RNNCell, RNNCellBase)
 from .module import (Module, ModuleDict, ModuleList, Parameter, ParameterDict,  # noqa: F401

@@ -1190,6 +1190,20 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return _F.norm(x1 - x2 + eps, p, -1, keepdim)
 
 
+def pdist(input, p=2.0):
+    """The p-norm distances of the rows of an (N, M) input, each pair i < j
+    once, in row-major order; equal rows are 0 apart with gradient 0, as
+    PyTorch's (their norm is taken of ones and dropped, so that no 0 / 0
+    reaches the gradient)."""
+    if input.ndim != 2:
+        raise ValueError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    i, j = (_F._const(k.astype(np.int64)) for k in np.triu_indices(input.shape[0], 1))
+    diff = _F.index_select(input, 0, i) - _F.index_select(input, 0, j)
+    same = (diff == 0).all(-1, keepdim=True)
+    dist = _F.norm(_F.where(same, 1.0, diff), p, -1)
+    return _F.where(same.squeeze(-1), 0.0, dist)
+
+
 def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
                           reduction="mean"):
     """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is
@@ -1267,7 +1281,8 @@ from .margin_losses import (hinge_embedding_loss, multi_margin_loss,  # noqa: E4
                             multilabel_margin_loss, multilabel_soft_margin_loss,
                             soft_margin_loss, triplet_margin_with_distance_loss)
 from .patches import (adaptive_max_pool1d, adaptive_max_pool3d,  # noqa: E402,F401
-                      channel_shuffle, fold, local_response_norm, lp_pool1d, lp_pool2d, unfold)
+                      channel_shuffle, fold, local_response_norm, lp_pool1d, lp_pool2d,
+                      max_unpool1d, max_unpool2d, max_unpool3d, unfold)
 
 
 max_pool1d_with_indices = functools.partial(max_pool1d, return_indices=True)
@@ -1276,3 +1291,5 @@ adaptive_max_pool1d_with_indices = functools.partial(adaptive_max_pool1d, return
 adaptive_max_pool2d_with_indices = functools.partial(adaptive_max_pool2d, return_indices=True)
 from .sampling import affine_grid, grid_sample  # noqa: E402,F401
 from .ctc import ctc_loss  # noqa: E402,F401
+from .noise import (alpha_dropout, feature_alpha_dropout,  # noqa: E402,F401
+                    gumbel_softmax, rrelu, rrelu_)

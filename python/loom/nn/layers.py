@@ -161,6 +161,32 @@ class Dropout3d(Dropout):
     _function = staticmethod(F.dropout3d)
 
 
+class AlphaDropout(Dropout):
+    """torch.nn.AlphaDropout: dropout that keeps a SELU network's mean and
+    variance (F.alpha_dropout)."""
+    _function = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    """torch.nn.FeatureAlphaDropout: alpha dropout of whole channels."""
+    _function = staticmethod(F.feature_alpha_dropout)
+
+
+class RReLU(Module):
+    """torch.nn.RReLU: negative slopes drawn from [lower, upper) per element
+    in training, their mean in eval (F.rrelu)."""
+
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, x):
+        return F.rrelu(x, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"lower={self.lower}, upper={self.upper}"
+
+
 def _activation(name, fn):
     cls = type(name, (Module,), {"forward": lambda self, x: fn(x)})
     cls.__doc__ = f"{name}: {fn.__name__} as a module."

@@ -36,6 +36,9 @@ class NLLLoss(_Loss):
                           reduction=self.reduction)
 
 
+NLLLoss2d = NLLLoss  # PyTorch's old name, the same loss
+
+
 class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)

@@ -72,3 +72,24 @@ class AdaptiveMaxPool1d(Module):
 class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
     def forward(self, input):
         return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
+
+
+class MaxUnpool2d(Module):
+    dims = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None else stride
+
+    def forward(self, input, indices, output_size=None):
+        fn = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}[self.dims]
+        return fn(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+
+class MaxUnpool1d(MaxUnpool2d):
+    dims = 1
+
+
+class MaxUnpool3d(MaxUnpool2d):
+    dims = 3

@@ -1,9 +1,11 @@
 """torch.nn.functional's sliding-window views and the pools and norms
 built from windows: unfold (each window's pixels as a column), fold (the
 columns summed back into an image), channel_shuffle, local_response_norm
-and lp_pool1d/2d, adaptive_max_pool1d/3d. Windows are strided slices of
+and lp_pool1d/2d, adaptive_max_pool1d/3d, max_unpool1d/2d/3d. Windows are strided slices of
 the padded input, one per tap, so that the copies are exact and the
 gradients those of slices and pads."""
+import math
+
 from .. import functional as _F
 from . import functional as F
 
@@ -152,3 +154,53 @@ def adaptive_max_pool3d(input, output_size, return_indices=False):
                                   "input's")
     kernel = tuple(s // o for s, o in zip(size, out))
     return F.max_pool3d(input, kernel, kernel, return_indices=return_indices)
+
+
+def _max_unpool(input, indices, kernel_size, stride, padding, output_size, dims, name):
+    """max_unpoolNd: each value of input written at its index in a zero
+    plane of the output's size (max_poolNd's return_indices: flat in each
+    plane). Where windows overlap, a position two of them wrote takes the
+    value once (their mean: they wrote the same maximum), and each write
+    still gets the whole gradient there, as PyTorch's gather."""
+    def many(v):
+        return (v,) * dims if isinstance(v, int) else tuple(v)
+    if input.ndim not in (dims + 1, dims + 2):
+        raise ValueError(f"{name}: expected a {dims + 1}-d or {dims + 2}-d input, got "
+                         f"{input.ndim}-d")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise ValueError(f"{name}: expected indices of the input's shape "
+                         f"{list(input.shape)}, got {list(indices.shape)}")
+    k = many(kernel_size)
+    s = k if stride is None else many(stride)
+    p = many(padding)
+    size = tuple(input.shape[-dims:])
+    default = [(n - 1) * si - 2 * pi + ki for n, si, pi, ki in zip(size, s, p, k)]
+    out = default if output_size is None else [int(v) for v in list(output_size)[-dims:]]
+    for o, d, si in zip(out, default, s):
+        if not d - si < o < d + si:
+            raise ValueError(f"{name}: invalid output_size {out} (the default is {default}; "
+                             f"each size must lie within a stride of it)")
+    lead = tuple(input.shape[:-dims])
+    from .. import zeros
+    plane = zeros(*lead, math.prod(out), dtype=input.dtype)
+    axis, index, values = input.ndim - dims, indices.reshape(*lead, -1), input.reshape(*lead, -1)
+    added = _F.scatter_add(plane, axis, index, values)  # its gradient: a gather, as PyTorch's
+    if all(si >= ki for si, ki in zip(s, k)):  # windows apart: no index twice
+        return added.reshape(*lead, *out)
+    once = _F.scatter(plane, axis, index, values.detach())
+    return (once + (added - added.detach())).reshape(*lead, *out)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1,
+                       "max_unpool1d")
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2,
+                       "max_unpool2d")
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3,
+                       "max_unpool3d")
