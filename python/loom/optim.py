@@ -48,6 +48,17 @@ _SGD, _ADAM, _ADAMW = 0, 1, 2
 _trace_owner = None
 
 
+class _Required:
+    """The default of a hyperparameter every group must give (SGD's lr), as
+    torch.optim.optimizer.required."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _Required()
+
+
 def _check(defaults):
     """torch.optim's checks of the hyperparameters, with its messages."""
     checks = [("lr", "learning rate"), ("momentum", "momentum value"), ("eps", "epsilon value"),
@@ -55,7 +66,7 @@ def _check(defaults):
               ("lr_decay", "lr_decay value"),
               ("initial_accumulator_value", "initial_accumulator_value value")]
     for key, what in checks:
-        if key in defaults and not 0.0 <= defaults[key]:
+        if key in defaults and defaults[key] is not required and not 0.0 <= defaults[key]:
             raise ValueError(f"Invalid {what}: {defaults[key]}")
     for i, b in enumerate(defaults.get("betas", ())):
         if not 0.0 <= b < 1.0:
@@ -121,6 +132,10 @@ class Optimizer:
         others = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in others for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required "
+                                 f"optimization parameter {name}")
         self.param_groups.append({**self.defaults, **param_group, "params": params})
 
     @property
@@ -425,7 +440,7 @@ class SGD(Optimizer):
     _kind = _SGD
     _TRACE_NAMES = {"momentum_buffer": "momentum"}
 
-    def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
+    def __init__(self, params, lr=required, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")

@@ -757,3 +757,66 @@ def test_a_result_a_finished_thread_recorded_is_read_by_the_thread_that_joined_i
         t.join()
         assert out["y"].tolist() == [1.0, 3.0, 5.0, 7.0]
         assert (loom.tensor([1.0, 2.0]) * 3).sum().item() == 9.0
+
+
+def test_pytorch_keywords_an_outside_tester_found_refused():
+    layer = loom.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+    enc = loom.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False, mask_check=False)
+    assert enc(loom.randn(2, 3, 8)).shape == (2, 3, 8)
+    lin = loom.nn.Linear(3, 2)
+    loom.nn.init.constant_(lin.bias, val=0.5)
+    assert lin.bias.tolist() == [0.5, 0.5]
+    loom.nn.init.uniform_(tensor=lin.weight, a=-0.1, b=0.1)
+    sd = lin.state_dict(prefix="head.", keep_vars=True)
+    assert list(sd) == ["head.weight", "head.bias"] and sd["head.weight"] is lin.weight
+    assert sd["head.weight"].requires_grad
+    assert not lin.state_dict()["weight"].requires_grad
+    mine = OrderedDict()
+    assert lin.state_dict(mine, "m.") is mine and list(mine) == ["m.weight", "m.bias"]
+    with pytest.raises(ValueError, match="required optimization parameter lr"):
+        loom.optim.SGD(lin.parameters())
+    opt = loom.optim.SGD([{"params": [lin.weight], "lr": 0.1}])  # the group gives it
+    assert opt.param_groups[0]["lr"] == 0.1
+    with pytest.raises(ValueError, match="required optimization parameter lr"):
+        opt.add_param_group({"params": [lin.bias]})
+
+
+def test_regression_losses_warn_of_a_broadcast_target_as_pytorch():
+    import warnings
+    x, y = loom.tensor([[1.0], [2.0], [3.0]]), loom.tensor([1.0, 2.0, 3.0])
+    F = loom.nn.functional
+    for fn in (F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = float(fn(x, y))
+            fn(x, y.reshape(3, 1))
+        assert [str(w.message)[:40] for w in caught] == \
+            ["Using a target size ((3,)) that is diffe"], fn.__name__
+        tx, ty = torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([1.0, 2.0, 3.0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert abs(value - float(getattr(torch.nn.functional, fn.__name__)(tx, ty))) < 1e-6
+
+
+def test_the_other_initializers():
+    w = loom.empty(4, 6)
+    loom.nn.init.orthogonal_(w, gain=2.0)
+    np.testing.assert_allclose(w.numpy() @ w.numpy().T, 4 * np.eye(4), atol=1e-5)
+    tall = loom.empty(6, 2, 2)
+    loom.nn.init.orthogonal_(tall)
+    flat = tall.numpy().reshape(6, 4)
+    np.testing.assert_allclose(flat.T @ flat, np.eye(4), atol=1e-5)
+    e = loom.empty(3, 5)
+    loom.nn.init.eye_(e)
+    assert (e.numpy() == np.eye(3, 5)).all()
+    conv = loom.nn.Conv2d(4, 6, 3, padding=1, bias=False)
+    with loom.no_grad():
+        loom.nn.init.dirac_(conv.weight, groups=2)
+    tconv = torch.nn.Conv2d(4, 6, 3, padding=1, bias=False)
+    torch.nn.init.dirac_(tconv.weight.data, groups=2)
+    np.testing.assert_array_equal(conv.weight.detach().numpy(), tconv.weight.detach().numpy())
+    s = loom.empty(10, 7)
+    loom.nn.init.sparse_(s, 0.3, std=0.5)
+    assert ((s.numpy() == 0).sum(0) == 3).all()
+    with pytest.raises(ValueError, match="2 dimensions"):
+        loom.nn.init.eye_(loom.empty(2, 2, 2))

@@ -28,13 +28,26 @@ def _reduce(loss, reduction):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
+def _warn_broadcast(input, target):
+    """PyTorch's warning where a regression loss broadcasts a target of
+    another size (an (N,) target against (N, 1) outputs: an (N, N) loss)."""
+    if isinstance(target, Tensor) and tuple(target.shape) != tuple(input.shape):
+        import warnings
+        warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the "
+                      f"input size ({tuple(input.shape)}). This will likely lead to incorrect "
+                      f"results due to broadcasting. Please ensure they have the same size.",
+                      stacklevel=3)
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _warn_broadcast(input, target)
     return _reduce((input - target) ** 2, reduction)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _warn_broadcast(input, target)
     return _reduce((input - target).abs(), reduction)
 
 
@@ -193,6 +206,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _warn_broadcast(input, target)
     d = (input - target).abs()
     if beta == 0:
         return _reduce(d, reduction)
@@ -201,6 +215,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)."""
+    _warn_broadcast(input, target)
     d = (input - target).abs()
     return _reduce(_F.where(d <= delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 

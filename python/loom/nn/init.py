@@ -13,28 +13,28 @@ def _fill(t, values):
     return t._write(values)
 
 
-def uniform_(t, a=0.0, b=1.0):
+def uniform_(tensor, a=0.0, b=1.0):
     from .. import _check_random_dtype
-    _check_random_dtype(t.dtype, "check_uniform_bounds")
-    return _fill(t, _gen().uniform(a, b, t.shape))
+    _check_random_dtype(tensor.dtype, "check_uniform_bounds")
+    return _fill(tensor, _gen().uniform(a, b, tensor.shape))
 
 
-def normal_(t, mean=0.0, std=1.0):
+def normal_(tensor, mean=0.0, std=1.0):
     from .. import _check_random_dtype
-    _check_random_dtype(t.dtype, "normal_kernel_cpu")
-    return _fill(t, _gen().normal(mean, std, t.shape))
+    _check_random_dtype(tensor.dtype, "normal_kernel_cpu")
+    return _fill(tensor, _gen().normal(mean, std, tensor.shape))
 
 
-def zeros_(t):
-    return t._write(0)
+def zeros_(tensor):
+    return tensor._write(0)
 
 
-def ones_(t):
-    return t._write(1)
+def ones_(tensor):
+    return tensor._write(1)
 
 
-def constant_(t, value):
-    return t._write(value)
+def constant_(tensor, val):
+    return tensor._write(val)
 
 
 def _fans(t):
@@ -70,15 +70,15 @@ def calculate_gain(nonlinearity, param=None):
     raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
 
 
-def xavier_uniform_(t, gain=1.0):
-    fan_in, fan_out = _fans(t)
+def xavier_uniform_(tensor, gain=1.0):
+    fan_in, fan_out = _fans(tensor)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(t, -a, a)
+    return uniform_(tensor, -a, a)
 
 
-def xavier_normal_(t, gain=1.0):
-    fan_in, fan_out = _fans(t)
-    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+def xavier_normal_(tensor, gain=1.0):
+    fan_in, fan_out = _fans(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def _kaiming_std(t, a, mode, nonlinearity):
@@ -88,22 +88,82 @@ def _kaiming_std(t, a, mode, nonlinearity):
     return calculate_gain(nonlinearity, a) / math.sqrt(fan)
 
 
-def kaiming_uniform_(t, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
-    bound = math.sqrt(3.0) * _kaiming_std(t, a, mode, nonlinearity)
-    return uniform_(t, -bound, bound)
+def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    return uniform_(tensor, -bound, bound)
 
 
-def kaiming_normal_(t, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
-    return normal_(t, 0.0, _kaiming_std(t, a, mode, nonlinearity))
+def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity))
 
 
-def trunc_normal_(t, mean=0.0, std=1.0, a=-2.0, b=2.0):
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
     """Normal values redrawn until they fall in [a, b] (the truncated
     normal PyTorch draws by its inverse CDF); clamped after 100 rounds."""
-    values = _gen().normal(mean, std, t.shape)
+    values = _gen().normal(mean, std, tensor.shape)
     for _ in range(100):
         outside = (values < a) | (values > b)
         if not outside.any():
             break
         values[outside] = _gen().normal(mean, std, int(outside.sum()))
-    return _fill(t, np.clip(values, a, b))
+    return _fill(tensor, np.clip(values, a, b))
+
+
+def eye_(tensor):
+    """The identity in a 2-d tensor (ones on the diagonal)."""
+    if len(tensor.shape) != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return _fill(tensor, np.eye(*tensor.shape))
+
+
+def dirac_(tensor, groups=1):
+    """A convolution weight (out, in, *kernel) that passes its input
+    through: in each of groups, output channel i takes input channel i at
+    the kernel's center."""
+    dims = len(tensor.shape)
+    if dims not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    out = tensor.shape[0]
+    if out % groups:
+        raise ValueError("dim 0 must be divisible by groups")
+    per = out // groups
+    least = min(per, tensor.shape[1])
+    values = np.zeros(tensor.shape)
+    center = tuple(k // 2 for k in tensor.shape[2:])
+    for g in range(groups):
+        for d in range(least):
+            values[(g * per + d, d) + center] = 1
+    return _fill(tensor, values)
+
+
+def orthogonal_(tensor, gain=1.0):
+    """A (semi-)orthogonal matrix over the first dim and the rest
+    flattened, from the QR decomposition of a normal draw (the signs of
+    R's diagonal folded into Q, as PyTorch's), times gain."""
+    if len(tensor.shape) < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    rows = tensor.shape[0]
+    cols = int(np.prod(tensor.shape)) // rows if rows else 0
+    if rows == 0 or cols == 0:
+        return tensor
+    flat = _gen().normal(0.0, 1.0, (rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(tensor, (gain * q).reshape(tensor.shape))
+
+
+def sparse_(tensor, sparsity, std=0.01):
+    """A 2-d tensor drawn from N(0, std), then in each column
+    ceil(sparsity * rows) entries, chosen at random, set to 0."""
+    if len(tensor.shape) != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    zeros = int(math.ceil(sparsity * rows))
+    values = _gen().normal(0.0, std, (rows, cols))
+    for c in range(cols):
+        values[_gen().permutation(rows)[:zeros], c] = 0
+    return _fill(tensor, values)

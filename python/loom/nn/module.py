@@ -309,8 +309,19 @@ class Module:
                     out[mp + ("." if mp else "") + n] = t
         return out
 
-    def state_dict(self):
-        return OrderedDict((k, t.detach()) for k, t in self._named_tensors().items())
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """Parameters and buffers by name, detached unless keep_vars, each
+        name led by prefix, into destination (an OrderedDict) when given;
+        PyTorch's positional (destination, prefix, keep_vars) too."""
+        if len(args) > 3:
+            raise TypeError(f"state_dict() takes at most 3 positional arguments, got "
+                            f"{len(args)}")
+        if args:
+            destination, prefix, keep_vars = args + (destination, prefix, keep_vars)[len(args):]
+        out = OrderedDict() if destination is None else destination
+        for k, t in self._named_tensors().items():
+            out[prefix + k] = t if keep_vars else t.detach()
+        return out
 
     def load_state_dict(self, state_dict, strict=True):
         """Copies values (loom tensors, NumPy arrays, or anything np.asarray

@@ -65,8 +65,14 @@ class TransformerEncoderLayer(Module):
 
 
 class TransformerEncoder(Module):
-    def __init__(self, encoder_layer, num_layers, norm=None):
+    """torch.nn.TransformerEncoder; enable_nested_tensor and mask_check (the
+    nested-tensor fast path of PyTorch's inference) are taken and change
+    nothing."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
         super().__init__()
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.norm = norm
 
