@@ -27,6 +27,7 @@ from . import _compile
 from ._compile import compile, Compiled  # noqa: F401
 from . import nn
 from . import distributed
+from . import utils
 from .serialization import save, load
 
 GraphBreak = _C.GraphBreak
@@ -258,6 +259,40 @@ def _generator_now():
     return _generator
 
 
+class Generator:
+    """torch.Generator: a random number generator of its own, for the
+    generator= arguments (randn, rand, randint, randperm, DataLoader's
+    shuffle, random_split). manual_seed(s) restarts it (and returns it, as
+    PyTorch's); it draws as a NumPy generator does."""
+
+    def __init__(self, device="cpu"):
+        self.device = device
+        self._seed = _builtins.int(np.random.SeedSequence().entropy % (1 << 63))
+        self._rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed):
+        self._seed = _builtins.int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def initial_seed(self):
+        return self._seed
+
+    def seed(self):
+        fresh = _builtins.int(np.random.SeedSequence().entropy % (1 << 63))
+        return self.manual_seed(fresh)._seed
+
+    def get_state(self):
+        return dict(self._rng.bit_generator.state)
+
+    def set_state(self, state):
+        self._rng.bit_generator.state = state
+        return self
+
+    def __getattr__(self, name):  # the draws: standard_normal, random, integers...
+        return getattr(self.__dict__["_rng"], name)
+
+
 def empty(*size, dtype=None, requires_grad=False):
     return _filled(size, 0, dtype, requires_grad)
 
@@ -310,6 +345,14 @@ def randn_like(x, dtype=None, requires_grad=False):
 
 def rand_like(x, dtype=None, requires_grad=False):
     return rand(x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randperm(n, generator=None, dtype=None, requires_grad=False):
+    """A random permutation of 0 .. n - 1 (int64 unless dtype)."""
+    if _builtins.int(n) < 0:
+        raise RuntimeError(f"randperm: n must be non-negative, got {_builtins.int(n)}")
+    return _drawn(lambda g: g.permutation(_builtins.int(n)), dtype or int64, generator,
+                  requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, generator=None):

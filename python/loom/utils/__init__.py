@@ -1,0 +1,2 @@
+"""loom.utils: torch.utils' names (data: datasets, samplers, DataLoader)."""
+from . import data  # noqa: F401
