@@ -48,13 +48,6 @@ enum { SAMPLES = 3 };
  * steps, 7-30% faster alone, made its training step 6-12% slower). */
 static const double MARGIN = 0.8;
 static const int64_t MOST_ALONE_NS = 15000;
-/* A whole program this short alone runs alone: between its runs the host
- * does other work (a trace cuts, keys, binds), the pool's workers fall
- * asleep, and every step left on the pool pays their wake-up, which the
- * per-step timing (its pool runs follow each other closely) does not see:
- * the LSTM's cell at 2 threads ran 1.5x slower than at 1 with its larger
- * steps on the pool, and as fast as at 1 with every step alone. */
-static const int64_t MOST_ALONE_RUN_NS = 60000;
 
 /* Whole-program trials: TRIAL_ROUNDS rounds of a block of TRIAL_BLOCK
  * runs each way, the first run of a block not counted (the workers'
@@ -148,9 +141,15 @@ static void set_splits(be_program_t *p, bool alone) {
                           memory_order_relaxed);
 }
 
-/* Under the lock, once every group is timed: a program whose steps
- * alone add up to less than MOST_ALONE_RUN_NS runs every step alone; one
- * under TRIAL_MOST_NS with a step on the pool is timed whole. */
+/* Under the lock, once every group is timed: a program under
+ * TRIAL_MOST_NS with a step on the pool is timed whole. How its runs
+ * follow each other decides, which the per-step timing does not see: a
+ * trace's cell, with the host's work between its runs, finds the pool's
+ * workers asleep and runs fastest alone (an LSTM cell at 2 threads ran
+ * 1.5x slower than at 1 with its larger steps on the pool); a loop's body,
+ * run back to back while they spin, runs fastest with its steps' choices
+ * (the 2-layer LSTM's loops over 50 steps: 3.0 ms a run against 4.1 ms
+ * alone at 2 threads). */
 static void decide_program(be_program_t *p) {
   int n = p->plan->n_groups;
   int64_t total = 0;
@@ -159,11 +158,10 @@ static void decide_program(be_program_t *p) {
     total += p->split->timing[g].best[1];
     pool |= p->split->timing[g].launches > 0 && p->split->timing[g].choice == CPU_SPLIT_POOL;
   }
-  if (total < MOST_ALONE_RUN_NS) {
-    set_splits(p, true);
-    core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms alone in all", n,
-             (double)total / 1e6);
-  } else if (pool && total < TRIAL_MOST_NS) {
+  if (!pool)
+    core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms, each step faster "
+             "alone", n, (double)total / 1e6);
+  else if (total < TRIAL_MOST_NS) {
     for (int g = 0; g < n; g++) /* every launch through split_launch */
       atomic_store_explicit(&p->kernel[g].split, CPU_SPLIT_TIMING, memory_order_relaxed);
     atomic_store_explicit(&p->split->trial, true, memory_order_release);
@@ -214,10 +212,10 @@ static void decide_trial(be_program_t *p) {
   if (!given_up && rounds < TRIAL_ROUNDS && !all_alone && !all_choices) return;
   set_splits(p, all_alone);
   atomic_store_explicit(&sp->trial, false, memory_order_release);
-  if (all_alone)
-    core_log(LOG_STEPS, "a program of %d steps runs on 1 thread: %.3f ms a run alone, "
-             "against %.3f ms with its steps' ways on %d (runs timed whole)",
-             p->plan->n_groups, (double)alone / rounds / 1e6,
+  if (rounds > 0)
+    core_log(LOG_STEPS, "a program of %d steps runs %s: %.3f ms a run alone, against %.3f ms "
+             "with its steps' ways on %d (runs timed whole)", p->plan->n_groups,
+             all_alone ? "on 1 thread" : "with its steps' ways", (double)alone / rounds / 1e6,
              (double)choices / rounds / 1e6, p->abi.threads);
 }
 
