@@ -202,7 +202,7 @@ static void decide_trial(be_program_t *p) {
   bool all_alone = !given_up && rounds > 0, all_choices = rounds < TRIAL_ROUNDS;
   double margin = rounds > 0 ? TRIAL_MARGIN[rounds - 1] : 1;
   int64_t choices = 0, alone = 0; /* the rounds' sums, for the log */
-  for (int r = 0; r < rounds && (all_alone || all_choices); r++) {
+  for (int r = 0; r < rounds; r++) {
     int64_t c = round_best(sp, 0, r), a = round_best(sp, 1, r);
     all_alone &= a < c * margin;
     all_choices &= c < a * margin;
