@@ -88,6 +88,19 @@ def _zero_grads(params, set_to_none):
         p.grad = None if set_to_none else g
 
 
+def _implementation(foreach=None, differentiable=False, fused=None, capturable=False):
+    """torch.optim's choices of how a step runs (a loop or grouped kernels,
+    CUDA graphs) are taken: Loom's step is its own compiled one. A step
+    autograd differentiates through, and PyTorch's fused CUDA kernels, are
+    not there."""
+    if differentiable:
+        raise NotImplementedError("optimizer: differentiable=True (a step autograd "
+                                  "differentiates through) is not supported")
+    if fused:
+        raise NotImplementedError("optimizer: fused=True (PyTorch's fused CUDA kernels) is not "
+                                  "supported; Loom compiles the step itself")
+
+
 class Optimizer:
     _kind = None
     _STEP_AS_TENSOR = True  # torch.optim keeps "step" as a tensor (RMSprop: an int)
@@ -441,7 +454,8 @@ class SGD(Optimizer):
     _TRACE_NAMES = {"momentum_buffer": "momentum"}
 
     def __init__(self, params, lr=required, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False, *, maximize=False):
+                 nesterov=False, *, maximize=False, **implementation):
+        _implementation(**implementation)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
@@ -475,7 +489,8 @@ class Adam(Optimizer):
     _TRACE_NAMES = {"step": "step", "exp_avg": "m", "exp_avg_sq": "v"}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, *, maximize=False):
+                 amsgrad=False, *, maximize=False, **implementation):
+        _implementation(**implementation)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
@@ -512,8 +527,9 @@ class AdamW(Adam):
     _kind = _ADAMW
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 amsgrad=False, *, maximize=False, **implementation):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         **implementation)
 
 
 class RMSprop(Optimizer):
@@ -522,7 +538,8 @@ class RMSprop(Optimizer):
     _STEP_AS_TENSOR = False
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-                 centered=False, *, maximize=False):
+                 centered=False, *, maximize=False, **implementation):
+        _implementation(**implementation)
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
                                       maximize=maximize))
@@ -558,7 +575,9 @@ class Adagrad(Optimizer):
     _TRACE_NAMES = {}
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0,
-                 initial_accumulator_value=0.0, eps=1e-10, *, maximize=False):
+                 initial_accumulator_value=0.0, eps=1e-10, *, maximize=False,
+                 **implementation):
+        _implementation(**implementation)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,

@@ -820,3 +820,19 @@ def test_the_other_initializers():
     assert ((s.numpy() == 0).sum(0) == 3).all()
     with pytest.raises(ValueError, match="2 dimensions"):
         loom.nn.init.eye_(loom.empty(2, 2, 2))
+
+
+def test_optimizers_take_pytorchs_implementation_choices():
+    p = [loom.nn.Parameter(loom.ones(3))]
+    for make in (lambda: loom.optim.SGD(p, lr=0.1, foreach=False, differentiable=False),
+                 lambda: loom.optim.Adam(p, foreach=None, capturable=False, fused=None),
+                 lambda: loom.optim.AdamW(p, foreach=True),
+                 lambda: loom.optim.RMSprop(p, foreach=False),
+                 lambda: loom.optim.Adagrad(p, foreach=False)):
+        opt = make()
+        p[0].grad = loom.ones(3)
+        opt.step()
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        loom.optim.Adam(p, differentiable=True)
+    with pytest.raises(TypeError, match="momentun"):
+        loom.optim.SGD(p, lr=0.1, momentun=0.9)
