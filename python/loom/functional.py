@@ -325,8 +325,14 @@ _sign_op = globals()["sign"]
 
 
 def sign(x):
-    """-1, 0 or 1 (a bool is its own sign, as in PyTorch)."""
-    return x if x.dtype is _BOOL else _sign_op(x)
+    """-1, 0 or 1 (a bool is its own sign), as PyTorch's: a float's NaN and
+    -0 give +0 (the op table's sign keeps NaN and -0, as ONNX's)."""
+    if x.dtype is _BOOL:
+        return x
+    s = _sign_op(x)
+    if not x.dtype.is_floating_point:
+        return s
+    return where(logical_or(ne(x, x), eq(x, 0)), _scalar(0, x.dtype), s)
 for _name in ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
               "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
               "atanh", "erf"):

@@ -836,3 +836,14 @@ def test_optimizers_take_pytorchs_implementation_choices():
         loom.optim.Adam(p, differentiable=True)
     with pytest.raises(TypeError, match="momentun"):
         loom.optim.SGD(p, lr=0.1, momentun=0.9)
+
+
+def test_sign_of_nan_and_negative_zero_is_pytorchs():
+    values = [float("nan"), -0.0, 0.0, 1.5, -2.0, float("inf"), -float("inf")]
+    for dtype in (np.float32, np.float64, np.float16):
+        x = np.array(values, dtype=dtype)
+        got = loom.sign(loom.tensor(x)).numpy()
+        want = torch.sign(torch.tensor(x)).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert (np.signbit(got) == np.signbit(want)).all()  # +0, not -0
+    assert loom.sign(loom.tensor([-3, 0, 4])).tolist() == [-1, 0, 1]
