@@ -2478,6 +2478,14 @@ METHODS = {name: globals()[name] for name in (
     "subtract", "multiply")}
 METHODS["unfold"] = _unfold
 
+from ._composites import *  # noqa: E402,F401,F403  (compositions of the ops above)
+METHODS.update({n: globals()[n] for n in (  # PyTorch's Tensor methods among the compositions
+    "absolute", "not_equal", "sgn", "swapdims", "erfc", "deg2rad", "rad2deg", "sinc",
+    "signbit", "isposinf", "isneginf", "isreal", "heaviside", "logaddexp", "logaddexp2",
+    "float_power", "inner", "vdot", "mv", "kron", "cross", "matrix_power", "dist", "diagflat",
+    "select", "hsplit", "vsplit", "dsplit", "diff", "cov", "corrcoef", "is_complex",
+    "is_nonzero")})
+
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)
-                 and getattr(v, "__module__", None) == __name__)
+                 and getattr(v, "__module__", None) in (__name__, "loom._composites"))

@@ -59,6 +59,10 @@ EXCUSED.update({n: "tests/python/test_nn_windows_losses.py" for n in (
     "max_unpool1d", "max_unpool2d", "max_unpool3d")})
 EXCUSED.update({n: "tests/python/test_nn_sampling.py" for n in ("affine_grid", "grid_sample")})
 EXCUSED.update({"ctc_loss": "tests/python/test_nn_ctc.py"})
+EXCUSED.update({n: "tests/python/test_probe_fixes.py" for n in (
+    "broadcast_shapes", "is_complex", "is_nonzero", "numel")})
+EXCUSED.update({"absolute": "alias of abs", "not_equal": "alias of ne", "sgn": "alias of sign",
+                "swapdims": "alias of swapaxes"})
 EXCUSED.update({n: "tests/python/test_nn_noise.py" for n in (
     "alpha_dropout", "feature_alpha_dropout", "rrelu", "rrelu_", "gumbel_softmax", "pdist")})
 EXCUSED.update({"fix": "alias of trunc", "arctan2": "alias of atan2", "ger": "alias of outer",
@@ -556,6 +560,57 @@ CASES = [
     C("scaled_dot_product_attention", lambda r: qkv(r) + [Const(u(r, (3, 1, 7)))],
       variant="float-mask", theirs=lambda m, q, k, v, a: SDPA(q, k, v, attn_mask=a),
       call=lambda m, q, k, v, a: m.F.scaled_dot_product_attention(q, k, v, attn_mask=a)),
+    # compositions (loom/_composites.py)
+    C("erfc", X(*UNARY_13x6), view=strided),
+    C("deg2rad", X(5, 7)), C("rad2deg", X(5, 7)),
+    C("sinc", lambda r: [np.concatenate([u(r, (5,)), [0.0, 1.0, -2.0]])]),
+    C("signbit", lambda r: [np.array([-0.0, 0.0, -1.5, 2.0, -np.inf, np.inf])], grad=False),
+    C("signbit", lambda r: [ints(r, (5, 7), -3, 3)], grad=False, variant="int"),
+    C("isposinf", lambda r: [np.array([np.inf, -np.inf, np.nan, 1.0])], grad=False),
+    C("isneginf", lambda r: [np.array([np.inf, -np.inf, np.nan, 1.0])], grad=False),
+    C("isreal", X(5, 7), grad=False),
+    C("heaviside", lambda r: [ints(r, (3, 1, 7), -2, 3).astype(np.float64), u(r, (4, 1))],
+      grad=False),
+    C("logaddexp", lambda r: [u(r, (3, 1, 7), -30, 30), u(r, (4, 1), -30, 30)]),
+    C("logaddexp2", lambda r: [u(r, (3, 1, 7), -30, 30), u(r, (4, 1), -30, 30)]),
+    C("float_power", lambda r: [u(r, (5, 7), 0.5, 2).astype(np.float32), u(r, (7,))],
+      grad=False),
+    C("inner", lambda r: [u(r, (3, 4)), u(r, (2, 5, 4))]),
+    C("vdot", lambda r: [u(r, (6,)), u(r, (6,))]),
+    C("mv", lambda r: [u(r, (4, 6)), u(r, (6,))]),
+    C("tensordot", lambda r: [u(r, (3, 4, 5)), u(r, (4, 5, 2))]),
+    C("tensordot", lambda r: [u(r, (3, 4, 5)), u(r, (5, 2, 3))], variant="pairs",
+      kw=dict(dims=([0, 2], [2, 0]))),
+    C("kron", lambda r: [u(r, (2, 3)), u(r, (4, 1, 2))]),
+    C("cross", lambda r: [u(r, (4, 3)), u(r, (4, 3))], kw=dict(dim=1)),
+    C("cross", lambda r: [u(r, (2, 3, 5)), u(r, (2, 3, 5))], variant="first-of-size-3"),
+    C("matrix_power", X(3, 4, 4), lambda m, x: m.f.matrix_power(x, 5)),
+    C("matrix_power", X(4, 4), lambda m, x: m.f.matrix_power(x, 0), variant="zero"),
+    C("dist", lambda r: [u(r, (4, 5)), u(r, (5,))], kw=dict(p=3)),
+    C("broadcast_tensors", lambda r: [u(r, (3, 1, 7)), u(r, (4, 1))]),
+    C("block_diag", lambda r: [u(r, (2, 3)), u(r, (4,)), u(r, ()), u(r, (1, 2))]),
+    C("cartesian_prod", lambda r: [u(r, (3,)), u(r, (2,)), u(r, (4,))]),
+    C("combinations", X(5), kw=dict(r=3)),
+    C("combinations", X(4), variant="replacement", kw=dict(r=2, with_replacement=True)),
+    C("diagflat", X(2, 3), kw=dict(offset=-1)),
+    C("select", X(4, 5, 6), lambda m, x: m.f.select(x, 1, -2)),
+    C("hsplit", X(4, 6), lambda m, x: m.f.hsplit(x, 3)),
+    C("vsplit", X(6, 4), lambda m, x: m.f.vsplit(x, [1, 4])),
+    C("dsplit", X(2, 3, 6), lambda m, x: m.f.dsplit(x, 2)),
+    C("diff", X(4, 6), kw=dict(n=2, dim=1)),
+    C("diff", lambda r: [u(r, (4, 6)), u(r, (4, 2)), u(r, (4, 1))], variant="prepend-append",
+      call=lambda m, x, p, a: m.f.diff(x, prepend=p, append=a)),
+    C("diff", lambda r: [mask(r, (9,))], grad=False, variant="bool"),
+    C("trapezoid", X(4, 6), kw=dict(dx=0.5)),
+    C("trapezoid", lambda r: [u(r, (4, 6)), np.sort(u(r, (6,)))], variant="points",
+      call=lambda m, y, x: m.f.trapezoid(y, x, dim=1)),
+    C("trapz", lambda r: [u(r, (3, 5)), np.sort(u(r, (3, 5)), axis=1)]),
+    C("cov", X(3, 8)),
+    C("cov", lambda r: [u(r, (3, 8)), ints(r, (8,), 1, 4), u(r, (8,), 0.1, 1.0)],
+      variant="weights", call=lambda m, x, f, a: m.f.cov(x, fweights=f, aweights=a,
+                                                          correction=2)),
+    C("corrcoef", X(4, 9)),
+    C("logspace", lambda r: [], lambda m: m.lib.logspace(-2, 3, 7, base=2.0), grad=False),
 ]
 
 

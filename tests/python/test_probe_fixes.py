@@ -847,3 +847,20 @@ def test_sign_of_nan_and_negative_zero_is_pytorchs():
         np.testing.assert_array_equal(got, want)
         assert (np.signbit(got) == np.signbit(want)).all()  # +0, not -0
     assert loom.sign(loom.tensor([-3, 0, 4])).tolist() == [-1, 0, 1]
+
+
+def test_the_compositions_that_are_not_ops():
+    assert loom.broadcast_shapes((3, 1, 7), (4, 1), 7) == torch.broadcast_shapes((3, 1, 7),
+                                                                              (4, 1), 7)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        loom.broadcast_shapes((3,), (4,))
+    x = loom.ones(2, 3)
+    assert loom.numel(x) == 6 and not loom.is_complex(x) and not x.is_complex()
+    assert loom.is_nonzero(loom.tensor([2.0])) and not loom.tensor(0).is_nonzero()
+    with pytest.raises(RuntimeError, match="more than one value"):
+        loom.is_nonzero(x)
+    # the methods PyTorch has
+    a, b = np.random.default_rng(0).standard_normal((2, 4, 3))
+    got = loom.tensor(a).cross(loom.tensor(b), dim=1).numpy()
+    np.testing.assert_allclose(got, np.cross(a, b), rtol=1e-12)
+    assert loom.tensor([-0.0, 1.0]).signbit().tolist() == [True, False]
