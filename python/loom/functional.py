@@ -2173,6 +2173,63 @@ def _scatter_reduce(x, dim, index, src, reduce):
     return cast(out, x.dtype) if x.dtype is _BOOL else out
 
 
+def _scatter_dense(x, dim, index, src, identity, combine):
+    """Per position of x along dim, the writes index sends there reduced by
+    combine (prod, amax, amin over the last dim), identity where none: a
+    comparison of every position with every write, so its memory is x's
+    size times index's size along dim."""
+    grow = [0 if d == dim else x.shape[d] - index.shape[d] for d in range(x.ndim)]
+    if builtins.any(grow):  # to x's size off dim: -1 matches no position
+        widths = [w for g in reversed(grow) for w in (0, g)]
+        index, src = pad(index, widths, value=-1), pad(src, widths, value=identity)
+    positions = _const(np.arange(x.shape[dim], dtype=np.int64).reshape(-1, 1))
+    hits = eq(unsqueeze(movedim(index, dim, -1), -2), positions)  # (..., n, m)
+    writes = where(hits, unsqueeze(movedim(src, dim, -1), -2), _scalar(identity, src.dtype))
+    return movedim(combine(writes, -1), -1, dim)
+
+
+def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    """torch.scatter_reduce: x with the writes of src that index sends to
+    each position reduced into it by reduce ("sum", "prod", "mean",
+    "amax", "amin"), x's own value among them unless include_self is
+    False; positions no write reaches keep x. An integer mean rounds down,
+    as PyTorch's. prod, amax and amin compare every position with every
+    write (memory: x's size times index's along dim); equal maxima share
+    amax's gradient, as PyTorch's."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
+                           f"got {reduce}")
+    if not isinstance(index, Tensor) or index.dtype is not _I64:
+        raise RuntimeError("scatter_reduce(): Expected dtype int64 for index")
+    dim = _dim(dim, x.ndim)
+    src = cast(_index_shaped(src, index), x.dtype)
+    ones = _op("full", shape=tuple(index.shape), value=1.0, dtype=_I32._code)
+    count = _op("scatter_add", _op("full", shape=tuple(x.shape), value=0.0, dtype=_I32._code),
+                index, ones, axis=dim)
+    hit = ne(count, 0)
+    base = x if include_self else where(hit, _scalar(0, x.dtype), x)
+    if reduce in ("sum", "mean"):
+        total = _op("scatter_add", base, index, src, axis=dim)
+        if reduce == "sum":
+            return total
+        n = cast(add(count, 1) if include_self else maximum(count, 1), x.dtype)
+        mean = div(total, n, rounding_mode=None if x.dtype.is_floating_point else "floor")
+        return where(hit, mean, x)
+    if reduce == "prod":
+        r = _scatter_dense(x, dim, index, src, 1, prod)
+        return where(hit, mul(r, x) if include_self else r, x)
+    if x.dtype.is_floating_point:
+        identity = float("-inf") if reduce == "amax" else float("inf")
+    else:
+        limits = np.iinfo(x.dtype._numpy)
+        identity = int(limits.min if reduce == "amax" else limits.max)
+    r = _scatter_dense(x, dim, index, src, identity, amax if reduce == "amax" else amin)
+    if include_self:  # x among the writes: one reduction, so ties share the gradient
+        both = stack([x, r], -1)
+        r = amax(both, -1) if reduce == "amax" else amin(both, -1)
+    return where(hit, r, x)
+
+
 def index_fill(x, dim, index, value):
     """x with value at the positions index names along dim (a mask made by
     a scatter_add of ones, chosen by where)."""
@@ -2471,7 +2528,8 @@ METHODS = {name: globals()[name] for name in (
     "dot", "atan2", "arctan2", "lerp", "hypot", "roll", "fliplr", "flipud", "rot90",
     "cumprod", "diagonal", "diag_embed", "masked_select", "median", "nanmedian", "fmod",
     "index_put",
-    "log2", "log10", "exp2", "scatter", "take_along_dim", "repeat_interleave", "tensor_split",
+    "log2", "log10", "exp2", "scatter", "scatter_reduce", "take_along_dim",
+    "repeat_interleave", "tensor_split",
     "movedim", "moveaxis", "cummax", "cummin", "logcumsumexp", "msort", "trace", "xlogy",
     "fmax", "fmin", "erfinv", "index_fill", "floor_divide", "broadcast_to", "addmm", "addmv",
     "addr", "baddbmm", "addbmm", "index_copy", "take", "equal", "true_divide", "divide",

@@ -560,6 +560,15 @@ CASES = [
     C("scaled_dot_product_attention", lambda r: qkv(r) + [Const(u(r, (3, 1, 7)))],
       variant="float-mask", theirs=lambda m, q, k, v, a: SDPA(q, k, v, attn_mask=a),
       call=lambda m, q, k, v, a: m.F.scaled_dot_product_attention(q, k, v, attn_mask=a)),
+    *[C("scatter_reduce", lambda r: [u(r, (4, 6)), ints(r, (3, 5), 0, 6), u(r, (3, 5))],
+        lambda m, x, i, s, red=red, inc=inc: m.f.scatter_reduce(x, 1, i, s, red,
+                                                                include_self=inc),
+        variant=f"{red}-{'self' if inc else 'no-self'}", grad=red != "prod")
+      for red in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)],
+    C("scatter_reduce", lambda r: [ints(r, (5,), -9, 9), ints(r, (7,), 0, 5),
+                                   ints(r, (7,), -9, 9)],
+      lambda m, x, i, s: m.f.scatter_reduce(x, 0, i, s, "mean"), variant="int-mean",
+      grad=False),
     # compositions (loom/_composites.py)
     C("erfc", X(*UNARY_13x6), view=strided),
     C("deg2rad", X(5, 7)), C("rad2deg", X(5, 7)),
