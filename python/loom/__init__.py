@@ -250,9 +250,34 @@ def linspace(start, end, steps, dtype=None, requires_grad=False):
 _generator = np.random.default_rng(0)
 
 
+_seed = 0  # the seed manual_seed gave last (initial_seed)
+
+
 def manual_seed(seed):
-    global _generator
+    global _generator, _seed
+    _seed = _builtins.int(seed)
     _generator = np.random.default_rng(seed)
+
+
+def initial_seed():
+    return _seed
+
+
+def seed():
+    """Seeds loom's generator from the system's entropy; the seed."""
+    fresh = _builtins.int(np.random.SeedSequence().entropy % (1 << 63))
+    manual_seed(fresh)
+    return fresh
+
+
+def get_rng_state():
+    """loom's generator's state (NumPy's bit generator state, a dict; not
+    PyTorch's byte tensor), for set_rng_state."""
+    return _generator.bit_generator.state
+
+
+def set_rng_state(new_state):
+    _generator.bit_generator.state = new_state
 
 
 def _generator_now():
@@ -353,6 +378,47 @@ def randperm(n, generator=None, dtype=None, requires_grad=False):
         raise RuntimeError(f"randperm: n must be non-negative, got {_builtins.int(n)}")
     return _drawn(lambda g: g.permutation(_builtins.int(n)), dtype or int64, generator,
                   requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, requires_grad=False):
+    """randint over input's shape (its dtype unless dtype); one bound is
+    high."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype)
+
+
+def bernoulli(input, p=None, *, generator=None):
+    """1 where a uniform draw falls below input's probability (or p), else
+    0, in input's dtype."""
+    probs = p if p is not None else input
+    if isinstance(probs, Tensor):
+        probs = probs.detach()
+    draw = rand(*input.shape, dtype=double, generator=generator)
+    return functional.cast(functional.lt(draw, probs), input.dtype)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None):
+    """Draws of N(mean, std): tensors of them (broadcast together), or two
+    numbers and a size. As PyTorch's, no gradient reaches mean or std."""
+    tensors = [t for t in (mean, std) if isinstance(t, Tensor)]
+    if not tensors:
+        if size is None:
+            raise TypeError("normal() received an invalid combination of arguments: two "
+                            "numbers need a size")
+        z = randn(*size, dtype=dtype, generator=generator)
+        return z * _builtins.float(std) + _builtins.float(mean)
+    shape = np.broadcast_shapes(*[tuple(t.shape) for t in tensors])
+    z = randn(*shape, dtype=tensors[0].dtype, generator=generator)
+    m = mean.detach() if isinstance(mean, Tensor) else mean
+    s = std.detach() if isinstance(std, Tensor) else std
+    return z * s + m
+
+
+def poisson(input, generator=None):
+    """Draws of Poisson(rate) for each rate of input (read on the host)."""
+    rates = input.detach().numpy()
+    return _drawn(lambda g: g.poisson(rates), input.dtype, generator)
 
 
 def randint(low, high=None, size=(), dtype=None, generator=None):
@@ -519,6 +585,9 @@ class no_grad(_GradMode):
         return False
 
 
+_inference_depth = 0  # inference_mode blocks open (is_inference_mode_enabled)
+
+
 class inference_mode(_GradMode):
     """torch.inference_mode: no_grad's semantics (mode=False: no change)."""
 
@@ -526,14 +595,22 @@ class inference_mode(_GradMode):
         self.mode = mode
 
     def __enter__(self):
+        global _inference_depth
         if self.mode:
             _C._no_grad_enter()
+            _inference_depth += 1
         return self
 
     def __exit__(self, *exc):
+        global _inference_depth
         if self.mode:
             _C._no_grad_exit()
+            _inference_depth -= 1
         return False
+
+
+def is_inference_mode_enabled():
+    return _inference_depth > 0
 
 
 class set_grad_enabled:

@@ -496,8 +496,40 @@ class Tensor(_C.TensorBase):
     def normal_(self, mean=0.0, std=1.0, generator=None):
         return self._random_fill(lambda g: g.normal(mean, std, self.shape), generator)
 
-    def _random_fill(self, draw, generator):
-        if not self.dtype.is_floating_point:
+    def bernoulli_(self, p=0.5, generator=None):
+        """1 with probability p (a number, or a tensor of them), else 0."""
+        probs = p.detach().numpy() if isinstance(p, Tensor) else p
+        return self._random_fill(lambda g: g.random(self.shape) < probs, generator,
+                                 any_dtype=True)
+
+    def exponential_(self, lambd=1.0, generator=None):
+        return self._random_fill(lambda g: g.exponential(1.0 / lambd, self.shape), generator)
+
+    def geometric_(self, p, generator=None):
+        return self._random_fill(lambda g: g.geometric(p, self.shape), generator,
+                                 any_dtype=True)
+
+    def cauchy_(self, median=0.0, sigma=1.0, generator=None):
+        return self._random_fill(lambda g: median + sigma * g.standard_cauchy(self.shape),
+                                 generator)
+
+    def log_normal_(self, mean=1.0, std=2.0, generator=None):
+        return self._random_fill(lambda g: g.lognormal(mean, std, self.shape), generator)
+
+    def random_(self, from_=0, to=None, generator=None):
+        """Integers in [from_, to), or [0, from_) given one bound; without
+        bounds [0, 2^mantissa] for floats, [0, max] for integers (PyTorch's)."""
+        if to is None and from_ == 0:
+            top = 2 ** (np.finfo(self.dtype._numpy).nmant + 1) if self.dtype.is_floating_point \
+                else int(np.iinfo(self.dtype._numpy).max)
+            low, high = 0, top + 1 if self.dtype.is_floating_point else top
+        else:
+            low, high = (0, from_) if to is None else (from_, to)
+        return self._random_fill(lambda g: g.integers(low, high, self.shape), generator,
+                                 any_dtype=True)
+
+    def _random_fill(self, draw, generator, any_dtype=False):
+        if not any_dtype and not self.dtype.is_floating_point:
             raise RuntimeError(f"loom: random fill of a {self.dtype.name} tensor (a float "
                                f"dtype only)")
         from . import _drawn
