@@ -222,7 +222,15 @@ class Compiled:
                               "the trace", stacklevel=2)
             return self.fn(*args, **kwargs)
         if entry is None:
-            entry = self._capture(args, kwargs)
+            try:
+                entry = self._capture(args, kwargs)
+            except _C.GraphBreak:  # fullgraph=True
+                raise
+            except Exception:
+                # A capture runs nothing: what the function did before it
+                # raised (an optimizer's update) happens through the trace,
+                # as in PyTorch, up to the same exception; nothing is kept.
+                return self.fn(*args, **kwargs)
             entries.append(entry)
             if (entry.graph_break is not None and
                     "breaks" in os.environ.get("LOOM_LOG", "").split(",")):
@@ -336,7 +344,11 @@ def compile(fn=None, *, fullgraph=False):
     Python code has run once in the capture, then runs again. Python
     values fn reads besides its arguments and the guards above are fixed
     at capture. The optimizer's state of a compiled step is the
-    executable's own (separate from uncompiled steps')."""
+    executable's own (separate from uncompiled steps'). A call whose
+    capture raises runs through the trace instead, its Python code run a
+    second time up to the exception, so that what it did before raising
+    (an optimizer's update) takes effect as in PyTorch; the next call
+    captures again."""
     if fn is None:
         return lambda f: Compiled(f, fullgraph)
     return Compiled(fn, fullgraph)

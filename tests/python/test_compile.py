@@ -714,3 +714,35 @@ def test_one_compiled_function_called_from_four_threads_at_once():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and wrong == []
+
+
+def test_a_capture_that_raises_after_the_update_keeps_the_update_as_pytorch():
+    w0 = np.array([[0.5, -1.0, 2.0]], np.float32)
+    x = np.ones((2, 3), np.float32)
+
+    class Stop(Exception):
+        pass
+
+    def run(lib, compile_it):
+        w = lib.nn.Parameter(lib.tensor(w0.copy()))
+        opt = lib.optim.SGD([w], lr=0.1, momentum=0.9)
+
+        def step(x, fail):
+            opt.zero_grad()
+            (x @ w.t()).sum().backward()
+            opt.step()
+            if fail:
+                raise Stop()  # the call's logging fails after the update
+            return w * 1.0
+
+        f = loom.compile(step) if compile_it else step
+        with pytest.raises(Stop):
+            f(lib.tensor(x), True)
+        out = [f(lib.tensor(x), False).detach().numpy().copy() for _ in range(3)]
+        return w.detach().numpy().copy(), out
+
+    theirs, theirs_out = run(torch, False)
+    for compile_it in (False, True):
+        mine, mine_out = run(loom, compile_it)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6)
+        np.testing.assert_allclose(np.array(mine_out), np.array(theirs_out), rtol=1e-6)
