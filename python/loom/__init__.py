@@ -29,6 +29,7 @@ from . import nn
 from . import distributed
 from . import utils
 from .serialization import save, load
+from ._format import set_printoptions  # noqa: F401
 
 GraphBreak = _C.GraphBreak
 # At exit the compiles queued or running finish, so that the next run of

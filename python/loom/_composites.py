@@ -295,6 +295,125 @@ def dsplit(input, sections):
     return _split_at(input, sections, 2, "dsplit", 3)
 
 
+def select_scatter(input, src, dim, index):
+    """input with src in place of its slice index along dim."""
+    dim = dim % input.ndim
+    size = input.shape[dim]
+    index %= size
+    parts = [F.narrow(input, dim, 0, index), src.unsqueeze(dim),
+             F.narrow(input, dim, index + 1, size - index - 1)]
+    return F.cat([F.cast(t, input.dtype) for t in parts], dim)
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """input with src in place of its slice start:end:step along dim."""
+    dim = dim % input.ndim
+    positions = np.arange(input.shape[dim])[slice(start, end, step)].astype(np.int64)
+    if len(positions) != src.shape[dim]:
+        raise RuntimeError(f"slice_scatter: src has {src.shape[dim]} entries along dim "
+                           f"{dim}, the slice {len(positions)}")
+    return F.index_copy(input, dim, F._const(positions), F.cast(src, input.dtype))
+
+
+def renorm(input, p, dim, maxnorm):
+    """Each slice along dim whose p-norm exceeds maxnorm scaled down to it
+    (by maxnorm / (norm + 1e-7), as PyTorch's)."""
+    dim = dim % input.ndim
+    others = [d for d in range(input.ndim) if d != dim]
+    norms = F.sum(F.abs(input) ** p, others, keepdim=True) ** (1.0 / p)
+    return input * F.where(F.gt(norms, maxnorm), maxnorm / (norms + 1e-7), 1.0)
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix of a 1-d x: columns x^0 .. x^(N-1)
+    (decreasing powers unless increasing)."""
+    n = x.shape[0] if N is None else N
+    powers = np.arange(n, dtype=np.int64)
+    if not increasing:
+        powers = powers[::-1].copy()
+    if n == 0:
+        return x.reshape(-1, 1)[:, :0]
+    cols = [F.pow(x, int(k)) if k else F.cast(F.eq(x, x) | F.ne(x, x), x.dtype)
+            for k in powers]
+    return F.stack(cols, 1)
+
+
+def ldexp(input, other):
+    """input times 2 to the power other."""
+    return _float(input) * F.exp2(_float(other))
+
+
+def _quantile_pick(sorted_x, pos, interpolation):
+    """Entries of sorted_x (sorted along its last dim) at fractional
+    positions pos (one per row), by interpolation."""
+    lo, hi = F.floor(pos), F.ceil(pos)
+    at = (lambda i: F.gather(sorted_x, -1, F.cast(i, _int64()).unsqueeze(-1)).squeeze(-1))
+    if interpolation == "lower":
+        return at(lo)
+    if interpolation == "higher":
+        return at(hi)
+    if interpolation == "nearest":
+        return at(F.round(pos))  # halves to even, as PyTorch's
+    a, b = at(lo), at(hi)
+    if interpolation == "midpoint":
+        return F.where(F.eq(lo, hi), a, (a + b) * 0.5)
+    return a + (b - a) * (pos - lo)
+
+
+def _int64():
+    from . import int64
+    return int64
+
+
+def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError(f"{name}() interpolation must be one of linear, lower, higher, "
+                         f"midpoint or nearest. Got {interpolation}")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    scalar_q = not isinstance(q, Tensor)
+    qs = np.atleast_1d(np.asarray(q.tolist() if isinstance(q, Tensor) else q, np.float64))
+    if ((qs < 0) | (qs > 1)).any():
+        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+    x = input.reshape(-1) if dim is None else F.movedim(input, dim, -1)
+    srt = F.sort(x, -1)[0]  # NaNs last
+    n = x.shape[-1]
+    if n == 0:
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    nan = F.isnan(x)
+    valid = F.sum(F.logical_not(nan), -1) if ignore_nan else None
+    outs = []
+    for qv in qs.tolist():
+        if ignore_nan:
+            last = F.clamp_min(F.cast(valid, x.dtype) - 1.0, 0.0)
+            pos = last * qv
+        else:
+            pos = F.cast(F._const(np.full(tuple(srt.shape[:-1]), qv * (n - 1))), x.dtype)
+        v = _quantile_pick(srt, pos, interpolation)
+        if ignore_nan:  # a row of NaNs only: NaN
+            v = F.where(F.eq(valid, 0), float("nan"), v)
+        else:  # a NaN anywhere in the row: NaN
+            v = F.where(F.any(nan, -1), float("nan"), v)
+        if keepdim and dim is not None:
+            v = v.unsqueeze(dim % input.ndim)
+        elif keepdim:
+            v = v.reshape(*([1] * input.ndim))
+        outs.append(v)
+    return outs[0] if scalar_q else F.stack(outs, 0)
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The q-th quantiles (a number or a 1-d tensor of them in [0, 1]) over
+    dim (None: all of input), by interpolation between the sorted values;
+    NaN where a NaN is among them."""
+    return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """quantile over the values that are not NaN (NaN where all are)."""
+    return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
 # ---- differences, integrals, statistics ----
 
 def diff(input, n=1, dim=-1, prepend=None, append=None):

@@ -9,6 +9,27 @@ import math
 import numpy as np
 
 PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = 4, 1000, 3, 80
+SCI_MODE = None  # None: chosen per tensor; True or False: always or never
+
+_PROFILES = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80),
+             "full": (4, math.inf, 3, 80)}
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None):
+    """torch.set_printoptions: a profile ("default", "short", "full") first,
+    then each option given; sci_mode None goes back to choosing per tensor."""
+    global PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH, SCI_MODE
+    if profile is not None:
+        if profile not in _PROFILES:
+            raise ValueError(f"set_printoptions: profile {profile!r} is not one of "
+                             f"{sorted(_PROFILES)}")
+        PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = _PROFILES[profile]
+    PRECISION = PRECISION if precision is None else int(precision)
+    THRESHOLD = THRESHOLD if threshold is None else threshold
+    EDGEITEMS = EDGEITEMS if edgeitems is None else int(edgeitems)
+    LINEWIDTH = LINEWIDTH if linewidth is None else int(linewidth)
+    SCI_MODE = sci_mode
 _PREFIX = "tensor("
 # the dtypes PyTorch prints without a suffix: the default float, long, bool
 _IMPLIED = ("float32", "int64", "bool")
@@ -29,6 +50,8 @@ class _Formatter:
         self.int_mode = bool(np.all(finite == np.ceil(finite)))
         self.sci_mode = big / small > 1000.0 or big > 1.0e8 or \
             (not self.int_mode and small < 1.0e-4)
+        if SCI_MODE is not None:
+            self.sci_mode = bool(SCI_MODE)
         if self.sci_mode:
             widths = [len(f"{v:.{PRECISION}e}") for v in finite.tolist()]
         elif self.int_mode:

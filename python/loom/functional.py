@@ -1688,7 +1688,8 @@ def cumprod(x, dim, dtype=None):
 # ---- diagonals, selections, medians, distances ----
 
 def _const(a):
-    return _C.from_buffer(np.ascontiguousarray(a), True)
+    a = np.asarray(a)  # (ascontiguousarray alone makes a 0-d array 1-d)
+    return _C.from_buffer(np.ascontiguousarray(a).reshape(a.shape), True)
 
 
 def _diagonal_offsets(rows, cols, offset):
@@ -2542,7 +2543,8 @@ METHODS.update({n: globals()[n] for n in (  # PyTorch's Tensor methods among the
     "signbit", "isposinf", "isneginf", "isreal", "heaviside", "logaddexp", "logaddexp2",
     "float_power", "inner", "vdot", "mv", "kron", "cross", "matrix_power", "dist", "diagflat",
     "select", "hsplit", "vsplit", "dsplit", "diff", "cov", "corrcoef", "is_complex",
-    "is_nonzero")})
+    "is_nonzero", "select_scatter", "slice_scatter", "renorm", "ldexp", "quantile",
+    "nanquantile")})
 
 __all__ = sorted(n for n, v in globals().items()
                  if not n.startswith("_") and callable(v) and n not in ("Tensor",)

@@ -620,6 +620,25 @@ CASES = [
                                                           correction=2)),
     C("corrcoef", X(4, 9)),
     C("logspace", lambda r: [], lambda m: m.lib.logspace(-2, 3, 7, base=2.0), grad=False),
+    C("select_scatter", lambda r: [u(r, (3, 4, 5)), u(r, (3, 5))],
+      lambda m, x, s: m.f.select_scatter(x, s, 1, -1)),
+    C("slice_scatter", lambda r: [u(r, (6, 4)), u(r, (2, 4))],
+      lambda m, x, s: m.f.slice_scatter(x, s, 0, 1, 5, 2)),
+    C("renorm", X(4, 5), lambda m, x: m.f.renorm(x, 2, 0, 1.5)),
+    C("renorm", X(4, 5, 3), lambda m, x: m.f.renorm(x, 1, 1, 3.0), variant="p1-dim1"),
+    # (PyTorch 1.13's vander backward fails: an in-place write it saved)
+    C("vander", X(5), lambda m, x: m.f.vander(x, 4), grad=False),
+    C("vander", X(4), lambda m, x: m.f.vander(x, increasing=True), variant="increasing",
+      grad=False),
+    C("ldexp", lambda r: [u(r, (3, 1, 7)), ints(r, (4, 1), -3, 4).astype(np.float64)],
+      grad=False),
+    *[C("quantile", X(4, 9), lambda m, x, i=i: m.f.quantile(x, 0.3, 1, interpolation=i),
+        variant=i) for i in ("linear", "lower", "higher", "midpoint", "nearest")],
+    C("quantile", X(5, 6), lambda m, x: m.f.quantile(x, m.lib.tensor([0.2, 0.9],
+                                                                      dtype=m.lib.float64),
+                                                     0, True), variant="many-keepdim"),
+    C("nanquantile", lambda r: [np.where(mask(r, (4, 9)), np.nan, u(r, (4, 9)))],
+      lambda m, x: m.f.nanquantile(x, 0.6, 1), grad=False),
 ]
 
 

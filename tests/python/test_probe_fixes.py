@@ -864,3 +864,18 @@ def test_the_compositions_that_are_not_ops():
     got = loom.tensor(a).cross(loom.tensor(b), dim=1).numpy()
     np.testing.assert_allclose(got, np.cross(a, b), rtol=1e-12)
     assert loom.tensor([-0.0, 1.0]).signbit().tolist() == [True, False]
+
+
+def test_set_printoptions_prints_as_pytorch():
+    values = [1.23456, 2.5, 300.125, 4.0, 5.5, 6.25]
+    try:
+        for kw in (dict(precision=2), dict(sci_mode=True), dict(profile="short"),
+                   dict(threshold=5, edgeitems=1), dict(profile="default")):
+            loom.set_printoptions(**kw)
+            torch.set_printoptions(**kw)
+            assert repr(loom.tensor(values)) == repr(torch.tensor(values)), kw
+        with pytest.raises(ValueError, match="profile"):
+            loom.set_printoptions(profile="long")
+    finally:
+        loom.set_printoptions(profile="default")
+        torch.set_printoptions(profile="default")
