@@ -25,6 +25,10 @@ drawn_from = None
 _PACKAGE_DIR = os.path.dirname(__file__)
 # Captures kept per argument signature (torch.compile's cache_size_limit).
 CAPTURE_LIMIT = 8
+# Captures of one function over all its argument signatures (a new Python
+# number or input size each call would otherwise capture and keep one
+# executable per call, as torch.compile's cache_size_limit bounds).
+TOTAL_CAPTURE_LIMIT = 64
 
 # Calls of compiled functions take turns across threads: a capture records
 # into the process's one trace and fills this module's guards, and a call
@@ -210,6 +214,15 @@ class Compiled:
         key = self._key(args, kwargs)
         entries = self.entries.setdefault(key, [])
         entry = next((e for e in entries if e.holds()), None)
+        if entry is None and self._captures() >= TOTAL_CAPTURE_LIMIT:
+            if not self.__dict__.get("_warned_total"):
+                self._warned_total = True
+                import warnings
+                warnings.warn(f"loom.compile: {self.__name__} was captured "
+                              f"{TOTAL_CAPTURE_LIMIT} times (each new argument size, "
+                              "dtype or Python value captures again); calls that match "
+                              "no capture run through the trace", stacklevel=3)
+            return self.fn(*args, **kwargs)
         if entry is None and len(entries) >= CAPTURE_LIMIT:
             # a guard that changes at every call (a momentum a schedule
             # cycles) would capture, and keep, an executable per call
@@ -248,6 +261,9 @@ class Compiled:
         if entry.shape == "none":
             return None
         return outs[0] if entry.shape == "one" else tuple(outs)
+
+    def _captures(self):
+        return sum(len(v) for v in self.entries.values())
 
     def _capture(self, args, kwargs):
         global guards, buffers, drawn_from

@@ -56,10 +56,10 @@ class Tensor(_C.TensorBase):
 
     @property
     def ndim(self):
-        return len(_base_shape(self))
+        return self._ndim
 
     def dim(self):
-        return len(_base_shape(self))
+        return self._ndim
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]

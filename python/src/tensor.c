@@ -253,10 +253,25 @@ static PyBufferProcs tensor_buffer = {(getbufferproc)tensor_getbuffer,
 
 static PyObject *get_shape(py_tensor_t *t, void *closure) {
   (void)closure;
+  /* A captured op's output size that its input's data decides (nonzero,
+   * a boolean mask's selection) is a symbol until the executable runs:
+   * Python code that reads it breaks the capture, and the function runs
+   * through the trace, whose eager run knows the size. */
+  for (int i = 0; i < t->rank; i++)
+    if (t->shape[i] < 0) {
+      PyErr_SetString(py_graph_break, "loom.compile: a size that depends on the data "
+                      "(nonzero, a boolean mask's selection) read while capturing");
+      return NULL;
+    }
   PyObject *s = PyTuple_New(t->rank);
   for (int i = 0; s && i < t->rank; i++)
     PyTuple_SET_ITEM(s, i, PyLong_FromLongLong(t->shape[i]));
   return s;
+}
+
+static PyObject *get_ndim(py_tensor_t *t, void *closure) {
+  (void)closure;
+  return PyLong_FromLong(t->rank);
 }
 
 static PyObject *get_dtype(py_tensor_t *t, void *closure) {
@@ -369,6 +384,7 @@ static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)get_shape, NULL, "the sizes of the dims, a tuple", NULL},
     {"_dtype", (getter)get_dtype, NULL, "the loom_dtype_t number", NULL},
     {"_lazy", (getter)get_lazy, NULL, "True while the tensor is a value of the step", NULL},
+    {"_ndim", (getter)get_ndim, NULL, "the number of dims", NULL},
     {"requires_grad", (getter)get_requires_grad, (setter)set_requires_grad, NULL, NULL},
     {"is_leaf", (getter)get_is_leaf, NULL, NULL, NULL},
     {"grad", (getter)get_grad, (setter)set_grad, NULL, NULL},

@@ -746,3 +746,46 @@ def test_a_capture_that_raises_after_the_update_keeps_the_update_as_pytorch():
         mine, mine_out = run(loom, compile_it)
         np.testing.assert_allclose(mine, theirs, rtol=1e-6)
         np.testing.assert_allclose(np.array(mine_out), np.array(theirs_out), rtol=1e-6)
+
+
+def test_a_size_the_data_decides_read_while_capturing_is_a_graph_break():
+    x = np.array([1.0, -2.0, 3.0, 4.0], np.float32)
+
+    def routed_mean(t):
+        sel = t[t > 0]
+        return sel.sum() / sel.shape[0]
+
+    def count_rows(t):
+        return t.sum() * 0 + t.nonzero().shape[0] + len(t[t < 0])
+
+    for fn in (routed_mean, count_rows):
+        want = fn(torch.tensor(x)).item()
+        f = loom.compile(fn)
+        assert [f(loom.tensor(x)).item() for _ in range(3)] == pytest.approx([want] * 3)
+        assert "depends on the data" in f.explain()
+        with pytest.raises(loom.GraphBreak, match="depends on the data"):
+            loom.compile(fn, fullgraph=True)(loom.tensor(x))
+    # a selection whose size Python never reads is captured whole
+    g = loom.compile(lambda t: t[t > 0].sum() * 2)
+    assert float(g(loom.tensor(x))) == pytest.approx(16.0)
+    assert "graph break" not in g.explain()
+
+
+def test_captures_of_one_function_are_bounded_and_a_replaced_parameter_recaptures():
+    import warnings
+    from loom import _compile
+    f = loom.compile(lambda t, k: t * k)
+    x = loom.tensor([1.0, 2.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [f(x, 0.5 * k).tolist() for k in range(_compile.TOTAL_CAPTURE_LIMIT + 6)]
+    assert got == [[0.5 * k, k * 1.0] for k in range(_compile.TOTAL_CAPTURE_LIMIT + 6)]
+    assert f._captures() == _compile.TOTAL_CAPTURE_LIMIT
+    assert len([w for w in caught if "captured" in str(w.message)]) == 1
+    m = nn.Linear(3, 2, bias=False)
+    with loom.no_grad():
+        m.weight.copy_(loom.ones(2, 3))
+        g = loom.compile(lambda t: m(t))
+        assert g(loom.ones(1, 3)).tolist() == [[3.0, 3.0]]
+        m.weight = nn.Parameter(loom.full((2, 3), 2.0))
+        assert g(loom.ones(1, 3)).tolist() == [[6.0, 6.0]]

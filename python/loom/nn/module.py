@@ -130,6 +130,10 @@ class Module:
         if _compile.guards is not None:  # loom.compile: the capture depends on the mode
             _compile.guard((id(self), "training"), f"{type(self).__name__}.training",
                            lambda: self.training)
+            # and on which tensors its parameters are (m.weight = Parameter(...)
+            # replaces one; the old one stays alive in the executable)
+            _compile.guard((id(self), "parameters"), f"{type(self).__name__}'s parameters",
+                           lambda: tuple(id(p) for p in self._parameters.values()))
             _compile.note_buffers(self)
         for hook in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
             new = hook(self, args)
