@@ -1,6 +1,7 @@
 """torch.nn's modules over nn.patches' functions: Unfold, Fold,
 ChannelShuffle, LocalResponseNorm, LPPool1d/2d, AdaptiveMaxPool1d/3d."""
 from . import functional as F
+from . import layers
 from .module import Module
 
 
@@ -60,16 +61,12 @@ class LPPool1d(LPPool2d):
                            self.ceil_mode)
 
 
-class AdaptiveMaxPool1d(Module):
-    def __init__(self, output_size, return_indices=False):
-        super().__init__()
-        self.output_size, self.return_indices = output_size, return_indices
-
+class AdaptiveMaxPool1d(layers.AdaptiveMaxPool2d):
     def forward(self, input):
         return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
 
 
-class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+class AdaptiveMaxPool3d(layers.AdaptiveMaxPool2d):
     def forward(self, input):
         return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
