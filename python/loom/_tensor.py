@@ -791,6 +791,13 @@ def _set_grad(hooks, t, old, g):
 
 
 _C._set_tensor_class(Tensor)
+# The methods through which a program reads a value: a read through them
+# ends a step no backward can use, as a read from the program's own code
+# does (one inside loom's modules, on the way to an op's result, does not).
+_C._set_user_reads(__file__[:-len("_tensor.py")], tuple(
+    f.__code__ for f in (Tensor.numpy, Tensor.tolist, Tensor.__float__, Tensor.__int__,
+                         Tensor.__index__, Tensor.__format__, Tensor.__repr__,
+                         Tensor.__array__)))
 
 from . import functional as _F  # noqa: E402  (functional builds on Tensor)
 

@@ -102,7 +102,8 @@ int py_step_take_value(py_tensor_t *dst, py_tensor_t *src, bool reshape);
 /* *slot += grad (grad taken), in place as PyTorch accumulates .grad; 0 or
  * -1 with an exception. */
 int py_step_accumulate_grad(PyObject **slot, PyObject *grad);
-/* Ends the step when nothing alive could still use its values. */
+/* After a read: ends the step when nothing alive could still use its
+ * values (lazy results alive count only at reads by loom's own modules). */
 int py_step_idle(void);
 /* The graph ops record into: the capture's, else the trace's. */
 loom_graph_t *py_step_graph(void);

@@ -515,11 +515,49 @@ static PyObject *fn_ir_dims(PyObject *self, PyObject *arg) {
   return out;
 }
 
-/* Ends the step when nothing alive could still use it. */
+/* ---- Reads by the program ----------------------------------------------
+ * A read by the program ends a step that no backward or optimizer could
+ * still use, even while lazy results of it are alive: they are made real,
+ * so that an inference loop that keeps its last output (`out = model(x)`,
+ * then a read) ends a step per iteration instead of growing one trace.
+ * Reads by loom's own Python modules (an index list, a target's range
+ * check, in the middle of an op whose operands must stay lazy) end the
+ * step only once nothing lazy is alive. A read is the program's when the
+ * innermost Python frame is outside loom's package, or is one of the
+ * reading methods (Tensor.numpy, tolist, float, print...) registered by
+ * _set_user_reads. */
+static PyObject *package_dir;    /* loom's folder, ending in its separator */
+static PyObject *reading_codes;  /* a tuple of the reading methods' code */
+
+static PyObject *fn_set_user_reads(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *dir, *codes;
+  if (!PyArg_ParseTuple(args, "UO!:_set_user_reads", &dir, &PyTuple_Type, &codes)) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(codes); i++)
+    if (!PyCode_Check(PyTuple_GET_ITEM(codes, i))) {
+      PyErr_SetString(PyExc_TypeError, "_set_user_reads: a tuple of code objects");
+      return NULL;
+    }
+  Py_XSETREF(package_dir, Py_NewRef(dir));
+  Py_XSETREF(reading_codes, Py_NewRef(codes));
+  Py_RETURN_NONE;
+}
+
+static bool read_by_program(void) {
+  PyFrameObject *frame = PyEval_GetFrame();
+  if (!frame || !package_dir) return true;
+  PyCodeObject *code = PyFrame_GetCode(frame);
+  bool program = PyUnicode_Tailmatch(code->co_filename, package_dir, 0, PY_SSIZE_T_MAX, -1) != 1;
+  for (Py_ssize_t i = 0; !program && i < PyTuple_GET_SIZE(reading_codes); i++)
+    program = PyTuple_GET_ITEM(reading_codes, i) == (PyObject *)code;
+  Py_DECREF(code);
+  return program;
+}
+
+/* After a read: ends the step when nothing alive could still use it. */
 int py_step_idle(void) {
-  if (py_capture_active()) return 0;
-  if (st.open && st.lazy == 0 && st.grad_values == 0 && !st.backward_ran) return py_step_end();
-  return 0;
+  if (py_capture_active() || !st.open || st.grad_values > 0 || st.backward_ran) return 0;
+  return st.lazy == 0 || read_by_program() ? py_step_end() : 0;
 }
 
 int py_step_retain_grad(py_tensor_t *t) {
@@ -980,5 +1018,7 @@ PyMethodDef py_step_methods[] = {
     {"_cond", fn_cond, METH_O, "bool(t), joining the path signature"},
     {"_explain", fn_explain, METH_NOARGS, "the trace's report"},
     {"_set_break_hook", fn_set_break_hook, METH_O, "loom.explain's callback, or None"},
+    {"_set_user_reads", fn_set_user_reads, METH_VARARGS,
+     "loom's folder and the code of the methods through which a program reads a value"},
     {"_stats", fn_stats, METH_NOARGS, "the trace's counters"},
     {NULL, NULL, 0, NULL}};

@@ -239,6 +239,37 @@ def test_zero_dim_tensors():
     assert loom.tensor(2).shape == () and (s * loom.tensor(2.0)).item() == 7.0
 
 
+def test_an_inference_loop_that_keeps_its_output_ends_a_step_at_each_read():
+    """out = x @ w kept alive into the next iteration, and a lazy running
+    sum: the program's read ends the step (nothing requires grad) and makes
+    them real, so each iteration replays the same compiled segments instead
+    of growing one trace (reads inside loom's own modules, such as an index
+    list's, do not: test_lazy_index_tensor_is_not_read)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    loom.set_compile_mode("wait")
+    try:
+        before = loom.stats()
+        out, acc, expect_acc = None, loom.zeros(()), 0.0
+        with loom.no_grad():
+            for _ in range(40):
+                x = rng.standard_normal((3, 8)).astype(np.float32)
+                prev, prev_expect = out, (None if out is None else expect)
+                out, expect = loom.from_numpy(x) @ loom.from_numpy(w), x @ w
+                acc = acc + out.sum()
+                expect_acc += float(expect.sum())
+                assert out.sum().item() == pytest.approx(float(expect.sum()), rel=1e-5, abs=1e-4)
+                if prev is not None:
+                    assert not prev._lazy
+                    np.testing.assert_allclose(prev.numpy(), prev_expect, rtol=1e-5, atol=1e-5)
+        after = loom.stats()
+    finally:
+        loom.set_compile_mode("tiered")
+    assert acc.item() == pytest.approx(expect_acc, rel=1e-4, abs=1e-3)
+    assert after["steps"] - before["steps"] >= 40
+    assert after["compiles"] - before["compiles"] <= 4
+
+
 def test_explain_names_each_break_and_its_line():
     import inspect
 
@@ -259,7 +290,10 @@ def test_explain_names_each_break_and_its_line():
                      ("an output shape that depends on data", first + 6),
                      ("the data read", first + 7)]
     assert all(at.startswith(__file__) for _, at in e.breaks)
-    assert e.counters["segments"] == 3
+    # the read ends the step (nothing requires grad), which makes y real: a
+    # fourth segment, as the condition's segment (the first time) keeps only
+    # what it was asked for
+    assert e.counters["segments"] == 4
     assert "graph breaks: 3" in str(e) and "loom_trace_cond" in str(e)
     np.testing.assert_allclose(e.result[0], np.exp([1.0, -2.0, 3.0]), rtol=1e-6)
 
