@@ -25,6 +25,11 @@ drawn_from = None
 _PACKAGE_DIR = os.path.dirname(__file__)
 # Captures kept per argument signature (torch.compile's cache_size_limit).
 CAPTURE_LIMIT = 8
+# Argument sizes captured per signature without sizes (the dtypes, ranks
+# and values of a call): a call at a third new set of sizes runs through
+# the trace, whose shape policies compile once per policy rather than once
+# per size (torch.compile's automatic dynamic shapes).
+SIZE_CAPTURES = 2
 # Captures of one function over all its argument signatures (a new Python
 # number or input size each call would otherwise capture and keep one
 # executable per call, as torch.compile's cache_size_limit bounds).
@@ -130,21 +135,23 @@ def _same_type(cur, t):
     return cur is t or (cur is not None and cur.shape == t.shape and cur.dtype is t.dtype)
 
 
-def _signature(a):
-    """What a capture depends on in argument a: a tensor's shape, dtype
-    and requires_grad; a list's, tuple's or dict's type and structure,
-    each element's signature inside; any other value its type and value,
-    since 2, 2.0 and True are equal in Python but not to an op (a float
-    by its bits: 0.0 and -0.0 differ, a NaN matches a NaN)."""
+def _signature(a, sized=True):
+    """What a capture depends on in argument a: a tensor's shape (its rank
+    when not sized), dtype and requires_grad; a list's, tuple's or dict's
+    type and structure, each element's signature inside; any other value
+    its type and value, since 2, 2.0 and True are equal in Python but not
+    to an op (a float by its bits: 0.0 and -0.0 differ, a NaN matches a
+    NaN)."""
     if isinstance(a, Tensor):
-        return ("tensor", tuple(a.shape), a._dtype, a.requires_grad)
+        return ("tensor", tuple(a.shape) if sized else a.ndim, a._dtype, a.requires_grad)
     if isinstance(a, (list, tuple)):
-        return (type(a), tuple(_signature(x) for x in a))
+        return (type(a), tuple(_signature(x, sized) for x in a))
     if isinstance(a, dict):
         if any(isinstance(k, Tensor) for k in a):
             raise TypeError("loom.compile: a dict argument keyed by tensors; key it by "
                             "Python values")
-        return (type(a), tuple((_signature(k), _signature(v)) for k, v in a.items()))
+        return (type(a), tuple((_signature(k, sized), _signature(v, sized))
+                               for k, v in a.items()))
     if type(a) is float:
         return (float, a.hex())
     try:
@@ -185,16 +192,44 @@ class Compiled:
         self.fn = fn
         self.fullgraph = fullgraph
         self.entries = {}  # (argument signature) -> [_Entry]
+        self.sizes = {}    # (signature without sizes) -> {argument shapes captured}
+        self.dynamic = {}  # (signature without sizes) -> why its new sizes run traced
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__name__ = getattr(fn, "__name__", "compiled")
         self.__wrapped__ = fn
 
     @staticmethod
-    def _key(args, kwargs):
+    def _key(args, kwargs, sized=True):
         """The signature: grad mode, then each argument's (_signature),
         keyword arguments by name."""
-        return (_C.is_grad_enabled(),) + tuple(_signature(a) for a in args) + \
-            tuple((k, _signature(kwargs[k])) for k in sorted(kwargs))
+        return (_C.is_grad_enabled(),) + tuple(_signature(a, sized) for a in args) + \
+            tuple((k, _signature(kwargs[k], sized)) for k in sorted(kwargs))
+
+    def _runs_dynamic(self, args, kwargs):
+        """Whether a call that no capture holds runs through the trace
+        rather than capturing its sizes: a tensor argument loom.dynamic
+        marked (the trace reads its policies), or a signature captured at
+        SIZE_CAPTURES sets of sizes already, whose sizes then vary from
+        call to call (the trace's auto policy makes a dim that changes
+        symbolic, so new sizes compile nothing)."""
+        tensors = self._tensors(args, kwargs)
+        unsized = self._key(args, kwargs, sized=False)
+        if unsized in self.dynamic:
+            return True
+        if any(t._marked_dynamic for t in tensors):
+            why = "an argument with a dim loom.dynamic marked"
+        else:
+            sizes = self.sizes.setdefault(unsized, set())
+            shapes = tuple(tuple(t.shape) for t in tensors)
+            if shapes in sizes or len(sizes) < SIZE_CAPTURES:
+                sizes.add(shapes)
+                return False
+            why = f"argument sizes that changed {SIZE_CAPTURES} times"
+        self.dynamic[unsized] = why
+        if "recompiles" in os.environ.get("LOOM_LOG", "").split(","):
+            print(f"loom: {self.__name__} runs through the trace at new sizes: {why}",
+                  file=sys.stderr)
+        return True
 
     @staticmethod
     def _tensors(args, kwargs):
@@ -233,6 +268,8 @@ class Compiled:
                               "times for one argument signature, each with other guard "
                               "values (see loom.explain); calls that match none run through "
                               "the trace", stacklevel=2)
+            return self.fn(*args, **kwargs)
+        if entry is None and self._runs_dynamic(args, kwargs):
             return self.fn(*args, **kwargs)
         if entry is None:
             try:
@@ -333,6 +370,8 @@ class Compiled:
                     lines.append(report if code else self._without_code(report))
                 if e.guards:
                     lines.append("guards: " + ", ".join(f"{w} == {v!r}" for _, w, _, v in e.guards))
+        for why in self.dynamic.values():
+            lines.append(f"sizes not captured run through the trace: {why}")
         return "\n".join(lines)
 
 
@@ -346,7 +385,11 @@ def compile(fn=None, *, fullgraph=False):
     structure, their tensors inputs as tensor arguments are), then
     replayed on every call that matches them and whose guards hold (the
     training flag of each module it called, its optimizer's
-    hyperparameters); another set captures once more. A training step
+    hyperparameters); another set captures once more, except sizes: a
+    signature captured at SIZE_CAPTURES sets of sizes runs new ones
+    through the trace (its auto policy compiles a changing dim once, as
+    torch.compile's automatic dynamic shapes do), and so does an argument
+    with a dim loom.dynamic marked. A training step
     (zero_grad, forward, loss.backward(), optimizer.step()) becomes one
     executable: forward, backward and the update together, the parameters
     updated in place, .grad set after each call, the learning rate read

@@ -279,6 +279,16 @@ static PyObject *get_dtype(py_tensor_t *t, void *closure) {
   return PyLong_FromLong(t->dtype);
 }
 
+/* Whether loom.dynamic marked a dim of t with a policy other than exact:
+ * loom.compile runs such arguments through the trace, whose policies
+ * read the marks, instead of capturing their sizes. */
+static PyObject *get_marked_dynamic(py_tensor_t *t, void *closure) {
+  (void)closure;
+  for (int d = 0; d < t->rank; d++)
+    if (t->policy[d] > LOOM_DIM_EXACT) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
 static PyObject *get_lazy(py_tensor_t *t, void *closure) {
   (void)closure;
   return PyBool_FromLong(t->data == NULL);
@@ -384,6 +394,8 @@ static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)get_shape, NULL, "the sizes of the dims, a tuple", NULL},
     {"_dtype", (getter)get_dtype, NULL, "the loom_dtype_t number", NULL},
     {"_lazy", (getter)get_lazy, NULL, "True while the tensor is a value of the step", NULL},
+    {"_marked_dynamic", (getter)get_marked_dynamic, NULL,
+     "True when loom.dynamic gave a dim a policy other than exact", NULL},
     {"_ndim", (getter)get_ndim, NULL, "the number of dims", NULL},
     {"requires_grad", (getter)get_requires_grad, (setter)set_requires_grad, NULL, NULL},
     {"is_leaf", (getter)get_is_leaf, NULL, NULL, NULL},

@@ -771,6 +771,41 @@ def test_a_size_the_data_decides_read_while_capturing_is_a_graph_break():
     assert "graph break" not in g.explain()
 
 
+def test_sizes_that_keep_changing_run_through_the_trace_with_symbolic_dims():
+    """torch.compile's automatic dynamic shapes: two sets of sizes are
+    captured, the third new one makes the signature dynamic, and its calls
+    run through the trace, whose auto policy compiles a changing dim once
+    (symbolic) instead of once per size; a dim loom.dynamic marked is never
+    captured by size."""
+    from loom import _compile
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    f = loom.compile(lambda t, w: (t @ w).relu().sum(1))
+    loom.set_compile_mode("wait")
+    try:
+        before = loom.stats()["compiles"]
+        for n in range(2, 30):
+            x = rng.standard_normal((n, 5)).astype(np.float32)
+            got = f(loom.from_numpy(x), loom.from_numpy(w)).numpy()
+            np.testing.assert_allclose(got, np.maximum(x @ w, 0).sum(1), rtol=1e-5, atol=1e-5)
+        compiles = loom.stats()["compiles"] - before
+    finally:
+        loom.set_compile_mode("tiered")
+    assert f._captures() == _compile.SIZE_CAPTURES
+    assert compiles <= _compile.SIZE_CAPTURES + 4, compiles
+    assert "sizes not captured run through the trace: argument sizes that changed" in f.explain()
+    # a size captured before still runs its executable
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_allclose(f(loom.from_numpy(x), loom.from_numpy(w)).numpy(),
+                               np.maximum(x @ w, 0).sum(1), rtol=1e-5, atol=1e-5)
+    assert f._captures() == _compile.SIZE_CAPTURES
+    g = loom.compile(lambda t: t * 2)
+    for n in (3, 4):
+        assert g(loom.dynamic(loom.ones(n, 2), 0)).tolist() == [[2.0, 2.0]] * n
+    assert g._captures() == 0
+    assert "loom.dynamic marked" in g.explain()
+
+
 def test_captures_of_one_function_are_bounded_and_a_replaced_parameter_recaptures():
     import warnings
     from loom import _compile
