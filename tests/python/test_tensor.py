@@ -250,11 +250,11 @@ def test_an_inference_loop_that_keeps_its_output_ends_a_step_at_each_read():
     loom.set_compile_mode("wait")
     try:
         before = loom.stats()
-        out, acc, expect_acc = None, loom.zeros(()), 0.0
+        out, expect, acc, expect_acc = None, None, loom.zeros(()), 0.0
         with loom.no_grad():
             for _ in range(40):
                 x = rng.standard_normal((3, 8)).astype(np.float32)
-                prev, prev_expect = out, (None if out is None else expect)
+                prev, prev_expect = out, expect
                 out, expect = loom.from_numpy(x) @ loom.from_numpy(w), x @ w
                 acc = acc + out.sum()
                 expect_acc += float(expect.sum())
