@@ -49,6 +49,9 @@ typedef struct tr_optim {
   core_env_t *env;        /* the environment it reads */
   loom_status_t compiled;
   char *why; /* the compile's error, when it failed */
+  /* Per parameter, its state in g (m, v, step; or the momentum buffer),
+   * for the step run without the graph (optim_eager); NULL until found. */
+  loom_tensor_t *(*state)[3];
   struct tr_optim *retired; /* the next in the trace's list of retired steps */
 } tr_optim_t;
 
@@ -64,6 +67,7 @@ static void optim_free(tr_optim_t *a) {
   optim_join(a);
   optim_free(a->next);
   core_free(a->why);
+  core_free(a->state);
   core_env_release(a->env);
   loom_executable_destroy(a->exe);
   loom_graph_destroy(a->g);
@@ -331,6 +335,64 @@ static void optim_swap(loom_trace_t *t) {
   t->optim = b;
 }
 
+/* ---- The step without its graph ------------------------------------------ */
+
+static loom_tensor_t *state_named(const tr_optim_t *a, int i, const char *what) {
+  char name[48];
+  snprintf(name, sizeof name, "p%d.%s", i, what);
+  for (int64_t j = 0; j < a->g->n_params; j++) {
+    const ir_value_t *v = &a->g->values[a->g->params[j]];
+    if (v->name && !strcmp(v->name, name)) return v->data;
+  }
+  return NULL;
+}
+
+static bool f32_like(const loom_tensor_t *x, int64_t numel) {
+  return x && x->dtype == LOOM_F32 && tensor_is_contiguous(x) && loom_tensor_numel(x) == numel;
+}
+
+/* Whether parameter i's update can run without the graph: an f32
+ * parameter, gradient and state, contiguous, its step counter an i64. */
+static bool eager_fits(const loom_trace_t *t, const tr_optim_t *a, int i) {
+  const tr_param_t *q = &t->params[i];
+  int64_t numel = loom_tensor_numel(q->t);
+  loom_tensor_t *const *st = a->state[i];
+  if (!f32_like(q->t, numel) || !f32_like(q->grad, numel)) return false;
+  if (a->hyper.kind == LOOM_OPTIMIZER_SGD)
+    return a->hyper.momentum == 0 || f32_like(st[0], numel);
+  return f32_like(st[0], numel) && f32_like(st[1], numel) && st[2] && st[2]->dtype == LOOM_I64 &&
+         loom_tensor_numel(st[2]) == 1;
+}
+
+/* The interpreted step computed by train_optimizer_eager, one pass per
+ * parameter instead of the graph's nodes (the compiled copy, once it
+ * lands, runs the graph). false: some parameter does not fit, and the
+ * graph runs instead (nothing was updated). */
+static bool optim_eager(loom_trace_t *t, tr_optim_t *a, double lr, loom_status_t *s) {
+  if (!a->state) {
+    a->state = core_calloc((size_t)a->n + 1, sizeof *a->state);
+    if (!a->state) return false;
+    bool sgd = a->hyper.kind == LOOM_OPTIMIZER_SGD;
+    for (int i = 0; i < a->n; i++) {
+      a->state[i][0] = state_named(a, i, sgd ? "momentum" : "m");
+      a->state[i][1] = sgd ? NULL : state_named(a, i, "v");
+      a->state[i][2] = sgd ? NULL : state_named(a, i, "step");
+    }
+  }
+  for (int i = 0; i < a->n; i++)
+    if (t->params[i].got_grad && !eager_fits(t, a, i)) return false;
+  struct core_pool *pool = tr_fallback_pool(t);
+  for (int i = 0; i < a->n && *s == LOOM_OK; i++) {
+    tr_param_t *q = &t->params[i];
+    loom_tensor_t **st = a->state[i];
+    if (!q->got_grad) continue; /* the graph's take: no step, no count */
+    *s = train_optimizer_eager(&a->hyper, lr, loom_tensor_numel(q->t), q->t->data,
+                               q->grad->data, st[0] ? st[0]->data : NULL,
+                               st[1] ? st[1]->data : NULL, st[2] ? st[2]->data : NULL, pool);
+  }
+  return true;
+}
+
 /* Runs the step: lr, and per parameter its gradient (zeros when none
  * came) and whether it got one, bound; the graph's parameters are the
  * user's tensors. */
@@ -347,9 +409,9 @@ static loom_status_t optim_run(loom_trace_t *t, double lr) {
     ins[1 + 2 * i] = q->grad;
     ins[2 + 2 * i] = a->take[q->got_grad];
   }
-  if (s == LOOM_OK)
-    s = a->exe ? loom_executable_run(a->exe, n_in, ins, 0, NULL)
-               : rt_interpret(a->g, n_in, ins, 0, NULL, be_find(NULL), tr_fallback_pool(t));
+  if (s == LOOM_OK && a->exe) s = loom_executable_run(a->exe, n_in, ins, 0, NULL);
+  else if (s == LOOM_OK && !optim_eager(t, a, lr, &s))
+    s = rt_interpret(a->g, n_in, ins, 0, NULL, be_find(NULL), tr_fallback_pool(t));
   loom_tensor_destroy(ins[0]);
   return s;
 }

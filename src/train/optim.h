@@ -45,4 +45,13 @@ loom_status_t train_clip_grad_norm(const char *fn, loom_graph_t *g, loom_comm_t 
 loom_status_t train_optimizer_read(const char *fn, const loom_optimizer_t *in,
                                    loom_optimizer_t *out);
 
+/* One parameter's update of o (SGD, Adam or AdamW) computed directly over
+ * f32 memory, as the graph train_optimizer builds computes it: p and
+ * grad of numel elements, state_a and state_b Adam's m and v (state_a
+ * SGD's momentum buffer, when momentum is not 0), step Adam's counter,
+ * incremented here. Spread over pool's threads when given and large. */
+struct core_pool;
+loom_status_t train_optimizer_eager(const loom_optimizer_t *o, double lr, int64_t numel,
+                                    float *p, const float *grad, float *state_a, float *state_b,
+                                    int64_t *step, struct core_pool *pool);
 #endif
