@@ -70,6 +70,29 @@ def test_cross_entropy_against_torch(kwargs):
     np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("lazy_target", [False, True])
+@pytest.mark.parametrize("shape", [(7, 5), (3, 5, 4)])
+def test_cross_entropy_mean_and_its_gradient_against_torch(lazy_target, shape):
+    """The mean over a real target none of whose items is ignored takes a
+    shorter form (no masks): its value and gradient as torch's, as the
+    general form's for a lazy target; an out-of-range class raises."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.integers(0, 5, (shape[0],) + shape[2:])
+    lx = loom.tensor(x, requires_grad=True)
+    ly = loom.from_numpy(y) + 0 if lazy_target else loom.from_numpy(y)
+    assert ly._lazy == lazy_target
+    loss = F.cross_entropy(lx, ly)
+    loss.backward()
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(tx, torch.from_numpy(y))
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        F.cross_entropy(loom.ones(2, 5), loom.tensor([0, 5]))
+
+
 def test_other_losses_against_torch():
     rng = np.random.default_rng(2)
     a, b = (rng.standard_normal((4, 3)).astype(np.float32) * 5 for _ in range(2))

@@ -72,6 +72,19 @@ def _check_targets(target, n_classes, ignore_index):
         raise IndexError(f"Target {bad.flat[0]} is out of bounds.")
 
 
+def _none_ignored(target, n_classes, ignore_index):
+    """Whether target is real, not empty, and has no ignore_index (its
+    classes checked as _check_targets does)."""
+    if target._lazy or not target.numel():
+        return False
+    t = np.asarray(target)
+    if (t == ignore_index).any():
+        return False
+    if ((t < 0) | (t >= n_classes)).any():
+        raise IndexError(f"Target {t[(t < 0) | (t >= n_classes)].flat[0]} is out of bounds.")
+    return True
+
+
 def _class_weights(weight, target, keep):
     """Each target's class weight (1 without weight), 0 where ignored."""
     w = keep.float()
@@ -131,6 +144,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     x, t = _flat_classes(input, target)
     logp = log_softmax(x, 1)
+    if weight is None and label_smoothing == 0 and reduction == "mean" and \
+            _none_ignored(t, x.shape[1], ignore_index):
+        # every item counts once: the mean without the masks' ops
+        return -(logp * one_hot(t, x.shape[1]).float()).sum() / t.numel()
     loss, w, keep = _nll_terms(logp, t, weight, ignore_index)
     if label_smoothing > 0:  # PyTorch 1.13 applies a positive one only
         every = logp if weight is None else logp * weight
