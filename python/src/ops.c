@@ -131,6 +131,7 @@ static bool float_value(const loom_graph_t *g, loom_value_t v) {
  * attrs (a dict, or NULL): the outputs, a Tensor or a tuple. */
 static PyObject *record(int op, PyObject *const *inputs, Py_ssize_t n_in,
                         PyObject *attr_dict) {
+  if (py_step_before_record() < 0) return NULL;
   loom_graph_t *g = py_step_graph();
   if (!g) return NULL;
   if (n_in > MAX_INPUTS) {

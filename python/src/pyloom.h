@@ -105,6 +105,9 @@ int py_step_accumulate_grad(PyObject **slot, PyObject *grad);
 /* After a read: ends the step when nothing alive could still use its
  * values (lazy results alive count only at reads by loom's own modules). */
 int py_step_idle(void);
+/* Before an op records: ends the step a read left waiting for its values
+ * that require grad to die, once they have; 0, or -1 with an exception. */
+int py_step_before_record(void);
 /* The graph ops record into: the capture's, else the trace's. */
 loom_graph_t *py_step_graph(void);
 /* Drops the step's results without reading them (a capture's values,

@@ -20,6 +20,9 @@ static struct {
    * when release_dropped hands it back (loom_trace_param_forget). */
   PyObject *params;
   bool backward_ran; /* gradients wait for the optimizer */
+  /* A read (py_step_idle) found values alive that require grad: the step
+   * ends at the next op recorded once none is (py_step_before_record). */
+  bool read_waiting;
   int no_grad;       /* depth of loom.no_grad() */
   PyObject *read_errors; /* texts of the errors reads raised in the step */
 } st = {.id = 1};
@@ -436,7 +439,7 @@ int py_step_end(void) {
   loom_status_t s = st.trace ? loom_trace_step_end(st.trace) : LOOM_OK;
   st.id++;
   st.open = false;
-  st.backward_ran = false;
+  st.backward_ran = st.read_waiting = false;
   st.lazy = st.grad_values = 0;
   Py_CLEAR(st.entered);
   Py_CLEAR(st.read_errors);
@@ -460,7 +463,7 @@ void py_step_forget(void) {
   }
   st.id++;
   st.open = false;
-  st.backward_ran = false;
+  st.backward_ran = st.read_waiting = false;
   st.lazy = st.grad_values = 0;
   Py_CLEAR(st.entered);
   Py_CLEAR(st.read_errors);
@@ -554,10 +557,21 @@ static bool read_by_program(void) {
   return program;
 }
 
-/* After a read: ends the step when nothing alive could still use it. */
+/* After a read: ends the step when nothing alive could still use it. A
+ * value read while results that require grad are alive (an inference loop
+ * without no_grad reads model(x).sum()) ends it at the next op recorded
+ * once they have died, so that such a loop does not grow one step. */
 int py_step_idle(void) {
-  if (py_capture_active() || !st.open || st.grad_values > 0 || st.backward_ran) return 0;
-  return st.lazy == 0 || read_by_program() ? py_step_end() : 0;
+  if (py_capture_active() || !st.open || st.backward_ran) return 0;
+  if (st.lazy > 0 && !read_by_program()) return 0;
+  if (st.grad_values == 0) return py_step_end();
+  st.read_waiting = true;
+  return 0;
+}
+
+int py_step_before_record(void) {
+  if (!st.read_waiting || st.grad_values > 0 || st.backward_ran || py_capture_active()) return 0;
+  return py_step_end() < 0 ? -1 : 0;
 }
 
 int py_step_retain_grad(py_tensor_t *t) {

@@ -270,6 +270,28 @@ def test_an_inference_loop_that_keeps_its_output_ends_a_step_at_each_read():
     assert after["compiles"] - before["compiles"] <= 4
 
 
+def test_an_eval_loop_without_no_grad_ends_a_step_per_iteration():
+    """Outputs that require grad (no no_grad) read and dropped at once:
+    the step ends at the next op recorded after they died, so the loop
+    does not grow one step; values as NumPy's."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    lw = loom.tensor(w, requires_grad=True)
+    before = loom.stats()["steps"]
+    for _ in range(30):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        got = (loom.from_numpy(x) @ lw).relu().sum().item()
+        assert got == pytest.approx(float(np.maximum(x @ w, 0).sum()), rel=1e-5, abs=1e-5)
+    assert loom.stats()["steps"] - before >= 29
+    # a read before backward does not end the step the backward needs
+    loss = (loom.from_numpy(x) @ lw).sum()
+    assert loss.item() == pytest.approx(float((x @ w).sum()), rel=1e-5, abs=1e-5)
+    y = loss * 2
+    y.backward()
+    np.testing.assert_allclose(lw.grad.numpy(), 2 * np.repeat(x.sum(0)[:, None], 3, 1),
+                               rtol=1e-5)
+
+
 def test_explain_names_each_break_and_its_line():
     import inspect
 
