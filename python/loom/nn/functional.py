@@ -77,12 +77,8 @@ def _none_ignored(target, n_classes, ignore_index):
     classes checked as _check_targets does)."""
     if target._lazy or not target.numel():
         return False
-    t = np.asarray(target)
-    if (t == ignore_index).any():
-        return False
-    if ((t < 0) | (t >= n_classes)).any():
-        raise IndexError(f"Target {t[(t < 0) | (t >= n_classes)].flat[0]} is out of bounds.")
-    return True
+    _check_targets(target, n_classes, ignore_index)
+    return not (np.asarray(target) == ignore_index).any()
 
 
 def _class_weights(weight, target, keep):
