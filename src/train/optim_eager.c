@@ -22,9 +22,10 @@ typedef struct {
   float lr, inv1, inv2; /* Adam's bias corrections' reciprocals */
 } pass_t;
 
-/* The pass over [begin, end), written once and instantiated per ISA
- * below (the base build targets x86-64's SSE2). decay: Adam's L2 term,
- * folded into the gradient (0 for AdamW, whose keep shrinks p instead). */
+/* Each pass over [begin, end) is written once and instantiated per ISA
+ * below (the base build targets x86-64's SSE2). Adam's decay is its L2
+ * term, folded into the gradient (0 for AdamW, whose keep shrinks p
+ * instead). */
 static inline __attribute__((always_inline)) void adam_pass(const pass_t *c, int64_t begin,
                                                             int64_t end) {
   const loom_optimizer_t *h = c->h;
@@ -43,18 +44,10 @@ static inline __attribute__((always_inline)) void adam_pass(const pass_t *c, int
   }
 }
 
-__attribute__((target("avx512f,fma"))) static void adam_avx512(void *ctx, int64_t b, int64_t e) {
-  adam_pass(ctx, b, e);
-}
-__attribute__((target("avx2,fma"))) static void adam_avx2(void *ctx, int64_t b, int64_t e) {
-  adam_pass(ctx, b, e);
-}
-static void adam_base(void *ctx, int64_t b, int64_t e) { adam_pass(ctx, b, e); }
-
-static void sgd_range(void *ctx, int64_t begin, int64_t end) {
-  const pass_t *c = ctx;
+static inline __attribute__((always_inline)) void sgd_pass(const pass_t *c, int64_t begin,
+                                                           int64_t end) {
   const loom_optimizer_t *h = c->h;
-  const float wd = (float)h->weight_decay, mom = (float)h->momentum;
+  const float wd = (float)h->weight_decay, mom = (float)h->momentum, lr = c->lr;
   float *restrict p = c->p, *restrict buf = c->a;
   const float *restrict g = c->g;
   for (int64_t i = begin; i < end; i++) {
@@ -65,8 +58,28 @@ static void sgd_range(void *ctx, int64_t begin, int64_t end) {
       buf[i] = next;
       dir = h->nesterov ? d * 1.0f + next * mom : next;
     }
-    p[i] = p[i] - dir * c->lr;
+    p[i] = p[i] - dir * lr;
   }
+}
+
+#define PER_ISA(pass)                                                                     \
+  __attribute__((target("avx512f,fma"))) static void pass##_avx512(void *c, int64_t b,    \
+                                                                   int64_t e) {           \
+    pass(c, b, e);                                                                        \
+  }                                                                                       \
+  __attribute__((target("avx2,fma"))) static void pass##_avx2(void *c, int64_t b,         \
+                                                              int64_t e) {                \
+    pass(c, b, e);                                                                        \
+  }                                                                                       \
+  static void pass##_base(void *c, int64_t b, int64_t e) { pass(c, b, e); }
+PER_ISA(adam_pass)
+PER_ISA(sgd_pass)
+
+/* The widest instance of a pass that the CPU and LOOM_CPU_ISA allow. */
+static core_pool_fn widest(core_pool_fn avx512, core_pool_fn avx2, core_pool_fn base) {
+  if (core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f")) return avx512;
+  if (core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2")) return avx2;
+  return base;
 }
 
 /* 1 - beta^t as the graph computes it: -expm1(f32(t) * f32(log beta)). */
@@ -89,13 +102,8 @@ loom_status_t train_optimizer_eager(const loom_optimizer_t *h, double lr, int64_
     c.inv1 = 1.0f / correction(h->beta1, t);
     c.inv2 = 1.0f / sqrtf(correction(h->beta2, t));
   }
-  core_pool_fn fn = sgd_range;
-  if (adam && core_isa_allows(CORE_ISA_AVX512) && __builtin_cpu_supports("avx512f"))
-    fn = adam_avx512;
-  else if (adam && core_isa_allows(CORE_ISA_AVX2) && __builtin_cpu_supports("avx2"))
-    fn = adam_avx2;
-  else if (adam)
-    fn = adam_base;
+  core_pool_fn fn = adam ? widest(adam_pass_avx512, adam_pass_avx2, adam_pass_base)
+                        : widest(sgd_pass_avx512, sgd_pass_avx2, sgd_pass_base);
   if (pool && numel >= 2 * GRAIN) core_pool_for(pool, numel, GRAIN, fn, &c);
   else fn(&c, 0, numel);
   return LOOM_OK;
